@@ -1,0 +1,261 @@
+"""The provider/tool loop of one run.
+
+    1. shape the messages for the model (repair, then any governor the engine installs);
+    2. call the provider (retrying rate limits and transient errors);
+    3. if the model asked for tools, run them concurrently and feed the results back;
+    4. drain the mailbox (messages the user typed meanwhile) and go again, until the model stops.
+
+Ceilings (model calls, tokens) end in a wrap-up call without tools that says what is done and
+what is pending. The runner owns no storage: every new message and every model and tool call is
+handed to the hooks as it happens, so the engine can persist it before anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from heron.context.repair import repair_tool_pairs
+from heron.errors import ProviderError
+from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, dumps
+from heron.providers.base import (
+    ChatRequest,
+    OnEvent,
+    Provider,
+    RetryPolicy,
+    call_with_retries,
+)
+from heron.providers.profiles import ModelProfile
+from heron.tools.registry import ToolContext, ToolRegistry
+
+RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
+
+CONTINUE = "Your reply was cut off by the output limit. Continue exactly where it stopped."
+WRAP_UP = (
+    "This run has reached its limit of {what}. Do not call tools. Reply to the user with a short "
+    "summary of what is done and what is still pending, so the work can resume later."
+)
+MAX_CONTINUATIONS = 3
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    max_turns: int = 200  # model calls per run
+    max_tokens_total: int = 1_000_000
+
+
+@dataclass
+class ModelCallRecord:
+    seq: int
+    purpose: str  # turn | wrapup | continue
+    payload: str  # the exact JSON body sent (no credentials)
+    reply: Reply | None
+    error: str | None
+    started: float
+    ended: float
+
+
+@dataclass
+class ToolCallRecord:
+    call: ToolCall
+    result: ToolResult
+    effects: list[dict]
+    started: float
+    ended: float
+
+
+async def _nothing(_: object) -> None:
+    return None
+
+
+async def _no_mail() -> list[Message]:
+    return []
+
+
+@dataclass
+class RunHooks:
+    """How the engine watches and steers a run. Every hook is optional."""
+
+    on_event: OnEvent | None = None  # streamed text and reasoning
+    on_progress: Callable[[str], None] | None = None  # interim text before a tool call
+    on_message: Callable[[Message], Awaitable[None]] = _nothing  # persist each new message
+    on_model_call: Callable[[ModelCallRecord], Awaitable[None]] = _nothing
+    on_tool_call: Callable[[ToolCallRecord], Awaitable[None]] = _nothing
+    on_tool_start: Callable[[ToolCall], None] | None = None
+    drain: Callable[[], Awaitable[list[Message]]] = _no_mail  # the mailbox
+    govern: Callable[[list[Message]], list[Message]] | None = None  # context governor
+    on_retry: Callable[[ProviderError, float], None] | None = None
+
+
+@dataclass
+class RunResult:
+    messages: list[Message]  # everything the run added, in order
+    stop: RunStop
+    usage: Usage = Usage()
+    model_calls: int = 0
+    tool_calls: int = 0
+    error: ProviderError | None = None
+
+    @property
+    def text(self) -> str:
+        """The final answer: the text of the last assistant message."""
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                return message.text
+        return ""
+
+
+@dataclass
+class _State:
+    history: list[Message]
+    new: list[Message] = field(default_factory=list)
+    usage: Usage = Usage()
+    calls: int = 0
+    tools: int = 0
+    continuations: int = 0
+
+    @property
+    def all(self) -> list[Message]:
+        return self.history + self.new
+
+
+class Runner:
+    def __init__(
+        self,
+        provider: Provider,
+        registry: ToolRegistry,
+        profile: ModelProfile,
+        limits: RunLimits = RunLimits(),
+        retry: RetryPolicy = RetryPolicy(),
+    ) -> None:
+        self.provider = provider
+        self.registry = registry
+        self.profile = profile
+        self.limits = limits
+        self.retry = retry
+
+    async def run(
+        self, system: str, messages: list[Message], ctx: ToolContext, hooks: RunHooks
+    ) -> RunResult:
+        """`messages` ends with the user's message, already persisted by the caller."""
+        state = _State(list(messages))
+        try:
+            stop = await self._loop(system, state, ctx, hooks)
+        except ProviderError as error:
+            return self._result(state, "error", error)
+        return self._result(state, stop)
+
+    def _result(self, s: _State, stop: RunStop, error: ProviderError | None = None) -> RunResult:
+        return RunResult(s.new, stop, s.usage, s.calls, s.tools, error)
+
+    async def _loop(
+        self, system: str, s: _State, ctx: ToolContext, hooks: RunHooks
+    ) -> RunStop:
+        empty_retried = False
+        while True:
+            limit = self._limit_reached(s)
+            if limit:
+                await self._wrap_up(system, s, hooks, limit)
+                return "wrapup"
+            reply = await self._call(system, s, hooks, tools=True, purpose="turn")
+            if _is_empty(reply) and not empty_retried:
+                empty_retried = True
+                continue
+            await self._add(s, reply.message, hooks)
+            if reply.tool_calls:
+                if reply.text.strip() and hooks.on_progress:
+                    hooks.on_progress(reply.text)
+                await self._run_tools(reply.tool_calls, s, ctx, hooks)
+                continue
+            if reply.stop == "length" and s.continuations < MAX_CONTINUATIONS:
+                s.continuations += 1
+                await self._add(s, Message("user", [Text(CONTINUE)]), hooks)
+                continue
+            mail = await hooks.drain()
+            if mail:
+                for message in mail:
+                    await self._add(s, message, hooks)
+                continue
+            return "length" if reply.stop == "length" else "done"
+
+    def _limit_reached(self, s: _State) -> str | None:
+        if s.calls >= self.limits.max_turns:
+            return f"{self.limits.max_turns} model calls"
+        if s.usage.total >= self.limits.max_tokens_total:
+            return f"{self.limits.max_tokens_total} tokens"
+        return None
+
+    async def _call(
+        self, system: str, s: _State, hooks: RunHooks, *, tools: bool, purpose: str
+    ) -> Reply:
+        view = repair_tool_pairs(s.all)
+        if hooks.govern:
+            view = hooks.govern(view)
+        request = ChatRequest(
+            model=self.provider.model,
+            system=system,
+            messages=view,
+            tools=self.registry.specs() if tools else [],
+            max_tokens=self.profile.max_output,
+        )
+        payload = dumps(self.provider.payload(request))
+        started = time.time()
+        s.calls += 1
+        seq = s.calls
+        try:
+            reply = await call_with_retries(
+                lambda: self.provider.chat(request, hooks.on_event),
+                self.retry,
+                on_retry=hooks.on_retry,
+            )
+        except ProviderError as error:
+            record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, time.time())
+            await hooks.on_model_call(record)
+            raise
+        s.usage = s.usage + reply.usage
+        await hooks.on_model_call(
+            ModelCallRecord(seq, purpose, payload, reply, None, started, time.time())
+        )
+        return reply
+
+    async def _add(self, s: _State, message: Message, hooks: RunHooks) -> None:
+        s.new.append(message)
+        await hooks.on_message(message)
+
+    async def _run_tools(
+        self, calls: list[ToolCall], s: _State, ctx: ToolContext, hooks: RunHooks
+    ) -> None:
+        results = await asyncio.gather(*(self._run_tool(c, ctx, hooks) for c in calls))
+        s.tools += len(calls)
+        mail = await hooks.drain()
+        # Mail typed during the tools rides in the same user message as the results, so the
+        # history keeps alternating user and assistant.
+        mail_parts = [p for m in mail for p in m.parts]
+        await self._add(s, Message("user", [*results, *mail_parts]), hooks)
+
+    async def _run_tool(self, call: ToolCall, ctx: ToolContext, hooks: RunHooks) -> ToolResult:
+        if hooks.on_tool_start:
+            hooks.on_tool_start(call)
+        before = len(ctx.effects)
+        started = time.time()
+        result = await self.registry.call(call, ctx)
+        effects = ctx.effects[before:]  # approximate under concurrency; good enough for a trace
+        await hooks.on_tool_call(ToolCallRecord(call, result, effects, started, time.time()))
+        return result
+
+    async def _wrap_up(self, system: str, s: _State, hooks: RunHooks, what: str) -> None:
+        await self._add(s, Message("user", [Text(WRAP_UP.format(what=what))]), hooks)
+        reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
+        await self._add(s, reply.message, hooks)
+
+
+def _is_empty(reply: Reply) -> bool:
+    return not reply.tool_calls and not reply.text.strip()
+
+
+def args_json(call: ToolCall) -> str:
+    return json.dumps(call.args, ensure_ascii=False, sort_keys=True)

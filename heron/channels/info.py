@@ -1,0 +1,141 @@
+"""Plain-text information commands: conversations, config, models."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import typer
+
+from heron.config import Settings
+from heron.errors import HeronError, StoreError
+from heron.messages import Message, Text, Thinking, ToolCall, ToolResult
+from heron.store import Store, StoredMessage, Turn
+
+
+def open_store(settings: Settings) -> Store:
+    return Store(settings.paths.ensure().db)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def list_conversations(settings: Settings, limit: int) -> None:
+    store = open_store(settings)
+    rows = store.conversations(limit)
+    if not rows:
+        typer.echo("No conversations yet. Start one with: heron chat")
+        return
+    for c in rows:
+        turns = store.query("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (c.id,))[0][0]
+        typer.echo(f"{c.key:32} {_when(c.updated)}  {turns:4} turns  {c.title or ''}")
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_message(message: Message) -> Iterator[str]:
+    who = "you" if message.role == "user" else "assistant"
+    for part in message.parts:
+        if isinstance(part, Text) and part.text.strip():
+            yield f"{who}: {part.text}"
+        elif isinstance(part, Thinking) and part.text:
+            yield f"  (thinking) {_short(part.text)}"
+        elif isinstance(part, ToolCall):
+            args = json.dumps(part.args, ensure_ascii=False)
+            yield f"  → {part.name}({_short(args, 300)})  [{part.id}]"
+        elif isinstance(part, ToolResult):
+            mark = "✗" if part.is_error else "←"
+            yield f"  {mark} {_short(part.content, 300)}"
+
+
+def _turn_header(n: int, turn: Turn) -> str:
+    u = turn.usage
+    return (
+        f"── turn {n} · {turn.run_id} · {turn.status} · {turn.model_calls} model calls, "
+        f"{turn.tool_calls} tool calls · tokens in {u.input} (cache read {u.cache_read}) "
+        f"out {u.output}"
+    )
+
+
+def show_conversation(settings: Settings, key: str) -> None:
+    store = open_store(settings)
+    conv = store.conversation(key)
+    if conv is None:
+        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    turns = {t.id: t for t in store.turns(conv.id)}
+    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(turns)} turns")
+    seen: set[int] = set()
+    numbers = {tid: i for i, tid in enumerate(turns, 1)}
+    for stored in store.branch(conv.id):
+        for line in _lines(stored, turns, numbers, seen):
+            typer.echo(line)
+
+
+def _lines(
+    stored: StoredMessage, turns: dict[int, Turn], numbers: dict[int, int], seen: set[int]
+) -> Iterator[str]:
+    tid = stored.turn_id
+    if tid is not None and tid not in seen and tid in turns:
+        seen.add(tid)
+        yield _turn_header(numbers[tid], turns[tid])
+    yield from render_message(stored.message)
+
+
+def delete_conversation(settings: Settings, key: str) -> None:
+    store = open_store(settings)
+    conv = store.conversation(key)
+    if conv is None:
+        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    running = [t for t in store.turns(conv.id) if t.status == "running"]
+    if running:
+        raise StoreError(
+            f"conversation {key!r} has a turn still running ({running[-1].run_id})",
+            hint="Wait for it to finish or stop it, then delete.",
+        )
+    store.delete_conversation(conv.id)
+    typer.echo(f"Deleted conversation {key!r}.")
+
+
+def _mask(value: str) -> str:
+    return value[:6] + "…" + value[-2:] if len(value) > 10 else "…"
+
+
+def show_config(settings: Settings) -> None:
+    cfg = settings.config
+    typer.echo(f"config file: {settings.paths.config} ({'present' if settings.paths.config.exists() else 'absent'})")
+    try:
+        choice = settings.model()
+        where = choice.base_url or (str(choice.model_path) if choice.model_path else "default")
+        typer.echo(f"model:       {choice.provider} / {choice.model} ({where})")
+        p = choice.profile
+        typer.echo(
+            f"profile:     window {p.context_window}, output cap {p.max_output}, tools {p.tool_mode}"
+        )
+    except HeronError as e:
+        typer.echo(f"model:       none ({str(e).splitlines()[0]})")
+    for name, key in sorted(cfg.api_keys.items()):
+        typer.echo(f"key [{name}]: {_mask(key)}")
+    a = cfg.agent
+    typer.echo(
+        f"agent:       max_turns {a.max_turns}, max_tokens_total {a.max_tokens_total}, "
+        f"result_budget {a.result_budget}"
+    )
+
+
+def print_models(settings: Settings) -> None:
+    from heron.providers.profiles import _BUILTIN
+
+    try:
+        choice = settings.model()
+        typer.echo(f"In use: {choice.provider} / {choice.model}")
+    except HeronError as e:
+        typer.echo(f"In use: none. {e}")
+    typer.echo("\nBuilt-in profiles (pattern: context window, output cap, tool mode):")
+    for pattern, p in _BUILTIN:
+        typer.echo(f"  {pattern:22} {p.context_window:>9} {p.max_output:>7}  {p.tool_mode}")
+    typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')

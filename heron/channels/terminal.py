@@ -1,0 +1,190 @@
+"""`heron chat`: the terminal channel.
+
+prompt_toolkit reads the input (history, multi-line with Alt-Enter); rich renders the streamed
+answer as Markdown, each tool call as a one-line pill, reasoning dimmed. Ctrl-C stops the turn
+in flight (what it finished is kept), Ctrl-D leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.text import Text as RichText
+
+from heron.agent.engine import Engine, TurnHooks, new_key
+from heron.agent.runner import ToolCallRecord
+from heron.channels.script import EMBEDDED_BANNER
+from heron.config import Settings
+from heron.messages import ToolCall
+from heron.providers.base import StreamEvent
+
+HELP = """\
+Commands:
+  /new          start a new conversation
+  /resume       pick an earlier conversation to continue
+  /show N       print the full result of tool call N
+  /help         this help
+Enter sends; Alt-Enter (or Esc then Enter) adds a new line.
+Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+
+@dataclass
+class ChatState:
+    key: str
+    agent: str
+    results: list[ToolCallRecord] = field(default_factory=list)
+
+
+class TurnView:
+    """Renders one turn as it streams."""
+
+    def __init__(self, console: Console, state: ChatState) -> None:
+        self.console = console
+        self.state = state
+        self.text = ""
+        self.live: Live | None = None
+        self.thinking = False
+
+    def event(self, ev: StreamEvent) -> None:
+        if ev.kind == "thinking":
+            self.console.print(RichText(ev.text, style="dim italic"), end="")
+            self.thinking = True
+            return
+        if self.thinking:
+            self.console.print()
+            self.thinking = False
+        self.text += ev.text
+        if self.live is None:
+            self.live = Live(console=self.console, refresh_per_second=12, vertical_overflow="visible")
+            self.live.start()
+        self.live.update(Markdown(self.text))
+
+    def close_text(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        self.text = ""
+
+    def tool_start(self, call: ToolCall) -> None:
+        self.close_text()
+
+    def tool_end(self, record: ToolCallRecord) -> None:
+        self.state.results.append(record)
+        n = len(self.state.results)
+        args = json.dumps(record.call.args, ensure_ascii=False)
+        args = args if len(args) <= 60 else args[:59] + "…"
+        ok = "[red]✗[/red]" if record.result.is_error else "[green]✓[/green]"
+        took = record.ended - record.started
+        self.console.print(
+            f"[cyan]⚙ {n}[/cyan] {record.call.name} [dim]{args}[/dim] {ok} [dim]{took:.1f}s"
+            f"  (/show {n})[/dim]",
+            highlight=False,
+        )
+
+
+async def run_chat(
+    settings: Settings, agent: str, key: str | None, model: str | None, ephemeral: bool
+) -> None:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    console = Console()
+    state = ChatState(key or new_key("chat"), agent)
+    async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+        if engine.choice.embedded:
+            console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
+        console.print(
+            f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
+            f"{state.key} · /help for commands[/dim]"
+        )
+        history = FileHistory(str(settings.paths.home / "chat_history"))
+        session: PromptSession[str] = PromptSession(history=history)
+        while True:
+            try:
+                text = await session.prompt_async("› ")
+            except KeyboardInterrupt:
+                continue
+            except EOFError:
+                console.print("[dim]Bye.[/dim]")
+                return
+            if not text.strip():
+                continue
+            if text.startswith("/") and await _command(text, engine, state, console, session):
+                continue
+            await _turn(engine, state, console, text)
+
+
+async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -> None:
+    view = TurnView(console, state)
+    hooks = TurnHooks(
+        on_event=view.event,
+        on_tool_start=view.tool_start,
+        on_tool_end=view.tool_end,
+        on_retry=lambda e, wait: console.print(f"[yellow]retrying in {wait:.1f}s: {e}[/yellow]"),
+    )
+    task = asyncio.ensure_future(engine.turn(state.key, text, hooks, agent=state.agent))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        view.close_text()
+        console.print("[yellow]Stopped.[/yellow] What the turn finished is kept.")
+        return
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    view.close_text()
+    if result.run.error is not None:
+        console.print(f"[red]The turn failed:[/red] {result.run.error}")
+        console.print("[dim]Your message is saved; send it again to retry.[/dim]")
+    elif not result.text and not view.text:
+        console.print("[dim](no answer)[/dim]")
+
+
+async def _command(
+    text: str, engine: Engine, state: ChatState, console: Console, session
+) -> bool:
+    """Run a chat command; False means it is not one, and the text goes to the model."""
+    name, _, arg = text.strip().partition(" ")
+    if name == "/help":
+        console.print(HELP, highlight=False)
+    elif name == "/new":
+        state.key = new_key("chat")
+        state.results.clear()
+        console.rule(f"[dim]new conversation {state.key}[/dim]")
+    elif name == "/resume":
+        await _resume(engine, state, console, session)
+    elif name == "/show":
+        _show(arg, state, console)
+    else:
+        return False
+    return True
+
+
+def _show(arg: str, state: ChatState, console: Console) -> None:
+    if not arg.strip().isdigit() or not 1 <= int(arg) <= len(state.results):
+        console.print(f"Give a tool call number from 1 to {len(state.results)}.")
+        return
+    record = state.results[int(arg) - 1]
+    console.print(f"[cyan]{record.call.name}[/cyan] {json.dumps(record.call.args)}", highlight=False)
+    console.print(record.result.content, markup=False, highlight=False)
+
+
+async def _resume(engine: Engine, state: ChatState, console: Console, session) -> None:
+    rows = await asyncio.to_thread(engine.store.conversations, 20)
+    if not rows:
+        console.print("No earlier conversations.")
+        return
+    for i, c in enumerate(rows, 1):
+        console.print(f"{i:3}. {c.key}  [dim]{c.title or ''}[/dim]", highlight=False)
+    choice = await session.prompt_async("Number to resume (Enter cancels): ")
+    if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
+        state.key = rows[int(choice) - 1].key
+        state.results.clear()
+        console.rule(f"[dim]resumed {state.key}[/dim]")

@@ -1,0 +1,165 @@
+"""The `heron` command.
+
+Heavy modules (SDKs, the engine, the terminal UI) are imported inside the commands that need
+them, so `heron --help` and the start of `heron run` stay fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+from heron.errors import ConfigError, HeronError
+
+app = typer.Typer(
+    help="Heron: a personal AI agent that keeps long conversations whole.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+conversations_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
+config_app = typer.Typer(help="Show Heron's configuration.", no_args_is_help=True)
+app.add_typer(conversations_app, name="conversations")
+app.add_typer(config_app, name="config")
+
+AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]
+ConvOpt = Annotated[
+    str | None,
+    typer.Option("--conversation", "-c", help="Conversation key; the same key continues it."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", "-m", help="Model name, sent as is; or a path to a .gguf file."),
+]
+EphemeralOpt = Annotated[
+    bool, typer.Option("--ephemeral", help="Keep nothing: no database writes, no memory.")
+]
+
+
+def fail(error: HeronError) -> NoReturn:
+    typer.echo(f"heron: {error}", err=True)
+    raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
+
+
+def settings():  # -> Settings
+    from heron.config import Settings
+
+    try:
+        return Settings.load()
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def run(
+    message: Annotated[str, typer.Argument(help="The message; '-' reads it from stdin.")],
+    agent: AgentOpt = "default",
+    conversation: ConvOpt = None,
+    model: ModelOpt = None,
+    ephemeral: EphemeralOpt = False,
+) -> None:
+    """Send one message and print the reply (for scripts)."""
+    from heron.channels.script import run_once
+
+    text = sys.stdin.read() if message == "-" else message
+    if not text.strip():
+        typer.echo("heron: the message is empty", err=True)
+        raise typer.Exit(2)
+    try:
+        ok = asyncio.run(run_once(settings(), text, agent, conversation, model, ephemeral))
+    except HeronError as e:
+        fail(e)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def chat(
+    agent: AgentOpt = "default",
+    conversation: ConvOpt = None,
+    model: ModelOpt = None,
+    ephemeral: EphemeralOpt = False,
+) -> None:
+    """Talk with your agent in the terminal (Ctrl-C stops a turn, Ctrl-D leaves)."""
+    from heron.channels.terminal import run_chat
+
+    try:
+        asyncio.run(run_chat(settings(), agent, conversation, model, ephemeral))
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def models() -> None:
+    """Show the model Heron would use, and the built-in model profiles."""
+    from heron.channels.info import print_models
+
+    try:
+        print_models(settings())
+    except HeronError as e:
+        fail(e)
+
+
+@conversations_app.command("list")
+def conversations_list(
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 30,
+) -> None:
+    """List conversations, most recently active first."""
+    from heron.channels.info import list_conversations
+
+    list_conversations(settings(), limit)
+
+
+@conversations_app.command("show")
+def conversations_show(
+    key: Annotated[str, typer.Argument(help="The conversation key.")],
+) -> None:
+    """Print a conversation's current branch: every turn, tool call and result."""
+    from heron.channels.info import show_conversation
+
+    try:
+        show_conversation(settings(), key)
+    except HeronError as e:
+        fail(e)
+
+
+@conversations_app.command("delete")
+def conversations_delete(
+    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask to confirm.")] = False,
+) -> None:
+    """Delete a conversation and everything recorded about it."""
+    from heron.channels.info import delete_conversation
+
+    if not yes:
+        typer.confirm(f"Delete conversation {key!r} and its whole history?", abort=True)
+    try:
+        delete_conversation(settings(), key)
+    except HeronError as e:
+        fail(e)
+
+
+@config_app.command("path")
+def config_path() -> None:
+    """Print where the config file and Heron's home are."""
+    s = settings()
+    typer.echo(f"home:      {s.paths.home}\nconfig:    {s.paths.config}\ndatabase:  {s.paths.db}")
+    typer.echo(f"workspace: {s.paths.workspace}\nmemory:    {s.paths.memory}")
+
+
+@config_app.command("show")
+def config_show() -> None:
+    """Print the configuration in force (API keys masked)."""
+    from heron.channels.info import show_config
+
+    show_config(settings())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

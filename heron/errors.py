@@ -1,0 +1,100 @@
+"""Heron's errors, one tree so callers catch at the level they can act on.
+
+    HeronError                      anything Heron raises on purpose; the CLI catches only this
+    ├── ConfigError                 config.toml, environment or flags are wrong (says what to fix)
+    │   └── NoModelConfigured       nothing to talk to: no key, URL, model or offline model
+    ├── ProviderError               a model call failed (status, body, retry_after when known)
+    │   ├── ContextOverflow         the prompt is larger than the model's window
+    │   ├── RateLimited             429 and friends: retry after `retry_after` seconds
+    │   ├── TransientProviderError  5xx, a cut stream, a connection error: retry with backoff
+    │   ├── AuthError               bad or missing key: ends the turn, names the variable to set
+    │   ├── UnknownModel            the server does not serve that model: ends the turn
+    │   └── FatalProviderError      anything else the provider refused: ends the turn
+    ├── StoreError                  the database is unreadable, locked or holds a corrupt row
+    │   └── BusyError               another process is running a turn on the conversation
+    └── ToolError                   a tool failed; the runner turns it into an is_error result
+        └── PathEscape              a path leaves the folder it is confined to
+
+Misuse of the API by Heron's own code raises ordinary Python exceptions (TypeError, ValueError),
+outside this tree, so a broad `except HeronError` never hides a bug.
+"""
+
+from __future__ import annotations
+
+
+class HeronError(Exception):
+    """Base of every error Heron raises on purpose. `hint` says what to do next."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base}\n{self.hint}" if self.hint else base
+
+
+class ConfigError(HeronError):
+    pass
+
+
+class NoModelConfigured(ConfigError):
+    pass
+
+
+class ProviderError(HeronError):
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class ContextOverflow(ProviderError):
+    pass
+
+
+class RateLimited(ProviderError):
+    retryable = True
+
+
+class TransientProviderError(ProviderError):
+    retryable = True
+
+
+class AuthError(ProviderError):
+    pass
+
+
+class UnknownModel(ProviderError):
+    pass
+
+
+class FatalProviderError(ProviderError):
+    pass
+
+
+class StoreError(HeronError):
+    pass
+
+
+class BusyError(StoreError):
+    pass
+
+
+class ToolError(HeronError):
+    pass
+
+
+class PathEscape(ToolError):
+    pass

@@ -1,0 +1,247 @@
+"""The provider-neutral message model: pure data, no I/O, no Heron imports.
+
+A conversation is a list of `Message`s, each a role and a list of parts. Tool results travel in
+user messages (as in the Anthropic wire), so a history alternates user and assistant. Every type
+round-trips losslessly through plain JSON (`to_json` / `from_json`); `Thinking.provider_state` is
+an opaque string handed back to the provider byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+StopReason = Literal["done", "tool", "length"]
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool = False
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """Reasoning. `provider_state` is opaque (a signature, an encrypted blob) and is only ever sent
+    back to the provider named in `provider`."""
+
+    text: str | None = None
+    provider_state: str | None = None
+    provider: str | None = None
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True)
+class File:
+    media_type: str
+    data: bytes
+    name: str | None = None
+    kind: Literal["file"] = "file"
+
+
+Part = Text | ToolCall | ToolResult | Thinking | File
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    parts: tuple[Part, ...]
+
+    def __init__(self, role: Role, parts: Any) -> None:
+        object.__setattr__(self, "role", role)
+        object.__setattr__(self, "parts", tuple(parts))
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, Text))
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [p for p in self.parts if isinstance(p, ToolCall)]
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [p for p in self.parts if isinstance(p, ToolResult)]
+
+
+def user(text: str) -> Message:
+    return Message("user", [Text(text)])
+
+
+def assistant(text: str) -> Message:
+    return Message("assistant", [Text(text)])
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one model call. `input` counts the whole prompt, cache reads and writes
+    included, so `input - cache_read - cache_write` is what was paid at the full rate."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+
+@dataclass(frozen=True)
+class Reply:
+    parts: tuple[Part, ...]
+    stop: StopReason
+    usage: Usage = Usage()
+
+    def __init__(self, parts: Any, stop: StopReason, usage: Usage | None = None) -> None:
+        object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "usage", usage or Usage())
+
+    @property
+    def message(self) -> Message:
+        return Message("assistant", self.parts)
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return self.message.tool_calls
+
+
+# ---- JSON ------------------------------------------------------------------------------------
+
+_PART_TYPES: dict[str, type] = {
+    "text": Text,
+    "tool_call": ToolCall,
+    "tool_result": ToolResult,
+    "thinking": Thinking,
+    "file": File,
+}
+
+
+def part_to_dict(part: Part) -> dict[str, Any]:
+    if isinstance(part, Text):
+        return {"kind": "text", "text": part.text}
+    if isinstance(part, ToolCall):
+        return {"kind": "tool_call", "id": part.id, "name": part.name, "args": part.args}
+    if isinstance(part, ToolResult):
+        return {
+            "kind": "tool_result",
+            "call_id": part.call_id,
+            "content": part.content,
+            "is_error": part.is_error,
+        }
+    if isinstance(part, Thinking):
+        return {
+            "kind": "thinking",
+            "text": part.text,
+            "provider_state": part.provider_state,
+            "provider": part.provider,
+        }
+    if isinstance(part, File):
+        return {
+            "kind": "file",
+            "media_type": part.media_type,
+            "data": base64.b64encode(part.data).decode("ascii"),
+            "name": part.name,
+        }
+    raise TypeError(f"not a message part: {part!r}")
+
+
+def part_from_dict(d: dict[str, Any]) -> Part:
+    kind = d.get("kind")
+    if kind not in _PART_TYPES:
+        raise ValueError(f"unknown part kind {kind!r}")
+    fields = {k: v for k, v in d.items() if k != "kind"}
+    if kind == "file":
+        fields["data"] = base64.b64decode(fields["data"])
+    return _PART_TYPES[kind](**fields)
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    return {"role": message.role, "parts": [part_to_dict(p) for p in message.parts]}
+
+
+def message_from_dict(d: dict[str, Any]) -> Message:
+    if d.get("role") not in ("user", "assistant"):
+        raise ValueError(f"unknown role {d.get('role')!r}")
+    return Message(d["role"], [part_from_dict(p) for p in d["parts"]])
+
+
+def usage_to_dict(usage: Usage) -> dict[str, int]:
+    return {
+        "input": usage.input,
+        "output": usage.output,
+        "cache_read": usage.cache_read,
+        "cache_write": usage.cache_write,
+    }
+
+
+def usage_from_dict(d: dict[str, Any]) -> Usage:
+    return Usage(**{k: int(d.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write")})
+
+
+def reply_to_dict(reply: Reply) -> dict[str, Any]:
+    return {
+        "parts": [part_to_dict(p) for p in reply.parts],
+        "stop": reply.stop,
+        "usage": usage_to_dict(reply.usage),
+    }
+
+
+def reply_from_dict(d: dict[str, Any]) -> Reply:
+    return Reply(
+        [part_from_dict(p) for p in d["parts"]], d["stop"], usage_from_dict(d.get("usage", {}))
+    )
+
+
+def dumps(obj: Any) -> str:
+    """Canonical JSON: the same value always gives the same bytes (content addressing relies
+    on it)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def parts_to_json(parts: tuple[Part, ...] | list[Part]) -> str:
+    return dumps([part_to_dict(p) for p in parts])
+
+
+def parts_from_json(text: str) -> list[Part]:
+    return [part_from_dict(p) for p in json.loads(text)]
+
+
+def to_json(message: Message) -> str:
+    return dumps(message_to_dict(message))
+
+
+def from_json(text: str) -> Message:
+    return message_from_dict(json.loads(text))

@@ -1,0 +1,51 @@
+"""Model providers: one adapter per wire, plus the scripted one for tests and replay."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
+
+from heron.providers.base import ChatRequest, OnEvent, Provider, StreamEvent, ToolSpec
+
+if TYPE_CHECKING:
+    from heron.config import ModelChoice
+
+__all__ = ["ChatRequest", "OnEvent", "Provider", "StreamEvent", "ToolSpec", "open_provider"]
+
+
+async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
+    """Build the adapter for `choice`; anything it starts (a local model server) is closed with
+    `stack`."""
+    provider: Provider
+    if choice.provider == "anthropic":
+        from heron.providers.anthropic import AnthropicProvider
+
+        assert choice.api_key is not None
+        provider = AnthropicProvider(choice.model, choice.api_key, choice.base_url)
+    elif choice.provider == "openai":
+        from heron.providers.openai_compat import OpenAICompatProvider
+
+        provider = OpenAICompatProvider(
+            choice.model, choice.api_key or "not-needed", choice.base_url, profile=choice.profile
+        )
+    elif choice.provider == "local":
+        provider = _local(choice, stack)
+    else:
+        raise ValueError(f"cannot open provider {choice.provider!r} from a ModelChoice")
+    stack.push_async_callback(provider.aclose)
+    if choice.profile.tool_mode == "fenced":
+        from heron.providers.fenced import FencedTools
+
+        provider = FencedTools(provider)
+    return provider
+
+
+def _local(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
+    from heron.providers.local import LocalServer
+    from heron.providers.openai_compat import OpenAICompatProvider
+
+    assert choice.model_path is not None
+    server = LocalServer(choice.model_path, ctx_size=choice.profile.context_window)
+    base_url = server.start()
+    stack.callback(server.stop)
+    return OpenAICompatProvider(choice.model, "local", base_url, profile=choice.profile)

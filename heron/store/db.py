@@ -1,0 +1,388 @@
+"""The SQLite store: one file under HERON_HOME, WAL, foreign keys, migrations on open.
+
+Methods are synchronous and short; the async engine calls them through `asyncio.to_thread`.
+Every write runs in one `BEGIN IMMEDIATE` transaction, so a crash at any instant leaves either
+all of a save or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from heron.errors import StoreError
+from heron.messages import Message, Part, Text, Usage, parts_from_json, parts_to_json
+from heron.store.migrations import migrate
+from heron.store.records import Conversation, StoredMessage, Turn
+
+HEAD = object()  # sentinel: append after the conversation's current head
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            self.conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self.conn.execute("PRAGMA busy_timeout=30000")
+            migrate(self.conn)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"cannot open the database {self.path}: {e}",
+                hint="If the file is damaged, move it aside; Heron creates a fresh one.",
+            ) from e
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a nested call joins the outer one."""
+        with self._lock:
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    # ---- conversations ----------------------------------------------------------------------
+
+    def conversation(self, key: str) -> Conversation | None:
+        rows = self.query("SELECT * FROM conversations WHERE key = ?", (key,))
+        return _conversation(rows[0]) if rows else None
+
+    def conversation_by_id(self, conversation_id: int) -> Conversation:
+        rows = self.query("SELECT * FROM conversations WHERE id = ?", (conversation_id,))
+        if not rows:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        return _conversation(rows[0])
+
+    def open_conversation(self, key: str, agent: str = "default") -> Conversation:
+        """The conversation named `key`, created on first use."""
+        now = time.time()
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO conversations (key, agent, created, updated)"
+                " VALUES (?, ?, ?, ?)",
+                (key, agent, now, now),
+            )
+        found = self.conversation(key)
+        assert found is not None
+        return found
+
+    def conversations(self, limit: int = 50) -> list[Conversation]:
+        rows = self.query("SELECT * FROM conversations ORDER BY updated DESC LIMIT ?", (limit,))
+        return [_conversation(r) for r in rows]
+
+    def set_title(self, conversation_id: int, title: str) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def set_head(self, conversation_id: int, head_id: int | None) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "UPDATE conversations SET head_id = ?, updated = ? WHERE id = ?",
+                (head_id, time.time(), conversation_id),
+            )
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE conversations SET head_id = NULL WHERE id = ?", (conversation_id,))
+            c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    # ---- messages ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        conversation_id: int,
+        message: Message,
+        *,
+        parent_id: Any = HEAD,
+        sent: Message | None = None,
+        kind: str = "message",
+        turn_id: int | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> StoredMessage:
+        """Append a message after `parent_id` (default: the head) and make it the new head."""
+        now = time.time()
+        with self.transaction() as c:
+            if parent_id is HEAD:
+                row = c.execute(
+                    "SELECT head_id FROM conversations WHERE id = ?", (conversation_id,)
+                ).fetchone()
+                if row is None:
+                    raise StoreError(f"no conversation with id {conversation_id}")
+                parent_id = row[0]
+            cur = c.execute(
+                "INSERT INTO messages (conversation_id, parent_id, turn_id, role, kind, parts,"
+                " sent_parts, meta, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_id,
+                    parent_id,
+                    turn_id,
+                    message.role,
+                    kind,
+                    parts_to_json(message.parts),
+                    parts_to_json(sent.parts) if sent is not None else None,
+                    json.dumps(meta) if meta else None,
+                    now,
+                ),
+            )
+            new_id = cur.lastrowid
+            c.execute(
+                "UPDATE conversations SET head_id = ?, updated = ? WHERE id = ?",
+                (new_id, now, conversation_id),
+            )
+        assert new_id is not None
+        return StoredMessage(
+            new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
+        )
+
+    def branch(self, conversation_id: int, head_id: int | None = None) -> list[StoredMessage]:
+        """The messages from the root to `head_id` (default: the conversation's head), in order."""
+        if head_id is None:
+            head_id = self.conversation_by_id(conversation_id).head_id
+            if head_id is None:
+                return []
+        rows = self.query(
+            """WITH RECURSIVE chain(id) AS (
+                 SELECT ? UNION ALL
+                 SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
+                 WHERE m.parent_id IS NOT NULL)
+               SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id""",
+            (head_id,),
+        )
+        return [_message(r) for r in rows]
+
+    def message(self, message_id: int) -> StoredMessage:
+        rows = self.query("SELECT * FROM messages WHERE id = ?", (message_id,))
+        if not rows:
+            raise StoreError(f"no message with id {message_id}")
+        return _message(rows[0])
+
+    def children(self, message_id: int) -> list[StoredMessage]:
+        rows = self.query("SELECT * FROM messages WHERE parent_id = ? ORDER BY id", (message_id,))
+        return [_message(r) for r in rows]
+
+    def all_messages(self, conversation_id: int) -> list[StoredMessage]:
+        rows = self.query(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        )
+        return [_message(r) for r in rows]
+
+    def update_meta(self, message_id: int, meta: dict[str, Any]) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE messages SET meta = ? WHERE id = ?", (json.dumps(meta), message_id))
+
+    # ---- turns ------------------------------------------------------------------------------
+
+    def begin_turn(
+        self,
+        conversation_id: int,
+        run_id: str,
+        message: Message,
+        *,
+        sent: Message | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> tuple[int, StoredMessage]:
+        """Open a turn and commit the user's message with it, in one transaction: the message is
+        on disk before the first model call."""
+        with self.transaction():
+            turn_id = self.start_turn(
+                conversation_id, run_id, user_message_id=None, provider=provider, model=model
+            )
+            stored = self.append(
+                conversation_id, message, sent=sent, turn_id=turn_id, meta=meta
+            )
+            self.conn.execute(
+                "UPDATE turns SET user_message_id = ? WHERE id = ?", (stored.id, turn_id)
+            )
+        return turn_id, stored
+
+    def start_turn(
+        self,
+        conversation_id: int,
+        run_id: str,
+        *,
+        user_message_id: int | None,
+        provider: str | None,
+        model: str | None,
+    ) -> int:
+        with self.transaction() as c:
+            cur = c.execute(
+                "INSERT INTO turns (conversation_id, run_id, user_message_id, status, provider,"
+                " model, started) VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                (conversation_id, run_id, user_message_id, provider, model, time.time()),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def finish_turn(
+        self,
+        turn_id: int,
+        *,
+        status: str,
+        stop_reason: str | None,
+        usage: Usage,
+        model_calls: int,
+        tool_calls: int,
+        system_fingerprint: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "UPDATE turns SET status = ?, stop_reason = ?, input_tokens = ?,"
+                " output_tokens = ?, cache_read_tokens = ?, cache_write_tokens = ?,"
+                " model_calls = ?, tool_calls = ?, system_fingerprint = ?, error = ?,"
+                " ended = ? WHERE id = ?",
+                (
+                    status,
+                    stop_reason,
+                    usage.input,
+                    usage.output,
+                    usage.cache_read,
+                    usage.cache_write,
+                    model_calls,
+                    tool_calls,
+                    system_fingerprint,
+                    error,
+                    time.time(),
+                    turn_id,
+                ),
+            )
+
+    def turns(self, conversation_id: int, limit: int | None = None) -> list[Turn]:
+        sql = "SELECT * FROM turns WHERE conversation_id = ? ORDER BY id"
+        rows = self.query(sql, (conversation_id,))
+        turns = [_turn(r) for r in rows]
+        return turns[-limit:] if limit else turns
+
+    def turn(self, run_id: str) -> Turn | None:
+        rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))
+        return _turn(rows[0]) if rows else None
+
+    def record_model_call(
+        self,
+        turn_id: int,
+        seq: int,
+        *,
+        request: str,
+        reply: str | None,
+        usage: Usage,
+        error: str | None,
+        started: float,
+        ended: float,
+        purpose: str = "turn",
+    ) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO model_calls (turn_id, seq, purpose, request, reply, error,"
+                " input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, started,"
+                " ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn_id,
+                    seq,
+                    purpose,
+                    request,
+                    reply,
+                    error,
+                    usage.input,
+                    usage.output,
+                    usage.cache_read,
+                    usage.cache_write,
+                    started,
+                    ended,
+                ),
+            )
+
+    def record_tool_call(
+        self,
+        turn_id: int,
+        *,
+        call_id: str,
+        name: str,
+        args: str,
+        result: str,
+        result_sha256: str,
+        is_error: bool,
+        effects: str | None,
+        started: float,
+        ended: float,
+    ) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
+                " is_error, effects, started, ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (turn_id, call_id, name, args, result, result_sha256, is_error, effects, started,
+                 ended),
+            )
+
+
+def _conversation(r: sqlite3.Row) -> Conversation:
+    return Conversation(
+        r["id"], r["key"], r["agent"], r["title"], r["head_id"], r["epoch"], r["created"],
+        r["updated"],
+    )
+
+
+def _parts(raw: str, row_id: int) -> list[Part]:
+    """Decode a row's parts; a corrupt row becomes a visible placeholder, never a crash."""
+    try:
+        return parts_from_json(raw)
+    except (ValueError, TypeError, KeyError) as e:
+        return [Text(f"[message #{row_id} could not be read ({e}); its raw text: {raw[:2000]}]")]
+
+
+def _message(r: sqlite3.Row) -> StoredMessage:
+    sent = Message(r["role"], _parts(r["sent_parts"], r["id"])) if r["sent_parts"] else None
+    try:
+        meta = json.loads(r["meta"]) if r["meta"] else {}
+    except ValueError:
+        meta = {}
+    return StoredMessage(
+        r["id"],
+        r["conversation_id"],
+        r["parent_id"],
+        r["turn_id"],
+        r["kind"],
+        Message(r["role"], _parts(r["parts"], r["id"])),
+        sent,
+        r["created"],
+        meta,
+    )
+
+
+def _turn(r: sqlite3.Row) -> Turn:
+    return Turn(
+        r["id"], r["conversation_id"], r["run_id"], r["user_message_id"], r["status"],
+        r["stop_reason"], r["provider"], r["model"],
+        Usage(r["input_tokens"], r["output_tokens"], r["cache_read_tokens"],
+              r["cache_write_tokens"]),
+        r["model_calls"], r["tool_calls"], r["system_fingerprint"], r["error"], r["started"],
+        r["ended"],
+    )

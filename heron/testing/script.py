@@ -1,0 +1,36 @@
+"""What a fake model server answers, described independently of the wire.
+
+Both fake servers (Messages API and chat completions) take a script: a list of `ServerReply`
+served in order, or a function of the decoded JSON request body returning one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ServerReply:
+    text: str = ""
+    # (name, args) pairs, or (id, name, args) triples when the id matters.
+    tool_calls: list[tuple[Any, ...]] = field(default_factory=list)
+    thinking: str | None = None
+    thinking_signature: str | None = None  # Anthropic: sent back byte-exact on the next request
+    stop: str | None = None  # wire stop reason; derived from tool_calls when None
+    input_tokens: int | None = None  # None: estimated from the request size
+    output_tokens: int | None = None
+    cached_tokens: int | None = None  # None: the longest common prefix with the last request
+    cache_write_tokens: int = 0
+    # Failure modes:
+    status: int = 200  # an HTTP error status instead of a reply
+    error_body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. {"retry-after": "1"}
+    cut_after_events: int | None = None  # close the connection after this many SSE events
+    malformed_event: bool = False  # send one SSE data line that is not JSON
+    delay_s: float = 0.0  # wait before answering (e.g. to kill the client mid-call)
+    chunk_size: int = 8  # characters per streamed text delta
+
+
+Script = list[ServerReply] | Callable[[dict[str, Any]], ServerReply]

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def heron_home(tmp_path, monkeypatch):
+    """Every test runs in its own HERON_HOME, with no real credentials in reach."""
+    home = tmp_path / "heron-home"
+    home.mkdir()
+    monkeypatch.setenv("HERON_HOME", str(home))
+    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HERON_BASE_URL", "HERON_API_KEY",
+                "HERON_MODEL", "HERON_CONTEXT_WINDOW", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    if isinstance(host, str) and not (
+        host.startswith("127.") or host in ("localhost", "::1") or host.startswith("/")
+    ):
+        raise RuntimeError(f"tests may not reach the network (tried {address!r})")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    monkeypatch.setattr(socket.socket, "connect", _loopback_only)

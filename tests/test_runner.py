@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from heron.agent.runner import CONTINUE, RunHooks, RunLimits, Runner
+from heron.context.repair import INTERRUPTED, is_well_formed, repair_tool_pairs
+from heron.errors import AuthError, TransientProviderError
+from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, user
+from heron.providers.base import RetryPolicy
+from heron.providers.profiles import ModelProfile
+from heron.providers.scripted import ScriptedProvider
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+
+@tool
+async def slow_echo(ctx: ToolContext, text: str, seconds: float = 0.2) -> str:
+    """Echo text after a pause.
+
+    Args:
+        text: What to echo.
+        seconds: How long to wait.
+    """
+    await asyncio.sleep(seconds)
+    return f"echo: {text}"
+
+
+@tool
+def explode(ctx: ToolContext) -> str:
+    """Always fails."""
+    raise RuntimeError("boom")
+
+
+def make_runner(script, limits=RunLimits(), profile=ModelProfile()):
+    provider = ScriptedProvider(script)
+    runner = Runner(provider, ToolRegistry([slow_echo, explode]), profile, limits,
+                    RetryPolicy(attempts=3, base_delay=0.0))
+    return provider, runner
+
+
+def ctx(tmp_path):
+    return ToolContext(workspace=tmp_path)
+
+
+def call(id_, name, **args):
+    return ToolCall(id_, name, args)
+
+
+async def test_tools_run_concurrently_and_results_feed_back(tmp_path):
+    provider, runner = make_runner([
+        Reply([Text("Checking."), call("a", "slow_echo", text="x"),
+               call("b", "slow_echo", text="y")], "tool", Usage(10, 5)),
+        Reply([Text("Both done.")], "done", Usage(20, 3)),
+    ])
+    saved, progress = [], []
+
+    async def on_message(m):
+        saved.append(m)
+
+    start = time.perf_counter()
+    result = await runner.run("sys", [user("go")], ctx(tmp_path),
+                              RunHooks(on_message=on_message, on_progress=progress.append))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.35  # two 0.2 s tools in parallel, not 0.4 s in series
+    assert result.stop == "done" and result.text == "Both done."
+    assert result.usage == Usage(30, 8)
+    assert progress == ["Checking."]
+    assert saved == result.messages
+    results = result.messages[1].tool_results
+    assert [r.content for r in results] == ["echo: x", "echo: y"]
+    # The second request carried the call and its results.
+    second = provider.requests[1].messages
+    assert second[-1].tool_results[0].call_id == "a"
+    provider.assert_complete()
+
+
+async def test_tool_error_is_a_result_not_a_crash(tmp_path):
+    _, runner = make_runner([
+        Reply([call("a", "explode"), call("b", "nope")], "tool"),
+        Reply([Text("I see the errors.")], "done"),
+    ])
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    errs = result.messages[1].tool_results
+    assert all(r.is_error for r in errs)
+    assert "boom" in errs[0].content and "unknown tool" in errs[1].content
+    assert result.stop == "done"
+
+
+async def test_ceiling_ends_in_wrap_up_without_tools(tmp_path):
+    loop_forever = lambda req: (  # noqa: E731
+        Reply([Text("Summary: done A, pending B.")], "done") if not req.tools
+        else Reply([call(f"c{len(req.messages)}", "slow_echo", text="again", seconds=0)], "tool")
+    )
+    provider, runner = make_runner(loop_forever, RunLimits(max_turns=3))
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert result.stop == "wrapup"
+    assert result.model_calls == 4  # three turns, then the wrap-up
+    assert provider.requests[-1].tools == []
+    assert "limit of 3 model calls" in provider.requests[-1].messages[-1].text
+    assert result.text == "Summary: done A, pending B."
+
+
+async def test_token_ceiling(tmp_path):
+    provider, runner = make_runner([
+        Reply([call("a", "slow_echo", text="x", seconds=0)], "tool", Usage(900, 200)),
+        Reply([Text("wrapped")], "done"),
+    ], RunLimits(max_tokens_total=1000))
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert result.stop == "wrapup" and "1000 tokens" in provider.requests[1].messages[-1].text
+
+
+async def test_empty_reply_is_retried_once(tmp_path):
+    provider, runner = make_runner([Reply([], "done"), Reply([Text("hi")], "done")])
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert result.text == "hi" and len(provider.requests) == 2
+    assert len(result.messages) == 1  # the empty reply is not kept
+
+
+async def test_cut_reply_asks_to_continue(tmp_path):
+    provider, runner = make_runner([
+        Reply([Text("part one ")], "length"),
+        Reply([Text("part two")], "done"),
+    ])
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert provider.requests[1].messages[-1].text == CONTINUE
+    assert result.stop == "done" and result.text == "part two"
+
+
+async def test_transient_errors_retried_auth_ends_run(tmp_path):
+    provider, runner = make_runner([
+        TransientProviderError("503"), Reply([Text("ok")], "done"),
+    ])
+    assert (await runner.run("", [user("go")], ctx(tmp_path), RunHooks())).text == "ok"
+    _, runner = make_runner([AuthError("bad key", hint="Set ANTHROPIC_API_KEY")])
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert result.stop == "error" and isinstance(result.error, AuthError)
+
+
+async def test_mail_is_drained_after_tools_and_after_final_reply(tmp_path):
+    mailbox = [[], [Message("user", [Text("also: say bye")])], []]
+
+    async def drain():
+        return mailbox.pop(0) if mailbox else []
+
+    provider, runner = make_runner([
+        Reply([call("a", "slow_echo", text="x", seconds=0)], "tool"),
+        Reply([Text("done with x")], "done"),
+        Reply([Text("bye")], "done"),
+    ])
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(drain=drain))
+    assert result.text == "bye"
+    assert provider.requests[2].messages[-1].text == "also: say bye"
+
+
+async def test_history_with_unanswered_call_is_repaired_before_sending(tmp_path):
+    crashed = [user("run it"), Message("assistant", [call("lost", "slow_echo", text="x")]),
+               user("hello again")]
+    provider, runner = make_runner([Reply([Text("ok")], "done")])
+    await runner.run("", crashed, ctx(tmp_path), RunHooks())
+    sent = provider.requests[0].messages
+    assert is_well_formed(sent)
+    assert sent[2].tool_results[0].content == INTERRUPTED
+    assert sent[2].text == "hello again"
+
+
+def test_repair_drops_orphan_results_and_fills_missing_ones():
+    history = [
+        Message("user", [ToolResult("ghost", "x"), Text("hi")]),
+        Message("assistant", [ToolCall("a", "t", {}), ToolCall("b", "t", {})]),
+        Message("user", [ToolResult("b", "fine")]),
+        Message("assistant", [ToolCall("c", "t", {})]),
+    ]
+    fixed = repair_tool_pairs(history)
+    assert is_well_formed(fixed)
+    assert fixed[0].parts == (Text("hi"),)
+    assert [r.call_id for r in fixed[2].tool_results] == ["a", "b"]
+    assert fixed[-1].tool_results[0].call_id == "c"
+
+
+@pytest.mark.parametrize("mode", ["fenced"])
+async def test_fenced_mode_parses_tool_block_from_text(tmp_path, mode):
+    from heron.providers.fenced import FencedTools
+
+    inner = ScriptedProvider([
+        Reply([Text('Let me echo.\n```tool\n{"name": "slow_echo", "args": {"text": "hi", '
+                    '"seconds": 0}}\n```')], "done"),
+        Reply([Text("It said hi.")], "done"),
+    ])
+    runner = Runner(FencedTools(inner), ToolRegistry([slow_echo]), ModelProfile(tool_mode=mode))
+    result = await runner.run("base", [user("echo hi")], ctx(tmp_path), RunHooks())
+    assert result.text == "It said hi."
+    assert result.messages[1].tool_results[0].content == "echo: hi"
+    # The tool-weak model never sees native tools: they are described in its system prompt,
+    # and the call and its result come back to it as plain text.
+    second = inner.requests[1]
+    assert second.tools == [] and "slow_echo" in second.system
+    assert "echo: hi" in second.messages[-1].text

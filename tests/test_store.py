@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import sqlite3
+
+from heron.messages import Message, Text, ToolCall, ToolResult, Usage, user
+from heron.store import Store
+from heron.store.migrations import latest
+
+
+def test_open_applies_migrations_and_wal(tmp_path):
+    store = Store(tmp_path / "h.db")
+    assert store.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert store.query("PRAGMA foreign_keys")[0][0] == 1
+    names = [r[0] for r in store.query("SELECT name FROM _migrations ORDER BY name")]
+    assert names[-1] == latest()
+    store.close()
+    # Re-opening applies nothing twice.
+    again = Store(tmp_path / "h.db")
+    assert [r[0] for r in again.query("SELECT name FROM _migrations ORDER BY name")] == names
+
+
+def test_messages_form_a_tree_and_branch_follows_head(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    a = store.append(conv.id, user("one"))
+    b = store.append(conv.id, Message("assistant", [Text("first answer")]))
+    # A retry: a sibling of b under a; b stays in the record.
+    c = store.append(conv.id, Message("assistant", [Text("second answer")]), parent_id=a.id)
+    assert [m.id for m in store.branch(conv.id)] == [a.id, c.id]
+    assert [m.id for m in store.branch(conv.id, b.id)] == [a.id, b.id]
+    assert [m.id for m in store.children(a.id)] == [b.id, c.id]
+
+
+def test_begin_turn_commits_user_message_with_turn(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    turn_id, stored = store.begin_turn(conv.id, "run_1", user("hello"), model="m")
+    # Visible from a separate connection: it is committed, not just buffered.
+    other = sqlite3.connect(tmp_path / "h.db")
+    assert other.execute("SELECT turn_id FROM messages WHERE id=?", (stored.id,)).fetchone() == (
+        turn_id,
+    )
+    turn = store.turn("run_1")
+    assert turn is not None and turn.status == "running" and turn.user_message_id == stored.id
+    store.finish_turn(turn_id, status="done", stop_reason="done", usage=Usage(10, 2, 5, 0),
+                      model_calls=1, tool_calls=0)
+    done = store.turn("run_1")
+    assert done is not None and done.status == "done" and done.usage == Usage(10, 2, 5, 0)
+
+
+def test_sent_parts_kept_apart_from_what_the_user_typed(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    typed = user("hi")
+    sent = Message("user", [Text("hi"), Text("[runtime] time: noon")])
+    store.append(conv.id, typed, sent=sent)
+    [row] = store.branch(conv.id)
+    assert row.message == typed and row.wire == sent
+
+
+def test_corrupt_row_is_reported_in_place_not_raised(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    m = store.append(conv.id, Message("assistant", [ToolCall("1", "bash", {"command": "ls"})]))
+    store.append(conv.id, Message("user", [ToolResult("1", "ok")]))
+    store.conn.execute("UPDATE messages SET parts = '{not json' WHERE id = ?", (m.id,))
+    rows = store.branch(conv.id)
+    assert "could not be read" in rows[0].message.text
+    assert "{not json" in rows[0].message.text
+    assert len(rows) == 2
+
+
+def test_failed_transaction_leaves_nothing(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    try:
+        with store.transaction():
+            store.append(conv.id, user("lost"))
+            raise RuntimeError("crash mid-save")
+    except RuntimeError:
+        pass
+    assert store.branch(conv.id) == []
+    assert store.conversation("k").head_id is None
+
+
+def test_delete_conversation_cascades(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    store.begin_turn(conv.id, "run_x", user("hi"))
+    store.delete_conversation(conv.id)
+    assert store.conversation("k") is None
+    assert store.query("SELECT COUNT(*) FROM messages")[0][0] == 0
+    assert store.query("SELECT COUNT(*) FROM turns")[0][0] == 0
