@@ -209,8 +209,9 @@ def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelC
         key = env.get("ANTHROPIC_API_KEY") or config.api_keys.get("anthropic")
         if not key:
             raise ConfigError(
-                "no Anthropic API key", hint="Set ANTHROPIC_API_KEY, or api_key under "
-                "[providers.anthropic] in config.toml."
+                "no Anthropic API key",
+                hint="Set ANTHROPIC_API_KEY, or api_key under "
+                "[providers.anthropic] in config.toml.",
             )
         url = env.get("ANTHROPIC_BASE_URL") or config.base_urls.get("anthropic")
         return ModelChoice("anthropic", model or DEFAULT_ANTHROPIC_MODEL, url, key)
@@ -218,8 +219,8 @@ def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelC
         key = env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
         if not key:
             raise ConfigError(
-                "no OpenAI API key", hint="Set OPENAI_API_KEY, or HERON_BASE_URL for a local "
-                "OpenAI-compatible server."
+                "no OpenAI API key",
+                hint="Set OPENAI_API_KEY, or HERON_BASE_URL for a local OpenAI-compatible server.",
             )
         url = env.get("OPENAI_BASE_URL") or config.base_urls.get("openai")
         return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key)

@@ -11,8 +11,16 @@ def heron_home(tmp_path, monkeypatch):
     home = tmp_path / "heron-home"
     home.mkdir()
     monkeypatch.setenv("HERON_HOME", str(home))
-    for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HERON_BASE_URL", "HERON_API_KEY",
-                "HERON_MODEL", "HERON_CONTEXT_WINDOW", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+    for var in (
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "HERON_BASE_URL",
+        "HERON_API_KEY",
+        "HERON_MODEL",
+        "HERON_CONTEXT_WINDOW",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+    ):
         monkeypatch.delenv(var, raising=False)
     return home
 

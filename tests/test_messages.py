@@ -28,8 +28,12 @@ json_values = st.recursive(
 )
 parts = st.one_of(
     st.builds(Text, st.text()),
-    st.builds(ToolCall, st.text(min_size=1), st.text(min_size=1),
-              st.dictionaries(st.text(), json_values, max_size=4)),
+    st.builds(
+        ToolCall,
+        st.text(min_size=1),
+        st.text(min_size=1),
+        st.dictionaries(st.text(), json_values, max_size=4),
+    ),
     st.builds(ToolResult, st.text(), st.text(), st.booleans()),
     st.builds(Thinking, st.none() | st.text(), st.none() | st.text(), st.none() | st.text()),
     st.builds(File, st.text(min_size=1), st.binary(), st.none() | st.text()),

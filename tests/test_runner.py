@@ -35,8 +35,13 @@ def explode(ctx: ToolContext) -> str:
 
 def make_runner(script, limits=RunLimits(), profile=ModelProfile()):
     provider = ScriptedProvider(script)
-    runner = Runner(provider, ToolRegistry([slow_echo, explode]), profile, limits,
-                    RetryPolicy(attempts=3, base_delay=0.0))
+    runner = Runner(
+        provider,
+        ToolRegistry([slow_echo, explode]),
+        profile,
+        limits,
+        RetryPolicy(attempts=3, base_delay=0.0),
+    )
     return provider, runner
 
 
@@ -49,19 +54,32 @@ def call(id_, name, **args):
 
 
 async def test_tools_run_concurrently_and_results_feed_back(tmp_path):
-    provider, runner = make_runner([
-        Reply([Text("Checking."), call("a", "slow_echo", text="x"),
-               call("b", "slow_echo", text="y")], "tool", Usage(10, 5)),
-        Reply([Text("Both done.")], "done", Usage(20, 3)),
-    ])
+    provider, runner = make_runner(
+        [
+            Reply(
+                [
+                    Text("Checking."),
+                    call("a", "slow_echo", text="x"),
+                    call("b", "slow_echo", text="y"),
+                ],
+                "tool",
+                Usage(10, 5),
+            ),
+            Reply([Text("Both done.")], "done", Usage(20, 3)),
+        ]
+    )
     saved, progress = [], []
 
     async def on_message(m):
         saved.append(m)
 
     start = time.perf_counter()
-    result = await runner.run("sys", [user("go")], ctx(tmp_path),
-                              RunHooks(on_message=on_message, on_progress=progress.append))
+    result = await runner.run(
+        "sys",
+        [user("go")],
+        ctx(tmp_path),
+        RunHooks(on_message=on_message, on_progress=progress.append),
+    )
     elapsed = time.perf_counter() - start
     assert elapsed < 0.35  # two 0.2 s tools in parallel, not 0.4 s in series
     assert result.stop == "done" and result.text == "Both done."
@@ -77,10 +95,12 @@ async def test_tools_run_concurrently_and_results_feed_back(tmp_path):
 
 
 async def test_tool_error_is_a_result_not_a_crash(tmp_path):
-    _, runner = make_runner([
-        Reply([call("a", "explode"), call("b", "nope")], "tool"),
-        Reply([Text("I see the errors.")], "done"),
-    ])
+    _, runner = make_runner(
+        [
+            Reply([call("a", "explode"), call("b", "nope")], "tool"),
+            Reply([Text("I see the errors.")], "done"),
+        ]
+    )
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
     errs = result.messages[1].tool_results
     assert all(r.is_error for r in errs)
@@ -90,7 +110,8 @@ async def test_tool_error_is_a_result_not_a_crash(tmp_path):
 
 async def test_ceiling_ends_in_wrap_up_without_tools(tmp_path):
     loop_forever = lambda req: (  # noqa: E731
-        Reply([Text("Summary: done A, pending B.")], "done") if not req.tools
+        Reply([Text("Summary: done A, pending B.")], "done")
+        if not req.tools
         else Reply([call(f"c{len(req.messages)}", "slow_echo", text="again", seconds=0)], "tool")
     )
     provider, runner = make_runner(loop_forever, RunLimits(max_turns=3))
@@ -103,10 +124,13 @@ async def test_ceiling_ends_in_wrap_up_without_tools(tmp_path):
 
 
 async def test_token_ceiling(tmp_path):
-    provider, runner = make_runner([
-        Reply([call("a", "slow_echo", text="x", seconds=0)], "tool", Usage(900, 200)),
-        Reply([Text("wrapped")], "done"),
-    ], RunLimits(max_tokens_total=1000))
+    provider, runner = make_runner(
+        [
+            Reply([call("a", "slow_echo", text="x", seconds=0)], "tool", Usage(900, 200)),
+            Reply([Text("wrapped")], "done"),
+        ],
+        RunLimits(max_tokens_total=1000),
+    )
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
     assert result.stop == "wrapup" and "1000 tokens" in provider.requests[1].messages[-1].text
 
@@ -119,19 +143,24 @@ async def test_empty_reply_is_retried_once(tmp_path):
 
 
 async def test_cut_reply_asks_to_continue(tmp_path):
-    provider, runner = make_runner([
-        Reply([Text("part one ")], "length"),
-        Reply([Text("part two")], "done"),
-    ])
+    provider, runner = make_runner(
+        [
+            Reply([Text("part one ")], "length"),
+            Reply([Text("part two")], "done"),
+        ]
+    )
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
     assert provider.requests[1].messages[-1].text == CONTINUE
     assert result.stop == "done" and result.text == "part two"
 
 
 async def test_transient_errors_retried_auth_ends_run(tmp_path):
-    provider, runner = make_runner([
-        TransientProviderError("503"), Reply([Text("ok")], "done"),
-    ])
+    provider, runner = make_runner(
+        [
+            TransientProviderError("503"),
+            Reply([Text("ok")], "done"),
+        ]
+    )
     assert (await runner.run("", [user("go")], ctx(tmp_path), RunHooks())).text == "ok"
     _, runner = make_runner([AuthError("bad key", hint="Set ANTHROPIC_API_KEY")])
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
@@ -144,19 +173,24 @@ async def test_mail_is_drained_after_tools_and_after_final_reply(tmp_path):
     async def drain():
         return mailbox.pop(0) if mailbox else []
 
-    provider, runner = make_runner([
-        Reply([call("a", "slow_echo", text="x", seconds=0)], "tool"),
-        Reply([Text("done with x")], "done"),
-        Reply([Text("bye")], "done"),
-    ])
+    provider, runner = make_runner(
+        [
+            Reply([call("a", "slow_echo", text="x", seconds=0)], "tool"),
+            Reply([Text("done with x")], "done"),
+            Reply([Text("bye")], "done"),
+        ]
+    )
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(drain=drain))
     assert result.text == "bye"
     assert provider.requests[2].messages[-1].text == "also: say bye"
 
 
 async def test_history_with_unanswered_call_is_repaired_before_sending(tmp_path):
-    crashed = [user("run it"), Message("assistant", [call("lost", "slow_echo", text="x")]),
-               user("hello again")]
+    crashed = [
+        user("run it"),
+        Message("assistant", [call("lost", "slow_echo", text="x")]),
+        user("hello again"),
+    ]
     provider, runner = make_runner([Reply([Text("ok")], "done")])
     await runner.run("", crashed, ctx(tmp_path), RunHooks())
     sent = provider.requests[0].messages
@@ -183,11 +217,20 @@ def test_repair_drops_orphan_results_and_fills_missing_ones():
 async def test_fenced_mode_parses_tool_block_from_text(tmp_path, mode):
     from heron.providers.fenced import FencedTools
 
-    inner = ScriptedProvider([
-        Reply([Text('Let me echo.\n```tool\n{"name": "slow_echo", "args": {"text": "hi", '
-                    '"seconds": 0}}\n```')], "done"),
-        Reply([Text("It said hi.")], "done"),
-    ])
+    inner = ScriptedProvider(
+        [
+            Reply(
+                [
+                    Text(
+                        'Let me echo.\n```tool\n{"name": "slow_echo", "args": {"text": "hi", '
+                        '"seconds": 0}}\n```'
+                    )
+                ],
+                "done",
+            ),
+            Reply([Text("It said hi.")], "done"),
+        ]
+    )
     runner = Runner(FencedTools(inner), ToolRegistry([slow_echo]), ModelProfile(tool_mode=mode))
     result = await runner.run("base", [user("echo hi")], ctx(tmp_path), RunHooks())
     assert result.text == "It said hi."

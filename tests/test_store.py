@@ -42,8 +42,14 @@ def test_begin_turn_commits_user_message_with_turn(tmp_path):
     )
     turn = store.turn("run_1")
     assert turn is not None and turn.status == "running" and turn.user_message_id == stored.id
-    store.finish_turn(turn_id, status="done", stop_reason="done", usage=Usage(10, 2, 5, 0),
-                      model_calls=1, tool_calls=0)
+    store.finish_turn(
+        turn_id,
+        status="done",
+        stop_reason="done",
+        usage=Usage(10, 2, 5, 0),
+        model_calls=1,
+        tool_calls=0,
+    )
     done = store.turn("run_1")
     assert done is not None and done.status == "done" and done.usage == Usage(10, 2, 5, 0)
 

@@ -55,6 +55,16 @@ class TurnHooks:
 
 
 @dataclass
+class BuiltTurn:
+    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
+
+    run_id: str
+    turn_id: int
+    system: str
+    messages: list[Message]
+
+
+@dataclass
 class TurnResult:
     conversation: Conversation
     run_id: str
@@ -118,8 +128,18 @@ class Engine:
     async def turn(
         self, key: str, text: str, hooks: TurnHooks | None = None, *, agent: str = "default"
     ) -> TurnResult:
+        """One user message through the steps of a turn: restore, build, run, save."""
         hooks = hooks or TurnHooks()
-        conversation = await asyncio.to_thread(self.store.open_conversation, key, agent)
+        conversation = await self._restore(key, agent)
+        built = await self._build(conversation, text, agent)
+        run = await self._run(conversation, built, hooks)
+        return TurnResult(conversation, built.run_id, run, fingerprint(built.system))
+
+    async def _restore(self, key: str, agent: str) -> Conversation:
+        return await asyncio.to_thread(self.store.open_conversation, key, agent)
+
+    async def _build(self, conversation: Conversation, text: str, agent: str) -> BuiltTurn:
+        """Assemble what the model will see and commit the user's message before any call."""
         history = await asyncio.to_thread(self.store.branch, conversation.id)
         run_id = new_run_id()
         user_message = Message("user", [Text(text)])
@@ -135,17 +155,12 @@ class Engine:
             await asyncio.to_thread(self.store.set_title, conversation.id, _title(text))
         system = self.system_prompt(agent)
         messages = [m.wire for m in history] + [user_message]
-        run = await self._run(conversation, turn_id, system, messages, hooks)
-        return TurnResult(conversation, run_id, run, fingerprint(system))
+        return BuiltTurn(run_id, turn_id, system, messages)
 
     async def _run(
-        self,
-        conversation: Conversation,
-        turn_id: int,
-        system: str,
-        messages: list[Message],
-        hooks: TurnHooks,
+        self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
     ) -> RunResult:
+        turn_id, system = built.turn_id, built.system
         ctx = ToolContext(
             workspace=self.settings.paths.workspace,
             result_budget=self.settings.config.agent.result_budget,
@@ -162,7 +177,7 @@ class Engine:
             on_retry=hooks.on_retry,
         )
         try:
-            run = await runner.run(system, messages, ctx, run_hooks)
+            run = await runner.run(system, built.messages, ctx, run_hooks)
         except asyncio.CancelledError:
             await asyncio.shield(recorder.finish("interrupted", "interrupted", None, system))
             raise

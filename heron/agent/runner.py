@@ -87,7 +87,9 @@ class RunHooks:
     on_tool_call: Callable[[ToolCallRecord], Awaitable[None]] = _nothing
     on_tool_start: Callable[[ToolCall], None] | None = None
     drain: Callable[[], Awaitable[list[Message]]] = _no_mail  # the mailbox
-    govern: Callable[[list[Message]], list[Message]] | None = None  # context governor
+    # Shapes what the model sees (micro-compaction, in-flight compaction, snipping); it may call
+    # the model itself, so it is async. It never changes the run's own record.
+    govern: Callable[[list[Message]], Awaitable[list[Message]]] | None = None
     on_retry: Callable[[ProviderError, float], None] | None = None
 
 
@@ -152,9 +154,7 @@ class Runner:
     def _result(self, s: _State, stop: RunStop, error: ProviderError | None = None) -> RunResult:
         return RunResult(s.new, stop, s.usage, s.calls, s.tools, error)
 
-    async def _loop(
-        self, system: str, s: _State, ctx: ToolContext, hooks: RunHooks
-    ) -> RunStop:
+    async def _loop(self, system: str, s: _State, ctx: ToolContext, hooks: RunHooks) -> RunStop:
         empty_retried = False
         while True:
             limit = self._limit_reached(s)
@@ -194,7 +194,7 @@ class Runner:
     ) -> Reply:
         view = repair_tool_pairs(s.all)
         if hooks.govern:
-            view = hooks.govern(view)
+            view = await hooks.govern(view)
         request = ChatRequest(
             model=self.provider.model,
             system=system,

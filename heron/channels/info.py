@@ -107,7 +107,9 @@ def _mask(value: str) -> str:
 
 def show_config(settings: Settings) -> None:
     cfg = settings.config
-    typer.echo(f"config file: {settings.paths.config} ({'present' if settings.paths.config.exists() else 'absent'})")
+    typer.echo(
+        f"config file: {settings.paths.config} ({'present' if settings.paths.config.exists() else 'absent'})"
+    )
     try:
         choice = settings.model()
         where = choice.base_url or (str(choice.model_path) if choice.model_path else "default")

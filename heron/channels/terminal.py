@@ -61,7 +61,9 @@ class TurnView:
             self.thinking = False
         self.text += ev.text
         if self.live is None:
-            self.live = Live(console=self.console, refresh_per_second=12, vertical_overflow="visible")
+            self.live = Live(
+                console=self.console, refresh_per_second=12, vertical_overflow="visible"
+            )
             self.live.start()
         self.live.update(Markdown(self.text))
 
@@ -147,9 +149,7 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
         console.print("[dim](no answer)[/dim]")
 
 
-async def _command(
-    text: str, engine: Engine, state: ChatState, console: Console, session
-) -> bool:
+async def _command(text: str, engine: Engine, state: ChatState, console: Console, session) -> bool:
     """Run a chat command; False means it is not one, and the text goes to the model."""
     name, _, arg = text.strip().partition(" ")
     if name == "/help":
@@ -172,7 +172,9 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
         console.print(f"Give a tool call number from 1 to {len(state.results)}.")
         return
     record = state.results[int(arg) - 1]
-    console.print(f"[cyan]{record.call.name}[/cyan] {json.dumps(record.call.args)}", highlight=False)
+    console.print(
+        f"[cyan]{record.call.name}[/cyan] {json.dumps(record.call.args)}", highlight=False
+    )
     console.print(record.result.content, markup=False, highlight=False)
 
 

@@ -42,7 +42,11 @@ def tool_inventory(tools: list[ToolSpec]) -> str:
 
 
 def build_system_prompt(inputs: PromptInputs) -> str:
-    sections = [identity(inputs), TOOL_CONTRACT if inputs.tools else "", tool_inventory(inputs.tools)]
+    sections = [
+        identity(inputs),
+        TOOL_CONTRACT if inputs.tools else "",
+        tool_inventory(inputs.tools),
+    ]
     return "\n\n".join(s for s in sections if s)
 
 

@@ -216,9 +216,7 @@ class Store:
             turn_id = self.start_turn(
                 conversation_id, run_id, user_message_id=None, provider=provider, model=model
             )
-            stored = self.append(
-                conversation_id, message, sent=sent, turn_id=turn_id, meta=meta
-            )
+            stored = self.append(conversation_id, message, sent=sent, turn_id=turn_id, meta=meta)
             self.conn.execute(
                 "UPDATE turns SET user_message_id = ? WHERE id = ?", (stored.id, turn_id)
             )
@@ -338,14 +336,30 @@ class Store:
             c.execute(
                 "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
                 " is_error, effects, started, ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (turn_id, call_id, name, args, result, result_sha256, is_error, effects, started,
-                 ended),
+                (
+                    turn_id,
+                    call_id,
+                    name,
+                    args,
+                    result,
+                    result_sha256,
+                    is_error,
+                    effects,
+                    started,
+                    ended,
+                ),
             )
 
 
 def _conversation(r: sqlite3.Row) -> Conversation:
     return Conversation(
-        r["id"], r["key"], r["agent"], r["title"], r["head_id"], r["epoch"], r["created"],
+        r["id"],
+        r["key"],
+        r["agent"],
+        r["title"],
+        r["head_id"],
+        r["epoch"],
+        r["created"],
         r["updated"],
     )
 
@@ -379,10 +393,21 @@ def _message(r: sqlite3.Row) -> StoredMessage:
 
 def _turn(r: sqlite3.Row) -> Turn:
     return Turn(
-        r["id"], r["conversation_id"], r["run_id"], r["user_message_id"], r["status"],
-        r["stop_reason"], r["provider"], r["model"],
-        Usage(r["input_tokens"], r["output_tokens"], r["cache_read_tokens"],
-              r["cache_write_tokens"]),
-        r["model_calls"], r["tool_calls"], r["system_fingerprint"], r["error"], r["started"],
+        r["id"],
+        r["conversation_id"],
+        r["run_id"],
+        r["user_message_id"],
+        r["status"],
+        r["stop_reason"],
+        r["provider"],
+        r["model"],
+        Usage(
+            r["input_tokens"], r["output_tokens"], r["cache_read_tokens"], r["cache_write_tokens"]
+        ),
+        r["model_calls"],
+        r["tool_calls"],
+        r["system_fingerprint"],
+        r["error"],
+        r["started"],
         r["ended"],
     )
