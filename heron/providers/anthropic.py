@@ -1,0 +1,459 @@
+"""The Anthropic Messages API adapter, on the official SDK.
+
+The SDK is imported lazily (in the constructor) so that importing this module stays cheap: CLI
+start-up time is measured and most commands never talk to a model. The SDK's own retries are
+off (`max_retries=0`); Heron retries around `chat()` with `call_with_retries` (see
+`chat_with_retries` below), so a failed call surfaces as exactly one `heron.errors` type.
+
+`Thinking.provider_state` for this provider is a JSON string, either
+`{"type": "thinking", "signature": "..."}` or `{"type": "redacted_thinking", "data": "..."}`,
+and is replayed byte-exact: the API checks the signature against the thinking text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from heron.errors import (
+    AuthError,
+    ContextOverflow,
+    FatalProviderError,
+    ProviderError,
+    RateLimited,
+    TransientProviderError,
+    UnknownModel,
+)
+from heron.messages import (
+    File,
+    Message,
+    Part,
+    Reply,
+    StopReason,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from heron.providers.base import ChatRequest, OnEvent, RetryPolicy, StreamEvent, call_with_retries
+
+PROVIDER = "anthropic"
+AUTH_HINT = (
+    "Set ANTHROPIC_API_KEY (or api_key under [providers.anthropic] in config.toml) to a valid key."
+)
+MODEL_HINT = "Run `heron models` to list the models this provider serves."
+_CACHE = {"type": "ephemeral"}
+_STOP: dict[str, StopReason] = {
+    "tool_use": "tool",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+_OVERFLOW = re.compile(r"prompt is too long|exceeds? .*context|context (window|length)", re.I)
+
+
+class AnthropicProvider:
+    name = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        timeout: float = 600,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so sharing it is safe
+    ) -> None:
+        import anthropic  # lazy: see the module docstring
+
+        self.model = model
+        self.retry = retry
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+        )
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        return build_payload(request)
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
+        """One streamed call. Does not retry: wrap it with `chat_with_retries`."""
+        body = self.payload(request)
+        with map_errors():
+            stream = await self._client.messages.create(**body)
+        assembler = _Assembler(on_event)
+        try:
+            async for event in _events(stream):
+                assembler.feed(event)
+        finally:
+            await stream.close()
+        return assembler.reply()
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+async def chat_with_retries(
+    provider: AnthropicProvider,
+    request: ChatRequest,
+    on_event: OnEvent | None = None,
+    *,
+    on_retry: Callable[[ProviderError, float], None] | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Reply:
+    """`provider.chat` under the provider's retry policy. A retried call streams again from
+    the start, so `on_event` may see the beginning of a reply twice."""
+    return await call_with_retries(
+        lambda: provider.chat(request, on_event), provider.retry, on_retry=on_retry, sleep=sleep
+    )
+
+
+# ---- request -----------------------------------------------------------------------------------
+
+
+def build_payload(request: ChatRequest) -> dict[str, Any]:
+    """The exact Messages API body for `request`, with two cache breakpoints: the end of the
+    system prompt and the end of the conversation, so each turn reuses the last one's prefix."""
+    body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+    if request.system:
+        body["system"] = [{"type": "text", "text": request.system, "cache_control": _CACHE}]
+    body["messages"] = _wire_messages(request.messages)
+    if body["messages"]:
+        _mark_end(body["messages"][-1]["content"])
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    body["stream"] = True
+    return body
+
+
+def _mark_end(content: list[dict[str, Any]]) -> None:
+    # Thinking blocks cannot carry cache_control; the breakpoint goes on the last one that can.
+    for block in reversed(content):
+        if block["type"] not in ("thinking", "redacted_thinking"):
+            block["cache_control"] = _CACHE
+            return
+
+
+def _wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages as wire dicts. Empty messages are dropped and same-role neighbours merged,
+    because the API rejects empty content (and a dropped message would break alternation)."""
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        content = _wire_content(message.parts)
+        if not content:
+            continue
+        if wire and wire[-1]["role"] == message.role:
+            wire[-1]["content"] = _order(wire[-1]["content"] + content)
+        else:
+            wire.append({"role": message.role, "content": _order(content)})
+    return wire
+
+
+def _order(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # The API wants tool_result blocks first in a user message; the sort is stable otherwise.
+    return sorted(content, key=lambda block: block["type"] != "tool_result")
+
+
+def _wire_content(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        block = _wire_block(part)
+        if block is None:
+            continue
+        if block["type"] == "text" and blocks and blocks[-1]["type"] == "text":
+            blocks[-1] = {"type": "text", "text": blocks[-1]["text"] + block["text"]}
+        else:
+            blocks.append(block)
+    # Whitespace-only text is rejected as empty by the API.
+    return [b for b in blocks if b["type"] != "text" or b["text"].strip()]
+
+
+def _wire_block(part: Part) -> dict[str, Any] | None:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ToolCall):
+        return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.args}
+    if isinstance(part, ToolResult):
+        return {
+            "type": "tool_result",
+            "tool_use_id": part.call_id,
+            "content": part.content,
+            "is_error": part.is_error,
+        }
+    if isinstance(part, Thinking):
+        return _wire_thinking(part)
+    if isinstance(part, File):
+        return _wire_file(part)
+    raise TypeError(f"not a message part: {part!r}")
+
+
+def _wire_thinking(part: Thinking) -> dict[str, Any] | None:
+    """Anthropic's own thinking goes back byte-exact; anyone else's is dropped, since the API
+    would reject a block it did not sign."""
+    if part.provider != PROVIDER or not part.provider_state:
+        return None
+    try:
+        state = json.loads(part.provider_state)
+    except ValueError:
+        return None
+    if state.get("type") == "redacted_thinking" and state.get("data"):
+        return {"type": "redacted_thinking", "data": state["data"]}
+    if state.get("type") == "thinking" and state.get("signature"):
+        return {"type": "thinking", "thinking": part.text or "", "signature": state["signature"]}
+    return None
+
+
+def _wire_file(part: File) -> dict[str, Any]:
+    data = base64.b64encode(part.data).decode("ascii")
+    if part.media_type.startswith("image/"):
+        source = {"type": "base64", "media_type": part.media_type, "data": data}
+        return {"type": "image", "source": source}
+    if part.media_type.startswith("text/"):
+        text = part.data.decode("utf-8", errors="replace")
+        source = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        source = {"type": "base64", "media_type": part.media_type, "data": data}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if part.name:
+        block["title"] = part.name
+    return block
+
+
+def thinking_state(signature: str | None = None, redacted_data: str | None = None) -> str:
+    """The `provider_state` this adapter stores for a thinking block."""
+    if redacted_data is not None:
+        return json.dumps({"type": "redacted_thinking", "data": redacted_data})
+    return json.dumps({"type": "thinking", "signature": signature or ""})
+
+
+# ---- response ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Block:
+    type: str
+    text: str = ""
+    signature: str = ""
+    data: str = ""
+    id: str = ""
+    name: str = ""
+    json: str = ""
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+class _Assembler:
+    """Folds raw stream events into a Reply, forwarding text and thinking deltas as they come."""
+
+    def __init__(self, on_event: OnEvent | None) -> None:
+        self.on_event = on_event
+        self.blocks: dict[int, _Block] = {}
+        self.usage: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        self.finished = False
+
+    def feed(self, event: Any) -> None:
+        kind = event.type
+        if kind == "message_start":
+            self._usage(event.message.usage)
+        elif kind == "content_block_start":
+            self.blocks[event.index] = _start_block(event.content_block)
+        elif kind == "content_block_delta":
+            self._delta(self.blocks[event.index], event.delta)
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self._usage(event.usage)
+        elif kind == "message_stop":
+            self.finished = True
+
+    def _usage(self, usage: Any) -> None:
+        # message_delta repeats some counts cumulatively; the latest non-null value wins.
+        for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
+            if getattr(usage, key, None) is not None:
+                self.usage[key] = getattr(usage, key)
+        if getattr(usage, "cache_creation_input_tokens", None) is not None:
+            self.usage["cache_creation_input_tokens"] = usage.cache_creation_input_tokens
+
+    def _delta(self, block: _Block, delta: Any) -> None:
+        if delta.type == "text_delta":
+            block.text += delta.text
+            self._emit(StreamEvent("text", delta.text))
+        elif delta.type == "thinking_delta":
+            block.text += delta.thinking
+            self._emit(StreamEvent("thinking", delta.thinking))
+        elif delta.type == "signature_delta":
+            block.signature += delta.signature
+        elif delta.type == "input_json_delta":
+            block.json += delta.partial_json
+
+    def _emit(self, event: StreamEvent) -> None:
+        if self.on_event is not None and event.text:
+            self.on_event(event)
+
+    def reply(self) -> Reply:
+        if not self.finished:
+            raise TransientProviderError("the response stream ended before message_stop")
+        parts = [_part(self.blocks[i]) for i in sorted(self.blocks)]
+        stop = _STOP.get(self.stop_reason or "", "done")
+        return Reply([p for p in parts if p is not None], stop, self._total_usage())
+
+    def _total_usage(self) -> Usage:
+        read = self.usage.get("cache_read_input_tokens", 0)
+        write = self.usage.get("cache_creation_input_tokens", 0)
+        return Usage(
+            input=self.usage.get("input_tokens", 0) + read + write,
+            output=self.usage.get("output_tokens", 0),
+            cache_read=read,
+            cache_write=write,
+        )
+
+
+def _start_block(block: Any) -> _Block:
+    return _Block(
+        type=block.type,
+        text=getattr(block, "text", None) or getattr(block, "thinking", None) or "",
+        signature=getattr(block, "signature", None) or "",
+        data=getattr(block, "data", None) or "",
+        id=getattr(block, "id", None) or "",
+        name=getattr(block, "name", None) or "",
+        input=dict(getattr(block, "input", None) or {}),
+    )
+
+
+def _part(block: _Block) -> Part | None:
+    if block.type == "text":
+        return Text(block.text) if block.text else None
+    if block.type == "thinking":
+        return Thinking(block.text, thinking_state(block.signature), PROVIDER)
+    if block.type == "redacted_thinking":
+        return Thinking(None, thinking_state(redacted_data=block.data), PROVIDER)
+    if block.type == "tool_use":
+        return ToolCall(block.id, block.name, _tool_input(block))
+    return None  # server tools, citations and future block types: not part of Heron's model
+
+
+def _tool_input(block: _Block) -> dict[str, Any]:
+    if not block.json:
+        return block.input
+    try:
+        args = json.loads(block.json)
+    except ValueError as error:
+        raise TransientProviderError(
+            f"tool call {block.name!r} arrived with malformed JSON input", body=block.json
+        ) from error
+    if not isinstance(args, dict):
+        raise TransientProviderError(f"tool call {block.name!r} input is not an object")
+    return args
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+async def _events(stream: Any) -> AsyncIterator[Any]:
+    """The stream's events, with SDK and transport errors mapped. Only the SDK's own work runs
+    under `map_errors`, so a bug in the assembler is never mistaken for a provider failure."""
+    iterator = stream.__aiter__()
+    while True:
+        with map_errors():
+            try:
+                event = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+        yield event
+
+
+@contextmanager
+def map_errors() -> Iterator[None]:
+    """Turn whatever the SDK or the transport raises into one `heron.errors` type."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as error:
+        mapped = to_provider_error(error)
+        if mapped is None:
+            raise
+        raise mapped from error
+
+
+def to_provider_error(error: Exception) -> ProviderError | None:
+    """The Heron error for an SDK/transport exception, or None when it is not one (a bug)."""
+    import anthropic  # already loaded by the time any call can fail
+
+    if isinstance(error, anthropic.APIStatusError):
+        return _status_error(error)
+    if isinstance(error, anthropic.APIConnectionError):  # includes APITimeoutError
+        return TransientProviderError(f"cannot reach the Anthropic API: {error}")
+    if isinstance(error, json.JSONDecodeError):
+        return TransientProviderError(f"malformed event in the response stream: {error}")
+    if isinstance(error, _transport_errors()):
+        return TransientProviderError(f"the response stream broke off: {error!r}")
+    return None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    # The SDK lets errors raised while reading a streamed body through unwrapped. Depending on
+    # its version the HTTP client is httpx or httpx2; look up whichever it has already loaded.
+    found = (getattr(sys.modules.get(m), "TransportError", None) for m in ("httpx", "httpx2"))
+    return tuple(cls for cls in found if isinstance(cls, type))
+
+
+def _status_error(error: Any) -> ProviderError:
+    status: int = error.status_code
+    body = error.body if isinstance(error.body, str) else json.dumps(error.body)
+    kind = getattr(error, "type", None) or _error_field(error.body, "type")
+    message = getattr(error, "api_message", None) or _error_field(error.body, "message") or ""
+    cls = _classify(status, kind, message)
+    hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT}.get(cls)
+    text = f"Anthropic API error {status} ({kind or 'unknown'})" + (
+        f": {message}" if message else ""
+    )
+    return cls(
+        text, status=status, body=body, retry_after=_retry_after(error.response.headers), hint=hint
+    )
+
+
+def _classify(status: int, kind: str | None, message: str) -> type[ProviderError]:
+    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
+        return AuthError
+    if status in (429, 529) or kind in ("rate_limit_error", "overloaded_error"):
+        return RateLimited
+    if status == 404 and _about_model(kind, message):
+        return UnknownModel
+    if status in (400, 413) and _OVERFLOW.search(message):
+        return ContextOverflow
+    # 408 is a timeout, and an `api_error` event can arrive mid-stream under a 200 status.
+    if status >= 500 or status == 408 or kind in ("api_error", "timeout_error"):
+        return TransientProviderError
+    return FatalProviderError
+
+
+def _about_model(kind: str | None, message: str) -> bool:
+    return kind in (None, "not_found_error") and "model" in message.lower()
+
+
+def _error_field(body: object, key: str) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        value = body["error"].get(key)
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` or `retry-after` (seconds; HTTP dates are ignored)."""
+    for key, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(key)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            continue
+    return None
