@@ -224,7 +224,7 @@ def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelC
             )
         url = env.get("OPENAI_BASE_URL") or config.base_urls.get("openai")
         return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key)
-    return _embedded()
+    return _embedded(env)
 
 
 def _provider_for_model(model: str | None) -> ProviderKind | None:
@@ -241,10 +241,12 @@ def _provider_from_keys(config: Config, env: Mapping[str, str]) -> ProviderKind 
     return None
 
 
-def _embedded() -> ModelChoice:
+def _embedded(env: Mapping[str, str]) -> ModelChoice:
     from heron.providers.local import find_smollm2
 
-    path = find_smollm2()
+    # HERON_NO_EMBEDDED=1 turns the offline fallback off (a script that must fail loudly
+    # rather than answer with a tiny model).
+    path = None if env.get("HERON_NO_EMBEDDED") else find_smollm2()
     if path is None:
         raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE)
     return ModelChoice("local", "smollm2-135m-instruct", model_path=path, embedded=True)

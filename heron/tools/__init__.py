@@ -1,0 +1,12 @@
+"""The tools an agent calls: files, bash and a Python kernel, all confined to a workspace."""
+
+from heron.tools.registry import (
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    default_registry,
+    tool,
+)
+
+__all__ = ["Tool", "ToolContext", "ToolOutput", "ToolRegistry", "default_registry", "tool"]

@@ -1,0 +1,225 @@
+"""File tools, confined to the workspace.
+
+Every path goes through `resolve_in`, the single place that decides what is inside: it resolves
+symlinks first, so `..`, an absolute path and a symlink pointing out are all refused alike.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from heron.errors import PathEscape, ToolError
+from heron.tools.registry import ToolContext, tool
+
+MAX_LINE = 2000  # characters of one line shown by read_file (minified files have huge lines)
+MAX_LIST = 500
+MAX_MATCHES = 200
+MAX_MATCH_LINE = 300
+MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
+SKIP_DIRS = frozenset({".git", ".heron"})
+
+
+def resolve_in(workspace: Path, path: str | Path) -> Path:
+    """`path` (relative to the workspace, or absolute) resolved, symlinks included; raises
+    PathEscape if the result lies outside the workspace."""
+    root = workspace.resolve()
+    candidate = Path(path).expanduser()
+    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise PathEscape(
+            f"{str(path)!r} is outside the workspace {root}",
+            hint="Use a path inside the workspace; relative paths start there.",
+        )
+    return resolved
+
+
+def _rel(ctx: ToolContext, path: Path) -> str:
+    return path.relative_to(ctx.workspace.resolve()).as_posix() or "."
+
+
+def _read_text(path: Path, shown: str) -> str:
+    if not path.exists():
+        raise ToolError(f"no such file: {shown}")
+    if path.is_dir():
+        raise ToolError(f"{shown} is a folder; use list_files to see what it holds")
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        raise ToolError(f"{shown} is a binary file ({len(data)} bytes); use run_cell to inspect it")
+    # newline="" semantics: keep \r\n as it is so an edit does not rewrite every line ending.
+    return data.decode("utf-8", errors="replace")
+
+
+@tool
+def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -> str:
+    """Read a text file; lines come numbered.
+
+    Args:
+        offset: First line to read (1-based).
+        limit: Maximum number of lines.
+    """
+    target = resolve_in(ctx.workspace, path)
+    lines = _read_text(target, path).splitlines()
+    if not lines:
+        return f"{path} is empty."
+    start = max(offset, 1)
+    if start > len(lines):
+        raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
+    chunk = lines[start - 1 : start - 1 + max(limit, 1)]
+    width = len(str(start + len(chunk) - 1))
+    body = "\n".join(
+        f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)
+    )
+    end = start + len(chunk) - 1
+    if end < len(lines):
+        body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
+    return body
+
+
+def _clip(line: str, limit: int) -> str:
+    return line if len(line) <= limit else f"{line[:limit]}[... {len(line) - limit} more]"
+
+
+@tool
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Create or overwrite a file (parent folders are created)."""
+    target = resolve_in(ctx.workspace, path)
+    if target.is_dir():
+        raise ToolError(f"{path} is a folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", encoding="utf-8", newline="") as f:
+        f.write(content)
+    ctx.effects.append({"kind": "file_written", "path": _rel(ctx, target)})
+    return f"Wrote {len(content)} characters to {_rel(ctx, target)}."
+
+
+@tool
+def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
+    """Replace exact text in a file. `old` must match exactly, whitespace included, and occur
+    once unless replace_all is true."""
+    target = resolve_in(ctx.workspace, path)
+    text = _read_text(target, path)
+    if not old:
+        raise ToolError("old is empty; to create or overwrite a file use write_file")
+    if old not in text and "\r\n" in text and "\r\n" not in old:
+        # The model writes \n; a file with Windows line endings should still match.
+        old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(
+            f"old text not found in {path}; read the file and copy the exact text, "
+            "whitespace and indentation included"
+        )
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old text occurs {count} times in {path}; include more surrounding lines "
+            "to make it unique, or set replace_all to true"
+        )
+    with target.open("w", encoding="utf-8", newline="") as f:
+        f.write(text.replace(old, new))
+    ctx.effects.append({"kind": "file_written", "path": _rel(ctx, target)})
+    return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
+
+
+def _check_pattern(pattern: str) -> None:
+    parts = PurePosixPath(pattern).parts
+    if PurePosixPath(pattern).is_absolute() or ".." in parts:
+        raise PathEscape(
+            f"pattern {pattern!r} reaches outside the folder",
+            hint="Give the folder as path and a relative pattern such as '**/*.py'.",
+        )
+
+
+@tool
+def list_files(ctx: ToolContext, path: str = ".", pattern: str = "*") -> str:
+    """List files and folders (folders end with /).
+
+    Args:
+        pattern: Glob; '**/*.py' searches subfolders.
+    """
+    base = resolve_in(ctx.workspace, path)
+    if not base.is_dir():
+        raise ToolError(f"{path} is not a folder")
+    _check_pattern(pattern)
+    root = ctx.workspace.resolve()
+    entries: list[str] = []
+    for entry in sorted(base.glob(pattern)):
+        rel_to_base = entry.relative_to(base).parts
+        if SKIP_DIRS.intersection(rel_to_base[:-1]) or not _inside(entry, root):
+            continue
+        entries.append(_rel(ctx, entry) + ("/" if entry.is_dir() else ""))
+    if not entries:
+        return f"Nothing in {path} matches {pattern!r}."
+    shown = "\n".join(entries[:MAX_LIST])
+    if len(entries) > MAX_LIST:
+        shown += f"\n[{len(entries) - MAX_LIST} more; narrow the pattern or the folder]"
+    return shown
+
+
+def _inside(path: Path, root: Path) -> bool:
+    resolved = path.resolve()
+    return resolved == root or resolved.is_relative_to(root)
+
+
+def _files_under(base: Path, root: Path, glob: str | None) -> Iterator[Path]:
+    """Regular files under `base` in a stable order, skipping .git/.heron and symlinks out."""
+    if base.is_file():
+        yield base
+        return
+    for folder, dirs, names in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(names):
+            path = Path(folder, name)
+            if glob and not _glob_match(path.relative_to(base).as_posix(), glob):
+                continue
+            if path.is_symlink() and not _inside(path, root):
+                continue
+            yield path
+
+
+def _glob_match(rel: str, glob: str) -> bool:
+    # PurePath.match reads '**' as one folder; '**/*.py' must also match a top-level file.
+    path = PurePosixPath(rel)
+    return path.match(glob) or (glob.startswith("**/") and path.match(glob[3:]))
+
+
+@tool
+def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None) -> str:
+    """Search files for a Python regular expression; returns path:line:text.
+
+    Args:
+        path: File or folder to search.
+        glob: Only files matching this glob, e.g. '*.py'.
+    """
+    base = resolve_in(ctx.workspace, path)
+    if not base.exists():
+        raise ToolError(f"no such file or folder: {path}")
+    try:
+        regex = re.compile(pattern)
+    except re.error as error:
+        raise ToolError(f"invalid regular expression {pattern!r}: {error}") from None
+    root = ctx.workspace.resolve()
+    matches: list[str] = []
+    for file in _files_under(base, root, glob):
+        for number, line in _matching_lines(file, regex):
+            if len(matches) == MAX_MATCHES:
+                more = f"[stopped at {MAX_MATCHES} matches; narrow the search]"
+                return "\n".join([*matches, more])
+            matches.append(f"{_rel(ctx, file)}:{number}:{_clip(line, MAX_MATCH_LINE)}")
+    return "\n".join(matches) if matches else f"No matches for {pattern!r}."
+
+
+def _matching_lines(file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    try:
+        if file.stat().st_size > MAX_GREP_FILE:
+            return
+        data = file.read_bytes()
+    except OSError:
+        return  # unreadable or vanished: not worth failing the whole search
+    if b"\0" in data[:8192]:
+        return
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        if regex.search(line):
+            yield number, line

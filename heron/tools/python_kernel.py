@@ -1,0 +1,333 @@
+"""A persistent IPython kernel for the agent: `KernelSession` and the `run_cell` tool.
+
+The kernel is started lazily, on the first run_cell of a run, with this very interpreter
+(sys.executable) so it works inside a virtualenv without a kernelspec installed anywhere. Its
+working directory is the workspace and its variables live until the run ends (`ctx.aclose()`).
+
+run_cell returns a digest rather than the raw message stream: numbered output, the last value,
+the files the cell changed, or the error. A last value too large to show stays in the kernel
+under a name the digest gives, so the model never re-runs an expensive call to see it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heron.tools.registry import ToolContext, ToolOutput, tool
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+STARTUP_TIMEOUT = 60.0
+INTERRUPT_GRACE = 5.0  # seconds a cell gets to stop after an interrupt before the restart
+POLL = 1.0  # seconds between checks that the kernel is still alive while waiting
+TRACEBACK_LINES = 6
+PREVIEW = 300  # characters of a stashed value shown as a preview
+SNAPSHOT_SKIP = frozenset(
+    {".heron", ".git", "node_modules", ".venv", "venv", "__pycache__", ".ipynb_checkpoints"}
+)
+SNAPSHOT_MAX = 20_000  # files; a bigger workspace is not tracked (the walk would cost too much)
+
+
+@dataclass
+class CellError:
+    ename: str
+    evalue: str
+    traceback: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CellResult:
+    """What one cell produced. `outputs` are (kind, text) groups, kind being "stdout", "stderr"
+    or "display"; consecutive chunks of one stream are merged into one group."""
+
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    value: str | None = None
+    execution_count: int | None = None
+    error: CellError | None = None
+    timed_out: bool = False
+    restarted: bool = False  # the kernel died or ignored the interrupt: variables are lost
+    value_ref: str | None = None  # the expression holding a value too large to show
+    value_type: str | None = None
+
+    def add_output(self, kind: str, text: str) -> None:
+        text = ANSI.sub("", text)
+        if self.outputs and kind != "display" and self.outputs[-1][0] == kind:
+            self.outputs[-1] = (kind, self.outputs[-1][1] + text)
+        else:
+            self.outputs.append((kind, text))
+
+
+def _spec_manager() -> Any:
+    """A kernelspec manager that always answers with this interpreter's ipykernel."""
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    class ThisInterpreter(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            return KernelSpec(
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                    # Agent cells stay out of the user's IPython history file.
+                    "--HistoryManager.enabled=False",
+                ],
+                name=kernel_name,
+                display_name="Python (Heron)",
+                language="python",
+            )
+
+    return ThisInterpreter()
+
+
+class KernelSession:
+    """One ipykernel process and a client to it; executions are serialised."""
+
+    def __init__(self, workspace: Path, startup_timeout: float = STARTUP_TIMEOUT) -> None:
+        self.workspace = workspace
+        self.startup_timeout = startup_timeout
+        self._km: Any = None
+        self._kc: Any = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._km is not None
+
+    async def start(self) -> None:
+        from jupyter_client.manager import AsyncKernelManager
+
+        km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=_spec_manager())
+        # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
+        # terminal Heron is drawing in.
+        log_path = self.workspace / ".heron" / "kernel.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "HERON_AGENT_COMMAND": "1"}
+        with log_path.open("ab") as log:
+            await km.start_kernel(cwd=str(self.workspace), env=env, stdout=log, stderr=log)
+        kc = km.client()
+        kc.start_channels()
+        self._km, self._kc = km, kc
+        try:
+            await kc.wait_for_ready(timeout=self.startup_timeout)
+        except Exception:
+            await self.shutdown()
+            raise
+        await self._silent("_heron_values = {}")
+
+    async def shutdown(self) -> None:
+        km, kc, self._km, self._kc = self._km, self._kc, None, None
+        if kc is not None:
+            kc.stop_channels()
+        if km is not None and km.has_kernel:
+            # Nothing in the kernel is worth a graceful goodbye; killing is instant.
+            await km.shutdown_kernel(now=True)
+
+    async def execute(
+        self, code: str, timeout: float = 120.0, value_limit: int | None = None
+    ) -> CellResult:
+        """Run `code` as a cell. On timeout the kernel is interrupted (variables kept); if it
+        does not stop, it is restarted. A value whose repr is longer than `value_limit` is
+        stashed in `_heron_values[<cell number>]` and named in `value_ref`."""
+        async with self._lock:
+            if not self.started:
+                await self.start()
+            msg_id = self._kc.execute(code, store_history=True, allow_stdin=False)
+            result = CellResult()
+            if not await self._collect(msg_id, result, time.monotonic() + timeout):
+                result.timed_out = True
+                await self._km.interrupt_kernel()
+                if not await self._collect(msg_id, result, time.monotonic() + INTERRUPT_GRACE):
+                    result.restarted = True
+                    await self.shutdown()
+            if result.restarted:
+                return result
+            if value_limit is not None and len(result.value or "") > value_limit:
+                await self._stash(result)
+            return result
+
+    async def _collect(self, msg_id: str, result: CellResult, deadline: float) -> bool:
+        """Read the cell's messages until the kernel is idle (True) or the deadline (False)."""
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                msg = await self._kc.get_iopub_msg(timeout=min(remaining, POLL))
+            except queue.Empty:
+                if not await self._km.is_alive():
+                    result.error = CellError("KernelDied", "the Python kernel process died")
+                    result.restarted = True
+                    await self.shutdown()
+                    return True
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue  # left over from an earlier, interrupted cell
+            if _apply(msg["msg_type"], msg["content"], result):
+                return True
+        return False
+
+    async def _silent(self, code: str, expressions: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run bookkeeping code outside the user's history; the reply's content."""
+        msg_id = self._kc.execute(
+            code, silent=True, store_history=False, user_expressions=expressions or {}
+        )
+        while True:
+            reply = await self._kc.get_shell_msg(timeout=self.startup_timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return dict(reply["content"])
+
+    async def _stash(self, result: CellResult) -> None:
+        n = result.execution_count
+        if n is None:
+            return
+        ref = f"_heron_values[{n}]"
+        reply = await self._silent(
+            f"globals().setdefault('_heron_values', {{}})[{n}] = Out[{n}]",
+            {"type": f"type({ref}).__name__", "len": f"len({ref})"},
+        )
+        if reply.get("status") != "ok":
+            return  # Out was not kept (history off?): show the value cut instead
+        found = reply.get("user_expressions", {})
+        kind = _expression_text(found.get("type")).strip("'\"")
+        size = _expression_text(found.get("len"))
+        result.value_ref = ref
+        result.value_type = f"{kind} of length {size}" if size else kind
+
+
+def _expression_text(found: Any) -> str:
+    if not isinstance(found, dict) or found.get("status") != "ok":
+        return ""
+    return str(found.get("data", {}).get("text/plain", ""))
+
+
+def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
+    """Fold one iopub message into `result`; True when the cell has finished."""
+    if kind == "stream":
+        result.add_output(content["name"], content["text"])
+    elif kind in ("display_data", "update_display_data"):
+        data = content.get("data", {})
+        result.add_output("display", data.get("text/plain") or f"<{', '.join(data)}>")
+    elif kind == "execute_result":
+        result.value = ANSI.sub("", content.get("data", {}).get("text/plain", ""))
+        result.execution_count = content.get("execution_count")
+    elif kind == "execute_input":
+        result.execution_count = content.get("execution_count")
+    elif kind == "error":
+        frames = [ANSI.sub("", line) for line in content.get("traceback", [])]
+        result.error = CellError(content.get("ename", "Error"), content.get("evalue", ""), frames)
+    elif kind == "clear_output":
+        result.outputs.clear()
+    elif kind == "status":
+        return content.get("execution_state") == "idle"
+    return False
+
+
+# ---- side effects ----------------------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]] | None:
+    """(mtime_ns, size) of each file under `root`, or None when there are too many to track."""
+    seen: dict[str, tuple[int, int]] = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SNAPSHOT_SKIP]
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue
+            seen[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size)
+            if len(seen) > SNAPSHOT_MAX:
+                return None
+    return seen
+
+
+def changes(
+    before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None
+) -> list[tuple[str, str]]:
+    """(path, "new" | "modified" | "deleted") between two snapshots, sorted by path."""
+    if before is None or after is None:
+        return []
+    found = [(p, "modified" if p in before else "new") for p in after if after[p] != before.get(p)]
+    found += [(p, "deleted") for p in before if p not in after]
+    return sorted(found)
+
+
+# ---- the digest ------------------------------------------------------------------------------
+
+
+def digest(result: CellResult, changed: list[tuple[str, str]], timeout: float) -> ToolOutput:
+    """What the model reads after a cell."""
+    lines = [
+        f"[{i}] {'(stderr) ' if kind == 'stderr' else ''}{_tidy(text)}"
+        for i, (kind, text) in enumerate(result.outputs, 1)
+    ]
+    if result.value_ref:
+        preview = " ".join((result.value or "")[:PREVIEW].split())
+        lines.append(
+            f"Last value: {result.value_type}, {len(result.value or '')} characters, too large "
+            f"to show. The kernel keeps it as `{result.value_ref}`: use that in later cells and "
+            f"do not re-run the call that produced it. It starts: {preview}"
+        )
+    elif result.value is not None:
+        lines.append(f"Last value: {result.value}")
+    if changed:
+        lines.append("Files changed: " + ", ".join(f"{p} ({how})" for p, how in changed))
+    lines += _trouble(result, timeout)
+    failed = result.error is not None or result.timed_out
+    return ToolOutput("\n".join(lines) or "(no output)", is_error=failed)
+
+
+def _trouble(result: CellResult, timeout: float) -> list[str]:
+    if result.timed_out:
+        if result.restarted:
+            return [
+                f"Timed out after {timeout:g} s and ignored the interrupt, so the kernel was "
+                "restarted: all variables are lost."
+            ]
+        return [f"Timed out after {timeout:g} s; the cell was interrupted (variables are kept)."]
+    if result.error is None:
+        return []
+    error = result.error
+    headline = f"{error.ename}: {error.evalue}"
+    if result.restarted:
+        return [f"{headline}; variables are lost and a new kernel starts on the next run_cell."]
+    frames = [
+        line
+        for line in "\n".join(error.traceback).splitlines()
+        if line.strip() and not set(line.strip()) <= {"-"} and "most recent call last" not in line
+    ]
+    if frames and frames[-1].strip() == headline.strip():
+        frames = frames[:-1]  # the headline is already said
+    return [headline, *frames[-TRACEBACK_LINES:]]
+
+
+def _tidy(text: str) -> str:
+    """Drop the overwritten part of progress-bar lines (text before a carriage return)."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n"))
+
+
+@tool
+async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutput:
+    """Run Python in a persistent IPython kernel (variables survive between calls; the working
+    directory is the workspace). Returns printed output, the last expression's value and the
+    files the cell changed.
+
+    Args:
+        timeout: Seconds before the cell is interrupted.
+    """
+    if ctx.kernel is None:
+        ctx.kernel = KernelSession(ctx.workspace)
+    before = await asyncio.to_thread(snapshot, ctx.workspace)
+    result = await ctx.kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
+    changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))
+    for path, how in changed:
+        kind = "file_deleted" if how == "deleted" else "file_written"
+        ctx.effects.append({"kind": kind, "path": path})
+    return digest(result, changed, max(1, timeout))

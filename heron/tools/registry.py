@@ -1,0 +1,342 @@
+"""Tools as the model sees them, and the one place their calls are run.
+
+A tool is a typed Python function (sync or async) whose first parameter is `ctx: ToolContext`.
+Its JSON schema comes from the type hints (through pydantic), its description from the
+docstring: the first paragraph describes the tool, the `Args:` section its parameters.
+
+`ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
+failure all become an `is_error` result that says what was wrong, because the model can only act
+on what it reads. A result longer than the budget is saved under `.heron/results/` in the
+workspace and the model gets its head plus the saved path, so nothing is ever lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import tempfile
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from heron.errors import ToolError
+from heron.messages import ToolCall, ToolResult
+from heron.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    from heron.tools.python_kernel import KernelSession
+
+BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
+
+RESULTS_DIR = Path(".heron") / "results"
+
+
+@dataclass
+class ToolContext:
+    """What tools of one run share: the folder they are confined to and the services they use."""
+
+    workspace: Path
+    result_budget: int = 20_000
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    kernel: KernelSession | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def aclose(self) -> None:
+        """Release what the run started (the Python kernel)."""
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            await kernel.shutdown()
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool returns when its text is a failure the model should see as one (a command
+    that exited non-zero) rather than an exception."""
+
+    text: str
+    is_error: bool = False
+
+
+# ---- schema from hints and docstrings --------------------------------------------------------
+
+_ARG_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The first paragraph (lines joined) and the `Args:` descriptions of a docstring."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    for line in lines:
+        if not line.strip() or _SECTION.match(line.strip()):
+            break
+        summary.append(line.strip())
+    return " ".join(summary), _parse_args(lines)
+
+
+def _parse_args(lines: list[str]) -> dict[str, str]:
+    args: dict[str, list[str]] = {}
+    current: str | None = None
+    base: int | None = None  # indent of the parameter lines; deeper lines continue one
+    inside = False
+    for line in lines:
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if stripped and indent == 0:
+            inside = stripped in ("Args:", "Arguments:", "Parameters:")
+            current, base = None, None
+            continue
+        if not inside or not stripped:
+            continue
+        match = _ARG_LINE.match(stripped)
+        if match and (base is None or indent <= base):
+            current, base = match.group(1), indent
+            args[current] = [match.group(2)]
+        elif current is not None:
+            args[current].append(stripped)
+    return {name: " ".join(p for p in parts if p) for name, parts in args.items()}
+
+
+def _lean(schema: Any) -> Any:
+    """Drop pydantic's "title" keys and collapse `X | None = None` to X: the schema is sent on
+    every request, and an optional parameter is already expressed by leaving it out of
+    "required"."""
+    if isinstance(schema, list):
+        return [_lean(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        out[key] = value if key in ("default", "enum", "const", "examples") else _lean(value)
+    options = out.get("anyOf")
+    nullable = isinstance(options, list) and len(options) == 2 and {"type": "null"} in options
+    if nullable and "default" in out and out["default"] is None:
+        other = next(o for o in options if o != {"type": "null"})
+        del out["anyOf"], out["default"]
+        out = {**other, **out}
+    return out
+
+
+def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
+    fields: dict[str, Any] = {}
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name}: *args/**kwargs cannot be described to a model")
+        default = ... if param.default is param.empty else param.default
+        annotation = hints.get(param.name, Any)
+        fields[param.name] = (annotation, Field(default, description=docs.get(param.name)))
+    config = ConfigDict(extra="forbid")
+    return create_model(f"{name}_args", __config__=config, **fields)
+
+
+# ---- tools -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    args_model: type[BaseModel]
+    fn: Callable[..., Any]
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
+        tool_name = name or fn.__name__
+        description, docs = parse_docstring(fn.__doc__)
+        if not description:
+            raise TypeError(f"tool {tool_name}: a docstring is needed to describe it to the model")
+        model = _args_model(fn, tool_name, docs)
+        schema = _lean(model.model_json_schema())
+        # Unknown arguments are still refused (with a message naming them); saying so in the
+        # schema would cost bytes on every request.
+        schema.pop("additionalProperties", None)
+        return cls(tool_name, description, schema, model, fn)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    async def run(self, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(ctx, **kwargs)
+        # A thread keeps a slow sync tool (grep over a big tree) from stalling its siblings.
+        value = await asyncio.to_thread(self.fn, ctx, **kwargs)
+        return await value if inspect.isawaitable(value) else value
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Decorator: `@tool` or `@tool(name="other")` turns a function into a `Tool`."""
+    if fn is None:
+        return lambda f: Tool.from_function(f, name)
+    return Tool.from_function(fn, name)
+
+
+# ---- registry --------------------------------------------------------------------------------
+
+
+class ToolRegistry:
+    def __init__(self, tools: Sequence[Tool] = (), before_call: BeforeCall | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.before_call = before_call
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self._tools.values()]
+
+    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        """Run one call. Every failure becomes an is_error result; cancellation propagates."""
+        try:
+            text, is_error = await self._run(call, ctx)
+        except ToolError as error:
+            text, is_error = f"Error: {error}", True
+        except Exception as error:
+            text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
+        return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)
+
+    async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
+        """Run calls concurrently; results come back in call order."""
+        return list(await asyncio.gather(*(self.call(c, ctx) for c in calls)))
+
+    async def _run(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
+        found = self._tools.get(call.name)
+        if found is None:
+            available = ", ".join(self._tools) or "none"
+            return f"Error: unknown tool {call.name!r}. Available tools: {available}.", True
+        kwargs, problem = _validate(found, call.args)
+        if problem is not None:
+            return problem, True
+        if self.before_call is not None:
+            reason = self.before_call(call, ctx)
+            if inspect.isawaitable(reason):
+                reason = await reason
+            if reason:
+                return f"Error: the call was refused: {reason}", True
+        return _as_text(await found.run(ctx, kwargs))
+
+
+def _validate(found: Tool, args: Any) -> tuple[dict[str, Any], str | None]:
+    """The keyword arguments, or what is wrong with them said so the model can fix it."""
+    if isinstance(args, dict) and set(args) == {"_raw"}:
+        sent = str(args["_raw"])[:200]
+        return {}, (
+            f"Error: the arguments for {found.name} were not valid JSON: {sent!r}. "
+            "Send one JSON object matching the tool's parameters."
+        )
+    if not isinstance(args, dict):
+        return {}, f"Error: the arguments for {found.name} must be a JSON object."
+    try:
+        # dict(), not model_dump(): values keep the types the hints asked for.
+        return dict(found.args_model.model_validate(args)), None
+    except ValidationError as error:
+        problems = "; ".join(_describe(e) for e in error.errors())
+        return {}, f"Error: invalid arguments for {found.name}: {problems}. {_signature(found)}"
+
+
+def _describe(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "arguments"
+    if error["type"] == "extra_forbidden":
+        return f"{where!r} is not a parameter"
+    if error["type"] == "missing":
+        return f"{where!r} is required"
+    return f"{where!r}: {error['msg']}"
+
+
+def _signature(found: Tool) -> str:
+    props: dict[str, Any] = found.parameters.get("properties", {})
+    required = set(found.parameters.get("required", []))
+    parts = [
+        f"{name} ({spec.get('type', 'any')}{', required' if name in required else ''})"
+        for name, spec in props.items()
+    ]
+    return f"Parameters: {', '.join(parts) or 'none'}."
+
+
+def _as_text(value: Any) -> tuple[str, bool]:
+    if isinstance(value, ToolOutput):
+        return value.text, value.is_error
+    if isinstance(value, str):
+        return value, False
+    if value is None:
+        return "Done.", False
+    return json.dumps(value, ensure_ascii=False, default=str, indent=1), False
+
+
+# ---- per-result budget -----------------------------------------------------------------------
+
+
+def fit_budget(call_id: str, text: str, ctx: ToolContext) -> str:
+    """`text` if it fits the budget; otherwise its head and where the whole of it was saved."""
+    if len(text) <= ctx.result_budget:
+        return text
+    shown = text[: ctx.result_budget]
+    cut = shown.rfind("\n")
+    if cut > ctx.result_budget * 0.8:  # end on a whole line when one is near
+        shown = shown[:cut]
+    saved = _save_full(call_id, text, ctx.workspace)
+    if saved is None:
+        return text  # nowhere to save it: better too long than lost
+    return (
+        f"{shown}\n[... cut: showing {len(shown)} of {len(text)} characters. The full result is "
+        f"saved in {saved}; read it with read_file (offset, limit) or search it with grep.]"
+    )
+
+
+def _save_full(call_id: str, text: str, workspace: Path) -> str | None:
+    """Where the full text was saved: relative to the workspace, or outside it when the
+    workspace is read-only; None when nowhere would take it."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
+    for folder, shown in (
+        (workspace / RESULTS_DIR, RESULTS_DIR),
+        (Path(tempfile.gettempdir()) / "heron-results", None),
+    ):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+        except OSError:
+            continue
+        return str((shown or folder) / f"{name}.txt")
+    return None
+
+
+def default_registry(before_call: BeforeCall | None = None) -> ToolRegistry:
+    """The built-in tools: files, bash and a Python kernel."""
+    from heron.tools import files, python_kernel, shell
+
+    return ToolRegistry(
+        [
+            files.read_file,
+            files.write_file,
+            files.edit_file,
+            files.list_files,
+            files.grep,
+            shell.bash,
+            python_kernel.run_cell,
+        ],
+        before_call,
+    )

@@ -1,0 +1,153 @@
+"""The bash tool: one command in the workspace, in its own process group.
+
+The group is what gets killed on timeout or cancellation, so a command's children (a server it
+started, a pipeline) die with it. Output is kept as head and tail while it streams, so a command
+that prints gigabytes costs no more memory than one that prints a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+from heron.tools.registry import ToolContext, ToolOutput, tool
+
+MAX_TIMEOUT = 3600
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+DRAIN_GRACE = 0.5  # seconds to wait for output after the command itself has exited
+
+
+class HeadTail:
+    """Collects text keeping only the first `head` and last `tail` characters."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = ""
+        self.tail = ""
+        self.omitted = 0
+
+    def add(self, text: str) -> None:
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += text[:room]
+            text = text[room:]
+        self.tail += text
+        if len(self.tail) > self.tail_limit:
+            self.omitted += len(self.tail) - self.tail_limit
+            self.tail = self.tail[-self.tail_limit :]
+
+    def text(self) -> str:
+        if not self.omitted:
+            return self.head + self.tail
+        return f"{self.head}\n[... {self.omitted} characters omitted ...]\n{self.tail}"
+
+
+async def _pump(stream: asyncio.StreamReader, sink: HeadTail) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while chunk := await stream.read(65536):
+        sink.add(decoder.decode(chunk))
+    sink.add(decoder.decode(b"", final=True))
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """The exit code, as soon as the process has exited. Not `proc.wait()`: on Python 3.11 that
+    also waits for the pipes to close, which a background child can hold open for ever."""
+    delay = 0.005
+    while proc.returncode is None:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return proc.returncode
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the group, then SIGKILL it if the leader has not gone within the grace."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_exited(proc), KILL_GRACE)
+    # Children may ignore SIGTERM even when the leader has gone; they must not outlive us.
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+async def run_command(
+    command: str, cwd: Path, timeout: float, limit: int
+) -> tuple[str, int | None]:
+    """Run `command` with bash; (capped output, exit code or None when it timed out)."""
+    env = {**os.environ, "HERON_AGENT_COMMAND": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/bash",
+        "-c",
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,  # its own process group, killed as one
+    )
+    assert proc.stdout is not None
+    sink = HeadTail(limit)
+    pump = asyncio.create_task(_pump(proc.stdout, sink))
+    code: int | None = None
+    try:
+        code = await asyncio.wait_for(_exited(proc), timeout)
+    except TimeoutError:
+        await _kill_group(proc)
+    finally:
+        if proc.returncode is None:  # cancelled: leave nothing running
+            await _kill_group(proc)
+        lingered = await _drain(proc, pump)
+    text = sink.text()
+    if lingered:
+        text += (
+            "\n[background processes still writing to the output were stopped; send their "
+            "output to a file (cmd > log 2>&1 &) to keep them running]"
+        )
+    return text, code
+
+
+async def _drain(proc: asyncio.subprocess.Process, pump: asyncio.Task[None]) -> bool:
+    """Wait for the output to end. A background child holding the pipe open would make that
+    for ever: it is stopped instead (it would die of SIGPIPE on its next write anyway), and
+    True says so."""
+    try:
+        await asyncio.wait_for(asyncio.shield(pump), DRAIN_GRACE)
+        return False
+    except TimeoutError:
+        pass
+    await _kill_group(proc)  # the leader has gone; this reaches the rest of its group
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pump, DRAIN_GRACE)
+    return True
+
+
+@tool
+async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput:
+    """Run a bash command in the workspace; returns its output (stdout and stderr) and exit code.
+
+    Args:
+        timeout: Seconds before the command is killed.
+    """
+    seconds = max(1, min(timeout, MAX_TIMEOUT))
+    # Leave room under the result budget for the status line.
+    output, code = await run_command(
+        command, ctx.workspace, seconds, max(ctx.result_budget - 200, 1000)
+    )
+    ctx.effects.append({"kind": "command", "command": command, "exit": code})
+    body = output.rstrip("\n") or "(no output)"
+    if code is None:
+        return ToolOutput(
+            f"{body}\n[timed out after {seconds} s; the command and its child processes were "
+            "killed. Output so far is above.]",
+            is_error=True,
+        )
+    return ToolOutput(f"{body}\n[exit code {code}]", is_error=code != 0)

@@ -1,0 +1,190 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heron.errors import PathEscape, ToolError
+from heron.messages import ToolCall
+from heron.tools.files import edit_file, grep, list_files, read_file, resolve_in, write_file
+from heron.tools.registry import ToolContext, default_registry
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text("top secret\n")
+    return folder
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, outside: Path) -> ToolContext:
+    workspace = tmp_path / "ws"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "a.py").write_text("def f():\n    return 1\n")
+    (workspace / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    (workspace / "link_out").symlink_to(outside)
+    (workspace / "secret_link.txt").symlink_to(outside / "secret.txt")
+    return ToolContext(workspace=workspace)
+
+
+# ---- resolve_in ------------------------------------------------------------------------------
+
+
+def test_resolve_in_accepts_paths_inside(ctx: ToolContext) -> None:
+    root = ctx.workspace.resolve()
+    assert resolve_in(ctx.workspace, "src/a.py") == root / "src" / "a.py"
+    assert resolve_in(ctx.workspace, ".") == root
+    assert resolve_in(ctx.workspace, "src/../notes.txt") == root / "notes.txt"
+    assert resolve_in(ctx.workspace, root / "new.txt") == root / "new.txt"
+
+
+@pytest.mark.parametrize(
+    "path", ["../outside/secret.txt", "link_out/secret.txt", "secret_link.txt"]
+)
+def test_resolve_in_refuses_escapes(ctx: ToolContext, path: str) -> None:
+    with pytest.raises(PathEscape) as caught:
+        resolve_in(ctx.workspace, path)
+    assert path in str(caught.value)
+    assert str(ctx.workspace.resolve()) in str(caught.value)
+
+
+def test_resolve_in_refuses_absolute_outside(ctx: ToolContext, outside: Path) -> None:
+    with pytest.raises(PathEscape):
+        resolve_in(ctx.workspace, str(outside / "secret.txt"))
+    with pytest.raises(PathEscape):
+        resolve_in(ctx.workspace, "/etc/passwd")
+
+
+# ---- escapes through every tool, via the registry --------------------------------------------
+
+
+def _escapes(outside: Path) -> list[str]:
+    return ["../outside/secret.txt", str(outside / "secret.txt"), "link_out/secret.txt"]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["dotdot", "absolute", "symlink"])
+@pytest.mark.parametrize("name", ["read_file", "write_file", "edit_file", "list_files", "grep"])
+async def test_every_file_tool_refuses_escapes(
+    ctx: ToolContext, outside: Path, name: str, which: int
+) -> None:
+    path = _escapes(outside)[which]
+    if name == "list_files":
+        path = str(Path(path).parent)  # a folder outside
+    args = {
+        "read_file": {"path": path},
+        "write_file": {"path": path, "content": "pwned"},
+        "edit_file": {"path": path, "old": "top", "new": "pwned"},
+        "list_files": {"path": path},
+        "grep": {"pattern": "secret", "path": path},
+    }[name]
+    result = await default_registry().call(ToolCall("c1", name, args), ctx)
+    assert result.is_error
+    assert "outside the workspace" in result.content
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+    assert "top secret" not in result.content
+    assert ctx.effects == []
+
+
+def test_grep_over_the_workspace_skips_symlinks_out(ctx: ToolContext) -> None:
+    assert grep(ctx, "secret") == "No matches for 'secret'."
+
+
+def test_list_files_pattern_cannot_climb(ctx: ToolContext) -> None:
+    with pytest.raises(PathEscape):
+        list_files(ctx, ".", "../*")
+
+
+# ---- read / write / edit ---------------------------------------------------------------------
+
+
+def test_read_file_numbers_lines_and_pages(ctx: ToolContext) -> None:
+    assert read_file(ctx, "notes.txt") == "1\talpha\n2\tbeta\n3\tgamma"
+    assert read_file(ctx, "notes.txt", offset=2, limit=1) == (
+        "2\tbeta\n[lines 2-2 of 3; read on with offset=3]"
+    )
+    with pytest.raises(ToolError, match="past the end"):
+        read_file(ctx, "notes.txt", offset=9)
+
+
+def test_read_file_errors_say_what_to_do(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="no such file"):
+        read_file(ctx, "missing.txt")
+    with pytest.raises(ToolError, match="list_files"):
+        read_file(ctx, "src")
+    (ctx.workspace / "blob.bin").write_bytes(b"\0\1\2")
+    with pytest.raises(ToolError, match="binary"):
+        read_file(ctx, "blob.bin")
+
+
+def test_write_file_creates_folders_and_records_the_effect(ctx: ToolContext) -> None:
+    message = write_file(ctx, "deep/er/new.txt", "hello\n")
+    assert (ctx.workspace / "deep" / "er" / "new.txt").read_text() == "hello\n"
+    assert "deep/er/new.txt" in message
+    assert ctx.effects == [{"kind": "file_written", "path": "deep/er/new.txt"}]
+
+
+def test_edit_file_replaces_a_unique_match(ctx: ToolContext) -> None:
+    assert edit_file(ctx, "notes.txt", "beta", "BETA") == "Replaced 1 occurrence in notes.txt."
+    assert (ctx.workspace / "notes.txt").read_text() == "alpha\nBETA\ngamma\n"
+    assert ctx.effects == [{"kind": "file_written", "path": "notes.txt"}]
+
+
+def test_edit_file_requires_uniqueness_unless_replace_all(ctx: ToolContext) -> None:
+    (ctx.workspace / "dup.txt").write_text("x = 1\nx = 1\n")
+    with pytest.raises(ToolError, match="occurs 2 times"):
+        edit_file(ctx, "dup.txt", "x = 1", "x = 2")
+    assert (ctx.workspace / "dup.txt").read_text() == "x = 1\nx = 1\n"
+    assert edit_file(ctx, "dup.txt", "x = 1", "x = 2", replace_all=True).startswith("Replaced 2")
+    assert (ctx.workspace / "dup.txt").read_text() == "x = 2\nx = 2\n"
+
+
+def test_edit_file_not_found_and_empty_old(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="not found"):
+        edit_file(ctx, "notes.txt", "delta", "x")
+    with pytest.raises(ToolError, match="write_file"):
+        edit_file(ctx, "notes.txt", "", "x")
+    assert ctx.effects == []
+
+
+def test_edit_file_keeps_windows_line_endings(ctx: ToolContext) -> None:
+    (ctx.workspace / "win.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    edit_file(ctx, "win.txt", "one\ntwo", "1\n2")
+    assert (ctx.workspace / "win.txt").read_bytes() == b"1\r\n2\r\nthree\r\n"
+
+
+# ---- list / grep -----------------------------------------------------------------------------
+
+
+def test_list_files(ctx: ToolContext) -> None:
+    (ctx.workspace / ".heron").mkdir()
+    (ctx.workspace / ".heron" / "x.txt").write_text("x")
+    top = list_files(ctx).splitlines()
+    assert "src/" in top
+    assert "notes.txt" in top
+    assert list_files(ctx, "src") == "src/a.py"
+    deep = list_files(ctx, ".", "**/*.txt").splitlines()
+    assert "notes.txt" in deep
+    assert ".heron/x.txt" not in deep
+    assert "Nothing" in list_files(ctx, ".", "*.rs")
+
+
+def test_grep_finds_lines_with_paths(ctx: ToolContext) -> None:
+    assert grep(ctx, r"return \d") == "src/a.py:2:    return 1"
+    assert grep(ctx, "a", glob="*.txt").splitlines() == [
+        "notes.txt:1:alpha",
+        "notes.txt:2:beta",
+        "notes.txt:3:gamma",
+    ]
+    assert grep(ctx, "^def", path="src/a.py") == "src/a.py:1:def f():"
+    assert grep(ctx, "^def", glob="**/*.py") == "src/a.py:1:def f():"
+
+
+def test_grep_bad_regex_and_cap(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="invalid regular expression"):
+        grep(ctx, "(")
+    (ctx.workspace / "many.txt").write_text("hit\n" * 500)
+    lines = grep(ctx, "hit").splitlines()
+    assert len(lines) == 201
+    assert "stopped at 200 matches" in lines[-1]

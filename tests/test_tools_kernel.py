@@ -1,0 +1,147 @@
+"""run_cell against a real ipykernel. One kernel is shared by the module (starting one takes
+most of a second), so each test uses its own variable names."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from heron.messages import ToolCall, ToolResult
+from heron.tools.python_kernel import CellError, CellResult, KernelSession, changes, digest
+from heron.tools.python_kernel import run_cell as run_cell_tool
+from heron.tools.registry import ToolContext, ToolRegistry
+
+shared_loop = pytest.mark.asyncio(loop_scope="module")  # the kernel's sockets live on it
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def ctx(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolContext]:
+    context = ToolContext(workspace=tmp_path_factory.mktemp("kernel-ws"), result_budget=2000)
+    started = time.monotonic()
+    yield context
+    await context.aclose()
+    print(f"\nkernel module: {time.monotonic() - started:.2f} s including start and shutdown")
+
+
+async def run(ctx: ToolContext, code: str, timeout: int = 30) -> ToolResult:
+    call = ToolCall("c1", "run_cell", {"code": code, "timeout": timeout})
+    return await ToolRegistry([run_cell_tool]).call(call, ctx)
+
+
+@shared_loop
+async def test_variables_persist_and_cwd_is_the_workspace(ctx: ToolContext) -> None:
+    first = await run(ctx, "persisted = 41")
+    assert not first.is_error
+    assert first.content == "(no output)"
+    assert isinstance(ctx.kernel, KernelSession)
+    second = await run(ctx, "import os\nprint(os.getcwd())\npersisted + 1")
+    assert second.content == f"[1] {ctx.workspace}\nLast value: 42"
+
+
+@shared_loop
+async def test_output_is_numbered_by_group(ctx: ToolContext) -> None:
+    code = "import sys\nprint('a')\nprint('b')\ndisplay('shown')\nprint('oops', file=sys.stderr)"
+    result = await run(ctx, code)
+    assert result.content == "[1] a\nb\n[2] 'shown'\n[3] (stderr) oops"
+
+
+@shared_loop
+async def test_exception_is_an_error_result(ctx: ToolContext) -> None:
+    result = await run(ctx, "print('before')\ndef broken():\n    return 1 / 0\nbroken()")
+    assert result.is_error
+    lines = result.content.splitlines()
+    assert lines[0] == "[1] before"
+    assert lines[1] == "ZeroDivisionError: division by zero"
+    assert "return 1 / 0" in result.content
+    assert "\x1b[" not in result.content
+    assert len(lines) <= 2 + 6
+
+
+@shared_loop
+async def test_large_value_collapses_to_a_stub(ctx: ToolContext) -> None:
+    result = await run(
+        ctx,
+        "calls = 0\ndef expensive():\n    global calls\n    calls += 1\n"
+        "    return 'x' * 50_000\nexpensive()",
+    )
+    assert not result.is_error
+    assert len(result.content) < 1000
+    assert "str of length 50000" in result.content
+    assert "do not re-run" in result.content
+    ref = re.search(r"`(_heron_values\[\d+\])`", result.content)
+    assert ref is not None
+    again = await run(ctx, f"len({ref.group(1)}), calls")
+    assert again.content == "Last value: (50000, 1)"
+
+
+@shared_loop
+async def test_written_file_shows_up_in_side_effects(ctx: ToolContext) -> None:
+    (ctx.workspace / "old.txt").write_text("old")
+    code = (
+        "open('made.csv', 'w').write('a,b\\n')\n"
+        "open('old.txt', 'a').write('er')\n"
+        "import os; os.makedirs('.heron', exist_ok=True); open('.heron/x', 'w').write('x')"
+    )
+    result = await run(ctx, code)
+    assert "Files changed: made.csv (new), old.txt (modified)" in result.content
+    assert ".heron" not in result.content
+    assert {"kind": "file_written", "path": "made.csv"} in ctx.effects
+    removed = await run(ctx, "os.remove('made.csv')")
+    assert "made.csv (deleted)" in removed.content
+
+
+@shared_loop
+async def test_timeout_interrupts_and_keeps_variables(ctx: ToolContext) -> None:
+    await run(ctx, "kept = 'still here'")
+    started = time.monotonic()
+    result = await run(ctx, "import time\nprint('going')\ntime.sleep(30)", timeout=1)
+    assert time.monotonic() - started < 5
+    assert result.is_error
+    assert "[1] going" in result.content
+    assert "Timed out after 1 s; the cell was interrupted (variables are kept)" in result.content
+    after = await run(ctx, "kept")
+    assert after.content == "Last value: 'still here'"
+
+
+@shared_loop
+async def test_concurrent_cells_are_serialised(ctx: ToolContext) -> None:
+    registry = ToolRegistry([run_cell_tool])
+    calls = [
+        ToolCall("a", "run_cell", {"code": "import time; time.sleep(0.2); 'a'"}),
+        ToolCall("b", "run_cell", {"code": "'b'"}),
+    ]
+    results = await registry.call_many(calls, ctx)
+    assert [r.content for r in results] == ["Last value: 'a'", "Last value: 'b'"]
+
+
+def test_digest_formats_a_dead_kernel_and_progress_lines() -> None:
+    died = CellResult(error=CellError("KernelDied", "the Python kernel process died"))
+    died.restarted = True
+    out = digest(died, [], 10)
+    assert out.is_error
+    assert "variables are lost" in out.text
+    progress = CellResult(outputs=[("stdout", "10%\r50%\r100%\ndone\n")])
+    assert digest(progress, [], 10).text == "[1] 100%\ndone"
+
+
+def test_changes_between_snapshots() -> None:
+    before = {"a": (1, 1), "b": (1, 1), "c": (1, 1)}
+    after = {"a": (1, 1), "b": (2, 1), "d": (1, 1)}
+    assert changes(before, after) == [("b", "modified"), ("c", "deleted"), ("d", "new")]
+    assert changes(None, after) == []
+
+
+@shared_loop
+async def test_a_dead_kernel_is_reported_and_replaced(ctx: ToolContext) -> None:
+    # Last in the module: it kills the shared kernel.
+    await run(ctx, "doomed = 1")
+    died = await run(ctx, "import os; os._exit(1)")
+    assert died.is_error
+    assert "KernelDied" in died.content
+    assert "variables are lost" in died.content
+    fresh = await run(ctx, "'doomed' in globals(), 6 * 7")
+    assert fresh.content == "Last value: (False, 42)"

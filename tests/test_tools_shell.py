@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from heron.messages import ToolCall
+from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.shell import HeadTail, bash
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(workspace=tmp_path, result_budget=2000)
+
+
+async def run(ctx: ToolContext, command: str, timeout: int = 120):
+    args = {"command": command, "timeout": timeout}
+    return await ToolRegistry([bash]).call(ToolCall("c1", "bash", args), ctx)
+
+
+async def test_runs_in_the_workspace_with_exit_code(ctx: ToolContext) -> None:
+    result = await run(ctx, "pwd; echo out; echo err >&2")
+    assert not result.is_error
+    assert result.content == f"{ctx.workspace.resolve()}\nout\nerr\n[exit code 0]"
+    assert ctx.effects == [{"kind": "command", "command": "pwd; echo out; echo err >&2", "exit": 0}]
+
+
+async def test_non_zero_exit_is_an_error(ctx: ToolContext) -> None:
+    result = await run(ctx, "echo nope; exit 3")
+    assert result.is_error
+    assert result.content == "nope\n[exit code 3]"
+    assert ctx.effects[-1]["exit"] == 3
+
+
+async def test_no_output(ctx: ToolContext) -> None:
+    result = await run(ctx, "true")
+    assert result.content == "(no output)\n[exit code 0]"
+
+
+async def test_marks_the_agent_command(ctx: ToolContext) -> None:
+    result = await run(ctx, 'echo "flag=$HERON_AGENT_COMMAND"')
+    assert result.content.startswith("flag=1\n")
+    assert "HERON_AGENT_COMMAND" not in os.environ
+
+
+async def test_timeout_kills_the_process_group(ctx: ToolContext) -> None:
+    # A grandchild in the background would outlive a kill of bash alone.
+    pidfile = ctx.workspace / "child.pid"
+    command = f"sleep 30 & echo $! > {pidfile}; echo started; wait"
+    started = time.monotonic()
+    result = await run(ctx, command, timeout=1)
+    assert time.monotonic() - started < 5
+    assert result.is_error
+    assert "started" in result.content
+    assert "timed out after 1 s" in result.content
+    assert ctx.effects[-1]["exit"] is None
+    child = int(pidfile.read_text())
+    time.sleep(0.1)
+    assert not _alive(child)
+
+
+async def test_cancelling_the_call_kills_the_process_group(ctx: ToolContext) -> None:
+    pidfile = ctx.workspace / "child.pid"
+    task = asyncio.create_task(run(ctx, f"sleep 30 & echo $! > {pidfile}; wait"))
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    time.sleep(0.1)
+    assert not _alive(int(pidfile.read_text()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes: check its state.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+async def test_background_child_holding_the_output_does_not_hang_the_call(
+    ctx: ToolContext,
+) -> None:
+    started = time.monotonic()
+    result = await run(ctx, "sleep 30 & echo quick")
+    assert time.monotonic() - started < 3
+    assert result.content.startswith("quick")
+    assert "background processes still writing to the output were stopped" in result.content
+    assert result.content.endswith("[exit code 0]")
+
+
+async def test_background_child_with_its_own_output_survives(ctx: ToolContext) -> None:
+    pidfile = ctx.workspace / "child.pid"
+    result = await run(ctx, f"sleep 30 > /dev/null 2>&1 & echo $! > {pidfile}; echo ok")
+    assert result.content == "ok\n[exit code 0]"
+    child = int(pidfile.read_text())
+    assert _alive(child)
+    os.kill(child, 9)
+
+
+async def test_output_is_capped_head_and_tail(ctx: ToolContext) -> None:
+    result = await run(ctx, "echo FIRST; for i in $(seq 1 20000); do echo line$i; done; echo LAST")
+    assert not result.is_error
+    assert result.content.startswith("FIRST\n")
+    assert result.content.endswith("LAST\n[exit code 0]")
+    assert "characters omitted ...]" in result.content
+    assert len(result.content) <= ctx.result_budget
+    assert not (ctx.workspace / ".heron").exists()  # capped, so never spilled to disk
+
+
+def test_head_tail_counts_what_it_drops() -> None:
+    sink = HeadTail(10)
+    for piece in ["abc", "defgh", "ijklmnop", "qrst"]:
+        sink.add(piece)
+    assert sink.text() == "abcde\n[... 10 characters omitted ...]\npqrst"
+    small = HeadTail(10)
+    small.add("short")
+    assert small.text() == "short"
