@@ -1,0 +1,357 @@
+"""The OpenAI chat-completions adapter: OpenAI itself, vLLM, llama.cpp server, anything compatible.
+
+The `openai` SDK is imported lazily (it costs ~0.5 s at start-up) and runs with `max_retries=0`:
+Heron retries itself with `call_with_retries`, so every failure is mapped once, in `map_error`,
+onto the heron.errors tree.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from heron.errors import (
+    AuthError,
+    ContextOverflow,
+    FatalProviderError,
+    ProviderError,
+    RateLimited,
+    TransientProviderError,
+    UnknownModel,
+)
+from heron.messages import (
+    File,
+    Message,
+    Part,
+    Reply,
+    StopReason,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from heron.providers.base import ChatRequest, OnEvent, StreamEvent, ToolSpec
+from heron.providers.profiles import ModelProfile, profile_for
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+PROVIDER = "openai"
+AUTH_HINT = (
+    "Set OPENAI_API_KEY (or HERON_API_KEY for a server at HERON_BASE_URL) to a valid key; "
+    "local servers accept any dummy key."
+)
+MODEL_HINT = (
+    "Run `heron models` to list the models this server offers, then pick one with `--model`."
+)
+_OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceeds the context")
+
+
+def dump_args(args: Any) -> str:
+    """Tool-call arguments as sent on the wire: one canonical form (compact, sorted, UTF-8) so
+    the same history always serialises to the same bytes and the server's prefix cache hits."""
+    return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+class OpenAICompatProvider:
+    name = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        profile: ModelProfile | None = None,
+        timeout: float = 600,
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.base_url = base_url
+        self.profile = profile or profile_for(model)
+        self.timeout = timeout
+        self._client: AsyncOpenAI | None = None
+
+    # ---- request -----------------------------------------------------------------------------
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": self._messages(request),
+        }
+        if request.tools:
+            body["tools"] = [_tool(t) for t in request.tools]
+        body["max_tokens"] = request.max_tokens
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _messages(self, request: ChatRequest) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if request.system:
+            out.append({"role": "system", "content": request.system})
+        for message in request.messages:
+            if message.role == "assistant":
+                out.append(self._assistant(message))
+            else:
+                out.extend(_user(message))
+        return out
+
+    def _assistant(self, message: Message) -> dict[str, Any]:
+        text = "".join(p.text for p in message.parts if isinstance(p, Text))
+        calls = message.tool_calls
+        wire: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+        if self.profile.resend_reasoning:
+            reasoning = "".join(
+                p.text or ""
+                for p in message.parts
+                if isinstance(p, Thinking) and p.provider == PROVIDER
+            )
+            if reasoning:
+                wire["reasoning_content"] = reasoning
+        if calls:
+            wire["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": dump_args(c.args)},
+                }
+                for c in calls
+            ]
+        return wire
+
+    # ---- call --------------------------------------------------------------------------------
+
+    def client(self) -> AsyncOpenAI:
+        if self._client is None:
+            from openai import AsyncOpenAI  # lazy: keeps `import heron` fast
+
+            self._client = AsyncOpenAI(
+                api_key=self.api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+            )
+        return self._client
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
+        import openai
+
+        body = self.payload(request)
+        acc = _Accumulator()
+        try:
+            stream = await self.client().chat.completions.create(**body)
+            # `async with` releases the connection even when the caller cancels mid-stream.
+            async with stream:
+                async for chunk in stream:
+                    for event in acc.add(chunk):
+                        if on_event:
+                            on_event(event)
+        except (openai.OpenAIError, json.JSONDecodeError) as error:
+            raise map_error(error) from error
+        return acc.reply()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+# ---- wire helpers ----------------------------------------------------------------------------
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
+    }
+
+
+def _user(message: Message) -> list[dict[str, Any]]:
+    """Tool results first, each its own role-"tool" message (they must directly follow the
+    assistant's tool calls), then whatever the user said alongside them."""
+    out: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
+        for r in message.tool_results
+    ]
+    rest = [p for p in message.parts if isinstance(p, Text | File)]
+    if not rest:
+        return out
+    if any(isinstance(p, File) for p in rest):
+        out.append({"role": "user", "content": [_content_part(p) for p in rest]})
+    else:
+        out.append({"role": "user", "content": "\n\n".join(p.text for p in rest)})
+    return out
+
+
+def _result_text(result: ToolResult) -> str:
+    # The wire has no error flag for tool messages; say it in the content.
+    return f"Error: {result.content}" if result.is_error else result.content
+
+
+def _content_part(part: Part) -> dict[str, Any]:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    assert isinstance(part, File)
+    if part.media_type.startswith("image/"):
+        data = base64.b64encode(part.data).decode("ascii")
+        return {"type": "image_url", "image_url": {"url": f"data:{part.media_type};base64,{data}"}}
+    label = part.name or "file"
+    if part.media_type.startswith("text/") or part.media_type == "application/json":
+        body = part.data.decode("utf-8", errors="replace")
+        return {"type": "text", "text": f"[{label}]\n{body}"}
+    return {"type": "text", "text": f"[{label}: {part.media_type}, {len(part.data)} bytes]"}
+
+
+# ---- stream assembly -------------------------------------------------------------------------
+
+
+@dataclass
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class _Accumulator:
+    """Folds chat.completion.chunk objects into a Reply; tool-call fragments join by index."""
+
+    text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: dict[int, _PendingCall] = field(default_factory=dict)
+    finish: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, chunk: Any) -> list[StreamEvent]:
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        events: list[StreamEvent] = []
+        for choice in chunk.choices or []:
+            events.extend(self._delta(choice.delta))
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+        return events
+
+    def _delta(self, delta: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        extra = delta.model_extra or {}
+        # Not in the SDK's schema: DeepSeek/llama.cpp say reasoning_content, vLLM says reasoning.
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.thinking.append(reasoning)
+            events.append(StreamEvent("thinking", reasoning))
+        if delta.content:
+            self.text.append(delta.content)
+            events.append(StreamEvent("text", delta.content))
+        for tc in delta.tool_calls or []:
+            call = self.calls.setdefault(tc.index, _PendingCall())
+            call.id = call.id or (tc.id or "")
+            if tc.function is not None:
+                call.name += tc.function.name or ""
+                call.arguments += tc.function.arguments or ""
+        return events
+
+    def reply(self) -> Reply:
+        if self.finish is None:
+            raise TransientProviderError("the stream ended before the model finished its reply")
+        parts: list[Part] = []
+        if self.thinking:
+            parts.append(Thinking(text="".join(self.thinking), provider=PROVIDER))
+        if self.text:
+            parts.append(Text("".join(self.text)))
+        calls = [self._call(i, c) for i, c in sorted(self.calls.items())]
+        parts.extend(calls)
+        return Reply(parts, _stop(self.finish, bool(calls)), self.usage)
+
+    @staticmethod
+    def _call(index: int, call: _PendingCall) -> ToolCall:
+        try:
+            args = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError:
+            args = None
+        if not isinstance(args, dict):
+            # Keep what the model wrote; the runner reports the bad arguments back to it.
+            args = {"_raw": call.arguments}
+        return ToolCall(id=call.id or f"call_{index}", name=call.name, args=args)
+
+
+def _stop(finish: str, has_calls: bool) -> StopReason:
+    if finish == "tool_calls" or finish == "function_call" or has_calls:
+        return "tool"
+    return "length" if finish == "length" else "done"
+
+
+def _usage(usage: Any) -> Usage:
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(
+        input=usage.prompt_tokens or 0,
+        output=usage.completion_tokens or 0,
+        cache_read=cached or 0,
+    )
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+def map_error(error: Exception) -> ProviderError:
+    """The one place SDK and stream failures become Heron errors."""
+    import openai
+
+    if isinstance(error, json.JSONDecodeError):
+        return TransientProviderError(f"malformed event in the stream: {error}")
+    if isinstance(error, openai.APIStatusError):
+        return _status_error(error)
+    if isinstance(error, openai.APITimeoutError):
+        return TransientProviderError("the request timed out")
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__
+        detail = f": {cause}" if cause else ""
+        return TransientProviderError(f"connection to the model server failed{detail}")
+    if isinstance(error, openai.APIError):
+        # An error object sent inside the stream: the server gave up mid-reply.
+        return TransientProviderError(f"the server reported an error mid-stream: {error.message}")
+    return FatalProviderError(f"unexpected client error: {error}")
+
+
+def _status_error(error: Any) -> ProviderError:
+    status: int = error.status_code
+    body = error.body if isinstance(error.body, str) else json.dumps(error.body, default=str)
+    message = f"HTTP {status}: {_message(error)}"
+    known = {"status": status, "body": body}
+    code = str(error.code or "")
+    if status == 429:
+        return RateLimited(message, retry_after=_retry_after(error.response.headers), **known)
+    if status >= 500:
+        return TransientProviderError(message, **known)
+    if status in (401, 403):
+        return AuthError(message, hint=AUTH_HINT, **known)
+    if status == 404 or code == "model_not_found":
+        return UnknownModel(message, hint=MODEL_HINT, **known)
+    text = f"{code} {body} {error.message}".lower()
+    if status in (400, 413) and any(m in text for m in _OVERFLOW_MARKERS):
+        return ContextOverflow(message, **known)
+    return FatalProviderError(message, **known)
+
+
+def _message(error: Any) -> str:
+    if isinstance(error.body, dict) and isinstance(error.body.get("message"), str):
+        return error.body["message"]
+    return str(error.message)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds; HTTP dates ignored)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            continue
+    return None
