@@ -140,14 +140,6 @@ class Reply:
 
 # ---- JSON ------------------------------------------------------------------------------------
 
-_PART_TYPES: dict[str, type] = {
-    "text": Text,
-    "tool_call": ToolCall,
-    "tool_result": ToolResult,
-    "thinking": Thinking,
-    "file": File,
-}
-
 
 def part_to_dict(part: Part) -> dict[str, Any]:
     if isinstance(part, Text):
@@ -179,13 +171,20 @@ def part_to_dict(part: Part) -> dict[str, Any]:
 
 
 def part_from_dict(d: dict[str, Any]) -> Part:
+    # Spelled out per kind rather than generic: histories of 10,000 messages are decoded on
+    # every turn, and this is the inner loop.
     kind = d.get("kind")
-    if kind not in _PART_TYPES:
-        raise ValueError(f"unknown part kind {kind!r}")
-    fields = {k: v for k, v in d.items() if k != "kind"}
+    if kind == "text":
+        return Text(d["text"])
+    if kind == "tool_call":
+        return ToolCall(d["id"], d["name"], d.get("args", {}))
+    if kind == "tool_result":
+        return ToolResult(d["call_id"], d["content"], d.get("is_error", False))
+    if kind == "thinking":
+        return Thinking(d.get("text"), d.get("provider_state"), d.get("provider"))
     if kind == "file":
-        fields["data"] = base64.b64decode(fields["data"])
-    return _PART_TYPES[kind](**fields)
+        return File(d["media_type"], base64.b64decode(d["data"]), d.get("name"))
+    raise ValueError(f"unknown part kind {kind!r}")
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:

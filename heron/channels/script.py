@@ -8,7 +8,7 @@ from typing import TextIO
 from heron.agent.engine import Engine, TurnHooks, new_key
 from heron.agent.runner import ToolCallRecord
 from heron.config import Settings
-from heron.providers.base import StreamEvent
+from heron.providers.base import Provider, StreamEvent
 
 EMBEDDED_BANNER = (
     "Using the built-in offline model (SmolLM2-135M): it is tiny, answers simple questions and "
@@ -49,6 +49,7 @@ async def run_once(
     ephemeral: bool,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
+    provider: Provider | None = None,
 ) -> bool:
     key = key or new_key("run")
     printer = _StreamPrinter(out, err)
@@ -57,7 +58,7 @@ async def run_once(
         on_tool_end=printer.tool_end,
         on_retry=lambda e, wait: err.write(f"[retrying in {wait:.1f}s: {e}]\n"),
     )
-    async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+    async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
         result = await engine.turn(key, text, hooks, agent=agent)

@@ -85,7 +85,7 @@ class AnthropicProvider:
         """One streamed call. Does not retry: wrap it with `chat_with_retries`."""
         body = self.payload(request)
         with map_errors():
-            stream = await self._client.messages.create(**body)
+            stream = await _post_stream(self._client, body)
         assembler = _Assembler(on_event)
         try:
             async for event in _events(stream):
@@ -96,6 +96,22 @@ class AnthropicProvider:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+async def _post_stream(client: Any, body: dict[str, Any]) -> Any:
+    """POST through the SDK (auth, headers, SSE decoding, error types) without
+    `messages.create`'s recursive type transform of the body, which is already wire JSON and
+    costs seconds for a long history."""
+    from anthropic import AsyncStream
+    from anthropic.types import Message, RawMessageStreamEvent
+
+    return await client.post(
+        "/v1/messages",
+        body=body,
+        cast_to=Message,
+        stream=True,
+        stream_cls=AsyncStream[RawMessageStreamEvent],
+    )
 
 
 async def chat_with_retries(

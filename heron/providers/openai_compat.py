@@ -139,7 +139,7 @@ class OpenAICompatProvider:
         body = self.payload(request)
         acc = _Accumulator()
         try:
-            stream = await self.client().chat.completions.create(**body)
+            stream = await _post_stream(self.client(), body)
             # `async with` releases the connection even when the caller cancels mid-stream.
             async with stream:
                 async for chunk in stream:
@@ -157,6 +157,23 @@ class OpenAICompatProvider:
 
 
 # ---- wire helpers ----------------------------------------------------------------------------
+
+
+async def _post_stream(client: AsyncOpenAI, body: dict[str, Any]) -> Any:
+    """POST the body through the SDK (auth, headers, SSE decoding, error types) without
+    `chat.completions.create`'s recursive type transform: the body is already plain wire JSON,
+    and transforming a 10,000-message history costs seconds."""
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    return await client.post(
+        "/chat/completions",
+        body=body,
+        cast_to=ChatCompletion,
+        stream=True,
+        stream_cls=AsyncStream[ChatCompletionChunk],
+    )
+
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
