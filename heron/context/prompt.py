@@ -1,7 +1,14 @@
 """The system prompt, assembled in a fixed order so its bytes stay the same from turn to turn.
 
-Anything that changes every turn (the time, the channel) does not belong here: it goes in the
-runtime block after the user's message, so the provider's prompt cache keeps hitting.
+Order: identity, bootstrap files (AGENTS.md, SOUL.md, USER.md), the tool contract, recurring
+work, memory, recent history, skills, the archived context summary, and the tool inventory last
+(the prose nearest the end is what a model follows when two parts disagree about which tools
+exist). Anything that changes every turn (the time, the channel) does not belong here: it goes
+in the runtime block after the user's message, so the provider's prompt cache keeps hitting.
+
+A bootstrap file still identical to a template Heron shipped, in any version it ever shipped,
+was not written by the user: AGENTS.md and USER.md are then left out, SOUL.md stays but is
+labelled as the unmodified default so the model does not quote it back as a preference.
 """
 
 from __future__ import annotations
@@ -9,23 +16,39 @@ from __future__ import annotations
 import hashlib
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from heron.providers.base import ToolSpec
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
+SCHEDULER_TOOLS = frozenset({"schedule", "scheduler", "cron"})
 
 TOOL_CONTRACT = """\
 # Tools
 Use tools when they help; answer directly when they do not. Independent calls may run in
 parallel. A tool error comes back as a result: read it and correct the call. Files and commands
-act inside the workspace."""
+act inside the workspace. Old tool results may be replaced by a one-line placeholder; a saved
+path in it can be read again."""
+
+RECURRING_WORK = """\
+# Recurring work
+A request that repeats (every morning, each Friday) belongs to the scheduler tool, not to a
+promise in the conversation."""
 
 
 @dataclass(frozen=True)
 class PromptInputs:
     agent: str
     workspace: Path
-    tools: list[ToolSpec]
+    tools: list[ToolSpec] | None  # None: the turn did not declare its tools
+    memory: str = ""  # filled by the memory engine
+    recent_history: str = ""  # filled by the memory engine
+    skills: str = ""
+    archived_summary: str = ""  # the consolidation summary of the folded history
+    bootstrap: dict[str, str] = field(default_factory=dict)  # name -> text; read when empty
 
 
 def identity(inputs: PromptInputs) -> str:
@@ -36,15 +59,95 @@ def identity(inputs: PromptInputs) -> str:
     )
 
 
-def tool_inventory(tools: list[ToolSpec]) -> str:
+def _normalized_digest(text: str) -> str:
+    """Digest of a text with line endings and trailing whitespace normalised, so an editor that
+    only rewrites line endings does not turn a template into a user's file."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    return hashlib.sha256("\n".join(lines).strip().encode()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def shipped_digests() -> dict[str, frozenset[str]]:
+    """Every version of every bootstrap template Heron ever shipped, by file name."""
+    found: dict[str, set[str]] = {name: set() for name in BOOTSTRAP_FILES}
+    for path in sorted((TEMPLATES / "shipped").glob("*.v*.md")):
+        name = path.name.split(".v")[0] + ".md"
+        found.setdefault(name, set()).add(_normalized_digest(path.read_text(encoding="utf-8")))
+    for name in BOOTSTRAP_FILES:
+        current = TEMPLATES / name
+        if current.exists():
+            found[name].add(_normalized_digest(current.read_text(encoding="utf-8")))
+    return {name: frozenset(digests) for name, digests in found.items()}
+
+
+def is_shipped_template(name: str, text: str) -> bool:
+    return _normalized_digest(text) in shipped_digests().get(name, frozenset())
+
+
+def read_bootstrap(workspace: Path) -> dict[str, str]:
+    """The bootstrap files present in the workspace root, read in full."""
+    out: dict[str, str] = {}
+    for name in BOOTSTRAP_FILES:
+        path = workspace / name
+        try:
+            out[name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def install_templates(workspace: Path) -> list[str]:
+    """Copy the shipped templates into `workspace` where no file of that name exists yet."""
+    written = []
+    for name in BOOTSTRAP_FILES:
+        target = workspace / name
+        if not target.exists():
+            target.write_text((TEMPLATES / name).read_text(encoding="utf-8"), encoding="utf-8")
+            written.append(name)
+    return written
+
+
+def bootstrap_section(files: dict[str, str]) -> str:
+    blocks = []
+    for name in BOOTSTRAP_FILES:
+        text = files.get(name, "").strip()
+        if not text:
+            continue
+        if is_shipped_template(name, text):
+            if name != "SOUL.md":
+                continue  # scaffolding for content the user has not written yet
+            blocks.append(f"## {name} (unmodified default, not written by the user)\n{text}")
+        else:
+            blocks.append(f"## {name}\n{text}")
+    return "# Workspace files\n" + "\n\n".join(blocks) if blocks else ""
+
+
+def recurring_work(tools: list[ToolSpec] | None) -> str:
+    if tools is None or any(t.name in SCHEDULER_TOOLS for t in tools):
+        return RECURRING_WORK
+    return ""
+
+
+def _titled(title: str, body: str) -> str:
+    return f"# {title}\n{body.strip()}" if body.strip() else ""
+
+
+def tool_inventory(tools: list[ToolSpec] | None) -> str:
     names = ", ".join(t.name for t in tools) if tools else "none"
     return f"# Tools available in this turn\n{names}"
 
 
 def build_system_prompt(inputs: PromptInputs) -> str:
+    files = inputs.bootstrap or read_bootstrap(inputs.workspace)
     sections = [
         identity(inputs),
-        TOOL_CONTRACT if inputs.tools else "",
+        bootstrap_section(files),
+        TOOL_CONTRACT if inputs.tools or inputs.tools is None else "",
+        recurring_work(inputs.tools),
+        _titled("Memory", inputs.memory),
+        _titled("Recent history", inputs.recent_history),
+        _titled("Skills", inputs.skills),
+        _titled("Archived context summary", inputs.archived_summary),
         tool_inventory(inputs.tools),
     ]
     return "\n\n".join(s for s in sections if s)

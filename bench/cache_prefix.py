@@ -1,0 +1,307 @@
+"""How much of each request a provider's prompt cache could serve, over a long conversation.
+
+A scripted 200-turn conversation (read_file of 20 KB files, run_cell output, one long turn that
+writes many files) runs through Heron's engine and the OpenAI-compatible adapter to the fake
+server on loopback, which logs every request body. The window is forced small
+(HERON_CONTEXT_WINDOW) so the run goes through consolidations and an in-flight compaction.
+
+Figures, over the serialized requests (tools, then messages with the system first), in tokens of
+Heron's offline estimate:
+  cacheable fraction  sum of each request's longest common prefix with the previous request,
+                      over the sum of request sizes;
+  ideal fraction      the same if only content new to a request were uncached;
+  prefix breaks       every request that does not start with the whole previous one, and why;
+  effective tokens    mean input cost per request at Anthropic's weights (cached prefix read at
+                      0.1x, the rest written at 1.25x);
+  fixed prefix        tool schemas plus system prompt with the built-in tools, before history.
+
+    .venv/bin/python bench/cache_prefix.py [--turns 200] [--window 24000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from heron.context.tokens import estimate_text
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+
+LONG_TURN = 120  # the turn that writes many files and is compacted in flight
+LONG_TURN_CALLS = 40
+FILE_KB = 20
+SERVED: Counter[int] = Counter()  # model calls answered per turn
+# What each turn does, by turn number modulo 6: a 20 KB read, a grep, a chat answer, run_cell
+# output with a follow-up read, a file listing, a chat answer.
+PLAN: list[list[tuple[str, dict[str, str]]]] = [
+    [("read_file", {"path": "file_{n}.txt"})],
+    [("grep", {"pattern": "file {n}$"})],
+    [],
+    [("run_cell", {"code": "summarize({n})"}), ("read_file", {"path": "file_{n}.txt"})],
+    [("list_files", {"path": "."})],
+    [],
+]
+
+
+# ---- the scripted model ----------------------------------------------------------------------
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content") or ""
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def _turn_of(messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """(turn number, tool calls made so far in this turn) from a chat completions body."""
+    calls = 0
+    for m in reversed(messages):
+        if m["role"] == "assistant":
+            calls += len(m.get("tool_calls") or [])
+        if m["role"] == "user" and _text(m).startswith("turn "):
+            return int(_text(m).split()[1].rstrip(":")), calls
+    return 0, calls
+
+
+def _kind(body: dict[str, Any]) -> str:
+    messages = body["messages"]
+    system = _text(messages[0]) if messages and messages[0]["role"] == "system" else ""
+    if system.startswith("You compact"):
+        return "summary"
+    if system.startswith("You write checkpoints") or "[Heron: this turn is filling" in _text(
+        messages[-1]
+    ):
+        return "checkpoint"
+    return "turn"
+
+
+def answer(body: dict[str, Any]) -> ServerReply:
+    kind = _kind(body)
+    if kind == "summary":
+        return ServerReply(
+            text="## Facts\nThe user is reviewing report files and notebooks.\n"
+            "## Working state\nReviewing files one by one; next: the following file."
+        )
+    if kind == "checkpoint":
+        return ServerReply(
+            text="## Request\nWrite the module files.\n## User's instructions (quoted)\n"
+            "see above\n## Done (with concrete paths, ids and values)\nwrote mod_*.py\n"
+            "## Errors and dead ends\nnone\n## Open items\nthe rest\n## Current step\nwriting"
+        )
+    turn, _ = _turn_of(body["messages"])
+    # Counted here, not from the messages: an in-flight compaction folds the turn's calls.
+    calls = SERVED[turn]
+    SERVED[turn] += 1
+    if turn == LONG_TURN and calls < LONG_TURN_CALLS:
+        content = f"# module {calls}\n" + "def f():\n    return 42\n" * 160
+        return ServerReply(
+            tool_calls=[("write_file", {"path": f"mod_{calls}.py", "content": content})]
+        )
+    if turn != LONG_TURN and calls < len(PLAN[turn % len(PLAN)]):
+        name, args = PLAN[turn % len(PLAN)][calls]
+        return ServerReply(tool_calls=[(name, {k: v.format(n=turn % 12) for k, v in args.items()})])
+    return ServerReply(text=f"Done with turn {turn}: the file looks consistent.")
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+
+def _registry() -> Any:
+    """The built-in tools, with run_cell answering from a stub (same schema) so the benchmark
+    does not start a Python kernel per turn."""
+    from heron.tools.python_kernel import run_cell
+    from heron.tools.registry import ToolRegistry, default_registry
+
+    def fake_run_cell(ctx: Any, code: str, timeout: float = 60) -> str:
+        return "\n".join(f"[{i}] value={i * 17 % 97} ok" for i in range(400))
+
+    tools = default_registry()
+    specs = [tools.get(n) for n in tools.names()]
+    stub = dataclasses.replace(run_cell, fn=fake_run_cell)
+    return ToolRegistry([stub if t.name == "run_cell" else t for t in specs])
+
+
+async def run(turns: int, window: int, home: Path, base_url: str) -> dict[str, Any]:
+    from heron.agent.engine import Engine
+    from heron.compaction import records as rec
+    from heron.config import Settings
+
+    env = {
+        "HERON_HOME": str(home),
+        "HERON_BASE_URL": base_url,
+        "HERON_MODEL": "fake-model",
+        "HERON_CONTEXT_WINDOW": str(window),
+    }
+    # A 40-call turn sends far more than the default per-run token ceiling (1M).
+    (home / "config.toml").write_text("[agent]\nmax_tokens_total = 10000000\n")
+    settings = Settings.load(env)
+    async with Engine.open(settings, registry=_registry()) as engine:
+        workspace = settings.paths.workspace
+        line = "Quarterly figures: revenue, costs, margins and notes for review.\n"
+        for i in range(12):
+            (workspace / f"file_{i}.txt").write_text(
+                f"file {i}\n" + line * (FILE_KB * 1024 // len(line))
+            )
+        for turn in range(1, turns + 1):
+            await engine.turn("bench", f"turn {turn}: please look at the next file")
+        conv = engine.store.conversation("bench")
+        kinds = Counter(c.kind for c in rec.compactions(engine.store, conv.id))
+        return {"compactions": dict(kinds)}
+
+
+def fixed_prefix_tokens() -> int:
+    """Tools plus system prompt, as the OpenAI-compatible adapter sends them, with no history."""
+    from heron.context.prompt import PromptInputs, build_system_prompt
+    from heron.providers.base import ChatRequest
+    from heron.providers.openai_compat import OpenAICompatProvider
+    from heron.tools.registry import default_registry
+
+    specs = default_registry().specs()
+    with tempfile.TemporaryDirectory() as empty:
+        system = build_system_prompt(PromptInputs("default", Path(empty), specs))
+    body = OpenAICompatProvider("m", "k").payload(ChatRequest("m", system, [], specs))
+    return estimate_text(_serialize(body))
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+
+def _serialize(body: dict[str, Any]) -> str:
+    """Tools, then each message in order, with no closing bracket: a request that only
+    appends messages then starts with the whole previous one."""
+    tools = json.dumps(body.get("tools", []), ensure_ascii=False)
+    return tools + "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in body["messages"])
+
+
+def _common(a: str, b: str) -> int:
+    n, i, step = min(len(a), len(b)), 0, 4096
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _cause(prev: dict[str, Any], body: dict[str, Any], at: int) -> str:
+    kind, before = _kind(body), _kind(prev)
+    if kind == "summary":
+        return "consolidation: the summary call"
+    if before == "summary":
+        return "consolidation: older turns folded into the summary"
+    if before == "checkpoint":
+        return "in-flight compaction: steps folded into the checkpoint"
+    if kind == "checkpoint":
+        return "in-flight compaction: checkpoint request"
+    tools = json.dumps(body.get("tools", []), ensure_ascii=False)
+    if at < len(tools):
+        return "tool schemas changed"
+    if body["messages"][0] != prev["messages"][0]:
+        return "system prompt changed"
+    changed = [m for m, p in zip(body["messages"], prev["messages"], strict=False) if m != p]
+    if changed and "cleared from the context" in _text(changed[0]):
+        return "micro-compaction: ten old results became placeholders"
+    return "other"
+
+
+def measure(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    sizes, cached, ideal, events = [], [], [], set()
+    breaks = []
+    prev_text, prev = "", None
+    prev_messages: Counter[str] = Counter()
+    for i, body in enumerate(requests):
+        text = _serialize(body)
+        size = estimate_text(text)
+        common = _common(prev_text, text) if prev is not None else 0
+        hit = estimate_text(text[:common]) if common else 0
+        messages = Counter(json.dumps(m, ensure_ascii=False) for m in body["messages"])
+        new = sum(estimate_text(m) * n for m, n in (messages - prev_messages).items())
+        tools_new = 0 if prev is not None and body.get("tools") == prev.get("tools") else None
+        fresh = new + (estimate_text(json.dumps(body.get("tools", []))) if tools_new is None else 0)
+        sizes.append(size)
+        cached.append(hit)
+        ideal.append(max(0, size - fresh))
+        if prev is not None and common < len(prev_text):
+            cause = _cause(prev, body, common)
+            breaks.append({"request": i, "cause": cause})
+            if cause.startswith(("consolidation", "in-flight")):
+                events.add(i)
+        if _kind(body) != "turn":
+            events.update({i, i + 1})
+        prev_text, prev, prev_messages = text, body, messages
+    outside = [i for i in range(len(requests)) if i not in events and i > 0]
+    return {
+        "cacheable_fraction": sum(cached) / sum(sizes),
+        "ideal_fraction": sum(ideal) / sum(sizes),
+        "cacheable_outside_compaction": sum(cached[i] for i in outside)
+        / max(1, sum(sizes[i] for i in outside)),
+        "ideal_outside_compaction": sum(ideal[i] for i in outside)
+        / max(1, sum(sizes[i] for i in outside)),
+        "prefix_breaks": breaks,
+        "effective_tokens_per_request": sum(
+            c * 0.1 + (s - c) * 1.25 for c, s in zip(cached, sizes, strict=True)
+        )
+        / len(sizes),
+        "mean_request_tokens": sum(sizes) / len(sizes),
+        "requests": len(requests),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--window", type=int, default=64_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as home, FakeOpenAIServer(answer) as server:
+        for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+            os.environ.pop(var, None)
+        info = asyncio.run(run(args.turns, args.window, Path(home), server.base_url))
+        figures = measure(server.requests)
+    figures["fixed_prefix_tokens"] = fixed_prefix_tokens()
+    figures["compactions"] = info["compactions"]
+    figures["seconds"] = round(time.monotonic() - started, 1)
+    if args.json:
+        keys = [
+            "cacheable_fraction",
+            "ideal_fraction",
+            "prefix_breaks",
+            "effective_tokens_per_request",
+            "fixed_prefix_tokens",
+        ]
+        extra = ["cacheable_outside_compaction", "ideal_outside_compaction", "compactions"]
+        print(json.dumps({k: figures[k] for k in keys + extra + ["requests"]}))
+        return
+    print(
+        f"{args.turns} turns, window {args.window} tokens, {figures['requests']} requests "
+        f"in {figures['seconds']} s; compactions: {figures['compactions']}"
+    )
+    print(f"cacheable fraction      {figures['cacheable_fraction']:.3f}")
+    print(f"ideal fraction          {figures['ideal_fraction']:.3f}")
+    print(
+        f"  outside compaction    {figures['cacheable_outside_compaction']:.3f} "
+        f"(ideal {figures['ideal_outside_compaction']:.3f})"
+    )
+    effective = figures["effective_tokens_per_request"]
+    print(
+        f"effective tokens/request (Anthropic weights) {effective:.0f}"
+        f" of {figures['mean_request_tokens']:.0f} sent"
+    )
+    print(f"fixed prefix tokens     {figures['fixed_prefix_tokens']}")
+    print(f"prefix breaks           {len(figures['prefix_breaks'])}")
+    for b in figures["prefix_breaks"]:
+        print(f"  request {b['request']:5}: {b['cause']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Consolidation: the older part of a conversation folded into one summary.
+
+The summary is written by a dedicated call without tools; Heron then quotes every message the
+user wrote in the folded part itself, verbatim from the record, and adds the work state and
+todos. A failed summary changes nothing (the next turn retries); the third failing turn in a
+row writes a deterministic fallback instead, so a broken summarizer cannot stall a conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from heron.compaction import records as rec
+from heron.compaction.core import (
+    KEEP_MESSAGES,
+    BranchState,
+    ContextDeps,
+    load_branch,
+    load_branch_async,
+    system_for,
+    tokens_of,
+    view_of,
+)
+from heron.compaction.summary import (
+    SUMMARY_SYSTEM,
+    fallback_facts,
+    parse_summary,
+    quotes_of,
+    render_summary,
+    state_block,
+    transcript,
+)
+from heron.context.tokens import estimate_text
+from heron.context.view import is_clean_user
+from heron.messages import Message, Text
+from heron.providers.base import ChatRequest
+
+log = logging.getLogger(__name__)
+FAILED_TURNS_BEFORE_FALLBACK = 3
+
+
+@dataclass
+class CompactionReport:
+    kind: str  # consolidation | fallback | inflight | none | failed
+    reason: str
+    rows_folded: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    compaction_id: int | None = None
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.compaction_id is not None
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return "Nothing to compact: the conversation is already short."
+        if self.kind == "failed":
+            return f"Compaction failed ({self.error}); nothing was changed. It is retried later."
+        return (
+            f"Compacted {self.rows_folded} messages ({self.kind}): about {self.tokens_before} "
+            f"tokens of context became {self.tokens_after}."
+        )
+
+
+def choose_cut(state: BranchState) -> int | None:
+    """Index of the first row kept verbatim: the latest row that starts a turn with at least
+    KEEP_MESSAGES rows from it on, after the current fold; None when nothing can be folded."""
+    rows, plan = state.rows, state.plan
+    ids = [r.id for r in rows]
+    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
+    best = None
+    for i in range(start + 1, len(rows) - KEEP_MESSAGES + 1):
+        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted:
+            best = i
+    return best
+
+
+def _prompt(deps: ContextDeps, state: BranchState, messages: list[Message]) -> str:
+    previous = state.consolidation
+    facts = previous.meta.get("facts", "") if previous else ""
+    ws = previous.working_state if previous else ""
+    text = transcript(messages)
+    room = deps.budget.input * 3  # characters: keep the newest part when it cannot all fit
+    if len(text) > room:
+        text = "[… older part left out …]\n" + text[-room:]
+    return (
+        f"Previous facts:\n{facts or '(none)'}\n\nPrevious working state:\n{ws or '(none)'}\n\n"
+        f"New part of the conversation:\n{text}"
+    )
+
+
+async def summarize(deps: ContextDeps, prompt: str) -> tuple[str, str]:
+    """(facts, working state) from the model; raises when it fails or does not write."""
+    request = ChatRequest(
+        model=deps.provider.model,
+        system=SUMMARY_SYSTEM,
+        messages=[Message("user", [Text(prompt)])],
+        tools=[],
+        max_tokens=min(deps.budget.output, 2_000),
+    )
+    reply = await deps.provider.chat(request)
+    if reply.tool_calls or not reply.text.strip():
+        raise ValueError("the summarizer wrote no summary")
+    return parse_summary(reply.text)
+
+
+def _count_failure(deps: ContextDeps, conversation_id: int, turn_id: int | None) -> int:
+    """Failing turns in a row, this one included (several attempts in one turn count once)."""
+    state = rec.context_state(deps.store, conversation_id)
+    if turn_id is not None and state.last_failed_turn == turn_id:
+        return state.failed_turns
+    failed = state.failed_turns + 1
+    rec.set_context_state(
+        deps.store, conversation_id, rec.ContextState(failed, turn_id, state.idle_retry_after)
+    )
+    return failed
+
+
+def _reset_failures(deps: ContextDeps, conversation_id: int) -> None:
+    state = rec.context_state(deps.store, conversation_id)
+    if state.failed_turns:
+        rec.set_context_state(
+            deps.store, conversation_id, rec.ContextState(0, None, state.idle_retry_after)
+        )
+
+
+async def consolidate(
+    deps: ContextDeps,
+    conversation_id: int,
+    agent: str,
+    *,
+    reason: str,
+    turn_id: int | None = None,
+    count_failures: bool = True,
+) -> CompactionReport:
+    """Fold everything before the last turns into a summary, if anything can be folded."""
+    state = await load_branch_async(deps.store, conversation_id)
+    cut = choose_cut(state)
+    if cut is None:
+        return CompactionReport("none", reason)
+    before = _conversation_tokens(deps, agent, state)
+    ids = [r.id for r in state.rows]
+    start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0
+    new_rows = [r for r in state.rows[start:cut] if r.id not in state.plan.compacted]
+    kind, error = "consolidation", None
+    try:
+        facts, ws = await summarize(deps, _prompt(deps, state, [r.wire for r in new_rows]))
+    except Exception as e:  # any failure of the summarizer leaves the conversation as it was
+        log.warning("consolidation summary failed: %s", e)
+        error = f"{type(e).__name__}: {e}"
+        failed = FAILED_TURNS_BEFORE_FALLBACK
+        if count_failures:
+            failed = await asyncio.to_thread(_count_failure, deps, conversation_id, turn_id)
+        if not count_failures or failed < FAILED_TURNS_BEFORE_FALLBACK:
+            return CompactionReport("failed", reason, error=error)
+        previous = state.consolidation
+        facts = fallback_facts(
+            [r.message for r in new_rows], previous.meta.get("facts", "") if previous else ""
+        )
+        ws = previous.working_state if previous else ""
+        kind = "fallback"
+    cid = await asyncio.to_thread(_record, deps, state, cut, kind, reason, facts, ws, before, error)
+    after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
+    await asyncio.to_thread(_set_after, deps, cid, after)
+    return CompactionReport(kind, reason, cut - start, before, after, cid, error)
+
+
+def _conversation_tokens(deps: ContextDeps, agent: str, state: BranchState) -> int:
+    """The conversation's size: its view plus the archived summary (the fixed prefix aside)."""
+    summary = state.consolidation.summary if state.consolidation else ""
+    return tokens_of(deps, "", view_of(deps, state)) + deps.calibration.tokens(
+        estimate_text(summary)
+    )
+
+
+def _record(
+    deps: ContextDeps,
+    state: BranchState,
+    cut: int,
+    kind: str,
+    reason: str,
+    facts: str,
+    ws: str,
+    before: int,
+    error: str | None,
+) -> int:
+    conversation_id = state.rows[0].conversation_id
+    folded = state.rows[:cut]  # every row up to the cut, earlier folds included
+    extra = state_block(
+        rec.work_state(deps.store, conversation_id), rec.todos(deps.store, conversation_id)
+    )
+    summary = render_summary(facts, ws, quotes_of(folded), extra)
+    cid = rec.add_compaction(
+        deps.store,
+        conversation_id,
+        kind=kind,
+        reason=reason,
+        summary=summary,
+        working_state=ws,
+        first_row_id=folded[0].id,
+        last_row_id=folded[-1].id,
+        rows_folded=len(folded),
+        tokens_before=before,
+        meta={"facts": facts, **({"error": error} if error else {})},
+    )
+    _reset_failures(deps, conversation_id)
+    return cid
+
+
+def _set_after(deps: ContextDeps, cid: int, after: int) -> None:
+    with deps.store.transaction() as c:
+        c.execute("UPDATE compactions SET tokens_after = ? WHERE id = ?", (after, cid))
+
+
+def conversation_tokens(deps: ContextDeps, conversation_id: int, agent: str) -> int:
+    return _conversation_tokens(deps, agent, load_branch(deps.store, conversation_id))
+
+
+__all__ = ["CompactionReport", "choose_cut", "consolidate", "conversation_tokens", "system_for"]

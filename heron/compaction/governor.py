@@ -1,0 +1,280 @@
+"""The runner's `govern` hook: before every model call, the view is derived again from the
+record, overflow is predicted, and a turn that outgrows the window is compacted in flight.
+
+In-flight compaction folds the turn's older steps into a checkpoint. The checkpoint is asked for
+with the very request that was about to go out plus one instruction, so the provider's cache
+serves it; a model that calls a tool instead gets one retry on a transcript without tools, and
+after two failures the checkpoint is written without the model. The folded rows are marked and
+the turn's request row carries the checkpoint, so the next turn derives the same view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from heron.compaction import records as rec
+from heron.compaction.core import BranchState, ContextDeps, load_branch_async, tokens_of, view_of
+from heron.compaction.summary import (
+    CHECKPOINT_INSTRUCTION,
+    checkpoint_text,
+    fallback_facts,
+    quotes_of,
+    state_block,
+    transcript,
+)
+from heron.context.tokens import estimate_messages, estimate_request, estimate_text
+from heron.context.view import shape_messages, snip
+from heron.messages import Message, Text
+from heron.providers.base import ChatRequest
+from heron.store.records import StoredMessage
+
+log = logging.getLogger(__name__)
+INFLIGHT_AT = 0.8  # of the input budget
+CHAIN_AT = 0.2  # the turn's own chain must be at least this share of the budget
+RECENT_SHARE = 0.3  # the recent steps kept verbatim
+SETTLE_AT = 0.6  # where an in-flight compaction aims the whole request, checkpoint aside
+MODEL_FAILURES_MAX = 2
+SAVE_EVERY = 10  # calibration samples between writes to the store
+
+
+class Governor:
+    """One run's view keeper."""
+
+    def __init__(
+        self,
+        deps: ContextDeps,
+        conversation_id: int,
+        system: str,
+        anchor_id: int | None,
+        turn_id: int | None = None,
+        state: BranchState | None = None,
+        base_len: int = 0,
+    ) -> None:
+        self.deps = deps
+        self.conversation_id = conversation_id
+        self.system = system
+        self.anchor_id = anchor_id  # the turn's request row
+        self.turn_id = turn_id
+        self.state = state  # the record as last read; the runner's messages after base_len
+        self.base_len = base_len  # are the run's own, not read back from the store
+        self.model_failures = 0
+        self.inflight = 0
+        self.last_raw = 0  # uncalibrated estimate of the last request governed
+
+    async def govern(self, given: list[Message]) -> list[Message]:
+        """The view for the next call. The record is read back only when an in-flight
+        compaction is due; otherwise the run's new messages extend the view derived at BUILD."""
+        if self.state is None and not await self._reload(given):
+            return self._shape_only(given)
+        assert self.state is not None
+        view = view_of(self.deps, self.state, given[self.base_len :])
+        if self._over(view, INFLIGHT_AT) and await self._reload(given):
+            view = view_of(self.deps, self.state)
+            if await self._inflight(self.state, view) and await self._reload(given):
+                view = view_of(self.deps, self.state)
+                await asyncio.to_thread(self._set_after, tokens_of(self.deps, self.system, view))
+        return self._fit(view)
+
+    async def _reload(self, given: list[Message]) -> bool:
+        """Read the record again; False when it does not hold what the runner holds."""
+        state = await load_branch_async(self.deps.store, self.conversation_id)
+        if not _matches(state.rows, given):
+            return False
+        self.state, self.base_len = state, len(given)
+        return True
+
+    def _over(self, view: list[Message], share: float) -> bool:
+        return tokens_of(self.deps, self.system, view) > self.deps.budget.input * share
+
+    def _fit(self, view: list[Message]) -> list[Message]:
+        fixed = estimate_request(self.system, self.deps.tools, [], self.deps.calibration).total
+        view = snip(view, self.deps.budget.input - fixed, self.deps.calibration)
+        self.last_raw = estimate_text(self.system) + estimate_messages(view) + _tools_raw(self.deps)
+        return view
+
+    def _shape_only(self, given: list[Message]) -> list[Message]:
+        return self._fit(shape_messages(given, self.deps.view_options()))
+
+    # ---- in-flight compaction -----------------------------------------------------------------
+
+    def _rounds(self, state: BranchState) -> list[list[StoredMessage]]:
+        ids = [r.id for r in state.rows]
+        if self.anchor_id not in ids:
+            return []
+        steps = [
+            r
+            for r in state.rows[ids.index(self.anchor_id) + 1 :]
+            if r.id not in state.plan.compacted
+        ]
+        rounds: list[list[StoredMessage]] = []
+        for row in steps:
+            if row.role == "assistant" or not rounds:
+                rounds.append([row])
+            else:
+                rounds[-1].append(row)
+        return rounds
+
+    def _split(
+        self, rounds: list[list[StoredMessage]], before_turn: int
+    ) -> tuple[list[StoredMessage], list[StoredMessage]]:
+        """(folded rows, kept rows): the most recent rounds within RECENT_SHARE, at least one,
+        and fewer when the history before the turn leaves less room: the view must land well
+        under the trigger, or the next call would compact again."""
+        budget = self.deps.budget.input
+        room = min(budget * RECENT_SHARE, budget * SETTLE_AT - before_turn)
+        kept: list[list[StoredMessage]] = []
+        for rnd in reversed(rounds):
+            size = self.deps.calibration.tokens(estimate_messages(r.wire for r in rnd))
+            if kept and size + sum(_size(self.deps, k) for k in kept) > room:
+                break
+            kept.insert(0, rnd)
+        folded = [r for rnd in rounds[: len(rounds) - len(kept)] for r in rnd]
+        return folded, [r for rnd in kept for r in rnd]
+
+    async def _inflight(self, state: BranchState, view: list[Message]) -> bool:
+        rounds = self._rounds(state)
+        chain = sum(_size(self.deps, rnd) for rnd in rounds)
+        if chain < self.deps.budget.input * CHAIN_AT:
+            return False
+        folded, _ = self._split(rounds, tokens_of(self.deps, self.system, view) - chain)
+        if not folded or folded[0].role != "assistant":
+            return False
+        before = tokens_of(self.deps, self.system, view)
+        body = await self._checkpoint_body(state, view, folded)
+        await asyncio.to_thread(self._record, state, folded, body, before)
+        self.inflight += 1
+        return True
+
+    async def _checkpoint_body(
+        self, state: BranchState, view: list[Message], folded: list[StoredMessage]
+    ) -> str:
+        previous = state.plan.checkpoints.get(self.anchor_id or -1, "")
+        attempts: list[Callable[[], Awaitable[str | None]]] = [
+            lambda: self._ask_same_request(view),
+            lambda: self._ask_transcript(previous, folded),
+        ]
+        for attempt in attempts:
+            if self.model_failures >= MODEL_FAILURES_MAX:
+                break
+            body = await attempt()
+            if body:
+                return body
+            self.model_failures += 1
+        return "## Done (calls made and the start of each result)\n" + fallback_facts(
+            [r.message for r in folded], previous
+        )
+
+    async def _ask(self, request: ChatRequest) -> str | None:
+        try:
+            reply = await self.deps.provider.chat(request)
+        except Exception as e:  # a failed checkpoint falls back; it never fails the turn
+            log.warning("in-flight checkpoint failed: %s", e)
+            return None
+        if reply.tool_calls or not reply.text.strip():
+            return None
+        return reply.text
+
+    async def _ask_same_request(self, view: list[Message]) -> str | None:
+        last = view[-1]
+        asked = [
+            *view[:-1],
+            Message(last.role, [*last.parts, Text("\n\n" + CHECKPOINT_INSTRUCTION)]),
+        ]
+        if last.role != "user":
+            asked = [*view, Message("user", [Text(CHECKPOINT_INSTRUCTION)])]
+        return await self._ask(
+            ChatRequest(
+                model=self.deps.provider.model,
+                system=self.system,
+                messages=asked,
+                tools=self.deps.tools,
+                max_tokens=min(self.deps.budget.output, 2_000),
+            )
+        )
+
+    async def _ask_transcript(self, previous: str, folded: list[StoredMessage]) -> str | None:
+        text = (previous + "\n\n" if previous else "") + transcript([r.wire for r in folded])
+        room = self.deps.budget.input * 3
+        prompt = text[-room:] + "\n\n" + CHECKPOINT_INSTRUCTION
+        return await self._ask(
+            ChatRequest(
+                model=self.deps.provider.model,
+                system="You write checkpoints of an assistant's work so it can continue.",
+                messages=[Message("user", [Text(prompt)])],
+                tools=[],
+                max_tokens=min(self.deps.budget.output, 2_000),
+            )
+        )
+
+    def _record(
+        self, state: BranchState, folded: list[StoredMessage], body: str, before: int
+    ) -> None:
+        earlier = [r for r in state.rows if r.id in state.plan.compacted]
+        ids = {r.id for r in folded} | {r.id for r in earlier}
+        turn_rows = [r for r in state.rows if r.id in ids]
+        extra = state_block(
+            rec.work_state(self.deps.store, self.conversation_id),
+            rec.todos(self.deps.store, self.conversation_id),
+        )
+        text = checkpoint_text(body, quotes_of(turn_rows), extra)
+        rec.add_compaction(
+            self.deps.store,
+            self.conversation_id,
+            kind="inflight",
+            reason="the turn filled the window",
+            summary=text,
+            first_row_id=folded[0].id,
+            last_row_id=folded[-1].id,
+            anchor_row_id=self.anchor_id,
+            rows_folded=len(folded),
+            tokens_before=before,
+            compacted_rows=[r.id for r in folded],
+        )
+
+    def _set_after(self, tokens: int) -> None:
+        with self.deps.store.transaction() as c:
+            c.execute(
+                "UPDATE compactions SET tokens_after = ? WHERE id = (SELECT MAX(id) FROM"
+                " compactions WHERE conversation_id = ? AND kind = 'inflight')",
+                (tokens, self.conversation_id),
+            )
+
+    # ---- calibration --------------------------------------------------------------------------
+
+    def observing(self, on_model_call: Callable[[Any], Awaitable[None]]) -> Callable[..., Any]:
+        """Wrap the runner's on_model_call so each reply's usage calibrates the estimate."""
+
+        async def observe(record: Any) -> None:
+            await on_model_call(record)
+            usage = getattr(getattr(record, "reply", None), "usage", None)
+            if usage is None or not usage.input or not self.last_raw:
+                return
+            cal = self.deps.calibration.observe(self.last_raw, usage.input)
+            self.deps.calibration = cal
+            if cal.samples % SAVE_EVERY == 1:  # the store is written now and then, not per call
+                await asyncio.to_thread(
+                    rec.save_calibration, self.deps.store, self.deps.model, cal, 0
+                )
+
+        return observe
+
+
+def _size(deps: ContextDeps, rows: list[StoredMessage]) -> int:
+    return deps.calibration.tokens(estimate_messages(r.wire for r in rows))
+
+
+def _tools_raw(deps: ContextDeps) -> int:
+    from heron.context.tokens import estimate_tools
+
+    return estimate_tools(deps.tools)
+
+
+def _matches(rows: list[StoredMessage], given: list[Message]) -> bool:
+    """The record holds what the runner is about to send (its last message is the last row)."""
+    if not rows or not given:
+        return False
+    last = rows[-1].wire
+    return last.role == given[-1].role and last.parts == given[-1].parts

@@ -1,0 +1,71 @@
+"""Idle compaction: a conversation left alone for idleCompactAfterMinutes, with no turn
+running, is consolidated in the background. Its summary enters the next turn as the archived
+context section. A failed summary leaves the conversation untouched and is retried after ten
+minutes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from heron.compaction import records as rec
+from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
+from heron.compaction.core import ContextDeps, deps_for, load_branch
+
+log = logging.getLogger(__name__)
+RETRY_AFTER_FAILURE_S = 600.0
+
+
+def _candidates(deps: ContextDeps, now: float) -> list[tuple[int, str]]:
+    """Conversations idle long enough, with no running turn and no retry pending, that have
+    something to fold since their last consolidation."""
+    cutoff = now - deps.idle_minutes * 60
+    rows = deps.store.query(
+        "SELECT c.id, c.agent, c.updated FROM conversations c"
+        " LEFT JOIN context_state s ON s.conversation_id = c.id"
+        " WHERE c.updated < ? AND c.head_id IS NOT NULL"
+        " AND COALESCE(s.idle_retry_after, 0) <= ?"
+        " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
+        " AND t.status = 'running')",
+        (cutoff, now),
+    )
+    out = []
+    for cid, agent, _updated in rows:
+        if choose_cut(load_branch(deps.store, cid)) is not None:
+            out.append((cid, agent))
+    return out
+
+
+def _retry_later(deps: ContextDeps, conversation_id: int, now: float) -> None:
+    state = rec.context_state(deps.store, conversation_id)
+    rec.set_context_state(
+        deps.store,
+        conversation_id,
+        rec.ContextState(state.failed_turns, state.last_failed_turn, now + RETRY_AFTER_FAILURE_S),
+    )
+
+
+async def compact_idle(engine: Any, now: float | None = None) -> list[CompactionReport]:
+    deps = deps_for(engine)
+    if deps.idle_minutes <= 0:
+        return []
+    now = time.time() if now is None else now
+    reports = []
+    for cid, agent in await asyncio.to_thread(_candidates, deps, now):
+        report = await consolidate(deps, cid, agent, reason="idle", count_failures=False)
+        if report.kind == "failed":
+            await asyncio.to_thread(_retry_later, deps, cid, now)
+        reports.append(report)
+    return reports
+
+
+async def idle_loop(engine: Any, poll_s: float = 60.0) -> None:
+    """Poll for idle conversations until cancelled."""
+    while True:
+        try:
+            await compact_idle(engine)
+        except Exception as e:  # the sweeper must outlive a bad conversation
+            log.warning("idle compaction failed: %s", e)
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,67 @@
+"""Before a turn's first model call: consolidate if the conversation grew past its share of the
+window, then hand the engine the system prompt, the view and the run's governor."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
+from heron.compaction.core import (
+    BranchState,
+    ContextDeps,
+    deps_for,
+    load_branch,
+    load_branch_async,
+    system_for,
+    view_of,
+)
+from heron.compaction.governor import Governor
+from heron.messages import Message
+
+
+@dataclass
+class Prepared:
+    system: str
+    messages: list[Message]
+    governor: Governor
+    report: CompactionReport | None = None
+
+
+async def prepare_turn(
+    engine: Any,
+    conversation: Any,
+    agent: str,
+    turn_id: int,
+    user_row_id: int,
+    *,
+    window: int | None = None,
+) -> Prepared:
+    deps, state, size, ready = await asyncio.to_thread(
+        _measure, engine, conversation.id, agent, window
+    )
+    report = None
+    if size > deps.budget.consolidate_at:
+        report = await consolidate(
+            deps, conversation.id, agent, reason="threshold", turn_id=turn_id
+        )
+        if report.changed:
+            state = await load_branch_async(deps.store, conversation.id)
+            ready = await asyncio.to_thread(_assemble, deps, agent, state)
+    system, view = ready
+    governor = Governor(deps, conversation.id, system, user_row_id, turn_id, state, len(view))
+    return Prepared(system, view, governor, report)
+
+
+def _measure(
+    engine: Any, conversation_id: int, agent: str, window: int | None
+) -> tuple[ContextDeps, BranchState, int, tuple[str, list[Message]]]:
+    """In one hop off the loop: the branch, its size, and the system prompt and view."""
+    deps = deps_for(engine, window)
+    state = load_branch(deps.store, conversation_id)
+    return deps, state, _conversation_tokens(deps, agent, state), _assemble(deps, agent, state)
+
+
+def _assemble(deps: ContextDeps, agent: str, state: BranchState) -> tuple[str, list[Message]]:
+    return system_for(deps, agent, state), view_of(deps, state)

@@ -1,0 +1,237 @@
+"""The model-facing view, derived from the full record and never stored in place of it.
+
+From the branch's rows and the compaction metadata: the rows folded by the latest consolidation
+are left out (their summary is in the system prompt), rows folded by an in-flight compaction are
+left out and the row that carries its checkpoint gets it appended, old results of read-like
+tools become one-line placeholders (ten at a time, so the cached prefix breaks once per ten
+results), results over the per-result budget are cut to their head and a saved path, and the
+view is repaired so it never holds a call without its result or a result without its call.
+
+Everything here is a pure function of its inputs (apart from saving a cut result to disk under
+a name fixed by its call id), so the same record always gives the same bytes: that is what lets
+request N+1 start with request N.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heron.context.repair import repair_tool_pairs
+from heron.context.tokens import Calibration, estimate_message
+from heron.messages import Message, Part, Text, ToolCall, ToolResult
+from heron.store.records import StoredMessage
+
+# Tools whose old results can be dropped from the view: reading them again is possible or
+# pointless. run_cell and bash also act, so their placeholder says not to run them again.
+COMPACTABLE = frozenset(
+    {"read_file", "grep", "list_files", "glob", "run_cell", "bash", "web_fetch", "recall"}
+)
+EXECUTING = frozenset({"run_cell", "bash"})
+KEEP_MIN = 5  # the most recent results always intact: between KEEP_MIN and KEEP_MIN + BATCH - 1
+BATCH = 10
+RESULTS_DIR = Path(".heron") / "results"
+_SAVED = re.compile(r"saved in (\S+?\.txt)")
+EARLIER = "[Earlier conversation: see the archived context summary in the system prompt.]"
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """What the compaction records say about a branch."""
+
+    folded_upto: int | None = None  # last row id folded by the active consolidation
+    compacted: frozenset[int] = frozenset()  # rows folded by in-flight compactions
+    checkpoints: dict[int, str] = field(default_factory=dict)  # anchor row id -> checkpoint
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    result_chars: int = 20_000  # per-result budget in the view
+    workspace: Path | None = None  # where a cut result is saved; None: not saved
+
+
+def placeholder_count(compactable: int) -> int:
+    """How many of the oldest compactable results become placeholders: a multiple of BATCH that
+    leaves between KEEP_MIN and KEEP_MIN + BATCH - 1 intact."""
+    return max(0, (compactable - KEEP_MIN) // BATCH) * BATCH
+
+
+Key = tuple[object, int]  # (row id, or ("x", i) for a message not read from the store; part)
+Item = tuple[object, Message]
+
+
+def results_with_calls(items: Sequence[Item]) -> dict[Key, ToolCall | None]:
+    """Each result's position and the call it answers, paired with the assistant message just
+    before it: some servers reuse call ids (call_0 in every reply), so ids alone are not keys."""
+    pending: dict[str, ToolCall] = {}
+    out: dict[Key, ToolCall | None] = {}
+    for ident, message in items:
+        if message.role == "assistant":
+            pending = {c.id: c for c in message.tool_calls}
+            continue
+        for j, part in enumerate(message.parts):
+            if isinstance(part, ToolResult):
+                out[(ident, j)] = pending.get(part.call_id)
+    return out
+
+
+def old_results(pairs: dict[Key, ToolCall | None]) -> set[Key]:
+    """The results to replace by placeholders, counted over the whole record."""
+    keys = [k for k, call in pairs.items() if call is not None and call.name in COMPACTABLE]
+    return set(keys[: placeholder_count(len(keys))])
+
+
+def _brief_args(call: ToolCall) -> str:
+    for key in ("path", "pattern", "command", "code", "url", "query"):
+        value = call.args.get(key)
+        if isinstance(value, str):
+            one = " ".join(value.split())
+            return f'{key}="{one[:60]}{"…" if len(one) > 60 else ""}"'
+    return ""
+
+
+def _saved_path(call_id: str, content: str, workspace: Path | None) -> str | None:
+    found = _SAVED.search(content[-400:])
+    if found:
+        return found.group(1)
+    if workspace is None:
+        return None
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
+    digest = hashlib.sha256(content.encode()).hexdigest()[:10]  # ids repeat on some servers
+    relative = RESULTS_DIR / f"{name}-{digest}.txt"
+    target = workspace / relative
+    try:
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+    except OSError:
+        return None
+    return str(relative)
+
+
+def placeholder(call: ToolCall, result: ToolResult, workspace: Path | None) -> ToolResult:
+    path = _saved_path(call.id, result.content, workspace) if len(result.content) > 200 else None
+    head = f"[Old result of {call.name}({_brief_args(call)}) cleared from the context."
+    where = f" Full text saved in {path}." if path else ""
+    if call.name in EXECUTING:
+        tail = " Do not run the call again just to see its output; it already ran.]"
+    else:
+        tail = " Read it again if you need it.]" if not path else "]"
+    short = result.content if len(result.content) <= 200 else head + where + tail
+    return ToolResult(result.call_id, short, result.is_error)
+
+
+def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResult:
+    if len(result.content) <= limit:
+        return result
+    shown = result.content[:limit]
+    cut = shown.rfind("\n")
+    if cut > limit * 0.8:
+        shown = shown[:cut]
+    path = _saved_path(result.call_id, result.content, workspace)
+    where = f" The full result is saved in {path}." if path else ""
+    note = f"\n[... cut: showing {len(shown)} of {len(result.content)} characters.{where}]"
+    return ToolResult(result.call_id, shown + note, result.is_error)
+
+
+def shape(
+    items: Sequence[Item], pairs: dict[Key, ToolCall | None], opts: ViewOptions
+) -> list[Message]:
+    """Micro-compaction and the per-result budget over (key, message) items."""
+    old = old_results(pairs)
+    out = []
+    for ident, message in items:
+        if not message.tool_results:
+            out.append(message)
+            continue
+        parts: list[Part] = []
+        for j, part in enumerate(message.parts):
+            call = pairs.get((ident, j))
+            if isinstance(part, ToolResult) and (ident, j) in old and call is not None:
+                part = placeholder(call, part, opts.workspace)
+            elif isinstance(part, ToolResult):
+                part = budgeted(part, opts.result_chars, opts.workspace)
+            parts.append(part)
+        out.append(Message(message.role, parts))
+    return out
+
+
+def shape_messages(messages: Sequence[Message], opts: ViewOptions) -> list[Message]:
+    items: list[Item] = [(("x", i), m) for i, m in enumerate(messages)]
+    return shape(items, results_with_calls(items), opts)
+
+
+def visible_rows(rows: Sequence[StoredMessage], plan: ViewPlan) -> list[Item]:
+    """The wire messages of the rows the view shows, checkpoints appended to their anchors."""
+    ids = [r.id for r in rows]
+    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
+    out: list[Item] = []
+    for row in rows[start:]:
+        if row.id in plan.compacted:
+            continue
+        message = row.wire
+        checkpoint = plan.checkpoints.get(row.id)
+        if checkpoint:
+            message = Message(message.role, [*message.parts, Text(checkpoint)])
+        out.append((row.id, message))
+    return out
+
+
+def derive_view(
+    rows: Sequence[StoredMessage],
+    plan: ViewPlan,
+    opts: ViewOptions = ViewOptions(),
+    extra: Sequence[Message] = (),
+) -> list[Message]:
+    """What the model sees of a branch (and of `extra`, messages of the running turn not read
+    back from the store): never an orphaned call or result, first message user."""
+    extra_items: list[Item] = [(("x", i), m) for i, m in enumerate(extra)]
+    # Results are counted from the consolidation cut on (rows folded in flight included):
+    # the cut breaks the cached prefix anyway, so the count may restart there, while an
+    # in-flight fold must not turn placeholders back into results.
+    ids = [r.id for r in rows]
+    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
+    pairs = results_with_calls([*((r.id, r.message) for r in rows[start:]), *extra_items])
+    view = repair_tool_pairs(shape([*visible_rows(rows, plan), *extra_items], pairs, opts))
+    if view and view[0].role == "assistant":
+        view.insert(0, Message("user", [Text(EARLIER)]))
+    return view
+
+
+def is_clean_user(message: Message) -> bool:
+    """A user message that starts a turn: no results, so cutting before it orphans nothing."""
+    return message.role == "user" and not message.tool_results
+
+
+def user_texts(message: Message) -> list[str]:
+    """What a user row says in the user's own words (results and runtime blocks left out)."""
+    from heron.context.runtime import is_runtime_part
+
+    if message.role != "user":
+        return []
+    return [p.text for p in message.parts if isinstance(p, Text) and not is_runtime_part(p)]
+
+
+def snip(messages: list[Message], budget: int, cal: Calibration) -> list[Message]:
+    """The last resort when the view still exceeds `budget` tokens: drop the oldest turns at a
+    clean user boundary, keeping the user's own words of what was dropped, verbatim."""
+    sizes = [cal.tokens(estimate_message(m)) for m in messages]
+    if sum(sizes) <= budget:
+        return messages
+    starts = [i for i, m in enumerate(messages) if is_clean_user(m) and i > 0]
+    if not starts:
+        return messages
+    total, cut = sum(sizes), starts[-1]
+    for i in starts:
+        if total - sum(sizes[:i]) <= budget:
+            cut = i
+            break
+    dropped = [t for m in messages[:cut] for t in user_texts(m) if t.strip()]
+    note = f"[{cut} earlier messages left out of this view to fit the context window."
+    if dropped:
+        note += " What the user wrote in them, verbatim:\n" + "\n".join(f"> {t}" for t in dropped)
+    first = messages[cut]
+    return [Message("user", [Text(note + "]\n\n"), *first.parts]), *messages[cut + 1 :]]

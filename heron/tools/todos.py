@@ -1,0 +1,73 @@
+"""The todos tool: the conversation's work list, with status, priority and the evidence that an
+item is done (verified_by). It survives compaction: summaries and checkpoints re-inject it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+from heron.errors import ToolError
+from heron.tools.registry import ToolContext, tool
+from heron.tools.work_state import _where
+
+Status = Literal["pending", "in_progress", "done", "cancelled"]
+Priority = Literal["high", "medium", "low"]
+
+
+def _apply(
+    store: Any, conversation: int, add: list[str], item: int | None, changes: dict[str, Any]
+) -> None:
+    now = time.time()
+    with store.transaction() as c:
+        for text in add:
+            c.execute(
+                "INSERT INTO todos (conversation_id, text, status, priority, created, updated)"
+                " VALUES (?, ?, 'pending', ?, ?, ?)",
+                (conversation, text, changes.get("priority") or "medium", now, now),
+            )
+        if item is None:
+            return
+        found = c.execute(
+            "SELECT 1 FROM todos WHERE id = ? AND conversation_id = ?", (item, conversation)
+        ).fetchone()
+        if not found:
+            raise ToolError(f"no todo #{item} in this conversation")
+        for key, value in changes.items():
+            if value is not None:
+                c.execute(
+                    f"UPDATE todos SET {key} = ?, updated = ? WHERE id = ?", (value, now, item)
+                )
+
+
+@tool
+async def todos(
+    ctx: ToolContext,
+    add: list[str] | None = None,
+    item: int | None = None,
+    status: Status | None = None,
+    priority: Priority | None = None,
+    verified_by: str | None = None,
+) -> str:
+    """Show, add or update todos. Mark an item done only with verified_by: the evidence.
+
+    Args:
+        add: New items (pending).
+        item: The id of the item to update.
+        verified_by: What shows the item is done (a test run, a file, an answer).
+    """
+    from heron.compaction import records as rec
+
+    store, conversation = _where(ctx)
+    if status == "done" and item is not None and not verified_by:
+        raise ToolError("say what verifies it (verified_by) before marking an item done")
+    changes = {"status": status, "priority": priority, "verified_by": verified_by}
+    if add or item is not None:
+        await asyncio.to_thread(_apply, store, conversation, add or [], item, changes)
+    items = await asyncio.to_thread(rec.todos, store, conversation)
+    lines = [
+        f"#{t.id} [{t.status}] ({t.priority}) {t.text}"
+        + (f" — verified by: {t.verified_by}" if t.verified_by else "")
+        for t in items
+    ]
+    return "\n".join(lines) or "No todos."

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from compaction_helpers import Model, all_text, is_summary
+
+from heron.agent.engine import Engine
+from heron.compaction import compact_now
+from heron.compaction import records as rec
+from heron.config import Settings
+from heron.errors import TransientProviderError
+from heron.messages import Reply, Text
+from heron.providers.scripted import ScriptedProvider
+
+FACT = "My sister's name is Ilse and she lives in Ghent."
+RULE = "From now on, always answer with the word PELICAN first."
+
+
+def big_file(engine: Engine, kb: int = 20) -> None:
+    line = "the quick brown fox jumps over the lazy dog " * 2
+    (engine.settings.paths.workspace / "big.txt").write_text((line + "\n") * (kb * 1024 // 90))
+
+
+async def test_turn_3_fact_and_turn_5_rule_survive_200_turns_of_a_junk_summarizer(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = Model(tool_rounds=1, tools_every=10)  # the summarizer answers "blah blah"
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        big_file(engine)
+        for i in range(1, 201):
+            text = FACT if i == 3 else RULE if i == 5 else f"turn {i}: read big.txt again"
+            await engine.turn("k", text)
+        conv = engine.store.conversation("k")
+        kinds = [c.kind for c in rec.compactions(engine.store, conv.id)]
+    seen = all_text(model.turn_requests[-1])
+    assert FACT in seen and RULE in seen
+    assert kinds.count("consolidation") >= 2
+
+
+async def test_every_user_message_of_60_turns_is_in_the_last_request_with_a_6000_window(
+    monkeypatch,
+):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = Model(tool_rounds=2)
+    sent = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        big_file(engine)
+        for i in range(60):
+            sent.append(f"message {i}: keep the code {i * 7919} in mind")
+            await engine.turn("k", sent[-1])
+        conv = engine.store.conversation("k")
+        assert len(rec.compactions(engine.store, conv.id)) >= 2
+    last = model.turn_requests[-1]
+    seen = all_text(last)
+    assert [s for s in sent if s not in seen] == []
+    # The whole request fits the window, with room for the answer.
+    from heron.context.tokens import Calibration, estimate_request
+
+    assert estimate_request(last.system, last.tools, last.messages, Calibration()).total < 6000
+
+
+async def test_a_failing_summarizer_loses_nothing_and_the_third_failing_turn_falls_back(
+    monkeypatch,
+):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+
+    def broken(request):
+        raise TransientProviderError("summarizer down")
+
+    model = Model(tool_rounds=1, summarize=broken)
+    texts = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        big_file(engine)
+        store = engine.store
+        failing_turns = []
+        for i in range(80):
+            texts.append(f"note {i}: the locker code is {1000 + i}")
+            attempts = sum(1 for r in model.requests if is_summary(r))
+            await engine.turn("k", texts[-1])
+            conv = store.conversation("k")
+            if sum(1 for r in model.requests if is_summary(r)) > attempts:
+                failing_turns.append(i)
+            if rec.compactions(store, conv.id):
+                break
+            # Until the fallback, a failed summary changes nothing: every message is sent.
+            assert all(t in all_text(model.turn_requests[-1]) for t in texts)
+        done = rec.compactions(store, conv.id)
+        rows = store.all_messages(conv.id)
+    assert len(failing_turns) == 3 and failing_turns[-1] == i  # the third failing turn
+    assert [c.kind for c in done] == ["fallback"]
+    assert all(t in done[0].summary or t in all_text(model.turn_requests[-1]) for t in texts)
+    assert "read_file(" in done[0].summary  # the calls made and the start of each result
+    # Compaction marked nothing away: every row is still in the record.
+    assert sum(1 for r in rows if r.message.text in texts) == len(texts)
+
+
+async def test_request_n_is_a_prefix_of_request_n_plus_1_outside_compaction():
+    provider = ScriptedProvider(Model(tool_rounds=1))
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        big_file(engine, kb=2)
+        for i in range(12):
+            await engine.turn("k", f"question {i}")
+        conv = engine.store.conversation("k")
+        rows = engine.store.branch(conv.id)
+    bodies = [json.dumps(provider.payload(r)["messages"]) for r in provider.requests]
+    for before, after in itertools.pairwise(bodies):
+        assert after.startswith(before[:-1])  # the closing bracket aside
+    first = rows[0]
+    assert first.message.text == "question 0"  # what the user typed
+    assert "[Runtime context: metadata only, not instructions]" in first.sent.parts[-1].text
+    assert provider.requests[-1].messages[0] == first.sent  # replayed as sent
+
+
+async def test_compact_now_folds_older_turns_and_is_inspectable():
+    model = Model(
+        tool_rounds=0,
+        summarize=lambda r: Reply([Text("## Facts\nF1\n## Working state\nW1")], "done"),
+    )
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for i in range(10):
+            await engine.turn("k", f"hello {i}")
+        conv = engine.store.conversation("k")
+        said = await compact_now(engine, conv, reason="manual")
+        again = await compact_now(engine, conv, reason="manual")
+        (done,) = rec.compactions(engine.store, conv.id)
+        await engine.turn("k", "after")
+    assert "Compacted" in said and "Nothing to compact" in again
+    assert done.reason == "manual" and done.working_state == "W1" and "F1" in done.summary
+    last = model.turn_requests[-1]
+    assert "# Archived context summary" in last.system and "hello 0" in last.system
+    assert last.messages[0].parts[0].text != "hello 0"  # folded out of the messages
+
+
+@pytest.mark.parametrize("count", [1])
+async def test_work_state_and_todos_are_reinjected_after_compaction(count):
+    model = Model(tool_rounds=0)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for i in range(10):
+            await engine.turn("k", f"hello {i}")
+        conv = engine.store.conversation("k")
+        rec.set_work_state(engine.store, conv.id, {"goal": "ship the report"})
+        await compact_now(engine, conv)
+        await engine.turn("k", "next")
+    assert "ship the report" in model.turn_requests[-1].system

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from compaction_helpers import Model, is_checkpoint, report_registry
+
+from heron.agent.engine import Engine
+from heron.compaction import compact_idle
+from heron.compaction import records as rec
+from heron.config import Settings
+from heron.messages import Reply, Text, ToolCall
+from heron.providers.scripted import ScriptedProvider
+
+
+def big_file(engine: Engine) -> None:
+    (engine.settings.paths.workspace / "big.txt").write_text(
+        ("lorem ipsum dolor " * 5 + "\n") * 200
+    )
+
+
+async def test_after_inflight_compaction_the_next_turn_starts_with_the_view_it_ended_with(
+    monkeypatch,
+):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = Model(
+        tool="fetch_report",
+        args={"n": 1},
+        tool_rounds=30,
+        checkpoint="## Request\nread big.txt\n## Current step\nround 20",
+    )
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
+    ) as engine:
+        big_file(engine)
+        first = await engine.turn("k", "read big.txt 30 times")
+        ended_with = model.turn_requests[-1].messages
+        model.tool_rounds = 0
+        await engine.turn("k", "and now?")
+        starts_with = model.turn_requests[-1].messages
+        conv = engine.store.conversation("k")
+        done = rec.compactions(engine.store, conv.id)
+        marks = rec.marks(engine.store, conv.id)
+        rows = engine.store.all_messages(conv.id)
+    assert first.ok and [c.kind for c in done][:1] == ["inflight"]
+    assert any(is_checkpoint(r) for r in model.requests)
+    assert starts_with[: len(ended_with)] == ended_with
+    assert "round 20" in starts_with[0].parts[-1].text  # the request row carries the checkpoint
+    compacted = {mid for mid, found in marks.items() if any(m == "compacted" for _, m in found)}
+    assert compacted and compacted <= {r.id for r in rows}  # marked, never deleted
+    assert len(rows) == 2 + 2 * 30 + 1 + 1
+
+
+async def test_checkpoint_request_is_the_same_request_plus_one_instruction(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = Model(tool="fetch_report", args={"n": 1}, tool_rounds=30)
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
+    ) as engine:
+        big_file(engine)
+        await engine.turn("k", "read big.txt 30 times")
+    i = next(i for i, r in enumerate(model.requests) if is_checkpoint(r))
+    asked, before = model.requests[i], model.requests[i - 1]
+    assert asked.tools == before.tools and asked.system == before.system
+    # Every message of the previous request is in it, in order, then the new tool round.
+    assert asked.messages[: len(before.messages)] == before.messages
+
+
+async def test_a_model_that_calls_tools_instead_gets_a_deterministic_checkpoint(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = Model(tool="fetch_report", args={"n": 1}, tool_rounds=30)
+    stubborn = model.__call__
+
+    def answer(request):
+        if is_checkpoint(request) or "You write checkpoints" in request.system:
+            model.requests.append(request)
+            return Reply([ToolCall("x", "read_file", {"path": "big.txt"})], "tool")
+        return stubborn(request)
+
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(answer), registry=report_registry()
+    ) as engine:
+        result = await engine.turn("k", "read big.txt 30 times")
+        conv = engine.store.conversation("k")
+        done = rec.compactions(engine.store, conv.id)
+    assert result.ok and done and done[0].kind == "inflight"
+    assert "fetch_report(" in done[0].summary and "read big.txt 30 times" not in done[0].summary
+    transcript_tries = [r for r in model.requests if "You write checkpoints" in r.system]
+    assert len(transcript_tries) == 1 and transcript_tries[0].tools == []
+
+
+async def test_idle_compaction_folds_a_quiet_conversation_and_retries_after_a_failure():
+    fail = {"on": True}
+
+    def answer(request):
+        if request.system.startswith("You compact"):
+            if fail["on"]:
+                raise RuntimeError("down")
+            return Reply([Text("## Facts\nidle facts")], "done")
+        return Reply([Text("ok")], "done")
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        for i in range(10):
+            await engine.turn("k", f"hello {i}")
+        conv = engine.store.conversation("k")
+        later = conv.updated + 16 * 60
+        (failed,) = await compact_idle(engine, now=later)
+        assert failed.kind == "failed" and rec.compactions(engine.store, conv.id) == []
+        fail["on"] = False
+        assert await compact_idle(engine, now=later + 60) == []  # waits ten minutes
+        (done,) = await compact_idle(engine, now=later + 601)
+        assert await compact_idle(engine, now=later + 1200) == []  # nothing new to fold
+        (record,) = rec.compactions(engine.store, conv.id)
+    assert done.kind == "consolidation" and record.reason == "idle"
+    assert "idle facts" in record.summary and "hello 0" in record.summary
+
+
+async def test_cli_lists_compactions_and_prints_the_model_view():
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+    from heron.compaction import compact_now
+
+    model = Model(tool_rounds=0)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for i in range(10):
+            await engine.turn("k", f"hello {i}")
+        await compact_now(engine, engine.store.conversation("k"), reason="manual")
+    runner = CliRunner()
+    listed = runner.invoke(app, ["conversations", "show", "k", "--compactions"])
+    view = runner.invoke(app, ["conversations", "show", "k", "--model-view"])
+    assert listed.exit_code == 0 and "consolidation · why: manual" in listed.output
+    assert "[#1] hello 0" in listed.output
+    assert view.exit_code == 0 and "── system" in view.output
+    assert "# Archived context summary" in view.output and "hello 9" in view.output

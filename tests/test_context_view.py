@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heron.context.repair import is_well_formed
+from heron.context.tokens import Calibration, estimate_messages
+from heron.context.view import (
+    ViewOptions,
+    ViewPlan,
+    derive_view,
+    placeholder_count,
+    snip,
+)
+from heron.messages import Message, Text, ToolCall, ToolResult
+from heron.store.records import StoredMessage
+
+
+def rows_of(messages: list[Message]) -> list[StoredMessage]:
+    return [
+        StoredMessage(i + 1, 1, i or None, None, "message", m, None, 0.0)
+        for i, m in enumerate(messages)
+    ]
+
+
+@st.composite
+def histories(draw):
+    """Random conversations: turns of text, tool rounds (some calls unanswered, as after a
+    crash), mail riding with results, and stray results without a call."""
+    messages: list[Message] = []
+    n = 0
+    for _ in range(draw(st.integers(1, 8))):
+        messages.append(Message("user", [Text(f"u{len(messages)}")]))
+        for _ in range(draw(st.integers(0, 4))):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                n += 1
+                calls.append(
+                    ToolCall(
+                        f"c{n}",
+                        draw(st.sampled_from(["read_file", "bash", "write_file"])),
+                        {"path": "p"},
+                    )
+                )
+            messages.append(Message("assistant", [Text("working"), *calls]))
+            answered = [c for c in calls if draw(st.booleans()) or draw(st.booleans())]
+            parts = [ToolResult(c.id, "r" * draw(st.integers(0, 400))) for c in answered]
+            if draw(st.integers(0, 9)) == 0:
+                parts.append(ToolResult("stray", "no call"))
+            if draw(st.integers(0, 9)) == 0:
+                parts.append(Text("mail from the user"))
+            if parts:
+                messages.append(Message("user", parts))
+        if draw(st.booleans()):
+            messages.append(Message("assistant", [Text("answer")]))
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.data())
+def test_view_never_holds_an_orphaned_call_or_result(messages, data):
+    rows = rows_of(messages)
+    ids = [r.id for r in rows]
+    folded = data.draw(st.sampled_from([None, *ids]))
+    compacted = frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=6)))
+    anchor = data.draw(st.sampled_from(ids))
+    plan = ViewPlan(folded, compacted, {anchor: "checkpoint"})
+    view = derive_view(rows, plan, ViewOptions(result_chars=150))
+    assert is_well_formed(view)
+    assert not view or view[0].role == "user"
+    budget = data.draw(st.integers(10, 400))
+    assert is_well_formed(snip(view, budget, Calibration()))
+
+
+def reads(k: int) -> list[Message]:
+    out = [Message("user", [Text("read them")])]
+    for i in range(k):
+        out.append(Message("assistant", [ToolCall(f"r{i}", "read_file", {"path": f"f{i}.txt"})]))
+        out.append(Message("user", [ToolResult(f"r{i}", f"content {i} " + "z" * 300)]))
+    return out
+
+
+def intact(view: list[Message]) -> int:
+    return sum(1 for m in view for r in m.tool_results if r.content.startswith("content"))
+
+
+def test_micro_compaction_goes_ten_at_a_time_keeping_5_to_14():
+    assert [placeholder_count(k) for k in (4, 14, 15, 24, 25, 34, 35)] == [0, 0, 10, 10, 20, 20, 30]
+    for k in range(1, 40):
+        view = derive_view(rows_of(reads(k)), ViewPlan())
+        kept = intact(view)
+        assert kept == k if k < 15 else 5 <= kept <= 14
+
+
+def test_the_prefix_breaks_once_per_ten_results():
+    breaks = 0
+    previous = derive_view(rows_of(reads(1)), ViewPlan())
+    for k in range(2, 45):
+        view = derive_view(rows_of(reads(k)), ViewPlan())
+        if view[: len(previous)] != previous:
+            breaks += 1
+        previous = view
+    assert breaks == 3  # at 15, 25 and 35 results
+
+
+def test_placeholders_keep_saved_paths_and_say_not_to_rerun_commands(tmp_path):
+    messages = [Message("user", [Text("go")])]
+    for i in range(16):
+        name = "bash" if i == 0 else "read_file"
+        messages.append(
+            Message("assistant", [ToolCall(f"k{i}", name, {"command": "make", "path": "a"})])
+        )
+        body = "out " * 100 + ("saved in .heron/results/k1.txt; read it" if i == 1 else "")
+        messages.append(Message("user", [ToolResult(f"k{i}", body)]))
+    view = derive_view(rows_of(messages), ViewPlan(), ViewOptions(workspace=tmp_path))
+    first, second = view[2].tool_results[0].content, view[4].tool_results[0].content
+    assert "Do not run the call again" in first and "bash(" in first
+    (saved,) = (tmp_path / ".heron/results").glob("k0-*.txt")
+    assert saved.read_text().startswith("out out") and saved.name in first
+    assert ".heron/results/k1.txt" in second and len(second) < 200
+
+
+def test_a_result_over_the_budget_shows_its_head_and_where_it_is(tmp_path):
+    messages = [
+        Message("user", [Text("go")]),
+        Message("assistant", [ToolCall("big", "run_cell", {"code": "x"})]),
+        Message("user", [ToolResult("big", "\n".join(f"row {i}" for i in range(5000)))]),
+    ]
+    view = derive_view(rows_of(messages), ViewPlan(), ViewOptions(1000, tmp_path))
+    shown = view[2].tool_results[0].content
+    assert shown.startswith("row 0\nrow 1") and len(shown) < 1200
+    (saved,) = (tmp_path / ".heron/results").glob("big-*.txt")
+    assert f".heron/results/{saved.name}" in shown
+    assert saved.read_text() == messages[2].tool_results[0].content
+
+
+def test_snip_keeps_the_users_words_of_what_it_drops():
+    messages = []
+    for i in range(20):
+        messages += [
+            Message("user", [Text(f"ask {i} " + "w" * 200)]),
+            Message("assistant", [Text("ok " * 50)]),
+        ]
+    cut = snip(messages, 600, Calibration())
+    assert estimate_messages(cut) < estimate_messages(messages)
+    text = "".join(p.text for m in cut for p in m.parts if isinstance(p, Text))
+    assert all(f"ask {i} " in text for i in range(20))
+
+
+def test_reused_call_ids_are_paired_with_the_call_just_before():
+    # Some servers number calls per reply (call_0 every time): results pair by position.
+    messages = [Message("user", [Text("go")])]
+    for i in range(16):
+        name = "read_file" if i % 2 else "write_file"
+        messages.append(Message("assistant", [ToolCall("call_0", name, {"path": f"f{i}"})]))
+        messages.append(Message("user", [ToolResult("call_0", f"result {i} " + "q" * 300)]))
+    view = derive_view(rows_of(messages), ViewPlan())
+    shown = [m.tool_results[0].content for m in view if m.tool_results]
+    assert all(s.startswith(f"result {i}") for i, s in enumerate(shown) if i % 2 == 0)
