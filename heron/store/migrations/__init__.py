@@ -19,25 +19,44 @@ def _steps() -> list[ModuleType]:
 
 
 def migrate(conn: sqlite3.Connection) -> list[str]:
-    """Apply every step not yet recorded; returns the names applied now."""
+    """Apply every step not yet recorded; returns the names applied now.
+
+    Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
+    processes opening a fresh database at the same moment do not both apply a step."""
     conn.execute(
         "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
     )
+    steps = _steps()
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    if all(_name(step) in done for step in steps):
+        return []
     applied = []
-    for step in _steps():
-        name = step.__name__.rsplit(".", 1)[-1]
-        if name in done:
-            continue
-        with conn:
-            if hasattr(step, "apply"):
-                step.apply(conn)
-            else:
-                for statement in _split(step.SQL):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
-        applied.append(name)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+        for step in steps:
+            if _name(step) in done:
+                continue
+            _apply(conn, step)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (_name(step), time.time()))
+            applied.append(_name(step))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
     return applied
+
+
+def _name(step: ModuleType) -> str:
+    return step.__name__.rsplit(".", 1)[-1]
+
+
+def _apply(conn: sqlite3.Connection, step: ModuleType) -> None:
+    if hasattr(step, "apply"):
+        step.apply(conn)
+    else:
+        for statement in _split(step.SQL):
+            conn.execute(statement)
 
 
 def _split(sql: str) -> list[str]:

@@ -1,0 +1,275 @@
+"""Slash commands: answers that never reach the model.
+
+`parse(text)` recognises a command; anything else, including an unknown `/foo`, is not one and
+goes to the model as ordinary text. `run(command, ctx)` returns a `CommandReply`: a text to show,
+or a text to run as the turn (`/retry`, `/edit` start a branch), or a conversation to switch to.
+The outputs are exact and tested: channels print them as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from heron.messages import Message, Text
+from heron.store import Store, StoredMessage
+from heron.store import engine_state as es
+
+if TYPE_CHECKING:
+    from heron.agent.engine import Engine
+
+SEPARATOR = "── new conversation: the model starts fresh from here ──"
+RECENT_TURNS = 5
+
+HELP = """\
+Commands:
+  /new           start afresh: the model forgets this conversation, the transcript stays
+  /stop          stop the running turn (what it finished is kept)
+  /status        model, conversation, context used, cache hit rate, whether a turn runs
+  /resume [KEY]  list conversations, or continue the one named KEY
+  /retry         answer your last message again (the old answer stays on its branch)
+  /edit N TEXT   replace your message N (see /tree) with TEXT and answer it on a new branch
+  /tree [N]      list this conversation's branches, or switch to branch N
+  /compact       summarize older messages now to free context
+  /help          this help
+Anything else starting with / is sent to the model as it is."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    arg: str
+
+
+@dataclass(frozen=True)
+class CommandReply:
+    text: str | None = None  # shown to the user; the model is not called
+    run_text: str | None = None  # run this as the turn's message (after moving the head)
+    switch_to: str | None = None  # the channel continues in this conversation
+
+
+@dataclass
+class CommandContext:
+    engine: Engine
+    key: str
+    agent: str = "default"
+    # Set by the AgentLoop: stops the in-process turn of `key`, returning whether one ran.
+    stop_local: Callable[[str], Awaitable[bool]] | None = None
+    running_local: Callable[[str], bool] | None = None
+
+    @property
+    def store(self) -> Store:
+        return self.engine.store
+
+
+NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
+PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
+LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
+
+
+def parse(text: str) -> Command | None:
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, arg = stripped[1:].partition(" ")
+    if head not in NAMES:
+        return None
+    return Command(head, arg.strip())
+
+
+async def run(command: Command, ctx: CommandContext) -> CommandReply:
+    handler = _HANDLERS[command.name]
+    return await handler(ctx, command.arg)
+
+
+# ---- handlers ---------------------------------------------------------------------------------
+
+
+async def _help(ctx: CommandContext, arg: str) -> CommandReply:
+    return CommandReply(HELP)
+
+
+async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
+    if ctx.stop_local is not None and await ctx.stop_local(ctx.key):
+        return CommandReply("Stopped. What the turn finished is kept.")
+    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    if conv is None:
+        return CommandReply("Nothing is running.")
+    holder = await asyncio.to_thread(es.lease_holder, ctx.store, conv.id)
+    if holder is None:
+        return CommandReply("Nothing is running.")
+    # Another process runs it: bumping the epoch makes it stale at its next commit.
+    await asyncio.to_thread(es.bump_epoch, ctx.store, conv.id)
+    return CommandReply(f"Stopped {holder.describe()}. What it finished is kept.")
+
+
+async def _new(ctx: CommandContext, arg: str) -> CommandReply:
+    if ctx.stop_local is not None:
+        await ctx.stop_local(ctx.key)
+    # The turn machine bumped the epoch before taking the lease, so a turn still running in
+    # another process is already stale.
+    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    if conv.head_id is not None:
+        await asyncio.to_thread(
+            ctx.store.append,
+            conv.id,
+            Message("assistant", [Text(SEPARATOR)]),
+            kind="separator",
+        )
+        archive = getattr(ctx.engine, "archive_for_memory", None)
+        if archive is not None:  # the memory package; it returns at once, working in the back
+            await archive(conv)
+    return CommandReply(
+        "New conversation started. The transcript above is kept; the model no longer sees it."
+    )
+
+
+async def _status(ctx: CommandContext, arg: str) -> CommandReply:
+    engine = ctx.engine
+    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    window = engine.choice.profile.context_window
+    lines = [f"model: {engine.choice.provider}/{engine.choice.model}"]
+    if conv is None:
+        lines += [
+            f"conversation: {ctx.key} (new)",
+            f"context: 0 tokens (0.0% of {window:,})",
+            "cache hit rate: no turns yet",
+            "turn: idle",
+        ]
+        return CommandReply("\n".join(lines))
+    used, turns, rate = await asyncio.to_thread(_usage, ctx.store, conv.id)
+    running = bool(ctx.running_local and ctx.running_local(ctx.key))
+    holder = None if running else await asyncio.to_thread(es.lease_holder, ctx.store, conv.id)
+    turn = "running" if running else (f"running ({holder.describe()})" if holder else "idle")
+    lines += [
+        f"conversation: {conv.key} ({turns} turns)",
+        f"context: {used:,} tokens ({100 * used / window:.1f}% of {window:,})",
+        "cache hit rate: "
+        + (
+            f"{rate:.0%} over the last {min(turns, RECENT_TURNS)} turns"
+            if rate is not None
+            else "no model calls yet"
+        ),
+        f"turn: {turn}",
+    ]
+    return CommandReply("\n".join(lines))
+
+
+def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:
+    """Context used by the last model call; cache hit rate over the recent turns."""
+    last = store.query(
+        "SELECT m.input_tokens + m.output_tokens FROM model_calls m JOIN turns t"
+        " ON t.id = m.turn_id WHERE t.conversation_id = ? ORDER BY m.id DESC LIMIT 1",
+        (conversation_id,),
+    )
+    turns = store.turns(conversation_id)
+    recent = [t for t in turns[-RECENT_TURNS:] if t.usage.input]
+    total = sum(t.usage.input for t in recent)
+    rate = sum(t.usage.cache_read for t in recent) / total if total else None
+    return (last[0][0] if last else 0), len(turns), rate
+
+
+async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
+    if arg:
+        conv = await asyncio.to_thread(ctx.store.conversation, arg)
+        if conv is None:
+            return CommandReply(f"No conversation {arg!r}. /resume lists them.")
+        return CommandReply(f"Resumed {conv.key}.", switch_to=conv.key)
+    rows = await asyncio.to_thread(ctx.store.conversations, 20)
+    if not rows:
+        return CommandReply("No conversations yet.")
+    lines = ["Conversations (newest first); /resume KEY continues one:"]
+    lines += [f"  {c.key}  {c.title or ''}".rstrip() for c in rows]
+    return CommandReply("\n".join(lines))
+
+
+def _user_messages(rows: list[StoredMessage]) -> list[StoredMessage]:
+    """Messages the user typed (not tool results, not separators)."""
+    return [
+        r for r in rows if r.role == "user" and r.kind == "message" and not r.message.tool_results
+    ]
+
+
+async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
+    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    rows = await asyncio.to_thread(ctx.store.branch, conv.id) if conv else []
+    typed = _user_messages(rows)
+    if conv is None or not typed:
+        return CommandReply("Nothing to retry yet.")
+    last = typed[-1]
+    await asyncio.to_thread(ctx.store.set_head, conv.id, last.parent_id)
+    return CommandReply(run_text=last.message.text)
+
+
+async def _edit(ctx: CommandContext, arg: str) -> CommandReply:
+    number, _, text = arg.partition(" ")
+    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    rows = await asyncio.to_thread(ctx.store.branch, conv.id) if conv else []
+    typed = _user_messages(rows)
+    if not number.isdigit() or not 1 <= int(number) <= len(typed) or not text.strip():
+        return CommandReply(f"Usage: /edit N TEXT, with N from 1 to {len(typed)} (see /tree).")
+    target = typed[int(number) - 1]
+    assert conv is not None
+    await asyncio.to_thread(ctx.store.set_head, conv.id, target.parent_id)
+    return CommandReply(run_text=text.strip())
+
+
+async def _tree(ctx: CommandContext, arg: str) -> CommandReply:
+    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    if conv is None or conv.head_id is None:
+        return CommandReply("This conversation is empty.")
+    leaves = await asyncio.to_thread(_leaves, ctx.store, conv.id)
+    if arg:
+        if not arg.isdigit() or not 1 <= int(arg) <= len(leaves):
+            return CommandReply(f"Give a branch number from 1 to {len(leaves)}.")
+        await asyncio.to_thread(ctx.store.set_head, conv.id, leaves[int(arg) - 1].id)
+        return CommandReply(f"Switched to branch {arg}.")
+    rows = await asyncio.to_thread(ctx.store.branch, conv.id)
+    on_branch = {r.id for r in rows}
+    lines = [f"Branches of {conv.key} (* current; /tree N switches, /edit N TEXT rewinds):"]
+    for i, leaf in enumerate(leaves, 1):
+        mark = "*" if leaf.id in on_branch else " "
+        lines.append(f"{mark} {i}. {_short(leaf.message.text)}")
+    lines.append("Your messages on the current branch:")
+    for i, r in enumerate(_user_messages(rows), 1):
+        lines.append(f"  {i}. {_short(r.message.text)}")
+    return CommandReply("\n".join(lines))
+
+
+def _leaves(store: Store, conversation_id: int) -> list[StoredMessage]:
+    rows = store.all_messages(conversation_id)
+    parents = {r.parent_id for r in rows}
+    return [r for r in rows if r.id not in parents]
+
+
+def _short(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
+    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    return CommandReply(await ctx.engine.compact_now(conv, reason="manual"))
+
+
+_HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] = {
+    "help": _help,
+    "stop": _stop,
+    "new": _new,
+    "status": _status,
+    "resume": _resume,
+    "retry": _retry,
+    "edit": _edit,
+    "tree": _tree,
+    "compact": _compact,
+}
+
+
+def model_history(rows: list[StoredMessage]) -> list[StoredMessage]:
+    """What the model may see of a branch: everything after the last /new separator."""
+    for i in range(len(rows) - 1, -1, -1):
+        if rows[i].kind == "separator":
+            return rows[i + 1 :]
+    return rows

@@ -1,0 +1,136 @@
+"""Cross-process exclusion: one running turn per conversation, and presence of open chats.
+
+A lease is a row in the store (owner, host, pid, expiry) claimed inside a write transaction,
+renewed by a heartbeat while the turn runs and deleted when it ends. A second claimant waits,
+polling with backoff, and tells its user once that the conversation is "busy in another
+session". A crashed holder's claim is void when it expires, or at once when the holder was a
+process on this host that no longer exists (kill -9 leaves no one to release it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from heron.errors import BusyError
+from heron.store import Store
+from heron.store import engine_state as es
+
+LEASE_TTL = 30.0  # seconds a claim lives without a heartbeat
+PRESENCE_TTL = 60.0
+
+
+def new_owner() -> str:
+    # Unique within the process without reading the entropy pool (slow on some VMs, and this
+    # runs once per turn): a monotonic clock reading plus the running task's identity.
+    return f"{es.HOST}:{os.getpid()}:{time.monotonic_ns():x}.{id(asyncio.current_task()):x}"
+
+
+def busy_message(holder: es.Holder) -> str:
+    return f"busy in another session ({holder.describe()}); waiting for it to finish…"
+
+
+class Lease:
+    """A held turn lease; `check()` is the commit-time ownership test."""
+
+    def __init__(
+        self, store: Store, conversation_id: int, owner: str, ttl: float, claim: es.Claim
+    ) -> None:
+        self.store = store
+        self.epoch = claim.epoch  # the conversation's epoch when the lease was won
+        self.dirty = claim.dirty  # an earlier turn left work to recover
+        self.conversation_id = conversation_id
+        self.owner = owner
+        self.ttl = ttl
+        self.lost = False
+
+    async def check(self) -> bool:
+        ok = await asyncio.to_thread(
+            es.renew_lease, self.store, self.conversation_id, self.owner, self.ttl
+        )
+        self.lost = self.lost or not ok
+        return ok
+
+    async def _heartbeat(self) -> None:
+        while not self.lost:
+            await asyncio.sleep(self.ttl / 3)
+            await self.check()
+
+
+@asynccontextmanager
+async def hold_lease(
+    store: Store,
+    conversation_id: int,
+    *,
+    on_busy: Callable[[str], None] | None = None,
+    ttl: float = LEASE_TTL,
+    timeout: float | None = None,
+) -> AsyncIterator[Lease]:
+    """Wait for and hold the conversation's turn lease; heartbeat while held, release after."""
+    owner = new_owner()
+    claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
+    lease = Lease(store, conversation_id, owner, ttl, claim)
+    beat = asyncio.create_task(lease._heartbeat())
+    try:
+        yield lease
+    finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
+        # Shielded: a cancelled turn must still give the conversation back.
+        await asyncio.shield(asyncio.to_thread(es.release_lease, store, conversation_id, owner))
+
+
+async def _acquire(
+    store: Store,
+    conversation_id: int,
+    owner: str,
+    ttl: float,
+    on_busy: Callable[[str], None] | None,
+    timeout: float | None,
+) -> es.Claim:
+    delay, waited, told = 0.02, 0.0, False
+    while True:
+        claim = await asyncio.to_thread(es.try_lease, store, conversation_id, owner, ttl)
+        holder = claim.holder
+        if holder is None:
+            return claim
+        if not told and on_busy is not None:
+            on_busy(busy_message(holder))
+            told = True
+        if timeout is not None and waited >= timeout:
+            raise BusyError(
+                f"the conversation is busy: {holder.describe()}",
+                hint="Wait for that turn to finish, or stop it with /stop in that session.",
+            )
+        # Polling is the only signal SQLite offers across processes; back off to stay cheap.
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.5)
+
+
+@asynccontextmanager
+async def presence(
+    store: Store, conversation_id: int, what: str = "an open chat", ttl: float = PRESENCE_TTL
+) -> AsyncIterator[str]:
+    """Mark the conversation as in use (an open chat) for as long as the block runs."""
+    owner = new_owner()
+    await asyncio.to_thread(es.enter, store, conversation_id, owner, what, ttl)
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            await asyncio.to_thread(es.enter, store, conversation_id, owner, what, ttl)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield owner
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.shield(asyncio.to_thread(es.leave, store, conversation_id, owner))

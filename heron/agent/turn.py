@@ -1,0 +1,466 @@
+"""One turn as an explicit state machine.
+
+    RESTORE  open the conversation under its lease; close a tool phase an interrupted turn (or a
+             dead process) left open, from its checkpoint; mark a crashed turn interrupted
+    COMPACT  let compaction run before the turn when the engine has some pending
+    COMMAND  a slash command answers without the model and goes straight to RESPOND
+    BUILD    assemble the model's view and commit the user's message before any call
+    RUN      the runner; a context overflow shrinks the window, compacts and runs once more
+    SAVE     the commit-time check (epoch and lease); decide the outcome; drop the checkpoint
+    RESPOND  hand the reply to the channel, unless the turn is stale, silent or spoke by tool
+    DONE
+
+Every step returns the next state and `TRANSITIONS` says which moves are legal, so the flow is
+data a test can read. The `TurnControl` is what the outside world holds of a running turn: its
+epoch token, its mailbox, a break request, and the tool-phase checkpoint it keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from heron.agent.leases import hold_lease
+from heron.agent.runner import ModelCallRecord, RunHooks, RunResult, ToolCallRecord
+from heron.errors import ContextOverflow
+from heron.messages import Message, Text, ToolResult
+from heron.store import engine_state as es
+
+if TYPE_CHECKING:
+    from heron.agent.engine import BuiltTurn, Engine, TurnHooks, TurnResult
+    from heron.store import Conversation
+    from heron.tools.registry import ToolContext
+
+
+class State(enum.Enum):
+    RESTORE = "restore"
+    COMPACT = "compact"
+    COMMAND = "command"
+    BUILD = "build"
+    RUN = "run"
+    SAVE = "save"
+    RESPOND = "respond"
+    DONE = "done"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.RESTORE: frozenset({State.COMPACT}),
+    State.COMPACT: frozenset({State.COMMAND}),
+    State.COMMAND: frozenset({State.BUILD, State.RESPOND}),
+    State.BUILD: frozenset({State.RUN}),
+    State.RUN: frozenset({State.SAVE, State.RUN}),  # RUN -> RUN: retry after an overflow
+    State.SAVE: frozenset({State.RESPOND}),
+    State.RESPOND: frozenset({State.DONE}),
+    State.DONE: frozenset(),
+}
+
+
+class Outcome(enum.Enum):
+    DELIVERED = "delivered"  # the final answer goes to the user
+    SPOKE_VIA_TOOL = "spoke_via_tool"  # the agent used `message`; the answer is not sent again
+    SILENT = "silent"  # a successful turn with nothing to say
+    STALE = "stale"  # /stop or /new overtook it: it emits and keeps nothing more
+
+
+# Provenance of a turn; only a person typing makes it visible by default.
+VISIBLE = frozenset({"user"})
+MAIL_LABEL = "[sent while you were working] "
+STOPPED = "[This turn was stopped before it finished.]"
+FAILED = "The turn failed: {error}\nYour message is saved; send /retry to try again."
+MAX_OVERFLOW_RETRIES = 1
+
+
+class StaleTurn(Exception):
+    """Raised at a re-entry point of a turn whose epoch token is no longer current."""
+
+
+@dataclass
+class TurnControl:
+    """A running turn as the loop and the commands see it."""
+
+    key: str
+    provenance: str = "user"
+    deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
+    conversation_id: int | None = None
+    epoch: int = 0
+    owner: str | None = None
+    turn_id: int | None = None
+    stale: bool = False
+    mailbox: list[str] = field(default_factory=list)
+    accepting_mail: bool = True
+    break_requested: float | None = None
+    break_seen: bool = False
+    spoke: list[str] = field(default_factory=list)
+    context_window: int | None = None  # shrunk for this run after an overflow
+    calls: list[str] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    checkpointed: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def visible(self) -> bool:
+        return self.provenance in VISIBLE
+
+    async def current(self, store: Any) -> bool:
+        """The token check of every commit: in memory first, then the store (another process
+        may have bumped the epoch or taken the lease)."""
+        if self.stale or self.conversation_id is None:
+            return not self.stale
+        ok = await asyncio.to_thread(
+            es.still_current, store, self.conversation_id, self.epoch, self.owner
+        )
+        self.stale = not ok
+        return ok
+
+    def post(self, text: str) -> bool:
+        """Put a follow-up in the mailbox; False once the run has passed its last drain."""
+        if not self.accepting_mail:
+            return False
+        self.mailbox.append(text)
+        return True
+
+    async def drain(self) -> list[Message]:
+        mail, self.mailbox = self.mailbox, []
+        return [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
+
+    def request_break(self) -> None:
+        if self.break_requested is None:
+            self.break_requested = time.monotonic()
+
+    def should_break(self) -> bool:
+        if self.break_requested is None:
+            return False
+        self.break_seen = True
+        return True
+
+
+def guard_run_hooks(
+    hooks: RunHooks, control: TurnControl, store: Any, ctx: ToolContext
+) -> RunHooks:
+    """Wrap the engine's run hooks so every re-entry point checks the turn's token, tool
+    results are checkpointed as they finish, and the mailbox and break request are wired in."""
+    ctx.extra["turn"] = control
+    on_message, on_tool_call, on_model_call = (
+        hooks.on_message,
+        hooks.on_tool_call,
+        hooks.on_model_call,
+    )
+
+    async def message(m: Message) -> None:
+        if not await control.current(store):
+            raise StaleTurn
+        await on_message(m)
+        if m.role == "assistant" and m.tool_calls:
+            control.calls, control.results = [c.id for c in m.tool_calls], []
+
+    async def tool_call(record: ToolCallRecord) -> None:
+        if not await control.current(store):
+            raise StaleTurn
+        await on_tool_call(record)
+        control.results.append(record.result)
+        await _checkpoint(control, store)
+
+    async def model_call(record: ModelCallRecord) -> None:
+        if control.stale:
+            raise StaleTurn
+        await on_model_call(record)
+
+    return dataclasses.replace(
+        hooks,
+        on_event=_muted(hooks.on_event, control),
+        on_progress=_muted(hooks.on_progress, control),
+        on_message=message,
+        on_tool_call=tool_call,
+        on_model_call=model_call,
+        drain=control.drain,
+        should_break=control.should_break,
+    )
+
+
+def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:
+    if fn is None:
+        return None
+
+    def call(arg: Any) -> None:
+        if not control.stale:
+            fn(arg)
+
+    return call
+
+
+async def _checkpoint(control: TurnControl, store: Any) -> None:
+    if control.conversation_id is None or control.turn_id is None:
+        return
+    cp = es.Checkpoint(
+        control.conversation_id, control.turn_id, control.epoch, control.calls, control.results
+    )
+    if not await asyncio.to_thread(es.write_checkpoint, store, cp, control.owner):
+        control.stale = True
+        raise StaleTurn
+    control.checkpointed = True
+
+
+def muted_hooks(hooks: TurnHooks) -> TurnHooks:
+    """A silent turn shows nothing: no stream, no progress, no tool pills, no retries."""
+    return dataclasses.replace(
+        hooks,
+        on_event=None,
+        on_progress=None,
+        on_tool_start=None,
+        on_tool_end=None,
+        on_retry=None,
+        on_busy=None,
+    )
+
+
+@dataclass
+class _Ctx:
+    """What the steps of one turn share."""
+
+    key: str
+    text: str
+    agent: str
+    hooks: TurnHooks
+    control: TurnControl
+    conversation: Conversation
+    dirty: bool = False  # an earlier turn left work to recover (RESTORE)
+    built: BuiltTurn | None = None
+    run: RunResult | None = None
+    overflow_retries: int = 0
+    command: str | None = None
+    switch_to: str | None = None
+    reply: str | None = None
+    outcome: Outcome = Outcome.DELIVERED
+    trail: list[State] = field(default_factory=list)
+
+
+class TurnMachine:
+    """Drives one turn through the states; the engine supplies restore, build and run."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.steps: dict[State, Callable[[_Ctx], Awaitable[State]]] = {
+            State.RESTORE: self.restore,
+            State.COMPACT: self.compact,
+            State.COMMAND: self.command,
+            State.BUILD: self.build,
+            State.RUN: self.run_step,
+            State.SAVE: self.save,
+            State.RESPOND: self.respond,
+        }
+
+    async def turn(self, key: str, text: str, hooks: TurnHooks, agent: str) -> TurnResult:
+        control = hooks.control or TurnControl(key)
+        hooks = dataclasses.replace(hooks, control=control)
+        if not control.visible:
+            hooks = muted_hooks(hooks)
+        conversation = await self.engine._restore(key, agent)
+        control.conversation_id = conversation.id
+        early = await self._lease_free_command(key, text, agent, conversation)
+        if early is not None:
+            return early
+        async with hold_lease(self.store, conversation.id, on_busy=hooks.on_busy) as lease:
+            control.owner, control.epoch = lease.owner, lease.epoch
+            c = _Ctx(key, text, agent, hooks, control, conversation, dirty=lease.dirty)
+            try:
+                await self._drive(c)
+            except (asyncio.CancelledError, Exception):
+                await asyncio.shield(self._interrupted(c))
+                raise
+        return self._result(c)
+
+    async def _lease_free_command(
+        self, key: str, text: str, agent: str, conversation: Conversation
+    ) -> TurnResult | None:
+        """/stop and /status must not wait behind the turn they are about; /new first makes
+        any running turn stale so the lease comes free at its next commit."""
+        from heron.agent import commands
+        from heron.agent.engine import TurnHooks
+
+        found = commands.parse(text)
+        if found is None:
+            return None
+        if found.name == "new":
+            await asyncio.to_thread(es.bump_epoch, self.store, conversation.id)
+            return None
+        if found.name not in commands.LEASE_FREE:
+            return None
+        reply = await commands.run(found, commands.CommandContext(self.engine, key, agent))
+        c = _Ctx(key, text, agent, TurnHooks(), TurnControl(key), conversation)
+        c.command, c.reply, c.trail = found.name, reply.text, [State.COMMAND, State.RESPOND]
+        return self._result(c)
+
+    async def _drive(self, c: _Ctx) -> None:
+        state = State.RESTORE
+        while state is not State.DONE:
+            c.trail.append(state)
+            nxt = await self.steps[state](c)
+            if nxt not in TRANSITIONS[state]:
+                raise RuntimeError(f"illegal turn transition {state.name} -> {nxt.name}")
+            state = nxt
+        c.trail.append(State.DONE)
+
+    # ---- states ---------------------------------------------------------------------------
+
+    async def restore(self, c: _Ctx) -> State:
+        if c.dirty:
+            await asyncio.to_thread(_recover, self.store, c.conversation.id)
+        return State.COMPACT
+
+    async def compact(self, c: _Ctx) -> State:
+        await self.engine.compact_before_turn(c.conversation)
+        return State.COMMAND
+
+    async def command(self, c: _Ctx) -> State:
+        from heron.agent import commands
+
+        found = commands.parse(c.text)
+        if found is None:
+            return State.BUILD
+        c.command = found.name
+        ctx = commands.CommandContext(self.engine, c.key, c.agent)
+        reply = await commands.run(found, ctx)
+        c.switch_to = reply.switch_to
+        if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
+            c.text = reply.run_text
+            return State.BUILD
+        c.reply = reply.text
+        return State.RESPOND
+
+    async def build(self, c: _Ctx) -> State:
+        c.built = await self.engine._build(c.conversation, c.text, c.agent)
+        c.control.turn_id = c.built.turn_id
+        return State.RUN
+
+    async def run_step(self, c: _Ctx) -> State:
+        assert c.built is not None
+        try:
+            c.run = await self.engine._run(c.conversation, c.built, c.hooks)
+        except StaleTurn:
+            c.run = RunResult([], "interrupted")
+            return State.SAVE
+        finally:
+            c.control.accepting_mail = False
+        if isinstance(c.run.error, ContextOverflow) and c.overflow_retries < MAX_OVERFLOW_RETRIES:
+            c.overflow_retries += 1
+            await self._recover_overflow(c)
+            c.control.accepting_mail = True
+            return State.RUN
+        return State.SAVE
+
+    async def save(self, c: _Ctx) -> State:
+        assert c.run is not None
+        if not await c.control.current(self.store):
+            c.outcome = Outcome.STALE
+            await self._mark(c, "interrupted", "stale")
+            return State.RESPOND
+        if c.control.checkpointed:
+            await asyncio.to_thread(es.clear_checkpoint, self.store, c.conversation.id)
+        if c.run.error is not None:
+            c.reply = FAILED.format(error=c.run.error)
+        elif c.control.spoke:
+            c.outcome = Outcome.SPOKE_VIA_TOOL
+        elif not c.run.text.strip():
+            c.outcome = Outcome.SILENT
+        else:
+            c.reply = c.run.text
+        return State.RESPOND
+
+    async def respond(self, c: _Ctx) -> State:
+        if c.outcome is Outcome.STALE or c.control.stale:
+            c.outcome, c.reply = Outcome.STALE, None
+        elif not c.control.visible and c.command is None:
+            # Internal work speaks only through `message`; its answer and errors stay in the record.
+            c.reply = None
+            c.outcome = Outcome.SPOKE_VIA_TOOL if c.control.spoke else Outcome.SILENT
+        if c.reply is not None and c.outcome is Outcome.SILENT:
+            c.outcome = Outcome.DELIVERED
+        return State.DONE
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    async def _recover_overflow(self, c: _Ctx) -> None:
+        """Shrink the window for this run, compact, and rebuild the view from the record."""
+        assert c.built is not None
+        window = c.control.context_window or self.engine.choice.profile.context_window
+        c.control.context_window = int(window * 0.75)
+        await self.engine.compact_now(c.conversation, reason="overflow", window=window)
+        rows = await asyncio.to_thread(self.store.branch, c.conversation.id)
+        c.built = dataclasses.replace(c.built, messages=[r.wire for r in rows])
+
+    async def _mark(self, c: _Ctx, status: str, stop: str) -> None:
+        if c.built is None:
+            return
+        await asyncio.to_thread(_mark_turn, self.store, c.built.turn_id, status, stop)
+
+    async def _interrupted(self, c: _Ctx) -> None:
+        """A hard break or a failure inside the machine: record the turn as interrupted and
+        leave the record whole (finished tool results restored, a minimal stopped reply)."""
+        c.control.stale = True
+        c.control.accepting_mail = False
+        if c.built is not None:
+            await asyncio.to_thread(_close_turn, self.store, c.conversation.id, c.built.turn_id)
+
+    def _result(self, c: _Ctx) -> TurnResult:
+        from heron.agent.engine import TurnResult
+        from heron.context.prompt import fingerprint
+
+        run = c.run or RunResult([Message("assistant", [Text(c.reply or "")])], "done")
+        built = c.built
+        return TurnResult(
+            c.conversation,
+            built.run_id if built else "",
+            run,
+            fingerprint(built.system) if built else "",
+            outcome=c.outcome,
+            reply=c.reply,
+            command=c.command,
+            switch_to=c.switch_to,
+            states=[s.name for s in c.trail],
+        )
+
+
+def _recover(store: Any, conversation_id: int) -> None:
+    """Under the lease: turns still marked running were left by a dead process; close them."""
+    rows = store.query(
+        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running'",
+        (conversation_id,),
+    )
+    for row in rows:
+        _close_turn(store, conversation_id, row[0])
+    if es.needs_closing(store, conversation_id):
+        es.close_dangling_calls(store, conversation_id)
+
+
+def _mark_turn(store: Any, turn_id: int, status: str, stop: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE turns SET status = ?, stop_reason = ?, ended = ? WHERE id = ?",
+            (status, stop, time.time(), turn_id),
+        )
+
+
+def _close_turn(store: Any, conversation_id: int, turn_id: int) -> None:
+    """Record an interrupted turn minimally, so the next turn sees the stopped exchange."""
+    with store.transaction() as c:
+        es.close_dangling_calls(store, conversation_id)
+        head_id = store.conversation_by_id(conversation_id).head_id
+        head = store.message(head_id) if head_id is not None else None
+        if head is not None and head.turn_id == turn_id and head.role == "user":
+            store.append(
+                conversation_id,
+                Message("assistant", [Text(STOPPED)]),
+                turn_id=turn_id,
+                meta={"interrupted": True},
+            )
+        c.execute(
+            "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
+            " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
+            (time.time(), turn_id),
+        )

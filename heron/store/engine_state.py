@@ -1,0 +1,283 @@
+"""Store functions of the turn engine: leases, presence, epochs and tool-phase checkpoints.
+
+Each function takes a `Store` and runs one short transaction, so the async engine calls them
+through `asyncio.to_thread`. Claims are decided inside `BEGIN IMMEDIATE`, which SQLite serializes
+across processes: two processes can never both believe they hold one conversation's lease.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from heron.messages import Message, Part, ToolResult, parts_from_json, parts_to_json
+from heron.store.db import Store
+
+HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease or a presence row."""
+
+    owner: str
+    host: str
+    pid: int
+    what: str  # a run id for a lease; "chat" etc. for presence
+    expires: float
+
+    def describe(self) -> str:
+        where = f"process {self.pid}" + ("" if self.host == HOST else f" on {self.host}")
+        return f"{self.what} in {where}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a lease claim: who holds it instead (None: we do), and, when we do, the
+    conversation's epoch and whether an earlier turn left work to recover, read in the same
+    transaction so a turn starts with one round trip to the store."""
+
+    holder: Holder | None
+    epoch: int = 0
+    dirty: bool = False
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    conversation_id: int
+    turn_id: int
+    epoch: int
+    calls: list[str]  # the call ids the last assistant message asked for
+    results: list[ToolResult]  # those already finished
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _dead(host: str, pid: int, expires: float, now: float) -> bool:
+    """A claim is void once expired, or at once when its process on this host is gone."""
+    return expires < now or (host == HOST and not pid_alive(pid))
+
+
+# ---- leases -----------------------------------------------------------------------------------
+
+
+def try_lease(
+    store: Store, conversation_id: int, owner: str, ttl: float, run_id: str | None = None
+) -> Claim:
+    """Claim the conversation's turn lease."""
+    now = time.time()
+    with store.transaction() as c:
+        row = c.execute(
+            "SELECT owner, host, pid, run_id, expires FROM turn_leases WHERE conversation_id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if row is not None and row[0] != owner and not _dead(row[1], row[2], row[4], now):
+            return Claim(Holder(row[0], row[1], row[2], row[3] or "a turn", row[4]))
+        c.execute(
+            "INSERT OR REPLACE INTO turn_leases (conversation_id, owner, host, pid, run_id,"
+            " acquired, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, owner, HOST, os.getpid(), run_id, now, now + ttl),
+        )
+        return Claim(None, epoch(store, conversation_id), _dirty(store, conversation_id))
+
+
+def _dirty(store: Store, conversation_id: int) -> bool:
+    """A turn still marked running (its process died) or a tool phase left open."""
+    running = store.query(
+        "SELECT 1 FROM turns WHERE conversation_id = ? AND status = 'running' LIMIT 1",
+        (conversation_id,),
+    )
+    return bool(running) or needs_closing(store, conversation_id)
+
+
+def renew_lease(store: Store, conversation_id: int, owner: str, ttl: float) -> bool:
+    """Push the expiry forward; False when the lease is no longer ours."""
+    with store.transaction() as c:
+        cur = c.execute(
+            "UPDATE turn_leases SET expires = ? WHERE conversation_id = ? AND owner = ?",
+            (time.time() + ttl, conversation_id, owner),
+        )
+    return cur.rowcount == 1
+
+
+def release_lease(store: Store, conversation_id: int, owner: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "DELETE FROM turn_leases WHERE conversation_id = ? AND owner = ?",
+            (conversation_id, owner),
+        )
+
+
+def lease_holder(store: Store, conversation_id: int) -> Holder | None:
+    """The live holder of the conversation's turn lease, if any."""
+    rows = store.query(
+        "SELECT owner, host, pid, run_id, expires FROM turn_leases WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    if not rows or _dead(rows[0][1], rows[0][2], rows[0][4], time.time()):
+        return None
+    r = rows[0]
+    return Holder(r[0], r[1], r[2], r[3] or "a turn", r[4])
+
+
+def set_lease_run(store: Store, conversation_id: int, owner: str, run_id: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE turn_leases SET run_id = ? WHERE conversation_id = ? AND owner = ?",
+            (run_id, conversation_id, owner),
+        )
+
+
+def still_current(store: Store, conversation_id: int, epoch: int, owner: str | None) -> bool:
+    """The commit-time check: the epoch is unchanged and (when given) the lease is still ours."""
+    rows = store.query(
+        "SELECT c.epoch, l.owner FROM conversations c"
+        " LEFT JOIN turn_leases l ON l.conversation_id = c.id WHERE c.id = ?",
+        (conversation_id,),
+    )
+    if not rows or rows[0][0] != epoch:
+        return False
+    return owner is None or rows[0][1] == owner
+
+
+# ---- presence ---------------------------------------------------------------------------------
+
+
+def enter(store: Store, conversation_id: int, owner: str, what: str, ttl: float) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "INSERT OR REPLACE INTO presence (conversation_id, owner, host, pid, what, expires)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, owner, HOST, os.getpid(), what, time.time() + ttl),
+        )
+
+
+def leave(store: Store, conversation_id: int, owner: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "DELETE FROM presence WHERE conversation_id = ? AND owner = ?",
+            (conversation_id, owner),
+        )
+
+
+def users(store: Store, conversation_id: int, exclude_pid: int | None = None) -> list[Holder]:
+    """Everything still using the conversation: a live turn lease, then live presence rows."""
+    now = time.time()
+    found: list[Holder] = []
+    lease = lease_holder(store, conversation_id)
+    if lease is not None:
+        found.append(lease)
+    rows = store.query(
+        "SELECT owner, host, pid, what, expires FROM presence WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    for r in rows:
+        if not _dead(r[1], r[2], r[4], now):
+            found.append(Holder(r[0], r[1], r[2], r[3], r[4]))
+    return [h for h in found if exclude_pid is None or h.pid != exclude_pid]
+
+
+# ---- epochs -----------------------------------------------------------------------------------
+
+
+def epoch(store: Store, conversation_id: int) -> int:
+    return store.query("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))[0][0]
+
+
+def bump_epoch(store: Store, conversation_id: int) -> int:
+    """Make every turn holding an older token stale; returns the new epoch."""
+    with store.transaction() as c:
+        c.execute("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", (conversation_id,))
+        return c.execute(
+            "SELECT epoch FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()[0]
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+
+def write_checkpoint(store: Store, cp: Checkpoint, owner: str | None) -> bool:
+    """Save the tool phase's progress, unless the turn went stale (then nothing is written)."""
+    with store.transaction() as c:
+        if not still_current(store, cp.conversation_id, cp.epoch, owner):
+            return False
+        c.execute(
+            "INSERT OR REPLACE INTO checkpoints (conversation_id, turn_id, epoch, calls, results,"
+            " updated) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                cp.conversation_id,
+                cp.turn_id,
+                cp.epoch,
+                json.dumps(cp.calls),
+                parts_to_json(list(cp.results)),
+                time.time(),
+            ),
+        )
+    return True
+
+
+def read_checkpoint(store: Store, conversation_id: int) -> Checkpoint | None:
+    rows = store.query("SELECT * FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+    if not rows:
+        return None
+    r = rows[0]
+    results = [p for p in parts_from_json(r["results"]) if isinstance(p, ToolResult)]
+    return Checkpoint(conversation_id, r["turn_id"], r["epoch"], json.loads(r["calls"]), results)
+
+
+def clear_checkpoint(store: Store, conversation_id: int) -> None:
+    with store.transaction() as c:
+        c.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+
+
+INTERRUPTED = "interrupted: the turn was stopped before this call returned a result"
+
+
+def needs_closing(store: Store, conversation_id: int) -> bool:
+    """Cheap pre-check: a checkpoint is left, or the head is an assistant message with calls."""
+    rows = store.query(
+        "SELECT m.role, m.parts LIKE '%\"tool_call\"%',"
+        " EXISTS (SELECT 1 FROM checkpoints k WHERE k.conversation_id = c.id)"
+        " FROM conversations c LEFT JOIN messages m ON m.id = c.head_id WHERE c.id = ?",
+        (conversation_id,),
+    )
+    return bool(rows) and bool(rows[0][2] or (rows[0][0] == "assistant" and rows[0][1]))
+
+
+def close_dangling_calls(store: Store, conversation_id: int) -> int | None:
+    """If the branch ends in tool calls left without results (a stop, a crash), append one
+    message with the results the checkpoint saved and an 'interrupted' result for the rest, so
+    the record itself is whole again. Returns the new message id, or None when nothing dangled.
+    Runs under the caller's lease."""
+    with store.transaction():
+        conv = store.conversation_by_id(conversation_id)
+        cp = read_checkpoint(store, conversation_id)
+        head = store.message(conv.head_id) if conv.head_id is not None else None
+        if head is None or head.role != "assistant" or not head.message.tool_calls:
+            if cp is not None:
+                clear_checkpoint(store, conversation_id)
+            return None
+        saved = {r.call_id: r for r in (cp.results if cp else [])}
+        parts: list[Part] = [
+            saved.get(call.id) or ToolResult(call.id, INTERRUPTED, is_error=True)
+            for call in head.message.tool_calls
+        ]
+        stored = store.append(
+            conversation_id,
+            Message("user", parts),
+            turn_id=head.turn_id,
+            meta={"restored": "checkpoint" if cp else "interrupted"},
+        )
+        clear_checkpoint(store, conversation_id)
+    return stored.id

@@ -1,0 +1,39 @@
+"""The `message` tool: the agent speaks to the user in the middle of a turn.
+
+In an ordinary conversation the final answer is delivered anyway, so the tool matters for
+internal work (a scheduled job, a subagent's report), which is silent unless the agent decides
+the user must hear something. A turn that used it ends as SPOKE_VIA_TOOL and its final answer is
+not sent a second time. The turn engine puts its control under `ctx.extra["turn"]`; the tool only
+needs its `deliver` outlet and `spoke` list (duck-typed, so tools do not import the engine).
+"""
+
+from __future__ import annotations
+
+from heron.tools.registry import ToolContext, ToolOutput, ToolRegistry, tool
+
+
+@tool
+async def message(ctx: ToolContext, text: str) -> str | ToolOutput:
+    """Send a message to the user right now, on the channel of this conversation.
+
+    Use it when the user must hear something before the turn ends, or from background work,
+    which the user does not see otherwise. Your final reply is delivered without it.
+
+    Args:
+        text: What to tell the user (Markdown).
+    """
+    turn = ctx.extra.get("turn")
+    deliver = getattr(turn, "deliver", None)
+    if turn is None or deliver is None:
+        return ToolOutput("No channel to deliver to in this run; put it in your reply.", True)
+    if getattr(turn, "stale", False):
+        return ToolOutput("The turn was stopped; nothing was sent.", True)
+    await deliver(text)
+    turn.spoke.append(text)
+    return "Delivered to the user."
+
+
+def with_message_tool(registry: ToolRegistry) -> ToolRegistry:
+    """The registry for channel turns: the given tools plus `message`."""
+    registry.add(message)
+    return registry

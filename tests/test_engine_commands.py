@@ -1,0 +1,232 @@
+"""Slash commands (exact output), the turn's state machine, failure recovery, delete refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from heron.agent import commands
+from heron.agent.engine import Engine
+from heron.agent.leases import hold_lease, presence
+from heron.agent.turn import FAILED, TRANSITIONS, Outcome, State
+from heron.channels.info import delete_conversation
+from heron.config import Settings
+from heron.errors import AuthError, ContextOverflow, StoreError
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+
+
+def _first(message) -> str:
+    """What was typed, without the runtime block appended after it."""
+    return message.parts[0].text
+
+
+def _texts(request) -> list[str]:
+    return [_first(m) for m in request.messages]
+
+
+def test_transition_table_is_a_single_path_with_two_exits():
+    assert TRANSITIONS[State.COMMAND] == {State.BUILD, State.RESPOND}
+    assert TRANSITIONS[State.RUN] == {State.SAVE, State.RUN}
+    reachable, todo = set(), [State.RESTORE]
+    while todo:
+        s = todo.pop()
+        if s not in reachable:
+            reachable.add(s)
+            todo.extend(TRANSITIONS[s])
+    assert reachable == set(State)
+
+
+async def test_plain_turn_walks_every_state_and_delivers():
+    provider = ScriptedProvider([Reply([Text("hi")], "done", Usage(100, 5))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("k", "hello")
+    assert result.states == [
+        "RESTORE",
+        "COMPACT",
+        "COMMAND",
+        "BUILD",
+        "RUN",
+        "SAVE",
+        "RESPOND",
+        "DONE",
+    ]
+    assert result.outcome is Outcome.DELIVERED and result.reply == "hi"
+
+
+async def test_help_and_unknown_slash_text():
+    provider = ScriptedProvider([Reply([Text("no such command, but hi")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        helped = await engine.turn("k", "/help")
+        unknown = await engine.turn("k", "/foo bar")
+    assert helped.reply == commands.HELP and helped.command == "help"
+    assert len(provider.requests) == 1 and _first(provider.requests[0].messages[-1]) == "/foo bar"
+    assert unknown.command is None and unknown.reply == "no such command, but hi"
+
+
+async def test_status_exact_output():
+    provider = ScriptedProvider(
+        [
+            Reply([Text("a")], "done", Usage(1000, 50)),
+            Reply([Text("b")], "done", Usage(1200, 30, cache_read=900)),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        empty = await engine.turn("s", "/status")
+        await engine.turn("s", "one")
+        await engine.turn("s", "two")
+        status = await engine.turn("s", "/status")
+    window = engine.choice.profile.context_window
+    assert empty.reply == (
+        "model: scripted/scripted\nconversation: s (0 turns)\n"
+        f"context: 0 tokens (0.0% of {window:,})\ncache hit rate: no model calls yet\nturn: idle"
+    )
+    assert status.reply == (
+        "model: scripted/scripted\nconversation: s (2 turns)\n"
+        f"context: 1,230 tokens ({100 * 1230 / window:.1f}% of {window:,})\n"
+        "cache hit rate: 41% over the last 2 turns\nturn: idle"
+    )
+
+
+async def test_status_and_stop_see_a_turn_held_by_another_session():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        conv = engine.store.open_conversation("busy")
+        async with hold_lease(engine.store, conv.id):
+            status = await asyncio.wait_for(engine.turn("busy", "/status"), 2)
+            stop = await asyncio.wait_for(engine.turn("busy", "/stop"), 2)
+        epoch = engine.store.conversation("busy").epoch
+        idle_stop = await engine.turn("busy", "/stop")
+    assert status.reply.endswith(f"turn: running (a turn in process {os.getpid()})")
+    assert stop.reply.startswith("Stopped a turn in process") and epoch == 1
+    assert idle_stop.reply == "Nothing is running."
+
+
+async def test_new_keeps_the_transcript_and_the_model_starts_fresh():
+    provider = ScriptedProvider([Reply([Text("first")], "done"), Reply([Text("fresh")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("n", "remember the cake")
+        new = await engine.turn("n", "/new")
+        await engine.turn("n", "what cake?")
+        conv = engine.store.conversation("n")
+        rows = engine.store.branch(conv.id)
+    assert new.reply == (
+        "New conversation started. The transcript above is kept; the model no longer sees it."
+    )
+    assert [r.message.text for r in rows] == [
+        "remember the cake",
+        "first",
+        commands.SEPARATOR,
+        "what cake?",
+        "fresh",
+    ]
+    assert conv.epoch == 1
+    assert "remember the cake" not in " ".join(_texts(provider.requests[1]))
+
+
+async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
+    provider = ScriptedProvider(
+        [
+            Reply([Text("answer 1")], "done"),
+            Reply([Text("answer 1b")], "done"),
+            Reply([Text("answer edited")], "done"),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("r", "question")
+        retried = await engine.turn("r", "/retry")
+        edited = await engine.turn("r", "/edit 1 better question")
+        tree = await engine.turn("r", "/tree")
+        switched = await engine.turn("r", "/tree 1")
+        conv = engine.store.conversation("r")
+        branch = [r.message.text for r in engine.store.branch(conv.id)]
+        everything = [r.message.text for r in engine.store.all_messages(conv.id)]
+    assert retried.reply == "answer 1b" and edited.reply == "answer edited"
+    assert _texts(provider.requests[1]) == ["question"]
+    assert _texts(provider.requests[2]) == ["better question"]
+    assert everything == [
+        "question",
+        "answer 1",
+        "question",
+        "answer 1b",
+        "better question",
+        "answer edited",
+    ]
+    assert tree.reply == (
+        "Branches of r (* current; /tree N switches, /edit N TEXT rewinds):\n"
+        "  1. answer 1\n  2. answer 1b\n* 3. answer edited\n"
+        "Your messages on the current branch:\n  1. better question"
+    )
+    assert switched.reply == "Switched to branch 1." and branch == ["question", "answer 1"]
+
+
+async def test_resume_lists_and_switches():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        engine.store.open_conversation("older")
+        listed = await engine.turn("current", "/resume")
+        picked = await engine.turn("current", "/resume older")
+        missing = await engine.turn("current", "/resume nope")
+    assert (
+        listed.reply.splitlines()[0] == "Conversations (newest first); /resume KEY continues one:"
+    )
+    assert {"  older", "  current"} <= set(listed.reply.splitlines()[1:])
+    assert picked.reply == "Resumed older." and picked.switch_to == "older"
+    assert missing.reply == "No conversation 'nope'. /resume lists them."
+
+
+async def test_compact_calls_the_compaction_hook():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        calls = []
+
+        async def fake_compact(conversation, *, reason="manual", window=None):
+            calls.append((conversation.key, reason))
+            return "Compacted 12 messages."
+
+        engine.compact_now = fake_compact  # type: ignore[method-assign]
+        result = await engine.turn("c", "/compact")
+    assert result.reply == "Compacted 12 messages." and calls == [("c", "manual")]
+
+
+async def test_context_overflow_shrinks_the_window_compacts_and_retries():
+    provider = ScriptedProvider(
+        [
+            ContextOverflow("prompt too long", status=400),
+            Reply([Text("fits now")], "done"),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        windows = []
+
+        async def fake_compact(conversation, *, reason="manual", window=None):
+            windows.append((reason, window))
+            return "ok"
+
+        engine.compact_now = fake_compact  # type: ignore[method-assign]
+        result = await engine.turn("o", "big question")
+    assert result.reply == "fits now" and result.states.count("RUN") == 2
+    assert windows == [("overflow", engine.choice.profile.context_window)]
+
+
+async def test_failed_turn_ends_with_a_clear_message_and_keeps_the_users_message():
+    provider = ScriptedProvider([AuthError("401 bad key", hint="Set ANTHROPIC_API_KEY")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("f", "keep me")
+        rows = engine.store.branch(engine.store.conversation("f").id)
+    assert result.reply == FAILED.format(error=result.run.error)
+    assert result.reply.startswith("The turn failed: 401 bad key\nSet ANTHROPIC_API_KEY")
+    assert [r.message.text for r in rows] == ["keep me"]
+
+
+async def test_delete_refuses_while_a_turn_runs_or_another_chat_is_open(capsys):
+    settings = Settings.load()
+    async with Engine.open(settings, provider=ScriptedProvider([])) as engine:
+        conv = engine.store.open_conversation("used")
+        async with hold_lease(engine.store, conv.id):
+            with pytest.raises(StoreError, match="a turn in process"):
+                await asyncio.to_thread(delete_conversation, settings, "used")
+        async with presence(engine.store, conv.id, "an open chat"):
+            with pytest.raises(StoreError, match="an open chat in process"):
+                await asyncio.to_thread(delete_conversation, settings, "used")
+        await asyncio.to_thread(delete_conversation, settings, "used")
+    assert "Deleted conversation 'used'." in capsys.readouterr().out

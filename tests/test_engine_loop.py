@@ -1,0 +1,299 @@
+"""The AgentLoop: conversations concurrent, one turn per conversation, follow-ups in the mailbox,
+/stop keeping finished tool work, stale turns writing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import defaultdict
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.agent.turn import MAIL_LABEL, Outcome
+from heron.bus import Dispatcher, InboundMessage, MessageBus, OutboundMessage
+from heron.config import Settings
+from heron.context.repair import is_well_formed
+from heron.messages import Reply, Text, ToolCall, Usage
+from heron.providers.base import ChatRequest
+from heron.providers.scripted import ScriptedProvider
+from heron.store import engine_state as es
+from heron.tools.message import with_message_tool
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+
+def _conv_of(request: ChatRequest) -> str:
+    return request.messages[0].text.split()[0]
+
+
+async def test_fifty_conversations_five_turns_concurrently_within_twice_ideal():
+    latency, conversations, turns = 0.1, 50, 5
+    inflight: dict[str, int] = defaultdict(int)
+    overlaps: list[str] = []
+
+    async def answer(request: ChatRequest) -> Reply:
+        conv = _conv_of(request)
+        inflight[conv] += 1
+        if inflight[conv] > 1:
+            overlaps.append(conv)
+        await asyncio.sleep(latency)
+        inflight[conv] -= 1
+        return Reply([Text(f"ok {request.messages[-1].text}")], "done", Usage(10, 2))
+
+    bus = MessageBus()
+    dispatcher = Dispatcher(bus)
+    answers: dict[str, list[str]] = defaultdict(list)
+
+    lean = ToolRegistry([])  # the loop is under test, not the size of the tool schemas
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(answer), registry=lean
+    ) as engine:
+        loop = AgentLoop(engine, bus)
+
+        async def on_answer(out: OutboundMessage) -> None:
+            answers[out.chat_id].append(out.text)
+            n = len(answers[out.chat_id])
+            if n < turns:  # the user answers the answer: next turn of this conversation
+                await loop.dispatch(InboundMessage("test", out.chat_id, f"{out.chat_id} t{n}"))
+
+        dispatcher.register("test", on_answer)
+        pump = asyncio.create_task(dispatcher.run())
+        started = time.monotonic()
+        for i in range(conversations):
+            await loop.dispatch(InboundMessage("test", f"c{i}", f"c{i} t0"))
+        while sum(len(a) for a in answers.values()) < conversations * turns:
+            await asyncio.sleep(0.01)
+        elapsed = time.monotonic() - started
+        pump.cancel()
+        store = engine.store
+        rows = store.query("SELECT conversation_id, started, ended, status FROM turns")
+
+    ideal = turns * latency
+    assert elapsed < 2 * ideal, f"{elapsed:.2f}s for an ideal of {ideal:.2f}s"
+    assert not overlaps
+    assert all(a == [f"ok c{c[1:]} t{j}" for j in range(turns)] for c, a in answers.items())
+    assert len(rows) == conversations * turns and {r["status"] for r in rows} == {"done"}
+    by_conv: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        by_conv[r["conversation_id"]].append((r["started"], r["ended"]))
+    for spans in by_conv.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+async def test_concurrent_turns_on_one_key_are_serialized_by_the_lease():
+    inflight = [0]
+    peak = [0]
+
+    async def answer(request: ChatRequest) -> Reply:
+        inflight[0] += 1
+        peak[0] = max(peak[0], inflight[0])
+        await asyncio.sleep(0.02)
+        inflight[0] -= 1
+        return Reply([Text("ok")], "done")
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        results = await asyncio.gather(*(engine.turn("same", f"m{i}") for i in range(6)))
+        conv = engine.store.conversation("same")
+        rows = engine.store.branch(conv.id)
+    assert peak[0] == 1
+    assert all(r.ok for r in results)
+    # Each turn's answer directly follows its own question: no interleaving.
+    assert [r.role for r in rows] == ["user", "assistant"] * 6
+    assert all(rows[i].turn_id == rows[i + 1].turn_id for i in range(0, 12, 2))
+
+
+def _gate_registry() -> tuple[ToolRegistry, asyncio.Event, threading.Event]:
+    gate = asyncio.Event()
+    thread_gate = threading.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    @tool
+    def quick(ctx: ToolContext, n: int) -> str:
+        """Return at once.
+
+        Args:
+            n: a number.
+        """
+        return f"quick {n} done"
+
+    @tool
+    def slow(ctx: ToolContext) -> str:
+        """Block a thread until the test releases it (cannot be cancelled)."""
+        thread_gate.wait(10)
+        return "slow done"
+
+    return with_message_tool(ToolRegistry([wait_gate, quick, slow])), gate, thread_gate
+
+
+async def _until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+async def test_follow_up_sent_mid_turn_is_answered_in_the_same_turn():
+    registry, gate, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", "wait_gate", {})], "tool"),
+            Reply([Text("Done, and yes: blue.")], "done"),
+        ]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "start the job"))
+        await _until(lambda: len(provider.requests) == 1)
+        await loop.dispatch(InboundMessage("t", "1", "also, make it blue"))
+        gate.set()
+        await loop.wait_idle()
+        turns = engine.store.query("SELECT COUNT(*) FROM turns")[0][0]
+    out = []
+    while not bus.outbound.empty():
+        out.append(bus.outbound.get_nowait())
+    assert turns == 1
+    second = provider.requests[1].messages[-1]
+    assert second.tool_results[0].content == "gate passed"
+    assert second.text == MAIL_LABEL + "also, make it blue"
+    assert [(o.kind, o.text) for o in out] == [("answer", "Done, and yes: blue.")]
+    provider.assert_complete()
+
+
+async def test_stop_during_a_tool_keeps_finished_results_and_the_stale_turn_writes_nothing():
+    registry, _, thread_gate = _gate_registry()
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("a", "quick", {"n": 1}), ToolCall("b", "slow", {})], "tool"),
+            Reply([Text("next turn answer")], "done"),
+        ]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        store = engine.store
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "do two things"))
+        conv_id = None
+
+        def checkpointed() -> bool:
+            return bool(store.query("SELECT 1 FROM checkpoints"))
+
+        await _until(checkpointed)
+        conv_id = store.conversation("t:1").id
+        await loop.dispatch(InboundMessage("t", "1", "/stop"))
+        assert not loop.running("t:1")
+        snapshot = _dump(store)
+        thread_gate.set()  # the uncancellable tool thread now finishes
+        await asyncio.sleep(0.1)
+        assert _dump(store) == snapshot  # the stale turn wrote nothing after the stop
+        await loop.dispatch(InboundMessage("t", "1", "what happened?"))
+        await loop.wait_idle()
+        branch = store.branch(conv_id)
+    outs = [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]
+    assert ("command", "Stopped. What the turn finished is kept.") in [
+        (o.kind, o.text) for o in outs
+    ]
+    sent = provider.requests[1].messages
+    results = {r.call_id: r for m in sent for r in m.tool_results}
+    assert results["a"].content == "quick 1 done" and not results["a"].is_error
+    assert results["b"].is_error and "interrupted" in results["b"].content
+    assert is_well_formed(sent) and is_well_formed([r.wire for r in branch])
+    assert snapshot["turns"][0][1] == "interrupted"
+    assert not snapshot["checkpoints"]
+
+
+async def test_a_turn_made_stale_by_another_process_discards_its_writes():
+    registry, gate, _ = _gate_registry()
+    provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool")])
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        store = engine.store
+        task = asyncio.create_task(engine.turn("k", "go"))
+        await _until(lambda: len(provider.requests) == 1)
+        await _until(lambda: len(store.all_messages(store.conversation("k").id)) == 2)
+        conv_id = store.conversation("k").id
+        es.bump_epoch(store, conv_id)  # what /stop from another process does
+        before = len(store.all_messages(conv_id))
+        gate.set()
+        result = await task
+        after = store.all_messages(conv_id)
+        tool_rows = store.query("SELECT COUNT(*) FROM tool_calls")[0][0]
+        turn = store.turns(conv_id)[0]
+    assert result.outcome is Outcome.STALE and result.reply is None
+    assert len(after) == before and tool_rows == 0
+    assert turn.status == "interrupted"
+
+
+async def test_soft_break_wraps_up_at_the_next_drain():
+    registry, gate, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", "wait_gate", {})], "tool"),
+            Reply([Text("Stopped here: the gate passed, nothing else done.")], "done"),
+        ]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "long job"))
+        await _until(lambda: len(provider.requests) == 1)
+        assert loop.request_break("t:1")
+        gate.set()
+        await loop.wait_idle()
+        turn = engine.store.turns(engine.store.conversation("t:1").id)[0]
+    wrap = provider.requests[1]
+    assert wrap.tools == [] and "asked you to stop" in wrap.messages[-1].text
+    assert turn.stop_reason == "wrapup"
+
+
+async def test_soft_break_escalates_to_hard_when_the_run_never_drains():
+    registry, _gate, _ = _gate_registry()
+    provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool")])
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, MessageBus(), break_grace=0.05)
+        await loop.dispatch(InboundMessage("t", "1", "hang"))
+        await _until(lambda: len(provider.requests) == 1)
+        loop.request_break("t:1")
+        await loop.wait_idle()
+        conv = engine.store.conversation("t:1")
+        turn = engine.store.turns(conv.id)[0]
+        branch = engine.store.branch(conv.id)
+    assert turn.status == "interrupted"
+    assert branch[-1].role == "assistant" and "stopped" in branch[-1].message.text
+    assert is_well_formed([r.wire for r in branch])
+
+
+async def test_outcomes_spoke_via_tool_and_silent():
+    registry, _, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("m1", "message", {"text": "The build broke."})], "tool"),
+            Reply([Text("I told the user.")], "done"),
+            Reply([Text("Nothing to report.")], "done"),
+        ]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("sched", "1", "check the build", provenance="scheduled"))
+        await loop.wait_idle()
+        await loop.dispatch(InboundMessage("sched", "2", "check again", provenance="scheduled"))
+        await loop.wait_idle()
+    outs = [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]
+    assert [(o.kind, o.text, o.chat_id) for o in outs] == [("message", "The build broke.", "1")]
+
+
+def _dump(store) -> dict[str, list]:
+    return {
+        "messages": [tuple(r) for r in store.query("SELECT * FROM messages ORDER BY id")],
+        "turns": [tuple(r)[4:6] for r in store.query("SELECT * FROM turns ORDER BY id")],
+        "tool_calls": [tuple(r) for r in store.query("SELECT * FROM tool_calls ORDER BY id")],
+        "checkpoints": [tuple(r) for r in store.query("SELECT * FROM checkpoints")],
+        "model_calls": [r[0] for r in store.query("SELECT id FROM model_calls ORDER BY id")],
+    }
