@@ -1,0 +1,137 @@
+"""`heron trace ls|show|export|replay` and `heron usage`.
+
+Registered in heron/cli.py; everything heavy is imported inside the commands so `heron --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+import typer
+
+from heron.errors import HeronError
+
+trace_app = typer.Typer(
+    help="Recorded runs: list, show, export and replay them.", no_args_is_help=True
+)
+
+RunArg = Annotated[
+    str, typer.Argument(help="A run id (a unique prefix is enough) from `heron trace ls`.")
+]
+
+
+def _fail(error: HeronError) -> None:
+    from heron.cli import fail
+
+    fail(error)
+
+
+def _open():  # -> tuple[Settings, Store, PriceTable]
+    from heron.cli import settings
+    from heron.store import Store
+    from heron.trace.prices import PriceTable
+
+    s = settings()
+    return s, Store(s.paths.ensure().db), PriceTable.from_config(s.config.prices)
+
+
+@trace_app.command("ls")
+def trace_ls(
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Only this conversation's runs.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 30,
+) -> None:
+    """List recorded runs, newest first."""
+    from heron.trace.read import list_runs
+    from heron.trace.render import render_ls
+
+    try:
+        _, store, prices = _open()
+        for line in render_ls(list_runs(store, conversation, limit), prices):
+            typer.echo(line)
+    except HeronError as e:
+        _fail(e)
+
+
+@trace_app.command("show")
+def trace_show(
+    run: Annotated[
+        str,
+        typer.Argument(help="A run id (or unique prefix); with --stats also a conversation key."),
+    ],
+    stats: Annotated[
+        bool, typer.Option("--stats", help="Per turn: tokens, cache, cost and duration.")
+    ] = False,
+) -> None:
+    """Show a run: the user's message, every model call, tool call, effect and result."""
+    from heron.trace.read import find_turn, load_run
+    from heron.trace.render import render_show, render_stats
+
+    try:
+        _, store, prices = _open()
+        if stats:
+            conv = store.conversation(run)
+            turns = store.turns(conv.id) if conv else [find_turn(store, run)]
+            lines = render_stats(store, turns, prices)
+        else:
+            lines = render_show(store, load_run(store, run), prices)
+        for line in lines:
+            typer.echo(line)
+    except HeronError as e:
+        _fail(e)
+
+
+@trace_app.command("export")
+def trace_export(run: RunArg) -> None:
+    """Print a run as JSON: every request exactly as sent, replies, tool calls and events."""
+    from heron.trace.render import export_run
+    from heron.trace.scrub import scrubber_for
+
+    try:
+        s, store, _ = _open()
+        typer.echo(export_run(store, run, scrubber_for(s.env, s.config.api_keys)))
+    except HeronError as e:
+        _fail(e)
+
+
+@trace_app.command("replay")
+def trace_replay(
+    run: RunArg,
+    live_tools: Annotated[
+        bool,
+        typer.Option(
+            "--live-tools", help="Run the tools again (in the workspace) and report differences."
+        ),
+    ] = False,
+) -> None:
+    """Run the loop again with the recorded replies and check every request it builds."""
+    from heron.trace.replay import replay
+
+    try:
+        s, store, _ = _open()
+        workspace = s.paths.workspace if live_tools else None
+        report = asyncio.run(replay(store, run, live_tools=live_tools, workspace=workspace))
+    except HeronError as e:
+        _fail(e)
+        return
+    typer.echo(report.render())
+    raise typer.Exit(0 if report.identical else 1)
+
+
+def usage(
+    days: Annotated[int, typer.Option(help="Only the last N days (0: everything).")] = 30,
+) -> None:
+    """Tokens, cache hit rate and cost, by day and by model."""
+    from heron.trace.render import render_usage
+
+    try:
+        _, store, prices = _open()
+        since = time.time() - days * 86400 if days > 0 else None
+        for line in render_usage(store, prices, since):
+            typer.echo(line)
+    except HeronError as e:
+        _fail(e)

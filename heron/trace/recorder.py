@@ -1,0 +1,324 @@
+"""Recording one run: what it started from, every model call by reference, every tool call, and
+the mailbox injections and breaks between them.
+
+The engine owns one `TraceRecorder` per turn and calls it from its hooks. Every write is one
+transaction on a worker thread; every text written passes through the run's `Scrubber` first.
+
+Events are ordered against model calls by `after_call` (how many model calls had completed), which
+is where a replay puts them back:
+
+    recorder.injection(messages)   # the mailbox delivered these before the next model call
+    recorder.break_("soft")        # a break was taken (kind: soft | hard), with optional detail
+    drain = recorder.drain(drain)  # or wrap a mailbox drain so every delivery is recorded
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heron.messages import Message, Usage, dumps, message_to_dict, reply_to_dict
+from heron.store import Store
+from heron.trace.blobs import ChainCache, chain_links, put_blob, put_chain, put_payload
+from heron.trace.scrub import Scrubber
+
+
+@dataclass
+class RunStart:
+    """What a run started from: enough to rebuild its first request with the current code."""
+
+    agent: str
+    provider: str  # the wire the payloads were built for (openai, anthropic, scripted)
+    model: str
+    system: str  # the system prompt as sent
+    profile: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    prompt_inputs: dict[str, Any] | None = None  # PromptInputs as plain data, if known
+    user_message_id: int | None = None  # the run starts from the branch ending here
+    start_messages: int = 0  # how many messages the run started with
+    clock: float = field(default_factory=time.time)
+    fenced: bool = False  # tool calls travelled as text (FencedTools)
+
+
+def plain(value: Any) -> Any:
+    """A dataclass (PromptInputs, ToolSpec, ModelProfile) as JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def fingerprints(start: RunStart) -> dict[str, str]:
+    """Short digests of the prompt pieces, so prompt drift shows in data."""
+    out = {"system": _fp(start.system)}
+    inputs = start.prompt_inputs or {}
+    if inputs.get("tools") is not None:
+        out["tools"] = _fp(dumps(inputs["tools"]))
+    for name, text in sorted((inputs.get("bootstrap") or {}).items()):
+        out[name] = _fp(text)
+    return out
+
+
+def _fp(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class TraceRecorder:
+    def __init__(
+        self,
+        store: Store,
+        turn_id: int,
+        start: RunStart,
+        scrubber: Scrubber,
+        messages: list[Message] | None = None,
+        inputs: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> None:
+        self.store = store
+        self._inputs = inputs  # computes start.prompt_inputs before the first write
+        self.messages = messages or []  # what the run started from (the model-facing view)
+        self.turn_id = turn_id
+        self.start = start
+        self.scrub = scrubber
+        self.calls = 0  # model calls recorded so far: the clock events are ordered by
+        self._chain = ChainCache()
+        self._started = False
+        # Events noticed in synchronous hooks, written with the next write: (kind, body, after).
+        self._pending: list[tuple[str, Any, int]] = []
+
+    # ---- the run's start --------------------------------------------------------------------
+
+    def _ensure_start(self, conn: Any) -> None:
+        if self._started:
+            return
+        start = dataclasses.asdict(self.start)
+        self._chain.links = self._previous_chain(conn)
+        if start["user_message_id"] is None:
+            row = conn.execute(
+                "SELECT user_message_id FROM turns WHERE id = ?", (self.turn_id,)
+            ).fetchone()
+            start["user_message_id"] = row[0] if row else None
+        start["system"] = put_blob(conn, "system_prompt", self.scrub.clean(self.start.system))
+        bodies = [self.scrub.clean(dumps(message_to_dict(m))) for m in self.messages]
+        start["messages"] = [put_chain(conn, bodies), len(bodies)]
+        inputs = start.pop("prompt_inputs")
+        if inputs is not None:
+            start["prompt_inputs"] = put_blob(
+                conn, "prompt_inputs", self.scrub.clean(dumps(inputs))
+            )
+        conn.execute(
+            "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
+            (self.turn_id, dumps(start), dumps(fingerprints(self.start))),
+        )
+        self._started = True
+
+    def _previous_chain(self, conn: Any) -> list[tuple[str, int]]:
+        """The message chain of the conversation's last recorded request: this run's first
+        request shares most of it, so only what is new is looked up."""
+        row = conn.execute(
+            "SELECT m.request_ref FROM model_calls m JOIN turns t ON t.id = m.turn_id"
+            " WHERE t.conversation_id = (SELECT conversation_id FROM turns WHERE id = ?)"
+            " AND m.request_ref IS NOT NULL ORDER BY m.id DESC LIMIT 1",
+            (self.turn_id,),
+        ).fetchone()
+        ref = json.loads(row[0]) if row else {}
+        return chain_links(conn, ref["messages"][0]) if "messages" in ref else []
+
+    async def begin(self) -> None:
+        await self._run(lambda conn: None)
+
+    async def _run(self, body: Callable[[Any], None]) -> None:
+        pending, self._pending = self._pending, []
+        await asyncio.to_thread(self._write, body, pending)
+
+    def _write(self, body: Callable[[Any], None], pending: list[tuple[str, Any, int]]) -> None:
+        if self._inputs is not None:  # file reads and a prompt build: off the loop, once
+            inputs_fn, self._inputs = self._inputs, None
+            self.start.prompt_inputs = inputs_fn()
+        with self.store.transaction() as conn:
+            self._ensure_start(conn)
+            for kind, value, after in pending:
+                self._insert_event(conn, kind, value, after)
+            body(conn)
+
+    def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
+        text = self.scrub.clean(dumps(value)) if value is not None else None
+        conn.execute(
+            "INSERT INTO trace_events (turn_id, after_call, kind, body, at) VALUES (?, ?, ?, ?, ?)",
+            (self.turn_id, after, kind, text, time.time()),
+        )
+
+    # ---- model and tool calls ---------------------------------------------------------------
+
+    async def model_call(
+        self,
+        seq: int,
+        purpose: str,
+        payload: str,
+        reply: Any,
+        error: str | None,
+        started: float,
+        ended: float,
+    ) -> None:
+        usage = reply.usage if reply is not None else Usage()
+        self.calls += 1
+        reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
+        request = self.scrub.clean(payload)
+
+        def write(conn: Any) -> None:
+            ref = put_payload(conn, request, self._chain)
+            conn.execute(
+                "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
+                " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
+                " started, ended) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.turn_id,
+                    seq,
+                    purpose,
+                    ref,
+                    reply_json,
+                    self.scrub.clean_opt(error),
+                    usage.input,
+                    usage.output,
+                    usage.cache_read,
+                    usage.cache_write,
+                    started,
+                    ended,
+                ),
+            )
+
+        await self._run(write)
+
+    async def tool_call(self, record: Any, args: str) -> None:
+        """`record` is a runner ToolCallRecord; `args` its arguments as recorded JSON."""
+        content = self.scrub.clean(record.result.content)
+        effects = self.scrub.clean(dumps(record.effects)) if record.effects else None
+        after = self.calls
+
+        def write(conn: Any) -> None:
+            conn.execute(
+                "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
+                " is_error, effects, started, ended, after_call)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.turn_id,
+                    record.call.id,
+                    record.call.name,
+                    self.scrub.clean(args),
+                    content,
+                    hashlib.sha256(content.encode()).hexdigest(),
+                    record.result.is_error,
+                    effects,
+                    record.started,
+                    record.ended,
+                    after,
+                ),
+            )
+
+        await self._run(write)
+
+    # ---- events -----------------------------------------------------------------------------
+
+    async def event(self, kind: str, body: Any = None) -> None:
+        after = self.calls
+        await self._run(lambda conn: self._insert_event(conn, kind, body, after))
+
+    async def injection(self, messages: list[Message]) -> None:
+        """The mailbox delivered `messages` into the run before its next model call."""
+        if messages:
+            await self.event("injection", [message_to_dict(m) for m in messages])
+
+    async def break_(self, kind: str, **detail: Any) -> None:
+        """A break was taken: `soft` (wrap up at the next drain) or `hard` (stopped)."""
+        await self.event("break", {"kind": kind, **detail})
+
+    def drain(
+        self, inner: Callable[[], Awaitable[list[Message]]]
+    ) -> Callable[[], Awaitable[list[Message]]]:
+        """Wrap a mailbox drain so that every non-empty delivery is recorded."""
+
+        async def drain() -> list[Message]:
+            messages = await inner()
+            await self.injection(messages)
+            return messages
+
+        return drain
+
+    async def finish(self, status: str) -> None:
+        if status == "interrupted":
+            await self.event("interrupted", {"after_call": self.calls})
+        elif not self._started or self._pending:
+            await self.begin()  # the start (a run may end before any call) and pending events
+
+    # ---- hooks ------------------------------------------------------------------------------
+
+    def wrap(self, hooks: Any) -> Any:
+        """RunHooks whose mailbox drain and soft-break check are recorded as events."""
+        drain = self.drain(hooks.drain)
+        should_break = hooks.should_break if hasattr(hooks, "should_break") else None
+        if should_break is None:
+            return dataclasses.replace(hooks, drain=drain)
+
+        def checked() -> bool:
+            taken = bool(should_break())
+            if taken:  # the check is synchronous; the row is written by the next write
+                self._pending.append(("break", {"kind": "soft"}, self.calls))
+            return taken
+
+        return dataclasses.replace(hooks, drain=drain, should_break=checked)
+
+
+def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
+    """The PromptInputs that produced `built.system`: BUILD's own if it hands them over, else
+    what Engine.system_prompt builds, with the workspace files frozen. None when they do not
+    rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
+    from heron.context.prompt import PromptInputs, build_system_prompt, read_bootstrap
+
+    inputs = getattr(built, "prompt_inputs", None)
+    if inputs is None:
+        workspace = engine.settings.paths.workspace
+        specs = engine.registry.specs()
+        inputs = PromptInputs(agent, workspace, specs, bootstrap=read_bootstrap(workspace))
+    try:
+        same = build_system_prompt(inputs) == built.system
+    except Exception:  # a prompt builder that cannot run again is not replayable
+        same = False
+    return inputs if same else None
+
+
+def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
+    """The recorder of one engine turn: what BUILD produced, the wire, and every credential in
+    reach (to scrub)."""
+    from heron.trace.scrub import scrubber_for
+
+    settings, provider = engine.settings, engine.provider
+    agent = getattr(built, "agent", agent)
+
+    def inputs() -> dict[str, Any] | None:
+        found = prompt_inputs_for(engine, built, agent)
+        return None if found is None else plain(found)
+
+    start = RunStart(
+        agent=agent,
+        provider=provider.name,
+        model=provider.model,
+        system=built.system,
+        profile=plain(engine.choice.profile),
+        limits=plain(engine.limits),
+        start_messages=len(built.messages),
+        fenced=hasattr(provider, "inner"),
+    )
+    scrubber = scrubber_for(settings.env, settings.config.api_keys, provider, engine.choice)
+    messages = list(built.messages)
+    return TraceRecorder(engine.store, built.turn_id, start, scrubber, messages, inputs)

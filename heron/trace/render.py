@@ -1,0 +1,256 @@
+"""Traces as text (ls, show, --stats, usage) and as JSON (export)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from heron.messages import Usage, part_to_dict, reply_to_dict
+from heron.store import Store, Turn
+from heron.trace.prices import PriceTable, conversation_cost, format_cost, turn_cost
+from heron.trace.read import (
+    CallTrace,
+    RunSummary,
+    RunTrace,
+    load_run,
+    request_payload,
+    turn_from_row,
+)
+from heron.trace.scrub import Scrubber
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _secs(turn: Turn) -> float:
+    return (turn.ended or turn.started) - turn.started
+
+
+def _hit(usage: Usage) -> str:
+    return f"{100 * usage.cache_read / usage.input:.0f}%" if usage.input else "-"
+
+
+def render_ls(runs: list[RunSummary], prices: PriceTable) -> Iterator[str]:
+    if not runs:
+        yield "No runs recorded yet."
+        return
+    for r in runs:
+        t = r.turn
+        yield (
+            f"{r.run_id}  {_when(t.started)}  {r.conversation_key:24} {t.status:11} "
+            f"{t.model_calls:3} calls {t.tool_calls:3} tools  in {t.usage.input:>8,} "
+            f"out {t.usage.output:>7,}  {format_cost(turn_cost(t, prices)):>9}"
+        )
+
+
+# ---- show -----------------------------------------------------------------------------------
+
+
+def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str]:
+    t = run.turn
+    yield (
+        f"{t.run_id} · conversation {run.conversation_key} · {t.status} ({t.stop_reason}) · "
+        f"{t.provider}/{t.model} · {_when(t.started)} · {_secs(t):.1f}s"
+    )
+    if run.fingerprints:
+        yield "fingerprints: " + ", ".join(f"{k} {v}" for k, v in run.fingerprints.items())
+    yield f"you: {_short(run.user_text, 400)}"
+    events = list(run.events)
+    for event in _due(events, 0):
+        yield from _event(event)
+    for call in run.calls:
+        yield from _call_lines(store, call, t, prices)
+        for tool in (x for x in run.tools if x.after_call == call.seq):
+            mark = "✗" if tool.is_error else "←"
+            what = f"{tool.name}({_short(tool.args, 200)}) [{tool.call_id}]"
+            yield f"    tool {what} {tool.duration:.2f}s"
+            yield f"      {mark} {_short(tool.result or '', 300)}"
+            for effect in tool.effects:
+                yield f"      effect: {_short(json.dumps(effect, ensure_ascii=False), 200)}"
+        for event in _due(events, call.seq):
+            yield from _event(event)
+    yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
+    if t.error:
+        yield f"error: {t.error}"
+
+
+def _due(events: list[Any], after: int) -> list[Any]:
+    due = [e for e in events if e.after_call <= after]
+    for e in due:
+        events.remove(e)
+    return due
+
+
+def _event(event: Any) -> Iterator[str]:
+    if event.kind == "injection":
+        texts = [
+            p.get("text", "") for m in event.body or [] for p in m.get("parts", []) if "text" in p
+        ]
+        yield f"  ✉ mailbox: {_short(' / '.join(texts), 300)}"
+    else:
+        yield f"  ■ {event.kind}: {json.dumps(event.body, ensure_ascii=False)}"
+
+
+def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -> Iterator[str]:
+    u = call.usage
+    payload = request_payload(store, call)
+    count = len(json.loads(payload).get("messages", []))
+    cost = prices.cost(turn.model, u, turn.provider)
+    yield (
+        f"  #{call.seq} {call.purpose} · {call.duration:.2f}s · in {u.input:,} (cache read "
+        f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
+        f"request {len(payload):,} bytes, {count} message{'' if count == 1 else 's'}"
+    )
+    if call.reply is None:
+        yield f"    ✗ {call.error}"
+        return
+    for part in call.reply.parts:
+        d = part_to_dict(part)
+        if d["kind"] == "text" and d["text"].strip():
+            yield f"    reply: {_short(d['text'], 300)}"
+        elif d["kind"] == "thinking" and d.get("text"):
+            yield f"    (thinking) {_short(d['text'], 160)}"
+    yield f"    stop: {call.reply.stop}"
+
+
+# ---- stats ----------------------------------------------------------------------------------
+
+_STATS_HEAD = (
+    f"{'turn':>4}  {'run':20} {'calls':>5} {'tools':>5} {'in':>9} {'out':>7} "
+    f"{'cache rd':>9} {'cache wr':>9} {'hit':>4} {'cost':>9} {'time':>7}"
+)
+
+
+def _stats_row(label: str, run: str, t: Any, usage: Usage, cost: float | None, secs: float) -> str:
+    return (
+        f"{label:>4}  {run:20} {t[0]:>5} {t[1]:>5} {usage.input:>9,} {usage.output:>7,} "
+        f"{usage.cache_read:>9,} {usage.cache_write:>9,} {_hit(usage):>4} "
+        f"{format_cost(cost):>9} {secs:>6.1f}s"
+    )
+
+
+def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterator[str]:
+    """Per turn: model and tool calls, tokens in and out, cache read and write, cost, time; then
+    the total of these turns and the cost of the whole conversation."""
+    yield _STATS_HEAD
+    total, secs = Usage(), 0.0
+    numbers = _turn_numbers(store, turns)
+    for turn in turns:
+        total, secs = total + turn.usage, secs + _secs(turn)
+        yield _stats_row(
+            str(numbers[turn.id]),
+            turn.run_id,
+            (turn.model_calls, turn.tool_calls),
+            turn.usage,
+            turn_cost(turn, prices),
+            _secs(turn),
+        )
+    calls = (sum(t.model_calls for t in turns), sum(t.tool_calls for t in turns))
+    yield _stats_row("all", "", calls, total, conversation_cost(turns, prices), secs)
+    if turns:
+        everything = store.turns(turns[0].conversation_id)
+        yield (
+            f"conversation: {len(everything)} turns, "
+            f"cost {format_cost(conversation_cost(everything, prices))}"
+        )
+
+
+def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
+    numbers: dict[int, int] = {}
+    for conversation_id in {t.conversation_id for t in turns}:
+        for n, t in enumerate(store.turns(conversation_id), 1):
+            numbers[t.id] = n
+    return numbers
+
+
+# ---- usage ------------------------------------------------------------------------------------
+
+
+def render_usage(store: Store, prices: PriceTable, since: float | None = None) -> Iterator[str]:
+    """Tokens, cache hit rate and cost, by day and by model."""
+    rows = store.query("SELECT * FROM turns WHERE started >= ? ORDER BY started", (since or 0.0,))
+    turns = [turn_from_row(r) for r in rows]
+    if not turns:
+        yield "No turns recorded yet."
+        return
+    by_day: dict[str, list[Turn]] = defaultdict(list)
+    by_model: dict[str, list[Turn]] = defaultdict(list)
+    for t in turns:
+        by_day[time.strftime("%Y-%m-%d", time.localtime(t.started))].append(t)
+        by_model[f"{t.provider}/{t.model}"].append(t)
+    for title, groups in (("day", by_day), ("model", by_model)):
+        yield (
+            f"{title:32} {'turns':>6} {'in':>11} {'out':>9} {'cache rd':>11} {'cache wr':>10} "
+            f"{'hit':>4} {'cost':>9}"
+        )
+        for name, group in sorted(groups.items()):
+            yield _usage_row(name, group, prices)
+        yield _usage_row("total", turns, prices)
+        yield ""
+
+
+def _usage_row(name: str, turns: list[Turn], prices: PriceTable) -> str:
+    u = Usage()
+    for t in turns:
+        u = u + t.usage
+    return (
+        f"{name:32} {len(turns):>6} {u.input:>11,} {u.output:>9,} {u.cache_read:>11,} "
+        f"{u.cache_write:>10,} {_hit(u):>4} {format_cost(conversation_cost(turns, prices)):>9}"
+    )
+
+
+# ---- export -----------------------------------------------------------------------------------
+
+
+def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
+    """The whole run as one JSON document: every request rebuilt as sent, every reply, tool call
+    and event. Any credential in reach is replaced before it is returned."""
+    run = load_run(store, run_id)
+    t = run.turn
+    doc: dict[str, Any] = {
+        "run_id": t.run_id,
+        "conversation": run.conversation_key,
+        "turn": {
+            "status": t.status,
+            "stop_reason": t.stop_reason,
+            "provider": t.provider,
+            "model": t.model,
+            "usage": t.usage.__dict__,
+            "model_calls": t.model_calls,
+            "tool_calls": t.tool_calls,
+            "system_fingerprint": t.system_fingerprint,
+            "error": t.error,
+            "started": t.started,
+            "ended": t.ended,
+            "user_text": run.user_text,
+            "reply_text": run.reply_text,
+        },
+        "start": run.start,
+        "fingerprints": run.fingerprints,
+        "model_calls": [_export_call(store, c) for c in run.calls],
+        "tool_calls": [tool.__dict__ for tool in run.tools],
+        "events": [e.__dict__ for e in run.events],
+    }
+    return scrubber.clean(json.dumps(doc, ensure_ascii=False, indent=2))
+
+
+def _export_call(store: Store, call: CallTrace) -> dict[str, Any]:
+    return {
+        "seq": call.seq,
+        "purpose": call.purpose,
+        "request": json.loads(request_payload(store, call)),
+        "reply": reply_to_dict(call.reply) if call.reply else None,
+        "error": call.error,
+        "usage": call.usage.__dict__,
+        "started": call.started,
+        "ended": call.ended,
+    }

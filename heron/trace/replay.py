@@ -1,0 +1,301 @@
+"""Deterministic replay: run a recorded turn's loop again without the model.
+
+The loop starts from what the run started from (the system prompt rebuilt from its recorded
+inputs with the current code, the conversation's messages up to the turn's user message), the
+model's replies are served from the trace, tool results too (or, with `live_tools`, the tools run
+again and differing results are reported), and recorded mailbox injections and breaks happen at
+the same points. Every request the loop builds is compared with the recorded one; the first
+difference is reported by request, message, part and field.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heron.agent.runner import RunHooks, RunLimits, Runner
+from heron.context.prompt import PromptInputs, build_system_prompt
+from heron.errors import FatalProviderError, StoreError
+from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_from_dict
+from heron.providers.base import ChatRequest, OnEvent, RetryPolicy, ToolSpec
+from heron.providers.profiles import ModelProfile
+from heron.store import Store
+from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.trace.diff import Difference, first_difference
+from heron.trace.read import RunTrace, load_run, request_payload
+
+PayloadFn = Callable[[ChatRequest], dict[str, Any]]
+
+
+class ReplayStop(Exception):
+    """The replayed run reached the point where the recorded one ended (or went past it)."""
+
+
+@dataclass
+class ToolDifference:
+    call_id: str
+    name: str
+    recorded: str | None
+    now: str
+
+
+@dataclass
+class ReplayReport:
+    run_id: str
+    recorded_requests: int
+    replayed_requests: int = 0
+    first: tuple[int, Difference] | None = None  # (request number, from 1; the difference)
+    differing_requests: int = 0
+    tool_differences: list[ToolDifference] = field(default_factory=list)
+    recorded_stop: str | None = None
+    replayed_stop: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return (
+            self.first is None
+            and self.replayed_requests == self.recorded_requests
+            and not self.tool_differences
+        )
+
+    def render(self) -> str:
+        lines = [
+            f"replay of {self.run_id}: {self.replayed_requests} of {self.recorded_requests} "
+            f"requests rebuilt; stop {self.replayed_stop} (recorded {self.recorded_stop})"
+        ]
+        if self.first is None:
+            lines.append("every request is identical to the recorded one")
+        else:
+            number, diff = self.first
+            lines.append(
+                f"first difference: request {number}, {diff.describe()}"
+                f" ({self.differing_requests} request(s) differ)"
+            )
+        for t in self.tool_differences:
+            lines.append(
+                f"tool {t.name} [{t.call_id}] result differs: {_clip(t.recorded)} → {_clip(t.now)}"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _clip(text: str | None, limit: int = 120) -> str:
+    text = " ".join((text or "").split())
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+# ---- the wire -------------------------------------------------------------------------------
+
+
+def payload_builder(start: dict[str, Any]) -> PayloadFn:
+    """The payload function of the wire the run was recorded on (no network, no key)."""
+    wire, model = start["provider"], start["model"]
+    profile = _profile(start)
+    fn: PayloadFn
+    if wire == "scripted":
+        from heron.providers.scripted import ScriptedProvider
+
+        fn = ScriptedProvider([], model=model).payload
+    elif wire in ("openai", "local"):
+        from heron.providers.openai_compat import OpenAICompatProvider
+
+        fn = OpenAICompatProvider(model, "replay", profile=profile).payload
+    elif wire == "anthropic":
+        from heron.providers.anthropic import build_payload
+
+        fn = build_payload
+    else:
+        raise StoreError(f"cannot rebuild requests for the {wire!r} wire")
+    if start.get("fenced"):
+        from heron.providers.fenced import FencedTools
+
+        inner = fn
+
+        class _Inner:
+            name, model = wire, start["model"]
+            payload = staticmethod(inner)
+
+        fn = FencedTools(_Inner()).payload  # type: ignore[arg-type]
+    return fn
+
+
+def _profile(start: dict[str, Any]) -> ModelProfile:
+    known = ModelProfile.__dataclass_fields__
+    return ModelProfile(**{k: v for k, v in start.get("profile", {}).items() if k in known})
+
+
+class ReplayProvider:
+    """Serves the recorded replies in order and checks each request against the recorded one."""
+
+    def __init__(self, run: RunTrace, payloads: list[str], build: PayloadFn, report: ReplayReport):
+        assert run.start is not None
+        self.name = "replay"
+        self.model = run.start["model"]
+        self.run, self.payloads, self.build, self.report = run, payloads, build, report
+        self.served = 0
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        return self.build(request)
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
+        index = self.served
+        if index >= len(self.run.calls):
+            if self.run.turn.status == "interrupted":
+                raise ReplayStop("interrupted")
+            self.report.notes.append(f"the replay made request {index + 1}, never recorded")
+            raise ReplayStop("extra request")
+        self.served += 1
+        self.report.replayed_requests = self.served
+        self._compare(index, dumps(self.build(request)))
+        call = self.run.calls[index]
+        if call.reply is None:
+            raise FatalProviderError(call.error or "the recorded call failed")
+        return call.reply
+
+    def _compare(self, index: int, now: str) -> None:
+        recorded = self.payloads[index]
+        if now == recorded:
+            return
+        self.report.differing_requests += 1
+        if self.report.first is None:
+            diff = first_difference(json.loads(recorded), json.loads(now))
+            if diff is not None:
+                self.report.first = (index + 1, diff)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ReplayTools:
+    """The tool registry of a replay: the current tools' specs (so a changed tool shows in the
+    request), results served from the trace, or the tools run again when `live` is true."""
+
+    def __init__(self, run: RunTrace, registry: ToolRegistry, live: bool, report: ReplayReport):
+        self.registry, self.live, self.report = registry, live, report
+        self.interrupted = run.turn.status == "interrupted"
+        self.recorded: dict[str, list[Any]] = {}
+        for tool in run.tools:
+            self.recorded.setdefault(tool.call_id, []).append(tool)
+
+    def specs(self) -> list[ToolSpec]:
+        return self.registry.specs()
+
+    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        found = self.recorded.get(call.id, [])
+        recorded = found.pop(0) if found else None
+        if recorded is None and self.interrupted:
+            raise ReplayStop("interrupted during tools")
+        if self.live:
+            result = await self.registry.call(call, ctx)
+            if recorded is None or result.content != recorded.result:
+                self.report.tool_differences.append(
+                    ToolDifference(call.id, call.name, recorded and recorded.result, result.content)
+                )
+            return result
+        if recorded is None:
+            self.report.notes.append(f"no recorded result for tool call {call.id} ({call.name})")
+            return ToolResult(call.id, "Error: no recorded result", True)
+        return ToolResult(call.id, recorded.result or "", recorded.is_error)
+
+
+# ---- the run's start --------------------------------------------------------------------------
+
+
+def rebuild_system(start: dict[str, Any]) -> str:
+    """The system prompt from the recorded inputs with the current prompt code; the recorded
+    prompt itself when the inputs were not recorded."""
+    inputs = start.get("prompt_inputs")
+    if inputs is None:
+        return str(start["system"])
+    known = PromptInputs.__dataclass_fields__
+    values = {k: v for k, v in inputs.items() if k in known}
+    values["workspace"] = Path(values["workspace"])
+    if values.get("tools") is not None:
+        values["tools"] = [ToolSpec(**t) for t in values["tools"]]
+    return build_system_prompt(PromptInputs(**values))
+
+
+def start_messages(store: Store, run: RunTrace) -> list[Message]:
+    """The messages the run started from: the recorded view (summaries and runtime block
+    included); for runs recorded without it, the conversation's branch up to the turn's user
+    message as the model was sent it."""
+    assert run.start is not None
+    if run.start.get("messages") is not None:
+        return [message_from_dict(m) for m in run.start["messages"]]
+    head = run.start.get("user_message_id") or run.turn.user_message_id
+    if head is None:
+        raise StoreError(f"run {run.turn.run_id} has no user message to start from")
+    return [m.wire for m in store.branch(run.turn.conversation_id, head)]
+
+
+def _mailbox(run: RunTrace, provider: ReplayProvider) -> tuple[Any, Any]:
+    injections = [e for e in run.events if e.kind == "injection"]
+    breaks = [e for e in run.events if e.kind == "break"]
+
+    async def drain() -> list[Message]:
+        due = [e for e in injections if e.after_call <= provider.served]
+        for e in due:
+            injections.remove(e)
+        return [message_from_dict(m) for e in due for m in e.body]
+
+    def should_break() -> bool:
+        due = [e for e in breaks if e.after_call <= provider.served]
+        if due:
+            breaks.remove(due[0])
+        return bool(due)
+
+    return drain, should_break
+
+
+# ---- replay -----------------------------------------------------------------------------------
+
+Govern = Callable[[list[Message]], Awaitable[list[Message]]]
+
+
+async def replay(
+    store: Store,
+    run_id: str,
+    *,
+    registry: ToolRegistry | None = None,
+    live_tools: bool = False,
+    workspace: Path | None = None,
+    govern: Govern | None = None,
+) -> ReplayReport:
+    """Replay one recorded run (see the module docstring); never writes to the store."""
+    run = load_run(store, run_id)
+    if run.start is None:
+        raise StoreError(
+            f"run {run.turn.run_id} was recorded without its start and cannot be replayed",
+            hint="Runs recorded since traces keep their start (schema m006) replay.",
+        )
+    payloads = [request_payload(store, c) for c in run.calls]
+    report = ReplayReport(run.turn.run_id, len(run.calls), recorded_stop=run.turn.stop_reason)
+    provider = ReplayProvider(run, payloads, payload_builder(run.start), report)
+    tools = ReplayTools(run, registry or default_registry(), live_tools, report)
+    limits = RunLimits(**run.start.get("limits", {}))
+    runner = Runner(provider, tools, _profile(run.start), limits, RetryPolicy(attempts=1))  # type: ignore[arg-type]
+    system, messages = rebuild_system(run.start), start_messages(store, run)
+    if len(messages) != run.start.get("start_messages", len(messages)):
+        report.notes.append(
+            f"the run started from {run.start['start_messages']} messages; "
+            f"the conversation now gives {len(messages)}"
+        )
+    drain, should_break = _mailbox(run, provider)
+    hooks = RunHooks(drain=drain, govern=govern)
+    if "should_break" in RunHooks.__dataclass_fields__:
+        hooks = RunHooks(drain=drain, govern=govern, should_break=should_break)  # type: ignore[call-arg]
+    with tempfile.TemporaryDirectory(prefix="heron-replay-") as scratch:
+        ctx = ToolContext(workspace=workspace or Path(scratch))
+        try:
+            result = await runner.run(system, messages, ctx, hooks)
+            report.replayed_stop = result.stop
+        except ReplayStop as stop:
+            report.replayed_stop = "interrupted" if "interrupted" in str(stop) else "error"
+        finally:
+            await ctx.aclose()
+    return report

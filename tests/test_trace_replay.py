@@ -1,0 +1,172 @@
+"""Replay: a recorded session runs again without the model, with identical requests; a change in
+prompt assembly is reported at the request and part where it shows."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from heron.agent.engine import Engine, TurnHooks
+from heron.agent.turn import TurnControl
+from heron.config import Settings
+from heron.messages import Reply, Text, ToolCall, Usage
+from heron.providers.base import ChatRequest
+from heron.providers.openai_compat import OpenAICompatProvider
+from heron.providers.scripted import ScriptedProvider
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.trace.read import list_runs, load_run
+from heron.trace.replay import replay
+
+
+def _tool_call(call_id: str, code: str) -> Reply:
+    return Reply([ToolCall(call_id, "run_cell", {"code": code})], "tool", Usage(100, 10))
+
+
+async def test_a_scripted_session_with_tools_replays_with_identical_requests():
+    provider = ScriptedProvider(
+        [
+            _tool_call("c1", "x = 6 * 7\nprint(x)"),
+            Reply([Text("x is 42.")], "done", Usage(120, 5)),
+            _tool_call("c2", "print(x + 1)"),
+            Reply([Text("43.")], "done", Usage(140, 5)),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("s", "set x with python")
+        await engine.turn("s", "and x + 1?")
+        runs = list_runs(engine.store, "s")
+        reports = [await replay(engine.store, r.run_id) for r in runs]
+    assert len(reports) == 2
+    for report in reports:
+        assert report.identical, report.render()
+        assert report.replayed_requests == 2 and report.replayed_stop == "done"
+
+
+async def test_a_change_in_prompt_assembly_is_reported_at_the_right_request_and_part(
+    monkeypatch,
+):
+    provider = ScriptedProvider([_tool_call("c1", "print(1)"), Reply([Text("ok")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("p", "go")
+        assert load_run(engine.store, result.run_id).start["prompt_inputs"] is not None
+        # A deliberate change: the tool contract gains a sentence.
+        import heron.context.prompt as prompt
+
+        monkeypatch.setattr(prompt, "TOOL_CONTRACT", prompt.TOOL_CONTRACT + " Be brief.")
+        report = await replay(engine.store, result.run_id)
+    assert not report.identical
+    number, diff = report.first
+    assert number == 1 and diff.path == ("system",)
+    assert "the system prompt" in report.render() and "Be brief." in report.render()
+    assert report.differing_requests == 2
+
+
+async def test_a_changed_message_is_located_by_message_and_part(monkeypatch):
+    provider = ScriptedProvider([_tool_call("c1", "print(1)"), Reply([Text("ok")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("m", "go")
+        # A deliberate change in how tool results are assembled into the request.
+        import heron.trace.replay as rp
+
+        served = rp.ReplayTools.call
+
+        async def altered(self, call, ctx):
+            r = await served(self, call, ctx)
+            return type(r)(r.call_id, r.content + "!", r.is_error)
+
+        monkeypatch.setattr(rp.ReplayTools, "call", altered)
+        report = await replay(engine.store, result.run_id)
+    number, diff = report.first
+    # Request 2 is [user message, assistant tool call, user tool result]: message 2, part 0.
+    assert number == 2 and diff.path[:4] == ("messages", 2, "parts", 0)
+    assert diff.where.startswith("message 2 (user), part 0 (tool_result), field content")
+
+
+async def test_the_openai_wire_replays_identically():
+    script = [
+        ServerReply(tool_calls=[("call_1", "run_cell", {"code": "print(2)"})]),
+        ServerReply(text="Two."),
+    ]
+    with FakeOpenAIServer(script) as server:
+        provider = OpenAICompatProvider("gpt-4.1-mini", "dummy-key-123456", server.base_url)
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            result = await engine.turn("o", "what is 2?")
+            report = await replay(engine.store, result.run_id)
+    assert report.identical and report.replayed_requests == 2, report.render()
+
+
+async def test_mailbox_injections_and_a_soft_break_replay():
+    control = TurnControl("mb")
+    first = asyncio.Event()
+
+    def script(request: ChatRequest) -> Reply:
+        n = len([m for m in request.messages if m.role == "assistant"])
+        if not first.is_set():
+            first.set()
+            control.post("also print 3")  # typed while the first call is out
+            return _tool_call("c1", "print(1)")
+        if n == 1:
+            control.request_break()
+            return _tool_call("c2", "print(3)")
+        return Reply([Text("Stopped: printed 1 and 3.")], "done")
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(script)) as engine:
+        result = await engine.turn("mb", "print 1", TurnHooks(control=control))
+        run = load_run(engine.store, result.run_id)
+        report = await replay(engine.store, result.run_id)
+    kinds = [(e.kind, e.after_call) for e in run.events]
+    assert ("injection", 1) in kinds and ("break", 2) in kinds
+    assert run.turn.stop_reason == "wrapup" and len(run.calls) == 3
+    assert report.identical and report.replayed_stop == "wrapup", report.render()
+
+
+async def test_a_hard_interruption_replays_to_the_same_point():
+    second = asyncio.Event()
+    never = asyncio.Event()
+
+    async def script(request: ChatRequest) -> Reply:
+        if len(request.messages) == 1:
+            return _tool_call("c1", "print(1)")
+        second.set()
+        await never.wait()  # the user interrupts while this call is out
+        raise AssertionError("unreachable")
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(script)) as engine:
+        task = asyncio.create_task(engine.turn("h", "print 1 then wait"))
+        await second.wait()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        run = list_runs(engine.store, "h")[0]
+        report = await replay(engine.store, run.run_id)
+        events = load_run(engine.store, run.run_id).events
+    assert run.turn.status == "interrupted"
+    assert [e.kind for e in events] == ["interrupted"] and events[0].after_call == 1
+    assert report.identical and report.replayed_stop == "interrupted", report.render()
+
+
+async def test_live_tools_report_where_results_differ():
+    counter = itertools.count(1)
+
+    @tool
+    def tick(ctx: ToolContext) -> str:
+        """Count up."""
+        return f"tick {next(counter)}"
+
+    registry = ToolRegistry([tick])
+    provider = ScriptedProvider(
+        [Reply([ToolCall("t1", "tick", {})], "tool"), Reply([Text("ticked")], "done")]
+    )
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        result = await engine.turn("live", "tick once")
+        served = await replay(engine.store, result.run_id, registry=registry)
+        live = await replay(engine.store, result.run_id, registry=registry, live_tools=True)
+    assert served.identical
+    assert [(d.name, d.recorded, d.now) for d in live.tool_differences] == [
+        ("tick", "tick 1", "tick 2")
+    ]
+    assert live.first is not None and live.first[0] == 2  # the new result shows in request 2
