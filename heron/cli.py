@@ -12,7 +12,9 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from heron.channels.memory_cli import app as memory_app
 from heron.errors import ConfigError, HeronError
+from heron.trace.cli import trace_app, usage
 
 app = typer.Typer(
     help="Heron: a personal AI agent that keeps long conversations whole.",
@@ -24,6 +26,9 @@ conversations_app = typer.Typer(help="List, show and delete conversations.", no_
 config_app = typer.Typer(help="Show Heron's configuration.", no_args_is_help=True)
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(config_app, name="config")
+app.add_typer(trace_app, name="trace")
+app.add_typer(memory_app, name="memory")
+app.command("usage")(usage)
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]
 ConvOpt = Annotated[
@@ -115,12 +120,18 @@ def conversations_list(
 @conversations_app.command("show")
 def conversations_show(
     key: Annotated[str, typer.Argument(help="The conversation key.")],
+    compactions: Annotated[
+        bool, typer.Option("--compactions", help="List each compaction: when, why, what.")
+    ] = False,
+    model_view: Annotated[
+        bool, typer.Option("--model-view", help="Print exactly what the model receives next.")
+    ] = False,
 ) -> None:
     """Print a conversation's current branch: every turn, tool call and result."""
     from heron.channels.info import show_conversation
 
     try:
-        show_conversation(settings(), key)
+        show_conversation(settings(), key, compactions=compactions, model_view=model_view)
     except HeronError as e:
         fail(e)
 

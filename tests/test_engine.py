@@ -26,7 +26,7 @@ async def test_turn_persists_everything_and_second_turn_sees_first():
     sent = provider.requests[2].messages
     assert [m.role for m in sent] == ["user", "assistant", "user", "assistant", "user"]
     assert sent[1].tool_calls[0].args == {"code": "x = 41 + 1"}
-    assert sent[-1].text == "what was x?"
+    assert sent[-1].parts[0].text == "what was x?"  # then the runtime block
     assert [t.status for t in turns] == ["done", "done"]
     assert turns[0].usage == Usage(220, 15, 100, 0) and turns[0].model_calls == 2
     assert calls[0]["name"] == "run_cell" and "x = 41 + 1" in calls[0]["args"]

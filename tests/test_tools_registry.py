@@ -138,6 +138,9 @@ def test_default_registry_names() -> None:
         "grep",
         "bash",
         "run_cell",
+        "work_state",
+        "todos",
+        "scratchpad",
     ]
 
 

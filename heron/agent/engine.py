@@ -9,7 +9,6 @@ every model request and tool call as a trace row.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,14 +24,19 @@ from heron.agent.runner import (
     ToolCallRecord,
     args_json,
 )
+from heron.agent.turn import Outcome, TurnControl, TurnMachine, guard_run_hooks
+from heron.compaction import prepare_turn
+from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
 from heron.context.prompt import PromptInputs, build_system_prompt, fingerprint
+from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ProviderError
-from heron.messages import Message, Text, Usage, dumps, reply_to_dict
+from heron.messages import Message, Text, Usage
 from heron.providers import Provider, open_provider
 from heron.providers.base import OnEvent
 from heron.store import Conversation, Store
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.trace.recorder import TraceRecorder, trace_for
 
 
 def new_key(prefix: str = "c") -> str:
@@ -52,6 +56,10 @@ class TurnHooks:
     on_tool_start: Callable[..., None] | None = None
     on_tool_end: Callable[[ToolCallRecord], None] | None = None
     on_retry: Callable[[ProviderError, float], None] | None = None
+    # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
+    # the running turn's control (epoch token, mailbox, break); who started the turn.
+    on_busy: Callable[[str], None] | None = None
+    control: TurnControl | None = None
 
 
 @dataclass
@@ -62,6 +70,8 @@ class BuiltTurn:
     turn_id: int
     system: str
     messages: list[Message]
+    # Compaction (heron/compaction): derives the view again before every model call.
+    governor: Governor | None = None
 
 
 @dataclass
@@ -71,6 +81,13 @@ class TurnResult:
     run: RunResult
     system_fingerprint: str
     extra: dict = field(default_factory=dict)
+    # Turn engine: how the turn ended for the user, what to show them (None: nothing),
+    # the slash command that answered it, and the states it went through.
+    outcome: Outcome = Outcome.DELIVERED
+    reply: str | None = None
+    command: str | None = None
+    switch_to: str | None = None  # /resume: the channel continues in this conversation
+    states: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -119,7 +136,10 @@ class Engine:
                 provider = await open_provider(choice, stack)
             else:
                 choice = ModelChoice("scripted", provider.model)
-            yield cls(settings, store, provider, choice, registry or default_registry())
+            if registry is None:
+                # The tiny offline model cannot use tools; describing them only confuses it.
+                registry = ToolRegistry([]) if choice.embedded else default_registry()
+            yield cls(settings, store, provider, choice, registry)
 
     def system_prompt(self, agent: str) -> str:
         inputs = PromptInputs(agent, self.settings.paths.workspace, self.registry.specs())
@@ -128,34 +148,52 @@ class Engine:
     async def turn(
         self, key: str, text: str, hooks: TurnHooks | None = None, *, agent: str = "default"
     ) -> TurnResult:
-        """One user message through the steps of a turn: restore, build, run, save."""
-        hooks = hooks or TurnHooks()
-        conversation = await self._restore(key, agent)
-        built = await self._build(conversation, text, agent)
-        run = await self._run(conversation, built, hooks)
-        return TurnResult(conversation, built.run_id, run, fingerprint(built.system))
+        """One user message through the turn's state machine (heron/agent/turn.py): under the
+        conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND."""
+        return await TurnMachine(self).turn(key, text, hooks or TurnHooks(), agent)
+
+    async def compact_before_turn(self, conversation: Conversation) -> None:
+        """COMPACT state: compaction (issue 3) replaces this to pick up pending work."""
+        return None
+
+    async def compact_now(
+        self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
+    ) -> str:
+        """Compact the conversation now (/compact, a context overflow). Replaced by the
+        compaction package when it is installed; until then it says so."""
+        try:
+            from heron import compaction  # type: ignore[attr-defined]
+        except ImportError:
+            return "Compaction is not available in this build."
+        run = getattr(compaction, "compact_now", None)
+        if run is None:
+            return "Compaction is not available in this build."
+        return await run(self, conversation, reason=reason, window=window)
 
     async def _restore(self, key: str, agent: str) -> Conversation:
         return await asyncio.to_thread(self.store.open_conversation, key, agent)
 
-    async def _build(self, conversation: Conversation, text: str, agent: str) -> BuiltTurn:
-        """Assemble what the model will see and commit the user's message before any call."""
-        history = await asyncio.to_thread(self.store.branch, conversation.id)
+    async def _build(
+        self, conversation: Conversation, text: str, agent: str, *, channel: str = "cli"
+    ) -> BuiltTurn:
+        """Commit the user's message (with the runtime block it is sent with) before any call,
+        compact if the conversation outgrew its share of the window, and derive the view."""
         run_id = new_run_id()
         user_message = Message("user", [Text(text)])
-        turn_id, _ = await asyncio.to_thread(
+        info = RuntimeInfo(channel, conversation.key, self.settings.config.agent.timezone)
+        turn_id, stored = await asyncio.to_thread(
             self.store.begin_turn,
             conversation.id,
             run_id,
             user_message,
+            sent=with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
         )
         if conversation.title is None:
             await asyncio.to_thread(self.store.set_title, conversation.id, _title(text))
-        system = self.system_prompt(agent)
-        messages = [m.wire for m in history] + [user_message]
-        return BuiltTurn(run_id, turn_id, system, messages)
+        prepared = await prepare_turn(self, conversation, agent, turn_id, stored.id)
+        return BuiltTurn(run_id, turn_id, prepared.system, prepared.messages, prepared.governor)
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
@@ -165,7 +203,12 @@ class Engine:
             workspace=self.settings.paths.workspace,
             result_budget=self.settings.config.agent.result_budget,
         )
-        recorder = _Recorder(self.store, conversation.id, turn_id, hooks)
+        # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
+        ctx.extra.update(
+            store=self.store, conversation_id=conversation.id, agent=conversation.agent
+        )
+        trace = trace_for(self, built, conversation.agent)
+        recorder = _Recorder(self.store, conversation.id, turn_id, hooks, trace)
         runner = Runner(self.provider, self.registry, self.choice.profile, self.limits)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
@@ -176,6 +219,12 @@ class Engine:
             on_tool_start=hooks.on_tool_start,
             on_retry=hooks.on_retry,
         )
+        if built.governor is not None:  # the view from the record, compaction in flight
+            run_hooks.govern = built.governor.govern
+            run_hooks.on_model_call = built.governor.observing(run_hooks.on_model_call)
+        if hooks.control is not None:  # token checks, checkpoints, mailbox, break (turn.py)
+            run_hooks = guard_run_hooks(run_hooks, hooks.control, self.store, ctx)
+        run_hooks = recorder.wrap(run_hooks)  # mailbox deliveries and breaks go in the trace
         try:
             run = await runner.run(system, built.messages, ctx, run_hooks)
         except asyncio.CancelledError:
@@ -192,11 +241,19 @@ class Engine:
 class _Recorder:
     """Writes a run's messages and trace rows as they happen."""
 
-    def __init__(self, store: Store, conversation_id: int, turn_id: int, hooks: TurnHooks):
+    def __init__(
+        self,
+        store: Store,
+        conversation_id: int,
+        turn_id: int,
+        hooks: TurnHooks,
+        trace: TraceRecorder | None = None,
+    ):
         self.store = store
         self.conversation_id = conversation_id
         self.turn_id = turn_id
         self.hooks = hooks
+        self.trace = trace  # heron.trace: model and tool calls, injections, breaks
         self.usage = Usage()
         self.model_calls = 0
         self.tool_calls = 0
@@ -210,38 +267,37 @@ class _Recorder:
         usage = record.reply.usage if record.reply else Usage()
         self.usage = self.usage + usage
         self.model_calls += 1
-        reply = dumps(reply_to_dict(record.reply)) if record.reply else None
-        await asyncio.to_thread(
-            self.store.record_model_call,
-            self.turn_id,
+        if self.trace is None:
+            return
+        await self.trace.model_call(
             record.seq,
-            request=record.payload,
-            reply=reply,
-            usage=usage,
-            error=record.error,
-            started=record.started,
-            ended=record.ended,
-            purpose=record.purpose,
+            record.purpose,
+            record.payload,
+            record.reply,
+            record.error,
+            record.started,
+            record.ended,
         )
 
     async def tool_call(self, record: ToolCallRecord) -> None:
         self.tool_calls += 1
-        content = record.result.content
-        await asyncio.to_thread(
-            self.store.record_tool_call,
-            self.turn_id,
-            call_id=record.call.id,
-            name=record.call.name,
-            args=args_json(record.call),
-            result=content,
-            result_sha256=hashlib.sha256(content.encode()).hexdigest(),
-            is_error=record.result.is_error,
-            effects=dumps(record.effects) if record.effects else None,
-            started=record.started,
-            ended=record.ended,
-        )
+        if self.trace is not None:
+            await self.trace.tool_call(record, args_json(record.call))
         if self.hooks.on_tool_end:
             self.hooks.on_tool_end(record)
+
+    def wrap(self, run_hooks: RunHooks) -> RunHooks:
+        return self.trace.wrap(run_hooks) if self.trace is not None else run_hooks
+
+    async def injection(self, messages: list[Message]) -> None:
+        """The mailbox delivered `messages` into the run (recorded for replay)."""
+        if self.trace is not None:
+            await self.trace.injection(messages)
+
+    async def break_(self, kind: str, **detail: object) -> None:
+        """A soft or hard break was taken (recorded for replay)."""
+        if self.trace is not None:
+            await self.trace.break_(kind, **detail)
 
     async def finish(
         self,
@@ -251,6 +307,8 @@ class _Recorder:
         system: str,
         run: RunResult | None = None,
     ) -> None:
+        if self.trace is not None:
+            await self.trace.finish(status)
         await asyncio.to_thread(
             self.store.finish_turn,
             self.turn_id,

@@ -40,6 +40,10 @@ WRAP_UP = (
     "summary of what is done and what is still pending, so the work can resume later."
 )
 MAX_CONTINUATIONS = 3
+BREAK = (
+    "The user asked you to stop. Do not call tools. Reply with a short summary of what is done "
+    "and what is still pending, so the work can resume later."
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class RunHooks:
     # the model itself, so it is async. It never changes the run's own record.
     govern: Callable[[list[Message]], Awaitable[list[Message]]] | None = None
     on_retry: Callable[[ProviderError, float], None] | None = None
+    # A soft break (/stop with a wrap-up): asked at each drain point; True ends the run with a
+    # wrap-up call without tools.
+    should_break: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -170,11 +177,16 @@ class Runner:
                 if reply.text.strip() and hooks.on_progress:
                     hooks.on_progress(reply.text)
                 await self._run_tools(reply.tool_calls, s, ctx, hooks)
+                if hooks.should_break and hooks.should_break():
+                    await self._wrap_up(system, s, hooks, "", prompt=BREAK)
+                    return "wrapup"
                 continue
             if reply.stop == "length" and s.continuations < MAX_CONTINUATIONS:
                 s.continuations += 1
                 await self._add(s, Message("user", [Text(CONTINUE)]), hooks)
                 continue
+            if hooks.should_break and hooks.should_break():
+                return "done"  # already a final answer: nothing to wrap up
             mail = await hooks.drain()
             if mail:
                 for message in mail:
@@ -247,8 +259,11 @@ class Runner:
         await hooks.on_tool_call(ToolCallRecord(call, result, effects, started, time.time()))
         return result
 
-    async def _wrap_up(self, system: str, s: _State, hooks: RunHooks, what: str) -> None:
-        await self._add(s, Message("user", [Text(WRAP_UP.format(what=what))]), hooks)
+    async def _wrap_up(
+        self, system: str, s: _State, hooks: RunHooks, what: str, prompt: str | None = None
+    ) -> None:
+        text = prompt or WRAP_UP.format(what=what)
+        await self._add(s, Message("user", [Text(text)]), hooks)
         reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
 

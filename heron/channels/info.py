@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -62,11 +63,17 @@ def _turn_header(n: int, turn: Turn) -> str:
     )
 
 
-def show_conversation(settings: Settings, key: str) -> None:
+def show_conversation(
+    settings: Settings, key: str, *, compactions: bool = False, model_view: bool = False
+) -> None:
     store = open_store(settings)
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    if compactions or model_view:  # compaction (issue 3): what it did, what the model sees
+        for line in _compaction_views(settings, store, conv, compactions, model_view):
+            typer.echo(line)
+        return
     turns = {t.id: t for t in store.turns(conv.id)}
     typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(turns)} turns")
     seen: set[int] = set()
@@ -74,6 +81,30 @@ def show_conversation(settings: Settings, key: str) -> None:
     for stored in store.branch(conv.id):
         for line in _lines(stored, turns, numbers, seen):
             typer.echo(line)
+
+
+def _compaction_views(
+    settings: Settings, store: Store, conv: Any, compactions: bool, model_view: bool
+) -> Iterator[str]:
+    from heron.compaction import inspect
+
+    if compactions:
+        yield from inspect.compaction_lines(store, conv.id)
+    if model_view:
+        system, messages = inspect.model_view(settings, store, conv)
+        yield "── system"
+        yield system
+        for message in messages:
+            yield f"── {message.role}"
+            for part in message.parts:
+                if isinstance(part, Text):
+                    yield part.text
+                elif isinstance(part, ToolCall):
+                    args = json.dumps(part.args, ensure_ascii=False)
+                    yield f"[call {part.id}] {part.name}({args})"
+                elif isinstance(part, ToolResult):
+                    error = " error" if part.is_error else ""
+                    yield f"[result {part.call_id}{error}] {part.content}"
 
 
 def _lines(
@@ -91,11 +122,16 @@ def delete_conversation(settings: Settings, key: str) -> None:
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
-    running = [t for t in store.turns(conv.id) if t.status == "running"]
-    if running:
+    # Anything still using it (a running turn's lease, an open chat's presence) blocks the
+    # delete, named so the user knows what to close (heron/store/engine_state.py).
+    from heron.store.engine_state import users
+
+    using = users(store, conv.id)
+    if using:
+        names = "; ".join(u.describe() for u in using)
         raise StoreError(
-            f"conversation {key!r} has a turn still running ({running[-1].run_id})",
-            hint="Wait for it to finish or stop it, then delete.",
+            f"conversation {key!r} is still in use: {names}",
+            hint="Close that chat or stop that turn (/stop), then delete.",
         )
     store.delete_conversation(conv.id)
     typer.echo(f"Deleted conversation {key!r}.")

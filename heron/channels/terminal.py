@@ -17,19 +17,20 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.text import Text as RichText
 
+from heron.agent import commands
 from heron.agent.engine import Engine, TurnHooks, new_key
+from heron.agent.leases import presence
 from heron.agent.runner import ToolCallRecord
+from heron.agent.turn import TurnControl
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
 from heron.messages import ToolCall
 from heron.providers.base import StreamEvent
 
 HELP = """\
-Commands:
-  /new          start a new conversation
-  /resume       pick an earlier conversation to continue
+In this terminal:
+  /resume       with no key: pick an earlier conversation to continue
   /show N       print the full result of tool call N
-  /help         this help
 Enter sends; Alt-Enter (or Esc then Enter) adds a new line.
 Ctrl-C stops the running turn; Ctrl-D leaves."""
 
@@ -119,20 +120,29 @@ async def run_chat(
                 continue
             if text.startswith("/") and await _command(text, engine, state, console, session):
                 continue
-            await _turn(engine, state, console, text)
+            async with presence(engine.store, engine.store.open_conversation(state.key).id):
+                await _turn(engine, state, console, text)
 
 
 async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -> None:
     view = TurnView(console, state)
+    control = TurnControl(state.key)
     hooks = TurnHooks(
         on_event=view.event,
         on_tool_start=view.tool_start,
         on_tool_end=view.tool_end,
         on_retry=lambda e, wait: console.print(f"[yellow]retrying in {wait:.1f}s: {e}[/yellow]"),
+        on_busy=lambda note: console.print(f"[yellow]{note}[/yellow]"),
+        control=control,
     )
     task = asyncio.ensure_future(engine.turn(state.key, text, hooks, agent=state.agent))
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, task.cancel)
+
+    def stop() -> None:  # Ctrl-C is /stop: the turn goes stale at once, then is cancelled
+        control.stale = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, stop)
     try:
         result = await task
     except asyncio.CancelledError:
@@ -142,7 +152,12 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
     finally:
         loop.remove_signal_handler(signal.SIGINT)
     view.close_text()
-    if result.run.error is not None:
+    if result.switch_to:
+        state.key = result.switch_to
+        state.results.clear()
+    if result.command and result.run.model_calls == 0:
+        console.print(result.reply or "", markup=False, highlight=False)
+    elif result.run.error is not None:
         console.print(f"[red]The turn failed:[/red] {result.run.error}")
         console.print("[dim]Your message is saved; send it again to retry.[/dim]")
     elif not result.text and not view.text:
@@ -153,15 +168,17 @@ async def _command(text: str, engine: Engine, state: ChatState, console: Console
     """Run a chat command; False means it is not one, and the text goes to the model."""
     name, _, arg = text.strip().partition(" ")
     if name == "/help":
-        console.print(HELP, highlight=False)
+        console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/new":
-        state.key = new_key("chat")
+        await _turn(engine, state, console, text)
         state.results.clear()
-        console.rule(f"[dim]new conversation {state.key}[/dim]")
-    elif name == "/resume":
+        console.rule("[dim]new conversation[/dim]")
+    elif name == "/resume" and not arg:
         await _resume(engine, state, console, session)
     elif name == "/show":
         _show(arg, state, console)
+    elif commands.parse(text) is not None:  # /stop, /status, /retry, /tree, /compact, ...
+        await _turn(engine, state, console, text)
     else:
         return False
     return True

@@ -326,7 +326,7 @@ def _save_full(call_id: str, text: str, workspace: Path) -> str | None:
 
 def default_registry(before_call: BeforeCall | None = None) -> ToolRegistry:
     """The built-in tools: files, bash and a Python kernel."""
-    from heron.tools import files, python_kernel, shell
+    from heron.tools import files, python_kernel, scratchpad, shell, todos, work_state
 
     return ToolRegistry(
         [
@@ -337,6 +337,9 @@ def default_registry(before_call: BeforeCall | None = None) -> ToolRegistry:
             files.grep,
             shell.bash,
             python_kernel.run_cell,
+            work_state.work_state,
+            todos.todos,
+            scratchpad.scratchpad,
         ],
         before_call,
     )

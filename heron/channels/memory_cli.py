@@ -1,0 +1,197 @@
+"""`heron memory ...`: read, explain, forget and review the user's memory; recall history.
+
+Memory is shared by every agent, so the commands name scopes and entry paths directly.
+`review` and `accept` refuse when HERON_AGENT_COMMAND is set: the agent's bash tool and Python
+kernel set it, so a command the agent starts cannot approve its own proposals.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from heron.errors import HeronError
+
+if TYPE_CHECKING:
+    from heron.memory.queue import Suggestion
+    from heron.memory.service import MemoryService
+
+app = typer.Typer(
+    help="Your memory: list, show, explain, forget, review; recall history.", no_args_is_help=True
+)
+
+PathArg = Annotated[
+    str, typer.Argument(help="An entry: scope/always/slug.md or scope/when/topic/slug.md.")
+]
+
+
+@contextmanager
+def _service() -> Iterator[MemoryService]:
+    from heron.config import Settings
+    from heron.memory.service import MemoryService
+    from heron.store import Store
+
+    try:
+        settings = Settings.load()
+        paths = settings.paths.ensure()
+        store = Store(paths.db)
+    except HeronError as e:
+        _fail(e)
+    try:
+        yield MemoryService(paths.memory, store)
+    except HeronError as e:
+        _fail(e)
+    finally:
+        store.close()
+
+
+def _fail(error: HeronError) -> None:
+    typer.echo(f"heron: {error}", err=True)
+    raise typer.Exit(1)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "?"
+
+
+@app.command("list")
+def list_entries(
+    scope: Annotated[str | None, typer.Argument(help="Only this scope.")] = None,
+) -> None:
+    """List every scope and its entries (or one scope's entries)."""
+    with _service() as service:
+        entries = service.entries(scope)
+        if not entries:
+            typer.echo(
+                f"No entries{' in ' + scope if scope else ''}. Memory is in {service.files.root}"
+            )
+            return
+        current = None
+        for e in entries:
+            if e.path.scope != current:
+                current = e.path.scope
+                typer.echo(f"{current}/")
+            text = " ".join(e.text.split())
+            typer.echo(f"  {e.path.rel:56} {e.origin:6} {text[:70]}")
+
+
+@app.command()
+def show(path: PathArg) -> None:
+    """Print an entry as saved."""
+    from heron.memory.entries import render
+
+    with _service() as service:
+        typer.echo(render(service.get(path)), nl=False)
+
+
+@app.command()
+def explain(path: PathArg) -> None:
+    """Where an entry came from, and the recent model requests that carried it."""
+    with _service() as service:
+        entry = service.get(path)
+        src = entry.source
+        typer.echo(f"entry:        {entry.path.rel}")
+        typer.echo(f"origin:       {entry.origin}")
+        typer.echo(f"created:      {_when(entry.created)}   updated: {_when(entry.updated)}")
+        typer.echo(f"conversation: {src.conversation or '-'}   message: {src.message or '-'}")
+        typer.echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
+        if entry.mistake:
+            typer.echo(f"prevents:     {entry.mistake}")
+        rows = service.store.query(
+            "SELECT c.key, mc.started, t.run_id FROM model_calls mc JOIN turns t"
+            " ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id"
+            " WHERE instr(mc.request, ?) > 0 ORDER BY mc.id DESC LIMIT 5",
+            (entry.path.rel,),
+        )
+        typer.echo("in model requests (most recent; presence, not proof of use):")
+        for r in rows:
+            typer.echo(f"  {_when(r[1])}  {r[0]}  {r[2]}")
+        if not rows:
+            typer.echo("  none recorded")
+
+
+@app.command()
+def forget(path: PathArg) -> None:
+    """Delete an entry and revoke its quoted source, so it is not learned again."""
+    with _service() as service:
+        gone = service.forget(path)
+        typer.echo(f"Forgot {gone.path.rel}.")
+
+
+@app.command()
+def review() -> None:
+    """Review what waits: checklists of up to 10; checked items are kept, the rest dropped;
+    Esc (or q) leaves this checklist and later ones waiting."""
+    from heron.memory.commands import review_text
+    from heron.memory.service import ensure_not_agent
+
+    with _service() as service:
+        ensure_not_agent()
+        choose = _dialog_choose if sys.stdin.isatty() and sys.stdout.isatty() else _line_choose
+        typer.echo(review_text(service, choose, None))
+
+
+@app.command()
+def accept(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) -> None:
+    """Keep one suggestion."""
+    with _service() as service:
+        decision = service.accept(number)
+        typer.echo(decision.message)
+        if decision.status == "waiting":
+            raise typer.Exit(1)
+
+
+@app.command()
+def reject(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) -> None:
+    """Drop one suggestion."""
+    with _service() as service:
+        typer.echo(service.reject(number).message)
+
+
+@app.command()
+def recall(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many snippets.")] = 10,
+) -> None:
+    """Search every message of every conversation, compacted ones included."""
+    from heron.memory.recall import Recall
+    from heron.memory.vectors import default_embedder
+
+    with _service() as service:
+        hits = Recall(service.store, default_embedder()).search(query, limit)
+        for hit in hits:
+            typer.echo(hit.line())
+        if not hits:
+            typer.echo("Nothing found.")
+
+
+def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
+    from prompt_toolkit.shortcuts import checkboxlist_dialog
+
+    values = [(s.id, f"#{s.id} {s.describe()}") for s in batch]
+    picked = checkboxlist_dialog(
+        title="Memory review",
+        text="Check what to keep (Enter). Unchecked items are dropped; Cancel/Esc stops here.",
+        values=values,
+    ).run()
+    return None if picked is None else set(picked)
+
+
+def _line_choose(batch: list[Suggestion]) -> set[int] | None:
+    for s in batch:
+        typer.echo(f"  [{s.id}] {s.describe()}")
+    answer = typer.prompt(
+        "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
+        default="",
+        show_default=False,
+    ).strip()
+    if answer.lower() in ("q", "quit", "esc"):
+        return None
+    if answer.lower() == "all":
+        return {s.id for s in batch}
+    return {int(w.lstrip("#")) for w in answer.replace(",", " ").split() if w.lstrip("#").isdigit()}

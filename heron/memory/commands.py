@@ -1,0 +1,120 @@
+"""The memory chat commands, as plain functions a command module can call.
+
+    /memory                   what waits for review
+    /memory review            checklists of up to 10 (needs a `choose` callback from the channel)
+    /memory accept ID         keep one suggestion
+    /memory reject ID         drop one suggestion
+    /learn, /reflect          review now, show what memory gained/changed/lost, propose tidying
+
+Each returns the text to show the user. Accepting refuses when HERON_AGENT_COMMAND is set, so
+nothing the agent runs can approve its own proposals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from heron.memory.entries import MemoryRefused
+from heron.memory.service import ChooseFn, MemoryService
+from heron.providers.base import Provider
+
+USAGE = "Usage: /memory [review | accept ID | reject ID]"
+
+
+def opening_line(service: MemoryService) -> str | None:
+    """The line a chat opens with when suggestions wait; None when none do."""
+    n = service.count_waiting()
+    if not n:
+        return None
+    noun = "suggestion waits" if n == 1 else "suggestions wait"
+    return f"{n} memory {noun} for your review: /memory review"
+
+
+def list_waiting(service: MemoryService) -> str:
+    waiting = service.waiting()
+    if not waiting:
+        return "Nothing waits for review."
+    return "\n".join(f"#{s.id} {s.kind}: {s.describe()}" for s in waiting)
+
+
+def memory_command(
+    service: MemoryService,
+    args: str,
+    *,
+    choose: ChooseFn | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Run `/memory ARGS`; refusals come back as text, never as an exception."""
+    words = args.split()
+    try:
+        if not words:
+            return list_waiting(service)
+        if words[0] == "review" and len(words) == 1:
+            if choose is None:
+                return list_waiting(service) + "\nKeep one with /memory accept ID."
+            return review_text(service, choose, env)
+        if words[0] in ("accept", "reject") and len(words) == 2 and words[1].lstrip("#").isdigit():
+            number = int(words[1].lstrip("#"))
+            if words[0] == "accept":
+                return service.accept(number, env).message
+            return service.reject(number).message
+    except MemoryRefused as refused:
+        return str(refused)
+    return USAGE
+
+
+def review_text(service: MemoryService, choose: ChooseFn, env: Mapping[str, str] | None) -> str:
+    if not service.count_waiting():
+        return "Nothing waits for review."
+    decisions = service.review(choose, env)
+    kept = [d for d in decisions if d.status == "accepted"]
+    refused = [d for d in decisions if d.status == "waiting"]
+    left = service.count_waiting()
+    lines = [d.message for d in kept + refused]
+    lines.append(f"Kept {len(kept)}, dropped {len(decisions) - len(kept) - len(refused)}.")
+    if left:
+        lines.append(f"{left} still waiting.")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LearnReport:
+    gained: list[str]
+    changed: list[str]
+    lost: list[str]
+    suggested: list[int]
+
+    def text(self) -> str:
+        lines = ["Memory since this chat started:"]
+        for label, items in (("gained", self.gained), ("changed", self.changed)):
+            lines += [f"  + {label}: {p}" for p in items]
+        lines += [f"  - lost: {p}" for p in self.lost]
+        if len(lines) == 1:
+            lines.append("  no change")
+        lines.append(f"{len(self.suggested)} new suggestion(s) from this review.")
+        return "\n".join(lines)
+
+
+def memory_digests(service: MemoryService) -> dict[str, str]:
+    """What memory holds now (path -> digest); a chat keeps this from its start for /learn."""
+    return {e.path.rel: e.digest for e in service.entries()}
+
+
+async def learn(
+    service: MemoryService,
+    provider: Provider,
+    conversation_id: int,
+    baseline: Mapping[str, str],
+) -> LearnReport:
+    """/learn: what changed since `baseline`, then the review and tidy passes (which only add
+    suggestions). The channel then opens the review checklists."""
+    from heron.memory.extract import review_pass, tidy_pass
+
+    now = memory_digests(service)
+    gained = sorted(set(now) - set(baseline))
+    lost = sorted(set(baseline) - set(now))
+    changed = sorted(p for p in set(now) & set(baseline) if now[p] != baseline[p])
+    suggested = await review_pass(provider, service, conversation_id)
+    suggested += await tidy_pass(provider, service, conversation_id)
+    return LearnReport(gained, changed, lost, suggested)

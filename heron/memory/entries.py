@@ -1,0 +1,319 @@
+"""Memory entries: Markdown files with a small front matter, under HERON_HOME/memory.
+
+    <scope>/always/<slug>.md           in force on every turn
+    <scope>/when/<topic>/<slug>.md     in force in the situation its topic names
+
+The files are the record: the user may edit or delete them by hand, and every read goes back to
+disk, so a change made in an editor is seen on the next turn. Every name that reaches a path is
+validated first, and every path is checked to stay inside the memory folder after symlinks are
+resolved, so no name or link can make Heron read or write elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from heron.errors import HeronError
+
+Kind = Literal["always", "when"]
+Origin = Literal["user", "auto", "lesson", "hand"]
+
+NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+NAME_RULE = "lowercase letters, digits and hyphens, 1 to 64 characters, no - at either end"
+DEFAULT_SCOPE = "personal"
+
+
+class MemoryRefused(HeronError):
+    """A memory operation was refused (a bad name, a quote not found, a secret, a stale edit)."""
+
+
+class BadMemoryPath(MemoryRefused):
+    pass
+
+
+def check_name(value: str, what: str) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        raise BadMemoryPath(
+            f"invalid {what} name {value!r}",
+            hint=f"A {what} name is {NAME_RULE} (e.g. 'personal', 'writing-to-friends').",
+        )
+    return value
+
+
+@dataclass(frozen=True, order=True)
+class EntryPath:
+    """Where an entry lives, relative to the memory folder; every part is a validated name."""
+
+    scope: str
+    kind: Kind
+    topic: str | None
+    slug: str
+
+    def __post_init__(self) -> None:
+        check_name(self.scope, "scope")
+        check_name(self.slug, "slug")
+        if self.kind == "always":
+            if self.topic is not None:
+                raise BadMemoryPath("an always/ entry has no topic", hint="Drop the topic.")
+        elif self.kind == "when":
+            check_name(self.topic or "", "topic")
+        else:
+            raise BadMemoryPath(f"unknown kind {self.kind!r}", hint="Use 'always' or 'when'.")
+
+    @property
+    def rel(self) -> str:
+        middle = "always" if self.kind == "always" else f"when/{self.topic}"
+        return f"{self.scope}/{middle}/{self.slug}.md"
+
+    def __str__(self) -> str:
+        return self.rel
+
+    @classmethod
+    def parse(cls, text: str) -> EntryPath:
+        """'personal/always/x.md', 'personal/when/cooking/x' (the .md is optional)."""
+        raw = text.strip()
+        if raw.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", raw):
+            raise BadMemoryPath(
+                f"{text!r} is an absolute path",
+                hint="Name an entry relative to the memory folder: scope/always/slug.md.",
+            )
+        raw = raw.removesuffix(".md")
+        parts = raw.split("/")
+        if any(p in ("", ".", "..") for p in parts) or "\\" in raw:
+            raise BadMemoryPath(
+                f"{text!r} is not an entry path",
+                hint="Use scope/always/slug.md or scope/when/topic/slug.md; '..' is refused.",
+            )
+        if len(parts) == 3 and parts[1] == "always":
+            return cls(parts[0], "always", None, parts[2])
+        if len(parts) == 4 and parts[1] == "when":
+            return cls(parts[0], "when", parts[2], parts[3])
+        raise BadMemoryPath(
+            f"{text!r} is not an entry path",
+            hint="Use scope/always/slug.md or scope/when/topic/slug.md.",
+        )
+
+
+@dataclass(frozen=True)
+class Source:
+    """The user's words an entry stands on: which conversation, which message, the quote."""
+
+    conversation: str | None = None
+    message: int | None = None
+    quote: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: EntryPath
+    text: str
+    origin: str = "user"
+    created: float = 0.0
+    updated: float = 0.0
+    source: Source = field(default_factory=Source)
+    mistake: str | None = None  # for a lesson: the mistake it prevents
+
+    @property
+    def digest(self) -> str:
+        """Identifies this version of the entry (front matter and body): a suggestion to change
+        an entry remembers it, and is refused once the entry has moved on."""
+        return hashlib.sha256(render(self).encode()).hexdigest()[:16]
+
+
+# ---- file format -----------------------------------------------------------------------------
+
+_FIELDS = ("created", "updated", "origin", "conversation", "message", "quote", "mistake")
+
+
+def _stamp(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ts))
+
+
+def _unstamp(value: str) -> float:
+    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(value, fmt))
+        except ValueError:
+            continue
+    return 0.0
+
+
+def render(entry: Entry) -> str:
+    """The file's text. Values are JSON-quoted where free text could break the format."""
+    lines = ["---", f"created: {_stamp(entry.created)}", f"updated: {_stamp(entry.updated)}"]
+    lines.append(f"origin: {entry.origin}")
+    if entry.source.conversation is not None:
+        lines.append(f"conversation: {json.dumps(entry.source.conversation)}")
+    if entry.source.message is not None:
+        lines.append(f"message: {entry.source.message}")
+    if entry.source.quote is not None:
+        lines.append(f"quote: {json.dumps(entry.source.quote, ensure_ascii=False)}")
+    if entry.mistake is not None:
+        lines.append(f"mistake: {json.dumps(entry.mistake, ensure_ascii=False)}")
+    lines.append("---")
+    return "\n".join(lines) + "\n" + entry.text.strip() + "\n"
+
+
+def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
+    """Read a file's text; a file without front matter (written by hand) is all body."""
+    meta: dict[str, str] = {}
+    body = text
+    if text.startswith("---\n"):
+        end = text.find("\n---", 4)
+        if end != -1:
+            for line in text[4:end].splitlines():
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in _FIELDS:
+                    meta[key.strip()] = value.strip()
+            body = text[end + 4 :].lstrip("\n")
+    message = meta.get("message", "")
+    return Entry(
+        path=path,
+        text=body.strip(),
+        origin=meta.get("origin", "hand") or "hand",
+        created=_unstamp(meta["created"]) if "created" in meta else mtime,
+        updated=_unstamp(meta["updated"]) if "updated" in meta else mtime,
+        source=Source(
+            _unjson(meta.get("conversation")),
+            int(message) if message.isdigit() else None,
+            _unjson(meta.get("quote")),
+        ),
+        mistake=_unjson(meta.get("mistake")),
+    )
+
+
+def _unjson(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        loaded = json.loads(value)
+    except ValueError:
+        return value  # hand-written, unquoted: keep as typed
+    return str(loaded)
+
+
+# ---- the folder ------------------------------------------------------------------------------
+
+
+class MemoryFiles:
+    """The entries on disk. Every method re-reads the folder: the files are the truth."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _real_root(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self.root.resolve()
+
+    def file(self, path: EntryPath) -> Path:
+        """The file for `path`, refused when a symlink on the way leads out of the folder."""
+        root = self._real_root()
+        target = root / path.rel
+        resolved = target.resolve()
+        if not resolved.is_relative_to(root):
+            raise BadMemoryPath(
+                f"{path.rel} leads outside the memory folder (a symbolic link)",
+                hint=f"Remove the link, or keep memory files inside {root}.",
+            )
+        return target
+
+    def read(self, path: EntryPath) -> Entry | None:
+        target = self.file(path)
+        try:
+            text = target.read_text(encoding="utf-8")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        return parse(path, text, target.stat().st_mtime)
+
+    def write(self, entry: Entry) -> Path:
+        """Write atomically (temp file + rename), so a reader never sees half an entry."""
+        target = self.file(entry.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.file(entry.path)  # re-check: the folders just made must still be inside
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(render(entry), encoding="utf-8")
+        os.replace(tmp, target)
+        return target
+
+    def delete(self, path: EntryPath) -> bool:
+        target = self.file(path)
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return False
+        self._prune(target.parent)
+        return True
+
+    def _prune(self, folder: Path) -> None:
+        """Remove folders left empty by a delete, up to the scope (never the root)."""
+        root = self._real_root()
+        while folder.resolve() != root and folder.resolve().parent != root:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            folder = folder.parent
+
+    def scopes(self) -> list[str]:
+        root = self._real_root()
+        return sorted(
+            p.name for p in root.iterdir() if p.is_dir() and NAME.match(p.name) and _inside(p, root)
+        )
+
+    def entries(self, scope: str | None = None) -> list[Entry]:
+        """Every readable entry (of one scope, or all), in a deterministic order: scope, always
+        before when, topic, slug. Files with names outside the rules are skipped."""
+        found: list[Entry] = []
+        for name in [check_name(scope, "scope")] if scope else self.scopes():
+            for path in self._paths(name):
+                entry = self.read(path)
+                if entry is not None:
+                    found.append(entry)
+        return sorted(found, key=lambda e: _order(e.path))
+
+    def _paths(self, scope: str) -> list[EntryPath]:
+        root = self._real_root()
+        base = root / scope
+        paths: list[EntryPath] = []
+        for file in base.glob("always/*.md"):
+            if _inside(file, root) and NAME.match(file.stem):
+                paths.append(EntryPath(scope, "always", None, file.stem))
+        for file in base.glob("when/*/*.md"):
+            topic = file.parent.name
+            if _inside(file, root) and NAME.match(file.stem) and NAME.match(topic):
+                paths.append(EntryPath(scope, "when", topic, file.stem))
+        return paths
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except OSError:
+        return False
+
+
+def _order(path: EntryPath) -> tuple[str, int, str, str]:
+    return (path.scope, 0 if path.kind == "always" else 1, path.topic or "", path.slug)
+
+
+def slugify(text: str, limit: int = 48) -> str:
+    """A slug from free text: 'Prefers concise replies.' -> 'prefers-concise-replies'."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > limit:
+            break
+        slug = candidate
+    return slug or "entry"
+
+
+def touched(entry: Entry, text: str, now: float) -> Entry:
+    return replace(entry, text=text, updated=now)

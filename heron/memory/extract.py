@@ -1,0 +1,225 @@
+"""Extraction passes: a model reads part of a conversation and proposes what memory could gain
+or lose. None of them saves anything: every pick goes to the review queue, and a fact is only
+queued when its quote is found in the user's own words among the messages the pass may quote
+(the rest of the conversation is context it cannot quote).
+
+    compaction_pass   the messages about to be folded away by compaction
+    review_pass       what was said since the last review (a chat's end, /learn)
+    tidy_pass         memory as a whole: duplicated, contradicted or stale entries; lessons to
+                      rewrite (the user's own facts are never reworded)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from heron.errors import ProviderError
+from heron.memory import queue
+from heron.memory.entries import EntryPath, MemoryRefused, slugify
+from heron.memory.guard import find_quote, typed_text
+from heron.memory.service import MemoryService
+from heron.messages import Message, Text
+from heron.providers.base import ChatRequest, Provider
+from heron.store import StoredMessage
+
+CONTEXT_CHARS = 24_000
+ROW_CHARS = 1_500
+
+FACTS_SYSTEM = """\
+You help keep the user's memory: durable facts and preferences the user stated about themselves.
+Read the QUOTABLE messages (the user's own words); the CONTEXT is there so you can tell a lasting
+preference from an instruction for the task at hand, and skip what the user later took back. Do
+not propose anything memory already covers. Only what the user said counts: never what the
+assistant inferred, tool output or web pages. No secrets, credentials or sensitive claims.
+Saving nothing is the common outcome.
+
+Reply with one JSON object and nothing else:
+{"facts": [{"path": "personal/always/<slug>" or "personal/when/<topic>/<slug>",
+            "text": "the rule or fact as it should be applied",
+            "quote": "the user's exact words from one QUOTABLE message"}],
+ "lessons": [{"topic": "<situation>", "rule": "a general rule", "mistake": "what it prevents"}]}
+always/ is for rules that shape nearly every task; everything else goes under when/<topic>/,
+the topic named after the situation it applies to. Names: lowercase letters, digits, hyphens."""
+
+TIDY_SYSTEM = """\
+You tidy the user's memory. Propose removing entries that another entry already covers, that the
+user later contradicted, or that no longer hold; propose rewriting lessons (origin: lesson) that
+are too narrow or overlap. Never reword the user's own facts. Proposing nothing is fine.
+Reply with one JSON object and nothing else:
+{"removals": [{"path": "...", "reason": "..."}], "rewrites": [{"path": "...", "text": "..."}]}"""
+
+
+def _row_line(row: StoredMessage) -> str:
+    text = " ".join(row.message.text.split())[:ROW_CHARS]
+    return f"[{row.role} #{row.id}] {text}" if text else ""
+
+
+def _memory_list(service: MemoryService) -> str:
+    lines = [
+        f"- {e.path.rel} (origin: {e.origin}): {' '.join(e.text.split())}"
+        for e in service.entries()
+    ]
+    return "\n".join(lines) or "(empty)"
+
+
+def _prompt(service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int]) -> str:
+    context = [line for r in rows if r.id not in quotable and (line := _row_line(r))]
+    words = [f"[#{r.id}] {typed_text(r)}" for r in rows if r.id in quotable and typed_text(r)]
+    shown = "\n".join(context)[-CONTEXT_CHARS:]
+    return (
+        f"MEMORY ALREADY SAVED\n{_memory_list(service)}\n\n"
+        f"CONTEXT (do not quote)\n{shown or '(none)'}\n\n"
+        f"QUOTABLE (the user's own words)\n" + "\n".join(words)
+    )
+
+
+def parse_reply(text: str) -> dict[str, Any]:
+    """The JSON object in a reply; an unreadable reply proposes nothing."""
+    candidates = [text.strip()]
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    if match:
+        candidates.append(match.group())
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+async def _ask(provider: Provider, system: str, prompt: str) -> dict[str, Any]:
+    request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], 2000)
+    try:
+        reply = await provider.chat(request)
+    except ProviderError:
+        return {}  # a failed pass proposes nothing; the conversation is untouched
+    return parse_reply(reply.text)
+
+
+def _items(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = data.get(key)
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _queue_picks(
+    service: MemoryService,
+    conversation_id: int,
+    data: dict[str, Any],
+    quotable_rows: list[StoredMessage],
+) -> list[int]:
+    """Queue the picks that survive every check; the rest are dropped silently."""
+    ids: list[int] = []
+    for fact in _items(data, "facts"):
+        quote, text = str(fact.get("quote", "")), str(fact.get("text", ""))
+        if not find_quote(quote, quotable_rows):
+            continue  # not the user's words among what this pass may quote
+        try:
+            number = service.suggest_fact(
+                conversation_id, EntryPath.parse(str(fact.get("path", ""))), text, quote
+            )
+        except MemoryRefused:
+            continue
+        if number is not None:
+            ids.append(number)
+    for lesson in _items(data, "lessons"):
+        rule = str(lesson.get("rule", ""))
+        try:
+            path = EntryPath("personal", "when", str(lesson.get("topic", "")), slugify(rule))
+            ids.append(
+                service.suggest_lesson(path, rule, str(lesson.get("mistake", "")), conversation_id)
+            )
+        except MemoryRefused:
+            continue
+    return ids
+
+
+async def extract(
+    provider: Provider,
+    service: MemoryService,
+    conversation_id: int,
+    quotable_ids: Iterable[int],
+) -> list[int]:
+    """One extraction call over the conversation; returns the ids of the queued suggestions."""
+    rows = service.store.all_messages(conversation_id)
+    quotable = set(quotable_ids)
+    quotable_rows = [r for r in rows if r.id in quotable and typed_text(r)]
+    if not quotable_rows:
+        return []
+    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable))
+    return _queue_picks(service, conversation_id, data, quotable_rows)
+
+
+async def compaction_pass(
+    provider: Provider, service: MemoryService, conversation_id: int, folded_ids: Iterable[int]
+) -> list[int]:
+    """At compaction: the messages about to be folded away are the only quotable ones."""
+    return await extract(provider, service, conversation_id, folded_ids)
+
+
+def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
+    rows = service.store.query(
+        "SELECT reviewed_message_id FROM memory_cursors WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    return rows[0][0] if rows else 0
+
+
+async def review_pass(
+    provider: Provider, service: MemoryService, conversation_id: int
+) -> list[int]:
+    """What was said since the last review; moves the review cursor so the same messages are
+    not reviewed twice (a chat's end after /learn proposes nothing again)."""
+    since = reviewed_up_to(service, conversation_id)
+    rows = service.store.all_messages(conversation_id)
+    new = [r.id for r in rows if r.id > since]
+    if not new:
+        return []
+    ids = await extract(provider, service, conversation_id, new)
+    with service.store.transaction() as c:
+        c.execute(
+            "INSERT INTO memory_cursors (conversation_id, reviewed_message_id) VALUES (?, ?)"
+            " ON CONFLICT (conversation_id) DO UPDATE SET"
+            " reviewed_message_id = excluded.reviewed_message_id",
+            (conversation_id, max(new)),
+        )
+    return ids
+
+
+async def tidy_pass(
+    provider: Provider, service: MemoryService, conversation_id: int | None = None
+) -> list[int]:
+    """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
+    entries = {e.path.rel: e for e in service.entries()}
+    if not entries:
+        return []
+    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}")
+    ids: list[int] = []
+    for removal in _items(data, "removals"):
+        path = str(removal.get("path", "")).removesuffix(".md") + ".md"
+        if path in entries:
+            ids.append(
+                service.suggest_removal(path, str(removal.get("reason", "")), conversation_id)
+            )
+    for rewrite in _items(data, "rewrites"):
+        path = str(rewrite.get("path", "")).removesuffix(".md") + ".md"
+        entry = entries.get(path)
+        text = str(rewrite.get("text", "")).strip()
+        if entry is None or entry.origin != "lesson" or not text:
+            continue  # the user's own facts are never reworded
+        ids.append(
+            queue.add(
+                service.store,
+                "amendment",
+                origin="lesson",
+                path=path,
+                text=text,
+                conversation_id=conversation_id,
+                base_digest=entry.digest,
+            )
+        )
+    return ids

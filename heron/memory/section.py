@@ -1,0 +1,175 @@
+"""The memory and recent-history sections of the system prompt, and freezing them.
+
+Both sections are pure functions of their inputs, in a deterministic order, so the same memory
+gives the same bytes. The memory section is frozen per conversation (in `memory_snapshots`)
+until the next compaction or /new: an entry saved, edited or deleted meanwhile is announced once
+in the runtime block instead, so the cached prefix of the conversation does not move.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from heron.memory.entries import Entry
+from heron.store import Store
+
+MEMORY_INTRO = (
+    "Entries the user keeps in memory: their own words, saved as files they can edit. Apply "
+    "every entry that matches the task; several can apply at once. The path in brackets names "
+    "the entry for view_memory and manage_memory."
+)
+
+
+def _item(entry: Entry, tag: str = "") -> str:
+    lines = entry.text.strip().splitlines() or [""]
+    head = f"- {tag}{lines[0]} ({entry.path.rel})"
+    return "\n".join([head, *(f"  {line}" if line else "" for line in lines[1:])])
+
+
+def memory_section(entries: Sequence[Entry]) -> str:
+    """Every always/ entry under Preferences, every when/ entry under Situational preferences
+    tagged with its topic; nothing truncated. Empty memory gives an empty string."""
+    always = sorted((e for e in entries if e.path.kind == "always"), key=lambda e: e.path)
+    when = sorted(
+        (e for e in entries if e.path.kind == "when"),
+        key=lambda e: (e.path.topic or "", e.path.scope, e.path.slug),
+    )
+    if not always and not when:
+        return ""
+    parts = ["# Memory", MEMORY_INTRO]
+    if always:
+        parts.append("## Preferences\n" + "\n".join(_item(e) for e in always))
+    if when:
+        items = "\n".join(_item(e, f"[when: {e.path.topic}] ") for e in when)
+        parts.append("## Situational preferences\n" + items)
+    return "\n\n".join(parts)
+
+
+# ---- freezing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrozenMemory:
+    """What BUILD puts in the prompt: the frozen section, and a note for the runtime block
+    (None when nothing changed since the last announcement)."""
+
+    section: str
+    note: str | None
+
+
+def frozen_memory(store: Store, conversation_id: int, entries: Sequence[Entry]) -> FrozenMemory:
+    """The conversation's frozen section (taken now on first use) and the changes since it
+    that were not announced yet; the announcement is recorded so it is made once."""
+    current = {e.path.rel: e for e in entries}
+    digests = {rel: e.digest for rel, e in current.items()}
+    rows = store.query(
+        "SELECT section, digests, announced FROM memory_snapshots WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    if not rows:
+        section = memory_section(entries)
+        with store.transaction() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO memory_snapshots (conversation_id, section, digests,"
+                " announced, taken) VALUES (?, ?, ?, '{}', ?)",
+                (conversation_id, section, json.dumps(digests, sort_keys=True), time.time()),
+            )
+        return FrozenMemory(section, None)
+    seen = {**json.loads(rows[0]["digests"]), **json.loads(rows[0]["announced"])}
+    lines, announced = _changes(seen, current)
+    if not lines:
+        return FrozenMemory(rows[0]["section"], None)
+    merged = {**json.loads(rows[0]["announced"]), **announced}
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE memory_snapshots SET announced = ? WHERE conversation_id = ?",
+            (json.dumps(merged, sort_keys=True), conversation_id),
+        )
+    note = "Memory changed since this conversation's Memory section was written (this " + (
+        "supersedes it):\n" + "\n".join(lines)
+    )
+    return FrozenMemory(rows[0]["section"], note)
+
+
+def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str], dict[str, str]]:
+    """Lines describing what differs from what the model was last told; '' marks a removal."""
+    lines: list[str] = []
+    announced: dict[str, str] = {}
+    for rel in sorted(set(seen) | set(current)):
+        entry = current.get(rel)
+        before = seen.get(rel, "")
+        if entry is None:
+            if before:
+                lines.append(f"- removed: {rel} (no longer in force)")
+                announced[rel] = ""
+            continue
+        if entry.digest != before:
+            verb = "saved" if not before else "changed"
+            tag = f"[when: {entry.path.topic}] " if entry.path.topic else ""
+            lines.append(f"- {verb}: {tag}{entry.text.strip()} ({rel})")
+            announced[rel] = entry.digest
+    return lines, announced
+
+
+# ---- recent history --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of what happened: a compaction summary, the archive /new wrote, a note."""
+
+    created: float
+    text: str
+    memory_only: bool = False  # e.g. the archive of what /new cleared: never shown as history
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def recent_history_section(
+    entries: Sequence[HistoryEntry],
+    *,
+    floor: float = 0.0,
+    max_entries: int = 50,
+    max_tokens: int = 8_000,
+    estimate: Callable[[str], int] = _tokens,
+    timezone_fmt: Callable[[float], str] | None = None,
+) -> str:
+    """Up to `max_entries` entries / `max_tokens` tokens written after `floor` (the later of the
+    last consolidation and the floor /new wrote), newest kept first, shown oldest first."""
+    fmt = timezone_fmt or (lambda ts: time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)))
+    shown = [e for e in entries if e.created > floor and not e.memory_only]
+    shown.sort(key=lambda e: e.created)
+    kept: list[str] = []
+    budget = max_tokens
+    for entry in reversed(shown[-max_entries:]):
+        line = f"- [{fmt(entry.created)}] {' '.join(entry.text.split())}"
+        cost = estimate(line)
+        if cost > budget:
+            break
+        kept.append(line)
+        budget -= cost
+    if not kept:
+        return ""
+    return "# Recent History\n" + "\n".join(reversed(kept))
+
+
+def history_floor(store: Store, conversation_id: int) -> float:
+    rows = store.query(
+        "SELECT history_floor FROM memory_cursors WHERE conversation_id = ?", (conversation_id,)
+    )
+    return rows[0][0] if rows else 0.0
+
+
+def set_history_floor(store: Store, conversation_id: int, when: float | None = None) -> None:
+    """/new calls this: what came before is not brought back as recent history."""
+    with store.transaction() as c:
+        c.execute(
+            "INSERT INTO memory_cursors (conversation_id, history_floor) VALUES (?, ?)"
+            " ON CONFLICT (conversation_id) DO UPDATE SET history_floor = excluded.history_floor",
+            (conversation_id, time.time() if when is None else when),
+        )

@@ -1,0 +1,206 @@
+"""Memory entries, names, quotes and secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from heron.memory import BadMemoryPath, EntryPath, MemoryRefused, MemoryService
+from heron.memory.guard import find_secret, strip_request
+from heron.messages import Message, ToolCall, ToolResult, assistant, user
+from heron.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "t.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path, store: Store) -> MemoryService:
+    return MemoryService(tmp_path / "memory", store)
+
+
+def chat(store: Store, *messages: Message, key: str = "c1") -> int:
+    conv = store.open_conversation(key)
+    for m in messages:
+        store.append(conv.id, m)
+    return conv.id
+
+
+PERSONAL = EntryPath("personal", "always", None, "concise-replies")
+
+
+def test_save_with_a_quote_from_the_user_writes_a_markdown_file(service, store, tmp_path):
+    cid = chat(store, user("Please   remember that I PREFER concise replies, thanks"))
+    entry = service.save(
+        cid,
+        PERSONAL,
+        "Remember that the user prefers concise replies.",
+        "i prefer concise\nreplies",
+        conversation_key="c1",
+    )
+    text = (tmp_path / "memory/personal/always/concise-replies.md").read_text()
+    assert text.startswith("---\ncreated: ")
+    assert 'quote: "i prefer concise\\nreplies"' in text
+    assert "origin: user" in text and 'conversation: "c1"' in text
+    assert text.rstrip().endswith("The user prefers concise replies.")  # "remember that" cut
+    assert entry.source.message == 1
+
+
+def test_a_quote_not_in_the_users_messages_is_refused(service, store):
+    cid = chat(
+        store, user("What is the weather in Paris?"), assistant("You prefer tea over coffee.")
+    )
+    with pytest.raises(MemoryRefused, match="not in anything the user wrote"):
+        service.save(cid, PERSONAL, "Prefers tea", "prefer tea over coffee")
+    assert service.entries() == []
+
+
+def test_a_quote_from_a_tool_result_is_refused(service, store):
+    cid = chat(
+        store,
+        user("Look up my profile page"),
+        Message("assistant", [ToolCall("t1", "web_fetch", {"url": "x"})]),
+        Message("user", [ToolResult("t1", "Profile: the user is allergic to peanuts")]),
+    )
+    with pytest.raises(MemoryRefused):
+        service.save(cid, PERSONAL, "Allergic to peanuts", "allergic to peanuts")
+
+
+def test_synthetic_user_rows_and_other_conversations_cannot_be_quoted(service, store):
+    conv = store.open_conversation("c1")
+    store.append(conv.id, user("Subagent task: the user lives in Berlin"), meta={"synthetic": True})
+    store.append(conv.id, user("[summary] I live in Berlin"), kind="summary")
+    other = chat(store, user("I live in Berlin now"), key="other")
+    with pytest.raises(MemoryRefused):
+        service.save(conv.id, PERSONAL, "Lives in Berlin", "I live in Berlin")
+    assert service.save(other, PERSONAL, "Lives in Berlin", "I live in Berlin")
+
+
+def test_a_very_short_quote_is_refused(service, store):
+    cid = chat(store, user("I prefer tea"))
+    with pytest.raises(MemoryRefused):
+        service.save(cid, PERSONAL, "Prefers tea", "tea")
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "my key is sk-proj-AbC123dEf456GhI789jKl012",
+        "sk-ant-api03-aaaaBBBBccccDDDDeeee",
+        "my password is hunter2",
+        "the token: ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "AKIAIOSFODNN7EXAMPLE",
+        "card 4111 1111 1111 1111 exp 12/29",
+        "use 9fK2xQ8vL3mZ7pR1tY6wB4nH0jD5sA",
+    ],
+)
+def test_secrets_are_refused(service, store, secret):
+    cid = chat(store, user(f"Remember this please: {secret}"))
+    with pytest.raises(MemoryRefused, match="secret"):
+        service.save(cid, PERSONAL, secret, secret)
+    assert find_secret(secret)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I prefer concise replies",
+        "My phone number area is 75011 Paris",
+        "Use /home/me/projects/heron/docs for notes",
+        "Call me at 2pm on 2024-05-01",
+    ],
+)
+def test_ordinary_text_is_not_a_secret(text):
+    assert find_secret(text) is None
+
+
+def test_remember_requests_are_left_out():
+    assert strip_request("remember that I like tea") == "I like tea"
+    assert strip_request("Please keep in mind that dinner is at 7") == "Dinner is at 7"
+    assert strip_request("Don't forget: no meetings on Fridays") == "No meetings on Fridays"
+    assert strip_request("I remember that day") == "I remember that day"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../always/x",
+        "personal/../../etc/passwd",
+        "/etc/passwd",
+        "personal/always/../x",
+        "Personal/always/x",
+        "personal/always/x y",
+        "personal/when/../x",
+        "personal/when/a/..",
+        "personal/other/x",
+        "personal/always",
+        "C:/x/always/y",
+        "personal\\always\\x",
+        "personal/when/topic/../../x",
+        "per.sonal/always/x",
+        "personal/always/" + "x" * 80,
+    ],
+)
+def test_bad_paths_are_refused(bad):
+    with pytest.raises(BadMemoryPath):
+        EntryPath.parse(bad)
+
+
+@pytest.mark.parametrize("field", ["scope", "topic", "slug"])
+@pytest.mark.parametrize("value", ["..", ".", "/abs", "a/b", "UPPER", "-x", "", "a" * 65, "é"])
+def test_every_name_is_validated(field, value):
+    parts = {"scope": "personal", "topic": "cooking", "slug": "no-cilantro"}
+    parts[field] = value
+    with pytest.raises(BadMemoryPath):
+        EntryPath(parts["scope"], "when", parts["topic"], parts["slug"])
+
+
+def test_a_symlink_out_of_the_tree_is_refused(service, store, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "always").mkdir(parents=True)
+    (outside / "always" / "stolen.md").write_text("secret file")
+    root = tmp_path / "memory"
+    root.mkdir()
+    os.symlink(outside, root / "evil")
+    path = EntryPath("evil", "always", None, "stolen")
+    with pytest.raises(BadMemoryPath, match="outside"):
+        service.get(path)
+    cid = chat(store, user("I prefer concise replies"))
+    with pytest.raises(BadMemoryPath):
+        service.save(cid, path, "x", "I prefer concise replies")
+    assert service.entries() == []  # listing skips the link too
+    assert (outside / "always" / "stolen.md").read_text() == "secret file"
+
+
+def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_path):
+    cid = chat(store, user("I prefer concise replies"))
+    service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")
+    file = tmp_path / "memory/personal/always/concise-replies.md"
+    file.write_text(file.read_text().replace("Prefers concise replies", "Prefers long replies"))
+    hand = tmp_path / "memory/work/when/code-review/run-tests.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_text("Run the tests before approving.\n")
+    (tmp_path / "memory/work/when/code-review/Bad Name.md").write_text("ignored")
+    got = {e.path.rel: e for e in service.entries()}
+    assert got["personal/always/concise-replies.md"].text == "Prefers long replies"
+    assert got["work/when/code-review/run-tests.md"].origin == "hand"
+    assert len(got) == 2
+    hand.unlink()
+    assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
+
+
+def test_forget_deletes_and_revokes(service, store):
+    cid = chat(store, user("I prefer concise replies"))
+    service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")
+    service.forget("personal/always/concise-replies.md", cid)
+    assert service.entries() == []
+    with pytest.raises(MemoryRefused, match="forget"):
+        service.save(cid, PERSONAL, "Prefers concise replies", "prefer concise replies")
+    store.append(cid, user("On second thought: I prefer concise replies"))  # a new statement
+    assert service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")

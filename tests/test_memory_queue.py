@@ -1,0 +1,206 @@
+"""The review queue, the agent's bash refused, extraction passes, forgetting with revocation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from heron.memory import Entry, EntryPath, MemoryService
+from heron.memory.commands import learn, memory_command, memory_digests, opening_line
+from heron.memory.extract import compaction_pass, review_pass, tidy_pass
+from heron.messages import Reply, Text, assistant, user
+from heron.providers.scripted import ScriptedProvider
+from heron.store import Store
+
+
+@pytest.fixture
+def setup(heron_home: Path):
+    store = Store(heron_home / "heron.db")
+    service = MemoryService(heron_home / "memory", store)
+    conv = store.open_conversation("chat-1")
+    yield store, service, conv.id
+    store.close()
+
+
+def say(*texts: str) -> ScriptedProvider:
+    return ScriptedProvider([Reply([Text(t)], "done") for t in texts])
+
+
+def tree(root: Path) -> dict[str, str]:
+    return (
+        {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.md")}
+        if root.exists()
+        else {}
+    )
+
+
+FACT = (
+    '{"facts": [{"path": "personal/when/cooking/no-cilantro", "text": "No cilantro in recipes",'
+    ' "quote": "I hate cilantro"},'
+    ' {"path": "personal/always/made-up", "text": "Likes jazz", "quote": "I love jazz"}],'
+    ' "lessons": [{"topic": "cooking", "rule": "Ask about allergies first", "mistake": "x"}]}'
+)
+
+
+async def test_every_extraction_pass_writes_only_to_the_queue(setup, heron_home):
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro, never put it in anything"))
+    store.append(cid, assistant("Noted. I love jazz too."))
+    root = heron_home / "memory"
+    service.files.write(Entry(EntryPath("personal", "always", None, "tea"), "Drinks tea"))
+    before = tree(root)
+    folded = [m.id for m in store.all_messages(cid)]
+    ids = await compaction_pass(say(FACT), service, cid, folded)
+    ids += await review_pass(say(FACT), service, cid)
+    ids += await tidy_pass(
+        say(
+            '{"removals": [{"path": "personal/always/tea", "reason": "stale"}],'
+            ' "rewrites": [{"path": "personal/always/tea", "text": "reworded"}]}'
+        ),
+        service,
+        cid,
+    )
+    assert tree(root) == before  # nothing saved by any pass
+    kinds = sorted(s.kind for s in service.waiting())
+    # facts only from the user's words (the model's "I love jazz" is refused), lessons, a
+    # removal; the rewrite of a fact that is not a lesson is ignored
+    assert "fact" in kinds and "lesson" in kinds and "removal" in kinds
+    assert all(s.quote != "I love jazz" for s in service.waiting())
+    assert not any(s.kind == "amendment" for s in service.waiting())
+    assert len(ids) == len(service.waiting())
+
+
+async def test_compaction_pass_quotes_only_folded_messages(setup):
+    store, service, cid = setup
+    kept = store.append(cid, user("I hate cilantro"))
+    folded = store.append(cid, user("what should I cook tonight?"))
+    await compaction_pass(say(FACT), service, cid, [folded.id])
+    assert kept.id and [s.kind for s in service.waiting()] == ["lesson"]  # no fact: not folded
+
+
+async def test_forget_with_revocation_stops_re_extraction(setup):
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro, never put it in anything"))
+    service.save(
+        cid,
+        EntryPath("personal", "when", "cooking", "no-cilantro"),
+        "No cilantro",
+        "I hate cilantro",
+    )
+    service.forget("personal/when/cooking/no-cilantro.md", cid)
+    ids = await review_pass(say(FACT), service, cid)
+    assert [s.kind for s in service.waiting()] == ["lesson"]
+    assert len(ids) == 1
+
+
+async def test_review_pass_does_not_read_the_same_messages_twice(setup):
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro"))
+    provider = say(FACT)
+    await review_pass(provider, service, cid)
+    assert await review_pass(provider, service, cid) == []  # no call: nothing new
+    provider.assert_complete()
+
+
+def test_review_checklists_keep_checked_drop_rest_and_esc_leaves_waiting(setup):
+    _store, service, _cid = setup
+    for i in range(23):
+        service.suggest_lesson(EntryPath("personal", "when", "t", f"l{i}"), f"rule {i}", "m")
+    seen: list[int] = []
+
+    def choose(batch):
+        seen.append(len(batch))
+        if len(seen) == 3:
+            return None  # Esc on the third checklist
+        return {batch[0].id}
+
+    decisions = service.review(choose, env={})
+    assert seen == [10, 10, 3]
+    assert sum(d.status == "accepted" for d in decisions) == 2
+    assert sum(d.status == "dropped" for d in decisions) == 18
+    assert service.count_waiting() == 3
+    assert len(service.entries()) == 2 and service.entries()[0].origin == "lesson"
+
+
+def test_amendment_of_a_changed_entry_is_refused_and_stays_waiting(setup, heron_home):
+    store, service, cid = setup
+    store.append(cid, user("I prefer concise replies. Actually I prefer very short replies"))
+    path = EntryPath("personal", "always", None, "replies")
+    service.save(cid, path, "Concise replies", "I prefer concise replies")
+    number = service.suggest_fact(cid, path, "Very short replies", "I prefer very short replies")
+    file = heron_home / "memory/personal/always/replies.md"
+    file.write_text(file.read_text().replace("Concise", "Medium"))  # edited by hand meanwhile
+    decision = service.accept(number, env={})
+    assert decision.status == "waiting" and "changed" in decision.message
+    assert service.count_waiting() == 1
+    assert "Medium" in service.get(path).text
+
+
+def test_chat_commands(setup):
+    store, service, cid = setup
+    assert opening_line(service) is None
+    store.append(cid, user("I hate cilantro"))
+    number = service.suggest_fact(
+        cid, EntryPath("personal", "when", "cooking", "cilantro"), "No cilantro", "I hate cilantro"
+    )
+    assert opening_line(service) == "1 memory suggestion waits for your review: /memory review"
+    assert "I hate cilantro" in memory_command(service, "")
+    refused = memory_command(service, f"accept {number}", env={"HERON_AGENT_COMMAND": "1"})
+    assert "started by the agent" in refused and service.entries() == []
+    assert "kept" in memory_command(service, f"accept {number}", env={})
+    assert service.get("personal/when/cooking/cilantro.md").origin == "auto"
+    assert memory_command(service, "frobnicate").startswith("Usage")
+    assert "no suggestion" in memory_command(service, "reject 99")
+
+
+async def test_learn_reports_changes_and_suggests(setup):
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro"))
+    baseline = memory_digests(service)
+    service.save(
+        cid, EntryPath("personal", "always", None, "x"), "Hates cilantro", "I hate cilantro"
+    )
+    report = await learn(service, say(FACT, '{"removals": []}'), cid, baseline)
+    assert report.gained == ["personal/always/x.md"]
+    assert "gained: personal/always/x.md" in report.text()
+    assert report.suggested  # the lesson at least
+
+
+def _cli(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra}
+    return subprocess.run(
+        [sys.executable, "-m", "heron.cli", "memory", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_the_agents_bash_cannot_accept_a_suggestion(setup):
+    _store, service, _cid = setup
+    number = service.suggest_lesson(EntryPath("personal", "when", "t", "rule"), "A rule", "m")
+    for args in (("accept", str(number)), ("review",)):
+        done = _cli({"HERON_AGENT_COMMAND": "1"}, *args)
+        assert done.returncode != 0
+        assert "started by the agent" in done.stderr and "HERON_AGENT_COMMAND" in done.stderr
+    assert service.count_waiting() == 1 and service.entries() == []
+    done = _cli({"HERON_AGENT_COMMAND": ""}, "accept", str(number))
+    assert done.returncode == 0, done.stderr
+    assert service.entries()[0].origin == "lesson"
+
+
+async def test_the_agents_bash_tool_sets_the_variable(setup, tmp_path):
+    from heron.tools.registry import ToolContext
+    from heron.tools.shell import bash
+
+    _store, service, _cid = setup
+    number = service.suggest_lesson(EntryPath("personal", "when", "t", "rule"), "A rule", "m")
+    ctx = ToolContext(workspace=tmp_path)
+    out = await bash.fn(ctx, f"{sys.executable} -m heron.cli memory accept {number}")
+    assert "started by the agent" in str(out)
+    assert service.count_waiting() == 1

@@ -1,0 +1,95 @@
+"""Recall over history: the FTS5 index kept by triggers, ranking, snippets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heron.memory.recall import Recall, fuse, match_expression, terms
+from heron.messages import Message, ToolCall, ToolResult, assistant, user
+from heron.store import Store
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store(tmp_path / "t.db")
+    yield s
+    s.close()
+
+
+def test_every_message_is_indexed_and_kept_in_sync(store):
+    a = store.open_conversation("a")
+    first = store.append(a.id, user("We adopted a greyhound named Biscuit"))
+    store.append(a.id, Message("assistant", [ToolCall("t", "x", {})]))  # no text: not indexed
+    store.append(a.id, Message("user", [ToolResult("t", "greyhound facts from a web page")]))
+    compacted = store.append(a.id, assistant("Biscuit sounds lovely"))
+    store.update_meta(compacted.id, {"compacted": True})  # compaction marks, never deletes
+    recall = Recall(store)
+    assert [h.message_id for h in recall.search("greyhound")] == [first.id]
+    assert {h.message_id for h in recall.search("Biscuit")} == {first.id, compacted.id}
+    store.conn.execute(
+        "UPDATE messages SET parts = ? WHERE id = ?",
+        ('[{"kind":"text","text":"a cat named Tom"}]', first.id),
+    )
+    assert [h.message_id for h in recall.search("cat")] == [first.id]
+    store.delete_conversation(a.id)
+    assert recall.search("Biscuit") == []
+
+
+def test_search_returns_conversation_date_and_id_across_conversations(store):
+    old = store.open_conversation("trip-planning")
+    store.append(old.id, user("My passport expires in March 2027"))
+    store.append(old.id, assistant("Good to know."))
+    new = store.open_conversation("today")
+    store.append(new.id, user("hello"))
+    [hit, *_] = Recall(store).search("When does my passport expire?")
+    assert hit.conversation_key == "trip-planning" and hit.message_id == 1
+    assert "passport" in hit.line() and "trip-planning" in hit.line()
+    assert Recall(store).search("passport", conversation_id=new.id) == []
+
+
+def test_queries_are_never_read_as_fts_syntax(store):
+    c = store.open_conversation("c")
+    store.append(c.id, user('He said "NEAR" AND OR NOT * ^ ( foo'))
+    for query in ['"', "AND OR NOT", "foo*", "(", "col:foo", "^", "NEAR(a b)", ""]:
+        Recall(store).search(query)  # no sqlite3.OperationalError
+    assert match_expression("the a of") is None
+    assert terms("What did Caroline's sister research?") == ["caroline", "sister", "research"]
+
+
+def test_fuse_prefers_what_both_rankings_hold():
+    fused = fuse([[(1, 9.0), (2, 8.0)], [(3, 0.9), (2, 0.8)]])
+    assert fused[0][0] == 2
+
+
+class FakeEmbedder:
+    name = "fake"
+
+    def encode(self, texts):
+        return [
+            [1.0, 0.0] if "dog" in t.lower() or "puppy" in t.lower() else [0.0, 1.0] for t in texts
+        ]
+
+
+def test_fused_search_finds_meaning_without_shared_words(store):
+    c = store.open_conversation("c")
+    pet = store.append(c.id, user("We got a new puppy last week"))
+    store.append(c.id, user("The weather was grey"))
+    recall = Recall(store, FakeEmbedder())
+    assert recall.bm25("dog", 5) == []
+    assert recall.search("dog", 1)[0].message_id == pet.id
+
+
+def test_auto_recall_injects_strong_hits_not_in_view(store):
+    from heron.memory.recall import auto_recall
+
+    old = store.open_conversation("old")
+    hit = store.append(old.id, user("The wifi router in the garage is a Netgear Orbi RBR50"))
+    store.append(old.id, user("unrelated chatter about lunch"))
+    recall = Recall(store)
+    injected = auto_recall(recall, "which Netgear Orbi router is in the garage?", [], min_score=0.0)
+    assert injected[0].tool_calls[0].name == "recall_history"
+    assert f"message {hit.id}" in injected[1].tool_results[0].content
+    assert auto_recall(recall, "which Netgear Orbi router?", [hit.id], min_score=0.0) == []
+    assert auto_recall(recall, "which Netgear Orbi router?", [], min_score=1e9) == []

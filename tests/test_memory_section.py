@@ -1,0 +1,80 @@
+"""The memory and recent-history sections, and freezing per conversation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from heron.memory import (
+    Entry,
+    EntryPath,
+    HistoryEntry,
+    frozen_memory,
+    memory_section,
+    recent_history_section,
+)
+from heron.memory.section import history_floor, set_history_floor
+from heron.memory.service import MemoryService
+from heron.store import Store
+
+
+def entry(rel: str, text: str) -> Entry:
+    return Entry(EntryPath.parse(rel), text)
+
+
+def test_memory_section_lists_everything_in_a_fixed_order():
+    long_text = "Line one of a long rule.\n" + "zebra " * 2000
+    entries = [
+        entry("work/when/code-review/run-tests", "Run the tests first"),
+        entry("personal/when/cooking/no-cilantro", "No cilantro"),
+        entry("personal/always/concise", "Concise replies"),
+        entry("personal/always/long", long_text),
+    ]
+    section = memory_section(entries)
+    assert section == memory_section(list(reversed(entries)))  # order does not depend on input
+    assert section.index("## Preferences") < section.index("Concise replies")
+    assert section.index("Concise replies") < section.index("## Situational preferences")
+    assert "- [when: cooking] No cilantro (personal/when/cooking/no-cilantro.md)" in section
+    assert section.index("[when: code-review]") < section.index("[when: cooking]")
+    assert section.count("zebra") == 2000  # nothing truncated
+    assert memory_section([]) == ""
+
+
+def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path):
+    store = Store(tmp_path / "t.db")
+    service = MemoryService(tmp_path / "memory", store)
+    cid = store.open_conversation("c").id
+    service.files.write(entry("personal/always/tea", "Drinks tea"))
+    first = frozen_memory(store, cid, service.entries())
+    assert "Drinks tea" in first.section and first.note is None
+    service.files.write(entry("personal/always/coffee", "Drinks coffee"))
+    service.files.delete(EntryPath.parse("personal/always/tea"))
+    second = frozen_memory(store, cid, service.entries())
+    assert second.section == first.section  # the cached prefix does not move
+    assert (
+        "saved: Drinks coffee" in second.note and "removed: personal/always/tea.md" in second.note
+    )
+    third = frozen_memory(store, cid, service.entries())
+    assert third.note is None and third.section == first.section  # announced once
+    service.mark_thawed(cid)  # compaction or /new
+    fresh = frozen_memory(store, cid, service.entries())
+    assert "Drinks coffee" in fresh.section and "Drinks tea" not in fresh.section
+    store.close()
+
+
+def test_recent_history_respects_floor_and_budgets(tmp_path: Path):
+    entries = [HistoryEntry(float(i), f"event {i}") for i in range(1, 101)]
+    entries.append(HistoryEntry(200.0, "what /new archived", memory_only=True))
+    text = recent_history_section(entries, timezone_fmt=lambda ts: f"t{int(ts)}")
+    assert text.startswith("# Recent History\n- [t51] event 51")
+    assert text.count("\n- ") == 50 and "archived" not in text
+    assert "event 100" in recent_history_section(entries, floor=95.0, timezone_fmt=str)
+    assert "event 95" not in recent_history_section(entries, floor=95.0, timezone_fmt=str)
+    small = recent_history_section(entries, max_tokens=30, estimate=lambda s: 10)
+    assert small.count("\n- ") == 3 and "event 100" in small
+    assert recent_history_section(entries, floor=1e9) == ""
+    store = Store(tmp_path / "t.db")
+    cid = store.open_conversation("c").id
+    assert history_floor(store, cid) == 0.0
+    set_history_floor(store, cid, 42.0)
+    assert history_floor(store, cid) == 42.0
+    store.close()
