@@ -7,11 +7,13 @@ from heron.providers.scripted import ScriptedProvider
 
 
 async def test_turn_persists_everything_and_second_turn_sees_first():
-    provider = ScriptedProvider([
-        Reply([ToolCall("c1", "run_cell", {"code": "x = 41 + 1"})], "tool", Usage(100, 10)),
-        Reply([Text("x is set.")], "done", Usage(120, 5, cache_read=100)),
-        Reply([Text("x was 42.")], "done", Usage(150, 5, cache_read=120)),
-    ])
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", "run_cell", {"code": "x = 41 + 1"})], "tool", Usage(100, 10)),
+            Reply([Text("x is set.")], "done", Usage(120, 5, cache_read=100)),
+            Reply([Text("x was 42.")], "done", Usage(150, 5, cache_read=120)),
+        ]
+    )
     settings = Settings.load()
     async with Engine.open(settings, provider=provider) as engine:
         first = await engine.turn("t1", "set x to 42 with python")

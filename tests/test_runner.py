@@ -155,7 +155,7 @@ async def test_cut_reply_asks_to_continue(tmp_path):
 
 
 async def test_transient_errors_retried_auth_ends_run(tmp_path):
-    provider, runner = make_runner(
+    _, runner = make_runner(
         [
             TransientProviderError("503"),
             Reply([Text("ok")], "done"),

@@ -143,16 +143,16 @@ def _mask(value: str) -> str:
 
 def show_config(settings: Settings) -> None:
     cfg = settings.config
-    typer.echo(
-        f"config file: {settings.paths.config} ({'present' if settings.paths.config.exists() else 'absent'})"
-    )
+    present = "present" if settings.paths.config.exists() else "absent"
+    typer.echo(f"config file: {settings.paths.config} ({present})")
     try:
         choice = settings.model()
         where = choice.base_url or (str(choice.model_path) if choice.model_path else "default")
         typer.echo(f"model:       {choice.provider} / {choice.model} ({where})")
         p = choice.profile
         typer.echo(
-            f"profile:     window {p.context_window}, output cap {p.max_output}, tools {p.tool_mode}"
+            f"profile:     window {p.context_window}, output cap {p.max_output}, "
+            f"tools {p.tool_mode}"
         )
     except HeronError as e:
         typer.echo(f"model:       none ({str(e).splitlines()[0]})")

@@ -68,7 +68,7 @@ class AnthropicProvider:
         api_key: str,
         base_url: str | None = None,
         timeout: float = 600,
-        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so sharing it is safe
+        retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         import anthropic  # lazy: see the module docstring
 

@@ -175,7 +175,6 @@ async def _post_stream(client: AsyncOpenAI, body: dict[str, Any]) -> Any:
     )
 
 
-
 def _tool(spec: ToolSpec) -> dict[str, Any]:
     return {
         "type": "function",
