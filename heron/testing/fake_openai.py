@@ -71,7 +71,9 @@ class FakeOpenAIServer:
 
     def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[ServerReply, int]:
         """Record the request and pick its reply; also returns the cached-prefix estimate."""
-        messages = json.dumps(body.get("messages", []), ensure_ascii=False, separators=(",", ":"))
+        # A provider's prompt cache covers what the template renders first: tools, then messages.
+        prompt = [body.get("tools", []), body.get("messages", [])]
+        messages = json.dumps(prompt, ensure_ascii=False, separators=(",", ":"))
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
