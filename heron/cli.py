@@ -13,8 +13,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from heron.channels.memory_cli import app as memory_app
+from heron.channels.trace_cli import trace_app, usage
 from heron.errors import ConfigError, HeronError
-from heron.trace.cli import trace_app, usage
 
 app = typer.Typer(
     help="Heron: a personal AI agent that keeps long conversations whole.",

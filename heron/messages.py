@@ -224,10 +224,15 @@ def reply_from_dict(d: dict[str, Any]) -> Reply:
     )
 
 
+# What json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True) builds on
+# every call; built once (it holds no state between calls), as a turn encodes thousands of parts.
+_CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
 def dumps(obj: Any) -> str:
     """Canonical JSON: the same value always gives the same bytes (content addressing relies
     on it)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return _CANONICAL.encode(obj)
 
 
 def parts_to_json(parts: tuple[Part, ...] | list[Part]) -> str:

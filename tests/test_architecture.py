@@ -57,6 +57,7 @@ RULES = [
     ),
     ("agent", ("heron.channels", "heron.cli"), ()),
     ("memory", ("heron.agent", "heron.channels", "heron.cli"), ()),
+    ("trace", ("heron.agent", "heron.channels", "heron.cli"), ()),
 ]
 
 

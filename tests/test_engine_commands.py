@@ -198,7 +198,7 @@ async def test_context_overflow_shrinks_the_window_compacts_and_retries():
     async with Engine.open(Settings.load(), provider=provider) as engine:
         windows = []
 
-        async def fake_compact(conversation, *, reason="manual", window=None):
+        async def fake_compact(conversation, *, reason="manual", window=None, **_):
             windows.append((reason, window))
             return "ok"
 

@@ -39,7 +39,8 @@ async def test_fifty_conversations_five_turns_concurrently_within_twice_ideal():
             overlaps.append(conv)
         await asyncio.sleep(latency)
         inflight[conv] -= 1
-        return Reply([Text(f"ok {request.messages[-1].text}")], "done", Usage(10, 2))
+        said = request.messages[-1].parts[0].text  # the user's words, not the runtime block
+        return Reply([Text(f"ok {said}")], "done", Usage(10, 2))
 
     bus = MessageBus()
     dispatcher = Dispatcher(bus)

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 
 from heron.agent.engine import Engine, TurnHooks
+from heron.agent.replay import replay
 from heron.agent.turn import TurnControl
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
@@ -17,7 +18,6 @@ from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.registry import ToolContext, ToolRegistry, tool
 from heron.trace.read import list_runs, load_run
-from heron.trace.replay import replay
 
 
 def _tool_call(call_id: str, code: str) -> Reply:

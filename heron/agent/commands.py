@@ -33,6 +33,8 @@ Commands:
   /edit N TEXT   replace your message N (see /tree) with TEXT and answer it on a new branch
   /tree [N]      list this conversation's branches, or switch to branch N
   /compact       summarize older messages now to free context
+  /memory [review | accept ID | reject ID]   what waits for your review in memory
+  /learn         (or /reflect) look for what to remember now; show what memory gained
   /help          this help
 Anything else starting with / is sent to the model as it is."""
 
@@ -65,6 +67,7 @@ class CommandContext:
 
 
 NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
+NAMES += ("memory", "learn", "reflect")  # the memory package (heron/memory/commands.py)
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
@@ -254,6 +257,36 @@ async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(await ctx.engine.compact_now(conv, reason="manual"))
 
 
+NO_MEMORY = "Memory is off in this chat (--ephemeral): nothing is kept or reviewed."
+
+
+async def _memory(ctx: CommandContext, arg: str) -> CommandReply:
+    """/memory [review | accept ID | reject ID]. The review checklists need the terminal's UI:
+    a channel without one gets the list and /memory accept ID."""
+    from heron.memory.commands import memory_command
+
+    service = ctx.engine.memory
+    if service is None:
+        return CommandReply(NO_MEMORY)
+    return CommandReply(await asyncio.to_thread(memory_command, service, arg))
+
+
+async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
+    """/learn, /reflect: the review and tidy passes now (suggestions only), and what memory
+    gained, changed and lost since the engine opened."""
+    from heron.memory.commands import learn
+
+    service = ctx.engine.memory
+    if service is None:
+        return CommandReply(NO_MEMORY)
+    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    report = await learn(service, ctx.engine.provider, conv.id, ctx.engine.memory_baseline)
+    text = report.text()
+    if report.suggested:
+        text += "\nReview them with /memory review."
+    return CommandReply(text)
+
+
 _HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] = {
     "help": _help,
     "stop": _stop,
@@ -264,6 +297,9 @@ _HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] =
     "edit": _edit,
     "tree": _tree,
     "compact": _compact,
+    "memory": _memory,
+    "learn": _learn,
+    "reflect": _learn,
 }
 
 

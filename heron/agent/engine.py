@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -28,9 +28,12 @@ from heron.agent.turn import Outcome, TurnControl, TurnMachine, guard_run_hooks
 from heron.compaction import prepare_turn
 from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
-from heron.context.prompt import PromptInputs, build_system_prompt, fingerprint
+from heron.context.prompt import BootstrapCache, PromptInputs, build_system_prompt, fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ProviderError
+from heron.memory import wiring as memory_wiring
+from heron.memory.recall import Recall
+from heron.memory.service import MemoryService
 from heron.messages import Message, Text, Usage
 from heron.providers import Provider, open_provider
 from heron.providers.base import OnEvent
@@ -72,6 +75,8 @@ class BuiltTurn:
     messages: list[Message]
     # Compaction (heron/compaction): derives the view again before every model call.
     governor: Governor | None = None
+    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
+    compaction_calls: CallSink = field(default_factory=lambda: CallSink())
 
 
 @dataclass
@@ -114,6 +119,12 @@ class Engine:
         self.registry = registry
         defaults = settings.config.agent
         self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
+        self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
+        # Memory (heron/memory): None when ephemeral; recall over every message; what memory
+        # held when the engine opened (for /learn).
+        self.memory: MemoryService | None = None
+        self.recall: Recall | None = None
+        self.memory_baseline: dict[str, str] = {}
 
     @classmethod
     @asynccontextmanager
@@ -139,11 +150,62 @@ class Engine:
             if registry is None:
                 # The tiny offline model cannot use tools; describing them only confuses it.
                 registry = ToolRegistry([]) if choice.embedded else default_registry()
-            yield cls(settings, store, provider, choice, registry)
+                if not choice.embedded:
+                    _add_memory_tools(registry, ephemeral)
+            engine = cls(settings, store, provider, choice, registry)
+            await asyncio.to_thread(engine._open_memory, ephemeral)
+            yield engine
+
+    def _open_memory(self, ephemeral: bool) -> None:
+        """The memory service and recall; the embedding model is not loaded here (it takes
+        seconds): it loads on the first semantic search."""
+        from heron.memory.commands import memory_digests
+
+        if not ephemeral:
+            self.memory = MemoryService(self.settings.paths.memory, self.store)
+            self.memory_baseline = memory_digests(self.memory)
+        self.recall = memory_wiring.lazy_recall(self.store)
+
+    def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
+        """The system prompt's inputs for a conversation: with its frozen Memory section and
+        Recent history (heron/memory/wiring.py), so compaction rebuilds the same prompt."""
+        workspace = self.settings.paths.workspace
+        files = self.bootstrap_cache.read(workspace)
+        memory, recent = memory_wiring.prompt_sections(self.store, self.memory, conversation_id)
+        specs = self.registry.specs()
+        return PromptInputs(
+            agent, workspace, specs, memory=memory, recent_history=recent, bootstrap=files
+        )
+
+    async def memory_before_fold(
+        self, deps: object, conversation_id: int, row_ids: list[int], reason: str
+    ) -> None:
+        """Compaction calls this before folding rows: the extraction pass (queue only)."""
+        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason)
+
+    async def memory_after_fold(self, conversation_id: int) -> None:
+        await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation_id)
+
+    async def archive_for_memory(self, conversation: Conversation) -> None:
+        """/new: thaw the Memory section and floor recent history at this moment."""
+        await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation.id, new=True)
+
+    def _before_message(self, conversation_id: int, text: str) -> str | None:
+        """Off the loop, before the user's message is committed: auto-recall (stored as rows
+        just before it, so later requests replay them) and the runtime block's memory note."""
+        from heron.memory.recall import AUTO_RECALL_MIN_SCORE
+
+        memory_wiring.recall_rows(
+            self.store, self.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE
+        )
+        return memory_wiring.memory_note(self.memory, conversation_id)
 
     def system_prompt(self, agent: str) -> str:
-        inputs = PromptInputs(agent, self.settings.paths.workspace, self.registry.specs())
-        return build_system_prompt(inputs)
+        workspace = self.settings.paths.workspace
+        files = self.bootstrap_cache.read(workspace)
+        return build_system_prompt(
+            PromptInputs(agent, workspace, self.registry.specs(), bootstrap=files)
+        )
 
     async def turn(
         self, key: str, text: str, hooks: TurnHooks | None = None, *, agent: str = "default"
@@ -157,7 +219,12 @@ class Engine:
         return None
 
     async def compact_now(
-        self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
+        self,
+        conversation: Conversation,
+        *,
+        reason: str = "manual",
+        window: int | None = None,
+        on_call: CallSink | None = None,
     ) -> str:
         """Compact the conversation now (/compact, a context overflow). Replaced by the
         compaction package when it is installed; until then it says so."""
@@ -168,10 +235,10 @@ class Engine:
         run = getattr(compaction, "compact_now", None)
         if run is None:
             return "Compaction is not available in this build."
-        return await run(self, conversation, reason=reason, window=window)
+        return await run(self, conversation, reason=reason, window=window, on_call=on_call)
 
     async def _restore(self, key: str, agent: str) -> Conversation:
-        return await asyncio.to_thread(self.store.open_conversation, key, agent)
+        return await self.store.call(self.store.open_conversation, key, agent)
 
     async def _build(
         self, conversation: Conversation, text: str, agent: str, *, channel: str = "cli"
@@ -180,8 +247,13 @@ class Engine:
         compact if the conversation outgrew its share of the window, and derive the view."""
         run_id = new_run_id()
         user_message = Message("user", [Text(text)])
-        info = RuntimeInfo(channel, conversation.key, self.settings.config.agent.timezone)
-        turn_id, stored = await asyncio.to_thread(
+        # Inline while the history is small (a thread hop costs more than the search then).
+        slow = await self.store.call(memory_wiring.search_is_slow, self.store)
+        hop = self.store.call_slow if slow else self.store.call
+        note = await hop(self._before_message, conversation.id, text)
+        zone = self.settings.config.agent.timezone
+        info = RuntimeInfo(channel, conversation.key, zone, note=note)
+        turn_id, stored = await self.store.call(
             self.store.begin_turn,
             conversation.id,
             run_id,
@@ -191,9 +263,12 @@ class Engine:
             model=self.choice.model,
         )
         if conversation.title is None:
-            await asyncio.to_thread(self.store.set_title, conversation.id, _title(text))
-        prepared = await prepare_turn(self, conversation, agent, turn_id, stored.id)
-        return BuiltTurn(run_id, turn_id, prepared.system, prepared.messages, prepared.governor)
+            await self.store.call(self.store.set_title, conversation.id, _title(text))
+        sink = CallSink()
+        prepared = await prepare_turn(self, conversation, agent, turn_id, stored.id, on_call=sink)
+        return BuiltTurn(
+            run_id, turn_id, prepared.system, prepared.messages, prepared.governor, sink
+        )
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
@@ -207,8 +282,10 @@ class Engine:
         ctx.extra.update(
             store=self.store, conversation_id=conversation.id, agent=conversation.agent
         )
+        ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
         trace = trace_for(self, built, conversation.agent)
         recorder = _Recorder(self.store, conversation.id, turn_id, hooks, trace)
+        await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
         runner = Runner(self.provider, self.registry, self.choice.profile, self.limits)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
@@ -231,11 +308,45 @@ class Engine:
             await asyncio.shield(recorder.finish("interrupted", "interrupted", None, system))
             raise
         finally:
+            built.compaction_calls.detach()
             await ctx.aclose()
         status = "failed" if run.stop == "error" else "done"
         error = str(run.error) if run.error else None
         await recorder.finish(status, run.stop, error, system, run)
         return run
+
+
+def _add_memory_tools(registry: ToolRegistry, ephemeral: bool) -> None:
+    """The memory tools; an ephemeral run keeps no memory, so it only gets recall_history."""
+    from heron.tools.memory_tools import MEMORY_TOOLS, recall_history
+
+    for t in [recall_history] if ephemeral else MEMORY_TOOLS:
+        if registry.get(t.name) is None:
+            registry.add(t)
+
+
+class CallSink:
+    """Where compaction hands its model calls for a turn: held until the turn's recorder is
+    attached (a consolidation at BUILD comes before it), then passed on as they happen."""
+
+    def __init__(self) -> None:
+        self.held: list[ModelCallRecord] = []
+        self.target: Callable[[ModelCallRecord], Awaitable[None]] | None = None
+
+    async def __call__(self, record: ModelCallRecord) -> None:
+        if self.target is None:
+            self.held.append(record)
+        else:
+            await self.target(record)
+
+    async def attach(self, target: Callable[[ModelCallRecord], Awaitable[None]]) -> None:
+        self.target = target
+        held, self.held = self.held, []
+        for record in held:
+            await target(record)
+
+    def detach(self) -> None:
+        self.target = None
 
 
 class _Recorder:
@@ -259,7 +370,7 @@ class _Recorder:
         self.tool_calls = 0
 
     async def message(self, message: Message) -> None:
-        await asyncio.to_thread(
+        await self.store.call(
             self.store.append, self.conversation_id, message, turn_id=self.turn_id
         )
 
@@ -270,7 +381,7 @@ class _Recorder:
         if self.trace is None:
             return
         await self.trace.model_call(
-            record.seq,
+            self.model_calls,  # compaction's calls included: the order they were made in
             record.purpose,
             record.payload,
             record.reply,
@@ -309,7 +420,7 @@ class _Recorder:
     ) -> None:
         if self.trace is not None:
             await self.trace.finish(status)
-        await asyncio.to_thread(
+        await self.store.call(
             self.store.finish_turn,
             self.turn_id,
             status=status,

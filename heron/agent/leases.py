@@ -49,7 +49,7 @@ class Lease:
         self.lost = False
 
     async def check(self) -> bool:
-        ok = await asyncio.to_thread(
+        ok = await self.store.call(
             es.renew_lease, self.store, self.conversation_id, self.owner, self.ttl
         )
         self.lost = self.lost or not ok
@@ -82,7 +82,7 @@ async def hold_lease(
         with contextlib.suppress(asyncio.CancelledError):
             await beat
         # Shielded: a cancelled turn must still give the conversation back.
-        await asyncio.shield(asyncio.to_thread(es.release_lease, store, conversation_id, owner))
+        await asyncio.shield(store.call(es.release_lease, store, conversation_id, owner))
 
 
 async def _acquire(
@@ -95,7 +95,7 @@ async def _acquire(
 ) -> es.Claim:
     delay, waited, told = 0.02, 0.0, False
     while True:
-        claim = await asyncio.to_thread(es.try_lease, store, conversation_id, owner, ttl)
+        claim = await store.call(es.try_lease, store, conversation_id, owner, ttl)
         holder = claim.holder
         if holder is None:
             return claim
@@ -119,12 +119,12 @@ async def presence(
 ) -> AsyncIterator[str]:
     """Mark the conversation as in use (an open chat) for as long as the block runs."""
     owner = new_owner()
-    await asyncio.to_thread(es.enter, store, conversation_id, owner, what, ttl)
+    await store.call(es.enter, store, conversation_id, owner, what, ttl)
 
     async def beat() -> None:
         while True:
             await asyncio.sleep(ttl / 3)
-            await asyncio.to_thread(es.enter, store, conversation_id, owner, what, ttl)
+            await store.call(es.enter, store, conversation_id, owner, what, ttl)
 
     task = asyncio.create_task(beat())
     try:
@@ -133,4 +133,4 @@ async def presence(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await asyncio.shield(asyncio.to_thread(es.leave, store, conversation_id, owner))
+        await asyncio.shield(store.call(es.leave, store, conversation_id, owner))

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from heron.agent import commands
@@ -28,7 +29,28 @@ from heron.errors import HeronError
 from heron.store import engine_state as es
 
 BREAK_GRACE = 20.0
+IDLE_POLL = 60.0
 log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def idle_compaction(
+    engine: Engine, poll_s: float = IDLE_POLL
+) -> AsyncIterator[asyncio.Task[None] | None]:
+    """Idle compaction (heron.compaction.idle_loop) in the background while the block runs,
+    cancelled when it ends; none when idle_compact_after_minutes is 0."""
+    if engine.settings.config.agent.idle_compact_after_minutes <= 0:
+        yield None
+        return
+    from heron.compaction import idle_loop
+
+    task = asyncio.create_task(idle_loop(engine, poll_s))
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @dataclass
@@ -43,6 +65,7 @@ class AgentLoop:
     engine: Engine
     bus: MessageBus
     break_grace: float = BREAK_GRACE
+    idle_poll: float = IDLE_POLL  # seconds between idle-compaction sweeps
     routes: dict[tuple[str, str], str] = field(default_factory=dict)  # /resume switches
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
@@ -60,9 +83,10 @@ class AgentLoop:
         return key in self._active
 
     async def run(self) -> None:
-        """Consume the bus until cancelled."""
-        while True:
-            await self.dispatch(await self.bus.inbound.get())
+        """Consume the bus until cancelled; idle compaction sweeps in the background."""
+        async with idle_compaction(self.engine, self.idle_poll):
+            while True:
+                await self.dispatch(await self.bus.inbound.get())
 
     async def dispatch(self, message: InboundMessage) -> None:
         key = self.resolve(message)
@@ -158,7 +182,7 @@ class AgentLoop:
             return False
         active.control.stale = True
         if active.control.conversation_id is not None:
-            await asyncio.to_thread(
+            await self.engine.store.call(
                 es.bump_epoch, self.engine.store, active.control.conversation_id
             )
         active.task.cancel()

@@ -111,9 +111,7 @@ class TurnControl:
         may have bumped the epoch or taken the lease)."""
         if self.stale or self.conversation_id is None:
             return not self.stale
-        ok = await asyncio.to_thread(
-            es.still_current, store, self.conversation_id, self.epoch, self.owner
-        )
+        ok = await store.call(es.still_current, store, self.conversation_id, self.epoch, self.owner)
         self.stale = not ok
         return ok
 
@@ -199,7 +197,7 @@ async def _checkpoint(control: TurnControl, store: Any) -> None:
     cp = es.Checkpoint(
         control.conversation_id, control.turn_id, control.epoch, control.calls, control.results
     )
-    if not await asyncio.to_thread(es.write_checkpoint, store, cp, control.owner):
+    if not await store.call(es.write_checkpoint, store, cp, control.owner):
         control.stale = True
         raise StaleTurn
     control.checkpointed = True
@@ -287,7 +285,7 @@ class TurnMachine:
         if found is None:
             return None
         if found.name == "new":
-            await asyncio.to_thread(es.bump_epoch, self.store, conversation.id)
+            await self.store.call(es.bump_epoch, self.store, conversation.id)
             return None
         if found.name not in commands.LEASE_FREE:
             return None
@@ -310,7 +308,7 @@ class TurnMachine:
 
     async def restore(self, c: _Ctx) -> State:
         if c.dirty:
-            await asyncio.to_thread(_recover, self.store, c.conversation.id)
+            await self.store.call(_recover, self.store, c.conversation.id)
         return State.COMPACT
 
     async def compact(self, c: _Ctx) -> State:
@@ -361,7 +359,7 @@ class TurnMachine:
             await self._mark(c, "interrupted", "stale")
             return State.RESPOND
         if c.control.checkpointed:
-            await asyncio.to_thread(es.clear_checkpoint, self.store, c.conversation.id)
+            await self.store.call(es.clear_checkpoint, self.store, c.conversation.id)
         if c.run.error is not None:
             c.reply = FAILED.format(error=c.run.error)
         elif c.control.spoke:
@@ -386,18 +384,37 @@ class TurnMachine:
     # ---- helpers --------------------------------------------------------------------------
 
     async def _recover_overflow(self, c: _Ctx) -> None:
-        """Shrink the window for this run, compact, and rebuild the view from the record."""
-        assert c.built is not None
-        window = c.control.context_window or self.engine.choice.profile.context_window
+        """Shrink the window for this run, compact, and build the turn's context again as BUILD
+        does: the system prompt (with the new summary), the view and the governor, all for the
+        smaller window. Compaction's calls go in the turn's trace and usage."""
+        from heron.compaction import prepare_turn
+        from heron.compaction.core import window_for
+
+        built = c.built
+        assert built is not None and built.governor is not None
+        window = window_for(self.engine, c.control.context_window)
         c.control.context_window = int(window * 0.75)
-        await self.engine.compact_now(c.conversation, reason="overflow", window=window)
-        rows = await asyncio.to_thread(self.store.branch, c.conversation.id)
-        c.built = dataclasses.replace(c.built, messages=[r.wire for r in rows])
+        calls = built.compaction_calls
+        await self.engine.compact_now(
+            c.conversation, reason="overflow", window=window, on_call=calls
+        )
+        prepared = await prepare_turn(
+            self.engine,
+            c.conversation,
+            c.agent,
+            built.turn_id,
+            built.governor.anchor_id,
+            window=c.control.context_window,
+            on_call=calls,
+        )
+        c.built = dataclasses.replace(
+            built, system=prepared.system, messages=prepared.messages, governor=prepared.governor
+        )
 
     async def _mark(self, c: _Ctx, status: str, stop: str) -> None:
         if c.built is None:
             return
-        await asyncio.to_thread(_mark_turn, self.store, c.built.turn_id, status, stop)
+        await self.store.call(_mark_turn, self.store, c.built.turn_id, status, stop)
 
     async def _interrupted(self, c: _Ctx) -> None:
         """A hard break or a failure inside the machine: record the turn as interrupted and
@@ -405,7 +422,7 @@ class TurnMachine:
         c.control.stale = True
         c.control.accepting_mail = False
         if c.built is not None:
-            await asyncio.to_thread(_close_turn, self.store, c.conversation.id, c.built.turn_id)
+            await self.store.call(_close_turn, self.store, c.conversation.id, c.built.turn_id)
 
     def _result(self, c: _Ctx) -> TurnResult:
         from heron.agent.engine import TurnResult

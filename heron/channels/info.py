@@ -134,6 +134,11 @@ def delete_conversation(settings: Settings, key: str) -> None:
             hint="Close that chat or stop that turn (/stop), then delete.",
         )
     store.delete_conversation(conv.id)
+    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
+    from heron.trace.blobs import collect_garbage
+
+    with store.transaction() as conn:
+        collect_garbage(conn)
     typer.echo(f"Deleted conversation {key!r}.")
 
 

@@ -18,8 +18,10 @@ import typer
 from heron.errors import HeronError
 
 if TYPE_CHECKING:
+    from heron.config import Settings
     from heron.memory.queue import Suggestion
     from heron.memory.service import MemoryService
+    from heron.providers.base import Provider
 
 app = typer.Typer(
     help="Your memory: list, show, explain, forget, review; recall history.", no_args_is_help=True
@@ -168,6 +170,45 @@ def recall(
             typer.echo(hit.line())
         if not hits:
             typer.echo("Nothing found.")
+
+
+@app.command("review-pass", hidden=True)
+def review_pass_command(
+    conversation: Annotated[
+        list[str], typer.Option("--conversation", "-c", help="Conversation key (repeatable).")
+    ],
+) -> None:
+    """What `heron chat` starts in the background when it ends: the review pass over what was
+    said since the last review, for each conversation. It only adds suggestions to the queue."""
+    import asyncio
+
+    from heron.config import Settings
+
+    try:
+        queued = asyncio.run(run_review_pass(Settings.load(), conversation))
+    except HeronError as e:
+        _fail(e)
+    typer.echo(f"{len(queued)} suggestion(s) queued for review.")
+
+
+async def run_review_pass(
+    settings: Settings, keys: list[str], provider: Provider | None = None
+) -> list[int]:
+    """Open the engine (the configured model, or `provider`) and run review_pass per key."""
+    import asyncio
+
+    from heron.agent.engine import Engine
+    from heron.memory.extract import review_pass
+
+    queued: list[int] = []
+    async with Engine.open(settings, provider=provider) as engine:
+        if engine.memory is None or engine.choice.embedded:
+            return queued  # the tiny offline model cannot do this pass usefully
+        for key in keys:
+            found = await asyncio.to_thread(engine.store.conversation, key)
+            if found is not None:
+                queued += await review_pass(engine.provider, engine.memory, found.id)
+    return queued
 
 
 def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from rich.console import Console
@@ -20,10 +22,13 @@ from rich.text import Text as RichText
 from heron.agent import commands
 from heron.agent.engine import Engine, TurnHooks, new_key
 from heron.agent.leases import presence
+from heron.agent.loop import idle_compaction
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import TurnControl
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
+from heron.memory.commands import memory_command, opening_line
+from heron.memory.queue import Suggestion
 from heron.messages import ToolCall
 from heron.providers.base import StreamEvent
 
@@ -40,6 +45,7 @@ class ChatState:
     key: str
     agent: str
     results: list[ToolCallRecord] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # conversations talked in (review at exit)
 
 
 class TurnView:
@@ -99,13 +105,18 @@ async def run_chat(
 
     console = Console()
     state = ChatState(key or new_key("chat"), agent)
-    async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+    opened = Engine.open(settings, model=model, ephemeral=ephemeral)
+    async with opened as engine, idle_compaction(engine):  # idle sweeps until the chat ends
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
         console.print(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
         )
+        if engine.memory is not None:
+            waiting = await asyncio.to_thread(opening_line, engine.memory)
+            if waiting:
+                console.print(f"[cyan]{waiting}[/cyan]", highlight=False)
         history = FileHistory(str(settings.paths.home / "chat_history"))
         session: PromptSession[str] = PromptSession(history=history)
         while True:
@@ -115,6 +126,8 @@ async def run_chat(
                 continue
             except EOFError:
                 console.print("[dim]Bye.[/dim]")
+                if not ephemeral and not engine.choice.embedded:
+                    start_review_pass(state.keys)
                 return
             if not text.strip():
                 continue
@@ -122,6 +135,8 @@ async def run_chat(
                 continue
             async with presence(engine.store, engine.store.open_conversation(state.key).id):
                 await _turn(engine, state, console, text)
+            if state.key not in state.keys:
+                state.keys.append(state.key)
 
 
 async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -> None:
@@ -177,11 +192,60 @@ async def _command(text: str, engine: Engine, state: ChatState, console: Console
         await _resume(engine, state, console, session)
     elif name == "/show":
         _show(arg, state, console)
+    elif name == "/memory" and arg.strip() == "review":
+        await _review(engine, console)
+    elif name in ("/learn", "/reflect"):
+        await _turn(engine, state, console, text)
+        if engine.memory is not None and await asyncio.to_thread(engine.memory.count_waiting):
+            await _review(engine, console)
     elif commands.parse(text) is not None:  # /stop, /status, /retry, /tree, /compact, ...
         await _turn(engine, state, console, text)
     else:
         return False
     return True
+
+
+async def _review(engine: Engine, console: Console) -> None:
+    """/memory review: checklists of up to 10 in a dialog; checked items are kept, the rest of
+    that checklist dropped; Esc leaves it and every later one waiting."""
+    if engine.memory is None:
+        console.print(commands.NO_MEMORY)
+        return
+    loop = asyncio.get_running_loop()
+
+    def choose(batch: list[Suggestion]) -> set[int] | None:  # on the worker thread
+        return asyncio.run_coroutine_threadsafe(_checklist(batch), loop).result()
+
+    text = await asyncio.to_thread(memory_command, engine.memory, "review", choose=choose)
+    console.print(text, markup=False, highlight=False)
+
+
+async def _checklist(batch: list[Suggestion]) -> set[int] | None:
+    from prompt_toolkit.shortcuts import checkboxlist_dialog
+
+    picked = await checkboxlist_dialog(
+        title="Memory review",
+        text="Check what to keep. Unchecked items are dropped; Cancel or Esc leaves them waiting.",
+        values=[(s.id, f"#{s.id} {s.describe()}") for s in batch],
+    ).run_async()
+    return None if picked is None else set(picked)
+
+
+def start_review_pass(keys: list[str]) -> None:
+    """When a chat ends: a detached process reviews what was said since the last review (it
+    only adds suggestions to the queue), so leaving the chat does not wait for a model call."""
+    if not keys:
+        return
+    argv = [sys.executable, "-m", "heron", "memory", "review-pass"]
+    for key in keys:
+        argv += ["--conversation", key]
+    subprocess.Popen(  # our own interpreter and module, fixed arguments
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _show(arg: str, state: ChatState, console: Console) -> None:

@@ -29,28 +29,45 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
+    on_call: Any = None,
 ) -> Prepared:
+    """`on_call` receives every model call compaction makes for the turn (its trace)."""
     from heron.compaction.prepare import prepare_turn as run
 
-    return await run(engine, conversation, agent, turn_id, user_row_id, window=window)
+    return await run(
+        engine, conversation, agent, turn_id, user_row_id, window=window, on_call=on_call
+    )
 
 
 async def compact_conversation(
-    engine: Any, conversation: Any, *, reason: str = "manual", window: int | None = None
+    engine: Any,
+    conversation: Any,
+    *,
+    reason: str = "manual",
+    window: int | None = None,
+    on_call: Any = None,
 ) -> CompactionReport:
     """Consolidate now, whatever the size (keeping the last messages verbatim)."""
     from heron.compaction.consolidate import consolidate
     from heron.compaction.core import deps_for
 
     deps = deps_for(engine, window)
+    deps.on_call = on_call
     return await consolidate(deps, conversation.id, conversation.agent, reason=reason)
 
 
 async def compact_now(
-    engine: Any, conversation: Any, *, reason: str = "manual", window: int | None = None
+    engine: Any,
+    conversation: Any,
+    *,
+    reason: str = "manual",
+    window: int | None = None,
+    on_call: Any = None,
 ) -> str:
     """/compact and context-overflow recovery: what was done, in one sentence."""
-    report = await compact_conversation(engine, conversation, reason=reason, window=window)
+    report = await compact_conversation(
+        engine, conversation, reason=reason, window=window, on_call=on_call
+    )
     return report.describe()
 
 

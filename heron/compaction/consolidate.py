@@ -102,7 +102,7 @@ async def summarize(deps: ContextDeps, prompt: str) -> tuple[str, str]:
         tools=[],
         max_tokens=min(deps.budget.output, 2_000),
     )
-    reply = await deps.provider.chat(request)
+    reply = await deps.chat(request, "summary")
     if reply.tool_calls or not reply.text.strip():
         raise ValueError("the summarizer wrote no summary")
     return parse_summary(reply.text)
@@ -163,18 +163,24 @@ async def consolidate(
         )
         ws = previous.working_state if previous else ""
         kind = "fallback"
+    if deps.before_fold is not None:  # memory's pass over what is about to leave the view
+        await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
     cid = await asyncio.to_thread(_record, deps, state, cut, kind, reason, facts, ws, before, error)
+    if deps.after_fold is not None:  # the next prompt takes memory as it is now
+        await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await asyncio.to_thread(_set_after, deps, cid, after)
     return CompactionReport(kind, reason, cut - start, before, after, cid, error)
 
 
-def _conversation_tokens(deps: ContextDeps, agent: str, state: BranchState) -> int:
-    """The conversation's size: its view plus the archived summary (the fixed prefix aside)."""
+def _conversation_tokens(
+    deps: ContextDeps, agent: str, state: BranchState, view: list[Message] | None = None
+) -> int:
+    """The conversation's size: its view (`view`: already derived from `state`) plus the
+    archived summary (the fixed prefix aside)."""
     summary = state.consolidation.summary if state.consolidation else ""
-    return tokens_of(deps, "", view_of(deps, state)) + deps.calibration.tokens(
-        estimate_text(summary)
-    )
+    view = view_of(deps, state) if view is None else view
+    return tokens_of(deps, "", view) + deps.calibration.tokens(estimate_text(summary))
 
 
 def _record(

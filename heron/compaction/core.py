@@ -6,19 +6,19 @@ functions here run in a turn, from `/compact`, from an overflow, or from the idl
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from heron.compaction import records as rec
 from heron.context.prompt import PromptInputs, build_system_prompt
-from heron.context.tokens import Calibration, estimate_request
+from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions, ViewPlan, derive_view
-from heron.messages import Message
-from heron.providers.base import Provider, ToolSpec
+from heron.messages import Message, Reply, dumps
+from heron.providers.base import ChatRequest, Provider, ToolSpec
 from heron.store import Store
 from heron.store.records import StoredMessage
 
@@ -61,12 +61,56 @@ class ContextDeps:
     budget: Budget
     workspace: Path
     tools: list[ToolSpec]
-    prompt_inputs: Callable[[str], PromptInputs]  # agent -> the inputs before compaction
+    # (agent, conversation id) -> the inputs before compaction (the memory sections need the id)
+    prompt_inputs: Callable[[str, int | None], PromptInputs]
     calibration: Calibration = Calibration()
     idle_minutes: int = 15
+    # The turn's recorder of compaction's own model calls (trace and usage); None: unrecorded.
+    on_call: Callable[[ModelCall], Awaitable[None]] | None = None
+    tools_estimate: int | None = None  # raw estimate of `tools`, see tools_raw()
+    # Memory (heron/memory): the extraction pass before a fold (conversation id, the row ids
+    # folded, the reason) and the thaw of the frozen Memory section after it.
+    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
+    after_fold: Callable[[int], Awaitable[None]] | None = None
 
     def view_options(self) -> ViewOptions:
         return ViewOptions(self.budget.result_chars, self.workspace)
+
+    def tools_raw(self) -> int:
+        """The raw token estimate of the tool schemas: a JSON encoding of every schema, so it
+        is worked out once per deps instead of before every estimate."""
+        if self.tools_estimate is None:
+            self.tools_estimate = estimate_tools(self.tools)
+        return self.tools_estimate
+
+    async def chat(self, request: ChatRequest, purpose: str) -> Reply:
+        """A compaction model call (`purpose`: summary | checkpoint), handed to `on_call` with
+        its exact payload so the turn's trace holds it and the turn pays for it."""
+        if self.on_call is None:
+            return await self.provider.chat(request)
+        payload = dumps(self.provider.payload(request))
+        started = time.time()
+        try:
+            reply = await self.provider.chat(request)
+        except Exception as e:
+            await self.on_call(ModelCall(purpose, payload, None, repr(e), started, time.time()))
+            raise
+        await self.on_call(ModelCall(purpose, payload, reply, None, started, time.time()))
+        return reply
+
+
+@dataclass
+class ModelCall:
+    """One compaction model call, shaped like the runner's ModelCallRecord (which compaction
+    cannot import) so the engine records both alike."""
+
+    purpose: str
+    payload: str
+    reply: Reply | None
+    error: str | None
+    started: float
+    ended: float
+    seq: int = 0  # the recorder numbers calls in the order they were made
 
 
 def window_for(engine: Any, window: int | None = None) -> int:
@@ -91,13 +135,16 @@ def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
     )
     cal, _ = rec.calibration(engine.store, engine.choice.model)
 
-    def inputs(name: str) -> PromptInputs:
+    def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
         base = getattr(engine, "prompt_inputs", None)
         if callable(base):
-            return base(name)
-        return PromptInputs(name, engine.settings.paths.workspace, engine.registry.specs())
+            return base(name, conversation_id)
+        workspace = engine.settings.paths.workspace
+        cache = getattr(engine, "bootstrap_cache", None)
+        files = cache.read(workspace) if cache is not None else {}
+        return PromptInputs(name, workspace, engine.registry.specs(), bootstrap=files)
 
-    return ContextDeps(
+    deps = ContextDeps(
         engine.store,
         engine.provider,
         engine.choice.model,
@@ -108,6 +155,9 @@ def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
         cal,
         agent.idle_compact_after_minutes,
     )
+    deps.before_fold = getattr(engine, "memory_before_fold", None)
+    deps.after_fold = getattr(engine, "memory_after_fold", None)
+    return deps
 
 
 # ---- the plan of a branch --------------------------------------------------------------------
@@ -159,11 +209,12 @@ def load_branch(store: Store, conversation_id: int) -> BranchState:
 
 
 async def load_branch_async(store: Store, conversation_id: int) -> BranchState:
-    return await asyncio.to_thread(load_branch, store, conversation_id)
+    hop = store.call_slow if store.is_long(conversation_id) else store.call
+    return await hop(load_branch, store, conversation_id)
 
 
 def system_for(deps: ContextDeps, agent: str, state: BranchState) -> str:
-    inputs = deps.prompt_inputs(agent)
+    inputs = deps.prompt_inputs(agent, state.rows[0].conversation_id if state.rows else None)
     archived = state.consolidation.summary if state.consolidation else ""
     return build_system_prompt(dataclasses.replace(inputs, archived_summary=archived))
 
@@ -175,4 +226,5 @@ def view_of(
 
 
 def tokens_of(deps: ContextDeps, system: str, messages: list[Message]) -> int:
-    return estimate_request(system, deps.tools, messages, deps.calibration).total
+    cal = deps.calibration
+    return estimate_request(system, [], messages, cal).total + cal.tokens(deps.tools_raw())

@@ -10,7 +10,6 @@ the turn's request row carries the checkpoint, so the next turn derives the same
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,7 +24,7 @@ from heron.compaction.summary import (
     state_block,
     transcript,
 )
-from heron.context.tokens import estimate_messages, estimate_request, estimate_text
+from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import shape_messages, snip
 from heron.messages import Message, Text
 from heron.providers.base import ChatRequest
@@ -52,6 +51,7 @@ class Governor:
         turn_id: int | None = None,
         state: BranchState | None = None,
         base_len: int = 0,
+        view: list[Message] | None = None,
     ) -> None:
         self.deps = deps
         self.conversation_id = conversation_id
@@ -63,6 +63,9 @@ class Governor:
         self.model_failures = 0
         self.inflight = 0
         self.last_raw = 0  # uncalibrated estimate of the last request governed
+        # The view of `state` alone (no messages of the run), derived once per state read:
+        # BUILD hands over the one it derived, so the first call does not derive it again.
+        self._state_view = (state, view) if state is not None and view is not None else None
 
     async def govern(self, given: list[Message]) -> list[Message]:
         """The view for the next call. The record is read back only when an in-flight
@@ -70,13 +73,23 @@ class Governor:
         if self.state is None and not await self._reload(given):
             return self._shape_only(given)
         assert self.state is not None
-        view = view_of(self.deps, self.state, given[self.base_len :])
-        if self._over(view, INFLIGHT_AT) and await self._reload(given):
-            view = view_of(self.deps, self.state)
+        view = self._view(given[self.base_len :])
+        raws: list[int] | None = [estimate_message(m) for m in view]  # for _over and _fit
+        if self._over(view, INFLIGHT_AT, raws) and await self._reload(given):
+            view, raws = self._view([]), None
             if await self._inflight(self.state, view) and await self._reload(given):
-                view = view_of(self.deps, self.state)
-                await asyncio.to_thread(self._set_after, tokens_of(self.deps, self.system, view))
-        return self._fit(view)
+                view = self._view([])
+                await self.deps.store.call(self._set_after, tokens_of(self.deps, self.system, view))
+        return self._fit(view, raws)
+
+    def _view(self, extra: list[Message]) -> list[Message]:
+        """`view_of` the current state and `extra`; the state's own view is derived once."""
+        assert self.state is not None
+        if extra:
+            return view_of(self.deps, self.state, extra)
+        if self._state_view is None or self._state_view[0] is not self.state:
+            self._state_view = (self.state, view_of(self.deps, self.state))
+        return list(self._state_view[1])
 
     async def _reload(self, given: list[Message]) -> bool:
         """Read the record again; False when it does not hold what the runner holds."""
@@ -86,14 +99,20 @@ class Governor:
         self.state, self.base_len = state, len(given)
         return True
 
-    def _over(self, view: list[Message], share: float) -> bool:
-        return tokens_of(self.deps, self.system, view) > self.deps.budget.input * share
+    def _over(self, view: list[Message], share: float, raws: list[int] | None = None) -> bool:
+        if raws is None:
+            tokens = tokens_of(self.deps, self.system, view)
+        else:  # the same sum as tokens_of, from estimates already made
+            tokens = tokens_of(self.deps, self.system, []) + self.deps.calibration.tokens(sum(raws))
+        return tokens > self.deps.budget.input * share
 
-    def _fit(self, view: list[Message]) -> list[Message]:
-        fixed = estimate_request(self.system, self.deps.tools, [], self.deps.calibration).total
-        view = snip(view, self.deps.budget.input - fixed, self.deps.calibration)
-        self.last_raw = estimate_text(self.system) + estimate_messages(view) + _tools_raw(self.deps)
-        return view
+    def _fit(self, view: list[Message], raws: list[int] | None = None) -> list[Message]:
+        """`raws`: the raw estimate of each message of `view`, if already made."""
+        fixed = tokens_of(self.deps, self.system, [])
+        fitted = snip(view, self.deps.budget.input - fixed, self.deps.calibration, raws)
+        body = sum(raws) if raws is not None and fitted is view else estimate_messages(fitted)
+        self.last_raw = estimate_text(self.system) + body + _tools_raw(self.deps)
+        return fitted
 
     def _shape_only(self, given: list[Message]) -> list[Message]:
         return self._fit(shape_messages(given, self.deps.view_options()))
@@ -144,7 +163,7 @@ class Governor:
             return False
         before = tokens_of(self.deps, self.system, view)
         body = await self._checkpoint_body(state, view, folded)
-        await asyncio.to_thread(self._record, state, folded, body, before)
+        await self.deps.store.call(self._record, state, folded, body, before)
         self.inflight += 1
         return True
 
@@ -169,7 +188,7 @@ class Governor:
 
     async def _ask(self, request: ChatRequest) -> str | None:
         try:
-            reply = await self.deps.provider.chat(request)
+            reply = await self.deps.chat(request, "checkpoint")
         except Exception as e:  # a failed checkpoint falls back; it never fails the turn
             log.warning("in-flight checkpoint failed: %s", e)
             return None
@@ -255,7 +274,7 @@ class Governor:
             cal = self.deps.calibration.observe(self.last_raw, usage.input)
             self.deps.calibration = cal
             if cal.samples % SAVE_EVERY == 1:  # the store is written now and then, not per call
-                await asyncio.to_thread(
+                await self.deps.store.call(
                     rec.save_calibration, self.deps.store, self.deps.model, cal, 0
                 )
 
@@ -267,9 +286,7 @@ def _size(deps: ContextDeps, rows: list[StoredMessage]) -> int:
 
 
 def _tools_raw(deps: ContextDeps) -> int:
-    from heron.context.tokens import estimate_tools
-
-    return estimate_tools(deps.tools)
+    return deps.tools_raw()
 
 
 def _matches(rows: list[StoredMessage], given: list[Message]) -> bool:

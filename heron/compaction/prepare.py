@@ -3,7 +3,7 @@ window, then hand the engine the system prompt, the view and the run's governor.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +11,7 @@ from heron.compaction.consolidate import CompactionReport, _conversation_tokens,
 from heron.compaction.core import (
     BranchState,
     ContextDeps,
+    ModelCall,
     deps_for,
     load_branch,
     load_branch_async,
@@ -37,10 +38,12 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
+    on_call: Callable[[ModelCall], Awaitable[None]] | None = None,
 ) -> Prepared:
-    deps, state, size, ready = await asyncio.to_thread(
-        _measure, engine, conversation.id, agent, window
-    )
+    store = engine.store  # a long branch is read and shaped off the loop (Store.call_slow)
+    hop = store.call_slow if store.is_long(conversation.id) else store.call
+    deps, state, size, ready = await hop(_measure, engine, conversation.id, agent, window)
+    deps.on_call = on_call  # the summary below and the governor's checkpoints are recorded
     report = None
     if size > deps.budget.consolidate_at:
         report = await consolidate(
@@ -48,19 +51,22 @@ async def prepare_turn(
         )
         if report.changed:
             state = await load_branch_async(deps.store, conversation.id)
-            ready = await asyncio.to_thread(_assemble, deps, agent, state)
+            ready = await hop(_assemble, deps, agent, state)
     system, view = ready
-    governor = Governor(deps, conversation.id, system, user_row_id, turn_id, state, len(view))
+    governor = Governor(
+        deps, conversation.id, system, user_row_id, turn_id, state, len(view), view=view
+    )
     return Prepared(system, view, governor, report)
 
 
 def _measure(
     engine: Any, conversation_id: int, agent: str, window: int | None
 ) -> tuple[ContextDeps, BranchState, int, tuple[str, list[Message]]]:
-    """In one hop off the loop: the branch, its size, and the system prompt and view."""
+    """In one hop: the branch, its size, and the system prompt and view (derived once)."""
     deps = deps_for(engine, window)
     state = load_branch(deps.store, conversation_id)
-    return deps, state, _conversation_tokens(deps, agent, state), _assemble(deps, agent, state)
+    system, view = _assemble(deps, agent, state)
+    return deps, state, _conversation_tokens(deps, agent, state, view), (system, view)
 
 
 def _assemble(deps: ContextDeps, agent: str, state: BranchState) -> tuple[str, list[Message]]:

@@ -14,6 +14,7 @@ labelled as the unmodified default so the model does not quote it back as a pref
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -94,6 +95,41 @@ def read_bootstrap(workspace: Path) -> dict[str, str]:
         except (OSError, UnicodeDecodeError):
             continue
     return out
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+class ReadFiles(dict[str, str]):
+    """Bootstrap files as read: true even when there are none, so `build_system_prompt` takes
+    them as given instead of trying to read the missing files again."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+class BootstrapCache:
+    """`read_bootstrap` for one owner (the engine): the files are read again only when one of
+    them changed (path, mtime_ns, size), so a turn pays three stat calls instead of three reads."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._files: dict[str, str] = ReadFiles()
+        self._paths: tuple[Path, list[str]] | None = None  # workspace, its files as strings
+
+    def read(self, workspace: Path) -> dict[str, str]:
+        if self._paths is None or self._paths[0] != workspace:
+            self._paths = (workspace, [str(workspace / name) for name in BOOTSTRAP_FILES])
+        key = (workspace, *(_stamp(path) for path in self._paths[1]))
+        if key != self._key:
+            self._files = ReadFiles(read_bootstrap(workspace))
+            self._key = key
+        return self._files
 
 
 def install_templates(workspace: Path) -> list[str]:

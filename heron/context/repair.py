@@ -21,7 +21,11 @@ def repair_tool_pairs(messages: list[Message]) -> list[Message]:
             pending = [c.id for c in message.tool_calls]
             out.append(message)
             continue
-        answered = {r.call_id for r in message.tool_results}
+        results = message.tool_results
+        if message.role == "user" and message.parts and not pending and not results:
+            out.append(message)  # the common case: nothing to answer, nothing to drop
+            continue
+        answered = {r.call_id for r in results}
         parts: list[Part] = [
             p for p in message.parts if not isinstance(p, ToolResult) or p.call_id in pending
         ]

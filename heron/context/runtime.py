@@ -22,6 +22,8 @@ class RuntimeInfo:
     conversation: str
     timezone: str | None = None
     now: dt.datetime | None = None  # tests pin the clock
+    # A one-off notice for this message only (memory saved since the frozen Memory section).
+    note: str | None = None
 
 
 def _now(info: RuntimeInfo) -> tuple[dt.datetime, str]:
@@ -39,10 +41,11 @@ def _now(info: RuntimeInfo) -> tuple[dt.datetime, str]:
 
 def runtime_block(info: RuntimeInfo) -> str:
     local, zone = _now(info)
-    return (
+    block = (
         f"{HEADER}\nTime: {local:%Y-%m-%d %H:%M %A} ({zone})\n"
         f"Channel: {info.channel}\nConversation: {info.conversation}"
     )
+    return f"{block}\n{info.note}" if info.note else block
 
 
 def with_runtime(message: Message, info: RuntimeInfo) -> Message:

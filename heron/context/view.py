@@ -215,10 +215,14 @@ def user_texts(message: Message) -> list[str]:
     return [p.text for p in message.parts if isinstance(p, Text) and not is_runtime_part(p)]
 
 
-def snip(messages: list[Message], budget: int, cal: Calibration) -> list[Message]:
+def snip(
+    messages: list[Message], budget: int, cal: Calibration, raws: Sequence[int] | None = None
+) -> list[Message]:
     """The last resort when the view still exceeds `budget` tokens: drop the oldest turns at a
-    clean user boundary, keeping the user's own words of what was dropped, verbatim."""
-    sizes = [cal.tokens(estimate_message(m)) for m in messages]
+    clean user boundary, keeping the user's own words of what was dropped, verbatim. `raws`:
+    each message's raw estimate, when the caller already has them."""
+    raws = [estimate_message(m) for m in messages] if raws is None else raws
+    sizes = [cal.tokens(r) for r in raws]
     if sum(sizes) <= budget:
         return messages
     starts = [i for i, m in enumerate(messages) if is_clean_user(m) and i > 0]

@@ -203,6 +203,11 @@ class Recall:
         ranked = [(i, s) for i, s in ranked if i not in skip][:limit]
         return self._hits(ranked, query)
 
+    def body(self, hit: Hit) -> str:
+        """The indexed text of a hit's message, whole."""
+        rows = self.store.query("SELECT body FROM messages_fts WHERE rowid = ?", (hit.message_id,))
+        return rows[0][0] if rows else ""
+
     def _hits(self, ranked: list[tuple[int, float]], query: str) -> list[Hit]:
         if not ranked:
             return []
@@ -248,8 +253,21 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
 
-AUTO_RECALL_MIN_SCORE = 8.0  # -bm25 of the best hit; below it, hits are too weak to inject
+# Checked on the LoCoMo dev conversations against 20 unrelated chat lines (bench-style, see
+# docs/memory.md): at 8 alone a fifth of them fired on one rare shared word ("landlord"); at 10
+# with at least two of the query's words in the hit, one in twenty fires, and 43% of the
+# benchmark's questions still bring their evidence in.
+AUTO_RECALL_MIN_SCORE = 10.0  # -bm25 of a hit; below it, hits are too weak to inject
+AUTO_RECALL_MIN_TERMS = 2  # distinct query words a hit must hold (all of them if fewer)
 AUTO_RECALL_HITS = 3
+
+
+def matched_terms(body: str, words: Sequence[str]) -> int:
+    """How many of `words` occur in `body` (a long word also as a prefix, as the query does)."""
+    tokens = set(_WORD.findall(body.lower()))
+    return sum(
+        1 for w in words if w in tokens or (len(w) >= 4 and any(t.startswith(w) for t in tokens))
+    )
 
 
 def auto_recall(
@@ -258,17 +276,20 @@ def auto_recall(
     in_view: Iterable[int],
     *,
     min_score: float = AUTO_RECALL_MIN_SCORE,
+    min_terms: int = AUTO_RECALL_MIN_TERMS,
     limit: int = AUTO_RECALL_HITS,
     call_id: str = "auto_recall",
 ) -> list[Message]:
-    """Before a turn: the best BM25 hits for the user's message that score above `min_score`
-    and are not already in the model's view, as a synthetic recall_history call and its
-    result, so the model reads them as evidence it looked up, not as instructions. [] when
-    nothing qualifies."""
+    """Before a turn: the best BM25 hits for the user's message that score above `min_score`,
+    hold `min_terms` of its words and are not already in the model's view, as a synthetic
+    recall_history call and its result, so the model reads them as evidence it looked up, not
+    as instructions. [] when nothing qualifies."""
     skip = set(in_view)
     strong = [(i, s) for i, s in recall.bm25(text, limit + len(skip)) if s >= min_score]
     strong = [(i, s) for i, s in strong if i not in skip][:limit]
-    hits = recall._hits(strong, text)
+    words = terms(text)
+    need = min(min_terms, len(words))
+    hits = [h for h in recall._hits(strong, text) if matched_terms(recall.body(h), words) >= need]
     if not hits:
         return []
     call = ToolCall(call_id, "recall_history", {"query": text[:200], "limit": limit})

@@ -169,9 +169,13 @@ def collect_garbage(conn: sqlite3.Connection) -> int:
     conn.execute("DELETE FROM _live_nodes")
     conn.execute(
         """INSERT OR IGNORE INTO _live_nodes
-           WITH RECURSIVE up(id) AS (
+           WITH RECURSIVE seed(id) AS (
              SELECT json_extract(request_ref, '$.messages[0]') FROM model_calls
              WHERE request_ref IS NOT NULL AND json_extract(request_ref, '$.messages') IS NOT NULL
+             UNION SELECT json_extract(start, '$.messages[0]') FROM trace_runs
+             WHERE json_extract(start, '$.messages') IS NOT NULL),
+           up(id) AS (
+             SELECT id FROM seed
              UNION SELECT n.parent_id FROM trace_nodes n JOIN up ON n.id = up.id)
            SELECT id FROM up WHERE id > 0"""
     )
@@ -181,7 +185,8 @@ def collect_garbage(conn: sqlite3.Connection) -> int:
               UNION SELECT json_extract(request_ref, '$.tools') FROM model_calls
               UNION SELECT json_extract(request_ref, '$.raw') FROM model_calls
               UNION SELECT json_extract(start, '$.tools') FROM trace_runs
-              UNION SELECT json_extract(start, '$.system') FROM trace_runs"""
+              UNION SELECT json_extract(start, '$.system') FROM trace_runs
+              UNION SELECT json_extract(start, '$.prompt_inputs') FROM trace_runs"""
     blobs = conn.execute(
         f"DELETE FROM trace_blobs WHERE id NOT IN (SELECT * FROM ({refs}) WHERE blob_id NOT NULL)"
     )

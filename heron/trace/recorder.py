@@ -14,7 +14,6 @@ is where a replay puts them back:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from heron.messages import Message, Usage, dumps, message_to_dict, reply_to_dict
+from heron.providers.base import ToolSpec
 from heron.store import Store
+from heron.store.db import LONG_BRANCH
 from heron.trace.blobs import ChainCache, chain_links, put_blob, put_chain, put_payload
 from heron.trace.scrub import Scrubber
 
@@ -45,10 +46,15 @@ class RunStart:
     start_messages: int = 0  # how many messages the run started with
     clock: float = field(default_factory=time.time)
     fenced: bool = False  # tool calls travelled as text (FencedTools)
+    # What the compaction governor started from (window, calibration), so a replay rebuilds it.
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 def plain(value: Any) -> Any:
     """A dataclass (PromptInputs, ToolSpec, ModelProfile) as JSON-ready data."""
+    if isinstance(value, ToolSpec):  # its schema is JSON data already: not walked every turn
+        params = value.parameters
+        return {"name": value.name, "description": value.description, "parameters": params}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Path):
@@ -102,7 +108,9 @@ class TraceRecorder:
     def _ensure_start(self, conn: Any) -> None:
         if self._started:
             return
-        start = dataclasses.asdict(self.start)
+        # Shallow: the fields are plain data already, and asdict's deep copy of the prompt
+        # inputs (every tool schema) was the largest cost of a turn's trace.
+        start = {f.name: getattr(self.start, f.name) for f in dataclasses.fields(self.start)}
         self._chain.links = self._previous_chain(conn)
         if start["user_message_id"] is None:
             row = conn.execute(
@@ -111,7 +119,10 @@ class TraceRecorder:
             start["user_message_id"] = row[0] if row else None
         start["system"] = put_blob(conn, "system_prompt", self.scrub.clean(self.start.system))
         bodies = [self.scrub.clean(dumps(message_to_dict(m))) for m in self.messages]
-        start["messages"] = [put_chain(conn, bodies), len(bodies)]
+        seen = ChainCache(self._previous_start(conn))  # only what is new is looked up
+        start["messages"] = [put_chain(conn, bodies, seen), len(bodies)]
+        if not self._chain.links:  # no earlier request: the first one may share the start's
+            self._chain.links = seen.links
         inputs = start.pop("prompt_inputs")
         if inputs is not None:
             start["prompt_inputs"] = put_blob(
@@ -135,12 +146,27 @@ class TraceRecorder:
         ref = json.loads(row[0]) if row else {}
         return chain_links(conn, ref["messages"][0]) if "messages" in ref else []
 
+    def _previous_start(self, conn: Any) -> list[tuple[str, int]]:
+        """The message chain the conversation's previous recorded run started from: this run
+        starts from the same messages plus the last exchange."""
+        row = conn.execute(
+            "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
+            " WHERE t.conversation_id = (SELECT conversation_id FROM turns WHERE id = ?)"
+            " AND t.id < ? ORDER BY t.id DESC LIMIT 1",
+            (self.turn_id, self.turn_id),
+        ).fetchone()
+        node = (json.loads(row[0]).get("messages") or [0])[0] if row else 0
+        return chain_links(conn, node) if node else []
+
     async def begin(self) -> None:
         await self._run(lambda conn: None)
 
     async def _run(self, body: Callable[[Any], None]) -> None:
         pending, self._pending = self._pending, []
-        await asyncio.to_thread(self._write, body, pending)
+        # A write is a few rows (Store.call, inline); one that chains a long history of
+        # messages (thousands of digests and lookups) goes off the loop.
+        long = len(self.messages) >= LONG_BRANCH
+        await (self.store.call_slow if long else self.store.call)(self._write, body, pending)
 
     def _write(self, body: Callable[[Any], None], pending: list[tuple[str, Any, int]]) -> None:
         if self._inputs is not None:  # file reads and a prompt build: off the loop, once
@@ -289,12 +315,30 @@ def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
     if inputs is None:
         workspace = engine.settings.paths.workspace
         specs = engine.registry.specs()
-        inputs = PromptInputs(agent, workspace, specs, bootstrap=read_bootstrap(workspace))
+        cache = getattr(engine, "bootstrap_cache", None)  # the engine's, re-read on change
+        files = cache.read(workspace) if cache is not None else read_bootstrap(workspace)
+        inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
+        state = getattr(getattr(built, "governor", None), "state", None)
+        if state is not None and state.consolidation is not None:  # the archived summary
+            inputs = dataclasses.replace(inputs, archived_summary=state.consolidation.summary)
     try:
         same = build_system_prompt(inputs) == built.system
     except Exception:  # a prompt builder that cannot run again is not replayable
         same = False
     return inputs if same else None
+
+
+def _context(built: Any) -> dict[str, Any]:
+    governor = getattr(built, "governor", None)
+    if governor is None:
+        return {}
+    cal, budget = governor.deps.calibration, governor.deps.budget
+    return {
+        "window": budget.window,
+        "ratio": budget.ratio,
+        "result_cap": budget.result_cap,
+        "calibration": [cal.factor, cal.samples],
+    }
 
 
 def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
@@ -318,6 +362,7 @@ def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
         limits=plain(engine.limits),
         start_messages=len(built.messages),
         fenced=hasattr(provider, "inner"),
+        context=_context(built),
     )
     scrubber = scrubber_for(settings.env, settings.config.api_keys, provider, engine.choice)
     messages = list(built.messages)

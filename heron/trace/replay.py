@@ -1,7 +1,9 @@
-"""Deterministic replay: run a recorded turn's loop again without the model.
+"""Deterministic replay, the trace's side: a run's recorded replies, tool results, mailbox and
+start, served back to a loop that heron/agent/replay.py runs again (the trace layer sits below
+the agent and never imports it).
 
 The loop starts from what the run started from (the system prompt rebuilt from its recorded
-inputs with the current code, the conversation's messages up to the turn's user message), the
+inputs with the current code, the view the compaction governor derives again), the
 model's replies are served from the trace, tool results too (or, with `live_tools`, the tools run
 again and differing results are reported), and recorded mailbox injections and breaks happen at
 the same points. Every request the loop builds is compared with the recorded one; the first
@@ -11,17 +13,15 @@ difference is reported by request, message, part and field.
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heron.agent.runner import RunHooks, RunLimits, Runner
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.errors import FatalProviderError, StoreError
 from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_from_dict
-from heron.providers.base import ChatRequest, OnEvent, RetryPolicy, ToolSpec
+from heron.providers.base import ChatRequest, OnEvent, ToolSpec
 from heron.providers.profiles import ModelProfile
 from heron.store import Store
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
@@ -157,6 +157,18 @@ class ReplayProvider:
             raise FatalProviderError(call.error or "the recorded call failed")
         return call.reply
 
+    def pass_over(self, purpose: str) -> int:
+        """Serve the next recorded calls of `purpose` without a request (a pass the replay
+        does not run again, such as memory's extraction), so the calls after them line up."""
+        skipped = 0
+        while self.served < len(self.run.calls) and self.run.calls[self.served].purpose == purpose:
+            self.served += 1
+            skipped += 1
+        self.report.replayed_requests = self.served
+        if skipped:
+            self.report.notes.append(f"{skipped} recorded {purpose} call(s) not run again")
+        return skipped
+
     def _compare(self, index: int, now: str) -> None:
         recorded = self.payloads[index]
         if now == recorded:
@@ -206,18 +218,24 @@ class ReplayTools:
 # ---- the run's start --------------------------------------------------------------------------
 
 
-def rebuild_system(start: dict[str, Any]) -> str:
-    """The system prompt from the recorded inputs with the current prompt code; the recorded
-    prompt itself when the inputs were not recorded."""
+def recorded_inputs(start: dict[str, Any]) -> PromptInputs | None:
+    """The PromptInputs the run's system prompt was built from, if they were recorded."""
     inputs = start.get("prompt_inputs")
     if inputs is None:
-        return str(start["system"])
+        return None
     known = PromptInputs.__dataclass_fields__
     values = {k: v for k, v in inputs.items() if k in known}
     values["workspace"] = Path(values["workspace"])
     if values.get("tools") is not None:
         values["tools"] = [ToolSpec(**t) for t in values["tools"]]
-    return build_system_prompt(PromptInputs(**values))
+    return PromptInputs(**values)
+
+
+def rebuild_system(start: dict[str, Any]) -> str:
+    """The system prompt from the recorded inputs with the current prompt code; the recorded
+    prompt itself when the inputs were not recorded."""
+    inputs = recorded_inputs(start)
+    return str(start["system"]) if inputs is None else build_system_prompt(inputs)
 
 
 def start_messages(store: Store, run: RunTrace) -> list[Message]:
@@ -252,21 +270,29 @@ def _mailbox(run: RunTrace, provider: ReplayProvider) -> tuple[Any, Any]:
     return drain, should_break
 
 
-# ---- replay -----------------------------------------------------------------------------------
-
-Govern = Callable[[list[Message]], Awaitable[list[Message]]]
+# ---- one replay's pieces ----------------------------------------------------------------------
 
 
-async def replay(
-    store: Store,
-    run_id: str,
-    *,
-    registry: ToolRegistry | None = None,
-    live_tools: bool = False,
-    workspace: Path | None = None,
-    govern: Govern | None = None,
-) -> ReplayReport:
-    """Replay one recorded run (see the module docstring); never writes to the store."""
+@dataclass
+class ReplaySetup:
+    """What a replay of one run needs from its trace; the agent layer runs the loop."""
+
+    run: RunTrace
+    start: dict[str, Any]
+    report: ReplayReport
+    provider: ReplayProvider
+    tools: ReplayTools
+    drain: Callable[[], Any]
+    should_break: Callable[[], bool]
+
+    @property
+    def profile(self) -> ModelProfile:
+        return _profile(self.start)
+
+
+def set_up(
+    store: Store, run_id: str, registry: ToolRegistry | None = None, live_tools: bool = False
+) -> ReplaySetup:
     run = load_run(store, run_id)
     if run.start is None:
         raise StoreError(
@@ -277,25 +303,5 @@ async def replay(
     report = ReplayReport(run.turn.run_id, len(run.calls), recorded_stop=run.turn.stop_reason)
     provider = ReplayProvider(run, payloads, payload_builder(run.start), report)
     tools = ReplayTools(run, registry or default_registry(), live_tools, report)
-    limits = RunLimits(**run.start.get("limits", {}))
-    runner = Runner(provider, tools, _profile(run.start), limits, RetryPolicy(attempts=1))  # type: ignore[arg-type]
-    system, messages = rebuild_system(run.start), start_messages(store, run)
-    if len(messages) != run.start.get("start_messages", len(messages)):
-        report.notes.append(
-            f"the run started from {run.start['start_messages']} messages; "
-            f"the conversation now gives {len(messages)}"
-        )
     drain, should_break = _mailbox(run, provider)
-    hooks = RunHooks(drain=drain, govern=govern)
-    if "should_break" in RunHooks.__dataclass_fields__:
-        hooks = RunHooks(drain=drain, govern=govern, should_break=should_break)  # type: ignore[call-arg]
-    with tempfile.TemporaryDirectory(prefix="heron-replay-") as scratch:
-        ctx = ToolContext(workspace=workspace or Path(scratch))
-        try:
-            result = await runner.run(system, messages, ctx, hooks)
-            report.replayed_stop = result.stop
-        except ReplayStop as stop:
-            report.replayed_stop = "interrupted" if "interrupted" in str(stop) else "error"
-        finally:
-            await ctx.aclose()
-    return report
+    return ReplaySetup(run, run.start, report, provider, tools, drain, should_break)

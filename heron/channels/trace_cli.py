@@ -109,7 +109,7 @@ def trace_replay(
     ] = False,
 ) -> None:
     """Run the loop again with the recorded replies and check every request it builds."""
-    from heron.trace.replay import replay
+    from heron.agent.replay import replay
 
     try:
         s, store, _ = _open()

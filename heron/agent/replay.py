@@ -1,0 +1,167 @@
+"""Replaying a recorded turn: the runner's loop again, with the model's replies and the tool
+results served from the trace (heron/trace/replay.py) and the context built the way the engine
+builds it.
+
+The engine's BUILD runs `prepare_turn` (a consolidation when the conversation outgrew its share
+of the window, then the view and the governor) and RUN lets the governor derive every request's
+view and compact in flight. A replay does the same on an in-memory copy of the store rewound to
+the turn's start (the head at the turn's user message, the compactions made since removed, the
+calibration and budget as recorded), so summary and checkpoint calls are made again, served
+from the trace and compared like every other request. The store itself is never written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from heron.agent.runner import RunHooks, RunLimits, Runner
+from heron.compaction import prepare_turn
+from heron.compaction import records as rec
+from heron.config import AgentDefaults, Config, ModelChoice
+from heron.context.prompt import PromptInputs
+from heron.context.tokens import Calibration
+from heron.messages import Message
+from heron.providers.base import RetryPolicy
+from heron.store import Store
+from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.trace.read import RunTrace
+from heron.trace.replay import (
+    ReplayReport,
+    ReplaySetup,
+    ReplayStop,
+    rebuild_system,
+    recorded_inputs,
+    set_up,
+    start_messages,
+)
+
+
+async def replay(
+    store: Store,
+    run_id: str,
+    *,
+    registry: ToolRegistry | None = None,
+    live_tools: bool = False,
+    workspace: Path | None = None,
+) -> ReplayReport:
+    """Replay one recorded run (see the module docstring) and report how its requests differ."""
+    setup = await asyncio.to_thread(set_up, store, run_id, registry or _registry(), live_tools)
+    report = setup.report
+    limits = RunLimits(**setup.start.get("limits", {}))
+    runner = Runner(setup.provider, setup.tools, setup.profile, limits, RetryPolicy(attempts=1))  # type: ignore[arg-type]
+    copy = await asyncio.to_thread(rewound_copy, store, setup.run)
+    try:
+        with tempfile.TemporaryDirectory(prefix="heron-replay-") as scratch:
+            ctx = ToolContext(workspace=workspace or Path(scratch))
+            try:
+                system, messages, hooks = await _context(copy, setup)
+                result = await runner.run(system, messages, ctx, hooks)
+                report.replayed_stop = result.stop
+            except ReplayStop as stop:
+                report.replayed_stop = "interrupted" if "interrupted" in str(stop) else "error"
+            finally:
+                await ctx.aclose()
+    finally:
+        copy.close()
+    return report
+
+
+def _registry() -> ToolRegistry:
+    """The tools an engine opens with (Engine.open): the defaults and the memory tools.
+    Their current specs go in the replayed requests, so a changed tool shows."""
+    from heron.tools.memory_tools import MEMORY_TOOLS
+
+    registry = default_registry()
+    for t in MEMORY_TOOLS:
+        if registry.get(t.name) is None:
+            registry.add(t)
+    return registry
+
+
+def rewound_copy(store: Store, run: RunTrace) -> Store:
+    """An in-memory copy of the store as the turn found it: the conversation's head at the
+    turn's user message and the compactions made from the turn on removed (their marks go
+    with them)."""
+    copy = Store(":memory:")
+    store.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
+    turn = run.turn
+    head = (run.start or {}).get("user_message_id") or turn.user_message_id
+    with copy.transaction() as c:
+        c.execute("UPDATE conversations SET head_id = ? WHERE id = ?", (head, turn.conversation_id))
+        c.execute(
+            "DELETE FROM compactions WHERE conversation_id = ? AND created >= ?",
+            (turn.conversation_id, turn.started),
+        )
+    return copy
+
+
+class _ReplayEngine:
+    """What compaction reads of an engine (heron.compaction.core.deps_for), as recorded."""
+
+    def __init__(self, store: Store, setup: ReplaySetup) -> None:
+        start, context = setup.start, setup.start["context"]
+        self.store = store
+        self.provider = setup.provider
+        self.registry = setup.tools
+        self.choice = ModelChoice(start["provider"], start["model"], profile=setup.profile)
+        self.inputs = recorded_inputs(start)
+        workspace = self.inputs.workspace if self.inputs else Path(".")
+        agent = AgentDefaults(
+            result_budget=context.get("result_cap", AgentDefaults.result_budget),
+            consolidation_ratio=context.get("ratio", AgentDefaults.consolidation_ratio),
+        )
+        self.settings = SimpleNamespace(
+            config=Config(agent=agent), env={}, paths=SimpleNamespace(workspace=workspace)
+        )
+        factor, samples = context.get("calibration", (1.0, 0))
+        rec.save_calibration(store, start["model"], Calibration(factor, samples), 0)
+
+    async def memory_before_fold(
+        self, deps: object, conversation_id: int, row_ids: list[int], reason: str
+    ) -> None:
+        """Memory's extraction pass reads and writes the memory files: it is not run again;
+        its recorded call is passed over so the calls after it line up."""
+        self.provider.pass_over("memory")
+
+    def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
+        if self.inputs is not None:
+            return self.inputs
+        return PromptInputs(agent, self.settings.paths.workspace, self.registry.specs())
+
+
+async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message], RunHooks]:
+    """The system prompt, the start view and the run hooks, built as the engine builds them."""
+    start, run, report = setup.start, setup.run, setup.report
+    hooks = RunHooks(drain=setup.drain, should_break=setup.should_break)
+    if not start.get("context"):  # recorded without a governor: the recorded view as it was
+        messages = await asyncio.to_thread(start_messages, copy, run)
+        return rebuild_system(start), messages, hooks
+    engine = await asyncio.to_thread(_ReplayEngine, copy, setup)
+    turn = run.turn
+    conversation = await asyncio.to_thread(copy.conversation_by_id, turn.conversation_id)
+    anchor = start.get("user_message_id") or turn.user_message_id
+    prepared = await prepare_turn(
+        engine, conversation, start["agent"], turn.id, anchor, window=start["context"]["window"]
+    )
+    if len(prepared.messages) != start.get("start_messages", len(prepared.messages)):
+        report.notes.append(
+            f"the run started from {start['start_messages']} messages; "
+            f"the replay starts from {len(prepared.messages)}"
+        )
+
+    async def persist(message: Message) -> None:  # the governor reads the record back
+        await asyncio.to_thread(copy.append, conversation.id, message, turn_id=turn.id)
+
+    hooks.on_message = persist
+    hooks.govern = prepared.governor.govern
+    hooks.on_model_call = prepared.governor.observing(_nothing)
+    system = prepared.system if engine.inputs is not None else str(start["system"])
+    return system, prepared.messages, hooks
+
+
+async def _nothing(_: Any) -> None:
+    return None

@@ -1,0 +1,242 @@
+"""What the engine asks of memory on every turn, kept here so the engine's own edits stay small.
+
+    prompt_sections   the frozen Memory section and the Recent history section of a conversation
+    memory_note       what changed in memory since the section was frozen, announced once
+    recall_rows       auto-recall: a synthetic recall_history call and result, stored as rows
+                      just before the user's message so every later request replays them
+    before_fold       the compaction extraction pass (writes only to the review queue)
+    after_fold        thaw the frozen section, so the next prompt takes memory as it is now
+    lazy_recall       a Recall whose embedding model loads on first semantic search, never at
+                      start-up (loading it takes seconds when torch is installed)
+
+Everything here is synchronous and short unless marked async; the engine calls it off the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from heron.memory.recall import Recall, auto_recall
+from heron.memory.section import (
+    HistoryEntry,
+    frozen_memory,
+    history_floor,
+    recent_history_section,
+    set_history_floor,
+)
+from heron.memory.service import MemoryService
+from heron.messages import Reply, ToolResult
+from heron.providers.base import ChatRequest
+from heron.store import Store, StoredMessage
+
+log = logging.getLogger(__name__)
+
+RECALL_FLAG = "recall"  # meta flag of auto-recall rows: synthetic, never quotable
+
+
+# ---- the prompt -------------------------------------------------------------------------------
+
+
+def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tuple[str, float]:
+    """The conversation's frozen section and when it was taken; taken now on first use. Reading
+    never announces changes: that is `memory_note`'s job, once, in the runtime block."""
+    query = "SELECT section, taken FROM memory_snapshots WHERE conversation_id = ?"
+    rows = store.query(query, (conversation_id,))
+    if not rows:
+        frozen_memory(store, conversation_id, service.entries())
+        rows = store.query(query, (conversation_id,))
+    return rows[0]["section"], rows[0]["taken"]
+
+
+def history_entries(store: Store, conversation_id: int, until: float) -> list[HistoryEntry]:
+    """What other conversations folded away (their consolidation summaries) up to `until`:
+    this conversation's own summary is already the prompt's archived summary."""
+    rows = store.query(
+        "SELECT c.created, c.summary, c.meta, v.key FROM compactions c JOIN conversations v"
+        " ON v.id = c.conversation_id WHERE c.kind IN ('consolidation', 'fallback')"
+        " AND c.conversation_id != ? AND c.created <= ? ORDER BY c.id",
+        (conversation_id, until),
+    )
+    out = []
+    for r in rows:
+        facts = (json.loads(r["meta"]) if r["meta"] else {}).get("facts") or r["summary"]
+        out.append(HistoryEntry(r["created"], f"{r['key']}: {facts}"))
+    return out
+
+
+def prompt_sections(
+    store: Store, service: MemoryService | None, conversation_id: int | None
+) -> tuple[str, str]:
+    """(memory section, recent history section) for the system prompt. Both are fixed from the
+    moment the memory section was frozen, so the prompt's bytes move only when a compaction or
+    /new thaws it."""
+    if service is None or conversation_id is None:
+        return "", ""
+    section, taken = _snapshot(store, service, conversation_id)
+    entries = history_entries(store, conversation_id, taken)
+    recent = recent_history_section(entries, floor=history_floor(store, conversation_id))
+    return _untitled(section), _untitled(recent)
+
+
+def _untitled(section: str) -> str:
+    """The sections carry their own '# ...' title; the prompt builder adds its own."""
+    first, _, rest = section.partition("\n")
+    return rest.strip() if first.startswith("# ") else section
+
+
+def memory_note(service: MemoryService | None, conversation_id: int) -> str | None:
+    """What changed since the frozen section, for this turn's runtime block (once)."""
+    if service is None:
+        return None
+    return frozen_memory(service.store, conversation_id, service.entries()).note
+
+
+def thaw(service: MemoryService | None, conversation_id: int, *, new: bool = False) -> None:
+    """After a compaction or /new: the next prompt takes memory as it is; /new also raises the
+    floor of recent history so what the user cleared does not come back."""
+    if service is None:
+        return
+    service.mark_thawed(conversation_id)
+    if new:
+        set_history_floor(service.store, conversation_id)
+
+
+# ---- auto-recall ------------------------------------------------------------------------------
+
+
+def _in_view(store: Store, conversation_id: int) -> set[int]:
+    """Ids the model already sees (the branch after /new and after the fold) and those earlier
+    auto-recalls already put in front of it."""
+    from heron.compaction.core import load_branch
+
+    state = load_branch(store, conversation_id)
+    upto = state.plan.folded_upto
+    seen: set[int] = set()
+    for row in state.rows:
+        if upto is not None and row.id <= upto:
+            continue
+        seen.add(row.id)
+        seen.update(row.meta.get("recalled", ()))
+    return seen
+
+
+SMALL_HISTORY = 10_000  # messages: below it a search and the memory note take well under 1 ms
+
+
+def search_is_slow(store: Store) -> bool:
+    """Whether the history is large enough that auto-recall belongs on a worker thread (the
+    largest message id, read from the primary key, stands in for the count)."""
+    rows = store.query("SELECT max(id) FROM messages")
+    return bool(rows and rows[0][0] and rows[0][0] > SMALL_HISTORY)
+
+
+def recall_rows(
+    store: Store, recall: Recall | None, conversation_id: int, text: str, min_score: float
+) -> list[StoredMessage]:
+    """Auto-recall before a turn: strong hits for `text` not in view, stored as a synthetic
+    recall_history call and result at the head (the user's message goes right after them), so
+    the cached prefix before them is untouched and later requests replay them as they were."""
+    if recall is None or not text.strip() or text.lstrip().startswith("/"):
+        return []
+    if not any(s >= min_score for _, s in recall.bm25(text, 3)):
+        return []  # the common case: no branch is loaded
+    call_id = f"recall_{secrets.token_hex(4)}"
+    found = auto_recall(
+        recall, text, _in_view(store, conversation_id), min_score=min_score, call_id=call_id
+    )
+    if not found:
+        return []
+    result = found[1].tool_results[0]
+    ids = _cited(store, result)
+    with store.transaction():
+        return [
+            store.append(conversation_id, m, meta={RECALL_FLAG: True, "recalled": ids})
+            for m in found
+        ]
+
+
+def _cited(store: Store, result: ToolResult) -> list[int]:
+    """The message ids a recall result cites (its lines say 'message N')."""
+    return [int(n) for n in re.findall(r"· message (\d+) ·", result.content)]
+
+
+# ---- compaction -------------------------------------------------------------------------------
+
+
+class _DepsProvider:
+    """The extraction pass's calls go through compaction's `deps.chat`, so the turn's trace
+    records them (purpose "memory") like the summary call."""
+
+    def __init__(self, deps: Any) -> None:
+        self.deps = deps
+        self.model = deps.provider.model
+
+    async def chat(self, request: ChatRequest, on_event: Any = None) -> Reply:
+        chat = getattr(self.deps, "chat", None)
+        if chat is None:
+            return await self.deps.provider.chat(request)
+        return await chat(request, "memory")
+
+
+async def before_fold(
+    service: MemoryService | None,
+    deps: Any,
+    conversation_id: int,
+    row_ids: Sequence[int],
+    reason: str,
+) -> list[int]:
+    """The compaction pass over the rows about to be folded away: one call, suggestions only.
+    Not for a manual /compact (the user is there and can /learn), never when ephemeral."""
+    if service is None or reason == "manual" or not row_ids:
+        return []
+    from heron.memory.extract import compaction_pass
+
+    try:
+        return await compaction_pass(_DepsProvider(deps), service, conversation_id, row_ids)
+    except Exception as e:  # the pass is a bonus: it never stops a compaction
+        log.warning("memory pass at compaction failed: %s", e)
+        return []
+
+
+# ---- recall ----------------------------------------------------------------------------------
+
+
+class LazyEmbedder:
+    """The sentence model, loaded on the first semantic search (seconds with torch), not when
+    the engine opens."""
+
+    def __init__(self) -> None:
+        from heron.memory.vectors import MODEL_NAME
+
+        self.name = MODEL_NAME
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            if self._model is None:
+                from heron.memory.vectors import default_embedder
+
+                started = time.monotonic()
+                self._model = default_embedder()
+                log.info("embedding model loaded in %.1fs", time.monotonic() - started)
+        if self._model is None:
+            raise RuntimeError("the embedding model is not available")
+        return self._model.encode(texts)
+
+
+def lazy_recall(store: Store) -> Recall:
+    """Recall with the semantic half when the extra is installed (and HERON_EMBEDDINGS is not
+    0); the check is a file lookup, the model itself loads on first use."""
+    from heron.memory import vectors
+
+    on = os.environ.get("HERON_EMBEDDINGS", "1") != "0" and vectors.available()
+    return Recall(store, LazyEmbedder() if on else None)

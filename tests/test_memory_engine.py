@@ -1,0 +1,271 @@
+"""Memory wired into the engine: tools, the frozen prompt section and its note, /new,
+compaction's extraction pass, auto-recall, the chat commands, the end-of-chat review pass and
+recall over a conversation the engine ran."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from heron.agent.engine import Engine
+from heron.compaction.summary import SUMMARY_SYSTEM
+from heron.config import Settings
+from heron.memory.extract import FACTS_SYSTEM, TIDY_SYSTEM
+from heron.memory.queue import waiting
+from heron.messages import Reply, Text, ToolCall, assistant, user
+from heron.providers.base import ChatRequest
+from heron.providers.scripted import ScriptedProvider
+
+PREF = "I prefer short answers without bullet points"
+
+
+@pytest.fixture(autouse=True)
+def no_embeddings(monkeypatch):
+    # The sentence model takes seconds to load; these tests are about the wiring.
+    monkeypatch.setenv("HERON_EMBEDDINGS", "0")
+
+
+class Model:
+    """Turn replies in order; extraction, tidy and summary calls answered by kind."""
+
+    def __init__(self, turns: list[Reply], facts: list[dict] | None = None) -> None:
+        self.turns = list(turns)
+        self.facts = facts or []
+        self.requests: list[ChatRequest] = []
+        self.kinds: list[str] = []
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        if request.system == FACTS_SYSTEM:
+            self.kinds.append("facts")
+            return Reply([Text(json.dumps({"facts": self.facts}))], "done")
+        if request.system == TIDY_SYSTEM:
+            self.kinds.append("tidy")
+            return Reply([Text('{"removals": []}')], "done")
+        if request.system == SUMMARY_SYSTEM:
+            self.kinds.append("summary")
+            return Reply([Text("## Facts\nthey talked")], "done")
+        self.kinds.append("turn")
+        self.requests.append(request)
+        return self.turns.pop(0) if self.turns else Reply([Text("ok")], "done")
+
+
+def said(text: str) -> Reply:
+    return Reply([Text(text)], "done")
+
+
+def save_call(quote: str = PREF) -> Reply:
+    args = {
+        "action": "create",
+        "path": "personal/always/short-answers",
+        "quote": quote,
+        "text": "Short answers, no bullet points.",
+    }
+    return Reply([ToolCall("m1", "manage_memory", args)], "tool")
+
+
+def last_user_text(request: ChatRequest) -> str:
+    return "\n".join(getattr(p, "text", "") for p in request.messages[-1].parts)
+
+
+async def test_engine_opens_memory_registers_its_tools_and_loads_no_model(monkeypatch):
+    monkeypatch.setenv("HERON_EMBEDDINGS", "1")
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        assert engine.memory is not None
+        for name in ("manage_memory", "view_memory", "propose_lesson", "recall_history"):
+            assert engine.registry.get(name) is not None
+        embedder = engine.recall.embedder
+        assert embedder is None or embedder._model is None  # never loaded at start-up
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([]), ephemeral=True) as e:
+        assert e.memory is None
+        assert e.registry.get("recall_history") is not None
+        assert e.registry.get("manage_memory") is None
+
+
+async def test_a_save_is_announced_once_and_the_system_prompt_does_not_move():
+    model = Model([save_call(), said("Saved."), said("Sure."), said("Yes.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("c", f"{PREF}. Remember that.")
+        entry = engine.memory.get("personal/always/short-answers.md")
+        assert entry.source.conversation == "c" and entry.source.quote == PREF
+        await engine.turn("c", "What is 2 + 2?")
+        await engine.turn("c", "And 3 + 3?")
+    first, _, second, third = model.requests
+    assert first.system == second.system == third.system  # frozen: the cache prefix holds
+    assert "short-answers" not in first.system
+    assert "saved: Short answers, no bullet points." in last_user_text(second)
+    assert "Memory changed" not in last_user_text(third)  # announced once
+    # the note went with the stored message: the next request replays it byte for byte
+    assert any("saved: Short answers" in last_user_text_of(m) for m in third.messages)
+
+
+def last_user_text_of(message) -> str:
+    return "\n".join(getattr(p, "text", "") for p in message.parts)
+
+
+async def test_new_thaws_the_section_and_floors_recent_history():
+    model = Model([save_call(), said("Saved."), said("Fresh start.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("c", f"{PREF}. Remember that.")
+        reply = await engine.turn("c", "/new")
+        assert reply.command == "new"
+        cid = engine.store.conversation("c").id
+        floor = engine.store.query(
+            "SELECT history_floor FROM memory_cursors WHERE conversation_id = ?", (cid,)
+        )
+        assert floor and floor[0][0] > 0
+        await engine.turn("c", "hello again")
+    after_new = model.requests[-1]
+    assert "## Preferences" in after_new.system
+    assert "Short answers, no bullet points. (personal/always/short-answers.md)" in after_new.system
+    assert "Memory changed" not in last_user_text(after_new)
+
+
+async def test_compaction_runs_the_extraction_pass_which_only_queues(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "2500")
+    facts = [{"path": "personal/always/short-answers", "text": "Short answers.", "quote": PREF}]
+    model = Model([], facts=facts)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("c", PREF + " " + "and some padding words here " * 20)
+        for i in range(12):
+            await engine.turn("c", f"message {i} " + "lorem ipsum dolor sit amet " * 20)
+        assert "summary" in model.kinds and "facts" in model.kinds
+        assert model.kinds.index("facts") < model.kinds.index("summary") + 2
+        queued = waiting(engine.store)
+        assert [s.quote for s in queued] == [PREF]
+        assert engine.memory.entries() == []  # nothing saved: only the queue
+        # a manual /compact makes no extraction call
+        before = model.kinds.count("facts")
+        await engine.turn("c", "/compact")
+        assert model.kinds.count("facts") == before
+
+
+async def test_compaction_thaws_the_frozen_section(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "2500")
+    model = Model([save_call(), said("Saved.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("c", f"{PREF}. Remember that.")
+        for i in range(12):
+            await engine.turn("c", f"message {i} " + "lorem ipsum dolor sit amet " * 20)
+    assert "summary" in model.kinds
+    assert "short-answers" not in model.requests[0].system
+    assert "short-answers" in model.requests[-1].system  # thawed at the fold
+
+
+def _filler(engine: Engine) -> None:
+    words = re.findall(
+        r"\w+",
+        "meeting project garden dinner recipe weekend train budget report music guitar "
+        "concert coffee bakery bicycle repair office email deadline movie series holiday "
+        "beach hiking trail kitchen paint wall sofa library novel chapter school football",
+    )
+    rng = random.Random(7)
+    store = engine.store
+    old = store.open_conversation("old")
+    for _ in range(150):
+        store.append(old.id, user(" ".join(rng.choice(words) for _ in range(12))))
+        store.append(old.id, assistant(" ".join(rng.choice(words) for _ in range(12))))
+    store.append(old.id, user("My passport expires on 12 March 2031, it is in the blue folder."))
+
+
+async def test_auto_recall_injects_before_this_message_and_replays_identically():
+    model = Model([said("In March 2031."), said("You're welcome."), said("Pasta?")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _filler(engine)
+        await engine.turn("new", "When does my passport expire?")
+        await engine.turn("new", "thanks, that's great")
+        await engine.turn("new", "what should I cook for dinner tonight")
+    first, second, third = model.requests
+    call, result, asked = first.messages[-3:]
+    assert call.tool_calls[0].name == "recall_history"
+    assert "12 March 2031" in result.tool_results[0].content
+    assert "· message " in result.tool_results[0].content  # conversation, date and id
+    assert last_user_text_of(asked).startswith("When does my passport expire?")
+    # the next requests start with exactly what this one sent: the prefix is not broken
+    assert second.messages[: len(first.messages)] == first.messages
+    assert third.messages[: len(second.messages)] == second.messages
+    # unrelated chat fires nothing
+    assert not second.messages[-1].tool_results and second.messages[-2].role == "assistant"
+    assert sum(1 for m in third.messages if m.tool_calls) == 1
+
+
+async def test_memory_commands_and_learn_in_chat():
+    facts = [{"path": "personal/when/travel/window-seat", "text": "Window seat.", "quote": "I "
+              "always book a window seat"}]  # fmt: skip
+    model = Model([said("Noted.")], facts=facts)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        empty = await engine.turn("c", "/memory")
+        assert empty.reply == "Nothing waits for review."
+        await engine.turn("c", "I always book a window seat on planes.")
+        learned = await engine.turn("c", "/learn")
+        assert learned.command == "learn" and "1 new suggestion(s)" in learned.reply
+        assert engine.memory.entries() == []
+        listed = await engine.turn("c", "/memory review")  # no checklist UI here: the list
+        number = waiting(engine.store)[0].id
+        assert f"#{number} fact" in listed.reply
+        kept = await engine.turn("c", f"/memory accept {number}")
+        assert "kept" in kept.reply
+        assert engine.memory.get("personal/when/travel/window-seat.md").origin == "auto"
+        again = await engine.turn("c", "/reflect")
+        assert "gained: personal/when/travel/window-seat.md" in again.reply
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([]), ephemeral=True) as e:
+        off = await e.turn("x", "/memory review")
+        assert "ephemeral" in off.reply
+
+
+async def test_the_end_of_chat_review_pass_writes_only_to_the_queue():
+    from heron.channels.memory_cli import run_review_pass
+
+    facts = [{"path": "personal/always/metric", "text": "Use metric units.", "quote": "I use "
+              "metric units"}]  # fmt: skip
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([said("OK.")])) as engine:
+        await engine.turn("chat-1", "I use metric units, never imperial.")
+        files_before = sorted(p.name for p in engine.settings.paths.memory.rglob("*"))
+    model = Model([], facts=facts)
+    queued = await run_review_pass(Settings.load(), ["chat-1", "missing"], ScriptedProvider(model))
+    assert len(queued) == 1 and model.kinds == ["facts"]
+    settings = Settings.load()
+    assert sorted(p.name for p in settings.paths.memory.rglob("*")) == files_before
+    async with Engine.open(settings, provider=ScriptedProvider([])) as engine:
+        assert [s.quote for s in waiting(engine.store)] == ["I use metric units"]
+    # a second pass reviews nothing new
+    again = await run_review_pass(settings, ["chat-1"], ScriptedProvider(Model([], facts)))
+    assert again == []
+
+
+def test_chat_end_starts_the_hidden_review_command(monkeypatch):
+    from heron.channels import terminal
+    from heron.cli import app
+
+    started: list[dict] = []
+    monkeypatch.setattr(
+        terminal.subprocess, "Popen", lambda argv, **kw: started.append({"argv": argv, **kw})
+    )
+    terminal.start_review_pass(["a", "b"])
+    argv = started[0]["argv"]
+    assert argv[1:] == ["-m", "heron", "memory", "review-pass", "-c", "a", "-c", "b"] or argv[
+        1:
+    ] == ["-m", "heron", "memory", "review-pass", "--conversation", "a", "--conversation", "b"]
+    assert started[0]["start_new_session"] is True
+    terminal.start_review_pass([])
+    assert len(started) == 1
+    shown = CliRunner().invoke(app, ["memory", "--help"])
+    assert "review-pass" not in shown.output  # hidden
+
+
+async def test_recall_finds_a_message_the_engine_stored():
+    model = Model([said("Got it.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        result = await engine.turn("trip", "The wifi password hint is the name of our heron statue")
+        rows = engine.store.branch(result.conversation.id)
+        typed = next(r for r in rows if r.role == "user")
+    from heron.cli import app
+
+    out = CliRunner().invoke(app, ["memory", "recall", "heron statue wifi"])
+    assert out.exit_code == 0, out.output
+    line = out.output.splitlines()[0]
+    assert line.startswith("[trip · ") and f"· message {typed.id} · user]" in line
+    assert "heron statue" in line
