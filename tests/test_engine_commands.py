@@ -14,7 +14,9 @@ from heron.agent.turn import FAILED, TRANSITIONS, Outcome, State
 from heron.channels.info import delete_conversation
 from heron.config import Settings
 from heron.errors import AuthError, ContextOverflow, StoreError
+from heron.memory.extract import FACTS_SYSTEM
 from heron.messages import Reply, Text, Usage
+from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
 
 
@@ -104,13 +106,25 @@ async def test_status_and_stop_see_a_turn_held_by_another_session():
 
 
 async def test_new_keeps_the_transcript_and_the_model_starts_fresh():
-    provider = ScriptedProvider([Reply([Text("first")], "done"), Reply([Text("fresh")], "done")])
+    answers = [Reply([Text("first")], "done"), Reply([Text("fresh")], "done")]
+    passes: list[ChatRequest] = []
+
+    def model(request: ChatRequest) -> Reply:
+        if request.system == FACTS_SYSTEM:  # /new's background memory pass
+            passes.append(request)
+            return Reply([Text('{"facts": []}')], "done")
+        return answers.pop(0)
+
+    provider = ScriptedProvider(model)
     async with Engine.open(Settings.load(), provider=provider) as engine:
         await engine.turn("n", "remember the cake")
         new = await engine.turn("n", "/new")
+        await engine.settle_background()
         await engine.turn("n", "what cake?")
         conv = engine.store.conversation("n")
         rows = engine.store.branch(conv.id)
+    # /new archived the tail for memory: the extraction pass read what was said before it.
+    assert len(passes) == 1 and "remember the cake" in " ".join(_texts(passes[0]))
     assert new.reply == (
         "New conversation started. The transcript above is kept; the model no longer sees it."
     )
@@ -122,7 +136,8 @@ async def test_new_keeps_the_transcript_and_the_model_starts_fresh():
         "fresh",
     ]
     assert conv.epoch == 1
-    assert "remember the cake" not in " ".join(_texts(provider.requests[1]))
+    turn_requests = [r for r in provider.requests if r.system != FACTS_SYSTEM]
+    assert "remember the cake" not in " ".join(_texts(turn_requests[1]))
 
 
 async def test_retry_and_edit_branch_and_keep_the_replaced_answers():

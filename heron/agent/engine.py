@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from heron.agent.runner import (
     ModelCallRecord,
@@ -125,6 +126,9 @@ class Engine:
         self.memory: MemoryService | None = None
         self.recall: Recall | None = None
         self.memory_baseline: dict[str, str] = {}
+        # Work that outlives the command that started it (the /new memory pass); awaited, with
+        # a bound, when the engine closes so nothing is cut off mid-write.
+        self.background: set[asyncio.Task[Any]] = set()
 
     @classmethod
     @asynccontextmanager
@@ -154,7 +158,10 @@ class Engine:
                     _add_memory_tools(registry, ephemeral)
             engine = cls(settings, store, provider, choice, registry)
             await asyncio.to_thread(engine._open_memory, ephemeral)
-            yield engine
+            try:
+                yield engine
+            finally:
+                await engine.settle_background()
 
     def _open_memory(self, ephemeral: bool) -> None:
         """The memory service and recall; the embedding model is not loaded here (it takes
@@ -187,8 +194,26 @@ class Engine:
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation_id)
 
     async def archive_for_memory(self, conversation: Conversation) -> None:
-        """/new: thaw the Memory section and floor recent history at this moment."""
+        """/new: thaw the Memory section, floor recent history at this moment, and read what
+        was said since the last review for facts worth keeping, in the background. The pass
+        only writes to the review queue; nothing runs for --ephemeral or the tiny offline
+        model, which cannot extract anything useful."""
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation.id, new=True)
+        if self.memory is None or self.choice.embedded:
+            return
+        from heron.memory.extract import review_pass
+
+        task = asyncio.create_task(review_pass(self.provider, self.memory, conversation.id))
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def settle_background(self, timeout: float = 60.0) -> None:
+        """Let background passes finish (bounded), then cancel what is left."""
+        if not self.background:
+            return
+        _, pending = await asyncio.wait(set(self.background), timeout=timeout)
+        for task in pending:
+            task.cancel()
 
     def _before_message(self, conversation_id: int, text: str) -> str | None:
         """Off the loop, before the user's message is committed: auto-recall (stored as rows
