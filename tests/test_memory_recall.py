@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from heron.memory.recall import Recall, fuse, match_expression, terms
+from heron.memory.recall import Recall, blend, match_expression, terms
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -58,9 +58,22 @@ def test_queries_are_never_read_as_fts_syntax(store):
     assert terms("What did Caroline's sister research?") == ["caroline", "sister", "research"]
 
 
-def test_fuse_prefers_what_both_rankings_hold():
-    fused = fuse([[(1, 9.0), (2, 8.0)], [(3, 0.9), (2, 0.8)]])
-    assert fused[0][0] == 2
+def test_blend_prefers_what_both_rankings_hold():
+    lexical = {1: 9.0, 2: 8.0}
+    semantic = {1: 0.1, 2: 0.8, 3: 0.9}
+    assert blend(lexical, semantic, {}, {})[0][0] == 2
+    # A clear BM25 winner is not dragged down to a rank-based tie.
+    assert blend({1: 30.0, 2: 3.0}, {1: 0.2, 2: 0.5}, {}, {})[0][0] == 1
+
+
+def test_blend_lends_to_neighbours_and_sessions():
+    semantic = {1: 0.5, 2: 0.3, 3: 0.32, 4: 0.0}
+    assert blend({}, semantic, {}, {})[1][0] == 3
+    # 2 sits next to the strong hit 1: the spreading puts it ahead of 3.
+    assert blend({}, semantic, {1: {2}, 2: {1}}, {})[1][0] == 2
+    # Or 2 shares a session with strong hits while 3 stands alone.
+    days = {1: (1, 5), 2: (1, 5), 3: (1, 6), 4: (1, 6)}
+    assert blend({}, semantic, {}, days)[1][0] == 2
 
 
 class FakeEmbedder:
@@ -93,3 +106,39 @@ def test_auto_recall_injects_strong_hits_not_in_view(store):
     assert f"message {hit.id}" in injected[1].tool_results[0].content
     assert auto_recall(recall, "which Netgear Orbi router?", [hit.id], min_score=0.0) == []
     assert auto_recall(recall, "which Netgear Orbi router?", [], min_score=1e9) == []
+
+
+class RecordingEmbedder(FakeEmbedder):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def encode(self, texts):
+        self.seen.extend(texts)
+        return super().encode(texts)
+
+
+def test_each_message_is_embedded_with_the_one_before(store):
+    c = store.open_conversation("c")
+    store.append(c.id, user("Did you ever get a dog?"))
+    store.append(c.id, assistant("Yes, last Tuesday"))
+    store.append(c.id, user("The weather was grey"))
+    embedder = RecordingEmbedder()
+    recall = Recall(store, embedder)
+    assert recall.index_missing() == 3
+    assert "Did you ever get a dog?\nYes, last Tuesday" in embedder.seen
+    assert recall.index_missing() == 0  # stored: never embedded twice
+    # The reply alone says nothing of dogs; with its context it is found by meaning.
+    assert dict(recall.semantic("puppy", 3)) == {1: 1.0, 2: 1.0, 3: 0.0}
+
+
+def test_vectors_held_in_memory_follow_additions_and_deletions(store):
+    a, b = store.open_conversation("a"), store.open_conversation("b")
+    first = store.append(a.id, user("Our dog is called Rex"))
+    recall = Recall(store, FakeEmbedder())
+    assert [i for i, _ in recall.semantic("puppy", 1)] == [first.id]
+    other = store.append(b.id, user("The puppy from the shelter"))
+    assert recall.semantic("puppy", 5, conversation_id=b.id) == [(other.id, 1.0)]
+    store.delete_conversation(a.id)
+    assert [i for i, _ in recall.semantic("puppy", 5)] == [other.id]
+    # A second Recall on the same store sees the same vectors.
+    assert [i for i, _ in Recall(store, FakeEmbedder()).semantic("dog", 5)] == [other.id]
