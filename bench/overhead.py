@@ -27,8 +27,6 @@ from pathlib import Path
 
 from heron.messages import Message, Text, ToolCall, ToolResult, parts_to_json
 from heron.store import Store
-from heron.testing.fake_openai import FakeOpenAIServer
-from heron.testing.script import ServerReply
 
 SIZES = (10, 1000, 10000)
 
@@ -151,6 +149,11 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
+    # Imported here, not at the top: the measured child runs this file, and the fake server
+    # (http.server and its imports) is no part of `heron run`'s start-up.
+    from heron.testing.fake_openai import FakeOpenAIServer
+    from heron.testing.script import ServerReply
+
     arrivals: list[float] = []
 
     def answer(body: dict) -> ServerReply:

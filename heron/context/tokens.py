@@ -47,7 +47,7 @@ def estimate_messages(messages: Iterable[Message]) -> int:
 
 
 def estimate_tools(tools: Iterable[ToolSpec]) -> int:
-    return sum(estimate_text(t.name + t.description + dumps(t.parameters)) + 8 for t in tools)
+    return sum(estimate_text(t.name + t.description + t.parameters_json) + 8 for t in tools)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from heron.errors import ProviderError
-from heron.messages import Message, Reply
+from heron.messages import Message, Reply, dumps
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,19 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+
+    # A spec is made once per tool and sent, estimated and traced every turn: its encodings
+    # are kept (the schema is never changed once the spec exists).
+    @cached_property
+    def parameters_json(self) -> str:
+        """`dumps(self.parameters)`."""
+        return dumps(self.parameters)
+
+    @cached_property
+    def json(self) -> str:
+        """The spec as canonical JSON of {"description", "name", "parameters"}."""
+        head = dumps({"description": self.description, "name": self.name})[:-1]
+        return head + ',"parameters":' + self.parameters_json + "}"
 
 
 @dataclass(frozen=True)

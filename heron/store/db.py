@@ -49,6 +49,14 @@ from heron.store.records import Conversation, StoredMessage, Turn
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
 LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`call_slow`)
+BRANCH_CACHE = 64  # conversations whose decoded branch a Store keeps
+
+# The branch to a head (?1), from the root or, when ?2 is on it, from the row after ?2.
+_BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
+     SELECT ? UNION ALL
+     SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
+     WHERE m.parent_id IS NOT NULL AND m.parent_id != ?)
+   SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id"""
 
 
 class Store:
@@ -56,6 +64,10 @@ class Store:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._branch_len: dict[int, int] = {}  # conversation id -> rows in its last branch read
+        # conversation id -> (head id, the decoded branch to it): see `branch`.
+        self._branches: dict[int, tuple[int, list[StoredMessage]]] = {}
+        self._data_version = -1  # PRAGMA data_version when `_branches` was last known valid
+        self._rewrites = 0  # rewrites of stored rows by this Store: a read across one is not kept
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -160,6 +172,7 @@ class Store:
             )
 
     def delete_conversation(self, conversation_id: int) -> None:
+        self._forget_branches()
         with self.transaction() as c:
             c.execute("UPDATE conversations SET head_id = NULL WHERE id = ?", (conversation_id,))
             c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
@@ -213,21 +226,55 @@ class Store:
         )
 
     def branch(self, conversation_id: int, head_id: int | None = None) -> list[StoredMessage]:
-        """The messages from the root to `head_id` (default: the conversation's head), in order."""
-        if head_id is None:
-            head_id = self.conversation_by_id(conversation_id).head_id
+        """The messages from the root to `head_id` (default: the conversation's head), in order.
+
+        Decoded branches are kept per conversation, keyed by their head: rows are never
+        rewritten through the Store except by `update_meta` and deletes (which drop the cache),
+        so a branch to a head that descends from the cached one only reads the rows after it.
+        A commit by any other connection (another process) drops the cache (data_version)."""
+        with self._lock:
             if head_id is None:
-                return []
-        rows = self.query(
-            """WITH RECURSIVE chain(id) AS (
-                 SELECT ? UNION ALL
-                 SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
-                 WHERE m.parent_id IS NOT NULL)
-               SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id""",
-            (head_id,),
-        )
+                head_id = self.conversation_by_id(conversation_id).head_id
+                if head_id is None:
+                    return []
+            cached = self._cached_branch(conversation_id)
+            if cached is None or cached[0] != head_id:
+                stop = cached[0] if cached is not None else 0
+                raw = self.query(_BRANCH_SQL, (head_id, stop))
+                remember = not self.conn.in_transaction
+                rewrites = self._rewrites
+        if cached is not None and cached[0] == head_id:
+            rows = cached[1]
+        else:  # decoded outside the lock: a long branch on a worker must not hold up the loop
+            new = _messages(raw)
+            extends = cached is not None and bool(new) and new[0].parent_id == stop
+            rows = cached[1] + new if extends and cached is not None else new
+            if remember:
+                with self._lock:
+                    if rewrites == self._rewrites:
+                        self._remember(conversation_id, head_id, rows)
         self._branch_len[conversation_id] = len(rows)
-        return _messages(rows)
+        return list(rows)
+
+    def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
+        if self.conn.in_transaction:  # rows read now may yet be rolled back (and ids reused)
+            return None
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._branches.clear()
+            self._data_version = version
+        return self._branches.get(conversation_id)
+
+    def _forget_branches(self) -> None:
+        with self._lock:
+            self._rewrites += 1
+            self._branches.clear()
+
+    def _remember(self, conversation_id: int, head_id: int, rows: list[StoredMessage]) -> None:
+        self._branches.pop(conversation_id, None)
+        if len(self._branches) >= BRANCH_CACHE:  # the one kept longest goes
+            del self._branches[next(iter(self._branches))]
+        self._branches[conversation_id] = (head_id, rows)
 
     def message(self, message_id: int) -> StoredMessage:
         rows = self.query("SELECT * FROM messages WHERE id = ?", (message_id,))
@@ -246,6 +293,7 @@ class Store:
         return _messages(rows)
 
     def update_meta(self, message_id: int, meta: dict[str, Any]) -> None:
+        self._forget_branches()  # the one rewrite of a stored row
         with self.transaction() as c:
             c.execute("UPDATE messages SET meta = ? WHERE id = ?", (json.dumps(meta), message_id))
 

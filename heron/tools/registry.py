@@ -17,19 +17,21 @@ import inspect
 import json
 import re
 import tempfile
+import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
 from heron.providers.base import ToolSpec
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from heron.tools.python_kernel import KernelSession
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
@@ -126,6 +128,8 @@ def _lean(schema: Any) -> Any:
 
 
 def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+    from pydantic import ConfigDict, Field, create_model
+
     hints = typing.get_type_hints(fn, include_extras=True)
     params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
     fields: dict[str, Any] = {}
@@ -139,6 +143,73 @@ def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type
     return create_model(f"{name}_args", __config__=config, **fields)
 
 
+# Plain hints whose pydantic schema is known (pydantic sorts a schema's keys, except in
+# "properties"): the schemas of such tools are written without importing pydantic, which
+# costs more at start-up than anything else before the first request.
+# tests/test_tool_schema_plain.py holds them equal, key order included, to pydantic's.
+NONE = type(None)
+_PLAIN = {str: "string", int: "integer", bool: "boolean", float: "number"}
+
+
+def _plain_type(hint: Any) -> dict[str, Any] | None:
+    if hint in _PLAIN:
+        return {"type": _PLAIN[hint]}
+    args = get_args(hint)
+    if get_origin(hint) is list and len(args) == 1 and args[0] in _PLAIN:
+        return {"items": {"type": _PLAIN[args[0]]}, "type": "array"}
+    strings = all(type(a) is str for a in args) and len(set(args)) == len(args) > 1
+    if get_origin(hint) is Literal and strings:
+        return {"enum": list(args), "type": "string"}
+    return None
+
+
+def _plain_property(hint: Any, default: Any, description: str | None) -> dict[str, Any] | None:
+    """The leaned schema of one parameter, or None when pydantic must say it."""
+    scalar = default is ... or isinstance(default, str | int | float | bool | None)
+    if description == "" or not scalar:
+        return None
+    args = get_args(hint)
+    optional = get_origin(hint) in (Union, types.UnionType) and len(args) == 2 and args[1] is NONE
+    if optional and default is None:  # `X | None = None`: leaned to X, then the rest
+        inner = _plain_type(args[0])
+        if inner is not None and description is not None:
+            inner["description"] = description
+        return inner
+    schema = _plain_type(hint)
+    if schema is None:
+        return None
+    if default is not ...:
+        schema["default"] = default
+    if description is not None:
+        schema["description"] = description
+    return dict(sorted(schema.items()))
+
+
+def _plain_schema(fn: Callable[..., Any], docs: dict[str, str]) -> dict[str, Any] | None:
+    """The tool's leaned schema built from plain hints, or None (then pydantic builds it)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in list(inspect.signature(fn).parameters.values())[1:]:  # skip ctx
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            return None
+        default = ... if param.default is param.empty else param.default
+        prop = _plain_property(hints.get(param.name, Any), default, docs.get(param.name))
+        if prop is None:
+            return None
+        properties[param.name] = prop
+        if default is ...:
+            required.append(param.name)
+    schema: dict[str, Any] = {"properties": properties}
+    if required:
+        schema["required"] = required
+    schema["type"] = "object"
+    return schema
+
+
 # ---- tools -----------------------------------------------------------------------------------
 
 
@@ -147,8 +218,8 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    args_model: type[BaseModel]
     fn: Callable[..., Any]
+    docs: dict[str, str] = field(default_factory=dict)  # the docstring's `Args:` descriptions
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
@@ -156,14 +227,24 @@ class Tool:
         description, docs = parse_docstring(fn.__doc__)
         if not description:
             raise TypeError(f"tool {tool_name}: a docstring is needed to describe it to the model")
-        model = _args_model(fn, tool_name, docs)
-        schema = _lean(model.model_json_schema())
+        schema = _plain_schema(fn, docs)
+        if schema is not None:
+            return cls(tool_name, description, schema, fn, docs)
+        tool = cls(tool_name, description, {}, fn, docs)
+        schema = _lean(tool.args_model.model_json_schema())
         # Unknown arguments are still refused (with a message naming them); saying so in the
         # schema would cost bytes on every request.
         schema.pop("additionalProperties", None)
-        return cls(tool_name, description, schema, model, fn)
+        tool.parameters.update(schema)
+        return tool
 
-    @property
+    @cached_property
+    def args_model(self) -> type[BaseModel]:
+        """The pydantic model that validates a call's arguments: built (and pydantic
+        imported) at the first call, not at start-up."""
+        return _args_model(self.fn, self.name, self.docs)
+
+    @cached_property
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
 
@@ -250,6 +331,8 @@ def _validate(found: Tool, args: Any) -> tuple[dict[str, Any], str | None]:
         )
     if not isinstance(args, dict):
         return {}, f"Error: the arguments for {found.name} must be a JSON object."
+    from pydantic import ValidationError
+
     try:
         # dict(), not model_dump(): values keep the types the hints asked for.
         return dict(found.args_model.model_validate(args)), None

@@ -128,20 +128,41 @@ def put_payload(conn: sqlite3.Connection, payload: str, cache: ChainCache | None
         value = json.loads(payload)
     except ValueError:
         value = None
-    if not isinstance(value, dict) or dumps(value) != payload:
+    pieces = _canonical_pieces(value, payload) if isinstance(value, dict) else None
+    if pieces is None:
         # Not canonical JSON: keep it whole so it still rebuilds byte for byte.
         return dumps({"raw": put_blob(conn, "raw", payload)})
     ref: dict[str, Any] = {}
     messages = value.pop(MESSAGES, None)
     if isinstance(messages, list):
-        ref[MESSAGES] = [put_chain(conn, [dumps(m) for m in messages], cache), len(messages)]
+        ref[MESSAGES] = [put_chain(conn, pieces[MESSAGES], cache), len(messages)]
     elif messages is not None:
         value[MESSAGES] = messages
     for name in BLOB_FIELDS:
         if name in value:
-            ref[name] = put_blob(conn, name, dumps(value.pop(name)))
+            value.pop(name)
+            ref[name] = put_blob(conn, name, pieces[name][0])
     ref["rest"] = value
     return dumps(ref)
+
+
+def _canonical_pieces(value: dict[str, Any], payload: str) -> dict[str, list[str]] | None:
+    """Each top-level field of `value` encoded once (the messages one body per message), or
+    None when `payload` is not the canonical encoding of `value`. The canonical form is
+    assembled from the pieces (sorted keys, no spaces), so the payload is encoded once, not
+    once for the check and again for the blobs."""
+    pieces: dict[str, list[str]] = {}
+    fields = []
+    for key in sorted(value):
+        item = value[key]
+        if key == MESSAGES and isinstance(item, list):
+            bodies = pieces[key] = [dumps(m) for m in item]
+            text = "[" + ",".join(bodies) + "]"
+        else:
+            text = dumps(item)
+            pieces[key] = [text]
+        fields.append(dumps(key) + ":" + text)
+    return pieces if "{" + ",".join(fields) + "}" == payload else None
 
 
 def rebuild(conn: sqlite3.Connection, ref_json: str) -> str:

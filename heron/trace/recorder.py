@@ -50,8 +50,32 @@ class RunStart:
     context: dict[str, Any] = field(default_factory=dict)
 
 
+class EncodedTools(list[Any]):
+    """The plain tool specs of prompt inputs, with their canonical JSON (`json`) made from each
+    spec's kept encoding rather than by encoding every schema again each turn."""
+
+    json: str
+
+
+def _tools_json(tools: Any) -> str:
+    return tools.json if isinstance(tools, EncodedTools) else dumps(tools)
+
+
+def inputs_json(inputs: dict[str, Any]) -> str:
+    """`dumps(inputs)`, with the tools taken as already encoded (sorted keys, no spaces)."""
+    fields = (
+        dumps(key) + ":" + (_tools_json(value) if key == "tools" else dumps(value))
+        for key, value in sorted(inputs.items())
+    )
+    return "{" + ",".join(fields) + "}"
+
+
 def plain(value: Any) -> Any:
     """A dataclass (PromptInputs, ToolSpec, ModelProfile) as JSON-ready data."""
+    if isinstance(value, list) and value and all(isinstance(v, ToolSpec) for v in value):
+        tools = EncodedTools(plain(v) for v in value)
+        tools.json = "[" + ",".join(v.json for v in value) + "]"
+        return tools
     if isinstance(value, ToolSpec):  # its schema is JSON data already: not walked every turn
         params = value.parameters
         return {"name": value.name, "description": value.description, "parameters": params}
@@ -71,7 +95,7 @@ def fingerprints(start: RunStart) -> dict[str, str]:
     out = {"system": _fp(start.system)}
     inputs = start.prompt_inputs or {}
     if inputs.get("tools") is not None:
-        out["tools"] = _fp(dumps(inputs["tools"]))
+        out["tools"] = _fp(_tools_json(inputs["tools"]))
     for name, text in sorted((inputs.get("bootstrap") or {}).items()):
         out[name] = _fp(text)
     return out
@@ -126,7 +150,7 @@ class TraceRecorder:
         inputs = start.pop("prompt_inputs")
         if inputs is not None:
             start["prompt_inputs"] = put_blob(
-                conn, "prompt_inputs", self.scrub.clean(dumps(inputs))
+                conn, "prompt_inputs", self.scrub.clean(inputs_json(inputs))
             )
         conn.execute(
             "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
