@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from heron.context.tokens import estimate_text
 from heron.testing.fake_openai import FakeOpenAIServer
-from heron.testing.script import ServerReply
+from heron.testing.script import ServerReply, common_prefix
 
 LONG_TURN = 120  # the turn that writes many files and is compacted in flight
 LONG_TURN_CALLS = 40
@@ -183,15 +183,6 @@ def _serialize(body: dict[str, Any]) -> str:
     return tools + "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in body["messages"])
 
 
-def _common(a: str, b: str) -> int:
-    n, i, step = min(len(a), len(b)), 0, 4096
-    while i + step <= n and a[i : i + step] == b[i : i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _cause(prev: dict[str, Any], body: dict[str, Any], at: int) -> str:
     kind, before = _kind(body), _kind(prev)
     if kind == "summary":
@@ -221,7 +212,7 @@ def measure(requests: list[dict[str, Any]]) -> dict[str, Any]:
     for i, body in enumerate(requests):
         text = _serialize(body)
         size = estimate_text(text)
-        common = _common(prev_text, text) if prev is not None else 0
+        common = common_prefix(prev_text, text) if prev is not None else 0
         hit = estimate_text(text[:common]) if common else 0
         messages = Counter(json.dumps(m, ensure_ascii=False) for m in body["messages"])
         new = sum(estimate_text(m) * n for m, n in (messages - prev_messages).items())

@@ -377,12 +377,12 @@ class Store:
     def turns(self, conversation_id: int, limit: int | None = None) -> list[Turn]:
         sql = "SELECT * FROM turns WHERE conversation_id = ? ORDER BY id"
         rows = self.query(sql, (conversation_id,))
-        turns = [_turn(r) for r in rows]
+        turns = [turn_from_row(r) for r in rows]
         return turns[-limit:] if limit else turns
 
     def turn(self, run_id: str) -> Turn | None:
         rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))
-        return _turn(rows[0]) if rows else None
+        return turn_from_row(rows[0]) if rows else None
 
     def record_model_call(
         self,
@@ -502,7 +502,8 @@ def _message(r: sqlite3.Row, parts: list[Part] | None = None) -> StoredMessage:
     )
 
 
-def _turn(r: sqlite3.Row) -> Turn:
+def turn_from_row(r: sqlite3.Row) -> Turn:
+    """A `turns` row (any query selecting its columns) as a Turn record."""
     return Turn(
         r["id"],
         r["conversation_id"],

@@ -20,7 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import Script, ServerReply
+from heron.testing.script import Script, ServerReply, common_prefix
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -86,7 +86,7 @@ class FakeAnthropicServer:
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            cached = _common_prefix(self._previous_body, raw) // 4
+            cached = common_prefix(self._previous_body, raw) // 4
             self._previous_body = raw
             return len(self.requests) - 1, cached
 
@@ -217,14 +217,6 @@ def _error_body(kind: str, message: str) -> dict[str, Any]:
 
 def _frame(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
-
-
-def _common_prefix(a: str, b: str) -> int:
-    limit = min(len(a), len(b))
-    i = 0
-    while i < limit and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _validate(body: dict[str, Any]) -> str | None:

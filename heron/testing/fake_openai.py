@@ -13,7 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import Script, ServerReply
+from heron.testing.script import Script, ServerReply, common_prefix
 
 _ERROR_DEFAULTS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "invalid_request"),
@@ -77,7 +77,7 @@ class FakeOpenAIServer:
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
-            cached = _common_prefix(messages, self._last_messages) // 4
+            cached = common_prefix(messages, self._last_messages) // 4
             self._last_messages = messages
             index = self._served
             self._served += 1
@@ -88,16 +88,6 @@ class FakeOpenAIServer:
                 msg = f"FakeOpenAIServer: script exhausted (request {index + 1}, {n} replies)"
                 return ServerReply(status=500, error_body=_error(msg, "server_error", None)), 0
             return self.script[index], cached
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix, compared in blocks so long histories stay cheap."""
-    n, i, step = min(len(a), len(b)), 0, 4096
-    while i + step <= n and a[i : i + step] == b[i : i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _error(message: str, type_: str, code: str | None) -> dict[str, Any]:

@@ -34,3 +34,13 @@ class ServerReply:
 
 
 Script = list[ServerReply] | Callable[[dict[str, Any]], ServerReply]
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix, compared in blocks so long histories stay cheap."""
+    n, i, step = min(len(a), len(b)), 0, 4096
+    while i + step <= n and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

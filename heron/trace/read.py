@@ -9,6 +9,7 @@ from typing import Any
 from heron.errors import StoreError
 from heron.messages import Reply, Usage, reply_from_dict
 from heron.store import Store, Turn
+from heron.store.db import turn_from_row
 from heron.trace.blobs import get_blob, get_chain, rebuild
 
 
@@ -204,26 +205,3 @@ def list_runs(
     sql += " ORDER BY t.started DESC, t.id DESC LIMIT ?"
     params.append(limit)
     return [RunSummary(r["run_id"], r["ckey"], turn_from_row(r)) for r in store.query(sql, params)]
-
-
-def turn_from_row(r: Any) -> Turn:
-    usage = Usage(
-        r["input_tokens"], r["output_tokens"], r["cache_read_tokens"], r["cache_write_tokens"]
-    )
-    return Turn(
-        r["id"],
-        r["conversation_id"],
-        r["run_id"],
-        r["user_message_id"],
-        r["status"],
-        r["stop_reason"],
-        r["provider"],
-        r["model"],
-        usage,
-        r["model_calls"],
-        r["tool_calls"],
-        r["system_fingerprint"],
-        r["error"],
-        r["started"],
-        r["ended"],
-    )
