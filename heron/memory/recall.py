@@ -12,6 +12,7 @@ discussed.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -79,16 +80,29 @@ def terms(query: str) -> list[str]:
     return seen
 
 
+def phrases(query: str, prefix: bool = True) -> list[str]:
+    """The quoted FTS5 phrases of a query's terms (quoting makes every word literal, so no
+    user text is read as FTS syntax), each also as a prefix when long enough."""
+    return [f'"{w}"*' if prefix and len(w) >= 4 else f'"{w}"' for w in terms(query)]
+
+
 def match_expression(query: str, prefix: bool = True) -> str | None:
-    """An FTS5 MATCH expression: an OR of the quoted terms (quoting makes every word literal,
-    so no user text is read as FTS syntax), each also as a prefix when long enough."""
-    words = terms(query)
-    if not words:
-        return None
-    parts = []
-    for w in words:
-        parts.append(f'"{w}"*' if prefix and len(w) >= 4 else f'"{w}"')
-    return " OR ".join(parts)
+    """An FTS5 MATCH expression: an OR of the query's phrases."""
+    return " OR ".join(phrases(query, prefix)) or None
+
+
+# FTS5's bm25 (k1 = 1.2, b = 0.75, unit column weight) gives each phrase of the query
+# idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)) for a row: below idf * (k1 + 1).
+# idf = log((rows - hits + 0.5) / (hits + 0.5)), floored at 1e-6.
+_BM25_TF_CAP = 2.2
+_BOUND_SLACK = 1.0  # score bound of the phrases `any_above` may leave out of its first query
+
+
+def bm25_bound(rows_at_most: int, hits_at_least: int) -> float:
+    """An upper bound of what one phrase adds to any row's -bm25 score, from an upper bound of
+    the table's rows and a lower bound of the rows that match the phrase."""
+    idf = math.log((rows_at_most - hits_at_least + 0.5) / (hits_at_least + 0.5))
+    return _BM25_TF_CAP * max(idf, 1e-6)
 
 
 class Recall:
@@ -108,14 +122,17 @@ class Recall:
             (f'"{word}"', cap),
         )[0][0]
 
-    def selective_terms(self, query: str) -> list[str]:
+    def selective_terms(self, query: str, counted: dict[str, int] | None = None) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
         MATCH_BUDGET messages: BM25 gives a word found everywhere almost no weight, but scoring
-        every message holding it is what makes a search slow on a large history."""
+        every message holding it is what makes a search slow on a large history. `counted`,
+        if given, receives the counts made (word -> messages holding it, up to the cap)."""
         words = terms(query)
         if len(words) <= 1:
             return words
         frequency = {w: self.document_frequency(w) for w in words}
+        if counted is not None:
+            counted.update(frequency)
         kept: list[str] = []
         total = 0
         for word in sorted(words, key=lambda w: frequency[w]):
@@ -141,6 +158,51 @@ class Recall:
         sql += " ORDER BY rank LIMIT ?"
         params.append(limit)
         return [(r[0], r[1]) for r in self.store.query(sql, params)]
+
+    def any_above(self, query: str, min_score: float) -> bool:
+        """Whether `bm25(query)` has a hit scoring at least `min_score`, usually without
+        scoring every row that holds a common word: a phrase whose bound (`bm25_bound`) is
+        small is left out first; the full search runs only when the answer is then in doubt
+        (the rows scored without those phrases lie within their bound of `min_score`)."""
+        counted: dict[str, int] = {}
+        found = phrases(" ".join(self.selective_terms(query, counted)))
+        if not found:
+            return False
+        known = {f'"{w}"': n for w, n in counted.items()}  # a short word's phrase: counted
+        hits = {p: known[p] if p in known else self._rows_matching(p) for p in found}
+        found = [p for p in found if hits[p]]  # a phrase no row holds adds nothing to any
+        if not found:
+            return False
+        rows = self.store.query("SELECT coalesce(max(id), 0) FROM messages")[0][0]  # rowid = id
+        bounds = {p: bm25_bound(max(rows, hits[p]), hits[p]) for p in found}
+        left_out: list[str] = []
+        slack = 0.0
+        for phrase in sorted(found, key=lambda p: bounds[p]):
+            if slack + bounds[phrase] > _BOUND_SLACK:
+                break
+            left_out.append(phrase)
+            slack += bounds[phrase]
+        kept = [p for p in found if p not in left_out]
+        best = self._best_score(" OR ".join(kept)) if kept else None
+        if best is not None and best >= min_score + 1e-9:  # left-out phrases only add
+            return True
+        if max(best or 0.0, 0.0) + slack < min_score - 1e-9:  # no row can reach it
+            return False
+        return any(s >= min_score for _, s in self.bm25(query, 3))
+
+    def _rows_matching(self, phrase: str, cap: int = MATCH_BUDGET + 1) -> int:
+        return self.store.query(
+            "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
+            (phrase, cap),
+        )[0][0]
+
+    def _best_score(self, expr: str) -> float | None:
+        rows = self.store.query(
+            "SELECT -bm25(messages_fts) FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rank LIMIT 1",
+            (expr,),
+        )
+        return rows[0][0] if rows else None
 
     def semantic(
         self, query: str, limit: int = 20, conversation_id: int | None = None

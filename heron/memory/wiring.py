@@ -146,7 +146,7 @@ def recall_rows(
     the cached prefix before them is untouched and later requests replay them as they were."""
     if recall is None or not text.strip() or text.lstrip().startswith("/"):
         return []
-    if not any(s >= min_score for _, s in recall.bm25(text, 3)):
+    if not recall.any_above(text, min_score):
         return []  # the common case: no branch is loaded
     call_id = f"recall_{secrets.token_hex(4)}"
     found = auto_recall(
