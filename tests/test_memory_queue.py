@@ -71,7 +71,7 @@ async def test_every_extraction_pass_writes_only_to_the_queue(setup, heron_home)
     assert "fact" in kinds and "lesson" in kinds and "removal" in kinds
     assert all(s.quote != "I love jazz" for s in service.waiting())
     assert not any(s.kind == "amendment" for s in service.waiting())
-    assert len(ids) == len(service.waiting())
+    assert set(ids) == {s.id for s in service.waiting()}  # the same fact is queued once
 
 
 async def test_compaction_pass_quotes_only_folded_messages(setup):
@@ -204,3 +204,14 @@ async def test_the_agents_bash_tool_sets_the_variable(setup, tmp_path):
     out = await bash.fn(ctx, f"{sys.executable} -m heron.cli memory accept {number}")
     assert "started by the agent" in str(out)
     assert service.count_waiting() == 1
+
+
+async def test_two_passes_picking_the_same_fact_queue_it_once(setup):
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro, never put it in anything"))
+    folded = [m.id for m in store.all_messages(cid)]
+    first = await compaction_pass(say(FACT), service, cid, folded)
+    second = await review_pass(say(FACT), service, cid)
+    facts = [s for s in service.waiting() if s.kind == "fact"]
+    assert len(facts) == 1 and facts[0].quote == "I hate cilantro"
+    assert facts[0].id in first and facts[0].id in second

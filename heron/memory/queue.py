@@ -60,7 +60,17 @@ def add(
     message_id: int | None = None,
     base_digest: str | None = None,
 ) -> int:
+    """Queue a suggestion; one already waiting with the same kind, path, text and quote (the
+    compaction pass and a later review pass can both pick the same fact) is not queued twice:
+    its id is returned instead."""
     with store.transaction() as c:
+        same = c.execute(
+            "SELECT id FROM memory_suggestions WHERE status = 'waiting' AND kind = ?"
+            " AND path IS ? AND text IS ? AND quote IS ?",
+            (kind, path, text, quote),
+        ).fetchone()
+        if same is not None:
+            return int(same[0])
         cur = c.execute(
             "INSERT INTO memory_suggestions (kind, path, text, quote, mistake, reason, origin,"
             " conversation_id, message_id, base_digest, created)"
