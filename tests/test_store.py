@@ -99,3 +99,17 @@ def test_delete_conversation_cascades(tmp_path):
     assert store.conversation("k") is None
     assert store.query("SELECT COUNT(*) FROM messages")[0][0] == 0
     assert store.query("SELECT COUNT(*) FROM turns")[0][0] == 0
+
+
+def test_stored_messages_behave_as_plain_messages(tmp_path):
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    plain = Message("assistant", [Text("hi"), ToolCall("1", "bash", {"command": "ls"})])
+    store.append(conv.id, plain)
+    [row] = Store(tmp_path / "h.db").branch(conv.id)  # read back by a fresh store: from disk
+    assert row.message == plain and plain == row.message
+    text_only = Message("user", [Text("just words")])
+    store.append(conv.id, text_only)
+    again = Store(tmp_path / "h.db").branch(conv.id)[-1].message
+    assert hash(again) == hash(text_only) and {again, text_only} == {text_only}
+    assert row.message.tool_calls[0].args == {"command": "ls"} and row.message.text == "hi"
