@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 
 from heron.errors import BusyError
 from heron.store import Store
@@ -74,15 +75,25 @@ async def hold_lease(
     owner = new_owner()
     claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
     lease = Lease(store, conversation_id, owner, ttl, claim)
-    beat = asyncio.create_task(lease._heartbeat())
-    try:
+    release = lambda: store.call(es.release_lease, store, conversation_id, owner)  # noqa: E731
+    async with _beating(lease._heartbeat(), release):
         yield lease
+
+
+@asynccontextmanager
+async def _beating(
+    heartbeat: Coroutine[Any, Any, None], release: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[None]:
+    """Run `heartbeat` while the block runs; then stop it and `release`, shielded: a cancelled
+    turn must still give the conversation back."""
+    task = asyncio.create_task(heartbeat)
+    try:
+        yield
     finally:
-        beat.cancel()
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await beat
-        # Shielded: a cancelled turn must still give the conversation back.
-        await asyncio.shield(store.call(es.release_lease, store, conversation_id, owner))
+            await task
+        await asyncio.shield(release())
 
 
 async def _acquire(
@@ -126,11 +137,6 @@ async def presence(
             await asyncio.sleep(ttl / 3)
             await store.call(es.enter, store, conversation_id, owner, what, ttl)
 
-    task = asyncio.create_task(beat())
-    try:
+    leave = lambda: store.call(es.leave, store, conversation_id, owner)  # noqa: E731
+    async with _beating(beat(), leave):
         yield owner
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await asyncio.shield(store.call(es.leave, store, conversation_id, owner))
