@@ -29,7 +29,13 @@ from heron.agent.turn import Outcome, TurnControl, TurnMachine, guard_run_hooks
 from heron.compaction import prepare_turn
 from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
-from heron.context.prompt import BootstrapCache, PromptInputs, build_system_prompt, fingerprint
+from heron.context.prompt import (
+    BootstrapCache,
+    PromptInputs,
+    PromptMemo,
+    build_system_prompt,
+    fingerprint,
+)
 from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ProviderError
 from heron.memory import wiring as memory_wiring
@@ -121,6 +127,7 @@ class Engine:
         defaults = settings.config.agent
         self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
         self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
+        self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -413,6 +420,7 @@ class _Recorder:
             record.error,
             record.started,
             record.ended,
+            getattr(record, "body", None),  # compaction's calls carry only the text
         )
 
     async def tool_call(self, record: ToolCallRecord) -> None:

@@ -21,7 +21,7 @@ from typing import Literal
 
 from heron.context.repair import repair_tool_pairs
 from heron.errors import ProviderError
-from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, dumps
+from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.base import (
     ChatRequest,
     OnEvent,
@@ -30,6 +30,7 @@ from heron.providers.base import (
     call_with_retries,
 )
 from heron.providers.profiles import ModelProfile
+from heron.providers.wire import WireBody, body_of
 from heron.tools.registry import ToolContext, ToolRegistry
 
 RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
@@ -61,6 +62,7 @@ class ModelCallRecord:
     error: str | None
     started: float
     ended: float
+    body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
 
 
 @dataclass
@@ -214,7 +216,8 @@ class Runner:
             tools=self.registry.specs() if tools else [],
             max_tokens=self.profile.max_output,
         )
-        payload = dumps(self.provider.payload(request))
+        body = body_of(self.provider, request)  # the adapter posts this same body
+        payload = body.text
         started = time.time()
         s.calls += 1
         seq = s.calls
@@ -225,12 +228,13 @@ class Runner:
                 on_retry=hooks.on_retry,
             )
         except ProviderError as error:
-            record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, time.time())
+            ended = time.time()
+            record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, ended, body)
             await hooks.on_model_call(record)
             raise
         s.usage = s.usage + reply.usage
         await hooks.on_model_call(
-            ModelCallRecord(seq, purpose, payload, reply, None, started, time.time())
+            ModelCallRecord(seq, purpose, payload, reply, None, started, time.time(), body)
         )
         return reply
 

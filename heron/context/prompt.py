@@ -17,9 +17,11 @@ import hashlib
 import os
 import platform
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from heron.providers.base import ToolSpec
 
@@ -191,3 +193,60 @@ def build_system_prompt(inputs: PromptInputs) -> str:
 
 def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class BuiltPrompt:
+    """A system prompt and the inputs it was built from, with what else has been derived from
+    those inputs (`derived`: a trace's encoding of them), so that is worked out once too."""
+
+    text: str
+    inputs: PromptInputs
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
+class PromptMemo:
+    """`build_system_prompt` for one engine, remembered. A busy engine builds the same prompt
+    for every turn of every conversation; the inputs are compared by value (the tool specs by
+    identity: the registry hands out the same ones), and `built(text)` finds the inputs of a
+    prompt it made, so a trace records them without building the prompt again to check."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._by_key: OrderedDict[tuple[Any, ...], BuiltPrompt] = OrderedDict()
+        self._by_text: dict[str, BuiltPrompt] = {}
+
+    def build(self, inputs: PromptInputs) -> str:
+        key = _memo_key(inputs)
+        held = self._by_key.get(key)
+        if held is not None:
+            self._by_key.move_to_end(key)
+            return held.text
+        built = BuiltPrompt(build_system_prompt(inputs), inputs)
+        self._by_key[key] = built
+        self._by_text[built.text] = built
+        if len(self._by_key) > self.size:
+            _, gone = self._by_key.popitem(last=False)
+            if self._by_text.get(gone.text) is gone:
+                del self._by_text[gone.text]
+        return built.text
+
+    def built(self, text: str) -> BuiltPrompt | None:
+        return self._by_text.get(text)
+
+
+def _memo_key(inputs: PromptInputs) -> tuple[Any, ...]:
+    # The specs by identity (the memo entry keeps them alive, so an id is never reused while
+    # it is held); a missing bootstrap dict means "read the files", which is never remembered.
+    tools = None if inputs.tools is None else tuple(id(t) for t in inputs.tools)
+    files = tuple(inputs.bootstrap.items()) if inputs.bootstrap else object()
+    return (
+        inputs.agent,
+        inputs.workspace,
+        tools,
+        inputs.memory,
+        inputs.recent_history,
+        inputs.skills,
+        inputs.archived_summary,
+        files,
+    )

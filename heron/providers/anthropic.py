@@ -43,7 +43,15 @@ from heron.messages import (
     ToolResult,
     Usage,
 )
-from heron.providers.base import ChatRequest, OnEvent, RetryPolicy, StreamEvent, call_with_retries
+from heron.providers.base import (
+    ChatRequest,
+    OnEvent,
+    RetryPolicy,
+    StreamEvent,
+    ToolSpec,
+    call_with_retries,
+)
+from heron.providers.wire import ToolsMemo, body_of
 
 PROVIDER = "anthropic"
 AUTH_HINT = (
@@ -74,16 +82,17 @@ class AnthropicProvider:
 
         self.model = model
         self.retry = retry
+        self._tools = ToolsMemo()
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
-        return build_payload(request)
+        return build_payload(request, self._tools)
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
         """One streamed call. Does not retry: wrap it with `chat_with_retries`."""
-        body = self.payload(request)
+        body = body_of(self, request).value
         with map_errors():
             stream = await _post_stream(self._client, body)
         assembler = _Assembler(on_event)
@@ -132,7 +141,7 @@ async def chat_with_retries(
 # ---- request -----------------------------------------------------------------------------------
 
 
-def build_payload(request: ChatRequest) -> dict[str, Any]:
+def build_payload(request: ChatRequest, tools: ToolsMemo | None = None) -> dict[str, Any]:
     """The exact Messages API body for `request`, with two cache breakpoints: the end of the
     system prompt and the end of the conversation, so each turn reuses the last one's prefix."""
     body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
@@ -142,12 +151,13 @@ def build_payload(request: ChatRequest) -> dict[str, Any]:
     if body["messages"]:
         _mark_end(body["messages"][-1]["content"])
     if request.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in request.tools
-        ]
+        body["tools"] = (tools or ToolsMemo()).get(request.tools, _wire_tool)
     body["stream"] = True
     return body
+
+
+def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
 
 
 def _mark_end(content: list[dict[str, Any]]) -> None:

@@ -48,6 +48,9 @@ class ChatRequest:
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 4096
+    # What is derived from the request once and used again (its encoded body, heron/providers/
+    # wire.py): the runner records the body the adapter then posts.
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from heron.messages import (
 )
 from heron.providers.base import ChatRequest, OnEvent, StreamEvent, ToolSpec
 from heron.providers.profiles import ModelProfile, profile_for
+from heron.providers.wire import ToolsMemo, body_of
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -73,6 +74,7 @@ class OpenAICompatProvider:
         self.profile = profile or profile_for(model)
         self.timeout = timeout
         self._client: AsyncOpenAI | None = None
+        self._tools = ToolsMemo()
 
     # ---- request -----------------------------------------------------------------------------
 
@@ -82,7 +84,7 @@ class OpenAICompatProvider:
             "messages": self._messages(request),
         }
         if request.tools:
-            body["tools"] = [_tool(t) for t in request.tools]
+            body["tools"] = self._tools.get(request.tools, _tool)
         body["max_tokens"] = request.max_tokens
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -136,7 +138,7 @@ class OpenAICompatProvider:
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
         import openai
 
-        body = self.payload(request)
+        body = body_of(self, request).value
         acc = _Accumulator()
         try:
             stream = await _post_stream(self.client(), body)

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from heron.messages import Reply, Text, Thinking, message_to_dict
-from heron.providers.base import ChatRequest, OnEvent, StreamEvent
+from heron.providers.base import ChatRequest, OnEvent, StreamEvent, ToolSpec
+from heron.providers.wire import ToolsMemo
 
 ScriptStep = Reply | BaseException
 ScriptFn = Callable[[ChatRequest], Reply | Awaitable[Reply]]
@@ -39,16 +40,14 @@ class ScriptedProvider:
         self._fn = None if isinstance(script, list) else script
         self.latency_s = latency_s
         self.requests: list[ChatRequest] = []
+        self._tools = ToolsMemo()
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
         return {
             "model": self.model,
             "system": request.system,
             "messages": [message_to_dict(m) for m in request.messages],
-            "tools": [
-                {"name": t.name, "description": t.description, "parameters": t.parameters}
-                for t in request.tools
-            ],
+            "tools": self._tools.get(request.tools, _wire_tool),
             "max_tokens": request.max_tokens,
         }
 
@@ -84,3 +83,7 @@ class ScriptedProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}

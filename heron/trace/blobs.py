@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heron.messages import dumps
+from heron.providers.wire import MESSAGES, encode_body
 
 # Top-level payload fields stored as one blob each (when present).
 BLOB_FIELDS = ("system", "tools")
-MESSAGES = "messages"
 
 
 def sha256(text: str) -> str:
@@ -128,10 +128,22 @@ def put_payload(conn: sqlite3.Connection, payload: str, cache: ChainCache | None
         value = json.loads(payload)
     except ValueError:
         value = None
-    pieces = _canonical_pieces(value, payload) if isinstance(value, dict) else None
-    if pieces is None:
+    body = encode_body(value) if isinstance(value, dict) else None
+    if body is None or body.text != payload:
         # Not canonical JSON: keep it whole so it still rebuilds byte for byte.
         return dumps({"raw": put_blob(conn, "raw", payload)})
+    return put_encoded(conn, value, body.pieces, cache)
+
+
+def put_encoded(
+    conn: sqlite3.Connection,
+    value: dict[str, Any],
+    pieces: dict[str, list[str]],
+    cache: ChainCache | None = None,
+) -> str:
+    """`put_payload` for a body already encoded field by field (heron/providers/wire.py): the
+    pieces must be the canonical encoding of `value`'s fields, messages one per message."""
+    value = dict(value)
     ref: dict[str, Any] = {}
     messages = value.pop(MESSAGES, None)
     if isinstance(messages, list):
@@ -144,25 +156,6 @@ def put_payload(conn: sqlite3.Connection, payload: str, cache: ChainCache | None
             ref[name] = put_blob(conn, name, pieces[name][0])
     ref["rest"] = value
     return dumps(ref)
-
-
-def _canonical_pieces(value: dict[str, Any], payload: str) -> dict[str, list[str]] | None:
-    """Each top-level field of `value` encoded once (the messages one body per message), or
-    None when `payload` is not the canonical encoding of `value`. The canonical form is
-    assembled from the pieces (sorted keys, no spaces), so the payload is encoded once, not
-    once for the check and again for the blobs."""
-    pieces: dict[str, list[str]] = {}
-    fields = []
-    for key in sorted(value):
-        item = value[key]
-        if key == MESSAGES and isinstance(item, list):
-            bodies = pieces[key] = [dumps(m) for m in item]
-            text = "[" + ",".join(bodies) + "]"
-        else:
-            text = dumps(item)
-            pieces[key] = [text]
-        fields.append(dumps(key) + ":" + text)
-    return pieces if "{" + ",".join(fields) + "}" == payload else None
 
 
 def rebuild(conn: sqlite3.Connection, ref_json: str) -> str:

@@ -25,9 +25,17 @@ from typing import Any
 
 from heron.messages import Message, Usage, dumps, message_to_dict, reply_to_dict
 from heron.providers.base import ToolSpec
+from heron.providers.wire import WireBody
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
-from heron.trace.blobs import ChainCache, chain_links, put_blob, put_chain, put_payload
+from heron.trace.blobs import (
+    ChainCache,
+    chain_links,
+    put_blob,
+    put_chain,
+    put_encoded,
+    put_payload,
+)
 from heron.trace.scrub import Scrubber
 
 
@@ -113,10 +121,11 @@ class TraceRecorder:
         start: RunStart,
         scrubber: Scrubber,
         messages: list[Message] | None = None,
-        inputs: Callable[[], dict[str, Any] | None] | None = None,
+        inputs: Callable[[], Any] | None = None,
     ) -> None:
         self.store = store
         self._inputs = inputs  # computes start.prompt_inputs before the first write
+        self._inputs_json: str | None = None  # their JSON, when it came with them
         self.messages = messages or []  # what the run started from (the model-facing view)
         self.turn_id = turn_id
         self.start = start
@@ -149,9 +158,8 @@ class TraceRecorder:
             self._chain.links = seen.links
         inputs = start.pop("prompt_inputs")
         if inputs is not None:
-            start["prompt_inputs"] = put_blob(
-                conn, "prompt_inputs", self.scrub.clean(inputs_json(inputs))
-            )
+            text = self._inputs_json or inputs_json(inputs)
+            start["prompt_inputs"] = put_blob(conn, "prompt_inputs", self.scrub.clean(text))
         conn.execute(
             "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
             (self.turn_id, dumps(start), dumps(fingerprints(self.start))),
@@ -195,7 +203,11 @@ class TraceRecorder:
     def _write(self, body: Callable[[Any], None], pending: list[tuple[str, Any, int]]) -> None:
         if self._inputs is not None:  # file reads and a prompt build: off the loop, once
             inputs_fn, self._inputs = self._inputs, None
-            self.start.prompt_inputs = inputs_fn()
+            found = inputs_fn()
+            if isinstance(found, tuple):  # (data, its JSON) as the engine's memo keeps them
+                self.start.prompt_inputs, self._inputs_json = found
+            else:
+                self.start.prompt_inputs = found
         with self.store.transaction() as conn:
             self._ensure_start(conn)
             for kind, value, after in pending:
@@ -220,14 +232,20 @@ class TraceRecorder:
         error: str | None,
         started: float,
         ended: float,
+        body: WireBody | None = None,
     ) -> None:
         usage = reply.usage if reply is not None else Usage()
         self.calls += 1
         reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
-        request = self.scrub.clean(payload)
+        # The body's pieces are stored as they are, unless a secret must be cut out of them.
+        pieces = body if body is not None and not self.scrub.found_in(payload) else None
+        request = payload if pieces is not None else self.scrub.clean(payload)
 
         def write(conn: Any) -> None:
-            ref = put_payload(conn, request, self._chain)
+            if pieces is not None:
+                ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain)
+            else:
+                ref = put_payload(conn, request, self._chain)
             conn.execute(
                 "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
                 " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
@@ -335,6 +353,10 @@ def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
     rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
     from heron.context.prompt import PromptInputs, build_system_prompt, read_bootstrap
 
+    memo = getattr(engine, "prompt_memo", None)
+    made = memo.built(built.system) if memo is not None else None
+    if made is not None:  # the engine built this very prompt from these inputs
+        return made.inputs
     inputs = getattr(built, "prompt_inputs", None)
     if inputs is None:
         workspace = engine.settings.paths.workspace
@@ -374,6 +396,13 @@ def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
     agent = getattr(built, "agent", agent)
 
     def inputs() -> dict[str, Any] | None:
+        memo = getattr(engine, "prompt_memo", None)
+        made = memo.built(built.system) if memo is not None else None
+        if made is not None:  # encoded once per prompt, not once per turn
+            if "trace" not in made.derived:
+                data = plain(made.inputs)
+                made.derived["trace"] = (data, inputs_json(data))
+            return made.derived["trace"]
         found = prompt_inputs_for(engine, built, agent)
         return None if found is None else plain(found)
 

@@ -1,0 +1,96 @@
+"""A request body encoded once and used three times: sent by the adapter, recorded in the trace,
+and compared by a replay.
+
+Encoding the body is a large share of a turn's cost on a busy engine: the tool schemas alone are
+several kilobytes, the same on every call. So the adapter builds its tools list once per set of
+specs (`ToolsMemo`, an `EncodedList` that knows its own canonical JSON), and `body_of` encodes
+a request's body once per provider, keeping each top-level field's encoding (`WireBody.pieces`)
+so the trace stores it by reference without parsing the text again.
+
+Pure data: no I/O, no SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from heron.messages import dumps
+
+MESSAGES = "messages"
+
+
+class EncodedList(list[Any]):
+    """A list whose canonical JSON (`json`) was made when it was built. Still a plain list to
+    every JSON encoder; `encode_body` takes `json` instead of walking it again."""
+
+    json: str
+
+    @classmethod
+    def of(cls, items: list[Any]) -> EncodedList:
+        out = cls(items)
+        out.json = dumps(items)
+        return out
+
+
+class ToolsMemo:
+    """The wire form of the last tools list an adapter built, reused while the specs are the
+    same objects (the registry hands out the same ToolSpec instances every turn)."""
+
+    def __init__(self) -> None:
+        self._specs: tuple[Any, ...] = ()
+        self._wire: EncodedList | None = None
+
+    def get(self, specs: Sequence[Any], build: Callable[[Any], dict[str, Any]]) -> EncodedList:
+        held = self._specs
+        same = len(held) == len(specs) and all(a is b for a, b in zip(held, specs, strict=True))
+        if self._wire is not None and same:
+            return self._wire
+        wire = EncodedList.of([build(s) for s in specs])
+        self._specs, self._wire = tuple(specs), wire
+        return wire
+
+
+@dataclass(frozen=True)
+class WireBody:
+    """A request body: the value the adapter posts, its canonical JSON (`text`, what traces
+    record), and each top-level field's part of that JSON (`pieces`; the messages one body per
+    message)."""
+
+    value: dict[str, Any]
+    text: str
+    pieces: dict[str, list[str]]
+
+
+def encode_body(value: dict[str, Any]) -> WireBody:
+    """`dumps(value)`, assembled from the encoding of each field (sorted keys, no spaces), so
+    the same pieces serve the text and the trace's content-addressed storage."""
+    pieces: dict[str, list[str]] = {}
+    fields = []
+    for key in sorted(value):
+        item = value[key]
+        if key == MESSAGES and isinstance(item, list):
+            bodies = pieces[key] = [dumps(m) for m in item]
+            text = "[" + ",".join(bodies) + "]"
+        else:
+            text = item.json if isinstance(item, EncodedList) else dumps(item)
+            pieces[key] = [text]
+        fields.append(dumps(key) + ":" + text)
+    return WireBody(value, "{" + ",".join(fields) + "}", pieces)
+
+
+class _Payloads(Protocol):
+    def payload(self, request: Any) -> dict[str, Any]: ...
+
+
+def body_of(provider: _Payloads, request: Any) -> WireBody:
+    """The provider's body for `request`, encoded once per request and provider: the runner
+    records it, and the adapter's `chat` posts the same value without building it again."""
+    memo = request.memo
+    held = memo.get("wire")
+    if held is not None and held[0] is provider:
+        return held[1]
+    body = encode_body(provider.payload(request))
+    memo["wire"] = (provider, body)
+    return body
