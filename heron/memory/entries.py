@@ -203,10 +203,12 @@ def _unjson(value: str | None) -> str | None:
 
 
 class MemoryFiles:
-    """The entries on disk. Every method re-reads the folder: the files are the truth."""
+    """The entries on disk. The files are the truth: every read goes back to the folder, and
+    listing every entry (each turn does) re-reads only what changed since the last listing."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._listing = _Listing()
 
     def _real_root(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -270,13 +272,26 @@ class MemoryFiles:
     def entries(self, scope: str | None = None) -> list[Entry]:
         """Every readable entry (of one scope, or all), in a deterministic order: scope, always
         before when, topic, slug. Files with names outside the rules are skipped."""
+        if scope is None:
+            return self._listing.entries(self)
         found: list[Entry] = []
-        for name in [check_name(scope, "scope")] if scope else self.scopes():
-            for path in self._paths(name):
-                entry = self.read(path)
-                if entry is not None:
-                    found.append(entry)
+        for path in self._paths(check_name(scope, "scope")):
+            entry = self.read(path)
+            if entry is not None:
+                found.append(entry)
         return sorted(found, key=lambda e: _order(e.path))
+
+    def _walk(self) -> tuple[list[EntryPath], list[Path]]:
+        """Every entry path of every scope, and every folder looked into to find them."""
+        root = self._real_root()
+        scopes = self.scopes()
+        paths = [path for name in scopes for path in self._paths(name)]
+        folders = [root]
+        for name in scopes:
+            base = root / name
+            folders += [base, base / "always", base / "when"]
+            folders += [p for p in (base / "when").glob("*") if p.is_dir()]
+        return paths, folders
 
     def _paths(self, scope: str) -> list[EntryPath]:
         root = self._real_root()
@@ -290,6 +305,48 @@ class MemoryFiles:
             if _inside(file, root) and NAME.match(file.stem) and NAME.match(topic):
                 paths.append(EntryPath(scope, "when", topic, file.stem))
         return paths
+
+
+Stamp = tuple[int, int, int] | None
+
+
+def _file_stamp(path: Path) -> Stamp:
+    # The inode too: an entry is written by renaming a new file over the old one.
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@dataclass
+class _Listing:
+    """All entries as last listed. A file added, removed or renamed changes its folder's stamp,
+    so the folders are listed again only then; an entry is parsed again only when its own
+    stamp changed. Each turn then costs a stat per folder and per file instead of a walk and
+    a parse of every file."""
+
+    folders: dict[Path, Stamp] | None = None
+    paths: list[EntryPath] = field(default_factory=list)
+    parsed: dict[EntryPath, tuple[Stamp, Entry | None]] = field(default_factory=dict)
+
+    def entries(self, files: MemoryFiles) -> list[Entry]:
+        if self.folders is None or any(_file_stamp(f) != s for f, s in self.folders.items()):
+            paths, folders = files._walk()
+            self.folders = {f: _file_stamp(f) for f in folders}
+            self.paths = paths
+            kept = set(paths)
+            self.parsed = {p: held for p, held in self.parsed.items() if p in kept}
+        found: list[Entry] = []
+        for path in self.paths:
+            stamp = _file_stamp(files.root / path.rel)
+            held = self.parsed.get(path)
+            if held is None or held[0] != stamp or stamp is None:
+                held = (stamp, files.read(path))
+                self.parsed[path] = held
+            if held[1] is not None:
+                found.append(held[1])
+        return sorted(found, key=lambda e: _order(e.path))
 
 
 def _inside(path: Path, root: Path) -> bool:
