@@ -138,7 +138,8 @@ async def consolidate(
     count_failures: bool = True,
 ) -> CompactionReport:
     """Fold everything before the last turns into a summary, if anything can be folded."""
-    state = await load_branch_async(deps.store, conversation_id)
+    # The whole branch: the summary quotes every user message up to the cut, earlier folds too.
+    state = await load_branch_async(deps.store, conversation_id, full=True)
     cut = choose_cut(state)
     if cut is None:
         return CompactionReport("none", reason)

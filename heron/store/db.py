@@ -51,11 +51,13 @@ T = TypeVar("T")
 LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`call_slow`)
 BRANCH_CACHE = 64  # conversations whose decoded branch a Store keeps
 
-# The branch to a head (?1), from the root or, when ?2 is on it, from the row after ?2.
+# The branch to a head (?1), walked down towards the root: from the row after ?2 when ?2 is on
+# it, and no further down than the first row whose id is at most ?3 (0: to the root). A row's
+# parent is always older, so its id is lower: with ?3 on the branch, the walk ends at ?3.
 _BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
      SELECT ? UNION ALL
      SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
-     WHERE m.parent_id IS NOT NULL AND m.parent_id != ?)
+     WHERE m.parent_id IS NOT NULL AND m.parent_id != ? AND m.id > ?)
    SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id"""
 
 
@@ -232,15 +234,40 @@ class Store:
         rewritten through the Store except by `update_meta` and deletes (which drop the cache),
         so a branch to a head that descends from the cached one only reads the rows after it.
         A commit by any other connection (another process) drops the cache (data_version)."""
+        rows = list(self._chain(conversation_id, head_id, None) or ())
+        self._branch_len[conversation_id] = len(rows)
+        return rows
+
+    def branch_since(
+        self, conversation_id: int, floor_id: int, head_id: int | None = None
+    ) -> list[StoredMessage]:
+        """The end of the branch to `head_id` (default: the head), in order: every row whose id
+        is at least `floor_id`, and the one below them (the root if none is). A parent is older
+        than its child, so ids fall along the branch: when row `floor_id` is on it, the list
+        starts with that row. Only those rows are read (those the kept branch lacks), so the
+        part of a long conversation before a consolidation is never fetched nor decoded."""
+        rows = self._chain(conversation_id, head_id, floor_id) or []
+        at = _start_of(rows, floor_id)
+        self._branch_len[conversation_id] = len(rows) - at  # what the next read costs
+        return rows[at:]
+
+    def _chain(
+        self, conversation_id: int, head_id: int | None, floor_id: int | None
+    ) -> list[StoredMessage] | None:
+        """The kept or freshly read chain to the head: from the root (`floor_id` None) or from
+        a row whose id is at most `floor_id`; None: no head. The list may be the kept one: the
+        callers copy it."""
         with self._lock:
             if head_id is None:
                 head_id = self.conversation_by_id(conversation_id).head_id
                 if head_id is None:
-                    return []
+                    return None
             cached = self._cached_branch(conversation_id)
+            if cached is not None and not _covers(cached[1], floor_id):
+                cached = None
             if cached is None or cached[0] != head_id:
                 stop = cached[0] if cached is not None else 0
-                raw = self.query(_BRANCH_SQL, (head_id, stop))
+                raw = self.query(_BRANCH_SQL, (head_id, stop, floor_id or 0))
                 remember = not self.conn.in_transaction
                 rewrites = self._rewrites
         if cached is not None and cached[0] == head_id:
@@ -249,12 +276,11 @@ class Store:
             new = _messages(raw)
             extends = cached is not None and bool(new) and new[0].parent_id == stop
             rows = cached[1] + new if extends and cached is not None else new
-            if remember:
+            if remember and _covers(rows, floor_id):
                 with self._lock:
                     if rewrites == self._rewrites:
                         self._remember(conversation_id, head_id, rows)
-        self._branch_len[conversation_id] = len(rows)
-        return list(rows)
+        return rows
 
     def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
         if self.conn.in_transaction:  # rows read now may yet be rolled back (and ids reused)
@@ -449,6 +475,23 @@ class Store:
                     ended,
                 ),
             )
+
+
+def _covers(rows: list[StoredMessage], floor_id: int | None) -> bool:
+    """Whether a chain holds what is asked: the whole branch (from the root) for None, else
+    every row from `floor_id` on (it starts from the root or at a row at most `floor_id`)."""
+    if not rows or rows[0].parent_id is None:
+        return True
+    return floor_id is not None and rows[0].id <= floor_id
+
+
+def _start_of(rows: list[StoredMessage], floor_id: int) -> int:
+    """Index of the last row whose id is at most `floor_id` (0: none is), searched from the
+    end: the floor is recent."""
+    for i in range(len(rows) - 1, -1, -1):
+        if rows[i].id <= floor_id:
+            return i
+    return 0
 
 
 def _conversation(r: sqlite3.Row) -> Conversation:
