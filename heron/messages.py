@@ -235,6 +235,15 @@ def dumps(obj: Any) -> str:
     return _CANONICAL.encode(obj)
 
 
+def message_json(message: Message) -> str:
+    """`dumps(message_to_dict(message))`. A message that still holds the canonical JSON of its
+    parts (`parts_json`: a stored row, as written) is not decoded and encoded again."""
+    raw = getattr(message, "parts_json", None)
+    if isinstance(raw, str):
+        return '{"parts":' + raw + ',"role":' + dumps(message.role) + "}"
+    return dumps(message_to_dict(message))
+
+
 def parts_to_json(parts: tuple[Part, ...] | list[Part]) -> str:
     return dumps([part_to_dict(p) for p in parts])
 

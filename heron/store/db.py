@@ -507,12 +507,14 @@ def _conversation(r: sqlite3.Row) -> Conversation:
     )
 
 
-def _parts(raw: str, row_id: int) -> list[Part]:
-    """Decode a row's parts; a corrupt row becomes a visible placeholder, never a crash."""
+def _parts(raw: str, row_id: int) -> tuple[list[Part], bool]:
+    """Decode a row's parts, and whether they decoded: a corrupt row becomes a visible
+    placeholder, never a crash."""
     try:
-        return parts_from_json(raw)
+        return parts_from_json(raw), True
     except (ValueError, TypeError, KeyError) as e:
-        return [Text(f"[message #{row_id} could not be read ({e}); its raw text: {raw[:2000]}]")]
+        text = f"[message #{row_id} could not be read ({e}); its raw text: {raw[:2000]}]"
+        return [Text(text)], False
 
 
 class _StoredParts(Message):
@@ -528,12 +530,21 @@ class _StoredParts(Message):
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "_row_id", row_id)
 
+    @property
+    def parts_json(self) -> str | None:
+        """The parts as stored, canonical JSON (written by `parts_to_json`), so a trace takes
+        them as they are (heron.messages.message_json); None for a corrupt row, whose
+        placeholder part is encoded instead. Decodes the parts first if not done yet."""
+        self.parts  # noqa: B018 - decoded first: only a row that decodes is reused
+        return self._raw if self.__dict__["_readable"] else None
+
     def __getattr__(self, name: str) -> Any:
         if name != "parts":
             raise AttributeError(name)
-        parts = tuple(_parts(self._raw, self._row_id))
-        object.__setattr__(self, "parts", parts)
-        return parts
+        parts, readable = _parts(self._raw, self._row_id)
+        object.__setattr__(self, "_readable", readable)
+        object.__setattr__(self, "parts", tuple(parts))
+        return self.parts
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):

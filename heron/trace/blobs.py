@@ -91,8 +91,11 @@ def put_chain(conn: sqlite3.Connection, bodies: list[str], cache: ChainCache | N
 
 
 def chain_links(conn: sqlite3.Connection, node_id: int) -> list[tuple[str, int]]:
-    """(sha256, node id) along the path to `node_id`: seeds a ChainCache in one query."""
-    rows = conn.execute(
+    """(sha256, node id) along the path to `node_id`: seeds a ChainCache in one query. Plain
+    tuples (no row factory): a long chain is thousands of rows, read on every run's start."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    rows = cursor.execute(
         """WITH RECURSIVE path(id, parent_id, blob_id, depth) AS (
              SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
              UNION ALL
@@ -102,7 +105,7 @@ def chain_links(conn: sqlite3.Connection, node_id: int) -> list[tuple[str, int]]
            ORDER BY path.depth DESC""",
         (node_id,),
     ).fetchall()
-    return [(str(r[0]), int(r[1])) for r in rows]
+    return rows
 
 
 def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:

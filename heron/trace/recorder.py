@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heron.messages import Message, Usage, dumps, message_to_dict, reply_to_dict
+from heron.messages import (
+    Message,
+    Usage,
+    dumps,
+    message_json,
+    message_to_dict,
+    reply_to_dict,
+)
 from heron.providers.base import ToolSpec
 from heron.providers.wire import WireBody
 from heron.store import Store
@@ -151,7 +158,7 @@ class TraceRecorder:
             ).fetchone()
             start["user_message_id"] = row[0] if row else None
         start["system"] = put_blob(conn, "system_prompt", self.scrub.clean(self.start.system))
-        bodies = [self.scrub.clean(dumps(message_to_dict(m))) for m in self.messages]
+        bodies = [self.scrub.clean(message_json(m)) for m in self.messages]
         seen = ChainCache(self._previous_start(conn))  # only what is new is looked up
         start["messages"] = [put_chain(conn, bodies, seen), len(bodies)]
         if not self._chain.links:  # no earlier request: the first one may share the start's
