@@ -128,6 +128,7 @@ class Engine:
         self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
         self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
         self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
+        self.trace_memo: dict[str, Any] = {}  # what traces take from the fixed settings
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None

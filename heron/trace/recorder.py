@@ -43,7 +43,7 @@ from heron.trace.blobs import (
     put_encoded,
     put_payload,
 )
-from heron.trace.scrub import Scrubber
+from heron.trace.scrub import Scrubber, scrubber_for
 
 
 @dataclass
@@ -133,6 +133,7 @@ class TraceRecorder:
         self.store = store
         self._inputs = inputs  # computes start.prompt_inputs before the first write
         self._inputs_json: str | None = None  # their JSON, when it came with them
+        self._fingerprints: dict[str, str] | None = None  # and the prompt's fingerprints
         self.messages = messages or []  # what the run started from (the model-facing view)
         self.turn_id = turn_id
         self.start = start
@@ -169,7 +170,7 @@ class TraceRecorder:
             start["prompt_inputs"] = put_blob(conn, "prompt_inputs", self.scrub.clean(text))
         conn.execute(
             "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
-            (self.turn_id, dumps(start), dumps(fingerprints(self.start))),
+            (self.turn_id, dumps(start), dumps(self._fingerprints or fingerprints(self.start))),
         )
         self._started = True
 
@@ -211,8 +212,8 @@ class TraceRecorder:
         if self._inputs is not None:  # file reads and a prompt build: off the loop, once
             inputs_fn, self._inputs = self._inputs, None
             found = inputs_fn()
-            if isinstance(found, tuple):  # (data, its JSON) as the engine's memo keeps them
-                self.start.prompt_inputs, self._inputs_json = found
+            if isinstance(found, tuple):  # (data, JSON, fingerprints) as the memo keeps them
+                self.start.prompt_inputs, self._inputs_json, self._fingerprints = found
             else:
                 self.start.prompt_inputs = found
         with self.store.transaction() as conn:
@@ -397,33 +398,46 @@ def _context(built: Any) -> dict[str, Any]:
 def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
     """The recorder of one engine turn: what BUILD produced, the wire, and every credential in
     reach (to scrub)."""
-    from heron.trace.scrub import scrubber_for
-
-    settings, provider = engine.settings, engine.provider
+    provider = engine.provider
     agent = getattr(built, "agent", agent)
 
-    def inputs() -> dict[str, Any] | None:
+    def inputs() -> Any:
         memo = getattr(engine, "prompt_memo", None)
         made = memo.built(built.system) if memo is not None else None
         if made is not None:  # encoded once per prompt, not once per turn
             if "trace" not in made.derived:
                 data = plain(made.inputs)
-                made.derived["trace"] = (data, inputs_json(data))
+                prints = fingerprints(dataclasses.replace(start, prompt_inputs=data))
+                made.derived["trace"] = (data, inputs_json(data), prints)
             return made.derived["trace"]
         found = prompt_inputs_for(engine, built, agent)
         return None if found is None else plain(found)
 
+    fixed = _engine_fixed(engine)
     start = RunStart(
         agent=agent,
         provider=provider.name,
         model=provider.model,
         system=built.system,
-        profile=plain(engine.choice.profile),
-        limits=plain(engine.limits),
+        profile=fixed["profile"],
+        limits=fixed["limits"],
         start_messages=len(built.messages),
         fenced=hasattr(provider, "inner"),
         context=_context(built),
     )
-    scrubber = scrubber_for(settings.env, settings.config.api_keys, provider, engine.choice)
+    scrubber = fixed["scrubber"]
     messages = list(built.messages)
     return TraceRecorder(engine.store, built.turn_id, start, scrubber, messages, inputs)
+
+
+def _engine_fixed(engine: Any) -> dict[str, Any]:
+    """What every run's trace takes from the engine's settings, which do not change while it
+    runs: worked out on its first turn (the key scan of the environment included)."""
+    memo: dict[str, Any] = getattr(engine, "trace_memo", {})
+    if not memo:
+        settings, provider = engine.settings, engine.provider
+        memo["profile"] = plain(engine.choice.profile)
+        memo["limits"] = plain(engine.limits)
+        keys = settings.config.api_keys
+        memo["scrubber"] = scrubber_for(settings.env, keys, provider, engine.choice)
+    return memo
