@@ -85,3 +85,42 @@ def test_the_caller_cannot_change_the_cached_branch(tmp_path: Path) -> None:
     store.append(conv.id, user("one"))
     store.branch(conv.id).clear()
     assert _texts(store, conv.id) == ["one"]
+
+
+def _reads(store: Store) -> list[str]:
+    seen: list[str] = []
+    store.conn.set_trace_callback(lambda sql: seen.append(sql) if "RECURSIVE" in sql else None)
+    return seen
+
+
+def test_a_committed_append_is_kept_without_reading_it_back(tmp_path: Path) -> None:
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    store.append(conv.id, user("one"))
+    assert _texts(store, conv.id) == ["one"]
+    walks = _reads(store)
+    store.append(conv.id, assistant("two"), meta={"ids": (1, 2)})
+    turn_id, _ = store.begin_turn(conv.id, "run", user("three"), sent=user("three+"))
+    rows = store.branch(conv.id)
+    assert walks == []  # neither append was fetched again
+    assert [r.message.text for r in rows] == ["one", "two", "three"]
+    assert rows[1].meta == {"ids": [1, 2]}  # as the file gives it back
+    assert rows[2].wire.text == "three+" and rows[2].turn_id == turn_id
+    other = Store(tmp_path / "h.db")
+    assert [(r.id, r.parent_id, r.message, r.sent, r.meta) for r in other.branch(conv.id)] == [
+        (r.id, r.parent_id, r.message, r.sent, r.meta) for r in rows
+    ]
+    other.close()
+
+
+def test_a_rolled_back_append_is_not_kept(tmp_path: Path) -> None:
+    store = Store(tmp_path / "h.db")
+    conv = store.open_conversation("k")
+    store.append(conv.id, user("one"))
+    assert _texts(store, conv.id) == ["one"]
+    with pytest.raises(RuntimeError), store.transaction():
+        store.append(conv.id, assistant("gone"))
+        raise RuntimeError("abort")
+    assert _texts(store, conv.id) == ["one"] == _fresh(tmp_path / "h.db", conv.id)
+    store.append(conv.id, assistant("two"))
+    assert _texts(store, conv.id) == ["one", "two"] == _fresh(tmp_path / "h.db", conv.id)

@@ -24,6 +24,7 @@ every writer here keeps its transactions short, so that wait is short too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import sqlite3
@@ -70,6 +71,7 @@ class Store:
         self._branches: dict[int, tuple[int, list[StoredMessage]]] = {}
         self._data_version = -1  # PRAGMA data_version when `_branches` was last known valid
         self._rewrites = 0  # rewrites of stored rows by this Store: a read across one is not kept
+        self._committed: list[StoredMessage] = []  # appended in the open transaction
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -121,10 +123,14 @@ class Store:
             try:
                 yield self.conn
             except BaseException:
+                self._committed.clear()
                 self.conn.execute("ROLLBACK")
                 raise
             else:
                 self.conn.execute("COMMIT")
+                appended, self._committed = self._committed, []
+                for stored in appended:
+                    self._keep_appended(stored)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -218,14 +224,16 @@ class Store:
                 ),
             )
             new_id = cur.lastrowid
+            assert new_id is not None
             c.execute(
                 "UPDATE conversations SET head_id = ?, updated = ? WHERE id = ?",
                 (new_id, now, conversation_id),
             )
-        assert new_id is not None
-        return StoredMessage(
-            new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
-        )
+            stored = StoredMessage(
+                new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
+            )
+            self._committed.append(stored)  # kept in the branch once committed
+        return stored
 
     def branch(self, conversation_id: int, head_id: int | None = None) -> list[StoredMessage]:
         """The messages from the root to `head_id` (default: the conversation's head), in order.
@@ -290,6 +298,20 @@ class Store:
             self._branches.clear()
             self._data_version = version
         return self._branches.get(conversation_id)
+
+    def _keep_appended(self, stored: StoredMessage) -> None:
+        """A committed append extends the kept branch it continues, from the message in hand:
+        the next turn's read of the branch then neither fetches nor decodes it."""
+        kept = self._branches.get(stored.conversation_id)
+        if kept is None or kept[0] != stored.parent_id:
+            return
+        # The meta as a read would give it back (JSON), not the caller's own dict.
+        meta = json.loads(json.dumps(stored.meta)) if stored.meta else {}
+        row = dataclasses.replace(stored, meta=meta)
+        self._branches[stored.conversation_id] = (stored.id, [*kept[1], row])
+        known = self._branch_len.get(stored.conversation_id)
+        if known is not None:
+            self._branch_len[stored.conversation_id] = known + 1
 
     def _forget_branches(self) -> None:
         with self._lock:
