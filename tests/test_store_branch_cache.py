@@ -124,3 +124,21 @@ def test_a_rolled_back_append_is_not_kept(tmp_path: Path) -> None:
     assert _texts(store, conv.id) == ["one"] == _fresh(tmp_path / "h.db", conv.id)
     store.append(conv.id, assistant("two"))
     assert _texts(store, conv.id) == ["one", "two"] == _fresh(tmp_path / "h.db", conv.id)
+
+
+def test_many_short_conversations_stay_kept_and_the_bound_is_rows(tmp_path: Path, monkeypatch):
+    store = Store(tmp_path / "h.db")
+    ids = [store.open_conversation(f"k{i}").id for i in range(150)]
+    for cid in ids:
+        store.append(cid, user(f"hello {cid}"))
+        store.branch(cid)
+    walks = _reads(store)
+    for cid in ids:  # an engine serving 150 conversations in turn: none was evicted
+        store.append(cid, assistant(f"hi {cid}"))
+        assert _texts(store, cid) == [f"hello {cid}", f"hi {cid}"]
+    assert walks == []
+    monkeypatch.setattr("heron.store.db.BRANCH_CACHE_ROWS", 10)
+    for cid in ids[:20]:
+        store.branch(cid, head_id=store.branch(cid)[0].id)  # a read that is kept anew
+    assert sum(len(rows) for _, rows in store._branches.values()) <= 10
+    assert all(_texts(store, cid) == _fresh(tmp_path / "h.db", cid) for cid in ids[:5])

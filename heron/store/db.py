@@ -50,7 +50,10 @@ from heron.store.records import Conversation, StoredMessage, Turn
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
 LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`call_slow`)
-BRANCH_CACHE = 64  # conversations whose decoded branch a Store keeps
+# Decoded branches a Store keeps: bounded by rows (memory) rather than by conversations, so an
+# engine serving hundreds of short conversations at once does not evict each one before its
+# next turn (a bound of 64 conversations did exactly that at 100).
+BRANCH_CACHE_ROWS = 100_000
 
 # The branch to a head (?1), walked down towards the root: from the row after ?2 when ?2 is on
 # it, and no further down than the first row whose id is at most ?3 (0: to the root). A row's
@@ -308,7 +311,7 @@ class Store:
         # The meta as a read would give it back (JSON), not the caller's own dict.
         meta = json.loads(json.dumps(stored.meta)) if stored.meta else {}
         row = dataclasses.replace(stored, meta=meta)
-        self._branches[stored.conversation_id] = (stored.id, [*kept[1], row])
+        self._remember(stored.conversation_id, stored.id, [*kept[1], row])
         known = self._branch_len.get(stored.conversation_id)
         if known is not None:
             self._branch_len[stored.conversation_id] = known + 1
@@ -320,9 +323,11 @@ class Store:
 
     def _remember(self, conversation_id: int, head_id: int, rows: list[StoredMessage]) -> None:
         self._branches.pop(conversation_id, None)
-        if len(self._branches) >= BRANCH_CACHE:  # the one kept longest goes
-            del self._branches[next(iter(self._branches))]
         self._branches[conversation_id] = (head_id, rows)
+        kept = sum(len(branch) for _, branch in self._branches.values())
+        while kept > BRANCH_CACHE_ROWS and len(self._branches) > 1:  # the oldest kept go
+            oldest = next(iter(self._branches))
+            kept -= len(self._branches.pop(oldest)[1])
 
     def message(self, message_id: int) -> StoredMessage:
         rows = self.query("SELECT * FROM messages WHERE id = ?", (message_id,))
