@@ -140,5 +140,5 @@ def test_many_short_conversations_stay_kept_and_the_bound_is_rows(tmp_path: Path
     monkeypatch.setattr("heron.store.db.BRANCH_CACHE_ROWS", 10)
     for cid in ids[:20]:
         store.branch(cid, head_id=store.branch(cid)[0].id)  # a read that is kept anew
-    assert sum(len(rows) for _, rows in store._branches.values()) <= 10
+    assert store._branches.rows() <= 10
     assert all(_texts(store, cid) == _fresh(tmp_path / "h.db", cid) for cid in ids[:5])

@@ -71,7 +71,7 @@ class Store:
         self._lock = threading.RLock()
         self._branch_len: dict[int, int] = {}  # conversation id -> rows in its last branch read
         # conversation id -> (head id, the decoded branch to it): see `branch`.
-        self._branches: dict[int, tuple[int, list[StoredMessage]]] = {}
+        self._branches = _KeptBranches()
         self._data_version = -1  # PRAGMA data_version when `_branches` was last known valid
         self._rewrites = 0  # rewrites of stored rows by this Store: a read across one is not kept
         self._committed: list[StoredMessage] = []  # appended in the open transaction
@@ -290,7 +290,7 @@ class Store:
             if remember and _covers(rows, floor_id):
                 with self._lock:
                     if rewrites == self._rewrites:
-                        self._remember(conversation_id, head_id, rows)
+                        self._branches.put(conversation_id, head_id, rows)
         return rows
 
     def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
@@ -311,7 +311,7 @@ class Store:
         # The meta as a read would give it back (JSON), not the caller's own dict.
         meta = json.loads(json.dumps(stored.meta)) if stored.meta else {}
         row = dataclasses.replace(stored, meta=meta)
-        self._remember(stored.conversation_id, stored.id, [*kept[1], row])
+        self._branches.put(stored.conversation_id, stored.id, [*kept[1], row])
         known = self._branch_len.get(stored.conversation_id)
         if known is not None:
             self._branch_len[stored.conversation_id] = known + 1
@@ -320,14 +320,6 @@ class Store:
         with self._lock:
             self._rewrites += 1
             self._branches.clear()
-
-    def _remember(self, conversation_id: int, head_id: int, rows: list[StoredMessage]) -> None:
-        self._branches.pop(conversation_id, None)
-        self._branches[conversation_id] = (head_id, rows)
-        kept = sum(len(branch) for _, branch in self._branches.values())
-        while kept > BRANCH_CACHE_ROWS and len(self._branches) > 1:  # the oldest kept go
-            oldest = next(iter(self._branches))
-            kept -= len(self._branches.pop(oldest)[1])
 
     def message(self, message_id: int) -> StoredMessage:
         rows = self.query("SELECT * FROM messages WHERE id = ?", (message_id,))
@@ -502,6 +494,37 @@ class Store:
                     ended,
                 ),
             )
+
+
+class _KeptBranches:
+    """Decoded branches by conversation, each with the head it was read to; the oldest kept
+    go once they hold more than BRANCH_CACHE_ROWS rows in all."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[int, list[StoredMessage]]] = {}
+        self._rows = 0
+
+    def get(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
+        return self._kept.get(conversation_id)
+
+    def put(self, conversation_id: int, head_id: int, rows: list[StoredMessage]) -> None:
+        self._drop(conversation_id)
+        self._kept[conversation_id] = (head_id, rows)
+        self._rows += len(rows)
+        while self._rows > BRANCH_CACHE_ROWS and len(self._kept) > 1:
+            self._drop(next(iter(self._kept)))
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._rows = 0
+
+    def rows(self) -> int:
+        return self._rows
+
+    def _drop(self, conversation_id: int) -> None:
+        gone = self._kept.pop(conversation_id, None)
+        if gone is not None:
+            self._rows -= len(gone[1])
 
 
 def _covers(rows: list[StoredMessage], floor_id: int | None) -> bool:
