@@ -96,3 +96,16 @@ def test_prompt_memo_stays_bounded(tmp_path):
     texts = [memo.build(_inputs(tmp_path, memory=f"fact {i}")) for i in range(3)]
     assert memo.built(texts[0]) is None
     assert memo.built(texts[2]) is not None
+
+
+def test_prompt_memo_fingerprints_each_prompt_once(tmp_path, monkeypatch):
+    from heron.context import prompt
+
+    memo = PromptMemo()
+    text = memo.build(_inputs(tmp_path))
+    made: list[str] = []
+    real = prompt.fingerprint
+    monkeypatch.setattr(prompt, "fingerprint", lambda t: made.append(t) or real(t))
+    assert memo.fingerprint(text) == memo.fingerprint(text) == real(text)
+    assert made == [text]
+    assert memo.fingerprint("not built here") == real("not built here")

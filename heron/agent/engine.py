@@ -317,7 +317,9 @@ class Engine:
         )
         ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
         trace = trace_for(self, built, conversation.agent)
-        recorder = _Recorder(self.store, conversation.id, turn_id, hooks, trace)
+        recorder = _Recorder(
+            self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
+        )
         await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
         runner = Runner(self.provider, self.registry, self.choice.profile, self.limits)
         run_hooks = RunHooks(
@@ -392,8 +394,10 @@ class _Recorder:
         turn_id: int,
         hooks: TurnHooks,
         trace: TraceRecorder | None = None,
+        fingerprint: Callable[[str], str] = fingerprint,
     ):
         self.store = store
+        self.fingerprint = fingerprint  # of the system prompt, for the turn's record
         self.conversation_id = conversation_id
         self.turn_id = turn_id
         self.hooks = hooks
@@ -462,7 +466,7 @@ class _Recorder:
             usage=self.usage,
             model_calls=self.model_calls,
             tool_calls=self.tool_calls,
-            system_fingerprint=fingerprint(system),
+            system_fingerprint=self.fingerprint(system),
             error=error,
         )
 

@@ -234,6 +234,15 @@ class PromptMemo:
     def built(self, text: str) -> BuiltPrompt | None:
         return self._by_text.get(text)
 
+    def fingerprint(self, text: str) -> str:
+        """`fingerprint(text)`, worked out once per prompt this memo built."""
+        made = self._by_text.get(text)
+        if made is None:
+            return fingerprint(text)
+        if "fingerprint" not in made.derived:
+            made.derived["fingerprint"] = fingerprint(text)
+        return made.derived["fingerprint"]
+
 
 def _memo_key(inputs: PromptInputs) -> tuple[Any, ...]:
     # The specs by identity (the memo entry keeps them alive, so an id is never reused while
