@@ -15,7 +15,14 @@ from heron.providers.anthropic import build_payload
 from heron.providers.base import ChatRequest, ToolSpec
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.scripted import ScriptedProvider
-from heron.providers.wire import EncodedList, ToolsMemo, body_of, encode_body
+from heron.providers.wire import (
+    EncodedDict,
+    EncodedList,
+    ToolsMemo,
+    body_of,
+    dumps_fields,
+    encode_body,
+)
 
 READ = ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {"path": {}}})
 SHELL = ToolSpec("bash", "Run a command.", {"type": "object", "properties": {"cmd": {}}})
@@ -34,6 +41,13 @@ def test_encoded_body_is_the_canonical_json_of_the_value(value, messages):
     assert body.text == dumps(value)
     assert body.pieces["messages"] == [dumps(m) for m in messages]
     assert json.loads(body.text) == json.loads(dumps(value))
+
+
+@given(st.dictionaries(st.text(), json_values, max_size=4), st.dictionaries(st.text(), json_values))
+def test_fields_with_kept_encodings_encode_like_the_plain_value(value, inner):
+    mixed = {**value, "kept": EncodedDict.of(inner), "list": EncodedList.of([inner])}
+    plain = {**value, "kept": dict(inner), "list": [dict(inner)]}
+    assert dumps_fields(mixed) == dumps(plain) == encode_body(mixed).text
 
 
 def test_tools_memo_builds_once_for_the_same_specs_and_again_when_they_change():

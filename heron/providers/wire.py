@@ -34,6 +34,29 @@ class EncodedList(list[Any]):
         return out
 
 
+class EncodedDict(dict[str, Any]):
+    """A dict whose canonical JSON (`json`) was made once, for a value encoded again and again
+    as part of a larger one (a model profile in every run's trace)."""
+
+    json: str
+
+    @classmethod
+    def of(cls, items: dict[str, Any]) -> EncodedDict:
+        out = cls(items)
+        out.json = dumps(items)
+        return out
+
+
+def encoded(value: Any) -> str:
+    """`dumps(value)`, taking the kept JSON of an EncodedList or EncodedDict."""
+    return value.json if isinstance(value, EncodedList | EncodedDict) else dumps(value)
+
+
+def dumps_fields(value: dict[str, Any]) -> str:
+    """`dumps(value)` for a dict whose fields may be kept encodings (sorted keys, no spaces)."""
+    return "{" + ",".join(dumps(k) + ":" + encoded(v) for k, v in sorted(value.items())) + "}"
+
+
 class ToolsMemo:
     """The wire form of the last tools list an adapter built, reused while the specs are the
     same objects (the registry hands out the same ToolSpec instances every turn)."""
@@ -74,7 +97,7 @@ def encode_body(value: dict[str, Any]) -> WireBody:
             bodies = pieces[key] = [dumps(m) for m in item]
             text = "[" + ",".join(bodies) + "]"
         else:
-            text = item.json if isinstance(item, EncodedList) else dumps(item)
+            text = encoded(item)
             pieces[key] = [text]
         fields.append(dumps(key) + ":" + text)
     return WireBody(value, "{" + ",".join(fields) + "}", pieces)

@@ -24,7 +24,6 @@ every writer here keeps its transactions short, so that wait is short too.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import json
 import sqlite3
@@ -203,6 +202,9 @@ class Store:
     ) -> StoredMessage:
         """Append a message after `parent_id` (default: the head) and make it the new head."""
         now = time.time()
+        raw = parts_to_json(message.parts)
+        sent_raw = parts_to_json(sent.parts) if sent is not None else None
+        meta_raw = json.dumps(meta) if meta else None
         with self.transaction() as c:
             if parent_id is HEAD:
                 row = c.execute(
@@ -220,9 +222,9 @@ class Store:
                     turn_id,
                     message.role,
                     kind,
-                    parts_to_json(message.parts),
-                    parts_to_json(sent.parts) if sent is not None else None,
-                    json.dumps(meta) if meta else None,
+                    raw,
+                    sent_raw,
+                    meta_raw,
                     now,
                 ),
             )
@@ -235,7 +237,20 @@ class Store:
             stored = StoredMessage(
                 new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
             )
-            self._committed.append(stored)  # kept in the branch once committed
+            # Kept in the branch once committed, as a read would give it back (the parts with
+            # their stored JSON, the meta through JSON), not the caller's own objects.
+            kept = StoredMessage(
+                new_id,
+                conversation_id,
+                parent_id,
+                turn_id,
+                kind,
+                _StoredParts.decoded(message, raw, new_id),
+                _StoredParts.decoded(sent, sent_raw, new_id) if sent and sent_raw else None,
+                now,
+                json.loads(meta_raw) if meta_raw else {},
+            )
+            self._committed.append(kept)
         return stored
 
     def branch(self, conversation_id: int, head_id: int | None = None) -> list[StoredMessage]:
@@ -308,10 +323,7 @@ class Store:
         kept = self._branches.get(stored.conversation_id)
         if kept is None or kept[0] != stored.parent_id:
             return
-        # The meta as a read would give it back (JSON), not the caller's own dict.
-        meta = json.loads(json.dumps(stored.meta)) if stored.meta else {}
-        row = dataclasses.replace(stored, meta=meta)
-        self._branches.put(stored.conversation_id, stored.id, [*kept[1], row])
+        self._branches.put(stored.conversation_id, stored.id, [*kept[1], stored])
         known = self._branch_len.get(stored.conversation_id)
         if known is not None:
             self._branch_len[stored.conversation_id] = known + 1
@@ -579,6 +591,14 @@ class _StoredParts(Message):
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "_row_id", row_id)
+
+    @classmethod
+    def decoded(cls, message: Message, raw: str, row_id: int) -> _StoredParts:
+        """A message just written as `raw`: its parts are the ones in hand, not decoded."""
+        out = cls(message.role, raw, row_id)
+        object.__setattr__(out, "_readable", True)
+        object.__setattr__(out, "parts", tuple(message.parts))
+        return out
 
     @property
     def parts_json(self) -> str | None:

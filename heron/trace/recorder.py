@@ -32,7 +32,7 @@ from heron.messages import (
     reply_to_dict,
 )
 from heron.providers.base import ToolSpec
-from heron.providers.wire import WireBody
+from heron.providers.wire import EncodedDict, EncodedList, WireBody, dumps_fields, encoded
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
 from heron.trace.blobs import (
@@ -65,30 +65,16 @@ class RunStart:
     context: dict[str, Any] = field(default_factory=dict)
 
 
-class EncodedTools(list[Any]):
-    """The plain tool specs of prompt inputs, with their canonical JSON (`json`) made from each
-    spec's kept encoding rather than by encoding every schema again each turn."""
-
-    json: str
-
-
-def _tools_json(tools: Any) -> str:
-    return tools.json if isinstance(tools, EncodedTools) else dumps(tools)
-
-
 def inputs_json(inputs: dict[str, Any]) -> str:
-    """`dumps(inputs)`, with the tools taken as already encoded (sorted keys, no spaces)."""
-    fields = (
-        dumps(key) + ":" + (_tools_json(value) if key == "tools" else dumps(value))
-        for key, value in sorted(inputs.items())
-    )
-    return "{" + ",".join(fields) + "}"
+    """`dumps(inputs)`, with the tools taken as already encoded (see `plain`)."""
+    return dumps_fields(inputs)
 
 
 def plain(value: Any) -> Any:
     """A dataclass (PromptInputs, ToolSpec, ModelProfile) as JSON-ready data."""
     if isinstance(value, list) and value and all(isinstance(v, ToolSpec) for v in value):
-        tools = EncodedTools(plain(v) for v in value)
+        # The specs' kept encodings make the list's: no schema is encoded again each turn.
+        tools = EncodedList(plain(v) for v in value)
         tools.json = "[" + ",".join(v.json for v in value) + "]"
         return tools
     if isinstance(value, ToolSpec):  # its schema is JSON data already: not walked every turn
@@ -110,7 +96,7 @@ def fingerprints(start: RunStart) -> dict[str, str]:
     out = {"system": _fp(start.system)}
     inputs = start.prompt_inputs or {}
     if inputs.get("tools") is not None:
-        out["tools"] = _fp(_tools_json(inputs["tools"]))
+        out["tools"] = _fp(encoded(inputs["tools"]))
     for name, text in sorted((inputs.get("bootstrap") or {}).items()):
         out[name] = _fp(text)
     return out
@@ -170,7 +156,11 @@ class TraceRecorder:
             start["prompt_inputs"] = put_blob(conn, "prompt_inputs", self.scrub.clean(text))
         conn.execute(
             "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
-            (self.turn_id, dumps(start), dumps(self._fingerprints or fingerprints(self.start))),
+            (
+                self.turn_id,
+                dumps_fields(start),  # the profile and limits come encoded (_engine_fixed)
+                dumps(self._fingerprints or fingerprints(self.start)),
+            ),
         )
         self._started = True
 
@@ -436,8 +426,8 @@ def _engine_fixed(engine: Any) -> dict[str, Any]:
     memo: dict[str, Any] = getattr(engine, "trace_memo", {})
     if not memo:
         settings, provider = engine.settings, engine.provider
-        memo["profile"] = plain(engine.choice.profile)
-        memo["limits"] = plain(engine.limits)
+        memo["profile"] = EncodedDict.of(plain(engine.choice.profile))
+        memo["limits"] = EncodedDict.of(plain(engine.limits))
         keys = settings.config.api_keys
         memo["scrubber"] = scrubber_for(settings.env, keys, provider, engine.choice)
     return memo
