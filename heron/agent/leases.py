@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -56,10 +56,10 @@ class Lease:
         self.lost = self.lost or not ok
         return ok
 
-    async def _heartbeat(self) -> None:
-        while not self.lost:
-            await asyncio.sleep(self.ttl / 3)
-            await self.check()
+    async def beat(self) -> bool:
+        """Renew the claim; whether to go on beating (not once it was lost)."""
+        await self.check()
+        return not self.lost
 
 
 @asynccontextmanager
@@ -76,23 +76,39 @@ async def hold_lease(
     claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
     lease = Lease(store, conversation_id, owner, ttl, claim)
     release = lambda: store.call(es.release_lease, store, conversation_id, owner)  # noqa: E731
-    async with _beating(lease._heartbeat(), release):
+    async with _beating(lease.beat, ttl / 3, release):
         yield lease
 
 
 @asynccontextmanager
 async def _beating(
-    heartbeat: Coroutine[Any, Any, None], release: Callable[[], Awaitable[Any]]
+    beat: Callable[[], Awaitable[bool]], every: float, release: Callable[[], Awaitable[Any]]
 ) -> AsyncIterator[None]:
-    """Run `heartbeat` while the block runs; then stop it and `release`, shielded: a cancelled
-    turn must still give the conversation back."""
-    task = asyncio.create_task(heartbeat)
+    """Call `beat` every `every` seconds while the block runs, until it returns False; then
+    `release`, shielded: a cancelled turn must still give the conversation back. A timer, not
+    a task asleep in a loop: most turns end before the first beat, and a task made and
+    cancelled per turn was a visible share of a turn's cost on a busy engine."""
+    loop = asyncio.get_running_loop()
+    running: asyncio.Task[None] | None = None
+
+    def fire() -> None:
+        nonlocal running
+        running = loop.create_task(beat_once())
+
+    async def beat_once() -> None:
+        nonlocal timer
+        if await beat():
+            timer = loop.call_later(every, fire)
+
+    timer = loop.call_later(every, fire)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         await asyncio.shield(release())
 
 
@@ -132,11 +148,10 @@ async def presence(
     owner = new_owner()
     await store.call(es.enter, store, conversation_id, owner, what, ttl)
 
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(ttl / 3)
-            await store.call(es.enter, store, conversation_id, owner, what, ttl)
+    async def beat() -> bool:
+        await store.call(es.enter, store, conversation_id, owner, what, ttl)
+        return True
 
     leave = lambda: store.call(es.leave, store, conversation_id, owner)  # noqa: E731
-    async with _beating(beat(), leave):
+    async with _beating(beat, ttl / 3, leave):
         yield owner
