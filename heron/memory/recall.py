@@ -16,6 +16,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -113,6 +114,7 @@ class Recall:
         # Message id up to which every message has a vector, per conversation (None: all);
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
         self._embedded_upto: dict[int | None, int] = {}
+        self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
 
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
         """How many messages hold `word`, counted up to `cap` (counting further costs time
@@ -155,7 +157,9 @@ class Recall:
         if conversation_id is not None:
             sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
             params.append(conversation_id)
-        sql += " ORDER BY rank LIMIT ?"
+        # The same order as FTS5's "ORDER BY rank" (ties by rowid), a third faster at 100,000
+        # messages: rank sorts every match, where SQLite keeps only the best `limit` as it goes.
+        sql += " ORDER BY s DESC, rowid LIMIT ?"
         params.append(limit)
         return [(r[0], r[1]) for r in self.store.query(sql, params)]
 
@@ -215,15 +219,20 @@ class Recall:
         similar = self._similarities(query, conversation_id)
         return list(similar.top(limit).items())
 
-    def _similarities(self, query: str, conversation_id: int | None) -> Any:
+    def _similarities(self, query: str, conversation_id: int | None, vector: Any = None) -> Any:
         from heron.memory import vectors
 
         assert self.embedder is not None
         if self._vectors is None:
             self._vectors = vectors.VectorIndex(vectors.vector_key(self.embedder))
         return vectors.similarities(
-            self.store, self.embedder, query, conversation_id, self._vectors
+            self.store, self.embedder, query, conversation_id, self._vectors, vector
         )
+
+    def _encoder(self) -> ThreadPoolExecutor:
+        if self._encoding is None:
+            self._encoding = ThreadPoolExecutor(1, thread_name_prefix="heron-recall")
+        return self._encoding
 
     def index_missing(self, conversation_id: int | None = None) -> int:
         """Embed the messages that have no vector yet (new since the last search)."""
@@ -258,15 +267,27 @@ class Recall:
         if self.embedder is None:
             return self.lexical(query, limit, conversation_id)
 
+        from heron.memory.vectors import encode_query
+
+        # The model encodes the query on one core while SQLite ranks its words on the other
+        # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
+        encoding = self._encoder().submit(encode_query, self.embedder, query)
         lexical = dict(self.bm25(query, depth, conversation_id))
         self.index_missing(conversation_id)
-        similar = self._similarities(query, conversation_id)
+        similar = self._similarities(query, conversation_id, encoding.result())
         # Candidates: the best of either ranking and the messages next to them, which the
-        # spreading below can lift; each needs both scores.
+        # spreading below can lift; each needs both scores. Neighbours and sessions come
+        # from the vectors held in memory when they have every message asked about.
         best = similar.top(depth)
-        near = self.neighbours([*lexical, *best])
+        wanted = [*lexical, *best]
+        near = self._vectors.neighbours(wanted)
+        if near is None:
+            near = self.neighbours(wanted)
         pool = set(lexical) | set(best) | {n for ns in near.values() for n in ns}
-        return blend(lexical, similar.of(pool), near, self.sessions(pool))[:limit]
+        session = self._vectors.sessions(pool)
+        if session is None:
+            session = self.sessions(pool)
+        return blend(lexical, similar.of(pool), near, session)[:limit]
 
     def neighbours(self, ids: Sequence[int]) -> dict[int, set[int]]:
         """Each message's parent and children among `ids` and around them."""
@@ -335,11 +356,18 @@ class Recall:
 
 def lend(scores: dict[int, float], near: dict[int, set[int]]) -> list[tuple[int, float]]:
     """Each message keeps its score and gets NEIGHBOUR_SHARE of its neighbours' scores."""
+    return sorted(_lent(scores, near).items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _lent(scores: dict[int, float], near: dict[int, set[int]]) -> dict[int, float]:
     out = dict(scores)
     for item, score in scores.items():
-        for other in near.get(item, ()):
-            out[other] = out.get(other, 0.0) + NEIGHBOUR_SHARE * score
-    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
+        others = near.get(item)
+        if others:
+            share = NEIGHBOUR_SHARE * score
+            for other in others:
+                out[other] = out.get(other, 0.0) + share
+    return out
 
 
 def blend(
@@ -354,7 +382,7 @@ def blend(
     scale = 1.0 / best if best > 0 else 0.0
     pool = set(lexical) | set(semantic)
     base = {i: lexical.get(i, 0.0) * scale + SEMANTIC_WEIGHT * semantic.get(i, 0.0) for i in pool}
-    spread = dict(lend(base, near))
+    spread = _lent(base, near)
     by_session: dict[tuple[int, int], list[float]] = {}
     for item, score in spread.items():
         by_session.setdefault(session.get(item, (-1, item)), []).append(score)
@@ -366,6 +394,8 @@ def blend(
 
 
 def _top_mean(scores: list[float]) -> float:
+    if len(scores) == 1:  # most sessions of a large history hold one candidate
+        return scores[0]
     top = sorted(scores)[-SESSION_TOP:]
     return sum(top) / len(top)
 
