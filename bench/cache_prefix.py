@@ -78,6 +78,8 @@ def _kind(body: dict[str, Any]) -> str:
     system = _text(messages[0]) if messages and messages[0]["role"] == "system" else ""
     if system.startswith("You compact"):
         return "summary"
+    if system.startswith(("You help keep the user's memory", "You tidy the user's memory")):
+        return "memory"
     if system.startswith("You write checkpoints") or "[Heron: this turn is filling" in _text(
         messages[-1]
     ):
@@ -92,6 +94,8 @@ def answer(body: dict[str, Any]) -> ServerReply:
             text="## Facts\nThe user is reviewing report files and notebooks.\n"
             "## Working state\nReviewing files one by one; next: the following file."
         )
+    if kind == "memory":  # the extraction pass at a fold: nothing worth keeping
+        return ServerReply(text='{"facts": []}')
     if kind == "checkpoint":
         return ServerReply(
             text="## Request\nWrite the module files.\n## User's instructions (quoted)\n"
@@ -187,7 +191,9 @@ def _cause(prev: dict[str, Any], body: dict[str, Any], at: int) -> str:
     kind, before = _kind(body), _kind(prev)
     if kind == "summary":
         return "consolidation: the summary call"
-    if before == "summary":
+    if kind == "memory":
+        return "consolidation: memory's extraction call (a request of its own)"
+    if before in ("summary", "memory"):
         return "consolidation: older turns folded into the summary"
     if before == "checkpoint":
         return "in-flight compaction: steps folded into the checkpoint"
