@@ -214,7 +214,8 @@ def load_branch(store: Store, conversation_id: int, *, full: bool = False) -> Br
     decoding them was most of a turn's start-up. The view, and the plan of every row read, are
     the same as from the whole branch."""
     compactions = rec.compactions(store, conversation_id)
-    marks = rec.marks(store, conversation_id)
+    # Marks belong to compactions: none without one (most conversations, every turn).
+    marks = rec.marks(store, conversation_id) if compactions else {}
     if not full:
         tail = _tail(store, conversation_id, compactions, marks)
         if tail is not None:
