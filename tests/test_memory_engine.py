@@ -4,6 +4,7 @@ recall over a conversation the engine ran."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -269,3 +270,59 @@ async def test_recall_finds_a_message_the_engine_stored():
     line = out.output.splitlines()[0]
     assert line.startswith("[trip · ") and f"· message {typed.id} · user]" in line
     assert "heron statue" in line
+
+
+async def test_auto_recall_searches_on_its_own_thread_while_turns_overlap(monkeypatch):
+    """Two turns at once: the search runs through the RecallReader (a second connection on a
+    thread of its own) and still injects exactly what the inline search would; a lone turn
+    searches inline."""
+    from heron.memory import wiring
+
+    asked: list[str] = []
+    real = wiring.RecallReader.strong
+
+    async def counted(self, text: str, min_score: float) -> bool:
+        asked.append(text)
+        return await real(self, text, min_score)
+
+    monkeypatch.setattr(wiring.RecallReader, "strong", counted)
+    model = Model([said("Pasta?"), said("In March 2031.")])
+    provider = ScriptedProvider(model, latency_s=0.05)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        _filler(engine)
+        await asyncio.gather(  # the second starts while the first runs
+            engine.turn("a", "what should I cook for dinner tonight"),
+            engine.turn("b", "When does my passport expire?"),
+        )
+        assert asked == ["When does my passport expire?"]
+        await engine.turn("c", "When does my passport expire, again?")
+        assert len(asked) == 1  # alone: inline
+    by_question = {last_user_text_of(r.messages[-1]).split("\n")[0]: r for r in model.requests}
+    passport = by_question["When does my passport expire?"].messages
+    assert passport[-3].tool_calls[0].name == "recall_history"
+    assert "12 March 2031" in passport[-2].tool_results[0].content
+    dinner = by_question["what should I cook for dinner tonight"].messages
+    assert not any(m.tool_calls for m in dinner)
+    alone = by_question["When does my passport expire, again?"].messages
+    assert alone[-3].tool_calls[0].name == "recall_history"  # the inline search found it too
+
+
+def test_the_reader_answers_like_the_inline_search(tmp_path):
+    from heron.memory.recall import AUTO_RECALL_MIN_SCORE, Recall
+    from heron.memory.wiring import RecallReader
+    from heron.store import Store
+
+    store = Store(tmp_path / "heron.db")
+    conv = store.open_conversation("k")
+    store.append(conv.id, user("My passport expires on 12 March 2031, in the blue folder."))
+    for i in range(40):
+        store.append(conv.id, assistant(f"note {i} about the garden and the weekend"))
+    reader = RecallReader(tmp_path / "heron.db")
+    try:
+        for text in ["when does my passport expire", "garden weekend", "zebra", "/status", " "]:
+            inline = bool(text.strip()) and not text.startswith("/")
+            inline = inline and Recall(store).any_above(text, AUTO_RECALL_MIN_SCORE)
+            assert asyncio.run(reader.strong(text, AUTO_RECALL_MIN_SCORE)) == inline, text
+    finally:
+        reader.close()
+    assert asyncio.run(RecallReader(tmp_path / "heron.db").strong("passport", 0.0)) is True

@@ -137,6 +137,8 @@ class Engine:
         # Work that outlives the command that started it (the /new memory pass); awaited, with
         # a bound, when the engine closes so nothing is cut off mid-write.
         self.background: set[asyncio.Task[Any]] = set()
+        self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
+        self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
 
     @classmethod
     @asynccontextmanager
@@ -166,6 +168,9 @@ class Engine:
                     _add_memory_tools(registry, ephemeral)
             engine = cls(settings, store, provider, choice, registry)
             await asyncio.to_thread(engine._open_memory, ephemeral)
+            if not ephemeral:
+                engine.recall_reader = memory_wiring.RecallReader(paths.db)
+                stack.callback(engine.recall_reader.close)
             try:
                 yield engine
             finally:
@@ -223,15 +228,30 @@ class Engine:
         for task in pending:
             task.cancel()
 
-    def _before_message(self, conversation_id: int, text: str) -> str | None:
-        """Off the loop, before the user's message is committed: auto-recall (stored as rows
-        just before it, so later requests replay them) and the runtime block's memory note."""
+    def _before_message(
+        self, conversation_id: int, text: str, strong: bool | None = None
+    ) -> str | None:
+        """Before the user's message is committed: auto-recall (stored as rows just before it,
+        so later requests replay them) and the runtime block's memory note. `strong`: whether
+        the search found a hit strong enough, when already asked (`_recall_check`)."""
         from heron.memory.recall import AUTO_RECALL_MIN_SCORE
 
         memory_wiring.recall_rows(
-            self.store, self.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE
+            self.store, self.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE, strong
         )
         return memory_wiring.memory_note(self.memory, conversation_id)
+
+    async def _recall_check(self, text: str) -> bool | None:
+        """Auto-recall's search on its own connection and thread while other turns run (it is
+        mostly SQLite time, which then overlaps the loop's work); None: search inline."""
+        from heron.memory.recall import AUTO_RECALL_MIN_SCORE
+
+        reader = self.recall_reader
+        if reader is None or self.recall is None or self.turns_running < 2:
+            return None
+        if not memory_wiring.wants_recall(text):
+            return False
+        return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
 
     def system_prompt(self, agent: str) -> str:
         workspace = self.settings.paths.workspace
@@ -245,7 +265,11 @@ class Engine:
     ) -> TurnResult:
         """One user message through the turn's state machine (heron/agent/turn.py): under the
         conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND."""
-        return await TurnMachine(self).turn(key, text, hooks or TurnHooks(), agent)
+        self.turns_running += 1
+        try:
+            return await TurnMachine(self).turn(key, text, hooks or TurnHooks(), agent)
+        finally:
+            self.turns_running -= 1
 
     async def compact_before_turn(self, conversation: Conversation) -> None:
         """COMPACT state: compaction (issue 3) replaces this to pick up pending work."""
@@ -280,10 +304,11 @@ class Engine:
         compact if the conversation outgrew its share of the window, and derive the view."""
         run_id = new_run_id()
         user_message = Message("user", [Text(text)])
+        strong = await self._recall_check(text)
         # Inline while the history is small (a thread hop costs more than the search then).
-        slow = await self.store.call(memory_wiring.search_is_slow, self.store)
+        slow = strong is None and await self.store.call(memory_wiring.search_is_slow, self.store)
         hop = self.store.call_slow if slow else self.store.call
-        note = await hop(self._before_message, conversation.id, text)
+        note = await hop(self._before_message, conversation.id, text, strong)
         zone = self.settings.config.agent.timezone
         info = RuntimeInfo(channel, conversation.key, zone, note=note)
         turn_id, stored = await self.store.call(

@@ -4,6 +4,7 @@
     memory_note       what changed in memory since the section was frozen, announced once
     recall_rows       auto-recall: a synthetic recall_history call and result, stored as rows
                       just before the user's message so every later request replays them
+    RecallReader      auto-recall's search on a connection and thread of its own (busy engine)
     before_fold       the compaction extraction pass (writes only to the review queue)
     after_fold        thaw the frozen section, so the next prompt takes memory as it is now
     lazy_recall       a Recall whose embedding model loads on first semantic search, never at
@@ -138,15 +139,65 @@ def search_is_slow(store: Store) -> bool:
     return bool(rows and rows[0][0] and rows[0][0] > SMALL_HISTORY)
 
 
+def wants_recall(text: str) -> bool:
+    """Whether a user's message is searched for at all (not empty, not a slash command)."""
+    return bool(text.strip()) and not text.lstrip().startswith("/")
+
+
+class RecallReader:
+    """Auto-recall's check (`Recall.any_above`) on a connection and a thread of its own.
+
+    The check is full-text searching: most of its time is inside SQLite, which releases the
+    GIL. Inline, that time blocks the event loop; on the main connection's worker it would
+    still hold the Store's lock the loop needs. Here it reads through a second connection (WAL
+    lets it read while the engine writes) on one dedicated thread, so on a busy engine it runs
+    on the other core while the loop serves other conversations. Opened on first use, never
+    for a lone turn (the engine checks inline then: a thread hop costs more than it saves)."""
+
+    def __init__(self, path: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.path = path
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heron-recall")
+        self._recall: Recall | None = None
+
+    async def strong(self, text: str, min_score: float) -> bool:
+        """Whether `text` has a hit scoring at least `min_score` in the committed history."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._check, text, min_score)
+
+    def _check(self, text: str, min_score: float) -> bool:
+        if self._recall is None:
+            self._recall = Recall(Store(self.path))
+        return wants_recall(text) and self._recall.any_above(text, min_score)
+
+    def close(self) -> None:
+        """Close the connection on its own thread, then the thread."""
+        if self._recall is not None:
+            self._pool.submit(self._recall.store.close).result()
+            self._recall = None
+        self._pool.shutdown(wait=True)
+
+
 def recall_rows(
-    store: Store, recall: Recall | None, conversation_id: int, text: str, min_score: float
+    store: Store,
+    recall: Recall | None,
+    conversation_id: int,
+    text: str,
+    min_score: float,
+    strong: bool | None = None,
 ) -> list[StoredMessage]:
     """Auto-recall before a turn: strong hits for `text` not in view, stored as a synthetic
     recall_history call and result at the head (the user's message goes right after them), so
-    the cached prefix before them is untouched and later requests replay them as they were."""
-    if recall is None or not text.strip() or text.lstrip().startswith("/"):
+    the cached prefix before them is untouched and later requests replay them as they were.
+    `strong`: the answer of `any_above` when already known (RecallReader), else None."""
+    if recall is None or not wants_recall(text):
         return []
-    if not recall.any_above(text, min_score):
+    if strong is None:
+        strong = recall.any_above(text, min_score)
+    if not strong:
         return []  # the common case: no branch is loaded
     call_id = f"recall_{secrets.token_hex(4)}"
     found = auto_recall(
