@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from heron.agent.engine import Engine
@@ -114,3 +115,36 @@ async def test_no_api_key_in_the_database_or_an_export(heron_home, monkeypatch):
     cli = CliRunner().invoke(app, ["trace", "export", run_id])
     assert cli.exit_code == 0 and KEY.encode() not in cli.stdout_bytes
     assert json.loads(cli.stdout)["run_id"] == run_id
+
+
+async def test_a_failed_reply_commit_loses_neither_the_reply_nor_its_call(monkeypatch):
+    """A model call's trace row is written in its reply's own transaction (one commit); when
+    that transaction fails, the row is written later, whole, and every request still rebuilds."""
+    import sqlite3
+
+    provider = ScriptedProvider(_script())
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        store = engine.store
+        real, failed = Store.append, []
+
+        def append(self, conversation_id, message, **kw):
+            if message.role == "assistant" and message.tool_calls and not failed:
+                failed.append(message)
+                raise sqlite3.OperationalError("disk I/O error")
+            return real(self, conversation_id, message, **kw)
+
+        monkeypatch.setattr(Store, "append", append)
+        with pytest.raises(sqlite3.OperationalError):  # its reply's commit fails
+            await engine.turn("r", "what is 6 * 7? use python")
+        monkeypatch.setattr(Store, "append", real)
+        await engine.turn("r", "and now?")
+        turns = store.query("SELECT id FROM turns ORDER BY id")
+        calls = store.query("SELECT turn_id, seq FROM model_calls ORDER BY id")
+        runs = list(reversed(list_runs(store, "r")))
+        recorded = [
+            request_payload(store, c) for run in runs for c in load_run(store, run.run_id).calls
+        ]
+    sent = [dumps(provider.payload(r)) for r in provider.requests]
+    assert failed
+    assert [(c["turn_id"], c["seq"]) for c in calls] == [(turns[0]["id"], 1), (turns[1]["id"], 1)]
+    assert recorded == sent  # the failed turn's call was recorded after all

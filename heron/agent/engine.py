@@ -9,6 +9,8 @@ every model request and tool call as a trace row.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,6 +49,8 @@ from heron.providers.base import OnEvent
 from heron.store import Conversation, Store
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
 from heron.trace.recorder import TraceRecorder, trace_for
+
+log = logging.getLogger(__name__)
 
 
 def new_key(prefix: str = "c") -> str:
@@ -367,6 +371,9 @@ class Engine:
         except asyncio.CancelledError:
             await asyncio.shield(recorder.finish("interrupted", "interrupted", None, system))
             raise
+        except Exception:
+            await recorder.flush_trace()  # rows held for a reply that never got stored
+            raise
         finally:
             built.compaction_calls.detach()
             await ctx.aclose()
@@ -432,9 +439,14 @@ class _Recorder:
         self.tool_calls = 0
 
     async def message(self, message: Message) -> None:
-        await self.store.call(
-            self.store.append, self.conversation_id, message, turn_id=self.turn_id
-        )
+        await self.store.call(self._append, message)
+
+    def _append(self, message: Message) -> None:
+        """A message with the trace rows held for it (its model call's), in one transaction:
+        one commit instead of two, and a reply is never on disk without its call's row."""
+        joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
+        with self.store.transaction(), joined:
+            self.store.append(self.conversation_id, message, turn_id=self.turn_id)
 
     async def model_call(self, record: ModelCallRecord) -> None:
         usage = record.reply.usage if record.reply else Usage()
@@ -451,6 +463,7 @@ class _Recorder:
             record.started,
             record.ended,
             getattr(record, "body", None),  # compaction's calls carry only the text
+            defer=True,  # written with the reply (`_append`) or with the next trace write
         )
 
     async def tool_call(self, record: ToolCallRecord) -> None:
@@ -459,6 +472,15 @@ class _Recorder:
             await self.trace.tool_call(record, args_json(record.call))
         if self.hooks.on_tool_end:
             self.hooks.on_tool_end(record)
+
+    async def flush_trace(self) -> None:
+        """Write the trace rows still held (a model call whose reply was not stored), if the
+        store takes them: the error that ended the run is the one to report."""
+        if self.trace is not None:
+            try:
+                await self.trace.begin()
+            except Exception:  # the store itself may be what failed
+                log.warning("the trace of turn %s could not be completed", self.turn_id)
 
     def wrap(self, run_hooks: RunHooks) -> RunHooks:
         return self.trace.wrap(run_hooks) if self.trace is not None else run_hooks

@@ -18,7 +18,8 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ class TraceRecorder:
         self._started = False
         # Events noticed in synchronous hooks, written with the next write: (kind, body, after).
         self._pending: list[tuple[str, Any, int]] = []
+        # Model calls held for the next write (`model_call(defer=True)`, `write_deferred`).
+        self._deferred: list[Callable[[Any], None]] = []
 
     # ---- the run's start --------------------------------------------------------------------
 
@@ -191,12 +194,36 @@ class TraceRecorder:
     async def begin(self) -> None:
         await self._run(lambda conn: None)
 
-    async def _run(self, body: Callable[[Any], None]) -> None:
-        pending, self._pending = self._pending, []
+    def _long(self) -> bool:
         # A write is a few rows (Store.call, inline); one that chains a long history of
         # messages (thousands of digests and lookups) goes off the loop.
-        long = len(self.messages) >= LONG_BRANCH
-        await (self.store.call_slow if long else self.store.call)(self._write, body, pending)
+        return len(self.messages) >= LONG_BRANCH
+
+    async def _run(self, body: Callable[[Any], None]) -> None:
+        pending, self._pending = self._pending, []
+        held, self._deferred = self._deferred, []
+        bodies = [*held, body]
+        await (self.store.call_slow if self._long() else self.store.call)(
+            self._write, lambda conn: [b(conn) for b in bodies], pending
+        )
+
+    @contextmanager
+    def joined(self) -> Iterator[None]:
+        """Write what is held (the start, deferred model calls, pending events) inside the
+        caller's open transaction, so the engine stores a reply and its model call's row in one
+        commit. Should the caller's transaction fail, all of it is held again for the next
+        write (the rollback took it away)."""
+        started, held, pending = self._started, self._deferred, self._pending
+        links = self._chain.links
+        try:
+            if not (started and not held and not pending):
+                self._deferred, self._pending = [], []
+                self._write(lambda conn: [b(conn) for b in held], pending)
+            yield
+        except BaseException:
+            self._started, self._chain.links = started, links  # those rows were rolled back
+            self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
+            raise
 
     def _write(self, body: Callable[[Any], None], pending: list[tuple[str, Any, int]]) -> None:
         if self._inputs is not None:  # file reads and a prompt build: off the loop, once
@@ -206,11 +233,17 @@ class TraceRecorder:
                 self.start.prompt_inputs, self._inputs_json, self._fingerprints = found
             else:
                 self.start.prompt_inputs = found
-        with self.store.transaction() as conn:
-            self._ensure_start(conn)
-            for kind, value, after in pending:
-                self._insert_event(conn, kind, value, after)
-            body(conn)
+        started, links = self._started, self._chain.links
+        try:
+            with self.store.transaction() as conn:
+                self._ensure_start(conn)
+                for kind, value, after in pending:
+                    self._insert_event(conn, kind, value, after)
+                body(conn)
+        except BaseException:
+            # Rolled back: the start and the chain's new nodes are not on disk.
+            self._started, self._chain.links = started, links
+            raise
 
     def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
         text = self.scrub.clean(dumps(value)) if value is not None else None
@@ -231,7 +264,11 @@ class TraceRecorder:
         started: float,
         ended: float,
         body: WireBody | None = None,
+        *,
+        defer: bool = False,
     ) -> None:
+        """Record one model call. `defer`: hold the row for the next write (the reply's own
+        transaction, see `write_deferred`) unless the run's history is long (off the loop)."""
         usage = reply.usage if reply is not None else Usage()
         self.calls += 1
         reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
@@ -264,6 +301,9 @@ class TraceRecorder:
                 ),
             )
 
+        if defer and not self._long():
+            self._deferred.append(write)
+            return
         await self._run(write)
 
     async def tool_call(self, record: Any, args: str) -> None:
@@ -324,7 +364,7 @@ class TraceRecorder:
     async def finish(self, status: str) -> None:
         if status == "interrupted":
             await self.event("interrupted", {"after_call": self.calls})
-        elif not self._started or self._pending:
+        elif not self._started or self._pending or self._deferred:
             await self.begin()  # the start (a run may end before any call) and pending events
 
     # ---- hooks ------------------------------------------------------------------------------
