@@ -237,20 +237,7 @@ class Store:
             stored = StoredMessage(
                 new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
             )
-            # Kept in the branch once committed, as a read would give it back (the parts with
-            # their stored JSON, the meta through JSON), not the caller's own objects.
-            kept = StoredMessage(
-                new_id,
-                conversation_id,
-                parent_id,
-                turn_id,
-                kind,
-                _StoredParts.decoded(message, raw, new_id),
-                _StoredParts.decoded(sent, sent_raw, new_id) if sent and sent_raw else None,
-                now,
-                json.loads(meta_raw) if meta_raw else {},
-            )
-            self._committed.append(kept)
+            self._committed.append(_as_read(stored, raw, sent_raw, meta_raw))
         return stored
 
     def branch(self, conversation_id: int, head_id: int | None = None) -> list[StoredMessage]:
@@ -506,6 +493,25 @@ class Store:
                     ended,
                 ),
             )
+
+
+def _as_read(
+    stored: StoredMessage, raw: str, sent_raw: str | None, meta: str | None
+) -> StoredMessage:
+    """An appended row as a read would give it back (the parts with their stored JSON, the meta
+    through JSON), not the caller's own objects: what the branch cache keeps once committed."""
+    sent = stored.sent
+    return StoredMessage(
+        stored.id,
+        stored.conversation_id,
+        stored.parent_id,
+        stored.turn_id,
+        stored.kind,
+        _StoredParts.decoded(stored.message, raw, stored.id),
+        _StoredParts.decoded(sent, sent_raw, stored.id) if sent and sent_raw else None,
+        stored.created,
+        json.loads(meta) if meta else {},
+    )
 
 
 class _KeptBranches:
