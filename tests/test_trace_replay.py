@@ -170,3 +170,16 @@ async def test_live_tools_report_where_results_differ():
         ("tick", "tick 1", "tick 2")
     ]
     assert live.first is not None and live.first[0] == 2  # the new result shows in request 2
+
+
+async def test_a_run_without_tools_replays_without_them():
+    """The tiny offline model runs with no tools: its replay must not offer the default ones
+    (which would change the system prompt and every request)."""
+    provider = ScriptedProvider([Reply([Text("Hello!")], "done", Usage(50, 3))])
+    async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
+        await engine.turn("t", "say hello")
+        (run,) = list_runs(engine.store, "t")
+        report = await replay(engine.store, run.run_id)
+    assert report.identical, report.render()
+    assert report.replayed_requests == 1 and report.replayed_stop == "done"
+    assert provider.requests[0].tools == []

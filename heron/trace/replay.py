@@ -302,6 +302,19 @@ def set_up(
     payloads = [request_payload(store, c) for c in run.calls]
     report = ReplayReport(run.turn.run_id, len(run.calls), recorded_stop=run.turn.stop_reason)
     provider = ReplayProvider(run, payloads, payload_builder(run.start), report)
-    tools = ReplayTools(run, registry or default_registry(), live_tools, report)
+    recorded_tools = _as_recorded(registry or default_registry(), run.start)
+    tools = ReplayTools(run, recorded_tools, live_tools, report)
     drain, should_break = _mailbox(run, provider)
     return ReplaySetup(run, run.start, report, provider, tools, drain, should_break)
+
+
+def _as_recorded(registry: ToolRegistry, start: dict[str, Any]) -> ToolRegistry:
+    """The tools the run had, with their current specs (so a changed schema shows): a run of
+    the tiny offline model had none, a run with a narrower registry had fewer. When the start
+    did not record its tools, every tool of `registry`."""
+    recorded = (start.get("prompt_inputs") or {}).get("tools")
+    if not isinstance(recorded, list):
+        return registry
+    names = {t.get("name") for t in recorded if isinstance(t, dict)}
+    kept = [registry.get(name) for name in registry.names() if name in names]
+    return ToolRegistry([t for t in kept if t is not None], registry.before_call)
