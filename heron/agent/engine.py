@@ -309,8 +309,10 @@ class Engine:
         run_id = new_run_id()
         user_message = Message("user", [Text(text)])
         strong = await self._recall_check(text)
-        # Inline while the history is small (a thread hop costs more than the search then).
-        slow = strong is None and await self.store.call(memory_wiring.search_is_slow, self.store)
+        # Inline while the history is small (a thread hop costs more than the search then);
+        # nothing left to search when the reader found no strong hit.
+        searching = strong is not False
+        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
         hop = self.store.call_slow if slow else self.store.call
         note = await hop(self._before_message, conversation.id, text, strong)
         zone = self.settings.config.agent.timezone
