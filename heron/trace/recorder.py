@@ -203,9 +203,13 @@ class TraceRecorder:
         pending, self._pending = self._pending, []
         held, self._deferred = self._deferred, []
         bodies = [*held, body]
-        await (self.store.call_slow if self._long() else self.store.call)(
-            self._write, lambda conn: [b(conn) for b in bodies], pending
-        )
+        try:
+            await (self.store.call_slow if self._long() else self.store.call)(
+                self._write, lambda conn: [b(conn) for b in bodies], pending
+            )
+        except BaseException:  # rolled back: held again for the next write
+            self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
+            raise
 
     @contextmanager
     def joined(self) -> Iterator[None]:
@@ -268,7 +272,7 @@ class TraceRecorder:
         defer: bool = False,
     ) -> None:
         """Record one model call. `defer`: hold the row for the next write (the reply's own
-        transaction, see `write_deferred`) unless the run's history is long (off the loop)."""
+        transaction, see `joined`) unless the run's history is long (off the loop)."""
         usage = reply.usage if reply is not None else Usage()
         self.calls += 1
         reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
