@@ -2,7 +2,9 @@
 the mailbox injections and breaks between them.
 
 The engine owns one `TraceRecorder` per turn and calls it from its hooks. Every write is one
-transaction on a worker thread; every text written passes through the run's `Scrubber` first.
+short transaction (inline; on a worker thread when the run's history is long), except a model
+call's row, which the engine commits with the reply it produced (`model_call(defer=True)` and
+`joined`). Every text written passes through the run's `Scrubber` first.
 
 Events are ordered against model calls by `after_call` (how many model calls had completed), which
 is where a replay puts them back:
