@@ -70,16 +70,12 @@ async def test_rows_written_before_the_trace_schema_still_read():
         await engine.turn("old", "hello")
         store = engine.store
         turn = list_runs(store, "old")[0].turn
-        store.record_model_call(  # the m001 form: the whole payload in `request`
-            turn.id,
-            9,
-            request='{"legacy":true}',
-            reply=None,
-            usage=Usage(),
-            error="x",
-            started=1.0,
-            ended=2.0,
-        )
+        with store.transaction() as c:  # the m001 form: the whole payload in `request`
+            c.execute(
+                "INSERT INTO model_calls (turn_id, seq, purpose, request, reply, error,"
+                " started, ended) VALUES (?, 9, 'turn', ?, NULL, 'x', 1.0, 2.0)",
+                (turn.id, '{"legacy":true}'),
+            )
         calls = load_run(store, turn.run_id).calls
         payloads = [request_payload(store, c) for c in calls]
     assert payloads[-1] == '{"legacy":true}' and payloads[0].startswith("{")
