@@ -15,6 +15,7 @@ Everything here is synchronous and short unless marked async; the engine calls i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from heron.memory.recall import Recall, auto_recall
@@ -155,16 +157,12 @@ class RecallReader:
     for a lone turn (the engine checks inline then: a thread hop costs more than it saves)."""
 
     def __init__(self, path: Any) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.path = path
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heron-recall")
         self._recall: Recall | None = None
 
     async def strong(self, text: str, min_score: float) -> bool:
         """Whether `text` has a hit scoring at least `min_score` in the committed history."""
-        import asyncio
-
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._check, text, min_score)
 

@@ -68,6 +68,16 @@ class RunStart:
     context: dict[str, Any] = field(default_factory=dict)
 
 
+def _in_order(bodies: list[Callable[[Any], None]]) -> Callable[[Any], None]:
+    """One write body that runs `bodies` in order on the same connection."""
+
+    def run(conn: Any) -> None:
+        for body in bodies:
+            body(conn)
+
+    return run
+
+
 def inputs_json(inputs: dict[str, Any]) -> str:
     """`dumps(inputs)`, with the tools taken as already encoded (see `plain`)."""
     return dumps_fields(inputs)
@@ -207,7 +217,7 @@ class TraceRecorder:
         bodies = [*held, body]
         try:
             await (self.store.call_slow if self._long() else self.store.call)(
-                self._write, lambda conn: [b(conn) for b in bodies], pending
+                self._write, _in_order(bodies), pending
             )
         except BaseException:  # rolled back: held again for the next write
             self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
@@ -224,7 +234,7 @@ class TraceRecorder:
         try:
             if not (started and not held and not pending):
                 self._deferred, self._pending = [], []
-                self._write(lambda conn: [b(conn) for b in held], pending)
+                self._write(_in_order(held), pending)
             yield
         except BaseException:
             self._started, self._chain.links = started, links  # those rows were rolled back
