@@ -325,4 +325,8 @@ def test_the_reader_answers_like_the_inline_search(tmp_path):
             assert asyncio.run(reader.strong(text, AUTO_RECALL_MIN_SCORE)) == inline, text
     finally:
         reader.close()
-    assert asyncio.run(RecallReader(tmp_path / "heron.db").strong("passport", 0.0)) is True
+    again = RecallReader(tmp_path / "heron.db")
+    try:
+        assert asyncio.run(again.strong("passport", 0.0)) is True
+    finally:
+        again.close()
