@@ -7,6 +7,12 @@ from sending a message to receiving its answer, minus the model's latency) at p5
 total time against the ideal (turns x latency / conversations: every conversation waiting only
 on its model). Target: within 1.2x of ideal at 100 conversations.
 
+It also prints the engine's CPU time per turn, and a floor: the same 100 conversations through
+a bare asyncio loop that only commits each turn's user message (with its turn row) and its
+reply in the real store, two transactions a turn, and does nothing else. The floor is what any
+engine that persists its turns pays on this machine; `--floor-extra-us` adds that many
+microseconds of CPU to each of its turns, to find the per-turn budget a ratio allows here.
+
     .venv/bin/python bench/concurrency.py [--latency-ms 100] [--turns 5] [--json]
 """
 
@@ -60,12 +66,18 @@ async def measure(conversations: int, turns: int, latency: float) -> dict[str, f
 
         dispatcher.register("bench", on_answer)
         pump = asyncio.create_task(dispatcher.run())
-        started = time.perf_counter()
+        cpu, started = time.process_time(), time.perf_counter()
         for i in range(conversations):
             await send(f"c{i}")
         await finished.wait()
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         pump.cancel()
+    return _figures(conversations, turns, latency, elapsed, cpu, overheads)
+
+
+def _figures(
+    conversations: int, turns: int, latency: float, elapsed: float, cpu: float, overheads: list
+) -> dict[str, float]:
     ideal = turns * latency
     overheads.sort()
     return {
@@ -75,32 +87,110 @@ async def measure(conversations: int, turns: int, latency: float) -> dict[str, f
         "elapsed_s": round(elapsed, 3),
         "ideal_s": round(ideal, 3),
         "ratio": round(elapsed / ideal, 3),
+        # process time (the loop and every thread) per turn
+        "cpu_ms_per_turn": round(cpu / (conversations * turns) * 1000, 3),
     }
+
+
+async def measure_floor(
+    conversations: int, turns: int, latency: float, extra_us: float = 0.0
+) -> dict[str, float]:
+    """The same workload through a bare loop: a task per turn that commits the user's message
+    with its turn row, waits `latency`, commits the reply and the finished turn, and answers
+    through a queue. `extra_us` of busy CPU per turn stands for everything else a turn does."""
+    from heron.messages import Message, Text, Usage
+    from heron.store import Store
+
+    home = tempfile.mkdtemp(prefix="heron-floor-")
+    store = Store(os.path.join(home, "floor.db"))
+    ids = {f"c{i}": store.open_conversation(f"floor:c{i}").id for i in range(conversations)}
+    answers: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+
+    def spend(us: float) -> None:
+        end = time.perf_counter() + us / 1e6
+        while time.perf_counter() < end:
+            pass
+
+    async def turn(chat: str, n: int, sent: float) -> None:
+        spend(extra_us / 2)
+        run = f"{chat}-{n}"
+        turn_id, _ = store.begin_turn(ids[chat], run, Message("user", [Text(f"{chat} {n}")]))
+        await asyncio.sleep(latency)
+        spend(extra_us / 2)
+        with store.transaction():
+            store.append(ids[chat], Message("assistant", [Text("ok")]), turn_id=turn_id)
+            store.finish_turn(
+                turn_id,
+                status="done",
+                stop_reason="done",
+                usage=Usage(50, 2),
+                model_calls=1,
+                tool_calls=0,
+            )
+        await answers.put((chat, sent))
+
+    tasks = set()
+
+    def start(chat: str, n: int) -> None:
+        task = asyncio.create_task(turn(chat, n, time.perf_counter()))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    cpu, started = time.process_time(), time.perf_counter()
+    for chat in ids:
+        start(chat, 0)
+    counts: dict[str, int] = defaultdict(int)
+    overheads: list[float] = []
+    for _ in range(conversations * turns):
+        chat, sent = await answers.get()
+        overheads.append(time.perf_counter() - sent - latency)
+        counts[chat] += 1
+        if counts[chat] < turns:
+            start(chat, counts[chat])
+    elapsed = time.perf_counter() - started
+    store.close()
+    return _figures(conversations, turns, latency, elapsed, time.process_time() - cpu, overheads)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=100.0)
     parser.add_argument("--turns", type=int, default=5, help="turns per conversation")
+    parser.add_argument(
+        "--floor-extra-us",
+        type=float,
+        default=0.0,
+        help="CPU microseconds added to each turn of the floor loop (default 0)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
     os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-")
     results = {}
     for n in LEVELS:
         results[str(n)] = asyncio.run(measure(n, args.turns, args.latency_ms / 1000))
+    floor = asyncio.run(
+        measure_floor(LEVELS[-1], args.turns, args.latency_ms / 1000, args.floor_extra_us)
+    )
+    results["floor"] = {**floor, "conversations": LEVELS[-1], "extra_us": args.floor_extra_us}
     if args.json:
         print(json.dumps(results))
         return
     print(f"latency {args.latency_ms:.0f} ms, {args.turns} turns per conversation")
     print(
         f"{'convs':>6} {'turns/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'total s':>8} "
-        f"{'ideal s':>8} {'x ideal':>8}"
+        f"{'ideal s':>8} {'x ideal':>8} {'cpu ms/turn':>12}"
     )
     for n, r in results.items():
+        label = f"{LEVELS[-1]}*" if n == "floor" else n
         print(
-            f"{n:>6} {r['turns_per_s']:>9} {r['p50_ms']:>8} {r['p95_ms']:>8} "
-            f"{r['elapsed_s']:>8} {r['ideal_s']:>8} {r['ratio']:>8}"
+            f"{label:>6} {r['turns_per_s']:>9} {r['p50_ms']:>8} {r['p95_ms']:>8} "
+            f"{r['elapsed_s']:>8} {r['ideal_s']:>8} {r['ratio']:>8} {r['cpu_ms_per_turn']:>12}"
         )
+    print(
+        f"* floor: a bare loop that only commits each turn's two messages"
+        f" (+{args.floor_extra_us:.0f} us of CPU a turn)"
+    )
+    sys.stdout.flush()
     ok = results["100"]["ratio"] <= 1.2
     print(
         f"target (100 conversations within 1.2x ideal): {'met' if ok else 'NOT met'}",

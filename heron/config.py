@@ -12,6 +12,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,21 +37,23 @@ or install the offline model Heron uses by default:
 
 @dataclass(frozen=True)
 class Paths:
+    # Derived paths are kept (cached_property writes the instance dict, frozen or not): the
+    # engine reads the workspace several times a turn, and building a Path is not free.
     home: Path
 
-    @property
+    @cached_property
     def db(self) -> Path:
         return self.home / "heron.db"
 
-    @property
+    @cached_property
     def config(self) -> Path:
         return self.home / "config.toml"
 
-    @property
+    @cached_property
     def workspace(self) -> Path:
         return self.home / "workspace"
 
-    @property
+    @cached_property
     def memory(self) -> Path:
         return self.home / "memory"
 
