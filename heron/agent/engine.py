@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -381,7 +382,7 @@ class Engine:
             await ctx.aclose()
         status = "failed" if run.stop == "error" else "done"
         error = str(run.error) if run.error else None
-        await recorder.finish(status, run.stop, error, system, run)
+        await recorder.finish(status, run.stop, error, system, run, hooks.control)
         return run
 
 
@@ -504,10 +505,13 @@ class _Recorder:
         error: str | None,
         system: str,
         run: RunResult | None = None,
+        control: TurnControl | None = None,
     ) -> None:
+        """The turn row's figures and status. With the turn machine's `control`, the row is
+        written by SAVE, in the transaction of its commit-time check (`TurnControl.settle`)."""
         if self.trace is not None:
             await self.trace.finish(status)
-        await self.store.call(
+        write = functools.partial(
             self.store.finish_turn,
             self.turn_id,
             status=status,
@@ -518,6 +522,10 @@ class _Recorder:
             system_fingerprint=self.fingerprint(system),
             error=error,
         )
+        if control is not None:
+            control.finish = write
+        else:
+            await self.store.call(write)
 
 
 def _title(text: str) -> str:

@@ -48,6 +48,7 @@ class Lease:
         self.owner = owner
         self.ttl = ttl
         self.lost = False
+        self.released = False  # given back already (with the turn's last writes, SAVE)
 
     async def check(self) -> bool:
         ok = await self.store.call(
@@ -75,7 +76,11 @@ async def hold_lease(
     owner = new_owner()
     claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
     lease = Lease(store, conversation_id, owner, ttl, claim)
-    release = lambda: store.call(es.release_lease, store, conversation_id, owner)  # noqa: E731
+
+    async def release() -> None:
+        if not lease.released:
+            await store.call(es.release_lease, store, conversation_id, owner)
+
     async with _beating(lease.beat, ttl / 3, release):
         yield lease
 

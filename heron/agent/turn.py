@@ -100,6 +100,7 @@ class TurnControl:
     calls: list[str] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     checkpointed: bool = False
+    finish: Callable[[], None] | None = None  # the run's turn-row write, left for SAVE
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -113,6 +114,28 @@ class TurnControl:
             return not self.stale
         ok = await store.call(es.still_current, store, self.conversation_id, self.epoch, self.owner)
         self.stale = not ok
+        return ok
+
+    async def settle(self, store: Any, lease: Any) -> bool:
+        """SAVE's check: `current`, and when it holds, the checkpoint dropped and the lease
+        given back in the same transaction (`es.settle_turn`)."""
+        finish, self.finish = self.finish, None
+        if self.stale or self.conversation_id is None or self.owner is None:
+            if finish is not None:
+                await store.call(finish)
+            return await self.current(store)
+        ok = await store.call(
+            es.settle_turn,
+            store,
+            self.conversation_id,
+            self.epoch,
+            self.owner,
+            clear_checkpoint=self.checkpointed,
+            finish=finish,
+        )
+        self.stale = not ok
+        if ok and lease is not None:
+            lease.released = True
         return ok
 
     def post(self, text: str) -> bool:
@@ -227,6 +250,7 @@ class _Ctx:
     control: TurnControl
     conversation: Conversation
     dirty: bool = False  # an earlier turn left work to recover (RESTORE)
+    lease: Any = None  # the held Lease: SAVE gives it back with its last writes
     built: BuiltTurn | None = None
     run: RunResult | None = None
     overflow_retries: int = 0
@@ -265,7 +289,7 @@ class TurnMachine:
             return early
         async with hold_lease(self.store, conversation.id, on_busy=hooks.on_busy) as lease:
             control.owner, control.epoch = lease.owner, lease.epoch
-            c = _Ctx(key, text, agent, hooks, control, conversation, dirty=lease.dirty)
+            c = _Ctx(key, text, agent, hooks, control, conversation, lease.dirty, lease)
             try:
                 await self._drive(c)
             except (asyncio.CancelledError, Exception):
@@ -354,12 +378,10 @@ class TurnMachine:
 
     async def save(self, c: _Ctx) -> State:
         assert c.run is not None
-        if not await c.control.current(self.store):
+        if not await c.control.settle(self.store, c.lease):
             c.outcome = Outcome.STALE
             await self._mark(c, "interrupted", "stale")
             return State.RESPOND
-        if c.control.checkpointed:
-            await self.store.call(es.clear_checkpoint, self.store, c.conversation.id)
         if c.run.error is not None:
             c.reply = FAILED.format(error=c.run.error)
         elif c.control.spoke:
@@ -421,6 +443,9 @@ class TurnMachine:
         leave the record whole (finished tool results restored, a minimal stopped reply)."""
         c.control.stale = True
         c.control.accepting_mail = False
+        finish, c.control.finish = c.control.finish, None
+        if finish is not None:  # a run that ended before SAVE could write its row
+            await self.store.call(finish)
         if c.built is not None:
             await self.store.call(_close_turn, self.store, c.conversation.id, c.built.turn_id)
 

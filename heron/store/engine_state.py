@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from heron.messages import Message, Part, ToolResult, parts_from_json, parts_to_json
@@ -149,6 +150,34 @@ def still_current(store: Store, conversation_id: int, epoch: int, owner: str | N
     if not rows or rows[0][0] != epoch:
         return False
     return owner is None or rows[0][1] == owner
+
+
+def settle_turn(
+    store: Store,
+    conversation_id: int,
+    epoch: int,
+    owner: str,
+    *,
+    clear_checkpoint: bool,
+    finish: Callable[[], None] | None = None,
+) -> bool:
+    """SAVE in one transaction: the run's turn row (`finish`, written either way: a stale
+    turn's row is then marked interrupted), the commit-time check (`still_current`) and, when
+    the turn is still current, its last writes: the checkpoint's removal and the lease's
+    release. One commit where there were three: a busy engine pays for every commit on its
+    loop."""
+    with store.transaction() as c:
+        if finish is not None:
+            finish()
+        if not still_current(store, conversation_id, epoch, owner):
+            return False
+        if clear_checkpoint:
+            c.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+        c.execute(
+            "DELETE FROM turn_leases WHERE conversation_id = ? AND owner = ?",
+            (conversation_id, owner),
+        )
+    return True
 
 
 # ---- presence ---------------------------------------------------------------------------------
