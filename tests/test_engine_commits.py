@@ -1,6 +1,7 @@
-"""A turn's last writes share one commit: SAVE writes the turn row, checks the epoch and the
-lease, and gives the lease back in a single transaction; a stale turn keeps its lease until it
-ends and is marked interrupted."""
+"""A turn's last writes share one commit: SAVE checks the epoch and the lease, then writes the
+final reply (held since the model answered), its model call's trace row and the turn row, and
+gives the lease back, in a single transaction; a stale turn writes no reply and is marked
+interrupted."""
 
 from __future__ import annotations
 
@@ -38,11 +39,16 @@ async def test_save_finishes_the_turn_and_releases_the_lease_in_one_commit():
         turn = engine.store.turns(conv.id)[-1]
         holder = es.lease_holder(engine.store, conv.id)
     assert result.text == "one" and turn.status == "done" and holder is None
-    last = transactions(seen)[-1]
-    assert last[0].startswith("UPDATE turns SET status")  # the turn row ...
-    assert any("JOIN turn_leases" in s and s.startswith("SELECT") for s in last)  # ... check
-    assert last[-1].startswith("DELETE FROM turn_leases")  # ... and release, one commit
-    assert sum(s.startswith("DELETE FROM turn_leases") for s in seen) == 1
+    # Three commits a turn: the lease, the user's message with its turn row, and SAVE.
+    assert sum(sql.startswith("BEGIN") for sql in seen) == 3
+    last = [sql for sql in transactions(seen)[-1] if not sql.startswith("--")]
+    assert "JOIN turn_leases" in last[0]  # the commit-time check first, then ...
+    assert any(sql.startswith("INSERT INTO model_calls") for sql in last)  # the call's row,
+    replies = [sql for sql in last if sql.startswith("INSERT INTO messages")]
+    assert replies and "'assistant'" in replies[0]  # the reply held for SAVE,
+    assert any(sql.startswith("UPDATE turns SET status = 'done'") for sql in last)  # the row
+    assert last[-1].startswith("DELETE FROM turn_leases")  # and the release, in one commit
+    assert sum(sql.startswith("DELETE FROM turn_leases") for sql in seen) == 1
 
 
 async def test_a_turn_made_stale_before_save_keeps_nothing_of_the_lease_and_is_interrupted():
@@ -62,7 +68,11 @@ async def test_a_turn_made_stale_before_save_keeps_nothing_of_the_lease_and_is_i
         conv = engine.store.conversation("k")
         turn = engine.store.turns(conv.id)[-1]
         holder = es.lease_holder(engine.store, conv.id)
+        texts = [m.message.text for m in engine.store.all_messages(conv.id)]
+        calls = engine.store.query("SELECT COUNT(*) FROM model_calls")[0][0]
     assert gate.is_set()
+    assert "late" not in texts  # the held reply of a stale turn is never written
+    assert calls == 1  # but the call it made stays in the trace
     assert result.outcome.value == "stale" and result.reply is None
     assert (turn.status, turn.stop_reason) == ("interrupted", "stale")
     assert holder is None  # released when the turn ended

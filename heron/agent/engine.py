@@ -28,7 +28,7 @@ from heron.agent.runner import (
     ToolCallRecord,
     args_json,
 )
-from heron.agent.turn import Outcome, TurnControl, TurnMachine, guard_run_hooks
+from heron.agent.turn import Outcome, StaleTurn, TurnControl, TurnMachine, guard_run_hooks
 from heron.compaction import prepare_turn
 from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
@@ -367,6 +367,7 @@ class Engine:
             run_hooks.govern = built.governor.govern
             run_hooks.on_model_call = built.governor.observing(run_hooks.on_model_call)
         if hooks.control is not None:  # token checks, checkpoints, mailbox, break (turn.py)
+            hooks.control.hold_final = True  # SAVE commits the final reply (`_last_writes`)
             run_hooks = guard_run_hooks(run_hooks, hooks.control, self.store, ctx)
         run_hooks = recorder.wrap(run_hooks)  # mailbox deliveries and breaks go in the trace
         try:
@@ -374,7 +375,9 @@ class Engine:
         except asyncio.CancelledError:
             await asyncio.shield(recorder.finish("interrupted", "interrupted", None, system))
             raise
-        except Exception:
+        except Exception as error:
+            if hooks.control is not None and not isinstance(error, StaleTurn):
+                await recorder.commit_held(hooks.control)  # a final reply held for SAVE
             await recorder.flush_trace()  # rows held for a reply that never got stored
             raise
         finally:
@@ -451,6 +454,14 @@ class _Recorder:
         with self.store.transaction(), joined:
             self.store.append(self.conversation_id, message, turn_id=self.turn_id)
 
+    async def commit_held(self, control: TurnControl) -> None:
+        """The run failed after its final reply was held for SAVE: keep the reply, unless the
+        turn is no longer current."""
+        held, control.held = control.held, []
+        if held and await control.current(self.store):
+            for message in held:
+                await self.message(message)
+
     async def model_call(self, record: ModelCallRecord) -> None:
         usage = record.reply.usage if record.reply else Usage()
         self.usage = self.usage + usage
@@ -507,10 +518,9 @@ class _Recorder:
         run: RunResult | None = None,
         control: TurnControl | None = None,
     ) -> None:
-        """The turn row's figures and status. With the turn machine's `control`, the row is
-        written by SAVE, in the transaction of its commit-time check (`TurnControl.settle`)."""
-        if self.trace is not None:
-            await self.trace.finish(status)
+        """The turn row's figures and status. With the turn machine's `control`, they are
+        written by SAVE, in the transaction of its commit-time check (`TurnControl.settle`),
+        with the trace rows and the final reply still held (`_last_writes`)."""
         write = functools.partial(
             self.store.finish_turn,
             self.turn_id,
@@ -522,10 +532,28 @@ class _Recorder:
             system_fingerprint=self.fingerprint(system),
             error=error,
         )
-        if control is not None:
-            control.finish = write
-        else:
+        if control is None:
+            if self.trace is not None:
+                await self.trace.finish(status)
             await self.store.call(write)
+            return
+        earlier, control.finish = (
+            control.finish,
+            functools.partial(self._last_writes, control, write),
+        )
+        if earlier is not None:  # the run before an overflow retry: its rows go now
+            await self.store.call(earlier, True)
+
+    def _last_writes(self, control: TurnControl, write: Callable[[], None], current: bool) -> None:
+        """Inside SAVE's transaction: the trace rows still held, and when the turn is still
+        current, the final reply the guard held (`TurnControl.hold_final`) and the turn row."""
+        held, control.held = control.held, []
+        joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
+        with joined:
+            if current:
+                for message in held:
+                    self.store.append(self.conversation_id, message, turn_id=self.turn_id)
+                write()
 
 
 def _title(text: str) -> str:

@@ -100,7 +100,10 @@ class TurnControl:
     calls: list[str] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     checkpointed: bool = False
-    finish: Callable[[], None] | None = None  # the run's turn-row write, left for SAVE
+    # The run's last writes, left for SAVE's transaction; given whether the turn is current.
+    finish: Callable[[bool], None] | None = None
+    hold_final: bool = False  # a final-looking reply waits for SAVE (`held`) to be committed
+    held: list[Message] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -121,9 +124,10 @@ class TurnControl:
         given back in the same transaction (`es.settle_turn`)."""
         finish, self.finish = self.finish, None
         if self.stale or self.conversation_id is None or self.owner is None:
+            ok = await self.current(store)
             if finish is not None:
-                await store.call(finish)
-            return await self.current(store)
+                await store.call(finish, ok)
+            return ok
         ok = await store.call(
             es.settle_turn,
             store,
@@ -173,8 +177,17 @@ def guard_run_hooks(
     )
 
     async def message(m: Message) -> None:
+        if control.hold_final and m.role == "assistant" and not m.tool_calls:
+            # A final-looking reply: SAVE commits it with the turn's last writes, after the
+            # commit-time check (one commit, one check); anything the run adds after it (a
+            # follow-up from the mailbox) commits it first, below.
+            control.held.append(m)
+            return
         if not await control.current(store):
             raise StaleTurn
+        held, control.held = control.held, []
+        for earlier in held:
+            await on_message(earlier)
         await on_message(m)
         if m.role == "assistant" and m.tool_calls:
             control.calls, control.results = [c.id for c in m.tool_calls], []
@@ -444,8 +457,8 @@ class TurnMachine:
         c.control.stale = True
         c.control.accepting_mail = False
         finish, c.control.finish = c.control.finish, None
-        if finish is not None:  # a run that ended before SAVE could write its row
-            await self.store.call(finish)
+        if finish is not None:  # a run that ended before SAVE: its trace rows, not its reply
+            await self.store.call(finish, False)
         if c.built is not None:
             await self.store.call(_close_turn, self.store, c.conversation.id, c.built.turn_id)
 

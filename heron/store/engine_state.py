@@ -159,17 +159,17 @@ def settle_turn(
     owner: str,
     *,
     clear_checkpoint: bool,
-    finish: Callable[[], None] | None = None,
+    finish: Callable[[bool], None] | None = None,
 ) -> bool:
-    """SAVE in one transaction: the run's turn row (`finish`, written either way: a stale
-    turn's row is then marked interrupted), the commit-time check (`still_current`) and, when
-    the turn is still current, its last writes: the checkpoint's removal and the lease's
-    release. One commit where there were three: a busy engine pays for every commit on its
-    loop."""
+    """SAVE in one transaction: the commit-time check (`still_current`), the run's last writes
+    (`finish`, told whether the turn is still current: a stale turn keeps only its trace) and,
+    when it is current, the checkpoint's removal and the lease's release. One commit where
+    there were four: a busy engine pays for every commit on its loop."""
     with store.transaction() as c:
+        current = still_current(store, conversation_id, epoch, owner)
         if finish is not None:
-            finish()
-        if not still_current(store, conversation_id, epoch, owner):
+            finish(current)
+        if not current:
             return False
         if clear_checkpoint:
             c.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
