@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from store_faults import fail_first_tool_call_append
 from typer.testing import CliRunner
 
 from heron.agent.engine import Engine
@@ -121,18 +122,10 @@ async def test_a_failed_reply_commit_loses_neither_the_reply_nor_its_call(monkey
     provider = ScriptedProvider(_script())
     async with Engine.open(Settings.load(), provider=provider) as engine:
         store = engine.store
-        real, failed = Store.append, []
-
-        def append(self, conversation_id, message, **kw):
-            if message.role == "assistant" and message.tool_calls and not failed:
-                failed.append(message)
-                raise sqlite3.OperationalError("disk I/O error")
-            return real(self, conversation_id, message, **kw)
-
-        monkeypatch.setattr(Store, "append", append)
+        fault = fail_first_tool_call_append(monkeypatch)
         with pytest.raises(sqlite3.OperationalError):  # its reply's commit fails
             await engine.turn("r", "what is 6 * 7? use python")
-        monkeypatch.setattr(Store, "append", real)
+        fault.restore()
         await engine.turn("r", "and now?")
         turns = store.query("SELECT id FROM turns ORDER BY id")
         calls = store.query("SELECT turn_id, seq FROM model_calls ORDER BY id")
@@ -141,6 +134,6 @@ async def test_a_failed_reply_commit_loses_neither_the_reply_nor_its_call(monkey
             request_payload(store, c) for run in runs for c in load_run(store, run.run_id).calls
         ]
     sent = [dumps(provider.payload(r)) for r in provider.requests]
-    assert failed
+    assert fault.failed
     assert [(c["turn_id"], c["seq"]) for c in calls] == [(turns[0]["id"], 1), (turns[1]["id"], 1)]
     assert recorded == sent  # the failed turn's call was recorded after all

@@ -74,6 +74,11 @@ class Store:
         self._data_version = -1  # PRAGMA data_version when `_branches` was last known valid
         self._rewrites = 0  # rewrites of stored rows by this Store: a read across one is not kept
         self._committed: list[StoredMessage] = []  # appended in the open transaction
+        # Run after the open transaction commits, dropped if it rolls back: how a cache of other
+        # layers (kept in `caches`, one per connection, e.g. the trace's) takes in only
+        # committed rows.
+        self.after_commit: list[Callable[[], None]] = []
+        self.caches: dict[str, Any] = {}
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -126,13 +131,17 @@ class Store:
                 yield self.conn
             except BaseException:
                 self._committed.clear()
+                self.after_commit.clear()
                 self.conn.execute("ROLLBACK")
                 raise
             else:
+                hooks, self.after_commit = self.after_commit, []  # a failed COMMIT runs none
                 self.conn.execute("COMMIT")
                 appended, self._committed = self._committed, []
                 for stored in appended:
                     self._keep_appended(stored)
+                for hook in hooks:
+                    hook()
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:

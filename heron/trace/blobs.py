@@ -10,7 +10,8 @@ therefore grows with what is new in each request, not with the length of the his
 `dumps(json.loads(payload)) == payload`, otherwise it is kept whole (a `raw` blob).
 
 The functions take a sqlite3 connection (inside the caller's transaction) and know no store,
-loop or wire.
+loop or wire. `TraceCache` is what one connection's trace writes already know to be on disk, so
+a steady-state request looks up only what it adds (its owner keeps it valid: see the class).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +28,21 @@ from heron.providers.wire import MESSAGES, encode_body
 
 # Top-level payload fields stored as one blob each (when present).
 BLOB_FIELDS = ("system", "tools")
+# A message chain as (sha256, node id, the body when known): with the body in hand, the next
+# request compares its messages with it and hashes only those that differ.
+Link = tuple[str, int, str | None]
+# What a TraceCache keeps: chain links in all (a link holds its message body) and blobs by body.
+CACHE_LINKS = 100_000
+CACHE_BLOBS = 64
 
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def put_blob(conn: sqlite3.Connection, kind: str, body: str) -> int:
-    """The id of the blob holding `body`, inserted on first sight."""
-    digest = sha256(body)
+def put_blob(conn: sqlite3.Connection, kind: str, body: str, digest: str | None = None) -> int:
+    """The id of the blob holding `body` (whose sha256 is `digest`), inserted on first sight."""
+    digest = digest or sha256(body)
     row = conn.execute("SELECT id FROM trace_blobs WHERE sha256 = ?", (digest,)).fetchone()
     if row is not None:
         return int(row[0])
@@ -52,47 +60,67 @@ def get_blob(conn: sqlite3.Connection, blob_id: int) -> str:
     return str(row[0])
 
 
-def _node(conn: sqlite3.Connection, parent: int, blob_id: int) -> int:
-    row = conn.execute(
-        "SELECT id FROM trace_nodes WHERE parent_id = ? AND blob_id = ?", (parent, blob_id)
-    ).fetchone()
-    if row is not None:
-        return int(row[0])
+def _node(
+    conn: sqlite3.Connection, parent: int, blob_id: int, new: bool = False
+) -> tuple[int, bool]:
+    """The node of `blob_id` after `parent`, inserted on first sight, and whether it was. `new`:
+    the parent was just inserted (this transaction holds the write lock): it has no child."""
+    if not new:
+        row = conn.execute(
+            "SELECT id FROM trace_nodes WHERE parent_id = ? AND blob_id = ?", (parent, blob_id)
+        ).fetchone()
+        if row is not None:
+            return int(row[0]), False
     cur = conn.execute(
         "INSERT INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
     )
     assert cur.lastrowid is not None
-    return cur.lastrowid
+    return cur.lastrowid, True
 
 
 @dataclass
 class ChainCache:
-    """The last message chain written, as (sha256, node id) pairs, so the next request of the same
-    run only looks up what it adds. Owned by one recorder; never shared."""
+    """The last message chain written, so the next request looks up only what it adds. Owned by
+    one recorder; the list is replaced, never changed in place, so a TraceCache may hold it."""
 
-    links: list[tuple[str, int]] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
 
 
 def put_chain(conn: sqlite3.Connection, bodies: list[str], cache: ChainCache | None = None) -> int:
     """Store a list of message bodies as a path of nodes; returns the last node (0 if empty)."""
-    digests = [sha256(b) for b in bodies]
-    links = cache.links if cache else []
-    shared = 0
-    while shared < min(len(links), len(digests)) and links[shared][0] == digests[shared]:
-        shared += 1
-    new_links = links[:shared]
+    new_links = _shared(cache.links if cache else [], bodies)
     parent = new_links[-1][1] if new_links else 0
-    for digest, body in zip(digests[shared:], bodies[shared:], strict=True):
-        parent = _node(conn, parent, put_blob(conn, "message", body))
-        new_links.append((digest, parent))
+    new = False  # the last node was inserted: every one after it is new too
+    for body in bodies[len(new_links) :]:
+        digest = sha256(body)
+        parent, new = _node(conn, parent, put_blob(conn, "message", body, digest), new)
+        new_links.append((digest, parent, body))
     if cache is not None:
         cache.links = new_links
     return parent
 
 
-def chain_links(conn: sqlite3.Connection, node_id: int) -> list[tuple[str, int]]:
-    """(sha256, node id) along the path to `node_id`: seeds a ChainCache in one query. Plain
-    tuples (no row factory): a long chain is thousands of rows, read on every run's start."""
+def _shared(links: list[Link], bodies: list[str]) -> list[Link]:
+    """The links of the prefix `bodies` shares with `links`, each with its body. A link that
+    holds its body is compared by text (the same string as last time costs no hash); one read
+    from the database (no body) by digest."""
+    out: list[Link] = []
+    for link, body in zip(links, bodies, strict=False):
+        digest, node, known = link
+        if known is not None:
+            if known is not body and known != body:
+                break
+            out.append(link)
+        elif sha256(body) == digest:
+            out.append((digest, node, body))
+        else:
+            break
+    return out
+
+
+def chain_links(conn: sqlite3.Connection, node_id: int) -> list[Link]:
+    """The links along the path to `node_id` (bodies not read: compared by digest), in one
+    query; seeds a ChainCache when no TraceCache knows the chain."""
     cursor = conn.cursor()
     cursor.row_factory = None
     rows = cursor.execute(
@@ -100,16 +128,18 @@ def chain_links(conn: sqlite3.Connection, node_id: int) -> list[tuple[str, int]]
              SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
              UNION ALL
              SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
-             FROM trace_nodes n JOIN path ON n.id = path.parent_id)
+             FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
            SELECT b.sha256, path.id FROM path JOIN trace_blobs b ON b.id = path.blob_id
            ORDER BY path.depth DESC""",
         (node_id,),
     ).fetchall()
-    return rows
+    return [(digest, node, None) for digest, node in rows]
 
 
 def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:
-    """The message bodies on the path from the start to `node_id`, in order."""
+    """The message bodies on the path from the start to `node_id`, in order. A parent is always
+    older than its child (lower id): the walk takes no other step, so a damaged chain ends short
+    (and `rebuild` says so) rather than looping."""
     if node_id == 0:
         return []
     rows = conn.execute(
@@ -117,7 +147,7 @@ def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:
              SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
              UNION ALL
              SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
-             FROM trace_nodes n JOIN path ON n.id = path.parent_id)
+             FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
            SELECT b.body FROM path JOIN trace_blobs b ON b.id = path.blob_id
            ORDER BY path.depth DESC""",
         (node_id,),
@@ -125,7 +155,93 @@ def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def put_payload(conn: sqlite3.Connection, payload: str, cache: ChainCache | None = None) -> str:
+class TraceCache:
+    """What one connection's trace writes know to be on disk: per conversation the links of the
+    last message chain written, and blob ids by body (system prompts, tools, prompt inputs).
+    Both bounded, least recently used first out.
+
+    Its owner keeps it true. Only committed rows enter (`keep`, called after COMMIT: a rolled
+    back node's id is taken again by the next insert). Ids are reused after `collect_garbage`,
+    so `check`, inside each write transaction (after BEGIN IMMEDIATE: no other connection can
+    commit before it ends), drops everything when another connection committed since the last
+    check (`PRAGMA data_version`) or this one collected garbage (`gc_epoch`)."""
+
+    def __init__(self, max_links: int = CACHE_LINKS, max_blobs: int = CACHE_BLOBS) -> None:
+        self.max_links, self.max_blobs = max_links, max_blobs
+        self._chains: OrderedDict[int, list[Link]] = OrderedDict()
+        self._links = 0  # links held in `_chains`
+        self._blobs: OrderedDict[str, int] = OrderedDict()
+        self._version: tuple[int, int] | None = None  # what the entries were checked against
+
+    def check(self, conn: sqlite3.Connection) -> None:
+        version = (int(conn.execute("PRAGMA data_version").fetchone()[0]), gc_epoch(conn))
+        if version != self._version:
+            self._chains.clear()
+            self._blobs.clear()
+            self._links = 0
+            self._version = version
+
+    def chain(self, conversation_id: int) -> list[Link] | None:
+        links = self._chains.get(conversation_id)
+        if links is not None:
+            self._chains.move_to_end(conversation_id)
+        return links
+
+    def blob(self, body: str) -> int | None:
+        found = self._blobs.get(body)  # the same string as last time: no hash, no compare
+        if found is not None:
+            self._blobs.move_to_end(body)
+        return found
+
+    def keep(self, conversation_id: int | None, links: list[Link], blobs: dict[str, int]) -> None:
+        """After COMMIT: `links` is the conversation's last chain written, `blobs` the blob ids
+        the transaction found or inserted."""
+        for body, blob_id in blobs.items():
+            self._blobs[body] = blob_id
+            self._blobs.move_to_end(body)
+        while len(self._blobs) > self.max_blobs:
+            self._blobs.popitem(last=False)
+        if conversation_id is None:
+            return
+        old = self._chains.pop(conversation_id, None)
+        self._links -= len(old) if old is not None else 0
+        if not links or len(links) > self.max_links:
+            return
+        self._chains[conversation_id] = links
+        self._links += len(links)
+        while self._links > self.max_links:
+            self._links -= len(self._chains.popitem(last=False)[1])
+
+
+@dataclass
+class KnownBlobs:
+    """Blob ids by body for one write transaction: the cache's, then what this transaction found
+    or inserted (`found`, for the cache to keep once the transaction commits)."""
+
+    cache: TraceCache | None = None
+    found: dict[str, int] = field(default_factory=dict)
+
+    def blob(self, conn: sqlite3.Connection, kind: str, body: str) -> int:
+        blob_id = self.found.get(body)
+        if blob_id is None and self.cache is not None:
+            blob_id = self.cache.blob(body)
+        if blob_id is None:
+            blob_id = self.found[body] = put_blob(conn, kind, body)
+        return blob_id
+
+
+def gc_epoch(conn: sqlite3.Connection) -> int:
+    """How many times this connection collected garbage (its temp schema's user_version, which
+    no other connection sees and a rollback restores)."""
+    return int(conn.execute("PRAGMA temp.user_version").fetchone()[0])
+
+
+def put_payload(
+    conn: sqlite3.Connection,
+    payload: str,
+    cache: ChainCache | None = None,
+    known: KnownBlobs | None = None,
+) -> str:
     """Store `payload` (a JSON body) by reference; returns the reference as JSON."""
     try:
         value = json.loads(payload)
@@ -135,7 +251,7 @@ def put_payload(conn: sqlite3.Connection, payload: str, cache: ChainCache | None
     if body is None or body.text != payload:
         # Not canonical JSON: keep it whole so it still rebuilds byte for byte.
         return dumps({"raw": put_blob(conn, "raw", payload)})
-    return put_encoded(conn, value, body.pieces, cache)
+    return put_encoded(conn, value, body.pieces, cache, known)
 
 
 def put_encoded(
@@ -143,9 +259,11 @@ def put_encoded(
     value: dict[str, Any],
     pieces: dict[str, list[str]],
     cache: ChainCache | None = None,
+    known: KnownBlobs | None = None,
 ) -> str:
     """`put_payload` for a body already encoded field by field (heron/providers/wire.py): the
-    pieces must be the canonical encoding of `value`'s fields, messages one per message."""
+    pieces must be the canonical encoding of `value`'s fields, messages one per message.
+    `known`: the system and tools blobs (the same on most requests) by body."""
     value = dict(value)
     ref: dict[str, Any] = {}
     messages = value.pop(MESSAGES, None)
@@ -156,7 +274,8 @@ def put_encoded(
     for name in BLOB_FIELDS:
         if name in value:
             value.pop(name)
-            ref[name] = put_blob(conn, name, pieces[name][0])
+            text = pieces[name][0]
+            ref[name] = known.blob(conn, name, text) if known else put_blob(conn, name, text)
     ref["rest"] = value
     return dumps(ref)
 
@@ -207,4 +326,7 @@ def collect_garbage(conn: sqlite3.Connection) -> int:
     blobs = conn.execute(
         f"DELETE FROM trace_blobs WHERE id NOT IN (SELECT * FROM ({refs}) WHERE blob_id NOT NULL)"
     )
+    # Deleted ids are taken again by the next inserts: this connection's TraceCache drops what
+    # it knew (another connection's sees data_version change).
+    conn.execute(f"PRAGMA temp.user_version = {gc_epoch(conn) + 1}")
     return gone.rowcount + blobs.rowcount

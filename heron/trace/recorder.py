@@ -17,6 +17,7 @@ is where a replay puts them back:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -40,8 +41,10 @@ from heron.store import Store
 from heron.store.db import LONG_BRANCH
 from heron.trace.blobs import (
     ChainCache,
+    KnownBlobs,
+    Link,
+    TraceCache,
     chain_links,
-    put_blob,
     put_chain,
     put_encoded,
     put_payload,
@@ -139,6 +142,11 @@ class TraceRecorder:
         self.scrub = scrubber
         self.calls = 0  # model calls recorded so far: the clock events are ordered by
         self._chain = ChainCache()
+        # What the store's earlier trace writes left on disk (None: a store that keeps none),
+        # and the blobs this write transaction found (see `_write`).
+        self._cache = trace_cache(store)
+        self._known = KnownBlobs(self._cache)
+        self._conversation: int | None = None  # the turn's, read with the start
         self._started = False
         # Events noticed in synchronous hooks, written with the next write: (kind, body, after).
         self._pending: list[tuple[str, Any, int]] = []
@@ -153,22 +161,22 @@ class TraceRecorder:
         # Shallow: the fields are plain data already, and asdict's deep copy of the prompt
         # inputs (every tool schema) was the largest cost of a turn's trace.
         start = {f.name: getattr(self.start, f.name) for f in dataclasses.fields(self.start)}
-        self._chain.links = self._previous_chain(conn)
+        row = conn.execute(
+            "SELECT conversation_id, user_message_id FROM turns WHERE id = ?", (self.turn_id,)
+        ).fetchone()
+        self._conversation = row[0] if row else None
         if start["user_message_id"] is None:
-            row = conn.execute(
-                "SELECT user_message_id FROM turns WHERE id = ?", (self.turn_id,)
-            ).fetchone()
-            start["user_message_id"] = row[0] if row else None
-        start["system"] = put_blob(conn, "system_prompt", self.scrub.clean(self.start.system))
+            start["user_message_id"] = row[1] if row else None
+        system = self.scrub.clean(self.start.system)
+        start["system"] = self._known.blob(conn, "system_prompt", system)
         bodies = [self.scrub.clean(message_json(m)) for m in self.messages]
-        seen = ChainCache(self._previous_start(conn))  # only what is new is looked up
+        seen = ChainCache(self._previous_chain(conn))  # only what is new is looked up
         start["messages"] = [put_chain(conn, bodies, seen), len(bodies)]
-        if not self._chain.links:  # no earlier request: the first one may share the start's
-            self._chain.links = seen.links
+        self._chain.links = seen.links  # the run's first request shares the start's messages
         inputs = start.pop("prompt_inputs")
         if inputs is not None:
-            text = self._inputs_json or inputs_json(inputs)
-            start["prompt_inputs"] = put_blob(conn, "prompt_inputs", self.scrub.clean(text))
+            text = self.scrub.clean(self._inputs_json or inputs_json(inputs))
+            start["prompt_inputs"] = self._known.blob(conn, "prompt_inputs", text)
         conn.execute(
             "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
             (
@@ -179,28 +187,30 @@ class TraceRecorder:
         )
         self._started = True
 
-    def _previous_chain(self, conn: Any) -> list[tuple[str, int]]:
-        """The message chain of the conversation's last recorded request: this run's first
-        request shares most of it, so only what is new is looked up."""
+    def _previous_chain(self, conn: Any) -> list[Link]:
+        """The conversation's last message chain written (its last request's, else its last
+        run start's): this run starts from the same messages plus the last exchange. Kept by
+        the store's TraceCache; read from the database when it does not know the chain."""
+        conversation = self._conversation
+        if conversation is None:
+            return []
+        kept = self._cache.chain(conversation) if self._cache is not None else None
+        if kept is not None:
+            return kept
         row = conn.execute(
             "SELECT m.request_ref FROM model_calls m JOIN turns t ON t.id = m.turn_id"
-            " WHERE t.conversation_id = (SELECT conversation_id FROM turns WHERE id = ?)"
-            " AND m.request_ref IS NOT NULL ORDER BY m.id DESC LIMIT 1",
-            (self.turn_id,),
-        ).fetchone()
-        ref = json.loads(row[0]) if row else {}
-        return chain_links(conn, ref["messages"][0]) if "messages" in ref else []
-
-    def _previous_start(self, conn: Any) -> list[tuple[str, int]]:
-        """The message chain the conversation's previous recorded run started from: this run
-        starts from the same messages plus the last exchange."""
-        row = conn.execute(
-            "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
-            " WHERE t.conversation_id = (SELECT conversation_id FROM turns WHERE id = ?)"
-            " AND t.id < ? ORDER BY t.id DESC LIMIT 1",
-            (self.turn_id, self.turn_id),
+            " WHERE t.conversation_id = ? AND m.request_ref IS NOT NULL"
+            " ORDER BY m.id DESC LIMIT 1",
+            (conversation,),
         ).fetchone()
         node = (json.loads(row[0]).get("messages") or [0])[0] if row else 0
+        if not node:
+            row = conn.execute(
+                "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
+                " WHERE t.conversation_id = ? AND t.id < ? ORDER BY t.id DESC LIMIT 1",
+                (conversation, self.turn_id),
+            ).fetchone()
+            node = (json.loads(row[0]).get("messages") or [0])[0] if row else 0
         return chain_links(conn, node) if node else []
 
     async def begin(self) -> None:
@@ -252,14 +262,27 @@ class TraceRecorder:
         started, links = self._started, self._chain.links
         try:
             with self.store.transaction() as conn:
+                if self._cache is not None:  # inside the transaction: see TraceCache
+                    self._cache.check(conn)
+                self._known = KnownBlobs(self._cache)
                 self._ensure_start(conn)
                 for kind, value, after in pending:
                     self._insert_event(conn, kind, value, after)
                 body(conn)
+                self._keep_on_commit()
         except BaseException:
             # Rolled back: the start and the chain's new nodes are not on disk.
             self._started, self._chain.links = started, links
             raise
+
+    def _keep_on_commit(self) -> None:
+        """Hand the chain and blobs this write left on disk to the store's cache once the
+        transaction (the caller's, when joined) commits; a rollback drops the hook."""
+        if self._cache is not None:
+            keep = functools.partial(
+                self._cache.keep, self._conversation, self._chain.links, self._known.found
+            )
+            self.store.after_commit.append(keep)
 
     def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
         text = self.scrub.clean(dumps(value)) if value is not None else None
@@ -294,9 +317,9 @@ class TraceRecorder:
 
         def write(conn: Any) -> None:
             if pieces is not None:
-                ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain)
+                ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain, self._known)
             else:
-                ref = put_payload(conn, request, self._chain)
+                ref = put_payload(conn, request, self._chain, self._known)
             conn.execute(
                 "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
                 " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
@@ -399,6 +422,18 @@ class TraceRecorder:
             return taken
 
         return dataclasses.replace(hooks, drain=drain, should_break=checked)
+
+
+def trace_cache(store: Any) -> TraceCache | None:
+    """The store's TraceCache (one per connection), made on first use; None for a store
+    without commit hooks."""
+    caches = getattr(store, "caches", None)
+    if caches is None or not hasattr(store, "after_commit"):
+        return None
+    cache = caches.get("trace")
+    if cache is None:
+        cache = caches["trace"] = TraceCache()
+    return cache
 
 
 def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
