@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from heron.messages import Message, Part, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
@@ -90,16 +91,24 @@ def try_lease(
             " acquired, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (conversation_id, owner, HOST, os.getpid(), run_id, now, now + ttl),
         )
-        return Claim(None, epoch(store, conversation_id), _dirty(store, conversation_id))
+        return Claim(None, *_epoch_and_dirty(c, conversation_id))
 
 
-def _dirty(store: Store, conversation_id: int) -> bool:
-    """A turn still marked running (its process died) or a tool phase left open."""
-    running = store.query(
-        "SELECT 1 FROM turns WHERE conversation_id = ? AND status = 'running' LIMIT 1",
+def _epoch_and_dirty(conn: Any, conversation_id: int) -> tuple[int, bool]:
+    """The conversation's epoch, and whether an earlier turn left work to recover: a turn still
+    marked running (its process died), a checkpoint left, or a head that is an assistant
+    message with calls (`needs_closing`). One statement: every turn starts with it."""
+    row = conn.execute(
+        "SELECT c.epoch,"
+        " EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'running'),"
+        " EXISTS (SELECT 1 FROM checkpoints k WHERE k.conversation_id = c.id),"
+        " m.role, m.parts LIKE '%\"tool_call\"%'"
+        " FROM conversations c LEFT JOIN messages m ON m.id = c.head_id WHERE c.id = ?",
         (conversation_id,),
-    )
-    return bool(running) or needs_closing(store, conversation_id)
+    ).fetchone()
+    if row is None:
+        return 0, False
+    return int(row[0]), bool(row[1] or row[2] or (row[3] == "assistant" and row[4]))
 
 
 def renew_lease(store: Store, conversation_id: int, owner: str, ttl: float) -> bool:
