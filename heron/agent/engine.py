@@ -537,12 +537,7 @@ class _Recorder:
                 await self.trace.finish(status)
             await self.store.call(write)
             return
-        earlier, control.finish = (
-            control.finish,
-            functools.partial(self._last_writes, control, write),
-        )
-        if earlier is not None:  # the run before an overflow retry: its rows go now
-            await self.store.call(earlier, True)
+        control.finish = functools.partial(self._last_writes, control, write)
 
     def _last_writes(self, control: TurnControl, write: Callable[[], None], current: bool) -> None:
         """Inside SAVE's transaction: the trace rows still held, and when the turn is still

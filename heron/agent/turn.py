@@ -384,6 +384,9 @@ class TurnMachine:
             c.control.accepting_mail = False
         if isinstance(c.run.error, ContextOverflow) and c.overflow_retries < MAX_OVERFLOW_RETRIES:
             c.overflow_retries += 1
+            finish, c.control.finish = c.control.finish, None
+            if finish is not None:  # the failed run's rows go before the retry makes its own
+                await self.store.call(finish, True)
             await self._recover_overflow(c)
             c.control.accepting_mail = True
             return State.RUN
