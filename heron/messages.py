@@ -227,11 +227,18 @@ def reply_from_dict(d: dict[str, Any]) -> Reply:
 # What json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True) builds on
 # every call; built once (it holds no state between calls), as a turn encodes thousands of parts.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+_encode_str = json.encoder.encode_basestring  # what the encoder uses with ensure_ascii=False
 
 
 def dumps(obj: Any) -> str:
     """Canonical JSON: the same value always gives the same bytes (content addressing relies
-    on it)."""
+    on it). A plain string or int is written directly, as the encoder itself would write it:
+    a turn encodes dozens of keys and roles, and the encoder's call costs more than the text."""
+    kind = type(obj)
+    if kind is str:
+        return _encode_str(obj)
+    if kind is int:
+        return int.__repr__(obj)
     return _CANONICAL.encode(obj)
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heron.messages import (
@@ -14,6 +14,7 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     Usage,
+    dumps,
     from_json,
     reply_from_dict,
     reply_to_dict,
@@ -67,3 +68,18 @@ def test_helpers_pick_parts():
     assert m.text == "ab"
     assert [c.name for c in m.tool_calls] == ["bash"]
     assert Usage(1, 2, 3, 4) + Usage(1, 1, 1, 1) == Usage(2, 3, 4, 5)
+
+
+@settings(max_examples=500)
+@given(
+    st.recursive(
+        st.one_of(st.text(), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=8,
+    )
+)
+def test_dumps_is_canonical_json_for_any_value(value):
+    """The direct paths for strings and ints write what the encoder would (content addressing
+    relies on one value having one encoding)."""
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    assert dumps(value) == expected
