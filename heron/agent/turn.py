@@ -120,8 +120,9 @@ class TurnControl:
         return ok
 
     async def settle(self, store: Any, lease: Any) -> bool:
-        """SAVE's check: `current`, and when it holds, the checkpoint dropped and the lease
-        given back in the same transaction (`es.settle_turn`)."""
+        """SAVE's check (`current`) and the run's last writes (`finish`: the held final reply,
+        trace rows, the turn row), and when the turn is current, the checkpoint dropped and the
+        lease given back, all in one transaction (`es.settle_turn`)."""
         finish, self.finish = self.finish, None
         if self.stale or self.conversation_id is None or self.owner is None:
             ok = await self.current(store)
