@@ -6,6 +6,9 @@ interrupted."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+
+import pytest
 
 from heron.agent.engine import Engine
 from heron.config import Settings
@@ -76,3 +79,31 @@ async def test_a_turn_made_stale_before_save_keeps_nothing_of_the_lease_and_is_i
     assert result.outcome.value == "stale" and result.reply is None
     assert (turn.status, turn.stop_reason) == ("interrupted", "stale")
     assert holder is None  # released when the turn ended
+
+
+async def test_a_failed_save_keeps_the_call_in_the_trace_and_the_record_whole(monkeypatch):
+    """SAVE's transaction fails (the disk, say) while writing the held reply: the turn ends in
+    the error, the record gets the minimal stopped reply, and the model call stays traced."""
+    from heron.agent.turn import STOPPED
+    from heron.store import Store
+
+    real = Store.append
+
+    def append(self, conversation_id, message, **kw):
+        if message.role == "assistant" and message.text == "lost":
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(self, conversation_id, message, **kw)
+
+    provider = ScriptedProvider([Reply([Text("lost")], "done", Usage(5, 1))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        monkeypatch.setattr(Store, "append", append)
+        with pytest.raises(sqlite3.OperationalError):
+            await engine.turn("k", "hello")
+        monkeypatch.setattr(Store, "append", real)
+        conv = engine.store.conversation("k")
+        texts = [m.message.text for m in engine.store.all_messages(conv.id)]
+        turn = engine.store.turns(conv.id)[-1]
+        calls = engine.store.query("SELECT COUNT(*) FROM model_calls")[0][0]
+        holder = es.lease_holder(engine.store, conv.id)
+    assert texts == ["hello", STOPPED] and turn.status == "interrupted"
+    assert calls == 1 and holder is None

@@ -18,6 +18,7 @@ epoch token, its mailbox, a break request, and the tool-phase checkpoint it keep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import time
@@ -129,15 +130,21 @@ class TurnControl:
             if finish is not None:
                 await store.call(finish, ok)
             return ok
-        ok = await store.call(
-            es.settle_turn,
-            store,
-            self.conversation_id,
-            self.epoch,
-            self.owner,
-            clear_checkpoint=self.checkpointed,
-            finish=finish,
-        )
+        try:
+            ok = await store.call(
+                es.settle_turn,
+                store,
+                self.conversation_id,
+                self.epoch,
+                self.owner,
+                clear_checkpoint=self.checkpointed,
+                finish=finish,
+            )
+        except Exception:
+            if finish is not None:  # rolled back: the trace rows of the calls made, at least
+                with contextlib.suppress(Exception):
+                    await store.call(finish, False)
+            raise
         self.stale = not ok
         if ok and lease is not None:
             lease.released = True
