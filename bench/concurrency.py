@@ -76,7 +76,12 @@ async def measure(conversations: int, turns: int, latency: float) -> dict[str, f
 
 
 def _figures(
-    conversations: int, turns: int, latency: float, elapsed: float, cpu: float, overheads: list
+    conversations: int,
+    turns: int,
+    latency: float,
+    elapsed: float,
+    cpu: float,
+    overheads: list[float],
 ) -> dict[str, float]:
     ideal = turns * latency
     overheads.sort()
@@ -129,7 +134,7 @@ async def measure_floor(
             )
         await answers.put((chat, sent))
 
-    tasks = set()
+    tasks: set[asyncio.Task[None]] = set()  # held until done (the loop keeps weak refs)
 
     def start(chat: str, n: int) -> None:
         task = asyncio.create_task(turn(chat, n, time.perf_counter()))

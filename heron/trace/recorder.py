@@ -142,7 +142,7 @@ class TraceRecorder:
         self.scrub = scrubber
         self.calls = 0  # model calls recorded so far: the clock events are ordered by
         self._chain = ChainCache()
-        # What the store's earlier trace writes left on disk (None: a store that keeps none),
+        # What the store's earlier trace writes left on disk,
         # and the blobs this write transaction found (see `_write`).
         self._cache = trace_cache(store)
         self._known = KnownBlobs(self._cache)
@@ -194,7 +194,7 @@ class TraceRecorder:
         conversation = self._conversation
         if conversation is None:
             return []
-        kept = self._cache.chain(conversation) if self._cache is not None else None
+        kept = self._cache.chain(conversation)
         if kept is not None:
             return kept
         row = conn.execute(
@@ -262,8 +262,7 @@ class TraceRecorder:
         started, links = self._started, self._chain.links
         try:
             with self.store.transaction() as conn:
-                if self._cache is not None:  # inside the transaction: see TraceCache
-                    self._cache.check(conn)
+                self._cache.check(conn)  # inside the transaction: see TraceCache
                 self._known = KnownBlobs(self._cache)
                 self._ensure_start(conn)
                 for kind, value, after in pending:
@@ -278,11 +277,10 @@ class TraceRecorder:
     def _keep_on_commit(self) -> None:
         """Hand the chain and blobs this write left on disk to the store's cache once the
         transaction (the caller's, when joined) commits; a rollback drops the hook."""
-        if self._cache is not None:
-            keep = functools.partial(
-                self._cache.keep, self._conversation, self._chain.links, self._known.found
-            )
-            self.store.after_commit.append(keep)
+        keep = functools.partial(
+            self._cache.keep, self._conversation, self._chain.links, self._known.found
+        )
+        self.store.after_commit.append(keep)
 
     def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
         text = self.scrub.clean(dumps(value)) if value is not None else None
@@ -424,15 +422,11 @@ class TraceRecorder:
         return dataclasses.replace(hooks, drain=drain, should_break=checked)
 
 
-def trace_cache(store: Any) -> TraceCache | None:
-    """The store's TraceCache (one per connection), made on first use; None for a store
-    without commit hooks."""
-    caches = getattr(store, "caches", None)
-    if caches is None or not hasattr(store, "after_commit"):
-        return None
-    cache = caches.get("trace")
+def trace_cache(store: Store) -> TraceCache:
+    """The store's TraceCache (one per connection), made on first use."""
+    cache = store.caches.get("trace")
     if cache is None:
-        cache = caches["trace"] = TraceCache()
+        cache = store.caches["trace"] = TraceCache()
     return cache
 
 
