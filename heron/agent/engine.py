@@ -318,7 +318,7 @@ class Engine:
         note = await hop(self._before_message, conversation.id, text, strong)
         zone = self.settings.config.agent.timezone
         info = RuntimeInfo(channel, conversation.key, zone, note=note)
-        turn_id, stored = await self.store.call(
+        turn_id, stored = await self.store.write(
             self.store.begin_turn,
             conversation.id,
             run_id,
