@@ -1,5 +1,6 @@
-"""`Store.write`: the writes queued in one round of the event loop share one transaction, and
-each one still succeeds or fails on its own."""
+"""`Store.write`: while grouping is on, the writes queued in one round of the event loop share
+one transaction, and each one still succeeds or fails on its own; the engine turns grouping on
+while many turns are in flight."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ import pytest
 
 from heron.messages import user
 from heron.store import Store
+
+
+def _grouping(path) -> Store:
+    store = Store(path)
+    store.grouping = True
+    return store
 
 
 def _commits(store: Store) -> list[str]:
@@ -30,7 +37,7 @@ def _texts(path, conversation_id: int) -> list[str]:
 
 
 async def test_writes_of_one_round_share_one_commit(tmp_path):
-    store = Store(tmp_path / "h.db")
+    store = _grouping(tmp_path / "h.db")
     ids = [store.open_conversation(f"k{i}").id for i in range(5)]
     commits = _commits(store)
     turns = await asyncio.gather(
@@ -44,7 +51,7 @@ async def test_writes_of_one_round_share_one_commit(tmp_path):
 
 
 async def test_a_failing_write_is_rolled_back_alone_and_its_caller_gets_the_error(tmp_path):
-    store = Store(tmp_path / "h.db")
+    store = _grouping(tmp_path / "h.db")
     a, b, c = (store.open_conversation(k).id for k in "abc")
     hooks: list[str] = []
 
@@ -74,7 +81,7 @@ async def test_a_failing_write_is_rolled_back_alone_and_its_caller_gets_the_erro
 
 
 async def test_a_caller_cancelled_before_the_commit_writes_nothing(tmp_path):
-    store = Store(tmp_path / "h.db")
+    store = _grouping(tmp_path / "h.db")
     a, b = store.open_conversation("a").id, store.open_conversation("b").id
     kept = asyncio.create_task(store.write(store.append, a, user("kept")))
     dropped = asyncio.create_task(store.write(store.append, b, user("dropped")))
@@ -88,7 +95,7 @@ async def test_a_caller_cancelled_before_the_commit_writes_nothing(tmp_path):
 
 
 async def test_when_the_round_cannot_commit_every_caller_gets_the_error(tmp_path):
-    store = Store(tmp_path / "h.db")
+    store = _grouping(tmp_path / "h.db")
     a, b = store.open_conversation("a").id, store.open_conversation("b").id
     blocker = sqlite3.connect(tmp_path / "h.db")
     blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
@@ -105,8 +112,52 @@ async def test_when_the_round_cannot_commit_every_caller_gets_the_error(tmp_path
     assert (await store.write(store.append, a, user("again"))).conversation_id == a
 
 
-async def test_a_lone_write_runs_in_its_own_transaction(tmp_path):
+async def test_without_grouping_a_write_runs_inline(tmp_path):
     store = Store(tmp_path / "h.db")
+    cid = store.open_conversation("k").id
+    commits = _commits(store)
+    first = store.write(store.append, cid, user("one"))
+    second = store.write(store.append, cid, user("two"))
+    await first  # committed as soon as it is awaited, without waiting for the other
+    assert len(commits) == 1 and len(_texts(tmp_path / "h.db", cid)) == 1
+    await second
+    assert len(commits) == 2
+
+
+async def test_the_engine_groups_writes_while_enough_turns_are_in_flight(monkeypatch):
+    from heron.agent import engine as engine_module
+    from heron.agent.engine import Engine
+    from heron.config import Settings
+    from heron.messages import Reply, Text, Usage
+    from heron.providers.scripted import ScriptedProvider
+
+    monkeypatch.setattr(engine_module, "GROUP_COMMIT_FROM", 3)
+
+    async def answer(request: object) -> Reply:
+        await asyncio.sleep(0.01)
+        return Reply([Text("ok")], "done", Usage(5, 1))
+
+    async def commits_of(engine: Engine, keys: list[str]) -> int:
+        seen = _commits(engine.store)
+        await asyncio.gather(*(engine.turn(k, "hello") for k in keys))
+        engine.store.conn.set_trace_callback(None)
+        return len(seen)
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        await commits_of(engine, ["a", "b", "c", "d"])  # first turns: conversations opened
+        apart = await commits_of(engine, ["a", "b"])  # below the threshold: inline
+        together = await commits_of(engine, ["a", "b", "c", "d"])
+        assert not engine.store.grouping  # off again once the turns are done
+        rows = {k: len(engine.store.branch(engine.store.conversation(k).id)) for k in "abcd"}
+    assert apart == 2 * 3  # each turn's lease claim, user message and SAVE commit alone
+    # The first two start below the threshold and commit alone; from the third on, the
+    # writes of the turns in step share commits.
+    assert together < 4 * 3
+    assert rows == {"a": 6, "b": 6, "c": 4, "d": 4}  # and nothing was lost
+
+
+async def test_a_lone_write_runs_in_its_own_transaction(tmp_path):
+    store = _grouping(tmp_path / "h.db")
     cid = store.open_conversation("k").id
     statements: list[str] = []
     store.conn.set_trace_callback(statements.append)
@@ -133,7 +184,7 @@ async def test_a_lease_claim_cancelled_after_its_commit_is_given_back(tmp_path, 
     from heron.agent.leases import hold_lease
     from heron.store import engine_state as es
 
-    store = Store(tmp_path / "h.db")
+    store = _grouping(tmp_path / "h.db")
     cid = store.open_conversation("k").id
 
     async def hold() -> None:
@@ -158,6 +209,7 @@ async def test_a_turn_cancelled_while_its_save_waits_keeps_its_trace_rows(monkey
     from heron.providers.scripted import ScriptedProvider
     from heron.store import engine_state as es
 
+    monkeypatch.setattr("heron.agent.engine.GROUP_COMMIT_FROM", 1)  # a lone turn groups
     provider = ScriptedProvider([Reply([Text("the answer")], "done", Usage(5, 1))])
     async with Engine.open(Settings.load(), provider=provider) as engine:
         task: list[asyncio.Task] = []

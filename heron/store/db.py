@@ -86,6 +86,7 @@ class Store:
         self.after_commit: list[Callable[[], None]] = []
         self.caches: dict[str, Any] = {}
         self._queued: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []  # see `write`
+        self.grouping = False  # whether `write` waits for the round's group commit
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -120,7 +121,13 @@ class Store:
         the loop runs its current round share one transaction, each in a savepoint of its own
         (one that fails is rolled back alone, and its error goes to its caller only). A busy
         engine pays for BEGIN and COMMIT once per round instead of once per write; a lone
-        write runs as it would in `call`. A caller cancelled before the commit is left out."""
+        write runs as it would in `call`. A caller cancelled before the commit is left out.
+
+        Waiting for the round puts the writers in step: each waits for the others' work before
+        it goes on. That pays only when the loop is saturated, so unless `grouping` is set (the
+        engine sets it while many turns are in flight) the write runs inline, as `call`."""
+        if not self.grouping:
+            return fn(*args, **kwargs)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queued.append((functools.partial(fn, *args, **kwargs), future))
