@@ -181,7 +181,7 @@ class Engine:
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:
                 engine.recall_reader = memory_wiring.RecallReader(paths.db)
-                stack.callback(engine.recall_reader.close)
+                stack.push_async_callback(engine.recall_reader.aclose)
             try:
                 yield engine
             finally:

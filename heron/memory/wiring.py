@@ -4,7 +4,8 @@
     memory_note       what changed in memory since the section was frozen, announced once
     recall_rows       auto-recall: a synthetic recall_history call and result, stored as rows
                       just before the user's message so every later request replays them
-    RecallReader      auto-recall's search on a connection and thread of its own (busy engine)
+    RecallReader      auto-recall's search on a connection of its own, on a thread and then in
+                      a child process (busy engine)
     before_fold       the compaction extraction pass (writes only to the review queue)
     after_fold        thaw the frozen section, so the next prompt takes memory as it is now
     lazy_recall       a Recall whose embedding model loads on first semantic search, never at
@@ -16,6 +17,7 @@ Everything here is synchronous and short unless marked async; the engine calls i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -28,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from heron.memory.recall import Recall, auto_recall
+from heron.memory.recall_process import RecallProcess
 from heron.memory.section import (
     HistoryEntry,
     frozen_memory,
@@ -146,30 +149,69 @@ def wants_recall(text: str) -> bool:
     return bool(text.strip()) and not text.lstrip().startswith("/")
 
 
+# Checks the thread answers before the child process starts: starting it costs about 0.2 s of
+# CPU (an interpreter and its imports), which a short burst of overlapping turns (10
+# conversations x 5 turns) never earns back; a sustained one earns it back within a second.
+CHILD_AFTER = 100
+
+
 class RecallReader:
-    """Auto-recall's check (`Recall.any_above`) on a connection and a thread of its own.
+    """Auto-recall's check (`Recall.any_above`) off the event loop, on a connection of its own:
+    first on a thread, then, once the overlap lasts (`CHILD_AFTER` checks), in a child process.
 
     The check is full-text searching: most of its time is inside SQLite, which releases the
     GIL. Inline, that time blocks the event loop; on the main connection's worker it would
-    still hold the Store's lock the loop needs. Here it reads through a second connection (WAL
-    lets it read while the engine writes) on one dedicated thread, so on a busy engine it runs
-    on the other core while the loop serves other conversations. Opened on first use, never
-    for a lone turn (the engine checks inline then: a thread hop costs more than it saves)."""
+    still hold the Store's lock the loop needs. On one dedicated thread with a second
+    connection (WAL lets it read while the engine writes) it runs on the other core, but its
+    Python between queries still competes with the loop for the GIL; the child process
+    (`heron.memory.recall_process`) does not. The thread stays for the child's start-up and
+    for any check the child cannot answer. Never used for a lone turn (the engine checks
+    inline then: a hop costs more than it saves)."""
 
     def __init__(self, path: Any) -> None:
         self.path = path
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heron-recall")
         self._recall: Recall | None = None
+        self._child: RecallProcess | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._asked = 0  # checks answered on the thread
 
     async def strong(self, text: str, min_score: float) -> bool:
-        """Whether `text` has a hit scoring at least `min_score` in the committed history."""
+        """Whether `text` has a hit scoring at least `min_score` in the committed history: from
+        the child process once it runs (started on first use), from the thread until then or
+        whenever the child cannot answer."""
+        child = self._child
+        if child is not None:
+            answer = await child.ask(text, min_score)
+            if answer is not None:
+                return answer
+        elif self._starting is None and self._asked >= CHILD_AFTER:
+            self._starting = asyncio.create_task(self._start_child())
+        self._asked += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._check, text, min_score)
+
+    async def _start_child(self) -> None:
+        try:
+            self._child = await RecallProcess.start(self.path)
+        except (OSError, RuntimeError) as e:  # the thread keeps answering
+            log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
     def _check(self, text: str, min_score: float) -> bool:
         if self._recall is None:
             self._recall = Recall(Store(self.path))
         return wants_recall(text) and self._recall.any_above(text, min_score)
+
+    async def aclose(self) -> None:
+        """Stop the child (waiting for it to exit), then close the thread's connection."""
+        if self._starting is not None:
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starting
+        if self._child is not None:
+            await self._child.aclose()
+            self._child = None
+        self.close()
 
     def close(self) -> None:
         """Close the connection on its own thread, then the thread."""

@@ -1,0 +1,130 @@
+"""Auto-recall's check (`Recall.any_above`) in a process of its own, for a busy engine.
+
+Every turn asks whether the user's message has a strong match in the history before it is sent.
+The answer is nearly always no, but finding that out takes a handful of full-text queries. On a
+thread of the engine's own process (`RecallReader`'s first home) those queries run on the other
+core, yet their Python between queries still takes the GIL from the event loop, and every hand-
+off costs the loop a switch: at 100 conversations that contention was about a sixth of the
+engine's time. A child process has its own interpreter, so the check runs beside the loop, and
+the loop's share is one line written to a pipe and one line read back.
+
+The protocol is one JSON array per line: `[id, text, min_score]` in, `[id, answer]` out, where
+the answer is true, false, or null when the check failed (the engine then asks in-process). The
+child reads through its own connection to the database (WAL: it never blocks a writer) and
+exits when its stdin closes, so it never outlives the engine that started it.
+
+    python -m heron.memory.recall_process PATH_TO_DB      (started by the engine, not by hand)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class _Replies(asyncio.SubprocessProtocol):
+    """Reads the child's answers as they arrive and resolves the futures waiting for them."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, asyncio.Future[bool | None]] = {}
+        self.exited = asyncio.Event()
+        self._partial = b""
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            ident, answer = json.loads(line)
+            future = self.waiting.pop(ident, None)
+            if future is not None and not future.done():
+                future.set_result(answer)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_result(None)  # the engine asks in-process instead
+        self.waiting.clear()
+
+
+class RecallProcess:
+    """A running child that answers auto-recall's check; see the module docstring."""
+
+    def __init__(self, transport: asyncio.SubprocessTransport, replies: _Replies) -> None:
+        self._transport = transport
+        self._replies = replies
+        self._stdin = transport.get_pipe_transport(0)
+        self._next = 0
+
+    @classmethod
+    async def start(cls, db_path: Any) -> RecallProcess:
+        loop = asyncio.get_running_loop()
+        transport, replies = await loop.subprocess_exec(
+            _Replies,
+            sys.executable,
+            "-m",
+            "heron.memory.recall_process",
+            str(db_path),
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        return cls(transport, replies)
+
+    @property
+    def alive(self) -> bool:
+        return not self._replies.exited.is_set() and not self._transport.is_closing()
+
+    async def ask(self, text: str, min_score: float) -> bool | None:
+        """Whether `text` has a hit scoring at least `min_score`; None when the child could not
+        answer (it failed on this text, or it is gone)."""
+        if not self.alive:
+            return None
+        self._next += 1
+        future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._replies.waiting[self._next] = future
+        self._stdin.write((json.dumps([self._next, text, min_score]) + "\n").encode())
+        return await future
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Close the child's stdin and wait for it to exit (it does at once); then the
+        transport, which kills a child that did not."""
+        if self._transport.is_closing():
+            return
+        self._stdin.close()
+        try:
+            await asyncio.wait_for(self._replies.exited.wait(), timeout)
+        except TimeoutError:
+            log.warning("the auto-recall process did not exit; killing it")
+        self._transport.close()
+
+    @property
+    def pid(self) -> int:
+        return self._transport.get_pid()
+
+
+def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
+    """The child's loop: answer each request line until stdin closes."""
+    from heron.memory.recall import Recall
+    from heron.memory.wiring import wants_recall
+    from heron.store import Store
+
+    lines = sys.stdin if lines is None else lines
+    out = sys.stdout if out is None else out
+    recall = Recall(Store(db_path))
+    for line in lines:
+        ident, text, min_score = json.loads(line)
+        try:
+            answer: bool | None = wants_recall(text) and recall.any_above(text, min_score)
+        except Exception as e:  # answered in-process instead; the child keeps serving
+            log.warning("auto-recall check failed in the child: %s", e)
+            answer = None
+        out.write(json.dumps([ident, answer]) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

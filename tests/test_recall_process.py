@@ -1,0 +1,99 @@
+"""Auto-recall's check in a child process (heron/memory/recall_process.py): the child answers
+what the in-process check answers, a check that fails or a child that dies falls back to the
+thread, and closing the engine's reader leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from heron.memory import wiring
+from heron.memory.recall import Recall
+from heron.memory.recall_process import RecallProcess, serve
+from heron.messages import assistant, user
+from heron.store import Store
+
+QUESTIONS = ["when is the passport renewal appointment", "zebra crossing", "/stop", "   "]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A history where one conversation talked about a passport renewal."""
+    path = tmp_path / "h.db"
+    store = Store(path)
+    for c in range(30):
+        conv = store.open_conversation(f"c{c}")
+        for i in range(6):
+            store.append(conv.id, user(f"c{c} message {i} about the weather"))
+            store.append(conv.id, assistant("ok"))
+    conv = store.open_conversation("trip")
+    store.append(conv.id, user("my passport renewal appointment is on 3 March at the consulate"))
+    store.close()
+    return path
+
+
+def expected(db: Path, min_score: float) -> list[bool]:
+    store = Store(db)
+    recall = Recall(store)
+    answers = [wiring.wants_recall(q) and recall.any_above(q, min_score) for q in QUESTIONS]
+    store.close()
+    return answers
+
+
+def test_serve_answers_each_line_and_survives_a_failing_check(db):
+    requests = [json.dumps([i, q, 5.0]) for i, q in enumerate(QUESTIONS)]
+    requests.insert(1, json.dumps([99, "passport", "not a number"]))  # any_above raises
+    out = io.StringIO()
+    serve(str(db), io.StringIO("\n".join(requests) + "\n"), out)
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert replies[1] == [99, None]  # failed: the engine asks in-process instead
+    answers = [answer for ident, answer in replies if ident != 99]
+    assert answers == expected(db, 5.0)
+    assert answers[0] is True and answers[1] is False  # the fixture has a strong and a weak one
+
+
+async def test_the_child_answers_like_the_in_process_check_and_exits_on_close(db):
+    child = await RecallProcess.start(db)
+    answers = await asyncio.gather(*(child.ask(q, 5.0) for q in QUESTIONS))
+    assert list(answers) == expected(db, 5.0)
+    pid = child.pid
+    await child.aclose()
+    assert not child.alive
+    with pytest.raises(ProcessLookupError):  # exited and waited for: no zombie left
+        os.kill(pid, 0)
+
+
+async def test_a_dead_child_leaves_the_check_to_the_thread(db, monkeypatch):
+    monkeypatch.setattr(wiring, "CHILD_AFTER", 0)
+    reader = wiring.RecallReader(db)
+    try:
+        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the thread, while it starts
+        await reader._starting
+        assert reader._child is not None and reader._child.alive
+        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the child
+        os.kill(reader._child.pid, signal.SIGKILL)
+        await asyncio.wait_for(reader._child._replies.exited.wait(), 10)
+        assert await reader._child.ask(QUESTIONS[0], 5.0) is None
+        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the thread again
+        assert await reader.strong(QUESTIONS[1], 5.0) is False
+    finally:
+        await reader.aclose()
+
+
+async def test_the_child_starts_only_after_enough_checks(db, monkeypatch):
+    monkeypatch.setattr(wiring, "CHILD_AFTER", 3)
+    reader = wiring.RecallReader(db)
+    try:
+        for _ in range(3):
+            await reader.strong(QUESTIONS[1], 5.0)
+            assert reader._starting is None  # a short burst never pays for a process
+        await reader.strong(QUESTIONS[1], 5.0)
+        assert reader._starting is not None
+    finally:
+        await reader.aclose()
