@@ -127,11 +127,7 @@ async def _acquire(
 ) -> es.Claim:
     delay, waited, told = 0.02, 0.0, False
     while True:
-        try:
-            claim = await store.write(es.try_lease, store, conversation_id, owner, ttl)
-        except asyncio.CancelledError:  # the claim may have committed just before: give it back
-            es.release_lease(store, conversation_id, owner)
-            raise
+        claim = await store.call(es.try_lease, store, conversation_id, owner, ttl)
         holder = claim.holder
         if holder is None:
             return claim

@@ -130,28 +130,16 @@ class TurnControl:
             if finish is not None:
                 await store.call(finish, ok)
             return ok
-        ran = False
-
-        def last_writes(current: bool) -> None:
-            nonlocal ran
-            ran = True
-            if finish is not None:
-                finish(current)
-
         try:
-            ok = await store.write(
+            ok = await store.call(
                 es.settle_turn,
                 store,
                 self.conversation_id,
                 self.epoch,
                 self.owner,
                 clear_checkpoint=self.checkpointed,
-                finish=last_writes,
+                finish=finish,
             )
-        except asyncio.CancelledError:
-            if not ran:  # cancelled before its commit ran: the interrupted path writes them
-                self.finish = finish
-            raise
         except Exception:
             if finish is not None:  # rolled back: the trace rows of the calls made, at least
                 with contextlib.suppress(Exception):

@@ -17,11 +17,6 @@ How the async engine calls the store (`Store.call` and `Store.call_slow`):
   branch (thousands of rows), rebuilding old traces. The loop stays responsive while it runs
   (the GIL is released inside SQLite and switched every few milliseconds otherwise).
 
-- `write` is `call` for the engine's per-turn writes (the lease claim, the user's message
-  with its turn row, SAVE): the writes queued during one round of the event loop share one
-  transaction, each in a savepoint of its own (group commit). A busy engine then pays BEGIN and
-  COMMIT once per round rather than once per write; a lone write runs as `call` would.
-
 The one wait an inline call can meet is another process's write transaction (busy_timeout);
 every writer here keeps its transactions short, so that wait is short too.
 """
@@ -29,7 +24,6 @@ every writer here keeps its transactions short, so that wait is short too.
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import json
 import sqlite3
@@ -85,8 +79,6 @@ class Store:
         # committed rows.
         self.after_commit: list[Callable[[], None]] = []
         self.caches: dict[str, Any] = {}
-        self._queued: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []  # see `write`
-        self.grouping = False  # whether `write` waits for the round's group commit
         try:
             self.conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -115,51 +107,6 @@ class Store:
     async def call_slow(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run an operation whose cost grows with the data (a long branch) on a worker thread."""
         return await asyncio.to_thread(fn, *args, **kwargs)
-
-    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a short write on the event loop in the next group commit: the writes queued while
-        the loop runs its current round share one transaction, each in a savepoint of its own
-        (one that fails is rolled back alone, and its error goes to its caller only). A busy
-        engine pays for BEGIN and COMMIT once per round instead of once per write; a lone
-        write runs as it would in `call`. A caller cancelled before the commit is left out.
-
-        Waiting for the round puts the writers in step: each waits for the others' work before
-        it goes on. That pays only when the loop is saturated, so unless `grouping` is set (the
-        engine sets it while many turns are in flight) the write runs inline, as `call`."""
-        if not self.grouping:
-            return fn(*args, **kwargs)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queued.append((functools.partial(fn, *args, **kwargs), future))
-        if len(self._queued) == 1:
-            loop.call_soon(self._commit_queued)
-        return await future
-
-    def _commit_queued(self) -> None:
-        queued = [(work, future) for work, future in self._queued if not future.cancelled()]
-        self._queued = []
-        if len(queued) == 1:
-            _settle(queued[0][1], *_outcome(queued[0][0]))
-            return
-        try:
-            with self.transaction():
-                outcomes = [self._in_savepoint(work) for work, _ in queued]
-        except Exception as e:  # BEGIN or COMMIT failed: nothing of the round was written
-            for _, future in queued:
-                _settle(future, False, e)
-            return
-        for (_, future), (ok, value) in zip(queued, outcomes, strict=True):
-            _settle(future, ok, value)
-
-    def _in_savepoint(self, work: Callable[[], Any]) -> tuple[bool, Any]:
-        appended, hooks = len(self._committed), len(self.after_commit)
-        self.conn.execute("SAVEPOINT queued")
-        ok, value = _outcome(work)
-        if not ok:
-            self.conn.execute("ROLLBACK TO queued")
-            del self._committed[appended:], self.after_commit[hooks:]
-        self.conn.execute("RELEASE queued")
-        return ok, value
 
     def is_long(self, conversation_id: int) -> bool:
         """Whether the conversation's branch is long enough that reading it belongs in
@@ -489,22 +436,6 @@ class Store:
     def turn(self, run_id: str) -> Turn | None:
         rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))
         return turn_from_row(rows[0]) if rows else None
-
-
-def _outcome(work: Callable[[], Any]) -> tuple[bool, Any]:
-    try:
-        return True, work()
-    except Exception as e:
-        return False, e
-
-
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.cancelled():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 def _as_read(
