@@ -9,11 +9,12 @@ import io
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
-from heron.memory import wiring
+from heron.memory import recall_process, wiring
 from heron.memory.recall import Recall
 from heron.memory.recall_process import RecallProcess, serve
 from heron.messages import assistant, user
@@ -97,3 +98,30 @@ async def test_the_child_starts_only_after_enough_checks(db, monkeypatch):
         assert reader._starting is not None
     finally:
         await reader.aclose()
+
+
+async def _fake_child(script: str) -> RecallProcess:
+    """A child that does not speak the protocol as it should."""
+    loop = asyncio.get_running_loop()
+    transport, replies = await loop.subprocess_exec(
+        recall_process._Replies, sys.executable, "-c", script
+    )
+    return RecallProcess(transport, replies)
+
+
+async def test_a_child_that_writes_something_else_is_left_and_stopped():
+    child = await _fake_child(
+        "import sys\nfor line in sys.stdin:\n    print('Warning: not an answer', flush=True)"
+    )
+    assert await child.ask("anything", 5.0) is None
+    assert not child.alive
+    await asyncio.wait_for(child._replies.exited.wait(), 10)  # stopped, not left running
+    assert await child.ask("anything", 5.0) is None
+
+
+async def test_a_stuck_child_does_not_hold_the_turn(monkeypatch):
+    monkeypatch.setattr(recall_process, "ASK_TIMEOUT", 0.2)
+    child = await _fake_child("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)")
+    assert await child.ask("anything", 5.0) is None
+    assert not child.alive
+    await asyncio.wait_for(child._replies.exited.wait(), 10)

@@ -26,6 +26,10 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# Seconds a check may take in the child before the engine stops asking it. A check is a few
+# milliseconds; this only keeps a stuck child from holding a turn forever.
+ASK_TIMEOUT = 30.0
+
 
 class _Replies(asyncio.SubprocessProtocol):
     """Reads the child's answers as they arrive and resolves the futures waiting for them."""
@@ -33,22 +37,40 @@ class _Replies(asyncio.SubprocessProtocol):
     def __init__(self) -> None:
         self.waiting: dict[int, asyncio.Future[bool | None]] = {}
         self.exited = asyncio.Event()
+        self.broken = False  # it exited, said something else than an answer, or took too long
+        self.transport: asyncio.BaseTransport | None = None
         self._partial = b""
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
-            ident, answer = json.loads(line)
+            try:
+                ident, answer = json.loads(line)
+            except ValueError:  # not the protocol: nothing it says can be trusted from now on
+                log.warning("auto-recall process wrote %r; leaving it", line[:80])
+                self.give_up()
+                return
             future = self.waiting.pop(ident, None)
             if future is not None and not future.done():
-                future.set_result(answer)
+                future.set_result(answer if isinstance(answer, bool) else None)
 
     def process_exited(self) -> None:
         self.exited.set()
+        self.give_up()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def give_up(self) -> None:
+        """Answer every waiting check with None (the engine asks in-process instead) and stop
+        the child if it still runs."""
+        self.broken = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
         for future in self.waiting.values():
             if not future.done():
-                future.set_result(None)  # the engine asks in-process instead
+                future.set_result(None)
         self.waiting.clear()
 
 
@@ -76,7 +98,7 @@ class RecallProcess:
 
     @property
     def alive(self) -> bool:
-        return not self._replies.exited.is_set() and not self._transport.is_closing()
+        return not self._replies.broken and not self._transport.is_closing()
 
     async def ask(self, text: str, min_score: float) -> bool | None:
         """Whether `text` has a hit scoring at least `min_score`; None when the child could not
@@ -87,7 +109,12 @@ class RecallProcess:
         future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._replies.waiting[self._next] = future
         self._stdin.write((json.dumps([self._next, text, min_score]) + "\n").encode())
-        return await future
+        try:
+            return await asyncio.wait_for(future, ASK_TIMEOUT)
+        except TimeoutError:  # stuck: its later answers are not waited for either
+            log.warning("auto-recall process did not answer in %.0f s; leaving it", ASK_TIMEOUT)
+            self._replies.give_up()
+            return None
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """Close the child's stdin and wait for it to exit (it does at once); then the
