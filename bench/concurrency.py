@@ -13,7 +13,7 @@ reply in the real store, two transactions a turn, and does nothing else. The flo
 engine that persists its turns pays on this machine; `--floor-extra-us` adds that many
 microseconds of CPU to each of its turns, to find the per-turn budget a ratio allows here.
 
-    .venv/bin/python bench/concurrency.py [--latency-ms 100] [--turns 5] [--json]
+    .venv/bin/python bench/concurrency.py [--latency-ms 100] [--turns 5] [--runs 3] [--json]
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 LEVELS = (1, 10, 100)
 
@@ -166,6 +168,26 @@ async def measure_floor(
     return _figures(conversations, turns, latency, elapsed, time.process_time() - cpu, overheads)
 
 
+def median_run(
+    runs: int, run: Callable[[], Coroutine[Any, Any, dict[str, float]]]
+) -> dict[str, float]:
+    """The median of `runs` runs by x ideal (this machine's speed drifts by a third within
+    minutes, so one run can mislead), each in a fresh home; with the range when runs > 1."""
+    figures = []
+    for _ in range(runs):
+        os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-")
+        figures.append(asyncio.run(run()))
+    figures.sort(key=lambda f: f["ratio"])
+    middle = figures[(len(figures) - 1) // 2]
+    if runs > 1:
+        middle = {
+            **middle,
+            "runs": runs,
+            "ratio_range": [figures[0]["ratio"], figures[-1]["ratio"]],
+        }
+    return middle
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=100.0)
@@ -176,14 +198,21 @@ def main() -> None:
         default=0.0,
         help="CPU microseconds added to each turn of the floor loop (default 0)",
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="runs of each level; the median run (by x ideal) is reported, with the range",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
-    os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-")
+    latency = args.latency_ms / 1000
     results = {}
     for n in LEVELS:
-        results[str(n)] = asyncio.run(measure(n, args.turns, args.latency_ms / 1000))
-    floor = asyncio.run(
-        measure_floor(LEVELS[-1], args.turns, args.latency_ms / 1000, args.floor_extra_us)
+        results[str(n)] = median_run(args.runs, lambda n=n: measure(n, args.turns, latency))
+    floor = median_run(
+        args.runs,
+        lambda: measure_floor(LEVELS[-1], args.turns, latency, args.floor_extra_us),
     )
     results["floor"] = {**floor, "conversations": LEVELS[-1], "extra_us": args.floor_extra_us}
     if args.json:
@@ -196,10 +225,14 @@ def main() -> None:
     )
     for n, r in results.items():
         label = f"{LEVELS[-1]}*" if n == "floor" else n
+        spread = " ({}-{})".format(*r["ratio_range"]) if "ratio_range" in r else ""
         print(
             f"{label:>6} {r['turns_per_s']:>9} {r['p50_ms']:>8} {r['p95_ms']:>8} "
             f"{r['elapsed_s']:>8} {r['ideal_s']:>8} {r['ratio']:>8} {r['cpu_ms_per_turn']:>12}"
+            f"{spread}"
         )
+    if args.runs > 1:
+        print(f"each row: the median of {args.runs} runs by x ideal (the range in brackets)")
     print(
         f"* floor: a bare loop that only commits each turn's two messages"
         f" (+{args.floor_extra_us:.0f} us of CPU a turn)"
