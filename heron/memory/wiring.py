@@ -178,8 +178,8 @@ class RecallReader:
 
     async def strong(self, text: str, min_score: float) -> bool:
         """Whether `text` has a hit scoring at least `min_score` in the committed history: from
-        the child process once it runs (started on first use), from the thread until then or
-        whenever the child cannot answer."""
+        the child process once it runs (started after `CHILD_AFTER` checks), from the thread
+        until then or whenever the child cannot answer."""
         child = self._child
         if child is not None:
             answer = await child.ask(text, min_score)
@@ -194,7 +194,7 @@ class RecallReader:
     async def _start_child(self) -> None:
         try:
             self._child = await RecallProcess.start(self.path)
-        except (OSError, RuntimeError) as e:  # the thread keeps answering
+        except Exception as e:  # whatever stops it, the thread keeps answering
             log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
     def _check(self, text: str, min_score: float) -> bool:
