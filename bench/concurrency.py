@@ -170,10 +170,10 @@ async def measure_floor(
 
 def median_run(
     runs: int, run: Callable[[], Coroutine[Any, Any, dict[str, float]]]
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The median of `runs` runs by x ideal (this machine's speed drifts by a third within
     minutes, so one run can mislead), each in a fresh home; with the range when runs > 1."""
-    figures = []
+    figures: list[dict[str, Any]] = []
     for _ in range(runs):
         os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-")
         figures.append(asyncio.run(run()))
