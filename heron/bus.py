@@ -1,9 +1,12 @@
 """The bus between channels and the engine.
 
 Channels publish `InboundMessage`s; the `AgentLoop` consumes them and publishes
-`OutboundMessage`s; the `Dispatcher` hands each outbound message to the channels registered for
-it. The dispatcher is the one place where replies are delivered implicitly: nothing else in
-Heron writes to a channel on a turn's behalf.
+`OutboundMessage`s (answers, command replies, notices) and, for a channel that asks for them
+(`InboundMessage.events`), the `TurnEvent`s of the turns it starts: start and end, streamed text
+and reasoning, tool calls, retries. Both travel on one queue, so a channel sees them in the
+order they happened. The `Dispatcher` hands each one to the channels registered for it: the one
+place where replies are delivered implicitly; nothing else in Heron writes to a channel on a
+turn's behalf, and the engine knows no screen.
 """
 
 from __future__ import annotations
@@ -13,8 +16,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from heron.messages import ToolCall, ToolResult
+
 Provenance = Literal["user", "scheduled", "subagent", "internal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
+EventKind = Literal[
+    "turn_start",  # a turn began for the message (or for mail queued behind one)
+    "delta",  # streamed answer text
+    "reasoning",  # streamed reasoning
+    "progress",  # interim text the model wrote before a tool call
+    "tool_start",
+    "tool_end",
+    "retry",  # the provider call failed and is tried again in `seconds`
+    "busy",  # another process holds the conversation; the turn waits for it
+    "mail",  # the message went to the running turn's mailbox and is answered in it
+    "queued",  # the message waits for the running turn and opens the next one
+    "turn_end",
+]
 
 
 @dataclass(frozen=True)
@@ -26,6 +44,7 @@ class InboundMessage:
     provenance: Provenance = "user"
     agent: str = "default"
     meta: dict[str, str] = field(default_factory=dict)
+    events: bool = False  # the channel wants this message's TurnEvents (streams, tools, end)
 
 
 @dataclass(frozen=True)
@@ -37,7 +56,37 @@ class OutboundMessage:
     kind: OutKind = "answer"
 
 
-Deliver = Callable[[OutboundMessage], Awaitable[None]]
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended, for the channel that started it."""
+
+    ok: bool
+    outcome: str  # heron.agent.turn.Outcome's value
+    error: str | None = None
+    reply: str | None = None  # what RESPOND delivers (None: nothing)
+    command: str | None = None  # the slash command that answered it
+    switch_to: str | None = None  # /resume: the channel continues in this conversation
+    run_id: str = ""
+    model_calls: int = 0
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    """Something that happened in a running turn, for the channel that started it."""
+
+    channel: str
+    chat_id: str
+    key: str
+    kind: EventKind
+    text: str = ""  # delta, reasoning, progress and notice text
+    call: ToolCall | None = None  # tool_start, tool_end
+    result: ToolResult | None = None  # tool_end
+    seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try
+    end: TurnEnd | None = None  # turn_end
+
+
+Outbound = OutboundMessage | TurnEvent
+Deliver = Callable[[Outbound], Awaitable[None]]
 
 
 class MessageBus:
@@ -45,13 +94,17 @@ class MessageBus:
 
     def __init__(self) -> None:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
-        self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+        self.outbound: asyncio.Queue[Outbound] = asyncio.Queue()
 
     async def publish(self, message: InboundMessage) -> None:
         await self.inbound.put(message)
 
-    async def send(self, message: OutboundMessage) -> None:
+    async def send(self, message: Outbound) -> None:
         await self.outbound.put(message)
+
+    def emit(self, event: Outbound) -> None:
+        """Send from synchronous code (a stream callback); the queue is unbounded."""
+        self.outbound.put_nowait(event)
 
 
 class Dispatcher:
@@ -64,7 +117,7 @@ class Dispatcher:
     def register(self, channel: str, deliver: Deliver) -> None:
         self._channels.setdefault(channel, []).append(deliver)
 
-    async def deliver(self, message: OutboundMessage) -> int:
+    async def deliver(self, message: Outbound) -> int:
         targets = self._channels.get(message.channel, []) + self._channels.get("*", [])
         for target in targets:
             await target(message)

@@ -48,6 +48,7 @@ from heron.messages import Message, Text, Usage
 from heron.providers import Provider, open_provider
 from heron.providers.base import OnEvent
 from heron.store import Conversation, Store
+from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
 from heron.trace.recorder import TraceRecorder, trace_for
 
@@ -171,6 +172,7 @@ class Engine:
                 registry = ToolRegistry([]) if choice.embedded else default_registry()
                 if not choice.embedded:
                     _add_memory_tools(registry, ephemeral)
+                    with_message_tool(registry)  # every channel's turn can deliver (AgentLoop)
             engine = cls(settings, store, provider, choice, registry)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:
@@ -266,13 +268,21 @@ class Engine:
         )
 
     async def turn(
-        self, key: str, text: str, hooks: TurnHooks | None = None, *, agent: str = "default"
+        self,
+        key: str,
+        text: str,
+        hooks: TurnHooks | None = None,
+        *,
+        agent: str = "default",
+        channel: str = "cli",
     ) -> TurnResult:
         """One user message through the turn's state machine (heron/agent/turn.py): under the
-        conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND."""
+        conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND. `channel`
+        is where the message came from, named in the runtime block."""
         self.turns_running += 1
         try:
-            return await TurnMachine(self).turn(key, text, hooks or TurnHooks(), agent)
+            machine = TurnMachine(self)
+            return await machine.turn(key, text, hooks or TurnHooks(), agent, channel)
         finally:
             self.turns_running -= 1
 

@@ -1,9 +1,14 @@
 """AgentLoop: consumes the bus, one turn per conversation at a time, conversations concurrent.
 
+Every channel enters here: `heron run` and `heron chat` publish an InboundMessage and read back
+OutboundMessages and, when they ask for them, the turn's TurnEvents (heron/bus.py); the engine
+never writes to a screen.
+
 A message for a conversation whose turn is running goes into that turn's mailbox; the runner
 drains it after each tool phase and after a final-looking reply, so the follow-up is answered in
-the same turn. Mail that arrives after the last drain starts the next turn. /stop, /new and
-/status for a busy conversation run at once instead of queueing behind the turn.
+the same turn. Mail that arrives after the last drain, or that a /stop or /new overtook, is kept
+and opens the next turn (after the fresh context, for /new). /stop, /new and /status for a busy
+conversation run at once instead of queueing behind the turn.
 
 /stop is a hard break: the epoch is bumped (so whatever the turn still tries to commit is
 discarded), the task is cancelled, and its finished tool results are restored into the record.
@@ -23,9 +28,12 @@ from dataclasses import dataclass, field
 
 from heron.agent import commands
 from heron.agent.engine import Engine, TurnHooks, TurnResult
+from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import TurnControl
-from heron.bus import InboundMessage, MessageBus, OutboundMessage
-from heron.errors import HeronError
+from heron.bus import EventKind, InboundMessage, MessageBus, OutboundMessage, TurnEnd, TurnEvent
+from heron.errors import HeronError, ProviderError
+from heron.messages import ToolCall
+from heron.providers.base import StreamEvent
 from heron.store import engine_state as es
 
 BREAK_GRACE = 20.0
@@ -82,11 +90,23 @@ class AgentLoop:
     def running(self, key: str) -> bool:
         return key in self._active
 
-    async def run(self) -> None:
-        """Consume the bus until cancelled; idle compaction sweeps in the background."""
+    async def run(self, *, idle: bool = True) -> None:
+        """Consume the bus until cancelled; idle compaction sweeps in the background unless
+        `idle` is False (a one-message `heron run` has no idle time)."""
+        if not idle:
+            await self._consume()
+            return
         async with idle_compaction(self.engine, self.idle_poll):
-            while True:
-                await self.dispatch(await self.bus.inbound.get())
+            await self._consume()
+
+    async def _consume(self) -> None:
+        inbound = self.bus.inbound
+        while True:
+            message = await inbound.get()
+            try:
+                await self.dispatch(message)
+            finally:
+                inbound.task_done()  # a channel can wait until its messages are dispatched
 
     async def dispatch(self, message: InboundMessage) -> None:
         key = self.resolve(message)
@@ -99,13 +119,21 @@ class AgentLoop:
             await self._priority(found, key, message)
             return
         if found is None and active.control.post(message.text):
-            return  # answered in the running turn
+            self._event(message, key, "mail")  # answered in the running turn
+            return
         self._pending.setdefault(key, deque()).append(message)
+        self._event(message, key, "queued")
 
     async def _priority(self, found: commands.Command, key: str, message: InboundMessage) -> None:
         if found.name == "new":
+            # /new runs next, then mail the stopped turn had not read, in the fresh context;
+            # the stopped turn's end starts them (one turn of a conversation at a time).
+            queue = self._pending.setdefault(key, deque())
+            mail = self._active[key].control.take_mail()
+            if mail:
+                queue.appendleft(dataclasses.replace(message, text=mail))
+            queue.appendleft(message)
             await self.stop(key)
-            self._start(key, message)
             return
         ctx = commands.CommandContext(
             self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
@@ -127,36 +155,81 @@ class AgentLoop:
     async def _turn(
         self, key: str, message: InboundMessage, control: TurnControl
     ) -> TurnResult | None:
-        def busy(note: str) -> None:
-            if control.visible:
-                self.bus.outbound.put_nowait(
-                    OutboundMessage(message.channel, message.chat_id, key, note, "notice")
-                )
-
-        hooks = TurnHooks(on_busy=busy, control=control)
+        self._event(message, key, "turn_start")
+        hooks = self._hooks(key, message, control)
         try:
-            result = await self.engine.turn(key, message.text, hooks, agent=message.agent)
+            result = await self.engine.turn(
+                key, message.text, hooks, agent=message.agent, channel=message.channel
+            )
+        except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
+            self._event(message, key, "turn_end", end=TurnEnd(False, "stale"))
+            raise
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
                 log.exception("turn of %s failed", key)
             if control.visible and not control.stale:
                 await self._send(message, key, f"The turn failed: {error}", "error")
+            self._event(message, key, "turn_end", end=TurnEnd(False, "failed", str(error)))
             return None
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
         if result.reply is not None and not control.stale:  # RESPOND's last token check
-            kind = "command" if result.command and result.run.model_calls == 0 else "answer"
-            await self._send(message, key, result.reply, kind)
+            await self._send(message, key, result.reply, _kind_of(result))
+        self._event(message, key, "turn_end", end=_end_of(result))
         return result
+
+    def _hooks(self, key: str, message: InboundMessage, control: TurnControl) -> TurnHooks:
+        """What the turn shows as it runs: busy notices always; the stream, tool calls and
+        retries as TurnEvents for a channel that asked for them."""
+
+        def busy(note: str) -> None:
+            if control.visible:
+                self.bus.emit(
+                    OutboundMessage(message.channel, message.chat_id, key, note, "notice")
+                )
+
+        hooks = TurnHooks(on_busy=busy, control=control)
+        if not message.events:
+            return hooks
+
+        def stream(ev: StreamEvent) -> None:
+            self._event(message, key, "reasoning" if ev.kind == "thinking" else "delta", ev.text)
+
+        def tool_start(call: ToolCall) -> None:
+            self._event(message, key, "tool_start", call=call)
+
+        def tool_end(record: ToolCallRecord) -> None:
+            took = record.ended - record.started
+            self._event(message, key, "tool_end", call=record.call, result=record.result, s=took)
+
+        def retry(error: ProviderError, wait: float) -> None:
+            self._event(message, key, "retry", str(error), s=wait)
+
+        hooks.on_event, hooks.on_tool_start, hooks.on_tool_end = stream, tool_start, tool_end
+        hooks.on_retry = retry
+        return hooks
+
+    def _event(
+        self,
+        message: InboundMessage,
+        key: str,
+        kind: EventKind,
+        text: str = "",
+        *,
+        s: float = 0.0,
+        **payload: object,
+    ) -> None:
+        if message.events:
+            event = TurnEvent(message.channel, message.chat_id, key, kind, text, seconds=s)
+            self.bus.emit(dataclasses.replace(event, **payload) if payload else event)
 
     def _finished(self, key: str, control: TurnControl, message: InboundMessage) -> None:
         self._active.pop(key, None)
         queue = self._pending.setdefault(key, deque())
-        if control.mailbox and not control.stale:
-            # Typed after the run's last drain: it opens the next turn instead of being lost.
-            text = "\n\n".join(control.mailbox)
-            queue.appendleft(dataclasses.replace(message, text=text, key=key))
-            control.mailbox = []
+        mail = control.take_mail()
+        if mail:
+            # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
+            queue.appendleft(dataclasses.replace(message, text=mail, key=key))
         if queue:
             self._start(key, queue.popleft())
         elif not self._active:
@@ -218,3 +291,23 @@ class AgentLoop:
             await self.stop(key)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
+
+
+def _end_of(result: TurnResult) -> TurnEnd:
+    error = result.run.error
+    return TurnEnd(
+        result.ok,
+        result.outcome.value,
+        None if error is None else str(error),
+        result.reply,
+        result.command,
+        result.switch_to,
+        result.run_id,
+        result.run.model_calls,
+    )
+
+
+def _kind_of(result: TurnResult) -> str:
+    if result.command and result.run.model_calls == 0:
+        return "command"
+    return "error" if result.run.error is not None else "answer"

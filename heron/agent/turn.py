@@ -151,11 +151,17 @@ class TurnControl:
         return ok
 
     def post(self, text: str) -> bool:
-        """Put a follow-up in the mailbox; False once the run has passed its last drain."""
-        if not self.accepting_mail:
+        """Put a follow-up in the mailbox; False once the run has passed its last drain or the
+        turn was stopped (the message then waits for the next turn)."""
+        if not self.accepting_mail or self.stale:
             return False
         self.mailbox.append(text)
         return True
+
+    def take_mail(self) -> str:
+        """The mail the run has not read, joined, and the mailbox emptied."""
+        mail, self.mailbox = self.mailbox, []
+        return "\n\n".join(mail)
 
     async def drain(self) -> list[Message]:
         mail, self.mailbox = self.mailbox, []
@@ -280,6 +286,7 @@ class _Ctx:
     reply: str | None = None
     outcome: Outcome = Outcome.DELIVERED
     trail: list[State] = field(default_factory=list)
+    channel: str = "cli"  # where the message came from (the runtime block names it)
 
 
 class TurnMachine:
@@ -298,7 +305,9 @@ class TurnMachine:
             State.RESPOND: self.respond,
         }
 
-    async def turn(self, key: str, text: str, hooks: TurnHooks, agent: str) -> TurnResult:
+    async def turn(
+        self, key: str, text: str, hooks: TurnHooks, agent: str, channel: str = "cli"
+    ) -> TurnResult:
         control = hooks.control or TurnControl(key)
         hooks = dataclasses.replace(hooks, control=control)
         if not control.visible:
@@ -311,6 +320,7 @@ class TurnMachine:
         async with hold_lease(self.store, conversation.id, on_busy=hooks.on_busy) as lease:
             control.owner, control.epoch = lease.owner, lease.epoch
             c = _Ctx(key, text, agent, hooks, control, conversation, lease.dirty, lease)
+            c.channel = channel
             try:
                 await self._drive(c)
             except (asyncio.CancelledError, Exception):
@@ -377,7 +387,7 @@ class TurnMachine:
         return State.RESPOND
 
     async def build(self, c: _Ctx) -> State:
-        c.built = await self.engine._build(c.conversation, c.text, c.agent)
+        c.built = await self.engine._build(c.conversation, c.text, c.agent, channel=c.channel)
         c.control.turn_id = c.built.turn_id
         return State.RUN
 

@@ -1,42 +1,76 @@
-"""`heron run`: one message in, the reply streamed to stdout, progress and errors to stderr."""
+"""`heron run`: one message in, the reply streamed to stdout, progress and errors to stderr.
+
+The message goes through the AgentLoop like every channel's (heron/channels/inprocess.py);
+this module only prints what comes back.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import TextIO
 
-from heron.agent.engine import Engine, TurnHooks, new_key
-from heron.agent.runner import ToolCallRecord
+from heron.agent.engine import Engine, new_key
+from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.channels.inprocess import connect
 from heron.config import Settings
-from heron.providers.base import Provider, StreamEvent
+from heron.providers.base import Provider
 
 EMBEDDED_BANNER = (
     "Using the built-in offline model (SmolLM2-135M): it is tiny, answers simple questions and "
     "cannot use tools well. For real work set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
     "HERON_BASE_URL (see README)."
 )
+CHANNEL = "script"
 
 
-class _StreamPrinter:
+class _Printer:
+    """The reply's text on stdout as it streams; tool calls, notices and errors on stderr."""
+
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out, self.err = out, err
         self.wrote = False
         self.at_line_start = True
+        self.end: TurnEnd | None = None
 
-    def event(self, ev: StreamEvent) -> None:
-        if ev.kind == "text" and ev.text:
-            self.out.write(ev.text)
-            self.out.flush()
-            self.wrote = True
-            self.at_line_start = ev.text.endswith("\n")
+    async def deliver(self, item: Outbound) -> None:
+        if isinstance(item, TurnEvent):
+            self.event(item)
+        else:
+            self.message(item)
 
-    def tool_end(self, record: ToolCallRecord) -> None:
+    def event(self, ev: TurnEvent) -> None:
+        if ev.kind == "delta" and ev.text:
+            self.write(ev.text)
+        elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
+            self.line_break()
+            status = "error" if ev.result.is_error else "ok"
+            self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s]")
+        elif ev.kind == "retry":
+            self.note(f"[retrying in {ev.seconds:.1f}s: {ev.text}]")
+        elif ev.kind == "turn_end":
+            self.end = ev.end
+
+    def message(self, m: OutboundMessage) -> None:
+        if m.kind == "notice":
+            self.note(m.text)
+        elif m.kind == "message":  # the agent spoke with the `message` tool
+            self.line_break()
+            self.write(m.text + "\n")
+        elif m.kind != "error" and not self.wrote:  # an answer that did not stream
+            self.write(m.text)
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        self.wrote = True
+        self.at_line_start = text.endswith("\n")
+
+    def line_break(self) -> None:
         if not self.at_line_start:
-            self.out.write("\n")
-            self.at_line_start = True
-        status = "error" if record.result.is_error else "ok"
-        seconds = record.ended - record.started
-        self.err.write(f"[{record.call.name} {status} {seconds:.1f}s]\n")
+            self.write("\n")
+
+    def note(self, text: str) -> None:
+        self.err.write(text + "\n")
         self.err.flush()
 
 
@@ -52,22 +86,20 @@ async def run_once(
     provider: Provider | None = None,
 ) -> bool:
     key = key or new_key("run")
-    printer = _StreamPrinter(out, err)
-    hooks = TurnHooks(
-        on_event=printer.event,
-        on_tool_end=printer.tool_end,
-        on_retry=lambda e, wait: err.write(f"[retrying in {wait:.1f}s: {e}]\n"),
-    )
+    printer = _Printer(out, err)
     async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
-        result = await engine.turn(key, text, hooks, agent=agent)
-    if not printer.wrote and result.text:
-        out.write(result.text)
-    if printer.wrote or result.text:
+        async with connect(engine, CHANNEL, "stdin", printer.deliver, idle=False) as agent_:
+            await agent_.send(text, key, agent)
+            await agent_.settle()
+    if printer.wrote and not printer.at_line_start:
         out.write("\n")
     out.flush()
-    if result.run.error is not None:
-        err.write(f"heron: the turn failed: {result.run.error}\n")
+    end = printer.end
+    if end is None or not end.ok:
+        error = end.error if end is not None and end.error else "it was stopped"
+        err.write(f"heron: the turn failed: {error}\n")
         err.write(f"Your message is saved in conversation {key!r}; run again to retry.\n")
-    return result.ok
+        return False
+    return True

@@ -1,100 +1,183 @@
 """`heron chat`: the terminal channel.
 
-prompt_toolkit reads the input (history, multi-line with Alt-Enter); rich renders the streamed
-answer as Markdown, each tool call as a one-line pill, reasoning dimmed. Ctrl-C stops the turn
-in flight (what it finished is kept), Ctrl-D leaves.
+Messages go through the AgentLoop like every channel's (heron/channels/inprocess.py), and the
+prompt stays open while the agent works: a message typed then goes to the running turn's
+mailbox and is answered in the same turn. prompt_toolkit reads the input (history, multi-line
+with Alt-Enter) with the output printed above it, and the prompt shows how long the agent has
+been working. rich renders the answer as Markdown one finished block at a time, so a reply
+taller than the screen never repeats itself in the scrollback; each tool call is a one-line
+pill, reasoning is dimmed. Ctrl-C stops the turn in flight (what it finished is kept), Ctrl-D
+leaves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.live import Live
 from rich.markdown import Markdown
 from rich.text import Text as RichText
 
 from heron.agent import commands
-from heron.agent.engine import Engine, TurnHooks, new_key
+from heron.agent.engine import Engine, new_key
 from heron.agent.leases import presence
-from heron.agent.loop import idle_compaction
-from heron.agent.runner import ToolCallRecord
-from heron.agent.turn import TurnControl
+from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
 from heron.memory.commands import memory_command, opening_line
 from heron.memory.queue import Suggestion
-from heron.messages import ToolCall
-from heron.providers.base import StreamEvent
+from heron.messages import ToolCall, ToolResult
 
+CHANNEL = "terminal"
 HELP = """\
 In this terminal:
   /resume       with no key: pick an earlier conversation to continue
   /show N       print the full result of tool call N
-Enter sends; Alt-Enter (or Esc then Enter) adds a new line.
-Ctrl-C stops the running turn; Ctrl-D leaves."""
+Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while the agent
+works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+
+@dataclass
+class ToolPill:
+    """A finished tool call, for /show N."""
+
+    call: ToolCall
+    result: ToolResult
 
 
 @dataclass
 class ChatState:
     key: str
     agent: str
-    results: list[ToolCallRecord] = field(default_factory=list)
+    results: list[ToolPill] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # conversations talked in (review at exit)
 
 
-class TurnView:
-    """Renders one turn as it streams."""
+def split_blocks(text: str) -> tuple[str, str]:
+    """The finished Markdown blocks at the start of `text` (up to its last blank line outside
+    a code fence) and the unfinished rest."""
+    done, offset, fenced = 0, 0, False
+    for line in text.splitlines(keepends=True):
+        offset += len(line)
+        if not line.endswith("\n"):
+            break
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not stripped and not fenced:
+            done = offset
+    return text[:done], text[done:]
+
+
+class TerminalView:
+    """Renders what the AgentLoop sends back for this chat."""
 
     def __init__(self, console: Console, state: ChatState) -> None:
         self.console = console
         self.state = state
-        self.text = ""
-        self.live: Live | None = None
-        self.thinking = False
+        self.pending = ""  # streamed answer text not printed yet (an unfinished block)
+        self.streamed = False  # this turn's answer was shown as it streamed
+        self.reasoning = False
+        self.working_since: float | None = None
 
-    def event(self, ev: StreamEvent) -> None:
-        if ev.kind == "thinking":
+    def prompt(self) -> str:
+        if self.working_since is None:
+            return "› "
+        return f"working {time.monotonic() - self.working_since:.0f}s · Ctrl-C stops › "
+
+    async def deliver(self, item: Outbound) -> None:
+        if item.key != self.state.key:
+            return  # a turn of the conversation this chat left (/resume)
+        if isinstance(item, TurnEvent):
+            self.event(item)
+        else:
+            self.message(item)
+
+    def event(self, ev: TurnEvent) -> None:
+        if ev.kind == "delta":
+            self.end_reasoning()
+            self.pending += ev.text
+            self.streamed = True
+            done, self.pending = split_blocks(self.pending)
+            self.markdown(done)
+        elif ev.kind == "reasoning":
             self.console.print(RichText(ev.text, style="dim italic"), end="")
-            self.thinking = True
-            return
-        if self.thinking:
-            self.console.print()
-            self.thinking = False
-        self.text += ev.text
-        if self.live is None:
-            self.live = Live(
-                console=self.console, refresh_per_second=12, vertical_overflow="visible"
-            )
-            self.live.start()
-        self.live.update(Markdown(self.text))
+            self.reasoning = True
+        elif ev.kind == "tool_start":
+            self.flush()
+        elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
+            self.pill(ev.call, ev.result, ev.seconds)
+        elif ev.kind == "retry":
+            self.console.print(f"[yellow]retrying in {ev.seconds:.1f}s: {ev.text}[/yellow]")
+        elif ev.kind == "mail":
+            self.console.print("[dim]↳ added to the running turn[/dim]")
+        elif ev.kind == "queued":
+            self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
+        elif ev.kind == "turn_start":
+            self.working_since, self.streamed = time.monotonic(), False
+        elif ev.kind == "turn_end" and ev.end is not None:
+            self.flush()
+            self.working_since = None
+            self.ended(ev.end)
 
-    def close_text(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        self.text = ""
+    def message(self, m: OutboundMessage) -> None:
+        self.flush()
+        if m.kind == "notice":
+            self.console.print(f"[yellow]{m.text}[/yellow]", highlight=False)
+        elif m.kind == "error":
+            self.console.print(RichText(m.text, style="red"), highlight=False)
+        elif m.kind == "command":
+            self.console.print(m.text, markup=False, highlight=False)
+        elif m.kind == "message" or not self.streamed:
+            self.markdown(m.text)
 
-    def tool_start(self, call: ToolCall) -> None:
-        self.close_text()
+    def ended(self, end: TurnEnd) -> None:
+        if end.switch_to:
+            self.state.key = end.switch_to
+            self.state.results.clear()
+            self.console.rule(f"[dim]resumed {end.switch_to}[/dim]")
+        elif end.command == "new":
+            self.state.results.clear()
+            self.console.rule("[dim]new conversation[/dim]")
+        elif end.ok and end.command is None and not self.streamed and not end.reply:
+            self.console.print("[dim](no answer)[/dim]")
+        if end.command is None and self.state.key not in self.state.keys:
+            self.state.keys.append(self.state.key)
 
-    def tool_end(self, record: ToolCallRecord) -> None:
-        self.state.results.append(record)
+    def pill(self, call: ToolCall, result: ToolResult, seconds: float) -> None:
+        self.state.results.append(ToolPill(call, result))
         n = len(self.state.results)
-        args = json.dumps(record.call.args, ensure_ascii=False)
+        args = json.dumps(call.args, ensure_ascii=False)
         args = args if len(args) <= 60 else args[:59] + "…"
-        ok = "[red]✗[/red]" if record.result.is_error else "[green]✓[/green]"
-        took = record.ended - record.started
+        ok = "[red]✗[/red]" if result.is_error else "[green]✓[/green]"
         self.console.print(
-            f"[cyan]⚙ {n}[/cyan] {record.call.name} [dim]{args}[/dim] {ok} [dim]{took:.1f}s"
+            f"[cyan]⚙ {n}[/cyan] {call.name} [dim]{args}[/dim] {ok} [dim]{seconds:.1f}s"
             f"  (/show {n})[/dim]",
             highlight=False,
         )
+
+    def markdown(self, text: str) -> None:
+        if text.strip():
+            self.console.print(Markdown(text.strip()))
+
+    def end_reasoning(self) -> None:
+        if self.reasoning:
+            self.console.print()
+            self.reasoning = False
+
+    def flush(self) -> None:
+        self.end_reasoning()
+        self.markdown(self.pending)
+        self.pending = ""
 
 
 async def run_chat(
@@ -102,11 +185,11 @@ async def run_chat(
 ) -> None:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.patch_stdout import patch_stdout
 
     console = Console()
     state = ChatState(key or new_key("chat"), agent)
-    opened = Engine.open(settings, model=model, ephemeral=ephemeral)
-    async with opened as engine, idle_compaction(engine):  # idle sweeps until the chat ends
+    async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
         console.print(
@@ -119,87 +202,88 @@ async def run_chat(
                 console.print(f"[cyan]{waiting}[/cyan]", highlight=False)
         history = FileHistory(str(settings.paths.home / "chat_history"))
         session: PromptSession[str] = PromptSession(history=history)
-        while True:
-            try:
-                text = await session.prompt_async("› ")
-            except KeyboardInterrupt:
-                continue
-            except EOFError:
-                console.print("[dim]Bye.[/dim]")
-                if not ephemeral and not engine.choice.embedded:
-                    start_review_pass(state.keys)
-                return
-            if not text.strip():
-                continue
-            if text.startswith("/") and await _command(text, engine, state, console, session):
-                continue
-            async with presence(engine.store, engine.store.open_conversation(state.key).id):
-                await _turn(engine, state, console, text)
-            if state.key not in state.keys:
-                state.keys.append(state.key)
+        view = TerminalView(console, state)
+        chat = f"pid{os.getpid()}"
+        async with connect(engine, CHANNEL, chat, view.deliver) as conn, AsyncExitStack() as held:
+            with patch_stdout(raw=True):
+                await _chat(engine, conn, state, view, session, held)
+        if not ephemeral and not engine.choice.embedded:
+            start_review_pass(state.keys)
 
 
-async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -> None:
-    view = TurnView(console, state)
-    control = TurnControl(state.key)
-    hooks = TurnHooks(
-        on_event=view.event,
-        on_tool_start=view.tool_start,
-        on_tool_end=view.tool_end,
-        on_retry=lambda e, wait: console.print(f"[yellow]retrying in {wait:.1f}s: {e}[/yellow]"),
-        on_busy=lambda note: console.print(f"[yellow]{note}[/yellow]"),
-        control=control,
-    )
-    task = asyncio.ensure_future(engine.turn(state.key, text, hooks, agent=state.agent))
+async def _chat(
+    engine: Engine,
+    conn: InProcessAgent,
+    state: ChatState,
+    view: TerminalView,
+    session,
+    held: AsyncExitStack,
+) -> None:
+    """Read messages until Ctrl-D; the open conversation is marked present (an open chat)."""
+    present = await _present(engine, state.key, held)
+    while True:
+        try:
+            text = await session.prompt_async(view.prompt, refresh_interval=0.5)
+        except KeyboardInterrupt:  # Ctrl-C: /stop when the agent works, else a fresh line
+            if conn.running(state.key):
+                await conn.send("/stop", state.key, state.agent)
+            continue
+        except EOFError:
+            if conn.running(state.key):
+                await conn.send("/stop", state.key, state.agent)
+            await _settle(conn, state)
+            view.console.print("[dim]Bye.[/dim]")
+            return
+        if present != state.key:  # /resume moved the chat to another conversation
+            await held.aclose()
+            present = await _present(engine, state.key, held)
+        if not text.strip():
+            continue
+        if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
+            await conn.send(text, state.key, state.agent)
+
+
+async def _present(engine: Engine, key: str, held: AsyncExitStack) -> str:
+    conversation = await engine.store.call(engine.store.open_conversation, key)
+    await held.enter_async_context(presence(engine.store, conversation.id))
+    return key
+
+
+async def _settle(conn: InProcessAgent, state: ChatState) -> None:
+    """Wait for the agent (outside the prompt, where Ctrl-C is a signal): Ctrl-C stops it."""
     loop = asyncio.get_running_loop()
-
-    def stop() -> None:  # Ctrl-C is /stop: the turn goes stale at once, then is cancelled
-        control.stale = True
-        task.cancel()
-
-    loop.add_signal_handler(signal.SIGINT, stop)
+    loop.add_signal_handler(signal.SIGINT, conn.send_nowait, "/stop", state.key, state.agent)
     try:
-        result = await task
-    except asyncio.CancelledError:
-        view.close_text()
-        console.print("[yellow]Stopped.[/yellow] What the turn finished is kept.")
-        return
+        await conn.settle()
     finally:
         loop.remove_signal_handler(signal.SIGINT)
-    view.close_text()
-    if result.switch_to:
-        state.key = result.switch_to
-        state.results.clear()
-    if result.command and result.run.model_calls == 0:
-        console.print(result.reply or "", markup=False, highlight=False)
-    elif result.run.error is not None:
-        console.print(f"[red]The turn failed:[/red] {result.run.error}")
-        console.print("[dim]Your message is saved; send it again to retry.[/dim]")
-    elif not result.text and not view.text:
-        console.print("[dim](no answer)[/dim]")
 
 
-async def _command(text: str, engine: Engine, state: ChatState, console: Console, session) -> bool:
-    """Run a chat command; False means it is not one, and the text goes to the model."""
+async def _command(
+    text: str,
+    engine: Engine,
+    conn: InProcessAgent,
+    state: ChatState,
+    view: TerminalView,
+    session,
+) -> bool:
+    """Chat commands of this terminal; False means the text goes on to the AgentLoop, which
+    answers the engine's commands and passes anything else to the model."""
+    console = view.console
     name, _, arg = text.strip().partition(" ")
     if name == "/help":
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
-    elif name == "/new":
-        await _turn(engine, state, console, text)
-        state.results.clear()
-        console.rule("[dim]new conversation[/dim]")
     elif name == "/resume" and not arg:
-        await _resume(engine, state, console, session)
+        await _resume(engine, conn, state, console, session)
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/memory" and arg.strip() == "review":
         await _review(engine, console)
     elif name in ("/learn", "/reflect"):
-        await _turn(engine, state, console, text)
+        await conn.send(text, state.key, state.agent)
+        await _settle(conn, state)
         if engine.memory is not None and await asyncio.to_thread(engine.memory.count_waiting):
             await _review(engine, console)
-    elif commands.parse(text) is not None:  # /stop, /status, /retry, /tree, /compact, ...
-        await _turn(engine, state, console, text)
     else:
         return False
     return True
@@ -252,14 +336,14 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
     if not arg.strip().isdigit() or not 1 <= int(arg) <= len(state.results):
         console.print(f"Give a tool call number from 1 to {len(state.results)}.")
         return
-    record = state.results[int(arg) - 1]
-    console.print(
-        f"[cyan]{record.call.name}[/cyan] {json.dumps(record.call.args)}", highlight=False
-    )
-    console.print(record.result.content, markup=False, highlight=False)
+    pill = state.results[int(arg) - 1]
+    console.print(f"[cyan]{pill.call.name}[/cyan] {json.dumps(pill.call.args)}", highlight=False)
+    console.print(pill.result.content, markup=False, highlight=False)
 
 
-async def _resume(engine: Engine, state: ChatState, console: Console, session) -> None:
+async def _resume(
+    engine: Engine, conn: InProcessAgent, state: ChatState, console: Console, session
+) -> None:
     rows = await asyncio.to_thread(engine.store.conversations, 20)
     if not rows:
         console.print("No earlier conversations.")
@@ -268,6 +352,4 @@ async def _resume(engine: Engine, state: ChatState, console: Console, session) -
         console.print(f"{i:3}. {c.key}  [dim]{c.title or ''}[/dim]", highlight=False)
     choice = await session.prompt_async("Number to resume (Enter cancels): ")
     if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
-        state.key = rows[int(choice) - 1].key
-        state.results.clear()
-        console.rule(f"[dim]resumed {state.key}[/dim]")
+        await conn.send(f"/resume {rows[int(choice) - 1].key}", state.key, state.agent)

@@ -1,0 +1,71 @@
+"""A channel's connection to an AgentLoop running in this process.
+
+`heron run` and `heron chat` talk to the agent the same way whatever runs it: they publish an
+InboundMessage and receive OutboundMessages and TurnEvents through a deliver function. Here the
+AgentLoop and the Dispatcher run as tasks of this process; a client of a long-running `heron
+serve` offers the same three calls over a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+
+
+@dataclass
+class InProcessAgent:
+    """Publish messages for one channel's chat; what comes back goes to its deliver function."""
+
+    loop: AgentLoop
+    channel: str
+    chat_id: str
+
+    async def send(self, text: str, key: str, agent: str = "default") -> None:
+        self.send_nowait(text, key, agent)
+
+    def send_nowait(self, text: str, key: str, agent: str = "default") -> None:
+        """From synchronous code too (a signal handler): the inbound queue is unbounded."""
+        message = InboundMessage(self.channel, self.chat_id, text, key, agent=agent, events=True)
+        self.loop.bus.inbound.put_nowait(message)
+
+    def running(self, key: str) -> bool:
+        return self.loop.running(key)
+
+    async def settle(self) -> None:
+        """Until no turn runs or waits and everything they sent has been delivered."""
+        await self.loop.bus.inbound.join()
+        await self.loop.wait_idle()
+        await self.loop.bus.outbound.join()
+
+
+@asynccontextmanager
+async def connect(
+    engine: Engine, channel: str, chat_id: str, deliver: Deliver, *, idle: bool = True
+) -> AsyncIterator[InProcessAgent]:
+    """Run the AgentLoop and the Dispatcher for the block; on leaving, running turns are
+    stopped as by /stop (what they finished is kept) and both tasks end."""
+    bus = MessageBus()
+    loop = AgentLoop(engine, bus)
+    dispatcher = Dispatcher(bus)
+    dispatcher.register(channel, deliver)
+    tasks = [
+        asyncio.create_task(loop.run(idle=idle)),
+        asyncio.create_task(dispatcher.run()),
+    ]
+    try:
+        yield InProcessAgent(loop, channel, chat_id)
+    finally:
+        await loop.close()
+        await bus.outbound.join()  # the stopped turns' last events reach the channel
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,113 @@
+"""The real `heron chat` in a pseudo-terminal, against a fake model server on loopback: what a
+person types while the agent works reaches the running turn, and survives /stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pexpect
+import pytest
+
+from heron.agent.turn import MAIL_LABEL
+from heron.store import Store
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+
+pytestmark = pytest.mark.slow
+
+# The tool call waits in the workspace until the test lets it go (or forever), so what the
+# test types is typed while the agent works, whatever the machine's speed.
+WAIT = "while [ ! -e go ]; do sleep 0.05; done; echo released"
+TIMEOUT = 60
+
+
+def _spawn(home, url: str) -> pexpect.spawn:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
+    }
+    env.update(
+        HERON_HOME=str(home),
+        HERON_BASE_URL=url,
+        HERON_API_KEY="dummy",
+        HERON_MODEL="fake-model",
+        TERM="xterm",
+        PROMPT_TOOLKIT_NO_CPR="1",  # pexpect does not answer cursor position requests
+    )
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "heron", "chat", "--conversation", "pty"],
+        env=env,
+        dimensions=(40, 160),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+    )
+    child.expect("›")  # the prompt is up
+    return child
+
+
+def _leave(child: pexpect.spawn) -> None:
+    child.sendcontrol("d")
+    child.expect("Bye.")
+    child.expect(pexpect.EOF)
+
+
+def _last_user_text(body: dict) -> str:
+    last = body["messages"][-1]
+    content = last.get("content")
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def _user_rows(home) -> list[tuple[int | None, str]]:
+    store = Store(home / "heron.db")
+    try:
+        conversation = store.open_conversation("pty")
+        rows = store.branch(conversation.id)
+        said = [m for m in rows if m.role == "user" and m.message.text]  # not bare tool results
+        return [(m.turn_id, m.message.text) for m in said]
+    finally:
+        store.close()
+
+
+def test_a_message_typed_while_the_agent_works_is_answered_in_the_same_turn(heron_home):
+    def script(body: dict) -> ServerReply:
+        if MAIL_LABEL.strip() in _last_user_text(body):  # after the tool's result, same turn
+            return ServerReply(text="Both done: the job, and it is blue.")
+        return ServerReply(text="Starting.", tool_calls=[("bash", {"command": WAIT})])
+
+    with FakeOpenAIServer(script) as server:
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("start the job")
+        child.expect("Starting.")
+        child.sendline("also make it blue")
+        child.expect("added to the running turn")
+        (heron_home / "workspace" / "go").touch()
+        child.expect("Both done: the job, and it is blue.")
+        _leave(child)
+        requests = server.requests
+    assert len(requests) == 2  # one turn: the follow-up rode along with the tool's result
+    users = _user_rows(heron_home)
+    assert [text for _, text in users] == ["start the job", MAIL_LABEL + "also make it blue"]
+    assert users[0][0] == users[1][0]  # the same turn
+
+
+def test_a_follow_up_typed_before_stop_is_kept_and_answered_next(heron_home):
+    def script(body: dict) -> ServerReply:
+        if "the second thing" in _last_user_text(body):
+            return ServerReply(text="Answered the second thing.")
+        return ServerReply(text="Starting.", tool_calls=[("bash", {"command": WAIT})])
+
+    with FakeOpenAIServer(script) as server:
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("start the job")
+        child.expect("Starting.")
+        child.sendline("and the second thing")
+        child.expect("added to the running turn")
+        child.sendline("/stop")
+        child.expect("Stopped")
+        child.expect("Answered the second thing.")
+        _leave(child)
+    users = _user_rows(heron_home)
+    assert [text for _, text in users] == ["start the job", "and the second thing"]
+    assert users[0][0] != users[1][0]  # kept, and answered in a turn of its own
