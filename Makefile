@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.heron-installed
 
-.PHONY: chat test lint format bench clean
+.PHONY: chat test test-fast lint format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+# The quick loop while working: everything but the slow tests (real processes, pty, kernel,
+# the offline model), property tests at light strength. `make test` runs them all.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model"
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -3,6 +3,13 @@ from __future__ import annotations
 import socket
 
 import pytest
+from hypothesis import settings
+from strength import FAST
+
+# Tests that leave max_examples to the profile get the light one in the fast run too.
+settings.register_profile("fast", max_examples=15, deadline=None)
+if FAST:
+    settings.load_profile("fast")
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strength import examples
 
 from heron.compaction import records as rec
 from heron.compaction.core import load_branch
@@ -96,7 +97,9 @@ def _assert_same(tail_store: Store, path: Path, conversation_id: int) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(seed=st.integers(0, 10_000), steps=st.integers(5, 80))
 def test_the_tail_of_a_branch_plans_and_views_like_the_whole(

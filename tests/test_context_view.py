@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strength import examples
 
 from heron.context.repair import is_well_formed
 from heron.context.tokens import Calibration, estimate_messages
@@ -56,7 +57,7 @@ def histories(draw):
     return messages
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(histories(), st.data())
 def test_view_never_holds_an_orphaned_call_or_result(messages, data):
     rows = rows_of(messages)

@@ -4,6 +4,7 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strength import examples
 
 from heron.messages import (
     File,
@@ -70,7 +71,7 @@ def test_helpers_pick_parts():
     assert Usage(1, 2, 3, 4) + Usage(1, 1, 1, 1) == Usage(2, 3, 4, 5)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(
     st.recursive(
         st.one_of(st.text(), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
