@@ -26,6 +26,7 @@ from heron.config import Settings
 
 async def main(key, prefix, count, until):
     async with Engine.open(Settings.load()) as engine:
+        print("ready", flush=True)  # the parent's kill instants count from here
         hooks = TurnHooks(on_busy=lambda note: print(note, file=sys.stderr, flush=True))
         n = 0
         while True:
@@ -127,7 +128,10 @@ def test_kill_minus_nine_at_random_instants_loses_nothing_and_resumes_well_forme
         env = _env(server.base_url)
         for _ in range(kills):
             proc = _spawn(env, "crashy", "turn", 0, total_turns)
-            time.sleep(rng.uniform(0.3, 1.2))
+            # From when its engine is open, not from the spawn: on a busy machine the start
+            # alone can outlast a fixed delay, and then no kill would land mid-turn.
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.05, 0.8))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
             store = Store(_db())

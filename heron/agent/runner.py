@@ -256,10 +256,8 @@ class Runner:
     async def _run_tool(self, call: ToolCall, ctx: ToolContext, hooks: RunHooks) -> ToolResult:
         if hooks.on_tool_start:
             hooks.on_tool_start(call)
-        before = len(ctx.effects)
         started = time.time()
-        result = await self.registry.call(call, ctx)
-        effects = ctx.effects[before:]  # approximate under concurrency; good enough for a trace
+        result, effects = await self.registry.call_recording(call, ctx)
         await hooks.on_tool_call(ToolCallRecord(call, result, effects, started, time.time()))
         return result
 

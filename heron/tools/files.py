@@ -82,7 +82,7 @@ def _clip(line: str, limit: int) -> str:
     return line if len(line) <= limit else f"{line[:limit]}[... {len(line) - limit} more]"
 
 
-@tool
+@tool(writes=True)
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file (parent folders are created)."""
     target = resolve_in(ctx.workspace, path)
@@ -91,11 +91,11 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", encoding="utf-8", newline="") as f:
         f.write(content)
-    ctx.effects.append({"kind": "file_written", "path": _rel(ctx, target)})
+    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Wrote {len(content)} characters to {_rel(ctx, target)}."
 
 
-@tool
+@tool(writes=True)
 def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
     """Replace exact text in a file. `old` must match exactly, whitespace included, and occur
     once unless replace_all is true."""
@@ -119,7 +119,7 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
         )
     with target.open("w", encoding="utf-8", newline="") as f:
         f.write(text.replace(old, new))
-    ctx.effects.append({"kind": "file_written", "path": _rel(ctx, target)})
+    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
 
 

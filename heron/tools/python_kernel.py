@@ -313,7 +313,7 @@ def _tidy(text: str) -> str:
     return "\n".join(line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n"))
 
 
-@tool
+@tool(writes=True)
 async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutput:
     """Run Python in a persistent IPython kernel (variables survive between calls; the working
     directory is the workspace). Returns printed output, the last expression's value and the
@@ -329,5 +329,5 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
     changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))
     for path, how in changed:
         kind = "file_deleted" if how == "deleted" else "file_written"
-        ctx.effects.append({"kind": kind, "path": path})
+        ctx.record_effect({"kind": kind, "path": path})
     return digest(result, changed, max(1, timeout))

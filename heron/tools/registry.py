@@ -13,6 +13,7 @@ workspace and the model gets its head plus the saved path, so nothing is ever lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import re
@@ -20,6 +21,7 @@ import tempfile
 import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -39,15 +41,30 @@ BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | 
 RESULTS_DIR = Path(".heron") / "results"
 
 
+# The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
+# one reply run concurrently, each in its own task, so each sees only its own list.
+_CALL_EFFECTS: ContextVar[list[dict[str, Any]] | None] = ContextVar("call_effects", default=None)
+
+
 @dataclass
 class ToolContext:
     """What tools of one run share: the folder they are confined to and the services they use."""
 
     workspace: Path
     result_budget: int = 20_000
-    effects: list[dict[str, Any]] = field(default_factory=list)
+    effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
     kernel: KernelSession | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Tools that change the workspace run one at a time, so what one reports (a file changed)
+    # is its own doing and not a concurrent call's.
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def record_effect(self, effect: dict[str, Any]) -> None:
+        """A side effect of the running call: in the run's list and in the call's own."""
+        self.effects.append(effect)
+        mine = _CALL_EFFECTS.get()
+        if mine is not None:
+            mine.append(effect)
 
     async def aclose(self) -> None:
         """Release what the run started (the Python kernel)."""
@@ -220,6 +237,7 @@ class Tool:
     parameters: dict[str, Any]
     fn: Callable[..., Any]
     docs: dict[str, str] = field(default_factory=dict)  # the docstring's `Args:` descriptions
+    writes: bool = False  # changes the workspace: runs alone (`ToolContext.write_lock`)
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
@@ -259,10 +277,13 @@ class Tool:
         return await value if inspect.isawaitable(value) else value
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-    """Decorator: `@tool` or `@tool(name="other")` turns a function into a `Tool`."""
+def tool(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None, writes: bool = False
+) -> Any:
+    """Decorator: `@tool`, `@tool(name="other")` or `@tool(writes=True)` (the tool changes the
+    workspace, so it never runs beside another that does) turns a function into a `Tool`."""
     if fn is None:
-        return lambda f: Tool.from_function(f, name)
+        return lambda f: dataclasses.replace(Tool.from_function(f, name), writes=writes)
     return Tool.from_function(fn, name)
 
 
@@ -300,6 +321,17 @@ class ToolRegistry:
             text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
         return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)
 
+    async def call_recording(
+        self, call: ToolCall, ctx: ToolContext
+    ) -> tuple[ToolResult, list[dict[str, Any]]]:
+        """Run one call and return the side effects it recorded, and only its own."""
+        mine: list[dict[str, Any]] = []
+        token = _CALL_EFFECTS.set(mine)
+        try:
+            return await self.call(call, ctx), mine
+        finally:
+            _CALL_EFFECTS.reset(token)
+
     async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
         """Run calls concurrently; results come back in call order."""
         return list(await asyncio.gather(*(self.call(c, ctx) for c in calls)))
@@ -318,7 +350,10 @@ class ToolRegistry:
                 reason = await reason
             if reason:
                 return f"Error: the call was refused: {reason}", True
-        return _as_text(await found.run(ctx, kwargs))
+        if not found.writes:
+            return _as_text(await found.run(ctx, kwargs))
+        async with ctx.write_lock:
+            return _as_text(await found.run(ctx, kwargs))
 
 
 def _validate(found: Tool, args: Any) -> tuple[dict[str, Any], str | None]:

@@ -130,7 +130,7 @@ async def _drain(proc: asyncio.subprocess.Process, pump: asyncio.Task[None]) -> 
     return True
 
 
-@tool
+@tool(writes=True)
 async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput:
     """Run a bash command in the workspace; returns its output (stdout and stderr) and exit code.
 
@@ -142,7 +142,7 @@ async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput
     output, code = await run_command(
         command, ctx.workspace, seconds, max(ctx.result_budget - 200, 1000)
     )
-    ctx.effects.append({"kind": "command", "command": command, "exit": code})
+    ctx.record_effect({"kind": "command", "command": command, "exit": code})
     body = output.rstrip("\n") or "(no output)"
     if code is None:
         return ToolOutput(
