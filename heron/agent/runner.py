@@ -31,6 +31,7 @@ from heron.providers.base import (
 )
 from heron.providers.profiles import ModelProfile
 from heron.providers.wire import WireBody, body_of
+from heron.redact import Redactor, scrub_error
 from heron.tools.registry import ToolContext, ToolRegistry
 
 RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
@@ -142,12 +143,15 @@ class Runner:
         profile: ModelProfile,
         limits: RunLimits = RunLimits(),
         retry: RetryPolicy = RetryPolicy(),
+        redactor: Redactor | None = None,
     ) -> None:
         self.provider = provider
         self.registry = registry
         self.profile = profile
         self.limits = limits
         self.retry = retry
+        # A provider error can echo the request's key: scrubbed before it is stored or shown.
+        self.redactor = redactor or Redactor()
 
     async def run(
         self, system: str, messages: list[Message], ctx: ToolContext, hooks: RunHooks
@@ -225,9 +229,10 @@ class Runner:
             reply = await call_with_retries(
                 lambda: self.provider.chat(request, hooks.on_event),
                 self.retry,
-                on_retry=hooks.on_retry,
+                on_retry=self._on_retry(hooks),
             )
         except ProviderError as error:
+            scrub_error(error, self.redactor)
             ended = time.time()
             record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, ended, body)
             await hooks.on_model_call(record)
@@ -237,6 +242,12 @@ class Runner:
             ModelCallRecord(seq, purpose, payload, reply, None, started, time.time(), body)
         )
         return reply
+
+    def _on_retry(self, hooks: RunHooks) -> Callable[[ProviderError, float], None] | None:
+        shown = hooks.on_retry
+        if shown is None:
+            return None
+        return lambda error, delay: shown(scrub_error(error, self.redactor), delay)
 
     async def _add(self, s: _State, message: Message, hooks: RunHooks) -> None:
         s.new.append(message)

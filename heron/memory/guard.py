@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from heron.messages import Text
+from heron.redact import PATTERNS
 from heron.store import StoredMessage
 
 MIN_QUOTE_CHARS = 8
@@ -92,14 +93,9 @@ def strip_request(text: str) -> str:
 
 # ---- secrets ---------------------------------------------------------------------------------
 
+# Memory refuses what tool output scrubs (heron/redact.py), and a few phrasings of its own.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("an API key", re.compile(r"\b(?:sk|pk|rk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[\w]{20,})")),
-    ("an AWS key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[\w-]+")),
+    *((f"a secret ({kind})", pattern) for kind, pattern in PATTERNS),
     ("a bearer token", re.compile(r"\bbearer\s+[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
     (
         "a password",
@@ -112,7 +108,6 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "a credential",
         re.compile(r"\b(?:api[_ -]?key|secret|token|access[_ -]?key)\s*(?:is|=|:)\s*\S{6,}", re.I),
     ),
-    ("a connection string with a password", re.compile(r"\w+://[^/\s:@]+:[^/\s@]+@")),
 ]
 
 _CARD = re.compile(r"\b(?:\d[ -]?){13,19}\b")
