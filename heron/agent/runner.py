@@ -48,6 +48,18 @@ BREAK = (
 )
 
 
+class HeronPrompt(Message):
+    """A user-role message Heron writes itself (the continue, wrap-up and stop prompts): the
+    model reads it as the user's turn, but the store records its author as 'heron', so it is
+    never quoted as the person's words nor shown as theirs. Once stored and read back it is
+    a plain message row whose `author` says so."""
+
+    author = "heron"
+
+    def __init__(self, text: str) -> None:
+        super().__init__("user", [Text(text)])
+
+
 @dataclass(frozen=True)
 class RunLimits:
     max_turns: int = 200  # model calls per run
@@ -189,7 +201,7 @@ class Runner:
                 continue
             if reply.stop == "length" and s.continuations < MAX_CONTINUATIONS:
                 s.continuations += 1
-                await self._add(s, Message("user", [Text(CONTINUE)]), hooks)
+                await self._add(s, HeronPrompt(CONTINUE), hooks)
                 continue
             if hooks.should_break and hooks.should_break():
                 return "done"  # already a final answer: nothing to wrap up
@@ -278,7 +290,7 @@ class Runner:
         self, system: str, s: _State, hooks: RunHooks, what: str, prompt: str | None = None
     ) -> None:
         text = prompt or WRAP_UP.format(what=what)
-        await self._add(s, Message("user", [Text(text)]), hooks)
+        await self._add(s, HeronPrompt(text), hooks)
         reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
 

@@ -41,7 +41,12 @@ def _trim(quote: str) -> str:
 
 
 def typed_text(row: StoredMessage) -> str | None:
-    """The text the user typed in `row`, or None when the row is not the user's own words."""
+    """The text the user typed in `row`, or None when the row is not the user's own words: its
+    author is not the person (Heron's own prompts, summaries, injections: 'heron'), or its
+    kind or flags say Heron wrote it. A tool row's text parts are what the person typed while
+    the tools ran (its results are not text parts)."""
+    if row.author not in (None, "user", "tool"):
+        return None
     if row.role != "user" or row.kind != "message":
         return None
     if any(row.meta.get(flag) for flag in _SYNTHETIC_FLAGS):
