@@ -81,7 +81,6 @@ def test_a_memory_save_quoting_heron_s_prompt_is_refused_through_the_tool():
         "action": "create",
         "path": "personal/always/continue",
         "quote": "Continue exactly where it stopped.",
-        "text": "Continue where it stopped.",
     }
     provider = ScriptedProvider(
         [

@@ -268,6 +268,7 @@ class Runner:
     async def _run_tools(
         self, calls: list[ToolCall], s: _State, ctx: ToolContext, hooks: RunHooks
     ) -> None:
+        ctx.extra["reply_seq"] = s.calls  # which reply asked (memory counts changes per reply)
         results = await asyncio.gather(*(self._run_tool(c, ctx, hooks) for c in calls))
         s.tools += len(calls)
         mail = await hooks.drain()
