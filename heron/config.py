@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from heron.errors import ConfigError, NoModelConfigured
 from heron.providers.profiles import ModelProfile, profile_for
@@ -79,6 +79,22 @@ class AgentDefaults:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """[tools]: what the tools may do. `redact` scrubs secret-shaped text out of tool results
+    (the configured keys are scrubbed whatever it says)."""
+
+    redact: bool = True
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """[memory]: `review_on_close` runs the memory review pass (model calls with the chat's
+    model) in the background when a chat closes."""
+
+    review_on_close: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """The parsed config.toml (every key optional)."""
 
@@ -90,6 +106,8 @@ class Config:
     agent: AgentDefaults = AgentDefaults()
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    tools: ToolsConfig = ToolsConfig()
+    memory: MemoryConfig = MemoryConfig()
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,6 +130,7 @@ def load_config(path: Path) -> Config:
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "models", "prices"}
+    known |= {"tools", "memory"}
     unknown = set(data) - known
     if unknown:
         raise ConfigError(
@@ -133,6 +152,8 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         agent=_agent_defaults(_table(data, "agent", path), path),
         models=_table(data, "models", path),
         prices=_table(data, "prices", path),
+        tools=_section(ToolsConfig, _table(data, "tools", path), "tools", path),
+        memory=_section(MemoryConfig, _table(data, "memory", path), "memory", path),
         raw=data,
     )
 
@@ -164,6 +185,27 @@ def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
             raise ConfigError(f"{path}: [agent] {key} must be {expected.__name__}, got {value!r}")
         values[key] = value
     return AgentDefaults(**{**defaults.__dict__, **values})
+
+
+S = TypeVar("S")
+
+
+def _section(cls: type[S], table: dict[str, Any], name: str, path: Path) -> S:
+    """A table of booleans (and the like) read into its dataclass, every key checked."""
+    defaults = cls()
+    for key, value in table.items():
+        if not hasattr(defaults, key):
+            raise ConfigError(
+                f"{path}: [{name}] has no key {key!r}",
+                hint=f"Known keys: {', '.join(sorted(vars(defaults)))}.",
+            )
+        expected = type(getattr(defaults, key))
+        if not isinstance(value, expected):
+            raise ConfigError(
+                f"{path}: [{name}] {key} must be {expected.__name__}, got {value!r}",
+                hint=f"For example: {key} = {str(getattr(defaults, key)).lower()}",
+            )
+    return cls(**table)
 
 
 @dataclass(frozen=True)

@@ -37,18 +37,12 @@ PERSONAL = EntryPath("personal", "always", None, "concise-replies")
 
 def test_save_with_a_quote_from_the_user_writes_a_markdown_file(service, store, tmp_path):
     cid = chat(store, user("Please   remember that I PREFER concise replies, thanks"))
-    entry = service.save(
-        cid,
-        PERSONAL,
-        "Remember that the user prefers concise replies.",
-        "i prefer concise\nreplies",
-        conversation_key="c1",
-    )
+    entry = service.save(cid, PERSONAL, "i prefer concise\nreplies", conversation_key="c1")
     text = (tmp_path / "memory/personal/always/concise-replies.md").read_text()
     assert text.startswith("---\ncreated: ")
     assert 'quote: "i prefer concise\\nreplies"' in text
     assert "origin: user" in text and 'conversation: "c1"' in text
-    assert text.rstrip().endswith("The user prefers concise replies.")  # "remember that" cut
+    assert text.rstrip().endswith("\nI prefer concise replies")  # the quote is the text
     assert entry.source.message == 1
 
 
@@ -57,7 +51,7 @@ def test_a_quote_not_in_the_users_messages_is_refused(service, store):
         store, user("What is the weather in Paris?"), assistant("You prefer tea over coffee.")
     )
     with pytest.raises(MemoryRefused, match="not in anything the user wrote"):
-        service.save(cid, PERSONAL, "Prefers tea", "prefer tea over coffee")
+        service.save(cid, PERSONAL, "prefer tea over coffee")
     assert service.entries() == []
 
 
@@ -69,23 +63,23 @@ def test_a_quote_from_a_tool_result_is_refused(service, store):
         Message("user", [ToolResult("t1", "Profile: the user is allergic to peanuts")]),
     )
     with pytest.raises(MemoryRefused):
-        service.save(cid, PERSONAL, "Allergic to peanuts", "allergic to peanuts")
+        service.save(cid, PERSONAL, "allergic to peanuts")
 
 
 def test_synthetic_user_rows_and_other_conversations_cannot_be_quoted(service, store):
     conv = store.open_conversation("c1")
     store.append(conv.id, user("Subagent task: the user lives in Berlin"), meta={"synthetic": True})
     store.append(conv.id, user("[summary] I live in Berlin"), kind="summary")
-    other = chat(store, user("I live in Berlin now"), key="other")
+    other = chat(store, user("I live in Berlin, near the river"), key="other")
     with pytest.raises(MemoryRefused):
-        service.save(conv.id, PERSONAL, "Lives in Berlin", "I live in Berlin")
-    assert service.save(other, PERSONAL, "Lives in Berlin", "I live in Berlin")
+        service.save(conv.id, PERSONAL, "I live in Berlin")
+    assert service.save(other, PERSONAL, "I live in Berlin")
 
 
 def test_a_very_short_quote_is_refused(service, store):
     cid = chat(store, user("I prefer tea"))
     with pytest.raises(MemoryRefused):
-        service.save(cid, PERSONAL, "Prefers tea", "tea")
+        service.save(cid, PERSONAL, "tea")
 
 
 @pytest.mark.parametrize(
@@ -103,7 +97,7 @@ def test_a_very_short_quote_is_refused(service, store):
 def test_secrets_are_refused(service, store, secret):
     cid = chat(store, user(f"Remember this please: {secret}"))
     with pytest.raises(MemoryRefused, match="secret"):
-        service.save(cid, PERSONAL, secret, secret)
+        service.save(cid, PERSONAL, secret)
     assert find_secret(secret)
 
 
@@ -173,16 +167,18 @@ def test_a_symlink_out_of_the_tree_is_refused(service, store, tmp_path):
         service.get(path)
     cid = chat(store, user("I prefer concise replies"))
     with pytest.raises(BadMemoryPath):
-        service.save(cid, path, "x", "I prefer concise replies")
+        service.save(cid, path, "I prefer concise replies")
     assert service.entries() == []  # listing skips the link too
     assert (outside / "always" / "stolen.md").read_text() == "secret file"
 
 
 def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_path):
     cid = chat(store, user("I prefer concise replies"))
-    service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")
+    service.save(cid, PERSONAL, "I prefer concise replies")
     file = tmp_path / "memory/personal/always/concise-replies.md"
-    file.write_text(file.read_text().replace("Prefers concise replies", "Prefers long replies"))
+    file.write_text(
+        file.read_text().replace("I prefer concise replies\n", "Prefers long replies\n")
+    )
     hand = tmp_path / "memory/work/when/code-review/run-tests.md"
     hand.parent.mkdir(parents=True)
     hand.write_text("Run the tests before approving.\n")
@@ -197,10 +193,10 @@ def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_pa
 
 def test_forget_deletes_and_revokes(service, store):
     cid = chat(store, user("I prefer concise replies"))
-    service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")
+    service.save(cid, PERSONAL, "I prefer concise replies")
     service.forget("personal/always/concise-replies.md", cid)
     assert service.entries() == []
     with pytest.raises(MemoryRefused, match="forget"):
-        service.save(cid, PERSONAL, "Prefers concise replies", "prefer concise replies")
+        service.save(cid, PERSONAL, "I prefer concise replies")
     store.append(cid, user("On second thought: I prefer concise replies"))  # a new statement
-    assert service.save(cid, PERSONAL, "Prefers concise replies", "I prefer concise replies")
+    assert service.save(cid, PERSONAL, "I prefer concise replies")

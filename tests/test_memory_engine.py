@@ -63,7 +63,6 @@ def save_call(quote: str = PREF) -> Reply:
         "action": "create",
         "path": "personal/always/short-answers",
         "quote": quote,
-        "text": "Short answers, no bullet points.",
     }
     return Reply([ToolCall("m1", "manage_memory", args)], "tool")
 
@@ -97,10 +96,10 @@ async def test_a_save_is_announced_once_and_the_system_prompt_does_not_move():
     first, _, second, third = model.requests
     assert first.system == second.system == third.system  # frozen: the cache prefix holds
     assert "short-answers" not in first.system
-    assert "saved: Short answers, no bullet points." in last_user_text(second)
+    assert f"saved: {PREF} (personal/always/short-answers.md)" in last_user_text(second)
     assert "Memory changed" not in last_user_text(third)  # announced once
     # the note went with the stored message: the next request replays it byte for byte
-    assert any("saved: Short answers" in last_user_text_of(m) for m in third.messages)
+    assert any(f"saved: {PREF}" in last_user_text_of(m) for m in third.messages)
 
 
 def last_user_text_of(message) -> str:
@@ -121,7 +120,7 @@ async def test_new_thaws_the_section_and_floors_recent_history():
         await engine.turn("c", "hello again")
     after_new = model.requests[-1]
     assert "## Preferences" in after_new.system
-    assert "Short answers, no bullet points. (personal/always/short-answers.md)" in after_new.system
+    assert f"{PREF} (personal/always/short-answers.md)" in after_new.system
     assert "Memory changed" not in last_user_text(after_new)
 
 
@@ -130,7 +129,7 @@ async def test_compaction_runs_the_extraction_pass_which_only_queues(monkeypatch
     facts = [{"path": "personal/always/short-answers", "text": "Short answers.", "quote": PREF}]
     model = Model([], facts=facts)
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
-        await engine.turn("c", PREF + " " + "and some padding words here " * 20)
+        await engine.turn("c", PREF + ". " + "And some padding words here " * 20)
         for i in range(12):
             await engine.turn("c", f"message {i} " + "lorem ipsum dolor sit amet " * 20)
         assert "summary" in model.kinds and "facts" in model.kinds
@@ -195,7 +194,7 @@ async def test_auto_recall_injects_before_this_message_and_replays_identically()
 
 async def test_memory_commands_and_learn_in_chat():
     facts = [{"path": "personal/when/travel/window-seat", "text": "Window seat.", "quote": "I "
-              "always book a window seat"}]  # fmt: skip
+              "always book a window seat on planes"}]  # fmt: skip
     model = Model([said("Noted.")], facts=facts)
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         empty = await engine.turn("c", "/memory")

@@ -85,12 +85,7 @@ async def test_compaction_pass_quotes_only_folded_messages(setup):
 async def test_forget_with_revocation_stops_re_extraction(setup):
     store, service, cid = setup
     store.append(cid, user("I hate cilantro, never put it in anything"))
-    service.save(
-        cid,
-        EntryPath("personal", "when", "cooking", "no-cilantro"),
-        "No cilantro",
-        "I hate cilantro",
-    )
+    service.save(cid, EntryPath("personal", "when", "cooking", "no-cilantro"), "I hate cilantro")
     service.forget("personal/when/cooking/no-cilantro.md", cid)
     ids = await review_pass(say(FACT), service, cid)
     assert [s.kind for s in service.waiting()] == ["lesson"]
@@ -130,10 +125,10 @@ def test_amendment_of_a_changed_entry_is_refused_and_stays_waiting(setup, heron_
     store, service, cid = setup
     store.append(cid, user("I prefer concise replies. Actually I prefer very short replies"))
     path = EntryPath("personal", "always", None, "replies")
-    service.save(cid, path, "Concise replies", "I prefer concise replies")
-    number = service.suggest_fact(cid, path, "Very short replies", "I prefer very short replies")
+    service.save(cid, path, "I prefer concise replies")
+    number = service.suggest_fact(cid, path, "Actually I prefer very short replies")
     file = heron_home / "memory/personal/always/replies.md"
-    file.write_text(file.read_text().replace("Concise", "Medium"))  # edited by hand meanwhile
+    file.write_text(file.read_text().replace("concise", "Medium"))  # edited by hand meanwhile
     decision = service.accept(number, env={})
     assert decision.status == "waiting" and "changed" in decision.message
     assert service.count_waiting() == 1
@@ -145,7 +140,7 @@ def test_chat_commands(setup):
     assert opening_line(service) is None
     store.append(cid, user("I hate cilantro"))
     number = service.suggest_fact(
-        cid, EntryPath("personal", "when", "cooking", "cilantro"), "No cilantro", "I hate cilantro"
+        cid, EntryPath("personal", "when", "cooking", "cilantro"), "I hate cilantro"
     )
     assert opening_line(service) == "1 memory suggestion waits for your review: /memory review"
     assert "I hate cilantro" in memory_command(service, "")
@@ -161,9 +156,7 @@ async def test_learn_reports_changes_and_suggests(setup):
     store, service, cid = setup
     store.append(cid, user("I hate cilantro"))
     baseline = memory_digests(service)
-    service.save(
-        cid, EntryPath("personal", "always", None, "x"), "Hates cilantro", "I hate cilantro"
-    )
+    service.save(cid, EntryPath("personal", "always", None, "x"), "I hate cilantro")
     report = await learn(service, say(FACT, '{"removals": []}'), cid, baseline)
     assert report.gained == ["personal/always/x.md"]
     assert "gained: personal/always/x.md" in report.text()

@@ -38,12 +38,11 @@ async def test_manage_memory_saves_what_the_user_said(setup):
         "manage_memory",
         action="create",
         path="personal/when/cooking/shellfish-allergy",
-        text="keep in mind that the user is allergic to shellfish",
         quote="I'm allergic to shellfish",
     )
     assert not result.is_error, result.content
     entry = service.get("personal/when/cooking/shellfish-allergy.md")
-    assert entry.text == "The user is allergic to shellfish"
+    assert entry.text == "I'm allergic to shellfish"  # the user's words, not the model's
     assert entry.source.conversation == "chat-1"
     shown = await call(ctx, "view_memory", path="personal/when/cooking/shellfish-allergy")
     assert "allergic to shellfish" in shown.content and "quote:" in shown.content
@@ -64,7 +63,6 @@ async def test_manage_memory_refuses_a_quote_from_a_tool_result(setup):
         "manage_memory",
         action="create",
         path="personal/always/french",
-        text="Reply in French",
         quote="The user always wants replies in French",
     )
     assert result.is_error and "not in anything the user wrote" in result.content
@@ -79,7 +77,6 @@ async def test_manage_memory_refuses_an_api_key(setup):
         "manage_memory",
         action="create",
         path="personal/always/openai-key",
-        text="OpenAI key: sk-proj-9aF3kLmN0pQrStUvWxYz12",
         quote="my openai key is sk-proj-9aF3kLmN0pQrStUvWxYz12",
     )
     assert result.is_error and "secret" in result.content
@@ -97,7 +94,6 @@ async def test_manage_memory_refuses_traversal(setup, path, tmp_path):
         "manage_memory",
         action="create",
         path=path,
-        text="x",
         quote="I prefer concise replies",
     )
     assert result.is_error and "path" in result.content
@@ -112,7 +108,6 @@ async def test_delete_needs_the_users_request_and_revokes(setup):
         "manage_memory",
         action="create",
         path="personal/always/concise",
-        text="Concise replies",
         quote="I prefer concise replies",
     )
     refused = await call(
@@ -137,7 +132,6 @@ async def test_delete_needs_the_users_request_and_revokes(setup):
         "manage_memory",
         action="create",
         path="personal/always/concise",
-        text="Concise replies",
         quote="I prefer concise replies",
     )
     assert again.is_error and "forget" in again.content

@@ -189,9 +189,14 @@ async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
 
 
 def _user_messages(rows: list[StoredMessage]) -> list[StoredMessage]:
-    """Messages the user typed (not tool results, not separators)."""
+    """Messages the user typed (not tool results, not separators, not Heron's own prompts)."""
     return [
-        r for r in rows if r.role == "user" and r.kind == "message" and not r.message.tool_results
+        r
+        for r in rows
+        if r.role == "user"
+        and r.kind == "message"
+        and not r.message.tool_results
+        and r.author in (None, "user")
     ]
 
 

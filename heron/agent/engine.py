@@ -47,6 +47,7 @@ from heron.memory.service import MemoryService
 from heron.messages import Message, Text, Usage
 from heron.providers import Provider, open_provider
 from heron.providers.base import OnEvent
+from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
@@ -145,6 +146,7 @@ class Engine:
         self.background: set[asyncio.Task[Any]] = set()
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
+        self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
 
     @classmethod
     @asynccontextmanager
@@ -352,6 +354,7 @@ class Engine:
         ctx = ToolContext(
             workspace=self.settings.paths.workspace,
             result_budget=self.settings.config.agent.result_budget,
+            redactor=self.redactor,
         )
         # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
         ctx.extra.update(
@@ -363,7 +366,9 @@ class Engine:
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
         )
         await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-        runner = Runner(self.provider, self.registry, self.choice.profile, self.limits)
+        runner = Runner(
+            self.provider, self.registry, self.choice.profile, self.limits, redactor=self.redactor
+        )
         run_hooks = RunHooks(
             on_event=hooks.on_event,
             on_progress=hooks.on_progress,
@@ -397,6 +402,14 @@ class Engine:
         error = str(run.error) if run.error else None
         await recorder.finish(status, run.stop, error, system, run, hooks.control)
         return run
+
+
+def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
+    """What scrubs tool results and provider errors: the configured keys always, the secret
+    patterns unless `[tools] redact = false`."""
+    config = settings.config
+    found = configured_keys(config.api_keys, settings.env, *keys)
+    return Redactor.of(found, patterns=config.tools.redact)
 
 
 def _add_memory_tools(registry: ToolRegistry, ephemeral: bool) -> None:

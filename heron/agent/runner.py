@@ -31,6 +31,7 @@ from heron.providers.base import (
 )
 from heron.providers.profiles import ModelProfile
 from heron.providers.wire import WireBody, body_of
+from heron.redact import Redactor, scrub_error
 from heron.tools.registry import ToolContext, ToolRegistry
 
 RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
@@ -45,6 +46,18 @@ BREAK = (
     "The user asked you to stop. Do not call tools. Reply with a short summary of what is done "
     "and what is still pending, so the work can resume later."
 )
+
+
+class HeronPrompt(Message):
+    """A user-role message Heron writes itself (the continue, wrap-up and stop prompts): the
+    model reads it as the user's turn, but the store records its author as 'heron', so it is
+    never quoted as the person's words nor shown as theirs. Once stored and read back it is
+    a plain message row whose `author` says so."""
+
+    author = "heron"
+
+    def __init__(self, text: str) -> None:
+        super().__init__("user", [Text(text)])
 
 
 @dataclass(frozen=True)
@@ -142,12 +155,15 @@ class Runner:
         profile: ModelProfile,
         limits: RunLimits = RunLimits(),
         retry: RetryPolicy = RetryPolicy(),
+        redactor: Redactor | None = None,
     ) -> None:
         self.provider = provider
         self.registry = registry
         self.profile = profile
         self.limits = limits
         self.retry = retry
+        # A provider error can echo the request's key: scrubbed before it is stored or shown.
+        self.redactor = redactor or Redactor()
 
     async def run(
         self, system: str, messages: list[Message], ctx: ToolContext, hooks: RunHooks
@@ -185,7 +201,7 @@ class Runner:
                 continue
             if reply.stop == "length" and s.continuations < MAX_CONTINUATIONS:
                 s.continuations += 1
-                await self._add(s, Message("user", [Text(CONTINUE)]), hooks)
+                await self._add(s, HeronPrompt(CONTINUE), hooks)
                 continue
             if hooks.should_break and hooks.should_break():
                 return "done"  # already a final answer: nothing to wrap up
@@ -225,9 +241,10 @@ class Runner:
             reply = await call_with_retries(
                 lambda: self.provider.chat(request, hooks.on_event),
                 self.retry,
-                on_retry=hooks.on_retry,
+                on_retry=self._on_retry(hooks),
             )
         except ProviderError as error:
+            scrub_error(error, self.redactor)
             ended = time.time()
             record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, ended, body)
             await hooks.on_model_call(record)
@@ -238,6 +255,12 @@ class Runner:
         )
         return reply
 
+    def _on_retry(self, hooks: RunHooks) -> Callable[[ProviderError, float], None] | None:
+        shown = hooks.on_retry
+        if shown is None:
+            return None
+        return lambda error, delay: shown(scrub_error(error, self.redactor), delay)
+
     async def _add(self, s: _State, message: Message, hooks: RunHooks) -> None:
         s.new.append(message)
         await hooks.on_message(message)
@@ -245,6 +268,7 @@ class Runner:
     async def _run_tools(
         self, calls: list[ToolCall], s: _State, ctx: ToolContext, hooks: RunHooks
     ) -> None:
+        ctx.extra["reply_seq"] = s.calls  # which reply asked (memory counts changes per reply)
         results = await asyncio.gather(*(self._run_tool(c, ctx, hooks) for c in calls))
         s.tools += len(calls)
         mail = await hooks.drain()
@@ -265,7 +289,7 @@ class Runner:
         self, system: str, s: _State, hooks: RunHooks, what: str, prompt: str | None = None
     ) -> None:
         text = prompt or WRAP_UP.format(what=what)
-        await self._add(s, Message("user", [Text(text)]), hooks)
+        await self._add(s, HeronPrompt(text), hooks)
         reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
 

@@ -39,8 +39,12 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_message(message: Message) -> Iterator[str]:
-    who = "you" if message.role == "user" else "assistant"
+def render_message(message: Message, author: str | None = None) -> Iterator[str]:
+    """A message as lines; a user-role row Heron wrote itself (`author` 'heron': a continue
+    or wrap-up prompt, a summary) is shown as Heron's, never as `you`."""
+    who = "assistant"
+    if message.role == "user":
+        who = "heron" if author not in (None, "user", "tool") else "you"
     for part in message.parts:
         if isinstance(part, Text) and part.text.strip():
             yield f"{who}: {part.text}"
@@ -114,7 +118,7 @@ def _lines(
     if tid is not None and tid not in seen and tid in turns:
         seen.add(tid)
         yield _turn_header(numbers[tid], turns[tid])
-    yield from render_message(stored.message)
+    yield from render_message(stored.message, stored.author)
 
 
 def delete_conversation(settings: Settings, key: str) -> None:

@@ -38,8 +38,8 @@ Saving nothing is the common outcome.
 
 Reply with one JSON object and nothing else:
 {"facts": [{"path": "personal/always/<slug>" or "personal/when/<topic>/<slug>",
-            "text": "the rule or fact as it should be applied",
-            "quote": "the user's exact words from one QUOTABLE message"}],
+            "quote": "one whole sentence of the user's, copied exactly from one QUOTABLE
+                      message, that states the fact (it becomes the entry's text)"}],
  "lessons": [{"topic": "<situation>", "rule": "a general rule", "mistake": "what it prevents"}]}
 always/ is for rules that shape nearly every task; everything else goes under when/<topic>/,
 the topic named after the situation it applies to. Names: lowercase letters, digits, hyphens."""
@@ -115,13 +115,12 @@ def _queue_picks(
     """Queue the picks that survive every check; the rest are dropped silently."""
     ids: list[int] = []
     for fact in _items(data, "facts"):
-        quote, text = str(fact.get("quote", "")), str(fact.get("text", ""))
+        quote = str(fact.get("quote", ""))
         if not find_quote(quote, quotable_rows):
             continue  # not the user's words among what this pass may quote
         try:
-            number = service.suggest_fact(
-                conversation_id, EntryPath.parse(str(fact.get("path", ""))), text, quote
-            )
+            path = EntryPath.parse(str(fact.get("path", "")))
+            number = service.suggest_fact(conversation_id, path, quote)
         except MemoryRefused:
             continue
         if number is not None:
@@ -218,6 +217,7 @@ async def tidy_pass(
                 origin="lesson",
                 path=path,
                 text=text,
+                reason=entry.text,  # shown beside the new text in the review
                 conversation_id=conversation_id,
                 base_digest=entry.digest,
             )

@@ -1,27 +1,36 @@
 """What may enter memory: the user's own words, and no secrets.
 
 A save names a quote; the quote must appear, after folding case, punctuation variants and white
-space, in a message the user typed in this conversation. Only typed user text counts: tool
-results travel in user-role messages on the wire, and synthetic rows (summaries, recall
-injections, subagent prompts) are written by Heron, so neither is searched. The model's own text
-never is.
+space, in a message the user typed in this conversation, as a whole clause (it starts and ends
+where a sentence or clause does, or right after a request to remember), so no slice of a
+sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Only typed
+user text counts: rows whose author is Heron (continue and wrap-up prompts, summaries, recall
+injections, subagent prompts) are never searched, nor are tool results. The model's own text
+never is. The entry's text is then the quote itself (`quote_text`): the agent picks where it
+goes, never its wording.
+
+A forgotten statement is kept normalised, and any later quote that overlaps it by meaning
+(`overlaps`: a run of six words, or most of its content words) is refused.
+
+Secrets and sensitive claims are found in heron/memory/refuse.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from heron.memory.refuse import find_secret, find_sensitive
 from heron.messages import Text
 from heron.store import StoredMessage
+from heron.store.records import SYNTHETIC_FLAGS
+
+__all__ = ["find_secret", "find_sensitive"]
 
 MIN_QUOTE_CHARS = 8
-
-# Row kinds other than a typed message, and meta flags, that mark text Heron wrote itself.
-_SYNTHETIC_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent")
+MAX_ENTRY_CHARS = 1_000
 
 _FOLD = str.maketrans(
     {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"}
@@ -40,10 +49,15 @@ def _trim(quote: str) -> str:
 
 
 def typed_text(row: StoredMessage) -> str | None:
-    """The text the user typed in `row`, or None when the row is not the user's own words."""
+    """The text the user typed in `row`, or None when the row is not the user's own words: its
+    author is not the person (Heron's own prompts, summaries, injections: 'heron'), or its
+    kind or flags say Heron wrote it. A tool row's text parts are what the person typed while
+    the tools ran (its results are not text parts)."""
+    if row.author not in (None, "user", "tool"):
+        return None
     if row.role != "user" or row.kind != "message":
         return None
-    if any(row.meta.get(flag) for flag in _SYNTHETIC_FLAGS):
+    if any(row.meta.get(flag) for flag in SYNTHETIC_FLAGS):
         return None
     texts = [p.text for p in row.message.parts if isinstance(p, Text)]
     return "\n".join(texts) if texts else None
@@ -53,23 +67,151 @@ def typed_text(row: StoredMessage) -> str | None:
 class QuoteMatch:
     message_id: int
     created: float
+    asked: bool = False  # the person asked to remember exactly this ("remember that <quote>")
+
+
+# Where a clause starts or ends: the text's edge, sentence or clause punctuation, a line break
+# (kept as a pilcrow through normalising), brackets and quotation marks.
+_EDGE = '.!?;:,()[]"\u00b6'
+BOUNDARY_HINT = (
+    "Quote a whole sentence or clause of the user's (from its start to its end or a comma); "
+    "a piece cut from the middle of a sentence can say what the sentence did not."
+)
+
+
+def _hay(text: str) -> str:
+    """A typed message normalised for searching, its line breaks kept as boundaries."""
+    return normalise("\n".join(line.strip() + " \u00b6" for line in text.splitlines()))
+
+
+def _starts_clause(before: str) -> tuple[bool, bool]:
+    """(whether a quote may start after `before`, whether `before` ends in a request to
+    remember)."""
+    head = before.rstrip()
+    if not head:
+        return True, False
+    asked = bool(_ASK_TAIL.search(head + " "))
+    return asked or head[-1] in _EDGE or bool(_JOINER.search(head)), asked
+
+
+# A clause also starts after a word that joins clauses or opens a request ("..., but I like
+# coffee", "please forget that ..."); it never ends before one (that could drop a "but not").
+_JOINER = re.compile(r"(?:^|[\s,])(?:and|but|so|because|also|please|actually|well|ok|okay|oh)$")
+
+
+def _ends_clause(after: str) -> bool:
+    tail = after.lstrip()
+    return not tail or tail[0] in _EDGE
+
+
+def _clause_at(hay: str, needle: str) -> QuoteMatch | None:
+    """Where `needle` stands as a whole clause in `hay` (asked: after a request to remember)."""
+    at = hay.find(needle)
+    while at != -1:
+        start, asked = _starts_clause(hay[:at])
+        if start and _ends_clause(hay[at + len(needle) :]):
+            return QuoteMatch(0, 0.0, asked or bool(_ASK.match(needle)))
+        at = hay.find(needle, at + 1)
+    return None
 
 
 def find_quote(quote: str, rows: Iterable[StoredMessage]) -> list[QuoteMatch]:
-    """The user messages among `rows` that contain `quote` (normalised); newest first."""
+    """The user messages among `rows` that hold `quote` (normalised) as a whole clause;
+    newest first."""
     needle = _trim(quote)
     if len(needle) < MIN_QUOTE_CHARS:
         return []
     found = []
     for row in rows:
         text = typed_text(row)
-        if text is not None and needle in normalise(text):
-            found.append(QuoteMatch(row.id, row.created))
+        if text is None or needle not in normalise(text):
+            continue
+        clause = _clause_at(_hay(text), needle)
+        if clause is not None:
+            found.append(QuoteMatch(row.id, row.created, clause.asked))
     return sorted(found, key=lambda m: -m.message_id)
+
+
+def appears_in(quote: str, rows: Iterable[StoredMessage]) -> bool:
+    """Whether `quote` is anywhere in what the user typed, whole clause or not."""
+    needle = _trim(quote)
+    return len(needle) >= MIN_QUOTE_CHARS and any(
+        needle in normalise(t) for r in rows if (t := typed_text(r)) is not None
+    )
 
 
 def quote_key(quote: str) -> str:
     return _trim(quote)
+
+
+def quote_text(quote: str) -> str:
+    """An entry's text for `quote`: the quote with its typography and white space folded (its
+    case kept), wrapping quotation marks dropped, and a leading request to remember left out."""
+    text = " ".join(unicodedata.normalize("NFKC", quote).translate(_FOLD).split())
+    return strip_request(text.strip(" \"'`"))
+
+
+# ---- revocation by meaning -------------------------------------------------------------------
+
+RUN_WORDS = 6  # a run this long, shared with a forgotten statement, is that statement
+_STOP = frozenset(
+    """a an the and or but so of to in on at for from by with about as is are was were be been
+    am i i'm im me my mine we our you your he she it its they them their this that these those
+    there here do does did not no don't dont have has had will would can could should just
+    very really also too then than if when what which who how please remember keep mind note
+    that's it's""".split()  # noqa: SIM905 - a paragraph of words reads better than a list
+)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[\w']+", normalise(text))
+
+
+def _content(ws: list[str]) -> set[str]:
+    return {w for w in ws if w not in _STOP}
+
+
+def _shares_run(a: list[str], b: list[str], n: int) -> bool:
+    runs = {tuple(b[i : i + n]) for i in range(len(b) - n + 1)}
+    return any(tuple(a[i : i + n]) in runs for i in range(len(a) - n + 1))
+
+
+def overlaps(quote: str, forgotten: str) -> bool:
+    """Whether `quote` says again what `forgotten` said: they share a run of six words, or
+    most of the content words of the shorter one (so a shifted or shortened slice of the same
+    sentence is caught, and "I live in Paris" is not "I live in Berlin")."""
+    q, f = words(quote), words(forgotten)
+    if not q or not f:
+        return False
+    if _shares_run(q, f, RUN_WORDS):
+        return True
+    qc, fc = _content(q), _content(f)
+    if not qc or not fc:  # one is all small words ("I, we"): compare every word
+        qc, fc = set(q), set(f)
+    return len(qc & fc) / min(len(qc), len(fc)) > 0.5
+
+
+def names_entry(request: str, *about: str) -> bool:
+    """Whether a request to forget names an entry: it shares a content word (or its first five
+    letters) with the entry's text or path."""
+    asked = {w[:5] for w in _content(words(request)) if w not in _FORGET_WORDS}
+    named = {w[:5] for text in about for w in _content(words(text.replace("-", " ")))}
+    return bool(asked & named)
+
+
+_FORGET = re.compile(
+    r"\b(?:forget|delete|remove|erase|drop|unlearn|scrap|no longer|not true|isn'?t true"
+    r"|stop remembering|don'?t remember|do not remember)\b",
+    re.IGNORECASE,
+)
+_FORGET_WORDS = frozenset(
+    {"forget", "delete", "remove", "erase", "drop", "unlearn", "scrap", "longer", "true"}
+    | {"isn't", "stop", "remembering"}
+)
+
+
+def asks_to_forget(text: str) -> bool:
+    return bool(_FORGET.search(text))
 
 
 # ---- "remember that ..." ---------------------------------------------------------------------
@@ -82,77 +224,17 @@ _ASK = re.compile(
 )
 
 
+# The same request at the end of the text before a quote ("..., so remember that ").
+_ASK_TAIL = re.compile(
+    r"(?:remember|keep\s+in\s+mind|don'?t\s+forget|do\s+not\s+forget|note|make\s+a\s+note)"
+    r"(?:\s+that)?\s*[,:]?\s+$",
+    re.IGNORECASE,
+)
+
+
 def strip_request(text: str) -> str:
     """'Remember that I prefer tea' -> 'I prefer tea': the entry states the rule itself."""
     stripped = _ASK.sub("", text, count=1).strip()
     if not stripped:
         return text.strip()
     return stripped[0].upper() + stripped[1:]
-
-
-# ---- secrets ---------------------------------------------------------------------------------
-
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("an API key", re.compile(r"\b(?:sk|pk|rk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[\w]{20,})")),
-    ("an AWS key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
-    ("a Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a JSON web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[\w-]+")),
-    ("a bearer token", re.compile(r"\bbearer\s+[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
-    (
-        "a password",
-        re.compile(
-            r"\b(?:password|passwd|passcode|pin|passphrase|mot de passe)\b\s*(?:is|=|:|was)\s*\S+",
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "a credential",
-        re.compile(r"\b(?:api[_ -]?key|secret|token|access[_ -]?key)\s*(?:is|=|:)\s*\S{6,}", re.I),
-    ),
-    ("a connection string with a password", re.compile(r"\w+://[^/\s:@]+:[^/\s@]+@")),
-]
-
-_CARD = re.compile(r"\b(?:\d[ -]?){13,19}\b")
-_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-.]{20,}")
-
-
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def _entropy(token: str) -> float:
-    counts = {c: token.count(c) for c in set(token)}
-    return -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
-
-
-def _random_looking(token: str) -> bool:
-    """Long, high-entropy and mixing character classes: a key or token, not a word or a path."""
-    if "/" in token.strip("/") and token.count("/") > 2:
-        return False  # a path or URL
-    classes = sum(bool(re.search(p, token)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[+/=_\-]"))
-    return classes >= 3 and _entropy(token) >= 3.8
-
-
-def find_secret(text: str) -> str | None:
-    """What kind of secret `text` holds, or None. Patterns first, then card numbers (Luhn),
-    then any long token random enough to be a key."""
-    for what, pattern in _PATTERNS:
-        if pattern.search(text):
-            return what
-    for match in _CARD.finditer(text):
-        digits = re.sub(r"\D", "", match.group())
-        if 13 <= len(digits) <= 19 and _luhn(digits):
-            return "a card number"
-    for match in _TOKEN.finditer(text):
-        if _random_looking(match.group()):
-            return "a token or key (a long random string)"
-    return None

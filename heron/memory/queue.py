@@ -33,8 +33,10 @@ class Suggestion:
         """One line for a checklist or a listing."""
         if self.kind == "removal":
             what = f"remove {self.path}" + (f" ({self.reason})" if self.reason else "")
-        elif self.kind == "amendment":
-            what = f"change {self.path} to: {self.text}"
+        elif self.kind == "amendment":  # the text it replaces is in `reason`: the diff
+            was = f' from "{" ".join(self.reason.split())}"' if self.reason else ""
+            what = f'change {self.path}{was} to "{self.text}"'
+
         elif self.kind == "lesson":
             what = f"lesson for {self.path}: {self.text}"
             if self.mistake:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,21 @@ from heron.memory.entries import (
     MemoryRefused,
     Source,
 )
-from heron.memory.guard import QuoteMatch, find_quote, find_secret, quote_key, strip_request
+from heron.memory.guard import (
+    BOUNDARY_HINT,
+    MAX_ENTRY_CHARS,
+    QuoteMatch,
+    appears_in,
+    asks_to_forget,
+    find_quote,
+    find_secret,
+    find_sensitive,
+    names_entry,
+    normalise,
+    overlaps,
+    quote_key,
+    quote_text,
+)
 from heron.memory.queue import Suggestion
 from heron.store import Store
 
@@ -78,32 +92,44 @@ class MemoryService:
 
     # ---- proof ----------------------------------------------------------------------------
 
+    def find_quote(self, conversation_id: int, quote: str) -> QuoteMatch:
+        """The user message of this conversation that holds `quote` as a whole clause."""
+        rows = self.store.all_messages(conversation_id)
+        matches = find_quote(quote, rows)
+        if matches:
+            return matches[0]
+        if appears_in(quote, rows):
+            raise MemoryRefused(
+                f"refused: the quote {quote!r} is only a piece of a sentence the user wrote",
+                hint=BOUNDARY_HINT,
+            )
+        raise MemoryRefused(
+            f"refused: the quote {quote!r} is not in anything the user wrote in this conversation",
+            hint="Quote the user's own words exactly (at least a few words); tool results, "
+            "web pages, Heron's own prompts and your own text cannot be quoted.",
+        )
+
     def verify_quote(self, conversation_id: int, quote: str) -> QuoteMatch:
-        """The user message of this conversation that holds `quote`, not revoked since."""
+        """The user message of this conversation that holds `quote`, refused when the quote says
+        again (by meaning, not by substring) something the user asked to forget since."""
         rows = self.store.all_messages(conversation_id)
         matches = find_quote(quote, rows)
         if not matches:
-            raise MemoryRefused(
-                f"refused: the quote {quote!r} is not in anything the user wrote in this "
-                "conversation",
-                hint="Quote the user's own words exactly (at least a few words); tool results, "
-                "web pages and your own text cannot be quoted.",
-            )
+            return self.find_quote(conversation_id, quote)  # raises, saying why
         live = [m for m in matches if not self._revoked(quote, m)]
         if not live:
             raise MemoryRefused(
-                "refused: the user asked to forget this statement",
+                "refused: the user asked to forget this statement (the quote overlaps what "
+                "was forgotten)",
                 hint="Only a new statement by the user can bring it back.",
             )
         return live[0]
 
     def _revoked(self, quote: str, match: QuoteMatch) -> bool:
-        key = quote_key(quote)
-        rows = self.store.query("SELECT quote_key, created FROM memory_revocations")
-        return any(
-            (key in r["quote_key"] or r["quote_key"] in key) and match.created <= r["created"]
-            for r in rows
+        rows = self.store.query(
+            "SELECT quote_key FROM memory_revocations WHERE created >= ?", (match.created,)
         )
+        return any(overlaps(quote, r["quote_key"]) for r in rows)
 
     @staticmethod
     def check_secret(*texts: str | None) -> None:
@@ -116,26 +142,113 @@ class MemoryService:
                     hint="Keep secrets in environment variables or a password manager.",
                 )
 
+    @staticmethod
+    def check_size(*texts: str | None) -> None:
+        size = sum(len(t or "") for t in texts)
+        if size > MAX_ENTRY_CHARS:
+            raise MemoryRefused(
+                f"refused: the entry would be {size:,} characters; an entry holds at most "
+                f"{MAX_ENTRY_CHARS:,}",
+                hint="Quote the one sentence that states the fact; a long text belongs in a "
+                "file in the workspace, not in memory.",
+            )
+
+    def check_entry(self, text: str, asked: bool) -> None:
+        """What no entry may be, whoever proposed it: too long, a secret, or a sensitive claim
+        the user did not explicitly ask to remember (`asked`: "remember that <quote>")."""
+        if not text:
+            raise MemoryRefused("refused: the entry is empty", hint="Quote the user's words.")
+        self.check_size(text)
+        self.check_secret(text)
+        what = find_sensitive(text)
+        if what and not asked:
+            raise MemoryRefused(
+                f"refused: this is a sensitive claim ({what}); it is saved only when the user "
+                "explicitly asks to remember that exact thing",
+                hint='Leave it out of memory. If the user says "remember that ...", quote '
+                "those words.",
+            )
+
+    def _proved(self, conversation_id: int, quote: str) -> tuple[str, QuoteMatch]:
+        """The entry's text for `quote` and the user message proving it, every check passed."""
+        self.check_size(quote)
+        self.check_secret(quote)
+        text = quote_text(quote)
+        match = self.verify_quote(conversation_id, quote)
+        self.check_entry(text, match.asked)
+        return text, match
+
+    def free_path(self, path: EntryPath, taken: Iterable[str] = ()) -> EntryPath:
+        """`path`, or the first of path-2, path-3, ... that names no entry (nor one of `taken`):
+        a new entry never overwrites another."""
+        busy = set(taken)
+        candidate, n = path, 1
+        while self.files.read(candidate) is not None or candidate.rel in busy:
+            n += 1
+            slug = f"{path.slug[: 60 - len(str(n))]}-{n}"
+            candidate = EntryPath(path.scope, path.kind, path.topic, slug)
+        return candidate
+
     # ---- saving and forgetting ------------------------------------------------------------
 
     def save(
         self,
         conversation_id: int,
         path: EntryPath,
-        text: str,
         quote: str,
         *,
-        origin: str = "user",
         conversation_key: str | None = None,
     ) -> Entry:
-        """Create or replace an entry that quotes the user's words in this conversation."""
-        text = strip_request(text)
-        if not text:
-            raise MemoryRefused("refused: the entry is empty", hint="Say the rule in a sentence.")
-        self.check_secret(text, quote)
-        match = self.verify_quote(conversation_id, quote)
+        """A new entry whose text is the user's `quote` (a leading "remember that" left out),
+        at `path` or, when that is taken, at a free path next to it."""
+        text, match = self._proved(conversation_id, quote)
         source = Source(conversation_key, match.message_id, quote.strip())
-        return self._write(path, text, origin, source)
+        return self._write(self.free_path(path), text, "user", source)
+
+    def update(
+        self,
+        conversation_id: int,
+        path: EntryPath,
+        quote: str,
+        *,
+        conversation_key: str | None = None,
+    ) -> Entry | int:
+        """Replace an entry's text with something new the user said (`quote`, from a message
+        after the entry was last written). An entry the user wrote by hand is not replaced: the
+        change waits for review, showing both texts; its id is returned."""
+        current = self.files.read(path)
+        if current is None:
+            raise MemoryRefused(f"{path.rel} does not exist", hint="Use action=create.")
+        text, match = self._proved(conversation_id, quote)
+        if match.created <= current.updated:
+            raise MemoryRefused(
+                "refused: an update needs something new the user said; this quote is older "
+                f"than {path.rel}",
+                hint="Quote what the user said since the entry was written, or leave it.",
+            )
+        if current.origin == "hand":
+            return self._queue_change(conversation_id, current, text, quote, match, "user")
+        source = Source(conversation_key, match.message_id, quote.strip())
+        return self._write(path, text, "user", source)
+
+    def delete(self, conversation_id: int, path: EntryPath, quote: str) -> Entry:
+        """Forget an entry because the user asked to: `quote` is their request, it must ask to
+        forget and name the entry (share a word with its text or path)."""
+        entry = self.get(path)
+        if not appears_in(quote, self.store.all_messages(conversation_id)):
+            self.find_quote(conversation_id, quote)  # raises: not the user's words
+        if not asks_to_forget(quote):
+            raise MemoryRefused(
+                "refused: delete needs the user's request to forget; this quote asks for none",
+                hint='Quote the words that ask to forget it (e.g. "forget that I ...").',
+            )
+        if not names_entry(quote, entry.text, entry.path.rel):
+            raise MemoryRefused(
+                f"refused: the user's request to forget does not name {entry.path.rel}",
+                hint="Ask the user which entry to forget, or let them run "
+                f"`heron memory forget {entry.path.rel}`.",
+            )
+        return self.forget(entry.path, conversation_id)
 
     def _write(
         self, path: EntryPath, text: str, origin: str, source: Source, mistake: str | None = None
@@ -148,20 +261,16 @@ class MemoryService:
         return entry
 
     def forget(self, path: EntryPath | str, conversation_id: int | None = None) -> Entry:
-        """Delete an entry and revoke its quoted source, so no pass saves it again."""
+        """Delete an entry and revoke what it said (its quote and its text, normalised), so no
+        pass saves it again from anything the user said before."""
         entry = self.get(path)
-        if entry.source.quote:
-            with self.store.transaction() as c:
+        statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
+        with self.store.transaction() as c:
+            for statement in sorted(statements):
                 c.execute(
                     "INSERT INTO memory_revocations (quote_key, path, conversation_id,"
                     " message_id, created) VALUES (?, ?, ?, ?, ?)",
-                    (
-                        quote_key(entry.source.quote),
-                        entry.path.rel,
-                        conversation_id,
-                        entry.source.message,
-                        time.time(),
-                    ),
+                    (statement, entry.path.rel, conversation_id, entry.source.message, time.time()),
                 )
         self.files.delete(entry.path)
         return entry
@@ -169,42 +278,67 @@ class MemoryService:
     # ---- the review queue -----------------------------------------------------------------
 
     def suggest_fact(
-        self, conversation_id: int, path: EntryPath, text: str, quote: str, *, origin: str = "auto"
+        self, conversation_id: int, path: EntryPath, quote: str, *, origin: str = "auto"
     ) -> int | None:
-        """Queue a fact a pass picked; None when it is already in memory. Refused (raises) when
-        the quote is not the user's, was revoked, or holds a secret."""
-        text = strip_request(text)
-        self.check_secret(text, quote)
-        match = self.verify_quote(conversation_id, quote)
+        """Queue a fact a pass picked, in the user's words (`quote`); None when memory already
+        says it. Refused (raises) when the quote is not the user's, was revoked, is too long,
+        holds a secret or a sensitive claim they did not ask to remember."""
+        text, match = self._proved(conversation_id, quote)
         existing = self.files.read(path)
-        if existing is not None and existing.text.strip() == text.strip():
+        if existing is not None and normalise(existing.text) == normalise(text):
             return None
-        kind = "amendment" if existing is not None else "fact"
+        if existing is not None:
+            return self._queue_change(conversation_id, existing, text, quote, match, origin)
         return queue.add(
             self.store,
-            kind,
+            "fact",
             origin=origin,
             path=path.rel,
             text=text,
             quote=quote.strip(),
             conversation_id=conversation_id,
             message_id=match.message_id,
-            base_digest=existing.digest if existing else None,
+        )
+
+    def _queue_change(
+        self,
+        conversation_id: int,
+        current: Entry,
+        text: str,
+        quote: str,
+        match: QuoteMatch,
+        origin: str,
+    ) -> int:
+        """An amendment for review: it shows the entry's text now (`reason`) and the new one."""
+        return queue.add(
+            self.store,
+            "amendment",
+            origin=origin,
+            path=current.path.rel,
+            text=text,
+            quote=quote.strip(),
+            reason=current.text,
+            conversation_id=conversation_id,
+            message_id=match.message_id,
+            base_digest=current.digest,
         )
 
     def suggest_lesson(
         self, path: EntryPath, rule: str, mistake: str, conversation_id: int | None = None
     ) -> int:
-        """A lesson is the agent's words, so it only ever waits for review."""
+        """A lesson is the agent's words, so it only ever waits for review; it is named so it
+        collides neither with an entry nor with a lesson already waiting."""
         rule, mistake = rule.strip(), mistake.strip()
         if not rule:
             raise MemoryRefused("refused: the lesson is empty", hint="State the general rule.")
+        self.check_size(rule, mistake)
         self.check_secret(rule, mistake)
+        waiting = (s.path for s in self.waiting() if s.path)
         return queue.add(
             self.store,
             "lesson",
             origin="lesson",
-            path=path.rel,
+            path=self.free_path(path, waiting).rel,
             text=rule,
             mistake=mistake or None,
             conversation_id=conversation_id,
@@ -273,22 +407,30 @@ class MemoryService:
         if s.kind == "removal":
             self.forget(path, s.conversation_id)
             return f"removed {s.path}"
+        self.check_size(s.text, s.mistake)
         self.check_secret(s.text, s.quote)
         if s.kind == "lesson":
-            self._write(path, s.text or "", "lesson", Source(), s.mistake)
-            return f"saved lesson {s.path}"
+            target = self.free_path(path)  # never over another entry
+            self._write(target, s.text or "", "lesson", Source(), s.mistake)
+            return f"saved lesson {target.rel}"
         if s.kind == "amendment" and current is not None and current.origin == "lesson":
             self._write(path, s.text or "", "lesson", current.source, current.mistake)
             return f"rewrote lesson {s.path}"
-        self._write(path, s.text or "", "auto", self._source(s))
-        return f"saved {s.path}"
+        source, asked = self._source(s)
+        self.check_entry(s.text or "", asked)
+        # A fact goes beside an entry that appeared since it was suggested, never over it; an
+        # amendment replaces the entry it was shown against (its digest was checked above).
+        target = path if s.kind == "amendment" else self.free_path(path)
+        self._write(target, s.text or "", "auto", source)
+        return f"saved {target.rel}"
 
-    def _source(self, s: Suggestion) -> Source:
+    def _source(self, s: Suggestion) -> tuple[Source, bool]:
+        """Where a kept fact stands, and whether the user asked to remember exactly it."""
         if s.conversation_id is not None and s.quote:
             match = self.verify_quote(s.conversation_id, s.quote)  # revoked meanwhile: refused
             key = self.store.conversation_by_id(s.conversation_id).key
-            return Source(key, match.message_id, s.quote)
-        return Source(None, s.message_id, s.quote)
+            return Source(key, match.message_id, s.quote), match.asked
+        return Source(None, s.message_id, s.quote), False
 
     def review(self, choose: ChooseFn, env: Mapping[str, str] | None = None) -> list[Decision]:
         """Checklists of up to 10 waiting suggestions in turn. `choose` returns the ids to keep

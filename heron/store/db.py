@@ -44,7 +44,7 @@ from heron.messages import (
     parts_to_json,
 )
 from heron.store.migrations import migrate
-from heron.store.records import Conversation, StoredMessage, Turn
+from heron.store.records import Conversation, StoredMessage, Turn, author_for
 
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
@@ -208,9 +208,12 @@ class Store:
         kind: str = "message",
         turn_id: int | None = None,
         meta: dict[str, Any] | None = None,
+        author: str | None = None,
     ) -> StoredMessage:
-        """Append a message after `parent_id` (default: the head) and make it the new head."""
+        """Append a message after `parent_id` (default: the head) and make it the new head.
+        `author` (user, model, tool, heron) is derived from the message when not given."""
         now = time.time()
+        author = author or author_for(message, kind, meta)
         raw = parts_to_json(message.parts)
         sent_raw = parts_to_json(sent.parts) if sent is not None else None
         meta_raw = json.dumps(meta) if meta else None
@@ -224,7 +227,7 @@ class Store:
                 parent_id = row[0]
             cur = c.execute(
                 "INSERT INTO messages (conversation_id, parent_id, turn_id, role, kind, parts,"
-                " sent_parts, meta, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " sent_parts, meta, created, author) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     parent_id,
@@ -235,6 +238,7 @@ class Store:
                     sent_raw,
                     meta_raw,
                     now,
+                    author,
                 ),
             )
             new_id = cur.lastrowid
@@ -244,7 +248,16 @@ class Store:
                 (new_id, now, conversation_id),
             )
             stored = StoredMessage(
-                new_id, conversation_id, parent_id, turn_id, kind, message, sent, now, meta or {}
+                new_id,
+                conversation_id,
+                parent_id,
+                turn_id,
+                kind,
+                message,
+                sent,
+                now,
+                meta or {},
+                author,
             )
             self._committed.append(_as_read(stored, raw, sent_raw, meta_raw))
         return stored
@@ -454,6 +467,7 @@ def _as_read(
         _StoredParts.decoded(sent, sent_raw, stored.id) if sent and sent_raw else None,
         stored.created,
         json.loads(meta) if meta else {},
+        stored.author,
     )
 
 
@@ -606,6 +620,7 @@ def _message(r: sqlite3.Row) -> StoredMessage:
         sent,
         r["created"],
         meta,
+        r["author"],
     )
 
 

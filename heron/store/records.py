@@ -31,6 +31,8 @@ class StoredMessage:
     sent: Message | None
     created: float
     meta: dict[str, Any] = field(default_factory=dict)
+    # user | model | tool | heron (heron/store/migrations/m007_author.py); None: not known.
+    author: str | None = None
 
     @property
     def role(self) -> str:
@@ -40,6 +42,25 @@ class StoredMessage:
     def wire(self) -> Message:
         """What the model was sent for this row (the runtime block included)."""
         return self.sent or self.message
+
+
+# Meta flags of rows Heron wrote itself, whatever their role.
+SYNTHETIC_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent")
+
+
+def author_for(message: Message, kind: str, meta: dict[str, Any] | None) -> str:
+    """Who wrote a row about to be stored: a message may say so itself (an `author` attribute:
+    the runner's own prompts), else its role, kind and meta flags tell."""
+    said = getattr(message, "author", None)
+    if isinstance(said, str):
+        return said
+    if message.role == "assistant":
+        return "model"
+    if kind != "message" or any((meta or {}).get(flag) for flag in SYNTHETIC_FLAGS):
+        return "heron"
+    if any(getattr(part, "kind", None) == "tool_result" for part in message.parts):
+        return "tool"
+    return "user"
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,14 @@
 They reach their services through `ToolContext.extra`: "memory" (a MemoryService),
 "conversation_id" and "conversation_key" (the conversation of the run), and optionally "recall"
 (a Recall; built from the memory service's store when absent). A refusal (a quote the user never
-wrote, a secret, a bad name) comes back to the model as an error result that says why.
+wrote, a secret, a sensitive claim, a bad name, too many changes in one reply) comes back to the
+model as an error result that says why.
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from heron.errors import ToolError
@@ -38,50 +41,82 @@ def _path(path: str) -> EntryPath:
         raise ToolError(str(e)) from e
 
 
+MAX_CHANGES_PER_REPLY = 5
+
+
+@dataclass
+class _Changes:
+    """Memory changes asked for by one reply of the model (its tool calls run concurrently,
+    on threads): more than MAX_CHANGES_PER_REPLY are refused."""
+
+    reply: object = None
+    count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _spend(ctx: ToolContext) -> None:
+    changes = ctx.extra.setdefault("memory_changes", _Changes())
+    reply = ctx.extra.get("reply_seq")  # set by the runner for each reply's tool calls
+    with changes.lock:
+        if changes.reply != reply:
+            changes.reply, changes.count = reply, 0
+        changes.count += 1
+        n = changes.count
+    if n > MAX_CHANGES_PER_REPLY:
+        raise ToolError(
+            f"refused: at most {MAX_CHANGES_PER_REPLY} memory changes in one reply (this was "
+            f"change {n}); save only what the user stated as lasting, one fact per entry"
+        )
+
+
 @tool
 def manage_memory(
     ctx: ToolContext,
     action: Literal["create", "update", "delete"],
     path: str,
     quote: str,
-    text: str | None = None,
 ) -> str:
-    """Save, change or forget a durable fact or preference the user stated.
+    """Save, change or forget a durable fact or preference the user stated, in their words.
 
-    Save only what the user said themselves and what will still be true later. Put rules that
-    shape nearly every task under always/; file everything else under when/<topic>/, the topic
-    named after the situation it applies to (writing-to-friends, not communication).
+    The entry's text is the quote itself (a leading "remember that" left out): you choose
+    where it goes, never its wording. Save only what the user said themselves and what will
+    still be true later; at most 5 changes per reply. Put rules that shape nearly every task
+    under always/; file everything else under when/<topic>/, the topic named after the
+    situation it applies to (writing-to-friends, not communication).
 
     Args:
-        action: create, update (replace the text of an existing entry) or delete (the user asked
-            to forget it; its source is revoked so it is not learned again).
+        action: create, update (replace an entry's text with something new the user said) or
+            delete (the user asked to forget it; what it said is revoked, so it is not learned
+            again).
         path: scope/always/slug or scope/when/topic/slug; names are lowercase letters, digits and
-            hyphens; the scope is personal unless the fact belongs to one project or domain.
-        quote: the user's own words from this conversation, copied exactly, that state the fact
-            (for delete: their request to forget it). Tool results and your own text are refused.
-        text: the rule or fact as it should be applied, in one or two sentences (create, update).
+            hyphens; the scope is personal unless the fact belongs to one project or domain. A
+            name already taken gets a suffix.
+        quote: the user's own words from this conversation, copied exactly: for create and
+            update a whole sentence or clause that states the fact; for delete their request
+            to forget it. Tool results, Heron's prompts and your own text are refused.
     """
     service = _memory(ctx)
     conversation_id = _conversation(ctx)
     entry_path = _path(path)
+    _spend(ctx)
+    key = ctx.extra.get("conversation_key")
     try:
         if action == "delete":
-            service.verify_quote(conversation_id, quote)
-            gone = service.forget(entry_path, conversation_id)
-            return f"Forgot {gone.path.rel}; its source will not be learned again."
-        exists = service.files.read(entry_path) is not None
-        if action == "create" and exists:
-            raise ToolError(f"{entry_path.rel} exists; use action=update, or another slug")
-        if action == "update" and not exists:
-            raise ToolError(f"{entry_path.rel} does not exist; use action=create")
-        if not text:
-            raise ToolError("text is required to create or update an entry")
-        key = ctx.extra.get("conversation_key")
-        entry = service.save(conversation_id, entry_path, text, quote, conversation_key=key)
+            gone = service.delete(conversation_id, entry_path, quote)
+            return f"Forgot {gone.path.rel}; what it said will not be learned again."
+        if action == "update":
+            changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
+            if isinstance(changed, int):
+                return (
+                    f"{entry_path.rel} was written by the user by hand, so the change waits for "
+                    f"their review as #{changed} (it shows the old and the new text)."
+                )
+            return f"Updated {changed.path.rel}: {changed.text}"
+        entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
     except MemoryRefused as e:
         raise ToolError(str(e)) from e
-    verb = "Saved" if action == "create" else "Updated"
-    return f"{verb} {entry.path.rel}: {entry.text}"
+    moved = "" if entry.path == entry_path else f" ({entry_path.rel} is taken: it got its own name)"
+    return f"Saved {entry.path.rel}{moved}: {entry.text}"
 
 
 @tool

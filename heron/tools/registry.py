@@ -7,7 +7,8 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 `ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
-workspace and the model gets its head plus the saved path, so nothing is ever lost.
+workspace and the model gets its head plus the saved path, so nothing is ever lost. Every
+result is first scrubbed of secrets (`ToolContext.redactor`, heron/redact.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from heron.providers.base import ToolSpec
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from heron.redact import Redactor
     from heron.tools.python_kernel import KernelSession
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
@@ -65,6 +67,8 @@ class ToolContext:
         mine = _CALL_EFFECTS.get()
         if mine is not None:
             mine.append(effect)
+    # Scrubs every result before it is stored, saved or sent (heron/redact.py); None: as is.
+    redactor: Redactor | None = None
 
     async def aclose(self) -> None:
         """Release what the run started (the Python kernel)."""
@@ -319,6 +323,8 @@ class ToolRegistry:
             text, is_error = f"Error: {error}", True
         except Exception as error:
             text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
+        if ctx.redactor is not None:  # before the full text is saved to the workspace, too
+            text = ctx.redactor.clean(text)
         return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)
 
     async def call_recording(

@@ -1,0 +1,145 @@
+"""Secrets kept out of the record: text scrubbed before it is stored, sent or printed.
+
+Pure functions, no I/O. A `Redactor` knows the credentials Heron itself holds (every key in
+config.toml and in the provider variables) and replaces them exactly, always; with `patterns`
+on (`[tools] redact = true`, the default) it also replaces what looks like a secret of any
+kind: API key prefixes (sk-, sk-ant-, ghp_, xox*, AKIA), PEM private keys, `KEY=`/`TOKEN=`/
+`PASSWORD=`/`SECRET=` assignments in .env or TOML style, bearer tokens, JSON web tokens,
+passwords in connection strings and long high-entropy tokens. Each is replaced by
+`[redacted: kind]`, so the model and the user can tell that something was there and what.
+
+The tool result path (heron/tools/registry.py) scrubs every result before it is stored or
+sent, and the runner scrubs provider errors before they are stored or shown. Memory uses the
+same patterns (heron/memory/guard.py) to refuse secrets outright.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+# The variables a provider key comes from (heron/config.py); their values are always redacted.
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HERON_API_KEY")
+# Any other variable named like a credential is redacted as well.
+_SECRET_SUFFIXES = ("API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+# Values that stand for "no key" (a local server) and may appear in any text.
+_DUMMIES = {"not-needed", "local", "replay", "none", "dummy", "scripted"}
+MIN_KEY = 8  # shorter values would redact ordinary words
+
+
+def mark(kind: str) -> str:
+    return f"[redacted: {kind}]"
+
+
+# (kind, pattern): the whole match is replaced, except for assignments, whose name stays.
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "private key",
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?:.*?-----END [A-Z0-9 ]*PRIVATE KEY-----"
+            r"|.*\Z)",
+            re.DOTALL,
+        ),
+    ),
+    ("api key", re.compile(r"\b(?:sk|pk|rk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}")),
+    ("github token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,})")),
+    ("aws key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
+    ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("json web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[\w-]+")),
+    ("bearer token", re.compile(r"\b(?<=bearer )[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
+    ("password in a url", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")),
+]
+
+# NAME=value, NAME: value, name = "value" where the name ends in a credential word; the value
+# (quoted or bare, to the end of the token) is replaced and the name kept.
+ASSIGNMENT = re.compile(
+    r"""(?imx)
+    (?P<name>\b(?:[A-Za-z0-9]+[_.-])*
+        (?:api[_-]?key|apikey|key|token|secret|password|passwd|passphrase|pwd|credentials?)
+    )
+    (?P<sep>["']?\s*[=:]\s*)
+    (?P<value>"[^"\n]{4,}"|'[^'\n]{4,}'|[^\s"',;]{4,})
+    """
+)
+
+_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-.]{24,}")
+
+
+def entropy(token: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = {c: token.count(c) for c in set(token)}
+    return -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+
+
+def random_looking(token: str) -> bool:
+    """Long, high-entropy and mixing character classes: a key or token, not a word, a path, a
+    hex digest (git ids stay readable) or a dotted name."""
+    if token.count("/") > 1 or token.count(".") > 1:
+        return False  # a path, a URL or a module name
+    classes = sum(bool(re.search(p, token)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[+/=_\-]"))
+    return classes >= 3 and entropy(token) >= 4.0
+
+
+def _assignment(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if value.strip("\"'").startswith("[redacted"):
+        return match.group()
+    return match.group("name") + match.group("sep") + mark("assignment")
+
+
+def scrub_patterns(text: str) -> str:
+    """Every pattern-shaped secret in `text` replaced by its mark."""
+    for kind, pattern in PATTERNS:
+        text = pattern.sub(mark(kind), text)
+    text = ASSIGNMENT.sub(_assignment, text)
+    return _TOKEN.sub(lambda m: mark("token") if random_looking(m.group()) else m.group(), text)
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Scrubs text: the configured `keys` exactly (always), and the patterns when `patterns`."""
+
+    keys: tuple[str, ...] = ()
+    patterns: bool = True
+
+    @classmethod
+    def of(cls, values: Iterable[str | None], patterns: bool = True) -> Redactor:
+        found = {v for v in values if v and len(v) >= MIN_KEY and v.lower() not in _DUMMIES}
+        # Longest first, so a key that contains another is replaced whole.
+        return cls(tuple(sorted(found, key=len, reverse=True)), patterns)
+
+    def clean(self, text: str) -> str:
+        for key in self.keys:
+            if key in text:
+                text = text.replace(key, mark("configured key"))
+        return scrub_patterns(text) if self.patterns else text
+
+    def clean_opt(self, text: str | None) -> str | None:
+        return None if text is None else self.clean(text)
+
+
+def configured_keys(
+    api_keys: Mapping[str, str], env: Mapping[str, str], *extra: str | None
+) -> list[str | None]:
+    """Every credential Heron holds: config.toml's keys, the provider variables, any variable
+    named like a credential, and `extra` (the key of the model in use)."""
+    named = [v for k, v in env.items() if k.upper().endswith(_SECRET_SUFFIXES)]
+    return [*api_keys.values(), *(env.get(k) for k in KEY_VARIABLES), *named, *extra]
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def scrub_error(error: E, redactor: Redactor) -> E:
+    """The same error with its message, hint and body scrubbed (in place, so the class, the
+    status and the retry hint stay what the caller catches on)."""
+    error.args = tuple(redactor.clean(a) if isinstance(a, str) else a for a in error.args)
+    for name in ("hint", "body"):
+        value = getattr(error, name, None)
+        if isinstance(value, str):
+            setattr(error, name, redactor.clean(value))
+    return error

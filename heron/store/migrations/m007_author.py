@@ -1,0 +1,43 @@
+"""Who wrote each message: the person, the model, a tool, or Heron itself.
+
+Heron sends some user-role messages of its own (the continue and wrap-up prompts of a run,
+summaries, recall injections): on the wire they are the user's turn, but they are not the
+person's words. The author says so, so that no quote is ever verified against them and no
+listing shows them as `you`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# The runner's prompts as they were written before this step (heron/agent/runner.py).
+_PROMPTS = (
+    '[{"kind":"text","text":"Your reply was cut off by the output limit. Continue exactly '
+    'where it stopped."}]',
+    '[{"kind":"text","text":"The user asked you to stop. Do not call tools. Reply with a short '
+    'summary of what is done and what is still pending, so the work can resume later."}]',
+)
+_WRAP_UP = '[{"kind":"text","text":"This run has reached its limit of %'
+# Meta flags of rows Heron wrote itself (heron/memory/guard.py reads the same).
+_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent")
+
+
+def apply(conn: sqlite3.Connection) -> None:
+    # author: 'user' (the person typed it), 'model' (a reply of the model), 'tool' (tool
+    # results, with any message the person typed meanwhile riding in the same row), 'heron'
+    # (Heron wrote it). Only a 'user' row, or the text parts of a 'tool' row, is the person's.
+    conn.execute("ALTER TABLE messages ADD COLUMN author TEXT")
+    conn.execute("UPDATE messages SET author = 'model' WHERE role = 'assistant'")
+    flagged = " OR ".join(f"json_extract(meta, '$.{flag}') IS NOT NULL" for flag in _FLAGS)
+    marks = ", ".join("?" for _ in _PROMPTS)
+    conn.execute(
+        f"UPDATE messages SET author = 'heron' WHERE role = 'user' AND (kind != 'message'"
+        f" OR parts IN ({marks}) OR parts LIKE ? OR (meta IS NOT NULL AND json_valid(meta)"
+        f" AND ({flagged})))",
+        (*_PROMPTS, _WRAP_UP),
+    )
+    conn.execute(
+        "UPDATE messages SET author = 'tool' WHERE author IS NULL"
+        ' AND instr(parts, \'"kind":"tool_result"\') > 0'
+    )
+    conn.execute("UPDATE messages SET author = 'user' WHERE author IS NULL")

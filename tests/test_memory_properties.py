@@ -1,0 +1,154 @@
+"""Property tests (hypothesis) for the quote rules of memory:
+
+- an entry's text is the normalised quote, and it stands in what the user typed;
+- no quote is ever accepted from a row the user did not type (Heron's prompts, summaries,
+  recall injections, tool results, the model's replies);
+- a forgotten statement is refused under any re-slicing of the same sentence.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from heron.agent.runner import CONTINUE, HeronPrompt
+from heron.memory import EntryPath, MemoryRefused, MemoryService
+from heron.memory.guard import MIN_QUOTE_CHARS, _trim, normalise, overlaps, quote_text
+from heron.messages import Message, ToolCall, ToolResult, assistant, user
+from heron.store import Store
+
+VOCABULARY = """I we tea coffee prefer like live in Berlin Paris short replies never on Fridays
+cook garden morning evening read books walk dog cat train bike the a and my our green"""
+WORDS = st.sampled_from(VOCABULARY.split())
+SENTENCE = st.lists(WORDS, min_size=3, max_size=14).map(" ".join)
+PUNCT = st.sampled_from([". ", "! ", "? ", "; ", ", ", "\n"])
+PATH = EntryPath("personal", "always", None, "fact")
+KEYS = itertools.count()
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("props")
+    store = Store(root / "t.db")
+    yield MemoryService(root / "memory", store)
+    store.close()
+
+
+def _conversation(service: MemoryService, *messages: Message) -> int:
+    conv = service.store.open_conversation(f"p{next(KEYS)}")
+    for m in messages:
+        service.store.append(conv.id, m)
+    return conv.id
+
+
+def _clear(service: MemoryService) -> None:
+    for entry in service.entries():
+        service.files.delete(entry.path)
+
+
+@SETTINGS
+@given(
+    sentences=st.lists(SENTENCE, min_size=1, max_size=4),
+    joints=st.lists(PUNCT, min_size=4, max_size=4),
+    pick=st.integers(0, 3),
+    ask=st.sampled_from(["", "Remember that ", "please keep in mind that ", "Please note "]),
+    start=st.integers(0, 40),
+    length=st.integers(1, 80),
+)
+def test_an_entry_s_text_is_the_normalised_quote_and_stands_in_what_the_user_typed(
+    service, sentences, joints, pick, ask, start, length
+):
+    text = "".join(s + j for s, j in zip(sentences, joints, strict=False))
+    chosen = ask + sentences[pick % len(sentences)]
+    assume(len(_trim(chosen)) >= MIN_QUOTE_CHARS)
+    message = f"{text}\n{chosen}."
+    cid = _conversation(service, user(message))
+    _clear(service)
+    entry = service.save(cid, PATH, chosen)  # a whole sentence of theirs: always taken
+    assert entry.text == quote_text(chosen)
+    assert _trim(entry.text) in normalise(message)
+    service.files.delete(entry.path)
+    # Any slice of the message: refused, or saved with exactly the normalised quote as its text.
+    piece = message[start : start + length]
+    try:
+        entry = service.save(cid, PATH, piece)
+    except MemoryRefused:
+        return
+    assert entry.text == quote_text(piece)
+    assert _trim(entry.text) in normalise(message)
+    service.files.delete(entry.path)
+
+
+def _not_typed(text: str, kind: int) -> tuple[Message, dict]:
+    """A row holding `text` that the user did not type, of one of several kinds."""
+    options: list[tuple[Message, dict]] = [
+        (HeronPrompt(text), {}),
+        (user(text), {"kind": "summary"}),
+        (user(text), {"meta": {"recall": True}}),
+        (user(text), {"meta": {"synthetic": True}}),
+        (Message("user", [ToolResult("t1", text)]), {}),
+        (assistant(text), {}),
+        (Message("assistant", [ToolCall("t1", "bash", {"command": text})]), {}),
+    ]
+    return options[kind % len(options)]
+
+
+@SETTINGS
+@given(text=SENTENCE, kind=st.integers(0, 6), start=st.integers(0, 10), cut=st.integers(0, 10))
+def test_no_quote_is_accepted_from_a_row_the_user_did_not_type(service, text, kind, start, cut):
+    conv = service.store.open_conversation(f"n{next(KEYS)}")
+    service.store.append(conv.id, user("Hello there, how are you?"))
+    message, extra = _not_typed(text, kind)
+    service.store.append(conv.id, message, **extra)
+    words = text.split()
+    quote = " ".join(words[start : max(start + 1, len(words) - cut)]) or text
+    for attempt in (quote, text, CONTINUE):
+        with pytest.raises(MemoryRefused):
+            service.save(conv.id, PATH, attempt)
+        with pytest.raises(MemoryRefused):
+            service.suggest_fact(conv.id, PATH, attempt)
+
+
+@SETTINGS
+@given(
+    words=st.lists(WORDS, min_size=3, max_size=16),
+    start=st.integers(0, 15),
+    size=st.integers(1, 16),
+)
+def test_a_forgotten_statement_is_refused_under_any_re_slicing(service, words, start, size):
+    # Every word its own clause, so any slice is a valid quote: only the revocation refuses it.
+    message = ", ".join(words) + "."
+    cid = _conversation(service, user(message))
+    _clear(service)
+    whole = ", ".join(words)
+    assume(len(_trim(whole)) >= MIN_QUOTE_CHARS)
+    service.save(cid, PATH, whole)
+    service.forget(PATH, cid)
+    piece = ", ".join(words[start % len(words) :][:size])
+    assume(len(_trim(piece)) >= MIN_QUOTE_CHARS)  # shorter is not a quote at all
+    assert overlaps(piece, whole)
+    with pytest.raises(MemoryRefused, match="asked to forget this statement"):
+        service.verify_quote(cid, piece)
+    with pytest.raises(MemoryRefused, match="asked to forget this statement"):
+        service.suggest_fact(cid, PATH, piece)
+    # A new statement by the user (typed after the forget) is theirs to make again.
+    service.store.append(cid, user(message))
+    assert service.verify_quote(cid, piece)
+
+
+def test_a_different_statement_is_not_taken_for_a_forgotten_one():
+    assert not overlaps("I live in Paris", "I live in Berlin")
+    assert not overlaps("I love peanut butter cookies", "I am allergic to shellfish")
+    assert overlaps("said I am allergic to peanuts", "I am allergic to peanuts and shellfish")
+
+
+def test_property_fixture_is_isolated(tmp_path: Path):
+    # The module-scoped store of the properties never touches this test's home.
+    assert not (tmp_path / "t.db").exists()
