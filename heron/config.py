@@ -78,6 +78,25 @@ class AgentDefaults:
     timezone: str | None = None
 
 
+NetworkMode = Literal["none", "loopback", "all"]
+ApprovalMode = Literal["ask", "allow", "never"]
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """[tools]: how the agent's commands run (heron/tools/sandbox.py, docs/security.md)."""
+
+    network: NetworkMode = "none"  # what the sandbox lets a command reach
+    approval: ApprovalMode | None = None  # None: "allow" when sandboxed, "ask" when not
+    redact: bool = True  # scrub secret patterns from tool output (configured keys: always)
+
+
+TOOL_CHOICES: dict[str, tuple[str, ...]] = {
+    "network": ("none", "loopback", "all"),
+    "approval": ("ask", "allow", "never"),
+}
+
+
 @dataclass(frozen=True)
 class Config:
     """The parsed config.toml (every key optional)."""
@@ -90,6 +109,7 @@ class Config:
     agent: AgentDefaults = AgentDefaults()
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
+    tools: ToolSettings = ToolSettings()
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -111,7 +131,7 @@ def load_config(path: Path) -> Config:
 
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
-    known = {"model", "provider", "base_url", "providers", "agent", "models", "prices"}
+    known = {"model", "provider", "base_url", "providers", "agent", "models", "prices", "tools"}
     unknown = set(data) - known
     if unknown:
         raise ConfigError(
@@ -133,6 +153,7 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         agent=_agent_defaults(_table(data, "agent", path), path),
         models=_table(data, "models", path),
         prices=_table(data, "prices", path),
+        tools=_tool_settings(_table(data, "tools", path), path),
         raw=data,
     )
 
@@ -164,6 +185,24 @@ def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
             raise ConfigError(f"{path}: [agent] {key} must be {expected.__name__}, got {value!r}")
         values[key] = value
     return AgentDefaults(**{**defaults.__dict__, **values})
+
+
+def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
+    for key, value in table.items():
+        if key == "redact":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: [tools] redact must be true or false, got {value!r}")
+            continue
+        choices = TOOL_CHOICES.get(key)
+        if choices is None:
+            known = ", ".join(sorted([*TOOL_CHOICES, "redact"]))
+            raise ConfigError(f"{path}: [tools] has no key {key!r}", hint=f"Known keys: {known}.")
+        if value not in choices:
+            raise ConfigError(
+                f"{path}: [tools] {key} must be one of {', '.join(map(repr, choices))}, "
+                f"not {value!r}"
+            )
+    return ToolSettings(**table)
 
 
 @dataclass(frozen=True)

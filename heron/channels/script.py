@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import sys
 from typing import TextIO
 
@@ -9,6 +11,7 @@ from heron.agent.engine import Engine, TurnHooks, new_key
 from heron.agent.runner import ToolCallRecord
 from heron.config import Settings
 from heron.providers.base import Provider, StreamEvent
+from heron.tools.approval import DECLINED, NO_TERMINAL, start_notice
 
 EMBEDDED_BANNER = (
     "Using the built-in offline model (SmolLM2-135M): it is tiny, answers simple questions and "
@@ -61,6 +64,10 @@ async def run_once(
     async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
+        notice = start_notice(engine.registry, engine.sandbox)
+        if notice:
+            err.write(f"heron: {notice}\n")
+        hooks.approve = functools.partial(_approve, err)
         result = await engine.turn(key, text, hooks, agent=agent)
     if not printer.wrote and result.text:
         out.write(result.text)
@@ -71,3 +78,19 @@ async def run_once(
         err.write(f"heron: the turn failed: {result.run.error}\n")
         err.write(f"Your message is saved in conversation {key!r}; run again to retry.\n")
     return result.ok
+
+
+async def _approve(err: TextIO, tool: str, command: str) -> str | None:
+    """Approval in `heron run`: asked on the terminal when there is one; refused (and said to
+    the person) when the run has none."""
+    if not (sys.stdin.isatty() and err.isatty()):
+        err.write(
+            f"heron: refused to run {tool} without your approval (no terminal to ask in):\n"
+            f"  {command}\n  Run it in `heron chat`, install bubblewrap, or set "
+            'approval = "allow" under [tools] in config.toml.\n'
+        )
+        return NO_TERMINAL
+    err.write(f"heron: the agent wants to run ({tool}, unconfined):\n{command}\nRun it? [y/N] ")
+    err.flush()
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    return None if answer.strip().lower() in ("y", "yes") else DECLINED

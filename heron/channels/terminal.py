@@ -31,6 +31,7 @@ from heron.memory.commands import memory_command, opening_line
 from heron.memory.queue import Suggestion
 from heron.messages import ToolCall
 from heron.providers.base import StreamEvent
+from heron.tools.approval import DECLINED, start_notice
 
 HELP = """\
 In this terminal:
@@ -109,6 +110,9 @@ async def run_chat(
     async with opened as engine, idle_compaction(engine):  # idle sweeps until the chat ends
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
+        notice = start_notice(engine.registry, engine.sandbox)
+        if notice:
+            console.print(f"[yellow]{notice}[/yellow]", highlight=False)
         console.print(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
@@ -149,6 +153,7 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
         on_retry=lambda e, wait: console.print(f"[yellow]retrying in {wait:.1f}s: {e}[/yellow]"),
         on_busy=lambda note: console.print(f"[yellow]{note}[/yellow]"),
         control=control,
+        approve=lambda tool, command: _approve(view, console, tool, command),
     )
     task = asyncio.ensure_future(engine.turn(state.key, text, hooks, agent=state.agent))
     loop = asyncio.get_running_loop()
@@ -177,6 +182,20 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
         console.print("[dim]Your message is saved; send it again to retry.[/dim]")
     elif not result.text and not view.text:
         console.print("[dim](no answer)[/dim]")
+
+
+async def _approve(view: TurnView, console: Console, tool: str, command: str) -> str | None:
+    """Approval when commands are unconfined: the exact command, then y/n."""
+    from prompt_toolkit import PromptSession
+
+    view.close_text()
+    console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
+    console.print(command, markup=False, highlight=False)
+    try:
+        answer = await PromptSession().prompt_async("Run it? [y/N] ")
+    except (KeyboardInterrupt, EOFError):
+        answer = ""
+    return None if answer.strip().lower() in ("y", "yes") else DECLINED
 
 
 async def _command(text: str, engine: Engine, state: ChatState, console: Console, session) -> bool:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from heron.tools.python_kernel import KernelSession
+    from heron.tools.sandbox import Sandbox
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
@@ -47,6 +48,7 @@ class ToolContext:
     result_budget: int = 20_000
     effects: list[dict[str, Any]] = field(default_factory=list)
     kernel: KernelSession | None = None
+    sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     extra: dict[str, Any] = field(default_factory=dict)
 
     async def aclose(self) -> None:
@@ -279,6 +281,12 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def replace(self, tool: Tool) -> None:
+        """Put `tool` in place of the registered tool of the same name."""
+        if tool.name not in self._tools:
+            raise ValueError(f"no tool named {tool.name!r} is registered")
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
