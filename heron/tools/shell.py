@@ -65,10 +65,13 @@ def _signal_group(pid: int, sig: int) -> None:
 async def _exited(proc: asyncio.subprocess.Process) -> int:
     """The exit code, as soon as the process has exited. Not `proc.wait()`: on Python 3.11 that
     also waits for the pipes to close, which a background child can hold open for ever."""
-    delay = 0.005
+    # Fine polling while most commands end (a sandboxed `true` takes tens of milliseconds, and
+    # a coarse step would round that up to the next one), coarse after a second.
+    delay, polls = 0.001, 0
     while proc.returncode is None:
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        polls += 1
+        delay = min(delay * 2, 0.005 if polls < 200 else 0.05)
     return proc.returncode
 
 
