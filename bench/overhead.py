@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from heron.messages import Message, Text, ToolCall, ToolResult, parts_to_json
@@ -193,6 +194,129 @@ def _verdict(first: dict[str, float], label: str) -> str:
     )
 
 
+# ---- the sandbox (docs/security.md) -----------------------------------------------------------
+
+SANDBOX_KILL_CHILD = """\
+import asyncio, sys
+from pathlib import Path
+from heron.tools.sandbox import Sandbox
+from heron.tools.shell import run_command
+asyncio.run(run_command(sys.argv[2], Sandbox(Path(sys.argv[1])), 3600, 1000))
+"""
+
+
+def sandbox_figures(runs: int = 20) -> dict[str, float]:
+    """A `bash` call (`true`) and a kernel start, plain, unconfined (the wrapper) and in the
+    sandbox; and how long a sleep started in the sandbox outlives a SIGKILLed Heron. Medians
+    in ms. Targets: the sandbox adds at most 30 ms to a bash call, 1 s to a kernel start."""
+    import asyncio
+    import shutil
+
+    from heron.tools.python_kernel import KernelSession
+    from heron.tools.sandbox import Sandbox
+    from heron.tools.shell import run_command
+
+    if shutil.which("bwrap") is None:
+        return {}
+
+    class Plain(Sandbox):
+        """What every call ran before the sandbox: bash itself, nothing around it."""
+
+        def wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
+            return list(argv)
+
+    async def bash_ms(sandbox: Sandbox) -> float:
+        started = time.perf_counter()
+        await run_command("true", sandbox, 60, 1000)  # the bash tool's own path
+        return (time.perf_counter() - started) * 1000
+
+    async def kernel_ms(sandbox: Sandbox) -> float:
+        kernel = KernelSession(sandbox.workspace, sandbox=sandbox)
+        started = time.perf_counter()
+        await kernel.start()
+        took = (time.perf_counter() - started) * 1000
+        await kernel.shutdown()
+        return took
+
+    async def measure(workspace: Path) -> dict[str, float]:
+        home = workspace.parent
+        modes = {
+            "plain": Plain(workspace, home, bwrap=None),
+            "unconfined": Sandbox(workspace, home, bwrap=None),
+            "sandbox": Sandbox(workspace, home),
+        }
+        bash: dict[str, list[float]] = {m: [] for m in modes}
+        for _ in range(runs):  # interleaved, so load drift lands on every mode alike
+            for mode, sandbox in modes.items():
+                bash[mode].append(await bash_ms(sandbox))
+        kernel: dict[str, list[float]] = {"unconfined": [], "sandbox": []}
+        for _ in range(max(3, runs // 5)):
+            for mode in kernel:
+                kernel[mode].append(await kernel_ms(modes[mode]))
+        out = {f"bash_{m}_ms": round(statistics.median(v), 1) for m, v in bash.items()}
+        out |= {f"kernel_start_{m}_ms": round(statistics.median(v), 1) for m, v in kernel.items()}
+        return out
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "home" / "workspace"
+        workspace.mkdir(parents=True)
+        out = asyncio.run(measure(workspace))
+        kills = [_sandbox_kill_ms(workspace, i) for i in range(3)]
+    out["bash_added_ms"] = round(out["bash_sandbox_ms"] - out["bash_plain_ms"], 1)
+    added = out["kernel_start_sandbox_ms"] - out["kernel_start_unconfined_ms"]
+    out["kernel_start_added_ms"] = round(added, 1)
+    out["sleep_outlives_sigkill_ms"] = round(statistics.median(kills), 1)
+    return out
+
+
+def _sandbox_kill_ms(workspace: Path, n: int) -> float:
+    """SIGKILL a process that runs `sleep` in the sandbox; ms until the sleep is gone."""
+    import signal
+
+    duration = f"100.{os.getpid():07d}{n}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", SANDBOX_KILL_CHILD, str(workspace), f"sleep {duration} & wait"]
+    )
+    deadline = time.monotonic() + 60
+    while not _sleeping(duration) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    started = time.perf_counter()
+    while _sleeping(duration) and time.perf_counter() - started < 30:
+        time.sleep(0.001)
+    took = (time.perf_counter() - started) * 1000
+    child.wait()
+    return took
+
+
+def _sleeping(duration: str) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if argv[:2] == [b"sleep", duration.encode()] and state != "Z":
+            return True
+    return False
+
+
+def _print_sandbox(figures: dict[str, float]) -> None:
+    if not figures:
+        print("sandbox: bwrap is not installed, no figures")
+        return
+    f = figures
+    print(
+        f"sandbox: bash call {f['bash_plain_ms']:.1f} ms plain, {f['bash_unconfined_ms']:.1f} "
+        f"unconfined, {f['bash_sandbox_ms']:.1f} sandboxed (+{f['bash_added_ms']:.1f}, target "
+        f"<= 30: {'MET' if f['bash_added_ms'] <= 30 else 'NOT MET'}); kernel start "
+        f"{f['kernel_start_unconfined_ms']:.0f} ms unconfined, "
+        f"{f['kernel_start_sandbox_ms']:.0f} sandboxed (+{f['kernel_start_added_ms']:.0f}, "
+        f"target <= 1000: {'MET' if f['kernel_start_added_ms'] <= 1000 else 'NOT MET'}); a "
+        f"sleep outlives a SIGKILLed Heron by {f['sleep_outlives_sigkill_ms']:.1f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per size and mode (median)")
@@ -206,9 +330,17 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="prior messages")
     parser.add_argument("--no-wire", action="store_true", help="skip the OpenAI SDK runs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--sandbox-only", action="store_true", help="only the sandbox figures")
     args = parser.parse_args()
     if args.child:
         child(args.child)
+        return
+    if args.sandbox_only:
+        figures = sandbox_figures()
+        if args.json:
+            print(json.dumps({"sandbox": figures}))
+        else:
+            _print_sandbox(figures)
         return
     # Imported here, not at the top: the measured child runs this file, and the fake server
     # (http.server and its imports) is no part of `heron run`'s start-up.
@@ -270,6 +402,7 @@ def main() -> None:
         "reply_to_exit_ms_all_sent": after_all,
         "peak_rss_mb_all_sent": round(peak_all, 1),
         "openai_wire": {"first_request_ms": wire_first, "reply_to_exit_ms": wire_after},
+        "sandbox": sandbox_figures(),
     }
     if args.json:
         print(json.dumps(result))
@@ -277,6 +410,7 @@ def main() -> None:
     print(f"peak RSS {result['peak_rss_mb']} MB (all sent: {result['peak_rss_mb_all_sent']} MB)")
     print(_verdict(first, f"target, judged on the realistic mode (window {args.window})"))
     print(_verdict(first_all, f"for information, all sent (window {ALL_SENT})"))
+    _print_sandbox(result["sandbox"])
 
 
 if __name__ == "__main__":

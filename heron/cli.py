@@ -143,7 +143,12 @@ def conversations_delete(
 ) -> None:
     """Delete a conversation and everything recorded about it."""
     from heron.channels.info import delete_conversation
+    from heron.tools.person import ensure_person
 
+    try:
+        ensure_person("deleting a conversation")
+    except HeronError as e:
+        fail(e)
     if not yes:
         typer.confirm(f"Delete conversation {key!r} and its whole history?", abort=True)
     try:

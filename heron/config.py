@@ -78,12 +78,23 @@ class AgentDefaults:
     timezone: str | None = None
 
 
-@dataclass(frozen=True)
-class ToolsConfig:
-    """[tools]: what the tools may do. `redact` scrubs secret-shaped text out of tool results
-    (the configured keys are scrubbed whatever it says)."""
+NetworkMode = Literal["none", "loopback", "all"]
+ApprovalMode = Literal["ask", "allow", "never"]
 
-    redact: bool = True
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """[tools]: how the agent's commands run (heron/tools/sandbox.py, docs/security.md)."""
+
+    network: NetworkMode = "none"  # what the sandbox lets a command reach
+    approval: ApprovalMode | None = None  # None: "allow" when sandboxed, "ask" when not
+    redact: bool = True  # scrub secret patterns from tool output (configured keys: always)
+
+
+TOOL_CHOICES: dict[str, tuple[str, ...]] = {
+    "network": ("none", "loopback", "all"),
+    "approval": ("ask", "allow", "never"),
+}
 
 
 @dataclass(frozen=True)
@@ -106,7 +117,7 @@ class Config:
     agent: AgentDefaults = AgentDefaults()
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
-    tools: ToolsConfig = ToolsConfig()
+    tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -152,7 +163,7 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         agent=_agent_defaults(_table(data, "agent", path), path),
         models=_table(data, "models", path),
         prices=_table(data, "prices", path),
-        tools=_section(ToolsConfig, _table(data, "tools", path), "tools", path),
+        tools=_tool_settings(_table(data, "tools", path), path),
         memory=_section(MemoryConfig, _table(data, "memory", path), "memory", path),
         raw=data,
     )
@@ -206,6 +217,24 @@ def _section(cls: type[S], table: dict[str, Any], name: str, path: Path) -> S:
                 hint=f"For example: {key} = {str(getattr(defaults, key)).lower()}",
             )
     return cls(**table)
+
+
+def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
+    for key, value in table.items():
+        if key == "redact":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{path}: [tools] redact must be true or false, got {value!r}")
+            continue
+        choices = TOOL_CHOICES.get(key)
+        if choices is None:
+            known = ", ".join(sorted([*TOOL_CHOICES, "redact"]))
+            raise ConfigError(f"{path}: [tools] has no key {key!r}", hint=f"Known keys: {known}.")
+        if value not in choices:
+            raise ConfigError(
+                f"{path}: [tools] {key} must be one of {', '.join(map(repr, choices))}, "
+                f"not {value!r}"
+            )
+    return ToolSettings(**table)
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ def test_the_agents_bash_cannot_accept_a_suggestion(setup):
     assert service.entries()[0].origin == "lesson"
 
 
-async def test_the_agents_bash_tool_sets_the_variable(setup, tmp_path):
+async def test_the_agents_bash_tool_is_refused_as_not_the_person(setup, tmp_path):
     from heron.tools.registry import ToolContext
     from heron.tools.shell import bash
 
@@ -195,7 +195,7 @@ async def test_the_agents_bash_tool_sets_the_variable(setup, tmp_path):
     number = service.suggest_lesson(EntryPath("personal", "when", "t", "rule"), "A rule", "m")
     ctx = ToolContext(workspace=tmp_path)
     out = await bash.fn(ctx, f"{sys.executable} -m heron.cli memory accept {number}")
-    assert "started by the agent" in str(out)
+    assert "the person's act; run it in your own terminal" in str(out)
     assert service.count_waiting() == 1
 
 

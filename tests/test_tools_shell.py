@@ -9,12 +9,20 @@ import pytest
 
 from heron.messages import ToolCall
 from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail, bash
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
     return ToolContext(workspace=tmp_path, result_budget=2000)
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> ToolContext:
+    """Unconfined: the process-group logic itself, with host pids a test can check (in the
+    sandbox the command's pids are those of its own pid namespace; tests/test_sandbox.py)."""
+    return ToolContext(tmp_path, result_budget=2000, sandbox=Sandbox(tmp_path, bwrap=None))
 
 
 async def run(ctx: ToolContext, command: str, timeout: int = 120):
@@ -41,13 +49,17 @@ async def test_no_output(ctx: ToolContext) -> None:
     assert result.content == "(no output)\n[exit code 0]"
 
 
-async def test_marks_the_agent_command(ctx: ToolContext) -> None:
-    result = await run(ctx, 'echo "flag=$HERON_AGENT_COMMAND"')
-    assert result.content.startswith("flag=1\n")
-    assert "HERON_AGENT_COMMAND" not in os.environ
+@pytest.mark.parametrize("confined", [True, False])
+async def test_the_environment_is_the_allowlist(tmp_path: Path, confined: bool) -> None:
+    sandbox = Sandbox(tmp_path, bwrap="bwrap" if confined else None)
+    ctx = ToolContext(tmp_path, sandbox=sandbox)
+    result = await run(ctx, "env | cut -d= -f1 | sort | tr '\\n' ' '")
+    names = set(result.content.split("\n")[0].split())
+    assert names - {"PWD", "SHLVL", "_", "OLDPWD"} == {"PATH", "HOME", "LANG", "TERM"}
 
 
-async def test_timeout_kills_the_process_group(ctx: ToolContext) -> None:
+async def test_timeout_kills_the_process_group(bare: ToolContext) -> None:
+    ctx = bare
     # A grandchild in the background would outlive a kill of bash alone.
     pidfile = ctx.workspace / "child.pid"
     command = f"sleep 30 & echo $! > {pidfile}; echo started; wait"
@@ -63,7 +75,8 @@ async def test_timeout_kills_the_process_group(ctx: ToolContext) -> None:
     assert not _alive(child)
 
 
-async def test_cancelling_the_call_kills_the_process_group(ctx: ToolContext) -> None:
+async def test_cancelling_the_call_kills_the_process_group(bare: ToolContext) -> None:
+    ctx = bare
     pidfile = ctx.workspace / "child.pid"
     task = asyncio.create_task(run(ctx, f"sleep 30 & echo $! > {pidfile}; wait"))
     while not pidfile.exists() or not pidfile.read_text().strip():
@@ -86,8 +99,9 @@ def _alive(pid: int) -> bool:
 
 
 async def test_background_child_holding_the_output_does_not_hang_the_call(
-    ctx: ToolContext,
+    bare: ToolContext,
 ) -> None:
+    ctx = bare
     started = time.monotonic()
     result = await run(ctx, "sleep 30 & echo quick")
     assert time.monotonic() - started < 3
@@ -96,7 +110,8 @@ async def test_background_child_holding_the_output_does_not_hang_the_call(
     assert result.content.endswith("[exit code 0]")
 
 
-async def test_background_child_with_its_own_output_survives(ctx: ToolContext) -> None:
+async def test_unconfined_background_child_with_its_own_output_survives(bare: ToolContext) -> None:
+    ctx = bare
     pidfile = ctx.workspace / "child.pid"
     result = await run(ctx, f"sleep 30 > /dev/null 2>&1 & echo $! > {pidfile}; echo ok")
     assert result.content == "ok\n[exit code 0]"
@@ -112,7 +127,7 @@ async def test_output_is_capped_head_and_tail(ctx: ToolContext) -> None:
     assert result.content.endswith("LAST\n[exit code 0]")
     assert "characters omitted ...]" in result.content
     assert len(result.content) <= ctx.result_budget
-    assert not (ctx.workspace / ".heron").exists()  # capped, so never spilled to disk
+    assert not (ctx.workspace / ".heron" / "results").exists()  # capped, never spilled
 
 
 def test_head_tail_counts_what_it_drops() -> None:
@@ -123,3 +138,10 @@ def test_head_tail_counts_what_it_drops() -> None:
     small = HeadTail(10)
     small.add("short")
     assert small.text() == "short"
+
+
+async def test_a_missing_bwrap_is_said_not_crashed(tmp_path: Path) -> None:
+    ctx = ToolContext(tmp_path, sandbox=Sandbox(tmp_path, bwrap=str(tmp_path / "no-bwrap")))
+    result = await run(ctx, "echo hi")
+    assert result.is_error and "no-bwrap is missing" in result.content
+    assert "install it (apt-get install bubblewrap)" in result.content

@@ -49,8 +49,11 @@ from heron.providers import Provider, open_provider
 from heron.providers.base import OnEvent
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
+from heron.tools import approval
+from heron.tools.approval import Approver
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.sandbox import Sandbox
 from heron.trace.recorder import TraceRecorder, trace_for
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,8 @@ class TurnHooks:
     # the running turn's control (epoch token, mailbox, break); who started the turn.
     on_busy: Callable[[str], None] | None = None
     control: TurnControl | None = None
+    # Asks the person before a command runs when approval is "ask" (heron/tools/approval.py).
+    approve: Approver | None = None
 
 
 @dataclass
@@ -125,8 +130,11 @@ class Engine:
         provider: Provider,
         choice: ModelChoice,
         registry: ToolRegistry,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.settings = settings
+        # Where the agent's commands run (bubblewrap, or unconfined and gated by approval).
+        self.sandbox = sandbox or Sandbox(settings.paths.workspace, settings.paths.home)
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -175,7 +183,8 @@ class Engine:
                 if not choice.embedded:
                     _add_memory_tools(registry, ephemeral)
                     with_message_tool(registry)  # every channel's turn can deliver (AgentLoop)
-            engine = cls(settings, store, provider, choice, registry)
+            sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
+            engine = cls(settings, store, provider, choice, registry, sandbox)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:
                 engine.recall_reader = memory_wiring.RecallReader(paths.db)
@@ -355,7 +364,10 @@ class Engine:
             workspace=self.settings.paths.workspace,
             result_budget=self.settings.config.agent.result_budget,
             redactor=self.redactor,
+            sandbox=self.sandbox,
         )
+        if hooks.approve is not None:
+            ctx.extra["approve"] = hooks.approve
         # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
         ctx.extra.update(
             store=self.store, conversation_id=conversation.id, agent=conversation.agent

@@ -35,6 +35,7 @@ from heron.errors import HeronError, ProviderError
 from heron.messages import ToolCall
 from heron.providers.base import StreamEvent
 from heron.store import engine_state as es
+from heron.tools.approval import Approver
 
 BREAK_GRACE = 20.0
 IDLE_POLL = 60.0
@@ -75,6 +76,9 @@ class AgentLoop:
     break_grace: float = BREAK_GRACE
     idle_poll: float = IDLE_POLL  # seconds between idle-compaction sweeps
     routes: dict[tuple[str, str], str] = field(default_factory=dict)  # /resume switches
+    # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
+    # a channel with none gets a refusal the model reads.
+    approvers: dict[str, Approver] = field(default_factory=dict)
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -189,6 +193,8 @@ class AgentLoop:
                 )
 
         hooks = TurnHooks(on_busy=busy, control=control)
+        if control.visible:
+            hooks.approve = self.approvers.get(message.channel)
         if not message.events:
             return hooks
 

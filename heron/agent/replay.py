@@ -27,7 +27,9 @@ from heron.context.tokens import Calibration
 from heron.messages import Message
 from heron.providers.base import RetryPolicy
 from heron.store import Store
+from heron.tools.approval import describe_commands
 from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.sandbox import Sandbox
 from heron.trace.read import RunTrace
 from heron.trace.replay import (
     ReplayReport,
@@ -79,6 +81,8 @@ def _registry() -> ToolRegistry:
     for t in MEMORY_TOOLS:
         if registry.get(t.name) is None:
             registry.add(t)
+    # Described as the default sandbox runs them (a run recorded unconfined shows as changed).
+    describe_commands(registry, Sandbox(Path(".")))
     return registry
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+from heron.tools.approval import Approver
 
 
 @dataclass
@@ -47,12 +48,21 @@ class InProcessAgent:
 
 @asynccontextmanager
 async def connect(
-    engine: Engine, channel: str, chat_id: str, deliver: Deliver, *, idle: bool = True
+    engine: Engine,
+    channel: str,
+    chat_id: str,
+    deliver: Deliver,
+    *,
+    idle: bool = True,
+    approve: Approver | None = None,
 ) -> AsyncIterator[InProcessAgent]:
     """Run the AgentLoop and the Dispatcher for the block; on leaving, running turns are
-    stopped as by /stop (what they finished is kept) and both tasks end."""
+    stopped as by /stop (what they finished is kept) and both tasks end. `approve` asks the
+    person before an unconfined command runs."""
     bus = MessageBus()
     loop = AgentLoop(engine, bus)
+    if approve is not None:
+        loop.approvers[channel] = approve
     dispatcher = Dispatcher(bus)
     dispatcher.register(channel, deliver)
     tasks = [

@@ -1,8 +1,8 @@
 """`heron memory ...`: read, explain, forget and review the user's memory; recall history.
 
 Memory is shared by every agent, so the commands name scopes and entry paths directly.
-`review` and `accept` refuse when HERON_AGENT_COMMAND is set: the agent's bash tool and Python
-kernel set it, so a command the agent starts cannot approve its own proposals.
+`review`, `accept`, `reject` and `forget` are the person's acts: they refuse when a Heron tool
+started the command (heron/tools/person.py), so the agent cannot approve its own proposals.
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ def _service() -> Iterator[MemoryService]:
         _fail(e)
     finally:
         store.close()
+
+
+def _person_only(act: str) -> None:
+    """Refuse `act` when a Heron tool started this command (heron/tools/person.py)."""
+    from heron.tools.person import ensure_person
+
+    try:
+        ensure_person(act)
+    except HeronError as e:
+        _fail(e)
 
 
 def _fail(error: HeronError) -> None:
@@ -142,6 +152,7 @@ def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[Any]:
 @app.command()
 def forget(path: PathArg) -> None:
     """Delete an entry and revoke its quoted source, so it is not learned again."""
+    _person_only("forgetting a memory entry")
     with _service() as service:
         gone = service.forget(path)
         typer.echo(f"Forgot {gone.path.rel}.")
@@ -154,6 +165,7 @@ def review() -> None:
     from heron.memory.commands import review_text
     from heron.memory.service import ensure_not_agent
 
+    _person_only("reviewing memory suggestions")
     with _service() as service:
         ensure_not_agent()
         choose = _dialog_choose if sys.stdin.isatty() and sys.stdout.isatty() else _line_choose
@@ -163,6 +175,7 @@ def review() -> None:
 @app.command()
 def accept(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) -> None:
     """Keep one suggestion."""
+    _person_only("accepting a memory suggestion")
     with _service() as service:
         decision = service.accept(number)
         typer.echo(decision.message)
@@ -173,6 +186,7 @@ def accept(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) 
 @app.command()
 def reject(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) -> None:
     """Drop one suggestion."""
+    _person_only("rejecting a memory suggestion")
     with _service() as service:
         typer.echo(service.reject(number).message)
 

@@ -6,6 +6,8 @@ this module only prints what comes back.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import sys
 from typing import TextIO
 
@@ -14,6 +16,7 @@ from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import connect
 from heron.config import Settings
 from heron.providers.base import Provider
+from heron.tools.approval import DECLINED, NO_TERMINAL, start_notice
 
 EMBEDDED_BANNER = (
     "Using the built-in offline model (SmolLM2-135M): it is tiny, answers simple questions and "
@@ -90,9 +93,14 @@ async def run_once(
     async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
-        async with connect(engine, CHANNEL, "stdin", printer.deliver, idle=False) as agent_:
-            await agent_.send(text, key, agent)
-            await agent_.settle()
+        notice = start_notice(engine.registry, engine.sandbox)
+        if notice:
+            err.write(f"heron: {notice}\n")
+        approve = functools.partial(_approve, err)
+        opened = connect(engine, CHANNEL, "stdin", printer.deliver, idle=False, approve=approve)
+        async with opened as conn:
+            await conn.send(text, key, agent)
+            await conn.settle()
     if printer.wrote and not printer.at_line_start:
         out.write("\n")
     out.flush()
@@ -103,3 +111,19 @@ async def run_once(
         err.write(f"Your message is saved in conversation {key!r}; run again to retry.\n")
         return False
     return True
+
+
+async def _approve(err: TextIO, tool: str, command: str) -> str | None:
+    """Approval in `heron run`: asked on the terminal when there is one; refused (and said to
+    the person) when the run has none."""
+    if not (sys.stdin.isatty() and err.isatty()):
+        err.write(
+            f"heron: refused to run {tool} without your approval (no terminal to ask in):\n"
+            f"  {command}\n  Run it in `heron chat`, install bubblewrap, or set "
+            'approval = "allow" under [tools] in config.toml.\n'
+        )
+        return NO_TERMINAL
+    err.write(f"heron: the agent wants to run ({tool}, unconfined):\n{command}\nRun it? [y/N] ")
+    err.flush()
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    return None if answer.strip().lower() in ("y", "yes") else DECLINED

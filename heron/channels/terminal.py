@@ -36,6 +36,7 @@ from heron.config import Settings
 from heron.memory.commands import memory_command, opening_line
 from heron.memory.queue import Suggestion
 from heron.messages import ToolCall, ToolResult
+from heron.tools.approval import DECLINED, start_notice
 
 CHANNEL = "terminal"
 HELP = """\
@@ -88,8 +89,11 @@ class TerminalView:
         self.streamed = False  # this turn's answer was shown as it streamed
         self.reasoning = False
         self.working_since: float | None = None
+        self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
 
     def prompt(self) -> str:
+        if self.asking is not None:
+            return "run it? [y/N] › "
         if self.working_since is None:
             return "› "
         return f"working {time.monotonic() - self.working_since:.0f}s · Ctrl-C stops › "
@@ -153,6 +157,26 @@ class TerminalView:
         if end.command is None and self.state.key not in self.state.keys:
             self.state.keys.append(self.state.key)
 
+    async def approve(self, tool: str, command: str) -> str | None:
+        """Approval when commands are unconfined: the exact command, then the next line typed
+        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines)."""
+        self.flush()
+        self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
+        self.console.print(command, markup=False, highlight=False)
+        self.asking = asyncio.get_running_loop().create_future()
+        try:
+            answer = await self.asking
+        finally:
+            self.asking = None
+        return None if answer.strip().lower() in ("y", "yes") else DECLINED
+
+    def answer(self, text: str) -> bool:
+        """Give a typed line to a waiting approval; False when none waits."""
+        if self.asking is None or self.asking.done():
+            return False
+        self.asking.set_result(text)
+        return True
+
     def pill(self, call: ToolCall, result: ToolResult, seconds: float) -> None:
         self.state.results.append(ToolPill(call, result))
         n = len(self.state.results)
@@ -192,6 +216,9 @@ async def run_chat(
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
+        notice = start_notice(engine.registry, engine.sandbox)
+        if notice:
+            console.print(f"[yellow]{notice}[/yellow]", highlight=False)
         console.print(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
@@ -204,7 +231,8 @@ async def run_chat(
         session: PromptSession[str] = PromptSession(history=history)
         view = TerminalView(console, state)
         chat = f"pid{os.getpid()}"
-        async with connect(engine, CHANNEL, chat, view.deliver) as conn, AsyncExitStack() as held:
+        opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
+        async with opened as conn, AsyncExitStack() as held:
             with patch_stdout(raw=True):
                 await _chat(engine, conn, state, view, session, held)
         if not ephemeral and not engine.choice.embedded:
@@ -225,15 +253,18 @@ async def _chat(
         try:
             text = await session.prompt_async(view.prompt, refresh_interval=0.5)
         except KeyboardInterrupt:  # Ctrl-C: /stop when the agent works, else a fresh line
-            if conn.running(state.key):
+            if not view.answer("") and conn.running(state.key):
                 await conn.send("/stop", state.key, state.agent)
             continue
         except EOFError:
+            view.answer("")
             if conn.running(state.key):
                 await conn.send("/stop", state.key, state.agent)
             await _settle(conn, state)
             view.console.print("[dim]Bye.[/dim]")
             return
+        if view.answer(text):
+            continue
         if present != state.key:  # /resume moved the chat to another conversation
             await held.aclose()
             present = await _present(engine, state.key, held)

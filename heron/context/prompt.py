@@ -32,9 +32,12 @@ SCHEDULER_TOOLS = frozenset({"schedule", "scheduler", "cron"})
 TOOL_CONTRACT = """\
 # Tools
 Use tools when they help; answer directly when they do not. Independent calls may run in
-parallel. A tool error comes back as a result: read it and correct the call. Files and commands
-act inside the workspace. Old tool results may be replaced by a one-line placeholder; a saved
-path in it can be read again."""
+parallel. A tool error comes back as a result: read it and correct the call. File tools act
+inside the workspace. Old tool results may be replaced by a one-line placeholder; a saved path
+in it can be read again."""
+
+# heron/tools/approval.py ends each command tool's description with where it runs, after this.
+WHERE_IT_RUNS = "Where it runs: "
 
 RECURRING_WORK = """\
 # Recurring work
@@ -160,6 +163,18 @@ def bootstrap_section(files: dict[str, str]) -> str:
     return "# Workspace files\n" + "\n\n".join(blocks) if blocks else ""
 
 
+def tool_contract(tools: list[ToolSpec] | None) -> str:
+    """The contract, and where commands run as their tools' descriptions say: the sandbox, or
+    unconfined with approval, decided when the engine opened."""
+    if tools is not None and not tools:
+        return ""
+    for t in tools or []:
+        if WHERE_IT_RUNS in t.description:
+            where = t.description.split(WHERE_IT_RUNS, 1)[1]
+            return f"{TOOL_CONTRACT}\nWhere commands run (bash, run_cell): {where}"
+    return TOOL_CONTRACT
+
+
 def recurring_work(tools: list[ToolSpec] | None) -> str:
     if tools is None or any(t.name in SCHEDULER_TOOLS for t in tools):
         return RECURRING_WORK
@@ -180,7 +195,7 @@ def build_system_prompt(inputs: PromptInputs) -> str:
     sections = [
         identity(inputs),
         bootstrap_section(files),
-        TOOL_CONTRACT if inputs.tools or inputs.tools is None else "",
+        tool_contract(inputs.tools),
         recurring_work(inputs.tools),
         _titled("Memory", inputs.memory),
         _titled("Recent history", inputs.recent_history),

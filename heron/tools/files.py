@@ -1,13 +1,18 @@
 """File tools, confined to the workspace.
 
 Every path goes through `resolve_in`, the single place that decides what is inside: it resolves
-symlinks first, so `..`, an absolute path and a symlink pointing out are all refused alike.
+symlinks first, so `..`, an absolute path and a symlink pointing out are all refused alike. A
+hard link has no "real" path to resolve: a regular file with more than one link is refused
+unless every one of its links is found inside the workspace (the same device and inode under
+another name there), so a link to a file outside (config.toml, a key) is neither read nor
+written through.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +25,7 @@ MAX_MATCHES = 200
 MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
 SKIP_DIRS = frozenset({".git", ".heron"})
+MAX_LINK_SCAN = 50_000  # names looked at to find a hard link's other names; past it, refuse
 
 
 def resolve_in(workspace: Path, path: str | Path) -> Path:
@@ -33,7 +39,54 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
             f"{str(path)!r} is outside the workspace {root}",
             hint="Use a path inside the workspace; relative paths start there.",
         )
+    _check_links(resolved, root, path)
     return resolved
+
+
+def _check_links(path: Path, root: Path, shown: str | Path) -> None:
+    """Refuse a regular file with a hard link outside the workspace."""
+    try:
+        st = path.stat()
+    except OSError:
+        return  # not there (yet): nothing to be linked
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink <= 1:
+        return
+    inside = _names_inside(root, st.st_dev, st.st_ino, st.st_nlink)
+    if inside < st.st_nlink:
+        raise PathEscape(
+            f"{str(shown)!r} is a hard link to a file outside the workspace ({st.st_nlink} "
+            f"links, {inside} of them inside)",
+            hint="Files outside the workspace are not for the file tools; ask the person to "
+            "copy the file in if it is meant to be worked on.",
+        )
+
+
+def _names_inside(root: Path, dev: int, ino: int, wanted: int) -> int:
+    """How many names under `root` are the file (dev, ino); stops at `wanted`, and gives up
+    (0: refuse) past MAX_LINK_SCAN names."""
+    found = seen = 0
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            seen += 1
+            if seen > MAX_LINK_SCAN:
+                return 0
+            try:
+                st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_ino == ino and st.st_dev == dev:
+                found += 1
+                if found >= wanted:
+                    return found
+    return found
+
+
+def _linked_out(path: Path, root: Path) -> bool:
+    try:
+        _check_links(path, root, path)
+    except PathEscape:
+        return True
+    return False
 
 
 def _rel(ctx: ToolContext, path: Path) -> str:
@@ -175,6 +228,8 @@ def _files_under(base: Path, root: Path, glob: str | None) -> Iterator[Path]:
             if glob and not _glob_match(path.relative_to(base).as_posix(), glob):
                 continue
             if path.is_symlink() and not _inside(path, root):
+                continue
+            if _linked_out(path, root):
                 continue
             yield path
 

@@ -4,6 +4,14 @@ The kernel is started lazily, on the first run_cell of a run, with this very int
 (sys.executable) so it works inside a virtualenv without a kernelspec installed anywhere. Its
 working directory is the workspace and its variables live until the run ends (`ctx.aclose()`).
 
+It runs in the sandbox like every other command (heron/tools/sandbox.py). The client talks to
+it over ZeroMQ's `ipc` transport: Unix sockets in a private folder bound into the sandbox at
+the same path. TCP would not do: the sandbox's network namespace has a loopback of its own, so
+with network "none" nothing outside could reach a port the kernel opened, and sharing the
+host's namespace to make it reachable would give the kernel the network. Interrupts travel as
+a control message, not a signal to the process group: SIGINT to the group would reach bwrap
+itself, and its death takes the kernel with it.
+
 run_cell returns a digest rather than the raw message stream: numbered output, the last value,
 the files the cell changed, or the error. A last value too large to show stays in the kernel
 under a name the digest gives, so the model never re-runs an expensive call to see it again.
@@ -12,16 +20,20 @@ under a name the digest gives, so the model never re-runs an expensive call to s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import re
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.sandbox import Sandbox
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STARTUP_TIMEOUT = 60.0
@@ -64,25 +76,29 @@ class CellResult:
             self.outputs.append((kind, text))
 
 
-def _spec_manager() -> Any:
-    """A kernelspec manager that always answers with this interpreter's ipykernel."""
+def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
+    """A kernelspec manager that always answers with this interpreter's ipykernel, started in
+    `sandbox` with the socket folder bound in."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    argv = [
+        sys.executable,
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+        # Agent cells stay out of the user's IPython history file.
+        "--HistoryManager.enabled=False",
+    ]
 
     class ThisInterpreter(KernelSpecManager):
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             return KernelSpec(
-                argv=[
-                    sys.executable,
-                    "-m",
-                    "ipykernel_launcher",
-                    "-f",
-                    "{connection_file}",
-                    # Agent cells stay out of the user's IPython history file.
-                    "--HistoryManager.enabled=False",
-                ],
+                argv=sandbox.wrap(argv, binds=[sockets]),
                 name=kernel_name,
                 display_name="Python (Heron)",
                 language="python",
+                interrupt_mode="message",
             )
 
     return ThisInterpreter()
@@ -91,11 +107,18 @@ def _spec_manager() -> Any:
 class KernelSession:
     """One ipykernel process and a client to it; executions are serialised."""
 
-    def __init__(self, workspace: Path, startup_timeout: float = STARTUP_TIMEOUT) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.workspace = workspace
         self.startup_timeout = startup_timeout
+        self.sandbox = sandbox or Sandbox(workspace)
         self._km: Any = None
         self._kc: Any = None
+        self._sockets: Path | None = None
         self._lock = asyncio.Lock()
 
     @property
@@ -105,12 +128,21 @@ class KernelSession:
     async def start(self) -> None:
         from jupyter_client.manager import AsyncKernelManager
 
-        km = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=_spec_manager())
+        # A short path in the system's temp folder: a Unix socket path has at most 107 bytes.
+        self._sockets = sockets = Path(tempfile.mkdtemp(prefix="heron-kernel-"))
+        km = AsyncKernelManager(
+            kernel_name="python3",
+            kernel_spec_manager=_spec_manager(self.sandbox, sockets),
+            transport="ipc",
+            ip=str(sockets / "k"),
+        )
+        km.connection_file = str(sockets / "kernel.json")
         # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
         # terminal Heron is drawing in.
         log_path = self.workspace / ".heron" / "kernel.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "HERON_AGENT_COMMAND": "1"}
+        self.sandbox.prepare()
+        env = self.sandbox.environment()
         with log_path.open("ab") as log:
             await km.start_kernel(cwd=str(self.workspace), env=env, stdout=log, stderr=log)
         kc = km.client()
@@ -125,11 +157,17 @@ class KernelSession:
 
     async def shutdown(self) -> None:
         km, kc, self._km, self._kc = self._km, self._kc, None, None
-        if kc is not None:
-            kc.stop_channels()
-        if km is not None and km.has_kernel:
-            # Nothing in the kernel is worth a graceful goodbye; killing is instant.
-            await km.shutdown_kernel(now=True)
+        sockets, self._sockets = self._sockets, None
+        try:
+            if kc is not None:
+                kc.stop_channels()
+            if km is not None and km.has_kernel:
+                # Nothing in the kernel is worth a graceful goodbye; killing is instant.
+                await km.shutdown_kernel(now=True)
+        finally:
+            if sockets is not None:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(sockets)
 
     async def execute(
         self, code: str, timeout: float = 120.0, value_limit: int | None = None
@@ -323,7 +361,7 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
         timeout: Seconds before the cell is interrupted.
     """
     if ctx.kernel is None:
-        ctx.kernel = KernelSession(ctx.workspace)
+        ctx.kernel = KernelSession(ctx.workspace, sandbox=ctx.sandbox)
     before = await asyncio.to_thread(snapshot, ctx.workspace)
     result = await ctx.kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
     changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))

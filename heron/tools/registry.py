@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from heron.redact import Redactor
     from heron.tools.python_kernel import KernelSession
+    from heron.tools.sandbox import Sandbox
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
@@ -56,6 +57,7 @@ class ToolContext:
     result_budget: int = 20_000
     effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
     kernel: KernelSession | None = None
+    sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     extra: dict[str, Any] = field(default_factory=dict)
     # Tools that change the workspace run one at a time, so what one reports (a file changed)
     # is its own doing and not a concurrent call's.
@@ -67,6 +69,7 @@ class ToolContext:
         mine = _CALL_EFFECTS.get()
         if mine is not None:
             mine.append(effect)
+
     # Scrubs every result before it is stored, saved or sent (heron/redact.py); None: as is.
     redactor: Redactor | None = None
 
@@ -304,6 +307,12 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def replace(self, tool: Tool) -> None:
+        """Put `tool` in place of the registered tool of the same name."""
+        if tool.name not in self._tools:
+            raise ValueError(f"no tool named {tool.name!r} is registered")
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:

@@ -1,5 +1,7 @@
-"""The bash tool: one command in the workspace, in its own process group.
+"""The bash tool: one command in the workspace, in the sandbox, in its own process group.
 
+The command line and environment come from heron/tools/sandbox.py: confined, the command runs
+under bubblewrap in its own pid namespace, so whatever it starts ends with it (and with Heron).
 The group is what gets killed on timeout or cancellation, so a command's children (a server it
 started, a pipeline) die with it. Output is kept as head and tail while it streams, so a command
 that prints gigabytes costs no more memory than one that prints a page.
@@ -12,9 +14,10 @@ import codecs
 import contextlib
 import os
 import signal
-from pathlib import Path
 
+from heron.errors import ToolError
 from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.sandbox import Sandbox
 
 MAX_TIMEOUT = 3600
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
@@ -62,10 +65,13 @@ def _signal_group(pid: int, sig: int) -> None:
 async def _exited(proc: asyncio.subprocess.Process) -> int:
     """The exit code, as soon as the process has exited. Not `proc.wait()`: on Python 3.11 that
     also waits for the pipes to close, which a background child can hold open for ever."""
-    delay = 0.005
+    # Fine polling while most commands end (a sandboxed `true` takes tens of milliseconds, and
+    # a coarse step would round that up to the next one), coarse after a second.
+    delay, polls = 0.001, 0
     while proc.returncode is None:
         await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        polls += 1
+        delay = min(delay * 2, 0.005 if polls < 200 else 0.05)
     return proc.returncode
 
 
@@ -79,21 +85,26 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def run_command(
-    command: str, cwd: Path, timeout: float, limit: int
+    command: str, sandbox: Sandbox, timeout: float, limit: int
 ) -> tuple[str, int | None]:
-    """Run `command` with bash; (capped output, exit code or None when it timed out)."""
-    env = {**os.environ, "HERON_AGENT_COMMAND": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/bash",
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group, killed as one
-    )
+    """Run `command` with bash in `sandbox`; (capped output, exit code or None when it timed
+    out)."""
+    sandbox.prepare()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *sandbox.wrap(["/bin/bash", "-c", command]),
+            cwd=sandbox.workspace,
+            env=sandbox.environment(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as one
+        )
+    except FileNotFoundError as error:
+        raise ToolError(
+            f"the command could not start: {error.filename or error} is missing",
+            hint="Commands run under bubblewrap; install it (apt-get install bubblewrap).",
+        ) from None
     assert proc.stdout is not None
     sink = HeadTail(limit)
     pump = asyncio.create_task(_pump(proc.stdout, sink))
@@ -139,9 +150,8 @@ async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput
     """
     seconds = max(1, min(timeout, MAX_TIMEOUT))
     # Leave room under the result budget for the status line.
-    output, code = await run_command(
-        command, ctx.workspace, seconds, max(ctx.result_budget - 200, 1000)
-    )
+    sandbox = ctx.sandbox or Sandbox(ctx.workspace)
+    output, code = await run_command(command, sandbox, seconds, max(ctx.result_budget - 200, 1000))
     ctx.record_effect({"kind": "command", "command": command, "exit": code})
     body = output.rstrip("\n") or "(no output)"
     if code is None:

@@ -1,0 +1,236 @@
+"""Where the agent's programs run: the one place that builds their command line and environment.
+
+Every program a tool starts (`bash`, the `run_cell` kernel, any later one) goes through
+`Sandbox.wrap`. Confined, that is bubblewrap (`bwrap`): the whole file system read-only, the
+workspace read-write, a private /tmp, HERON_HOME covered by an empty tmpfs (the workspace bound
+back inside it), new user, pid, ipc, uts and cgroup namespaces, a new network namespace unless
+`[tools] network = "all"`, every capability dropped, and `--die-with-parent`: when Heron dies,
+bwrap and everything in its pid namespace die with it.
+
+Unconfined (bwrap missing or unable to create namespaces: `probe` tries it once), the program
+runs as it is, under a small bash wrapper whose argv carries `MARKER`, so the person-only
+commands can find it among their ancestors (heron/tools/person.py); approval
+(heron/tools/approval.py) decides whether it runs at all.
+
+Either way the environment is built here from an allowlist (PATH, HOME pointing into the
+workspace, LANG, TERM): no provider key and no HERON_ variable reaches a tool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heron.config import NetworkMode
+from heron.context.prompt import WHERE_IT_RUNS
+
+# An argv element of the process that starts every tool command (bwrap's own argv when
+# confined, the wrapper's when not); heron/tools/person.py looks for it up the process chain.
+MARKER = "heron-tool-runner"
+HOSTNAME = "heron-sandbox"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+TOOL_HOME = Path(".heron") / "home"  # HOME of every tool command, inside the workspace
+PROBE_TIMEOUT = 10.0
+PROBE_CACHE = Path("run") / "sandbox-probe.json"  # under HERON_HOME
+
+NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts")
+# The unconfined wrapper: it forks the command and waits ("$@" is not the last command, so bash
+# cannot exec it in place), so it stays in the chain however the command itself execs.
+WRAPPER = ["/bin/bash", "-c", '"$@"; exit $?', MARKER]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether bwrap ran a trivial command in the namespaces Heron asks for; why not if not."""
+
+    ok: bool
+    problem: str | None = None
+
+
+def find_bwrap(env: Mapping[str, str]) -> str | None:
+    """HERON_BWRAP (a path; empty or "off" means none, which tests use for the unconfined
+    path), else bwrap on PATH."""
+    chosen = env.get("HERON_BWRAP")
+    if chosen is not None:
+        return None if chosen in ("", "off") else chosen
+    return shutil.which("bwrap", path=env.get("PATH") or DEFAULT_PATH)
+
+
+def probe(bwrap: str | None) -> Probe:
+    """Run /bin/true under bwrap with the same namespaces as every tool command."""
+    if bwrap is None:
+        return Probe(False, "bubblewrap (bwrap) is not installed")
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *NAMESPACES]
+    argv += ["--unshare-net", "--die-with-parent", "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Probe(False, f"{bwrap} could not run: {error}")
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+        return Probe(False, f"{bwrap} cannot create namespaces here: {said}")
+    return Probe(True)
+
+
+def cached_probe(bwrap: str | None, home: Path) -> Probe:
+    """`probe`, remembered under HERON_HOME for this boot and this bwrap binary: trying costs
+    tens of milliseconds at every start, and the answer only changes with the machine."""
+    key = _probe_key(bwrap)
+    path = home / PROBE_CACHE
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("key") == key:
+            return Probe(bool(saved["ok"]), saved.get("problem"))
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    found = probe(bwrap)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, "ok": found.ok, "problem": found.problem}))
+    except OSError:
+        pass  # a read-only home: probe again next time
+    return found
+
+
+def _probe_key(bwrap: str | None) -> str:
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "?"
+    try:
+        st = os.stat(bwrap) if bwrap else None
+    except OSError:
+        st = None
+    stamp = f"{bwrap}|{st.st_ino}|{st.st_mtime_ns}|{st.st_size}" if st else str(bwrap)
+    return hashlib.sha256(f"{boot}|{stamp}|{os.geteuid()}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How one home's tool commands run. `bwrap` None means unconfined (`problem` says why).
+    Built without a probe (a bare ToolContext), it assumes bwrap works: a command then fails
+    loudly rather than running unconfined."""
+
+    workspace: Path
+    home: Path | None = None  # HERON_HOME, hidden from every command
+    network: NetworkMode = "none"
+    bwrap: str | None = "bwrap"
+    problem: str | None = None
+    env_source: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def detect(
+        cls, workspace: Path, home: Path, network: NetworkMode, env: Mapping[str, str]
+    ) -> Sandbox:
+        bwrap = find_bwrap(env)
+        found = cached_probe(bwrap, home)
+        return cls(
+            workspace,
+            home,
+            network,
+            bwrap if found.ok else None,
+            found.problem,
+            {k: env[k] for k in ("PATH", "LANG", "TERM") if k in env},
+        )
+
+    @property
+    def confined(self) -> bool:
+        return self.bwrap is not None
+
+    @property
+    def tool_home(self) -> Path:
+        return self.workspace / TOOL_HOME
+
+    def describe(self) -> str:
+        """What a command tool's description adds: the truth about where it runs."""
+        if not self.confined:
+            return (
+                f"{WHERE_IT_RUNS}unconfined, on the user's machine with the user's rights (no "
+                "sandbox is available); it may need the user's approval first."
+            )
+        net = {
+            "none": "no network",
+            "loopback": "no network beyond its own loopback",
+            "all": "the network",
+        }[self.network]
+        return (
+            f"{WHERE_IT_RUNS}in a sandbox; only the workspace is writable, /tmp is private, "
+            f"Heron's own files are hidden, it has {net}, and what it starts ends with it."
+        )
+
+    def notice(self, policy: str) -> str | None:
+        """What a channel says once at start when commands cannot be confined; None if they
+        can."""
+        if self.confined:
+            return None
+        then = {
+            "ask": "each command the agent runs waits for your approval",
+            "allow": 'commands run without asking ([tools] approval = "allow")',
+            "never": 'the agent cannot run commands ([tools] approval = "never")',
+        }[policy]
+        return (
+            f"No sandbox: {self.problem or 'bubblewrap is not available'}. Commands would run "
+            f"unconfined, with your rights, so {then}. To confine them, install bubblewrap "
+            "(Debian/Ubuntu: sudo apt-get install bubblewrap)."
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The whole environment of a tool command: an allowlist, nothing inherited."""
+        source = self.env_source
+        return {
+            "PATH": source.get("PATH") or DEFAULT_PATH,
+            "HOME": str(self.tool_home),
+            "LANG": source.get("LANG") or "C.UTF-8",
+            "TERM": source.get("TERM") or "dumb",
+        }
+
+    def prepare(self) -> None:
+        """Create the tool HOME (cheap; called before each start)."""
+        self.tool_home.mkdir(parents=True, exist_ok=True)
+
+    def wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
+        """The command line that runs `argv` as a tool command; `binds` are extra folders made
+        writable at the same path (the kernel's socket folder)."""
+        env = self.environment()
+        if self.bwrap is None:
+            return [*WRAPPER, "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+        out = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        out += ["--tmpfs", "/tmp"]
+        for kind, path in self._mounts(binds):
+            out += ["--tmpfs", str(path)] if kind == "hide" else ["--bind", str(path), str(path)]
+        out += [*NAMESPACES, "--unshare-cgroup-try", "--hostname", HOSTNAME]
+        if self.network != "all":
+            out.append("--unshare-net")
+        # MARKER in bwrap's argv (and so in the sandbox's pid 1): a folder in the private /tmp.
+        out += ["--dir", f"/tmp/{MARKER}", "--die-with-parent", "--cap-drop", "ALL"]
+        out.append("--clearenv")
+        for key, value in env.items():
+            out += ["--setenv", key, value]
+        out += ["--chdir", str(self.workspace), "--", *argv]
+        return out
+
+    def _mounts(self, binds: Sequence[Path]) -> list[tuple[str, Path]]:
+        """Mounts in the order bwrap must make them: a folder before anything inside it (the
+        workspace usually lies inside the hidden home; in tests the home may lie inside it)."""
+        mounts: list[tuple[str, Path]] = [("bind", self.workspace.resolve())]
+        if self.home is not None:
+            mounts.append(("hide", self.home.resolve()))
+        mounts += [("bind", Path(b).resolve()) for b in binds]
+        return sorted(mounts, key=lambda m: len(m[1].parts))
+
+
+def is_marker(arg: str) -> bool:
+    """Whether one argv element is the mark `wrap` leaves on the process it starts."""
+    return arg == MARKER or arg.endswith("/" + MARKER)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The argv as one line a person can read (for approval prompts and logs)."""
+    return " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,86 @@
+"""Running one tool call through the engine, as a model would ask for it (tests/test_sandbox*)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from heron.agent.engine import Engine, TurnHooks
+from heron.config import Settings
+from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
+from heron.providers.scripted import ScriptedProvider
+
+CONFIG_KEY = "sk-test-configkey-0123456789abcdef"
+ENV_KEY = "sk-test-envkey-fedcba9876543210"
+MEMORY_SECRET = "MEMORY-SECRET-7f3a"
+
+
+def seed_home(home: Path, tools: str = "") -> None:
+    """A config with a key and a [tools] section, and a memory entry with a secret in it."""
+    (home / "config.toml").write_text(
+        f'[providers.openai]\napi_key = "{CONFIG_KEY}"\n\n[tools]\n{tools}\n', encoding="utf-8"
+    )
+    entry = home / "memory" / "personal" / "always" / "x.md"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(f"The user's secret is {MEMORY_SECRET}.\n", encoding="utf-8")
+
+
+def settings(confined: bool) -> Settings:
+    """Settings as `heron` would load them, with keys in the environment; unconfined is
+    Heron's own way to say bwrap cannot run (HERON_BWRAP=off)."""
+    env = {**os.environ, "OPENAI_API_KEY": ENV_KEY, "HERON_API_KEY": ENV_KEY}
+    if not confined:
+        env["HERON_BWRAP"] = "off"
+    return Settings.load(env)
+
+
+async def call_tool(
+    name: str, args: dict[str, Any], *, confined: bool = True, hooks: TurnHooks | None = None
+) -> ToolResult:
+    """One turn whose model asks for `name(args)`; the result the model got back."""
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", name, args)], "tool", Usage(10, 5)),
+            Reply([Text("done")], "done", Usage(20, 5)),
+        ]
+    )
+    async with Engine.open(settings(confined), provider=provider) as engine:
+        await engine.turn("attack", "go", hooks)
+    sent = provider.requests[1].messages[-1]
+    results = [p for p in sent.parts if isinstance(p, ToolResult)]
+    assert results, sent
+    return results[0]
+
+
+@contextmanager
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on 127.0.0.1; yields its port and the connections it accepted."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    accepted: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(b"connection")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join(2)
+        server.close()

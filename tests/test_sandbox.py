@@ -1,0 +1,248 @@
+"""What a command the agent runs can reach, asked for by a scripted model through the engine:
+`bash` and `run_cell`, in the sandbox (bubblewrap) and unconfined (HERON_BWRAP=off)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import (
+    CONFIG_KEY,
+    ENV_KEY,
+    MEMORY_SECRET,
+    call_tool,
+    listener,
+    seed_home,
+)
+
+from heron.agent.engine import TurnHooks
+from heron.tools.approval import DECLINED, NO_TERMINAL
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+
+BASH_ATTACK = """\
+echo escaped > {outside}/escape.txt; echo escaped > /tmp/{tmpname}
+cat {home}/config.toml {home}/memory/personal/always/x.md; head -c 15 {home}/heron.db; echo
+echo "HOME-LISTING: $(ls -A {home} | tr '\\n' ' ')"
+echo "ENV: $(env | cut -d= -f1 | tr '\\n' ' ')"
+env
+(exec 3<>/dev/tcp/127.0.0.1/{port} && echo NET-CONNECTED) 2>&1
+"""
+
+CELL_ATTACK = """\
+import os, socket
+for target in ({outside!r} + '/escape.txt', '/tmp/{tmpname}'):
+    try:
+        open(target, 'w').write('escaped')
+    except OSError as e:
+        print('write refused:', e)
+for name in ('config.toml', 'memory/personal/always/x.md', 'heron.db'):
+    try:
+        print(open(os.path.join({home!r}, name), 'rb').read()[:200])
+    except OSError as e:
+        print('read refused:', e)
+print('HOME-LISTING:', ' '.join(sorted(os.listdir({home!r}))))
+print('ENV:', ' '.join(sorted(os.environ)), dict(os.environ))
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()
+    print('NET-CONNECTED')
+except OSError as e:
+    print('connect refused:', e)
+"""
+
+
+def attack(tool: str, home: Path, outside: Path, port: int) -> tuple[dict[str, str], str]:
+    tmpname = f"heron-escape-{uuid.uuid4().hex}"
+    template = BASH_ATTACK if tool == "bash" else CELL_ATTACK
+    code = template.format(outside=str(outside), tmpname=tmpname, home=str(home), port=port)
+    return ({"command": code} if tool == "bash" else {"code": code}), tmpname
+
+
+def env_names(output: str) -> set[str]:
+    line = next(line for line in output.splitlines() if "ENV:" in line)
+    words = line.split("ENV:", 1)[1].split(" {", 1)[0].split()
+    return set(words) - {"PWD", "SHLVL", "_", "OLDPWD"}
+
+
+@pytest.mark.parametrize("tool", ["bash", "run_cell"])
+async def test_sandboxed_command_reaches_only_the_workspace(
+    tool: str, heron_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_home(heron_home)
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)  # in Heron's own environment too
+    monkeypatch.setenv("HERON_SECRET_SETTING", "heron-variable-value")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with listener() as (port, accepted):
+        args, tmpname = attack(tool, heron_home, outside, port)
+        result = await call_tool(tool, args)
+    out = result.content
+    # Nothing written outside the workspace: neither a folder of the host nor the host's /tmp.
+    assert not (outside / "escape.txt").exists()
+    assert not (Path("/tmp") / tmpname).exists()
+    # HERON_HOME is an empty folder but for the workspace: no config, no memory, no database.
+    assert CONFIG_KEY not in out and MEMORY_SECRET not in out and "SQLite format" not in out
+    assert "HOME-LISTING: workspace" in out
+    # The environment is the allowlist (run_cell's kernel adds a few display settings).
+    assert ENV_KEY not in out and "heron-variable-value" not in out
+    assert {"PATH", "HOME", "LANG", "TERM"} <= env_names(out)
+    assert not any(name.startswith("HERON_") or "KEY" in name for name in env_names(out))
+    # No network: the host's loopback server never saw a connection.
+    assert "NET-CONNECTED" not in out and accepted == []
+
+
+@pytest.mark.parametrize("tool", ["bash", "run_cell"])
+async def test_unconfined_command_gets_the_clean_environment_too(
+    tool: str, heron_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_home(heron_home, 'approval = "allow"')
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    monkeypatch.setenv("HERON_SECRET_SETTING", "heron-variable-value")
+    with listener() as (port, _accepted):
+        args, _ = attack(tool, heron_home, tmp_path, port)
+        result = await call_tool(tool, args, confined=False)
+    out = result.content
+    assert ENV_KEY not in out and "heron-variable-value" not in out
+    assert not any(name.startswith("HERON_") or "KEY" in name for name in env_names(out))
+    assert "HOME-LISTING: " in out  # it did run: unconfined means approved and unconfined
+
+
+@pytest.mark.parametrize("network", ["all", "loopback"])
+async def test_the_network_setting_is_what_the_sandbox_allows(
+    network: str, heron_home: Path, tmp_path: Path
+) -> None:
+    """ "all" shares the host's network (so the test above could fail); "loopback" is a network
+    namespace of the command's own, which has only its own lo."""
+    seed_home(heron_home, f'network = "{network}"')
+    with listener() as (port, accepted):
+        command = f"(exec 3<>/dev/tcp/127.0.0.1/{port} && echo NET-CONNECTED) 2>&1"
+        result = await call_tool("bash", {"command": command})
+    assert ("NET-CONNECTED" in result.content) == (network == "all")
+    assert bool(accepted) == (network == "all")
+
+
+async def test_unconfined_commands_wait_for_approval(heron_home: Path, tmp_path: Path) -> None:
+    seed_home(heron_home)  # approval unset: "ask", since bwrap "cannot run"
+    marker = tmp_path / "ran"
+    command = f"touch {marker}"
+    refused = await call_tool("bash", {"command": command}, confined=False)
+    assert refused.is_error and NO_TERMINAL in refused.content and not marker.exists()
+
+    asked: list[tuple[str, str]] = []
+
+    async def no(tool: str, text: str) -> str | None:
+        asked.append((tool, text))
+        return DECLINED
+
+    declined = await call_tool(
+        "bash", {"command": command}, confined=False, hooks=TurnHooks(approve=no)
+    )
+    assert declined.is_error and DECLINED in declined.content and not marker.exists()
+    assert asked == [("bash", command)]  # the exact command was shown
+
+    async def yes(tool: str, text: str) -> str | None:
+        return None
+
+    ran = await call_tool(
+        "bash", {"command": command}, confined=False, hooks=TurnHooks(approve=yes)
+    )
+    assert not ran.is_error and marker.exists()
+
+
+async def test_never_refuses_every_command_and_allow_needs_no_one(heron_home: Path) -> None:
+    seed_home(heron_home, 'approval = "never"')
+    refused = await call_tool("run_cell", {"code": "print('ran')"})
+    assert refused.is_error and 'approval = "never"' in refused.content
+    assert "ran" not in refused.content.replace("refused", "")
+
+
+async def test_the_model_is_told_where_commands_run(heron_home: Path) -> None:
+    from sandbox_helpers import settings
+
+    from heron.agent.engine import Engine
+    from heron.providers.scripted import ScriptedProvider
+
+    seed_home(heron_home)
+    for confined, says in ((True, "run (bash, run_cell): in a sandbox"), (False, "unconfined")):
+        async with Engine.open(settings(confined), provider=ScriptedProvider([])) as engine:
+            specs = {s.name: s.description for s in engine.registry.specs()}
+            prompt = engine.system_prompt("default")
+        assert specs["bash"].endswith(engine.sandbox.describe())
+        assert specs["run_cell"].endswith(engine.sandbox.describe())
+        assert says in prompt and "Files and commands act inside the workspace" not in prompt
+
+
+def test_bad_tools_settings_say_what_is_wrong(heron_home: Path) -> None:
+    from heron.config import Settings
+    from heron.errors import ConfigError
+
+    for body, said in (
+        ('network = "internet"', "network must be one of 'none', 'loopback', 'all'"),
+        ('approval = "maybe"', "approval must be one of 'ask', 'allow', 'never'"),
+        ('redact = "yes"', "redact must be true or false"),
+        ("sandbox = false", "[tools] has no key 'sandbox'"),
+    ):
+        (heron_home / "config.toml").write_text(f"[tools]\n{body}\n", encoding="utf-8")
+        with pytest.raises(ConfigError) as error:
+            Settings.load()
+        assert said in str(error.value)
+    (heron_home / "config.toml").write_text('[tools]\nnetwork = "all"\nredact = false\n')
+    tools = Settings.load().config.tools
+    assert (tools.network, tools.approval, tools.redact) == ("all", None, False)
+
+
+def test_the_probe_is_tried_for_real_and_remembered(heron_home: Path, tmp_path: Path) -> None:
+    from heron.tools.sandbox import PROBE_CACHE, Sandbox, cached_probe
+
+    failing = tmp_path / "bwrap"
+    failing.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    failing.chmod(0o755)
+    env = {"HERON_BWRAP": str(failing), "PATH": os.environ["PATH"]}
+    sandbox = Sandbox.detect(tmp_path, heron_home, "none", env)
+    assert not sandbox.confined and "No permissions to create new namespace" in sandbox.problem
+    assert "No sandbox" in (sandbox.notice("ask") or "")
+    saved = json.loads((heron_home / PROBE_CACHE).read_text())
+    assert saved["ok"] is False
+    real = shutil.which("bwrap")
+    assert cached_probe(real, heron_home).ok  # another binary: tried again, not the cache
+    assert Sandbox.detect(tmp_path, heron_home, "none", {"HERON_BWRAP": "off"}).problem == (
+        "bubblewrap (bwrap) is not installed"
+    )
+
+
+async def test_heron_run_without_a_terminal_refuses_and_tells_the_person(
+    heron_home: Path, tmp_path: Path
+) -> None:
+    import io
+
+    from sandbox_helpers import settings
+
+    from heron.channels.script import run_once
+    from heron.messages import Reply, Text, ToolCall, Usage
+    from heron.providers.scripted import ScriptedProvider
+
+    seed_home(heron_home)
+    marker = tmp_path / "ran"
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", "bash", {"command": f"touch {marker}"})], "tool", Usage(1, 1)),
+            Reply([Text("I could not run it.")], "done", Usage(1, 1)),
+        ]
+    )
+    out, err = io.StringIO(), io.StringIO()
+    ok = await run_once(settings(False), "go", "default", None, None, False, out, err, provider)
+    said = err.getvalue()
+    assert ok and not marker.exists()
+    assert said.count("No sandbox: bubblewrap (bwrap) is not installed") == 1  # once, at start
+    assert (
+        f"refused to run bash without your approval (no terminal to ask in):\n  touch {marker}"
+        in said
+    )
+    result = provider.requests[1].messages[-1].parts[0]
+    assert result.is_error and NO_TERMINAL in result.content
