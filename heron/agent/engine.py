@@ -169,10 +169,7 @@ class Engine:
                 choice = ModelChoice("scripted", provider.model)
             if registry is None:
                 # The tiny offline model cannot use tools; describing them only confuses it.
-                registry = ToolRegistry([]) if choice.embedded else default_registry()
-                if not choice.embedded:
-                    _add_memory_tools(registry, ephemeral)
-                    with_message_tool(registry)  # every channel's turn can deliver (AgentLoop)
+                registry = ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
             engine = cls(settings, store, provider, choice, registry)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:
@@ -399,13 +396,17 @@ class Engine:
         return run
 
 
-def _add_memory_tools(registry: ToolRegistry, ephemeral: bool) -> None:
-    """The memory tools; an ephemeral run keeps no memory, so it only gets recall_history."""
+def engine_tools(ephemeral: bool = False) -> ToolRegistry:
+    """The tools an engine opens with for a model that can use them (a replay rebuilds the
+    same list): the built-ins, the memory tools (an ephemeral run keeps no memory, so only
+    recall_history) and `message` (every channel's turn can deliver, through the AgentLoop)."""
     from heron.tools.memory_tools import MEMORY_TOOLS, recall_history
 
+    registry = default_registry()
     for t in [recall_history] if ephemeral else MEMORY_TOOLS:
         if registry.get(t.name) is None:
             registry.add(t)
+    return with_message_tool(registry)
 
 
 class CallSink:
