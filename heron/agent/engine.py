@@ -179,10 +179,7 @@ class Engine:
                 choice = ModelChoice("scripted", provider.model)
             if registry is None:
                 # The tiny offline model cannot use tools; describing them only confuses it.
-                registry = ToolRegistry([]) if choice.embedded else default_registry()
-                if not choice.embedded:
-                    _add_memory_tools(registry, ephemeral)
-                    with_message_tool(registry)  # every channel's turn can deliver (AgentLoop)
+                registry = ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
             sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
             await asyncio.to_thread(engine._open_memory, ephemeral)
@@ -424,13 +421,17 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
     return Redactor.of(found, patterns=config.tools.redact)
 
 
-def _add_memory_tools(registry: ToolRegistry, ephemeral: bool) -> None:
-    """The memory tools; an ephemeral run keeps no memory, so it only gets recall_history."""
+def engine_tools(ephemeral: bool = False) -> ToolRegistry:
+    """The tools an engine opens with for a model that can use them (a replay rebuilds the
+    same list): the built-ins, the memory tools (an ephemeral run keeps no memory, so only
+    recall_history) and `message` (every channel's turn can deliver, through the AgentLoop)."""
     from heron.tools.memory_tools import MEMORY_TOOLS, recall_history
 
+    registry = default_registry()
     for t in [recall_history] if ephemeral else MEMORY_TOOLS:
         if registry.get(t.name) is None:
             registry.add(t)
+    return with_message_tool(registry)
 
 
 class CallSink:

@@ -28,7 +28,7 @@ from heron.messages import Message
 from heron.providers.base import RetryPolicy
 from heron.store import Store
 from heron.tools.approval import describe_commands
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.trace.read import RunTrace
 from heron.trace.replay import (
@@ -73,14 +73,11 @@ async def replay(
 
 
 def _registry() -> ToolRegistry:
-    """The tools an engine opens with (Engine.open): the defaults and the memory tools.
-    Their current specs go in the replayed requests, so a changed tool shows."""
-    from heron.tools.memory_tools import MEMORY_TOOLS
+    """The tools an engine opens with (`engine_tools`): their current specs go in the
+    replayed requests, so a changed tool shows."""
+    from heron.agent.engine import engine_tools
 
-    registry = default_registry()
-    for t in MEMORY_TOOLS:
-        if registry.get(t.name) is None:
-            registry.add(t)
+    registry = engine_tools()
     # Described as the default sandbox runs them (a run recorded unconfined shows as changed).
     describe_commands(registry, Sandbox(Path(".")))
     return registry

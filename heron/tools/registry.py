@@ -49,6 +49,16 @@ RESULTS_DIR = Path(".heron") / "results"
 _CALL_EFFECTS: ContextVar[list[dict[str, Any]] | None] = ContextVar("call_effects", default=None)
 
 
+async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[dict[str, Any]]]:
+    """Await a tool call, with the side effects it records (`ToolContext.record_effect`)."""
+    mine: list[dict[str, Any]] = []
+    token = _CALL_EFFECTS.set(mine)
+    try:
+        return await call, mine
+    finally:
+        _CALL_EFFECTS.reset(token)
+
+
 @dataclass
 class ToolContext:
     """What tools of one run share: the folder they are confined to and the services they use."""
@@ -340,12 +350,7 @@ class ToolRegistry:
         self, call: ToolCall, ctx: ToolContext
     ) -> tuple[ToolResult, list[dict[str, Any]]]:
         """Run one call and return the side effects it recorded, and only its own."""
-        mine: list[dict[str, Any]] = []
-        token = _CALL_EFFECTS.set(mine)
-        try:
-            return await self.call(call, ctx), mine
-        finally:
-            _CALL_EFFECTS.reset(token)
+        return await recording(self.call(call, ctx))
 
     async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
         """Run calls concurrently; results come back in call order."""

@@ -24,7 +24,7 @@ from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_
 from heron.providers.base import ChatRequest, OnEvent, ToolSpec
 from heron.providers.profiles import ModelProfile
 from heron.store import Store
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.registry import ToolContext, ToolRegistry, default_registry, recording
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, load_run, request_payload
 
@@ -196,6 +196,12 @@ class ReplayTools:
 
     def specs(self) -> list[ToolSpec]:
         return self.registry.specs()
+
+    async def call_recording(
+        self, call: ToolCall, ctx: ToolContext
+    ) -> tuple[ToolResult, list[dict[str, Any]]]:
+        """As `call`, with what the call did (nothing, when its result is served)."""
+        return await recording(self.call(call, ctx))
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         found = self.recorded.get(call.id, [])
