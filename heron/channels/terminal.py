@@ -27,7 +27,7 @@ from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import TurnControl
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
-from heron.memory.commands import memory_command, opening_line
+from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import ToolCall
 from heron.providers.base import StreamEvent
@@ -127,7 +127,7 @@ async def run_chat(
             except EOFError:
                 console.print("[dim]Bye.[/dim]")
                 if not ephemeral and not engine.choice.embedded:
-                    start_review_pass(state.keys)
+                    review_on_close(settings, model, engine.choice, state.keys, say=console.out)
                 return
             if not text.strip():
                 continue
