@@ -13,6 +13,7 @@ import test_memory_tools
 from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.memory import EntryPath, MemoryService
+from heron.memory.entries import slugify
 from heron.memory.extract import compaction_pass, review_pass
 from heron.messages import Reply, Text, ToolCall, ToolResult, user
 from heron.providers.scripted import ScriptedProvider
@@ -205,14 +206,12 @@ def test_three_hundred_saves_in_one_reply_keep_five(heron_home):
 
 def test_three_lessons_sharing_a_slug_keep_three_files_and_the_hand_written_one(setup):
     _store, service, _cid, ctx = setup
-    hand = service.files.root / "personal/when/dates/always-check-the-date-of-an-event-before.md"
+    start = "When the user asks about an upcoming event, always check the calendar date first"
+    rules = [f"{start} before {end}" for end in ("booking", "telling anyone", "adding it")]
+    assert len({slugify(rule) for rule in rules}) == 1  # the attack: one slug for all three
+    hand = service.files.root / f"personal/when/dates/{slugify(rules[0])}.md"
     hand.parent.mkdir(parents=True)
     hand.write_text("Written by hand.\n")
-    rules = [
-        "Always check the date of an event before booking travel for it",
-        "Always check the date of an event before telling anyone about it",
-        "Always check the date of an event before adding it to the calendar",
-    ]
     numbers = []
     for rule in rules:
         call = ToolCall("l", "propose_lesson", {"rule": rule, "mistake": "x", "topic": "dates"})
