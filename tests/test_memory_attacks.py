@@ -68,10 +68,14 @@ def test_berlin_and_peanuts_cannot_be_saved_from_an_unrelated_quote(setup):
 
 def test_a_hand_written_entry_is_not_rewritten_nor_deleted_by_any_user_phrase(setup):
     store, service, cid, ctx = setup
-    store.append(cid, user("I like the weather in Paris."))
+    earlier = store.append(cid, user("I like the weather in Paris."))
     hand = service.files.root / "personal/always/vegetarian.md"
     hand.parent.mkdir(parents=True)
     hand.write_text("I'm vegetarian.\n")
+    # Said a minute before the file was written (a file's time is coarser than the store's
+    # clock: a message stored a moment before the write could carry a later time).
+    with store.transaction() as c:
+        c.execute("UPDATE messages SET created = created - 60 WHERE id = ?", (earlier.id,))
     path = "personal/always/vegetarian"
     old = manage(ctx, "update", path, "I like the weather in Paris")
     assert old.is_error and "needs something new the user said" in old.content
