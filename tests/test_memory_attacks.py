@@ -243,3 +243,23 @@ def test_a_fact_accepted_where_a_hand_written_entry_appeared_goes_beside_it(setu
     assert decision.status == "accepted" and "personal/always/tea-2.md" in decision.message
     assert hand.read_text() == "Black tea only.\n"
     assert files(service)["personal/always/tea-2.md"] == "I prefer green tea"
+
+
+def test_a_fact_queued_in_the_model_s_words_before_this_rule_is_not_saved(setup):
+    from heron.memory import queue
+
+    store, service, cid, _ctx = setup
+    said = store.append(cid, user("What's the weather like in Paris today?"))
+    number = queue.add(
+        store,
+        "fact",
+        origin="auto",
+        path="personal/always/home.md",
+        text="The user lives in Berlin and is allergic to peanuts",
+        quote="What's the weather like in Paris today",
+        conversation_id=cid,
+        message_id=said.id,
+    )
+    decision = service.accept(number, env={})
+    assert decision.status == "waiting" and "worded by the model" in decision.message
+    assert files(service) == {}
