@@ -112,14 +112,14 @@ class Config:
     model: str | None = None
     provider: ProviderKind | None = None
     base_url: str | None = None
-    api_keys: dict[str, str] = field(default_factory=dict)
+    api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # keys never in a repr
     base_urls: dict[str, str] = field(default_factory=dict)
     agent: AgentDefaults = AgentDefaults()
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
 
 
 def load_config(path: Path) -> Config:
@@ -244,7 +244,7 @@ class ModelChoice:
     provider: ProviderKind
     model: str
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
     model_path: Path | None = None  # for the local provider
     profile: ModelProfile = ModelProfile()
     embedded: bool = False  # the tiny offline default (the chat shows a banner)

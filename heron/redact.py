@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,7 +35,7 @@ def mark(kind: str) -> str:
     return f"[redacted: {kind}]"
 
 
-# (kind, pattern): the whole match is replaced, except for assignments, whose name stays.
+# (kind, pattern): the whole match is replaced. Memory refuses the same (heron/memory/refuse.py).
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "private key",
@@ -50,29 +51,49 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
     ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
     ("json web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[\w-]+")),
-    ("bearer token", re.compile(r"\b(?<=bearer )[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
+    ("bearer token", re.compile(r"\b(?P<keep>bearer )[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
     ("password in a url", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")),
 ]
+# A pattern runs only when its marker is in the text (a substring test costs microseconds where
+# a regex scan of a long output costs milliseconds); most outputs hold none of them.
+MARKERS = {
+    "private key": ("PRIVATE KEY",),
+    "api key": ("sk-", "pk-", "rk-"),
+    "github token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "aws key": ("AKIA", "ASIA"),
+    "google api key": ("AIza",),
+    "slack token": ("xox",),
+    "json web token": ("eyJ",),
+    "bearer token": ("bearer ",),  # looked for in the lowered text
+    "password in a url": ("://",),
+}
 
-# NAME=value, NAME: value, name = "value" where the name ends in a credential word; the value
-# (quoted or bare, to the end of the token) is replaced and the name kept.
+# NAME=value, NAME: value, name = "value" where the name's last part is a credential word; the
+# value (quoted or bare, to the end of the token) is replaced and the name kept. The match starts
+# at the credential word, which must begin the name or follow _ . - (so not "monkey = x"). Only
+# lines holding one of the words are searched (`_CREDENTIAL_WORDS`).
 ASSIGNMENT = re.compile(
-    r"""(?imx)
-    (?P<name>\b(?:[A-Za-z0-9]+[_.-])*
-        (?:api[_-]?key|apikey|key|token|secret|password|passwd|passphrase|pwd|credentials?)
-    )
-    (?P<sep>["']?\s*[=:]\s*)
+    r"""(?ix)
+    (?:(?<![A-Za-z0-9])|(?<=[_.-]))
+    (?P<name>api[_-]?key|apikey|key|token|secret|password|passwd|passphrase|pwd|credentials?)
+    (?P<sep>["']?[ \t]*+[=:][ \t]*+)
     (?P<value>"[^"\n]{4,}"|'[^'\n]{4,}'|[^\s"',;]{4,})
     """
 )
 
-_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-.]{24,}")
+_CREDENTIAL_WORDS = ("key", "token", "secret", "pass", "pwd", "credential")
+
+# Only from the start of a run of token characters: a shorter run then fails once, not once per
+# character of it._CREDENTIAL_WORDS = ("key", "token", "secret", "pass", "pwd", "credential")
+
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_\-.])[A-Za-z0-9+/=_\-.]{24,}")
+_CLASSES = [re.compile(p) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[+/=_\-]")]
 
 
 def entropy(token: str) -> float:
     """Shannon entropy in bits per character."""
-    counts = {c: token.count(c) for c in set(token)}
-    return -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+    size = len(token)
+    return -sum(n / size * math.log2(n / size) for n in Counter(token).values())
 
 
 def random_looking(token: str) -> bool:
@@ -80,23 +101,69 @@ def random_looking(token: str) -> bool:
     hex digest (git ids stay readable) or a dotted name."""
     if token.count("/") > 1 or token.count(".") > 1:
         return False  # a path, a URL or a module name
-    classes = sum(bool(re.search(p, token)) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[+/=_\-]"))
+    classes = sum(1 for p in _CLASSES if p.search(token))
     return classes >= 3 and entropy(token) >= 4.0
 
 
 def _assignment(match: re.Match[str]) -> str:
-    value = match.group("value")
-    if value.strip("\"'").startswith("[redacted"):
+    if match.group("value").strip("\"'").startswith("[redacted"):
         return match.group()
     return match.group("name") + match.group("sep") + mark("assignment")
 
 
+def _replace(kind: str) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        kept = match.groupdict().get("keep") or ""
+        return kept + mark(kind)
+
+    return replace
+
+
+def _lines_with(text: str, lowered: str, words: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(start, end) of every line of `text` that holds one of `words` (searched in `lowered`,
+    found with str.find: far faster than a regex scan of a long output)."""
+    spans: set[tuple[int, int]] = set()
+    for word in words:
+        at = lowered.find(word)
+        while at != -1:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            at = lowered.find(word, end)
+    return sorted(spans)
+
+
+def _assignments(text: str, lowered: str) -> str:
+    """`ASSIGNMENT` applied to the lines that hold a credential word."""
+    if len(lowered) != len(text):  # a letter whose lower case is longer ("İ"): no offsets
+        return ASSIGNMENT.sub(_assignment, text)
+    pieces, last = [], 0
+    for start, end in _lines_with(text, lowered, _CREDENTIAL_WORDS):
+        pieces += [text[last:start], ASSIGNMENT.sub(_assignment, text[start:end])]
+        last = end
+    return "".join([*pieces, text[last:]]) if pieces else text
+
+
+def _tokens(text: str) -> str:
+    """Long random-looking tokens replaced; only words of 24 characters or more are searched
+    (splitting on white space is far faster than a regex scan of a long output)."""
+    found = {m.group() for w in set(text.split()) if len(w) >= 24 for m in _TOKEN.finditer(w)}
+    for token in sorted(found, key=len, reverse=True):
+        if random_looking(token):
+            text = text.replace(token, mark("token"))
+    return text
+
+
 def scrub_patterns(text: str) -> str:
     """Every pattern-shaped secret in `text` replaced by its mark."""
+    lowered = text.lower()
     for kind, pattern in PATTERNS:
-        text = pattern.sub(mark(kind), text)
-    text = ASSIGNMENT.sub(_assignment, text)
-    return _TOKEN.sub(lambda m: mark("token") if random_looking(m.group()) else m.group(), text)
+        hay = lowered if kind == "bearer token" else text
+        if any(marker in hay for marker in MARKERS[kind]):
+            text = pattern.sub(_replace(kind), text)
+    text = _assignments(text, text.lower())
+    return _tokens(text)
 
 
 @dataclass(frozen=True)

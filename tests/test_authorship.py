@@ -118,6 +118,8 @@ def test_the_migration_fills_in_authors_of_rows_written_before_it(tmp_path):
         ),
         ("user", "message", '[{"kind":"text","text":"recalled"}]', '{"recall": true}'),
         ("user", "summary", '[{"kind":"text","text":"a summary"}]', None),
+        ("assistant", "separator", '[{"kind":"text","text":"--- new ---"}]', None),
+        ("assistant", "message", '[{"kind":"text","text":"(stopped)"}]', '{"interrupted": true}'),
     ]
     for role, kind, parts, meta in rows:
         conn.execute(
@@ -128,4 +130,4 @@ def test_the_migration_fills_in_authors_of_rows_written_before_it(tmp_path):
     conn.close()
     store = Store(path)  # migrates
     got = [r.author for r in store.all_messages(1)]
-    assert got == ["user", "model", "heron", "heron", "tool", "heron", "heron"]
+    assert got == ["user", "model", "heron", "heron", "tool", "heron", "heron", "heron", "heron"]

@@ -13,6 +13,7 @@ import test_memory_tools
 from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.memory import EntryPath, MemoryService
+from heron.memory.entries import slugify
 from heron.memory.extract import compaction_pass, review_pass
 from heron.messages import Reply, Text, ToolCall, ToolResult, user
 from heron.providers.scripted import ScriptedProvider
@@ -67,10 +68,14 @@ def test_berlin_and_peanuts_cannot_be_saved_from_an_unrelated_quote(setup):
 
 def test_a_hand_written_entry_is_not_rewritten_nor_deleted_by_any_user_phrase(setup):
     store, service, cid, ctx = setup
-    store.append(cid, user("I like the weather in Paris."))
+    earlier = store.append(cid, user("I like the weather in Paris."))
     hand = service.files.root / "personal/always/vegetarian.md"
     hand.parent.mkdir(parents=True)
     hand.write_text("I'm vegetarian.\n")
+    # Said a minute before the file was written (a file's time is coarser than the store's
+    # clock: a message stored a moment before the write could carry a later time).
+    with store.transaction() as c:
+        c.execute("UPDATE messages SET created = created - 60 WHERE id = ?", (earlier.id,))
     path = "personal/always/vegetarian"
     old = manage(ctx, "update", path, "I like the weather in Paris")
     assert old.is_error and "needs something new the user said" in old.content
@@ -205,14 +210,12 @@ def test_three_hundred_saves_in_one_reply_keep_five(heron_home):
 
 def test_three_lessons_sharing_a_slug_keep_three_files_and_the_hand_written_one(setup):
     _store, service, _cid, ctx = setup
-    hand = service.files.root / "personal/when/dates/always-check-the-date-of-an-event-before.md"
+    start = "When the user asks about an upcoming event, always check the calendar date first"
+    rules = [f"{start} before {end}" for end in ("booking", "telling anyone", "adding it")]
+    assert len({slugify(rule) for rule in rules}) == 1  # the attack: one slug for all three
+    hand = service.files.root / f"personal/when/dates/{slugify(rules[0])}.md"
     hand.parent.mkdir(parents=True)
     hand.write_text("Written by hand.\n")
-    rules = [
-        "Always check the date of an event before booking travel for it",
-        "Always check the date of an event before telling anyone about it",
-        "Always check the date of an event before adding it to the calendar",
-    ]
     numbers = []
     for rule in rules:
         call = ToolCall("l", "propose_lesson", {"rule": rule, "mistake": "x", "topic": "dates"})
@@ -240,3 +243,23 @@ def test_a_fact_accepted_where_a_hand_written_entry_appeared_goes_beside_it(setu
     assert decision.status == "accepted" and "personal/always/tea-2.md" in decision.message
     assert hand.read_text() == "Black tea only.\n"
     assert files(service)["personal/always/tea-2.md"] == "I prefer green tea"
+
+
+def test_a_fact_queued_in_the_model_s_words_before_this_rule_is_not_saved(setup):
+    from heron.memory import queue
+
+    store, service, cid, _ctx = setup
+    said = store.append(cid, user("What's the weather like in Paris today?"))
+    number = queue.add(
+        store,
+        "fact",
+        origin="auto",
+        path="personal/always/home.md",
+        text="The user lives in Berlin and is allergic to peanuts",
+        quote="What's the weather like in Paris today",
+        conversation_id=cid,
+        message_id=said.id,
+    )
+    decision = service.accept(number, env={})
+    assert decision.status == "waiting" and "worded by the model" in decision.message
+    assert files(service) == {}

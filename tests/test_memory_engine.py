@@ -236,24 +236,50 @@ async def test_the_end_of_chat_review_pass_writes_only_to_the_queue():
     assert again == []
 
 
-def test_chat_end_starts_the_hidden_review_command(monkeypatch):
-    from heron.channels import terminal
+def test_chat_end_starts_the_hidden_review_command_and_says_so_with_its_model(monkeypatch):
     from heron.cli import app
+    from heron.config import ModelChoice
+    from heron.memory import commands
 
     started: list[dict] = []
     monkeypatch.setattr(
-        terminal.subprocess, "Popen", lambda argv, **kw: started.append({"argv": argv, **kw})
+        commands.subprocess, "Popen", lambda argv, **kw: started.append({"argv": argv, **kw})
     )
-    terminal.start_review_pass(["a", "b"])
+    said: list[str] = []
+    choice = ModelChoice("openai", "chat-model", "http://127.0.0.1:1/v1", "k")
+    settings = Settings.load()
+    assert commands.review_on_close(settings, "chat-model", choice, ["a", "b"], say=said.append)
     argv = started[0]["argv"]
-    assert argv[1:] == ["-m", "heron", "memory", "review-pass", "-c", "a", "-c", "b"] or argv[
-        1:
-    ] == ["-m", "heron", "memory", "review-pass", "--conversation", "a", "--conversation", "b"]
+    assert argv[1:] == [
+        "-m", "heron", "memory", "review-pass", "--model", "chat-model",
+        "--conversation", "a", "--conversation", "b",
+    ]  # fmt: skip
     assert started[0]["start_new_session"] is True
-    terminal.start_review_pass([])
-    assert len(started) == 1
+    assert said == [commands.closing_notice(choice)]
+    assert "openai/chat-model" in said[0] and "review_on_close = false" in said[0]
+    assert not commands.review_on_close(settings, None, choice, [], say=said.append)
+    settings.paths.config.write_text("[memory]\nreview_on_close = false\n")
+    assert not commands.review_on_close(Settings.load(), None, choice, ["a"], say=said.append)
+    assert len(started) == 1 and len(said) == 1
     shown = CliRunner().invoke(app, ["memory", "--help"])
     assert "review-pass" not in shown.output  # hidden
+
+
+def test_the_review_on_close_uses_the_chat_s_model(monkeypatch):
+    from heron.channels.memory_cli import run_review_pass
+    from heron.testing.fake_openai import FakeOpenAIServer
+    from heron.testing.script import ServerReply
+
+    async def chat() -> None:
+        async with Engine.open(Settings.load(), provider=ScriptedProvider([said("OK.")])) as e:
+            await e.turn("chat-1", "I use metric units, never imperial.")
+
+    asyncio.run(chat())
+    with FakeOpenAIServer([ServerReply(text='{"facts": []}')]) as server:
+        monkeypatch.setenv("HERON_BASE_URL", server.base_url)
+        monkeypatch.setenv("HERON_MODEL", "configured-model")
+        asyncio.run(run_review_pass(Settings.load(), ["chat-1"], model="chat-model"))
+    assert [r["model"] for r in server.requests] == ["chat-model"]
 
 
 async def test_recall_finds_a_message_the_engine_stored():

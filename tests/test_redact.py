@@ -86,3 +86,22 @@ def test_scrub_error_keeps_the_class_and_status_and_cleans_message_hint_and_body
     assert same is error and error.status == 401
     assert KEY not in str(error) and KEY not in (error.body or "")
     assert "[redacted: configured key]" in str(error)
+
+
+def test_no_key_is_in_the_repr_of_the_configuration_or_the_model_choice(tmp_path):
+    from heron.config import choose_model, load_config
+
+    (tmp_path / "config.toml").write_text(f'[providers.openai]\napi_key = "{KEY}"\n')
+    config = load_config(tmp_path / "config.toml")
+    choice = choose_model(config, {})
+    assert choice.api_key == KEY  # held, for the adapter to send
+    assert KEY not in repr(config) and KEY not in repr(choice)
+
+
+def test_only_the_lines_holding_a_credential_word_change_whatever_their_letters():
+    text = "İstanbul notes\nplain line\nAPI_KEY=abcd1234efgh\nlast"
+    assert (
+        scrub_patterns(text) == "İstanbul notes\nplain line\nAPI_KEY=[redacted: assignment]\nlast"
+    )
+    long = ("ordinary words " * 3000 + "\n") * 3 + "TOKEN=abcd1234efgh\n"
+    assert scrub_patterns(long) == long.replace("abcd1234efgh", "[redacted: assignment]")

@@ -40,11 +40,11 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def render_message(message: Message, author: str | None = None) -> Iterator[str]:
-    """A message as lines; a user-role row Heron wrote itself (`author` 'heron': a continue
-    or wrap-up prompt, a summary) is shown as Heron's, never as `you`."""
-    who = "assistant"
-    if message.role == "user":
-        who = "heron" if author not in (None, "user", "tool") else "you"
+    """A message as lines; a row Heron wrote itself (`author` 'heron': a continue or wrap-up
+    prompt, a summary, a separator) is shown as Heron's, never as `you`."""
+    who = "you" if message.role == "user" else "assistant"
+    if author == "heron":
+        who = "heron"
     for part in message.parts:
         if isinstance(part, Text) and part.text.strip():
             yield f"{who}: {part.text}"

@@ -213,31 +213,40 @@ def review_pass_command(
     conversation: Annotated[
         list[str], typer.Option("--conversation", "-c", help="Conversation key (repeatable).")
     ],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="The chat's model (default: configured).")
+    ] = None,
 ) -> None:
     """What `heron chat` starts in the background when it ends: the review pass over what was
-    said since the last review, for each conversation. It only adds suggestions to the queue."""
+    said since the last review, for each conversation, with the chat's model. It only adds
+    suggestions to the queue."""
     import asyncio
 
     from heron.config import Settings
 
     try:
-        queued = asyncio.run(run_review_pass(Settings.load(), conversation))
+        queued = asyncio.run(run_review_pass(Settings.load(), conversation, model=model))
     except HeronError as e:
         _fail(e)
     typer.echo(f"{len(queued)} suggestion(s) queued for review.")
 
 
 async def run_review_pass(
-    settings: Settings, keys: list[str], provider: Provider | None = None
+    settings: Settings,
+    keys: list[str],
+    provider: Provider | None = None,
+    *,
+    model: str | None = None,
 ) -> list[int]:
-    """Open the engine (the configured model, or `provider`) and run review_pass per key."""
+    """Open the engine (the chat's `model`, the configured one, or `provider`) and run
+    review_pass per key."""
     import asyncio
 
     from heron.agent.engine import Engine
     from heron.memory.extract import review_pass
 
     queued: list[int] = []
-    async with Engine.open(settings, provider=provider) as engine:
+    async with Engine.open(settings, model=model, provider=provider) as engine:
         if engine.memory is None or engine.choice.embedded:
             return queued  # the tiny offline model cannot do this pass usefully
         for key in keys:

@@ -16,8 +16,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -33,7 +31,7 @@ from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
-from heron.memory.commands import memory_command, opening_line
+from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import ToolCall, ToolResult
 from heron.tools.approval import DECLINED, start_notice
@@ -236,7 +234,7 @@ async def run_chat(
             with patch_stdout(raw=True):
                 await _chat(engine, conn, state, view, session, held)
         if not ephemeral and not engine.choice.embedded:
-            start_review_pass(state.keys)
+            review_on_close(settings, model, engine.choice, state.keys, say=console.out)
 
 
 async def _chat(
@@ -344,23 +342,6 @@ async def _checklist(batch: list[Suggestion]) -> set[int] | None:
         values=[(s.id, f"#{s.id} {s.describe()}") for s in batch],
     ).run_async()
     return None if picked is None else set(picked)
-
-
-def start_review_pass(keys: list[str]) -> None:
-    """When a chat ends: a detached process reviews what was said since the last review (it
-    only adds suggestions to the queue), so leaving the chat does not wait for a model call."""
-    if not keys:
-        return
-    argv = [sys.executable, "-m", "heron", "memory", "review-pass"]
-    for key in keys:
-        argv += ["--conversation", key]
-    subprocess.Popen(  # our own interpreter and module, fixed arguments
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
 
 
 def _show(arg: str, state: ChatState, console: Console) -> None:

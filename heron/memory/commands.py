@@ -12,9 +12,12 @@ nothing the agent runs can approve its own proposals.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from heron.config import ModelChoice, Settings
 from heron.memory.entries import MemoryRefused
 from heron.memory.service import ChooseFn, MemoryService
 from heron.providers.base import Provider
@@ -118,3 +121,55 @@ async def learn(
     suggested = await review_pass(provider, service, conversation_id)
     suggested += await tidy_pass(provider, service, conversation_id)
     return LearnReport(gained, changed, lost, suggested)
+
+
+# ---- when a chat closes ------------------------------------------------------------------------
+
+
+def review_argv(keys: list[str], cli_model: str | None) -> list[str]:
+    """The hidden `heron memory review-pass` for these conversations, with the chat's model."""
+    argv = [sys.executable, "-m", "heron", "memory", "review-pass"]
+    if cli_model:
+        argv += ["--model", cli_model]
+    for key in keys:
+        argv += ["--conversation", key]
+    return argv
+
+
+def _detached(argv: list[str]) -> None:
+    subprocess.Popen(  # our own interpreter and module, fixed arguments
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def closing_notice(choice: ModelChoice) -> str:
+    return (
+        f"Reviewing this chat for memory in the background with {choice.provider}/"
+        f"{choice.model}: model calls that only add suggestions for your review "
+        "(/memory review). Turn it off with [memory] review_on_close = false in config.toml."
+    )
+
+
+def review_on_close(
+    settings: Settings,
+    cli_model: str | None,
+    choice: ModelChoice,
+    keys: list[str],
+    *,
+    say: Callable[[str], object],
+    start: Callable[[list[str]], object] = _detached,
+) -> bool:
+    """When a chat closes: start the review pass over what was said since the last review in
+    a detached process (leaving the chat does not wait for it), with the chat's model and
+    settings, and say so, naming the model: its calls are ones the user would not otherwise
+    know about. Nothing runs when no conversation was talked in or `[memory] review_on_close`
+    is false. Returns whether it started."""
+    if not keys or not settings.config.memory.review_on_close:
+        return False
+    start(review_argv(keys, cli_model))
+    say(closing_notice(choice))
+    return True

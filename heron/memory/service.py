@@ -416,6 +416,11 @@ class MemoryService:
         if s.kind == "amendment" and current is not None and current.origin == "lesson":
             self._write(path, s.text or "", "lesson", current.source, current.mistake)
             return f"rewrote lesson {s.path}"
+        if not s.quote or normalise(s.text or "") != normalise(quote_text(s.quote)):
+            raise MemoryRefused(  # queued before entries had to be the user's own words
+                f"suggestion #{s.id} is worded by the model, not in the user's own words",
+                hint=f"Reject it (heron memory reject {s.id}); say the fact in a chat instead.",
+            )
         source, asked = self._source(s)
         self.check_entry(s.text or "", asked)
         # A fact goes beside an entry that appeared since it was suggested, never over it; an

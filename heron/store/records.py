@@ -45,7 +45,15 @@ class StoredMessage:
 
 
 # Meta flags of rows Heron wrote itself, whatever their role.
-SYNTHETIC_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent")
+SYNTHETIC_FLAGS = (
+    "synthetic",
+    "injected",
+    "injected_event",
+    "recall",
+    "summary",
+    "subagent",
+    "interrupted",
+)
 
 
 def author_for(message: Message, kind: str, meta: dict[str, Any] | None) -> str:
@@ -54,10 +62,10 @@ def author_for(message: Message, kind: str, meta: dict[str, Any] | None) -> str:
     said = getattr(message, "author", None)
     if isinstance(said, str):
         return said
+    if kind != "message" or any((meta or {}).get(flag) for flag in SYNTHETIC_FLAGS):
+        return "heron"  # a separator, a summary, a recall injection, a stopped-turn note
     if message.role == "assistant":
         return "model"
-    if kind != "message" or any((meta or {}).get(flag) for flag in SYNTHETIC_FLAGS):
-        return "heron"
     if any(getattr(part, "kind", None) == "tool_result" for part in message.parts):
         return "tool"
     return "user"

@@ -10,6 +10,8 @@ model as an error result that says why.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,7 +56,10 @@ class _Changes:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _spend(ctx: ToolContext) -> None:
+@contextmanager
+def _budget(ctx: ToolContext) -> Iterator[None]:
+    """One of the reply's memory changes, given back when the change is refused: more than
+    MAX_CHANGES_PER_REPLY changes in one reply are refused."""
     changes = ctx.extra.setdefault("memory_changes", _Changes())
     reply = ctx.extra.get("reply_seq")  # set by the runner for each reply's tool calls
     with changes.lock:
@@ -62,11 +67,18 @@ def _spend(ctx: ToolContext) -> None:
             changes.reply, changes.count = reply, 0
         changes.count += 1
         n = changes.count
-    if n > MAX_CHANGES_PER_REPLY:
-        raise ToolError(
-            f"refused: at most {MAX_CHANGES_PER_REPLY} memory changes in one reply (this was "
-            f"change {n}); save only what the user stated as lasting, one fact per entry"
-        )
+    try:
+        if n > MAX_CHANGES_PER_REPLY:
+            raise ToolError(
+                f"refused: at most {MAX_CHANGES_PER_REPLY} memory changes in one reply (this "
+                f"was change {n}); save only what the user stated as lasting, one fact per entry"
+            )
+        yield
+    except BaseException:
+        with changes.lock:
+            if changes.reply == reply:
+                changes.count -= 1
+        raise
 
 
 @tool
@@ -98,23 +110,34 @@ def manage_memory(
     service = _memory(ctx)
     conversation_id = _conversation(ctx)
     entry_path = _path(path)
-    _spend(ctx)
     key = ctx.extra.get("conversation_key")
     try:
-        if action == "delete":
-            gone = service.delete(conversation_id, entry_path, quote)
-            return f"Forgot {gone.path.rel}; what it said will not be learned again."
-        if action == "update":
-            changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
-            if isinstance(changed, int):
-                return (
-                    f"{entry_path.rel} was written by the user by hand, so the change waits for "
-                    f"their review as #{changed} (it shows the old and the new text)."
-                )
-            return f"Updated {changed.path.rel}: {changed.text}"
-        entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
+        with _budget(ctx):
+            return _change(service, conversation_id, key, action, entry_path, quote)
     except MemoryRefused as e:
         raise ToolError(str(e)) from e
+
+
+def _change(
+    service: MemoryService,
+    conversation_id: int,
+    key: str | None,
+    action: str,
+    entry_path: EntryPath,
+    quote: str,
+) -> str:
+    if action == "delete":
+        gone = service.delete(conversation_id, entry_path, quote)
+        return f"Forgot {gone.path.rel}; what it said will not be learned again."
+    if action == "update":
+        changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
+        if isinstance(changed, int):
+            return (
+                f"{entry_path.rel} was written by the user by hand, so the change waits for "
+                f"their review as #{changed} (it shows the old and the new text)."
+            )
+        return f"Updated {changed.path.rel}: {changed.text}"
+    entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
     moved = "" if entry.path == entry_path else f" ({entry_path.rel} is taken: it got its own name)"
     return f"Saved {entry.path.rel}{moved}: {entry.text}"
 

@@ -343,7 +343,7 @@ class ToolRegistry:
         except Exception as error:
             text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
         if ctx.redactor is not None:  # before the full text is saved to the workspace, too
-            text = ctx.redactor.clean(text)
+            text = await scrubbed(ctx.redactor, text)
         return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)
 
     async def call_recording(
@@ -423,6 +423,16 @@ def _as_text(value: Any) -> tuple[str, bool]:
     if value is None:
         return "Done.", False
     return json.dumps(value, ensure_ascii=False, default=str, indent=1), False
+
+
+SCRUB_INLINE = 64_000  # characters: scrubbing more takes milliseconds (bench/redact.py)
+
+
+async def scrubbed(redactor: Redactor, text: str) -> str:
+    """`text` scrubbed of secrets; a long one on a worker thread, off the event loop."""
+    if len(text) <= SCRUB_INLINE:
+        return redactor.clean(text)
+    return await asyncio.to_thread(redactor.clean, text)
 
 
 # ---- per-result budget -----------------------------------------------------------------------

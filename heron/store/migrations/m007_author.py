@@ -19,7 +19,7 @@ _PROMPTS = (
 )
 _WRAP_UP = '[{"kind":"text","text":"This run has reached its limit of %'
 # Meta flags of rows Heron wrote itself (heron/memory/guard.py reads the same).
-_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent")
+_FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent", "interrupted")
 
 
 def apply(conn: sqlite3.Connection) -> None:
@@ -27,15 +27,15 @@ def apply(conn: sqlite3.Connection) -> None:
     # results, with any message the person typed meanwhile riding in the same row), 'heron'
     # (Heron wrote it). Only a 'user' row, or the text parts of a 'tool' row, is the person's.
     conn.execute("ALTER TABLE messages ADD COLUMN author TEXT")
-    conn.execute("UPDATE messages SET author = 'model' WHERE role = 'assistant'")
     flagged = " OR ".join(f"json_extract(meta, '$.{flag}') IS NOT NULL" for flag in _FLAGS)
     marks = ", ".join("?" for _ in _PROMPTS)
     conn.execute(
-        f"UPDATE messages SET author = 'heron' WHERE role = 'user' AND (kind != 'message'"
-        f" OR parts IN ({marks}) OR parts LIKE ? OR (meta IS NOT NULL AND json_valid(meta)"
-        f" AND ({flagged})))",
+        f"UPDATE messages SET author = 'heron' WHERE kind != 'message'"
+        f" OR (meta IS NOT NULL AND json_valid(meta) AND ({flagged}))"
+        f" OR (role = 'user' AND (parts IN ({marks}) OR parts LIKE ?))",
         (*_PROMPTS, _WRAP_UP),
     )
+    conn.execute("UPDATE messages SET author = 'model' WHERE author IS NULL AND role = 'assistant'")
     conn.execute(
         "UPDATE messages SET author = 'tool' WHERE author IS NULL"
         ' AND instr(parts, \'"kind":"tool_result"\') > 0'
