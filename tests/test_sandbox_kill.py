@@ -112,3 +112,18 @@ def test_a_sleep_started_by_a_tool_dies_with_heron(
             child.kill()
         for pid in sleeps(duration):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_herons_kernel_sockets_are_swept(tmp_path: Path) -> None:
+    from heron.tools.python_kernel import SOCKETS_PREFIX, sweep_sockets
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{SOCKETS_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{SOCKETS_PREFIX}{os.getpid()}-def"
+    other = tmp_path / f"{SOCKETS_PREFIX}oddname"
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "k-1").write_text("")
+    assert sweep_sockets(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()
