@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heron.store.engine_state import pid_alive
 from heron.tools.registry import ToolContext, ToolOutput, tool
 from heron.tools.sandbox import Sandbox
 
@@ -252,21 +253,11 @@ def sweep_sockets(folder: Path) -> list[Path]:
             mine = path.stat().st_uid == os.geteuid()
         except OSError:
             continue
-        if not owner.isdigit() or not mine or _running(int(owner)):
+        if not owner.isdigit() or not mine or pid_alive(int(owner)):
             continue
         shutil.rmtree(path, ignore_errors=True)
         gone.append(path)
     return gone
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _expression_text(found: Any) -> str:
