@@ -78,8 +78,6 @@ class TurnHooks:
     # the running turn's control (epoch token, mailbox, break); who started the turn.
     on_busy: Callable[[str], None] | None = None
     control: TurnControl | None = None
-    # Asks the person before a command runs when approval is "ask" (heron/tools/approval.py).
-    approve: Approver | None = None
 
 
 @dataclass
@@ -131,8 +129,10 @@ class Engine:
         sandbox: Sandbox | None = None,
     ) -> None:
         self.settings = settings
-        # Where the agent's commands run (bubblewrap, or unconfined and gated by approval).
+        # Where the agent's commands run (bubblewrap, or unconfined and gated by approval), and
+        # who asks the person when approval is "ask": the channel sets it (heron/tools/approval.py).
         self.sandbox = sandbox or Sandbox(settings.paths.workspace, settings.paths.home)
+        self.approve: Approver | None = None
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -353,8 +353,8 @@ class Engine:
             result_budget=self.settings.config.agent.result_budget,
             sandbox=self.sandbox,
         )
-        if hooks.approve is not None:
-            ctx.extra["approve"] = hooks.approve
+        if self.approve is not None:
+            ctx.extra["approve"] = self.approve
         # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
         ctx.extra.update(
             store=self.store, conversation_id=conversation.id, agent=conversation.agent

@@ -67,7 +67,7 @@ async def run_once(
         notice = start_notice(engine.registry, engine.sandbox)
         if notice:
             err.write(f"heron: {notice}\n")
-        hooks.approve = functools.partial(_approve, err)
+        engine.approve = functools.partial(_approve, err)
         result = await engine.turn(key, text, hooks, agent=agent)
     if not printer.wrote and result.text:
         out.write(result.text)

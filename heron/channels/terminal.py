@@ -8,6 +8,7 @@ in flight (what it finished is kept), Ctrl-D leaves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -47,6 +48,7 @@ class ChatState:
     agent: str
     results: list[ToolCallRecord] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # conversations talked in (review at exit)
+    view: TurnView | None = None  # the turn on screen (an approval prompt closes its text)
 
 
 class TurnView:
@@ -113,6 +115,7 @@ async def run_chat(
         notice = start_notice(engine.registry, engine.sandbox)
         if notice:
             console.print(f"[yellow]{notice}[/yellow]", highlight=False)
+        engine.approve = functools.partial(_approve, state, console)
         console.print(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
@@ -153,8 +156,8 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
         on_retry=lambda e, wait: console.print(f"[yellow]retrying in {wait:.1f}s: {e}[/yellow]"),
         on_busy=lambda note: console.print(f"[yellow]{note}[/yellow]"),
         control=control,
-        approve=lambda tool, command: _approve(view, console, tool, command),
     )
+    state.view = view
     task = asyncio.ensure_future(engine.turn(state.key, text, hooks, agent=state.agent))
     loop = asyncio.get_running_loop()
 
@@ -184,11 +187,12 @@ async def _turn(engine: Engine, state: ChatState, console: Console, text: str) -
         console.print("[dim](no answer)[/dim]")
 
 
-async def _approve(view: TurnView, console: Console, tool: str, command: str) -> str | None:
+async def _approve(state: ChatState, console: Console, tool: str, command: str) -> str | None:
     """Approval when commands are unconfined: the exact command, then y/n."""
     from prompt_toolkit import PromptSession
 
-    view.close_text()
+    if state.view is not None:
+        state.view.close_text()
     console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
     console.print(command, markup=False, highlight=False)
     try:
