@@ -10,10 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from heron.agent.engine import Engine, TurnHooks
+from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
+from heron.tools.approval import Approver
 
 CONFIG_KEY = "sk-test-configkey-0123456789abcdef"
 ENV_KEY = "sk-test-envkey-fedcba9876543210"
@@ -40,9 +41,10 @@ def settings(confined: bool) -> Settings:
 
 
 async def call_tool(
-    name: str, args: dict[str, Any], *, confined: bool = True, hooks: TurnHooks | None = None
+    name: str, args: dict[str, Any], *, confined: bool = True, approve: Approver | None = None
 ) -> ToolResult:
-    """One turn whose model asks for `name(args)`; the result the model got back."""
+    """One turn whose model asks for `name(args)`; the result the model got back. `approve`
+    stands for the channel that asks the person (Engine.approve)."""
     provider = ScriptedProvider(
         [
             Reply([ToolCall("c1", name, args)], "tool", Usage(10, 5)),
@@ -50,7 +52,8 @@ async def call_tool(
         ]
     )
     async with Engine.open(settings(confined), provider=provider) as engine:
-        await engine.turn("attack", "go", hooks)
+        engine.approve = approve
+        await engine.turn("attack", "go")
     sent = provider.requests[1].messages[-1]
     results = [p for p in sent.parts if isinstance(p, ToolResult)]
     assert results, sent

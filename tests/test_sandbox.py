@@ -19,7 +19,6 @@ from sandbox_helpers import (
     seed_home,
 )
 
-from heron.agent.engine import TurnHooks
 from heron.tools.approval import DECLINED, NO_TERMINAL
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
@@ -138,18 +137,14 @@ async def test_unconfined_commands_wait_for_approval(heron_home: Path, tmp_path:
         asked.append((tool, text))
         return DECLINED
 
-    declined = await call_tool(
-        "bash", {"command": command}, confined=False, hooks=TurnHooks(approve=no)
-    )
+    declined = await call_tool("bash", {"command": command}, confined=False, approve=no)
     assert declined.is_error and DECLINED in declined.content and not marker.exists()
     assert asked == [("bash", command)]  # the exact command was shown
 
     async def yes(tool: str, text: str) -> str | None:
         return None
 
-    ran = await call_tool(
-        "bash", {"command": command}, confined=False, hooks=TurnHooks(approve=yes)
-    )
+    ran = await call_tool("bash", {"command": command}, confined=False, approve=yes)
     assert not ran.is_error and marker.exists()
 
 

@@ -1,7 +1,7 @@
-"""Nothing a sandboxed command starts outlives Heron: a Heron process whose model asked for a
-`sleep` (in the background, in its own session, or from the kernel) is SIGKILLed, and the
-sleep goes with it. The deadline is generous on purpose; bench/overhead.py measures the real
-figure."""
+"""Nothing a command starts outlives Heron: a Heron process whose model asked for a `sleep`
+(in the background, in its own session, or from the kernel) is SIGKILLed, and the sleep goes
+with it: sandboxed (bwrap's pid namespace) and unconfined (the runner, heron/tools/runner.py).
+The deadline is generous on purpose; bench/overhead.py measures the real figure."""
 
 from __future__ import annotations
 
@@ -83,15 +83,22 @@ def commands(duration: str) -> list[tuple[str, dict[str, str]]]:
     ]
 
 
+@pytest.mark.parametrize("confined", [True, False], ids=["sandboxed", "unconfined"])
 @pytest.mark.parametrize("case", [0, 1, 2], ids=["background", "own-session", "kernel"])
-def test_a_sleep_started_by_a_tool_dies_with_heron(tmp_path: Path, case: int) -> None:
+def test_a_sleep_started_by_a_tool_dies_with_heron(
+    tmp_path: Path, heron_home: Path, case: int, confined: bool
+) -> None:
     duration = f"100.{random.randrange(10**6):06d}"
     tool, args = commands(duration)[case]
     script = tmp_path / "heron_child.py"
     script.write_text(CHILD)
+    env = dict(os.environ)
+    if not confined:
+        env["HERON_BWRAP"] = "off"
+        (heron_home / "config.toml").write_text('[tools]\napproval = "allow"\n')
     child = subprocess.Popen(
         [sys.executable, str(script), tool, repr(args)],
-        env=dict(os.environ),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -105,3 +112,18 @@ def test_a_sleep_started_by_a_tool_dies_with_heron(tmp_path: Path, case: int) ->
             child.kill()
         for pid in sleeps(duration):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_herons_kernel_sockets_are_swept(tmp_path: Path) -> None:
+    from heron.tools.python_kernel import SOCKETS_PREFIX, sweep_sockets
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{SOCKETS_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{SOCKETS_PREFIX}{os.getpid()}-def"
+    other = tmp_path / f"{SOCKETS_PREFIX}oddname"
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "k-1").write_text("")
+    assert sweep_sockets(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()

@@ -48,6 +48,10 @@ def _bash(home: Path, acts: list[list[str]]) -> dict[str, str]:
         lines.append(f"{sys.executable} -m heron {' '.join(act)}; echo rc=$?")
     # exec in place of the shell: the mark is on a process the command does not own.
     lines.append(f"(exec {sys.executable} -m heron {' '.join(acts[0])}); echo rc=$?")
+    # Detached (setsid and a double fork): reparented to the runner or bwrap, not to init.
+    inner = f"{sys.executable} -m heron {' '.join(acts[0])} > out 2>&1; echo rc=$? >> out"
+    lines.append(f"(setsid sh -c '{inner}' &)")
+    lines.append("until grep -q rc= out 2>/dev/null; do sleep 0.1; done; cat out")
     return {"command": "\n".join(lines)}
 
 
@@ -86,7 +90,7 @@ async def test_person_only_acts_fail_from_a_tool(heron_home: Path, tool: str, co
     args = _bash(heron_home, acts) if tool == "bash" else _cell(heron_home, acts)
     result = await call_tool(tool, args, confined=confined)
     out = result.content
-    tries = len(acts) + (1 if tool == "bash" else 0)
+    tries = len(acts) + (2 if tool == "bash" else 0)
     assert out.count(REFUSED) == tries, out
     assert out.count("rc=1") == tries
     assert _state(heron_home) == before

@@ -20,9 +20,22 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 @pytest.fixture
 def bare(tmp_path: Path) -> ToolContext:
-    """Unconfined: the process-group logic itself, with host pids a test can check (in the
-    sandbox the command's pids are those of its own pid namespace; tests/test_sandbox.py)."""
+    """Unconfined: host pids a test can check (in the sandbox the command's pids are those of
+    its own pid namespace; tests/test_sandbox_kill.py)."""
     return ToolContext(tmp_path, result_budget=2000, sandbox=Sandbox(tmp_path, bwrap=None))
+
+
+class Raw(Sandbox):
+    """bash with nothing around it: the tool's own process-group and output handling, which
+    stay as a safety net under the sandbox and the runner."""
+
+    def wrap(self, argv, *, binds=()):
+        return list(argv)
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> ToolContext:
+    return ToolContext(tmp_path, result_budget=2000, sandbox=Raw(tmp_path, bwrap=None))
 
 
 async def run(ctx: ToolContext, command: str, timeout: int = 120):
@@ -99,9 +112,9 @@ def _alive(pid: int) -> bool:
 
 
 async def test_background_child_holding_the_output_does_not_hang_the_call(
-    bare: ToolContext,
+    raw: ToolContext,
 ) -> None:
-    ctx = bare
+    ctx = raw
     started = time.monotonic()
     result = await run(ctx, "sleep 30 & echo quick")
     assert time.monotonic() - started < 3
@@ -110,8 +123,8 @@ async def test_background_child_holding_the_output_does_not_hang_the_call(
     assert result.content.endswith("[exit code 0]")
 
 
-async def test_unconfined_background_child_with_its_own_output_survives(bare: ToolContext) -> None:
-    ctx = bare
+async def test_raw_background_child_with_its_own_output_survives(raw: ToolContext) -> None:
+    ctx = raw
     pidfile = ctx.workspace / "child.pid"
     result = await run(ctx, f"sleep 30 > /dev/null 2>&1 & echo $! > {pidfile}; echo ok")
     assert result.content == "ok\n[exit code 0]"
@@ -145,3 +158,20 @@ async def test_a_missing_bwrap_is_said_not_crashed(tmp_path: Path) -> None:
     result = await run(ctx, "echo hi")
     assert result.is_error and "no-bwrap is missing" in result.content
     assert "install it (apt-get install bubblewrap)" in result.content
+
+
+@pytest.mark.parametrize("detach", ["", "setsid "], ids=["background", "own-session"])
+async def test_unconfined_what_a_command_leaves_ends_with_it(
+    bare: ToolContext, detach: str
+) -> None:
+    """The runner is a subreaper: even a process detached with setsid is reparented to it and
+    killed when the command ends, as the sandbox's pid namespace does."""
+    pidfile = bare.workspace / "child.pid"
+    command = f"{detach}sleep 30 > /dev/null 2>&1 & echo $! > {pidfile}; echo ok"
+    result = await run(bare, command)
+    assert result.content == "ok\n[exit code 0]"
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert not _alive(child)

@@ -80,7 +80,8 @@ class TurnHooks:
     # the running turn's control (epoch token, mailbox, break); who started the turn.
     on_busy: Callable[[str], None] | None = None
     control: TurnControl | None = None
-    # Asks the person before a command runs when approval is "ask" (heron/tools/approval.py).
+    # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
+    # None: the engine's default (`Engine.approve`), else "ask" refuses.
     approve: Approver | None = None
 
 
@@ -133,8 +134,11 @@ class Engine:
         sandbox: Sandbox | None = None,
     ) -> None:
         self.settings = settings
-        # Where the agent's commands run (bubblewrap, or unconfined and gated by approval).
+        # Where the agent's commands run (bubblewrap, or unconfined and gated by approval), and
+        # who asks the person when approval is "ask" and the turn's channel does not (tests, a
+        # caller of `turn` without the AgentLoop; heron/tools/approval.py).
         self.sandbox = sandbox or Sandbox(settings.paths.workspace, settings.paths.home)
+        self.approve: Approver | None = None
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -363,8 +367,9 @@ class Engine:
             redactor=self.redactor,
             sandbox=self.sandbox,
         )
-        if hooks.approve is not None:
-            ctx.extra["approve"] = hooks.approve
+        approve = hooks.approve or self.approve  # the channel's, else the engine's default
+        if approve is not None:
+            ctx.extra["approve"] = approve
         # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
         ctx.extra.update(
             store=self.store, conversation_id=conversation.id, agent=conversation.agent

@@ -2,8 +2,9 @@
 
 `[tools] approval` says what happens before `bash` or `run_cell` runs: "allow" (the default when
 the sandbox works), "ask" (the default when it does not: the channel shows the exact command and
-waits for y/n) or "never". The channel that can ask puts its `Approver` in the tool context
-(`ctx.extra["approve"]`); without one, "ask" refuses, and the model reads why.
+waits for y/n) or "never". A channel that can ask gives its `Approver` to the AgentLoop
+(`connect(..., approve=...)`), which hands it to each of that channel's turns (`TurnHooks.approve`,
+then the tools' `ctx.extra["approve"]`); without one, "ask" refuses, and the model reads why.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ conversation. The CLI refuses them when it runs under a Heron tool command.
 Sandboxed, such a command cannot reach them anyway: HERON_HOME is hidden. Unconfined, the CLI
 walks its chain of parent processes (/proc/PID/status PPid) and reads each one's argv
 (/proc/PID/cmdline) for the mark heron/tools/sandbox.py leaves on the process that starts every
-tool command (bwrap, or the wrapper shell). That process belongs to Heron, not to the command:
-an environment variable, by contrast, is the command's to unset. A command that detaches
-itself from the chain (setsid and a double fork) is not found this way; docs/security.md says
-so, and approval ("ask") is what guards the unconfined case.
+tool command (bwrap, or heron/tools/runner.py). That process belongs to Heron, not to the
+command: an environment variable, by contrast, is the command's to unset. A process the command
+detaches (setsid and a double fork) is reparented to bwrap's pid 1 or to the runner, a child
+subreaper, so it stays in the chain.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heron.store.engine_state import pid_alive
 from heron.tools.registry import ToolContext, ToolOutput, tool
 from heron.tools.sandbox import Sandbox
 
@@ -44,6 +45,7 @@ PREVIEW = 300  # characters of a stashed value shown as a preview
 SNAPSHOT_SKIP = frozenset(
     {".heron", ".git", "node_modules", ".venv", "venv", "__pycache__", ".ipynb_checkpoints"}
 )
+SOCKETS_PREFIX = "heron-kernel-"  # + the owning Heron's pid + "-": the kernel's ipc folder
 SNAPSHOT_MAX = 20_000  # files; a bigger workspace is not tracked (the walk would cost too much)
 
 
@@ -129,7 +131,10 @@ class KernelSession:
         from jupyter_client.manager import AsyncKernelManager
 
         # A short path in the system's temp folder: a Unix socket path has at most 107 bytes.
-        self._sockets = sockets = Path(tempfile.mkdtemp(prefix="heron-kernel-"))
+        # Named with our pid, so a later start can remove the folders of a Heron that was killed.
+        await asyncio.to_thread(sweep_sockets, Path(tempfile.gettempdir()))
+        prefix = f"{SOCKETS_PREFIX}{os.getpid()}-"
+        self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
         km = AsyncKernelManager(
             kernel_name="python3",
             kernel_spec_manager=_spec_manager(self.sandbox, sockets),
@@ -236,6 +241,23 @@ class KernelSession:
         size = _expression_text(found.get("len"))
         result.value_ref = ref
         result.value_type = f"{kind} of length {size}" if size else kind
+
+
+def sweep_sockets(folder: Path) -> list[Path]:
+    """Remove the kernel socket folders of Heron processes that no longer run (killed before
+    their shutdown could); the folders removed."""
+    gone = []
+    for path in folder.glob(f"{SOCKETS_PREFIX}*-*"):
+        owner = path.name.removeprefix(SOCKETS_PREFIX).split("-", 1)[0]
+        try:
+            mine = path.stat().st_uid == os.geteuid()
+        except OSError:
+            continue
+        if not owner.isdigit() or not mine or pid_alive(int(owner)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        gone.append(path)
+    return gone
 
 
 def _expression_text(found: Any) -> str:

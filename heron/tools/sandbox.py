@@ -8,9 +8,10 @@ back inside it), new user, pid, ipc, uts and cgroup namespaces, a new network na
 bwrap and everything in its pid namespace die with it.
 
 Unconfined (bwrap missing or unable to create namespaces: `probe` tries it once), the program
-runs as it is, under a small bash wrapper whose argv carries `MARKER`, so the person-only
-commands can find it among their ancestors (heron/tools/person.py); approval
-(heron/tools/approval.py) decides whether it runs at all.
+runs as it is, under a small runner (heron/tools/runner.py) whose argv carries `MARKER`, so the
+person-only commands can find it among their ancestors (heron/tools/person.py), and which ends
+whatever the command leaves behind; approval (heron/tools/approval.py) decides whether it runs
+at all.
 
 Either way the environment is built here from an allowlist (PATH, HOME pointing into the
 workspace, LANG, TERM): no provider key and no HERON_ variable reaches a tool.
@@ -24,6 +25,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +43,9 @@ PROBE_TIMEOUT = 10.0
 PROBE_CACHE = Path("run") / "sandbox-probe.json"  # under HERON_HOME
 
 NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts")
-# The unconfined wrapper: it forks the command and waits ("$@" is not the last command, so bash
-# cannot exec it in place), so it stays in the chain however the command itself execs.
-WRAPPER = ["/bin/bash", "-c", '"$@"; exit $?', MARKER]
+# The unconfined runner (heron/tools/runner.py): it forks the command and waits, so it stays in
+# the chain however the command execs, and it takes what the command leaves with it.
+RUNNER = Path(__file__).with_name("runner.py")
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ class Sandbox:
         if not self.confined:
             return (
                 f"{WHERE_IT_RUNS}unconfined, on the user's machine with the user's rights (no "
-                "sandbox is available); it may need the user's approval first."
+                "sandbox is available); it may need the user's approval first, and what it "
+                "starts ends with it."
             )
         net = {
             "none": "no network",
@@ -200,7 +203,8 @@ class Sandbox:
         writable at the same path (the kernel's socket folder)."""
         env = self.environment()
         if self.bwrap is None:
-            return [*WRAPPER, "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+            runner = [sys.executable, "-I", "-S", str(RUNNER), MARKER, str(os.getpid()), "--"]
+            return [*runner, "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
         out = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         out += ["--tmpfs", "/tmp"]
         for kind, path in self._mounts(binds):

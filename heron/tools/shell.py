@@ -120,8 +120,8 @@ async def run_command(
     text = sink.text()
     if lingered:
         text += (
-            "\n[background processes still writing to the output were stopped; send their "
-            "output to a file (cmd > log 2>&1 &) to keep them running]"
+            "\n[background processes still writing to the output were stopped; what a command "
+            "starts ends with it, so start a server and use it in the same command]"
         )
     return text, code
 
