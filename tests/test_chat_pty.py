@@ -23,7 +23,7 @@ WAIT = "while [ ! -e go ]; do sleep 0.05; done; echo released"
 TIMEOUT = 120  # generous: a busy two-core machine starts Python slowly
 
 
-def _spawn(home, url: str) -> pexpect.spawn:
+def _spawn(home, url: str, **extra: str) -> pexpect.spawn:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
     }
@@ -34,6 +34,7 @@ def _spawn(home, url: str) -> pexpect.spawn:
         HERON_MODEL="fake-model",
         TERM="xterm",
         PROMPT_TOOLKIT_NO_CPR="1",  # pexpect does not answer cursor position requests
+        **extra,
     )
     child = pexpect.spawn(
         sys.executable,
@@ -111,3 +112,21 @@ def test_a_follow_up_typed_before_stop_is_kept_and_answered_next(heron_home):
     users = _user_rows(heron_home)
     assert [text for _, text in users] == ["start the job", "and the second thing"]
     assert users[0][0] != users[1][0]  # kept, and answered in a turn of its own
+
+
+def test_an_unconfined_command_waits_for_the_person_typing_y(heron_home):
+    def script(body: dict) -> ServerReply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return ServerReply(text="The command said: " + str(last["content"]).split("\n")[0])
+        return ServerReply(tool_calls=[("bash", {"command": "echo approved-and-ran"})])
+
+    with FakeOpenAIServer(script) as server:
+        # As on a machine where bubblewrap cannot run: approval is "ask".
+        child = _spawn(heron_home, server.base_url, HERON_BWRAP="off")
+        child.sendline("run the echo")
+        child.expect("The agent wants to run")
+        child.expect("echo approved-and-ran")
+        child.sendline("y")
+        child.expect("The command said: approved-and-ran")
+        _leave(child)
