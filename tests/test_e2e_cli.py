@@ -16,6 +16,8 @@ from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 
+pytestmark = pytest.mark.slow  # the real CLI in subprocesses
+
 
 def heron(home, env_extra, *args, stdin=None, timeout=120):
     env = {

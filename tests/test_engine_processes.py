@@ -14,10 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from heron.context.repair import is_well_formed
 from heron.store import Store
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
+
+pytestmark = pytest.mark.slow  # several OS processes and kill -9
 
 CHILD = """
 import asyncio, sys

@@ -174,6 +174,7 @@ def _cli(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_the_agents_bash_cannot_accept_a_suggestion(setup):
     _store, service, _cid = setup
     number = service.suggest_lesson(EntryPath("personal", "when", "t", "rule"), "A rule", "m")

@@ -20,6 +20,8 @@ from heron.memory.recall_process import RecallProcess, serve
 from heron.messages import assistant, user
 from heron.store import Store
 
+pytestmark = pytest.mark.slow  # child processes
+
 QUESTIONS = ["when is the passport renewal appointment", "zebra crossing", "/stop", "   "]
 
 

@@ -15,6 +15,8 @@ from heron.tools.python_kernel import CellError, CellResult, KernelSession, chan
 from heron.tools.python_kernel import run_cell as run_cell_tool
 from heron.tools.registry import ToolContext, ToolRegistry
 
+pytestmark = pytest.mark.slow  # a real Jupyter kernel
+
 shared_loop = pytest.mark.asyncio(loop_scope="module")  # the kernel's sockets live on it
 
 

@@ -306,11 +306,3 @@ _HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] =
     "learn": _learn,
     "reflect": _learn,
 }
-
-
-def model_history(rows: list[StoredMessage]) -> list[StoredMessage]:
-    """What the model may see of a branch: everything after the last /new separator."""
-    for i in range(len(rows) - 1, -1, -1):
-        if rows[i].kind == "separator":
-            return rows[i + 1 :]
-    return rows

@@ -36,7 +36,6 @@ from heron.context.prompt import (
     BootstrapCache,
     PromptInputs,
     PromptMemo,
-    build_system_prompt,
     fingerprint,
 )
 from heron.context.runtime import RuntimeInfo, with_runtime
@@ -272,13 +271,6 @@ class Engine:
             return False
         return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
 
-    def system_prompt(self, agent: str) -> str:
-        workspace = self.settings.paths.workspace
-        files = self.bootstrap_cache.read(workspace)
-        return build_system_prompt(
-            PromptInputs(agent, workspace, self.registry.specs(), bootstrap=files)
-        )
-
     async def turn(
         self,
         key: str,
@@ -310,16 +302,10 @@ class Engine:
         window: int | None = None,
         on_call: CallSink | None = None,
     ) -> str:
-        """Compact the conversation now (/compact, a context overflow). Replaced by the
-        compaction package when it is installed; until then it says so."""
-        try:
-            from heron import compaction  # type: ignore[attr-defined]
-        except ImportError:
-            return "Compaction is not available in this build."
-        run = getattr(compaction, "compact_now", None)
-        if run is None:
-            return "Compaction is not available in this build."
-        return await run(self, conversation, reason=reason, window=window, on_call=on_call)
+        """Compact the conversation now (/compact, a context overflow)."""
+        from heron.compaction import compact_now
+
+        return await compact_now(self, conversation, reason=reason, window=window, on_call=on_call)
 
     async def _restore(self, key: str, agent: str) -> Conversation:
         return await self.store.call(self.store.open_conversation, key, agent)

@@ -141,14 +141,6 @@ def lease_holder(store: Store, conversation_id: int) -> Holder | None:
     return Holder(r[0], r[1], r[2], r[3] or "a turn", r[4])
 
 
-def set_lease_run(store: Store, conversation_id: int, owner: str, run_id: str) -> None:
-    with store.transaction() as c:
-        c.execute(
-            "UPDATE turn_leases SET run_id = ? WHERE conversation_id = ? AND owner = ?",
-            (run_id, conversation_id, owner),
-        )
-
-
 def still_current(store: Store, conversation_id: int, epoch: int, owner: str | None) -> bool:
     """The commit-time check: the epoch is unchanged and (when given) the lease is still ours."""
     rows = store.query(
