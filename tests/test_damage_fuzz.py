@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
+from strength import examples
 from typer.testing import CliRunner
 
 from heron.channels.script import run_once
@@ -167,7 +168,7 @@ def _snapshot(db: Path, table: str, column: str, rowid: int) -> Any:
 
 
 @settings(
-    max_examples=30,
+    max_examples=examples(30, fast=8),
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking a CLI run takes minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
