@@ -198,7 +198,10 @@ def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str,
         if start.get("prompt_inputs") is not None:
             blob = start["prompt_inputs"]
             start["prompt_inputs"] = _named(f"trace blob {blob}", json.loads, get_blob(conn, blob))
-    return start, _named(f"fingerprints of turn {turn_id}", _json, rows[0]["fingerprints"]) or {}
+    fingerprints = _named(f"fingerprints of turn {turn_id}", _json, rows[0]["fingerprints"])
+    if not isinstance(fingerprints or {}, dict):
+        raise TypeError(f"the fingerprints of turn {turn_id} are not a JSON object")
+    return start, fingerprints or {}
 
 
 def _named(what: str, decode: Callable[[Any], _T], raw: Any) -> _T:
