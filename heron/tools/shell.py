@@ -83,17 +83,26 @@ async def run_command(
 ) -> tuple[str, int | None]:
     """Run `command` with bash; (capped output, exit code or None when it timed out)."""
     env = {**os.environ, "HERON_AGENT_COMMAND": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/bash",
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group, killed as one
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            "/bin/bash",
+            "-c",
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as one
+        )
     )
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Cancelled while the process was being set up: it runs already (its children may
+        # too), and must not outlive the call.
+        await _kill_group(await spawn)
+        raise
     assert proc.stdout is not None
     sink = HeadTail(limit)
     pump = asyncio.create_task(_pump(proc.stdout, sink))
