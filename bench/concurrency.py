@@ -1,11 +1,11 @@
 """How the turn engine scales with concurrent conversations.
 
-For 1, 10 and 100 conversations, each user sends `--turns` messages in a row (the next once the
+For 1, 10, 50 and 100 conversations, each user sends `--turns` messages in a row (the next once the
 previous answer arrives) through the bus and the AgentLoop, to a scripted model whose every
 reply takes `--latency-ms`. It prints turns per second, the engine's overhead per turn (the time
 from sending a message to receiving its answer, minus the model's latency) at p50 and p95, and
 total time against the ideal (turns x latency / conversations: every conversation waiting only
-on its model). Target: within 1.2x of ideal at 100 conversations.
+on its model). Targets: within 2x of ideal at 50 conversations, 1.2x at 100.
 
 It also prints the engine's CPU time per turn, and a floor: the same 100 conversations through
 a bare asyncio loop that only commits each turn's user message (with its turn row) and its
@@ -30,7 +30,9 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-LEVELS = (1, 10, 100)
+# 50 conversations x 5 turns is the load tests/test_engine_loop.py checks for correctness; its
+# time is measured here (a test never asserts a wall time: docs/testing.md).
+LEVELS = (1, 10, 50, 100)
 
 
 async def measure(conversations: int, turns: int, latency: float) -> dict[str, float]:
@@ -238,11 +240,12 @@ def main() -> None:
         f" (+{args.floor_extra_us:.0f} us of CPU a turn)"
     )
     sys.stdout.flush()
-    ok = results["100"]["ratio"] <= 1.2
-    print(
-        f"target (100 conversations within 1.2x ideal): {'met' if ok else 'NOT met'}",
-        file=sys.stderr,
-    )
+    for n, bound in (("50", 2.0), ("100", 1.2)):
+        ok = results[n]["ratio"] <= bound
+        print(
+            f"target ({n} conversations within {bound}x ideal): {'met' if ok else 'NOT met'}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

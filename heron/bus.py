@@ -28,6 +28,7 @@ EventKind = Literal[
     "tool_start",
     "tool_end",
     "retry",  # the provider call failed and is tried again in `seconds`
+    "restart",  # a retried stream differs from what was shown: the reply starts again
     "busy",  # another process holds the conversation; the turn waits for it
     "mail",  # the message went to the running turn's mailbox and is answered in it
     "queued",  # the message waits for the running turn and opens the next one

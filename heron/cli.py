@@ -60,24 +60,57 @@ def settings():  # -> Settings
 
 @app.command()
 def run(
-    message: Annotated[str, typer.Argument(help="The message; '-' reads it from stdin.")],
+    message: Annotated[
+        str | None, typer.Argument(help="The message; '-' reads it from stdin.")
+    ] = None,
     agent: AgentOpt = "default",
     conversation: ConvOpt = None,
     model: ModelOpt = None,
     ephemeral: EphemeralOpt = False,
+    retry: Annotated[
+        bool,
+        typer.Option(
+            "--retry", help="Answer the last message of -c KEY again, without storing it twice."
+        ),
+    ] = False,
 ) -> None:
     """Send one message and print the reply (for scripts)."""
     from heron.channels.script import run_once
 
-    text = sys.stdin.read() if message == "-" else message
-    if not text.strip():
-        typer.echo("heron: the message is empty", err=True)
-        raise typer.Exit(2)
+    text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
         ok = asyncio.run(run_once(settings(), text, agent, conversation, model, ephemeral))
     except HeronError as e:
         fail(e)
     raise typer.Exit(0 if ok else 1)
+
+
+def _message_text(message: str | None) -> str:
+    """The message, from the argument or stdin; bytes that are not UTF-8 are replaced (and the
+    user told), never a reason to fail."""
+    from heron.messages import decode_text, scrub_text
+
+    if message is None:
+        typer.echo("heron: give a message, '-' to read it from stdin, or --retry -c KEY", err=True)
+        raise typer.Exit(2)
+    text, bad = decode_text(sys.stdin.buffer.read()) if message == "-" else scrub_text(message)
+    if bad:
+        typer.echo(
+            f"heron: the message had {bad} invalid UTF-8 sequence(s); each is kept as \ufffd",
+            err=True,
+        )
+    if not text.strip():
+        typer.echo("heron: the message is empty", err=True)
+        raise typer.Exit(2)
+    return text
+
+
+def _retry_text(message: str | None, conversation: str | None) -> str:
+    """--retry: the turn answers the conversation's last message again (the /retry command)."""
+    if message is not None or conversation is None:
+        typer.echo("heron: --retry takes no message and needs -c KEY", err=True)
+        raise typer.Exit(2)
+    return "/retry"
 
 
 @app.command()

@@ -7,9 +7,11 @@ callers pass a `Settings` around.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -58,9 +60,25 @@ class Paths:
         return self.home / "memory"
 
     def ensure(self) -> Paths:
+        check_home(self.home)
         for folder in (self.home, self.workspace, self.memory):
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(
+                    f"cannot create {folder}: {e.strerror or e}",
+                    hint="Point HERON_HOME at a folder you can write to, or fix its permissions.",
+                ) from e
         return self
+
+
+def check_home(home: Path) -> None:
+    """HERON_HOME must be a folder, or not exist yet (it is then created)."""
+    if home.exists() and not home.is_dir():
+        raise ConfigError(
+            f"HERON_HOME {home} is a file, not a folder",
+            hint="Point HERON_HOME at a folder (it is created if missing), or move the file aside.",
+        )
 
 
 def home_from_env(env: Mapping[str, str] | None = None) -> Path:
@@ -68,14 +86,28 @@ def home_from_env(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HERON_HOME") or Path.home() / ".heron").expanduser()
 
 
+def between(low: float | None = None, high: float | None = None, *, open_low: bool = False):
+    """A config field's range, as dataclass field metadata: `field(default=.., metadata=
+    between(0, 1, open_low=True))`. A number field without one must be above zero."""
+    return {"range": (low, high, open_low)}
+
+
+POSITIVE = (0, None, True)
+
+
 @dataclass(frozen=True)
 class AgentDefaults:
     max_turns: int = 200
     max_tokens_total: int = 1_000_000
     result_budget: int = 20_000
-    consolidation_ratio: float = 0.5
-    idle_compact_after_minutes: int = 15
+    consolidation_ratio: float = field(default=0.5, metadata=between(0, 1, open_low=True))
+    # 0 turns idle compaction off.
+    idle_compact_after_minutes: int = field(default=15, metadata=between(0))
     timezone: str | None = None
+    # Streams (heron/providers/base.py): seconds a reply may stay silent before it is cut and
+    # retried, and seconds one request may take with all its retries.
+    stall_timeout: float = 60.0
+    request_deadline: float = 600.0
 
 
 NetworkMode = Literal["none", "loopback", "all"]
@@ -125,9 +157,27 @@ class Config:
 def load_config(path: Path) -> Config:
     """Read config.toml; a missing file is an empty config, a malformed one a ConfigError that
     names the file, the line and the problem."""
+    if path.is_dir():
+        raise ConfigError(
+            f"{path} is a folder, not a file",
+            hint="config.toml must be a TOML file, or absent: move the folder aside.",
+        )
     if not path.exists():
         return Config()
-    text = path.read_text(encoding="utf-8")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(
+            f"{path}: cannot be read: {e.strerror or e}", hint="Fix its permissions."
+        ) from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: not valid UTF-8 (byte {raw[e.start]:#04x})",
+            hint="Save the file as UTF-8, or retype that line.",
+        ) from e
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -184,18 +234,66 @@ def _opt_str(data: dict[str, Any], key: str, path: Path) -> str | None:
 
 
 def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
-    defaults = AgentDefaults()
+    return parse_section(table, AgentDefaults, "agent", path)
+
+
+_Section = typing.TypeVar("_Section")
+
+
+def parse_section(table: dict[str, Any], cls: type[_Section], section: str, path: Path) -> _Section:
+    """A `[section]` table as the frozen dataclass `cls` whose fields are its keys: an unknown
+    key, a value of the wrong type or out of its field's range (`between`; above zero for a
+    number without one) is a ConfigError that names the file, the section and the key."""
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    defaults = cls()
     values: dict[str, Any] = {}
     for key, value in table.items():
-        if not hasattr(defaults, key):
-            raise ConfigError(f"{path}: [agent] has no key {key!r}")
-        expected = type(getattr(defaults, key))
-        if expected is float and isinstance(value, int):
-            value = float(value)
-        if getattr(defaults, key) is not None and not isinstance(value, expected):
-            raise ConfigError(f"{path}: [agent] {key} must be {expected.__name__}, got {value!r}")
-        values[key] = value
-    return AgentDefaults(**{**defaults.__dict__, **values})
+        if key not in known:
+            raise ConfigError(
+                f"{path}: [{section}] has no key {key!r}",
+                hint=f"Known keys of [{section}]: {', '.join(known)}.",
+            )
+        values[key] = _checked(value, getattr(defaults, key), known[key], f"{path}: [{section}]")
+    return dataclasses.replace(defaults, **values)  # type: ignore[type-var]
+
+
+def _checked(value: Any, default: Any, spec: dataclasses.Field, where: str) -> Any:
+    key = spec.name
+    if default is None:
+        return value  # optional and free-form (a timezone name)
+    expected = type(default)
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
+        raise ConfigError(
+            f"{where} {key} must be {_kind(expected)}, got {value!r}",
+            hint=f"Write e.g. {key} = {default!r}, or remove the line to use that default.",
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        hint = f"The default is {default!r}; remove the line to use it."
+        _in_range(value, spec.metadata.get("range", POSITIVE), f"{where} {key}", hint)
+    return value
+
+
+def _kind(expected: type) -> str:
+    return {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}.get(
+        expected, expected.__name__
+    )
+
+
+def _in_range(value: float, bounds: tuple[Any, Any, bool], what: str, hint: str) -> None:
+    low, high, open_low = bounds
+    too_low = low is not None and (value <= low if open_low else value < low)
+    too_high = high is not None and value > high
+    if not (too_low or too_high):
+        return
+    if low is not None and high is not None:
+        wanted = f"between {low} and {high}" + (f" (above {low})" if open_low else "")
+    elif low is not None:
+        wanted = f"above {low}" if open_low else f"at least {low}"
+    else:
+        wanted = f"at most {high}"
+    raise ConfigError(f"{what} must be {wanted}, got {value!r}", hint=hint)
 
 
 S = TypeVar("S")
@@ -260,10 +358,23 @@ def choose_model(
     profile = profile_for(choice.model, config.models)
     window = env.get("HERON_CONTEXT_WINDOW")
     if window:
-        if not window.isdigit():
-            raise ConfigError(f"HERON_CONTEXT_WINDOW must be a number of tokens, not {window!r}")
-        profile = ModelProfile(**{**profile.__dict__, "context_window": int(window)})
+        profile = ModelProfile(**{**profile.__dict__, "context_window": _window(window)})
     return ModelChoice(**{**choice.__dict__, "profile": profile})
+
+
+# Below this no system prompt, tools and reply fit; above it no model has a window.
+MIN_WINDOW, MAX_WINDOW = 1_024, 100_000_000
+
+
+def _window(value: str) -> int:
+    if not value.strip().isdigit():
+        raise ConfigError(
+            f"HERON_CONTEXT_WINDOW must be a number of tokens, not {value!r}",
+            hint="e.g. HERON_CONTEXT_WINDOW=128000, or unset it to use the model's own window.",
+        )
+    hint = "Unset it to use the model's own window."
+    _in_range(int(value), (MIN_WINDOW, MAX_WINDOW, False), "HERON_CONTEXT_WINDOW", hint)
+    return int(value)
 
 
 def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelChoice:
@@ -338,6 +449,7 @@ class Settings:
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         paths = Paths(home_from_env(env))
+        check_home(paths.home)
         return cls(paths, load_config(paths.config), env)
 
     def model(self, cli_model: str | None = None) -> ModelChoice:

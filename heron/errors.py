@@ -7,6 +7,7 @@
     │   ├── ContextOverflow         the prompt is larger than the model's window
     │   ├── RateLimited             429 and friends: retry after `retry_after` seconds
     │   ├── TransientProviderError  5xx, a cut stream, a connection error: retry with backoff
+    │   ├── DeadlineExceeded        no answer within the request's deadline: ends the turn
     │   ├── AuthError               bad or missing key: ends the turn, names the variable to set
     │   ├── UnknownModel            the server does not serve that model: ends the turn
     │   └── FatalProviderError      anything else the provider refused: ends the turn
@@ -70,6 +71,10 @@ class RateLimited(ProviderError):
 
 class TransientProviderError(ProviderError):
     retryable = True
+
+
+class DeadlineExceeded(ProviderError):
+    pass
 
 
 class AuthError(ProviderError):

@@ -138,6 +138,26 @@ class Reply:
         return self.message.tool_calls
 
 
+def decode_text(data: bytes) -> tuple[str, int]:
+    """`data` as UTF-8 with each invalid byte sequence replaced by U+FFFD, and how many were:
+    bad input is kept, marked, never rejected."""
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        return text, text.count("\ufffd") - data.decode("utf-8", "ignore").count("\ufffd")
+
+
+def scrub_text(text: str) -> tuple[str, int]:
+    """`text` with lone surrogates (undecodable bytes of a command line or a file name, kept
+    by Python as surrogate escapes, which cannot be stored) decoded as `decode_text` does."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return decode_text(text.encode("utf-8", errors="surrogateescape"))
+    return text, 0
+
+
 # ---- JSON ------------------------------------------------------------------------------------
 
 
@@ -171,20 +191,40 @@ def part_to_dict(part: Part) -> dict[str, Any]:
 
 
 def part_from_dict(d: dict[str, Any]) -> Part:
+    """A part from its JSON; ValueError or TypeError when `d` is not one (a damaged row): the
+    types are checked, so nothing downstream meets an object where text belongs."""
     # Spelled out per kind rather than generic: histories of 10,000 messages are decoded on
     # every turn, and this is the inner loop.
+    if type(d) is not dict:
+        raise TypeError(f"a part must be an object, not {type(d).__name__}")
     kind = d.get("kind")
     if kind == "text":
-        return Text(d["text"])
+        return Text(_str(d["text"], "text"))
     if kind == "tool_call":
-        return ToolCall(d["id"], d["name"], d.get("args", {}))
+        args = d.get("args", {})
+        if type(args) is not dict:
+            raise TypeError(f"tool call arguments must be an object, not {type(args).__name__}")
+        return ToolCall(_str(d["id"], "id"), _str(d["name"], "name"), args)
     if kind == "tool_result":
-        return ToolResult(d["call_id"], d["content"], d.get("is_error", False))
+        content = _str(d["content"], "content")
+        return ToolResult(_str(d["call_id"], "call_id"), content, d.get("is_error") is True)
     if kind == "thinking":
-        return Thinking(d.get("text"), d.get("provider_state"), d.get("provider"))
+        text, state, provider = d.get("text"), d.get("provider_state"), d.get("provider")
+        return Thinking(_opt_str(text, "text"), _opt_str(state, "provider_state"), provider)
     if kind == "file":
-        return File(d["media_type"], base64.b64decode(d["data"]), d.get("name"))
+        data = base64.b64decode(_str(d["data"], "data"))
+        return File(_str(d["media_type"], "media_type"), data, d.get("name"))
     raise ValueError(f"unknown part kind {kind!r}")
+
+
+def _str(value: Any, key: str) -> str:
+    if type(value) is not str:
+        raise TypeError(f"{key} must be text, not {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: Any, key: str) -> str | None:
+    return None if value is None else _str(value, key)
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
@@ -256,7 +296,10 @@ def parts_to_json(parts: tuple[Part, ...] | list[Part]) -> str:
 
 
 def parts_from_json(text: str) -> list[Part]:
-    return [part_from_dict(p) for p in json.loads(text)]
+    parts = json.loads(text)
+    if type(parts) is not list:
+        raise TypeError(f"parts must be a list, not {type(parts).__name__}")
+    return [part_from_dict(p) for p in parts]
 
 
 def to_json(message: Message) -> str:

@@ -3,13 +3,16 @@ from __future__ import annotations
 import socket
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from strength import FAST
 
+# No test asserts a wall time (docs/testing.md), hypothesis's included: no per-example deadline
+# and no "too slow" health check, which fail on a loaded machine whatever the code does.
+UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("untimed", **UNTIMED)
 # Tests that leave max_examples to the profile get the light one in the fast run too.
-settings.register_profile("fast", max_examples=15, deadline=None)
-if FAST:
-    settings.load_profile("fast")
+settings.register_profile("fast", max_examples=15, **UNTIMED)
+settings.load_profile("fast" if FAST else "untimed")
 
 
 @pytest.fixture(autouse=True)

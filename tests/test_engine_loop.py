@@ -27,26 +27,17 @@ def _conv_of(request: ChatRequest) -> str:
     return request.messages[0].text.split()[0]
 
 
-LATENCY, CONVERSATIONS, TURNS = 0.1, 50, 5
+LATENCY, CONVERSATIONS, TURNS = 0.1, 50, 5  # bench/concurrency.py times this
 
 
-async def test_fifty_conversations_five_turns_concurrently_within_twice_ideal(
-    tmp_path, monkeypatch
-):
-    """Correctness is asserted on every attempt; the time on the better of two, so a burst of
-    load from another process on this 2-core machine cannot fail it, while an engine that is
-    really too slow fails both."""
-    ideal = TURNS * LATENCY
-    times = []
-    for attempt in range(2):
-        monkeypatch.setenv("HERON_HOME", str(tmp_path / f"home{attempt}"))
-        times.append(await _fifty_by_five())
-        if times[-1] < 2 * ideal:
-            break
-    assert min(times) < 2 * ideal, f"{times} s for an ideal of {ideal:.2f}s"
+async def test_fifty_conversations_five_turns_concurrently_in_order(tmp_path, monkeypatch):
+    """No two turns of one conversation at once, every turn finished, each conversation's answers
+    in order. How long it takes is a figure of bench/concurrency.py, never an assertion here."""
+    monkeypatch.setenv("HERON_HOME", str(tmp_path / "home"))
+    await _fifty_by_five()
 
 
-async def _fifty_by_five() -> float:
+async def _fifty_by_five() -> None:
     latency, conversations, turns = LATENCY, CONVERSATIONS, TURNS
     inflight: dict[str, int] = defaultdict(int)
     overlaps: list[str] = []
@@ -79,12 +70,10 @@ async def _fifty_by_five() -> float:
 
         dispatcher.register("test", on_answer)
         pump = asyncio.create_task(dispatcher.run())
-        started = time.monotonic()
         for i in range(conversations):
             await loop.dispatch(InboundMessage("test", f"c{i}", f"c{i} t0"))
         while sum(len(a) for a in answers.values()) < conversations * turns:
             await asyncio.sleep(0.01)
-        elapsed = time.monotonic() - started
         pump.cancel()
         store = engine.store
         rows = store.query("SELECT conversation_id, started, ended, status FROM turns")
@@ -98,7 +87,6 @@ async def _fifty_by_five() -> float:
     for spans in by_conv.values():
         spans.sort()
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
-    return elapsed
 
 
 async def test_concurrent_turns_on_one_key_are_serialized_by_the_lease():

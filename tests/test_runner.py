@@ -1,18 +1,19 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
-from heron.agent.runner import CONTINUE, RunHooks, RunLimits, Runner
+from heron.agent.runner import CONTINUE, RetryFilter, RunHooks, RunLimits, Runner
 from heron.context.repair import INTERRUPTED, is_well_formed, repair_tool_pairs
 from heron.errors import AuthError, TransientProviderError
 from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, user
-from heron.providers.base import RetryPolicy
+from heron.providers.base import RETRY_EVENT, RetryPolicy, StreamEvent
 from heron.providers.profiles import ModelProfile
 from heron.providers.scripted import ScriptedProvider
 from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+INFLIGHT = {"now": 0, "peak": 0}  # slow_echo's calls in flight; reset by make_runner
 
 
 @tool
@@ -23,7 +24,12 @@ async def slow_echo(ctx: ToolContext, text: str, seconds: float = 0.2) -> str:
         text: What to echo.
         seconds: How long to wait.
     """
-    await asyncio.sleep(seconds)
+    INFLIGHT["now"] += 1
+    INFLIGHT["peak"] = max(INFLIGHT["peak"], INFLIGHT["now"])
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        INFLIGHT["now"] -= 1
     return f"echo: {text}"
 
 
@@ -34,6 +40,7 @@ def explode(ctx: ToolContext) -> str:
 
 
 def make_runner(script, limits=RunLimits(), profile=ModelProfile()):
+    INFLIGHT.update(now=0, peak=0)
     provider = ScriptedProvider(script)
     runner = Runner(
         provider,
@@ -73,15 +80,13 @@ async def test_tools_run_concurrently_and_results_feed_back(tmp_path):
     async def on_message(m):
         saved.append(m)
 
-    start = time.perf_counter()
     result = await runner.run(
         "sys",
         [user("go")],
         ctx(tmp_path),
         RunHooks(on_message=on_message, on_progress=progress.append),
     )
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.35  # two 0.2 s tools in parallel, not 0.4 s in series
+    assert INFLIGHT["peak"] == 2  # the two tools in flight together, not one after the other
     assert result.stop == "done" and result.text == "Both done."
     assert result.usage == Usage(30, 8)
     assert progress == ["Checking."]
@@ -92,6 +97,17 @@ async def test_tools_run_concurrently_and_results_feed_back(tmp_path):
     second = provider.requests[1].messages
     assert second[-1].tool_results[0].call_id == "a"
     provider.assert_complete()
+
+
+async def test_one_reply_runs_at_most_eight_tools_at_once(tmp_path):
+    calls = [call(f"c{i}", "slow_echo", text=str(i), seconds=0.01) for i in range(20)]
+    _, runner = make_runner(
+        [Reply(calls, "tool", Usage(10, 5)), Reply([Text("All done.")], "done", Usage(20, 3))]
+    )
+    result = await runner.run("sys", [user("go")], ctx(tmp_path), RunHooks())
+    assert INFLIGHT["peak"] == 8
+    assert [r.content for r in result.messages[1].tool_results] == [f"echo: {i}" for i in range(20)]
+    assert result.text == "All done."
 
 
 async def test_tool_error_is_a_result_not_a_crash(tmp_path):
@@ -240,3 +256,62 @@ async def test_fenced_mode_parses_tool_block_from_text(tmp_path, mode):
     second = inner.requests[1]
     assert second.tools == [] and "slow_echo" in second.system
     assert "echo: hi" in second.messages[-1].text
+
+
+async def test_an_always_empty_reply_fails_the_run_and_says_so(tmp_path):
+    provider, runner = make_runner([Reply([], "done"), Reply([Text("  ")], "done")])
+    saved = []
+
+    async def on_message(m):
+        saved.append(m)
+
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(on_message=on_message))
+    assert result.stop == "error" and len(provider.requests) == 2
+    assert "the model sent an empty reply twice (no text and no tool call)" in str(result.error)
+    assert saved == []  # nothing empty is stored as an answer
+
+
+def _filtered(*events: StreamEvent | None) -> list[StreamEvent]:
+    """What a RetryFilter passes on; None in `events` stands for a retry."""
+    seen: list[StreamEvent] = []
+    shown = RetryFilter(seen.append)
+    for event in events:
+        if event is None:
+            shown.retrying()
+        else:
+            shown(event)
+    return seen
+
+
+def test_a_retry_that_repeats_what_was_shown_prints_only_what_is_new():
+    text = lambda s: StreamEvent("text", s)  # noqa: E731
+    seen = _filtered(text("Hello "), text("wor"), None, text("Hel"), text("lo wo"), text("rld!"))
+    assert seen == [text("Hello "), text("wor"), text("ld!")]
+
+
+def test_a_retry_that_says_something_else_is_marked_once():
+    text = lambda s: StreamEvent("text", s)  # noqa: E731
+    seen = _filtered(text("partial text"), None, text("second "), text("try"))
+    assert seen == [text("partial text"), RETRY_EVENT, text("second "), text("try")]
+
+
+async def test_a_stream_cut_and_retried_in_the_runner_is_not_shown_twice(tmp_path):
+    calls = [0]
+
+    class Cutting(ScriptedProvider):
+        async def chat(self, request, on_event=None):
+            calls[0] += 1
+            if calls[0] == 1:
+                on_event(StreamEvent("text", "The answer"))
+                raise TransientProviderError("the stream broke off")
+            return await super().chat(request, on_event)
+
+    provider = Cutting([Reply([Text("The answer is 42.")], "done")])
+    runner = Runner(
+        provider, ToolRegistry([]), ModelProfile(), RunLimits(), RetryPolicy(base_delay=0.0)
+    )
+    seen: list[StreamEvent] = []
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(on_event=seen.append))
+    assert result.text == "The answer is 42."
+    assert "".join(e.text for e in seen) == "The answer is 42."
+    assert RETRY_EVENT not in seen

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +10,7 @@ import pytest
 from heron.errors import ToolError
 from heron.messages import ToolCall
 from heron.tools.registry import (
+    MAX_PARALLEL_TOOLS,
     Tool,
     ToolContext,
     ToolOutput,
@@ -201,33 +202,52 @@ async def test_tool_output_can_flag_an_error(registry: ToolRegistry, ctx: ToolCo
     assert result.content == "output\n[exit code 1]"
 
 
-async def test_call_many_runs_concurrently_in_call_order(
-    registry: ToolRegistry, ctx: ToolContext
-) -> None:
-    calls = [
-        ToolCall("a", "slow", {"seconds": 0.3}),
-        ToolCall("b", "slow", {"seconds": 0.2}),
-        ToolCall("c", "boom", {}),
-    ]
-    started = time.monotonic()
-    results = await registry.call_many(calls, ctx)
-    elapsed = time.monotonic() - started
-    assert elapsed < 0.45  # ~max(0.3, 0.2), not the sum
+def _overlap_tool() -> tuple[Tool, list[int]]:
+    """A tool that yields to the loop a few times, and the peak of its calls in flight."""
+    inflight, peak = [0], [0]
+
+    @tool
+    async def overlap(ctx: ToolContext, n: int) -> str:
+        """Yield a few times, counting the calls in flight."""
+        inflight[0] += 1
+        peak[0] = max(peak[0], inflight[0])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        inflight[0] -= 1
+        return f"done {n}"
+
+    return overlap, peak
+
+
+async def test_call_many_runs_concurrently_in_call_order(ctx: ToolContext) -> None:
+    overlap, peak = _overlap_tool()
+    calls = [ToolCall("a", "overlap", {"n": 1}), ToolCall("b", "overlap", {"n": 2})]
+    results = await ToolRegistry([overlap, boom]).call_many([*calls, ToolCall("c", "boom")], ctx)
+    assert peak[0] == 2  # both in flight at once, not one after the other
     assert [r.call_id for r in results] == ["a", "b", "c"]
-    assert results[0].content == "slept 0.3"
+    assert results[0].content == "done 1"
     assert results[2].is_error
 
 
+async def test_call_many_runs_at_most_eight_at_once(ctx: ToolContext) -> None:
+    overlap, peak = _overlap_tool()
+    calls = [ToolCall(f"c{i}", "overlap", {"n": i}) for i in range(30)]
+    results = await ToolRegistry([overlap]).call_many(calls, ctx)
+    assert peak[0] == MAX_PARALLEL_TOOLS == 8
+    assert [r.content for r in results] == [f"done {i}" for i in range(30)]
+
+
 async def test_sync_tools_run_concurrently_too(ctx: ToolContext) -> None:
+    # Each call waits for the other: run one after the other, the barrier breaks.
+    barrier = threading.Barrier(2, timeout=10)
+
     @tool
     def nap(ctx: ToolContext) -> str:
-        """Nap."""
-        time.sleep(0.3)
+        """Meet the other call."""
+        barrier.wait()
         return "ok"
 
-    started = time.monotonic()
     results = await ToolRegistry([nap]).call_many([ToolCall("a", "nap"), ToolCall("b", "nap")], ctx)
-    assert time.monotonic() - started < 0.5
     assert [r.content for r in results] == ["ok", "ok"]
 
 

@@ -49,6 +49,9 @@ class Command:
 class CommandReply:
     text: str | None = None  # shown to the user; the model is not called
     run_text: str | None = None  # run this as the turn's message (after moving the head)
+    # /retry of a message no answer followed (its turn failed): answer this stored row where it
+    # is, without storing the text again.
+    answer_id: int | None = None
     switch_to: str | None = None  # the channel continues in this conversation
 
 
@@ -207,8 +210,24 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     if conv is None or not typed:
         return CommandReply("Nothing to retry yet.")
     last = typed[-1]
+    if not _answered(rows, last):  # its turn failed: answer it as it stands, work done kept
+        return CommandReply(run_text=last.message.text, answer_id=last.id)
     await asyncio.to_thread(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
+
+
+def _answered(rows: list[StoredMessage], message: StoredMessage) -> bool:
+    """Whether a final answer (an assistant message without tool calls) follows `message`."""
+    after = rows[[r.id for r in rows].index(message.id) + 1 :]
+    return any(r.role == "assistant" and not r.message.tool_calls for r in after)
+
+
+def retry_hint(key: str) -> str:
+    """What `heron run` says after a failed turn."""
+    return (
+        f"Your message is saved in conversation {key!r}; `heron run --retry -c {key}` answers "
+        "it again without storing it twice."
+    )
 
 
 async def _edit(ctx: CommandContext, arg: str) -> CommandReply:

@@ -43,9 +43,9 @@ from heron.errors import ProviderError
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
-from heron.messages import Message, Text, Usage
+from heron.messages import Message, Text, Usage, scrub_text
 from heron.providers import Provider, open_provider
-from heron.providers.base import OnEvent
+from heron.providers.base import OnEvent, RetryPolicy
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
@@ -144,6 +144,10 @@ class Engine:
         self.registry = registry
         defaults = settings.config.agent
         self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
+        # Each request's bounds: silence before a stream is cut and retried, and its deadline.
+        self.retry = RetryPolicy(
+            deadline=defaults.request_deadline, stall_timeout=defaults.stall_timeout
+        )
         self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
         self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
         self.trace_memo: dict[str, Any] = {}  # what traces take from the fixed settings
@@ -283,6 +287,9 @@ class Engine:
         """One user message through the turn's state machine (heron/agent/turn.py): under the
         conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND. `channel`
         is where the message came from, named in the runtime block."""
+        warning = await self.store.call(self.store.check_file)
+        if warning:  # deleted or replaced under us: reopened (heron/store/db.py)
+            log.warning("heron: %s", warning)
         self.turns_running += 1
         try:
             machine = TurnMachine(self)
@@ -311,11 +318,41 @@ class Engine:
         return await self.store.call(self.store.open_conversation, key, agent)
 
     async def _build(
-        self, conversation: Conversation, text: str, agent: str, *, channel: str = "cli"
+        self,
+        conversation: Conversation,
+        text: str,
+        agent: str,
+        *,
+        channel: str = "cli",
+        answer: int | None = None,
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
-        compact if the conversation outgrew its share of the window, and derive the view."""
+        compact if the conversation outgrew its share of the window, and derive the view.
+        `answer`: a message already stored (/retry after a failed turn), answered as it is."""
         run_id = new_run_id()
+        if answer is None:
+            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel)
+        else:
+            turn_id = await self.store.call(
+                self.store.start_turn,
+                conversation.id,
+                run_id,
+                user_message_id=answer,
+                provider=self.choice.provider,
+                model=self.choice.model,
+            )
+            user_id = answer
+        sink = CallSink()
+        prepared = await prepare_turn(self, conversation, agent, turn_id, user_id, on_call=sink)
+        return BuiltTurn(
+            run_id, turn_id, prepared.system, prepared.messages, prepared.governor, sink
+        )
+
+    async def _commit_message(
+        self, conversation: Conversation, run_id: str, text: str, channel: str
+    ) -> tuple[int, int]:
+        """Auto-recall, then the user's message with its turn row, in one commit."""
+        text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
         user_message = Message("user", [Text(text)])
         strong = await self._recall_check(text)
         # Inline while the history is small (a thread hop costs more than the search then);
@@ -337,11 +374,7 @@ class Engine:
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
-        sink = CallSink()
-        prepared = await prepare_turn(self, conversation, agent, turn_id, stored.id, on_call=sink)
-        return BuiltTurn(
-            run_id, turn_id, prepared.system, prepared.messages, prepared.governor, sink
-        )
+        return turn_id, stored.id
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
@@ -366,9 +399,8 @@ class Engine:
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
         )
         await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-        runner = Runner(
-            self.provider, self.registry, self.choice.profile, self.limits, redactor=self.redactor
-        )
+        profile, limits = self.choice.profile, self.limits
+        runner = Runner(self.provider, self.registry, profile, limits, self.retry, self.redactor)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
             on_progress=hooks.on_progress,

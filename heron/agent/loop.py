@@ -38,6 +38,9 @@ from heron.store import engine_state as es
 from heron.tools.approval import Approver
 
 BREAK_GRACE = 20.0
+# Stream events as turn events; a "retry" stream event is the RetryFilter's mark that the
+# reply starts again (heron/agent/runner.py).
+_STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
 log = logging.getLogger(__name__)
 
@@ -199,7 +202,7 @@ class AgentLoop:
             return hooks
 
         def stream(ev: StreamEvent) -> None:
-            self._event(message, key, "reasoning" if ev.kind == "thinking" else "delta", ev.text)
+            self._event(message, key, _STREAMED.get(ev.kind, "delta"), ev.text)
 
         def tool_start(call: ToolCall) -> None:
             self._event(message, key, "tool_start", call=call)

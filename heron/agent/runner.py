@@ -12,7 +12,7 @@ handed to the hooks as it happens, so the engine can persist it before anything 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -20,19 +20,21 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from heron.context.repair import repair_tool_pairs
-from heron.errors import ProviderError
+from heron.errors import FatalProviderError, ProviderError
 from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.base import (
+    RETRY_EVENT,
     ChatRequest,
     OnEvent,
     Provider,
     RetryPolicy,
+    StreamEvent,
     call_with_retries,
 )
 from heron.providers.profiles import ModelProfile
 from heron.providers.wire import WireBody, body_of
 from heron.redact import Redactor, scrub_error
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
 RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
 
@@ -42,6 +44,8 @@ WRAP_UP = (
     "summary of what is done and what is still pending, so the work can resume later."
 )
 MAX_CONTINUATIONS = 3
+EMPTY = "the model sent an empty reply twice (no text and no tool call)"
+EMPTY_HINT = "The model or its server may be misbehaving: try again, or try another model."
 BREAK = (
     "The user asked you to stop. Do not call tools. Reply with a short summary of what is done "
     "and what is still pending, so the work can resume later."
@@ -187,7 +191,9 @@ class Runner:
                 await self._wrap_up(system, s, hooks, limit)
                 return "wrapup"
             reply = await self._call(system, s, hooks, tools=True, purpose="turn")
-            if _is_empty(reply) and not empty_retried:
+            if _is_empty(reply) and reply.stop != "length":  # a cut one is continued below
+                if empty_retried:
+                    raise FatalProviderError(EMPTY, hint=EMPTY_HINT)
                 empty_retried = True
                 continue
             await self._add(s, reply.message, hooks)
@@ -231,17 +237,26 @@ class Runner:
             messages=view,
             tools=self.registry.specs() if tools else [],
             max_tokens=self.profile.max_output,
+            stall_timeout=self.retry.stall_timeout,
         )
         body = body_of(self.provider, request)  # the adapter posts this same body
         payload = body.text
         started = time.time()
         s.calls += 1
         seq = s.calls
+        shown = RetryFilter(hooks.on_event) if hooks.on_event else None
+
+        told = self._on_retry(hooks)
+
+        def on_retry(error: ProviderError, wait: float) -> None:
+            if shown is not None:
+                shown.retrying()
+            if told is not None:
+                told(error, wait)
+
         try:
             reply = await call_with_retries(
-                lambda: self.provider.chat(request, hooks.on_event),
-                self.retry,
-                on_retry=self._on_retry(hooks),
+                lambda: self.provider.chat(request, shown), self.retry, on_retry=on_retry
             )
         except ProviderError as error:
             scrub_error(error, self.redactor)
@@ -269,7 +284,10 @@ class Runner:
         self, calls: list[ToolCall], s: _State, ctx: ToolContext, hooks: RunHooks
     ) -> None:
         ctx.extra["reply_seq"] = s.calls  # which reply asked (memory counts changes per reply)
-        results = await asyncio.gather(*(self._run_tool(c, ctx, hooks) for c in calls))
+        # At most MAX_PARALLEL_TOOLS at once (heron/tools/registry.py), results in call order.
+        results = await bounded_gather(
+            [functools.partial(self._run_tool, c, ctx, hooks) for c in calls]
+        )
         s.tools += len(calls)
         mail = await hooks.drain()
         # Mail typed during the tools rides in the same user message as the results, so the
@@ -292,6 +310,43 @@ class Runner:
         await self._add(s, HeronPrompt(text), hooks)
         reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
+
+
+RETRY_MARKER = "[the stream was cut; the reply starts again]"
+
+
+class RetryFilter:
+    """One model call's stream events, passed on. A retried call streams again from the start:
+    what repeats what was already shown is held back, and where the new attempt first differs
+    a "retry" event marks the break (the channel shows it), so no text is printed twice."""
+
+    def __init__(self, on_event: OnEvent) -> None:
+        self.on_event = on_event
+        self.shown = {"text": "", "thinking": ""}
+        self.replayed: dict[str, int] | None = None  # after a retry: how much came again
+
+    def retrying(self) -> None:
+        self.replayed = {"text": 0, "thinking": 0}
+
+    def __call__(self, event: StreamEvent) -> None:
+        kind = event.kind
+        if self.replayed is not None and kind in self.replayed:
+            shown, at = self.shown[kind], self.replayed[kind]
+            rest = shown[at:]
+            if rest.startswith(event.text):
+                self.replayed[kind] = at + len(event.text)
+                return  # already on screen
+            if event.text.startswith(rest):  # caught up: pass on only what is new
+                del self.replayed[kind]
+                event = StreamEvent(kind, event.text[len(rest) :])
+            else:
+                self.replayed = None
+                self.shown = {"text": "", "thinking": ""}
+                self.on_event(RETRY_EVENT)
+        if kind in self.shown:
+            self.shown[kind] += event.text
+        if event.text:
+            self.on_event(event)
 
 
 def _is_empty(reply: Reply) -> bool:

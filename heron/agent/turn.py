@@ -72,7 +72,10 @@ class Outcome(enum.Enum):
 VISIBLE = frozenset({"user"})
 MAIL_LABEL = "[sent while you were working] "
 STOPPED = "[This turn was stopped before it finished.]"
-FAILED = "The turn failed: {error}\nYour message is saved; send /retry to try again."
+FAILED = (
+    "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
+    "not stored twice)."
+)
 MAX_OVERFLOW_RETRIES = 1
 
 
@@ -281,6 +284,7 @@ class _Ctx:
     built: BuiltTurn | None = None
     run: RunResult | None = None
     overflow_retries: int = 0
+    answer_id: int | None = None  # /retry of a failed turn: the stored message to answer
     command: str | None = None
     switch_to: str | None = None
     reply: str | None = None
@@ -381,13 +385,15 @@ class TurnMachine:
         reply = await commands.run(found, ctx)
         c.switch_to = reply.switch_to
         if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
-            c.text = reply.run_text
+            c.text, c.answer_id = reply.run_text, reply.answer_id
             return State.BUILD
         c.reply = reply.text
         return State.RESPOND
 
     async def build(self, c: _Ctx) -> State:
-        c.built = await self.engine._build(c.conversation, c.text, c.agent, channel=c.channel)
+        c.built = await self.engine._build(
+            c.conversation, c.text, c.agent, channel=c.channel, answer=c.answer_id
+        )
         c.control.turn_id = c.built.turn_id
         return State.RUN
 

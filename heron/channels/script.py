@@ -11,7 +11,9 @@ import functools
 import sys
 from typing import TextIO
 
+from heron.agent.commands import retry_hint
 from heron.agent.engine import Engine, new_key
+from heron.agent.runner import RETRY_MARKER
 from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import connect
 from heron.config import Settings
@@ -50,6 +52,9 @@ class _Printer:
             self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s]")
         elif ev.kind == "retry":
             self.note(f"[retrying in {ev.seconds:.1f}s: {ev.text}]")
+        elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
+            self.line_break()
+            self.write(RETRY_MARKER + "\n")
         elif ev.kind == "turn_end":
             self.end = ev.end
 
@@ -108,7 +113,7 @@ async def run_once(
     if end is None or not end.ok:
         error = end.error if end is not None and end.error else "it was stopped"
         err.write(f"heron: the turn failed: {error}\n")
-        err.write(f"Your message is saved in conversation {key!r}; run again to retry.\n")
+        err.write(retry_hint(key) + "\n")
         return False
     return True
 

@@ -27,6 +27,7 @@ from rich.text import Text as RichText
 from heron.agent import commands
 from heron.agent.engine import Engine, new_key
 from heron.agent.leases import presence
+from heron.agent.runner import RETRY_MARKER
 from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.script import EMBEDDED_BANNER
@@ -120,6 +121,9 @@ class TerminalView:
             self.pill(ev.call, ev.result, ev.seconds)
         elif ev.kind == "retry":
             self.console.print(f"[yellow]retrying in {ev.seconds:.1f}s: {ev.text}[/yellow]")
+        elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
+            self.flush()
+            self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
         elif ev.kind == "mail":
             self.console.print("[dim]↳ added to the running turn[/dim]")
         elif ev.kind == "queued":

@@ -46,10 +46,13 @@ from heron.messages import (
 from heron.providers.base import (
     ChatRequest,
     OnEvent,
+    OutputMeter,
     RetryPolicy,
     StreamEvent,
     ToolSpec,
     call_with_retries,
+    stalled,
+    within_stall,
 )
 from heron.providers.wire import ToolsMemo, body_of
 
@@ -93,12 +96,19 @@ class AnthropicProvider:
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
         """One streamed call. Does not retry: wrap it with `chat_with_retries`."""
         body = body_of(self, request).value
+        stall = request.stall_timeout
         with map_errors():
-            stream = await _post_stream(self._client, body)
-        assembler = _Assembler(on_event)
+            try:
+                async with asyncio.timeout(stall):  # a server that accepts and never answers
+                    stream = await _post_stream(self._client, body)
+            except TimeoutError as error:
+                raise stalled(stall) from error
+        assembler = _Assembler(on_event, OutputMeter(request.max_tokens))
         try:
-            async for event in _events(stream):
+            async for event in within_stall(_events(stream), stall):
                 assembler.feed(event)
+                if assembler.cut:
+                    break  # past the output cap: the rest is left unread
         finally:
             await stream.close()
         return assembler.reply()
@@ -276,14 +286,17 @@ class _Block:
 
 
 class _Assembler:
-    """Folds raw stream events into a Reply, forwarding text and thinking deltas as they come."""
+    """Folds raw stream events into a Reply, forwarding text and thinking deltas as they come.
+    Past the meter's cap it is `cut`: the caller stops reading and the reply ends "length"."""
 
-    def __init__(self, on_event: OnEvent | None) -> None:
+    def __init__(self, on_event: OnEvent | None, meter: OutputMeter | None = None) -> None:
         self.on_event = on_event
+        self.meter = meter or OutputMeter(4096)
         self.blocks: dict[int, _Block] = {}
         self.usage: dict[str, int] = {}
         self.stop_reason: str | None = None
         self.finished = False
+        self.cut = False
 
     def feed(self, event: Any) -> None:
         kind = event.type
@@ -293,6 +306,8 @@ class _Assembler:
             self.blocks[event.index] = _start_block(event.content_block)
         elif kind == "content_block_delta":
             self._delta(self.blocks[event.index], event.delta)
+            if self.meter.over and not self.finished:
+                self._cut_off()
         elif kind == "message_delta":
             self.stop_reason = event.delta.stop_reason or self.stop_reason
             self._usage(event.usage)
@@ -310,18 +325,29 @@ class _Assembler:
     def _delta(self, block: _Block, delta: Any) -> None:
         if delta.type == "text_delta":
             block.text += delta.text
+            self.meter.add(delta.text)
             self._emit(StreamEvent("text", delta.text))
         elif delta.type == "thinking_delta":
             block.text += delta.thinking
+            self.meter.add(delta.thinking)
             self._emit(StreamEvent("thinking", delta.thinking))
         elif delta.type == "signature_delta":
             block.signature += delta.signature
         elif delta.type == "input_json_delta":
             block.json += delta.partial_json
+            self.meter.add(delta.partial_json)
 
     def _emit(self, event: StreamEvent) -> None:
         if self.on_event is not None and event.text:
             self.on_event(event)
+
+    def _cut_off(self) -> None:
+        """The reply passed its output cap: keep its text and reasoning, drop the tool calls
+        (the last one's input is unfinished), and count the output the server did not."""
+        self.cut = self.finished = True
+        self.stop_reason = "max_tokens"
+        self.blocks = {i: b for i, b in self.blocks.items() if b.type != "tool_use"}
+        self.usage["output_tokens"] = self.meter.tokens
 
     def reply(self) -> Reply:
         if not self.finished:

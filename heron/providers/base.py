@@ -4,18 +4,23 @@ protocol it implements, and the retry policy around it.
 An adapter translates one `ChatRequest` to one wire and back to a `Reply`. It never imports the
 store or the engine. `payload(request)` returns the exact JSON body the adapter would send (no
 credentials), so traces record what went out and benchmarks can measure prefix stability.
+
+Every stream is bounded three ways: an adapter stops reading a reply that runs past its output
+cap (`OutputMeter`: the reply is kept, cut, with stop "length"); a stream silent for the
+request's `stall_timeout` is cut and retried (`within_stall`); and `call_with_retries` gives up
+at the policy's `deadline`, however many attempts that leaves (`DeadlineExceeded`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from heron.errors import ProviderError
+from heron.errors import DeadlineExceeded, ProviderError, TransientProviderError
 from heron.messages import Message, Reply, dumps
 
 
@@ -48,6 +53,8 @@ class ChatRequest:
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 4096
+    # Seconds the stream may stay silent (no headers, no event) before it is cut and retried.
+    stall_timeout: float = 60.0
     # What is derived from the request once and used again (its encoded body, heron/providers/
     # wire.py): the runner records the body the adapter then posts.
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -55,10 +62,14 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """A piece of the reply as it arrives: visible text or reasoning."""
+    """A piece of the reply as it arrives: visible text or reasoning; or "retry": the stream was
+    cut and the call starts again, so what follows may repeat what was already shown."""
 
-    kind: Literal["text", "thinking"]
+    kind: Literal["text", "thinking", "retry"]
     text: str
+
+
+RETRY_EVENT = StreamEvent("retry", "")
 
 
 OnEvent = Callable[[StreamEvent], None]
@@ -82,6 +93,8 @@ class RetryPolicy:
     attempts: int = 5
     base_delay: float = 0.5
     max_delay: float = 30.0
+    deadline: float = 600.0  # seconds for one request, all its attempts and waits included
+    stall_timeout: float = 60.0  # what the runner puts in each ChatRequest
 
     def delay(self, attempt: int, error: ProviderError) -> float:
         """Exponential backoff with full jitter; a server's retry-after wins when it says more."""
@@ -99,15 +112,85 @@ async def call_with_retries(
     on_retry: Callable[[ProviderError, float], None] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Reply:
-    """Run `call`, retrying rate-limit and transient errors; anything else propagates at once."""
+    """Run `call`, retrying rate-limit and transient errors; anything else propagates at once.
+    Past `policy.deadline` seconds the attempt in flight is cancelled and `DeadlineExceeded`
+    ends the request; a wait that would end past it is not started."""
+    clock = asyncio.get_running_loop().time
+    end = clock() + policy.deadline
     for attempt in range(policy.attempts):
         try:
-            return await call()
+            async with asyncio.timeout_at(end):
+                return await call()
+        except TimeoutError as error:
+            if clock() < end:
+                raise  # not the deadline's: something inside timed out on its own
+            raise _late(policy, None) from error
         except ProviderError as error:
             if not error.retryable or attempt == policy.attempts - 1:
                 raise
             wait = policy.delay(attempt, error)
+            if clock() + wait >= end:
+                raise _late(policy, error) from error
             if on_retry:
                 on_retry(error, wait)
             await sleep(wait)
     raise AssertionError("unreachable")
+
+
+def _late(policy: RetryPolicy, last: ProviderError | None) -> DeadlineExceeded:
+    why = f" (last error: {last})" if last is not None else ""
+    return DeadlineExceeded(
+        f"the model did not answer within {policy.deadline:g} s{why}",
+        hint="The model server may be overloaded or stuck; try again later, or raise "
+        "request_deadline under [agent] in config.toml.",
+    )
+
+
+async def within_stall(stream: AsyncIterator[Any], seconds: float) -> AsyncIterator[Any]:
+    """The stream's items, or TransientProviderError (retried) once it is silent for
+    `seconds`: a server that keeps the connection open and sends nothing is cut."""
+    iterator = stream.__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(seconds):
+                item = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError as error:
+            raise stalled(seconds) from error
+        yield item
+
+
+def stalled(seconds: float) -> TransientProviderError:
+    return TransientProviderError(f"the model server sent nothing for {seconds:g} s; cut")
+
+
+# The server enforces max_tokens itself; the meter is the client's own bound for one that does
+# not (an endless stream of text or tool-call arguments). A delta carries at least one token and
+# a token about four characters; the margin keeps an honest reply that ends at the cap whole.
+OUTPUT_MARGIN = 1.25
+OUTPUT_SLACK = 64
+
+
+@dataclass
+class OutputMeter:
+    """Counts a reply's output as its deltas arrive (text, reasoning, tool-call arguments)."""
+
+    max_tokens: int
+    deltas: int = 0
+    chars: int = 0
+
+    def add(self, text: str) -> bool:
+        """Count one delta; True once the reply has passed its cap (stop reading)."""
+        if text:
+            self.deltas += 1
+            self.chars += len(text)
+        return self.over
+
+    @property
+    def tokens(self) -> int:
+        return max(self.deltas, self.chars // 4)
+
+    @property
+    def over(self) -> bool:
+        return self.tokens > self.max_tokens * OUTPUT_MARGIN + OUTPUT_SLACK

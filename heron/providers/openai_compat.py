@@ -7,6 +7,7 @@ onto the heron.errors tree.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from dataclasses import dataclass, field
@@ -33,7 +34,15 @@ from heron.messages import (
     ToolResult,
     Usage,
 )
-from heron.providers.base import ChatRequest, OnEvent, StreamEvent, ToolSpec
+from heron.providers.base import (
+    ChatRequest,
+    OnEvent,
+    OutputMeter,
+    StreamEvent,
+    ToolSpec,
+    stalled,
+    within_stall,
+)
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of
 
@@ -139,15 +148,23 @@ class OpenAICompatProvider:
         import openai
 
         body = body_of(self, request).value
-        acc = _Accumulator()
+        acc = _Accumulator(meter=OutputMeter(request.max_tokens))
+        stall = request.stall_timeout
         try:
-            stream = await _post_stream(self.client(), body)
-            # `async with` releases the connection even when the caller cancels mid-stream.
+            try:
+                async with asyncio.timeout(stall):  # a server that accepts and never answers
+                    stream = await _post_stream(self.client(), body)
+            except TimeoutError as error:
+                raise stalled(stall) from error
+            # `async with` releases the connection even when the caller cancels mid-stream,
+            # and when a reply past its output cap is left unread.
             async with stream:
-                async for chunk in stream:
+                async for chunk in within_stall(stream, stall):
                     for event in acc.add(chunk):
                         if on_event:
                             on_event(event)
+                    if acc.cut:
+                        break
         except (openai.OpenAIError, json.JSONDecodeError) as error:
             raise map_error(error) from error
         return acc.reply()
@@ -236,13 +253,16 @@ class _PendingCall:
 
 @dataclass
 class _Accumulator:
-    """Folds chat.completion.chunk objects into a Reply; tool-call fragments join by index."""
+    """Folds chat.completion.chunk objects into a Reply; tool-call fragments join by index.
+    Past the meter's cap it is `cut`: the caller stops reading and the reply ends "length"."""
 
     text: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     calls: dict[int, _PendingCall] = field(default_factory=dict)
     finish: str | None = None
     usage: Usage = field(default_factory=Usage)
+    meter: OutputMeter = field(default_factory=lambda: OutputMeter(4096))
+    cut: bool = False
 
     def add(self, chunk: Any) -> list[StreamEvent]:
         if chunk.usage is not None:
@@ -252,7 +272,17 @@ class _Accumulator:
             events.extend(self._delta(choice.delta))
             if choice.finish_reason:
                 self.finish = choice.finish_reason
+        if self.meter.over and self.finish is None:
+            self._cut_off()
         return events
+
+    def _cut_off(self) -> None:
+        """The reply passed its output cap: keep its text, drop the tool calls still being
+        written (their arguments are unfinished), and count the output the server did not."""
+        self.cut = True
+        self.finish = "length"
+        self.calls.clear()
+        self.usage = Usage(self.usage.input, self.meter.tokens, self.usage.cache_read)
 
     def _delta(self, delta: Any) -> list[StreamEvent]:
         events: list[StreamEvent] = []
@@ -261,9 +291,11 @@ class _Accumulator:
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             self.thinking.append(reasoning)
+            self.meter.add(reasoning)
             events.append(StreamEvent("thinking", reasoning))
         if delta.content:
             self.text.append(delta.content)
+            self.meter.add(delta.content)
             events.append(StreamEvent("text", delta.content))
         for tc in delta.tool_calls or []:
             call = self.calls.setdefault(tc.index, _PendingCall())
@@ -271,6 +303,7 @@ class _Accumulator:
             if tc.function is not None:
                 call.name += tc.function.name or ""
                 call.arguments += tc.function.arguments or ""
+                self.meter.add(tc.function.arguments or "")
         return events
 
     def reply(self) -> Reply:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -79,25 +80,74 @@ class Store:
         # committed rows.
         self.after_commit: list[Callable[[], None]] = []
         self.caches: dict[str, Any] = {}
+        self.conn = self._connect()
+        self._file = _file_id(self.path)  # (device, inode): see `check_file`
+
+    def _connect(self) -> sqlite3.Connection:
         try:
-            self.conn = sqlite3.connect(
+            conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
             )
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            self.conn.execute("PRAGMA busy_timeout=30000")
-            migrate(self.conn)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            migrate(conn)
         except sqlite3.DatabaseError as e:
             raise StoreError(
                 f"cannot open the database {self.path}: {e}",
                 hint="If the file is damaged, move it aside; Heron creates a fresh one.",
             ) from e
+        return conn
 
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+    def check_file(self) -> str | None:
+        """Whether the database file is still the one this Store opened (same device and
+        inode; checked at every turn, one stat). If it was deleted, the open connection still
+        holds it: it is written back to its path first, so nothing is lost; if another file
+        took its place, that one is used. Either way the store reopens and the warning to
+        show is returned; None when nothing changed."""
+        if self._file is None:
+            return None  # in memory
+        now = _file_id(self.path)
+        if now == self._file:
+            return None
+        with self._lock:
+            if now is None:
+                self._write_back()
+                warning = (
+                    f"the database {self.path} was deleted while Heron had it open; it was "
+                    "written back from the open copy, and nothing is lost"
+                )
+            else:
+                self.conn.close()
+                warning = f"the database {self.path} was replaced by another file; using that one"
+            self.conn = self._connect()
+            self._file = _file_id(self.path)
+            self._data_version = -1
+            self._branch_len.clear()
+            self.caches.clear()
+        self._forget_branches()
+        return warning
+
+    def _write_back(self) -> None:
+        """Copy the open (deleted) database to a new file at its path. The copy is made beside
+        it and moved in: the old WAL files at the path belong to the open connection, and are
+        removed when it closes."""
+        staging = self.path.with_name(f"{self.path.name}.restore-{os.getpid()}")
+        copy = sqlite3.connect(staging)
+        try:
+            self.conn.backup(copy)
+        finally:
+            copy.close()
+        self.conn.close()
+        if self.path.exists():  # someone put a file there meanwhile: theirs wins, ours stays
+            return
+        os.replace(staging, self.path)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a short store operation (one that touches a bounded number of rows) inline on
@@ -145,7 +195,22 @@ class Store:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+                return self._query_replacing(sql, params)
+
+    def _query_replacing(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+        """A row holds text that is not valid UTF-8 (damaged, or written by another program):
+        read it with the bad bytes replaced by U+FFFD rather than fail the whole read. Only
+        then: decoding every value in Python costs a third more on a long branch."""
+        self.conn.text_factory = _replacing
+        try:
             return self.conn.execute(sql, params).fetchall()
+        finally:
+            self.conn.text_factory = str
 
     # ---- conversations ----------------------------------------------------------------------
 
@@ -532,13 +597,30 @@ def _conversation(r: sqlite3.Row) -> Conversation:
     )
 
 
-def _parts(raw: str, row_id: int) -> tuple[list[Part], bool]:
-    """Decode a row's parts, and whether they decoded: a corrupt row becomes a visible
-    placeholder, never a crash."""
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the database file; None in memory or when it is gone."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _replacing(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _parts(raw: Any, row_id: int) -> tuple[list[Part], bool]:
+    """Decode a row's parts, and whether they decoded: a corrupt row (not JSON, not a list of
+    parts, a number where text belongs) becomes a visible placeholder, never a crash."""
+    if isinstance(raw, bytes):  # stored as a BLOB: its text, invalid bytes replaced
+        raw = raw.decode("utf-8", errors="replace")
     try:
         return parts_from_json(raw), True
-    except (ValueError, TypeError, KeyError) as e:
-        text = f"[message #{row_id} could not be read ({e}); its raw text: {raw[:2000]}]"
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        text = f"[message #{row_id} could not be read ({e}); its raw text: {str(raw)[:2000]}]"
         return [Text(text)], False
 
 

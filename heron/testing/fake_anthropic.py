@@ -17,10 +17,11 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import Script, ServerReply, common_prefix
+from heron.testing.script import ENDLESS_ARGS, ENDLESS_TEXT, Script, ServerReply, common_prefix
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -42,6 +43,7 @@ class FakeAnthropicServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self.stopping = threading.Event()  # ends hanging, stalled and endless replies
         self._served = 0
         self._previous_body = ""
         self._server: ThreadingHTTPServer | None = None
@@ -51,6 +53,7 @@ class FakeAnthropicServer:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> str:
+        self.stopping.clear()
         handler = type("_BoundHandler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True  # a stuck delay_s reply must not block shutdown
@@ -65,6 +68,7 @@ class FakeAnthropicServer:
     def stop(self) -> None:
         if self._server is None:
             return
+        self.stopping.set()
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:
@@ -143,7 +147,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         if reply.delay_s:
             time.sleep(reply.delay_s)
-        if reply.status != 200:
+        if reply.hang:
+            self.fake.stopping.wait()
+            self.close_connection = True
+        elif reply.status != 200:
             self._send_scripted_error(reply)
         elif body.get("stream"):
             self._send_stream(reply, body, usage, n)
@@ -188,9 +195,13 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.malformed_event:
             # After the first content_block_start, where a client is mid-reply.
             frames.insert(2, "event: content_block_delta\ndata: {not json\n\n")
-        for count, frame in enumerate(frames):
+        for count, frame in enumerate(_endless(reply, frames)):
             if reply.cut_after_events is not None and count >= reply.cut_after_events:
                 self._cut()
+                return
+            stall = reply.stall_after_events
+            if (stall is not None and count >= stall) or self.fake.stopping.is_set():
+                self.fake.stopping.wait()  # silent, the connection kept open
                 return
             self._write_chunk(frame.encode("utf-8"))
         self.wfile.write(b"0\r\n\r\n")
@@ -328,6 +339,25 @@ def _block_events(index: int, block: dict[str, Any], size: int) -> list[dict[str
         *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
         {"type": "content_block_stop", "index": index},
     ]
+
+
+def _endless(reply: ServerReply, frames: list[str]) -> Iterator[str]:
+    """The frames; for an endless reply, its text or a tool call's input growing without end
+    after the scripted blocks (message_delta and message_stop never come)."""
+    if reply.endless is None:
+        yield from frames
+        return
+    yield from frames[:-2]
+    index = len(_content(reply, 0))
+    if reply.endless == "text":
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": ENDLESS_TEXT}
+    else:
+        start = {"type": "tool_use", "id": "toolu_endless", "name": "endless", "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": ENDLESS_ARGS}
+    yield _frame({"type": "content_block_start", "index": index, "content_block": start})
+    while True:
+        yield _frame({"type": "content_block_delta", "index": index, "delta": delta})
 
 
 def _stream_events(

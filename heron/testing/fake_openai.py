@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import Script, ServerReply, common_prefix
+from heron.testing.script import ENDLESS_ARGS, ENDLESS_TEXT, Script, ServerReply, common_prefix
 
 _ERROR_DEFAULTS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "invalid_request"),
@@ -31,6 +32,7 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self.stopping = threading.Event()  # ends hanging, stalled and endless replies
         self._served = 0
         self._last_messages = ""
         self._httpd: ThreadingHTTPServer | None = None
@@ -40,6 +42,7 @@ class FakeOpenAIServer:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> str:
+        self.stopping.clear()
         httpd = _Server(("127.0.0.1", 0), _Handler)
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
@@ -54,6 +57,7 @@ class FakeOpenAIServer:
     def stop(self) -> None:
         if self._httpd is None:
             return
+        self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
@@ -137,6 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
         reply, cached = self.fake._next(body, headers)
         if reply.delay_s:
             time.sleep(reply.delay_s)
+        if reply.hang:
+            self.fake.stopping.wait()
+            self.close_connection = True
+            return
         if reply.status != 200:
             self._fail(reply)
             return
@@ -257,6 +265,10 @@ class _Stream:
         cut = self.reply.cut_after_events
         if cut is not None and self.sent >= cut:
             return False
+        stall = self.reply.stall_after_events
+        if (stall is not None and self.sent >= stall) or self.h.fake.stopping.is_set():
+            self.h.fake.stopping.wait()  # silent, the connection kept open
+            return False
         payload = f"data: {data}\n\n".encode()
         self.h.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
         self.h.wfile.flush()
@@ -267,7 +279,22 @@ class _Stream:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return json.dumps({**self.base, "choices": [choice]})
 
-    def _lines(self) -> list[str]:
+    def _lines(self) -> Iterator[str]:
+        yield from self._content_lines()
+        if self.reply.endless == "text":
+            while True:
+                yield self._chunk({"content": ENDLESS_TEXT})
+        if self.reply.endless == "tool_args":
+            index = len(self.reply.tool_calls)
+            head = {"index": index, "id": "call_endless", "type": "function"}
+            head["function"] = {"name": "endless", "arguments": '{"a": "'}
+            yield self._chunk({"tool_calls": [head]})
+            while True:
+                frag = {"index": index, "function": {"arguments": ENDLESS_ARGS}}
+                yield self._chunk({"tool_calls": [frag]})
+        yield from self._end_lines()
+
+    def _content_lines(self) -> list[str]:
         r = self.reply
         lines = [self._chunk({"role": "assistant", "content": ""})]
         if r.malformed_event:
@@ -283,7 +310,10 @@ class _Stream:
             for piece in _pieces(args, max(1, min(r.chunk_size, len(args) // 3 or 1))):
                 frag = {"index": index, "function": {"arguments": piece}}
                 lines.append(self._chunk({"tool_calls": [frag]}))
-        lines.append(self._chunk({}, _finish(r)))
+        return lines
+
+    def _end_lines(self) -> list[str]:
+        lines = [self._chunk({}, _finish(self.reply))]
         if (self.body.get("stream_options") or {}).get("include_usage"):
             lines.append(json.dumps({**self.base, "choices": [], "usage": self.usage}))
         lines.append("[DONE]")

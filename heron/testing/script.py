@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
@@ -31,6 +31,15 @@ class ServerReply:
     malformed_event: bool = False  # send one SSE data line that is not JSON
     delay_s: float = 0.0  # wait before answering (e.g. to kill the client mid-call)
     chunk_size: int = 8  # characters per streamed text delta
+    # Streams without bounds (each ends when the client goes away or the server stops):
+    hang: bool = False  # read the request and never answer, not even the headers
+    stall_after_events: int | None = None  # send this many SSE events, then nothing, kept open
+    endless: Literal["text", "tool_args"] | None = None  # after `text`, deltas without end
+
+
+# What an endless stream repeats: a text delta, or a piece of a tool call's arguments.
+ENDLESS_TEXT = "and more "
+ENDLESS_ARGS = "aaaaaaaa"
 
 
 Script = list[ServerReply] | Callable[[dict[str, Any]], ServerReply]

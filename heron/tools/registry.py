@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import json
 import re
@@ -42,6 +43,25 @@ if TYPE_CHECKING:
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
 RESULTS_DIR = Path(".heron") / "results"
+# Tool calls of one reply that run at once: a reply asking for 1,000 calls must not start 1,000
+# processes, kernels or threads together.
+MAX_PARALLEL_TOOLS = 8
+
+
+_T = typing.TypeVar("_T")
+
+
+async def bounded_gather(
+    calls: Sequence[Callable[[], Awaitable[_T]]], limit: int = MAX_PARALLEL_TOOLS
+) -> list[_T]:
+    """Await every call, at most `limit` at a time; results in the order of `calls`."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[_T]]) -> _T:
+        async with gate:
+            return await call()
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
 # The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
@@ -353,8 +373,9 @@ class ToolRegistry:
         return await recording(self.call(call, ctx))
 
     async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
-        """Run calls concurrently; results come back in call order."""
-        return list(await asyncio.gather(*(self.call(c, ctx) for c in calls)))
+        """Run calls concurrently, at most `MAX_PARALLEL_TOOLS` at once; results come back in
+        call order."""
+        return await bounded_gather([functools.partial(self.call, c, ctx) for c in calls])
 
     async def _run(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
         found = self._tools.get(call.name)

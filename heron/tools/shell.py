@@ -90,8 +90,8 @@ async def run_command(
     """Run `command` with bash in `sandbox`; (capped output, exit code or None when it timed
     out)."""
     sandbox.prepare()
-    try:
-        proc = await asyncio.create_subprocess_exec(
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *sandbox.wrap(["/bin/bash", "-c", command]),
             cwd=sandbox.workspace,
             env=sandbox.environment(),
@@ -100,11 +100,19 @@ async def run_command(
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # its own process group, killed as one
         )
+    )
+    try:
+        proc = await asyncio.shield(spawn)
     except FileNotFoundError as error:
         raise ToolError(
             f"the command could not start: {error.filename or error} is missing",
             hint="Commands run under bubblewrap; install it (apt-get install bubblewrap).",
         ) from None
+    except asyncio.CancelledError:
+        # Cancelled while the process was being set up: it runs already (its children may
+        # too), and must not outlive the call.
+        await _kill_group(await spawn)
+        raise
     assert proc.stdout is not None
     sink = HeadTail(limit)
     pump = asyncio.create_task(_pump(proc.stdout, sink))

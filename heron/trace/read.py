@@ -1,16 +1,25 @@
-"""Reading traces back: runs newest first, one run in full, its requests rebuilt, an export."""
+"""Reading traces back: runs newest first, one run in full, its requests rebuilt, an export.
+
+A damaged trace (a blob that is not JSON, a broken chain, a reply row that does not decode)
+never stops a read: what cannot be read is named in `RunTrace.problems` and stands in as a
+placeholder (no reply, no start, a request that says it is damaged).
+"""
 
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from heron.errors import StoreError
-from heron.messages import Reply, Usage, reply_from_dict
+from heron.messages import Reply, Usage, dumps, reply_from_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
 from heron.trace.blobs import get_blob, get_chain, rebuild
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -70,14 +79,35 @@ class RunTrace:
     events: list[EventTrace] = field(default_factory=list)
     user_text: str = ""
     reply_text: str = ""  # what the user saw: the last assistant text of the turn
+    problems: list[str] = field(default_factory=list)  # what of the trace could not be read
+
+
+# What reading a damaged row or blob raises (JSON, UTF-8, a missing key or blob, a wrong type).
+DAMAGE = (ValueError, TypeError, KeyError, AttributeError, IndexError)
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether `error` comes from damaged data rather than from a failing database."""
+    if isinstance(error, sqlite3.OperationalError):
+        return "decode" in str(error)
+    return isinstance(error, DAMAGE)
 
 
 def request_payload(store: Store, call: CallTrace) -> str:
-    """The exact JSON body that was sent for `call`."""
+    """The exact JSON body that was sent for `call`; for a damaged trace, a JSON object whose
+    `damaged` field says what could not be read."""
     if call.request_ref is None:
         return call.raw_request
-    with store.transaction() as conn:
-        return rebuild(conn, call.request_ref)
+    try:
+        with store.transaction() as conn:
+            return rebuild(conn, call.request_ref)
+    except Exception as error:
+        if not damaged(error):
+            raise
+        where = f"request_ref {call.request_ref[:120]}"
+        return dumps(
+            {"damaged": f"the request of call #{call.seq} ({where}) cannot be read: {error}"}
+        )
 
 
 def find_turn(store: Store, run_id: str) -> Turn:
@@ -97,20 +127,25 @@ def find_turn(store: Store, run_id: str) -> Turn:
 def load_run(store: Store, run_id: str) -> RunTrace:
     turn = find_turn(store, run_id)
     key = store.conversation_by_id(turn.conversation_id).key
-    run = RunTrace(turn, key, *_start(store, turn.id))
+    problems: list[str] = []
+    start = _readable(problems, "the run's start", lambda: _start(store, turn.id), (None, {}))
+    run = RunTrace(turn, key, *start, problems=problems)
     run.calls = [
-        _call(r)
+        _call(r, problems)
         for r in store.query(
             "SELECT * FROM model_calls WHERE turn_id = ? ORDER BY seq, id", (turn.id,)
         )
     ]
     run.tools = [
-        _tool(r)
+        _tool(r, problems)
         for r in store.query("SELECT * FROM tool_calls WHERE turn_id = ? ORDER BY id", (turn.id,))
     ]
     run.events = [
         EventTrace(
-            r["after_call"], r["kind"], json.loads(r["body"]) if r["body"] else None, r["at"]
+            r["after_call"],
+            r["kind"],
+            _readable(problems, f"event {r['id']}", lambda r=r: _json(r["body"], BODY), None),
+            r["at"],
         )
         for r in store.query("SELECT * FROM trace_events WHERE turn_id = ? ORDER BY id", (turn.id,))
     ]
@@ -118,23 +153,68 @@ def load_run(store: Store, run_id: str) -> RunTrace:
     return run
 
 
+def _readable(problems: list[str], what: str, read: Callable[[], _T], instead: _T) -> _T:
+    """`read()`, or `instead` with a note in `problems` naming what could not be read."""
+    try:
+        return read()
+    except Exception as error:
+        if not damaged(error):
+            raise
+        problems.append(f"{what} cannot be read from the trace: {error}")
+        return instead
+
+
+BODY = (list, dict)  # an event's body
+
+
+def _json(raw: Any, kind: type | tuple[type, ...] = object) -> Any:
+    """A stored JSON value (None when empty), which must be of `kind`."""
+    value = json.loads(raw) if raw else None
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"expected JSON {_name(kind)}, found {type(value).__name__}")
+    return value
+
+
+def _name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({dict: "object", list: "array"}.get(k, k.__name__) for k in kinds)
+
+
 def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str, str]]:
     rows = store.query("SELECT start, fingerprints FROM trace_runs WHERE turn_id = ?", (turn_id,))
     if not rows:
         return None, {}
-    start = json.loads(rows[0]["start"])
+    start = _named(f"trace_runs row of turn {turn_id}", _json, rows[0]["start"]) or {}
+    if not isinstance(start, dict):
+        raise TypeError(f"the start of turn {turn_id} is not a JSON object")
     with store.transaction() as conn:
         start["system"] = get_blob(conn, start["system"])
         if start.get("messages") is not None:
             node, count = start["messages"]
-            start["messages"] = [json.loads(b) for b in get_chain(conn, node)][:count]
+            bodies = get_chain(conn, node)[:count]
+            start["messages"] = [
+                _named(f"message chain to node {node}", json.loads, b) for b in bodies
+            ]
         if start.get("prompt_inputs") is not None:
-            start["prompt_inputs"] = json.loads(get_blob(conn, start["prompt_inputs"]))
-    return start, json.loads(rows[0]["fingerprints"] or "{}")
+            blob = start["prompt_inputs"]
+            start["prompt_inputs"] = _named(f"trace blob {blob}", json.loads, get_blob(conn, blob))
+    fingerprints = _named(f"fingerprints of turn {turn_id}", _json, rows[0]["fingerprints"])
+    if not isinstance(fingerprints or {}, dict):
+        raise TypeError(f"the fingerprints of turn {turn_id} are not a JSON object")
+    return start, fingerprints or {}
 
 
-def _call(r: Any) -> CallTrace:
-    reply = reply_from_dict(json.loads(r["reply"])) if r["reply"] else None
+def _named(what: str, decode: Callable[[Any], _T], raw: Any) -> _T:
+    """`decode(raw)`; a damaged value's error names where it was read from."""
+    try:
+        return decode(raw)
+    except DAMAGE as error:
+        raise ValueError(f"{what}: {error}") from error
+
+
+def _call(r: Any, problems: list[str]) -> CallTrace:
+    what = f"the reply of call #{r['seq']}"
+    reply = _readable(problems, what, lambda: _reply(r["reply"]), None)
     usage = Usage(
         r["input_tokens"], r["output_tokens"], r["cache_read_tokens"], r["cache_write_tokens"]
     )
@@ -152,7 +232,20 @@ def _call(r: Any) -> CallTrace:
     )
 
 
-def _tool(r: Any) -> ToolTrace:
+def _reply(raw: Any) -> Reply | None:
+    return reply_from_dict(_json(raw, dict)) if raw else None
+
+
+def _effects(raw: Any) -> list[dict[str, Any]]:
+    effects = _json(raw, list) or []
+    if not all(isinstance(e, dict) for e in effects):
+        raise TypeError("an effect is not a JSON object")
+    return effects
+
+
+def _tool(r: Any, problems: list[str]) -> ToolTrace:
+    what = f"the effects of tool call {r['call_id']}"
+    effects = _readable(problems, what, lambda: _effects(r["effects"]), [])
     return ToolTrace(
         r["call_id"],
         r["name"],
@@ -160,7 +253,7 @@ def _tool(r: Any) -> ToolTrace:
         r["result"],
         r["result_sha256"],
         bool(r["is_error"]),
-        json.loads(r["effects"]) if r["effects"] else [],
+        effects,
         r["started"],
         r["ended"],
         r["after_call"],

@@ -49,6 +49,7 @@ from heron.trace.blobs import (
     put_encoded,
     put_payload,
 )
+from heron.trace.read import damaged
 from heron.trace.scrub import Scrubber, scrubber_for
 
 
@@ -188,6 +189,16 @@ class TraceRecorder:
         self._started = True
 
     def _previous_chain(self, conn: Any) -> list[Link]:
+        try:
+            return self._read_previous_chain(conn)
+        except Exception as error:
+            if not damaged(error):
+                raise
+            # A damaged trace row: this run's chain starts afresh (a little more stored,
+            # nothing lost), and the turn goes on.
+            return []
+
+    def _read_previous_chain(self, conn: Any) -> list[Link]:
         """The conversation's last message chain written (its last request's, else its last
         run start's): this run starts from the same messages plus the last exchange. Kept by
         the store's TraceCache; read from the database when it does not know the chain."""

@@ -63,6 +63,8 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str
     )
     if run.fingerprints:
         yield "fingerprints: " + ", ".join(f"{k} {v}" for k, v in run.fingerprints.items())
+    for problem in run.problems:
+        yield f"damaged: {problem}"
     yield f"you: {_short(run.user_text, 400)}"
     events = list(run.events)
     for event in _due(events, 0):
@@ -81,6 +83,17 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str
     yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
     if t.error:
         yield f"error: {t.error}"
+
+
+def _request_doc(payload: str, seq: int) -> dict[str, Any]:
+    """A request as JSON; one that is not (a damaged old row) as a note that says so."""
+    try:
+        doc = json.loads(payload)
+    except ValueError as error:
+        doc = error
+    if not isinstance(doc, dict):
+        return {"damaged": f"the request of call #{seq} is not a JSON object: {doc}"}
+    return doc
 
 
 def _due(events: list[Any], after: int) -> list[Any]:
@@ -103,13 +116,16 @@ def _event(event: Any) -> Iterator[str]:
 def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -> Iterator[str]:
     u = call.usage
     payload = request_payload(store, call)
-    count = len(json.loads(payload).get("messages", []))
+    request = _request_doc(payload, call.seq)
+    count = len(request.get("messages") or [])
     cost = prices.cost(turn.model, u, turn.provider)
     yield (
         f"  #{call.seq} {call.purpose} · {call.duration:.2f}s · in {u.input:,} (cache read "
         f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
         f"request {len(payload):,} bytes, {count} message{'' if count == 1 else 's'}"
     )
+    if "damaged" in request:
+        yield f"    ✗ {request['damaged']}"
     if call.reply is None:
         yield f"    ✗ {call.error}"
         return
@@ -239,6 +255,7 @@ def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
         "model_calls": [_export_call(store, c) for c in run.calls],
         "tool_calls": [tool.__dict__ for tool in run.tools],
         "events": [e.__dict__ for e in run.events],
+        "problems": run.problems,
     }
     return scrubber.clean(json.dumps(doc, ensure_ascii=False, indent=2))
 
@@ -247,7 +264,7 @@ def _export_call(store: Store, call: CallTrace) -> dict[str, Any]:
     return {
         "seq": call.seq,
         "purpose": call.purpose,
-        "request": json.loads(request_payload(store, call)),
+        "request": _request_doc(request_payload(store, call), call.seq),
         "reply": reply_to_dict(call.reply) if call.reply else None,
         "error": call.error,
         "usage": call.usage.__dict__,

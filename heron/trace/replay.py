@@ -300,6 +300,11 @@ def set_up(
     store: Store, run_id: str, registry: ToolRegistry | None = None, live_tools: bool = False
 ) -> ReplaySetup:
     run = load_run(store, run_id)
+    if run.start is None and run.problems:
+        raise StoreError(
+            f"run {run.turn.run_id} cannot be replayed: {run.problems[0]}",
+            hint=f"`heron trace show {run.turn.run_id}` shows what of it can still be read.",
+        )
     if run.start is None:
         raise StoreError(
             f"run {run.turn.run_id} was recorded without its start and cannot be replayed",
