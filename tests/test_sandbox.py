@@ -159,13 +159,14 @@ async def test_the_model_is_told_where_commands_run(heron_home: Path) -> None:
     from sandbox_helpers import settings
 
     from heron.agent.engine import Engine
+    from heron.context.prompt import build_system_prompt
     from heron.providers.scripted import ScriptedProvider
 
     seed_home(heron_home)
     for confined, says in ((True, "run (bash, run_cell): in a sandbox"), (False, "unconfined")):
         async with Engine.open(settings(confined), provider=ScriptedProvider([])) as engine:
             specs = {s.name: s.description for s in engine.registry.specs()}
-            prompt = engine.system_prompt("default")
+            prompt = build_system_prompt(engine.prompt_inputs("default"))
         assert specs["bash"].endswith(engine.sandbox.describe())
         assert specs["run_cell"].endswith(engine.sandbox.describe())
         assert says in prompt and "Files and commands act inside the workspace" not in prompt
