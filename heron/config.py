@@ -72,6 +72,7 @@ def home_from_env(env: Mapping[str, str] | None = None) -> Path:
 class AgentDefaults:
     max_turns: int = 200
     max_tokens_total: int = 1_000_000
+    max_continuations: int = 2  # requests to continue a reply cut by the output cap, per run
     result_budget: int = 20_000
     consolidation_ratio: float = 0.5
     idle_compact_after_minutes: int = 15
@@ -162,6 +163,8 @@ def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
             value = float(value)
         if getattr(defaults, key) is not None and not isinstance(value, expected):
             raise ConfigError(f"{path}: [agent] {key} must be {expected.__name__}, got {value!r}")
+        if key == "max_continuations" and value < 0:
+            raise ConfigError(f"{path}: [agent] max_continuations must be 0 or more, not {value}")
         values[key] = value
     return AgentDefaults(**{**defaults.__dict__, **values})
 

@@ -112,7 +112,7 @@ class TurnResult:
 
     @property
     def ok(self) -> bool:
-        return self.run.stop in ("done", "wrapup", "length")
+        return self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
 class Engine:
@@ -130,7 +130,9 @@ class Engine:
         self.choice = choice
         self.registry = registry
         defaults = settings.config.agent
-        self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
+        self.limits = RunLimits(
+            defaults.max_turns, defaults.max_tokens_total, defaults.max_continuations
+        )
         self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
         self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
         self.trace_memo: dict[str, Any] = {}  # what traces take from the fixed settings
