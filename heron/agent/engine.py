@@ -200,8 +200,15 @@ class Engine:
         files = self.bootstrap_cache.read(workspace)
         memory, recent = memory_wiring.prompt_sections(self.store, self.memory, conversation_id)
         specs = self.registry.specs()
+        brief = self.choice.profile.brief_prompt
         return PromptInputs(
-            agent, workspace, specs, memory=memory, recent_history=recent, bootstrap=files
+            agent,
+            workspace,
+            specs,
+            memory=memory,
+            recent_history=recent,
+            bootstrap=files,
+            brief=brief,
         )
 
     async def memory_before_fold(
@@ -325,7 +332,9 @@ class Engine:
             conversation.id,
             run_id,
             user_message,
-            sent=with_runtime(user_message, info),
+            # A tiny model takes the runtime block for the question (measured: Paris is lost
+            # from "What is the capital of France?"), so a brief-prompt model is sent none.
+            sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
         )

@@ -46,8 +46,10 @@ _BUILTIN: list[tuple[str, ModelProfile]] = [
     ("o[134]*", ModelProfile(200_000, 64_000)),
     ("deepseek-reasoner*", ModelProfile(128_000, 32_000, resend_reasoning=True)),
     ("deepseek*", ModelProfile(128_000, 8_192)),
-    # SmolLM2-135M: a short cap, no continuation, the guard, low temperature and a repeat penalty
-    # (measured: at llama.cpp's defaults it loops on "hi" within a few lines).
+    # SmolLM2-135M: a short cap, no continuation, the guard, a brief prompt, low temperature and
+    # a mild repeat penalty. Measured over 21 short prompts x 3 seeds (docs/engine.md): at
+    # temperature 0.2 without a penalty the guard stopped 8 loops, with 1.1 none, and "What is
+    # the capital of France?" still answers Paris (5 seeds of 5).
     (
         "*smollm*",
         ModelProfile(
@@ -58,7 +60,7 @@ _BUILTIN: list[tuple[str, ModelProfile]] = [
             loop_guard=True,
             brief_prompt=True,
             temperature=0.2,
-            repeat_penalty=1.2,
+            repeat_penalty=1.1,
         ),
     ),
     ("*qwen*", ModelProfile(32_768, 8_192)),
