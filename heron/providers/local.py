@@ -193,11 +193,10 @@ class LocalProvider(OpenAICompatProvider):
             self._starting = asyncio.ensure_future(asyncio.to_thread(self._start))
 
     def _start(self) -> str:
-        """On a worker thread: the SDK's import and client (half a second, seconds on a busy
-        machine, paid by the first request otherwise) while the child loads the model."""
+        """On a worker thread: start the child, wait for the model (the GIL is free meanwhile:
+        a chat's start-up has it to itself), then warm up the SDK and its client (half a
+        second, seconds on a busy machine, that the first request pays otherwise)."""
         self.server.spawn()
-        import openai.types.chat  # noqa: F401  (what the stream is decoded into)
-
         self.base_url = self.server.wait_ready()
         asyncio.run(self._warm())
         self.client()  # bound to no loop until used; its TLS context takes a while to build
@@ -265,6 +264,7 @@ def _params(xllamacpp: Any, options: ServerOptions) -> Any:
     params.warmup = True
     params.ui = False
     params.verbosity = 1  # llama.cpp logs every slot and token otherwise, on our stderr
+    params.fit_params = False  # fitting layers to device memory: seconds spent, no GPU to fit
     # The profile's sampling becomes the server's defaults: every request gets it, and the
     # request bodies stay the OpenAI adapter's own.
     if options.max_output:
