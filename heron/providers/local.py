@@ -225,11 +225,12 @@ class LocalProvider(OpenAICompatProvider):
         return await super().chat(request, on_event)
 
     async def aclose(self) -> None:
-        await super().aclose()
         if self._starting is not None:
-            # A start still under way finishes first, so its child is stopped, not orphaned.
+            # A start still under way finishes first: its child is stopped, not orphaned, and
+            # the client it makes is closed.
             await asyncio.gather(self._starting, return_exceptions=True)
             self._starting = None
+        await super().aclose()
         await asyncio.to_thread(self.server.stop)
 
 
