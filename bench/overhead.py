@@ -329,6 +329,8 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="prior messages")
     parser.add_argument("--no-wire", action="store_true", help="skip the OpenAI SDK runs")
+    parser.add_argument("--no-offline", action="store_true", help="skip the offline model")
+    parser.add_argument("--offline-only", action="store_true", help="only the offline model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--sandbox-only", action="store_true", help="only the sandbox figures")
     args = parser.parse_args()
@@ -341,6 +343,13 @@ def main() -> None:
             print(json.dumps({"sandbox": figures}))
         else:
             _print_sandbox(figures)
+        return
+    if args.offline_only:
+        figures = offline_model(min(args.runs, 3))
+        if args.json:
+            print(json.dumps({"offline_model": figures}))
+        else:
+            print_offline(figures)
         return
     # Imported here, not at the top: the measured child runs this file, and the fake server
     # (http.server and its imports) is no part of `heron run`'s start-up.
@@ -404,6 +413,8 @@ def main() -> None:
         "openai_wire": {"first_request_ms": wire_first, "reply_to_exit_ms": wire_after},
         "sandbox": sandbox_figures(),
     }
+    if not args.no_offline:
+        result["offline_model"] = offline_model(min(args.runs, 3))
     if args.json:
         print(json.dumps(result))
         return
@@ -411,6 +422,182 @@ def main() -> None:
     print(_verdict(first, f"target, judged on the realistic mode (window {args.window})"))
     print(_verdict(first_all, f"for information, all sent (window {ALL_SENT})"))
     _print_sandbox(result["sandbox"])
+    if not args.no_offline:
+        print_offline(result["offline_model"])  # type: ignore[arg-type]
+
+
+# ---- the offline model (issue 19) --------------------------------------------------------------
+
+OFFLINE_PROMPTS = (
+    "hi",
+    "What is the capital of France?",
+    "What is 2+2?",
+    "Name three colours.",
+    "Thank you!",
+    "What day comes after Monday?",
+    "Tell me a joke.",
+    "How many legs does a cat have?",
+    "What is the opposite of hot?",
+    "Say something nice.",
+    "What is water made of?",
+    "Who wrote Romeo and Juliet?",
+    "What colour is the sky?",
+    "Give me a fruit.",
+    "How are you?",
+    "What is the largest planet?",
+    "Spell the word cat.",
+    "What do bees make?",
+    "Good night.",
+    "bye",
+)
+
+
+def _offline_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in _installed_env().items() if not k.startswith(("HERON_", "OPENAI"))}
+    env.pop("ANTHROPIC_API_KEY", None)
+    env["HERON_HOME"] = str(home)
+    return env
+
+
+def _pty_chat(home: Path, question: str, wait_s: float) -> tuple[float, float]:
+    """`heron chat` on a pseudo-terminal: seconds from start to the prompt, and from sending
+    `question` (after `wait_s` more seconds at the prompt) to the first character of the answer."""
+    import pty
+    import re
+    import select
+    from collections.abc import Callable
+
+    master, slave = pty.openpty()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heron", "chat", "--ephemeral"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=_offline_env(home),
+        start_new_session=True,
+    )
+    os.close(slave)
+    ansi = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]|[\r\n]")
+
+    def read_until(found: Callable[[bytes], bool], limit: float = 120.0) -> bytes:
+        seen = b""
+        deadline = time.monotonic() + limit
+        while not found(ansi.sub(b"", seen)):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"heron chat: timed out; it showed {seen[-400:]!r}")
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                seen += os.read(master, 65536)
+        return seen
+
+    try:
+        read_until(lambda text: "›".encode() in text)
+        prompt_s = time.monotonic() - start
+        time.sleep(wait_s)
+        os.write(master, question.encode() + b"\r")
+        sent = time.monotonic()
+        asked = question.encode()
+        # The answer is whatever appears past the echoed question, once letters show.
+        read_until(lambda text: asked in text and bool(re.search(rb"\w", text.split(asked)[-1])))
+        first_s = time.monotonic() - sent
+        mark = "›".encode()
+        read_until(lambda text: mark in text.split(asked)[-1])  # the answer ended: the prompt
+        os.write(master, b"\x04")  # Ctrl-D: leave
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return prompt_s, first_s
+
+
+def _run_hi(home: Path) -> float:
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "heron", "run", "-"],
+        input=b"hi",
+        env=_offline_env(home),
+        capture_output=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"heron run failed: {done.stderr.decode()[-500:]}")
+    return time.monotonic() - start
+
+
+def _calls_per_turn(home: Path) -> dict[str, object]:
+    """The 20 short prompts in one conversation of one engine, as a chat sends them."""
+    import asyncio
+
+    from heron.agent.engine import Engine
+    from heron.config import Paths, Settings, load_config
+
+    async def talk() -> list[tuple[int, str, float]]:
+        settings = Settings(Paths(home), load_config(home / "config.toml"), _offline_env(home))
+        out = []
+        async with Engine.open(settings, ephemeral=True) as engine:
+            for text in OFFLINE_PROMPTS:
+                started = time.monotonic()
+                result = await engine.turn("bench-offline", text)
+                out.append((result.run.model_calls, result.run.stop, time.monotonic() - started))
+        return out
+
+    turns = asyncio.run(talk())
+    stops: dict[str, int] = {}
+    for _, stop, _ in turns:
+        stops[stop] = stops.get(stop, 0) + 1
+    return {
+        "model_calls": [calls for calls, _, _ in turns],
+        "stops": stops,
+        "turn_s_median": round(statistics.median(s for _, _, s in turns), 2),
+        "turn_s_max": round(max(s for _, _, s in turns), 2),
+    }
+
+
+def offline_model(runs: int) -> dict[str, object] | None:
+    """The offline model's first-run figures (issue 19); None when it is not installed.
+    Targets: `echo hi | heron run -` < 10 s, chat start to prompt < 2 s, first token < 3 s,
+    one model call per turn."""
+    import importlib.util
+
+    from heron.providers.local import find_smollm2
+
+    if find_smollm2() is None or importlib.util.find_spec("xllamacpp") is None:
+        return None
+    question = "What is the capital of France?"
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        hi = [_run_hi(home) for _ in range(runs)]
+        at_once = [_pty_chat(home, question, 0.0) for _ in range(runs)]
+        typed = [_pty_chat(home, question, 5.0) for _ in range(runs)]  # a user types a while
+        calls = _calls_per_turn(home)
+    return {
+        "run_hi_wall_s": round(statistics.median(hi), 2),
+        "chat_start_to_prompt_s": round(statistics.median(p for p, _ in at_once + typed), 2),
+        "first_token_sent_at_once_s": round(statistics.median(f for _, f in at_once), 2),
+        "first_token_after_5s_s": round(statistics.median(f for _, f in typed), 2),
+        "turns": calls,
+    }
+
+
+def print_offline(figures: dict[str, object] | None) -> None:
+    if figures is None:
+        print("offline model: not installed (make test installs it), skipped")
+        return
+    turns = figures["turns"]
+    assert isinstance(turns, dict)
+    print(
+        f"offline model: echo hi | heron run - {figures['run_hi_wall_s']} s (target < 10); "
+        f"heron chat start to prompt {figures['chat_start_to_prompt_s']} s (target < 2); first "
+        f"token of the capital of France sent at once {figures['first_token_sent_at_once_s']} s, "
+        f"after 5 s at the prompt {figures['first_token_after_5s_s']} s (target < 3)"
+    )
+    print(
+        f"offline model, 20 short prompts in one chat: model calls per turn "
+        f"{turns['model_calls']} (target 1 each), stops {turns['stops']}, turn median "
+        f"{turns['turn_s_median']} s, slowest {turns['turn_s_max']} s"
+    )
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ POSITIVE = (0, None, True)
 class AgentDefaults:
     max_turns: int = 200
     max_tokens_total: int = 1_000_000
+    # Requests to continue a reply cut by the output cap, per run (0: never).
+    max_continuations: int = field(default=2, metadata=between(0))
     result_budget: int = 20_000
     consolidation_ratio: float = field(default=0.5, metadata=between(0, 1, open_low=True))
     # 0 turns idle compaction off.

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
-StopReason = Literal["done", "tool", "length"]
+# "repetition": the repetition guard stopped a looping reply (heron/providers/repetition.py).
+StopReason = Literal["done", "tool", "length", "repetition"]
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class TurnResult:
 
     @property
     def ok(self) -> bool:
-        return self.run.stop in ("done", "wrapup", "length")
+        return self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
 class Engine:
@@ -143,7 +143,9 @@ class Engine:
         self.choice = choice
         self.registry = registry
         defaults = settings.config.agent
-        self.limits = RunLimits(defaults.max_turns, defaults.max_tokens_total)
+        self.limits = RunLimits(
+            defaults.max_turns, defaults.max_tokens_total, defaults.max_continuations
+        )
         # Each request's bounds: silence before a stream is cut and retried, and its deadline.
         self.retry = RetryPolicy(
             deadline=defaults.request_deadline, stall_timeout=defaults.stall_timeout
@@ -215,8 +217,15 @@ class Engine:
         files = self.bootstrap_cache.read(workspace)
         memory, recent = memory_wiring.prompt_sections(self.store, self.memory, conversation_id)
         specs = self.registry.specs()
+        brief = self.choice.profile.brief_prompt
         return PromptInputs(
-            agent, workspace, specs, memory=memory, recent_history=recent, bootstrap=files
+            agent,
+            workspace,
+            specs,
+            memory=memory,
+            recent_history=recent,
+            bootstrap=files,
+            brief=brief,
         )
 
     async def memory_before_fold(
@@ -368,7 +377,9 @@ class Engine:
             conversation.id,
             run_id,
             user_message,
-            sent=with_runtime(user_message, info),
+            # A tiny model takes the runtime block for the question (measured: Paris is lost
+            # from "What is the capital of France?"), so a brief-prompt model is sent none.
+            sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
         )

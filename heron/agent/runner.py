@@ -6,8 +6,11 @@
     4. drain the mailbox (messages the user typed meanwhile) and go again, until the model stops.
 
 Ceilings (model calls, tokens) end in a wrap-up call without tools that says what is done and
-what is pending. The runner owns no storage: every new message and every model and tool call is
-handed to the hooks as it happens, so the engine can persist it before anything else.
+what is pending. A reply cut by the output cap is continued at most `max_continuations` times a
+run, never for a model whose profile says not to, and never when the cut text loops; a reply
+that loops while it streams is stopped by the repetition guard when the profile turns it on.
+The runner owns no storage: every new message and every model and tool call is handed to the
+hooks as it happens, so the engine can persist it before anything else.
 """
 
 from __future__ import annotations
@@ -32,18 +35,18 @@ from heron.providers.base import (
     call_with_retries,
 )
 from heron.providers.profiles import ModelProfile
+from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import WireBody, body_of
 from heron.redact import Redactor, scrub_error
 from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
-RunStop = Literal["done", "wrapup", "length", "interrupted", "error"]
+RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]
 
 CONTINUE = "Your reply was cut off by the output limit. Continue exactly where it stopped."
 WRAP_UP = (
     "This run has reached its limit of {what}. Do not call tools. Reply to the user with a short "
     "summary of what is done and what is still pending, so the work can resume later."
 )
-MAX_CONTINUATIONS = 3
 EMPTY = "the model sent an empty reply twice (no text and no tool call)"
 EMPTY_HINT = "The model or its server may be misbehaving: try again, or try another model."
 BREAK = (
@@ -68,6 +71,7 @@ class HeronPrompt(Message):
 class RunLimits:
     max_turns: int = 200  # model calls per run
     max_tokens_total: int = 1_000_000
+    max_continuations: int = 2  # "continue where you stopped" requests per run
 
 
 @dataclass
@@ -145,6 +149,7 @@ class _State:
     calls: int = 0
     tools: int = 0
     continuations: int = 0
+    cut: list[str] = field(default_factory=list)  # the text of the cut replies continued so far
 
     @property
     def all(self) -> list[Message]:
@@ -205,8 +210,9 @@ class Runner:
                     await self._wrap_up(system, s, hooks, "", prompt=BREAK)
                     return "wrapup"
                 continue
-            if reply.stop == "length" and s.continuations < MAX_CONTINUATIONS:
+            if reply.stop == "length" and self._may_continue(s, reply):
                 s.continuations += 1
+                s.cut.append(reply.text)
                 await self._add(s, HeronPrompt(CONTINUE), hooks)
                 continue
             if hooks.should_break and hooks.should_break():
@@ -216,7 +222,14 @@ class Runner:
                 for message in mail:
                     await self._add(s, message, hooks)
                 continue
-            return "length" if reply.stop == "length" else "done"
+            return reply.stop if reply.stop in ("length", "repetition") else "done"
+
+    def _may_continue(self, s: _State, reply: Reply) -> bool:
+        """A cut reply is continued within the run's bound, when the profile allows it and the
+        text cut so far (this reply and the ones it continues) is not a loop."""
+        if not self.profile.continue_cut or s.continuations >= self.limits.max_continuations:
+            return False
+        return not repeats_itself("".join([*s.cut, reply.text]))
 
     def _limit_reached(self, s: _State) -> str | None:
         if s.calls >= self.limits.max_turns:
@@ -245,8 +258,8 @@ class Runner:
         s.calls += 1
         seq = s.calls
         shown = RetryFilter(hooks.on_event) if hooks.on_event else None
-
         told = self._on_retry(hooks)
+        guard = self.profile.loop_guard
 
         def on_retry(error: ProviderError, wait: float) -> None:
             if shown is not None:
@@ -254,10 +267,13 @@ class Runner:
             if told is not None:
                 told(error, wait)
 
+        def chat() -> Awaitable[Reply]:
+            if guard:  # stops a looping reply as it streams
+                return guarded_chat(self.provider, request, shown)
+            return self.provider.chat(request, shown)
+
         try:
-            reply = await call_with_retries(
-                lambda: self.provider.chat(request, shown), self.retry, on_retry=on_retry
-            )
+            reply = await call_with_retries(chat, self.retry, on_retry=on_retry)
         except ProviderError as error:
             scrub_error(error, self.redactor)
             ended = time.time()

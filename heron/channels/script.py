@@ -21,9 +21,8 @@ from heron.providers.base import Provider
 from heron.tools.approval import DECLINED, NO_TERMINAL, start_notice
 
 EMBEDDED_BANNER = (
-    "Using the built-in offline model (SmolLM2-135M): it is tiny, answers simple questions and "
-    "cannot use tools well. For real work set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
-    "HERON_BASE_URL (see README)."
+    "Offline demo model (SmolLM2-135M, no tools, short answers) for trying Heron out; for real "
+    "work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL (see README)."
 )
 CHANNEL = "script"
 

