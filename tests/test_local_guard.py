@@ -158,7 +158,7 @@ def test_max_continuations_is_read_from_config_and_checked(tmp_path):
     assert load_config(path).agent.max_continuations == 0
     assert Config().agent.max_continuations == 2
     path.write_text("[agent]\nmax_continuations = -1\n")
-    with pytest.raises(ConfigError, match="max_continuations must be 0 or more"):
+    with pytest.raises(ConfigError, match="max_continuations must be at least 0"):
         load_config(path)
 
 
