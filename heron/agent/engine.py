@@ -89,6 +89,7 @@ class BuiltTurn:
     governor: Governor | None = None
     # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
     compaction_calls: CallSink = field(default_factory=lambda: CallSink())
+    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
 
 
 @dataclass
@@ -332,7 +333,13 @@ class Engine:
         sink = CallSink()
         prepared = await prepare_turn(self, conversation, agent, turn_id, stored.id, on_call=sink)
         return BuiltTurn(
-            run_id, turn_id, prepared.system, prepared.messages, prepared.governor, sink
+            run_id,
+            turn_id,
+            prepared.system,
+            prepared.messages,
+            prepared.governor,
+            sink,
+            prepared.notices,
         )
 
     async def _run(
@@ -353,6 +360,9 @@ class Engine:
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
         )
         await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
+        if built.notices and hooks.on_progress is not None:
+            for notice in built.notices:
+                hooks.on_progress(notice)
         runner = Runner(self.provider, self.registry, self.choice.profile, self.limits)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
