@@ -29,7 +29,7 @@ from heron.agent.runner import (
     args_json,
 )
 from heron.agent.turn import Outcome, StaleTurn, TurnControl, TurnMachine, guard_run_hooks
-from heron.compaction import prepare_turn
+from heron.compaction import memory_tokens, prepare_turn
 from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
 from heron.context.prompt import (
@@ -190,6 +190,7 @@ class Engine:
         if not ephemeral:
             self.memory = MemoryService(self.settings.paths.memory, self.store)
             self.memory_baseline = memory_digests(self.memory)
+            self.memory.section_tokens = memory_tokens(self)
         self.recall = memory_wiring.lazy_recall(self.store)
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
