@@ -15,6 +15,7 @@ from typing import Any
 
 from heron.compaction import records as rec
 from heron.config import ContextShares
+from heron.context.budget import too_large
 from heron.context.prompt import PromptInputs, PromptMemo, build_system_prompt
 from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions, ViewPlan, derive_view
@@ -136,7 +137,17 @@ class ContextDeps:
 
     async def chat(self, request: ChatRequest, purpose: str) -> Reply:
         """A compaction model call (`purpose`: summary | checkpoint), handed to `on_call` with
-        its exact payload so the turn's trace holds it and the turn pays for it."""
+        its exact payload so the turn's trace holds it and the turn pays for it. A request
+        over the window is not sent (the hard invariant): RequestTooLarge, which a summary
+        treats as any failure of the summarizer."""
+        est = estimate_request(request.system, request.tools, request.messages, self.calibration)
+        if est.total > self.budget.input:
+            parts = {
+                "system prompt": est.system,
+                "tool schemas": est.tools,
+                "messages": est.messages,
+            }
+            raise too_large(parts, self.budget.window, self.budget.output)
         if self.on_call is None:
             return await self.provider.chat(request)
         payload = dumps(self.provider.payload(request))

@@ -19,6 +19,7 @@ from heron.compaction.core import BranchState, ContextDeps, load_branch_async, t
 from heron.compaction.summary import (
     CHECKPOINT_INSTRUCTION,
     checkpoint_text,
+    clip,
     fallback_facts,
     quotes_of,
     state_block,
@@ -258,7 +259,8 @@ class Governor:
             rec.work_state(self.deps.store, self.conversation_id),
             rec.todos(self.deps.store, self.conversation_id),
         )
-        text = checkpoint_text(body, quotes_of(turn_rows), extra)
+        words = self.deps.budget.share("user_words")
+        text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
         rec.add_compaction(
             self.deps.store,
             self.conversation_id,

@@ -234,14 +234,19 @@ def digest(messages: Sequence[Message]) -> str:
     return f"{len(messages)} messages; calls: {made}; it began with: {first}"
 
 
-def checkpoint_text(body: str, quotes: Sequence[tuple[int, str]], state: str) -> str:
+def checkpoint_text(
+    body: str, quotes: Sequence[tuple[int, str]], state: str, words: int | None = None
+) -> str:
+    """The checkpoint of a turn; with `words`, the user's messages in it are quoted newest
+    first within that many tokens, then as pointers."""
     parts = [
         "[Checkpoint of this turn's earlier steps, written when the context filled up. "
         "The steps themselves are kept in the record.]",
-        body.strip(),
+        body.strip() if words is None else clip(body.strip(), words * 2),
     ]
     if quotes:
-        parts.append("## The user's messages in this turn, verbatim\n" + render_quotes(quotes))
+        said = render_quotes(quotes) if words is None else bounded_quotes(quotes, words, words)
+        parts.append("## The user's messages in this turn\n" + said)
     if state:
         parts.append(state)
     return "\n\n".join(parts)

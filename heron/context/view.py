@@ -142,7 +142,9 @@ def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResu
     return ToolResult(result.call_id, shown + note, result.is_error)
 
 
-def large_user_text(text: str, limit: int, workspace: Path | None) -> str:
+def large_user_text(
+    text: str, limit: int, workspace: Path | None, row_id: int | None = None
+) -> str:
     """A user message over its share: its head and tail and the file that holds all of it
     (the record keeps it whole too). Same text, same bytes: the file is named by its digest."""
     if len(text) <= limit:
@@ -150,6 +152,8 @@ def large_user_text(text: str, limit: int, workspace: Path | None) -> str:
     path = message_file(text, workspace)
     head, tail = text[: limit * 2 // 3], text[-(limit // 3) :]
     where = f" The whole message is saved in {path}: read it with read_file." if path else ""
+    if row_id is not None:
+        where += f" It is message [#{row_id}] for recall_history."
     note = (
         f"\n[... {len(text) - len(head) - len(tail):,} characters of this message left out of"
         f" the context ({len(text):,} in all).{where} Its end follows.]\n"
@@ -162,7 +166,9 @@ def message_file(text: str, workspace: Path | None) -> str | None:
     return _saved_path("message", text, workspace, MESSAGES_DIR)
 
 
-def _user_message(message: Message, limit: int | None, workspace: Path | None) -> Message:
+def _user_message(
+    message: Message, limit: int | None, workspace: Path | None, row_id: int | None = None
+) -> Message:
     if limit is None or message.role != "user":
         return message
     from heron.context.runtime import is_runtime_part
@@ -170,7 +176,7 @@ def _user_message(message: Message, limit: int | None, workspace: Path | None) -
     if not any(isinstance(p, Text) and len(p.text) > limit for p in message.parts):
         return message
     parts: list[Part] = [
-        Text(large_user_text(p.text, limit, workspace))
+        Text(large_user_text(p.text, limit, workspace, row_id))
         if isinstance(p, Text) and not is_runtime_part(p)
         else p
         for p in message.parts
@@ -185,7 +191,8 @@ def shape(
     old = old_results(pairs)
     out = []
     for ident, message in items:
-        message = _user_message(message, opts.user_chars, opts.workspace)
+        row_id = ident if isinstance(ident, int) else None
+        message = _user_message(message, opts.user_chars, opts.workspace, row_id)
         if not message.tool_results:
             out.append(message)
             continue
@@ -309,6 +316,15 @@ def bounded_quotes(quotes: Sequence[Quote], verbatim: int, pointers: int) -> str
     return "\n".join(out)
 
 
+_MARKED = re.compile(r"It is message \[#(\d+)\] for recall_history\.")
+
+
+def _marked_id(text: str) -> int | None:
+    """The row id a large message's view names (large_user_text), if it does."""
+    found = _MARKED.search(text)
+    return int(found.group(1)) if found else None
+
+
 def snip(
     messages: list[Message],
     budget: int,
@@ -336,7 +352,10 @@ def snip(
             cut = i
             break
     dropped = [
-        ((ids_of or {}).get(t), t) for m in messages[:cut] for t in user_texts(m) if t.strip()
+        ((ids_of or {}).get(t) or _marked_id(t), t)
+        for m in messages[:cut]
+        for t in user_texts(m)
+        if t.strip()
     ]
     note = f"[{cut} earlier messages left out of this view to fit the context window."
     if dropped:
