@@ -5,6 +5,7 @@ recall_history opening a pointed-at message whole."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,29 @@ async def test_recall_history_opens_a_message_by_its_id():
             recall_history.fn(ctx, message_id=row.id + 1000)
     assert text in opened and opened.startswith(f"[message {row.id} · user]")
     assert "the ids are those in [#N] pointers" in str(missing.value)
+
+
+async def test_a_consolidation_lands_well_below_its_trigger_so_the_next_is_turns_away(
+    monkeypatch,
+):
+    from compaction_helpers import Model
+
+    from heron.compaction import records as rec
+
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = Model(tool_rounds=1)  # every turn reads big.txt: about 20 KB
+    counts = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        line = "the quick brown fox jumps over the lazy dog " * 2
+        (engine.settings.paths.workspace / "big.txt").write_text((line + "\n") * 230)
+        conv = None
+        for i in range(60):
+            await engine.turn("k", f"turn {i}: read big.txt and tell me what changed")
+            conv = conv or engine.store.conversation("k")
+            folds = [c for c in rec.compactions(engine.store, conv.id) if c.is_consolidation]
+            counts.append(len(folds))
+    assert counts[-1] >= 1  # it did consolidate
+    steps = [b - a for a, b in itertools.pairwise(counts)]
+    assert all(not (x and y) for x, y in itertools.pairwise(steps))  # never two in a row
+    assert counts[-1] <= 60 // 4
+    assert all(c.tokens_after < c.tokens_before // 2 for c in folds)
