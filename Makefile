@@ -44,7 +44,7 @@ test: $(STAMP) bubblewrap
 # the offline model), property tests at light strength. `make test` runs them all.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model"
+	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model and not heavy"
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

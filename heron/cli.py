@@ -159,12 +159,17 @@ def conversations_show(
     model_view: Annotated[
         bool, typer.Option("--model-view", help="Print exactly what the model receives next.")
     ] = False,
+    budget: Annotated[
+        bool, typer.Option("--budget", help="Each part's budget of the window, and its use.")
+    ] = False,
 ) -> None:
     """Print a conversation's current branch: every turn, tool call and result."""
     from heron.channels.info import show_conversation
 
     try:
-        show_conversation(settings(), key, compactions=compactions, model_view=model_view)
+        show_conversation(
+            settings(), key, compactions=compactions, model_view=model_view, budget=budget
+        )
     except HeronError as e:
         fail(e)
 

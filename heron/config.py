@@ -140,6 +140,22 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class ContextShares:
+    """`[context]`: what each part of a request may take, as a share of the model's window
+    (the output reserve is apart: min(max_output, window / 4)). The defaults leave a short
+    conversation as it was; they bound a long one (docs/context.md, "Budgets")."""
+
+    system: float = 0.3  # the system prompt with memory, archived context and skills
+    memory: float = 0.08  # the memory section inside it
+    archive: float = 0.08  # the archived context (summaries and the user's words)
+    user_words: float = 0.03  # the user's verbatim words inside the archive
+    recent: float = 0.05  # the recent turns kept whole by a consolidation
+    tool_result: float = 0.025  # one tool result in the view
+    recall: float = 0.03  # one recall result in the view
+    user_message: float = 0.25  # one user message in the view
+
+
+@dataclass(frozen=True)
 class Config:
     """The parsed config.toml (every key optional)."""
 
@@ -149,6 +165,7 @@ class Config:
     api_keys: dict[str, str] = field(default_factory=dict, repr=False)  # keys never in a repr
     base_urls: dict[str, str] = field(default_factory=dict)
     agent: AgentDefaults = AgentDefaults()
+    context: ContextShares = ContextShares()
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     tools: ToolSettings = ToolSettings()
@@ -192,7 +209,7 @@ def load_config(path: Path) -> Config:
 
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
-    known = {"model", "provider", "base_url", "providers", "agent", "models", "prices"}
+    known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
     known |= {"tools", "memory"}
     unknown = set(data) - known
     if unknown:
@@ -213,6 +230,7 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         api_keys=keys,
         base_urls=urls,
         agent=_agent_defaults(_table(data, "agent", path), path),
+        context=_context_shares(_table(data, "context", path), path),
         models=_table(data, "models", path),
         prices=_table(data, "prices", path),
         tools=_tool_settings(_table(data, "tools", path), path),
@@ -337,6 +355,25 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
     return ToolSettings(**table)
 
 
+def _context_shares(table: dict[str, Any], path: Path) -> ContextShares:
+    """Each `[context]` key is a share of the window: a number above 0 and at most 1."""
+    names = ContextShares.__dataclass_fields__
+    values: dict[str, float] = {}
+    for key, value in table.items():
+        if key not in names:
+            raise ConfigError(
+                f"{path}: [context] has no key {key!r}",
+                hint=f"Known keys: {', '.join(names)}.",
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise ConfigError(
+                f"{path}: [context] {key} must be a share of the window above 0 and at most 1"
+                f" (e.g. 0.25), got {value!r}"
+            )
+        values[key] = float(value)
+    return ContextShares(**values)
+
+
 @dataclass(frozen=True)
 class ModelChoice:
     """Which wire a run uses, with which model, where, and with which key."""
@@ -361,6 +398,10 @@ def choose_model(
     window = env.get("HERON_CONTEXT_WINDOW")
     if window:
         profile = ModelProfile(**{**profile.__dict__, "context_window": _window(window)})
+    # A request asks for no more output than the window reserves for it (heron.compaction's
+    # Budget): a server that counts prompt plus max_tokens would refuse more.
+    reserve = min(profile.max_output, max(256, profile.context_window // 4))
+    profile = ModelProfile(**{**profile.__dict__, "max_output": reserve})
     return ModelChoice(**{**choice.__dict__, "profile": profile})
 
 

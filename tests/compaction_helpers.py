@@ -90,3 +90,31 @@ def fetch_report(ctx: ToolContext, n: int) -> str:
 def report_registry() -> ToolRegistry:
     """One tool whose results are not micro-compacted, so a turn can fill the window."""
     return ToolRegistry([fetch_report])
+
+
+def pointed_at(seen: str, row_id: int) -> bool:
+    """Whether a request names row `row_id`: a pointer [#id], or inside a range [#a–#b]."""
+    import re
+
+    if f"[#{row_id}]" in seen:
+        return True
+    spans = re.findall(r"\[#(\d+)–#(\d+)\]", seen)
+    return any(int(a) <= row_id <= int(b) for a, b in spans)
+
+
+def reachable(seen: str, store, conversation_id: int, text: str) -> bool:
+    """What the user wrote is whole in the request, or a pointer in it opens it whole with
+    recall_history(message_id=...)."""
+    if text in seen:
+        return True
+    from pathlib import Path
+
+    from heron.memory.recall import Recall
+    from heron.tools.memory_tools import recall_history
+    from heron.tools.registry import ToolContext
+
+    ctx = ToolContext(workspace=Path("."), extra={"recall": Recall(store)})
+    for row in store.all_messages(conversation_id):
+        if row.role == "user" and row.message.text == text and pointed_at(seen, row.id):
+            return text in recall_history.fn(ctx, message_id=row.id)
+    return False

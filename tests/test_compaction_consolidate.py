@@ -4,7 +4,7 @@ import itertools
 import json
 
 import pytest
-from compaction_helpers import Model, all_text, is_summary
+from compaction_helpers import Model, all_text, is_summary, reachable
 
 from heron.agent.engine import Engine
 from heron.compaction import compact_now
@@ -23,7 +23,9 @@ def big_file(engine: Engine, kb: int = 20) -> None:
     (engine.settings.paths.workspace / "big.txt").write_text((line + "\n") * (kb * 1024 // 90))
 
 
-async def test_turn_3_fact_and_turn_5_rule_survive_200_turns_of_a_junk_summarizer(monkeypatch):
+async def test_turn_3_fact_and_turn_5_rule_stay_reachable_over_200_turns_of_a_junk_summarizer(
+    monkeypatch,
+):
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
     model = Model(tool_rounds=1, tools_every=10)  # the summarizer answers "blah blah"
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
@@ -33,12 +35,14 @@ async def test_turn_3_fact_and_turn_5_rule_survive_200_turns_of_a_junk_summarize
             await engine.turn("k", text)
         conv = engine.store.conversation("k")
         kinds = [c.kind for c in rec.compactions(engine.store, conv.id)]
-    seen = all_text(model.turn_requests[-1])
-    assert FACT in seen and RULE in seen
+        seen = all_text(model.turn_requests[-1])
+        # Old words are verbatim while their budget lasts, then a pointer that opens them whole.
+        assert reachable(seen, engine.store, conv.id, FACT)
+        assert reachable(seen, engine.store, conv.id, RULE)
     assert kinds.count("consolidation") >= 2
 
 
-async def test_every_user_message_of_60_turns_is_in_the_last_request_with_a_6000_window(
+async def test_every_user_message_of_60_turns_is_reachable_from_the_last_request_of_6000(
     monkeypatch,
 ):
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
@@ -51,9 +55,11 @@ async def test_every_user_message_of_60_turns_is_in_the_last_request_with_a_6000
             await engine.turn("k", sent[-1])
         conv = engine.store.conversation("k")
         assert len(rec.compactions(engine.store, conv.id)) >= 2
-    last = model.turn_requests[-1]
-    seen = all_text(last)
-    assert [s for s in sent if s not in seen] == []
+        last = model.turn_requests[-1]
+        seen = all_text(last)
+        lost = [s for s in sent if not reachable(seen, engine.store, conv.id, s)]
+        assert lost == []
+        assert sent[-1] in seen and sent[-2] in seen  # the newest are verbatim
     # The whole request fits the window, with room for the answer.
     from heron.context.tokens import Calibration, estimate_request
 
@@ -87,9 +93,10 @@ async def test_a_failing_summarizer_loses_nothing_and_the_third_failing_turn_fal
             assert all(t in all_text(model.turn_requests[-1]) for t in texts)
         done = rec.compactions(store, conv.id)
         rows = store.all_messages(conv.id)
+        seen = all_text(model.turn_requests[-1])  # the fallback summary is in its system prompt
+        assert [t for t in texts if not reachable(seen, store, conv.id, t)] == []
     assert len(failing_turns) == 3 and failing_turns[-1] == i  # the third failing turn
     assert [c.kind for c in done] == ["fallback"]
-    assert all(t in done[0].summary or t in all_text(model.turn_requests[-1]) for t in texts)
     assert "read_file(" in done[0].summary  # the calls made and the start of each result
     # Compaction marked nothing away: every row is still in the record.
     assert sum(1 for r in rows if r.message.text in texts) == len(texts)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strength import examples
@@ -135,17 +137,34 @@ def test_a_result_over_the_budget_shows_its_head_and_where_it_is(tmp_path):
     assert saved.read_text() == messages[2].tool_results[0].content
 
 
-def test_snip_keeps_the_users_words_of_what_it_drops():
+def test_snip_keeps_the_newest_words_verbatim_and_points_at_the_rest():
     messages = []
     for i in range(20):
         messages += [
             Message("user", [Text(f"ask {i} " + "w" * 200)]),
             Message("assistant", [Text("ok " * 50)]),
         ]
-    cut = snip(messages, 600, Calibration())
-    assert estimate_messages(cut) < estimate_messages(messages)
+    ids = {f"ask {i} " + "w" * 200: 100 + i for i in range(20)}
+    cut = snip(messages, 600, Calibration(), ids_of=ids)
+    assert estimate_messages(cut) <= 600  # the note itself fits: the bug was an unbounded note
     text = "".join(p.text for m in cut for p in m.parts if isinstance(p, Text))
-    assert all(f"ask {i} " in text for i in range(20))
+    kept = [i for i in range(20) if f"ask {i} " + "w" * 200 in text]
+    dropped = [i for i in range(20) if i not in kept]
+    # every message is whole in the view, named by its row id, or inside a range of row ids
+    spans = [tuple(map(int, m)) for m in re.findall(r"\[#(\d+)–#(\d+)\]", text)]
+    for i in dropped:
+        assert f"[#{100 + i}]" in text or any(a <= 100 + i <= b for a, b in spans)
+    assert kept and kept == list(range(kept[0], 20))  # the newest are the verbatim ones
+
+
+def test_snip_of_one_huge_old_message_points_at_it():
+    huge = "paste " + "x" * 50_000
+    messages = [Message("user", [Text(huge)]), Message("assistant", [Text("ok")])]
+    messages += [Message("user", [Text("next")]), Message("assistant", [Text("fine")])]
+    cut = snip(messages, 2_000, Calibration(), ids_of={huge: 7})
+    text = "".join(p.text for m in cut for p in m.parts if isinstance(p, Text))
+    assert huge not in text and "[#7] paste" in text
+    assert estimate_messages(cut) <= 2_000
 
 
 def test_reused_call_ids_are_paired_with_the_call_just_before():

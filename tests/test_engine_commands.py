@@ -81,13 +81,27 @@ async def test_status_exact_output():
         await engine.turn("s", "two")
         status = await engine.turn("s", "/status")
     window = engine.choice.profile.context_window
+    budget = (
+        "budget (tokens, share of the window):\n"
+        f"  window                             {window:>9,}\n"
+        "  output reserve                         8,192 (6.4%)\n"
+        "  system prompt with memory             38,400 (30.0%)\n"
+        "    memory                              10,240 (8.0%)\n"
+        "  archived context                      10,240 (8.0%)\n"
+        "    the user's verbatim words in it      3,840 (3.0%)\n"
+        "  recent turns kept whole                6,400 (5.0%)\n"
+        "  one tool result                        3,200 (2.5%)\n"
+        "  one recall result                      3,840 (3.0%)\n"
+        "  one user message                      32,000 (25.0%)\n"
+    )
     assert empty.reply == (
         "model: scripted/scripted\nconversation: s (0 turns)\n"
-        f"context: 0 tokens (0.0% of {window:,})\ncache hit rate: no model calls yet\nturn: idle"
+        f"context: 0 tokens (0.0% of {window:,})\n{budget}"
+        "cache hit rate: no model calls yet\nturn: idle"
     )
     assert status.reply == (
         "model: scripted/scripted\nconversation: s (2 turns)\n"
-        f"context: 1,230 tokens ({100 * 1230 / window:.1f}% of {window:,})\n"
+        f"context: 1,230 tokens ({100 * 1230 / window:.1f}% of {window:,})\n{budget}"
         "cache hit rate: 41% over the last 2 turns\nturn: idle"
     )
 

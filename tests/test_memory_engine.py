@@ -144,7 +144,7 @@ async def test_compaction_runs_the_extraction_pass_which_only_queues(monkeypatch
 
 
 async def test_compaction_thaws_the_frozen_section(monkeypatch):
-    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "2500")
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "4000")  # the tool schemas alone take 1,700
     model = Model([save_call(), said("Saved.")])
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         await engine.turn("c", f"{PREF}. Remember that.")

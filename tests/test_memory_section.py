@@ -35,8 +35,28 @@ def test_memory_section_lists_everything_in_a_fixed_order():
     assert section.index("Concise replies") < section.index("## Situational preferences")
     assert "- [when: cooking] No cilantro (personal/when/cooking/no-cilantro.md)" in section
     assert section.index("[when: code-review]") < section.index("[when: cooking]")
-    assert section.count("zebra") == 2000  # nothing truncated
+    # An entry over the cap (hand-written: saves are capped) shows its head and a pointer.
+    assert 0 < section.count("zebra") < 60
+    assert 'view_memory("personal/always/long.md") reads it whole' in section
     assert memory_section([]) == ""
+
+
+def test_past_the_memory_budget_when_entries_are_listed_by_title():
+    always = [entry(f"personal/always/rule-{i}", f"Rule {i}: " + "be kind " * 20) for i in range(3)]
+    when = [
+        entry(f"personal/when/topic-{i}/tip", f"Tip {i} for this topic. " + "detail " * 40)
+        for i in range(40)
+    ]
+    unbounded = memory_section(always + when)
+    section = memory_section(always + when, tokens=800)
+    assert len(section) // 4 <= 800 < len(unbounded) // 4
+    assert all(f"Rule {i}: " + "be kind " * 20 in section.replace("\n  ", " ") for i in range(3))
+    assert "Tip 0 for this topic. detail" in section  # whole while the budget lasts
+    titled = [i for i in range(40) if f"- [when: topic-{i}] Tip {i} for this topic." in section]
+    assert titled and "detail " * 40 not in section.split(f"Tip {titled[-1]} ")[1]
+    # what no longer fits even by title is counted, and view_memory lists it
+    if len(titled) < 40:
+        assert "more entries are not shown: view_memory lists every entry." in section
 
 
 def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path):
@@ -78,3 +98,21 @@ def test_recent_history_respects_floor_and_budgets(tmp_path: Path):
     set_history_floor(store, cid, 42.0)
     assert history_floor(store, cid) == 42.0
     store.close()
+
+
+def test_memory_list_flags_an_entry_over_the_cap(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    monkeypatch.setenv("HERON_HOME", str(tmp_path))
+    folder = tmp_path / "memory" / "personal" / "always"
+    folder.mkdir(parents=True)
+    (folder / "long.md").write_text("My whole life story. " + "and then " * 200_000)
+    (folder / "short.md").write_text("Short answers.")
+    out = CliRunner().invoke(app, ["memory", "list"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    flagged = [i for i, line in enumerate(lines) if line.strip().startswith("!")]
+    assert len(flagged) == 1 and "long.md" in lines[flagged[0] - 1]
+    assert "1,800,020 characters, over the 1,000 the prompt shows" in lines[flagged[0]]  # stripped

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from heron.messages import Message, Text
 from heron.store import Store, StoredMessage
@@ -144,7 +144,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "cache hit rate: no turns yet",
             "turn: idle",
         ]
-        return CommandReply("\n".join(lines))
+        return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
     used, turns, rate = await asyncio.to_thread(_usage, ctx.store, conv.id)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await asyncio.to_thread(es.lease_holder, ctx.store, conv.id)
@@ -160,7 +160,16 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         ),
         f"turn: {turn}",
     ]
-    return CommandReply("\n".join(lines))
+    return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+
+
+def _budget(engine: Any) -> list[str]:
+    """The budgets of the window (issue 14): `heron conversations show KEY --budget` says
+    what each part takes now."""
+    from heron.compaction.core import deps_for
+    from heron.compaction.inspect import budget_lines
+
+    return ["budget (tokens, share of the window):", *budget_lines(deps_for(engine).budget)]
 
 
 def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:

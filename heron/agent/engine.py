@@ -29,7 +29,7 @@ from heron.agent.runner import (
     args_json,
 )
 from heron.agent.turn import Outcome, StaleTurn, TurnControl, TurnMachine, guard_run_hooks
-from heron.compaction import prepare_turn
+from heron.compaction import memory_tokens, prepare_turn
 from heron.compaction.governor import Governor
 from heron.config import ModelChoice, Settings
 from heron.context.prompt import (
@@ -78,6 +78,9 @@ class TurnHooks:
     # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
     # the running turn's control (epoch token, mailbox, break); who started the turn.
     on_busy: Callable[[str], None] | None = None
+    # Told once what the turn did to what the person sent (a message too large for the model's
+    # share of the window, saved to a file).
+    on_notice: Callable[[str], None] | None = None
     control: TurnControl | None = None
     # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
     # None: the engine's default (`Engine.approve`), else "ask" refuses.
@@ -96,6 +99,7 @@ class BuiltTurn:
     governor: Governor | None = None
     # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
     compaction_calls: CallSink = field(default_factory=lambda: CallSink())
+    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
 
 
 @dataclass
@@ -208,6 +212,7 @@ class Engine:
         if not ephemeral:
             self.memory = MemoryService(self.settings.paths.memory, self.store)
             self.memory_baseline = memory_digests(self.memory)
+            self.memory.section_tokens = memory_tokens(self)
         self.recall = memory_wiring.lazy_recall(self.store)
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
@@ -354,7 +359,13 @@ class Engine:
         sink = CallSink()
         prepared = await prepare_turn(self, conversation, agent, turn_id, user_id, on_call=sink)
         return BuiltTurn(
-            run_id, turn_id, prepared.system, prepared.messages, prepared.governor, sink
+            run_id,
+            turn_id,
+            prepared.system,
+            prepared.messages,
+            prepared.governor,
+            sink,
+            prepared.notices,
         )
 
     async def _commit_message(
@@ -410,6 +421,9 @@ class Engine:
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
         )
         await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
+        if hooks.on_notice is not None:
+            for notice in built.notices:
+                hooks.on_notice(notice)
         profile, limits = self.choice.profile, self.limits
         runner = Runner(self.provider, self.registry, profile, limits, self.retry, self.redactor)
         run_hooks = RunHooks(

@@ -189,13 +189,13 @@ class AgentLoop:
         """What the turn shows as it runs: busy notices always; the stream, tool calls and
         retries as TurnEvents for a channel that asked for them."""
 
-        def busy(note: str) -> None:
+        def busy(note: str) -> None:  # "busy in another session", a message saved to a file
             if control.visible:
                 self.bus.emit(
                     OutboundMessage(message.channel, message.chat_id, key, note, "notice")
                 )
 
-        hooks = TurnHooks(on_busy=busy, control=control)
+        hooks = TurnHooks(on_busy=busy, on_notice=busy, control=control)
         if control.visible:
             hooks.approve = self.approvers.get(message.channel)
         if not message.events:

@@ -266,6 +266,7 @@ def muted_hooks(hooks: TurnHooks) -> TurnHooks:
         on_tool_end=None,
         on_retry=None,
         on_busy=None,
+        on_notice=None,
     )
 
 

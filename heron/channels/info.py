@@ -68,12 +68,23 @@ def _turn_header(n: int, turn: Turn) -> str:
 
 
 def show_conversation(
-    settings: Settings, key: str, *, compactions: bool = False, model_view: bool = False
+    settings: Settings,
+    key: str,
+    *,
+    compactions: bool = False,
+    model_view: bool = False,
+    budget: bool = False,
 ) -> None:
     store = open_store(settings)
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    if budget:  # issue 14: each part's budget, and what it takes now
+        from heron.compaction.inspect import budget_report
+
+        for line in budget_report(settings, store, conv):
+            typer.echo(line)
+        return
     if compactions or model_view:  # compaction (issue 3): what it did, what the model sees
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             typer.echo(line)

@@ -76,7 +76,10 @@ def _when(ts: float) -> str:
 def list_entries(
     scope: Annotated[str | None, typer.Argument(help="Only this scope.")] = None,
 ) -> None:
-    """List every scope and its entries (or one scope's entries)."""
+    """List every scope and its entries (or one scope's entries); an entry too long for the
+    prompt is flagged."""
+    from heron.memory.section import ENTRY_CAP, over_cap
+
     with _service() as service:
         entries = service.entries(scope)
         if not entries:
@@ -91,6 +94,12 @@ def list_entries(
                 typer.echo(f"{current}/")
             text = " ".join(e.text.split())
             typer.echo(f"  {e.path.rel:56} {e.origin:6} {text[:70]}")
+            if over_cap(e):
+                typer.echo(
+                    f"    ! {len(e.text.strip()):,} characters, over the {ENTRY_CAP:,} the prompt"
+                    " shows: the model sees its head and reads the rest with view_memory."
+                    " Shorten it, or split it into several entries."
+                )
 
 
 @app.command()

@@ -39,6 +39,13 @@ async def prepare_turn(
     )
 
 
+def memory_tokens(engine: Any) -> int:
+    """The memory section's budget in the prompt: [context] memory of the window."""
+    from heron.compaction.core import window_for
+
+    return int(window_for(engine) * engine.settings.config.context.memory)
+
+
 async def compact_conversation(
     engine: Any,
     conversation: Any,
@@ -83,4 +90,11 @@ async def idle_loop(engine: Any, poll_s: float = 60.0) -> None:
     await run(engine, poll_s)
 
 
-__all__ = ["compact_conversation", "compact_idle", "compact_now", "idle_loop", "prepare_turn"]
+__all__ = [
+    "compact_conversation",
+    "compact_idle",
+    "compact_now",
+    "idle_loop",
+    "memory_tokens",
+    "prepare_turn",
+]

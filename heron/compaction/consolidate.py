@@ -20,19 +20,22 @@ from heron.compaction.core import (
     load_branch,
     load_branch_async,
     system_for,
-    tokens_of,
     view_of,
 )
 from heron.compaction.summary import (
     SUMMARY_SYSTEM,
+    archive_room,
+    clip,
+    digest,
     fallback_facts,
     parse_summary,
     quotes_of,
     render_summary,
+    sections,
     state_block,
     transcript,
 )
-from heron.context.tokens import estimate_text
+from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import is_clean_user
 from heron.messages import Message, Text
 from heron.providers.base import ChatRequest
@@ -66,17 +69,34 @@ class CompactionReport:
         )
 
 
-def choose_cut(state: BranchState) -> int | None:
+def choose_cut(state: BranchState, recent: int | None = None) -> int | None:
     """Index of the first row kept verbatim: the latest row that starts a turn with at least
-    KEEP_MESSAGES rows from it on, after the current fold; None when nothing can be folded."""
+    KEEP_MESSAGES rows from it on, after the current fold; None when nothing can be folded.
+    `recent`: the tokens the kept turns may take; when the last KEEP_MESSAGES rows are more,
+    fewer whole turns are kept (the last one always), so the view lands well under the
+    trigger and the next consolidation is several turns away."""
     rows, plan = state.rows, state.plan
     ids = [r.id for r in rows]
     start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
-    best = None
-    for i in range(start + 1, len(rows) - KEEP_MESSAGES + 1):
-        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted:
-            best = i
-    return best
+    starts = [
+        i
+        for i in range(start + 1, len(rows))
+        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted
+    ]
+    best = next((i for i in reversed(starts) if len(rows) - i >= KEEP_MESSAGES), None)
+    if recent is None or not starts:
+        return best
+    size = 0
+    sizes = {}
+    for i in range(len(rows) - 1, start, -1):
+        size += estimate_message(rows[i].wire)
+        sizes[i] = size
+    if best is not None and sizes[best] <= recent:
+        return best
+    if best is None and sizes[starts[0]] <= recent:
+        return None  # a short conversation that fits: nothing to fold, as before
+    fitting = [i for i in starts if sizes[i] <= recent]
+    return fitting[0] if fitting else starts[-1]
 
 
 def _prompt(deps: ContextDeps, state: BranchState, messages: list[Message]) -> str:
@@ -84,17 +104,19 @@ def _prompt(deps: ContextDeps, state: BranchState, messages: list[Message]) -> s
     facts = previous.meta.get("facts", "") if previous else ""
     ws = previous.working_state if previous else ""
     text = transcript(messages)
-    room = deps.budget.input * 3  # characters: keep the newest part when it cannot all fit
-    if len(text) > room:
-        text = "[… older part left out …]\n" + text[-room:]
+    room = deps.budget.input * 3 // 5  # tokens: keep the newest part when it cannot all fit
+    size = estimate_text(text)
+    if size > room:
+        text = "[… older part left out …]\n" + text[-(len(text) * room // size) :]
     return (
         f"Previous facts:\n{facts or '(none)'}\n\nPrevious working state:\n{ws or '(none)'}\n\n"
         f"New part of the conversation:\n{text}"
     )
 
 
-async def summarize(deps: ContextDeps, prompt: str) -> tuple[str, str]:
-    """(facts, working state) from the model; raises when it fails or does not write."""
+async def summarize(deps: ContextDeps, prompt: str) -> tuple[str, str, str]:
+    """(facts, working state, this part) from the model; raises when it fails or does not
+    write."""
     request = ChatRequest(
         model=deps.provider.model,
         system=SUMMARY_SYSTEM,
@@ -105,7 +127,8 @@ async def summarize(deps: ContextDeps, prompt: str) -> tuple[str, str]:
     reply = await deps.chat(request, "summary")
     if reply.tool_calls or not reply.text.strip():
         raise ValueError("the summarizer wrote no summary")
-    return parse_summary(reply.text)
+    facts, ws = parse_summary(reply.text)
+    return facts, ws, sections(reply.text).get("this part", "")
 
 
 def _count_failure(deps: ContextDeps, conversation_id: int, turn_id: int | None) -> int:
@@ -140,7 +163,7 @@ async def consolidate(
     """Fold everything before the last turns into a summary, if anything can be folded."""
     # The whole branch: the summary quotes every user message up to the cut, earlier folds too.
     state = await load_branch_async(deps.store, conversation_id, full=True)
-    cut = choose_cut(state)
+    cut = choose_cut(state, deps.budget.share("recent"))
     if cut is None:
         return CompactionReport("none", reason)
     before = _conversation_tokens(deps, agent, state)
@@ -148,8 +171,9 @@ async def consolidate(
     start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0
     new_rows = [r for r in state.rows[start:cut] if r.id not in state.plan.compacted]
     kind, error = "consolidation", None
+    chunk = ""
     try:
-        facts, ws = await summarize(deps, _prompt(deps, state, [r.wire for r in new_rows]))
+        facts, ws, chunk = await summarize(deps, _prompt(deps, state, [r.wire for r in new_rows]))
     except Exception as e:  # any failure of the summarizer leaves the conversation as it was
         log.warning("consolidation summary failed: %s", e)
         error = f"{type(e).__name__}: {e}"
@@ -166,7 +190,9 @@ async def consolidate(
         kind = "fallback"
     if deps.before_fold is not None:  # memory's pass over what is about to leave the view
         await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
-    cid = await asyncio.to_thread(_record, deps, state, cut, kind, reason, facts, ws, before, error)
+    chunk = chunk or digest([r.message for r in new_rows])
+    written = Written(kind, facts, ws, chunk, error)
+    cid = await asyncio.to_thread(_record, deps, state, cut, reason, written, before)
     if deps.after_fold is not None:  # the next prompt takes memory as it is now
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
@@ -181,30 +207,51 @@ def _conversation_tokens(
     archived summary (the fixed prefix aside)."""
     summary = state.consolidation.summary if state.consolidation else ""
     view = view_of(deps, state) if view is None else view
-    return tokens_of(deps, "", view) + deps.calibration.tokens(estimate_text(summary))
+    raw = estimate_messages(view) + estimate_text(summary)  # the tool schemas are not history
+    return deps.calibration.tokens(raw)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a consolidation writes: by the model, or by the fallback."""
+
+    kind: str  # consolidation | fallback
+    facts: str  # level 2: everything so far
+    working_state: str
+    chunk: str  # level 1: the part folded now
+    error: str | None = None
+
+
+MAX_CHUNKS = 50  # level-1 summaries kept in a consolidation's record (the newest are shown)
 
 
 def _record(
     deps: ContextDeps,
     state: BranchState,
     cut: int,
-    kind: str,
     reason: str,
-    facts: str,
-    ws: str,
+    w: Written,
     before: int,
-    error: str | None,
 ) -> int:
     conversation_id = state.rows[0].conversation_id
     folded = state.rows[:cut]  # every row up to the cut, earlier folds included
     extra = state_block(
         rec.work_state(deps.store, conversation_id), rec.todos(deps.store, conversation_id)
     )
-    summary = render_summary(facts, ws, quotes_of(folded), extra)
+    previous = state.consolidation
+    ids = [r.id for r in folded]
+    start = ids.index(previous.last_row_id) + 1 if previous and previous.last_row_id in ids else 0
+    chunks = [*(previous.meta.get("chunks", []) if previous else [])]
+    chunks = [*chunks, [folded[min(start, len(folded) - 1)].id, folded[-1].id, w.chunk]]
+    chunks = chunks[-MAX_CHUNKS:]
+    room = archive_room(deps.budget.share("archive"), deps.budget.share("user_words"))
+    facts, ws = clip(w.facts, room.facts), clip(w.working_state, room.working)
+    summary = render_summary(facts, ws, quotes_of(folded), extra, room, [tuple(c) for c in chunks])
+    meta = {"facts": facts, "chunks": chunks, **({"error": w.error} if w.error else {})}
     cid = rec.add_compaction(
         deps.store,
         conversation_id,
-        kind=kind,
+        kind=w.kind,
         reason=reason,
         summary=summary,
         working_state=ws,
@@ -212,7 +259,7 @@ def _record(
         last_row_id=folded[-1].id,
         rows_folded=len(folded),
         tokens_before=before,
-        meta={"facts": facts, **({"error": error} if error else {})},
+        meta=meta,
     )
     _reset_failures(deps, conversation_id)
     return cid

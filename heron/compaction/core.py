@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from heron.compaction import records as rec
+from heron.config import ContextShares
+from heron.context.budget import too_large
 from heron.context.prompt import PromptInputs, PromptMemo, build_system_prompt
 from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions, ViewPlan, derive_view
@@ -27,12 +29,14 @@ KEEP_MESSAGES = 8  # a consolidation leaves at least the last 8 messages verbati
 
 @dataclass(frozen=True)
 class Budget:
-    """Token budgets from the model's window."""
+    """Token budgets from the model's window: each part of a request a share of it
+    (`[context]` in config.toml, heron.config.ContextShares)."""
 
     window: int
     output: int  # the output expected of a call, reserved in the window
     ratio: float = 0.5  # consolidate when the conversation passes window x ratio
     result_cap: int = 20_000  # the configured per-result budget, in characters
+    shares: ContextShares = ContextShares()
 
     @property
     def input(self) -> int:
@@ -42,15 +46,61 @@ class Budget:
     def consolidate_at(self) -> int:
         return int(self.window * self.ratio)
 
+    def trigger(self, fixed: int) -> int:
+        """The conversation size (view plus archive) that starts a consolidation, with `fixed`
+        tokens of system prompt and tools: window x ratio, lower when the request would
+        otherwise not fit (a tenth of the room kept for the estimate's error)."""
+        room = (self.input - fixed) * 9 // 10
+        # No room at all: the system prompt and tools alone are too large, which folding the
+        # history cannot fix (the request is refused with what to do instead).
+        return min(self.consolidate_at, room) if room > 0 else self.consolidate_at
+
+    def share(self, name: str) -> int:
+        """The tokens of one share of the window (a field of ContextShares)."""
+        return max(1, int(self.window * getattr(self.shares, name)))
+
     @property
     def result_chars(self) -> int:
         """Per-result budget in the view: small windows get smaller results, so the 5 to 14
         results kept intact by micro-compaction still fit."""
-        return max(500, min(self.result_cap, self.input * 4 // 30))
+        return max(500, min(self.result_cap, self.share("tool_result") * 4))
+
+    @property
+    def recall_chars(self) -> int:
+        return max(500, min(self.result_cap, self.share("recall") * 4))
+
+    @property
+    def user_chars(self) -> int:
+        return max(2_000, self.share("user_message") * 4)
+
+    def lines(self) -> list[tuple[str, int]]:
+        """(what, tokens) of every budget, for /status and `conversations show --budget`."""
+        names = [
+            ("system prompt with memory", "system"),
+            ("  memory", "memory"),
+            ("archived context", "archive"),
+            ("  the user's verbatim words in it", "user_words"),
+            ("recent turns kept whole", "recent"),
+            ("one tool result", "tool_result"),
+            ("one recall result", "recall"),
+            ("one user message", "user_message"),
+        ]
+        return [
+            ("window", self.window),
+            ("output reserve", self.output),
+            *((label, self.share(name)) for label, name in names),
+        ]
 
 
-def budget_for(window: int, max_output: int, ratio: float, result_cap: int) -> Budget:
-    return Budget(window, min(max_output, max(256, window // 4)), ratio, result_cap)
+def budget_for(
+    window: int,
+    max_output: int,
+    ratio: float,
+    result_cap: int,
+    shares: ContextShares | None = None,
+) -> Budget:
+    output = min(max_output, max(256, window // 4))
+    return Budget(window, output, ratio, result_cap, shares or ContextShares())
 
 
 @dataclass
@@ -75,7 +125,8 @@ class ContextDeps:
     prompts: PromptMemo | None = None  # the engine's built prompts, remembered
 
     def view_options(self) -> ViewOptions:
-        return ViewOptions(self.budget.result_chars, self.workspace)
+        b = self.budget
+        return ViewOptions(b.result_chars, self.workspace, b.user_chars, b.recall_chars)
 
     def tools_raw(self) -> int:
         """The raw token estimate of the tool schemas: a JSON encoding of every schema, so it
@@ -86,7 +137,17 @@ class ContextDeps:
 
     async def chat(self, request: ChatRequest, purpose: str) -> Reply:
         """A compaction model call (`purpose`: summary | checkpoint), handed to `on_call` with
-        its exact payload so the turn's trace holds it and the turn pays for it."""
+        its exact payload so the turn's trace holds it and the turn pays for it. A request
+        over the window is not sent (the hard invariant): RequestTooLarge, which a summary
+        treats as any failure of the summarizer."""
+        est = estimate_request(request.system, request.tools, request.messages, self.calibration)
+        if est.total > self.budget.input:
+            parts = {
+                "system prompt": est.system,
+                "tool schemas": est.tools,
+                "messages": est.messages,
+            }
+            raise too_large(parts, self.budget.window, self.budget.output)
         if self.on_call is None:
             return await self.provider.chat(request)
         payload = dumps(self.provider.payload(request))
@@ -133,6 +194,7 @@ def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
         profile.max_output,
         agent.consolidation_ratio,
         agent.result_budget,
+        engine.settings.config.context,
     )
     cal, _ = rec.calibration(engine.store, engine.choice.model)
 

@@ -19,13 +19,15 @@ from heron.compaction.core import BranchState, ContextDeps, load_branch_async, t
 from heron.compaction.summary import (
     CHECKPOINT_INSTRUCTION,
     checkpoint_text,
+    clip,
     fallback_facts,
     quotes_of,
     state_block,
     transcript,
 )
+from heron.context.budget import RequestTooLarge, section_name, split_sections, too_large
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
-from heron.context.view import shape_messages, snip
+from heron.context.view import shape_messages, snip, user_texts
 from heron.messages import Message, Text
 from heron.providers.base import ChatRequest
 from heron.store.records import StoredMessage
@@ -107,12 +109,31 @@ class Governor:
         return tokens > self.deps.budget.input * share
 
     def _fit(self, view: list[Message], raws: list[int] | None = None) -> list[Message]:
-        """`raws`: the raw estimate of each message of `view`, if already made."""
+        """The view snipped to the room the system prompt and tools leave; raises
+        RequestTooLarge when even that does not fit (the hard invariant: nothing over the
+        window is sent). `raws`: the raw estimate of each message of `view`, if made."""
         fixed = tokens_of(self.deps, self.system, [])
-        fitted = snip(view, self.deps.budget.input - fixed, self.deps.calibration, raws)
+        budget = self.deps.budget
+        words = budget.share("user_words")
+        fitted = snip(view, budget.input - fixed, self.deps.calibration, raws, self._ids(), words)
         body = sum(raws) if raws is not None and fitted is view else estimate_messages(fitted)
         self.last_raw = estimate_text(self.system) + body + _tools_raw(self.deps)
+        if fixed + self.deps.calibration.tokens(body) > budget.input:
+            raise self._too_large(self.deps.calibration.tokens(body))
         return fitted
+
+    def _ids(self) -> dict[str, int]:
+        """The row id of each user text of the record read, for the pointers snip writes."""
+        rows = self.state.rows if self.state is not None else []
+        return {t: r.id for r in rows for t in user_texts(r.message)}
+
+    def _too_large(self, messages: int) -> RequestTooLarge:
+        cal = self.deps.calibration
+        parts = {"tool schemas": cal.tokens(_tools_raw(self.deps)), "messages": messages}
+        for section in split_sections(self.system):
+            name = section_name(section)
+            parts[name] = parts.get(name, 0) + cal.tokens(estimate_text(section))
+        return too_large(parts, self.deps.budget.window, self.deps.budget.output)
 
     def _shape_only(self, given: list[Message]) -> list[Message]:
         return self._fit(shape_messages(given, self.deps.view_options()))
@@ -238,7 +259,8 @@ class Governor:
             rec.work_state(self.deps.store, self.conversation_id),
             rec.todos(self.deps.store, self.conversation_id),
         )
-        text = checkpoint_text(body, quotes_of(turn_rows), extra)
+        words = self.deps.budget.share("user_words")
+        text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
         rec.add_compaction(
             self.deps.store,
             self.conversation_id,

@@ -7,7 +7,17 @@ from types import SimpleNamespace
 from typing import Any
 
 from heron.compaction import records as rec
-from heron.compaction.core import deps_for, load_branch, system_for, view_of
+from heron.compaction.core import (
+    Budget,
+    ContextDeps,
+    deps_for,
+    load_branch,
+    system_for,
+    tokens_of,
+    view_of,
+)
+from heron.context.budget import section_name, split_sections
+from heron.context.tokens import estimate_messages, estimate_text
 from heron.messages import Message
 from heron.store import Store
 
@@ -29,9 +39,8 @@ def compaction_lines(store: Store, conversation_id: int) -> list[str]:
     return out or ["No compactions yet."]
 
 
-def model_view(settings: Any, store: Store, conversation: Any) -> tuple[str, list[Message]]:
-    """The system prompt and messages the next request would start from (before the next user
-    message), derived from the record exactly as a turn derives them."""
+def _offline_deps(settings: Any, store: Store) -> ContextDeps:
+    """The compaction dependencies of the configured model, without opening it."""
     from heron.config import ModelChoice
     from heron.errors import HeronError
     from heron.tools.registry import default_registry
@@ -43,6 +52,50 @@ def model_view(settings: Any, store: Store, conversation: Any) -> tuple[str, lis
     engine = SimpleNamespace(
         settings=settings, store=store, choice=choice, provider=None, registry=default_registry()
     )
-    deps = deps_for(engine)
+    return deps_for(engine)
+
+
+def model_view(settings: Any, store: Store, conversation: Any) -> tuple[str, list[Message]]:
+    """The system prompt and messages the next request would start from (before the next user
+    message), derived from the record exactly as a turn derives them."""
+    deps = _offline_deps(settings, store)
     state = load_branch(store, conversation.id)
     return system_for(deps, conversation.agent, state), view_of(deps, state)
+
+
+def budget_lines(budget: Budget) -> list[str]:
+    """Each budget in tokens and as its share of the window."""
+    out = []
+    for label, tokens in budget.lines():
+        share = f"({100 * tokens / budget.window:.1f}%)" if label != "window" else ""
+        out.append(f"  {label:34} {tokens:>9,} {share}".rstrip())
+    return out
+
+
+def budget_report(settings: Any, store: Store, conversation: Any) -> list[str]:
+    """`heron conversations show KEY --budget`: the budgets, and what the next request's parts
+    take now."""
+    deps = _offline_deps(settings, store)
+    state = load_branch(store, conversation.id)
+    system, view = system_for(deps, conversation.agent, state), view_of(deps, state)
+    cal, b = deps.calibration, deps.budget
+    summary = state.consolidation.summary if state.consolidation else ""
+    memory = next((s for s in split_sections(system) if section_name(s) == "memory"), "")
+    results = [len(r.content) // 4 for m in view for r in m.tool_results]
+    fixed = tokens_of(deps, system, []) - cal.tokens(estimate_text(summary))
+    now = [
+        ("system prompt with memory", cal.tokens(estimate_text(system))),
+        ("  memory", cal.tokens(estimate_text(memory))),
+        ("archived context", cal.tokens(estimate_text(summary))),
+        ("recent turns (the view)", cal.tokens(estimate_messages(view))),
+        ("largest tool result in the view", cal.tokens(max(results, default=0))),
+        ("tool schemas", cal.tokens(deps.tools_raw())),
+    ]
+    return [
+        f"Budgets of {conversation.key} (window {b.window:,} tokens; shares set in [context]"
+        " of config.toml)",
+        *budget_lines(b),
+        f"  {'consolidates when history passes':34} {b.trigger(fixed):>9,}",
+        "Now:",
+        *(f"  {label:34} {tokens:>9,}" for label, tokens in now),
+    ]

@@ -4,7 +4,7 @@ window, then hand the engine the system prompt, the view and the run's governor.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
@@ -16,9 +16,12 @@ from heron.compaction.core import (
     load_branch,
     load_branch_async,
     system_for,
+    tokens_of,
     view_of,
 )
 from heron.compaction.governor import Governor
+from heron.context.tokens import estimate_text
+from heron.context.view import message_file, user_texts
 from heron.messages import Message
 
 
@@ -28,6 +31,7 @@ class Prepared:
     messages: list[Message]
     governor: Governor
     report: CompactionReport | None = None
+    notices: list[str] = field(default_factory=list)  # for the user, once (a large message)
 
 
 async def prepare_turn(
@@ -45,7 +49,7 @@ async def prepare_turn(
     deps, state, size, ready = await hop(_measure, engine, conversation.id, agent, window)
     deps.on_call = on_call  # the summary below and the governor's checkpoints are recorded
     report = None
-    if size > deps.budget.consolidate_at:
+    if size > deps.budget.trigger(_fixed(deps, state, ready[0])):
         report = await consolidate(
             deps, conversation.id, agent, reason="threshold", turn_id=turn_id
         )
@@ -56,7 +60,31 @@ async def prepare_turn(
     governor = Governor(
         deps, conversation.id, system, user_row_id, turn_id, state, len(view), view=view
     )
-    return Prepared(system, view, governor, report)
+    return Prepared(system, view, governor, report, _notices(deps, state, user_row_id))
+
+
+def _fixed(deps: ContextDeps, state: BranchState, system: str) -> int:
+    """The request's part that a consolidation does not shrink: system prompt and tools,
+    the archived summary aside."""
+    summary = state.consolidation.summary if state.consolidation else ""
+    return tokens_of(deps, system, []) - deps.calibration.tokens(estimate_text(summary))
+
+
+def _notices(deps: ContextDeps, state: BranchState, user_row_id: int) -> list[str]:
+    """The user's message of this turn too large for its share: say once what the model sees."""
+    row = next((r for r in reversed(state.rows) if r.id == user_row_id), None)
+    limit = deps.budget.user_chars
+    texts = [t for t in user_texts(row.message) if len(t) > limit] if row else []
+    out = []
+    for text in texts:
+        path = message_file(text, deps.workspace) or "the record"
+        out.append(
+            f"Your message is about {deps.calibration.tokens(estimate_text(text)):,} tokens,"
+            f" more than its share of the model's window: the model sees its first"
+            f" {limit * 2 // 3:,} and last {limit // 3:,} characters and can read the rest"
+            f" from {path}. The whole message is kept."
+        )
+    return out
 
 
 def _measure(

@@ -1,8 +1,11 @@
 """The texts of compaction: the transcript a summarizer reads, the prompts, the parsing of its
 answer, the summary Heron renders around it, and the deterministic fallbacks.
 
-The user's own words are never left to the model: Heron quotes every message the user wrote,
-verbatim, from the record, whatever the summarizer returned.
+The user's own words are never left to the model: Heron quotes what the user wrote from the
+record, whatever the summarizer returned: the newest messages verbatim while their budget
+lasts, the older ones as pointers (row id and first words) that recall_history opens whole.
+The archive is history at decreasing resolution: a rolling summary of everything (level 2),
+the summaries of the latest folded parts (level 1), and the recent turns whole in the view.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from heron.context.view import user_texts
+from heron.context.tokens import estimate_text
+from heron.context.view import bounded_quotes, user_texts
 from heron.messages import Message, Text, ToolCall, ToolResult, dumps
 from heron.store.records import StoredMessage
 
@@ -20,13 +25,15 @@ RESULT_HEAD = 300  # characters of each tool result a transcript or fallback kee
 
 SUMMARY_SYSTEM = """\
 You compact a conversation between a user and an assistant so the assistant can continue it.
-Write two sections in Markdown, nothing else:
+Write three sections in Markdown, nothing else:
 ## Facts
 What was established: decisions, results, names, paths, ids, numbers, preferences stated.
 Merge the previous facts with the new transcript; drop what was superseded.
 ## Working state
 What was ongoing, the open items, the last step taken, and the references (paths, ids, commands)
 the next turns need. Update the previous working state; do not repeat finished items.
+## This part
+A few lines on the new part of the conversation alone: what was asked and what was done.
 Do not quote the user's messages: they are kept verbatim separately."""
 
 CHECKPOINT_INSTRUCTION = """\
@@ -84,19 +91,75 @@ def transcript(messages: Sequence[Message], head: int = RESULT_HEAD) -> str:
     return "\n".join(lines)
 
 
-_SECTION = re.compile(r"^##\s*(facts|working state)\s*$", re.I | re.M)
+_SECTION = re.compile(r"^##\s*(facts|working state|this part)\s*$", re.I | re.M)
 
 
-def parse_summary(text: str) -> tuple[str, str]:
-    """(facts, working state) from a summarizer's answer; all of it is facts when unsectioned."""
+def sections(text: str) -> dict[str, str]:
+    """The sections of a summarizer's answer by lowercase name; all of it is facts when
+    unsectioned."""
     marks = list(_SECTION.finditer(text))
     if not marks:
-        return text.strip(), ""
+        return {"facts": text.strip()}
     found: dict[str, str] = {}
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         found[m.group(1).lower()] = text[m.end() : end].strip()
+    return found
+
+
+def parse_summary(text: str) -> tuple[str, str]:
+    """(facts, working state) from a summarizer's answer; all of it is facts when unsectioned."""
+    found = sections(text)
     return found.get("facts", ""), found.get("working state", "")
+
+
+# ---- the archive's budget ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArchiveRoom:
+    """Tokens for each part of the archived context; `words` is the user's verbatim words."""
+
+    words: int
+    pointers: int
+    facts: int
+    chunks: int
+    working: int
+    state: int
+
+
+def archive_room(archive: int, words: int) -> ArchiveRoom:
+    """The archive's `archive` tokens split: `words` for the user's verbatim messages, the
+    rest for pointers, the rolling facts, the latest parts' summaries, working state, todos."""
+    words = min(words, archive)
+    rest = archive - words
+    return ArchiveRoom(words, rest // 5, rest // 4, rest // 4, rest * 3 // 20, rest * 3 // 20)
+
+
+def clip(text: str, tokens: int) -> str:
+    """`text` cut to about `tokens` tokens (its head), saying so."""
+    size = estimate_text(text)
+    if size <= tokens:
+        return text
+    keep = max(0, len(text) * max(0, tokens - 12) // max(1, size))
+    return text[:keep].rstrip() + "\n[… cut to fit the archive's budget; the record keeps it]"
+
+
+Chunk = tuple[int, int, str]  # (first row id, last row id, summary of that part): level 1
+
+
+def render_chunks(chunks: Sequence[Chunk], tokens: int) -> str:
+    """The latest parts' summaries, newest first while `tokens` last; shown oldest first."""
+    kept: list[str] = []
+    for first, last, text in reversed(chunks):
+        line = f"- [#{first}–#{last}] {' '.join(text.split())}"
+        if estimate_text(line) > tokens:
+            if not kept:  # the newest always shows, cut to the room
+                kept.append(clip(line, tokens))
+            break
+        kept.append(line)
+        tokens -= estimate_text(line)
+    return "\n".join(reversed(kept))
 
 
 def state_block(work_state: dict[str, Any], todos: Sequence[Any]) -> str:
@@ -115,14 +178,30 @@ def state_block(work_state: dict[str, Any], todos: Sequence[Any]) -> str:
 
 
 def render_summary(
-    facts: str, working_state: str, quotes: Sequence[tuple[int, str]], state: str
+    facts: str,
+    working_state: str,
+    quotes: Sequence[tuple[int, str]],
+    state: str,
+    room: ArchiveRoom | None = None,
+    chunks: Sequence[Chunk] = (),
 ) -> str:
+    """The archived context; with `room`, every part within its share of the archive."""
+    if room is None:
+        said = render_quotes(quotes)
+        level1 = render_chunks(chunks, 10**9)
+    else:
+        facts, working_state = clip(facts, room.facts), clip(working_state, room.working)
+        state, level1 = clip(state, room.state), render_chunks(chunks, room.chunks)
+        said = bounded_quotes(quotes, room.words, room.pointers)
     parts = [
         "The earlier part of this conversation was compacted by Heron. The full record is kept.",
         "## Facts\n" + (facts.strip() or "(none recorded)"),
-        "## What the user wrote, verbatim (quoted by Heron from the record)\n"
-        + (render_quotes(quotes) or "(nothing)"),
     ]
+    if level1:
+        parts.append("## The latest parts, summarized (by row ids)\n" + level1)
+    parts.append(
+        "## What the user wrote (quoted by Heron from the record)\n" + (said or "(nothing)")
+    )
     if working_state.strip():
         parts.append("## Working state\n" + working_state.strip())
     if state:
@@ -143,14 +222,31 @@ def fallback_facts(messages: Sequence[Message], previous: str = "") -> str:
     return "\n".join(lines) or "(no tool calls)"
 
 
-def checkpoint_text(body: str, quotes: Sequence[tuple[int, str]], state: str) -> str:
+def digest(messages: Sequence[Message]) -> str:
+    """A one-line summary of a part, written without the model (level 1 when the summarizer
+    wrote none): how many messages, the calls made by name, the start of the first request."""
+    from collections import Counter
+
+    calls = Counter(c.name for m in messages for c in m.tool_calls)
+    asked = next((t for m in messages for t in user_texts(m) if t.strip()), "")
+    first = " ".join(asked.split()[:12])
+    made = ", ".join(f"{name} x{n}" for name, n in sorted(calls.items())) or "no calls"
+    return f"{len(messages)} messages; calls: {made}; it began with: {first}"
+
+
+def checkpoint_text(
+    body: str, quotes: Sequence[tuple[int, str]], state: str, words: int | None = None
+) -> str:
+    """The checkpoint of a turn; with `words`, the user's messages in it are quoted newest
+    first within that many tokens, then as pointers."""
     parts = [
         "[Checkpoint of this turn's earlier steps, written when the context filled up. "
         "The steps themselves are kept in the record.]",
-        body.strip(),
+        body.strip() if words is None else clip(body.strip(), words * 2),
     ]
     if quotes:
-        parts.append("## The user's messages in this turn, verbatim\n" + render_quotes(quotes))
+        said = render_quotes(quotes) if words is None else bounded_quotes(quotes, words, words)
+        parts.append("## The user's messages in this turn\n" + said)
     if state:
         parts.append(state)
     return "\n\n".join(parts)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.context.repair import repair_tool_pairs
-from heron.context.tokens import Calibration, estimate_message
+from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
 from heron.store.records import StoredMessage
 
@@ -34,6 +34,7 @@ EXECUTING = frozenset({"run_cell", "bash"})
 KEEP_MIN = 5  # the most recent results always intact: between KEEP_MIN and KEEP_MIN + BATCH - 1
 BATCH = 10
 RESULTS_DIR = Path(".heron") / "results"
+MESSAGES_DIR = Path(".heron") / "messages"  # user messages too large for their share
 _SAVED = re.compile(r"saved in (\S+?\.txt)")
 EARLIER = "[Earlier conversation: see the archived context summary in the system prompt.]"
 
@@ -51,6 +52,8 @@ class ViewPlan:
 class ViewOptions:
     result_chars: int = 20_000  # per-result budget in the view
     workspace: Path | None = None  # where a cut result is saved; None: not saved
+    user_chars: int | None = None  # per user message; None: unbounded
+    recall_chars: int | None = None  # per recall_history result; None: result_chars
 
 
 def placeholder_count(compactable: int) -> int:
@@ -93,20 +96,22 @@ def _brief_args(call: ToolCall) -> str:
     return ""
 
 
-def _saved_path(call_id: str, content: str, workspace: Path | None) -> str | None:
-    found = _SAVED.search(content[-400:])
+def _saved_path(
+    call_id: str, content: str, workspace: Path | None, folder: Path = RESULTS_DIR
+) -> str | None:
+    found = _SAVED.search(content[-400:]) if folder == RESULTS_DIR else None
     if found:
         return found.group(1)
     if workspace is None:
         return None
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
-    digest = hashlib.sha256(content.encode()).hexdigest()[:10]  # ids repeat on some servers
-    relative = RESULTS_DIR / f"{name}-{digest}.txt"
+    digest = hashlib.sha256(content.encode("utf-8", "replace")).hexdigest()[:10]
+    relative = folder / f"{name}-{digest}.txt"  # the digest: ids repeat on some servers
     target = workspace / relative
     try:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
+            target.write_text(content, encoding="utf-8", errors="replace")
     except OSError:
         return None
     return str(relative)
@@ -137,13 +142,57 @@ def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResu
     return ToolResult(result.call_id, shown + note, result.is_error)
 
 
+def large_user_text(
+    text: str, limit: int, workspace: Path | None, row_id: int | None = None
+) -> str:
+    """A user message over its share: its head and tail and the file that holds all of it
+    (the record keeps it whole too). Same text, same bytes: the file is named by its digest."""
+    if len(text) <= limit:
+        return text
+    path = message_file(text, workspace)
+    head, tail = text[: limit * 2 // 3], text[-(limit // 3) :]
+    where = f" The whole message is saved in {path}: read it with read_file." if path else ""
+    if row_id is not None:
+        where += f" It is message [#{row_id}] for recall_history."
+    note = (
+        f"\n[... {len(text) - len(head) - len(tail):,} characters of this message left out of"
+        f" the context ({len(text):,} in all).{where} Its end follows.]\n"
+    )
+    return head + note + tail
+
+
+def message_file(text: str, workspace: Path | None) -> str | None:
+    """Where a user message too large for the view is saved (relative to the workspace)."""
+    return _saved_path("message", text, workspace, MESSAGES_DIR)
+
+
+def _user_message(
+    message: Message, limit: int | None, workspace: Path | None, row_id: int | None = None
+) -> Message:
+    if limit is None or message.role != "user":
+        return message
+    from heron.context.runtime import is_runtime_part
+
+    if not any(isinstance(p, Text) and len(p.text) > limit for p in message.parts):
+        return message
+    parts: list[Part] = [
+        Text(large_user_text(p.text, limit, workspace, row_id))
+        if isinstance(p, Text) and not is_runtime_part(p)
+        else p
+        for p in message.parts
+    ]
+    return Message(message.role, parts)
+
+
 def shape(
     items: Sequence[Item], pairs: dict[Key, ToolCall | None], opts: ViewOptions
 ) -> list[Message]:
-    """Micro-compaction and the per-result budget over (key, message) items."""
+    """Micro-compaction and the per-result and per-message budgets over (key, message) items."""
     old = old_results(pairs)
     out = []
     for ident, message in items:
+        row_id = ident if isinstance(ident, int) else None
+        message = _user_message(message, opts.user_chars, opts.workspace, row_id)
         if not message.tool_results:
             out.append(message)
             continue
@@ -153,7 +202,9 @@ def shape(
             if isinstance(part, ToolResult) and (ident, j) in old and call is not None:
                 part = placeholder(call, part, opts.workspace)
             elif isinstance(part, ToolResult):
-                part = budgeted(part, opts.result_chars, opts.workspace)
+                recall = call is not None and call.name == "recall_history"
+                limit = opts.recall_chars if recall and opts.recall_chars else opts.result_chars
+                part = budgeted(part, limit, opts.workspace)
             parts.append(part)
         out.append(Message(message.role, parts))
     return out
@@ -215,12 +266,77 @@ def user_texts(message: Message) -> list[str]:
     return [p.text for p in message.parts if isinstance(p, Text) and not is_runtime_part(p)]
 
 
+Quote = tuple[int | None, str]  # (row id when known, what the user wrote)
+POINTER_WORDS = 8
+
+
+def pointer(row_id: int | None, text: str) -> str:
+    """A user message reduced to its row id and first words: recall_history opens it whole."""
+    words = text.split()
+    first = " ".join(words[:POINTER_WORDS])[:80]
+    more = "…" if len(words) > POINTER_WORDS or len(first) < len(" ".join(words)) else ""
+    return f"[#{row_id}] {first}{more}" if row_id is not None else f"- {first}{more}"
+
+
+def bounded_quotes(quotes: Sequence[Quote], verbatim: int, pointers: int) -> str:
+    """The user's messages, newest first: verbatim while `verbatim` tokens last, then each
+    reduced to a pointer while `pointers` tokens last, then the rest as one range of row ids.
+    Shown oldest first. Nothing is dropped from the record: every pointer opens it."""
+    whole: list[str] = []
+    short: list[str] = []
+    rest: list[Quote] = []
+    for rid, text in reversed(quotes):
+        line = f"[#{rid}] {text}" if rid is not None else f"> {text}"
+        cost = estimate_text(line) + 1
+        if not short and not rest and cost <= verbatim:
+            whole.append(line)
+            verbatim -= cost
+            continue
+        line = pointer(rid, text)
+        cost = estimate_text(line) + 1
+        if not rest and cost <= pointers:
+            short.append(line)
+            pointers -= cost
+            continue
+        rest.append((rid, text))
+    out = []
+    if rest:
+        ids = [rid for rid, _ in rest if rid is not None]
+        span = f"[#{min(ids)}–#{max(ids)}] " if ids else ""
+        out.append(
+            f"{span}{len(rest)} older messages of the user, not listed"
+            + (": recall_history(message_id=N) opens any of them." if ids else ".")
+        )
+    if short:
+        out.append("Older ones by their first words (recall_history(message_id=N) opens one):")
+        out.extend(reversed(short))
+    if whole and (short or rest):
+        out.append("Verbatim, the newest:")
+    out.extend(reversed(whole))
+    return "\n".join(out)
+
+
+_MARKED = re.compile(r"It is message \[#(\d+)\] for recall_history\.")
+
+
+def _marked_id(text: str) -> int | None:
+    """The row id a large message's view names (large_user_text), if it does."""
+    found = _MARKED.search(text)
+    return int(found.group(1)) if found else None
+
+
 def snip(
-    messages: list[Message], budget: int, cal: Calibration, raws: Sequence[int] | None = None
+    messages: list[Message],
+    budget: int,
+    cal: Calibration,
+    raws: Sequence[int] | None = None,
+    ids_of: Mapping[str, int] | None = None,
+    words: int | None = None,
 ) -> list[Message]:
     """The last resort when the view still exceeds `budget` tokens: drop the oldest turns at a
-    clean user boundary, keeping the user's own words of what was dropped, verbatim. `raws`:
-    each message's raw estimate, when the caller already has them."""
+    clean user boundary, keeping what the user wrote in them, newest first, verbatim while
+    `words` tokens last (default a tenth of the budget), then as pointers (`ids_of`: the row
+    id of a user text). `raws`: each message's raw estimate, when the caller already has them."""
     raws = [estimate_message(m) for m in messages] if raws is None else raws
     sizes = [cal.tokens(r) for r in raws]
     if sum(sizes) <= budget:
@@ -228,14 +344,22 @@ def snip(
     starts = [i for i, m in enumerate(messages) if is_clean_user(m) and i > 0]
     if not starts:
         return messages
+    words = budget // 10 if words is None else words
+    room = words + budget // 20 + 80  # the note's own size: quotes, pointers, its sentences
     total, cut = sum(sizes), starts[-1]
     for i in starts:
-        if total - sum(sizes[:i]) <= budget:
+        if total - sum(sizes[:i]) + room <= budget:
             cut = i
             break
-    dropped = [t for m in messages[:cut] for t in user_texts(m) if t.strip()]
+    dropped = [
+        ((ids_of or {}).get(t) or _marked_id(t), t)
+        for m in messages[:cut]
+        for t in user_texts(m)
+        if t.strip()
+    ]
     note = f"[{cut} earlier messages left out of this view to fit the context window."
     if dropped:
-        note += " What the user wrote in them, verbatim:\n" + "\n".join(f"> {t}" for t in dropped)
+        quoted = bounded_quotes(dropped, words, budget // 20)
+        note += " What the user wrote in them:\n" + quoted
     first = messages[cut]
     return [Message("user", [Text(note + "]\n\n"), *first.parts]), *messages[cut + 1 :]]

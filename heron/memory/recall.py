@@ -74,11 +74,11 @@ class Embedder(Protocol):
 
 def terms(query: str) -> list[str]:
     """The content words of a query, lowercased, in order, without repeats."""
-    seen: list[str] = []
+    seen: dict[str, None] = {}  # ordered, and a large paste stays linear
     for word in _WORD.findall(query.lower()):
         if word not in STOPWORDS and word not in seen and (len(word) > 1 or word.isdigit()):
-            seen.append(word)
-    return seen
+            seen[word] = None
+    return list(seen)
 
 
 def phrases(query: str, prefix: bool = True) -> list[str]:

@@ -23,15 +23,54 @@ MEMORY_INTRO = (
 )
 
 
+ENTRY_CAP = 1_000  # characters of one entry shown whole (saves over it are refused)
+ENTRY_HEAD = 300  # characters an entry over the cap shows
+
+
+def over_cap(entry: Entry) -> bool:
+    """An entry too long to show whole in the prompt (hand-written: saves are capped)."""
+    return len(entry.text.strip()) > ENTRY_CAP
+
+
 def _item(entry: Entry, tag: str = "") -> str:
-    lines = entry.text.strip().splitlines() or [""]
+    text = entry.text.strip()
+    if len(text) > ENTRY_CAP:
+        cut = text[:ENTRY_HEAD].rsplit(" ", 1)[0] if " " in text[:ENTRY_HEAD] else text[:ENTRY_HEAD]
+        text = (
+            f"{cut}… [an entry of {len(text):,} characters, more than the {ENTRY_CAP:,} shown"
+            f' here: view_memory("{entry.path.rel}") reads it whole]'
+        )
+    lines = text.splitlines() or [""]
     head = f"- {tag}{lines[0]} ({entry.path.rel})"
     return "\n".join([head, *(f"  {line}" if line else "" for line in lines[1:])])
 
 
-def memory_section(entries: Sequence[Entry]) -> str:
+def _title(entry: Entry, tag: str = "") -> str:
+    first = " ".join(entry.text.split())
+    return f"- {tag}{first[:60]}{'…' if len(first) > 60 else ''} ({entry.path.rel})"
+
+
+def _fill(items: Sequence[tuple[Entry, str]], budget: int) -> tuple[list[str], int, int]:
+    """(lines, tokens left, entries left out): whole while `budget` lasts, then by title
+    while it still lasts, then left out (view_memory lists every one)."""
+    lines: list[str] = []
+    titles = False
+    for n, (entry, tag) in enumerate(items):
+        line = _title(entry, tag) if titles else _item(entry, tag)
+        if not titles and _tokens(line) > budget:
+            titles, line = True, _title(entry, tag)
+        if _tokens(line) > budget:
+            return lines, budget, len(items) - n
+        lines.append(line)
+        budget -= _tokens(line)
+    return lines, budget, 0
+
+
+def memory_section(entries: Sequence[Entry], tokens: int | None = None) -> str:
     """Every always/ entry under Preferences, every when/ entry under Situational preferences
-    tagged with its topic; nothing truncated. Empty memory gives an empty string."""
+    tagged with its topic; an entry over ENTRY_CAP by its head and a pointer to view_memory.
+    With `tokens`, past that budget the entries are listed by title (when/ first go to
+    titles: always/ entries apply everywhere). Empty memory gives an empty string."""
     always = sorted((e for e in entries if e.path.kind == "always"), key=lambda e: e.path)
     when = sorted(
         (e for e in entries if e.path.kind == "when"),
@@ -39,12 +78,18 @@ def memory_section(entries: Sequence[Entry]) -> str:
     )
     if not always and not when:
         return ""
+    budget = 10**12 if tokens is None else max(0, tokens - _tokens(MEMORY_INTRO) - 40)
+    kept, budget, left = _fill([(e, "") for e in always], budget)
+    situational, _, left_when = _fill([(e, f"[when: {e.path.topic}] ") for e in when], budget)
     parts = ["# Memory", MEMORY_INTRO]
-    if always:
-        parts.append("## Preferences\n" + "\n".join(_item(e) for e in always))
-    if when:
-        items = "\n".join(_item(e, f"[when: {e.path.topic}] ") for e in when)
-        parts.append("## Situational preferences\n" + items)
+    if kept:
+        parts.append("## Preferences\n" + "\n".join(kept))
+    if situational:
+        parts.append("## Situational preferences\n" + "\n".join(situational))
+    if left + left_when:
+        parts.append(
+            f"({left + left_when} more entries are not shown: view_memory lists every entry.)"
+        )
     return "\n\n".join(parts)
 
 
@@ -60,9 +105,12 @@ class FrozenMemory:
     note: str | None
 
 
-def frozen_memory(store: Store, conversation_id: int, entries: Sequence[Entry]) -> FrozenMemory:
-    """The conversation's frozen section (taken now on first use) and the changes since it
-    that were not announced yet; the announcement is recorded so it is made once."""
+def frozen_memory(
+    store: Store, conversation_id: int, entries: Sequence[Entry], tokens: int | None = None
+) -> FrozenMemory:
+    """The conversation's frozen section (taken now on first use, within `tokens`) and the
+    changes since it that were not announced yet; the announcement is recorded so it is made
+    once."""
     current = {e.path.rel: e for e in entries}
     digests = {rel: e.digest for rel, e in current.items()}
     rows = store.query(
@@ -70,7 +118,7 @@ def frozen_memory(store: Store, conversation_id: int, entries: Sequence[Entry]) 
         (conversation_id,),
     )
     if not rows:
-        section = memory_section(entries)
+        section = memory_section(entries, tokens)
         with store.transaction() as c:
             c.execute(
                 "INSERT OR REPLACE INTO memory_snapshots (conversation_id, section, digests,"
@@ -109,7 +157,7 @@ def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str]
         if entry.digest != before:
             verb = "saved" if not before else "changed"
             tag = f"[when: {entry.path.topic}] " if entry.path.topic else ""
-            lines.append(f"- {verb}: {tag}{entry.text.strip()} ({rel})")
+            lines.append(f"- {verb}: {_item(entry, tag)[2:]}")
             announced[rel] = entry.digest
     return lines, announced
 

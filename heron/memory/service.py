@@ -75,6 +75,9 @@ class MemoryService:
     def __init__(self, root: Path, store: Store) -> None:
         self.files = MemoryFiles(root)
         self.store = store
+        # The memory section's budget in the prompt, in tokens (the engine sets it from the
+        # window: [context] memory); None: unbounded.
+        self.section_tokens: int | None = None
 
     # ---- reading --------------------------------------------------------------------------
 

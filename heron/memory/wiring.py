@@ -46,6 +46,7 @@ from heron.store import Store, StoredMessage
 log = logging.getLogger(__name__)
 
 RECALL_FLAG = "recall"  # meta flag of auto-recall rows: synthetic, never quotable
+RECALL_QUERY_CHARS = 2_000  # what auto-recall searches for of a user's message: its start
 
 
 # ---- the prompt -------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tup
     query = "SELECT section, taken FROM memory_snapshots WHERE conversation_id = ?"
     rows = store.query(query, (conversation_id,))
     if not rows:
-        frozen_memory(store, conversation_id, service.entries())
+        frozen_memory(store, conversation_id, service.entries(), service.section_tokens)
         rows = store.query(query, (conversation_id,))
     return rows[0]["section"], rows[0]["taken"]
 
@@ -88,7 +89,9 @@ def prompt_sections(
         return "", ""
     section, taken = _snapshot(store, service, conversation_id)
     entries = history_entries(store, conversation_id, taken)
-    recent = recent_history_section(entries, floor=history_floor(store, conversation_id))
+    cap = service.section_tokens or 8_000  # other conversations' summaries: memory's share
+    floor = history_floor(store, conversation_id)
+    recent = recent_history_section(entries, floor=floor, max_tokens=min(8_000, cap))
     return _untitled(section), _untitled(recent)
 
 
@@ -102,7 +105,8 @@ def memory_note(service: MemoryService | None, conversation_id: int) -> str | No
     """What changed since the frozen section, for this turn's runtime block (once)."""
     if service is None:
         return None
-    return frozen_memory(service.store, conversation_id, service.entries()).note
+    entries = service.entries()
+    return frozen_memory(service.store, conversation_id, entries, service.section_tokens).note
 
 
 def thaw(service: MemoryService | None, conversation_id: int, *, new: bool = False) -> None:
@@ -180,6 +184,7 @@ class RecallReader:
         """Whether `text` has a hit scoring at least `min_score` in the committed history: from
         the child process once it runs (started after `CHILD_AFTER` checks), from the thread
         until then or whenever the child cannot answer."""
+        text = text[:RECALL_QUERY_CHARS]
         child = self._child
         if child is not None:
             answer = await child.ask(text, min_score)
@@ -235,6 +240,7 @@ def recall_rows(
     `strong`: the answer of `any_above` when already known (RecallReader), else None."""
     if recall is None or not wants_recall(text):
         return []
+    text = text[:RECALL_QUERY_CHARS]  # a pasted log is searched by its start, not all of it
     if strong is None:
         strong = recall.any_above(text, min_score)
     if not strong:

@@ -26,9 +26,16 @@ _ERROR_DEFAULTS: dict[int, tuple[str, str]] = {
 
 
 class FakeOpenAIServer:
-    def __init__(self, script: Script, models: list[str] | None = None) -> None:
+    def __init__(
+        self, script: Script, models: list[str] | None = None, window: int | None = None
+    ) -> None:
         self.script = script
         self.models = models or ["fake-model"]
+        # A real server refuses a prompt longer than its context window: with `window` set, so
+        # does this one (prompt tokens counted as a quarter of the body's bytes, as in usage).
+        self.window = window
+        self.over_window = 0  # requests refused for their size
+        self.largest_prompt = 0  # tokens of the largest request received
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -73,6 +80,15 @@ class FakeOpenAIServer:
 
     # ---- script ------------------------------------------------------------------------------
 
+    def _too_large(self, size: int) -> bool:
+        """Count the request's size; True when the window is enforced and it does not fit."""
+        with self._lock:
+            self.largest_prompt = max(self.largest_prompt, size // 4)
+            if self.window is None or size // 4 <= self.window:
+                return False
+            self.over_window += 1
+            return True
+
     def _next(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[ServerReply, int]:
         """Record the request and pick its reply; also returns the cached-prefix estimate."""
         # A provider's prompt cache covers what the template renders first: tools, then messages.
@@ -92,6 +108,15 @@ class FakeOpenAIServer:
                 msg = f"FakeOpenAIServer: script exhausted (request {index + 1}, {n} replies)"
                 return ServerReply(status=500, error_body=_error(msg, "server_error", None)), 0
             return self.script[index], cached
+
+
+def _overflow(tokens: int, window: int) -> dict[str, Any]:
+    """The error body OpenAI sends for a prompt over the window."""
+    message = (
+        f"This model's maximum context length is {window} tokens. However, your messages"
+        f" resulted in {tokens} tokens. Please reduce the length of the messages."
+    )
+    return _error(message, "invalid_request_error", "context_length_exceeded")
 
 
 def _error(message: str, type_: str, code: str | None) -> dict[str, Any]:
@@ -138,6 +163,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, _error(f"body is not JSON: {e}", "invalid_request_error", None))
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
+        if self.fake._too_large(len(raw)):
+            self._json(400, _overflow(len(raw) // 4, self.fake.window or 0))
+            return
         reply, cached = self.fake._next(body, headers)
         if reply.delay_s:
             time.sleep(reply.delay_s)

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from heron.errors import ToolError
+from heron.errors import StoreError, ToolError
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
+from heron.messages import ToolCall, ToolResult, dumps
 from heron.tools.registry import ToolContext, tool
 
 
@@ -185,19 +186,45 @@ def propose_lesson(
 
 
 @tool
-def recall_history(ctx: ToolContext, query: str, limit: int = 8) -> str:
+def recall_history(
+    ctx: ToolContext, query: str = "", limit: int = 8, message_id: int | None = None
+) -> str:
     """Search everything said in every conversation (including parts no longer in your
-    context) and return matching snippets with conversation, date and message id.
+    context) and return matching snippets with conversation, date and message id; or, with
+    message_id, open that one message whole (a pointer such as [#123] in your context).
 
     Args:
         query: words to look for; a question works.
         limit: how many snippets, 1 to 30.
+        message_id: the id of one message to read whole, instead of searching.
     """
     recall = _recall(ctx)
+    if message_id is not None:
+        return _open_message(recall, message_id)
+    if not query.strip():
+        raise ToolError("give a query to search for, or a message_id to open")
     hits = recall.search(query, max(1, min(limit, 30)))
     if not hits:
         return f"Nothing found for {query!r}."
     return "\n".join(hit.line() for hit in hits)
+
+
+def _open_message(recall: Recall, message_id: int) -> str:
+    """One message of the record, whole: its text, calls and results."""
+    try:
+        row = recall.store.message(message_id)
+    except StoreError as e:
+        raise ToolError(f"{e}; the ids are those in [#N] pointers and search results") from e
+    lines = [f"[message {row.id} · {row.role}]"]
+    for part in row.message.parts:
+        text = getattr(part, "text", None)
+        if isinstance(text, str):
+            lines.append(text)
+        elif isinstance(part, ToolCall):
+            lines.append(f"call {part.name}({dumps(part.args)})")
+        elif isinstance(part, ToolResult):
+            lines.append(part.content)
+    return "\n".join(lines)
 
 
 def _recall(ctx: ToolContext) -> Recall:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -41,11 +42,18 @@ def sha256(text: str) -> str:
 
 
 def put_blob(conn: sqlite3.Connection, kind: str, body: str, digest: str | None = None) -> int:
-    """The id of the blob holding `body` (whose sha256 is `digest`), inserted on first sight."""
+    """The id of the blob holding `body` (whose sha256 is `digest`), inserted on first sight.
+    A large body made of sections (a system prompt, in a message or not) is stored as its
+    sections, each a blob of its own: a prompt whose archived summary changed adds that
+    section, not the whole prompt again."""
     digest = digest or sha256(body)
     row = conn.execute("SELECT id FROM trace_blobs WHERE sha256 = ?", (digest,)).fetchone()
     if row is not None:
         return int(row[0])
+    pieces = split_body(body)
+    if len(pieces) > 1:
+        ids = [put_blob(conn, SECTION, piece) for piece in pieces]
+        kind, body = SECTIONS, dumps(ids)
     cur = conn.execute(
         "INSERT INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)", (digest, kind, body)
     )
@@ -53,11 +61,39 @@ def put_blob(conn: sqlite3.Connection, kind: str, body: str, digest: str | None 
     return cur.lastrowid
 
 
+# A body of SECTIONS is the JSON list of its SECTION blobs; the sha256 is the whole body's.
+SECTIONS, SECTION = "sections", "section"
+SECTIONED_MIN = 4_000  # characters: smaller bodies are stored whole
+_CUTS = re.compile(r'(?=\n\n# )|(?=\\n\\n# )|(?<=",)(?=")')  # headings, raw or in JSON; fields
+PIECE_MIN = 512  # characters: cut points closer than this are merged
+
+
+def split_body(body: str) -> list[str]:
+    """`body` cut before each top-level heading of a prompt (raw, or escaped inside a JSON
+    string) and between the fields of a JSON object; `"".join` gives it back."""
+    if len(body) < SECTIONED_MIN:
+        return [body]
+    pieces: list[str] = []
+    start = 0
+    for m in _CUTS.finditer(body):
+        if m.start() - start >= PIECE_MIN:
+            pieces.append(body[start : m.start()])
+            start = m.start()
+    pieces.append(body[start:])
+    return pieces
+
+
+def _body(conn: sqlite3.Connection, kind: str, body: str) -> str:
+    if kind != SECTIONS:
+        return body
+    return "".join(get_blob(conn, int(i)) for i in json.loads(body))
+
+
 def get_blob(conn: sqlite3.Connection, blob_id: int) -> str:
-    row = conn.execute("SELECT body FROM trace_blobs WHERE id = ?", (blob_id,)).fetchone()
+    row = conn.execute("SELECT kind, body FROM trace_blobs WHERE id = ?", (blob_id,)).fetchone()
     if row is None:
         raise KeyError(f"trace blob {blob_id} is missing")
-    return str(row[0])
+    return _body(conn, str(row[0]), str(row[1]))
 
 
 def _node(
@@ -148,11 +184,11 @@ def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:
              UNION ALL
              SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
              FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
-           SELECT b.body FROM path JOIN trace_blobs b ON b.id = path.blob_id
+           SELECT b.kind, b.body FROM path JOIN trace_blobs b ON b.id = path.blob_id
            ORDER BY path.depth DESC""",
         (node_id,),
     ).fetchall()
-    return [str(r[0]) for r in rows]
+    return [_body(conn, str(r[0]), str(r[1])) for r in rows]
 
 
 class TraceCache:
@@ -323,8 +359,13 @@ def collect_garbage(conn: sqlite3.Connection) -> int:
               UNION SELECT json_extract(start, '$.tools') FROM trace_runs
               UNION SELECT json_extract(start, '$.system') FROM trace_runs
               UNION SELECT json_extract(start, '$.prompt_inputs') FROM trace_runs"""
+    # The sections of a live sectioned blob live with it.
     blobs = conn.execute(
-        f"DELETE FROM trace_blobs WHERE id NOT IN (SELECT * FROM ({refs}) WHERE blob_id NOT NULL)"
+        f"""WITH live(blob_id) AS ({refs})
+            DELETE FROM trace_blobs WHERE id NOT IN (
+              SELECT blob_id FROM live WHERE blob_id NOT NULL
+              UNION SELECT j.value FROM trace_blobs s, json_each(s.body) j
+              WHERE s.kind = '{SECTIONS}' AND s.id IN (SELECT blob_id FROM live))"""
     )
     # Deleted ids are taken again by the next inserts: this connection's TraceCache drops what
     # it knew (another connection's sees data_version change).
