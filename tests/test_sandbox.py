@@ -242,3 +242,21 @@ async def test_heron_run_without_a_terminal_refuses_and_tells_the_person(
     )
     result = provider.requests[1].messages[-1].parts[0]
     assert result.is_error and NO_TERMINAL in result.content
+
+
+def test_a_runtime_under_tmp_is_bound_back_into_the_private_tmp(tmp_path, monkeypatch):
+    """A checkout or venv under /tmp (as a CI clone may be) would be hidden by the sandbox's
+    private /tmp, and the kernel could not start: it is bound back read-only."""
+    import sys
+
+    from heron.tools.sandbox import Sandbox, runtime_under_tmp
+
+    venv = (tmp_path / "venv").resolve()
+    venv.mkdir()
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    assert venv in runtime_under_tmp()
+    argv = Sandbox(tmp_path, bwrap="bwrap").wrap(["true"])
+    tmpfs = argv.index("/tmp") - 1  # the private /tmp, then the runtime bound back inside it
+    bound = argv.index(str(venv)) - 1
+    assert argv[tmpfs] == "--tmpfs" and bound > tmpfs
+    assert argv[bound : bound + 3] == ["--ro-bind", str(venv), str(venv)]

@@ -207,6 +207,8 @@ class Sandbox:
             return [*runner, "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
         out = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         out += ["--tmpfs", "/tmp"]
+        for path in runtime_under_tmp():
+            out += ["--ro-bind", str(path), str(path)]
         for kind, path in self._mounts(binds):
             out += ["--tmpfs", str(path)] if kind == "hide" else ["--bind", str(path), str(path)]
         out += [*NAMESPACES, "--unshare-cgroup-try", "--hostname", HOSTNAME]
@@ -228,6 +230,17 @@ class Sandbox:
             mounts.append(("hide", self.home.resolve()))
         mounts += [("bind", Path(b).resolve()) for b in binds]
         return sorted(mounts, key=lambda m: len(m[1].parts))
+
+
+def runtime_under_tmp() -> list[Path]:
+    """The interpreter's and Heron's own folders that the private /tmp would hide (a checkout or
+    a virtual environment under /tmp, as a CI clone may be): bound back read-only, so the
+    kernel and a `heron` run from a tool can start."""
+    import heron
+
+    tmp = Path("/tmp").resolve()
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(heron.__file__).parent}
+    return sorted({p.resolve() for p in found if p.resolve().is_relative_to(tmp)})
 
 
 def is_marker(arg: str) -> bool:
