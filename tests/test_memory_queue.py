@@ -209,3 +209,17 @@ async def test_two_passes_picking_the_same_fact_queue_it_once(setup):
     facts = [s for s in service.waiting() if s.kind == "fact"]
     assert len(facts) == 1 and facts[0].quote == "I hate cilantro"
     assert facts[0].id in first and facts[0].id in second
+
+
+def test_a_memory_pass_prompt_is_cut_to_fit_the_window():
+    """Memory's own requests keep the window's invariant: a prompt larger than the room is
+    sent as its head and tail, with what was left out said."""
+    from heron.context.tokens import estimate_text
+    from heron.memory.extract import fit_prompt
+
+    prompt = "start " + "x" * 400_000 + " end"
+    fitted = fit_prompt(prompt, 8_000)
+    assert estimate_text(fitted) <= 8_000
+    assert fitted.startswith("start ") and fitted.endswith(" end")
+    assert "characters left out to fit the window" in fitted
+    assert fit_prompt("short", 8_000) == "short"

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from heron.context.tokens import estimate_text
 from heron.errors import ProviderError
 from heron.memory import queue
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
@@ -23,6 +24,7 @@ from heron.memory.guard import find_quote, typed_text
 from heron.memory.service import MemoryService
 from heron.messages import Message, Text
 from heron.providers.base import ChatRequest, Provider
+from heron.providers.profiles import profile_for
 from heron.store import StoredMessage
 
 CONTEXT_CHARS = 24_000
@@ -92,13 +94,36 @@ def parse_reply(text: str) -> dict[str, Any]:
     return {}
 
 
+ASK_OUTPUT = 2000  # tokens a pass may answer with
+
+
 async def _ask(provider: Provider, system: str, prompt: str) -> dict[str, Any]:
-    request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], 2000)
+    prompt = fit_prompt(prompt, _window_of(provider) - ASK_OUTPUT - estimate_text(system))
+    request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
         reply = await provider.chat(request)
     except ProviderError:
         return {}  # a failed pass proposes nothing; the conversation is untouched
     return parse_reply(reply.text)
+
+
+def _window_of(provider: Provider) -> int:
+    """The window of the model a pass asks, by its built-in profile."""
+    return profile_for(provider.model).context_window
+
+
+def fit_prompt(prompt: str, room: int) -> str:
+    """The pass's prompt within `room` tokens (the window's hard invariant holds for memory's
+    own requests too): its head and tail, with what was left out said, when it is larger. A
+    pass that sees less proposes less; it never sends a request over the window."""
+    room = max(room - 64, 0)  # the marker and the estimate's slack
+    if estimate_text(prompt) <= room:
+        return prompt
+    keep = room * 4 // 2  # characters at each end, about four a token
+    cut = len(prompt) - 2 * keep
+    return (
+        f"{prompt[:keep]}\n[... {cut} characters left out to fit the window ...]\n{prompt[-keep:]}"
+    )
 
 
 def _items(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
