@@ -17,6 +17,7 @@ import pytest
 from compaction_helpers import all_text, is_checkpoint, is_summary, reachable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strength import examples
 
 from heron.agent.engine import Engine
 from heron.config import Settings
@@ -165,7 +166,7 @@ CASES = dict(
 )
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(5, 2), deadline=None, suppress_health_check=list(HealthCheck))
 @given(**CASES)
 def test_no_request_exceeds_the_window_and_every_user_message_stays_reachable(
     window, turns, memory, fail, seed

@@ -187,6 +187,7 @@ def test_profiles_of_the_offline_model_and_overrides():
 # ---- the command -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_heron_run_against_a_looping_small_model_ends_in_one_call(heron_home):
     """`heron run` as a user runs it, against a server that loops like SmolLM2 did: one request,
     the loop stopped and marked on stdout, exit status 0."""

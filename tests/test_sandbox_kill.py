@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed"),
+    pytest.mark.slow,  # Heron in a process of its own, killed with SIGKILL
+]
 
 DEADLINE = 10.0  # seconds; a loaded machine, not a target
 

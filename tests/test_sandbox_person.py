@@ -15,6 +15,8 @@ from sandbox_helpers import call_tool, seed_home
 from heron.memory import EntryPath, MemoryService
 from heron.store import Store
 
+pytestmark = pytest.mark.slow  # the real CLI, run from inside the tools
+
 REFUSED = "the person's act; run it in your own terminal"
 
 
