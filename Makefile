@@ -41,10 +41,11 @@ test: $(STAMP) bubblewrap
 	$(BIN)/pytest
 
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
-# the offline model), property tests at light strength. `make test` runs them all.
+# the offline model), property tests at light strength, on two workers. `make test` runs them
+# all, in one process.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model and not heavy"
+	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model and not heavy" -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .
