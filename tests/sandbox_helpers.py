@@ -61,10 +61,10 @@ async def call_tool(
 
 
 @contextmanager
-def listener() -> Iterator[tuple[int, list[bytes]]]:
-    """A TCP server on 127.0.0.1; yields its port and the connections it accepted."""
+def listener(host: str = "127.0.0.1") -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on `host`; yields its port and the connections it accepted."""
     server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+    server.bind((host, 0))
     server.listen()
     server.settimeout(0.2)
     accepted: list[bytes] = []

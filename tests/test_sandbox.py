@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -110,18 +112,93 @@ async def test_unconfined_command_gets_the_clean_environment_too(
     assert "HOME-LISTING: " in out  # it did run: unconfined means approved and unconfined
 
 
+def connect_command(host: str, port: int) -> str:
+    return f"(exec 3<>/dev/tcp/{host}/{port} && echo NET-CONNECTED) 2>&1"
+
+
 @pytest.mark.parametrize("network", ["all", "loopback"])
 async def test_the_network_setting_is_what_the_sandbox_allows(
     network: str, heron_home: Path, tmp_path: Path
 ) -> None:
-    """ "all" shares the host's network (so the test above could fail); "loopback" is a network
-    namespace of the command's own, which has only its own lo."""
+    """ "all" shares the host's network (so the test above could fail); "loopback" forwards
+    the host's 127.0.0.1 into the command's own namespace (through pasta), and nothing else."""
+    if network == "loopback" and shutil.which("pasta") is None:
+        pytest.skip("pasta (Debian passt) is not installed")
     seed_home(heron_home, f'network = "{network}"')
     with listener() as (port, accepted):
-        command = f"(exec 3<>/dev/tcp/127.0.0.1/{port} && echo NET-CONNECTED) 2>&1"
-        result = await call_tool("bash", {"command": command})
-    assert ("NET-CONNECTED" in result.content) == (network == "all")
-    assert bool(accepted) == (network == "all")
+        result = await call_tool("bash", {"command": connect_command("127.0.0.1", port)})
+    assert "NET-CONNECTED" in result.content and accepted
+
+
+def outside_address() -> str | None:
+    """One of this machine's addresses that is not loopback, if it has one."""
+    try:
+        found = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    addresses = [a for a in found.stdout.split() if "." in a and not a.startswith("127.")]
+    return addresses[0] if addresses else None
+
+
+async def test_loopback_reaches_nothing_beyond_the_hosts_loopback(
+    heron_home: Path, tmp_path: Path
+) -> None:
+    """A server on the machine's own LAN address stands for the network beyond loopback: the
+    same command reaches it with "all" (so this can fail) and not with "loopback"."""
+    address = outside_address()
+    if shutil.which("pasta") is None or address is None:
+        pytest.skip("needs pasta and a non-loopback address")
+    for network, reached in (("all", True), ("loopback", False)):
+        seed_home(heron_home, f'network = "{network}"')
+        with listener(address) as (port, accepted):
+            result = await call_tool("bash", {"command": connect_command(address, port)})
+        assert ("NET-CONNECTED" in result.content) == reached, (network, result.content)
+        assert bool(accepted) == reached
+
+
+async def test_the_kernel_runs_with_the_loopback_network(heron_home: Path) -> None:
+    """run_cell's kernel starts through the same launcher and reaches the host's loopback;
+    pasta ends with the command's namespace."""
+    if shutil.which("pasta") is None:
+        pytest.skip("pasta (Debian passt) is not installed")
+    seed_home(heron_home, 'network = "loopback"')
+    before = pasta_pids()
+    with listener() as (port, accepted):
+        code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 5); print('OK')"
+        result = await call_tool("run_cell", {"code": code})
+    assert "OK" in result.content and accepted
+    for _ in range(200):  # pasta ends with the launcher; give it a moment to be reaped
+        if not pasta_pids() - before:
+            break
+        await asyncio.sleep(0.05)
+    assert not pasta_pids() - before
+
+
+def pasta_pids() -> set[int]:
+    """The pasta processes running now that netjoin.py started (their argv has --runas)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"pasta") and b"--runas" in argv:
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("confined", "network"), [(True, "none"), (True, "loopback"), (False, "none")]
+)
+async def test_a_command_starts_with_default_signals(
+    confined: bool, network: str, heron_home: Path
+) -> None:
+    """Python ignores SIGPIPE, and what a launcher ignores its exec'd command inherits: a
+    pipeline's writer must end by SIGPIPE (141) as in a terminal, not print "Broken pipe"."""
+    seed_home(heron_home, f'network = "{network}"\napproval = "allow"')
+    command = 'yes | head -1; echo "writer ended ${PIPESTATUS[0]}"'
+    result = await call_tool("bash", {"command": command}, confined=confined)
+    assert "writer ended 141" in result.content and "Broken pipe" not in result.content
 
 
 async def test_unconfined_commands_wait_for_approval(heron_home: Path, tmp_path: Path) -> None:

@@ -77,8 +77,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pid = os.fork()
     if pid == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Python ignores SIGPIPE and SIGXFSZ, and an exec keeps what is ignored: the command
+        # starts with every signal at its default, as from a terminal (`yes | head` relies on
+        # SIGPIPE).
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
         try:
             os.execv(command[0], command)
         except OSError as error:

@@ -46,6 +46,8 @@ NAMESPACES = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts
 # The unconfined runner (heron/tools/runner.py): it forks the command and waits, so it stays in
 # the chain however the command execs, and it takes what the command leaves with it.
 RUNNER = Path(__file__).with_name("runner.py")
+# network = "loopback": starts bwrap and joins pasta to its network namespace (netjoin.py).
+NETJOIN = Path(__file__).with_name("netjoin.py")
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Sandbox:
     bwrap: str | None = "bwrap"
     problem: str | None = None
     env_source: Mapping[str, str] = field(default_factory=dict, repr=False)
+    pasta: str | None = None  # network = "loopback" forwards the host's loopback through it
 
     @classmethod
     def detect(
@@ -140,6 +143,7 @@ class Sandbox:
             bwrap if found.ok else None,
             found.problem,
             {k: env[k] for k in ("PATH", "LANG", "TERM") if k in env},
+            find_pasta(env) if network == "loopback" else None,
         )
 
     @property
@@ -160,18 +164,26 @@ class Sandbox:
             )
         net = {
             "none": "no network",
-            "loopback": "no network beyond its own loopback",
+            "loopback": "no network but servers on the machine's loopback (127.0.0.1)",
             "all": "the network",
         }[self.network]
+        if self.network == "loopback" and self.pasta is None:
+            net = "no network"
         return (
             f"{WHERE_IT_RUNS}in a sandbox; only the workspace is writable, /tmp is private, "
             f"Heron's own files are hidden, it has {net}, and what it starts ends with it."
         )
 
     def notice(self, policy: str) -> str | None:
-        """What a channel says once at start when commands cannot be confined; None if they
-        can."""
+        """What a channel says once at start when commands cannot be confined, or cannot have
+        the network the configuration asks for; None if all is as configured."""
         if self.confined:
+            if self.network == "loopback" and self.pasta is None:
+                return (
+                    'network = "loopback" needs pasta, which is not installed, so commands have '
+                    "no network at all. To let them reach servers on 127.0.0.1: sudo apt-get "
+                    "install passt."
+                )
             return None
         then = {
             "ask": "each command the agent runs waits for your approval",
@@ -220,6 +232,9 @@ class Sandbox:
         for key, value in env.items():
             out += ["--setenv", key, value]
         out += ["--chdir", str(self.workspace), "--", *argv]
+        if self.network == "loopback" and self.pasta is not None:
+            runas = f"{os.getuid()}:{os.getgid()}"  # pasta would drop root to nobody
+            return [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, "--", *out]
         return out
 
     def _mounts(self, binds: Sequence[Path]) -> list[tuple[str, Path]]:
@@ -230,6 +245,12 @@ class Sandbox:
             mounts.append(("hide", self.home.resolve()))
         mounts += [("bind", Path(b).resolve()) for b in binds]
         return sorted(mounts, key=lambda m: len(m[1].parts))
+
+
+def find_pasta(env: Mapping[str, str]) -> str | None:
+    """pasta (Debian `passt`), which `network = "loopback"` needs; None without it: the
+    command then has no network at all, and its description says so."""
+    return shutil.which("pasta", path=env.get("PATH") or DEFAULT_PATH)
 
 
 def runtime_under_tmp() -> list[Path]:
