@@ -337,3 +337,18 @@ def test_a_runtime_under_tmp_is_bound_back_into_the_private_tmp(tmp_path, monkey
     bound = argv.index(str(venv)) - 1
     assert argv[tmpfs] == "--tmpfs" and bound > tmpfs
     assert argv[bound : bound + 3] == ["--ro-bind", str(venv), str(venv)]
+
+
+def test_loopback_without_pasta_says_there_is_no_network(tmp_path: Path) -> None:
+    """Without pasta, "loopback" must not claim what it cannot give: the start notice and the
+    tools' description both say the commands have no network, and how to get the setting."""
+    from heron.tools.sandbox import Sandbox
+
+    without = Sandbox(tmp_path, tmp_path / "home", "loopback", "/usr/bin/bwrap", pasta=None)
+    with_pasta = Sandbox(tmp_path, tmp_path / "home", "loopback", "/usr/bin/bwrap", pasta="pasta")
+    notice = without.notice("allow")
+    assert notice and "no network" in notice and "apt-get install passt" in notice
+    assert "has no network" in without.describe() and with_pasta.notice("allow") is None
+    assert "127.0.0.1" in with_pasta.describe()
+    assert "netjoin.py" in " ".join(with_pasta.wrap(["true"]))
+    assert "netjoin.py" not in " ".join(without.wrap(["true"]))
