@@ -208,12 +208,13 @@ asyncio.run(run_command(sys.argv[2], Sandbox(Path(sys.argv[1])), 3600, 1000))
 def sandbox_figures(runs: int = 20) -> dict[str, float]:
     """A `bash` call (`true`) and a kernel start, plain, unconfined (the wrapper) and in the
     sandbox; and how long a sleep started in the sandbox outlives a SIGKILLed Heron. Medians
-    in ms. Targets: the sandbox adds at most 30 ms to a bash call, 1 s to a kernel start."""
+    in ms. Targets: the sandbox adds at most 30 ms to a bash call, 1 s to a kernel start;
+    `network = "loopback"` (pasta) is measured apart."""
     import asyncio
     import shutil
 
     from heron.tools.python_kernel import KernelSession
-    from heron.tools.sandbox import Sandbox
+    from heron.tools.sandbox import Sandbox, find_pasta
     from heron.tools.shell import run_command
 
     if shutil.which("bwrap") is None:
@@ -245,6 +246,8 @@ def sandbox_figures(runs: int = 20) -> dict[str, float]:
             "unconfined": Sandbox(workspace, home, bwrap=None),
             "sandbox": Sandbox(workspace, home),
         }
+        if pasta := find_pasta(os.environ):  # network = "loopback": pasta joins each command
+            modes["loopback"] = Sandbox(workspace, home, "loopback", pasta=pasta)
         bash: dict[str, list[float]] = {m: [] for m in modes}
         for _ in range(runs):  # interleaved, so load drift lands on every mode alike
             for mode, sandbox in modes.items():
@@ -263,6 +266,8 @@ def sandbox_figures(runs: int = 20) -> dict[str, float]:
         out = asyncio.run(measure(workspace))
         kills = [_sandbox_kill_ms(workspace, i) for i in range(3)]
     out["bash_added_ms"] = round(out["bash_sandbox_ms"] - out["bash_plain_ms"], 1)
+    if "bash_loopback_ms" in out:
+        out["loopback_added_ms"] = round(out["bash_loopback_ms"] - out["bash_sandbox_ms"], 1)
     added = out["kernel_start_sandbox_ms"] - out["kernel_start_unconfined_ms"]
     out["kernel_start_added_ms"] = round(added, 1)
     out["sleep_outlives_sigkill_ms"] = round(statistics.median(kills), 1)
@@ -315,6 +320,11 @@ def _print_sandbox(figures: dict[str, float]) -> None:
         f"target <= 1000: {'MET' if f['kernel_start_added_ms'] <= 1000 else 'NOT MET'}); a "
         f"sleep outlives a SIGKILLed Heron by {f['sleep_outlives_sigkill_ms']:.1f} ms"
     )
+    if "bash_loopback_ms" in f:
+        print(
+            f'sandbox, network = "loopback": bash call {f["bash_loopback_ms"]:.1f} ms '
+            f"(+{f['loopback_added_ms']:.1f} over the sandbox, for pasta)"
+        )
 
 
 def main() -> None:
