@@ -40,7 +40,8 @@ from heron.providers.anthropic import (
     chat_with_retries,
     thinking_state,
 )
-from heron.providers.base import ChatRequest, RetryPolicy, StreamEvent, ToolSpec
+from heron.providers.base import RetryPolicy
+from heron.request import ChatRequest, StreamEvent, ToolSpec
 from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.script import Script, ServerReply
 

@@ -9,13 +9,13 @@ import pytest
 
 from heron.errors import ToolError
 from heron.messages import ToolCall
+from heron.tools.builtin import default_registry
 from heron.tools.registry import (
     MAX_PARALLEL_TOOLS,
     Tool,
     ToolContext,
     ToolOutput,
     ToolRegistry,
-    default_registry,
     parse_docstring,
     tool,
 )

@@ -25,19 +25,12 @@ from typing import Literal
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
 from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
-from heron.providers.base import (
-    RETRY_EVENT,
-    ChatRequest,
-    OnEvent,
-    Provider,
-    RetryPolicy,
-    StreamEvent,
-    call_with_retries,
-)
+from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import WireBody, body_of
 from heron.redact import Redactor, scrub_error
+from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
 from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
 RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]

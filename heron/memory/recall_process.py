@@ -135,8 +135,7 @@ class RecallProcess:
 
 def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
     """The child's loop: answer each request line until stdin closes."""
-    from heron.memory.recall import Recall
-    from heron.memory.wiring import wants_recall
+    from heron.memory.recall import Recall, wants_recall
     from heron.store import Store
 
     lines = sys.stdin if lines is None else lines

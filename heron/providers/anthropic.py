@@ -43,18 +43,9 @@ from heron.messages import (
     ToolResult,
     Usage,
 )
-from heron.providers.base import (
-    ChatRequest,
-    OnEvent,
-    OutputMeter,
-    RetryPolicy,
-    StreamEvent,
-    ToolSpec,
-    call_with_retries,
-    stalled,
-    within_stall,
-)
+from heron.providers.base import OutputMeter, RetryPolicy, call_with_retries, stalled, within_stall
 from heron.providers.wire import ToolsMemo, body_of
+from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 PROVIDER = "anthropic"
 AUTH_HINT = (

@@ -34,17 +34,10 @@ from heron.messages import (
     ToolResult,
     Usage,
 )
-from heron.providers.base import (
-    ChatRequest,
-    OnEvent,
-    OutputMeter,
-    StreamEvent,
-    ToolSpec,
-    stalled,
-    within_stall,
-)
+from heron.providers.base import OutputMeter, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of
+from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI

@@ -27,18 +27,24 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
-from heron.providers.base import ToolSpec
+from heron.request import ToolSpec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from heron.redact import Redactor
-    from heron.tools.python_kernel import KernelSession
     from heron.tools.sandbox import Sandbox
+
+
+class RunSession(Protocol):
+    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
+
+    async def shutdown(self) -> None: ...
+
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
@@ -86,7 +92,7 @@ class ToolContext:
     workspace: Path
     result_budget: int = 20_000
     effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
-    kernel: KernelSession | None = None
+    kernel: RunSession | None = None
     sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     extra: dict[str, Any] = field(default_factory=dict)
     # Tools that change the workspace run one at a time, so what one reports (a file changed)
@@ -491,24 +497,3 @@ def _save_full(call_id: str, text: str, workspace: Path) -> str | None:
             continue
         return str((shown or folder) / f"{name}.txt")
     return None
-
-
-def default_registry(before_call: BeforeCall | None = None) -> ToolRegistry:
-    """The built-in tools: files, bash and a Python kernel."""
-    from heron.tools import files, python_kernel, scratchpad, shell, todos, work_state
-
-    return ToolRegistry(
-        [
-            files.read_file,
-            files.write_file,
-            files.edit_file,
-            files.list_files,
-            files.grep,
-            shell.bash,
-            python_kernel.run_cell,
-            work_state.work_state,
-            todos.todos,
-            scratchpad.scratchpad,
-        ],
-        before_call,
-    )
