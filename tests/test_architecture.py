@@ -101,16 +101,28 @@ def _targets(node: ast.AST, source: str, package: bool, modules: set[str]) -> It
     return [_resolve(f"{base}.{a.name}", modules) for a in node.names]
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement, nested ones included (in functions, classes, ifs, trys, withs, loops):
+    an import is a statement, so expressions need not be walked."""
+    for node in body:
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, name, None)
+            if inner:
+                yield from _statements(inner)
+
+
 def edges(root: Path = PACKAGE) -> list[Edge]:
     """Every `heron` import under `root` (a `heron` package folder), as module -> module."""
     repo = root.parent
     names = {module_name(p, repo): p for p in sorted(root.rglob("*.py"))}
+    known = set(names)
     found: list[Edge] = []
     for module, path in names.items():
         tree = ast.parse(path.read_text(), str(path))
         package = path.name == "__init__.py"
-        for node in ast.walk(tree):
-            for target in _targets(node, module, package, set(names)):
+        for node in _statements(tree.body):
+            for target in _targets(node, module, package, known):
                 where = f"{path.relative_to(repo)}:{node.lineno}"
                 found.append(Edge(module, target, where))
     return found
@@ -184,14 +196,40 @@ def cycles(found: list[Edge]) -> list[list[str]]:
     return sorted(result)
 
 
-def describe(component: list[str], found: list[Edge]) -> str:
+def shortest_loop(component: list[str], found: list[Edge]) -> list[Edge]:
+    """One shortest way round a cycle: from the component's first module back to it (BFS)."""
     inside = set(component)
-    lines = [
-        f"{e.where} imports {e.target}"
-        for e in found
-        if e.source in inside and e.target in inside and e.source != e.target
-    ]
-    return "cycle " + " <-> ".join(component) + ":\n    " + "\n    ".join(sorted(set(lines)))
+    first: dict[tuple[str, str], Edge] = {}
+    for e in found:
+        if e.source in inside and e.target in inside and e.source != e.target:
+            first.setdefault((e.source, e.target), e)
+    start = component[0]
+    came: dict[str, Edge] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for (source, target), edge in sorted(first.items()):
+                if source != node:
+                    continue
+                if target == start:
+                    path = [edge]
+                    while path[0].source != start:
+                        path.insert(0, came[path[0].source])
+                    return path
+                if target not in came:
+                    came[target] = edge
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no loop through {start}")  # a component always has one
+
+
+def describe(component: list[str], found: list[Edge]) -> str:
+    loop = shortest_loop(component, found)
+    hops = [f"{e.where} imports {e.target}" for e in loop]
+    names = " -> ".join([loop[0].source, *(e.target for e in loop)])
+    rest = f" ({len(component)} modules in the cycle)" if len(component) > len(loop) else ""
+    return f"import cycle {names}{rest}:\n    " + "\n    ".join(hops)
 
 
 @pytest.fixture(scope="module")
@@ -271,10 +309,16 @@ def test_checker_catches_upward_same_level_and_hidden_imports(tmp_path: Path) ->
         "heron/store/__init__.py:3 imports heron.channels: layer low (store) may not import "
         "layer top (channels)",
     ]
-    assert cycles(found) == [
+    loops = cycles(found)
+    assert loops == [
         ["heron.channels.chat", "heron.cli"],
         ["heron.store.cache", "heron.store.rows"],
     ]
+    assert describe(loops[0], found) == (
+        "import cycle heron.channels.chat -> heron.cli -> heron.channels.chat:\n"
+        "    heron/channels/chat.py:2 imports heron.cli\n"
+        "    heron/cli.py:1 imports heron.channels.chat"
+    )
     assert Edge("heron.store.rows", "heron.messages", "heron/store/rows.py:2") in found
 
 
