@@ -54,6 +54,20 @@ class RetryPolicy:
         return jittered
 
 
+def retry_after(headers: Any) -> float | None:
+    """Seconds a server asks us to wait, from `retry-after-ms` or `retry-after` (in seconds; an
+    HTTP date is ignored): the same headers on both wires."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            continue
+    return None
+
+
 async def call_with_retries(
     call: Callable[[], Awaitable[Reply]],
     policy: RetryPolicy,

@@ -34,7 +34,7 @@ from heron.messages import (
     ToolResult,
     Usage,
 )
-from heron.providers.base import OutputMeter, stalled, within_stall
+from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -369,7 +369,7 @@ def _status_error(error: Any) -> ProviderError:
     known = {"status": status, "body": body}
     code = str(error.code or "")
     if status == 429:
-        return RateLimited(message, retry_after=_retry_after(error.response.headers), **known)
+        return RateLimited(message, retry_after=retry_after(error.response.headers), **known)
     if status >= 500:
         return TransientProviderError(message, **known)
     if status in (401, 403):
@@ -386,16 +386,3 @@ def _message(error: Any) -> str:
     if isinstance(error.body, dict) and isinstance(error.body.get("message"), str):
         return error.body["message"]
     return str(error.message)
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds; HTTP dates ignored)."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            continue
-    return None

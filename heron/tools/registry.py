@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import inspect
 import json
 import re
@@ -377,11 +376,6 @@ class ToolRegistry:
     ) -> tuple[ToolResult, list[dict[str, Any]]]:
         """Run one call and return the side effects it recorded, and only its own."""
         return await recording(self.call(call, ctx))
-
-    async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
-        """Run calls concurrently, at most `MAX_PARALLEL_TOOLS` at once; results come back in
-        call order."""
-        return await bounded_gather([functools.partial(self.call, c, ctx) for c in calls])
 
     async def _run(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
         found = self._tools.get(call.name)
