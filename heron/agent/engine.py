@@ -25,7 +25,6 @@ from heron.agent.runner import (
     Runner,
     RunResult,
     ToolCallRecord,
-    args_json,
 )
 from heron.agent.tracing import trace_for
 from heron.agent.turn import (
@@ -50,7 +49,7 @@ from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
-from heron.messages import Message, Text, Usage, scrub_text
+from heron.messages import Message, Text, Usage, dumps, scrub_text
 from heron.providers import Provider, open_provider
 from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
@@ -492,7 +491,7 @@ class _Recorder:
     async def tool_call(self, record: ToolCallRecord) -> None:
         self.tool_calls += 1
         if self.trace is not None:
-            await self.trace.tool_call(record, args_json(record.call))
+            await self.trace.tool_call(record, dumps(record.call.args))
         if self.hooks.on_tool_end:
             self.hooks.on_tool_end(record)
 

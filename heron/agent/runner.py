@@ -16,7 +16,6 @@ hooks as it happens, so the engine can persist it before anything else.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -360,7 +359,3 @@ class RetryFilter:
 
 def _is_empty(reply: Reply) -> bool:
     return not reply.tool_calls and not reply.text.strip()
-
-
-def args_json(call: ToolCall) -> str:
-    return json.dumps(call.args, ensure_ascii=False, sort_keys=True)

@@ -33,6 +33,7 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     Usage,
+    dumps,
 )
 from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
@@ -51,12 +52,6 @@ MODEL_HINT = (
     "Run `heron models` to list the models this server offers, then pick one with `--model`."
 )
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceeds the context")
-
-
-def dump_args(args: Any) -> str:
-    """Tool-call arguments as sent on the wire: one canonical form (compact, sorted, UTF-8) so
-    the same history always serialises to the same bytes and the server's prefix cache hits."""
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 class OpenAICompatProvider:
@@ -120,7 +115,7 @@ class OpenAICompatProvider:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": dump_args(c.args)},
+                    "function": {"name": c.name, "arguments": dumps(c.args)},
                 }
                 for c in calls
             ]
