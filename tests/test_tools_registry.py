@@ -281,10 +281,10 @@ async def test_oversized_result_is_saved_with_head_and_path(
     assert len(full) > ctx.result_budget
     result = await registry.call(ToolCall("call/7", "big", {"size": 500}), ctx)
     assert not result.is_error
-    saved = ctx.workspace / ".heron" / "results" / "call_7.txt"
+    (saved,) = (ctx.workspace / ".heron" / "results").glob("call_7-*.txt")
     assert saved.read_text(encoding="utf-8") == full
     assert result.content.startswith("line 0\nline 1\n")
-    assert ".heron/results/call_7.txt" in result.content
+    assert f".heron/results/{saved.name}" in result.content
     assert f"of {len(full)} characters" in result.content
     assert len(result.content) < ctx.result_budget + 300
 

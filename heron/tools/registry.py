@@ -18,7 +18,6 @@ import dataclasses
 import inspect
 import json
 import re
-import tempfile
 import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_o
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
 from heron.request import ToolSpec
+from heron.saved import head, keep
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -47,7 +47,6 @@ class RunSession(Protocol):
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
-RESULTS_DIR = Path(".heron") / "results"
 # Tool calls of one reply that run at once: a reply asking for 1,000 calls must not start 1,000
 # processes, kernels or threads together.
 MAX_PARALLEL_TOOLS = 8
@@ -463,31 +462,11 @@ def fit_budget(call_id: str, text: str, ctx: ToolContext) -> str:
     """`text` if it fits the budget; otherwise its head and where the whole of it was saved."""
     if len(text) <= ctx.result_budget:
         return text
-    shown = text[: ctx.result_budget]
-    cut = shown.rfind("\n")
-    if cut > ctx.result_budget * 0.8:  # end on a whole line when one is near
-        shown = shown[:cut]
-    saved = _save_full(call_id, text, ctx.workspace)
-    if saved is None:
+    shown = head(text, ctx.result_budget)
+    where = keep(call_id, text, ctx.workspace)
+    if where is None:
         return text  # nowhere to save it: better too long than lost
     return (
         f"{shown}\n[... cut: showing {len(shown)} of {len(text)} characters. The full result is "
-        f"saved in {saved}; read it with read_file (offset, limit) or search it with grep.]"
+        f"saved in {where}; read it with read_file (offset, limit) or search it with grep.]"
     )
-
-
-def _save_full(call_id: str, text: str, workspace: Path) -> str | None:
-    """Where the full text was saved: relative to the workspace, or outside it when the
-    workspace is read-only; None when nowhere would take it."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
-    for folder, shown in (
-        (workspace / RESULTS_DIR, RESULTS_DIR),
-        (Path(tempfile.gettempdir()) / "heron-results", None),
-    ):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{name}.txt").write_text(text, encoding="utf-8")
-        except OSError:
-            continue
-        return str((shown or folder) / f"{name}.txt")
-    return None
