@@ -95,7 +95,7 @@ class CommandContext:
 
 
 NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
-NAMES += ("memory", "learn", "reflect")  # the memory package (heron/memory/commands.py)
+NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
@@ -150,7 +150,7 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
             kind="separator",
         )
         archive = getattr(ctx.engine, "archive_for_memory", None)
-        if archive is not None:  # the memory package; it returns at once, working in the back
+        if archive is not None:  # memory reads the old context in the background; returns at once
             await archive(conv)
     return CommandReply(
         "New conversation started. The transcript above is kept; the model no longer sees it."
@@ -189,7 +189,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
 
 
 def _budget(engine: Any) -> list[str]:
-    """The budgets of the window (issue 14): `heron conversations show KEY --budget` says
+    """The budgets of the window: `heron conversations show KEY --budget` says
     what each part takes now."""
     from heron.compaction.core import deps_for
     from heron.compaction.inspect import budget_lines
