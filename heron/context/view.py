@@ -8,8 +8,8 @@ results), results over the per-result budget are cut to their head and a saved p
 view is repaired so it never holds a call without its result or a result without its call.
 
 Everything here is a pure function of its inputs (apart from saving a cut result to disk under
-a name fixed by its call id), so the same record always gives the same bytes: that is what lets
-request N+1 start with request N.
+a name fixed by its call id and content, heron/saved.py), so the same record always gives the
+same bytes: that is what lets request N+1 start with request N.
 """
 
 from __future__ import annotations

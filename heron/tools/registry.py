@@ -7,7 +7,8 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 `ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
-workspace and the model gets its head plus the saved path, so nothing is ever lost. Every
+workspace (heron/saved.py) and the model gets its head plus the saved path, so nothing is lost.
+The built-in tools are listed in builtin.py, which imports them and this module. Every
 result is first scrubbed of secrets (`ToolContext.redactor`, heron/redact.py).
 """
 
