@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import secrets
@@ -168,6 +169,10 @@ class Engine:
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
         self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
+        # What heron/proactive attaches: services its tools find in ToolContext.extra (the
+        # subagent manager, goals), and a line for the runtime block (the goal), read by key.
+        self.tool_extras: dict[str, Any] = {}
+        self.runtime_notes: Callable[[str], str | None] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -339,13 +344,14 @@ class Engine:
         *,
         channel: str = "cli",
         answer: int | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
         compact if the conversation outgrew its share of the window, and derive the view.
         `answer`: a message already stored (/retry after a failed turn), answered as it is."""
         run_id = new_run_id()
         if answer is None:
-            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel)
+            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel, meta)
         else:
             turn_id = await self.store.call(
                 self.store.start_turn,
@@ -369,9 +375,15 @@ class Engine:
         )
 
     async def _commit_message(
-        self, conversation: Conversation, run_id: str, text: str, channel: str
+        self,
+        conversation: Conversation,
+        run_id: str,
+        text: str,
+        channel: str,
+        meta: dict[str, Any] | None = None,
     ) -> tuple[int, int]:
-        """Auto-recall, then the user's message with its turn row, in one commit."""
+        """Auto-recall, then the user's message with its turn row, in one commit. `meta`: a
+        message Heron opens the turn with (a subagent's result), authored by Heron."""
         text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
         user_message = Message("user", [Text(text)])
         strong = await self._recall_check(text)
@@ -381,6 +393,9 @@ class Engine:
         slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
         hop = self.store.call_slow if slow else self.store.call
         note = await hop(self._before_message, conversation.id, text, strong)
+        if self.runtime_notes is not None:  # a sustained goal (heron/proactive/goals.py)
+            extra = await self.store.call(self.runtime_notes, conversation.key)
+            note = "\n".join(n for n in (note, extra) if n) or None
         zone = self.settings.config.agent.timezone
         info = RuntimeInfo(channel, conversation.key, zone, note=note)
         turn_id, stored = await self.store.call(
@@ -393,6 +408,7 @@ class Engine:
             sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
+            meta=meta,
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
@@ -416,6 +432,9 @@ class Engine:
             store=self.store, conversation_id=conversation.id, agent=conversation.agent
         )
         ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
+        ctx.extra.update(self.tool_extras)  # services of heron/proactive (subagents, goals)
+        options = hooks.control.options if hooks.control is not None else None
+        registry, limits, retry = self._bounds(options)
         trace = trace_for(self, built, conversation.agent)
         recorder = _Recorder(
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
@@ -424,8 +443,8 @@ class Engine:
         if hooks.on_notice is not None:
             for notice in built.notices:
                 hooks.on_notice(notice)
-        profile, limits = self.choice.profile, self.limits
-        runner = Runner(self.provider, self.registry, profile, limits, self.retry, self.redactor)
+        profile = self.choice.profile
+        runner = Runner(self.provider, registry, profile, limits, retry, self.redactor)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
             on_progress=hooks.on_progress,
@@ -459,6 +478,31 @@ class Engine:
         error = str(run.error) if run.error else None
         await recorder.finish(status, run.stop, error, system, run, hooks.control)
         return run
+
+    def _bounds(self, options: Any) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:
+        """The tools, ceilings and request deadline of a run: the engine's, narrowed by the
+        TurnOptions of a turn Heron started (a subagent's own ceilings and tools; a goal's
+        turn has no wall-clock model deadline, long autonomous work is expected)."""
+        registry, limits, retry = self.registry, self.limits, self.retry
+        if options is None:
+            return registry, limits, retry
+        if options.max_model_calls is not None:
+            limits = dataclasses.replace(limits, max_turns=options.max_model_calls)
+        if options.max_tokens is not None:
+            limits = dataclasses.replace(limits, max_tokens_total=options.max_tokens)
+        if options.tools is not None or options.without:
+            keep = set(options.tools) if options.tools is not None else set(registry.names())
+            keep -= set(options.without)
+            chosen = [t for name in registry.names() if name in keep and (t := registry.get(name))]
+            registry = ToolRegistry(chosen, before_call=registry.before_call)
+        if options.no_deadline:
+            retry = dataclasses.replace(retry, deadline=NO_DEADLINE)
+        return registry, limits, retry
+
+
+# A goal's turn: no wall-clock deadline on a model request (the stall timeout still cuts a
+# silent stream); a year, not infinity, so the timer arithmetic stays finite.
+NO_DEADLINE = 365 * 24 * 3600.0
 
 
 def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
@@ -535,8 +579,9 @@ class _Recorder:
         """A message with the trace rows held for it (its model call's), in one transaction:
         one commit instead of two, and a reply is never on disk without its call's row."""
         joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
+        meta = getattr(message, "meta", None)  # an injected result names its run (turn.Injected)
         with self.store.transaction(), joined:
-            self.store.append(self.conversation_id, message, turn_id=self.turn_id)
+            self.store.append(self.conversation_id, message, turn_id=self.turn_id, meta=meta)
 
     async def commit_held(self, control: TurnControl) -> None:
         """The run failed after its final reply was held for SAVE: keep the reply, unless the

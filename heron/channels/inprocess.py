@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
 
 
@@ -65,13 +66,18 @@ async def connect(
         loop.approvers[channel] = approve
     dispatcher = Dispatcher(bus)
     dispatcher.register(channel, deliver)
+    # Subagents (the `spawn` tool) run through this loop; a result left unannounced by an
+    # earlier process is announced now (heron/proactive/subagents.py).
+    subagents = attach_subagents(loop, channel=(channel, chat_id))
     tasks = [
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
     ]
     try:
+        await subagents.start()
         yield InProcessAgent(loop, channel, chat_id)
     finally:
+        await subagents.close()
         await loop.close()
         await bus.outbound.join()  # the stopped turns' last events reach the channel
         for task in tasks:
