@@ -103,3 +103,36 @@ async def running_loop(
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
+
+
+class FakeClock:
+    """Time that moves only when the test says: `sleep(s)` returns once `advance` has passed
+    its instant; `now()` is the clock's time."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+        self.waiting = asyncio.Event()  # set whenever someone starts sleeping
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.t + seconds, future))
+        self.waiting.set()
+        try:
+            await future
+        finally:
+            self._sleepers = [(u, f) for u, f in self._sleepers if f is not future]
+
+    async def sleepers(self, n: int) -> None:
+        """Until `n` sleeps are waiting (yielding to the tasks that start them)."""
+        while len(self._sleepers) < n:
+            await asyncio.sleep(0)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+        for until, future in list(self._sleepers):
+            if until <= self.t and not future.done():
+                future.set_result(None)

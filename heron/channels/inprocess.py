@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+from heron.proactive.ask import attach as attach_ask
 from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
 
@@ -69,6 +70,7 @@ async def connect(
     # Subagents (the `spawn` tool) run through this loop; a result left unannounced by an
     # earlier process is announced now (heron/proactive/subagents.py).
     subagents = attach_subagents(loop, channel=(channel, chat_id))
+    attach_ask(loop)  # ask_user: the next message typed here answers a waiting question
     tasks = [
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
