@@ -35,6 +35,7 @@ Commands:
   /compact       summarize older messages now to free context
   /memory [review | accept ID | reject ID]   what waits for your review in memory
   /learn         (or /reflect) look for what to remember now; show what memory gained
+  /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
 Anything else starting with / is sent to the model as it is."""
 
@@ -71,6 +72,7 @@ class CommandContext:
 
 NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
 NAMES += ("memory", "learn", "reflect")  # the memory package (heron/memory/commands.py)
+NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
@@ -320,6 +322,12 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(text)
 
 
+async def _goal(ctx: CommandContext, arg: str) -> CommandReply:
+    from heron.proactive.goals import goal_command
+
+    return CommandReply(await asyncio.to_thread(goal_command, ctx.store, ctx.key, arg))
+
+
 _HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] = {
     "help": _help,
     "stop": _stop,
@@ -333,4 +341,5 @@ _HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] =
     "memory": _memory,
     "learn": _learn,
     "reflect": _learn,
+    "goal": _goal,
 }

@@ -30,7 +30,15 @@ from heron.agent import commands
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import TurnControl
-from heron.bus import EventKind, InboundMessage, MessageBus, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import (
+    EventKind,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    TurnEnd,
+    TurnEvent,
+    TurnOptions,
+)
 from heron.errors import HeronError, ProviderError
 from heron.messages import Message, ToolCall
 from heron.providers.base import StreamEvent
@@ -93,6 +101,9 @@ class AgentLoop:
     on_turn_end: list[Callable[[str, InboundMessage, TurnResult | None], None]] = field(
         default_factory=list
     )
+    # The options of a turn started for a message (a conversation's sustained goal takes the
+    # model deadline off, heron/proactive/goals.py); None: the message's own.
+    options_for: Callable[[str, InboundMessage], TurnOptions | None] | None = None
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -166,6 +177,8 @@ class AgentLoop:
     def _start(self, key: str, message: InboundMessage) -> asyncio.Task[TurnResult | None]:
         control = TurnControl(key, message.provenance)
         control.options = message.options
+        if self.options_for is not None:
+            control.options = self.options_for(key, message)
         control.deliver = lambda text: self._speak(control, message, key, text)
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
@@ -188,6 +201,19 @@ class AgentLoop:
         if task.cancelled() or task.exception() is not None:
             return None
         return task.result()
+
+    def start_turn(self, message: InboundMessage) -> None:
+        """A turn Heron starts itself (a goal's nudge): at once when the conversation is free,
+        else after what waits there."""
+        key = self.resolve(message)
+        if key in self._active:
+            self._pending.setdefault(key, deque()).append(message)
+        else:
+            self._start(key, message)
+
+    def pending(self, key: str) -> int:
+        """Messages waiting for the conversation's running turn to end."""
+        return len(self._pending.get(key, ()))
 
     def active_control(self, key: str) -> TurnControl | None:
         active = self._active.get(key)

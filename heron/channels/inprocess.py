@@ -18,6 +18,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
 from heron.proactive.ask import attach as attach_ask
+from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
 
@@ -71,6 +72,7 @@ async def connect(
     # earlier process is announced now (heron/proactive/subagents.py).
     subagents = attach_subagents(loop, channel=(channel, chat_id))
     attach_ask(loop)  # ask_user: the next message typed here answers a waiting question
+    attach_goals(loop)  # /goal and the goal tool: nudge turns until done, parked at budget
     tasks = [
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
