@@ -113,6 +113,10 @@ def runs_cancel(run_id: RunArg) -> None:
     except HeronError as e:
         _fail(e)
         return
+    if run.kind == "subagent" and run.status not in ("running", "cancelled") and not run.announced:
+        runs.drop_result(store, run.id)  # ended, not reported yet: its result is dropped
+        typer.echo(f"Dropped the result of subagent {run.id}; it will not report back.")
+        return
     if run.status not in ("running", "waiting"):
         typer.echo(f"Run {run.id} already ended ({run.status}); nothing to cancel.")
         return

@@ -262,3 +262,49 @@ def open_for(store: Store, origin_key: str) -> list[Run]:
         (origin_key, time.time()),
     )
     return [_run(r) for r in rows]
+
+
+def work_in(store: Store, key: str) -> list[str]:
+    """What proactive work still uses a conversation, each named with how to end it: a goal
+    working in it, a subagent that will report back to it, a question waiting for an answer
+    there (one past its deadline no longer counts). A delete is refused while any remains."""
+    from heron.store.goals import open_goal
+
+    found: list[str] = []
+    goal = open_goal(store, key)
+    if goal is not None and goal.status == "active":
+        found.append(
+            f"a goal is working in it ({_short(goal.objective)}): end it with /goal stop there"
+        )
+    for run in open_for(store, key):
+        if run.kind == "ask":
+            found.append(
+                f"run {run.id} waits for your answer ({_short(run.task)}): answer it, or drop it"
+                f" with heron runs cancel {run.id}"
+            )
+        elif run.status == "running":
+            found.append(
+                f"subagent {run.id} will report back to it: wait for its result, or stop it"
+                f" with heron runs cancel {run.id}"
+            )
+        else:
+            found.append(
+                f"subagent {run.id} has not reported back yet ({run.status}): open the"
+                f" conversation to receive it, or drop it with heron runs cancel {run.id}"
+            )
+    return found
+
+
+def drop_result(store: Store, run_id: str) -> None:
+    """The person drops a finished subagent's result before it was announced."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET announced = COALESCE(announced, ?), status = 'cancelled'"
+            " WHERE id = ? AND announced IS NULL",
+            (time.time(), run_id),
+        )
+
+
+def _short(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 1] + "…")
