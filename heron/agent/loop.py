@@ -116,6 +116,11 @@ class AgentLoop:
     def running(self, key: str) -> bool:
         return key in self._active
 
+    @property
+    def busy(self) -> bool:
+        """Some turn runs (idle-time work waits)."""
+        return bool(self._active)
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
