@@ -51,6 +51,7 @@ class TurnOptions:
     without: tuple[str, ...] = ()  # tools never offered (a subagent cannot spawn)
     no_deadline: bool = False
     message_meta: dict[str, object] | None = None
+    bare: bool = False  # no auto-recall into it: a subagent sees only its task
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ async def test_result_opens_an_announce_turn_when_the_origin_is_idle():
         (run,) = runs.listing(engine.store)
         rows = result_rows(engine, "test:me")
         conversations = [c.key for c in engine.store.conversations()]
+        task_row = engine.store.branch(engine.store.conversation(run.conversation_key).id)[0]
 
     assert [o.text for o in said if o.kind == "answer"] == [
         "I asked a subagent.",
@@ -78,6 +79,7 @@ async def test_result_opens_an_announce_turn_when_the_origin_is_idle():
     assert len(rows) == 1 and rows[0].author == "heron" and rows[0].message.role == "user"
     assert "42" in rows[0].message.text
     assert all(not k.startswith("subagent:") for k in conversations)  # never listed
+    assert task_row.author == "heron"  # the main agent's words, never quoted as the person's
     sub = model.seen[run.conversation_key][0]
     assert [m.role for m in sub.messages] == ["user"]  # bare: only its task
     assert {t.name for t in sub.tools} == {"note"}  # no spawn, ask_user, goal, message

@@ -345,13 +345,16 @@ class Engine:
         channel: str = "cli",
         answer: int | None = None,
         meta: dict[str, Any] | None = None,
+        bare: bool = False,
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
         compact if the conversation outgrew its share of the window, and derive the view.
         `answer`: a message already stored (/retry after a failed turn), answered as it is."""
         run_id = new_run_id()
         if answer is None:
-            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel, meta)
+            turn_id, user_id = await self._commit_message(
+                conversation, run_id, text, channel, meta, bare
+            )
         else:
             turn_id = await self.store.call(
                 self.store.start_turn,
@@ -381,18 +384,14 @@ class Engine:
         text: str,
         channel: str,
         meta: dict[str, Any] | None = None,
+        bare: bool = False,
     ) -> tuple[int, int]:
         """Auto-recall, then the user's message with its turn row, in one commit. `meta`: a
-        message Heron opens the turn with (a subagent's result), authored by Heron."""
+        message Heron opens the turn with (a subagent's result or task), authored by Heron;
+        `bare`: no auto-recall (a subagent is blind to the conversations by design)."""
         text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
         user_message = Message("user", [Text(text)])
-        strong = await self._recall_check(text)
-        # Inline while the history is small (a thread hop costs more than the search then);
-        # nothing left to search when the reader found no strong hit.
-        searching = strong is not False
-        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
-        hop = self.store.call_slow if slow else self.store.call
-        note = await hop(self._before_message, conversation.id, text, strong)
+        note = None if bare else await self._recall_and_note(conversation, text)
         if self.runtime_notes is not None:  # a sustained goal (heron/proactive/goals.py)
             extra = await self.store.call(self.runtime_notes, conversation.key)
             note = "\n".join(n for n in (note, extra) if n) or None
@@ -413,6 +412,15 @@ class Engine:
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
         return turn_id, stored.id
+
+    async def _recall_and_note(self, conversation: Conversation, text: str) -> str | None:
+        strong = await self._recall_check(text)
+        # Inline while the history is small (a thread hop costs more than the search then);
+        # nothing left to search when the reader found no strong hit.
+        searching = strong is not False
+        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
+        hop = self.store.call_slow if slow else self.store.call
+        return await hop(self._before_message, conversation.id, text, strong)
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks

@@ -433,6 +433,7 @@ class TurnMachine:
             channel=c.channel,
             answer=c.answer_id,
             meta=getattr(options, "message_meta", None),
+            bare=getattr(options, "bare", False),
         )
         c.control.turn_id = c.built.turn_id
         return State.RUN

@@ -263,9 +263,8 @@ class MemoryService:
         existing = self.files.read(path)
         created = existing.created if existing else now
         entry = Entry(path, text.strip(), origin, created, now, source, mistake)
-        self.history.before_change()
-        self.files.write(entry)
-        self.history.commit(f"{'updated' if existing else 'saved'} {path.rel} ({origin})")
+        verb = "updated" if existing else "saved"
+        self.history.record(f"{verb} {path.rel} ({origin})", lambda: self.files.write(entry))
         return entry
 
     def forget(self, path: EntryPath | str, conversation_id: int | None = None) -> Entry:
@@ -280,9 +279,7 @@ class MemoryService:
                     " message_id, created) VALUES (?, ?, ?, ?, ?)",
                     (statement, entry.path.rel, conversation_id, entry.source.message, time.time()),
                 )
-        self.history.before_change()
-        self.files.delete(entry.path)
-        self.history.commit(f"removed {entry.path.rel}")
+        self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
         return entry
 
     # ---- the review queue -----------------------------------------------------------------

@@ -50,6 +50,7 @@ KEEP_SECONDS = 6 * 3600.0
 # Tools that reach back into the conversation: a subagent reports by its result only.
 WITHOUT = ("spawn", "ask_user", "goal", "message")
 PARTIAL_CHARS = 4_000
+TASK_META = "subagent_task"  # meta of the row that opens a subagent's run with its task
 # Provenances of a turn the person is part of: a subagent spawned there is announced visibly.
 PERSONAL = ("user", "announce", "goal")
 
@@ -174,6 +175,10 @@ class Subagents:
             max_tokens=self.max_tokens,
             tools=tuple(tools) if tools is not None else None,
             without=WITHOUT,
+            # The task is the main agent's words, not the person's: authored by Heron, so no
+            # memory pass ever quotes it; and no recall into it (it sees only its task).
+            message_meta={"subagent": True, TASK_META: run.id},
+            bare=True,
         )
         message = InboundMessage(
             "subagent", run.lineage or "", task, key, provenance="subagent", options=options
@@ -290,7 +295,7 @@ def partial_of(store: Any, run: runs.Run) -> str:
     if conv is None:
         return ""
     rows = store.branch(conv.id)
-    start = max((i for i, r in enumerate(rows) if r.author == "user"), default=0)
+    start = max((i for i, r in enumerate(rows) if r.meta.get(TASK_META)), default=0)
     pieces: list[str] = []
     for row in rows[start + 1 :]:
         for part in row.message.parts:
