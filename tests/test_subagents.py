@@ -382,3 +382,33 @@ async def test_runs_cli_lists_shows_a_transcript_and_cancels():
     assert cancelled.exit_code == 0 and "Cancelled ask ask_1" in cancelled.output
     assert "already ended (cancelled)" in again.output
     assert missing.exit_code == 1 and "heron runs list" in missing.output
+
+
+async def test_a_one_message_run_waits_for_its_subagents_result():
+    """`heron run`'s connection settles only once the subagent reported back."""
+    from heron.agent.engine import Engine
+    from heron.channels.inprocess import connect
+    from heron.config import Settings
+    from heron.providers.scripted import ScriptedProvider
+
+    def origin(request, n):
+        if n == 1:
+            return call("spawn", task="Compute it.")
+        return text("Started." if n == 2 else "The answer is 42.")
+
+    model = Routed({"script:": origin, "subagent:": lambda r, n: text("42")})
+    got: list[str] = []
+
+    async def deliver(item) -> None:
+        if getattr(item, "kind", None) == "answer":
+            got.append(item.text)
+
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=tools()
+    ) as e:
+        async with connect(e, "script", "one", deliver, idle=False) as agent:
+            await agent.send("work", "script:one")
+            await agent.settle()
+        (run,) = runs.listing(e.store)
+    assert got == ["Started.", "The answer is 42."]
+    assert run.status == "done" and run.announced is not None

@@ -20,6 +20,7 @@ from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.review import review_when_idle
+from heron.proactive.subagents import Subagents
 from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
 
@@ -31,6 +32,7 @@ class InProcessAgent:
     loop: AgentLoop
     channel: str
     chat_id: str
+    subagents: Subagents | None = None
 
     async def send(self, text: str, key: str, agent: str = "default") -> None:
         self.send_nowait(text, key, agent)
@@ -45,8 +47,12 @@ class InProcessAgent:
 
     async def settle(self) -> None:
         """Until no turn runs or waits and everything they sent has been delivered."""
-        await self.loop.bus.inbound.join()
-        await self.loop.wait_idle()
+        while True:
+            await self.loop.bus.inbound.join()
+            await self.loop.wait_idle()
+            if self.subagents is None or not self.subagents.busy:
+                break
+            await self.subagents.settle()  # its result's announce turn, then idle again
         await self.loop.bus.outbound.join()
 
 
@@ -83,8 +89,8 @@ async def connect(
         if every > 0 and engine.memory is not None:
             tasks.append(asyncio.create_task(review_when_idle(engine, loop, every_s=every * 3600)))
     try:
-        await subagents.start()
-        yield InProcessAgent(loop, channel, chat_id)
+        await subagents.start(announce=idle)  # a one-message `heron run` leaves them to a chat
+        yield InProcessAgent(loop, channel, chat_id, subagents)
     finally:
         await subagents.close()
         await loop.close()

@@ -80,13 +80,20 @@ class Subagents:
     def store(self) -> Any:
         return self.loop.engine.store
 
+    @property
+    def busy(self) -> bool:
+        return any(not t.done() for t in [*self.tasks.values(), *self._settling])
+
     # ---- start and spawn --------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Runs left open by a dead process are interrupted; every result not yet announced
-        is announced now (once: one already in the origin's record is only marked)."""
+    async def start(self, *, announce: bool = True) -> None:
+        """Runs left open by a dead process are interrupted; with `announce`, every result not
+        yet announced is announced now (once: one already in the origin's record is only
+        marked). A one-message `heron run` leaves them for a chat to announce."""
         self._slots = asyncio.Semaphore(self.max_parallel)
         await self.store.call(runs.interrupt_orphans, self.store)
+        if not announce:
+            return
         for run in await self.store.call(runs.owed, self.store):
             if run.result is None:  # interrupted: what its transcript holds
                 text = await self.store.call(partial_of, self.store, run)
@@ -144,6 +151,11 @@ class Subagents:
         await self.store.call(runs.restart, self.store, run.id)
         await self.store.call(runs.set_task, self.store, run.id, task)
         return await self.store.call(runs.get, self.store, run.id)  # type: ignore[no-any-return]
+
+    async def settle(self) -> None:
+        """Until no subagent works and no announcement is being settled."""
+        while pending := [t for t in [*self.tasks.values(), *self._settling] if not t.done()]:
+            await asyncio.wait(pending)
 
     async def wait(self, run_id: str) -> runs.Run:
         return await self.tasks[run_id]
