@@ -412,3 +412,22 @@ async def test_a_one_message_run_waits_for_its_subagents_result():
         (run,) = runs.listing(e.store)
     assert got == ["Started.", "The answer is 42."]
     assert run.status == "done" and run.announced is not None
+
+
+async def test_a_subagent_of_internal_work_reports_silently():
+    def origin(request, n):
+        if n == 1:
+            return call("spawn", task="Check the feed.")
+        return text("nothing new" if n == 3 else "started")
+
+    model = Routed({"cron:": origin, "subagent:": lambda r, n: text("no changes")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "job", "tick", "cron:7", provenance="scheduled"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+        rows = result_rows(engine, "cron:7")
+    assert run.origin_internal and run.announced is not None
+    assert len(rows) == 1 and len(model.seen["cron:7"]) == 3  # answered in a turn of its own
+    assert said == []  # silent: nothing reaches the person unless `message` is called

@@ -392,9 +392,6 @@ class Engine:
         text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
         user_message = Message("user", [Text(text)])
         note = None if bare else await self._recall_and_note(conversation, text)
-        if self.runtime_notes is not None:  # a sustained goal (heron/proactive/goals.py)
-            extra = await self.store.call(self.runtime_notes, conversation.key)
-            note = "\n".join(n for n in (note, extra) if n) or None
         zone = self.settings.config.agent.timezone
         info = RuntimeInfo(channel, conversation.key, zone, note=note)
         turn_id, stored = await self.store.call(
@@ -420,7 +417,16 @@ class Engine:
         searching = strong is not False
         slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
         hop = self.store.call_slow if slow else self.store.call
-        return await hop(self._before_message, conversation.id, text, strong)
+        return await hop(self._notes_before, conversation, text, strong)
+
+    def _notes_before(
+        self, conversation: Conversation, text: str, strong: bool | None
+    ) -> str | None:
+        """In one hop to the store's thread: recall and the memory note, and the line of a
+        sustained goal (heron/proactive/goals.py) for the runtime block."""
+        note = self._before_message(conversation.id, text, strong)
+        extra = self.runtime_notes(conversation.key) if self.runtime_notes is not None else None
+        return "\n".join(n for n in (note, extra) if n) or None
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
