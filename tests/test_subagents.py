@@ -431,3 +431,30 @@ async def test_a_subagent_of_internal_work_reports_silently():
     assert run.origin_internal and run.announced is not None
     assert len(rows) == 1 and len(model.seen["cron:7"]) == 3  # answered in a turn of its own
     assert said == []  # silent: nothing reaches the person unless `message` is called
+
+
+@tool
+async def other(ctx: ToolContext) -> str:
+    """Another tool."""
+    return "x"
+
+
+async def test_a_tool_subset_is_checked_and_kept():
+    def origin(request, n):
+        if n == 1:
+            return call("spawn", task="x", tools=["spawn", "nope"])
+        if n == 2:
+            return call("spawn", n=2, task="Only notes.", tools=["note"])
+        return text("ok")
+
+    model = Routed({"test:": origin, "subagent:": lambda r, n: text("done")})
+    async with running_loop(model, ToolRegistry([note, other])) as (engine, loop, _):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+    refused = model.seen["test:me"][1].messages[-1].parts[0]
+    assert refused.is_error and "cannot have nope, spawn" in refused.content
+    assert run.tools == ["note"]
+    assert {t.name for t in model.seen[run.conversation_key][0].tools} == {"note"}

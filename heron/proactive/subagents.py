@@ -112,6 +112,7 @@ class Subagents:
         wait: bool = False,
     ) -> runs.Run:
         """Write the run's row, then start it; returns the row (status running)."""
+        self._check_tools(tools)
         channel, chat, _ = self.loop.origins.get(origin_key, ("subagent", origin_key, provenance))
         internal = provenance not in PERSONAL
         if resume:
@@ -136,6 +137,16 @@ class Subagents:
             self.waited.add(run.id)
         self.tasks[run.id] = asyncio.create_task(self._run(run, tools, task))
         return run
+
+    def _check_tools(self, tools: list[str] | None) -> None:
+        from heron.errors import ToolError
+
+        offered = [n for n in self.loop.engine.registry.names() if n not in WITHOUT]
+        unknown = sorted(set(tools or ()) - set(offered))
+        if unknown:
+            raise ToolError(
+                f"a subagent cannot have {', '.join(unknown)}; it may use: {', '.join(offered)}"
+            )
 
     async def _resume(self, lineage: str, origin_key: str, task: str) -> runs.Run:
         from heron.errors import ToolError
