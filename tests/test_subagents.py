@@ -302,6 +302,8 @@ from heron.proactive import subagents as sa
 from heron.tools.registry import ToolRegistry
 import test_subagents as t
 
+MODE = sys.argv[2]
+
 async def announce_turn(request, n):
     if n == 1:
         return call("spawn", task="compute")
@@ -310,8 +312,15 @@ async def announce_turn(request, n):
     print("announcing", flush=True)  # the result is in the record: the turn is on the wire
     await asyncio.Event().wait()
 
+async def working(request, n):
+    if n == 1:
+        return call("note", what="half of it: 21")
+    print("working", flush=True)  # the subagent is mid-task
+    await asyncio.Event().wait()
+
 async def main():
-    model = Routed({"test:": announce_turn, "subagent:": lambda r, n: text("42")})
+    sub = working if MODE == "working" else (lambda r, n: text("42"))
+    model = Routed({"test:": announce_turn, "subagent:": sub})
     async with running_loop(model, t.tools()) as (engine, loop, said):
         manager = sa.attach(loop)
         await manager.start()
@@ -326,7 +335,7 @@ asyncio.run(main())
 async def test_announced_exactly_once_across_a_sigkill(heron_home):
     tests_dir = str(Path(__file__).parent)
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, tests_dir],
+        [sys.executable, "-c", CHILD, tests_dir, "announcing"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "HERON_HOME": str(heron_home)},
@@ -458,3 +467,34 @@ async def test_a_tool_subset_is_checked_and_kept():
     assert refused.is_error and "cannot have nope, spawn" in refused.content
     assert run.tools == ["note"]
     assert {t.name for t in model.seen[run.conversation_key][0].tools} == {"note"}
+
+
+@pytest.mark.slow  # a real process, killed with SIGKILL while its subagent works
+async def test_a_subagent_killed_mid_task_reports_its_partial_work_once(heron_home):
+    tests_dir = str(Path(__file__).parent)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, tests_dir, "working"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HERON_HOME": str(heron_home)},
+    )
+    try:
+        line = await asyncio.to_thread(child.stdout.readline)
+        assert line.strip() == "working"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    model = Routed({"test:": lambda r, n: text(f"answered {n}")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        (before,) = runs.listing(engine.store)
+        for _ in range(2):  # two restarts: announced by the first only
+            manager = sa.attach(loop, channel=("test", "me"))
+            await manager.start()
+            await settle(loop, manager)
+            await manager.close()
+        (after,) = runs.listing(engine.store)
+        rows = result_rows(engine, "test:me")
+    assert before.status == "running"  # what the dead process left
+    assert after.status == "interrupted" and after.partial and "half of it: 21" in after.result
+    assert len(rows) == 1 and "interrupted" in rows[0].message.text
+    assert [o.text for o in said if o.kind == "answer"] == ["answered 1"]
