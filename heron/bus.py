@@ -18,7 +18,10 @@ from typing import Literal
 
 from heron.messages import ToolCall, ToolResult
 
-Provenance = Literal["user", "scheduled", "subagent", "internal"]
+# "announce": a subagent's result opening a turn of its own in a conversation the person
+# uses (visible); the same for internal work is "subagent" (silent). "goal": a nudge turn that
+# continues a sustained goal (visible: it is the person's goal).
+Provenance = Literal["user", "scheduled", "subagent", "internal", "announce", "goal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
 EventKind = Literal[
     "turn_start",  # a turn began for the message (or for mail queued behind one)
@@ -37,6 +40,21 @@ EventKind = Literal[
 
 
 @dataclass(frozen=True)
+class TurnOptions:
+    """How a turn started by Heron itself differs from an ordinary one (heron/proactive): its
+    own ceilings, a subset of the tools, no wall-clock model deadline, and the meta its
+    message is stored with (which also makes Heron its author)."""
+
+    max_model_calls: int | None = None
+    max_tokens: int | None = None
+    tools: tuple[str, ...] | None = None  # None: every tool of the engine
+    without: tuple[str, ...] = ()  # tools never offered (a subagent cannot spawn)
+    no_deadline: bool = False
+    message_meta: dict[str, object] | None = None
+    bare: bool = False  # no auto-recall into it: a subagent sees only its task
+
+
+@dataclass(frozen=True)
 class InboundMessage:
     channel: str  # "terminal", "web", "scheduler", "subagent", ...
     chat_id: str  # which chat on that channel
@@ -46,6 +64,7 @@ class InboundMessage:
     agent: str = "default"
     meta: dict[str, str] = field(default_factory=dict)
     events: bool = False  # the channel wants this message's TurnEvents (streams, tools, end)
+    options: TurnOptions | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import typer
 
 from heron.channels.common import fail, settings
 from heron.channels.memory_cli import app as memory_app
+from heron.channels.runs_cli import runs_app
 from heron.channels.trace_cli import trace_app, usage
 from heron.errors import HeronError
 
@@ -29,6 +30,7 @@ app.add_typer(conversations_app, name="conversations")
 app.add_typer(config_app, name="config")
 app.add_typer(trace_app, name="trace")
 app.add_typer(memory_app, name="memory")
+app.add_typer(runs_app, name="runs")
 app.command("usage")(usage)
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]

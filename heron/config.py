@@ -132,9 +132,11 @@ TOOL_CHOICES: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class MemoryConfig:
     """[memory]: `review_on_close` runs the memory review pass (model calls with the chat's
-    model) in the background when a chat closes."""
+    model) in the background when a chat closes; `review_every_hours` runs the nightly review
+    (heron/proactive/review.py) while Heron is idle, at most that often (0: never)."""
 
     review_on_close: bool = True
+    review_every_hours: float = field(default=24.0, metadata=between(0))
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ Commands:
   /compact       summarize older messages now to free context
   /memory [review | accept ID | reject ID]   what waits for your review in memory
   /learn         (or /reflect) look for what to remember now; show what memory gained
+  /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
 Anything else starting with / is sent to the model as it is."""
 
@@ -75,6 +76,9 @@ class CommandEngine(Protocol):
     @property
     def memory_baseline(self) -> dict[str, str]: ...
 
+    @property
+    def more_commands(self) -> dict[str, CommandHandler]: ...
+
     async def compact_now(
         self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
     ) -> str: ...
@@ -94,8 +98,13 @@ class CommandContext:
         return self.engine.store
 
 
+# A slash command: the engine it runs on and the text after its name -> what it says.
+CommandHandler = Callable[[CommandContext, str], Awaitable[CommandReply]]
+
+
 NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
+NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
@@ -111,7 +120,9 @@ def parse(text: str) -> Command | None:
 
 
 async def run(command: Command, ctx: CommandContext) -> CommandReply:
-    handler = _HANDLERS[command.name]
+    handler = _HANDLERS.get(command.name) or ctx.engine.more_commands.get(command.name)
+    if handler is None:  # a service's command (NAMES) that this process did not attach
+        return CommandReply(f"/{command.name} is not available in this session.")
     return await handler(ctx, command.arg)
 
 
@@ -345,7 +356,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(text)
 
 
-_HANDLERS: dict[str, Callable[[CommandContext, str], Awaitable[CommandReply]]] = {
+_HANDLERS: dict[str, CommandHandler] = {
     "help": _help,
     "stop": _stop,
     "new": _new,

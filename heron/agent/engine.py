@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import secrets
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from heron.agent.commands import CommandHandler
 from heron.agent.runner import (
     ModelCallRecord,
     RunHooks,
@@ -116,6 +118,13 @@ class Engine:
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
         self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
+        # What heron/proactive attaches: services its tools find in ToolContext.extra (the
+        # subagent manager, goals), and a line for the runtime block (the goal), read by key.
+        self.tool_extras: dict[str, Any] = {}
+        self.runtime_notes: Callable[[str], str | None] | None = None
+        # Slash commands of the services above the engine (e.g. /goal, heron/proactive/goals.py),
+        # added by what attaches them, so the engine never imports those services.
+        self.more_commands: dict[str, CommandHandler] = {}
 
     @classmethod
     @asynccontextmanager
@@ -287,13 +296,17 @@ class Engine:
         *,
         channel: str = "cli",
         answer: int | None = None,
+        meta: dict[str, Any] | None = None,
+        bare: bool = False,
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
         compact if the conversation outgrew its share of the window, and derive the view.
         `answer`: a message already stored (/retry after a failed turn), answered as it is."""
         run_id = new_run_id()
         if answer is None:
-            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel)
+            turn_id, user_id = await self._commit_message(
+                conversation, run_id, text, channel, meta, bare
+            )
         else:
             turn_id = await self.store.call(
                 self.store.start_turn,
@@ -317,18 +330,20 @@ class Engine:
         )
 
     async def _commit_message(
-        self, conversation: Conversation, run_id: str, text: str, channel: str
+        self,
+        conversation: Conversation,
+        run_id: str,
+        text: str,
+        channel: str,
+        meta: dict[str, Any] | None = None,
+        bare: bool = False,
     ) -> tuple[int, int]:
-        """Auto-recall, then the user's message with its turn row, in one commit."""
+        """Auto-recall, then the user's message with its turn row, in one commit. `meta`: a
+        message Heron opens the turn with (a subagent's result or task), authored by Heron;
+        `bare`: no auto-recall (a subagent is blind to the conversations by design)."""
         text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
         user_message = Message("user", [Text(text)])
-        strong = await self._recall_check(text)
-        # Inline while the history is small (a thread hop costs more than the search then);
-        # nothing left to search when the reader found no strong hit.
-        searching = strong is not False
-        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
-        hop = self.store.call_slow if slow else self.store.call
-        note = await hop(self._before_message, conversation.id, text, strong)
+        note = None if bare else await self._recall_and_note(conversation, text)
         zone = self.settings.config.agent.timezone
         info = RuntimeInfo(channel, conversation.key, zone, note=note)
         turn_id, stored = await self.store.call(
@@ -341,10 +356,29 @@ class Engine:
             sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
+            meta=meta,
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
         return turn_id, stored.id
+
+    async def _recall_and_note(self, conversation: Conversation, text: str) -> str | None:
+        strong = await self._recall_check(text)
+        # Inline while the history is small (a thread hop costs more than the search then);
+        # nothing left to search when the reader found no strong hit.
+        searching = strong is not False
+        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
+        hop = self.store.call_slow if slow else self.store.call
+        return await hop(self._notes_before, conversation, text, strong)
+
+    def _notes_before(
+        self, conversation: Conversation, text: str, strong: bool | None
+    ) -> str | None:
+        """In one hop to the store's thread: recall and the memory note, and the line of a
+        sustained goal (heron/proactive/goals.py) for the runtime block."""
+        note = self._before_message(conversation.id, text, strong)
+        extra = self.runtime_notes(conversation.key) if self.runtime_notes is not None else None
+        return "\n".join(n for n in (note, extra) if n) or None
 
     async def _run(
         self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
@@ -364,6 +398,9 @@ class Engine:
             store=self.store, conversation_id=conversation.id, agent=conversation.agent
         )
         ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
+        ctx.extra.update(self.tool_extras)  # services of heron/proactive (subagents, goals)
+        options = hooks.control.options if hooks.control is not None else None
+        registry, limits, retry = self._bounds(options)
         trace = trace_for(self, built, conversation.agent)
         recorder = _Recorder(
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
@@ -372,8 +409,8 @@ class Engine:
         if hooks.on_notice is not None:
             for notice in built.notices:
                 hooks.on_notice(notice)
-        profile, limits = self.choice.profile, self.limits
-        runner = Runner(self.provider, self.registry, profile, limits, self.retry, self.redactor)
+        profile = self.choice.profile
+        runner = Runner(self.provider, registry, profile, limits, retry, self.redactor)
         run_hooks = RunHooks(
             on_event=hooks.on_event,
             on_progress=hooks.on_progress,
@@ -407,6 +444,31 @@ class Engine:
         error = str(run.error) if run.error else None
         await recorder.finish(status, run.stop, error, system, run, hooks.control)
         return run
+
+    def _bounds(self, options: Any) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:
+        """The tools, ceilings and request deadline of a run: the engine's, narrowed by the
+        TurnOptions of a turn Heron started (a subagent's own ceilings and tools; a goal's
+        turn has no wall-clock model deadline, long autonomous work is expected)."""
+        registry, limits, retry = self.registry, self.limits, self.retry
+        if options is None:
+            return registry, limits, retry
+        if options.max_model_calls is not None:
+            limits = dataclasses.replace(limits, max_turns=options.max_model_calls)
+        if options.max_tokens is not None:
+            limits = dataclasses.replace(limits, max_tokens_total=options.max_tokens)
+        if options.tools is not None or options.without:
+            keep = set(options.tools) if options.tools is not None else set(registry.names())
+            keep -= set(options.without)
+            chosen = [t for name in registry.names() if name in keep and (t := registry.get(name))]
+            registry = ToolRegistry(chosen, before_call=registry.before_call)
+        if options.no_deadline:
+            retry = dataclasses.replace(retry, deadline=NO_DEADLINE)
+        return registry, limits, retry
+
+
+# A goal's turn: no wall-clock deadline on a model request (the stall timeout still cuts a
+# silent stream); a year, not infinity, so the timer arithmetic stays finite.
+NO_DEADLINE = 365 * 24 * 3600.0
 
 
 def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
@@ -459,8 +521,9 @@ class _Recorder:
         """A message with the trace rows held for it (its model call's), in one transaction:
         one commit instead of two, and a reply is never on disk without its call's row."""
         joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
+        meta = getattr(message, "meta", None)  # an injected result names its run (turn.Injected)
         with self.store.transaction(), joined:
-            self.store.append(self.conversation_id, message, turn_id=self.turn_id)
+            self.store.append(self.conversation_id, message, turn_id=self.turn_id, meta=meta)
 
     async def commit_held(self, control: TurnControl) -> None:
         """The run failed after its final reply was held for SAVE: keep the reply, unless the

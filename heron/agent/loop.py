@@ -23,16 +23,24 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from heron.agent import commands
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import TurnControl
-from heron.bus import EventKind, InboundMessage, MessageBus, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import (
+    EventKind,
+    InboundMessage,
+    MessageBus,
+    OutboundMessage,
+    TurnEnd,
+    TurnEvent,
+    TurnOptions,
+)
 from heron.errors import HeronError, ProviderError
-from heron.messages import ToolCall
+from heron.messages import Message, ToolCall
 from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.approval import Approver
@@ -85,6 +93,17 @@ class AgentLoop:
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # Where each conversation's last message came from (channel, chat, provenance): where a
+    # subagent's result is announced (heron/proactive/subagents.py).
+    origins: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    # Told when a conversation's turn has ended (after the next queued one started), with its
+    # result (None: it failed or was stopped): proactive work settles what it owed that turn.
+    on_turn_end: list[Callable[[str, InboundMessage, TurnResult | None], None]] = field(
+        default_factory=list
+    )
+    # The options of a turn started for a message (a conversation's sustained goal takes the
+    # model deadline off, heron/proactive/goals.py); None: the message's own.
+    options_for: Callable[[str, InboundMessage], TurnOptions | None] | None = None
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -96,6 +115,11 @@ class AgentLoop:
 
     def running(self, key: str) -> bool:
         return key in self._active
+
+    @property
+    def busy(self) -> bool:
+        """Some turn runs (idle-time work waits)."""
+        return bool(self._active)
 
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
@@ -125,6 +149,10 @@ class AgentLoop:
         if found is not None and found.name in commands.PRIORITY:
             await self._priority(found, key, message)
             return
+        question = active.control.question
+        if found is None and question is not None and question.answer(message.text):
+            self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
+            return
         if found is None and active.control.post(message.text):
             self._event(message, key, "mail")  # answered in the running turn
             return
@@ -151,13 +179,64 @@ class AgentLoop:
 
     # ---- turns ----------------------------------------------------------------------------
 
-    def _start(self, key: str, message: InboundMessage) -> None:
+    def _start(self, key: str, message: InboundMessage) -> asyncio.Task[TurnResult | None]:
         control = TurnControl(key, message.provenance)
+        control.options = message.options
+        if self.options_for is not None:
+            control.options = self.options_for(key, message)
         control.deliver = lambda text: self._speak(control, message, key, text)
+        if message.provenance == "user":
+            self.origins[key] = (message.channel, message.chat_id, message.provenance)
+        else:
+            self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
         self._active[key] = _Active(task, control, message)
         self._idle.clear()
-        task.add_done_callback(lambda _: self._finished(key, control, message))
+        task.add_done_callback(lambda t: self._finished(key, control, message, t))
+        return task
+
+    async def run_turn(self, message: InboundMessage) -> TurnResult | None:
+        """Run one turn for `message` through the loop and wait for it (a subagent's run, in a
+        conversation of its own). None: the turn failed or was stopped."""
+        key = self.resolve(message)
+        if key in self._active:
+            raise RuntimeError(f"a turn already runs in {key}")
+        task = self._start(key, message)
+        await asyncio.wait({task})
+        if task.cancelled() or task.exception() is not None:
+            return None
+        return task.result()
+
+    def start_turn(self, message: InboundMessage) -> None:
+        """A turn Heron starts itself (a goal's nudge): at once when the conversation is free,
+        else after what waits there."""
+        key = self.resolve(message)
+        if key in self._active:
+            self._pending.setdefault(key, deque()).append(message)
+        else:
+            self._start(key, message)
+
+    def pending(self, key: str) -> int:
+        """Messages waiting for the conversation's running turn to end."""
+        return len(self._pending.get(key, ()))
+
+    def active_control(self, key: str) -> TurnControl | None:
+        active = self._active.get(key)
+        return None if active is None else active.control
+
+    def announce(self, message: InboundMessage, injected: Message) -> str:
+        """Heron's own message for a conversation (a subagent's result): into the running
+        turn's mailbox when one runs there and still reads mail ("mail"), else a turn of its
+        own opened with it ("turn"; queued behind a turn that passed its last drain)."""
+        key = self.resolve(message)
+        active = self._active.get(key)
+        if active is not None and active.control.inject(injected):
+            return "mail"
+        if active is None:
+            self._start(key, message)
+        else:
+            self._pending.setdefault(key, deque()).append(message)
+        return "turn"
 
     async def _turn(
         self, key: str, message: InboundMessage, control: TurnControl
@@ -232,8 +311,17 @@ class AgentLoop:
             event = TurnEvent(message.channel, message.chat_id, key, kind, text, seconds=s)
             self.bus.emit(dataclasses.replace(event, **payload) if payload else event)
 
-    def _finished(self, key: str, control: TurnControl, message: InboundMessage) -> None:
+    def _finished(
+        self,
+        key: str,
+        control: TurnControl,
+        message: InboundMessage,
+        task: asyncio.Task[TurnResult | None] | None = None,
+    ) -> None:
         self._active.pop(key, None)
+        result = None
+        if task is not None and not task.cancelled() and task.exception() is None:
+            result = task.result()
         queue = self._pending.setdefault(key, deque())
         mail = control.take_mail()
         if mail:
@@ -243,6 +331,8 @@ class AgentLoop:
             self._start(key, queue.popleft())
         elif not self._active:
             self._idle.set()
+        for listener in self.on_turn_end:
+            listener(key, message, result)
 
     async def _speak(
         self, control: TurnControl, message: InboundMessage, key: str, text: str

@@ -299,9 +299,14 @@ class Runner:
         s.tools += len(calls)
         mail = await hooks.drain()
         # Mail typed during the tools rides in the same user message as the results, so the
-        # history keeps alternating user and assistant.
-        mail_parts = [p for m in mail for p in m.parts]
+        # history keeps alternating user and assistant. A message of Heron's own (a subagent's
+        # result) follows as its own row: it keeps its author and the meta naming its run, and
+        # is never read as the person's words.
+        own = [m for m in mail if getattr(m, "author", None) == "heron"]
+        mail_parts = [p for m in mail if not any(m is o for o in own) for p in m.parts]
         await self._add(s, Message("user", [*results, *mail_parts]), hooks)
+        for message in own:
+            await self._add(s, message, hooks)
 
     async def _run_tool(self, call: ToolCall, ctx: ToolContext, hooks: RunHooks) -> ToolResult:
         if hooks.on_tool_start:

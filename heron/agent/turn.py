@@ -77,7 +77,8 @@ class Outcome(enum.Enum):
 
 
 # Provenance of a turn; only a person typing makes it visible by default.
-VISIBLE = frozenset({"user"})
+# An announce turn (a subagent's result, no turn running) and a goal's nudge are visible too.
+VISIBLE = frozenset({"user", "announce", "goal"})
 MAIL_LABEL = "[sent while you were working] "
 STOPPED = "[This turn was stopped before it finished.]"
 FAILED = (
@@ -85,6 +86,18 @@ FAILED = (
     "not stored twice)."
 )
 MAX_OVERFLOW_RETRIES = 1
+
+
+class Injected(Message):
+    """A user-role message Heron puts into a run or opens a turn with (a subagent's result):
+    stored with its `meta` (which names the run it reports) and authored by Heron, so it is
+    never taken for the person's words."""
+
+    author = "heron"
+
+    def __init__(self, text: str, meta: dict[str, Any]) -> None:
+        super().__init__("user", [Text(text)])
+        object.__setattr__(self, "meta", dict(meta))
 
 
 class StaleTurn(Exception):
@@ -117,6 +130,13 @@ class TurnControl:
     hold_final: bool = False  # a final-looking reply waits for SAVE (`held`) to be committed
     held: list[Message] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
+    # heron.bus.TurnOptions of a turn Heron started (ceilings, tools, meta of its message).
+    options: Any = None
+    # Messages Heron injects into the run (a subagent's result), drained with the mail; stored
+    # with their own meta and author.
+    events: list[Message] = field(default_factory=list)
+    # The question the run waits on (heron/proactive/ask.py): the next message answers it.
+    question: Any = None
 
     @property
     def visible(self) -> bool:
@@ -169,6 +189,18 @@ class TurnControl:
         self.mailbox.append(text)
         return True
 
+    def inject(self, message: Message) -> bool:
+        """Put a message of Heron's (a subagent's result) in the mailbox; False once the run
+        has passed its last drain (it then opens a turn of its own)."""
+        if not self.accepting_mail or self.stale:
+            return False
+        self.events.append(message)
+        return True
+
+    def take_events(self) -> list[Message]:
+        events, self.events = self.events, []
+        return events
+
     def take_mail(self) -> str:
         """The mail the run has not read, joined, and the mailbox emptied."""
         mail, self.mailbox = self.mailbox, []
@@ -176,7 +208,8 @@ class TurnControl:
 
     async def drain(self) -> list[Message]:
         mail, self.mailbox = self.mailbox, []
-        return [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
+        events = self.take_events()
+        return events + [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
 
     def request_break(self) -> None:
         if self.break_requested is None:
@@ -514,8 +547,15 @@ class TurnMachine:
         return State.RESPOND
 
     async def build(self, c: _Ctx) -> State:
+        options = c.control.options
         c.built = await self.engine._build(
-            c.conversation, c.text, c.agent, channel=c.channel, answer=c.answer_id
+            c.conversation,
+            c.text,
+            c.agent,
+            channel=c.channel,
+            answer=c.answer_id,
+            meta=getattr(options, "message_meta", None),
+            bare=getattr(options, "bare", False),
         )
         c.control.turn_id = c.built.turn_id
         return State.RUN

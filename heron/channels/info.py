@@ -150,6 +150,15 @@ def delete_conversation(settings: Settings, key: str) -> None:
             f"conversation {key!r} is still in use: {names}",
             hint="Close that chat or stop that turn (/stop), then delete.",
         )
+    # Proactive work that still needs it: a goal, a subagent reporting back, a waiting question.
+    from heron.store.runs import work_in
+
+    work = work_in(store, key)
+    if work:
+        raise StoreError(
+            f"conversation {key!r} is still in use: " + "; ".join(work),
+            hint="End each as it says, then delete.",
+        )
     store.delete_conversation(conv.id)
     # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
     from heron.trace.blobs import collect_garbage

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+from heron.proactive.ask import attach as attach_ask
+from heron.proactive.goals import attach as attach_goals
+from heron.proactive.review import review_when_idle
+from heron.proactive.subagents import Subagents
+from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
 
 
@@ -27,6 +32,7 @@ class InProcessAgent:
     loop: AgentLoop
     channel: str
     chat_id: str
+    subagents: Subagents | None = None
 
     async def send(self, text: str, key: str, agent: str = "default") -> None:
         self.send_nowait(text, key, agent)
@@ -41,8 +47,12 @@ class InProcessAgent:
 
     async def settle(self) -> None:
         """Until no turn runs or waits and everything they sent has been delivered."""
-        await self.loop.bus.inbound.join()
-        await self.loop.wait_idle()
+        while True:
+            await self.loop.bus.inbound.join()
+            await self.loop.wait_idle()
+            if self.subagents is None or not self.subagents.busy:
+                break
+            await self.subagents.settle()  # its result's announce turn, then idle again
         await self.loop.bus.outbound.join()
 
 
@@ -65,13 +75,24 @@ async def connect(
         loop.approvers[channel] = approve
     dispatcher = Dispatcher(bus)
     dispatcher.register(channel, deliver)
+    # Subagents (the `spawn` tool) run through this loop; a result left unannounced by an
+    # earlier process is announced now (heron/proactive/subagents.py).
+    subagents = attach_subagents(loop, channel=(channel, chat_id))
+    attach_ask(loop)  # ask_user: the next message typed here answers a waiting question
+    attach_goals(loop)  # /goal and the goal tool: nudge turns until done, parked at budget
     tasks = [
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
     ]
+    if idle:  # the nightly review of memory, while nobody works (until the scheduler runs it)
+        every = engine.settings.config.memory.review_every_hours
+        if every > 0 and engine.memory is not None:
+            tasks.append(asyncio.create_task(review_when_idle(engine, loop, every_s=every * 3600)))
     try:
-        yield InProcessAgent(loop, channel, chat_id)
+        await subagents.start(announce=idle)  # a one-message `heron run` leaves them to a chat
+        yield InProcessAgent(loop, channel, chat_id, subagents)
     finally:
+        await subagents.close()
         await loop.close()
         await bus.outbound.join()  # the stopped turns' last events reach the channel
         for task in tasks:

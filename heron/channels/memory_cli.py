@@ -217,6 +217,36 @@ def recall(
             typer.echo("Nothing found.")
 
 
+@app.command("log")
+def log(
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", help="How many changes, newest first.")
+    ] = 20,
+) -> None:
+    """Every change to the memory folder (it is a git repository), newest first."""
+    with _service() as service:
+        if not service.history.available:
+            typer.echo("No history: git is not installed, so memory changes are not recorded.")
+            return
+        for change in service.history.log(limit):
+            typer.echo(f"{change.commit}  {_when(change.when)}  {change.message}")
+
+
+@app.command()
+def undo() -> None:
+    """Put the memory folder back as it was before its last change (an undo is a change too,
+    so running it again redoes)."""
+    _person_only("undoing a memory change")
+    with _service() as service:
+        if not service.history.available:
+            _fail(HeronError("memory has no history: git is not installed", hint="Install git."))
+        undone = service.history.undo()
+        if undone is None:
+            typer.echo("Nothing to undo.")
+            return
+        typer.echo(f"Undid {undone.commit}: {undone.message}")
+
+
 @app.command("review-pass", hidden=True)
 def review_pass_command(
     conversation: Annotated[

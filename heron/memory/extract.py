@@ -236,6 +236,8 @@ async def tidy_pass(
         text = str(rewrite.get("text", "")).strip()
         if entry is None or entry.origin != "lesson" or not text:
             continue  # the user's own facts are never reworded
+        if " ".join(text.split()) == " ".join(entry.text.split()):
+            continue  # a no-op: the rewrite says what the lesson already says
         ids.append(
             queue.add(
                 service.store,

@@ -37,6 +37,7 @@ from heron.memory.guard import (
     quote_key,
     quote_text,
 )
+from heron.memory.history import MemoryHistory
 from heron.memory.queue import Suggestion
 from heron.store import Store
 
@@ -75,6 +76,8 @@ class MemoryService:
     def __init__(self, root: Path, store: Store) -> None:
         self.files = MemoryFiles(root)
         self.store = store
+        # The folder is a git repository: each change below is a commit (heron/memory/history.py).
+        self.history = MemoryHistory(root)
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
         # window: [context] memory); None: unbounded.
         self.section_tokens: int | None = None
@@ -260,7 +263,8 @@ class MemoryService:
         existing = self.files.read(path)
         created = existing.created if existing else now
         entry = Entry(path, text.strip(), origin, created, now, source, mistake)
-        self.files.write(entry)
+        verb = "updated" if existing else "saved"
+        self.history.record(f"{verb} {path.rel} ({origin})", lambda: self.files.write(entry))
         return entry
 
     def forget(self, path: EntryPath | str, conversation_id: int | None = None) -> Entry:
@@ -275,7 +279,7 @@ class MemoryService:
                     " message_id, created) VALUES (?, ?, ?, ?, ?)",
                     (statement, entry.path.rel, conversation_id, entry.source.message, time.time()),
                 )
-        self.files.delete(entry.path)
+        self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
         return entry
 
     # ---- the review queue -----------------------------------------------------------------

@@ -231,8 +231,13 @@ class Store:
         assert found is not None
         return found
 
-    def conversations(self, limit: int = 50) -> list[Conversation]:
-        rows = self.query("SELECT * FROM conversations ORDER BY updated DESC LIMIT ?", (limit,))
+    def conversations(self, limit: int = 50, *, internal: bool = False) -> list[Conversation]:
+        """Newest first; a subagent's conversation (`subagent:...`) is internal work, listed
+        only when asked (`heron runs show` reads it)."""
+        where = "" if internal else "WHERE key NOT LIKE 'subagent:%' "
+        rows = self.query(
+            f"SELECT * FROM conversations {where}ORDER BY updated DESC LIMIT ?", (limit,)
+        )
         return [_conversation(r) for r in rows]
 
     def set_title(self, conversation_id: int, title: str) -> None:

@@ -1,0 +1,128 @@
+"""`heron runs list|show|cancel`: subagents and questions that wait (heron/proactive).
+
+A subagent's transcript is readable here and nowhere else: its conversation is internal work,
+never listed among the conversations.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from heron.errors import HeronError, StoreError
+
+runs_app = typer.Typer(
+    help="Subagents and questions waiting for your answer: list, show, cancel.",
+    no_args_is_help=True,
+)
+RunArg = Annotated[str, typer.Argument(help="A run id (a unique prefix is enough).")]
+
+
+def _store():  # -> Store
+    from heron.channels.common import settings
+    from heron.channels.info import open_store
+
+    return open_store(settings())
+
+
+def _find(store, prefix: str):  # -> Run
+    from heron.store import runs
+
+    found = [r for r in runs.listing(store, limit=10_000) if r.id.startswith(prefix)]
+    if len(found) != 1:
+        why = "no run" if not found else f"{len(found)} runs"
+        raise StoreError(f"{why} matching {prefix!r}", hint="See: heron runs list")
+    return found[0]
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def _fail(error: HeronError) -> None:
+    from heron.channels.common import fail
+
+    fail(error)
+
+
+def _what(run) -> str:  # the task, or the question
+    line = " ".join(run.task.split())
+    return line if len(line) <= 60 else line[:59] + "…"
+
+
+@runs_app.command("list")
+def runs_list(
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 30,
+) -> None:
+    """Subagent runs and questions, newest first, with their status."""
+    from heron.store import runs
+
+    rows = runs.listing(_store(), limit=limit)
+    if not rows:
+        typer.echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
+        return
+    for r in rows:
+        status = r.status + (" (partial)" if r.partial else "")
+        if r.kind == "ask" and r.status == "waiting" and r.deadline:
+            status += f" until {_when(r.deadline)}"
+        typer.echo(
+            f"{r.id:18} {r.kind:8} {status:26} {r.origin_key:28} {_when(r.created)}  {_what(r)}"
+        )
+
+
+@runs_app.command("show")
+def runs_show(run_id: RunArg) -> None:
+    """A run's status and result, and a subagent's whole transcript."""
+    from heron.channels.info import render_message
+
+    store = _store()
+    try:
+        run = _find(store, run_id)
+    except HeronError as e:
+        _fail(e)
+        return
+    typer.echo(f"run:      {run.id} ({run.kind})\nstatus:   {run.status}")
+    typer.echo(f"for:      {run.origin_key}\nstarted:  {_when(run.created)}")
+    typer.echo(f"ended:    {_when(run.finished)}\n{'question' if run.kind == 'ask' else 'task'}:")
+    typer.echo(f"  {run.task}")
+    if run.kind == "subagent":
+        conv = store.conversation(run.conversation_key) if run.conversation_key else None
+        if conv is None:
+            typer.echo("transcript: (no longer kept: lineages are kept 6 hours, 3 each)")
+        else:
+            typer.echo(f"transcript ({conv.key}):")
+            for row in store.branch(conv.id):
+                for line in render_message(row.message, row.author):
+                    typer.echo(f"  {line}")
+    if run.result:
+        label = "result (partial)" if run.partial else "result"
+        typer.echo(f"{label}:\n  {run.result}")
+
+
+@runs_app.command("cancel")
+def runs_cancel(run_id: RunArg) -> None:
+    """Stop a running subagent, or drop a question waiting for your answer."""
+    from heron.store import engine_state as es
+    from heron.store import runs
+
+    store = _store()
+    try:
+        run = _find(store, run_id)
+    except HeronError as e:
+        _fail(e)
+        return
+    if run.kind == "subagent" and run.status not in ("running", "cancelled") and not run.announced:
+        runs.drop_result(store, run.id)  # ended, not reported yet: its result is dropped
+        typer.echo(f"Dropped the result of subagent {run.id}; it will not report back.")
+        return
+    if run.status not in ("running", "waiting"):
+        typer.echo(f"Run {run.id} already ended ({run.status}); nothing to cancel.")
+        return
+    runs.cancel(store, run.id)
+    # The subagent's turn stops at its next commit, in whatever process runs it.
+    conv = store.conversation(run.conversation_key) if run.conversation_key else None
+    if conv is not None:
+        es.bump_epoch(store, conv.id)
+    typer.echo(f"Cancelled {run.kind} {run.id}.")

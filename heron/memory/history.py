@@ -1,0 +1,171 @@
+"""The memory folder's history: a git repository, one commit per change Heron makes.
+
+Every entry Heron writes or removes (a kept suggestion, a save in the user's words, a forget)
+is committed, so `heron memory log` shows what changed and when, and `heron memory undo`
+restores the folder as it was before the last change (itself a commit, so an undo can be
+undone). Edits the person made by hand are committed first, on their own, so a Heron change
+never hides them and an undo never takes them away.
+
+It drives the git CLI through subprocess rather than a library (dulwich): git is on every
+system Heron runs on, the person can read and repair the same repository with the tools they
+know, and Heron gains no dependency. Without git, memory works as before and has no history
+(`available` is False; the log and undo commands say so).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from heron.errors import HeronError
+
+# Identity and settings for Heron's own commits, given per command: nothing is written to the
+# person's git configuration, and their global settings (signing, hooks) do not apply here.
+_CONFIG = (
+    "-c",
+    "user.name=Heron",
+    "-c",
+    "user.email=heron@localhost",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "init.defaultBranch=main",
+)
+IGNORE = ".*.tmp\n"  # MemoryFiles writes through temporary files (entries.py)
+LOCK_RETRIES = 8  # another process holds git's index.lock: wait for it, briefly
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# One lock per memory folder in this process: tool calls of one reply run on threads at once,
+# and git allows one writer of a repository at a time.
+_LOCKS: dict[Path, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(root: Path) -> threading.RLock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(root.resolve(), threading.RLock())
+
+
+class MemoryHistoryError(HeronError):
+    """git failed on the memory folder."""
+
+
+@dataclass(frozen=True)
+class Change:
+    commit: str
+    when: float
+    message: str
+
+
+class MemoryHistory:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.git = shutil.which("git")
+        self.lock = _lock_for(root)
+
+    @property
+    def available(self) -> bool:
+        return self.git is not None
+
+    def _run(self, *args: str, check: bool = True) -> str:
+        assert self.git is not None
+        env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+        for attempt in range(LOCK_RETRIES):
+            done = subprocess.run(
+                [self.git, *_CONFIG, *args],
+                cwd=self.root,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode == 0 or "index.lock" not in done.stderr:
+                break
+            time.sleep(0.05 * 2**attempt)  # on a worker thread; another process commits
+        if check and done.returncode != 0:
+            raise MemoryHistoryError(
+                f"git {args[0]} failed in {self.root}: {done.stderr.strip() or done.stdout}",
+                hint=f"Look at the repository yourself: git -C {self.root} status",
+            )
+        return done.stdout
+
+    def ensure(self) -> bool:
+        """The repository, created with what the folder holds now; False without git."""
+        if not self.available:
+            return False
+        with self.lock:
+            return self._ensure()
+
+    def _ensure(self) -> bool:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not (self.root / ".git").exists():
+            self._run("init", "-q")
+            (self.root / ".gitignore").write_text(IGNORE, encoding="utf-8")
+            self.commit("memory: the history starts here")
+        return True
+
+    def record(self, message: str, change: Callable[[], T]) -> T:
+        """Make `change` to the folder as one commit (hand edits before it get their own). A
+        git failure is logged, never raised: the change to memory matters more than its
+        record."""
+        with self.lock:
+            try:
+                self.before_change()
+            except MemoryHistoryError as error:
+                log.warning("heron: memory history: %s", error)
+            done = change()
+            try:
+                self.commit(message)
+            except MemoryHistoryError as error:
+                log.warning("heron: memory history: %s", error)
+            return done
+
+    def _dirty(self) -> bool:
+        return bool(self._run("status", "--porcelain").strip())
+
+    def before_change(self) -> None:
+        """Edits made by hand since the last commit get a commit of their own."""
+        if self.ensure() and self._dirty():
+            self.commit("edited by hand")
+
+    def commit(self, message: str) -> bool:
+        """Commit everything in the folder; False when nothing changed."""
+        if not self.available:
+            return False
+        self._run("add", "-A")
+        if not self._dirty():
+            return False
+        self._run("commit", "-q", "-m", message)
+        return True
+
+    def log(self, limit: int = 20) -> list[Change]:
+        if not self.ensure():
+            return []
+        out = self._run("log", f"-n{limit}", "--format=%h%x09%ct%x09%s")
+        changes = []
+        for line in out.splitlines():
+            commit, when, message = line.split("\t", 2)
+            changes.append(Change(commit, float(when), message))
+        return changes
+
+    def undo(self) -> Change | None:
+        """Put the folder back as it was before the last change, as a new commit; the change
+        undone (None: nothing to undo, only the start of the history)."""
+        with self.lock:
+            self.before_change()
+            changes = self.log(2)
+            if len(changes) < 2:
+                return None
+            last = changes[0]
+            self._run("revert", "--no-edit", "HEAD")
+            self._run("commit", "--amend", "-q", "-m", f"undo: {last.message}")
+            return last

@@ -1,0 +1,141 @@
+"""Questions that wait: the `ask_user` tool parks the run until the person answers.
+
+The question is delivered at once (like the `message` tool) and recorded as a run of kind
+`ask` (heron/store/runs.py) with its deadline. The run stays where it asked, holding its
+conversation: the next message the person sends there is the answer (the AgentLoop hands it to
+the waiting question instead of the mailbox) and the tool returns it, so the run resumes from
+that very call. Past the deadline, or when the person drops it (`heron runs cancel RUN`), the
+tool says so and the run ends with what it has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from heron.store import runs
+from heron.tools.registry import ToolContext, ToolOutput, tool
+
+if TYPE_CHECKING:
+    from heron.agent.loop import AgentLoop
+
+Sleep = Callable[[float], Awaitable[None]]
+DEFAULT_MINUTES = 60.0
+MAX_MINUTES = 7 * 24 * 60.0
+POLL_S = 5.0  # how often a waiting question looks for a cancel from another process
+PERSONAL = ("user", "announce", "goal")  # turns with a person to answer
+
+
+@dataclass
+class Question:
+    """A question a run waits on; `answer` is what the AgentLoop calls with the next message."""
+
+    run_id: str
+    text: str
+    reply: asyncio.Future[str] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def answer(self, text: str) -> bool:
+        if self.reply.done():
+            return False
+        self.reply.set_result(text)
+        return True
+
+
+@dataclass
+class Asks:
+    """The clock questions wait on (tests pass a fake) and how often they look for a cancel."""
+
+    sleep: Sleep = asyncio.sleep
+    now: Callable[[], float] = time.time
+    poll_s: float = POLL_S
+
+    async def wait(self, store: Any, question: Question, seconds: float) -> tuple[str, str]:
+        """Until answered, past the deadline, or cancelled: (status, answer or '')."""
+        deadline = asyncio.create_task(self.sleep(seconds))
+        cancelled = asyncio.create_task(self._cancelled(store, question.run_id))
+        waits = {question.reply, deadline, cancelled}
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (deadline, cancelled):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if question.reply in done:
+            return "answered", question.reply.result()
+        return ("cancelled", "") if cancelled in done else ("expired", "")
+
+    async def _cancelled(self, store: Any, run_id: str) -> None:
+        while True:
+            await self.sleep(self.poll_s)
+            run = await store.call(runs.get, store, run_id)
+            if run is None or run.status == "cancelled":
+                return
+
+
+@tool
+async def ask_user(
+    ctx: ToolContext, question: str, minutes: float = DEFAULT_MINUTES
+) -> str | ToolOutput:
+    """Ask the user a question and wait for the answer before going on.
+
+    Use it only when you cannot go on without the user's decision or information. The question
+    is shown at once; the user's next message is the answer, returned here. If no answer comes
+    before the deadline, finish with what you have.
+
+    Args:
+        question: The question, complete enough to answer without context.
+        minutes: How long to wait for the answer (default 60; at most a week).
+    """
+    turn = ctx.extra.get("turn")
+    store, key = ctx.extra.get("store"), ctx.extra.get("conversation_key")
+    asks: Asks = ctx.extra.get("asks") or Asks()
+    deliver = getattr(turn, "deliver", None)
+    if turn is None or store is None or key is None or deliver is None:
+        return ToolOutput("No one can answer in this run; decide yourself and say so.", True)
+    if getattr(turn, "provenance", "user") not in PERSONAL:
+        return ToolOutput("This is background work: no one is here to answer. Decide.", True)
+    minutes = min(max(minutes, 0.0), MAX_MINUTES)
+    run = await store.call(
+        runs.create,
+        store,
+        f"ask_{secrets.token_hex(6)}",
+        "ask",
+        key,
+        question,
+        status="waiting",
+        deadline=asks.now() + minutes * 60,
+    )
+    pending = Question(run.id, question)
+    turn.question = pending
+    try:
+        await deliver(f"{question}\n(Waiting for your answer: reply here. Run {run.id}.)")
+        status, answer = await asks.wait(store, pending, minutes * 60)
+    finally:
+        turn.question = None
+    await store.call(runs.finish, store, run.id, status, answer or None)
+    if status == "answered":
+        return f"The user answered: {answer}"
+    if status == "cancelled":
+        return "The user dropped the question. Do not ask it again; finish with what you have."
+    return (
+        f"No answer within {minutes:g} minutes. Do not ask again now; finish with what you have "
+        "and say what is still open."
+    )
+
+
+def attach(loop: AgentLoop, **settings: Any) -> Asks:
+    """Questions for this loop: the `ask_user` tool and the clock it waits on."""
+    engine = loop.engine
+    asks = Asks(**settings)
+    engine.tool_extras["asks"] = asks
+    if engine.registry.get("ask_user") is None and engine.registry.names():
+        engine.registry.add(ask_user)
+    return asks

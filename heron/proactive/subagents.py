@@ -1,0 +1,401 @@
+"""Subagents: work the agent hands off with the `spawn` tool, run beside the conversation.
+
+A subagent starts from a bare [system prompt, task]: it runs in a conversation of its own,
+`subagent:<lineage>`, through the AgentLoop like any turn, with its own ceilings (model calls,
+tokens, a wall-clock timeout) and without the tools that reach back into the conversation
+(`spawn`, `ask_user`, `goal`, `message`). At most `max_parallel` run at once.
+
+Its status row (heron/store/runs.py) is written before it starts. When it ends, its result goes
+back to the conversation that spawned it as a user-role message authored by Heron and marked
+with the run's id: into the running turn's mailbox if a turn runs there, else in an announce
+turn of its own (visible where the person talks, silent when the origin was internal work).
+The mark in the record is what makes the announcement happen exactly once: at start, and after
+every turn of the origin, a result not yet in the record is announced (again), one already
+there is only marked announced. A subagent that times out is stopped and returns what its
+transcript holds, labelled partial.
+
+Finished lineages are kept for `spawn(resume=...)` (3 per origin, 6 hours); `heron runs show`
+prints a transcript. Their conversations are internal: never listed as conversations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from heron.agent.turn import Injected
+from heron.bus import InboundMessage, TurnOptions
+from heron.messages import Text, ToolResult
+from heron.store import runs
+from heron.tools.registry import ToolContext, ToolOutput, tool
+
+if TYPE_CHECKING:
+    from heron.agent.engine import TurnResult
+    from heron.agent.loop import AgentLoop
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]  # the clock a timeout waits on (tests pass a fake)
+MAX_PARALLEL = 4
+MAX_MODEL_CALLS = 50
+MAX_TOKENS = 400_000
+TIMEOUT_S = 900.0
+KEEP_LINEAGES = 3
+KEEP_SECONDS = 6 * 3600.0
+# Tools that reach back into the conversation: a subagent reports by its result only.
+WITHOUT = ("spawn", "ask_user", "goal", "message")
+PARTIAL_CHARS = 4_000
+TASK_META = "subagent_task"  # meta of the row that opens a subagent's run with its task
+# Provenances of a turn the person is part of: a subagent spawned there is announced visibly.
+PERSONAL = ("user", "announce", "goal")
+
+
+@dataclass
+class Subagents:
+    """The subagents of one AgentLoop: spawning, their timeouts, and announcing results."""
+
+    loop: AgentLoop
+    max_parallel: int = MAX_PARALLEL
+    max_model_calls: int = MAX_MODEL_CALLS
+    max_tokens: int = MAX_TOKENS
+    timeout_s: float = TIMEOUT_S
+    sleep: Sleep = asyncio.sleep
+    tasks: dict[str, asyncio.Task[runs.Run]] = field(default_factory=dict)
+    # Results on their way into an origin, by origin key: run id -> how ("mail": in a running
+    # turn's mailbox; "turn": an announce turn of its own). Settled when a turn there ends.
+    owed: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The channel and chat of this process (heron chat, heron run): where a result owed by an
+    # earlier process is announced when its origin has not been heard from here yet.
+    channel: tuple[str, str] | None = None
+    waited: set[str] = field(default_factory=set)  # spawned with wait=True: given as a result
+    _slots: asyncio.Semaphore | None = None
+    _settling: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def store(self) -> Any:
+        return self.loop.engine.store
+
+    @property
+    def busy(self) -> bool:
+        return any(not t.done() for t in [*self.tasks.values(), *self._settling])
+
+    # ---- start and spawn --------------------------------------------------------------------
+
+    async def start(self, *, announce: bool = True) -> None:
+        """Runs left open by a dead process are interrupted; with `announce`, every result not
+        yet announced is announced now (once: one already in the origin's record is only
+        marked). A one-message `heron run` leaves them for a chat to announce."""
+        self._slots = asyncio.Semaphore(self.max_parallel)
+        await self.store.call(runs.interrupt_orphans, self.store)
+        if not announce:
+            return
+        for run in await self.store.call(runs.owed, self.store):
+            if run.result is None:  # interrupted: what its transcript holds
+                text = await self.store.call(partial_of, self.store, run)
+                await self.store.call(runs.record_result, self.store, run.id, text, True)
+                run = await self.store.call(runs.get, self.store, run.id)
+            await self.announce(run)
+
+    async def spawn(
+        self,
+        origin_key: str,
+        task: str,
+        *,
+        tools: list[str] | None = None,
+        resume: str | None = None,
+        provenance: str = "user",
+        wait: bool = False,
+    ) -> runs.Run:
+        """Write the run's row, then start it; returns the row (status running)."""
+        self._check_tools(tools)
+        channel, chat, _ = self.loop.origins.get(origin_key, ("subagent", origin_key, provenance))
+        internal = provenance not in PERSONAL
+        if resume:
+            run = await self._resume(resume, origin_key, task)
+        else:
+            lineage = secrets.token_hex(4)
+            run = await self.store.call(
+                runs.create,
+                self.store,
+                f"sa_{secrets.token_hex(6)}",
+                "subagent",
+                origin_key,
+                task,
+                status="running",
+                lineage=lineage,
+                tools=tools,
+                origin_channel=channel,
+                origin_chat=chat,
+                origin_internal=internal,
+            )
+        if wait:
+            self.waited.add(run.id)
+        self.tasks[run.id] = asyncio.create_task(self._run(run, tools, task))
+        return run
+
+    def _check_tools(self, tools: list[str] | None) -> None:
+        from heron.errors import ToolError
+
+        offered = [n for n in self.loop.engine.registry.names() if n not in WITHOUT]
+        unknown = sorted(set(tools or ()) - set(offered))
+        if unknown:
+            raise ToolError(
+                f"a subagent cannot have {', '.join(unknown)}; it may use: {', '.join(offered)}"
+            )
+
+    async def _resume(self, lineage: str, origin_key: str, task: str) -> runs.Run:
+        from heron.errors import ToolError
+
+        run = await self.store.call(runs.by_lineage, self.store, lineage)
+        if run is None or run.origin_key != origin_key:
+            raise ToolError(
+                f"no subagent lineage {lineage!r} to resume from this conversation "
+                "(finished lineages are kept 6 hours, 3 per conversation); spawn a new one"
+            )
+        if run.status == "running":
+            raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still running")
+        await self.store.call(runs.restart, self.store, run.id)
+        await self.store.call(runs.set_task, self.store, run.id, task)
+        return await self.store.call(runs.get, self.store, run.id)  # type: ignore[no-any-return]
+
+    async def settle(self) -> None:
+        """Until no subagent works and no announcement is being settled."""
+        while pending := [t for t in [*self.tasks.values(), *self._settling] if not t.done()]:
+            await asyncio.wait(pending)
+
+    async def wait(self, run_id: str) -> runs.Run:
+        return await self.tasks[run_id]
+
+    # ---- one run ----------------------------------------------------------------------------
+
+    async def _run(self, run: runs.Run, tools: list[str] | None, task: str) -> runs.Run:
+        slots = self._slots or asyncio.Semaphore(self.max_parallel)
+        self._slots = slots
+        async with slots:
+            status, text, partial = await self._drive(run, tools, task)
+        ended = await self.store.call(
+            runs.finish, self.store, run.id, status, text, partial=partial
+        )
+        if run.id in self.waited:  # the spawn call returns it as its tool result
+            await self.store.call(runs.mark_announced, self.store, run.id)
+        final = await self.store.call(runs.get, self.store, run.id)
+        if ended and run.id not in self.waited:
+            await self.announce(final)
+        return final
+
+    async def _drive(
+        self, run: runs.Run, tools: list[str] | None, task: str
+    ) -> tuple[str, str, bool]:
+        key = run.conversation_key
+        assert key is not None
+        options = TurnOptions(
+            max_model_calls=self.max_model_calls,
+            max_tokens=self.max_tokens,
+            tools=tuple(tools) if tools is not None else None,
+            without=WITHOUT,
+            # The task is the main agent's words, not the person's: authored by Heron, so no
+            # memory pass ever quotes it; and no recall into it (it sees only its task).
+            message_meta={"subagent": True, TASK_META: run.id},
+            bare=True,
+        )
+        message = InboundMessage(
+            "subagent", run.lineage or "", task, key, provenance="subagent", options=options
+        )
+        turn = asyncio.create_task(self.loop.run_turn(message))
+        timer = asyncio.create_task(self.sleep(self.timeout_s))
+        try:
+            done, _ = await asyncio.wait({turn, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        if turn not in done:  # the wall clock ran out: stop it, keep what it did
+            await self.loop.stop(key)
+            with contextlib.suppress(BaseException):
+                await turn
+            text = await self.store.call(partial_of, self.store, run)
+            return "timed_out", text, True
+        result = turn.result() if turn.exception() is None else None
+        return outcome_of(result, await self.store.call(partial_of, self.store, run))
+
+    # ---- announcing -------------------------------------------------------------------------
+
+    async def announce(self, run: runs.Run | None) -> None:
+        """Carry a finished run's result into its origin, unless the record already has it."""
+        if run is None or run.announced is not None:
+            return
+        if await self.store.call(runs.in_record, self.store, run.origin_key, run.id):
+            await self._announced(run)
+            return
+        text = result_message(run)
+        meta = {"subagent": True, runs.RUN_META: run.id}
+        provenance = "subagent" if run.origin_internal else "announce"
+        channel, chat = run.origin_channel, run.origin_chat
+        if run.origin_key in self.loop.origins:
+            channel, chat, _ = self.loop.origins[run.origin_key]
+        elif self.channel is not None:
+            channel, chat = self.channel
+        message = InboundMessage(
+            channel,
+            chat,
+            text,
+            run.origin_key,
+            provenance=provenance,  # type: ignore[arg-type]
+            options=TurnOptions(message_meta=meta),
+        )
+        how = self.loop.announce(message, Injected(text, meta))
+        self.owed.setdefault(run.origin_key, {})[run.id] = how
+
+    async def _announced(self, run: runs.Run) -> None:
+        await self.store.call(runs.mark_announced, self.store, run.id)
+        self.owed.get(run.origin_key, {}).pop(run.id, None)
+        for lineage in await self.store.call(
+            runs.expired_lineages, self.store, run.origin_key, KEEP_LINEAGES, KEEP_SECONDS
+        ):
+            await self.store.call(runs.forget_lineage, self.store, lineage)
+
+    def turn_ended(self, key: str, message: InboundMessage, result: TurnResult | None) -> None:
+        """AgentLoop.on_turn_end: settle what this conversation was owed."""
+        if not self.owed.get(key):
+            return
+        task = asyncio.create_task(self._settle(key, message))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, key: str, ended: InboundMessage) -> None:
+        meta = ended.options.message_meta if ended.options else None
+        ended_run = (meta or {}).get(runs.RUN_META)
+        for run_id, how in list(self.owed.get(key, {}).items()):
+            run = await self.store.call(runs.get, self.store, run_id)
+            if run is None:
+                continue
+            if await self.store.call(runs.in_record, self.store, key, run_id):
+                await self._announced(run)
+            elif how == "mail" or run_id == ended_run:
+                # Left unread in a mailbox, or its own turn ended before storing it: again.
+                await self.announce(run)
+
+    async def close(self) -> None:
+        """Before the loop closes: runs still working are stopped and recorded interrupted
+        with what they did (announced at the next start, never lost)."""
+        self.loop.on_turn_end[:] = [f for f in self.loop.on_turn_end if f != self.turn_ended]
+        open_runs = [rid for rid, task in self.tasks.items() if not task.done()]
+        for task in list(self.tasks.values()):
+            task.cancel()
+        for task in list(self.tasks.values()) + list(self._settling):
+            with contextlib.suppress(BaseException):
+                await task
+        for run_id in open_runs:
+            run = await self.store.call(runs.get, self.store, run_id)
+            if run is not None and run.conversation_key:
+                await self.loop.stop(run.conversation_key)
+                text = await self.store.call(partial_of, self.store, run)
+                await self.store.call(
+                    runs.finish, self.store, run_id, "interrupted", text, partial=True
+                )
+
+
+def outcome_of(result: TurnResult | None, partial: str) -> tuple[str, str, bool]:
+    """A finished turn as a run's status, result text and whether it is partial."""
+    if result is None:
+        return "failed", partial or "(the subagent's turn failed before it answered)", True
+    if result.run.error is not None:
+        note = f"The subagent failed: {result.run.error}"
+        return "failed", f"{note}\n\n{partial}" if partial else note, True
+    if result.run.stop == "wrapup":  # it reached its ceiling and summed up
+        return "done", result.run.text or partial, True
+    return "done", result.run.text or partial, False
+
+
+def partial_of(store: Any, run: runs.Run) -> str:
+    """What a subagent's transcript holds of its work since its task: its replies and the
+    start of its tool results, bounded."""
+    key = run.conversation_key
+    conv = store.conversation(key) if key else None
+    if conv is None:
+        return ""
+    rows = store.branch(conv.id)
+    start = max((i for i, r in enumerate(rows) if r.meta.get(TASK_META)), default=0)
+    pieces: list[str] = []
+    for row in rows[start + 1 :]:
+        for part in row.message.parts:
+            if isinstance(part, Text) and row.message.role == "assistant" and part.text.strip():
+                pieces.append(part.text.strip())
+            elif isinstance(part, ToolResult) and not part.is_error:
+                pieces.append("[tool result] " + part.content[:300])
+    text = "\n\n".join(pieces)
+    return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
+
+
+_STATUS = {
+    "done": "finished",
+    "failed": "failed",
+    "timed_out": "timed out",
+    "interrupted": "was interrupted (Heron stopped while it ran)",
+}
+
+
+def result_message(run: runs.Run) -> str:
+    """The message that carries a run's result into its origin."""
+    label = " (partial: what it had when it stopped)" if run.partial else ""
+    head = (
+        f"[Subagent result, not written by the user] Subagent {run.id} (lineage {run.lineage},"
+        f" resume with spawn(resume={run.lineage!r})) {_STATUS.get(run.status, run.status)}{label}."
+    )
+    body = run.result or "(no output)"
+    return f"{head}\nTask: {run.task}\n\n{body}"
+
+
+# ---- the tool -------------------------------------------------------------------------------
+
+
+@tool
+async def spawn(
+    ctx: ToolContext,
+    task: str,
+    tools: list[str] | None = None,
+    wait: bool = False,
+    resume: str | None = None,
+) -> str | ToolOutput:
+    """Hand a self-contained task to a subagent that works on it beside this conversation.
+
+    The subagent sees only the task (not this conversation): say everything it needs. Its
+    result comes back to this conversation as a message when it finishes; you do not need to
+    wait or poll. At most 4 run at once.
+
+    Args:
+        task: The complete instructions, with every path, name and value the work needs.
+        tools: Names of the only tools it may use (default: all but spawn, ask_user, goal).
+        wait: Wait for its result and get it as this tool's result instead of a message.
+        resume: A finished subagent's lineage id, to continue its work with this new task.
+    """
+    manager: Subagents | None = ctx.extra.get("subagents")
+    origin = ctx.extra.get("conversation_key")
+    if manager is None or origin is None:
+        return ToolOutput("Subagents are not available in this run; do the work yourself.", True)
+    turn = ctx.extra.get("turn")
+    provenance = getattr(turn, "provenance", "user")
+    run = await manager.spawn(
+        origin, task, tools=tools, resume=resume, provenance=provenance, wait=wait
+    )
+    if not wait:
+        return (
+            f"Started subagent {run.id} (lineage {run.lineage}). Its result will arrive in this "
+            "conversation as a message when it finishes."
+        )
+    return result_message(await manager.wait(run.id))
+
+
+def attach(loop: AgentLoop, **settings: Any) -> Subagents:
+    """Subagents for this loop: the `spawn` tool in its engine's registry, the manager where
+    the tool finds it, and the loop's turn ends settling announcements."""
+    engine = loop.engine
+    manager = Subagents(loop, **settings)
+    engine.tool_extras["subagents"] = manager
+    if engine.registry.get("spawn") is None and engine.registry.names():
+        engine.registry.add(spawn)
+    loop.on_turn_end.append(manager.turn_ended)
+    return manager

@@ -1,0 +1,310 @@
+"""Store functions of runs that outlive a turn: subagents and questions that wait (table `runs`,
+migration m009).
+
+A run's row is written before its work starts, so a restart finds it: one still `running` (or
+`waiting`) whose process is gone is marked `interrupted`. A subagent's result is announced
+exactly once: the message that carries it into the origin conversation names the run in its
+meta (`subagent_run`), and that row, not the `announced` column, is what decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from heron.store.db import Store
+from heron.store.engine_state import pid_alive
+
+# Statuses of a subagent that has finished, one way or another: its result is owed to the origin.
+ENDED = ("done", "failed", "timed_out", "interrupted")
+RUN_META = "subagent_run"  # meta flag of the origin's message that carries a run's result
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    kind: str  # subagent | ask
+    origin_key: str
+    origin_channel: str
+    origin_chat: str
+    origin_internal: bool
+    lineage: str | None
+    task: str
+    tools: list[str] | None
+    status: str
+    result: str | None
+    partial: bool
+    announced: float | None
+    deadline: float | None
+    pid: int | None
+    created: float
+    finished: float | None
+
+    @property
+    def conversation_key(self) -> str | None:
+        return f"subagent:{self.lineage}" if self.lineage else None
+
+
+def _run(r: object) -> Run:
+    tools = r["tools"]  # type: ignore[index]
+    return Run(
+        r["id"],  # type: ignore[index]
+        r["kind"],  # type: ignore[index]
+        r["origin_key"],  # type: ignore[index]
+        r["origin_channel"],  # type: ignore[index]
+        r["origin_chat"],  # type: ignore[index]
+        bool(r["origin_internal"]),  # type: ignore[index]
+        r["lineage"],  # type: ignore[index]
+        r["task"],  # type: ignore[index]
+        json.loads(tools) if tools else None,
+        r["status"],  # type: ignore[index]
+        r["result"],  # type: ignore[index]
+        bool(r["partial"]),  # type: ignore[index]
+        r["announced"],  # type: ignore[index]
+        r["deadline"],  # type: ignore[index]
+        r["pid"],  # type: ignore[index]
+        r["created"],  # type: ignore[index]
+        r["finished"],  # type: ignore[index]
+    )
+
+
+def create(
+    store: Store,
+    run_id: str,
+    kind: str,
+    origin_key: str,
+    task: str,
+    *,
+    status: str,
+    lineage: str | None = None,
+    tools: list[str] | None = None,
+    origin_channel: str = "subagent",
+    origin_chat: str = "",
+    origin_internal: bool = False,
+    deadline: float | None = None,
+) -> Run:
+    with store.transaction() as c:
+        c.execute(
+            "INSERT INTO runs (id, kind, origin_key, origin_channel, origin_chat, origin_internal,"
+            " lineage, task, tools, status, deadline, pid, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id,
+                kind,
+                origin_key,
+                origin_channel,
+                origin_chat,
+                int(origin_internal),
+                lineage,
+                task,
+                json.dumps(tools) if tools is not None else None,
+                status,
+                deadline,
+                os.getpid(),
+                time.time(),
+            ),
+        )
+    found = get(store, run_id)
+    assert found is not None
+    return found
+
+
+def restart(store: Store, run_id: str, status: str = "running") -> None:
+    """A resumed lineage runs again under its row: owed nothing until it ends."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET status = ?, result = NULL, partial = 0, announced = NULL,"
+            " finished = NULL, pid = ? WHERE id = ?",
+            (status, os.getpid(), run_id),
+        )
+
+
+def set_task(store: Store, run_id: str, task: str) -> None:
+    with store.transaction() as c:
+        c.execute("UPDATE runs SET task = ? WHERE id = ?", (task, run_id))
+
+
+def record_result(store: Store, run_id: str, result: str, partial: bool) -> None:
+    """The result of a run that ended without one (interrupted): what its transcript held."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET result = ?, partial = ? WHERE id = ?", (result, int(partial), run_id)
+        )
+
+
+def get(store: Store, run_id: str) -> Run | None:
+    rows = store.query("SELECT * FROM runs WHERE id = ?", (run_id,))
+    return _run(rows[0]) if rows else None
+
+
+def by_lineage(store: Store, lineage: str) -> Run | None:
+    rows = store.query(
+        "SELECT * FROM runs WHERE lineage = ? ORDER BY created DESC LIMIT 1", (lineage,)
+    )
+    return _run(rows[0]) if rows else None
+
+
+def listing(store: Store, *, limit: int = 50, origin_key: str | None = None) -> list[Run]:
+    if origin_key is None:
+        rows = store.query("SELECT * FROM runs ORDER BY created DESC LIMIT ?", (limit,))
+    else:
+        rows = store.query(
+            "SELECT * FROM runs WHERE origin_key = ? ORDER BY created DESC LIMIT ?",
+            (origin_key, limit),
+        )
+    return [_run(r) for r in rows]
+
+
+def finish(
+    store: Store, run_id: str, status: str, result: str | None, *, partial: bool = False
+) -> bool:
+    """End a run that is still open (running or waiting); False when it had already ended (a
+    cancel got there first)."""
+    with store.transaction() as c:
+        cur = c.execute(
+            "UPDATE runs SET status = ?, result = ?, partial = ?, finished = ?"
+            " WHERE id = ? AND status IN ('running', 'waiting')",
+            (status, result, int(partial), time.time(), run_id),
+        )
+    return cur.rowcount == 1
+
+
+def cancel(store: Store, run_id: str) -> Run | None:
+    """Cancel an open run; the row as it is now (None: no such run)."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET status = 'cancelled', finished = ?"
+            " WHERE id = ? AND status IN ('running', 'waiting')",
+            (time.time(), run_id),
+        )
+    return get(store, run_id)
+
+
+def interrupt_orphans(store: Store) -> list[str]:
+    """Runs left open by a process that no longer exists: marked interrupted (their result,
+    whatever the lineage holds, is still owed to the origin)."""
+    rows = store.query("SELECT id, pid FROM runs WHERE status IN ('running', 'waiting')")
+    gone = [r["id"] for r in rows if r["pid"] is None or not pid_alive(r["pid"])]
+    with store.transaction() as c:
+        for run_id in gone:
+            c.execute(
+                "UPDATE runs SET status = 'interrupted', finished = ? WHERE id = ?",
+                (time.time(), run_id),
+            )
+    return gone
+
+
+def owed(store: Store) -> list[Run]:
+    """Subagent runs that ended and whose result has not been marked announced."""
+    marks = ", ".join("?" for _ in ENDED)
+    rows = store.query(
+        f"SELECT * FROM runs WHERE kind = 'subagent' AND announced IS NULL AND status IN ({marks})"
+        " ORDER BY finished",
+        ENDED,
+    )
+    return [_run(r) for r in rows]
+
+
+def in_record(store: Store, origin_key: str, run_id: str) -> bool:
+    """Whether the origin conversation already holds the message carrying this run's result."""
+    rows = store.query(
+        "SELECT 1 FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+        " WHERE c.key = ? AND m.meta IS NOT NULL AND json_valid(m.meta)"
+        f" AND json_extract(m.meta, '$.{RUN_META}') = ? LIMIT 1",
+        (origin_key, run_id),
+    )
+    return bool(rows)
+
+
+def mark_announced(store: Store, run_id: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET announced = COALESCE(announced, ?) WHERE id = ?",
+            (time.time(), run_id),
+        )
+
+
+def expired_lineages(store: Store, origin_key: str, keep: int, ttl_s: float) -> list[str]:
+    """Finished lineages of an origin past the retention: all but the newest `keep`, and any
+    finished more than `ttl_s` ago (their conversations go; the run rows and results stay)."""
+    marks = ", ".join("?" for _ in ENDED)
+    rows = store.query(
+        "SELECT lineage, finished FROM runs WHERE kind = 'subagent' AND origin_key = ?"
+        f" AND lineage IS NOT NULL AND status IN ({marks}) AND announced IS NOT NULL"
+        " ORDER BY finished DESC",
+        (origin_key, *ENDED),
+    )
+    now = time.time()
+    return [
+        r["lineage"] for i, r in enumerate(rows) if i >= keep or now - (r["finished"] or 0) > ttl_s
+    ]
+
+
+def forget_lineage(store: Store, lineage: str) -> None:
+    """A lineage past retention: it can no longer be resumed (its conversation is deleted)."""
+    with store.transaction() as c:
+        c.execute("UPDATE runs SET lineage = NULL WHERE lineage = ?", (lineage,))
+    conv = store.conversation(f"subagent:{lineage}")
+    if conv is not None:
+        store.delete_conversation(conv.id)
+
+
+def open_for(store: Store, origin_key: str) -> list[Run]:
+    """What still owes this conversation something: subagents running or not yet announced,
+    questions waiting for an answer before their deadline."""
+    rows = store.query(
+        "SELECT * FROM runs WHERE origin_key = ? AND ("
+        " (kind = 'subagent' AND (status = 'running' OR announced IS NULL))"
+        " OR (kind = 'ask' AND status = 'waiting' AND (deadline IS NULL OR deadline > ?)))"
+        " AND status != 'cancelled'",
+        (origin_key, time.time()),
+    )
+    return [_run(r) for r in rows]
+
+
+def work_in(store: Store, key: str) -> list[str]:
+    """What proactive work still uses a conversation, each named with how to end it: a goal
+    working in it, a subagent that will report back to it, a question waiting for an answer
+    there (one past its deadline no longer counts). A delete is refused while any remains."""
+    from heron.store.goals import open_goal
+
+    found: list[str] = []
+    goal = open_goal(store, key)
+    if goal is not None and goal.status == "active":
+        found.append(
+            f"a goal is working in it ({_short(goal.objective)}): end it with /goal stop there"
+        )
+    for run in open_for(store, key):
+        if run.kind == "ask":
+            found.append(
+                f"run {run.id} waits for your answer ({_short(run.task)}): answer it, or drop it"
+                f" with heron runs cancel {run.id}"
+            )
+        elif run.status == "running":
+            found.append(
+                f"subagent {run.id} will report back to it: wait for its result, or stop it"
+                f" with heron runs cancel {run.id}"
+            )
+        else:
+            found.append(
+                f"subagent {run.id} has not reported back yet ({run.status}): open the"
+                f" conversation to receive it, or drop it with heron runs cancel {run.id}"
+            )
+    return found
+
+
+def drop_result(store: Store, run_id: str) -> None:
+    """The person drops a finished subagent's result before it was announced."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE runs SET announced = COALESCE(announced, ?), status = 'cancelled'"
+            " WHERE id = ? AND announced IS NULL",
+            (time.time(), run_id),
+        )
+
+
+def _short(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 1] + "…")

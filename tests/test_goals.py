@@ -1,0 +1,147 @@
+"""Sustained goals: nudged for their budget then parked, done with evidence, the person's
+message first, the objective in the runtime block once, no model deadline."""
+
+from __future__ import annotations
+
+import asyncio
+
+from proactive_helpers import Routed, call, running_loop, text
+
+from heron.agent.engine import NO_DEADLINE
+from heron.bus import InboundMessage, TurnOptions
+from heron.proactive import goals as g
+from heron.store import goals
+from heron.tools.message import with_message_tool
+from heron.tools.registry import ToolRegistry
+
+
+def tools() -> ToolRegistry:
+    return with_message_tool(ToolRegistry([]))
+
+
+def _runtime(request) -> str:
+    return request.messages[-1].parts[-1].text  # the runtime block after the last message
+
+
+async def test_a_goal_continues_for_its_budget_and_then_parks():
+    deadlines: list[bool] = []
+    holder = {}
+
+    def origin(request, n):
+        deadlines.append(holder["loop"].active_control("test:me").options.no_deadline)
+        return text(f"working {n}")
+
+    model = Routed({"test:": origin})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        holder["loop"] = loop
+        g.attach(loop)
+        goals.set_goal(engine.store, "test:me", "Write the report", max_turns=2)
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await loop.wait_idle()
+        goal = goals.history(engine.store, "test:me")[0]
+    requests = model.seen["test:me"]
+    assert len(requests) == 3  # the person's turn, then two nudges
+    assert "Goal (sustained" in _runtime(requests[0]) and "Write the report" in _runtime(
+        requests[0]
+    )
+    assert "Goal: unchanged" in _runtime(requests[1]) and "Write the report" not in _runtime(
+        requests[1]
+    )
+    assert requests[1].messages[-1].text.startswith("[Heron: your goal continues]")
+    assert deadlines == [True, True, True]
+    assert goal.status == "parked" and goal.turns_used == 2
+    notices = [o for o in said if o.kind == "notice"]
+    assert len(notices) == 1 and notices[0].text.startswith("Goal parked")
+    assert [o.text for o in said if o.kind == "answer"] == ["working 1", "working 2", "working 3"]
+
+
+async def test_the_agent_marks_it_done_with_evidence():
+    def origin(request, n):
+        if n == 1:
+            return call("goal", action="done")  # no evidence: refused
+        if n == 2:
+            return call("goal", n=2, action="done", evidence="all 12 tests pass")
+        return text("Finished.")
+
+    model = Routed({"test:": origin})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        goals.set_goal(engine.store, "test:me", "Make the tests pass")
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await loop.wait_idle()
+        goal = goals.history(engine.store, "test:me")[0]
+    refused = model.seen["test:me"][1].messages[-1].parts[0]
+    assert refused.is_error and "evidence" in refused.content
+    assert goal.status == "done" and goal.evidence == "all 12 tests pass"
+    assert len(model.seen["test:me"]) == 3  # no nudge after it is done
+
+
+async def test_the_persons_message_goes_before_a_nudge():
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def origin(request, n):
+        order.append(request.messages[-1].parts[0].text[:12])
+        if n == 1:
+            await release.wait()
+        if n >= 3:
+            goals.end_goal(store_of["s"], "test:me", "done")
+        return text("ok")
+
+    store_of = {}
+    model = Routed({"test:": origin})
+    async with running_loop(model, tools()) as (engine, loop, _):
+        store_of["s"] = engine.store
+        g.attach(loop)
+        goals.set_goal(engine.store, "test:me", "Tidy up")
+        await loop.dispatch(InboundMessage("test", "me", "first"))
+        while len(order) < 1:
+            await asyncio.sleep(0)
+        loop.active_control("test:me").accepting_mail = False  # past its last drain
+        await loop.dispatch(InboundMessage("test", "me", "second"))
+        release.set()
+        await loop.wait_idle()
+    assert order == ["first", "second", "[Heron: your"]
+
+
+async def test_goal_command_shows_sets_budgets_and_ends():
+    model = Routed({"test:": lambda r, n: text("on it")})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        store = engine.store
+        none = g.goal_command(store, "test:me", "")
+        made = g.goal_command(store, "test:me", "Ship the release")
+        shown = g.goal_command(store, "test:me", "")
+        bad = g.goal_command(store, "test:me", "budget lots")
+        budget = g.goal_command(store, "test:me", "budget 5 1000")
+        ended = g.goal_command(store, "test:me", "stop")
+        again = g.goal_command(store, "test:me", "done")
+    assert none.startswith("No goal")
+    assert made.startswith("Goal set") and "Ship the release" in shown and "active" in shown
+    assert "whole numbers" in bad and budget.startswith("Goal budget: 5 turns, 1,000 tokens")
+    assert ended.startswith("Goal ended (stop)") and again == "No goal to end."
+
+
+async def test_a_goal_command_turn_starts_the_work():
+    model = Routed(
+        {
+            "test:": lambda r, n: (
+                call("goal", action="done", evidence="e") if n == 1 else text("done")
+            )
+        }
+    )
+    async with running_loop(model, tools()) as (engine, loop, said):
+        g.attach(loop)
+        await loop.dispatch(InboundMessage("test", "me", "/goal Count the files"))
+        await loop.wait_idle()
+        goal = goals.history(engine.store, "test:me")[0]
+    assert said[0].kind == "command" and said[0].text.startswith("Goal set")
+    assert len(model.seen["test:me"]) == 2  # the nudge worked on it and marked it done
+    assert goal.status == "done"
+
+
+async def test_no_model_deadline_for_a_goal_turn():
+    async with running_loop(Routed({}), ToolRegistry([])) as (engine, _, _said):
+        plain = engine._bounds(TurnOptions())[2].deadline
+        goal = engine._bounds(TurnOptions(no_deadline=True))[2].deadline
+    assert plain == engine.retry.deadline and goal == NO_DEADLINE > 10 * plain

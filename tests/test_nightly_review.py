@@ -1,0 +1,164 @@
+"""The nightly review of memory: it proposes, never writes; it is bounded; a no-op proposal is
+dropped; the memory folder is a git repository whose last change `memory undo` takes back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from proactive_helpers import FakeClock
+from typer.testing import CliRunner
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import MessageBus
+from heron.cli import app
+from heron.config import Settings
+from heron.memory import EntryPath
+from heron.memory.entries import Source
+from heron.messages import Reply, Text, Usage, assistant, user
+from heron.proactive.review import nightly_review, review_when_idle
+from heron.providers.base import ChatRequest
+from heron.providers.scripted import ScriptedProvider
+from heron.store import review_state
+from heron.tools.registry import ToolRegistry
+
+FACT = (
+    '{"facts": [{"path": "personal/always/tea", "quote": "I drink green tea every morning."}],'
+    ' "lessons": [{"topic": "coding", "rule": "Run the tests before committing.",'
+    ' "mistake": "broken commits"}]}'
+)
+
+
+class Model:
+    """The review's model: facts for a review request, nothing for the tidy pass."""
+
+    def __init__(self) -> None:
+        self.requests: list[ChatRequest] = []
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        self.requests.append(request)
+        body = FACT if "QUOTABLE" in request.messages[0].text else "{}"
+        return Reply([Text(body)], "done", Usage(500, 50))
+
+
+def _tree(root) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*.md")}
+
+
+def _talk(store, key: str, said: str) -> int:
+    conv = store.open_conversation(key)
+    store.append(conv.id, user(said))
+    store.append(conv.id, assistant("Noted."))
+    return conv.id
+
+
+async def test_it_proposes_and_never_writes_and_reads_each_message_once(heron_home):
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _talk(engine.store, "chat-1", "I drink green tea every morning. Help me plan the week.")
+        _talk(engine.store, "subagent:ab12", "I drink green tea every morning.")  # internal
+        root = engine.memory.files.root
+        before, log_before = _tree(root), engine.memory.history.log()
+        report = await nightly_review(engine)
+        after, log_after = _tree(root), engine.memory.history.log()
+        waiting = engine.memory.waiting()
+        calls = len(model.requests)
+        again = await nightly_review(engine)
+    assert after == before and log_after == log_before  # nothing written, nothing committed
+    assert sorted(s.kind for s in waiting) == ["fact", "lesson"]
+    assert report.conversations == 1 and report.left == 0  # the subagent's is not reviewed
+    assert calls == 1  # one review call (an empty memory has nothing to tidy)
+    assert again.conversations == 0 and len(model.requests) == calls  # nothing new to read
+    assert report.model_calls == 1 and report.tokens > 0
+
+
+async def test_it_is_bounded_and_the_next_pass_goes_on():
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        ids = [_talk(engine.store, f"chat-{i}", f"Note {i}: I like plan {i}.") for i in range(5)]
+        first = await nightly_review(engine, model_calls=2)
+        unread = review_state.unreviewed(engine.store)
+        second = await nightly_review(engine, model_calls=10)
+        tight = await nightly_review(engine, tokens=10)  # nothing fits: nothing sent
+    assert first.model_calls == 2 and first.conversations == 2 and first.left == 3
+    assert unread == ids[2:]  # their cursors did not move
+    assert second.conversations == 3 and second.left == 0
+    assert tight.model_calls == 0
+
+
+async def test_a_no_op_proposal_is_dropped():
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        service = engine.memory
+        lesson = EntryPath("personal", "when", "coding", "tests-first")
+        service._write(lesson, "Run the tests before committing.", "lesson", Source())
+        _talk(engine.store, "chat-1", "Hello there.")  # no quotable fact
+        report = await nightly_review(engine)
+        waiting = service.waiting()
+    assert report.dropped == 1 and waiting == []  # the lesson memory already holds
+
+
+async def test_accepted_changes_are_commits_and_memory_undo_restores_the_folder():
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _talk(engine.store, "chat-1", "I drink green tea every morning.")
+        await nightly_review(engine)
+        service = engine.memory
+        root = service.files.root
+        before = _tree(root)
+        (fact,) = [s for s in service.waiting() if s.kind == "fact"]
+        assert service.accept(fact.id).status == "accepted"
+        kept = _tree(root)
+    cli = CliRunner()
+    log = cli.invoke(app, ["memory", "log"])
+    undo = cli.invoke(app, ["memory", "undo"])
+    restored = _tree(root)
+    log_after = cli.invoke(app, ["memory", "log"])
+    redo = cli.invoke(app, ["memory", "undo"])
+    assert len(kept) == len(before) + 1
+    assert "saved personal/always/tea.md (auto)" in log.output
+    assert undo.exit_code == 0 and "Undid" in undo.output
+    assert restored == before
+    assert "undo: saved personal/always/tea.md" in log_after.output.splitlines()[0]
+    assert redo.exit_code == 0 and _tree(root) == kept  # an undo is a change: undone too
+
+
+async def test_a_hand_edit_gets_its_own_commit_and_survives_an_undo():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(Model())) as engine:
+        service = engine.memory
+        root = service.files.root
+        conv = _talk(engine.store, "chat-1", "I drink green tea. I wake up early.")
+        service.save(conv, EntryPath("personal", "always", None, "tea"), "I drink green tea.")
+        hand = root / "personal" / "always" / "tea.md"
+        hand.write_text(hand.read_text().replace("green", "black"))
+        service.save(conv, EntryPath("personal", "always", None, "mornings"), "I wake up early.")
+        messages = [c.message for c in service.history.log()]
+        service.history.undo()
+    assert messages[:2] == ["saved personal/always/mornings.md (user)", "edited by hand"]
+    assert "black" in hand.read_text() and not (root / "personal/always/mornings.md").exists()
+
+
+async def test_the_idle_trigger_runs_the_pass_when_due_and_idle():
+    clock = FakeClock(start=time.time() + 3600)  # an hour after the last message
+    model = Model()
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=ToolRegistry([])
+    ) as engine:
+        _talk(engine.store, "chat-1", "I drink green tea every morning.")
+        loop = AgentLoop(engine, MessageBus())
+        task = asyncio.create_task(
+            review_when_idle(
+                engine, loop, idle_s=1800, poll_s=600, sleep=clock.sleep, now=clock.now
+            )
+        )
+        await clock.sleepers(1)
+        clock.advance(600)
+        while review_state.last_run(engine.store) is None:
+            await asyncio.sleep(0)  # the pass runs on the store's threads
+        await clock.sleepers(1)  # back to waiting
+        calls = len(model.requests)
+        clock.advance(600)  # due again only in 24 hours: nothing runs
+        await clock.sleepers(1)
+        task.cancel()
+    assert calls == 1 and len(model.requests) == 1
