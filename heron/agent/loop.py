@@ -162,7 +162,7 @@ class AgentLoop:
     async def _turn(
         self, key: str, message: InboundMessage, control: TurnControl
     ) -> TurnResult | None:
-        self._event(message, key, "turn_start")
+        self._event(message, key, "turn_start", message.text)  # the message, for other tabs
         hooks = self._hooks(key, message, control)
         try:
             result = await self.engine.turn(
