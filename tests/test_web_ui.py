@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from heron.messages import ToolCall
 from web_harness import SteeredModel, chromium, serve
 from web_miniapp import build_app
+
+from heron.messages import ToolCall
 
 pytestmark = pytest.mark.slow
 
