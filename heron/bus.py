@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from heron.messages import ToolCall, ToolResult
+from heron.messages import ToolCall, ToolResult, Usage
 
 Provenance = Literal["user", "scheduled", "subagent", "internal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
@@ -69,6 +69,8 @@ class TurnEnd:
     switch_to: str | None = None  # /resume: the channel continues in this conversation
     run_id: str = ""
     model_calls: int = 0
+    usage: Usage | None = None  # the turn's tokens, all its model calls together
+    cost_usd: float | None = None  # None: unknown
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class TurnEvent:
     chat_id: str
     key: str
     kind: EventKind
-    text: str = ""  # delta, reasoning, progress and notice text
+    text: str = ""  # delta, reasoning, progress and notice text; turn_start: the message
     call: ToolCall | None = None  # tool_start, tool_end
     result: ToolResult | None = None  # tool_end
     seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try

@@ -130,6 +130,23 @@ def chat(
 
 
 @app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; anything but loopback needs a login.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port of the web UI (0: any free one).")] = 8765,
+    model: ModelOpt = None,
+) -> None:
+    """Run the agent for this home: the web UI, and the socket heron run and heron chat use."""
+    from heron.serve.main import serve as run_serve
+
+    try:
+        asyncio.run(run_serve(settings(), host=host, port=port, model=model))
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
 def models() -> None:
     """Show the model Heron would use, and the built-in model profiles."""
     from heron.channels.info import print_models

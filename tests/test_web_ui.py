@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from web_harness import SteeredModel, chromium, serve
-from web_miniapp import build_app
+from web_harness import SteeredModel, chromium, control_send, serve
 
 from heron.messages import ToolCall
 
@@ -35,7 +34,7 @@ def model() -> SteeredModel:
 
 @pytest.fixture
 def site(model: SteeredModel) -> Iterator[Any]:
-    with serve(build_app(model)) as served:
+    with serve(model) as served:
         yield served
 
 
@@ -89,7 +88,7 @@ def test_shift_enter_makes_a_new_line_and_enter_sends(page, model):
 
 
 def test_stop_mid_tool_keeps_what_was_shown(browser, model):
-    with serve(build_app(model)) as site:
+    with serve(model) as site:
         pg = browser.new_page()
         pg.goto(site.url + "/")
         _send(pg, "run the slow tool")
@@ -130,7 +129,10 @@ def test_a_message_sent_while_working_is_shown_as_mail(page, model):
     model.feed(("end", None))
     model.reply("Done with both.")
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Done with both.")
-    expect(page.locator(".msg.mail")).to_contain_text("also this")
+    expect(page.locator(".live")).to_have_count(0)
+    stored = page.locator(".msg.mail[data-id]")  # from the store: labelled mail there too
+    expect(stored).to_contain_text("also this")
+    expect(stored.locator(".mail-tag")).to_have_text("sent while the agent worked")
 
 
 def test_markdown_is_sanitised(page, model):
@@ -205,3 +207,21 @@ def test_upload_by_file_picker(page, model, tmp_path):
 
     uploads = list((Settings.load().paths.home / "uploads").glob("*.bin"))
     assert [u.read_text() for u in uploads] == ["some notes"]
+
+
+def test_a_message_from_the_terminal_client_appears_in_the_open_page(page, site, model):
+    """`heron chat` on the same home talks to the serve over its control socket: the page
+    attached to `personal` sees the message and its reply as they stream."""
+    import threading
+
+    got: list[list[dict]] = []
+    client = threading.Thread(target=lambda: got.append(control_send(site, "from the terminal")))
+    client.start()
+    expect(page.locator(".msg.user").filter(has_text="from the terminal")).to_be_visible()
+    model.feed(("text", "Answered "))
+    expect(page.locator(".live")).to_contain_text("Answered")
+    model.feed(("text", "in both."), ("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Answered in both.")
+    client.join(30)
+    deltas = "".join(e.get("text", "") for e in got[0] if e["type"] == "delta")
+    assert deltas == "Answered in both."

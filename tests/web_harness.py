@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import json
 import queue
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from heron.messages import Reply, Text, Thinking, ToolCall, Usage
@@ -76,40 +78,86 @@ class SteeredModel:
         return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Served:
+    """A running `heron serve`: where it listens, its login (auth off loopback)."""
+
     url: str
-    app: Any
-    server: Any
-    thread: threading.Thread
+    auth: Any
+    home: Path
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def control(self) -> Path:
+        from heron.serve.lock import SOCKET_NAME
+
+        return self.home / SOCKET_NAME
 
 
 @contextlib.contextmanager
-def serve(app: Any, host: str = "127.0.0.1") -> Iterator[Served]:
-    """Run `app` under a real uvicorn in a thread until the block ends."""
-    import uvicorn
+def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Served]:
+    """The real `heron serve` (heron/serve/main.py: uvicorn, /ws, the control socket) on
+    127.0.0.1 in a thread with its own event loop, until the block ends."""
+    from heron.config import Settings
+    from heron.serve.main import serve as run_serve
 
-    port = free_port()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws="websockets")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    ready: queue.Queue[Any] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    stop: list[asyncio.Event] = []
+
+    async def main() -> None:
+        stop.append(asyncio.Event())
+        await run_serve(
+            Settings.load(),
+            port=0,
+            provider=provider,
+            registry=registry,
+            out=io.StringIO(),
+            on_ready=lambda info, auth: ready.put((info, auth)),
+            until=stop[0],
+            signals=False,
+            **options,
+        )
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(main())
+        except BaseException as e:  # told to the waiting test instead of lost in the thread
+            ready.put(e)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:  # a bound against a hang, never a timing assertion
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    got = ready.get(timeout=60)  # a bound against a hang, never a timing assertion
+    if isinstance(got, BaseException):
+        raise got
+    info, auth = got
     try:
-        yield Served(f"http://127.0.0.1:{port}", app, server, thread)
+        yield Served(info.url, auth, Settings.load().paths.home, loop)
     finally:
-        server.should_exit = True
-        thread.join(20)
+        loop.call_soon_threadsafe(stop[0].set)
+        thread.join(30)
+        loop.close()
+
+
+def control_send(served: Served, text: str, key: str = "personal") -> list[dict[str, Any]]:
+    """What a terminal client does: hello and send on the control socket; returns the events
+    it read until its turn ended."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(str(served.control))
+        hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
+        sock.sendall((json.dumps(hello) + "\n").encode())
+        sock.sendall((json.dumps({"type": "send", "text": text}) + "\n").encode())
+        events: list[dict[str, Any]] = []
+        buf = b""
+        while not any(e.get("type") == "turn_end" for e in events):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            events += [json.loads(line) for line in lines if line.strip()]
+        return events
 
 
 @contextlib.contextmanager

@@ -383,19 +383,23 @@ function App() {
   const listRef = useRef(null);
   const connRef = useRef(null);
   const loaded = useRef(false);
+  const fetches = useRef(0);
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
   const setLiveBoth = (v) => { liveRef.current = v; setLive(v ? { ...v } : null); };
 
   const loadTranscript = useCallback(async (key) => {
+    const gen = ++fetches.current;
     try {
       const t = await api(`/conversations/${encodeURIComponent(key)}/transcript`);
-      if (key !== convRef.current) return;
+      // Only the newest read counts: an older one may predate the turn that just ended.
+      if (key !== convRef.current || gen !== fetches.current) return;
       setItems(t.items); setTitle(t.title); loaded.current = true;
-      const b = await api(`/conversations/${encodeURIComponent(key)}/branches`).catch(() => null);
-      setTyped(b ? b.messages : []);
-      // A turn that ended while the transcript was read is now in it.
+      // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) setLiveBoth(null);
+      const b = t.items.length
+        ? await api(`/conversations/${encodeURIComponent(key)}/branches`).catch(() => null) : null;
+      setTyped(b ? b.messages : []);
       document.body.dataset.rendered = String(t.items.length);
       setTick((x) => x + 1);
     } catch (e) { notify(e.message); }
