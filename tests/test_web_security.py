@@ -46,7 +46,7 @@ def _get(url: str) -> tuple[int, dict[str, str], bytes]:
 def test_every_file_and_route_carries_the_csp_and_the_page_has_no_inline_script():
     with serve(SteeredModel()) as site:
         for path in ("/", "/app.js", "/style.css", "/vendor/purify.js", "/api/conversations"):
-            status, headers, body = _get(site.url + path)
+            status, headers, _ = _get(site.url + path)
             assert status == 200, path
             assert headers["content-security-policy"] == CSP, path
             assert headers["x-content-type-options"] == "nosniff", path
