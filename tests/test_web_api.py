@@ -276,3 +276,25 @@ def test_internal_conversations_are_never_listed(client):
     keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
     assert keys == ["personal"]
     assert json.dumps(keys)
+
+
+def test_uploads_become_file_parts_in_order_and_an_unknown_one_is_refused(client):
+    from heron.errors import HeronError
+
+    home = Settings.load().paths.home
+    ids = []
+    for name, body, mime in (
+        ("a.txt", b"alpha", "text/plain"),
+        ("b.png", b"\x89PNG..", "image/png"),
+    ):
+        made = client.post(
+            "/api/uploads", params={"name": name}, content=body, headers={"Content-Type": mime}
+        )
+        ids.append(made.json()["upload_id"])
+    files = api.uploaded_files(home, [{"upload_id": i} for i in ids])
+    assert [(f.name, f.media_type, f.data) for f in files] == [
+        ("a.txt", "text/plain", b"alpha"),
+        ("b.png", "image/png", b"\x89PNG.."),
+    ]
+    with pytest.raises(HeronError, match="no upload"):
+        api.uploaded_files(home, [{"upload_id": "0" * 24}])

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 
 from heron.config import Settings
 from heron.errors import HeronError
+from heron.messages import File
 from heron.store import Store
 
 router = APIRouter(prefix="/api")
@@ -457,6 +458,34 @@ def load_upload(home: Path, upload_id: str) -> tuple[Upload, bytes] | None:
     if not meta.exists() or not body.exists():
         return None
     return Upload(**json.loads(meta.read_text())), body.read_bytes()
+
+
+def uploaded_files(home: Path, refs: Any) -> list[File]:
+    """The `File` parts for a `send`'s `files` ([{name, mime, upload_id}], protocol.md), in
+    order; an unknown upload or one over the caps is refused with a clear error, so nothing is
+    sent half attached. The turn wiring is one call: the serve's session passes these to the
+    user's message (`InboundMessage.files`, heron/attachments.py on the terminal branch), which
+    decides by the bytes what each model receives."""
+    if not isinstance(refs, list):
+        raise HeronError("files must be a list of uploads", hint="Upload each file first.")
+    found: list[File] = []
+    total = 0
+    for ref in refs:
+        upload_id = str(ref.get("upload_id", "")) if isinstance(ref, dict) else ""
+        got = load_upload(home, upload_id)
+        if got is None:
+            raise HeronError(
+                f"no upload {upload_id!r}", hint="Attach the file again: uploads do not last."
+            )
+        upload, data = got
+        total += len(data)
+        if total > TURN_CAP:
+            raise HeronError(
+                f"the files of this message pass {TURN_CAP // (1024 * 1024)} MB",
+                hint="Send them over several messages.",
+            )
+        found.append(File(upload.mime, data, upload.name))
+    return found
 
 
 async def _json(request: Request) -> dict[str, Any]:
