@@ -4,6 +4,7 @@ repeats, branches, memory review, upload."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -225,3 +226,94 @@ def test_a_message_from_the_terminal_client_appears_in_the_open_page(page, site,
     client.join(30)
     deltas = "".join(e.get("text", "") for e in got[0] if e["type"] == "delta")
     assert deltas == "Answered in both."
+
+
+_DROP = """([name, type, text]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([text], name, { type }));
+  const form = document.querySelector("form.composer");
+  form.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+}"""
+
+_PASTE = """() => {
+  const png = Uint8Array.from(atob("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    + "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="), c => c.charCodeAt(0));
+  const dt = new DataTransfer();
+  dt.items.add(new File([png], "image.png", { type: "image/png" }));
+  document.querySelector("#input").dispatchEvent(
+    new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+}"""
+
+
+def test_upload_by_drag_and_drop_and_by_pasting_an_image(page):
+    page.evaluate(_DROP, ["dropped.md", "text/markdown", "# dropped"])
+    attachments = page.get_by_role("list", name="attachments")
+    expect(attachments).to_contain_text("dropped.md")
+    page.evaluate(_PASTE)
+    expect(attachments).to_contain_text("image.png")
+    from heron.config import Settings
+
+    kept = sorted(
+        json.loads(p.read_text())["name"]
+        for p in (Settings.load().paths.home / "uploads").glob("*.json")
+    )
+    assert kept == ["dropped.md", "image.png"]
+    page.get_by_role("button", name="remove dropped.md").click()
+    expect(attachments).not_to_contain_text("dropped.md")
+
+
+def test_one_column_on_a_phone(browser, site):
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    expect(pg.get_by_role("textbox", name="message")).to_be_visible()
+    assert pg.get_by_role("navigation", name="conversations").is_hidden()
+    pg.get_by_role("button", name="conversations").click()
+    expect(pg.get_by_role("navigation", name="conversations")).to_be_visible()
+    box = pg.locator("main.chat").bounding_box()
+    assert box is not None and box["width"] <= 390
+    context.close()
+
+
+def test_conversations_new_search_rename_and_a_refused_delete(page, model):
+    _send(page, "about herons")
+    model.feed(("text", "Herons wade"))
+    nav = page.get_by_role("navigation", name="conversations")
+    # Listed under its title (the first message), with its key in the actions' names.
+    expect(nav.get_by_role("link", name="about herons")).to_be_visible()
+    page.on("dialog", lambda d: d.accept("Bird talk") if d.type == "prompt" else d.accept())
+    nav.get_by_role("button", name="delete personal").click()  # a turn runs in it: refused
+    expect(page.get_by_role("alert")).to_contain_text("still in use")
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Herons wade")
+    nav.get_by_role("button", name="rename personal").click()
+    expect(nav.get_by_role("link", name=re.compile("Bird talk"))).to_be_visible()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Bird talk")
+
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    expect(page.locator(".msg")).to_have_count(0)
+    _send(page, "something else")
+    model.reply("ok")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+
+    nav.get_by_role("searchbox", name="search conversations").fill("herons")
+    expect(nav.get_by_role("listitem")).to_have_count(1)
+    expect(nav.get_by_role("listitem")).to_contain_text("Bird talk")
+    nav.get_by_role("link", name=re.compile("Bird talk")).click()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Herons wade")
+
+
+def test_status_and_compaction_views(page, model):
+    _send(page, "hi")
+    model.reply("hello")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("hello")
+    page.get_by_role("button", name="status", exact=True).click()
+    status = page.get_by_role("complementary", name="status")
+    expect(status).to_contain_text("scripted/scripted")
+    expect(status).to_contain_text("personal (1 turns)")
+    expect(status).to_contain_text("idle")
+    page.get_by_role("button", name="compaction", exact=True).click()
+    inspector = page.get_by_role("complementary", name="compaction")
+    expect(inspector).to_contain_text("No compactions yet.")
+    expect(inspector.locator(".view li")).to_have_count(2)

@@ -44,6 +44,7 @@ class WebState:
     settings: Settings
     store: Store
     busy: Callable[[str], bool] = field(default=lambda key: False)
+    choice: Any = None  # the serve's ModelChoice; None: the configured one
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -70,7 +71,8 @@ def _state(request: Request) -> WebState:
         if runtime is None:
             raise HTTPException(503, "the web API is not installed on this app")
         settings = runtime.engine.settings
-        state = WebState(settings, Store(settings.paths.ensure().db), runtime.loop.running)
+        store = Store(settings.paths.ensure().db)
+        state = WebState(settings, store, runtime.loop.running, runtime.engine.choice)
         request.app.state.web = state
     return state
 
@@ -298,13 +300,14 @@ async def compactions(request: Request, key: str) -> JSONResponse:
     return JSONResponse(await _run(state, _compactions, state.settings, state.store, key))
 
 
-def _status(settings: Settings, store: Store, key: str) -> dict[str, Any]:
+def _status(state: WebState, key: str) -> dict[str, Any]:
     """Model, context used, cache hit rate and cost of the conversation (as /status)."""
     from heron.agent.commands import _usage
     from heron.trace.prices import conversation_cost
 
+    store = state.store
     try:
-        choice = settings.model()
+        choice = state.choice or state.settings.model()
         model, window = f"{choice.provider}/{choice.model}", choice.profile.context_window
     except HeronError as e:
         model, window = f"none ({str(e).splitlines()[0]})", 0
@@ -333,7 +336,7 @@ def _status(settings: Settings, store: Store, key: str) -> dict[str, Any]:
 @router.get("/conversations/{key}/status")
 async def status(request: Request, key: str) -> JSONResponse:
     state = _state(request)
-    found = await _run(state, _status, state.settings, state.store, key)
+    found = await _run(state, _status, state, key)
     found["busy"] = state.busy(key)
     return JSONResponse(found)
 

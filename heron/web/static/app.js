@@ -228,18 +228,23 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, notify, refresh }) {
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
+  const asked = useRef(0);
   const load = useCallback(async () => {
-    try { setRows((await api(`/conversations?q=${encodeURIComponent(q)}`)).conversations); }
-    catch (e) { notify(e.message); }
+    const n = ++asked.current; // answers may come back out of order: keep the newest ask's
+    try {
+      const found = (await api(`/conversations?q=${encodeURIComponent(q)}`)).conversations;
+      if (n === asked.current) setRows(found);
+    } catch (e) { notify(e.message); }
   }, [q]);
   useEffect(() => { load(); }, [q, refresh]);
   const rename = async (key, old) => {
     const title = prompt("New title", old || "");
     if (!title) return;
-    try { await api(`/conversations/${encodeURIComponent(key)}`, { method: "PATCH", body: JSON.stringify({ title }) }); load(); }
+    try { await api(`/conversations/${encodeURIComponent(key)}`, { method: "PATCH", body: JSON.stringify({ title }) });
+      onRenamed(key, title); load(); }
     catch (e) { notify(e.message); }
   };
   const remove = async (key) => {
@@ -422,7 +427,11 @@ function App() {
         break;
       }
       case "delta": case "reasoning": case "tool_start": case "tool_end":
-        if (lv) { applyToLive(lv, ev); setLiveBoth(lv); }
+        if (lv) {
+          applyToLive(lv, ev); setLiveBoth(lv);
+          // By the first streamed piece the turn has stored the message: list it.
+          if (!lv.listed) { lv.listed = true; setTick((x) => x + 1); }
+        }
         break;
       case "status":
         if (lv && (ev.state === "mail" || ev.state === "queued")) {
@@ -485,7 +494,8 @@ function App() {
   const working = live && !live.done;
   const shown = live ? items.filter((it) => !it.running) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
-    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick} />
+    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+      onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
     <main class="chat" aria-label="conversation">
       <header class="top">
         <button class="menu" aria-label="conversations" aria-expanded=${side} onClick=${() => setSide(!side)}>☰</button>
