@@ -161,6 +161,12 @@ def test_branches_after_a_retry(client):
     assert [b["current"] for b in body["branches"]] == [False, True]
     assert body["branches"][1]["text"] == "second answer"
     assert [m["text"] for m in body["messages"]] == ["question"]
+    users = [
+        i
+        for i in client.get("/api/conversations/personal/transcript").json()["items"]
+        if i["kind"] == "user"
+    ]
+    assert [(u["number"], u["id"]) for u in users] == [(m["n"], m["id"]) for m in body["messages"]]
     items = client.get("/api/conversations/personal/transcript").json()["items"]
     assert items[-1]["segments"][0]["text"] == "second answer"
 

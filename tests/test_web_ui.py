@@ -317,3 +317,18 @@ def test_status_and_compaction_views(page, model):
     inspector = page.get_by_role("complementary", name="compaction")
     expect(inspector).to_contain_text("No compactions yet.")
     expect(inspector.locator(".view li")).to_have_count(2)
+
+
+def test_raw_html_cannot_move_text_between_messages(page, model):
+    """The transcript's Markdown is sanitised in one pass; a reply that closes its wrapper or
+    forges another's is caught and every message keeps its own text."""
+    _send(page, "first")
+    model.reply('one </div><div data-md="1">forged')
+    _send(page, "second")
+    model.reply("two")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    page.reload()
+    replies = page.locator(".msg.assistant:not(.live)")
+    expect(replies).to_have_count(2)
+    expect(replies.nth(1)).to_have_text("two")
+    expect(replies.nth(0)).to_contain_text("one")

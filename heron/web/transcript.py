@@ -54,6 +54,8 @@ class Item:
     # Part of a turn still running: a client replaying that turn from the serve's journal
     # shows the stream instead (docs/web.md, "Resuming").
     running: bool = False
+    # A user message's number on this branch: what `/edit N TEXT` takes (as /tree lists them).
+    number: int | None = None
 
 
 @dataclass
@@ -85,6 +87,9 @@ def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None
         if turn is not None and turn.status == "running":
             for item in items[before:] or items[-1:]:
                 item.running = True
+    users = [i for i in items if i.kind == "user"]
+    for n, item in enumerate(users, 1):
+        item.number = n
     return Transcript(conv.key, conv.title, conv.head_id, items)
 
 

@@ -1,6 +1,6 @@
 // Heron's browser UI: one conversation's transcript and its live stream, over /ws (the serve
 // protocol, docs/web.md) and the REST routes under /api. Preact with htm, no build step.
-import { h, render } from "./vendor/preact.js";
+import { Component, h, render } from "./vendor/preact.js";
 import { useEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
 import htm from "./vendor/htm.js";
 import { marked } from "./vendor/marked.js";
@@ -16,15 +16,41 @@ const ALIAS = { python: "py", javascript: "js", typescript: "ts", sh: "bash", sh
 
 // ---- markdown ---------------------------------------------------------------------------------
 
+const mdCache = new Map(); // text -> sanitised HTML: a long transcript re-renders for free
+const MD_CACHE = 5000;
+
 export function renderMarkdown(text) {
-  // Model text is untrusted: sanitised after parsing, before it reaches the DOM.
-  return DOMPurify.sanitize(marked.parse(text || "", { gfm: true, breaks: false }));
+  const key = text || "";
+  let out = mdCache.get(key);
+  if (out === undefined) {
+    // Model text is untrusted: sanitised after parsing, before it reaches the DOM.
+    out = DOMPurify.sanitize(marked.parse(key, { gfm: true, breaks: false }));
+    if (mdCache.size >= MD_CACHE) mdCache.delete(mdCache.keys().next().value);
+    mdCache.set(key, out);
+  }
+  return out;
+}
+
+// Fills the cache for many texts with one sanitiser pass (a 2,000-message transcript: one
+// DOM parse instead of a thousand).
+function prerender(texts) {
+  const todo = [...new Set(texts.filter((t) => t && !mdCache.has(t)))];
+  if (!todo.length) return;
+  const joined = todo.map((t, i) => `<div data-md="${i}">${marked.parse(t, { gfm: true })}</div>`).join("");
+  const frag = DOMPurify.sanitize(joined, { RETURN_DOM_FRAGMENT: true });
+  // Raw HTML in one text could close its wrapper or forge another's: then the wrappers do not
+  // come back exactly once each, in order, and every text is done on its own instead.
+  const kids = [...frag.children];
+  const whole = kids.length === todo.length
+    && kids.every((el, i) => el.tagName === "DIV" && el.getAttribute("data-md") === String(i));
+  todo.forEach((t, i) => { if (whole) mdCache.set(t, kids[i].innerHTML); else renderMarkdown(t); });
 }
 
 function Markdown({ text }) {
   const ref = useRef(null);
+  const out = renderMarkdown(text);
   useEffect(() => {
-    if (!ref.current) return;
+    if (!ref.current || !out.includes("<pre")) return;
     for (const code of ref.current.querySelectorAll("pre code")) {
       const m = /language-([\w+-]+)/.exec(code.className);
       let lang = m ? m[1].toLowerCase() : "plain";
@@ -34,8 +60,7 @@ function Markdown({ text }) {
       highlightElement(code, lang, "multiline", { hideLineNumbers: true }).catch(() => {});
     }
   }, [text]);
-  return html`<div class="md" ref=${ref}
-    dangerouslySetInnerHTML=${{ __html: renderMarkdown(text) }}></div>`;
+  return html`<div class="md" ref=${ref} dangerouslySetInnerHTML=${{ __html: out }}></div>`;
 }
 
 // ---- the model of a conversation as shown -----------------------------------------------------
@@ -165,6 +190,14 @@ function Item({ item, onEdit, number }) {
   }
   return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
     <${Segments} segments=${item.segments} /></article>`;
+}
+
+// A stored item never changes: it renders again only when the transcript is read again.
+class PureItem extends Component {
+  shouldComponentUpdate(next) {
+    return next.item !== this.props.item || next.number !== this.props.number;
+  }
+  render(props) { return html`<${Item} ...${props} />`; }
 }
 
 function Live({ live }) {
@@ -382,16 +415,28 @@ function App() {
   const [side, setSide] = useState(false);
   const [tick, setTick] = useState(0);
   const [toast, setToast] = useState(null);
-  const [typed, setTyped] = useState([]);
   const liveRef = useRef(null);
   const convRef = useRef(conv);
   const listRef = useRef(null);
   const connRef = useRef(null);
   const loaded = useRef(false);
   const fetches = useRef(0);
+  const loading = useRef(null); // the first read of the transcript, while it runs
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
-  const setLiveBoth = (v) => { liveRef.current = v; setLive(v ? { ...v } : null); };
+  // Streamed events change the live turn at once; the page draws it at most once a frame,
+  // so a fast stream never queues renders behind it.
+  const frame = useRef(0);
+  const setLiveBoth = (v) => {
+    liveRef.current = v;
+    if (v === null || v.done) { cancelAnimationFrame(frame.current); frame.current = 0; setLive(v ? { ...v } : null); return; }
+    if (frame.current) return;
+    frame.current = requestAnimationFrame(() => {
+      frame.current = 0;
+      const cur = liveRef.current;
+      setLive(cur ? { ...cur, segments: cur.segments.map((x) => ({ ...x })) } : null);
+    });
+  };
 
   const loadTranscript = useCallback(async (key) => {
     const gen = ++fetches.current;
@@ -399,15 +444,13 @@ function App() {
       const t = await api(`/conversations/${encodeURIComponent(key)}/transcript`);
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
+      prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
       setItems(t.items); setTitle(t.title); loaded.current = true;
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) setLiveBoth(null);
-      const b = t.items.length
-        ? await api(`/conversations/${encodeURIComponent(key)}/branches`).catch(() => null) : null;
-      setTyped(b ? b.messages : []);
       document.body.dataset.rendered = String(t.items.length);
       setTick((x) => x + 1);
-    } catch (e) { notify(e.message); }
+    } catch (e) { notify(e.message); } finally { if (gen === fetches.current) loading.current = null; }
   }, []);
 
   const onEvent = useCallback((ev) => {
@@ -415,7 +458,9 @@ function App() {
     switch (ev.type) {
       case "welcome":
         setTitle(ev.title || null);
-        if (ev.gap || !loaded.current) { setLiveBoth(null); loadTranscript(convRef.current); }
+        if (ev.gap || (!loaded.current && !loading.current)) {
+          setLiveBoth(null); loadTranscript(convRef.current);
+        }
         if (ev.gap) { connRef.current.lastSeq = ev.seq; }
         break;
       case "turn_start": {
@@ -456,6 +501,8 @@ function App() {
 
   useEffect(() => {
     connRef.current = new Connection(onEvent, setConnState);
+    // The transcript is read while the socket opens; the welcome then only adds the stream.
+    loading.current = loadTranscript(conv);
     connRef.current.open(conv, 0);
     const onHash = () => { const k = keyFromHash(); if (k !== convRef.current) openConv(k); };
     window.addEventListener("hashchange", onHash);
@@ -470,7 +517,7 @@ function App() {
   }, [items, live, notes]);
 
   function openConv(key) {
-    convRef.current = key; loaded.current = false;
+    convRef.current = key; loaded.current = false; loading.current = null;
     setConv(key); setItems([]); setNotes([]); setLiveBoth(null); setSide(false);
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -490,7 +537,6 @@ function App() {
     if (text && text.trim()) command(`/edit ${n} ${text.trim()}`);
   };
 
-  const numbers = new Map(typed.map((t) => [t.id, t.n]));
   const working = live && !live.done;
   const shown = live ? items.filter((it) => !it.running) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
@@ -506,7 +552,7 @@ function App() {
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
       </header>
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
-        ${shown.map((it) => html`<${Item} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${numbers.get(it.id)} />`)}
+        ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
         ${live && html`<${Live} live=${live} />`}
         ${notes.map((n) => html`<div key=${"n" + n.seq} class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`)}
       </div>
