@@ -121,7 +121,9 @@ window.WebSocket = class extends Native {
       const now = performance.timeOrigin + performance.now();
       const ev = JSON.parse(e.data);
       if (ev.type !== "delta") return; // the final answer repeats every stamp: not a delta
-      for (const m of ev.text.matchAll(/<t=([0-9.]+)>/g)) window.__arrivals.push(now - Number(m[1]));
+      for (const m of ev.text.matchAll(/<t=([0-9.]+)>/g)) {
+        window.__arrivals.push(now - Number(m[1]));
+      }
     });
   }
 };
