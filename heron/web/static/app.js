@@ -301,8 +301,8 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
         <span class="conv-title">${c.title || c.key}</span>
         ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
       <span class="conv-actions">
-        <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>✎</button>
-        <button aria-label=${"delete " + c.key} onClick=${() => remove(c.key)}>🗑</button></span>
+        <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
+        <button aria-label=${"delete " + c.key} onClick=${() => remove(c.key)}>delete</button></span>
     </li>`)}</ul></nav>`;
 }
 
