@@ -56,12 +56,15 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "seq": 0,
             "busy": False,
             "title": None,
+            "chat_id": welcome["chat_id"],
+            "model": "scripted/scripted",
         }
         await ws.send(json.dumps({"type": "send", "text": "hello there"}))
         events = await ws_until(ws, "turn_end")
     kinds = [e["type"] for e in events]
     assert kinds[0] == "turn_start" and kinds[-1] == "turn_end" and "delta" in kinds
     assert events[0]["text"] == "hello there" and events[0]["channel"] == "web"
+    assert events[0]["chat_id"] == welcome["chat_id"]  # a client knows its own messages
     assert "".join(e["text"] for e in events if e["type"] == "delta") == "echo: hello there"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert {e["conversation"] for e in events} == {"personal"}

@@ -27,8 +27,7 @@ from rich.text import Text as RichText
 from heron.agent import commands
 from heron.agent.engine import Engine, new_key
 from heron.agent.leases import presence
-from heron.agent.runner import RETRY_MARKER
-from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings

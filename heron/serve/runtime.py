@@ -36,7 +36,7 @@ class Runtime:
         self.bus = MessageBus()
         self.loop = AgentLoop(engine, self.bus)
         self.dispatcher = Dispatcher(self.bus)
-        self.hub = Hub()
+        self.hub = Hub(about={"model": f"{engine.choice.provider}/{engine.choice.model}"})
         self.dispatcher.register("*", self.hub.deliver)
         self.services = list(services)
         self.idle = idle
