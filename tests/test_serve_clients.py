@@ -11,12 +11,25 @@ import sys
 from io import StringIO
 
 import pytest
-from serve_helpers import ServeProcess, clean_env, running_serve, ws_client, ws_hello, ws_until
+from rich.console import Console
+from serve_helpers import (
+    LineClient,
+    ServeProcess,
+    clean_env,
+    running_serve,
+    ws_client,
+    ws_hello,
+    ws_until,
+)
 
+from heron.channels.remote import connect_remote, serve_socket
 from heron.channels.script import run_message, run_once
+from heron.channels.terminal import PERSONAL, ChatState, TerminalView
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
+from heron.store import Store
+from heron.store.records import is_internal
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.registry import ToolContext, ToolRegistry, tool
@@ -114,3 +127,49 @@ def test_a_run_through_serve_imports_no_provider_and_no_sdk(heron_home):
         m for m in imported if m.startswith(("heron.providers", "heron.agent", "heron.store"))
     }
     assert heavy == set()
+
+
+async def test_the_terminal_and_the_browser_share_the_personal_conversation_as_it_streams():
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)  # the browser's tab, on `personal` by default
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("typed in the terminal", PERSONAL)
+            await conn.settle()
+            in_browser = await ws_until(ws, "turn_end")
+            await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
+            await ws_until(ws, "turn_end")
+            await conn.wait_ended(2)  # the browser's turn reached the terminal too
+    start = in_browser[0]
+    assert start["type"] == "turn_start" and start["text"] == "typed in the terminal"
+    assert start["channel"] == "terminal"
+    assert "".join(e["text"] for e in in_browser if e["type"] == "delta") == (
+        "echo: typed in the terminal"
+    )
+    shown = screen.getvalue()
+    assert "web › typed in the browser" in shown and "echo: typed in the browser" in shown
+    assert "terminal › typed in the terminal" not in shown  # its own message is not echoed
+
+
+async def test_internal_conversations_are_never_listed():
+    keys = ["personal", "cron:daily-news", "heartbeat", "subagent:abc", "cronjob", "Heartbeat"]
+    store = Store(Settings.load().paths.ensure().db)
+    for key in keys:
+        store.open_conversation(key)
+    listed = {c.key for c in store.conversations()}
+    everything = {c.key for c in store.conversations(internal=True)}
+    store.close()
+    assert listed == {k for k in keys if not is_internal(k)} == {"personal", "cronjob", "Heartbeat"}
+    assert everything == set(keys)
+    async with running_serve(ScriptedProvider([])) as serve:
+        client = await LineClient.open(serve.info.socket)
+        await client.send({"type": "conversations"})
+        answer = await client.next()
+        await client.close()
+    assert {i["key"] for i in answer["items"]} == listed  # what /resume offers through serve

@@ -67,6 +67,9 @@ class RemoteAgent:
         self._settled.set()
         self._welcomed: asyncio.Event = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self.ended = 0  # turn_ends seen, of any client's turns
+        self._ended = asyncio.Condition()
+        self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
         self.gone = False
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -93,6 +96,14 @@ class RemoteAgent:
         if self.gone and self._waiting:
             raise ServeGone("heron serve stopped before the turn ended")
 
+    async def conversations(self, limit: int = 20) -> list[tuple[str, str | None]]:
+        """(key, title) of the conversations /resume offers, newest first."""
+        answer = asyncio.get_running_loop().create_future()
+        self._lists.append(answer)
+        self._write({"type": "conversations", "limit": limit})
+        await self.writer.drain()
+        return await answer
+
     # ---- the socket -----------------------------------------------------------------------
 
     async def hello(self, key: str, agent: str = "default") -> None:
@@ -115,10 +126,17 @@ class RemoteAgent:
             self.gone = True
             self._settled.set()
             self._welcomed.set()
+            for answer in self._lists:
+                answer.set_exception(ServeGone("heron serve stopped"))
 
     async def _event(self, event: dict[str, Any]) -> None:
         key = event.get("conversation") or self.key or ""
         kind = event.get("type")
+        if kind == "conversations":
+            items = [(str(i["key"]), i.get("title")) for i in event.get("items", [])]
+            if self._lists:
+                self._lists.popleft().set_result(items)
+            return
         if kind == "welcome":
             self.busy[key] = bool(event.get("busy"))
             self.model = event.get("model") or self.model
@@ -133,6 +151,15 @@ class RemoteAgent:
             await self.deliver(item)
         if kind == "turn_end" or (kind == "message" and event.get("kind") == "command"):
             self._resolve(event)
+        if kind == "turn_end":
+            async with self._ended:
+                self.ended += 1
+                self._ended.notify_all()
+
+    async def wait_ended(self, count: int) -> None:
+        """Until `count` turns (anyone's) have ended on the attached conversation."""
+        async with self._ended:
+            await self._ended.wait_for(lambda: self.ended >= count or self.gone)
 
     def _track(self, key: str, event: dict[str, Any]) -> None:
         kind, mine = event.get("type"), event.get("chat_id") == self.chat_id
@@ -198,7 +225,8 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind in ("delta", "reasoning"):
         return _replace(base, kind=kind, text=event.get("text", ""))
     if kind == "turn_start":
-        return _replace(base, kind="turn_start", text=event.get("text", ""))
+        origin = str(event.get("channel") or channel)  # where the message was typed
+        return _replace(base, kind="turn_start", text=event.get("text", ""), channel=origin)
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)
