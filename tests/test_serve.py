@@ -13,10 +13,10 @@ import pytest
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 from websockets.exceptions import InvalidStatus
 
-from heron.bus import TurnEvent
+from heron.bus import TurnEnd, TurnEvent
 from heron.config import Settings
 from heron.errors import ConfigError
-from heron.messages import Reply, Text, ToolCall, ToolResult
+from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.app import COOKIE
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
@@ -256,3 +256,15 @@ async def test_a_client_that_falls_behind_never_blocks_the_others_and_is_told_to
     assert events[0]["type"] == "welcome" and events[0]["gap"] is True
     assert [e["seq"] for e in events[1:]] == list(range(events[0]["seq"] + 1, CLIENT_QUEUE + 6))
     assert fast.gaps == 0
+
+
+async def test_a_turn_end_carries_its_usage_and_what_it_cost():
+    hub = Hub(cost=lambda usage: usage.input * 0.001 + usage.output * 0.002)
+    client = Client("web", "c")
+    hub.attach(client, "k", None)
+    end = TurnEnd(True, "delivered", usage=Usage(input=100, output=10, cache_read=40))
+    await hub.deliver(TurnEvent("web", "c", "k", "turn_end", end=end))
+    client.queue.get_nowait()  # welcome
+    event = client.queue.get_nowait()
+    assert event["usage"] == {"input": 100, "output": 10, "cache_read": 40, "cache_write": 0}
+    assert event["cost_usd"] == pytest.approx(0.12)

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.messages import Usage
 
 JOURNAL_SIZE = 2000
 CLIENT_QUEUE = 1000
@@ -106,9 +108,15 @@ class Journal:
 class Hub:
     """Every conversation's journal; the Dispatcher's "*" watcher feeds it."""
 
-    def __init__(self, size: int = JOURNAL_SIZE, about: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        size: int = JOURNAL_SIZE,
+        about: dict[str, Any] | None = None,
+        cost: Callable[[Usage], float | None] | None = None,
+    ) -> None:
         self.size = size
         self.about = about or {}
+        self.cost = cost  # a turn's price from its usage (None: unknown)
         self.journals: dict[str, Journal] = {}
         self._turns = itertools.count(1)
 
@@ -175,6 +183,8 @@ class Hub:
             return [status]
         if ev.kind == "turn_end" and ev.end is not None:
             end = _turn_end(journal.turn_id, ev.end)
+            if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
+                end["cost_usd"] = self.cost(ev.end.usage)
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []
