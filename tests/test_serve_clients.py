@@ -26,6 +26,7 @@ from heron.channels.remote import connect_remote, serve_socket
 from heron.channels.script import run_message, run_once
 from heron.channels.terminal import PERSONAL, ChatState, TerminalView
 from heron.config import Settings
+from heron.entry import parse_run
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
@@ -123,6 +124,7 @@ def test_a_run_through_serve_imports_no_provider_and_no_sdk(heron_home):
     imported = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)", run.stderr, re.M))
     assert "heron.channels.remote" in imported  # it went through the serve
     heavy = {m for m in imported if m.split(".")[0] in ("openai", "anthropic", "xllamacpp")}
+    heavy |= {m for m in imported if m.split(".")[0] in ("typer", "pydantic", "rich")}
     heavy |= {
         m for m in imported if m.startswith(("heron.providers", "heron.agent", "heron.store"))
     }
@@ -173,3 +175,39 @@ async def test_internal_conversations_are_never_listed():
         answer = await client.next()
         await client.close()
     assert {i["key"] for i in answer["items"]} == listed  # what /resume offers through serve
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["hello"], {"message": "hello"}),
+        (["-"], {"message": "-"}),
+        (["--conversation", "k", "hi"], {"message": "hi", "conversation": "k"}),
+        (["--conversation=k", "--agent", "work", "hi"], {"conversation": "k", "agent": "work"}),
+        (["--retry", "--conversation", "k"], {"message": "/retry", "retry": True}),
+        (["--", "-starts with a dash"], {"message": "-starts with a dash"}),
+    ],
+)
+def test_the_fast_path_reads_the_options_it_knows(args, expected):
+    parsed = parse_run(args)
+    assert parsed is not None
+    assert {k: parsed[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # no message: the full CLI explains
+        ["--help"],
+        ["--model", "m", "hi"],
+        ["--ephemeral", "hi"],
+        ["-c", "k", "hi"],  # short options are the full CLI's to define
+        ["-a", "file", "hi"],
+        ["--json", "hi"],
+        ["one", "two"],
+        ["--retry", "hi"],
+        ["--conversation"],
+    ],
+)
+def test_anything_else_goes_to_the_full_cli(args):
+    assert parse_run(args) is None
