@@ -1,10 +1,10 @@
 """Wall time of one `heron run` message, through a running `heron serve` and in-process.
 
 Two homes hold the same 30-message conversation; one has a `heron serve` running on it. Each
-round runs the real `heron run --conversation bench "..."` command once on each home (interleaved, so a
-drifting machine load lands on both alike), against a fake chat-completions server on
-127.0.0.1 that answers at once. The figures are medians of the wall time of the whole command,
-process start to exit.
+round runs the real `heron run --conversation bench "..."` command once on each home
+(interleaved, so a drifting machine load lands on both alike), against a fake
+chat-completions server on 127.0.0.1 that answers at once. The figures are medians of the
+wall time of the whole command, process start to exit.
 
     python bench/cli.py [--runs 15] [--json]
 

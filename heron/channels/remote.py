@@ -59,6 +59,7 @@ class RemoteAgent:
         self.key: str | None = None
         self.chat_id: str | None = None  # ours, as the serve names it in events
         self.model: str | None = None
+        self.embedded = False  # the serve talks to the offline demo model
         self.busy: dict[str, bool] = {}
         # Our messages not yet answered, oldest first: "sent", then "own" (its turn runs),
         # "mail" (the running turn answers it) or "queued" (a later turn will).
@@ -140,6 +141,7 @@ class RemoteAgent:
         if kind == "welcome":
             self.busy[key] = bool(event.get("busy"))
             self.model = event.get("model") or self.model
+            self.embedded = bool(event.get("embedded"))
             self.chat_id = event.get("chat_id") or self.chat_id
             self._welcomed.set()
             return

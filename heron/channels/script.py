@@ -125,6 +125,8 @@ async def run_remote(
     key = key or new_run_key()
     printer = _Printer(out, err)
     async with connect_remote(path, CHANNEL, printer.deliver, key, agent) as conn:
+        if conn.embedded:
+            err.write(EMBEDDED_BANNER + "\n")
         await conn.send(text, key, agent)
         try:
             await conn.settle()

@@ -40,7 +40,7 @@ class Runtime:
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)
         self.hub = Hub(
-            about={"model": f"{choice.provider}/{choice.model}"},
+            about={"model": f"{choice.provider}/{choice.model}", "embedded": choice.embedded},
             cost=lambda usage: prices.cost(choice.model, usage, choice.provider),
         )
         self.dispatcher.register("*", self.hub.deliver)
