@@ -1,3 +1,3 @@
-from heron.cli import main
+from heron.entry import main
 
 main()

@@ -18,6 +18,8 @@ from typing import Literal
 
 from heron.messages import ToolCall, ToolResult, Usage
 
+# What a channel shows where a retried stream differs from what it already showed.
+RETRY_MARKER = "[the stream was cut; the reply starts again]"
 Provenance = Literal["user", "scheduled", "subagent", "internal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
 EventKind = Literal[

@@ -74,12 +74,13 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Send one message and print the reply (for scripts)."""
-    from heron.channels.script import run_once
+    """Send one message and print the reply (for scripts). Goes through `heron serve` when one
+    runs on this home (unless --model or --ephemeral asks for what it cannot give)."""
+    from heron.channels.script import run_message
 
     text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
-        ok = asyncio.run(run_once(settings(), text, agent, conversation, model, ephemeral))
+        ok = asyncio.run(run_message(settings, text, agent, conversation, model, ephemeral))
     except HeronError as e:
         fail(e)
     raise typer.Exit(0 if ok else 1)

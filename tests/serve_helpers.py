@@ -6,6 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from io import StringIO
@@ -138,3 +142,57 @@ class LineClient:
         self.writer.close()
         with contextlib.suppress(Exception):
             await self.writer.wait_closed()
+
+
+class ServeProcess:
+    """A real `heron serve --port 0` subprocess on `home`, ready once it printed its URL."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.env = home, env
+        self.proc: subprocess.Popen[str] | None = None
+        self.banner = ""
+
+    def __enter__(self) -> ServeProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "heron", "serve", "--port", "0"],
+            env=clean_env(self.home, self.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.banner = self.proc.stdout.readline()  # blocks until it listens (or dies)
+        assert self.banner.startswith("heron serve: "), self.proc.stderr.read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+def clean_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
+    }
+    env.update({"HERON_HOME": str(home), **extra})
+    return env
+
+
+@contextlib.contextmanager
+def maybe_serve(mode: str, home: Path, env: dict[str, str]):
+    """For tests of the CLI in both modes: a serve on the home in "serve" mode, none in
+    "inprocess" mode."""
+    if mode == "serve":
+        with ServeProcess(home, env) as serve:
+            yield serve
+    else:
+        yield None

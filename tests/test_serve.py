@@ -13,10 +13,10 @@ import pytest
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 from websockets.exceptions import InvalidStatus
 
-from heron.bus import TurnEvent
+from heron.bus import TurnEnd, TurnEvent
 from heron.config import Settings
 from heron.errors import ConfigError
-from heron.messages import Reply, Text, ToolCall, ToolResult
+from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.app import COOKIE
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
@@ -56,12 +56,16 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "seq": 0,
             "busy": False,
             "title": None,
+            "chat_id": welcome["chat_id"],
+            "model": "scripted/scripted",
+            "embedded": False,
         }
         await ws.send(json.dumps({"type": "send", "text": "hello there"}))
         events = await ws_until(ws, "turn_end")
     kinds = [e["type"] for e in events]
     assert kinds[0] == "turn_start" and kinds[-1] == "turn_end" and "delta" in kinds
     assert events[0]["text"] == "hello there" and events[0]["channel"] == "web"
+    assert events[0]["chat_id"] == welcome["chat_id"]  # a client knows its own messages
     assert "".join(e["text"] for e in events if e["type"] == "delta") == "echo: hello there"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert {e["conversation"] for e in events} == {"personal"}
@@ -253,3 +257,15 @@ async def test_a_client_that_falls_behind_never_blocks_the_others_and_is_told_to
     assert events[0]["type"] == "welcome" and events[0]["gap"] is True
     assert [e["seq"] for e in events[1:]] == list(range(events[0]["seq"] + 1, CLIENT_QUEUE + 6))
     assert fast.gaps == 0
+
+
+async def test_a_turn_end_carries_its_usage_and_what_it_cost():
+    hub = Hub(cost=lambda usage: usage.input * 0.001 + usage.output * 0.002)
+    client = Client("web", "c")
+    hub.attach(client, "k", None)
+    end = TurnEnd(True, "delivered", usage=Usage(input=100, output=10, cache_read=40))
+    await hub.deliver(TurnEvent("web", "c", "k", "turn_end", end=end))
+    client.queue.get_nowait()  # welcome
+    event = client.queue.get_nowait()
+    assert event["usage"] == {"input": 100, "output": 10, "cache_read": 40, "cache_write": 0}
+    assert event["cost_usd"] == pytest.approx(0.12)

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.messages import Usage
 
 JOURNAL_SIZE = 2000
 CLIENT_QUEUE = 1000
@@ -50,7 +52,7 @@ class Client:
         while not self.queue.empty():
             self.queue.get_nowait()
         self.gaps += 1
-        self.queue.put_nowait(journal.welcome(gap=True))
+        self.queue.put_nowait(journal.welcome(self, gap=True))
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Journal:
     busy: bool = False
     title: str | None = None
     turn_id: str | None = None
+    about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
 
     def append(self, event: Event) -> Event:
         self.seq += 1
@@ -76,13 +79,17 @@ class Journal:
             client.offer(event, self)
         return event
 
-    def welcome(self, *, gap: bool = False) -> Event:
+    def welcome(self, client: Client, *, gap: bool = False) -> Event:
+        """What `client` is told on attaching (and on falling behind): the newest seq, and
+        its own chat_id, which the events of its messages carry."""
         event: Event = {
             "type": "welcome",
             "conversation": self.key,
             "seq": self.seq,
             "busy": self.busy,
             "title": self.title,
+            "chat_id": client.chat_id,
+            **self.about,
         }
         if gap:
             event["gap"] = True
@@ -101,15 +108,22 @@ class Journal:
 class Hub:
     """Every conversation's journal; the Dispatcher's "*" watcher feeds it."""
 
-    def __init__(self, size: int = JOURNAL_SIZE) -> None:
+    def __init__(
+        self,
+        size: int = JOURNAL_SIZE,
+        about: dict[str, Any] | None = None,
+        cost: Callable[[Usage], float | None] | None = None,
+    ) -> None:
         self.size = size
+        self.about = about or {}
+        self.cost = cost  # a turn's price from its usage (None: unknown)
         self.journals: dict[str, Journal] = {}
         self._turns = itertools.count(1)
 
     def journal(self, key: str) -> Journal:
         found = self.journals.get(key)
         if found is None:
-            found = self.journals[key] = Journal(key, self.size)
+            found = self.journals[key] = Journal(key, self.size, about=self.about)
         return found
 
     def attach(self, client: Client, key: str, last_seq: int | None) -> None:
@@ -121,9 +135,9 @@ class Hub:
         client.key = key
         missed = [] if last_seq is None else journal.since(last_seq)
         if missed is None or len(missed) >= CLIENT_QUEUE:
-            client.queue.put_nowait(journal.welcome(gap=True))
+            client.queue.put_nowait(journal.welcome(client, gap=True))
         else:
-            client.queue.put_nowait(journal.welcome())
+            client.queue.put_nowait(journal.welcome(client))
             for event in missed:
                 client.queue.put_nowait(event)
         journal.clients.add(client)
@@ -140,7 +154,8 @@ class Hub:
         """The Dispatcher's watcher: one bus item as protocol events."""
         journal = self.journal(item.key)
         if isinstance(item, OutboundMessage):
-            journal.append({"type": "message", "kind": item.kind, "text": item.text})
+            message = {"type": "message", "kind": item.kind, "text": item.text}
+            journal.append({**message, "chat_id": item.chat_id})
             return
         for event in self._events(journal, item):
             journal.append(event)
@@ -168,6 +183,8 @@ class Hub:
             return [status]
         if ev.kind == "turn_end" and ev.end is not None:
             end = _turn_end(journal.turn_id, ev.end)
+            if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
+                end["cost_usd"] = self.cost(ev.end.usage)
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []

@@ -28,6 +28,7 @@ from heron.serve.app import Auth, create_app
 from heron.serve.control import start_control
 from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
 from heron.serve.runtime import Runtime, Service
+from heron.tools.approval import start_notice
 from heron.tools.registry import ToolRegistry
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -124,6 +125,9 @@ def _announce(
     info = lock.publish(url)
     choice = engine.choice
     out.write(f"heron serve: {url}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
+    notice = start_notice(engine.registry, engine.sandbox)
+    if notice:
+        out.write(f"heron: {notice}\n")
     login = auth.login_url(url)
     if login:
         out.write(f"Open this address once to log in (the code works once): {login}\n")

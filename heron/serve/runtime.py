@@ -21,6 +21,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Dispatcher, InboundMessage, MessageBus
 from heron.serve.hub import Hub
+from heron.trace.prices import PriceTable
 
 Service = Callable[[AgentLoop], Awaitable[None]]
 log = logging.getLogger(__name__)
@@ -36,7 +37,12 @@ class Runtime:
         self.bus = MessageBus()
         self.loop = AgentLoop(engine, self.bus)
         self.dispatcher = Dispatcher(self.bus)
-        self.hub = Hub()
+        choice = engine.choice
+        prices = PriceTable.from_config(engine.settings.config.prices)
+        self.hub = Hub(
+            about={"model": f"{choice.provider}/{choice.model}", "embedded": choice.embedded},
+            cost=lambda usage: prices.cost(choice.model, usage, choice.provider),
+        )
         self.dispatcher.register("*", self.hub.deliver)
         self.services = list(services)
         self.idle = idle
