@@ -38,7 +38,9 @@ def seed_memory() -> None:
     conv = store.conversation("personal")
     service = MemoryService(settings.paths.memory, store)
     service.save(
-        conv.id, EntryPath.parse("user/always/home.md"), "I live in Lyon",
+        conv.id,
+        EntryPath.parse("user/always/home.md"),
+        "I live in Lyon",
         conversation_key="personal",
     )
     service.suggest_fact(conv.id, EntryPath.parse("user/always/tea.md"), "I prefer green tea")

@@ -332,3 +332,16 @@ def test_raw_html_cannot_move_text_between_messages(page, model):
     expect(replies).to_have_count(2)
     expect(replies.nth(1)).to_have_text("two")
     expect(replies.nth(0)).to_contain_text("one")
+
+
+def test_a_cut_stream_retried_with_other_text_says_it_starts_again(page, model):
+    from heron.errors import TransientProviderError
+
+    _send(page, "greet me")
+    model.feed(("text", "Hello the"), ("raise", TransientProviderError("connection cut")))
+    expect(page.locator(".live")).to_contain_text("Hello the")
+    model.feed(("text", "Good morning."))
+    expect(page.locator(".live .note")).to_have_text("The stream was cut; the reply starts again.")
+    expect(page.locator(".live")).to_contain_text("Good morning.")
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Good morning.")

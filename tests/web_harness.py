@@ -35,7 +35,7 @@ CHROMIUM_ARGS = [
 @dataclass
 class SteeredModel:
     """A provider whose every reply is fed by the test: ("text", s), ("thinking", s),
-    ("call", ToolCall), then ("end", None). `auto` answers requests nobody fed at once."""
+    ("call", ToolCall), then ("end", None); ("raise", error) fails the call there. `auto` answers requests nobody fed at once."""
 
     name: str = "scripted"
     model: str = "scripted"
@@ -60,6 +60,8 @@ class SteeredModel:
                 if self.auto is not None and not parts:
                     return Reply([Text(self.auto)], "done", Usage(10, 2))
                 continue
+            if kind == "raise":  # the stream fails here (a cut): the runner retries the call
+                raise value
             if kind == "end":
                 stop = "tool" if any(isinstance(p, ToolCall) for p in parts) else "done"
                 return Reply(parts, stop, Usage(10, 2))

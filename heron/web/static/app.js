@@ -164,6 +164,7 @@ function Segments({ segments }) {
   return segments.map((s, i) => s.kind === "text" ? html`<${Markdown} key=${i} text=${s.text} />`
     : s.kind === "reasoning" ? html`<details key=${i} class="reasoning">
         <summary>Reasoning</summary><div class="reasoning-text">${s.text}</div></details>`
+    : s.kind === "note" ? html`<div key=${i} class="note" role="note">${s.text}</div>`
     : html`<${ToolPill} key=${i} seg=${s} />`);
 }
 
@@ -216,7 +217,9 @@ function Banner({ live, onStop }) {
   const secs = Math.max(0, Math.round((now - live.started) / 1000));
   return html`<div class="banner" role="status" aria-live="polite">
     <span class="spinner" aria-hidden="true"></span>
-    <span class="banner-text">Agent is working · ${secs} s</span>
+    <span class="banner-text">Agent is working · ${secs} s${live.retry
+      ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
+      : ""}</span>
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
 }
 
@@ -473,13 +476,19 @@ function App() {
       }
       case "delta": case "reasoning": case "tool_start": case "tool_end":
         if (lv) {
+          lv.retry = null;
           applyToLive(lv, ev); setLiveBoth(lv);
           // By the first streamed piece the turn has stored the message: list it.
           if (!lv.listed) { lv.listed = true; setTick((x) => x + 1); }
         }
         break;
       case "status":
-        if (lv && (ev.state === "mail" || ev.state === "queued")) {
+        if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
+          lv.segments.push({ kind: "note", text: "The stream was cut; the reply starts again." });
+          lv.retry = null; setLiveBoth(lv);
+        } else if (lv && ev.state === "retry") {
+          lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; setLiveBoth(lv);
+        } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
           const m = lv.mail.find((x) => !x.state);
           if (m) m.state = ev.state;
           setLiveBoth(lv);
