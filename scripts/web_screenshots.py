@@ -51,8 +51,9 @@ def seed_memory() -> None:
 
 
 def main() -> int:
-    from heron.messages import ToolCall
     from web_harness import SteeredModel, chromium, serve
+
+    from heron.messages import ToolCall
 
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
