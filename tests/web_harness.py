@@ -35,7 +35,8 @@ CHROMIUM_ARGS = [
 @dataclass
 class SteeredModel:
     """A provider whose every reply is fed by the test: ("text", s), ("thinking", s),
-    ("call", ToolCall), then ("end", None); ("raise", error) fails the call there. `auto` answers requests nobody fed at once."""
+    ("call", ToolCall), then ("end", None); ("raise", error) fails the call there. `auto`
+    answers requests nobody fed at once."""
 
     name: str = "scripted"
     model: str = "scripted"
