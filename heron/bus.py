@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from heron.messages import ToolCall, ToolResult, Usage
+from heron.messages import File, ToolCall, ToolResult, Usage
 
 # What a channel shows where a retried stream differs from what it already showed.
 RETRY_MARKER = "[the stream was cut; the reply starts again]"
@@ -48,6 +48,7 @@ class InboundMessage:
     agent: str = "default"
     meta: dict[str, str] = field(default_factory=dict)
     events: bool = False  # the channel wants this message's TurnEvents (streams, tools, end)
+    files: tuple[File, ...] = ()  # attachments (heron/attachments.py), checked by the channel
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from heron.serve import api
 from heron.store import Store
 from heron.store import engine_state as es
 from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.web import uploads
 from heron.web.transcript import build
 
 
@@ -241,9 +242,9 @@ def test_upload_is_kept_and_over_the_cap_refused(client, monkeypatch):
     assert made.status_code == 201
     body = made.json()
     assert body["name"] == "notes.txt" and body["mime"] == "text/plain" and body["size"] == 5
-    found = api.load_upload(Settings.load().paths.home, body["upload_id"])
+    found = uploads.load_upload(Settings.load().paths.home, body["upload_id"])
     assert found is not None and found[1] == b"hello"
-    assert api.load_upload(Settings.load().paths.home, "../../etc/passwd") is None
+    assert uploads.load_upload(Settings.load().paths.home, "../../etc/passwd") is None
 
     monkeypatch.setattr(api, "UPLOAD_CAP", 10)
     big = client.post("/api/uploads", params={"name": "big.bin"}, content=b"x" * 11)
@@ -297,10 +298,52 @@ def test_uploads_become_file_parts_in_order_and_an_unknown_one_is_refused(client
             "/api/uploads", params={"name": name}, content=body, headers={"Content-Type": mime}
         )
         ids.append(made.json()["upload_id"])
-    files = api.uploaded_files(home, [{"upload_id": i} for i in ids])
+    files = uploads.uploaded_files(home, [{"upload_id": i} for i in ids])
     assert [(f.name, f.media_type, f.data) for f in files] == [
         ("a.txt", "text/plain", b"alpha"),
         ("b.png", "image/png", b"\x89PNG.."),
     ]
     with pytest.raises(HeronError, match="no upload"):
-        api.uploaded_files(home, [{"upload_id": "0" * 24}])
+        uploads.uploaded_files(home, [{"upload_id": "0" * 24}])
+
+
+async def test_a_send_with_uploads_carries_them_as_file_parts_and_a_missing_one_is_refused():
+    """The turn wiring: a `send` naming uploads reaches the bus as one InboundMessage whose
+    `files` are the uploaded bytes, in order; an unknown upload is refused to that client
+    alone and nothing is sent."""
+    from heron.serve.hub import Hub
+    from heron.serve.session import Session
+    from heron.web.uploads import Upload, save
+
+    home = Settings.load().paths.ensure().home
+    save(home, Upload("a" * 24, "notes.txt", "text/plain", 5), b"hello")
+    sent: list[tuple[Any, ...]] = []
+
+    class Runtime:
+        hub = Hub()
+        engine = type("E", (), {"settings": Settings.load()})()
+
+        def submit(self, *args: Any) -> None:
+            sent.append(args)
+
+    replies: list[dict[str, Any]] = []
+    session = Session(Runtime(), None, "web")  # type: ignore[arg-type]
+
+    async def reply(event: dict[str, Any]) -> None:
+        replies.append(event)
+
+    session._reply = reply  # type: ignore[method-assign]
+    await session.handle({"type": "hello", "conversation": "personal", "last_seq": None})
+    files = [{"name": "notes.txt", "mime": "text/plain", "upload_id": "a" * 24}]
+    await session.handle({"type": "send", "text": "see the file", "files": files})
+    assert len(sent) == 1
+    text, key, *_rest, attached = sent[0]
+    assert (text, key) == ("see the file", "personal")
+    assert [(f.name, f.media_type, f.data) for f in attached] == [
+        ("notes.txt", "text/plain", b"hello")
+    ]
+
+    await session.handle({"type": "send", "text": "", "files": [{"upload_id": "b" * 24}]})
+    assert len(sent) == 1
+    assert replies[-1]["type"] == "error" and "no upload" in replies[-1]["message"]
+    assert replies[-1]["hint"]

@@ -26,13 +26,11 @@ from fastapi.responses import JSONResponse, Response
 
 from heron.config import Settings
 from heron.errors import HeronError
-from heron.messages import File
 from heron.store import Store
+from heron.web.uploads import UPLOAD_CAP, Upload, folder, save
 
 router = APIRouter(prefix="/api")
 T = TypeVar("T")
-UPLOAD_CAP = 20 * 1024 * 1024  # bytes per file (issue 15)
-TURN_CAP = 50 * 1024 * 1024  # bytes of attachments per message
 INTERNAL_PREFIXES = ("sched:", "schedule:", "heartbeat", "subagent:", "internal:")
 
 
@@ -49,9 +47,7 @@ class WebState:
 
     @property
     def uploads(self) -> Path:
-        folder = self.settings.paths.home / "uploads"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return folder(self.settings.paths.home)
 
 
 def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None = None) -> None:
@@ -413,14 +409,6 @@ async def forget(request: Request, path: str) -> JSONResponse:
 # ---- uploads ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Upload:
-    upload_id: str
-    name: str
-    mime: str
-    size: int
-
-
 _NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 
 
@@ -439,9 +427,7 @@ async def upload(request: Request, name: str = "file") -> JSONResponse:
             raise HTTPException(413, _too_big(name))
     mime = (request.headers.get("content-type") or "application/octet-stream").split(";")[0]
     found = Upload(secrets.token_hex(12), _NAME.sub("_", name)[:120] or "file", mime, len(data))
-    folder = state.uploads
-    await asyncio.to_thread((folder / f"{found.upload_id}.bin").write_bytes, bytes(data))
-    (folder / f"{found.upload_id}.json").write_text(json.dumps(asdict(found)))
+    await asyncio.to_thread(save, state.settings.paths.home, found, bytes(data))
     return JSONResponse(asdict(found), status_code=201)
 
 
@@ -450,45 +436,6 @@ def _too_big(name: str) -> dict[str, str]:
         "message": f"{name} is larger than {UPLOAD_CAP // (1024 * 1024)} MB",
         "hint": "Attach a smaller file, or put it in the workspace and name its path.",
     }
-
-
-def load_upload(home: Path, upload_id: str) -> tuple[Upload, bytes] | None:
-    """An upload by id (None when there is no such upload)."""
-    if not re.fullmatch(r"[0-9a-f]{24}", upload_id):
-        return None
-    folder = home / "uploads"
-    meta, body = folder / f"{upload_id}.json", folder / f"{upload_id}.bin"
-    if not meta.exists() or not body.exists():
-        return None
-    return Upload(**json.loads(meta.read_text())), body.read_bytes()
-
-
-def uploaded_files(home: Path, refs: Any) -> list[File]:
-    """The `File` parts for a `send`'s `files` ([{name, mime, upload_id}], protocol.md), in
-    order; an unknown upload or one over the caps is refused with a clear error, so nothing is
-    sent half attached. The turn wiring is one call: the serve's session passes these to the
-    user's message (`InboundMessage.files`, heron/attachments.py on the terminal branch), which
-    decides by the bytes what each model receives."""
-    if not isinstance(refs, list):
-        raise HeronError("files must be a list of uploads", hint="Upload each file first.")
-    found: list[File] = []
-    total = 0
-    for ref in refs:
-        upload_id = str(ref.get("upload_id", "")) if isinstance(ref, dict) else ""
-        got = load_upload(home, upload_id)
-        if got is None:
-            raise HeronError(
-                f"no upload {upload_id!r}", hint="Attach the file again: uploads do not last."
-            )
-        upload, data = got
-        total += len(data)
-        if total > TURN_CAP:
-            raise HeronError(
-                f"the files of this message pass {TURN_CAP // (1024 * 1024)} MB",
-                hint="Send them over several messages.",
-            )
-        found.append(File(upload.mime, data, upload.name))
-    return found
 
 
 async def _json(request: Request) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Dispatcher, InboundMessage, MessageBus
+from heron.messages import File
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -63,9 +64,17 @@ class Runtime:
         ]
         self._service_tasks = [asyncio.create_task(_guard(s, self.loop)) for s in self.services]
 
-    def submit(self, text: str, key: str, channel: str, chat_id: str, agent: str = "default"):
-        """A client's message, command or /stop, for the conversation `key`."""
-        message = InboundMessage(channel, chat_id, text, key, agent=agent, events=True)
+    def submit(
+        self,
+        text: str,
+        key: str,
+        channel: str,
+        chat_id: str,
+        agent: str = "default",
+        files: tuple[File, ...] = (),
+    ):
+        """A client's message (with its attachments), command or /stop, for `key`."""
+        message = InboundMessage(channel, chat_id, text, key, agent=agent, events=True, files=files)
         self.bus.inbound.put_nowait(message)
 
     async def settle(self) -> None:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from heron.errors import HeronError
+from heron.messages import File
 from heron.serve.hub import Client, Event
 from heron.serve.runtime import Runtime
 
@@ -118,12 +120,30 @@ class Session:
 
     async def _send(self, message: dict[str, Any]) -> None:
         text = message.get("text")
-        if not isinstance(text, str) or not text.strip():
+        refs = message.get("files") or []
+        if not isinstance(text, str) or (not text.strip() and not refs):
             await self._reply(error("the message is empty", "Type something to send."))
+            return
+        files = await self._files(refs)
+        if files is None:
             return
         if message.get("new_thread"):
             self.runtime.hub.attach(self.client, new_thread_key(), None)
-        self._submit(text)
+        self._submit(text, files)
+
+    async def _files(self, refs: Any) -> tuple[File, ...] | None:
+        """A send's uploads as File parts (heron/web/uploads.py); None, with an error to this
+        client, when one is missing or they pass the cap: nothing is sent half attached."""
+        if not refs:
+            return ()
+        from heron.web.uploads import uploaded_files
+
+        home = self.runtime.engine.settings.paths.home
+        try:
+            return await asyncio.to_thread(uploaded_files, home, refs)
+        except HeronError as e:
+            await self._reply(error(e.args[0] if e.args else str(e), e.hint or "Attach again."))
+            return None
 
     async def _command(self, message: dict[str, Any]) -> None:
         text = message.get("text")
@@ -132,7 +152,7 @@ class Session:
             return
         self._submit(text)
 
-    def _submit(self, text: str) -> None:
+    def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
         assert self.client.key is not None
         client = self.client
-        self.runtime.submit(text, client.key, client.channel, client.chat_id, self.agent)
+        self.runtime.submit(text, client.key, client.channel, client.chat_id, self.agent, files)
