@@ -345,3 +345,21 @@ def test_a_cut_stream_retried_with_other_text_says_it_starts_again(page, model):
     expect(page.locator(".live")).to_contain_text("Good morning.")
     model.feed(("end", None))
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Good morning.")
+
+
+def test_reload_after_finished_turns_shows_each_once_from_the_store(page, model):
+    for n in range(3):
+        _send(page, f"question {n}")
+        model.reply(f"answer {n}")
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(n + 1)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if r.url.endswith("/transcript") else None)
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(3)
+    # The journal's finished turns are replayed to the page, never drawn: the store has them.
+    expect(page.locator(".live")).to_have_count(0)
+    texts = page.locator(".messages").inner_text()
+    assert [texts.count(f"answer {n}") for n in range(3)] == [1, 1, 1]
+    # One read at load, one after the replay (a turn in it may have ended since), no more.
+    page.wait_for_load_state("networkidle")
+    assert len(reads) <= 2

@@ -68,7 +68,7 @@ function Markdown({ text }) {
 // A live turn, built from protocol events exactly as heron/web/transcript.py builds a stored
 // one: the user's text, then ordered segments (reasoning, text, tool pills).
 function newLive(ev) {
-  return { turnId: ev.turn_id, text: ev.text || "", channel: ev.channel, segments: [],
+  return { turnId: ev.turn_id, text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
     started: Date.now(), done: false, mail: [] };
 }
 
@@ -202,8 +202,8 @@ class PureItem extends Component {
 }
 
 function Live({ live }) {
-  return html`<article class="msg user live-user" aria-label="your message">
-      <div class="user-text">${live.text}</div></article>
+  return html`${live.text !== null && html`<article class="msg user live-user" aria-label="your message">
+      <div class="user-text">${live.text}</div></article>`}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
       <div class="user-text">${m.text}</div></article>`)}
@@ -425,6 +425,8 @@ function App() {
   const loaded = useRef(false);
   const fetches = useRef(0);
   const loading = useRef(null); // the first read of the transcript, while it runs
+  const fresh = useRef(true); // the next welcome answers a fresh attach
+  const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
   // Streamed events change the live turn at once; the page draws it at most once a frame,
@@ -456,16 +458,44 @@ function App() {
     } catch (e) { notify(e.message); } finally { if (gen === fetches.current) loading.current = null; }
   }, []);
 
+  // A fresh attach (page load, another conversation) is answered with the journal's events up
+  // to welcome.seq. The transcript is the truth for every turn that ended; only a turn still
+  // open at the end of that replay is drawn from its events.
   const onEvent = useCallback((ev) => {
-    const lv = liveRef.current;
+    if (ev.type === "welcome") {
+      setTitle(ev.title || null);
+      if (ev.gap || (!loaded.current && !loading.current)) {
+        setLiveBoth(null); loadTranscript(convRef.current);
+      }
+      if (ev.gap) connRef.current.lastSeq = ev.seq;
+      const from = connRef.current.lastSeq;
+      replay.current = fresh.current && !ev.gap && ev.seq > from ? { until: ev.seq, events: [] } : null;
+      fresh.current = false;
+      return;
+    }
+    const r = replay.current;
+    if (r && typeof ev.seq === "number" && ev.seq <= r.until) {
+      r.events.push(ev);
+      if (ev.seq === r.until) { replay.current = null; finishReplay(r.events); }
+      return;
+    }
+    apply(ev);
+  }, []);
+
+  function finishReplay(events) {
+    let open = -1;
+    events.forEach((e, i) => {
+      if (e.type === "turn_start") open = i;
+      else if (e.type === "turn_end") open = -1;
+    });
+    if (open >= 0) for (const e of events.slice(open)) apply(e);
+    // The transcript may have been read before a turn of the replay ended: read it once more.
+    if (events.some((e) => e.type === "turn_end")) loadTranscript(convRef.current);
+  }
+
+  function apply(ev) {
+    let lv = liveRef.current;
     switch (ev.type) {
-      case "welcome":
-        setTitle(ev.title || null);
-        if (ev.gap || (!loaded.current && !loading.current)) {
-          setLiveBoth(null); loadTranscript(convRef.current);
-        }
-        if (ev.gap) { connRef.current.lastSeq = ev.seq; }
-        break;
       case "turn_start": {
         const pending = lv && !lv.done ? lv.mail : [];
         const next = newLive(ev);
@@ -475,7 +505,12 @@ function App() {
         break;
       }
       case "delta": case "reasoning": case "tool_start": case "tool_end":
-        if (lv) {
+        if (!lv || lv.done) {
+          // A turn whose start this page never saw (the journal no longer had it): its stream
+          // shows below what the store already holds of it.
+          lv = { ...newLive({ text: null }), orphan: true };
+        }
+        {
           lv.retry = null;
           applyToLive(lv, ev); setLiveBoth(lv);
           // By the first streamed piece the turn has stored the message: list it.
@@ -506,7 +541,7 @@ function App() {
         notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
         break;
     }
-  }, []);
+  }
 
   useEffect(() => {
     connRef.current = new Connection(onEvent, setConnState);
@@ -527,6 +562,7 @@ function App() {
 
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
+    fresh.current = true; replay.current = null;
     setConv(key); setItems([]); setNotes([]); setLiveBoth(null); setSide(false);
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -547,7 +583,7 @@ function App() {
   };
 
   const working = live && !live.done;
-  const shown = live ? items.filter((it) => !it.running) : items;
+  const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
