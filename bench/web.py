@@ -44,7 +44,7 @@ class StampModel:
 
     async def chat(self, request: Any, on_event: Any = None) -> Any:
         from heron.messages import Reply, Text, Usage
-        from heron.providers.base import StreamEvent
+        from heron.request import StreamEvent
 
         pieces = []
         for _ in range(DELTAS):

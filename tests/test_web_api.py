@@ -279,6 +279,7 @@ def test_attachments_are_listed_and_served(client):
 def test_internal_conversations_are_never_listed(client):
     store = Store(Settings.load().paths.ensure().db)
     store.open_conversation("subagent:abc")
+    store.open_conversation("heartbeat")
     store.open_conversation("personal")
     keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
     assert keys == ["personal"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from heron.messages import Reply, Text, Thinking, ToolCall, Usage
-from heron.providers.base import ChatRequest, StreamEvent
+from heron.request import ChatRequest, StreamEvent
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

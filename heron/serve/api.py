@@ -31,7 +31,6 @@ from heron.web.uploads import UPLOAD_CAP, Upload, folder, save
 
 router = APIRouter(prefix="/api")
 T = TypeVar("T")
-INTERNAL_PREFIXES = ("sched:", "schedule:", "heartbeat", "subagent:", "internal:")
 
 
 @dataclass
@@ -100,8 +99,11 @@ def _conversation(store: Store, key: str) -> Any:
 
 
 def _visible(key: str) -> bool:
-    """Internal conversations (schedules, heartbeat, subagents) are never listed."""
-    return not key.startswith(INTERNAL_PREFIXES)
+    """Internal conversations (schedules, heartbeat, subagents) are never listed: the store's
+    one rule for them (records.is_internal)."""
+    from heron.store.records import is_internal
+
+    return not is_internal(key)
 
 
 # ---- conversations ----------------------------------------------------------------------------
@@ -257,7 +259,7 @@ async def branches(request: Request, key: str) -> JSONResponse:
 def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
     """What each compaction folded, and the model view the next request starts from."""
     from heron.compaction import inspect
-    from heron.compaction import records as rec
+    from heron.store import compactions as folds
     from heron.messages import Text, ToolCall, ToolResult
 
     conv = _conversation(store, key)
@@ -273,9 +275,11 @@ def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
             "tokens_after": c.tokens_after,
             "summary": c.summary,
         }
-        for c in rec.compactions(store, conv.id)
+        for c in folds.compactions(store, conv.id)
     ]
-    system, messages = inspect.model_view(settings, store, conv)
+    from heron.tools.builtin import default_registry
+
+    system, messages = inspect.model_view(settings, store, conv, default_registry().specs())
     view = []
     for m in messages:
         lines = []
