@@ -259,8 +259,8 @@ async def branches(request: Request, key: str) -> JSONResponse:
 def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
     """What each compaction folded, and the model view the next request starts from."""
     from heron.compaction import inspect
-    from heron.store import compactions as folds
     from heron.messages import Text, ToolCall, ToolResult
+    from heron.store import compactions as folds
 
     conv = _conversation(store, key)
     folded = [
