@@ -18,6 +18,7 @@ const ALIAS = { python: "py", javascript: "js", typescript: "ts", sh: "bash", sh
 
 const mdCache = new Map(); // text -> sanitised HTML: a long transcript re-renders for free
 const MD_CACHE = 5000;
+const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
 
 export function renderMarkdown(text) {
   const key = text || "";
@@ -429,18 +430,21 @@ function App() {
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
-  // Streamed events change the live turn at once; the page draws it at most once a frame,
-  // so a fast stream never queues renders behind it.
+  // Streamed events change the live turn at once; the page draws it at most every DRAW_MS
+  // (and then on the next frame), so a fast stream, or ten tabs of one, never queues renders
+  // behind the socket.
   const frame = useRef(0);
   const setLiveBoth = (v) => {
     liveRef.current = v;
-    if (v === null || v.done) { cancelAnimationFrame(frame.current); frame.current = 0; setLive(v ? { ...v } : null); return; }
+    if (v === null || v.done) {
+      clearTimeout(frame.current); frame.current = 0; setLive(v ? { ...v } : null); return;
+    }
     if (frame.current) return;
-    frame.current = requestAnimationFrame(() => {
+    frame.current = setTimeout(() => requestAnimationFrame(() => {
       frame.current = 0;
       const cur = liveRef.current;
       setLive(cur ? { ...cur, segments: cur.segments.map((x) => ({ ...x })) } : null);
-    });
+    }), DRAW_MS);
   };
 
   const loadTranscript = useCallback(async (key) => {
