@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.heron-installed
 
-.PHONY: chat test test-fast lint format bench clean bubblewrap
+.PHONY: chat test test-fast lint format bench clean bubblewrap chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,26 @@ bubblewrap:
 	      echo 'network = "loopback" needs pasta: sudo apt-get install passt (optional).'; \
 	  fi; }
 
+# Headless Chromium for the browser tests (tests/test_web_ui.py, Playwright drives Debian's
+# /usr/bin/chromium: `playwright install` cannot download browsers here). Installed when
+# missing and the machine allows it (root with apt-get); otherwise a note, and those tests fail
+# with the same advice.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing chromium (the browser tests of the web UI)..."; \
+	    apt-get install -y -q chromium >/dev/null || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } || \
+	      echo "Could not install chromium; the browser tests need it: apt-get install chromium"; \
+	  else \
+	    echo "chromium is not installed: the browser tests (tests/test_web_ui.py) need it."; \
+	    echo "Install it with: sudo apt-get install chromium"; \
+	  fi; }
+
 chat: $(STAMP) bubblewrap
 	$(BIN)/heron chat
 
-test: $(STAMP) bubblewrap
+test: $(STAMP) bubblewrap chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest

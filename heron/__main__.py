@@ -1,5 +1,5 @@
 """`python -m heron`: the `heron` command, for when the script is not on PATH."""
 
-from heron.cli import main
+from heron.entry import main
 
 main()

@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from heron.messages import ToolCall, ToolResult
+from heron.messages import File, ToolCall, ToolResult, Usage
 
+# What a channel shows where a retried stream differs from what it already showed.
+RETRY_MARKER = "[the stream was cut; the reply starts again]"
 # "announce": a subagent's result opening a turn of its own in a conversation the person
 # uses (visible); the same for internal work is "subagent" (silent). "goal": a nudge turn that
 # continues a sustained goal (visible: it is the person's goal).
@@ -65,6 +67,7 @@ class InboundMessage:
     meta: dict[str, str] = field(default_factory=dict)
     events: bool = False  # the channel wants this message's TurnEvents (streams, tools, end)
     options: TurnOptions | None = None
+    files: tuple[File, ...] = ()  # attachments (heron/attachments.py), checked by the channel
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class TurnEnd:
     switch_to: str | None = None  # /resume: the channel continues in this conversation
     run_id: str = ""
     model_calls: int = 0
+    usage: Usage | None = None  # the turn's tokens, all its model calls together
+    cost_usd: float | None = None  # None: unknown
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class TurnEvent:
     chat_id: str
     key: str
     kind: EventKind
-    text: str = ""  # delta, reasoning, progress and notice text
+    text: str = ""  # delta, reasoning, progress and notice text; turn_start: the message
     call: ToolCall | None = None  # tool_start, tool_end
     result: ToolResult | None = None  # tool_end
     seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try

@@ -63,12 +63,13 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Send one message and print the reply (for scripts)."""
-    from heron.channels.script import run_once
+    """Send one message and print the reply (for scripts). Goes through `heron serve` when one
+    runs on this home (unless --model or --ephemeral asks for what it cannot give)."""
+    from heron.channels.script import run_message
 
     text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
-        ok = asyncio.run(run_once(settings(), text, agent, conversation, model, ephemeral))
+        ok = asyncio.run(run_message(settings, text, agent, conversation, model, ephemeral))
     except HeronError as e:
         fail(e)
     raise typer.Exit(0 if ok else 1)
@@ -114,6 +115,23 @@ def chat(
 
     try:
         asyncio.run(run_chat(settings(), agent, conversation, model, ephemeral))
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; anything but loopback needs a login.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port of the web UI (0: any free one).")] = 8765,
+    model: ModelOpt = None,
+) -> None:
+    """Run the agent for this home: the web UI, and the socket heron run and heron chat use."""
+    from heron.serve.main import serve as run_serve
+
+    try:
+        asyncio.run(run_serve(settings(), host=host, port=port, model=model))
     except HeronError as e:
         fail(e)
 

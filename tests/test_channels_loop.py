@@ -62,7 +62,7 @@ async def test_a_channel_that_asks_sees_the_turn_as_it_happens_and_others_see_on
         await loop.wait_idle()
         plain = _drain(bus)
     kinds = [(o.kind, o.text) for o in watched]
-    assert kinds[0] == ("turn_start", "")
+    assert kinds[0] == ("turn_start", "check it")  # the message that opened it
     assert ("delta", "Let me check.") in kinds and ("delta", "All clear.") in kinds
     tools = [o for o in watched if isinstance(o, TurnEvent) and o.kind.startswith("tool_")]
     assert [t.kind for t in tools] == ["tool_start", "tool_end"]

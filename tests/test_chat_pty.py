@@ -9,6 +9,7 @@ import sys
 
 import pexpect
 import pytest
+from serve_helpers import maybe_serve
 
 from heron.agent.turn import MAIL_LABEL
 from heron.store import Store
@@ -21,6 +22,10 @@ pytestmark = pytest.mark.slow
 # test types is typed while the agent works, whatever the machine's speed.
 WAIT = "while [ ! -e go ]; do sleep 0.05; done; echo released"
 TIMEOUT = 120  # generous: a busy two-core machine starts Python slowly
+
+
+def _env(url: str) -> dict[str, str]:
+    return {"HERON_BASE_URL": url, "HERON_API_KEY": "dummy", "HERON_MODEL": "fake-model"}
 
 
 def _spawn(home, url: str, **extra: str) -> pexpect.spawn:
@@ -71,14 +76,16 @@ def _user_rows(home) -> list[tuple[int | None, str]]:
         store.close()
 
 
-def test_a_message_typed_while_the_agent_works_is_answered_in_the_same_turn(heron_home):
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])  # chat in-process or through a serve
+def test_a_message_typed_while_the_agent_works_is_answered_in_the_same_turn(heron_home, mode):
     def script(body: dict) -> ServerReply:
         if MAIL_LABEL.strip() in _last_user_text(body):  # after the tool's result, same turn
             return ServerReply(text="Both done: the job, and it is blue.")
         return ServerReply(text="Starting.", tool_calls=[("bash", {"command": WAIT})])
 
-    with FakeOpenAIServer(script) as server:
+    with FakeOpenAIServer(script) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
         child = _spawn(heron_home, server.base_url)
+        assert ("through heron serve" in child.before) == (mode == "serve")
         child.sendline("start the job")
         child.expect("Starting.")
         child.sendline("also make it blue")

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from serve_helpers import maybe_serve
 
 from heron.store import Store
 from heron.testing.fake_anthropic import FakeAnthropicServer
@@ -45,9 +46,17 @@ TWO_TURNS = [
 ]
 
 
-def test_two_runs_on_one_key_openai(heron_home):
-    with FakeOpenAIServer(TWO_TURNS) as server:
-        env = openai_env(server.base_url)
+# The CLI behaves the same whether the loop runs in the `heron run` process or in a `heron serve`
+# that holds the home (heron run is then a thin client of its control socket).
+MODES = pytest.mark.parametrize("mode", ["inprocess", "serve"])
+
+
+@MODES
+def test_two_runs_on_one_key_openai(heron_home, mode):
+    with (
+        FakeOpenAIServer(TWO_TURNS) as server,
+        maybe_serve(mode, heron_home, env := openai_env(server.base_url)),
+    ):
         first = heron(heron_home, env, "run", "--conversation", "t1", "set x to 6*7 in python")
         second = heron(heron_home, env, "run", "--conversation", "t1", "what was x?")
         requests = server.requests
@@ -86,15 +95,21 @@ def test_two_runs_on_one_key_anthropic(heron_home):
     assert shown.stdout.count("── turn") == 2 and "→ run_cell" in shown.stdout
 
 
-def test_stdin_message_and_failure_exit_code(heron_home):
-    with FakeOpenAIServer([ServerReply(text="got it")]) as server:
-        ok = heron(heron_home, openai_env(server.base_url), "run", "-", stdin="from stdin\n")
+@MODES
+def test_stdin_message_and_failure_exit_code(heron_home, mode):
+    with (
+        FakeOpenAIServer([ServerReply(text="got it")]) as server,
+        maybe_serve(mode, heron_home, env := openai_env(server.base_url)),
+    ):
+        ok = heron(heron_home, env, "run", "-", stdin="from stdin\n")
         assert ok.returncode == 0 and "got it" in ok.stdout
         assert server.requests[0]["messages"][-1]["content"].startswith("from stdin")
-    with FakeOpenAIServer(
-        [ServerReply(status=401, error_body={"error": {"message": "bad key"}})]
-    ) as server:
-        bad = heron(heron_home, openai_env(server.base_url), "run", "hello")
+    refusing = [ServerReply(status=401, error_body={"error": {"message": "bad key"}})]
+    with (
+        FakeOpenAIServer(refusing) as server,
+        maybe_serve(mode, heron_home, env := openai_env(server.base_url)),
+    ):
+        bad = heron(heron_home, env, "run", "hello")
     assert bad.returncode == 1
     assert "HERON_API_KEY" in bad.stderr and "saved" in bad.stderr
 

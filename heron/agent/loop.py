@@ -241,7 +241,7 @@ class AgentLoop:
     async def _turn(
         self, key: str, message: InboundMessage, control: TurnControl
     ) -> TurnResult | None:
-        self._event(message, key, "turn_start")
+        self._event(message, key, "turn_start", message.text)
         hooks = self._hooks(key, message, control)
         try:
             result = await self.engine.turn(
@@ -403,6 +403,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         result.switch_to,
         result.run_id,
         result.run.model_calls,
+        result.run.usage,
     )
 
 

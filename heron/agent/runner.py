@@ -325,7 +325,7 @@ class Runner:
         await self._add(s, reply.message, hooks)
 
 
-RETRY_MARKER = "[the stream was cut; the reply starts again]"
+# RETRY_MARKER (heron/bus.py) is what the RetryFilter marks a restarted stream with.
 
 
 class RetryFilter:

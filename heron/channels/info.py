@@ -135,7 +135,13 @@ def _lines(
 
 
 def delete_conversation(settings: Settings, key: str) -> None:
-    store = open_store(settings)
+    remove_conversation(open_store(settings), key)
+    typer.echo(f"Deleted conversation {key!r}.")
+
+
+def remove_conversation(store: Store, key: str) -> None:
+    """Delete `key` with its trace rows, refusing while anything uses it (the CLI's delete
+    and the web UI's both come here)."""
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
@@ -165,7 +171,6 @@ def delete_conversation(settings: Settings, key: str) -> None:
 
     with store.transaction() as conn:
         collect_garbage(conn)
-    typer.echo(f"Deleted conversation {key!r}.")
 
 
 def _mask(value: str) -> str:

@@ -25,11 +25,11 @@ from rich.markdown import Markdown
 from rich.text import Text as RichText
 
 from heron.agent import commands
-from heron.agent.engine import Engine, new_key
+from heron.agent.engine import Engine
 from heron.agent.leases import presence
-from heron.agent.runner import RETRY_MARKER
-from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import InProcessAgent, connect
+from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER
 from heron.config import Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
@@ -38,6 +38,7 @@ from heron.messages import ToolCall, ToolResult
 from heron.tools.approval import DECLINED, start_notice
 
 CHANNEL = "terminal"
+PERSONAL = "personal"  # the one conversation the browser and a plain `heron chat` share
 HELP = """\
 In this terminal:
   /resume       with no key: pick an earlier conversation to continue
@@ -89,6 +90,7 @@ class TerminalView:
         self.reasoning = False
         self.working_since: float | None = None
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
+        self.chat_id = ""  # this chat's id in turn events: other ids are other clients
 
     def prompt(self) -> str:
         if self.asking is not None:
@@ -130,6 +132,8 @@ class TerminalView:
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
             self.working_since, self.streamed = time.monotonic(), False
+            if ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
+                self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
             self.working_since = None
@@ -214,7 +218,17 @@ async def run_chat(
     from prompt_toolkit.patch_stdout import patch_stdout
 
     console = Console()
-    state = ChatState(key or new_key("chat"), agent)
+    state = ChatState(key or PERSONAL, agent)
+    if model is None and not ephemeral:
+        from heron.channels.remote import serve_socket
+
+        path = serve_socket(settings.paths.home)
+        if path is not None:
+            try:
+                await _chat_remote(path, settings, console, state)
+                return
+            except ConnectionRefusedError:
+                pass  # a socket left by a serve that is gone: chat here
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
@@ -232,7 +246,7 @@ async def run_chat(
         history = FileHistory(str(settings.paths.home / "chat_history"))
         session: PromptSession[str] = PromptSession(history=history)
         view = TerminalView(console, state)
-        chat = f"pid{os.getpid()}"
+        chat = view.chat_id = f"pid{os.getpid()}"
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
         async with opened as conn, AsyncExitStack() as held:
             with patch_stdout(raw=True):
@@ -241,15 +255,39 @@ async def run_chat(
             review_on_close(settings, model, engine.choice, state.keys, say=console.out)
 
 
+async def _chat_remote(path, settings: Settings, console: Console, state: ChatState) -> None:
+    """`heron chat` as a client of the running serve: the same prompt and rendering; the
+    serve runs the turns (and shows its own notices), so this process opens no engine."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.patch_stdout import patch_stdout
+
+    from heron.channels.remote import connect_remote
+
+    view = TerminalView(console, state)
+    history = FileHistory(str(settings.paths.home / "chat_history"))
+    session: PromptSession[str] = PromptSession(history=history)
+    async with connect_remote(path, CHANNEL, view.deliver, state.key, state.agent) as conn:
+        view.chat_id = conn.chat_id or ""
+        console.print(
+            f"[dim]Heron · {conn.model} · through heron serve · conversation {state.key} · "
+            "/help for commands[/dim]"
+        )
+        async with AsyncExitStack() as held:
+            with patch_stdout(raw=True):
+                await _chat(None, conn, state, view, session, held)
+
+
 async def _chat(
-    engine: Engine,
-    conn: InProcessAgent,
+    engine: Engine | None,
+    conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
     session,
     held: AsyncExitStack,
 ) -> None:
-    """Read messages until Ctrl-D; the open conversation is marked present (an open chat)."""
+    """Read messages until Ctrl-D; the open conversation is marked present (an open chat)
+    when the engine is this process's (a serve keeps its own)."""
     present = await _present(engine, state.key, held)
     while True:
         try:
@@ -276,13 +314,15 @@ async def _chat(
             await conn.send(text, state.key, state.agent)
 
 
-async def _present(engine: Engine, key: str, held: AsyncExitStack) -> str:
+async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str:
+    if engine is None:
+        return key
     conversation = await engine.store.call(engine.store.open_conversation, key)
     await held.enter_async_context(presence(engine.store, conversation.id))
     return key
 
 
-async def _settle(conn: InProcessAgent, state: ChatState) -> None:
+async def _settle(conn: InProcessAgent | RemoteAgent, state: ChatState) -> None:
     """Wait for the agent (outside the prompt, where Ctrl-C is a signal): Ctrl-C stops it."""
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, conn.send_nowait, "/stop", state.key, state.agent)
@@ -294,8 +334,8 @@ async def _settle(conn: InProcessAgent, state: ChatState) -> None:
 
 async def _command(
     text: str,
-    engine: Engine,
-    conn: InProcessAgent,
+    engine: Engine | None,
+    conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
     session,
@@ -308,6 +348,8 @@ async def _command(
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, console, session)
+    elif engine is None and name == "/memory" and arg.strip() == "review":
+        console.print("Through heron serve, review memory with: heron memory review")
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/memory" and arg.strip() == "review":
@@ -315,8 +357,9 @@ async def _command(
     elif name in ("/learn", "/reflect"):
         await conn.send(text, state.key, state.agent)
         await _settle(conn, state)
-        if engine.memory is not None and await asyncio.to_thread(engine.memory.count_waiting):
-            await _review(engine, console)
+        memory = engine.memory if engine is not None else None
+        if memory is not None and await asyncio.to_thread(memory.count_waiting):
+            await _review(engine, console)  # type: ignore[arg-type]
     else:
         return False
     return True
@@ -358,14 +401,22 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
 
 
 async def _resume(
-    engine: Engine, conn: InProcessAgent, state: ChatState, console: Console, session
+    engine: Engine | None,
+    conn: InProcessAgent | RemoteAgent,
+    state: ChatState,
+    console: Console,
+    session,
 ) -> None:
-    rows = await asyncio.to_thread(engine.store.conversations, 20)
+    if engine is not None:
+        found = await asyncio.to_thread(engine.store.conversations, 20)
+        rows = [(c.key, c.title) for c in found]
+    else:
+        rows = await conn.conversations(20)  # type: ignore[union-attr]
     if not rows:
         console.print("No earlier conversations.")
         return
-    for i, c in enumerate(rows, 1):
-        console.print(f"{i:3}. {c.key}  [dim]{c.title or ''}[/dim]", highlight=False)
+    for i, (key, title) in enumerate(rows, 1):
+        console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
     choice = await session.prompt_async("Number to resume (Enter cancels): ")
     if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
-        await conn.send(f"/resume {rows[int(choice) - 1].key}", state.key, state.agent)
+        await conn.send(f"/resume {rows[int(choice) - 1][0]}", state.key, state.agent)

@@ -36,7 +36,7 @@ from heron.messages import (
     parts_to_json,
 )
 from heron.store.migrations import migrate
-from heron.store.records import Conversation, StoredMessage, Turn, author_for
+from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
@@ -232,12 +232,16 @@ class Store:
         return found
 
     def conversations(self, limit: int = 50, *, internal: bool = False) -> list[Conversation]:
-        """Newest first; a subagent's conversation (`subagent:...`) is internal work, listed
-        only when asked (`heron runs show` reads it)."""
-        where = "" if internal else "WHERE key NOT LIKE 'subagent:%' "
-        rows = self.query(
-            f"SELECT * FROM conversations {where}ORDER BY updated DESC LIMIT ?", (limit,)
-        )
+        """Most recently active first; Heron's internal ones (records.is_internal) only when
+        asked for."""
+        if internal:
+            rows = self.query("SELECT * FROM conversations ORDER BY updated DESC LIMIT ?", (limit,))
+        else:
+            hidden, params = internal_sql()
+            rows = self.query(
+                f"SELECT * FROM conversations WHERE NOT {hidden} ORDER BY updated DESC LIMIT ?",
+                (*params, limit),
+            )
         return [_conversation(r) for r in rows]
 
     def set_title(self, conversation_id: int, title: str) -> None:

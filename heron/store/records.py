@@ -8,6 +8,24 @@ from typing import Any
 
 from heron.messages import Message, Usage
 
+# Conversations Heron keeps for itself (scheduled monitors, the heartbeat, subagents): never
+# listed to the person (conversations list, /resume, the browser). `is_internal` and the SQL
+# of Store.conversations both read these, so the rule lives here only.
+INTERNAL_PREFIXES = ("cron:", "subagent:")
+INTERNAL_KEYS = ("heartbeat",)
+
+
+def is_internal(key: str) -> bool:
+    return key in INTERNAL_KEYS or key.startswith(INTERNAL_PREFIXES)
+
+
+def internal_sql(column: str = "key") -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause (and its parameters) true exactly where `is_internal` is (substr, not
+    LIKE: LIKE ignores case and treats _ as a wildcard)."""
+    starts = " OR ".join(f"substr({column}, 1, {len(p)}) = ?" for p in INTERNAL_PREFIXES)
+    keys = ", ".join("?" for _ in INTERNAL_KEYS)
+    return f"({starts} OR {column} IN ({keys}))", INTERNAL_PREFIXES + INTERNAL_KEYS
+
 
 @dataclass(frozen=True)
 class Conversation:

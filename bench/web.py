@@ -1,0 +1,210 @@
+"""The web UI's speed, in headless Chromium against a real `heron serve` in a child process.
+
+- render_2000_ms: from navigation start until every message of a 2,000-message conversation
+  is in the page (the transcript read from the store, Markdown rendered). Target < 1,500 ms.
+- delta_p95_ms: from the moment the model hands the loop a streamed delta to the moment the
+  page's WebSocket receives it, p95 over 200 deltas sent 10 ms apart (each delta carries its
+  own send time; one machine, one clock). Target < 50 ms.
+- rss_10_tabs_mb: the serve process's resident memory with 10 tabs attached to one
+  conversation, after a reply streamed to all of them. Target < 200 MB.
+
+    .venv/bin/python bench/web.py [--json]
+
+Needs Debian's chromium (make chromium) and the dev extra (playwright).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # web_harness: the chromium launch the tests use
+
+MESSAGES = 2_000
+DELTAS = 200
+TABS = int(os.environ.get("BENCH_TABS", "10"))
+
+
+class StampModel:
+    """Streams DELTAS deltas 10 ms apart, each holding the wall time it was handed over."""
+
+    name = "scripted"
+    model = "bench"
+
+    async def chat(self, request: Any, on_event: Any = None) -> Any:
+        from heron.messages import Reply, Text, Usage
+        from heron.request import StreamEvent
+
+        pieces = []
+        for _ in range(DELTAS):
+            await asyncio.sleep(0.01)
+            piece = f"<t={time.time() * 1000:.3f}> "
+            pieces.append(piece)
+            if on_event is not None:
+                on_event(StreamEvent("text", piece))
+        return Reply([Text("".join(pieces))], "done", Usage(10, DELTAS))
+
+    def payload(self, request: Any) -> dict[str, Any]:
+        return {"model": self.model}
+
+    async def aclose(self) -> None:
+        return None
+
+
+def child(port: int) -> None:
+    """The serve under test, in its own process (so its RSS is its own)."""
+    from heron.config import Settings
+    from heron.serve.main import serve
+
+    asyncio.run(serve(Settings.load(), port=port, provider=StampModel(), signals=True))
+
+
+def seed(home: Path) -> None:
+    """A conversation `big` of MESSAGES messages (half the user's, half Markdown replies)."""
+    from heron.config import Settings
+    from heron.messages import Message, Text
+    from heron.store import Store
+
+    os.environ["HERON_HOME"] = str(home)
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("big")
+    for i in range(MESSAGES // 2):
+        store.append(conv.id, Message("user", [Text(f"Question {i}: how do herons fish?")]))
+        reply = f"Answer {i}: they **wait** and strike.\n\n- still water\n- `patience`\n"
+        store.append(conv.id, Message("assistant", [Text(reply)]))
+    store.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"heron serve exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit("heron serve did not start within 60 s")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+_RECORD = """
+window.__arrivals = [];
+const Native = window.WebSocket;
+window.WebSocket = class extends Native {
+  constructor(...a) {
+    super(...a);
+    this.addEventListener("message", (e) => {
+      const now = performance.timeOrigin + performance.now();
+      const ev = JSON.parse(e.data);
+      if (ev.type !== "delta") return; // the final answer repeats every stamp: not a delta
+      for (const m of ev.text.matchAll(/<t=([0-9.]+)>/g)) {
+        window.__arrivals.push(now - Number(m[1]));
+      }
+    });
+  }
+};
+"""
+
+
+def measure(url: str, pid: int) -> dict[str, float]:
+    from web_harness import chromium
+
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(url + "/#c=big")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.msg').length >= {MESSAGES}",
+            polling="raf",
+            timeout=60000,
+        )
+        render = page.evaluate("performance.now()")
+        page.close()
+
+        context = browser.new_context()
+        context.add_init_script(_RECORD)
+        tabs = [context.new_page() for _ in range(TABS)]
+        for tab in tabs:
+            tab.goto(url + "/#c=personal")
+            tab.get_by_role("textbox", name="message").wait_for()
+        box = tabs[0].get_by_role("textbox", name="message")
+        box.fill("stream please")
+        box.press("Enter")
+        tabs[0].wait_for_function(
+            f"() => window.__arrivals.length >= {DELTAS}", polling=50, timeout=60000
+        )
+        for tab in tabs:
+            tab.wait_for_function("() => !document.querySelector('.live')", timeout=60000)
+        delays = sorted(tabs[0].evaluate("window.__arrivals"))
+        rss = rss_mb(pid)
+        context.close()
+    p95 = delays[int(0.95 * (len(delays) - 1))]
+    return {
+        "render_2000_ms": round(render, 1),
+        "delta_p50_ms": round(statistics.median(delays), 2),
+        "delta_p95_ms": round(p95, 2),
+        "rss_10_tabs_mb": round(rss, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="The web UI's speed in headless Chromium.")
+    parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        seed(home)
+        port = _free_port()
+        env = {**os.environ, "HERON_HOME": str(home)}
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_port(port, proc)
+            figures = measure(f"http://127.0.0.1:{port}", proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print(f"2,000-message conversation rendered: {figures['render_2000_ms']:.0f} ms (< 1,500)")
+    print(
+        f"delta to the browser: p50 {figures['delta_p50_ms']:.1f} ms, "
+        f"p95 {figures['delta_p95_ms']:.1f} ms (< 50) over {DELTAS} deltas"
+    )
+    print(f"serve RSS with {TABS} tabs: {figures['rss_10_tabs_mb']:.0f} MB (< 200)")
+    if args.json:
+        print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

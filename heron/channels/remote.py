@@ -1,0 +1,269 @@
+"""A channel's connection to a running `heron serve`, over its control socket.
+
+The same calls as heron/channels/inprocess.py's `InProcessAgent` (send, send_nowait, running,
+settle), and what comes back is handed to the channel's deliver function as the same
+TurnEvents and OutboundMessages, so `heron run` and `heron chat` render one way whatever runs
+the loop. It imports the standard library and Heron's pure data modules (heron/bus.py,
+heron/messages.py) only: no provider SDK, no engine, no store, which is what makes a message
+through serve cheap to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from heron.bus import Deliver, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.messages import ToolCall, ToolResult, Usage
+
+SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
+LINE_LIMIT = 64 * 1024 * 1024
+USAGE_FIELDS = ("input", "output", "cache_read", "cache_write")
+
+
+def home_dir() -> Path:
+    """HERON_HOME as heron.config.home_from_env finds it (repeated here: importing the config
+    module costs the model profiles, which a thin client does not need)."""
+    return Path(os.environ.get("HERON_HOME") or Path.home() / ".heron").expanduser()
+
+
+def serve_socket(home: Path | None = None) -> Path | None:
+    """The control socket of a serve on this home, when there is one to try."""
+    path = (home or home_dir()) / SOCKET_NAME
+    return path if path.is_socket() else None
+
+
+class ServeGone(ConnectionError):
+    """The serve closed the socket (it was stopped) while this client waited."""
+
+
+class RemoteAgent:
+    """A channel's chat on a serve: sends messages, delivers what comes back."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        channel: str,
+        deliver: Deliver,
+    ) -> None:
+        self.reader, self.writer = reader, writer
+        self.channel, self.deliver = channel, deliver
+        self.key: str | None = None
+        self.chat_id: str | None = None  # ours, as the serve names it in events
+        self.model: str | None = None
+        self.embedded = False  # the serve talks to the offline demo model
+        self.busy: dict[str, bool] = {}
+        # Our messages not yet answered, oldest first: "sent", then "own" (its turn runs),
+        # "mail" (the running turn answers it) or "queued" (a later turn will).
+        self._waiting: deque[str] = deque()
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._welcomed: asyncio.Event = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self.ended = 0  # turn_ends seen, of any client's turns
+        self._ended = asyncio.Condition()
+        self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
+        self.gone = False
+
+    # ---- the InProcessAgent calls ---------------------------------------------------------
+
+    async def send(self, text: str, key: str, agent: str = "default") -> None:
+        self.send_nowait(text, key, agent)
+        await self.writer.drain()
+
+    def send_nowait(self, text: str, key: str, agent: str = "default") -> None:
+        if key != self.key:
+            self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
+            self.key = key
+        self._waiting.append("sent")
+        self._settled.clear()
+        kind = "command" if text.startswith("/") else "send"
+        self._write({"type": kind, "text": text})
+
+    def running(self, key: str) -> bool:
+        return self.busy.get(key, False)
+
+    async def settle(self) -> None:
+        """Until every message this chat sent has been answered (or the serve went away)."""
+        await self._settled.wait()
+        if self.gone and self._waiting:
+            raise ServeGone("heron serve stopped before the turn ended")
+
+    async def conversations(self, limit: int = 20) -> list[tuple[str, str | None]]:
+        """(key, title) of the conversations /resume offers, newest first."""
+        answer = asyncio.get_running_loop().create_future()
+        self._lists.append(answer)
+        self._write({"type": "conversations", "limit": limit})
+        await self.writer.drain()
+        return await answer
+
+    # ---- the socket -----------------------------------------------------------------------
+
+    async def hello(self, key: str, agent: str = "default") -> None:
+        self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
+        self.key = key
+        await self.writer.drain()
+        await self._welcomed.wait()
+
+    def _write(self, message: dict[str, Any]) -> None:
+        message.setdefault("channel", self.channel)
+        self.writer.write(json.dumps(message, ensure_ascii=False).encode() + b"\n")
+
+    async def read(self) -> None:
+        try:
+            while line := await self.reader.readline():
+                await self._event(json.loads(line))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.gone = True
+            self._settled.set()
+            self._welcomed.set()
+            for answer in self._lists:
+                answer.set_exception(ServeGone("heron serve stopped"))
+
+    async def _event(self, event: dict[str, Any]) -> None:
+        key = event.get("conversation") or self.key or ""
+        kind = event.get("type")
+        if kind == "conversations":
+            items = [(str(i["key"]), i.get("title")) for i in event.get("items", [])]
+            if self._lists:
+                self._lists.popleft().set_result(items)
+            return
+        if kind == "welcome":
+            self.busy[key] = bool(event.get("busy"))
+            self.model = event.get("model") or self.model
+            self.embedded = bool(event.get("embedded"))
+            self.chat_id = event.get("chat_id") or self.chat_id
+            self._welcomed.set()
+            return
+        self._track(key, event)
+        if kind == "status" and event.get("chat_id") not in (None, self.chat_id):
+            return  # another client's message went to the mailbox: its business
+        item = to_outbound(event, self.channel, key)
+        if item is not None:
+            await self.deliver(item)
+        if kind == "turn_end" or (kind == "message" and event.get("kind") == "command"):
+            self._resolve(event)
+        if kind == "turn_end":
+            async with self._ended:
+                self.ended += 1
+                self._ended.notify_all()
+
+    async def wait_ended(self, count: int) -> None:
+        """Until `count` turns (anyone's) have ended on the attached conversation."""
+        async with self._ended:
+            await self._ended.wait_for(lambda: self.ended >= count or self.gone)
+
+    def _track(self, key: str, event: dict[str, Any]) -> None:
+        kind, mine = event.get("type"), event.get("chat_id") == self.chat_id
+        if kind == "turn_start":
+            self.busy[key] = True
+            if mine:
+                self._advance(("sent", "queued"), "own")
+        elif kind == "status" and event.get("state") in ("mail", "queued") and mine:
+            self._advance(("sent",), event["state"])
+        elif kind == "status" and event.get("state") == "idle":
+            self.busy[key] = False
+
+    def _advance(self, before: tuple[str, ...], after: str) -> None:
+        for i, state in enumerate(self._waiting):
+            if state in before:
+                self._waiting[i] = after
+                return
+
+    def _resolve(self, event: dict[str, Any]) -> None:
+        if event["type"] == "turn_end":
+            self._waiting = deque(s for s in self._waiting if s not in ("own", "mail"))
+        elif self._waiting and self._waiting[0] == "sent" and self.busy.get(self.key or ""):
+            self._waiting.popleft()  # a command answered at once beside the running turn
+        if not self._waiting:
+            self._settled.set()
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.writer.wait_closed()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+@asynccontextmanager
+async def connect_remote(
+    path: Path, channel: str, deliver: Deliver, key: str, agent: str = "default"
+) -> AsyncIterator[RemoteAgent]:
+    """Attached to `key` on the serve behind `path`; raises OSError when none answers there."""
+    reader, writer = await asyncio.open_unix_connection(str(path), limit=LINE_LIMIT)
+    agent_conn = RemoteAgent(reader, writer, channel, deliver)
+    agent_conn._reader = asyncio.create_task(agent_conn.read())
+    try:
+        await agent_conn.hello(key, agent)
+        yield agent_conn
+    finally:
+        await agent_conn.close()
+
+
+def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | None:
+    """A protocol event as the bus item the channels render (None: nothing to show)."""
+    kind = event.get("type")
+    chat = str(event.get("chat_id") or "")
+    if kind == "message":
+        return OutboundMessage(channel, chat, key, event.get("text", ""), event.get("kind"))
+    if kind == "error":
+        text = event.get("message", "")
+        hint = event.get("hint")
+        return OutboundMessage(channel, chat, key, f"{text}\n{hint}" if hint else text, "error")
+    base = TurnEvent(channel, chat, key, "delta")
+    if kind in ("delta", "reasoning"):
+        return _replace(base, kind=kind, text=event.get("text", ""))
+    if kind == "turn_start":
+        origin = str(event.get("channel") or channel)  # where the message was typed
+        return _replace(base, kind="turn_start", text=event.get("text", ""), channel=origin)
+    if kind == "tool_start":
+        call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
+        return _replace(base, kind="tool_start", call=call)
+    if kind == "tool_end":
+        call = ToolCall(event["call_id"], event["name"], {})
+        result = ToolResult(event["call_id"], event.get("result", ""), bool(event.get("is_error")))
+        seconds = float(event.get("seconds") or 0.0)
+        return _replace(base, kind="tool_end", call=call, result=result, seconds=seconds)
+    if kind == "status" and event.get("state") in ("retry", "restart", "mail", "queued", "busy"):
+        seconds = float(event.get("seconds") or 0.0)
+        return _replace(base, kind=event["state"], text=event.get("text", ""), seconds=seconds)
+    if kind == "turn_end":
+        return _replace(base, kind="turn_end", end=_turn_end(event))
+    return None
+
+
+def _replace(event: TurnEvent, **changes: Any) -> TurnEvent:
+    from dataclasses import replace
+
+    return replace(event, **changes)
+
+
+def _turn_end(event: dict[str, Any]) -> TurnEnd:
+    usage = event.get("usage") or {}
+    return TurnEnd(
+        bool(event.get("ok")),
+        str(event.get("outcome") or ""),
+        event.get("error"),
+        event.get("reply"),
+        event.get("command"),
+        event.get("switch_to"),
+        str(event.get("run_id") or ""),
+        int(event.get("model_calls") or 0),
+        Usage(
+            **{k: int(usage.get(k) or 0) for k in ("input", "output", "cache_read", "cache_write")}
+        ),
+        event.get("cost_usd"),
+    )

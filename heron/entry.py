@@ -1,0 +1,105 @@
+"""The `heron` command's entry point: `heron run` straight to a running serve, else the CLI.
+
+A message through `heron serve` should cost little more than starting Python. The typer CLI
+(heron/cli.py) costs more than that before it runs anything (typer builds pydantic adapters
+for every option), so `heron run` with only the options read here (a message or '-',
+`--conversation KEY`, `--agent NAME`, `--retry`) goes to the serve's control socket without
+it. Any other option, `--help`, a message this parser doubts, or no serve on the home: the
+full CLI handles the command, as it always does.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["run"]:
+        code = _fast_run(argv[1:])
+        if code is not None:
+            sys.exit(code)
+    from heron.cli import main as cli_main
+
+    cli_main()
+
+
+def parse_run(args: list[str]) -> dict[str, str | bool | None] | None:
+    """`heron run`'s arguments when they are all ones this parser knows, else None."""
+    found: dict[str, str | bool | None] = {"message": None, "conversation": None}
+    found.update(agent="default", retry=False)
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in ("--conversation", "--agent"):
+            if not eq:
+                if not rest:
+                    return None
+                value = rest.pop(0)
+            found[name[2:]] = value
+        elif arg == "--retry":
+            found["retry"] = True
+        elif arg == "--":
+            if len(rest) != 1 or found["message"] is not None:
+                return None
+            found["message"] = rest.pop(0)
+        elif (arg.startswith("-") and arg != "-") or found["message"] is not None:
+            return None  # an option of the full CLI, or a second message
+        else:
+            found["message"] = arg
+    if found["retry"]:
+        if found["message"] is not None or found["conversation"] is None:
+            return None
+        found["message"] = "/retry"
+    return found if found["message"] is not None else None
+
+
+def _fast_run(args: list[str]) -> int | None:
+    parsed = parse_run(args)
+    if parsed is None:
+        return None
+    from heron.channels.remote import serve_socket
+
+    path = serve_socket()
+    if path is None:
+        return None
+    text = _text(str(parsed["message"]))
+    if text is None:
+        return None  # empty: the full CLI says so
+    import asyncio
+
+    from heron.channels.script import run_remote
+
+    agent, key = str(parsed["agent"]), parsed["conversation"]
+    try:
+        ok = asyncio.run(run_remote(path, text, agent, key and str(key), sys.stdout, sys.stderr))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return _in_process(text, agent, key and str(key))  # the socket of a serve that is gone
+    return 0 if ok else 1
+
+
+def _text(message: str) -> str | None:
+    from heron.messages import decode_text, scrub_text
+
+    text, bad = decode_text(sys.stdin.buffer.read()) if message == "-" else scrub_text(message)
+    if bad:
+        sys.stderr.write(
+            f"heron: the message had {bad} invalid UTF-8 sequence(s); each is kept as \ufffd\n"
+        )
+    return text if text.strip() else None
+
+
+def _in_process(text: str, agent: str, key: str | None) -> int:
+    import asyncio
+
+    from heron.channels.script import run_once
+    from heron.config import Settings
+    from heron.errors import ConfigError, HeronError
+
+    try:
+        ok = asyncio.run(run_once(Settings.load(), text, agent, key, None, False))
+    except HeronError as e:
+        sys.stderr.write(f"heron: {e}\n")
+        return 2 if isinstance(e, ConfigError) else 1
+    return 0 if ok else 1

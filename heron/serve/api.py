@@ -1,0 +1,450 @@
+"""The REST routes of `heron serve` (under /api), for the browser UI.
+
+Every handler calls the same store, memory and compaction functions the CLI calls (listing,
+`conversations delete` with its refusals, `memory accept/reject/forget`, the compaction
+inspector), so the browser and the terminal cannot disagree. Actions that run through the turn
+engine (/retry, /edit, /tree N, /new, /status) go over the WebSocket as slash commands instead.
+
+The routes find what they need in `app.state.web` (a `WebState`, set by `install`); they open
+their own `Store` connection, so a slow read never waits behind the engine's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from heron.config import Settings
+from heron.errors import HeronError
+from heron.store import Store
+from heron.web.uploads import UPLOAD_CAP, Upload, folder, save
+
+router = APIRouter(prefix="/api")
+T = TypeVar("T")
+
+
+@dataclass
+class WebState:
+    """What the routes use: the home's settings, a store connection of their own, and the
+    running serve (for whether a conversation is busy), when there is one."""
+
+    settings: Settings
+    store: Store
+    busy: Callable[[str], bool] = field(default=lambda key: False)
+    choice: Any = None  # the serve's ModelChoice; None: the configured one
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def uploads(self) -> Path:
+        return folder(self.settings.paths.home)
+
+
+def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None = None) -> None:
+    """Give `app` the state the routes need and include them (idempotent on the router)."""
+    store = Store(settings.paths.ensure().db)
+    app.state.web = WebState(settings, store, busy or (lambda key: False))
+    if router not in [getattr(r, "router", None) for r in app.router.routes]:
+        app.include_router(router)
+
+
+def _state(request: Request) -> WebState:
+    """The routes' state: set by `install`, or made once from the serve's runtime
+    (`app.state.runtime`, heron/serve/app.py)."""
+    state = getattr(request.app.state, "web", None)
+    if state is None:
+        runtime = getattr(request.app.state, "runtime", None)
+        if runtime is None:
+            raise HTTPException(503, "the web API is not installed on this app")
+        settings = runtime.engine.settings
+        store = Store(settings.paths.ensure().db)
+        state = WebState(settings, store, runtime.loop.running, runtime.engine.choice)
+        request.app.state.web = state
+    return state
+
+
+async def _run(state: WebState, fn: Callable[..., T], *args: Any) -> T:
+    """A store call off the event loop; one at a time on this connection. A HeronError
+    becomes a 4xx answer carrying its message and hint."""
+    async with state.lock:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except HeronError as e:
+            raise HTTPException(_status_of(e), {"message": str(e), "hint": e.hint}) from e
+
+
+def _status_of(error: HeronError) -> int:
+    text = str(error)
+    if text.startswith("no "):
+        return 404
+    if "still in use" in text:
+        return 409
+    return 400
+
+
+def _conversation(store: Store, key: str) -> Any:
+    conv = store.conversation(key)
+    if conv is None:
+        raise HTTPException(404, {"message": f"no conversation {key!r}", "hint": "Pick one."})
+    return conv
+
+
+def _visible(key: str) -> bool:
+    """Internal conversations (schedules, heartbeat, subagents) are never listed: the store's
+    one rule for them (records.is_internal)."""
+    from heron.store.records import is_internal
+
+    return not is_internal(key)
+
+
+# ---- conversations ----------------------------------------------------------------------------
+
+
+def _listing(store: Store, limit: int) -> list[dict[str, Any]]:
+    out = []
+    for c in store.conversations(limit):
+        if not _visible(c.key):
+            continue
+        turns = store.query("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (c.id,))
+        out.append({"key": c.key, "title": c.title, "updated": c.updated, "turns": turns[0][0]})
+    return out
+
+
+def _search(store: Store, query: str, limit: int) -> list[dict[str, Any]]:
+    """Conversations whose messages match `query` in the full-text index, best first, each
+    with its best snippet (the recall index `heron memory recall` uses)."""
+    from heron.memory.recall import Recall
+
+    seen: dict[str, dict[str, Any]] = {}
+    for hit in Recall(store).search(query, limit * 5):
+        key = hit.conversation_key
+        if key in seen or not _visible(key):
+            continue
+        conv = store.conversation(key)
+        seen[key] = {
+            "key": key,
+            "title": conv.title if conv else None,
+            "updated": conv.updated if conv else hit.created,
+            "snippet": " ".join(hit.snippet.split())[:200],
+            "message_id": hit.message_id,
+        }
+        if len(seen) >= limit:
+            break
+    return list(seen.values())
+
+
+@router.get("/conversations")
+async def conversations(request: Request, q: str = "", limit: int = 50) -> JSONResponse:
+    state = _state(request)
+    if q.strip():
+        rows = await _run(state, _search, state.store, q, limit)
+    else:
+        rows = await _run(state, _listing, state.store, limit)
+    return JSONResponse({"conversations": rows})
+
+
+def _new_key() -> str:
+    return f"web-{time.strftime('%Y%m%d-%H%M')}-{secrets.token_hex(2)}"
+
+
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+
+
+@router.post("/conversations")
+async def new_conversation(request: Request) -> JSONResponse:
+    state = _state(request)
+    body = await _json(request)
+    key = str(body.get("key") or _new_key())
+    if not _KEY.match(key):
+        raise HTTPException(
+            400, {"message": f"{key!r} is not a usable key", "hint": "Letters, digits, -_.:@"}
+        )
+    conv = await _run(state, state.store.open_conversation, key)
+    if body.get("title"):
+        await _run(state, state.store.set_title, conv.id, str(body["title"]))
+    return JSONResponse({"key": conv.key}, status_code=201)
+
+
+@router.patch("/conversations/{key}")
+async def rename(request: Request, key: str) -> JSONResponse:
+    state = _state(request)
+    body = await _json(request)
+    title = str(body.get("title") or "").strip()
+    if not title:
+        raise HTTPException(400, {"message": "the title is empty", "hint": "Type a title."})
+    conv = await _run(state, _conversation, state.store, key)
+    await _run(state, state.store.set_title, conv.id, title[:200])
+    return JSONResponse({"key": key, "title": title[:200]})
+
+
+@router.delete("/conversations/{key}")
+async def delete(request: Request, key: str) -> JSONResponse:
+    from heron.channels.info import remove_conversation
+
+    state = _state(request)
+    if state.busy(key):
+        raise HTTPException(
+            409,
+            {
+                "message": f"conversation {key!r} is still in use: a turn runs in it",
+                "hint": "Stop that turn (/stop), then delete.",
+            },
+        )
+    await _run(state, remove_conversation, state.store, key)
+    return JSONResponse({"deleted": key})
+
+
+@router.get("/conversations/{key}/transcript")
+async def transcript(request: Request, key: str) -> JSONResponse:
+    from heron.web.transcript import build
+
+    state = _state(request)
+    built = await _run(state, build, state.store, key)
+    if built is None:  # a conversation not started yet: empty, not an error
+        return JSONResponse({"conversation": key, "title": None, "head_id": None, "items": []})
+    return JSONResponse(built.to_json())
+
+
+@router.get("/conversations/{key}/files/{message_id}/{index}")
+async def file(request: Request, key: str, message_id: int, index: int) -> Response:
+    from heron.web.transcript import file_part
+
+    state = _state(request)
+    part = await _run(state, file_part, state.store, key, message_id, index)
+    if part is None:
+        raise HTTPException(404, {"message": "no such attachment", "hint": "Reload the page."})
+    name = (part.name or "file").replace('"', "")
+    return Response(
+        part.data,
+        media_type=part.media_type,
+        headers={"Content-Disposition": f'inline; filename="{name}"'},
+    )
+
+
+def _branches(store: Store, key: str) -> dict[str, Any]:
+    """The conversation's branches (leaves) and the user's messages on the current one, as
+    /tree lists them: /tree N and /edit N TEXT take these numbers."""
+    from heron.agent.commands import _leaves, _user_messages
+
+    conv = _conversation(store, key)
+    if conv.head_id is None:
+        return {"branches": [], "messages": []}
+    rows = store.branch(conv.id)
+    on_branch = {r.id for r in rows}
+    leaves = [
+        {"n": i, "id": leaf.id, "text": leaf.message.text[:200], "current": leaf.id in on_branch}
+        for i, leaf in enumerate(_leaves(store, conv.id), 1)
+    ]
+    typed = [
+        {"n": i, "id": r.id, "text": r.message.text} for i, r in enumerate(_user_messages(rows), 1)
+    ]
+    return {"branches": leaves, "messages": typed}
+
+
+@router.get("/conversations/{key}/branches")
+async def branches(request: Request, key: str) -> JSONResponse:
+    state = _state(request)
+    return JSONResponse(await _run(state, _branches, state.store, key))
+
+
+def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
+    """What each compaction folded, and the model view the next request starts from."""
+    from heron.compaction import inspect
+    from heron.messages import Text, ToolCall, ToolResult
+    from heron.store import compactions as folds
+
+    conv = _conversation(store, key)
+    folded = [
+        {
+            "id": c.id,
+            "kind": c.kind,
+            "reason": c.reason,
+            "created": c.created,
+            "rows": [c.first_row_id, c.last_row_id],
+            "rows_folded": c.rows_folded,
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "summary": c.summary,
+        }
+        for c in folds.compactions(store, conv.id)
+    ]
+    from heron.tools.builtin import default_registry
+
+    system, messages = inspect.model_view(settings, store, conv, default_registry().specs())
+    view = []
+    for m in messages:
+        lines = []
+        for p in m.parts:
+            if isinstance(p, Text):
+                lines.append(p.text)
+            elif isinstance(p, ToolCall):
+                lines.append(f"[call {p.id}] {p.name}({json.dumps(p.args, ensure_ascii=False)})")
+            elif isinstance(p, ToolResult):
+                lines.append(f"[result {p.call_id}{' error' if p.is_error else ''}] {p.content}")
+        view.append({"role": m.role, "text": "\n".join(lines)})
+    return {"compactions": folded, "system": system, "view": view}
+
+
+@router.get("/conversations/{key}/compactions")
+async def compactions(request: Request, key: str) -> JSONResponse:
+    state = _state(request)
+    return JSONResponse(await _run(state, _compactions, state.settings, state.store, key))
+
+
+def _status(state: WebState, key: str) -> dict[str, Any]:
+    """Model, context used, cache hit rate and cost of the conversation (as /status)."""
+    from heron.agent.commands import _usage
+    from heron.trace.prices import conversation_cost
+
+    store = state.store
+    try:
+        choice = state.choice or state.settings.model()
+        model, window = f"{choice.provider}/{choice.model}", choice.profile.context_window
+    except HeronError as e:
+        model, window = f"none ({str(e).splitlines()[0]})", 0
+    conv = store.conversation(key)
+    if conv is None:
+        return {
+            "model": model,
+            "window": window,
+            "context": 0,
+            "turns": 0,
+            "cache_hit": None,
+            "cost_usd": 0.0,
+        }
+    used, turns, rate = _usage(store, conv.id)
+    cost = conversation_cost(store.turns(conv.id))
+    return {
+        "model": model,
+        "window": window,
+        "context": used,
+        "turns": turns,
+        "cache_hit": rate,
+        "cost_usd": cost,
+    }
+
+
+@router.get("/conversations/{key}/status")
+async def status(request: Request, key: str) -> JSONResponse:
+    state = _state(request)
+    found = await _run(state, _status, state, key)
+    found["busy"] = state.busy(key)
+    return JSONResponse(found)
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+
+def _memory(state: WebState) -> Any:
+    from heron.memory.service import MemoryService
+
+    return MemoryService(state.settings.paths.memory, state.store)
+
+
+def _entries(state: WebState) -> dict[str, Any]:
+    scopes: dict[str, list[dict[str, Any]]] = {}
+    for e in _memory(state).entries():
+        scopes.setdefault(e.path.scope, []).append(
+            {
+                "path": e.path.rel,
+                "text": e.text,
+                "origin": e.origin,
+                "quote": e.source.quote,
+                "conversation": e.source.conversation,
+                "message": e.source.message,
+                "mistake": e.mistake,
+                "updated": e.updated,
+            }
+        )
+    return {"scopes": [{"scope": s, "entries": v} for s, v in sorted(scopes.items())]}
+
+
+@router.get("/memory")
+async def memory(request: Request) -> JSONResponse:
+    state = _state(request)
+    return JSONResponse(await _run(state, _entries, state))
+
+
+def _waiting(state: WebState) -> dict[str, Any]:
+    return {"suggestions": [{**asdict(s), "line": s.describe()} for s in _memory(state).waiting()]}
+
+
+@router.get("/memory/review")
+async def review(request: Request) -> JSONResponse:
+    state = _state(request)
+    return JSONResponse(await _run(state, _waiting, state))
+
+
+def _decide(state: WebState, suggestion_id: int, accept: bool) -> dict[str, Any]:
+    service = _memory(state)
+    decision = service.accept(suggestion_id) if accept else service.reject(suggestion_id)
+    return {"id": suggestion_id, "status": decision.status, "message": decision.message}
+
+
+@router.post("/memory/review/{suggestion_id}/{verdict}")
+async def decide(request: Request, suggestion_id: int, verdict: str) -> JSONResponse:
+    if verdict not in ("accept", "reject"):
+        raise HTTPException(404, {"message": f"no verdict {verdict!r}", "hint": "accept|reject"})
+    state = _state(request)
+    found = await _run(state, _decide, state, suggestion_id, verdict == "accept")
+    return JSONResponse(found, status_code=200 if found["status"] != "waiting" else 409)
+
+
+def _forget(state: WebState, path: str) -> dict[str, Any]:
+    gone = _memory(state).forget(path)
+    return {"forgot": gone.path.rel}
+
+
+@router.delete("/memory/entries/{path:path}")
+async def forget(request: Request, path: str) -> JSONResponse:
+    state = _state(request)
+    return JSONResponse(await _run(state, _forget, state, path))
+
+
+# ---- uploads ----------------------------------------------------------------------------------
+
+
+_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
+
+
+@router.post("/uploads")
+async def upload(request: Request, name: str = "file") -> JSONResponse:
+    """One file as the raw request body (its type in Content-Type, its name in `?name=`),
+    kept under HERON_HOME/uploads until a message takes it. Over 20 MB it is refused."""
+    state = _state(request)
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > UPLOAD_CAP:
+        raise HTTPException(413, _too_big(name))
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > UPLOAD_CAP:
+            raise HTTPException(413, _too_big(name))
+    mime = (request.headers.get("content-type") or "application/octet-stream").split(";")[0]
+    found = Upload(secrets.token_hex(12), _NAME.sub("_", name)[:120] or "file", mime, len(data))
+    await asyncio.to_thread(save, state.settings.paths.home, found, bytes(data))
+    return JSONResponse(asdict(found), status_code=201)
+
+
+def _too_big(name: str) -> dict[str, str]:
+    return {
+        "message": f"{name} is larger than {UPLOAD_CAP // (1024 * 1024)} MB",
+        "hint": "Attach a smaller file, or put it in the workspace and name its path.",
+    }
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        body = {}
+    return body if isinstance(body, dict) else {}

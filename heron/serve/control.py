@@ -1,0 +1,83 @@
+"""The control socket: `$HERON_HOME/serve.sock`, a Unix socket (mode 0600) where `heron run`
+and `heron chat` talk to a running serve, one JSON object per line, the same messages as /ws.
+
+Only the home's owner can connect (the socket's mode), so it needs no token. It also answers
+`{"type":"conversations"}` (the list /resume offers, internal ones left out) with
+`{"type":"conversations","items":[{"key","title"}...]}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from heron.serve.hub import Event
+from heron.serve.runtime import Runtime
+from heron.serve.session import Session
+
+LINE_LIMIT = 64 * 1024 * 1024  # a pasted file in a message is one (long) line
+
+
+class _LineTransport:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def recv(self) -> dict[str, Any] | None:
+        try:
+            line = await self.reader.readline()
+        except (ConnectionError, asyncio.LimitOverrunError, ValueError):
+            return None
+        if not line:
+            return None
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("expected an object")
+        return data
+
+    async def send(self, event: Event) -> None:
+        self.writer.write(json.dumps(event, ensure_ascii=False).encode() + b"\n")
+        await self.writer.drain()
+
+
+async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
+    """Listen on `path` (created with mode 0600 from the start: no window where others
+    could connect)."""
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = Session(runtime, _LineTransport(reader, writer), "cli", extra=_extra(runtime))
+        try:
+            await session.run()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    old = os.umask(0o177)
+    try:
+        server = await asyncio.start_unix_server(client, path=str(path), limit=LINE_LIMIT)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+def _extra(runtime: Runtime):
+    async def answer(message: dict[str, Any]) -> Event | None:
+        if message.get("type") != "conversations":
+            return None
+        store = runtime.engine.store
+        rows = await store.call(store.conversations, int(message.get("limit") or 20))
+        return {
+            "type": "conversations",
+            "items": [{"key": c.key, "title": c.title} for c in rows],
+        }
+
+    return answer

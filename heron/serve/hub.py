@@ -1,0 +1,226 @@
+"""The hub: per conversation, a numbered journal of protocol events and its attached clients.
+
+Everything the AgentLoop sends out (heron/bus.py: TurnEvents and OutboundMessages) reaches the
+hub through the Dispatcher's "*" watcher and becomes one protocol event (docs/web.md,
+"## Protocol") with `seq`, increasing by 1 per conversation within this process. The journal
+keeps the last JOURNAL_SIZE events in memory, so a client that reconnects with `last_seq` gets
+exactly the events it missed; older than that, it is told `gap` and reloads the transcript
+from the store, which is the truth.
+
+Fan-out never blocks the turn: each client has a bounded queue, and a client whose queue is
+full is dropped back to a `welcome{gap: true}` at the newest seq (it re-syncs from the store
+and goes on from there) instead of holding up everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.messages import Usage
+
+JOURNAL_SIZE = 2000
+CLIENT_QUEUE = 1000
+Event = dict[str, Any]
+# Turn events that are a change of state rather than content: sent as `status{state}`.
+_STATES = {k: k for k in ("retry", "restart", "mail", "queued", "busy")}
+
+
+@dataclass(eq=False)
+class Client:
+    """One attached browser tab or terminal: what it has not been sent yet."""
+
+    channel: str
+    chat_id: str
+    queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(CLIENT_QUEUE))
+    key: str | None = None
+    gaps: int = 0  # how often it fell behind (tests, diagnostics)
+
+    def offer(self, event: Event, journal: Journal) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._resync(journal)
+
+    def _resync(self, journal: Journal) -> None:
+        """Too far behind: drop what is queued and tell it to reload from the store."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.gaps += 1
+        self.queue.put_nowait(journal.welcome(self, gap=True))
+
+
+@dataclass
+class Journal:
+    """One conversation's numbered events and its clients."""
+
+    key: str
+    size: int = JOURNAL_SIZE
+    seq: int = 0
+    events: deque[Event] = field(default_factory=deque)
+    clients: set[Client] = field(default_factory=set)
+    busy: bool = False
+    title: str | None = None
+    turn_id: str | None = None
+    about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
+
+    def append(self, event: Event) -> Event:
+        self.seq += 1
+        event["seq"], event["conversation"] = self.seq, self.key
+        self.events.append(event)
+        if len(self.events) > self.size:
+            self.events.popleft()
+        for client in list(self.clients):
+            client.offer(event, self)
+        return event
+
+    def welcome(self, client: Client, *, gap: bool = False) -> Event:
+        """What `client` is told on attaching (and on falling behind): the newest seq, and
+        its own chat_id, which the events of its messages carry."""
+        event: Event = {
+            "type": "welcome",
+            "conversation": self.key,
+            "seq": self.seq,
+            "busy": self.busy,
+            "title": self.title,
+            "chat_id": client.chat_id,
+            **self.about,
+        }
+        if gap:
+            event["gap"] = True
+        return event
+
+    def since(self, last_seq: int) -> list[Event] | None:
+        """The events after last_seq, or None when some of them are no longer kept."""
+        if last_seq >= self.seq:
+            return []
+        oldest = self.events[0]["seq"] if self.events else self.seq + 1
+        if last_seq + 1 < oldest:
+            return None
+        return [e for e in self.events if e["seq"] > last_seq]
+
+
+class Hub:
+    """Every conversation's journal; the Dispatcher's "*" watcher feeds it."""
+
+    def __init__(
+        self,
+        size: int = JOURNAL_SIZE,
+        about: dict[str, Any] | None = None,
+        cost: Callable[[Usage], float | None] | None = None,
+    ) -> None:
+        self.size = size
+        self.about = about or {}
+        self.cost = cost  # a turn's price from its usage (None: unknown)
+        self.journals: dict[str, Journal] = {}
+        self._turns = itertools.count(1)
+
+    def journal(self, key: str) -> Journal:
+        found = self.journals.get(key)
+        if found is None:
+            found = self.journals[key] = Journal(key, self.size, about=self.about)
+        return found
+
+    def attach(self, client: Client, key: str, last_seq: int | None) -> None:
+        """Attach `client` to `key` (leaving the conversation it was on) and queue its
+        welcome, then what it missed: every event after last_seq still kept; none for None
+        (a client that wants only what happens from now on); `gap` when some are gone."""
+        self.detach(client)
+        journal = self.journal(key)
+        client.key = key
+        missed = [] if last_seq is None else journal.since(last_seq)
+        if missed is None or len(missed) >= CLIENT_QUEUE:
+            client.queue.put_nowait(journal.welcome(client, gap=True))
+        else:
+            client.queue.put_nowait(journal.welcome(client))
+            for event in missed:
+                client.queue.put_nowait(event)
+        journal.clients.add(client)
+
+    def detach(self, client: Client) -> None:
+        if client.key is not None and client.key in self.journals:
+            self.journals[client.key].clients.discard(client)
+        client.key = None
+
+    def publish(self, key: str, event: Event) -> Event:
+        return self.journal(key).append(event)
+
+    async def deliver(self, item: Outbound) -> None:
+        """The Dispatcher's watcher: one bus item as protocol events."""
+        journal = self.journal(item.key)
+        if isinstance(item, OutboundMessage):
+            message = {"type": "message", "kind": item.kind, "text": item.text}
+            journal.append({**message, "chat_id": item.chat_id})
+            return
+        for event in self._events(journal, item):
+            journal.append(event)
+
+    def _events(self, journal: Journal, ev: TurnEvent) -> list[Event]:
+        if ev.kind == "turn_start":
+            journal.busy, journal.turn_id = True, f"t{next(self._turns)}"
+            start = {"type": "turn_start", "turn_id": journal.turn_id, "message_id": None}
+            start.update(text=ev.text, channel=ev.channel, chat_id=ev.chat_id)
+            return [start, {"type": "status", "state": "working"}]
+        if ev.kind in ("delta", "progress"):
+            return [{"type": "delta", "text": ev.text}]
+        if ev.kind == "reasoning":
+            return [{"type": "reasoning", "text": ev.text}]
+        if ev.kind == "tool_start" and ev.call is not None:
+            call = ev.call
+            start = {"type": "tool_start", "call_id": call.id, "name": call.name}
+            return [{**start, "args": call.args}]
+        if ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
+            return [_tool_end(ev)]
+        if ev.kind in _STATES:
+            status: Event = {"type": "status", "state": _STATES[ev.kind], "chat_id": ev.chat_id}
+            if ev.kind == "retry":
+                status.update(seconds=ev.seconds, text=ev.text)
+            return [status]
+        if ev.kind == "turn_end" and ev.end is not None:
+            end = _turn_end(journal.turn_id, ev.end)
+            if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
+                end["cost_usd"] = self.cost(ev.end.usage)
+            journal.busy, journal.turn_id = False, None
+            return [end, {"type": "status", "state": "idle"}]
+        return []
+
+
+def _tool_end(ev: TurnEvent) -> Event:
+    assert ev.call is not None and ev.result is not None
+    return {
+        "type": "tool_end",
+        "call_id": ev.call.id,
+        "name": ev.call.name,
+        "result": ev.result.content,
+        "is_error": ev.result.is_error,
+        "seconds": round(ev.seconds, 3),
+    }
+
+
+def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
+    usage = end.usage
+    return {
+        "type": "turn_end",
+        "turn_id": turn_id,
+        "outcome": end.outcome,
+        "ok": end.ok,
+        "error": end.error,
+        "usage": {
+            "input": usage.input if usage else 0,
+            "output": usage.output if usage else 0,
+            "cache_read": usage.cache_read if usage else 0,
+            "cache_write": usage.cache_write if usage else 0,
+        },
+        "cost_usd": end.cost_usd,
+        "interrupted": end.outcome == "stale",
+        "command": end.command,
+        "switch_to": end.switch_to,
+        "reply": end.reply,
+        "run_id": end.run_id,
+        "model_calls": end.model_calls,
+    }

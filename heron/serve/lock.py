@@ -1,0 +1,94 @@
+"""One `heron serve` per home: an fcntl lock on `$HERON_HOME/serve.lock`, its details in
+`serve.json`.
+
+The kernel releases an fcntl lock when its process dies, however it dies, so the files a
+`kill -9` leaves behind never block the next start: the lock is free, and the new serve
+overwrites serve.json and removes the stale socket. stdlib only: the thin clients read
+serve.json too (heron/channels/remote.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from heron.errors import ConfigError
+
+LOCK_NAME = "serve.lock"
+INFO_NAME = "serve.json"
+SOCKET_NAME = "serve.sock"
+
+
+@dataclass(frozen=True)
+class ServeInfo:
+    """What a running serve tells other processes about itself."""
+
+    pid: int
+    url: str
+    socket: str
+
+
+def read_info(home: Path) -> ServeInfo | None:
+    """The running serve's details, or None when there are none (or they are unreadable)."""
+    try:
+        data = json.loads((home / INFO_NAME).read_text())
+        return ServeInfo(int(data["pid"]), str(data["url"]), str(data["socket"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class ServeLock:
+    """Held for the life of a serve; `acquire` refuses when another serve holds it."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise self._refusal() from None
+        self._fd = fd
+        with contextlib.suppress(FileNotFoundError):  # a stale socket of a killed serve
+            (self.home / SOCKET_NAME).unlink()
+
+    def _refusal(self) -> ConfigError:
+        info = read_info(self.home)
+        who = f"pid {info.pid}, {info.url}" if info else "its details are not written yet"
+        return ConfigError(
+            f"heron serve already runs on {self.home} ({who})",
+            hint="Use that one (heron run and heron chat talk to it), or stop it first "
+            "(Ctrl-C in its terminal, or kill its pid).",
+        )
+
+    def publish(self, url: str) -> ServeInfo:
+        """Write serve.json once the server listens (atomically: readers never see half)."""
+        info = ServeInfo(os.getpid(), url, str(self.home / SOCKET_NAME))
+        tmp = self.home / f".{INFO_NAME}.{os.getpid()}"
+        tmp.write_text(json.dumps(asdict(info)))
+        tmp.replace(self.home / INFO_NAME)
+        return info
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        for name in (INFO_NAME, SOCKET_NAME):
+            with contextlib.suppress(FileNotFoundError):
+                (self.home / name).unlink()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> ServeLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

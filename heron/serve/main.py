@@ -1,0 +1,172 @@
+"""`heron serve`'s process: the lock, the engine, the runtime, uvicorn and the control socket
+in one asyncio loop, and a clean shutdown on SIGINT or SIGTERM.
+
+Shutdown order matters: running turns are stopped first (as by /stop: finished tool work
+and the record kept) and their last events reach every client; then the control socket and
+the web server close. uvicorn's own signal handling is replaced by ours, because it re-raises
+the signal after serving, which would end the process with the signal instead of 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator, Sequence
+from typing import TextIO
+
+import uvicorn
+
+from heron.agent.engine import Engine
+from heron.config import Settings
+from heron.errors import ConfigError
+from heron.providers.base import Provider
+from heron.serve.app import Auth, create_app
+from heron.serve.control import start_control
+from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
+from heron.serve.runtime import Runtime, Service
+from heron.tools.approval import start_notice
+from heron.tools.registry import ToolRegistry
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # serve() installs the handlers instead (see the module docstring)
+
+
+def default_services() -> list[Service]:
+    """What runs beside the loop in every serve (the scheduler joins this list)."""
+    return []
+
+
+async def serve(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    model: str | None = None,
+    provider: Provider | None = None,
+    registry: ToolRegistry | None = None,
+    services: Sequence[Service] | None = None,
+    force_auth: bool = False,
+    out: TextIO = sys.stdout,
+    on_ready: Callable[[ServeInfo, Auth], None] | None = None,
+    until: asyncio.Event | None = None,
+    signals: bool = True,
+) -> None:
+    """Run until SIGINT or SIGTERM, or until `until` is set (tests: with `signals` False the
+    process's handlers are left alone, and `provider`/`registry` replace the configured ones);
+    `on_ready` is told where it listens."""
+    home = settings.paths.ensure().home
+    with ServeLock(home) as lock, contextlib.closing(_listen(host, port)) as sock:
+        async with Engine.open(
+            settings, model=model, provider=provider, registry=registry
+        ) as engine:
+            runtime = Runtime(engine, default_services() if services is None else services)
+            auth = Auth.for_host(host, force=force_auth)
+            await runtime.start()
+            control = await start_control(runtime, home / SOCKET_NAME)
+            server = _Server(_config(create_app(runtime, auth), host, port))
+            stopper = _Stopper(runtime, server)
+            if signals:
+                stopper.install()
+            watch = asyncio.create_task(stopper.after(until)) if until is not None else None
+            try:
+                info = _announce(sock, lock, auth, engine, out)
+                if on_ready is not None:
+                    on_ready(info, auth)
+                await server.serve(sockets=[sock])
+            finally:
+                stopper.remove()
+                if watch is not None:
+                    watch.cancel()
+                control.close()
+                await runtime.close()
+                with contextlib.suppress(Exception):
+                    await control.wait_closed()
+
+
+def _config(app: object, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", ws="websockets-sansio"
+    )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind and listen before uvicorn starts: the URL is known (port 0 picks a free one) and
+    connections wait in the backlog until it serves them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(
+            f"heron serve cannot listen on {host}:{port}: {e.strerror or e}",
+            hint="Choose another --port (or --host), or stop what uses this one.",
+        ) from e
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _announce(
+    sock: socket.socket, lock: ServeLock, auth: Auth, engine: Engine, out: TextIO
+) -> ServeInfo:
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    info = lock.publish(url)
+    choice = engine.choice
+    out.write(f"heron serve: {url}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
+    notice = start_notice(engine.registry, engine.sandbox)
+    if notice:
+        out.write(f"heron: {notice}\n")
+    login = auth.login_url(url)
+    if login:
+        out.write(f"Open this address once to log in (the code works once): {login}\n")
+    out.write("Ctrl-C stops it; heron run and heron chat on this home now go through it.\n")
+    out.flush()
+    return info
+
+
+class _Stopper:
+    """SIGINT/SIGTERM (or `until`): stop the turns (their last events still go out), then
+    the server. A second signal forces the exit."""
+
+    def __init__(self, runtime: Runtime, server: _Server) -> None:
+        self.runtime, self.server = runtime, server
+        self.task: asyncio.Task[None] | None = None
+        self.installed = False
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.server.force_exit = self.server.should_exit = True
+            return
+        self.task = asyncio.create_task(self._shutdown())
+
+    async def _shutdown(self) -> None:
+        await self.runtime.close()
+        self.server.should_exit = True
+
+    async def after(self, event: asyncio.Event) -> None:
+        await event.wait()
+        self.stop()
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, self.stop)
+        self.installed = True
+
+    def remove(self) -> None:
+        if self.installed:
+            loop = asyncio.get_running_loop()
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)

@@ -1,0 +1,115 @@
+"""What a `heron serve` runs: one AgentLoop for the home, its Dispatcher, the hub, and the
+background services started with the loop.
+
+Every client's message enters here (`submit`) as an InboundMessage that asks for its
+TurnEvents, and everything the loop sends out goes, whatever channel it names, to the hub
+(heron/serve/hub.py), which numbers it and fans it out to every client of that conversation.
+
+Background services (idle compaction runs inside the AgentLoop; the scheduler's
+`run_proactive(loop, ...)` and others are added to `services`) are async callables given the
+AgentLoop, started after it and cancelled, then awaited, on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import Dispatcher, InboundMessage, MessageBus
+from heron.messages import File
+from heron.serve.hub import Hub
+from heron.trace.prices import PriceTable
+
+Service = Callable[[AgentLoop], Awaitable[None]]
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """The loop, the dispatcher, the hub and the services of one serve process."""
+
+    def __init__(
+        self, engine: Engine, services: Sequence[Service] = (), *, idle: bool = True
+    ) -> None:
+        self.engine = engine
+        self.bus = MessageBus()
+        self.loop = AgentLoop(engine, self.bus)
+        self.dispatcher = Dispatcher(self.bus)
+        choice = engine.choice
+        prices = PriceTable.from_config(engine.settings.config.prices)
+        self.hub = Hub(
+            about={"model": f"{choice.provider}/{choice.model}", "embedded": choice.embedded},
+            cost=lambda usage: prices.cost(choice.model, usage, choice.provider),
+        )
+        self.dispatcher.register("*", self.hub.deliver)
+        self.services = list(services)
+        self.idle = idle
+        self._tasks: list[asyncio.Task[None]] = []
+        self._service_tasks: list[asyncio.Task[None]] = []
+        self.closed = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    async def start(self) -> None:
+        if self._tasks or self.closed:
+            return
+        self._tasks = [
+            asyncio.create_task(self.loop.run(idle=self.idle)),
+            asyncio.create_task(self.dispatcher.run()),
+        ]
+        self._service_tasks = [asyncio.create_task(_guard(s, self.loop)) for s in self.services]
+
+    def submit(
+        self,
+        text: str,
+        key: str,
+        channel: str,
+        chat_id: str,
+        agent: str = "default",
+        files: tuple[File, ...] = (),
+    ):
+        """A client's message (with its attachments), command or /stop, for `key`."""
+        message = InboundMessage(channel, chat_id, text, key, agent=agent, events=True, files=files)
+        self.bus.inbound.put_nowait(message)
+
+    async def settle(self) -> None:
+        """Until nothing runs or waits and every event reached the hub (tests, the bench)."""
+        await self.bus.inbound.join()
+        await self.loop.wait_idle()
+        await self.bus.outbound.join()
+
+    async def close(self) -> None:
+        """Shutdown: services cancelled, running turns stopped as by /stop (what they
+        finished is kept), their last events delivered, then the loop's tasks ended."""
+        if self.closed:
+            return
+        self.closed = True
+        await _cancel(self._service_tasks)
+        if not self._tasks:
+            return
+        await self.loop.close()
+        await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
+        await _cancel(self._tasks)
+
+
+async def _guard(service: Service, loop: AgentLoop) -> None:
+    """A service that fails is logged; it never takes the serve down."""
+    try:
+        await service(loop)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("background service %r failed", service)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,158 @@
+"""One client's session, whatever carries it: a browser's /ws or a terminal's control socket.
+
+The client says `hello` first (which conversation, the last seq it saw), then sends messages,
+commands and stops; the hub queues what it should see and a writer task sends it. The protocol
+is documented in docs/web.md ("## Protocol").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from heron.errors import HeronError
+from heron.messages import File
+from heron.serve.hub import Client, Event
+from heron.serve.runtime import Runtime
+
+DEFAULT_CONVERSATION = "personal"
+CHANNELS = ("web", "cli", "script", "terminal")
+_ids = itertools.count(1)
+
+
+class Transport(Protocol):
+    async def recv(self) -> dict[str, Any] | None:
+        """The next message; None when the client left. Raises ValueError on bad JSON."""
+        ...
+
+    async def send(self, event: Event) -> None: ...
+
+
+def new_thread_key(prefix: str = "run") -> str:
+    """A fresh conversation key, shaped as heron.agent.engine.new_key makes them."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def error(message: str, hint: str) -> Event:
+    return {"type": "error", "message": message, "hint": hint}
+
+
+class Session:
+    """Reads a client's messages and hands them to the runtime."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        transport: Transport,
+        channel: str,
+        extra: Callable[[dict[str, Any]], Awaitable[Event | None]] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.client = Client(channel, f"{channel}-{next(_ids)}")
+        self.agent = "default"
+        self.extra = extra  # requests only this transport answers (the control socket's)
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            await self._read()
+        finally:
+            self.runtime.hub.detach(self.client)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+
+    async def _write(self) -> None:
+        queue = self.client.queue
+        while True:
+            event = await queue.get()
+            await self.transport.send(event)
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                message = await self.transport.recv()
+            except ValueError as e:
+                await self._reply(error(f"not a JSON object: {e}", "Send one JSON object."))
+                continue
+            if message is None:
+                return
+            await self.handle(message)
+
+    async def _reply(self, event: Event) -> None:
+        """An answer to this client alone, in order with its events."""
+        self.client.queue.put_nowait(event)
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "hello":
+            self._hello(message)
+        elif self.client.key is None and kind in ("send", "stop", "command"):
+            await self._reply(error("say hello first", 'Send {"type":"hello"} to attach.'))
+        elif kind == "send":
+            await self._send(message)
+        elif kind == "stop":
+            self._submit("/stop")
+        elif kind == "command":
+            await self._command(message)
+        elif self.extra is not None and (answer := await self.extra(message)) is not None:
+            await self._reply(answer)
+        else:
+            await self._reply(
+                error(f"unknown message type {kind!r}", "Use hello, send, stop or command.")
+            )
+
+    def _hello(self, message: dict[str, Any]) -> None:
+        key = str(message.get("conversation") or DEFAULT_CONVERSATION)
+        channel = message.get("channel")
+        if isinstance(channel, str) and channel in CHANNELS:
+            self.client.channel = channel
+        if isinstance(message.get("agent"), str):
+            self.agent = message["agent"]
+        last = message.get("last_seq", 0)
+        self.runtime.hub.attach(self.client, key, last if isinstance(last, int) else None)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        text = message.get("text")
+        refs = message.get("files") or []
+        if not isinstance(text, str) or (not text.strip() and not refs):
+            await self._reply(error("the message is empty", "Type something to send."))
+            return
+        files = await self._files(refs)
+        if files is None:
+            return
+        if message.get("new_thread"):
+            self.runtime.hub.attach(self.client, new_thread_key(), None)
+        self._submit(text, files)
+
+    async def _files(self, refs: Any) -> tuple[File, ...] | None:
+        """A send's uploads as File parts (heron/web/uploads.py); None, with an error to this
+        client, when one is missing or they pass the cap: nothing is sent half attached."""
+        if not refs:
+            return ()
+        from heron.web.uploads import uploaded_files
+
+        home = self.runtime.engine.settings.paths.home
+        try:
+            return await asyncio.to_thread(uploaded_files, home, refs)
+        except HeronError as e:
+            await self._reply(error(e.args[0] if e.args else str(e), e.hint or "Attach again."))
+            return None
+
+    async def _command(self, message: dict[str, Any]) -> None:
+        text = message.get("text")
+        if not isinstance(text, str) or not text.startswith("/"):
+            await self._reply(error("a command starts with /", "Try /help."))
+            return
+        self._submit(text)
+
+    def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
+        assert self.client.key is not None
+        client = self.client
+        self.runtime.submit(text, client.key, client.channel, client.chat_id, self.agent, files)

@@ -1,0 +1,623 @@
+// Heron's browser UI: one conversation's transcript and its live stream, over /ws (the serve
+// protocol, docs/web.md) and the REST routes under /api. Preact with htm, no build step.
+import { Component, h, render } from "./vendor/preact.js";
+import { useEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
+import htm from "./vendor/htm.js";
+import { marked } from "./vendor/marked.js";
+import DOMPurify from "./vendor/purify.js";
+import { highlightElement } from "./vendor/highlight/index.js";
+
+const html = htm.bind(h);
+const LANGS = new Set(["asm", "bash", "c", "css", "csv", "diff", "docker", "git", "go", "html",
+  "http", "ini", "java", "js", "json", "lua", "make", "md", "pl", "plain", "py", "regex", "rs",
+  "sql", "toml", "ts", "uri", "xml", "yaml"]);
+const ALIAS = { python: "py", javascript: "js", typescript: "ts", sh: "bash", shell: "bash",
+  rust: "rs", yml: "yaml", markdown: "md", dockerfile: "docker", perl: "pl" };
+
+// ---- markdown ---------------------------------------------------------------------------------
+
+const mdCache = new Map(); // text -> sanitised HTML: a long transcript re-renders for free
+const MD_CACHE = 5000;
+const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
+
+export function renderMarkdown(text) {
+  const key = text || "";
+  let out = mdCache.get(key);
+  if (out === undefined) {
+    // Model text is untrusted: sanitised after parsing, before it reaches the DOM.
+    out = DOMPurify.sanitize(marked.parse(key, { gfm: true, breaks: false }));
+    if (mdCache.size >= MD_CACHE) mdCache.delete(mdCache.keys().next().value);
+    mdCache.set(key, out);
+  }
+  return out;
+}
+
+// Fills the cache for many texts with one sanitiser pass (a 2,000-message transcript: one
+// DOM parse instead of a thousand).
+function prerender(texts) {
+  const todo = [...new Set(texts.filter((t) => t && !mdCache.has(t)))];
+  if (!todo.length) return;
+  const joined = todo.map((t, i) => `<div data-md="${i}">${marked.parse(t, { gfm: true })}</div>`).join("");
+  const frag = DOMPurify.sanitize(joined, { RETURN_DOM_FRAGMENT: true });
+  // Raw HTML in one text could close its wrapper or forge another's: then the wrappers do not
+  // come back exactly once each, in order, and every text is done on its own instead.
+  const kids = [...frag.children];
+  const whole = kids.length === todo.length
+    && kids.every((el, i) => el.tagName === "DIV" && el.getAttribute("data-md") === String(i));
+  todo.forEach((t, i) => { if (whole) mdCache.set(t, kids[i].innerHTML); else renderMarkdown(t); });
+}
+
+function Markdown({ text }) {
+  const ref = useRef(null);
+  const out = renderMarkdown(text);
+  useEffect(() => {
+    if (!ref.current || !out.includes("<pre")) return;
+    for (const code of ref.current.querySelectorAll("pre code")) {
+      const m = /language-([\w+-]+)/.exec(code.className);
+      let lang = m ? m[1].toLowerCase() : "plain";
+      lang = ALIAS[lang] || lang;
+      if (!LANGS.has(lang)) lang = "plain";
+      code.dataset.lang = lang;
+      highlightElement(code, lang, "multiline", { hideLineNumbers: true }).catch(() => {});
+    }
+  }, [text]);
+  return html`<div class="md" ref=${ref} dangerouslySetInnerHTML=${{ __html: out }}></div>`;
+}
+
+// ---- the model of a conversation as shown -----------------------------------------------------
+
+// A live turn, built from protocol events exactly as heron/web/transcript.py builds a stored
+// one: the user's text, then ordered segments (reasoning, text, tool pills).
+function newLive(ev) {
+  return { turnId: ev.turn_id, text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
+    started: Date.now(), done: false, mail: [] };
+}
+
+function applyToLive(live, ev) {
+  const segs = live.segments;
+  const last = segs[segs.length - 1];
+  if (ev.type === "delta" || ev.type === "reasoning") {
+    const kind = ev.type === "delta" ? "text" : "reasoning";
+    if (last && last.kind === kind) last.text += ev.text;
+    else segs.push({ kind, text: ev.text });
+  } else if (ev.type === "tool_start") {
+    segs.push({ kind: "tool", call_id: ev.call_id, name: ev.name, args: ev.args,
+      result: null, is_error: false });
+  } else if (ev.type === "tool_end") {
+    const seg = segs.find((s) => s.kind === "tool" && s.call_id === ev.call_id);
+    if (seg) { seg.result = ev.result; seg.is_error = ev.is_error; }
+  }
+}
+
+async function api(path, opts = {}) {
+  const res = await fetch("/api" + path, { headers: { "Content-Type": "application/json" },
+    credentials: "same-origin", ...opts });
+  let body = null;
+  try { body = await res.json(); } catch { body = null; }
+  if (!res.ok) {
+    const d = body && body.detail;
+    const msg = d && typeof d === "object" ? `${d.message}. ${d.hint || ""}` : String(d || res.status);
+    throw new Error(msg);
+  }
+  return body;
+}
+
+function keyFromHash() {
+  const m = /(?:^#|&)c=([^&]+)/.exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : "personal";
+}
+
+// ---- the connection ---------------------------------------------------------------------------
+
+// One WebSocket to /ws, reopened after a drop; resumes from the last seq it saw, so nothing is
+// lost or shown twice. `onEvent` gets every server event in order.
+class Connection {
+  constructor(onEvent, onState) {
+    this.onEvent = onEvent; this.onState = onState;
+    this.key = null; this.lastSeq = 0; this.ws = null; this.retry = 0; this.outbox = [];
+  }
+  open(key, lastSeq) {
+    this.key = key; this.lastSeq = lastSeq;
+    if (this.ws && this.ws.readyState <= 1) { this.hello(); return; }
+    const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
+    this.ws = ws;
+    ws.onopen = () => { this.retry = 0; this.onState("open"); this.hello();
+      for (const m of this.outbox.splice(0)) ws.send(JSON.stringify(m)); };
+    ws.onmessage = (e) => {
+      let ev; try { ev = JSON.parse(e.data); } catch { return; }
+      if (ev.conversation && ev.conversation !== this.key) return;
+      if (typeof ev.seq === "number" && ev.type !== "welcome") {
+        if (ev.seq <= this.lastSeq) return; // already seen: never shown twice
+        this.lastSeq = ev.seq;
+      }
+      this.onEvent(ev);
+    };
+    ws.onclose = () => {
+      if (this.ws !== ws) return;
+      this.onState("closed");
+      const wait = Math.min(5000, 200 * 2 ** this.retry++);
+      setTimeout(() => this.open(this.key, this.lastSeq), wait);
+    };
+  }
+  hello() { this.send({ type: "hello", conversation: this.key, last_seq: this.lastSeq }); }
+  send(m) {
+    if (this.ws && this.ws.readyState === 1) this.ws.send(JSON.stringify(m));
+    else this.outbox.push(m);
+  }
+}
+
+// ---- components -------------------------------------------------------------------------------
+
+function ToolPill({ seg }) {
+  const state = seg.result === null || seg.result === undefined ? "running" : seg.is_error ? "error" : "done";
+  return html`<details class=${"pill " + state} data-call=${seg.call_id}>
+    <summary aria-label=${`tool ${seg.name}, ${state}`}><span class="pill-name">${seg.name}</span>
+      <span class="pill-state">${state === "running" ? "running…" : state === "error" ? "failed" : "done"}</span></summary>
+    <div class="pill-body">
+      <div class="pill-label">arguments</div>
+      <pre class="pill-args">${JSON.stringify(seg.args || {}, null, 2)}</pre>
+      ${state !== "running" && html`<div class="pill-label">result</div>
+        <pre class="pill-result">${seg.result}</pre>`}
+    </div></details>`;
+}
+
+function Segments({ segments }) {
+  return segments.map((s, i) => s.kind === "text" ? html`<${Markdown} key=${i} text=${s.text} />`
+    : s.kind === "reasoning" ? html`<details key=${i} class="reasoning">
+        <summary>Reasoning</summary><div class="reasoning-text">${s.text}</div></details>`
+    : s.kind === "note" ? html`<div key=${i} class="note" role="note">${s.text}</div>`
+    : html`<${ToolPill} key=${i} seg=${s} />`);
+}
+
+function Files({ files }) {
+  if (!files || !files.length) return null;
+  return html`<div class="files">${files.map((f) => f.mime.startsWith("image/")
+    ? html`<a href=${f.url} target="_blank" rel="noopener"><img class="thumb" src=${f.url} alt=${f.name} /></a>`
+    : html`<a class="file" href=${f.url} target="_blank" rel="noopener">${f.name}</a>`)}</div>`;
+}
+
+function Item({ item, onEdit, number }) {
+  if (item.kind === "separator") {
+    return html`<div class="separator" role="separator" data-id=${item.id}>${item.text}</div>`;
+  }
+  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
+  if (item.kind === "user") {
+    return html`<article class=${"msg user" + (item.mail ? " mail" : "")} data-id=${item.id}
+        aria-label="your message">
+      ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
+      <div class="user-text">${item.text}</div><${Files} files=${item.files} />
+      ${onEdit && number && html`<button class="edit" aria-label="edit this message"
+        onClick=${() => onEdit(number, item.text)}>edit</button>`}
+    </article>`;
+  }
+  return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
+    <${Segments} segments=${item.segments} /></article>`;
+}
+
+// A stored item never changes: it renders again only when the transcript is read again.
+class PureItem extends Component {
+  shouldComponentUpdate(next) {
+    return next.item !== this.props.item || next.number !== this.props.number;
+  }
+  render(props) { return html`<${Item} ...${props} />`; }
+}
+
+function Live({ live }) {
+  return html`${live.text !== null && html`<article class="msg user live-user" aria-label="your message">
+      <div class="user-text">${live.text}</div></article>`}
+    ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
+      <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
+      <div class="user-text">${m.text}</div></article>`)}
+    <article class="msg assistant live" aria-label="agent's reply, streaming">
+      <${Segments} segments=${live.segments} /></article>`;
+}
+
+function Banner({ live, onStop }) {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => { const t = setInterval(() => setNow(Date.now()), 1000); return () => clearInterval(t); }, []);
+  const secs = Math.max(0, Math.round((now - live.started) / 1000));
+  return html`<div class="banner" role="status" aria-live="polite">
+    <span class="spinner" aria-hidden="true"></span>
+    <span class="banner-text">Agent is working · ${secs} s${live.retry
+      ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
+      : ""}</span>
+    <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
+}
+
+function Composer({ onSend, busy, uploads, setUploads, notify }) {
+  const [text, setText] = useState("");
+  const [drag, setDrag] = useState(false);
+  const fileRef = useRef(null);
+  const add = useCallback(async (fileList) => {
+    for (const f of fileList) {
+      try {
+        const res = await fetch(`/api/uploads?name=${encodeURIComponent(f.name || "pasted")}`,
+          { method: "POST", body: f, headers: { "Content-Type": f.type || "application/octet-stream" } });
+        const body = await res.json();
+        if (!res.ok) throw new Error(body.detail ? `${body.detail.message}. ${body.detail.hint}` : res.status);
+        setUploads((u) => [...u, { name: body.name, mime: body.mime, upload_id: body.upload_id, size: body.size }]);
+      } catch (e) { notify(`Could not attach ${f.name}: ${e.message}`); }
+    }
+  }, []);
+  const submit = () => {
+    if (!text.trim() && !uploads.length) return;
+    onSend(text, uploads); setText(""); setUploads([]);
+  };
+  return html`<form class=${"composer" + (drag ? " drag" : "")} aria-label="send a message"
+      onSubmit=${(e) => { e.preventDefault(); submit(); }}
+      onDragOver=${(e) => { e.preventDefault(); setDrag(true); }}
+      onDragLeave=${() => setDrag(false)}
+      onDrop=${(e) => { e.preventDefault(); setDrag(false); add(e.dataTransfer.files); }}>
+    ${uploads.length > 0 && html`<ul class="uploads" aria-label="attachments">${uploads.map((u, i) =>
+      html`<li key=${u.upload_id}>${u.name} <button type="button" aria-label=${"remove " + u.name}
+        onClick=${() => setUploads((x) => x.filter((_, j) => j !== i))}>×</button></li>`)}</ul>`}
+    <div class="composer-row">
+      <button type="button" class="attach" aria-label="attach files" onClick=${() => fileRef.current.click()}>+</button>
+      <input type="file" multiple hidden ref=${fileRef} aria-label="choose files"
+        onChange=${(e) => { add(e.target.files); e.target.value = ""; }} />
+      <textarea id="input" rows="2" aria-label="message" value=${text}
+        placeholder=${busy ? "The agent is working; what you send goes to its mailbox" : "Message Heron (Enter sends, Shift-Enter new line)"}
+        onInput=${(e) => setText(e.target.value)}
+        onPaste=${(e) => { const fs = [...e.clipboardData.files].filter((f) => f.type.startsWith("image/"));
+          if (fs.length) { e.preventDefault(); add(fs); } }}
+        onKeyDown=${(e) => { if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); submit(); } }}></textarea>
+      <button type="submit" class="send" aria-label="send">Send</button>
+    </div></form>`;
+}
+
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
+  const [rows, setRows] = useState([]);
+  const [q, setQ] = useState("");
+  const asked = useRef(0);
+  const load = useCallback(async () => {
+    const n = ++asked.current; // answers may come back out of order: keep the newest ask's
+    try {
+      const found = (await api(`/conversations?q=${encodeURIComponent(q)}`)).conversations;
+      if (n === asked.current) setRows(found);
+    } catch (e) { notify(e.message); }
+  }, [q]);
+  useEffect(() => { load(); }, [q, refresh]);
+  const rename = async (key, old) => {
+    const title = prompt("New title", old || "");
+    if (!title) return;
+    try { await api(`/conversations/${encodeURIComponent(key)}`, { method: "PATCH", body: JSON.stringify({ title }) });
+      onRenamed(key, title); load(); }
+    catch (e) { notify(e.message); }
+  };
+  const remove = async (key) => {
+    if (!confirm(`Delete conversation ${key}? This cannot be undone.`)) return;
+    try { await api(`/conversations/${encodeURIComponent(key)}`, { method: "DELETE" });
+      if (key === current) onOpen("personal"); load(); }
+    catch (e) { notify(e.message); }
+  };
+  const create = async () => {
+    try { const { key } = await api("/conversations", { method: "POST", body: "{}" }); onOpen(key); load(); }
+    catch (e) { notify(e.message); }
+  };
+  return html`<nav class=${"sidebar" + (open ? " open" : "")} aria-label="conversations">
+    <div class="side-head"><button class="new" onClick=${create}>New conversation</button></div>
+    <input type="search" class="search" placeholder="Search messages" aria-label="search conversations"
+      value=${q} onInput=${(e) => setQ(e.target.value)} />
+    <ul class="convs" role="list">${rows.map((c) => html`<li key=${c.key}
+        class=${c.key === current ? "current" : ""}>
+      <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
+        onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
+        <span class="conv-title">${c.title || c.key}</span>
+        ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
+      <span class="conv-actions">
+        <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
+        <button aria-label=${"delete " + c.key} onClick=${() => remove(c.key)}>delete</button></span>
+    </li>`)}</ul></nav>`;
+}
+
+// ---- side panels ------------------------------------------------------------------------------
+
+function usePanel(path, deps) {
+  const [data, setData] = useState(null);
+  const [error, setError] = useState(null);
+  const reload = useCallback(async () => {
+    try { setData(await api(path)); setError(null); } catch (e) { setError(e.message); }
+  }, [path]);
+  useEffect(() => { reload(); }, [path, ...deps]);
+  return [data, error, reload];
+}
+
+function Branches({ conv, command, tick }) {
+  const [data, error] = usePanel(`/conversations/${encodeURIComponent(conv)}/branches`, [tick]);
+  if (error) return html`<p class="error">${error}</p>`;
+  if (!data) return html`<p>Loading…</p>`;
+  return html`<section aria-label="branches"><h2>Branches</h2>
+    <button onClick=${() => command("/retry")}>Retry the last message</button>
+    <ol class="branches">${data.branches.map((b) => html`<li key=${b.id} class=${b.current ? "current" : ""}>
+      <button onClick=${() => command(`/tree ${b.n}`)} aria-current=${b.current ? "true" : undefined}
+        aria-label=${`switch to branch ${b.n}`}>${b.current ? "● " : ""}${b.text || "(empty)"}</button></li>`)}</ol>
+    </section>`;
+}
+
+function Memory({ notify }) {
+  const [data, error, reload] = usePanel("/memory", []);
+  const forget = async (path) => {
+    if (!confirm(`Forget ${path}? Its quote is revoked, so it is not learned again.`)) return;
+    try { await api(`/memory/entries/${path}`, { method: "DELETE" }); reload(); } catch (e) { notify(e.message); }
+  };
+  if (error) return html`<p class="error">${error}</p>`;
+  if (!data) return html`<p>Loading…</p>`;
+  if (!data.scopes.length) return html`<section aria-label="memory"><h2>Memory</h2><p>No entries yet.</p></section>`;
+  return html`<section aria-label="memory"><h2>Memory</h2>${data.scopes.map((s) => html`<div key=${s.scope}>
+    <h3>${s.scope}</h3><ul class="entries">${s.entries.map((e) => html`<li key=${e.path} class="entry">
+      <div class="entry-path">${e.path} <span class="origin">${e.origin}</span></div>
+      <div class="entry-text">${e.text}</div>
+      ${e.quote && html`<blockquote class="quote">you said: “${e.quote}”</blockquote>`}
+      ${e.conversation && html`<div class="source">from ${e.conversation}${e.message ? ` · message ${e.message}` : ""}</div>`}
+      <button class="forget" aria-label=${"forget " + e.path} onClick=${() => forget(e.path)}>Forget</button>
+    </li>`)}</ul></div>`)}</section>`;
+}
+
+function Review({ notify }) {
+  const [data, error, reload] = usePanel("/memory/review", []);
+  const [checked, setChecked] = useState({});
+  if (error) return html`<p class="error">${error}</p>`;
+  if (!data) return html`<p>Loading…</p>`;
+  const apply = async () => {
+    for (const s of data.suggestions) {
+      const verdict = checked[s.id] ? "accept" : "reject";
+      try { await api(`/memory/review/${s.id}/${verdict}`, { method: "POST" }); }
+      catch (e) { notify(e.message); }
+    }
+    setChecked({}); reload();
+  };
+  if (!data.suggestions.length) return html`<section aria-label="review"><h2>Review</h2><p>Nothing waits for review.</p></section>`;
+  return html`<section aria-label="review"><h2>Review</h2>
+    <p>Check what to keep; the rest is dropped.</p>
+    <ul class="review">${data.suggestions.map((s) => html`<li key=${s.id}><label>
+      <input type="checkbox" checked=${!!checked[s.id]} data-id=${s.id}
+        onChange=${(e) => setChecked({ ...checked, [s.id]: e.target.checked })} /> ${s.line}</label></li>`)}</ul>
+    <button class="apply" onClick=${apply}>Keep checked, drop the rest</button></section>`;
+}
+
+function Compactions({ conv, tick }) {
+  const [data, error] = usePanel(`/conversations/${encodeURIComponent(conv)}/compactions`, [tick]);
+  if (error) return html`<p class="error">${error}</p>`;
+  if (!data) return html`<p>Loading…</p>`;
+  return html`<section aria-label="compaction inspector"><h2>Compactions</h2>
+    ${data.compactions.length ? data.compactions.map((c) => html`<details key=${c.id} class="compaction">
+      <summary>${c.kind} · ${c.reason} · folded ${c.rows_folded} messages (#${c.rows[0]}–#${c.rows[1]}) · ${c.tokens_before} → ${c.tokens_after} tokens</summary>
+      <pre>${c.summary}</pre></details>`) : html`<p>No compactions yet.</p>`}
+    <h3>Model view</h3>
+    <details><summary>System prompt</summary><pre>${data.system}</pre></details>
+    <ol class="view">${data.view.map((m, i) => html`<li key=${i}><b>${m.role}</b><pre>${m.text}</pre></li>`)}</ol>
+  </section>`;
+}
+
+function Status({ conv, tick }) {
+  const [data, error] = usePanel(`/conversations/${encodeURIComponent(conv)}/status`, [tick]);
+  if (error) return html`<p class="error">${error}</p>`;
+  if (!data) return html`<p>Loading…</p>`;
+  const pct = data.window ? ((100 * data.context) / data.window).toFixed(1) : "0.0";
+  return html`<section aria-label="status"><h2>Status</h2><dl class="status">
+    <dt>model</dt><dd>${data.model}</dd>
+    <dt>conversation</dt><dd>${conv} (${data.turns} turns)</dd>
+    <dt>context</dt><dd>${data.context.toLocaleString()} tokens (${pct}% of ${data.window.toLocaleString()})</dd>
+    <dt>cache hit rate</dt><dd>${data.cache_hit === null ? "no model calls yet" : Math.round(100 * data.cache_hit) + "%"}</dd>
+    <dt>cost</dt><dd>${data.cost_usd === null ? "unknown (a model without a price)" : "$" + data.cost_usd.toFixed(4)}</dd>
+    <dt>turn</dt><dd>${data.busy ? "running" : "idle"}</dd></dl></section>`;
+}
+
+const PANELS = ["branches", "memory", "review", "compaction", "status"];
+
+// ---- the app ----------------------------------------------------------------------------------
+
+function App() {
+  const [conv, setConv] = useState(keyFromHash());
+  const [items, setItems] = useState([]);
+  const [title, setTitle] = useState(null);
+  const [live, setLive] = useState(null);
+  const [notes, setNotes] = useState([]);
+  const [conn, setConnState] = useState("connecting");
+  const [uploads, setUploads] = useState([]);
+  const [panel, setPanel] = useState(null);
+  const [side, setSide] = useState(false);
+  const [tick, setTick] = useState(0);
+  const [toast, setToast] = useState(null);
+  const liveRef = useRef(null);
+  const convRef = useRef(conv);
+  const listRef = useRef(null);
+  const connRef = useRef(null);
+  const loaded = useRef(false);
+  const fetches = useRef(0);
+  const loading = useRef(null); // the first read of the transcript, while it runs
+  const fresh = useRef(true); // the next welcome answers a fresh attach
+  const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
+
+  const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
+  // Streamed events change the live turn at once; the page draws it at most every DRAW_MS
+  // (and then on the next frame), so a fast stream, or ten tabs of one, never queues renders
+  // behind the socket.
+  const frame = useRef(0);
+  const setLiveBoth = (v) => {
+    liveRef.current = v;
+    if (v === null || v.done) {
+      clearTimeout(frame.current); frame.current = 0; setLive(v ? { ...v } : null); return;
+    }
+    if (frame.current) return;
+    frame.current = setTimeout(() => requestAnimationFrame(() => {
+      frame.current = 0;
+      const cur = liveRef.current;
+      setLive(cur ? { ...cur, segments: cur.segments.map((x) => ({ ...x })) } : null);
+    }), DRAW_MS);
+  };
+
+  const loadTranscript = useCallback(async (key) => {
+    const gen = ++fetches.current;
+    try {
+      const t = await api(`/conversations/${encodeURIComponent(key)}/transcript`);
+      // Only the newest read counts: an older one may predate the turn that just ended.
+      if (key !== convRef.current || gen !== fetches.current) return;
+      prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
+      setItems(t.items); setTitle(t.title); loaded.current = true;
+      // A turn that ended before the transcript was read is in it now: one render swaps them.
+      if (liveRef.current && liveRef.current.done) setLiveBoth(null);
+      document.body.dataset.rendered = String(t.items.length);
+      setTick((x) => x + 1);
+    } catch (e) { notify(e.message); } finally { if (gen === fetches.current) loading.current = null; }
+  }, []);
+
+  // A fresh attach (page load, another conversation) is answered with the journal's events up
+  // to welcome.seq. The transcript is the truth for every turn that ended; only a turn still
+  // open at the end of that replay is drawn from its events.
+  const onEvent = useCallback((ev) => {
+    if (ev.type === "welcome") {
+      setTitle(ev.title || null);
+      if (ev.gap || (!loaded.current && !loading.current)) {
+        setLiveBoth(null); loadTranscript(convRef.current);
+      }
+      if (ev.gap) connRef.current.lastSeq = ev.seq;
+      const from = connRef.current.lastSeq;
+      replay.current = fresh.current && !ev.gap && ev.seq > from ? { until: ev.seq, events: [] } : null;
+      fresh.current = false;
+      return;
+    }
+    const r = replay.current;
+    if (r && typeof ev.seq === "number" && ev.seq <= r.until) {
+      r.events.push(ev);
+      if (ev.seq === r.until) { replay.current = null; finishReplay(r.events); }
+      return;
+    }
+    apply(ev);
+  }, []);
+
+  function finishReplay(events) {
+    let open = -1;
+    events.forEach((e, i) => {
+      if (e.type === "turn_start") open = i;
+      else if (e.type === "turn_end") open = -1;
+    });
+    if (open >= 0) for (const e of events.slice(open)) apply(e);
+    // The transcript may have been read before a turn of the replay ended: read it once more.
+    if (events.some((e) => e.type === "turn_end")) loadTranscript(convRef.current);
+  }
+
+  function apply(ev) {
+    let lv = liveRef.current;
+    switch (ev.type) {
+      case "turn_start": {
+        const pending = lv && !lv.done ? lv.mail : [];
+        const next = newLive(ev);
+        // A queued message opening this turn is no longer shown as queued.
+        next.mail = pending.filter((m) => m.text !== ev.text && m.state === "mail");
+        setLiveBoth(next);
+        break;
+      }
+      case "delta": case "reasoning": case "tool_start": case "tool_end":
+        if (!lv || lv.done) {
+          // A turn whose start this page never saw (the journal no longer had it): its stream
+          // shows below what the store already holds of it.
+          lv = { ...newLive({ text: null }), orphan: true };
+        }
+        {
+          lv.retry = null;
+          applyToLive(lv, ev); setLiveBoth(lv);
+          // By the first streamed piece the turn has stored the message: list it.
+          if (!lv.listed) { lv.listed = true; setTick((x) => x + 1); }
+        }
+        break;
+      case "status":
+        if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
+          lv.segments.push({ kind: "note", text: "The stream was cut; the reply starts again." });
+          lv.retry = null; setLiveBoth(lv);
+        } else if (lv && ev.state === "retry") {
+          lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; setLiveBoth(lv);
+        } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
+          const m = lv.mail.find((x) => !x.state);
+          if (m) m.state = ev.state;
+          setLiveBoth(lv);
+        }
+        break;
+      case "message":
+        if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
+        break;
+      case "turn_end":
+        if (lv) { lv.done = true; lv.interrupted = ev.interrupted; setLiveBoth(lv); }
+        if (ev.switch_to) { openConv(ev.switch_to); break; }
+        loadTranscript(convRef.current);
+        break;
+      case "error":
+        notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
+        break;
+    }
+  }
+
+  useEffect(() => {
+    connRef.current = new Connection(onEvent, setConnState);
+    // The transcript is read while the socket opens; the welcome then only adds the stream.
+    loading.current = loadTranscript(conv);
+    connRef.current.open(conv, 0);
+    const onHash = () => { const k = keyFromHash(); if (k !== convRef.current) openConv(k); };
+    window.addEventListener("hashchange", onHash);
+    const onKey = (e) => { if (e.key === "Escape" && liveRef.current && !liveRef.current.done) stop(); };
+    window.addEventListener("keydown", onKey);
+    return () => { window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey); };
+  }, []);
+
+  useEffect(() => {
+    const el = listRef.current;
+    if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
+  }, [items, live, notes]);
+
+  function openConv(key) {
+    convRef.current = key; loaded.current = false; loading.current = null;
+    fresh.current = true; replay.current = null;
+    setConv(key); setItems([]); setNotes([]); setLiveBoth(null); setSide(false);
+    if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
+    connRef.current.open(key, 0);
+  }
+
+  const send = (text, files) => {
+    const lv = liveRef.current;
+    if (lv && !lv.done) { lv.mail.push({ text, state: null }); setLiveBoth(lv); }
+    const m = { type: "send", text };
+    if (files && files.length) m.files = files;
+    connRef.current.send(m);
+  };
+  const stop = () => connRef.current.send({ type: "stop" });
+  const command = (text) => connRef.current.send({ type: "command", text });
+  const onEdit = (n, old) => {
+    const text = prompt("Edit your message (the answer goes on a new branch)", old);
+    if (text && text.trim()) command(`/edit ${n} ${text.trim()}`);
+  };
+
+  const working = live && !live.done;
+  const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
+  return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
+    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+      onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
+    <main class="chat" aria-label="conversation">
+      <header class="top">
+        <button class="menu" aria-label="conversations" aria-expanded=${side} onClick=${() => setSide(!side)}>☰</button>
+        <h1 class="title">${title || conv}</h1>
+        <span class=${"conn " + conn} role="status" aria-label=${"connection " + conn}>${conn === "open" ? "" : conn}</span>
+        <nav class="tabs" aria-label="views">${PANELS.map((p) => html`<button key=${p}
+          aria-pressed=${panel === p} onClick=${() => setPanel(panel === p ? null : p)}>${p}</button>`)}
+          <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
+      </header>
+      <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
+        ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
+        ${live && html`<${Live} live=${live} />`}
+        ${notes.map((n) => html`<div key=${"n" + n.seq} class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`)}
+      </div>
+      ${working && html`<${Banner} live=${live} onStop=${stop} />`}
+      ${toast && html`<div class="toast" role="alert">${toast}</div>`}
+      <${Composer} onSend=${send} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
+    </main>
+    ${panel && html`<aside class="panel" aria-label=${panel}>
+      <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
+      ${panel === "branches" && html`<${Branches} conv=${conv} command=${command} tick=${tick} />`}
+      ${panel === "memory" && html`<${Memory} notify=${notify} />`}
+      ${panel === "review" && html`<${Review} notify=${notify} />`}
+      ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick} />`}
+      ${panel === "status" && html`<${Status} conv=${conv} tick=${tick} />`}
+    </aside>`}
+  </div>`;
+}
+
+render(html`<${App} />`, document.getElementById("app"));

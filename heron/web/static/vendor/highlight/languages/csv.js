@@ -1,0 +1,1 @@
+var e=[{expand:"strDouble"},{type:"oper",match:/,/g}];export{e as default};

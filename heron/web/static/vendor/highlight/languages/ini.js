@@ -1,0 +1,1 @@
+var t=[{match:/(^[ \f\t\v]*)[#;].*/gm,type:"cmnt",sub:"todo"},{type:"var",match:/.*(?==)/g},{type:"section",match:/^\s*\[.+\]\s*$/gm},{type:"oper",match:/=/g},{type:"str",match:/.*/g}];export{t as default};

@@ -1,0 +1,1 @@
+var e=[{expand:"strDouble"}];export{e as default};

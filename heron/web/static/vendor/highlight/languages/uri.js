@@ -1,0 +1,1 @@
+var t=[{match:/^#.*/gm,type:"cmnt",sub:"todo"},{type:"class",match:/^\w+(?=:)/gm},{type:"num",match:/:\d+/g},{type:"oper",match:/[:/&?]|\w+=/g},{type:"func",match:/[.\w]+@|#[\w]+$/gm},{type:"var",match:/\w+\.\w+(\.\w+)*/g}];export{t as default};

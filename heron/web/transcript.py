@@ -1,0 +1,185 @@
+"""The visible layer of a conversation, built from the store for the browser.
+
+A transcript is what the person sees of the current branch: their messages (with attachments,
+and mail typed while the agent worked marked as such), the agent's replies as ordered segments
+(reasoning, text, tool pills with full arguments and result), `/new` separators and the notes
+Heron wrote itself. Tool results travel in user rows in the record; here each is folded into
+the pill of its call, as the live stream shows it. Consecutive assistant rows of one turn (a
+tool loop) form one reply block, so a reload shows exactly what the stream built.
+
+Pure reads of committed rows; the same rows always give the same transcript.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from heron.messages import File, Text, Thinking, ToolCall, ToolResult
+from heron.store import Store, StoredMessage
+
+MAIL_LABEL = "[sent while you were working] "  # heron/agent/turn.py labels mail this way
+
+
+@dataclass
+class Segment:
+    kind: str  # text | reasoning | tool
+    text: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    args: dict[str, Any] | None = None
+    result: str | None = None
+    is_error: bool = False
+
+
+@dataclass
+class Attachment:
+    name: str
+    mime: str
+    size: int
+    url: str  # where the browser fetches its bytes (GET, same origin)
+
+
+@dataclass
+class Item:
+    kind: str  # user | assistant | separator | note
+    id: int  # the first stored row it shows
+    turn: int | None = None  # the stored turn id
+    turn_message: int | None = None  # the user message that opened that turn
+    text: str = ""
+    mail: bool = False
+    files: list[Attachment] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)  # every stored row the item shows
+    # Part of a turn still running: a client replaying that turn from the serve's journal
+    # shows the stream instead (docs/web.md, "Resuming").
+    running: bool = False
+    # A user message's number on this branch: what `/edit N TEXT` takes (as /tree lists them).
+    number: int | None = None
+
+
+@dataclass
+class Transcript:
+    conversation: str
+    title: str | None
+    head_id: int | None
+    items: list[Item]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FILE_URL = "/api/conversations/{key}/files/{id}/{n}"
+
+
+def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None:
+    """The transcript of conversation `key` (None when there is none)."""
+    conv = store.conversation(key)
+    if conv is None:
+        return None
+    turns = {t.id: t for t in store.turns(conv.id)}
+    items: list[Item] = []
+    calls: dict[str, Segment] = {}
+    for row in store.branch(conv.id):
+        turn = turns.get(row.turn_id) if row.turn_id else None
+        before = len(items)
+        _add(items, calls, row, turn.user_message_id if turn else None, key, file_url)
+        if turn is not None and turn.status == "running":
+            for item in items[before:] or items[-1:]:
+                item.running = True
+    users = [i for i in items if i.kind == "user"]
+    for n, item in enumerate(users, 1):
+        item.number = n
+    return Transcript(conv.key, conv.title, conv.head_id, items)
+
+
+def _add(
+    items: list[Item],
+    calls: dict[str, Segment],
+    row: StoredMessage,
+    turn_message: int | None,
+    key: str,
+    file_url: str,
+) -> None:
+    message = row.message
+    if row.kind == "separator":
+        items.append(
+            Item("separator", row.id, row.turn_id, turn_message, message.text, rows=[row.id])
+        )
+        return
+    results = message.tool_results
+    if results:  # tool results: into the pills of their calls
+        for r in results:
+            _fill(calls, r)
+        if items and items[-1].kind == "assistant":
+            items[-1].rows.append(row.id)
+        return
+    if row.author == "heron" or row.kind != "message":
+        items.append(Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id]))
+        return
+    if message.role == "user":
+        items.append(_user(row, turn_message, key, file_url))
+        return
+    last = items[-1] if items else None
+    if last is None or last.kind != "assistant" or last.turn != row.turn_id:
+        last = Item("assistant", row.id, row.turn_id, turn_message)
+        items.append(last)
+    last.rows.append(row.id)
+    for part in message.parts:
+        _segment(last, calls, part)
+
+
+def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:
+    text = "".join(p.text for p in row.message.parts if isinstance(p, Text))
+    mail = text.startswith(MAIL_LABEL)
+    item = Item(
+        "user",
+        row.id,
+        row.turn_id,
+        turn_message,
+        text.removeprefix(MAIL_LABEL),
+        mail=mail,
+        rows=[row.id],
+    )
+    for n, part in enumerate(row.message.parts):
+        if isinstance(part, File):
+            url = file_url.format(key=key, id=row.id, n=n)
+            item.files.append(Attachment(part.name or "file", part.media_type, len(part.data), url))
+    return item
+
+
+def _segment(item: Item, calls: dict[str, Segment], part: Any) -> None:
+    last = item.segments[-1] if item.segments else None
+    if isinstance(part, Text) and part.text:
+        if last is not None and last.kind == "text":
+            last.text += part.text
+        else:
+            item.segments.append(Segment("text", part.text))
+    elif isinstance(part, Thinking) and part.text:
+        item.segments.append(Segment("reasoning", part.text))
+    elif isinstance(part, ToolCall):
+        seg = Segment("tool", call_id=part.id, name=part.name, args=dict(part.args))
+        calls[part.id] = seg
+        item.segments.append(seg)
+
+
+def _fill(calls: dict[str, Segment], result: ToolResult) -> None:
+    seg = calls.get(result.call_id)
+    if seg is not None:
+        seg.result = result.content
+        seg.is_error = result.is_error
+
+
+def file_part(store: Store, key: str, message_id: int, index: int) -> File | None:
+    """The attachment `index` of message `message_id`, when it belongs to conversation `key`."""
+    conv = store.conversation(key)
+    if conv is None:
+        return None
+    try:
+        row = store.message(message_id)
+    except Exception:  # no such row: the store raises its own error
+        return None
+    if row.conversation_id != conv.id or not 0 <= index < len(row.message.parts):
+        return None
+    part = row.message.parts[index]
+    return part if isinstance(part, File) else None

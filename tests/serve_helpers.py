@@ -1,0 +1,198 @@
+"""A `heron serve` in the test's own event loop (real uvicorn on 127.0.0.1, port 0, the
+control socket in the test's HERON_HOME), and small clients for /ws and the control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+
+from heron.config import Settings
+from heron.providers.base import Provider
+from heron.serve.app import Auth
+from heron.serve.lock import ServeInfo
+from heron.tools.registry import ToolRegistry
+
+WAIT = 30.0  # a bound on every wait, so a broken test fails instead of hanging
+
+
+@dataclass
+class Running:
+    info: ServeInfo
+    auth: Auth
+    out: StringIO
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    @property
+    def url(self) -> str:
+        return self.info.url
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/ws"
+
+
+@contextlib.asynccontextmanager
+async def running_serve(
+    provider: Provider, registry: ToolRegistry | None = None, **options: Any
+) -> AsyncIterator[Running]:
+    from heron.serve.main import serve
+
+    ready: asyncio.Future[tuple[ServeInfo, Auth]] = asyncio.get_running_loop().create_future()
+    stop, out = asyncio.Event(), StringIO()
+    task = asyncio.create_task(
+        serve(
+            Settings.load(),
+            port=0,
+            provider=provider,
+            registry=registry,
+            out=out,
+            on_ready=lambda info, auth: ready.set_result((info, auth)),
+            until=stop,
+            signals=False,
+            **options,
+        )
+    )
+    done, _ = await asyncio.wait({task, ready}, timeout=WAIT, return_when="FIRST_COMPLETED")
+    if task in done:
+        await task  # it failed to start: raise why
+    info, auth = ready.result()
+    running = Running(info, auth, out, stop, task)
+    try:
+        yield running
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT)
+
+
+@contextlib.asynccontextmanager
+async def ws_client(running: Running, **options: Any) -> AsyncIterator[ClientConnection]:
+    options.setdefault("origin", running.url)
+    async with connect(running.ws_url, **options) as ws:
+        yield ws
+
+
+async def ws_hello(ws: ClientConnection, key: str = "personal", last_seq: int | None = 0):
+    await ws.send(json.dumps({"type": "hello", "conversation": key, "last_seq": last_seq}))
+    return await ws_next(ws)
+
+
+async def ws_next(ws: ClientConnection) -> dict[str, Any]:
+    return json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+
+
+def matches(event: dict[str, Any], kind: str) -> bool:
+    """`kind` is an event type, or "idle": the status that follows a turn's end."""
+    if kind == "idle":
+        return event["type"] == "status" and event["state"] == "idle"
+    return event["type"] == kind
+
+
+async def ws_until(ws: ClientConnection, kind: str) -> list[dict[str, Any]]:
+    """Every event up to and including the first of `kind` (see `matches`)."""
+    seen = []
+    while True:
+        event = await ws_next(ws)
+        seen.append(event)
+        if matches(event, kind):
+            return seen
+
+
+class LineClient:
+    """The control socket, spoken by hand (the real client is heron/channels/remote.py)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, path: str | Path) -> LineClient:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        return cls(reader, writer)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(json.dumps(message).encode() + b"\n")
+        await self.writer.drain()
+
+    async def next(self) -> dict[str, Any]:
+        line = await asyncio.wait_for(self.reader.readline(), WAIT)
+        assert line, "the serve closed the control socket"
+        return json.loads(line)
+
+    async def until(self, kind: str) -> list[dict[str, Any]]:
+        seen = []
+        while True:
+            event = await self.next()
+            seen.append(event)
+            if matches(event, kind):
+                return seen
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+class ServeProcess:
+    """A real `heron serve --port 0` subprocess on `home`, ready once it printed its URL."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home, self.env = home, env
+        self.proc: subprocess.Popen[str] | None = None
+        self.banner = ""
+
+    def __enter__(self) -> ServeProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "heron", "serve", "--port", "0"],
+            env=clean_env(self.home, self.env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.banner = self.proc.stdout.readline()  # blocks until it listens (or dies)
+        assert self.banner.startswith("heron serve: "), self.proc.stderr.read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+def clean_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
+    }
+    env.update({"HERON_HOME": str(home), **extra})
+    return env
+
+
+@contextlib.contextmanager
+def maybe_serve(mode: str, home: Path, env: dict[str, str]):
+    """For tests of the CLI in both modes: a serve on the home in "serve" mode, none in
+    "inprocess" mode."""
+    if mode == "serve":
+        with ServeProcess(home, env) as serve:
+            yield serve
+    else:
+        yield None

@@ -1,0 +1,271 @@
+"""`heron serve`: /ws with a real uvicorn on 127.0.0.1 and a scripted model, the numbered
+journal (fan-out, resume from last_seq, gaps), /stop mid-tool, auth, Origin, CSP, the lock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+
+import httpx
+import pytest
+from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
+from websockets.exceptions import InvalidStatus
+
+from heron.bus import TurnEnd, TurnEvent
+from heron.config import Settings
+from heron.errors import ConfigError
+from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
+from heron.providers.scripted import ScriptedProvider
+from heron.serve.app import COOKIE
+from heron.serve.hub import CLIENT_QUEUE, Client, Hub
+from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
+from heron.store import Store
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+
+def _gated() -> tuple[ToolRegistry, asyncio.Event]:
+    gate = asyncio.Event()
+
+    @tool
+    async def quick(ctx: ToolContext) -> str:
+        """Finish at once."""
+        return "quick done"
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    return ToolRegistry([quick, wait_gate]), gate
+
+
+def _echo(request) -> Reply:
+    said = request.messages[-1].text.partition("[Runtime")[0].strip()
+    return Reply([Text(f"echo: {said}")], "done")
+
+
+async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it():
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        welcome = await ws_hello(ws)
+        assert welcome == {
+            "type": "welcome",
+            "conversation": "personal",
+            "seq": 0,
+            "busy": False,
+            "title": None,
+            "chat_id": welcome["chat_id"],
+            "model": "scripted/scripted",
+            "embedded": False,
+        }
+        await ws.send(json.dumps({"type": "send", "text": "hello there"}))
+        events = await ws_until(ws, "turn_end")
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "turn_start" and kinds[-1] == "turn_end" and "delta" in kinds
+    assert events[0]["text"] == "hello there" and events[0]["channel"] == "web"
+    assert events[0]["chat_id"] == welcome["chat_id"]  # a client knows its own messages
+    assert "".join(e["text"] for e in events if e["type"] == "delta") == "echo: hello there"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert {e["conversation"] for e in events} == {"personal"}
+    end = events[-1]
+    assert end["outcome"] == "delivered" and end["interrupted"] is False
+    assert set(end["usage"]) == {"input", "output", "cache_read", "cache_write"}
+
+
+async def test_two_clients_see_the_same_events_and_a_reconnect_resumes_exactly():
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        async with ws_client(serve) as a, ws_client(serve) as b:
+            await ws_hello(a)
+            await ws_hello(b)
+            await a.send(json.dumps({"type": "send", "text": "one"}))
+            seen_a = await ws_until(a, "idle")
+            seen_b = await ws_until(b, "idle")
+            assert seen_a == seen_b
+        middle = seen_a[len(seen_a) // 2]["seq"]
+        async with ws_client(serve) as c:  # a tab reloaded: it saw up to `middle`
+            welcome = await ws_hello(c, last_seq=middle)
+            assert welcome["seq"] == seen_a[-1]["seq"] and "gap" not in welcome
+            resumed = [await ws_next(c) for _ in range(len(seen_a) - middle)]
+            await c.send(json.dumps({"type": "send", "text": "two"}))
+            after = await ws_next(c)
+    assert resumed == seen_a[middle:]  # nothing lost, nothing repeated
+    assert after["type"] == "turn_start" and after["seq"] == seen_a[-1]["seq"] + 1
+
+
+async def test_stop_mid_tool_ends_the_turn_and_keeps_the_finished_tool_work():
+    registry, _gate = _gated()  # the gate stays shut: only /stop ends the turn
+    script = [
+        Reply([Text("Step one."), ToolCall("c1", "quick", {})], "tool"),
+        Reply([ToolCall("c2", "wait_gate", {})], "tool"),
+    ]
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "job")
+        await ws.send(json.dumps({"type": "send", "text": "do the job"}))
+        started = []
+        while len(started) < 2:
+            event = await ws_next(ws)
+            if event["type"] == "tool_start":
+                started.append(event)
+        await ws.send(json.dumps({"type": "stop"}))
+        events = await ws_until(ws, "turn_end")
+    assert events[-1]["interrupted"] is True and events[-1]["outcome"] == "stale"
+    store = Store(Settings.load().paths.db)
+    conversation = store.conversation("job")
+    assert conversation is not None
+    parts = [p for m in store.branch(conversation.id) for p in m.message.parts]
+    store.close()
+    results = {p.call_id: p.content for p in parts if isinstance(p, ToolResult)}
+    assert results.get("c1") == "quick done"
+    assert any(isinstance(p, Text) and "Step one." in p.text for p in parts)
+
+
+async def test_a_ws_upgrade_from_another_origin_or_none_is_refused():
+    async with running_serve(ScriptedProvider([])) as serve:
+        for origin in ("http://evil.example", None):
+            with pytest.raises(InvalidStatus) as refused:
+                async with ws_client(serve, origin=origin):
+                    pass
+            assert refused.value.response.status_code == 403
+        async with ws_client(serve) as ws:  # the served origin is let in
+            assert (await ws_hello(ws))["type"] == "welcome"
+
+
+async def test_loopback_needs_no_login_and_every_response_carries_the_csp():
+    async with running_serve(ScriptedProvider([])) as serve:
+        assert serve.auth.required is False and "login" not in serve.out.getvalue()
+        async with httpx.AsyncClient(base_url=serve.url) as http:
+            response = await http.get("/api/nothing-here")
+    assert response.status_code == 404
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_with_auth_on_every_route_and_the_ws_need_the_cookie_from_a_one_time_code():
+    async with running_serve(ScriptedProvider(_echo), force_auth=True) as serve:
+        code = serve.auth.code
+        assert code and f"/login?code={code}" in serve.out.getvalue()
+        async with httpx.AsyncClient(base_url=serve.url) as http:
+            assert (await http.get("/")).status_code == 401
+            assert (await http.get("/login", params={"code": "wrong"})).status_code == 403
+            login = await http.get("/login", params={"code": code})
+            again = await http.get("/login", params={"code": code})
+        assert login.status_code == 303 and login.headers["location"] == "/"
+        cookie = login.headers["set-cookie"]
+        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+        assert again.status_code == 403  # the code works once
+        with pytest.raises(InvalidStatus) as refused:
+            async with ws_client(serve):
+                pass
+        assert refused.value.response.status_code == 403
+        token = login.cookies[COOKIE]
+        headers = {"Cookie": f"{COOKIE}={token}"}
+        async with ws_client(serve, additional_headers=headers) as ws:
+            assert (await ws_hello(ws))["type"] == "welcome"
+        async with httpx.AsyncClient(base_url=serve.url, cookies={COOKIE: token}) as http:
+            assert (await http.get("/api/nothing-here")).status_code == 404  # past the guard
+
+
+async def test_the_control_socket_is_private_and_speaks_the_same_protocol():
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        path = serve.info.socket
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        client = await LineClient.open(path)
+        await client.send({"type": "hello", "conversation": "k", "last_seq": None})
+        assert (await client.next())["type"] == "welcome"
+        await client.send({"type": "send", "text": "via the socket"})
+        events = await client.until("idle")
+        await client.send({"type": "bogus"})
+        refusal = await client.next()
+        await client.close()
+    assert "".join(e["text"] for e in events if e["type"] == "delta") == "echo: via the socket"
+    assert refusal["type"] == "error" and refusal["hint"]
+
+
+async def test_shutdown_stops_a_running_turn_its_clients_hear_the_end_and_the_files_go():
+    registry, _gate = _gated()
+    script = [Reply([Text("Starting."), ToolCall("c1", "wait_gate", {})], "tool")]
+    async with running_serve(ScriptedProvider(script), registry) as serve:
+        async with ws_client(serve) as ws:
+            await ws_hello(ws)
+            await ws.send(json.dumps({"type": "send", "text": "go"}))
+            await ws_until(ws, "tool_start")
+            serve.stop.set()  # what SIGTERM does
+            end = await ws_until(ws, "turn_end")
+        await asyncio.wait_for(serve.task, 30)
+        home = Settings.load().paths.home
+    assert end[-1]["interrupted"] is True
+    assert not (home / SOCKET_NAME).exists() and not (home / INFO_NAME).exists()
+
+
+def test_a_second_serve_on_the_home_is_refused_naming_the_first():
+    home = Settings.load().paths.ensure().home
+    with ServeLock(home) as first:
+        first.publish("http://127.0.0.1:1234")
+        with pytest.raises(ConfigError) as refused:
+            ServeLock(home).acquire()
+    message = str(refused.value)
+    assert f"pid {os.getpid()}" in message and "http://127.0.0.1:1234" in message
+
+
+def test_files_left_by_a_killed_serve_do_not_block_a_new_one():
+    home = Settings.load().paths.ensure().home
+    (home / INFO_NAME).write_text(json.dumps({"pid": 999999, "url": "http://x", "socket": "s"}))
+    (home / SOCKET_NAME).write_text("")  # a stale socket file
+    with ServeLock(home) as lock:
+        assert not (home / SOCKET_NAME).exists()
+        info = lock.publish("http://127.0.0.1:9")
+        assert read_info(home) == info and info.pid == os.getpid()
+    assert read_info(home) is None
+
+
+# ---- the hub alone --------------------------------------------------------------------------
+
+
+def _delta(key: str, text: str) -> TurnEvent:
+    return TurnEvent("web", "1", key, "delta", text)
+
+
+async def test_the_journal_is_bounded_and_an_old_last_seq_is_told_gap():
+    hub = Hub(size=5)
+    for i in range(8):
+        await hub.deliver(_delta("k", str(i)))
+    client = Client("web", "c")
+    hub.attach(client, "k", 2)  # events 3.. are kept only from 4 on
+    welcome = client.queue.get_nowait()
+    assert welcome["gap"] is True and welcome["seq"] == 8 and client.queue.empty()
+    again = Client("web", "d")
+    hub.attach(again, "k", 5)
+    assert again.queue.get_nowait().get("gap") is None
+    assert [again.queue.get_nowait()["seq"] for _ in range(3)] == [6, 7, 8]
+
+
+async def test_a_client_that_falls_behind_never_blocks_the_others_and_is_told_to_resync():
+    hub = Hub()
+    slow, fast = Client("web", "slow"), Client("web", "fast")
+    hub.attach(slow, "k", None)
+    hub.attach(fast, "k", None)
+    fast.queue.get_nowait()
+    for i in range(CLIENT_QUEUE + 5):
+        await hub.deliver(_delta("k", str(i)))
+        if not fast.queue.empty():
+            fast.queue.get_nowait()  # the fast client keeps up
+    assert slow.gaps == 1
+    events = [slow.queue.get_nowait() for _ in range(slow.queue.qsize())]
+    assert events[0]["type"] == "welcome" and events[0]["gap"] is True
+    assert [e["seq"] for e in events[1:]] == list(range(events[0]["seq"] + 1, CLIENT_QUEUE + 6))
+    assert fast.gaps == 0
+
+
+async def test_a_turn_end_carries_its_usage_and_what_it_cost():
+    hub = Hub(cost=lambda usage: usage.input * 0.001 + usage.output * 0.002)
+    client = Client("web", "c")
+    hub.attach(client, "k", None)
+    end = TurnEnd(True, "delivered", usage=Usage(input=100, output=10, cache_read=40))
+    await hub.deliver(TurnEvent("web", "c", "k", "turn_end", end=end))
+    client.queue.get_nowait()  # welcome
+    event = client.queue.get_nowait()
+    assert event["usage"] == {"input": 100, "output": 10, "cache_read": 40, "cache_write": 0}
+    assert event["cost_usd"] == pytest.approx(0.12)

@@ -1,0 +1,213 @@
+"""`heron run` (and chat's connection) as thin clients of a running serve: the same output as
+in-process, busy conversations answered through the mailbox, no provider imported."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from rich.console import Console
+from serve_helpers import (
+    LineClient,
+    ServeProcess,
+    clean_env,
+    running_serve,
+    ws_client,
+    ws_hello,
+    ws_until,
+)
+
+from heron.channels.remote import connect_remote, serve_socket
+from heron.channels.script import run_message, run_once
+from heron.channels.terminal import PERSONAL, ChatState, TerminalView
+from heron.config import Settings
+from heron.entry import parse_run
+from heron.messages import Reply, Text, ToolCall
+from heron.providers.scripted import ScriptedProvider
+from heron.store import Store
+from heron.store.records import is_internal
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+
+class _Watched(StringIO):
+    """stderr that says when a word was written to it."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__()
+        self.word, self.seen = word, asyncio.Event()
+
+    def write(self, text: str) -> int:
+        if self.word in text:
+            self.seen.set()
+        return super().write(text)
+
+
+def _echo(request) -> Reply:
+    said = request.messages[-1].text.partition("[Runtime")[0].strip()
+    return Reply([Text(f"echo: {said}")], "done")
+
+
+async def test_heron_run_through_serve_prints_what_it_prints_in_process():
+    through = (StringIO(), StringIO())
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        ok = await run_message(Settings.load, "hi there", "default", "k1", None, False, *through)
+        served = serve.url
+    alone = (StringIO(), StringIO())
+    provider = ScriptedProvider(_echo)
+    assert await run_once(
+        Settings.load(), "hi there", "default", "k2", None, False, *alone, provider
+    )
+    assert ok and served
+    assert through[0].getvalue() == alone[0].getvalue() == "echo: hi there\n"
+    assert through[1].getvalue() == alone[1].getvalue()
+
+
+async def test_heron_run_on_a_busy_conversation_says_so_and_is_answered_in_the_running_turn():
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    seen: list[str] = []
+
+    def script(request) -> Reply:
+        said = [m.text for m in request.messages if m.role == "user"]
+        seen.append(said[-1])
+        if len(seen) == 1:
+            return Reply([ToolCall("c1", "wait_gate", {})], "tool")
+        return Reply([Text("answered both")], "done")
+
+    out, err = StringIO(), _Watched("busy")
+    registry = ToolRegistry([wait_gate])
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws)
+        await ws.send(json.dumps({"type": "send", "text": "start the job"}))
+        await ws_until(ws, "tool_start")
+        run = asyncio.create_task(
+            run_message(Settings.load, "and this too", "default", "personal", None, False, out, err)
+        )
+        await asyncio.wait_for(err.seen.wait(), 30)
+        assert not run.done()
+        gate.set()
+        assert await asyncio.wait_for(run, 30)
+        browser = await ws_until(ws, "turn_end")
+    assert "went to the running turn" in err.getvalue()
+    assert out.getvalue() == "answered both\n"
+    assert any("and this too" in m for m in seen)  # the mail reached the model in that turn
+    assert browser[-1]["reply"] == "answered both"  # the browser saw the same turn end
+
+
+@pytest.mark.slow
+def test_a_run_through_serve_imports_no_provider_and_no_sdk(heron_home):
+    with FakeOpenAIServer([ServerReply(text="light reply")]) as model:
+        env = {"HERON_BASE_URL": model.base_url, "HERON_API_KEY": "d", "HERON_MODEL": "fake-model"}
+        with ServeProcess(heron_home, env):
+            run = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "heron", "run", "hello"],
+                env=clean_env(heron_home, env),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "light reply\n"
+    imported = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)", run.stderr, re.M))
+    assert "heron.channels.remote" in imported  # it went through the serve
+    heavy = {m for m in imported if m.split(".")[0] in ("openai", "anthropic", "xllamacpp")}
+    heavy |= {m for m in imported if m.split(".")[0] in ("typer", "pydantic", "rich")}
+    heavy |= {
+        m for m in imported if m.startswith(("heron.providers", "heron.agent", "heron.store"))
+    }
+    assert heavy == set()
+
+
+async def test_the_terminal_and_the_browser_share_the_personal_conversation_as_it_streams():
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)  # the browser's tab, on `personal` by default
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("typed in the terminal", PERSONAL)
+            await conn.settle()
+            in_browser = await ws_until(ws, "turn_end")
+            await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
+            await ws_until(ws, "turn_end")
+            await conn.wait_ended(2)  # the browser's turn reached the terminal too
+    start = in_browser[0]
+    assert start["type"] == "turn_start" and start["text"] == "typed in the terminal"
+    assert start["channel"] == "terminal"
+    assert "".join(e["text"] for e in in_browser if e["type"] == "delta") == (
+        "echo: typed in the terminal"
+    )
+    shown = screen.getvalue()
+    assert "web › typed in the browser" in shown and "echo: typed in the browser" in shown
+    assert "terminal › typed in the terminal" not in shown  # its own message is not echoed
+
+
+async def test_internal_conversations_are_never_listed():
+    keys = ["personal", "cron:daily-news", "heartbeat", "subagent:abc", "cronjob", "Heartbeat"]
+    store = Store(Settings.load().paths.ensure().db)
+    for key in keys:
+        store.open_conversation(key)
+    listed = {c.key for c in store.conversations()}
+    everything = {c.key for c in store.conversations(internal=True)}
+    store.close()
+    assert listed == {k for k in keys if not is_internal(k)} == {"personal", "cronjob", "Heartbeat"}
+    assert everything == set(keys)
+    async with running_serve(ScriptedProvider([])) as serve:
+        client = await LineClient.open(serve.info.socket)
+        await client.send({"type": "conversations"})
+        answer = await client.next()
+        await client.close()
+    assert {i["key"] for i in answer["items"]} == listed  # what /resume offers through serve
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["hello"], {"message": "hello"}),
+        (["-"], {"message": "-"}),
+        (["--conversation", "k", "hi"], {"message": "hi", "conversation": "k"}),
+        (["--conversation=k", "--agent", "work", "hi"], {"conversation": "k", "agent": "work"}),
+        (["--retry", "--conversation", "k"], {"message": "/retry", "retry": True}),
+        (["--", "-starts with a dash"], {"message": "-starts with a dash"}),
+    ],
+)
+def test_the_fast_path_reads_the_options_it_knows(args, expected):
+    parsed = parse_run(args)
+    assert parsed is not None
+    assert {k: parsed[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # no message: the full CLI explains
+        ["--help"],
+        ["--model", "m", "hi"],
+        ["--ephemeral", "hi"],
+        ["-c", "k", "hi"],  # short options are the full CLI's to define
+        ["-a", "file", "hi"],
+        ["--json", "hi"],
+        ["one", "two"],
+        ["--retry", "hi"],
+        ["--conversation"],
+    ],
+)
+def test_anything_else_goes_to_the_full_cli(args):
+    assert parse_run(args) is None

@@ -1,0 +1,350 @@
+"""The web UI's REST routes (heron/serve/api.py) against a home whose turns ran through the real
+AgentLoop with a scripted model: transcripts rebuilt from the store, conversations (list,
+search, new, rename, delete with the CLI's refusals), branches, memory and its review queue,
+the compaction inspector, status and uploads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from heron.agent.engine import Engine
+from heron.channels.inprocess import connect
+from heron.config import Settings
+from heron.memory.entries import EntryPath
+from heron.memory.service import MemoryService
+from heron.messages import Reply, Text, Thinking, ToolCall, Usage
+from heron.providers.scripted import ScriptedProvider
+from heron.serve import api
+from heron.store import Store
+from heron.store import engine_state as es
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.web import uploads
+from heron.web.transcript import build
+
+
+@tool
+def lookup(ctx: ToolContext, word: str) -> str:
+    """Look a word up.
+
+    Args:
+        word: the word.
+    """
+    return f"{word}: a wading bird"
+
+
+async def _turns(messages: list[str], replies: Any, key: str = "personal") -> None:
+    """Run `messages` as turns of `key`, one after the other, answered by `replies`."""
+    settings = Settings.load()
+    provider = ScriptedProvider(replies)
+    async with Engine.open(settings, provider=provider, registry=ToolRegistry([lookup])) as eng:
+        done: list[str] = []
+
+        async def deliver(item) -> None:
+            if getattr(item, "kind", None) == "turn_end":
+                done.append(item.key)
+
+        async with connect(eng, "web", "tab", deliver) as agent:
+            for text in messages:
+                await agent.send(text, key)
+                await agent.settle()
+
+
+def _tool_turn() -> list[Reply]:
+    call = ToolCall("c1", "lookup", {"word": "heron"})
+    return [
+        Reply([Thinking("The user asks a word."), Text("Let me look."), call], "tool", Usage(5, 2)),
+        Reply([Text("A **heron** is a wading bird.")], "done", Usage(9, 3)),
+    ]
+
+
+@pytest.fixture
+def client() -> TestClient:
+    app = FastAPI()
+    api.install(app, Settings.load())
+    return TestClient(app)
+
+
+def test_transcript_has_the_user_message_reasoning_text_and_a_tool_pill_with_its_result(client):
+    asyncio.run(_turns(["what is a heron?"], _tool_turn()))
+    body = client.get("/api/conversations/personal/transcript").json()
+    kinds = [i["kind"] for i in body["items"]]
+    assert kinds == ["user", "assistant"]
+    user, reply = body["items"]
+    assert user["text"] == "what is a heron?" and not user["mail"]
+    segs = reply["segments"]
+    assert [s["kind"] for s in segs] == ["reasoning", "text", "tool", "text"]
+    assert segs[0]["text"] == "The user asks a word."
+    assert segs[2]["name"] == "lookup" and segs[2]["args"] == {"word": "heron"}
+    assert segs[2]["result"] == "heron: a wading bird" and not segs[2]["is_error"]
+    assert segs[3]["text"] == "A **heron** is a wading bird."
+    assert not any(i["running"] for i in body["items"])
+    # Rebuilt from the store, the same rows give the same transcript.
+    assert client.get("/api/conversations/personal/transcript").json() == body
+
+
+def test_new_shows_a_separator_and_a_missing_conversation_is_empty(client):
+    asyncio.run(_turns(["hi", "/new", "again"], lambda request: Reply([Text("hello")], "done")))
+    items = client.get("/api/conversations/personal/transcript").json()["items"]
+    assert [i["kind"] for i in items] == ["user", "assistant", "separator", "user", "assistant"]
+    empty = client.get("/api/conversations/nothing-yet/transcript").json()
+    assert empty["items"] == []
+
+
+def test_a_running_turn_is_flagged_so_the_stream_replaces_it(tmp_path):
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("personal")
+    from heron.messages import Message
+
+    store.begin_turn(conv.id, "run-1", Message("user", [Text("still going")]))
+    built = build(store, "personal")
+    assert built is not None and built.items[0].running
+
+
+def test_list_search_new_rename_and_delete(client):
+    asyncio.run(_turns(["tell me about pelicans"], [Reply([Text("Pelicans fish.")], "done")]))
+    asyncio.run(_turns(["and kingfishers"], [Reply([Text("They dive.")], "done")], key="other"))
+    keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
+    assert set(keys) == {"personal", "other"}
+    found = client.get("/api/conversations", params={"q": "pelicans"}).json()["conversations"]
+    assert [c["key"] for c in found] == ["personal"]
+    assert "pelicans" in found[0]["snippet"].lower()
+
+    made = client.post("/api/conversations", json={}).json()["key"]
+    assert made.startswith("web-")
+    bad = client.post("/api/conversations", json={"key": "has space"})
+    assert bad.status_code == 400 and "hint" in bad.json()["detail"]
+
+    renamed = client.patch("/api/conversations/other", json={"title": "Birds that dive"})
+    assert renamed.status_code == 200
+    rows = client.get("/api/conversations").json()["conversations"]
+    assert {c["key"]: c["title"] for c in rows}["other"] == "Birds that dive"
+    assert client.patch("/api/conversations/other", json={"title": " "}).status_code == 400
+    assert client.patch("/api/conversations/nope", json={"title": "x"}).status_code == 404
+
+    assert client.delete("/api/conversations/other").status_code == 200
+    keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
+    assert "other" not in keys
+    assert client.delete("/api/conversations/other").status_code == 404
+
+
+def test_delete_refuses_while_a_chat_holds_the_conversation_and_names_it(client):
+    asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done")]))
+    store = Store(Settings.load().paths.db)
+    conv = store.conversation("personal")
+    es.enter(store, conv.id, "chat-1", "an open chat", ttl=60)
+    refused = client.delete("/api/conversations/personal")
+    assert refused.status_code == 409
+    detail = refused.json()["detail"]
+    assert "still in use" in detail["message"] and "open chat" in detail["message"]
+    assert detail["hint"]
+    assert store.conversation("personal") is not None  # nothing lost
+
+
+def test_delete_refuses_while_the_serve_runs_a_turn_in_it():
+    asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done")]))
+    app = FastAPI()
+    api.install(app, Settings.load(), busy=lambda key: key == "personal")
+    refused = TestClient(app).delete("/api/conversations/personal")
+    assert refused.status_code == 409 and "a turn runs" in refused.json()["detail"]["message"]
+
+
+def test_branches_after_a_retry(client):
+    replies = [Reply([Text("first answer")], "done"), Reply([Text("second answer")], "done")]
+    asyncio.run(_turns(["question", "/retry"], replies))
+    body = client.get("/api/conversations/personal/branches").json()
+    assert len(body["branches"]) == 2
+    assert [b["current"] for b in body["branches"]] == [False, True]
+    assert body["branches"][1]["text"] == "second answer"
+    assert [m["text"] for m in body["messages"]] == ["question"]
+    users = [
+        i
+        for i in client.get("/api/conversations/personal/transcript").json()["items"]
+        if i["kind"] == "user"
+    ]
+    assert [(u["number"], u["id"]) for u in users] == [(m["n"], m["id"]) for m in body["messages"]]
+    items = client.get("/api/conversations/personal/transcript").json()["items"]
+    assert items[-1]["segments"][0]["text"] == "second answer"
+
+
+def test_memory_by_scope_with_quote_review_and_forget(client):
+    asyncio.run(
+        _turns(["remember that I live in Lyon", "I prefer tea"], [Reply([Text("ok")], "done")] * 2)
+    )
+    settings = Settings.load()
+    store = Store(settings.paths.db)
+    conv = store.conversation("personal")
+    service = MemoryService(settings.paths.memory, store)
+    service.save(
+        conv.id,
+        EntryPath.parse("user/always/home.md"),
+        "I live in Lyon",
+        conversation_key="personal",
+    )
+    sid = service.suggest_fact(conv.id, EntryPath.parse("user/always/tea.md"), "I prefer tea")
+    assert sid is not None
+
+    scopes = client.get("/api/memory").json()["scopes"]
+    assert [s["scope"] for s in scopes] == ["user"]
+    entry = scopes[0]["entries"][0]
+    assert entry["path"] == "user/always/home.md" and entry["quote"] == "I live in Lyon"
+    assert entry["origin"] == "user" and entry["conversation"] == "personal"
+
+    waiting = client.get("/api/memory/review").json()["suggestions"]
+    assert [s["id"] for s in waiting] == [sid] and "I prefer tea" in waiting[0]["line"]
+    accepted = client.post(f"/api/memory/review/{sid}/accept")
+    assert accepted.status_code == 200 and accepted.json()["status"] == "accepted"
+    assert client.get("/api/memory/review").json()["suggestions"] == []
+    paths = [e["path"] for e in client.get("/api/memory").json()["scopes"][0]["entries"]]
+    assert "user/always/tea.md" in paths
+
+    gone = client.delete("/api/memory/entries/user/always/home.md")
+    assert gone.status_code == 200
+    paths = [e["path"] for e in client.get("/api/memory").json()["scopes"][0]["entries"]]
+    assert "user/always/home.md" not in paths
+    assert client.post(f"/api/memory/review/{sid}/maybe").status_code == 404
+
+
+def test_reject_drops_a_suggestion(client):
+    asyncio.run(_turns(["I prefer coffee"], [Reply([Text("ok")], "done")]))
+    settings = Settings.load()
+    store = Store(settings.paths.db)
+    service = MemoryService(settings.paths.memory, store)
+    conv = store.conversation("personal")
+    sid = service.suggest_fact(conv.id, EntryPath.parse("user/always/coffee.md"), "I prefer coffee")
+    assert client.post(f"/api/memory/review/{sid}/reject").json()["status"] == "rejected"
+    assert client.get("/api/memory").json()["scopes"] == []
+
+
+def test_compaction_inspector_and_status(client):
+    asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done", Usage(100, 5, cache_read=40))]))
+    found = client.get("/api/conversations/personal/compactions").json()
+    assert found["compactions"] == []
+    assert [m["role"] for m in found["view"]] == ["user", "assistant"]
+    assert found["view"][1]["text"] == "hello" and found["system"]
+    status = client.get("/api/conversations/personal/status").json()
+    assert status["turns"] == 1 and status["context"] == 105 and status["busy"] is False
+    assert status["cache_hit"] == pytest.approx(0.4)
+
+
+def test_upload_is_kept_and_over_the_cap_refused(client, monkeypatch):
+    made = client.post(
+        "/api/uploads",
+        params={"name": "notes.txt"},
+        content=b"hello",
+        headers={"Content-Type": "text/plain"},
+    )
+    assert made.status_code == 201
+    body = made.json()
+    assert body["name"] == "notes.txt" and body["mime"] == "text/plain" and body["size"] == 5
+    found = uploads.load_upload(Settings.load().paths.home, body["upload_id"])
+    assert found is not None and found[1] == b"hello"
+    assert uploads.load_upload(Settings.load().paths.home, "../../etc/passwd") is None
+
+    monkeypatch.setattr(api, "UPLOAD_CAP", 10)
+    big = client.post("/api/uploads", params={"name": "big.bin"}, content=b"x" * 11)
+    assert big.status_code == 413
+    assert "larger than" in big.json()["detail"]["message"] and big.json()["detail"]["hint"]
+
+
+def test_attachments_are_listed_and_served(client):
+    from heron.messages import File, Message
+
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("personal")
+    png = b"\x89PNG\r\n\x1a\nfake"
+    store.begin_turn(conv.id, "r1", Message("user", [Text("see"), File("image/png", png, "a.png")]))
+    items = client.get("/api/conversations/personal/transcript").json()["items"]
+    files = items[0]["files"]
+    assert files == [
+        {
+            "name": "a.png",
+            "mime": "image/png",
+            "size": len(png),
+            "url": f"/api/conversations/personal/files/{items[0]['id']}/1",
+        }
+    ]
+    got = client.get(files[0]["url"])
+    assert got.status_code == 200 and got.content == png
+    assert got.headers["content-type"] == "image/png"
+    assert client.get(f"/api/conversations/personal/files/{items[0]['id']}/0").status_code == 404
+    assert client.get("/api/conversations/other/files/1/1").status_code == 404
+
+
+def test_internal_conversations_are_never_listed(client):
+    store = Store(Settings.load().paths.ensure().db)
+    store.open_conversation("subagent:abc")
+    store.open_conversation("heartbeat")
+    store.open_conversation("personal")
+    keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
+    assert keys == ["personal"]
+    assert json.dumps(keys)
+
+
+def test_uploads_become_file_parts_in_order_and_an_unknown_one_is_refused(client):
+    from heron.errors import HeronError
+
+    home = Settings.load().paths.home
+    ids = []
+    for name, body, mime in (
+        ("a.txt", b"alpha", "text/plain"),
+        ("b.png", b"\x89PNG..", "image/png"),
+    ):
+        made = client.post(
+            "/api/uploads", params={"name": name}, content=body, headers={"Content-Type": mime}
+        )
+        ids.append(made.json()["upload_id"])
+    files = uploads.uploaded_files(home, [{"upload_id": i} for i in ids])
+    assert [(f.name, f.media_type, f.data) for f in files] == [
+        ("a.txt", "text/plain", b"alpha"),
+        ("b.png", "image/png", b"\x89PNG.."),
+    ]
+    with pytest.raises(HeronError, match="no upload"):
+        uploads.uploaded_files(home, [{"upload_id": "0" * 24}])
+
+
+async def test_a_send_with_uploads_carries_them_as_file_parts_and_a_missing_one_is_refused():
+    """The turn wiring: a `send` naming uploads reaches the bus as one InboundMessage whose
+    `files` are the uploaded bytes, in order; an unknown upload is refused to that client
+    alone and nothing is sent."""
+    from heron.serve.hub import Hub
+    from heron.serve.session import Session
+    from heron.web.uploads import Upload, save
+
+    home = Settings.load().paths.ensure().home
+    save(home, Upload("a" * 24, "notes.txt", "text/plain", 5), b"hello")
+    sent: list[tuple[Any, ...]] = []
+
+    class Runtime:
+        hub = Hub()
+        engine = type("E", (), {"settings": Settings.load()})()
+
+        def submit(self, *args: Any) -> None:
+            sent.append(args)
+
+    replies: list[dict[str, Any]] = []
+    session = Session(Runtime(), None, "web")  # type: ignore[arg-type]
+
+    async def reply(event: dict[str, Any]) -> None:
+        replies.append(event)
+
+    session._reply = reply  # type: ignore[method-assign]
+    await session.handle({"type": "hello", "conversation": "personal", "last_seq": None})
+    files = [{"name": "notes.txt", "mime": "text/plain", "upload_id": "a" * 24}]
+    await session.handle({"type": "send", "text": "see the file", "files": files})
+    assert len(sent) == 1
+    text, key, *_rest, attached = sent[0]
+    assert (text, key) == ("see the file", "personal")
+    assert [(f.name, f.media_type, f.data) for f in attached] == [
+        ("notes.txt", "text/plain", b"hello")
+    ]
+
+    await session.handle({"type": "send", "text": "", "files": [{"upload_id": "b" * 24}]})
+    assert len(sent) == 1
+    assert replies[-1]["type"] == "error" and "no upload" in replies[-1]["message"]
+    assert replies[-1]["hint"]

@@ -1,0 +1,365 @@
+"""The browser UI in headless Chromium (Playwright) against a real uvicorn on 127.0.0.1 and a
+model the test steers: send, streaming, stop mid-tool, reload mid-stream without loss or
+repeats, branches, memory review, upload."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from web_harness import SteeredModel, chromium, control_send, serve
+
+from heron.messages import ToolCall
+
+pytestmark = pytest.mark.slow
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the dev extra installs it
+    pytest.skip("playwright is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def model() -> SteeredModel:
+    return SteeredModel()
+
+
+@pytest.fixture
+def site(model: SteeredModel) -> Iterator[Any]:
+    with serve(model) as served:
+        yield served
+
+
+@pytest.fixture
+def page(browser: Any, site: Any) -> Iterator[Any]:
+    context = browser.new_context()
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(site.url + "/")
+    expect(pg.get_by_role("textbox", name="message")).to_be_visible()
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def _send(page: Any, text: str) -> None:
+    box = page.get_by_role("textbox", name="message")
+    box.fill(text)
+    box.press("Enter")
+
+
+def test_send_streams_the_reply_then_shows_it_from_the_store(page, model):
+    _send(page, "hello there")
+    log = page.get_by_role("log", name="transcript")
+    expect(log.get_by_text("hello there")).to_be_visible()
+    expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    model.feed(("thinking", "Greet back."), ("text", "Hello, "))
+    expect(log.locator(".live")).to_contain_text("Hello,")
+    reasoning = log.locator("details.reasoning").first
+    expect(reasoning).not_to_have_attribute("open", "")  # collapsed by default
+    model.feed(("text", "**friend**."), ("end", None))
+    expect(log.locator(".msg.assistant:not(.live) strong")).to_have_text("friend")
+    expect(log.locator(".live")).to_have_count(0)  # now the stored transcript
+    expect(page.get_by_text("Agent is working")).to_have_count(0)
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live) strong")).to_have_text("friend")
+    expect(page.locator(".msg.user")).to_have_count(1)
+
+
+def test_shift_enter_makes_a_new_line_and_enter_sends(page, model):
+    box = page.get_by_role("textbox", name="message")
+    box.fill("line one")
+    box.press("Shift+Enter")
+    box.type("line two")
+    assert box.input_value() == "line one\nline two"
+    box.press("Enter")
+    expect(page.locator(".msg.user .user-text")).to_have_text("line one\nline two")
+    model.reply("ok")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+
+
+def test_stop_mid_tool_keeps_what_was_shown(browser, model):
+    with serve(model) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        _send(pg, "run the slow tool")
+        model.feed(
+            ("text", "Starting."),
+            ("call", ToolCall("c1", "bash", {"command": "sleep 30"})),
+            ("end", None),
+        )
+        pill = pg.locator("details.pill")
+        expect(pill).to_have_count(1)
+        expect(pill).to_contain_text("bash")
+        pg.keyboard.press("Escape")
+        expect(pg.get_by_text("Agent is working")).to_have_count(0)
+        expect(pg.locator(".msg.assistant:not(.live)").first).to_contain_text("Starting.")
+        pg.reload()
+        expect(pg.locator(".msg.assistant:not(.live)").first).to_contain_text("Starting.")
+        pg.close()
+
+
+def test_reload_mid_stream_resumes_without_loss_or_repeats(page, model):
+    _send(page, "tell a story")
+    model.feed(("text", "Once upon "))
+    expect(page.locator(".live")).to_contain_text("Once upon")
+    page.reload()
+    expect(page.locator(".live")).to_contain_text("Once upon")
+    model.feed(("text", "a time."), ("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Once upon a time.")
+    text = page.locator(".messages").inner_text()
+    assert text.count("Once upon") == 1 and text.count("tell a story") == 1
+
+
+def test_a_message_sent_while_working_is_shown_as_mail(page, model):
+    _send(page, "first")
+    model.feed(("text", "Working on it"))
+    expect(page.locator(".live")).to_contain_text("Working on it")
+    _send(page, "also this")
+    expect(page.locator(".msg.mail")).to_contain_text("also this")
+    model.feed(("end", None))
+    model.reply("Done with both.")
+    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Done with both.")
+    expect(page.locator(".live")).to_have_count(0)
+    stored = page.locator(".msg.mail[data-id]")  # from the store: labelled mail there too
+    expect(stored).to_contain_text("also this")
+    expect(stored.locator(".mail-tag")).to_have_text("sent while the agent worked")
+
+
+def test_markdown_is_sanitised(page, model):
+    _send(page, "show html")
+    model.reply('Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> **b**')
+    expect(page.locator(".msg.assistant:not(.live) strong")).to_have_text("b")
+    assert page.evaluate("window.pwned") is None
+    assert page.locator(".msg.assistant script").count() == 0
+    assert page.locator(".msg.assistant img[onerror]").count() == 0
+
+
+def test_retry_makes_a_branch_and_switching_goes_back(page, model):
+    _send(page, "pick a number")
+    model.reply("seven")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
+    page.get_by_role("button", name="branches").click()
+    panel = page.get_by_role("complementary", name="branches")
+    panel.get_by_role("button", name="Retry the last message").click()
+    model.reply("three")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("three")
+    expect(panel.get_by_role("button", name=re.compile("switch to branch"))).to_have_count(2)
+    panel.get_by_role("button", name="switch to branch 1").click()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
+
+
+def test_edit_an_earlier_message_answers_it_on_a_new_branch(page, model):
+    _send(page, "what is 2+2")
+    model.reply("4")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("4")
+    page.on("dialog", lambda d: d.accept("what is 3+3"))
+    page.locator(".msg.user").hover()
+    page.get_by_role("button", name="edit this message").click()
+    model.reply("6")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("6")
+    expect(page.locator(".msg.user:not(.live-user) .user-text")).to_have_text("what is 3+3")
+
+
+def test_memory_review_as_a_checklist(page, model):
+    from heron.config import Settings
+    from heron.memory.entries import EntryPath
+    from heron.memory.service import MemoryService
+    from heron.store import Store
+
+    _send(page, "I prefer tea, I live in Lyon")
+    model.reply("Noted.")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Noted.")
+    settings = Settings.load()
+    store = Store(settings.paths.db)
+    service = MemoryService(settings.paths.memory, store)
+    conv = store.conversation("personal")
+    keep = service.suggest_fact(conv.id, EntryPath.parse("user/always/tea.md"), "I prefer tea")
+    drop = service.suggest_fact(conv.id, EntryPath.parse("user/always/home.md"), "I live in Lyon")
+    page.get_by_role("button", name="review").click()
+    panel = page.get_by_role("complementary", name="review")
+    panel.locator(f"input[data-id='{keep}']").check()
+    panel.get_by_role("button", name="Keep checked, drop the rest").click()
+    expect(panel.get_by_text("Nothing waits for review.")).to_be_visible()
+    assert service.waiting() == []
+    assert [e.path.rel for e in service.entries()] == ["user/always/tea.md"]
+    assert drop is not None
+    page.get_by_role("button", name="memory", exact=True).click()
+    mem = page.get_by_role("complementary", name="memory")
+    expect(mem.locator(".quote")).to_contain_text("I prefer tea")
+
+
+def test_upload_by_file_picker(page, model, tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("some notes")
+    page.locator("input[type=file]").set_input_files(str(f))
+    expect(page.get_by_role("list", name="attachments")).to_contain_text("notes.txt")
+    from heron.config import Settings
+
+    uploads = list((Settings.load().paths.home / "uploads").glob("*.bin"))
+    assert [u.read_text() for u in uploads] == ["some notes"]
+
+
+def test_a_message_from_the_terminal_client_appears_in_the_open_page(page, site, model):
+    """`heron chat` on the same home talks to the serve over its control socket: the page
+    attached to `personal` sees the message and its reply as they stream."""
+    import threading
+
+    got: list[list[dict]] = []
+    client = threading.Thread(target=lambda: got.append(control_send(site, "from the terminal")))
+    client.start()
+    expect(page.locator(".msg.user").filter(has_text="from the terminal")).to_be_visible()
+    model.feed(("text", "Answered "))
+    expect(page.locator(".live")).to_contain_text("Answered")
+    model.feed(("text", "in both."), ("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Answered in both.")
+    client.join(30)
+    deltas = "".join(e.get("text", "") for e in got[0] if e["type"] == "delta")
+    assert deltas == "Answered in both."
+
+
+_DROP = """([name, type, text]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([text], name, { type }));
+  const form = document.querySelector("form.composer");
+  form.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+}"""
+
+_PASTE = """() => {
+  const png = Uint8Array.from(atob("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    + "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="), c => c.charCodeAt(0));
+  const dt = new DataTransfer();
+  dt.items.add(new File([png], "image.png", { type: "image/png" }));
+  document.querySelector("#input").dispatchEvent(
+    new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+}"""
+
+
+def test_upload_by_drag_and_drop_and_by_pasting_an_image(page):
+    page.evaluate(_DROP, ["dropped.md", "text/markdown", "# dropped"])
+    attachments = page.get_by_role("list", name="attachments")
+    expect(attachments).to_contain_text("dropped.md")
+    page.evaluate(_PASTE)
+    expect(attachments).to_contain_text("image.png")
+    from heron.config import Settings
+
+    kept = sorted(
+        json.loads(p.read_text())["name"]
+        for p in (Settings.load().paths.home / "uploads").glob("*.json")
+    )
+    assert kept == ["dropped.md", "image.png"]
+    page.get_by_role("button", name="remove dropped.md").click()
+    expect(attachments).not_to_contain_text("dropped.md")
+
+
+def test_one_column_on_a_phone(browser, site):
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    expect(pg.get_by_role("textbox", name="message")).to_be_visible()
+    assert pg.get_by_role("navigation", name="conversations").is_hidden()
+    pg.get_by_role("button", name="conversations").click()
+    expect(pg.get_by_role("navigation", name="conversations")).to_be_visible()
+    box = pg.locator("main.chat").bounding_box()
+    assert box is not None and box["width"] <= 390
+    context.close()
+
+
+def test_conversations_new_search_rename_and_a_refused_delete(page, model):
+    _send(page, "about herons")
+    model.feed(("text", "Herons wade"))
+    nav = page.get_by_role("navigation", name="conversations")
+    # Listed under its title (the first message), with its key in the actions' names.
+    expect(nav.get_by_role("link", name="about herons")).to_be_visible()
+    page.on("dialog", lambda d: d.accept("Bird talk") if d.type == "prompt" else d.accept())
+    nav.get_by_role("button", name="delete personal").click()  # a turn runs in it: refused
+    expect(page.get_by_role("alert")).to_contain_text("still in use")
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Herons wade")
+    nav.get_by_role("button", name="rename personal").click()
+    expect(nav.get_by_role("link", name=re.compile("Bird talk"))).to_be_visible()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Bird talk")
+
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    expect(page.locator(".msg")).to_have_count(0)
+    _send(page, "something else")
+    model.reply("ok")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+
+    nav.get_by_role("searchbox", name="search conversations").fill("herons")
+    expect(nav.get_by_role("listitem")).to_have_count(1)
+    expect(nav.get_by_role("listitem")).to_contain_text("Bird talk")
+    nav.get_by_role("link", name=re.compile("Bird talk")).click()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Herons wade")
+
+
+def test_status_and_compaction_views(page, model):
+    _send(page, "hi")
+    model.reply("hello")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("hello")
+    page.get_by_role("button", name="status", exact=True).click()
+    status = page.get_by_role("complementary", name="status")
+    expect(status).to_contain_text("scripted/scripted")
+    expect(status).to_contain_text("personal (1 turns)")
+    expect(status).to_contain_text("idle")
+    page.get_by_role("button", name="compaction", exact=True).click()
+    inspector = page.get_by_role("complementary", name="compaction")
+    expect(inspector).to_contain_text("No compactions yet.")
+    expect(inspector.locator(".view li")).to_have_count(2)
+
+
+def test_raw_html_cannot_move_text_between_messages(page, model):
+    """The transcript's Markdown is sanitised in one pass; a reply that closes its wrapper or
+    forges another's is caught and every message keeps its own text."""
+    _send(page, "first")
+    model.reply('one </div><div data-md="1">forged')
+    _send(page, "second")
+    model.reply("two")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    page.reload()
+    replies = page.locator(".msg.assistant:not(.live)")
+    expect(replies).to_have_count(2)
+    expect(replies.nth(1)).to_have_text("two")
+    expect(replies.nth(0)).to_contain_text("one")
+
+
+def test_a_cut_stream_retried_with_other_text_says_it_starts_again(page, model):
+    from heron.errors import TransientProviderError
+
+    _send(page, "greet me")
+    model.feed(("text", "Hello the"), ("raise", TransientProviderError("connection cut")))
+    expect(page.locator(".live")).to_contain_text("Hello the")
+    model.feed(("text", "Good morning."))
+    expect(page.locator(".live .note")).to_have_text("The stream was cut; the reply starts again.")
+    expect(page.locator(".live")).to_contain_text("Good morning.")
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Good morning.")
+
+
+def test_reload_after_finished_turns_shows_each_once_from_the_store(page, model):
+    for n in range(3):
+        _send(page, f"question {n}")
+        model.reply(f"answer {n}")
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(n + 1)
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if r.url.endswith("/transcript") else None)
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(3)
+    # The journal's finished turns are replayed to the page, never drawn: the store has them.
+    expect(page.locator(".live")).to_have_count(0)
+    texts = page.locator(".messages").inner_text()
+    assert [texts.count(f"answer {n}") for n in range(3)] == [1, 1, 1]
+    # One read at load, one after the replay (a turn in it may have ended since), no more.
+    page.wait_for_load_state("networkidle")
+    assert len(reads) <= 2
