@@ -311,7 +311,7 @@ class Recall:
 
     def sessions(self, ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """Message id -> (conversation, day): what counts as one sitting of a conversation."""
-        from heron.memory.vectors import DAY  # lazy, like the rest of vectors: see _similarities
+        from heron.memory.vectors import DAY  # lazy: vectors loads only when a search ranks
 
         wanted = list(ids)
         if not wanted:
