@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from heron.agent.commands import CommandEngine
 from heron.agent.leases import hold_lease
 from heron.agent.runner import ModelCallRecord, RunHooks, RunResult, ToolCallRecord
+from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
 from heron.errors import ContextOverflow
 from heron.messages import Message, Text, ToolResult
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
-    from heron.compaction.governor import Governor
     from heron.errors import ProviderError
     from heron.request import OnEvent
     from heron.store import Conversation

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from heron.memory.vectors import DAY
 from heron.messages import Message, ToolCall, ToolResult
 from heron.store import Store
 
@@ -312,6 +311,8 @@ class Recall:
 
     def sessions(self, ids: Iterable[int]) -> dict[int, tuple[int, int]]:
         """Message id -> (conversation, day): what counts as one sitting of a conversation."""
+        from heron.memory.vectors import DAY  # lazy: vectors loads only when a search ranks
+
         wanted = list(ids)
         if not wanted:
             return {}
