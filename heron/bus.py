@@ -18,7 +18,9 @@ from typing import Literal
 
 from heron.messages import ToolCall, ToolResult
 
-Provenance = Literal["user", "scheduled", "subagent", "internal"]
+# Who started a turn: the person; a scheduled job, silent ("scheduled": a monitor, the
+# heartbeat) or speaking in the conversation it was made in ("reminder"); a subagent; Heron.
+Provenance = Literal["user", "reminder", "scheduled", "subagent", "internal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
 EventKind = Literal[
     "turn_start",  # a turn began for the message (or for mail queued behind one)
@@ -38,7 +40,7 @@ EventKind = Literal[
 
 @dataclass(frozen=True)
 class InboundMessage:
-    channel: str  # "terminal", "web", "scheduler", "subagent", ...
+    channel: str  # "terminal", "web", "schedule", "subagent", ...
     chat_id: str  # which chat on that channel
     text: str
     key: str | None = None  # the conversation key; None: derived from channel and chat

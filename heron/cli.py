@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.trace_cli import trace_app, usage
 from heron.errors import ConfigError, HeronError
@@ -28,6 +29,7 @@ app.add_typer(conversations_app, name="conversations")
 app.add_typer(config_app, name="config")
 app.add_typer(trace_app, name="trace")
 app.add_typer(memory_app, name="memory")
+app.add_typer(jobs_app, name="jobs")
 app.command("usage")(usage)
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]

@@ -167,6 +167,9 @@ class Engine:
         self.background: set[asyncio.Task[Any]] = set()
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
+        # Set by a scheduler running in this process (heron/proactive): told when the
+        # `schedule` tool made a job, so it wakes at once instead of at its next poll.
+        self.jobs_changed: Callable[[], None] | None = None
         self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
 
     @classmethod
@@ -339,13 +342,17 @@ class Engine:
         *,
         channel: str = "cli",
         answer: int | None = None,
+        provenance: str = "user",
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
         compact if the conversation outgrew its share of the window, and derive the view.
-        `answer`: a message already stored (/retry after a failed turn), answered as it is."""
+        `answer`: a message already stored (/retry after a failed turn), answered as it is.
+        `provenance`: who sent it; anything but the person is stored as Heron's (author)."""
         run_id = new_run_id()
         if answer is None:
-            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel)
+            turn_id, user_id = await self._commit_message(
+                conversation, run_id, text, channel, provenance
+            )
         else:
             turn_id = await self.store.call(
                 self.store.start_turn,
@@ -369,7 +376,12 @@ class Engine:
         )
 
     async def _commit_message(
-        self, conversation: Conversation, run_id: str, text: str, channel: str
+        self,
+        conversation: Conversation,
+        run_id: str,
+        text: str,
+        channel: str,
+        provenance: str = "user",
     ) -> tuple[int, int]:
         """Auto-recall, then the user's message with its turn row, in one commit."""
         text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
@@ -393,6 +405,8 @@ class Engine:
             sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
+            # A scheduled job's prompt is not the person's words (memory never quotes it).
+            meta=None if provenance == "user" else {"injected_event": provenance},
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
@@ -416,6 +430,13 @@ class Engine:
             store=self.store, conversation_id=conversation.id, agent=conversation.agent
         )
         ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
+        # The `schedule` tool (heron/tools/schedule.py): the user's timezone, the home whose
+        # `heron serve` fires jobs, and this process's scheduler when one runs.
+        ctx.extra.update(
+            timezone=self.settings.config.agent.timezone,
+            home=self.settings.paths.home,
+            jobs_changed=self.jobs_changed,
+        )
         trace = trace_for(self, built, conversation.agent)
         recorder = _Recorder(
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
@@ -472,13 +493,18 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
 def engine_tools(ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for a model that can use them (a replay rebuilds the
     same list): the built-ins, the memory tools (an ephemeral run keeps no memory, so only
-    recall_history) and `message` (every channel's turn can deliver, through the AgentLoop)."""
+    recall_history), `schedule` (not for an ephemeral run: its jobs would belong to a
+    conversation that is never stored) and `message` (every channel's turn can deliver,
+    through the AgentLoop)."""
     from heron.tools.memory_tools import MEMORY_TOOLS, recall_history
+    from heron.tools.schedule import schedule
 
     registry = default_registry()
     for t in [recall_history] if ephemeral else MEMORY_TOOLS:
         if registry.get(t.name) is None:
             registry.add(t)
+    if not ephemeral and registry.get(schedule.name) is None:
+        registry.add(schedule)
     return with_message_tool(registry)
 
 

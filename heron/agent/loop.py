@@ -42,6 +42,9 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
+# Scheduled work always opens a turn of its own: it is never mailed into a running turn, and
+# what the person types while it runs waits for the next turn, on their own channel.
+NEVER_MAILED = frozenset({"reminder", "scheduled"})
 log = logging.getLogger(__name__)
 
 
@@ -97,6 +100,10 @@ class AgentLoop:
     def running(self, key: str) -> bool:
         return key in self._active
 
+    def user_turn_running(self) -> bool:
+        """Whether a turn the person started runs now (the heartbeat waits for it to end)."""
+        return any(a.message.provenance == "user" for a in self._active.values())
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
@@ -125,7 +132,8 @@ class AgentLoop:
         if found is not None and found.name in commands.PRIORITY:
             await self._priority(found, key, message)
             return
-        if found is None and active.control.post(message.text):
+        mailable = message.provenance not in NEVER_MAILED
+        if found is None and mailable and active.control.post(message.text):
             self._event(message, key, "mail")  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
@@ -153,6 +161,7 @@ class AgentLoop:
 
     def _start(self, key: str, message: InboundMessage) -> None:
         control = TurnControl(key, message.provenance)
+        control.accepting_mail = message.provenance not in NEVER_MAILED
         control.deliver = lambda text: self._speak(control, message, key, text)
         task = asyncio.create_task(self._turn(key, message, control))
         self._active[key] = _Active(task, control, message)

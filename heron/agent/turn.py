@@ -68,8 +68,9 @@ class Outcome(enum.Enum):
     STALE = "stale"  # /stop or /new overtook it: it emits and keeps nothing more
 
 
-# Provenance of a turn; only a person typing makes it visible by default.
-VISIBLE = frozenset({"user"})
+# Provenance of a turn; a person typing makes it visible, and so does a reminder the person
+# asked for (it speaks in their conversation); other scheduled and internal work is silent.
+VISIBLE = frozenset({"user", "reminder"})
 MAIL_LABEL = "[sent while you were working] "
 STOPPED = "[This turn was stopped before it finished.]"
 FAILED = (
@@ -393,7 +394,12 @@ class TurnMachine:
 
     async def build(self, c: _Ctx) -> State:
         c.built = await self.engine._build(
-            c.conversation, c.text, c.agent, channel=c.channel, answer=c.answer_id
+            c.conversation,
+            c.text,
+            c.agent,
+            channel=c.channel,
+            answer=c.answer_id,
+            provenance=c.control.provenance,
         )
         c.control.turn_id = c.built.turn_id
         return State.RUN

@@ -1,0 +1,71 @@
+"""Work the agent does when nobody is typing, run by `heron serve` beside its AgentLoop.
+
+`run_proactive(loop, engine, clock, dispatcher=...)` runs the scheduler (heron/proactive/
+scheduler.py: jobs from the store fired as ordinary turns) and the heartbeat (heartbeat.py:
+HEARTBEAT.md checked every `[agent] heartbeat_minutes`) until cancelled. Both publish on the
+loop's bus, so every run is a turn through the loop's one-turn-per-conversation queue, and both
+read time from `clock` (clock.py), fake in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import Dispatcher
+from heron.proactive.clock import Clock, FakeClock, SystemClock
+from heron.proactive.heartbeat import Heartbeat
+from heron.proactive.scheduler import Scheduler
+
+__all__ = ["Clock", "FakeClock", "Heartbeat", "Scheduler", "SystemClock", "run_proactive"]
+
+
+def services(
+    loop: AgentLoop, engine: Engine, clock: Clock, dispatcher: Dispatcher
+) -> tuple[Scheduler, Heartbeat | None]:
+    """The scheduler and, unless `heartbeat_minutes` is 0, the heartbeat, watching the
+    dispatcher for the ends of their turns."""
+    agent = engine.settings.config.agent
+    scheduler = Scheduler(
+        engine.store, loop.bus, clock, grace_s=agent.catch_up_grace_minutes * 60.0
+    )
+    scheduler.watch(dispatcher)
+    heartbeat = None
+    if agent.heartbeat_minutes > 0:
+        heartbeat = Heartbeat(
+            engine.store,
+            loop.bus,
+            clock,
+            engine.settings.paths.workspace,
+            agent.heartbeat_minutes,
+            loop.user_turn_running,
+        )
+        heartbeat.watch(dispatcher)
+    return scheduler, heartbeat
+
+
+async def run_proactive(
+    loop: AgentLoop,
+    engine: Engine,
+    clock: Clock | None = None,
+    *,
+    dispatcher: Dispatcher,
+) -> None:
+    """Run the scheduler and the heartbeat until cancelled; the `schedule` tool of this
+    process wakes the scheduler when it makes a job."""
+    scheduler, heartbeat = services(loop, engine, clock or SystemClock(), dispatcher)
+    engine.jobs_changed = scheduler.poke
+    tasks = [asyncio.create_task(scheduler.run())]
+    if heartbeat is not None:
+        tasks.append(asyncio.create_task(heartbeat.run()))
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        engine.jobs_changed = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
