@@ -44,6 +44,7 @@ class Rig:
     clock: FakeClock
     scheduler: Scheduler
     provider: ScriptedProvider
+    dispatcher: Dispatcher
     seen: list[Outbound] = field(default_factory=list)
 
     @property
@@ -88,7 +89,7 @@ async def rig(
         dispatcher = Dispatcher(bus)
         clock = FakeClock(start)
         scheduler = Scheduler(engine.store, bus, clock, grace_s=grace_s)
-        found = Rig(engine, loop, bus, clock, scheduler, provider)
+        found = Rig(engine, loop, bus, clock, scheduler, provider, dispatcher)
 
         async def watch(o: Outbound) -> None:
             found.seen.append(o)

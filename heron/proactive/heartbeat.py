@@ -39,16 +39,19 @@ PROMPT = (
     "checked.]\n{lines}"
 )
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
+_BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 
 
 def heartbeat_lines(workspace: Path) -> list[str]:
-    """What HEARTBEAT.md asks to check: its non-blank lines that are not headings or comments."""
+    """What HEARTBEAT.md asks to check: its non-blank lines that are not headings or comments,
+    without their list markers."""
     try:
         text = (workspace / "HEARTBEAT.md").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
     text = _COMMENT.sub("", text)
-    return [s.strip() for s in text.splitlines() if s.strip() and not s.lstrip().startswith("#")]
+    lines = [s.strip() for s in text.splitlines() if s.strip() and not s.lstrip().startswith("#")]
+    return [_BULLET.sub("", line) for line in lines if _BULLET.sub("", line)]
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Heartbeat:
             found = await self.store.call(js.tick, self.store, KEY)
             now = self.clock.now()
             deadline = now + self.period if found is None else found.last + self.period
+            if self.outstanding:  # the check's end wakes us; until then nothing is due
+                deadline = max(deadline, now + self.period)
             await self.clock.sleep_until(max(deadline, now), self.wake)
             self.wake.clear()
 

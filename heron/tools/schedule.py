@@ -146,3 +146,22 @@ async def _create(
     home = ctx.extra.get("home")
     running = home is None or serve_running(Path(home)) or poke is not None
     return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
+
+
+def status_lines(store: Any, key: str, limit: int = 3) -> list[str]:
+    """/status: the jobs bound to this conversation (soonest first), how many others there are,
+    and the heartbeat's last tick; nothing when none of it exists."""
+    mine = jobs.list_jobs(store, conversation=key)
+    others = len(jobs.list_jobs(store)) - len(mine)
+    lines = []
+    if mine or others:
+        lines.append(f"jobs: {len(mine)} here, {others} in other conversations")
+        lines += [f"  {describe(job)}" for job in mine[:limit]]
+        if len(mine) > limit:
+            lines.append(f"  … and {len(mine) - limit} more (heron jobs list)")
+    beat = jobs.tick(store, "heartbeat")
+    if beat is not None and beat.outcome not in (None, "started"):
+        at = dt.datetime.fromtimestamp(beat.last).astimezone()
+        why = f" ({beat.detail})" if beat.detail else ""
+        lines.append(f"heartbeat: last {at:%Y-%m-%d %H:%M} {beat.outcome}{why}")
+    return lines
