@@ -95,7 +95,7 @@ async def rig(
             found.seen.append(o)
 
         dispatcher.register("schedule", watch)
-        scheduler.watch(dispatcher)
+        scheduler.watch(loop)
         engine.jobs_changed = scheduler.poke
         tasks = [
             asyncio.create_task(loop.run(idle=False)),

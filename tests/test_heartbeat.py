@@ -10,7 +10,7 @@ from proactive_helpers import answer, call, last_user_text, rig
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
-from heron.bus import Dispatcher, MessageBus
+from heron.bus import MessageBus
 from heron.config import Settings
 from heron.proactive import services
 from heron.proactive.clock import FakeClock
@@ -30,7 +30,7 @@ FILE = (
 def heartbeat_of(r, busy=lambda: False, tail: int = 8) -> Heartbeat:
     workspace = r.engine.settings.paths.workspace
     beat = Heartbeat(r.engine.store, r.bus, r.clock, workspace, 30, busy, tail_turns=tail)
-    beat.watch(r.dispatcher)
+    beat.watch(r.loop)
     return beat
 
 
@@ -62,7 +62,10 @@ async def test_a_check_that_finds_nothing_shows_nothing_and_one_that_must_speaks
         assert r.messages == []  # silent: no answer, nothing on any channel
         assert js.tick(r.engine.store, KEY).outcome == "silent"
         await r.at(START + 2 * PERIOD)
-        assert [(m.kind, m.text) for m in r.messages] == [("message", "The build is red.")]
+        # It reaches the person's own conversation, not the silent `heartbeat`.
+        assert [(m.kind, m.key, m.text) for m in r.messages] == [
+            ("message", "personal", "The build is red.")
+        ]
         assert js.tick(r.engine.store, KEY).outcome == "spoke_via_tool"
         assert r.engine.store.conversation(KEY) is not None
         task.cancel()
@@ -169,7 +172,5 @@ async def test_heartbeat_minutes_0_turns_it_off(heron_home):
     provider = ScriptedProvider([])
     async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
         bus = MessageBus()
-        scheduler, heartbeat = services(
-            AgentLoop(engine, bus), engine, FakeClock(START), Dispatcher(bus)
-        )
+        scheduler, heartbeat = services(AgentLoop(engine, bus), engine, FakeClock(START))
         assert heartbeat is None and scheduler is not None

@@ -13,7 +13,7 @@ from proactive_helpers import answer, call, last_user_text, rig
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
-from heron.bus import Dispatcher, InboundMessage, MessageBus
+from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.proactive.clock import FakeClock
 from heron.proactive.scheduler import Scheduler
@@ -227,8 +227,8 @@ async def test_a_monitor_that_calls_message_reaches_its_conversation():
         job = make_job(r.engine.store, r.clock.now(), mode="monitor", every="1h")
         await r.at(local(2026, 6, 1, 9, 0))
         assert [(m.kind, m.chat_id, m.key, m.text) for m in r.messages] == [
-            ("message", "chat-1", f"cron:{job.id}", "The price dropped to 40.")
-        ]
+            ("message", "chat-1", "chat-1", "The price dropped to 40.")
+        ]  # to the conversation it was made in, where its user is; not to cron:<id>
         assert js.runs(r.engine.store, job.id)[0].outcome == "spoke_via_tool"
 
 
@@ -316,7 +316,7 @@ async def test_stopping_the_scheduler_records_its_open_runs_as_interrupted():
         loop = AgentLoop(engine, bus)
         clock = FakeClock(start)
         scheduler = Scheduler(engine.store, bus, clock)
-        scheduler.watch(Dispatcher(bus))
+        scheduler.watch(loop)
         job = make_job(engine.store, start, every="1h")
         task = asyncio.create_task(scheduler.run())
         await clock.idle()
@@ -328,3 +328,23 @@ async def test_stopping_the_scheduler_records_its_open_runs_as_interrupted():
         assert run.status == "interrupted"
         assert js.get_job(engine.store, job.id).lease_owner is None
         await loop.close()
+
+
+async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_after_itself():
+    from heron.proactive import run_proactive
+
+    start = local(2026, 6, 1, 8, 0)
+    async with rig(lambda _: answer("On it."), start, run_scheduler=False) as r:
+        job = make_job(r.engine.store, start, every="1h")
+        task = asyncio.create_task(run_proactive(r.loop, clock=r.clock))
+        await r.clock.idle(2)  # the scheduler and the heartbeat wait on the clock
+        assert r.engine.jobs_changed is not None and len(r.loop.turn_watchers) == 3
+        r.clock.set(start + 3600)
+        await r.clock.idle(2)
+        await r.bus.inbound.join()
+        await r.loop.wait_idle()
+        await r.bus.outbound.join()
+        assert js.runs(r.engine.store, job.id)[0].outcome == "delivered"
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert r.engine.jobs_changed is None and len(r.loop.turn_watchers) == 1

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from heron.agent import commands
@@ -46,6 +46,7 @@ IDLE_POLL = 60.0
 # what the person types while it runs waits for the next turn, on their own channel.
 NEVER_MAILED = frozenset({"reminder", "scheduled"})
 log = logging.getLogger(__name__)
+TurnWatcher = Callable[[str, InboundMessage, TurnEnd], None]
 
 
 @contextlib.asynccontextmanager
@@ -85,6 +86,8 @@ class AgentLoop:
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
     approvers: dict[str, Approver] = field(default_factory=dict)
+    # Told, synchronously, how every turn ended (the scheduler records its runs' outcomes).
+    turn_watchers: list[TurnWatcher] = field(default_factory=list)
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -178,21 +181,30 @@ class AgentLoop:
                 key, message.text, hooks, agent=message.agent, channel=message.channel
             )
         except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
-            self._event(message, key, "turn_end", end=TurnEnd(False, "stale"))
+            self._ended(message, key, TurnEnd(False, "stale"))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
                 log.exception("turn of %s failed", key)
             if control.visible and not control.stale:
                 await self._send(message, key, f"The turn failed: {error}", "error")
-            self._event(message, key, "turn_end", end=TurnEnd(False, "failed", str(error)))
+            self._ended(message, key, TurnEnd(False, "failed", str(error)))
             return None
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
         if result.reply is not None and not control.stale:  # RESPOND's last token check
             await self._send(message, key, result.reply, _kind_of(result))
-        self._event(message, key, "turn_end", end=_end_of(result))
+        self._ended(message, key, _end_of(result))
         return result
+
+    def _ended(self, message: InboundMessage, key: str, end: TurnEnd) -> None:
+        """The turn's end: to its channel (when it asked for events) and to every watcher."""
+        self._event(message, key, "turn_end", end=end)
+        for watcher in list(self.turn_watchers):
+            try:
+                watcher(key, message, end)
+            except Exception:  # a watcher's bug must not take the loop down
+                log.exception("a turn watcher failed for %s", key)
 
     def _hooks(self, key: str, message: InboundMessage, control: TurnControl) -> TurnHooks:
         """What the turn shows as it runs: busy notices always; the stream, tool calls and
@@ -257,7 +269,9 @@ class AgentLoop:
         self, control: TurnControl, message: InboundMessage, key: str, text: str
     ) -> None:
         if not control.stale:
-            await self._send(message, key, text, "message")
+            # Background work speaks where its user is (a monitor's job conversation), not in
+            # its own silent conversation.
+            await self._send(message, message.meta.get("deliver_to", key), text, "message")
 
     async def _send(self, message: InboundMessage, key: str, text: str, kind: str) -> None:
         await self.bus.send(

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.agent.commands import SEPARATOR
-from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEvent
+from heron.agent.loop import AgentLoop
+from heron.bus import InboundMessage, MessageBus, TurnEnd
 from heron.messages import Message, Text
 from heron.proactive.clock import Clock
 from heron.proactive.scheduler import CHANNEL
@@ -31,6 +32,7 @@ from heron.store import jobs as js
 from heron.store.engine_state import HOST
 
 KEY = "heartbeat"
+PERSONAL = "personal"  # the person's own conversation (what `heron chat` opens)
 TAIL_TURNS = 8
 PROMPT = (
     "[Heartbeat check. This runs in the background: nothing you write reaches the user unless "
@@ -63,6 +65,7 @@ class Heartbeat:
     minutes: float
     user_busy: Callable[[], bool]  # a turn the person started runs now
     tail_turns: int = TAIL_TURNS
+    deliver_to: str = PERSONAL  # where its `message` reaches the user
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     outstanding: bool = False  # a check was published and its turn has not ended
@@ -72,8 +75,8 @@ class Heartbeat:
     def period(self) -> float:
         return self.minutes * 60.0
 
-    def watch(self, dispatcher: Dispatcher) -> None:
-        dispatcher.register(CHANNEL, self._on_outbound)
+    def watch(self, loop: AgentLoop) -> None:
+        loop.turn_watchers.append(self.turn_ended)
 
     async def run(self) -> None:
         while True:
@@ -113,7 +116,7 @@ class Heartbeat:
                 PROMPT.format(lines="\n".join(f"- {line}" for line in lines)),
                 key=KEY,
                 provenance="scheduled",
-                events=True,
+                meta={"heartbeat": self.owner, "deliver_to": self.deliver_to},
             )
         )
         return "checked"
@@ -127,11 +130,9 @@ class Heartbeat:
     async def _end(self, outcome: str, detail: str | None = None) -> None:
         await self.store.call(js.end_tick, self.store, KEY, outcome, detail)
 
-    async def _on_outbound(self, event: Outbound) -> None:
-        if not isinstance(event, TurnEvent) or event.kind != "turn_end" or event.key != KEY:
+    def turn_ended(self, key: str, message: InboundMessage, end: TurnEnd) -> None:
+        if message.meta.get("heartbeat") != self.owner:
             return
         self.outstanding = False
-        end = event.end
-        outcome = end.outcome if end is not None and end.ok else "failed"
-        await self._end(outcome, None if end is None else end.error)
+        js.end_tick(self.store, KEY, end.outcome if end.ok else "failed", end.error)
         self.wake.set()

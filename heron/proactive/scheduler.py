@@ -9,8 +9,8 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 - monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
   the agent calls `message`, whose delivery carries the job's conversation as its chat.
 
-The scheduler asks for the turn's events and watches its `turn_end` on the dispatcher to record
-the run's outcome and give the job's lease back. It sleeps until the next instant, or at most
+The scheduler watches the loop's turn ends (`AgentLoop.turn_watchers`) to record each run's
+outcome and give the job's lease back. It sleeps until the next instant, or at most
 `poll_s` (jobs made by `heron jobs add` in another process), or until the `schedule` tool in
 this process wakes it.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections import deque
 from dataclasses import dataclass, field
 
-from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEvent
+from heron.agent.loop import AgentLoop
+from heron.bus import InboundMessage, MessageBus, TurnEnd
 from heron.proactive.clock import Clock
 from heron.store import Store
 from heron.store import jobs as js
@@ -51,13 +51,11 @@ class Scheduler:
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fired: int = 0  # publishes so far (the benchmark reads it)
-    # Runs whose turns have not ended, per conversation key, in the order they were queued
-    # (one turn per conversation at a time, so they end in this order).
-    _open: dict[str, deque[int]] = field(default_factory=dict)
+    _open: set[int] = field(default_factory=set)  # runs whose turns have not ended
 
-    def watch(self, dispatcher: Dispatcher) -> None:
-        """Record outcomes from the turn events of the scheduler's channel."""
-        dispatcher.register(CHANNEL, self._on_outbound)
+    def watch(self, loop: AgentLoop) -> None:
+        """Record outcomes as the loop's turns end."""
+        loop.turn_watchers.append(self.turn_ended)
 
     def poke(self) -> None:
         self.wake.set()
@@ -100,38 +98,36 @@ class Scheduler:
         header = template.format(id=job.id)
         if fire.detail:
             header += f"\n[{fire.detail}]"
+        meta = {"job": str(job.id), "job_run": str(fire.run_id), "owner": self.owner}
+        if job.mode == "monitor":
+            meta["deliver_to"] = job.conversation  # where its `message` reaches the user
         message = InboundMessage(
             CHANNEL,
-            job.conversation,  # where a monitor's `message` is delivered: the job's conversation
+            job.conversation,
             f"{header}\n{job.prompt}",
             key=job.key,
             provenance="scheduled" if job.mode == "monitor" else "reminder",
             agent=job.agent,
-            meta={"job": str(job.id), "job_run": str(fire.run_id)},
-            events=True,
+            meta=meta,
         )
-        self._open.setdefault(job.key, deque()).append(fire.run_id)
+        self._open.add(fire.run_id)
         self.fired += 1
         await self.bus.publish(message)
 
-    async def _on_outbound(self, event: Outbound) -> None:
-        if not isinstance(event, TurnEvent) or event.kind != "turn_end" or event.end is None:
+    def turn_ended(self, key: str, message: InboundMessage, end: TurnEnd) -> None:
+        """A loop's turn ended; if it was one of this scheduler's fires, record how (one
+        short write, on the loop)."""
+        if message.meta.get("owner") != self.owner:
             return
-        waiting = self._open.get(event.key)
-        if not waiting:
-            return
-        run_id = waiting.popleft()
-        if not waiting:
-            del self._open[event.key]
-        end = event.end
+        run_id = int(message.meta["job_run"])
+        self._open.discard(run_id)
         if end.ok and end.outcome in _OUTCOMES:
             status, outcome, detail = "done", end.outcome, None
         elif end.outcome == "stale":
             status, outcome, detail = "interrupted", "stopped", "stopped before it finished"
         else:
             status, outcome, detail = "failed", "failed", end.error
-        await self.store.call(
-            js.finish_run,
+        js.finish_run(
             self.store,
             run_id,
             status=status,
