@@ -348,3 +348,21 @@ async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_a
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert r.engine.jobs_changed is None and len(r.loop.turn_watchers) == 1
+
+
+def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_job_is_next_due():
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process: a scheduler killed with its turn running
+    store = Store(":memory:")
+    start = local(2026, 6, 1, 8, 0)
+    job = make_job(store, start, every="1h")
+    (fire,) = js.claim_due(store, "host:dead", dead.pid, start + 3600, 3600)
+    assert js.get_job(store, job.id).lease_owner == "host:dead"
+    (again,) = js.claim_due(store, "host:new", 4242, start + 7200, 3600)
+    old, new = sorted(js.runs(store, job.id), key=lambda r: r.id)
+    assert (old.id, old.status) == (fire.run_id, "interrupted")
+    assert "stopped before its turn ended" in old.detail
+    assert (new.id, new.status) == (again.run_id, "running")
