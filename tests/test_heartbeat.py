@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from proactive_helpers import answer, call, last_user_text, rig
+from schedule_helpers import answer, call, last_user_text, rig
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop

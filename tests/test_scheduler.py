@@ -9,7 +9,7 @@ import threading
 from zoneinfo import ZoneInfo
 
 import pytest
-from proactive_helpers import answer, call, last_user_text, rig
+from schedule_helpers import answer, call, last_user_text, rig
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
