@@ -80,7 +80,7 @@ class Scheduler:
             for fire in batch:
                 await self._publish(fire)
             fired += len(batch)
-            if len(batch) < 500:  # claim_due's batch: fewer means nothing due is left
+            if len(batch) < js.CLAIM_BATCH:  # a short batch: nothing due is left
                 break
         if self._open:
             await self.store.call(js.renew_leases, self.store, self.owner, now)

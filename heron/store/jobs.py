@@ -25,6 +25,7 @@ MODES: tuple[str, ...] = ("reminder", "monitor")
 CATCH_UPS: tuple[str, ...] = ("once", "skip")
 LATE_S = 60.0  # fired this long after its instant, a run counts as missed (no scheduler ran)
 LEASE_TTL = 15 * 60.0  # a fired job's lease without renewal; renewed while its turn runs
+CLAIM_BATCH = 500  # due jobs decided per transaction (a short write lock however many are due)
 _MAX_COUNTED = 10_000  # missed instants counted one by one; beyond, "more than"
 WHY_MISSED = " (no scheduler ran then, or its previous run was still going)"
 
@@ -191,7 +192,7 @@ def next_due(store: Store, *, unleased: bool = False) -> float | None:
 
 
 def claim_due(
-    store: Store, owner: str, pid: int, now: float, grace_s: float, limit: int = 500
+    store: Store, owner: str, pid: int, now: float, grace_s: float, limit: int = CLAIM_BATCH
 ) -> list[Fire]:
     """Decide every due job whose lease is free, in one transaction: fire it (a `running` run
     row, the lease to `owner`) or skip it (a `skipped` row), and advance `next_run`."""

@@ -11,9 +11,12 @@ does with fold 0, i.e. the hour after; one that exists twice (autumn) fires once
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -80,32 +83,23 @@ def zone_of(name: str) -> ZoneInfo:
 
 
 def user_timezone(configured: str | None) -> str:
-    """The user's timezone: `[agent] timezone`, else the system's (its IANA name if the system
-    says it, else UTC: an abbreviation like CET cannot be walked across DST)."""
+    """The user's timezone: `[agent] timezone`, else the system's IANA name (from the local
+    zone, /etc/timezone or the /etc/localtime link), else UTC: an abbreviation like CET cannot
+    be walked across a DST change."""
     if configured:
         zone_of(configured)
         return configured
-    local = dt.datetime.now().astimezone().tzinfo
-    key = getattr(local, "key", None)
-    if key:
-        return str(key)
-    try:
-        with open("/etc/timezone", encoding="utf-8") as f:
-            name = f.read().strip()
-        zone_of(name)
-        return name
-    except (OSError, ScheduleError):
-        pass
-    try:
-        import os
-
-        target = os.path.realpath("/etc/localtime")
-        if "zoneinfo/" in target:
-            name = target.split("zoneinfo/", 1)[1]
+    key = getattr(dt.datetime.now().astimezone().tzinfo, "key", None)
+    candidates = [key] if key else []
+    with contextlib.suppress(OSError):
+        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+    target = os.path.realpath("/etc/localtime")
+    if "zoneinfo/" in target:
+        candidates.append(target.split("zoneinfo/", 1)[1])
+    for name in candidates:
+        with contextlib.suppress(ScheduleError):
             zone_of(name)
             return name
-    except (OSError, ScheduleError):
-        pass
     return "UTC"
 
 
