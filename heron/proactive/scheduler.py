@@ -109,6 +109,9 @@ class Scheduler:
             provenance="scheduled" if job.mode == "monitor" else "reminder",
             agent=job.agent,
             meta=meta,
+            # A reminder is seen as it is written, like any visible turn; a monitor shows
+            # nothing at all, not even that it ran.
+            events=job.mode == "reminder",
         )
         self._open.add(fire.run_id)
         self.fired += 1
