@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from heron.messages import Message, Text
-from heron.store import Store, StoredMessage
+from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
-    from heron.agent.engine import Engine
+    from heron.memory.service import MemoryService
+    from heron.providers.base import Provider
+    from heron.providers.profiles import ModelChoice
 
 SEPARATOR = "── new conversation: the model starts fresh from here ──"
 RECENT_TURNS = 5
@@ -55,9 +57,32 @@ class CommandReply:
     switch_to: str | None = None  # the channel continues in this conversation
 
 
+class CommandEngine(Protocol):
+    """What the commands use of the engine (heron/agent/engine.py), which they never import."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def choice(self) -> ModelChoice: ...
+
+    @property
+    def memory(self) -> MemoryService | None: ...
+
+    @property
+    def memory_baseline(self) -> dict[str, str]: ...
+
+    async def compact_now(
+        self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
+    ) -> str: ...
+
+
 @dataclass
 class CommandContext:
-    engine: Engine
+    engine: CommandEngine
     key: str
     agent: str = "default"
     # Set by the AgentLoop: stops the in-process turn of `key`, returning whether one ran.
@@ -70,7 +95,7 @@ class CommandContext:
 
 
 NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
-NAMES += ("memory", "learn", "reflect")  # the memory package (heron/memory/commands.py)
+NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
@@ -125,7 +150,7 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
             kind="separator",
         )
         archive = getattr(ctx.engine, "archive_for_memory", None)
-        if archive is not None:  # the memory package; it returns at once, working in the back
+        if archive is not None:  # memory reads the old context in the background; returns at once
             await archive(conv)
     return CommandReply(
         "New conversation started. The transcript above is kept; the model no longer sees it."
@@ -174,7 +199,7 @@ def _proactive(ctx: CommandContext) -> list[str]:
 
 
 def _budget(engine: Any) -> list[str]:
-    """The budgets of the window (issue 14): `heron conversations show KEY --budget` says
+    """The budgets of the window: `heron conversations show KEY --budget` says
     what each part takes now."""
     from heron.compaction.core import deps_for
     from heron.compaction.inspect import budget_lines

@@ -14,9 +14,8 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from heron.agent.runner import (
@@ -26,12 +25,20 @@ from heron.agent.runner import (
     Runner,
     RunResult,
     ToolCallRecord,
-    args_json,
 )
-from heron.agent.turn import Outcome, StaleTurn, TurnControl, TurnMachine, guard_run_hooks
+from heron.agent.tracing import trace_for
+from heron.agent.turn import (
+    BuiltTurn,
+    CallSink,
+    StaleTurn,
+    TurnControl,
+    TurnHooks,
+    TurnMachine,
+    TurnResult,
+    guard_run_hooks,
+)
 from heron.compaction import memory_tokens, prepare_turn
-from heron.compaction.governor import Governor
-from heron.config import ModelChoice, Settings
+from heron.config import Settings
 from heron.context.prompt import (
     BootstrapCache,
     PromptInputs,
@@ -39,21 +46,22 @@ from heron.context.prompt import (
     fingerprint,
 )
 from heron.context.runtime import RuntimeInfo, with_runtime
-from heron.errors import ProviderError
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
-from heron.messages import Message, Text, Usage, scrub_text
+from heron.messages import Message, Text, Usage, dumps, scrub_text
 from heron.providers import Provider, open_provider
-from heron.providers.base import OnEvent, RetryPolicy
+from heron.providers.base import RetryPolicy
+from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
 from heron.tools.approval import Approver
+from heron.tools.builtin import default_registry
 from heron.tools.message import with_message_tool
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.sandbox import Sandbox
-from heron.trace.recorder import TraceRecorder, trace_for
+from heron.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -64,66 +72,6 @@ def new_key(prefix: str = "c") -> str:
 
 def new_run_id() -> str:
     return f"run_{secrets.token_hex(8)}"
-
-
-@dataclass
-class TurnHooks:
-    """What a channel wants to see of a turn as it happens."""
-
-    on_event: OnEvent | None = None
-    on_progress: Callable[[str], None] | None = None
-    on_tool_start: Callable[..., None] | None = None
-    on_tool_end: Callable[[ToolCallRecord], None] | None = None
-    on_retry: Callable[[ProviderError, float], None] | None = None
-    # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
-    # the running turn's control (epoch token, mailbox, break); who started the turn.
-    on_busy: Callable[[str], None] | None = None
-    # Told once what the turn did to what the person sent (a message too large for the model's
-    # share of the window, saved to a file).
-    on_notice: Callable[[str], None] | None = None
-    control: TurnControl | None = None
-    # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
-    # None: the engine's default (`Engine.approve`), else "ask" refuses.
-    approve: Approver | None = None
-
-
-@dataclass
-class BuiltTurn:
-    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
-
-    run_id: str
-    turn_id: int
-    system: str
-    messages: list[Message]
-    # Compaction (heron/compaction): derives the view again before every model call.
-    governor: Governor | None = None
-    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
-    compaction_calls: CallSink = field(default_factory=lambda: CallSink())
-    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
-
-
-@dataclass
-class TurnResult:
-    conversation: Conversation
-    run_id: str
-    run: RunResult
-    system_fingerprint: str
-    extra: dict = field(default_factory=dict)
-    # Turn engine: how the turn ended for the user, what to show them (None: nothing),
-    # the slash command that answered it, and the states it went through.
-    outcome: Outcome = Outcome.DELIVERED
-    reply: str | None = None
-    command: str | None = None
-    switch_to: str | None = None  # /resume: the channel continues in this conversation
-    states: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return self.run.text
-
-    @property
-    def ok(self) -> bool:
-        return self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
 class Engine:
@@ -508,30 +456,6 @@ def engine_tools(ephemeral: bool = False) -> ToolRegistry:
     return with_message_tool(registry)
 
 
-class CallSink:
-    """Where compaction hands its model calls for a turn: held until the turn's recorder is
-    attached (a consolidation at BUILD comes before it), then passed on as they happen."""
-
-    def __init__(self) -> None:
-        self.held: list[ModelCallRecord] = []
-        self.target: Callable[[ModelCallRecord], Awaitable[None]] | None = None
-
-    async def __call__(self, record: ModelCallRecord) -> None:
-        if self.target is None:
-            self.held.append(record)
-        else:
-            await self.target(record)
-
-    async def attach(self, target: Callable[[ModelCallRecord], Awaitable[None]]) -> None:
-        self.target = target
-        held, self.held = self.held, []
-        for record in held:
-            await target(record)
-
-    def detach(self) -> None:
-        self.target = None
-
-
 class _Recorder:
     """Writes a run's messages and trace rows as they happen."""
 
@@ -593,7 +517,7 @@ class _Recorder:
     async def tool_call(self, record: ToolCallRecord) -> None:
         self.tool_calls += 1
         if self.trace is not None:
-            await self.trace.tool_call(record, args_json(record.call))
+            await self.trace.tool_call(record, dumps(record.call.args))
         if self.hooks.on_tool_end:
             self.hooks.on_tool_end(record)
 

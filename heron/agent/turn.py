@@ -13,6 +13,10 @@
 Every step returns the next state and `TRANSITIONS` says which moves are legal, so the flow is
 data a test can read. The `TurnControl` is what the outside world holds of a running turn: its
 epoch token, its mailbox, a break request, and the tool-phase checkpoint it keeps.
+
+What the machine takes and returns (`TurnHooks`, `BuiltTurn`, `TurnResult`) and what it calls of
+its engine (`TurnEngine`) are defined here, so engine.py imports this module and never the
+other way round.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import enum
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from heron.agent.commands import CommandEngine
 from heron.agent.leases import hold_lease
 from heron.agent.runner import ModelCallRecord, RunHooks, RunResult, ToolCallRecord
 from heron.errors import ContextOverflow
@@ -33,8 +38,11 @@ from heron.messages import Message, Text, ToolResult
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
-    from heron.agent.engine import BuiltTurn, Engine, TurnHooks, TurnResult
+    from heron.compaction.governor import Governor
+    from heron.errors import ProviderError
+    from heron.request import OnEvent
     from heron.store import Conversation
+    from heron.tools.approval import Approver
     from heron.tools.registry import ToolContext
 
 
@@ -295,10 +303,125 @@ class _Ctx:
     channel: str = "cli"  # where the message came from (the runtime block names it)
 
 
+@dataclass
+class TurnHooks:
+    """What a channel wants to see of a turn as it happens."""
+
+    on_event: OnEvent | None = None
+    on_progress: Callable[[str], None] | None = None
+    on_tool_start: Callable[..., None] | None = None
+    on_tool_end: Callable[[ToolCallRecord], None] | None = None
+    on_retry: Callable[[ProviderError, float], None] | None = None
+    # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
+    # the running turn's control (epoch token, mailbox, break); who started the turn.
+    on_busy: Callable[[str], None] | None = None
+    # Told once what the turn did to what the person sent (a message too large for the model's
+    # share of the window, saved to a file).
+    on_notice: Callable[[str], None] | None = None
+    control: TurnControl | None = None
+    # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
+    # None: the engine's default (`Engine.approve`), else "ask" refuses.
+    approve: Approver | None = None
+
+
+@dataclass
+class BuiltTurn:
+    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
+
+    run_id: str
+    turn_id: int
+    system: str
+    messages: list[Message]
+    # Compaction (heron/compaction): derives the view again before every model call.
+    governor: Governor | None = None
+    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
+    compaction_calls: CallSink = field(default_factory=lambda: CallSink())
+    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
+
+
+@dataclass
+class TurnResult:
+    conversation: Conversation
+    run_id: str
+    run: RunResult
+    system_fingerprint: str
+    extra: dict = field(default_factory=dict)
+    # Turn engine: how the turn ended for the user, what to show them (None: nothing),
+    # the slash command that answered it, and the states it went through.
+    outcome: Outcome = Outcome.DELIVERED
+    reply: str | None = None
+    command: str | None = None
+    switch_to: str | None = None  # /resume: the channel continues in this conversation
+    states: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.run.text
+
+    @property
+    def ok(self) -> bool:
+        return self.run.stop in ("done", "wrapup", "length", "repetition")
+
+
+class CallSink:
+    """Where compaction hands its model calls for a turn: held until the turn's recorder is
+    attached (a consolidation at BUILD comes before it), then passed on as they happen."""
+
+    def __init__(self) -> None:
+        self.held: list[ModelCallRecord] = []
+        self.target: Callable[[ModelCallRecord], Awaitable[None]] | None = None
+
+    async def __call__(self, record: ModelCallRecord) -> None:
+        if self.target is None:
+            self.held.append(record)
+        else:
+            await self.target(record)
+
+    async def attach(self, target: Callable[[ModelCallRecord], Awaitable[None]]) -> None:
+        self.target = target
+        held, self.held = self.held, []
+        for record in held:
+            await target(record)
+
+    def detach(self) -> None:
+        self.target = None
+
+
+class TurnEngine(CommandEngine, Protocol):
+    """What the turn machine calls of its engine (heron/agent/engine.py): the steps' bodies."""
+
+    async def compact_before_turn(self, conversation: Conversation) -> None: ...
+
+    async def compact_now(
+        self,
+        conversation: Conversation,
+        *,
+        reason: str = "manual",
+        window: int | None = None,
+        on_call: CallSink | None = None,
+    ) -> str: ...
+
+    async def _restore(self, key: str, agent: str) -> Conversation: ...
+
+    async def _build(
+        self,
+        conversation: Conversation,
+        text: str,
+        agent: str,
+        *,
+        channel: str = "cli",
+        answer: int | None = None,
+    ) -> BuiltTurn: ...
+
+    async def _run(
+        self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
+    ) -> RunResult: ...
+
+
 class TurnMachine:
     """Drives one turn through the states; the engine supplies restore, build and run."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: TurnEngine) -> None:
         self.engine = engine
         self.store = engine.store
         self.steps: dict[State, Callable[[_Ctx], Awaitable[State]]] = {
@@ -340,7 +463,6 @@ class TurnMachine:
         """/stop and /status must not wait behind the turn they are about; /new first makes
         any running turn stale so the lease comes free at its next commit."""
         from heron.agent import commands
-        from heron.agent.engine import TurnHooks
 
         found = commands.parse(text)
         if found is None:
@@ -497,7 +619,6 @@ class TurnMachine:
             await self.store.call(_close_turn, self.store, c.conversation.id, c.built.turn_id)
 
     def _result(self, c: _Ctx) -> TurnResult:
-        from heron.agent.engine import TurnResult
         from heron.context.prompt import fingerprint
 
         run = c.run or RunResult([Message("assistant", [Text(c.reply or "")])], "done")
