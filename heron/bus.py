@@ -20,10 +20,11 @@ from heron.messages import File, ToolCall, ToolResult, Usage
 
 # What a channel shows where a retried stream differs from what it already showed.
 RETRY_MARKER = "[the stream was cut; the reply starts again]"
-# "announce": a subagent's result opening a turn of its own in a conversation the person
-# uses (visible); the same for internal work is "subagent" (silent). "goal": a nudge turn that
-# continues a sustained goal (visible: it is the person's goal).
-Provenance = Literal["user", "scheduled", "subagent", "internal", "announce", "goal"]
+# Who started a turn: the person; a scheduled job, silent ("scheduled": a monitor, the
+# heartbeat) or speaking in the conversation it was made in ("reminder"); a subagent
+# ("subagent", silent; "announce": its result opening a visible turn of its own); a goal's
+# nudge turn ("goal", visible: it is the person's goal); Heron ("internal").
+Provenance = Literal["user", "reminder", "scheduled", "subagent", "internal", "announce", "goal"]
 OutKind = Literal["answer", "message", "command", "error", "notice"]
 EventKind = Literal[
     "turn_start",  # a turn began for the message (or for mail queued behind one)
@@ -58,7 +59,7 @@ class TurnOptions:
 
 @dataclass(frozen=True)
 class InboundMessage:
-    channel: str  # "terminal", "web", "scheduler", "subagent", ...
+    channel: str  # "terminal", "web", "schedule", "subagent", ...
     chat_id: str  # which chat on that channel
     text: str
     key: str | None = None  # the conversation key; None: derived from channel and chat

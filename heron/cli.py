@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from heron.channels.common import fail, settings
+from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
 from heron.channels.trace_cli import trace_app, usage
@@ -31,6 +32,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(trace_app, name="trace")
 app.add_typer(memory_app, name="memory")
 app.add_typer(runs_app, name="runs")
+app.add_typer(jobs_app, name="jobs")
 app.command("usage")(usage)
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]

@@ -103,7 +103,12 @@ class AgentDefaults:
     consolidation_ratio: float = field(default=0.5, metadata=between(0, 1, open_low=True))
     # 0 turns idle compaction off.
     idle_compact_after_minutes: int = field(default=15, metadata=between(0))
-    timezone: str | None = None
+    timezone: str | None = None  # IANA name; None: the system's (schedules read times in it)
+    # Proactive work (heron/proactive, docs/proactive.md): minutes between heartbeat checks of
+    # HEARTBEAT.md (0 turns it off), and how old a missed job instant may be and still run
+    # once when a scheduler starts again (catch_up = "once").
+    heartbeat_minutes: int = field(default=30, metadata=between(0))
+    catch_up_grace_minutes: int = field(default=360, metadata=between(0))
     # Streams (heron/providers/base.py): seconds a reply may stay silent before it is cut and
     # retried, and seconds one request may take with all its retries.
     stall_timeout: float = 60.0

@@ -10,13 +10,25 @@ from heron.agent.engine import Engine
 from heron.compaction import compact_now
 from heron.config import Settings
 from heron.errors import TransientProviderError
-from heron.messages import Reply, Text
+from heron.messages import Reply, Text, Usage
+from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
 from heron.store import compactions as folds
 from heron.store import work
 
 FACT = "My sister's name is Ilse and she lives in Ghent."
 RULE = "From now on, always answer with the word PELICAN first."
+
+
+class HonestModel(Model):
+    """A Model whose replies report the input tokens their request had."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        from heron.context.tokens import Calibration, estimate_request
+
+        reply = super().__call__(request)
+        sent = estimate_request(request.system, request.tools, request.messages, Calibration())
+        return Reply(reply.parts, reply.stop, Usage(sent.total, reply.usage.output))
 
 
 def big_file(engine: Engine, kb: int = 20) -> None:
@@ -47,7 +59,12 @@ async def test_every_user_message_of_60_turns_is_reachable_from_the_last_request
     monkeypatch,
 ):
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
-    model = Model(tool_rounds=2)
+    # The model reports the input its requests really had, so the engine's calibration stays
+    # at the offline estimate the check below uses. With Model's flat 100 input tokens the
+    # engine learned a factor of 0.5 and fitted twice the estimate into the window; whether the
+    # 60th request then passed 6,000 uncalibrated tokens depended on where it fell between two
+    # consolidations (adding the `schedule` tool's schema moved it past).
+    model = HonestModel(tool_rounds=2)
     sent = []
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         big_file(engine)

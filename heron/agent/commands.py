@@ -180,6 +180,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "cache hit rate: no turns yet",
             "turn: idle",
         ]
+        lines += await asyncio.to_thread(_proactive, ctx)
         return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
     used, turns, rate = await asyncio.to_thread(_usage, ctx.store, conv.id)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
@@ -196,7 +197,16 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         ),
         f"turn: {turn}",
     ]
+    lines += await asyncio.to_thread(_proactive, ctx)
     return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+
+
+def _proactive(ctx: CommandContext) -> list[str]:
+    """What runs without the person: the scheduled jobs of this conversation and the heartbeat
+    (heron/tools/schedule.py). The goal and subagents (issue 16) add their lines here."""
+    from heron.tools.schedule import status_lines
+
+    return status_lines(ctx.store, ctx.key)
 
 
 def _budget(engine: Any) -> list[str]:

@@ -117,6 +117,9 @@ class Engine:
         self.background: set[asyncio.Task[Any]] = set()
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
+        # Set by a scheduler running in this process (heron/proactive): told when the
+        # `schedule` tool made a job, so it wakes at once instead of at its next poll.
+        self.jobs_changed: Callable[[], None] | None = None
         self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
         # What heron/proactive attaches: services its tools find in ToolContext.extra (the
         # subagent manager, goals), and a line for the runtime block (the goal), read by key.
@@ -298,14 +301,16 @@ class Engine:
         answer: int | None = None,
         meta: dict[str, Any] | None = None,
         bare: bool = False,
+        provenance: str = "user",
     ) -> BuiltTurn:
         """Commit the user's message (with the runtime block it is sent with) before any call,
         compact if the conversation outgrew its share of the window, and derive the view.
-        `answer`: a message already stored (/retry after a failed turn), answered as it is."""
+        `answer`: a message already stored (/retry after a failed turn), answered as it is.
+        `provenance`: who sent it; anything but the person is stored as Heron's (author)."""
         run_id = new_run_id()
         if answer is None:
             turn_id, user_id = await self._commit_message(
-                conversation, run_id, text, channel, meta, bare
+                conversation, run_id, text, channel, meta, bare, provenance
             )
         else:
             turn_id = await self.store.call(
@@ -337,6 +342,7 @@ class Engine:
         channel: str,
         meta: dict[str, Any] | None = None,
         bare: bool = False,
+        provenance: str = "user",
     ) -> tuple[int, int]:
         """Auto-recall, then the user's message with its turn row, in one commit. `meta`: a
         message Heron opens the turn with (a subagent's result or task), authored by Heron;
@@ -356,7 +362,8 @@ class Engine:
             sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
             provider=self.choice.provider,
             model=self.choice.model,
-            meta=meta,
+            # A scheduled job's prompt is not the person's words (memory never quotes it).
+            meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
@@ -401,6 +408,13 @@ class Engine:
         ctx.extra.update(self.tool_extras)  # services of heron/proactive (subagents, goals)
         options = hooks.control.options if hooks.control is not None else None
         registry, limits, retry = self._bounds(options)
+        # The `schedule` tool (heron/tools/schedule.py): the user's timezone, the home whose
+        # `heron serve` fires jobs, and this process's scheduler when one runs.
+        ctx.extra.update(
+            timezone=self.settings.config.agent.timezone,
+            home=self.settings.paths.home,
+            jobs_changed=self.jobs_changed,
+        )
         trace = trace_for(self, built, conversation.agent)
         recorder = _Recorder(
             self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
@@ -482,13 +496,18 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
 def engine_tools(ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for a model that can use them (a replay rebuilds the
     same list): the built-ins, the memory tools (an ephemeral run keeps no memory, so only
-    recall_history) and `message` (every channel's turn can deliver, through the AgentLoop)."""
+    recall_history), `schedule` (not for an ephemeral run: its jobs would belong to a
+    conversation that is never stored) and `message` (every channel's turn can deliver,
+    through the AgentLoop)."""
     from heron.tools.memory_tools import MEMORY_TOOLS, recall_history
+    from heron.tools.schedule import schedule
 
     registry = default_registry()
     for t in [recall_history] if ephemeral else MEMORY_TOOLS:
         if registry.get(t.name) is None:
             registry.add(t)
+    if not ephemeral and registry.get(schedule.name) is None:
+        registry.add(schedule)
     return with_message_tool(registry)
 
 

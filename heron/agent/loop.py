@@ -50,7 +50,11 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
+# Scheduled work always opens a turn of its own: it is never mailed into a running turn, and
+# what the person types while it runs waits for the next turn, on their own channel.
+NEVER_MAILED = frozenset({"reminder", "scheduled"})
 log = logging.getLogger(__name__)
+TurnWatcher = Callable[[str, InboundMessage, TurnEnd], None]
 
 
 @contextlib.asynccontextmanager
@@ -90,6 +94,8 @@ class AgentLoop:
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
     approvers: dict[str, Approver] = field(default_factory=dict)
+    # Told, synchronously, how every turn ended (the scheduler records its runs' outcomes).
+    turn_watchers: list[TurnWatcher] = field(default_factory=list)
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -120,6 +126,10 @@ class AgentLoop:
     def busy(self) -> bool:
         """Some turn runs (idle-time work waits)."""
         return bool(self._active)
+
+    def user_turn_running(self) -> bool:
+        """Whether a turn the person started runs now (the heartbeat waits for it to end)."""
+        return any(a.message.provenance == "user" for a in self._active.values())
 
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
@@ -153,7 +163,8 @@ class AgentLoop:
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
             return
-        if found is None and active.control.post(message.text):
+        mailable = message.provenance not in NEVER_MAILED
+        if found is None and mailable and active.control.post(message.text):
             self._event(message, key, "mail")  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
@@ -184,6 +195,7 @@ class AgentLoop:
         control.options = message.options
         if self.options_for is not None:
             control.options = self.options_for(key, message)
+        control.accepting_mail = message.provenance not in NEVER_MAILED
         control.deliver = lambda text: self._speak(control, message, key, text)
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
@@ -248,21 +260,30 @@ class AgentLoop:
                 key, message.text, hooks, agent=message.agent, channel=message.channel
             )
         except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
-            self._event(message, key, "turn_end", end=TurnEnd(False, "stale"))
+            self._ended(message, key, TurnEnd(False, "stale"))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
                 log.exception("turn of %s failed", key)
             if control.visible and not control.stale:
                 await self._send(message, key, f"The turn failed: {error}", "error")
-            self._event(message, key, "turn_end", end=TurnEnd(False, "failed", str(error)))
+            self._ended(message, key, TurnEnd(False, "failed", str(error)))
             return None
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
         if result.reply is not None and not control.stale:  # RESPOND's last token check
             await self._send(message, key, result.reply, _kind_of(result))
-        self._event(message, key, "turn_end", end=_end_of(result))
+        self._ended(message, key, _end_of(result))
         return result
+
+    def _ended(self, message: InboundMessage, key: str, end: TurnEnd) -> None:
+        """The turn's end: to its channel (when it asked for events) and to every watcher."""
+        self._event(message, key, "turn_end", end=end)
+        for watcher in list(self.turn_watchers):
+            try:
+                watcher(key, message, end)
+            except Exception:  # a watcher's bug must not take the loop down
+                log.exception("a turn watcher failed for %s", key)
 
     def _hooks(self, key: str, message: InboundMessage, control: TurnControl) -> TurnHooks:
         """What the turn shows as it runs: busy notices always; the stream, tool calls and
@@ -338,7 +359,9 @@ class AgentLoop:
         self, control: TurnControl, message: InboundMessage, key: str, text: str
     ) -> None:
         if not control.stale:
-            await self._send(message, key, text, "message")
+            # Background work speaks where its user is (a monitor's job conversation), not in
+            # its own silent conversation.
+            await self._send(message, message.meta.get("deliver_to", key), text, "message")
 
     async def _send(self, message: InboundMessage, key: str, text: str, kind: str) -> None:
         await self.bus.send(

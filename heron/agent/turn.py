@@ -76,9 +76,10 @@ class Outcome(enum.Enum):
     STALE = "stale"  # /stop or /new overtook it: it emits and keeps nothing more
 
 
-# Provenance of a turn; only a person typing makes it visible by default.
-# An announce turn (a subagent's result, no turn running) and a goal's nudge are visible too.
-VISIBLE = frozenset({"user", "announce", "goal"})
+# Provenance of a turn; a person typing makes it visible, and so does a reminder the person
+# asked for (it speaks in their conversation), an announce turn (a subagent's result, no turn
+# running) and a goal's nudge; other scheduled and internal work is silent.
+VISIBLE = frozenset({"user", "reminder", "announce", "goal"})
 MAIL_LABEL = "[sent while you were working] "
 STOPPED = "[This turn was stopped before it finished.]"
 FAILED = (
@@ -556,6 +557,7 @@ class TurnMachine:
             answer=c.answer_id,
             meta=getattr(options, "message_meta", None),
             bare=getattr(options, "bare", False),
+            provenance=c.control.provenance,
         )
         c.control.turn_id = c.built.turn_id
         return State.RUN

@@ -38,8 +38,12 @@ in it can be read again."""
 
 RECURRING_WORK = """\
 # Recurring work
-A request that repeats (every morning, each Friday) belongs to the scheduler tool, not to a
-promise in the conversation."""
+A request that repeats or waits for a time (every morning, each Friday, at 18:00) belongs to
+the `schedule` tool, not to a promise in the conversation. mode="reminder" comes back in this
+conversation at its time and your answer is shown; mode="monitor" checks silently in a
+conversation of its own and reaches the user only through `message`, so use it for "tell me
+if...". A standing check with no time of its own can be a line in the workspace's
+HEARTBEAT.md, which the heartbeat reads periodically. A scheduled run cannot create jobs."""
 
 
 @dataclass(frozen=True)

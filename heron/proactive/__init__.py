@@ -1,2 +1,71 @@
-"""Work that runs when nobody is typing: subagents, goals, questions that wait, the nightly
-review of memory, and (with `heron serve`) schedules and the heartbeat. See docs/proactive.md."""
+"""Work the agent does when nobody is typing: subagents, goals, questions that wait and the
+nightly review of memory (subagents.py, goals.py, ask.py, review.py), and the scheduler and
+heartbeat, run by `heron serve` beside its AgentLoop.
+
+`run_proactive(loop, engine, clock)` (a background service of `heron serve`: given only the
+loop, it takes the loop's engine and the system clock) runs the scheduler (heron/proactive/
+scheduler.py: jobs from the store fired as ordinary turns) and the heartbeat (heartbeat.py:
+HEARTBEAT.md checked every `[agent] heartbeat_minutes`) until cancelled. Both publish on the
+loop's bus, so every run is a turn through the loop's one-turn-per-conversation queue, and both
+read time from `clock` (clock.py), fake in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.proactive.clock import Clock, FakeClock, SystemClock
+from heron.proactive.heartbeat import Heartbeat
+from heron.proactive.scheduler import Scheduler
+
+__all__ = ["Clock", "FakeClock", "Heartbeat", "Scheduler", "SystemClock", "run_proactive"]
+
+
+def services(loop: AgentLoop, engine: Engine, clock: Clock) -> tuple[Scheduler, Heartbeat | None]:
+    """The scheduler and, unless `heartbeat_minutes` is 0, the heartbeat, watching the loop
+    for the ends of their turns."""
+    agent = engine.settings.config.agent
+    scheduler = Scheduler(
+        engine.store, loop.bus, clock, grace_s=agent.catch_up_grace_minutes * 60.0
+    )
+    scheduler.watch(loop)
+    heartbeat = None
+    if agent.heartbeat_minutes > 0:
+        heartbeat = Heartbeat(
+            engine.store,
+            loop.bus,
+            clock,
+            engine.settings.paths.workspace,
+            agent.heartbeat_minutes,
+            loop.user_turn_running,
+        )
+        heartbeat.watch(loop)
+    return scheduler, heartbeat
+
+
+async def run_proactive(
+    loop: AgentLoop, engine: Engine | None = None, clock: Clock | None = None
+) -> None:
+    """Run the scheduler and the heartbeat until cancelled; the `schedule` tool of this
+    process wakes the scheduler when it makes a job."""
+    engine = engine or loop.engine
+    scheduler, heartbeat = services(loop, engine, clock or SystemClock())
+    engine.jobs_changed = scheduler.poke
+    tasks = [asyncio.create_task(scheduler.run())]
+    if heartbeat is not None:
+        tasks.append(asyncio.create_task(heartbeat.run()))
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        engine.jobs_changed = None
+        for watched in (scheduler, heartbeat):
+            if watched is not None and watched.turn_ended in loop.turn_watchers:
+                loop.turn_watchers.remove(watched.turn_ended)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

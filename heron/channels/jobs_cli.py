@@ -1,0 +1,200 @@
+"""`heron jobs ...`: list, add and cancel scheduled jobs, and read what each run did.
+
+The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them.
+Adding a job while no `heron serve` runs saves it and says it waits for one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from heron.errors import ConfigError, HeronError
+
+if TYPE_CHECKING:
+    from heron.config import Settings
+    from heron.store import Store
+    from heron.store.jobs import Job
+
+app = typer.Typer(
+    help="Scheduled jobs: list, add, cancel, and the record of their runs.", no_args_is_help=True
+)
+
+
+def _fail(error: HeronError) -> NoReturn:
+    typer.echo(f"heron: {error}", err=True)
+    raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
+
+
+@contextmanager
+def _open() -> Iterator[tuple[Settings, Store]]:
+    from heron.config import Settings
+    from heron.store import Store
+
+    try:
+        settings = Settings.load()
+        store = Store(settings.paths.ensure().db)
+    except HeronError as e:
+        _fail(e)
+    try:
+        yield settings, store
+    except HeronError as e:
+        _fail(e)
+    finally:
+        store.close()
+
+
+def _local(instant: float | None, zone: str) -> str:
+    if instant is None:
+        return "-"
+    from heron.store.schedule import zone_of
+
+    return f"{dt.datetime.fromtimestamp(instant, zone_of(zone)):%Y-%m-%d %H:%M}"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        typer.echo("  ".join([*cells, str(row[-1])]).rstrip())
+
+
+def _short(text: str, width: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
+    return [
+        (
+            str(j.id),
+            j.mode,
+            j.status,
+            j.schedule.describe(),
+            _local(j.next_run, j.schedule.timezone),
+            j.conversation,
+            j.last_outcome or "-",
+            _short(j.prompt),
+        )
+        for j in jobs
+    ]
+
+
+JOB_HEADER = ("ID", "MODE", "STATUS", "SCHEDULE", "NEXT", "CONVERSATION", "LAST", "PROMPT")
+
+
+@app.command("list")
+def list_(
+    every: Annotated[
+        bool, typer.Option("--all", help="Include finished and cancelled jobs.")
+    ] = False,
+) -> None:
+    """List scheduled jobs, soonest first."""
+    from heron.store import jobs
+
+    with _open() as (_, store):
+        found = jobs.list_jobs(store, everything=every)
+        if not found:
+            typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
+            return
+        _table(JOB_HEADER, job_rows(found))
+
+
+@app.command("add")
+def add(
+    prompt: Annotated[str, typer.Argument(help="What the job says or checks when it fires.")],
+    conversation: Annotated[
+        str,
+        typer.Option(
+            "--conversation", "-c", help="The conversation it belongs to (a reminder speaks there)."
+        ),
+    ],
+    cron: Annotated[
+        str | None, typer.Option(help='A cron expression, e.g. "0 9 * * 1-5" (local time).')
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option(help='An interval: "30m", "2h", "1d" (at least 1m).')
+    ] = None,
+    at: Annotated[
+        str | None, typer.Option(help='One local date and time: "2026-12-24 18:00".')
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="reminder: speaks in the conversation; monitor: silent unless it messages."
+        ),
+    ] = "reminder",
+    catch_up: Annotated[
+        str, typer.Option("--catch-up", help="A time missed while serve was down: once or skip.")
+    ] = "once",
+) -> None:
+    """Add a job; it fires while `heron serve` runs."""
+    from heron.store import jobs
+    from heron.store.schedule import ScheduleError, parse, user_timezone
+    from heron.tools.schedule import NOT_RUNNING, describe, serve_running
+
+    if mode not in jobs.MODES or catch_up not in jobs.CATCH_UPS:
+        _fail(
+            ScheduleError(
+                f"unknown mode {mode!r} or catch-up {catch_up!r}",
+                hint="--mode is reminder or monitor; --catch-up is once or skip.",
+            )
+        )
+    with _open() as (settings, store):
+        zone = user_timezone(settings.config.agent.timezone)
+        when = parse(cron=cron, every=every, at=at, timezone=zone)
+        job = jobs.create_job(
+            store, when, conversation=conversation, prompt=prompt, now=time.time(), mode=mode,
+            catch_up=catch_up, created_by="cli",
+        )  # fmt: skip
+        typer.echo(f"Created {describe(job)}")
+        if not serve_running(settings.paths.home):
+            typer.echo(NOT_RUNNING)
+
+
+@app.command("cancel")
+def cancel(job_id: Annotated[int, typer.Argument(help="The job's id (heron jobs list).")]) -> None:
+    """Cancel a job; a run already started finishes."""
+    from heron.store import jobs
+    from heron.store.schedule import ScheduleError
+    from heron.tools.schedule import describe
+
+    with _open() as (_, store):
+        job = jobs.cancel_job(store, job_id)
+        if job is None:
+            _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
+        typer.echo(f"Cancelled {describe(job)}")
+
+
+@app.command("runs")
+def runs(
+    job_id: Annotated[int | None, typer.Argument(help="Only this job's runs.")] = None,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 30,
+) -> None:
+    """What each run did: fired, skipped (and why), interrupted, failed."""
+    from heron.store import jobs
+
+    with _open() as (_, store):
+        found = jobs.runs(store, job_id, limit)
+        if not found:
+            typer.echo("No runs yet.")
+            return
+        zones = {j.id: j.schedule.timezone for j in jobs.list_jobs(store, everything=True)}
+        rows = [
+            (
+                str(r.id),
+                str(r.job_id),
+                _local(r.due, zones.get(r.job_id, "UTC")),
+                _local(r.started, zones.get(r.job_id, "UTC")),
+                r.status,
+                r.outcome or "-",
+                r.detail or "",
+            )
+            for r in found
+        ]
+        _table(("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL"), rows)

@@ -1,0 +1,144 @@
+"""The scheduler: fires due jobs as ordinary turns through the AgentLoop.
+
+Each wake it asks the store which jobs are due (`heron.store.jobs.claim_due`, one transaction
+that decides fire or skip, records it in `job_runs`, advances the job and leases it to this
+process), then publishes one InboundMessage per fire on the bus, channel "schedule": the loop's
+one-turn-per-conversation queue runs it after whatever turn is running there, never inside it.
+
+- reminder: a visible turn in the conversation the job was made in (provenance "reminder").
+- monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
+  the agent calls `message`, whose delivery carries the job's conversation as its chat.
+
+The scheduler watches the loop's turn ends (`AgentLoop.turn_watchers`) to record each run's
+outcome and give the job's lease back. It sleeps until the next instant, or at most
+`poll_s` (jobs made by `heron jobs add` in another process), or until the `schedule` tool in
+this process wakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from dataclasses import dataclass, field
+
+from heron.agent.loop import AgentLoop
+from heron.bus import InboundMessage, MessageBus, TurnEnd
+from heron.proactive.clock import Clock
+from heron.store import Store
+from heron.store import jobs as js
+from heron.store.engine_state import HOST
+
+CHANNEL = "schedule"
+POLL_S = 30.0  # a job saved by another process is seen within this
+GRACE_S = 6 * 3600.0  # catch_up "once": a missed instant older than this is skipped
+REMINDER = "[Scheduled reminder, job {id}. The user asked for this earlier; tell them now.]"
+MONITOR = (
+    "[Scheduled check, job {id}. This runs in the background: nothing you write reaches the "
+    "user unless you call the message tool. Call it only if there is something they must "
+    "hear; otherwise end with a short note of what you found.]"
+)
+_OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
+
+
+@dataclass
+class Scheduler:
+    store: Store
+    bus: MessageBus
+    clock: Clock
+    grace_s: float = GRACE_S
+    poll_s: float = POLL_S
+    owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    fired: int = 0  # publishes so far (the benchmark reads it)
+    _open: set[int] = field(default_factory=set)  # runs whose turns have not ended
+
+    def watch(self, loop: AgentLoop) -> None:
+        """Record outcomes as the loop's turns end."""
+        loop.turn_watchers.append(self.turn_ended)
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.tick()
+                await self.clock.sleep_until(await self._deadline(), self.wake)
+                self.wake.clear()
+        finally:
+            await asyncio.shield(self._release())
+
+    async def tick(self) -> int:
+        """Fire (or skip) everything due now; returns how many were fired."""
+        now = self.clock.now()
+        fired = 0
+        while True:
+            batch = await self.store.call(
+                js.claim_due, self.store, self.owner, os.getpid(), now, self.grace_s
+            )
+            for fire in batch:
+                await self._publish(fire)
+            fired += len(batch)
+            if len(batch) < js.CLAIM_BATCH:  # a short batch: nothing due is left
+                break
+        if self._open:
+            await self.store.call(js.renew_leases, self.store, self.owner, now)
+        return fired
+
+    async def _deadline(self) -> float:
+        now = self.clock.now()
+        due = await self.store.call(js.next_due, self.store, unleased=True)
+        latest = now + self.poll_s
+        return latest if due is None else max(min(due, latest), now)
+
+    async def _publish(self, fire: js.Fire) -> None:
+        job = fire.job
+        template = MONITOR if job.mode == "monitor" else REMINDER
+        header = template.format(id=job.id)
+        if fire.detail:
+            header += f"\n[{fire.detail}]"
+        meta = {"job": str(job.id), "job_run": str(fire.run_id), "owner": self.owner}
+        if job.mode == "monitor":
+            meta["deliver_to"] = job.conversation  # where its `message` reaches the user
+        message = InboundMessage(
+            CHANNEL,
+            job.conversation,
+            f"{header}\n{job.prompt}",
+            key=job.key,
+            provenance="scheduled" if job.mode == "monitor" else "reminder",
+            agent=job.agent,
+            meta=meta,
+            # A reminder is seen as it is written, like any visible turn; a monitor shows
+            # nothing at all, not even that it ran.
+            events=job.mode == "reminder",
+        )
+        self._open.add(fire.run_id)
+        self.fired += 1
+        await self.bus.publish(message)
+
+    def turn_ended(self, key: str, message: InboundMessage, end: TurnEnd) -> None:
+        """A loop's turn ended; if it was one of this scheduler's fires, record how (one
+        short write, on the loop)."""
+        if message.meta.get("owner") != self.owner:
+            return
+        run_id = int(message.meta["job_run"])
+        self._open.discard(run_id)
+        if end.ok and end.outcome in _OUTCOMES:
+            status, outcome, detail = "done", end.outcome, None
+        elif end.outcome == "stale":
+            status, outcome, detail = "interrupted", "stopped", "stopped before it finished"
+        else:
+            status, outcome, detail = "failed", "failed", end.error
+        js.finish_run(
+            self.store,
+            run_id,
+            status=status,
+            outcome=outcome,
+            now=self.clock.now(),
+            detail=detail,
+        )
+        self.wake.set()  # the job's lease is free: an instant missed meanwhile is due now
+
+    async def _release(self) -> None:
+        await self.store.call(js.release_all, self.store, self.owner, self.clock.now())

@@ -1,0 +1,394 @@
+"""Store functions of scheduled jobs: create, list, cancel, claim what is due, record each run.
+
+Every function takes a `Store` and the time `now` (epoch seconds) from its caller, so the
+scheduler's clock, fake in tests, is the only clock. `claim_due` is the one place a job is
+decided: inside `BEGIN IMMEDIATE` (serialized across processes) it takes the due jobs whose
+lease is free, writes a `job_runs` row for each fire or skip, advances `next_run` and leases the
+fired ones to their owner until their turn ends, so two schedulers on one home never fire a job
+twice and a missed instant is never dropped without a row saying so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from dataclasses import dataclass
+from typing import Literal
+
+from heron.store.db import Store
+from heron.store.engine_state import HOST, pid_alive
+from heron.store.schedule import Schedule, ScheduleError
+
+Mode = Literal["reminder", "monitor"]
+CatchUp = Literal["once", "skip"]
+MODES: tuple[str, ...] = ("reminder", "monitor")
+CATCH_UPS: tuple[str, ...] = ("once", "skip")
+LATE_S = 60.0  # fired this long after its instant, a run counts as missed (no scheduler ran)
+LEASE_TTL = 15 * 60.0  # a fired job's lease without renewal; renewed while its turn runs
+CLAIM_BATCH = 500  # due jobs decided per transaction (a short write lock however many are due)
+_MAX_COUNTED = 10_000  # missed instants counted one by one; beyond, "more than"
+WHY_MISSED = " (no scheduler ran then, or its previous run was still going)"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    schedule: Schedule
+    conversation: str  # the conversation it was made in (a reminder speaks there)
+    agent: str
+    mode: str
+    prompt: str
+    catch_up: str
+    status: str  # active | done | cancelled
+    created: float
+    created_by: str
+    next_run: float | None
+    last_run: float | None
+    last_outcome: str | None
+    lease_owner: str | None
+
+    @property
+    def key(self) -> str:
+        """The conversation its turns run in: its own for a monitor, else the bound one."""
+        return f"cron:{self.id}" if self.mode == "monitor" else self.conversation
+
+
+@dataclass(frozen=True)
+class JobRun:
+    id: int
+    job_id: int
+    due: float
+    started: float
+    ended: float | None
+    status: str  # running | done | failed | skipped | interrupted
+    outcome: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A job claimed to fire now: its run row, the instant it stands for, and why if late."""
+
+    job: Job
+    run_id: int
+    due: float
+    detail: str | None = None
+
+
+def _job(r: sqlite3.Row) -> Job:
+    return Job(
+        r["id"],
+        Schedule(r["kind"], r["spec"], r["timezone"]),
+        r["conversation"],
+        r["agent"],
+        r["mode"],
+        r["prompt"],
+        r["catch_up"],
+        r["status"],
+        r["created"],
+        r["created_by"],
+        r["next_run"],
+        r["last_run"],
+        r["last_outcome"],
+        r["lease_owner"],
+    )
+
+
+def _run(r: sqlite3.Row) -> JobRun:
+    return JobRun(
+        r["id"], r["job_id"], r["due"], r["started"], r["ended"], r["status"], r["outcome"],
+        r["detail"],
+    )  # fmt: skip
+
+
+def create_job(
+    store: Store,
+    schedule: Schedule,
+    *,
+    conversation: str,
+    prompt: str,
+    now: float,
+    mode: str = "reminder",
+    catch_up: str = "once",
+    created_by: str = "tool",
+    agent: str = "default",
+) -> Job:
+    """A new active job; its first instant is the first one after `now`. The caller has
+    checked the schedule (`heron.store.schedule.parse`); an instant already past is refused."""
+    base = now + int(schedule.spec) if schedule.kind == "every" else None
+    first = schedule.next_after(now, base=base)
+    if first is None:
+        raise ScheduleError(
+            f"{schedule.describe()} is already past", hint="Give a time in the future."
+        )
+    with store.transaction() as c:
+        cur = c.execute(
+            "INSERT INTO jobs (kind, spec, timezone, conversation, agent, mode, prompt, catch_up,"
+            " created, created_by, next_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                schedule.kind, schedule.spec, schedule.timezone, conversation, agent, mode,
+                prompt, catch_up, now, created_by, first,
+            ),
+        )  # fmt: skip
+    assert cur.lastrowid is not None
+    found = get_job(store, cur.lastrowid)
+    assert found is not None
+    return found
+
+
+def get_job(store: Store, job_id: int) -> Job | None:
+    rows = store.query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+    return _job(rows[0]) if rows else None
+
+
+def list_jobs(
+    store: Store, *, everything: bool = False, conversation: str | None = None
+) -> list[Job]:
+    """Active jobs (all of them with `everything`), soonest first; of one conversation if
+    given."""
+    where, params = [], []
+    if not everything:
+        where.append("status = 'active'")
+    if conversation is not None:
+        where.append("conversation = ?")
+        params.append(conversation)
+    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY next_run IS NULL, next_run, id"
+    return [_job(r) for r in store.query(sql, params)]
+
+
+def cancel_job(store: Store, job_id: int) -> Job | None:
+    """Cancel an active job (a turn it already started runs to its end); None if unknown."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE jobs SET status = 'cancelled', next_run = NULL WHERE id = ? AND"
+            " status = 'active'",
+            (job_id,),
+        )
+    return get_job(store, job_id)
+
+
+def runs(store: Store, job_id: int | None = None, limit: int = 50) -> list[JobRun]:
+    """The latest runs, newest first (of one job if given)."""
+    if job_id is None:
+        rows = store.query("SELECT * FROM job_runs ORDER BY id DESC LIMIT ?", (limit,))
+    else:
+        rows = store.query(
+            "SELECT * FROM job_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit)
+        )
+    return [_run(r) for r in rows]
+
+
+def next_due(store: Store, *, unleased: bool = False) -> float | None:
+    """The soonest instant of an active job; with `unleased`, of one whose lease is free (a
+    leased job waits for its turn to end, which wakes the scheduler)."""
+    sql = "SELECT MIN(next_run) FROM jobs WHERE status = 'active'"
+    if unleased:
+        sql += " AND lease_owner IS NULL"
+    return store.query(sql)[0][0]
+
+
+# ---- the scheduler's side -------------------------------------------------------------------
+
+
+def claim_due(
+    store: Store, owner: str, pid: int, now: float, grace_s: float, limit: int = CLAIM_BATCH
+) -> list[Fire]:
+    """Decide every due job whose lease is free, in one transaction: fire it (a `running` run
+    row, the lease to `owner`) or skip it (a `skipped` row), and advance `next_run`."""
+    fires: list[Fire] = []
+    with store.transaction() as c:
+        rows = c.execute(
+            "SELECT * FROM jobs WHERE status = 'active' AND next_run <= ? ORDER BY next_run"
+            " LIMIT ?",
+            (now, limit),
+        ).fetchall()
+        for row in rows:
+            if not _lease_free(row, now):
+                continue
+            if row["lease_owner"] is not None:
+                _interrupted(c, row["id"], row["lease_owner"], now)
+            fire = _decide(c, _job(row), owner, pid, now, grace_s)
+            if fire is not None:
+                fires.append(fire)
+    return fires
+
+
+def _lease_free(row: sqlite3.Row, now: float) -> bool:
+    if row["lease_owner"] is None:
+        return True
+    if row["lease_until"] < now:
+        return True
+    return row["lease_host"] == HOST and not pid_alive(row["lease_pid"])
+
+
+def _interrupted(c: sqlite3.Connection, job_id: int, owner: str, now: float) -> None:
+    """The lease's holder died with a run open: that run ended with it."""
+    c.execute(
+        "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = 'the scheduler that"
+        " fired it stopped before its turn ended' WHERE job_id = ? AND owner = ? AND status ="
+        " 'running'",
+        (now, job_id, owner),
+    )
+
+
+def _decide(
+    c: sqlite3.Connection, job: Job, owner: str, pid: int, now: float, grace_s: float
+) -> Fire | None:
+    assert job.next_run is not None
+    due = job.next_run
+    missed, last = _missed(job, due, now)
+    after = job.schedule.next_after(now, base=due)
+    done = after is None
+    fire_at: float | None = due
+    detail: str | None = None
+    if now - due > LATE_S:  # no scheduler ran at its instant
+        count = f"more than {_MAX_COUNTED}" if missed > _MAX_COUNTED else str(missed)
+        span = f"{count} instant{'s' if missed != 1 else ''} ({_when(due, job)}"
+        span += f" to {_when(last, job)})" if missed > 1 else ")"
+        if job.catch_up == "once" and now - last <= grace_s:
+            fire_at, detail = last, f"caught up once for {span} missed{WHY_MISSED}"
+        else:
+            why = "catch_up = skip" if job.catch_up == "skip" else "past the grace period"
+            fire_at, detail = None, f"skipped {span} missed{WHY_MISSED}; {why}"
+    c.execute(
+        "UPDATE jobs SET next_run = ?, status = ? WHERE id = ?",
+        (after, "done" if done else "active", job.id),
+    )
+    if fire_at is None:
+        c.execute(
+            "INSERT INTO job_runs (job_id, due, started, ended, status, outcome, detail, owner)"
+            " VALUES (?, ?, ?, ?, 'skipped', 'skipped', ?, ?)",
+            (job.id, due, now, now, detail, owner),
+        )
+        c.execute(
+            "UPDATE jobs SET last_outcome = 'skipped', lease_owner = NULL WHERE id = ?", (job.id,)
+        )
+        return None
+    cur = c.execute(
+        "INSERT INTO job_runs (job_id, due, started, status, detail, owner)"
+        " VALUES (?, ?, ?, 'running', ?, ?)",
+        (job.id, fire_at, now, detail, owner),
+    )
+    c.execute(
+        "UPDATE jobs SET last_run = ?, lease_owner = ?, lease_host = ?, lease_pid = ?,"
+        " lease_until = ? WHERE id = ?",
+        (now, owner, HOST, pid, now + LEASE_TTL, job.id),
+    )
+    assert cur.lastrowid is not None
+    return Fire(job, cur.lastrowid, fire_at, detail)
+
+
+def _missed(job: Job, due: float, now: float) -> tuple[int, float]:
+    """How many instants from `due` to `now` (counted up to a bound), and the latest."""
+    count, last, at = 1, due, due
+    while count <= _MAX_COUNTED:
+        nxt = job.schedule.next_after(at, base=at)
+        if nxt is None or nxt > now:
+            return count, last
+        count, last, at = count + 1, nxt, nxt
+    if job.schedule.kind == "every":  # the latest instant, without walking to it
+        step = int(job.schedule.spec)
+        last = due + ((now - due) // step) * step
+    return count, last
+
+
+def _when(instant: float, job: Job) -> str:
+    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%Y-%m-%d %H:%M}"
+
+
+def renew_leases(store: Store, owner: str, now: float) -> None:
+    """Keep the leases of fired jobs whose turns still run."""
+    with store.transaction() as c:
+        c.execute("UPDATE jobs SET lease_until = ? WHERE lease_owner = ?", (now + LEASE_TTL, owner))
+
+
+def finish_run(
+    store: Store, run_id: int, *, status: str, outcome: str, now: float, detail: str | None = None
+) -> None:
+    """A fired run's turn ended: its row, the job's last outcome, and the lease given back."""
+    with store.transaction() as c:
+        row = c.execute("SELECT job_id, owner, detail FROM job_runs WHERE id = ?", (run_id,))
+        found = row.fetchone()
+        if found is None:
+            return
+        joined = "; ".join(d for d in (found["detail"], detail) if d) or None
+        c.execute(
+            "UPDATE job_runs SET status = ?, outcome = ?, ended = ?, detail = ? WHERE id = ?",
+            (status, outcome, now, joined, run_id),
+        )
+        c.execute(
+            "UPDATE jobs SET last_outcome = ?, lease_owner = NULL, lease_host = NULL,"
+            " lease_pid = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?",
+            (outcome, found["job_id"], found["owner"]),
+        )
+
+
+def release_all(store: Store, owner: str, now: float) -> None:
+    """A scheduler stopping: its open runs are interrupted and its leases given back."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = 'the scheduler"
+            " stopped before its turn ended' WHERE owner = ? AND status = 'running'",
+            (now, owner),
+        )
+        c.execute(
+            "UPDATE jobs SET lease_owner = NULL, lease_host = NULL, lease_pid = NULL,"
+            " lease_until = NULL WHERE lease_owner = ?",
+            (owner,),
+        )
+
+
+# ---- periodic ticks (the heartbeat) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    name: str
+    last: float
+    outcome: str | None
+    detail: str | None
+
+
+def tick(store: Store, name: str) -> Tick | None:
+    rows = store.query("SELECT * FROM ticks WHERE name = ?", (name,))
+    return Tick(name, rows[0]["last"], rows[0]["outcome"], rows[0]["detail"]) if rows else None
+
+
+def claim_tick(store: Store, name: str, owner: str, now: float, period: float) -> bool:
+    """Take this period's tick: True once per `period` across processes. Ticks missed while
+    nothing ran coalesce into this one. The first call only starts the count."""
+    with store.transaction() as c:
+        row = c.execute("SELECT last FROM ticks WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            c.execute(
+                "INSERT INTO ticks (name, last, owner, outcome) VALUES (?, ?, ?, 'started')",
+                (name, now, owner),
+            )
+            return False
+        if now - row["last"] < period:
+            return False
+        c.execute(
+            "UPDATE ticks SET last = ?, owner = ?, outcome = 'running', detail = NULL"
+            " WHERE name = ?",
+            (now, owner, name),
+        )
+        return True
+
+
+def end_tick(store: Store, name: str, outcome: str, detail: str | None = None) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE ticks SET outcome = ?, detail = ? WHERE name = ?", (outcome, detail, name)
+        )
+
+
+def turns_since_separator(store: Store, conversation_id: int) -> int:
+    """Turns after the conversation's last /new separator (what its model still sees)."""
+    rows = store.query(
+        "SELECT COUNT(*) FROM turns WHERE conversation_id = ?1 AND started > COALESCE("
+        "(SELECT MAX(created) FROM messages WHERE conversation_id = ?1 AND kind = 'separator'),"
+        " 0)",
+        (conversation_id,),
+    )
+    return rows[0][0]

@@ -1,0 +1,167 @@
+"""The `schedule` tool: the agent creates, lists and cancels scheduled jobs.
+
+A job is bound at creation to the conversation it was made in. A reminder later speaks there as
+an ordinary, visible turn; a monitor runs silently in its own conversation `cron:<id>` and
+reaches the user only through `message`. The scheduler of `heron serve` fires them
+(heron/proactive/scheduler.py); this tool only writes rows (heron/store/jobs.py), and says
+plainly when no `heron serve` runs to fire them. A scheduled turn may list and cancel jobs but
+never create one, so a job cannot breed jobs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from heron.store import jobs
+from heron.store.engine_state import pid_alive
+from heron.store.schedule import ScheduleError, parse, user_timezone
+from heron.tools.registry import ToolContext, ToolOutput, tool
+
+Action = Literal["create", "list", "cancel"]
+SCHEDULED = frozenset({"reminder", "scheduled"})  # provenances of turns a job started
+NOT_RUNNING = "saved; it fires while `heron serve` runs (none is running now)"
+
+
+def serve_running(home: Path) -> bool:
+    """Whether a `heron serve` holds this home: its serve.json names a live process."""
+    try:
+        info = json.loads((home / "serve.json").read_text(encoding="utf-8"))
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return pid_alive(pid)
+
+
+def describe(job: jobs.Job) -> str:
+    when = "not scheduled"
+    if job.next_run is not None:
+        local = dt.datetime.fromtimestamp(job.next_run, job.schedule.zone())
+        when = f"next {local:%Y-%m-%d %H:%M %Z}"
+    last = f", last {job.last_outcome}" if job.last_outcome else ""
+    return (
+        f"job {job.id} [{job.mode}, {job.status}] {job.schedule.describe()}, {when}{last}:"
+        f" {_short(job.prompt)}"
+    )
+
+
+def _short(text: str, width: int = 80) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@tool
+async def schedule(
+    ctx: ToolContext,
+    action: Action,
+    prompt: str | None = None,
+    cron: str | None = None,
+    every: str | None = None,
+    at: str | None = None,
+    mode: Literal["reminder", "monitor"] = "reminder",
+    catch_up: Literal["once", "skip"] = "once",
+    job: int | None = None,
+) -> str | ToolOutput:
+    """Create, list or cancel scheduled jobs (recurring or one-off work of this conversation).
+
+    reminder: at each time, `prompt` comes back to you in this conversation and your answer is
+    shown to the user. monitor: each time, you check `prompt` silently in a conversation of its
+    own; the user hears only what you send with the message tool. Times are the user's local
+    time.
+
+    Args:
+        action: create, list (this conversation's jobs) or cancel.
+        prompt: create: what to do or say when it fires, written so it makes sense on its own.
+        cron: create: a cron expression, "minute hour day month weekday" ("0 9 * * 1-5").
+        every: create: an interval such as "30m", "2h", "1d" (at least 1m).
+        at: create: one local date and time, "2026-12-24 18:00".
+        mode: create: reminder (speaks here) or monitor (silent unless it messages).
+        catch_up: create: a time missed while Heron was not running runs once later (once) or
+            is skipped (skip); either way it is recorded.
+        job: cancel: the job's id.
+    """
+    store = ctx.extra.get("store")
+    key = ctx.extra.get("conversation_key")
+    if store is None or key is None:
+        return ToolOutput("Scheduling needs a stored conversation; this run has none.", True)
+    if action == "list":
+        found = await store.call(jobs.list_jobs, store, conversation=key)
+        return "\n".join(describe(j) for j in found) or "No scheduled jobs in this conversation."
+    if action == "cancel":
+        return await _cancel(store, job)
+    turn = ctx.extra.get("turn")
+    if getattr(turn, "provenance", "user") in SCHEDULED:
+        return ToolOutput(
+            "A scheduled run cannot create jobs. If the user should set one up, tell them so.",
+            True,
+        )
+    return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
+
+
+async def _cancel(store: Any, job: int | None) -> str | ToolOutput:
+    if job is None:
+        return ToolOutput("cancel needs job: the id shown by action=list.", True)
+    found = await store.call(jobs.cancel_job, store, job)
+    if found is None:
+        return ToolOutput(f"There is no job {job}; action=list shows the jobs.", True)
+    return f"Cancelled: {describe(found)}"
+
+
+async def _create(
+    ctx: ToolContext,
+    store: Any,
+    key: str,
+    prompt: str | None,
+    cron: str | None,
+    every: str | None,
+    at: str | None,
+    mode: str,
+    catch_up: str,
+) -> str | ToolOutput:
+    if not prompt or not prompt.strip():
+        return ToolOutput("create needs prompt: what to do or say when the job fires.", True)
+    try:
+        zone = user_timezone(ctx.extra.get("timezone"))
+        when = parse(cron=cron, every=every, at=at, timezone=zone)
+        made = await store.call(
+            jobs.create_job,
+            store,
+            when,
+            conversation=key,
+            prompt=prompt.strip(),
+            now=time.time(),
+            mode=mode,
+            catch_up=catch_up,
+            created_by="tool",
+            agent=ctx.extra.get("agent") or "default",
+        )
+    except ScheduleError as e:
+        return ToolOutput(str(e), True)
+    poke = ctx.extra.get("jobs_changed")
+    if poke is not None:
+        poke()
+    home = ctx.extra.get("home")
+    running = home is None or serve_running(Path(home)) or poke is not None
+    return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
+
+
+def status_lines(store: Any, key: str, limit: int = 3) -> list[str]:
+    """/status: the jobs bound to this conversation (soonest first), how many others there are,
+    and the heartbeat's last tick; nothing when none of it exists."""
+    mine = jobs.list_jobs(store, conversation=key)
+    others = len(jobs.list_jobs(store)) - len(mine)
+    lines = []
+    if mine or others:
+        lines.append(f"jobs: {len(mine)} here, {others} in other conversations")
+        lines += [f"  {describe(job)}" for job in mine[:limit]]
+        if len(mine) > limit:
+            lines.append(f"  … and {len(mine) - limit} more (heron jobs list)")
+    beat = jobs.tick(store, "heartbeat")
+    if beat is not None and beat.outcome not in (None, "started"):
+        at = dt.datetime.fromtimestamp(beat.last).astimezone()
+        why = f" ({beat.detail})" if beat.detail else ""
+        lines.append(f"heartbeat: last {at:%Y-%m-%d %H:%M} {beat.outcome}{why}")
+    return lines

@@ -1,0 +1,176 @@
+"""The heartbeat on a fake clock: HEARTBEAT.md checked silently in `heartbeat`, speaking only
+through `message`, skipped while the person's turn runs, missed ticks coalesced, one tick per
+period across schedulers, a bounded tail, and no jobs made from it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from schedule_helpers import answer, call, last_user_text, rig
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import MessageBus
+from heron.config import Settings
+from heron.proactive import services
+from heron.proactive.clock import FakeClock
+from heron.proactive.heartbeat import KEY, Heartbeat, heartbeat_lines
+from heron.providers.scripted import ScriptedProvider
+from heron.store import Store
+from heron.store import jobs as js
+from heron.tools.registry import ToolRegistry
+
+START = 1_780_000_000.0
+PERIOD = 30 * 60.0
+FILE = (
+    "# Things to watch\n<!-- a comment -->\n\n- the build on CI is green\n- no mail from the bank\n"
+)
+
+
+def heartbeat_of(r, busy=lambda: False, tail: int = 8) -> Heartbeat:
+    workspace = r.engine.settings.paths.workspace
+    beat = Heartbeat(r.engine.store, r.bus, r.clock, workspace, 30, busy, tail_turns=tail)
+    beat.watch(r.loop)
+    return beat
+
+
+async def started(r, beat: Heartbeat) -> asyncio.Task:
+    task = asyncio.create_task(beat.run())
+    await r.clock.idle()
+    return task
+
+
+def test_only_real_lines_of_heartbeat_md_are_checked(tmp_path):
+    assert heartbeat_lines(tmp_path) == []
+    (tmp_path / "HEARTBEAT.md").write_text(FILE)
+    assert heartbeat_lines(tmp_path) == ["the build on CI is green", "no mail from the bank"]
+
+
+async def test_a_check_that_finds_nothing_shows_nothing_and_one_that_must_speaks_by_message():
+    replies = [answer("Checked both: fine."), call("message", {"text": "The build is red."})]
+    replies.append(answer("Told them."))
+    async with rig(replies, START, run_scheduler=False) as r:
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        beat = heartbeat_of(r)
+        task = await started(r, beat)
+        await r.at(START + PERIOD - 1)
+        assert r.provider.requests == []  # not before its period
+        await r.at(START + PERIOD)
+        asked = last_user_text(r.provider.requests[0])
+        assert "- the build on CI is green\n- no mail from the bank" in asked
+        assert "Things to watch" not in asked and "a comment" not in asked
+        assert r.messages == []  # silent: no answer, nothing on any channel
+        assert js.tick(r.engine.store, KEY).outcome == "silent"
+        await r.at(START + 2 * PERIOD)
+        # It reaches the person's own conversation, not the silent `heartbeat`.
+        assert [(m.kind, m.key, m.text) for m in r.messages] == [
+            ("message", "personal", "The build is red.")
+        ]
+        assert js.tick(r.engine.store, KEY).outcome == "spoke_via_tool"
+        assert r.engine.store.conversation(KEY) is not None
+        task.cancel()
+
+
+async def test_skipped_while_a_turn_of_the_person_runs_and_when_there_is_nothing_to_check():
+    busy = {"now": True}
+    async with rig([answer("ok")], START, run_scheduler=False) as r:
+        beat = heartbeat_of(r, busy=lambda: busy["now"])
+        task = await started(r, beat)
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        await r.at(START + PERIOD)
+        tick = js.tick(r.engine.store, KEY)
+        assert (tick.outcome, tick.detail) == ("skipped", "a turn of the user's was running")
+        busy["now"] = False
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text("# nothing yet\n")
+        await r.at(START + 2 * PERIOD)
+        assert js.tick(r.engine.store, KEY).detail == "HEARTBEAT.md has nothing to check"
+        assert r.provider.requests == []
+        task.cancel()
+
+
+async def test_missed_ticks_coalesce_into_one_check_and_a_running_check_is_not_doubled():
+    gate = asyncio.Event()
+
+    async def slow(request):
+        await gate.wait()
+        return answer("done")
+
+    async with rig(slow, START, run_scheduler=False) as r:
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        beat = heartbeat_of(r)
+        task = await started(r, beat)
+        r.clock.set(START + 5 * PERIOD + 7)  # five periods passed while nothing ran
+        await r.clock.idle()
+        await r.bus.inbound.join()
+        r.clock.set(START + 7 * PERIOD)  # the check still runs: these ticks wait for it
+        await r.clock.idle()
+        assert beat.checks == 1 and len(r.provider.requests) == 1
+        gate.set()
+        await r.settle()
+        assert beat.checks == 1  # the end of the check does not open a backlog
+        await r.at(START + 8 * PERIOD + 7)
+        assert beat.checks == 2
+        task.cancel()
+
+
+async def test_a_heartbeat_turn_cannot_create_jobs():
+    replies = [call("schedule", {"action": "create", "prompt": "check CI", "every": "30m"})]
+    replies.append(answer("Could not."))
+    async with rig(replies, START, run_scheduler=False) as r:
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        task = await started(r, heartbeat_of(r))
+        await r.at(START + PERIOD)
+        assert js.list_jobs(r.engine.store, everything=True) == []
+        assert "cannot create jobs" in r.provider.requests[1].messages[-1].parts[0].content
+        task.cancel()
+
+
+async def test_the_heartbeat_sees_a_bounded_tail_of_its_own_turns():
+    async with rig(lambda _: answer("fine"), START, run_scheduler=False) as r:
+        (r.engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        task = await started(r, heartbeat_of(r, tail=2))
+        for n in range(1, 8):
+            await r.at(START + n * PERIOD)
+        sizes = [len(q.messages) for q in r.provider.requests]
+        assert len(sizes) == 7
+        assert max(sizes) <= 2 * 2 + 1  # two earlier turns (question, answer) and this one
+        task.cancel()
+
+
+async def test_two_heartbeats_on_one_home_check_once_per_period(heron_home):
+    db = Settings.load().paths.ensure().db
+    Store(db).close()
+    stores = [Store(db), Store(db)]
+    clock = FakeClock(START)
+    buses = [MessageBus(), MessageBus()]
+    workspace = Settings.load().paths.workspace
+    (workspace / "HEARTBEAT.md").write_text(FILE)
+    beats = [
+        Heartbeat(s, b, clock, workspace, 30, lambda: False)
+        for s, b in zip(stores, buses, strict=True)
+    ]
+    tasks = [asyncio.create_task(b.run()) for b in beats]
+    try:
+        await clock.idle(2)
+        for n in (1, 2, 3):
+            clock.set(START + n * PERIOD)
+            await clock.idle(2)
+            for beat in beats:
+                beat.outstanding = False  # as if each check ended (no loop consumes these buses)
+        assert sum(b.checks for b in beats) == 3
+        assert buses[0].inbound.qsize() + buses[1].inbound.qsize() == 3
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for store in stores:
+            store.close()
+
+
+async def test_heartbeat_minutes_0_turns_it_off(heron_home):
+    (heron_home / "config.toml").write_text("[agent]\nheartbeat_minutes = 0\n")
+    provider = ScriptedProvider([])
+    async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
+        bus = MessageBus()
+        scheduler, heartbeat = services(AgentLoop(engine, bus), engine, FakeClock(START))
+        assert heartbeat is None and scheduler is not None

@@ -1,0 +1,93 @@
+"""`heron jobs`: add, list, cancel and runs through the typer app, in the test's home."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from typer.testing import CliRunner
+
+from heron.cli import app
+from heron.config import Settings
+from heron.store import Store
+from heron.store import jobs as js
+
+runner = CliRunner()
+
+
+def jobs(*args: str):
+    return runner.invoke(app, ["jobs", *args])
+
+
+def test_add_without_serve_says_it_waits_for_one_then_list_and_cancel(heron_home):
+    added = jobs("add", "Water the plants.", "-c", "chat-1", "--cron", "0 18 * * *")
+    assert added.exit_code == 0, added.output
+    assert "Created job 1 [reminder, active] cron 0 18 * * *" in added.output
+    assert "saved; it fires while `heron serve` runs" in added.output
+    listed = jobs("list")
+    header, row = listed.output.splitlines()
+    assert header.split() == [
+        "ID",
+        "MODE",
+        "STATUS",
+        "SCHEDULE",
+        "NEXT",
+        "CONVERSATION",
+        "LAST",
+        "PROMPT",
+    ]
+    assert row.startswith("1 ") and "chat-1" in row and "Water the plants." in row
+    cancelled = jobs("cancel", "1")
+    assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+    assert "No scheduled jobs" in jobs("list").output
+    assert "cancelled" in jobs("list", "--all").output
+
+
+def test_add_while_serve_runs_says_nothing_about_waiting(heron_home):
+    (heron_home / "serve.json").write_text(json.dumps({"pid": os.getpid()}))
+    added = jobs("add", "Check the feed.", "-c", "chat-1", "--every", "2h", "--mode", "monitor")
+    assert added.exit_code == 0 and "monitor" in added.output
+    assert "heron serve" not in added.output
+
+
+def test_bad_schedules_and_unknown_jobs_get_a_clear_error_and_save_nothing(heron_home):
+    for args in (
+        ["--cron", "soon"],
+        ["--every", "10s"],
+        ["--every", "1h", "--at", "2030-01-01 10:00"],
+        [],
+    ):
+        bad = jobs("add", "x", "-c", "chat-1", *args)
+        assert bad.exit_code == 1 and "heron:" in bad.output and "Traceback" not in bad.output
+    assert jobs("add", "x", "-c", "c", "--every", "1h", "--mode", "loud").exit_code == 1
+    missing = jobs("cancel", "42")
+    assert missing.exit_code == 1 and "there is no job 42" in missing.output
+    store = Store(Settings.load().paths.db)
+    try:
+        assert js.list_jobs(store, everything=True) == []
+    finally:
+        store.close()
+
+
+def test_runs_lists_fires_and_skips_with_why(heron_home):
+    assert jobs("runs").output.strip() == "No runs yet."
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        from heron.store.schedule import parse
+
+        job = js.create_job(
+            store, parse(every="1h", timezone="UTC"), conversation="c", prompt="p", now=0.0,
+            catch_up="skip",
+        )  # fmt: skip
+        js.claim_due(store, "me", os.getpid(), 5 * 3600.0 + 120, 3600.0)
+    finally:
+        store.close()
+    out = jobs("runs", str(job.id)).output.splitlines()
+    assert out[0].split()[:6] == ["RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME"]
+    assert "skipped" in out[1] and "catch_up = skip" in out[1]
+
+
+def test_every_jobs_command_has_help():
+    for sub in ("list", "add", "cancel", "runs"):
+        shown = jobs(sub, "--help")
+        assert shown.exit_code == 0 and "Usage" in shown.output

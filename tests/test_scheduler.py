@@ -1,0 +1,368 @@
+"""The scheduler on a fake clock: cron instants across DST, missed runs, two schedulers on one
+home, reminders that speak, monitors that stay silent, and scheduled turns that cannot make jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+from zoneinfo import ZoneInfo
+
+import pytest
+from schedule_helpers import answer, call, last_user_text, rig
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import InboundMessage, MessageBus
+from heron.config import Settings
+from heron.proactive.clock import FakeClock
+from heron.proactive.scheduler import Scheduler
+from heron.providers.base import ChatRequest
+from heron.providers.scripted import ScriptedProvider
+from heron.store import Store
+from heron.store import jobs as js
+from heron.store.schedule import ScheduleError, parse
+from heron.tools.registry import ToolContext, ToolRegistry, tool
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def local(*args: int) -> float:
+    return dt.datetime(*args, tzinfo=BERLIN).timestamp()
+
+
+def make_job(store: Store, now: float, mode: str = "reminder", **schedule: str) -> js.Job:
+    catch_up = schedule.pop("catch_up", "once")
+    when = parse(timezone="Europe/Berlin", **schedule)
+    return js.create_job(
+        store, when, conversation="chat-1", prompt="Stand-up in five minutes.", now=now,
+        mode=mode, catch_up=catch_up, created_by="test",
+    )  # fmt: skip
+
+
+def test_cron_instants_stay_at_local_time_across_both_dst_changes():
+    daily = parse(cron="0 9 * * *", timezone="Europe/Berlin")
+    t = local(2026, 3, 27, 12, 0)
+    seen = []
+    for _ in range(4):
+        t = daily.next_after(t)
+        seen.append(dt.datetime.fromtimestamp(t, BERLIN))
+    assert [(d.day, d.hour, d.minute) for d in seen] == [
+        (28, 9, 0),
+        (29, 9, 0),
+        (30, 9, 0),
+        (31, 9, 0),
+    ]
+    assert [d.utcoffset() for d in seen] == [dt.timedelta(hours=h) for h in (1, 2, 2, 2)]
+    # 02:30 does not exist on 29 March: it fires once, an hour later in wall time, and the next
+    # day's 02:30 is back in place; in October 02:30 exists twice and fires once.
+    night = parse(cron="30 2 * * *", timezone="Europe/Berlin")
+    spring = [night.next_after(local(2026, 3, 28, 12, 0))]
+    spring.append(night.next_after(spring[0]))
+    assert [dt.datetime.fromtimestamp(s, dt.UTC).strftime("%d %H:%M") for s in spring] == [
+        "29 01:30",
+        "30 00:30",
+    ]
+    autumn = [night.next_after(local(2026, 10, 24, 12, 0))]
+    autumn.append(night.next_after(autumn[0]))
+    assert [dt.datetime.fromtimestamp(a, dt.UTC).strftime("%d %H:%M") for a in autumn] == [
+        "25 00:30",
+        "26 01:30",
+    ]
+
+
+def test_bad_schedules_say_what_works():
+    for kwargs in ({"cron": "every day"}, {"every": "5s"}, {"at": "tomorrow"}, {}):
+        with pytest.raises(ScheduleError) as caught:
+            parse(timezone="Europe/Berlin", **kwargs)
+        assert 'cron="0 9 * * 1-5"' in str(caught.value)
+    with pytest.raises(ScheduleError, match="unknown timezone"):
+        parse(every="1h", timezone="Mars/Olympus")
+    store = Store(":memory:")
+    with pytest.raises(ScheduleError, match="already past"):
+        make_job(store, local(2026, 5, 1, 12, 0), at="2026-05-01 11:00")
+    assert js.list_jobs(store, everything=True) == []
+
+
+async def test_a_cron_reminder_fires_at_its_instants_across_dst_and_speaks_visibly():
+    def script(request: ChatRequest) -> object:
+        assert "Stand-up in five minutes." in last_user_text(request)
+        return answer("Reminder: stand-up in five minutes.")
+
+    async with rig(script, local(2026, 3, 27, 12, 0)) as r:
+        store = r.engine.store
+        job = make_job(store, r.clock.now(), cron="0 9 * * *")
+        r.scheduler.poke()
+        await r.settle()
+        instants = [local(2026, 3, 28, 9, 0), local(2026, 3, 29, 9, 0), local(2026, 3, 30, 9, 0)]
+        await r.at(instants[0] - 1)
+        assert r.messages == []  # not before its instant
+        for instant in instants:
+            await r.at(instant)
+        done = list(reversed(js.runs(store, job.id)))
+        assert [run.due for run in done] == instants
+        assert [(run.status, run.outcome) for run in done] == [("done", "delivered")] * 3
+        # The answer arrives visibly, in the conversation the job was bound to.
+        assert [(m.kind, m.key, m.text) for m in r.messages] == [
+            ("answer", "chat-1", "Reminder: stand-up in five minutes.")
+        ] * 3
+        rows = store.branch(store.conversation("chat-1").id)
+        prompts = [row for row in rows if row.role == "user"]
+        assert len(prompts) == 3 and all(row.author == "heron" for row in prompts)
+        assert js.get_job(store, job.id).next_run == local(2026, 3, 31, 9, 0)
+
+
+async def test_a_job_missed_while_serve_was_down_fires_once_on_start():
+    start = local(2026, 6, 1, 8, 0)
+    async with rig(lambda _: answer("Done."), start + 5 * 3600 + 60, run_scheduler=False) as r:
+        store = r.engine.store
+        hourly = make_job(store, start, every="1h")
+        task = asyncio.create_task(r.scheduler.run())
+        await r.settle()
+        (run,) = js.runs(store, hourly.id)
+        assert run.status == "done" and run.due == start + 5 * 3600
+        assert "caught up once for 5 instants" in run.detail
+        assert len(r.provider.requests) == 1  # five missed instants, one turn
+        assert "caught up once" in last_user_text(r.provider.requests[0])
+        assert js.get_job(store, hourly.id).next_run == start + 6 * 3600
+        task.cancel()
+
+
+async def test_a_missed_job_with_catch_up_skip_or_past_the_grace_is_recorded_skipped():
+    start = local(2026, 6, 1, 8, 0)
+    later = start + 3 * 3600 + 60
+    async with rig([], later, run_scheduler=False, grace_s=1800) as r:
+        store = r.engine.store
+        skip = make_job(store, start, every="1h", catch_up="skip")
+        stale = make_job(store, start, at="2026-06-01 09:00")  # once, but past the grace
+        task = asyncio.create_task(r.scheduler.run())
+        await r.settle()
+        (skipped,) = js.runs(store, skip.id)
+        assert skipped.status == "skipped" and "catch_up = skip" in skipped.detail
+        (old,) = js.runs(store, stale.id)
+        assert old.status == "skipped" and "past the grace period" in old.detail
+        assert js.get_job(store, stale.id).status == "done"
+        assert js.get_job(store, skip.id).next_run == start + 4 * 3600
+        assert r.provider.requests == [] and r.messages == []
+        task.cancel()
+
+
+async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
+    now = local(2026, 6, 1, 8, 0)
+    db = Settings.load().paths.ensure().db
+    Store(db).close()  # migrated
+    stores = [Store(db), Store(db)]
+    try:
+        ids = [make_job(stores[0], now, every="1m").id for _ in range(30)]
+        clock = FakeClock(now)
+        buses = [MessageBus(), MessageBus()]
+        schedulers = [Scheduler(s, b, clock) for s, b in zip(stores, buses, strict=True)]
+        tasks = [asyncio.create_task(s.run()) for s in schedulers]
+        await clock.idle(2)
+        for minute in (1, 2):  # the second instant: every job is still leased (turn not ended)
+            clock.set(now + 60 * minute)
+            await clock.idle(2)
+        fired = [buses[i].inbound.qsize() for i in (0, 1)]
+        assert sum(fired) == 30 and sorted(schedulers[i].fired for i in (0, 1)) == sorted(fired)
+        messages = [
+            b.inbound.get_nowait().meta["job"] for b in buses for _ in range(b.inbound.qsize())
+        ]
+        assert sorted(int(m) for m in messages) == ids
+        assert len(js.runs(stores[0], limit=1000)) == 30
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(heron_home):
+    now = local(2026, 6, 1, 8, 0)
+    db = Settings.load().paths.ensure().db
+    seed = Store(db)
+    for _ in range(200):
+        make_job(seed, now, every="1m")
+    seed.close()
+    got: list[list[js.Fire]] = [[], []]
+
+    def claim(i: int) -> None:
+        store = Store(db)
+        try:
+            for step in range(1, 4):
+                fires = js.claim_due(store, f"owner-{i}", 1, now + 60 * step + 1, 3600)
+                got[i].extend(fires)
+                for fire in fires:
+                    js.finish_run(store, fire.run_id, status="done", outcome="silent", now=now)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    decided = [(f.job.id, f.due) for f in got[0] + got[1]]
+    assert len(decided) == len(set(decided)) == 600  # 200 jobs x 3 instants, each once
+
+
+async def test_a_monitor_that_does_not_call_message_shows_nothing():
+    async with rig(
+        lambda _: answer("Checked the feed: nothing new."), local(2026, 6, 1, 8, 0)
+    ) as r:
+        store = r.engine.store
+        job = make_job(store, r.clock.now(), mode="monitor", every="1h")
+        await r.at(local(2026, 6, 1, 9, 0))
+        (run,) = js.runs(store, job.id)
+        assert (run.status, run.outcome) == ("done", "silent")
+        assert r.messages == []  # no answer, no error, nothing on any channel
+        assert store.conversation("chat-1") is None  # the conversation it came from is untouched
+        texts = [m.parts[0].text for m in r.transcript(f"cron:{job.id}")]
+        assert texts[-1] == "Checked the feed: nothing new."
+
+
+async def test_a_monitor_that_calls_message_reaches_its_conversation():
+    replies = [call("message", {"text": "The price dropped to 40."}), answer("Told them.")]
+    async with rig(replies, local(2026, 6, 1, 8, 0)) as r:
+        job = make_job(r.engine.store, r.clock.now(), mode="monitor", every="1h")
+        await r.at(local(2026, 6, 1, 9, 0))
+        assert [(m.kind, m.chat_id, m.key, m.text) for m in r.messages] == [
+            ("message", "chat-1", "chat-1", "The price dropped to 40.")
+        ]  # to the conversation it was made in, where its user is; not to cron:<id>
+        assert js.runs(r.engine.store, job.id)[0].outcome == "spoke_via_tool"
+
+
+async def test_a_scheduled_turn_cannot_create_jobs():
+    create = {"action": "create", "prompt": "again", "every": "1m"}
+    replies = [call("schedule", create), answer("Could not.")]
+    async with rig(replies, local(2026, 6, 1, 8, 0)) as r:
+        job = make_job(r.engine.store, r.clock.now(), mode="monitor", every="1h")
+        await r.at(local(2026, 6, 1, 9, 0))
+        assert [j.id for j in js.list_jobs(r.engine.store, everything=True)] == [job.id]
+        result = r.provider.requests[1].messages[-1].parts[0]
+        assert result.is_error and "cannot create jobs" in result.content
+
+
+async def test_the_schedule_tool_binds_the_job_to_its_conversation_and_says_when_none_fires():
+    create = {"action": "create", "prompt": "Water the plants.", "cron": "0 18 * * *"}
+    replies = [call("schedule", create), answer("Saved."), call("schedule", {"action": "list"})]
+    replies += [answer("Listed.")]
+    async with rig(replies, local(2026, 6, 1, 8, 0), run_scheduler=False) as r:
+        r.engine.jobs_changed = None  # as in `heron chat` with no `heron serve`
+        await r.loop.dispatch(InboundMessage("terminal", "1", "remind me at six", "chat-9"))
+        await r.loop.wait_idle()
+        await r.loop.dispatch(InboundMessage("terminal", "1", "what is scheduled?", "chat-9"))
+        await r.loop.wait_idle()
+        (job,) = js.list_jobs(r.engine.store)
+        assert (job.conversation, job.mode, job.schedule.spec) == (
+            "chat-9",
+            "reminder",
+            "0 18 * * *",
+        )
+        created = r.provider.requests[1].messages[-1].parts[0].content
+        assert "saved; it fires while `heron serve` runs" in created
+        listed = r.provider.requests[3].messages[-1].parts[0].content
+        assert f"job {job.id} [reminder, active]" in listed and "Water the plants." in listed
+
+
+async def test_a_reminder_due_during_a_user_turn_waits_for_its_own_turn():
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait for the test."""
+        await gate.wait()
+        return "ok"
+
+    def script(request: ChatRequest) -> object:
+        text = last_user_text(request)
+        if "long job" in text:
+            return call("wait_gate", {})
+        return answer("Reminder said." if "Scheduled reminder" in text else "Long job done.")
+
+    start = local(2026, 6, 1, 8, 0)
+    async with rig(script, start, registry=ToolRegistry([wait_gate])) as r:
+        job = make_job(r.engine.store, start, every="1h")
+        await r.loop.dispatch(InboundMessage("terminal", "1", "long job", "chat-1"))
+        await asyncio.wait_for(_until_running(r.loop, "chat-1"), 10)
+        r.clock.set(start + 3600)
+        await r.clock.idle()
+        await r.bus.inbound.join()
+        gate.set()
+        await r.settle()
+        requests = [last_user_text(q) for q in r.provider.requests]
+        # The reminder was not mailed into the running turn: it opened the next one.
+        assert not any("Scheduled reminder" in q and "long job" in q for q in requests)
+        assert "Scheduled reminder" in requests[-1]
+        assert js.runs(r.engine.store, job.id)[0].outcome == "delivered"
+
+
+async def _until_running(loop: AgentLoop, key: str) -> None:
+    while not loop.running(key):
+        await asyncio.sleep(0)
+
+
+async def test_stopping_the_scheduler_records_its_open_runs_as_interrupted():
+    never = asyncio.Event()
+
+    async def hang(request: ChatRequest) -> object:
+        await never.wait()
+        return answer("late")
+
+    provider = ScriptedProvider(hang)
+    start = local(2026, 6, 1, 8, 0)
+    async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
+        bus = MessageBus()
+        loop = AgentLoop(engine, bus)
+        clock = FakeClock(start)
+        scheduler = Scheduler(engine.store, bus, clock)
+        scheduler.watch(loop)
+        job = make_job(engine.store, start, every="1h")
+        task = asyncio.create_task(scheduler.run())
+        await clock.idle()
+        clock.set(start + 3600)
+        await clock.idle()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        (run,) = js.runs(engine.store, job.id)
+        assert run.status == "interrupted"
+        assert js.get_job(engine.store, job.id).lease_owner is None
+        await loop.close()
+
+
+async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_after_itself():
+    from heron.proactive import run_proactive
+
+    start = local(2026, 6, 1, 8, 0)
+    async with rig(lambda _: answer("On it."), start, run_scheduler=False) as r:
+        job = make_job(r.engine.store, start, every="1h")
+        task = asyncio.create_task(run_proactive(r.loop, clock=r.clock))
+        await r.clock.idle(2)  # the scheduler and the heartbeat wait on the clock
+        assert r.engine.jobs_changed is not None and len(r.loop.turn_watchers) == 3
+        r.clock.set(start + 3600)
+        await r.clock.idle(2)
+        await r.bus.inbound.join()
+        await r.loop.wait_idle()
+        await r.bus.outbound.join()
+        assert js.runs(r.engine.store, job.id)[0].outcome == "delivered"
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert r.engine.jobs_changed is None and len(r.loop.turn_watchers) == 1
+
+
+def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_job_is_next_due():
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process: a scheduler killed with its turn running
+    store = Store(":memory:")
+    start = local(2026, 6, 1, 8, 0)
+    job = make_job(store, start, every="1h")
+    (fire,) = js.claim_due(store, "host:dead", dead.pid, start + 3600, 3600)
+    assert js.get_job(store, job.id).lease_owner == "host:dead"
+    (again,) = js.claim_due(store, "host:new", 4242, start + 7200, 3600)
+    old, new = sorted(js.runs(store, job.id), key=lambda r: r.id)
+    assert (old.id, old.status) == (fire.run_id, "interrupted")
+    assert "stopped before its turn ended" in old.detail
+    assert (new.id, new.status) == (again.run_id, "running")
