@@ -41,8 +41,11 @@ class _Server(uvicorn.Server):
 
 
 def default_services() -> list[Service]:
-    """What runs beside the loop in every serve (the scheduler joins this list)."""
-    return []
+    """What runs beside the loop in every serve: the scheduler and the heartbeat
+    (heron/proactive, docs/proactive.md)."""
+    from heron.proactive import run_proactive
+
+    return [run_proactive]
 
 
 async def serve(
