@@ -363,7 +363,9 @@ class Engine:
             provider=self.choice.provider,
             model=self.choice.model,
             # A scheduled job's prompt is not the person's words (memory never quotes it).
-            meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
+            meta=meta
+            if meta is not None or provenance == "user"
+            else {"injected_event": provenance},
         )
         if conversation.title is None:
             await self.store.call(self.store.set_title, conversation.id, _title(text))
