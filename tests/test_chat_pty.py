@@ -10,7 +10,7 @@ import sys
 import pexpect
 import pytest
 
-from heron.agent.turn import MAIL_LABEL
+from heron.agent.control import MAIL_LABEL
 from heron.store import Store
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply

@@ -124,9 +124,7 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
             Message("assistant", [Text(SEPARATOR)]),
             kind="separator",
         )
-        archive = getattr(ctx.engine, "archive_for_memory", None)
-        if archive is not None:  # the memory package; it returns at once, working in the back
-            await archive(conv)
+        await ctx.engine.archive_for_memory(conv)  # returns at once, working in the back
     return CommandReply(
         "New conversation started. The transcript above is kept; the model no longer sees it."
     )

@@ -1,129 +1,47 @@
-"""The engine: everything one process needs to run turns, and the turn itself.
+"""The engine: what one process opens to run turns, and closes when it is done.
 
-`Engine.open(settings)` opens the store, the provider and the tool registry once; `turn()`
-runs one user message through the runner, persisting as it goes: the user's message is
-committed before the first model call, every assistant message and tool result as it arrives,
-every model request and tool call as a trace row.
+`Engine.open(settings)` opens the store, the provider, the tool registry (with the sandbox its
+commands run in) and memory once; `turn()` hands one message to the turn's state machine
+(heron/agent/turn.py), which reads the engine's public attributes as its dependencies. Work
+that outlives a command (the /new memory pass) is awaited, with a bound, when it closes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from heron.agent.runner import (
-    ModelCallRecord,
-    RunHooks,
-    RunLimits,
-    Runner,
-    RunResult,
-    ToolCallRecord,
-    args_json,
-)
-from heron.agent.turn import Outcome, StaleTurn, TurnControl, TurnMachine, guard_run_hooks
-from heron.compaction import memory_tokens, prepare_turn
-from heron.compaction.governor import Governor
+from heron.agent.record import CallSink
+from heron.agent.runner import RunLimits
+from heron.agent.turn import TurnHooks, TurnResult, run_turn
+from heron.compaction import memory_tokens
 from heron.config import ModelChoice, Settings
-from heron.context.prompt import (
-    BootstrapCache,
-    PromptInputs,
-    PromptMemo,
-    fingerprint,
-)
-from heron.context.runtime import RuntimeInfo, with_runtime
-from heron.errors import ProviderError
+from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
-from heron.messages import Message, Text, Usage, scrub_text
 from heron.providers import Provider, open_provider
-from heron.providers.base import OnEvent, RetryPolicy
+from heron.providers.base import RetryPolicy
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
 from heron.tools.approval import Approver
 from heron.tools.message import with_message_tool
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry
+from heron.tools.registry import ToolRegistry, default_registry
 from heron.tools.sandbox import Sandbox
-from heron.trace.recorder import TraceRecorder, trace_for
+
+__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "new_key", "redactor_for"]
 
 log = logging.getLogger(__name__)
 
 
 def new_key(prefix: str = "c") -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
-def new_run_id() -> str:
-    return f"run_{secrets.token_hex(8)}"
-
-
-@dataclass
-class TurnHooks:
-    """What a channel wants to see of a turn as it happens."""
-
-    on_event: OnEvent | None = None
-    on_progress: Callable[[str], None] | None = None
-    on_tool_start: Callable[..., None] | None = None
-    on_tool_end: Callable[[ToolCallRecord], None] | None = None
-    on_retry: Callable[[ProviderError, float], None] | None = None
-    # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
-    # the running turn's control (epoch token, mailbox, break); who started the turn.
-    on_busy: Callable[[str], None] | None = None
-    # Told once what the turn did to what the person sent (a message too large for the model's
-    # share of the window, saved to a file).
-    on_notice: Callable[[str], None] | None = None
-    control: TurnControl | None = None
-    # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
-    # None: the engine's default (`Engine.approve`), else "ask" refuses.
-    approve: Approver | None = None
-
-
-@dataclass
-class BuiltTurn:
-    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
-
-    run_id: str
-    turn_id: int
-    system: str
-    messages: list[Message]
-    # Compaction (heron/compaction): derives the view again before every model call.
-    governor: Governor | None = None
-    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
-    compaction_calls: CallSink = field(default_factory=lambda: CallSink())
-    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
-
-
-@dataclass
-class TurnResult:
-    conversation: Conversation
-    run_id: str
-    run: RunResult
-    system_fingerprint: str
-    extra: dict = field(default_factory=dict)
-    # Turn engine: how the turn ended for the user, what to show them (None: nothing),
-    # the slash command that answered it, and the states it went through.
-    outcome: Outcome = Outcome.DELIVERED
-    reply: str | None = None
-    command: str | None = None
-    switch_to: str | None = None  # /resume: the channel continues in this conversation
-    states: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return self.run.text
-
-    @property
-    def ok(self) -> bool:
-        return self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
 class Engine:
@@ -264,31 +182,6 @@ class Engine:
         for task in pending:
             task.cancel()
 
-    def _before_message(
-        self, conversation_id: int, text: str, strong: bool | None = None
-    ) -> str | None:
-        """Before the user's message is committed: auto-recall (stored as rows just before it,
-        so later requests replay them) and the runtime block's memory note. `strong`: whether
-        the search found a hit strong enough, when already asked (`_recall_check`)."""
-        from heron.memory.recall import AUTO_RECALL_MIN_SCORE
-
-        memory_wiring.recall_rows(
-            self.store, self.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE, strong
-        )
-        return memory_wiring.memory_note(self.memory, conversation_id)
-
-    async def _recall_check(self, text: str) -> bool | None:
-        """Auto-recall's search on its own connection and thread while other turns run (it is
-        mostly SQLite time, which then overlaps the loop's work); None: search inline."""
-        from heron.memory.recall import AUTO_RECALL_MIN_SCORE
-
-        reader = self.recall_reader
-        if reader is None or self.recall is None or self.turns_running < 2:
-            return None
-        if not memory_wiring.wants_recall(text):
-            return False
-        return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
-
     async def turn(
         self,
         key: str,
@@ -299,21 +192,16 @@ class Engine:
         channel: str = "cli",
     ) -> TurnResult:
         """One user message through the turn's state machine (heron/agent/turn.py): under the
-        conversation's lease, RESTORE, COMPACT, COMMAND, BUILD, RUN, SAVE, RESPOND. `channel`
-        is where the message came from, named in the runtime block."""
+        conversation's lease, RESTORE, COMMAND, BUILD, RUN, SAVE, RESPOND. `channel` is where
+        the message came from, named in the runtime block."""
         warning = await self.store.call(self.store.check_file)
         if warning:  # deleted or replaced under us: reopened (heron/store/db.py)
             log.warning("heron: %s", warning)
         self.turns_running += 1
         try:
-            machine = TurnMachine(self)
-            return await machine.turn(key, text, hooks or TurnHooks(), agent, channel)
+            return await run_turn(self, key, text, hooks or TurnHooks(), agent, channel)
         finally:
             self.turns_running -= 1
-
-    async def compact_before_turn(self, conversation: Conversation) -> None:
-        """COMPACT state: compaction (issue 3) replaces this to pick up pending work."""
-        return None
 
     async def compact_now(
         self,
@@ -327,138 +215,6 @@ class Engine:
         from heron.compaction import compact_now
 
         return await compact_now(self, conversation, reason=reason, window=window, on_call=on_call)
-
-    async def _restore(self, key: str, agent: str) -> Conversation:
-        return await self.store.call(self.store.open_conversation, key, agent)
-
-    async def _build(
-        self,
-        conversation: Conversation,
-        text: str,
-        agent: str,
-        *,
-        channel: str = "cli",
-        answer: int | None = None,
-    ) -> BuiltTurn:
-        """Commit the user's message (with the runtime block it is sent with) before any call,
-        compact if the conversation outgrew its share of the window, and derive the view.
-        `answer`: a message already stored (/retry after a failed turn), answered as it is."""
-        run_id = new_run_id()
-        if answer is None:
-            turn_id, user_id = await self._commit_message(conversation, run_id, text, channel)
-        else:
-            turn_id = await self.store.call(
-                self.store.start_turn,
-                conversation.id,
-                run_id,
-                user_message_id=answer,
-                provider=self.choice.provider,
-                model=self.choice.model,
-            )
-            user_id = answer
-        sink = CallSink()
-        prepared = await prepare_turn(self, conversation, agent, turn_id, user_id, on_call=sink)
-        return BuiltTurn(
-            run_id,
-            turn_id,
-            prepared.system,
-            prepared.messages,
-            prepared.governor,
-            sink,
-            prepared.notices,
-        )
-
-    async def _commit_message(
-        self, conversation: Conversation, run_id: str, text: str, channel: str
-    ) -> tuple[int, int]:
-        """Auto-recall, then the user's message with its turn row, in one commit."""
-        text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-        user_message = Message("user", [Text(text)])
-        strong = await self._recall_check(text)
-        # Inline while the history is small (a thread hop costs more than the search then);
-        # nothing left to search when the reader found no strong hit.
-        searching = strong is not False
-        slow = searching and await self.store.call(memory_wiring.search_is_slow, self.store)
-        hop = self.store.call_slow if slow else self.store.call
-        note = await hop(self._before_message, conversation.id, text, strong)
-        zone = self.settings.config.agent.timezone
-        info = RuntimeInfo(channel, conversation.key, zone, note=note)
-        turn_id, stored = await self.store.call(
-            self.store.begin_turn,
-            conversation.id,
-            run_id,
-            user_message,
-            # A tiny model takes the runtime block for the question (measured: Paris is lost
-            # from "What is the capital of France?"), so a brief-prompt model is sent none.
-            sent=None if self.choice.profile.brief_prompt else with_runtime(user_message, info),
-            provider=self.choice.provider,
-            model=self.choice.model,
-        )
-        if conversation.title is None:
-            await self.store.call(self.store.set_title, conversation.id, _title(text))
-        return turn_id, stored.id
-
-    async def _run(
-        self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
-    ) -> RunResult:
-        turn_id, system = built.turn_id, built.system
-        ctx = ToolContext(
-            workspace=self.settings.paths.workspace,
-            result_budget=self.settings.config.agent.result_budget,
-            redactor=self.redactor,
-            sandbox=self.sandbox,
-        )
-        approve = hooks.approve or self.approve  # the channel's, else the engine's default
-        if approve is not None:
-            ctx.extra["approve"] = approve
-        # work_state, todos and scratchpad (heron/tools) keep their data per conversation/agent.
-        ctx.extra.update(
-            store=self.store, conversation_id=conversation.id, agent=conversation.agent
-        )
-        ctx.extra.update(memory=self.memory, conversation_key=conversation.key, recall=self.recall)
-        trace = trace_for(self, built, conversation.agent)
-        recorder = _Recorder(
-            self.store, conversation.id, turn_id, hooks, trace, self.prompt_memo.fingerprint
-        )
-        await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-        if hooks.on_notice is not None:
-            for notice in built.notices:
-                hooks.on_notice(notice)
-        profile, limits = self.choice.profile, self.limits
-        runner = Runner(self.provider, self.registry, profile, limits, self.retry, self.redactor)
-        run_hooks = RunHooks(
-            on_event=hooks.on_event,
-            on_progress=hooks.on_progress,
-            on_message=recorder.message,
-            on_model_call=recorder.model_call,
-            on_tool_call=recorder.tool_call,
-            on_tool_start=hooks.on_tool_start,
-            on_retry=hooks.on_retry,
-        )
-        if built.governor is not None:  # the view from the record, compaction in flight
-            run_hooks.govern = built.governor.govern
-            run_hooks.on_model_call = built.governor.observing(run_hooks.on_model_call)
-        if hooks.control is not None:  # token checks, checkpoints, mailbox, break (turn.py)
-            hooks.control.hold_final = True  # SAVE commits the final reply (`_last_writes`)
-            run_hooks = guard_run_hooks(run_hooks, hooks.control, self.store, ctx)
-        run_hooks = recorder.wrap(run_hooks)  # mailbox deliveries and breaks go in the trace
-        try:
-            run = await runner.run(system, built.messages, ctx, run_hooks)
-        except asyncio.CancelledError:
-            await asyncio.shield(recorder.finish("interrupted", "interrupted", None, system))
-            raise
-        except Exception as error:
-            if hooks.control is not None and not isinstance(error, StaleTurn):
-                await recorder.commit_held(hooks.control)  # a final reply held for SAVE
-            await recorder.flush_trace()  # rows held for a reply that never got stored
-            raise
-        finally:
-            built.compaction_calls.detach()
-            await ctx.aclose()
-        status = "failed" if run.stop == "error" else "done"
-        error = str(run.error) if run.error else None
-        await recorder.finish(status, run.stop, error, system, run, hooks.control)
-        return run
 
 
 def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
@@ -480,161 +236,3 @@ def engine_tools(ephemeral: bool = False) -> ToolRegistry:
         if registry.get(t.name) is None:
             registry.add(t)
     return with_message_tool(registry)
-
-
-class CallSink:
-    """Where compaction hands its model calls for a turn: held until the turn's recorder is
-    attached (a consolidation at BUILD comes before it), then passed on as they happen."""
-
-    def __init__(self) -> None:
-        self.held: list[ModelCallRecord] = []
-        self.target: Callable[[ModelCallRecord], Awaitable[None]] | None = None
-
-    async def __call__(self, record: ModelCallRecord) -> None:
-        if self.target is None:
-            self.held.append(record)
-        else:
-            await self.target(record)
-
-    async def attach(self, target: Callable[[ModelCallRecord], Awaitable[None]]) -> None:
-        self.target = target
-        held, self.held = self.held, []
-        for record in held:
-            await target(record)
-
-    def detach(self) -> None:
-        self.target = None
-
-
-class _Recorder:
-    """Writes a run's messages and trace rows as they happen."""
-
-    def __init__(
-        self,
-        store: Store,
-        conversation_id: int,
-        turn_id: int,
-        hooks: TurnHooks,
-        trace: TraceRecorder | None = None,
-        fingerprint: Callable[[str], str] = fingerprint,
-    ):
-        self.store = store
-        self.fingerprint = fingerprint  # of the system prompt, for the turn's record
-        self.conversation_id = conversation_id
-        self.turn_id = turn_id
-        self.hooks = hooks
-        self.trace = trace  # heron.trace: model and tool calls, injections, breaks
-        self.usage = Usage()
-        self.model_calls = 0
-        self.tool_calls = 0
-
-    async def message(self, message: Message) -> None:
-        await self.store.call(self._append, message)
-
-    def _append(self, message: Message) -> None:
-        """A message with the trace rows held for it (its model call's), in one transaction:
-        one commit instead of two, and a reply is never on disk without its call's row."""
-        joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
-        with self.store.transaction(), joined:
-            self.store.append(self.conversation_id, message, turn_id=self.turn_id)
-
-    async def commit_held(self, control: TurnControl) -> None:
-        """The run failed after its final reply was held for SAVE: keep the reply, unless the
-        turn is no longer current."""
-        held, control.held = control.held, []
-        if held and await control.current(self.store):
-            for message in held:
-                await self.message(message)
-
-    async def model_call(self, record: ModelCallRecord) -> None:
-        usage = record.reply.usage if record.reply else Usage()
-        self.usage = self.usage + usage
-        self.model_calls += 1
-        if self.trace is None:
-            return
-        await self.trace.model_call(
-            self.model_calls,  # compaction's calls included: the order they were made in
-            record.purpose,
-            record.payload,
-            record.reply,
-            record.error,
-            record.started,
-            record.ended,
-            getattr(record, "body", None),  # compaction's calls carry only the text
-            defer=True,  # written with the reply (`_append`) or with the next trace write
-        )
-
-    async def tool_call(self, record: ToolCallRecord) -> None:
-        self.tool_calls += 1
-        if self.trace is not None:
-            await self.trace.tool_call(record, args_json(record.call))
-        if self.hooks.on_tool_end:
-            self.hooks.on_tool_end(record)
-
-    async def flush_trace(self) -> None:
-        """Write the trace rows still held (a model call whose reply was not stored), if the
-        store takes them: the error that ended the run is the one to report."""
-        if self.trace is not None:
-            try:
-                await self.trace.begin()
-            except Exception:  # the store itself may be what failed
-                log.warning("the trace of turn %s could not be completed", self.turn_id)
-
-    def wrap(self, run_hooks: RunHooks) -> RunHooks:
-        return self.trace.wrap(run_hooks) if self.trace is not None else run_hooks
-
-    async def injection(self, messages: list[Message]) -> None:
-        """The mailbox delivered `messages` into the run (recorded for replay)."""
-        if self.trace is not None:
-            await self.trace.injection(messages)
-
-    async def break_(self, kind: str, **detail: object) -> None:
-        """A soft or hard break was taken (recorded for replay)."""
-        if self.trace is not None:
-            await self.trace.break_(kind, **detail)
-
-    async def finish(
-        self,
-        status: str,
-        stop: str,
-        error: str | None,
-        system: str,
-        run: RunResult | None = None,
-        control: TurnControl | None = None,
-    ) -> None:
-        """The turn row's figures and status. With the turn machine's `control`, they are
-        written by SAVE, in the transaction of its commit-time check (`TurnControl.settle`),
-        with the trace rows and the final reply still held (`_last_writes`)."""
-        write = functools.partial(
-            self.store.finish_turn,
-            self.turn_id,
-            status=status,
-            stop_reason=stop,
-            usage=self.usage,
-            model_calls=self.model_calls,
-            tool_calls=self.tool_calls,
-            system_fingerprint=self.fingerprint(system),
-            error=error,
-        )
-        if control is None:
-            if self.trace is not None:
-                await self.trace.finish(status)
-            await self.store.call(write)
-            return
-        control.finish = functools.partial(self._last_writes, control, write)
-
-    def _last_writes(self, control: TurnControl, write: Callable[[], None], current: bool) -> None:
-        """Inside SAVE's transaction: the trace rows still held, and when the turn is still
-        current, the final reply the guard held (`TurnControl.hold_final`) and the turn row."""
-        held, control.held = control.held, []
-        joined = self.trace.joined() if self.trace is not None else contextlib.nullcontext()
-        with joined:
-            if current:
-                for message in held:
-                    self.store.append(self.conversation_id, message, turn_id=self.turn_id)
-                write()
-
-
-def _title(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "(empty)"
-    return line[:60] + ("…" if len(line) > 60 else "")

@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from heron.agent import commands
+from heron.agent.control import TurnControl
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.runner import ToolCallRecord
-from heron.agent.turn import TurnControl
 from heron.bus import EventKind, InboundMessage, MessageBus, OutboundMessage, TurnEnd, TurnEvent
 from heron.errors import HeronError, ProviderError
 from heron.messages import ToolCall
@@ -136,7 +136,7 @@ class AgentLoop:
             # /new runs next, then mail the stopped turn had not read, in the fresh context;
             # the stopped turn's end starts them (one turn of a conversation at a time).
             queue = self._pending.setdefault(key, deque())
-            mail = self._active[key].control.take_mail()
+            mail = self._active[key].control.mailbox.take()
             if mail:
                 queue.appendleft(dataclasses.replace(message, text=mail))
             queue.appendleft(message)
@@ -235,7 +235,7 @@ class AgentLoop:
     def _finished(self, key: str, control: TurnControl, message: InboundMessage) -> None:
         self._active.pop(key, None)
         queue = self._pending.setdefault(key, deque())
-        mail = control.take_mail()
+        mail = control.mailbox.take()
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(dataclasses.replace(message, text=mail, key=key))
@@ -262,11 +262,10 @@ class AgentLoop:
         active = self._active.get(key)
         if active is None:
             return False
-        active.control.stale = True
-        if active.control.conversation_id is not None:
-            await self.engine.store.call(
-                es.bump_epoch, self.engine.store, active.control.conversation_id
-            )
+        active.control.void()
+        conversation_id = active.control.token.conversation_id
+        if conversation_id is not None:
+            await self.engine.store.call(es.bump_epoch, self.engine.store, conversation_id)
         active.task.cancel()
         await asyncio.wait({active.task})
         return True
@@ -276,17 +275,18 @@ class AgentLoop:
         active = self._active.get(key)
         if active is None:
             return False
-        active.control.request_break()
+        active.control.mailbox.request_break()
         loop = asyncio.get_running_loop()
         loop.call_later(self.break_grace, self._escalate, key, active)
         return True
 
     def _escalate(self, key: str, active: _Active) -> None:
-        if self._active.get(key) is not active or active.control.break_seen:
+        if self._active.get(key) is not active or active.control.mailbox.break_seen:
             return
-        active.control.stale = True
-        if active.control.conversation_id is not None:  # one short write; fine on the loop
-            es.bump_epoch(self.engine.store, active.control.conversation_id)
+        active.control.void()
+        conversation_id = active.control.token.conversation_id
+        if conversation_id is not None:  # one short write; fine on the loop
+            es.bump_epoch(self.engine.store, conversation_id)
         active.task.cancel()
 
     async def wait_idle(self) -> None:
