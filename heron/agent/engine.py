@@ -66,7 +66,7 @@ class Engine:
         self.registry = registry
         defaults = settings.config.agent
         self.limits = RunLimits(
-            defaults.max_turns, defaults.max_tokens_total, defaults.max_continuations
+            defaults.max_model_calls, defaults.max_tokens_total, defaults.max_continuations
         )
         # Each request's bounds: silence before a stream is cut and retried, and its deadline.
         self.retry = RetryPolicy(

@@ -69,9 +69,17 @@ class HeronPrompt(Message):
 
 @dataclass(frozen=True)
 class RunLimits:
-    max_turns: int = 200  # model calls per run
+    max_model_calls: int = 200  # per run, before a wrap-up
     max_tokens_total: int = 1_000_000
     max_continuations: int = 2  # "continue where you stopped" requests per run
+
+    @classmethod
+    def recorded(cls, fields: dict[str, int]) -> RunLimits:
+        """The limits a trace recorded; traces written before the rename say `max_turns`."""
+        fields = dict(fields)
+        if "max_turns" in fields:
+            fields["max_model_calls"] = fields.pop("max_turns")
+        return cls(**fields)
 
 
 @dataclass
@@ -232,8 +240,8 @@ class Runner:
         return not repeats_itself("".join([*s.cut, reply.text]))
 
     def _limit_reached(self, s: _State) -> str | None:
-        if s.calls >= self.limits.max_turns:
-            return f"{self.limits.max_turns} model calls"
+        if s.calls >= self.limits.max_model_calls:
+            return f"{self.limits.max_model_calls} model calls"
         if s.usage.total >= self.limits.max_tokens_total:
             return f"{self.limits.max_tokens_total} tokens"
         return None

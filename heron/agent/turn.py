@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import enum
 import secrets
-import time
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -277,7 +276,6 @@ async def lease_free_command(t: Turn) -> TurnResult | None:
     if found.name not in commands.LEASE_FREE:
         return None
     reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
-    t.hooks, t.control = TurnHooks(), TurnControl(t.key)
     t.command, t.reply, t.trail = found.name, reply.text, [State.COMMAND, State.RESPOND]
     return result_of(t)
 
@@ -305,20 +303,8 @@ async def restore(t: Turn, _: None) -> Restored:
     """The lease claim read whether an earlier turn left work open (`Lease.dirty`)."""
     if t.lease is not None and t.lease.dirty:
         store = t.engine.store
-        await store.call(recover, store, t.conversation.id)
+        await store.call(es.recover, store, t.conversation.id, STOPPED)
     return Restored()
-
-
-def recover(store: Any, conversation_id: int) -> None:
-    """Under the lease: turns still marked running were left by a dead process; close them."""
-    rows = store.query(
-        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running'",
-        (conversation_id,),
-    )
-    for row in rows:
-        close_turn(store, conversation_id, row[0])
-    if es.needs_closing(store, conversation_id):
-        es.close_dangling_calls(store, conversation_id)
 
 
 # ---- COMMAND ----------------------------------------------------------------------------------
@@ -381,8 +367,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     # nothing left to search when the reader found no strong hit.
     searching = strong is not False
     slow = searching and await store.call(memory_wiring.search_is_slow, store)
-    hop = store.call_slow if slow else store.call
-    note = await hop(before_message, engine, conversation.id, text, strong)
+    note = await store.call(before_message, engine, conversation.id, text, strong, off_loop=slow)
     zone = engine.settings.config.agent.timezone
     info = RuntimeInfo(t.channel, conversation.key, zone, note=note)
     profile = engine.choice.profile
@@ -658,15 +643,7 @@ async def mark_stale(t: Turn) -> None:
     if t.built is None:
         return
     store = t.engine.store
-    await store.call(_mark_turn, store, t.built.turn_id, "interrupted", "stale")
-
-
-def _mark_turn(store: Any, turn_id: int, status: str, stop: str) -> None:
-    with store.transaction() as c:
-        c.execute(
-            "UPDATE turns SET status = ?, stop_reason = ?, ended = ? WHERE id = ?",
-            (status, stop, time.time(), turn_id),
-        )
+    await store.call(es.mark_turn, store, t.built.turn_id, "interrupted", "stale")
 
 
 # ---- RESPOND ----------------------------------------------------------------------------------
@@ -724,27 +701,7 @@ async def interrupted(t: Turn) -> None:
     if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
         await store.call(pending.write, False)
     if t.built is not None:
-        await store.call(close_turn, store, t.conversation.id, t.built.turn_id)
-
-
-def close_turn(store: Any, conversation_id: int, turn_id: int) -> None:
-    """Record an interrupted turn minimally, so the next turn sees the stopped exchange."""
-    with store.transaction() as c:
-        es.close_dangling_calls(store, conversation_id)
-        head_id = store.conversation_by_id(conversation_id).head_id
-        head = store.message(head_id) if head_id is not None else None
-        if head is not None and head.turn_id == turn_id and head.role == "user":
-            store.append(
-                conversation_id,
-                Message("assistant", [Text(STOPPED)]),
-                turn_id=turn_id,
-                meta={"interrupted": True},
-            )
-        c.execute(
-            "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
-            " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
-            (time.time(), turn_id),
-        )
+        await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, STOPPED)
 
 
 def result_of(t: Turn) -> TurnResult:

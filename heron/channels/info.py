@@ -30,7 +30,7 @@ def list_conversations(settings: Settings, limit: int) -> None:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
     for c in rows:
-        turns = store.query("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (c.id,))[0][0]
+        turns = store.turn_count(c.id)
         typer.echo(f"{c.key:32} {_when(c.updated)}  {turns:4} turns  {c.title or ''}")
 
 
@@ -79,13 +79,13 @@ def show_conversation(
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
-    if budget:  # issue 14: each part's budget, and what it takes now
+    if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
 
         for line in budget_report(settings, store, conv):
             typer.echo(line)
         return
-    if compactions or model_view:  # compaction (issue 3): what it did, what the model sees
+    if compactions or model_view:  # what compaction did, what the model sees
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             typer.echo(line)
         return
@@ -180,7 +180,7 @@ def show_config(settings: Settings) -> None:
         typer.echo(f"key [{name}]: {_mask(key)}")
     a = cfg.agent
     typer.echo(
-        f"agent:       max_turns {a.max_turns}, max_tokens_total {a.max_tokens_total}, "
+        f"agent:       max_model_calls {a.max_model_calls}, max_tokens_total {a.max_tokens_total}, "
         f"result_budget {a.result_budget}"
     )
 

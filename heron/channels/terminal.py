@@ -360,7 +360,7 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
 async def _resume(
     engine: Engine, conn: InProcessAgent, state: ChatState, console: Console, session
 ) -> None:
-    rows = await asyncio.to_thread(engine.store.conversations, 20)
+    rows = await engine.store.call(engine.store.conversations, 20)
     if not rows:
         console.print("No earlier conversations.")
         return

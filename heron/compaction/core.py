@@ -326,8 +326,8 @@ def _running_turn_row(store: Store, conversation_id: int) -> list[int]:
 async def load_branch_async(
     store: Store, conversation_id: int, *, full: bool = False
 ) -> BranchState:
-    hop = store.call_slow if full or store.is_long(conversation_id) else store.call
-    return await hop(load_branch, store, conversation_id, full=full)
+    slow = full or store.is_long(conversation_id)
+    return await store.call(load_branch, store, conversation_id, full=full, off_loop=slow)
 
 
 def system_for(deps: ContextDeps, agent: str, state: BranchState) -> str:

@@ -3,7 +3,6 @@ conversation. It survives compaction: every summary and checkpoint re-injects it
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -39,11 +38,11 @@ async def work_state(
     from heron.compaction import records as rec
 
     store, conversation = _where(ctx)
-    state = {} if clear else await asyncio.to_thread(rec.work_state, store, conversation)
+    state = {} if clear else await store.call(rec.work_state, store, conversation)
     given = dict(
         zip(FIELDS, (goal, constraints, decisions, open_questions, next_step), strict=True)
     )
     state.update({k: v for k, v in given.items() if v is not None})
     if clear or any(v is not None for v in given.values()):
-        await asyncio.to_thread(rec.set_work_state, store, conversation, state)
+        await store.call(rec.set_work_state, store, conversation, state)
     return json.dumps(state, ensure_ascii=False, indent=1) if state else "No work state."

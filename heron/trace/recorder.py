@@ -237,9 +237,7 @@ class TraceRecorder:
         held, self._deferred = self._deferred, []
         bodies = [*held, body]
         try:
-            await (self.store.call_slow if self._long() else self.store.call)(
-                self._write, _in_order(bodies), pending
-            )
+            await self.store.call(self._write, _in_order(bodies), pending, off_loop=self._long())
         except BaseException:  # rolled back: held again for the next write
             self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
             raise
