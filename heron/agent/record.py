@@ -15,8 +15,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from heron.agent.runner import ModelCallRecord, ToolCallRecord, args_json
+from heron.agent.runner import ToolCallRecord, args_json
 from heron.messages import Message, Usage
+from heron.providers.wire import ModelCallRecord
 from heron.store import Store
 from heron.trace.recorder import TraceRecorder
 
@@ -107,7 +108,7 @@ class TurnRecorder:
             record.error,
             record.started,
             record.ended,
-            getattr(record, "body", None),  # compaction's calls carry only the text
+            record.body,
             defer=True,  # written with the reply (`_append`) or with the next trace write
         )
 

@@ -36,7 +36,7 @@ from heron.providers.base import (
 )
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
-from heron.providers.wire import WireBody, body_of
+from heron.providers.wire import ModelCallRecord, body_of
 from heron.redact import Redactor, scrub_error
 from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
@@ -80,18 +80,6 @@ class RunLimits:
         if "max_turns" in fields:
             fields["max_model_calls"] = fields.pop("max_turns")
         return cls(**fields)
-
-
-@dataclass
-class ModelCallRecord:
-    seq: int
-    purpose: str  # turn | wrapup | continue
-    payload: str  # the exact JSON body sent (no credentials)
-    reply: Reply | None
-    error: str | None
-    started: float
-    ended: float
-    body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
 
 
 @dataclass

@@ -11,7 +11,6 @@ from heron.compaction.consolidate import CompactionReport, _conversation_tokens,
 from heron.compaction.core import (
     BranchState,
     ContextDeps,
-    ModelCall,
     deps_for,
     load_branch,
     load_branch_async,
@@ -23,6 +22,7 @@ from heron.compaction.governor import Governor
 from heron.context.tokens import estimate_text
 from heron.context.view import message_file, user_texts
 from heron.messages import Message
+from heron.providers.wire import ModelCallRecord
 
 
 @dataclass
@@ -42,7 +42,7 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
-    on_call: Callable[[ModelCall], Awaitable[None]] | None = None,
+    on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None,
 ) -> Prepared:
     store = engine.store  # a long branch is read and shaped off the loop
     slow = store.is_long(conversation.id)
