@@ -180,6 +180,8 @@ class RunAgain:
 
     next: ClassVar[State] = State.RUN
     built: BuiltTurn
+    window: int  # tokens, for the rest of this turn
+    retries: int  # overflows retried so far
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,11 @@ class Saved:
 
 @dataclass(frozen=True)
 class Done:
+    """What the channel is handed (None: nothing) and how the turn ended for the user."""
+
     next: ClassVar[State] = State.DONE
+    reply: str | None
+    outcome: Outcome
 
 
 # ---- one turn ---------------------------------------------------------------------------------
@@ -230,10 +236,6 @@ class Turn:
     built: BuiltTurn | None = None
     run: RunResult | None = None
     pending: PendingSave | None = None  # between RUN and SAVE
-    overflow_retries: int = 0
-    window: int | None = None  # shrunk for this turn after an overflow
-    reply: str | None = None  # what RESPOND hands the channel
-    outcome: Outcome = Outcome.DELIVERED
     trail: list[State] = field(default_factory=list)
 
 
@@ -256,11 +258,11 @@ async def run_turn(
         control.token.owner, control.token.epoch = lease.owner, lease.epoch
         t.lease = lease
         try:
-            await drive(t)
+            done = await drive(t)
         except (asyncio.CancelledError, Exception):
             await asyncio.shield(interrupted(t))
             raise
-    return result_of(t)
+    return result_of(t, done)
 
 
 async def lease_free_command(t: Turn) -> TurnResult | None:
@@ -276,14 +278,14 @@ async def lease_free_command(t: Turn) -> TurnResult | None:
     if found.name not in commands.LEASE_FREE:
         return None
     reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
-    t.command, t.reply, t.trail = found.name, reply.text, [State.COMMAND, State.RESPOND]
-    return result_of(t)
+    t.command, t.trail = found.name, [State.COMMAND, State.RESPOND]
+    return result_of(t, Done(reply.text, Outcome.DELIVERED))
 
 
 Step = Callable[[Turn, Any], Awaitable[Any]]
 
 
-async def drive(t: Turn) -> None:
+async def drive(t: Turn) -> Done:
     """Run the steps from RESTORE until DONE, refusing any move the table does not allow."""
     state, result = State.RESTORE, None
     while state is not State.DONE:
@@ -294,6 +296,8 @@ async def drive(t: Turn) -> None:
             raise RuntimeError(f"illegal turn transition {state.name} -> {nxt.name}")
         state = nxt
     t.trail.append(State.DONE)
+    assert isinstance(result, Done)
+    return result
 
 
 # ---- RESTORE ----------------------------------------------------------------------------------
@@ -425,7 +429,11 @@ def title_of(text: str) -> str:
 async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
     """The runner on the built context. A final-looking reply is held for SAVE; a context
     overflow shrinks the window, compacts, builds the context again and runs once more."""
-    built = given.built if isinstance(given, RunAgain) else given
+    window: int | None = None
+    if isinstance(given, RunAgain):
+        built, window, retries = given.built, given.window, given.retries
+    else:
+        built, retries = given, 0
     t.built = built
     t.control.mailbox.open = True
     try:
@@ -433,11 +441,13 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
     finally:
         t.control.mailbox.open = False
     t.run = pending.run
-    if isinstance(pending.run.error, ContextOverflow) and t.overflow_retries < MAX_OVERFLOW_RETRIES:
-        t.overflow_retries += 1
+    if isinstance(pending.run.error, ContextOverflow) and retries < MAX_OVERFLOW_RETRIES:
         store = t.engine.store
         await store.call(pending.write, True)  # the failed run's rows before the retry's own
-        return RunAgain(await rebuild_after_overflow(t, built))
+        overflowed = window_for(t.engine, window)
+        window = int(overflowed * OVERFLOW_SHRINK)
+        rebuilt = await rebuild_after_overflow(t, built, overflowed, window)
+        return RunAgain(rebuilt, window, retries + 1)
     t.pending = pending
     return pending
 
@@ -567,22 +577,22 @@ def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[
     return call
 
 
-async def rebuild_after_overflow(t: Turn, built: BuiltTurn) -> BuiltTurn:
-    """Shrink the window for this turn, compact, and build the turn's context again as BUILD
+async def rebuild_after_overflow(
+    t: Turn, built: BuiltTurn, overflowed: int, window: int
+) -> BuiltTurn:
+    """Compact for the window that `overflowed`, and build the turn's context again as BUILD
     does: the system prompt (with the new summary), the view and the governor, all for the
-    smaller window. Compaction's calls go in the turn's trace and usage."""
+    smaller `window`. Compaction's calls go in the turn's trace and usage."""
     assert built.governor is not None
-    window = window_for(t.engine, t.window)
-    t.window = int(window * OVERFLOW_SHRINK)
     calls = built.compaction_calls
-    await t.engine.compact_now(t.conversation, reason="overflow", window=window, on_call=calls)
+    await t.engine.compact_now(t.conversation, reason="overflow", window=overflowed, on_call=calls)
     prepared = await prepare_turn(
         t.engine,
         t.conversation,
         t.agent,
         built.turn_id,
         built.governor.anchor_id,
-        window=t.window,
+        window=window,
         on_call=calls,
     )
     return dataclasses.replace(
@@ -660,8 +670,7 @@ async def respond(t: Turn, given: Saved | Answered) -> Done:
         outcome = Outcome.SPOKE_VIA_TOOL if t.control.spoke else Outcome.SILENT
     if reply is not None and outcome is Outcome.SILENT:
         outcome = Outcome.DELIVERED
-    t.reply, t.outcome = reply, outcome
-    return Done()
+    return Done(reply, outcome)
 
 
 # ---- the table --------------------------------------------------------------------------------
@@ -704,16 +713,16 @@ async def interrupted(t: Turn) -> None:
         await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, STOPPED)
 
 
-def result_of(t: Turn) -> TurnResult:
-    run = t.run or RunResult([Message("assistant", [Text(t.reply or "")])], "done")
+def result_of(t: Turn, done: Done) -> TurnResult:
+    run = t.run or RunResult([Message("assistant", [Text(done.reply or "")])], "done")
     built = t.built
     return TurnResult(
         t.conversation,
         built.run_id if built else "",
         run,
         fingerprint(built.system) if built else "",
-        outcome=t.outcome,
-        reply=t.reply,
+        outcome=done.outcome,
+        reply=done.reply,
         command=t.command,
         switch_to=t.switch_to,
         states=[s.name for s in t.trail],
