@@ -18,7 +18,7 @@ from heron.store import Store, StoredMessage
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
-    from heron.agent.engine import Engine
+    from heron.agent.deps import TurnDeps
 
 SEPARATOR = "── new conversation: the model starts fresh from here ──"
 RECENT_TURNS = 5
@@ -57,7 +57,7 @@ class CommandReply:
 
 @dataclass
 class CommandContext:
-    engine: Engine
+    engine: TurnDeps
     key: str
     agent: str = "default"
     # Set by the AgentLoop: stops the in-process turn of `key`, returning whether one ran.
@@ -69,7 +69,8 @@ class CommandContext:
         return self.engine.store
 
 
-NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
+NAMES: tuple[str, ...] = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact")
+NAMES += ("help",)
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history

@@ -56,7 +56,7 @@ from heron.tools.registry import ToolContext
 from heron.trace.recorder import trace_for
 
 if TYPE_CHECKING:
-    from heron.agent.engine import Engine
+    from heron.agent.deps import TurnDeps
 
 
 class State(enum.Enum):
@@ -222,7 +222,7 @@ class Done:
 class Turn:
     """What the steps of one turn share: what it was given, and what its result reports."""
 
-    engine: Engine
+    engine: TurnDeps
     key: str
     text: str
     agent: str
@@ -240,7 +240,7 @@ class Turn:
 
 
 async def run_turn(
-    engine: Engine, key: str, text: str, hooks: TurnHooks, agent: str, channel: str
+    engine: TurnDeps, key: str, text: str, hooks: TurnHooks, agent: str, channel: str
 ) -> TurnResult:
     """One user message under the conversation's lease, RESTORE to RESPOND."""
     control = hooks.control or TurnControl(key)
@@ -391,7 +391,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     return turn_id, stored.id
 
 
-async def recall_check(engine: Engine, text: str) -> bool | None:
+async def recall_check(engine: TurnDeps, text: str) -> bool | None:
     """Auto-recall's search on its own connection and thread while other turns run (it is
     mostly SQLite time, which then overlaps the loop's work); None: search inline."""
     from heron.memory.recall import AUTO_RECALL_MIN_SCORE
@@ -405,7 +405,7 @@ async def recall_check(engine: Engine, text: str) -> bool | None:
 
 
 def before_message(
-    engine: Engine, conversation_id: int, text: str, strong: bool | None = None
+    engine: TurnDeps, conversation_id: int, text: str, strong: bool | None = None
 ) -> str | None:
     """Before the user's message is committed: auto-recall (stored as rows just before it, so
     later requests replay them) and the runtime block's memory note. `strong`: whether the
@@ -583,17 +583,12 @@ async def rebuild_after_overflow(
     """Compact for the window that `overflowed`, and build the turn's context again as BUILD
     does: the system prompt (with the new summary), the view and the governor, all for the
     smaller `window`. Compaction's calls go in the turn's trace and usage."""
-    assert built.governor is not None
+    anchor = built.governor.anchor_id if built.governor else None
+    assert anchor is not None, "an overflow is retried only with the view BUILD derived"
     calls = built.compaction_calls
     await t.engine.compact_now(t.conversation, reason="overflow", window=overflowed, on_call=calls)
     prepared = await prepare_turn(
-        t.engine,
-        t.conversation,
-        t.agent,
-        built.turn_id,
-        built.governor.anchor_id,
-        window=window,
-        on_call=calls,
+        t.engine, t.conversation, t.agent, built.turn_id, anchor, window=window, on_call=calls
     )
     return dataclasses.replace(
         built, system=prepared.system, messages=prepared.messages, governor=prepared.governor
