@@ -123,8 +123,9 @@ def answer(body: dict[str, Any]) -> ServerReply:
 def _registry() -> Any:
     """The built-in tools, with run_cell answering from a stub (same schema) so the benchmark
     does not start a Python kernel per turn."""
+    from heron.tools.builtin import default_registry
     from heron.tools.python_kernel import run_cell
-    from heron.tools.registry import ToolRegistry, default_registry
+    from heron.tools.registry import ToolRegistry
 
     def fake_run_cell(ctx: Any, code: str, timeout: float = 60) -> str:
         return "\n".join(f"[{i}] value={i * 17 % 97} ok" for i in range(400))
@@ -137,8 +138,8 @@ def _registry() -> Any:
 
 async def run(turns: int, window: int, home: Path, base_url: str) -> dict[str, Any]:
     from heron.agent.engine import Engine
-    from heron.compaction import records as rec
     from heron.config import Settings
+    from heron.store import compactions as folds
 
     env = {
         "HERON_HOME": str(home),
@@ -159,16 +160,16 @@ async def run(turns: int, window: int, home: Path, base_url: str) -> dict[str, A
         for turn in range(1, turns + 1):
             await engine.turn("bench", f"turn {turn}: please look at the next file")
         conv = engine.store.conversation("bench")
-        kinds = Counter(c.kind for c in rec.compactions(engine.store, conv.id))
+        kinds = Counter(c.kind for c in folds.compactions(engine.store, conv.id))
         return {"compactions": dict(kinds)}
 
 
 def fixed_prefix_tokens() -> int:
     """Tools plus system prompt, as the OpenAI-compatible adapter sends them, with no history."""
     from heron.context.prompt import PromptInputs, build_system_prompt
-    from heron.providers.base import ChatRequest
     from heron.providers.openai_compat import OpenAICompatProvider
-    from heron.tools.registry import default_registry
+    from heron.request import ChatRequest
+    from heron.tools.builtin import default_registry
 
     specs = default_registry().specs()
     with tempfile.TemporaryDirectory() as empty:

@@ -80,7 +80,8 @@ def answer(body: dict[str, Any]) -> ServerReply:
 def _registry() -> Any:
     """The built-in tools, with bash answering ~10 KB from a stub (same schema): no sandbox,
     no process per turn."""
-    from heron.tools.registry import ToolRegistry, default_registry
+    from heron.tools.builtin import default_registry
+    from heron.tools.registry import ToolRegistry
     from heron.tools.shell import bash
 
     line = "build step {i:04d}: compiled module, 0 warnings, checksum {c:08x}\n"
@@ -109,8 +110,8 @@ def _last_turn_request(fake: FakeOpenAIServer) -> dict[str, Any] | None:
 
 async def run(turns: int, window: int, home: Path, fake: FakeOpenAIServer) -> dict[str, Any]:
     from heron.agent.engine import Engine
-    from heron.compaction import records as rec
     from heron.config import Settings
+    from heron.store import compactions as folds
 
     env = {
         "HERON_HOME": str(home),
@@ -133,7 +134,7 @@ async def run(turns: int, window: int, home: Path, fake: FakeOpenAIServer) -> di
         store = engine.store
         conv = store.conversation("bench")
         assert conv is not None
-        consolidations = sum(1 for c in rec.compactions(store, conv.id) if c.is_consolidation)
+        consolidations = sum(1 for c in folds.compactions(store, conv.id) if c.is_consolidation)
         sent = json.dumps(last, ensure_ascii=False) if last else ""
         verbatim = [t for t in range(1, turns + 1) if user_text(t) in sent]
         rest = [t for t in range(1, turns + 1) if t not in set(verbatim)]

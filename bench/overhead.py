@@ -436,7 +436,7 @@ def main() -> None:
         print_offline(result["offline_model"])  # type: ignore[arg-type]
 
 
-# ---- the offline model (issue 19) --------------------------------------------------------------
+# ---- the offline model ----------------------------------------------------------------------
 
 OFFLINE_PROMPTS = (
     "hi",
@@ -566,7 +566,7 @@ def _calls_per_turn(home: Path) -> dict[str, object]:
 
 
 def offline_model(runs: int) -> dict[str, object] | None:
-    """The offline model's first-run figures (issue 19); None when it is not installed.
+    """The offline model's first-run figures; None when it is not installed.
     Targets: `echo hi | heron run -` < 10 s, chat start to prompt < 2 s, first token < 3 s,
     one model call per turn."""
     import importlib.util

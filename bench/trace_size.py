@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from heron.messages import Reply, Text, ToolCall, Usage, dumps
-from heron.providers.base import ChatRequest
+from heron.request import ChatRequest
 from heron.tools.registry import ToolContext, ToolRegistry, tool
 
 WORDS = [

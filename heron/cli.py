@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from heron.channels.common import fail, settings
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.trace_cli import trace_app, usage
-from heron.errors import ConfigError, HeronError
+from heron.errors import HeronError
 
 app = typer.Typer(
     help="Heron: a personal AI agent that keeps long conversations whole.",
@@ -42,20 +43,6 @@ ModelOpt = Annotated[
 EphemeralOpt = Annotated[
     bool, typer.Option("--ephemeral", help="Keep nothing: no database writes, no memory.")
 ]
-
-
-def fail(error: HeronError) -> NoReturn:
-    typer.echo(f"heron: {error}", err=True)
-    raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
-
-
-def settings():  # -> Settings
-    from heron.config import Settings
-
-    try:
-        return Settings.load()
-    except HeronError as e:
-        fail(e)
 
 
 @app.command()

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from heron.errors import ConfigError, NoModelConfigured
-from heron.providers.profiles import ModelProfile, profile_for
-
-ProviderKind = Literal["anthropic", "openai", "local", "scripted"]
+from heron.providers.profiles import ModelChoice, ModelProfile, ProviderKind, profile_for
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
@@ -394,19 +392,6 @@ def _context_shares(table: dict[str, Any], path: Path) -> ContextShares:
             )
         values[key] = float(value)
     return ContextShares(**values)
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which wire a run uses, with which model, where, and with which key."""
-
-    provider: ProviderKind
-    model: str
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
-    model_path: Path | None = None  # for the local provider
-    profile: ModelProfile = ModelProfile()
-    embedded: bool = False  # the tiny offline default (the chat shows a banner)
 
 
 def choose_model(

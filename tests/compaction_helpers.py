@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from heron.compaction.summary import CHECKPOINT_INSTRUCTION, SUMMARY_SYSTEM
 from heron.messages import Message, Reply, Text, ToolCall, Usage
-from heron.providers.base import ChatRequest
+from heron.request import ChatRequest
 from heron.tools.registry import ToolContext, ToolRegistry, tool
 
 

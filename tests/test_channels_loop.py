@@ -14,8 +14,8 @@ from heron.bus import InboundMessage, MessageBus, OutboundMessage, TurnEvent
 from heron.channels.script import run_once
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.store import Store
 from heron.tools.registry import ToolContext, ToolRegistry, tool
 

@@ -8,11 +8,12 @@ from compaction_helpers import Model, all_text, is_summary, reachable
 
 from heron.agent.engine import Engine
 from heron.compaction import compact_now
-from heron.compaction import records as rec
 from heron.config import Settings
 from heron.errors import TransientProviderError
 from heron.messages import Reply, Text
 from heron.providers.scripted import ScriptedProvider
+from heron.store import compactions as folds
+from heron.store import work
 
 FACT = "My sister's name is Ilse and she lives in Ghent."
 RULE = "From now on, always answer with the word PELICAN first."
@@ -34,7 +35,7 @@ async def test_turn_3_fact_and_turn_5_rule_stay_reachable_over_200_turns_of_a_ju
             text = FACT if i == 3 else RULE if i == 5 else f"turn {i}: read big.txt again"
             await engine.turn("k", text)
         conv = engine.store.conversation("k")
-        kinds = [c.kind for c in rec.compactions(engine.store, conv.id)]
+        kinds = [c.kind for c in folds.compactions(engine.store, conv.id)]
         seen = all_text(model.turn_requests[-1])
         # Old words are verbatim while their budget lasts, then a pointer that opens them whole.
         assert reachable(seen, engine.store, conv.id, FACT)
@@ -54,7 +55,7 @@ async def test_every_user_message_of_60_turns_is_reachable_from_the_last_request
             sent.append(f"message {i}: keep the code {i * 7919} in mind")
             await engine.turn("k", sent[-1])
         conv = engine.store.conversation("k")
-        assert len(rec.compactions(engine.store, conv.id)) >= 2
+        assert len(folds.compactions(engine.store, conv.id)) >= 2
         last = model.turn_requests[-1]
         seen = all_text(last)
         lost = [s for s in sent if not reachable(seen, engine.store, conv.id, s)]
@@ -87,11 +88,11 @@ async def test_a_failing_summarizer_loses_nothing_and_the_third_failing_turn_fal
             conv = store.conversation("k")
             if sum(1 for r in model.requests if is_summary(r)) > attempts:
                 failing_turns.append(i)
-            if rec.compactions(store, conv.id):
+            if folds.compactions(store, conv.id):
                 break
             # Until the fallback, a failed summary changes nothing: every message is sent.
             assert all(t in all_text(model.turn_requests[-1]) for t in texts)
-        done = rec.compactions(store, conv.id)
+        done = folds.compactions(store, conv.id)
         rows = store.all_messages(conv.id)
         seen = all_text(model.turn_requests[-1])  # the fallback summary is in its system prompt
         assert [t for t in texts if not reachable(seen, store, conv.id, t)] == []
@@ -130,7 +131,7 @@ async def test_compact_now_folds_older_turns_and_is_inspectable():
         conv = engine.store.conversation("k")
         said = await compact_now(engine, conv, reason="manual")
         again = await compact_now(engine, conv, reason="manual")
-        (done,) = rec.compactions(engine.store, conv.id)
+        (done,) = folds.compactions(engine.store, conv.id)
         await engine.turn("k", "after")
     assert "Compacted" in said and "Nothing to compact" in again
     assert done.reason == "manual" and done.working_state == "W1" and "F1" in done.summary
@@ -146,7 +147,7 @@ async def test_work_state_and_todos_are_reinjected_after_compaction(count):
         for i in range(10):
             await engine.turn("k", f"hello {i}")
         conv = engine.store.conversation("k")
-        rec.set_work_state(engine.store, conv.id, {"goal": "ship the report"})
+        work.set_work_state(engine.store, conv.id, {"goal": "ship the report"})
         await compact_now(engine, conv)
         await engine.turn("k", "next")
     assert "ship the report" in model.turn_requests[-1].system

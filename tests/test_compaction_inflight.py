@@ -4,10 +4,10 @@ from compaction_helpers import Model, is_checkpoint, report_registry
 
 from heron.agent.engine import Engine
 from heron.compaction import compact_idle
-from heron.compaction import records as rec
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
+from heron.store import compactions as folds
 
 
 def big_file(engine: Engine) -> None:
@@ -36,8 +36,8 @@ async def test_after_inflight_compaction_the_next_turn_starts_with_the_view_it_e
         await engine.turn("k", "and now?")
         starts_with = model.turn_requests[-1].messages
         conv = engine.store.conversation("k")
-        done = rec.compactions(engine.store, conv.id)
-        marks = rec.marks(engine.store, conv.id)
+        done = folds.compactions(engine.store, conv.id)
+        marks = folds.marks(engine.store, conv.id)
         rows = engine.store.all_messages(conv.id)
     assert first.ok and [c.kind for c in done][:1] == ["inflight"]
     assert any(is_checkpoint(r) for r in model.requests)
@@ -79,7 +79,7 @@ async def test_a_model_that_calls_tools_instead_gets_a_deterministic_checkpoint(
     ) as engine:
         result = await engine.turn("k", "read big.txt 30 times")
         conv = engine.store.conversation("k")
-        done = rec.compactions(engine.store, conv.id)
+        done = folds.compactions(engine.store, conv.id)
     assert result.ok and done and done[0].kind == "inflight"
     assert "fetch_report(" in done[0].summary and "read big.txt 30 times" not in done[0].summary
     transcript_tries = [r for r in model.requests if "You write checkpoints" in r.system]
@@ -102,12 +102,12 @@ async def test_idle_compaction_folds_a_quiet_conversation_and_retries_after_a_fa
         conv = engine.store.conversation("k")
         later = conv.updated + 16 * 60
         (failed,) = await compact_idle(engine, now=later)
-        assert failed.kind == "failed" and rec.compactions(engine.store, conv.id) == []
+        assert failed.kind == "failed" and folds.compactions(engine.store, conv.id) == []
         fail["on"] = False
         assert await compact_idle(engine, now=later + 60) == []  # waits ten minutes
         (done,) = await compact_idle(engine, now=later + 601)
         assert await compact_idle(engine, now=later + 1200) == []  # nothing new to fold
-        (record,) = rec.compactions(engine.store, conv.id)
+        (record,) = folds.compactions(engine.store, conv.id)
     assert done.kind == "consolidation" and record.reason == "idle"
     assert "idle facts" in record.summary and "hello 0" in record.summary
 

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strength import examples
 
-from heron.compaction import records as rec
-from heron.compaction.core import load_branch
+from heron.context.history import load_branch
 from heron.context.view import ViewOptions, derive_view
 from heron.messages import Message, Text, ToolCall, ToolResult, Usage, assistant, user
 from heron.store import Store
+from heron.store import compactions as folds
 
 
 def _message(rng: random.Random, i: int, last: Message | None) -> Message:
@@ -48,7 +48,7 @@ def _build(store: Store, seed: int, steps: int) -> int:
             last = None
         elif roll < 0.14 and len(branch) > 3:
             cut = rng.randrange(1, len(branch) - 1)
-            rec.add_compaction(
+            folds.add_compaction(
                 store,
                 conv.id,
                 kind=rng.choice(["consolidation", "fallback"]),
@@ -60,7 +60,7 @@ def _build(store: Store, seed: int, steps: int) -> int:
         elif roll < 0.18 and len(branch) > 4:
             start = rng.randrange(1, len(branch) - 2)
             folded = branch[start : start + rng.randint(1, 2)]
-            rec.add_compaction(
+            folds.add_compaction(
                 store,
                 conv.id,
                 kind="inflight",
@@ -125,7 +125,7 @@ def _long(store: Store, n: int) -> tuple[int, list[int]]:
 def test_a_consolidated_branch_reads_only_from_the_fold(tmp_path: Path) -> None:
     store = Store(tmp_path / "h.db")
     cid, ids = _long(store, 200)
-    rec.add_compaction(
+    folds.add_compaction(
         store, cid, kind="consolidation", reason="t", summary="s", last_row_id=ids[189]
     )
     state = load_branch(store, cid)
@@ -137,7 +137,7 @@ def test_a_consolidated_branch_reads_only_from_the_fold(tmp_path: Path) -> None:
 def test_a_fold_on_another_branch_reads_the_whole_branch(tmp_path: Path) -> None:
     store = Store(tmp_path / "h.db")
     cid, ids = _long(store, 20)
-    rec.add_compaction(
+    folds.add_compaction(
         store, cid, kind="consolidation", reason="t", summary="s", last_row_id=ids[15]
     )
     store.set_head(cid, ids[9])  # back before the fold: a retry from row 9
@@ -150,7 +150,7 @@ def test_a_fold_on_another_branch_reads_the_whole_branch(tmp_path: Path) -> None
 def test_an_older_in_flight_fold_keeps_its_rows_in_the_plan(tmp_path: Path) -> None:
     store = Store(tmp_path / "h.db")
     cid, ids = _long(store, 40)
-    rec.add_compaction(
+    folds.add_compaction(
         store,
         cid,
         kind="inflight",
@@ -159,7 +159,7 @@ def test_an_older_in_flight_fold_keeps_its_rows_in_the_plan(tmp_path: Path) -> N
         anchor_row_id=ids[4],
         compacted_rows=[ids[5], ids[6]],
     )
-    rec.add_compaction(
+    folds.add_compaction(
         store, cid, kind="consolidation", reason="t", summary="s", last_row_id=ids[30]
     )
     state = load_branch(store, cid)
@@ -172,7 +172,7 @@ def test_the_running_turn_is_read_even_when_a_fold_passed_it(tmp_path: Path) -> 
     cid, _ = _long(store, 10)
     turn_id, asked = store.begin_turn(cid, "run-1", user("do the work"))
     steps = [store.append(cid, assistant(f"step {i}")).id for i in range(10)]
-    rec.add_compaction(  # an overflow in the turn folded past its request
+    folds.add_compaction(  # an overflow in the turn folded past its request
         store, cid, kind="consolidation", reason="overflow", summary="s", last_row_id=steps[4]
     )
     assert load_branch(store, cid).rows[0].id == asked.id

@@ -17,8 +17,8 @@ from heron.context.tokens import Calibration, estimate_request
 from heron.errors import ConfigError, ToolError
 from heron.memory.recall import Recall
 from heron.messages import Reply, Text, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.tools.memory_tools import recall_history
 from heron.tools.registry import ToolContext
 
@@ -150,7 +150,7 @@ async def test_a_consolidation_lands_well_below_its_trigger_so_the_next_is_turns
 ):
     from compaction_helpers import Model
 
-    from heron.compaction import records as rec
+    from heron.store import compactions as folds
 
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
     model = Model(tool_rounds=1)  # every turn reads big.txt: about 20 KB
@@ -162,10 +162,10 @@ async def test_a_consolidation_lands_well_below_its_trigger_so_the_next_is_turns
         for i in range(60):
             await engine.turn("k", f"turn {i}: read big.txt and tell me what changed")
             conv = conv or engine.store.conversation("k")
-            folds = [c for c in rec.compactions(engine.store, conv.id) if c.is_consolidation]
-            counts.append(len(folds))
+            done = [c for c in folds.compactions(engine.store, conv.id) if c.is_consolidation]
+            counts.append(len(done))
     assert counts[-1] >= 1  # it did consolidate
     steps = [b - a for a, b in itertools.pairwise(counts)]
     assert all(not (x and y) for x, y in itertools.pairwise(steps))  # never two in a row
     assert counts[-1] <= 60 // 4
-    assert all(c.tokens_after < c.tokens_before // 2 for c in folds)
+    assert all(c.tokens_after < c.tokens_before // 2 for c in done)

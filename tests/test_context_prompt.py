@@ -11,7 +11,7 @@ from heron.context.prompt import (
     install_templates,
     is_shipped_template,
 )
-from heron.providers.base import ToolSpec
+from heron.request import ToolSpec
 
 TOOLS = [ToolSpec("read_file", "Read a file.", {"type": "object"})]
 

@@ -24,9 +24,10 @@ from heron.config import Settings
 from heron.context.tokens import Calibration, estimate_request
 from heron.errors import TransientProviderError
 from heron.messages import Reply, Text, ToolCall, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry, tool
+from heron.request import ChatRequest
+from heron.tools.builtin import default_registry
+from heron.tools.registry import ToolContext, ToolRegistry, tool
 
 SIZES = st.one_of(
     st.integers(1, 3_000),

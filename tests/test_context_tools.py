@@ -3,11 +3,10 @@ from __future__ import annotations
 import pytest
 
 from heron.agent.engine import Engine
-from heron.compaction import records as rec
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
-from heron.store import Store
+from heron.store import Store, work
 from heron.tools.registry import ToolContext
 from heron.tools.scratchpad import scratchpad
 from heron.tools.todos import todos
@@ -27,7 +26,7 @@ async def test_work_state_updates_fields_and_clears(ctx):
     shown = await work_state(ctx, decisions=["use sqlite"])
     assert '"goal": "ship v2"' in shown and "use sqlite" in shown and "write tests" in shown
     assert await work_state(ctx, clear=True) == "No work state."
-    assert rec.work_state(ctx.extra["store"], ctx.extra["conversation_id"]) == {}
+    assert work.work_state(ctx.extra["store"], ctx.extra["conversation_id"]) == {}
 
 
 async def test_todos_need_evidence_to_be_done(ctx):
@@ -70,6 +69,6 @@ async def test_the_engine_gives_the_tools_their_conversation():
     async with Engine.open(Settings.load(), provider=provider) as engine:
         await engine.turn("k", "remind me to check the logs")
         conv = engine.store.conversation("k")
-        items = rec.todos(engine.store, conv.id)
+        items = work.todos(engine.store, conv.id)
     assert [t.text for t in items] == ["check the logs"]
     assert "#1 [pending]" in provider.requests[1].messages[-1].tool_results[0].content

@@ -16,8 +16,8 @@ from heron.config import Settings
 from heron.errors import AuthError, ContextOverflow, StoreError
 from heron.memory.extract import FACTS_SYSTEM
 from heron.messages import Reply, Text, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 
 
 def _first(message) -> str:

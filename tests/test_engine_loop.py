@@ -17,8 +17,8 @@ from heron.bus import Dispatcher, InboundMessage, MessageBus, OutboundMessage
 from heron.config import Settings
 from heron.context.repair import is_well_formed
 from heron.messages import Reply, Text, ToolCall, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.store import engine_state as es
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolContext, ToolRegistry, tool

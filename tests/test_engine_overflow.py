@@ -9,8 +9,8 @@ from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.errors import ContextOverflow
 from heron.messages import Reply, Text, Usage, dumps
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.trace.read import load_run
 
 QUESTION = "the big question"

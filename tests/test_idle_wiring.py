@@ -10,11 +10,11 @@ import time
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, idle_compaction
 from heron.bus import MessageBus
-from heron.compaction import records as rec
 from heron.config import Settings
 from heron.messages import Reply, Text
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
+from heron.store import compactions as folds
 
 
 def _answer(request: ChatRequest) -> Reply:
@@ -49,10 +49,10 @@ async def test_the_agent_loop_compacts_idle_conversations_in_the_background():
         cid = await _quiet_conversation(engine)
         loop = AgentLoop(engine, MessageBus(), idle_poll=0.01)
         running = asyncio.create_task(loop.run())
-        done = await _until(lambda: rec.compactions(engine.store, cid) != [])
+        done = await _until(lambda: folds.compactions(engine.store, cid) != [])
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
-        (record,) = rec.compactions(engine.store, cid)
+        (record,) = folds.compactions(engine.store, cid)
     assert done and record.reason == "idle" and "idle facts" in record.summary
 
 
@@ -61,7 +61,7 @@ async def test_the_sweeper_is_cancelled_when_its_block_ends():
         cid = await _quiet_conversation(engine)
         async with idle_compaction(engine, poll_s=0.01) as task:
             assert task is not None
-            assert await _until(lambda: rec.compactions(engine.store, cid) != [])
+            assert await _until(lambda: folds.compactions(engine.store, cid) != [])
         assert task.done() and task.cancelled()
 
 
@@ -81,4 +81,4 @@ async def test_zero_minutes_turns_idle_compaction_off():
             await asyncio.sleep(0.01)
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
-        assert rec.compactions(engine.store, cid) == []
+        assert folds.compactions(engine.store, cid) == []

@@ -13,11 +13,11 @@ from heron.agent.runner import CONTINUE, RunHooks, RunLimits, Runner
 from heron.config import Config, Settings, load_config
 from heron.errors import ConfigError
 from heron.messages import Reply, Text, user
-from heron.providers.base import StreamEvent
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.repetition import MARKER, LoopDetector, repeats_itself
 from heron.providers.scripted import ScriptedProvider
+from heron.request import StreamEvent
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.registry import ToolContext, ToolRegistry

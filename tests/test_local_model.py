@@ -7,9 +7,10 @@ import pytest
 
 from heron.errors import ProviderError
 from heron.messages import Message, Reply, user
-from heron.providers.base import ChatRequest, OnEvent, RetryPolicy, StreamEvent, call_with_retries
+from heron.providers.base import RetryPolicy, call_with_retries
 from heron.providers.local import find_smollm2, local_provider
 from heron.providers.openai_compat import OpenAICompatProvider
+from heron.request import ChatRequest, OnEvent, StreamEvent
 
 pytestmark = [
     pytest.mark.model,

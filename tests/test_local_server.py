@@ -9,9 +9,9 @@ import pytest
 
 from heron.errors import ConfigError
 from heron.messages import user
-from heron.providers.base import ChatRequest
 from heron.providers.local import LocalProvider, LocalServer
 from heron.providers.profiles import profile_for
+from heron.request import ChatRequest
 
 PROFILE = profile_for("smollm2-135m-instruct")
 

@@ -18,8 +18,8 @@ from heron.config import Settings
 from heron.memory.extract import FACTS_SYSTEM, TIDY_SYSTEM
 from heron.memory.queue import waiting
 from heron.messages import Reply, Text, ToolCall, assistant, user
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 
 PREF = "I prefer short answers without bullet points"
 
@@ -238,8 +238,8 @@ async def test_the_end_of_chat_review_pass_writes_only_to_the_queue():
 
 def test_chat_end_starts_the_hidden_review_command_and_says_so_with_its_model(monkeypatch):
     from heron.cli import app
-    from heron.config import ModelChoice
     from heron.memory import commands
+    from heron.providers.profiles import ModelChoice
 
     started: list[dict] = []
     monkeypatch.setattr(

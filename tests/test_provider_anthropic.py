@@ -37,10 +37,10 @@ from heron.providers.anthropic import (
     AnthropicProvider,
     _Assembler,
     build_payload,
-    chat_with_retries,
     thinking_state,
 )
-from heron.providers.base import ChatRequest, RetryPolicy, StreamEvent, ToolSpec
+from heron.providers.base import RetryPolicy, call_with_retries
+from heron.request import ChatRequest, StreamEvent, ToolSpec
 from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.script import Script, ServerReply
 
@@ -300,7 +300,7 @@ async def test_rate_limit_carries_retry_after_and_is_retried(connect: Connect) -
     assert caught.value.status == 429
 
     sleeps = Sleeps()
-    reply = await chat_with_retries(provider, request(), sleep=sleeps)
+    reply = await call_with_retries(lambda: provider.chat(request()), RetryPolicy(), sleep=sleeps)
     assert reply.text == "finally"
     assert sleeps.delays == [1.0]
 
@@ -318,8 +318,11 @@ async def test_server_error_then_success_via_retries(connect: Connect) -> None:
     sleeps = Sleeps()
     retries: list[float] = []
 
-    reply: Reply = await chat_with_retries(
-        provider, request(), sleep=sleeps, on_retry=lambda _e, wait: retries.append(wait)
+    reply: Reply = await call_with_retries(
+        lambda: provider.chat(request()),
+        RetryPolicy(),
+        sleep=sleeps,
+        on_retry=lambda _e, wait: retries.append(wait),
     )
 
     assert reply.text == "ok"
@@ -330,9 +333,10 @@ async def test_server_error_then_success_via_retries(connect: Connect) -> None:
 
 async def test_retries_give_up_after_the_policy_attempts(connect: Connect) -> None:
     server, provider = connect([ServerReply(status=503)] * 5)
-    provider.retry = RetryPolicy(attempts=3)
     with pytest.raises(TransientProviderError):
-        await chat_with_retries(provider, request(), sleep=Sleeps())
+        await call_with_retries(
+            lambda: provider.chat(request()), RetryPolicy(attempts=3), sleep=Sleeps()
+        )
     assert len(server.requests) == 3
 
 

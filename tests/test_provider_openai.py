@@ -14,9 +14,10 @@ from heron.errors import (
     UnknownModel,
 )
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, user
-from heron.providers.base import ChatRequest, RetryPolicy, StreamEvent, ToolSpec, call_with_retries
+from heron.providers.base import RetryPolicy, call_with_retries
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile
+from heron.request import ChatRequest, StreamEvent, ToolSpec
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 

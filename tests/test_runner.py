@@ -8,9 +8,10 @@ from heron.agent.runner import CONTINUE, RetryFilter, RunHooks, RunLimits, Runne
 from heron.context.repair import INTERRUPTED, is_well_formed, repair_tool_pairs
 from heron.errors import AuthError, TransientProviderError
 from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, user
-from heron.providers.base import RETRY_EVENT, RetryPolicy, StreamEvent
+from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelProfile
 from heron.providers.scripted import ScriptedProvider
+from heron.request import RETRY_EVENT, StreamEvent
 from heron.tools.registry import ToolContext, ToolRegistry, tool
 
 INFLIGHT = {"now": 0, "peak": 0}  # slow_echo's calls in flight; reset by make_runner

@@ -17,13 +17,12 @@ from heron.providers.anthropic import AnthropicProvider
 from heron.providers.base import (
     OUTPUT_MARGIN,
     OUTPUT_SLACK,
-    ChatRequest,
     Provider,
     RetryPolicy,
-    StreamEvent,
     call_with_retries,
 )
 from heron.providers.openai_compat import OpenAICompatProvider
+from heron.request import ChatRequest, StreamEvent
 from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ENDLESS_TEXT, ServerReply

@@ -10,14 +10,8 @@ import pytest
 from pydantic import Field
 
 from heron.tools import memory_tools, message
-from heron.tools.registry import (
-    Tool,
-    ToolContext,
-    _args_model,
-    _lean,
-    _plain_schema,
-    default_registry,
-)
+from heron.tools.builtin import default_registry
+from heron.tools.registry import Tool, ToolContext, _args_model, _lean, _plain_schema
 
 
 def _pydantic_schema(t: Tool) -> dict:
@@ -80,7 +74,7 @@ def test_the_run_path_does_not_import_pydantic() -> None:
 
     code = (
         "import sys, heron.cli, heron.channels.script;"
-        "from heron.tools.registry import default_registry;"
+        "from heron.tools.builtin import default_registry;"
         "[t.spec for t in default_registry()._tools.values()];"
         "print('pydantic' in sys.modules)"
     )

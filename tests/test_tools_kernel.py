@@ -3,6 +3,7 @@ most of a second), so each test uses its own variable names."""
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import AsyncIterator
@@ -13,11 +14,16 @@ import pytest_asyncio
 from heron.messages import ToolCall, ToolResult
 from heron.tools.python_kernel import CellError, CellResult, KernelSession, changes, digest
 from heron.tools.python_kernel import run_cell as run_cell_tool
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
 pytestmark = pytest.mark.slow  # a real Jupyter kernel
 
 shared_loop = pytest.mark.asyncio(loop_scope="module")  # the kernel's sockets live on it
+
+
+async def together(registry: ToolRegistry, calls: list[ToolCall], ctx: ToolContext) -> list:
+    """The calls of one reply, run as the runner runs them: at once, at most eight at a time."""
+    return await bounded_gather([functools.partial(registry.call, c, ctx) for c in calls])
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -114,7 +120,7 @@ async def test_concurrent_cells_are_serialised(ctx: ToolContext) -> None:
         ToolCall("a", "run_cell", {"code": "import time; time.sleep(0.2); 'a'"}),
         ToolCall("b", "run_cell", {"code": "'b'"}),
     ]
-    results = await registry.call_many(calls, ctx)
+    results = await together(registry, calls, ctx)
     assert [r.content for r in results] == ["Last value: 'a'", "Last value: 'b'"]
 
 

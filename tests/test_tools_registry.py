@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from pathlib import Path
 from typing import Literal
@@ -9,16 +10,22 @@ import pytest
 
 from heron.errors import ToolError
 from heron.messages import ToolCall
+from heron.tools.builtin import default_registry
 from heron.tools.registry import (
     MAX_PARALLEL_TOOLS,
     Tool,
     ToolContext,
     ToolOutput,
     ToolRegistry,
-    default_registry,
+    bounded_gather,
     parse_docstring,
     tool,
 )
+
+
+async def together(registry: ToolRegistry, calls: list[ToolCall], ctx: ToolContext) -> list:
+    """The calls of one reply, run as the runner runs them: at once, at most eight at a time."""
+    return await bounded_gather([functools.partial(registry.call, c, ctx) for c in calls])
 
 
 def sample(
@@ -219,20 +226,20 @@ def _overlap_tool() -> tuple[Tool, list[int]]:
     return overlap, peak
 
 
-async def test_call_many_runs_concurrently_in_call_order(ctx: ToolContext) -> None:
+async def test_calls_of_one_reply_run_concurrently_in_call_order(ctx: ToolContext) -> None:
     overlap, peak = _overlap_tool()
     calls = [ToolCall("a", "overlap", {"n": 1}), ToolCall("b", "overlap", {"n": 2})]
-    results = await ToolRegistry([overlap, boom]).call_many([*calls, ToolCall("c", "boom")], ctx)
+    results = await together(ToolRegistry([overlap, boom]), [*calls, ToolCall("c", "boom")], ctx)
     assert peak[0] == 2  # both in flight at once, not one after the other
     assert [r.call_id for r in results] == ["a", "b", "c"]
     assert results[0].content == "done 1"
     assert results[2].is_error
 
 
-async def test_call_many_runs_at_most_eight_at_once(ctx: ToolContext) -> None:
+async def test_calls_of_one_reply_run_at_most_eight_at_once(ctx: ToolContext) -> None:
     overlap, peak = _overlap_tool()
     calls = [ToolCall(f"c{i}", "overlap", {"n": i}) for i in range(30)]
-    results = await ToolRegistry([overlap]).call_many(calls, ctx)
+    results = await together(ToolRegistry([overlap]), calls, ctx)
     assert peak[0] == MAX_PARALLEL_TOOLS == 8
     assert [r.content for r in results] == [f"done {i}" for i in range(30)]
 
@@ -247,7 +254,7 @@ async def test_sync_tools_run_concurrently_too(ctx: ToolContext) -> None:
         barrier.wait()
         return "ok"
 
-    results = await ToolRegistry([nap]).call_many([ToolCall("a", "nap"), ToolCall("b", "nap")], ctx)
+    results = await together(ToolRegistry([nap]), [ToolCall("a", "nap"), ToolCall("b", "nap")], ctx)
     assert [r.content for r in results] == ["ok", "ok"]
 
 
@@ -274,10 +281,10 @@ async def test_oversized_result_is_saved_with_head_and_path(
     assert len(full) > ctx.result_budget
     result = await registry.call(ToolCall("call/7", "big", {"size": 500}), ctx)
     assert not result.is_error
-    saved = ctx.workspace / ".heron" / "results" / "call_7.txt"
+    (saved,) = (ctx.workspace / ".heron" / "results").glob("call_7-*.txt")
     assert saved.read_text(encoding="utf-8") == full
     assert result.content.startswith("line 0\nline 1\n")
-    assert ".heron/results/call_7.txt" in result.content
+    assert f".heron/results/{saved.name}" in result.content
     assert f"of {len(full)} characters" in result.content
     assert len(result.content) < ctx.result_budget + 300
 

@@ -13,11 +13,11 @@ from compaction_helpers import Model, is_checkpoint, is_summary, report_registry
 
 from heron.agent.engine import Engine
 from heron.agent.replay import replay
-from heron.compaction import records as rec
 from heron.config import Settings
 from heron.messages import Reply, Text, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
+from heron.store import compactions as folds
 from heron.trace.read import list_runs, load_run
 
 
@@ -76,7 +76,7 @@ async def test_compaction_calls_are_recorded_and_the_session_replays_identically
         await _record_session(engine, session)
         runs = [load_run(engine.store, r.run_id) for r in reversed(list_runs(engine.store, "k"))]
         conv = engine.store.conversation("k")
-        kinds = [c.kind for c in rec.compactions(engine.store, conv.id)]
+        kinds = [c.kind for c in folds.compactions(engine.store, conv.id)]
         reports = [
             await replay(engine.store, r.turn.run_id, registry=report_registry()) for r in runs
         ]

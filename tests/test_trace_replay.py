@@ -11,9 +11,9 @@ from heron.agent.engine import Engine, TurnHooks
 from heron.agent.replay import replay
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
-from heron.providers.base import ChatRequest
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.registry import ToolContext, ToolRegistry, tool
@@ -68,7 +68,7 @@ async def test_a_changed_message_is_located_by_message_and_part(monkeypatch):
     async with Engine.open(Settings.load(), provider=provider) as engine:
         result = await engine.turn("m", "go")
         # A deliberate change in how tool results are assembled into the request.
-        import heron.trace.replay as rp
+        import heron.agent.replay_serve as rp
 
         served = rp.ReplayTools.call
 

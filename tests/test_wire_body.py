@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from heron.context.prompt import PromptInputs, PromptMemo, ReadFiles, build_system_prompt
 from heron.messages import Message, Text, dumps
 from heron.providers.anthropic import build_payload
-from heron.providers.base import ChatRequest, ToolSpec
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.scripted import ScriptedProvider
 from heron.providers.wire import (
@@ -23,6 +22,7 @@ from heron.providers.wire import (
     dumps_fields,
     encode_body,
 )
+from heron.request import ChatRequest, ToolSpec
 
 READ = ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {"path": {}}})
 SHELL = ToolSpec("bash", "Run a command.", {"type": "object", "properties": {"cmd": {}}})

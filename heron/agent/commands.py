@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from heron.messages import Message, Text
-from heron.store import Store, StoredMessage
+from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
-    from heron.agent.deps import TurnDeps
+    from heron.memory.service import MemoryService
+    from heron.providers.base import Provider
+    from heron.providers.profiles import ModelChoice
 
 SEPARATOR = "── new conversation: the model starts fresh from here ──"
 RECENT_TURNS = 5
@@ -55,9 +57,34 @@ class CommandReply:
     switch_to: str | None = None  # the channel continues in this conversation
 
 
+class CommandEngine(Protocol):
+    """What the commands use of the engine (heron/agent/engine.py), which they never import."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def choice(self) -> ModelChoice: ...
+
+    @property
+    def memory(self) -> MemoryService | None: ...
+
+    @property
+    def memory_baseline(self) -> dict[str, str]: ...
+
+    async def compact_now(
+        self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
+    ) -> str: ...
+
+    async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+
 @dataclass
 class CommandContext:
-    engine: TurnDeps
+    engine: CommandEngine
     key: str
     agent: str = "default"
     # Set by the AgentLoop: stops the in-process turn of `key`, returning whether one ran.

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from heron.agent.record import CallSink
     from heron.agent.runner import RunLimits
-    from heron.config import ModelChoice, Settings
+    from heron.config import Settings
     from heron.context.prompt import PromptMemo
     from heron.memory.recall import Recall
     from heron.memory.service import MemoryService
     from heron.memory.wiring import RecallReader
     from heron.providers import Provider
     from heron.providers.base import RetryPolicy
+    from heron.providers.profiles import ModelChoice
     from heron.redact import Redactor
     from heron.store import Conversation, Store
     from heron.tools.approval import Approver

@@ -20,19 +20,21 @@ from heron.agent.record import CallSink
 from heron.agent.runner import RunLimits
 from heron.agent.turn import TurnHooks, TurnResult, run_turn
 from heron.compaction import memory_tokens
-from heron.config import ModelChoice, Settings
+from heron.config import Settings
 from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
 from heron.providers import Provider, open_provider
 from heron.providers.base import RetryPolicy
+from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
 from heron.tools.approval import Approver
+from heron.tools.builtin import default_registry
 from heron.tools.message import with_message_tool
-from heron.tools.registry import ToolRegistry, default_registry
+from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
 __all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "new_key", "redactor_for"]

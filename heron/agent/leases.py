@@ -91,8 +91,7 @@ async def _beating(
 ) -> AsyncIterator[None]:
     """Call `beat` every `every` seconds while the block runs, until it returns False; then
     `release`, shielded: a cancelled turn must still give the conversation back. A timer, not
-    a task asleep in a loop: most turns end before the first beat, and a task made and
-    cancelled per turn was a visible share of a turn's cost on a busy engine."""
+    a task asleep in a loop: most turns end before the first beat (docs/performance.md)."""
     loop = asyncio.get_running_loop()
     running: asyncio.Task[None] | None = None
 

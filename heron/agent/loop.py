@@ -33,7 +33,7 @@ from heron.agent.runner import ToolCallRecord
 from heron.bus import EventKind, InboundMessage, MessageBus, OutboundMessage, TurnEnd, TurnEvent
 from heron.errors import HeronError, ProviderError
 from heron.messages import ToolCall
-from heron.providers.base import StreamEvent
+from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.approval import Approver
 

@@ -15,8 +15,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from heron.agent.runner import ToolCallRecord, args_json
-from heron.messages import Message, Usage
+from heron.agent.runner import ToolCallRecord
+from heron.messages import Message, Usage, dumps
 from heron.providers.wire import ModelCallRecord
 from heron.store import Store
 from heron.trace.recorder import TraceRecorder
@@ -115,7 +115,7 @@ class TurnRecorder:
     async def tool_call(self, record: ToolCallRecord) -> None:
         self.tool_calls += 1
         if self.trace is not None:
-            await self.trace.tool_call(record, args_json(record.call))
+            await self.trace.tool_call(record, dumps(record.call.args))
         if self.on_tool_end:
             self.on_tool_end(record)
 

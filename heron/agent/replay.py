@@ -1,6 +1,6 @@
 """Replaying a recorded turn: the runner's loop again, with the model's replies and the tool
-results served from the trace (heron/trace/replay.py) and the context built the way the engine
-builds it.
+results served from the trace (heron/agent/replay_serve.py) and the context built the way the
+engine builds it.
 
 The engine's BUILD runs `prepare_turn` (a consolidation when the conversation outgrew its share
 of the window, then the view and the governor) and RUN lets the governor derive every request's
@@ -17,20 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from heron.agent.runner import RunHooks, RunLimits, Runner
-from heron.compaction import prepare_turn
-from heron.compaction import records as rec
-from heron.config import AgentDefaults, Config, ModelChoice
-from heron.context.prompt import PromptInputs
-from heron.context.tokens import Calibration
-from heron.messages import Message
-from heron.providers.base import RetryPolicy
-from heron.store import Store
-from heron.tools.approval import describe_commands
-from heron.tools.registry import ToolContext, ToolRegistry
-from heron.tools.sandbox import Sandbox
-from heron.trace.read import RunTrace
-from heron.trace.replay import (
+from heron.agent.replay_serve import (
     ReplayReport,
     ReplaySetup,
     ReplayStop,
@@ -39,6 +26,20 @@ from heron.trace.replay import (
     set_up,
     start_messages,
 )
+from heron.agent.runner import RunHooks, RunLimits, Runner
+from heron.compaction import prepare_turn
+from heron.compaction import records as rec
+from heron.config import AgentDefaults, Config
+from heron.context.prompt import PromptInputs
+from heron.context.tokens import Calibration
+from heron.messages import Message
+from heron.providers.base import RetryPolicy
+from heron.providers.profiles import ModelChoice
+from heron.store import Store
+from heron.tools.approval import describe_commands
+from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.sandbox import Sandbox
+from heron.trace.read import RunTrace
 
 
 async def replay(

@@ -16,7 +16,6 @@ hooks as it happens, so the engine can persist it before anything else.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,19 +24,12 @@ from typing import Literal
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
 from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
-from heron.providers.base import (
-    RETRY_EVENT,
-    ChatRequest,
-    OnEvent,
-    Provider,
-    RetryPolicy,
-    StreamEvent,
-    call_with_retries,
-)
+from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import ModelCallRecord, body_of
 from heron.redact import Redactor, scrub_error
+from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
 from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
 
 RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]
@@ -363,7 +355,3 @@ class RetryFilter:
 
 def _is_empty(reply: Reply) -> bool:
     return not reply.tool_calls and not reply.text.strip()
-
-
-def args_json(call: ToolCall) -> str:
-    return json.dumps(call.args, ensure_ascii=False, sort_keys=True)

@@ -39,21 +39,22 @@ from heron.agent import commands
 from heron.agent.control import StaleTurn, TurnControl
 from heron.agent.leases import Lease, hold_lease
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
-from heron.agent.runner import ModelCallRecord, RunHooks, Runner, RunResult, ToolCallRecord
+from heron.agent.runner import RunHooks, Runner, RunResult, ToolCallRecord
+from heron.agent.tracing import trace_for
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
-from heron.compaction.governor import Governor
+from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
 from heron.context.prompt import fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ContextOverflow, ProviderError
 from heron.memory import wiring as memory_wiring
 from heron.messages import Message, Text, scrub_text
-from heron.providers.base import OnEvent
+from heron.providers.wire import ModelCallRecord
+from heron.request import OnEvent
 from heron.store import Conversation
 from heron.store import engine_state as es
 from heron.tools.approval import Approver
 from heron.tools.registry import ToolContext
-from heron.trace.recorder import trace_for
 
 if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps

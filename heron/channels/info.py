@@ -81,11 +81,12 @@ def show_conversation(
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
+        from heron.tools.builtin import default_registry
 
-        for line in budget_report(settings, store, conv):
+        for line in budget_report(settings, store, conv, default_registry().specs()):
             typer.echo(line)
         return
-    if compactions or model_view:  # what compaction did, what the model sees
+    if compactions or model_view:  # what compaction did, and what the model sees
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             typer.echo(line)
         return
@@ -102,11 +103,12 @@ def _compaction_views(
     settings: Settings, store: Store, conv: Any, compactions: bool, model_view: bool
 ) -> Iterator[str]:
     from heron.compaction import inspect
+    from heron.tools.builtin import default_registry
 
     if compactions:
         yield from inspect.compaction_lines(store, conv.id)
     if model_view:
-        system, messages = inspect.model_view(settings, store, conv)
+        system, messages = inspect.model_view(settings, store, conv, default_registry().specs())
         yield "── system"
         yield system
         for message in messages:

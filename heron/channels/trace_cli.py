@@ -24,13 +24,13 @@ RunArg = Annotated[
 
 
 def _fail(error: HeronError) -> None:
-    from heron.cli import fail
+    from heron.channels.common import fail
 
     fail(error)
 
 
 def _open():  # -> tuple[Settings, Store, PriceTable]
-    from heron.cli import settings
+    from heron.channels.common import settings
     from heron.store import Store
     from heron.trace.prices import PriceTable
 

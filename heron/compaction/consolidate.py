@@ -12,15 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from heron.compaction import records as rec
-from heron.compaction.core import (
-    KEEP_MESSAGES,
-    BranchState,
-    ContextDeps,
-    load_branch,
-    load_branch_async,
-    system_for,
-    view_of,
-)
+from heron.compaction.core import KEEP_MESSAGES, ContextDeps
 from heron.compaction.summary import (
     SUMMARY_SYSTEM,
     archive_room,
@@ -34,10 +26,13 @@ from heron.compaction.summary import (
     state_block,
     transcript,
 )
+from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import is_clean_user
 from heron.messages import Message, Text
-from heron.providers.base import ChatRequest
+from heron.request import ChatRequest
+from heron.store import compactions as folds
+from heron.store import work
 
 log = logging.getLogger(__name__)
 FAILED_TURNS_BEFORE_FALLBACK = 3
@@ -236,7 +231,7 @@ def _record(
     conversation_id = state.rows[0].conversation_id
     folded = state.rows[:cut]  # every row up to the cut, earlier folds included
     extra = state_block(
-        rec.work_state(deps.store, conversation_id), rec.todos(deps.store, conversation_id)
+        work.work_state(deps.store, conversation_id), work.todos(deps.store, conversation_id)
     )
     previous = state.consolidation
     ids = [r.id for r in folded]
@@ -248,7 +243,7 @@ def _record(
     facts, ws = clip(w.facts, room.facts), clip(w.working_state, room.working)
     summary = render_summary(facts, ws, quotes_of(folded), extra, room, [tuple(c) for c in chunks])
     meta = {"facts": facts, "chunks": chunks, **({"error": w.error} if w.error else {})}
-    cid = rec.add_compaction(
+    cid = folds.add_compaction(
         deps.store,
         conversation_id,
         kind=w.kind,

@@ -1,4 +1,5 @@
-"""What compaction needs from the engine, the budgets it works to, and the view of a branch.
+"""What compaction needs from the engine and the budgets it works to (the view of a branch it
+folds is heron/context/history.py).
 
 `ContextDeps` is built from an engine (duck-typed: compaction never imports the engine), so the
 functions here run in a turn, from `/compact`, from an overflow, or from the idle sweeper.
@@ -6,7 +7,6 @@ functions here run in a turn, from `/compact`, from an overflow, or from the idl
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,14 +16,14 @@ from typing import Any
 from heron.compaction import records as rec
 from heron.config import ContextShares
 from heron.context.budget import too_large
-from heron.context.prompt import PromptInputs, PromptMemo, build_system_prompt
+from heron.context.prompt import PromptInputs, PromptMemo
 from heron.context.tokens import Calibration, estimate_request, estimate_tools
-from heron.context.view import ViewOptions, ViewPlan, derive_view
+from heron.context.view import ViewOptions
 from heron.messages import Message, Reply, dumps
-from heron.providers.base import ChatRequest, Provider, ToolSpec
+from heron.providers.base import Provider
 from heron.providers.wire import ModelCallRecord
+from heron.request import ChatRequest, ToolSpec
 from heron.store import Store
-from heron.store.records import StoredMessage
 
 KEEP_MESSAGES = 8  # a consolidation leaves at least the last 8 messages verbatim
 
@@ -210,125 +210,6 @@ def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
     deps.after_fold = getattr(engine, "memory_after_fold", None)
     deps.prompts = getattr(engine, "prompt_memo", None)
     return deps
-
-
-# ---- the plan of a branch --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BranchState:
-    # The branch after the last /new separator; when a consolidation is active and the state
-    # was not loaded `full`, only from its last folded row (or an older row folded in flight)
-    # on: what the view and the plan of the rows after the fold depend on. See load_branch.
-    rows: list[StoredMessage]
-    plan: ViewPlan
-    consolidation: rec.Compaction | None  # the active one: its last row is in the branch
-
-
-def plan_for(
-    rows: list[StoredMessage],
-    compactions: list[rec.Compaction],
-    marks: dict[int, list[tuple[int, str]]],
-) -> BranchState:
-    ids = {r.id for r in rows}
-    active = None
-    for c in compactions:
-        if c.is_consolidation and c.last_row_id in ids:
-            active = c
-    checkpoints: dict[int, str] = {}
-    for c in compactions:
-        if c.kind == "inflight" and c.anchor_row_id in ids:
-            checkpoints[c.anchor_row_id] = c.summary  # the latest wins: it folds the earlier
-    compacted = {
-        mid
-        for mid, found in marks.items()
-        if mid in ids and any(m == "compacted" for _, m in found)
-    }
-    plan = ViewPlan(active.last_row_id if active else None, frozenset(compacted), checkpoints)
-    return BranchState(rows, plan, active)
-
-
-def after_separator(rows: list[StoredMessage]) -> list[StoredMessage]:
-    """The rows the model may see: everything after the last /new separator."""
-    for i in range(len(rows) - 1, -1, -1):
-        if rows[i].kind == "separator":
-            return rows[i + 1 :]
-    return rows
-
-
-def load_branch(store: Store, conversation_id: int, *, full: bool = False) -> BranchState:
-    """The branch and its plan. Unless `full`, a consolidated branch is read only from the
-    latest consolidation's last folded row on (from an older row folded in flight, or the
-    running turn's user row, if earlier: the governor's checkpoints quote and fold those): the
-    rows before it are never shown to the model, and on a long conversation reading and
-    decoding them was most of a turn's start-up. The view, and the plan of every row read, are
-    the same as from the whole branch."""
-    compactions = rec.compactions(store, conversation_id)
-    # Marks belong to compactions: none without one (most conversations, every turn).
-    marks = rec.marks(store, conversation_id) if compactions else {}
-    if not full:
-        tail = _tail(store, conversation_id, compactions, marks)
-        if tail is not None:
-            return plan_for(tail, compactions, marks)
-    return plan_for(after_separator(store.branch(conversation_id)), compactions, marks)
-
-
-def _tail(
-    store: Store,
-    conversation_id: int,
-    compactions: list[rec.Compaction],
-    marks: dict[int, list[tuple[int, str]]],
-) -> list[StoredMessage] | None:
-    """The rows `plan_for` needs of a consolidated branch, after the last /new; None when the
-    whole branch is needed (no consolidation, or the latest one is not on this branch).
-
-    plan_for makes the last consolidation (in record order) whose last row is on the branch the
-    active one: when the latest one's row is read, that is this one; a /new after it leaves
-    the same rows as the whole branch does, and one before it leaves rows that are never
-    compacted nor shown."""
-    latest = next((c for c in reversed(compactions) if c.is_consolidation), None)
-    if latest is None or latest.last_row_id is None:
-        return None
-    in_flight = [mid for mid, found in marks.items() if any(m == "compacted" for _, m in found)]
-    floor = min([latest.last_row_id, *in_flight, *_running_turn_row(store, conversation_id)])
-    rows = store.branch_since(conversation_id, floor)
-    if not any(r.id == latest.last_row_id for r in rows):
-        return None
-    return after_separator(rows)  # the same cut as the whole branch's: see the docstring
-
-
-def _running_turn_row(store: Store, conversation_id: int) -> list[int]:
-    """The user row of the conversation's turn in progress, if any: the governor folds the
-    rows after it in flight, even when a consolidation in that turn (an overflow) went past
-    it."""
-    rows = store.query(
-        "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
-        " ORDER BY id DESC LIMIT 1",
-        (conversation_id,),
-    )
-    if rows and rows[0][1] == "running" and rows[0][0] is not None:
-        return [int(rows[0][0])]
-    return []
-
-
-async def load_branch_async(
-    store: Store, conversation_id: int, *, full: bool = False
-) -> BranchState:
-    slow = full or store.is_long(conversation_id)
-    return await store.call(load_branch, store, conversation_id, full=full, off_loop=slow)
-
-
-def system_for(deps: ContextDeps, agent: str, state: BranchState) -> str:
-    inputs = deps.prompt_inputs(agent, state.rows[0].conversation_id if state.rows else None)
-    archived = state.consolidation.summary if state.consolidation else ""
-    inputs = dataclasses.replace(inputs, archived_summary=archived)
-    return deps.prompts.build(inputs) if deps.prompts else build_system_prompt(inputs)
-
-
-def view_of(
-    deps: ContextDeps, state: BranchState, extra: list[Message] | None = None
-) -> list[Message]:
-    return derive_view(state.rows, state.plan, deps.view_options(), extra or ())
 
 
 def tokens_of(deps: ContextDeps, system: str, messages: list[Message]) -> int:

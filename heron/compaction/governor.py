@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from heron.compaction import records as rec
-from heron.compaction.core import BranchState, ContextDeps, load_branch_async, tokens_of, view_of
+from heron.compaction.core import ContextDeps, tokens_of
 from heron.compaction.summary import (
     CHECKPOINT_INSTRUCTION,
     checkpoint_text,
@@ -26,10 +26,13 @@ from heron.compaction.summary import (
     transcript,
 )
 from heron.context.budget import RequestTooLarge, section_name, split_sections, too_large
+from heron.context.history import BranchState, load_branch_async, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import shape_messages, snip, user_texts
 from heron.messages import Message, Text
-from heron.providers.base import ChatRequest
+from heron.request import ChatRequest
+from heron.store import compactions as folds
+from heron.store import work
 from heron.store.records import StoredMessage
 
 log = logging.getLogger(__name__)
@@ -256,12 +259,12 @@ class Governor:
         ids = {r.id for r in folded} | {r.id for r in earlier}
         turn_rows = [r for r in state.rows if r.id in ids]
         extra = state_block(
-            rec.work_state(self.deps.store, self.conversation_id),
-            rec.todos(self.deps.store, self.conversation_id),
+            work.work_state(self.deps.store, self.conversation_id),
+            work.todos(self.deps.store, self.conversation_id),
         )
         words = self.deps.budget.share("user_words")
         text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
-        rec.add_compaction(
+        folds.add_compaction(
             self.deps.store,
             self.conversation_id,
             kind="inflight",

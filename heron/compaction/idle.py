@@ -12,7 +12,8 @@ from typing import Any
 
 from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
-from heron.compaction.core import ContextDeps, deps_for, load_branch
+from heron.compaction.core import ContextDeps, deps_for
+from heron.context.history import load_branch
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 600.0

@@ -6,25 +6,19 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from heron.compaction import records as rec
-from heron.compaction.core import (
-    Budget,
-    ContextDeps,
-    deps_for,
-    load_branch,
-    system_for,
-    tokens_of,
-    view_of,
-)
+from heron.compaction.core import Budget, ContextDeps, deps_for, tokens_of
 from heron.context.budget import section_name, split_sections
+from heron.context.history import load_branch, system_for, view_of
 from heron.context.tokens import estimate_messages, estimate_text
 from heron.messages import Message
+from heron.request import ToolSpec
 from heron.store import Store
+from heron.store import compactions as folds
 
 
 def compaction_lines(store: Store, conversation_id: int) -> list[str]:
     out = []
-    for c in rec.compactions(store, conversation_id):
+    for c in folds.compactions(store, conversation_id):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
         rows = f"rows #{c.first_row_id}-#{c.last_row_id}"
         if c.kind == "inflight":
@@ -39,26 +33,29 @@ def compaction_lines(store: Store, conversation_id: int) -> list[str]:
     return out or ["No compactions yet."]
 
 
-def _offline_deps(settings: Any, store: Store) -> ContextDeps:
-    """The compaction dependencies of the configured model, without opening it."""
-    from heron.config import ModelChoice
+def _offline_deps(settings: Any, store: Store, specs: list[ToolSpec]) -> ContextDeps:
+    """The compaction dependencies of the configured model, without opening it; `specs` are the
+    tools a turn would offer (the caller's registry: compaction does not know the tools)."""
     from heron.errors import HeronError
-    from heron.tools.registry import default_registry
+    from heron.providers.profiles import ModelChoice
 
     try:
         choice = settings.model()
     except HeronError:
         choice = ModelChoice("scripted", "unknown")
+    registry = SimpleNamespace(specs=lambda: list(specs))
     engine = SimpleNamespace(
-        settings=settings, store=store, choice=choice, provider=None, registry=default_registry()
+        settings=settings, store=store, choice=choice, provider=None, registry=registry
     )
     return deps_for(engine)
 
 
-def model_view(settings: Any, store: Store, conversation: Any) -> tuple[str, list[Message]]:
+def model_view(
+    settings: Any, store: Store, conversation: Any, specs: list[ToolSpec]
+) -> tuple[str, list[Message]]:
     """The system prompt and messages the next request would start from (before the next user
     message), derived from the record exactly as a turn derives them."""
-    deps = _offline_deps(settings, store)
+    deps = _offline_deps(settings, store, specs)
     state = load_branch(store, conversation.id)
     return system_for(deps, conversation.agent, state), view_of(deps, state)
 
@@ -72,10 +69,12 @@ def budget_lines(budget: Budget) -> list[str]:
     return out
 
 
-def budget_report(settings: Any, store: Store, conversation: Any) -> list[str]:
+def budget_report(
+    settings: Any, store: Store, conversation: Any, specs: list[ToolSpec]
+) -> list[str]:
     """`heron conversations show KEY --budget`: the budgets, and what the next request's parts
     take now."""
-    deps = _offline_deps(settings, store)
+    deps = _offline_deps(settings, store, specs)
     state = load_branch(store, conversation.id)
     system, view = system_for(deps, conversation.agent, state), view_of(deps, state)
     cal, b = deps.calibration, deps.budget

@@ -8,17 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
-from heron.compaction.core import (
-    BranchState,
-    ContextDeps,
-    deps_for,
-    load_branch,
-    load_branch_async,
-    system_for,
-    tokens_of,
-    view_of,
-)
+from heron.compaction.core import ContextDeps, deps_for, tokens_of
 from heron.compaction.governor import Governor
+from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_text
 from heron.context.view import message_file, user_texts
 from heron.messages import Message

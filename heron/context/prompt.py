@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from heron.providers.base import ToolSpec
+from heron.request import WHERE_IT_RUNS, ToolSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
@@ -35,9 +35,6 @@ Use tools when they help; answer directly when they do not. Independent calls ma
 parallel. A tool error comes back as a result: read it and correct the call. File tools act
 inside the workspace. Old tool results may be replaced by a one-line placeholder; a saved path
 in it can be read again."""
-
-# heron/tools/approval.py ends each command tool's description with where it runs, after this.
-WHERE_IT_RUNS = "Where it runs: "
 
 RECURRING_WORK = """\
 # Recurring work

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, dumps
-from heron.providers.base import ToolSpec
+from heron.request import ToolSpec
 
 PER_MESSAGE = 4  # role markers and separators
 FILE_TOKENS = 1_000  # an image or document, whatever its bytes

@@ -8,13 +8,12 @@ results), results over the per-result budget are cut to their head and a saved p
 view is repaired so it never holds a call without its result or a result without its call.
 
 Everything here is a pure function of its inputs (apart from saving a cut result to disk under
-a name fixed by its call id), so the same record always gives the same bytes: that is what lets
-request N+1 start with request N.
+a name fixed by its call id and content, heron/saved.py), so the same record always gives the
+same bytes: that is what lets request N+1 start with request N.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from heron.context.repair import repair_tool_pairs
 from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
+from heron.saved import MESSAGES_DIR, RESULTS_DIR, head, keep
 from heron.store.records import StoredMessage
 
 # Tools whose old results can be dropped from the view: reading them again is possible or
@@ -33,8 +33,6 @@ COMPACTABLE = frozenset(
 EXECUTING = frozenset({"run_cell", "bash"})
 KEEP_MIN = 5  # the most recent results always intact: between KEEP_MIN and KEEP_MIN + BATCH - 1
 BATCH = 10
-RESULTS_DIR = Path(".heron") / "results"
-MESSAGES_DIR = Path(".heron") / "messages"  # user messages too large for their share
 _SAVED = re.compile(r"saved in (\S+?\.txt)")
 EARLIER = "[Earlier conversation: see the archived context summary in the system prompt.]"
 
@@ -99,22 +97,11 @@ def _brief_args(call: ToolCall) -> str:
 def _saved_path(
     call_id: str, content: str, workspace: Path | None, folder: Path = RESULTS_DIR
 ) -> str | None:
+    """Where the whole of `content` is: the file a cut result already names, else a new one."""
     found = _SAVED.search(content[-400:]) if folder == RESULTS_DIR else None
     if found:
         return found.group(1)
-    if workspace is None:
-        return None
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
-    digest = hashlib.sha256(content.encode("utf-8", "replace")).hexdigest()[:10]
-    relative = folder / f"{name}-{digest}.txt"  # the digest: ids repeat on some servers
-    target = workspace / relative
-    try:
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return str(relative)
+    return keep(call_id, content, workspace, folder)
 
 
 def placeholder(call: ToolCall, result: ToolResult, workspace: Path | None) -> ToolResult:
@@ -132,10 +119,7 @@ def placeholder(call: ToolCall, result: ToolResult, workspace: Path | None) -> T
 def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResult:
     if len(result.content) <= limit:
         return result
-    shown = result.content[:limit]
-    cut = shown.rfind("\n")
-    if cut > limit * 0.8:
-        shown = shown[:cut]
+    shown = head(result.content, limit)
     path = _saved_path(result.call_id, result.content, workspace)
     where = f" The full result is saved in {path}." if path else ""
     note = f"\n[... cut: showing {len(shown)} of {len(result.content)} characters.{where}]"

@@ -17,10 +17,11 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from heron.config import ModelChoice, Settings
+from heron.config import Settings
 from heron.memory.entries import MemoryRefused
 from heron.memory.service import ChooseFn, MemoryService
 from heron.providers.base import Provider
+from heron.providers.profiles import ModelChoice
 
 USAGE = "Usage: /memory [review | accept ID | reject ID]"
 

@@ -23,8 +23,9 @@ from heron.memory.entries import EntryPath, MemoryRefused, slugify
 from heron.memory.guard import find_quote, typed_text
 from heron.memory.service import MemoryService
 from heron.messages import Message, Text
-from heron.providers.base import ChatRequest, Provider
+from heron.providers.base import Provider
 from heron.providers.profiles import profile_for
+from heron.request import ChatRequest
 from heron.store import StoredMessage
 
 CONTEXT_CHARS = 24_000

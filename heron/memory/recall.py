@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from heron.memory.vectors import DAY
 from heron.messages import Message, ToolCall, ToolResult
 from heron.store import Store
 
@@ -44,8 +45,12 @@ SEMANTIC_WEIGHT = 1.0  # cosine similarity, added to BM25 divided by the best BM
 NEIGHBOUR_SHARE = 0.5  # of a hit's score lent to the messages before and after it
 SESSION_SHARE = 0.2  # of the mean of a session's best SESSION_TOP scores added to each hit
 SESSION_TOP = 3
-DAY = 86_400.0
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
+
+
+def wants_recall(text: str) -> bool:
+    """Whether a user's message is searched for at all (not empty, not a slash command)."""
+    return bool(text.strip()) and not text.lstrip().startswith("/")
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ Every turn asks whether the user's message has a strong match in the history bef
 The answer is nearly always no, but finding that out takes a handful of full-text queries. On a
 thread of the engine's own process (`RecallReader`'s first home) those queries run on the other
 core, yet their Python between queries still takes the GIL from the event loop, and every hand-
-off costs the loop a switch: at 100 conversations that contention was about a sixth of the
-engine's time. A child process has its own interpreter, so the check runs beside the loop, and
-the loop's share is one line written to a pipe and one line read back.
+off costs the loop a switch (docs/performance.md has what that cost a busy engine). A child
+process has its own interpreter, so the check runs beside the loop, and the loop's share is one
+line written to a pipe and one line read back.
 
 The protocol is one JSON array per line: `[id, text, min_score]` in, `[id, answer]` out, where
 the answer is true, false, or null when the check failed (the engine then asks in-process). The
@@ -135,8 +135,7 @@ class RecallProcess:
 
 def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
     """The child's loop: answer each request line until stdin closes."""
-    from heron.memory.recall import Recall
-    from heron.memory.wiring import wants_recall
+    from heron.memory.recall import Recall, wants_recall
     from heron.store import Store
 
     lines = sys.stdin if lines is None else lines

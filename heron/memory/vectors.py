@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from heron.store import Store
 
+DAY = 86_400.0  # seconds: messages are dated by day for recall's recency
+
 MODEL_NAME = "all-MiniLM-L6-v2"
 BATCH = 128
 CONTEXT_TAG = "+previous"  # vectors embed the message before with each message
@@ -434,8 +436,6 @@ class VectorIndex:
 
 def _int_columns(rows: list[Any]) -> list[list[int]]:
     """Message id, conversation, parent (0: none) and day of each `_rows` row."""
-    from heron.memory.recall import DAY
-
     return [
         [r[0] for r in rows],
         [r[1] for r in rows],

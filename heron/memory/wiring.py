@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from heron.memory.recall import Recall, auto_recall
+from heron.memory.recall import Recall, auto_recall, wants_recall
 from heron.memory.recall_process import RecallProcess
 from heron.memory.section import (
     HistoryEntry,
@@ -40,7 +40,7 @@ from heron.memory.section import (
 )
 from heron.memory.service import MemoryService
 from heron.messages import Reply, ToolResult
-from heron.providers.base import ChatRequest
+from heron.request import ChatRequest
 from heron.store import Store, StoredMessage
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def thaw(service: MemoryService | None, conversation_id: int, *, new: bool = Fal
 def _in_view(store: Store, conversation_id: int) -> set[int]:
     """Ids the model already sees (the branch after /new and after the fold) and those earlier
     auto-recalls already put in front of it."""
-    from heron.compaction.core import load_branch
+    from heron.context.history import load_branch
 
     state = load_branch(store, conversation_id)
     upto = state.plan.folded_upto
@@ -146,11 +146,6 @@ def search_is_slow(store: Store) -> bool:
     largest message id, read from the primary key, stands in for the count)."""
     rows = store.query("SELECT max(id) FROM messages")
     return bool(rows and rows[0][0] and rows[0][0] > SMALL_HISTORY)
-
-
-def wants_recall(text: str) -> bool:
-    """Whether a user's message is searched for at all (not empty, not a slash command)."""
-    return bool(text.strip()) and not text.lstrip().startswith("/")
 
 
 # Checks the thread answers before the child process starts: starting it costs about 0.2 s of

@@ -5,12 +5,12 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
-from heron.providers.base import ChatRequest, OnEvent, Provider, StreamEvent, ToolSpec
+from heron.providers.base import Provider
 
 if TYPE_CHECKING:
-    from heron.config import ModelChoice
+    from heron.providers.profiles import ModelChoice
 
-__all__ = ["ChatRequest", "OnEvent", "Provider", "StreamEvent", "ToolSpec", "open_provider"]
+__all__ = ["Provider", "open_provider"]
 
 
 async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:

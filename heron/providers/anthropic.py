@@ -2,8 +2,8 @@
 
 The SDK is imported lazily (in the constructor) so that importing this module stays cheap: CLI
 start-up time is measured and most commands never talk to a model. The SDK's own retries are
-off (`max_retries=0`); Heron retries around `chat()` with `call_with_retries` (see
-`chat_with_retries` below), so a failed call surfaces as exactly one `heron.errors` type.
+off (`max_retries=0`); the runner retries around `chat()` with `call_with_retries`
+(heron/providers/base.py), so a failed call surfaces as exactly one `heron.errors` type.
 
 `Thinking.provider_state` for this provider is a JSON string, either
 `{"type": "thinking", "signature": "..."}` or `{"type": "redacted_thinking", "data": "..."}`,
@@ -17,7 +17,7 @@ import base64
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,17 +44,13 @@ from heron.messages import (
     Usage,
 )
 from heron.providers.base import (
-    ChatRequest,
-    OnEvent,
     OutputMeter,
-    RetryPolicy,
-    StreamEvent,
-    ToolSpec,
-    call_with_retries,
+    retry_after,
     stalled,
     within_stall,
 )
 from heron.providers.wire import ToolsMemo, body_of
+from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 PROVIDER = "anthropic"
 AUTH_HINT = (
@@ -79,12 +75,10 @@ class AnthropicProvider:
         api_key: str,
         base_url: str | None = None,
         timeout: float = 600,
-        retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         import anthropic  # lazy: see the module docstring
 
         self.model = model
-        self.retry = retry
         self._tools = ToolsMemo()
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
@@ -94,7 +88,7 @@ class AnthropicProvider:
         return build_payload(request, self._tools)
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
-        """One streamed call. Does not retry: wrap it with `chat_with_retries`."""
+        """One streamed call. Does not retry: the caller wraps it with `call_with_retries`."""
         body = body_of(self, request).value
         stall = request.stall_timeout
         with map_errors():
@@ -130,21 +124,6 @@ async def _post_stream(client: Any, body: dict[str, Any]) -> Any:
         cast_to=Message,
         stream=True,
         stream_cls=AsyncStream[RawMessageStreamEvent],
-    )
-
-
-async def chat_with_retries(
-    provider: AnthropicProvider,
-    request: ChatRequest,
-    on_event: OnEvent | None = None,
-    *,
-    on_retry: Callable[[ProviderError, float], None] | None = None,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> Reply:
-    """`provider.chat` under the provider's retry policy. A retried call streams again from
-    the start, so `on_event` may see the beginning of a reply twice."""
-    return await call_with_retries(
-        lambda: provider.chat(request, on_event), provider.retry, on_retry=on_retry, sleep=sleep
     )
 
 
@@ -468,7 +447,7 @@ def _status_error(error: Any) -> ProviderError:
         f": {message}" if message else ""
     )
     return cls(
-        text, status=status, body=body, retry_after=_retry_after(error.response.headers), hint=hint
+        text, status=status, body=body, retry_after=retry_after(error.response.headers), hint=hint
     )
 
 
@@ -495,17 +474,4 @@ def _error_field(body: object, key: str) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         value = body["error"].get(key)
         return value if isinstance(value, str) else None
-    return None
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (seconds; HTTP dates are ignored)."""
-    for key, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(key)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            continue
     return None

@@ -1,5 +1,5 @@
-"""What every provider adapter shares: the request it receives, the stream events it emits, the
-protocol it implements, and the retry policy around it.
+"""What every provider adapter shares: the protocol it implements and the retry policy around
+it (the request it receives and the events it streams are in heron/request.py).
 
 An adapter translates one `ChatRequest` to one wire and back to a `Reply`. It never imports the
 store or the engine. `payload(request)` returns the exact JSON body the adapter would send (no
@@ -16,63 +16,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from heron.errors import DeadlineExceeded, ProviderError, TransientProviderError
-from heron.messages import Message, Reply, dumps
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool as the model sees it: a name, what it does, and a JSON schema of its arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-    # A spec is made once per tool and sent, estimated and traced every turn: its encodings
-    # are kept (the schema is never changed once the spec exists).
-    @cached_property
-    def parameters_json(self) -> str:
-        """`dumps(self.parameters)`."""
-        return dumps(self.parameters)
-
-    @cached_property
-    def json(self) -> str:
-        """The spec as canonical JSON of {"description", "name", "parameters"}."""
-        head = dumps({"description": self.description, "name": self.name})[:-1]
-        return head + ',"parameters":' + self.parameters_json + "}"
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    model: str
-    system: str
-    messages: list[Message]
-    tools: list[ToolSpec] = field(default_factory=list)
-    max_tokens: int = 4096
-    # Seconds the stream may stay silent (no headers, no event) before it is cut and retried.
-    stall_timeout: float = 60.0
-    # What is derived from the request once and used again (its encoded body, heron/providers/
-    # wire.py): the runner records the body the adapter then posts.
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    """A piece of the reply as it arrives: visible text or reasoning; or "retry": the stream was
-    cut and the call starts again, so what follows may repeat what was already shown."""
-
-    kind: Literal["text", "thinking", "retry"]
-    text: str
-
-
-RETRY_EVENT = StreamEvent("retry", "")
-
-
-OnEvent = Callable[[StreamEvent], None]
+from heron.messages import Reply
+from heron.request import ChatRequest, OnEvent
 
 
 class Provider(Protocol):
@@ -103,6 +52,20 @@ class RetryPolicy:
         if error.retry_after is not None:
             return min(self.max_delay, max(error.retry_after, 0.0))
         return jittered
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds a server asks us to wait, from `retry-after-ms` or `retry-after` (in seconds; an
+    HTTP date is ignored): the same headers on both wires."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            continue
+    return None
 
 
 async def call_with_retries(

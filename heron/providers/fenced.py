@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from heron.messages import Message, Part, Reply, Text, ToolCall, ToolResult
-from heron.providers.base import ChatRequest, OnEvent, Provider
+from heron.providers.base import Provider
+from heron.request import ChatRequest, OnEvent
 
 _BLOCK = re.compile(r"```tool[ \t]*\n(.*?)\n?```", re.DOTALL)
 

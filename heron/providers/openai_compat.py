@@ -33,18 +33,12 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     Usage,
+    dumps,
 )
-from heron.providers.base import (
-    ChatRequest,
-    OnEvent,
-    OutputMeter,
-    StreamEvent,
-    ToolSpec,
-    stalled,
-    within_stall,
-)
+from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of
+from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -58,12 +52,6 @@ MODEL_HINT = (
     "Run `heron models` to list the models this server offers, then pick one with `--model`."
 )
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceeds the context")
-
-
-def dump_args(args: Any) -> str:
-    """Tool-call arguments as sent on the wire: one canonical form (compact, sorted, UTF-8) so
-    the same history always serialises to the same bytes and the server's prefix cache hits."""
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 class OpenAICompatProvider:
@@ -127,7 +115,7 @@ class OpenAICompatProvider:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": dump_args(c.args)},
+                    "function": {"name": c.name, "arguments": dumps(c.args)},
                 }
                 for c in calls
             ]
@@ -376,7 +364,7 @@ def _status_error(error: Any) -> ProviderError:
     known = {"status": status, "body": body}
     code = str(error.code or "")
     if status == 429:
-        return RateLimited(message, retry_after=_retry_after(error.response.headers), **known)
+        return RateLimited(message, retry_after=retry_after(error.response.headers), **known)
     if status >= 500:
         return TransientProviderError(message, **known)
     if status in (401, 403):
@@ -393,16 +381,3 @@ def _message(error: Any) -> str:
     if isinstance(error.body, dict) and isinstance(error.body.get("message"), str):
         return error.body["message"]
     return str(error.message)
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds to wait, from `retry-after-ms` or `retry-after` (seconds; HTTP dates ignored)."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            continue
-    return None

@@ -1,4 +1,5 @@
-"""Model profiles: what the loop budgets from, chosen by model name, overridden in config.
+"""Model profiles: what the loop budgets from, chosen by model name, overridden in config; and
+the `ModelChoice` a run opens its provider from (config.py resolves it).
 
 Quirks are data here, not branches in the adapters.
 """
@@ -6,12 +7,14 @@ Quirks are data here, not branches in the adapters.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from heron.errors import ConfigError
 
 ToolMode = Literal["native", "fenced"]
+ProviderKind = Literal["anthropic", "openai", "local", "scripted"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +108,16 @@ def apply_overrides(profile: ModelProfile, values: dict[str, Any], *, where: str
             raise ConfigError(f"{where}: tool_mode must be 'native' or 'fenced', got {value!r}")
         changes[key] = value
     return replace(profile, **changes)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which wire a run uses, with which model, where, and with which key."""
+
+    provider: ProviderKind
+    model: str
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never in a log line or a traceback
+    model_path: Path | None = None  # for the local provider
+    profile: ModelProfile = ModelProfile()
+    embedded: bool = False  # the tiny offline default (the chat shows a banner)

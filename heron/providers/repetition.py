@@ -20,7 +20,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from heron.messages import Reply, Text, Usage
-from heron.providers.base import ChatRequest, OnEvent, Provider, StreamEvent
+from heron.providers.base import Provider
+from heron.request import ChatRequest, OnEvent, StreamEvent
 
 NGRAM = 10  # tokens in the span that must come back
 REPEATS = 3  # a span seen this many times is a loop

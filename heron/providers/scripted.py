@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from heron.messages import Reply, Text, Thinking, message_to_dict
-from heron.providers.base import ChatRequest, OnEvent, StreamEvent, ToolSpec
 from heron.providers.wire import ToolsMemo
+from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 ScriptStep = Reply | BaseException
 ScriptFn = Callable[[ChatRequest], Reply | Awaitable[Reply]]

@@ -3,21 +3,12 @@
 Methods are synchronous and short. Every write runs in one `BEGIN IMMEDIATE` transaction, so a
 crash at any instant leaves either all of a save or none of it.
 
-How async code calls the store: `await store.call(fn, *args)`, the one way (no raw
-`asyncio.to_thread` on a store function; tests/test_architecture_sql.py checks).
-
-- By default `call` runs the operation inline, on the event loop. The store's per-turn
-  operations are a few indexed statements in a short transaction (WAL, synchronous=NORMAL: a
-  commit appends to the WAL and does not fsync), measured at 20-100 microseconds each. Sending
-  each through `asyncio.to_thread` cost far more than the work: a hop to the default pool, and
-  then a GIL hand-off convoy, since SQLite releases the GIL inside every step and the worker
-  must win it back from the loop each time. With ~20 such round trips a turn, 50 concurrent
-  conversations spent most of their time in hand-offs. Inline they are "provably fast" in the
-  sense of the style guide: bounded by the handful of rows they touch, never by history length.
-- `call(..., off_loop=True)` keeps a worker thread for what grows with the data: reading and
-  decoding a long branch (thousands of rows), rebuilding old traces. The loop stays responsive
-  while it runs (the GIL is released inside SQLite and switched every few milliseconds
-  otherwise).
+From async code, one way (no raw `asyncio.to_thread` on a store function;
+tests/test_architecture_sql.py checks): `await store.call(fn, ...)` runs an operation inline, on
+the event loop, when it is bounded by the few rows it touches (a turn's indexed statements in
+short transactions); `store.call(fn, ..., off_loop=True)` runs on a worker thread what grows
+with the data (a long branch, old traces). Why the line is drawn there, with the figures, is in
+docs/performance.md ("Store calls").
 
 The one wait an inline call can meet is another process's write transaction (busy_timeout);
 every writer here keeps its transactions short, so that wait is short too.
@@ -519,6 +510,17 @@ class Store:
     def turn_count(self, conversation_id: int) -> int:
         sql = "SELECT COUNT(*) FROM turns WHERE conversation_id = ?"
         return int(self.query(sql, (conversation_id,))[0][0])
+
+    def running_turn_message(self, conversation_id: int) -> int | None:
+        """The user message of the conversation's latest turn while it is still running."""
+        rows = self.query(
+            "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
+            " ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        if rows and rows[0][1] == "running" and rows[0][0] is not None:
+            return int(rows[0][0])
+        return None
 
     def last_call_tokens(self, conversation_id: int) -> int:
         """Input plus output tokens of the conversation's last model call (0 before any): the

@@ -1,4 +1,5 @@
-"""Rows of the store as typed records."""
+"""The store's rows as typed records (conversations, stored messages, turns) and who wrote a
+message (`author_for`): what every layer above reads, kept free of SQL and of the database."""
 
 from __future__ import annotations
 

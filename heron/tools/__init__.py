@@ -5,8 +5,7 @@ from heron.tools.registry import (
     ToolContext,
     ToolOutput,
     ToolRegistry,
-    default_registry,
     tool,
 )
 
-__all__ = ["Tool", "ToolContext", "ToolOutput", "ToolRegistry", "default_registry", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolOutput", "ToolRegistry", "tool"]

@@ -382,10 +382,11 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
     Args:
         timeout: Seconds before the cell is interrupted.
     """
-    if ctx.kernel is None:
-        ctx.kernel = KernelSession(ctx.workspace, sandbox=ctx.sandbox)
+    kernel = ctx.kernel
+    if not isinstance(kernel, KernelSession):  # the run's first cell starts its kernel
+        kernel = ctx.kernel = KernelSession(ctx.workspace, sandbox=ctx.sandbox)
     before = await asyncio.to_thread(snapshot, ctx.workspace)
-    result = await ctx.kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
+    result = await kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
     changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))
     for path, how in changed:
         kind = "file_deleted" if how == "deleted" else "file_written"

@@ -7,7 +7,8 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 `ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
-workspace and the model gets its head plus the saved path, so nothing is ever lost. Every
+workspace (heron/saved.py) and the model gets its head plus the saved path, so nothing is lost.
+The built-in tools are listed in builtin.py, which imports them and this module. Every
 result is first scrubbed of secrets (`ToolContext.redactor`, heron/redact.py).
 """
 
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import inspect
 import json
 import re
-import tempfile
 import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,22 +26,28 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
-from heron.providers.base import ToolSpec
+from heron.request import ToolSpec
+from heron.saved import head, keep
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from heron.redact import Redactor
-    from heron.tools.python_kernel import KernelSession
     from heron.tools.sandbox import Sandbox
+
+
+class RunSession(Protocol):
+    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
+
+    async def shutdown(self) -> None: ...
+
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
 
-RESULTS_DIR = Path(".heron") / "results"
 # Tool calls of one reply that run at once: a reply asking for 1,000 calls must not start 1,000
 # processes, kernels or threads together.
 MAX_PARALLEL_TOOLS = 8
@@ -86,7 +91,7 @@ class ToolContext:
     workspace: Path
     result_budget: int = 20_000
     effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
-    kernel: KernelSession | None = None
+    kernel: RunSession | None = None
     sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     extra: dict[str, Any] = field(default_factory=dict)
     # Tools that change the workspace run one at a time, so what one reports (a file changed)
@@ -372,11 +377,6 @@ class ToolRegistry:
         """Run one call and return the side effects it recorded, and only its own."""
         return await recording(self.call(call, ctx))
 
-    async def call_many(self, calls: Sequence[ToolCall], ctx: ToolContext) -> list[ToolResult]:
-        """Run calls concurrently, at most `MAX_PARALLEL_TOOLS` at once; results come back in
-        call order."""
-        return await bounded_gather([functools.partial(self.call, c, ctx) for c in calls])
-
     async def _run(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
         found = self._tools.get(call.name)
         if found is None:
@@ -463,52 +463,11 @@ def fit_budget(call_id: str, text: str, ctx: ToolContext) -> str:
     """`text` if it fits the budget; otherwise its head and where the whole of it was saved."""
     if len(text) <= ctx.result_budget:
         return text
-    shown = text[: ctx.result_budget]
-    cut = shown.rfind("\n")
-    if cut > ctx.result_budget * 0.8:  # end on a whole line when one is near
-        shown = shown[:cut]
-    saved = _save_full(call_id, text, ctx.workspace)
-    if saved is None:
+    shown = head(text, ctx.result_budget)
+    where = keep(call_id, text, ctx.workspace)
+    if where is None:
         return text  # nowhere to save it: better too long than lost
     return (
         f"{shown}\n[... cut: showing {len(shown)} of {len(text)} characters. The full result is "
-        f"saved in {saved}; read it with read_file (offset, limit) or search it with grep.]"
-    )
-
-
-def _save_full(call_id: str, text: str, workspace: Path) -> str | None:
-    """Where the full text was saved: relative to the workspace, or outside it when the
-    workspace is read-only; None when nowhere would take it."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).lstrip(".") or "result"
-    for folder, shown in (
-        (workspace / RESULTS_DIR, RESULTS_DIR),
-        (Path(tempfile.gettempdir()) / "heron-results", None),
-    ):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{name}.txt").write_text(text, encoding="utf-8")
-        except OSError:
-            continue
-        return str((shown or folder) / f"{name}.txt")
-    return None
-
-
-def default_registry(before_call: BeforeCall | None = None) -> ToolRegistry:
-    """The built-in tools: files, bash and a Python kernel."""
-    from heron.tools import files, python_kernel, scratchpad, shell, todos, work_state
-
-    return ToolRegistry(
-        [
-            files.read_file,
-            files.write_file,
-            files.edit_file,
-            files.list_files,
-            files.grep,
-            shell.bash,
-            python_kernel.run_cell,
-            work_state.work_state,
-            todos.todos,
-            scratchpad.scratchpad,
-        ],
-        before_call,
+        f"saved in {where}; read it with read_file (offset, limit) or search it with grep.]"
     )

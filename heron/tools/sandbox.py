@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.config import NetworkMode
-from heron.context.prompt import WHERE_IT_RUNS
+from heron.request import WHERE_IT_RUNS
 
 # An argv element of the process that starts every tool command (bwrap's own argv when
 # confined, the wrapper's when not); heron/tools/person.py looks for it up the process chain.

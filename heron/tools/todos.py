@@ -55,7 +55,7 @@ async def todos(
         item: The id of the item to update.
         verified_by: What shows the item is done (a test run, a file, an answer).
     """
-    from heron.compaction import records as rec
+    from heron.store import work
 
     store, conversation = _where(ctx)
     if status == "done" and item is not None and not verified_by:
@@ -63,7 +63,7 @@ async def todos(
     changes = {"status": status, "priority": priority, "verified_by": verified_by}
     if add or item is not None:
         await store.call(_apply, store, conversation, add or [], item, changes)
-    items = await store.call(rec.todos, store, conversation)
+    items = await store.call(work.todos, store, conversation)
     lines = [
         f"#{t.id} [{t.status}] ({t.priority}) {t.text}"
         + (f" — verified by: {t.verified_by}" if t.verified_by else "")

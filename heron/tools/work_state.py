@@ -35,14 +35,14 @@ async def work_state(
     Args:
         clear: Discard the work state (the work is over).
     """
-    from heron.compaction import records as rec
+    from heron.store import work
 
     store, conversation = _where(ctx)
-    state = {} if clear else await store.call(rec.work_state, store, conversation)
+    state = {} if clear else await store.call(work.work_state, store, conversation)
     given = dict(
         zip(FIELDS, (goal, constraints, decisions, open_questions, next_step), strict=True)
     )
     state.update({k: v for k, v in given.items() if v is not None})
     if clear or any(v is not None for v in given.values()):
-        await store.call(rec.set_work_state, store, conversation, state)
+        await store.call(work.set_work_state, store, conversation, state)
     return json.dumps(state, ensure_ascii=False, indent=1) if state else "No work state."

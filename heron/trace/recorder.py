@@ -35,8 +35,8 @@ from heron.messages import (
     message_to_dict,
     reply_to_dict,
 )
-from heron.providers.base import ToolSpec
-from heron.providers.wire import EncodedDict, EncodedList, WireBody, dumps_fields, encoded
+from heron.providers.wire import EncodedList, WireBody, dumps_fields, encoded
+from heron.request import ToolSpec
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
 from heron.trace.blobs import (
@@ -50,7 +50,7 @@ from heron.trace.blobs import (
     put_payload,
 )
 from heron.trace.read import damaged
-from heron.trace.scrub import Scrubber, scrubber_for
+from heron.trace.scrub import Scrubber
 
 
 @dataclass
@@ -433,91 +433,3 @@ def trace_cache(store: Store) -> TraceCache:
     if cache is None:
         cache = store.caches["trace"] = TraceCache()
     return cache
-
-
-def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
-    """The PromptInputs that produced `built.system`: BUILD's own if it hands them over, else
-    what Engine.system_prompt builds, with the workspace files frozen. None when they do not
-    rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
-    from heron.context.prompt import PromptInputs, build_system_prompt, read_bootstrap
-
-    memo = getattr(engine, "prompt_memo", None)
-    made = memo.built(built.system) if memo is not None else None
-    if made is not None:  # the engine built this very prompt from these inputs
-        return made.inputs
-    inputs = getattr(built, "prompt_inputs", None)
-    if inputs is None:
-        workspace = engine.settings.paths.workspace
-        specs = engine.registry.specs()
-        cache = getattr(engine, "bootstrap_cache", None)  # the engine's, re-read on change
-        files = cache.read(workspace) if cache is not None else read_bootstrap(workspace)
-        inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
-        state = getattr(getattr(built, "governor", None), "state", None)
-        if state is not None and state.consolidation is not None:  # the archived summary
-            inputs = dataclasses.replace(inputs, archived_summary=state.consolidation.summary)
-    try:
-        same = build_system_prompt(inputs) == built.system
-    except Exception:  # a prompt builder that cannot run again is not replayable
-        same = False
-    return inputs if same else None
-
-
-def _context(built: Any) -> dict[str, Any]:
-    governor = getattr(built, "governor", None)
-    if governor is None:
-        return {}
-    cal, budget = governor.deps.calibration, governor.deps.budget
-    return {
-        "window": budget.window,
-        "ratio": budget.ratio,
-        "result_cap": budget.result_cap,
-        "calibration": [cal.factor, cal.samples],
-    }
-
-
-def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
-    """The recorder of one engine turn: what BUILD produced, the wire, and every credential in
-    reach (to scrub)."""
-    provider = engine.provider
-    agent = getattr(built, "agent", agent)
-
-    def inputs() -> Any:
-        memo = getattr(engine, "prompt_memo", None)
-        made = memo.built(built.system) if memo is not None else None
-        if made is not None:  # encoded once per prompt, not once per turn
-            if "trace" not in made.derived:
-                data = plain(made.inputs)
-                prints = fingerprints(dataclasses.replace(start, prompt_inputs=data))
-                made.derived["trace"] = (data, inputs_json(data), prints)
-            return made.derived["trace"]
-        found = prompt_inputs_for(engine, built, agent)
-        return None if found is None else plain(found)
-
-    fixed = _engine_fixed(engine)
-    start = RunStart(
-        agent=agent,
-        provider=provider.name,
-        model=provider.model,
-        system=built.system,
-        profile=fixed["profile"],
-        limits=fixed["limits"],
-        start_messages=len(built.messages),
-        fenced=hasattr(provider, "inner"),
-        context=_context(built),
-    )
-    scrubber = fixed["scrubber"]
-    messages = list(built.messages)
-    return TraceRecorder(engine.store, built.turn_id, start, scrubber, messages, inputs)
-
-
-def _engine_fixed(engine: Any) -> dict[str, Any]:
-    """What every run's trace takes from the engine's settings, which do not change while it
-    runs: worked out on its first turn (the key scan of the environment included)."""
-    memo: dict[str, Any] = getattr(engine, "trace_memo", {})
-    if not memo:
-        settings, provider = engine.settings, engine.provider
-        memo["profile"] = EncodedDict.of(plain(engine.choice.profile))
-        memo["limits"] = EncodedDict.of(plain(engine.limits))
-        keys = settings.config.api_keys
-        memo["scrubber"] = scrubber_for(settings.env, keys, provider, engine.choice)
-    return memo

@@ -1,6 +1,7 @@
-"""Deterministic replay, the trace's side: a run's recorded replies, tool results, mailbox and
-start, served back to a loop that heron/agent/replay.py runs again (the trace layer sits below
-the agent and never imports it).
+"""Deterministic replay, what is served back: a run's recorded replies, tool results, mailbox
+and start, given to the loop that heron/agent/replay.py runs again. It reads the trace
+(heron/trace/read.py) and rebuilds the prompt and the tools, which is why it lives with the
+agent rather than in heron/trace/, which only records and reads.
 
 The loop starts from what the run started from (the system prompt rebuilt from its recorded
 inputs with the current code, the view the compaction governor derives again), the
@@ -21,10 +22,11 @@ from typing import Any
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.errors import FatalProviderError, StoreError
 from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_from_dict
-from heron.providers.base import ChatRequest, OnEvent, ToolSpec
 from heron.providers.profiles import ModelProfile
+from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
-from heron.tools.registry import ToolContext, ToolRegistry, default_registry, recording
+from heron.tools.builtin import default_registry
+from heron.tools.registry import ToolContext, ToolRegistry, recording
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, load_run, request_payload
 
