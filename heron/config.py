@@ -95,7 +95,9 @@ POSITIVE = (0, None, True)
 
 @dataclass(frozen=True)
 class AgentDefaults:
-    max_turns: int = 200
+    # Model calls per run before a wrap-up; config key `max_model_calls`, or its older name
+    # `max_turns` (a "turn" elsewhere is one user message).
+    max_model_calls: int = 200
     max_tokens_total: int = 1_000_000
     # Requests to continue a reply cut by the output cap, per run (0: never).
     max_continuations: int = field(default=2, metadata=between(0))
@@ -258,32 +260,52 @@ def _opt_str(data: dict[str, Any], key: str, path: Path) -> str | None:
     return value
 
 
+AGENT_ALIASES = {"max_turns": "max_model_calls"}  # older key names, still read
+
+
 def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
-    return parse_section(table, AgentDefaults, "agent", path)
+    return parse_section(table, AgentDefaults, "agent", path, AGENT_ALIASES)
 
 
 _Section = typing.TypeVar("_Section")
 
 
-def parse_section(table: dict[str, Any], cls: type[_Section], section: str, path: Path) -> _Section:
-    """A `[section]` table as the frozen dataclass `cls` whose fields are its keys: an unknown
-    key, a value of the wrong type or out of its field's range (`between`; above zero for a
-    number without one) is a ConfigError that names the file, the section and the key."""
+def parse_section(
+    table: dict[str, Any],
+    cls: type[_Section],
+    section: str,
+    path: Path,
+    aliases: dict[str, str] | None = None,
+) -> _Section:
+    """A `[section]` table as the frozen dataclass `cls` whose fields are its keys (or an older
+    name of one, `aliases`): an unknown key, a value of the wrong type or out of its field's
+    range (`between`; above zero for a number without one) is a ConfigError that names the
+    file, the section and the key as written."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    aliases = aliases or {}
     defaults = cls()
     values: dict[str, Any] = {}
     for key, value in table.items():
-        if key not in known:
+        name = aliases.get(key, key)
+        if name not in known:
             raise ConfigError(
                 f"{path}: [{section}] has no key {key!r}",
                 hint=f"Known keys of [{section}]: {', '.join(known)}.",
             )
-        values[key] = _checked(value, getattr(defaults, key), known[key], f"{path}: [{section}]")
+        if name in values:
+            raise ConfigError(
+                f"{path}: [{section}] sets {name} twice (as {name} and as {key})",
+                hint=f"Keep one line: {name} = ...",
+            )
+        where = f"{path}: [{section}]"
+        values[name] = _checked(value, getattr(defaults, name), known[name], where, key)
     return dataclasses.replace(defaults, **values)  # type: ignore[type-var]
 
 
-def _checked(value: Any, default: Any, spec: dataclasses.Field, where: str) -> Any:
-    key = spec.name
+def _checked(
+    value: Any, default: Any, spec: dataclasses.Field, where: str, key: str | None = None
+) -> Any:
+    key = key or spec.name
     if default is None:
         return value  # optional and free-form (a timezone name)
     expected = type(default)

@@ -67,7 +67,7 @@ def test_the_continue_prompt_is_heron_s_row_never_quoted_never_shown_as_you():
 def test_the_wrap_up_prompt_is_heron_s_row():
     call = Reply([ToolCall("t1", "list_files", {})], "tool")
     provider = ScriptedProvider([call, Reply([Text("Done so far: listed.")], "done")])
-    result, _, _ = _run(provider, "wrap", "List the files forever", max_turns=1)
+    result, _, _ = _run(provider, "wrap", "List the files forever", max_model_calls=1)
     assert result.run.stop == "wrapup"
     store = Store(Settings.load().paths.db)
     rows = store.branch(store.conversation("wrap").id)

@@ -11,7 +11,7 @@ import pexpect
 import pytest
 from serve_helpers import maybe_serve
 
-from heron.agent.turn import MAIL_LABEL
+from heron.agent.control import MAIL_LABEL
 from heron.store import Store
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply

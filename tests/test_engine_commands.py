@@ -47,7 +47,6 @@ async def test_plain_turn_walks_every_state_and_delivers():
         result = await engine.turn("k", "hello")
     assert result.states == [
         "RESTORE",
-        "COMPACT",
         "COMMAND",
         "BUILD",
         "RUN",

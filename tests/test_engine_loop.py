@@ -9,9 +9,10 @@ import threading
 import time
 from collections import defaultdict
 
+from heron.agent.control import MAIL_LABEL
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
-from heron.agent.turn import MAIL_LABEL, Outcome
+from heron.agent.turn import Outcome
 from heron.bus import Dispatcher, InboundMessage, MessageBus, OutboundMessage
 from heron.config import Settings
 from heron.context.repair import is_well_formed

@@ -7,7 +7,7 @@ import asyncio
 
 from proactive_helpers import Routed, call, running_loop, text
 
-from heron.agent.engine import NO_DEADLINE
+from heron.agent.turn import NO_DEADLINE, bounds
 from heron.bus import InboundMessage, TurnOptions
 from heron.proactive import goals as g
 from heron.store import goals
@@ -142,6 +142,6 @@ async def test_a_goal_command_turn_starts_the_work():
 
 async def test_no_model_deadline_for_a_goal_turn():
     async with running_loop(Routed({}), ToolRegistry([])) as (engine, _, _said):
-        plain = engine._bounds(TurnOptions())[2].deadline
-        goal = engine._bounds(TurnOptions(no_deadline=True))[2].deadline
+        plain = bounds(engine, TurnOptions())[2].deadline
+        goal = bounds(engine, TurnOptions(no_deadline=True))[2].deadline
     assert plain == engine.retry.deadline and goal == NO_DEADLINE > 10 * plain

@@ -131,7 +131,7 @@ async def test_ceiling_ends_in_wrap_up_without_tools(tmp_path):
         if not req.tools
         else Reply([call(f"c{len(req.messages)}", "slow_echo", text="again", seconds=0)], "tool")
     )
-    provider, runner = make_runner(loop_forever, RunLimits(max_turns=3))
+    provider, runner = make_runner(loop_forever, RunLimits(max_model_calls=3))
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
     assert result.stop == "wrapup"
     assert result.model_calls == 4  # three turns, then the wrap-up

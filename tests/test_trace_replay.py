@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from heron.agent.control import TurnControl
 from heron.agent.engine import Engine, TurnHooks
 from heron.agent.replay import replay
-from heron.agent.turn import TurnControl
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.openai_compat import OpenAICompatProvider
@@ -105,10 +105,10 @@ async def test_mailbox_injections_and_a_soft_break_replay():
         n = len([m for m in request.messages if m.role == "assistant"])
         if not first.is_set():
             first.set()
-            control.post("also print 3")  # typed while the first call is out
+            control.mailbox.post("also print 3")  # typed while the first call is out
             return _tool_call("c1", "print(1)")
         if n == 1:
-            control.request_break()
+            control.mailbox.request_break()
             return _tool_call("c2", "print(3)")
         return Reply([Text("Stopped: printed 1 and 3.")], "done")
 

@@ -83,6 +83,8 @@ class CommandEngine(Protocol):
         self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
     ) -> str: ...
 
+    async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
 
 @dataclass
 class CommandContext:
@@ -102,7 +104,8 @@ class CommandContext:
 CommandHandler = Callable[[CommandContext, str], Awaitable[CommandReply]]
 
 
-NAMES = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact", "help")
+NAMES: tuple[str, ...] = ("new", "stop", "status", "resume", "retry", "edit", "tree", "compact")
+NAMES += ("help",)
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
 PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
@@ -136,14 +139,14 @@ async def _help(ctx: CommandContext, arg: str) -> CommandReply:
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
     if ctx.stop_local is not None and await ctx.stop_local(ctx.key):
         return CommandReply("Stopped. What the turn finished is kept.")
-    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     if conv is None:
         return CommandReply("Nothing is running.")
-    holder = await asyncio.to_thread(es.lease_holder, ctx.store, conv.id)
+    holder = await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     if holder is None:
         return CommandReply("Nothing is running.")
     # Another process runs it: bumping the epoch makes it stale at its next commit.
-    await asyncio.to_thread(es.bump_epoch, ctx.store, conv.id)
+    await ctx.store.call(es.bump_epoch, ctx.store, conv.id)
     return CommandReply(f"Stopped {holder.describe()}. What it finished is kept.")
 
 
@@ -152,17 +155,11 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
         await ctx.stop_local(ctx.key)
     # The turn machine bumped the epoch before taking the lease, so a turn still running in
     # another process is already stale.
-    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
     if conv.head_id is not None:
-        await asyncio.to_thread(
-            ctx.store.append,
-            conv.id,
-            Message("assistant", [Text(SEPARATOR)]),
-            kind="separator",
-        )
-        archive = getattr(ctx.engine, "archive_for_memory", None)
-        if archive is not None:  # memory reads the old context in the background; returns at once
-            await archive(conv)
+        separator = Message("assistant", [Text(SEPARATOR)])
+        await ctx.store.call(ctx.store.append, conv.id, separator, kind="separator")
+        await ctx.engine.archive_for_memory(conv)  # returns at once, working in the back
     return CommandReply(
         "New conversation started. The transcript above is kept; the model no longer sees it."
     )
@@ -170,7 +167,7 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
 
 async def _status(ctx: CommandContext, arg: str) -> CommandReply:
     engine = ctx.engine
-    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     window = engine.choice.profile.context_window
     lines = [f"model: {engine.choice.provider}/{engine.choice.model}"]
     if conv is None:
@@ -180,11 +177,11 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "cache hit rate: no turns yet",
             "turn: idle",
         ]
-        lines += await asyncio.to_thread(_proactive, ctx)
+        lines += await ctx.store.call(_proactive, ctx)
         return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
-    used, turns, rate = await asyncio.to_thread(_usage, ctx.store, conv.id)
+    used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
-    holder = None if running else await asyncio.to_thread(es.lease_holder, ctx.store, conv.id)
+    holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     turn = "running" if running else (f"running ({holder.describe()})" if holder else "idle")
     lines += [
         f"conversation: {conv.key} ({turns} turns)",
@@ -197,7 +194,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         ),
         f"turn: {turn}",
     ]
-    lines += await asyncio.to_thread(_proactive, ctx)
+    lines += await ctx.store.call(_proactive, ctx)
     return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
 
 
@@ -220,25 +217,20 @@ def _budget(engine: Any) -> list[str]:
 
 def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:
     """Context used by the last model call; cache hit rate over the recent turns."""
-    last = store.query(
-        "SELECT m.input_tokens + m.output_tokens FROM model_calls m JOIN turns t"
-        " ON t.id = m.turn_id WHERE t.conversation_id = ? ORDER BY m.id DESC LIMIT 1",
-        (conversation_id,),
-    )
     turns = store.turns(conversation_id)
     recent = [t for t in turns[-RECENT_TURNS:] if t.usage.input]
     total = sum(t.usage.input for t in recent)
     rate = sum(t.usage.cache_read for t in recent) / total if total else None
-    return (last[0][0] if last else 0), len(turns), rate
+    return store.last_call_tokens(conversation_id), len(turns), rate
 
 
 async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
     if arg:
-        conv = await asyncio.to_thread(ctx.store.conversation, arg)
+        conv = await ctx.store.call(ctx.store.conversation, arg)
         if conv is None:
             return CommandReply(f"No conversation {arg!r}. /resume lists them.")
         return CommandReply(f"Resumed {conv.key}.", switch_to=conv.key)
-    rows = await asyncio.to_thread(ctx.store.conversations, 20)
+    rows = await ctx.store.call(ctx.store.conversations, 20)
     if not rows:
         return CommandReply("No conversations yet.")
     lines = ["Conversations (newest first); /resume KEY continues one:"]
@@ -259,15 +251,15 @@ def _user_messages(rows: list[StoredMessage]) -> list[StoredMessage]:
 
 
 async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
-    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
-    rows = await asyncio.to_thread(ctx.store.branch, conv.id) if conv else []
+    conv = await ctx.store.call(ctx.store.conversation, ctx.key)
+    rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True) if conv else []
     typed = _user_messages(rows)
     if conv is None or not typed:
         return CommandReply("Nothing to retry yet.")
     last = typed[-1]
     if not _answered(rows, last):  # its turn failed: answer it as it stands, work done kept
         return CommandReply(run_text=last.message.text, answer_id=last.id)
-    await asyncio.to_thread(ctx.store.set_head, conv.id, last.parent_id)
+    await ctx.store.call(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
 
 
@@ -287,28 +279,28 @@ def retry_hint(key: str) -> str:
 
 async def _edit(ctx: CommandContext, arg: str) -> CommandReply:
     number, _, text = arg.partition(" ")
-    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
-    rows = await asyncio.to_thread(ctx.store.branch, conv.id) if conv else []
+    conv = await ctx.store.call(ctx.store.conversation, ctx.key)
+    rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True) if conv else []
     typed = _user_messages(rows)
     if not number.isdigit() or not 1 <= int(number) <= len(typed) or not text.strip():
         return CommandReply(f"Usage: /edit N TEXT, with N from 1 to {len(typed)} (see /tree).")
     target = typed[int(number) - 1]
     assert conv is not None
-    await asyncio.to_thread(ctx.store.set_head, conv.id, target.parent_id)
+    await ctx.store.call(ctx.store.set_head, conv.id, target.parent_id)
     return CommandReply(run_text=text.strip())
 
 
 async def _tree(ctx: CommandContext, arg: str) -> CommandReply:
-    conv = await asyncio.to_thread(ctx.store.conversation, ctx.key)
+    conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     if conv is None or conv.head_id is None:
         return CommandReply("This conversation is empty.")
-    leaves = await asyncio.to_thread(_leaves, ctx.store, conv.id)
+    leaves = await ctx.store.call(_leaves, ctx.store, conv.id, off_loop=True)
     if arg:
         if not arg.isdigit() or not 1 <= int(arg) <= len(leaves):
             return CommandReply(f"Give a branch number from 1 to {len(leaves)}.")
-        await asyncio.to_thread(ctx.store.set_head, conv.id, leaves[int(arg) - 1].id)
+        await ctx.store.call(ctx.store.set_head, conv.id, leaves[int(arg) - 1].id)
         return CommandReply(f"Switched to branch {arg}.")
-    rows = await asyncio.to_thread(ctx.store.branch, conv.id)
+    rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True)
     on_branch = {r.id for r in rows}
     lines = [f"Branches of {conv.key} (* current; /tree N switches, /edit N TEXT rewinds):"]
     for i, leaf in enumerate(leaves, 1):
@@ -332,7 +324,7 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
-    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
     return CommandReply(await ctx.engine.compact_now(conv, reason="manual"))
 
 
@@ -358,7 +350,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     service = ctx.engine.memory
     if service is None:
         return CommandReply(NO_MEMORY)
-    conv = await asyncio.to_thread(ctx.store.open_conversation, ctx.key, ctx.agent)
+    conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
     report = await learn(service, ctx.engine.provider, conv.id, ctx.engine.memory_baseline)
     text = report.text()
     if report.suggested:

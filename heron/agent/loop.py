@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from heron.agent import commands
+from heron.agent.control import NEVER_MAILED, TurnControl
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.runner import ToolCallRecord
-from heron.agent.turn import TurnControl
 from heron.bus import (
     EventKind,
     InboundMessage,
@@ -50,9 +50,6 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
-# Scheduled work always opens a turn of its own: it is never mailed into a running turn, and
-# what the person types while it runs waits for the next turn, on their own channel.
-NEVER_MAILED = frozenset({"reminder", "scheduled"})
 log = logging.getLogger(__name__)
 TurnWatcher = Callable[[str, InboundMessage, TurnEnd], None]
 
@@ -175,7 +172,7 @@ class AgentLoop:
             # /new runs next, then mail the stopped turn had not read, in the fresh context;
             # the stopped turn's end starts them (one turn of a conversation at a time).
             queue = self._pending.setdefault(key, deque())
-            mail = self._active[key].control.take_mail()
+            mail = self._active[key].control.mailbox.take()
             if mail:
                 queue.appendleft(dataclasses.replace(message, text=mail))
             queue.appendleft(message)
@@ -195,7 +192,6 @@ class AgentLoop:
         control.options = message.options
         if self.options_for is not None:
             control.options = self.options_for(key, message)
-        control.accepting_mail = message.provenance not in NEVER_MAILED
         control.deliver = lambda text: self._speak(control, message, key, text)
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
@@ -344,7 +340,7 @@ class AgentLoop:
         if task is not None and not task.cancelled() and task.exception() is None:
             result = task.result()
         queue = self._pending.setdefault(key, deque())
-        mail = control.take_mail()
+        mail = control.mailbox.take()
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(dataclasses.replace(message, text=mail, key=key))
@@ -375,11 +371,10 @@ class AgentLoop:
         active = self._active.get(key)
         if active is None:
             return False
-        active.control.stale = True
-        if active.control.conversation_id is not None:
-            await self.engine.store.call(
-                es.bump_epoch, self.engine.store, active.control.conversation_id
-            )
+        active.control.void()
+        conversation_id = active.control.token.conversation_id
+        if conversation_id is not None:
+            await self.engine.store.call(es.bump_epoch, self.engine.store, conversation_id)
         active.task.cancel()
         await asyncio.wait({active.task})
         return True
@@ -389,17 +384,18 @@ class AgentLoop:
         active = self._active.get(key)
         if active is None:
             return False
-        active.control.request_break()
+        active.control.mailbox.request_break()
         loop = asyncio.get_running_loop()
         loop.call_later(self.break_grace, self._escalate, key, active)
         return True
 
     def _escalate(self, key: str, active: _Active) -> None:
-        if self._active.get(key) is not active or active.control.break_seen:
+        if self._active.get(key) is not active or active.control.mailbox.break_seen:
             return
-        active.control.stale = True
-        if active.control.conversation_id is not None:  # one short write; fine on the loop
-            es.bump_epoch(self.engine.store, active.control.conversation_id)
+        active.control.void()
+        conversation_id = active.control.token.conversation_id
+        if conversation_id is not None:  # one short write; fine on the loop
+            es.bump_epoch(self.engine.store, conversation_id)
         active.task.cancel()
 
     async def wait_idle(self) -> None:

@@ -12,7 +12,6 @@ from the trace and compared like every other request. The store itself is never 
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -52,11 +51,12 @@ async def replay(
     workspace: Path | None = None,
 ) -> ReplayReport:
     """Replay one recorded run (see the module docstring) and report how its requests differ."""
-    setup = await asyncio.to_thread(set_up, store, run_id, registry or _registry(), live_tools)
+    tools = registry or _registry()
+    setup = await store.call(set_up, store, run_id, tools, live_tools, off_loop=True)
     report = setup.report
-    limits = RunLimits(**setup.start.get("limits", {}))
+    limits = RunLimits.recorded(setup.start.get("limits", {}))
     runner = Runner(setup.provider, setup.tools, setup.profile, limits, RetryPolicy(attempts=1))  # type: ignore[arg-type]
-    copy = await asyncio.to_thread(rewound_copy, store, setup.run)
+    copy = await store.call(rewound_copy, store, setup.run, off_loop=True)
     try:
         with tempfile.TemporaryDirectory(prefix="heron-replay-") as scratch:
             ctx = ToolContext(workspace=workspace or Path(scratch))
@@ -88,17 +88,9 @@ def rewound_copy(store: Store, run: RunTrace) -> Store:
     """An in-memory copy of the store as the turn found it: the conversation's head at the
     turn's user message and the compactions made from the turn on removed (their marks go
     with them)."""
-    copy = Store(":memory:")
-    store.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
     turn = run.turn
     head = (run.start or {}).get("user_message_id") or turn.user_message_id
-    with copy.transaction() as c:
-        c.execute("UPDATE conversations SET head_id = ? WHERE id = ?", (head, turn.conversation_id))
-        c.execute(
-            "DELETE FROM compactions WHERE conversation_id = ? AND created >= ?",
-            (turn.conversation_id, turn.started),
-        )
-    return copy
+    return store.rewound_copy(turn.conversation_id, head, turn.started)
 
 
 class _ReplayEngine:
@@ -140,11 +132,11 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
     start, run, report = setup.start, setup.run, setup.report
     hooks = RunHooks(drain=setup.drain, should_break=setup.should_break)
     if not start.get("context"):  # recorded without a governor: the recorded view as it was
-        messages = await asyncio.to_thread(start_messages, copy, run)
+        messages = await copy.call(start_messages, copy, run, off_loop=True)
         return rebuild_system(start), messages, hooks
-    engine = await asyncio.to_thread(_ReplayEngine, copy, setup)
+    engine = await copy.call(_ReplayEngine, copy, setup, off_loop=True)
     turn = run.turn
-    conversation = await asyncio.to_thread(copy.conversation_by_id, turn.conversation_id)
+    conversation = await copy.call(copy.conversation_by_id, turn.conversation_id)
     anchor = start.get("user_message_id") or turn.user_message_id
     prepared = await prepare_turn(
         engine, conversation, start["agent"], turn.id, anchor, window=start["context"]["window"]
@@ -156,7 +148,7 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
         )
 
     async def persist(message: Message) -> None:  # the governor reads the record back
-        await asyncio.to_thread(copy.append, conversation.id, message, turn_id=turn.id)
+        await copy.call(copy.append, conversation.id, message, turn_id=turn.id)
 
     hooks.on_message = persist
     hooks.govern = prepared.governor.govern

@@ -27,7 +27,7 @@ from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
-from heron.providers.wire import WireBody, body_of
+from heron.providers.wire import ModelCallRecord, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
 from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
@@ -61,21 +61,17 @@ class HeronPrompt(Message):
 
 @dataclass(frozen=True)
 class RunLimits:
-    max_turns: int = 200  # model calls per run
+    max_model_calls: int = 200  # per run, before a wrap-up
     max_tokens_total: int = 1_000_000
     max_continuations: int = 2  # "continue where you stopped" requests per run
 
-
-@dataclass
-class ModelCallRecord:
-    seq: int
-    purpose: str  # turn | wrapup | continue
-    payload: str  # the exact JSON body sent (no credentials)
-    reply: Reply | None
-    error: str | None
-    started: float
-    ended: float
-    body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
+    @classmethod
+    def recorded(cls, fields: dict[str, int]) -> RunLimits:
+        """The limits a trace recorded; traces written before the rename say `max_turns`."""
+        fields = dict(fields)
+        if "max_turns" in fields:
+            fields["max_model_calls"] = fields.pop("max_turns")
+        return cls(**fields)
 
 
 @dataclass
@@ -224,8 +220,8 @@ class Runner:
         return not repeats_itself("".join([*s.cut, reply.text]))
 
     def _limit_reached(self, s: _State) -> str | None:
-        if s.calls >= self.limits.max_turns:
-            return f"{self.limits.max_turns} model calls"
+        if s.calls >= self.limits.max_model_calls:
+            return f"{self.limits.max_model_calls} model calls"
         if s.usage.total >= self.limits.max_tokens_total:
             return f"{self.limits.max_tokens_total} tokens"
         return None

@@ -1,22 +1,26 @@
-"""One turn as an explicit state machine.
+"""One turn, top to bottom: the state machine and the body of every step.
 
-    RESTORE  open the conversation under its lease; close a tool phase an interrupted turn (or a
-             dead process) left open, from its checkpoint; mark a crashed turn interrupted
-    COMPACT  let compaction run before the turn when the engine has some pending
-    COMMAND  a slash command answers without the model and goes straight to RESPOND
-    BUILD    assemble the model's view and commit the user's message before any call
-    RUN      the runner; a context overflow shrinks the window, compacts and runs once more
-    SAVE     the commit-time check (epoch and lease); decide the outcome; drop the checkpoint
-    RESPOND  hand the reply to the channel, unless the turn is stale, silent or spoke by tool
-    DONE
+    RESTORE  under the conversation's lease: close what an interrupted turn (or a dead
+             process) left open, from its checkpoint
+    COMMAND  a slash command answers without the model (-> RESPOND); /retry and /edit move the
+             head and hand BUILD the text to answer
+    BUILD    commit the user's message before any model call, then derive the model's view
+    RUN      the runner, with the hooks that record, check the epoch token, checkpoint tool
+             results and read the mailbox; a context overflow compacts and runs once more
+    SAVE     one transaction: the commit-time check, then the final reply, the trace rows held
+             and the turn row; decides the outcome
+    RESPOND  what the channel shows: the reply, or nothing (stale, silent, spoke via tool)
 
-Every step returns the next state and `TRANSITIONS` says which moves are legal, so the flow is
-data a test can read. The `TurnControl` is what the outside world holds of a running turn: its
-epoch token, its mailbox, a break request, and the tool-phase checkpoint it keeps.
+There is no COMPACT state: compaction happens inside BUILD (a consolidation, when the
+conversation outgrew its share of the window, in `prepare_turn`) and inside RUN (in flight,
+before each model call, by the governor; and after an overflow).
 
-What the machine takes and returns (`TurnHooks`, `BuiltTurn`, `TurnResult`) and what it calls of
-its engine (`TurnEngine`) are defined here, so engine.py imports this module and never the
-other way round.
+Each step is `async def step(turn, previous) -> Next`, where `Next` is a small frozen
+dataclass whose `next` names the state it leads to (`Restored` -> COMMAND, `Answered` ->
+RESPOND, ...). `TRANSITIONS` is derived from the steps' return annotations, so the legal moves
+are what the code says, and the driver refuses any other. RUN hands SAVE a `PendingSave` (the
+final reply, the trace rows its recorder holds, the turn's figures) instead of parking
+callables on shared state.
 """
 
 from __future__ import annotations
@@ -25,48 +29,46 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-import time
+import secrets
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from heron.agent.commands import CommandEngine
-from heron.agent.leases import hold_lease
-from heron.agent.runner import ModelCallRecord, RunHooks, RunResult, ToolCallRecord
+from heron.agent import commands
+from heron.agent.control import StaleTurn, TurnControl
+from heron.agent.leases import Lease, hold_lease
+from heron.agent.record import CallSink, TurnFigures, TurnRecorder
+from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
+from heron.agent.tracing import trace_for
+from heron.compaction import prepare_turn
+from heron.compaction.core import window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
-from heron.errors import ContextOverflow
-from heron.messages import Message, Text, ToolResult
+from heron.context.prompt import fingerprint
+from heron.context.runtime import RuntimeInfo, with_runtime
+from heron.errors import ContextOverflow, ProviderError
+from heron.memory import wiring as memory_wiring
+from heron.messages import Message, Text, scrub_text
+from heron.providers.base import RetryPolicy
+from heron.providers.wire import ModelCallRecord
+from heron.request import OnEvent
+from heron.store import Conversation
 from heron.store import engine_state as es
+from heron.tools.approval import Approver
+from heron.tools.registry import ToolContext, ToolRegistry
 
 if TYPE_CHECKING:
-    from heron.errors import ProviderError
-    from heron.request import OnEvent
-    from heron.store import Conversation
-    from heron.tools.approval import Approver
-    from heron.tools.registry import ToolContext
+    from heron.agent.deps import TurnDeps
 
 
 class State(enum.Enum):
     RESTORE = "restore"
-    COMPACT = "compact"
     COMMAND = "command"
     BUILD = "build"
     RUN = "run"
     SAVE = "save"
     RESPOND = "respond"
     DONE = "done"
-
-
-TRANSITIONS: dict[State, frozenset[State]] = {
-    State.RESTORE: frozenset({State.COMPACT}),
-    State.COMPACT: frozenset({State.COMMAND}),
-    State.COMMAND: frozenset({State.BUILD, State.RESPOND}),
-    State.BUILD: frozenset({State.RUN}),
-    State.RUN: frozenset({State.SAVE, State.RUN}),  # RUN -> RUN: retry after an overflow
-    State.SAVE: frozenset({State.RESPOND}),
-    State.RESPOND: frozenset({State.DONE}),
-    State.DONE: frozenset(),
-}
 
 
 class Outcome(enum.Enum):
@@ -76,17 +78,16 @@ class Outcome(enum.Enum):
     STALE = "stale"  # /stop or /new overtook it: it emits and keeps nothing more
 
 
-# Provenance of a turn; a person typing makes it visible, and so does a reminder the person
-# asked for (it speaks in their conversation), an announce turn (a subagent's result, no turn
-# running) and a goal's nudge; other scheduled and internal work is silent.
-VISIBLE = frozenset({"user", "reminder", "announce", "goal"})
-MAIL_LABEL = "[sent while you were working] "
 STOPPED = "[This turn was stopped before it finished.]"
 FAILED = (
     "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
     "not stored twice)."
 )
 MAX_OVERFLOW_RETRIES = 1
+OVERFLOW_SHRINK = 0.75  # the window of the run after an overflow, as a share of the last one
+# A goal's turn: no wall-clock deadline on a model request (the stall timeout still cuts a
+# silent stream); a year, not infinity, so the timer arithmetic stays finite.
+NO_DEADLINE = 365 * 24 * 3600.0
 
 
 class Injected(Message):
@@ -101,239 +102,7 @@ class Injected(Message):
         object.__setattr__(self, "meta", dict(meta))
 
 
-class StaleTurn(Exception):
-    """Raised at a re-entry point of a turn whose epoch token is no longer current."""
-
-
-@dataclass
-class TurnControl:
-    """A running turn as the loop and the commands see it."""
-
-    key: str
-    provenance: str = "user"
-    deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
-    conversation_id: int | None = None
-    epoch: int = 0
-    owner: str | None = None
-    turn_id: int | None = None
-    stale: bool = False
-    mailbox: list[str] = field(default_factory=list)
-    accepting_mail: bool = True
-    break_requested: float | None = None
-    break_seen: bool = False
-    spoke: list[str] = field(default_factory=list)
-    context_window: int | None = None  # shrunk for this run after an overflow
-    calls: list[str] = field(default_factory=list)
-    results: list[ToolResult] = field(default_factory=list)
-    checkpointed: bool = False
-    # The run's last writes, left for SAVE's transaction; given whether the turn is current.
-    finish: Callable[[bool], None] | None = None
-    hold_final: bool = False  # a final-looking reply waits for SAVE (`held`) to be committed
-    held: list[Message] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
-    # heron.bus.TurnOptions of a turn Heron started (ceilings, tools, meta of its message).
-    options: Any = None
-    # Messages Heron injects into the run (a subagent's result), drained with the mail; stored
-    # with their own meta and author.
-    events: list[Message] = field(default_factory=list)
-    # The question the run waits on (heron/proactive/ask.py): the next message answers it.
-    question: Any = None
-
-    @property
-    def visible(self) -> bool:
-        return self.provenance in VISIBLE
-
-    async def current(self, store: Any) -> bool:
-        """The token check of every commit: in memory first, then the store (another process
-        may have bumped the epoch or taken the lease)."""
-        if self.stale or self.conversation_id is None:
-            return not self.stale
-        ok = await store.call(es.still_current, store, self.conversation_id, self.epoch, self.owner)
-        self.stale = not ok
-        return ok
-
-    async def settle(self, store: Any, lease: Any) -> bool:
-        """SAVE's check (`current`) and the run's last writes (`finish`: the held final reply,
-        trace rows, the turn row), and when the turn is current, the checkpoint dropped and the
-        lease given back, all in one transaction (`es.settle_turn`)."""
-        finish, self.finish = self.finish, None
-        if self.stale or self.conversation_id is None or self.owner is None:
-            ok = await self.current(store)
-            if finish is not None:
-                await store.call(finish, ok)
-            return ok
-        try:
-            ok = await store.call(
-                es.settle_turn,
-                store,
-                self.conversation_id,
-                self.epoch,
-                self.owner,
-                clear_checkpoint=self.checkpointed,
-                finish=finish,
-            )
-        except Exception:
-            if finish is not None:  # rolled back: the trace rows of the calls made, at least
-                with contextlib.suppress(Exception):
-                    await store.call(finish, False)
-            raise
-        self.stale = not ok
-        if ok and lease is not None:
-            lease.released = True
-        return ok
-
-    def post(self, text: str) -> bool:
-        """Put a follow-up in the mailbox; False once the run has passed its last drain or the
-        turn was stopped (the message then waits for the next turn)."""
-        if not self.accepting_mail or self.stale:
-            return False
-        self.mailbox.append(text)
-        return True
-
-    def inject(self, message: Message) -> bool:
-        """Put a message of Heron's (a subagent's result) in the mailbox; False once the run
-        has passed its last drain (it then opens a turn of its own)."""
-        if not self.accepting_mail or self.stale:
-            return False
-        self.events.append(message)
-        return True
-
-    def take_events(self) -> list[Message]:
-        events, self.events = self.events, []
-        return events
-
-    def take_mail(self) -> str:
-        """The mail the run has not read, joined, and the mailbox emptied."""
-        mail, self.mailbox = self.mailbox, []
-        return "\n\n".join(mail)
-
-    async def drain(self) -> list[Message]:
-        mail, self.mailbox = self.mailbox, []
-        events = self.take_events()
-        return events + [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
-
-    def request_break(self) -> None:
-        if self.break_requested is None:
-            self.break_requested = time.monotonic()
-
-    def should_break(self) -> bool:
-        if self.break_requested is None:
-            return False
-        self.break_seen = True
-        return True
-
-
-def guard_run_hooks(
-    hooks: RunHooks, control: TurnControl, store: Any, ctx: ToolContext
-) -> RunHooks:
-    """Wrap the engine's run hooks so every re-entry point checks the turn's token, tool
-    results are checkpointed as they finish, and the mailbox and break request are wired in."""
-    ctx.extra["turn"] = control
-    on_message, on_tool_call, on_model_call = (
-        hooks.on_message,
-        hooks.on_tool_call,
-        hooks.on_model_call,
-    )
-
-    async def message(m: Message) -> None:
-        if control.hold_final and m.role == "assistant" and not m.tool_calls:
-            # A final-looking reply: SAVE commits it with the turn's last writes, after the
-            # commit-time check (one commit, one check); anything the run adds after it (a
-            # follow-up from the mailbox) commits it first, below.
-            control.held.append(m)
-            return
-        if not await control.current(store):
-            raise StaleTurn
-        held, control.held = control.held, []
-        for earlier in held:
-            await on_message(earlier)
-        await on_message(m)
-        if m.role == "assistant" and m.tool_calls:
-            control.calls, control.results = [c.id for c in m.tool_calls], []
-
-    async def tool_call(record: ToolCallRecord) -> None:
-        if not await control.current(store):
-            raise StaleTurn
-        await on_tool_call(record)
-        control.results.append(record.result)
-        await _checkpoint(control, store)
-
-    async def model_call(record: ModelCallRecord) -> None:
-        if control.stale:
-            raise StaleTurn
-        await on_model_call(record)
-
-    return dataclasses.replace(
-        hooks,
-        on_event=_muted(hooks.on_event, control),
-        on_progress=_muted(hooks.on_progress, control),
-        on_message=message,
-        on_tool_call=tool_call,
-        on_model_call=model_call,
-        drain=control.drain,
-        should_break=control.should_break,
-    )
-
-
-def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:
-    if fn is None:
-        return None
-
-    def call(arg: Any) -> None:
-        if not control.stale:
-            fn(arg)
-
-    return call
-
-
-async def _checkpoint(control: TurnControl, store: Any) -> None:
-    if control.conversation_id is None or control.turn_id is None:
-        return
-    cp = es.Checkpoint(
-        control.conversation_id, control.turn_id, control.epoch, control.calls, control.results
-    )
-    if not await store.call(es.write_checkpoint, store, cp, control.owner):
-        control.stale = True
-        raise StaleTurn
-    control.checkpointed = True
-
-
-def muted_hooks(hooks: TurnHooks) -> TurnHooks:
-    """A silent turn shows nothing: no stream, no progress, no tool pills, no retries."""
-    return dataclasses.replace(
-        hooks,
-        on_event=None,
-        on_progress=None,
-        on_tool_start=None,
-        on_tool_end=None,
-        on_retry=None,
-        on_busy=None,
-        on_notice=None,
-    )
-
-
-@dataclass
-class _Ctx:
-    """What the steps of one turn share."""
-
-    key: str
-    text: str
-    agent: str
-    hooks: TurnHooks
-    control: TurnControl
-    conversation: Conversation
-    dirty: bool = False  # an earlier turn left work to recover (RESTORE)
-    lease: Any = None  # the held Lease: SAVE gives it back with its last writes
-    built: BuiltTurn | None = None
-    run: RunResult | None = None
-    overflow_retries: int = 0
-    answer_id: int | None = None  # /retry of a failed turn: the stored message to answer
-    command: str | None = None
-    switch_to: str | None = None
-    reply: str | None = None
-    outcome: Outcome = Outcome.DELIVERED
-    trail: list[State] = field(default_factory=list)
-    channel: str = "cli"  # where the message came from (the runtime block names it)
+# ---- what a channel hands in and gets back ----------------------------------------------------
 
 
 @dataclass
@@ -345,31 +114,16 @@ class TurnHooks:
     on_tool_start: Callable[..., None] | None = None
     on_tool_end: Callable[[ToolCallRecord], None] | None = None
     on_retry: Callable[[ProviderError, float], None] | None = None
-    # Turn engine (heron/agent/turn.py): told once when another session holds the conversation;
-    # the running turn's control (epoch token, mailbox, break); who started the turn.
+    # Told once when another session holds the conversation ("busy in another session").
     on_busy: Callable[[str], None] | None = None
     # Told once what the turn did to what the person sent (a message too large for the model's
     # share of the window, saved to a file).
     on_notice: Callable[[str], None] | None = None
+    # The running turn's epoch token, mailbox and checkpoint (heron/agent/control.py).
     control: TurnControl | None = None
     # Asks the person before an unconfined command runs (the channel's, through the AgentLoop);
     # None: the engine's default (`Engine.approve`), else "ask" refuses.
     approve: Approver | None = None
-
-
-@dataclass
-class BuiltTurn:
-    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
-
-    run_id: str
-    turn_id: int
-    system: str
-    messages: list[Message]
-    # Compaction (heron/compaction): derives the view again before every model call.
-    governor: Governor | None = None
-    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
-    compaction_calls: CallSink = field(default_factory=lambda: CallSink())
-    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
 
 
 @dataclass
@@ -378,9 +132,8 @@ class TurnResult:
     run_id: str
     run: RunResult
     system_fingerprint: str
-    extra: dict = field(default_factory=dict)
-    # Turn engine: how the turn ended for the user, what to show them (None: nothing),
-    # the slash command that answered it, and the states it went through.
+    # How the turn ended for the user, what to show them (None: nothing), the slash command
+    # that answered it, and the states it went through.
     outcome: Outcome = Outcome.DELIVERED
     reply: str | None = None
     command: str | None = None
@@ -396,317 +149,663 @@ class TurnResult:
         return self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
-class CallSink:
-    """Where compaction hands its model calls for a turn: held until the turn's recorder is
-    attached (a consolidation at BUILD comes before it), then passed on as they happen."""
-
-    def __init__(self) -> None:
-        self.held: list[ModelCallRecord] = []
-        self.target: Callable[[ModelCallRecord], Awaitable[None]] | None = None
-
-    async def __call__(self, record: ModelCallRecord) -> None:
-        if self.target is None:
-            self.held.append(record)
-        else:
-            await self.target(record)
-
-    async def attach(self, target: Callable[[ModelCallRecord], Awaitable[None]]) -> None:
-        self.target = target
-        held, self.held = self.held, []
-        for record in held:
-            await target(record)
-
-    def detach(self) -> None:
-        self.target = None
+# ---- the steps' results: each names the state it leads to -------------------------------------
 
 
-class TurnEngine(CommandEngine, Protocol):
-    """What the turn machine calls of its engine (heron/agent/engine.py): the steps' bodies."""
-
-    async def compact_before_turn(self, conversation: Conversation) -> None: ...
-
-    async def compact_now(
-        self,
-        conversation: Conversation,
-        *,
-        reason: str = "manual",
-        window: int | None = None,
-        on_call: CallSink | None = None,
-    ) -> str: ...
-
-    async def _restore(self, key: str, agent: str) -> Conversation: ...
-
-    async def _build(
-        self,
-        conversation: Conversation,
-        text: str,
-        agent: str,
-        *,
-        channel: str = "cli",
-        answer: int | None = None,
-    ) -> BuiltTurn: ...
-
-    async def _run(
-        self, conversation: Conversation, built: BuiltTurn, hooks: TurnHooks
-    ) -> RunResult: ...
+@dataclass(frozen=True)
+class Restored:
+    next: ClassVar[State] = State.COMMAND
 
 
-class TurnMachine:
-    """Drives one turn through the states; the engine supplies restore, build and run."""
+@dataclass(frozen=True)
+class ToBuild:
+    """The text to answer; `answer_id`: a stored message answered where it stands (/retry of a
+    failed turn), not stored again."""
 
-    def __init__(self, engine: TurnEngine) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.steps: dict[State, Callable[[_Ctx], Awaitable[State]]] = {
-            State.RESTORE: self.restore,
-            State.COMPACT: self.compact,
-            State.COMMAND: self.command,
-            State.BUILD: self.build,
-            State.RUN: self.run_step,
-            State.SAVE: self.save,
-            State.RESPOND: self.respond,
-        }
+    next: ClassVar[State] = State.BUILD
+    text: str
+    answer_id: int | None = None
 
-    async def turn(
-        self, key: str, text: str, hooks: TurnHooks, agent: str, channel: str = "cli"
-    ) -> TurnResult:
-        control = hooks.control or TurnControl(key)
-        hooks = dataclasses.replace(hooks, control=control)
-        if not control.visible:
-            hooks = muted_hooks(hooks)
-        conversation = await self.engine._restore(key, agent)
-        control.conversation_id = conversation.id
-        early = await self._lease_free_command(key, text, agent, conversation)
-        if early is not None:
-            return early
-        async with hold_lease(self.store, conversation.id, on_busy=hooks.on_busy) as lease:
-            control.owner, control.epoch = lease.owner, lease.epoch
-            c = _Ctx(key, text, agent, hooks, control, conversation, lease.dirty, lease)
-            c.channel = channel
-            try:
-                await self._drive(c)
-            except (asyncio.CancelledError, Exception):
-                await asyncio.shield(self._interrupted(c))
-                raise
-        return self._result(c)
 
-    async def _lease_free_command(
-        self, key: str, text: str, agent: str, conversation: Conversation
-    ) -> TurnResult | None:
-        """/stop and /status must not wait behind the turn they are about; /new first makes
-        any running turn stale so the lease comes free at its next commit."""
-        from heron.agent import commands
+@dataclass(frozen=True)
+class Answered:
+    """A slash command's answer; the model is not called."""
 
-        found = commands.parse(text)
-        if found is None:
-            return None
-        if found.name == "new":
-            await self.store.call(es.bump_epoch, self.store, conversation.id)
-            return None
-        if found.name not in commands.LEASE_FREE:
-            return None
-        reply = await commands.run(found, commands.CommandContext(self.engine, key, agent))
-        c = _Ctx(key, text, agent, TurnHooks(), TurnControl(key), conversation)
-        c.command, c.reply, c.trail = found.name, reply.text, [State.COMMAND, State.RESPOND]
-        return self._result(c)
+    next: ClassVar[State] = State.RESPOND
+    reply: str | None
+    outcome: Outcome = Outcome.DELIVERED
 
-    async def _drive(self, c: _Ctx) -> None:
-        state = State.RESTORE
-        while state is not State.DONE:
-            c.trail.append(state)
-            nxt = await self.steps[state](c)
-            if nxt not in TRANSITIONS[state]:
-                raise RuntimeError(f"illegal turn transition {state.name} -> {nxt.name}")
-            state = nxt
-        c.trail.append(State.DONE)
 
-    # ---- states ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BuiltTurn:
+    """What BUILD hands to RUN: the turn's ids, the system prompt and the model-facing view."""
 
-    async def restore(self, c: _Ctx) -> State:
-        if c.dirty:
-            await self.store.call(_recover, self.store, c.conversation.id)
-        return State.COMPACT
+    next: ClassVar[State] = State.RUN
+    run_id: str
+    turn_id: int
+    system: str
+    messages: list[Message]
+    governor: Governor | None = None  # derives the view again before every model call
+    # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
+    compaction_calls: CallSink = field(default_factory=CallSink)
+    notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
 
-    async def compact(self, c: _Ctx) -> State:
-        await self.engine.compact_before_turn(c.conversation)
-        return State.COMMAND
 
-    async def command(self, c: _Ctx) -> State:
-        from heron.agent import commands
+@dataclass(frozen=True)
+class RunAgain:
+    """After a context overflow: the context built again for a smaller window."""
 
-        found = commands.parse(c.text)
-        if found is None:
-            return State.BUILD
-        c.command = found.name
-        ctx = commands.CommandContext(self.engine, c.key, c.agent)
-        reply = await commands.run(found, ctx)
-        c.switch_to = reply.switch_to
-        if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
-            c.text, c.answer_id = reply.run_text, reply.answer_id
-            return State.BUILD
-        c.reply = reply.text
-        return State.RESPOND
+    next: ClassVar[State] = State.RUN
+    built: BuiltTurn
+    window: int  # tokens, for the rest of this turn
+    retries: int  # overflows retried so far
 
-    async def build(self, c: _Ctx) -> State:
-        options = c.control.options
-        c.built = await self.engine._build(
-            c.conversation,
-            c.text,
-            c.agent,
-            channel=c.channel,
-            answer=c.answer_id,
-            meta=getattr(options, "message_meta", None),
-            bare=getattr(options, "bare", False),
-            provenance=c.control.provenance,
-        )
-        c.control.turn_id = c.built.turn_id
-        return State.RUN
 
-    async def run_step(self, c: _Ctx) -> State:
-        assert c.built is not None
+@dataclass(frozen=True)
+class PendingSave:
+    """What RUN leaves for SAVE's one transaction: the final reply held since the model
+    answered, the recorder whose trace rows are still held, and the turn row's figures."""
+
+    next: ClassVar[State] = State.SAVE
+    run: RunResult
+    final: tuple[Message, ...]
+    figures: TurnFigures
+    recorder: TurnRecorder
+
+    def write(self, current: bool) -> None:
+        self.recorder.commit_last_writes(self.final, self.figures, current)
+
+
+@dataclass(frozen=True)
+class Saved:
+    next: ClassVar[State] = State.RESPOND
+    reply: str | None
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Done:
+    """What the channel is handed (None: nothing) and how the turn ended for the user."""
+
+    next: ClassVar[State] = State.DONE
+    reply: str | None
+    outcome: Outcome
+
+
+# ---- one turn ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """What the steps of one turn share: what it was given, and what its result reports."""
+
+    engine: TurnDeps
+    key: str
+    text: str
+    agent: str
+    channel: str  # where the message came from (the runtime block names it)
+    hooks: TurnHooks
+    control: TurnControl
+    conversation: Conversation
+    lease: Lease | None = None
+    command: str | None = None
+    switch_to: str | None = None
+    built: BuiltTurn | None = None
+    run: RunResult | None = None
+    pending: PendingSave | None = None  # between RUN and SAVE
+    trail: list[State] = field(default_factory=list)
+
+
+async def run_turn(
+    engine: TurnDeps, key: str, text: str, hooks: TurnHooks, agent: str, channel: str
+) -> TurnResult:
+    """One user message under the conversation's lease, RESTORE to RESPOND."""
+    control = hooks.control or TurnControl(key)
+    hooks = dataclasses.replace(hooks, control=control)
+    if not control.visible:
+        hooks = muted_hooks(hooks)
+    store = engine.store
+    conversation = await store.call(store.open_conversation, key, agent)
+    control.token.conversation_id = conversation.id
+    t = Turn(engine, key, text, agent, channel, hooks, control, conversation)
+    early = await lease_free_command(t)
+    if early is not None:
+        return early
+    async with hold_lease(store, conversation.id, on_busy=hooks.on_busy) as lease:
+        control.token.owner, control.token.epoch = lease.owner, lease.epoch
+        t.lease = lease
         try:
-            c.run = await self.engine._run(c.conversation, c.built, c.hooks)
-        except StaleTurn:
-            c.run = RunResult([], "interrupted")
-            return State.SAVE
-        finally:
-            c.control.accepting_mail = False
-        if isinstance(c.run.error, ContextOverflow) and c.overflow_retries < MAX_OVERFLOW_RETRIES:
-            c.overflow_retries += 1
-            finish, c.control.finish = c.control.finish, None
-            if finish is not None:  # the failed run's rows go before the retry makes its own
-                await self.store.call(finish, True)
-            await self._recover_overflow(c)
-            c.control.accepting_mail = True
-            return State.RUN
-        return State.SAVE
+            done = await drive(t)
+        except (asyncio.CancelledError, Exception):
+            await asyncio.shield(interrupted(t))
+            raise
+    return result_of(t, done)
 
-    async def save(self, c: _Ctx) -> State:
-        assert c.run is not None
-        if not await c.control.settle(self.store, c.lease):
-            c.outcome = Outcome.STALE
-            await self._mark(c, "interrupted", "stale")
-            return State.RESPOND
-        if c.run.error is not None:
-            c.reply = FAILED.format(error=c.run.error)
-        elif c.control.spoke:
-            c.outcome = Outcome.SPOKE_VIA_TOOL
-        elif not c.run.text.strip():
-            c.outcome = Outcome.SILENT
-        else:
-            c.reply = c.run.text
-        return State.RESPOND
 
-    async def respond(self, c: _Ctx) -> State:
-        if c.outcome is Outcome.STALE or c.control.stale:
-            c.outcome, c.reply = Outcome.STALE, None
-        elif not c.control.visible and c.command is None:
-            # Internal work speaks only through `message`; its answer and errors stay in the record.
-            c.reply = None
-            c.outcome = Outcome.SPOKE_VIA_TOOL if c.control.spoke else Outcome.SILENT
-        if c.reply is not None and c.outcome is Outcome.SILENT:
-            c.outcome = Outcome.DELIVERED
-        return State.DONE
+async def lease_free_command(t: Turn) -> TurnResult | None:
+    """/stop and /status must not wait behind the turn they are about; /new first makes any
+    running turn stale so the lease comes free at its next commit."""
+    found = commands.parse(t.text)
+    if found is None:
+        return None
+    store = t.engine.store
+    if found.name == "new":
+        await store.call(es.bump_epoch, store, t.conversation.id)
+        return None
+    if found.name not in commands.LEASE_FREE:
+        return None
+    reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
+    t.command, t.trail = found.name, [State.COMMAND, State.RESPOND]
+    return result_of(t, Done(reply.text, Outcome.DELIVERED))
 
-    # ---- helpers --------------------------------------------------------------------------
 
-    async def _recover_overflow(self, c: _Ctx) -> None:
-        """Shrink the window for this run, compact, and build the turn's context again as BUILD
-        does: the system prompt (with the new summary), the view and the governor, all for the
-        smaller window. Compaction's calls go in the turn's trace and usage."""
-        from heron.compaction import prepare_turn
-        from heron.compaction.core import window_for
+Step = Callable[[Turn, Any], Awaitable[Any]]
 
-        built = c.built
-        assert built is not None and built.governor is not None
-        window = window_for(self.engine, c.control.context_window)
-        c.control.context_window = int(window * 0.75)
-        calls = built.compaction_calls
-        await self.engine.compact_now(
-            c.conversation, reason="overflow", window=window, on_call=calls
+
+async def drive(t: Turn) -> Done:
+    """Run the steps from RESTORE until DONE, refusing any move the table does not allow."""
+    state, result = State.RESTORE, None
+    while state is not State.DONE:
+        t.trail.append(state)
+        result = await STEPS[state](t, result)
+        nxt = type(result).next
+        if nxt not in TRANSITIONS[state]:
+            raise RuntimeError(f"illegal turn transition {state.name} -> {nxt.name}")
+        state = nxt
+    t.trail.append(State.DONE)
+    assert isinstance(result, Done)
+    return result
+
+
+# ---- RESTORE ----------------------------------------------------------------------------------
+
+
+async def restore(t: Turn, _: None) -> Restored:
+    """The lease claim read whether an earlier turn left work open (`Lease.dirty`)."""
+    if t.lease is not None and t.lease.dirty:
+        store = t.engine.store
+        await store.call(es.recover, store, t.conversation.id, STOPPED)
+    return Restored()
+
+
+# ---- COMMAND ----------------------------------------------------------------------------------
+
+
+async def command(t: Turn, _: Restored) -> ToBuild | Answered:
+    found = commands.parse(t.text)
+    if found is None:
+        return ToBuild(t.text)
+    t.command = found.name
+    reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
+    t.switch_to = reply.switch_to
+    if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
+        return ToBuild(reply.run_text, reply.answer_id)
+    return Answered(reply.text)
+
+
+# ---- BUILD ------------------------------------------------------------------------------------
+
+
+async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
+    """Commit the user's message (with the runtime block it is sent with) before any call,
+    compact if the conversation outgrew its share of the window, and derive the view."""
+    engine, store = t.engine, t.engine.store
+    run_id = f"run_{secrets.token_hex(8)}"
+    if todo.answer_id is None:
+        turn_id, user_id = await commit_message(t, run_id, todo.text)
+    else:
+        turn_id = await store.call(
+            store.start_turn,
+            t.conversation.id,
+            run_id,
+            user_message_id=todo.answer_id,
+            provider=engine.choice.provider,
+            model=engine.choice.model,
         )
-        prepared = await prepare_turn(
-            self.engine,
-            c.conversation,
-            c.agent,
-            built.turn_id,
-            built.governor.anchor_id,
-            window=c.control.context_window,
-            on_call=calls,
-        )
-        c.built = dataclasses.replace(
-            built, system=prepared.system, messages=prepared.messages, governor=prepared.governor
-        )
-
-    async def _mark(self, c: _Ctx, status: str, stop: str) -> None:
-        if c.built is None:
-            return
-        await self.store.call(_mark_turn, self.store, c.built.turn_id, status, stop)
-
-    async def _interrupted(self, c: _Ctx) -> None:
-        """A hard break or a failure inside the machine: record the turn as interrupted and
-        leave the record whole (finished tool results restored, a minimal stopped reply)."""
-        c.control.stale = True
-        c.control.accepting_mail = False
-        finish, c.control.finish = c.control.finish, None
-        if finish is not None:  # a run that ended before SAVE: its trace rows, not its reply
-            await self.store.call(finish, False)
-        if c.built is not None:
-            await self.store.call(_close_turn, self.store, c.conversation.id, c.built.turn_id)
-
-    def _result(self, c: _Ctx) -> TurnResult:
-        from heron.context.prompt import fingerprint
-
-        run = c.run or RunResult([Message("assistant", [Text(c.reply or "")])], "done")
-        built = c.built
-        return TurnResult(
-            c.conversation,
-            built.run_id if built else "",
-            run,
-            fingerprint(built.system) if built else "",
-            outcome=c.outcome,
-            reply=c.reply,
-            command=c.command,
-            switch_to=c.switch_to,
-            states=[s.name for s in c.trail],
-        )
-
-
-def _recover(store: Any, conversation_id: int) -> None:
-    """Under the lease: turns still marked running were left by a dead process; close them."""
-    rows = store.query(
-        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running'",
-        (conversation_id,),
+        user_id = todo.answer_id
+    t.control.checkpoint.turn_id = turn_id
+    sink = CallSink()
+    prepared = await prepare_turn(engine, t.conversation, t.agent, turn_id, user_id, on_call=sink)
+    t.built = BuiltTurn(
+        run_id,
+        turn_id,
+        prepared.system,
+        prepared.messages,
+        prepared.governor,
+        sink,
+        prepared.notices,
     )
-    for row in rows:
-        _close_turn(store, conversation_id, row[0])
-    if es.needs_closing(store, conversation_id):
-        es.close_dangling_calls(store, conversation_id)
+    return t.built
 
 
-def _mark_turn(store: Any, turn_id: int, status: str, stop: str) -> None:
-    with store.transaction() as c:
-        c.execute(
-            "UPDATE turns SET status = ?, stop_reason = ?, ended = ? WHERE id = ?",
-            (status, stop, time.time(), turn_id),
+async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
+    """Auto-recall, then the user's message with its turn row, in one commit. The TurnOptions
+    of a turn Heron started may give the message's `meta` (a subagent's result or task,
+    authored by Heron) and make it `bare` (no auto-recall: a subagent is blind to the
+    conversations by design); a provenance other than the person's marks it Heron's."""
+    engine, store, conversation = t.engine, t.engine.store, t.conversation
+    options, provenance = t.control.options, t.control.provenance
+    meta = getattr(options, "message_meta", None)
+    text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
+    user_message = Message("user", [Text(text)])
+    note = None if getattr(options, "bare", False) else await recall_and_note(t, text)
+    zone = engine.settings.config.agent.timezone
+    info = RuntimeInfo(t.channel, conversation.key, zone, note=note)
+    profile = engine.choice.profile
+    turn_id, stored = await store.call(
+        store.begin_turn,
+        conversation.id,
+        run_id,
+        user_message,
+        # A tiny model takes the runtime block for the question (measured: Paris is lost from
+        # "What is the capital of France?"), so a brief-prompt model is sent none.
+        sent=None if profile.brief_prompt else with_runtime(user_message, info),
+        provider=engine.choice.provider,
+        model=engine.choice.model,
+        # A scheduled job's prompt is not the person's words (memory never quotes it).
+        meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
+    )
+    if conversation.title is None:
+        await store.call(store.set_title, conversation.id, title_of(text))
+    return turn_id, stored.id
+
+
+async def recall_and_note(t: Turn, text: str) -> str | None:
+    engine, store = t.engine, t.engine.store
+    strong = await recall_check(engine, text)
+    # Inline while the history is small (a thread hop costs more than the search then);
+    # nothing left to search when the reader found no strong hit.
+    searching = strong is not False
+    slow = searching and await store.call(memory_wiring.search_is_slow, store)
+    return await store.call(notes_before, engine, t.conversation, text, strong, off_loop=slow)
+
+
+def notes_before(
+    engine: TurnDeps, conversation: Conversation, text: str, strong: bool | None
+) -> str | None:
+    """In one hop to the store's thread: recall and the memory note, and the line of a
+    sustained goal (heron/proactive/goals.py, `runtime_notes`) for the runtime block."""
+    note = before_message(engine, conversation.id, text, strong)
+    notes = engine.runtime_notes
+    extra = notes(conversation.key) if notes is not None else None
+    return "\n".join(n for n in (note, extra) if n) or None
+
+
+async def recall_check(engine: TurnDeps, text: str) -> bool | None:
+    """Auto-recall's search on its own connection and thread while other turns run (it is
+    mostly SQLite time, which then overlaps the loop's work); None: search inline."""
+    from heron.memory.recall import AUTO_RECALL_MIN_SCORE
+
+    reader = engine.recall_reader
+    if reader is None or engine.recall is None or engine.turns_running < 2:
+        return None
+    if not memory_wiring.wants_recall(text):
+        return False
+    return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
+
+
+def before_message(
+    engine: TurnDeps, conversation_id: int, text: str, strong: bool | None = None
+) -> str | None:
+    """Before the user's message is committed: auto-recall (stored as rows just before it, so
+    later requests replay them) and the runtime block's memory note. `strong`: whether the
+    search found a hit strong enough, when already asked (`recall_check`)."""
+    from heron.memory.recall import AUTO_RECALL_MIN_SCORE
+
+    memory_wiring.recall_rows(
+        engine.store, engine.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE, strong
+    )
+    return memory_wiring.memory_note(engine.memory, conversation_id)
+
+
+def title_of(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "(empty)"
+    return line[:60] + ("…" if len(line) > 60 else "")
+
+
+# ---- RUN --------------------------------------------------------------------------------------
+
+
+async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
+    """The runner on the built context. A final-looking reply is held for SAVE; a context
+    overflow shrinks the window, compacts, builds the context again and runs once more."""
+    window: int | None = None
+    if isinstance(given, RunAgain):
+        built, window, retries = given.built, given.window, given.retries
+    else:
+        built, retries = given, 0
+    t.built = built
+    if isinstance(given, RunAgain):  # the overflowed run closed the mailbox; reopen it
+        t.control.mailbox.open = t.control.mailable
+    try:
+        pending = await run_once(t, built)
+    finally:
+        t.control.mailbox.open = False
+    t.run = pending.run
+    if isinstance(pending.run.error, ContextOverflow) and retries < MAX_OVERFLOW_RETRIES:
+        store = t.engine.store
+        await store.call(pending.write, True)  # the failed run's rows before the retry's own
+        overflowed = window_for(t.engine, window)
+        window = int(overflowed * OVERFLOW_SHRINK)
+        rebuilt = await rebuild_after_overflow(t, built, overflowed, window)
+        return RunAgain(rebuilt, window, retries + 1)
+    t.pending = pending
+    return pending
+
+
+async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
+    engine, store = t.engine, t.engine.store
+    ctx = tool_context(t)
+    trace = trace_for(engine, built, t.conversation.agent)
+    recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
+    await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
+    if t.hooks.on_notice is not None:
+        for notice in built.notices:
+            t.hooks.on_notice(notice)
+    final: list[Message] = []
+    profile = engine.choice.profile
+    registry, limits, retry = bounds(engine, t.control.options)
+    runner = Runner(engine.provider, registry, profile, limits, retry, engine.redactor)
+    system = built.system
+    try:
+        run = await runner.run(system, built.messages, ctx, run_hooks(t, recorder, final))
+    except StaleTurn:  # /stop or /new overtook it: SAVE finds it stale and keeps nothing more
+        await recorder.flush_trace()
+        figures = recorder.figures("interrupted", "stale", None, "")
+        return PendingSave(RunResult([], "interrupted"), (), figures, recorder)
+    except asyncio.CancelledError:  # a hard break: the trace says where, the turn row its figures
+        prints = engine.prompt_memo.fingerprint(system)
+        await asyncio.shield(recorder.interrupted(prints))
+        raise
+    except Exception:
+        if final and await t.control.token.current(store):
+            await recorder.commit(final)  # the run failed after its final reply: keep it
+        await recorder.flush_trace()  # rows held for a reply that never got stored
+        raise
+    finally:
+        built.compaction_calls.detach()
+        await ctx.aclose()
+    status = "failed" if run.stop == "error" else "done"
+    error = str(run.error) if run.error else None
+    prints = engine.prompt_memo.fingerprint(system)
+    figures = recorder.figures(status, run.stop, error, prints)
+    return PendingSave(run, tuple(final), figures, recorder)
+
+
+def tool_context(t: Turn) -> ToolContext:
+    engine, conversation = t.engine, t.conversation
+    ctx = ToolContext(
+        workspace=engine.settings.paths.workspace,
+        result_budget=engine.settings.config.agent.result_budget,
+        redactor=engine.redactor,
+        sandbox=engine.sandbox,
+    )
+    approve = t.hooks.approve or engine.approve  # the channel's, else the engine's default
+    if approve is not None:
+        ctx.extra["approve"] = approve
+    # work_state, todos and scratchpad keep their data per conversation and agent; `message`
+    # delivers through the turn's control.
+    ctx.extra.update(store=engine.store, conversation_id=conversation.id, agent=conversation.agent)
+    ctx.extra.update(memory=engine.memory, conversation_key=conversation.key, recall=engine.recall)
+    ctx.extra["turn"] = t.control
+    ctx.extra.update(engine.tool_extras)  # services of heron/proactive (subagents, goals)
+    # The `schedule` tool (heron/tools/schedule.py): the user's timezone, the home whose
+    # `heron serve` fires jobs, and this process's scheduler when one runs.
+    ctx.extra.update(
+        timezone=engine.settings.config.agent.timezone,
+        home=engine.settings.paths.home,
+        jobs_changed=engine.jobs_changed,
+    )
+    return ctx
+
+
+def bounds(engine: TurnDeps, options: Any) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:
+    """The tools, ceilings and request deadline of a run: the engine's, narrowed by the
+    TurnOptions of a turn Heron started (a subagent's own ceilings and tools; a goal's turn
+    has no wall-clock model deadline, long autonomous work is expected)."""
+    registry, limits, retry = engine.registry, engine.limits, engine.retry
+    if options is None:
+        return registry, limits, retry
+    if options.max_model_calls is not None:
+        limits = dataclasses.replace(limits, max_model_calls=options.max_model_calls)
+    if options.max_tokens is not None:
+        limits = dataclasses.replace(limits, max_tokens_total=options.max_tokens)
+    if options.tools is not None or options.without:
+        keep = set(options.tools) if options.tools is not None else set(registry.names())
+        keep -= set(options.without)
+        chosen = [
+            tool for name in registry.names() if name in keep and (tool := registry.get(name))
+        ]
+        registry = ToolRegistry(chosen, before_call=registry.before_call)
+    if options.no_deadline:
+        retry = dataclasses.replace(retry, deadline=NO_DEADLINE)
+    return registry, limits, retry
+
+
+def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks:
+    """The run's hooks, composed here once. What each does, in the order it does it:
+
+    on_message     the epoch token's check (a stale turn stops: StaleTurn), then the record.
+                   A final-looking reply (assistant, no tool calls) is not committed but held
+                   in `final` for SAVE, whose check covers it; anything the run adds after it
+                   (mail, a continuation) commits it first, in order. An assistant message with
+                   calls opens the tool phase's checkpoint.
+    on_model_call  refused once stale; the governor calibrates its estimate from the usage,
+                   then the recorder counts the call and holds its trace row for the next write
+    on_tool_call   the token's check, the recorder (trace row; the channel's tool_end), then
+                   the checkpoint (written under the token's check too)
+    on_event, on_progress   the channel's, silent once the turn is stale
+    drain          the mailbox; every delivery recorded in the trace
+    should_break   the mailbox's break request; a break taken recorded in the trace
+    govern         the governor's view of the record before every call (compaction in flight)
+    """
+    control, store, governor = t.control, t.engine.store, t.built and t.built.governor
+    token, checkpoint = control.token, control.checkpoint
+    observed = governor.observing(recorder.model_call) if governor else recorder.model_call
+
+    async def on_message(m: Message) -> None:
+        if m.role == "assistant" and not m.tool_calls:
+            final.append(m)
+            return
+        await token.check(store)
+        held = [*final, m]
+        final.clear()
+        await recorder.commit(held)
+        if m.role == "assistant":
+            checkpoint.open_phase([c.id for c in m.tool_calls])
+
+    async def on_model_call(record: ModelCallRecord) -> None:
+        if token.stale:
+            raise StaleTurn
+        await observed(record)
+
+    async def on_tool_call(record: ToolCallRecord) -> None:
+        await token.check(store)
+        await recorder.tool_call(record)
+        await checkpoint.add(record.result, token, store)
+
+    trace, mailbox = recorder.trace, control.mailbox
+    return RunHooks(
+        on_event=_muted(t.hooks.on_event, control),
+        on_progress=_muted(t.hooks.on_progress, control),
+        on_message=on_message,
+        on_model_call=on_model_call,
+        on_tool_call=on_tool_call,
+        on_tool_start=t.hooks.on_tool_start,
+        drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
+        govern=governor.govern if governor else None,
+        on_retry=t.hooks.on_retry,
+        should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
+    )
+
+
+def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:
+    if fn is None:
+        return None
+
+    def call(arg: Any) -> None:
+        if not control.stale:
+            fn(arg)
+
+    return call
+
+
+async def rebuild_after_overflow(
+    t: Turn, built: BuiltTurn, overflowed: int, window: int
+) -> BuiltTurn:
+    """Compact for the window that `overflowed`, and build the turn's context again as BUILD
+    does: the system prompt (with the new summary), the view and the governor, all for the
+    smaller `window`. Compaction's calls go in the turn's trace and usage."""
+    anchor = built.governor.anchor_id if built.governor else None
+    assert anchor is not None, "an overflow is retried only with the view BUILD derived"
+    calls = built.compaction_calls
+    await t.engine.compact_now(t.conversation, reason="overflow", window=overflowed, on_call=calls)
+    prepared = await prepare_turn(
+        t.engine, t.conversation, t.agent, built.turn_id, anchor, window=window, on_call=calls
+    )
+    return dataclasses.replace(
+        built, system=prepared.system, messages=prepared.messages, governor=prepared.governor
+    )
+
+
+# ---- SAVE -------------------------------------------------------------------------------------
+
+
+async def save(t: Turn, pending: PendingSave) -> Saved:
+    """The commit-time check (epoch unchanged, the lease still ours) and the run's last writes
+    in one transaction; then the outcome."""
+    t.pending = None
+    if not await settle(t, pending):
+        await mark_stale(t)
+        return Saved(None, Outcome.STALE)
+    run = pending.run
+    if run.error is not None:
+        return Saved(FAILED.format(error=run.error), Outcome.DELIVERED)
+    if t.control.spoke:
+        return Saved(None, Outcome.SPOKE_VIA_TOOL)
+    if not run.text.strip():
+        return Saved(None, Outcome.SILENT)
+    return Saved(run.text, Outcome.DELIVERED)
+
+
+async def settle(t: Turn, pending: PendingSave) -> bool:
+    """`es.settle_turn`: the check, the pending writes (told whether the turn is current: a
+    stale turn keeps only its trace rows), and when current, the checkpoint dropped and the
+    lease given back."""
+    store, token = t.engine.store, t.control.token
+    if token.stale or token.conversation_id is None or token.owner is None:
+        ok = await token.current(store)
+        await store.call(pending.write, ok)
+        return ok
+    try:
+        ok = await store.call(
+            es.settle_turn,
+            store,
+            token.conversation_id,
+            token.epoch,
+            token.owner,
+            clear_checkpoint=t.control.checkpoint.written,
+            finish=pending.write,
         )
+    except Exception:
+        with contextlib.suppress(Exception):  # rolled back: the trace rows of the calls made
+            await store.call(pending.write, False)
+        raise
+    token.stale = not ok
+    if ok and t.lease is not None:
+        t.lease.released = True
+    return ok
 
 
-def _close_turn(store: Any, conversation_id: int, turn_id: int) -> None:
-    """Record an interrupted turn minimally, so the next turn sees the stopped exchange."""
-    with store.transaction() as c:
-        es.close_dangling_calls(store, conversation_id)
-        head_id = store.conversation_by_id(conversation_id).head_id
-        head = store.message(head_id) if head_id is not None else None
-        if head is not None and head.turn_id == turn_id and head.role == "user":
-            store.append(
-                conversation_id,
-                Message("assistant", [Text(STOPPED)]),
-                turn_id=turn_id,
-                meta={"interrupted": True},
-            )
-        c.execute(
-            "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
-            " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
-            (time.time(), turn_id),
-        )
+async def mark_stale(t: Turn) -> None:
+    if t.built is None:
+        return
+    store = t.engine.store
+    await store.call(es.mark_turn, store, t.built.turn_id, "interrupted", "stale")
+
+
+# ---- RESPOND ----------------------------------------------------------------------------------
+
+
+async def respond(t: Turn, given: Saved | Answered) -> Done:
+    """What the channel is handed: nothing from a stale turn, and internal work speaks only
+    through `message` (its answer and errors stay in the record)."""
+    reply, outcome = given.reply, given.outcome
+    if outcome is Outcome.STALE or t.control.stale:
+        reply, outcome = None, Outcome.STALE
+    elif not t.control.visible and t.command is None:
+        reply = None
+        outcome = Outcome.SPOKE_VIA_TOOL if t.control.spoke else Outcome.SILENT
+    if reply is not None and outcome is Outcome.SILENT:
+        outcome = Outcome.DELIVERED
+    return Done(reply, outcome)
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+STEPS: dict[State, Step] = {
+    State.RESTORE: restore,
+    State.COMMAND: command,
+    State.BUILD: build,
+    State.RUN: run,
+    State.SAVE: save,
+    State.RESPOND: respond,
+}
+
+
+def _leads_to(step: Step) -> frozenset[State]:
+    """The states a step's return annotation names (`A | B` -> {A.next, B.next})."""
+    returned = typing.get_type_hints(step)["return"]
+    kinds = typing.get_args(returned) or (returned,)
+    return frozenset(kind.next for kind in kinds)
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    **{state: _leads_to(step) for state, step in STEPS.items()},
+    State.DONE: frozenset(),
+}
+
+
+# ---- leaving ----------------------------------------------------------------------------------
+
+
+async def interrupted(t: Turn) -> None:
+    """A hard break or a failure inside the machine: record the turn as interrupted and leave
+    the record whole (finished tool results restored, a minimal stopped reply)."""
+    t.control.void()
+    pending, t.pending = t.pending, None
+    store = t.engine.store
+    if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
+        await store.call(pending.write, False)
+    if t.built is not None:
+        await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, STOPPED)
+
+
+def result_of(t: Turn, done: Done) -> TurnResult:
+    run = t.run or RunResult([Message("assistant", [Text(done.reply or "")])], "done")
+    built = t.built
+    return TurnResult(
+        t.conversation,
+        built.run_id if built else "",
+        run,
+        fingerprint(built.system) if built else "",
+        outcome=done.outcome,
+        reply=done.reply,
+        command=t.command,
+        switch_to=t.switch_to,
+        states=[s.name for s in t.trail],
+    )
+
+
+def muted_hooks(hooks: TurnHooks) -> TurnHooks:
+    """A silent turn shows nothing: no stream, no progress, no tool pills, no retries."""
+    return dataclasses.replace(
+        hooks,
+        on_event=None,
+        on_progress=None,
+        on_tool_start=None,
+        on_tool_end=None,
+        on_retry=None,
+        on_busy=None,
+        on_notice=None,
+    )

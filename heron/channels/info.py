@@ -30,7 +30,7 @@ def list_conversations(settings: Settings, limit: int) -> None:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
     for c in rows:
-        turns = store.query("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (c.id,))[0][0]
+        turns = store.turn_count(c.id)
         typer.echo(f"{c.key:32} {_when(c.updated)}  {turns:4} turns  {c.title or ''}")
 
 
@@ -196,7 +196,7 @@ def show_config(settings: Settings) -> None:
         typer.echo(f"key [{name}]: {_mask(key)}")
     a = cfg.agent
     typer.echo(
-        f"agent:       max_turns {a.max_turns}, max_tokens_total {a.max_tokens_total}, "
+        f"agent:       max_model_calls {a.max_model_calls}, max_tokens_total {a.max_tokens_total}, "
         f"result_budget {a.result_budget}"
     )
 

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from heron.memory.queue import Suggestion
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
-    from heron.store import Store
 
 app = typer.Typer(
     help="Your memory: list, show, explain, forget, review; recall history.", no_args_is_help=True
@@ -124,38 +123,14 @@ def explain(path: PathArg) -> None:
         typer.echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
         if entry.mistake:
             typer.echo(f"prevents:     {entry.mistake}")
+        from heron.trace.read import requests_carrying
+
         rows = requests_carrying(service.store, entry.path.rel)
         typer.echo("in model requests (most recent; presence, not proof of use):")
         for r in rows:
             typer.echo(f"  {_when(r[1])}  {r[0]}  {r[2]}  call {r[3]} ({r[4]})")
         if not rows:
             typer.echo("  none recorded")
-
-
-# A request is stored by reference (heron/trace/blobs.py): its system and tools blobs, and its
-# message list as the last node of a chain whose nodes each name one message blob. A request
-# carried `?1` when one of its blobs holds it, or when its chain passes through a node whose
-# blob does (every node below such a node, in the tree of chains). Rows written before requests
-# were stored by reference keep the whole payload in `request`.
-_CARRYING = """
-WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE instr(body, ?1) > 0),
-below(id) AS (
-  SELECT id FROM trace_nodes WHERE blob_id IN hit
-  UNION SELECT n.id FROM trace_nodes n JOIN below ON n.parent_id = below.id)
-SELECT c.key, mc.started, t.run_id, mc.seq, mc.purpose FROM model_calls mc
-JOIN turns t ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id
-WHERE (mc.request_ref IS NULL AND instr(mc.request, ?1) > 0)
-   OR json_extract(mc.request_ref, '$.system') IN hit
-   OR json_extract(mc.request_ref, '$.tools') IN hit
-   OR json_extract(mc.request_ref, '$.raw') IN hit
-   OR json_extract(mc.request_ref, '$.messages[0]') IN below
-ORDER BY mc.id DESC LIMIT ?2"""
-
-
-def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[Any]:
-    """The most recent model requests whose stored payload holds `needle` (conversation key,
-    start time, run id, call number, purpose), from the trace as it is stored."""
-    return store.query(_CARRYING, (needle, limit))
 
 
 @app.command()
@@ -279,7 +254,6 @@ async def run_review_pass(
 ) -> list[int]:
     """Open the engine (the chat's `model`, the configured one, or `provider`) and run
     review_pass per key."""
-    import asyncio
 
     from heron.agent.engine import Engine
     from heron.memory.extract import review_pass
@@ -289,7 +263,7 @@ async def run_review_pass(
         if engine.memory is None or engine.choice.embedded:
             return queued  # the tiny offline model cannot do this pass usefully
         for key in keys:
-            found = await asyncio.to_thread(engine.store.conversation, key)
+            found = await engine.store.call(engine.store.conversation, key)
             if found is not None:
                 queued += await review_pass(engine.provider, engine.memory, found.id)
     return queued

@@ -408,7 +408,7 @@ async def _resume(
     session,
 ) -> None:
     if engine is not None:
-        found = await asyncio.to_thread(engine.store.conversations, 20)
+        found = await engine.store.call(engine.store.conversations, 20)
         rows = [(c.key, c.title) for c in found]
     else:
         rows = await conn.conversations(20)  # type: ignore[union-attr]

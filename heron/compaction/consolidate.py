@@ -8,7 +8,6 @@ row writes a deterministic fallback instead, so a broken summarizer cannot stall
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -174,7 +173,8 @@ async def consolidate(
         error = f"{type(e).__name__}: {e}"
         failed = FAILED_TURNS_BEFORE_FALLBACK
         if count_failures:
-            failed = await asyncio.to_thread(_count_failure, deps, conversation_id, turn_id)
+            count = _count_failure
+            failed = await deps.store.call(count, deps, conversation_id, turn_id, off_loop=True)
         if not count_failures or failed < FAILED_TURNS_BEFORE_FALLBACK:
             return CompactionReport("failed", reason, error=error)
         previous = state.consolidation
@@ -187,11 +187,11 @@ async def consolidate(
         await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
     chunk = chunk or digest([r.message for r in new_rows])
     written = Written(kind, facts, ws, chunk, error)
-    cid = await asyncio.to_thread(_record, deps, state, cut, reason, written, before)
+    cid = await deps.store.call(_record, deps, state, cut, reason, written, before, off_loop=True)
     if deps.after_fold is not None:  # the next prompt takes memory as it is now
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
-    await asyncio.to_thread(_set_after, deps, cid, after)
+    await deps.store.call(_set_after, deps, cid, after, off_loop=True)
     return CompactionReport(kind, reason, cut - start, before, after, cid, error)
 
 

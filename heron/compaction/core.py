@@ -21,6 +21,7 @@ from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions
 from heron.messages import Message, Reply, dumps
 from heron.providers.base import Provider
+from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest, ToolSpec
 from heron.store import Store
 
@@ -116,7 +117,7 @@ class ContextDeps:
     calibration: Calibration = Calibration()
     idle_minutes: int = 15
     # The turn's recorder of compaction's own model calls (trace and usage); None: unrecorded.
-    on_call: Callable[[ModelCall], Awaitable[None]] | None = None
+    on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None
     tools_estimate: int | None = None  # raw estimate of `tools`, see tools_raw()
     # Memory (heron/memory): the extraction pass before a fold (conversation id, the row ids
     # folded, the reason) and the thaw of the frozen Memory section after it.
@@ -155,24 +156,11 @@ class ContextDeps:
         try:
             reply = await self.provider.chat(request)
         except Exception as e:
-            await self.on_call(ModelCall(purpose, payload, None, repr(e), started, time.time()))
+            failed = ModelCallRecord(0, purpose, payload, None, repr(e), started, time.time())
+            await self.on_call(failed)
             raise
-        await self.on_call(ModelCall(purpose, payload, reply, None, started, time.time()))
+        await self.on_call(ModelCallRecord(0, purpose, payload, reply, None, started, time.time()))
         return reply
-
-
-@dataclass
-class ModelCall:
-    """One compaction model call, shaped like the runner's ModelCallRecord (which compaction
-    cannot import) so the engine records both alike."""
-
-    purpose: str
-    payload: str
-    reply: Reply | None
-    error: str | None
-    started: float
-    ended: float
-    seq: int = 0  # the recorder numbers calls in the order they were made
 
 
 def window_for(engine: Any, window: int | None = None) -> int:

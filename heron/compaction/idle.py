@@ -54,10 +54,10 @@ async def compact_idle(engine: Any, now: float | None = None) -> list[Compaction
         return []
     now = time.time() if now is None else now
     reports = []
-    for cid, agent in await asyncio.to_thread(_candidates, deps, now):
+    for cid, agent in await deps.store.call(_candidates, deps, now, off_loop=True):
         report = await consolidate(deps, cid, agent, reason="idle", count_failures=False)
         if report.kind == "failed":
-            await asyncio.to_thread(_retry_later, deps, cid, now)
+            await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
     return reports
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
-from heron.compaction.core import ContextDeps, ModelCall, deps_for, tokens_of
+from heron.compaction.core import ContextDeps, deps_for, tokens_of
 from heron.compaction.governor import Governor
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_text
 from heron.context.view import message_file, user_texts
 from heron.messages import Message
+from heron.providers.wire import ModelCallRecord
 
 
 @dataclass
@@ -33,11 +34,12 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
-    on_call: Callable[[ModelCall], Awaitable[None]] | None = None,
+    on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None,
 ) -> Prepared:
-    store = engine.store  # a long branch is read and shaped off the loop (Store.call_slow)
-    hop = store.call_slow if store.is_long(conversation.id) else store.call
-    deps, state, size, ready = await hop(_measure, engine, conversation.id, agent, window)
+    store = engine.store  # a long branch is read and shaped off the loop
+    slow = store.is_long(conversation.id)
+    measured = await store.call(_measure, engine, conversation.id, agent, window, off_loop=slow)
+    deps, state, size, ready = measured
     deps.on_call = on_call  # the summary below and the governor's checkpoints are recorded
     report = None
     if size > deps.budget.trigger(_fixed(deps, state, ready[0])):
@@ -46,7 +48,7 @@ async def prepare_turn(
         )
         if report.changed:
             state = await load_branch_async(deps.store, conversation.id)
-            ready = await hop(_assemble, deps, agent, state)
+            ready = await store.call(_assemble, deps, agent, state, off_loop=slow)
     system, view = ready
     governor = Governor(
         deps, conversation.id, system, user_row_id, turn_id, state, len(view), view=view

@@ -117,21 +117,15 @@ def _running_turn_row(store: Store, conversation_id: int) -> list[int]:
     """The user row of the conversation's turn in progress, if any: the governor folds the
     rows after it in flight, even when a consolidation in that turn (an overflow) went past
     it."""
-    rows = store.query(
-        "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
-        " ORDER BY id DESC LIMIT 1",
-        (conversation_id,),
-    )
-    if rows and rows[0][1] == "running" and rows[0][0] is not None:
-        return [int(rows[0][0])]
-    return []
+    found = store.running_turn_message(conversation_id)
+    return [] if found is None else [found]
 
 
 async def load_branch_async(
     store: Store, conversation_id: int, *, full: bool = False
 ) -> BranchState:
-    hop = store.call_slow if full or store.is_long(conversation_id) else store.call
-    return await hop(load_branch, store, conversation_id, full=full)
+    slow = full or store.is_long(conversation_id)
+    return await store.call(load_branch, store, conversation_id, full=full, off_loop=slow)
 
 
 def system_for(deps: HistoryDeps, agent: str, state: BranchState) -> str:

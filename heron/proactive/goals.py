@@ -13,7 +13,6 @@ picks the work up).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,7 +75,7 @@ def goal_command(store: Any, key: str, arg: str) -> str:
 
 async def _goal(ctx: CommandContext, arg: str) -> CommandReply:
     """The /goal command, added to the engine's commands by `attach`."""
-    return CommandReply(await asyncio.to_thread(goal_command, ctx.store, ctx.key, arg))
+    return CommandReply(await ctx.store.call(goal_command, ctx.store, ctx.key, arg))
 
 
 def _budget(store: Any, key: str, rest: str) -> str:

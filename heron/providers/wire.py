@@ -5,7 +5,9 @@ Encoding the body is a large share of a turn's cost on a busy engine: the tool s
 several kilobytes, the same on every call. So the adapter builds its tools list once per set of
 specs (`ToolsMemo`, an `EncodedList` that knows its own canonical JSON), and `body_of` encodes
 a request's body once per provider, keeping each top-level field's encoding (`WireBody.pieces`)
-so the trace stores it by reference without parsing the text again.
+so the trace stores it by reference without parsing the text again. `ModelCallRecord` is one
+model call as sent and answered, whoever made it (the runner, compaction): what the trace
+records.
 
 Pure data: no I/O, no SDK.
 """
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from heron.messages import dumps
+from heron.messages import Reply, dumps
 
 MESSAGES = "messages"
 
@@ -117,3 +119,17 @@ def body_of(provider: _Payloads, request: Any) -> WireBody:
     body = encode_body(provider.payload(request))
     memo["wire"] = (provider, body)
     return body
+
+
+@dataclass
+class ModelCallRecord:
+    """One model call: the exact body sent (no credentials), its reply or error, and when."""
+
+    seq: int  # the call's number in its run (the recorder renumbers compaction's)
+    purpose: str  # turn | wrapup | continue | a compaction call's purpose
+    payload: str  # the body's canonical JSON text
+    reply: Reply | None
+    error: str | None
+    started: float
+    ended: float
+    body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are

@@ -114,8 +114,8 @@ def _listing(store: Store, limit: int) -> list[dict[str, Any]]:
     for c in store.conversations(limit):
         if not _visible(c.key):
             continue
-        turns = store.query("SELECT COUNT(*) FROM turns WHERE conversation_id = ?", (c.id,))
-        out.append({"key": c.key, "title": c.title, "updated": c.updated, "turns": turns[0][0]})
+        turns = store.turn_count(c.id)
+        out.append({"key": c.key, "title": c.title, "updated": c.updated, "turns": turns})
     return out
 
 

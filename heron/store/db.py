@@ -3,10 +3,12 @@
 Methods are synchronous and short. Every write runs in one `BEGIN IMMEDIATE` transaction, so a
 crash at any instant leaves either all of a save or none of it.
 
-From async code: `Store.call` runs an operation inline, on the event loop, when it is bounded by
-the few rows it touches (a turn's indexed statements in short transactions); `Store.call_slow`
-runs on a worker thread what grows with the data (a long branch, old traces). Why the line is
-drawn there, with the figures, is in docs/performance.md ("Store calls").
+From async code, one way (no raw `asyncio.to_thread` on a store function;
+tests/test_architecture_sql.py checks): `await store.call(fn, ...)` runs an operation inline, on
+the event loop, when it is bounded by the few rows it touches (a turn's indexed statements in
+short transactions); `store.call(fn, ..., off_loop=True)` runs on a worker thread what grows
+with the data (a long branch, old traces). Why the line is drawn there, with the figures, is in
+docs/performance.md ("Store calls").
 
 The one wait an inline call can meet is another process's write transaction (busy_timeout);
 every writer here keeps its transactions short, so that wait is short too.
@@ -40,7 +42,7 @@ from heron.store.records import Conversation, StoredMessage, Turn, author_for, i
 
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
-LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`call_slow`)
+LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`off_loop`)
 # Decoded branches a Store keeps: bounded by rows (memory) rather than by conversations, so an
 # engine serving hundreds of short conversations at once does not evict each one before its
 # next turn (a bound of 64 conversations did exactly that at 100).
@@ -140,18 +142,21 @@ class Store:
             return
         os.replace(staging, self.path)
 
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a short store operation (one that touches a bounded number of rows) inline on
-        the event loop; see the module docstring for why this beats a thread hop."""
+    async def call(
+        self, fn: Callable[..., T], *args: Any, off_loop: bool = False, **kwargs: Any
+    ) -> T:
+        """Run a store operation from async code: inline on the event loop when it touches a
+        bounded number of rows (see the module docstring for why this beats a thread hop), on
+        a worker thread (`off_loop=True`) when its cost grows with the data (a long branch, a
+        search, every row of a conversation)."""
+        if off_loop:
+            return await asyncio.to_thread(fn, *args, **kwargs)
         return fn(*args, **kwargs)
 
-    async def call_slow(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run an operation whose cost grows with the data (a long branch) on a worker thread."""
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
     def is_long(self, conversation_id: int) -> bool:
-        """Whether the conversation's branch is long enough that reading it belongs in
-        `call_slow`: its length at the last read, else its message count (one index lookup)."""
+        """Whether the conversation's branch is long enough that reading it belongs off the
+        loop (`call(..., off_loop=True)`): its length at the last read, else its message count
+        (one index lookup)."""
         known = self._branch_len.get(conversation_id)
         if known is None:
             rows = self.query(
@@ -510,6 +515,46 @@ class Store:
         rows = self.query(sql, (conversation_id,))
         turns = [turn_from_row(r) for r in rows]
         return turns[-limit:] if limit else turns
+
+    def turn_count(self, conversation_id: int) -> int:
+        sql = "SELECT COUNT(*) FROM turns WHERE conversation_id = ?"
+        return int(self.query(sql, (conversation_id,))[0][0])
+
+    def running_turn_message(self, conversation_id: int) -> int | None:
+        """The user message of the conversation's latest turn while it is still running."""
+        rows = self.query(
+            "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
+            " ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        if rows and rows[0][1] == "running" and rows[0][0] is not None:
+            return int(rows[0][0])
+        return None
+
+    def last_call_tokens(self, conversation_id: int) -> int:
+        """Input plus output tokens of the conversation's last model call (0 before any): the
+        context it used, as /status shows."""
+        rows = self.query(
+            "SELECT m.input_tokens + m.output_tokens FROM model_calls m JOIN turns t"
+            " ON t.id = m.turn_id WHERE t.conversation_id = ? ORDER BY m.id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def rewound_copy(self, conversation_id: int, head_id: int | None, since: float) -> Store:
+        """An in-memory copy of the store with the conversation's head at `head_id` and the
+        compactions made at or after `since` removed (their marks go with them): the store as
+        a turn that started then found it (`heron trace replay`)."""
+        copy = Store(":memory:")
+        self.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
+        with copy.transaction() as c:
+            sql = "UPDATE conversations SET head_id = ? WHERE id = ?"
+            c.execute(sql, (head_id, conversation_id))
+            c.execute(
+                "DELETE FROM compactions WHERE conversation_id = ? AND created >= ?",
+                (conversation_id, since),
+            )
+        return copy
 
     def turn(self, run_id: str) -> Turn | None:
         rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))

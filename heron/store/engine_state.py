@@ -1,7 +1,7 @@
 """Store functions of the turn engine: leases, presence, epochs and tool-phase checkpoints.
 
 Each function takes a `Store` and runs one short transaction, so the async engine calls them
-through `asyncio.to_thread`. Claims are decided inside `BEGIN IMMEDIATE`, which SQLite serializes
+inline (`Store.call`). Claims are decided inside `BEGIN IMMEDIATE`, which SQLite serializes
 across processes: two processes can never both believe they hold one conversation's lease.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from heron.messages import Message, Part, ToolResult, parts_from_json, parts_to_json
+from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
 
 HOST = socket.gethostname()
@@ -311,3 +311,50 @@ def close_dangling_calls(store: Store, conversation_id: int) -> int | None:
         )
         clear_checkpoint(store, conversation_id)
     return stored.id
+
+
+# ---- turns left open ---------------------------------------------------------------------------
+
+
+def recover(store: Store, conversation_id: int, stopped: str) -> None:
+    """Under the lease: turns still marked running were left by a dead process; close them
+    (`close_turn`), and close a tool phase left open."""
+    rows = store.query(
+        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running'",
+        (conversation_id,),
+    )
+    for row in rows:
+        close_turn(store, conversation_id, row[0], stopped)
+    if needs_closing(store, conversation_id):
+        close_dangling_calls(store, conversation_id)
+
+
+def close_turn(store: Store, conversation_id: int, turn_id: int, stopped: str) -> None:
+    """Record an interrupted turn minimally, so the next turn sees the stopped exchange: the
+    tool phase closed, `stopped` as the reply to a user message left without one, and the turn
+    row marked interrupted (a hard break, unless it said otherwise)."""
+    with store.transaction() as c:
+        close_dangling_calls(store, conversation_id)
+        head_id = store.conversation_by_id(conversation_id).head_id
+        head = store.message(head_id) if head_id is not None else None
+        if head is not None and head.turn_id == turn_id and head.role == "user":
+            store.append(
+                conversation_id,
+                Message("assistant", [Text(stopped)]),
+                turn_id=turn_id,
+                meta={"interrupted": True},
+            )
+        c.execute(
+            "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
+            " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
+            (time.time(), turn_id),
+        )
+
+
+def mark_turn(store: Store, turn_id: int, status: str, stop_reason: str) -> None:
+    """Set a turn's status and stop reason, ended now (a turn SAVE found stale)."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE turns SET status = ?, stop_reason = ?, ended = ? WHERE id = ?",
+            (status, stop_reason, time.time(), turn_id),
+        )

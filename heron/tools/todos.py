@@ -3,7 +3,6 @@ item is done (verified_by). It survives compaction: summaries and checkpoints re
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, Literal
 
@@ -63,8 +62,8 @@ async def todos(
         raise ToolError("say what verifies it (verified_by) before marking an item done")
     changes = {"status": status, "priority": priority, "verified_by": verified_by}
     if add or item is not None:
-        await asyncio.to_thread(_apply, store, conversation, add or [], item, changes)
-    items = await asyncio.to_thread(work.todos, store, conversation)
+        await store.call(_apply, store, conversation, add or [], item, changes)
+    items = await store.call(work.todos, store, conversation)
     lines = [
         f"#{t.id} [{t.status}] ({t.priority}) {t.text}"
         + (f" — verified by: {t.verified_by}" if t.verified_by else "")

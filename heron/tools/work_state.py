@@ -3,7 +3,6 @@ conversation. It survives compaction: every summary and checkpoint re-injects it
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -39,11 +38,11 @@ async def work_state(
     from heron.store import work
 
     store, conversation = _where(ctx)
-    state = {} if clear else await asyncio.to_thread(work.work_state, store, conversation)
+    state = {} if clear else await store.call(work.work_state, store, conversation)
     given = dict(
         zip(FIELDS, (goal, constraints, decisions, open_questions, next_step), strict=True)
     )
     state.update({k: v for k, v in given.items() if v is not None})
     if clear or any(v is not None for v in given.values()):
-        await asyncio.to_thread(work.set_work_state, store, conversation, state)
+        await store.call(work.set_work_state, store, conversation, state)
     return json.dumps(state, ensure_ascii=False, indent=1) if state else "No work state."

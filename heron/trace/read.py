@@ -298,3 +298,29 @@ def list_runs(
     sql += " ORDER BY t.started DESC, t.id DESC LIMIT ?"
     params.append(limit)
     return [RunSummary(r["run_id"], r["ckey"], turn_from_row(r)) for r in store.query(sql, params)]
+
+
+# A request is stored by reference (blobs.py): its system and tools blobs, and its
+# message list as the last node of a chain whose nodes each name one message blob. A request
+# carried `?1` when one of its blobs holds it, or when its chain passes through a node whose
+# blob does (every node below such a node, in the tree of chains). Rows written before requests
+# were stored by reference keep the whole payload in `request`.
+_CARRYING = """
+WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE instr(body, ?1) > 0),
+below(id) AS (
+  SELECT id FROM trace_nodes WHERE blob_id IN hit
+  UNION SELECT n.id FROM trace_nodes n JOIN below ON n.parent_id = below.id)
+SELECT c.key, mc.started, t.run_id, mc.seq, mc.purpose FROM model_calls mc
+JOIN turns t ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id
+WHERE (mc.request_ref IS NULL AND instr(mc.request, ?1) > 0)
+   OR json_extract(mc.request_ref, '$.system') IN hit
+   OR json_extract(mc.request_ref, '$.tools') IN hit
+   OR json_extract(mc.request_ref, '$.raw') IN hit
+   OR json_extract(mc.request_ref, '$.messages[0]') IN below
+ORDER BY mc.id DESC LIMIT ?2"""
+
+
+def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[Any]:
+    """The most recent model requests whose stored payload holds `needle` (conversation key,
+    start time, run id, call number, purpose), from the trace as it is stored."""
+    return store.query(_CARRYING, (needle, limit))

@@ -237,9 +237,7 @@ class TraceRecorder:
         held, self._deferred = self._deferred, []
         bodies = [*held, body]
         try:
-            await (self.store.call_slow if self._long() else self.store.call)(
-                self._write, _in_order(bodies), pending
-            )
+            await self.store.call(self._write, _in_order(bodies), pending, off_loop=self._long())
         except BaseException:  # rolled back: held again for the next write
             self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
             raise
@@ -417,12 +415,8 @@ class TraceRecorder:
 
     # ---- hooks ------------------------------------------------------------------------------
 
-    def wrap(self, hooks: Any) -> Any:
-        """RunHooks whose mailbox drain and soft-break check are recorded as events."""
-        drain = self.drain(hooks.drain)
-        should_break = hooks.should_break if hasattr(hooks, "should_break") else None
-        if should_break is None:
-            return dataclasses.replace(hooks, drain=drain)
+    def breaks(self, should_break: Callable[[], bool]) -> Callable[[], bool]:
+        """Wrap a soft-break check so that a break taken is recorded as an event."""
 
         def checked() -> bool:
             taken = bool(should_break())
@@ -430,7 +424,7 @@ class TraceRecorder:
                 self._pending.append(("break", {"kind": "soft"}, self.calls))
             return taken
 
-        return dataclasses.replace(hooks, drain=drain, should_break=checked)
+        return checked
 
 
 def trace_cache(store: Store) -> TraceCache:

@@ -1,0 +1,189 @@
+"""What the outside world holds of a running turn, in three parts.
+
+    EpochToken      whether the turn is still its conversation's current one: /stop and /new
+                    bump the epoch, another process may take the lease, and every commit of
+                    the turn checks the token first (in memory, then in the store)
+    Mailbox         follow-ups typed while the turn works, and the soft break request; the run
+                    drains it after each tool phase and after a final-looking reply
+    ToolCheckpoint  the open tool phase's finished results, written as each one finishes, so a
+                    turn stopped mid-phase keeps the work it finished
+
+`TurnControl` puts the three together with who started the turn and the `message` tool's
+outlet. The AgentLoop makes one per turn and keeps it while the turn runs; the turn's steps
+(heron/agent/turn.py) are the only other code that changes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from heron.messages import Message, Text, ToolResult
+from heron.store import Store
+from heron.store import engine_state as es
+
+# Provenance of a turn; a person typing makes it visible, and so does a reminder the person
+# asked for (it speaks in their conversation), an announce turn (a subagent's result, no turn
+# running) and a goal's nudge; other scheduled and internal work is silent.
+VISIBLE = frozenset({"user", "reminder", "announce", "goal"})
+# Scheduled work always opens a turn of its own: it is never mailed into a running turn, and
+# what the person types while it runs waits for the next turn, on their own channel.
+NEVER_MAILED = frozenset({"reminder", "scheduled"})
+MAIL_LABEL = "[sent while you were working] "
+
+
+class StaleTurn(Exception):
+    """Raised at a re-entry point of a turn whose epoch token is no longer current."""
+
+
+@dataclass
+class EpochToken:
+    """The epoch and lease owner a turn started under; `stale` once either has moved on."""
+
+    conversation_id: int | None = None
+    epoch: int = 0
+    owner: str | None = None
+    stale: bool = False
+
+    async def current(self, store: Store) -> bool:
+        """The token check of every commit: in memory first, then the store (another process
+        may have bumped the epoch or taken the lease)."""
+        if self.stale or self.conversation_id is None:
+            return not self.stale
+        ok = await store.call(es.still_current, store, self.conversation_id, self.epoch, self.owner)
+        self.stale = not ok
+        return ok
+
+    async def check(self, store: Store) -> None:
+        """`current`, raising StaleTurn when it is not."""
+        if not await self.current(store):
+            raise StaleTurn
+
+
+@dataclass
+class Mailbox:
+    """Follow-ups for the running turn, and whether it was asked to wrap up."""
+
+    items: list[str] = field(default_factory=list)
+    # Messages Heron injects into the run (a subagent's result), drained before the mail and
+    # stored with their own meta and author.
+    events: list[Message] = field(default_factory=list)
+    open: bool = True  # False once the run passed its last drain: new mail waits for next turn
+    break_requested: float | None = None
+    break_seen: bool = False
+
+    def post(self, text: str) -> bool:
+        if not self.open:
+            return False
+        self.items.append(text)
+        return True
+
+    def take(self) -> str:
+        """The mail the run has not read, joined, and the mailbox emptied."""
+        mail, self.items = self.items, []
+        return "\n\n".join(mail)
+
+    def inject(self, message: Message) -> bool:
+        if not self.open:
+            return False
+        self.events.append(message)
+        return True
+
+    async def drain(self) -> list[Message]:
+        mail, self.items = self.items, []
+        events, self.events = self.events, []
+        return events + [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
+
+    def request_break(self) -> None:
+        if self.break_requested is None:
+            self.break_requested = time.monotonic()
+
+    def should_break(self) -> bool:
+        if self.break_requested is None:
+            return False
+        self.break_seen = True
+        return True
+
+
+@dataclass
+class ToolCheckpoint:
+    """The open tool phase of a turn: its calls and the results finished so far."""
+
+    turn_id: int | None = None
+    calls: list[str] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    written: bool = False  # SAVE drops the row only when one was written
+
+    def open_phase(self, call_ids: list[str]) -> None:
+        self.calls, self.results = call_ids, []
+
+    async def add(self, result: ToolResult, token: EpochToken, store: Store) -> None:
+        """Keep one finished result, in the store under the token's check."""
+        self.results.append(result)
+        if token.conversation_id is None or self.turn_id is None:
+            return
+        conversation_id, epoch = token.conversation_id, token.epoch
+        cp = es.Checkpoint(conversation_id, self.turn_id, epoch, self.calls, self.results)
+        if not await store.call(es.write_checkpoint, store, cp, token.owner):
+            token.stale = True
+            raise StaleTurn
+        self.written = True
+
+
+@dataclass
+class TurnControl:
+    """A running turn as the AgentLoop and the commands see it."""
+
+    key: str
+    provenance: str = "user"
+    deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
+    spoke: list[str] = field(default_factory=list)  # what the `message` tool delivered
+    token: EpochToken = field(default_factory=EpochToken)
+    mailbox: Mailbox = field(default_factory=Mailbox)
+    checkpoint: ToolCheckpoint = field(default_factory=ToolCheckpoint)
+    # heron.bus.TurnOptions of a turn Heron started (ceilings, tools, meta of its message).
+    options: Any = None
+    # The question the run waits on (heron/proactive/ask.py): the next message answers it.
+    question: Any = None
+
+    def __post_init__(self) -> None:
+        self.mailbox.open = self.mailable
+
+    @property
+    def visible(self) -> bool:
+        return self.provenance in VISIBLE
+
+    @property
+    def mailable(self) -> bool:
+        """Whether the run reads mail at all (scheduled work never does)."""
+        return self.provenance not in NEVER_MAILED
+
+    @property
+    def accepting_mail(self) -> bool:
+        """Whether mail still reaches the run (False once it passed its last drain)."""
+        return self.mailbox.open and not self.token.stale
+
+    @accepting_mail.setter
+    def accepting_mail(self, value: bool) -> None:
+        self.mailbox.open = value
+
+    @property
+    def stale(self) -> bool:
+        return self.token.stale
+
+    def void(self) -> None:
+        """/stop, /new or a failure: nothing more of this turn is kept or shown."""
+        self.token.stale = True
+        self.mailbox.open = False
+
+    def post(self, text: str) -> bool:
+        """A follow-up for the running turn; False once the run passed its last drain or the
+        turn was stopped (the message then waits for the next turn)."""
+        return not self.token.stale and self.mailbox.post(text)
+
+    def inject(self, message: Message) -> bool:
+        """Put a message of Heron's (a subagent's result) in the mailbox; False once the run
+        has passed its last drain or was stopped (it then opens a turn of its own)."""
+        return not self.token.stale and self.mailbox.inject(message)

@@ -1,0 +1,67 @@
+"""What a turn and a slash command read of the process they run in, as one typed protocol.
+
+`Engine` (heron/agent/engine.py) opens these once per process and satisfies `TurnDeps` by its
+public attributes. The turn's steps (heron/agent/turn.py) and the commands
+(heron/agent/commands.py) are written against `TurnDeps`, so neither imports the engine (no
+import cycle through it), and what a step may touch is listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from heron.agent.commands import CommandHandler
+    from heron.agent.record import CallSink
+    from heron.agent.runner import RunLimits
+    from heron.config import Settings
+    from heron.context.prompt import PromptMemo
+    from heron.memory.recall import Recall
+    from heron.memory.service import MemoryService
+    from heron.memory.wiring import RecallReader
+    from heron.providers import Provider
+    from heron.providers.base import RetryPolicy
+    from heron.providers.profiles import ModelChoice
+    from heron.redact import Redactor
+    from heron.store import Conversation, Store
+    from heron.tools.approval import Approver
+    from heron.tools.registry import ToolRegistry
+    from heron.tools.sandbox import Sandbox
+
+
+class TurnDeps(Protocol):
+    settings: Settings
+    store: Store
+    provider: Provider
+    choice: ModelChoice  # the model, its provider and profile
+    registry: ToolRegistry
+    sandbox: Sandbox  # where the agent's commands run
+    approve: Approver | None  # the default approver, when the channel brings none
+    limits: RunLimits
+    retry: RetryPolicy  # each request's stall timeout and deadline
+    redactor: Redactor
+    prompt_memo: PromptMemo  # system prompts built, by their inputs
+    memory: MemoryService | None  # None when ephemeral
+    memory_baseline: dict[str, str]  # what memory held when the process opened (/learn)
+    recall: Recall | None
+    recall_reader: RecallReader | None  # auto-recall's own connection while turns overlap
+    turns_running: int
+    # What heron/proactive attaches (the engine never imports it): services its tools find in
+    # ToolContext.extra, the runtime block's line of a sustained goal, the scheduler's wake-up
+    # for the `schedule` tool, and slash commands of its own (/goal).
+    tool_extras: dict[str, Any]
+    runtime_notes: Callable[[str], str | None] | None
+    jobs_changed: Callable[[], None] | None
+    more_commands: dict[str, CommandHandler]
+
+    async def compact_now(
+        self,
+        conversation: Conversation,
+        *,
+        reason: str = "manual",
+        window: int | None = None,
+        on_call: CallSink | None = None,
+    ) -> str: ...
+
+    async def archive_for_memory(self, conversation: Conversation) -> None: ...

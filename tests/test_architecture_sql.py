@@ -1,0 +1,155 @@
+"""One home for SQL, and one way to call the store from async code.
+
+- No SQL statement in a string literal outside heron/store/ and a package's own `records`
+  module. Modules that still hold some (written before this rule) are listed in `KNOWN` with
+  their count: the count may only go down, and heron/agent/ and heron/channels/ hold none.
+- No `asyncio.to_thread` on a store function: async code calls `Store.call(fn, ...,
+  off_loop=...)`, which decides inline or on a thread in one place.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import heron
+
+ROOT = Path(heron.__file__).parent
+SQL = re.compile(
+    r"\b(SELECT\s.+?\sFROM\b|SELECT\s+(COUNT|MAX|MIN|SUM|EXISTS|1)\b|INSERT\s+(OR\s+\w+\s+)?INTO\b"
+    r"|UPDATE\s+\w+\s+SET\b|DELETE\s+FROM\b|CREATE\s+(TABLE|INDEX|VIRTUAL|TRIGGER|VIEW|UNIQUE)\b"
+    r"|DROP\s+(TABLE|INDEX)\b|PRAGMA\s+\w+|WITH\s+RECURSIVE\b|REPLACE\s+INTO\b)",
+    re.S,
+)
+# Statements left outside store/ (and records modules) before the rule; to move, not to add to.
+KNOWN = {
+    "compaction/consolidate.py": 1,
+    "compaction/governor.py": 1,
+    "compaction/idle.py": 1,
+    "memory/extract.py": 2,
+    "memory/queue.py": 6,
+    "memory/recall.py": 11,
+    "memory/section.py": 5,
+    "memory/service.py": 3,
+    "memory/vectors.py": 5,
+    "memory/wiring.py": 3,
+    "tools/todos.py": 3,
+    "trace/blobs.py": 16,
+    "trace/read.py": 8,
+    "trace/recorder.py": 7,
+    "trace/render.py": 1,
+}
+NEVER = ("agent/", "channels/")
+
+
+def sql_literals(source: str) -> list[int]:
+    """Line numbers of the string literals (f-strings too) that hold an SQL statement."""
+    found = []
+    tree = ast.parse(source)
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    for node in ast.walk(tree):
+        if id(node) in parts:  # a piece of an f-string, read with the whole
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if SQL.search(text):
+            found.append(node.lineno)
+    return found
+
+
+def _exempt(rel: str) -> bool:
+    return rel.startswith("store/") or Path(rel).name == "records.py"
+
+
+def _modules() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text() for p in sorted(ROOT.rglob("*.py"))}
+
+
+def test_the_detector_finds_statements_and_passes_prose():
+    code = """
+q = "SELECT id FROM turns WHERE conversation_id = ?"
+w = f"UPDATE turns SET status = {s!r} WHERE id = ?"
+prose = "Select the files from the list, then update the notes; delete from memory."
+"""
+    assert sql_literals(code) == [2, 3]
+
+
+def test_no_sql_outside_the_store_and_records_modules():
+    grown = {}
+    for rel, source in _modules().items():
+        if _exempt(rel):
+            continue
+        n = len(sql_literals(source))
+        if n and not rel.startswith(NEVER) and n <= KNOWN.get(rel, 0):
+            continue
+        if n:
+            grown[rel] = n
+    assert not grown, (
+        f"SQL statements outside heron/store/: {grown}. Move them into a store function (or "
+        "the package's own records module) named for what it does."
+    )
+
+
+def test_known_debt_never_names_agent_or_channels():
+    assert not [rel for rel in KNOWN if rel.startswith(NEVER)]
+
+
+def store_thread_hops(source: str) -> list[int]:
+    """Lines of `asyncio.to_thread(...)` / `to_thread(...)` calls whose function or arguments
+    reach a store: a name or attribute called `store` (or ending in `_store`), or a name bound
+    by an import from heron.store."""
+    tree = ast.parse(source)
+    from_store = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("heron.store")
+        for alias in node.names
+    }
+
+    def reaches_store(expr: ast.AST) -> bool:
+        for sub in ast.walk(expr):
+            name = sub.id if isinstance(sub, ast.Name) else getattr(sub, "attr", None)
+            if name and (name == "store" or name.endswith("_store") or name in from_store):
+                return True
+        return False
+
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+        if name == "to_thread" and any(reaches_store(a) for a in [*node.args, *node.keywords]):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_hop_detector_finds_store_calls_only():
+    code = """
+import asyncio
+from heron.store import engine_state as es
+async def f(ctx, store, memory):
+    await asyncio.to_thread(ctx.store.branch, 1)
+    await asyncio.to_thread(es.bump_epoch, None, 1)
+    await asyncio.to_thread(_usage, store, 1)
+    await asyncio.to_thread(memory.count_waiting)
+    await asyncio.to_thread(sys.stdin.readline)
+"""
+    assert store_thread_hops(code) == [5, 6, 7]
+
+
+def test_no_raw_thread_hop_on_a_store_function():
+    hops = {
+        rel: lines
+        for rel, source in _modules().items()
+        if rel != "store/db.py" and (lines := store_thread_hops(source))
+    }
+    assert not hops, (
+        f"asyncio.to_thread on store functions: {hops}. Call `await store.call(fn, ..., "
+        "off_loop=True)` instead (heron/store/db.py)."
+    )

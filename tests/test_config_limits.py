@@ -1,0 +1,56 @@
+"""`[agent] max_model_calls` bounds the model calls of one run; `max_turns`, its older name,
+still reads as the same setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heron.agent.engine import Engine
+from heron.agent.runner import RunLimits
+from heron.config import Settings, load_config
+from heron.errors import ConfigError
+from heron.messages import Reply, Text, ToolCall, Usage
+from heron.providers.scripted import ScriptedProvider
+
+
+def _config(tmp_path: Path, agent: str):
+    path = tmp_path / "config.toml"
+    path.write_text(f"[agent]\n{agent}\n")
+    return load_config(path)
+
+
+def test_the_older_key_sets_the_model_call_limit(tmp_path):
+    assert _config(tmp_path, "max_turns = 7").agent.max_model_calls == 7
+    assert _config(tmp_path, "max_model_calls = 9").agent.max_model_calls == 9
+    assert _config(tmp_path, "").agent.max_model_calls == 200
+
+
+def test_a_bad_value_is_reported_under_the_key_as_written(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[agent\] max_turns must be above 0, got -5"):
+        _config(tmp_path, "max_turns = -5")
+    with pytest.raises(ConfigError, match=r"\[agent\] max_model_calls must be a whole number"):
+        _config(tmp_path, 'max_model_calls = "many"')
+
+
+def test_both_names_at_once_is_an_error_that_says_which_to_keep(tmp_path):
+    with pytest.raises(ConfigError, match="sets max_model_calls twice") as raised:
+        _config(tmp_path, "max_turns = 3\nmax_model_calls = 4")
+    assert "Keep one line" in (raised.value.hint or "")
+
+
+def test_limits_recorded_under_the_older_name_still_load():
+    assert RunLimits.recorded({"max_turns": 5, "max_tokens_total": 10}) == RunLimits(5, 10)
+    assert RunLimits.recorded({"max_model_calls": 6}).max_model_calls == 6
+
+
+async def test_the_alias_bounds_a_real_run(heron_home):
+    (heron_home / "config.toml").write_text("[agent]\nmax_turns = 2\n")
+    call = ToolCall("c1", "read_file", {"path": "missing.txt"})
+    looping = [Reply([call], "tool_use", Usage(10, 2)) for _ in range(2)]
+    provider = ScriptedProvider([*looping, Reply([Text("Done so far: nothing.")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("k", "loop please")
+    provider.assert_complete()
+    assert result.run.stop == "wrapup" and result.run.model_calls == 3
