@@ -191,7 +191,7 @@ async def consolidate(
     if deps.after_fold is not None:  # the next prompt takes memory as it is now
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
-    await deps.store.call(_set_after, deps, cid, after, off_loop=True)
+    await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
     return CompactionReport(kind, reason, cut - start, before, after, cid, error)
 
 
@@ -258,11 +258,6 @@ def _record(
     )
     _reset_failures(deps, conversation_id)
     return cid
-
-
-def _set_after(deps: ContextDeps, cid: int, after: int) -> None:
-    with deps.store.transaction() as c:
-        c.execute("UPDATE compactions SET tokens_after = ? WHERE id = ?", (after, cid))
 
 
 def conversation_tokens(deps: ContextDeps, conversation_id: int, agent: str) -> int:

@@ -279,12 +279,7 @@ class Governor:
         )
 
     def _set_after(self, tokens: int) -> None:
-        with self.deps.store.transaction() as c:
-            c.execute(
-                "UPDATE compactions SET tokens_after = ? WHERE id = (SELECT MAX(id) FROM"
-                " compactions WHERE conversation_id = ? AND kind = 'inflight')",
-                (tokens, self.conversation_id),
-            )
+        folds.set_last_inflight_tokens_after(self.deps.store, self.conversation_id, tokens)
 
     # ---- calibration --------------------------------------------------------------------------
 

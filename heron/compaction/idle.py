@@ -23,17 +23,9 @@ def _candidates(deps: ContextDeps, now: float) -> list[tuple[int, str]]:
     """Conversations idle long enough, with no running turn and no retry pending, that have
     something to fold since their last consolidation."""
     cutoff = now - deps.idle_minutes * 60
-    rows = deps.store.query(
-        "SELECT c.id, c.agent, c.updated FROM conversations c"
-        " LEFT JOIN context_state s ON s.conversation_id = c.id"
-        " WHERE c.updated < ? AND c.head_id IS NOT NULL"
-        " AND COALESCE(s.idle_retry_after, 0) <= ?"
-        " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
-        " AND t.status = 'running')",
-        (cutoff, now),
-    )
+    rows = rec.idle_conversations(deps.store, cutoff, now)
     out = []
-    for cid, agent, _updated in rows:
+    for cid, agent in rows:
         if choose_cut(load_branch(deps.store, cid)) is not None:
             out.append((cid, agent))
     return out

@@ -124,3 +124,19 @@ def add_compaction(
         if anchor_row_id is not None:
             c.execute("INSERT INTO message_marks VALUES (?, ?, 'checkpoint')", (anchor_row_id, cid))
     return cid
+
+
+def set_tokens_after(store: Store, compaction_id: int, tokens: int) -> None:
+    """The estimated size of the model-facing view once compaction `compaction_id` folded it."""
+    with store.transaction() as c:
+        c.execute("UPDATE compactions SET tokens_after = ? WHERE id = ?", (tokens, compaction_id))
+
+
+def set_last_inflight_tokens_after(store: Store, conversation_id: int, tokens: int) -> None:
+    """`set_tokens_after` for the conversation's latest in-flight compaction."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE compactions SET tokens_after = ? WHERE id = (SELECT MAX(id) FROM"
+            " compactions WHERE conversation_id = ? AND kind = 'inflight')",
+            (tokens, conversation_id),
+        )

@@ -49,3 +49,37 @@ def todos(store: Store, conversation_id: int) -> list[Todo]:
         (conversation_id,),
     )
     return [Todo(*r) for r in rows]
+
+
+# The columns a todo's update may set (they name a column in the statement).
+TODO_FIELDS = ("status", "priority", "verified_by")
+
+
+def change_todos(
+    store: Store, conversation_id: int, add: list[str], item: int | None, changes: dict[str, Any]
+) -> None:
+    """Add `add` as pending items and apply `changes` (None values left alone) to todo `item`,
+    in one transaction. Raises LookupError, adding nothing, when `item` is not the
+    conversation's."""
+    now = time.time()
+    with store.transaction() as c:
+        for text in add:
+            c.execute(
+                "INSERT INTO todos (conversation_id, text, status, priority, created, updated)"
+                " VALUES (?, ?, 'pending', ?, ?, ?)",
+                (conversation_id, text, changes.get("priority") or "medium", now, now),
+            )
+        if item is None:
+            return
+        found = c.execute(
+            "SELECT 1 FROM todos WHERE id = ? AND conversation_id = ?", (item, conversation_id)
+        ).fetchone()
+        if not found:
+            raise LookupError(f"no todo #{item} in this conversation")
+        for key, value in changes.items():
+            if key not in TODO_FIELDS:
+                raise ValueError(f"a todo has no field {key!r}")
+            if value is not None:
+                c.execute(
+                    f"UPDATE todos SET {key} = ?, updated = ? WHERE id = ?", (value, now, item)
+                )

@@ -3,7 +3,6 @@ item is done (verified_by). It survives compaction: summaries and checkpoints re
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 from heron.errors import ToolError
@@ -14,29 +13,15 @@ Status = Literal["pending", "in_progress", "done", "cancelled"]
 Priority = Literal["high", "medium", "low"]
 
 
-def _apply(
+async def _apply(
     store: Any, conversation: int, add: list[str], item: int | None, changes: dict[str, Any]
 ) -> None:
-    now = time.time()
-    with store.transaction() as c:
-        for text in add:
-            c.execute(
-                "INSERT INTO todos (conversation_id, text, status, priority, created, updated)"
-                " VALUES (?, ?, 'pending', ?, ?, ?)",
-                (conversation, text, changes.get("priority") or "medium", now, now),
-            )
-        if item is None:
-            return
-        found = c.execute(
-            "SELECT 1 FROM todos WHERE id = ? AND conversation_id = ?", (item, conversation)
-        ).fetchone()
-        if not found:
-            raise ToolError(f"no todo #{item} in this conversation")
-        for key, value in changes.items():
-            if value is not None:
-                c.execute(
-                    f"UPDATE todos SET {key} = ?, updated = ? WHERE id = ?", (value, now, item)
-                )
+    from heron.store import work
+
+    try:
+        await store.call(work.change_todos, store, conversation, add, item, changes)
+    except LookupError as error:
+        raise ToolError(str(error)) from None
 
 
 @tool
@@ -62,7 +47,7 @@ async def todos(
         raise ToolError("say what verifies it (verified_by) before marking an item done")
     changes = {"status": status, "priority": priority, "verified_by": verified_by}
     if add or item is not None:
-        await store.call(_apply, store, conversation, add or [], item, changes)
+        await _apply(store, conversation, add or [], item, changes)
     items = await store.call(work.todos, store, conversation)
     lines = [
         f"#{t.id} [{t.status}] ({t.priority}) {t.text}"

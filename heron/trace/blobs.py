@@ -26,6 +26,7 @@ from typing import Any
 
 from heron.messages import dumps
 from heron.providers.wire import MESSAGES, encode_body
+from heron.trace import records
 
 # Top-level payload fields stored as one blob each (when present).
 BLOB_FIELDS = ("system", "tools")
@@ -47,18 +48,14 @@ def put_blob(conn: sqlite3.Connection, kind: str, body: str, digest: str | None 
     sections, each a blob of its own: a prompt whose archived summary changed adds that
     section, not the whole prompt again."""
     digest = digest or sha256(body)
-    row = conn.execute("SELECT id FROM trace_blobs WHERE sha256 = ?", (digest,)).fetchone()
-    if row is not None:
-        return int(row[0])
+    found = records.blob_id_by_digest(conn, digest)
+    if found is not None:
+        return found
     pieces = split_body(body)
     if len(pieces) > 1:
         ids = [put_blob(conn, SECTION, piece) for piece in pieces]
         kind, body = SECTIONS, dumps(ids)
-    cur = conn.execute(
-        "INSERT INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)", (digest, kind, body)
-    )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    return records.insert_blob(conn, digest, kind, body)
 
 
 # A body of SECTIONS is the JSON list of its SECTION blobs; the sha256 is the whole body's.
@@ -90,10 +87,10 @@ def _body(conn: sqlite3.Connection, kind: str, body: str) -> str:
 
 
 def get_blob(conn: sqlite3.Connection, blob_id: int) -> str:
-    row = conn.execute("SELECT kind, body FROM trace_blobs WHERE id = ?", (blob_id,)).fetchone()
+    row = records.blob_row(conn, blob_id)
     if row is None:
         raise KeyError(f"trace blob {blob_id} is missing")
-    return _body(conn, str(row[0]), str(row[1]))
+    return _body(conn, *row)
 
 
 def _node(
@@ -102,16 +99,10 @@ def _node(
     """The node of `blob_id` after `parent`, inserted on first sight, and whether it was. `new`:
     the parent was just inserted (this transaction holds the write lock): it has no child."""
     if not new:
-        row = conn.execute(
-            "SELECT id FROM trace_nodes WHERE parent_id = ? AND blob_id = ?", (parent, blob_id)
-        ).fetchone()
-        if row is not None:
-            return int(row[0]), False
-    cur = conn.execute(
-        "INSERT INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
-    )
-    assert cur.lastrowid is not None
-    return cur.lastrowid, True
+        found = records.node_id(conn, parent, blob_id)
+        if found is not None:
+            return found, False
+    return records.insert_node(conn, parent, blob_id), True
 
 
 @dataclass
@@ -157,18 +148,7 @@ def _shared(links: list[Link], bodies: list[str]) -> list[Link]:
 def chain_links(conn: sqlite3.Connection, node_id: int) -> list[Link]:
     """The links along the path to `node_id` (bodies not read: compared by digest), in one
     query; seeds a ChainCache when no TraceCache knows the chain."""
-    cursor = conn.cursor()
-    cursor.row_factory = None
-    rows = cursor.execute(
-        """WITH RECURSIVE path(id, parent_id, blob_id, depth) AS (
-             SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
-             UNION ALL
-             SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
-             FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
-           SELECT b.sha256, path.id FROM path JOIN trace_blobs b ON b.id = path.blob_id
-           ORDER BY path.depth DESC""",
-        (node_id,),
-    ).fetchall()
+    rows = records.path_digests(conn, node_id)
     return [(digest, node, None) for digest, node in rows]
 
 
@@ -178,17 +158,8 @@ def get_chain(conn: sqlite3.Connection, node_id: int) -> list[str]:
     (and `rebuild` says so) rather than looping."""
     if node_id == 0:
         return []
-    rows = conn.execute(
-        """WITH RECURSIVE path(id, parent_id, blob_id, depth) AS (
-             SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
-             UNION ALL
-             SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
-             FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
-           SELECT b.kind, b.body FROM path JOIN trace_blobs b ON b.id = path.blob_id
-           ORDER BY path.depth DESC""",
-        (node_id,),
-    ).fetchall()
-    return [_body(conn, str(r[0]), str(r[1])) for r in rows]
+    rows = records.path_blobs(conn, node_id)
+    return [_body(conn, kind, body) for kind, body in rows]
 
 
 class TraceCache:
@@ -200,7 +171,7 @@ class TraceCache:
     back node's id is taken again by the next insert). Ids are reused after `collect_garbage`,
     so `check`, inside each write transaction (after BEGIN IMMEDIATE: no other connection can
     commit before it ends), drops everything when another connection committed since the last
-    check (`PRAGMA data_version`) or this one collected garbage (`gc_epoch`)."""
+    check (SQLite's data_version) or this one collected garbage (`gc_epoch`)."""
 
     def __init__(self, max_links: int = CACHE_LINKS, max_blobs: int = CACHE_BLOBS) -> None:
         self.max_links, self.max_blobs = max_links, max_blobs
@@ -210,7 +181,7 @@ class TraceCache:
         self._version: tuple[int, int] | None = None  # what the entries were checked against
 
     def check(self, conn: sqlite3.Connection) -> None:
-        version = (int(conn.execute("PRAGMA data_version").fetchone()[0]), gc_epoch(conn))
+        version = (records.data_version(conn), records.gc_epoch(conn))
         if version != self._version:
             self._chains.clear()
             self._blobs.clear()
@@ -264,12 +235,6 @@ class KnownBlobs:
         if blob_id is None:
             blob_id = self.found[body] = put_blob(conn, kind, body)
         return blob_id
-
-
-def gc_epoch(conn: sqlite3.Connection) -> int:
-    """How many times this connection collected garbage (its temp schema's user_version, which
-    no other connection sees and a rollback restores)."""
-    return int(conn.execute("PRAGMA temp.user_version").fetchone()[0])
 
 
 def put_payload(
@@ -337,37 +302,4 @@ def rebuild(conn: sqlite3.Connection, ref_json: str) -> str:
 def collect_garbage(conn: sqlite3.Connection) -> int:
     """Delete nodes and blobs no recorded request or run start reaches any more (after a
     conversation was deleted); returns how many rows went."""
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS _live_nodes (id INTEGER PRIMARY KEY)")
-    conn.execute("DELETE FROM _live_nodes")
-    conn.execute(
-        """INSERT OR IGNORE INTO _live_nodes
-           WITH RECURSIVE seed(id) AS (
-             SELECT json_extract(request_ref, '$.messages[0]') FROM model_calls
-             WHERE request_ref IS NOT NULL AND json_extract(request_ref, '$.messages') IS NOT NULL
-             UNION SELECT json_extract(start, '$.messages[0]') FROM trace_runs
-             WHERE json_extract(start, '$.messages') IS NOT NULL),
-           up(id) AS (
-             SELECT id FROM seed
-             UNION SELECT n.parent_id FROM trace_nodes n JOIN up ON n.id = up.id)
-           SELECT id FROM up WHERE id > 0"""
-    )
-    gone = conn.execute("DELETE FROM trace_nodes WHERE id NOT IN (SELECT id FROM _live_nodes)")
-    refs = """SELECT blob_id FROM trace_nodes
-              UNION SELECT json_extract(request_ref, '$.system') FROM model_calls
-              UNION SELECT json_extract(request_ref, '$.tools') FROM model_calls
-              UNION SELECT json_extract(request_ref, '$.raw') FROM model_calls
-              UNION SELECT json_extract(start, '$.tools') FROM trace_runs
-              UNION SELECT json_extract(start, '$.system') FROM trace_runs
-              UNION SELECT json_extract(start, '$.prompt_inputs') FROM trace_runs"""
-    # The sections of a live sectioned blob live with it.
-    blobs = conn.execute(
-        f"""WITH live(blob_id) AS ({refs})
-            DELETE FROM trace_blobs WHERE id NOT IN (
-              SELECT blob_id FROM live WHERE blob_id NOT NULL
-              UNION SELECT j.value FROM trace_blobs s, json_each(s.body) j
-              WHERE s.kind = '{SECTIONS}' AND s.id IN (SELECT blob_id FROM live))"""
-    )
-    # Deleted ids are taken again by the next inserts: this connection's TraceCache drops what
-    # it knew (another connection's sees data_version change).
-    conn.execute(f"PRAGMA temp.user_version = {gc_epoch(conn) + 1}")
-    return gone.rowcount + blobs.rowcount
+    return records.delete_unreached(conn, SECTIONS)

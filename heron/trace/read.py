@@ -17,6 +17,7 @@ from heron.errors import StoreError
 from heron.messages import Reply, Usage, dumps, reply_from_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
+from heron.trace import records
 from heron.trace.blobs import get_blob, get_chain, rebuild
 
 _T = TypeVar("_T")
@@ -114,9 +115,9 @@ def find_turn(store: Store, run_id: str) -> Turn:
     turn = store.turn(run_id)
     if turn is None:
         # A unique prefix is enough, as with git commits.
-        rows = store.query("SELECT run_id FROM turns WHERE run_id LIKE ?", (f"{run_id}%",))
-        if len(rows) == 1:
-            turn = store.turn(rows[0][0])
+        ids = records.run_ids_like(store, run_id)
+        if len(ids) == 1:
+            turn = store.turn(ids[0])
     if turn is None:
         raise StoreError(
             f"no run {run_id!r}", hint="`heron trace ls` lists the runs with their ids."
@@ -130,16 +131,8 @@ def load_run(store: Store, run_id: str) -> RunTrace:
     problems: list[str] = []
     start = _readable(problems, "the run's start", lambda: _start(store, turn.id), (None, {}))
     run = RunTrace(turn, key, *start, problems=problems)
-    run.calls = [
-        _call(r, problems)
-        for r in store.query(
-            "SELECT * FROM model_calls WHERE turn_id = ? ORDER BY seq, id", (turn.id,)
-        )
-    ]
-    run.tools = [
-        _tool(r, problems)
-        for r in store.query("SELECT * FROM tool_calls WHERE turn_id = ? ORDER BY id", (turn.id,))
-    ]
+    run.calls = [_call(r, problems) for r in records.model_call_rows(store, turn.id)]
+    run.tools = [_tool(r, problems) for r in records.tool_call_rows(store, turn.id)]
     run.events = [
         EventTrace(
             r["after_call"],
@@ -147,7 +140,7 @@ def load_run(store: Store, run_id: str) -> RunTrace:
             _readable(problems, f"event {r['id']}", lambda r=r: _json(r["body"], BODY), None),
             r["at"],
         )
-        for r in store.query("SELECT * FROM trace_events WHERE turn_id = ? ORDER BY id", (turn.id,))
+        for r in records.event_rows(store, turn.id)
     ]
     run.user_text, run.reply_text = _texts(store, turn)
     return run
@@ -181,10 +174,10 @@ def _name(kind: type | tuple[type, ...]) -> str:
 
 
 def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str, str]]:
-    rows = store.query("SELECT start, fingerprints FROM trace_runs WHERE turn_id = ?", (turn_id,))
-    if not rows:
+    row = records.run_start_row(store, turn_id)
+    if row is None:
         return None, {}
-    start = _named(f"trace_runs row of turn {turn_id}", _json, rows[0]["start"]) or {}
+    start = _named(f"trace_runs row of turn {turn_id}", _json, row["start"]) or {}
     if not isinstance(start, dict):
         raise TypeError(f"the start of turn {turn_id} is not a JSON object")
     with store.transaction() as conn:
@@ -198,7 +191,7 @@ def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str,
         if start.get("prompt_inputs") is not None:
             blob = start["prompt_inputs"]
             start["prompt_inputs"] = _named(f"trace blob {blob}", json.loads, get_blob(conn, blob))
-    fingerprints = _named(f"fingerprints of turn {turn_id}", _json, rows[0]["fingerprints"])
+    fingerprints = _named(f"fingerprints of turn {turn_id}", _json, row["fingerprints"])
     if not isinstance(fingerprints or {}, dict):
         raise TypeError(f"the fingerprints of turn {turn_id} are not a JSON object")
     return start, fingerprints or {}
@@ -261,9 +254,7 @@ def _tool(r: Any, problems: list[str]) -> ToolTrace:
 
 
 def _texts(store: Store, turn: Turn) -> tuple[str, str]:
-    rows = store.query(
-        "SELECT id, role, parts FROM messages WHERE turn_id = ? ORDER BY id", (turn.id,)
-    )
+    rows = records.turn_message_rows(store, turn.id)
     user = assistant = ""
     for row in rows:
         message = store.message(row["id"]).message
@@ -285,42 +276,16 @@ def list_runs(
     store: Store, conversation_key: str | None = None, limit: int = 50
 ) -> list[RunSummary]:
     """Runs, newest first; only those of one conversation when `conversation_key` is given."""
-    sql = "SELECT t.*, c.key AS ckey FROM turns t JOIN conversations c ON c.id = t.conversation_id"
-    params: list[Any] = []
-    if conversation_key is not None:
-        if store.conversation(conversation_key) is None:
-            raise StoreError(
-                f"no conversation {conversation_key!r}",
-                hint="`heron conversations list` shows the keys.",
-            )
-        sql += " WHERE c.key = ?"
-        params.append(conversation_key)
-    sql += " ORDER BY t.started DESC, t.id DESC LIMIT ?"
-    params.append(limit)
-    return [RunSummary(r["run_id"], r["ckey"], turn_from_row(r)) for r in store.query(sql, params)]
-
-
-# A request is stored by reference (blobs.py): its system and tools blobs, and its
-# message list as the last node of a chain whose nodes each name one message blob. A request
-# carried `?1` when one of its blobs holds it, or when its chain passes through a node whose
-# blob does (every node below such a node, in the tree of chains). Rows written before requests
-# were stored by reference keep the whole payload in `request`.
-_CARRYING = """
-WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE instr(body, ?1) > 0),
-below(id) AS (
-  SELECT id FROM trace_nodes WHERE blob_id IN hit
-  UNION SELECT n.id FROM trace_nodes n JOIN below ON n.parent_id = below.id)
-SELECT c.key, mc.started, t.run_id, mc.seq, mc.purpose FROM model_calls mc
-JOIN turns t ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id
-WHERE (mc.request_ref IS NULL AND instr(mc.request, ?1) > 0)
-   OR json_extract(mc.request_ref, '$.system') IN hit
-   OR json_extract(mc.request_ref, '$.tools') IN hit
-   OR json_extract(mc.request_ref, '$.raw') IN hit
-   OR json_extract(mc.request_ref, '$.messages[0]') IN below
-ORDER BY mc.id DESC LIMIT ?2"""
+    if conversation_key is not None and store.conversation(conversation_key) is None:
+        raise StoreError(
+            f"no conversation {conversation_key!r}",
+            hint="`heron conversations list` shows the keys.",
+        )
+    rows = records.turn_rows(store, conversation_key, limit)
+    return [RunSummary(r["run_id"], r["ckey"], turn_from_row(r)) for r in rows]
 
 
 def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[Any]:
     """The most recent model requests whose stored payload holds `needle` (conversation key,
     start time, run id, call number, purpose), from the trace as it is stored."""
-    return store.query(_CARRYING, (needle, limit))
+    return records.requests_carrying_rows(store, needle, limit)

@@ -39,6 +39,7 @@ from heron.providers.wire import EncodedList, WireBody, dumps_fields, encoded
 from heron.request import ToolSpec
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
+from heron.trace import records
 from heron.trace.blobs import (
     ChainCache,
     KnownBlobs,
@@ -162,9 +163,7 @@ class TraceRecorder:
         # Shallow: the fields are plain data already, and asdict's deep copy of the prompt
         # inputs (every tool schema) was the largest cost of a turn's trace.
         start = {f.name: getattr(self.start, f.name) for f in dataclasses.fields(self.start)}
-        row = conn.execute(
-            "SELECT conversation_id, user_message_id FROM turns WHERE id = ?", (self.turn_id,)
-        ).fetchone()
+        row = records.turn_start_ids(conn, self.turn_id)
         self._conversation = row[0] if row else None
         if start["user_message_id"] is None:
             start["user_message_id"] = row[1] if row else None
@@ -178,13 +177,11 @@ class TraceRecorder:
         if inputs is not None:
             text = self.scrub.clean(self._inputs_json or inputs_json(inputs))
             start["prompt_inputs"] = self._known.blob(conn, "prompt_inputs", text)
-        conn.execute(
-            "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
-            (
-                self.turn_id,
-                dumps_fields(start),  # the profile and limits come encoded (_engine_fixed)
-                dumps(self._fingerprints or fingerprints(self.start)),
-            ),
+        records.insert_run_start(
+            conn,
+            self.turn_id,
+            dumps_fields(start),  # the profile and limits come encoded (_engine_fixed)
+            dumps(self._fingerprints or fingerprints(self.start)),
         )
         self._started = True
 
@@ -208,20 +205,11 @@ class TraceRecorder:
         kept = self._cache.chain(conversation)
         if kept is not None:
             return kept
-        row = conn.execute(
-            "SELECT m.request_ref FROM model_calls m JOIN turns t ON t.id = m.turn_id"
-            " WHERE t.conversation_id = ? AND m.request_ref IS NOT NULL"
-            " ORDER BY m.id DESC LIMIT 1",
-            (conversation,),
-        ).fetchone()
-        node = (json.loads(row[0]).get("messages") or [0])[0] if row else 0
+        ref = records.last_request_ref(conn, conversation)
+        node = (json.loads(ref).get("messages") or [0])[0] if ref else 0
         if not node:
-            row = conn.execute(
-                "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
-                " WHERE t.conversation_id = ? AND t.id < ? ORDER BY t.id DESC LIMIT 1",
-                (conversation, self.turn_id),
-            ).fetchone()
-            node = (json.loads(row[0]).get("messages") or [0])[0] if row else 0
+            start = records.previous_run_start(conn, conversation, self.turn_id)
+            node = (json.loads(start).get("messages") or [0])[0] if start else 0
         return chain_links(conn, node) if node else []
 
     async def begin(self) -> None:
@@ -293,10 +281,7 @@ class TraceRecorder:
 
     def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
         text = self.scrub.clean(dumps(value)) if value is not None else None
-        conn.execute(
-            "INSERT INTO trace_events (turn_id, after_call, kind, body, at) VALUES (?, ?, ?, ?, ?)",
-            (self.turn_id, after, kind, text, time.time()),
-        )
+        records.insert_event(conn, self.turn_id, after, kind, text, time.time())
 
     # ---- model and tool calls ---------------------------------------------------------------
 
@@ -327,10 +312,8 @@ class TraceRecorder:
                 ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain, self._known)
             else:
                 ref = put_payload(conn, request, self._chain, self._known)
-            conn.execute(
-                "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
-                " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
-                " started, ended) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            records.insert_model_call(
+                conn,
                 (
                     self.turn_id,
                     seq,
@@ -359,10 +342,8 @@ class TraceRecorder:
         after = self.calls
 
         def write(conn: Any) -> None:
-            conn.execute(
-                "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
-                " is_error, effects, started, ended, after_call)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            records.insert_tool_call(
+                conn,
                 (
                     self.turn_id,
                     record.call.id,

@@ -10,6 +10,7 @@ from typing import Any
 
 from heron.messages import Usage, part_to_dict, reply_to_dict
 from heron.store import Store, Turn
+from heron.trace import records
 from heron.trace.prices import PriceTable, conversation_cost, format_cost, turn_cost
 from heron.trace.read import (
     CallTrace,
@@ -193,7 +194,7 @@ def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
 
 def render_usage(store: Store, prices: PriceTable, since: float | None = None) -> Iterator[str]:
     """Tokens, cache hit rate and cost, by day and by model."""
-    rows = store.query("SELECT * FROM turns WHERE started >= ? ORDER BY started", (since or 0.0,))
+    rows = records.turn_rows_since(store, since or 0.0)
     turns = [turn_from_row(r) for r in rows]
     if not turns:
         yield "No turns recorded yet."

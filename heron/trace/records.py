@@ -1,0 +1,269 @@
+"""The trace's SQL: every statement on the trace tables (trace_blobs, trace_nodes, trace_runs,
+trace_events) and on the turn's model_calls and tool_calls rows, in one place.
+
+Only heron/trace/ imports this module. The functions are plain statements on a sqlite3
+connection (inside the caller's transaction) or a Store; what they mean (content addressing,
+chains, damage) is decided in blobs.py, recorder.py and read.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from heron.store import Store
+
+# ---- blobs and nodes (blobs.py) ---------------------------------------------------------------
+
+
+def blob_id_by_digest(conn: sqlite3.Connection, digest: str) -> int | None:
+    row = conn.execute("SELECT id FROM trace_blobs WHERE sha256 = ?", (digest,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def insert_blob(conn: sqlite3.Connection, digest: str, kind: str, body: str) -> int:
+    cur = conn.execute(
+        "INSERT INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)", (digest, kind, body)
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def blob_row(conn: sqlite3.Connection, blob_id: int) -> tuple[str, str] | None:
+    """The (kind, body) of a blob, None when it is missing."""
+    row = conn.execute("SELECT kind, body FROM trace_blobs WHERE id = ?", (blob_id,)).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+def node_id(conn: sqlite3.Connection, parent: int, blob_id: int) -> int | None:
+    row = conn.execute(
+        "SELECT id FROM trace_nodes WHERE parent_id = ? AND blob_id = ?", (parent, blob_id)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def insert_node(conn: sqlite3.Connection, parent: int, blob_id: int) -> int:
+    cur = conn.execute(
+        "INSERT INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+# The path from the start to a node, oldest first. A parent is always older than its child
+# (lower id): the walk takes no other step, so a damaged chain ends short rather than looping.
+_PATH = """WITH RECURSIVE path(id, parent_id, blob_id, depth) AS (
+             SELECT id, parent_id, blob_id, 0 FROM trace_nodes WHERE id = ?
+             UNION ALL
+             SELECT n.id, n.parent_id, n.blob_id, path.depth + 1
+             FROM trace_nodes n JOIN path ON n.id = path.parent_id AND n.id < path.id)
+           SELECT {columns} FROM path JOIN trace_blobs b ON b.id = path.blob_id
+           ORDER BY path.depth DESC"""
+
+
+def path_digests(conn: sqlite3.Connection, node: int) -> list[tuple[str, int]]:
+    """(blob sha256, node id) along the path to `node`, in one query."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    rows = cursor.execute(_PATH.format(columns="b.sha256, path.id"), (node,)).fetchall()
+    return [(str(digest), int(n)) for digest, n in rows]
+
+
+def path_blobs(conn: sqlite3.Connection, node: int) -> list[tuple[str, str]]:
+    """(blob kind, blob body) along the path to `node`."""
+    rows = conn.execute(_PATH.format(columns="b.kind, b.body"), (node,)).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def data_version(conn: sqlite3.Connection) -> int:
+    """Changes when another connection commits (SQLite's `PRAGMA data_version`)."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def gc_epoch(conn: sqlite3.Connection) -> int:
+    """How many times this connection collected garbage (its temp schema's user_version, which
+    no other connection sees and a rollback restores)."""
+    return int(conn.execute("PRAGMA temp.user_version").fetchone()[0])
+
+
+def delete_unreached(conn: sqlite3.Connection, sections_kind: str) -> int:
+    """Delete nodes and blobs no recorded request or run start reaches; returns how many rows
+    went. A live blob of `sections_kind` keeps its sections alive."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS _live_nodes (id INTEGER PRIMARY KEY)")
+    conn.execute("DELETE FROM _live_nodes")
+    conn.execute(
+        """INSERT OR IGNORE INTO _live_nodes
+           WITH RECURSIVE seed(id) AS (
+             SELECT json_extract(request_ref, '$.messages[0]') FROM model_calls
+             WHERE request_ref IS NOT NULL AND json_extract(request_ref, '$.messages') IS NOT NULL
+             UNION SELECT json_extract(start, '$.messages[0]') FROM trace_runs
+             WHERE json_extract(start, '$.messages') IS NOT NULL),
+           up(id) AS (
+             SELECT id FROM seed
+             UNION SELECT n.parent_id FROM trace_nodes n JOIN up ON n.id = up.id)
+           SELECT id FROM up WHERE id > 0"""
+    )
+    gone = conn.execute("DELETE FROM trace_nodes WHERE id NOT IN (SELECT id FROM _live_nodes)")
+    refs = """SELECT blob_id FROM trace_nodes
+              UNION SELECT json_extract(request_ref, '$.system') FROM model_calls
+              UNION SELECT json_extract(request_ref, '$.tools') FROM model_calls
+              UNION SELECT json_extract(request_ref, '$.raw') FROM model_calls
+              UNION SELECT json_extract(start, '$.tools') FROM trace_runs
+              UNION SELECT json_extract(start, '$.system') FROM trace_runs
+              UNION SELECT json_extract(start, '$.prompt_inputs') FROM trace_runs"""
+    blobs = conn.execute(
+        f"""WITH live(blob_id) AS ({refs})
+            DELETE FROM trace_blobs WHERE id NOT IN (
+              SELECT blob_id FROM live WHERE blob_id NOT NULL
+              UNION SELECT j.value FROM trace_blobs s, json_each(s.body) j
+              WHERE s.kind = ? AND s.id IN (SELECT blob_id FROM live))""",
+        (sections_kind,),
+    )
+    # Deleted ids are taken again by the next inserts: this connection's TraceCache drops what
+    # it knew (another connection's sees data_version change).
+    conn.execute(f"PRAGMA temp.user_version = {gc_epoch(conn) + 1}")
+    return gone.rowcount + blobs.rowcount
+
+
+# ---- writing a run (recorder.py) --------------------------------------------------------------
+
+
+def turn_start_ids(conn: sqlite3.Connection, turn_id: int) -> tuple[int, int | None] | None:
+    """(conversation id, user message id) of a turn, None when there is no such turn."""
+    row = conn.execute(
+        "SELECT conversation_id, user_message_id FROM turns WHERE id = ?", (turn_id,)
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def insert_run_start(conn: sqlite3.Connection, turn_id: int, start: str, fingerprints: str) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
+        (turn_id, start, fingerprints),
+    )
+
+
+def last_request_ref(conn: sqlite3.Connection, conversation_id: int) -> str | None:
+    """The request_ref of the conversation's last model call stored by reference."""
+    row = conn.execute(
+        "SELECT m.request_ref FROM model_calls m JOIN turns t ON t.id = m.turn_id"
+        " WHERE t.conversation_id = ? AND m.request_ref IS NOT NULL"
+        " ORDER BY m.id DESC LIMIT 1",
+        (conversation_id,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def previous_run_start(conn: sqlite3.Connection, conversation_id: int, turn_id: int) -> str | None:
+    """The recorded start of the conversation's last run before `turn_id`."""
+    row = conn.execute(
+        "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
+        " WHERE t.conversation_id = ? AND t.id < ? ORDER BY t.id DESC LIMIT 1",
+        (conversation_id, turn_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def insert_event(
+    conn: sqlite3.Connection, turn_id: int, after: int, kind: str, body: str | None, at: float
+) -> None:
+    conn.execute(
+        "INSERT INTO trace_events (turn_id, after_call, kind, body, at) VALUES (?, ?, ?, ?, ?)",
+        (turn_id, after, kind, body, at),
+    )
+
+
+def insert_model_call(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
+    """`row`: turn_id, seq, purpose, request_ref, reply, error, the four token counts, started,
+    ended."""
+    conn.execute(
+        "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
+        " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
+        " started, ended) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        tuple(row),
+    )
+
+
+def insert_tool_call(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
+    """`row`: turn_id, call_id, name, args, result, result_sha256, is_error, effects, started,
+    ended, after_call."""
+    conn.execute(
+        "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
+        " is_error, effects, started, ended, after_call)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        tuple(row),
+    )
+
+
+# ---- reading runs back (read.py, render.py) ---------------------------------------------------
+
+
+def run_ids_like(store: Store, prefix: str) -> list[str]:
+    rows = store.query("SELECT run_id FROM turns WHERE run_id LIKE ?", (f"{prefix}%",))
+    return [r[0] for r in rows]
+
+
+def model_call_rows(store: Store, turn_id: int) -> list[Any]:
+    return store.query("SELECT * FROM model_calls WHERE turn_id = ? ORDER BY seq, id", (turn_id,))
+
+
+def tool_call_rows(store: Store, turn_id: int) -> list[Any]:
+    return store.query("SELECT * FROM tool_calls WHERE turn_id = ? ORDER BY id", (turn_id,))
+
+
+def event_rows(store: Store, turn_id: int) -> list[Any]:
+    return store.query("SELECT * FROM trace_events WHERE turn_id = ? ORDER BY id", (turn_id,))
+
+
+def run_start_row(store: Store, turn_id: int) -> Any | None:
+    """The trace_runs row (start, fingerprints) of a turn."""
+    rows = store.query("SELECT start, fingerprints FROM trace_runs WHERE turn_id = ?", (turn_id,))
+    return rows[0] if rows else None
+
+
+def turn_message_rows(store: Store, turn_id: int) -> list[Any]:
+    return store.query(
+        "SELECT id, role, parts FROM messages WHERE turn_id = ? ORDER BY id", (turn_id,)
+    )
+
+
+def turn_rows(store: Store, conversation_key: str | None, limit: int) -> list[Any]:
+    """Turns with their conversation key (`ckey`), newest first; one conversation's when
+    `conversation_key` is given."""
+    sql = "SELECT t.*, c.key AS ckey FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+    params: list[Any] = []
+    if conversation_key is not None:
+        sql += " WHERE c.key = ?"
+        params.append(conversation_key)
+    sql += " ORDER BY t.started DESC, t.id DESC LIMIT ?"
+    params.append(limit)
+    return store.query(sql, params)
+
+
+def turn_rows_since(store: Store, since: float) -> list[Any]:
+    return store.query("SELECT * FROM turns WHERE started >= ? ORDER BY started", (since,))
+
+
+# A request is stored by reference (blobs.py): its system and tools blobs, and its
+# message list as the last node of a chain whose nodes each name one message blob. A request
+# carried `?1` when one of its blobs holds it, or when its chain passes through a node whose
+# blob does (every node below such a node, in the tree of chains). Rows written before requests
+# were stored by reference keep the whole payload in `request`.
+_CARRYING = """
+WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE instr(body, ?1) > 0),
+below(id) AS (
+  SELECT id FROM trace_nodes WHERE blob_id IN hit
+  UNION SELECT n.id FROM trace_nodes n JOIN below ON n.parent_id = below.id)
+SELECT c.key, mc.started, t.run_id, mc.seq, mc.purpose FROM model_calls mc
+JOIN turns t ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id
+WHERE (mc.request_ref IS NULL AND instr(mc.request, ?1) > 0)
+   OR json_extract(mc.request_ref, '$.system') IN hit
+   OR json_extract(mc.request_ref, '$.tools') IN hit
+   OR json_extract(mc.request_ref, '$.raw') IN hit
+   OR json_extract(mc.request_ref, '$.messages[0]') IN below
+ORDER BY mc.id DESC LIMIT ?2"""
+
+
+def requests_carrying_rows(store: Store, needle: str, limit: int) -> list[Any]:
+    return store.query(_CARRYING, (needle, limit))
