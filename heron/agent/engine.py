@@ -165,7 +165,7 @@ class Engine:
         )
 
     async def memory_before_fold(
-        self, deps: object, conversation_id: int, row_ids: list[int], reason: str
+        self, deps: memory_wiring.FoldDeps, conversation_id: int, row_ids: list[int], reason: str
     ) -> None:
         """Compaction calls this before folding rows: the extraction pass (queue only)."""
         await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason)

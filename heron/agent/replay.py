@@ -138,6 +138,7 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
     turn = run.turn
     conversation = await copy.call(copy.conversation_by_id, turn.conversation_id)
     anchor = start.get("user_message_id") or turn.user_message_id
+    assert anchor is not None, "a recorded turn starts from its user message"
     prepared = await prepare_turn(
         engine, conversation, start["agent"], turn.id, anchor, window=start["context"]["window"]
     )

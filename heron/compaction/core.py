@@ -189,7 +189,8 @@ def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
     def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
         base = getattr(engine, "prompt_inputs", None)
         if callable(base):
-            return base(name, conversation_id)
+            made: PromptInputs = base(name, conversation_id)
+            return made
         workspace = engine.settings.paths.workspace
         cache = getattr(engine, "bootstrap_cache", None)
         files = cache.read(workspace) if cache is not None else {}
