@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from heron.agent.commands import CommandHandler
     from heron.agent.record import CallSink
     from heron.agent.runner import RunLimits
+    from heron.compaction.core import CompactionSetup
     from heron.config import Settings
     from heron.context.prompt import PromptMemo
     from heron.memory.recall import Recall
@@ -54,6 +55,8 @@ class TurnDeps(Protocol):
     runtime_notes: Callable[[str], str | None] | None
     jobs_changed: Callable[[], None] | None
     more_commands: dict[str, CommandHandler]
+
+    def compaction_setup(self) -> CompactionSetup: ...
 
     async def compact_now(
         self,
