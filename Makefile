@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.heron-installed
 
-.PHONY: chat test test-fast lint format bench clean bubblewrap chromium
+.PHONY: chat test test-fast typecheck lint format bench clean bubblewrap chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,9 +55,15 @@ chromium:
 chat: $(STAMP) bubblewrap
 	$(BIN)/heron chat
 
+# mypy over heron/: default mode for the package, --strict for the typed core (pyproject.toml
+# [tool.mypy]; docs/architecture.md, "Types").
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 test: $(STAMP) bubblewrap chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
@@ -65,6 +71,7 @@ test: $(STAMP) bubblewrap chromium
 # all, in one process.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model and not heavy" -n 2
 
 lint: $(STAMP)

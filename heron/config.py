@@ -84,7 +84,9 @@ def home_from_env(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HERON_HOME") or Path.home() / ".heron").expanduser()
 
 
-def between(low: float | None = None, high: float | None = None, *, open_low: bool = False):
+def between(
+    low: float | None = None, high: float | None = None, *, open_low: bool = False
+) -> dict[str, tuple[float | None, float | None, bool]]:
     """A config field's range, as dataclass field metadata: `field(default=.., metadata=
     between(0, 1, open_low=True))`. A number field without one must be above zero."""
     return {"range": (low, high, open_low)}
@@ -207,8 +209,8 @@ def load_config(path: Path) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        line = re.search(r"line (\d+)", str(e))
-        where = f"{path}:{line.group(1)}" if line else str(path)
+        at = re.search(r"line (\d+)", str(e))
+        where = f"{path}:{at.group(1)}" if at else str(path)
         raise ConfigError(
             f"{where}: malformed TOML: {e}", hint="Fix that line, or move the file aside."
         ) from e
@@ -303,7 +305,7 @@ def parse_section(
 
 
 def _checked(
-    value: Any, default: Any, spec: dataclasses.Field, where: str, key: str | None = None
+    value: Any, default: Any, spec: dataclasses.Field[Any], where: str, key: str | None = None
 ) -> Any:
     key = key or spec.name
     if default is None:

@@ -71,11 +71,12 @@ def _fast_run(args: list[str]) -> int | None:
 
     from heron.channels.script import run_remote
 
-    agent, key = str(parsed["agent"]), parsed["conversation"]
+    agent, given = str(parsed["agent"]), parsed["conversation"]
+    key = str(given) if given else None
     try:
-        ok = asyncio.run(run_remote(path, text, agent, key and str(key), sys.stdout, sys.stderr))
+        ok = asyncio.run(run_remote(path, text, agent, key, sys.stdout, sys.stderr))
     except (ConnectionRefusedError, FileNotFoundError):
-        return _in_process(text, agent, key and str(key))  # the socket of a serve that is gone
+        return _in_process(text, agent, key)  # the socket of a serve that is gone
     return 0 if ok else 1
 
 

@@ -10,18 +10,12 @@
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import heron
+from heron.testing.sql_scan import sql_literals
 
 ROOT = Path(heron.__file__).parent
-SQL = re.compile(
-    r"\b(SELECT\s.+?\sFROM\b|SELECT\s+(COUNT|MAX|MIN|SUM|EXISTS|1)\b|INSERT\s+(OR\s+\w+\s+)?INTO\b"
-    r"|UPDATE\s+\w+\s+SET\b|DELETE\s+FROM\b|CREATE\s+(TABLE|INDEX|VIRTUAL|TRIGGER|VIEW|UNIQUE)\b"
-    r"|DROP\s+(TABLE|INDEX)\b|PRAGMA\s+\w+|WITH\s+RECURSIVE\b|REPLACE\s+INTO\b)",
-    re.S,
-)
 # Statements left outside store/ (and records modules) before the rule; to move, not to add to.
 KNOWN = {
     "memory/extract.py": 2,
@@ -33,25 +27,6 @@ KNOWN = {
     "memory/wiring.py": 3,
 }
 NEVER = ("agent/", "channels/")
-
-
-def sql_literals(source: str) -> list[int]:
-    """Line numbers of the string literals (f-strings too) that hold an SQL statement."""
-    found = []
-    tree = ast.parse(source)
-    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-    for node in ast.walk(tree):
-        if id(node) in parts:  # a piece of an f-string, read with the whole
-            continue
-        if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value for v in node.values if isinstance(v, ast.Constant))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        else:
-            continue
-        if SQL.search(text):
-            found.append(node.lineno)
-    return found
 
 
 def _exempt(rel: str) -> bool:

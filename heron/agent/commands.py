@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from heron.messages import Message, Text
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 
 if TYPE_CHECKING:
+    from heron.compaction.core import CompactionSetup
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
     from heron.providers.profiles import ModelChoice
@@ -84,6 +85,8 @@ class CommandEngine(Protocol):
     ) -> str: ...
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+    def compaction_setup(self) -> CompactionSetup: ...
 
 
 @dataclass
@@ -206,7 +209,7 @@ def _proactive(ctx: CommandContext) -> list[str]:
     return status_lines(ctx.store, ctx.key)
 
 
-def _budget(engine: Any) -> list[str]:
+def _budget(engine: CommandEngine) -> list[str]:
     """The budgets of the window: `heron conversations show KEY --budget` says
     what each part takes now."""
     from heron.compaction.core import deps_for

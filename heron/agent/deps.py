@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from heron.agent.commands import CommandHandler
     from heron.agent.record import CallSink
     from heron.agent.runner import RunLimits
+    from heron.compaction.core import CompactionSetup
     from heron.config import Settings
-    from heron.context.prompt import PromptMemo
+    from heron.context.prompt import BootstrapCache, PromptMemo
     from heron.memory.recall import Recall
     from heron.memory.service import MemoryService
     from heron.memory.wiring import RecallReader
@@ -42,6 +43,8 @@ class TurnDeps(Protocol):
     retry: RetryPolicy  # each request's stall timeout and deadline
     redactor: Redactor
     prompt_memo: PromptMemo  # system prompts built, by their inputs
+    bootstrap_cache: BootstrapCache  # the workspace files, re-read when changed
+    trace_memo: dict[str, Any]  # what traces take from the fixed settings (agent/tracing.py)
     memory: MemoryService | None  # None when ephemeral
     memory_baseline: dict[str, str]  # what memory held when the process opened (/learn)
     recall: Recall | None
@@ -54,6 +57,8 @@ class TurnDeps(Protocol):
     runtime_notes: Callable[[str], str | None] | None
     jobs_changed: Callable[[], None] | None
     more_commands: dict[str, CommandHandler]
+
+    def compaction_setup(self) -> CompactionSetup: ...
 
     async def compact_now(
         self,

@@ -21,6 +21,7 @@ from heron.agent.record import CallSink
 from heron.agent.runner import RunLimits
 from heron.agent.turn import TurnHooks, TurnResult, run_turn
 from heron.compaction import memory_tokens
+from heron.compaction.core import CompactionSetup
 from heron.config import Settings
 from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
 from heron.memory import wiring as memory_wiring
@@ -146,6 +147,26 @@ class Engine:
             self.memory.section_tokens = memory_tokens(self)
         self.recall = memory_wiring.lazy_recall(self.store)
 
+    def compaction_setup(self) -> CompactionSetup:
+        """What compaction reads of this engine, built per call (cheap: references only), so a
+        provider swapped in later (tests, the fenced wrapper) is the one it uses."""
+        s = self.settings
+        return CompactionSetup(
+            self.store,
+            self.provider,
+            self.choice.model,
+            self.choice.profile,
+            s.config.agent,
+            s.config.context,
+            s.paths.workspace,
+            self.registry.specs,
+            self.prompt_inputs,
+            forced_window=str(s.env.get("HERON_CONTEXT_WINDOW") or ""),
+            before_fold=self.memory_before_fold,
+            after_fold=self.memory_after_fold,
+            prompts=self.prompt_memo,
+        )
+
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         """The system prompt's inputs for a conversation: with its frozen Memory section and
         Recent history (heron/memory/wiring.py), so compaction rebuilds the same prompt."""
@@ -165,7 +186,7 @@ class Engine:
         )
 
     async def memory_before_fold(
-        self, deps: object, conversation_id: int, row_ids: list[int], reason: str
+        self, deps: memory_wiring.FoldDeps, conversation_id: int, row_ids: list[int], reason: str
     ) -> None:
         """Compaction calls this before folding rows: the extraction pass (queue only)."""
         await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason)

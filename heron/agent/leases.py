@@ -94,6 +94,7 @@ async def _beating(
     a task asleep in a loop: most turns end before the first beat (docs/performance.md)."""
     loop = asyncio.get_running_loop()
     running: asyncio.Task[None] | None = None
+    timer: asyncio.TimerHandle | None = None
 
     def fire() -> None:
         nonlocal running

@@ -40,7 +40,7 @@ from heron.bus import (
     TurnOptions,
 )
 from heron.errors import HeronError, ProviderError
-from heron.messages import Message, ToolCall
+from heron.messages import Message, ToolCall, ToolResult
 from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.approval import Approver
@@ -322,11 +322,14 @@ class AgentLoop:
         text: str = "",
         *,
         s: float = 0.0,
-        **payload: object,
+        call: ToolCall | None = None,
+        result: ToolResult | None = None,
+        end: TurnEnd | None = None,
     ) -> None:
         if message.events:
-            event = TurnEvent(message.channel, message.chat_id, key, kind, text, seconds=s)
-            self.bus.emit(dataclasses.replace(event, **payload) if payload else event)
+            chat = message.chat_id
+            event = TurnEvent(message.channel, chat, key, kind, text, call, result, s, end)
+            self.bus.emit(event)
 
     def _finished(
         self,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from heron.agent.replay_serve import (
@@ -29,6 +28,7 @@ from heron.agent.replay_serve import (
 from heron.agent.runner import RunHooks, RunLimits, Runner
 from heron.compaction import prepare_turn
 from heron.compaction import records as rec
+from heron.compaction.core import CompactionSetup
 from heron.config import AgentDefaults, Config
 from heron.context.prompt import PromptInputs
 from heron.context.tokens import Calibration
@@ -108,11 +108,23 @@ class _ReplayEngine:
             result_budget=context.get("result_cap", AgentDefaults.result_budget),
             consolidation_ratio=context.get("ratio", AgentDefaults.consolidation_ratio),
         )
-        self.settings = SimpleNamespace(
-            config=Config(agent=agent), env={}, paths=SimpleNamespace(workspace=workspace)
-        )
+        self.agent_defaults, self.workspace = agent, workspace
         factor, samples = context.get("calibration", (1.0, 0))
         rec.save_calibration(store, start["model"], Calibration(factor, samples), 0)
+
+    def compaction_setup(self) -> CompactionSetup:
+        return CompactionSetup(
+            self.store,
+            self.provider,
+            self.choice.model,
+            self.choice.profile,
+            self.agent_defaults,
+            Config().context,
+            self.workspace,
+            self.registry.specs,
+            self.prompt_inputs,
+            before_fold=self.memory_before_fold,
+        )
 
     async def memory_before_fold(
         self, deps: object, conversation_id: int, row_ids: list[int], reason: str
@@ -124,7 +136,7 @@ class _ReplayEngine:
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         if self.inputs is not None:
             return self.inputs
-        return PromptInputs(agent, self.settings.paths.workspace, self.registry.specs())
+        return PromptInputs(agent, self.workspace, self.registry.specs())
 
 
 async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message], RunHooks]:
@@ -138,6 +150,7 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
     turn = run.turn
     conversation = await copy.call(copy.conversation_by_id, turn.conversation_id)
     anchor = start.get("user_message_id") or turn.user_message_id
+    assert anchor is not None, "a recorded turn starts from its user message"
     prepared = await prepare_turn(
         engine, conversation, start["agent"], turn.id, anchor, window=start["context"]["window"]
     )

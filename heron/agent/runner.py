@@ -19,7 +19,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
@@ -78,7 +78,7 @@ class RunLimits:
 class ToolCallRecord:
     call: ToolCall
     result: ToolResult
-    effects: list[dict]
+    effects: list[dict[str, Any]]
     started: float
     ended: float
 

@@ -9,28 +9,30 @@ records what it is given.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from heron.context.prompt import PromptInputs, build_system_prompt, read_bootstrap
+from heron.context.prompt import PromptInputs, build_system_prompt
+from heron.providers.fenced import FencedTools
 from heron.providers.wire import EncodedDict
 from heron.trace.recorder import RunStart, TraceRecorder, fingerprints, inputs_json, plain
 from heron.trace.scrub import scrubber_for
 
+if TYPE_CHECKING:
+    from heron.agent.deps import TurnDeps
 
-def prompt_inputs_for(engine: Any, built: Any, agent: str) -> Any | None:
+
+def prompt_inputs_for(engine: TurnDeps, built: Any, agent: str) -> Any | None:
     """The PromptInputs that produced `built.system`: BUILD's own if it hands them over, else
     what Engine.system_prompt builds, with the workspace files frozen. None when they do not
     rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
-    memo = getattr(engine, "prompt_memo", None)
-    made = memo.built(built.system) if memo is not None else None
+    made = engine.prompt_memo.built(built.system)
     if made is not None:  # the engine built this very prompt from these inputs
         return made.inputs
     inputs = getattr(built, "prompt_inputs", None)
     if inputs is None:
         workspace = engine.settings.paths.workspace
         specs = engine.registry.specs()
-        cache = getattr(engine, "bootstrap_cache", None)  # the engine's, re-read on change
-        files = cache.read(workspace) if cache is not None else read_bootstrap(workspace)
+        files = engine.bootstrap_cache.read(workspace)  # the engine's, re-read on change
         inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
         state = getattr(getattr(built, "governor", None), "state", None)
         if state is not None and state.consolidation is not None:  # the archived summary
@@ -55,15 +57,14 @@ def _context(built: Any) -> dict[str, Any]:
     }
 
 
-def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
+def trace_for(engine: TurnDeps, built: Any, agent: str = "default") -> TraceRecorder:
     """The recorder of one engine turn: what BUILD produced, the wire, and every credential in
     reach (to scrub)."""
     provider = engine.provider
     agent = getattr(built, "agent", agent)
 
     def inputs() -> Any:
-        memo = getattr(engine, "prompt_memo", None)
-        made = memo.built(built.system) if memo is not None else None
+        made = engine.prompt_memo.built(built.system)
         if made is not None:  # encoded once per prompt, not once per turn
             if "trace" not in made.derived:
                 data = plain(made.inputs)
@@ -82,7 +83,7 @@ def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
         profile=fixed["profile"],
         limits=fixed["limits"],
         start_messages=len(built.messages),
-        fenced=hasattr(provider, "inner"),
+        fenced=isinstance(provider, FencedTools),
         context=_context(built),
     )
     scrubber = fixed["scrubber"]
@@ -90,10 +91,10 @@ def trace_for(engine: Any, built: Any, agent: str = "default") -> TraceRecorder:
     return TraceRecorder(engine.store, built.turn_id, start, scrubber, messages, inputs)
 
 
-def _engine_fixed(engine: Any) -> dict[str, Any]:
+def _engine_fixed(engine: TurnDeps) -> dict[str, Any]:
     """What every run's trace takes from the engine's settings, which do not change while it
     runs: worked out on its first turn (the key scan of the environment included)."""
-    memo: dict[str, Any] = getattr(engine, "trace_memo", {})
+    memo = engine.trace_memo
     if not memo:
         settings, provider = engine.settings, engine.provider
         memo["profile"] = EncodedDict.of(plain(engine.choice.profile))

@@ -434,12 +434,12 @@ def notes_before(
 async def recall_check(engine: TurnDeps, text: str) -> bool | None:
     """Auto-recall's search on its own connection and thread while other turns run (it is
     mostly SQLite time, which then overlaps the loop's work); None: search inline."""
-    from heron.memory.recall import AUTO_RECALL_MIN_SCORE
+    from heron.memory.recall import AUTO_RECALL_MIN_SCORE, wants_recall
 
     reader = engine.recall_reader
     if reader is None or engine.recall is None or engine.turns_running < 2:
         return None
-    if not memory_wiring.wants_recall(text):
+    if not wants_recall(text):
         return False
     return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -57,7 +57,7 @@ def _local(instant: float | None, zone: str) -> str:
     return f"{dt.datetime.fromtimestamp(instant, zone_of(zone)):%Y-%m-%d %H:%M}"
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]

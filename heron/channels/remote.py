@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
-from heron.bus import Deliver, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import Deliver, Outbound, OutboundMessage, OutKind, TurnEnd, TurnEvent
 from heron.messages import ToolCall, ToolResult, Usage
 
 SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
@@ -99,6 +99,7 @@ class RemoteAgent:
 
     async def conversations(self, limit: int = 20) -> list[tuple[str, str | None]]:
         """(key, title) of the conversations /resume offers, newest first."""
+        answer: asyncio.Future[list[tuple[str, str | None]]]
         answer = asyncio.get_running_loop().create_future()
         self._lists.append(answer)
         self._write({"type": "conversations", "limit": limit})
@@ -218,7 +219,9 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     kind = event.get("type")
     chat = str(event.get("chat_id") or "")
     if kind == "message":
-        return OutboundMessage(channel, chat, key, event.get("text", ""), event.get("kind"))
+        said = event.get("kind")
+        said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
+        return OutboundMessage(channel, chat, key, event.get("text", ""), said_kind)
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")

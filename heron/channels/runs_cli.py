@@ -7,11 +7,15 @@ never listed among the conversations.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from heron.errors import HeronError, StoreError
+
+if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
+    from heron.store import Store
+    from heron.store.runs import Run
 
 runs_app = typer.Typer(
     help="Subagents and questions waiting for your answer: list, show, cancel.",
@@ -20,14 +24,14 @@ runs_app = typer.Typer(
 RunArg = Annotated[str, typer.Argument(help="A run id (a unique prefix is enough).")]
 
 
-def _store():  # -> Store
+def _store() -> Store:
     from heron.channels.common import settings
     from heron.channels.info import open_store
 
     return open_store(settings())
 
 
-def _find(store, prefix: str):  # -> Run
+def _find(store: Store, prefix: str) -> Run:
     from heron.store import runs
 
     found = [r for r in runs.listing(store, limit=10_000) if r.id.startswith(prefix)]
@@ -47,7 +51,7 @@ def _fail(error: HeronError) -> None:
     fail(error)
 
 
-def _what(run) -> str:  # the task, or the question
+def _what(run: Run) -> str:  # the task, or the question
     line = " ".join(run.task.split())
     return line if len(line) <= 60 else line[:59] + "…"
 

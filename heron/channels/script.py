@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, TextIO
 from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from heron.config import Settings
     from heron.providers.base import Provider
 
@@ -118,7 +120,7 @@ async def run_message(
 
 
 async def run_remote(
-    path, text: str, agent: str, key: str | None, out: TextIO, err: TextIO
+    path: Path, text: str, agent: str, key: str | None, out: TextIO, err: TextIO
 ) -> bool:
     from heron.channels.remote import ServeGone, connect_remote
 

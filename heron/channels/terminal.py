@@ -19,6 +19,8 @@ import signal
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -36,6 +38,11 @@ from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import ToolCall, ToolResult
 from heron.tools.approval import DECLINED, start_notice
+
+if TYPE_CHECKING:  # prompt_toolkit is imported when a chat starts
+    from prompt_toolkit import PromptSession
+
+    from heron.memory.service import MemoryService
 
 CHANNEL = "terminal"
 PERSONAL = "personal"  # the one conversation the browser and a plain `heron chat` share
@@ -255,7 +262,7 @@ async def run_chat(
             review_on_close(settings, model, engine.choice, state.keys, say=console.out)
 
 
-async def _chat_remote(path, settings: Settings, console: Console, state: ChatState) -> None:
+async def _chat_remote(path: Path, settings: Settings, console: Console, state: ChatState) -> None:
     """`heron chat` as a client of the running serve: the same prompt and rendering; the
     serve runs the turns (and shows its own notices), so this process opens no engine."""
     from prompt_toolkit import PromptSession
@@ -283,7 +290,7 @@ async def _chat(
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
-    session,
+    session: PromptSession[str],
     held: AsyncExitStack,
 ) -> None:
     """Read messages until Ctrl-D; the open conversation is marked present (an open chat)
@@ -338,7 +345,7 @@ async def _command(
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
-    session,
+    session: PromptSession[str],
 ) -> bool:
     """Chat commands of this terminal; False means the text goes on to the AgentLoop, which
     answers the engine's commands and passes anything else to the model."""
@@ -352,14 +359,14 @@ async def _command(
         console.print("Through heron serve, review memory with: heron memory review")
     elif name == "/show":
         _show(arg, state, console)
-    elif name == "/memory" and arg.strip() == "review":
+    elif name == "/memory" and arg.strip() == "review" and engine is not None:
         await _review(engine, console)
     elif name in ("/learn", "/reflect"):
         await conn.send(text, state.key, state.agent)
         await _settle(conn, state)
         memory = engine.memory if engine is not None else None
-        if memory is not None and await asyncio.to_thread(memory.count_waiting):
-            await _review(engine, console)  # type: ignore[arg-type]
+        if engine is not None and memory is not None and await _waiting(memory):
+            await _review(engine, console)
     else:
         return False
     return True
@@ -400,12 +407,17 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
     console.print(pill.result.content, markup=False, highlight=False)
 
 
+async def _waiting(memory: MemoryService) -> bool:
+    """Whether memory suggestions wait for review (counted off the loop)."""
+    return await asyncio.to_thread(memory.count_waiting) > 0
+
+
 async def _resume(
     engine: Engine | None,
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     console: Console,
-    session,
+    session: PromptSession[str],
 ) -> None:
     if engine is not None:
         found = await engine.store.call(engine.store.conversations, 20)

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from heron.errors import HeronError
+
+if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
+    from heron.config import Settings
+    from heron.store import Store
+    from heron.trace.prices import PriceTable
 
 trace_app = typer.Typer(
     help="Recorded runs: list, show, export and replay them.", no_args_is_help=True
@@ -29,7 +34,7 @@ def _fail(error: HeronError) -> None:
     fail(error)
 
 
-def _open():  # -> tuple[Settings, Store, PriceTable]
+def _open() -> tuple[Settings, Store, PriceTable]:
     from heron.channels.common import settings
     from heron.store import Store
     from heron.trace.prices import PriceTable

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from heron.compaction.consolidate import CompactionReport
+    from heron.compaction.core import CompactionHost
     from heron.compaction.prepare import Prepared
 
 
 async def prepare_turn(
-    engine: Any,
+    engine: CompactionHost,
     conversation: Any,
     agent: str,
     turn_id: int,
@@ -39,15 +40,16 @@ async def prepare_turn(
     )
 
 
-def memory_tokens(engine: Any) -> int:
+def memory_tokens(engine: CompactionHost) -> int:
     """The memory section's budget in the prompt: [context] memory of the window."""
     from heron.compaction.core import window_for
 
-    return int(window_for(engine) * engine.settings.config.context.memory)
+    setup = engine.compaction_setup()
+    return int(window_for(setup) * setup.context.memory)
 
 
 async def compact_conversation(
-    engine: Any,
+    engine: CompactionHost,
     conversation: Any,
     *,
     reason: str = "manual",
@@ -64,7 +66,7 @@ async def compact_conversation(
 
 
 async def compact_now(
-    engine: Any,
+    engine: CompactionHost,
     conversation: Any,
     *,
     reason: str = "manual",
@@ -78,13 +80,13 @@ async def compact_now(
     return report.describe()
 
 
-async def compact_idle(engine: Any, now: float | None = None) -> list[CompactionReport]:
+async def compact_idle(engine: CompactionHost, now: float | None = None) -> list[CompactionReport]:
     from heron.compaction.idle import compact_idle as run
 
     return await run(engine, now)
 
 
-async def idle_loop(engine: Any, poll_s: float = 60.0) -> None:
+async def idle_loop(engine: CompactionHost, poll_s: float = 60.0) -> None:
     from heron.compaction.idle import idle_loop as run
 
     await run(engine, poll_s)

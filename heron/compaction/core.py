@@ -1,8 +1,9 @@
 """What compaction needs from the engine and the budgets it works to (the view of a branch it
 folds is heron/context/history.py).
 
-`ContextDeps` is built from an engine (duck-typed: compaction never imports the engine), so the
-functions here run in a turn, from `/compact`, from an overflow, or from the idle sweeper.
+`ContextDeps` is built from a `CompactionSetup` that the engine hands over (compaction never
+imports the engine), so the functions here run in a turn, from `/compact`, from an overflow,
+or from the idle sweeper.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from heron.compaction import records as rec
-from heron.config import ContextShares
+from heron.config import AgentDefaults, ContextShares
 from heron.context.budget import too_large
 from heron.context.prompt import PromptInputs, PromptMemo
 from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions
 from heron.messages import Message, Reply, dumps
 from heron.providers.base import Provider
+from heron.providers.profiles import ModelProfile
 from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest, ToolSpec
 from heron.store import Store
@@ -163,52 +165,69 @@ class ContextDeps:
         return reply
 
 
-def window_for(engine: Any, window: int | None = None) -> int:
+@dataclass
+class CompactionSetup:
+    """What compaction reads of the process it runs in: the engine builds one
+    (`Engine.compaction_setup`), and so does a replay from what a trace recorded."""
+
+    store: Store
+    provider: Provider
+    model: str
+    profile: ModelProfile
+    agent: AgentDefaults  # [agent]: the consolidation ratio, result budget, idle minutes
+    context: ContextShares  # [context]: the window's shares
+    workspace: Path
+    specs: Callable[[], list[ToolSpec]]  # the tool schemas a request carries
+    # (agent, conversation id) -> the inputs before compaction (the memory sections need the id)
+    prompt_inputs: Callable[[str, int | None], PromptInputs]
+    forced_window: str = ""  # HERON_CONTEXT_WINDOW, when set
+    # Memory (heron/memory): the extraction pass before a fold and the thaw after it.
+    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
+    after_fold: Callable[[int], Awaitable[None]] | None = None
+    prompts: PromptMemo | None = None  # the engine's built prompts, remembered
+
+
+class CompactionHost(Protocol):
+    """An engine, as compaction sees it (compaction never imports the engine)."""
+
+    def compaction_setup(self) -> CompactionSetup: ...
+
+
+def window_for(host: CompactionHost | CompactionSetup, window: int | None = None) -> int:
     """The window in tokens: an explicit one, HERON_CONTEXT_WINDOW, then the model profile."""
     if window:
         return window
-    forced = str(engine.settings.env.get("HERON_CONTEXT_WINDOW") or "")
-    if forced.isdigit():
-        return int(forced)
-    return int(engine.choice.profile.context_window)
+    setup = host if isinstance(host, CompactionSetup) else host.compaction_setup()
+    if setup.forced_window.isdigit():
+        return int(setup.forced_window)
+    return int(setup.profile.context_window)
 
 
-def deps_for(engine: Any, window: int | None = None) -> ContextDeps:
-    """The compaction dependencies of an `Engine`."""
-    agent = engine.settings.config.agent
-    profile = engine.choice.profile
+def deps_for(host: CompactionHost, window: int | None = None) -> ContextDeps:
+    """The compaction dependencies of an engine."""
+    setup = host.compaction_setup()
+    agent = setup.agent
     budget = budget_for(
-        window_for(engine, window),
-        profile.max_output,
+        window_for(setup, window),
+        setup.profile.max_output,
         agent.consolidation_ratio,
         agent.result_budget,
-        engine.settings.config.context,
+        setup.context,
     )
-    cal, _ = rec.calibration(engine.store, engine.choice.model)
-
-    def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
-        base = getattr(engine, "prompt_inputs", None)
-        if callable(base):
-            return base(name, conversation_id)
-        workspace = engine.settings.paths.workspace
-        cache = getattr(engine, "bootstrap_cache", None)
-        files = cache.read(workspace) if cache is not None else {}
-        return PromptInputs(name, workspace, engine.registry.specs(), bootstrap=files)
-
+    cal, _ = rec.calibration(setup.store, setup.model)
     deps = ContextDeps(
-        engine.store,
-        engine.provider,
-        engine.choice.model,
+        setup.store,
+        setup.provider,
+        setup.model,
         budget,
-        engine.settings.paths.workspace,
-        engine.registry.specs(),
-        inputs,
+        setup.workspace,
+        setup.specs(),
+        setup.prompt_inputs,
         cal,
         agent.idle_compact_after_minutes,
     )
-    deps.before_fold = getattr(engine, "memory_before_fold", None)
-    deps.after_fold = getattr(engine, "memory_after_fold", None)
-    deps.prompts = getattr(engine, "prompt_memo", None)
+    deps.before_fold, deps.after_fold = setup.before_fold, setup.after_fold
+    deps.prompts = setup.prompts
     return deps
 
 

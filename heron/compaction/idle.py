@@ -8,11 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
-from heron.compaction.core import ContextDeps, deps_for
+from heron.compaction.core import CompactionHost, ContextDeps, deps_for
 from heron.context.history import load_branch
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ def _retry_later(deps: ContextDeps, conversation_id: int, now: float) -> None:
     )
 
 
-async def compact_idle(engine: Any, now: float | None = None) -> list[CompactionReport]:
+async def compact_idle(engine: CompactionHost, now: float | None = None) -> list[CompactionReport]:
     deps = deps_for(engine)
     if deps.idle_minutes <= 0:
         return []
@@ -54,7 +53,7 @@ async def compact_idle(engine: Any, now: float | None = None) -> list[Compaction
     return reports
 
 
-async def idle_loop(engine: Any, poll_s: float = 60.0) -> None:
+async def idle_loop(engine: CompactionHost, poll_s: float = 60.0) -> None:
     """Poll for idle conversations until cancelled."""
     while True:
         try:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
-from heron.compaction.core import Budget, ContextDeps, deps_for, tokens_of
+from heron.compaction.core import Budget, CompactionSetup, ContextDeps, deps_for, tokens_of
 from heron.context.budget import section_name, split_sections
 from heron.context.history import load_branch, system_for, view_of
+from heron.context.prompt import PromptInputs
 from heron.context.tokens import estimate_messages, estimate_text
 from heron.messages import Message
+from heron.providers.base import Provider
 from heron.request import ToolSpec
 from heron.store import Store
 from heron.store import compactions as folds
@@ -43,11 +44,32 @@ def _offline_deps(settings: Any, store: Store, specs: list[ToolSpec]) -> Context
         choice = settings.model()
     except HeronError:
         choice = ModelChoice("scripted", "unknown")
-    registry = SimpleNamespace(specs=lambda: list(specs))
-    engine = SimpleNamespace(
-        settings=settings, store=store, choice=choice, provider=None, registry=registry
+    workspace = settings.paths.workspace
+
+    def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
+        return PromptInputs(name, workspace, list(specs), bootstrap={})
+
+    setup = CompactionSetup(
+        store,
+        cast(Provider, None),  # never called: the view is read, no model call is made
+        choice.model,
+        choice.profile,
+        settings.config.agent,
+        settings.config.context,
+        workspace,
+        lambda: list(specs),
+        inputs,
+        forced_window=str(settings.env.get("HERON_CONTEXT_WINDOW") or ""),
     )
-    return deps_for(engine)
+    return deps_for(_Offline(setup))
+
+
+class _Offline:
+    def __init__(self, setup: CompactionSetup) -> None:
+        self.setup = setup
+
+    def compaction_setup(self) -> CompactionSetup:
+        return self.setup
 
 
 def model_view(

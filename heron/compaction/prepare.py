@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
-from heron.compaction.core import ContextDeps, deps_for, tokens_of
+from heron.compaction.core import CompactionHost, ContextDeps, deps_for, tokens_of
 from heron.compaction.governor import Governor
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_text
@@ -27,7 +27,7 @@ class Prepared:
 
 
 async def prepare_turn(
-    engine: Any,
+    engine: CompactionHost,
     conversation: Any,
     agent: str,
     turn_id: int,
@@ -36,7 +36,7 @@ async def prepare_turn(
     window: int | None = None,
     on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None,
 ) -> Prepared:
-    store = engine.store  # a long branch is read and shaped off the loop
+    store = engine.compaction_setup().store  # a long branch is read and shaped off the loop
     slow = store.is_long(conversation.id)
     measured = await store.call(_measure, engine, conversation.id, agent, window, off_loop=slow)
     deps, state, size, ready = measured
@@ -81,7 +81,7 @@ def _notices(deps: ContextDeps, state: BranchState, user_row_id: int) -> list[st
 
 
 def _measure(
-    engine: Any, conversation_id: int, agent: str, window: int | None
+    engine: CompactionHost, conversation_id: int, agent: str, window: int | None
 ) -> tuple[ContextDeps, BranchState, int, tuple[str, list[Message]]]:
     """In one hop: the branch, its size, and the system prompt and view (derived once)."""
     deps = deps_for(engine, window)

@@ -24,9 +24,16 @@ from heron.store.records import StoredMessage
 class HistoryDeps(Protocol):
     """What the view needs of compaction's dependencies (compaction.core.ContextDeps)."""
 
-    # (agent, conversation id) -> the inputs of the system prompt before compaction
-    prompt_inputs: Callable[[str, int | None], PromptInputs]
-    prompts: PromptMemo | None  # the engine's built prompts, remembered
+    # Read-only members, so a frozen or plain dataclass satisfies the protocol.
+    @property
+    def prompt_inputs(self) -> Callable[[str, int | None], PromptInputs]:
+        """(agent, conversation id) -> the inputs of the system prompt before compaction."""
+        ...
+
+    @property
+    def prompts(self) -> PromptMemo | None:
+        """The engine's built prompts, remembered."""
+        ...
 
     def view_options(self) -> ViewOptions: ...
 

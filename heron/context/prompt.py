@@ -266,7 +266,7 @@ class PromptMemo:
             return fingerprint(text)
         if "fingerprint" not in made.derived:
             made.derived["fingerprint"] = fingerprint(text)
-        return made.derived["fingerprint"]
+        return str(made.derived["fingerprint"])
 
 
 def _memo_key(inputs: PromptInputs) -> tuple[Any, ...]:

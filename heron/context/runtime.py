@@ -35,7 +35,7 @@ def _now(info: RuntimeInfo) -> tuple[dt.datetime, str]:
             zone = None
     now = info.now or dt.datetime.now(dt.UTC)
     local = now.astimezone(zone) if zone else now.astimezone()
-    name = info.timezone if zone else (local.tzname() or "local")
+    name = info.timezone if zone and info.timezone else (local.tzname() or "local")
     return local, name
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from heron.context.tokens import estimate_text
 from heron.errors import ProviderError
@@ -22,8 +22,7 @@ from heron.memory import queue
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
 from heron.memory.guard import find_quote, typed_text
 from heron.memory.service import MemoryService
-from heron.messages import Message, Text
-from heron.providers.base import Provider
+from heron.messages import Message, Reply, Text
 from heron.providers.profiles import profile_for
 from heron.request import ChatRequest
 from heron.store import StoredMessage
@@ -53,6 +52,16 @@ user later contradicted, or that no longer hold; propose rewriting lessons (orig
 are too narrow or overlap. Never reword the user's own facts. Proposing nothing is fine.
 Reply with one JSON object and nothing else:
 {"removals": [{"path": "...", "reason": "..."}], "rewrites": [{"path": "...", "text": "..."}]}"""
+
+
+class Asker(Protocol):
+    """What the extraction passes need of a model: a provider, or compaction's recorded
+    `deps.chat` (memory.wiring's fold adapter), so the pass at a fold is traced."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def chat(self, request: ChatRequest) -> Reply: ...
 
 
 def _row_line(row: StoredMessage) -> str:
@@ -98,7 +107,7 @@ def parse_reply(text: str) -> dict[str, Any]:
 ASK_OUTPUT = 2000  # tokens a pass may answer with
 
 
-async def _ask(provider: Provider, system: str, prompt: str) -> dict[str, Any]:
+async def _ask(provider: Asker, system: str, prompt: str) -> dict[str, Any]:
     prompt = fit_prompt(prompt, _window_of(provider) - ASK_OUTPUT - estimate_text(system))
     request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
@@ -108,7 +117,7 @@ async def _ask(provider: Provider, system: str, prompt: str) -> dict[str, Any]:
     return parse_reply(reply.text)
 
 
-def _window_of(provider: Provider) -> int:
+def _window_of(provider: Asker) -> int:
     """The window of the model a pass asks, by its built-in profile."""
     return profile_for(provider.model).context_window
 
@@ -164,7 +173,7 @@ def _queue_picks(
 
 
 async def extract(
-    provider: Provider,
+    provider: Asker,
     service: MemoryService,
     conversation_id: int,
     quotable_ids: Iterable[int],
@@ -180,7 +189,7 @@ async def extract(
 
 
 async def compaction_pass(
-    provider: Provider, service: MemoryService, conversation_id: int, folded_ids: Iterable[int]
+    provider: Asker, service: MemoryService, conversation_id: int, folded_ids: Iterable[int]
 ) -> list[int]:
     """At compaction: the messages about to be folded away are the only quotable ones."""
     return await extract(provider, service, conversation_id, folded_ids)
@@ -194,9 +203,7 @@ def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
     return rows[0][0] if rows else 0
 
 
-async def review_pass(
-    provider: Provider, service: MemoryService, conversation_id: int
-) -> list[int]:
+async def review_pass(provider: Asker, service: MemoryService, conversation_id: int) -> list[int]:
     """What was said since the last review; moves the review cursor so the same messages are
     not reviewed twice (a chat's end after /learn proposes nothing again)."""
     since = reviewed_up_to(service, conversation_id)
@@ -216,7 +223,7 @@ async def review_pass(
 
 
 async def tidy_pass(
-    provider: Provider, service: MemoryService, conversation_id: int | None = None
+    provider: Asker, service: MemoryService, conversation_id: int | None = None
 ) -> list[int]:
     """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
     entries = {e.path.rel: e for e in service.entries()}

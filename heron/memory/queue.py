@@ -106,7 +106,8 @@ def waiting(store: Store) -> list[Suggestion]:
 
 
 def count_waiting(store: Store) -> int:
-    return store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")[0][0]
+    rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
+    return int(rows[0][0])
 
 
 def decide(store: Store, suggestion_id: int, status: Status) -> None:

@@ -123,10 +123,11 @@ class Recall:
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
         """How many messages hold `word`, counted up to `cap` (counting further costs time
         and changes nothing)."""
-        return self.store.query(
+        rows = self.store.query(
             "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
             (f'"{word}"', cap),
-        )[0][0]
+        )
+        return int(rows[0][0])
 
     def selective_terms(self, query: str, counted: dict[str, int] | None = None) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
@@ -199,10 +200,11 @@ class Recall:
         return any(s >= min_score for _, s in self.bm25(query, 3))
 
     def _rows_matching(self, phrase: str, cap: int = MATCH_BUDGET + 1) -> int:
-        return self.store.query(
+        rows = self.store.query(
             "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
             (phrase, cap),
-        )[0][0]
+        )
+        return int(rows[0][0])
 
     def _best_score(self, expr: str) -> float | None:
         rows = self.store.query(

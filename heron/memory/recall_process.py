@@ -80,7 +80,9 @@ class RecallProcess:
     def __init__(self, transport: asyncio.SubprocessTransport, replies: _Replies) -> None:
         self._transport = transport
         self._replies = replies
-        self._stdin = transport.get_pipe_transport(0)
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)  # stdin=PIPE in start()
+        self._stdin = stdin
         self._next = 0
 
     @classmethod

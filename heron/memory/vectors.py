@@ -81,7 +81,7 @@ class SentenceEmbedder:
             tokens = network(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
             mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(mean, p=2, dim=1)[0].tolist()
+            return [float(v) for v in torch.nn.functional.normalize(mean, p=2, dim=1)[0]]
 
 
 def _plain_pipeline(model: Any) -> tuple[Any, Any, int] | None:

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from heron.memory.recall import Recall, auto_recall, wants_recall
 from heron.memory.recall_process import RecallProcess
@@ -42,6 +42,9 @@ from heron.memory.service import MemoryService
 from heron.messages import Reply, ToolResult
 from heron.request import ChatRequest
 from heron.store import Store, StoredMessage
+
+if TYPE_CHECKING:
+    from heron.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
@@ -263,24 +266,30 @@ def _cited(store: Store, result: ToolResult) -> list[int]:
 # ---- compaction -------------------------------------------------------------------------------
 
 
+class FoldDeps(Protocol):
+    """What the fold pass needs of compaction's dependencies (compaction.core.ContextDeps)."""
+
+    @property
+    def provider(self) -> Provider: ...
+
+    async def chat(self, request: ChatRequest, purpose: str) -> Reply: ...
+
+
 class _DepsProvider:
     """The extraction pass's calls go through compaction's `deps.chat`, so the turn's trace
     records them (purpose "memory") like the summary call."""
 
-    def __init__(self, deps: Any) -> None:
+    def __init__(self, deps: FoldDeps) -> None:
         self.deps = deps
         self.model = deps.provider.model
 
-    async def chat(self, request: ChatRequest, on_event: Any = None) -> Reply:
-        chat = getattr(self.deps, "chat", None)
-        if chat is None:
-            return await self.deps.provider.chat(request)
-        return await chat(request, "memory")
+    async def chat(self, request: ChatRequest) -> Reply:
+        return await self.deps.chat(request, "memory")
 
 
 async def before_fold(
     service: MemoryService | None,
-    deps: Any,
+    deps: FoldDeps,
     conversation_id: int,
     row_ids: Sequence[int],
     reason: str,
@@ -322,7 +331,7 @@ class LazyEmbedder:
                 log.info("embedding model loaded in %.1fs", time.monotonic() - started)
         if self._model is None:
             raise RuntimeError("the embedding model is not available")
-        return self._model.encode(texts)
+        return [list(map(float, v)) for v in self._model.encode(texts)]
 
 
 def lazy_recall(store: Store) -> Recall:

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from heron.tools.registry import ToolContext, ToolOutput, tool
 if TYPE_CHECKING:
     from heron.agent.loop import AgentLoop
 
-Sleep = Callable[[float], Awaitable[None]]
+Sleep = Callable[[float], Coroutine[Any, Any, None]]
 DEFAULT_MINUTES = 60.0
 MAX_MINUTES = 7 * 24 * 60.0
 POLL_S = 5.0  # how often a waiting question looks for a cancel from another process
@@ -60,7 +60,7 @@ class Asks:
         """Until answered, past the deadline, or cancelled: (status, answer or '')."""
         deadline = asyncio.create_task(self.sleep(seconds))
         cancelled = asyncio.create_task(self._cancelled(store, question.run_id))
-        waits = {question.reply, deadline, cancelled}
+        waits: set[asyncio.Future[Any]] = {question.reply, deadline, cancelled}
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:

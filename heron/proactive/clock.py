@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -61,7 +61,7 @@ class FakeClock:
         entry = (deadline, future)
         self._sleepers.append(entry)
         self._changed.set()
-        waits: list[asyncio.Future[object]] = [future]  # type: ignore[list-item]
+        waits: list[asyncio.Future[Any]] = [future]
         woken = asyncio.ensure_future(wake.wait()) if wake is not None else None
         if woken is not None:
             waits.append(woken)

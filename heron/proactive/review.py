@@ -40,6 +40,7 @@ from heron.store import review_state
 if TYPE_CHECKING:
     from heron.agent.engine import Engine
     from heron.agent.loop import AgentLoop
+    from heron.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class BudgetSpent(ProviderError):
 class Budgeted:
     """A provider that counts what the pass spends and refuses past its bounds."""
 
-    inner: Any
+    inner: Provider
     model_calls: int = MODEL_CALLS
     tokens: int = TOKENS
     calls: int = 0
@@ -116,7 +117,7 @@ async def nightly_review(
     for index, conversation_id in enumerate(pending):
         before = provider.refused
         cursor = await store.call(review_state.cursor_of, store, conversation_id)
-        ids = await review_pass(provider, service, conversation_id)  # type: ignore[arg-type]
+        ids = await review_pass(provider, service, conversation_id)
         if provider.refused > before:  # not read: its cursor must not move past it
             await store.call(review_state.restore_cursor, store, conversation_id, cursor)
             report.left = len(pending) - index
@@ -124,7 +125,7 @@ async def nightly_review(
         report.conversations += 1
         report.suggested += ids
     if not report.left:
-        report.suggested += await tidy_pass(provider, service)  # type: ignore[arg-type]
+        report.suggested += await tidy_pass(provider, service)
     kept = await store.call(_drop_noops, service, report.suggested)
     report.dropped = len(report.suggested) - len(kept)
     report.suggested = kept

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Sleep = Callable[[float], Awaitable[None]]  # the clock a timeout waits on (tests pass a fake)
+# The clock a timeout waits on (tests pass a fake).
+Sleep = Callable[[float], Coroutine[Any, Any, None]]
 MAX_PARALLEL = 4
 MAX_MODEL_CALLS = 50
 MAX_TOKENS = 400_000
@@ -183,7 +184,8 @@ class Subagents:
         )
         if run.id in self.waited:  # the spawn call returns it as its tool result
             await self.store.call(runs.mark_announced, self.store, run.id)
-        final = await self.store.call(runs.get, self.store, run.id)
+        final: runs.Run | None = await self.store.call(runs.get, self.store, run.id)
+        assert final is not None  # finished just above; runs are never deleted
         if ended and run.id not in self.waited:
             await self.announce(final)
         return final
@@ -285,9 +287,9 @@ class Subagents:
         open_runs = [rid for rid, task in self.tasks.items() if not task.done()]
         for task in list(self.tasks.values()):
             task.cancel()
-        for task in list(self.tasks.values()) + list(self._settling):
+        for ending in [*self.tasks.values(), *self._settling]:
             with contextlib.suppress(BaseException):
-                await task
+                await ending
         for run_id in open_runs:
             run = await self.store.call(runs.get, self.store, run_id)
             if run is not None and run.conversation_key:

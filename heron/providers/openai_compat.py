@@ -206,7 +206,8 @@ def _user(message: Message) -> list[dict[str, Any]]:
     if any(isinstance(p, File) for p in rest):
         out.append({"role": "user", "content": [_content_part(p) for p in rest]})
     else:
-        out.append({"role": "user", "content": "\n\n".join(p.text for p in rest)})
+        texts = [p.text for p in rest if isinstance(p, Text)]
+        out.append({"role": "user", "content": "\n\n".join(texts)})
     return out
 
 
@@ -361,23 +362,23 @@ def _status_error(error: Any) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body, default=str)
     message = f"HTTP {status}: {_message(error)}"
-    known = {"status": status, "body": body}
     code = str(error.code or "")
     if status == 429:
-        return RateLimited(message, retry_after=retry_after(error.response.headers), **known)
+        wait = retry_after(error.response.headers)
+        return RateLimited(message, retry_after=wait, status=status, body=body)
     if status >= 500:
-        return TransientProviderError(message, **known)
+        return TransientProviderError(message, status=status, body=body)
     if status in (401, 403):
-        return AuthError(message, hint=AUTH_HINT, **known)
+        return AuthError(message, hint=AUTH_HINT, status=status, body=body)
     if status == 404 or code == "model_not_found":
-        return UnknownModel(message, hint=MODEL_HINT, **known)
+        return UnknownModel(message, hint=MODEL_HINT, status=status, body=body)
     text = f"{code} {body} {error.message}".lower()
     if status in (400, 413) and any(m in text for m in _OVERFLOW_MARKERS):
-        return ContextOverflow(message, **known)
-    return FatalProviderError(message, **known)
+        return ContextOverflow(message, status=status, body=body)
+    return FatalProviderError(message, status=status, body=body)
 
 
 def _message(error: Any) -> str:
     if isinstance(error.body, dict) and isinstance(error.body.get("message"), str):
-        return error.body["message"]
+        return str(error.body["message"])
     return str(error.message)

@@ -115,7 +115,8 @@ def body_of(provider: _Payloads, request: Any) -> WireBody:
     memo = request.memo
     held = memo.get("wire")
     if held is not None and held[0] is provider:
-        return held[1]
+        known: WireBody = held[1]
+        return known
     body = encode_body(provider.payload(request))
     memo["wire"] = (provider, body)
     return body

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
     return server
 
 
-def _extra(runtime: Runtime):
+def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | None]]:
     async def answer(message: dict[str, Any]) -> Event | None:
         if message.get("type") != "conversations":
             return None

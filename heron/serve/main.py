@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import uvicorn
 
@@ -30,6 +30,9 @@ from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
 from heron.serve.runtime import Runtime, Service
 from heron.tools.approval import start_notice
 from heron.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -95,7 +98,7 @@ async def serve(
                     await control.wait_closed()
 
 
-def _config(app: object, host: str, port: int) -> uvicorn.Config:
+def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", ws="websockets-sansio"
     )

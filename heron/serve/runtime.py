@@ -72,7 +72,7 @@ class Runtime:
         chat_id: str,
         agent: str = "default",
         files: tuple[File, ...] = (),
-    ):
+    ) -> None:
         """A client's message (with its attachments), command or /stop, for `key`."""
         message = InboundMessage(channel, chat_id, text, key, agent=agent, events=True, files=files)
         self.bus.inbound.put_nowait(message)

@@ -153,6 +153,6 @@ class Session:
         self._submit(text)
 
     def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
-        assert self.client.key is not None
-        client = self.client
-        self.runtime.submit(text, client.key, client.channel, client.chat_id, self.agent, files)
+        client, key = self.client, self.client.key
+        assert key is not None
+        self.runtime.submit(text, key, client.channel, client.chat_id, self.agent, files)

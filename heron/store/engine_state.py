@@ -222,16 +222,16 @@ def users(store: Store, conversation_id: int, exclude_pid: int | None = None) ->
 
 
 def epoch(store: Store, conversation_id: int) -> int:
-    return store.query("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))[0][0]
+    rows = store.query("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))
+    return int(rows[0][0])
 
 
 def bump_epoch(store: Store, conversation_id: int) -> int:
     """Make every turn holding an older token stale; returns the new epoch."""
     with store.transaction() as c:
         c.execute("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", (conversation_id,))
-        return c.execute(
-            "SELECT epoch FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()[0]
+        row = c.execute("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))
+        return int(row.fetchone()[0])
 
 
 # ---- checkpoints ------------------------------------------------------------------------------

@@ -185,7 +185,8 @@ def next_due(store: Store, *, unleased: bool = False) -> float | None:
     sql = "SELECT MIN(next_run) FROM jobs WHERE status = 'active'"
     if unleased:
         sql += " AND lease_owner IS NULL"
-    return store.query(sql)[0][0]
+    soonest = store.query(sql)[0][0]
+    return float(soonest) if soonest is not None else None
 
 
 # ---- the scheduler's side -------------------------------------------------------------------
@@ -391,4 +392,4 @@ def turns_since_separator(store: Store, conversation_id: int) -> int:
         " 0)",
         (conversation_id,),
     )
-    return rows[0][0]
+    return int(rows[0][0])

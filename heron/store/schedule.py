@@ -89,8 +89,9 @@ def user_timezone(configured: str | None) -> str:
     if configured:
         zone_of(configured)
         return configured
-    key = getattr(dt.datetime.now().astimezone().tzinfo, "key", None)
-    candidates = [key] if key else []
+    # A ZoneInfo has `key`; the fixed-offset zone of a bare system does not.
+    key = getattr(dt.datetime.now().astimezone().tzinfo, "key", None)  # probe: stdlib tzinfo
+    candidates: list[str] = [str(key)] if key else []
     with contextlib.suppress(OSError):
         candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
     target = os.path.realpath("/etc/localtime")

@@ -320,6 +320,7 @@ def _block_events(index: int, block: dict[str, Any], size: int) -> list[dict[str
     """content_block_start, its deltas in small pieces, content_block_stop."""
     kind = block["type"]
     deltas: list[dict[str, Any]] = []
+    start: dict[str, Any]
     if kind == "text":
         start = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], size)]
@@ -349,6 +350,7 @@ def _endless(reply: ServerReply, frames: list[str]) -> Iterator[str]:
         return
     yield from frames[:-2]
     index = len(_content(reply, 0))
+    start: dict[str, Any]
     if reply.endless == "text":
         start = {"type": "text", "text": ""}
         delta = {"type": "text_delta", "text": ENDLESS_TEXT}

@@ -51,7 +51,7 @@ class FakeOpenAIServer:
     def start(self) -> str:
         self.stopping.clear()
         httpd = _Server(("127.0.0.1", 0), _Handler)
-        httpd.fake = self  # type: ignore[attr-defined]
+        httpd.fake = self
         self._httpd = httpd
         # A short poll interval keeps stop() fast (shutdown waits for the next poll).
         self._thread = threading.Thread(
@@ -129,6 +129,7 @@ def _error(message: str, type_: str, code: str | None) -> dict[str, Any]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the default backlog of 5 resets bursts of concurrent clients
+    fake: FakeOpenAIServer  # set by FakeOpenAIServer.start
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -136,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 30  # an idle keep-alive connection frees its thread eventually
     # Many small flushed SSE writes + Nagle + delayed ACK would cost ~40 ms per request.
     disable_nagle_algorithm = True
-    server: Any
+    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass

@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin, overload
 
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
@@ -179,7 +179,7 @@ def _lean(schema: Any) -> Any:
         out[key] = value if key in ("default", "enum", "const", "examples") else _lean(value)
     options = out.get("anyOf")
     nullable = isinstance(options, list) and len(options) == 2 and {"type": "null"} in options
-    if nullable and "default" in out and out["default"] is None:
+    if nullable and isinstance(options, list) and "default" in out and out["default"] is None:
         other = next(o for o in options if o != {"type": "null"})
         del out["anyOf"], out["default"]
         out = {**other, **out}
@@ -319,9 +319,19 @@ class Tool:
         return await value if inspect.isawaitable(value) else value
 
 
+@overload
+def tool(fn: Callable[..., Any], *, name: str | None = None, writes: bool = False) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None, *, name: str | None = None, writes: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None, *, name: str | None = None, writes: bool = False
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: `@tool`, `@tool(name="other")` or `@tool(writes=True)` (the tool changes the
     workspace, so it never runs beside another that does) turns a function into a `Tool`."""
     if fn is None:

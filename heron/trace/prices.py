@@ -119,7 +119,7 @@ def _price(pattern: str, table: Any) -> Price:
             hint="Prices are US dollars per million tokens, e.g. input = 3.0, output = 15.0.",
         )
     try:
-        return Price(**{k: float(v) for k, v in table.items()})  # type: ignore[arg-type]
+        return Price(**{k: float(v) for k, v in table.items()})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: prices must be numbers ({e})") from e
 

@@ -11,6 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from heron.errors import StoreError
@@ -129,7 +130,8 @@ def load_run(store: Store, run_id: str) -> RunTrace:
     turn = find_turn(store, run_id)
     key = store.conversation_by_id(turn.conversation_id).key
     problems: list[str] = []
-    start = _readable(problems, "the run's start", lambda: _start(store, turn.id), (None, {}))
+    unread: tuple[dict[str, Any] | None, dict[str, str]] = (None, {})
+    start = _readable(problems, "the run's start", lambda: _start(store, turn.id), unread)
     run = RunTrace(turn, key, *start, problems=problems)
     run.calls = [_call(r, problems) for r in records.model_call_rows(store, turn.id)]
     run.tools = [_tool(r, problems) for r in records.tool_call_rows(store, turn.id)]
@@ -137,7 +139,7 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         EventTrace(
             r["after_call"],
             r["kind"],
-            _readable(problems, f"event {r['id']}", lambda r=r: _json(r["body"], BODY), None),
+            _readable(problems, f"event {r['id']}", partial(_json, r["body"], BODY), None),
             r["at"],
         )
         for r in records.event_rows(store, turn.id)
@@ -170,7 +172,8 @@ def _json(raw: Any, kind: type | tuple[type, ...] = object) -> Any:
 
 def _name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({dict: "object", list: "array"}.get(k, k.__name__) for k in kinds)
+    names: dict[type, str] = {dict: "object", list: "array"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
 def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str, str]]:
@@ -238,7 +241,8 @@ def _effects(raw: Any) -> list[dict[str, Any]]:
 
 def _tool(r: Any, problems: list[str]) -> ToolTrace:
     what = f"the effects of tool call {r['call_id']}"
-    effects = _readable(problems, what, lambda: _effects(r["effects"]), [])
+    none: list[dict[str, Any]] = []
+    effects = _readable(problems, what, lambda: _effects(r["effects"]), none)
     return ToolTrace(
         r["call_id"],
         r["name"],

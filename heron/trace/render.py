@@ -10,6 +10,7 @@ from typing import Any
 
 from heron.messages import Usage, part_to_dict, reply_to_dict
 from heron.store import Store, Turn
+from heron.store.db import turn_from_row
 from heron.trace import records
 from heron.trace.prices import PriceTable, conversation_cost, format_cost, turn_cost
 from heron.trace.read import (
@@ -18,7 +19,6 @@ from heron.trace.read import (
     RunTrace,
     load_run,
     request_payload,
-    turn_from_row,
 )
 from heron.trace.scrub import Scrubber
 
