@@ -35,6 +35,25 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(jobs_app, name="jobs")
 app.command("usage")(usage)
 
+
+def _version(show: bool) -> None:
+    if show:
+        from heron import __version__
+
+        typer.echo(f"heron {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Heron: a personal AI agent that keeps long conversations whole."""
+
+
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]
 ConvOpt = Annotated[
     str | None,

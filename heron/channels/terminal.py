@@ -43,8 +43,12 @@ HELP = """\
 In this terminal:
   /resume       with no key: pick an earlier conversation to continue
   /show N       print the full result of tool call N
+  /exit, /quit  leave (as Ctrl-D does)
 Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while the agent
 works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+
+LOCAL_COMMANDS = ("show", "exit", "quit")  # answered here, beside the engine's (commands.NAMES)
 
 
 @dataclass
@@ -297,14 +301,13 @@ async def _chat(
                 await conn.send("/stop", state.key, state.agent)
             continue
         except EOFError:
-            view.answer("")
-            if conn.running(state.key):
-                await conn.send("/stop", state.key, state.agent)
-            await _settle(conn, state)
-            view.console.print("[dim]Bye.[/dim]")
+            await _leave(conn, state, view)
             return
         if view.answer(text):
             continue
+        if text.strip() in ("/exit", "/quit"):
+            await _leave(conn, state, view)
+            return
         if present != state.key:  # /resume moved the chat to another conversation
             await held.aclose()
             present = await _present(engine, state.key, held)
@@ -312,6 +315,15 @@ async def _chat(
             continue
         if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
             await conn.send(text, state.key, state.agent)
+
+
+async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:
+    """Ctrl-D or /exit: a running turn is stopped (what it finished is kept), then goodbye."""
+    view.answer("")
+    if conn.running(state.key):
+        await conn.send("/stop", state.key, state.agent)
+    await _settle(conn, state)
+    view.console.print("[dim]Bye.[/dim]")
 
 
 async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str:
@@ -344,7 +356,10 @@ async def _command(
     answers the engine's commands and passes anything else to the model."""
     console = view.console
     name, _, arg = text.strip().partition(" ")
-    if name == "/help":
+    near = commands.suggest(text, commands.NAMES + LOCAL_COMMANDS)
+    if near is not None:  # a typo of a command: said here, never sent to the model
+        console.print(f"unknown command {name}; did you mean /{near}?", highlight=False)
+    elif name == "/help":
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, console, session)

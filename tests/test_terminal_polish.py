@@ -1,0 +1,126 @@
+"""The terminal's polish (issue 15, item 5): --version, table headers, did-you-mean for a
+mistyped slash command, /status after /new."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from heron import __version__
+from heron.agent import commands
+from heron.agent.engine import Engine
+from heron.channels import terminal
+from heron.cli import app
+from heron.config import Settings
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_version_prints_the_package_version():
+    assert _cli("--version") == f"heron {__version__}\n"
+
+
+async def _two_turns() -> None:
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(10, 2))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("talk", "hello")
+
+
+async def test_every_table_has_a_header_line():
+    await _two_turns()
+    conversations = _cli("conversations", "list").splitlines()
+    assert conversations[0].split() == ["KEY", "UPDATED", "TURNS", "TITLE"]
+    assert conversations[1].startswith("talk ")
+    runs = _cli("trace", "ls").splitlines()
+    assert runs[0].split()[:4] == ["RUN", "STARTED", "CONVERSATION", "STATUS"]
+    assert "talk" in runs[1] and runs[1].startswith("run_")
+    # the header's columns line up with the row's
+    assert runs[0].index("CONVERSATION") == runs[1].index("talk")
+    models = _cli("models").splitlines()
+    header = models.index(next(line for line in models if line.startswith("PATTERN")))
+    assert models[header].split() == ["PATTERN", "WINDOW", "OUTPUT", "TOOLS"]
+    assert "claude" in models[header + 1] or models[header + 1].strip()
+
+
+def test_runs_and_memory_lists_have_headers(tmp_path):
+    from heron.channels.common import table
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["runs", "list"]).output
+    assert out.startswith("No runs yet.")  # nothing to head: the empty case says what to do
+    buf = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(buf):
+        table(("A", "LONGER", "LAST"), [("xx", "y", "free text"), ("x", "yyyyyyyy", "t")])
+    assert buf.getvalue().splitlines() == [
+        "A   LONGER    LAST",
+        "xx  y         free text",
+        "x   yyyyyyyy  t",
+    ]
+
+
+def test_suggest_finds_a_command_one_or_two_edits_away():
+    assert commands.suggest("/stauts") == "status"  # a swap is one edit
+    assert commands.suggest("/statsu now") == "status"
+    assert commands.suggest("/nwe") == "new"
+    assert commands.suggest("/Reume") == "resume"
+    assert commands.suggest("/status") is None  # known
+    assert commands.suggest("/foo bar") is None  # far from every command: goes to the model
+    assert commands.suggest("/tmp/x.txt is big") is None  # a path, not a command's shape
+    assert commands.suggest("hello /stauts") is None
+    assert commands.edits("stauts", "status") == 1
+    assert commands.edits("kitten", "sitting") == 3
+
+
+class _Refuse:
+    """A connection that fails the test if anything is sent to the agent."""
+
+    async def send(self, *args) -> None:
+        raise AssertionError(f"sent to the agent: {args}")
+
+
+async def test_a_mistyped_command_in_chat_asks_did_you_mean_and_sends_nothing():
+    out = io.StringIO()
+    console = Console(file=out, width=100)
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(console, state)
+    handled = await terminal._command("/stauts", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    assert handled is True
+    assert out.getvalue() == "unknown command /stauts; did you mean /status?\n"
+    assert await terminal._command("/shwo 1", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    assert "did you mean /show?" in out.getvalue()
+    # a slash word far from every command is the model's (the loop gets it)
+    assert not await terminal._command("/foo bar", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+
+
+async def test_status_after_new_counts_only_the_new_context():
+    usages = {"one": Usage(1000, 50, cache_read=800), "two": Usage(1200, 30, cache_read=900)}
+    usages["three"] = Usage(300, 20)
+
+    def reply(request) -> Reply:  # by the message typed; memory's own calls get no facts
+        typed = request.messages[-1].parts[0].text
+        return Reply([Text("ok")], "done", usages.get(typed, Usage(5, 1)))
+
+    provider = ScriptedProvider(reply)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("s", "one")
+        await engine.turn("s", "two")
+        before = (await engine.turn("s", "/status")).reply
+        await engine.turn("s", "/new")
+        fresh = (await engine.turn("s", "/status")).reply
+        await engine.turn("s", "three")
+        after = (await engine.turn("s", "/status")).reply
+    assert "conversation: s (2 turns)" in before and "context: 1,230 tokens" in before
+    assert "conversation: s (0 turns)" in fresh and "context: 0 tokens" in fresh
+    assert "cache hit rate: no model calls yet" in fresh
+    assert "conversation: s (1 turns)" in after and "context: 320 tokens" in after
+    assert "cache hit rate: 0% over the last 1 turns" in after
