@@ -124,3 +124,44 @@ async def test_status_after_new_counts_only_the_new_context():
     assert "cache hit rate: no model calls yet" in fresh
     assert "conversation: s (1 turns)" in after and "context: 320 tokens" in after
     assert "cache hit rate: 0% over the last 1 turns" in after
+
+
+def test_the_prompt_spins_thinking_until_the_first_token_then_says_working(monkeypatch):
+    from heron.bus import TurnEvent
+
+    now = [100.0]
+    monkeypatch.setattr(terminal.time, "monotonic", lambda: now[0])
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    assert view.prompt() == "› "
+    view.event(TurnEvent("terminal", "c", "k", "turn_start"))
+    now[0] = 104.6
+    first = view.prompt()
+    assert "thinking 5s" in first and first[0] in terminal.SPINNER
+    now[0] = 105.1
+    assert view.prompt()[0] != first[0]  # the spinner turns as the prompt redraws
+    view.event(TurnEvent("terminal", "c", "k", "delta", text="Hi"))
+    assert view.prompt() == "working 5s · Ctrl-C stops › "
+
+
+def test_llama_3_1_to_3_3_have_a_128k_window_and_native_tools():
+    from heron.providers.profiles import profile_for
+
+    for name in ("llama3.1", "llama3.2", "llama3.2:3b", "llama3.3:70b", "meta-llama/Llama-3.1-8B"):
+        profile = profile_for(name)
+        assert (profile.context_window, profile.tool_mode) == (131_072, "native"), name
+    assert profile_for("llama3").tool_mode == "fenced"  # older Llamas keep the cautious profile
+    assert profile_for("llama2:13b").context_window == 8_192
+
+
+def test_the_readme_table_of_models_is_the_profiles():
+    from pathlib import Path
+
+    from heron.providers.profiles import markdown_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert markdown_table() in readme, (
+        "README.md's 'Models Heron knows' table differs from heron/providers/profiles.py; "
+        "paste the output of: python -c 'from heron.providers.profiles import markdown_table;"
+        " print(markdown_table())'"
+    )

@@ -48,6 +48,7 @@ Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while
 works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
 
 
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 LOCAL_COMMANDS = ("show", "exit", "quit")  # answered here, beside the engine's (commands.NAMES)
 
 
@@ -93,6 +94,7 @@ class TerminalView:
         self.streamed = False  # this turn's answer was shown as it streamed
         self.reasoning = False
         self.working_since: float | None = None
+        self.waiting = False  # the turn runs and nothing of the model's has come yet
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
 
@@ -101,7 +103,11 @@ class TerminalView:
             return "run it? [y/N] › "
         if self.working_since is None:
             return "› "
-        return f"working {time.monotonic() - self.working_since:.0f}s · Ctrl-C stops › "
+        elapsed = time.monotonic() - self.working_since
+        if self.waiting:  # nothing from the model yet: a spinner, so the wait is visible
+            frame = SPINNER[int(elapsed * 2) % len(SPINNER)]  # the prompt redraws every 0.5 s
+            return f"{frame} thinking {elapsed:.0f}s · Ctrl-C stops › "
+        return f"working {elapsed:.0f}s · Ctrl-C stops › "
 
     async def deliver(self, item: Outbound) -> None:
         if item.key != self.state.key:
@@ -112,6 +118,8 @@ class TerminalView:
             self.message(item)
 
     def event(self, ev: TurnEvent) -> None:
+        if ev.kind in ("delta", "reasoning", "tool_start"):
+            self.waiting = False
         if ev.kind == "delta":
             self.end_reasoning()
             self.pending += ev.text
@@ -135,12 +143,12 @@ class TerminalView:
         elif ev.kind == "queued":
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
-            self.working_since, self.streamed = time.monotonic(), False
+            self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
             if ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
-            self.working_since = None
+            self.working_since, self.waiting = None, False
             self.ended(ev.end)
 
     def message(self, m: OutboundMessage) -> None:
