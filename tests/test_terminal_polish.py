@@ -165,3 +165,56 @@ def test_the_readme_table_of_models_is_the_profiles():
         "paste the output of: python -c 'from heron.providers.profiles import markdown_table;"
         " print(markdown_table())'"
     )
+
+
+class _HalfThenHang(ScriptedProvider):
+    """A model that streams half a reply, then hangs until the turn is stopped."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        super().__init__([])
+        self.streamed = asyncio.Event()
+
+    async def chat(self, request, on_event=None):
+        import asyncio
+
+        from heron.request import StreamEvent
+
+        if on_event is not None:
+            on_event(StreamEvent("text", "The first half of the answer, "))
+            on_event(StreamEvent("text", "read by the person."))
+        self.streamed.set()
+        await asyncio.Event().wait()  # never answers: only a stop ends this call
+
+
+async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
+    import asyncio
+
+    from heron.agent.turn import REPLY_STOPPED
+    from heron.channels.inprocess import connect
+
+    hanging = _HalfThenHang()
+    seen: list = []
+
+    async def deliver(item) -> None:
+        seen.append(item)
+
+    async with Engine.open(Settings.load(), provider=hanging) as engine:
+        async with connect(engine, "terminal", "c1", deliver) as conn:
+            await conn.send("tell me", "stop-me", "default")
+            await asyncio.wait_for(hanging.streamed.wait(), 10)
+            await conn.send("/stop", "stop-me", "default")
+            await asyncio.wait_for(conn.settle(), 10)
+        conv = engine.store.conversation("stop-me")
+        rows = engine.store.branch(conv.id)
+        turn = engine.store.turns(conv.id)[0]
+    last = rows[-1]
+    assert last.role == "assistant" and last.meta.get("interrupted") is True
+    assert last.message.parts[0].text == (
+        f"The first half of the answer, read by the person.\n\n{REPLY_STOPPED}"
+    )
+    assert turn.status == "interrupted"
+    # the streamed text reached the channel once, as it streamed
+    deltas = [e.text for e in seen if getattr(e, "kind", "") == "delta"]
+    assert "".join(deltas) == "The first half of the answer, read by the person."
