@@ -35,6 +35,25 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(jobs_app, name="jobs")
 app.command("usage")(usage)
 
+
+def _version(show: bool) -> None:
+    if show:
+        from heron import __version__
+
+        typer.echo(f"heron {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Heron: a personal AI agent that keeps long conversations whole."""
+
+
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]
 ConvOpt = Annotated[
     str | None,
@@ -64,14 +83,37 @@ def run(
             "--retry", help="Answer the last message of -c KEY again, without storing it twice."
         ),
     ] = False,
+    latest: Annotated[
+        bool,
+        typer.Option(
+            "--continue", help="Continue the latest conversation (as -c with only a message)."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object: reply, conversation, run_id, ok, error, usage, cost_usd.",
+        ),
+    ] = False,
 ) -> None:
     """Send one message and print the reply (for scripts). Goes through `heron serve` when one
-    runs on this home (unless --model or --ephemeral asks for what it cannot give)."""
+    runs on this home (unless --model or --ephemeral asks for what it cannot give). With a
+    message and stdin piped in, stdin follows the message as a fenced block."""
     from heron.channels.script import run_message
 
+    if conversation is not None and message is None and not retry and _interactive():
+        message, latest, conversation = conversation, True, None  # -c "message": no key
+    if latest:
+        if conversation is not None and message is not None:
+            typer.echo("heron: --continue continues the latest conversation; drop -c KEY", err=True)
+            raise typer.Exit(2)
+        conversation = _latest_key()
     text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
-        ok = asyncio.run(run_message(settings, text, agent, conversation, model, ephemeral))
+        ok = asyncio.run(
+            run_message(settings, text, agent, conversation, model, ephemeral, as_json=as_json)
+        )
     except HeronError as e:
         fail(e)
     raise typer.Exit(0 if ok else 1)
@@ -80,12 +122,12 @@ def run(
 def _message_text(message: str | None) -> str:
     """The message, from the argument or stdin; bytes that are not UTF-8 are replaced (and the
     user told), never a reason to fail."""
-    from heron.messages import decode_text, scrub_text
+    from heron.channels.script import message_from
 
     if message is None:
         typer.echo("heron: give a message, '-' to read it from stdin, or --retry -c KEY", err=True)
         raise typer.Exit(2)
-    text, bad = decode_text(sys.stdin.buffer.read()) if message == "-" else scrub_text(message)
+    text, bad = message_from(message)
     if bad:
         typer.echo(
             f"heron: the message had {bad} invalid UTF-8 sequence(s); each is kept as \ufffd",
@@ -95,6 +137,24 @@ def _message_text(message: str | None) -> str:
         typer.echo("heron: the message is empty", err=True)
         raise typer.Exit(2)
     return text
+
+
+def _interactive() -> bool:
+    """stdin is a terminal: `-c WORD` with no message is then the message, not a key (piped
+    input would be the message otherwise)."""
+    return sys.stdin.isatty()
+
+
+def _latest_key() -> str:
+    """The conversation most recently active, internal ones (cron:, heartbeat, subagent:)
+    skipped, for `heron run -c MESSAGE` and --continue."""
+    from heron.channels.info import open_store
+
+    found = open_store(settings()).conversations(1)
+    if not found:
+        typer.echo("heron: no conversation to continue yet; start one: heron run TEXT", err=True)
+        raise typer.Exit(2)
+    return found[0].key
 
 
 def _retry_text(message: str | None, conversation: str | None) -> str:

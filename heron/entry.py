@@ -81,9 +81,9 @@ def _fast_run(args: list[str]) -> int | None:
 
 
 def _text(message: str) -> str | None:
-    from heron.messages import decode_text, scrub_text
+    from heron.channels.script import message_from
 
-    text, bad = decode_text(sys.stdin.buffer.read()) if message == "-" else scrub_text(message)
+    text, bad = message_from(message)
     if bad:
         sys.stderr.write(
             f"heron: the message had {bad} invalid UTF-8 sequence(s); each is kept as \ufffd\n"

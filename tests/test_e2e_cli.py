@@ -3,6 +3,7 @@ that speak the real wire protocols."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ def heron(home, env_extra, *args, stdin=None, timeout=120):
     return subprocess.run(
         [sys.executable, "-m", "heron", *args],
         env=env,
-        input=stdin,
+        input="" if stdin is None else stdin,  # never the test runner's own stdin
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -112,6 +113,20 @@ def test_stdin_message_and_failure_exit_code(heron_home, mode):
         bad = heron(heron_home, env, "run", "hello")
     assert bad.returncode == 1
     assert "HERON_API_KEY" in bad.stderr and "saved" in bad.stderr
+
+
+@MODES
+def test_stdin_joins_the_argument_and_json_is_one_object(heron_home, mode):
+    with (
+        FakeOpenAIServer([ServerReply(text="short.")]) as server,
+        maybe_serve(mode, heron_home, env := openai_env(server.base_url)),
+    ):
+        done = heron(heron_home, env, "run", "--json", "summarise", stdin="ctx line\n")
+    assert done.returncode == 0, done.stderr
+    sent = server.requests[0]["messages"][-1]["content"]
+    assert sent.startswith("summarise\n\n```\nctx line\n```")
+    got = json.loads(done.stdout)
+    assert got["reply"] == "short." and got["ok"] is True and got["run_id"]
 
 
 def test_no_model_configured_explains_and_exits_2(heron_home, monkeypatch):

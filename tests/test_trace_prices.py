@@ -53,7 +53,9 @@ async def test_turn_and_conversation_costs_and_the_commands():
     assert conversation_cost(turns) == pytest.approx(first + turn_cost(turns[1]))
     cli = CliRunner()
     ls = cli.invoke(app, ["trace", "ls", "--conversation", "cost"])
-    assert ls.exit_code == 0 and turns[1].run_id in ls.stdout.splitlines()[0]  # newest first
+    assert (
+        ls.exit_code == 0 and turns[1].run_id in ls.stdout.splitlines()[1]
+    )  # newest, under the header
     stats = cli.invoke(app, ["trace", "show", "cost", "--stats"])
     assert stats.exit_code == 0 and "36%" in stats.stdout  # 800 of 2,200 input tokens cached
     assert format_cost(conversation_cost(turns)) in stats.stdout

@@ -125,6 +125,34 @@ def parse(text: str) -> Command | None:
     return Command(head, arg.strip())
 
 
+def suggest(text: str, known: tuple[str, ...] = NAMES) -> str | None:
+    """The known command one or two edits from a mistyped `/name` (`/stauts` -> `status`),
+    or None: a known command, a word far from every command, or not a command's shape (a
+    path such as /tmp/x) goes on as it is."""
+    stripped = text.strip()
+    head = stripped[1:].partition(" ")[0].lower()
+    if not stripped.startswith("/") or not head.isalpha() or head in known:
+        return None
+    near = [(edits(head, name), name) for name in known]
+    near = [(d, name) for d, name in near if d <= 2 and 2 * d < len(name)]
+    return min(near)[1] if near else None
+
+
+def edits(a: str, b: str) -> int:
+    """Edit distance with swaps of two neighbours counting as one (optimal string alignment):
+    a typo such as `stauts` is one edit from `status`."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
 async def run(command: Command, ctx: CommandContext) -> CommandReply:
     handler = _HANDLERS.get(command.name) or ctx.engine.more_commands.get(command.name)
     if handler is None:  # a service's command (NAMES) that this process did not attach
@@ -219,12 +247,15 @@ def _budget(engine: CommandEngine) -> list[str]:
 
 
 def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:
-    """Context used by the last model call; cache hit rate over the recent turns."""
-    turns = store.turns(conversation_id)
+    """Context used by the last model call; cache hit rate over the recent turns. Only the
+    turns after the last /new count: the ones before it are no longer in the model's context."""
+    since = store.last_separator(conversation_id)
+    turns = [t for t in store.turns(conversation_id) if t.started >= since]
     recent = [t for t in turns[-RECENT_TURNS:] if t.usage.input]
     total = sum(t.usage.input for t in recent)
     rate = sum(t.usage.cache_read for t in recent) / total if total else None
-    return store.last_call_tokens(conversation_id), len(turns), rate
+    used = store.last_call_tokens(conversation_id) if turns else 0
+    return used, len(turns), rate
 
 
 async def _resume(ctx: CommandContext, arg: str) -> CommandReply:

@@ -51,7 +51,7 @@ from heron.memory import wiring as memory_wiring
 from heron.messages import Message, Text, scrub_text
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
-from heron.request import OnEvent
+from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation
 from heron.store import engine_state as es
 from heron.tools.approval import Approver
@@ -79,6 +79,7 @@ class Outcome(enum.Enum):
 
 
 STOPPED = "[This turn was stopped before it finished.]"
+REPLY_STOPPED = "[The reply was stopped here.]"  # after the part of a reply the person saw
 FAILED = (
     "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
     "not stored twice)."
@@ -254,6 +255,7 @@ class Turn:
     run: RunResult | None = None
     pending: PendingSave | None = None  # between RUN and SAVE
     trail: list[State] = field(default_factory=list)
+    partial: str = ""  # reply text streamed to the channel since the last message committed
 
 
 async def run_turn(
@@ -604,6 +606,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
     observed = governor.observing(recorder.model_call) if governor else recorder.model_call
 
     async def on_message(m: Message) -> None:
+        t.partial = ""  # streamed text up to here is in this message
         if m.role == "assistant" and not m.tool_calls:
             final.append(m)
             return
@@ -626,7 +629,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
 
     trace, mailbox = recorder.trace, control.mailbox
     return RunHooks(
-        on_event=_muted(t.hooks.on_event, control),
+        on_event=_kept(t, _muted(t.hooks.on_event, control)),
         on_progress=_muted(t.hooks.on_progress, control),
         on_message=on_message,
         on_model_call=on_model_call,
@@ -637,6 +640,22 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
     )
+
+
+def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """The channel's stream, with the text it was shown kept in `t.partial`: a turn stopped
+    mid-reply records what the person already read (`interrupted`)."""
+    if fn is None:
+        return None
+
+    def call(event: StreamEvent) -> None:
+        if event.kind == "text":
+            t.partial += event.text
+        elif event.kind == "retry":  # the call starts again: the reply follows anew
+            t.partial = ""
+        fn(event)
+
+    return call
 
 
 def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:
@@ -778,7 +797,8 @@ async def interrupted(t: Turn) -> None:
     if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
         await store.call(pending.write, False)
     if t.built is not None:
-        await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, STOPPED)
+        said = f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}" if t.partial.strip() else STOPPED
+        await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, said)
 
 
 def result_of(t: Turn, done: Done) -> TurnResult:

@@ -20,6 +20,15 @@ def fail(error: HeronError) -> NoReturn:
     raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
 
 
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """Print rows under a header line, columns padded to their widest cell; the last column is
+    left ragged (it holds free text such as a title or a prompt)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        typer.echo("  ".join([*cells, str(row[-1])]).rstrip())
+
+
 def settings() -> Settings:
     """The settings of HERON_HOME, or the command ends with the error that stopped them."""
     from heron.config import Settings

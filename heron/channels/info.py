@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from heron.channels.common import table
 from heron.config import Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import Message, Text, Thinking, ToolCall, ToolResult
@@ -29,9 +30,8 @@ def list_conversations(settings: Settings, limit: int) -> None:
     if not rows:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
-    for c in rows:
-        turns = store.turn_count(c.id)
-        typer.echo(f"{c.key:32} {_when(c.updated)}  {turns:4} turns  {c.title or ''}")
+    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in rows]
+    table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -209,7 +209,7 @@ def print_models(settings: Settings) -> None:
         typer.echo(f"In use: {choice.provider} / {choice.model}")
     except HeronError as e:
         typer.echo(f"In use: none. {e}")
-    typer.echo("\nBuilt-in profiles (pattern: context window, output cap, tool mode):")
-    for pattern, p in _BUILTIN:
-        typer.echo(f"  {pattern:22} {p.context_window:>9} {p.max_output:>7}  {p.tool_mode}")
+    typer.echo("\nBuilt-in profiles:")
+    rows = [(pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode) for pat, p in _BUILTIN]
+    table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS"), rows)
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')

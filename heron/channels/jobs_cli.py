@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from heron.channels.common import table
 from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
@@ -57,13 +58,6 @@ def _local(instant: float | None, zone: str) -> str:
     return f"{dt.datetime.fromtimestamp(instant, zone_of(zone)):%Y-%m-%d %H:%M}"
 
 
-def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
-        typer.echo("  ".join([*cells, str(row[-1])]).rstrip())
-
-
 def _short(text: str, width: int = 60) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
@@ -102,7 +96,7 @@ def list_(
         if not found:
             typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
             return
-        _table(JOB_HEADER, job_rows(found))
+        table(JOB_HEADER, job_rows(found))
 
 
 @app.command("add")
@@ -197,4 +191,4 @@ def runs(
             )
             for r in found
         ]
-        _table(("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL"), rows)
+        table(("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL"), rows)

@@ -87,6 +87,7 @@ def list_entries(
             )
             return
         current = None
+        typer.echo(f"  {'ENTRY':56} {'ORIGIN':6} TEXT")
         for e in entries:
             if e.path.scope != current:
                 current = e.path.scope

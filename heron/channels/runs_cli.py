@@ -67,13 +67,15 @@ def runs_list(
     if not rows:
         typer.echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
         return
+    from heron.channels.common import table
+
+    lines = []
     for r in rows:
         status = r.status + (" (partial)" if r.partial else "")
         if r.kind == "ask" and r.status == "waiting" and r.deadline:
             status += f" until {_when(r.deadline)}"
-        typer.echo(
-            f"{r.id:18} {r.kind:8} {status:26} {r.origin_key:28} {_when(r.created)}  {_what(r)}"
-        )
+        lines.append((r.id, r.kind, status, r.origin_key, _when(r.created), _what(r)))
+    table(("ID", "KIND", "STATUS", "FOR", "STARTED", "TASK"), lines)
 
 
 @runs_app.command("show")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import secrets
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 
@@ -35,8 +36,10 @@ CHANNEL = "script"
 class _Printer:
     """The reply's text on stdout as it streams; tool calls, notices and errors on stderr."""
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
+    def __init__(self, out: TextIO, err: TextIO, as_json: bool = False) -> None:
         self.out, self.err = out, err
+        self.as_json = as_json  # hold the reply for one JSON object at the end (_finish)
+        self.reply: list[str] = []
         self.wrote = False
         self.at_line_start = True
         self.end: TurnEnd | None = None
@@ -76,8 +79,11 @@ class _Printer:
             self.write(m.text)
 
     def write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        if self.as_json:
+            self.reply.append(text)
+        else:
+            self.out.write(text)
+            self.out.flush()
         self.wrote = True
         self.at_line_start = text.endswith("\n")
 
@@ -88,6 +94,45 @@ class _Printer:
     def note(self, text: str) -> None:
         self.err.write(text + "\n")
         self.err.flush()
+
+
+def message_from(message: str, stdin: BinaryIO | None = None) -> tuple[str, int]:
+    """The message of `heron run` and the count of bytes that were not UTF-8 (each kept as
+    U+FFFD): '-' is stdin; an argument with stdin piped in is the argument, then stdin as a
+    fenced block (`echo ctx | heron run "summarise"`)."""
+    from heron.messages import decode_text, scrub_text
+
+    stdin = stdin if stdin is not None else sys.stdin.buffer
+    if message == "-":
+        return decode_text(stdin.read())
+    text, bad = scrub_text(message)
+    piped = _piped(stdin)
+    if piped:
+        block, more = decode_text(piped)
+        if block.strip():
+            fence = "`" * max(3, _longest_backticks(block) + 1)
+            text = f"{text}\n\n{fence}\n{block.rstrip()}\n{fence}"
+        bad += more
+    return text, bad
+
+
+def _piped(stdin: BinaryIO) -> bytes:
+    """What a pipe or a redirected file on stdin holds; nothing from a terminal, /dev/null or
+    a socket (a terminal would wait for the person to type)."""
+    import os
+    import stat
+
+    try:
+        mode = os.fstat(stdin.fileno()).st_mode
+    except (OSError, ValueError):  # no descriptor: a test's BytesIO is read as given
+        return stdin.read() if not stdin.isatty() else b""
+    return stdin.read() if stat.S_ISFIFO(mode) or stat.S_ISREG(mode) else b""
+
+
+def _longest_backticks(text: str) -> int:
+    import re
+
+    return max((len(run) for run in re.findall("`+", text)), default=0)
 
 
 def new_run_key() -> str:
@@ -104,6 +149,8 @@ async def run_message(
     ephemeral: bool,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
+    *,
+    as_json: bool = False,
 ) -> bool:
     """Through a running serve when one answers (and the run asks for nothing it cannot give:
     another model, or keeping nothing), else in this process."""
@@ -113,19 +160,27 @@ async def run_message(
         path = serve_socket()
         if path is not None:
             try:
-                return await run_remote(path, text, agent, key, out, err)
+                return await run_remote(path, text, agent, key, out, err, as_json=as_json)
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: run here
-    return await run_once(load_settings(), text, agent, key, model, ephemeral, out, err)
+    settings = load_settings()
+    return await run_once(settings, text, agent, key, model, ephemeral, out, err, as_json=as_json)
 
 
 async def run_remote(
-    path: Path, text: str, agent: str, key: str | None, out: TextIO, err: TextIO
+    path: Path,
+    text: str,
+    agent: str,
+    key: str | None,
+    out: TextIO,
+    err: TextIO,
+    *,
+    as_json: bool = False,
 ) -> bool:
     from heron.channels.remote import ServeGone, connect_remote
 
     key = key or new_run_key()
-    printer = _Printer(out, err)
+    printer = _Printer(out, err, as_json)
     async with connect_remote(path, CHANNEL, printer.deliver, key, agent) as conn:
         if conn.embedded:
             err.write(EMBEDDED_BANNER + "\n")
@@ -147,13 +202,15 @@ async def run_once(
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
     provider: Provider | None = None,
+    *,
+    as_json: bool = False,
 ) -> bool:
     from heron.agent.engine import Engine
     from heron.channels.inprocess import connect
     from heron.tools.approval import start_notice
 
     key = key or new_run_key()
-    printer = _Printer(out, err)
+    printer = _Printer(out, err, as_json)
     async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
@@ -170,6 +227,10 @@ async def run_once(
 
 def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
     """End the output; say why the turn failed, if it did, and how to answer it again."""
+    if printer.as_json:
+        out.write(json.dumps(result_json(printer, key), ensure_ascii=False) + "\n")
+        out.flush()
+        return printer.end is not None and printer.end.ok
     if printer.wrote and not printer.at_line_start:
         out.write("\n")
     out.flush()
@@ -182,6 +243,30 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
         err.write(retry_hint(key) + "\n")
         return False
     return True
+
+
+def result_json(printer: _Printer, key: str) -> dict[str, object]:
+    """`heron run --json`: the turn as one object, the same in-process and through serve."""
+    end = printer.end
+    usage = end.usage if end is not None else None
+    streamed = "".join(printer.reply)
+    error = None
+    if end is None or not end.ok:
+        error = end.error if end is not None and end.error else "it was stopped"
+    return {
+        "reply": streamed or (end.reply if end is not None and end.reply else ""),
+        "conversation": key,
+        "run_id": end.run_id if end is not None else "",
+        "ok": bool(end is not None and end.ok),
+        "error": error,
+        "usage": {
+            "input": usage.input if usage else 0,
+            "output": usage.output if usage else 0,
+            "cache_read": usage.cache_read if usage else 0,
+            "cache_write": usage.cache_write if usage else 0,
+        },
+        "cost_usd": end.cost_usd if end is not None else None,
+    }
 
 
 async def _approve(err: TextIO, tool: str, command: str) -> str | None:

@@ -50,8 +50,13 @@ HELP = """\
 In this terminal:
   /resume       with no key: pick an earlier conversation to continue
   /show N       print the full result of tool call N
+  /exit, /quit  leave (as Ctrl-D does)
 Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while the agent
 works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+LOCAL_COMMANDS = ("show", "exit", "quit")  # answered here, beside the engine's (commands.NAMES)
 
 
 @dataclass
@@ -96,6 +101,7 @@ class TerminalView:
         self.streamed = False  # this turn's answer was shown as it streamed
         self.reasoning = False
         self.working_since: float | None = None
+        self.waiting = False  # the turn runs and nothing of the model's has come yet
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
 
@@ -104,7 +110,11 @@ class TerminalView:
             return "run it? [y/N] › "
         if self.working_since is None:
             return "› "
-        return f"working {time.monotonic() - self.working_since:.0f}s · Ctrl-C stops › "
+        elapsed = time.monotonic() - self.working_since
+        if self.waiting:  # nothing from the model yet: a spinner, so the wait is visible
+            frame = SPINNER[int(elapsed * 2) % len(SPINNER)]  # the prompt redraws every 0.5 s
+            return f"{frame} thinking {elapsed:.0f}s · Ctrl-C stops › "
+        return f"working {elapsed:.0f}s · Ctrl-C stops › "
 
     async def deliver(self, item: Outbound) -> None:
         if item.key != self.state.key:
@@ -115,6 +125,8 @@ class TerminalView:
             self.message(item)
 
     def event(self, ev: TurnEvent) -> None:
+        if ev.kind in ("delta", "reasoning", "tool_start"):
+            self.waiting = False
         if ev.kind == "delta":
             self.end_reasoning()
             self.pending += ev.text
@@ -138,12 +150,12 @@ class TerminalView:
         elif ev.kind == "queued":
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
-            self.working_since, self.streamed = time.monotonic(), False
+            self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
             if ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
-            self.working_since = None
+            self.working_since, self.waiting = None, False
             self.ended(ev.end)
 
     def message(self, m: OutboundMessage) -> None:
@@ -304,14 +316,13 @@ async def _chat(
                 await conn.send("/stop", state.key, state.agent)
             continue
         except EOFError:
-            view.answer("")
-            if conn.running(state.key):
-                await conn.send("/stop", state.key, state.agent)
-            await _settle(conn, state)
-            view.console.print("[dim]Bye.[/dim]")
+            await _leave(conn, state, view)
             return
         if view.answer(text):
             continue
+        if text.strip() in ("/exit", "/quit"):
+            await _leave(conn, state, view)
+            return
         if present != state.key:  # /resume moved the chat to another conversation
             await held.aclose()
             present = await _present(engine, state.key, held)
@@ -319,6 +330,15 @@ async def _chat(
             continue
         if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
             await conn.send(text, state.key, state.agent)
+
+
+async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:
+    """Ctrl-D or /exit: a running turn is stopped (what it finished is kept), then goodbye."""
+    view.answer("")
+    if conn.running(state.key):
+        await conn.send("/stop", state.key, state.agent)
+    await _settle(conn, state)
+    view.console.print("[dim]Bye.[/dim]")
 
 
 async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str:
@@ -351,7 +371,10 @@ async def _command(
     answers the engine's commands and passes anything else to the model."""
     console = view.console
     name, _, arg = text.strip().partition(" ")
-    if name == "/help":
+    near = commands.suggest(text, commands.NAMES + LOCAL_COMMANDS)
+    if near is not None:  # a typo of a command: said here, never sent to the model
+        console.print(f"unknown command {name}; did you mean /{near}?", highlight=False)
+    elif name == "/help":
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, console, session)

@@ -51,13 +51,17 @@ def trace_ls(
     limit: Annotated[int, typer.Option(help="How many, newest first.")] = 30,
 ) -> None:
     """List recorded runs, newest first."""
+    from heron.channels.common import table
     from heron.trace.read import list_runs
-    from heron.trace.render import render_ls
+    from heron.trace.render import LS_HEADER, ls_rows
 
     try:
         _, store, prices = _open()
-        for line in render_ls(list_runs(store, conversation, limit), prices):
-            typer.echo(line)
+        rows = ls_rows(list_runs(store, conversation, limit), prices)
+        if not rows:
+            typer.echo("No runs recorded yet.")
+        else:
+            table(LS_HEADER, rows)
     except HeronError as e:
         _fail(e)
 

@@ -67,8 +67,23 @@ _BUILTIN: list[tuple[str, ModelProfile]] = [
         ),
     ),
     ("*qwen*", ModelProfile(32_768, 8_192)),
+    # Llama 3.1, 3.2 and 3.3 (ollama's llama3.2, or meta-llama/Llama-3.3-70B-Instruct) have a
+    # 128k window and call tools natively; older Llamas fall to the cautious profile below.
+    ("*llama3.[123]*", ModelProfile(131_072, 8_192)),
+    ("*llama-3.[123]*", ModelProfile(131_072, 8_192)),
     ("*llama*", ModelProfile(8_192, 2_048, tool_mode="fenced")),
 ]
+
+
+def markdown_table() -> str:
+    """The README's "Models Heron knows" table, from the profiles above (a test checks that
+    the README holds exactly this)."""
+    lines = ["| model name (glob) | context window | output cap | tool calls |"]
+    lines.append("| --- | ---: | ---: | --- |")
+    for pattern, p in _BUILTIN:
+        lines.append(f"| `{pattern}` | {p.context_window:,} | {p.max_output:,} | {p.tool_mode} |")
+    return "\n".join(lines)
+
 
 _FIELDS: dict[str, type] = {
     "context_window": int,

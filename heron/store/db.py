@@ -531,6 +531,15 @@ class Store:
             return int(rows[0][0])
         return None
 
+    def last_separator(self, conversation_id: int) -> float:
+        """When the conversation's last /new separator was written (0 before any): the turns
+        after it are the model's current context, which /status describes."""
+        rows = self.query(
+            "SELECT MAX(created) FROM messages WHERE conversation_id = ? AND kind = 'separator'",
+            (conversation_id,),
+        )
+        return float(rows[0][0] or 0) if rows else 0.0
+
     def last_call_tokens(self, conversation_id: int) -> int:
         """Input plus output tokens of the conversation's last model call (0 before any): the
         context it used, as /status shows."""

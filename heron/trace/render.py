@@ -40,17 +40,25 @@ def _hit(usage: Usage) -> str:
     return f"{100 * usage.cache_read / usage.input:.0f}%" if usage.input else "-"
 
 
-def render_ls(runs: list[RunSummary], prices: PriceTable) -> Iterator[str]:
-    if not runs:
-        yield "No runs recorded yet."
-        return
-    for r in runs:
-        t = r.turn
-        yield (
-            f"{r.run_id}  {_when(t.started)}  {r.conversation_key:24} {t.status:11} "
-            f"{t.model_calls:3} calls {t.tool_calls:3} tools  in {t.usage.input:>8,} "
-            f"out {t.usage.output:>7,}  {format_cost(turn_cost(t, prices)):>9}"
+LS_HEADER = ("RUN", "STARTED", "CONVERSATION", "STATUS", "CALLS", "TOOLS", "IN", "OUT", "COST")
+
+
+def ls_rows(runs: list[RunSummary], prices: PriceTable) -> list[tuple[str, ...]]:
+    """`heron trace ls`: one row per run, in LS_HEADER's columns."""
+    return [
+        (
+            r.run_id,
+            _when(r.turn.started),
+            r.conversation_key,
+            r.turn.status,
+            str(r.turn.model_calls),
+            str(r.turn.tool_calls),
+            f"{r.turn.usage.input:,}",
+            f"{r.turn.usage.output:,}",
+            format_cost(turn_cost(r.turn, prices)),
         )
+        for r in runs
+    ]
 
 
 # ---- show -----------------------------------------------------------------------------------

@@ -1,0 +1,220 @@
+"""The terminal's polish (issue 15, item 5): --version, table headers, did-you-mean for a
+mistyped slash command, /status after /new."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from heron import __version__
+from heron.agent import commands
+from heron.agent.engine import Engine
+from heron.channels import terminal
+from heron.cli import app
+from heron.config import Settings
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_version_prints_the_package_version():
+    assert _cli("--version") == f"heron {__version__}\n"
+
+
+async def _two_turns() -> None:
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(10, 2))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("talk", "hello")
+
+
+async def test_every_table_has_a_header_line():
+    await _two_turns()
+    conversations = _cli("conversations", "list").splitlines()
+    assert conversations[0].split() == ["KEY", "UPDATED", "TURNS", "TITLE"]
+    assert conversations[1].startswith("talk ")
+    runs = _cli("trace", "ls").splitlines()
+    assert runs[0].split()[:4] == ["RUN", "STARTED", "CONVERSATION", "STATUS"]
+    assert "talk" in runs[1] and runs[1].startswith("run_")
+    # the header's columns line up with the row's
+    assert runs[0].index("CONVERSATION") == runs[1].index("talk")
+    models = _cli("models").splitlines()
+    header = models.index(next(line for line in models if line.startswith("PATTERN")))
+    assert models[header].split() == ["PATTERN", "WINDOW", "OUTPUT", "TOOLS"]
+    assert "claude" in models[header + 1] or models[header + 1].strip()
+
+
+def test_runs_and_memory_lists_have_headers(tmp_path):
+    from heron.channels.common import table
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["runs", "list"]).output
+    assert out.startswith("No runs yet.")  # nothing to head: the empty case says what to do
+    buf = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(buf):
+        table(("A", "LONGER", "LAST"), [("xx", "y", "free text"), ("x", "yyyyyyyy", "t")])
+    assert buf.getvalue().splitlines() == [
+        "A   LONGER    LAST",
+        "xx  y         free text",
+        "x   yyyyyyyy  t",
+    ]
+
+
+def test_suggest_finds_a_command_one_or_two_edits_away():
+    assert commands.suggest("/stauts") == "status"  # a swap is one edit
+    assert commands.suggest("/statsu now") == "status"
+    assert commands.suggest("/nwe") == "new"
+    assert commands.suggest("/Reume") == "resume"
+    assert commands.suggest("/status") is None  # known
+    assert commands.suggest("/foo bar") is None  # far from every command: goes to the model
+    assert commands.suggest("/tmp/x.txt is big") is None  # a path, not a command's shape
+    assert commands.suggest("hello /stauts") is None
+    assert commands.edits("stauts", "status") == 1
+    assert commands.edits("kitten", "sitting") == 3
+
+
+class _Refuse:
+    """A connection that fails the test if anything is sent to the agent."""
+
+    async def send(self, *args) -> None:
+        raise AssertionError(f"sent to the agent: {args}")
+
+
+async def test_a_mistyped_command_in_chat_asks_did_you_mean_and_sends_nothing():
+    out = io.StringIO()
+    console = Console(file=out, width=100)
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(console, state)
+    handled = await terminal._command("/stauts", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    assert handled is True
+    assert out.getvalue() == "unknown command /stauts; did you mean /status?\n"
+    assert await terminal._command("/shwo 1", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    assert "did you mean /show?" in out.getvalue()
+    # a slash word far from every command is the model's (the loop gets it)
+    assert not await terminal._command("/foo bar", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+
+
+async def test_status_after_new_counts_only_the_new_context():
+    usages = {"one": Usage(1000, 50, cache_read=800), "two": Usage(1200, 30, cache_read=900)}
+    usages["three"] = Usage(300, 20)
+
+    def reply(request) -> Reply:  # by the message typed; memory's own calls get no facts
+        typed = request.messages[-1].parts[0].text
+        return Reply([Text("ok")], "done", usages.get(typed, Usage(5, 1)))
+
+    provider = ScriptedProvider(reply)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("s", "one")
+        await engine.turn("s", "two")
+        before = (await engine.turn("s", "/status")).reply
+        await engine.turn("s", "/new")
+        fresh = (await engine.turn("s", "/status")).reply
+        await engine.turn("s", "three")
+        after = (await engine.turn("s", "/status")).reply
+    assert "conversation: s (2 turns)" in before and "context: 1,230 tokens" in before
+    assert "conversation: s (0 turns)" in fresh and "context: 0 tokens" in fresh
+    assert "cache hit rate: no model calls yet" in fresh
+    assert "conversation: s (1 turns)" in after and "context: 320 tokens" in after
+    assert "cache hit rate: 0% over the last 1 turns" in after
+
+
+def test_the_prompt_spins_thinking_until_the_first_token_then_says_working(monkeypatch):
+    from heron.bus import TurnEvent
+
+    now = [100.0]
+    monkeypatch.setattr(terminal.time, "monotonic", lambda: now[0])
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    assert view.prompt() == "› "
+    view.event(TurnEvent("terminal", "c", "k", "turn_start"))
+    now[0] = 104.6
+    first = view.prompt()
+    assert "thinking 5s" in first and first[0] in terminal.SPINNER
+    now[0] = 105.1
+    assert view.prompt()[0] != first[0]  # the spinner turns as the prompt redraws
+    view.event(TurnEvent("terminal", "c", "k", "delta", text="Hi"))
+    assert view.prompt() == "working 5s · Ctrl-C stops › "
+
+
+def test_llama_3_1_to_3_3_have_a_128k_window_and_native_tools():
+    from heron.providers.profiles import profile_for
+
+    for name in ("llama3.1", "llama3.2", "llama3.2:3b", "llama3.3:70b", "meta-llama/Llama-3.1-8B"):
+        profile = profile_for(name)
+        assert (profile.context_window, profile.tool_mode) == (131_072, "native"), name
+    assert profile_for("llama3").tool_mode == "fenced"  # older Llamas keep the cautious profile
+    assert profile_for("llama2:13b").context_window == 8_192
+
+
+def test_the_readme_table_of_models_is_the_profiles():
+    from pathlib import Path
+
+    from heron.providers.profiles import markdown_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert markdown_table() in readme, (
+        "README.md's 'Models Heron knows' table differs from heron/providers/profiles.py; "
+        "paste the output of: python -c 'from heron.providers.profiles import markdown_table;"
+        " print(markdown_table())'"
+    )
+
+
+class _HalfThenHang(ScriptedProvider):
+    """A model that streams half a reply, then hangs until the turn is stopped."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        super().__init__([])
+        self.streamed = asyncio.Event()
+
+    async def chat(self, request, on_event=None):
+        import asyncio
+
+        from heron.request import StreamEvent
+
+        if on_event is not None:
+            on_event(StreamEvent("text", "The first half of the answer, "))
+            on_event(StreamEvent("text", "read by the person."))
+        self.streamed.set()
+        await asyncio.Event().wait()  # never answers: only a stop ends this call
+
+
+async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
+    import asyncio
+
+    from heron.agent.turn import REPLY_STOPPED
+    from heron.channels.inprocess import connect
+
+    hanging = _HalfThenHang()
+    seen: list = []
+
+    async def deliver(item) -> None:
+        seen.append(item)
+
+    async with Engine.open(Settings.load(), provider=hanging) as engine:
+        async with connect(engine, "terminal", "c1", deliver) as conn:
+            await conn.send("tell me", "stop-me", "default")
+            await asyncio.wait_for(hanging.streamed.wait(), 10)
+            await conn.send("/stop", "stop-me", "default")
+            await asyncio.wait_for(conn.settle(), 10)
+        conv = engine.store.conversation("stop-me")
+        rows = engine.store.branch(conv.id)
+        turn = engine.store.turns(conv.id)[0]
+    last = rows[-1]
+    assert last.role == "assistant" and last.meta.get("interrupted") is True
+    assert last.message.parts[0].text == (
+        f"The first half of the answer, read by the person.\n\n{REPLY_STOPPED}"
+    )
+    assert turn.status == "interrupted"
+    # the streamed text reached the channel once, as it streamed
+    deltas = [e.text for e in seen if getattr(e, "kind", "") == "delta"]
+    assert "".join(deltas) == "The first half of the answer, read by the person."

@@ -1,0 +1,127 @@
+"""`heron run` for scripts (issue 15, item 5): stdin joined after the argument, --json the same
+in-process and through serve, -c / --continue without a key."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+from io import StringIO
+
+import pytest
+from serve_helpers import running_serve
+from typer.testing import CliRunner
+
+from heron.agent.engine import Engine
+from heron.channels.script import message_from, run_message, run_once
+from heron.cli import app
+from heron.config import Settings
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+
+
+def _typed(request) -> str:
+    return request.messages[-1].parts[0].text
+
+
+def _echo(request) -> Reply:
+    return Reply([Text(f"echo: {_typed(request)}")], "done", Usage(40, 7, cache_read=10))
+
+
+def test_stdin_follows_the_argument_as_a_fenced_block():
+    text, bad = message_from("summarise", io.BytesIO(b"line one\nline two\n"))
+    assert (text, bad) == ("summarise\n\n```\nline one\nline two\n```", 0)
+    # a fence inside stdin cannot close the block early
+    text, _ = message_from("explain", io.BytesIO(b"```py\nx = 1\n```\n"))
+    assert text == "explain\n\n````\n```py\nx = 1\n```\n````"
+    assert message_from("just this", io.BytesIO(b"  \n")) == ("just this", 0)
+    assert message_from("-", io.BytesIO(b"from stdin")) == ("from stdin", 0)
+    assert message_from("x", io.BytesIO(b"bad \xff byte"))[1] == 1
+
+
+def test_a_pipe_on_stdin_is_read_and_a_terminal_or_dev_null_is_not(tmp_path):
+    r, w = os.pipe()
+    os.write(w, b"piped")
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        assert message_from("a", pipe)[0] == "a\n\n```\npiped\n```"
+    with open(os.devnull, "rb") as null:  # a character device: never waited on
+        assert message_from("a", null)[0] == "a"
+
+
+async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        through = (StringIO(), StringIO())
+        ok = await run_message(
+            Settings.load, "hi", "default", "j1", None, False, *through, as_json=True
+        )
+        assert serve.url
+    alone = (StringIO(), StringIO())
+    provider = ScriptedProvider(_echo)
+    assert await run_once(
+        Settings.load(), "hi", "default", "j2", None, False, *alone, provider, as_json=True
+    )
+    assert ok
+    served, local = (json.loads(out.getvalue()) for out, _ in (through, alone))
+    assert through[0].getvalue().count("\n") == 1  # one line: nothing else on stdout
+    for got, key in ((served, "j1"), (local, "j2")):
+        assert set(got) == {"reply", "conversation", "run_id", "ok", "error", "usage", "cost_usd"}
+        assert got["reply"] == "echo: hi" and got["conversation"] == key
+        assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")
+        assert got["usage"] == {"input": 40, "output": 7, "cache_read": 10, "cache_write": 0}
+    assert served["cost_usd"] == local["cost_usd"]
+
+
+async def test_json_of_a_failed_turn_says_why():
+    def broken(request) -> Reply:
+        raise RuntimeError("the model is down")
+
+    out, err = StringIO(), StringIO()
+    provider = ScriptedProvider(broken)
+    ok = await run_once(
+        Settings.load(), "hi", "default", "f", None, False, out, err, provider, as_json=True
+    )
+    got = json.loads(out.getvalue())
+    assert not ok and got["ok"] is False and got["error"] and got["reply"] == ""
+
+
+async def _talk(*keys: str) -> None:
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(_echo)) as engine:
+        for key in keys:
+            await engine.turn(key, "hello")
+
+
+def _sent(monkeypatch, *, interactive: bool) -> list[tuple[str, str | None]]:
+    """(text, key) of each message `heron run` would send; stdin a terminal or not."""
+    sent: list[tuple[str, str | None]] = []
+
+    async def fake(load, text, agent, key, model, ephemeral, **kw):
+        sent.append((text, key))
+        return True
+
+    monkeypatch.setattr("heron.channels.script.run_message", fake)
+    monkeypatch.setattr("heron.cli._interactive", lambda: interactive)
+    return sent
+
+
+@pytest.mark.parametrize("args", [["--continue", "next"], ["-c", "next"]])
+def test_continue_without_a_key_is_the_latest_conversation_not_internal(args, monkeypatch):
+    asyncio.run(_talk("older", "latest", "cron:job-1", "heartbeat"))  # internal ones: newer
+    sent = _sent(monkeypatch, interactive=True)
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 0, result.output
+    assert sent == [("next", "latest")]
+
+
+def test_c_key_with_piped_input_stays_a_key(monkeypatch):
+    sent = _sent(monkeypatch, interactive=False)
+    result = CliRunner().invoke(app, ["run", "-c", "plan", "go on"], input="notes")
+    assert result.exit_code == 0, result.output
+    assert sent == [("go on\n\n```\nnotes\n```", "plan")]
+
+
+def test_continue_with_nothing_to_continue_says_how_to_start():
+    result = CliRunner().invoke(app, ["run", "--continue", "hi"])
+    assert result.exit_code == 2
+    assert "no conversation to continue yet" in result.output
