@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import pexpect
@@ -137,3 +138,20 @@ def test_an_unconfined_command_waits_for_the_person_typing_y(heron_home):
         child.sendline("y")
         child.expect("The command said: approved-and-ran")
         _leave(child)
+
+
+def test_a_chat_through_serve_is_told_when_the_serve_stops_and_exits_1(heron_home):
+    reply = [ServerReply(text="Hello from the serve.")]
+    with (
+        FakeOpenAIServer(reply) as server,
+        maybe_serve("serve", heron_home, _env(server.base_url)) as serve,
+    ):
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("hi")
+        child.expect("Hello from the serve.")
+        serve.proc.send_signal(signal.SIGTERM)  # the chat waits at its prompt
+        assert serve.proc.wait(60) == 0
+        child.expect("heron serve stopped")
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 1

@@ -7,13 +7,16 @@ import asyncio
 import json
 import os
 import stat
+from io import StringIO
+from pathlib import Path
 
 import httpx
 import pytest
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from heron.bus import TurnEnd, TurnEvent
+from heron.channels.script import run_remote
 from heron.config import Settings
 from heron.errors import ConfigError
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
@@ -198,6 +201,37 @@ async def test_shutdown_stops_a_running_turn_its_clients_hear_the_end_and_the_fi
         home = Settings.load().paths.home
     assert end[-1]["interrupted"] is True
     assert not (home / SOCKET_NAME).exists() and not (home / INFO_NAME).exists()
+
+
+async def test_shutdown_tells_every_client_the_serve_stopped_and_closes_its_connection():
+    registry, _gate = _gated()
+    script = [Reply([Text("Starting."), ToolCall("c1", "wait_gate", {})], "tool")]
+    out, err = StringIO(), StringIO()
+    async with running_serve(ScriptedProvider(script), registry) as serve:
+        async with ws_client(serve) as ws:
+            await ws_hello(ws, "job")
+            path = Path(serve.info.socket)
+            run = asyncio.create_task(run_remote(path, "go", "default", "job", out, err))
+            await ws_until(ws, "tool_start")  # the thin client's turn runs
+            idle = await LineClient.open(path)  # a client attached to nothing yet
+            serve.stop.set()  # what SIGTERM does
+            seen = await ws_until(ws, "error")
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws_next(ws)
+            ok = await asyncio.wait_for(run, 30)
+            last = await idle.next()
+            assert await idle.reader.read() == b""  # then the socket closes
+            await idle.close()
+        await asyncio.wait_for(serve.task, 30)
+    ends = [e for e in seen if e["type"] == "turn_end"]
+    assert ends and ends[0]["interrupted"] and ends[0]["error"] == "heron serve stopped"
+    stopped = seen[-1]
+    assert stopped["message"] == "heron serve stopped" and stopped["code"] == "serve_stopped"
+    assert stopped["hint"] and last == stopped
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    assert ok is False  # the thin client's exit code is 1
+    assert "heron serve stopped" in err.getvalue()
+    assert "Starting." in out.getvalue()  # the partial reply it had streamed stays printed
 
 
 def test_a_second_serve_on_the_home_is_refused_naming_the_first():

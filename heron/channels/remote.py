@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast, get_args
@@ -38,6 +38,9 @@ def serve_socket(home: Path | None = None) -> Path | None:
     """The control socket of a serve on this home, when there is one to try."""
     path = (home or home_dir()) / SOCKET_NAME
     return path if path.is_socket() else None
+
+
+STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
 
 
 class ServeGone(ConnectionError):
@@ -72,6 +75,7 @@ class RemoteAgent:
         self._ended = asyncio.Condition()
         self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
         self.gone = False
+        self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
 
@@ -130,6 +134,8 @@ class RemoteAgent:
             self._welcomed.set()
             for answer in self._lists:
                 answer.set_exception(ServeGone("heron serve stopped"))
+            if self.on_gone is not None:
+                self.on_gone()
 
     async def _event(self, event: dict[str, Any]) -> None:
         key = event.get("conversation") or self.key or ""
@@ -139,6 +145,8 @@ class RemoteAgent:
             if self._lists:
                 self._lists.popleft().set_result(items)
             return
+        if kind == "error" and event.get("code") == STOPPED_CODE:
+            return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "welcome":
             self.busy[key] = bool(event.get("busy"))
             self.model = event.get("model") or self.model

@@ -243,11 +243,20 @@ async def run_chat(
 
         path = serve_socket(settings.paths.home)
         if path is not None:
+            from heron.channels.remote import ServeGone
+
             try:
                 await _chat_remote(path, settings, console, state)
                 return
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: chat here
+            except ServeGone:
+                console.print(
+                    "[red]heron: heron serve stopped.[/red] Start it again with `heron serve`, "
+                    "or run `heron chat` again to chat without it.",
+                    highlight=False,
+                )
+                raise SystemExit(1) from None
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
@@ -281,13 +290,19 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     from prompt_toolkit.history import FileHistory
     from prompt_toolkit.patch_stdout import patch_stdout
 
-    from heron.channels.remote import connect_remote
+    from heron.channels.remote import ServeGone, connect_remote
 
     view = TerminalView(console, state)
     history = FileHistory(str(settings.paths.home / "chat_history"))
     session: PromptSession[str] = PromptSession(history=history)
     async with connect_remote(path, CHANNEL, view.deliver, state.key, state.agent) as conn:
         view.chat_id = conn.chat_id or ""
+
+        def gone() -> None:  # the serve stopped: leave the prompt with ServeGone
+            if session.app.is_running:
+                session.app.exit(exception=ServeGone("heron serve stopped"))
+
+        conn.on_gone = gone
         console.print(
             f"[dim]Heron · {conn.model} · through heron serve · conversation {state.key} · "
             "/help for commands[/dim]"
@@ -309,6 +324,10 @@ async def _chat(
     when the engine is this process's (a serve keeps its own)."""
     present = await _present(engine, state.key, held)
     while True:
+        if getattr(conn, "gone", False):  # the serve stopped: run_chat says so
+            from heron.channels.remote import ServeGone
+
+            raise ServeGone("heron serve stopped")
         try:
             text = await session.prompt_async(view.prompt, refresh_interval=0.5)
         except KeyboardInterrupt:  # Ctrl-C: /stop when the agent works, else a fresh line

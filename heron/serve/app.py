@@ -41,6 +41,7 @@ CSP = (
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Refusals of a /ws upgrade, as close codes before accept (the client sees HTTP 403).
 POLICY_VIOLATION = 1008
+GOING_AWAY = 1001  # the serve shuts down
 
 
 def is_loopback(host: str) -> bool:
@@ -114,12 +115,15 @@ class _WebSocketTransport:
     async def recv(self) -> dict[str, Any] | None:
         try:
             text = await self.websocket.receive_text()
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, RuntimeError):  # RuntimeError: we closed it (shutdown)
             return None
         return _decode(text)
 
     async def send(self, event: Event) -> None:
         await self.websocket.send_text(json.dumps(event, ensure_ascii=False))
+
+    async def close(self) -> None:
+        await self.websocket.close(GOING_AWAY, "heron serve stopped")
 
 
 def _decode(text: str) -> dict[str, Any]:

@@ -43,6 +43,9 @@ class _LineTransport:
         self.writer.write(json.dumps(event, ensure_ascii=False).encode() + b"\n")
         await self.writer.drain()
 
+    async def close(self) -> None:
+        self.writer.close()
+
 
 async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
     """Listen on `path` (created with mode 0600 from the start: no window where others

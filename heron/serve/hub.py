@@ -51,6 +51,7 @@ class Client:
         """Too far behind: drop what is queued and tell it to reload from the store."""
         while not self.queue.empty():
             self.queue.get_nowait()
+            self.queue.task_done()  # Session.end waits on join()
         self.gaps += 1
         self.queue.put_nowait(journal.welcome(self, gap=True))
 
@@ -118,6 +119,7 @@ class Hub:
         self.about = about or {}
         self.cost = cost  # a turn's price from its usage (None: unknown)
         self.journals: dict[str, Journal] = {}
+        self.stopping = False  # the serve shuts down: a turn it stops says so
         self._turns = itertools.count(1)
 
     def journal(self, key: str) -> Journal:
@@ -183,6 +185,8 @@ class Hub:
             return [status]
         if ev.kind == "turn_end" and ev.end is not None:
             end = _turn_end(journal.turn_id, ev.end)
+            if self.stopping and end["interrupted"] and not end["error"]:
+                end["error"] = "heron serve stopped"
             if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
                 end["cost_usd"] = self.cost(ev.end.usage)
             journal.busy, journal.turn_id = False, None

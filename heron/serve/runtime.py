@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
@@ -23,6 +24,13 @@ from heron.bus import Dispatcher, InboundMessage, MessageBus
 from heron.messages import File
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
+
+
+class Connected(Protocol):
+    """A connected client's session (heron/serve/session.py), as shutdown sees it."""
+
+    async def end(self) -> None: ...
+
 
 Service = Callable[[AgentLoop], Awaitable[None]]
 log = logging.getLogger(__name__)
@@ -50,6 +58,7 @@ class Runtime:
         self._tasks: list[asyncio.Task[None]] = []
         self._service_tasks: list[asyncio.Task[None]] = []
         self.closed = False
+        self.sessions: set[Connected] = set()  # connected clients, told when the serve stops
 
     @property
     def started(self) -> bool:
@@ -85,15 +94,17 @@ class Runtime:
 
     async def close(self) -> None:
         """Shutdown: services cancelled, running turns stopped as by /stop (what they
-        finished is kept), their last events delivered, then the loop's tasks ended."""
+        finished is kept), their last events delivered, every client told the serve stopped
+        and its connection closed, then the loop's tasks ended."""
         if self.closed:
             return
         self.closed = True
+        self.hub.stopping = True
         await _cancel(self._service_tasks)
-        if not self._tasks:
-            return
-        await self.loop.close()
-        await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
+        if self._tasks:
+            await self.loop.close()
+            await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
+        await asyncio.gather(*(s.end() for s in list(self.sessions)))
         await _cancel(self._tasks)
 
 

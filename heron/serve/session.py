@@ -32,6 +32,10 @@ class Transport(Protocol):
 
     async def send(self, event: Event) -> None: ...
 
+    async def close(self) -> None:
+        """Close the connection (shutdown): the client's next read sees it end."""
+        ...
+
 
 def new_thread_key(prefix: str = "run") -> str:
     """A fresh conversation key, shaped as heron.agent.engine.new_key makes them."""
@@ -40,6 +44,17 @@ def new_thread_key(prefix: str = "run") -> str:
 
 def error(message: str, hint: str) -> Event:
     return {"type": "error", "message": message, "hint": hint}
+
+
+# The last event every client hears when the serve shuts down (then its socket closes).
+STOPPED: Event = {
+    **error(
+        "heron serve stopped",
+        "Start it again with `heron serve`; heron run and heron chat work without it too.",
+    ),
+    "code": "serve_stopped",
+}
+END_WAIT = 5.0  # seconds a client's queued events may take to go out at shutdown
 
 
 class Session:
@@ -57,12 +72,17 @@ class Session:
         self.client = Client(channel, f"{channel}-{next(_ids)}")
         self.agent = "default"
         self.extra = extra  # requests only this transport answers (the control socket's)
+        self._writer: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        writer = asyncio.create_task(self._write())
+        writer = self._writer = asyncio.create_task(self._write())
+        self.runtime.sessions.add(self)
         try:
+            if self.runtime.closed:  # connected while the serve shuts down
+                await self.end()
             await self._read()
         finally:
+            self.runtime.sessions.discard(self)
             self.runtime.hub.detach(self.client)
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -72,7 +92,24 @@ class Session:
         queue = self.client.queue
         while True:
             event = await queue.get()
-            await self.transport.send(event)
+            try:
+                await self.transport.send(event)
+            finally:
+                queue.task_done()
+
+    async def end(self) -> None:
+        """Shutdown: what is queued goes out (the stopped turn's end), then STOPPED, then the
+        connection closes, so the client knows the serve is gone instead of waiting."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.client.queue.join(), END_WAIT)
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._writer
+        with contextlib.suppress(Exception):
+            await self.transport.send(dict(STOPPED))
+        with contextlib.suppress(Exception):
+            await self.transport.close()
 
     async def _read(self) -> None:
         while True:
