@@ -36,7 +36,7 @@ from heron.tools.registry import ToolContext, ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.engine import TurnResult
-    from heron.agent.loop import AgentLoop
+    from heron.agent.loop import AgentLoop, TurnEnded
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class Subagents:
     waited: set[str] = field(default_factory=set)  # spawned with wait=True: given as a result
     _slots: asyncio.Semaphore | None = None
     _settling: set[asyncio.Task[None]] = field(default_factory=set)
+    unwatch: Callable[[], None] = field(default=lambda: None, repr=False)  # drops its hook
 
     @property
     def store(self) -> Any:
@@ -257,11 +258,11 @@ class Subagents:
         ):
             await self.store.call(runs.forget_lineage, self.store, lineage)
 
-    def turn_ended(self, key: str, message: InboundMessage, result: TurnResult | None) -> None:
-        """AgentLoop.on_turn_end: settle what this conversation was owed."""
-        if not self.owed.get(key):
+    def turn_ended(self, ended: TurnEnded) -> None:
+        """The loop's end-of-turn hook: settle what this conversation was owed."""
+        if not self.owed.get(ended.key):
             return
-        task = asyncio.create_task(self._settle(key, message))
+        task = asyncio.create_task(self._settle(ended.key, ended.message))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -281,7 +282,7 @@ class Subagents:
     async def close(self) -> None:
         """Before the loop closes: runs still working are stopped and recorded interrupted
         with what they did (announced at the next start, never lost)."""
-        self.loop.on_turn_end[:] = [f for f in self.loop.on_turn_end if f != self.turn_ended]
+        self.unwatch()
         open_runs = [rid for rid, task in self.tasks.items() if not task.done()]
         for task in list(self.tasks.values()):
             task.cancel()
@@ -397,5 +398,5 @@ def attach(loop: AgentLoop, **settings: Any) -> Subagents:
     engine.tool_extras["subagents"] = manager
     if engine.registry.get("spawn") is None and engine.registry.names():
         engine.registry.add(spawn)
-    loop.on_turn_end.append(manager.turn_ended)
+    manager.unwatch = loop.watch_turns(manager.turn_ended)
     return manager
