@@ -77,3 +77,27 @@ def test_every_cause_is_named_at_once(store):
     runs.create(store, "ask_2", "ask", "chat-1", "Q?", status="waiting")
     said = _refusal()
     assert "goal" in said and "sa_2" in said and "ask_2" in said
+
+
+def test_a_job_bound_to_it_is_named_with_how_to_cancel(store):
+    from heron.store import jobs
+    from heron.store.schedule import parse
+
+    every = parse(every="1h", timezone="UTC")
+    job = jobs.create_job(store, every, conversation="chat-1", prompt="Stretch.", now=time.time())
+    monitor = jobs.create_job(
+        store, every, conversation="chat-1", prompt="Watch the feed", now=time.time(),
+        mode="monitor",
+    )  # fmt: skip
+    jobs.create_job(store, every, conversation="other", prompt="Elsewhere", now=time.time())
+    said = _refusal()
+    assert f"reminder job {job.id} is bound to it ('Stretch.')" in said
+    assert f"heron jobs cancel {job.id}" in said
+    assert f"monitor job {monitor.id}" in said and f"heron jobs cancel {monitor.id}" in said
+    assert "Elsewhere" not in said
+    jobs.cancel_job(store, job.id)
+    said = _refusal()
+    assert f"job {job.id} " not in said and f"job {monitor.id}" in said
+    jobs.cancel_job(store, monitor.id)
+    delete_conversation(Settings.load(), "chat-1")  # a cancelled job no longer counts
+    assert store.conversation("chat-1") is None

@@ -15,6 +15,7 @@ import pytest
 from proactive_helpers import FakeSleep, Routed, call, last_user_text, running_loop, text
 
 from heron.bus import InboundMessage
+from heron.messages import Message, Text
 from heron.proactive import subagents as sa
 from heron.store import runs
 from heron.tools.registry import ToolContext, ToolRegistry, tool
@@ -283,12 +284,48 @@ async def test_a_result_already_in_the_record_is_not_announced_again():
             Injected("result", {"subagent": True, runs.RUN_META: run.id}),
             meta={"subagent": True, runs.RUN_META: run.id},
         )
+        store.append(conv.id, Message("assistant", [Text("It says 42.")]))  # answered, too
         manager = sa.attach(loop)
         await manager.start()
         await settle(loop, manager)
         marked = runs.get(store, run.id)
     assert marked.announced is not None
     assert said == [] and "test:me" not in model.seen
+
+
+async def test_a_result_stored_but_never_answered_is_answered_by_exactly_one_retry():
+    """The crash came after the announce turn stored the result, before its reply: one turn
+    answers it at the next start, and no later start answers it again."""
+    model = Routed({"test:": lambda r, n: text(f"answered {n}")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        store = engine.store
+        conv = store.open_conversation("test:me")
+        run = runs.create(
+            store, "sa_cut", "subagent", "test:me", "t", status="running", lineage="l3",
+            origin_channel="test", origin_chat="me",
+        )  # fmt: skip
+        runs.finish(store, run.id, "done", "42")
+        from heron.agent.turn import Injected
+
+        meta = {"subagent": True, runs.RUN_META: run.id}
+        store.append(conv.id, Injected("result", meta), meta=meta)
+        manager = sa.attach(loop)
+        await manager.start()
+        await settle(loop, manager)
+        marked = runs.get(store, run.id)
+        with store.transaction() as c:  # as if it crashed again before the mark
+            c.execute("UPDATE runs SET announced = NULL WHERE id = ?", (run.id,))
+        await manager.close()
+        again = sa.attach(loop)
+        await again.start()
+        await settle(loop, again)
+        rows = store.branch(conv.id)
+    assert marked.announced is not None
+    assert [o.text for o in said if o.kind == "answer"] == ["answered 1"]  # once, not twice
+    retries = [r for r in rows if r.meta.get(sa.RETRY_META) == run.id]
+    assert len(retries) == 1 and "sa_cut" in retries[0].message.text
+    assert len(model.seen["test:me"]) == 1
+    assert "[Subagent result" not in retries[0].message.text  # the result is not repeated
 
 
 # A serve-like process: the subagent finishes, its announce turn stores the result and then
@@ -356,12 +393,14 @@ async def test_announced_exactly_once_across_a_sigkill(heron_home):
         await settle(loop, manager)
         (after,) = runs.listing(engine.store)
         rows = result_rows(engine, "test:me")
-        history = model.seen["test:me"][0].messages
+        history = model.seen["test:me"][-1].messages
     assert before.status == "done" and before.announced is None  # killed before the mark
     assert after.announced is not None
     assert len(rows) == 1  # not announced a second time
-    assert [o.text for o in said if o.kind == "answer"] == ["answered 1"]  # only the user's turn
+    # The interrupted announce turn gets its reply: one retry turn at start, then the user's.
+    assert [o.text for o in said if o.kind == "answer"] == ["answered 1", "answered 2"]
     assert sum("[Subagent result" in m.text for m in history) == 1  # the model sees it, once
+    assert sum("was interrupted before it was answered" in m.text for m in history) == 1
 
 
 async def test_runs_cli_lists_shows_a_transcript_and_cancels():

@@ -146,6 +146,23 @@ def test_delete_refuses_while_a_chat_holds_the_conversation_and_names_it(client)
     assert store.conversation("personal") is not None  # nothing lost
 
 
+def test_delete_refuses_while_a_job_is_bound_and_names_how_to_cancel(client):
+    from heron.store import jobs
+    from heron.store.schedule import parse
+
+    asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done")]))
+    store = Store(Settings.load().paths.db)
+    when = parse(every="1h", timezone="UTC")
+    job = jobs.create_job(store, when, conversation="personal", prompt="Water", now=0.0)
+    refused = client.delete("/api/conversations/personal")
+    assert refused.status_code == 409
+    message = refused.json()["detail"]["message"]
+    assert f"reminder job {job.id} is bound to it" in message
+    assert f"heron jobs cancel {job.id}" in message
+    jobs.cancel_job(store, job.id)
+    assert client.delete("/api/conversations/personal").status_code == 200
+
+
 def test_delete_refuses_while_the_serve_runs_a_turn_in_it():
     asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done")]))
     app = FastAPI()

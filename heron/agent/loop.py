@@ -51,7 +51,6 @@ BREAK_GRACE = 20.0
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
 log = logging.getLogger(__name__)
-TurnWatcher = Callable[[str, InboundMessage, TurnEnd], None]
 
 
 @contextlib.asynccontextmanager
@@ -74,11 +73,27 @@ async def idle_compaction(
             await task
 
 
+@dataclass(frozen=True)
+class TurnEnded:
+    """How a conversation's turn ended, as every end-of-turn hook hears it: `end` always (what
+    the channel was told: ok, outcome, error, usage), `result` when the turn returned one
+    (None: it failed or was stopped)."""
+
+    key: str
+    message: InboundMessage
+    end: TurnEnd
+    result: TurnResult | None
+
+
+TurnEndHook = Callable[[TurnEnded], None]
+
+
 @dataclass
 class _Active:
     task: asyncio.Task[TurnResult | None]
     control: TurnControl
     message: InboundMessage
+    end: TurnEnd | None = None  # set by the turn itself as it ends (what its channel heard)
 
 
 @dataclass
@@ -91,19 +106,17 @@ class AgentLoop:
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
     approvers: dict[str, Approver] = field(default_factory=dict)
-    # Told, synchronously, how every turn ended (the scheduler records its runs' outcomes).
-    turn_watchers: list[TurnWatcher] = field(default_factory=list)
+    # The one end-of-turn mechanism (`watch_turns`): told, synchronously and in order, how every
+    # turn ended, after the conversation's next queued message started (so a hook sees whether
+    # the person's message goes next). The scheduler and heartbeat record their runs here;
+    # subagents settle what the turn was owed; goals continue with a nudge turn.
+    turn_end_hooks: list[TurnEndHook] = field(default_factory=list)
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Where each conversation's last message came from (channel, chat, provenance): where a
     # subagent's result is announced (heron/proactive/subagents.py).
     origins: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    # Told when a conversation's turn has ended (after the next queued one started), with its
-    # result (None: it failed or was stopped): proactive work settles what it owed that turn.
-    on_turn_end: list[Callable[[str, InboundMessage, TurnResult | None], None]] = field(
-        default_factory=list
-    )
     # The options of a turn started for a message (a conversation's sustained goal takes the
     # model deadline off, heron/proactive/goals.py); None: the message's own.
     options_for: Callable[[str, InboundMessage], TurnOptions | None] | None = None
@@ -118,6 +131,16 @@ class AgentLoop:
 
     def running(self, key: str) -> bool:
         return key in self._active
+
+    def watch_turns(self, hook: TurnEndHook) -> Callable[[], None]:
+        """Add an end-of-turn hook (see `turn_end_hooks`); returns what removes it again."""
+        self.turn_end_hooks.append(hook)
+
+        def unwatch() -> None:
+            if hook in self.turn_end_hooks:
+                self.turn_end_hooks.remove(hook)
+
+        return unwatch
 
     @property
     def busy(self) -> bool:
@@ -273,13 +296,12 @@ class AgentLoop:
         return result
 
     def _ended(self, message: InboundMessage, key: str, end: TurnEnd) -> None:
-        """The turn's end: to its channel (when it asked for events) and to every watcher."""
+        """The turn's end to its channel (when it asked for events), kept for the hooks that
+        `_finished` calls once the conversation is free."""
+        active = self._active.get(key)
+        if active is not None and active.message is message:
+            active.end = end
         self._event(message, key, "turn_end", end=end)
-        for watcher in list(self.turn_watchers):
-            try:
-                watcher(key, message, end)
-            except Exception:  # a watcher's bug must not take the loop down
-                log.exception("a turn watcher failed for %s", key)
 
     def _hooks(self, key: str, message: InboundMessage, control: TurnControl) -> TurnHooks:
         """What the turn shows as it runs: busy notices always; the stream, tool calls and
@@ -338,10 +360,13 @@ class AgentLoop:
         message: InboundMessage,
         task: asyncio.Task[TurnResult | None] | None = None,
     ) -> None:
-        self._active.pop(key, None)
+        active = self._active.pop(key, None)
         result = None
         if task is not None and not task.cancelled() and task.exception() is None:
             result = task.result()
+        # Cancelled before the turn could say so itself: it was stopped.
+        end = active.end if active is not None else None
+        ended = TurnEnded(key, message, end or TurnEnd(False, "stale"), result)
         queue = self._pending.setdefault(key, deque())
         mail = control.mailbox.take()
         if mail:
@@ -351,8 +376,11 @@ class AgentLoop:
             self._start(key, queue.popleft())
         elif not self._active:
             self._idle.set()
-        for listener in self.on_turn_end:
-            listener(key, message, result)
+        for hook in list(self.turn_end_hooks):
+            try:
+                hook(ended)
+            except Exception:  # one hook's bug must not take the loop or the other hooks down
+                log.exception("an end-of-turn hook failed for %s", key)
 
     async def _speak(
         self, control: TurnControl, message: InboundMessage, key: str, text: str

@@ -62,8 +62,8 @@ async def run_proactive(
     finally:
         engine.jobs_changed = None
         for watched in (scheduler, heartbeat):
-            if watched is not None and watched.turn_ended in loop.turn_watchers:
-                loop.turn_watchers.remove(watched.turn_ended)
+            if watched is not None:
+                watched.unwatch()
         for task in tasks:
             task.cancel()
         for task in tasks:

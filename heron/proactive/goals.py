@@ -23,8 +23,7 @@ from heron.store import goals, runs
 from heron.tools.registry import ToolContext, ToolOutput, tool
 
 if TYPE_CHECKING:
-    from heron.agent.engine import TurnResult
-    from heron.agent.loop import AgentLoop
+    from heron.agent.loop import AgentLoop, TurnEnded
 
 NUDGE = (
     "[Heron: your goal continues] Keep working toward the goal in the runtime block. When it "
@@ -108,7 +107,9 @@ class Goals:
             return message.options
         return dataclasses.replace(message.options or TurnOptions(), no_deadline=True)
 
-    def turn_ended(self, key: str, message: InboundMessage, result: TurnResult | None) -> None:
+    def turn_ended(self, ended: TurnEnded) -> None:
+        """The loop's end-of-turn hook: count a nudge turn, then continue, park or leave it."""
+        key, message, result = ended.key, ended.message, ended.result
         goal = goals.open_goal(self.store, key)
         if goal is None or goal.status != "active":
             return
@@ -175,7 +176,7 @@ def attach(loop: AgentLoop) -> Goals:
     manager = Goals(loop)
     engine.runtime_notes = lambda key: runtime_note(engine.store, key)
     loop.options_for = manager.options_for
-    loop.on_turn_end.append(manager.turn_ended)
+    loop.watch_turns(manager.turn_ended)
     engine.more_commands["goal"] = _goal
     if engine.registry.get("goal") is None and engine.registry.names():
         engine.registry.add(goal)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron.agent.commands import SEPARATOR
-from heron.agent.loop import AgentLoop
-from heron.bus import InboundMessage, MessageBus, TurnEnd
+from heron.agent.loop import AgentLoop, TurnEnded
+from heron.bus import InboundMessage, MessageBus
 from heron.messages import Message, Text
 from heron.proactive.clock import Clock
 from heron.proactive.scheduler import CHANNEL
@@ -70,13 +70,15 @@ class Heartbeat:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     outstanding: bool = False  # a check was published and its turn has not ended
     checks: int = 0
+    # Removes its end-of-turn hook from the loop it watches (`watch`).
+    unwatch: Callable[[], None] = field(default=lambda: None, repr=False)
 
     @property
     def period(self) -> float:
         return self.minutes * 60.0
 
     def watch(self, loop: AgentLoop) -> None:
-        loop.turn_watchers.append(self.turn_ended)
+        self.unwatch = loop.watch_turns(self.turn_ended)
 
     async def run(self) -> None:
         while True:
@@ -130,9 +132,10 @@ class Heartbeat:
     async def _end(self, outcome: str, detail: str | None = None) -> None:
         await self.store.call(js.end_tick, self.store, KEY, outcome, detail)
 
-    def turn_ended(self, key: str, message: InboundMessage, end: TurnEnd) -> None:
-        if message.meta.get("heartbeat") != self.owner:
+    def turn_ended(self, ended: TurnEnded) -> None:
+        if ended.message.meta.get("heartbeat") != self.owner:
             return
         self.outstanding = False
+        end = ended.end
         js.end_tick(self.store, KEY, end.outcome if end.ok else "failed", end.error)
         self.wake.set()

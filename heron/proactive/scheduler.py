@@ -9,7 +9,7 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 - monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
   the agent calls `message`, whose delivery carries the job's conversation as its chat.
 
-The scheduler watches the loop's turn ends (`AgentLoop.turn_watchers`) to record each run's
+The scheduler watches the loop's turn ends (`AgentLoop.watch_turns`) to record each run's
 outcome and give the job's lease back. It sleeps until the next instant, or at most
 `poll_s` (jobs made by `heron jobs add` in another process), or until the `schedule` tool in
 this process wakes it.
@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from heron.agent.loop import AgentLoop
-from heron.bus import InboundMessage, MessageBus, TurnEnd
+from heron.agent.loop import AgentLoop, TurnEnded
+from heron.bus import InboundMessage, MessageBus
 from heron.proactive.clock import Clock
 from heron.store import Store
 from heron.store import jobs as js
@@ -52,10 +53,12 @@ class Scheduler:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fired: int = 0  # publishes so far (the benchmark reads it)
     _open: set[int] = field(default_factory=set)  # runs whose turns have not ended
+    # Removes its end-of-turn hook from the loop it watches (`watch`).
+    unwatch: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def watch(self, loop: AgentLoop) -> None:
         """Record outcomes as the loop's turns end."""
-        loop.turn_watchers.append(self.turn_ended)
+        self.unwatch = loop.watch_turns(self.turn_ended)
 
     def poke(self) -> None:
         self.wake.set()
@@ -117,12 +120,13 @@ class Scheduler:
         self.fired += 1
         await self.bus.publish(message)
 
-    def turn_ended(self, key: str, message: InboundMessage, end: TurnEnd) -> None:
+    def turn_ended(self, ended: TurnEnded) -> None:
         """A loop's turn ended; if it was one of this scheduler's fires, record how (one
         short write, on the loop)."""
-        if message.meta.get("owner") != self.owner:
+        meta, end = ended.message.meta, ended.end
+        if meta.get("owner") != self.owner:
             return
-        run_id = int(message.meta["job_run"])
+        run_id = int(meta["job_run"])
         self._open.discard(run_id)
         if end.ok and end.outcome in _OUTCOMES:
             status, outcome, detail = "done", end.outcome, None

@@ -36,7 +36,7 @@ from heron.tools.registry import ToolContext, ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.engine import TurnResult
-    from heron.agent.loop import AgentLoop
+    from heron.agent.loop import AgentLoop, TurnEnded
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,11 @@ KEEP_SECONDS = 6 * 3600.0
 WITHOUT = ("spawn", "ask_user", "goal", "message")
 PARTIAL_CHARS = 4_000
 TASK_META = "subagent_task"  # meta of the row that opens a subagent's run with its task
+RETRY_META = "subagent_retry"  # meta of the one turn that answers a result left unanswered
+RETRY = (
+    "[Heron: the turn that received subagent {run}'s result above was interrupted before it"
+    " was answered] Answer that result now, as you would have then."
+)
 # Provenances of a turn the person is part of: a subagent spawned there is announced visibly.
 PERSONAL = ("user", "announce", "goal")
 
@@ -76,6 +81,7 @@ class Subagents:
     waited: set[str] = field(default_factory=set)  # spawned with wait=True: given as a result
     _slots: asyncio.Semaphore | None = None
     _settling: set[asyncio.Task[None]] = field(default_factory=set)
+    unwatch: Callable[[], None] = field(default=lambda: None, repr=False)  # drops its hook
 
     @property
     def store(self) -> Any:
@@ -230,7 +236,11 @@ class Subagents:
         if run is None or run.announced is not None:
             return
         if await self.store.call(runs.in_record, self.store, run.origin_key, run.id):
-            await self._announced(run)
+            # Stored by a turn a dead process never finished: answered once more, then marked.
+            if await self.store.call(unanswered, self.store, run.origin_key, run.id):
+                self._retry(run)
+            else:
+                await self._announced(run)
             return
         text = result_message(run)
         meta = {"subagent": True, runs.RUN_META: run.id}
@@ -251,6 +261,26 @@ class Subagents:
         how = self.loop.announce(message, Injected(text, meta))
         self.owed.setdefault(run.origin_key, {})[run.id] = how
 
+    def _retry(self, run: runs.Run) -> None:
+        """The one turn that answers a result its announce turn never answered (the record's
+        RETRY_META row makes it one, also across a crash); settled when it ends."""
+        meta = {"synthetic": True, "subagent": True, RETRY_META: run.id}
+        channel, chat, _ = self.loop.origins.get(
+            run.origin_key, (run.origin_channel, run.origin_chat, "")
+        )
+        if run.origin_key not in self.loop.origins and self.channel is not None:
+            channel, chat = self.channel
+        message = InboundMessage(
+            channel,
+            chat,
+            RETRY.format(run=run.id),
+            run.origin_key,
+            provenance="subagent" if run.origin_internal else "announce",
+            options=TurnOptions(message_meta=meta),
+        )
+        self.loop.start_turn(message)
+        self.owed.setdefault(run.origin_key, {})[run.id] = "retry"
+
     async def _announced(self, run: runs.Run) -> None:
         await self.store.call(runs.mark_announced, self.store, run.id)
         self.owed.get(run.origin_key, {}).pop(run.id, None)
@@ -259,15 +289,15 @@ class Subagents:
         ):
             await self.store.call(runs.forget_lineage, self.store, lineage)
 
-    def turn_ended(self, key: str, message: InboundMessage, result: TurnResult | None) -> None:
-        """AgentLoop.on_turn_end: settle what this conversation was owed."""
-        if not self.owed.get(key):
+    def turn_ended(self, ended: TurnEnded) -> None:
+        """The loop's end-of-turn hook: settle what this conversation was owed."""
+        if not self.owed.get(ended.key):
             return
-        task = asyncio.create_task(self._settle(key, message))
+        task = asyncio.create_task(self._settle(ended.key, ended.message, ended.end.outcome))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle(self, key: str, ended: InboundMessage) -> None:
+    async def _settle(self, key: str, ended: InboundMessage, outcome: str = "delivered") -> None:
         meta = ended.options.message_meta if ended.options else None
         ended_run = (meta or {}).get(runs.RUN_META)
         for run_id, how in list(self.owed.get(key, {}).items()):
@@ -275,6 +305,14 @@ class Subagents:
             if run is None:
                 continue
             if await self.store.call(runs.in_record, self.store, key, run_id):
+                if (
+                    outcome == "failed"  # a /stop is the person's: the next turn sees it
+                    and how != "retry"
+                    and not (self.loop.running(key) or self.loop.pending(key))
+                    and await self.store.call(unanswered, self.store, key, run_id)
+                ):
+                    self._retry(run)
+                    continue
                 await self._announced(run)
             elif how == "mail" or run_id == ended_run:
                 # Left unread in a mailbox, or its own turn ended before storing it: again.
@@ -283,7 +321,7 @@ class Subagents:
     async def close(self) -> None:
         """Before the loop closes: runs still working are stopped and recorded interrupted
         with what they did (announced at the next start, never lost)."""
-        self.loop.on_turn_end[:] = [f for f in self.loop.on_turn_end if f != self.turn_ended]
+        self.unwatch()
         open_runs = [rid for rid, task in self.tasks.items() if not task.done()]
         for task in list(self.tasks.values()):
             task.cancel()
@@ -330,6 +368,20 @@ def partial_of(store: Any, run: runs.Run) -> str:
                 pieces.append("[tool result] " + part.content[:300])
     text = "\n\n".join(pieces)
     return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
+
+
+def unanswered(store: Any, origin_key: str, run_id: str) -> bool:
+    """Whether the run's result is in the origin's record with no final reply after it (a
+    model message without tool calls) and has not had its one retry turn yet."""
+    conv = store.conversation(origin_key)
+    rows = [] if conv is None else store.branch(conv.id)
+    if any(r.meta.get(RETRY_META) == run_id for r in rows):
+        return False
+    at = [i for i, r in enumerate(rows) if r.meta.get(runs.RUN_META) == run_id]
+    if not at:
+        return False
+    after = rows[at[-1] + 1 :]
+    return not any(r.message.role == "assistant" and not r.message.tool_calls for r in after)
 
 
 _STATUS = {
@@ -399,5 +451,5 @@ def attach(loop: AgentLoop, **settings: Any) -> Subagents:
     engine.tool_extras["subagents"] = manager
     if engine.registry.get("spawn") is None and engine.registry.names():
         engine.registry.add(spawn)
-    loop.on_turn_end.append(manager.turn_ended)
+    manager.unwatch = loop.watch_turns(manager.turn_ended)
     return manager

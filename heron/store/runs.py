@@ -267,8 +267,10 @@ def open_for(store: Store, origin_key: str) -> list[Run]:
 def work_in(store: Store, key: str) -> list[str]:
     """What proactive work still uses a conversation, each named with how to end it: a goal
     working in it, a subagent that will report back to it, a question waiting for an answer
-    there (one past its deadline no longer counts). A delete is refused while any remains."""
+    there (one past its deadline no longer counts), an active job bound to it. A delete is
+    refused while any remains."""
     from heron.store.goals import open_goal
+    from heron.store.jobs import list_jobs
 
     found: list[str] = []
     goal = open_goal(store, key)
@@ -292,6 +294,11 @@ def work_in(store: Store, key: str) -> list[str]:
                 f"subagent {run.id} has not reported back yet ({run.status}): open the"
                 f" conversation to receive it, or drop it with heron runs cancel {run.id}"
             )
+    for job in list_jobs(store, conversation=key):
+        found.append(
+            f"{job.mode} job {job.id} is bound to it ({_short(job.prompt)}): cancel it with"
+            f" heron jobs cancel {job.id}"
+        )
     return found
 
 
