@@ -419,8 +419,8 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 
 # Checked on the LoCoMo dev conversations against 20 unrelated chat lines (bench-style, see
 # docs/memory.md): at 8 alone a fifth of them fired on one rare shared word ("landlord"); at 10
-# with at least two of the query's words in the hit, one in twenty fires, and 43% of the
-# benchmark's questions still bring their evidence in.
+# with at least two of the query's words in the hit, one in twenty fires. 43.7% of the
+# benchmark's questions fire, but only 20.8% bring evidence in (bench/recall.py, one store).
 AUTO_RECALL_MIN_SCORE = 10.0  # -bm25 of a hit; below it, hits are too weak to inject
 AUTO_RECALL_MIN_TERMS = 2  # distinct query words a hit must hold (all of them if fewer)
 AUTO_RECALL_HITS = 3
