@@ -171,14 +171,16 @@ def evaluate(recall: Recall, samples: list, store: Store, fused: bool) -> dict:
 _CITED = re.compile(r"· message (\d+) ·")
 
 
-def auto_figures(store: Store, samples: list, keep: set[int] | None = None) -> dict[str, int]:
+def auto_figures(
+    store: Store, samples: list, keep: set[int] | None = None, gated: bool = False
+) -> dict[str, int]:
     """Each question typed as a new message in a fresh chat (nothing in view) through
     `auto_recall` as the engine calls it; counts of questions asked, those that injected
     anything (`fired`), those whose injected hits hold one of their evidence turns (`brought`),
     hits injected and hits that are evidence of their question (`good`). `keep`: the
     sample positions whose questions are asked (all by default); hits of another conversation
     never count as evidence."""
-    from heron.memory.recall import auto_recall
+    from heron.memory.recall import auto_recall, gated_hits
 
     where = {i: (n, d) for n, (_, (_, known)) in enumerate(samples) for i, d in known.items()}
     recall = Recall(store)
@@ -187,11 +189,17 @@ def auto_figures(store: Store, samples: list, keep: set[int] | None = None) -> d
         if keep is not None and q.conversation not in keep:
             continue
         asked += 1
-        found = auto_recall(recall, q.text, ())
-        if not found:
+        if gated:  # the size-normalised candidate, within the question's conversation
+            cited = [i for i, _ in gated_hits(recall, q.text, q.conversation_id)]
+        else:
+            found = auto_recall(recall, q.text, ())
+            cited = (
+                [int(i) for i in _CITED.findall(found[1].tool_results[0].content)] if found else []
+            )
+        if not cited:
             continue
         fired += 1
-        hits = [where.get(int(i)) for i in _CITED.findall(found[1].tool_results[0].content)]
+        hits = [where.get(i) for i in cited]
         good = sum(1 for h in hits if h and h[0] == q.conversation and h[1] in q.evidence)
         injected += len(hits)
         relevant += good
@@ -233,9 +241,11 @@ def auto_recall_figures(raw: list[dict[str, Any]]) -> dict[str, Any]:
             store.close()
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "auto.db")
-        one = auto_figures(store, [(s, load(store, s)) for s in raw])
+        samples = [(s, load(store, s)) for s in raw]
+        one = auto_figures(store, samples)
+        gated = auto_figures(store, samples, gated=True)
         store.close()
-    return {"own": rates(own), "one_store": rates([one])}
+    return {"own": rates(own), "one_store": rates([one]), "gated": rates([gated])}
 
 
 # ---- k-fold validation on the tuning set ------------------------------------------------------
@@ -604,6 +614,7 @@ def main() -> None:
         "fused": figures["fused"],
         "auto": auto["own"],
         "auto_one_store": auto["one_store"],
+        "auto_gated": auto["gated"],
     }
     lat: dict[str, Any] = {}
     if args.messages > 0:
@@ -630,7 +641,11 @@ def _print(result: dict[str, Any], lat: dict[str, Any]) -> None:
         )
         for cat, cat_figures in figures["per_category"].items():
             print(f"  category {cat}: " + "  ".join(f"{k} {v:.3f}" for k, v in cat_figures.items()))
-    for name, key in (("own conversation", "auto"), ("one store", "auto_one_store")):
+    for name, key in (
+        ("own conversation", "auto"),
+        ("one store", "auto_one_store"),
+        ("size-normalised gate, one store", "auto_gated"),
+    ):
         a = result[key]
         print(
             f"auto-recall ({name}, {a['questions']} questions): fires {a['fire']:.3f},"

@@ -459,3 +459,55 @@ def auto_recall(
     call = ToolCall(call_id, "recall_history", {"query": text[:200], "limit": limit})
     result = ToolResult(call_id, "\n".join(h.line() for h in hits))
     return [Message("assistant", [call]), Message("user", [result])]
+
+
+# A gate normalised for the history's size: a hit's share of the query's own best score (the
+# idf-weighted share of the query's words it holds, idf counted within the conversation), so
+# text added to other conversations changes nothing. A candidate for auto-recall, measured by
+# bench/recall.py ("auto_gated"); the engine still uses `auto_recall`.
+GATED_MIN_SHARE = 0.4
+GATED_HITS = 2
+GATED_CANDIDATES = 200  # messages of the conversation that hold a query word, at most
+
+
+def gated_hits(
+    recall: Recall,
+    text: str,
+    conversation_id: int,
+    in_view: Iterable[int] = (),
+    *,
+    min_share: float = GATED_MIN_SHARE,
+    limit: int = GATED_HITS,
+) -> list[tuple[int, float]]:
+    """(message id, share) of the conversation's messages holding at least `min_share` of the
+    query's idf weight (and two of its words, all if fewer), best share first, then oldest.
+    Exact while fewer than GATED_CANDIDATES messages of the conversation hold a query word."""
+    words = terms(text)
+    found = recall.bm25(text, GATED_CANDIDATES, conversation_id)
+    if not found:
+        return []
+    # idf among the conversation's messages that hold a query word: what other conversations
+    # hold, or how many unrelated messages there are, cannot move it
+    total = len(found)
+    hits = recall._hits(found, text)
+    rows = [(h.message_id, recall.body(h)) for h in hits]
+    held = {i: _held(body, words) for i, body in rows}
+    df = {w: sum(1 for h in held.values() if w in h) for w in words}
+    idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+    whole = sum(idf.values()) or 1.0
+    need = min(2, len(words))
+    skip = set(in_view)
+    scored = [
+        (i, sum(idf[w] for w in h) / whole)
+        for i, h in held.items()
+        if i not in skip and len(h) >= need
+    ]
+    scored = [(i, s) for i, s in scored if s >= min_share]
+    return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def _held(body: str, words: Sequence[str]) -> set[str]:
+    tokens = set(_WORD.findall(body.lower()))
+    return {
+        w for w in words if w in tokens or (len(w) >= 4 and any(t.startswith(w) for t in tokens))
+    }
