@@ -43,9 +43,11 @@ def test_more_unrelated_history_does_not_change_what_fires(tmp_path, copies, lin
     small, cid = _store(tmp_path, 0)
     big, big_cid = _store(tmp_path, copies)
     try:
-        assert [i for i, _ in gated_hits(Recall(small), question, cid)] == [
-            i for i, _ in gated_hits(Recall(big), question, big_cid)
-        ]
+        before = gated_hits(Recall(small), question, cid)
+        after = gated_hits(Recall(big), question, big_cid)
+        assert before  # the question's own line always fires
+        # the same hits, with the same normalised scores: the gate cannot drift with size
+        assert after == before
     finally:
         small.close()
         big.close()
