@@ -1,6 +1,6 @@
-"""Recall over history on LoCoMo: recall@5/10/20 of the evidence turns, and query latency.
+"""Recall over history on LoCoMo: recall@5/10/20/25 of the evidence turns, and query latency.
 
-    .venv/bin/python bench/recall.py --locomo ../shared/eval/locomo-dev.json [--json]
+    .venv/bin/python bench/recall.py --locomo ../shared/eval/locomo-dev.json [--json] [--folds]
 
 Each LoCoMo conversation is stored as a Heron conversation (one message per turn, "speaker:
 text", dated by its session), each question of categories 1-4 is asked through heron's recall
@@ -23,12 +23,14 @@ import hashlib
 import json
 import os
 import random
+import re
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,24 @@ from heron.memory.recall import Recall
 from heron.messages import Message, Text, parts_to_json
 from heron.store import Store
 
-KS = (5, 10, 20)
+KS = (5, 10, 20, 25)
 CATEGORIES = (1, 2, 3, 4)
 CONVERSATIONS = 200  # the latency corpus's messages are dealt round-robin over these
+
+
+_EVIDENCE_ID = re.compile(r"D\W*(\d+)\W+(\d+)", re.IGNORECASE)
+
+
+def evidence_ids(evidence: Sequence[str] | str) -> set[str]:
+    """The dia_ids of a question's evidence, normalised to "D<session>:<turn>": LoCoMo's own
+    data holds "D30:05" (D30:5), "D:11:26" (D11:26), stray colons and several ids joined in one
+    string by spaces or semicolons, which would otherwise match no turn."""
+    items = [evidence] if isinstance(evidence, str) else list(evidence)
+    return {
+        f"D{int(m.group(1))}:{int(m.group(2))}"
+        for item in items
+        for m in _EVIDENCE_ID.finditer(str(item))
+    }
 
 
 def _date(text: str) -> float:
@@ -77,25 +94,55 @@ def load(store: Store, sample: dict[str, Any]) -> tuple[int, dict[int, str]]:
             store.conn.execute(
                 "UPDATE messages SET created = ? WHERE id = ?", (when + i, stored.id)
             )
-            ids[stored.id] = turn["dia_id"]
+            ids[stored.id] = min(evidence_ids(turn["dia_id"]), default=turn["dia_id"])
         n += 1
     return conv.id, ids
 
 
-def evaluate(recall: Recall, samples: list[dict[str, Any]], store: Store, fused: bool) -> dict:
-    per_cat: dict[int, dict[int, list[float]]] = {c: {k: [] for k in KS} for c in CATEGORIES}
-    for sample, (cid, ids) in samples:
+@dataclass(frozen=True)
+class Question:
+    conversation: int  # index of its sample in the file
+    conversation_id: int
+    text: str
+    evidence: frozenset[str]
+    category: int
+    session: int  # the session of its first evidence turn (the unit of the session folds)
+
+
+def questions(samples: list[tuple[dict[str, Any], tuple[int, dict[int, str]]]]) -> list[Question]:
+    """The questions of categories 1-4 whose evidence names at least one turn."""
+    out = []
+    for n, (sample, (cid, _)) in enumerate(samples):
         for qa in sample["qa"]:
-            if qa.get("category") not in CATEGORIES or not qa.get("evidence"):
+            evidence = evidence_ids(qa.get("evidence") or [])
+            if qa.get("category") not in CATEGORIES or not evidence:
                 continue
-            evidence = set(qa["evidence"])
-            if fused:
-                ranked = recall.ranked(qa["question"], max(KS), cid)
-            else:
-                ranked = recall.lexical(qa["question"], max(KS), cid)
-            got = [ids.get(i) for i, _ in ranked]
-            for k in KS:
-                per_cat[qa["category"]][k].append(len(evidence & set(got[:k])) / len(evidence))
+            session = min(int(e[1:].split(":")[0]) for e in evidence)
+            out.append(
+                Question(n, cid, qa["question"], frozenset(evidence), qa["category"], session)
+            )
+    return out
+
+
+def rank_all(
+    recall: Recall, asked: list[Question], ids: dict[int, str], fused: bool
+) -> list[list[str | None]]:
+    """Each question's first max(KS) hits, as dia_ids."""
+    depth = max(KS)
+    search = recall.ranked if fused else recall.lexical
+    return [[ids.get(i) for i, _ in search(q.text, depth, q.conversation_id)] for q in asked]
+
+
+def summary(
+    asked: list[Question], got: list[list[str | None]], keep: Sequence[int] | None = None
+) -> dict:
+    """recall@k over the questions at positions `keep` (all by default), and per category."""
+    per_cat: dict[int, dict[int, list[float]]] = {c: {k: [] for k in KS} for c in CATEGORIES}
+    for n in range(len(asked)) if keep is None else keep:
+        q = asked[n]
+        for k in KS:
+            found = len(q.evidence & set(got[n][:k]))
+            per_cat[q.category][k].append(found / len(q.evidence))
     return _summary(per_cat)
 
 
@@ -110,6 +157,184 @@ def _summary(per_cat: dict[int, dict[int, list[float]]]) -> dict:
         if per_cat[c][KS[0]]
     }
     out["questions"] = sum(len(per_cat[c][KS[0]]) for c in CATEGORIES)
+    return out
+
+
+def evaluate(recall: Recall, samples: list, store: Store, fused: bool) -> dict:
+    asked = questions(samples)
+    ids = {i: d for _, (_, known) in samples for i, d in known.items()}
+    return summary(asked, rank_all(recall, asked, ids, fused))
+
+
+# ---- auto-recall ----------------------------------------------------------------------------
+
+_CITED = re.compile(r"· message (\d+) ·")
+
+
+def auto_figures(
+    store: Store, samples: list, keep: set[int] | None = None, gated: bool = False
+) -> dict[str, int]:
+    """Each question typed as a new message in a fresh chat (nothing in view) through
+    `auto_recall` as the engine calls it; counts of questions asked, those that injected
+    anything (`fired`), those whose injected hits hold one of their evidence turns (`brought`),
+    hits injected and hits that are evidence of their question (`good`). `keep`: the
+    sample positions whose questions are asked (all by default); hits of another conversation
+    never count as evidence."""
+    from heron.memory.recall import auto_recall, gated_hits
+
+    where = {i: (n, d) for n, (_, (_, known)) in enumerate(samples) for i, d in known.items()}
+    recall = Recall(store)
+    asked = fired = brought = injected = relevant = 0
+    for q in questions(samples):
+        if keep is not None and q.conversation not in keep:
+            continue
+        asked += 1
+        if gated:  # the size-normalised candidate, within the question's conversation
+            cited = [i for i, _ in gated_hits(recall, q.text, q.conversation_id)]
+        else:
+            found = auto_recall(recall, q.text, ())
+            cited = (
+                [int(i) for i in _CITED.findall(found[1].tool_results[0].content)] if found else []
+            )
+        if not cited:
+            continue
+        fired += 1
+        hits = [where.get(i) for i in cited]
+        good = sum(1 for h in hits if h and h[0] == q.conversation and h[1] in q.evidence)
+        injected += len(hits)
+        relevant += good
+        brought += good > 0
+    return {
+        "questions": asked,
+        "fired": fired,
+        "brought": brought,
+        "hits": injected,
+        "good": relevant,
+    }
+
+
+def rates(counts: list[dict[str, int]]) -> dict[str, float | int]:
+    """Fire rate, evidence rate and precision of one or more runs' counts, pooled."""
+    total = {
+        key: sum(c[key] for c in counts)
+        for key in ("questions", "fired", "brought", "hits", "good")
+    }
+    asked, hits = total["questions"], total["hits"]
+    return {
+        "fire": round(total["fired"] / asked, 4) if asked else 0.0,
+        "evidence": round(total["brought"] / asked, 4) if asked else 0.0,
+        "precision": round(total["good"] / hits, 4) if hits else 0.0,
+        "questions": asked,
+        "hits": hits,
+    }
+
+
+def auto_recall_figures(raw: list[dict[str, Any]]) -> dict[str, Any]:
+    """Auto-recall with each conversation in a store of its own ("own", the JSON's "auto"), and
+    with every conversation in one store ("one_store"): a raw score gate fires more in the
+    bigger one."""
+    own: list[dict[str, int]] = []
+    for sample in raw:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(Path(tmp) / "auto.db")
+            own.append(auto_figures(store, [(sample, load(store, sample))]))
+            store.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "auto.db")
+        samples = [(s, load(store, s)) for s in raw]
+        one = auto_figures(store, samples)
+        gated = auto_figures(store, samples, gated=True)
+        store.close()
+    return {"own": rates(own), "one_store": rates([one]), "gated": rates([gated])}
+
+
+# ---- k-fold validation on the tuning set ------------------------------------------------------
+
+# The ranking's free constants (heron.memory.recall) and the values tried for each. A fold's
+# held-out figure uses the setting that scored best on the other folds, so a choice that only
+# fits some questions shows up as a gap between the tuning-set figure and the held-out mean.
+GRID: dict[str, tuple[float, ...]] = {
+    "NEIGHBOUR_SHARE": (0.0, 0.25, 0.5),
+    "SESSION_SHARE": (0.0, 0.2, 0.4),
+    "SEMANTIC_WEIGHT": (0.5, 1.0, 2.0),
+}
+FOLD_METRIC = "recall@10"
+SESSION_FOLDS = 5
+
+
+def fold_sets(asked: list[Question], conversations: int) -> dict[str, list[list[int]]]:
+    """Question positions per fold: one fold per conversation, and SESSION_FOLDS folds of
+    sessions (session n in fold n mod SESSION_FOLDS), so a held-out fold shares no session with
+    what the setting was chosen on."""
+    by_conv = [
+        [n for n, q in enumerate(asked) if q.conversation == c] for c in range(conversations)
+    ]
+    by_session = [
+        [n for n, q in enumerate(asked) if q.session % SESSION_FOLDS == f]
+        for f in range(SESSION_FOLDS)
+    ]
+    return {"conversation": by_conv, "session": [f for f in by_session if f]}
+
+
+def settings(fused: bool) -> list[dict[str, float]]:
+    import itertools
+
+    names = [n for n in GRID if fused or n == "NEIGHBOUR_SHARE"]  # BM25 alone uses only that
+    return [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product(*(GRID[n] for n in names))
+    ]
+
+
+def with_setting(setting: dict[str, float]) -> dict[str, float]:
+    """Set the ranking's constants; returns the values they had."""
+    import heron.memory.recall as module
+
+    before = {name: getattr(module, name) for name in setting}
+    for name, value in setting.items():
+        setattr(module, name, value)
+    return before
+
+
+def cross_validate(recall: Recall, samples: list, fused: bool) -> dict[str, Any]:
+    """For each fold: the held-out figure of the shipped constants and of the setting chosen
+    on the other folds; their mean and spread; and the tuning-set figure minus the held-out
+    mean (the brief's bound: at most 0.03)."""
+    asked = questions(samples)
+    ids = {i: d for _, (_, known) in samples for i, d in known.items()}
+    shipped = rank_all(recall, asked, ids, fused)
+    ranked: list[tuple[dict[str, float], list[list[str | None]]]] = []
+    for setting in settings(fused):
+        before = with_setting(setting)
+        try:
+            ranked.append((setting, rank_all(recall, asked, ids, fused)))
+        finally:
+            with_setting(before)
+    tuning = summary(asked, shipped)[FOLD_METRIC]
+    out: dict[str, Any] = {"tuning": tuning}
+    for kind, folds in fold_sets(asked, len(samples)).items():
+        rows = []
+        for n, held in enumerate(folds):
+            rest = [i for f in folds if f is not held for i in f]
+            chosen, got = max(ranked, key=lambda r: summary(asked, r[1], rest)[FOLD_METRIC])
+            rows.append(
+                {
+                    "fold": n,
+                    "questions": len(held),
+                    "shipped": summary(asked, shipped, held)[FOLD_METRIC],
+                    "held_out": summary(asked, got, held)[FOLD_METRIC],
+                    "chosen": chosen,
+                }
+            )
+        held_out = [r["held_out"] for r in rows]
+        mean = statistics.fmean(held_out)
+        out[kind] = {
+            "folds": rows,
+            "mean": round(mean, 4),
+            "spread": round(max(held_out) - min(held_out), 4),
+            "stdev": round(statistics.pstdev(held_out), 4),
+            "gap": round(tuning - mean, 4),
+        }
     return out
 
 
@@ -336,26 +561,42 @@ def latency(
 
 
 def recall_figures(
-    raw: list[dict[str, Any]], embedder: Any, cache_dir: Path
-) -> tuple[dict, dict | None]:
+    raw: list[dict[str, Any]], embedder: Any, cache_dir: Path, folds: bool = False
+) -> dict[str, Any]:
+    """recall@k of BM25 and of the fused search (None without embeddings), and with `folds`
+    the k-fold check of each."""
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "recall.db")
         samples = [(s, load(store, s)) for s in raw]
-        bm25 = evaluate(Recall(store), samples, store, fused=False)
-        fused = None
+        lexical = Recall(store)
+        out["bm25"] = evaluate(lexical, samples, store, fused=False)
+        out["fused"] = None
+        if folds:
+            out["folds"] = {"bm25": cross_validate(lexical, samples, fused=False)}
         if embedder is not None:
             store_vectors(store, embedder, cache_dir)
-            fused = evaluate(Recall(store, embedder), samples, store, fused=True)
+            fused = Recall(store, embedder)
+            out["fused"] = evaluate(fused, samples, store, fused=True)
+            if folds:
+                out["folds"]["fused"] = cross_validate(fused, samples, fused=True)
         store.close()
-    return bm25, fused
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locomo", required=True, type=Path, help="A LoCoMo-format JSON file.")
     parser.add_argument("--json", action="store_true", help="Print one JSON line.")
-    parser.add_argument("--messages", type=int, default=100_000, help="Messages for latency.")
+    parser.add_argument(
+        "--messages", type=int, default=100_000, help="Messages for latency (0: skip it)."
+    )
     parser.add_argument("--queries", type=int, default=300, help="Searches timed per path.")
+    parser.add_argument(
+        "--folds",
+        action="store_true",
+        help="Also run the k-fold check on the file (folds by conversation and by session).",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, default=default_cache_dir(), help="Where vectors are cached."
     )
@@ -365,17 +606,25 @@ def main() -> None:
     from heron.memory.vectors import default_embedder
 
     embedder = default_embedder()
-    bm25, fused = recall_figures(raw, embedder, args.cache_dir)
+    figures = recall_figures(raw, embedder, args.cache_dir, args.folds)
     _progress(f"recall@k done in {time.monotonic() - started:.0f} s")
-    lat = latency(raw, embedder, args.cache_dir, args.messages, args.queries)
-    path = "fused" if embedder is not None else "bm25"
-    result = {
-        "bm25": bm25,
-        "fused": fused,
-        "latency_ms": {**lat[path], "messages": lat["messages"], "path": path},
-        "bm25_latency_ms": {**lat["bm25"], "messages": lat["messages"]},
-        "seconds": round(time.monotonic() - started, 1),
+    auto = auto_recall_figures(raw)
+    result: dict[str, Any] = {
+        "bm25": figures["bm25"],
+        "fused": figures["fused"],
+        "auto": auto["own"],
+        "auto_one_store": auto["one_store"],
+        "auto_gated": auto["gated"],
     }
+    lat: dict[str, Any] = {}
+    if args.messages > 0:
+        lat = latency(raw, embedder, args.cache_dir, args.messages, args.queries)
+        path = "fused" if embedder is not None else "bm25"
+        result["latency_ms"] = {**lat[path], "messages": lat["messages"], "path": path}
+        result["bm25_latency_ms"] = {**lat["bm25"], "messages": lat["messages"]}
+    if "folds" in figures:
+        result["folds"] = figures["folds"]
+    result["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(result))
         return
@@ -392,6 +641,31 @@ def _print(result: dict[str, Any], lat: dict[str, Any]) -> None:
         )
         for cat, cat_figures in figures["per_category"].items():
             print(f"  category {cat}: " + "  ".join(f"{k} {v:.3f}" for k, v in cat_figures.items()))
+    for name, key in (
+        ("own conversation", "auto"),
+        ("one store", "auto_one_store"),
+        ("size-normalised gate, one store", "auto_gated"),
+    ):
+        a = result[key]
+        print(
+            f"auto-recall ({name}, {a['questions']} questions): fires {a['fire']:.3f},"
+            f" brings evidence {a['evidence']:.3f}, {a['hits']} hits injected,"
+            f" precision {a['precision']:.3f}"
+        )
+    for mode, check in result.get("folds", {}).items():
+        print(f"folds ({mode}, {FOLD_METRIC}): tuning set {check['tuning']:.3f}")
+        for kind in ("conversation", "session"):
+            c = check[kind]
+            for row in c["folds"]:
+                print(
+                    f"  {kind} fold {row['fold']} ({row['questions']} questions):"
+                    f" held out {row['held_out']:.3f} (shipped constants {row['shipped']:.3f}),"
+                    f" chosen {row['chosen']}"
+                )
+            print(
+                f"  {kind}: held-out mean {c['mean']:.3f}, spread {c['spread']:.3f},"
+                f" stdev {c['stdev']:.3f}, tuning minus mean {c['gap']:+.3f}"
+            )
     for path in ("fused", "bm25"):
         if path in lat:
             f = lat[path]

@@ -421,8 +421,8 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 
 # Checked on the LoCoMo dev conversations against 20 unrelated chat lines (bench-style, see
 # docs/memory.md): at 8 alone a fifth of them fired on one rare shared word ("landlord"); at 10
-# with at least two of the query's words in the hit, one in twenty fires, and 43% of the
-# benchmark's questions still bring their evidence in.
+# with at least two of the query's words in the hit, one in twenty fires. 43.7% of the
+# benchmark's questions fire, but only 20.8% bring evidence in (bench/recall.py, one store).
 AUTO_RECALL_MIN_SCORE = 10.0  # -bm25 of a hit; below it, hits are too weak to inject
 AUTO_RECALL_MIN_TERMS = 2  # distinct query words a hit must hold (all of them if fewer)
 AUTO_RECALL_HITS = 3
@@ -461,3 +461,55 @@ def auto_recall(
     call = ToolCall(call_id, "recall_history", {"query": text[:200], "limit": limit})
     result = ToolResult(call_id, "\n".join(h.line() for h in hits))
     return [Message("assistant", [call]), Message("user", [result])]
+
+
+# A gate normalised for the history's size: a hit's share of the query's own best score (the
+# idf-weighted share of the query's words it holds, idf counted within the conversation), so
+# text added to other conversations changes nothing. A candidate for auto-recall, measured by
+# bench/recall.py ("auto_gated"); the engine still uses `auto_recall`.
+GATED_MIN_SHARE = 0.4
+GATED_HITS = 2
+GATED_CANDIDATES = 200  # messages of the conversation that hold a query word, at most
+
+
+def gated_hits(
+    recall: Recall,
+    text: str,
+    conversation_id: int,
+    in_view: Iterable[int] = (),
+    *,
+    min_share: float = GATED_MIN_SHARE,
+    limit: int = GATED_HITS,
+) -> list[tuple[int, float]]:
+    """(message id, share) of the conversation's messages holding at least `min_share` of the
+    query's idf weight (and two of its words, all if fewer), best share first, then oldest.
+    Exact while fewer than GATED_CANDIDATES messages of the conversation hold a query word."""
+    words = terms(text)
+    found = recall.bm25(text, GATED_CANDIDATES, conversation_id)
+    if not found:
+        return []
+    # idf among the conversation's messages that hold a query word: what other conversations
+    # hold, or how many unrelated messages there are, cannot move it
+    total = len(found)
+    hits = recall._hits(found, text)
+    rows = [(h.message_id, recall.body(h)) for h in hits]
+    held = {i: _held(body, words) for i, body in rows}
+    df = {w: sum(1 for h in held.values() if w in h) for w in words}
+    idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+    whole = sum(idf.values()) or 1.0
+    need = min(2, len(words))
+    skip = set(in_view)
+    scored = [
+        (i, sum(idf[w] for w in h) / whole)
+        for i, h in held.items()
+        if i not in skip and len(h) >= need
+    ]
+    scored = [(i, s) for i, s in scored if s >= min_share]
+    return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
+
+
+def _held(body: str, words: Sequence[str]) -> set[str]:
+    tokens = set(_WORD.findall(body.lower()))
+    return {
+        w for w in words if w in tokens or (len(w) >= 4 and any(t.startswith(w) for t in tokens))
+    }
