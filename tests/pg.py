@@ -156,3 +156,27 @@ def pg_url(pg_server: PgServer) -> str:
     with psycopg.connect(pg_server.url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_server.url}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
+    """What a test opens its Store on, once per backend: a SQLite file, a PostgreSQL URL (a
+    schema of this test's own). PostgreSQL is started only for the tests that ask."""
+    if request.param == "sqlite":
+        return tmp_path / "h.db"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def raw_count(db: str | Path, sql: str, params: tuple[object, ...] = ()) -> object:
+    """The first value of `sql` read through a connection of its own, not the store's: what
+    another process would see (psycopg's %s placeholders or sqlite's ?)."""
+    if isinstance(db, Path):
+        import sqlite3
+
+        with sqlite3.connect(db) as conn:
+            return conn.execute(sql, params).fetchone()[0]
+    import psycopg
+
+    with psycopg.connect(db) as conn:
+        row = conn.execute(sql.replace("?", "%s"), params).fetchone()
+        return None if row is None else row[0]

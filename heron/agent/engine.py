@@ -114,7 +114,7 @@ class Engine:
         """Open everything a run needs; `provider` replaces the configured one (tests)."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
-            store = Store(":memory:" if ephemeral else paths.db)
+            store = Store(":memory:" if ephemeral else settings.database)
             stack.callback(store.close)
             if provider is None:
                 choice = settings.model(model)
@@ -127,7 +127,7 @@ class Engine:
             sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
             await asyncio.to_thread(engine._open_memory, ephemeral)
-            if not ephemeral:
+            if not ephemeral and store.backend == "sqlite":
                 engine.recall_reader = memory_wiring.RecallReader(paths.db)
                 stack.push_async_callback(engine.recall_reader.aclose)
             try:
@@ -144,7 +144,10 @@ class Engine:
             self.memory = MemoryService(self.settings.paths.memory, self.store)
             self.memory_baseline = memory_digests(self.memory)
             self.memory.section_tokens = memory_tokens(self)
-        self.recall = memory_wiring.lazy_recall(self.store)
+        # Recall's queries are FTS5's (MATCH, bm25); on PostgreSQL the index is there (tsvector,
+        # GIN) but the queries are not ported yet (docs/scale.md): no auto-recall there.
+        if self.store.backend == "sqlite":
+            self.recall = memory_wiring.lazy_recall(self.store)
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         """The system prompt's inputs for a conversation: with its frozen Memory section and
