@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.heron-installed
 
-.PHONY: chat test test-fast typecheck lint format bench clean bubblewrap chromium
+.PHONY: chat test test-fast typecheck lint format bench clean bubblewrap chromium postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,22 @@ chromium:
 	    echo "Install it with: sudo apt-get install chromium"; \
 	  fi; }
 
+# PostgreSQL for the tests of the PostgreSQL store (marker `pg`; tests/pg.py starts a throwaway
+# cluster with initdb and pg_ctl as the postgres user, on a free port). Installed when missing
+# and the machine allows it (root with apt-get); otherwise a note, and those tests fail with the
+# same advice.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing postgresql (the tests of the PostgreSQL store)..."; \
+	    apt-get install -y -q postgresql >/dev/null || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null; } || \
+	      echo "Could not install postgresql; the pg tests need it: apt-get install postgresql"; \
+	  else \
+	    echo "PostgreSQL is not installed: the pg tests (tests/pg.py) need it."; \
+	    echo "Install it with: sudo apt-get install postgresql"; \
+	  fi; }
+
 chat: $(STAMP) bubblewrap
 	$(BIN)/heron chat
 
@@ -60,7 +76,7 @@ chat: $(STAMP) bubblewrap
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) bubblewrap chromium
+test: $(STAMP) bubblewrap chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,7 +85,7 @@ test: $(STAMP) bubblewrap chromium
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
 # the offline model), property tests at light strength, on two workers. `make test` runs them
 # all, in one process.
-test-fast: $(STAMP)
+test-fast: $(STAMP) postgres
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	HERON_TEST_FAST=1 $(BIN)/pytest -m "not slow and not model and not heavy" -n 2

@@ -179,6 +179,7 @@ class Config:
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
+    store_url: str | None = None  # [store] url: a PostgreSQL database instead of heron.db
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
 
 
@@ -219,7 +220,7 @@ def load_config(path: Path) -> Config:
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
-    known |= {"tools", "memory"}
+    known |= {"tools", "memory", "store"}
     unknown = set(data) - known
     if unknown:
         raise ConfigError(
@@ -244,8 +245,30 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         prices=_table(data, "prices", path),
         tools=_tool_settings(_table(data, "tools", path), path),
         memory=_section(MemoryConfig, _table(data, "memory", path), "memory", path),
+        store_url=_store_url(_table(data, "store", path), path),
         raw=data,
     )
+
+
+def _store_url(table: dict[str, Any], path: Path) -> str | None:
+    unknown = set(table) - {"url"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) in [store]: {', '.join(sorted(unknown))}",
+                          hint="[store] has one key, url.")  # fmt: skip
+    url = table.get("url")
+    return None if url is None else database_url(url, f"{path}: [store] url")
+
+
+def database_url(url: object, where: str) -> str:
+    """A PostgreSQL URL as given ([store] url, HERON_DATABASE_URL), or a ConfigError saying
+    what a good one looks like."""
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            f"{where} must be a postgresql:// URL, not {url!r}",
+            hint="For example postgresql://heron@127.0.0.1:5432/heron; leave it out to keep "
+            "the SQLite file heron.db under HERON_HOME (docs/scale.md).",
+        )
+    return url
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -513,3 +536,12 @@ class Settings:
 
     def model(self, cli_model: str | None = None) -> ModelChoice:
         return choose_model(self.config, self.env, cli_model)
+
+    @property
+    def database(self) -> Path | str:
+        """What the Store opens: HERON_DATABASE_URL, else `[store] url` (PostgreSQL), else the
+        SQLite file under HERON_HOME (created with the home)."""
+        url = self.env.get("HERON_DATABASE_URL")
+        if url:
+            return database_url(url, "HERON_DATABASE_URL")
+        return self.config.store_url or self.paths.ensure().db

@@ -4,6 +4,7 @@ import socket
 
 import pytest
 from hypothesis import HealthCheck, settings
+from pg import db, pg_server, pg_url  # noqa: F401  (fixtures: a real PostgreSQL, tests/pg.py)
 from strength import FAST
 
 # No test asserts a wall time (docs/testing.md), hypothesis's included: no per-example deadline
@@ -30,6 +31,7 @@ def heron_home(tmp_path, monkeypatch):
         "HERON_CONTEXT_WINDOW",
         "OPENAI_BASE_URL",
         "ANTHROPIC_BASE_URL",
+        "HERON_DATABASE_URL",
     ):
         monkeypatch.delenv(var, raising=False)
     return home

@@ -1,26 +1,29 @@
 from __future__ import annotations
 
-import sqlite3
+from pathlib import Path
+
+from pg import raw_count
 
 from heron.messages import Message, Text, ToolCall, ToolResult, Usage, user
 from heron.store import Store
 from heron.store.migrations import latest
 
 
-def test_open_applies_migrations_and_wal(tmp_path):
-    store = Store(tmp_path / "h.db")
-    assert store.query("PRAGMA journal_mode")[0][0] == "wal"
-    assert store.query("PRAGMA foreign_keys")[0][0] == 1
+def test_open_applies_migrations_and_wal(db):
+    store = Store(db)
+    if isinstance(db, Path):
+        assert store.query("PRAGMA journal_mode")[0][0] == "wal"
+        assert store.query("PRAGMA foreign_keys")[0][0] == 1
     names = [r[0] for r in store.query("SELECT name FROM _migrations ORDER BY name")]
     assert names[-1] == latest()
     store.close()
     # Re-opening applies nothing twice.
-    again = Store(tmp_path / "h.db")
+    again = Store(db)
     assert [r[0] for r in again.query("SELECT name FROM _migrations ORDER BY name")] == names
 
 
-def test_messages_form_a_tree_and_branch_follows_head(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_messages_form_a_tree_and_branch_follows_head(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     a = store.append(conv.id, user("one"))
     b = store.append(conv.id, Message("assistant", [Text("first answer")]))
@@ -31,15 +34,12 @@ def test_messages_form_a_tree_and_branch_follows_head(tmp_path):
     assert [m.id for m in store.children(a.id)] == [b.id, c.id]
 
 
-def test_begin_turn_commits_user_message_with_turn(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_begin_turn_commits_user_message_with_turn(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     turn_id, stored = store.begin_turn(conv.id, "run_1", user("hello"), model="m")
     # Visible from a separate connection: it is committed, not just buffered.
-    other = sqlite3.connect(tmp_path / "h.db")
-    assert other.execute("SELECT turn_id FROM messages WHERE id=?", (stored.id,)).fetchone() == (
-        turn_id,
-    )
+    assert raw_count(db, "SELECT turn_id FROM messages WHERE id=?", (stored.id,)) == turn_id
     turn = store.turn("run_1")
     assert turn is not None and turn.status == "running" and turn.user_message_id == stored.id
     store.finish_turn(
@@ -54,8 +54,8 @@ def test_begin_turn_commits_user_message_with_turn(tmp_path):
     assert done is not None and done.status == "done" and done.usage == Usage(10, 2, 5, 0)
 
 
-def test_sent_parts_kept_apart_from_what_the_user_typed(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_sent_parts_kept_apart_from_what_the_user_typed(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     typed = user("hi")
     sent = Message("user", [Text("hi"), Text("[runtime] time: noon")])
@@ -64,8 +64,8 @@ def test_sent_parts_kept_apart_from_what_the_user_typed(tmp_path):
     assert row.message == typed and row.wire == sent
 
 
-def test_corrupt_row_is_reported_in_place_not_raised(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_corrupt_row_is_reported_in_place_not_raised(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     m = store.append(conv.id, Message("assistant", [ToolCall("1", "bash", {"command": "ls"})]))
     store.append(conv.id, Message("user", [ToolResult("1", "ok")]))
@@ -78,8 +78,8 @@ def test_corrupt_row_is_reported_in_place_not_raised(tmp_path):
     assert len(rows) == 2
 
 
-def test_failed_transaction_leaves_nothing(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_failed_transaction_leaves_nothing(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     try:
         with store.transaction():
@@ -91,8 +91,8 @@ def test_failed_transaction_leaves_nothing(tmp_path):
     assert store.conversation("k").head_id is None
 
 
-def test_delete_conversation_cascades(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_delete_conversation_cascades(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     store.begin_turn(conv.id, "run_x", user("hi"))
     store.delete_conversation(conv.id)
@@ -101,15 +101,15 @@ def test_delete_conversation_cascades(tmp_path):
     assert store.query("SELECT COUNT(*) FROM turns")[0][0] == 0
 
 
-def test_stored_messages_behave_as_plain_messages(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_stored_messages_behave_as_plain_messages(db):
+    store = Store(db)
     conv = store.open_conversation("k")
     plain = Message("assistant", [Text("hi"), ToolCall("1", "bash", {"command": "ls"})])
     store.append(conv.id, plain)
-    [row] = Store(tmp_path / "h.db").branch(conv.id)  # read back by a fresh store: from disk
+    [row] = Store(db).branch(conv.id)  # read back by a fresh store: from disk
     assert row.message == plain and plain == row.message
     text_only = Message("user", [Text("just words")])
     store.append(conv.id, text_only)
-    again = Store(tmp_path / "h.db").branch(conv.id)[-1].message
+    again = Store(db).branch(conv.id)[-1].message
     assert hash(again) == hash(text_only) and {again, text_only} == {text_only}
     assert row.message.tool_calls[0].args == {"command": "ls"} and row.message.text == "hi"

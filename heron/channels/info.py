@@ -17,7 +17,7 @@ from heron.store import Store, StoredMessage, Turn
 
 
 def open_store(settings: Settings) -> Store:
-    return Store(settings.paths.ensure().db)
+    return Store(settings.database)
 
 
 def _when(ts: float) -> str:

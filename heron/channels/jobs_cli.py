@@ -39,7 +39,7 @@ def _open() -> Iterator[tuple[Settings, Store]]:
 
     try:
         settings = Settings.load()
-        store = Store(settings.paths.ensure().db)
+        store = Store(settings.database)
     except HeronError as e:
         _fail(e)
     try:

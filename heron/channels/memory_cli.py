@@ -41,7 +41,7 @@ def _service() -> Iterator[MemoryService]:
     try:
         settings = Settings.load()
         paths = settings.paths.ensure()
-        store = Store(paths.db)
+        store = Store(settings.database)
     except HeronError as e:
         _fail(e)
     try:

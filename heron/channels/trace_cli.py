@@ -40,7 +40,7 @@ def _open() -> tuple[Settings, Store, PriceTable]:
     from heron.trace.prices import PriceTable
 
     s = settings()
-    return s, Store(s.paths.ensure().db), PriceTable.from_config(s.config.prices)
+    return s, Store(s.database), PriceTable.from_config(s.config.prices)
 
 
 @trace_app.command("ls")

@@ -51,7 +51,7 @@ class WebState:
 
 def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None = None) -> None:
     """Give `app` the state the routes need and include them (idempotent on the router)."""
-    store = Store(settings.paths.ensure().db)
+    store = Store(settings.database)
     app.state.web = WebState(settings, store, busy or (lambda key: False))
     if router not in [getattr(r, "router", None) for r in app.router.routes]:
         app.include_router(router)
@@ -66,7 +66,7 @@ def _state(request: Request) -> WebState:
         if runtime is None:
             raise HTTPException(503, "the web API is not installed on this app")
         settings = runtime.engine.settings
-        store = Store(settings.paths.ensure().db)
+        store = Store(settings.database)
         state = WebState(settings, store, runtime.loop.running, runtime.engine.choice)
         request.app.state.web = state
     return state

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from heron.errors import StoreError
 from heron.messages import (
@@ -38,6 +38,7 @@ from heron.messages import (
     parts_to_json,
 )
 from heron.store.migrations import migrate
+from heron.store.pg import PgConnection, is_url, redact
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -60,7 +61,10 @@ _BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
 
 class Store:
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+        # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
+        # anything else is the SQLite file.
+        self.url = path if is_url(path) else None
+        self.path = Path("postgresql") if self.url else Path(path)
         self._lock = threading.RLock()
         self._branch_len: dict[int, int] = {}  # conversation id -> rows in its last branch read
         # conversation id -> (head id, the decoded branch to it): see `branch`.
@@ -74,9 +78,23 @@ class Store:
         self.after_commit: list[Callable[[], None]] = []
         self.caches: dict[str, Any] = {}
         self.conn = self._connect()
-        self._file = _file_id(self.path)  # (device, inode): see `check_file`
+        # (device, inode): see `check_file`; a server's database has no file to watch.
+        self._file = None if self.url else _file_id(self.path)
+
+    @property
+    def backend(self) -> str:
+        return "postgresql" if self.url else "sqlite"
+
+    def describe(self) -> str:
+        """Where the data is, for messages: the file, or the URL without its password."""
+        return redact(self.url) if self.url else str(self.path)
 
     def _connect(self) -> sqlite3.Connection:
+        if self.url:
+            # PgConnection speaks the subset of sqlite3.Connection the store uses.
+            conn = cast(sqlite3.Connection, PgConnection(self.url))
+            migrate(conn, postgres=True)
+            return conn
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30
@@ -390,6 +408,8 @@ class Store:
     def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
         if self.conn.in_transaction:  # rows read now may yet be rolled back (and ids reused)
             return None
+        if self.url:  # no data_version to tell another worker's commit: read every time
+            return None
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._branches.clear()
@@ -554,6 +574,12 @@ class Store:
         """An in-memory copy of the store with the conversation's head at `head_id` and the
         compactions made at or after `since` removed (their marks go with them): the store as
         a turn that started then found it (`heron trace replay`)."""
+        if self.url:
+            raise StoreError(
+                "replaying a trace from a rewound copy needs the SQLite store",
+                hint="Run `heron trace replay` on a SQLite database (docs/scale.md lists what "
+                "PostgreSQL does not run yet).",
+            )
         copy = Store(":memory:")
         self.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
         with copy.transaction() as c:

@@ -2,6 +2,12 @@
 
 A schema change is a new module `mNNN_<what>.py` here with a `SQL` string (or an
 `apply(conn)` function). Numbers leave room: the core is 001, each later concern takes its own.
+
+One set serves both backends: on PostgreSQL (heron/store/pg.py) a step's `SQL` runs through the
+same translation as every statement (types, placeholders); a step that SQLite's dialect cannot
+say there (FTS5, triggers, json_extract over old rows) also carries `POSTGRES_SQL`, its
+PostgreSQL form. tests/test_store_pg.py applies every step on a real server, so a new step
+without a form that runs there fails the suite.
 """
 
 from __future__ import annotations
@@ -18,7 +24,12 @@ def _steps() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in names]
 
 
-def migrate(conn: sqlite3.Connection) -> list[str]:
+# Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
+# BEGIN IMMEDIATE does): two workers opening a fresh database apply each step once.
+_PG_LOCK = "SELECT pg_advisory_xact_lock(1751)"
+
+
+def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
     """Apply every step not yet recorded; returns the names applied now.
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
@@ -33,11 +44,13 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     applied = []
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if postgres:
+            conn.execute(_PG_LOCK)
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
         for step in steps:
             if _name(step) in done:
                 continue
-            _apply(conn, step)
+            _apply(conn, step, postgres)
             conn.execute("INSERT INTO _migrations VALUES (?, ?)", (_name(step), time.time()))
             applied.append(_name(step))
     except BaseException:
@@ -51,8 +64,11 @@ def _name(step: ModuleType) -> str:
     return step.__name__.rsplit(".", 1)[-1]
 
 
-def _apply(conn: sqlite3.Connection, step: ModuleType) -> None:
-    if hasattr(step, "apply"):
+def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:
+    if postgres and hasattr(step, "POSTGRES_SQL"):
+        for statement in _split(step.POSTGRES_SQL):
+            conn.execute(statement)
+    elif hasattr(step, "apply"):
         step.apply(conn)
     else:
         for statement in _split(step.SQL):

@@ -93,6 +93,20 @@ CREATE TABLE message_vectors (
 """
 
 
+# PostgreSQL's own full-text search in place of FTS5: the text parts of each message as a
+# tsvector kept by the database itself (a stored generated column, so no writer can forget
+# it, as the triggers above ensure on SQLite), under a GIN index. Vectors are bytea.
+POSTGRES_SQL = (
+    SQL[: SQL.index("-- Full-text index")]
+    + """ALTER TABLE messages ADD COLUMN body_tsv tsvector GENERATED ALWAYS AS (
+  to_tsvector('english', jsonb_path_query_array(parts::jsonb, '$[*] ? (@.kind == "text").text'))
+) STORED;
+CREATE INDEX messages_body_tsv ON messages USING GIN (body_tsv);
+"""
+    + SQL[SQL.index("-- Sentence embeddings") :].replace("BLOB", "BYTEA")
+)
+
+
 def apply(conn: sqlite3.Connection) -> None:
     """Statement by statement: the triggers hold semicolons, so the default split would cut
     them; `sqlite3.complete_statement` knows where each one really ends."""

@@ -22,6 +22,11 @@ _WRAP_UP = '[{"kind":"text","text":"This run has reached its limit of %'
 _FLAGS = ("synthetic", "injected", "injected_event", "recall", "summary", "subagent", "interrupted")
 
 
+# A PostgreSQL database starts empty (there is no older Heron on it): the column only, and no
+# backfill in SQLite's json functions.
+POSTGRES_SQL = "ALTER TABLE messages ADD COLUMN author TEXT"
+
+
 def apply(conn: sqlite3.Connection) -> None:
     # author: 'user' (the person typed it), 'model' (a reply of the model), 'tool' (tool
     # results, with any message the person typed meanwhile riding in the same row), 'heron'

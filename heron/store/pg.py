@@ -1,0 +1,217 @@
+"""PostgreSQL behind the store's own interface: a connection that speaks like sqlite3's.
+
+The store modules write SQLite's dialect (`?` placeholders, `cur.lastrowid`, rows read by name
+or index, `BEGIN IMMEDIATE`); rather than write each statement twice, `PgConnection` takes
+that dialect and translates it once per distinct statement (cached): placeholders to `%s`,
+`INSERT OR IGNORE` to `ON CONFLICT DO NOTHING`, `RETURNING id` added to an INSERT into a table
+with an integer id so `lastrowid` works, and the DDL's types (`INTEGER PRIMARY KEY` to an
+identity column, `REAL` to double precision). The connection is in autocommit mode, as the
+SQLite one is (`isolation_level=None`): the store's `transaction()` says BEGIN and COMMIT.
+
+What is not translated raises at the statement, naming it: docs/scale.md lists what does not
+run on PostgreSQL yet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from typing import Any
+
+from heron.errors import StoreError
+
+_LEADING_COMMENTS = re.compile(r"^(?:\s*--[^\n]*\n)+")
+_OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
+# Each table's primary key, in order: the conflict target of `INSERT OR REPLACE`.
+_KEYS = """SELECT tc.table_name, kcu.column_name FROM information_schema.table_constraints tc
+   JOIN information_schema.key_column_usage kcu
+     ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema
+   WHERE tc.table_schema = current_schema() AND tc.constraint_type = 'PRIMARY KEY'
+   ORDER BY tc.table_name, kcu.ordinal_position"""
+_INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
+# The tables whose rows have an `id` column (the INSERTs that get `RETURNING id`).
+_ID_TABLES = """SELECT table_name FROM information_schema.columns
+   WHERE table_schema = current_schema() AND column_name = 'id'"""
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.I)
+
+
+class Row(tuple[Any, ...]):
+    """A row read by index (`r[0]`) or by column name (`r["id"]`), as sqlite3.Row is."""
+
+    names: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], names: dict[str, int]) -> Row:
+        row = super().__new__(cls, values)
+        row.names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+class PgCursor:
+    def __init__(self, cur: Any, returned_id: bool = False) -> None:
+        self._cur = cur
+        self._names: dict[str, int] = (
+            {d.name: i for i, d in enumerate(cur.description)} if cur.description else {}
+        )
+        self.rowcount: int = cur.rowcount
+        self.lastrowid: int | None = None
+        self._pending: list[Row] | None = None
+        if returned_id:
+            row = cur.fetchone()
+            self.lastrowid = row[0] if row else None
+            self._pending = []
+
+    def _row(self, values: Sequence[Any]) -> Row:
+        return Row(values, self._names)
+
+    def fetchone(self) -> Row | None:
+        if self._pending is not None or self._cur.description is None:
+            return None
+        values = self._cur.fetchone()
+        return None if values is None else self._row(values)
+
+    def fetchall(self) -> list[Row]:
+        if self._pending is not None or self._cur.description is None:
+            return []
+        return [self._row(v) for v in self._cur.fetchall()]
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.fetchall())
+
+
+class PgConnection:
+    """The subset of sqlite3.Connection the store uses, on one psycopg connection."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.url = url
+        try:
+            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as e:
+            raise StoreError(
+                f"cannot connect to the PostgreSQL database {redact(url)}: {e}".strip(),
+                hint="Check that the server runs and the URL ([store] url in config.toml, or "
+                "HERON_DATABASE_URL) names its host, port, user and database.",
+            ) from e
+        # Every Python int as bigint, as SQLite's INTEGER is: psycopg otherwise picks the smallest
+        # type that fits, and a recursive CTE seeded with `?` then mismatches its bigint column.
+        from psycopg.types.numeric import Int8Dumper
+
+        self._conn.adapters.register_dumper(int, Int8Dumper)
+        self._id_tables: set[str] = set()
+        self._read_id_tables()
+
+    def _read_id_tables(self) -> None:
+        self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
+        self._keys: dict[str, list[str]] = {}
+        for table, column in self._conn.execute(_KEYS).fetchall():
+            self._keys.setdefault(table, []).append(column)
+
+    def _upsert(self, text: str) -> str:
+        """`INSERT OR REPLACE INTO t (cols) ...` as an upsert on t's primary key: the row with
+        that key takes the new values (SQLite deletes and re-inserts it; the same row results
+        here, its key unchanged)."""
+        found = _OR_REPLACE.match(text)
+        if not found or found[1] not in self._keys:
+            raise StoreError(f"cannot translate for PostgreSQL: {text[:120]}")
+        table, columns = found[1], [c.strip() for c in found[2].split(",")]
+        keys = self._keys[table]
+        rest = [c for c in columns if c not in keys]
+        action = (
+            "DO UPDATE SET " + ", ".join(f"{c} = EXCLUDED.{c}" for c in rest)
+            if rest
+            else "DO NOTHING"
+        )
+        head = re.sub(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO", "INSERT INTO", text, count=1, flags=re.I)
+        return f"{head} ON CONFLICT ({', '.join(keys)}) {action}"
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return self._conn.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        text = translate(sql)
+        if text[:17].upper() == "INSERT OR REPLACE":
+            text = self._upsert(text)
+        into = _INSERT_INTO.match(text)
+        returned_id = bool(into and into[1] in self._id_tables and "RETURNING" not in text.upper())
+        if returned_id:
+            text += " RETURNING id"
+        cur = self._conn.execute(text, tuple(params) if params else None)
+        if text[:12].upper() == "CREATE TABLE":
+            self._read_id_tables()
+        return PgCursor(cur, returned_id)
+
+    def executescript(self, sql: str) -> None:
+        for statement in (s.strip() for s in sql.split(";\n")):
+            if statement:
+                self.execute(statement)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit for an error message."""
+    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def is_url(target: object) -> bool:
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+@lru_cache(maxsize=4096)
+def translate(sql: str) -> str:
+    """SQLite's dialect as written in the store, in PostgreSQL's."""
+    text = _LEADING_COMMENTS.sub("", sql).strip()  # a migration's statement starts with its why
+    upper = text.upper()
+    if upper == "BEGIN IMMEDIATE":
+        return "BEGIN"
+    if upper.startswith("CREATE"):
+        text = ddl(text)
+    if _OR_IGNORE.match(text):
+        text = _OR_IGNORE.sub("INSERT INTO", text, count=1) + " ON CONFLICT DO NOTHING"
+    return _placeholders(text)
+
+
+def ddl(text: str) -> str:
+    """SQLite's column types as PostgreSQL's: integer keys as identity columns (the store reads
+    ids back through RETURNING), integers as 64-bit, REAL as double precision."""
+    text = re.sub(
+        r"\bINTEGER PRIMARY KEY(?: AUTOINCREMENT)?",
+        "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+        text,
+    )
+    text = re.sub(r"\bINTEGER\b", "BIGINT", text)
+    return re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
+
+
+def _placeholders(text: str) -> str:
+    """`?` outside quoted literals to `%s`, and a literal `%` doubled (psycopg's format)."""
+    out: list[str] = []
+    quote: str | None = None
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "?":
+            out.append("%s")
+            continue
+        if ch == "%":
+            out.append("%%")
+            continue
+        out.append(ch)
+    return "".join(out)
