@@ -11,6 +11,8 @@ import typer
 from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from heron.config import Settings
 
 
@@ -20,7 +22,7 @@ def fail(error: HeronError) -> NoReturn:
     raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """Print rows under a header line, columns padded to their widest cell; the last column is
     left ragged (it holds free text such as a title or a prompt)."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]

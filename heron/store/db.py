@@ -63,7 +63,7 @@ class Store:
     def __init__(self, path: Path | str) -> None:
         # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
         # anything else is the SQLite file.
-        self.url = path if is_url(path) else None
+        self.url: str | None = str(path) if is_url(path) else None
         self.path = Path("postgresql") if self.url else Path(path)
         self._lock = threading.RLock()
         self._branch_len: dict[int, int] = {}  # conversation id -> rows in its last branch read
