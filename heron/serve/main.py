@@ -16,17 +16,18 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import uvicorn
 
 from heron.agent.engine import Engine
 from heron.config import Settings
-from heron.errors import ConfigError
 from heron.providers.base import Provider
 from heron.serve.app import Auth, create_app
 from heron.serve.control import start_control
 from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
+from heron.serve.ports import bind_error
 from heron.serve.runtime import Runtime, Service
 from heron.tools.approval import start_notice
 from heron.tools.registry import ToolRegistry
@@ -70,7 +71,7 @@ async def serve(
     process's handlers are left alone, and `provider`/`registry` replace the configured ones);
     `on_ready` is told where it listens."""
     home = settings.paths.ensure().home
-    with ServeLock(home) as lock, contextlib.closing(_listen(host, port)) as sock:
+    with ServeLock(home) as lock, contextlib.closing(_listen(host, port, home)) as sock:
         async with Engine.open(
             settings, model=model, provider=provider, registry=registry
         ) as engine:
@@ -104,7 +105,7 @@ def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     )
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, home: Path) -> socket.socket:
     """Bind and listen before uvicorn starts: the URL is known (port 0 picks a free one) and
     connections wait in the backlog until it serves them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -114,10 +115,7 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise ConfigError(
-            f"heron serve cannot listen on {host}:{port}: {e.strerror or e}",
-            hint="Choose another --port (or --host), or stop what uses this one.",
-        ) from e
+        raise bind_error(host, port, e, home) from e
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
