@@ -7,6 +7,11 @@ keeps the last JOURNAL_SIZE events in memory, so a client that reconnects with `
 exactly the events it missed; older than that, it is told `gap` and reloads the transcript
 from the store, which is the truth.
 
+At most `cap` idle conversations (no client attached, no turn running) keep their journal
+loaded; past that the least recently used is unloaded, keeping only its seq, so numbering goes
+on where it stopped. A client that comes back to it with an older `last_seq` is told `gap` and
+rereads the transcript from the store: nothing is lost, the events are only not replayed.
+
 Fan-out never blocks the turn: each client has a bounded queue, and a client whose queue is
 full is dropped back to a `welcome{gap: true}` at the newest seq (it re-syncs from the store
 and goes on from there) instead of holding up everyone else.
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +30,7 @@ from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.messages import Usage
 
 JOURNAL_SIZE = 2000
+IDLE_CAP = 100  # idle conversations whose journal stays loaded
 CLIENT_QUEUE = 1000
 Event = dict[str, Any]
 # Turn events that are a change of state rather than content: sent as `status{state}`.
@@ -96,6 +102,10 @@ class Journal:
             event["gap"] = True
         return event
 
+    @property
+    def idle(self) -> bool:
+        return not self.clients and not self.busy
+
     def since(self, last_seq: int) -> list[Event] | None:
         """The events after last_seq, or None when some of them are no longer kept."""
         if last_seq >= self.seq:
@@ -114,19 +124,35 @@ class Hub:
         size: int = JOURNAL_SIZE,
         about: dict[str, Any] | None = None,
         cost: Callable[[Usage], float | None] | None = None,
+        cap: int | None = None,
     ) -> None:
         self.size = size
         self.about = about or {}
         self.cost = cost  # a turn's price from its usage (None: unknown)
-        self.journals: dict[str, Journal] = {}
+        self.cap = IDLE_CAP if cap is None else cap
+        # Least recently used first; `unloaded` keeps the seq of each journal let go.
+        self.journals: OrderedDict[str, Journal] = OrderedDict()
+        self.unloaded: dict[str, int] = {}
         self.stopping = False  # the serve shuts down: a turn it stops says so
         self._turns = itertools.count(1)
 
     def journal(self, key: str) -> Journal:
         found = self.journals.get(key)
         if found is None:
-            found = self.journals[key] = Journal(key, self.size, about=self.about)
+            seq = self.unloaded.pop(key, 0)
+            found = self.journals[key] = Journal(key, self.size, seq=seq, about=self.about)
+            self._trim(keep=key)
+        else:
+            self.journals.move_to_end(key)
         return found
+
+    def _trim(self, keep: str | None = None) -> None:
+        """Unload the least recently used idle journals past the cap (never `keep`, the one
+        being handed out)."""
+        idle = [j for j in self.journals.values() if j.idle and j.key != keep]
+        for journal in idle[: max(0, len(idle) - self.cap)]:
+            del self.journals[journal.key]
+            self.unloaded[journal.key] = journal.seq
 
     def attach(self, client: Client, key: str, last_seq: int | None) -> None:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
@@ -147,6 +173,7 @@ class Hub:
     def detach(self, client: Client) -> None:
         if client.key is not None and client.key in self.journals:
             self.journals[client.key].clients.discard(client)
+            self._trim()
         client.key = None
 
     def publish(self, key: str, event: Event) -> Event:
@@ -161,6 +188,8 @@ class Hub:
             return
         for event in self._events(journal, item):
             journal.append(event)
+        if journal.idle:  # a turn ended with nobody attached
+            self._trim()
 
     def _events(self, journal: Journal, ev: TurnEvent) -> list[Event]:
         if ev.kind == "turn_start":
