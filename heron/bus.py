@@ -28,6 +28,7 @@ Provenance = Literal["user", "reminder", "scheduled", "subagent", "internal", "a
 OutKind = Literal["answer", "message", "command", "error", "notice"]
 EventKind = Literal[
     "turn_start",  # a turn began for the message (or for mail queued behind one)
+    "saved",  # the message that opened the turn is in the store: `message_id` names its row
     "delta",  # streamed answer text
     "reasoning",  # streamed reasoning
     "progress",  # interim text the model wrote before a tool call
@@ -109,6 +110,7 @@ class TurnEvent:
     result: ToolResult | None = None  # tool_end
     seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try
     end: TurnEnd | None = None  # turn_end
+    message_id: int | None = None  # saved
 
 
 Outbound = OutboundMessage | TurnEvent

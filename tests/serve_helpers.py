@@ -89,8 +89,13 @@ async def ws_hello(ws: ClientConnection, key: str = "personal", last_seq: int | 
     return await ws_next(ws)
 
 
-async def ws_next(ws: ClientConnection) -> dict[str, Any]:
-    return json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+async def ws_next(ws: ClientConnection, hub: bool = False) -> dict[str, Any]:
+    """The next event of the attached conversation; with `hub`, the hub's own `status`
+    events too (where turns run: outside any conversation, no seq), which are else skipped."""
+    while True:
+        event = json.loads(await asyncio.wait_for(ws.recv(), WAIT))
+        if hub or not (event["type"] == "status" and event.get("state") == "running"):
+            return event
 
 
 def matches(event: dict[str, Any], kind: str) -> bool:

@@ -363,3 +363,37 @@ def test_reload_after_finished_turns_shows_each_once_from_the_store(page, model)
     # One read at load, one after the replay (a turn in it may have ended since), no more.
     page.wait_for_load_state("networkidle")
     assert len(reads) <= 2
+
+
+def test_the_live_message_carries_the_id_it_is_stored_under(page, model):
+    _send(page, "mark me")
+    live = page.locator(".live-user")
+    expect(live).to_have_attribute("data-id", re.compile(r"^\d+$"))
+    marked = live.get_attribute("data-id")
+    stored = page.evaluate(
+        "async () => (await (await fetch('/api/conversations/personal/transcript')).json()).items"
+    )
+    assert [str(it["id"]) for it in stored if it["kind"] == "user"] == [marked]
+    model.reply("marked")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("marked")
+    expect(page.locator(".msg.user")).to_have_attribute("data-id", marked)
+
+
+def test_a_turn_from_any_client_marks_its_conversation_in_the_list(page, site, model):
+    import threading
+
+    expect(page.locator(".convs li.running")).to_have_count(0)
+    got: list[list[dict]] = []
+    client = threading.Thread(target=lambda: got.append(control_send(site, "hi", "elsewhere")))
+    client.start()  # a terminal, on a conversation this page does not show
+    row = page.locator(".convs li").filter(has=page.locator("a[href='#c=elsewhere']"))
+    expect(row).to_have_class(re.compile(r"\brunning\b"))
+    expect(row).to_contain_text("a turn is running")
+    model.reply("done there")
+    client.join(30)
+    expect(page.locator(".convs li.running")).to_have_count(0)
+    _send(page, "and here")  # the page's own conversation is marked too
+    expect(page.locator(".convs li.current")).to_have_class(re.compile(r"\brunning\b"))
+    model.reply("done here")
+    expect(page.locator(".convs li.running")).to_have_count(0)
+    assert got and any(e["type"] == "turn_end" for e in got[0])

@@ -332,8 +332,11 @@ class AgentLoop:
         def retry(error: ProviderError, wait: float) -> None:
             self._event(message, key, "retry", str(error), s=wait)
 
+        def saved(message_id: int) -> None:
+            self._event(message, key, "saved", message_id=message_id)
+
         hooks.on_event, hooks.on_tool_start, hooks.on_tool_end = stream, tool_start, tool_end
-        hooks.on_retry = retry
+        hooks.on_retry, hooks.on_saved = retry, saved
         return hooks
 
     def _event(
@@ -347,10 +350,13 @@ class AgentLoop:
         call: ToolCall | None = None,
         result: ToolResult | None = None,
         end: TurnEnd | None = None,
+        message_id: int | None = None,
     ) -> None:
         if message.events:
             chat = message.chat_id
-            event = TurnEvent(message.channel, chat, key, kind, text, call, result, s, end)
+            event = TurnEvent(
+                message.channel, chat, key, kind, text, call, result, s, end, message_id
+            )
             self.bus.emit(event)
 
     def _finished(

@@ -117,6 +117,9 @@ class TurnHooks:
     on_retry: Callable[[ProviderError, float], None] | None = None
     # Told once when another session holds the conversation ("busy in another session").
     on_busy: Callable[[str], None] | None = None
+    # Told once the message the turn answers is in the store, with its row's id (a command
+    # that answers nothing itself never calls it).
+    on_saved: Callable[[int], None] | None = None
     # Told once what the turn did to what the person sent (a message too large for the model's
     # share of the window, saved to a file).
     on_notice: Callable[[str], None] | None = None
@@ -365,6 +368,8 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
             model=engine.choice.model,
         )
         user_id = todo.answer_id
+    if t.hooks.on_saved is not None:
+        t.hooks.on_saved(user_id)
     t.control.checkpoint.turn_id = turn_id
     sink = CallSink()
     prepared = await prepare_turn(engine, t.conversation, t.agent, turn_id, user_id, on_call=sink)
@@ -828,4 +833,5 @@ def muted_hooks(hooks: TurnHooks) -> TurnHooks:
         on_retry=None,
         on_busy=None,
         on_notice=None,
+        on_saved=None,
     )

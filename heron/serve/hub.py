@@ -72,9 +72,13 @@ class Journal:
     events: deque[Event] = field(default_factory=deque)
     clients: set[Client] = field(default_factory=set)
     busy: bool = False
+    running: set[str] | None = None  # the hub's conversations where a turn runs (welcome)
     title: str | None = None
     turn_id: str | None = None
     about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
+    # A turn's start, held until its message is in the store (`saved` gives turn_start its
+    # message_id), or until anything else of the turn comes first (a command saves nothing).
+    held: list[Event] = field(default_factory=list)
 
     def append(self, event: Event) -> Event:
         self.seq += 1
@@ -98,6 +102,8 @@ class Journal:
             "chat_id": client.chat_id,
             **self.about,
         }
+        if self.running is not None:
+            event["running"] = sorted(self.running)
         if gap:
             event["gap"] = True
         return event
@@ -133,6 +139,7 @@ class Hub:
         # Least recently used first; `unloaded` keeps the seq of each journal let go.
         self.journals: OrderedDict[str, Journal] = OrderedDict()
         self.unloaded: dict[str, int] = {}
+        self.running: set[str] = set()  # conversations where a turn runs, for every client
         self.stopping = False  # the serve shuts down: a turn it stops says so
         self._turns = itertools.count(1)
 
@@ -140,7 +147,8 @@ class Hub:
         found = self.journals.get(key)
         if found is None:
             seq = self.unloaded.pop(key, 0)
-            found = self.journals[key] = Journal(key, self.size, seq=seq, about=self.about)
+            found = Journal(key, self.size, seq=seq, about=self.about, running=self.running)
+            self.journals[key] = found
             self._trim(keep=key)
         else:
             self.journals.move_to_end(key)
@@ -183,20 +191,51 @@ class Hub:
         """The Dispatcher's watcher: one bus item as protocol events."""
         journal = self.journal(item.key)
         if isinstance(item, OutboundMessage):
+            held, journal.held = journal.held, []  # the turn's start goes out first
+            for event in held:
+                journal.append(event)
             message = {"type": "message", "kind": item.kind, "text": item.text}
             journal.append({**message, "chat_id": item.chat_id})
             return
+        was_busy = journal.busy
         for event in self._events(journal, item):
             journal.append(event)
+        if journal.busy != was_busy:
+            self._running(journal)
         if journal.idle:  # a turn ended with nobody attached
             self._trim()
 
+    def _running(self, journal: Journal) -> None:
+        """Every browser tab, whatever conversation it shows, hears where turns run now (it
+        marks them in its list): a `status` of the hub, outside any journal, so it has no
+        seq. Terminals list nothing live and are not sent it."""
+        if journal.busy:
+            self.running.add(journal.key)
+        else:
+            self.running.discard(journal.key)
+        status: Event = {"type": "status", "state": "running", "running": sorted(self.running)}
+        for each in self.journals.values():
+            for client in list(each.clients):
+                if client.channel == "web":
+                    client.offer(dict(status), each)
+
     def _events(self, journal: Journal, ev: TurnEvent) -> list[Event]:
         if ev.kind == "turn_start":
+            held, journal.held = journal.held, []  # a start that never heard `saved`
             journal.busy, journal.turn_id = True, f"t{next(self._turns)}"
             start = {"type": "turn_start", "turn_id": journal.turn_id, "message_id": None}
             start.update(text=ev.text, channel=ev.channel, chat_id=ev.chat_id)
-            return [start, {"type": "status", "state": "working"}]
+            journal.held = [start, {"type": "status", "state": "working"}]
+            return held
+        if ev.kind == "saved":
+            if journal.held:
+                journal.held[0]["message_id"] = ev.message_id
+            held, journal.held = journal.held, []
+            return held
+        held, journal.held = journal.held, []
+        return held + self._turn_events(journal, ev)
+
+    def _turn_events(self, journal: Journal, ev: TurnEvent) -> list[Event]:
         if ev.kind in ("delta", "progress"):
             return [{"type": "delta", "text": ev.text}]
         if ev.kind == "reasoning":

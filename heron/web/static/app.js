@@ -69,7 +69,10 @@ function Markdown({ text }) {
 // A live turn, built from protocol events exactly as heron/web/transcript.py builds a stored
 // one: the user's text, then ordered segments (reasoning, text, tool pills).
 function newLive(ev) {
-  return { turnId: ev.turn_id, text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
+  // messageId: the stored row of the message that opened the turn (turn_start's message_id),
+  // the same data-id its item has once the transcript is read again.
+  return { turnId: ev.turn_id, messageId: ev.message_id ?? null,
+    text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
     started: Date.now(), done: false, mail: [] };
 }
 
@@ -203,7 +206,8 @@ class PureItem extends Component {
 }
 
 function Live({ live }) {
-  return html`${live.text !== null && html`<article class="msg user live-user" aria-label="your message">
+  return html`${live.text !== null && html`<article class="msg user live-user"
+      data-id=${live.messageId ?? undefined} aria-label="your message">
       <div class="user-text">${live.text}</div></article>`}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
@@ -265,7 +269,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -277,6 +281,8 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
     } catch (e) { notify(e.message); }
   }, [q]);
   useEffect(() => { load(); }, [q, refresh]);
+  // A turn started elsewhere in a conversation this list does not show yet: read it again.
+  useEffect(() => { if (running.some((k) => !rows.some((c) => c.key === k))) load(); }, [running]);
   const rename = async (key, old) => {
     const title = prompt("New title", old || "");
     if (!title) return;
@@ -299,10 +305,11 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh }) {
     <input type="search" class="search" placeholder="Search messages" aria-label="search conversations"
       value=${q} onInput=${(e) => setQ(e.target.value)} />
     <ul class="convs" role="list">${rows.map((c) => html`<li key=${c.key}
-        class=${c.key === current ? "current" : ""}>
+        class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")}>
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
         onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
         <span class="conv-title">${c.title || c.key}</span>
+        ${running.includes(c.key) && html`<span class="in-use">a turn is running</span>`}
         ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
       <span class="conv-actions">
         <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
@@ -419,6 +426,7 @@ function App() {
   const [side, setSide] = useState(false);
   const [tick, setTick] = useState(0);
   const [toast, setToast] = useState(null);
+  const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const liveRef = useRef(null);
   const convRef = useRef(conv);
   const listRef = useRef(null);
@@ -468,6 +476,7 @@ function App() {
   const onEvent = useCallback((ev) => {
     if (ev.type === "welcome") {
       setTitle(ev.title || null);
+      if (ev.running) setRunning(ev.running);
       if (ev.gap || (!loaded.current && !loading.current)) {
         setLiveBoth(null); loadTranscript(convRef.current);
       }
@@ -522,7 +531,9 @@ function App() {
         }
         break;
       case "status":
-        if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
+        if (ev.state === "running") { // the hub's: where turns run, this conversation or not
+          setRunning(ev.running || []);
+        } else if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
           lv.segments.push({ kind: "note", text: "The stream was cut; the reply starts again." });
           lv.retry = null; setLiveBoth(lv);
         } else if (lv && ev.state === "retry") {
@@ -590,6 +601,7 @@ function App() {
   const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+      running=${running}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
     <main class="chat" aria-label="conversation">
       <header class="top">
