@@ -57,6 +57,11 @@ class Paths:
     def memory(self) -> Path:
         return self.home / "memory"
 
+    @cached_property
+    def files(self) -> Path:
+        """Attachment bytes, content-addressed (heron/store/files.py)."""
+        return self.home / "files"
+
     def ensure(self) -> Paths:
         check_home(self.home)
         for folder in (self.home, self.workspace, self.memory):
@@ -149,6 +154,29 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class AttachmentCaps:
+    """[attachments]: the most one attached file may hold, and all the files of one message
+    (heron/attachments.py), in MB (1 MB = 1,048,576 bytes); and the largest text file that
+    goes into the message inline, as a fenced block, in kB."""
+
+    max_file_mb: float = 20.0
+    max_turn_mb: float = 50.0
+    inline_text_kb: float = 256.0
+
+    @property
+    def max_file(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
+
+    @property
+    def max_turn(self) -> int:
+        return int(self.max_turn_mb * 1024 * 1024)
+
+    @property
+    def inline_text(self) -> int:
+        return int(self.inline_text_kb * 1024)
+
+
+@dataclass(frozen=True)
 class ContextShares:
     """`[context]`: what each part of a request may take, as a share of the model's window
     (the output reserve is apart: min(max_output, window / 4)). The defaults leave a short
@@ -179,6 +207,7 @@ class Config:
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
+    attachments: AttachmentCaps = AttachmentCaps()
     store_url: str | None = None  # [store] url: a PostgreSQL database instead of heron.db
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
 
@@ -220,7 +249,7 @@ def load_config(path: Path) -> Config:
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
-    known |= {"tools", "memory", "store"}
+    known |= {"tools", "memory", "store", "attachments"}
     unknown = set(data) - known
     if unknown:
         raise ConfigError(
@@ -245,6 +274,9 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         prices=_table(data, "prices", path),
         tools=_tool_settings(_table(data, "tools", path), path),
         memory=_section(MemoryConfig, _table(data, "memory", path), "memory", path),
+        attachments=parse_section(
+            _table(data, "attachments", path), AttachmentCaps, "attachments", path
+        ),
         store_url=_store_url(_table(data, "store", path), path),
         raw=data,
     )

@@ -13,8 +13,9 @@
     │   └── FatalProviderError      anything else the provider refused: ends the turn
     ├── StoreError                  the database is unreadable, locked or holds a corrupt row
     │   └── BusyError               another process is running a turn on the conversation
-    └── ToolError                   a tool failed; the runner turns it into an is_error result
-        └── PathEscape              a path leaves the folder it is confined to
+    ├── ToolError                   a tool failed; the runner turns it into an is_error result
+    │   └── PathEscape              a path leaves the folder it is confined to
+    └── AttachmentError             a file to attach is missing, unreadable or over a cap
 
 Misuse of the API by Heron's own code raises ordinary Python exceptions (TypeError, ValueError),
 outside this tree, so a broad `except HeronError` never hides a bug.
@@ -103,3 +104,7 @@ class ToolError(HeronError):
 
 class PathEscape(ToolError):
     pass
+
+
+class AttachmentError(HeronError):
+    """A file the person attaches cannot be: missing, a folder, unreadable, or over a cap."""

@@ -3,12 +3,15 @@
 A conversation is a list of `Message`s, each a role and a list of parts. Tool results travel in
 user messages (as in the Anthropic wire), so a history alternates user and assistant. Every type
 round-trips losslessly through plain JSON (`to_json` / `from_json`); `Thinking.provider_state` is
-an opaque string handed back to the provider byte for byte.
+an opaque string handed back to the provider byte for byte. A `File` is the exception that
+proves the rule: its JSON holds its name, type, size and sha256, never its bytes, which the store
+keeps content-addressed beside the database (heron/store/files.py) and puts back when asked.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,10 +56,47 @@ class Thinking:
 
 @dataclass(frozen=True)
 class File:
+    """An attachment (heron/attachments.py). `data` is None when the part was read from a row
+    whose bytes were not loaded (`Store.load_files` loads them): `size` and `sha256` always say
+    which bytes it means, so a part without them still names, sizes and compares its file."""
+
     media_type: str
-    data: bytes
+    data: bytes | None = None
     name: str | None = None
+    size: int = -1  # -1: len(data)
+    sha256: str = ""  # "": the hash of data
     kind: Literal["file"] = "file"
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            if self.size < 0:
+                object.__setattr__(self, "size", len(self.data))
+            if not self.sha256:
+                object.__setattr__(self, "sha256", hashlib.sha256(self.data).hexdigest())
+        elif not self.sha256:
+            raise ValueError("a File needs its bytes or their sha256")
+
+    def __eq__(self, other: object) -> bool:
+        # The bytes are the sha256's: loaded or not, two parts naming one file are equal.
+        if not isinstance(other, File):
+            return NotImplemented
+        return (self.media_type, self.name, self.size, self.sha256) == (
+            other.media_type,
+            other.name,
+            other.size,
+            other.sha256,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.media_type, self.name, self.sha256))
+
+    def without_data(self) -> File:
+        if self.data is None:
+            return self
+        return File(self.media_type, None, self.name, self.size, self.sha256)
+
+    def with_data(self, data: bytes) -> File:
+        return File(self.media_type, data, self.name, self.size, self.sha256)
 
 
 Part = Text | ToolCall | ToolResult | Thinking | File
@@ -182,11 +222,13 @@ def part_to_dict(part: Part) -> dict[str, Any]:
             "provider": part.provider,
         }
     if isinstance(part, File):
+        # By reference: a row of the record never holds a file's bytes (the store keeps them).
         return {
             "kind": "file",
             "media_type": part.media_type,
-            "data": base64.b64encode(part.data).decode("ascii"),
             "name": part.name,
+            "sha256": part.sha256,
+            "size": part.size,
         }
     raise TypeError(f"not a message part: {part!r}")
 
@@ -213,8 +255,15 @@ def part_from_dict(d: dict[str, Any]) -> Part:
         text, state, provider = d.get("text"), d.get("provider_state"), d.get("provider")
         return Thinking(_opt_str(text, "text"), _opt_str(state, "provider_state"), provider)
     if kind == "file":
-        data = base64.b64decode(_str(d["data"], "data"))
-        return File(_str(d["media_type"], "media_type"), data, d.get("name"))
+        name = _opt_str(d.get("name"), "name")
+        if "data" in d:  # a row written before files were kept by reference: bytes inline
+            data = base64.b64decode(_str(d["data"], "data"))
+            return File(_str(d["media_type"], "media_type"), data, name)
+        size = d.get("size")
+        if type(size) is not int:
+            raise TypeError(f"size must be a number, not {type(size).__name__}")
+        sha256 = _str(d["sha256"], "sha256")
+        return File(_str(d["media_type"], "media_type"), None, name, size, sha256)
     raise ValueError(f"unknown part kind {kind!r}")
 
 

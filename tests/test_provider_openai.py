@@ -172,7 +172,7 @@ def test_payload_is_deterministic_and_tool_results_are_tool_messages() -> None:
 
 
 def test_image_becomes_content_parts() -> None:
-    provider = OpenAICompatProvider("m", "k")
+    provider = OpenAICompatProvider("gpt-4o", "k")  # its profile takes images
     msg = Message("user", [Text("what is this?"), File("image/png", b"\x89PNG")])
     content = provider.payload(request(msg))["messages"][1]["content"]
     assert content == [

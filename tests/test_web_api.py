@@ -6,6 +6,7 @@ the compaction inspector, status and uploads."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from heron.agent.engine import Engine
 from heron.channels.inprocess import connect
-from heron.config import Settings
+from heron.config import AttachmentCaps, Settings
 from heron.memory.entries import EntryPath
 from heron.memory.service import MemoryService
 from heron.messages import Reply, Text, Thinking, ToolCall, Usage
@@ -263,10 +264,14 @@ def test_upload_is_kept_and_over_the_cap_refused(client, monkeypatch):
     assert found is not None and found[1] == b"hello"
     assert uploads.load_upload(Settings.load().paths.home, "../../etc/passwd") is None
 
-    monkeypatch.setattr(api, "UPLOAD_CAP", 10)
-    big = client.post("/api/uploads", params={"name": "big.bin"}, content=b"x" * 11)
+    state = client.app.state.web
+    config = dataclasses.replace(state.settings.config, attachments=AttachmentCaps(max_file_mb=1))
+    monkeypatch.setattr(state, "settings", dataclasses.replace(state.settings, config=config))
+    big = client.post("/api/uploads", params={"name": "big.bin"}, content=b"x" * (1024**2 + 1))
     assert big.status_code == 413
-    assert "larger than" in big.json()["detail"]["message"] and big.json()["detail"]["hint"]
+    detail = big.json()["detail"]
+    assert detail["message"] == "big.bin is 1.0 MB, over the 1 MB cap per file"
+    assert "max_file_mb" in detail["hint"]
 
 
 def test_attachments_are_listed_and_served(client):
@@ -316,13 +321,13 @@ def test_uploads_become_file_parts_in_order_and_an_unknown_one_is_refused(client
             "/api/uploads", params={"name": name}, content=body, headers={"Content-Type": mime}
         )
         ids.append(made.json()["upload_id"])
-    files = uploads.uploaded_files(home, [{"upload_id": i} for i in ids])
+    files = uploads.uploaded_files(home, [{"upload_id": i} for i in ids], AttachmentCaps())
     assert [(f.name, f.media_type, f.data) for f in files] == [
         ("a.txt", "text/plain", b"alpha"),
         ("b.png", "image/png", b"\x89PNG.."),
     ]
     with pytest.raises(HeronError, match="no upload"):
-        uploads.uploaded_files(home, [{"upload_id": "0" * 24}])
+        uploads.uploaded_files(home, [{"upload_id": "0" * 24}], AttachmentCaps())
 
 
 async def test_a_send_with_uploads_carries_them_as_file_parts_and_a_missing_one_is_refused():

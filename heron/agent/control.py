@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from heron.messages import Message, Text, ToolResult
+from heron.messages import File, Message, Text, ToolResult
 from heron.store import Store
 from heron.store import engine_state as es
 
@@ -147,6 +147,8 @@ class TurnControl:
     options: Any = None
     # The question the run waits on (heron/proactive/ask.py): the next message answers it.
     question: Any = None
+    # The person's attachments to the message that opens the turn (heron/attachments.py).
+    files: tuple[File, ...] = ()
 
     def __post_init__(self) -> None:
         self.mailbox.open = self.mailable

@@ -115,7 +115,8 @@ class Engine:
         """Open everything a run needs; `provider` replaces the configured one (tests)."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
-            store = Store(":memory:" if ephemeral else settings.database)
+            where = ":memory:" if ephemeral else settings.database
+            store = Store(where, files=None if ephemeral else paths.files)
             stack.callback(store.close)
             if provider is None:
                 choice = settings.model(model)

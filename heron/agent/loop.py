@@ -183,7 +183,8 @@ class AgentLoop:
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
             return
-        mailable = message.provenance not in NEVER_MAILED
+        # Mail is text: a message with attachments waits for a turn of its own, files and all.
+        mailable = message.provenance not in NEVER_MAILED and not message.files
         if found is None and mailable and active.control.post(message.text):
             self._event(message, key, "mail")  # answered in the running turn
             return
@@ -213,6 +214,7 @@ class AgentLoop:
     def _start(self, key: str, message: InboundMessage) -> asyncio.Task[TurnResult | None]:
         control = TurnControl(key, message.provenance)
         control.options = message.options
+        control.files = message.files
         if self.options_for is not None:
             control.options = self.options_for(key, message)
         control.deliver = lambda text: self._speak(control, message, key, text)

@@ -13,6 +13,8 @@ difference is reported by request, message, part and field.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from typing import Any
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.errors import FatalProviderError, StoreError
 from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_from_dict
-from heron.providers.profiles import ModelProfile
+from heron.providers.profiles import ModelProfile, profile_for
 from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
@@ -110,7 +112,7 @@ def payload_builder(start: dict[str, Any]) -> PayloadFn:
     elif wire == "anthropic":
         from heron.providers.anthropic import build_payload
 
-        fn = build_payload
+        fn = functools.partial(build_payload, profile=profile)
     else:
         raise StoreError(f"cannot rebuild requests for the {wire!r} wire")
     if start.get("fenced"):
@@ -127,8 +129,11 @@ def payload_builder(start: dict[str, Any]) -> PayloadFn:
 
 
 def _profile(start: dict[str, Any]) -> ModelProfile:
+    """The profile the run was recorded with; a field it predates (a trace older than the
+    `vision` flag) is the model's profile today."""
     known = ModelProfile.__dataclass_fields__
-    return ModelProfile(**{k: v for k, v in start.get("profile", {}).items() if k in known})
+    recorded = {k: v for k, v in start.get("profile", {}).items() if k in known}
+    return dataclasses.replace(profile_for(str(start.get("model", ""))), **recorded)
 
 
 class ReplayProvider:

@@ -41,6 +41,7 @@ from heron.agent.leases import Lease, hold_lease
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
+from heron.attachments import message_parts
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
@@ -394,7 +395,9 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     options, provenance = t.control.options, t.control.provenance
     meta = getattr(options, "message_meta", None)
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-    user_message = Message("user", [Text(text)])
+    files = t.control.files
+    caps = engine.settings.config.attachments
+    user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
     note = None if getattr(options, "bare", False) else await recall_and_note(t, text)
     zone = engine.settings.config.agent.timezone
     info = RuntimeInfo(t.channel, conversation.key, zone, note=note)
@@ -411,9 +414,12 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         model=engine.choice.model,
         # A scheduled job's prompt is not the person's words (memory never quotes it).
         meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
+        # Attachments' bytes are written to the store's folder: not on the event loop.
+        off_loop=bool(files),
     )
     if conversation.title is None:
-        await store.call(store.set_title, conversation.id, title_of(text))
+        named = text if text.strip() else ", ".join(f.name or "file" for f in files)
+        await store.call(store.set_title, conversation.id, title_of(named))
     return turn_id, stored.id
 
 

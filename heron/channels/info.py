@@ -12,7 +12,8 @@ import typer
 from heron.channels.common import table
 from heron.config import Settings
 from heron.errors import HeronError, StoreError
-from heron.messages import Message, Text, Thinking, ToolCall, ToolResult
+from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
+from heron.providers.wire import file_label
 from heron.store import Store, StoredMessage, Turn
 
 
@@ -56,6 +57,8 @@ def render_message(message: Message, author: str | None = None) -> Iterator[str]
         elif isinstance(part, ToolResult):
             mark = "✗" if part.is_error else "←"
             yield f"  {mark} {_short(part.content, 300)}"
+        elif isinstance(part, File):
+            yield f"{who} attached {file_label(part)}"
 
 
 def _turn_header(n: int, turn: Turn) -> str:
@@ -122,6 +125,8 @@ def _compaction_views(
                 elif isinstance(part, ToolResult):
                     error = " error" if part.is_error else ""
                     yield f"[result {part.call_id}{error}] {part.content}"
+                elif isinstance(part, File):
+                    yield f"[file {file_label(part)}]"
 
 
 def _lines(

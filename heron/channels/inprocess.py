@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
+from heron.messages import File
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.review import review_when_idle
@@ -34,12 +35,19 @@ class InProcessAgent:
     chat_id: str
     subagents: Subagents | None = None
 
-    async def send(self, text: str, key: str, agent: str = "default") -> None:
-        self.send_nowait(text, key, agent)
+    async def send(
+        self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
+    ) -> None:
+        self.send_nowait(text, key, agent, files)
 
-    def send_nowait(self, text: str, key: str, agent: str = "default") -> None:
-        """From synchronous code too (a signal handler): the inbound queue is unbounded."""
-        message = InboundMessage(self.channel, self.chat_id, text, key, agent=agent, events=True)
+    def send_nowait(
+        self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
+    ) -> None:
+        """From synchronous code too (a signal handler): the inbound queue is unbounded.
+        `files` are the message's attachments (heron/attachments.py), already checked."""
+        message = InboundMessage(
+            self.channel, self.chat_id, text, key, agent=agent, events=True, files=files
+        )
         self.loop.bus.inbound.put_nowait(message)
 
     def running(self, key: str) -> bool:

@@ -13,7 +13,7 @@ from heron.compaction.governor import Governor
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_text
 from heron.context.view import message_file, user_texts
-from heron.messages import Message
+from heron.messages import File, Message
 from heron.providers.wire import ModelCallRecord
 
 
@@ -50,6 +50,9 @@ async def prepare_turn(
             state = await load_branch_async(deps.store, conversation.id)
             ready = await store.call(_assemble, deps, agent, state, off_loop=slow)
     system, view = ready
+    if any(isinstance(p, File) for m in view if m.role == "user" for p in m.parts):
+        # Rows name their attachments; the request carries their bytes (heron/store/files.py).
+        view = await store.call(store.load_files, view, off_loop=True)
     governor = Governor(
         deps, conversation.id, system, user_row_id, turn_id, state, len(view), view=view
     )

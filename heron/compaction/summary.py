@@ -18,7 +18,8 @@ from typing import Any
 
 from heron.context.tokens import estimate_text
 from heron.context.view import bounded_quotes, user_texts
-from heron.messages import Message, Text, ToolCall, ToolResult, dumps
+from heron.messages import File, Message, Text, ToolCall, ToolResult, dumps
+from heron.providers.wire import file_label
 from heron.store.records import StoredMessage
 
 RESULT_HEAD = 300  # characters of each tool result a transcript or fallback keeps
@@ -88,6 +89,9 @@ def transcript(messages: Sequence[Message], head: int = RESULT_HEAD) -> str:
             elif isinstance(part, ToolResult):
                 text = part.content[:head] + ("…" if len(part.content) > head else "")
                 lines.append(f"Result{' (error)' if part.is_error else ''}: {text}")
+            elif isinstance(part, File):  # the summary keeps what was attached, by name
+                who = "User" if m.role == "user" else "Assistant"
+                lines.append(f"{who} attached: {file_label(part)}")
     return "\n".join(lines)
 
 

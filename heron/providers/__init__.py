@@ -21,7 +21,9 @@ async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
         from heron.providers.anthropic import AnthropicProvider
 
         assert choice.api_key is not None
-        provider = AnthropicProvider(choice.model, choice.api_key, choice.base_url)
+        provider = AnthropicProvider(
+            choice.model, choice.api_key, choice.base_url, profile=choice.profile
+        )
     elif choice.provider == "openai":
         from heron.providers.openai_compat import OpenAICompatProvider
 

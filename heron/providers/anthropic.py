@@ -49,7 +49,8 @@ from heron.providers.base import (
     stalled,
     within_stall,
 )
-from heron.providers.wire import ToolsMemo, body_of
+from heron.providers.profiles import ModelProfile, profile_for
+from heron.providers.wire import ToolsMemo, body_of, file_class, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 PROVIDER = "anthropic"
@@ -75,17 +76,19 @@ class AnthropicProvider:
         api_key: str,
         base_url: str | None = None,
         timeout: float = 600,
+        profile: ModelProfile | None = None,
     ) -> None:
         import anthropic  # lazy: see the module docstring
 
         self.model = model
+        self.profile = profile or profile_for(model)
         self._tools = ToolsMemo()
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
-        return build_payload(request, self._tools)
+        return build_payload(request, self._tools, self.profile)
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
         """One streamed call. Does not retry: the caller wraps it with `call_with_retries`."""
@@ -130,13 +133,17 @@ async def _post_stream(client: Any, body: dict[str, Any]) -> Any:
 # ---- request -----------------------------------------------------------------------------------
 
 
-def build_payload(request: ChatRequest, tools: ToolsMemo | None = None) -> dict[str, Any]:
+def build_payload(
+    request: ChatRequest, tools: ToolsMemo | None = None, profile: ModelProfile | None = None
+) -> dict[str, Any]:
     """The exact Messages API body for `request`, with two cache breakpoints: the end of the
-    system prompt and the end of the conversation, so each turn reuses the last one's prefix."""
+    system prompt and the end of the conversation, so each turn reuses the last one's prefix.
+    Images and PDFs go as `image` and `document` blocks when the profile says the model takes
+    them (the default for a claude-* name), else as a short note."""
     body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
     if request.system:
         body["system"] = [{"type": "text", "text": request.system, "cache_control": _CACHE}]
-    body["messages"] = _wire_messages(request.messages)
+    body["messages"] = _wire_messages(request.messages, profile or profile_for(request.model))
     if body["messages"]:
         _mark_end(body["messages"][-1]["content"])
     if request.tools:
@@ -157,12 +164,12 @@ def _mark_end(content: list[dict[str, Any]]) -> None:
             return
 
 
-def _wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _wire_messages(messages: list[Message], profile: ModelProfile) -> list[dict[str, Any]]:
     """Messages as wire dicts. Empty messages are dropped and same-role neighbours merged,
     because the API rejects empty content (and a dropped message would break alternation)."""
     wire: list[dict[str, Any]] = []
     for message in messages:
-        content = _wire_content(message.parts)
+        content = _wire_content(message.parts, profile)
         if not content:
             continue
         if wire and wire[-1]["role"] == message.role:
@@ -177,10 +184,10 @@ def _order(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(content, key=lambda block: block["type"] != "tool_result")
 
 
-def _wire_content(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+def _wire_content(parts: tuple[Part, ...], profile: ModelProfile) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for part in parts:
-        block = _wire_block(part)
+        block = _wire_file(part, profile) if isinstance(part, File) else _wire_block(part)
         if block is None:
             continue
         if block["type"] == "text" and blocks and blocks[-1]["type"] == "text":
@@ -205,8 +212,6 @@ def _wire_block(part: Part) -> dict[str, Any] | None:
         }
     if isinstance(part, Thinking):
         return _wire_thinking(part)
-    if isinstance(part, File):
-        return _wire_file(part)
     raise TypeError(f"not a message part: {part!r}")
 
 
@@ -226,15 +231,21 @@ def _wire_thinking(part: Thinking) -> dict[str, Any] | None:
     return None
 
 
-def _wire_file(part: File) -> dict[str, Any]:
-    data = base64.b64encode(part.data).decode("ascii")
-    if part.media_type.startswith("image/"):
+def _wire_file(part: File, profile: ModelProfile) -> dict[str, Any]:
+    """An image block, a document block (a PDF as base64, a text file as text), or the note a
+    model gets for a file it does not take."""
+    if part.data is None or not takes_file(part, vision=profile.vision, pdf=profile.pdf):
+        return {"type": "text", "text": file_note(part)}
+    kind = file_class(part)
+    if kind == "image":
+        data = base64.b64encode(part.data).decode("ascii")
         source = {"type": "base64", "media_type": part.media_type, "data": data}
         return {"type": "image", "source": source}
-    if part.media_type.startswith("text/"):
+    if kind == "text":
         text = part.data.decode("utf-8", errors="replace")
         source = {"type": "text", "media_type": "text/plain", "data": text}
     else:
+        data = base64.b64encode(part.data).decode("ascii")
         source = {"type": "base64", "media_type": part.media_type, "data": data}
     block: dict[str, Any] = {"type": "document", "source": source}
     if part.name:

@@ -37,7 +37,7 @@ from heron.messages import (
 )
 from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
-from heron.providers.wire import ToolsMemo, body_of
+from heron.providers.wire import ToolsMemo, body_of, file_class, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class OpenAICompatProvider:
             if message.role == "assistant":
                 out.append(self._assistant(message))
             else:
-                out.extend(_user(message))
+                out.extend(_user(message, self.profile))
         return out
 
     def _assistant(self, message: Message) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-def _user(message: Message) -> list[dict[str, Any]]:
+def _user(message: Message, profile: ModelProfile) -> list[dict[str, Any]]:
     """Tool results first, each its own role-"tool" message (they must directly follow the
     assistant's tool calls), then whatever the user said alongside them."""
     out: list[dict[str, Any]] = [
@@ -204,7 +204,7 @@ def _user(message: Message) -> list[dict[str, Any]]:
     if not rest:
         return out
     if any(isinstance(p, File) for p in rest):
-        out.append({"role": "user", "content": [_content_part(p) for p in rest]})
+        out.append({"role": "user", "content": [_content_part(p, profile) for p in rest]})
     else:
         texts = [p.text for p in rest if isinstance(p, Text)]
         out.append({"role": "user", "content": "\n\n".join(texts)})
@@ -216,18 +216,22 @@ def _result_text(result: ToolResult) -> str:
     return f"Error: {result.content}" if result.is_error else result.content
 
 
-def _content_part(part: Part) -> dict[str, Any]:
+def _content_part(part: Part, profile: ModelProfile) -> dict[str, Any]:
+    """A text part, an image as a data URL, a PDF as a `file` part (the chat-completions way
+    of sending a document), a text file as text; a note for what the model does not take."""
     if isinstance(part, Text):
         return {"type": "text", "text": part.text}
     assert isinstance(part, File)
-    if part.media_type.startswith("image/"):
-        data = base64.b64encode(part.data).decode("ascii")
-        return {"type": "image_url", "image_url": {"url": f"data:{part.media_type};base64,{data}"}}
-    label = part.name or "file"
-    if part.media_type.startswith("text/") or part.media_type == "application/json":
+    if part.data is None or not takes_file(part, vision=profile.vision, pdf=profile.pdf):
+        return {"type": "text", "text": file_note(part)}
+    kind = file_class(part)
+    if kind == "text":
         body = part.data.decode("utf-8", errors="replace")
-        return {"type": "text", "text": f"[{label}]\n{body}"}
-    return {"type": "text", "text": f"[{label}: {part.media_type}, {len(part.data)} bytes]"}
+        return {"type": "text", "text": f"[{part.name or 'file'}]\n{body}"}
+    url = f"data:{part.media_type};base64,{base64.b64encode(part.data).decode('ascii')}"
+    if kind == "image":
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "file", "file": {"filename": part.name or "document.pdf", "file_data": url}}
 
 
 # ---- stream assembly -------------------------------------------------------------------------

@@ -37,15 +37,20 @@ class ModelProfile:
     # keeps llama.cpp's own. Remote servers get none of these: their defaults stand.
     temperature: float | None = None
     repeat_penalty: float | None = None
+    # Whether the model takes images and PDFs as attachments (heron/attachments.py); one that
+    # does not gets a short note in their place (heron/providers/wire.py `file_note`). Off by
+    # default: an unknown local model is assumed to read text only.
+    vision: bool = False
+    pdf: bool = False
 
 
 # First match wins; patterns are fnmatch globs over the lower-cased model name.
 _BUILTIN: list[tuple[str, ModelProfile]] = [
-    ("claude-*opus*", ModelProfile(200_000, 32_000)),
-    ("claude-*", ModelProfile(200_000, 16_000)),
-    ("gpt-4o*", ModelProfile(128_000, 16_384)),
-    ("gpt-4.1*", ModelProfile(1_000_000, 32_768)),
-    ("gpt-5*", ModelProfile(400_000, 64_000)),
+    ("claude-*opus*", ModelProfile(200_000, 32_000, vision=True, pdf=True)),
+    ("claude-*", ModelProfile(200_000, 16_000, vision=True, pdf=True)),
+    ("gpt-4o*", ModelProfile(128_000, 16_384, vision=True, pdf=True)),
+    ("gpt-4.1*", ModelProfile(1_000_000, 32_768, vision=True, pdf=True)),
+    ("gpt-5*", ModelProfile(400_000, 64_000, vision=True, pdf=True)),
     ("o[134]*", ModelProfile(200_000, 64_000)),
     ("deepseek-reasoner*", ModelProfile(128_000, 32_000, resend_reasoning=True)),
     ("deepseek*", ModelProfile(128_000, 8_192)),
@@ -95,6 +100,8 @@ _FIELDS: dict[str, type] = {
     "brief_prompt": bool,
     "temperature": float,
     "repeat_penalty": float,
+    "vision": bool,
+    "pdf": bool,
 }
 
 

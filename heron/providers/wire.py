@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from heron.messages import Reply, dumps
+from heron.messages import File, Reply, dumps
 
 MESSAGES = "messages"
 
@@ -134,3 +134,59 @@ class ModelCallRecord:
     started: float
     ended: float
     body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
+
+
+# ---- attachments -------------------------------------------------------------------------------
+
+
+def size_label(size: int) -> str:
+    """'812 bytes', '123 kB', '4.2 MB' (kB and MB of 1,024)."""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{round(size / 1024)} kB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def file_label(part: File) -> str:
+    """'cat.png (image/png, 56 bytes)': a file as the transcripts and summaries name it."""
+    return f"{part.name or 'file'} ({part.media_type}, {size_label(part.size)})"
+
+
+def file_class(part: File) -> str:
+    """What a model is asked to take a file as: "image", "pdf", "text" or "file"."""
+    media_type = part.media_type
+    if media_type.startswith("image/"):
+        return "image"
+    if media_type == "application/pdf":
+        return "pdf"
+    if media_type.startswith("text/") or media_type == "application/json":
+        return "text"
+    return "file"
+
+
+_WHAT = {"image": "image", "pdf": "PDF", "text": "text file", "file": "file"}
+_REFUSED = {
+    "image": "this model does not take images",
+    "pdf": "this model does not take PDFs",
+    "file": "this model takes no files of this type",
+}
+
+
+def file_note(part: File, reason: str | None = None) -> str:
+    """The short text a model gets in place of a file it cannot take (or whose bytes are not
+    kept any more): what it was, its name and size, and why it is not there."""
+    kind = file_class(part)
+    name = part.name or "file"
+    what = _WHAT[kind] if kind != "file" else f"file ({part.media_type})"
+    if reason is None:
+        reason = "its bytes are no longer kept" if part.data is None else _REFUSED[kind]
+    return f"[{what} {name}, {size_label(part.size)}: {reason}]"
+
+
+def takes_file(part: File, *, vision: bool, pdf: bool) -> bool:
+    """Whether a model with these abilities gets `part` as a file (else a `file_note`)."""
+    if part.data is None:
+        return False
+    kind = file_class(part)
+    return kind == "text" or (kind == "image" and vision) or (kind == "pdf" and pdf)

@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from heron.config import Settings
+from heron.attachments import too_big
+from heron.config import AttachmentCaps, Settings
 from heron.errors import HeronError
 from heron.store import Store
-from heron.web.uploads import UPLOAD_CAP, Upload, folder, save
+from heron.web.uploads import Upload, folder, save
 
 router = APIRouter(prefix="/api")
 T = TypeVar("T")
@@ -51,7 +52,7 @@ class WebState:
 
 def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None = None) -> None:
     """Give `app` the state the routes need and include them (idempotent on the router)."""
-    store = Store(settings.database)
+    store = Store(settings.database, files=settings.paths.files)
     app.state.web = WebState(settings, store, busy or (lambda key: False))
     if router not in [getattr(r, "router", None) for r in app.router.routes]:
         app.include_router(router)
@@ -66,7 +67,7 @@ def _state(request: Request) -> WebState:
         if runtime is None:
             raise HTTPException(503, "the web API is not installed on this app")
         settings = runtime.engine.settings
-        store = Store(settings.database)
+        store = Store(settings.database, files=settings.paths.files)
         state = WebState(settings, store, runtime.loop.running, runtime.engine.choice)
         request.app.state.web = state
     return state
@@ -222,12 +223,21 @@ async def file(request: Request, key: str, message_id: int, index: int) -> Respo
     part = await _run(state, file_part, state.store, key, message_id, index)
     if part is None:
         raise HTTPException(404, {"message": "no such attachment", "hint": "Reload the page."})
-    name = (part.name or "file").replace('"', "")
+    name = _NAME.sub("_", part.name or "file")
+    # Only what a browser shows without running anything opens in the page; anything else (an
+    # HTML or SVG file could carry script on this origin) is a download.
+    shown = part.media_type in _SHOWN
     return Response(
         part.data,
-        media_type=part.media_type,
-        headers={"Content-Disposition": f'inline; filename="{name}"'},
+        media_type=part.media_type if shown else "application/octet-stream",
+        headers={
+            "Content-Disposition": f'{"inline" if shown else "attachment"}; filename="{name}"',
+            "X-Content-Type-Options": "nosniff",
+        },
     )
+
+
+_SHOWN = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
 
 
 def _branches(store: Store, key: str) -> dict[str, Any]:
@@ -259,7 +269,8 @@ async def branches(request: Request, key: str) -> JSONResponse:
 def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
     """What each compaction folded, and the model view the next request starts from."""
     from heron.compaction import inspect
-    from heron.messages import Text, ToolCall, ToolResult
+    from heron.messages import File, Text, ToolCall, ToolResult
+    from heron.providers.wire import file_label
     from heron.store import compactions as folds
 
     conv = _conversation(store, key)
@@ -290,6 +301,8 @@ def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
                 lines.append(f"[call {p.id}] {p.name}({json.dumps(p.args, ensure_ascii=False)})")
             elif isinstance(p, ToolResult):
                 lines.append(f"[result {p.call_id}{' error' if p.is_error else ''}] {p.content}")
+            elif isinstance(p, File):
+                lines.append(f"[file {file_label(p)}]")
         view.append({"role": m.role, "text": "\n".join(lines)})
     return {"compactions": folded, "system": system, "view": view}
 
@@ -419,27 +432,27 @@ _NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 @router.post("/uploads")
 async def upload(request: Request, name: str = "file") -> JSONResponse:
     """One file as the raw request body (its type in Content-Type, its name in `?name=`),
-    kept under HERON_HOME/uploads until a message takes it. Over 20 MB it is refused."""
+    kept under HERON_HOME/uploads until a message takes it. Over `[attachments] max_file_mb`
+    (20 MB by default) it is refused, with the error heron/attachments.py gives."""
     state = _state(request)
+    caps = state.settings.config.attachments
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > UPLOAD_CAP:
-        raise HTTPException(413, _too_big(name))
+    if declared and declared.isdigit() and int(declared) > caps.max_file:
+        raise HTTPException(413, _too_big(name, int(declared), caps))
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
-        if len(data) > UPLOAD_CAP:
-            raise HTTPException(413, _too_big(name))
+        if len(data) > caps.max_file:
+            raise HTTPException(413, _too_big(name, len(data), caps))
     mime = (request.headers.get("content-type") or "application/octet-stream").split(";")[0]
     found = Upload(secrets.token_hex(12), _NAME.sub("_", name)[:120] or "file", mime, len(data))
     await asyncio.to_thread(save, state.settings.paths.home, found, bytes(data))
     return JSONResponse(asdict(found), status_code=201)
 
 
-def _too_big(name: str) -> dict[str, str]:
-    return {
-        "message": f"{name} is larger than {UPLOAD_CAP // (1024 * 1024)} MB",
-        "hint": "Attach a smaller file, or put it in the workspace and name its path.",
-    }
+def _too_big(name: str, size: int, caps: AttachmentCaps) -> dict[str, str]:
+    error = too_big(name, size, caps)
+    return {"message": error.args[0], "hint": error.hint or ""}
 
 
 async def _json(request: Request) -> dict[str, Any]:

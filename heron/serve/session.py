@@ -175,9 +175,10 @@ class Session:
             return ()
         from heron.web.uploads import uploaded_files
 
-        home = self.runtime.engine.settings.paths.home
+        settings = self.runtime.engine.settings
+        home, caps = settings.paths.home, settings.config.attachments
         try:
-            return await asyncio.to_thread(uploaded_files, home, refs)
+            return await asyncio.to_thread(uploaded_files, home, refs, caps)
         except HeronError as e:
             await self._reply(error(e.args[0] if e.args else str(e), e.hint or "Attach again."))
             return None

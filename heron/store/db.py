@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 
 from heron.errors import StoreError
 from heron.messages import (
+    File,
     Message,
     Part,
     Text,
@@ -37,6 +38,7 @@ from heron.messages import (
     parts_from_json,
     parts_to_json,
 )
+from heron.store.files import FileStore
 from heron.store.migrations import migrate
 from heron.store.pg import PgConnection, is_url, redact
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
@@ -60,11 +62,16 @@ _BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
 
 
 class Store:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, files: Path | None = None) -> None:
         # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
         # anything else is the SQLite file.
         self.url: str | None = str(path) if is_url(path) else None
         self.path = Path("postgresql") if self.url else Path(path)
+        # Attachment bytes (heron/store/files.py): in `files`, else the `files` folder beside
+        # the SQLite file; in memory for a database in memory (or a server's without `files`).
+        if files is None and not self.url and str(path) != ":memory:":
+            files = self.path.parent / "files"
+        self.files = FileStore(files)
         self._lock = threading.RLock()
         self._branch_len: dict[int, int] = {}  # conversation id -> rows in its last branch read
         # conversation id -> (head id, the decoded branch to it): see `branch`.
@@ -278,6 +285,11 @@ class Store:
                 (head_id, time.time(), conversation_id),
             )
 
+    def load_files(self, messages: Sequence[Message]) -> list[Message]:
+        """`messages` with their attachments' bytes (heron/store/files.py): what a request to
+        a model needs; a part whose bytes are gone stays without them."""
+        return self.files.load_messages(messages)
+
     def delete_conversation(self, conversation_id: int) -> None:
         self._forget_branches()
         with self.transaction() as c:
@@ -302,6 +314,10 @@ class Store:
         `author` (user, model, tool, heron) is derived from the message when not given."""
         now = time.time()
         author = author or author_for(message, kind, meta)
+        # The bytes first: a row never names a file that is not kept.
+        self.files.keep(message.parts)
+        if sent is not None:
+            self.files.keep(sent.parts)
         raw = parts_to_json(message.parts)
         sent_raw = parts_to_json(sent.parts) if sent is not None else None
         meta_raw = json.dumps(meta) if meta else None
@@ -581,6 +597,7 @@ class Store:
                 "PostgreSQL does not run yet).",
             )
         copy = Store(":memory:")
+        copy.files = self.files  # the same attachments: a replay sends what the turn sent
         self.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
         with copy.transaction() as c:
             sql = "UPDATE conversations SET head_id = ? WHERE id = ?"
@@ -722,7 +739,10 @@ class _StoredParts(Message):
         """A message just written as `raw`: its parts are the ones in hand, not decoded."""
         out = cls(message.role, raw, row_id)
         object.__setattr__(out, "_readable", True)
-        object.__setattr__(out, "parts", tuple(message.parts))
+        parts = message.parts
+        if any(isinstance(p, File) for p in parts):  # as read back: bytes are not kept in rows
+            parts = tuple(p.without_data() if isinstance(p, File) else p for p in parts)
+        object.__setattr__(out, "parts", tuple(parts))
         return out
 
     @property

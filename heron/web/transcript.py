@@ -144,7 +144,7 @@ def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str)
     for n, part in enumerate(row.message.parts):
         if isinstance(part, File):
             url = file_url.format(key=key, id=row.id, n=n)
-            item.files.append(Attachment(part.name or "file", part.media_type, len(part.data), url))
+            item.files.append(Attachment(part.name or "file", part.media_type, part.size, url))
     return item
 
 
@@ -171,7 +171,8 @@ def _fill(calls: dict[str, Segment], result: ToolResult) -> None:
 
 
 def file_part(store: Store, key: str, message_id: int, index: int) -> File | None:
-    """The attachment `index` of message `message_id`, when it belongs to conversation `key`."""
+    """The attachment `index` of message `message_id` with its bytes, when it belongs to
+    conversation `key` (None too when its bytes are no longer kept)."""
     conv = store.conversation(key)
     if conv is None:
         return None
@@ -182,4 +183,7 @@ def file_part(store: Store, key: str, message_id: int, index: int) -> File | Non
     if row.conversation_id != conv.id or not 0 <= index < len(row.message.parts):
         return None
     part = row.message.parts[index]
-    return part if isinstance(part, File) else None
+    if not isinstance(part, File):
+        return None
+    loaded = store.files.load(part)  # the row names the bytes; the store's folder has them
+    return loaded if loaded.data is not None else None

@@ -13,14 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from heron.errors import HeronError
+from heron.attachments import check_total, from_bytes
+from heron.config import AttachmentCaps
+from heron.errors import AttachmentError
 from heron.messages import File
 
-UPLOAD_CAP = 20 * 1024 * 1024  # bytes per file (issue 15)
-TURN_CAP = 50 * 1024 * 1024  # bytes of attachments per message
 
-
-class UploadError(HeronError):
+class UploadError(AttachmentError):
     """A `send` names an upload that is not there, or its files pass the per-message cap."""
 
 
@@ -57,16 +56,15 @@ def load_upload(home: Path, upload_id: str) -> tuple[Upload, bytes] | None:
     return Upload(**json.loads(meta.read_text())), body.read_bytes()
 
 
-def uploaded_files(home: Path, refs: Any) -> tuple[File, ...]:
-    """The `File` parts for a `send`'s `files` ([{name, mime, upload_id}], protocol.md), in
-    order; an unknown upload or one over the caps is refused with a clear error, so nothing is
-    sent half attached. The turn wiring is one call: the serve's session passes these to the
-    user's message (`InboundMessage.files`, heron/attachments.py on the terminal branch), which
-    decides by the bytes what each model receives."""
+def uploaded_files(home: Path, refs: Any, caps: AttachmentCaps) -> tuple[File, ...]:
+    """The `File` parts for a `send`'s `files` ([{name, mime, upload_id}], docs/web.md), in
+    order, made by heron/attachments.py's rules (the type from the bytes, the caps of
+    `[attachments]`); an unknown upload or files over the caps are refused with a clear error,
+    so nothing is sent half attached. The turn then puts a text file inline and keeps the
+    others as files (`attachments.message_parts`)."""
     if not isinstance(refs, list):
         raise UploadError("files must be a list of uploads", hint="Upload each file first.")
     found: list[File] = []
-    total = 0
     for ref in refs:
         upload_id = str(ref.get("upload_id", "")) if isinstance(ref, dict) else ""
         got = load_upload(home, upload_id)
@@ -75,11 +73,6 @@ def uploaded_files(home: Path, refs: Any) -> tuple[File, ...]:
                 f"no upload {upload_id!r}", hint="Attach the file again: uploads do not last."
             )
         upload, data = got
-        total += len(data)
-        if total > TURN_CAP:
-            raise UploadError(
-                f"the files of this message pass {TURN_CAP // (1024 * 1024)} MB",
-                hint="Send them over several messages.",
-            )
-        found.append(File(upload.mime, data, upload.name))
+        found.append(from_bytes(upload.name, data, caps, upload.mime))
+    check_total(found, caps)
     return tuple(found)

@@ -1,0 +1,179 @@
+"""Attachments: a file the person attaches, as the parts of their message.
+
+Every channel makes its files here (`from_path` for a path on the terminal, `from_bytes` for an
+upload), so one set of rules holds everywhere:
+
+- caps: `[attachments] max_file_mb` per file (20 MB by default) and `max_turn_mb` for all the
+  files of one message (50 MB), refused with an error naming the file, its size and the cap;
+- the media type comes from the bytes when they say it (PNG, JPEG, GIF, WebP, PDF), else from
+  the name (`mimetypes`), else from what the sender declared;
+- `message_parts` puts a text file (UTF-8, at most `inline_text_kb`) into the message inline,
+  as a fenced block under its name, and keeps anything else as a `File` part: its bytes go to the
+  store's content-addressed folder, its row holds a reference (heron/store/files.py).
+
+What each model then receives of a `File` (an image block, a document, or a short note for a
+model that takes neither) is the adapters' business (heron/providers/wire.py `file_note`).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import re
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from heron.config import AttachmentCaps
+from heron.errors import AttachmentError
+from heron.messages import File, Part, Text
+from heron.providers.wire import size_label
+
+# The first bytes of the types a model may take as they are; WebP is RIFF....WEBP.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+)
+OCTET = "application/octet-stream"
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type the first bytes of `data` announce, for the types models read (PNG,
+    JPEG, GIF, WebP, PDF); None for anything else."""
+    for magic, media_type in _MAGIC:
+        if data.startswith(magic):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def media_type_of(name: str, data: bytes, declared: str | None = None) -> str:
+    """The bytes' own word first (a photo named .txt is still a photo), then the name, then
+    what the sender declared (a browser's guess), else application/octet-stream."""
+    found = sniff(data)
+    if found:
+        return found
+    guessed, _ = mimetypes.guess_type(name, strict=False)
+    if guessed:
+        return guessed
+    declared = (declared or "").split(";")[0].strip().lower()
+    return declared if re.fullmatch(r"[a-z0-9.+-]+/[a-z0-9.+-]+", declared) else OCTET
+
+
+def _mb(caps_mb: float) -> str:
+    return f"{caps_mb:g} MB"
+
+
+def too_big(name: str, size: int, caps: AttachmentCaps) -> AttachmentError:
+    """The error for a file of `size` bytes over the per-file cap."""
+    return AttachmentError(
+        f"{name} is {size_label(size)}, over the {_mb(caps.max_file_mb)} cap per file",
+        hint="Attach a smaller file, or raise [attachments] max_file_mb in config.toml.",
+    )
+
+
+def check_size(name: str, size: int, caps: AttachmentCaps) -> None:
+    if size > caps.max_file:
+        raise too_big(name, size, caps)
+
+
+def from_bytes(name: str, data: bytes, caps: AttachmentCaps, declared: str | None = None) -> File:
+    """An attachment from bytes in hand (a browser upload, a file sent over the control
+    socket); over the per-file cap it is refused."""
+    name = _clean_name(name)
+    check_size(name, len(data), caps)
+    return File(media_type_of(name, data, declared), data, name)
+
+
+def from_path(path: str | Path, caps: AttachmentCaps) -> File:
+    """The file at `path` (a `~` is the person's home) as an attachment. The person may attach
+    whatever they can read; a missing file, a folder, a file they cannot read, or one over the
+    cap is an AttachmentError that says which and what to do."""
+    given = str(path)
+    where = Path(os.path.expanduser(given))
+    try:
+        info = where.stat()
+    except FileNotFoundError:
+        raise AttachmentError(
+            f"no file {given}", hint="Check the path (it is relative to this folder)."
+        ) from None
+    except OSError as e:
+        raise AttachmentError(f"cannot attach {given}: {e.strerror or e}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise AttachmentError(
+            f"{given} is a folder", hint="Attach the files in it one by one, or an archive of it."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise AttachmentError(f"{given} is not a regular file", hint="Attach a file.")
+    check_size(given, info.st_size, caps)
+    try:
+        data = where.read_bytes()
+    except PermissionError:
+        raise AttachmentError(
+            f"cannot read {given}: permission denied", hint="Check the file's permissions."
+        ) from None
+    except OSError as e:
+        raise AttachmentError(f"cannot read {given}: {e.strerror or e}") from None
+    check_size(given, len(data), caps)  # it may have grown since the stat
+    return File(media_type_of(where.name, data), data, _clean_name(where.name))
+
+
+def check_total(files: Sequence[File], caps: AttachmentCaps) -> None:
+    """All the files of one message within `max_turn_mb`."""
+    total = sum(f.size for f in files)
+    if total > caps.max_turn:
+        names = ", ".join(f.name or "file" for f in files)
+        raise AttachmentError(
+            f"the files of this message ({names}) are {size_label(total)} together, over "
+            f"the {_mb(caps.max_turn_mb)} cap per message",
+            hint="Send them over several messages, or raise [attachments] max_turn_mb.",
+        )
+
+
+def inline_text(file: File, caps: AttachmentCaps) -> str | None:
+    """The text of `file` when it goes into the message inline: UTF-8 without NUL bytes, at
+    most `inline_text_kb`, and not a type models take as a file (a PDF stays a document)."""
+    if file.data is None or file.size > caps.inline_text or sniff(file.data):
+        return None
+    if b"\x00" in file.data:
+        return None
+    try:
+        return file.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def fenced(name: str, text: str) -> str:
+    """`text` as a fenced block under `name`; the fence is longer than any run of backticks in
+    the text, so the block cannot be closed early."""
+    fence = "`" * max(3, longest_backticks(text) + 1)
+    return f"{name}:\n{fence}\n{text.rstrip()}\n{fence}"
+
+
+def longest_backticks(text: str) -> int:
+    return max((len(run) for run in re.findall("`+", text)), default=0)
+
+
+def message_parts(text: str, files: Sequence[File], caps: AttachmentCaps) -> list[Part]:
+    """The parts of a person's message with `files`: their text, each text file inline as a
+    fenced block, then every other file as a `File` part, in the order given."""
+    parts: list[Part] = [Text(text)] if text or not files else []
+    for file in files:
+        body = inline_text(file, caps)
+        if body is None:
+            parts.append(file)
+        else:
+            parts.append(Text(("\n\n" if parts else "") + fenced(file.name or "file", body)))
+    return parts
+
+
+def _clean_name(name: str) -> str:
+    """A file's name as the record keeps it: the last component, without control characters
+    (it is shown in chips and in notes to the model)."""
+    base = re.split(r"[\\/]", name)[-1]
+    base = re.sub(r"[\x00-\x1f\x7f]", "", base).strip()
+    return base[:200] or "file"
