@@ -146,8 +146,9 @@ TOOL_CHOICES: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class MemoryConfig:
     """[memory]: `review_on_close` runs the memory review pass (model calls with the chat's
-    model) in the background when a chat closes; `review_every_hours` runs the nightly review
-    (heron/proactive/review.py) while Heron is idle, at most that often (0: never)."""
+    model) in the background when a chat closes. `review_every_hours` is the older switch of
+    the nightly review: 0 turns it off as `[review] enabled = false` does (which wins when
+    given); any other value leaves it on, once a day at `[review] time`."""
 
     review_on_close: bool = True
     review_every_hours: float = field(default=24.0, metadata=between(0))
@@ -174,6 +175,46 @@ class AttachmentCaps:
     @property
     def inline_text(self) -> int:
         return int(self.inline_text_kb * 1024)
+
+
+@dataclass(frozen=True)
+class ReviewConfig:
+    """[review]: the nightly review of memory, a built-in job of `heron serve`'s scheduler
+    (docs/proactive.md). `time` is the local time of day it runs ("HH:MM", in [agent]
+    timezone); `enabled` true or false decides at each start of serve, and left out keeps what
+    `heron jobs cancel` made of it (on until then)."""
+
+    enabled: bool | None = None
+    time: str = "03:00"
+
+    @property
+    def hour_minute(self) -> tuple[int, int]:
+        hour, minute = self.time.split(":")
+        return int(hour), int(minute)
+
+
+_TIME_OF_DAY = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+
+
+def _review_config(table: dict[str, Any], path: Path) -> ReviewConfig:
+    unknown = set(table) - {"enabled", "time"}
+    if unknown:
+        raise ConfigError(
+            f"{path}: [review] has no key {', '.join(map(repr, sorted(unknown)))}",
+            hint="Known keys of [review]: enabled, time.",
+        )
+    enabled, when = table.get("enabled"), table.get("time", ReviewConfig.time)
+    if enabled is not None and not isinstance(enabled, bool):
+        raise ConfigError(
+            f"{path}: [review] enabled must be true or false, got {enabled!r}",
+            hint="Write enabled = false to turn the nightly review off, or remove the line.",
+        )
+    if not isinstance(when, str) or not _TIME_OF_DAY.match(when.strip()):
+        raise ConfigError(
+            f"{path}: [review] time must be a time of day as HH:MM, got {when!r}",
+            hint='Write e.g. time = "03:00" (local time), or remove the line.',
+        )
+    return ReviewConfig(enabled, when.strip())
 
 
 @dataclass(frozen=True)
@@ -208,6 +249,7 @@ class Config:
     tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
     attachments: AttachmentCaps = AttachmentCaps()
+    review: ReviewConfig = ReviewConfig()
     store_url: str | None = None  # [store] url: a PostgreSQL database instead of heron.db
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
 
@@ -249,7 +291,7 @@ def load_config(path: Path) -> Config:
 
 def _parse(data: dict[str, Any], path: Path) -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
-    known |= {"tools", "memory", "store", "attachments"}
+    known |= {"tools", "memory", "review", "store", "attachments"}
     unknown = set(data) - known
     if unknown:
         raise ConfigError(
@@ -277,6 +319,7 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         attachments=parse_section(
             _table(data, "attachments", path), AttachmentCaps, "attachments", path
         ),
+        review=_review_config(_table(data, "review", path), path),
         store_url=_store_url(_table(data, "store", path), path),
         raw=data,
     )

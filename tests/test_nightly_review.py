@@ -3,25 +3,18 @@ dropped; the memory folder is a git repository whose last change `memory undo` t
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-from proactive_helpers import FakeClock
 from typer.testing import CliRunner
 
 from heron.agent.engine import Engine
-from heron.agent.loop import AgentLoop
-from heron.bus import MessageBus
 from heron.cli import app
 from heron.config import Settings
 from heron.memory import EntryPath
 from heron.memory.entries import Source
 from heron.messages import Reply, Text, Usage, assistant, user
-from heron.proactive.review import nightly_review, review_when_idle
+from heron.proactive.review import nightly_review
 from heron.providers.base import ChatRequest
 from heron.providers.scripted import ScriptedProvider
 from heron.store import review_state
-from heron.tools.registry import ToolRegistry
 
 FACT = (
     '{"facts": [{"path": "personal/always/tea", "quote": "I drink green tea every morning."}],'
@@ -137,28 +130,3 @@ async def test_a_hand_edit_gets_its_own_commit_and_survives_an_undo():
         service.history.undo()
     assert messages[:2] == ["saved personal/always/mornings.md (user)", "edited by hand"]
     assert "black" in hand.read_text() and not (root / "personal/always/mornings.md").exists()
-
-
-async def test_the_idle_trigger_runs_the_pass_when_due_and_idle():
-    clock = FakeClock(start=time.time() + 3600)  # an hour after the last message
-    model = Model()
-    async with Engine.open(
-        Settings.load(), provider=ScriptedProvider(model), registry=ToolRegistry([])
-    ) as engine:
-        _talk(engine.store, "chat-1", "I drink green tea every morning.")
-        loop = AgentLoop(engine, MessageBus())
-        task = asyncio.create_task(
-            review_when_idle(
-                engine, loop, idle_s=1800, poll_s=600, sleep=clock.sleep, now=clock.now
-            )
-        )
-        await clock.sleepers(1)
-        clock.advance(600)
-        while review_state.last_run(engine.store) is None:
-            await asyncio.sleep(0)  # the pass runs on the store's threads
-        await clock.sleepers(1)  # back to waiting
-        calls = len(model.requests)
-        clock.advance(600)  # due again only in 24 hours: nothing runs
-        await clock.sleepers(1)
-        task.cancel()
-    assert calls == 1 and len(model.requests) == 1

@@ -3,10 +3,16 @@ prompt's recurring-work section names the real tool only when the turn has it.""
 
 from __future__ import annotations
 
+import json
+import re
+
+from serve_helpers import running_serve, ws_client, ws_hello, ws_until
+
 from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.providers.scripted import ScriptedProvider
+from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import parse
 from heron.tools.registry import ToolRegistry
@@ -43,3 +49,56 @@ def test_recurring_work_names_the_schedule_tool_and_heartbeat_only_when_the_turn
         "`schedule` tool" in section and 'mode="monitor"' in section and "HEARTBEAT.md" in section
     )
     assert "# Recurring work" not in without
+
+
+def _work(store) -> float:
+    """A goal, subagents and a question in conversation "s" (and work elsewhere); returns the
+    instant the first subagent started."""
+    goals.set_goal(store, "s", "Migrate the blog to the new host\nthen tell me.")
+    goal = goals.open_goal(store, "s")
+    goals.count_turn(store, goal.id, 12_000)
+    started = runs.create(
+        store, "sa_1", "subagent", "s", "Summarise the logs\nin detail", status="running"
+    ).created
+    runs.create(store, "sa_2", "subagent", "s", "Count the files", status="running")
+    runs.finish(store, "sa_2", "done", "42 files")  # done, not reported back yet
+    runs.create(store, "sa_3", "subagent", "s", "Old work", status="running")
+    runs.finish(store, "sa_3", "done", "x")
+    runs.mark_announced(store, "sa_3")  # reported: no longer shown
+    runs.create(store, "sa_9", "subagent", "other", "Elsewhere", status="running")
+    runs.create(store, "ask_1", "ask", "s", "Which city?", status="waiting")
+    return started
+
+
+def test_status_lines_name_the_goal_its_budget_and_the_running_subagents(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        started = _work(store)
+        lines = runs.status_lines(store, "s", started + 125)
+    finally:
+        store.close()
+    assert lines[0] == (
+        "goal: active, 1 of 20 turns, 12,000 of 2,000,000 tokens: Migrate the blog to the new host"
+    )
+    assert lines[1] == "subagent sa_1: running, 2m 05s: Summarise the logs"
+    assert lines[2].startswith("subagent sa_2: done, not reported back, ")
+    assert lines[2].endswith(": Count the files")
+    assert lines[3].startswith("question ask_1: waiting for your answer, asked ")
+    assert len(lines) == 4  # sa_3 reported back, sa_9 belongs to another conversation
+
+
+async def test_status_shows_the_goal_and_subagents_in_the_terminal_and_through_serve():
+    provider = ScriptedProvider([])
+    async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
+        quiet = (await engine.turn("s", "/status")).reply
+        _work(engine.store)
+        terminal = (await engine.turn("s", "/status")).reply
+    assert "goal:" not in quiet and "subagent" not in quiet
+    assert "goal: active, 1 of 20 turns" in terminal
+    assert re.search(r"^subagent sa_1: running, \d+s: Summarise the logs$", terminal, re.M)
+    async with running_serve(provider) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "s")
+        await ws.send(json.dumps({"type": "command", "text": "/status"}))
+        events = await ws_until(ws, "turn_end")
+    (reply,) = [e["text"] for e in events if e["type"] == "message" and e["kind"] == "command"]
+    assert "goal: active, 1 of 20 turns" in reply and "subagent sa_2: done" in reply

@@ -81,7 +81,7 @@ def test_bad_schedules_say_what_works():
     store = Store(":memory:")
     with pytest.raises(ScheduleError, match="already past"):
         make_job(store, local(2026, 5, 1, 12, 0), at="2026-05-01 11:00")
-    assert js.list_jobs(store, everything=True) == []
+    assert [j for j in js.list_jobs(store, everything=True) if not j.builtin] == []
 
 
 async def test_a_cron_reminder_fires_at_its_instants_across_dst_and_speaks_visibly():
@@ -238,7 +238,9 @@ async def test_a_scheduled_turn_cannot_create_jobs():
     async with rig(replies, local(2026, 6, 1, 8, 0)) as r:
         job = make_job(r.engine.store, r.clock.now(), mode="monitor", every="1h")
         await r.at(local(2026, 6, 1, 9, 0))
-        assert [j.id for j in js.list_jobs(r.engine.store, everything=True)] == [job.id]
+        assert [j.id for j in js.list_jobs(r.engine.store, everything=True) if not j.builtin] == [
+            job.id
+        ]
         result = r.provider.requests[1].messages[-1].parts[0]
         assert result.is_error and "cannot create jobs" in result.content
 
@@ -253,7 +255,7 @@ async def test_the_schedule_tool_binds_the_job_to_its_conversation_and_says_when
         await r.loop.wait_idle()
         await r.loop.dispatch(InboundMessage("terminal", "1", "what is scheduled?", "chat-9"))
         await r.loop.wait_idle()
-        (job,) = js.list_jobs(r.engine.store)
+        (job,) = [j for j in js.list_jobs(r.engine.store) if not j.builtin]
         assert (job.conversation, job.mode, job.schedule.spec) == (
             "chat-9",
             "reminder",

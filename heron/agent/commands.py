@@ -9,6 +9,7 @@ The outputs are exact and tested: channels print them as they are.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -230,11 +231,13 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
 
 
 def _proactive(ctx: CommandContext) -> list[str]:
-    """What runs without the person: the scheduled jobs of this conversation and the heartbeat
-    (heron/tools/schedule.py). The goal and subagents (issue 16) add their lines here."""
+    """What runs without the person: this conversation's goal, the subagents that will report
+    back to it and questions waiting there (heron/store/runs.py), then its scheduled jobs, the
+    nightly review and the heartbeat (heron/tools/schedule.py)."""
+    from heron.store.runs import status_lines as work_lines
     from heron.tools.schedule import status_lines
 
-    return status_lines(ctx.store, ctx.key)
+    return work_lines(ctx.store, ctx.key, time.time()) + status_lines(ctx.store, ctx.key)
 
 
 def _budget(engine: CommandEngine) -> list[str]:

@@ -18,9 +18,9 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
 from heron.messages import File
+from heron.proactive import run_review_only
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
-from heron.proactive.review import review_when_idle
 from heron.proactive.subagents import Subagents
 from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.approval import Approver
@@ -92,10 +92,8 @@ async def connect(
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
     ]
-    if idle:  # the nightly review of memory, while nobody works (until the scheduler runs it)
-        every = engine.settings.config.memory.review_every_hours
-        if every > 0 and engine.memory is not None:
-            tasks.append(asyncio.create_task(review_when_idle(engine, loop, every_s=every * 3600)))
+    if idle and engine.memory is not None:  # the nightly review of memory: its job alone
+        tasks.append(asyncio.create_task(run_review_only(loop, engine)))
     try:
         await subagents.start(announce=idle)  # a one-message `heron run` leaves them to a chat
         yield InProcessAgent(loop, channel, chat_id, subagents)

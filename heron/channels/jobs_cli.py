@@ -67,11 +67,11 @@ def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
     return [
         (
             str(j.id),
-            j.mode,
-            j.status,
+            "review (built-in)" if j.builtin else j.mode,
+            "disabled" if j.builtin and j.status == "cancelled" else j.status,
             j.schedule.describe(),
             _local(j.next_run, j.schedule.timezone),
-            j.conversation,
+            "-" if j.builtin else j.conversation,
             j.last_outcome or "-",
             _short(j.prompt),
         )
@@ -89,9 +89,13 @@ def list_(
     ] = False,
 ) -> None:
     """List scheduled jobs, soonest first."""
+    from heron.proactive.review import JOB_PROMPT, job_schedule
     from heron.store import jobs
 
-    with _open() as (_, store):
+    with _open() as (settings, store):
+        # The built-in review's row as config.toml has it now, as serve will when it starts.
+        when, enabled = job_schedule(settings.config)
+        jobs.sync_review(store, when, enabled, time.time(), JOB_PROMPT)
         found = jobs.list_jobs(store, everything=every)
         if not found:
             typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
@@ -156,12 +160,15 @@ def cancel(job_id: Annotated[int, typer.Argument(help="The job's id (heron jobs 
     """Cancel a job; a run already started finishes."""
     from heron.store import jobs
     from heron.store.schedule import ScheduleError
-    from heron.tools.schedule import describe
+    from heron.tools.schedule import BUILTIN_CANCEL, describe
 
     with _open() as (_, store):
         job = jobs.cancel_job(store, job_id)
         if job is None:
             _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
+        if job.builtin:
+            typer.echo(BUILTIN_CANCEL.format(id=job.id))
+            return
         typer.echo(f"Cancelled {describe(job)}")
 
 

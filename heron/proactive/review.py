@@ -15,17 +15,17 @@ waits for the next pass, its cursors unmoved. A proposal that would change nothi
 lesson memory already holds word for word, a rewrite that says what the lesson says) is
 dropped.
 
-`nightly_review(engine)` is the pass; the scheduler (heron/proactive/scheduler.py, when it
-runs) can call it as a job. Until then `review_when_idle` is its trigger: a small loop that
-runs the pass when it is due and Heron has been idle long enough.
+`nightly_review(engine)` is the pass. It runs as the scheduler's built-in job (mode
+"review", one row made by migration m010): `sync_job` brings that row in line with config.toml
+(`[review] time` in the user's timezone, `[review] enabled`) when a scheduler starts, and the
+scheduler (heron/proactive/scheduler.py) fires it like any job, with its lease (once across
+processes), catch-up rules and a `job_runs` row for every fire or skip, skipping it while a
+turn the person started runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,20 +35,19 @@ from heron.memory import queue
 from heron.memory.guard import normalise
 from heron.messages import Reply
 from heron.request import ChatRequest, OnEvent
-from heron.store import review_state
+from heron.store import jobs, review_state
+from heron.store.jobs import Job
+from heron.store.schedule import Schedule, user_timezone
 
 if TYPE_CHECKING:
     from heron.agent.engine import Engine
-    from heron.agent.loop import AgentLoop
+    from heron.config import Config
     from heron.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
 MODEL_CALLS = 8
 TOKENS = 300_000
-EVERY_S = 24 * 3600.0
-IDLE_S = 30 * 60.0
-POLL_S = 10 * 60.0
 
 
 class BudgetSpent(ProviderError):
@@ -153,33 +152,33 @@ def _drop_noops(service: Any, ids: list[int]) -> list[int]:
     return kept
 
 
-Sleep = Callable[[float], Awaitable[None]]
+JOB_PROMPT = (
+    "The nightly review of memory: proposes facts, lessons, merges and removals for heron "
+    "memory review; never writes memory itself"
+)
 
 
-async def review_when_idle(
-    engine: Engine,
-    loop: AgentLoop,
-    *,
-    every_s: float = EVERY_S,
-    idle_s: float = IDLE_S,
-    poll_s: float = POLL_S,
-    sleep: Sleep = asyncio.sleep,
-    now: Callable[[], float] = time.time,
-) -> None:
-    """Until cancelled: the nightly review when it is due and nothing has happened for
-    `idle_s` (no turn running, no message stored)."""
+def job_schedule(config: Config) -> tuple[Schedule, bool | None]:
+    """The review job's schedule (daily at `[review] time`, local) and whether config.toml
+    says it runs: `[review] enabled`, else off when the older `[memory] review_every_hours` is
+    0, else None (whatever the job row says)."""
+    hour, minute = config.review.hour_minute
+    schedule = Schedule("cron", f"{minute} {hour} * * *", user_timezone(config.agent.timezone))
+    enabled = config.review.enabled
+    if enabled is None and config.memory.review_every_hours == 0:
+        enabled = False
+    return schedule, enabled
+
+
+async def sync_job(engine: Engine, now: float) -> Job:
+    """The built-in review job, as config.toml has it now."""
+    schedule, enabled = job_schedule(engine.settings.config)
     store = engine.store
-    while True:
-        await sleep(poll_s)
-        last = await store.call(review_state.last_run, store)
-        if last is not None and now() - last < every_s:
-            continue
-        said = await store.call(review_state.last_message_at, store)
-        if loop.busy or (said is not None and now() - said < idle_s):
-            continue
-        try:
-            report = await nightly_review(engine)
-        except Exception:  # a failed pass must not take the chat down; it runs again later
-            log.exception("the nightly review failed")
-            continue
-        log.info("%s", report.text())
+    return await store.call(jobs.sync_review, store, schedule, enabled, now, JOB_PROMPT)
+
+
+async def run_pass(engine: Engine) -> str:
+    """One pass as the job runs it: its report line goes into the job's run row."""
+    report = await nightly_review(engine)
+    log.info("%s", report.text())
+    return report.text()

@@ -9,6 +9,11 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 - monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
   the agent calls `message`, whose delivery carries the job's conversation as its chat.
 
+- review: the built-in job of the nightly review of memory (heron/proactive/review.py). It is
+  no turn: the scheduler runs the pass itself (`review`, given by whoever wires it), after the
+  same claim, lease and catch-up as every job. While a turn the person started runs, the fire
+  is recorded skipped and tried again `IDLE_RETRY_S` later.
+
 The scheduler watches the loop's turn ends (`AgentLoop.watch_turns`) to record each run's
 outcome and give the job's lease back. It sleeps until the next instant, or at most
 `poll_s` (jobs made by `heron jobs add` in another process), or until the `schedule` tool in
@@ -18,9 +23,12 @@ this process wakes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import logging
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from heron.agent.loop import AgentLoop, TurnEnded
@@ -29,6 +37,8 @@ from heron.proactive.clock import Clock
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
+
+log = logging.getLogger(__name__)
 
 CHANNEL = "schedule"
 POLL_S = 30.0  # a job saved by another process is seen within this
@@ -40,6 +50,7 @@ MONITOR = (
     "hear; otherwise end with a short note of what you found.]"
 )
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
+IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
 
 
 @dataclass
@@ -55,10 +66,22 @@ class Scheduler:
     _open: set[int] = field(default_factory=set)  # runs whose turns have not ended
     # Removes its end-of-turn hook from the loop it watches (`watch`).
     unwatch: Callable[[], None] = field(default=lambda: None, repr=False)
+    # The built-in review job: the pass (returns its one-line report) and the idle rule (a
+    # turn the person started runs now). Without `review` a fire of it is recorded failed.
+    review: Callable[[], Awaitable[str]] | None = field(default=None, repr=False)
+    user_busy: Callable[[], bool] = field(default=lambda: False, repr=False)
+    _passes: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+    # Only jobs of these modes (a `heron chat` without serve runs the built-in review alone).
+    modes: tuple[str, ...] | None = None
 
     def watch(self, loop: AgentLoop) -> None:
         """Record outcomes as the loop's turns end."""
         self.unwatch = loop.watch_turns(self.turn_ended)
+
+    async def drain(self) -> None:
+        """Until the review passes this scheduler started have ended (tests, benchmarks)."""
+        while self._passes:
+            await asyncio.gather(*self._passes, return_exceptions=True)
 
     def poke(self) -> None:
         self.wake.set()
@@ -70,6 +93,11 @@ class Scheduler:
                 await self.clock.sleep_until(await self._deadline(), self.wake)
                 self.wake.clear()
         finally:
+            for task in self._passes:
+                task.cancel()
+            for task in list(self._passes):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await asyncio.shield(self._release())
 
     async def tick(self) -> int:
@@ -78,8 +106,9 @@ class Scheduler:
         fired = 0
         while True:
             batch = await self.store.call(
-                js.claim_due, self.store, self.owner, os.getpid(), now, self.grace_s
-            )
+                js.claim_due, self.store, self.owner, os.getpid(), now, self.grace_s,
+                modes=self.modes,
+            )  # fmt: skip
             for fire in batch:
                 await self._publish(fire)
             fired += len(batch)
@@ -91,12 +120,19 @@ class Scheduler:
 
     async def _deadline(self) -> float:
         now = self.clock.now()
-        due = await self.store.call(js.next_due, self.store, unleased=True)
+        due = await self.store.call(js.next_due, self.store, unleased=True, modes=self.modes)
         latest = now + self.poll_s
         return latest if due is None else max(min(due, latest), now)
 
     async def _publish(self, fire: js.Fire) -> None:
         job = fire.job
+        if job.builtin:
+            self._open.add(fire.run_id)
+            self.fired += 1
+            task = asyncio.create_task(self._review(fire))
+            self._passes.add(task)
+            task.add_done_callback(self._passes.discard)
+            return
         template = MONITOR if job.mode == "monitor" else REMINDER
         header = template.format(id=job.id)
         if fire.detail:
@@ -143,6 +179,31 @@ class Scheduler:
             detail=detail,
         )
         self.wake.set()  # the job's lease is free: an instant missed meanwhile is due now
+
+    async def _review(self, fire: js.Fire) -> None:
+        """Run the nightly review for its fire, unless a turn of the person's runs: then the
+        fire is recorded skipped and the job tries again `IDLE_RETRY_S` later."""
+        status, outcome, detail = "done", "reviewed", None
+        if self.review is None:
+            status, outcome, detail = "failed", "failed", "this scheduler cannot run the review"
+        elif self.user_busy():
+            again = self.clock.now() + IDLE_RETRY_S
+            local = dt.datetime.fromtimestamp(again, fire.job.schedule.zone())
+            status, outcome = "skipped", "skipped"
+            detail = f"a turn you started was running; it tries again at {local:%H:%M}"
+            await self.store.call(js.postpone, self.store, fire.job.id, again)
+        else:
+            try:
+                detail = await self.review()
+            except Exception as e:  # a failed pass is recorded; the next instant runs it again
+                log.exception("the nightly review failed")
+                status, outcome, detail = "failed", "failed", f"{type(e).__name__}: {e}"
+        self._open.discard(fire.run_id)
+        await self.store.call(
+            js.finish_run, self.store, fire.run_id, status=status, outcome=outcome,
+            now=self.clock.now(), detail=detail,
+        )  # fmt: skip
+        self.wake.set()
 
     async def _release(self) -> None:
         await self.store.call(js.release_all, self.store, self.owner, self.clock.now())

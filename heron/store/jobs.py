@@ -21,7 +21,8 @@ from heron.store.schedule import Schedule, ScheduleError
 
 Mode = Literal["reminder", "monitor"]
 CatchUp = Literal["once", "skip"]
-MODES: tuple[str, ...] = ("reminder", "monitor")
+MODES: tuple[str, ...] = ("reminder", "monitor")  # what a person or the agent can create
+REVIEW = "review"  # the built-in job of the nightly review of memory (migration m010)
 CATCH_UPS: tuple[str, ...] = ("once", "skip")
 LATE_S = 60.0  # fired this long after its instant, a run counts as missed (no scheduler ran)
 LEASE_TTL = 15 * 60.0  # a fired job's lease without renewal; renewed while its turn runs
@@ -51,6 +52,11 @@ class Job:
     def key(self) -> str:
         """The conversation its turns run in: its own for a monitor, else the bound one."""
         return f"cron:{self.id}" if self.mode == "monitor" else self.conversation
+
+    @property
+    def builtin(self) -> bool:
+        """Heron's own job (the nightly review): bound to no conversation, made by no one."""
+        return self.mode == REVIEW
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,57 @@ def cancel_job(store: Store, job_id: int) -> Job | None:
     return get_job(store, job_id)
 
 
+def review_job(store: Store) -> Job | None:
+    rows = store.query("SELECT * FROM jobs WHERE mode = ?", (REVIEW,))
+    return _job(rows[0]) if rows else None
+
+
+def sync_review(
+    store: Store, schedule: Schedule, enabled: bool | None, now: float, prompt: str
+) -> Job:
+    """Bring the built-in review job in line with config.toml: its schedule, and with
+    `enabled` given, whether it runs (None leaves the job as it is, e.g. cancelled by
+    `heron jobs cancel`). Its next instant is kept unless the schedule changed or it had
+    none, so an instant missed while nothing ran still counts for catch-up."""
+    with store.transaction() as c:
+        row = c.execute("SELECT * FROM jobs WHERE mode = ?", (REVIEW,)).fetchone()
+        if row is None:  # the migration's row is gone: made again
+            c.execute(
+                "INSERT INTO jobs (kind, spec, timezone, conversation, mode, prompt, created,"
+                " created_by) VALUES (?, ?, ?, '', ?, ?, ?, 'heron')",
+                (schedule.kind, schedule.spec, schedule.timezone, REVIEW, prompt, now),
+            )
+            row = c.execute("SELECT * FROM jobs WHERE mode = ?", (REVIEW,)).fetchone()
+        job = _job(row)
+        status = job.status if enabled is None else ("active" if enabled else "cancelled")
+        moved = job.schedule != schedule
+        if status != "active":
+            next_run = None
+        elif moved or job.next_run is None:
+            next_run = schedule.next_after(now)
+        else:
+            next_run = job.next_run
+        c.execute(
+            "UPDATE jobs SET kind = ?, spec = ?, timezone = ?, status = ?, next_run = ?,"
+            " prompt = ? WHERE id = ?",
+            (schedule.kind, schedule.spec, schedule.timezone, status, next_run, prompt, job.id),
+        )
+    found = get_job(store, job.id)
+    assert found is not None
+    return found
+
+
+def postpone(store: Store, job_id: int, until: float) -> None:
+    """An active job's next instant brought to `until` if that is sooner (a built-in job that
+    could not run now tries again then; its own schedule resumes after)."""
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE jobs SET next_run = ? WHERE id = ? AND status = 'active' AND"
+            " (next_run IS NULL OR next_run > ?)",
+            (until, job_id, until),
+        )
+
+
 def runs(store: Store, job_id: int | None = None, limit: int = 50) -> list[JobRun]:
     """The latest runs, newest first (of one job if given)."""
     if job_id is None:
@@ -179,30 +236,46 @@ def runs(store: Store, job_id: int | None = None, limit: int = 50) -> list[JobRu
     return [_run(r) for r in rows]
 
 
-def next_due(store: Store, *, unleased: bool = False) -> float | None:
-    """The soonest instant of an active job; with `unleased`, of one whose lease is free (a
-    leased job waits for its turn to end, which wakes the scheduler)."""
+def next_due(
+    store: Store, *, unleased: bool = False, modes: tuple[str, ...] | None = None
+) -> float | None:
+    """The soonest instant of an active job (of those `modes` if given); with `unleased`, of
+    one whose lease is free (a leased job waits for its turn to end, which wakes the
+    scheduler)."""
     sql = "SELECT MIN(next_run) FROM jobs WHERE status = 'active'"
     if unleased:
         sql += " AND lease_owner IS NULL"
-    soonest = store.query(sql)[0][0]
+    sql += _of_modes(modes)
+    soonest = store.query(sql, modes or ())[0][0]
     return float(soonest) if soonest is not None else None
 
 
 # ---- the scheduler's side -------------------------------------------------------------------
 
 
+def _of_modes(modes: tuple[str, ...] | None) -> str:
+    return f" AND mode IN ({', '.join('?' for _ in modes)})" if modes else ""
+
+
 def claim_due(
-    store: Store, owner: str, pid: int, now: float, grace_s: float, limit: int = CLAIM_BATCH
+    store: Store,
+    owner: str,
+    pid: int,
+    now: float,
+    grace_s: float,
+    limit: int = CLAIM_BATCH,
+    modes: tuple[str, ...] | None = None,
 ) -> list[Fire]:
-    """Decide every due job whose lease is free, in one transaction: fire it (a `running` run
-    row, the lease to `owner`) or skip it (a `skipped` row), and advance `next_run`."""
+    """Decide every due job (of those `modes` if given) whose lease is free, in one
+    transaction: fire it (a `running` run row, the lease to `owner`) or skip it (a `skipped`
+    row), and advance `next_run`."""
     fires: list[Fire] = []
     with store.transaction() as c:
         rows = c.execute(
-            "SELECT * FROM jobs WHERE status = 'active' AND next_run <= ? ORDER BY next_run"
-            " LIMIT ?",
-            (now, limit),
+            "SELECT * FROM jobs WHERE status = 'active' AND next_run <= ?"
+            + _of_modes(modes)
+            + " ORDER BY next_run LIMIT ?",
+            (now, *(modes or ()), limit),
         ).fetchall()
         for row in rows:
             if not _lease_free(row, now):

@@ -11,11 +11,6 @@ from heron.store.db import Store
 INTERNAL = ("subagent:%", "cron:%", "heartbeat%", "internal:%", "dream:%")
 
 
-def last_run(store: Store, name: str = "nightly") -> float | None:
-    rows = store.query("SELECT ran FROM review_cursor WHERE name = ?", (name,))
-    return rows[0][0] if rows else None
-
-
 def record_run(store: Store, name: str = "nightly") -> None:
     top = store.query("SELECT COALESCE(MAX(id), 0) FROM messages")[0][0]
     with store.transaction() as c:
@@ -40,11 +35,6 @@ def unreviewed(store: Store, limit: int = 50) -> list[int]:
         (*INTERNAL, limit),
     )
     return [r[0] for r in rows]
-
-
-def last_message_at(store: Store) -> float | None:
-    rows = store.query("SELECT MAX(created) FROM messages")
-    return rows[0][0] if rows else None
 
 
 def cursor_of(store: Store, conversation_id: int) -> int | None:

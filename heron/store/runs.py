@@ -258,7 +258,7 @@ def open_for(store: Store, origin_key: str) -> list[Run]:
         "SELECT * FROM runs WHERE origin_key = ? AND ("
         " (kind = 'subagent' AND (status = 'running' OR announced IS NULL))"
         " OR (kind = 'ask' AND status = 'waiting' AND (deadline IS NULL OR deadline > ?)))"
-        " AND status != 'cancelled'",
+        " AND status != 'cancelled' ORDER BY created",
         (origin_key, time.time()),
     )
     return [_run(r) for r in rows]
@@ -300,6 +300,48 @@ def work_in(store: Store, key: str) -> list[str]:
             f" heron jobs cancel {job.id}"
         )
     return found
+
+
+def status_lines(store: Store, key: str, now: float) -> list[str]:
+    """/status: the conversation's open goal (its state, the budget used, the objective), then
+    each subagent that will report back to it (id, state, time since it started, its task's
+    first line) and each question waiting there for an answer; nothing when there is none."""
+    from heron.store.goals import open_goal
+
+    lines: list[str] = []
+    goal = open_goal(store, key)
+    if goal is not None:
+        state = "parked (its budget ran out)" if goal.status == "parked" else goal.status
+        lines.append(f"goal: {state}, {goal.budget()}: {_first_line(goal.objective, 80)}")
+    for run in open_for(store, key):
+        took = _elapsed((now if run.status in ("running", "waiting") else run.finished or now)
+                        - run.created)  # fmt: skip
+        if run.kind == "ask":
+            until = ""
+            if run.deadline is not None:
+                until = f" until {time.strftime('%H:%M', time.localtime(run.deadline))}"
+            lines.append(
+                f"question {run.id}: waiting for your answer{until}, asked {took} ago:"
+                f" {_first_line(run.task)}"
+            )
+            continue
+        state = run.status if run.status == "running" else f"{run.status}, not reported back"
+        lines.append(f"subagent {run.id}: {state}, {took}: {_first_line(run.task)}")
+    return lines
+
+
+def _first_line(text: str, limit: int = 60) -> str:
+    line = next((s.strip() for s in text.splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _elapsed(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 def drop_result(store: Store, run_id: str) -> None:

@@ -42,10 +42,23 @@ def describe(job: jobs.Job) -> str:
         local = dt.datetime.fromtimestamp(job.next_run, job.schedule.zone())
         when = f"next {local:%Y-%m-%d %H:%M %Z}"
     last = f", last {job.last_outcome}" if job.last_outcome else ""
+    mode = "built-in review" if job.builtin else job.mode
+    status = "disabled" if job.builtin and job.status == "cancelled" else job.status
     return (
-        f"job {job.id} [{job.mode}, {job.status}] {job.schedule.describe()}, {when}{last}:"
+        f"job {job.id} [{mode}, {status}] {job.schedule.describe()}, {when}{last}:"
         f" {_short(job.prompt)}"
     )
+
+
+BUILTIN_CANCEL = (
+    "Disabled job {id}, the built-in nightly review of memory: it stays off until "
+    "[review] enabled = true in config.toml (read when heron serve starts). To keep it off "
+    "whatever happens to this job, set [review] enabled = false."
+)
+BUILTIN_REFUSED = (
+    "Job {id} is Heron's built-in nightly review of memory; only the user turns it off "
+    "(heron jobs cancel {id}, or [review] enabled = false in config.toml)."
+)
 
 
 def _short(text: str, width: int = 80) -> str:
@@ -104,6 +117,9 @@ async def schedule(
 async def _cancel(store: Any, job: int | None) -> str | ToolOutput:
     if job is None:
         return ToolOutput("cancel needs job: the id shown by action=list.", True)
+    known = await store.call(jobs.get_job, store, job)
+    if known is not None and known.builtin:  # memory is the person's: the agent keeps off it
+        return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
     found = await store.call(jobs.cancel_job, store, job)
     if found is None:
         return ToolOutput(f"There is no job {job}; action=list shows the jobs.", True)
@@ -152,13 +168,20 @@ def status_lines(store: Any, key: str, limit: int = 3) -> list[str]:
     """/status: the jobs bound to this conversation (soonest first), how many others there are,
     and the heartbeat's last tick; nothing when none of it exists."""
     mine = jobs.list_jobs(store, conversation=key)
-    others = len(jobs.list_jobs(store)) - len(mine)
+    active = jobs.list_jobs(store)
+    others = sum(1 for j in active if not j.builtin) - len(mine)
     lines = []
     if mine or others:
         lines.append(f"jobs: {len(mine)} here, {others} in other conversations")
         lines += [f"  {describe(job)}" for job in mine[:limit]]
         if len(mine) > limit:
             lines.append(f"  … and {len(mine) - limit} more (heron jobs list)")
+    review = next((j for j in active if j.builtin and j.next_run is not None), None)
+    if review is not None:
+        assert review.next_run is not None
+        at = dt.datetime.fromtimestamp(review.next_run, review.schedule.zone())
+        last = f", last {review.last_outcome}" if review.last_outcome else ""
+        lines.append(f"nightly review: job {review.id}, next {at:%Y-%m-%d %H:%M}{last}")
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
         at = dt.datetime.fromtimestamp(beat.last).astimezone()
