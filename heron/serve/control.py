@@ -3,7 +3,10 @@ and `heron chat` talk to a running serve, one JSON object per line, the same mes
 
 Only the home's owner can connect (the socket's mode), so it needs no token. It also answers
 `{"type":"conversations"}` (the list /resume offers, internal ones left out) with
-`{"type":"conversations","items":[{"key","title"}...]}`.
+`{"type":"conversations","items":[{"key","title"}...]}`, and takes a terminal's attachments
+as `{"type":"upload","upload_id","name","mime","data"}` (the bytes in base64, checked against
+`[attachments]`), answered `{"type":"uploaded","upload_id"}` or an `error`, for the `send`
+after them to name in its `files`.
 """
 
 from __future__ import annotations
