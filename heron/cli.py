@@ -54,7 +54,7 @@ def _options(
     """Heron: a personal AI agent that keeps long conversations whole."""
 
 
-AgentOpt = Annotated[str, typer.Option("--agent", "-a", help="Agent name.")]
+AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name.")]
 ConvOpt = Annotated[
     str | None,
     typer.Option("--conversation", "-c", help="Conversation key; the same key continues it."),
@@ -96,11 +96,20 @@ def run(
             help="Print one JSON object: reply, conversation, run_id, ok, error, usage, cost_usd.",
         ),
     ] = False,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attach",
+            "-a",
+            help="Attach a file to the message (repeatable): images and PDFs for models that "
+            "take them, text files inline.",
+        ),
+    ] = None,
 ) -> None:
     """Send one message and print the reply (for scripts). Goes through `heron serve` when one
     runs on this home (unless --model or --ephemeral asks for what it cannot give). With a
     message and stdin piped in, stdin follows the message as a fenced block."""
-    from heron.channels.script import run_message
+    from heron.channels.script import attached_files, run_message
 
     if conversation is not None and message is None and not retry and _interactive():
         message, latest, conversation = conversation, True, None  # -c "message": no key
@@ -111,8 +120,11 @@ def run(
         conversation = _latest_key()
     text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
+        files = attached_files(attach or [], settings)  # every file checked before any is sent
         ok = asyncio.run(
-            run_message(settings, text, agent, conversation, model, ephemeral, as_json=as_json)
+            run_message(
+                settings, text, agent, conversation, model, ephemeral, as_json=as_json, files=files
+            )
         )
     except HeronError as e:
         fail(e)

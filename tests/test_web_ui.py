@@ -397,3 +397,51 @@ def test_a_turn_from_any_client_marks_its_conversation_in_the_list(page, site, m
     model.reply("done here")
     expect(page.locator(".convs li.running")).to_have_count(0)
     assert got and any(e["type"] == "turn_end" for e in got[0])
+
+
+# A 1x1 PNG: the model must receive these bytes, the page must show them as a thumbnail.
+_PNG_1PX = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f"
+    b"\x15\xc4\x89\x00\x00\x00\rIDATx\xdac\xfc\xff\x9f\xa1\x1e\x00\x07\x82\x02\x7f=\xc8H\xef"
+    b"\x00\x00\x00\x00IEND\xaeB`\x82"
+)
+
+
+def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page, model, tmp_path):
+    from heron.messages import File, Text
+
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(_PNG_1PX)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("buy milk")
+    page.locator("input[type=file]").set_input_files([str(photo), str(notes)])
+    chips = page.get_by_role("list", name="attachments")
+    expect(chips).to_contain_text("photo.png")
+    expect(chips).to_contain_text("notes.txt")
+    _send(page, "what is in these?")
+    expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    model.reply("A tiny image and a shopping list.")
+    log = page.get_by_role("log", name="transcript")
+    expect(log.locator(".msg.assistant:not(.live)")).to_have_text(
+        "A tiny image and a shopping list."
+    )
+    sent = model.requests[0].messages[-1].parts
+    assert sent[0] == Text("what is in these?")
+    assert [(p.name, p.media_type, p.data) for p in sent if isinstance(p, File)] == [
+        ("photo.png", "image/png", _PNG_1PX)
+    ]
+    assert Text("\n\nnotes.txt:\n```\nbuy milk\n```") in sent  # a text file goes inline
+    expect(chips).to_have_count(0)  # the composer's chips went with the message
+
+    def shown() -> None:
+        thumb = page.locator(".msg.user .files img.thumb")
+        expect(thumb).to_have_attribute("alt", "photo.png")
+        expect(page.locator(".msg.user .user-text")).to_contain_text("buy milk")
+        loaded = thumb.evaluate("img => img.complete && img.naturalWidth")
+        assert loaded == 1  # the bytes came back from HERON_HOME/files
+
+    shown()
+    before = page.locator(".msg.user").inner_html()
+    page.reload()
+    shown()
+    assert page.locator(".msg.user").inner_html() == before

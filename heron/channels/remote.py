@@ -11,9 +11,11 @@ through serve cheap to send.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, cast, get_args
 
 from heron.bus import Deliver, Outbound, OutboundMessage, OutKind, TurnEnd, TurnEvent
-from heron.messages import ToolCall, ToolResult, Usage
+from heron.messages import File, ToolCall, ToolResult, Usage
 
 SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
 LINE_LIMIT = 64 * 1024 * 1024
@@ -41,6 +43,7 @@ def serve_socket(home: Path | None = None) -> Path | None:
 
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
+REFUSED_CODE = "files_refused"  # the `error` for a send whose files the serve refused
 
 
 class ServeGone(ConnectionError):
@@ -79,18 +82,35 @@ class RemoteAgent:
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
 
-    async def send(self, text: str, key: str, agent: str = "default") -> None:
-        self.send_nowait(text, key, agent)
+    async def send(
+        self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
+    ) -> None:
+        self.send_nowait(text, key, agent, files)
         await self.writer.drain()
 
-    def send_nowait(self, text: str, key: str, agent: str = "default") -> None:
+    def send_nowait(
+        self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
+    ) -> None:
+        """`files` (attachments, heron/attachments.py) go first, each as an `upload` line
+        with its bytes; the serve checks them against its caps again and the `send` names
+        them, so a message and its files arrive as one."""
         if key != self.key:
             self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
             self.key = key
         self._waiting.append("sent")
         self._settled.clear()
-        kind = "command" if text.startswith("/") else "send"
-        self._write({"type": kind, "text": text})
+        refs = [self._upload(f) for f in files]
+        kind = "command" if text.startswith("/") and not files else "send"
+        self._write({"type": kind, "text": text, **({"files": refs} if refs else {})})
+
+    def _upload(self, file: File) -> dict[str, str]:
+        upload_id = secrets.token_hex(12)
+        data = base64.b64encode(file.data or b"").decode("ascii")
+        name, mime = file.name or "file", file.media_type
+        self._write(
+            {"type": "upload", "upload_id": upload_id, "name": name, "mime": mime, "data": data}
+        )
+        return {"upload_id": upload_id, "name": name, "mime": mime}
 
     def running(self, key: str) -> bool:
         return self.busy.get(key, False)
@@ -147,6 +167,12 @@ class RemoteAgent:
             return
         if kind == "error" and event.get("code") == STOPPED_CODE:
             return  # the socket closes next: read() ends, and ServeGone says it
+        if kind == "error" and event.get("code") == REFUSED_CODE:
+            # A send refused for its files: nothing was sent, so nothing will answer it.
+            if self._waiting and self._waiting[-1] == "sent":
+                self._waiting.pop()
+            if not self._waiting:
+                self._settled.set()
         if kind == "welcome":
             self.busy[key] = bool(event.get("busy"))
             self.model = event.get("model") or self.model

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.messages import File
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -151,6 +152,7 @@ async def run_message(
     err: TextIO = sys.stderr,
     *,
     as_json: bool = False,
+    files: tuple[File, ...] = (),
 ) -> bool:
     """Through a running serve when one answers (and the run asks for nothing it cannot give:
     another model, or keeping nothing), else in this process."""
@@ -160,11 +162,28 @@ async def run_message(
         path = serve_socket()
         if path is not None:
             try:
-                return await run_remote(path, text, agent, key, out, err, as_json=as_json)
+                return await run_remote(
+                    path, text, agent, key, out, err, as_json=as_json, files=files
+                )
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: run here
     settings = load_settings()
-    return await run_once(settings, text, agent, key, model, ephemeral, out, err, as_json=as_json)
+    return await run_once(
+        settings, text, agent, key, model, ephemeral, out, err, as_json=as_json, files=files
+    )
+
+
+def attached_files(paths: list[str], load_settings: Callable[[], Settings]) -> tuple[File, ...]:
+    """`heron run -a PATH ...` as attachments, each and all within the caps of `[attachments]`;
+    an AttachmentError names the first that is not."""
+    if not paths:
+        return ()
+    from heron.attachments import check_total, from_path
+
+    caps = load_settings().config.attachments
+    files = [from_path(p, caps) for p in paths]
+    check_total(files, caps)
+    return tuple(files)
 
 
 async def run_remote(
@@ -176,6 +195,7 @@ async def run_remote(
     err: TextIO,
     *,
     as_json: bool = False,
+    files: tuple[File, ...] = (),
 ) -> bool:
     from heron.channels.remote import ServeGone, connect_remote
 
@@ -184,7 +204,7 @@ async def run_remote(
     async with connect_remote(path, CHANNEL, printer.deliver, key, agent) as conn:
         if conn.embedded:
             err.write(EMBEDDED_BANNER + "\n")
-        await conn.send(text, key, agent)
+        await conn.send(text, key, agent, files)
         try:
             await conn.settle()
         except ServeGone:
@@ -204,6 +224,7 @@ async def run_once(
     provider: Provider | None = None,
     *,
     as_json: bool = False,
+    files: tuple[File, ...] = (),
 ) -> bool:
     from heron.agent.engine import Engine
     from heron.channels.inprocess import connect
@@ -220,7 +241,7 @@ async def run_once(
         approve = functools.partial(_approve, err)
         opened = connect(engine, CHANNEL, "stdin", printer.deliver, idle=False, approve=approve)
         async with opened as conn:
-            await conn.send(text, key, agent)
+            await conn.send(text, key, agent, files)
             await conn.settle()
     return _finish(printer, key, out, err)
 

@@ -33,10 +33,10 @@ from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEven
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER
-from heron.config import Settings
+from heron.config import AttachmentCaps, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
-from heron.messages import ToolCall, ToolResult
+from heron.messages import File, ToolCall, ToolResult
 from heron.tools.approval import DECLINED, start_notice
 
 if TYPE_CHECKING:  # prompt_toolkit is imported when a chat starts
@@ -50,13 +50,15 @@ HELP = """\
 In this terminal:
   /resume       with no key: pick an earlier conversation to continue
   /show N       print the full result of tool call N
+  /attach PATH  attach a file to your next message (/attach lists them, /attach clear drops them)
   /exit, /quit  leave (as Ctrl-D does)
 Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while the agent
 works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
 
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-LOCAL_COMMANDS = ("show", "exit", "quit")  # answered here, beside the engine's (commands.NAMES)
+# Answered here, beside the engine's (commands.NAMES).
+LOCAL_COMMANDS = ("show", "exit", "quit", "attach")
 
 
 @dataclass
@@ -73,6 +75,43 @@ class ChatState:
     agent: str
     results: list[ToolPill] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # conversations talked in (review at exit)
+    caps: AttachmentCaps = field(default_factory=AttachmentCaps)
+    pending: list[File] = field(default_factory=list)  # /attach: files for the next message
+
+    def take_files(self) -> tuple[File, ...]:
+        """The files /attach gathered, for the message being sent (and no later one)."""
+        files = tuple(self.pending)
+        self.pending.clear()
+        return files
+
+
+def attach_command(arg: str, state: ChatState) -> str:
+    """`/attach PATH` (the file goes with the next message), `/attach` (what is pending) and
+    `/attach clear`; what to print. A file that cannot be attached is said, nothing else
+    changes."""
+    from heron.attachments import check_total, from_path
+    from heron.errors import AttachmentError
+    from heron.providers.wire import file_label
+
+    arg = arg.strip()
+    if not arg:
+        if not state.pending:
+            return "Nothing attached. /attach PATH attaches a file to your next message."
+        names = "\n".join(f"  {file_label(f)}" for f in state.pending)
+        return f"Attached to your next message:\n{names}"
+    if arg == "clear":
+        dropped = len(state.pending)
+        state.pending.clear()
+        return f"Dropped {dropped} attachment(s)." if dropped else "Nothing was attached."
+    if len(arg) > 1 and arg[0] == arg[-1] and arg[0] in "'\"":
+        arg = arg[1:-1]  # a path pasted in quotes
+    try:
+        made = from_path(arg, state.caps)
+        check_total([*state.pending, made], state.caps)
+    except AttachmentError as e:
+        return f"heron: {e}"
+    state.pending.append(made)
+    return f"Attached {file_label(made)}; it goes with your next message."
 
 
 def split_blocks(text: str) -> tuple[str, str]:
@@ -237,7 +276,7 @@ async def run_chat(
     from prompt_toolkit.patch_stdout import patch_stdout
 
     console = Console()
-    state = ChatState(key or PERSONAL, agent)
+    state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
     if model is None and not ephemeral:
         from heron.channels.remote import serve_socket
 
@@ -348,7 +387,7 @@ async def _chat(
         if not text.strip():
             continue
         if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
-            await conn.send(text, state.key, state.agent)
+            await conn.send(text, state.key, state.agent, state.take_files())
 
 
 async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:
@@ -401,6 +440,8 @@ async def _command(
         console.print("Through heron serve, review memory with: heron memory review")
     elif name == "/show":
         _show(arg, state, console)
+    elif name == "/attach":
+        console.print(attach_command(arg, state), highlight=False, markup=False)
     elif name == "/memory" and arg.strip() == "review" and engine is not None:
         await _review(engine, console)
     elif name in ("/learn", "/reflect"):

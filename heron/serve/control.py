@@ -3,22 +3,27 @@ and `heron chat` talk to a running serve, one JSON object per line, the same mes
 
 Only the home's owner can connect (the socket's mode), so it needs no token. It also answers
 `{"type":"conversations"}` (the list /resume offers, internal ones left out) with
-`{"type":"conversations","items":[{"key","title"}...]}`.
+`{"type":"conversations","items":[{"key","title"}...]}`, and takes a terminal's attachments
+as `{"type":"upload","upload_id","name","mime","data"}` (the bytes in base64, checked against
+`[attachments]`), answered `{"type":"uploaded","upload_id"}` or an `error`, for the `send`
+after them to name in its `files`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from heron.serve.hub import Event
 from heron.serve.runtime import Runtime
-from heron.serve.session import Session
+from heron.serve.session import Session, error
 
 LINE_LIMIT = 64 * 1024 * 1024  # a pasted file in a message is one (long) line
 
@@ -75,6 +80,8 @@ async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
 
 def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | None]]:
     async def answer(message: dict[str, Any]) -> Event | None:
+        if message.get("type") == "upload":
+            return await _upload(runtime, message)
         if message.get("type") != "conversations":
             return None
         store = runtime.engine.store
@@ -85,3 +92,29 @@ def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | Non
         }
 
     return answer
+
+
+async def _upload(runtime: Runtime, message: dict[str, Any]) -> Event | None:
+    """A terminal's attachment, its bytes in the line (base64): kept as a browser upload is
+    (heron/web/uploads.py), under the same caps, for the `send` after it to name. Answered
+    `uploaded`, or the error (the client shows it; the `send` is then refused too)."""
+    from heron.attachments import from_bytes
+    from heron.errors import AttachmentError
+    from heron.web.uploads import Upload, save
+
+    upload_id = str(message.get("upload_id") or "")
+    name, mime = str(message.get("name") or "file"), str(message.get("mime") or "")
+    try:
+        if not re.fullmatch(r"[0-9a-f]{24}", upload_id):
+            raise AttachmentError(f"not an upload id: {upload_id!r}")
+        try:
+            data = base64.b64decode(str(message.get("data") or ""), validate=True)
+        except ValueError:
+            raise AttachmentError(f"{name}: its bytes are not base64") from None
+        settings = runtime.engine.settings
+        made = from_bytes(name, data, settings.config.attachments, mime)
+    except AttachmentError as e:
+        return {**error(e.args[0], e.hint or "Attach the file again."), "code": "upload_refused"}
+    upload = Upload(upload_id, made.name or "file", made.media_type, made.size)
+    await asyncio.to_thread(save, settings.paths.home, upload, data)
+    return {"type": "uploaded", "upload_id": upload_id}

@@ -180,7 +180,8 @@ class Session:
         try:
             return await asyncio.to_thread(uploaded_files, home, refs, caps)
         except HeronError as e:
-            await self._reply(error(e.args[0] if e.args else str(e), e.hint or "Attach again."))
+            refused = error(e.args[0] if e.args else str(e), e.hint or "Attach again.")
+            await self._reply({**refused, "code": "files_refused"})  # nothing was sent
             return None
 
     async def _command(self, message: dict[str, Any]) -> None:

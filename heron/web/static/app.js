@@ -233,7 +233,8 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
   const [drag, setDrag] = useState(false);
   const fileRef = useRef(null);
   const add = useCallback(async (fileList) => {
-    for (const f of fileList) {
+    // A copy first: the picker's FileList is live, and emptied (value = "") while we upload.
+    for (const f of [...fileList]) {
       try {
         const res = await fetch(`/api/uploads?name=${encodeURIComponent(f.name || "pasted")}`,
           { method: "POST", body: f, headers: { "Content-Type": f.type || "application/octet-stream" } });
