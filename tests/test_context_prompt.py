@@ -58,7 +58,7 @@ def test_sections_come_in_the_fixed_order(tmp_path):
     inputs = PromptInputs(
         "heron",
         tmp_path,
-        None,  # tool set not declared: recurring work is rendered
+        [ToolSpec("schedule", "Schedule.", {"type": "object"})],  # recurring work is rendered
         memory="MEMORY-X",
         recent_history="HISTORY-X",
         skills="SKILLS-X",

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from serve_helpers import running_serve, ws_client, ws_hello, ws_until
 
 from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import MessageBus
 from heron.config import Settings
 from heron.context.prompt import PromptInputs, build_system_prompt
+from heron.proactive.ask import attach as attach_ask
+from heron.proactive.goals import attach as attach_goals
+from heron.proactive.subagents import attach as attach_subagents
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import parse
 from heron.tools.registry import ToolRegistry
-from heron.tools.schedule import schedule
 
 
 async def test_status_lists_the_jobs_of_this_conversation_and_the_heartbeat():
@@ -41,14 +46,34 @@ async def test_status_lists_the_jobs_of_this_conversation_and_the_heartbeat():
     )
 
 
-def test_recurring_work_names_the_schedule_tool_and_heartbeat_only_when_the_turn_has_it(tmp_path):
-    with_it = build_system_prompt(PromptInputs("a", tmp_path, ToolRegistry([schedule]).specs()))
-    without = build_system_prompt(PromptInputs("a", tmp_path, []))
-    section = with_it.split("# Recurring work\n", 1)[1].split("\n\n", 1)[0]
-    assert (
-        "`schedule` tool" in section and 'mode="monitor"' in section and "HEARTBEAT.md" in section
-    )
-    assert "# Recurring work" not in without
+def _section(prompt: str) -> str:
+    return prompt.split("# Recurring work\n", 1)[1].split("\n\n", 1)[0]
+
+
+async def test_recurring_work_names_only_tools_the_turn_has_and_each_real_one():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        loop = AgentLoop(engine, MessageBus())
+        manager = attach_subagents(loop)
+        attach_ask(loop)
+        attach_goals(loop)
+        try:
+            specs = engine.registry.specs()
+            prompt = build_system_prompt(engine.prompt_inputs("default"))
+        finally:
+            await manager.close()
+            await loop.close()
+    registered = {spec.name for spec in specs}
+    named = re.findall(r"`(\w+)`", _section(prompt))
+    assert named == ["schedule", "spawn", "goal", "ask_user", "message"]  # the real tools
+    assert set(named) <= registered
+    assert 'mode="monitor"' in prompt and "HEARTBEAT.md" in prompt
+    # A subagent's turn has no spawn, goal or ask_user: the section names none of them.
+    subset = [spec for spec in specs if spec.name not in ("spawn", "goal", "ask_user")]
+    sub = _section(build_system_prompt(PromptInputs("a", Path("."), subset)))
+    assert re.findall(r"`(\w+)`", sub) == ["schedule", "message"]
+    only_message = [spec for spec in specs if spec.name == "message"]
+    for tools in (only_message, [], None):
+        assert "# Recurring work" not in build_system_prompt(PromptInputs("a", Path("."), tools))
 
 
 def _work(store) -> float:

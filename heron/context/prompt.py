@@ -27,7 +27,6 @@ from heron.request import WHERE_IT_RUNS, ToolSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md")
-SCHEDULER_TOOLS = frozenset({"schedule", "scheduler", "cron"})
 
 TOOL_CONTRACT = """\
 # Tools
@@ -36,14 +35,42 @@ parallel. A tool error comes back as a result: read it and correct the call. Fil
 inside the workspace. Old tool results may be replaced by a one-line placeholder; a saved path
 in it can be read again."""
 
-RECURRING_WORK = """\
-# Recurring work
-A request that repeats or waits for a time (every morning, each Friday, at 18:00) belongs to
-the `schedule` tool, not to a promise in the conversation. mode="reminder" comes back in this
-conversation at its time and your answer is shown; mode="monitor" checks silently in a
-conversation of its own and reaches the user only through `message`, so use it for "tell me
-if...". A standing check with no time of its own can be a line in the workspace's
-HEARTBEAT.md, which the heartbeat reads periodically. A scheduled run cannot create jobs."""
+# The recurring-work section: one paragraph for each tool of work beyond the turn that the turn
+# has, in this order, so it names only tools the model can call (tests/test_proactive_status.py
+# checks every name against the registry) and its bytes change only when the tool set does.
+RECURRING_TOOLS: dict[str, str] = {
+    "schedule": (
+        "A request that repeats or waits for a time (every morning, each Friday, at 18:00) "
+        "belongs to the `schedule` tool (create, list, cancel), not to a promise in the "
+        'conversation. mode="reminder" comes back in this conversation at its time and your '
+        'answer is shown; mode="monitor" checks silently in a conversation of its own and '
+        'reaches the user only through a message you send, so use it for "tell me if...". '
+        "A standing check with no time of its own can be a line in the workspace's "
+        "HEARTBEAT.md, which the heartbeat reads periodically. A scheduled run cannot create "
+        "jobs."
+    ),
+    "spawn": (
+        "A self-contained task that can run beside this conversation goes to `spawn`: the "
+        "subagent sees only the task, so write everything it needs; its result comes back "
+        "here as a message when it finishes, so do not wait or poll for it."
+    ),
+    "goal": (
+        'When the user asks for sustained work toward an outcome, `goal` (action="set") '
+        'keeps you working on it across turns; mark it done (action="done") only with '
+        "evidence that it is met. The user ends it with /goal stop."
+    ),
+    "ask_user": (
+        "When you cannot go on without the user's decision, `ask_user` shows them a question "
+        "and waits for the answer; background work cannot ask."
+    ),
+    "message": (
+        "`message` tells the user something now, before the turn ends. In background work "
+        "(scheduled checks, the heartbeat) it is the only way to reach them: use it only for "
+        "what they must hear, never for an all-clear."
+    ),
+}
+# Only with one of these is the section there at all: `message` alone is every channel's tool.
+RECURRING_TRIGGERS = frozenset({"schedule", "spawn", "goal", "ask_user"})
 
 
 @dataclass(frozen=True)
@@ -178,9 +205,14 @@ def tool_contract(tools: list[ToolSpec] | None) -> str:
 
 
 def recurring_work(tools: list[ToolSpec] | None) -> str:
-    if tools is None or any(t.name in SCHEDULER_TOOLS for t in tools):
-        return RECURRING_WORK
-    return ""
+    """The tools of work beyond this turn that it has, each with how to use it; nothing
+    when the turn has none of them or did not declare its tools (nothing could be named
+    for certain)."""
+    names = {t.name for t in tools or []}
+    if not names & RECURRING_TRIGGERS:
+        return ""
+    parts = [text for name, text in RECURRING_TOOLS.items() if name in names]
+    return "# Recurring work\n" + "\n".join(parts)
 
 
 def _titled(title: str, body: str) -> str:
