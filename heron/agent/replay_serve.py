@@ -26,7 +26,8 @@ from heron.providers.profiles import ModelProfile
 from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
-from heron.tools.registry import ToolContext, ToolRegistry, recording
+from heron.tools.context import ToolContext, recording
+from heron.tools.registry import ToolRegistry
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, load_run, request_payload
 

@@ -22,7 +22,7 @@ from heron.proactive.goals import attach as attach_goals
 from heron.proactive.review import review_when_idle
 from heron.proactive.subagents import Subagents
 from heron.proactive.subagents import attach as attach_subagents
-from heron.tools.approval import Approver
+from heron.tools.context import Approver
 
 
 @dataclass
