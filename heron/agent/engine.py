@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -39,13 +37,9 @@ from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
-__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "new_key", "redactor_for"]
+__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "redactor_for"]
 
 log = logging.getLogger(__name__)
-
-
-def new_key(prefix: str = "c") -> str:
-    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 class Engine:
