@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from heron.messages import Reply, Text, ToolCall, Usage, dumps
 from heron.request import ChatRequest
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 WORDS = [
     "the",

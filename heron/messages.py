@@ -13,12 +13,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["user", "assistant"]
 # "repetition": the repetition guard stopped a looping reply (heron/providers/repetition.py).
 StopReason = Literal["done", "tool", "length", "repetition"]
+
+
+def new_key(prefix: str = "c") -> str:
+    """A fresh conversation key, `<prefix>-<local date-time>-<4 hex>` ("run-20261203-070102-
+    9f3a"): readable in lists, sorted by when it started, and unlikely to meet another."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from heron.compaction.summary import CHECKPOINT_INSTRUCTION, SUMMARY_SYSTEM
 from heron.messages import Message, Reply, Text, ToolCall, Usage
 from heron.request import ChatRequest
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 def all_text(request: ChatRequest) -> str:
@@ -110,10 +111,10 @@ def reachable(seen: str, store, conversation_id: int, text: str) -> bool:
     from pathlib import Path
 
     from heron.memory.recall import Recall
+    from heron.tools.context import ToolContext, TurnServices
     from heron.tools.memory_tools import recall_history
-    from heron.tools.registry import ToolContext
 
-    ctx = ToolContext(workspace=Path("."), extra={"recall": Recall(store)})
+    ctx = ToolContext(workspace=Path("."), services=TurnServices(recall=Recall(store)))
     for row in store.all_messages(conversation_id):
         if row.role == "user" and row.message.text == text and pointed_at(seen, row.id):
             return text in recall_history.fn(ctx, message_id=row.id)

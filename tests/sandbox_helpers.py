@@ -14,7 +14,7 @@ from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
-from heron.tools.approval import Approver
+from heron.tools.context import Approver
 
 CONFIG_KEY = "sk-test-configkey-0123456789abcdef"
 ENV_KEY = "sk-test-envkey-fedcba9876543210"

@@ -17,7 +17,8 @@ from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import Store
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 async def _until(predicate, timeout: float = 20.0) -> None:

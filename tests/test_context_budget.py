@@ -19,8 +19,8 @@ from heron.memory.recall import Recall
 from heron.messages import Reply, Text, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
+from heron.tools.context import ToolContext, TurnServices
 from heron.tools.memory_tools import recall_history
-from heron.tools.registry import ToolContext
 
 
 class Answers:
@@ -137,7 +137,7 @@ async def test_recall_history_opens_a_message_by_its_id():
         await engine.turn("k", text)
         conv = engine.store.conversation("k")
         row = next(r for r in engine.store.branch(conv.id) if r.role == "user")
-        ctx = ToolContext(workspace=Path("."), extra={"recall": Recall(engine.store)})
+        ctx = ToolContext(workspace=Path("."), services=TurnServices(recall=Recall(engine.store)))
         opened = recall_history.fn(ctx, message_id=row.id)
         with pytest.raises(ToolError) as missing:
             recall_history.fn(ctx, message_id=row.id + 1000)

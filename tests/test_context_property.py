@@ -27,7 +27,8 @@ from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.tools.builtin import default_registry
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 SIZES = st.one_of(
     st.integers(1, 3_000),

@@ -7,7 +7,7 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store, work
-from heron.tools.registry import ToolContext
+from heron.tools.context import ToolContext, TurnServices
 from heron.tools.scratchpad import scratchpad
 from heron.tools.todos import todos
 from heron.tools.work_state import work_state
@@ -17,7 +17,7 @@ from heron.tools.work_state import work_state
 def ctx(tmp_path):
     store = Store(tmp_path / "h.db")
     conv = store.open_conversation("k")
-    yield ToolContext(tmp_path / "ws", extra={"store": store, "conversation_id": conv.id})
+    yield ToolContext(tmp_path / "ws", services=TurnServices(store, conv.id))
     store.close()
 
 
@@ -26,7 +26,7 @@ async def test_work_state_updates_fields_and_clears(ctx):
     shown = await work_state(ctx, decisions=["use sqlite"])
     assert '"goal": "ship v2"' in shown and "use sqlite" in shown and "write tests" in shown
     assert await work_state(ctx, clear=True) == "No work state."
-    assert work.work_state(ctx.extra["store"], ctx.extra["conversation_id"]) == {}
+    assert work.work_state(ctx.services.store, ctx.services.conversation_id) == {}
 
 
 async def test_todos_need_evidence_to_be_done(ctx):
@@ -43,8 +43,8 @@ async def test_todos_need_evidence_to_be_done(ctx):
 async def test_scratchpad_refuses_writes_over_its_bounds(ctx, tmp_path):
     from heron.errors import ToolError
 
-    ctx.extra["scratchpad"] = tmp_path / "pad"
-    ctx.extra["scratchpad_limits"] = (100, 2, 150)
+    ctx.scratchpad = tmp_path / "pad"
+    ctx.scratchpad_limits = (100, 2, 150)
     await scratchpad(ctx, "write", "a.md", "x" * 90)
     with pytest.raises(ToolError, match="holds 100"):
         await scratchpad(ctx, "append", "a.md", "y" * 20)

@@ -20,8 +20,9 @@ from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import engine_state as es
+from heron.tools.context import ToolContext
 from heron.tools.message import with_message_tool
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.registry import ToolRegistry, tool
 
 
 def _conv_of(request: ChatRequest) -> str:

@@ -20,7 +20,8 @@ from heron.providers.scripted import ScriptedProvider
 from heron.request import StreamEvent
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry
 
 HELLO_LOOP = "".join(f"{i}. Hello! " for i in range(1, 2001))  # what SmolLM2 said to "hi"
 PROSE = (

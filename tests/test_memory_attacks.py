@@ -17,8 +17,9 @@ from heron.memory.entries import slugify
 from heron.memory.extract import compaction_pass, review_pass
 from heron.messages import Reply, Text, ToolCall, ToolResult, user
 from heron.providers.scripted import ScriptedProvider
+from heron.tools.context import ToolContext
 from heron.tools.memory_tools import MEMORY_TOOLS
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.registry import ToolRegistry
 
 
 @pytest.fixture(autouse=True)

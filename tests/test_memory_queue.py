@@ -189,7 +189,7 @@ def test_the_agents_bash_cannot_accept_a_suggestion(setup):
 
 
 async def test_the_agents_bash_tool_is_refused_as_not_the_person(setup, tmp_path):
-    from heron.tools.registry import ToolContext
+    from heron.tools.context import ToolContext
     from heron.tools.shell import bash
 
     _store, service, _cid = setup

@@ -9,8 +9,9 @@ import pytest
 from heron.memory import MemoryService
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
+from heron.tools.context import ToolContext, TurnServices
 from heron.tools.memory_tools import MEMORY_TOOLS
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.registry import ToolRegistry
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def setup(tmp_path: Path):
     conv = store.open_conversation("chat-1")
     ctx = ToolContext(
         workspace=tmp_path,
-        extra={"memory": service, "conversation_id": conv.id, "conversation_key": conv.key},
+        services=TurnServices(memory=service, conversation_id=conv.id, conversation_key=conv.key),
     )
     yield store, service, conv.id, ctx
     store.close()

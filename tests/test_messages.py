@@ -84,3 +84,13 @@ def test_dumps_is_canonical_json_for_any_value(value):
     relies on one value having one encoding)."""
     expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     assert dumps(value) == expected
+
+
+def test_new_conversation_keys_have_one_shape_for_every_channel():
+    import re
+
+    from heron.messages import new_key
+
+    made = {new_key(prefix) for prefix in ("c", "run", "web") for _ in range(3)}
+    assert len(made) == 9
+    assert all(re.fullmatch(r"(c|run|web)-\d{8}-\d{6}-[0-9a-f]{4}", key) for key in made)

@@ -12,7 +12,8 @@ from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelProfile
 from heron.providers.scripted import ScriptedProvider
 from heron.request import RETRY_EVENT, StreamEvent
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 INFLIGHT = {"now": 0, "peak": 0}  # slow_echo's calls in flight; reset by make_runner
 

@@ -22,7 +22,8 @@ from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.schedule import ScheduleError, parse
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

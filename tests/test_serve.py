@@ -25,7 +25,8 @@ from heron.serve.app import COOKIE
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
 from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
 from heron.store import Store
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 def _gated() -> tuple[ToolRegistry, asyncio.Event]:

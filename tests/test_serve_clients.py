@@ -33,7 +33,8 @@ from heron.store import Store
 from heron.store.records import is_internal
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 class _Watched(StringIO):

@@ -18,7 +18,8 @@ from heron.bus import InboundMessage
 from heron.messages import Message, Text
 from heron.proactive import subagents as sa
 from heron.store import runs
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 @tool

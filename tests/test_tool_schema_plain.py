@@ -11,7 +11,8 @@ from pydantic import Field
 
 from heron.tools import memory_tools, message
 from heron.tools.builtin import default_registry
-from heron.tools.registry import Tool, ToolContext, _args_model, _lean, _plain_schema
+from heron.tools.context import ToolContext
+from heron.tools.registry import Tool, _args_model, _lean, _plain_schema
 
 
 def _pydantic_schema(t: Tool) -> dict:

@@ -7,8 +7,8 @@ import pytest
 from heron.errors import PathEscape, ToolError
 from heron.messages import ToolCall
 from heron.tools.builtin import default_registry
+from heron.tools.context import ToolContext
 from heron.tools.files import edit_file, grep, list_files, read_file, resolve_in, write_file
-from heron.tools.registry import ToolContext
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ import pytest
 import pytest_asyncio
 
 from heron.messages import ToolCall, ToolResult
+from heron.tools.context import ToolContext
 from heron.tools.python_kernel import CellError, CellResult, KernelSession, changes, digest
 from heron.tools.python_kernel import run_cell as run_cell_tool
-from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
+from heron.tools.registry import ToolRegistry, bounded_gather
 
 pytestmark = pytest.mark.slow  # a real Jupyter kernel
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from heron.messages import ToolCall
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail, bash
 

@@ -128,3 +128,21 @@ async def test_a_rolled_back_trace_write_leaves_nothing_in_the_cache(monkeypatch
         recorded = _recorded(store, "r", "other")
     assert fault.failed
     assert recorded == _sent(provider)
+
+
+def test_the_cache_slot_is_dropped_when_the_database_file_is_replaced(tmp_path):
+    from heron.trace.blobs import TraceCache
+    from heron.trace.recorder import trace_cache
+
+    path = tmp_path / "h.db"
+    store = Store(path)
+    try:
+        first = trace_cache(store)
+        assert isinstance(first, TraceCache) and trace_cache(store) is first  # one per connection
+        Store(tmp_path / "other.db").close()
+        (tmp_path / "other.db").replace(path)  # another file takes the database's place
+        assert store.check_file() is not None
+        assert store.trace_cache is None
+        assert trace_cache(store) is not first
+    finally:
+        store.close()

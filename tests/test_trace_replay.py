@@ -16,7 +16,8 @@ from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 from heron.trace.read import list_runs, load_run
 
 

@@ -14,7 +14,8 @@ from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 
 async def _until(predicate, timeout: float = 20.0) -> None:

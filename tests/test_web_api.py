@@ -24,7 +24,8 @@ from heron.providers.scripted import ScriptedProvider
 from heron.serve import api
 from heron.store import Store
 from heron.store import engine_state as es
-from heron.tools.registry import ToolContext, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 from heron.web import uploads
 from heron.web.transcript import build
 

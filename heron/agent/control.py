@@ -23,6 +23,7 @@ from typing import Any
 from heron.messages import File, Message, Text, ToolResult
 from heron.store import Store
 from heron.store import engine_state as es
+from heron.tools.context import Question
 
 # Provenance of a turn; a person typing makes it visible, and so does a reminder the person
 # asked for (it speaks in their conversation), an announce turn (a subagent's result, no turn
@@ -146,7 +147,7 @@ class TurnControl:
     # heron.bus.TurnOptions of a turn Heron started (ceilings, tools, meta of its message).
     options: Any = None
     # The question the run waits on (heron/proactive/ask.py): the next message answers it.
-    question: Any = None
+    question: Question | None = None
     # The person's attachments to the message that opens the turn (heron/attachments.py).
     files: tuple[File, ...] = ()
 

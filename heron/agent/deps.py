@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from heron.providers.profiles import ModelChoice
     from heron.redact import Redactor
     from heron.store import Conversation, Store
-    from heron.tools.approval import Approver
+    from heron.tools.context import Approver, QuestionClock, Spawner
     from heron.tools.registry import ToolRegistry
     from heron.tools.sandbox import Sandbox
 
@@ -51,9 +51,10 @@ class TurnDeps(Protocol):
     recall_reader: RecallReader | None  # auto-recall's own connection while turns overlap
     turns_running: int
     # What heron/proactive attaches (the engine never imports it): services its tools find in
-    # ToolContext.extra, the runtime block's line of a sustained goal, the scheduler's wake-up
-    # for the `schedule` tool, and slash commands of its own (/goal).
-    tool_extras: dict[str, Any]
+    # ToolContext.services, the runtime block's line of a sustained goal, the scheduler's
+    # wake-up for the `schedule` tool, and slash commands of its own (/goal).
+    subagents: Spawner | None
+    asks: QuestionClock | None
     runtime_notes: Callable[[str], str | None] | None
     jobs_changed: Callable[[], None] | None
     more_commands: dict[str, CommandHandler]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -33,19 +31,15 @@ from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
-from heron.tools.approval import Approver
 from heron.tools.builtin import default_registry
+from heron.tools.context import Approver, QuestionClock, Spawner
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
-__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "new_key", "redactor_for"]
+__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "redactor_for"]
 
 log = logging.getLogger(__name__)
-
-
-def new_key(prefix: str = "c") -> str:
-    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 class Engine:
@@ -93,9 +87,11 @@ class Engine:
         # `schedule` tool made a job, so it wakes at once instead of at its next poll.
         self.jobs_changed: Callable[[], None] | None = None
         self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
-        # What heron/proactive attaches: services its tools find in ToolContext.extra (the
-        # subagent manager, goals), and a line for the runtime block (the goal), read by key.
-        self.tool_extras: dict[str, Any] = {}
+        # What heron/proactive attaches: the services its tools find in ToolContext.services
+        # (the subagent manager, the clock questions wait on), and a line for the runtime
+        # block (the goal), read by key.
+        self.subagents: Spawner | None = None
+        self.asks: QuestionClock | None = None
         self.runtime_notes: Callable[[str], str | None] | None = None
         # Slash commands of the services above the engine (e.g. /goal, heron/proactive/goals.py),
         # added by what attaches them, so the engine never imports those services.

@@ -43,7 +43,7 @@ from heron.errors import HeronError, ProviderError
 from heron.messages import Message, ToolCall, ToolResult
 from heron.request import StreamEvent
 from heron.store import engine_state as es
-from heron.tools.approval import Approver
+from heron.tools.context import Approver
 
 BREAK_GRACE = 20.0
 # Stream events as turn events; a "retry" stream event is the RetryFilter's mark that the

@@ -37,7 +37,8 @@ from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
 from heron.store import Store
 from heron.tools.approval import describe_commands
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.trace.read import RunTrace
 

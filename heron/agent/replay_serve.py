@@ -28,7 +28,8 @@ from heron.providers.profiles import ModelProfile, profile_for
 from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
-from heron.tools.registry import ToolContext, ToolRegistry, recording
+from heron.tools.context import ToolContext, recording
+from heron.tools.registry import ToolRegistry
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, load_run, request_payload
 

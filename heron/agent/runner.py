@@ -30,7 +30,8 @@ from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import ModelCallRecord, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
-from heron.tools.registry import ToolContext, ToolRegistry, bounded_gather
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, bounded_gather
 
 RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]
 
@@ -287,7 +288,7 @@ class Runner:
     async def _run_tools(
         self, calls: list[ToolCall], s: _State, ctx: ToolContext, hooks: RunHooks
     ) -> None:
-        ctx.extra["reply_seq"] = s.calls  # which reply asked (memory counts changes per reply)
+        ctx.reply_seq = s.calls  # which reply asked (memory counts changes per reply)
         # At most MAX_PARALLEL_TOOLS at once (heron/tools/registry.py), results in call order.
         results = await bounded_gather(
             [functools.partial(self._run_tool, c, ctx, hooks) for c in calls]

@@ -55,8 +55,8 @@ from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation
 from heron.store import engine_state as es
-from heron.tools.approval import Approver
-from heron.tools.registry import ToolContext, ToolRegistry
+from heron.tools.context import Approver, ToolContext, TurnServices
+from heron.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps
@@ -547,29 +547,29 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
 
 def tool_context(t: Turn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
-    ctx = ToolContext(
+    return ToolContext(
         workspace=engine.settings.paths.workspace,
         result_budget=engine.settings.config.agent.result_budget,
         redactor=engine.redactor,
         sandbox=engine.sandbox,
+        approve=t.hooks.approve or engine.approve,  # the channel's, else the engine's default
+        # work_state, todos and scratchpad keep their data per conversation and agent;
+        # `message` delivers through the turn's control.
+        services=TurnServices(
+            store=engine.store,
+            conversation_id=conversation.id,
+            conversation_key=conversation.key,
+            agent=conversation.agent,
+            turn=t.control,
+            memory=engine.memory,
+            recall=engine.recall,
+            timezone=engine.settings.config.agent.timezone,
+            home=engine.settings.paths.home,
+            jobs_changed=engine.jobs_changed,
+            subagents=engine.subagents,
+            asks=engine.asks,
+        ),
     )
-    approve = t.hooks.approve or engine.approve  # the channel's, else the engine's default
-    if approve is not None:
-        ctx.extra["approve"] = approve
-    # work_state, todos and scratchpad keep their data per conversation and agent; `message`
-    # delivers through the turn's control.
-    ctx.extra.update(store=engine.store, conversation_id=conversation.id, agent=conversation.agent)
-    ctx.extra.update(memory=engine.memory, conversation_key=conversation.key, recall=engine.recall)
-    ctx.extra["turn"] = t.control
-    ctx.extra.update(engine.tool_extras)  # services of heron/proactive (subagents, goals)
-    # The `schedule` tool (heron/tools/schedule.py): the user's timezone, the home whose
-    # `heron serve` fires jobs, and this process's scheduler when one runs.
-    ctx.extra.update(
-        timezone=engine.settings.config.agent.timezone,
-        home=engine.settings.paths.home,
-        jobs_changed=engine.jobs_changed,
-    )
-    return ctx
 
 
 def bounds(engine: TurnDeps, options: Any) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:

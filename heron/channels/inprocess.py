@@ -23,7 +23,7 @@ from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import Subagents
 from heron.proactive.subagents import attach as attach_subagents
-from heron.tools.approval import Approver
+from heron.tools.context import Approver
 
 
 @dataclass

@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import secrets
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
-from heron.messages import File
+from heron.messages import File, new_key
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -136,11 +134,6 @@ def _longest_backticks(text: str) -> int:
     return max((len(run) for run in re.findall("`+", text)), default=0)
 
 
-def new_run_key() -> str:
-    """A new thread's key, shaped as heron.agent.engine.new_key("run") makes it."""
-    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
 async def run_message(
     load_settings: Callable[[], Settings],
     text: str,
@@ -199,7 +192,7 @@ async def run_remote(
 ) -> bool:
     from heron.channels.remote import ServeGone, connect_remote
 
-    key = key or new_run_key()
+    key = key or new_key("run")
     printer = _Printer(out, err, as_json)
     async with connect_remote(path, CHANNEL, printer.deliver, key, agent) as conn:
         if conn.embedded:
@@ -230,7 +223,7 @@ async def run_once(
     from heron.channels.inprocess import connect
     from heron.tools.approval import start_notice
 
-    key = key or new_run_key()
+    key = key or new_key("run")
     printer = _Printer(out, err, as_json)
     async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
         if engine.choice.embedded:

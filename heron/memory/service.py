@@ -1,7 +1,7 @@
 """The memory service: saving with proof, forgetting with revocation, and the review queue.
 
 One object per process, built from the memory folder and the store; the engine hands it to the
-memory tools through `ToolContext.extra["memory"]` and to the chat commands. Every method is
+memory tools through `ToolContext.services.memory` and to the chat commands. Every method is
 synchronous and short (a few files, a few rows): async callers use `asyncio.to_thread`.
 """
 

@@ -15,11 +15,12 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from heron.store import runs
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.store import Store, runs
+from heron.tools.context import Question, ToolContext
+from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.loop import AgentLoop
@@ -32,23 +33,6 @@ PERSONAL = ("user", "announce", "goal")  # turns with a person to answer
 
 
 @dataclass
-class Question:
-    """A question a run waits on; `answer` is what the AgentLoop calls with the next message."""
-
-    run_id: str
-    text: str
-    reply: asyncio.Future[str] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-    def answer(self, text: str) -> bool:
-        if self.reply.done():
-            return False
-        self.reply.set_result(text)
-        return True
-
-
-@dataclass
 class Asks:
     """The clock questions wait on (tests pass a fake) and how often they look for a cancel."""
 
@@ -56,7 +40,7 @@ class Asks:
     now: Callable[[], float] = time.time
     poll_s: float = POLL_S
 
-    async def wait(self, store: Any, question: Question, seconds: float) -> tuple[str, str]:
+    async def wait(self, store: Store, question: Question, seconds: float) -> tuple[str, str]:
         """Until answered, past the deadline, or cancelled: (status, answer or '')."""
         deadline = asyncio.create_task(self.sleep(seconds))
         cancelled = asyncio.create_task(self._cancelled(store, question.run_id))
@@ -94,13 +78,12 @@ async def ask_user(
         question: The question, complete enough to answer without context.
         minutes: How long to wait for the answer (default 60; at most a week).
     """
-    turn = ctx.extra.get("turn")
-    store, key = ctx.extra.get("store"), ctx.extra.get("conversation_key")
-    asks: Asks = ctx.extra.get("asks") or Asks()
-    deliver = getattr(turn, "deliver", None)
+    turn, store, key = ctx.services.turn, ctx.services.store, ctx.services.conversation_key
+    asks = ctx.services.asks or Asks()
+    deliver = turn.deliver if turn is not None else None
     if turn is None or store is None or key is None or deliver is None:
         return ToolOutput("No one can answer in this run; decide yourself and say so.", True)
-    if getattr(turn, "provenance", "user") not in PERSONAL:
+    if turn.provenance not in PERSONAL:
         return ToolOutput("This is background work: no one is here to answer. Decide.", True)
     minutes = min(max(minutes, 0.0), MAX_MINUTES)
     run = await store.call(
@@ -135,7 +118,7 @@ def attach(loop: AgentLoop, **settings: Any) -> Asks:
     """Questions for this loop: the `ask_user` tool and the clock it waits on."""
     engine = loop.engine
     asks = Asks(**settings)
-    engine.tool_extras["asks"] = asks
+    engine.asks = asks
     if engine.registry.get("ask_user") is None and engine.registry.names():
         engine.registry.add(ask_user)
     return asks

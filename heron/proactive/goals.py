@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from heron.agent.commands import CommandContext, CommandReply
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
 from heron.store import goals, runs
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.loop import AgentLoop, TurnEnded
@@ -152,7 +153,7 @@ async def goal(
         objective: What must be true when the goal is met (for "set").
         evidence: What shows the goal is met: results, paths, checks passed (for "done").
     """
-    store, key = ctx.extra.get("store"), ctx.extra.get("conversation_key")
+    store, key = ctx.services.store, ctx.services.conversation_key
     if store is None or key is None:
         return ToolOutput("Goals are not available in this run.", True)
     if action == "show":

@@ -32,7 +32,8 @@ from heron.agent.turn import Injected
 from heron.bus import InboundMessage, TurnOptions
 from heron.messages import Text, ToolResult
 from heron.store import runs
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.engine import TurnResult
@@ -426,12 +427,11 @@ async def spawn(
         wait: Wait for its result and get it as this tool's result instead of a message.
         resume: A finished subagent's lineage id, to continue its work with this new task.
     """
-    manager: Subagents | None = ctx.extra.get("subagents")
-    origin = ctx.extra.get("conversation_key")
+    manager, origin = ctx.services.subagents, ctx.services.conversation_key
     if manager is None or origin is None:
         return ToolOutput("Subagents are not available in this run; do the work yourself.", True)
-    turn = ctx.extra.get("turn")
-    provenance = getattr(turn, "provenance", "user")
+    turn = ctx.services.turn
+    provenance = turn.provenance if turn is not None else "user"
     run = await manager.spawn(
         origin, task, tools=tools, resume=resume, provenance=provenance, wait=wait
     )
@@ -448,7 +448,7 @@ def attach(loop: AgentLoop, **settings: Any) -> Subagents:
     the tool finds it, and the loop's turn ends settling announcements."""
     engine = loop.engine
     manager = Subagents(loop, **settings)
-    engine.tool_extras["subagents"] = manager
+    engine.subagents = manager
     if engine.registry.get("spawn") is None and engine.registry.names():
         engine.registry.add(spawn)
     manager.unwatch = loop.watch_turns(manager.turn_ended)

@@ -15,7 +15,6 @@ import asyncio
 import json
 import re
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from heron.attachments import too_big
 from heron.config import AttachmentCaps, Settings
 from heron.errors import HeronError
+from heron.messages import new_key
 from heron.store import Store
 from heron.web.uploads import Upload, folder, save
 
@@ -153,10 +153,6 @@ async def conversations(request: Request, q: str = "", limit: int = 50) -> JSONR
     return JSONResponse({"conversations": rows})
 
 
-def _new_key() -> str:
-    return f"web-{time.strftime('%Y%m%d-%H%M')}-{secrets.token_hex(2)}"
-
-
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 
 
@@ -164,7 +160,7 @@ _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 async def new_conversation(request: Request) -> JSONResponse:
     state = _state(request)
     body = await _json(request)
-    key = str(body.get("key") or _new_key())
+    key = str(body.get("key") or new_key("web"))
     if not _KEY.match(key):
         raise HTTPException(
             400, {"message": f"{key!r} is not a usable key", "hint": "Letters, digits, -_.:@"}

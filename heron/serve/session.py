@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import secrets
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from heron.errors import HeronError
-from heron.messages import File
+from heron.messages import File, new_key
 from heron.serve.hub import Client, Event
 from heron.serve.runtime import Runtime
 
@@ -35,11 +33,6 @@ class Transport(Protocol):
     async def close(self) -> None:
         """Close the connection (shutdown): the client's next read sees it end."""
         ...
-
-
-def new_thread_key(prefix: str = "run") -> str:
-    """A fresh conversation key, shaped as heron.agent.engine.new_key makes them."""
-    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 def error(message: str, hint: str) -> Event:
@@ -165,7 +158,7 @@ class Session:
         if files is None:
             return
         if message.get("new_thread"):
-            self.runtime.hub.attach(self.client, new_thread_key(), None)
+            self.runtime.hub.attach(self.client, new_key("run"), None)
         self._submit(text, files)
 
     async def _files(self, refs: Any) -> tuple[File, ...] | None:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from heron.errors import StoreError
 from heron.messages import (
@@ -61,6 +61,13 @@ _BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
    SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id"""
 
 
+class ConnectionCache(Protocol):
+    """A cache another layer keeps of one connection's committed rows; it checks, inside each
+    write transaction, that no other connection committed since (`PRAGMA data_version`)."""
+
+    def check(self, conn: sqlite3.Connection) -> None: ...
+
+
 class Store:
     def __init__(self, path: Path | str, files: Path | None = None) -> None:
         # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
@@ -80,10 +87,12 @@ class Store:
         self._rewrites = 0  # rewrites of stored rows by this Store: a read across one is not kept
         self._committed: list[StoredMessage] = []  # appended in the open transaction
         # Run after the open transaction commits, dropped if it rolls back: how a cache of other
-        # layers (kept in `caches`, one per connection, e.g. the trace's) takes in only
-        # committed rows.
+        # layers (the trace's, `trace_cache`) takes in only committed rows.
         self.after_commit: list[Callable[[], None]] = []
-        self.caches: dict[str, Any] = {}
+        # What the trace's writes know to be on disk through this connection (heron/trace/
+        # blobs.py's TraceCache, made by the trace on first use): dropped when the connection
+        # reopens, since the ids it holds belong to the old one's file.
+        self.trace_cache: ConnectionCache | None = None
         self.conn = self._connect()
         # (device, inode): see `check_file`; a server's database has no file to watch.
         self._file = None if self.url else _file_id(self.path)
@@ -148,7 +157,7 @@ class Store:
             self._file = _file_id(self.path)
             self._data_version = -1
             self._branch_len.clear()
-            self.caches.clear()
+            self.trace_cache = None
         self._forget_branches()
         return warning
 

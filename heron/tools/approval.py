@@ -4,23 +4,20 @@
 the sandbox works), "ask" (the default when it does not: the channel shows the exact command and
 waits for y/n) or "never". A channel that can ask gives its `Approver` to the AgentLoop
 (`connect(..., approve=...)`), which hands it to each of that channel's turns (`TurnHooks.approve`,
-then the tools' `ctx.extra["approve"]`); without one, "ask" refuses, and the model reads why.
+then the tools' `ToolContext.approve`); without one, "ask" refuses, and the model reads why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from heron.config import ApprovalMode, Settings
 from heron.messages import ToolCall
-from heron.tools.registry import BeforeCall, ToolContext, ToolRegistry
+from heron.tools.context import ToolContext
+from heron.tools.registry import BeforeCall, ToolRegistry
 from heron.tools.sandbox import Sandbox
-
-# (tool name, the exact command or code) -> None when the person approves, else why not.
-Approver = Callable[[str, str], Awaitable[str | None]]
 
 COMMAND_TOOLS = {"bash": "command", "run_cell": "code"}  # tool -> the argument that it runs
 
@@ -64,10 +61,9 @@ class Approval:
             return None
         if self.policy == "never":
             return NEVER
-        ask: Approver | None = ctx.extra.get("approve")
-        if ask is None:
+        if ctx.approve is None:
             return NO_TERMINAL
-        return await ask(call.name, str(call.args.get(argument, "")))
+        return await ctx.approve(call.name, str(call.args.get(argument, "")))
 
 
 def install(registry: ToolRegistry, sandbox: Sandbox, configured: ApprovalMode | None) -> None:

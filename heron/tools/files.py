@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from heron.errors import PathEscape, ToolError
-from heron.tools.registry import ToolContext, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import tool
 
 MAX_LINE = 2000  # characters of one line shown by read_file (minified files have huge lines)
 MAX_LIST = 500

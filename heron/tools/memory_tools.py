@@ -1,7 +1,7 @@
 """The memory tools: manage_memory, view_memory, propose_lesson, recall_history.
 
-They reach their services through `ToolContext.extra`: "memory" (a MemoryService),
-"conversation_id" and "conversation_key" (the conversation of the run), and optionally "recall"
+They reach their services through `ToolContext.services`: `memory` (a MemoryService),
+`conversation_id` and `conversation_key` (the conversation of the run), and optionally `recall`
 (a Recall; built from the memory service's store when absent). A refusal (a quote the user never
 wrote, a secret, a sensitive claim, a bad name, too many changes in one reply) comes back to the
 model as an error result that says why.
@@ -9,30 +9,29 @@ model as an error result that says why.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from heron.errors import StoreError, ToolError
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
 from heron.messages import ToolCall, ToolResult, dumps
-from heron.tools.registry import ToolContext, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import tool
 
 
 def _memory(ctx: ToolContext) -> MemoryService:
-    service = ctx.extra.get("memory")
-    if not isinstance(service, MemoryService):
+    service = ctx.services.memory
+    if service is None:
         raise ToolError("memory is not available in this run (ephemeral or not configured)")
     return service
 
 
 def _conversation(ctx: ToolContext) -> int:
-    conversation_id = ctx.extra.get("conversation_id")
-    if not isinstance(conversation_id, int):
+    conversation_id = ctx.services.conversation_id
+    if conversation_id is None:
         raise ToolError("memory needs a saved conversation; this run has none")
     return conversation_id
 
@@ -47,22 +46,11 @@ def _path(path: str) -> EntryPath:
 MAX_CHANGES_PER_REPLY = 5
 
 
-@dataclass
-class _Changes:
-    """Memory changes asked for by one reply of the model (its tool calls run concurrently,
-    on threads): more than MAX_CHANGES_PER_REPLY are refused."""
-
-    reply: object = None
-    count: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 @contextmanager
 def _budget(ctx: ToolContext) -> Iterator[None]:
     """One of the reply's memory changes, given back when the change is refused: more than
     MAX_CHANGES_PER_REPLY changes in one reply are refused."""
-    changes = ctx.extra.setdefault("memory_changes", _Changes())
-    reply = ctx.extra.get("reply_seq")  # set by the runner for each reply's tool calls
+    changes, reply = ctx.memory_changes, ctx.reply_seq
     with changes.lock:
         if changes.reply != reply:
             changes.reply, changes.count = reply, 0
@@ -111,7 +99,7 @@ def manage_memory(
     service = _memory(ctx)
     conversation_id = _conversation(ctx)
     entry_path = _path(path)
-    key = ctx.extra.get("conversation_key")
+    key = ctx.services.conversation_key
     try:
         with _budget(ctx):
             return _change(service, conversation_id, key, action, entry_path, quote)
@@ -179,7 +167,7 @@ def propose_lesson(
     service = _memory(ctx)
     try:
         path = EntryPath(scope, "when", topic, slugify(rule))
-        number = service.suggest_lesson(path, rule, mistake, ctx.extra.get("conversation_id"))
+        number = service.suggest_lesson(path, rule, mistake, ctx.services.conversation_id)
     except MemoryRefused as e:
         raise ToolError(str(e)) from e
     return f"Lesson #{number} waits for the user's review (it is not in memory yet)."
@@ -228,10 +216,8 @@ def _open_message(recall: Recall, message_id: int) -> str:
 
 
 def _recall(ctx: ToolContext) -> Recall:
-    found: Any = ctx.extra.get("recall")
-    if isinstance(found, Recall):
-        return found
-    return Recall(_memory(ctx).store)
+    given = ctx.services.recall
+    return given if given is not None else Recall(_memory(ctx).store)
 
 
 MEMORY_TOOLS = [manage_memory, view_memory, propose_lesson, recall_history]

@@ -3,13 +3,14 @@
 In an ordinary conversation the final answer is delivered anyway, so the tool matters for
 internal work (a scheduled job, a subagent's report), which is silent unless the agent decides
 the user must hear something. A turn that used it ends as SPOKE_VIA_TOOL and its final answer is
-not sent a second time. The turn engine puts its control under `ctx.extra["turn"]`; the tool only
-needs its `deliver` outlet and `spoke` list (duck-typed, so tools do not import the engine).
+not sent a second time. The turn hands its control to the tools as `ctx.services.turn`; the tool
+uses its `deliver` outlet and `spoke` list (`RunningTurn`, heron/tools/context.py).
 """
 
 from __future__ import annotations
 
-from heron.tools.registry import ToolContext, ToolOutput, ToolRegistry, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, ToolRegistry, tool
 
 
 @tool
@@ -22,13 +23,12 @@ async def message(ctx: ToolContext, text: str) -> str | ToolOutput:
     Args:
         text: What to tell the user (Markdown).
     """
-    turn = ctx.extra.get("turn")
-    deliver = getattr(turn, "deliver", None)
-    if turn is None or deliver is None:
+    turn = ctx.services.turn
+    if turn is None or turn.deliver is None:
         return ToolOutput("No channel to deliver to in this run; put it in your reply.", True)
-    if getattr(turn, "stale", False):
+    if turn.stale:
         return ToolOutput("The turn was stopped; nothing was sent.", True)
-    await deliver(text)
+    await turn.deliver(text)
     turn.spoke.append(text)
     return "Delivered to the user."
 

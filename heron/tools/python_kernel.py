@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from heron.store.engine_state import pid_alive
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, tool
 from heron.tools.sandbox import Sandbox
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

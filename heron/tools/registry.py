@@ -8,8 +8,9 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
 workspace (heron/saved.py) and the model gets its head plus the saved path, so nothing is lost.
-The built-in tools are listed in builtin.py, which imports them and this module. Every
-result is first scrubbed of secrets (`ToolContext.redactor`, heron/redact.py).
+The built-in tools are listed in builtin.py, which imports them and this module; what a tool is
+given when it runs is `ToolContext` (context.py). Every result is first scrubbed of secrets
+(`ToolContext.redactor`, heron/redact.py).
 """
 
 from __future__ import annotations
@@ -22,28 +23,20 @@ import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin, overload
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, overload
 
 from heron.errors import ToolError
 from heron.messages import ToolCall, ToolResult
 from heron.request import ToolSpec
 from heron.saved import head, keep
+from heron.tools.context import ToolContext, recording
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from heron.redact import Redactor
-    from heron.tools.sandbox import Sandbox
-
-
-class RunSession(Protocol):
-    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
-
-    async def shutdown(self) -> None: ...
 
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
@@ -67,52 +60,6 @@ async def bounded_gather(
             return await call()
 
     return list(await asyncio.gather(*(one(c) for c in calls)))
-
-
-# The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
-# one reply run concurrently, each in its own task, so each sees only its own list.
-_CALL_EFFECTS: ContextVar[list[dict[str, Any]] | None] = ContextVar("call_effects", default=None)
-
-
-async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[dict[str, Any]]]:
-    """Await a tool call, with the side effects it records (`ToolContext.record_effect`)."""
-    mine: list[dict[str, Any]] = []
-    token = _CALL_EFFECTS.set(mine)
-    try:
-        return await call, mine
-    finally:
-        _CALL_EFFECTS.reset(token)
-
-
-@dataclass
-class ToolContext:
-    """What tools of one run share: the folder they are confined to and the services they use."""
-
-    workspace: Path
-    result_budget: int = 20_000
-    effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
-    kernel: RunSession | None = None
-    sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
-    extra: dict[str, Any] = field(default_factory=dict)
-    # Tools that change the workspace run one at a time, so what one reports (a file changed)
-    # is its own doing and not a concurrent call's.
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def record_effect(self, effect: dict[str, Any]) -> None:
-        """A side effect of the running call: in the run's list and in the call's own."""
-        self.effects.append(effect)
-        mine = _CALL_EFFECTS.get()
-        if mine is not None:
-            mine.append(effect)
-
-    # Scrubs every result before it is stored, saved or sent (heron/redact.py); None: as is.
-    redactor: Redactor | None = None
-
-    async def aclose(self) -> None:
-        """Release what the run started (the Python kernel)."""
-        kernel, self.kernel = self.kernel, None
-        if kernel is not None:
-            await kernel.shutdown()
 
 
 @dataclass(frozen=True)

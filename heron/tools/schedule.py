@@ -14,12 +14,13 @@ import datetime as dt
 import json
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from heron.store import jobs
+from heron.store import Store, jobs
 from heron.store.engine_state import pid_alive
 from heron.store.schedule import ScheduleError, parse, user_timezone
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, tool
 
 Action = Literal["create", "list", "cancel"]
 SCHEDULED = frozenset({"reminder", "scheduled"})  # provenances of turns a job started
@@ -96,8 +97,7 @@ async def schedule(
             is skipped (skip); either way it is recorded.
         job: cancel: the job's id.
     """
-    store = ctx.extra.get("store")
-    key = ctx.extra.get("conversation_key")
+    store, key = ctx.services.store, ctx.services.conversation_key
     if store is None or key is None:
         return ToolOutput("Scheduling needs a stored conversation; this run has none.", True)
     if action == "list":
@@ -105,8 +105,8 @@ async def schedule(
         return "\n".join(describe(j) for j in found) or "No scheduled jobs in this conversation."
     if action == "cancel":
         return await _cancel(store, job)
-    turn = ctx.extra.get("turn")
-    if getattr(turn, "provenance", "user") in SCHEDULED:
+    turn = ctx.services.turn
+    if turn is not None and turn.provenance in SCHEDULED:
         return ToolOutput(
             "A scheduled run cannot create jobs. If the user should set one up, tell them so.",
             True,
@@ -114,7 +114,7 @@ async def schedule(
     return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
 
 
-async def _cancel(store: Any, job: int | None) -> str | ToolOutput:
+async def _cancel(store: Store, job: int | None) -> str | ToolOutput:
     if job is None:
         return ToolOutput("cancel needs job: the id shown by action=list.", True)
     known = await store.call(jobs.get_job, store, job)
@@ -128,7 +128,7 @@ async def _cancel(store: Any, job: int | None) -> str | ToolOutput:
 
 async def _create(
     ctx: ToolContext,
-    store: Any,
+    store: Store,
     key: str,
     prompt: str | None,
     cron: str | None,
@@ -140,7 +140,7 @@ async def _create(
     if not prompt or not prompt.strip():
         return ToolOutput("create needs prompt: what to do or say when the job fires.", True)
     try:
-        zone = user_timezone(ctx.extra.get("timezone"))
+        zone = user_timezone(ctx.services.timezone)
         when = parse(cron=cron, every=every, at=at, timezone=zone)
         made = await store.call(
             jobs.create_job,
@@ -152,19 +152,19 @@ async def _create(
             mode=mode,
             catch_up=catch_up,
             created_by="tool",
-            agent=ctx.extra.get("agent") or "default",
+            agent=ctx.services.agent,
         )
     except ScheduleError as e:
         return ToolOutput(str(e), True)
-    poke = ctx.extra.get("jobs_changed")
+    poke = ctx.services.jobs_changed
     if poke is not None:
         poke()
-    home = ctx.extra.get("home")
-    running = home is None or serve_running(Path(home)) or poke is not None
+    home = ctx.services.home
+    running = home is None or serve_running(home) or poke is not None
     return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
 
 
-def status_lines(store: Any, key: str, limit: int = 3) -> list[str]:
+def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
     """/status: the jobs bound to this conversation (soonest first), how many others there are,
     and the heartbeat's last tick; nothing when none of it exists."""
     mine = jobs.list_jobs(store, conversation=key)

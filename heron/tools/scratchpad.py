@@ -9,19 +9,14 @@ from pathlib import Path
 from typing import Literal
 
 from heron.errors import ToolError
-from heron.tools.registry import ToolContext, tool
-
-MAX_FILE = 5 * 1024 * 1024
-MAX_FILES = 2_000
-MAX_TOTAL = 1024 * 1024 * 1024
+from heron.tools.context import ToolContext
+from heron.tools.registry import tool
 
 
 def root_of(ctx: ToolContext) -> Path:
-    given = ctx.extra.get("scratchpad")
-    if given:
-        return Path(given)
-    agent = str(ctx.extra.get("agent", "default"))
-    return ctx.workspace.parent / "scratchpad" / agent
+    if ctx.scratchpad is not None:
+        return ctx.scratchpad
+    return ctx.workspace.parent / "scratchpad" / ctx.services.agent
 
 
 def _target(root: Path, name: str) -> Path:
@@ -57,9 +52,8 @@ def _write(root: Path, name: str, text: str, append: bool, limits: tuple[int, in
 
 def _run(ctx: ToolContext, action: str, name: str, text: str) -> str:
     root = root_of(ctx)
-    limits = ctx.extra.get("scratchpad_limits", (MAX_FILE, MAX_FILES, MAX_TOTAL))
     if action in ("write", "append"):
-        return _write(root, name, text, action == "append", limits)
+        return _write(root, name, text, action == "append", ctx.scratchpad_limits)
     if action == "read":
         target = _target(root, name)
         if not target.is_file():

@@ -16,7 +16,8 @@ import os
 import signal
 
 from heron.errors import ToolError
-from heron.tools.registry import ToolContext, ToolOutput, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolOutput, tool
 from heron.tools.sandbox import Sandbox
 
 MAX_TIMEOUT = 3600

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from heron.errors import ToolError
-from heron.tools.registry import ToolContext, tool
+from heron.tools.context import ToolContext
+from heron.tools.registry import tool
 from heron.tools.work_state import _where
 
 Status = Literal["pending", "in_progress", "done", "cancelled"]

@@ -4,16 +4,17 @@ conversation. It survives compaction: every summary and checkpoint re-injects it
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from heron.errors import ToolError
-from heron.tools.registry import ToolContext, tool
+from heron.store import Store
+from heron.tools.context import ToolContext
+from heron.tools.registry import tool
 
 FIELDS = ("goal", "constraints", "decisions", "open_questions", "next_step")
 
 
-def _where(ctx: ToolContext) -> tuple[Any, int]:
-    store, conversation = ctx.extra.get("store"), ctx.extra.get("conversation_id")
+def _where(ctx: ToolContext) -> tuple[Store, int]:
+    store, conversation = ctx.services.store, ctx.services.conversation_id
     if store is None or conversation is None:
         raise ToolError("work state is not available in this run (no conversation)")
     return store, conversation

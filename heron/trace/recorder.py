@@ -410,7 +410,7 @@ class TraceRecorder:
 
 def trace_cache(store: Store) -> TraceCache:
     """The store's TraceCache (one per connection), made on first use."""
-    cache = store.caches.get("trace")
-    if cache is None:
-        cache = store.caches["trace"] = TraceCache()
+    cache = store.trace_cache
+    if not isinstance(cache, TraceCache):  # none yet (or the connection reopened)
+        cache = store.trace_cache = TraceCache()
     return cache

@@ -1,0 +1,182 @@
+"""What a tool is given when it runs: `ToolContext`, and the turn's services in `TurnServices`.
+
+The turn (heron/agent/turn.py) builds one ToolContext per run. Every service a tool may reach is
+a typed field, None when the run has no such service (a bare context in a test, an ephemeral
+run, a replay): a tool says so to the model instead of failing. Where the service belongs to a
+layer above the tools (the running turn of heron/agent/, the subagents and questions of
+heron/proactive/), the field's type is a Protocol here naming only what the tools use, so the
+tools never import those layers (docs/architecture.md, "Layers").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from heron.messages import ToolResult
+
+if TYPE_CHECKING:
+    from heron.memory.recall import Recall
+    from heron.memory.service import MemoryService
+    from heron.redact import Redactor
+    from heron.store import Store
+    from heron.store.runs import Run
+    from heron.tools.sandbox import Sandbox
+
+# (tool name, the exact command or code) -> None when the person approves, else why not.
+Approver = Callable[[str, str], Awaitable[str | None]]
+
+# The scratchpad's bounds (heron/tools/scratchpad.py): bytes per file, files, bytes in all.
+SCRATCHPAD_LIMITS = (5 * 1024 * 1024, 2_000, 1024 * 1024 * 1024)
+
+
+class RunSession(Protocol):
+    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
+
+    async def shutdown(self) -> None: ...
+
+
+@dataclass
+class Question:
+    """A question a run waits on (the `ask_user` tool of heron/proactive/ask.py): the AgentLoop
+    answers it with the conversation's next message. Here, below both, so that neither imports
+    the other."""
+
+    run_id: str
+    text: str
+    reply: asyncio.Future[str] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def answer(self, text: str) -> bool:
+        if self.reply.done():
+            return False
+        self.reply.set_result(text)
+        return True
+
+
+class RunningTurn(Protocol):
+    """What tools use of the running turn (heron/agent/control.py's TurnControl)."""
+
+    provenance: str  # who started the turn: "user", "reminder", "scheduled", "subagent", ...
+    deliver: Callable[[str], Awaitable[None]] | None  # the `message` tool's outlet
+    spoke: list[str]  # what the `message` tool delivered
+    question: Question | None  # the question the run waits on
+
+    @property
+    def stale(self) -> bool:
+        """Whether /stop or /new overtook the turn."""
+        ...
+
+
+class Spawner(Protocol):
+    """What the `spawn` tool uses of heron/proactive/subagents.py's Subagents."""
+
+    async def spawn(
+        self,
+        origin_key: str,
+        task: str,
+        *,
+        tools: list[str] | None = None,
+        resume: str | None = None,
+        provenance: str = "user",
+        wait: bool = False,
+    ) -> Run: ...
+
+    async def wait(self, run_id: str) -> Run: ...
+
+
+class QuestionClock(Protocol):
+    """What the `ask_user` tool uses of heron/proactive/ask.py's Asks: the clock it waits on."""
+
+    def now(self) -> float: ...
+
+    async def wait(self, store: Store, question: Question, seconds: float) -> tuple[str, str]: ...
+
+
+@dataclass
+class TurnServices:
+    """The conversation a run belongs to, and the services of the process its tools reach."""
+
+    store: Store | None = None
+    conversation_id: int | None = None
+    conversation_key: str | None = None
+    agent: str = "default"  # work state, todos and the scratchpad are kept per agent
+    turn: RunningTurn | None = None
+    memory: MemoryService | None = None  # None when ephemeral
+    recall: Recall | None = None  # built from the memory service's store when None
+    # The `schedule` tool: the user's timezone, the home whose `heron serve` fires the jobs,
+    # and this process's scheduler when one runs (told at once when a job is made).
+    timezone: str | None = None
+    home: Path | None = None
+    jobs_changed: Callable[[], None] | None = None
+    # Attached by heron/proactive to the engine, handed to each turn.
+    subagents: Spawner | None = None
+    asks: QuestionClock | None = None
+
+
+@dataclass
+class ReplyCount:
+    """Changes asked for by one reply of the model (its tool calls run concurrently, some on
+    threads): the memory tools refuse more than a few per reply."""
+
+    reply: int | None = None
+    count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
+# one reply run concurrently, each in its own task, so each sees only its own list.
+_CALL_EFFECTS: ContextVar[list[dict[str, Any]] | None] = ContextVar("call_effects", default=None)
+
+
+async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[dict[str, Any]]]:
+    """Await a tool call, with the side effects it records (`ToolContext.record_effect`)."""
+    mine: list[dict[str, Any]] = []
+    token = _CALL_EFFECTS.set(mine)
+    try:
+        return await call, mine
+    finally:
+        _CALL_EFFECTS.reset(token)
+
+
+@dataclass
+class ToolContext:
+    """What tools of one run share: the folder they are confined to and the services they use."""
+
+    workspace: Path
+    result_budget: int = 20_000
+    effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
+    kernel: RunSession | None = None
+    sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
+    services: TurnServices = field(default_factory=TurnServices)
+    # The channel's approver of commands when the sandbox cannot run (heron/tools/approval.py).
+    approve: Approver | None = None
+    # Tools that change the workspace run one at a time, so what one reports (a file changed)
+    # is its own doing and not a concurrent call's.
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Scrubs every result before it is stored, saved or sent (heron/redact.py); None: as is.
+    redactor: Redactor | None = None
+    reply_seq: int = 0  # which reply of the run asked for the running calls (set by the runner)
+    memory_changes: ReplyCount = field(default_factory=ReplyCount)
+    # The scratchpad's folder (default: beside the workspace, per agent) and bounds.
+    scratchpad: Path | None = None
+    scratchpad_limits: tuple[int, int, int] = SCRATCHPAD_LIMITS
+
+    def record_effect(self, effect: dict[str, Any]) -> None:
+        """A side effect of the running call: in the run's list and in the call's own."""
+        self.effects.append(effect)
+        mine = _CALL_EFFECTS.get()
+        if mine is not None:
+            mine.append(effect)
+
+    async def aclose(self) -> None:
+        """Release what the run started (the Python kernel)."""
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            await kernel.shutdown()
