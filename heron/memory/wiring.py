@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from heron.memory.recall import Recall, auto_recall, wants_recall
+from heron.memory.auto import RESULT_CHARS, auto_messages, fires
+from heron.memory.recall import Recall, wants_recall
 from heron.memory.recall_process import RecallProcess
 from heron.memory.section import (
     HistoryEntry,
@@ -158,7 +159,7 @@ CHILD_AFTER = 100
 
 
 class RecallReader:
-    """Auto-recall's check (`Recall.any_above`) off the event loop, on a connection of its own:
+    """Auto-recall's check (`auto.fires`) off the event loop, on a connection of its own:
     first on a thread, then, once the overlap lasts (`CHILD_AFTER` checks), in a child process.
 
     The check is full-text searching: most of its time is inside SQLite, which releases the
@@ -178,21 +179,22 @@ class RecallReader:
         self._starting: asyncio.Task[None] | None = None
         self._asked = 0  # checks answered on the thread
 
-    async def strong(self, text: str, min_score: float) -> bool:
-        """Whether `text` has a hit scoring at least `min_score` in the committed history: from
-        the child process once it runs (started after `CHILD_AFTER` checks), from the thread
-        until then or whenever the child cannot answer."""
+    async def strong(self, text: str, conversation_id: int) -> bool:
+        """Whether `text`, typed in the conversation, has a hit passing auto-recall's gate in
+        the committed history: from the child process once it runs (started after
+        `CHILD_AFTER` checks), from the thread until then or whenever the child cannot
+        answer."""
         text = text[:RECALL_QUERY_CHARS]
         child = self._child
         if child is not None:
-            answer = await child.ask(text, min_score)
+            answer = await child.ask(text, conversation_id)
             if answer is not None:
                 return answer
         elif self._starting is None and self._asked >= CHILD_AFTER:
             self._starting = asyncio.create_task(self._start_child())
         self._asked += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._check, text, min_score)
+        return await loop.run_in_executor(self._pool, self._check, text, conversation_id)
 
     async def _start_child(self) -> None:
         try:
@@ -200,10 +202,10 @@ class RecallReader:
         except Exception as e:  # whatever stops it, the thread keeps answering
             log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
-    def _check(self, text: str, min_score: float) -> bool:
+    def _check(self, text: str, conversation_id: int) -> bool:
         if self._recall is None:
             self._recall = Recall(Store(self.path))
-        return wants_recall(text) and self._recall.any_above(text, min_score)
+        return fires(self._recall, text, conversation_id)
 
     async def aclose(self) -> None:
         """Stop the child (waiting for it to exit), then close the thread's connection."""
@@ -229,23 +231,28 @@ def recall_rows(
     recall: Recall | None,
     conversation_id: int,
     text: str,
-    min_score: float,
     strong: bool | None = None,
+    *,
+    max_chars: int = RESULT_CHARS,
 ) -> list[StoredMessage]:
-    """Auto-recall before a turn: strong hits for `text` not in view, stored as a synthetic
-    recall_history call and result at the head (the user's message goes right after them), so
-    the cached prefix before them is untouched and later requests replay them as they were.
-    `strong`: the answer of `any_above` when already known (RecallReader), else None."""
-    if recall is None or not wants_recall(text):
+    """Auto-recall before a turn (heron/memory/auto.py): the hits for `text` not in view, as a
+    synthetic recall_history call and result stored at the head (the user's message goes
+    right after them), so the cached prefix before them is untouched and later requests replay
+    them as they were. `strong`: the answer of `auto.fires` when already known (RecallReader),
+    else None; `max_chars`: the view's budget for one recall result."""
+    if recall is None or not wants_recall(text) or strong is False:
         return []
     text = text[:RECALL_QUERY_CHARS]  # a pasted log is searched by its start, not all of it
-    if strong is None:
-        strong = recall.any_above(text, min_score)
-    if not strong:
-        return []  # the common case: no branch is loaded
+    if strong is None and not fires(recall, text, conversation_id):
+        return []  # the common case: no branch and no vector is loaded
     call_id = f"recall_{secrets.token_hex(4)}"
-    found = auto_recall(
-        recall, text, _in_view(store, conversation_id), min_score=min_score, call_id=call_id
+    found = auto_messages(
+        recall,
+        text,
+        conversation_id,
+        _in_view(store, conversation_id),
+        max_chars=max_chars,
+        call_id=call_id,
     )
     if not found:
         return []
@@ -256,6 +263,13 @@ def recall_rows(
             store.append(conversation_id, m, meta={RECALL_FLAG: True, "recalled": ids})
             for m in found
         ]
+
+
+def auto_recall_chars(window: int, share: float) -> int:
+    """What auto-recall's result may take: the view's budget for one recall result (`share`
+    of the window, as compaction's `Budget.recall_chars` counts it), so the view never cuts
+    it, and never more than RESULT_CHARS, so a large window still gets a small result."""
+    return min(RESULT_CHARS, max(500, int(window * share) * 4))
 
 
 def _cited(store: Store, result: ToolResult) -> list[int]:
