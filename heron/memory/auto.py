@@ -10,7 +10,11 @@ shown when it
 - ranks among the first `Gate.depth` of the same retrieval `heron memory recall` uses
   (`Recall.ranked`: BM25 fused with sentence vectors when the extra is installed), and each
   hit after the first scores at least `Gate.second` of the first one's score;
-- is not in the model's view already.
+- is not in the model's view already, nor from before the conversation's /new, nor a message
+  that says exactly what was just typed (a retried or repeated message).
+
+A message with fewer than MIN_WORDS content words never fires: one word gives every message
+that holds it the same share, so the share cannot tell a hit from noise.
 
 Hits from the conversation itself come first; other conversations' only above a stricter
 share (`Gate.other`), and under a heading that names them as such. The result fits the view's
@@ -25,11 +29,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from heron.memory import records
 from heron.memory.recall import Hit, Recall, held_terms, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
 CANDIDATES = 200  # messages of a scope that hold a query word, at most, for the idf count
-MIN_WORDS = 2  # distinct query words a hit must hold (all of them if the query has fewer)
+MIN_WORDS = 2  # distinct query words a query needs, and a hit must hold
 RESULT_CHARS = 1_500  # the result's size when the caller gives no budget of its own
 LINE_CHARS = 320  # one hit's line, at most (its snippet is about 300 characters)
 
@@ -53,9 +58,12 @@ def shares(
     recall: Recall, text: str, conversation_id: int, *, others: bool = False
 ) -> dict[int, float]:
     """Message id -> share of the query's idf weight it holds, for the messages of the
-    conversation (`others`: of every other conversation) that hold a query word and at least
-    MIN_WORDS of them. Exact while fewer than CANDIDATES messages of the scope hold one."""
+    conversation (`others`: of every other conversation) that hold at least MIN_WORDS of the
+    query's words, other than those that say exactly the query. Exact while fewer than
+    CANDIDATES messages of the scope hold a query word. {} for a query of fewer words."""
     words = terms(text)
+    if len(words) < MIN_WORDS:
+        return {}
     if others:
         found = recall.bm25(text, CANDIDATES, outside=conversation_id)
     else:
@@ -68,8 +76,16 @@ def shares(
     df = {w: sum(1 for h in held.values() if w in h) for w in words}
     idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
     whole = sum(idf.values()) or 1.0
-    need = min(MIN_WORDS, len(words))
-    return {i: sum(idf[w] for w in h) / whole for i, h in held.items() if len(h) >= need}
+    said = _folded(text)
+    return {
+        i: sum(idf[w] for w in h) / whole
+        for i, h in held.items()
+        if len(h) >= MIN_WORDS and _folded(bodies.get(i, "")) != said
+    }
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 def fires(recall: Recall, text: str, conversation_id: int, gate: Gate = GATE) -> bool:
@@ -95,15 +111,20 @@ def auto_hits(
     conversation_id: int,
     in_view: Iterable[int] = (),
     gate: Gate = GATE,
+    since: float = 0.0,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
-    first, then other conversations' above the stricter bar, each in the order of the fused
-    retrieval. [] when nothing passes (the common case: no vector is loaded then)."""
+    (written at `since` or later: the /new floor) first, then other conversations' above the
+    stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
+    common case: no vector is loaded then)."""
     if not wants_recall(text):
         return []
     skip = set(in_view)
     own = {i: s for i, s in shares(recall, text, conversation_id).items() if s >= gate.own}
     own = {i: s for i, s in own.items() if i not in skip}
+    if own and since > 0:
+        dates = records.message_dates(recall.store, list(own))
+        own = {i: own[i] for i, _, created in dates if created >= since}
     picked = _in_fused_order(recall, text, conversation_id, own, gate, gate.hits)
     found = [(i, score, own[i], False) for i, score in picked]
     if len(found) < gate.hits:
@@ -147,12 +168,13 @@ def auto_messages(
     max_chars: int = RESULT_CHARS,
     call_id: str = "auto_recall",
     gate: Gate = GATE,
+    since: float = 0.0,
 ) -> list[Message]:
     """The synthetic recall_history call and its result for `text`, or [] when nothing passes.
     The result holds whole hit lines while they fit `max_chars` (at least the first hit,
     cut to fit), this conversation's hits first and other conversations' under their own
     heading; the call names the query as the model would have asked it."""
-    found = auto_hits(recall, text, conversation_id, in_view, gate)
+    found = auto_hits(recall, text, conversation_id, in_view, gate, since)
     if not found:
         return []
     content = render(found, max_chars)

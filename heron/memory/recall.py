@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from heron.memory import records
 from heron.store import Store
 
 _STOPWORD_TEXT = """
@@ -108,11 +109,7 @@ class Recall:
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
         """How many messages hold `word`, counted up to `cap` (counting further costs time
         and changes nothing)."""
-        rows = self.store.query(
-            "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
-            (f'"{word}"', cap),
-        )
-        return int(rows[0][0])
+        return records.rows_matching(self.store, f'"{word}"', cap)
 
     def selective_terms(self, query: str, counted: dict[str, int] | None = None) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
@@ -148,23 +145,7 @@ class Recall:
         expr = match_expression(" ".join(self.selective_terms(query)))
         if expr is None:
             return []
-        sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
-        params: list[object] = [expr]
-        if conversation_id is not None:
-            sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
-            params.append(conversation_id)
-        if outside is not None:
-            # Looked up per matching row (at most MATCH_BUDGET of them, see selective_terms):
-            # the complement of one conversation is most of the table.
-            sql += (
-                " AND (SELECT conversation_id FROM messages m WHERE m.id = messages_fts.rowid) != ?"
-            )
-            params.append(outside)
-        # The same order as FTS5's "ORDER BY rank" (ties by rowid), a third faster at 100,000
-        # messages: rank sorts every match, where SQLite keeps only the best `limit` as it goes.
-        sql += " ORDER BY s DESC, rowid LIMIT ?"
-        params.append(limit)
-        return [(r[0], r[1]) for r in self.store.query(sql, params)]
+        return records.bm25_ranked(self.store, expr, limit, conversation_id, outside)
 
     def semantic(
         self, query: str, limit: int = 20, conversation_id: int | None = None
@@ -198,7 +179,7 @@ class Recall:
             return 0
         from heron.memory import vectors
 
-        upto = self.store.query("SELECT coalesce(max(id), 0) FROM messages")[0][0]
+        upto = records.max_message_id(self.store)
         done = self._embedded_upto
         after = max(done.get(None, 0), done.get(conversation_id, 0))
         count = vectors.index_missing(self.store, self.embedder, conversation_id, after)
@@ -259,15 +240,8 @@ class Recall:
 
     def neighbours(self, ids: Sequence[int]) -> dict[int, set[int]]:
         """Each message's parent and children among `ids` and around them."""
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.store.query(
-            f"SELECT id, parent_id FROM messages WHERE id IN ({marks}) OR parent_id IN ({marks})",
-            [*ids, *ids],
-        )
         near: dict[int, set[int]] = {}
-        for child, parent in rows:
+        for child, parent in records.parent_links(self.store, ids):
             if parent is not None:
                 near.setdefault(child, set()).add(parent)
                 near.setdefault(parent, set()).add(child)
@@ -277,14 +251,8 @@ class Recall:
         """Message id -> (conversation, day): what counts as one sitting of a conversation."""
         from heron.memory.vectors import DAY  # lazy: vectors loads only when a search ranks
 
-        wanted = list(ids)
-        if not wanted:
-            return {}
-        marks = ",".join("?" * len(wanted))
-        rows = self.store.query(
-            f"SELECT id, conversation_id, created FROM messages WHERE id IN ({marks})", wanted
-        )
-        return {r[0]: (r[1], int(r[2] // DAY)) for r in rows}
+        rows = records.message_dates(self.store, list(ids))
+        return {i: (conversation, int(created // DAY)) for i, conversation, created in rows}
 
     def search(
         self,
@@ -311,39 +279,21 @@ class Recall:
         words = _WORD.findall(query.lower())
         if len(words) < VERBATIM_WORDS:
             return []
-        sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-        params: list[object] = ['"' + " ".join(words) + '"']  # words hold no quote
-        if conversation_id is not None:
-            sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
-            params.append(conversation_id)
-        params.append(limit)
-        return [r[0] for r in self.store.query(sql + " ORDER BY rowid LIMIT ?", params)]
+        phrase = '"' + " ".join(words) + '"'  # the words hold no quote
+        return records.phrase_matches(self.store, phrase, conversation_id, limit)
 
     def body(self, hit: Hit) -> str:
         """The indexed text of a hit's message, whole."""
-        rows = self.store.query("SELECT body FROM messages_fts WHERE rowid = ?", (hit.message_id,))
-        return rows[0][0] if rows else ""
+        return records.indexed_text(self.store, [hit.message_id]).get(hit.message_id, "")
 
     def bodies(self, ids: Sequence[int]) -> dict[int, str]:
         """The indexed text of each message asked for that has any, whole."""
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        sql = f"SELECT rowid, body FROM messages_fts WHERE rowid IN ({marks})"
-        return {r[0]: r[1] for r in self.store.query(sql, list(ids))}
+        return records.indexed_text(self.store, ids)
 
     def _hits(self, ranked: list[tuple[int, float]], query: str) -> list[Hit]:
         if not ranked:
             return []
-        ids = [i for i, _ in ranked]
-        marks = ",".join("?" * len(ids))
-        rows = self.store.query(
-            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body"
-            f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-            f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
-            ids,
-        )
-        by_id = {r[0]: r for r in rows}
+        by_id = {r[0]: r for r in records.hit_rows(self.store, [i for i, _ in ranked])}
         words = terms(query)
         return [
             Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
+from heron.memory import records
 from heron.memory.auto import RESULT_CHARS, auto_messages, fires
 from heron.memory.recall import Recall, wants_recall
 from heron.memory.recall_process import RecallProcess
@@ -59,25 +60,19 @@ RECALL_QUERY_CHARS = 2_000  # what auto-recall searches for of a user's message:
 def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tuple[str, float]:
     """The conversation's frozen section and when it was taken; taken now on first use. Reading
     never announces changes: that is `memory_note`'s job, once, in the runtime block."""
-    query = "SELECT section, taken FROM memory_snapshots WHERE conversation_id = ?"
-    rows = store.query(query, (conversation_id,))
-    if not rows:
+    row = records.snapshot(store, conversation_id)
+    if row is None:
         frozen_memory(store, conversation_id, service.entries(), service.section_tokens)
-        rows = store.query(query, (conversation_id,))
-    return rows[0]["section"], rows[0]["taken"]
+        row = records.snapshot(store, conversation_id)
+        assert row is not None  # frozen_memory just took it
+    return row["section"], row["taken"]
 
 
 def history_entries(store: Store, conversation_id: int, until: float) -> list[HistoryEntry]:
     """What other conversations folded away (their consolidation summaries) up to `until`:
     this conversation's own summary is already the prompt's archived summary."""
-    rows = store.query(
-        "SELECT c.created, c.summary, c.meta, v.key FROM compactions c JOIN conversations v"
-        " ON v.id = c.conversation_id WHERE c.kind IN ('consolidation', 'fallback')"
-        " AND c.conversation_id != ? AND c.created <= ? ORDER BY c.id",
-        (conversation_id, until),
-    )
     out = []
-    for r in rows:
+    for r in records.consolidations_elsewhere(store, conversation_id, until):
         facts = (json.loads(r["meta"]) if r["meta"] else {}).get("facts") or r["summary"]
         out.append(HistoryEntry(r["created"], f"{r['key']}: {facts}"))
     return out
@@ -148,8 +143,7 @@ SMALL_HISTORY = 10_000  # messages: below it a search and the memory note take w
 def search_is_slow(store: Store) -> bool:
     """Whether the history is large enough that auto-recall belongs on a worker thread (the
     largest message id, read from the primary key, stands in for the count)."""
-    rows = store.query("SELECT max(id) FROM messages")
-    return bool(rows and rows[0][0] and rows[0][0] > SMALL_HISTORY)
+    return records.max_message_id(store) > SMALL_HISTORY
 
 
 # Checks the thread answers before the child process starts: starting it costs about 0.2 s of
@@ -253,6 +247,7 @@ def recall_rows(
         _in_view(store, conversation_id),
         max_chars=max_chars,
         call_id=call_id,
+        since=history_floor(store, conversation_id),
     )
     if not found:
         return []
