@@ -171,46 +171,43 @@ def evaluate(recall: Recall, samples: list, store: Store, fused: bool) -> dict:
 _CITED = re.compile(r"· message (\d+) ·")
 
 
-def auto_figures(
-    store: Store, samples: list, keep: set[int] | None = None, gated: bool = False
-) -> dict[str, int]:
-    """Each question typed as a new message in a fresh chat (nothing in view) through
-    `auto_recall` as the engine calls it; counts of questions asked, those that injected
-    anything (`fired`), those whose injected hits hold one of their evidence turns (`brought`),
-    hits injected and hits that are evidence of their question (`good`). `keep`: the
-    sample positions whose questions are asked (all by default); hits of another conversation
-    never count as evidence."""
-    from heron.memory.recall import auto_recall, gated_hits
+def auto_budget() -> int:
+    """The characters auto-recall's result may take with the default profile and shares, as
+    the engine works it out (heron.agent.turn.before_message)."""
+    from heron.config import ContextShares
+    from heron.memory.wiring import auto_recall_chars
+    from heron.providers.profiles import ModelProfile
+
+    return auto_recall_chars(ModelProfile().context_window, ContextShares().recall)
+
+
+def auto_outcomes(
+    recall: Recall, samples: list, gate: Any = None, keep: set[int] | None = None
+) -> list[dict[str, int]]:
+    """Each question typed as a new message in its own conversation with nothing in view, through
+    `auto.auto_messages`, the function the engine's `recall_rows` stores the result of; one
+    count per question: `fired` (anything injected), `brought` (an injected hit is one of its
+    evidence turns), `hits` injected and `good` hits (evidence of the question; a hit of
+    another conversation never is). `keep`: the sample positions whose questions are asked."""
+    from heron.memory.auto import GATE, auto_messages
 
     where = {i: (n, d) for n, (_, (_, known)) in enumerate(samples) for i, d in known.items()}
-    recall = Recall(store)
-    asked = fired = brought = injected = relevant = 0
+    budget = auto_budget()
+    out = []
     for q in questions(samples):
         if keep is not None and q.conversation not in keep:
             continue
-        asked += 1
-        if gated:  # the size-normalised candidate, within the question's conversation
-            cited = [i for i, _ in gated_hits(recall, q.text, q.conversation_id)]
-        else:
-            found = auto_recall(recall, q.text, ())
-            cited = (
-                [int(i) for i in _CITED.findall(found[1].tool_results[0].content)] if found else []
-            )
-        if not cited:
-            continue
-        fired += 1
-        hits = [where.get(i) for i in cited]
+        found = auto_messages(
+            recall, q.text, q.conversation_id, (), max_chars=budget, gate=gate or GATE
+        )
+        text = found[1].tool_results[0].content if found else ""
+        hits = [where.get(int(i)) for i in _CITED.findall(text)]
         good = sum(1 for h in hits if h and h[0] == q.conversation and h[1] in q.evidence)
-        injected += len(hits)
-        relevant += good
-        brought += good > 0
-    return {
-        "questions": asked,
-        "fired": fired,
-        "brought": brought,
-        "hits": injected,
-        "good": relevant,
-    }
+        out.append(
+            {"questions": 1, "fired": int(bool(hits)), "brought": int(good > 0),
+             "hits": len(hits), "good": good}
+        )  # fmt: skip
+    return out
 
 
 def rates(counts: list[dict[str, int]]) -> dict[str, float | int]:
@@ -229,23 +226,38 @@ def rates(counts: list[dict[str, int]]) -> dict[str, float | int]:
     }
 
 
-def auto_recall_figures(raw: list[dict[str, Any]]) -> dict[str, Any]:
+def _recall_for(store: Store, embedder: Any, cache_dir: Path) -> Recall:
+    """The store's Recall as the engine has it: fused when an embedder is given (every
+    message's vector stored first, from the cache), BM25 otherwise."""
+    if embedder is None:
+        return Recall(store)
+    store_vectors(store, embedder, cache_dir)
+    return Recall(store, embedder)
+
+
+def auto_recall_figures(
+    raw: list[dict[str, Any]], embedder: Any, cache_dir: Path, folds: bool = False
+) -> dict[str, Any]:
     """Auto-recall with each conversation in a store of its own ("own", the JSON's "auto"), and
-    with every conversation in one store ("one_store"): a raw score gate fires more in the
-    bigger one."""
+    with every conversation in one store ("one_store"), where other conversations' hits can
+    be injected too; with `folds`, the k-fold check of the gate on the one store."""
     own: list[dict[str, int]] = []
     for sample in raw:
         with tempfile.TemporaryDirectory() as tmp:
             store = Store(Path(tmp) / "auto.db")
-            own.append(auto_figures(store, [(sample, load(store, sample))]))
+            samples = [(sample, load(store, sample))]
+            own += auto_outcomes(_recall_for(store, embedder, cache_dir), samples)
             store.close()
+    out: dict[str, Any] = {"own": rates(own)}
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "auto.db")
         samples = [(s, load(store, s)) for s in raw]
-        one = auto_figures(store, samples)
-        gated = auto_figures(store, samples, gated=True)
+        recall = _recall_for(store, embedder, cache_dir)
+        out["one_store"] = rates(auto_outcomes(recall, samples))
+        if folds:
+            out["folds"] = cross_validate_auto(recall, samples)
         store.close()
-    return {"own": rates(own), "one_store": rates([one]), "gated": rates([gated])}
+    return out
 
 
 # ---- k-fold validation on the tuning set ------------------------------------------------------
@@ -296,6 +308,18 @@ def with_setting(setting: dict[str, float]) -> dict[str, float]:
     return before
 
 
+def fold_spread(held_out: list[float], tuning: float) -> dict[str, float]:
+    """The held-out figures' mean, spread and stdev, and the tuning-set figure minus the mean
+    (the brief's bound: at most 0.03)."""
+    mean = statistics.fmean(held_out)
+    return {
+        "mean": round(mean, 4),
+        "spread": round(max(held_out) - min(held_out), 4),
+        "stdev": round(statistics.pstdev(held_out), 4),
+        "gap": round(tuning - mean, 4),
+    }
+
+
 def cross_validate(recall: Recall, samples: list, fused: bool) -> dict[str, Any]:
     """For each fold: the held-out figure of the shipped constants and of the setting chosen
     on the other folds; their mean and spread; and the tuning-set figure minus the held-out
@@ -326,14 +350,114 @@ def cross_validate(recall: Recall, samples: list, fused: bool) -> dict[str, Any]
                     "chosen": chosen,
                 }
             )
-        held_out = [r["held_out"] for r in rows]
-        mean = statistics.fmean(held_out)
+        out[kind] = {"folds": rows, **fold_spread([r["held_out"] for r in rows], tuning)}
+    return out
+
+
+# The gate's bars (heron.memory.auto.Gate) and the values tried for each; "other" 1.01 never
+# lets another conversation's hit through. Each fold's held-out figures use the setting that
+# scored best on the other folds, by AUTO_FOLD_METRIC.
+AUTO_GRID: dict[str, tuple[float, ...]] = {
+    "own": (0.3, 0.4, 0.5, 0.6),
+    "other": (0.7, 0.85, 1.01),
+    "hits": (1, 2, 3),
+    "depth": (3, 5, 10),
+    "second": (0.0, 0.8, 0.9),
+}
+AUTO_TARGET = {"evidence": 0.50, "precision": 0.40}
+
+
+def auto_metric(figures: dict[str, Any]) -> float:
+    """How close a setting comes to both targets: the worse of its evidence rate and its
+    precision, each as a share of its target (1.0: both met)."""
+    return min(figures[k] / v for k, v in AUTO_TARGET.items())
+
+
+class _Memo:
+    """While in use, auto-recall's two searches answer from memory: `auto.shares` per (text,
+    conversation, scope), and `Recall.ranked` at the grid's deepest depth, sliced (the fused
+    ranking scores the same 100 candidates for any limit up to 20, so a slice is exact). The
+    gate's own code runs unchanged on top, for every setting of the grid."""
+
+    def __init__(self, recall: Recall) -> None:
+        self.recall = recall
+        self._shares: dict[tuple[str, int, bool], dict[int, float]] = {}
+        self._ranked: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
+
+    def __enter__(self) -> _Memo:
+        import heron.memory.auto as auto
+
+        self._auto, self._real_shares = auto, auto.shares
+        real_ranked = self.recall.ranked
+        deepest = int(max(AUTO_GRID["depth"]))
+
+        def shares(recall: Recall, text: str, cid: int, *, others: bool = False) -> Any:
+            key = (text, cid, others)
+            if key not in self._shares:
+                self._shares[key] = self._real_shares(recall, text, cid, others=others)
+            return self._shares[key]
+
+        def ranked(text: str, limit: int = 10, cid: int | None = None) -> Any:
+            assert limit <= deepest <= 20
+            if (text, cid) not in self._ranked:
+                self._ranked[(text, cid)] = real_ranked(text, deepest, cid)
+            return self._ranked[(text, cid)][:limit]
+
+        auto.shares = shares  # type: ignore[assignment]
+        self.recall.ranked = ranked  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._auto.shares = self._real_shares  # type: ignore[assignment]
+        del self.recall.ranked
+
+
+def cross_validate_auto(recall: Recall, samples: list) -> dict[str, Any]:
+    """The k-fold check of auto-recall's gate (folds as for recall@k): each fold's held-out
+    fire, evidence and precision under the setting chosen on the other folds, and under the
+    shipped one; the tuning-set metric minus the held-out mean."""
+    import itertools
+
+    from heron.memory.auto import GATE, Gate
+
+    asked = questions(samples)
+    names = list(AUTO_GRID)
+    grid = [dict(zip(names, v, strict=True)) for v in itertools.product(*AUTO_GRID.values())]
+    with _Memo(recall):
+        shipped = auto_outcomes(recall, samples)
+        runs = []
+        for n, setting in enumerate(grid):
+            if n % 50 == 0:
+                _progress(f"  auto-recall gate: setting {n + 1}/{len(grid)}")
+            gate = Gate(**{k: int(v) if k in ("hits", "depth") else v for k, v in setting.items()})
+            runs.append((setting, auto_outcomes(recall, samples, gate)))
+    tuning = rates(shipped)
+    out: dict[str, Any] = {"tuning": tuning, "tuning_metric": round(auto_metric(tuning), 4)}
+    out["shipped_gate"] = {k: getattr(GATE, k) for k in names}
+    for kind, folds in fold_sets(asked, len(samples)).items():
+        rows = []
+        for n, held in enumerate(folds):
+            rest = [i for f in folds if f is not held for i in f]
+            chosen, got = max(runs, key=lambda r: auto_metric(rates([r[1][i] for i in rest])))
+            figures = rates([got[i] for i in held])
+            rows.append(
+                {
+                    "fold": n,
+                    "questions": len(held),
+                    "held_out": figures,
+                    "held_out_metric": round(auto_metric(figures), 4),
+                    "shipped": rates([shipped[i] for i in held]),
+                    "chosen": chosen,
+                }
+            )
+        metric = [r["held_out_metric"] for r in rows]
         out[kind] = {
             "folds": rows,
-            "mean": round(mean, 4),
-            "spread": round(max(held_out) - min(held_out), 4),
-            "stdev": round(statistics.pstdev(held_out), 4),
-            "gap": round(tuning - mean, 4),
+            **fold_spread(metric, out["tuning_metric"]),
+            **{
+                f"{key}_mean": round(statistics.fmean(r["held_out"][key] for r in rows), 4)
+                for key in ("fire", "evidence", "precision")
+            },
         }
     return out
 
@@ -608,13 +732,14 @@ def main() -> None:
     embedder = default_embedder()
     figures = recall_figures(raw, embedder, args.cache_dir, args.folds)
     _progress(f"recall@k done in {time.monotonic() - started:.0f} s")
-    auto = auto_recall_figures(raw)
+    auto = auto_recall_figures(raw, embedder, args.cache_dir, args.folds)
+    _progress(f"auto-recall done in {time.monotonic() - started:.0f} s")
     result: dict[str, Any] = {
         "bm25": figures["bm25"],
         "fused": figures["fused"],
         "auto": auto["own"],
         "auto_one_store": auto["one_store"],
-        "auto_gated": auto["gated"],
+        "auto_path": "fused" if embedder is not None else "bm25",
     }
     lat: dict[str, Any] = {}
     if args.messages > 0:
@@ -624,6 +749,8 @@ def main() -> None:
         result["bm25_latency_ms"] = {**lat["bm25"], "messages": lat["messages"]}
     if "folds" in figures:
         result["folds"] = figures["folds"]
+    if "folds" in auto:
+        result["auto_folds"] = auto["folds"]
     result["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(result))
@@ -641,17 +768,15 @@ def _print(result: dict[str, Any], lat: dict[str, Any]) -> None:
         )
         for cat, cat_figures in figures["per_category"].items():
             print(f"  category {cat}: " + "  ".join(f"{k} {v:.3f}" for k, v in cat_figures.items()))
-    for name, key in (
-        ("own conversation", "auto"),
-        ("one store", "auto_one_store"),
-        ("size-normalised gate, one store", "auto_gated"),
-    ):
+    for name, key in (("own conversation", "auto"), ("one store", "auto_one_store")):
         a = result[key]
         print(
-            f"auto-recall ({name}, {a['questions']} questions): fires {a['fire']:.3f},"
-            f" brings evidence {a['evidence']:.3f}, {a['hits']} hits injected,"
-            f" precision {a['precision']:.3f}"
+            f"auto-recall ({result['auto_path']}, {name}, {a['questions']} questions):"
+            f" fires {a['fire']:.3f}, brings evidence {a['evidence']:.3f},"
+            f" {a['hits']} hits injected, precision {a['precision']:.3f}"
         )
+    if "auto_folds" in result:
+        _print_auto_folds(result["auto_folds"])
     for mode, check in result.get("folds", {}).items():
         print(f"folds ({mode}, {FOLD_METRIC}): tuning set {check['tuning']:.3f}")
         for kind in ("conversation", "session"):
@@ -676,6 +801,29 @@ def _print(result: dict[str, Any], lat: dict[str, Any]) -> None:
     if "fused" in lat:
         print("  the fused figure includes encoding each query with the model")
     print(f"bench run: {result['seconds']} s")
+
+
+def _print_auto_folds(check: dict[str, Any]) -> None:
+    t = check["tuning"]
+    print(
+        f"auto-recall folds (one store, gate {check['shipped_gate']}): tuning set fire"
+        f" {t['fire']:.3f} evidence {t['evidence']:.3f} precision {t['precision']:.3f},"
+        f" metric {check['tuning_metric']:.3f}"
+    )
+    for kind in ("conversation", "session"):
+        c = check[kind]
+        for row in c["folds"]:
+            h = row["held_out"]
+            print(
+                f"  {kind} fold {row['fold']} ({row['questions']} questions): held out evidence"
+                f" {h['evidence']:.3f} precision {h['precision']:.3f} (metric"
+                f" {row['held_out_metric']:.3f}), chosen {row['chosen']}"
+            )
+        print(
+            f"  {kind}: held-out metric mean {c['mean']:.3f}, spread {c['spread']:.3f},"
+            f" evidence {c['evidence_mean']:.3f}, precision {c['precision_mean']:.3f},"
+            f" tuning minus mean {c['gap']:+.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -333,25 +333,27 @@ async def test_auto_recall_searches_on_its_own_thread_while_turns_overlap(monkey
 
 
 def test_the_reader_answers_like_the_inline_search(tmp_path):
-    from heron.memory.recall import AUTO_RECALL_MIN_SCORE, Recall
+    from heron.memory.auto import fires
+    from heron.memory.recall import Recall
     from heron.memory.wiring import RecallReader
     from heron.store import Store
 
     store = Store(tmp_path / "heron.db")
     conv = store.open_conversation("k")
+    here = store.open_conversation("here").id
     store.append(conv.id, user("My passport expires on 12 March 2031, in the blue folder."))
     for i in range(40):
         store.append(conv.id, assistant(f"note {i} about the garden and the weekend"))
     reader = RecallReader(tmp_path / "heron.db")
     try:
         for text in ["when does my passport expire", "garden weekend", "zebra", "/status", " "]:
-            inline = bool(text.strip()) and not text.startswith("/")
-            inline = inline and Recall(store).any_above(text, AUTO_RECALL_MIN_SCORE)
-            assert asyncio.run(reader.strong(text, AUTO_RECALL_MIN_SCORE)) == inline, text
+            inline = fires(Recall(store), text, here)
+            assert asyncio.run(reader.strong(text, here)) == inline, text
+            assert inline == (text in ("when does my passport expire", "garden weekend")), text
     finally:
         reader.close()
     again = RecallReader(tmp_path / "heron.db")
     try:
-        assert asyncio.run(again.strong("passport", 0.0)) is True
+        assert asyncio.run(again.strong("passport expires", here)) is True
     finally:
         again.close()

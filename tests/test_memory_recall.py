@@ -95,17 +95,57 @@ def test_fused_search_finds_meaning_without_shared_words(store):
 
 
 def test_auto_recall_injects_strong_hits_not_in_view(store):
-    from heron.memory.recall import auto_recall
+    from heron.memory.auto import auto_messages
 
     old = store.open_conversation("old")
     hit = store.append(old.id, user("The wifi router in the garage is a Netgear Orbi RBR50"))
     store.append(old.id, user("unrelated chatter about lunch"))
+    here = store.open_conversation("here")
     recall = Recall(store)
-    injected = auto_recall(recall, "which Netgear Orbi router is in the garage?", [], min_score=0.0)
+    question = "which Netgear Orbi router is in the garage?"
+    injected = auto_messages(recall, question, here.id)
     assert injected[0].tool_calls[0].name == "recall_history"
-    assert f"message {hit.id}" in injected[1].tool_results[0].content
-    assert auto_recall(recall, "which Netgear Orbi router?", [hit.id], min_score=0.0) == []
-    assert auto_recall(recall, "which Netgear Orbi router?", [], min_score=1e9) == []
+    content = injected[1].tool_results[0].content
+    assert f"message {hit.id}" in content
+    # another conversation's hit is labelled as such
+    assert content.splitlines()[0] == "From other conversations (not this one):"
+    assert auto_messages(recall, question, here.id, [hit.id]) == []
+    assert auto_messages(recall, "zebra quartz violin", here.id) == []
+
+
+def test_auto_recall_prefers_this_conversation_and_holds_others_to_a_stricter_bar(store):
+    from heron.memory.auto import Gate, auto_hits
+
+    here = store.open_conversation("here")
+    mine = store.append(here.id, user("the boat trailer needs new tyres before the lake trip"))
+    for i in range(6):
+        store.append(here.id, assistant(f"filler {i} about breakfast"))
+    other = store.open_conversation("other")
+    theirs = store.append(other.id, user("the boat trailer needs new tyres before the lake trip"))
+    partial = store.append(other.id, user("the trailer at the lake"))
+    recall = Recall(store)
+    question = "what does the boat trailer need before the lake trip"
+    found = auto_hits(recall, question, here.id, gate=Gate(hits=2))
+    assert [(a.hit.message_id, a.other) for a in found] == [(mine.id, False), (theirs.id, True)]
+    # a partial match is enough here, not elsewhere
+    strict = auto_hits(recall, "trailer lake", here.id, gate=Gate(own=0.1, other=1.01))
+    assert partial.id not in {a.hit.message_id for a in strict}
+    loose = auto_hits(recall, "trailer lake", here.id, [mine.id], gate=Gate(other=0.5, hits=3))
+    assert partial.id in {a.hit.message_id for a in loose}
+
+
+def test_auto_recall_fits_its_budget(store):
+    from heron.memory.auto import auto_messages
+
+    conv = store.open_conversation("c")
+    for i in range(3):
+        store.append(
+            conv.id, user(f"the garden shed key {i} " + "is under the blue flowerpot " * 12)
+        )
+    other = store.open_conversation("new")
+    found = auto_messages(Recall(store), "where is the garden shed key", other.id, max_chars=500)
+    content = found[1].tool_results[0].content
+    assert len(content) <= 500 and "· message " in content
 
 
 class RecordingEmbedder(FakeEmbedder):

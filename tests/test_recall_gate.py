@@ -8,7 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from heron.memory.recall import Recall, gated_hits
+from heron.memory.auto import gated_hits
+from heron.memory.recall import Recall
 from heron.messages import Message, Text
 from heron.store import Store
 

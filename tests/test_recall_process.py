@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from heron.memory import recall_process, wiring
+from heron.memory.auto import fires
 from heron.memory.recall import Recall
 from heron.memory.recall_process import RecallProcess, serve
 from heron.messages import assistant, user
@@ -23,6 +24,7 @@ from heron.store import Store
 pytestmark = pytest.mark.slow  # child processes
 
 QUESTIONS = ["when is the passport renewal appointment", "zebra crossing", "/stop", "   "]
+ASK = 1  # the conversation the questions are typed in (the fixture opens it first)
 
 
 @pytest.fixture
@@ -30,6 +32,7 @@ def db(tmp_path: Path) -> Path:
     """A history where one conversation talked about a passport renewal."""
     path = tmp_path / "h.db"
     store = Store(path)
+    assert store.open_conversation("asking").id == ASK
     for c in range(30):
         conv = store.open_conversation(f"c{c}")
         for i in range(6):
@@ -41,30 +44,30 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-def expected(db: Path, min_score: float) -> list[bool]:
+def expected(db: Path) -> list[bool]:
     store = Store(db)
     recall = Recall(store)
-    answers = [wiring.wants_recall(q) and recall.any_above(q, min_score) for q in QUESTIONS]
+    answers = [fires(recall, q, ASK) for q in QUESTIONS]
     store.close()
     return answers
 
 
 def test_serve_answers_each_line_and_survives_a_failing_check(db):
-    requests = [json.dumps([i, q, 5.0]) for i, q in enumerate(QUESTIONS)]
-    requests.insert(1, json.dumps([99, "passport", "not a number"]))  # any_above raises
+    requests = [json.dumps([i, q, ASK]) for i, q in enumerate(QUESTIONS)]
+    requests.insert(1, json.dumps([99, "passport", "not a number"]))  # the check raises
     out = io.StringIO()
     serve(str(db), io.StringIO("\n".join(requests) + "\n"), out)
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     assert replies[1] == [99, None]  # failed: the engine asks in-process instead
     answers = [answer for ident, answer in replies if ident != 99]
-    assert answers == expected(db, 5.0)
+    assert answers == expected(db)
     assert answers[0] is True and answers[1] is False  # the fixture has a strong and a weak one
 
 
 async def test_the_child_answers_like_the_in_process_check_and_exits_on_close(db):
     child = await RecallProcess.start(db)
-    answers = await asyncio.gather(*(child.ask(q, 5.0) for q in QUESTIONS))
-    assert list(answers) == expected(db, 5.0)
+    answers = await asyncio.gather(*(child.ask(q, ASK) for q in QUESTIONS))
+    assert list(answers) == expected(db)
     pid = child.pid
     await child.aclose()
     assert not child.alive
@@ -76,15 +79,15 @@ async def test_a_dead_child_leaves_the_check_to_the_thread(db, monkeypatch):
     monkeypatch.setattr(wiring, "CHILD_AFTER", 0)
     reader = wiring.RecallReader(db)
     try:
-        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the thread, while it starts
+        assert await reader.strong(QUESTIONS[0], ASK) is True  # the thread, while it starts
         await reader._starting
         assert reader._child is not None and reader._child.alive
-        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the child
+        assert await reader.strong(QUESTIONS[0], ASK) is True  # the child
         os.kill(reader._child.pid, signal.SIGKILL)
         await asyncio.wait_for(reader._child._replies.exited.wait(), 10)
-        assert await reader._child.ask(QUESTIONS[0], 5.0) is None
-        assert await reader.strong(QUESTIONS[0], 5.0) is True  # the thread again
-        assert await reader.strong(QUESTIONS[1], 5.0) is False
+        assert await reader._child.ask(QUESTIONS[0], ASK) is None
+        assert await reader.strong(QUESTIONS[0], ASK) is True  # the thread again
+        assert await reader.strong(QUESTIONS[1], ASK) is False
     finally:
         await reader.aclose()
 
@@ -94,9 +97,9 @@ async def test_the_child_starts_only_after_enough_checks(db, monkeypatch):
     reader = wiring.RecallReader(db)
     try:
         for _ in range(3):
-            await reader.strong(QUESTIONS[1], 5.0)
+            await reader.strong(QUESTIONS[1], ASK)
             assert reader._starting is None  # a short burst never pays for a process
-        await reader.strong(QUESTIONS[1], 5.0)
+        await reader.strong(QUESTIONS[1], ASK)
         assert reader._starting is not None
     finally:
         await reader.aclose()
@@ -115,15 +118,15 @@ async def test_a_child_that_writes_something_else_is_left_and_stopped():
     child = await _fake_child(
         "import sys\nfor line in sys.stdin:\n    print('Warning: not an answer', flush=True)"
     )
-    assert await child.ask("anything", 5.0) is None
+    assert await child.ask("anything", ASK) is None
     assert not child.alive
     await asyncio.wait_for(child._replies.exited.wait(), 10)  # stopped, not left running
-    assert await child.ask("anything", 5.0) is None
+    assert await child.ask("anything", ASK) is None
 
 
 async def test_a_stuck_child_does_not_hold_the_turn(monkeypatch):
     monkeypatch.setattr(recall_process, "ASK_TIMEOUT", 0.2)
     child = await _fake_child("import sys, time\nfor line in sys.stdin:\n    time.sleep(60)")
-    assert await child.ask("anything", 5.0) is None
+    assert await child.ask("anything", ASK) is None
     assert not child.alive
     await asyncio.wait_for(child._replies.exited.wait(), 10)

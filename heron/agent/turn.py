@@ -425,7 +425,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
 
 async def recall_and_note(t: Turn, text: str) -> str | None:
     engine, store = t.engine, t.engine.store
-    strong = await recall_check(engine, text)
+    strong = await recall_check(engine, text, t.conversation.id)
     # Inline while the history is small (a thread hop costs more than the search then);
     # nothing left to search when the reader found no strong hit.
     searching = strong is not False
@@ -444,17 +444,17 @@ def notes_before(
     return "\n".join(n for n in (note, extra) if n) or None
 
 
-async def recall_check(engine: TurnDeps, text: str) -> bool | None:
+async def recall_check(engine: TurnDeps, text: str, conversation_id: int) -> bool | None:
     """Auto-recall's search on its own connection and thread while other turns run (it is
     mostly SQLite time, which then overlaps the loop's work); None: search inline."""
-    from heron.memory.recall import AUTO_RECALL_MIN_SCORE, wants_recall
+    from heron.memory.recall import wants_recall
 
     reader = engine.recall_reader
     if reader is None or engine.recall is None or engine.turns_running < 2:
         return None
     if not wants_recall(text):
         return False
-    return await reader.strong(text, AUTO_RECALL_MIN_SCORE)
+    return await reader.strong(text, conversation_id)
 
 
 def before_message(
@@ -463,10 +463,10 @@ def before_message(
     """Before the user's message is committed: auto-recall (stored as rows just before it, so
     later requests replay them) and the runtime block's memory note. `strong`: whether the
     search found a hit strong enough, when already asked (`recall_check`)."""
-    from heron.memory.recall import AUTO_RECALL_MIN_SCORE
-
+    share = engine.settings.config.context.recall
+    chars = memory_wiring.auto_recall_chars(window_for(engine), share)
     memory_wiring.recall_rows(
-        engine.store, engine.recall, conversation_id, text, AUTO_RECALL_MIN_SCORE, strong
+        engine.store, engine.recall, conversation_id, text, strong, max_chars=chars
     )
     return memory_wiring.memory_note(engine.memory, conversation_id)
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from heron.context.tokens import estimate_text
 from heron.errors import ProviderError
-from heron.memory import queue
+from heron.memory import queue, records
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
 from heron.memory.guard import find_quote, typed_text
 from heron.memory.service import MemoryService
@@ -196,11 +196,7 @@ async def compaction_pass(
 
 
 def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
-    rows = service.store.query(
-        "SELECT reviewed_message_id FROM memory_cursors WHERE conversation_id = ?",
-        (conversation_id,),
-    )
-    return rows[0][0] if rows else 0
+    return records.reviewed_up_to(service.store, conversation_id)
 
 
 async def review_pass(provider: Asker, service: MemoryService, conversation_id: int) -> list[int]:
@@ -212,13 +208,7 @@ async def review_pass(provider: Asker, service: MemoryService, conversation_id: 
     if not new:
         return []
     ids = await extract(provider, service, conversation_id, new)
-    with service.store.transaction() as c:
-        c.execute(
-            "INSERT INTO memory_cursors (conversation_id, reviewed_message_id) VALUES (?, ?)"
-            " ON CONFLICT (conversation_id) DO UPDATE SET"
-            " reviewed_message_id = excluded.reviewed_message_id",
-            (conversation_id, max(new)),
-        )
+    records.set_reviewed_up_to(service.store, conversation_id, max(new))
     return ids
 
 

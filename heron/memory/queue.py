@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from heron.memory import records
 from heron.store import Store
 
 SuggestionKind = Literal["fact", "lesson", "removal", "amendment"]
@@ -65,57 +66,37 @@ def add(
     """Queue a suggestion; one already waiting with the same kind, path, text and quote (the
     compaction pass and a later review pass can both pick the same fact) is not queued twice:
     its id is returned instead."""
-    with store.transaction() as c:
-        same = c.execute(
-            "SELECT id FROM memory_suggestions WHERE status = 'waiting' AND kind = ?"
-            " AND path IS ? AND text IS ? AND quote IS ?",
-            (kind, path, text, quote),
-        ).fetchone()
-        if same is not None:
-            return int(same[0])
-        cur = c.execute(
-            "INSERT INTO memory_suggestions (kind, path, text, quote, mistake, reason, origin,"
-            " conversation_id, message_id, base_digest, created)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                kind,
-                path,
-                text,
-                quote,
-                mistake,
-                reason,
-                origin,
-                conversation_id,
-                message_id,
-                base_digest,
-                time.time(),
-            ),
-        )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    values = {
+        "kind": kind,
+        "path": path,
+        "text": text,
+        "quote": quote,
+        "mistake": mistake,
+        "reason": reason,
+        "origin": origin,
+        "conversation_id": conversation_id,
+        "message_id": message_id,
+        "base_digest": base_digest,
+        "created": time.time(),
+    }
+    return records.queue_suggestion(store, values)
 
 
 def get(store: Store, suggestion_id: int) -> Suggestion | None:
-    rows = store.query("SELECT * FROM memory_suggestions WHERE id = ?", (suggestion_id,))
-    return _row(rows[0]) if rows else None
+    row = records.suggestion(store, suggestion_id)
+    return _row(row) if row is not None else None
 
 
 def waiting(store: Store) -> list[Suggestion]:
-    rows = store.query("SELECT * FROM memory_suggestions WHERE status = 'waiting' ORDER BY id")
-    return [_row(r) for r in rows]
+    return [_row(r) for r in records.waiting_suggestions(store)]
 
 
 def count_waiting(store: Store) -> int:
-    rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
-    return int(rows[0][0])
+    return records.count_waiting(store)
 
 
 def decide(store: Store, suggestion_id: int, status: Status) -> None:
-    with store.transaction() as c:
-        c.execute(
-            "UPDATE memory_suggestions SET status = ?, decided = ? WHERE id = ?",
-            (status, time.time(), suggestion_id),
-        )
+    records.set_status(store, suggestion_id, status, time.time())
 
 
 def _row(r: sqlite3.Row) -> Suggestion:

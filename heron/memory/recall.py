@@ -12,15 +12,14 @@ discussed.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from heron.messages import Message, ToolCall, ToolResult
+from heron.memory import records
 from heron.store import Store
 
 _STOPWORD_TEXT = """
@@ -96,20 +95,6 @@ def match_expression(query: str, prefix: bool = True) -> str | None:
     return " OR ".join(phrases(query, prefix)) or None
 
 
-# FTS5's bm25 (k1 = 1.2, b = 0.75, unit column weight) gives each phrase of the query
-# idf * f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl)) for a row: below idf * (k1 + 1).
-# idf = log((rows - hits + 0.5) / (hits + 0.5)), floored at 1e-6.
-_BM25_TF_CAP = 2.2
-_BOUND_SLACK = 1.0  # score bound of the phrases `any_above` may leave out of its first query
-
-
-def bm25_bound(rows_at_most: int, hits_at_least: int) -> float:
-    """An upper bound of what one phrase adds to any row's -bm25 score, from an upper bound of
-    the table's rows and a lower bound of the rows that match the phrase."""
-    idf = math.log((rows_at_most - hits_at_least + 0.5) / (hits_at_least + 0.5))
-    return _BM25_TF_CAP * max(idf, 1e-6)
-
-
 class Recall:
     def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
         self.store = store
@@ -119,15 +104,12 @@ class Recall:
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
         self._embedded_upto: dict[int | None, int] = {}
         self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
+        self._last_query: tuple[str, Future[Any]] | None = None
 
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
         """How many messages hold `word`, counted up to `cap` (counting further costs time
         and changes nothing)."""
-        rows = self.store.query(
-            "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
-            (f'"{word}"', cap),
-        )
-        return int(rows[0][0])
+        return records.rows_matching(self.store, f'"{word}"', cap)
 
     def selective_terms(self, query: str, counted: dict[str, int] | None = None) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
@@ -151,68 +133,19 @@ class Recall:
         return [w for w in words if w in kept]
 
     def bm25(
-        self, query: str, limit: int = 20, conversation_id: int | None = None
+        self,
+        query: str,
+        limit: int = 20,
+        conversation_id: int | None = None,
+        *,
+        outside: int | None = None,
     ) -> list[tuple[int, float]]:
-        """(message id, score) best first; score is -bm25, so higher is better."""
+        """(message id, score) best first; score is -bm25, so higher is better. Within one
+        conversation, or with `outside`, in every conversation but that one."""
         expr = match_expression(" ".join(self.selective_terms(query)))
         if expr is None:
             return []
-        sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
-        params: list[object] = [expr]
-        if conversation_id is not None:
-            sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
-            params.append(conversation_id)
-        # The same order as FTS5's "ORDER BY rank" (ties by rowid), a third faster at 100,000
-        # messages: rank sorts every match, where SQLite keeps only the best `limit` as it goes.
-        sql += " ORDER BY s DESC, rowid LIMIT ?"
-        params.append(limit)
-        return [(r[0], r[1]) for r in self.store.query(sql, params)]
-
-    def any_above(self, query: str, min_score: float) -> bool:
-        """Whether `bm25(query)` has a hit scoring at least `min_score`, usually without
-        scoring every row that holds a common word: a phrase whose bound (`bm25_bound`) is
-        small is left out first; the full search runs only when the answer is then in doubt
-        (the rows scored without those phrases lie within their bound of `min_score`)."""
-        counted: dict[str, int] = {}
-        found = phrases(" ".join(self.selective_terms(query, counted)))
-        if not found:
-            return False
-        known = {f'"{w}"': n for w, n in counted.items()}  # a short word's phrase: counted
-        hits = {p: known[p] if p in known else self._rows_matching(p) for p in found}
-        found = [p for p in found if hits[p]]  # a phrase no row holds adds nothing to any
-        if not found:
-            return False
-        rows = self.store.query("SELECT coalesce(max(id), 0) FROM messages")[0][0]  # rowid = id
-        bounds = {p: bm25_bound(max(rows, hits[p]), hits[p]) for p in found}
-        left_out: list[str] = []
-        slack = 0.0
-        for phrase in sorted(found, key=lambda p: bounds[p]):
-            if slack + bounds[phrase] > _BOUND_SLACK:
-                break
-            left_out.append(phrase)
-            slack += bounds[phrase]
-        kept = [p for p in found if p not in left_out]
-        best = self._best_score(" OR ".join(kept)) if kept else None
-        if best is not None and best >= min_score + 1e-9:  # left-out phrases only add
-            return True
-        if max(best or 0.0, 0.0) + slack < min_score - 1e-9:  # no row can reach it
-            return False
-        return any(s >= min_score for _, s in self.bm25(query, 3))
-
-    def _rows_matching(self, phrase: str, cap: int = MATCH_BUDGET + 1) -> int:
-        rows = self.store.query(
-            "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
-            (phrase, cap),
-        )
-        return int(rows[0][0])
-
-    def _best_score(self, expr: str) -> float | None:
-        rows = self.store.query(
-            "SELECT -bm25(messages_fts) FROM messages_fts WHERE messages_fts MATCH ?"
-            " ORDER BY rank LIMIT 1",
-            (expr,),
-        )
-        return rows[0][0] if rows else None
+        return records.bm25_ranked(self.store, expr, limit, conversation_id, outside)
 
     def semantic(
         self, query: str, limit: int = 20, conversation_id: int | None = None
@@ -246,7 +179,7 @@ class Recall:
             return 0
         from heron.memory import vectors
 
-        upto = self.store.query("SELECT coalesce(max(id), 0) FROM messages")[0][0]
+        upto = records.max_message_id(self.store)
         done = self._embedded_upto
         after = max(done.get(None, 0), done.get(conversation_id, 0))
         count = vectors.index_missing(self.store, self.embedder, conversation_id, after)
@@ -273,11 +206,9 @@ class Recall:
         if self.embedder is None:
             return self.lexical(query, limit, conversation_id)
 
-        from heron.memory.vectors import encode_query
-
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
-        encoding = self._encoder().submit(encode_query, self.embedder, query)
+        encoding = self._query_vector(query)
         lexical = dict(self.bm25(query, depth, conversation_id))
         self.index_missing(conversation_id)
         similar = self._similarities(query, conversation_id, encoding.result())
@@ -295,17 +226,22 @@ class Recall:
             session = self.sessions(pool)
         return blend(lexical, similar.of(pool), near, session)[:limit]
 
+    def _query_vector(self, query: str) -> Future[Any]:
+        """The query's vector, being encoded on the worker; the last query's is kept, since
+        auto-recall ranks the same text twice (this conversation, then the others)."""
+        from heron.memory.vectors import encode_query
+
+        last = self._last_query
+        if last is not None and last[0] == query:
+            return last[1]
+        encoding = self._encoder().submit(encode_query, self.embedder, query)
+        self._last_query = (query, encoding)
+        return encoding
+
     def neighbours(self, ids: Sequence[int]) -> dict[int, set[int]]:
         """Each message's parent and children among `ids` and around them."""
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.store.query(
-            f"SELECT id, parent_id FROM messages WHERE id IN ({marks}) OR parent_id IN ({marks})",
-            [*ids, *ids],
-        )
         near: dict[int, set[int]] = {}
-        for child, parent in rows:
+        for child, parent in records.parent_links(self.store, ids):
             if parent is not None:
                 near.setdefault(child, set()).add(parent)
                 near.setdefault(parent, set()).add(child)
@@ -315,14 +251,8 @@ class Recall:
         """Message id -> (conversation, day): what counts as one sitting of a conversation."""
         from heron.memory.vectors import DAY  # lazy: vectors loads only when a search ranks
 
-        wanted = list(ids)
-        if not wanted:
-            return {}
-        marks = ",".join("?" * len(wanted))
-        rows = self.store.query(
-            f"SELECT id, conversation_id, created FROM messages WHERE id IN ({marks})", wanted
-        )
-        return {r[0]: (r[1], int(r[2] // DAY)) for r in rows}
+        rows = records.message_dates(self.store, list(ids))
+        return {i: (conversation, int(created // DAY)) for i, conversation, created in rows}
 
     def search(
         self,
@@ -332,34 +262,61 @@ class Recall:
         conversation_id: int | None = None,
         exclude: Iterable[int] = (),
     ) -> list[Hit]:
+        """The best hits for `query`, a message that holds its words verbatim first."""
         skip = set(exclude)
         ranked = [(i, s) for i, s in self.ranked(query, limit + len(skip), conversation_id)]
+        ranked = first_verbatim(ranked, self.verbatim(query, conversation_id, limit))
         ranked = [(i, s) for i, s in ranked if i not in skip][:limit]
         return self._hits(ranked, query)
 
+    def verbatim(
+        self, query: str, conversation_id: int | None = None, limit: int = 10
+    ) -> list[int]:
+        """Messages holding the query's words in its order (FTS5 phrase match, so case,
+        punctuation and word endings aside), oldest first: a pointer's first words or a quote
+        of a message. Only for queries of VERBATIM_WORDS words or more; fewer say too little
+        to single a message out."""
+        words = _WORD.findall(query.lower())
+        if len(words) < VERBATIM_WORDS:
+            return []
+        phrase = '"' + " ".join(words) + '"'  # the words hold no quote
+        return records.phrase_matches(self.store, phrase, conversation_id, limit)
+
     def body(self, hit: Hit) -> str:
         """The indexed text of a hit's message, whole."""
-        rows = self.store.query("SELECT body FROM messages_fts WHERE rowid = ?", (hit.message_id,))
-        return rows[0][0] if rows else ""
+        return records.indexed_text(self.store, [hit.message_id]).get(hit.message_id, "")
+
+    def bodies(self, ids: Sequence[int]) -> dict[int, str]:
+        """The indexed text of each message asked for that has any, whole."""
+        return records.indexed_text(self.store, ids)
 
     def _hits(self, ranked: list[tuple[int, float]], query: str) -> list[Hit]:
         if not ranked:
             return []
-        ids = [i for i, _ in ranked]
-        marks = ",".join("?" * len(ids))
-        rows = self.store.query(
-            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body"
-            f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-            f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
-            ids,
-        )
-        by_id = {r[0]: r for r in rows}
+        by_id = {r[0]: r for r in records.hit_rows(self.store, [i for i, _ in ranked])}
         words = terms(query)
         return [
             Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score)
             for i, score in ranked
             if (r := by_id.get(i)) is not None
         ]
+
+
+VERBATIM_WORDS = 3
+
+
+def first_verbatim(ranked: list[tuple[int, float]], verbatim: list[int]) -> list[tuple[int, float]]:
+    """`ranked` with the verbatim matches moved to the front, in their ranked order (those the
+    ranking missed after them, oldest first), each scored at least as the best hit."""
+    if not verbatim:
+        return ranked
+    scores = dict(ranked)
+    top = ranked[0][1] if ranked else 0.0
+    chosen = set(verbatim)
+    front = [(i, s) for i, s in ranked if i in chosen]
+    front += [(i, top) for i in verbatim if i not in scores]
+    front = [(i, max(s, top)) for i, s in front]
+    return front + [(i, s) for i, s in ranked if i not in chosen]
 
 
 def lend(scores: dict[int, float], near: dict[int, set[int]]) -> list[tuple[int, float]]:
@@ -419,96 +376,8 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
 
-# Checked on the LoCoMo dev conversations against 20 unrelated chat lines (bench-style, see
-# docs/memory.md): at 8 alone a fifth of them fired on one rare shared word ("landlord"); at 10
-# with at least two of the query's words in the hit, one in twenty fires. 43.7% of the
-# benchmark's questions fire, but only 20.8% bring evidence in (bench/recall.py, one store).
-AUTO_RECALL_MIN_SCORE = 10.0  # -bm25 of a hit; below it, hits are too weak to inject
-AUTO_RECALL_MIN_TERMS = 2  # distinct query words a hit must hold (all of them if fewer)
-AUTO_RECALL_HITS = 3
-
-
-def matched_terms(body: str, words: Sequence[str]) -> int:
-    """How many of `words` occur in `body` (a long word also as a prefix, as the query does)."""
-    tokens = set(_WORD.findall(body.lower()))
-    return sum(
-        1 for w in words if w in tokens or (len(w) >= 4 and any(t.startswith(w) for t in tokens))
-    )
-
-
-def auto_recall(
-    recall: Recall,
-    text: str,
-    in_view: Iterable[int],
-    *,
-    min_score: float = AUTO_RECALL_MIN_SCORE,
-    min_terms: int = AUTO_RECALL_MIN_TERMS,
-    limit: int = AUTO_RECALL_HITS,
-    call_id: str = "auto_recall",
-) -> list[Message]:
-    """Before a turn: the best BM25 hits for the user's message that score above `min_score`,
-    hold `min_terms` of its words and are not already in the model's view, as a synthetic
-    recall_history call and its result, so the model reads them as evidence it looked up, not
-    as instructions. [] when nothing qualifies."""
-    skip = set(in_view)
-    strong = [(i, s) for i, s in recall.bm25(text, limit + len(skip)) if s >= min_score]
-    strong = [(i, s) for i, s in strong if i not in skip][:limit]
-    words = terms(text)
-    need = min(min_terms, len(words))
-    hits = [h for h in recall._hits(strong, text) if matched_terms(recall.body(h), words) >= need]
-    if not hits:
-        return []
-    call = ToolCall(call_id, "recall_history", {"query": text[:200], "limit": limit})
-    result = ToolResult(call_id, "\n".join(h.line() for h in hits))
-    return [Message("assistant", [call]), Message("user", [result])]
-
-
-# A gate normalised for the history's size: a hit's share of the query's own best score (the
-# idf-weighted share of the query's words it holds, idf counted within the conversation), so
-# text added to other conversations changes nothing. A candidate for auto-recall, measured by
-# bench/recall.py ("auto_gated"); the engine still uses `auto_recall`.
-GATED_MIN_SHARE = 0.4
-GATED_HITS = 2
-GATED_CANDIDATES = 200  # messages of the conversation that hold a query word, at most
-
-
-def gated_hits(
-    recall: Recall,
-    text: str,
-    conversation_id: int,
-    in_view: Iterable[int] = (),
-    *,
-    min_share: float = GATED_MIN_SHARE,
-    limit: int = GATED_HITS,
-) -> list[tuple[int, float]]:
-    """(message id, share) of the conversation's messages holding at least `min_share` of the
-    query's idf weight (and two of its words, all if fewer), best share first, then oldest.
-    Exact while fewer than GATED_CANDIDATES messages of the conversation hold a query word."""
-    words = terms(text)
-    found = recall.bm25(text, GATED_CANDIDATES, conversation_id)
-    if not found:
-        return []
-    # idf among the conversation's messages that hold a query word: what other conversations
-    # hold, or how many unrelated messages there are, cannot move it
-    total = len(found)
-    hits = recall._hits(found, text)
-    rows = [(h.message_id, recall.body(h)) for h in hits]
-    held = {i: _held(body, words) for i, body in rows}
-    df = {w: sum(1 for h in held.values() if w in h) for w in words}
-    idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
-    whole = sum(idf.values()) or 1.0
-    need = min(2, len(words))
-    skip = set(in_view)
-    scored = [
-        (i, sum(idf[w] for w in h) / whole)
-        for i, h in held.items()
-        if i not in skip and len(h) >= need
-    ]
-    scored = [(i, s) for i, s in scored if s >= min_share]
-    return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
-
-
-def _held(body: str, words: Sequence[str]) -> set[str]:
+def held_terms(body: str, words: Sequence[str]) -> set[str]:
+    """Which of `words` occur in `body` (a long word also as a prefix, as the query does)."""
     tokens = set(_WORD.findall(body.lower()))
     return {
         w for w in words if w in tokens or (len(w) >= 4 and any(t.startswith(w) for t in tokens))

@@ -1,6 +1,6 @@
-"""Auto-recall's check (`Recall.any_above`) in a process of its own, for a busy engine.
+"""Auto-recall's check (`auto.fires`) in a process of its own, for a busy engine.
 
-Every turn asks whether the user's message has a strong match in the history before it is sent.
+Every turn asks whether the user's message has a hit passing auto-recall's gate before it is sent.
 The answer is nearly always no, but finding that out takes a handful of full-text queries. On a
 thread of the engine's own process (`RecallReader`'s first home) those queries run on the other
 core, yet their Python between queries still takes the GIL from the event loop, and every hand-
@@ -8,7 +8,7 @@ off costs the loop a switch (docs/performance.md has what that cost a busy engin
 process has its own interpreter, so the check runs beside the loop, and the loop's share is one
 line written to a pipe and one line read back.
 
-The protocol is one JSON array per line: `[id, text, min_score]` in, `[id, answer]` out, where
+The protocol is one JSON array per line: `[id, text, conversation_id]` in, `[id, answer]` out, where
 the answer is true, false, or null when the check failed (the engine then asks in-process). The
 child reads through its own connection to the database (WAL: it never blocks a writer) and
 exits when its stdin closes, so it never outlives the engine that started it.
@@ -102,15 +102,15 @@ class RecallProcess:
     def alive(self) -> bool:
         return not self._replies.broken and not self._transport.is_closing()
 
-    async def ask(self, text: str, min_score: float) -> bool | None:
-        """Whether `text` has a hit scoring at least `min_score`; None when the child could not
-        answer (it failed on this text, or it is gone)."""
+    async def ask(self, text: str, conversation_id: int) -> bool | None:
+        """Whether `text`, typed in the conversation, has a hit passing the gate; None when
+        the child could not answer (it failed on this text, or it is gone)."""
         if not self.alive:
             return None
         self._next += 1
         future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._replies.waiting[self._next] = future
-        self._stdin.write((json.dumps([self._next, text, min_score]) + "\n").encode())
+        self._stdin.write((json.dumps([self._next, text, conversation_id]) + "\n").encode())
         try:
             return await asyncio.wait_for(future, ASK_TIMEOUT)
         except TimeoutError:  # stuck: its later answers are not waited for either
@@ -137,16 +137,17 @@ class RecallProcess:
 
 def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
     """The child's loop: answer each request line until stdin closes."""
-    from heron.memory.recall import Recall, wants_recall
+    from heron.memory.auto import fires
+    from heron.memory.recall import Recall
     from heron.store import Store
 
     lines = sys.stdin if lines is None else lines
     out = sys.stdout if out is None else out
     recall = Recall(Store(db_path))
     for line in lines:
-        ident, text, min_score = json.loads(line)
+        ident, text, conversation_id = json.loads(line)
         try:
-            answer: bool | None = wants_recall(text) and recall.any_above(text, min_score)
+            answer: bool | None = fires(recall, text, int(conversation_id))
         except Exception as e:  # answered in-process instead; the child keeps serving
             log.warning("auto-recall check failed in the child: %s", e)
             answer = None

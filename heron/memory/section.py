@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from heron.memory import records
 from heron.memory.entries import Entry
 from heron.store import Store
 
@@ -113,33 +114,22 @@ def frozen_memory(
     once."""
     current = {e.path.rel: e for e in entries}
     digests = {rel: e.digest for rel, e in current.items()}
-    rows = store.query(
-        "SELECT section, digests, announced FROM memory_snapshots WHERE conversation_id = ?",
-        (conversation_id,),
-    )
-    if not rows:
+    row = records.snapshot(store, conversation_id)
+    if row is None:
         section = memory_section(entries, tokens)
-        with store.transaction() as c:
-            c.execute(
-                "INSERT OR REPLACE INTO memory_snapshots (conversation_id, section, digests,"
-                " announced, taken) VALUES (?, ?, ?, '{}', ?)",
-                (conversation_id, section, json.dumps(digests, sort_keys=True), time.time()),
-            )
+        frozen = json.dumps(digests, sort_keys=True)
+        records.save_snapshot(store, conversation_id, section, frozen, time.time())
         return FrozenMemory(section, None)
-    seen = {**json.loads(rows[0]["digests"]), **json.loads(rows[0]["announced"])}
+    seen = {**json.loads(row["digests"]), **json.loads(row["announced"])}
     lines, announced = _changes(seen, current)
     if not lines:
-        return FrozenMemory(rows[0]["section"], None)
-    merged = {**json.loads(rows[0]["announced"]), **announced}
-    with store.transaction() as c:
-        c.execute(
-            "UPDATE memory_snapshots SET announced = ? WHERE conversation_id = ?",
-            (json.dumps(merged, sort_keys=True), conversation_id),
-        )
+        return FrozenMemory(row["section"], None)
+    merged = {**json.loads(row["announced"]), **announced}
+    records.set_announced(store, conversation_id, json.dumps(merged, sort_keys=True))
     note = "Memory changed since this conversation's Memory section was written (this " + (
         "supersedes it):\n" + "\n".join(lines)
     )
-    return FrozenMemory(rows[0]["section"], note)
+    return FrozenMemory(row["section"], note)
 
 
 def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str], dict[str, str]]:
@@ -207,17 +197,9 @@ def recent_history_section(
 
 
 def history_floor(store: Store, conversation_id: int) -> float:
-    rows = store.query(
-        "SELECT history_floor FROM memory_cursors WHERE conversation_id = ?", (conversation_id,)
-    )
-    return rows[0][0] if rows else 0.0
+    return records.history_floor(store, conversation_id)
 
 
 def set_history_floor(store: Store, conversation_id: int, when: float | None = None) -> None:
     """/new calls this: what came before is not brought back as recent history."""
-    with store.transaction() as c:
-        c.execute(
-            "INSERT INTO memory_cursors (conversation_id, history_floor) VALUES (?, ?)"
-            " ON CONFLICT (conversation_id) DO UPDATE SET history_floor = excluded.history_floor",
-            (conversation_id, time.time() if when is None else when),
-        )
+    records.set_history_floor(store, conversation_id, time.time() if when is None else when)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from heron.memory import queue
+from heron.memory import queue, records
 from heron.memory.entries import (
     BadMemoryPath,
     Entry,
@@ -132,10 +132,7 @@ class MemoryService:
         return live[0]
 
     def _revoked(self, quote: str, match: QuoteMatch) -> bool:
-        rows = self.store.query(
-            "SELECT quote_key FROM memory_revocations WHERE created >= ?", (match.created,)
-        )
-        return any(overlaps(quote, r["quote_key"]) for r in rows)
+        return any(overlaps(quote, k) for k in records.revoked_since(self.store, match.created))
 
     @staticmethod
     def check_secret(*texts: str | None) -> None:
@@ -272,13 +269,14 @@ class MemoryService:
         pass saves it again from anything the user said before."""
         entry = self.get(path)
         statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
-        with self.store.transaction() as c:
-            for statement in sorted(statements):
-                c.execute(
-                    "INSERT INTO memory_revocations (quote_key, path, conversation_id,"
-                    " message_id, created) VALUES (?, ?, ?, ?, ?)",
-                    (statement, entry.path.rel, conversation_id, entry.source.message, time.time()),
-                )
+        records.revoke(
+            self.store,
+            sorted(statements),
+            entry.path.rel,
+            conversation_id,
+            entry.source.message,
+            time.time(),
+        )
         self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
         return entry
 
@@ -466,5 +464,4 @@ class MemoryService:
     def mark_thawed(self, conversation_id: int) -> None:
         """Forget the frozen memory section (at compaction and /new): the next build takes a
         fresh one."""
-        with self.store.transaction() as c:
-            c.execute("DELETE FROM memory_snapshots WHERE conversation_id = ?", (conversation_id,))
+        records.drop_snapshot(self.store, conversation_id)

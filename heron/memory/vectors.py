@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from heron.memory import records
 from heron.store import Store
 
 DAY = 86_400.0  # seconds: messages are dated by day for recall's recency
@@ -148,28 +149,13 @@ def index_missing(
     the message before it: a reply ("yes, last Tuesday") means little without what it answers,
     and on LoCoMo this context lifts the fused recall@10 by about 0.02. Only messages with
     an id above `after` are looked at (the caller knows the rest were done)."""
-    sql = (
-        "SELECT f.rowid, f.body, p.body FROM messages_fts f"
-        " JOIN messages m ON m.id = f.rowid"
-        " LEFT JOIN messages_fts p ON p.rowid = m.parent_id"
-        " LEFT JOIN message_vectors v ON v.message_id = f.rowid AND v.model = ?"
-        " WHERE v.message_id IS NULL AND f.rowid > ?"
-    )
     key = vector_key(embedder)
-    params: list[object] = [key, after]
-    if conversation_id is not None:
-        sql += " AND m.conversation_id = ?"
-        params.append(conversation_id)
-    rows = store.query(sql, params)
+    rows = records.unembedded(store, key, after, conversation_id)
     for start in range(0, len(rows), BATCH):
         batch = rows[start : start + BATCH]
         vectors = embedder.encode([with_context(r[1], r[2]) for r in batch])
-        with store.transaction() as c:
-            c.executemany(
-                "INSERT OR REPLACE INTO message_vectors (message_id, model, vector)"
-                " VALUES (?, ?, ?)",
-                [(r[0], key, _pack(v)) for r, v in zip(batch, vectors, strict=True)],
-            )
+        packed = [(r[0], _pack(v)) for r, v in zip(batch, vectors, strict=True)]
+        records.save_vectors(store, key, packed)
     return len(rows)
 
 
@@ -321,7 +307,7 @@ class VectorIndex:
     def refresh(self, store: Store) -> None:
         """Counting the stored vectors takes 9 ms at 100,000; skip it when nothing was written
         since the last look, by this connection (total_changes) or another (data_version)."""
-        seen = (store.conn.total_changes, store.query("PRAGMA data_version")[0][0])
+        seen = (store.conn.total_changes, records.data_version(store))
         if seen == self.seen:
             return
         self._reread(store)
@@ -330,10 +316,7 @@ class VectorIndex:
     def _reread(self, store: Store) -> None:
         import numpy as np
 
-        count, total = store.query(
-            "SELECT count(*), coalesce(sum(message_id), 0) FROM message_vectors WHERE model = ?",
-            (self.key,),
-        )[0]
+        count, total = records.vector_stamp(store, self.key)
         if (count, total) == self.stamp:
             return
         after = int(self.ids[-1]) if len(self.ids) else -1
@@ -366,12 +349,7 @@ class VectorIndex:
             self.signs = self._signs[: held + len(rows)]
 
     def _rows(self, store: Store, after: int) -> list[Any]:
-        return store.query(
-            "SELECT v.message_id, m.conversation_id, v.vector, coalesce(m.parent_id, 0),"
-            " m.created FROM message_vectors v JOIN messages m ON m.id = v.message_id"
-            " WHERE v.model = ? AND v.message_id > ? ORDER BY v.message_id",
-            (self.key, after),
-        )
+        return records.vector_rows(store, self.key, after)
 
     def rows_of(self, wanted: Iterable[int]) -> Any:
         """The rows of the wanted message ids (ascending, without repeats), or None when one

@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from heron.memory.recall import Recall, auto_recall, wants_recall
+from heron.memory import records
+from heron.memory.auto import RESULT_CHARS, auto_messages, fires
+from heron.memory.recall import Recall, wants_recall
 from heron.memory.recall_process import RecallProcess
 from heron.memory.section import (
     HistoryEntry,
@@ -58,25 +60,19 @@ RECALL_QUERY_CHARS = 2_000  # what auto-recall searches for of a user's message:
 def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tuple[str, float]:
     """The conversation's frozen section and when it was taken; taken now on first use. Reading
     never announces changes: that is `memory_note`'s job, once, in the runtime block."""
-    query = "SELECT section, taken FROM memory_snapshots WHERE conversation_id = ?"
-    rows = store.query(query, (conversation_id,))
-    if not rows:
+    row = records.snapshot(store, conversation_id)
+    if row is None:
         frozen_memory(store, conversation_id, service.entries(), service.section_tokens)
-        rows = store.query(query, (conversation_id,))
-    return rows[0]["section"], rows[0]["taken"]
+        row = records.snapshot(store, conversation_id)
+        assert row is not None  # frozen_memory just took it
+    return row["section"], row["taken"]
 
 
 def history_entries(store: Store, conversation_id: int, until: float) -> list[HistoryEntry]:
     """What other conversations folded away (their consolidation summaries) up to `until`:
     this conversation's own summary is already the prompt's archived summary."""
-    rows = store.query(
-        "SELECT c.created, c.summary, c.meta, v.key FROM compactions c JOIN conversations v"
-        " ON v.id = c.conversation_id WHERE c.kind IN ('consolidation', 'fallback')"
-        " AND c.conversation_id != ? AND c.created <= ? ORDER BY c.id",
-        (conversation_id, until),
-    )
     out = []
-    for r in rows:
+    for r in records.consolidations_elsewhere(store, conversation_id, until):
         facts = (json.loads(r["meta"]) if r["meta"] else {}).get("facts") or r["summary"]
         out.append(HistoryEntry(r["created"], f"{r['key']}: {facts}"))
     return out
@@ -147,8 +143,7 @@ SMALL_HISTORY = 10_000  # messages: below it a search and the memory note take w
 def search_is_slow(store: Store) -> bool:
     """Whether the history is large enough that auto-recall belongs on a worker thread (the
     largest message id, read from the primary key, stands in for the count)."""
-    rows = store.query("SELECT max(id) FROM messages")
-    return bool(rows and rows[0][0] and rows[0][0] > SMALL_HISTORY)
+    return records.max_message_id(store) > SMALL_HISTORY
 
 
 # Checks the thread answers before the child process starts: starting it costs about 0.2 s of
@@ -158,7 +153,7 @@ CHILD_AFTER = 100
 
 
 class RecallReader:
-    """Auto-recall's check (`Recall.any_above`) off the event loop, on a connection of its own:
+    """Auto-recall's check (`auto.fires`) off the event loop, on a connection of its own:
     first on a thread, then, once the overlap lasts (`CHILD_AFTER` checks), in a child process.
 
     The check is full-text searching: most of its time is inside SQLite, which releases the
@@ -178,21 +173,22 @@ class RecallReader:
         self._starting: asyncio.Task[None] | None = None
         self._asked = 0  # checks answered on the thread
 
-    async def strong(self, text: str, min_score: float) -> bool:
-        """Whether `text` has a hit scoring at least `min_score` in the committed history: from
-        the child process once it runs (started after `CHILD_AFTER` checks), from the thread
-        until then or whenever the child cannot answer."""
+    async def strong(self, text: str, conversation_id: int) -> bool:
+        """Whether `text`, typed in the conversation, has a hit passing auto-recall's gate in
+        the committed history: from the child process once it runs (started after
+        `CHILD_AFTER` checks), from the thread until then or whenever the child cannot
+        answer."""
         text = text[:RECALL_QUERY_CHARS]
         child = self._child
         if child is not None:
-            answer = await child.ask(text, min_score)
+            answer = await child.ask(text, conversation_id)
             if answer is not None:
                 return answer
         elif self._starting is None and self._asked >= CHILD_AFTER:
             self._starting = asyncio.create_task(self._start_child())
         self._asked += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._check, text, min_score)
+        return await loop.run_in_executor(self._pool, self._check, text, conversation_id)
 
     async def _start_child(self) -> None:
         try:
@@ -200,10 +196,10 @@ class RecallReader:
         except Exception as e:  # whatever stops it, the thread keeps answering
             log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
-    def _check(self, text: str, min_score: float) -> bool:
+    def _check(self, text: str, conversation_id: int) -> bool:
         if self._recall is None:
             self._recall = Recall(Store(self.path))
-        return wants_recall(text) and self._recall.any_above(text, min_score)
+        return fires(self._recall, text, conversation_id)
 
     async def aclose(self) -> None:
         """Stop the child (waiting for it to exit), then close the thread's connection."""
@@ -229,23 +225,29 @@ def recall_rows(
     recall: Recall | None,
     conversation_id: int,
     text: str,
-    min_score: float,
     strong: bool | None = None,
+    *,
+    max_chars: int = RESULT_CHARS,
 ) -> list[StoredMessage]:
-    """Auto-recall before a turn: strong hits for `text` not in view, stored as a synthetic
-    recall_history call and result at the head (the user's message goes right after them), so
-    the cached prefix before them is untouched and later requests replay them as they were.
-    `strong`: the answer of `any_above` when already known (RecallReader), else None."""
-    if recall is None or not wants_recall(text):
+    """Auto-recall before a turn (heron/memory/auto.py): the hits for `text` not in view, as a
+    synthetic recall_history call and result stored at the head (the user's message goes
+    right after them), so the cached prefix before them is untouched and later requests replay
+    them as they were. `strong`: the answer of `auto.fires` when already known (RecallReader),
+    else None; `max_chars`: the view's budget for one recall result."""
+    if recall is None or not wants_recall(text) or strong is False:
         return []
     text = text[:RECALL_QUERY_CHARS]  # a pasted log is searched by its start, not all of it
-    if strong is None:
-        strong = recall.any_above(text, min_score)
-    if not strong:
-        return []  # the common case: no branch is loaded
+    if strong is None and not fires(recall, text, conversation_id):
+        return []  # the common case: no branch and no vector is loaded
     call_id = f"recall_{secrets.token_hex(4)}"
-    found = auto_recall(
-        recall, text, _in_view(store, conversation_id), min_score=min_score, call_id=call_id
+    found = auto_messages(
+        recall,
+        text,
+        conversation_id,
+        _in_view(store, conversation_id),
+        max_chars=max_chars,
+        call_id=call_id,
+        since=history_floor(store, conversation_id),
     )
     if not found:
         return []
@@ -256,6 +258,13 @@ def recall_rows(
             store.append(conversation_id, m, meta={RECALL_FLAG: True, "recalled": ids})
             for m in found
         ]
+
+
+def auto_recall_chars(window: int, share: float) -> int:
+    """What auto-recall's result may take: the view's budget for one recall result (`share`
+    of the window, as compaction's `Budget.recall_chars` counts it), so the view never cuts
+    it, and never more than RESULT_CHARS, so a large window still gets a small result."""
+    return min(RESULT_CHARS, max(500, int(window * share) * 4))
 
 
 def _cited(store: Store, result: ToolResult) -> list[int]:

@@ -1,0 +1,352 @@
+"""Memory's rows: every SQL statement of heron/memory/ lives here, each in a function named for
+what it reads or writes, so the memory modules hold no SQL (tests/test_architecture_sql.py) and
+nothing outside memory/ imports this module.
+
+    full-text index   messages_fts: counts, BM25 ranking, phrase matches, indexed text
+    messages          the largest id, parents and children, dates, hit rows
+    vectors           message_vectors: what lacks a vector, saving them, reading them back
+    suggestions       memory_suggestions: the review queue
+    snapshots         memory_snapshots: a conversation's frozen Memory section
+    cursors           memory_cursors: the review cursor and the /new floor of recent history
+    revocations       memory_revocations: what the user asked to forget
+    summaries         other conversations' consolidation summaries (Recent history)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+
+from heron.store import Store
+
+# ---- the full-text index (messages_fts, rowid = messages.id) ---------------------------------
+
+
+def rows_matching(store: Store, expression: str, cap: int) -> int:
+    """How many indexed messages match an FTS5 expression, counted up to `cap`."""
+    rows = store.query(
+        "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
+        (expression, cap),
+    )
+    return int(rows[0][0])
+
+
+def bm25_ranked(
+    store: Store,
+    expression: str,
+    limit: int,
+    conversation_id: int | None = None,
+    outside: int | None = None,
+) -> list[tuple[int, float]]:
+    """(message id, -bm25) best first for an FTS5 expression: within one conversation, or
+    with `outside`, in every conversation but that one."""
+    sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
+    params: list[object] = [expression]
+    if conversation_id is not None:
+        sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
+        params.append(conversation_id)
+    if outside is not None:
+        # Looked up per matching row (at most recall's MATCH_BUDGET of them): the complement
+        # of one conversation is most of the table.
+        sql += " AND (SELECT conversation_id FROM messages m WHERE m.id = messages_fts.rowid) != ?"
+        params.append(outside)
+    # The same order as FTS5's "ORDER BY rank" (ties by rowid), a third faster at 100,000
+    # messages: rank sorts every match, where SQLite keeps only the best `limit` as it goes.
+    sql += " ORDER BY s DESC, rowid LIMIT ?"
+    params.append(limit)
+    return [(r[0], r[1]) for r in store.query(sql, params)]
+
+
+def phrase_matches(store: Store, phrase: str, conversation_id: int | None, limit: int) -> list[int]:
+    """Ids of the messages matching an FTS5 phrase, oldest first."""
+    sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+    params: list[object] = [phrase]
+    if conversation_id is not None:
+        sql += " AND rowid IN (SELECT id FROM messages WHERE conversation_id = ?)"
+        params.append(conversation_id)
+    params.append(limit)
+    return [r[0] for r in store.query(sql + " ORDER BY rowid LIMIT ?", params)]
+
+
+def indexed_text(store: Store, ids: Sequence[int]) -> dict[int, str]:
+    """The indexed text of each message asked for that has any."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    sql = f"SELECT rowid, body FROM messages_fts WHERE rowid IN ({marks})"
+    return {r[0]: r[1] for r in store.query(sql, list(ids))}
+
+
+# ---- messages ---------------------------------------------------------------------------------
+
+
+def max_message_id(store: Store) -> int:
+    """The largest message id (0 for none), read from the primary key: it stands in for the
+    count, which costs a scan."""
+    return int(store.query("SELECT coalesce(max(id), 0) FROM messages")[0][0])
+
+
+def parent_links(store: Store, ids: Sequence[int]) -> list[tuple[int, int | None]]:
+    """(message, parent) for the messages asked for and their children."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = store.query(
+        f"SELECT id, parent_id FROM messages WHERE id IN ({marks}) OR parent_id IN ({marks})",
+        [*ids, *ids],
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+def message_dates(store: Store, ids: Sequence[int]) -> list[tuple[int, int, float]]:
+    """(message, conversation, created) of the messages asked for."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = store.query(
+        f"SELECT id, conversation_id, created FROM messages WHERE id IN ({marks})", list(ids)
+    )
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
+    """id, conversation_id, key, role, created and body of each indexed message asked for."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    return store.query(
+        f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body"
+        f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+        f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
+        list(ids),
+    )
+
+
+# ---- vectors (message_vectors) -----------------------------------------------------------------
+
+
+def unembedded(
+    store: Store, model: str, after: int, conversation_id: int | None = None
+) -> list[sqlite3.Row]:
+    """(id, text, the previous message's text) of the indexed messages above `after` that
+    have no vector for `model`."""
+    sql = (
+        "SELECT f.rowid, f.body, p.body FROM messages_fts f"
+        " JOIN messages m ON m.id = f.rowid"
+        " LEFT JOIN messages_fts p ON p.rowid = m.parent_id"
+        " LEFT JOIN message_vectors v ON v.message_id = f.rowid AND v.model = ?"
+        " WHERE v.message_id IS NULL AND f.rowid > ?"
+    )
+    params: list[object] = [model, after]
+    if conversation_id is not None:
+        sql += " AND m.conversation_id = ?"
+        params.append(conversation_id)
+    return store.query(sql, params)
+
+
+def save_vectors(store: Store, model: str, vectors: Iterable[tuple[int, bytes]]) -> None:
+    """Store (message id, packed vector) pairs for `model`, in one transaction."""
+    with store.transaction() as c:
+        c.executemany(
+            "INSERT OR REPLACE INTO message_vectors (message_id, model, vector) VALUES (?, ?, ?)",
+            [(i, model, v) for i, v in vectors],
+        )
+
+
+def data_version(store: Store) -> int:
+    """SQLite's data_version: it changes when another connection commits."""
+    return int(store.query("PRAGMA data_version")[0][0])
+
+
+def vector_stamp(store: Store, model: str) -> tuple[int, int]:
+    """How many vectors `model` has, and the sum of their message ids."""
+    row = store.query(
+        "SELECT count(*), coalesce(sum(message_id), 0) FROM message_vectors WHERE model = ?",
+        (model,),
+    )[0]
+    return int(row[0]), int(row[1])
+
+
+def vector_rows(store: Store, model: str, after: int) -> list[sqlite3.Row]:
+    """(message id, conversation, vector, parent or 0, created) of `model`'s vectors of the
+    messages above `after`, in id order."""
+    return store.query(
+        "SELECT v.message_id, m.conversation_id, v.vector, coalesce(m.parent_id, 0),"
+        " m.created FROM message_vectors v JOIN messages m ON m.id = v.message_id"
+        " WHERE v.model = ? AND v.message_id > ? ORDER BY v.message_id",
+        (model, after),
+    )
+
+
+# ---- the review queue (memory_suggestions) ----------------------------------------------------
+
+SUGGESTION_COLUMNS = (
+    "kind",
+    "path",
+    "text",
+    "quote",
+    "mistake",
+    "reason",
+    "origin",
+    "conversation_id",
+    "message_id",
+    "base_digest",
+    "created",
+)
+
+
+def queue_suggestion(store: Store, values: Mapping[str, object]) -> int:
+    """Insert a suggestion (SUGGESTION_COLUMNS), unless one with the same kind, path, text and
+    quote is already waiting: in one transaction, the id of the new or the waiting one."""
+    with store.transaction() as c:
+        same = c.execute(
+            "SELECT id FROM memory_suggestions WHERE status = 'waiting' AND kind = ?"
+            " AND path IS ? AND text IS ? AND quote IS ?",
+            (values["kind"], values["path"], values["text"], values["quote"]),
+        ).fetchone()
+        if same is not None:
+            return int(same[0])
+        cur = c.execute(
+            "INSERT INTO memory_suggestions (kind, path, text, quote, mistake, reason, origin,"
+            " conversation_id, message_id, base_digest, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [values[k] for k in SUGGESTION_COLUMNS],
+        )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def suggestion(store: Store, suggestion_id: int) -> sqlite3.Row | None:
+    rows = store.query("SELECT * FROM memory_suggestions WHERE id = ?", (suggestion_id,))
+    return rows[0] if rows else None
+
+
+def waiting_suggestions(store: Store) -> list[sqlite3.Row]:
+    return store.query("SELECT * FROM memory_suggestions WHERE status = 'waiting' ORDER BY id")
+
+
+def count_waiting(store: Store) -> int:
+    rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
+    return int(rows[0][0])
+
+
+def set_status(store: Store, suggestion_id: int, status: str, when: float) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE memory_suggestions SET status = ?, decided = ? WHERE id = ?",
+            (status, when, suggestion_id),
+        )
+
+
+# ---- snapshots (memory_snapshots) -------------------------------------------------------------
+
+
+def snapshot(store: Store, conversation_id: int) -> sqlite3.Row | None:
+    """section, digests, announced and taken of the conversation's frozen section."""
+    rows = store.query(
+        "SELECT section, digests, announced, taken FROM memory_snapshots WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    return rows[0] if rows else None
+
+
+def save_snapshot(
+    store: Store, conversation_id: int, section: str, digests: str, taken: float
+) -> None:
+    """Freeze the conversation's section (digests: JSON), nothing announced yet."""
+    with store.transaction() as c:
+        c.execute(
+            "INSERT OR REPLACE INTO memory_snapshots (conversation_id, section, digests,"
+            " announced, taken) VALUES (?, ?, ?, '{}', ?)",
+            (conversation_id, section, digests, taken),
+        )
+
+
+def set_announced(store: Store, conversation_id: int, announced: str) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "UPDATE memory_snapshots SET announced = ? WHERE conversation_id = ?",
+            (announced, conversation_id),
+        )
+
+
+def drop_snapshot(store: Store, conversation_id: int) -> None:
+    with store.transaction() as c:
+        c.execute("DELETE FROM memory_snapshots WHERE conversation_id = ?", (conversation_id,))
+
+
+# ---- cursors (memory_cursors) -------------------------------------------------------------------
+
+
+def reviewed_up_to(store: Store, conversation_id: int) -> int:
+    rows = store.query(
+        "SELECT reviewed_message_id FROM memory_cursors WHERE conversation_id = ?",
+        (conversation_id,),
+    )
+    return int(rows[0][0]) if rows else 0
+
+
+def set_reviewed_up_to(store: Store, conversation_id: int, message_id: int) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "INSERT INTO memory_cursors (conversation_id, reviewed_message_id) VALUES (?, ?)"
+            " ON CONFLICT (conversation_id) DO UPDATE SET"
+            " reviewed_message_id = excluded.reviewed_message_id",
+            (conversation_id, message_id),
+        )
+
+
+def history_floor(store: Store, conversation_id: int) -> float:
+    rows = store.query(
+        "SELECT history_floor FROM memory_cursors WHERE conversation_id = ?", (conversation_id,)
+    )
+    return float(rows[0][0]) if rows else 0.0
+
+
+def set_history_floor(store: Store, conversation_id: int, when: float) -> None:
+    with store.transaction() as c:
+        c.execute(
+            "INSERT INTO memory_cursors (conversation_id, history_floor) VALUES (?, ?)"
+            " ON CONFLICT (conversation_id) DO UPDATE SET history_floor = excluded.history_floor",
+            (conversation_id, when),
+        )
+
+
+# ---- revocations (memory_revocations) ---------------------------------------------------------
+
+
+def revoked_since(store: Store, created: float) -> list[str]:
+    """The normalised statements revoked at or after `created`."""
+    rows = store.query("SELECT quote_key FROM memory_revocations WHERE created >= ?", (created,))
+    return [r[0] for r in rows]
+
+
+def revoke(
+    store: Store,
+    statements: Iterable[str],
+    path: str,
+    conversation_id: int | None,
+    message_id: int | None,
+    when: float,
+) -> None:
+    with store.transaction() as c:
+        for statement in statements:
+            c.execute(
+                "INSERT INTO memory_revocations (quote_key, path, conversation_id,"
+                " message_id, created) VALUES (?, ?, ?, ?, ?)",
+                (statement, path, conversation_id, message_id, when),
+            )
+
+
+# ---- other conversations' summaries -----------------------------------------------------------
+
+
+def consolidations_elsewhere(store: Store, conversation_id: int, until: float) -> list[sqlite3.Row]:
+    """created, summary, meta and conversation key of the consolidation summaries of the other
+    conversations, written up to `until`, oldest first."""
+    return store.query(
+        "SELECT c.created, c.summary, c.meta, v.key FROM compactions c JOIN conversations v"
+        " ON v.id = c.conversation_id WHERE c.kind IN ('consolidation', 'fallback')"
+        " AND c.conversation_id != ? AND c.created <= ? ORDER BY c.id",
+        (conversation_id, until),
+    )
