@@ -14,6 +14,7 @@ from heron.config import Settings
 from heron.memory.recall import Recall
 from heron.messages import user
 from heron.providers.scripted import ScriptedProvider
+from heron.tools.context import TurnServices
 from heron.tools.memory_tools import recall_history
 from heron.tools.registry import ToolContext
 
@@ -42,7 +43,7 @@ async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_fi
         # and the ids of a range of older ones, not listed one by one
         low, high = map(int, re.findall(r"\[#(\d+)–#(\d+)\] \d+ older messages", seen)[0])
         pointed += [n for n in sorted(by_id) if low <= n <= high and by_id[n] in said][:3]
-        ctx = ToolContext(workspace=Path("."), extra={"recall": Recall(store)})
+        ctx = ToolContext(workspace=Path("."), services=TurnServices(recall=Recall(store)))
         for row_id in pointed:
             whole = by_id[row_id]
             opened = recall_history.fn(ctx, message_id=row_id)

@@ -30,6 +30,7 @@ from heron.request import ChatRequest
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.migrations import _apply, _name, _steps
+from heron.tools.context import TurnServices
 from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.schedule import schedule
 
@@ -252,7 +253,7 @@ async def test_the_agent_cannot_cancel_it(heron_home):
     _config(heron_home, "")
     async with rig(local(2026, 6, 1, 12, 0)) as r:
         job = js.review_job(r.store)
-        ctx = ToolContext(heron_home, extra={"store": r.store, "conversation_key": "chat-1"})
+        ctx = ToolContext(heron_home, services=TurnServices(r.store, conversation_key="chat-1"))
         refused = await schedule.run(ctx, {"action": "cancel", "job": job.id})
         assert refused.is_error and "only the user turns it off" in refused.text
         assert js.review_job(r.store).status == "active"
