@@ -9,6 +9,11 @@ wall time of the whole command, process start to exit.
     python bench/cli.py [--runs 15] [--json]
 
 Target: through serve <= 150 ms.
+
+With --offline, the model is the offline one (SmolLM2 through xllamacpp, no API key and no
+base URL in the environment), and each round is `echo hi | heron run -` (a new thread each
+time): through a serve that loaded the model once, against a process that loads it for every
+message. `--json` prints `{"offline_serve_ms": .., "offline_inprocess_ms": ..}`.
 """
 
 from __future__ import annotations
@@ -42,12 +47,15 @@ def seed(home: Path) -> None:
     store.close()
 
 
-def environment(home: Path, url: str) -> dict[str, str]:
+def environment(home: Path, url: str | None) -> dict[str, str]:
+    """The environment of a run on `home`: the fake server at `url`, or (None) no model
+    configured at all, so Heron picks the offline one."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
     }
-    env.update(HERON_HOME=str(home), HERON_BASE_URL=url, HERON_API_KEY="d")
-    env["HERON_MODEL"] = "fake-model"
+    env["HERON_HOME"] = str(home)
+    if url is not None:
+        env.update(HERON_BASE_URL=url, HERON_API_KEY="d", HERON_MODEL="fake-model")
     return env
 
 
@@ -66,48 +74,67 @@ def start_serve(env: dict[str, str]) -> subprocess.Popen[str]:
     return proc
 
 
-def one_run(env: dict[str, str], i: int) -> float:
+def one_run(env: dict[str, str], i: int, offline: bool = False) -> float:
     command = [sys.executable, "-m", "heron", "run", "--conversation", "bench", f"next message {i}"]
+    stdin = None
+    if offline:  # `echo hi | heron run -`: the message on stdin, a new thread each time
+        command, stdin = [sys.executable, "-m", "heron", "run", "-"], "hi\n"
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        command, env=env, input=stdin, capture_output=True, text=True, timeout=300
+    )
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"heron run failed: {done.stderr}")
     return took
 
 
-def measure(runs: int) -> dict[str, float]:
+def measure(runs: int, offline: bool = False) -> dict[str, float]:
     instant = FakeOpenAIServer(lambda body: ServerReply("ok"))
     with tempfile.TemporaryDirectory() as tmp, instant as model:
         served, alone = Path(tmp, "served"), Path(tmp, "alone")
         for home in (served, alone):
             home.mkdir()
             seed(home)
-        served_env = environment(served, model.base_url)
-        alone_env = environment(alone, model.base_url)
+        url = None if offline else model.base_url
+        served_env, alone_env = environment(served, url), environment(alone, url)
         serve = start_serve(served_env)
         try:
-            one_run(served_env, -1), one_run(alone_env, -1)  # warm the caches of both
+            # Warm the caches of both (and, offline, the serve's model: its first request
+            # waits for the model to load).
+            one_run(served_env, -1, offline), one_run(alone_env, -1, offline)
             times: dict[str, list[float]] = {"serve": [], "inprocess": []}
             for i in range(runs):
-                times["serve"].append(one_run(served_env, i))
-                times["inprocess"].append(one_run(alone_env, i))
+                times["serve"].append(one_run(served_env, i, offline))
+                times["inprocess"].append(one_run(alone_env, i, offline))
         finally:
             serve.send_signal(signal.SIGTERM)
             serve.wait(60)
-    return {f"{k}_ms": round(statistics.median(v) * 1000, 1) for k, v in times.items()}
+    prefix = "offline_" if offline else ""
+    return {f"{prefix}{k}_ms": round(statistics.median(v) * 1000, 1) for k, v in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15, help="measured runs per mode")
+    parser.add_argument("--runs", type=int, help="measured runs per mode (15; offline 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument(
+        "--offline", action="store_true", help="the offline model: echo hi | heron run -"
+    )
     args = parser.parse_args()
-    figures = measure(args.runs)
+    runs = args.runs or (5 if args.offline else 15)
+    figures = measure(runs, args.offline)
     if args.json:
         print(json.dumps(figures))
         return
-    print(f"heron run continuing a {PRIOR}-message conversation (median of {args.runs}):")
+    if args.offline:
+        print(f"echo hi | heron run - on the offline model (median of {runs}):")
+        print(f"  through heron serve (model loaded once): {figures['offline_serve_ms']:8.1f} ms")
+        print(
+            f"  in-process (model loaded every time):    {figures['offline_inprocess_ms']:8.1f} ms"
+        )
+        return
+    print(f"heron run continuing a {PRIOR}-message conversation (median of {runs}):")
     print(f"  through heron serve: {figures['serve_ms']:8.1f} ms   (target <= 150 ms)")
     print(f"  in-process:          {figures['inprocess_ms']:8.1f} ms")
 

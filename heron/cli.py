@@ -148,6 +148,12 @@ def _message_text(message: str | None) -> str:
     if not text.strip():
         typer.echo("heron: the message is empty", err=True)
         raise typer.Exit(2)
+    from heron.messages import oversized
+
+    too_large = oversized(text)
+    if too_large is not None:  # refused before it is sent, with a serve or without
+        typer.echo(f"heron: {too_large}", err=True)
+        raise typer.Exit(2)
     return text
 
 

@@ -11,6 +11,10 @@ full CLI handles the command, as it always does.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from heron.errors import HeronError
 
 
 def main() -> None:
@@ -70,6 +74,7 @@ def _fast_run(args: list[str]) -> int | None:
     import asyncio
 
     from heron.channels.script import run_remote
+    from heron.errors import HeronError
 
     agent, given = str(parsed["agent"]), parsed["conversation"]
     key = str(given) if given else None
@@ -77,6 +82,8 @@ def _fast_run(args: list[str]) -> int | None:
         ok = asyncio.run(run_remote(path, text, agent, key, sys.stdout, sys.stderr))
     except (ConnectionRefusedError, FileNotFoundError):
         return _in_process(text, agent, key)  # the socket of a serve that is gone
+    except HeronError as e:  # the serve refused the message (its config.toml broke)
+        return _failed(e)
     return 0 if ok else 1
 
 
@@ -88,7 +95,10 @@ def _text(message: str) -> str | None:
         sys.stderr.write(
             f"heron: the message had {bad} invalid UTF-8 sequence(s); each is kept as \ufffd\n"
         )
-    return text if text.strip() else None
+    from heron.messages import oversized
+
+    # Empty or too large: the full CLI says so, the same with a serve or without.
+    return text if text.strip() and oversized(text) is None else None
 
 
 def _in_process(text: str, agent: str, key: str | None) -> int:
@@ -96,11 +106,18 @@ def _in_process(text: str, agent: str, key: str | None) -> int:
 
     from heron.channels.script import run_once
     from heron.config import Settings
-    from heron.errors import ConfigError, HeronError
+    from heron.errors import HeronError
 
     try:
         ok = asyncio.run(run_once(Settings.load(), text, agent, key, None, False))
     except HeronError as e:
-        sys.stderr.write(f"heron: {e}\n")
-        return 2 if isinstance(e, ConfigError) else 1
+        return _failed(e)
     return 0 if ok else 1
+
+
+def _failed(error: HeronError) -> int:
+    """As heron.channels.common.fail ends a command: the error, then 2 or 1."""
+    from heron.errors import ConfigError
+
+    sys.stderr.write(f"heron: {error}\n")
+    return 2 if isinstance(error, ConfigError) else 1

@@ -207,6 +207,25 @@ def scrub_text(text: str) -> tuple[str, int]:
     return text, 0
 
 
+# The most UTF-8 bytes one message the person sends may hold, in every mode: through a serve it
+# travels as one JSON line of the control socket (heron/serve/control.py, 64 MB), and escaped
+# JSON can take up to six bytes per character of text.
+MESSAGE_LIMIT = 8 * 1024 * 1024
+
+
+def oversized(text: str) -> str | None:
+    """Why `text` is too large to send as one message, or None when it is not."""
+    if len(text) <= MESSAGE_LIMIT // 4:  # at most 4 bytes a character: surely fits
+        return None
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size <= MESSAGE_LIMIT:
+        return None
+    return (
+        f"the message is {size / 2**20:.1f} MB; one message holds at most "
+        f"{MESSAGE_LIMIT // 2**20} MB. Save it as a file in the workspace and ask about the file"
+    )
+
+
 # ---- JSON ------------------------------------------------------------------------------------
 
 

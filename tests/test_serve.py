@@ -305,3 +305,25 @@ async def test_a_turn_end_carries_its_usage_and_what_it_cost():
     event = client.queue.get_nowait()
     assert event["usage"] == {"input": 100, "output": 10, "cache_read": 40, "cache_write": 0}
     assert event["cost_usd"] == pytest.approx(0.12)
+
+
+async def test_a_send_the_serve_does_not_take_is_refused_to_that_client_alone():
+    from heron.messages import MESSAGE_LIMIT
+
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws)
+        await ws.send(json.dumps({"type": "send", "text": "x" * (MESSAGE_LIMIT + 1)}))
+        too_large = await ws_next(ws)
+        config = Settings.load().paths.config
+        config.write_text("[agent\n")  # broken after the serve loaded it
+        await ws.send(json.dumps({"type": "send", "text": "hello"}))
+        broken = await ws_next(ws)
+        await ws.send(json.dumps({"type": "command", "text": "/status"}))
+        command = await ws_next(ws)
+        config.write_text("")  # fixed: taken again
+        await ws.send(json.dumps({"type": "send", "text": "hello"}))
+        events = await ws_until(ws, "turn_end")
+    assert too_large["code"] == "refused" and "one message holds at most 8 MB" in str(too_large)
+    assert broken["code"] == "refused" and "malformed TOML" in broken["message"]
+    assert broken["hint"] == "Fix that line, or move the file aside." and command == broken
+    assert events[0]["type"] == "turn_start" and events[0]["text"] == "hello"

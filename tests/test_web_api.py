@@ -350,6 +350,9 @@ async def test_a_send_with_uploads_carries_them_as_file_parts_and_a_missing_one_
         def submit(self, *args: Any) -> None:
             sent.append(args)
 
+        async def config_problem(self) -> None:
+            return None  # config.toml loads
+
     replies: list[dict[str, Any]] = []
     session = Session(Runtime(), None, "web")  # type: ignore[arg-type]
 

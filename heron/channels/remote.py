@@ -43,7 +43,7 @@ def serve_socket(home: Path | None = None) -> Path | None:
 
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
-REFUSED_CODE = "files_refused"  # the `error` for a send whose files the serve refused
+REFUSED_CODE = "refused"  # the `error` answering a message the serve did not take
 
 
 class ServeGone(ConnectionError):
@@ -78,6 +78,7 @@ class RemoteAgent:
         self._ended = asyncio.Condition()
         self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
         self.gone = False
+        self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -168,9 +169,9 @@ class RemoteAgent:
         if kind == "error" and event.get("code") == STOPPED_CODE:
             return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "error" and event.get("code") == REFUSED_CODE:
-            # A send refused for its files: nothing was sent, so nothing will answer it.
-            if self._waiting and self._waiting[-1] == "sent":
-                self._waiting.pop()
+            self.refusals.append(event)  # no turn will answer it: stop waiting for one
+            self._advance(("sent",), "refused")
+            self._waiting = deque(s for s in self._waiting if s != "refused")
             if not self._waiting:
                 self._settled.set()
         if kind == "welcome":

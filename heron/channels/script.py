@@ -202,6 +202,11 @@ async def run_remote(
             await conn.settle()
         except ServeGone:
             printer.note("heron: heron serve stopped before the turn ended")
+    if conn.refusals:  # as the same input fails in-process: the message and exit 2
+        from heron.errors import ConfigError
+
+        refusal = conn.refusals[0]
+        raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
     return _finish(printer, key, out, err)
 
 

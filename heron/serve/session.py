@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from heron.errors import HeronError
-from heron.messages import File, new_key
+from heron.messages import File, new_key, oversized
 from heron.serve.hub import Client, Event
 from heron.serve.runtime import Runtime
 
@@ -37,6 +37,11 @@ class Transport(Protocol):
 
 def error(message: str, hint: str) -> Event:
     return {"type": "error", "message": message, "hint": hint}
+
+
+# The `code` of an error that answers a send or command the serve did not take: the client
+# stops waiting for its turn (a thin client exits 2, as the same input does in-process).
+REFUSED = "refused"
 
 
 # The last event every client hears when the serve shuts down (then its socket closes).
@@ -154,6 +159,13 @@ class Session:
         if not isinstance(text, str) or (not text.strip() and not refs):
             await self._reply(error("the message is empty", "Type something to send."))
             return
+        too_large = oversized(text)
+        if too_large is not None:
+            said, _, hint = too_large.partition(". ")
+            await self._reply({**error(said, hint), "code": REFUSED})
+            return
+        if await self._refused():
+            return
         files = await self._files(refs)
         if files is None:
             return
@@ -174,7 +186,7 @@ class Session:
             return await asyncio.to_thread(uploaded_files, home, refs, caps)
         except HeronError as e:
             refused = error(e.args[0] if e.args else str(e), e.hint or "Attach again.")
-            await self._reply({**refused, "code": "files_refused"})  # nothing was sent
+            await self._reply({**refused, "code": REFUSED})  # nothing was sent
             return None
 
     async def _command(self, message: dict[str, Any]) -> None:
@@ -182,7 +194,18 @@ class Session:
         if not isinstance(text, str) or not text.startswith("/"):
             await self._reply(error("a command starts with /", "Try /help."))
             return
+        if await self._refused():
+            return
         self._submit(text)
+
+    async def _refused(self) -> bool:
+        """A config.toml broken since the serve started refuses what would start a turn."""
+        problem = await self.runtime.config_problem()
+        if problem is None:
+            return False
+        message = problem.args[0] if problem.args else str(problem)
+        await self._reply({**error(message, problem.hint or ""), "code": REFUSED})
+        return True
 
     def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
         client, key = self.client, self.client.key
