@@ -36,8 +36,8 @@ LEAD_S = 3.0  # the instant is this far ahead of the start, so every job is save
 
 async def load(jobs: int, conversations: int) -> dict[str, Any]:
     from heron.agent.engine import Engine
-    from heron.agent.loop import AgentLoop
-    from heron.bus import Dispatcher, InboundMessage, MessageBus, TurnEnd
+    from heron.agent.loop import AgentLoop, TurnEnded
+    from heron.bus import Dispatcher, MessageBus
     from heron.config import Settings
     from heron.messages import Reply, Text, Usage
     from heron.proactive.clock import SystemClock
@@ -64,13 +64,13 @@ async def load(jobs: int, conversations: int) -> dict[str, Any]:
         scheduler = Timed(engine.store, bus, SystemClock())
         scheduler.watch(loop)
 
-        def on_end(key: str, message: InboundMessage, end: TurnEnd) -> None:
-            if "job" in message.meta:
-                ended[int(message.meta["job"])] = time.time()
+        def on_end(turn: TurnEnded) -> None:
+            if "job" in turn.message.meta:
+                ended[int(turn.message.meta["job"])] = time.time()
                 if len(ended) == jobs:
                     finished.set()
 
-        loop.turn_watchers.append(on_end)
+        loop.watch_turns(on_end)
         instant = time.time() + LEAD_S
         when = parse(at=dt.datetime.fromtimestamp(instant, dt.UTC).isoformat(), timezone="UTC")
         instant = dt.datetime.fromisoformat(when.spec).timestamp()

@@ -1,18 +1,23 @@
 """The browser UI in headless Chromium (Playwright) against a real uvicorn on 127.0.0.1 and a
 model the test steers: send, streaming, stop mid-tool, reload mid-stream without loss or
-repeats, branches, memory review, upload."""
+repeats, branches, memory review, upload, the work panel's cancel buttons."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from web_harness import SteeredModel, chromium, control_send, serve
 
+from heron.config import Settings
 from heron.messages import ToolCall
+from heron.store import Store, goals, runs
+from heron.store import jobs as js
+from heron.store.schedule import parse
 
 pytestmark = pytest.mark.slow
 
@@ -445,3 +450,32 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     page.reload()
     shown()
     assert page.locator(".msg.user").inner_html() == before
+
+
+def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
+    store = Store(Settings.load().paths.db)
+    try:
+        goals.set_goal(store, "personal", "Migrate the blog\nthen tell me")
+        when = parse(every="1d", timezone="UTC")  # not due while the test runs
+        job = js.create_job(
+            store, when, conversation="personal", prompt="Check the feed.", now=time.time()
+        )
+        runs.create(store, "sa_web", "subagent", "personal", "Summarise the logs", status="running")
+        page.on("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="work", exact=True).click()
+        panel = page.get_by_role("complementary", name="work")
+        expect(panel).to_contain_text("Migrate the blog")
+        expect(panel).to_contain_text("0 of 20 turns")
+        expect(panel).to_contain_text("Check the feed.")
+        expect(panel).to_contain_text("sa_web · running")
+        panel.get_by_role("button", name=f"cancel job {job.id}").click()
+        expect(panel).to_contain_text("No jobs bound to this conversation.")
+        assert js.get_job(store, job.id).status == "cancelled"
+        panel.get_by_role("button", name="cancel subagent sa_web").click()
+        expect(panel).to_contain_text("No subagents working for this conversation.")
+        assert runs.get(store, "sa_web").status == "cancelled"
+        panel.get_by_role("button", name="stop the goal").click()
+        expect(panel).to_contain_text("No goal.")
+        assert goals.open_goal(store, "personal") is None
+    finally:
+        store.close()

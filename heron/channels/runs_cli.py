@@ -110,7 +110,6 @@ def runs_show(run_id: RunArg) -> None:
 @runs_app.command("cancel")
 def runs_cancel(run_id: RunArg) -> None:
     """Stop a running subagent, or drop a question waiting for your answer."""
-    from heron.store import engine_state as es
     from heron.store import runs
 
     store = _store()
@@ -119,16 +118,4 @@ def runs_cancel(run_id: RunArg) -> None:
     except HeronError as e:
         _fail(e)
         return
-    if run.kind == "subagent" and run.status not in ("running", "cancelled") and not run.announced:
-        runs.drop_result(store, run.id)  # ended, not reported yet: its result is dropped
-        typer.echo(f"Dropped the result of subagent {run.id}; it will not report back.")
-        return
-    if run.status not in ("running", "waiting"):
-        typer.echo(f"Run {run.id} already ended ({run.status}); nothing to cancel.")
-        return
-    runs.cancel(store, run.id)
-    # The subagent's turn stops at its next commit, in whatever process runs it.
-    conv = store.conversation(run.conversation_key) if run.conversation_key else None
-    if conv is not None:
-        es.bump_epoch(store, conv.id)
-    typer.echo(f"Cancelled {run.kind} {run.id}.")
+    typer.echo(runs.cancel_by_person(store, run)[1])

@@ -128,7 +128,7 @@ class Session:
         kind = message.get("type")
         if kind == "hello":
             self._hello(message)
-        elif self.client.key is None and kind in ("send", "stop", "command"):
+        elif self.client.key is None and kind in ("send", "stop", "command", "work", "cancel"):
             await self._reply(error("say hello first", 'Send {"type":"hello"} to attach.'))
         elif kind == "send":
             await self._send(message)
@@ -136,11 +136,16 @@ class Session:
             self._submit("/stop")
         elif kind == "command":
             await self._command(message)
+        elif kind in ("work", "cancel"):
+            await self._work(message)
         elif self.extra is not None and (answer := await self.extra(message)) is not None:
             await self._reply(answer)
         else:
             await self._reply(
-                error(f"unknown message type {kind!r}", "Use hello, send, stop or command.")
+                error(
+                    f"unknown message type {kind!r}",
+                    "Use hello, send, stop, command, work or cancel.",
+                )
             )
 
     def _hello(self, message: dict[str, Any]) -> None:
@@ -206,6 +211,17 @@ class Session:
         message = problem.args[0] if problem.args else str(problem)
         await self._reply({**error(message, problem.hint or ""), "code": REFUSED})
         return True
+
+    async def _work(self, message: dict[str, Any]) -> None:
+        """The conversation's proactive work, or a cancel of one piece (heron/serve/work.py)."""
+        from heron.serve import work
+
+        store, key = self.runtime.engine.store, self.client.key
+        assert key is not None
+        if message.get("type") == "work":
+            await self._reply(await store.call(work.work_event, store, key))
+        else:
+            await self._reply(await store.call(work.cancel, store, key, message))
 
     def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
         client, key = self.client, self.client.key

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from heron.store.db import Store
-from heron.store.engine_state import pid_alive
+from heron.store.engine_state import bump_epoch, pid_alive
 
 # Statuses of a subagent that has finished, one way or another: its result is owed to the origin.
 ENDED = ("done", "failed", "timed_out", "interrupted")
@@ -342,6 +342,23 @@ def _elapsed(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m {s % 60:02d}s"
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def cancel_by_person(store: Store, run: Run) -> tuple[bool, str]:
+    """The person cancels a run (`heron runs cancel`, the browser's cancel button): a running
+    subagent stops at its turn's next commit in whatever process runs it, a waiting question
+    is dropped, a finished subagent not yet reported has its result dropped. Returns whether
+    anything changed and the sentence saying what."""
+    if run.kind == "subagent" and run.status not in ("running", "cancelled") and not run.announced:
+        drop_result(store, run.id)  # ended, not reported yet: its result is dropped
+        return True, f"Dropped the result of subagent {run.id}; it will not report back."
+    if run.status not in ("running", "waiting"):
+        return False, f"Run {run.id} already ended ({run.status}); nothing to cancel."
+    cancel(store, run.id)
+    conv = store.conversation(run.conversation_key) if run.conversation_key else None
+    if conv is not None:
+        bump_epoch(store, conv.id)
+    return True, f"Cancelled {run.kind} {run.id}."
 
 
 def drop_result(store: Store, run_id: str) -> None:

@@ -411,7 +411,57 @@ function Status({ conv, tick }) {
     <dt>turn</dt><dd>${data.busy ? "running" : "idle"}</dd></dl></section>`;
 }
 
-const PANELS = ["branches", "memory", "review", "compaction", "status"];
+// ---- proactive work: the conversation's goal, jobs and subagents, each with a cancel button --
+// Over the socket, not REST: `work` asks, `cancel` ends one piece, and the server answers this
+// page alone with a `work` event (docs/web.md, "Protocol"), which the listeners below hear.
+
+const workListeners = new Set();
+
+function since(epoch, until) {
+  const s = Math.max(0, Math.round((until || Date.now() / 1000) - epoch));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+}
+
+function Work({ conv, send, tick, notify }) {
+  const [data, setData] = useState(null);
+  useEffect(() => {
+    const hear = (ev) => { setData(ev); if (ev.done) notify(ev.done); };
+    workListeners.add(hear);
+    send({ type: "work" });
+    return () => { workListeners.delete(hear); };
+  }, [conv, tick]);
+  if (!data) return html`<p>Loading…</p>`;
+  const cancel = (target, id, what) => {
+    if (confirm(`${what}?`)) send(id === undefined ? { type: "cancel", target } : { type: "cancel", target, id });
+  };
+  const first = (t) => (t.split("\n").find((l) => l.trim()) || "").trim();
+  const g = data.goal;
+  return html`<section aria-label="work"><h2>Work</h2>
+    <h3>Goal</h3>
+    ${g ? html`<div class="work-item goal">
+      <div>${first(g.objective)}</div>
+      <div class="work-meta">${g.status === "parked" ? "parked (its budget ran out)" : g.status} ·
+        ${g.turns_used} of ${g.max_turns} turns · ${g.tokens_used.toLocaleString()} of ${g.max_tokens.toLocaleString()} tokens</div>
+      <button aria-label="stop the goal" onClick=${() => cancel("goal", undefined, "Stop the goal")}>Stop</button>
+    </div>` : html`<p>No goal. <code>/goal TEXT</code> sets one.</p>`}
+    <h3>Jobs</h3>
+    ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
+      <div>${first(j.prompt)}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_run ? " · next " + new Date(j.next_run * 1000).toLocaleString() : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <button aria-label=${"cancel job " + j.id} onClick=${() => cancel("job", j.id, `Cancel job ${j.id}`)}>Cancel</button>
+    </li>`)}</ul>` : html`<p>No jobs bound to this conversation.</p>`}
+    <h3>Subagents</h3>
+    ${data.subagents.length ? html`<ul class="work">${data.subagents.map((r) => html`<li key=${r.id} class="work-item">
+      <div>${first(r.task)}</div>
+      <div class="work-meta">${r.id} · ${r.status === "running" ? "running" : r.status + ", not reported back"} · ${since(r.started, r.finished)}</div>
+      <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
+    </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
+  </section>`;
+}
+
+const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
 
 // ---- the app ----------------------------------------------------------------------------------
 
@@ -556,6 +606,9 @@ function App() {
       case "error":
         notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
         break;
+      case "work":
+        for (const hear of workListeners) hear(ev);
+        break;
     }
   }
 
@@ -629,6 +682,8 @@ function App() {
       ${panel === "review" && html`<${Review} notify=${notify} />`}
       ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick} />`}
       ${panel === "status" && html`<${Status} conv=${conv} tick=${tick} />`}
+      ${panel === "work" && html`<${Work} conv=${conv} tick=${tick} notify=${notify}
+        send=${(m) => connRef.current.send(m)} />`}
     </aside>`}
   </div>`;
 }

@@ -1,0 +1,100 @@
+"""The `work` and `cancel` messages of the serve protocol (docs/web.md): the proactive work of
+the client's conversation (its goal, the jobs bound to it, the subagents that will report back
+to it), and the person ending one of them from the browser's work panel.
+
+Both answer the asking client alone with a `work` event, the state after the change, so the
+panel redraws from what the store holds; a cancel that cannot be done is an `error`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from heron.store import Store, goals, runs
+from heron.store import jobs as js
+from heron.tools.schedule import describe
+
+Event = dict[str, Any]
+TARGETS = ("goal", "job", "subagent")
+
+
+def work_event(store: Store, key: str, done: str | None = None) -> Event:
+    """What works in conversation `key` without the person, as the panel shows it."""
+    goal = goals.open_goal(store, key)
+    event: Event = {
+        "type": "work",
+        "conversation": key,
+        "goal": None
+        if goal is None
+        else {
+            "objective": goal.objective,
+            "status": goal.status,
+            "turns_used": goal.turns_used,
+            "max_turns": goal.max_turns,
+            "tokens_used": goal.tokens_used,
+            "max_tokens": goal.max_tokens,
+        },
+        "jobs": [
+            {
+                "id": job.id,
+                "mode": job.mode,
+                "schedule": job.schedule.describe(),
+                "next_run": job.next_run,
+                "last_outcome": job.last_outcome,
+                "prompt": job.prompt,
+                "line": describe(job),
+            }
+            for job in js.list_jobs(store, conversation=key)
+        ],
+        "subagents": [
+            {
+                "id": run.id,
+                "task": run.task,
+                "status": run.status,
+                "started": run.created,
+                "finished": run.finished,
+            }
+            for run in runs.open_for(store, key)
+            if run.kind == "subagent"
+        ],
+    }
+    if done is not None:
+        event["done"] = done
+    return event
+
+
+def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
+    """`{"type":"cancel","target":"goal"|"job"|"subagent","id":...}` for conversation `key`:
+    the work event after it, or an error saying what to send instead. Only work of this
+    conversation can be cancelled from it."""
+    target, ident = message.get("target"), message.get("id")
+    if target == "goal":
+        ended = goals.end_goal(store, key, "stopped", "by the user")
+        if ended is None:
+            return _error("there is no open goal in this conversation", "Nothing to stop.")
+        return work_event(store, key, f"Goal stopped: {ended.objective}")
+    if target == "job":
+        job = js.get_job(store, ident) if isinstance(ident, int) else None
+        if job is None or job.builtin or job.conversation != key or job.status != "active":
+            return _error(
+                f"no active job {ident!r} in this conversation",
+                'Send {"type":"work"} for its jobs and their ids.',
+            )
+        js.cancel_job(store, job.id)
+        return work_event(store, key, f"Cancelled job {job.id}.")
+    if target == "subagent":
+        run = runs.get(store, ident) if isinstance(ident, str) else None
+        if run is None or run.kind != "subagent" or run.origin_key != key:
+            return _error(
+                f"no subagent {ident!r} reports to this conversation",
+                'Send {"type":"work"} for its subagents and their ids.',
+            )
+        changed, said = runs.cancel_by_person(store, run)
+        return work_event(store, key, said) if changed else _error(said, "Nothing to cancel.")
+    return _error(
+        f"unknown cancel target {target!r}", f"target is one of {', '.join(TARGETS)}, with id."
+    )
+
+
+def _error(message: str, hint: str) -> Event:
+    return {"type": "error", "message": message, "hint": hint}

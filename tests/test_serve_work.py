@@ -1,0 +1,72 @@
+"""The `work` and `cancel` messages of the serve protocol: a conversation's goal, jobs and
+subagents as one event, and each ended by the person, checked in the store."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from serve_helpers import running_serve, ws_client, ws_hello, ws_next
+
+from heron.config import Settings
+from heron.providers.scripted import ScriptedProvider
+from heron.store import Store, goals, runs
+from heron.store import jobs as js
+from heron.store.schedule import parse
+
+
+def _seed() -> tuple[int, int]:
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        goals.set_goal(store, "s", "Migrate the blog")
+        when = parse(every="1d", timezone="UTC")  # not due while the test runs
+        now = time.time()
+        mine = js.create_job(store, when, conversation="s", prompt="Check the feed.", now=now)
+        other = js.create_job(store, when, conversation="o", prompt="Elsewhere.", now=now)
+        runs.create(store, "sa_1", "subagent", "s", "Summarise the logs", status="running",
+                    lineage="l1")  # fmt: skip
+        runs.create(store, "sa_9", "subagent", "o", "Not ours", status="running")
+        return mine.id, other.id
+    finally:
+        store.close()
+
+
+async def _ask(ws, message: dict) -> dict:
+    await ws.send(json.dumps(message))
+    return await ws_next(ws)
+
+
+async def test_work_lists_and_cancel_ends_each_piece_of_this_conversation_only():
+    mine, other = _seed()
+    async with running_serve(ScriptedProvider([])) as serve, ws_client(serve) as ws:
+        early = await _ask(ws, {"type": "work"})
+        assert early["type"] == "error" and "hello" in early["message"]
+        await ws_hello(ws, "s")
+        work = await _ask(ws, {"type": "work"})
+        assert work["type"] == "work" and work["conversation"] == "s"
+        assert work["goal"]["objective"] == "Migrate the blog"
+        assert (work["goal"]["status"], work["goal"]["max_turns"]) == ("active", 20)
+        assert [j["id"] for j in work["jobs"]] == [mine]  # not o's, not the built-in review
+        assert [(s["id"], s["status"]) for s in work["subagents"]] == [("sa_1", "running")]
+        refused = await _ask(ws, {"type": "cancel", "target": "job", "id": other})
+        assert refused["type"] == "error" and "no active job" in refused["message"]
+        theirs = await _ask(ws, {"type": "cancel", "target": "subagent", "id": "sa_9"})
+        assert theirs["type"] == "error"
+        bad = await _ask(ws, {"type": "cancel", "target": "everything"})
+        assert bad["type"] == "error" and "goal, job, subagent" in bad["hint"]
+        job = await _ask(ws, {"type": "cancel", "target": "job", "id": mine})
+        assert job["done"] == f"Cancelled job {mine}." and job["jobs"] == []
+        sub = await _ask(ws, {"type": "cancel", "target": "subagent", "id": "sa_1"})
+        assert sub["done"] == "Cancelled subagent sa_1." and sub["subagents"] == []
+        goal = await _ask(ws, {"type": "cancel", "target": "goal"})
+        assert goal["done"] == "Goal stopped: Migrate the blog" and goal["goal"] is None
+    store = Store(Settings.load().paths.db)
+    try:
+        assert js.get_job(store, mine).status == "cancelled"
+        assert js.get_job(store, other).status == "active"
+        assert runs.get(store, "sa_1").status == "cancelled"
+        assert runs.get(store, "sa_9").status == "running"
+        assert goals.open_goal(store, "s") is None
+        assert goals.history(store, "s")[0].status == "stopped"
+    finally:
+        store.close()
