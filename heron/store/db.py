@@ -40,7 +40,7 @@ from heron.messages import (
 )
 from heron.store.files import FileStore
 from heron.store.migrations import migrate
-from heron.store.pg import PgConnection, is_url, redact
+from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -381,7 +381,8 @@ class Store:
         Decoded branches are kept per conversation, keyed by their head: rows are never
         rewritten through the Store except by `update_meta` and deletes (which drop the cache),
         so a branch to a head that descends from the cached one only reads the rows after it.
-        A commit by any other connection (another process) drops the cache (data_version)."""
+        A commit by any other connection (another process) drops the cache (data_version); on
+        PostgreSQL, another worker's rewrite of stored rows does (`heron_rewrites`)."""
         rows = list(self._chain(conversation_id, head_id, None) or ())
         self._branch_len[conversation_id] = len(rows)
         return rows
@@ -433,9 +434,13 @@ class Store:
     def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
         if self.conn.in_transaction:  # rows read now may yet be rolled back (and ids reused)
             return None
-        if self.url:  # no data_version to tell another worker's commit: read every time
-            return None
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        pg = pg_of(self.conn)
+        if pg is not None:
+            # Another worker's appends move the head, which is read every time; only a rewrite
+            # of stored rows voids a kept branch (docs/scale.md, "Caches").
+            version = pg.counter(REWRITES)
+        else:
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._branches.clear()
             self._data_version = version
@@ -456,6 +461,9 @@ class Store:
         with self._lock:
             self._rewrites += 1
             self._branches.clear()
+            pg = pg_of(self.conn)
+            if pg is not None:  # and every other worker's, once the rewrite commits
+                pg.bump_on_commit.add(REWRITES)
 
     def message(self, message_id: int) -> StoredMessage:
         rows = self.query("SELECT * FROM messages WHERE id = ?", (message_id,))

@@ -34,6 +34,12 @@ _INSERT_INTO = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)", re.I)
 _ID_TABLES = """SELECT table_name FROM information_schema.columns
    WHERE table_schema = current_schema() AND column_name = 'id'"""
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.I)
+# The change counters (sequences, heron/store/migrations/m018_scale.py) PostgreSQL's caches are
+# checked against, where SQLite's are checked against `PRAGMA data_version`.
+REWRITES = "heron_rewrites"  # stored message rows rewritten: kept branches are void
+TRACE_GC = "heron_trace_gc"  # the trace's garbage collected: cached blob and node ids are void
+COUNTERS = (REWRITES, TRACE_GC)
+_JSON_PATH = re.compile(r"\$(?:\.\w+|\[\d+\])+")
 
 
 class Row(tuple[Any, ...]):
@@ -106,9 +112,22 @@ class PgConnection:
         # type that fits, and a recursive CTE seeded with `?` then mismatches its bigint column.
         from psycopg.types.numeric import Int8Dumper
 
+        # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
         self._conn.adapters.register_dumper(int, Int8Dumper)
+        self._conn.adapters.register_dumper(bool, Int8Dumper)
         self._id_tables: set[str] = set()
         self._read_id_tables()
+        # Counters to bump with the open transaction's COMMIT, in the same round trip and after
+        # it: a worker that reads the new value also sees what was committed (bumped before the
+        # commit, a reader could cache the old rows under the new value).
+        self.bump_on_commit: set[str] = set()
+
+    def counter(self, sequence: str) -> int:
+        """How many times `sequence` (one of COUNTERS) was bumped, by any worker."""
+        if sequence not in COUNTERS:
+            raise ValueError(f"not a change counter: {sequence}")
+        row = self._conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
+        return int(row[0]) if row is not None and row[1] else 0
 
     def _read_id_tables(self) -> None:
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
@@ -142,6 +161,12 @@ class PgConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         text = translate(sql)
+        if text in ("COMMIT", "ROLLBACK"):
+            bumps, self.bump_on_commit = sorted(self.bump_on_commit), set()
+            if text == "COMMIT" and bumps:
+                # One simple-protocol query: the server runs the nextvals right after the COMMIT
+                # (and none if it fails), whatever becomes of this process meanwhile.
+                text += "".join(f"; SELECT nextval('{b}')" for b in bumps)
         if text[:17].upper() == "INSERT OR REPLACE":
             text = self._upsert(text)
         into = _INSERT_INTO.match(text)
@@ -160,6 +185,25 @@ class PgConnection:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def pg_of(conn: object) -> PgConnection | None:
+    """The PostgreSQL connection behind a store's `conn`, None on SQLite: where a statement
+    needs one form per backend."""
+    return conn if isinstance(conn, PgConnection) else None
+
+
+def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:
+    """SQLite's `json_extract(column, path)` in the dialect of `conn`, for a path of keys and
+    indexes (`$.messages[0]`). On PostgreSQL the jsonb path operator gives text: `integer`
+    casts it to bigint, to compare with an id as SQLite's integer result compares."""
+    if pg_of(conn) is None:
+        return f"json_extract({column}, '{path}')"
+    if not _JSON_PATH.fullmatch(path):
+        raise ValueError(f"not a path of keys and indexes: {path}")
+    keys = ",".join(k or i for k, i in re.findall(r"\.(\w+)|\[(\d+)\]", path))
+    expr = f"({column}::jsonb #>> '{{{keys}}}')"
+    return f"{expr}::bigint" if integer else expr
 
 
 def redact(url: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from heron.store import Store
+from heron.store.pg import TRACE_GC, json_sql, pg_of
 
 # ---- blobs and nodes (blobs.py) ---------------------------------------------------------------
 
@@ -76,53 +77,81 @@ def path_blobs(conn: sqlite3.Connection, node: int) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
+# On PostgreSQL, where blob and node ids are never taken again, only the trace's garbage
+# collection voids a TraceCache: writers take this advisory lock shared for their transaction
+# when they check their cache, the collection takes it alone, so no writer can name a blob the
+# collection is deleting, and the next check after it sees the counter moved.
+_GC_LOCK = 1752
+
+
 def data_version(conn: sqlite3.Connection) -> int:
-    """Changes when another connection commits (SQLite's `PRAGMA data_version`)."""
+    """Changes when another connection commits (SQLite's `PRAGMA data_version`); on PostgreSQL,
+    when the trace's garbage is collected (the `heron_trace_gc` counter, read under the shared
+    lock above: inside a write transaction, that holds off a collection until it ends)."""
+    pg = pg_of(conn)
+    if pg is not None:
+        pg.execute("SELECT pg_advisory_xact_lock_shared(?)", (_GC_LOCK,))
+        return pg.counter(TRACE_GC)
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def gc_epoch(conn: sqlite3.Connection) -> int:
     """How many times this connection collected garbage (its temp schema's user_version, which
-    no other connection sees and a rollback restores)."""
+    no other connection sees and a rollback restores); on PostgreSQL the counter `data_version`
+    reads counts this connection's collections too: 0."""
+    if pg_of(conn) is not None:
+        return 0
     return int(conn.execute("PRAGMA temp.user_version").fetchone()[0])
 
 
 def delete_unreached(conn: sqlite3.Connection, sections_kind: str) -> int:
     """Delete nodes and blobs no recorded request or run start reaches; returns how many rows
     went. A live blob of `sections_kind` keeps its sections alive."""
+    pg = pg_of(conn)
+    if pg is not None:
+        pg.execute("SELECT pg_advisory_xact_lock(?)", (_GC_LOCK,))
+
+    def ref(column: str, path: str) -> str:
+        return json_sql(conn, column, path, integer=True)
+
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS _live_nodes (id INTEGER PRIMARY KEY)")
     conn.execute("DELETE FROM _live_nodes")
     conn.execute(
-        """INSERT OR IGNORE INTO _live_nodes
+        f"""INSERT OR IGNORE INTO _live_nodes
            WITH RECURSIVE seed(id) AS (
-             SELECT json_extract(request_ref, '$.messages[0]') FROM model_calls
-             WHERE request_ref IS NOT NULL AND json_extract(request_ref, '$.messages') IS NOT NULL
-             UNION SELECT json_extract(start, '$.messages[0]') FROM trace_runs
-             WHERE json_extract(start, '$.messages') IS NOT NULL),
+             SELECT {ref("request_ref", "$.messages[0]")} FROM model_calls
+             WHERE request_ref IS NOT NULL AND {ref("request_ref", "$.messages[0]")} IS NOT NULL
+             UNION SELECT {ref("start", "$.messages[0]")} FROM trace_runs
+             WHERE {ref("start", "$.messages[0]")} IS NOT NULL),
            up(id) AS (
              SELECT id FROM seed
              UNION SELECT n.parent_id FROM trace_nodes n JOIN up ON n.id = up.id)
            SELECT id FROM up WHERE id > 0"""
     )
     gone = conn.execute("DELETE FROM trace_nodes WHERE id NOT IN (SELECT id FROM _live_nodes)")
-    refs = """SELECT blob_id FROM trace_nodes
-              UNION SELECT json_extract(request_ref, '$.system') FROM model_calls
-              UNION SELECT json_extract(request_ref, '$.tools') FROM model_calls
-              UNION SELECT json_extract(request_ref, '$.raw') FROM model_calls
-              UNION SELECT json_extract(start, '$.tools') FROM trace_runs
-              UNION SELECT json_extract(start, '$.system') FROM trace_runs
-              UNION SELECT json_extract(start, '$.prompt_inputs') FROM trace_runs"""
+    fields = [("model_calls", "request_ref", p) for p in ("$.system", "$.tools", "$.raw")]
+    fields += [("trace_runs", "start", p) for p in ("$.tools", "$.system", "$.prompt_inputs")]
+    refs = "SELECT blob_id FROM trace_nodes" + "".join(
+        f" UNION SELECT {ref(column, path)} FROM {table}" for table, column, path in fields
+    )
+    # A sections blob's body is the JSON list of its sections' ids (only those are read as
+    # JSON: PostgreSQL would fail on any other body).
+    each = "jsonb_array_elements_text(s.body::jsonb) j" if pg is not None else "json_each(s.body) j"
     blobs = conn.execute(
         f"""WITH live(blob_id) AS ({refs})
             DELETE FROM trace_blobs WHERE id NOT IN (
-              SELECT blob_id FROM live WHERE blob_id NOT NULL
-              UNION SELECT j.value FROM trace_blobs s, json_each(s.body) j
-              WHERE s.kind = ? AND s.id IN (SELECT blob_id FROM live))""",
+              SELECT blob_id FROM live WHERE blob_id IS NOT NULL
+              UNION SELECT {"j.value" if pg is None else "j::bigint"} FROM (
+                SELECT body FROM trace_blobs WHERE kind = ? AND id IN (SELECT blob_id FROM live)
+              ) s, {each})""",
         (sections_kind,),
     )
     # Deleted ids are taken again by the next inserts: this connection's TraceCache drops what
     # it knew (another connection's sees data_version change).
-    conn.execute(f"PRAGMA temp.user_version = {gc_epoch(conn) + 1}")
+    if pg is not None:
+        pg.execute(f"SELECT nextval('{TRACE_GC}')")
+    else:
+        conn.execute(f"PRAGMA temp.user_version = {gc_epoch(conn) + 1}")
     return gone.rowcount + blobs.rowcount
 
 
@@ -247,23 +276,34 @@ def turn_rows_since(store: Store, since: float) -> list[Any]:
 
 # A request is stored by reference (blobs.py): its system and tools blobs, and its
 # message list as the last node of a chain whose nodes each name one message blob. A request
-# carried `?1` when one of its blobs holds it, or when its chain passes through a node whose
+# carried the needle when one of its blobs holds it, or when its chain passes through a node whose
 # blob does (every node below such a node, in the tree of chains). Rows written before requests
 # were stored by reference keep the whole payload in `request`.
 _CARRYING = """
-WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE instr(body, ?1) > 0),
+WITH RECURSIVE hit(id) AS (SELECT id FROM trace_blobs WHERE {found_in_body}),
 below(id) AS (
-  SELECT id FROM trace_nodes WHERE blob_id IN hit
+  SELECT id FROM trace_nodes WHERE blob_id IN (SELECT id FROM hit)
   UNION SELECT n.id FROM trace_nodes n JOIN below ON n.parent_id = below.id)
 SELECT c.key, mc.started, t.run_id, mc.seq, mc.purpose FROM model_calls mc
 JOIN turns t ON t.id = mc.turn_id JOIN conversations c ON c.id = t.conversation_id
-WHERE (mc.request_ref IS NULL AND instr(mc.request, ?1) > 0)
-   OR json_extract(mc.request_ref, '$.system') IN hit
-   OR json_extract(mc.request_ref, '$.tools') IN hit
-   OR json_extract(mc.request_ref, '$.raw') IN hit
-   OR json_extract(mc.request_ref, '$.messages[0]') IN below
-ORDER BY mc.id DESC LIMIT ?2"""
+WHERE (mc.request_ref IS NULL AND {found_in_request})
+   OR {system} IN (SELECT id FROM hit)
+   OR {tools} IN (SELECT id FROM hit)
+   OR {raw} IN (SELECT id FROM hit)
+   OR {messages} IN (SELECT id FROM below)
+ORDER BY mc.id DESC LIMIT ?"""
 
 
 def requests_carrying_rows(store: Store, needle: str, limit: int) -> list[Any]:
-    return store.query(_CARRYING, (needle, limit))
+    conn = store.conn
+    find = "strpos({}, ?) > 0" if pg_of(conn) is not None else "instr({}, ?) > 0"
+    sql = _CARRYING.format(
+        found_in_body=find.format("body"),
+        found_in_request=find.format("mc.request"),
+        **{
+            name: json_sql(conn, "mc.request_ref", f"$.{name}", integer=True)
+            for name in ("system", "tools", "raw")
+        },
+        messages=json_sql(conn, "mc.request_ref", "$.messages[0]", integer=True),
+    )
+    return store.query(sql, (needle, needle, limit))
