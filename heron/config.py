@@ -398,7 +398,8 @@ def parse_section(
                 hint=f"Keep one line: {name} = ...",
             )
         where = f"{path}: [{section}]"
-        values[name] = _checked(value, getattr(defaults, name), known[name], where, key)
+        default = getattr(defaults, name)  # probe: the config field the user's key names
+        values[name] = _checked(value, default, known[name], where, key)
     return dataclasses.replace(defaults, **values)  # type: ignore[type-var]
 
 
@@ -450,16 +451,16 @@ def _section(cls: type[S], table: dict[str, Any], name: str, path: Path) -> S:
     """A table of booleans (and the like) read into its dataclass, every key checked."""
     defaults = cls()
     for key, value in table.items():
-        if not hasattr(defaults, key):
+        if not hasattr(defaults, key):  # probe: user's key
             raise ConfigError(
                 f"{path}: [{name}] has no key {key!r}",
                 hint=f"Known keys: {', '.join(sorted(vars(defaults)))}.",
             )
-        expected = type(getattr(defaults, key))
+        expected = type(getattr(defaults, key))  # probe: user's key
         if not isinstance(value, expected):
             raise ConfigError(
                 f"{path}: [{name}] {key} must be {expected.__name__}, got {value!r}",
-                hint=f"For example: {key} = {str(getattr(defaults, key)).lower()}",
+                hint=f"For example: {key} = {str(getattr(defaults, key)).lower()}",  # probe: key
             )
     return cls(**table)
 

@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 Role = Literal["user", "assistant"]
 # "repetition": the repetition guard stopped a looping reply (heron/providers/repetition.py).
@@ -114,10 +114,20 @@ Part = Text | ToolCall | ToolResult | Thinking | File
 class Message:
     role: Role
     parts: tuple[Part, ...]
+    # Who wrote it when the role does not tell (Heron's own prompts and injected results say
+    # "heron"), and the meta it is stored with: class attributes a subclass sets, not fields,
+    # so they take no part in equality or in the JSON.
+    author: ClassVar[str | None] = None
+    meta: ClassVar[dict[str, Any] | None] = None
 
     def __init__(self, role: Role, parts: Any) -> None:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "parts", tuple(parts))
+
+    @property
+    def parts_json(self) -> str | None:
+        """The canonical JSON of the parts when it is in hand already (a stored row); None."""
+        return None
 
     @property
     def text(self) -> str:
@@ -362,8 +372,8 @@ def dumps(obj: Any) -> str:
 def message_json(message: Message) -> str:
     """`dumps(message_to_dict(message))`. A message that still holds the canonical JSON of its
     parts (`parts_json`: a stored row, as written) is not decoded and encoded again."""
-    raw = getattr(message, "parts_json", None)
-    if isinstance(raw, str):
+    raw = message.parts_json
+    if raw is not None:
         return '{"parts":' + raw + ',"role":' + dumps(message.role) + "}"
     return dumps(message_to_dict(message))
 

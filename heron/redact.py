@@ -206,7 +206,7 @@ def scrub_error(error: E, redactor: Redactor) -> E:
     status and the retry hint stay what the caller catches on)."""
     error.args = tuple(redactor.clean(a) if isinstance(a, str) else a for a in error.args)
     for name in ("hint", "body"):
-        value = getattr(error, name, None)
+        value = getattr(error, name, None)  # probe: any exception's hint/body
         if isinstance(value, str):
             setattr(error, name, redactor.clean(value))
     return error

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from heron.bus import TurnOptions
 from heron.messages import File, Message, Text, ToolResult
 from heron.store import Store
 from heron.store import engine_state as es
@@ -144,8 +144,8 @@ class TurnControl:
     token: EpochToken = field(default_factory=EpochToken)
     mailbox: Mailbox = field(default_factory=Mailbox)
     checkpoint: ToolCheckpoint = field(default_factory=ToolCheckpoint)
-    # heron.bus.TurnOptions of a turn Heron started (ceilings, tools, meta of its message).
-    options: Any = None
+    # How a turn Heron started differs (ceilings, tools, meta of its message); None: ordinary.
+    options: TurnOptions | None = None
     # The question the run waits on (heron/proactive/ask.py): the next message answers it.
     question: Question | None = None
     # The person's attachments to the message that opens the turn (heron/attachments.py).

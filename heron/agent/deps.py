@@ -9,7 +9,7 @@ import cycle through it), and what a step may touch is listed here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from heron.agent.commands import CommandHandler
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from heron.tools.context import Approver, QuestionClock, Spawner
     from heron.tools.registry import ToolRegistry
     from heron.tools.sandbox import Sandbox
+    from heron.trace.recorder import TraceFixed
 
 
 class TurnDeps(Protocol):
@@ -44,7 +45,7 @@ class TurnDeps(Protocol):
     redactor: Redactor
     prompt_memo: PromptMemo  # system prompts built, by their inputs
     bootstrap_cache: BootstrapCache  # the workspace files, re-read when changed
-    trace_memo: dict[str, Any]  # what traces take from the fixed settings (agent/tracing.py)
+    trace_memo: TraceFixed | None  # what traces take from the fixed settings (agent/tracing.py)
     memory: MemoryService | None  # None when ephemeral
     memory_baseline: dict[str, str]  # what memory held when the process opened (/learn)
     recall: Recall | None

@@ -36,6 +36,7 @@ from heron.tools.context import Approver, QuestionClock, Spawner
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
+from heron.trace.recorder import TraceFixed
 
 __all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "redactor_for"]
 
@@ -72,7 +73,7 @@ class Engine:
         )
         self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
         self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
-        self.trace_memo: dict[str, Any] = {}  # what traces take from the fixed settings
+        self.trace_memo: TraceFixed | None = None  # what traces take from the fixed settings
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -86,7 +87,7 @@ class Engine:
         # Set by a scheduler running in this process (heron/proactive): told when the
         # `schedule` tool made a job, so it wakes at once instead of at its next poll.
         self.jobs_changed: Callable[[], None] | None = None
-        self.redactor = redactor_for(settings, choice.api_key, getattr(provider, "api_key", None))
+        self.redactor = redactor_for(settings, choice.api_key)
         # What heron/proactive attaches: the services its tools find in ToolContext.services
         # (the subagent manager, the clock questions wait on), and a line for the runtime
         # block (the goal), read by key.

@@ -89,7 +89,8 @@ class TurnRecorder:
         one commit instead of two, and a reply is never on disk without its call's row."""
         with self.store.transaction(), self._joined():
             for message in messages:
-                meta = getattr(message, "meta", None)  # an injected result names its run
+                # An injected result's meta names its run.
+                meta = message.meta
                 self.store.append(self.conversation_id, message, turn_id=self.turn_id, meta=meta)
 
     def _joined(self) -> contextlib.AbstractContextManager[None]:

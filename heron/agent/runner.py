@@ -299,7 +299,7 @@ class Runner:
         # history keeps alternating user and assistant. A message of Heron's own (a subagent's
         # result) follows as its own row: it keeps its author and the meta naming its run, and
         # is never read as the person's words.
-        own = [m for m in mail if getattr(m, "author", None) == "heron"]
+        own = [m for m in mail if m.author == "heron"]
         mail_parts = [p for m in mail if not any(m is o for o in own) for p in m.parts]
         await self._add(s, Message("user", [*results, *mail_parts]), hooks)
         for message in own:

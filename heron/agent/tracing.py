@@ -9,34 +9,54 @@ records what it is given.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.providers.fenced import FencedTools
 from heron.providers.wire import EncodedDict
-from heron.trace.recorder import RunStart, TraceRecorder, fingerprints, inputs_json, plain
+from heron.trace.recorder import (
+    RunStart,
+    TraceFixed,
+    TraceRecorder,
+    fingerprints,
+    inputs_json,
+    plain,
+)
 from heron.trace.scrub import scrubber_for
 
 if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps
+    from heron.compaction.governor import Governor
+    from heron.messages import Message
 
 
-def prompt_inputs_for(engine: TurnDeps, built: Any, agent: str) -> Any | None:
-    """The PromptInputs that produced `built.system`: BUILD's own if it hands them over, else
-    what Engine.system_prompt builds, with the workspace files frozen. None when they do not
+class Built(Protocol):
+    """What a trace reads of BUILD's result (heron/agent/turn.py's BuiltTurn)."""
+
+    @property
+    def turn_id(self) -> int: ...
+    @property
+    def system(self) -> str: ...
+    @property
+    def messages(self) -> list[Message]: ...
+    @property
+    def governor(self) -> Governor | None: ...
+
+
+def prompt_inputs_for(engine: TurnDeps, built: Built, agent: str) -> PromptInputs | None:
+    """The PromptInputs that produced `built.system`: the engine's prompt memo's when it built
+    this very prompt, else built again with the workspace files frozen. None when they do not
     rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
     made = engine.prompt_memo.built(built.system)
     if made is not None:  # the engine built this very prompt from these inputs
         return made.inputs
-    inputs = getattr(built, "prompt_inputs", None)
-    if inputs is None:
-        workspace = engine.settings.paths.workspace
-        specs = engine.registry.specs()
-        files = engine.bootstrap_cache.read(workspace)  # the engine's, re-read on change
-        inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
-        state = getattr(getattr(built, "governor", None), "state", None)
-        if state is not None and state.consolidation is not None:  # the archived summary
-            inputs = dataclasses.replace(inputs, archived_summary=state.consolidation.summary)
+    workspace = engine.settings.paths.workspace
+    specs = engine.registry.specs()
+    files = engine.bootstrap_cache.read(workspace)  # the engine's, re-read on change
+    inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
+    state = built.governor.state if built.governor is not None else None
+    if state is not None and state.consolidation is not None:  # the archived summary
+        inputs = dataclasses.replace(inputs, archived_summary=state.consolidation.summary)
     try:
         same = build_system_prompt(inputs) == built.system
     except Exception:  # a prompt builder that cannot run again is not replayable
@@ -44,8 +64,8 @@ def prompt_inputs_for(engine: TurnDeps, built: Any, agent: str) -> Any | None:
     return inputs if same else None
 
 
-def _context(built: Any) -> dict[str, Any]:
-    governor = getattr(built, "governor", None)
+def _context(built: Built) -> dict[str, object]:
+    governor = built.governor
     if governor is None:
         return {}
     cal, budget = governor.deps.calibration, governor.deps.budget
@@ -57,11 +77,10 @@ def _context(built: Any) -> dict[str, Any]:
     }
 
 
-def trace_for(engine: TurnDeps, built: Any, agent: str = "default") -> TraceRecorder:
+def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRecorder:
     """The recorder of one engine turn: what BUILD produced, the wire, and every credential in
     reach (to scrub)."""
     provider = engine.provider
-    agent = getattr(built, "agent", agent)
 
     def inputs() -> Any:
         made = engine.prompt_memo.built(built.system)
@@ -80,25 +99,23 @@ def trace_for(engine: TurnDeps, built: Any, agent: str = "default") -> TraceReco
         provider=provider.name,
         model=provider.model,
         system=built.system,
-        profile=fixed["profile"],
-        limits=fixed["limits"],
+        profile=fixed.profile,
+        limits=fixed.limits,
         start_messages=len(built.messages),
         fenced=isinstance(provider, FencedTools),
         context=_context(built),
     )
-    scrubber = fixed["scrubber"]
     messages = list(built.messages)
-    return TraceRecorder(engine.store, built.turn_id, start, scrubber, messages, inputs)
+    return TraceRecorder(engine.store, built.turn_id, start, fixed.scrubber, messages, inputs)
 
 
-def _engine_fixed(engine: TurnDeps) -> dict[str, Any]:
-    """What every run's trace takes from the engine's settings, which do not change while it
-    runs: worked out on its first turn (the key scan of the environment included)."""
-    memo = engine.trace_memo
-    if not memo:
-        settings, provider = engine.settings, engine.provider
-        memo["profile"] = EncodedDict.of(plain(engine.choice.profile))
-        memo["limits"] = EncodedDict.of(plain(engine.limits))
-        keys = settings.config.api_keys
-        memo["scrubber"] = scrubber_for(settings.env, keys, provider, engine.choice)
-    return memo
+def _engine_fixed(engine: TurnDeps) -> TraceFixed:
+    """The engine's TraceFixed, made on its first turn."""
+    if engine.trace_memo is None:
+        settings = engine.settings
+        engine.trace_memo = TraceFixed(
+            EncodedDict.of(plain(engine.choice.profile)),
+            EncodedDict.of(plain(engine.limits)),
+            scrubber_for(settings.env, settings.config.api_keys, engine.choice.api_key),
+        )
+    return engine.trace_memo

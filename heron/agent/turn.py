@@ -42,6 +42,7 @@ from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
 from heron.attachments import message_parts
+from heron.bus import TurnOptions
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
@@ -393,12 +394,13 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     conversations by design); a provenance other than the person's marks it Heron's."""
     engine, store, conversation = t.engine, t.engine.store, t.conversation
     options, provenance = t.control.options, t.control.provenance
-    meta = getattr(options, "message_meta", None)
+    meta = options.message_meta if options is not None else None
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
     files = t.control.files
     caps = engine.settings.config.attachments
     user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
-    note = None if getattr(options, "bare", False) else await recall_and_note(t, text)
+    bare = options is not None and options.bare
+    note = None if bare else await recall_and_note(t, text)
     zone = engine.settings.config.agent.timezone
     info = RuntimeInfo(t.channel, conversation.key, zone, note=note)
     profile = engine.choice.profile
@@ -572,7 +574,9 @@ def tool_context(t: Turn) -> ToolContext:
     )
 
 
-def bounds(engine: TurnDeps, options: Any) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:
+def bounds(
+    engine: TurnDeps, options: TurnOptions | None
+) -> tuple[ToolRegistry, RunLimits, RetryPolicy]:
     """The tools, ceilings and request deadline of a run: the engine's, narrowed by the
     TurnOptions of a turn Heron started (a subagent's own ceilings and tools; a goal's turn
     has no wall-clock model deadline, long autonomous work is expected)."""

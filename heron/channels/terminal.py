@@ -363,7 +363,7 @@ async def _chat(
     when the engine is this process's (a serve keeps its own)."""
     present = await _present(engine, state.key, held)
     while True:
-        if getattr(conn, "gone", False):  # the serve stopped: run_chat says so
+        if isinstance(conn, RemoteAgent) and conn.gone:  # the serve stopped: run_chat says so
             from heron.channels.remote import ServeGone
 
             raise ServeGone("heron serve stopped")

@@ -157,7 +157,7 @@ async def consolidate(
     """Fold everything before the last turns into a summary, if anything can be folded."""
     # The whole branch: the summary quotes every user message up to the cut, earlier folds too.
     state = await load_branch_async(deps.store, conversation_id, full=True)
-    cut = choose_cut(state, deps.budget.share("recent"))
+    cut = choose_cut(state, deps.budget.share(deps.budget.shares.recent))
     if cut is None:
         return CompactionReport("none", reason)
     before = _conversation_tokens(deps, agent, state)
@@ -239,7 +239,8 @@ def _record(
     chunks = [*(previous.meta.get("chunks", []) if previous else [])]
     chunks = [*chunks, [folded[min(start, len(folded) - 1)].id, folded[-1].id, w.chunk]]
     chunks = chunks[-MAX_CHUNKS:]
-    room = archive_room(deps.budget.share("archive"), deps.budget.share("user_words"))
+    budget = deps.budget
+    room = archive_room(budget.share(budget.shares.archive), budget.share(budget.shares.user_words))
     facts, ws = clip(w.facts, room.facts), clip(w.working_state, room.working)
     summary = render_summary(facts, ws, quotes_of(folded), extra, room, [tuple(c) for c in chunks])
     meta = {"facts": facts, "chunks": chunks, **({"error": w.error} if w.error else {})}

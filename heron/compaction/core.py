@@ -58,40 +58,41 @@ class Budget:
         # history cannot fix (the request is refused with what to do instead).
         return min(self.consolidate_at, room) if room > 0 else self.consolidate_at
 
-    def share(self, name: str) -> int:
+    def share(self, fraction: float) -> int:
         """The tokens of one share of the window (a field of ContextShares)."""
-        return max(1, int(self.window * getattr(self.shares, name)))
+        return max(1, int(self.window * fraction))
 
     @property
     def result_chars(self) -> int:
         """Per-result budget in the view: small windows get smaller results, so the 5 to 14
         results kept intact by micro-compaction still fit."""
-        return max(500, min(self.result_cap, self.share("tool_result") * 4))
+        return max(500, min(self.result_cap, self.share(self.shares.tool_result) * 4))
 
     @property
     def recall_chars(self) -> int:
-        return max(500, min(self.result_cap, self.share("recall") * 4))
+        return max(500, min(self.result_cap, self.share(self.shares.recall) * 4))
 
     @property
     def user_chars(self) -> int:
-        return max(2_000, self.share("user_message") * 4)
+        return max(2_000, self.share(self.shares.user_message) * 4)
 
     def lines(self) -> list[tuple[str, int]]:
         """(what, tokens) of every budget, for /status and `conversations show --budget`."""
-        names = [
-            ("system prompt with memory", "system"),
-            ("  memory", "memory"),
-            ("archived context", "archive"),
-            ("  the user's verbatim words in it", "user_words"),
-            ("recent turns kept whole", "recent"),
-            ("one tool result", "tool_result"),
-            ("one recall result", "recall"),
-            ("one user message", "user_message"),
+        shares = self.shares
+        parts = [
+            ("system prompt with memory", shares.system),
+            ("  memory", shares.memory),
+            ("archived context", shares.archive),
+            ("  the user's verbatim words in it", shares.user_words),
+            ("recent turns kept whole", shares.recent),
+            ("one tool result", shares.tool_result),
+            ("one recall result", shares.recall),
+            ("one user message", shares.user_message),
         ]
         return [
             ("window", self.window),
             ("output reserve", self.output),
-            *((label, self.share(name)) for label, name in names),
+            *((label, self.share(fraction)) for label, fraction in parts),
         ]
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from heron.compaction import records as rec
 from heron.compaction.core import ContextDeps, tokens_of
@@ -30,6 +29,7 @@ from heron.context.history import BranchState, load_branch_async, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import shape_messages, snip, user_texts
 from heron.messages import Message, Text
+from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest
 from heron.store import compactions as folds
 from heron.store import work
@@ -117,7 +117,7 @@ class Governor:
         window is sent). `raws`: the raw estimate of each message of `view`, if made."""
         fixed = tokens_of(self.deps, self.system, [])
         budget = self.deps.budget
-        words = budget.share("user_words")
+        words = budget.share(budget.shares.user_words)
         fitted = snip(view, budget.input - fixed, self.deps.calibration, raws, self._ids(), words)
         body = sum(raws) if raws is not None and fitted is view else estimate_messages(fitted)
         self.last_raw = estimate_text(self.system) + body + _tools_raw(self.deps)
@@ -262,7 +262,8 @@ class Governor:
             work.work_state(self.deps.store, self.conversation_id),
             work.todos(self.deps.store, self.conversation_id),
         )
-        words = self.deps.budget.share("user_words")
+        budget = self.deps.budget
+        words = budget.share(budget.shares.user_words)
         text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
         folds.add_compaction(
             self.deps.store,
@@ -283,12 +284,14 @@ class Governor:
 
     # ---- calibration --------------------------------------------------------------------------
 
-    def observing(self, on_model_call: Callable[[Any], Awaitable[None]]) -> Callable[..., Any]:
+    def observing(
+        self, on_model_call: Callable[[ModelCallRecord], Awaitable[None]]
+    ) -> Callable[[ModelCallRecord], Awaitable[None]]:
         """Wrap the runner's on_model_call so each reply's usage calibrates the estimate."""
 
-        async def observe(record: Any) -> None:
+        async def observe(record: ModelCallRecord) -> None:
             await on_model_call(record)
-            usage = getattr(getattr(record, "reply", None), "usage", None)
+            usage = record.reply.usage if record.reply is not None else None
             if usage is None or not usage.input or not self.last_raw:
                 return
             cal = self.deps.calibration.observe(self.last_raw, usage.input)

@@ -307,9 +307,9 @@ class _Assembler:
     def _usage(self, usage: Any) -> None:
         # message_delta repeats some counts cumulatively; the latest non-null value wins.
         for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
-            if getattr(usage, key, None) is not None:
-                self.usage[key] = getattr(usage, key)
-        if getattr(usage, "cache_creation_input_tokens", None) is not None:
+            if getattr(usage, key, None) is not None:  # probe: SDK usage fields
+                self.usage[key] = getattr(usage, key)  # probe: SDK usage fields
+        if getattr(usage, "cache_creation_input_tokens", None) is not None:  # probe: SDK usage
             self.usage["cache_creation_input_tokens"] = usage.cache_creation_input_tokens
 
     def _delta(self, block: _Block, delta: Any) -> None:
@@ -360,12 +360,14 @@ class _Assembler:
 def _start_block(block: Any) -> _Block:
     return _Block(
         type=block.type,
-        text=getattr(block, "text", None) or getattr(block, "thinking", None) or "",
-        signature=getattr(block, "signature", None) or "",
-        data=getattr(block, "data", None) or "",
-        id=getattr(block, "id", None) or "",
-        name=getattr(block, "name", None) or "",
-        input=dict(getattr(block, "input", None) or {}),
+        text=getattr(block, "text", None)  # probe: SDK content block
+        or getattr(block, "thinking", None)  # probe: SDK content block
+        or "",
+        signature=getattr(block, "signature", None) or "",  # probe: SDK content block
+        data=getattr(block, "data", None) or "",  # probe: SDK content block
+        id=getattr(block, "id", None) or "",  # probe: SDK content block
+        name=getattr(block, "name", None) or "",  # probe: SDK content block
+        input=dict(getattr(block, "input", None) or {}),  # probe: SDK content block
     )
 
 
@@ -443,15 +445,22 @@ def to_provider_error(error: Exception) -> ProviderError | None:
 def _transport_errors() -> tuple[type[BaseException], ...]:
     # The SDK lets errors raised while reading a streamed body through unwrapped. Depending on
     # its version the HTTP client is httpx or httpx2; look up whichever it has already loaded.
-    found = (getattr(sys.modules.get(m), "TransportError", None) for m in ("httpx", "httpx2"))
+    found = (
+        getattr(sys.modules.get(m), "TransportError", None)  # probe: httpx module
+        for m in ("httpx", "httpx2")
+    )
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
 def _status_error(error: Any) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body)
-    kind = getattr(error, "type", None) or _error_field(error.body, "type")
-    message = getattr(error, "api_message", None) or _error_field(error.body, "message") or ""
+    kind = getattr(error, "type", None) or _error_field(error.body, "type")  # probe: SDK error
+    message = (
+        getattr(error, "api_message", None)  # probe: SDK error
+        or _error_field(error.body, "message")
+        or ""
+    )
     cls = _classify(status, kind, message)
     hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT}.get(cls)
     text = f"Anthropic API error {status} ({kind or 'unknown'})" + (

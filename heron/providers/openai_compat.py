@@ -330,8 +330,8 @@ def _stop(finish: str, has_calls: bool) -> StopReason:
 
 
 def _usage(usage: Any) -> Usage:
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    details = getattr(usage, "prompt_tokens_details", None)  # probe: SDK usage
+    cached = getattr(details, "cached_tokens", None)  # probe: SDK usage (None when absent)
     return Usage(
         input=usage.prompt_tokens or 0,
         output=usage.completion_tokens or 0,

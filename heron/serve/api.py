@@ -54,16 +54,17 @@ def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None
     """Give `app` the state the routes need and include them (idempotent on the router)."""
     store = Store(settings.database, files=settings.paths.files)
     app.state.web = WebState(settings, store, busy or (lambda key: False))
-    if router not in [getattr(r, "router", None) for r in app.router.routes]:
+    mounted = [getattr(r, "router", None) for r in app.router.routes]  # probe: Starlette
+    if router not in mounted:
         app.include_router(router)
 
 
 def _state(request: Request) -> WebState:
     """The routes' state: set by `install`, or made once from the serve's runtime
     (`app.state.runtime`, heron/serve/app.py)."""
-    state = getattr(request.app.state, "web", None)
+    state = getattr(request.app.state, "web", None)  # probe: Starlette app.state
     if state is None:
-        runtime = getattr(request.app.state, "runtime", None)
+        runtime = getattr(request.app.state, "runtime", None)  # probe: Starlette app.state
         if runtime is None:
             raise HTTPException(503, "the web API is not installed on this app")
         settings = runtime.engine.settings

@@ -78,14 +78,13 @@ SYNTHETIC_FLAGS = (
 def author_for(message: Message, kind: str, meta: dict[str, Any] | None) -> str:
     """Who wrote a row about to be stored: a message may say so itself (an `author` attribute:
     the runner's own prompts), else its role, kind and meta flags tell."""
-    said = getattr(message, "author", None)
-    if isinstance(said, str):
-        return said
+    if message.author is not None:
+        return message.author
     if kind != "message" or any((meta or {}).get(flag) for flag in SYNTHETIC_FLAGS):
         return "heron"  # a separator, a summary, a recall injection, a stopped-turn note
     if message.role == "assistant":
         return "model"
-    if any(getattr(part, "kind", None) == "tool_result" for part in message.parts):
+    if message.tool_results:
         return "tool"
     return "user"
 

@@ -17,7 +17,7 @@ from heron.errors import StoreError, ToolError
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
-from heron.messages import ToolCall, ToolResult, dumps
+from heron.messages import Text, Thinking, ToolCall, ToolResult, dumps
 from heron.tools.context import ToolContext
 from heron.tools.registry import tool
 
@@ -205,9 +205,9 @@ def _open_message(recall: Recall, message_id: int) -> str:
         raise ToolError(f"{e}; the ids are those in [#N] pointers and search results") from e
     lines = [f"[message {row.id} · {row.role}]"]
     for part in row.message.parts:
-        text = getattr(part, "text", None)
-        if isinstance(text, str):
-            lines.append(text)
+        if isinstance(part, Text | Thinking):
+            if part.text is not None:
+                lines.append(part.text)
         elif isinstance(part, ToolCall):
             lines.append(f"call {part.name}({dumps(part.args)})")
         elif isinstance(part, ToolResult):

@@ -35,7 +35,7 @@ from heron.messages import (
     message_to_dict,
     reply_to_dict,
 )
-from heron.providers.wire import EncodedList, WireBody, dumps_fields, encoded
+from heron.providers.wire import EncodedDict, EncodedList, WireBody, dumps_fields, encoded
 from heron.request import ToolSpec
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
@@ -52,6 +52,16 @@ from heron.trace.blobs import (
 )
 from heron.trace.read import damaged
 from heron.trace.scrub import Scrubber
+
+
+@dataclass(frozen=True)
+class TraceFixed:
+    """What every run's trace takes from the engine's settings, which do not change while it
+    runs: worked out on its first turn (the key scan of the environment included)."""
+
+    profile: EncodedDict
+    limits: EncodedDict
+    scrubber: Scrubber
 
 
 @dataclass
@@ -99,7 +109,8 @@ def plain(value: Any) -> Any:
         params = value.parameters
         return {"name": value.name, "description": value.description, "parameters": params}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = dataclasses.fields(value)
+        return {f.name: plain(getattr(value, f.name)) for f in fields}  # probe: by field name
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, list | tuple):
@@ -162,7 +173,8 @@ class TraceRecorder:
             return
         # Shallow: the fields are plain data already, and asdict's deep copy of the prompt
         # inputs (every tool schema) was the largest cost of a turn's trace.
-        start = {f.name: getattr(self.start, f.name) for f in dataclasses.fields(self.start)}
+        fields = dataclasses.fields(self.start)
+        start = {f.name: getattr(self.start, f.name) for f in fields}  # probe: by field name
         row = records.turn_start_ids(conn, self.turn_id)
         self._conversation = row[0] if row else None
         if start["user_message_id"] is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 REDACTED = "[redacted]"
 # Values that stand in for "no key" and may legitimately appear in text.
@@ -45,13 +44,9 @@ def secrets_in_env(env: Mapping[str, str]) -> list[str]:
     return [v for k, v in env.items() if k.upper().endswith(_SECRET_SUFFIXES)]
 
 
-def scrubber_for(env: Mapping[str, str], config_keys: Mapping[str, str], *holders: Any) -> Scrubber:
-    """Every credential in reach: key-like environment variables, keys from config.toml, and the
-    `api_key` of any object given (the provider in use)."""
-    values: list[str | None] = [*secrets_in_env(env), *config_keys.values()]
-    for holder in holders:
-        values.append(getattr(holder, "api_key", None))
-        inner = getattr(holder, "inner", None)  # a wrapping provider (fenced tools)
-        if inner is not None:
-            values.append(getattr(inner, "api_key", None))
-    return Scrubber.of(v if isinstance(v, str) else None for v in values)
+def scrubber_for(
+    env: Mapping[str, str], config_keys: Mapping[str, str], *keys: str | None
+) -> Scrubber:
+    """Every credential in reach: key-like environment variables, keys from config.toml, and
+    the `keys` given (the model choice's, which the provider in use was opened with)."""
+    return Scrubber.of([*secrets_in_env(env), *config_keys.values(), *keys])

@@ -65,10 +65,10 @@ def _name(step: ModuleType) -> str:
 
 
 def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:
-    if postgres and hasattr(step, "POSTGRES_SQL"):
+    if postgres and hasattr(step, "POSTGRES_SQL"):  # probe: a migration module's optional parts
         for statement in _split(step.POSTGRES_SQL):
             conn.execute(statement)
-    elif hasattr(step, "apply"):
+    elif hasattr(step, "apply"):  # probe: migration module
         step.apply(conn)
     else:
         for statement in _split(step.SQL):
