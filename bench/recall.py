@@ -646,12 +646,33 @@ def timed(recall: Recall, questions: list[str]) -> dict[str, float]:
         start = time.perf_counter()
         recall.search(q, 10)
         timings.append((time.perf_counter() - start) * 1000)
-    timings.sort()
+    return {**_percentiles(timings), "first": round(first, 1)}
+
+
+def _percentiles(timings: list[float]) -> dict[str, float]:
+    timings = sorted(timings)
     return {
         "p50": round(statistics.median(timings), 2),
         "p95": round(timings[max(int(len(timings) * 0.95) - 1, 0)], 2),
-        "first": round(first, 1),
     }
+
+
+def auto_timed(store: Store, recall: Recall, questions: list[str]) -> dict[str, Any]:
+    """The auto-recall step of a turn as the engine runs it inline (`wiring.recall_rows`: the
+    gate's check, then for a message that passes it the in-view set, the fused order, the
+    result and its two rows), each question typed in one of the synthetic conversations (about
+    500 messages each) in turn; p50/p95 over all, and the share that fired."""
+    from heron.memory.wiring import recall_rows
+
+    budget = auto_budget()
+    convs = [r[0] for r in store.query("SELECT id FROM conversations ORDER BY id")]
+    timings, fired = [], 0
+    for n, q in enumerate(questions):
+        start = time.perf_counter()
+        rows = recall_rows(store, recall, convs[n % len(convs)], q, max_chars=budget)
+        timings.append((time.perf_counter() - start) * 1000)
+        fired += bool(rows)
+    return {**_percentiles(timings[1:]), "fired": round(fired / len(questions), 3)}
 
 
 def latency(
@@ -668,6 +689,7 @@ def latency(
         store = Store(Path(tmp) / "latency.db")
         fill(store, texts)
         out["bm25"] = timed(Recall(store), asked)
+        out["auto_bm25"] = auto_timed(store, Recall(store), asked)
         if embedder is not None:
             started = time.monotonic()
             _progress(f"storing vectors for {total:,} messages")
@@ -676,7 +698,9 @@ def latency(
             # As the engine builds it (heron.memory.wiring): the model loads on first use.
             from heron.memory.wiring import lazy_recall
 
-            out["fused"] = timed(lazy_recall(store), asked)
+            fused = lazy_recall(store)
+            out["fused"] = timed(fused, asked)
+            out["auto_fused"] = auto_timed(store, fused, asked)
         store.close()
     return out
 
@@ -747,6 +771,8 @@ def main() -> None:
         path = "fused" if embedder is not None else "bm25"
         result["latency_ms"] = {**lat[path], "messages": lat["messages"], "path": path}
         result["bm25_latency_ms"] = {**lat["bm25"], "messages": lat["messages"]}
+        result["auto_latency_ms"] = {**lat[f"auto_{path}"], "messages": lat["messages"]}
+        result["auto_latency_ms"]["path"] = path
     if "folds" in figures:
         result["folds"] = figures["folds"]
     if "folds" in auto:
@@ -798,8 +824,15 @@ def _print(result: dict[str, Any], lat: dict[str, Any]) -> None:
                 f"latency ({path}) over {lat['messages']:,} messages: p50 {f['p50']} ms,"
                 f" p95 {f['p95']} ms (first search {f['first']} ms)"
             )
+    for path in ("fused", "bm25"):
+        if f"auto_{path}" in lat:
+            f = lat[f"auto_{path}"]
+            print(
+                f"auto-recall step of a turn ({path}) over {lat['messages']:,} messages:"
+                f" p50 {f['p50']} ms, p95 {f['p95']} ms ({f['fired']:.0%} fired)"
+            )
     if "fused" in lat:
-        print("  the fused figure includes encoding each query with the model")
+        print("  the fused figures include encoding each query with the model")
     print(f"bench run: {result['seconds']} s")
 
 

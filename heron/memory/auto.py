@@ -26,7 +26,7 @@ looked up, never instructions, and the cached prefix before it is untouched.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory import records
@@ -109,18 +109,24 @@ def auto_hits(
     recall: Recall,
     text: str,
     conversation_id: int,
-    in_view: Iterable[int] = (),
+    in_view: Iterable[int] | Callable[[], Iterable[int]] = (),
     gate: Gate = GATE,
     since: float = 0.0,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
     (written at `since` or later: the /new floor) first, then other conversations' above the
     stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
-    common case: no vector is loaded then)."""
+    common case: no vector is loaded then). `in_view` may be a function, called only when
+    something passes."""
     if not wants_recall(text):
         return []
-    skip = set(in_view)
     own = {i: s for i, s in shares(recall, text, conversation_id).items() if s >= gate.own}
+    rest: dict[int, float] | None = None
+    if not own:
+        rest = shares(recall, text, conversation_id, others=True)
+        if not any(s >= gate.other for s in rest.values()):
+            return []  # the common case: neither the view nor a vector is loaded
+    skip = set(in_view() if callable(in_view) else in_view)
     own = {i: s for i, s in own.items() if i not in skip}
     if own and since > 0:
         dates = records.message_dates(recall.store, list(own))
@@ -128,7 +134,8 @@ def auto_hits(
     picked = _in_fused_order(recall, text, conversation_id, own, gate, gate.hits)
     found = [(i, score, own[i], False) for i, score in picked]
     if len(found) < gate.hits:
-        rest = shares(recall, text, conversation_id, others=True)
+        if rest is None:
+            rest = shares(recall, text, conversation_id, others=True)
         other = {i: s for i, s in rest.items() if s >= gate.other and i not in skip}
         more = _in_fused_order(recall, text, None, other, gate, gate.hits - len(found))
         found += [(i, score, other[i], True) for i, score in more]
@@ -163,7 +170,7 @@ def auto_messages(
     recall: Recall,
     text: str,
     conversation_id: int,
-    in_view: Iterable[int] = (),
+    in_view: Iterable[int] | Callable[[], Iterable[int]] = (),
     *,
     max_chars: int = RESULT_CHARS,
     call_id: str = "auto_recall",

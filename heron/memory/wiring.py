@@ -237,14 +237,12 @@ def recall_rows(
     if recall is None or not wants_recall(text) or strong is False:
         return []
     text = text[:RECALL_QUERY_CHARS]  # a pasted log is searched by its start, not all of it
-    if strong is None and not fires(recall, text, conversation_id):
-        return []  # the common case: no branch and no vector is loaded
     call_id = f"recall_{secrets.token_hex(4)}"
-    found = auto_messages(
+    found = auto_messages(  # the same gate as `fires`, asked once: [] loads nothing else
         recall,
         text,
         conversation_id,
-        _in_view(store, conversation_id),
+        lambda: _in_view(store, conversation_id),
         max_chars=max_chars,
         call_id=call_id,
         since=history_floor(store, conversation_id),
