@@ -442,7 +442,8 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
         thumb = page.locator(".msg.user .files img.thumb")
         expect(thumb).to_have_attribute("alt", "photo.png")
         expect(page.locator(".msg.user .user-text")).to_contain_text("buy milk")
-        loaded = thumb.evaluate("img => img.complete && img.naturalWidth")
+        # decode() waits for the bytes (a reloaded page may not have them yet); 0 if they fail
+        loaded = thumb.evaluate("img => img.decode().then(() => img.naturalWidth, () => 0)")
         assert loaded == 1  # the bytes came back from HERON_HOME/files
 
     shown()
