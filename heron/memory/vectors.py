@@ -95,11 +95,12 @@ def _plain_pipeline(model: Any) -> tuple[Any, Any, int] | None:
         parts = (model.tokenizer, transformer.auto_model, int(model.max_seq_length))
     except (AttributeError, IndexError, TypeError, KeyError):
         return None
-    mode = getattr(pooling, "pooling_mode", None)  # sentence-transformers 6
-    if mode is None and hasattr(pooling, "get_pooling_mode_str"):  # 3 to 5
+    mode = getattr(pooling, "pooling_mode", None)  # probe: sentence-transformers 6 Pooling
+    if mode is None and hasattr(pooling, "get_pooling_mode_str"):  # probe: ST 3 to 5
         mode = pooling.get_pooling_mode_str()
     plain = kinds == ["Transformer", "Pooling", "Normalize"] and mode == "mean"
-    return parts if plain and not getattr(transformer, "do_lower_case", False) else None
+    lower = getattr(transformer, "do_lower_case", False)  # probe: ST Transformer module
+    return parts if plain and not lower else None
 
 
 @contextmanager
@@ -277,7 +278,8 @@ def hamming(signs: Any, query: Any) -> Any:
 def prefilter_ready() -> bool:
     import numpy as np
 
-    return hasattr(np, "bitwise_count")  # numpy >= 2.0; without it every score is exact
+    # numpy >= 2.0; without it every score is exact
+    return hasattr(np, "bitwise_count")  # probe: numpy's version
 
 
 class VectorIndex:
