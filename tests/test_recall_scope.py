@@ -12,7 +12,7 @@ import pytest
 
 from heron.memory import records
 from heron.memory.auto import auto_hits
-from heron.memory.recall import Recall
+from heron.memory.recall import Recall, match_expression
 from heron.messages import Message, Text
 from heron.store import Store
 
@@ -139,3 +139,33 @@ def test_auto_recall_hits_are_those_of_the_plain_filters(seeded, monkeypatch) ->
     old = [[auto_hits(Recall(store), q, cid) for q in queries] for cid in convs]
     assert new == old
     assert any(h for per in new for h in per)  # something fired: the comparison says something
+
+
+@pytest.mark.parametrize("limit", [3, 20, 60, 500])
+def test_the_other_conversations_are_the_plain_ranking_without_this_one(seeded, limit) -> None:
+    """`Recall.bm25(outside=)` answers from the unscoped ranking when the conversation's own
+    matches are all known (fewer than `limit`), and from the outside filter otherwise."""
+    store, convs = seeded
+    for cid in convs:
+        for query in ["apple pie", "camping beach group", "tart"]:
+            expected = records.bm25_ranked(store, match_expression(query) or "", limit, outside=cid)
+            assert Recall(store).bm25(query, limit, outside=cid) == expected
+
+
+def test_a_smaller_budget_searches_only_the_rarer_words(tmp_path: Path) -> None:
+    store = Store(tmp_path / "budget.db")
+    try:
+        conv = store.open_conversation("c")
+        for n in range(30):
+            store.append(conv.id, Message("user", [Text(f"common words number {n}")]))
+        for _ in range(3):
+            store.append(conv.id, Message("user", [Text("a rare common sight")]))
+        recall = Recall(store)
+        assert recall.selective_terms("rare common") == ["rare", "common"]
+        assert recall.selective_terms("rare common", budget=10) == ["rare"]
+        # the rarest word is searched whatever it costs: a search needs one
+        assert recall.selective_terms("common words", budget=1) == ["words"]  # 30 against 33
+        found = {i for i, _ in recall.bm25("rare common", 50, budget=10)}
+        assert len(found) == 3
+    finally:
+        store.close()

@@ -34,6 +34,11 @@ from heron.memory.recall import Hit, Recall, held_terms, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
 CANDIDATES = 200  # messages of a scope that hold a query word, at most, for the idf count
+# Matches scored, at most, by a search of the other conversations (Recall.selective_terms):
+# bm25() of each match is what such a search costs (about 2 us each, 10 ms for the 6,000 a
+# `heron memory recall` scores), and a turn's auto-recall must cost under 10 ms at 100,000
+# messages. The rarest words are kept; a word in thousands of messages adds little to a share.
+OTHERS_BUDGET = 2_000
 MIN_WORDS = 2  # distinct query words a query needs, and a hit must hold
 RESULT_CHARS = 1_500  # the result's size when the caller gives no budget of its own
 LINE_CHARS = 320  # one hit's line, at most (its snippet is about 300 characters)
@@ -65,7 +70,7 @@ def shares(
     if len(words) < MIN_WORDS:
         return {}
     if others:
-        found = recall.bm25(text, CANDIDATES, outside=conversation_id)
+        found = recall.bm25(text, CANDIDATES, outside=conversation_id, budget=OTHERS_BUDGET)
     else:
         found = recall.bm25(text, CANDIDATES, conversation_id)
     if not found:
@@ -157,7 +162,10 @@ def _in_fused_order(
     after the first within `gate.second` of the first one's score."""
     if not allowed or limit <= 0:
         return []
-    ranked = recall.ranked(text, gate.depth, conversation_id)
+    if conversation_id is None:  # every conversation: as bounded as the others' shares
+        ranked = recall.ranked(text, gate.depth, None, OTHERS_BUDGET)
+    else:
+        ranked = recall.ranked(text, gate.depth, conversation_id)
     kept = [(i, s) for i, s in ranked if i in allowed]
     if not kept:
         return []

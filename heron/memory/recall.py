@@ -108,9 +108,10 @@ class Recall:
         self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
         self._last_query: tuple[str, Future[Any]] | None = None
         self._counted: tuple[str, tuple[int, int], dict[str, int]] | None = None
-        # (query, conversation, outside) -> (database stamp, limit, hits): see `bm25`
+        # (query, conversation, outside, budget) -> (database stamp, limit, hits): see `bm25`
         self._bm25_kept: dict[
-            tuple[str, int | None, int | None], tuple[tuple[int, int], int, list[tuple[int, float]]]
+            tuple[str, int | None, int | None, int],
+            tuple[tuple[int, int], int, list[tuple[int, float]]],
         ] = {}
 
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
@@ -118,9 +119,9 @@ class Recall:
         and changes nothing)."""
         return records.rows_matching(self.store, f'"{word}"', cap)
 
-    def selective_terms(self, query: str) -> list[str]:
+    def selective_terms(self, query: str, budget: int = MATCH_BUDGET) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
-        MATCH_BUDGET messages: BM25 gives a word found everywhere almost no weight, but scoring
+        `budget` messages: BM25 gives a word found everywhere almost no weight, but scoring
         every message holding it is what makes a search slow on a large history. The counts
         of the last query are kept until the database changes (each search of one turn's
         auto-recall asks them)."""
@@ -137,7 +138,7 @@ class Recall:
         total = 0
         for word in sorted(words, key=lambda w: frequency[w]):
             df = frequency[word]
-            if kept and total + df > MATCH_BUDGET:
+            if kept and total + df > budget:
                 break
             kept.append(word)
             total += df
@@ -150,19 +151,30 @@ class Recall:
         conversation_id: int | None = None,
         *,
         outside: int | None = None,
+        budget: int = MATCH_BUDGET,
     ) -> list[tuple[int, float]]:
         """(message id, score) best first; score is -bm25, so higher is better. Within one
-        conversation, or with `outside`, in every conversation but that one.
+        conversation, or with `outside`, in every conversation but that one; the words
+        searched are `selective_terms(query, budget)`.
 
         The last few searches are kept until the database changes: auto-recall asks the same
         words of the same scope for its gate and again for the fused order (a shorter list of
         a search is the start of a longer one: the order is total, by score then id)."""
-        key = (query, conversation_id, outside)
+        if outside is not None and conversation_id is None:
+            # All the conversation's matches (fewer than `limit`) make the others the plain
+            # ranking without them: one scoring of every match, which auto-recall's ranking
+            # of every conversation then reuses, instead of two (the scoped search is cheap).
+            mine = self.bm25(query, limit, outside, budget=budget)
+            if len(mine) < limit:
+                skip = {i for i, _ in mine}
+                ranked = self.bm25(query, limit + len(mine), budget=budget)
+                return [(i, s) for i, s in ranked if i not in skip][:limit]
+        key = (query, conversation_id, outside, budget)
         stamp = self._stamp()
         kept = self._bm25_kept.get(key)
         if kept is not None and kept[0] == stamp and kept[1] >= limit:
             return kept[2][:limit]
-        expr = match_expression(" ".join(self.selective_terms(query)))
+        expr = match_expression(" ".join(self.selective_terms(query, budget)))
         found = (
             []
             if expr is None
@@ -217,11 +229,16 @@ class Recall:
         return count
 
     def lexical(
-        self, query: str, limit: int = 10, conversation_id: int | None = None
+        self,
+        query: str,
+        limit: int = 10,
+        conversation_id: int | None = None,
+        budget: int = MATCH_BUDGET,
     ) -> list[tuple[int, float]]:
         """BM25 with each hit lending part of its score to the messages just before and after
         it: the answer to a question often sits next to the words the question uses."""
-        return self.spread(self.bm25(query, max(limit * 5, 100), conversation_id))[:limit]
+        found = self.bm25(query, max(limit * 5, 100), conversation_id, budget=budget)
+        return self.spread(found)[:limit]
 
     def spread(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
         if not ranked:
@@ -229,17 +246,22 @@ class Recall:
         return lend(dict(ranked), self.neighbours([i for i, _ in ranked]))
 
     def ranked(
-        self, query: str, limit: int = 10, conversation_id: int | None = None
+        self,
+        query: str,
+        limit: int = 10,
+        conversation_id: int | None = None,
+        budget: int = MATCH_BUDGET,
     ) -> list[tuple[int, float]]:
-        """Message ids best first: BM25 alone, or blended with the semantic ranking."""
+        """Message ids best first: BM25 alone (its words chosen within `budget`, see
+        `selective_terms`), or blended with the semantic ranking."""
         depth = max(limit * 5, 100)
         if self.embedder is None:
-            return self.lexical(query, limit, conversation_id)
+            return self.lexical(query, limit, conversation_id, budget)
 
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
         encoding = self._query_vector(query)
-        lexical = dict(self.bm25(query, depth, conversation_id))
+        lexical = dict(self.bm25(query, depth, conversation_id, budget=budget))
         self.index_missing(conversation_id)
         similar = self._similarities(query, conversation_id, encoding.result())
         # Candidates: the best of either ranking and the messages next to them, which the
@@ -409,9 +431,11 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 def held_terms(body: str, words: Sequence[str]) -> set[str]:
     """Which of `words` occur in `body` as a word (a long word also as a word's start, as the
     query matches it). One regular expression per word: splitting the body into a set of
-    words and checking each as a prefix cost ten times as much on 200 candidates."""
+    words and checking each as a prefix cost ten times as much on 200 candidates. The plain
+    substring test first: a pattern that opens with a lookbehind is tried at every position
+    of the body, and most candidates hold few of a long query's words."""
     lower = body.lower()
-    return {w for w in words if _held_pattern(w).search(lower)}
+    return {w for w in words if w in lower and _held_pattern(w).search(lower)}
 
 
 @functools.lru_cache(maxsize=1024)
