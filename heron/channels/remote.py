@@ -77,6 +77,8 @@ class RemoteAgent:
         self.ended = 0  # turn_ends seen, of any client's turns
         self._ended = asyncio.Condition()
         self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
+        # Requests answered by an event of the same type (the memory review), oldest first.
+        self._asks: dict[str, deque[asyncio.Future[dict[str, Any]]]] = {}
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
@@ -131,6 +133,14 @@ class RemoteAgent:
         await self.writer.drain()
         return await answer
 
+    async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send a request only the control socket answers; its answer has the same type."""
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._asks.setdefault(str(message["type"]), deque()).append(answer)
+        self._write(message)
+        await self.writer.drain()
+        return await answer
+
     # ---- the socket -----------------------------------------------------------------------
 
     async def hello(self, key: str, agent: str = "default") -> None:
@@ -155,6 +165,9 @@ class RemoteAgent:
             self._welcomed.set()
             for answer in self._lists:
                 answer.set_exception(ServeGone("heron serve stopped"))
+            for waiting in self._asks.values():
+                for asked in waiting:
+                    asked.set_exception(ServeGone("heron serve stopped"))
             if self.on_gone is not None:
                 self.on_gone()
 
@@ -165,6 +178,9 @@ class RemoteAgent:
             items = [(str(i["key"]), i.get("title")) for i in event.get("items", [])]
             if self._lists:
                 self._lists.popleft().set_result(items)
+            return
+        if isinstance(kind, str) and self._asks.get(kind):
+            self._asks[kind].popleft().set_result(event)
             return
         if kind == "error" and event.get("code") == STOPPED_CODE:
             return  # the socket closes next: read() ends, and ServeGone says it

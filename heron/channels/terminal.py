@@ -436,23 +436,34 @@ async def _command(
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, console, session)
-    elif engine is None and name == "/memory" and arg.strip() == "review":
-        console.print("Through heron serve, review memory with: heron memory review")
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/attach":
         console.print(attach_command(arg, state), highlight=False, markup=False)
-    elif name == "/memory" and arg.strip() == "review" and engine is not None:
-        await _review(engine, console)
+    elif name == "/memory" and arg.strip() == "review":
+        await _review_either(engine, conn, console)
     elif name in ("/learn", "/reflect"):
         await conn.send(text, state.key, state.agent)
         await _settle(conn, state)
-        memory = engine.memory if engine is not None else None
-        if engine is not None and memory is not None and await _waiting(memory):
-            await _review(engine, console)
+        await _review_either(engine, conn, console, only_if_waiting=True)
     else:
         return False
     return True
+
+
+async def _review_either(
+    engine: Engine | None,
+    conn: InProcessAgent | RemoteAgent,
+    console: Console,
+    only_if_waiting: bool = False,
+) -> None:
+    """/memory review here or through serve (after /learn and /reflect: only when their
+    suggestions wait)."""
+    if engine is None:
+        assert isinstance(conn, RemoteAgent)  # no engine here: the chat is a serve's client
+        await _review_remote(conn, console, only_if_waiting)
+    elif not only_if_waiting or (engine.memory is not None and await _waiting(engine.memory)):
+        await _review(engine, console)
 
 
 async def _review(engine: Engine, console: Console) -> None:
@@ -464,19 +475,45 @@ async def _review(engine: Engine, console: Console) -> None:
     loop = asyncio.get_running_loop()
 
     def choose(batch: list[Suggestion]) -> set[int] | None:  # on the worker thread
-        return asyncio.run_coroutine_threadsafe(_checklist(batch), loop).result()
+        pairs = [(s.id, s.describe()) for s in batch]
+        return asyncio.run_coroutine_threadsafe(_checklist(pairs), loop).result()
 
     text = await asyncio.to_thread(memory_command, engine.memory, "review", choose=choose)
     console.print(text, markup=False, highlight=False)
 
 
-async def _checklist(batch: list[Suggestion]) -> set[int] | None:
+async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: bool) -> None:
+    """/memory review through serve: the same checklists, shown here, decided by the serve
+    (heron/serve/control.py), which prints back what the in-process review prints."""
+    waiting = await conn.ask({"type": "memory_waiting"})
+    items = [(int(i["id"]), str(i["line"])) for i in waiting.get("items") or []]
+    if only_if_waiting and not items:
+        return
+    if not waiting.get("memory"):
+        console.print(waiting.get("text") or commands.NO_MEMORY, markup=False, highlight=False)
+        return
+    size = int(waiting.get("batch") or 10)
+    shown: list[int] = []
+    keep: set[int] = set()
+    for start in range(0, len(items), size):
+        batch = items[start : start + size]
+        picked = await _checklist(batch)
+        if picked is None:  # Esc: this checklist and every later one stay waiting
+            break
+        shown += [i for i, _ in batch]
+        keep |= picked
+    done = await conn.ask({"type": "memory_review", "shown": shown, "keep": sorted(keep)})
+    console.print(str(done.get("text") or ""), markup=False, highlight=False)
+
+
+async def _checklist(batch: list[tuple[int, str]]) -> set[int] | None:
+    """One checklist: (id, line) pairs; the ids to keep, or None for Esc."""
     from prompt_toolkit.shortcuts import checkboxlist_dialog
 
     picked = await checkboxlist_dialog(
         title="Memory review",
         text="Check what to keep. Unchecked items are dropped; Cancel or Esc leaves them waiting.",
-        values=[(s.id, f"#{s.id} {s.describe()}") for s in batch],
+        values=[(i, f"#{i} {line}") for i, line in batch],
     ).run_async()
     return None if picked is None else set(picked)
 

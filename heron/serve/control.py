@@ -6,7 +6,8 @@ Only the home's owner can connect (the socket's mode), so it needs no token. It 
 `{"type":"conversations","items":[{"key","title"}...]}`, and takes a terminal's attachments
 as `{"type":"upload","upload_id","name","mime","data"}` (the bytes in base64, checked against
 `[attachments]`), answered `{"type":"uploaded","upload_id"}` or an `error`, for the `send`
-after them to name in its `files`.
+after them to name in its `files`. `memory_waiting` and `memory_review` are a chat's
+`/memory review` (docs/serve.md, "The control socket").
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from heron.agent.commands import NO_MEMORY
+from heron.errors import HeronError
 from heron.serve.hub import Event
 from heron.serve.runtime import Runtime
 from heron.serve.session import Session, error
@@ -82,6 +85,8 @@ def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | Non
     async def answer(message: dict[str, Any]) -> Event | None:
         if message.get("type") == "upload":
             return await _upload(runtime, message)
+        if message.get("type") in ("memory_waiting", "memory_review"):
+            return await asyncio.to_thread(_memory, runtime, message)
         if message.get("type") != "conversations":
             return None
         store = runtime.engine.store
@@ -92,6 +97,36 @@ def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | Non
         }
 
     return answer
+
+
+def _memory(runtime: Runtime, message: dict[str, Any]) -> Event:
+    """`/memory review` of a chat through serve, in two steps: `memory_waiting` lists what
+    waits (the chat shows its checklists), then `memory_review` applies what the person chose
+    exactly as the in-process review does: checklists in order, each one's checked ids kept
+    and the rest dropped, stopping at the first the person left with Esc (not in `shown`)."""
+    from heron.memory.commands import review_text
+    from heron.memory.service import REVIEW_BATCH
+
+    kind = str(message["type"])
+    service = runtime.engine.memory
+    if service is None:
+        return {"type": kind, "memory": False, "items": [], "text": NO_MEMORY}
+    if kind == "memory_waiting":
+        items = [{"id": s.id, "line": s.describe()} for s in service.waiting()]
+        return {"type": kind, "memory": True, "items": items, "batch": REVIEW_BATCH}
+    shown = {int(i) for i in message.get("shown") or []}
+    keep = {int(i) for i in message.get("keep") or []}
+
+    def choose(batch: list[Any]) -> set[int] | None:
+        if not {s.id for s in batch} <= shown:
+            return None  # a checklist the person did not see, or left with Esc
+        return {s.id for s in batch} & keep
+
+    try:
+        text = review_text(service, choose, None)
+    except HeronError as e:
+        text = str(e)
+    return {"type": kind, "memory": True, "text": text}
 
 
 async def _upload(runtime: Runtime, message: dict[str, Any]) -> Event | None:
