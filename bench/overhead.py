@@ -19,6 +19,14 @@ fake chat-completions server on 127.0.0.1 through the OpenAI adapter, which adds
 import (several hundred ms) and the HTTP round trip. Peak RSS is the largest child's, per mode.
 
     python bench/overhead.py [--runs 5] [--json] [--sizes 10,10000] [--no-wire]
+    python bench/overhead.py --auto-recall /work/shared/eval/locomo-dev.json [--auto-recall-only]
+
+With --auto-recall, also what auto-recall adds to a turn over 100,000 stored messages
+(`--recall-messages`): bench/recall.py's synthetic history of the file's turns over 200
+conversations, and the step a turn runs inline before the model call (`wiring.recall_rows`:
+the gate, and for a message that passes it the in-view set, the ranking and the two stored
+rows), for each of its questions typed in one of the conversations in turn; BM25 path (the
+fused one needs every message embedded: bench/recall.py does it from its vector cache).
 
 Targets: first request within 300 ms of process start; the 10,000-message figure within 1.5x
 of the 10-message one.
@@ -327,6 +335,44 @@ def _print_sandbox(figures: dict[str, float]) -> None:
         )
 
 
+def auto_recall_figures(locomo: Path, total: int, queries: int = 300) -> dict[str, object]:
+    """p50/p95 of the auto-recall step a turn adds over `total` messages (see the module
+    docstring), and the share of turns it fired on."""
+    import importlib.util
+    import random
+
+    from heron.memory.recall import Recall
+
+    spec = importlib.util.spec_from_file_location(
+        "recall_bench", Path(__file__).with_name("recall.py")
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    raw = json.loads(locomo.read_text())
+    rng = random.Random(7)  # the same history and questions as bench/recall.py's latency
+    texts = bench.synthesise(raw, total, rng)
+    asked = [
+        rng.choice([qa["question"] for s in raw for qa in s["qa"]]) for _ in range(queries + 1)
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "auto.db")
+        bench.fill(store, texts)
+        figures: dict[str, object] = bench.auto_timed(store, Recall(store), asked)
+        store.close()
+    return {**figures, "messages": total, "path": "bm25", "target_p95_ms": 10.0}
+
+
+def _print_auto(figures: dict[str, object]) -> None:
+    verdict = "met" if float(figures["p95"]) < 10.0 else "NOT met"  # type: ignore[arg-type]
+    print(
+        f"auto-recall adds to a turn over {figures['messages']:,} messages ({figures['path']}):"
+        f" p50 {figures['p50']} ms, p95 {figures['p95']} ms, fired on {figures['fired']:.0%}"
+        f" (target p95 < 10 ms: {verdict})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per size and mode (median)")
@@ -343,6 +389,11 @@ def main() -> None:
     parser.add_argument("--offline-only", action="store_true", help="only the offline model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--sandbox-only", action="store_true", help="only the sandbox figures")
+    parser.add_argument(
+        "--auto-recall", type=Path, metavar="LOCOMO", help="also time auto-recall (a LoCoMo file)"
+    )
+    parser.add_argument("--auto-recall-only", action="store_true", help="only auto-recall")
+    parser.add_argument("--recall-messages", type=int, default=100_000, help="for auto-recall")
     args = parser.parse_args()
     if args.child:
         child(args.child)
@@ -353,6 +404,15 @@ def main() -> None:
             print(json.dumps({"sandbox": figures}))
         else:
             _print_sandbox(figures)
+        return
+    if args.auto_recall_only:
+        if args.auto_recall is None:
+            parser.error("--auto-recall-only needs --auto-recall LOCOMO (a LoCoMo JSON file)")
+        figures = auto_recall_figures(args.auto_recall, args.recall_messages)
+        if args.json:
+            print(json.dumps({"auto_recall_ms": figures}))
+        else:
+            _print_auto(figures)
         return
     if args.offline_only:
         figures = offline_model(min(args.runs, 3))
@@ -425,6 +485,8 @@ def main() -> None:
     }
     if not args.no_offline:
         result["offline_model"] = offline_model(min(args.runs, 3))
+    if args.auto_recall is not None:
+        result["auto_recall_ms"] = auto_recall_figures(args.auto_recall, args.recall_messages)
     if args.json:
         print(json.dumps(result))
         return
@@ -434,6 +496,8 @@ def main() -> None:
     _print_sandbox(result["sandbox"])
     if not args.no_offline:
         print_offline(result["offline_model"])  # type: ignore[arg-type]
+    if args.auto_recall is not None:
+        _print_auto(result["auto_recall_ms"])  # type: ignore[arg-type]
 
 
 # ---- the offline model ----------------------------------------------------------------------
