@@ -125,13 +125,15 @@ def test_auto_recall_hits_are_those_of_the_plain_filters(seeded, monkeypatch) ->
     queries = ["apple pie with crumble", "camping at the beach", "pottery support group", "x"]
     new = [[auto_hits(Recall(store), q, cid) for q in queries] for cid in convs]
 
-    def old_ranked(store_, expression, limit, conversation_id=None, outside=None):
+    def old_ranked(store_, expression, limit, conversation_id=None, outside=None, newest=None):
+        # newest (auto.OTHERS_BUDGET) bounds nothing among this store's 400 messages
+        assert newest is None or newest > 400
         if conversation_id is not None:
             rows = store_.query(OLD_SCOPED, (expression, conversation_id, limit))
         elif outside is not None:
             rows = store_.query(OLD_OUTSIDE, (expression, outside, limit))
         else:
-            return records_bm25(store_, expression, limit)
+            return records_bm25(store_, expression, limit, newest=newest)
         return [(r[0], r[1]) for r in rows]
 
     records_bm25 = records.bm25_ranked
@@ -169,3 +171,40 @@ def test_a_smaller_budget_searches_only_the_rarer_words(tmp_path: Path) -> None:
         assert len(found) == 3
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+@pytest.mark.parametrize("newest", [1, 7, 40, 10_000])
+def test_a_bounded_search_ranks_only_the_newest_matches(seeded, expression, newest) -> None:
+    """`newest` keeps the ranking of the plain search, restricted to the newest matches of the
+    whole index (all of them when there are fewer), with or without a conversation filter."""
+    store, convs = seeded
+    everything = records.bm25_ranked(store, expression, 10_000)
+    floor = sorted((i for i, _ in everything), reverse=True)[:newest][-1]
+    assert records.bm25_ranked(store, expression, 10_000, newest=newest) == [
+        (i, s) for i, s in everything if i >= floor
+    ]
+    for cid in convs:
+        plain = records.bm25_ranked(store, expression, 10_000, outside=cid)
+        bounded = records.bm25_ranked(store, expression, 5, outside=cid, newest=newest)
+        assert bounded == [(i, s) for i, s in plain if i >= floor][:5]
+
+
+def test_the_other_conversations_search_scores_at_most_its_budget(seeded) -> None:
+    """Auto-recall's search of other conversations ranks among the newest OTHERS_BUDGET
+    matches (here 30), so a word found everywhere cannot make a turn slow; a search within
+    one conversation, or with the default budget, is not bounded."""
+    store, convs = seeded
+    recall = Recall(store)
+    expr = match_expression(" ".join(recall.selective_terms("apple crumble", 30))) or ""
+    everything = records.bm25_ranked(store, expr, 10_000)
+    assert len(everything) > 30
+    floor = sorted((i for i, _ in everything), reverse=True)[29]
+    for cid in convs:
+        found = recall.bm25("apple crumble", 500, outside=cid, budget=30)
+        assert found and all(i >= floor for i, _ in found)
+        assert found == records.bm25_ranked(store, expr, 500, outside=cid, newest=30)
+        own = recall.bm25("apple crumble", 500, cid, budget=30)
+        assert own == records.bm25_ranked(store, expr, 500, cid)
+    full = match_expression("apple crumble") or ""
+    assert recall.bm25("apple crumble", 10_000) == records.bm25_ranked(store, full, 10_000)

@@ -155,7 +155,11 @@ class Recall:
     ) -> list[tuple[int, float]]:
         """(message id, score) best first; score is -bm25, so higher is better. Within one
         conversation, or with `outside`, in every conversation but that one; the words
-        searched are `selective_terms(query, budget)`.
+        searched are `selective_terms(query, budget)`. A `budget` under MATCH_BUDGET (auto-
+        recall's search of other conversations) also bounds what an unscoped search scores:
+        the newest `budget` matches of the index, so a turn's cost stays bounded when even
+        the rarest word is in tens of thousands of messages (a conversation's own search
+        is cheap and never bounded).
 
         The last few searches are kept until the database changes: auto-recall asks the same
         words of the same scope for its gate and again for the fused order (a shorter list of
@@ -175,10 +179,11 @@ class Recall:
         if kept is not None and kept[0] == stamp and kept[1] >= limit:
             return kept[2][:limit]
         expr = match_expression(" ".join(self.selective_terms(query, budget)))
+        newest = budget if budget < MATCH_BUDGET and conversation_id is None else None
         found = (
             []
             if expr is None
-            else records.bm25_ranked(self.store, expr, limit, conversation_id, outside)
+            else records.bm25_ranked(self.store, expr, limit, conversation_id, outside, newest)
         )
         if len(self._bm25_kept) >= BM25_KEPT:
             self._bm25_kept.pop(next(iter(self._bm25_kept)))

@@ -44,11 +44,21 @@ def bm25_ranked(
     limit: int,
     conversation_id: int | None = None,
     outside: int | None = None,
+    newest: int | None = None,
 ) -> list[tuple[int, float]]:
     """(message id, -bm25) best first for an FTS5 expression: within one conversation, or
-    with `outside`, in every conversation but that one."""
+    with `outside`, in every conversation but that one; with `newest`, among the newest
+    `newest` matches of the whole index only (the others are never scored)."""
     sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
     params: list[object] = [expression]
+    if newest is not None:
+        # A bare rowid bound is offered to FTS5 (plan `INDEX 0:M1>`): it skips the older
+        # matches' entries instead of scoring them. The floor is the newest-th match's id.
+        sql += (
+            " AND rowid >= coalesce((SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT 1 OFFSET ?), 0)"
+        )
+        params += [expression, newest - 1]
     if conversation_id is not None:
         sql += f" AND {_IN_CONVERSATION}"
         params.append(conversation_id)
