@@ -12,7 +12,9 @@ Read from the source of heron/ (parsed, not imported):
 - The largest class by field count (annotated class-level fields plus `self.x =` targets).
 - Lines of Python in heron/.
 
-    python bench/code_counts.py [--json] [--root heron]
+    python bench/code_counts.py [--json] [--root heron] [--top N]
+
+`--top N` lists the N files with the most `Any` names, the place to start narrowing them.
 """
 
 from __future__ import annotations
@@ -98,6 +100,12 @@ def class_fields(tree: ast.AST, module: str) -> list[tuple[int, str]]:
     return out
 
 
+def any_by_file(root: Path) -> list[tuple[int, str]]:
+    """(`Any` names, path under root) of every file that has any, most first."""
+    found = [(any_names(p.read_text()), str(p.relative_to(root))) for p in root.rglob("*.py")]
+    return sorted(((n, rel) for n, rel in found if n), key=lambda f: (-f[0], f[1]))
+
+
 def count(root: Path) -> Counts:
     engine = total = unmarked = anys = sql = lines = 0
     classes: list[tuple[int, str]] = []
@@ -132,8 +140,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON line as well")
     parser.add_argument("--root", default=str(Path(__file__).parent.parent / "heron"))
+    parser.add_argument("--top", type=int, default=0, help="list the N files with most Any")
     args = parser.parse_args()
     c = count(Path(args.root))
+    for n, rel in any_by_file(Path(args.root))[: args.top]:
+        print(f"{n:5d}  {rel}")
     print(f"engine: Any parameters        {c.engine_any_params}")
     print(f"getattr/hasattr calls         {c.probes} ({c.unmarked_probes} without '# probe:')")
     print(f"Any per 1,000 lines           {c.any_per_1000_lines} ({c.any_names} in {c.lines})")

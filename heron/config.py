@@ -196,7 +196,7 @@ class ReviewConfig:
 _TIME_OF_DAY = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
 
 
-def _review_config(table: dict[str, Any], path: Path) -> ReviewConfig:
+def _review_config(table: Mapping[str, object], path: Path) -> ReviewConfig:
     unknown = set(table) - {"enabled", "time"}
     if unknown:
         raise ConfigError(
@@ -244,7 +244,7 @@ class Config:
     base_urls: dict[str, str] = field(default_factory=dict)
     agent: AgentDefaults = AgentDefaults()
     context: ContextShares = ContextShares()
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, dict[str, object]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
     tools: ToolSettings = ToolSettings()
     memory: MemoryConfig = MemoryConfig()
@@ -325,7 +325,7 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
     )
 
 
-def _store_url(table: dict[str, Any], path: Path) -> str | None:
+def _store_url(table: Mapping[str, object], path: Path) -> str | None:
     unknown = set(table) - {"url"}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) in [store]: {', '.join(sorted(unknown))}",
@@ -353,7 +353,7 @@ def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     return value
 
 
-def _opt_str(data: dict[str, Any], key: str, path: Path) -> str | None:
+def _opt_str(data: Mapping[str, object], key: str, path: Path) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{path}: {key} must be a string, got {value!r}")
@@ -363,7 +363,7 @@ def _opt_str(data: dict[str, Any], key: str, path: Path) -> str | None:
 AGENT_ALIASES = {"max_turns": "max_model_calls"}  # older key names, still read
 
 
-def _agent_defaults(table: dict[str, Any], path: Path) -> AgentDefaults:
+def _agent_defaults(table: Mapping[str, object], path: Path) -> AgentDefaults:
     return parse_section(table, AgentDefaults, "agent", path, AGENT_ALIASES)
 
 
@@ -371,7 +371,7 @@ _Section = typing.TypeVar("_Section")
 
 
 def parse_section(
-    table: dict[str, Any],
+    table: Mapping[str, object],
     cls: type[_Section],
     section: str,
     path: Path,
@@ -384,7 +384,7 @@ def parse_section(
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     aliases = aliases or {}
     defaults = cls()
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for key, value in table.items():
         name = aliases.get(key, key)
         if name not in known:
@@ -404,8 +404,12 @@ def parse_section(
 
 
 def _checked(
-    value: Any, default: Any, spec: dataclasses.Field[Any], where: str, key: str | None = None
-) -> Any:
+    value: object,
+    default: object,
+    spec: dataclasses.Field[object],
+    where: str,
+    key: str | None = None,
+) -> object:
     key = key or spec.name
     if default is None:
         return value  # optional and free-form (a timezone name)
@@ -429,7 +433,9 @@ def _kind(expected: type) -> str:
     )
 
 
-def _in_range(value: float, bounds: tuple[Any, Any, bool], what: str, hint: str) -> None:
+def _in_range(
+    value: float, bounds: tuple[float | None, float | None, bool], what: str, hint: str
+) -> None:
     low, high, open_low = bounds
     too_low = low is not None and (value <= low if open_low else value < low)
     too_high = high is not None and value > high
@@ -447,7 +453,7 @@ def _in_range(value: float, bounds: tuple[Any, Any, bool], what: str, hint: str)
 S = TypeVar("S")
 
 
-def _section(cls: type[S], table: dict[str, Any], name: str, path: Path) -> S:
+def _section(cls: type[S], table: Mapping[str, object], name: str, path: Path) -> S:
     """A table of booleans (and the like) read into its dataclass, every key checked."""
     defaults = cls()
     for key, value in table.items():
@@ -483,7 +489,7 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
     return ToolSettings(**table)
 
 
-def _context_shares(table: dict[str, Any], path: Path) -> ContextShares:
+def _context_shares(table: Mapping[str, object], path: Path) -> ContextShares:
     """Each `[context]` key is a share of the window: a number above 0 and at most 1."""
     names = ContextShares.__dataclass_fields__
     values: dict[str, float] = {}

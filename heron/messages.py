@@ -15,12 +15,23 @@ import hashlib
 import json
 import secrets
 import time
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypeAlias
 
 Role = Literal["user", "assistant"]
 # "repetition": the repetition guard stopped a looping reply (heron/providers/repetition.py).
 StopReason = Literal["done", "tool", "length", "repetition"]
+STOP_REASONS: tuple[StopReason, ...] = typing.get_args(StopReason)
+# JSON: tool arguments, wire bodies, the meta stored with a message. A reader narrows what it
+# takes out (`isinstance`), so a damaged value fails where it is read. The containers inside a
+# value are read-only types (Sequence, Mapping), so that a `list[JSONObject]` built by an adapter
+# is a JSONValue too (a `list` of them would not be: list is invariant).
+JSONValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JSONValue] | Mapping[str, JSONValue] | None"
+)
+JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 
 def new_key(prefix: str = "c") -> str:
@@ -39,7 +50,7 @@ class Text:
 class ToolCall:
     id: str
     name: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: JSONObject = field(default_factory=dict)
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -118,9 +129,9 @@ class Message:
     # "heron"), and the meta it is stored with: class attributes a subclass sets, not fields,
     # so they take no part in equality or in the JSON.
     author: ClassVar[str | None] = None
-    meta: ClassVar[dict[str, Any] | None] = None
+    meta: ClassVar[JSONObject | None] = None
 
-    def __init__(self, role: Role, parts: Any) -> None:
+    def __init__(self, role: Role, parts: Iterable[Part]) -> None:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "parts", tuple(parts))
 
@@ -179,7 +190,7 @@ class Reply:
     stop: StopReason
     usage: Usage = Usage()
 
-    def __init__(self, parts: Any, stop: StopReason, usage: Usage | None = None) -> None:
+    def __init__(self, parts: Iterable[Part], stop: StopReason, usage: Usage | None = None) -> None:
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "usage", usage or Usage())
@@ -239,7 +250,7 @@ def oversized(text: str) -> str | None:
 # ---- JSON ------------------------------------------------------------------------------------
 
 
-def part_to_dict(part: Part) -> dict[str, Any]:
+def part_to_dict(part: Part) -> JSONObject:
     if isinstance(part, Text):
         return {"kind": "text", "text": part.text}
     if isinstance(part, ToolCall):
@@ -270,7 +281,7 @@ def part_to_dict(part: Part) -> dict[str, Any]:
     raise TypeError(f"not a message part: {part!r}")
 
 
-def part_from_dict(d: dict[str, Any]) -> Part:
+def part_from_dict(d: JSONValue) -> Part:
     """A part from its JSON; ValueError or TypeError when `d` is not one (a damaged row): the
     types are checked, so nothing downstream meets an object where text belongs."""
     # Spelled out per kind rather than generic: histories of 10,000 messages are decoded on
@@ -290,6 +301,7 @@ def part_from_dict(d: dict[str, Any]) -> Part:
         return ToolResult(_str(d["call_id"], "call_id"), content, d.get("is_error") is True)
     if kind == "thinking":
         text, state, provider = d.get("text"), d.get("provider_state"), d.get("provider")
+        provider = _opt_str(provider, "provider")
         return Thinking(_opt_str(text, "text"), _opt_str(state, "provider_state"), provider)
     if kind == "file":
         name = _opt_str(d.get("name"), "name")
@@ -304,27 +316,35 @@ def part_from_dict(d: dict[str, Any]) -> Part:
     raise ValueError(f"unknown part kind {kind!r}")
 
 
-def _str(value: Any, key: str) -> str:
+def _str(value: JSONValue, key: str) -> str:
     if type(value) is not str:
         raise TypeError(f"{key} must be text, not {type(value).__name__}")
     return value
 
 
-def _opt_str(value: Any, key: str) -> str | None:
+def _opt_str(value: JSONValue, key: str) -> str | None:
     return None if value is None else _str(value, key)
 
 
-def message_to_dict(message: Message) -> dict[str, Any]:
+def message_to_dict(message: Message) -> JSONObject:
     return {"role": message.role, "parts": [part_to_dict(p) for p in message.parts]}
 
 
-def message_from_dict(d: dict[str, Any]) -> Message:
-    if d.get("role") not in ("user", "assistant"):
-        raise ValueError(f"unknown role {d.get('role')!r}")
-    return Message(d["role"], [part_from_dict(p) for p in d["parts"]])
+def message_from_dict(d: JSONObject) -> Message:
+    role = d.get("role")
+    if role != "user" and role != "assistant":
+        raise ValueError(f"unknown role {role!r}")
+    parts = [part_from_dict(p) for p in _list(d["parts"], "parts")]
+    return Message("user" if role == "user" else "assistant", parts)
 
 
-def usage_to_dict(usage: Usage) -> dict[str, int]:
+def _list(value: JSONValue, key: str) -> list[JSONValue]:
+    if type(value) is not list:
+        raise TypeError(f"{key} must be a list, not {type(value).__name__}")
+    return value
+
+
+def usage_to_dict(usage: Usage) -> JSONObject:
     return {
         "input": usage.input,
         "output": usage.output,
@@ -333,11 +353,19 @@ def usage_to_dict(usage: Usage) -> dict[str, int]:
     }
 
 
-def usage_from_dict(d: dict[str, Any]) -> Usage:
-    return Usage(**{k: int(d.get(k, 0)) for k in ("input", "output", "cache_read", "cache_write")})
+def usage_from_dict(d: JSONValue) -> Usage:
+    if type(d) is not dict:
+        raise TypeError(f"usage must be an object, not {type(d).__name__}")
+    return Usage(*(_int(d.get(k, 0), k) for k in ("input", "output", "cache_read", "cache_write")))
 
 
-def reply_to_dict(reply: Reply) -> dict[str, Any]:
+def _int(value: JSONValue, key: str) -> int:
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{key} must be a number, not {type(value).__name__}")
+    return int(value)
+
+
+def reply_to_dict(reply: Reply) -> JSONObject:
     return {
         "parts": [part_to_dict(p) for p in reply.parts],
         "stop": reply.stop,
@@ -345,10 +373,12 @@ def reply_to_dict(reply: Reply) -> dict[str, Any]:
     }
 
 
-def reply_from_dict(d: dict[str, Any]) -> Reply:
-    return Reply(
-        [part_from_dict(p) for p in d["parts"]], d["stop"], usage_from_dict(d.get("usage", {}))
-    )
+def reply_from_dict(d: JSONObject) -> Reply:
+    stop = next((s for s in STOP_REASONS if s == d["stop"]), None)
+    if stop is None:
+        raise ValueError(f"unknown stop reason {d['stop']!r}")
+    parts = [part_from_dict(p) for p in _list(d["parts"], "parts")]
+    return Reply(parts, stop, usage_from_dict(d.get("usage", {})))
 
 
 # What json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True) builds on
@@ -357,14 +387,13 @@ _CANONICAL = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_ke
 _encode_str = json.encoder.encode_basestring  # what the encoder uses with ensure_ascii=False
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: object) -> str:
     """Canonical JSON: the same value always gives the same bytes (content addressing relies
     on it). A plain string or int is written directly, as the encoder itself would write it:
     a turn encodes dozens of keys and roles, and the encoder's call costs more than the text."""
-    kind = type(obj)
-    if kind is str:
+    if type(obj) is str:
         return _encode_str(obj)
-    if kind is int:
+    if type(obj) is int:
         return int.__repr__(obj)
     return _CANONICAL.encode(obj)
 

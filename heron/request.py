@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
-from heron.messages import Message, dumps
+from heron.messages import JSONObject, Message, dumps
 
 # A tool's description says where its programs run after this marker (the sandbox writes it,
 # the system prompt reads it back to describe the workspace once).
@@ -25,7 +25,7 @@ class ToolSpec:
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JSONObject
 
     # A spec is made once per tool and sent, estimated and traced every turn: its encodings
     # are kept (the schema is never changed once the spec exists).
@@ -52,7 +52,7 @@ class ChatRequest:
     stall_timeout: float = 60.0
     # What is derived from the request once and used again (its encoded body, heron/providers/
     # wire.py): the runner records the body the adapter then posts.
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    memo: dict[str, tuple[object, object]] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heron.context.prompt import PromptInputs, build_system_prompt
 from heron.errors import FatalProviderError, StoreError
-from heron.messages import Message, Reply, ToolCall, ToolResult, dumps, message_from_dict
+from heron.messages import (
+    JSONObject,
+    Message,
+    Reply,
+    ToolCall,
+    ToolResult,
+    dumps,
+    message_from_dict,
+)
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
@@ -31,9 +39,9 @@ from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext, recording
 from heron.tools.registry import ToolRegistry
 from heron.trace.diff import Difference, first_difference
-from heron.trace.read import RunTrace, load_run, request_payload
+from heron.trace.read import RunTrace, ToolTrace, load_run, request_payload
 
-PayloadFn = Callable[[ChatRequest], dict[str, Any]]
+PayloadFn = Callable[[ChatRequest], JSONObject]
 
 
 class ReplayStop(Exception):
@@ -147,7 +155,7 @@ class ReplayProvider:
         self.run, self.payloads, self.build, self.report = run, payloads, build, report
         self.served = 0
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
+    def payload(self, request: ChatRequest) -> JSONObject:
         return self.build(request)
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
@@ -198,7 +206,7 @@ class ReplayTools:
     def __init__(self, run: RunTrace, registry: ToolRegistry, live: bool, report: ReplayReport):
         self.registry, self.live, self.report = registry, live, report
         self.interrupted = run.turn.status == "interrupted"
-        self.recorded: dict[str, list[Any]] = {}
+        self.recorded: dict[str, list[ToolTrace]] = {}
         for tool in run.tools:
             self.recorded.setdefault(tool.call_id, []).append(tool)
 
@@ -207,7 +215,7 @@ class ReplayTools:
 
     async def call_recording(
         self, call: ToolCall, ctx: ToolContext
-    ) -> tuple[ToolResult, list[dict[str, Any]]]:
+    ) -> tuple[ToolResult, list[JSONObject]]:
         """As `call`, with what the call did (nothing, when its result is served)."""
         return await recording(self.call(call, ctx))
 
@@ -219,8 +227,9 @@ class ReplayTools:
         if self.live:
             result = await self.registry.call(call, ctx)
             if recorded is None or result.content != recorded.result:
+                was = None if recorded is None else recorded.result
                 self.report.tool_differences.append(
-                    ToolDifference(call.id, call.name, recorded and recorded.result, result.content)
+                    ToolDifference(call.id, call.name, was, result.content)
                 )
             return result
         if recorded is None:
@@ -265,7 +274,9 @@ def start_messages(store: Store, run: RunTrace) -> list[Message]:
     return [m.wire for m in store.branch(run.turn.conversation_id, head)]
 
 
-def _mailbox(run: RunTrace, provider: ReplayProvider) -> tuple[Any, Any]:
+def _mailbox(
+    run: RunTrace, provider: ReplayProvider
+) -> tuple[Callable[[], Awaitable[list[Message]]], Callable[[], bool]]:
     injections = [e for e in run.events if e.kind == "injection"]
     breaks = [e for e in run.events if e.kind == "break"]
 
@@ -296,7 +307,7 @@ class ReplaySetup:
     report: ReplayReport
     provider: ReplayProvider
     tools: ReplayTools
-    drain: Callable[[], Any]
+    drain: Callable[[], Awaitable[list[Message]]]
     should_break: Callable[[], bool]
 
     @property

@@ -19,11 +19,11 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
-from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage
+from heron.messages import JSONObject, Message, Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
@@ -79,7 +79,7 @@ class RunLimits:
 class ToolCallRecord:
     call: ToolCall
     result: ToolResult
-    effects: list[dict[str, Any]]
+    effects: list[JSONObject]
     started: float
     ended: float
 

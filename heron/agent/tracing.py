@@ -9,18 +9,20 @@ records what it is given.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from heron.context.prompt import PromptInputs, build_system_prompt
+from heron.messages import JSONObject
 from heron.providers.fenced import FencedTools
 from heron.providers.wire import EncodedDict
 from heron.trace.recorder import (
+    Inputs,
     RunStart,
     TraceFixed,
     TraceRecorder,
     fingerprints,
     inputs_json,
-    plain,
+    plain_fields,
 )
 from heron.trace.scrub import scrubber_for
 
@@ -64,7 +66,7 @@ def prompt_inputs_for(engine: TurnDeps, built: Built, agent: str) -> PromptInput
     return inputs if same else None
 
 
-def _context(built: Built) -> dict[str, object]:
+def _context(built: Built) -> JSONObject:
     governor = built.governor
     if governor is None:
         return {}
@@ -82,16 +84,17 @@ def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRe
     reach (to scrub)."""
     provider = engine.provider
 
-    def inputs() -> Any:
+    def inputs() -> Inputs | None:
         made = engine.prompt_memo.built(built.system)
         if made is not None:  # encoded once per prompt, not once per turn
             if "trace" not in made.derived:
-                data = plain(made.inputs)
+                data = plain_fields(made.inputs)
                 prints = fingerprints(dataclasses.replace(start, prompt_inputs=data))
                 made.derived["trace"] = (data, inputs_json(data), prints)
-            return made.derived["trace"]
+            kept: Inputs = made.derived["trace"]
+            return kept
         found = prompt_inputs_for(engine, built, agent)
-        return None if found is None else plain(found)
+        return None if found is None else plain_fields(found)
 
     fixed = _engine_fixed(engine)
     start = RunStart(
@@ -114,8 +117,8 @@ def _engine_fixed(engine: TurnDeps) -> TraceFixed:
     if engine.trace_memo is None:
         settings = engine.settings
         engine.trace_memo = TraceFixed(
-            EncodedDict.of(plain(engine.choice.profile)),
-            EncodedDict.of(plain(engine.limits)),
+            EncodedDict.of(plain_fields(engine.choice.profile)),
+            EncodedDict.of(plain_fields(engine.limits)),
             scrubber_for(settings.env, settings.config.api_keys, engine.choice.api_key),
         )
     return engine.trace_memo

@@ -56,7 +56,7 @@ class Asks:
             return "answered", question.reply.result()
         return ("cancelled", "") if cancelled in done else ("expired", "")
 
-    async def _cancelled(self, store: Any, run_id: str) -> None:
+    async def _cancelled(self, store: Store, run_id: str) -> None:
         while True:
             await self.sleep(self.poll_s)
             run = await store.call(runs.get, store, run_id)

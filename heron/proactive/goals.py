@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from heron.agent.commands import CommandContext, CommandReply
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
@@ -25,6 +25,7 @@ from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
     from heron.agent.loop import AgentLoop, TurnEnded
+    from heron.store import Store
 
 NUDGE = (
     "[Heron: your goal continues] Keep working toward the goal in the runtime block. When it "
@@ -37,7 +38,7 @@ USAGE = (
 )
 
 
-def runtime_note(store: Any, key: str) -> str | None:
+def runtime_note(store: Store, key: str) -> str | None:
     """The goal's line of the runtime block: the objective in full the first time (and after
     it changes), then that it is unchanged."""
     goal = goals.open_goal(store, key)
@@ -59,7 +60,7 @@ def describe(goal: goals.Goal | None) -> str:
     return f"Goal ({state}; {goal.budget()}): {goal.objective}"
 
 
-def goal_command(store: Any, key: str, arg: str) -> str:
+def goal_command(store: Store, key: str, arg: str) -> str:
     """/goal [TEXT | done | stop | budget TURNS [TOKENS]]."""
     word, _, rest = arg.partition(" ")
     if not arg:
@@ -78,7 +79,7 @@ async def _goal(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(await ctx.store.call(goal_command, ctx.store, ctx.key, arg))
 
 
-def _budget(store: Any, key: str, rest: str) -> str:
+def _budget(store: Store, key: str, rest: str) -> str:
     goal = goals.open_goal(store, key)
     if goal is None:
         return "No goal to budget. /goal TEXT sets one."
@@ -98,7 +99,7 @@ class Goals:
     loop: AgentLoop
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.loop.engine.store
 
     def options_for(self, key: str, message: InboundMessage) -> TurnOptions | None:

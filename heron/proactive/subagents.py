@@ -38,6 +38,7 @@ from heron.tools.registry import ToolOutput, tool
 if TYPE_CHECKING:
     from heron.agent.engine import TurnResult
     from heron.agent.loop import AgentLoop, TurnEnded
+    from heron.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class Subagents:
     unwatch: Callable[[], None] = field(default=lambda: None, repr=False)  # drops its hook
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         return self.loop.engine.store
 
     @property
@@ -106,7 +107,8 @@ class Subagents:
             if run.result is None:  # interrupted: what its transcript holds
                 text = await self.store.call(partial_of, self.store, run)
                 await self.store.call(runs.record_result, self.store, run.id, text, True)
-                run = await self.store.call(runs.get, self.store, run.id)
+                found = await self.store.call(runs.get, self.store, run.id)
+                run = found if found is not None else run  # with its result, when still there
             await self.announce(run)
 
     async def spawn(
@@ -169,7 +171,10 @@ class Subagents:
             raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still running")
         await self.store.call(runs.restart, self.store, run.id)
         await self.store.call(runs.set_task, self.store, run.id, task)
-        return await self.store.call(runs.get, self.store, run.id)  # type: ignore[no-any-return]
+        restarted = await self.store.call(runs.get, self.store, run.id)
+        if restarted is None:  # deleted in between (another process): nothing to continue
+            raise ToolError(f"subagent {run.id} of lineage {lineage!r} is gone")
+        return restarted
 
     async def settle(self) -> None:
         """Until no subagent works and no announcement is being settled."""
@@ -351,7 +356,7 @@ def outcome_of(result: TurnResult | None, partial: str) -> tuple[str, str, bool]
     return "done", result.run.text or partial, False
 
 
-def partial_of(store: Any, run: runs.Run) -> str:
+def partial_of(store: Store, run: runs.Run) -> str:
     """What a subagent's transcript holds of its work since its task: its replies and the
     start of its tool results, bounded."""
     key = run.conversation_key
@@ -371,7 +376,7 @@ def partial_of(store: Any, run: runs.Run) -> str:
     return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
 
 
-def unanswered(store: Any, origin_key: str, run_id: str) -> bool:
+def unanswered(store: Store, origin_key: str, run_id: str) -> bool:
     """Whether the run's result is in the origin's record with no final reply after it (a
     model message without tool calls) and has not had its one retry turn yet."""
     conv = store.conversation(origin_key)

@@ -33,6 +33,7 @@ from heron.errors import (
 )
 from heron.messages import (
     File,
+    JSONObject,
     Message,
     Part,
     Reply,
@@ -87,7 +88,7 @@ class AnthropicProvider:
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
+    def payload(self, request: ChatRequest) -> JSONObject:
         return build_payload(request, self._tools, self.profile)
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
@@ -114,7 +115,7 @@ class AnthropicProvider:
         await self._client.close()
 
 
-async def _post_stream(client: Any, body: dict[str, Any]) -> Any:
+async def _post_stream(client: Any, body: JSONObject) -> Any:
     """POST through the SDK (auth, headers, SSE decoding, error types) without
     `messages.create`'s recursive type transform of the body, which is already wire JSON and
     costs seconds for a long history."""
@@ -135,28 +136,26 @@ async def _post_stream(client: Any, body: dict[str, Any]) -> Any:
 
 def build_payload(
     request: ChatRequest, tools: ToolsMemo | None = None, profile: ModelProfile | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """The exact Messages API body for `request`, with two cache breakpoints: the end of the
     system prompt and the end of the conversation, so each turn reuses the last one's prefix.
     Images and PDFs go as `image` and `document` blocks when the profile says the model takes
     them (the default for a claude-* name), else as a short note."""
-    body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+    body: JSONObject = {"model": request.model, "max_tokens": request.max_tokens}
     if request.system:
         body["system"] = [{"type": "text", "text": request.system, "cache_control": _CACHE}]
     body["messages"] = _wire_messages(request.messages, profile or profile_for(request.model))
-    if body["messages"]:
-        _mark_end(body["messages"][-1]["content"])
     if request.tools:
         body["tools"] = (tools or ToolsMemo()).get(request.tools, _wire_tool)
     body["stream"] = True
     return body
 
 
-def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+def _wire_tool(spec: ToolSpec) -> JSONObject:
     return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
 
 
-def _mark_end(content: list[dict[str, Any]]) -> None:
+def _mark_end(content: list[JSONObject]) -> None:
     # Thinking blocks cannot carry cache_control; the breakpoint goes on the last one that can.
     for block in reversed(content):
         if block["type"] not in ("thinking", "redacted_thinking"):
@@ -164,41 +163,51 @@ def _mark_end(content: list[dict[str, Any]]) -> None:
             return
 
 
-def _wire_messages(messages: list[Message], profile: ModelProfile) -> list[dict[str, Any]]:
-    """Messages as wire dicts. Empty messages are dropped and same-role neighbours merged,
-    because the API rejects empty content (and a dropped message would break alternation)."""
-    wire: list[dict[str, Any]] = []
+def _wire_messages(messages: list[Message], profile: ModelProfile) -> list[JSONObject]:
+    """Messages as wire dicts, the last with the conversation's cache breakpoint. Empty
+    messages are dropped and same-role neighbours merged, because the API rejects empty content
+    (and a dropped message would break alternation)."""
+    merged: list[tuple[str, list[JSONObject]]] = []
     for message in messages:
         content = _wire_content(message.parts, profile)
         if not content:
             continue
-        if wire and wire[-1]["role"] == message.role:
-            wire[-1]["content"] = _order(wire[-1]["content"] + content)
+        if merged and merged[-1][0] == message.role:
+            merged[-1][1].extend(content)
         else:
-            wire.append({"role": message.role, "content": _order(content)})
-    return wire
+            merged.append((message.role, content))
+    ordered = [(role, _order(content)) for role, content in merged]
+    if ordered:
+        _mark_end(ordered[-1][1])
+    return [{"role": role, "content": content} for role, content in ordered]
 
 
-def _order(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _order(content: list[JSONObject]) -> list[JSONObject]:
     # The API wants tool_result blocks first in a user message; the sort is stable otherwise.
     return sorted(content, key=lambda block: block["type"] != "tool_result")
 
 
-def _wire_content(parts: tuple[Part, ...], profile: ModelProfile) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+def _wire_content(parts: tuple[Part, ...], profile: ModelProfile) -> list[JSONObject]:
+    blocks: list[JSONObject] = []
     for part in parts:
         block = _wire_file(part, profile) if isinstance(part, File) else _wire_block(part)
         if block is None:
             continue
         if block["type"] == "text" and blocks and blocks[-1]["type"] == "text":
-            blocks[-1] = {"type": "text", "text": blocks[-1]["text"] + block["text"]}
+            blocks[-1] = {"type": "text", "text": _text(blocks[-1]) + _text(block)}
         else:
             blocks.append(block)
     # Whitespace-only text is rejected as empty by the API.
-    return [b for b in blocks if b["type"] != "text" or b["text"].strip()]
+    return [b for b in blocks if b["type"] != "text" or _text(b).strip()]
 
 
-def _wire_block(part: Part) -> dict[str, Any] | None:
+def _text(block: JSONObject) -> str:
+    """A text block's text (built here, so always a string)."""
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def _wire_block(part: Part) -> JSONObject | None:
     if isinstance(part, Text):
         return {"type": "text", "text": part.text} if part.text else None
     if isinstance(part, ToolCall):
@@ -215,7 +224,7 @@ def _wire_block(part: Part) -> dict[str, Any] | None:
     raise TypeError(f"not a message part: {part!r}")
 
 
-def _wire_thinking(part: Thinking) -> dict[str, Any] | None:
+def _wire_thinking(part: Thinking) -> JSONObject | None:
     """Anthropic's own thinking goes back byte-exact; anyone else's is dropped, since the API
     would reject a block it did not sign."""
     if part.provider != PROVIDER or not part.provider_state:
@@ -231,7 +240,7 @@ def _wire_thinking(part: Thinking) -> dict[str, Any] | None:
     return None
 
 
-def _wire_file(part: File, profile: ModelProfile) -> dict[str, Any]:
+def _wire_file(part: File, profile: ModelProfile) -> JSONObject:
     """An image block, a document block (a PDF as base64, a text file as text), or the note a
     model gets for a file it does not take."""
     if part.data is None or not takes_file(part, vision=profile.vision, pdf=profile.pdf):
@@ -247,7 +256,7 @@ def _wire_file(part: File, profile: ModelProfile) -> dict[str, Any]:
     else:
         data = base64.b64encode(part.data).decode("ascii")
         source = {"type": "base64", "media_type": part.media_type, "data": data}
-    block: dict[str, Any] = {"type": "document", "source": source}
+    block: JSONObject = {"type": "document", "source": source}
     if part.name:
         block["title"] = part.name
     return block
@@ -272,7 +281,7 @@ class _Block:
     id: str = ""
     name: str = ""
     json: str = ""
-    input: dict[str, Any] = field(default_factory=dict)
+    input: JSONObject = field(default_factory=dict)
 
 
 class _Assembler:
@@ -383,7 +392,7 @@ def _part(block: _Block) -> Part | None:
     return None  # server tools, citations and future block types: not part of Heron's model
 
 
-def _tool_input(block: _Block) -> dict[str, Any]:
+def _tool_input(block: _Block) -> JSONObject:
     if not block.json:
         return block.input
     try:

@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from heron.errors import DeadlineExceeded, ProviderError, TransientProviderError
-from heron.messages import Reply
+from heron.messages import JSONObject, Reply
 from heron.request import ChatRequest, OnEvent
+
+T = TypeVar("T")
 
 
 class Provider(Protocol):
     name: str
     model: str
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
+    def payload(self, request: ChatRequest) -> JSONObject:
         """The JSON body this adapter would send for `request`, without credentials."""
         ...
 
@@ -54,7 +56,7 @@ class RetryPolicy:
         return jittered
 
 
-def retry_after(headers: Any) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds a server asks us to wait, from `retry-after-ms` or `retry-after` (in seconds; an
     HTTP date is ignored): the same headers on both wires."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
@@ -109,7 +111,7 @@ def _late(policy: RetryPolicy, last: ProviderError | None) -> DeadlineExceeded:
     )
 
 
-async def within_stall(stream: AsyncIterator[Any], seconds: float) -> AsyncIterator[Any]:
+async def within_stall(stream: AsyncIterator[T], seconds: float) -> AsyncIterator[T]:
     """The stream's items, or TransientProviderError (retried) once it is silent for
     `seconds`: a server that keeps the connection open and sends nothing is cut."""
     iterator = stream.__aiter__()

@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
 
-from heron.messages import Message, Part, Reply, Text, ToolCall, ToolResult
+from heron.messages import JSONObject, Message, Part, Reply, Text, ToolCall, ToolResult
 from heron.providers.base import Provider
 from heron.request import ChatRequest, OnEvent
 
@@ -81,7 +80,7 @@ class FencedTools:
             request.model, system, to_text_messages(request.messages), [], request.max_tokens
         )
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
+    def payload(self, request: ChatRequest) -> JSONObject:
         return self.inner.payload(self._wrap(request))
 
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:

@@ -24,6 +24,7 @@ from heron.errors import (
 )
 from heron.messages import (
     File,
+    JSONObject,
     Message,
     Part,
     Reply,
@@ -75,8 +76,8 @@ class OpenAICompatProvider:
 
     # ---- request -----------------------------------------------------------------------------
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def payload(self, request: ChatRequest) -> JSONObject:
+        body: JSONObject = {
             "model": request.model or self.model,
             "messages": self._messages(request),
         }
@@ -87,8 +88,8 @@ class OpenAICompatProvider:
         body["stream_options"] = {"include_usage": True}
         return body
 
-    def _messages(self, request: ChatRequest) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _messages(self, request: ChatRequest) -> list[JSONObject]:
+        out: list[JSONObject] = []
         if request.system:
             out.append({"role": "system", "content": request.system})
         for message in request.messages:
@@ -98,10 +99,10 @@ class OpenAICompatProvider:
                 out.extend(_user(message, self.profile))
         return out
 
-    def _assistant(self, message: Message) -> dict[str, Any]:
+    def _assistant(self, message: Message) -> JSONObject:
         text = "".join(p.text for p in message.parts if isinstance(p, Text))
         calls = message.tool_calls
-        wire: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+        wire: JSONObject = {"role": "assistant", "content": text if text or not calls else None}
         if self.profile.resend_reasoning:
             reasoning = "".join(
                 p.text or ""
@@ -166,7 +167,7 @@ class OpenAICompatProvider:
 # ---- wire helpers ----------------------------------------------------------------------------
 
 
-async def _post_stream(client: AsyncOpenAI, body: dict[str, Any]) -> Any:
+async def _post_stream(client: AsyncOpenAI, body: JSONObject) -> Any:
     """POST the body through the SDK (auth, headers, SSE decoding, error types) without
     `chat.completions.create`'s recursive type transform: the body is already plain wire JSON,
     and transforming a 10,000-message history costs seconds."""
@@ -182,7 +183,7 @@ async def _post_stream(client: AsyncOpenAI, body: dict[str, Any]) -> Any:
     )
 
 
-def _tool(spec: ToolSpec) -> dict[str, Any]:
+def _tool(spec: ToolSpec) -> JSONObject:
     return {
         "type": "function",
         "function": {
@@ -193,10 +194,10 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-def _user(message: Message, profile: ModelProfile) -> list[dict[str, Any]]:
+def _user(message: Message, profile: ModelProfile) -> list[JSONObject]:
     """Tool results first, each its own role-"tool" message (they must directly follow the
     assistant's tool calls), then whatever the user said alongside them."""
-    out: list[dict[str, Any]] = [
+    out: list[JSONObject] = [
         {"role": "tool", "tool_call_id": r.call_id, "content": _result_text(r)}
         for r in message.tool_results
     ]
@@ -216,7 +217,7 @@ def _result_text(result: ToolResult) -> str:
     return f"Error: {result.content}" if result.is_error else result.content
 
 
-def _content_part(part: Part, profile: ModelProfile) -> dict[str, Any]:
+def _content_part(part: Part, profile: ModelProfile) -> JSONObject:
     """A text part, an image as a data URL, a PDF as a `file` part (the chat-completions way
     of sending a document), a text file as text; a note for what the model does not take."""
     if isinstance(part, Text):

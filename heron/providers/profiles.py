@@ -7,6 +7,7 @@ Quirks are data here, not branches in the adapters.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -105,7 +106,9 @@ _FIELDS: dict[str, type] = {
 }
 
 
-def profile_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) -> ModelProfile:
+def profile_for(
+    model: str, overrides: Mapping[str, Mapping[str, object]] | None = None
+) -> ModelProfile:
     """The built-in profile for `model`, then any `[models."<glob>"]` overrides from config."""
     name = model.lower()
     profile = next((p for pat, p in _BUILTIN if fnmatch.fnmatch(name, pat)), ModelProfile())
@@ -115,7 +118,10 @@ def profile_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) 
     return profile
 
 
-def apply_overrides(profile: ModelProfile, values: dict[str, Any], *, where: str) -> ModelProfile:
+def apply_overrides(
+    profile: ModelProfile, values: Mapping[str, object], *, where: str
+) -> ModelProfile:
+    # Each value's type is checked against _FIELDS below, per key: beyond what mypy can follow.
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key not in _FIELDS:

@@ -11,9 +11,8 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from heron.messages import Reply, Text, Thinking, message_to_dict
+from heron.messages import JSONObject, Reply, Text, Thinking, message_to_dict
 from heron.providers.wire import ToolsMemo
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
@@ -42,7 +41,7 @@ class ScriptedProvider:
         self.requests: list[ChatRequest] = []
         self._tools = ToolsMemo()
 
-    def payload(self, request: ChatRequest) -> dict[str, Any]:
+    def payload(self, request: ChatRequest) -> JSONObject:
         return {
             "model": self.model,
             "system": request.system,
@@ -85,5 +84,5 @@ class ScriptedProvider:
         return None
 
 
-def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+def _wire_tool(spec: ToolSpec) -> JSONObject:
     return {"name": spec.name, "description": spec.description, "parameters": spec.parameters}

@@ -16,45 +16,46 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from heron.messages import File, Reply, dumps
+from heron.messages import File, JSONObject, JSONValue, Reply, dumps
+from heron.request import ChatRequest, ToolSpec
 
 MESSAGES = "messages"
 
 
-class EncodedList(list[Any]):
+class EncodedList(list[JSONValue]):
     """A list whose canonical JSON (`json`) was made when it was built. Still a plain list to
     every JSON encoder; `encode_body` takes `json` instead of walking it again."""
 
     json: str
 
     @classmethod
-    def of(cls, items: list[Any]) -> EncodedList:
+    def of(cls, items: Sequence[JSONValue]) -> EncodedList:
         out = cls(items)
         out.json = dumps(items)
         return out
 
 
-class EncodedDict(dict[str, Any]):
+class EncodedDict(dict[str, JSONValue]):
     """A dict whose canonical JSON (`json`) was made once, for a value encoded again and again
     as part of a larger one (a model profile in every run's trace)."""
 
     json: str
 
     @classmethod
-    def of(cls, items: dict[str, Any]) -> EncodedDict:
+    def of(cls, items: JSONObject) -> EncodedDict:
         out = cls(items)
         out.json = dumps(items)
         return out
 
 
-def encoded(value: Any) -> str:
+def encoded(value: object) -> str:
     """`dumps(value)`, taking the kept JSON of an EncodedList or EncodedDict."""
     return value.json if isinstance(value, EncodedList | EncodedDict) else dumps(value)
 
 
-def dumps_fields(value: dict[str, Any]) -> str:
+def dumps_fields(value: JSONObject) -> str:
     """`dumps(value)` for a dict whose fields may be kept encodings (sorted keys, no spaces)."""
     return "{" + ",".join(dumps(k) + ":" + encoded(v) for k, v in sorted(value.items())) + "}"
 
@@ -64,10 +65,12 @@ class ToolsMemo:
     same objects (the registry hands out the same ToolSpec instances every turn)."""
 
     def __init__(self) -> None:
-        self._specs: tuple[Any, ...] = ()
+        self._specs: tuple[ToolSpec, ...] = ()
         self._wire: EncodedList | None = None
 
-    def get(self, specs: Sequence[Any], build: Callable[[Any], dict[str, Any]]) -> EncodedList:
+    def get(
+        self, specs: Sequence[ToolSpec], build: Callable[[ToolSpec], JSONObject]
+    ) -> EncodedList:
         held = self._specs
         same = len(held) == len(specs) and all(a is b for a, b in zip(held, specs, strict=True))
         if self._wire is not None and same:
@@ -83,12 +86,12 @@ class WireBody:
     record), and each top-level field's part of that JSON (`pieces`; the messages one body per
     message)."""
 
-    value: dict[str, Any]
+    value: JSONObject
     text: str
     pieces: dict[str, list[str]]
 
 
-def encode_body(value: dict[str, Any]) -> WireBody:
+def encode_body(value: JSONObject) -> WireBody:
     """`dumps(value)`, assembled from the encoding of each field (sorted keys, no spaces), so
     the same pieces serve the text and the trace's content-addressed storage."""
     pieces: dict[str, list[str]] = {}
@@ -106,17 +109,16 @@ def encode_body(value: dict[str, Any]) -> WireBody:
 
 
 class _Payloads(Protocol):
-    def payload(self, request: Any) -> dict[str, Any]: ...
+    def payload(self, request: ChatRequest) -> JSONObject: ...
 
 
-def body_of(provider: _Payloads, request: Any) -> WireBody:
+def body_of(provider: _Payloads, request: ChatRequest) -> WireBody:
     """The provider's body for `request`, encoded once per request and provider: the runner
     records it, and the adapter's `chat` posts the same value without building it again."""
     memo = request.memo
     held = memo.get("wire")
-    if held is not None and held[0] is provider:
-        known: WireBody = held[1]
-        return known
+    if held is not None and held[0] is provider and isinstance(held[1], WireBody):
+        return held[1]
     body = encode_body(provider.payload(request))
     memo["wire"] = (provider, body)
     return body

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
@@ -94,7 +94,7 @@ def try_lease(
         return Claim(None, *_epoch_and_dirty(c, conversation_id))
 
 
-def _epoch_and_dirty(conn: Any, conversation_id: int) -> tuple[int, bool]:
+def _epoch_and_dirty(conn: sqlite3.Connection, conversation_id: int) -> tuple[int, bool]:
     """The conversation's epoch, and whether an earlier turn left work to recover: a turn still
     marked running (its process died), a checkpoint left, or a head that is an assistant
     message with calls (`needs_closing`). One statement: every turn starts with it."""

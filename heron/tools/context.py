@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from heron.messages import ToolResult
+from heron.messages import JSONObject, ToolResult
 
 if TYPE_CHECKING:
     from heron.memory.recall import Recall
@@ -132,12 +132,12 @@ class ReplyCount:
 
 # The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
 # one reply run concurrently, each in its own task, so each sees only its own list.
-_CALL_EFFECTS: ContextVar[list[dict[str, Any]] | None] = ContextVar("call_effects", default=None)
+_CALL_EFFECTS: ContextVar[list[JSONObject] | None] = ContextVar("call_effects", default=None)
 
 
-async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[dict[str, Any]]]:
+async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[JSONObject]]:
     """Await a tool call, with the side effects it records (`ToolContext.record_effect`)."""
-    mine: list[dict[str, Any]] = []
+    mine: list[JSONObject] = []
     token = _CALL_EFFECTS.set(mine)
     try:
         return await call, mine
@@ -151,7 +151,7 @@ class ToolContext:
 
     workspace: Path
     result_budget: int = 20_000
-    effects: list[dict[str, Any]] = field(default_factory=list)  # the whole run's
+    effects: list[JSONObject] = field(default_factory=list)  # the whole run's
     kernel: RunSession | None = None
     sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     services: TurnServices = field(default_factory=TurnServices)
@@ -168,7 +168,7 @@ class ToolContext:
     scratchpad: Path | None = None
     scratchpad_limits: tuple[int, int, int] = SCRATCHPAD_LIMITS
 
-    def record_effect(self, effect: dict[str, Any]) -> None:
+    def record_effect(self, effect: JSONObject) -> None:
         """A side effect of the running call: in the run's list and in the call's own."""
         self.effects.append(effect)
         mine = _CALL_EFFECTS.get()

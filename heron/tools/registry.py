@@ -22,24 +22,28 @@ import json
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, overload
 
 from heron.errors import ToolError
-from heron.messages import ToolCall, ToolResult
+from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
 from heron.saved import head, keep
 from heron.tools.context import ToolContext, recording
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+    from pydantic_core import ErrorDetails
 
     from heron.redact import Redactor
 
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
+# A tool's function: its ToolContext first, then the arguments its hints declare; what it returns
+# (text, a ToolOutput, JSON-ready data or None, or an awaitable of one) becomes the result.
+ToolFn = Callable[..., object]
 
 # Tool calls of one reply that run at once: a reply asking for 1,000 calls must not start 1,000
 # processes, kernels or threads together.
@@ -111,7 +115,7 @@ def _parse_args(lines: list[str]) -> dict[str, str]:
     return {name: " ".join(p for p in parts if p) for name, parts in args.items()}
 
 
-def _lean(schema: Any) -> Any:
+def _lean(schema: JSONValue) -> JSONValue:
     """Drop pydantic's "title" keys and collapse `X | None = None` to X: the schema is sent on
     every request, and an optional parameter is already expressed by leaving it out of
     "required"."""
@@ -119,7 +123,7 @@ def _lean(schema: Any) -> Any:
         return [_lean(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
@@ -128,12 +132,13 @@ def _lean(schema: Any) -> Any:
     nullable = isinstance(options, list) and len(options) == 2 and {"type": "null"} in options
     if nullable and isinstance(options, list) and "default" in out and out["default"] is None:
         other = next(o for o in options if o != {"type": "null"})
-        del out["anyOf"], out["default"]
-        out = {**other, **out}
+        if isinstance(other, Mapping):
+            del out["anyOf"], out["default"]
+            out = {**other, **out}
     return out
 
 
-def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+def _args_model(fn: ToolFn, name: str, docs: dict[str, str]) -> type[BaseModel]:
     from pydantic import ConfigDict, Field, create_model
 
     hints = typing.get_type_hints(fn, include_extras=True)
@@ -154,10 +159,10 @@ def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type
 # costs more at start-up than anything else before the first request.
 # tests/test_tool_schema_plain.py holds them equal, key order included, to pydantic's.
 NONE = type(None)
-_PLAIN = {str: "string", int: "integer", bool: "boolean", float: "number"}
+_PLAIN: dict[object, str] = {str: "string", int: "integer", bool: "boolean", float: "number"}
 
 
-def _plain_type(hint: Any) -> dict[str, Any] | None:
+def _plain_type(hint: object) -> JSONObject | None:
     if hint in _PLAIN:
         return {"type": _PLAIN[hint]}
     args = get_args(hint)
@@ -169,10 +174,11 @@ def _plain_type(hint: Any) -> dict[str, Any] | None:
     return None
 
 
-def _plain_property(hint: Any, default: Any, description: str | None) -> dict[str, Any] | None:
-    """The leaned schema of one parameter, or None when pydantic must say it."""
-    scalar = default is ... or isinstance(default, str | int | float | bool | None)
-    if description == "" or not scalar:
+def _plain_property(hint: object, default: object, description: str | None) -> JSONObject | None:
+    """The leaned schema of one parameter, or None when pydantic must say it (`default` is
+    `...` for a required one)."""
+    scalar = default is None or isinstance(default, str | int | float)
+    if description == "" or not (scalar or default is ...):
         return None
     args = get_args(hint)
     optional = get_origin(hint) in (Union, types.UnionType) and len(args) == 2 and args[1] is NONE
@@ -184,32 +190,32 @@ def _plain_property(hint: Any, default: Any, description: str | None) -> dict[st
     schema = _plain_type(hint)
     if schema is None:
         return None
-    if default is not ...:
+    if default is None or isinstance(default, str | int | float):
         schema["default"] = default
     if description is not None:
         schema["description"] = description
     return dict(sorted(schema.items()))
 
 
-def _plain_schema(fn: Callable[..., Any], docs: dict[str, str]) -> dict[str, Any] | None:
+def _plain_schema(fn: ToolFn, docs: dict[str, str]) -> JSONObject | None:
     """The tool's leaned schema built from plain hints, or None (then pydantic builds it)."""
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:
         return None
-    properties: dict[str, Any] = {}
+    properties: JSONObject = {}
     required: list[str] = []
     for param in list(inspect.signature(fn).parameters.values())[1:]:  # skip ctx
         if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
             return None
         default = ... if param.default is param.empty else param.default
-        prop = _plain_property(hints.get(param.name, Any), default, docs.get(param.name))
+        prop = _plain_property(hints.get(param.name), default, docs.get(param.name))
         if prop is None:
             return None
         properties[param.name] = prop
         if default is ...:
             required.append(param.name)
-    schema: dict[str, Any] = {"properties": properties}
+    schema: JSONObject = {"properties": properties}
     if required:
         schema["required"] = required
     schema["type"] = "object"
@@ -223,13 +229,13 @@ def _plain_schema(fn: Callable[..., Any], docs: dict[str, str]) -> dict[str, Any
 class Tool:
     name: str
     description: str
-    parameters: dict[str, Any]
-    fn: Callable[..., Any]
+    parameters: JSONObject
+    fn: ToolFn
     docs: dict[str, str] = field(default_factory=dict)  # the docstring's `Args:` descriptions
     writes: bool = False  # changes the workspace: runs alone (`ToolContext.write_lock`)
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
+    def from_function(cls, fn: ToolFn, name: str | None = None) -> Tool:
         tool_name = name or fn.__name__
         description, docs = parse_docstring(fn.__doc__)
         if not description:
@@ -238,11 +244,13 @@ class Tool:
         if schema is not None:
             return cls(tool_name, description, schema, fn, docs)
         tool = cls(tool_name, description, {}, fn, docs)
-        schema = _lean(tool.args_model.model_json_schema())
+        leaned = _lean(tool.args_model.model_json_schema())
+        if not isinstance(leaned, dict):
+            raise TypeError(f"tool {tool_name}: its schema is not a JSON object")
         # Unknown arguments are still refused (with a message naming them); saying so in the
         # schema would cost bytes on every request.
-        schema.pop("additionalProperties", None)
-        tool.parameters.update(schema)
+        leaned.pop("additionalProperties", None)
+        tool.parameters.update(leaned)
         return tool
 
     @cached_property
@@ -255,30 +263,33 @@ class Tool:
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self.fn(*args, **kwargs)
 
-    async def run(self, ctx: ToolContext, kwargs: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(self.fn):
-            return await self.fn(ctx, **kwargs)
-        # A thread keeps a slow sync tool (grep over a big tree) from stalling its siblings.
-        value = await asyncio.to_thread(self.fn, ctx, **kwargs)
+    async def run(self, ctx: ToolContext, kwargs: Mapping[str, object]) -> object:
+        fn = self.fn
+        value: object
+        if inspect.iscoroutinefunction(fn):
+            value = fn(ctx, **kwargs)
+        else:
+            # A thread keeps a slow sync tool (grep over a big tree) from stalling its siblings.
+            value = await asyncio.to_thread(fn, ctx, **kwargs)
         return await value if inspect.isawaitable(value) else value
 
 
 @overload
-def tool(fn: Callable[..., Any], *, name: str | None = None, writes: bool = False) -> Tool: ...
+def tool(fn: ToolFn, *, name: str | None = None, writes: bool = False) -> Tool: ...
 
 
 @overload
 def tool(
     fn: None = None, *, name: str | None = None, writes: bool = False
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[ToolFn], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, *, name: str | None = None, writes: bool = False
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    fn: ToolFn | None = None, *, name: str | None = None, writes: bool = False
+) -> Tool | Callable[[ToolFn], Tool]:
     """Decorator: `@tool`, `@tool(name="other")` or `@tool(writes=True)` (the tool changes the
     workspace, so it never runs beside another that does) turns a function into a `Tool`."""
     if fn is None:
@@ -330,7 +341,7 @@ class ToolRegistry:
 
     async def call_recording(
         self, call: ToolCall, ctx: ToolContext
-    ) -> tuple[ToolResult, list[dict[str, Any]]]:
+    ) -> tuple[ToolResult, list[JSONObject]]:
         """Run one call and return the side effects it recorded, and only its own."""
         return await recording(self.call(call, ctx))
 
@@ -354,7 +365,7 @@ class ToolRegistry:
             return _as_text(await found.run(ctx, kwargs))
 
 
-def _validate(found: Tool, args: Any) -> tuple[dict[str, Any], str | None]:
+def _validate(found: Tool, args: JSONObject) -> tuple[dict[str, object], str | None]:
     """The keyword arguments, or what is wrong with them said so the model can fix it."""
     if isinstance(args, dict) and set(args) == {"_raw"}:
         sent = str(args["_raw"])[:200]
@@ -374,7 +385,7 @@ def _validate(found: Tool, args: Any) -> tuple[dict[str, Any], str | None]:
         return {}, f"Error: invalid arguments for {found.name}: {problems}. {_signature(found)}"
 
 
-def _describe(error: Any) -> str:
+def _describe(error: ErrorDetails) -> str:
     where = ".".join(str(part) for part in error["loc"]) or "arguments"
     if error["type"] == "extra_forbidden":
         return f"{where!r} is not a parameter"
@@ -384,16 +395,22 @@ def _describe(error: Any) -> str:
 
 
 def _signature(found: Tool) -> str:
-    props: dict[str, Any] = found.parameters.get("properties", {})
-    required = set(found.parameters.get("required", []))
+    props = found.parameters.get("properties")
+    listed = found.parameters.get("required")
+    required = set(listed) if isinstance(listed, list) else set()
     parts = [
-        f"{name} ({spec.get('type', 'any')}{', required' if name in required else ''})"
-        for name, spec in props.items()
+        f"{name} ({_type_of(spec)}{', required' if name in required else ''})"
+        for name, spec in (props.items() if isinstance(props, Mapping) else ())
     ]
     return f"Parameters: {', '.join(parts) or 'none'}."
 
 
-def _as_text(value: Any) -> tuple[str, bool]:
+def _type_of(spec: JSONValue) -> str:
+    found = spec.get("type") if isinstance(spec, Mapping) else None
+    return str(found) if found is not None else "any"
+
+
+def _as_text(value: object) -> tuple[str, bool]:
     if isinstance(value, ToolOutput):
         return value.text, value.is_error
     if isinstance(value, str):

@@ -3,19 +3,22 @@ item is done (verified_by). It survives compaction: summaries and checkpoints re
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from heron.errors import ToolError
 from heron.tools.context import ToolContext
 from heron.tools.registry import tool
 from heron.tools.work_state import _where
 
+if TYPE_CHECKING:
+    from heron.store import Store
+
 Status = Literal["pending", "in_progress", "done", "cancelled"]
 Priority = Literal["high", "medium", "low"]
 
 
 async def _apply(
-    store: Any, conversation: int, add: list[str], item: int | None, changes: dict[str, Any]
+    store: Store, conversation: int, add: list[str], item: int | None, changes: dict[str, Any]
 ) -> None:
     from heron.store import work
 

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 _MISSING = object()
 _PART_LISTS = ("parts", "content", "tool_calls")
+Step: TypeAlias = str | int  # a key of an object or an index into a list
 
 
 @dataclass(frozen=True)
 class Difference:
-    path: tuple[Any, ...]  # JSON path into the payload
-    recorded: Any
-    now: Any
+    path: tuple[Step, ...]  # JSON path into the payload
+    recorded: object
+    now: object
     where: str  # e.g. "message 3 (user), part 1 (tool_result), field content"
 
     def describe(self) -> str:
         return f"{self.where}: {_excerpt(self.recorded, self.now)}"
 
 
-def first_difference(recorded: Any, now: Any) -> Difference | None:
+def first_difference(recorded: object, now: object) -> Difference | None:
     """None when equal; else the first differing path (dict keys in sorted order, the order the
     canonical JSON is written in)."""
     path = _walk(recorded, now, ())
@@ -31,7 +32,7 @@ def first_difference(recorded: Any, now: Any) -> Difference | None:
     return Difference(path, _at(recorded, path), _at(now, path), describe_path(recorded, path))
 
 
-def _walk(a: Any, b: Any, path: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _walk(a: object, b: object, path: tuple[Step, ...]) -> tuple[Step, ...] | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
             if key not in a or key not in b:
@@ -51,23 +52,27 @@ def _walk(a: Any, b: Any, path: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return None if a == b and type(a) is type(b) else path
 
 
-def _at(value: Any, path: tuple[Any, ...]) -> Any:
+def _at(value: object, path: tuple[Step, ...]) -> object:
     for step in path:
-        if _has(value, step):
+        if isinstance(value, dict):
+            if step not in value:
+                return _MISSING
+            value = value[step]
+        elif isinstance(value, list) and isinstance(step, int) and step < len(value):
             value = value[step]
         else:
             return _MISSING
     return value
 
 
-def describe_path(payload: Any, path: tuple[Any, ...]) -> str:
+def describe_path(payload: object, path: tuple[Step, ...]) -> str:
     """Name a JSON path like a person would: message 3 (user), part 1 (text), field text."""
     words: list[str] = []
     node = payload
     i = 0
     while i < len(path):
         step = path[i]
-        child = node[step] if _has(node, step) else _MISSING
+        child = _at(node, (step,))
         if step == "messages" and i + 1 < len(path):
             index = path[i + 1]
             message = _at(node, ("messages", index))
@@ -94,25 +99,19 @@ def describe_path(payload: Any, path: tuple[Any, ...]) -> str:
     return ", ".join(words) or "the payload"
 
 
-def _has(node: Any, step: Any) -> bool:
-    if isinstance(node, dict):
-        return step in node
-    return isinstance(node, list) and isinstance(step, int) and step < len(node)
-
-
-def _part_kind(part: Any) -> str:
+def _part_kind(part: object) -> str:
     if not isinstance(part, dict):
         return "missing" if part is _MISSING else type(part).__name__
     return str(part.get("kind") or part.get("type") or "?")
 
 
-def _tool_name(tool: Any) -> str:
+def _tool_name(tool: object) -> str:
     if not isinstance(tool, dict):
         return "missing"
     return str(tool.get("name") or tool.get("function", {}).get("name") or "?")
 
 
-def _excerpt(recorded: Any, now: Any, width: int = 40) -> str:
+def _excerpt(recorded: object, now: object, width: int = 40) -> str:
     if recorded is _MISSING:
         return f"not in the recorded request; the replay has {_short(now, width * 2)}"
     if now is _MISSING:
@@ -128,6 +127,6 @@ def _excerpt(recorded: Any, now: Any, width: int = 40) -> str:
     return f"recorded {_short(recorded, width * 2)} vs now {_short(now, width * 2)}"
 
 
-def _short(value: Any, limit: int) -> str:
+def _short(value: object, limit: int) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -162,7 +162,7 @@ def _readable(problems: list[str], what: str, read: Callable[[], _T], instead: _
 BODY = (list, dict)  # an event's body
 
 
-def _json(raw: Any, kind: type | tuple[type, ...] = object) -> Any:
+def _json(raw: str | bytes | None, kind: type | tuple[type, ...] = object) -> Any:
     """A stored JSON value (None when empty), which must be of `kind`."""
     value = json.loads(raw) if raw else None
     if value is not None and not isinstance(value, kind):
@@ -200,7 +200,7 @@ def _start(store: Store, turn_id: int) -> tuple[dict[str, Any] | None, dict[str,
     return start, fingerprints or {}
 
 
-def _named(what: str, decode: Callable[[Any], _T], raw: Any) -> _T:
+def _named(what: str, decode: Callable[[str], _T], raw: str) -> _T:
     """`decode(raw)`; a damaged value's error names where it was read from."""
     try:
         return decode(raw)
@@ -208,7 +208,7 @@ def _named(what: str, decode: Callable[[Any], _T], raw: Any) -> _T:
         raise ValueError(f"{what}: {error}") from error
 
 
-def _call(r: Any, problems: list[str]) -> CallTrace:
+def _call(r: sqlite3.Row, problems: list[str]) -> CallTrace:
     what = f"the reply of call #{r['seq']}"
     reply = _readable(problems, what, lambda: _reply(r["reply"]), None)
     usage = Usage(
@@ -228,18 +228,18 @@ def _call(r: Any, problems: list[str]) -> CallTrace:
     )
 
 
-def _reply(raw: Any) -> Reply | None:
+def _reply(raw: str | None) -> Reply | None:
     return reply_from_dict(_json(raw, dict)) if raw else None
 
 
-def _effects(raw: Any) -> list[dict[str, Any]]:
+def _effects(raw: str | None) -> list[dict[str, Any]]:
     effects = _json(raw, list) or []
     if not all(isinstance(e, dict) for e in effects):
         raise TypeError("an effect is not a JSON object")
     return effects
 
 
-def _tool(r: Any, problems: list[str]) -> ToolTrace:
+def _tool(r: sqlite3.Row, problems: list[str]) -> ToolTrace:
     what = f"the effects of tool call {r['call_id']}"
     none: list[dict[str, Any]] = []
     effects = _readable(problems, what, lambda: _effects(r["effects"]), none)
@@ -289,7 +289,7 @@ def list_runs(
     return [RunSummary(r["run_id"], r["ckey"], turn_from_row(r)) for r in rows]
 
 
-def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[Any]:
+def requests_carrying(store: Store, needle: str, limit: int = 5) -> list[sqlite3.Row]:
     """The most recent model requests whose stored payload holds `needle` (conversation key,
     start time, run id, call number, purpose), from the trace as it is stored."""
     return records.requests_carrying_rows(store, needle, limit)

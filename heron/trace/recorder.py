@@ -20,15 +20,21 @@ import dataclasses
 import functools
 import hashlib
 import json
+import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeAlias
 
 from heron.messages import (
+    JSONObject,
+    JSONValue,
     Message,
+    Reply,
+    ToolCall,
+    ToolResult,
     Usage,
     dumps,
     message_json,
@@ -72,33 +78,63 @@ class RunStart:
     provider: str  # the wire the payloads were built for (openai, anthropic, scripted)
     model: str
     system: str  # the system prompt as sent
-    profile: dict[str, Any] = field(default_factory=dict)
-    limits: dict[str, Any] = field(default_factory=dict)
-    prompt_inputs: dict[str, Any] | None = None  # PromptInputs as plain data, if known
+    profile: JSONObject = field(default_factory=dict)
+    limits: JSONObject = field(default_factory=dict)
+    prompt_inputs: JSONObject | None = None  # PromptInputs as plain data, if known
     user_message_id: int | None = None  # the run starts from the branch ending here
     start_messages: int = 0  # how many messages the run started with
     clock: float = field(default_factory=time.time)
     fenced: bool = False  # tool calls travelled as text (FencedTools)
     # What the compaction governor started from (window, calibration), so a replay rebuilds it.
-    context: dict[str, Any] = field(default_factory=dict)
+    context: JSONObject = field(default_factory=dict)
 
 
-def _in_order(bodies: list[Callable[[Any], None]]) -> Callable[[Any], None]:
+# One write of the trace, run inside a store transaction.
+Write: TypeAlias = Callable[[sqlite3.Connection], None]
+# The prompt inputs of a run as plain data, or with their JSON and fingerprints as the prompt
+# memo keeps them (heron/agent/tracing.py).
+Inputs: TypeAlias = "JSONObject | tuple[JSONObject, str, dict[str, str]]"
+
+
+class RecordedCall(Protocol):
+    """One tool call as the runner records it (heron/agent/runner.py ToolCallRecord)."""
+
+    @property
+    def call(self) -> ToolCall: ...
+    @property
+    def result(self) -> ToolResult: ...
+    @property
+    def effects(self) -> Sequence[Mapping[str, object]]: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def ended(self) -> float: ...
+
+
+def _in_order(bodies: list[Write]) -> Write:
     """One write body that runs `bodies` in order on the same connection."""
 
-    def run(conn: Any) -> None:
+    def run(conn: sqlite3.Connection) -> None:
         for body in bodies:
             body(conn)
 
     return run
 
 
-def inputs_json(inputs: dict[str, Any]) -> str:
+def inputs_json(inputs: JSONObject) -> str:
     """`dumps(inputs)`, with the tools taken as already encoded (see `plain`)."""
     return dumps_fields(inputs)
 
 
-def plain(value: Any) -> Any:
+def plain_fields(value: object) -> JSONObject:
+    """A dataclass instance (PromptInputs, ModelProfile, RunLimits) as a JSON object."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        raise TypeError(f"not a dataclass instance: {value!r}")
+    fields = dataclasses.fields(value)
+    return {f.name: plain(getattr(value, f.name)) for f in fields}  # probe: by field name
+
+
+def plain(value: object) -> JSONValue:
     """A dataclass (PromptInputs, ToolSpec, ModelProfile) as JSON-ready data."""
     if isinstance(value, list) and value and all(isinstance(v, ToolSpec) for v in value):
         # The specs' kept encodings make the list's: no schema is encoded again each turn.
@@ -109,15 +145,16 @@ def plain(value: Any) -> Any:
         params = value.parameters
         return {"name": value.name, "description": value.description, "parameters": params}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = dataclasses.fields(value)
-        return {f.name: plain(getattr(value, f.name)) for f in fields}  # probe: by field name
+        return plain_fields(value)
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
-    return value
+    if value is None or isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"not JSON data: {value!r}")
 
 
 def fingerprints(start: RunStart) -> dict[str, str]:
@@ -126,8 +163,11 @@ def fingerprints(start: RunStart) -> dict[str, str]:
     inputs = start.prompt_inputs or {}
     if inputs.get("tools") is not None:
         out["tools"] = _fp(encoded(inputs["tools"]))
-    for name, text in sorted((inputs.get("bootstrap") or {}).items()):
-        out[name] = _fp(text)
+    bootstrap = inputs.get("bootstrap")
+    if isinstance(bootstrap, Mapping):
+        for name in sorted(bootstrap):
+            text = bootstrap[name]
+            out[name] = _fp(text if isinstance(text, str) else dumps(text))
     return out
 
 
@@ -143,7 +183,7 @@ class TraceRecorder:
         start: RunStart,
         scrubber: Scrubber,
         messages: list[Message] | None = None,
-        inputs: Callable[[], Any] | None = None,
+        inputs: Callable[[], Inputs | None] | None = None,
     ) -> None:
         self.store = store
         self._inputs = inputs  # computes start.prompt_inputs before the first write
@@ -162,13 +202,13 @@ class TraceRecorder:
         self._conversation: int | None = None  # the turn's, read with the start
         self._started = False
         # Events noticed in synchronous hooks, written with the next write: (kind, body, after).
-        self._pending: list[tuple[str, Any, int]] = []
+        self._pending: list[tuple[str, object, int]] = []
         # Model calls held for the next write (`model_call(defer=True)`, `write_deferred`).
-        self._deferred: list[Callable[[Any], None]] = []
+        self._deferred: list[Write] = []
 
     # ---- the run's start --------------------------------------------------------------------
 
-    def _ensure_start(self, conn: Any) -> None:
+    def _ensure_start(self, conn: sqlite3.Connection) -> None:
         if self._started:
             return
         # Shallow: the fields are plain data already, and asdict's deep copy of the prompt
@@ -197,7 +237,7 @@ class TraceRecorder:
         )
         self._started = True
 
-    def _previous_chain(self, conn: Any) -> list[Link]:
+    def _previous_chain(self, conn: sqlite3.Connection) -> list[Link]:
         try:
             return self._read_previous_chain(conn)
         except Exception as error:
@@ -207,7 +247,7 @@ class TraceRecorder:
             # nothing lost), and the turn goes on.
             return []
 
-    def _read_previous_chain(self, conn: Any) -> list[Link]:
+    def _read_previous_chain(self, conn: sqlite3.Connection) -> list[Link]:
         """The conversation's last message chain written (its last request's, else its last
         run start's): this run starts from the same messages plus the last exchange. Kept by
         the store's TraceCache; read from the database when it does not know the chain."""
@@ -232,7 +272,7 @@ class TraceRecorder:
         # messages (thousands of digests and lookups) goes off the loop.
         return len(self.messages) >= LONG_BRANCH
 
-    async def _run(self, body: Callable[[Any], None]) -> None:
+    async def _run(self, body: Write) -> None:
         pending, self._pending = self._pending, []
         held, self._deferred = self._deferred, []
         bodies = [*held, body]
@@ -260,7 +300,7 @@ class TraceRecorder:
             self._deferred, self._pending = [*held, *self._deferred], [*pending, *self._pending]
             raise
 
-    def _write(self, body: Callable[[Any], None], pending: list[tuple[str, Any, int]]) -> None:
+    def _write(self, body: Write, pending: list[tuple[str, object, int]]) -> None:
         if self._inputs is not None:  # file reads and a prompt build: off the loop, once
             inputs_fn, self._inputs = self._inputs, None
             found = inputs_fn()
@@ -291,7 +331,7 @@ class TraceRecorder:
         )
         self.store.after_commit.append(keep)
 
-    def _insert_event(self, conn: Any, kind: str, value: Any, after: int) -> None:
+    def _insert_event(self, conn: sqlite3.Connection, kind: str, value: object, after: int) -> None:
         text = self.scrub.clean(dumps(value)) if value is not None else None
         records.insert_event(conn, self.turn_id, after, kind, text, time.time())
 
@@ -302,7 +342,7 @@ class TraceRecorder:
         seq: int,
         purpose: str,
         payload: str,
-        reply: Any,
+        reply: Reply | None,
         error: str | None,
         started: float,
         ended: float,
@@ -319,7 +359,7 @@ class TraceRecorder:
         pieces = body if body is not None and not self.scrub.found_in(payload) else None
         request = payload if pieces is not None else self.scrub.clean(payload)
 
-        def write(conn: Any) -> None:
+        def write(conn: sqlite3.Connection) -> None:
             if pieces is not None:
                 ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain, self._known)
             else:
@@ -347,13 +387,13 @@ class TraceRecorder:
             return
         await self._run(write)
 
-    async def tool_call(self, record: Any, args: str) -> None:
+    async def tool_call(self, record: RecordedCall, args: str) -> None:
         """`record` is a runner ToolCallRecord; `args` its arguments as recorded JSON."""
         content = self.scrub.clean(record.result.content)
         effects = self.scrub.clean(dumps(record.effects)) if record.effects else None
         after = self.calls
 
-        def write(conn: Any) -> None:
+        def write(conn: sqlite3.Connection) -> None:
             records.insert_tool_call(
                 conn,
                 (
@@ -375,7 +415,7 @@ class TraceRecorder:
 
     # ---- events -----------------------------------------------------------------------------
 
-    async def event(self, kind: str, body: Any = None) -> None:
+    async def event(self, kind: str, body: object = None) -> None:
         after = self.calls
         await self._run(lambda conn: self._insert_event(conn, kind, body, after))
 
@@ -384,7 +424,7 @@ class TraceRecorder:
         if messages:
             await self.event("injection", [message_to_dict(m) for m in messages])
 
-    async def break_(self, kind: str, **detail: Any) -> None:
+    async def break_(self, kind: str, **detail: object) -> None:
         """A break was taken: `soft` (wrap up at the next drain) or `hard` (stopped)."""
         await self.event("break", {"kind": kind, **detail})
 

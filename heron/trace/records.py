@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from heron.store import Store
 from heron.store.pg import TRACE_GC, json_sql, pg_of
@@ -203,7 +202,7 @@ def insert_event(
     )
 
 
-def insert_model_call(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
+def insert_model_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
     """`row`: turn_id, seq, purpose, request_ref, reply, error, the four token counts, started,
     ended."""
     conn.execute(
@@ -214,7 +213,7 @@ def insert_model_call(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
     )
 
 
-def insert_tool_call(conn: sqlite3.Connection, row: Sequence[Any]) -> None:
+def insert_tool_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
     """`row`: turn_id, call_id, name, args, result, result_sha256, is_error, effects, started,
     ended, after_call."""
     conn.execute(
@@ -233,35 +232,35 @@ def run_ids_like(store: Store, prefix: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def model_call_rows(store: Store, turn_id: int) -> list[Any]:
+def model_call_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM model_calls WHERE turn_id = ? ORDER BY seq, id", (turn_id,))
 
 
-def tool_call_rows(store: Store, turn_id: int) -> list[Any]:
+def tool_call_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM tool_calls WHERE turn_id = ? ORDER BY id", (turn_id,))
 
 
-def event_rows(store: Store, turn_id: int) -> list[Any]:
+def event_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM trace_events WHERE turn_id = ? ORDER BY id", (turn_id,))
 
 
-def run_start_row(store: Store, turn_id: int) -> Any | None:
+def run_start_row(store: Store, turn_id: int) -> sqlite3.Row | None:
     """The trace_runs row (start, fingerprints) of a turn."""
     rows = store.query("SELECT start, fingerprints FROM trace_runs WHERE turn_id = ?", (turn_id,))
     return rows[0] if rows else None
 
 
-def turn_message_rows(store: Store, turn_id: int) -> list[Any]:
+def turn_message_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:
     return store.query(
         "SELECT id, role, parts FROM messages WHERE turn_id = ? ORDER BY id", (turn_id,)
     )
 
 
-def turn_rows(store: Store, conversation_key: str | None, limit: int) -> list[Any]:
+def turn_rows(store: Store, conversation_key: str | None, limit: int) -> list[sqlite3.Row]:
     """Turns with their conversation key (`ckey`), newest first; one conversation's when
     `conversation_key` is given."""
     sql = "SELECT t.*, c.key AS ckey FROM turns t JOIN conversations c ON c.id = t.conversation_id"
-    params: list[Any] = []
+    params: list[object] = []
     if conversation_key is not None:
         sql += " WHERE c.key = ?"
         params.append(conversation_key)
@@ -270,7 +269,7 @@ def turn_rows(store: Store, conversation_key: str | None, limit: int) -> list[An
     return store.query(sql, params)
 
 
-def turn_rows_since(store: Store, since: float) -> list[Any]:
+def turn_rows_since(store: Store, since: float) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM turns WHERE started >= ? ORDER BY started", (since,))
 
 
@@ -294,7 +293,7 @@ WHERE (mc.request_ref IS NULL AND {found_in_request})
 ORDER BY mc.id DESC LIMIT ?"""
 
 
-def requests_carrying_rows(store: Store, needle: str, limit: int) -> list[Any]:
+def requests_carrying_rows(store: Store, needle: str, limit: int) -> list[sqlite3.Row]:
     conn = store.conn
     find = "strpos({}, ?) > 0" if pg_of(conn) is not None else "instr({}, ?) > 0"
     sql = _CARRYING.format(

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from heron.messages import Usage, part_to_dict, reply_to_dict
+from heron.messages import Text, Thinking, Usage, reply_to_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
 from heron.trace import records
@@ -139,11 +139,10 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
         yield f"    ✗ {call.error}"
         return
     for part in call.reply.parts:
-        d = part_to_dict(part)
-        if d["kind"] == "text" and d["text"].strip():
-            yield f"    reply: {_short(d['text'], 300)}"
-        elif d["kind"] == "thinking" and d.get("text"):
-            yield f"    (thinking) {_short(d['text'], 160)}"
+        if isinstance(part, Text) and part.text.strip():
+            yield f"    reply: {_short(part.text, 300)}"
+        elif isinstance(part, Thinking) and part.text:
+            yield f"    (thinking) {_short(part.text, 160)}"
     yield f"    stop: {call.reply.stop}"
 
 
