@@ -212,3 +212,28 @@ def test_the_fast_path_reads_the_options_it_knows(args, expected):
 )
 def test_anything_else_goes_to_the_full_cli(args):
     assert parse_run(args) is None
+
+
+async def test_a_stop_through_serve_settles_once_the_turn_it_stopped_ends():
+    """/stop's answer ("Stopped...") comes after the stopped turn's end: the chat that sent
+    it (Ctrl-C, then Ctrl-D) must not wait for a turn of its own that never comes."""
+    from test_terminal_polish import _HalfThenHang
+
+    hanging, seen = _HalfThenHang(), []
+
+    async def deliver(item) -> None:
+        seen.append(item)
+
+    async with running_serve(hanging):
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", deliver, "stop-me") as conn:
+            await conn.send("tell me", "stop-me")
+            await asyncio.wait_for(hanging.streamed.wait(), 30)
+            await conn.send("/stop", "stop-me")
+            await asyncio.wait_for(conn.settle(), 30)
+            assert not conn.running("stop-me")
+            said = [m.text for m in seen if getattr(m, "kind", "") == "command"]
+            assert said == ["Stopped. What the turn finished is kept."]
+            await conn.send("/status", "stop-me")  # the next command is still answered
+            await asyncio.wait_for(conn.settle(), 30)

@@ -218,3 +218,23 @@ async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
     # the streamed text reached the channel once, as it streamed
     deltas = [e.text for e in seen if getattr(e, "kind", "") == "delta"]
     assert "".join(deltas) == "The first half of the answer, read by the person."
+
+
+def test_a_streamed_reply_is_laid_out_as_the_whole_reply_would_be():
+    """Blocks are printed one at a time as they complete; in any chunking the screen shows the
+    blank line Markdown puts between blocks, as when the reply is printed at once."""
+    from heron.bus import TurnEnd, TurnEvent
+    from heron.messages import Usage
+
+    reply = "# Title\n\nFirst paragraph.\n\n```python\nx = 1\n\ny = 2\n```\n\nLast one."
+    whole = io.StringIO()
+    Console(file=whole, width=60).print(terminal.Markdown(reply))
+    end = TurnEnd(True, "done", None, reply, None, None, "run_1", 1, Usage(1, 1), None)
+    for size in (1, 3, 7, len(reply)):
+        out = io.StringIO()
+        view = terminal.TerminalView(Console(file=out, width=60), terminal.ChatState("k", "a"))
+        view.event(TurnEvent("terminal", "c", "k", "turn_start"))
+        for i in range(0, len(reply), size):
+            view.event(TurnEvent("terminal", "c", "k", "delta", text=reply[i : i + size]))
+        view.event(TurnEvent("terminal", "c", "k", "turn_end", end=end))
+        assert out.getvalue() == whole.getvalue(), size

@@ -68,7 +68,8 @@ class RemoteAgent:
         self.embedded = False  # the serve talks to the offline demo model
         self.busy: dict[str, bool] = {}
         # Our messages not yet answered, oldest first: "sent", then "own" (its turn runs),
-        # "mail" (the running turn answers it) or "queued" (a later turn will).
+        # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
+        # /stop until its answer comes.
         self._waiting: deque[str] = deque()
         self._settled = asyncio.Event()
         self._settled.set()
@@ -100,7 +101,8 @@ class RemoteAgent:
         if key != self.key:
             self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
             self.key = key
-        self._waiting.append("sent")
+        # /stop is answered after the end of the turn it stops, never by a turn of its own
+        self._waiting.append("stop" if text.strip() == "/stop" and not files else "sent")
         self._settled.clear()
         refs = [self._upload(f) for f in files]
         kind = "command" if text.startswith("/") and not files else "send"
@@ -186,7 +188,7 @@ class RemoteAgent:
             return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "error" and event.get("code") == REFUSED_CODE:
             self.refusals.append(event)  # no turn will answer it: stop waiting for one
-            self._advance(("sent",), "refused")
+            self._advance(("sent", "stop"), "refused")
             self._waiting = deque(s for s in self._waiting if s != "refused")
             if not self._waiting:
                 self._settled.set()
@@ -235,6 +237,8 @@ class RemoteAgent:
     def _resolve(self, event: dict[str, Any]) -> None:
         if event["type"] == "turn_end":
             self._waiting = deque(s for s in self._waiting if s not in ("own", "mail"))
+        elif event.get("chat_id") == self.chat_id and "stop" in self._waiting:
+            self._waiting.remove("stop")  # "Stopped...", after the turn_end of what it stopped
         elif self._waiting and self._waiting[0] == "sent" and self.busy.get(self.key or ""):
             self._waiting.popleft()  # a command answered at once beside the running turn
         if not self._waiting:

@@ -41,6 +41,7 @@ from heron.tools.approval import DECLINED, start_notice
 
 if TYPE_CHECKING:  # prompt_toolkit is imported when a chat starts
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
     from heron.memory.service import MemoryService
 
@@ -143,6 +144,9 @@ class TerminalView:
         self.waiting = False  # the turn runs and nothing of the model's has come yet
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
+        # The last thing printed was a block of the answer: the next block gets the blank line
+        # Markdown puts between blocks (each is printed on its own as it completes).
+        self.spaced = False
 
     def prompt(self) -> str:
         if self.asking is not None:
@@ -196,6 +200,8 @@ class TerminalView:
             self.flush()
             self.working_since, self.waiting = None, False
             self.ended(ev.end)
+        if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
+            self.spaced = False
 
     def message(self, m: OutboundMessage) -> None:
         self.flush()
@@ -207,6 +213,7 @@ class TerminalView:
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind == "message" or not self.streamed:
             self.markdown(m.text)
+        self.spaced = False
 
     def ended(self, end: TurnEnd) -> None:
         if end.switch_to:
@@ -255,7 +262,10 @@ class TerminalView:
 
     def markdown(self, text: str) -> None:
         if text.strip():
+            if self.spaced:
+                self.console.print()
             self.console.print(Markdown(text.strip()))
+            self.spaced = True
 
     def end_reasoning(self) -> None:
         if self.reasoning:
@@ -362,16 +372,15 @@ async def _chat(
     """Read messages until Ctrl-D; the open conversation is marked present (an open chat)
     when the engine is this process's (a serve keeps its own)."""
     present = await _present(engine, state.key, held)
+    keys = _stop_keys(conn, state, view)
     while True:
         if isinstance(conn, RemoteAgent) and conn.gone:  # the serve stopped: run_chat says so
             from heron.channels.remote import ServeGone
 
             raise ServeGone("heron serve stopped")
         try:
-            text = await session.prompt_async(view.prompt, refresh_interval=0.5)
-        except KeyboardInterrupt:  # Ctrl-C: /stop when the agent works, else a fresh line
-            if not view.answer("") and conn.running(state.key):
-                await conn.send("/stop", state.key, state.agent)
+            text = await session.prompt_async(view.prompt, refresh_interval=0.5, key_bindings=keys)
+        except KeyboardInterrupt:  # Ctrl-C with nothing running: a fresh line
             continue
         except EOFError:
             await _leave(conn, state, view)
@@ -388,6 +397,29 @@ async def _chat(
             continue
         if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
             await conn.send(text, state.key, state.agent, state.take_files())
+
+
+def _stop_keys(
+    conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView
+) -> KeyBindings:
+    """Ctrl-C at the prompt. While the agent works it stops the turn (what it finished is
+    kept) without leaving the prompt: a prompt left by Ctrl-C would stay on screen as a line
+    in the middle of the reply, and what the person was typing is kept. At an approval it
+    declines; with nothing running it gives a fresh line, as in a shell."""
+    from prompt_toolkit.key_binding import KeyBindings
+
+    keys = KeyBindings()
+
+    @keys.add("c-c")
+    def _(event: KeyPressEvent) -> None:
+        if view.answer(""):
+            return
+        if conn.running(state.key):
+            conn.send_nowait("/stop", state.key, state.agent)
+            return
+        event.app.exit(exception=KeyboardInterrupt())
+
+    return keys
 
 
 async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:

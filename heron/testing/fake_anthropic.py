@@ -21,7 +21,14 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import ENDLESS_ARGS, ENDLESS_TEXT, Script, ServerReply, common_prefix
+from heron.testing.script import (
+    ENDLESS_ARGS,
+    ENDLESS_TEXT,
+    Script,
+    ServerReply,
+    common_prefix,
+    go_on,
+)
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -199,9 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.cut_after_events is not None and count >= reply.cut_after_events:
                 self._cut()
                 return
-            stall = reply.stall_after_events
-            if (stall is not None and count >= stall) or self.fake.stopping.is_set():
-                self.fake.stopping.wait()  # silent, the connection kept open
+            if not go_on(reply, count, self.fake.stopping):
                 return
             self._write_chunk(frame.encode("utf-8"))
         self.wfile.write(b"0\r\n\r\n")

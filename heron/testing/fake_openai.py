@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from heron.testing.script import ENDLESS_ARGS, ENDLESS_TEXT, Script, ServerReply, common_prefix
+from heron.testing.script import (
+    ENDLESS_ARGS,
+    ENDLESS_TEXT,
+    Script,
+    ServerReply,
+    common_prefix,
+    go_on,
+)
 
 _ERROR_DEFAULTS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "invalid_request"),
@@ -294,9 +301,7 @@ class _Stream:
         cut = self.reply.cut_after_events
         if cut is not None and self.sent >= cut:
             return False
-        stall = self.reply.stall_after_events
-        if (stall is not None and self.sent >= stall) or self.h.fake.stopping.is_set():
-            self.h.fake.stopping.wait()  # silent, the connection kept open
+        if not go_on(self.reply, self.sent, self.h.fake.stopping):
             return False
         payload = f"data: {data}\n\n".encode()
         self.h.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")

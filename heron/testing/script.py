@@ -6,6 +6,7 @@ served in order, or a function of the decoded JSON request body returning one.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +35,9 @@ class ServerReply:
     # Streams without bounds (each ends when the client goes away or the server stops):
     hang: bool = False  # read the request and never answer, not even the headers
     stall_after_events: int | None = None  # send this many SSE events, then nothing, kept open
+    # With stall_after_events: the stream goes on once this is set (a reply paused mid-stream
+    # for as long as a test needs, e.g. while it types into the chat).
+    resume: threading.Event | None = None
     endless: Literal["text", "tool_args"] | None = None  # after `text`, deltas without end
 
 
@@ -53,3 +57,19 @@ def common_prefix(a: str, b: str) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def go_on(reply: ServerReply, sent: int, stopping: threading.Event) -> bool:
+    """Whether a stream that sent `sent` events sends the next: at `stall_after_events` it
+    waits for `resume` (when given) and goes on; without one, or once the server stops, it
+    ends there, silently, the connection kept open until the server stops."""
+    stalled = reply.stall_after_events is not None and sent >= reply.stall_after_events
+    if stalled and reply.resume is not None:
+        while not reply.resume.wait(0.05):  # two events to wait on: the resume, or a stop
+            if stopping.is_set():
+                return False
+        stalled = False
+    if stalled or stopping.is_set():
+        stopping.wait()
+        return False
+    return True

@@ -1,0 +1,225 @@
+"""What a person sees in the real `heron chat`: the chat runs in a pseudo-terminal (pexpect)
+against a fake model server on loopback, and its output is played into a terminal emulator
+(pyte's HistoryScreen, 80x24 with its scrollback), so each test asserts on the screen and the
+scrollback, not on the bytes: a tall reply shown once, the spinner before the first token, text
+typed during a turn kept out of the reply, Ctrl-C keeping what streamed, a mistyped command."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pexpect
+import pyte
+import pytest
+from serve_helpers import maybe_serve
+
+from heron.agent.turn import REPLY_STOPPED
+from heron.store import Store
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+
+pytestmark = pytest.mark.slow
+
+ROWS, COLS = 24, 80
+TIMEOUT = 120.0  # a bound, not a pace: a busy two-core machine starts Python slowly
+# Forty short paragraphs, a blank line between each: 79 lines, over three screens.
+TALL = "\n\n".join(f"Paragraph {n:02d} of the long answer." for n in range(1, 41))
+
+
+def _env(url: str) -> dict[str, str]:
+    return {"HERON_BASE_URL": url, "HERON_API_KEY": "dummy", "HERON_MODEL": "fake-model"}
+
+
+class ChatScreen:
+    """The real `heron chat` in a pty, its output played into an 80x24 terminal emulator."""
+
+    def __init__(self, home, url: str) -> None:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
+        }
+        env.update(
+            HERON_HOME=str(home),
+            TERM="xterm",
+            PROMPT_TOOLKIT_NO_CPR="1",  # the emulator does not answer cursor position requests
+            **_env(url),
+        )
+        self.screen = pyte.HistoryScreen(COLS, ROWS, history=10_000)
+        self.stream = pyte.Stream(self.screen)
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "heron", "chat", "--conversation", "screen"],
+            env=env,
+            dimensions=(ROWS, COLS),
+            encoding="utf-8",
+            codec_errors="replace",
+        )
+        self.wait_for(lambda: self.prompt().endswith("›"), "the prompt")
+
+    def read(self, timeout: float) -> None:
+        """Play what the chat printed into the emulator (waiting up to `timeout` for some)."""
+        try:
+            self.stream.feed(self.child.read_nonblocking(65536, timeout=timeout))
+        except pexpect.TIMEOUT:
+            pass
+
+    def wait_for(self, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not ready():
+            assert time.monotonic() < deadline, f"no {what} on screen:\n" + "\n".join(self.lines())
+            self.read(0.2)
+
+    def display(self) -> list[str]:
+        return [line.rstrip() for line in self.screen.display]
+
+    def lines(self) -> list[str]:
+        """Everything a person can see or scroll back to: the scrollback, then the screen."""
+        scrolled = [
+            "".join(line[x].data for x in range(COLS)).rstrip() for line in self.screen.history.top
+        ]
+        return scrolled + self.display()
+
+    def prompt(self) -> str:
+        """The line the cursor is on: prompt_toolkit's input line."""
+        return self.display()[self.screen.cursor.y].strip()
+
+    def shows(self, text: str) -> bool:
+        return any(text in line for line in self.lines())
+
+    def type(self, text: str) -> None:
+        self.child.send(text)
+
+    def leave(self) -> None:
+        self.child.sendcontrol("d")
+        self.wait_for(lambda: self.shows("Bye."), "goodbye")
+        self.child.expect(pexpect.EOF, timeout=TIMEOUT)
+
+
+def _count(lines: list[str], text: str) -> int:
+    return sum(line.count(text) for line in lines)
+
+
+def _rows(home, role: str) -> list[tuple[str, dict]]:
+    """(text, meta) of the record's messages from `role`, oldest first."""
+    store = Store(home / "heron.db")
+    try:
+        rows = store.branch(store.open_conversation("screen").id)
+        return [(m.message.text, m.meta) for m in rows if m.role == role]
+    finally:
+        store.close()
+
+
+def _said(home, role: str) -> list[str]:
+    return [text for text, _ in _rows(home, role)]
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_a_reply_taller_than_the_terminal_appears_exactly_once(heron_home, mode):
+    reply = ServerReply(text=TALL, chunk_size=24)
+    with FakeOpenAIServer([reply]) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("tell me a long story\r")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        chat.wait_for(lambda: chat.shows("Paragraph 40"), "the last paragraph")
+        seen = chat.lines()
+        chat.leave()
+    for n in range(1, 41):
+        assert _count(seen, f"Paragraph {n:02d} of the long answer.") == 1, n
+    # in order, top to bottom, one blank line between paragraphs, as the Markdown says
+    start = next(i for i, line in enumerate(seen) if "Paragraph 01" in line)
+    assert [line.strip() for line in seen[start : start + 79]] == TALL.split("\n")
+
+
+def test_a_spinner_with_the_elapsed_time_shows_until_the_first_token(heron_home):
+    first_token = threading.Event()
+
+    def script(body: dict) -> ServerReply:
+        first_token.wait(TIMEOUT)  # the model "thinks" until the test has seen the spinner
+        return ServerReply(text="Here at last.")
+
+    with FakeOpenAIServer(script) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("are you there?\r")
+        frames: set[str] = set()
+        thinking = re.compile(r"^(\S) thinking (\d+)s · Ctrl-C stops ›")
+
+        def spinning() -> bool:  # two frames seen, and a second counted
+            found = thinking.match(chat.prompt())
+            if found:
+                frames.add(found.group(1))
+            return len(frames) >= 2 and found is not None and int(found.group(2)) >= 1
+
+        chat.wait_for(spinning, "a turning spinner with the seconds waited")
+        first_token.set()
+        chat.wait_for(lambda: chat.shows("Here at last."), "the reply")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        assert not any("thinking" in line for line in chat.display())  # gone with the turn
+        chat.leave()
+    assert frames <= set("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+
+
+def test_text_typed_during_a_turn_stays_on_the_input_line(heron_home):
+    resume = threading.Event()
+    first, second = "The first part streams in.", "The second part comes after the typing."
+    replies = [
+        # stalls after its first paragraph (role, then four 8-character pieces), until resumed
+        ServerReply(text=f"{first}\n\n{second}", stall_after_events=5, resume=resume),
+        ServerReply(text="Got your note."),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("go\r")
+        chat.wait_for(lambda: chat.prompt().startswith("working"), "the working prompt")
+        chat.type("a half typed note")
+        chat.wait_for(lambda: chat.prompt().endswith("› a half typed note"), "the typed text")
+        resume.set()
+        chat.wait_for(lambda: chat.prompt() == "› a half typed note", "the end of the turn")
+        seen = chat.lines()
+        assert _count(seen, first) == 1 and _count(seen, second) == 1
+        assert _count(seen, "a half typed note") == 1  # on the input line alone
+        reply_at = [i for i, line in enumerate(seen) if first in line or second in line]
+        assert reply_at[1] - reply_at[0] == 2  # the two paragraphs, one blank line between
+        chat.type("\r")  # the note is sent as the next message
+        chat.wait_for(lambda: chat.shows("Got your note."), "the answer to the note")
+        chat.leave()
+    assert _said(heron_home, "user") == ["go", "a half typed note"]
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_ctrl_c_mid_reply_keeps_the_partial_reply_once_and_marks_it_interrupted(heron_home, mode):
+    read, more = "The part the person already read.", "And a second paragraph, read too."
+    # Both paragraphs stream (role + 18 pieces of 4 characters: 70), then the model stalls.
+    reply = ServerReply(text=f"{read}\n\n{more}\n\n", chunk_size=4, stall_after_events=19)
+    with FakeOpenAIServer([reply]) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("explain\r")
+        chat.wait_for(lambda: chat.shows(more), "the second paragraph")
+        chat.child.sendcontrol("c")
+        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        seen = chat.lines()
+        chat.leave()
+    assert _count(seen, read) == 1 and _count(seen, more) == 1
+    top = next(i for i, line in enumerate(seen) if read in line)
+    shown = [line.strip() for line in seen[top:] if line.strip()]
+    # the reply as it streamed, then what the stop says: no prompt left between its lines
+    assert shown[:3] == [read, more, "Stopped. What the turn finished is kept."]
+    [(text, meta)] = _rows(heron_home, "assistant")
+    assert text.startswith(f"{read}\n\n{more}") and text.endswith(REPLY_STOPPED)
+    assert meta.get("interrupted") is True
+
+
+def test_a_mistyped_command_asks_did_you_mean_and_reaches_no_model(heron_home):
+    with FakeOpenAIServer([]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("/stauts\r")
+        chat.wait_for(lambda: chat.shows("did you mean /status?"), "the suggestion")
+        assert chat.shows("unknown command /stauts; did you mean /status?")
+        chat.leave()
+        assert server.requests == []
