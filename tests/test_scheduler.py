@@ -148,9 +148,9 @@ async def test_a_missed_job_with_catch_up_skip_or_past_the_grace_is_recorded_ski
         task.cancel()
 
 
-async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
+async def test_two_schedulers_on_one_home_never_fire_a_job_twice(home_db):  # both backends
     now = local(2026, 6, 1, 8, 0)
-    db = Settings.load().paths.ensure().db
+    db = home_db
     Store(db).close()  # migrated
     stores = [Store(db), Store(db)]
     try:
@@ -178,14 +178,19 @@ async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
             store.close()
 
 
-def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(heron_home):
+def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(home_db):
+    """On both backends: SQLite serializes the claims; PostgreSQL runs them side by side, and
+    each claimer passes over the rows the other has locked (`claim_due`)."""
     now = local(2026, 6, 1, 8, 0)
-    db = Settings.load().paths.ensure().db
+    db = home_db
     seed = Store(db)
     for _ in range(200):
         make_job(seed, now, every="1m")
     seed.close()
     got: list[list[js.Fire]] = [[], []]
+    # The two race within each minute, never across: one still finishing the first minute's
+    # runs while the other claims the third would see that job a minute late (a miss).
+    minute = threading.Barrier(2)
 
     def claim(i: int) -> None:
         store = Store(db)
@@ -195,6 +200,7 @@ def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(he
                 got[i].extend(fires)
                 for fire in fires:
                     js.finish_run(store, fire.run_id, status="done", outcome="silent", now=now)
+                minute.wait(timeout=60)
         finally:
             store.close()
 

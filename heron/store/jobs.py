@@ -17,6 +17,7 @@ from typing import Literal
 
 from heron.store.db import Store
 from heron.store.engine_state import HOST, pid_alive
+from heron.store.pg import serialize
 from heron.store.schedule import Schedule, ScheduleError
 
 Mode = Literal["reminder", "monitor"]
@@ -271,6 +272,9 @@ def claim_due(
     row), and advance `next_run`."""
     fires: list[Fire] = []
     with store.transaction() as c:
+        # One scheduler decides at a time, as on SQLite: on PostgreSQL two claims would both
+        # read the same due rows (and row locks with LIMIT would leave due rows undecided).
+        serialize(c, "claim_due")
         rows = c.execute(
             "SELECT * FROM jobs WHERE status = 'active' AND next_run <= ?"
             + _of_modes(modes)

@@ -39,6 +39,8 @@ _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.I)
 REWRITES = "heron_rewrites"  # stored message rows rewritten: kept branches are void
 TRACE_GC = "heron_trace_gc"  # the trace's garbage collected: cached blob and node ids are void
 COUNTERS = (REWRITES, TRACE_GC)
+_IS_PARAM = re.compile(r"\bIS\s+\?", re.I)
+_IS_NOT_PARAM = re.compile(r"\bIS\s+NOT\s+\?", re.I)
 _JSON_PATH = re.compile(r"\$(?:\.\w+|\[\d+\])+")
 
 
@@ -178,6 +180,28 @@ class PgConnection:
             self._read_id_tables()
         return PgCursor(cur, returned_id)
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for each row, as sqlite3's: in one pipeline (one round trip)."""
+        text = translate(sql)
+        if text[:17].upper() == "INSERT OR REPLACE":
+            text = self._upsert(text)
+        with self._conn.cursor() as cur:
+            cur.executemany(text, [tuple(r) for r in rows])
+
+    def cursor(self) -> PgConnection:
+        """sqlite3's `conn.cursor()` for a statement whose rows are read as plain tuples
+        (`row_factory = None`): a Row here is a tuple already, so the connection serves."""
+        return self
+
+    @property
+    def row_factory(self) -> None:
+        return None
+
+    @row_factory.setter
+    def row_factory(self, value: object) -> None:
+        """Rows are tuples readable by name whatever is set (the store sets None or
+        sqlite3.Row)."""
+
     def executescript(self, sql: str) -> None:
         for statement in (s.strip() for s in sql.split(";\n")):
             if statement:
@@ -202,6 +226,19 @@ def row_lock(conn: object) -> str:
     statement may be older, so what must be read after the lock goes in a statement of its
     own (heron/store/engine_state.py `lock_conversation`)."""
     return " FOR NO KEY UPDATE" if pg_of(conn) is not None else ""
+
+
+def serialize(conn: object, name: str) -> None:
+    """Inside a write transaction: on PostgreSQL, wait until no other transaction of the kind
+    `name` runs in this schema, and hold them off until this one ends (a transaction-level
+    advisory lock keyed by the name and the schema, so tenants never wait for each other).
+    It is what SQLite's `BEGIN IMMEDIATE` gives every write transaction; a statement after it
+    reads what the previous holder committed. Nothing on SQLite."""
+    pg = pg_of(conn)
+    if pg is not None:
+        pg.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(current_schema()))", (name,)
+        )
 
 
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:
@@ -237,6 +274,8 @@ def translate(sql: str) -> str:
         text = ddl(text)
     if _OR_IGNORE.match(text):
         text = _OR_IGNORE.sub("INSERT INTO", text, count=1) + " ON CONFLICT DO NOTHING"
+    # SQLite's `x IS ?` compares NULL as a value; PostgreSQL says it at length.
+    text = _IS_NOT_PARAM.sub("IS DISTINCT FROM ?", _IS_PARAM.sub("IS NOT DISTINCT FROM ?", text))
     return _placeholders(text)
 
 
