@@ -56,9 +56,14 @@ def test_the_database_is_chosen_by_env_then_config_then_the_home(tmp_path):
     home.mkdir()
     assert Settings.load({"HERON_HOME": str(home)}).database == home / "heron.db"
     (home / "config.toml").write_text('[store]\nurl = "postgresql://a@127.0.0.1/x"\n')
-    assert Settings.load({"HERON_HOME": str(home)}).database == "postgresql://a@127.0.0.1/x"
+    tenant = Settings.load({"HERON_HOME": str(home)}).tenant  # the home's schema on the server
+    in_schema = f"?options=-csearch_path%3Dheron_{tenant}"
+    assert (
+        Settings.load({"HERON_HOME": str(home)}).database
+        == "postgresql://a@127.0.0.1/x" + in_schema
+    )
     env = {"HERON_HOME": str(home), "HERON_DATABASE_URL": "postgresql://b@127.0.0.1/y"}
-    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y"
+    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y" + in_schema
 
 
 def test_a_url_that_is_not_postgresql_says_what_one_looks_like(tmp_path):

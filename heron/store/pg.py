@@ -41,6 +41,8 @@ TRACE_GC = "heron_trace_gc"  # the trace's garbage collected: cached blob and no
 COUNTERS = (REWRITES, TRACE_GC)
 _IS_PARAM = re.compile(r"\bIS\s+\?", re.I)
 _IS_NOT_PARAM = re.compile(r"\bIS\s+NOT\s+\?", re.I)
+# The advisory lock migrations take (heron/store/migrations), keyed by it and the schema.
+MIGRATION_LOCK = 1751
 _JSON_PATH = re.compile(r"\$(?:\.\w+|\[\d+\])+")
 
 
@@ -117,12 +119,31 @@ class PgConnection:
         # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
         self._conn.adapters.register_dumper(int, Int8Dumper)
         self._conn.adapters.register_dumper(bool, Int8Dumper)
+        self.schema = url_schema(url)
+        if self.schema is not None:
+            self._ensure_schema(self.schema)
         self._id_tables: set[str] = set()
         self._read_id_tables()
         # Counters to bump with the open transaction's COMMIT, in the same round trip and after
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
         self.bump_on_commit: set[str] = set()
+
+    def _ensure_schema(self, schema: str) -> None:
+        """Create the schema the URL names if it does not exist yet (a new tenant): under the
+        migrations' advisory lock for that schema, so two workers opening it at once create it
+        once. The migrations then make its tables."""
+        from psycopg import sql
+
+        found = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+        if self._conn.execute(found, (schema,)).fetchone() is not None:
+            return
+        with self._conn.transaction():
+            self._conn.execute(
+                f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(%s))", (schema,)
+            )
+            create = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+            self._conn.execute(create)
 
     def counter(self, sequence: str) -> int:
         """How many times `sequence` (one of COUNTERS) was bumped, by any worker."""
@@ -236,9 +257,7 @@ def serialize(conn: object, name: str) -> None:
     reads what the previous holder committed. Nothing on SQLite."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(?), hashtext(current_schema()))", (name,)
-        )
+        pg.execute("SELECT pg_advisory_xact_lock(hashtext(?), hashtext(current_schema()))", (name,))
 
 
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:
@@ -252,6 +271,40 @@ def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> 
     keys = ",".join(k or i for k, i in re.findall(r"\.(\w+)|\[(\d+)\]", path))
     expr = f"({column}::jsonb #>> '{{{keys}}}')"
     return f"{expr}::bigint" if integer else expr
+
+
+TENANT = re.compile(r"[a-z0-9_]{1,40}")
+_SEARCH_PATH = re.compile(r"(?:-c\s*|--)search_path=([^\s]+)")
+
+
+def tenant_schema(tenant: str) -> str:
+    """The schema that holds a tenant's rows (docs/scale.md, "Tenancy")."""
+    if not TENANT.fullmatch(tenant):
+        raise ValueError(f"not a tenant name: {tenant!r}")
+    return f"heron_{tenant}"
+
+
+def url_schema(url: str) -> str | None:
+    """The schema a URL's `options` put first on the search path, if it names one."""
+    from urllib.parse import parse_qs, urlsplit
+
+    for options in parse_qs(urlsplit(url).query).get("options", []):
+        found = _SEARCH_PATH.search(options)
+        if found:
+            return found[1].split(",")[0].strip('"')
+    return None
+
+
+def with_schema(url: str, schema: str) -> str:
+    """`url` with `schema` as its search path (added to the URL's `options`), so every
+    connection made from it, in this process or another, reads and writes that schema."""
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    options = [v for k, v in parse_qsl(parts.query) if k == "options"]
+    query.append(("options", " ".join([*options, f"-csearch_path={schema}"])))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 def redact(url: str) -> str:

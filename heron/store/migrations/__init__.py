@@ -18,6 +18,8 @@ import sqlite3
 import time
 from types import ModuleType
 
+from heron.store.pg import MIGRATION_LOCK
+
 
 def _steps() -> list[ModuleType]:
     names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
@@ -25,8 +27,9 @@ def _steps() -> list[ModuleType]:
 
 
 # Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
-# BEGIN IMMEDIATE does): two workers opening a fresh database apply each step once.
-_PG_LOCK = "SELECT pg_advisory_xact_lock(1751)"
+# BEGIN IMMEDIATE does): two workers opening a fresh database (or schema: the lock is the
+# schema's own, heron/store/pg.py takes it to create one) apply each step once.
+_PG_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(current_schema()))"
 
 
 def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
@@ -34,18 +37,15 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
     processes opening a fresh database at the same moment do not both apply a step."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
-    )
     steps = _steps()
-    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-    if all(_name(step) in done for step in steps):
+    if all(_name(step) in _applied(conn, postgres) for step in steps):
         return []
     applied = []
     conn.execute("BEGIN IMMEDIATE")
     try:
         if postgres:
             conn.execute(_PG_LOCK)
+        conn.execute(_TABLE)
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
         for step in steps:
             if _name(step) in done:
@@ -58,6 +58,21 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
         raise
     conn.execute("COMMIT")
     return applied
+
+
+_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
+
+
+def _applied(conn: sqlite3.Connection, postgres: bool) -> set[str]:
+    """The steps already applied, read without a lock (the common case: all of them). On
+    PostgreSQL a schema without the table has none: it is made under the lock, where two
+    workers' CREATE TABLE IF NOT EXISTS cannot collide."""
+    if postgres:
+        if conn.execute("SELECT to_regclass('_migrations')").fetchone()[0] is None:
+            return set()
+    else:
+        conn.execute(_TABLE)
+    return {row[0] for row in conn.execute("SELECT name FROM _migrations")}
 
 
 def _name(step: ModuleType) -> str:
