@@ -1,0 +1,222 @@
+"""The face of `heron serve --workers N`: an AgentLoop whose turns run on the workers.
+
+`FrontLoop` keeps the AgentLoop's interface (the web app, the control socket, the hub and the
+background services all talk to it as to the in-process loop) but enqueues each message as a
+DBOS workflow instead of starting a turn. Its view of what runs comes from the workers' notes:
+a turn's start and end, and everything the turn streams, which it puts on its own bus for the
+hub. /stop and /status for a conversation running on a worker answer at once: /stop cancels
+the workflow, bumps the conversation's epoch (whatever the turn still tries to commit is
+discarded) and tells the worker, which stops the turn as the in-process /stop does.
+
+A message for a conversation whose turn runs is queued behind it in its partition and opens
+the next turn (across processes it does not join the running turn's mailbox). Subagents run
+their turns in the face's own engine (`run_turn`), as in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from heron.agent import commands
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop, TurnEnded
+from heron.bus import InboundMessage, MessageBus
+from heron.config import Settings
+from heron.messages import Message
+from heron.scale.cluster import Cluster, cluster_of, enqueue_options
+from heron.scale.notes import Listener, Note, Publisher, start_listener
+from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
+from heron.store import engine_state as es
+
+log = logging.getLogger(__name__)
+Service = Callable[[AgentLoop], Awaitable[None]]
+
+
+class TurnQueue(Protocol):
+    """What the face needs of DBOS (a `DBOSClient`)."""
+
+    async def enqueue_async(self, options: Any, *args: Any) -> Any: ...
+
+    async def cancel_workflow_async(self, workflow_id: str) -> None: ...
+
+
+@dataclass
+class FrontLoop(AgentLoop):
+    queue: TurnQueue | None = None
+    publisher: Publisher | None = None
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
+    _remote: dict[str, str] = field(default_factory=dict)  # conversation -> running workflow
+    _waiting: dict[str, InboundMessage] = field(default_factory=dict)  # enqueued, not ended
+    _tasks: set[asyncio.Future[None]] = field(default_factory=set)
+
+    # ---- what the rest of the serve asks -------------------------------------------------
+
+    def running(self, key: str) -> bool:
+        return key in self._active or key in self._remote
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._remote)
+
+    def user_turn_running(self) -> bool:
+        remote = any(m.provenance == "user" for m in self._waiting.values())
+        return remote or super().user_turn_running()
+
+    def pending(self, key: str) -> int:
+        return sum(1 for m in self._waiting.values() if m.key == key) - (key in self._remote)
+
+    async def wait_idle(self) -> None:
+        while self._active or self._waiting or any(self._pending.values()):
+            self._idle.clear()
+            await self._idle.wait()
+
+    # ---- messages in -----------------------------------------------------------------------
+
+    async def dispatch(self, message: InboundMessage) -> None:
+        key = self.resolve(message)
+        if key in self._active:  # a turn of this process (a subagent's) runs there
+            await super().dispatch(message)
+            return
+        found = commands.parse(message.text)
+        if found is not None and found.name in commands.PRIORITY and key in self._remote:
+            await self._remote_priority(found, key, message)
+            return
+        await self.enqueue(key, message)
+
+    async def enqueue(self, key: str, message: InboundMessage) -> None:
+        """The message as a workflow in its conversation's partition, once (by its id)."""
+        assert self.queue is not None
+        await self.listening.wait()  # the end of its turn must not pass unheard
+        workflow_id = message.id or uuid.uuid4().hex
+        message = dataclasses.replace(message, id=workflow_id, key=key)
+        if key in self._remote:
+            self._event(message, key, "queued")
+        self._waiting[workflow_id] = message
+        self._idle.clear()
+        await self.queue.enqueue_async(
+            enqueue_options(workflow_id, key), inbound_to_dict(message)
+        )
+
+    async def _remote_priority(
+        self, found: commands.Command, key: str, message: InboundMessage
+    ) -> None:
+        if found.name == "new":  # the running turn stops; /new runs next in the partition
+            await self.stop(key)
+            await self.enqueue(key, message)
+            return
+        ctx = commands.CommandContext(
+            self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
+        )
+        reply = await commands.run(found, ctx)
+        if reply.text:
+            await self._send(message, key, reply.text, "command")
+
+    def start_turn(self, message: InboundMessage) -> None:
+        key = self.resolve(message)
+        if key in self._active:
+            super().start_turn(message)
+        else:
+            self._later(self.enqueue(key, message))
+
+    def announce(self, message: InboundMessage, injected: Message) -> str:
+        key = self.resolve(message)
+        if key in self._active:
+            return super().announce(message, injected)
+        self._later(self.enqueue(key, message))
+        return "turn"
+
+    def _later(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- interrupts ------------------------------------------------------------------------
+
+    async def stop(self, key: str) -> bool:
+        if key in self._active:
+            return await super().stop(key)
+        workflow_id = self._remote.get(key)
+        if workflow_id is None:
+            return False
+        assert self.queue is not None and self.publisher is not None
+        await self.queue.cancel_workflow_async(workflow_id)  # never recovered, never resumed
+        store = self.engine.store
+        conversation = await store.call(store.conversation, key)
+        if conversation is not None:
+            await store.call(es.bump_epoch, store, conversation.id)
+        await self.publisher.send({"t": "stop", "key": key})
+        return True
+
+    # ---- notes from the workers ------------------------------------------------------------
+
+    def on_note(self, note: Note) -> None:
+        kind = note.get("t")
+        if kind in ("event", "out"):
+            self.bus.emit(outbound_from_dict(note))
+        elif kind == "started":
+            self._remote[str(note["key"])] = str(note["wid"])
+        elif kind == "ended":
+            self._ended_remote(str(note["wid"]), str(note["key"]), note["end"])
+
+    def _ended_remote(self, workflow_id: str, key: str, end: dict[str, Any]) -> None:
+        if self._remote.get(key) == workflow_id:
+            del self._remote[key]
+        message = self._waiting.pop(workflow_id, None)
+        if not self._waiting and not self._active:
+            self._idle.set()
+        if message is None:  # another face's message
+            return
+        ended = TurnEnded(key, message, end_from_dict(end), None)
+        for hook in list(self.turn_end_hooks):
+            try:
+                hook(ended)
+            except Exception:
+                log.exception("an end-of-turn hook failed for %s", key)
+
+
+def listener_service(cluster: Cluster) -> Callable[[AgentLoop], Awaitable[None]]:
+    """The face's listener, as a background service of the serve's Runtime: the workers'
+    notes reach the FrontLoop, which enqueues nothing before it listens."""
+
+    async def listen(loop: AgentLoop) -> None:
+        assert isinstance(loop, FrontLoop)
+        listener = Listener(cluster, loop.on_note)
+        task = await start_listener(listener)
+        loop.listening.set()
+        await task
+
+    return listen
+
+
+@contextlib.asynccontextmanager
+async def front(
+    settings: Settings, n: int, model: str | None = None
+) -> AsyncIterator[tuple[Callable[[Engine, MessageBus], AgentLoop], list[Service]]]:
+    """What `heron serve --workers N` runs its face with: N workers started, the loop that
+    enqueues for them and the service that listens to them. A clear error on SQLite."""
+    from dbos import DBOSClient
+
+    from heron.scale.spawn import workers
+
+    cluster = cluster_of(settings.database)
+    async with workers(n, model):
+        client = await asyncio.to_thread(
+            DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
+        )
+        publisher = Publisher(cluster)
+
+        def make(engine: Engine, bus: MessageBus) -> AgentLoop:
+            return FrontLoop(engine, bus, queue=client, publisher=publisher)
+
+        try:
+            yield make, [listener_service(cluster)]
+        finally:
+            await publisher.close()
+            await asyncio.to_thread(client.destroy)
