@@ -200,7 +200,10 @@ async def _serve_queue(
     sweeping: asyncio.Task[None] | None = None
     DBOS(config=dbos_config(cluster, executor))  # type: ignore[arg-type]
     try:
-        await asyncio.to_thread(DBOS.launch)
+        # On this thread, so that DBOS runs the workflows on this event loop, where the
+        # AgentLoop and its connections live (from another thread it would use a loop of its
+        # own). It blocks while DBOS migrates its schema: once, at start.
+        DBOS.launch()
         await DBOS.register_queue_async(
             QUEUE,
             partition_concurrency=1,
