@@ -44,3 +44,137 @@ async def test_two_workers_answer_every_turn_in_order(
         finally:
             workers.stop()
     assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 6
+
+
+def _tool_then_answer(slow_second: dict[str, float]) -> Any:
+    """First call: a bash tool call that appends to ran.txt; second: the answer, held for
+    `slow_second[key]` seconds the first time it is asked (a turn to stop or kill mid-call)."""
+
+    def script(body: dict[str, Any]) -> ServerReply:
+        roles = [m["role"] for m in body["messages"]]
+        last_user = len(roles) - 1 - roles[::-1].index("user")
+        user = _last_user_text(body).splitlines()[0]
+        if "tool" not in roles[last_user:]:
+            if user.startswith("work"):
+                return ServerReply(tool_calls=[("bash", {"command": "echo ran >> ran.txt"})])
+            return ServerReply(text="answer to " + user[:40])
+        key = user.split()[-1]
+        wait = slow_second.pop(key, 0.0)
+        return ServerReply(text="finished " + key, delay_s=wait)
+
+    return script
+
+
+async def _wait_for(predicate: Any, timeout: float = 60.0) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_killed_mid_turn_is_finished_by_another_without_repeating_the_tool(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = {"k1": 60.0}
+    with model_server(_tool_then_answer(slow)) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("k1", "work on k1")
+                # The second model call is asked (the tool ran and was kept), and held.
+                await _wait_for(lambda: len(server.requests) >= 2)
+                owner = raw_count(
+                    pg_url.split("?")[0],
+                    "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
+                    " WHERE status = 'PENDING'",
+                )
+                pid = int(str(owner).split("-")[-2])
+                workers.kill(pid)
+                await f.settle(120)
+                answers = [
+                    e.text for e in f.events if getattr(e, "kind", "") == "answer" and e.key == "k1"
+                ]
+        finally:
+            workers.stop()
+    ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+    assert ran == ["ran"], "the finished tool call ran again"
+    assert answers == ["finished k1"], [(type(e).__name__, getattr(e, "kind", ""), e.text[:50]) for e in f.events]
+    statuses = raw_count(
+        pg_url, "SELECT string_agg(status || ':' || COALESCE(stop_reason, ''), ',' ORDER BY id)"
+        " FROM turns"
+    )
+    assert statuses == "interrupted:recovered,done:done"
+    results = raw_count(
+        pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%tool_result%",)
+    )
+    assert results == 1  # the kept result, once: no orphaned call, no second run
+
+
+def _dbos_schema(pg_url: str) -> str:
+    from heron.scale.cluster import cluster_of
+
+    return cluster_of(pg_url).dbos_schema
+
+
+async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = {"s1": 60.0}
+    with model_server(_tool_then_answer(slow)) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("s1", "work on s1")
+                await _wait_for(lambda: len(server.requests) >= 2)
+                await _wait_for(lambda: f.loop.running("s1"))
+                f.send("s1", "/stop")
+                await f.settle(60)
+                replies = [e.text for e in f.events if getattr(e, "kind", "") == "command"]
+                f.send("s1", "and now?")
+                await f.settle(60)
+        finally:
+            workers.stop()
+    assert replies and replies[0].startswith("Stopped")
+    assert "turn_end" in f.kinds("s1")
+    status = raw_count(pg_url, "SELECT status FROM turns ORDER BY id LIMIT 1")
+    assert status == "interrupted"
+    kept = raw_count(pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%ran.txt%",))
+    assert kept == 1  # the tool call, with its result kept in the record
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%tool_result%",)) == 1
+    wf = raw_count(
+        pg_url.split("?")[0],
+        "SELECT COUNT(*) FROM " + _dbos_schema(pg_url) + ".workflow_status WHERE status = 'CANCELLED'",
+    )
+    assert wf == 1
+    assert raw_count(pg_url, "SELECT status FROM turns ORDER BY id DESC LIMIT 1") == "done"
+
+
+async def test_a_follow_up_mid_turn_waits_for_the_turn_and_is_answered(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = {"f1": 3.0}
+    with model_server(_tool_then_answer(slow)) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("f1", "work on f1")
+                await _wait_for(lambda: len(server.requests) >= 2)
+                f.send("f1", "a follow-up")
+                await f.settle(60)
+        finally:
+            workers.stop()
+    kinds = f.kinds("f1")
+    assert "queued" in kinds
+    answers = [e.text for e in f.events if getattr(e, "kind", "") == "answer"]
+    assert answers == ["finished f1", "answer to a follow-up"]
+    rows = raw_count(
+        pg_url, "SELECT COUNT(*) FROM turns a JOIN turns b ON a.id < b.id"
+        " WHERE a.conversation_id = b.conversation_id AND b.started < a.ended"
+    )
+    assert rows == 0
