@@ -116,7 +116,7 @@ class Face:
             InboundMessage("test", key, text, key=key, events=True, **kw)
         )
 
-    async def settle(self, timeout: float = 60.0) -> None:
+    async def settle(self, timeout: float = 240.0) -> None:
         async with asyncio.timeout(timeout):
             await self.loop.bus.inbound.join()
             await self.loop.wait_idle()
@@ -134,7 +134,9 @@ async def face(pg_url: str, monkeypatch: Any) -> AsyncIterator[Face]:
     monkeypatch.setenv("HERON_DATABASE_URL", pg_url)
     settings = Settings.load()
     cluster = cluster_of(settings.database)
-    client = DBOSClient(system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema)
+    client = DBOSClient(
+        system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
+    )
     publisher = Publisher(cluster)
     events: list[Outbound] = []
     async with Engine.open(settings, provider=ScriptedProvider([])) as engine:

@@ -54,8 +54,7 @@ from heron.messages import Message, Text, scrub_text
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation
-from heron.store import attempts
+from heron.store import Conversation, attempts
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.registry import ToolRegistry

@@ -53,7 +53,7 @@ def cluster_of(database: object) -> Cluster:
         raise ConfigError(
             "workers need PostgreSQL: this home's store is the SQLite file "
             f"{database}; one process serves it (heron serve without --workers).",
-            hint="Set HERON_DATABASE_URL or [store] url = \"postgresql://...\" in config.toml "
+            hint='Set HERON_DATABASE_URL or [store] url = "postgresql://..." in config.toml '
             "(docs/scale.md).",
         )
     url = str(database)

@@ -100,9 +100,7 @@ class FrontLoop(AgentLoop):
             self._event(message, key, "queued")
         self._waiting[workflow_id] = message
         self._idle.clear()
-        await self.queue.enqueue_async(
-            enqueue_options(workflow_id, key), inbound_to_dict(message)
-        )
+        await self.queue.enqueue_async(enqueue_options(workflow_id, key), inbound_to_dict(message))
 
     async def _remote_priority(
         self, found: commands.Command, key: str, message: InboundMessage

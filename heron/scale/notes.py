@@ -69,9 +69,7 @@ class Listener:
         self._partial: dict[str, list[str | None]] = {}
 
     async def run(self) -> None:
-        async with await psycopg.AsyncConnection.connect(
-            self.cluster.url, autocommit=True
-        ) as conn:
+        async with await psycopg.AsyncConnection.connect(self.cluster.url, autocommit=True) as conn:
             await records.listen(conn, self.cluster.channel)
             self.ready.set()
             async for n in conn.notifies():

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from heron.errors import HeronError
 
 READY = "heron worker: ready"
+_draining: set[asyncio.Task[None]] = set()  # held: a task nobody references may be collected
 START_S = 120.0  # a worker opens the engine and launches DBOS (migrations on a fresh database)
 
 
@@ -54,7 +55,9 @@ async def _ready(proc: asyncio.subprocess.Process) -> None:
                     break
     except TimeoutError as e:
         raise HeronError(f"a worker (pid {proc.pid}) was not ready in {START_S:.0f} s") from e
-    asyncio.create_task(_drain(proc))
+    task = asyncio.create_task(_drain(proc))
+    _draining.add(task)
+    task.add_done_callback(_draining.discard)
 
 
 async def _drain(proc: asyncio.subprocess.Process) -> None:

@@ -26,6 +26,7 @@ from heron.messages import (
     usage_to_dict,
 )
 
+
 def inbound_to_dict(m: InboundMessage) -> dict[str, Any]:
     d = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}
     d["options"] = None if m.options is None else dataclasses.asdict(m.options)
@@ -90,4 +91,3 @@ def outbound_from_dict(d: dict[str, Any]) -> Outbound:
         result=None if result is None else cast(ToolResult, part_from_dict(result)),
         end=None if end is None else end_from_dict(end),
     )
-
