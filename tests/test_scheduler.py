@@ -334,7 +334,7 @@ async def test_stopping_the_scheduler_records_its_open_runs_as_interrupted():
 
 
 async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_after_itself():
-    from heron.proactive import run_proactive
+    from heron.proactive.background import run_proactive
 
     start = local(2026, 6, 1, 8, 0)
     async with rig(lambda _: answer("On it."), start, run_scheduler=False) as r:
