@@ -9,6 +9,8 @@ import threading
 import time
 from collections import defaultdict
 
+from engine_child import quick
+
 from heron.agent.control import MAIL_LABEL
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
@@ -122,15 +124,6 @@ def _gate_registry() -> tuple[ToolRegistry, asyncio.Event, threading.Event]:
         """Wait until the test opens the gate."""
         await gate.wait()
         return "gate passed"
-
-    @tool
-    def quick(ctx: ToolContext, n: int) -> str:
-        """Return at once.
-
-        Args:
-            n: a number.
-        """
-        return f"quick {n} done"
 
     @tool
     def slow(ctx: ToolContext) -> str:

@@ -193,6 +193,17 @@ def pg_of(conn: object) -> PgConnection | None:
     return conn if isinstance(conn, PgConnection) else None
 
 
+def row_lock(conn: object) -> str:
+    """The clause that keeps the rows a SELECT reads locked until its transaction ends, in the
+    dialect of `conn`: on PostgreSQL `FOR NO KEY UPDATE` (another such SELECT, or an UPDATE of
+    the row, waits; an insert that only references the row does not); nothing on SQLite, whose
+    `BEGIN IMMEDIATE` already holds the database's one write lock. A statement that reads the
+    locked row after the wait reads its newest version; other tables read in that same
+    statement may be older, so what must be read after the lock goes in a statement of its
+    own (heron/store/engine_state.py `lock_conversation`)."""
+    return " FOR NO KEY UPDATE" if pg_of(conn) is not None else ""
+
+
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:
     """SQLite's `json_extract(column, path)` in the dialect of `conn`, for a path of keys and
     indexes (`$.messages[0]`). On PostgreSQL the jsonb path operator gives text: `integer`
