@@ -221,7 +221,12 @@ def serve(
 
 
 @app.command()
-def worker(model: ModelOpt = None) -> None:
+def worker(
+    model: ModelOpt = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log every turn taken and ended (stderr).")
+    ] = False,
+) -> None:
     """Run turns from the PostgreSQL store's queue (one of the workers; docs/scale.md)."""
     from heron.scale.cluster import cluster_of
 
@@ -229,7 +234,7 @@ def worker(model: ModelOpt = None) -> None:
         cluster_of(settings().database)  # SQLite: say so before importing DBOS
         from heron.scale.worker import run_worker
 
-        asyncio.run(run_worker(settings(), model=model))
+        asyncio.run(run_worker(settings(), model=model, verbose=verbose))
     except HeronError as e:
         fail(e)
 

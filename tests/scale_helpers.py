@@ -12,13 +12,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heron.agent.engine import Engine
-from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEvent
+from heron.bus import (
+    Dispatcher,
+    InboundMessage,
+    MessageBus,
+    Outbound,
+    OutboundMessage,
+    TurnEvent,
+)
 from heron.config import Settings
 from heron.providers.scripted import ScriptedProvider
 from heron.scale.cluster import cluster_of
@@ -123,6 +130,22 @@ class Face:
 
     def kinds(self, key: str) -> list[str]:
         return [e.kind for e in self.events if isinstance(e, TurnEvent) and e.key == key]
+
+    def texts(self, kind: str, key: str | None = None) -> list[str]:
+        """The text of every outbound message of `kind` (answer, command, error...)."""
+        return [
+            e.text
+            for e in self.events
+            if isinstance(e, OutboundMessage) and e.kind == kind and key in (None, e.key)
+        ]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 240.0) -> None:
+        """Until `predicate()`; fails at once, with the error, when a turn fails instead."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert not self.texts("error"), self.texts("error")
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager

@@ -65,16 +65,6 @@ def _tool_then_answer(slow_second: dict[str, float]) -> Any:
     return script
 
 
-async def _wait_for(predicate: Any, timeout: float = 240.0) -> None:
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_worker_killed_mid_turn_is_finished_by_another_without_repeating_the_tool(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,7 +76,7 @@ async def test_a_worker_killed_mid_turn_is_finished_by_another_without_repeating
             async with face(pg_url, monkeypatch) as f:
                 f.send("k1", "work on k1")
                 # The second model call is asked (the tool ran and was kept), and held.
-                await _wait_for(lambda: len(server.requests) >= 2)
+                await f.wait_for(lambda: len(server.requests) >= 2)
                 owner = raw_count(
                     pg_url.split("?")[0],
                     "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
@@ -132,8 +122,8 @@ async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
             workers.start(2)
             async with face(pg_url, monkeypatch) as f:
                 f.send("s1", "work on s1")
-                await _wait_for(lambda: len(server.requests) >= 2)
-                await _wait_for(lambda: f.loop.running("s1"))
+                await f.wait_for(lambda: len(server.requests) >= 2)
+                await f.wait_for(lambda: f.loop.running("s1"))
                 f.send("s1", "/stop")
                 await f.settle(240)
                 replies = [e.text for e in f.events if getattr(e, "kind", "") == "command"]
@@ -171,7 +161,7 @@ async def test_a_follow_up_mid_turn_waits_for_the_turn_and_is_answered(
             workers.start(2)
             async with face(pg_url, monkeypatch) as f:
                 f.send("f1", "work on f1")
-                await _wait_for(lambda: len(server.requests) >= 2)
+                await f.wait_for(lambda: len(server.requests) >= 2)
                 f.send("f1", "a follow-up")
                 await f.settle(240)
         finally:

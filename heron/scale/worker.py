@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -99,9 +100,11 @@ class WorkerHost:
         ended: asyncio.Future[TurnEnded] = asyncio.get_running_loop().create_future()
         self._ends[workflow_id] = ended
         await self.publisher.send({"t": "started", "wid": workflow_id, "key": key})
+        log.info("turn %s of %s: started (run %s)", workflow_id, key, options.run_id)
         self.loop.start_turn(message)
         end = (await ended).end
         await self.bus.outbound.join()  # the turn's last events reach the face before its end
+        _log_end(workflow_id, key, end)
         await self.publisher.send(_ended_note(workflow_id, key, end))
         return end_to_dict(end)
 
@@ -123,6 +126,13 @@ class WorkerHost:
         """/stop from a face: stop the conversation's turn if it runs here."""
         if note.get("t") == "stop" and self.loop.running(str(note["key"])):
             await self.loop.stop(str(note["key"]))
+
+
+def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:
+    if end.ok:
+        log.info("turn %s of %s: %s", workflow_id, key, end.outcome)
+    else:  # always said: a worker whose turns fail must not look idle
+        log.warning("turn %s of %s: %s: %s", workflow_id, key, end.outcome, end.error)
 
 
 def json_note(out: Outbound) -> Note:
@@ -166,9 +176,11 @@ async def run_worker(
     out: TextIO = sys.stdout,
     worker_turns: int = WORKER_TURNS,
     until: asyncio.Event | None = None,
+    verbose: bool = False,
 ) -> None:
     """Run turns from the queue until SIGINT/SIGTERM (or `until`); then let running turns
     finish (up to DRAIN_S) and exit."""
+    _log_to_stderr(logging.INFO if verbose else logging.WARNING)
     cluster = cluster_of(settings.database)
     executor = executor_id()
     alive = await asyncio.to_thread(_connect, cluster.url)
@@ -180,6 +192,17 @@ async def run_worker(
             await _serve_queue(engine, cluster, executor, out, worker_turns, until)
     finally:
         alive.close()
+
+
+def _log_to_stderr(level: int) -> None:
+    """The worker's own lines (turns failed or recovered; with --verbose every turn) on
+    stderr, each naming its process: several workers often share one terminal or journal."""
+    logger = logging.getLogger("heron.scale")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"heron worker {os.getpid()}: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
 
 
 async def _serve_queue(
