@@ -127,6 +127,7 @@ class Face:
         async with asyncio.timeout(timeout):
             await self.loop.bus.inbound.join()
             await self.loop.wait_idle()
+            await self.loop.bus.outbound.join()  # the last notes handed to `events` too
 
     def kinds(self, key: str) -> list[str]:
         return [e.kind for e in self.events if isinstance(e, TurnEvent) and e.key == key]

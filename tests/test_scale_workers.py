@@ -4,6 +4,7 @@ killed mid-turn whose turn another finishes, a scheduled job firing once."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from pg import raw_count
 from scale_helpers import Workers, face, model_server, worker_env
 
+from heron.bus import InboundMessage
 from heron.testing.script import ServerReply
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -26,6 +28,50 @@ def _last_user_text(body: dict[str, Any]) -> str:
 
 def echo(body: dict[str, Any]) -> ServerReply:
     return ServerReply(text="answer to " + _last_user_text(body).splitlines()[0][:60])
+
+
+def _dbos_count(pg_url: str, where: str) -> object:
+    """A count over DBOS's workflow table of this test's schema."""
+    table = _dbos_schema(pg_url) + ".workflow_status"
+    return raw_count(pg_url.split("?")[0], f"SELECT COUNT(*) FROM {table} WHERE {where}")
+
+
+OVERLAPS = (  # pairs of turns of one conversation where the later started before the other ended
+    "SELECT COUNT(*) FROM turns a JOIN turns b ON a.id < b.id"
+    " WHERE a.conversation_id = b.conversation_id AND b.started < a.ended"
+)
+
+
+async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's correctness load (tests/test_engine_loop.py) on 2 workers: every message
+    of every conversation enqueued at once, so only the queue's partitions keep a
+    conversation's turns apart; each answered once, in order, by whichever worker was free."""
+    conversations, turns = 50, 5
+    with model_server(echo) as (_, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                for t in range(turns):
+                    for c in range(conversations):
+                        key = f"c{c}"
+                        message = InboundMessage("test", key, f"{key} t{t}", key=key, events=True)
+                        await f.loop.enqueue(key, message)  # queued, never mailed
+                await f.settle(400)
+        finally:
+            workers.stop()
+    for c in range(conversations):
+        assert f.texts("answer", f"c{c}") == [f"answer to c{c} t{t}" for t in range(turns)]
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 250
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 250
+    assert raw_count(pg_url, OVERLAPS) == 0
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 250
+    # Both workers took turns (how many each is up to the queue).
+    table = _dbos_schema(pg_url) + ".workflow_status"
+    executors = f"SELECT COUNT(DISTINCT executor_id) FROM {table}"
+    assert raw_count(pg_url.split("?")[0], executors) == 2
 
 
 async def test_two_workers_answer_every_turn_in_order(
@@ -170,9 +216,64 @@ async def test_a_follow_up_mid_turn_waits_for_the_turn_and_is_answered(
     assert "queued" in kinds
     answers = [e.text for e in f.events if getattr(e, "kind", "") == "answer"]
     assert answers == ["finished f1", "answer to a follow-up"]
-    rows = raw_count(
-        pg_url,
-        "SELECT COUNT(*) FROM turns a JOIN turns b ON a.id < b.id"
-        " WHERE a.conversation_id = b.conversation_id AND b.started < a.ended",
-    )
-    assert rows == 0
+    assert raw_count(pg_url, OVERLAPS) == 0
+
+
+async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `heron serve --workers` face runs a scheduler. Two faces' schedulers, each on a
+    connection and a thread of its own (as in two processes), claim the same due jobs at the
+    same instant; each job fires once (its run recorded once, by the scheduler that fired
+    it) and its turn runs once, on one of the 2 workers."""
+    import asyncio
+    import threading
+
+    from heron.bus import MessageBus
+    from heron.proactive.clock import FakeClock
+    from heron.proactive.scheduler import Scheduler
+    from heron.store import Store
+    from heron.store import jobs as js
+    from heron.store.schedule import parse
+
+    jobs = 20
+    made_at = dt.datetime(2026, 6, 1, 8, 0, tzinfo=dt.UTC).timestamp()
+    when = parse(at="2026-06-01 09:00", timezone="UTC")
+    clock = FakeClock(made_at + 3601)  # one second after the instant
+    stores = [Store(pg_url), Store(pg_url)]
+    for i in range(jobs):
+        js.create_job(stores[0], when, conversation=f"chat-{i}", prompt=f"job {i}",
+                      now=made_at, created_by="test")  # fmt: skip
+    schedulers = [Scheduler(store, MessageBus(), clock) for store in stores]
+    together = threading.Barrier(2, timeout=60)
+
+    def tick(scheduler: Scheduler) -> int:
+        together.wait()
+        return asyncio.run(scheduler.tick())
+
+    with model_server(echo) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f1, face(pg_url, monkeypatch) as f2:
+                fired = await asyncio.gather(*(asyncio.to_thread(tick, s) for s in schedulers))
+                for scheduler, f in zip(schedulers, (f1, f2), strict=True):
+                    scheduler.watch(f.loop)  # the face records its scheduler's runs
+                    while not scheduler.bus.inbound.empty():  # what it fired, to its face
+                        await f.loop.dispatch(scheduler.bus.inbound.get_nowait())
+                await f1.settle()
+                await f2.settle()
+                again = await asyncio.gather(*(asyncio.to_thread(tick, s) for s in schedulers))
+        finally:
+            workers.stop()
+            for store in stores:
+                store.close()
+    assert sum(fired) == jobs and sum(again) == 0
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM job_runs") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM job_runs WHERE status = 'done'") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(DISTINCT conversation_id) FROM turns") == jobs
+    assert len(server.requests) == jobs
+    for f in (f1, f2):  # each face's clients see every conversation's answers, once
+        answers = f.texts("answer")
+        assert len(answers) == jobs and all("Scheduled reminder" in a for a in answers)

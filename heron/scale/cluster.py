@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -65,6 +66,19 @@ def executor_id() -> str:
     """This worker's name in DBOS: unique per process, so that a dead one's turns can be
     told apart and recovered by the others."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+_last_ns = 0
+
+
+def message_id() -> str:
+    """A new message's workflow id, in the order this process made them: DBOS runs a
+    partition by enqueue time in milliseconds, then by workflow id, so two messages of one
+    conversation enqueued in the same millisecond would otherwise run in a random order.
+    The time (nanoseconds, fixed-width hex) comes first; a random tail keeps faces apart."""
+    global _last_ns
+    _last_ns = max(time.time_ns(), _last_ns + 1)
+    return f"{_last_ns:016x}{uuid.uuid4().hex[:16]}"
 
 
 def enqueue_options(workflow_id: str, key: str) -> dict[str, str]:

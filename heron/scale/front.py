@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -30,7 +29,7 @@ from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Message
-from heron.scale.cluster import Cluster, cluster_of, enqueue_options
+from heron.scale.cluster import Cluster, cluster_of, enqueue_options, message_id
 from heron.scale.notes import Listener, Note, Publisher, start_listener
 from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
 from heron.store import engine_state as es
@@ -94,7 +93,7 @@ class FrontLoop(AgentLoop):
         """The message as a workflow in its conversation's partition, once (by its id)."""
         assert self.queue is not None
         await self.listening.wait()  # the end of its turn must not pass unheard
-        workflow_id = message.id or uuid.uuid4().hex
+        workflow_id = message.id or message_id()
         message = dataclasses.replace(message, id=workflow_id, key=key)
         if key in self._remote:
             self._event(message, key, "queued")
