@@ -109,3 +109,26 @@ def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_ur
         assert store.append(conversation.id, Message("user", (Text("hi"),))).id > 0
     finally:
         store.close()
+
+
+def test_workers_opening_a_fresh_database_at_the_same_moment_all_open_it(pg_url):
+    """`heron serve --workers 4` starts its workers together on a new database: each one's
+    first statements race to create the tables, and none may fail on it."""
+    import threading
+
+    together = threading.Barrier(4, timeout=60)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        together.wait()
+        try:
+            Store(pg_url).close()
+        except BaseException as e:  # reported below, with what it was
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
