@@ -12,6 +12,7 @@ import pytest
 from pg import raw_count
 from scale_helpers import Workers, face, model_server, worker_env
 
+from heron.agent.control import MAIL_LABEL, MAIL_META
 from heron.bus import InboundMessage
 from heron.testing.script import ServerReply
 
@@ -197,26 +198,47 @@ async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
     assert raw_count(pg_url, "SELECT status FROM turns ORDER BY id DESC LIMIT 1") == "done"
 
 
-async def test_a_follow_up_mid_turn_waits_for_the_turn_and_is_answered(
+def _waits_for_go(body: dict[str, Any]) -> ServerReply:
+    """First call: a bash tool that waits for the file `go` in the workspace; then an answer
+    naming every user text after the tool's result (the mail the run drained with it)."""
+    roles = [m["role"] for m in body["messages"]]
+    if "tool" not in roles:
+        wait = "while [ ! -f go ]; do sleep 0.05; done; echo ran"
+        return ServerReply(tool_calls=[("bash", {"command": wait})])
+    after = body["messages"][roles.index("tool") :]
+    said = [m["content"] for m in after if m["role"] == "user" and isinstance(m["content"], str)]
+    return ServerReply(text="answered: " + " | ".join(said))
+
+
+async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_process(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    slow = {"f1": 3.0}
-    with model_server(_tool_then_answer(slow)) as (server, url):
+    """As in one process (tests/test_engine_loop.py): a message typed while a worker's turn
+    runs a tool reaches that turn's mailbox and is answered with the tool's result, in the
+    same turn; its own workflow then finds it stored and runs no second turn."""
+    with model_server(_waits_for_go) as (server, url):
         workers = Workers(worker_env(heron_home, pg_url, url))
         try:
             workers.start(2)
             async with face(pg_url, monkeypatch) as f:
-                f.send("f1", "work on f1")
-                await f.wait_for(lambda: len(server.requests) >= 2)
-                f.send("f1", "a follow-up")
+                f.send("f1", "start the job")
+                await f.wait_for(lambda: "tool_start" in f.kinds("f1"))
+                f.send("f1", "also, make it blue")
+                await f.wait_for(lambda: "mail" in f.kinds("f1"))
+                (heron_home / "workspace" / "go").touch()
                 await f.settle(240)
         finally:
             workers.stop()
-    kinds = f.kinds("f1")
-    assert "queued" in kinds
-    answers = [e.text for e in f.events if getattr(e, "kind", "") == "answer"]
-    assert answers == ["finished f1", "answer to a follow-up"]
-    assert raw_count(pg_url, OVERLAPS) == 0
+    assert "queued" not in f.kinds("f1")
+    assert f.texts("answer") == ["answered: " + MAIL_LABEL + "also, make it blue"]
+    assert len(server.requests) == 2
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 1
+    assert raw_count(pg_url, "SELECT status FROM turns") == "done"
+    stored = "SELECT COUNT(*) FROM messages WHERE role = 'user' AND parts LIKE ?"
+    assert raw_count(pg_url, stored, ("%blue%",)) == 1  # once, with the tool's result
+    held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
+    assert raw_count(pg_url, held, ("%tool_result%blue%", f"%{MAIL_META}%")) == 1
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the mail's own
 
 
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(

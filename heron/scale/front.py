@@ -8,9 +8,14 @@ hub. /stop and /status for a conversation running on a worker answer at once: /s
 the workflow, bumps the conversation's epoch (whatever the turn still tries to commit is
 discarded) and tells the worker, which stops the turn as the in-process /stop does.
 
-A message for a conversation whose turn runs is queued behind it in its partition and opens
-the next turn (across processes it does not join the running turn's mailbox). Subagents run
-their turns in the face's own engine (`run_turn`), as in one process.
+A message for a conversation whose turn runs on a worker is queued behind it in its
+partition, and offered to that turn as mail (a note to the worker): the worker takes it into
+the turn's mailbox, and the turn stores it with its id (`Mail`), in the same commit as the rest
+of the user message it rides in. When its own workflow comes up, the worker finds it stored
+and ends it at once; if the turn never read it (it had passed its last drain, was stopped, or
+its worker died before the commit), the workflow opens the next turn with it. So a follow-up
+is answered in the running turn when it can be, and never lost or answered twice. Subagents
+run their turns in the face's own engine (`run_turn`), as in one process.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Protocol
 
 from heron.agent import commands
 from heron.agent.engine import Engine
-from heron.agent.loop import AgentLoop, TurnEnded
+from heron.agent.loop import AgentLoop, TurnEnded, mailable
 from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Message
@@ -87,19 +92,27 @@ class FrontLoop(AgentLoop):
         if found is not None and found.name in commands.PRIORITY and key in self._remote:
             await self._remote_priority(found, key, message)
             return
-        await self.enqueue(key, message)
+        into = self._remote.get(key) if found is None and mailable(message) else None
+        await self.enqueue(key, message, mail_into=into)
 
-    async def enqueue(self, key: str, message: InboundMessage) -> None:
-        """The message as a workflow in its conversation's partition, once (by its id)."""
-        assert self.queue is not None
+    async def enqueue(
+        self, key: str, message: InboundMessage, *, mail_into: str | None = None
+    ) -> None:
+        """The message as a workflow in its conversation's partition, once (by its id). With
+        `mail_into` (the workflow of the turn running there) it is also offered to that turn
+        as mail; the worker running it tells the channel "mail" or "queued"."""
+        assert self.queue is not None and self.publisher is not None
         await self.listening.wait()  # the end of its turn must not pass unheard
         workflow_id = message.id or message_id()
         message = dataclasses.replace(message, id=workflow_id, key=key)
-        if key in self._remote:
+        if key in self._remote and mail_into is None:
             self._event(message, key, "queued")
         self._waiting[workflow_id] = message
         self._idle.clear()
-        await self.queue.enqueue_async(enqueue_options(workflow_id, key), inbound_to_dict(message))
+        envelope = inbound_to_dict(message)
+        await self.queue.enqueue_async(enqueue_options(workflow_id, key), envelope, mail_into)
+        if mail_into is not None:  # after the enqueue: unheard or refused, it still runs
+            await self.publisher.send({"t": "mail", "into": mail_into, "message": envelope})
 
     async def _remote_priority(
         self, found: commands.Command, key: str, message: InboundMessage
@@ -160,15 +173,18 @@ class FrontLoop(AgentLoop):
         elif kind == "started":
             self._remote[str(note["key"])] = str(note["wid"])
         elif kind == "ended":
-            self._ended_remote(str(note["wid"]), str(note["key"]), note["end"])
+            mailed = bool(note.get("mail"))
+            self._ended_remote(str(note["wid"]), str(note["key"]), note["end"], mailed)
 
-    def _ended_remote(self, workflow_id: str, key: str, end: dict[str, Any]) -> None:
+    def _ended_remote(
+        self, workflow_id: str, key: str, end: dict[str, Any], mailed: bool = False
+    ) -> None:
         if self._remote.get(key) == workflow_id:
             del self._remote[key]
         message = self._waiting.pop(workflow_id, None)
         if not self._waiting and not self._active:
             self._idle.set()
-        if message is None:  # another face's message
+        if message is None or mailed:  # another face's message; mail, answered in a turn
             return
         ended = TurnEnded(key, message, end_from_dict(end), None)
         for hook in list(self.turn_end_hooks):

@@ -87,10 +87,17 @@ class WorkerHost:
         if waiting is not None and not waiting.done():
             waiting.set_result(ended)
 
-    async def handle(self, workflow_id: str, envelope: dict[str, Any]) -> dict[str, Any]:
-        """One workflow: the message's turn (or the rest of it), to its end."""
+    async def handle(
+        self, workflow_id: str, envelope: dict[str, Any], mail_into: str | None = None
+    ) -> dict[str, Any]:
+        """One workflow: the message's turn (or the rest of it), to its end; nothing when the
+        turn it was mailed into (`mail_into`) took it."""
         message = inbound_from_dict(envelope)
         key = self.loop.resolve(message)
+        if mail_into is not None and await self._was_mailed(key, mail_into, workflow_id):
+            end = TurnEnd(True, "mail")
+            await self.publisher.send({**_ended_note(workflow_id, key, end), "mail": True})
+            return end_to_dict(end)
         options = await self._attempt(workflow_id, message.options)
         if options is None:  # its turn ended before a worker died: nothing left to do
             end = TurnEnd(True, "recovered")
@@ -122,10 +129,18 @@ class WorkerHost:
         run_id = attempts.run_id_of(base, last.number + 1)
         return dataclasses.replace(options, run_id=run_id, answer_id=last.user_message_id)
 
+    async def _was_mailed(self, key: str, into: str, workflow_id: str) -> bool:
+        store = self.engine.store
+        return await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id)
+
     async def on_note(self, note: Note) -> None:
-        """/stop from a face: stop the conversation's turn if it runs here."""
-        if note.get("t") == "stop" and self.loop.running(str(note["key"])):
+        """From a face: /stop (stop the conversation's turn if it runs here); mail for a turn
+        that runs here (into its mailbox)."""
+        kind = note.get("t")
+        if kind == "stop" and self.loop.running(str(note["key"])):
             await self.loop.stop(str(note["key"]))
+        elif kind == "mail":
+            self.loop.post_mail(inbound_from_dict(note["message"]), str(note["into"]))
 
 
 def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:
@@ -146,13 +161,13 @@ def _ended_note(workflow_id: str, key: str, end: TurnEnd) -> Note:
 
 
 @DBOS.workflow(name=WORKFLOW)
-async def heron_message(envelope: dict[str, Any]) -> dict[str, Any]:
+async def heron_message(envelope: dict[str, Any], mail_into: str | None = None) -> dict[str, Any]:
     host = WorkerHost.current
     if host is None:
         raise RuntimeError("heron_message runs only in a heron worker")
     workflow_id = DBOS.workflow_id
     assert workflow_id is not None
-    return await host.handle(workflow_id, envelope)
+    return await host.handle(workflow_id, envelope, mail_into)
 
 
 def dbos_config(cluster: Cluster, executor: str) -> dict[str, Any]:

@@ -61,3 +61,16 @@ def close_for_resume(store: Store, conversation_id: int) -> None:
             " ended = COALESCE(ended, ?) WHERE conversation_id = ? AND status = 'running'",
             (time.time(), conversation_id),
         )
+
+
+def holds_mail(store: Store, key: str, base: str, ref: str) -> bool:
+    """Whether a turn of conversation `key` run under the run ids of `base` stored the queued
+    message `ref` as mail (heron/agent/control.py `Mail`): then that turn answered it. A ref
+    is a hex message id, so it needs no escaping in LIKE."""
+    rows = store.query(
+        "SELECT 1 FROM messages m JOIN turns t ON t.id = m.turn_id"
+        " JOIN conversations c ON c.id = t.conversation_id"
+        " WHERE c.key = ? AND (t.run_id = ? OR t.run_id LIKE ?) AND m.meta LIKE ? LIMIT 1",
+        (key, base, base + ".%", f'%"{ref}"%'),
+    )
+    return bool(rows)
