@@ -61,14 +61,14 @@ async def run_proactive(
     clock = clock or SystemClock()
     scheduler, heartbeat = services(loop, engine, clock)
     await _sync_review(engine, clock)
-    engine.jobs_changed = scheduler.poke
+    engine.attached.jobs_changed = scheduler.poke
     tasks = [asyncio.create_task(scheduler.run())]
     if heartbeat is not None:
         tasks.append(asyncio.create_task(heartbeat.run()))
     try:
         await asyncio.gather(*tasks)
     finally:
-        engine.jobs_changed = None
+        engine.attached.jobs_changed = None
         for watched in (scheduler, heartbeat):
             if watched is not None:
                 watched.unwatch()
