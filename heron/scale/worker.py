@@ -19,8 +19,8 @@ stored twice. A turn that had finished before the crash is not run again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -254,12 +254,14 @@ async def _serve_queue(
                   f"{engine.choice.model})\n")  # fmt: skip
         out.flush()
         await stop.wait()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(host.loop.wait_idle(), DRAIN_S)
     finally:
         undo()
         await stop_task(sweeping)
-        await asyncio.to_thread(DBOS.destroy)
+        # DBOS stops dequeuing, then waits for this worker's workflows to finish, output
+        # recorded (they run on this loop, free meanwhile); a turn still running after
+        # DRAIN_S is stopped below, as Ctrl-C stops a serve's turns.
+        drain = functools.partial(DBOS.destroy, workflow_completion_timeout_sec=int(DRAIN_S))
+        await asyncio.to_thread(drain)
         await stop_task(listening)
         await host.loop.close()
         await stop_task(dispatching)
