@@ -13,7 +13,6 @@ from pg import raw_count
 from scale_helpers import Workers, face, model_server, worker_env
 
 from heron.agent.control import MAIL_LABEL, MAIL_META
-from heron.bus import InboundMessage
 from heron.testing.script import ServerReply
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -47,8 +46,10 @@ async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The engine's correctness load (tests/test_engine_loop.py) on 2 workers: every message
-    of every conversation enqueued at once, so only the queue's partitions keep a
-    conversation's turns apart; each answered once, in order, by whichever worker was free."""
+    of every conversation sent at once through the face (which enqueues conversations
+    concurrently, each one's messages in order), so only the queue's partitions keep a
+    conversation's turns apart; each answered once, in order, by whichever worker was free.
+    The messages are reminders, which never join a running turn as mail: each is a turn."""
     conversations, turns = 50, 5
     with model_server(echo) as (_, url):
         workers = Workers(worker_env(heron_home, pg_url, url))
@@ -57,9 +58,7 @@ async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
             async with face(pg_url, monkeypatch) as f:
                 for t in range(turns):
                     for c in range(conversations):
-                        key = f"c{c}"
-                        message = InboundMessage("test", key, f"{key} t{t}", key=key, events=True)
-                        await f.loop.enqueue(key, message)  # queued, never mailed
+                        f.send(f"c{c}", f"c{c} t{t}", provenance="reminder")
                 await f.settle(400)
         finally:
             workers.stop()

@@ -59,6 +59,8 @@ class FrontLoop(AgentLoop):
     _remote: dict[str, str] = field(default_factory=dict)  # conversation -> running workflow
     _waiting: dict[str, InboundMessage] = field(default_factory=dict)  # enqueued, not ended
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
+    # Per conversation, its last enqueue still in flight (the next one waits for it).
+    _enqueues: dict[str, asyncio.Future[None]] = field(default_factory=dict)
 
     # ---- what the rest of the serve asks -------------------------------------------------
 
@@ -93,7 +95,7 @@ class FrontLoop(AgentLoop):
             await self._remote_priority(found, key, message)
             return
         into = self._remote.get(key) if found is None and mailable(message) else None
-        await self.enqueue(key, message, mail_into=into)
+        self._submit(key, message, into)  # the next message need not wait for the round trip
 
     async def enqueue(
         self, key: str, message: InboundMessage, *, mail_into: str | None = None
@@ -101,16 +103,55 @@ class FrontLoop(AgentLoop):
         """The message as a workflow in its conversation's partition, once (by its id). With
         `mail_into` (the workflow of the turn running there) it is also offered to that turn
         as mail; the worker running it tells the channel "mail" or "queued"."""
-        assert self.queue is not None and self.publisher is not None
-        await self.listening.wait()  # the end of its turn must not pass unheard
+        await self._submit(key, message, mail_into)
+
+    def _submit(
+        self, key: str, message: InboundMessage, mail_into: str | None = None
+    ) -> asyncio.Future[None]:
+        """Admit the message now (waiting from here on; "queued" when a turn runs there) and
+        enqueue it in the background: conversations concurrently (each enqueue is a round trip,
+        in a thread of DBOS's client), each conversation's messages one after the other, since
+        DBOS orders a partition by the time of the insert."""
         workflow_id = message.id or message_id()
         message = dataclasses.replace(message, id=workflow_id, key=key)
         if key in self._remote and mail_into is None:
             self._event(message, key, "queued")
         self._waiting[workflow_id] = message
         self._idle.clear()
+        task = asyncio.ensure_future(
+            self._enqueue_after(self._enqueues.get(key), key, message, mail_into)
+        )
+        self._enqueues[key] = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._enqueued(key, t))
+        return task
+
+    def _enqueued(self, key: str, task: asyncio.Future[None]) -> None:
+        self._tasks.discard(task)
+        if self._enqueues.get(key) is task:
+            del self._enqueues[key]
+
+    async def _enqueue_after(
+        self,
+        before: asyncio.Future[None] | None,
+        key: str,
+        message: InboundMessage,
+        mail_into: str | None,
+    ) -> None:
+        assert self.queue is not None and self.publisher is not None and message.id
+        if before is not None:
+            await asyncio.wait({before})  # its own failure is told by its own task
+        await self.listening.wait()  # the end of its turn must not pass unheard
         envelope = inbound_to_dict(message)
-        await self.queue.enqueue_async(enqueue_options(workflow_id, key), envelope, mail_into)
+        try:
+            await self.queue.enqueue_async(enqueue_options(message.id, key), envelope, mail_into)
+        except Exception as error:  # the database is out of reach: say so, hold nothing
+            log.exception("enqueueing a message of %s failed", key)
+            self._waiting.pop(message.id, None)
+            if not self._waiting and not self._active:
+                self._idle.set()
+            await self._send(message, key, f"The message could not be queued: {error}", "error")
+            return
         if mail_into is not None:  # after the enqueue: unheard or refused, it still runs
             await self.publisher.send({"t": "mail", "into": mail_into, "message": envelope})
 
@@ -119,7 +160,7 @@ class FrontLoop(AgentLoop):
     ) -> None:
         if found.name == "new":  # the running turn stops; /new runs next in the partition
             await self.stop(key)
-            await self.enqueue(key, message)
+            self._submit(key, message)
             return
         ctx = commands.CommandContext(
             self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
@@ -133,19 +174,14 @@ class FrontLoop(AgentLoop):
         if key in self._active:
             super().start_turn(message)
         else:
-            self._later(self.enqueue(key, message))
+            self._submit(key, message)
 
     def announce(self, message: InboundMessage, injected: Message) -> str:
         key = self.resolve(message)
         if key in self._active:
             return super().announce(message, injected)
-        self._later(self.enqueue(key, message))
+        self._submit(key, message)
         return "turn"
-
-    def _later(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ---- interrupts ------------------------------------------------------------------------
 
