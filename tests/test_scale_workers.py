@@ -298,3 +298,59 @@ async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
     for f in (f1, f2):  # each face's clients see every conversation's answers, once
         answers = f.texts("answer")
         assert len(answers) == jobs and all("Scheduled reminder" in a for a in answers)
+
+
+async def test_heron_serve_with_workers_answers_through_them_and_stops_cleanly(
+    pg_url: str, heron_home: Path
+) -> None:
+    """The command itself: `heron serve --workers 2` starts its workers, takes a message on
+    its control socket, has a worker answer it, and on SIGTERM stops them and exits 0."""
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+
+    from serve_helpers import LineClient
+
+    from heron.serve.lock import SOCKET_NAME
+
+    with model_server(echo) as (_, url):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "heron", "serve", "--port", "0", "--workers", "2"],
+            env=worker_env(heron_home, pg_url, url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            first = await asyncio.to_thread(proc.stdout.readline)
+            assert first.startswith("heron serve: http://127.0.0.1:"), first
+            client = await LineClient.open(heron_home / SOCKET_NAME)
+            await client.send({"type": "hello", "conversation": "w1", "last_seq": None})
+            await client.send({"type": "send", "text": "hello workers"})
+            events = await asyncio.wait_for(client.until("turn_end"), 240)
+            await client.close()
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0
+    assert any("answer to hello workers" in str(e) for e in events), events
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 1  # the turn ran as a workflow
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 1
+
+
+def test_a_worker_on_sqlite_says_it_needs_postgresql(heron_home: Path) -> None:
+    import subprocess
+    import sys
+
+    env = worker_env(heron_home, "", "http://127.0.0.1:9/v1")
+    del env["HERON_DATABASE_URL"]
+    done = subprocess.run(
+        [sys.executable, "-m", "heron", "worker"], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "workers need PostgreSQL" in done.stderr
