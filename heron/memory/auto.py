@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory import records
-from heron.memory.recall import Hit, Recall, held_terms, terms, wants_recall
+from heron.memory.recall import Hit, Recall, held_by, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
 CANDIDATES = 200  # messages of a scope that hold a query word, at most, for the idf count
@@ -75,8 +75,9 @@ def shares(
         found = recall.bm25(text, CANDIDATES, conversation_id)
     if not found:
         return {}
-    bodies = recall.bodies([i for i, _ in found])
-    held = {i: held_terms(bodies.get(i, ""), words) for i, _ in found}
+    ids = [i for i, _ in found]
+    bodies = recall.bodies(ids)
+    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], words), strict=True))
     total = len(held)
     df = {w: sum(1 for h in held.values() if w in h) for w in words}
     idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
@@ -85,12 +86,19 @@ def shares(
     return {
         i: sum(idf[w] for w in h) / whole
         for i, h in held.items()
-        if len(h) >= MIN_WORDS and _folded(bodies.get(i, "")) != said
+        if len(h) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
     }
 
 
 def _folded(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def _says(body: str, said: str) -> bool:
+    """Whether `body` folds to `said` (a folded text). A body that does not hold the first
+    word of it cannot, and most do not: the test is only folded for the rest."""
+    first = said.split(" ", 1)[0]
+    return first in body.lower() and _folded(body) == said
 
 
 def fires(recall: Recall, text: str, conversation_id: int, gate: Gate = GATE) -> bool:

@@ -12,6 +12,7 @@ discussed.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import time
@@ -46,6 +47,7 @@ SESSION_SHARE = 0.2  # of the mean of a session's best SESSION_TOP scores added 
 SESSION_TOP = 3
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
 BM25_KEPT = 4  # searches `Recall.bm25` keeps until the database changes
+PREFIX_MIN = 4  # letters from which a query word also matches as a word's start
 
 
 def wants_recall(text: str) -> bool:
@@ -89,7 +91,7 @@ def terms(query: str) -> list[str]:
 def phrases(query: str, prefix: bool = True) -> list[str]:
     """The quoted FTS5 phrases of a query's terms (quoting makes every word literal, so no
     user text is read as FTS syntax), each also as a prefix when long enough."""
-    return [f'"{w}"*' if prefix and len(w) >= 4 else f'"{w}"' for w in terms(query)]
+    return [f'"{w}"*' if prefix and len(w) >= PREFIX_MIN else f'"{w}"' for w in terms(query)]
 
 
 def match_expression(query: str, prefix: bool = True) -> str | None:
@@ -167,8 +169,11 @@ class Recall:
         if outside is not None and conversation_id is None:
             # All the conversation's matches (fewer than `limit`) make the others the plain
             # ranking without them: one scoring of every match, which auto-recall's ranking
-            # of every conversation then reuses, instead of two (the scoped search is cheap).
-            mine = self.bm25(query, limit, outside, budget=budget)
+            # of every conversation then reuses, instead of two. The conversation's matches
+            # are those of its own search at the full budget, which auto-recall has just
+            # made (kept): a smaller budget keeps a subset of the same words (the rarest
+            # first), so its matches are among them, and dropping them all is exact.
+            mine = self.bm25(query, limit, outside, budget=max(budget, MATCH_BUDGET))
             if len(mine) < limit:
                 skip = {i for i, _ in mine}
                 ranked = self.bm25(query, limit + len(mine), budget=budget)
@@ -435,10 +440,9 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 
 def held_terms(body: str, words: Sequence[str]) -> set[str]:
     """Which of `words` occur in `body` as a word (a long word also as a word's start, as the
-    query matches it). One regular expression per word: splitting the body into a set of
-    words and checking each as a prefix cost ten times as much on 200 candidates. The plain
-    substring test first: a pattern that opens with a lookbehind is tried at every position
-    of the body, and most candidates hold few of a long query's words."""
+    query matches it). The plain substring test first: a pattern that opens with a
+    lookbehind is tried at every position of the body, and most candidates hold few of a long
+    query's words. `held_by` gives the same for many bodies at once, faster."""
     lower = body.lower()
     return {w for w in words if w in lower and _held_pattern(w).search(lower)}
 
@@ -448,4 +452,34 @@ def _held_pattern(word: str) -> re.Pattern[str]:
     # A word starts where no letter or digit precedes it (`_WORD`'s characters); a short word
     # must also end there, a long one may go on (the query matches it as a prefix).
     start = r"(?<![^\W_])" + re.escape(word)
-    return re.compile(start if len(word) >= 4 else start + r"(?![^\W_])")
+    return re.compile(start if len(word) >= PREFIX_MIN else start + r"(?![^\W_])")
+
+
+def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
+    """`held_terms` of each body, for many bodies at once (`words` are query terms: letters
+    and digits). Each word is looked for once in all the bodies joined by line breaks (no
+    word spans two bodies), each occurrence checked at its edges as the pattern checks them
+    (a letter or digit of `_WORD` is a character whose `isalnum()` is true), and a body
+    that holds the word is skipped past: one search per word, not one per body and word."""
+    lowered = [b.lower() for b in bodies]
+    starts: list[int] = []
+    at = 0
+    for text in lowered:
+        starts.append(at)
+        at += len(text) + 1
+    joined = "\n".join(lowered)
+    out: list[set[str]] = [set() for _ in bodies]
+    for word in words:
+        whole, size = len(word) < PREFIX_MIN, len(word)
+        pos = joined.find(word)
+        while pos >= 0:
+            end = pos + size
+            if (pos == 0 or not joined[pos - 1].isalnum()) and (
+                not whole or end == len(joined) or not joined[end].isalnum()
+            ):
+                n = bisect.bisect_right(starts, pos) - 1
+                out[n].add(word)
+                pos = joined.find(word, starts[n + 1]) if n + 1 < len(starts) else -1
+            else:
+                pos = joined.find(word, pos + 1)
+    return out
