@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from heron.memory.recall import Recall, blend, match_expression, terms
+from heron.memory.recall import Recall, TimeCue, blend, match_expression, terms, time_cue
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -56,6 +57,39 @@ def test_queries_are_never_read_as_fts_syntax(store):
         Recall(store).search(query)  # no sqlite3.OperationalError
     assert match_expression("the a of") is None
     assert terms("What did Caroline's sister research?") == ["caroline", "sister", "research"]
+
+
+def test_a_question_about_time_is_read_for_what_it_asks() -> None:
+    assert time_cue("When did Melanie go camping in June?") == TimeCue(
+        True, frozenset({6}), frozenset()
+    )
+    assert time_cue("What did Gina find on 1 February, 2023?") == TimeCue(
+        False, frozenset({2}), frozenset({2023})
+    )
+    assert time_cue("how long ago was her 18th birthday") == TimeCue(True, frozenset(), frozenset())
+    assert time_cue("What happened in May?") == TimeCue(False, frozenset({5}), frozenset())
+    assert time_cue("may I ask about the pottery class") is None  # the verb, not the month
+    assert time_cue("What did Caroline research?") is None
+
+
+def _dated(store: Store, cid: int, text: str, when: str) -> int:
+    message = store.append(cid, user(text))
+    created = time.mktime(time.strptime(when, "%Y-%m-%d"))
+    store.conn.execute("UPDATE messages SET created = ? WHERE id = ?", (created, message.id))
+    return message.id
+
+
+def test_a_question_about_time_ranks_what_can_answer_it_first(store):
+    """Two messages hold the question's words alike: for "when", the one that states a time
+    comes first; for a month, the one written in that month."""
+    c = store.open_conversation("c")
+    plain = _dated(store, c.id, "we went camping at the lake", "2023-07-20")
+    stated = _dated(store, c.id, "we went camping at the lake last weekend", "2023-06-10")
+    recall = Recall(store)
+    assert recall.search("camping at the lake")[0].message_id == plain  # shorter: BM25's pick
+    assert recall.search("When did we go camping at the lake?")[0].message_id == stated
+    assert recall.search("camping at the lake in July")[0].message_id == plain
+    assert recall.search("camping at the lake in June 2023")[0].message_id == stated
 
 
 def test_blend_prefers_what_both_rankings_hold():

@@ -48,6 +48,60 @@ SESSION_TOP = 3
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
 BM25_KEPT = 4  # searches `Recall.bm25` keeps until the database changes
 PREFIX_MIN = 4  # letters from which a query word also matches as a word's start
+# A question about time lifts, among the first TIME_DEPTH of its ranking, the messages that
+# state a time (WHEN_WEIGHT of the best score) and those written in the month or year it names
+# (DATE_WEIGHT). Chosen by the k-fold check (bench/recall.py --folds): every fold, by
+# conversation and by session, picked these two from 0-0.4 and 0-0.5.
+TIME_DEPTH = 100
+WHEN_WEIGHT = 0.1
+DATE_WEIGHT = 0.2
+
+
+_MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
+_MONTHS += ("august", "september", "october", "november", "december")
+_MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
+_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+# A question that asks for a time: its answer is a time the message states.
+_ASKS_WHEN = re.compile(
+    r"^\W*(when|how long ago|(what|which) (date|day|month|year|time))\b", re.IGNORECASE
+)
+# What a message that states a time holds: a day relative to its own date, a unit of time
+# ("last week", "two years ago"), a weekday, a month or a year.
+_STATES_TIME = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|last|next|recently|weekend|week|month|year"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    + "|".join(_MONTHS)
+    + r"|(19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class TimeCue:
+    """What a query says about time: whether it asks when, and the months and years it names
+    (a question about "June" or "October 13, 2023" is about what was said then)."""
+
+    asks_when: bool
+    months: frozenset[int]
+    years: frozenset[int]
+
+    def dates(self, created: float) -> bool:
+        """Whether a message written at `created` (local time, as hits show it) falls in the
+        months and years named."""
+        when = time.localtime(created)
+        return (not self.months or when.tm_mon in self.months) and (
+            not self.years or when.tm_year in self.years
+        )
+
+
+def time_cue(query: str) -> TimeCue | None:
+    """The query's `TimeCue`, or None when it says nothing about time."""
+    # "may" is a month only as "May": lowercase, it is far more often the verb
+    named = [m for m in _MONTH.findall(query) if m.lower() != "may" or m == "May"]
+    months = frozenset(_MONTHS.index(m.lower()) + 1 for m in named)
+    years = frozenset(int(y) for y in _YEAR.findall(query))
+    asks = bool(_ASKS_WHEN.search(query))
+    return TimeCue(asks, months, years) if asks or months or years else None
 
 
 def wants_recall(text: str) -> bool:
@@ -244,10 +298,12 @@ class Recall:
         limit: int = 10,
         conversation_id: int | None = None,
         budget: int = MATCH_BUDGET,
+        depth: int | None = None,
     ) -> list[tuple[int, float]]:
         """BM25 with each hit lending part of its score to the messages just before and after
-        it: the answer to a question often sits next to the words the question uses."""
-        found = self.bm25(query, max(limit * 5, 100), conversation_id, budget=budget)
+        it: the answer to a question often sits next to the words the question uses. The
+        first `depth` of the BM25 ranking lend (by default five times `limit`, at least 100)."""
+        found = self.bm25(query, depth or max(limit * 5, 100), conversation_id, budget=budget)
         return self.spread(found)[:limit]
 
     def spread(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -265,8 +321,11 @@ class Recall:
         """Message ids best first: BM25 alone (its words chosen within `budget`, see
         `selective_terms`), or blended with the semantic ranking."""
         depth = max(limit * 5, 100)
+        cue = time_cue(query)
+        head = max(limit, TIME_DEPTH) if cue else limit  # what a question about time reorders
         if self.embedder is None:
-            return self.lexical(query, limit, conversation_id, budget)
+            found = self.lexical(query, head, conversation_id, budget, depth)
+            return self._timed(cue, found, limit)
 
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
@@ -286,7 +345,28 @@ class Recall:
         session = self._vectors.sessions(pool)
         if session is None:
             session = self.sessions(pool)
-        return blend(lexical, similar.of(pool), near, session)[:limit]
+        return self._timed(cue, blend(lexical, similar.of(pool), near, session)[:head], limit)
+
+    def _timed(
+        self, cue: TimeCue | None, ranked: list[tuple[int, float]], limit: int
+    ) -> list[tuple[int, float]]:
+        """The first `limit` of `ranked` once a question about time has lifted the messages
+        that can answer it (`TimeCue`), each by a share of the best score."""
+        if cue is None or not ranked:
+            return ranked[:limit]
+        ids = [i for i, _ in ranked]
+        lifted = dict.fromkeys(ids, 0.0)
+        if cue.asks_when:
+            for i, text in self.bodies(ids).items():
+                if _STATES_TIME.search(text):
+                    lifted[i] += WHEN_WEIGHT
+        if cue.months or cue.years:
+            for i, _, created in records.message_dates(self.store, ids):
+                if cue.dates(created):
+                    lifted[i] += DATE_WEIGHT
+        top = ranked[0][1]
+        scored = [(i, s + lifted[i] * top) for i, s in ranked]
+        return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
 
     def _query_vector(self, query: str) -> Future[Any]:
         """The query's vector, being encoded on the worker; the last query's is kept, since
