@@ -216,3 +216,37 @@ def test_vectors_held_in_memory_follow_additions_and_deletions(store):
     assert [i for i, _ in recall.semantic("puppy", 5)] == [other.id]
     # A second Recall on the same store sees the same vectors.
     assert [i for i, _ in Recall(store, FakeEmbedder()).semantic("dog", 5)] == [other.id]
+
+
+def test_a_time_lift_reads_only_what_can_reach_the_first_results(store):
+    """`_timed` leaves out, before reading their text and dates, the messages too far below
+    to be lifted into the first `limit`: the order is that of lifting every one."""
+    import random
+
+    from heron.memory import recall as module
+
+    rng = random.Random(3)
+    c = store.open_conversation("c")
+    words = ["camping", "lake", "yesterday", "kids", "pottery", "last", "week", "beach"]
+    ids = [
+        _dated(store, c.id, " ".join(rng.choices(words, k=4)), f"2023-{rng.randint(1, 12):02d}-11")
+        for _ in range(60)
+    ]
+    recall = Recall(store)
+    bodies = recall.bodies(ids)
+    dates = module.records.message_dates(store, ids)
+    month = {i: time.localtime(created).tm_mon for i, _, created in dates}
+    for trial in range(40):
+        ranked = sorted(((i, rng.random()) for i in ids), key=lambda kv: (-kv[1], kv[0]))
+        cue = time_cue(rng.choice(["when did we camp", "camping in June", "when, in March?"]))
+        assert cue is not None
+        limit = rng.choice([1, 5, 10])
+        states = {i for i in ids if module._STATES_TIME.search(bodies[i])}
+        lift = {
+            i: (module.WHEN_WEIGHT if cue.asks_when and i in states else 0)
+            + (module.DATE_WEIGHT if month[i] in cue.months else 0)
+            for i in ids
+        }
+        lifted = [(i, s + lift[i] * ranked[0][1]) for i, s in ranked]
+        every = sorted(lifted, key=lambda kv: (-kv[1], kv[0]))
+        assert recall._timed(cue, ranked, limit) == every[:limit], trial

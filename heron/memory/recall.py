@@ -354,6 +354,14 @@ class Recall:
         that can answer it (`TimeCue`), each by a share of the best score."""
         if cue is None or not ranked:
             return ranked[:limit]
+        top = ranked[0][1]
+        # Only a message within the largest lift of the `limit`-th score can end in the first
+        # `limit`: the rest are left out before their text and dates are read.
+        most = (WHEN_WEIGHT if cue.asks_when else 0.0) + (
+            DATE_WEIGHT if cue.months or cue.years else 0.0
+        )
+        floor = ranked[min(limit, len(ranked)) - 1][1] - most * top
+        ranked = [(i, s) for i, s in ranked if s >= floor]
         ids = [i for i, _ in ranked]
         lifted = dict.fromkeys(ids, 0.0)
         if cue.asks_when:
@@ -364,7 +372,6 @@ class Recall:
             for i, _, created in records.message_dates(self.store, ids):
                 if cue.dates(created):
                     lifted[i] += DATE_WEIGHT
-        top = ranked[0][1]
         scored = [(i, s + lifted[i] * top) for i, s in ranked]
         return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
 
