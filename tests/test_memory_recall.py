@@ -160,7 +160,10 @@ def test_auto_recall_prefers_this_conversation_and_holds_others_to_a_stricter_ba
     recall = Recall(store)
     question = "what does the boat trailer need before the lake trip"
     found = auto_hits(recall, question, here.id, gate=Gate(hits=2))
-    assert [(a.hit.message_id, a.other) for a in found] == [(mine.id, False), (theirs.id, True)]
+    # this conversation's hit is enough: the others are searched only when it has none
+    assert [(a.hit.message_id, a.other) for a in found] == [(mine.id, False)]
+    found = auto_hits(recall, question, here.id, [mine.id], gate=Gate(hits=2))
+    assert [(a.hit.message_id, a.other) for a in found] == [(theirs.id, True)]
     # a partial match is enough here, not elsewhere
     strict = auto_hits(recall, "trailer lake", here.id, gate=Gate(own=0.1, other=1.01))
     assert partial.id not in {a.hit.message_id for a in strict}
