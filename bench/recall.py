@@ -268,12 +268,13 @@ GRID: dict[str, tuple[float, ...]] = {
     "SESSION_SHARE": (0.0, 0.2, 0.4),
     "SEMANTIC_WEIGHT": (0.5, 1.0, 2.0),
 }
-# The lift of messages that can answer a question about time (heron.memory.recall.TimeCue),
-# checked on its own with the other constants as shipped: 12 settings, not 27 times 12.
+# The lifts of a query's cue (heron.memory.recall.Cue), each checked on its own with the other
+# constants as shipped: 12 and 5 settings, not 27 times 60.
 TIME_GRID: dict[str, tuple[float, ...]] = {
     "WHEN_WEIGHT": (0.0, 0.1, 0.2, 0.4),
     "DATE_WEIGHT": (0.0, 0.2, 0.5),
 }
+SPEAKER_GRID: dict[str, tuple[float, ...]] = {"SPEAKER_WEIGHT": (0.0, 0.1, 0.2, 0.3, 0.5)}
 FOLD_METRIC = "recall@10"
 SESSION_FOLDS = 5
 
@@ -735,6 +736,7 @@ def recall_figures(
             out["folds"] = {
                 "bm25": cross_validate(lexical, samples, ranking_grid(False)),
                 "bm25_time": cross_validate(lexical, samples, TIME_GRID),
+                "bm25_speaker": cross_validate(lexical, samples, SPEAKER_GRID),
             }
         if embedder is not None:
             store_vectors(store, embedder, cache_dir)
@@ -743,6 +745,7 @@ def recall_figures(
             if folds:
                 out["folds"]["fused"] = cross_validate(fused, samples, ranking_grid(True))
                 out["folds"]["fused_time"] = cross_validate(fused, samples, TIME_GRID)
+                out["folds"]["fused_speaker"] = cross_validate(fused, samples, SPEAKER_GRID)
         store.close()
     return out
 

@@ -48,13 +48,15 @@ SESSION_TOP = 3
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
 BM25_KEPT = 4  # searches `Recall.bm25` keeps until the database changes
 PREFIX_MIN = 4  # letters from which a query word also matches as a word's start
-# A question about time lifts, among the first TIME_DEPTH of its ranking, the messages that
-# state a time (WHEN_WEIGHT of the best score) and those written in the month or year it names
-# (DATE_WEIGHT). Chosen by the k-fold check (bench/recall.py --folds): every fold, by
-# conversation and by session, picked these two from 0-0.4 and 0-0.5.
-TIME_DEPTH = 100
+# A query's `Cue` lifts, among the first CUE_DEPTH of its ranking, the messages that can
+# answer it, each by a share of the best score: for a question about time, those that state a
+# time (WHEN_WEIGHT) and those written in the month or year it names (DATE_WEIGHT); for a
+# question naming a person, the lines that person said (SPEAKER_WEIGHT). Chosen by the k-fold
+# check (bench/recall.py --folds, docs/memory.md gives every fold's choice).
+CUE_DEPTH = 100
 WHEN_WEIGHT = 0.1
 DATE_WEIGHT = 0.2
+SPEAKER_WEIGHT = 0.2
 
 
 _MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
@@ -76,14 +78,41 @@ _STATES_TIME = re.compile(
 )
 
 
+# A transcript line: a name of up to four capitalised words, a colon ("Caroline: I went ...").
+_SPEAKER = re.compile(r"\s*([A-Z][^\W_]*(?:[ .'-]+[A-Z][^\W_]*){0,3}):\s")
+_NAME = re.compile(r"\b[A-Z][^\W_]*")
+
+
+def speaker_of(text: str) -> str | None:
+    """Who says a message, when its text is a transcript line that opens with the speaker's
+    name (chat logs, group messages, the benchmark's stored LoCoMo turns); None otherwise."""
+    found = _SPEAKER.match(text)
+    return found.group(1) if found else None
+
+
 @dataclass(frozen=True)
-class TimeCue:
-    """What a query says about time: whether it asks when, and the months and years it names
-    (a question about "June" or "October 13, 2023" is about what was said then)."""
+class Cue:
+    """What a query says beyond its words: whether it asks when, the months and years it names
+    (a question about "June" or "October 13, 2023" is about what was said then), and the
+    capitalised words that may name a speaker ("What did Caroline research?"), lowercased."""
 
     asks_when: bool
     months: frozenset[int]
     years: frozenset[int]
+    names: frozenset[str] = frozenset()
+
+    def most(self) -> float:
+        """The largest lift this cue can give a message, as a share of the best score."""
+        return (
+            (WHEN_WEIGHT if self.asks_when else 0.0)
+            + (DATE_WEIGHT if self.months or self.years else 0.0)
+            + (SPEAKER_WEIGHT if self.names else 0.0)
+        )
+
+    def said_by(self, text: str) -> bool:
+        """Whether `text` is a line of a speaker this cue names (any word of the name)."""
+        speaker = speaker_of(text)
+        return speaker is not None and any(w.lower() in self.names for w in _WORD.findall(speaker))
 
     def dates(self, created: float) -> bool:
         """Whether a message written at `created` (local time, as hits show it) falls in the
@@ -94,14 +123,20 @@ class TimeCue:
         )
 
 
-def time_cue(query: str) -> TimeCue | None:
-    """The query's `TimeCue`, or None when it says nothing about time."""
+def query_cue(query: str) -> Cue | None:
+    """The query's `Cue`, or None when it says nothing about time and names no one."""
     # "may" is a month only as "May": lowercase, it is far more often the verb
     named = [m for m in _MONTH.findall(query) if m.lower() != "may" or m == "May"]
     months = frozenset(_MONTHS.index(m.lower()) + 1 for m in named)
     years = frozenset(int(y) for y in _YEAR.findall(query))
     asks = bool(_ASKS_WHEN.search(query))
-    return TimeCue(asks, months, years) if asks or months or years else None
+    # a month is a date, not a speaker; a capitalised stop word opens the question
+    names = frozenset(
+        w.lower()
+        for w in _NAME.findall(query)
+        if w.lower() not in STOPWORDS and w.lower() not in _MONTHS
+    )
+    return Cue(asks, months, years, names) if asks or months or years or names else None
 
 
 def wants_recall(text: str) -> bool:
@@ -321,11 +356,11 @@ class Recall:
         """Message ids best first: BM25 alone (its words chosen within `budget`, see
         `selective_terms`), or blended with the semantic ranking."""
         depth = max(limit * 5, 100)
-        cue = time_cue(query)
-        head = max(limit, TIME_DEPTH) if cue else limit  # what a question about time reorders
+        cue = query_cue(query)
+        head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
         if self.embedder is None:
             found = self.lexical(query, head, conversation_id, budget, depth)
-            return self._timed(cue, found, limit)
+            return self._lifted(cue, found, limit)
 
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
@@ -345,29 +380,28 @@ class Recall:
         session = self._vectors.sessions(pool)
         if session is None:
             session = self.sessions(pool)
-        return self._timed(cue, blend(lexical, similar.of(pool), near, session)[:head], limit)
+        return self._lifted(cue, blend(lexical, similar.of(pool), near, session)[:head], limit)
 
-    def _timed(
-        self, cue: TimeCue | None, ranked: list[tuple[int, float]], limit: int
+    def _lifted(
+        self, cue: Cue | None, ranked: list[tuple[int, float]], limit: int
     ) -> list[tuple[int, float]]:
-        """The first `limit` of `ranked` once a question about time has lifted the messages
-        that can answer it (`TimeCue`), each by a share of the best score."""
+        """The first `limit` of `ranked` once the query's `Cue` has lifted the messages that
+        can answer it, each by a share of the best score."""
         if cue is None or not ranked:
             return ranked[:limit]
         top = ranked[0][1]
         # Only a message within the largest lift of the `limit`-th score can end in the first
         # `limit`: the rest are left out before their text and dates are read.
-        most = (WHEN_WEIGHT if cue.asks_when else 0.0) + (
-            DATE_WEIGHT if cue.months or cue.years else 0.0
-        )
-        floor = ranked[min(limit, len(ranked)) - 1][1] - most * top
+        floor = ranked[min(limit, len(ranked)) - 1][1] - cue.most() * top
         ranked = [(i, s) for i, s in ranked if s >= floor]
         ids = [i for i, _ in ranked]
         lifted = dict.fromkeys(ids, 0.0)
-        if cue.asks_when:
+        if cue.asks_when or cue.names:
             for i, text in self.bodies(ids).items():
-                if _STATES_TIME.search(text):
+                if cue.asks_when and _STATES_TIME.search(text):
                     lifted[i] += WHEN_WEIGHT
+                if cue.names and cue.said_by(text):
+                    lifted[i] += SPEAKER_WEIGHT
         if cue.months or cue.years:
             for i, _, created in records.message_dates(self.store, ids):
                 if cue.dates(created):
