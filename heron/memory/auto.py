@@ -52,9 +52,9 @@ class Gate:
 
     own: float = 0.3  # share a hit of this conversation needs
     other: float = 0.7  # share a hit of another conversation needs
-    hits: int = 2  # hits shown at most
-    depth: int = 10  # a hit must rank among the first `depth` of the fused retrieval
-    second: float = 0.8  # a later hit's fused score, as a share of the first one's, at least
+    hits: int = 3  # hits shown at most
+    depth: int = 5  # a hit must rank among the first `depth` of the fused retrieval
+    second: float = 0.9  # a later hit's fused score, as a share of the first one's, at least
 
 
 GATE = Gate()
