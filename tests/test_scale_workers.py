@@ -354,3 +354,81 @@ def test_a_worker_on_sqlite_says_it_needs_postgresql(heron_home: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "workers need PostgreSQL" in done.stderr
+
+
+def _tool_then_done(body: dict[str, Any]) -> ServerReply:
+    """A turn of two calls, each a little slow (a kill lands mid-turn): a bash call that notes
+    the message in ran.txt, then the answer."""
+    roles = [m["role"] for m in body["messages"]]
+    last_user = len(roles) - 1 - roles[::-1].index("user")
+    said = _last_user_text(body).splitlines()[0]
+    if "tool" not in roles[last_user:] and said.startswith("work"):
+        note = said.removeprefix("work ")
+        return ServerReply(tool_calls=[("bash", {"command": f"echo {note} >> ran.txt"})],
+                           delay_s=0.15)  # fmt: skip
+    return ServerReply(text="done", delay_s=0.15)
+
+
+async def test_workers_killed_at_random_instants_lose_nothing(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kill -9 of a worker at random instants while 10 conversations run 2 turns each (a tool
+    call and an answer), a fresh worker started after each kill: every message is stored
+    once and answered, every conversation's record is well-formed (no orphaned call), and no
+    finished tool call ran twice."""
+    import asyncio
+    import random
+
+    from heron.context.repair import is_well_formed
+    from heron.store import Store
+
+    rng = random.Random(18)
+    conversations, turns, kills = 10, 2, 3
+    with model_server(_tool_then_done) as (_, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                for t in range(turns):
+                    for c in range(conversations):  # reminders: each message a turn of its own
+                        f.send(f"k{c}", f"work k{c} t{t}", provenance="reminder")
+                for _ in range(kills):
+                    await asyncio.sleep(rng.uniform(0.3, 1.5))
+                    busy = _owners_in_flight(pg_url)  # the worker of a turn in flight, if any
+                    alive = [p.pid for p in workers.procs if p.poll() is None]
+                    workers.kill(rng.choice([p for p in alive if p in busy] or alive))
+                    await asyncio.to_thread(workers.start, 1)
+                await f.settle(400)
+        finally:
+            workers.stop()
+    ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+    assert len(ran) == len(set(ran)), "a finished tool call ran again"
+    monkeypatch.setenv("HERON_DATABASE_URL", pg_url)
+    store = Store(pg_url)
+    try:
+        for c in range(conversations):
+            conversation = store.conversation(f"k{c}")
+            assert conversation is not None
+            branch = store.branch(conversation.id)
+            said = [r.message.text for r in branch if r.role == "user"]
+            for t in range(turns):
+                assert said.count(f"work k{c} t{t}") == 1, said  # stored once, never lost
+            assert is_well_formed([r.wire for r in branch])
+            answers = [r.message.text for r in branch if r.role == "assistant"]
+            assert answers.count("done") == turns, answers  # each message answered once
+    finally:
+        store.close()
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == 0
+    redone = _dbos_count(pg_url, "recovery_attempts > 1")  # dispatched again after a kill
+    assert isinstance(redone, int) and redone >= 1
+
+
+def _owners_in_flight(pg_url: str) -> set[int]:
+    """The pids of the workers running a turn now (DBOS's executor ids name them)."""
+    import psycopg
+
+    from heron.scale import records
+
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        owners = records.owners_in_flight(conn, _dbos_schema(pg_url), "heron_turns")
+    return {int(o.split("-")[-2]) for o in owners}
