@@ -244,9 +244,9 @@ async def run_workers(
 
     pg_url = _schema(server)
     pool = Workers(worker_env(home, pg_url, url))
-    pool.start(workers)
     _env(home, url, pg_url)
     try:
+        pool.start(workers)
         cluster = cluster_of(pg_url)
         client = DBOSClient(system_database_url=cluster.dbos_url,
                             dbos_system_schema=cluster.dbos_schema)  # fmt: skip

@@ -68,9 +68,9 @@ class Workers:
             )
             for _ in range(n)
         ]
+        self.procs += started  # before the wait: `stop` ends them even if one never gets ready
         for p in started:
             _wait_ready(p)
-        self.procs += started
 
     def kill(self, pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
