@@ -108,8 +108,10 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         if self.url:
             # PgConnection speaks the subset of sqlite3.Connection the store uses.
-            conn = cast(sqlite3.Connection, PgConnection(self.url))
+            pg = PgConnection(self.url)
+            conn = cast(sqlite3.Connection, pg)
             migrate(conn, postgres=True)
+            pg.read_catalog()  # the tables as migrated, by this process or another (pg.py)
             return conn
         try:
             conn = sqlite3.connect(

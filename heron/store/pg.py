@@ -123,7 +123,7 @@ class PgConnection:
         if self.schema is not None:
             self._ensure_schema(self.schema)
         self._id_tables: set[str] = set()
-        self._read_id_tables()
+        self.read_catalog()
         # Counters to bump with the open transaction's COMMIT, in the same round trip and after
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
@@ -152,7 +152,11 @@ class PgConnection:
         row = self._conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
         return int(row[0]) if row is not None and row[1] else 0
 
-    def _read_id_tables(self) -> None:
+    def read_catalog(self) -> None:
+        """Which tables have an `id` and each table's primary key, as the server says now.
+        Read again after this connection's CREATE TABLE, and by the store after migrating:
+        another worker may have created the tables while this one waited for the migration
+        lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
         self._keys: dict[str, list[str]] = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
@@ -198,7 +202,7 @@ class PgConnection:
             text += " RETURNING id"
         cur = self._conn.execute(text, tuple(params) if params else None)
         if text[:12].upper() == "CREATE TABLE":
-            self._read_id_tables()
+            self.read_catalog()
         return PgCursor(cur, returned_id)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -247,17 +251,6 @@ def row_lock(conn: object) -> str:
     statement may be older, so what must be read after the lock goes in a statement of its
     own (heron/store/engine_state.py `lock_conversation`)."""
     return " FOR NO KEY UPDATE" if pg_of(conn) is not None else ""
-
-
-def serialize(conn: object, name: str) -> None:
-    """Inside a write transaction: on PostgreSQL, wait until no other transaction of the kind
-    `name` runs in this schema, and hold them off until this one ends (a transaction-level
-    advisory lock keyed by the name and the schema, so tenants never wait for each other).
-    It is what SQLite's `BEGIN IMMEDIATE` gives every write transaction; a statement after it
-    reads what the previous holder committed. Nothing on SQLite."""
-    pg = pg_of(conn)
-    if pg is not None:
-        pg.execute("SELECT pg_advisory_xact_lock(hashtext(?), hashtext(current_schema()))", (name,))
 
 
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:

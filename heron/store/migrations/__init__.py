@@ -21,9 +21,12 @@ from types import ModuleType
 from heron.store.pg import MIGRATION_LOCK
 
 
-def _steps() -> list[ModuleType]:
-    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
-    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+def _names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
+
+
+def _step(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 # Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
@@ -37,22 +40,23 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
     processes opening a fresh database at the same moment do not both apply a step."""
-    steps = _steps()
-    if all(_name(step) in _applied(conn, postgres) for step in steps):
-        return []
+    _create_record(conn, postgres)
+    names = _names()
+    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    if all(name in done for name in names):
+        return []  # the usual case: no step module is imported, which a start-up would pay
     applied = []
     conn.execute("BEGIN IMMEDIATE")
     try:
         if postgres:
             conn.execute(_PG_LOCK)
-        conn.execute(_TABLE)
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-        for step in steps:
-            if _name(step) in done:
+        for name in names:
+            if name in done:
                 continue
-            _apply(conn, step, postgres)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (_name(step), time.time()))
-            applied.append(_name(step))
+            _apply(conn, _step(name), postgres)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+            applied.append(name)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -60,23 +64,22 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
     return applied
 
 
-_TABLE = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
-
-
-def _applied(conn: sqlite3.Connection, postgres: bool) -> set[str]:
-    """The steps already applied, read without a lock (the common case: all of them). On
-    PostgreSQL a schema without the table has none: it is made under the lock, where two
-    workers' CREATE TABLE IF NOT EXISTS cannot collide."""
-    if postgres:
-        if conn.execute("SELECT to_regclass('_migrations')").fetchone()[0] is None:
-            return set()
-    else:
-        conn.execute(_TABLE)
-    return {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-
-
-def _name(step: ModuleType) -> str:
-    return step.__name__.rsplit(".", 1)[-1]
+def _create_record(conn: sqlite3.Connection, postgres: bool) -> None:
+    """The table of applied steps. On PostgreSQL under the migration lock: two processes
+    running `CREATE TABLE IF NOT EXISTS` at the same moment can both pass the check, and the
+    second then fails on a duplicate key of the catalog."""
+    create = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
+    if not postgres:
+        conn.execute(create)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_PG_LOCK)
+        conn.execute(create)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:
@@ -95,4 +98,4 @@ def _split(sql: str) -> list[str]:
 
 
 def latest() -> str:
-    return _steps()[-1].__name__.rsplit(".", 1)[-1]
+    return _names()[-1]
