@@ -255,30 +255,26 @@ def test_the_other_conversations_search_scores_at_most_its_budget(seeded) -> Non
 
 
 MESSAGES_OF = "SELECT id FROM messages WHERE conversation_id = ?"
-BODY_OF = "SELECT body FROM messages_fts WHERE rowid = ?"
 
 
 def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, float]:
     """`auto.shares` written plainly, as it was before the step was made fast (issue 17): the
-    candidates from the plain filters (for the other conversations: the newest budget of the
-    matches, without this conversation's), each body read alone and its words found by
-    `held_terms`."""
+    candidates filtered in Python from the whole index's ranking (itself the plain filters'
+    on either backend: `test_a_scoped_ranking_is_the_whole_ranking_filtered`; for the other
+    conversations: the newest budget of the matches, without this conversation's), each body
+    read alone and its words found by `held_terms`."""
     words = terms(text)
     budget = auto.OTHERS_BUDGET if others else 6_000
     expr = match_expression(" ".join(Recall(store).selective_terms(text, budget))) or ""
+    everything = records.bm25_ranked(store, expr, 100_000)
+    mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
     if others:
-        matches = store.query(
-            "SELECT f.rowid, -bm25(messages_fts) FROM messages_fts f WHERE messages_fts MATCH ?"
-            " ORDER BY f.rowid DESC LIMIT ?",
-            (expr, budget),
-        )
-        mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
-        kept = [(r[0], r[1]) for r in matches if r[0] not in mine]
-        ranked = sorted(kept, key=lambda r: (-r[1], r[0]))
-        found = [i for i, _ in ranked[: auto.CANDIDATES]]
+        newest = set(sorted((i for i, _ in everything), reverse=True)[:budget])
+        kept = [(i, s) for i, s in everything if i in newest and i not in mine]
     else:
-        found = [r[0] for r in store.query(OLD_SCOPED, (expr, cid, auto.CANDIDATES))]
-    body = {i: store.query(BODY_OF, (i,))[0][0] for i in found}
+        kept = [(i, s) for i, s in everything if i in mine]
+    found = [i for i, _ in sorted(kept, key=lambda r: (-r[1], r[0]))[: auto.CANDIDATES]]
+    body = {i: records.indexed_text(store, [i])[i] for i in found}
     held = {i: held_terms(body[i], words) for i in found}
     df = {w: sum(w in h for h in held.values()) for w in words}
     idf = {w: math.log(1 + (len(held) - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
@@ -303,7 +299,7 @@ def test_the_gates_shares_are_the_plain_computation(
     store, convs = seeded
     monkeypatch.setattr(auto, "CANDIDATES", candidates)
     monkeypatch.setattr(auto, "OTHERS_BUDGET", others_budget)
-    said = store.query("SELECT body FROM messages_fts WHERE body LIKE '% %' LIMIT 1")[0][0]
+    said = next(b for b in records.indexed_text(store, list(range(1, 50))).values() if " " in b)
     queries = ["apple pie with crumble", "camping at the beach garden", "pottery group", said]
     compared = 0
     for cid in convs:

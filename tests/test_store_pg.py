@@ -92,7 +92,8 @@ def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_ur
     from heron.store.pg import PgConnection
 
     first = PgConnection(pg_url)
-    first.execute("SELECT pg_advisory_lock(1751)")  # the migration lock, held by `first`
+    lock = "1751, hashtext(current_schema())"  # the migration lock (the schema's), by `first`
+    first.execute(f"SELECT pg_advisory_lock({lock})")
     opened: list[Store] = []
     waiter = threading.Thread(target=lambda: opened.append(Store(pg_url)))
     waiter.start()
@@ -103,7 +104,7 @@ def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_ur
         assert time.monotonic() < deadline, "the second store never waited for the lock"
         time.sleep(0.02)
     migrate(first, postgres=True)  # `first` migrates while the other waits
-    first.execute("SELECT pg_advisory_unlock(1751)")
+    first.execute(f"SELECT pg_advisory_unlock({lock})")
     waiter.join(60)
     first.close()
     store = opened[0]
