@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from pg import raw_count
-from procs import start_together
+from procs import reap, spawn, start_together  # noqa: F401  (reap: an autouse fixture)
 
 from heron.context.repair import is_well_formed
 from heron.store import Store
@@ -40,14 +40,7 @@ def _env(base_url: str = "") -> dict[str, str]:
 
 
 def _spawn(env: dict[str, str], *args: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, CHILD, *map(str, args)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return spawn([sys.executable, CHILD, *map(str, args)], env)
 
 
 def _reply_for(body: dict[str, Any]) -> ServerReply:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import start_together
+from procs import reap, spawn, start_together  # noqa: F401  (reap: an autouse fixture)
 
 from heron.store import Store
 from heron.store import engine_state as es
@@ -27,13 +27,7 @@ CHILD = str(Path(__file__).with_name("lease_child.py"))
 
 
 def _spawn(*args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, CHILD, *map(str, args)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return spawn([sys.executable, CHILD, *map(str, args)])
 
 
 @pytest.mark.parametrize("keys", [1, 4])

@@ -148,9 +148,9 @@ async def test_a_missed_job_with_catch_up_skip_or_past_the_grace_is_recorded_ski
         task.cancel()
 
 
-async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
+async def test_two_schedulers_on_one_home_never_fire_a_job_twice(home_db):  # both backends
     now = local(2026, 6, 1, 8, 0)
-    db = Settings.load().paths.ensure().db
+    db = home_db
     Store(db).close()  # migrated
     stores = [Store(db), Store(db)]
     try:

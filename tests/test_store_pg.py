@@ -56,9 +56,14 @@ def test_the_database_is_chosen_by_env_then_config_then_the_home(tmp_path):
     home.mkdir()
     assert Settings.load({"HERON_HOME": str(home)}).database == home / "heron.db"
     (home / "config.toml").write_text('[store]\nurl = "postgresql://a@127.0.0.1/x"\n')
-    assert Settings.load({"HERON_HOME": str(home)}).database == "postgresql://a@127.0.0.1/x"
+    tenant = Settings.load({"HERON_HOME": str(home)}).tenant  # the home's schema on the server
+    in_schema = f"?options=-csearch_path%3Dheron_{tenant}"
+    assert (
+        Settings.load({"HERON_HOME": str(home)}).database
+        == "postgresql://a@127.0.0.1/x" + in_schema
+    )
     env = {"HERON_HOME": str(home), "HERON_DATABASE_URL": "postgresql://b@127.0.0.1/y"}
-    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y"
+    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y" + in_schema
 
 
 def test_a_url_that_is_not_postgresql_says_what_one_looks_like(tmp_path):
@@ -87,7 +92,8 @@ def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_ur
     from heron.store.pg import PgConnection
 
     first = PgConnection(pg_url)
-    first.execute("SELECT pg_advisory_lock(1751)")  # the migration lock, held by `first`
+    lock = "1751, hashtext(current_schema())"  # the migration lock (the schema's), by `first`
+    first.execute(f"SELECT pg_advisory_lock({lock})")
     opened: list[Store] = []
     waiter = threading.Thread(target=lambda: opened.append(Store(pg_url)))
     waiter.start()
@@ -98,7 +104,7 @@ def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_ur
         assert time.monotonic() < deadline, "the second store never waited for the lock"
         time.sleep(0.02)
     migrate(first, postgres=True)  # `first` migrates while the other waits
-    first.execute("SELECT pg_advisory_unlock(1751)")
+    first.execute(f"SELECT pg_advisory_unlock({lock})")
     waiter.join(60)
     first.close()
     store = opened[0]

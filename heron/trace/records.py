@@ -91,8 +91,9 @@ def path_blobs(conn: sqlite3.Connection, node: int) -> list[tuple[str, str]]:
 # On PostgreSQL, where blob and node ids are never taken again, only the trace's garbage
 # collection voids a TraceCache: writers take this advisory lock shared for their transaction
 # when they check their cache, the collection takes it alone, so no writer can name a blob the
-# collection is deleting, and the next check after it sees the counter moved.
-_GC_LOCK = 1752
+# collection is deleting, and the next check after it sees the counter moved. The lock is the
+# schema's own (a tenant's collection holds up no other tenant's writes).
+_GC_LOCK = "1752, hashtext(current_schema())"
 
 
 def data_version(conn: sqlite3.Connection) -> int:
@@ -101,7 +102,7 @@ def data_version(conn: sqlite3.Connection) -> int:
     lock above: inside a write transaction, that holds off a collection until it ends)."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute("SELECT pg_advisory_xact_lock_shared(?)", (_GC_LOCK,))
+        pg.execute(f"SELECT pg_advisory_xact_lock_shared({_GC_LOCK})")
         return pg.counter(TRACE_GC)
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
@@ -120,7 +121,7 @@ def delete_unreached(conn: sqlite3.Connection, sections_kind: str) -> int:
     went. A live blob of `sections_kind` keeps its sections alive."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute("SELECT pg_advisory_xact_lock(?)", (_GC_LOCK,))
+        pg.execute(f"SELECT pg_advisory_xact_lock({_GC_LOCK})")
 
     def ref(column: str, path: str) -> str:
         return json_sql(conn, column, path, integer=True)

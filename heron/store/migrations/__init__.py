@@ -18,6 +18,8 @@ import sqlite3
 import time
 from types import ModuleType
 
+from heron.store.pg import MIGRATION_LOCK
+
 
 def _names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
@@ -28,8 +30,9 @@ def _step(name: str) -> ModuleType:
 
 
 # Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
-# BEGIN IMMEDIATE does): two workers opening a fresh database apply each step once.
-_PG_LOCK = "SELECT pg_advisory_xact_lock(1751)"
+# BEGIN IMMEDIATE does): two workers opening a fresh database (or schema: the lock is the
+# schema's own, heron/store/pg.py takes it to create one) apply each step once.
+_PG_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(current_schema()))"
 
 
 def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
