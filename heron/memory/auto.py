@@ -107,9 +107,11 @@ def fires(recall: Recall, text: str, conversation_id: int, gate: Gate = GATE) ->
     off the event loop first (wiring.RecallReader); only a yes loads the fused retrieval."""
     if not wants_recall(text):
         return False
-    if any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
-        return True
-    return any(s >= gate.other for s in shares(recall, text, conversation_id, others=True).values())
+    with recall.one_look():
+        if any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
+            return True
+        others = shares(recall, text, conversation_id, others=True)
+        return any(s >= gate.other for s in others.values())
 
 
 @dataclass(frozen=True)
@@ -125,15 +127,27 @@ def auto_hits(
     conversation_id: int,
     in_view: Iterable[int] | Callable[[], Iterable[int]] = (),
     gate: Gate = GATE,
-    since: float = 0.0,
+    since: float | Callable[[], float] = 0.0,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
     (written at `since` or later: the /new floor), or when it has none, other conversations'
     above the stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
-    common case: no vector is loaded then). `in_view` may be a function, called only when
-    something passes."""
+    common case: no vector is loaded then). `in_view` and `since` may be functions, called only
+    when something passes."""
     if not wants_recall(text):
         return []
+    with recall.one_look():
+        return _auto_hits(recall, text, conversation_id, in_view, gate, since)
+
+
+def _auto_hits(
+    recall: Recall,
+    text: str,
+    conversation_id: int,
+    in_view: Iterable[int] | Callable[[], Iterable[int]],
+    gate: Gate,
+    since: float | Callable[[], float],
+) -> list[AutoHit]:
     own = {i: s for i, s in shares(recall, text, conversation_id).items() if s >= gate.own}
     rest: dict[int, float] | None = None
     if not own:
@@ -142,9 +156,10 @@ def auto_hits(
             return []  # the common case: neither the view nor a vector is loaded
     skip = set(in_view() if callable(in_view) else in_view)
     own = {i: s for i, s in own.items() if i not in skip}
-    if own and since > 0:
+    floor = (since() if callable(since) else since) if own else 0.0
+    if own and floor > 0:
         dates = records.message_dates(recall.store, list(own))
-        own = {i: own[i] for i, _, created in dates if created >= since}
+        own = {i: own[i] for i, _, created in dates if created >= floor}
     picked = _in_fused_order(recall, text, conversation_id, own, gate, gate.hits)
     found = [(i, score, own[i], False) for i, score in picked]
     if not found:  # other conversations only when this one has nothing to show
@@ -192,7 +207,7 @@ def auto_messages(
     max_chars: int = RESULT_CHARS,
     call_id: str = "auto_recall",
     gate: Gate = GATE,
-    since: float = 0.0,
+    since: float | Callable[[], float] = 0.0,
 ) -> list[Message]:
     """The synthetic recall_history call and its result for `text`, or [] when nothing passes.
     The result holds whole hit lines while they fit `max_chars` (at least the first hit,

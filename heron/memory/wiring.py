@@ -245,7 +245,7 @@ def recall_rows(
         lambda: _in_view(store, conversation_id),
         max_chars=max_chars,
         call_id=call_id,
-        since=history_floor(store, conversation_id),
+        since=lambda: history_floor(store, conversation_id),
     )
     if not found:
         return []
