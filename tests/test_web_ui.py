@@ -480,3 +480,59 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         assert goals.open_goal(store, "personal") is None
     finally:
         store.close()
+
+
+def test_a_streaming_reply_draws_each_finished_block_once(page, model):
+    """The live reply's finished Markdown blocks are drawn once and kept (the same DOM nodes
+    as more text streams in); only the unfinished tail is drawn again. The stored item that
+    replaces it at the end is the one a reload shows."""
+    _send(page, "write three parts")
+    model.feed(("text", "First **part**.\n\n```py\nx = 1\n```\n\nSecond"))
+    live = page.locator(".live")
+    expect(live).to_contain_text("Second")
+    blocks = live.locator(".md-block")
+    expect(blocks).to_have_count(2)  # the finished chunk and the tail
+    expect(live.locator("pre code")).to_have_attribute("data-lang", "py")  # highlighted
+    page.evaluate("() => { window.__first = document.querySelector('.live .md-block'); }")
+    model.feed(("text", " part, *still* going"))
+    expect(live.locator(".md-tail em")).to_have_text("still")  # the tail is Markdown too
+    model.feed(("text", ".\n\nThird."))
+    expect(live).to_contain_text("Third.")
+    expect(blocks).to_have_count(3)
+    first = "() => document.querySelector('.live .md-block')"
+    assert page.evaluate(f"() => window.__first.isConnected && ({first})() === window.__first")
+    expect(blocks.nth(1)).to_have_text("Second part, still going.")
+    model.feed(("end", None))
+    stored = page.locator(".msg.assistant:not(.live)")
+    expect(stored.locator("strong")).to_have_text("part")
+    expect(stored).to_contain_text("Third.")
+    expect(page.locator(".live")).to_have_count(0)
+    swapped = stored.inner_html()
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("Third.")
+    expect(page.locator(".msg.assistant pre code")).to_have_attribute("data-lang", "py")
+    assert page.locator(".msg.assistant:not(.live)").inner_html() == swapped
+
+
+def test_the_page_cuts_streamed_blocks_where_the_terminal_does(page):
+    """heron/web/static/live.js's splitBlocks and the terminal's split_blocks: one rule."""
+    from heron.channels.terminal import split_blocks
+
+    cases = [
+        "",
+        "one line",
+        "a\n\nb",
+        "p1\n\np2\n\np3 part",
+        "```\ncode\n\nmore\n```\n\nafter",
+        "~~~\nx\n\n",
+        "a\r\n\r\nb",
+        "a\rb\n\nc",
+        "x\n   \ny",
+        "- 1\n\n- 2\n",
+        "  ```js\n  f()\n\n  ```\n\nend",
+    ]
+    got = page.evaluate(
+        "async (cases) => { const m = await import('/live.js'); return cases.map(m.splitBlocks); }",
+        cases,
+    )
+    assert got == [list(split_blocks(c)) for c in cases]
