@@ -7,6 +7,9 @@
   own send time; one machine, one clock). Target < 50 ms.
 - rss_10_tabs_mb: the serve process's resident memory with 10 tabs attached to one
   conversation, after a reply streamed to all of them. Target < 200 MB.
+- tabs_cpu_ms, serve_cpu_ms: the CPU time the browser's page processes (all 10 tabs) and the
+  serve used while the reply streamed, from /proc. The delay figures depend on how busy the
+  machine is; these say how much of it the UI and the serve take themselves.
 
     .venv/bin/python bench/web.py [--json]
 
@@ -104,6 +107,46 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("heron serve did not start within 60 s")
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, int]:
+    """A process's parent and its CPU time so far (user + system, clock ticks)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def cpu_ms(pid: int) -> float:
+    return _stat(pid)[1] * 1000 / TICKS
+
+
+def renderers_cpu_ms() -> float:
+    """CPU time so far of the Chromium page processes started under this process."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)], ticks[int(entry.name)] = _stat(int(entry.name))
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if b"--type=renderer" not in cmdline:
+            ticks.pop(int(entry.name))
+    mine = os.getpid()
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == mine:
+                return True
+        return False
+
+    return sum(t for pid, t in ticks.items() if ours(pid)) * 1000 / TICKS
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -113,6 +156,8 @@ def rss_mb(pid: int) -> float:
 
 _RECORD = """
 window.__arrivals = [];
+// Resolved once every delta arrived: waiting on it costs nothing while the reply streams.
+window.__all = new Promise((done) => { window.__arrived = done; });
 const Native = window.WebSocket;
 window.WebSocket = class extends Native {
   constructor(...a) {
@@ -124,6 +169,7 @@ window.WebSocket = class extends Native {
       for (const m of ev.text.matchAll(/<t=([0-9.]+)>/g)) {
         window.__arrivals.push(now - Number(m[1]));
       }
+      if (window.__arrivals.length >= %d) window.__arrived();
     });
   }
 };
@@ -145,17 +191,17 @@ def measure(url: str, pid: int) -> dict[str, float]:
         page.close()
 
         context = browser.new_context()
-        context.add_init_script(_RECORD)
         tabs = [context.new_page() for _ in range(TABS)]
+        tabs[0].add_init_script(_RECORD % DELTAS)  # the measuring tab
         for tab in tabs:
             tab.goto(url + "/#c=personal")
             tab.get_by_role("textbox", name="message").wait_for()
         box = tabs[0].get_by_role("textbox", name="message")
         box.fill("stream please")
+        tabs_before, serve_before = renderers_cpu_ms(), cpu_ms(pid)
         box.press("Enter")
-        tabs[0].wait_for_function(
-            f"() => window.__arrivals.length >= {DELTAS}", polling=50, timeout=60000
-        )
+        tabs[0].evaluate("window.__all")
+        tabs_cpu, serve_cpu = renderers_cpu_ms() - tabs_before, cpu_ms(pid) - serve_before
         for tab in tabs:
             tab.wait_for_function("() => !document.querySelector('.live')", timeout=60000)
         delays = sorted(tabs[0].evaluate("window.__arrivals"))
@@ -167,6 +213,8 @@ def measure(url: str, pid: int) -> dict[str, float]:
         "delta_p50_ms": round(statistics.median(delays), 2),
         "delta_p95_ms": round(p95, 2),
         "rss_10_tabs_mb": round(rss, 1),
+        "tabs_cpu_ms": round(tabs_cpu),
+        "serve_cpu_ms": round(serve_cpu),
     }
 
 
@@ -201,6 +249,10 @@ def main() -> int:
         f"p95 {figures['delta_p95_ms']:.1f} ms (< 50) over {DELTAS} deltas"
     )
     print(f"serve RSS with {TABS} tabs: {figures['rss_10_tabs_mb']:.0f} MB (< 200)")
+    print(
+        f"CPU while the reply streamed: the {TABS} tabs {figures['tabs_cpu_ms']:.0f} ms, "
+        f"the serve {figures['serve_cpu_ms']:.0f} ms"
+    )
     if args.json:
         print(json.dumps(figures))
     return 0
