@@ -18,6 +18,8 @@ from heron.messages import ToolCall
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import parse
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 pytestmark = pytest.mark.slow
 
@@ -202,6 +204,10 @@ def test_memory_review_as_a_checklist(page, model):
     page.get_by_role("button", name="memory", exact=True).click()
     mem = page.get_by_role("complementary", name="memory")
     expect(mem.locator(".quote")).to_contain_text("I prefer tea")
+    page.on("dialog", lambda d: d.accept())  # "Forget ...?"
+    mem.get_by_role("button", name="forget user/always/tea.md").click()
+    expect(mem).to_contain_text("No entries yet.")
+    assert service.entries() == []
 
 
 def test_upload_by_file_picker(page, model, tmp_path):
@@ -492,7 +498,7 @@ def test_a_streaming_reply_draws_each_finished_block_once(page, model):
     expect(live).to_contain_text("Second")
     blocks = live.locator(".md-block")
     expect(blocks).to_have_count(2)  # the finished chunk and the tail
-    expect(live.locator("pre code")).to_have_attribute("data-lang", "py")  # highlighted
+    expect(live.locator("pre code .shj-syn-num")).to_have_text("1")  # highlighted
     page.evaluate("() => { window.__first = document.querySelector('.live .md-block'); }")
     model.feed(("text", " part, *still* going"))
     expect(live.locator(".md-tail em")).to_have_text("still")  # the tail is Markdown too
@@ -510,7 +516,7 @@ def test_a_streaming_reply_draws_each_finished_block_once(page, model):
     swapped = stored.inner_html()
     page.reload()
     expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("Third.")
-    expect(page.locator(".msg.assistant pre code")).to_have_attribute("data-lang", "py")
+    expect(page.locator(".msg.assistant pre code .shj-syn-num")).to_have_text("1")
     assert page.locator(".msg.assistant:not(.live)").inner_html() == swapped
 
 
@@ -536,3 +542,44 @@ def test_the_page_cuts_streamed_blocks_where_the_terminal_does(page):
         cases,
     )
     assert got == [list(split_blocks(c)) for c in cases]
+
+
+@tool
+async def count_herons(ctx: ToolContext, pond: str) -> str:
+    """Count the herons at a pond."""
+    return f"{pond}: 3 herons"
+
+
+def test_a_tool_pill_opens_to_its_arguments_and_result_live_and_after_a_reload(browser, model):
+    with serve(model, ToolRegistry([count_herons])) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        _send(pg, "how many herons?")
+        model.feed(("call", ToolCall("c1", "count_herons", {"pond": "north"})), ("end", None))
+        pill = pg.locator("details.pill[data-call='c1']")
+        expect(pill).to_have_class(re.compile(r"\bdone\b"))
+        expect(pill.locator(".pill-result")).to_be_hidden()  # closed until clicked
+        pill.locator("summary").click()
+        expect(pill.locator(".pill-args")).to_have_text('{\n  "pond": "north"\n}')
+        expect(pill.locator(".pill-result")).to_have_text("north: 3 herons")
+        model.reply("Three.")
+        expect(pg.locator(".msg.assistant:not(.live)")).to_contain_text("Three.")
+        pg.reload()
+        stored = pg.locator(".msg.assistant:not(.live) details.pill[data-call='c1']")
+        stored.locator("summary").click()
+        expect(stored.locator(".pill-args")).to_have_text('{\n  "pond": "north"\n}')
+        expect(stored.locator(".pill-result")).to_have_text("north: 3 herons")
+        pg.close()
+
+
+def test_the_banners_stop_button_stops_the_turn_and_the_reply_stays_as_it_was_read(page, model):
+    _send(page, "talk for a while")
+    model.feed(("text", "I will **go on** and on"))
+    expect(page.locator(".live strong")).to_have_text("go on")
+    page.get_by_role("button", name="stop the agent (Esc)").click()
+    expect(page.get_by_text("Agent is working")).to_have_count(0)
+    for _ in range(2):  # as the turn ends, then after a reload
+        reply = page.locator(".msg.assistant:not(.live)")
+        expect(reply.locator("strong")).to_have_text("go on")  # still the agent's Markdown
+        expect(reply.get_by_role("note")).to_have_text("The reply was stopped here.")
+        page.reload()
