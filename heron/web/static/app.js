@@ -1,7 +1,7 @@
 // Heron's browser UI: one conversation's transcript and its live stream, over /ws (the serve
 // protocol, docs/web.md) and the REST routes under /api. Preact with htm, no build step.
 import { Component, h, render } from "./vendor/preact.js";
-import { useEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
+import { useEffect, useLayoutEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
 import htm from "./vendor/htm.js";
 import { marked } from "./vendor/marked.js";
 import DOMPurify from "./vendor/purify.js";
@@ -232,7 +232,9 @@ class PureItem extends Component {
 // The redraw of the Live component: a streamed piece redraws the live reply alone, not the page.
 const liveDraws = new Set();
 
-// Keeps the transcript scrolled to its end while the reader is at (or near) the end.
+// Keeps the transcript scrolled to its end while the reader is at (or near) the end. Called
+// as a layout effect: in the same task as the change, before it is painted (a plain effect
+// runs a frame later, after a frame with the new text below the fold).
 function keepAtEnd(el) {
   if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
 }
@@ -244,7 +246,7 @@ function Live({ live, list }) {
     liveDraws.add(draw);
     return () => { liveDraws.delete(draw); };
   }, []);
-  useEffect(() => keepAtEnd(list.current));
+  useLayoutEffect(() => keepAtEnd(list.current));
   return html`${live.text !== null && html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
       <div class="user-text">${live.text}</div></article>`}
@@ -660,7 +662,7 @@ function App() {
   }, []);
 
   const live = liveRef.current;
-  useEffect(() => keepAtEnd(listRef.current), [items, live, notes]);
+  useLayoutEffect(() => keepAtEnd(listRef.current), [items, live, notes]);
 
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
