@@ -583,3 +583,27 @@ def test_the_banners_stop_button_stops_the_turn_and_the_reply_stays_as_it_was_re
         expect(reply.locator("strong")).to_have_text("go on")  # still the agent's Markdown
         expect(reply.get_by_role("note")).to_have_text("The reply was stopped here.")
         page.reload()
+
+
+def test_the_list_is_read_at_a_first_reply_only_for_a_conversation_not_in_it(page, model):
+    """Every open tab hears a turn's first streamed piece at once: the list is read again then
+    only when it does not show the conversation yet, and at the turn's end as always."""
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if "/api/conversations?" in r.url else None)
+    _send(page, "first")  # a new conversation: listed while its reply streams
+    model.feed(("text", "One"))
+    nav = page.get_by_role("navigation", name="conversations")
+    expect(nav.get_by_role("link", name="first")).to_be_visible()
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("One")
+    page.wait_for_load_state("networkidle")
+    reads.clear()
+    _send(page, "second")
+    model.feed(("text", "Two"))
+    expect(page.locator(".live")).to_contain_text("Two")
+    page.wait_for_load_state("networkidle")
+    assert reads == []  # listed already: not read again as the reply starts
+    model.feed(("end", None))
+    expect(page.locator(".msg.assistant:not(.live)").last).to_have_text("Two")
+    page.wait_for_load_state("networkidle")
+    assert len(reads) == 1  # read again when the turn ended

@@ -83,8 +83,9 @@ class Block extends Component {
 // wrappers are display: contents), so the page looks as the whole text would.
 function LiveText({ seg }) {
   const tail = advance(seg);
+  if (tail !== seg.tail) { seg.tail = tail; seg.tailHtml = tail ? toHtml(tail) : ""; } // once a draw
   return html`<div class="md">${seg.blocks.map((b, i) => html`<${Block} key=${i} text=${b} />`)}
-    ${tail && html`<div class="md-block md-tail" dangerouslySetInnerHTML=${{ __html: toHtml(tail) }}></div>`}</div>`;
+    ${tail && html`<div class="md-block md-tail" dangerouslySetInnerHTML=${{ __html: seg.tailHtml }}></div>`}</div>`;
 }
 
 // ---- the model of a conversation as shown -----------------------------------------------------
@@ -311,7 +312,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running }) {
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, streamed }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -323,6 +324,10 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running })
     } catch (e) { notify(e.message); }
   }, [q]);
   useEffect(() => { load(); }, [q, refresh]);
+  // A turn's first streamed piece: its conversation is stored by then. Read the list again
+  // only when it is not in it yet (a new one): every open tab reads it at the same moment,
+  // and on a busy machine those reads held the stream back (bench/web.py, docs/web.md).
+  useEffect(() => { if (streamed && !rows.some((c) => c.key === current)) load(); }, [streamed]);
   // A turn started elsewhere in a conversation this list does not show yet: read it again.
   useEffect(() => { if (running.some((k) => !rows.some((c) => c.key === k))) load(); }, [running]);
   const rename = async (key, old) => {
@@ -517,6 +522,7 @@ function App() {
   const [panel, setPanel] = useState(null);
   const [side, setSide] = useState(false);
   const [tick, setTick] = useState(0);
+  const [streamed, setStreamed] = useState(0); // a turn's first streamed piece came
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const liveRef = useRef(null);
@@ -615,8 +621,9 @@ function App() {
         }
         if (lv.retry) { lv.retry = null; showLive(lv); } // the banner's wait is over
         applyToLive(lv, ev); drawLive();
-        // By the first streamed piece the turn has stored the message: list it.
-        if (!lv.listed) { lv.listed = true; setTick((x) => x + 1); }
+        // By the first streamed piece the turn has stored the message: the list shows its
+        // conversation, open views read it again.
+        if (!lv.listed) { lv.listed = true; setStreamed((x) => x + 1); }
         break;
       case "status":
         if (ev.state === "running") { // the hub's: where turns run, this conversation or not
@@ -690,6 +697,7 @@ function App() {
   const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+      streamed=${streamed}
       running=${running}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
     <main class="chat" aria-label="conversation">
@@ -712,15 +720,18 @@ function App() {
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
-      ${panel === "branches" && html`<${Branches} conv=${conv} command=${command} tick=${tick} />`}
+      ${panel === "branches" && html`<${Branches} conv=${conv} command=${command} tick=${tick + streamed} />`}
       ${panel === "memory" && html`<${Memory} notify=${notify} />`}
       ${panel === "review" && html`<${Review} notify=${notify} />`}
-      ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick} />`}
-      ${panel === "status" && html`<${Status} conv=${conv} tick=${tick} />`}
-      ${panel === "work" && html`<${Work} conv=${conv} tick=${tick} notify=${notify}
+      ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick + streamed} />`}
+      ${panel === "status" && html`<${Status} conv=${conv} tick=${tick + streamed} />`}
+      ${panel === "work" && html`<${Work} conv=${conv} tick=${tick + streamed} notify=${notify}
         send=${(m) => connRef.current.send(m)} />`}
     </aside>`}
   </div>`;
 }
 
 render(html`<${App} />`, document.getElementById("app"));
+// The parser and the sanitiser compile their patterns and build their document on first use:
+// done while the page is idle, not when the first piece of a reply arrives.
+(window.requestIdleCallback || setTimeout)(() => toHtml("*Heron*, `ready`.\n\n- one\n"));
