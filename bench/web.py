@@ -1,7 +1,8 @@
 """The web UI's speed, in headless Chromium against a real `heron serve` in a child process.
 
 - render_2000_ms: from navigation start until every message of a 2,000-message conversation
-  is in the page (the transcript read from the store, Markdown rendered). Target < 1,500 ms.
+  is in the page and drawn: the transcript read from the store, its Markdown rendered, and the
+  frame after that laid out and painted (timed in the page). Target < 1,500 ms.
 - delta_p95_ms: from the moment the model hands the loop a streamed delta to the moment the
   page's WebSocket receives it, p95 over 200 deltas sent 10 ms apart (each delta carries its
   own send time; one machine, one clock). Target < 50 ms.
@@ -154,6 +155,15 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+# Checked at each frame: once every message is in the page, that frame is laid out and
+# painted, and a task queued from its callback runs after it.
+_RENDERED = """() => new Promise((done) => {
+  const check = () => document.querySelectorAll('.msg').length >= %d
+    ? setTimeout(() => done(performance.now()))
+    : requestAnimationFrame(check);
+  check();
+})"""
+
 _RECORD = """
 window.__arrivals = [];
 // Resolved once every delta arrived: waiting on it costs nothing while the reply streams.
@@ -182,12 +192,7 @@ def measure(url: str, pid: int) -> dict[str, float]:
     with chromium() as browser:
         page = browser.new_page()
         page.goto(url + "/#c=big")
-        page.wait_for_function(
-            f"() => document.querySelectorAll('.msg').length >= {MESSAGES}",
-            polling="raf",
-            timeout=60000,
-        )
-        render = page.evaluate("performance.now()")
+        render = page.evaluate(_RENDERED % MESSAGES)
         page.close()
 
         context = browser.new_context()

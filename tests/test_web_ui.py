@@ -607,3 +607,20 @@ def test_the_list_is_read_at_a_first_reply_only_for_a_conversation_not_in_it(pag
     expect(page.locator(".msg.assistant:not(.live)").last).to_have_text("Two")
     page.wait_for_load_state("networkidle")
     assert len(reads) == 1  # read again when the turn ended
+
+
+def test_a_long_conversation_opens_at_its_newest_message(browser, site):
+    from heron.messages import Message, Text
+
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation("long")
+    for i in range(150):
+        store.append(conv.id, Message("user", [Text(f"Question {i}")]))
+        store.append(conv.id, Message("assistant", [Text(f"Answer {i}:\n\n- one\n- two\n")]))
+    store.close()
+    pg = browser.new_page()
+    pg.goto(site.url + "/#c=long")
+    newest = pg.locator(".msg.assistant").filter(has_text="Answer 149:")
+    expect(newest).to_be_in_viewport()
+    expect(pg.locator(".msg.user").filter(has_text="Question 0")).not_to_be_in_viewport()
+    pg.close()

@@ -240,6 +240,14 @@ function keepAtEnd(el) {
   if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
 }
 
+// Scrolls a transcript just read to its newest message. Replies off screen are laid out at
+// an estimated height (content-visibility, style.css) until drawn, a frame or two after they
+// come into view, so the end moves as the newest are drawn: go to it again on the next frames.
+function jumpToEnd(el, frames = 10) {
+  el.scrollTop = el.scrollHeight;
+  if (frames > 0) requestAnimationFrame(() => jumpToEnd(el, frames - 1));
+}
+
 function Live({ live, list }) {
   const [, redraw] = useState(0);
   useEffect(() => {
@@ -530,6 +538,7 @@ function App() {
   const listRef = useRef(null);
   const connRef = useRef(null);
   const loaded = useRef(false);
+  const toEnd = useRef(false); // the next transcript drawn is a first read: show its newest
   const fetches = useRef(0);
   const loading = useRef(null); // the first read of the transcript, while it runs
   const fresh = useRef(true); // the next welcome answers a fresh attach
@@ -557,6 +566,7 @@ function App() {
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
       prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
+      if (!loaded.current) toEnd.current = true;
       setItems(t.items); setTitle(t.title); loaded.current = true;
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
@@ -669,7 +679,12 @@ function App() {
   }, []);
 
   const live = liveRef.current;
-  useLayoutEffect(() => keepAtEnd(listRef.current), [items, live, notes]);
+  useLayoutEffect(() => {
+    // A conversation opens at its newest message; later reads keep the reader's place.
+    if (toEnd.current && listRef.current) jumpToEnd(listRef.current);
+    else keepAtEnd(listRef.current);
+    toEnd.current = false;
+  }, [items, live, notes]);
 
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
