@@ -109,7 +109,7 @@ async def idle(jobs: int, seconds: float) -> float:
     from heron.agent.loop import AgentLoop
     from heron.bus import MessageBus
     from heron.config import Settings
-    from heron.proactive import run_proactive
+    from heron.proactive.background import run_proactive
     from heron.providers.scripted import ScriptedProvider
     from heron.store import jobs as js
     from heron.store.schedule import parse

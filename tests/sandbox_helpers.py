@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -78,6 +79,8 @@ def listener(host: str = "127.0.0.1") -> Iterator[tuple[int, list[bytes]]]:
                 continue
             accepted.append(b"connection")
             got.set()
+            with contextlib.suppress(OSError):  # the far end may have gone already
+                conn.sendall(b"HELLO\n")  # a reply proves the host side of the connection
             conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)

@@ -96,7 +96,7 @@ async def rig(
 
         dispatcher.register("schedule", watch)
         scheduler.watch(loop)
-        engine.jobs_changed = scheduler.poke
+        engine.attached.jobs_changed = scheduler.poke
         tasks = [
             asyncio.create_task(loop.run(idle=False)),
             asyncio.create_task(dispatcher.run()),

@@ -18,7 +18,7 @@ from heron.memory.entries import MemoryRefused
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
-from heron.store.migrations import _apply, _name, _steps
+from heron.store.migrations import _apply, _names, _step
 
 
 @pytest.fixture(autouse=True)
@@ -100,10 +100,10 @@ def test_the_migration_fills_in_authors_of_rows_written_before_it(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)")
-    for step in _steps():
-        if _name(step) < "m007":
-            _apply(conn, step)
-            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (_name(step),))
+    for name in _names():
+        if name < "m007":
+            _apply(conn, _step(name))
+            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (name,))
     conn.execute("INSERT INTO conversations (key, created, updated) VALUES ('old', 0, 0)")
     rows = [
         ("user", "message", '[{"kind":"text","text":"hello there"}]', None),

@@ -12,7 +12,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
 from heron.config import Settings
-from heron.proactive import services
+from heron.proactive.background import services
 from heron.proactive.clock import FakeClock
 from heron.proactive.heartbeat import KEY, Heartbeat, heartbeat_lines
 from heron.providers.scripted import ScriptedProvider

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from heron.memory.recall import Recall, blend, match_expression, terms
+from heron.memory.recall import Cue, Recall, blend, match_expression, query_cue, speaker_of, terms
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -56,6 +57,53 @@ def test_queries_are_never_read_as_fts_syntax(store):
         Recall(store).search(query)  # no sqlite3.OperationalError
     assert match_expression("the a of") is None
     assert terms("What did Caroline's sister research?") == ["caroline", "sister", "research"]
+
+
+def test_a_query_is_read_for_the_time_and_the_people_it_asks_about() -> None:
+    none: frozenset[str] = frozenset()
+    assert query_cue("When did Melanie go camping in June?") == Cue(
+        True, frozenset({6}), frozenset(), frozenset({"melanie"})
+    )
+    assert query_cue("What did Gina find on 1 February, 2023?") == Cue(
+        False, frozenset({2}), frozenset({2023}), frozenset({"gina"})
+    )
+    assert query_cue("how long ago was her 18th birthday") == Cue(True, none, none, none)
+    assert query_cue("What happened in May?") == Cue(False, frozenset({5}), none, none)
+    assert query_cue("may I ask about the pottery class") is None  # the verb, not the month
+    assert query_cue("what did we research") is None
+    assert speaker_of("Caroline: I went to a support group") == "Caroline"
+    assert speaker_of("Mary Ann: yes") == "Mary Ann"
+    assert speaker_of("note: buy milk") is None and speaker_of("I said: hi") is None
+
+
+def _dated(store: Store, cid: int, text: str, when: str) -> int:
+    message = store.append(cid, user(text))
+    created = time.mktime(time.strptime(when, "%Y-%m-%d"))
+    store.conn.execute("UPDATE messages SET created = ? WHERE id = ?", (created, message.id))
+    return message.id
+
+
+def test_a_question_about_time_ranks_what_can_answer_it_first(store):
+    """Two messages hold the question's words alike: for "when", the one that states a time
+    comes first; for a month, the one written in that month."""
+    c = store.open_conversation("c")
+    plain = _dated(store, c.id, "we went camping at the lake", "2023-07-20")
+    stated = _dated(store, c.id, "we went camping at the lake last weekend", "2023-06-10")
+    recall = Recall(store)
+    assert recall.search("camping at the lake")[0].message_id == plain  # shorter: BM25's pick
+    assert recall.search("When did we go camping at the lake?")[0].message_id == stated
+    assert recall.search("camping at the lake in July")[0].message_id == plain
+    assert recall.search("camping at the lake in June 2023")[0].message_id == stated
+
+
+def test_a_question_naming_a_person_ranks_their_own_lines_first(store):
+    c = store.open_conversation("c")
+    told = store.append(c.id, user("Melanie: Caroline went to the pottery class with her kids"))
+    said = store.append(c.id, user("Caroline: I went to the pottery class on my own today"))
+    recall = Recall(store)
+    assert recall.search("the pottery class kids")[0].message_id == told.id
+    [first, *_] = recall.search("What pottery class did Caroline go to with kids?")
+    assert first.message_id == said.id
 
 
 def test_blend_prefers_what_both_rankings_hold():
@@ -126,7 +174,10 @@ def test_auto_recall_prefers_this_conversation_and_holds_others_to_a_stricter_ba
     recall = Recall(store)
     question = "what does the boat trailer need before the lake trip"
     found = auto_hits(recall, question, here.id, gate=Gate(hits=2))
-    assert [(a.hit.message_id, a.other) for a in found] == [(mine.id, False), (theirs.id, True)]
+    # this conversation's hit is enough: the others are searched only when it has none
+    assert [(a.hit.message_id, a.other) for a in found] == [(mine.id, False)]
+    found = auto_hits(recall, question, here.id, [mine.id], gate=Gate(hits=2))
+    assert [(a.hit.message_id, a.other) for a in found] == [(theirs.id, True)]
     # a partial match is enough here, not elsewhere
     strict = auto_hits(recall, "trailer lake", here.id, gate=Gate(own=0.1, other=1.01))
     assert partial.id not in {a.hit.message_id for a in strict}
@@ -182,3 +233,44 @@ def test_vectors_held_in_memory_follow_additions_and_deletions(store):
     assert [i for i, _ in recall.semantic("puppy", 5)] == [other.id]
     # A second Recall on the same store sees the same vectors.
     assert [i for i, _ in Recall(store, FakeEmbedder()).semantic("dog", 5)] == [other.id]
+
+
+def test_a_lift_reads_only_what_can_reach_the_first_results(store):
+    """`_lifted` leaves out, before reading their text and dates, the messages too far below
+    to be lifted into the first `limit`: the order is that of lifting every one."""
+    import random
+
+    from heron.memory import recall as module
+
+    rng = random.Random(3)
+    c = store.open_conversation("c")
+    words = ["camping", "lake", "yesterday", "kids", "pottery", "last", "week", "beach"]
+    ids = [
+        _dated(
+            store,
+            c.id,
+            rng.choice(["Ann: ", "Bo: ", ""]) + " ".join(rng.choices(words, k=4)),
+            f"2023-{rng.randint(1, 12):02d}-11",
+        )
+        for _ in range(60)
+    ]
+    recall = Recall(store)
+    bodies = recall.bodies(ids)
+    dates = module.records.message_dates(store, ids)
+    month = {i: time.localtime(created).tm_mon for i, _, created in dates}
+    queries = ["when did we camp", "camping in June", "when, in March?", "what did Ann say"]
+    for trial in range(40):
+        ranked = sorted(((i, rng.random()) for i in ids), key=lambda kv: (-kv[1], kv[0]))
+        cue = query_cue(rng.choice(queries))
+        assert cue is not None
+        limit = rng.choice([1, 5, 10])
+        states = {i for i in ids if module._STATES_TIME.search(bodies[i])}
+        lift = {
+            i: (module.WHEN_WEIGHT if cue.asks_when and i in states else 0)
+            + (module.DATE_WEIGHT if month[i] in cue.months else 0)
+            + (module.SPEAKER_WEIGHT if bodies[i].startswith("Ann:") and cue.names else 0)
+            for i in ids
+        }
+        lifted = [(i, s + lift[i] * ranked[0][1]) for i, s in ranked]
+        every = sorted(lifted, key=lambda kv: (-kv[1], kv[0]))
+        assert recall._lifted(cue, ranked, limit) == every[:limit], trial

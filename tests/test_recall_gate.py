@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heron.memory.auto import gated_hits
-from heron.memory.recall import Recall
+from heron.memory.recall import Recall, held_by, held_terms, terms
 from heron.messages import Message, Text
 from heron.store import Store
 
@@ -68,3 +68,21 @@ def test_the_gate_fires_on_the_evidence_and_not_on_a_stranger(tmp_path) -> None:
         assert not {i for i, _ in gated_hits(recall, "what support group?", cid, seen)} & set(seen)
     finally:
         store.close()
+
+
+# Pieces of words that hold one another (a short word inside a longer one, at its start, in
+# its middle), letters that lowercase to more than one character (İ) or change with their
+# context (Σ), digits, and joins that are word characters (_, or none) or are not.
+PIECES = ["ab", "cab", "abc", "abcd", "xabcd", "abcdef", "12", "1", "éab", "İab", "ΣAB", "σab"]
+JOINS = [" ", "\n", "-", "_", "", ". "]
+texts = st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(JOINS)), max_size=6).map(
+    lambda parts: "".join(p + j for p, j in parts)
+)
+
+
+@given(bodies=st.lists(texts, max_size=6), query=texts)
+def test_held_by_finds_what_held_terms_finds(bodies, query) -> None:
+    """The gate's words of every candidate at once are each candidate's `held_terms`: word
+    starts, word ends for short words, a word at a body's edge, inside a longer word."""
+    words = terms(query)
+    assert held_by(bodies, words) == [held_terms(b, words) for b in bodies]

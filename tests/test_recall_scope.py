@@ -4,15 +4,16 @@ the filter rank, and FTS5 runs its MATCH once for it, not once per message of th
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from pathlib import Path
 
 import pytest
 
-from heron.memory import records
+from heron.memory import auto, records
 from heron.memory.auto import auto_hits
-from heron.memory.recall import Recall, match_expression
+from heron.memory.recall import Recall, held_terms, match_expression, terms
 from heron.messages import Message, Text
 from heron.store import Store
 
@@ -208,3 +209,66 @@ def test_the_other_conversations_search_scores_at_most_its_budget(seeded) -> Non
         assert own == records.bm25_ranked(store, expr, 500, cid)
     full = match_expression("apple crumble") or ""
     assert recall.bm25("apple crumble", 10_000) == records.bm25_ranked(store, full, 10_000)
+
+
+MESSAGES_OF = "SELECT id FROM messages WHERE conversation_id = ?"
+BODY_OF = "SELECT body FROM messages_fts WHERE rowid = ?"
+
+
+def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, float]:
+    """`auto.shares` written plainly, as it was before the step was made fast (issue 17): the
+    candidates from the plain filters (for the other conversations: the newest budget of the
+    matches, without this conversation's), each body read alone and its words found by
+    `held_terms`."""
+    words = terms(text)
+    budget = auto.OTHERS_BUDGET if others else 6_000
+    expr = match_expression(" ".join(Recall(store).selective_terms(text, budget))) or ""
+    if others:
+        matches = store.query(
+            "SELECT f.rowid, -bm25(messages_fts) FROM messages_fts f WHERE messages_fts MATCH ?"
+            " ORDER BY f.rowid DESC LIMIT ?",
+            (expr, budget),
+        )
+        mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
+        kept = [(r[0], r[1]) for r in matches if r[0] not in mine]
+        ranked = sorted(kept, key=lambda r: (-r[1], r[0]))
+        found = [i for i, _ in ranked[: auto.CANDIDATES]]
+    else:
+        found = [r[0] for r in store.query(OLD_SCOPED, (expr, cid, auto.CANDIDATES))]
+    body = {i: store.query(BODY_OF, (i,))[0][0] for i in found}
+    held = {i: held_terms(body[i], words) for i in found}
+    df = {w: sum(w in h for h in held.values()) for w in words}
+    idf = {w: math.log(1 + (len(held) - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+    said = " ".join(text.lower().split())
+    return {
+        i: sum(idf[w] for w in h) / sum(idf.values())
+        for i, h in held.items()
+        if len(h) >= 2 and " ".join(body[i].lower().split()) != said
+    }
+
+
+@pytest.mark.parametrize("candidates", [8, 200])
+@pytest.mark.parametrize("others_budget", [30, 2_000])
+def test_the_gates_shares_are_the_plain_computation(
+    seeded, monkeypatch, candidates, others_budget
+) -> None:
+    """The gate's shares, as fast as they are made (one search of each word over all the
+    candidates' bodies; the other conversations' search dropping this one's matches known
+    from its own search), are those of the plain computation: the same messages with the same
+    shares, for queries that drop words (a budget of 30), cap the candidates (8: this
+    conversation's own search is then incomplete) or equal a message."""
+    store, convs = seeded
+    monkeypatch.setattr(auto, "CANDIDATES", candidates)
+    monkeypatch.setattr(auto, "OTHERS_BUDGET", others_budget)
+    said = store.query("SELECT body FROM messages_fts WHERE body LIKE '% %' LIMIT 1")[0][0]
+    queries = ["apple pie with crumble", "camping at the beach garden", "pottery group", said]
+    compared = 0
+    for cid in convs:
+        for query in queries:
+            for others in (False, True):
+                fast = auto.shares(Recall(store), query, cid, others=others)
+                plain = _plain_shares(store, query, cid, others)
+                assert fast.keys() == plain.keys()
+                assert all(fast[i] == pytest.approx(plain[i], abs=1e-12) for i in fast)
+                compared += len(fast)
+    assert compared  # messages were scored: the comparison says something

@@ -29,7 +29,7 @@ from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import Store
 from heron.store import jobs as js
-from heron.store.migrations import _apply, _name, _steps
+from heron.store.migrations import _apply, _names, _step
 from heron.tools.context import TurnServices
 from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.schedule import schedule
@@ -263,10 +263,10 @@ def test_the_migration_keeps_every_job_and_run_and_adds_the_review(tmp_path):
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)")
-    for step in _steps():
-        if _name(step) < "m010":
-            _apply(conn, step)
-            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (_name(step),))
+    for name in _names():
+        if name < "m010":
+            _apply(conn, _step(name))
+            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (name,))
     conn.execute(
         "INSERT INTO jobs (id, kind, spec, timezone, conversation, mode, prompt, created,"
         " created_by, next_run) VALUES (7, 'every', '3600', 'UTC', 'c', 'monitor', 'p', 0,"

@@ -113,7 +113,10 @@ async def test_unconfined_command_gets_the_clean_environment_too(
 
 
 def connect_command(host: str, port: int) -> str:
-    return f"(exec 3<>/dev/tcp/{host}/{port} && echo NET-CONNECTED) 2>&1"
+    """Connect, then wait for the listener's greeting: printed only once the host side has
+    accepted (through pasta a connection is first made inside the command's namespace)."""
+    greeted = "read -t 60 reply <&3 && echo NET-CONNECTED $reply"
+    return f"(exec 3<>/dev/tcp/{host}/{port} && {greeted}) 2>&1"
 
 
 @pytest.mark.parametrize("network", ["all", "loopback"])
@@ -127,7 +130,7 @@ async def test_the_network_setting_is_what_the_sandbox_allows(
     seed_home(heron_home, f'network = "{network}"')
     with listener() as (port, accepted):
         result = await call_tool("bash", {"command": connect_command("127.0.0.1", port)})
-    assert "NET-CONNECTED" in result.content and accepted
+    assert "NET-CONNECTED HELLO" in result.content and accepted
 
 
 def outside_address() -> str | None:

@@ -251,7 +251,7 @@ async def test_the_schedule_tool_binds_the_job_to_its_conversation_and_says_when
     replies = [call("schedule", create), answer("Saved."), call("schedule", {"action": "list"})]
     replies += [answer("Listed.")]
     async with rig(replies, local(2026, 6, 1, 8, 0), run_scheduler=False) as r:
-        r.engine.jobs_changed = None  # as in `heron chat` with no `heron serve`
+        r.engine.attached.jobs_changed = None  # as in `heron chat` with no `heron serve`
         await r.loop.dispatch(InboundMessage("terminal", "1", "remind me at six", "chat-9"))
         await r.loop.wait_idle()
         await r.loop.dispatch(InboundMessage("terminal", "1", "what is scheduled?", "chat-9"))
@@ -334,14 +334,14 @@ async def test_stopping_the_scheduler_records_its_open_runs_as_interrupted():
 
 
 async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_after_itself():
-    from heron.proactive import run_proactive
+    from heron.proactive.background import run_proactive
 
     start = local(2026, 6, 1, 8, 0)
     async with rig(lambda _: answer("On it."), start, run_scheduler=False) as r:
         job = make_job(r.engine.store, start, every="1h")
         task = asyncio.create_task(run_proactive(r.loop, clock=r.clock))
         await r.clock.idle(2)  # the scheduler and the heartbeat wait on the clock
-        assert r.engine.jobs_changed is not None and len(r.loop.turn_end_hooks) == 3
+        assert r.engine.attached.jobs_changed is not None and len(r.loop.turn_end_hooks) == 3
         r.clock.set(start + 3600)
         await r.clock.idle(2)
         await r.bus.inbound.join()
@@ -350,7 +350,7 @@ async def test_run_proactive_as_a_service_of_the_loop_fires_jobs_and_cleans_up_a
         assert js.runs(r.engine.store, job.id)[0].outcome == "delivered"
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        assert r.engine.jobs_changed is None and len(r.loop.turn_end_hooks) == 1
+        assert r.engine.attached.jobs_changed is None and len(r.loop.turn_end_hooks) == 1
 
 
 def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_job_is_next_due():

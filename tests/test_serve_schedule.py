@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from heron.cli import app
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
-from heron.proactive import run_proactive
+from heron.proactive.background import run_proactive
 from heron.proactive.clock import FakeClock
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.main import default_services

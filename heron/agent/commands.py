@@ -60,6 +60,13 @@ class CommandReply:
     switch_to: str | None = None  # the channel continues in this conversation
 
 
+class CommandsAttached(Protocol):
+    """The slash commands the layers above the engine attach (heron/agent/deps.py `Attached`)."""
+
+    @property
+    def commands(self) -> dict[str, CommandHandler]: ...
+
+
 class CommandEngine(Protocol):
     """What the commands use of the engine (heron/agent/engine.py), which they never import."""
 
@@ -79,7 +86,7 @@ class CommandEngine(Protocol):
     def memory_baseline(self) -> dict[str, str]: ...
 
     @property
-    def more_commands(self) -> dict[str, CommandHandler]: ...
+    def attached(self) -> CommandsAttached: ...
 
     async def compact_now(
         self, conversation: Conversation, *, reason: str = "manual", window: int | None = None
@@ -155,7 +162,7 @@ def edits(a: str, b: str) -> int:
 
 
 async def run(command: Command, ctx: CommandContext) -> CommandReply:
-    handler = _HANDLERS.get(command.name) or ctx.engine.more_commands.get(command.name)
+    handler = _HANDLERS.get(command.name) or ctx.engine.attached.commands.get(command.name)
     if handler is None:  # a service's command (NAMES) that this process did not attach
         return CommandReply(f"/{command.name} is not available in this session.")
     return await handler(ctx, command.arg)

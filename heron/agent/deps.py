@@ -9,6 +9,7 @@ import cycle through it), and what a step may touch is listed here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -32,6 +33,28 @@ if TYPE_CHECKING:
     from heron.trace.recorder import TraceFixed
 
 
+@dataclass
+class Memos:
+    """What the process builds once and reuses across turns."""
+
+    prompts: PromptMemo  # system prompts built, by their inputs
+    bootstrap: BootstrapCache  # the workspace files, re-read when changed
+    trace: TraceFixed | None = None  # what traces take from the fixed settings (agent/tracing.py)
+
+
+@dataclass
+class Attached:
+    """What heron/proactive attaches to the engine, which never imports it: the services its
+    tools find in ToolContext.services, the runtime block's line of a sustained goal, the
+    scheduler's wake-up for the `schedule` tool, and slash commands of its own (/goal)."""
+
+    subagents: Spawner | None = None
+    asks: QuestionClock | None = None
+    runtime_notes: Callable[[str], str | None] | None = None
+    jobs_changed: Callable[[], None] | None = None
+    commands: dict[str, CommandHandler] = field(default_factory=dict)
+
+
 class TurnDeps(Protocol):
     settings: Settings
     store: Store
@@ -43,22 +66,13 @@ class TurnDeps(Protocol):
     limits: RunLimits
     retry: RetryPolicy  # each request's stall timeout and deadline
     redactor: Redactor
-    prompt_memo: PromptMemo  # system prompts built, by their inputs
-    bootstrap_cache: BootstrapCache  # the workspace files, re-read when changed
-    trace_memo: TraceFixed | None  # what traces take from the fixed settings (agent/tracing.py)
+    memos: Memos  # what the process keeps between turns: prompts, workspace files, trace setup
     memory: MemoryService | None  # None when ephemeral
     memory_baseline: dict[str, str]  # what memory held when the process opened (/learn)
     recall: Recall | None
     recall_reader: RecallReader | None  # auto-recall's own connection while turns overlap
     turns_running: int
-    # What heron/proactive attaches (the engine never imports it): services its tools find in
-    # ToolContext.services, the runtime block's line of a sustained goal, the scheduler's
-    # wake-up for the `schedule` tool, and slash commands of its own (/goal).
-    subagents: Spawner | None
-    asks: QuestionClock | None
-    runtime_notes: Callable[[str], str | None] | None
-    jobs_changed: Callable[[], None] | None
-    more_commands: dict[str, CommandHandler]
+    attached: Attached  # what the layers above the engine attach (heron/proactive)
 
     def compaction_setup(self) -> CompactionSetup: ...
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from heron.agent.commands import CommandHandler
+from heron.agent.deps import Attached, Memos
 from heron.agent.record import CallSink
 from heron.agent.runner import RunLimits
 from heron.agent.turn import TurnHooks, TurnResult, run_turn
@@ -32,11 +32,10 @@ from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.tools import approval
 from heron.tools.builtin import default_registry
-from heron.tools.context import Approver, QuestionClock, Spawner
+from heron.tools.context import Approver
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
-from heron.trace.recorder import TraceFixed
 
 __all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "redactor_for"]
 
@@ -71,9 +70,7 @@ class Engine:
         self.retry = RetryPolicy(
             deadline=defaults.request_deadline, stall_timeout=defaults.stall_timeout
         )
-        self.bootstrap_cache = BootstrapCache()  # the workspace files, re-read when changed
-        self.prompt_memo = PromptMemo()  # system prompts built, by their inputs
-        self.trace_memo: TraceFixed | None = None  # what traces take from the fixed settings
+        self.memos = Memos(PromptMemo(), BootstrapCache())  # kept between turns
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -84,19 +81,10 @@ class Engine:
         self.background: set[asyncio.Task[Any]] = set()
         self.turns_running = 0  # turns in flight: auto-recall leaves the loop when more than one
         self.recall_reader: memory_wiring.RecallReader | None = None  # (none when ephemeral)
-        # Set by a scheduler running in this process (heron/proactive): told when the
-        # `schedule` tool made a job, so it wakes at once instead of at its next poll.
-        self.jobs_changed: Callable[[], None] | None = None
+        # What heron/proactive attaches: its tools' services, the goal's runtime line, the
+        # scheduler's wake-up and its slash commands (deps.py `Attached`).
+        self.attached = Attached()
         self.redactor = redactor_for(settings, choice.api_key)
-        # What heron/proactive attaches: the services its tools find in ToolContext.services
-        # (the subagent manager, the clock questions wait on), and a line for the runtime
-        # block (the goal), read by key.
-        self.subagents: Spawner | None = None
-        self.asks: QuestionClock | None = None
-        self.runtime_notes: Callable[[str], str | None] | None = None
-        # Slash commands of the services above the engine (e.g. /goal, heron/proactive/goals.py),
-        # added by what attaches them, so the engine never imports those services.
-        self.more_commands: dict[str, CommandHandler] = {}
 
     @classmethod
     @asynccontextmanager
@@ -165,14 +153,14 @@ class Engine:
             forced_window=str(s.env.get("HERON_CONTEXT_WINDOW") or ""),
             before_fold=self.memory_before_fold,
             after_fold=self.memory_after_fold,
-            prompts=self.prompt_memo,
+            prompts=self.memos.prompts,
         )
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         """The system prompt's inputs for a conversation: with its frozen Memory section and
         Recent history (heron/memory/wiring.py), so compaction rebuilds the same prompt."""
         workspace = self.settings.paths.workspace
-        files = self.bootstrap_cache.read(workspace)
+        files = self.memos.bootstrap.read(workspace)
         memory, recent = memory_wiring.prompt_sections(self.store, self.memory, conversation_id)
         specs = self.registry.specs()
         brief = self.choice.profile.brief_prompt

@@ -49,12 +49,12 @@ def prompt_inputs_for(engine: TurnDeps, built: Built, agent: str) -> PromptInput
     """The PromptInputs that produced `built.system`: the engine's prompt memo's when it built
     this very prompt, else built again with the workspace files frozen. None when they do not
     rebuild the recorded prompt (a replay then takes the recorded prompt as it was)."""
-    made = engine.prompt_memo.built(built.system)
+    made = engine.memos.prompts.built(built.system)
     if made is not None:  # the engine built this very prompt from these inputs
         return made.inputs
     workspace = engine.settings.paths.workspace
     specs = engine.registry.specs()
-    files = engine.bootstrap_cache.read(workspace)  # the engine's, re-read on change
+    files = engine.memos.bootstrap.read(workspace)  # the engine's, re-read on change
     inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
     state = built.governor.state if built.governor is not None else None
     if state is not None and state.consolidation is not None:  # the archived summary
@@ -85,7 +85,7 @@ def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRe
     provider = engine.provider
 
     def inputs() -> Inputs | None:
-        made = engine.prompt_memo.built(built.system)
+        made = engine.memos.prompts.built(built.system)
         if made is not None:  # encoded once per prompt, not once per turn
             if "trace" not in made.derived:
                 data = plain_fields(made.inputs)
@@ -114,11 +114,11 @@ def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRe
 
 def _engine_fixed(engine: TurnDeps) -> TraceFixed:
     """The engine's TraceFixed, made on its first turn."""
-    if engine.trace_memo is None:
+    if engine.memos.trace is None:
         settings = engine.settings
-        engine.trace_memo = TraceFixed(
+        engine.memos.trace = TraceFixed(
             EncodedDict.of(plain_fields(engine.choice.profile)),
             EncodedDict.of(plain_fields(engine.limits)),
             scrubber_for(settings.env, settings.config.api_keys, engine.choice.api_key),
         )
-    return engine.trace_memo
+    return engine.memos.trace

@@ -441,7 +441,7 @@ def notes_before(
     """In one hop to the store's thread: recall and the memory note, and the line of a
     sustained goal (heron/proactive/goals.py, `runtime_notes`) for the runtime block."""
     note = before_message(engine, conversation.id, text, strong)
-    notes = engine.runtime_notes
+    notes = engine.attached.runtime_notes
     extra = notes(conversation.key) if notes is not None else None
     return "\n".join(n for n in (note, extra) if n) or None
 
@@ -529,7 +529,7 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
         figures = recorder.figures("interrupted", "stale", None, "")
         return PendingSave(RunResult([], "interrupted"), (), figures, recorder)
     except asyncio.CancelledError:  # a hard break: the trace says where, the turn row its figures
-        prints = engine.prompt_memo.fingerprint(system)
+        prints = engine.memos.prompts.fingerprint(system)
         await asyncio.shield(recorder.interrupted(prints))
         raise
     except Exception:
@@ -542,7 +542,7 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
         await ctx.aclose()
     status = "failed" if run.stop == "error" else "done"
     error = str(run.error) if run.error else None
-    prints = engine.prompt_memo.fingerprint(system)
+    prints = engine.memos.prompts.fingerprint(system)
     figures = recorder.figures(status, run.stop, error, prints)
     return PendingSave(run, tuple(final), figures, recorder)
 
@@ -567,9 +567,9 @@ def tool_context(t: Turn) -> ToolContext:
             recall=engine.recall,
             timezone=engine.settings.config.agent.timezone,
             home=engine.settings.paths.home,
-            jobs_changed=engine.jobs_changed,
-            subagents=engine.subagents,
-            asks=engine.asks,
+            jobs_changed=engine.attached.jobs_changed,
+            subagents=engine.attached.subagents,
+            asks=engine.attached.asks,
         ),
     )
 

@@ -18,7 +18,6 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
 from heron.messages import File
-from heron.proactive import run_review_only
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import Subagents
@@ -93,6 +92,9 @@ async def connect(
         asyncio.create_task(dispatcher.run()),
     ]
     if idle and engine.memory is not None:  # the nightly review of memory: its job alone
+        # imported here: a one-message `heron run` (idle=False) never loads the scheduler
+        from heron.proactive.background import run_review_only
+
         tasks.append(asyncio.create_task(run_review_only(loop, engine)))
     try:
         await subagents.start(announce=idle)  # a one-message `heron run` leaves them to a chat

@@ -16,8 +16,9 @@ shown when it
 A message with fewer than MIN_WORDS content words never fires: one word gives every message
 that holds it the same share, so the share cannot tell a hit from noise.
 
-Hits from the conversation itself come first; other conversations' only above a stricter
-share (`Gate.other`), and under a heading that names them as such. The result fits the view's
+Hits from the conversation itself; other conversations' only when it has none to show (their
+search is what costs most at 100,000 messages), above a stricter share (`Gate.other`), and
+under a heading that names them as such. The result fits the view's
 budget for one recall result and reaches the model as a synthetic `recall_history` call and
 result, stored before the user's message (heron/memory/wiring.py), so it is evidence the model
 looked up, never instructions, and the cached prefix before it is untouched.
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory import records
-from heron.memory.recall import Hit, Recall, held_terms, terms, wants_recall
+from heron.memory.recall import Hit, Recall, held_by, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
 CANDIDATES = 200  # messages of a scope that hold a query word, at most, for the idf count
@@ -49,11 +50,11 @@ class Gate:
     """The bars of auto-recall. The values are chosen by k-fold validation on the tuning set
     (bench/recall.py --folds, docs/memory.md gives each fold's choice and the spread)."""
 
-    own: float = 0.4  # share a hit of this conversation needs
+    own: float = 0.3  # share a hit of this conversation needs
     other: float = 0.7  # share a hit of another conversation needs
-    hits: int = 2  # hits shown at most
-    depth: int = 10  # a hit must rank among the first `depth` of the fused retrieval
-    second: float = 0.0  # a later hit's fused score, as a share of the first one's, at least
+    hits: int = 3  # hits shown at most
+    depth: int = 5  # a hit must rank among the first `depth` of the fused retrieval
+    second: float = 0.9  # a later hit's fused score, as a share of the first one's, at least
 
 
 GATE = Gate()
@@ -75,8 +76,9 @@ def shares(
         found = recall.bm25(text, CANDIDATES, conversation_id)
     if not found:
         return {}
-    bodies = recall.bodies([i for i, _ in found])
-    held = {i: held_terms(bodies.get(i, ""), words) for i, _ in found}
+    ids = [i for i, _ in found]
+    bodies = recall.bodies(ids)
+    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], words), strict=True))
     total = len(held)
     df = {w: sum(1 for h in held.values() if w in h) for w in words}
     idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
@@ -85,12 +87,19 @@ def shares(
     return {
         i: sum(idf[w] for w in h) / whole
         for i, h in held.items()
-        if len(h) >= MIN_WORDS and _folded(bodies.get(i, "")) != said
+        if len(h) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
     }
 
 
 def _folded(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def _says(body: str, said: str) -> bool:
+    """Whether `body` folds to `said` (a folded text). A body that does not hold the first
+    word of it cannot, and most do not: the test is only folded for the rest."""
+    first = said.split(" ", 1)[0]
+    return first in body.lower() and _folded(body) == said
 
 
 def fires(recall: Recall, text: str, conversation_id: int, gate: Gate = GATE) -> bool:
@@ -119,8 +128,8 @@ def auto_hits(
     since: float = 0.0,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
-    (written at `since` or later: the /new floor) first, then other conversations' above the
-    stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
+    (written at `since` or later: the /new floor), or when it has none, other conversations'
+    above the stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
     common case: no vector is loaded then). `in_view` may be a function, called only when
     something passes."""
     if not wants_recall(text):
@@ -138,12 +147,12 @@ def auto_hits(
         own = {i: own[i] for i, _, created in dates if created >= since}
     picked = _in_fused_order(recall, text, conversation_id, own, gate, gate.hits)
     found = [(i, score, own[i], False) for i, score in picked]
-    if len(found) < gate.hits:
+    if not found:  # other conversations only when this one has nothing to show
         if rest is None:
             rest = shares(recall, text, conversation_id, others=True)
         other = {i: s for i, s in rest.items() if s >= gate.other and i not in skip}
-        more = _in_fused_order(recall, text, None, other, gate, gate.hits - len(found))
-        found += [(i, score, other[i], True) for i, score in more]
+        more = _in_fused_order(recall, text, None, other, gate, gate.hits)
+        found = [(i, score, other[i], True) for i, score in more]
     if not found:
         return []
     by_id = {h.message_id: h for h in recall._hits([(i, s) for i, s, _, _ in found], text)}

@@ -12,6 +12,7 @@ discussed.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import time
@@ -46,6 +47,96 @@ SESSION_SHARE = 0.2  # of the mean of a session's best SESSION_TOP scores added 
 SESSION_TOP = 3
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
 BM25_KEPT = 4  # searches `Recall.bm25` keeps until the database changes
+PREFIX_MIN = 4  # letters from which a query word also matches as a word's start
+# A query's `Cue` lifts, among the first CUE_DEPTH of its ranking, the messages that can
+# answer it, each by a share of the best score: for a question about time, those that state a
+# time (WHEN_WEIGHT) and those written in the month or year it names (DATE_WEIGHT); for a
+# question naming a person, the lines that person said (SPEAKER_WEIGHT). Chosen by the k-fold
+# check (bench/recall.py --folds, docs/memory.md gives every fold's choice).
+CUE_DEPTH = 100
+WHEN_WEIGHT = 0.1
+DATE_WEIGHT = 0.2
+SPEAKER_WEIGHT = 0.2
+
+
+_MONTHS: tuple[str, ...] = ("january", "february", "march", "april", "may", "june", "july")
+_MONTHS += ("august", "september", "october", "november", "december")
+_MONTH = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
+_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+# A question that asks for a time: its answer is a time the message states.
+_ASKS_WHEN = re.compile(
+    r"^\W*(when|how long ago|(what|which) (date|day|month|year|time))\b", re.IGNORECASE
+)
+# What a message that states a time holds: a day relative to its own date, a unit of time
+# ("last week", "two years ago"), a weekday, a month or a year.
+_STATES_TIME = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|last|next|recently|weekend|week|month|year"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    + "|".join(_MONTHS)
+    + r"|(19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+# A transcript line: a name of up to four capitalised words, a colon ("Caroline: I went ...").
+_SPEAKER = re.compile(r"\s*([A-Z][^\W_]*(?:[ .'-]+[A-Z][^\W_]*){0,3}):\s")
+_NAME = re.compile(r"\b[A-Z][^\W_]*")
+
+
+def speaker_of(text: str) -> str | None:
+    """Who says a message, when its text is a transcript line that opens with the speaker's
+    name (chat logs, group messages, the benchmark's stored LoCoMo turns); None otherwise."""
+    found = _SPEAKER.match(text)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class Cue:
+    """What a query says beyond its words: whether it asks when, the months and years it names
+    (a question about "June" or "October 13, 2023" is about what was said then), and the
+    capitalised words that may name a speaker ("What did Caroline research?"), lowercased."""
+
+    asks_when: bool
+    months: frozenset[int]
+    years: frozenset[int]
+    names: frozenset[str] = frozenset()
+
+    def most(self) -> float:
+        """The largest lift this cue can give a message, as a share of the best score."""
+        return (
+            (WHEN_WEIGHT if self.asks_when else 0.0)
+            + (DATE_WEIGHT if self.months or self.years else 0.0)
+            + (SPEAKER_WEIGHT if self.names else 0.0)
+        )
+
+    def said_by(self, text: str) -> bool:
+        """Whether `text` is a line of a speaker this cue names (any word of the name)."""
+        speaker = speaker_of(text)
+        return speaker is not None and any(w.lower() in self.names for w in _WORD.findall(speaker))
+
+    def dates(self, created: float) -> bool:
+        """Whether a message written at `created` (local time, as hits show it) falls in the
+        months and years named."""
+        when = time.localtime(created)
+        return (not self.months or when.tm_mon in self.months) and (
+            not self.years or when.tm_year in self.years
+        )
+
+
+def query_cue(query: str) -> Cue | None:
+    """The query's `Cue`, or None when it says nothing about time and names no one."""
+    # "may" is a month only as "May": lowercase, it is far more often the verb
+    named = [m for m in _MONTH.findall(query) if m.lower() != "may" or m == "May"]
+    months = frozenset(_MONTHS.index(m.lower()) + 1 for m in named)
+    years = frozenset(int(y) for y in _YEAR.findall(query))
+    asks = bool(_ASKS_WHEN.search(query))
+    # a month is a date, not a speaker; a capitalised stop word opens the question
+    names = frozenset(
+        w.lower()
+        for w in _NAME.findall(query)
+        if w.lower() not in STOPWORDS and w.lower() not in _MONTHS
+    )
+    return Cue(asks, months, years, names) if asks or months or years or names else None
 
 
 def wants_recall(text: str) -> bool:
@@ -89,7 +180,7 @@ def terms(query: str) -> list[str]:
 def phrases(query: str, prefix: bool = True) -> list[str]:
     """The quoted FTS5 phrases of a query's terms (quoting makes every word literal, so no
     user text is read as FTS syntax), each also as a prefix when long enough."""
-    return [f'"{w}"*' if prefix and len(w) >= 4 else f'"{w}"' for w in terms(query)]
+    return [f'"{w}"*' if prefix and len(w) >= PREFIX_MIN else f'"{w}"' for w in terms(query)]
 
 
 def match_expression(query: str, prefix: bool = True) -> str | None:
@@ -167,8 +258,11 @@ class Recall:
         if outside is not None and conversation_id is None:
             # All the conversation's matches (fewer than `limit`) make the others the plain
             # ranking without them: one scoring of every match, which auto-recall's ranking
-            # of every conversation then reuses, instead of two (the scoped search is cheap).
-            mine = self.bm25(query, limit, outside, budget=budget)
+            # of every conversation then reuses, instead of two. The conversation's matches
+            # are those of its own search at the full budget, which auto-recall has just
+            # made (kept): a smaller budget keeps a subset of the same words (the rarest
+            # first), so its matches are among them, and dropping them all is exact.
+            mine = self.bm25(query, limit, outside, budget=max(budget, MATCH_BUDGET))
             if len(mine) < limit:
                 skip = {i for i, _ in mine}
                 ranked = self.bm25(query, limit + len(mine), budget=budget)
@@ -239,10 +333,12 @@ class Recall:
         limit: int = 10,
         conversation_id: int | None = None,
         budget: int = MATCH_BUDGET,
+        depth: int | None = None,
     ) -> list[tuple[int, float]]:
         """BM25 with each hit lending part of its score to the messages just before and after
-        it: the answer to a question often sits next to the words the question uses."""
-        found = self.bm25(query, max(limit * 5, 100), conversation_id, budget=budget)
+        it: the answer to a question often sits next to the words the question uses. The
+        first `depth` of the BM25 ranking lend (by default five times `limit`, at least 100)."""
+        found = self.bm25(query, depth or max(limit * 5, 100), conversation_id, budget=budget)
         return self.spread(found)[:limit]
 
     def spread(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -260,8 +356,11 @@ class Recall:
         """Message ids best first: BM25 alone (its words chosen within `budget`, see
         `selective_terms`), or blended with the semantic ranking."""
         depth = max(limit * 5, 100)
+        cue = query_cue(query)
+        head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
         if self.embedder is None:
-            return self.lexical(query, limit, conversation_id, budget)
+            found = self.lexical(query, head, conversation_id, budget, depth)
+            return self._lifted(cue, found, limit)
 
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
@@ -281,7 +380,34 @@ class Recall:
         session = self._vectors.sessions(pool)
         if session is None:
             session = self.sessions(pool)
-        return blend(lexical, similar.of(pool), near, session)[:limit]
+        return self._lifted(cue, blend(lexical, similar.of(pool), near, session)[:head], limit)
+
+    def _lifted(
+        self, cue: Cue | None, ranked: list[tuple[int, float]], limit: int
+    ) -> list[tuple[int, float]]:
+        """The first `limit` of `ranked` once the query's `Cue` has lifted the messages that
+        can answer it, each by a share of the best score."""
+        if cue is None or not ranked:
+            return ranked[:limit]
+        top = ranked[0][1]
+        # Only a message within the largest lift of the `limit`-th score can end in the first
+        # `limit`: the rest are left out before their text and dates are read.
+        floor = ranked[min(limit, len(ranked)) - 1][1] - cue.most() * top
+        ranked = [(i, s) for i, s in ranked if s >= floor]
+        ids = [i for i, _ in ranked]
+        lifted = dict.fromkeys(ids, 0.0)
+        if cue.asks_when or cue.names:
+            for i, text in self.bodies(ids).items():
+                if cue.asks_when and _STATES_TIME.search(text):
+                    lifted[i] += WHEN_WEIGHT
+                if cue.names and cue.said_by(text):
+                    lifted[i] += SPEAKER_WEIGHT
+        if cue.months or cue.years:
+            for i, _, created in records.message_dates(self.store, ids):
+                if cue.dates(created):
+                    lifted[i] += DATE_WEIGHT
+        scored = [(i, s + lifted[i] * top) for i, s in ranked]
+        return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
 
     def _query_vector(self, query: str) -> Future[Any]:
         """The query's vector, being encoded on the worker; the last query's is kept, since
@@ -435,10 +561,9 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 
 def held_terms(body: str, words: Sequence[str]) -> set[str]:
     """Which of `words` occur in `body` as a word (a long word also as a word's start, as the
-    query matches it). One regular expression per word: splitting the body into a set of
-    words and checking each as a prefix cost ten times as much on 200 candidates. The plain
-    substring test first: a pattern that opens with a lookbehind is tried at every position
-    of the body, and most candidates hold few of a long query's words."""
+    query matches it). The plain substring test first: a pattern that opens with a
+    lookbehind is tried at every position of the body, and most candidates hold few of a long
+    query's words. `held_by` gives the same for many bodies at once, faster."""
     lower = body.lower()
     return {w for w in words if w in lower and _held_pattern(w).search(lower)}
 
@@ -448,4 +573,34 @@ def _held_pattern(word: str) -> re.Pattern[str]:
     # A word starts where no letter or digit precedes it (`_WORD`'s characters); a short word
     # must also end there, a long one may go on (the query matches it as a prefix).
     start = r"(?<![^\W_])" + re.escape(word)
-    return re.compile(start if len(word) >= 4 else start + r"(?![^\W_])")
+    return re.compile(start if len(word) >= PREFIX_MIN else start + r"(?![^\W_])")
+
+
+def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
+    """`held_terms` of each body, for many bodies at once (`words` are query terms: letters
+    and digits). Each word is looked for once in all the bodies joined by line breaks (no
+    word spans two bodies), each occurrence checked at its edges as the pattern checks them
+    (a letter or digit of `_WORD` is a character whose `isalnum()` is true), and a body
+    that holds the word is skipped past: one search per word, not one per body and word."""
+    lowered = [b.lower() for b in bodies]
+    starts: list[int] = []
+    at = 0
+    for text in lowered:
+        starts.append(at)
+        at += len(text) + 1
+    joined = "\n".join(lowered)
+    out: list[set[str]] = [set() for _ in bodies]
+    for word in words:
+        whole, size = len(word) < PREFIX_MIN, len(word)
+        pos = joined.find(word)
+        while pos >= 0:
+            end = pos + size
+            if (pos == 0 or not joined[pos - 1].isalnum()) and (
+                not whole or end == len(joined) or not joined[end].isalnum()
+            ):
+                n = bisect.bisect_right(starts, pos) - 1
+                out[n].add(word)
+                pos = joined.find(word, starts[n + 1]) if n + 1 < len(starts) else -1
+            else:
+                pos = joined.find(word, pos + 1)
+    return out

@@ -2,117 +2,15 @@
 nightly review of memory (subagents.py, goals.py, ask.py, review.py), and the scheduler and
 heartbeat, run by `heron serve` beside its AgentLoop.
 
-`run_proactive(loop, engine, clock)` (a background service of `heron serve`: given only the
-loop, it takes the loop's engine and the system clock) runs the scheduler (heron/proactive/
-scheduler.py: jobs from the store fired as ordinary turns, and the built-in job of the nightly
+`background.run_proactive(loop, engine, clock)` (a background service of `heron serve`: given
+only the loop, it takes the loop's engine and the system clock) runs the scheduler
+(scheduler.py: jobs from the store fired as ordinary turns, and the built-in job of the nightly
 review, review.py) and the heartbeat (heartbeat.py: HEARTBEAT.md checked every `[agent]
 heartbeat_minutes`) until cancelled. Both publish on the loop's bus, so every run is a turn
 through the loop's one-turn-per-conversation queue, and both read time from `clock`
-(clock.py), fake in tests. `run_review_only` is the scheduler of a `heron chat` that runs
-without a serve: the review job alone, with the same lease and records.
+(clock.py), fake in tests. `background.run_review_only` is the scheduler of a `heron chat` that
+runs without a serve: the review job alone, with the same lease and records.
+
+This file imports nothing: a `heron run` that needs only subagents, goals and questions does
+not load the scheduler and its cron parser at start-up.
 """
-
-from __future__ import annotations
-
-import asyncio
-import contextlib
-import logging
-from functools import partial
-
-from heron.agent.engine import Engine
-from heron.agent.loop import AgentLoop
-from heron.errors import HeronError
-from heron.proactive import review
-from heron.proactive.clock import Clock, FakeClock, SystemClock
-from heron.proactive.heartbeat import Heartbeat
-from heron.proactive.scheduler import Scheduler
-from heron.store.jobs import REVIEW
-
-__all__ = [
-    "Clock",
-    "FakeClock",
-    "Heartbeat",
-    "Scheduler",
-    "SystemClock",
-    "run_proactive",
-    "run_review_only",
-]
-
-log = logging.getLogger(__name__)
-
-
-def services(loop: AgentLoop, engine: Engine, clock: Clock) -> tuple[Scheduler, Heartbeat | None]:
-    """The scheduler and, unless `heartbeat_minutes` is 0, the heartbeat, watching the loop
-    for the ends of their turns."""
-    agent = engine.settings.config.agent
-    scheduler = _scheduler(loop, engine, clock)
-    scheduler.watch(loop)
-    heartbeat = None
-    if agent.heartbeat_minutes > 0:
-        heartbeat = Heartbeat(
-            engine.store,
-            loop.bus,
-            clock,
-            engine.settings.paths.workspace,
-            agent.heartbeat_minutes,
-            loop.user_turn_running,
-        )
-        heartbeat.watch(loop)
-    return scheduler, heartbeat
-
-
-async def run_proactive(
-    loop: AgentLoop, engine: Engine | None = None, clock: Clock | None = None
-) -> None:
-    """Run the scheduler and the heartbeat until cancelled; the `schedule` tool of this
-    process wakes the scheduler when it makes a job."""
-    engine = engine or loop.engine
-    clock = clock or SystemClock()
-    scheduler, heartbeat = services(loop, engine, clock)
-    await _sync_review(engine, clock)
-    engine.jobs_changed = scheduler.poke
-    tasks = [asyncio.create_task(scheduler.run())]
-    if heartbeat is not None:
-        tasks.append(asyncio.create_task(heartbeat.run()))
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        engine.jobs_changed = None
-        for watched in (scheduler, heartbeat):
-            if watched is not None:
-                watched.unwatch()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-
-async def _sync_review(engine: Engine, clock: Clock) -> None:
-    try:
-        await review.sync_job(engine, clock.now())
-    except HeronError as e:  # a bad [agent] timezone: the review keeps its last schedule
-        log.warning("the nightly review's schedule was not updated: %s", e)
-
-
-async def run_review_only(loop: AgentLoop, engine: Engine, clock: Clock | None = None) -> None:
-    """A scheduler of the built-in review job alone, until cancelled: what a `heron chat`
-    without a serve runs, so the nightly review still happens, once across processes."""
-    clock = clock or SystemClock()
-    scheduler = _scheduler(loop, engine, clock, modes=(REVIEW,))
-    await _sync_review(engine, clock)
-    await scheduler.run()
-
-
-def _scheduler(
-    loop: AgentLoop, engine: Engine, clock: Clock, modes: tuple[str, ...] | None = None
-) -> Scheduler:
-    return Scheduler(
-        engine.store,
-        loop.bus,
-        clock,
-        grace_s=engine.settings.config.agent.catch_up_grace_minutes * 60.0,
-        review=partial(review.run_pass, engine),
-        user_busy=loop.user_turn_running,
-        modes=modes,
-    )

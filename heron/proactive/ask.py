@@ -118,7 +118,7 @@ def attach(loop: AgentLoop, **settings: Any) -> Asks:
     """Questions for this loop: the `ask_user` tool and the clock it waits on."""
     engine = loop.engine
     asks = Asks(**settings)
-    engine.asks = asks
+    engine.attached.asks = asks
     if engine.registry.get("ask_user") is None and engine.registry.names():
         engine.registry.add(ask_user)
     return asks

@@ -176,10 +176,10 @@ def attach(loop: AgentLoop) -> Goals:
     """Goals for this loop: the runtime line, the turn options, the nudges and the tool."""
     engine = loop.engine
     manager = Goals(loop)
-    engine.runtime_notes = lambda key: runtime_note(engine.store, key)
+    engine.attached.runtime_notes = lambda key: runtime_note(engine.store, key)
     loop.options_for = manager.options_for
     loop.watch_turns(manager.turn_ended)
-    engine.more_commands["goal"] = _goal
+    engine.attached.commands["goal"] = _goal
     if engine.registry.get("goal") is None and engine.registry.names():
         engine.registry.add(goal)
     return manager

@@ -453,7 +453,7 @@ def attach(loop: AgentLoop, **settings: Any) -> Subagents:
     the tool finds it, and the loop's turn ends settling announcements."""
     engine = loop.engine
     manager = Subagents(loop, **settings)
-    engine.subagents = manager
+    engine.attached.subagents = manager
     if engine.registry.get("spawn") is None and engine.registry.names():
         engine.registry.add(spawn)
     manager.unwatch = loop.watch_turns(manager.turn_ended)

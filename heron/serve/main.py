@@ -47,7 +47,7 @@ class _Server(uvicorn.Server):
 def default_services() -> list[Service]:
     """What runs beside the loop in every serve: the scheduler and the heartbeat
     (heron/proactive, docs/proactive.md)."""
-    from heron.proactive import run_proactive
+    from heron.proactive.background import run_proactive
 
     return [run_proactive]
 

@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 from heron.errors import HeronError
 
 Kind = Literal["cron", "every", "at"]
@@ -116,6 +114,8 @@ def parse(
     zone = zone_of(timezone)
     if kind == "cron":
         expr = " ".join(str(value).split())
+        from croniter import croniter  # here: most processes never read a cron expression
+
         if len(expr.split()) != 5 or not croniter.is_valid(expr):
             raise ScheduleError(f"not a cron expression: {value!r}", hint=HINT)
         return Schedule("cron", expr, timezone)
@@ -145,6 +145,8 @@ def _instant(text: str, zone: ZoneInfo) -> dt.datetime:
 
 
 def _cron_next(expr: str, zone: ZoneInfo, after: float) -> float:
+    from croniter import croniter
+
     local = dt.datetime.fromtimestamp(after, zone).replace(tzinfo=None)
     walker = croniter(expr, local)
     while True:

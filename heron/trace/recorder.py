@@ -56,7 +56,6 @@ from heron.trace.blobs import (
     put_encoded,
     put_payload,
 )
-from heron.trace.read import damaged
 from heron.trace.scrub import Scrubber
 
 
@@ -241,6 +240,8 @@ class TraceRecorder:
         try:
             return self._read_previous_chain(conn)
         except Exception as error:
+            from heron.trace.read import damaged  # here: trace reading is not a turn's path
+
             if not damaged(error):
                 raise
             # A damaged trace row: this run's chain starts afresh (a little more stored,

@@ -19,9 +19,12 @@ import time
 from types import ModuleType
 
 
-def _steps() -> list[ModuleType]:
-    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
-    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+def _names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
+
+
+def _step(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 # Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
@@ -37,31 +40,27 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
     )
-    steps = _steps()
+    names = _names()
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-    if all(_name(step) in done for step in steps):
-        return []
+    if all(name in done for name in names):
+        return []  # the usual case: no step module is imported, which a start-up would pay
     applied = []
     conn.execute("BEGIN IMMEDIATE")
     try:
         if postgres:
             conn.execute(_PG_LOCK)
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-        for step in steps:
-            if _name(step) in done:
+        for name in names:
+            if name in done:
                 continue
-            _apply(conn, step, postgres)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (_name(step), time.time()))
-            applied.append(_name(step))
+            _apply(conn, _step(name), postgres)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+            applied.append(name)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     return applied
-
-
-def _name(step: ModuleType) -> str:
-    return step.__name__.rsplit(".", 1)[-1]
 
 
 def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:
@@ -80,4 +79,4 @@ def _split(sql: str) -> list[str]:
 
 
 def latest() -> str:
-    return _steps()[-1].__name__.rsplit(".", 1)[-1]
+    return _names()[-1]
