@@ -12,7 +12,10 @@
   serve used while the reply streamed, from /proc. The delay figures depend on how busy the
   machine is; these say how much of it the UI and the serve take themselves.
 
-    .venv/bin/python bench/web.py [--json]
+    .venv/bin/python bench/web.py [--json] [--long]
+
+--long streams a longer reply as a model writes one: 600 deltas, a blank line after every 20
+(30 paragraphs, about 13 kB), where drawing the whole reply again on every frame costs most.
 
 Needs Debian's chromium (make chromium) and the dev extra (playwright).
 """
@@ -36,12 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # web_harness: the chromium launch the tests use
 
 MESSAGES = 2_000
-DELTAS = 200
+# The stream; --long sets both (through the environment, which the serve's process inherits).
+DELTAS = int(os.environ.get("BENCH_DELTAS", "200"))
+PARAGRAPH = int(os.environ.get("BENCH_PARAGRAPH", "0"))  # deltas a paragraph (0: one paragraph)
 TABS = int(os.environ.get("BENCH_TABS", "10"))
 
 
 class StampModel:
-    """Streams DELTAS deltas 10 ms apart, each holding the wall time it was handed over."""
+    """Streams DELTAS deltas 10 ms apart, each holding the wall time it was handed over (and
+    with PARAGRAPH, a blank line after every PARAGRAPH of them)."""
 
     name = "scripted"
     model = "bench"
@@ -51,9 +57,10 @@ class StampModel:
         from heron.request import StreamEvent
 
         pieces = []
-        for _ in range(DELTAS):
+        for n in range(1, DELTAS + 1):
             await asyncio.sleep(0.01)
-            piece = f"<t={time.time() * 1000:.3f}> "
+            end = "\n\n" if PARAGRAPH and n % PARAGRAPH == 0 else ""
+            piece = f"<t={time.time() * 1000:.3f}> {end}"
             pieces.append(piece)
             if on_event is not None:
                 on_event(StreamEvent("text", piece))
@@ -226,8 +233,13 @@ def measure(url: str, pid: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description="The web UI's speed in headless Chromium.")
     parser.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    parser.add_argument("--long", action="store_true", help="a 600-delta reply in paragraphs")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.long:
+        global DELTAS, PARAGRAPH
+        os.environ["BENCH_DELTAS"], os.environ["BENCH_PARAGRAPH"] = "600", "20"
+        DELTAS, PARAGRAPH = 600, 20
     if args.child:
         child(args.child)
         return 0
