@@ -69,7 +69,9 @@ def test_send_streams_the_reply_then_shows_it_from_the_store(page, model):
     _send(page, "hello there")
     log = page.get_by_role("log", name="transcript")
     expect(log.get_by_text("hello there")).to_be_visible()
-    expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    banner = page.get_by_role("status").filter(has_text="Agent is working")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text(re.compile(r"Agent is working · [1-9]\d* s"))  # it counts
     model.feed(("thinking", "Greet back."), ("text", "Hello, "))
     expect(log.locator(".live")).to_contain_text("Hello,")
     reasoning = log.locator("details.reasoning").first
