@@ -130,6 +130,63 @@ def test_reload_mid_stream_resumes_without_loss_or_repeats(page, model):
     assert text.count("Once upon") == 1 and text.count("tell a story") == 1
 
 
+def test_a_transcript_read_that_finds_the_live_turn_finished_shows_it_once(page, model):
+    """After a reload the transcript is read while the turn still streams; when that read is
+    answered after the turn was saved but before its turn_end reached the page, the page
+    holds the turn twice (stored and live): it must show it once."""
+    held_reads: list[Any] = []
+    held_frames: list[str] = []
+    sockets: list[Any] = []
+    hold = {"reads": False, "turn_end": False}
+
+    def read(route: Any) -> None:
+        if hold["reads"]:
+            held_reads.append(route)
+        else:
+            route.continue_()
+
+    def socket(ws: Any) -> None:
+        sockets.append(ws)
+        server = ws.connect_to_server()
+
+        def to_page(message: str) -> None:  # from the turn_end on, held in order
+            if hold["turn_end"] and (held_frames or '"turn_end"' in message):
+                held_frames.append(message)
+            else:
+                ws.send(message)
+
+        server.on_message(to_page)
+
+    page.route("**/transcript", read)
+    page.route_web_socket("**/ws", socket)
+    _send(page, "tell a story")
+    model.feed(("text", "Once upon "))
+    expect(page.locator(".live")).to_contain_text("Once upon")
+    hold["reads"] = True
+    page.reload()  # its transcript read is held
+    expect(page.locator(".live")).to_contain_text("Once upon")  # replayed from the journal
+    hold["turn_end"] = True
+    model.feed(("text", "a time."), ("end", None))
+    expect(page.locator(".live")).to_contain_text("a time.")
+    deadline = time.monotonic() + 30  # a bound against a hang, not a pace
+    while not held_frames:
+        assert time.monotonic() < deadline, "no turn_end"
+        page.wait_for_timeout(50)
+    hold["reads"] = False
+    for route in held_reads:
+        route.continue_()  # answered now: the turn is saved
+    expect(page.locator("body")).to_have_attribute("data-rendered", "2")
+    shown = page.locator(".messages").inner_text()
+    assert shown.count("Once upon") == 1 and shown.count("tell a story") == 1
+    hold["turn_end"] = False
+    for frame in held_frames:
+        sockets[-1].send(frame)  # the turn_end (and what followed it) reaches the page
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Once upon a time.")
+    expect(page.locator(".live")).to_have_count(0)
+    shown = page.locator(".messages").inner_text()
+    assert shown.count("Once upon") == 1 and shown.count("tell a story") == 1
+
+
 def test_a_message_sent_while_working_is_shown_as_mail(page, model):
     _send(page, "first")
     model.feed(("text", "Working on it"))

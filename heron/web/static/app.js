@@ -709,7 +709,11 @@ function App() {
   };
 
   const working = live && !live.done;
-  const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
+  // While a turn is drawn from its stream, its stored rows are left out: those the store
+  // marks running, and all of that turn's once a read finds it saved before its turn_end
+  // arrived (it is shown once, live, until the end swaps it for the stored item).
+  const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
+  const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
       streamed=${streamed}
