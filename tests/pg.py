@@ -167,6 +167,18 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def home_db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | Path:
+    """The database of the test's HERON_HOME, once per backend: its `heron.db`, or a PostgreSQL
+    schema of the test's own named by HERON_DATABASE_URL, which every engine, `heron` command
+    and child process the test starts inherits."""
+    if request.param == "sqlite":
+        return Path(os.environ["HERON_HOME"]) / "heron.db"
+    url = str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("HERON_DATABASE_URL", url)
+    return url
+
+
 def raw_count(db: str | Path, sql: str, params: tuple[object, ...] = ()) -> object:
     """The first value of `sql` read through a connection of its own, not the store's: what
     another process would see (psycopg's %s placeholders or sqlite's ?)."""

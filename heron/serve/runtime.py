@@ -42,11 +42,17 @@ class Runtime:
     """The loop, the dispatcher, the hub and the services of one serve process."""
 
     def __init__(
-        self, engine: Engine, services: Sequence[Service] = (), *, idle: bool = True
+        self,
+        engine: Engine,
+        services: Sequence[Service] = (),
+        *,
+        idle: bool = True,
+        make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop,
     ) -> None:
         self.engine = engine
         self.bus = MessageBus()
-        self.loop = AgentLoop(engine, self.bus)
+        # The loop turns run in; with workers (heron/scale/front.py), one that enqueues them.
+        self.loop = make_loop(engine, self.bus)
         self.dispatcher = Dispatcher(self.bus)
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)

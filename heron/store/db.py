@@ -40,7 +40,7 @@ from heron.messages import (
 )
 from heron.store.files import FileStore
 from heron.store.migrations import migrate
-from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact
+from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact, row_lock
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -108,8 +108,10 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         if self.url:
             # PgConnection speaks the subset of sqlite3.Connection the store uses.
-            conn = cast(sqlite3.Connection, PgConnection(self.url))
+            pg = PgConnection(self.url)
+            conn = cast(sqlite3.Connection, pg)
             migrate(conn, postgres=True)
+            pg.read_catalog()  # the tables as migrated, by this process or another (pg.py)
             return conn
         try:
             conn = sqlite3.connect(
@@ -332,8 +334,12 @@ class Store:
         meta_raw = json.dumps(meta) if meta else None
         with self.transaction() as c:
             if parent_id is HEAD:
+                # Locked on PostgreSQL until the head moves: two appends there would otherwise
+                # both read the old head and fork the branch (SQLite's BEGIN IMMEDIATE
+                # serializes them already).
                 row = c.execute(
-                    "SELECT head_id FROM conversations WHERE id = ?", (conversation_id,)
+                    "SELECT head_id FROM conversations WHERE id = ?" + row_lock(c),
+                    (conversation_id,),
                 ).fetchone()
                 if row is None:
                     raise StoreError(f"no conversation with id {conversation_id}")

@@ -116,7 +116,7 @@ class PgConnection:
         self._conn.adapters.register_dumper(int, Int8Dumper)
         self._conn.adapters.register_dumper(bool, Int8Dumper)
         self._id_tables: set[str] = set()
-        self._read_id_tables()
+        self.read_catalog()
         # Counters to bump with the open transaction's COMMIT, in the same round trip and after
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
@@ -129,7 +129,11 @@ class PgConnection:
         row = self._conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
         return int(row[0]) if row is not None and row[1] else 0
 
-    def _read_id_tables(self) -> None:
+    def read_catalog(self) -> None:
+        """Which tables have an `id` and each table's primary key, as the server says now.
+        Read again after this connection's CREATE TABLE, and by the store after migrating:
+        another worker may have created the tables while this one waited for the migration
+        lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
         self._keys: dict[str, list[str]] = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
@@ -175,7 +179,7 @@ class PgConnection:
             text += " RETURNING id"
         cur = self._conn.execute(text, tuple(params) if params else None)
         if text[:12].upper() == "CREATE TABLE":
-            self._read_id_tables()
+            self.read_catalog()
         return PgCursor(cur, returned_id)
 
     def executescript(self, sql: str) -> None:
@@ -191,6 +195,17 @@ def pg_of(conn: object) -> PgConnection | None:
     """The PostgreSQL connection behind a store's `conn`, None on SQLite: where a statement
     needs one form per backend."""
     return conn if isinstance(conn, PgConnection) else None
+
+
+def row_lock(conn: object) -> str:
+    """The clause that keeps the rows a SELECT reads locked until its transaction ends, in the
+    dialect of `conn`: on PostgreSQL `FOR NO KEY UPDATE` (another such SELECT, or an UPDATE of
+    the row, waits; an insert that only references the row does not); nothing on SQLite, whose
+    `BEGIN IMMEDIATE` already holds the database's one write lock. A statement that reads the
+    locked row after the wait reads its newest version; other tables read in that same
+    statement may be older, so what must be read after the lock goes in a statement of its
+    own (heron/store/engine_state.py `lock_conversation`)."""
+    return " FOR NO KEY UPDATE" if pg_of(conn) is not None else ""
 
 
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:

@@ -23,11 +23,18 @@ def blob_id_by_digest(conn: sqlite3.Connection, digest: str) -> int | None:
 
 
 def insert_blob(conn: sqlite3.Connection, digest: str, kind: str, body: str) -> int:
+    """The new blob's id, or the id of the same blob another worker inserted meanwhile: on
+    PostgreSQL two workers' transactions run side by side, so both may have looked and found
+    nothing (on SQLite the caller's look and this insert are one writer's)."""
     cur = conn.execute(
-        "INSERT INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)", (digest, kind, body)
+        "INSERT OR IGNORE INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)",
+        (digest, kind, body),
     )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    if cur.rowcount == 1 and cur.lastrowid is not None:
+        return cur.lastrowid
+    found = blob_id_by_digest(conn, digest)
+    assert found is not None
+    return found
 
 
 def blob_row(conn: sqlite3.Connection, blob_id: int) -> tuple[str, str] | None:
@@ -44,11 +51,16 @@ def node_id(conn: sqlite3.Connection, parent: int, blob_id: int) -> int | None:
 
 
 def insert_node(conn: sqlite3.Connection, parent: int, blob_id: int) -> int:
+    """The new node's id, or that of the same node another worker inserted meanwhile (as
+    `insert_blob`)."""
     cur = conn.execute(
-        "INSERT INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
+        "INSERT OR IGNORE INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
     )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    if cur.rowcount == 1 and cur.lastrowid is not None:
+        return cur.lastrowid
+    found = node_id(conn, parent, blob_id)
+    assert found is not None
+    return found
 
 
 # The path from the start to a node, oldest first. A parent is always older than its child

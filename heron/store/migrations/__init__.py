@@ -37,9 +37,7 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
     processes opening a fresh database at the same moment do not both apply a step."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
-    )
+    _create_record(conn, postgres)
     names = _names()
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
     if all(name in done for name in names):
@@ -61,6 +59,24 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
         raise
     conn.execute("COMMIT")
     return applied
+
+
+def _create_record(conn: sqlite3.Connection, postgres: bool) -> None:
+    """The table of applied steps. On PostgreSQL under the migration lock: two processes
+    running `CREATE TABLE IF NOT EXISTS` at the same moment can both pass the check, and the
+    second then fails on a duplicate key of the catalog."""
+    create = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
+    if not postgres:
+        conn.execute(create)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_PG_LOCK)
+        conn.execute(create)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:
