@@ -16,8 +16,10 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -328,10 +330,33 @@ async def run_chat(
         chat = view.chat_id = f"pid{os.getpid()}"
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
         async with opened as conn, AsyncExitStack() as held:
-            with patch_stdout(raw=True):
+            with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(engine, conn, state, view, session, held)
         if not ephemeral and not engine.choice.embedded:
             review_on_close(settings, model, engine.choice, state.keys, say=console.out)
+
+
+@contextmanager
+def eof_as_a_key() -> Iterator[None]:
+    """Ctrl-D stays a key between two prompts. prompt_toolkit puts the terminal back in its
+    line mode whenever no prompt is up (while a message is sent, say), and there the terminal
+    itself takes a Ctrl-D as end of input and drops it, so a person's Ctrl-D pressed just then
+    was lost. With the terminal's end-of-input character switched off for the chat, the key
+    waits as a byte for the next prompt, which leaves as Ctrl-D does."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    import termios
+
+    fd = sys.stdin.fileno()
+    before = termios.tcgetattr(fd)
+    during = termios.tcgetattr(fd)
+    during[6][termios.VEOF] = b"\0"  # _POSIX_VDISABLE on Linux: no end-of-input character
+    termios.tcsetattr(fd, termios.TCSANOW, during)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 async def _chat_remote(path: Path, settings: Settings, console: Console, state: ChatState) -> None:
@@ -359,7 +384,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             "/help for commands[/dim]"
         )
         async with AsyncExitStack() as held:
-            with patch_stdout(raw=True):
+            with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(None, conn, state, view, session, held)
 
 
