@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from heron.memory import auto, records
+from heron.memory import recall as recall_module
 from heron.memory.auto import auto_hits
-from heron.memory.recall import Recall, held_terms, match_expression, terms
+from heron.memory.recall import Recall, held_terms, match_expression, phrase, terms
 from heron.messages import Message, Text
 from heron.store import Store
 
@@ -48,18 +49,27 @@ OLD_PHRASE = (
 )
 
 
-@pytest.fixture
-def seeded(tmp_path: Path):
+@pytest.fixture(params=[False, True], ids=["shared", "apart"])
+def seeded(tmp_path: Path, request: pytest.FixtureRequest):
     """Four conversations of random sentences over a small vocabulary (many ties, many
-    matches per word), interleaved as turns of several chats are."""
+    matches per word), interleaved as turns of several chats are; "apart": each conversation
+    also says words no other one does (the query words of OWN_WORDS)."""
     rng = random.Random(17)
     store = Store(tmp_path / "scope.db")
     convs = [store.open_conversation(f"c{n}").id for n in range(4)]
     for n in range(400):
-        text = " ".join(rng.choices(WORDS, k=rng.randint(2, 9)))
-        store.append(convs[rng.randrange(4)] if n % 5 else convs[0], Message("user", [Text(text)]))
+        conv = rng.randrange(4) if n % 5 else 0
+        words = WORDS + ([OWN_WORDS[conv]] * 3 if request.param else [])
+        text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+        store.append(convs[conv], Message("user", [Text(text)]))
     yield store, convs
     store.close()
+
+
+# One per conversation, when kept apart. The index reads "happy" and "happyness" apart (their
+# porter stems are "happi" and "happy"), the gate's word test does not: the others' shares
+# count a word only where the index finds it.
+OWN_WORDS = ["happy", "happyness", "photography", "chapel"]
 
 
 EXPRESSIONS = ['"apple"*', '"apple"* OR "pie"', '"camping"* OR "beach"* OR "group"*', '"tart"']
@@ -144,15 +154,24 @@ def test_auto_recall_hits_are_those_of_the_plain_filters(seeded, monkeypatch) ->
     assert any(h for per in new for h in per)  # something fired: the comparison says something
 
 
+@pytest.mark.parametrize("small_scope", [0, 1_000])
 @pytest.mark.parametrize("limit", [3, 20, 60, 500])
-def test_the_other_conversations_are_the_plain_ranking_without_this_one(seeded, limit) -> None:
+def test_the_other_conversations_are_the_plain_ranking_without_this_one(
+    seeded, monkeypatch, limit, small_scope
+) -> None:
     """`Recall.bm25(outside=)` answers from the unscoped ranking when the conversation's own
-    matches are all known (fewer than `limit`), and from the outside filter otherwise."""
+    matches are all known (fewer than `limit`), and from the outside filter otherwise; when
+    its own search was not made before and it is small (SMALL_SCOPE 1,000 holds each of the
+    store's conversations, 0 none), from a longer unscoped ranking without its ids."""
+    monkeypatch.setattr(recall_module, "SMALL_SCOPE", small_scope)
     store, convs = seeded
     for cid in convs:
         for query in ["apple pie", "camping beach group", "tart"]:
             expected = records.bm25_ranked(store, match_expression(query) or "", limit, outside=cid)
             assert Recall(store).bm25(query, limit, outside=cid) == expected
+            after_own = Recall(store)
+            after_own.bm25(query, limit, cid)
+            assert after_own.bm25(query, limit, outside=cid) == expected
 
 
 def test_a_smaller_budget_searches_only_the_rarer_words(tmp_path: Path) -> None:
@@ -212,6 +231,7 @@ def test_the_other_conversations_search_scores_at_most_its_budget(seeded) -> Non
 
 
 MESSAGES_OF = "SELECT id FROM messages WHERE conversation_id = ?"
+PLAIN_MATCH = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
 BODY_OF = "SELECT body FROM messages_fts WHERE rowid = ?"
 
 
@@ -219,8 +239,17 @@ def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, 
     """`auto.shares` written plainly, as it was before the step was made fast (issue 17): the
     candidates from the plain filters (for the other conversations: the newest budget of the
     matches, without this conversation's), each body read alone and its words found by
-    `held_terms`."""
+    `held_terms`; for the other conversations only among the words some message of theirs
+    matches."""
     words = terms(text)
+    counted = words
+    if others:
+        mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
+        counted = [
+            w
+            for w in words
+            if any(r[0] not in mine for r in store.query(PLAIN_MATCH, (phrase(w),)))
+        ]
     budget = auto.OTHERS_BUDGET if others else 6_000
     expr = match_expression(" ".join(Recall(store).selective_terms(text, budget))) or ""
     if others:
@@ -236,7 +265,7 @@ def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, 
     else:
         found = [r[0] for r in store.query(OLD_SCOPED, (expr, cid, auto.CANDIDATES))]
     body = {i: store.query(BODY_OF, (i,))[0][0] for i in found}
-    held = {i: held_terms(body[i], words) for i in found}
+    held = {i: held_terms(body[i], counted) for i in found}
     df = {w: sum(w in h for h in held.values()) for w in words}
     idf = {w: math.log(1 + (len(held) - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
     said = " ".join(text.lower().split())
@@ -262,6 +291,7 @@ def test_the_gates_shares_are_the_plain_computation(
     monkeypatch.setattr(auto, "OTHERS_BUDGET", others_budget)
     said = store.query("SELECT body FROM messages_fts WHERE body LIKE '% %' LIMIT 1")[0][0]
     queries = ["apple pie with crumble", "camping at the beach garden", "pottery group", said]
+    queries += ["happy apple pie", "photo tart garden", "chapel photography happyness"]
     compared = 0
     for cid in convs:
         for query in queries:
