@@ -403,7 +403,11 @@ class _Memo:
         real_ranked = self.recall.ranked
         deepest = int(max(AUTO_GRID["depth"]))
 
-        def shares(recall: Recall, text: str, cid: int, *, others: bool = False) -> Any:
+        def shares(
+            recall: Recall, text: str, cid: int, *, others: bool = False, bar: float = 0.0
+        ) -> Any:
+            # The full computation (no bar: nothing skipped); the gate keeps what reaches its
+            # bar, which is what a search skipped for that bar would have kept (none).
             key = (text, cid, others)
             if key not in self._shares:
                 self._shares[key] = self._real_shares(recall, text, cid, others=others)
