@@ -41,6 +41,11 @@ def _words(rng: random.Random, n: int) -> list[str]:
     return rng.choices(SHARED + own + own, k=rng.randint(2, 7))
 
 
+def _line(rng: random.Random, n: int) -> str:
+    """A line of conversation n; some ask (their replies then pass with their share)."""
+    return " ".join(_words(rng, n)) + ("?" if rng.random() < 0.3 else "")
+
+
 def _history(tmp: Path, seed: int, conversations: int = 4) -> tuple[Store, list[int]]:
     """Conversations of random lines over shared words, words of their own and the stems."""
     rng = random.Random(seed)
@@ -48,7 +53,7 @@ def _history(tmp: Path, seed: int, conversations: int = 4) -> tuple[Store, list[
     convs = [store.open_conversation(f"k{n}").id for n in range(conversations)]
     for _ in range(rng.randint(20, 80)):
         n = rng.randrange(conversations)
-        store.append(convs[n], Message("user", [Text(" ".join(_words(rng, n)))]))
+        store.append(convs[n], Message("user", [Text(_line(rng, n))]))
     return store, convs
 
 
@@ -208,11 +213,11 @@ def _engine_like(tmp: Path, seed: int) -> tuple[Store, int, list[int]]:
                 last_row_id=branch[rng.randrange(1, len(branch) - 1)],
             )
         else:
-            text = " ".join(_words(rng, 0))
+            text = _line(rng, 0)
             branch.append(store.append(conv, Message("user", [Text(text)])).id)
         if rng.random() < 0.5:
             other = rng.randrange(2)
-            store.append(others[other], Message("user", [Text(" ".join(_words(rng, 1 + other)))]))
+            store.append(others[other], Message("user", [Text(_line(rng, 1 + other))]))
     return store, conv, branch
 
 

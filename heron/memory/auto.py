@@ -61,6 +61,7 @@ class Gate:
     hits: int = 3  # hits shown at most
     depth: int = 5  # a hit must rank among the first `depth` of the fused retrieval
     second: float = 0.9  # a later hit's fused score, as a share of the first one's, at least
+    answers: bool = True  # a reply to a passing message that asks passes with its share
 
 
 GATE = Gate()
@@ -185,7 +186,7 @@ def auto_hits(
     if not wants_recall(text):
         return []
     mine = shares(recall, text, conversation_id) if own else {}
-    own_hits = {i: s for i, s in mine.items() if s >= gate.own}
+    own_hits = _answered(recall, {i: s for i, s in mine.items() if s >= gate.own}, gate)
     rest: dict[int, float] | None = None
     if not own_hits:
         rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
@@ -201,13 +202,35 @@ def auto_hits(
     if not found:  # other conversations only when this one has nothing to show
         if rest is None:
             rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
-        other = {i: s for i, s in rest.items() if s >= gate.other and i not in skip}
+        other = _answered(recall, {i: s for i, s in rest.items() if s >= gate.other}, gate)
+        other = {i: s for i, s in other.items() if i not in skip}
         more = _in_fused_order(recall, text, None, other, gate, gate.hits)
         found = [(i, score, other[i], True) for i, score in more]
     if not found:
         return []
     by_id = {h.message_id: h for h in recall._hits([(i, s) for i, s, _, _ in found], text)}
     return [AutoHit(by_id[i], share, far) for i, _, share, far in found if i in by_id]
+
+
+def _answered(recall: Recall, passed: dict[int, float], gate: Gate) -> dict[int, float]:
+    """`passed` and, with `gate.answers`, the replies to those of them that ask (hold a "?"),
+    each with the share of the message it answers where that is higher than its own. An
+    answer seldom repeats the words of its question ("How long have you been married?" "5
+    years already!"), so the gate's lexical share cannot see it, but the question it answers
+    holds them; a reply to a message that only says the same words gains nothing (k-fold
+    check: bench/recall.py --folds, docs/memory.md)."""
+    if not passed or not gate.answers:
+        return passed
+    links = records.parent_links(recall.store, list(passed))
+    replies = [(child, parent) for child, parent in links if parent in passed]
+    if not replies:
+        return passed
+    asking = {i for i, body in recall.bodies(list({p for _, p in replies})).items() if "?" in body}
+    out = dict(passed)
+    for child, parent in replies:
+        if parent in asking and passed[parent] > out.get(child, 0.0):
+            out[child] = passed[parent]
+    return out
 
 
 def _in_fused_order(
