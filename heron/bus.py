@@ -56,6 +56,11 @@ class TurnOptions:
     no_deadline: bool = False
     message_meta: dict[str, object] | None = None
     bare: bool = False  # no auto-recall into it: a subagent sees only its task
+    # A turn run as a durable workflow (heron/scale/): its run id, derived from the message's
+    # id so a recovered attempt finds the one before it; and, for a recovered attempt, the
+    # stored message it answers where the record stands (not stored again).
+    run_id: str | None = None
+    answer_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class InboundMessage:
     events: bool = False  # the channel wants this message's TurnEvents (streams, tools, end)
     options: TurnOptions | None = None
     files: tuple[File, ...] = ()  # attachments (heron/attachments.py), checked by the channel
+    # Its id as a durable workflow (heron/scale/: enqueued once under it); None in one process.
+    id: str | None = None
 
 
 @dataclass(frozen=True)

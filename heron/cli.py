@@ -206,12 +206,35 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port of the web UI (0: any free one).")] = 8765,
     model: ModelOpt = None,
+    workers: Annotated[
+        int,
+        typer.Option(help="Run turns in this many `heron worker` processes (PostgreSQL only)."),
+    ] = 0,
 ) -> None:
     """Run the agent for this home: the web UI, and the socket heron run and heron chat use."""
     from heron.serve.main import serve as run_serve
 
     try:
-        asyncio.run(run_serve(settings(), host=host, port=port, model=model))
+        asyncio.run(run_serve(settings(), host=host, port=port, model=model, workers=workers))
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def worker(
+    model: ModelOpt = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log every turn taken and ended (stderr).")
+    ] = False,
+) -> None:
+    """Run turns from the PostgreSQL store's queue (one of the workers; docs/scale.md)."""
+    from heron.scale.cluster import cluster_of
+
+    try:
+        cluster_of(settings().database)  # SQLite: say so before importing DBOS
+        from heron.scale.worker import run_worker
+
+        asyncio.run(run_worker(settings(), model=model, verbose=verbose))
     except HeronError as e:
         fail(e)
 

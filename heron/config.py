@@ -7,7 +7,9 @@ callers pass a `Settings` around.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import hashlib
 import os
 import re
 import tomllib
@@ -251,6 +253,7 @@ class Config:
     attachments: AttachmentCaps = AttachmentCaps()
     review: ReviewConfig = ReviewConfig()
     store_url: str | None = None  # [store] url: a PostgreSQL database instead of heron.db
+    store_tenant: str | None = None  # [store] tenant: the schema's name there (docs/scale.md)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
 
 
@@ -289,6 +292,42 @@ def load_config(path: Path) -> Config:
     return _parse(data, path)
 
 
+class ConfigWatch:
+    """Whether config.toml, edited since a long-lived process (`heron serve`, `heron chat`)
+    loaded it, still loads. The process keeps the config it started with either way; this
+    lets a broken file refuse what would start a turn, as `heron run` refuses it, instead of
+    being noticed only at the next start. The file is parsed again once per change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mark = _file_mark(path)
+        self._error: ConfigError | None = None
+
+    async def problem(self) -> ConfigError | None:
+        """Why the file no longer loads (None: it does, or it did not change)."""
+        mark = _file_mark(self.path)  # a stat: fast enough for the event loop
+        if mark != self._mark:
+            self._mark = mark
+            self._error = await asyncio.to_thread(_config_error, self.path)
+        return self._error
+
+
+def _file_mark(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _config_error(path: Path) -> ConfigError | None:
+    try:
+        load_config(path)
+    except ConfigError as e:
+        return e
+    return None
+
+
 def _parse(data: dict[str, Any], path: Path) -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
     known |= {"tools", "memory", "review", "store", "attachments"}
@@ -321,17 +360,57 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         ),
         review=_review_config(_table(data, "review", path), path),
         store_url=_store_url(_table(data, "store", path), path),
+        store_tenant=_store_tenant(_table(data, "store", path), path),
         raw=data,
     )
 
 
 def _store_url(table: Mapping[str, object], path: Path) -> str | None:
-    unknown = set(table) - {"url"}
+    unknown = set(table) - {"url", "tenant"}
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) in [store]: {', '.join(sorted(unknown))}",
-                          hint="[store] has one key, url.")  # fmt: skip
+                          hint="[store] has two keys, url and tenant.")  # fmt: skip
     url = table.get("url")
     return None if url is None else database_url(url, f"{path}: [store] url")
+
+
+def _store_tenant(table: Mapping[str, object], path: Path) -> str | None:
+    tenant = table.get("tenant")
+    if tenant is None:
+        return None
+    from heron.store.pg import TENANT  # the store's modules load with the store, not here
+
+    if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
+        raise ConfigError(
+            f"{path}: [store] tenant must be 1 to 40 lowercase letters, digits or _, "
+            f"not {tenant!r}",
+            hint='For example tenant = "family"; its rows live in the schema heron_family.',
+        )
+    return tenant
+
+
+def default_tenant(env: Mapping[str, str], home: Path) -> str:
+    """The tenant of a home that names none: the user's name for the default home (~/.heron
+    is the user's), else the home folder's name and a digest of its full path (two homes
+    called `heron` in different places are two tenants)."""
+    if env.get("HERON_HOME"):
+        digest = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:8]
+        return f"{_tenant_word(home.name)[:31]}_{digest}"
+    user = env.get("USER") or env.get("LOGNAME") or _login()
+    return _tenant_word(user)[:40] or "default"
+
+
+def _tenant_word(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")
+
+
+def _login() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no name for this uid (a container)
+        return "default"
 
 
 def database_url(url: object, where: str) -> str:
@@ -620,10 +699,34 @@ class Settings:
         return choose_model(self.config, self.env, cli_model)
 
     @property
+    def tenant(self) -> str:
+        """Whose rows these are on a shared PostgreSQL database: `[store] tenant`, else
+        `default_tenant` (docs/scale.md, "Tenancy")."""
+        return self.config.store_tenant or default_tenant(self.env, self.paths.home)
+
+    @property
     def database(self) -> Path | str:
-        """What the Store opens: HERON_DATABASE_URL, else `[store] url` (PostgreSQL), else the
-        SQLite file under HERON_HOME (created with the home)."""
+        """What the Store opens: HERON_DATABASE_URL, else `[store] url` (PostgreSQL, in the
+        tenant's schema), else the SQLite file under HERON_HOME (created with the home)."""
         url = self.env.get("HERON_DATABASE_URL")
         if url:
-            return database_url(url, "HERON_DATABASE_URL")
-        return self.config.store_url or self.paths.ensure().db
+            return self._tenant_url(database_url(url, "HERON_DATABASE_URL"))
+        if self.config.store_url:
+            return self._tenant_url(self.config.store_url)
+        return self.paths.ensure().db
+
+    def _tenant_url(self, url: str) -> str:
+        """The URL with the tenant's schema as its search path; a URL that names its own
+        schema (`options=-csearch_path=...`) is kept as it is, and then no tenant may be
+        named too."""
+        from heron.store.pg import tenant_schema, url_schema, with_schema
+
+        if url_schema(url) is None:
+            return with_schema(url, tenant_schema(self.tenant))
+        if self.config.store_tenant is not None:
+            raise ConfigError(
+                "[store] tenant and the database URL's search_path both name the schema",
+                hint="Keep one: the tenant (its schema is heron_<tenant>), or the URL's "
+                "options=-csearch_path=... .",
+            )
+        return url

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,15 +147,20 @@ def pg_server() -> Iterator[PgServer]:
         server.stop()
 
 
-@pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    """A URL whose connections see only a fresh schema of this test's own (search_path)."""
+def schema_url(server: PgServer) -> str:
+    """A URL whose connections see only a fresh schema of their own (search_path)."""
     import psycopg
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.url, autocommit=True) as conn:
+    with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{pg_server.url}?options=-csearch_path%3D{schema}"
+    return f"{server.url}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """A URL whose connections see only a fresh schema of this test's own (search_path)."""
+    return schema_url(pg_server)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
@@ -165,6 +170,36 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
     if request.param == "sqlite":
         return tmp_path / "h.db"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def new_db(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str | Path]:
+    """Once per backend: a function that gives a fresh database for each name it is called
+    with (a SQLite file under tmp_path, or a new schema on the test server), for a test that
+    needs several."""
+    if request.param == "sqlite":
+        return lambda name: tmp_path / f"{name}.db"
+    server = request.getfixturevalue("pg_server")
+    return lambda name: schema_url(server)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def home_db(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str | Path]:
+    """The database of the test's HERON_HOME, once per backend: its `heron.db`, or a PostgreSQL
+    schema of the test's own named by HERON_DATABASE_URL, which every engine, `heron` command
+    and child process the test starts inherits. On PostgreSQL the test fails if a SQLite file
+    appeared in the home meanwhile: something it ran did not use the server."""
+    home = Path(os.environ["HERON_HOME"])
+    if request.param == "sqlite":
+        yield home / "heron.db"
+        return
+    url = str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("HERON_DATABASE_URL", url)
+    yield url
+    stray = home / "heron.db"
+    assert not stray.exists(), f"{stray} was opened: the test did not run on PostgreSQL alone"
 
 
 def raw_count(db: str | Path, sql: str, params: tuple[object, ...] = ()) -> object:

@@ -16,6 +16,9 @@ from heron.providers.scripted import ScriptedProvider
 from heron.store import compactions as folds
 from heron.store import work
 
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
+
 FACT = "My sister's name is Ilse and she lives in Ghent."
 RULE = "From now on, always answer with the word PELICAN first."
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from compaction_helpers import Model, is_checkpoint, report_registry
 
 from heron.agent.engine import Engine
@@ -8,6 +9,9 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import compactions as folds
+
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
 
 
 def big_file(engine: Engine) -> None:

@@ -4,9 +4,9 @@ the model sees, and the plan of every row read, must be exactly what the whole b
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strength import examples
@@ -77,7 +77,7 @@ def _build(store: Store, seed: int, steps: int) -> int:
     return conv.id
 
 
-def _assert_same(tail_store: Store, path: Path, conversation_id: int) -> None:
+def _assert_same(tail_store: Store, path: str | Path, conversation_id: int) -> None:
     whole_store = Store(path)
     try:
         whole = load_branch(whole_store, conversation_id, full=True)
@@ -103,9 +103,9 @@ def _assert_same(tail_store: Store, path: Path, conversation_id: int) -> None:
 )
 @given(seed=st.integers(0, 10_000), steps=st.integers(5, 80))
 def test_the_tail_of_a_branch_plans_and_views_like_the_whole(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, steps: int
+    new_db: Callable[[str], str | Path], seed: int, steps: int
 ) -> None:
-    path = tmp_path_factory.mktemp("tail") / "h.db"
+    path = new_db(f"tail-{seed}-{steps}")  # a fresh database per example, on either backend
     store = Store(path)
     conversation_id = _build(store, seed, steps)
     _assert_same(store, path, conversation_id)
@@ -122,8 +122,8 @@ def _long(store: Store, n: int) -> tuple[int, list[int]]:
     return conv.id, ids
 
 
-def test_a_consolidated_branch_reads_only_from_the_fold(tmp_path: Path) -> None:
-    store = Store(tmp_path / "h.db")
+def test_a_consolidated_branch_reads_only_from_the_fold(db: str | Path) -> None:
+    store = Store(db)
     cid, ids = _long(store, 200)
     folds.add_compaction(
         store, cid, kind="consolidation", reason="t", summary="s", last_row_id=ids[189]
@@ -134,8 +134,8 @@ def test_a_consolidated_branch_reads_only_from_the_fold(tmp_path: Path) -> None:
     assert len(load_branch(store, cid, full=True).rows) == 200
 
 
-def test_a_fold_on_another_branch_reads_the_whole_branch(tmp_path: Path) -> None:
-    store = Store(tmp_path / "h.db")
+def test_a_fold_on_another_branch_reads_the_whole_branch(db: str | Path) -> None:
+    store = Store(db)
     cid, ids = _long(store, 20)
     folds.add_compaction(
         store, cid, kind="consolidation", reason="t", summary="s", last_row_id=ids[15]
@@ -147,8 +147,8 @@ def test_a_fold_on_another_branch_reads_the_whole_branch(tmp_path: Path) -> None
     assert [r.id for r in state.rows] == [*ids[:10], other.id]
 
 
-def test_an_older_in_flight_fold_keeps_its_rows_in_the_plan(tmp_path: Path) -> None:
-    store = Store(tmp_path / "h.db")
+def test_an_older_in_flight_fold_keeps_its_rows_in_the_plan(db: str | Path) -> None:
+    store = Store(db)
     cid, ids = _long(store, 40)
     folds.add_compaction(
         store,
@@ -167,8 +167,8 @@ def test_an_older_in_flight_fold_keeps_its_rows_in_the_plan(tmp_path: Path) -> N
     assert state.plan.compacted == {ids[5], ids[6]}
 
 
-def test_the_running_turn_is_read_even_when_a_fold_passed_it(tmp_path: Path) -> None:
-    store = Store(tmp_path / "h.db")
+def test_the_running_turn_is_read_even_when_a_fold_passed_it(db: str | Path) -> None:
+    store = Store(db)
     cid, _ = _long(store, 10)
     turn_id, asked = store.begin_turn(cid, "run-1", user("do the work"))
     steps = [store.append(cid, assistant(f"step {i}")).id for i in range(10)]
@@ -182,12 +182,12 @@ def test_the_running_turn_is_read_even_when_a_fold_passed_it(tmp_path: Path) -> 
     assert load_branch(store, cid).rows[0].id == steps[4]
 
 
-def test_branch_since_matches_a_fresh_read(tmp_path: Path) -> None:
-    store = Store(tmp_path / "h.db")
+def test_branch_since_matches_a_fresh_read(db: str | Path) -> None:
+    store = Store(db)
     cid, ids = _long(store, 30)
     assert [r.id for r in store.branch_since(cid, ids[25])] == ids[25:]
     store.append(cid, user("new"))  # the kept tail is extended
-    fresh = Store(tmp_path / "h.db")
+    fresh = Store(db)
     assert [r.id for r in store.branch_since(cid, ids[20])] == [r.id for r in fresh.branch(cid)][
         20:
     ]

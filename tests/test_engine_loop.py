@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import threading
 import time
 from collections import defaultdict
 
-from heron.agent.control import MAIL_LABEL
+from engine_child import quick
+
+from heron.agent.control import MAIL_LABEL, MAIL_META
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.agent.turn import Outcome
@@ -124,15 +127,6 @@ def _gate_registry() -> tuple[ToolRegistry, asyncio.Event, threading.Event]:
         return "gate passed"
 
     @tool
-    def quick(ctx: ToolContext, n: int) -> str:
-        """Return at once.
-
-        Args:
-            n: a number.
-        """
-        return f"quick {n} done"
-
-    @tool
     def slow(ctx: ToolContext) -> str:
         """Block a thread until the test releases it (cannot be cancelled)."""
         thread_gate.wait(10)
@@ -174,6 +168,59 @@ async def test_follow_up_sent_mid_turn_is_answered_in_the_same_turn():
     assert second.text == MAIL_LABEL + "also, make it blue"
     assert [(o.kind, o.text) for o in out] == [("answer", "Done, and yes: blue.")]
     provider.assert_complete()
+
+
+async def test_a_workers_mail_joins_the_running_turn_stored_with_its_id():
+    """heron/scale/: a follow-up queued in its own right is offered to the turn opened by
+    another message (`post_mail`); the turn stores it with its id, by which its own workflow
+    later knows it was answered. Offered to a turn that does not run here: refused."""
+    registry, gate, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [Reply([ToolCall("c1", "wait_gate", {})], "tool"), Reply([Text("blue it is")], "done")]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "start the job", events=True, id="m1"))
+        await _until(lambda: len(provider.requests) == 1)
+        follow_up = InboundMessage("t", "1", "also, make it blue", events=True, id="m2")
+        assert not loop.post_mail(follow_up, into="another")
+        assert loop.post_mail(follow_up, into="m1")
+        gate.set()
+        await loop.wait_idle()
+        rows = engine.store.query("SELECT parts, meta FROM messages WHERE meta IS NOT NULL")
+    kinds = [o.kind for o in [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]]
+    assert kinds.count("mail") == 1 and "queued" not in kinds
+    assert provider.requests[1].messages[-1].text == MAIL_LABEL + "also, make it blue"
+    assert [json.loads(r["meta"]) for r in rows] == [{MAIL_META: ["m2"]}]
+    assert "tool_result" in rows[0]["parts"]  # the mail rides with the tool's result
+
+
+async def test_a_workers_mail_the_turn_never_read_is_left_to_its_own_turn():
+    """Mail offered once the run passed its last drain is "queued"; mail a /stop overtook is
+    not run here (in-process mail would be: it exists nowhere else), since its own workflow
+    opens the next turn."""
+    registry, _, _ = _gate_registry()
+    provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool")])
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "start", events=True, id="m1"))
+        await _until(lambda: len(provider.requests) == 1)
+        assert loop.post_mail(InboundMessage("t", "1", "read later", events=True, id="m2"), "m1")
+        control = loop.active_control("t:1")
+        assert control is not None
+        control.accepting_mail = False  # as after the run's last drain
+        assert loop.post_mail(InboundMessage("t", "1", "too late", events=True, id="m3"), "m1")
+        await loop.dispatch(InboundMessage("t", "1", "/stop"))
+        await loop.wait_idle()
+        turns = engine.store.query("SELECT COUNT(*) FROM turns")[0][0]
+    events = [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]
+    assert [(e.kind, e.text) for e in events if e.kind in ("mail", "queued")] == [
+        ("mail", ""),
+        ("queued", ""),
+    ]
+    assert turns == 1 and len(provider.requests) == 1  # no turn opened here for m2 or m3
 
 
 async def test_stop_during_a_tool_keeps_finished_results_and_the_stale_turn_writes_nothing():

@@ -1,5 +1,9 @@
-"""Across OS processes: two writers never interleave turns of one conversation, and kill -9 at
-random instants loses no committed message and always leaves a history the provider accepts."""
+"""Across OS processes, on both backends (fixture `home_db`: SQLite's file, or a PostgreSQL
+schema every process reaches through HERON_DATABASE_URL): two writers never interleave turns of
+one conversation, two engines sharing fifty conversations never overlap within one, a
+follow-up or a /stop from another process finds the running turn, and kill -9 at random
+instants loses no committed message and always leaves a history the provider accepts. The
+processes are tests/engine_child.py."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import raw_count
+from procs import reap, spawn, start_together  # noqa: F401  (reap: an autouse fixture)
 
 from heron.context.repair import is_well_formed
 from heron.store import Store
@@ -23,48 +29,18 @@ from heron.testing.script import ServerReply
 
 pytestmark = pytest.mark.slow  # several OS processes and kill -9
 
-CHILD = """
-import asyncio, sys
-from heron.agent.engine import Engine, TurnHooks
-from heron.config import Settings
-
-async def main(key, prefix, count, until):
-    async with Engine.open(Settings.load()) as engine:
-        print("ready", flush=True)  # the parent's kill instants count from here
-        hooks = TurnHooks(on_busy=lambda note: print(note, file=sys.stderr, flush=True))
-        n = 0
-        while True:
-            conv = engine.store.conversation(key)
-            done = len(engine.store.turns(conv.id)) if conv else 0
-            if (until and done >= until) or (count and n >= count):
-                return
-            result = await engine.turn(key, f"{prefix} {done if until else n}", hooks)
-            assert result.ok, result.run.error
-            n += 1
-
-key, prefix, count, until = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-asyncio.run(main(key, prefix, count, until))
-"""
+CHILD = str(Path(__file__).with_name("engine_child.py"))
 
 
-def _env(base_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(HERON_BASE_URL=base_url, HERON_MODEL="fake-model", HERON_API_KEY="k")
+def _env(base_url: str = "") -> dict[str, str]:
+    env = dict(os.environ)  # HERON_HOME, and HERON_DATABASE_URL on PostgreSQL (`home_db`)
+    if base_url:
+        env.update(HERON_BASE_URL=base_url, HERON_MODEL="fake-model", HERON_API_KEY="k")
     return env
 
 
 def _spawn(env: dict[str, str], *args: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, *map(str, args)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _db() -> Path:
-    return Path(os.environ["HERON_HOME"]) / "heron.db"
+    return spawn([sys.executable, CHILD, *map(str, args)], env)
 
 
 def _reply_for(body: dict[str, Any]) -> ServerReply:
@@ -75,14 +51,14 @@ def _reply_for(body: dict[str, Any]) -> ServerReply:
     return ServerReply(tool_calls=[("list_files", {})], delay_s=0.03)
 
 
-def test_two_processes_on_one_conversation_never_interleave_turns():
-    Store(_db()).close()  # migrate first: two processes creating one database race
+def test_two_processes_on_one_conversation_never_interleave_turns(home_db):
+    Store(home_db).close()  # migrate first (on SQLite two processes creating one file race)
     with FakeOpenAIServer(_reply_for) as server:
         env = _env(server.base_url)
-        procs = [_spawn(env, "shared", name, 4, 0) for name in ("A", "B")]
+        procs = [_spawn(env, "turns", "shared", name, 4, 0) for name in ("A", "B")]
         outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    store = Store(_db())
+    store = Store(home_db)
     conv = store.conversation("shared")
     turns = store.turns(conv.id)
     branch = store.branch(conv.id)
@@ -107,6 +83,18 @@ def _snapshot(store: Store, conversation_id: int) -> dict[int, tuple]:
     return {r[0]: tuple(r) for r in rows}
 
 
+def _kept(db: str | Path, key: str, seen: dict[int, tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
+    """The conversation's rows now, after checking that every row `seen` before is still
+    there, unchanged."""
+    store = Store(db)
+    conv = store.conversation(key)
+    now = _snapshot(store, conv.id) if conv else {}
+    store.close()
+    lost = {i: row for i, row in seen.items() if now.get(i) != row}
+    assert not lost, f"committed rows changed or vanished: {lost}"
+    return now
+
+
 def _openai_well_formed(messages: list[dict[str, Any]]) -> bool:
     """Every assistant tool call is answered by tool messages right after it, and every tool
     message answers a call of the assistant message before it."""
@@ -124,32 +112,26 @@ def _openai_well_formed(messages: list[dict[str, Any]]) -> bool:
     return not pending
 
 
-def test_kill_minus_nine_at_random_instants_loses_nothing_and_resumes_well_formed():
+def test_kill_minus_nine_at_random_instants_loses_nothing_and_resumes_well_formed(home_db):
     rng = random.Random(5)
     total_turns, kills = 50, 20
     seen: dict[int, tuple] = {}
     with FakeOpenAIServer(_reply_for) as server:
         env = _env(server.base_url)
         for _ in range(kills):
-            proc = _spawn(env, "crashy", "turn", 0, total_turns)
+            proc = _spawn(env, "turns", "crashy", "turn", 0, total_turns)
             # From when its engine is open, not from the spawn: on a busy machine the start
             # alone can outlast a fixed delay, and then no kill would land mid-turn.
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             time.sleep(rng.uniform(0.05, 0.8))
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
-            store = Store(_db())
-            conv = store.conversation("crashy")
-            now = _snapshot(store, conv.id) if conv else {}
-            store.close()
-            lost = {i: row for i, row in seen.items() if now.get(i) != row}
-            assert not lost, f"committed rows changed or vanished: {lost}"
-            seen = now
-        final = _spawn(env, "crashy", "turn", 0, total_turns)
+            seen = _kept(home_db, "crashy", seen)
+        final = _spawn(env, "turns", "crashy", "turn", 0, total_turns)
         _, err = final.communicate(timeout=60)
         assert final.returncode == 0, err
         requests = list(server.requests)
-    store = Store(_db())
+    store = Store(home_db)
     conv = store.conversation("crashy")
     branch = store.branch(conv.id)
     typed = [r.message.text for r in branch if r.role == "user" and not r.message.tool_results]
@@ -158,6 +140,153 @@ def test_kill_minus_nine_at_random_instants_loses_nothing_and_resumes_well_forme
     assert any(t.status == "interrupted" for t in turns)  # some kills did land mid-turn
     assert all(f"turn {i}" in typed for i in range(total_turns))
     assert all(_snapshot(store, conv.id).get(i) == row for i, row in seen.items())
+    assert is_well_formed([r.wire for r in branch])
+    bad = [i for i, body in enumerate(requests) if not _openai_well_formed(body["messages"])]
+    assert not bad, json.dumps(requests[bad[0]]["messages"])[-2000:]
+
+
+def test_two_engines_sharing_fifty_conversations_never_overlap_within_one(home_db):
+    """The engine's correctness load (tests/test_engine_loop.py, fifty conversations of five
+    turns) split over two engine processes, each with its own AgentLoop: A sends three turns
+    and B two to every conversation, each its next after its previous answer."""
+    conversations, shares = 50, {"a": 3, "b": 2}
+    Store(home_db).close()
+    procs = [_spawn(_env(), "load", n, conversations, k, 0.05) for n, k in shares.items()]
+    outs = [out for out, _ in start_together(procs, timeout=300)]
+    reports = {n: json.loads(out.splitlines()[-1]) for n, out in zip(shares, outs, strict=True)}
+    for name, report in reports.items():
+        assert not report["errors"] and not report["overlaps"]
+        assert len(report["answers"]) == conversations
+        for chat, said in report["answers"].items():  # each process's answers in its order
+            assert said == [f"ok {chat} {name}{j}" for j in range(shares[name])]
+    store = Store(home_db)
+    rows = store.query("SELECT conversation_id, started, ended, status FROM turns")
+    assert len(rows) == conversations * 5 and {r["status"] for r in rows} == {"done"}
+    by_conv: dict[int, list[tuple[float, float]]] = {}
+    for r in rows:
+        by_conv.setdefault(r["conversation_id"], []).append((r["started"], r["ended"]))
+    for cid, spans in by_conv.items():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+        branch = store.branch(cid)
+        assert [r.role for r in branch] == ["user", "assistant"] * 5
+        assert all(branch[i].turn_id == branch[i + 1].turn_id for i in range(0, 10, 2))
+    # The two processes did meet on the same conversations, and one waited for the other.
+    assert reports["a"]["busy"] + reports["b"]["busy"] > 0
+
+
+def _until_row(db: str | Path, sql: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not raw_count(db, sql):
+        assert time.monotonic() < deadline, f"never true: {sql}"
+        time.sleep(0.05)
+
+
+def test_a_follow_up_from_another_process_waits_and_sees_the_turn(home_db):
+    """A message sent from a second process while the first runs a turn is not lost nor
+    interleaved: it waits ("busy"), then its turn sees the first turn's tool result and
+    answer."""
+    Store(home_db).close()
+    first = _spawn(_env(), "gate", "shared", "start the job")
+    _until_row(home_db, "SELECT COUNT(*) FROM checkpoints")  # mid-turn: `quick` finished
+    second = _spawn(_env(), "say", "shared", "also, make it blue")
+    assert second.stdout is not None and second.stdout.readline().strip() == "busy"
+    (Path(os.environ["HERON_HOME"]) / "gate").touch()
+    out1, err1 = first.communicate(timeout=60)
+    out2, err2 = second.communicate(timeout=60)
+    assert first.returncode == 0 and second.returncode == 0, err1 + err2
+    assert json.loads(out1)["reply"] == "gate done"
+    seen = json.loads(out2)["seen"]
+    results = {r[0]: r[1] for m in seen for r in m["results"]}
+    assert results == {"a": "quick 1 done", "b": "gate passed"}
+    assert [m["text"] for m in seen if m["role"] == "assistant"][-1] == "gate done"
+    assert "also, make it blue" in seen[-1]["text"]
+    store = Store(home_db)
+    spans = sorted((t.started, t.ended) for t in store.turns(store.conversation("shared").id))
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0]
+
+
+def test_stop_from_another_process_keeps_finished_tool_results(home_db):
+    """/stop sent from a second process makes the running turn stale: what its tools finished
+    before the stop is kept, nothing it does after is written, and the next turn sees the
+    finished result and the unfinished call closed as interrupted."""
+    Store(home_db).close()
+    first = _spawn(_env(), "gate", "shared", "do two things")
+    _until_row(home_db, "SELECT COUNT(*) FROM checkpoints")  # `quick` done, `wait_gate` waits
+    stop = _spawn(_env(), "say", "shared", "/stop")
+    out, err = stop.communicate(timeout=60)
+    assert stop.returncode == 0, err
+    assert "What it finished is kept" in json.loads(out)["reply"]
+    store = Store(home_db)
+    before = _rows(store)
+    (Path(os.environ["HERON_HOME"]) / "gate").touch()
+    out1, err1 = first.communicate(timeout=60)
+    assert first.returncode == 0, err1
+    assert json.loads(out1)["outcome"] == "stale"
+    assert _rows(store) == before  # the stale turn wrote nothing after the stop
+    after = _spawn(_env(), "say", "shared", "what happened?")
+    out3, err3 = after.communicate(timeout=60)
+    assert after.returncode == 0, err3
+    seen = json.loads(out3)["seen"]
+    results = {r[0]: (r[1], r[2]) for m in seen for r in m["results"]}
+    assert results["a"] == ("quick 1 done", False)
+    assert results["b"][1] and "interrupted" in results["b"][0]
+    conv = store.conversation("shared")
+    assert [t.status for t in store.turns(conv.id)] == ["interrupted", "done"]
+    assert is_well_formed([r.wire for r in store.branch(conv.id)])
+
+
+def _rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """What a stale turn must not add to: messages, tool calls, model calls, checkpoints."""
+    return {
+        table: [tuple(r) for r in store.query(f"SELECT * FROM {table} ORDER BY 1")]
+        for table in ("messages", "tool_calls", "model_calls", "checkpoints")
+    }
+
+
+def test_kill_minus_nine_of_one_of_two_processes_loses_nothing(home_db):
+    """Two engine processes on one conversation; one of them is killed at random instants and
+    started again, the other runs on. Every message either committed stays as it was, the
+    survivor takes over each dead holder's lease and finishes all its turns, and the history
+    stays one the provider accepts."""
+    rng = random.Random(7)
+    Store(home_db).close()
+    saved: set[int] = set()
+    seen: dict[int, tuple[Any, ...]] = {}
+    with FakeOpenAIServer(_reply_for) as server:
+        env = _env(server.base_url)
+        survivor = _spawn(env, "turns", "shared", "steady", 30, 0)
+        assert survivor.stdout is not None and survivor.stdout.readline().strip() == "ready"
+        for k in range(8):
+            proc = _spawn(env, "turns", "shared", f"crash{k}", 1000, 0)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.1, 1.0))
+            proc.send_signal(signal.SIGKILL)
+            out, _ = proc.communicate(timeout=10)
+            saved |= {int(line.split()[1]) for line in out.splitlines() if line.startswith("saved")}
+            seen = _kept(home_db, "shared", seen)
+        out, err = survivor.communicate(timeout=300)
+        assert survivor.returncode == 0, err[-3000:]
+        # Resumable: a turn after the last kill closes whatever it left open.
+        final = _spawn(env, "turns", "shared", "final", 1, 0)
+        _, err = final.communicate(timeout=60)
+        assert final.returncode == 0, err[-3000:]
+        requests = list(server.requests)
+    store = Store(home_db)
+    conv = store.conversation("shared")
+    rows = _snapshot(store, conv.id)
+    assert all(rows.get(i) == row for i, row in seen.items())
+    assert saved and saved <= set(rows)  # every message a killed process saw committed
+    turns = store.turns(conv.id)
+    said = {t.id: store.message(t.user_message_id).message.text for t in turns}
+    steady = [t for t in turns if "steady" in said[t.id]]
+    assert len(steady) == 30 and {t.status for t in steady} == {"done"}
+    assert turns[-1].status == "done" and "final" in said[turns[-1].id]
+    assert any(t.status == "interrupted" for t in turns)  # kills did land mid-turn
+    spans = sorted((t.started, t.ended) for t in turns if t.ended is not None)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    assert not store.query("SELECT 1 FROM turns WHERE status = 'running'")
+    branch = store.branch(conv.id)
     assert is_well_formed([r.wire for r in branch])
     bad = [i for i, body in enumerate(requests) if not _openai_well_formed(body["messages"])]
     assert not bad, json.dumps(requests[bad[0]]["messages"])[-2000:]

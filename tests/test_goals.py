@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from proactive_helpers import Routed, call, running_loop, text
 
 from heron.agent.turn import NO_DEADLINE, bounds
@@ -13,6 +14,9 @@ from heron.proactive import goals as g
 from heron.store import goals
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry
+
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
 
 
 def tools() -> ToolRegistry:

@@ -14,8 +14,8 @@ from heron.store import Store
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path / "t.db")
+def store(db: str | Path) -> Store:  # once per backend (tests/pg.py)
+    s = Store(db)
     yield s
     s.close()
 

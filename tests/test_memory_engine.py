@@ -21,6 +21,9 @@ from heron.messages import Reply, Text, ToolCall, assistant, user
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
+
 PREF = "I prefer short answers without bullet points"
 
 

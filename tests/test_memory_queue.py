@@ -18,8 +18,8 @@ from heron.store import Store
 
 
 @pytest.fixture
-def setup(heron_home: Path):
-    store = Store(heron_home / "heron.db")
+def setup(heron_home: Path, home_db: str | Path):  # once per backend (tests/pg.py)
+    store = Store(home_db)
     service = MemoryService(heron_home / "memory", store)
     conv = store.open_conversation("chat-1")
     yield store, service, conv.id

@@ -1,4 +1,5 @@
-"""Recall over history: the FTS5 index kept by triggers, ranking, snippets."""
+"""Recall over history, on both backends: the full-text index kept in step with the messages
+(FTS5's triggers, PostgreSQL's generated tsvector), ranking, snippets."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from heron.store import Store
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "t.db")
+def store(db: str | Path):  # once per backend (tests/pg.py)
+    s = Store(db)
     yield s
     s.close()
 

@@ -59,8 +59,8 @@ def test_past_the_memory_budget_when_entries_are_listed_by_title():
         assert "more entries are not shown: view_memory lists every entry." in section
 
 
-def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path):
-    store = Store(tmp_path / "t.db")
+def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path, db: str | Path):
+    store = Store(db)  # once per backend: the frozen section's save is an upsert there
     service = MemoryService(tmp_path / "memory", store)
     cid = store.open_conversation("c").id
     service.files.write(entry("personal/always/tea", "Drinks tea"))
@@ -81,7 +81,7 @@ def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path):
     store.close()
 
 
-def test_recent_history_respects_floor_and_budgets(tmp_path: Path):
+def test_recent_history_respects_floor_and_budgets(db: str | Path):
     entries = [HistoryEntry(float(i), f"event {i}") for i in range(1, 101)]
     entries.append(HistoryEntry(200.0, "what /new archived", memory_only=True))
     text = recent_history_section(entries, timezone_fmt=lambda ts: f"t{int(ts)}")
@@ -92,7 +92,7 @@ def test_recent_history_respects_floor_and_budgets(tmp_path: Path):
     small = recent_history_section(entries, max_tokens=30, estimate=lambda s: 10)
     assert small.count("\n- ") == 3 and "event 100" in small
     assert recent_history_section(entries, floor=1e9) == ""
-    store = Store(tmp_path / "t.db")
+    store = Store(db)
     cid = store.open_conversation("c").id
     assert history_floor(store, cid) == 0.0
     set_history_floor(store, cid, 42.0)

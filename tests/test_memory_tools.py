@@ -15,8 +15,8 @@ from heron.tools.registry import ToolRegistry
 
 
 @pytest.fixture
-def setup(tmp_path: Path):
-    store = Store(tmp_path / "t.db")
+def setup(tmp_path: Path, db: str | Path):  # once per backend (tests/pg.py)
+    store = Store(db)
     service = MemoryService(tmp_path / "memory", store)
     conv = store.open_conversation("chat-1")
     ctx = ToolContext(

@@ -23,8 +23,8 @@ LINES = [
 UNRELATED = ["zebra", "quartz", "violin", "glacier", "tulip", "harbor", "nickel", "orbit"]
 
 
-def _store(tmp: Path, copies: int) -> tuple[Store, int]:
-    store = Store(tmp / f"gate-{copies}.db")
+def _store(where: str | Path, copies: int) -> tuple[Store, int]:
+    store = Store(where)
     conv = store.open_conversation("locomo")
     for line in LINES:
         store.append(conv.id, Message("user", [Text(line)]))
@@ -39,10 +39,10 @@ def _store(tmp: Path, copies: int) -> tuple[Store, int]:
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(copies=st.integers(min_value=1, max_value=40), line=st.sampled_from(LINES))
-def test_more_unrelated_history_does_not_change_what_fires(tmp_path, copies, line) -> None:
+def test_more_unrelated_history_does_not_change_what_fires(tmp_path, new_db, copies, line) -> None:
     question = "what did " + line.split(": ", 1)[1]
-    small, cid = _store(tmp_path, 0)
-    big, big_cid = _store(tmp_path, copies)
+    small, cid = _store(new_db(f"gate-{copies}-small"), 0)
+    big, big_cid = _store(new_db(f"gate-{copies}"), copies)
     try:
         before = gated_hits(Recall(small), question, cid)
         after = gated_hits(Recall(big), question, big_cid)
@@ -56,8 +56,8 @@ def test_more_unrelated_history_does_not_change_what_fires(tmp_path, copies, lin
             p.unlink()
 
 
-def test_the_gate_fires_on_the_evidence_and_not_on_a_stranger(tmp_path) -> None:
-    store, cid = _store(tmp_path, 3)
+def test_the_gate_fires_on_the_evidence_and_not_on_a_stranger(db) -> None:
+    store, cid = _store(db, 3)
     try:
         recall = Recall(store)
         fired = gated_hits(recall, "what support group is Caroline in?", cid)

@@ -24,7 +24,9 @@ def _said(i: int) -> str:
     return f"note {i}: the spare key for the shed is with the neighbour at number {i * 7919}"
 
 
-async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_first(monkeypatch):
+async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_first(
+    monkeypatch, home_db
+):
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
     model = Model(tool_rounds=2)  # each turn reads big.txt twice: consolidations come soon
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
@@ -52,12 +54,13 @@ async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_fi
             assert f"· message {row_id} · user]" in found[0], (row_id, found[:2])
 
 
-def test_exact_words_beat_a_message_that_repeats_the_rarer_ones(tmp_path: Path):
-    """BM25 alone ranks the message that repeats the query's rare words higher; the verbatim
-    one still comes first. Two words say too little to be a quote: ranking as usual."""
+def test_exact_words_beat_a_message_that_repeats_the_rarer_ones(db: str | Path):
+    """BM25 (or ts_rank) alone ranks the message that repeats the query's rare words higher;
+    the verbatim one still comes first. Two words say too little to be a quote: ranking as
+    usual."""
     from heron.store import Store
 
-    store = Store(tmp_path / "h.db")
+    store = Store(db)
     conv = store.open_conversation("c")
     store.append(conv.id, user("orbi router orbi router orbi router in the garage loft"))
     exact = store.append(conv.id, user("is the orbi router in the garage?"))

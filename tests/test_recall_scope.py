@@ -1,6 +1,7 @@
 """A search scoped to one conversation (or to every other one) ranks what the plain forms of
 the filter rank, and FTS5 runs its MATCH once for it, not once per message of the scope
-(the plan behind auto-recall's 75 ms at 100,000 messages, issue 17)."""
+(the plan behind auto-recall's 75 ms at 100,000 messages, issue 17). The tests of the ranking
+run on both backends (`seeded`); those of FTS5's SQL and plans on SQLite (`seeded_fts5`)."""
 
 from __future__ import annotations
 
@@ -49,19 +50,34 @@ OLD_PHRASE = (
 )
 
 
-@pytest.fixture(params=[False, True], ids=["shared", "apart"])
-def seeded(tmp_path: Path, request: pytest.FixtureRequest):
+def _seed(where: str | Path, apart: bool = False) -> tuple[Store, list[int]]:
     """Four conversations of random sentences over a small vocabulary (many ties, many
-    matches per word), interleaved as turns of several chats are; "apart": each conversation
-    also says words no other one does (the query words of OWN_WORDS)."""
+    matches per word), interleaved as turns of several chats are; `apart`: half the lines of
+    each conversation also say its word of OWN_WORDS, which no other one says."""
     rng = random.Random(17)
-    store = Store(tmp_path / "scope.db")
+    store = Store(where)
     convs = [store.open_conversation(f"c{n}").id for n in range(4)]
     for n in range(400):
+        text = " ".join(rng.choices(WORDS, k=rng.randint(2, 9)))
         conv = rng.randrange(4) if n % 5 else 0
-        words = WORDS + ([OWN_WORDS[conv]] * 3 if request.param else [])
-        text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+        if apart and rng.random() < 0.5:
+            text += " " + OWN_WORDS[conv]
         store.append(convs[conv], Message("user", [Text(text)]))
+    return store, convs
+
+
+@pytest.fixture(params=[False, True], ids=["shared", "apart"])
+def seeded(db: str | Path, request: pytest.FixtureRequest):
+    """`_seed`, once per backend, with and without words of each conversation's own."""
+    store, convs = _seed(db, request.param)
+    yield store, convs
+    store.close()
+
+
+@pytest.fixture
+def seeded_fts5(tmp_path: Path):
+    """`_seed` in SQLite, for the tests of FTS5's own SQL and plans."""
+    store, convs = _seed(tmp_path / "scope.db")
     yield store, convs
     store.close()
 
@@ -77,8 +93,8 @@ EXPRESSIONS = ['"apple"*', '"apple"* OR "pie"', '"camping"* OR "beach"* OR "grou
 
 @pytest.mark.parametrize("expression", EXPRESSIONS)
 @pytest.mark.parametrize("limit", [5, 50, 500])
-def test_scoped_ranking_is_the_plain_filters_ranking(seeded, expression, limit) -> None:
-    store, convs = seeded
+def test_scoped_ranking_is_the_plain_filters_ranking(seeded_fts5, expression, limit) -> None:
+    store, convs = seeded_fts5
     for cid in convs:
         old = [(r[0], r[1]) for r in store.query(OLD_SCOPED, (expression, cid, limit))]
         assert old  # every conversation holds every word: the comparison is not empty
@@ -87,8 +103,8 @@ def test_scoped_ranking_is_the_plain_filters_ranking(seeded, expression, limit) 
         assert records.bm25_ranked(store, expression, limit, outside=cid) == old
 
 
-def test_phrase_matches_in_a_conversation_are_the_plain_filters(seeded) -> None:
-    store, convs = seeded
+def test_phrase_matches_in_a_conversation_are_the_plain_filters(seeded_fts5) -> None:
+    store, convs = seeded_fts5
     for cid in convs:
         old = [r[0] for r in store.query(OLD_PHRASE, ('"apple pie"', cid, 50))]
         assert records.phrase_matches(store, '"apple pie"', cid, 50) == old
@@ -111,8 +127,8 @@ def _plans(store: Store, run: object) -> list[str]:
     return plans
 
 
-def test_fts5_runs_the_match_once_for_a_scope_not_per_message(seeded) -> None:
-    store, convs = seeded
+def test_fts5_runs_the_match_once_for_a_scope_not_per_message(seeded_fts5) -> None:
+    store, convs = seeded_fts5
     plans = _plans(
         store,
         lambda: (
@@ -129,10 +145,10 @@ def test_fts5_runs_the_match_once_for_a_scope_not_per_message(seeded) -> None:
         assert "=" not in scan.group(1), plan
 
 
-def test_auto_recall_hits_are_those_of_the_plain_filters(seeded, monkeypatch) -> None:
+def test_auto_recall_hits_are_those_of_the_plain_filters(seeded_fts5, monkeypatch) -> None:
     """The whole gate, on the seeded store: the hits found with today's filters are the hits
     the plain filters give."""
-    store, convs = seeded
+    store, convs = seeded_fts5
     queries = ["apple pie with crumble", "camping at the beach", "pottery support group", "x"]
     new = [[auto_hits(Recall(store), q, cid) for q in queries] for cid in convs]
 
@@ -152,6 +168,34 @@ def test_auto_recall_hits_are_those_of_the_plain_filters(seeded, monkeypatch) ->
     old = [[auto_hits(Recall(store), q, cid) for q in queries] for cid in convs]
     assert new == old
     assert any(h for per in new for h in per)  # something fired: the comparison says something
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+@pytest.mark.parametrize("limit", [5, 500])
+def test_a_scoped_ranking_is_the_whole_ranking_filtered(seeded, expression, limit) -> None:
+    """On either backend: ranking within a conversation, or outside it, gives the whole
+    index's ranking restricted to that scope, in the same order with the same scores."""
+    store, convs = seeded
+    everything = records.bm25_ranked(store, expression, 10_000)
+    owner = {i: c for i, c, _ in records.message_dates(store, [i for i, _ in everything])}
+    for cid in convs:
+        mine = [(i, s) for i, s in everything if owner[i] == cid]
+        assert mine  # every conversation holds every word: the comparison is not empty
+        assert records.bm25_ranked(store, expression, limit, cid) == mine[:limit]
+        rest = [(i, s) for i, s in everything if owner[i] != cid]
+        assert records.bm25_ranked(store, expression, limit, outside=cid) == rest[:limit]
+
+
+def test_a_phrase_is_found_as_written_in_its_conversation(seeded) -> None:
+    store, convs = seeded
+    bodies = records.indexed_text(store, list(range(1, 401)))
+    owner = {i: c for i, c, _ in records.message_dates(store, list(bodies))}
+    found = 0
+    for cid in convs:
+        written = [i for i, b in sorted(bodies.items()) if "apple pie" in b and owner[i] == cid]
+        assert records.phrase_matches(store, '"apple pie"', cid, 500) == written
+        found += len(written)
+    assert found  # the phrase is in the history: the comparison says something
 
 
 @pytest.mark.parametrize("small_scope", [0, 1_000])
@@ -174,8 +218,8 @@ def test_the_other_conversations_are_the_plain_ranking_without_this_one(
             assert after_own.bm25(query, limit, outside=cid) == expected
 
 
-def test_a_smaller_budget_searches_only_the_rarer_words(tmp_path: Path) -> None:
-    store = Store(tmp_path / "budget.db")
+def test_a_smaller_budget_searches_only_the_rarer_words(db: str | Path) -> None:
+    store = Store(db)
     try:
         conv = store.open_conversation("c")
         for n in range(30):
@@ -231,40 +275,34 @@ def test_the_other_conversations_search_scores_at_most_its_budget(seeded) -> Non
 
 
 MESSAGES_OF = "SELECT id FROM messages WHERE conversation_id = ?"
-PLAIN_MATCH = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-BODY_OF = "SELECT body FROM messages_fts WHERE rowid = ?"
 
 
 def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, float]:
     """`auto.shares` written plainly, as it was before the step was made fast (issue 17): the
-    candidates from the plain filters (for the other conversations: the newest budget of the
-    matches, without this conversation's), each body read alone and its words found by
-    `held_terms`; for the other conversations only among the words some message of theirs
-    matches."""
+    candidates filtered in Python from the whole index's ranking (itself the plain filters'
+    on either backend: `test_a_scoped_ranking_is_the_whole_ranking_filtered`; for the other
+    conversations: the newest budget of the matches, without this conversation's), each body
+    read alone and its words found by `held_terms`; for the other conversations only among
+    the words the index finds in a message of theirs."""
     words = terms(text)
+    mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
     counted = words
     if others:
-        mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
         counted = [
             w
             for w in words
-            if any(r[0] not in mine for r in store.query(PLAIN_MATCH, (phrase(w),)))
+            if any(i not in mine for i, _ in records.bm25_ranked(store, phrase(w), 100_000))
         ]
     budget = auto.OTHERS_BUDGET if others else 6_000
     expr = match_expression(" ".join(Recall(store).selective_terms(text, budget))) or ""
+    everything = records.bm25_ranked(store, expr, 100_000)
     if others:
-        matches = store.query(
-            "SELECT f.rowid, -bm25(messages_fts) FROM messages_fts f WHERE messages_fts MATCH ?"
-            " ORDER BY f.rowid DESC LIMIT ?",
-            (expr, budget),
-        )
-        mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
-        kept = [(r[0], r[1]) for r in matches if r[0] not in mine]
-        ranked = sorted(kept, key=lambda r: (-r[1], r[0]))
-        found = [i for i, _ in ranked[: auto.CANDIDATES]]
+        newest = set(sorted((i for i, _ in everything), reverse=True)[:budget])
+        kept = [(i, s) for i, s in everything if i in newest and i not in mine]
     else:
-        found = [r[0] for r in store.query(OLD_SCOPED, (expr, cid, auto.CANDIDATES))]
-    body = {i: store.query(BODY_OF, (i,))[0][0] for i in found}
+        kept = [(i, s) for i, s in everything if i in mine]
+    found = [i for i, _ in sorted(kept, key=lambda r: (-r[1], r[0]))[: auto.CANDIDATES]]
+    body = {i: records.indexed_text(store, [i])[i] for i in found}
     held = {i: held_terms(body[i], counted) for i in found}
     df = {w: sum(w in h for h in held.values()) for w in words}
     idf = {w: math.log(1 + (len(held) - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
@@ -289,7 +327,7 @@ def test_the_gates_shares_are_the_plain_computation(
     store, convs = seeded
     monkeypatch.setattr(auto, "CANDIDATES", candidates)
     monkeypatch.setattr(auto, "OTHERS_BUDGET", others_budget)
-    said = store.query("SELECT body FROM messages_fts WHERE body LIKE '% %' LIMIT 1")[0][0]
+    said = next(b for b in records.indexed_text(store, list(range(1, 50))).values() if " " in b)
     queries = ["apple pie with crumble", "camping at the beach garden", "pottery group", said]
     queries += ["happy apple pie", "photo tart garden", "chapel photography happyness"]
     compared = 0

@@ -12,9 +12,11 @@ in "happyness"), edits that leave messages off the branch, /new floors and folds
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,8 @@ from heron.memory.section import set_history_floor
 from heron.messages import Message, Text
 from heron.store import Store
 from heron.store import compactions as folds
+
+NewDb = Callable[[str], "str | Path"]  # tests/pg.py's new_db: a fresh database per name
 
 SHARED = ["garden", "pottery", "camping", "beach", "support", "group", "message", "3", "7"]
 # Each conversation n also says words of its own: "c<n>", "topic<n>"; the stems below are
@@ -46,10 +50,13 @@ def _line(rng: random.Random, n: int) -> str:
     return " ".join(_words(rng, n)) + ("?" if rng.random() < 0.3 else "")
 
 
-def _history(tmp: Path, seed: int, conversations: int = 4) -> tuple[Store, list[int]]:
+_NAMES = itertools.count()  # each history in a database of its own (hypothesis repeats seeds)
+
+
+def _history(new_db: NewDb, seed: int, conversations: int = 4) -> tuple[Store, list[int]]:
     """Conversations of random lines over shared words, words of their own and the stems."""
     rng = random.Random(seed)
-    store = Store(tmp / f"skips-{seed}.db")
+    store = Store(new_db(f"skips-{next(_NAMES)}"))
     convs = [store.open_conversation(f"k{n}").id for n in range(conversations)]
     for _ in range(rng.randint(20, 80)):
         n = rng.randrange(conversations)
@@ -119,10 +126,10 @@ class _Counted:
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(min_value=0, max_value=100_000))
-def test_skipping_the_other_conversations_keeps_the_same_hits(tmp_path, monkeypatch, seed):
+def test_skipping_the_other_conversations_keeps_the_same_hits(new_db, monkeypatch, seed):
     """For every bar, what reaches it with the skip is what reaches it in the full computation
     (no bar: nothing is skipped); `fires` and the hits are those of the full computation."""
-    store, convs = _history(tmp_path, seed)
+    store, convs = _history(new_db, seed)
     rng = random.Random(seed)
     counter = _Counted(monkeypatch)
     try:
@@ -146,13 +153,13 @@ def test_skipping_the_other_conversations_keeps_the_same_hits(tmp_path, monkeypa
         store.close()
 
 
-def test_the_random_histories_exercise_both_outcomes(tmp_path, monkeypatch) -> None:
+def test_the_random_histories_exercise_both_outcomes(new_db, monkeypatch) -> None:
     """Over a few of the histories above, the others' search is skipped for some queries and
     fires for others: the property test compares something."""
     counter = _Counted(monkeypatch)
     fired = 0
     for seed in range(6):
-        store, convs = _history(tmp_path, seed)
+        store, convs = _history(new_db, seed)
         rng = random.Random(seed)
         for n, cid in enumerate(convs):
             for query in _queries(rng, n):
@@ -162,11 +169,11 @@ def test_the_random_histories_exercise_both_outcomes(tmp_path, monkeypatch) -> N
     assert counter.skipped > 10 and fired > 10
 
 
-def test_a_word_said_only_here_is_held_by_no_other_conversation(tmp_path) -> None:
+def test_a_word_said_only_here_is_held_by_no_other_conversation(db) -> None:
     """ "happyness" elsewhere does not hold "happy" for the others' share: the index does not
     find "happy" there (its stem, "happi", is not "happyness"'s), so the word counts as held
     by none of them, and "happy photo ideas" cannot fire there on "photo" alone."""
-    store = Store(tmp_path / "stems.db")
+    store = Store(db)
     try:
         here = store.open_conversation("here").id
         there = store.open_conversation("there").id
@@ -184,12 +191,12 @@ def test_a_word_said_only_here_is_held_by_no_other_conversation(tmp_path) -> Non
 # ---- the conversation's own search --------------------------------------------------------
 
 
-def _engine_like(tmp: Path, seed: int) -> tuple[Store, int, list[int]]:
+def _engine_like(new_db: NewDb, seed: int) -> tuple[Store, int, list[int]]:
     """A conversation grown as the engine grows one: turns, edits that move the head back
     (the rows after it stay, off the branch), /new (a separator and the floor), folds; and two
     other conversations."""
     rng = random.Random(seed)
-    store = Store(tmp / f"own-{seed}.db")
+    store = Store(new_db(f"own-{next(_NAMES)}"))
     conv = store.open_conversation("asking").id
     others = [store.open_conversation(f"o{n}").id for n in range(2)]
     branch: list[int] = []
@@ -230,11 +237,11 @@ def _truly_unseen(store: Store, conv: int, seen: wiring.Seen, since: float) -> b
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(seed=st.integers(min_value=0, max_value=100_000))
-def test_skipping_the_own_search_keeps_the_same_hits(tmp_path, seed) -> None:
+def test_skipping_the_own_search_keeps_the_same_hits(new_db, seed) -> None:
     """`unseen_own` says no only when no message of the conversation is out of view and
     written since /new; then the hits without the conversation's own search are the hits
     with it."""
-    store, conv, _ = _engine_like(tmp_path, seed)
+    store, conv, _ = _engine_like(new_db, seed)
     try:
         seen = wiring.seen_by_model(store, conv)
         since = wiring.history_floor(store, conv)
@@ -248,23 +255,23 @@ def test_skipping_the_own_search_keeps_the_same_hits(tmp_path, seed) -> None:
         store.close()
 
 
-def test_the_engine_like_histories_skip_the_own_search_and_not(tmp_path) -> None:
+def test_the_engine_like_histories_skip_the_own_search_and_not(new_db) -> None:
     """Over a few of the histories above, the own search is skipped for some (all in view)
     and not for others (an edit, a fold, or messages before a /new written after it)."""
     outcomes = []
     for seed in range(12):
-        store, conv, _ = _engine_like(tmp_path, seed)
+        store, conv, _ = _engine_like(new_db, seed)
         seen = wiring.seen_by_model(store, conv)
         outcomes.append(wiring.unseen_own(store, conv, seen, wiring.history_floor(store, conv)))
         store.close()
     assert True in outcomes and False in outcomes
 
 
-def test_own_to_show_looks_only_in_a_large_history(tmp_path, monkeypatch) -> None:
+def test_own_to_show_looks_only_in_a_large_history(db, monkeypatch) -> None:
     """A conversation whose every message is in view has nothing of its own to show; after
     an edit leaves a message off the branch it has. In a small history the engine does not
     look (the search costs less than the look) and answers yes."""
-    store = Store(tmp_path / "show.db")
+    store = Store(db)
     try:
         conv = store.open_conversation("c").id
         first = store.append(conv, Message("user", [Text("pottery class on Monday")])).id

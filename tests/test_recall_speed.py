@@ -18,8 +18,8 @@ np = pytest.importorskip("numpy")
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    s = Store(tmp_path / "t.db")
+def store(db: str | Path):  # once per backend (tests/pg.py)
+    s = Store(db)
     yield s
     s.close()
 
@@ -194,19 +194,37 @@ def test_vectors_held_grow_in_place_and_follow_deletions(store):
     assert recall._vectors.ids.tolist() == [kept]
 
 
+# FTS5's expressions and the tsqueries PostgreSQL's form of them must be.
+RANKED = {
+    '"apple"*': "'apple':*",
+    '"apple"* OR "pie"': "'apple':* | 'pie'",
+    '"crumble"* OR "tart"*': "'crumble':* | 'tart':*",
+    '"pie"': "'pie'",
+}
+
+
 def test_bm25_order_is_fts5_rank_order_with_ties_by_id(store):
+    """The backend's own ranking, ties by id: FTS5's rank (-bm25) on SQLite, ts_rank over the
+    tsvector column on PostgreSQL."""
     conv = store.open_conversation("c")
     same = [store.append(conv.id, user("apple pie")).id for _ in range(4)]
     for i in range(30):
         store.append(conv.id, user(f"apple {'crumble ' * (i % 5)}tart {i}"))
     recall = Recall(store)
     assert [i for i, _ in recall.bm25("pie", 10)] == same  # equal scores: lowest id first
-    for expr in ['"apple"*', '"apple"* OR "pie"', '"crumble"* OR "tart"*', '"pie"']:
-        rows = store.query(
-            "SELECT rowid, -bm25(messages_fts) FROM messages_fts WHERE messages_fts MATCH ?"
-            " ORDER BY rank LIMIT 20",
-            (expr,),
-        )
+    for expr, tsquery in RANKED.items():
+        if store.backend == "sqlite":
+            sql = (
+                "SELECT rowid, -bm25(messages_fts) FROM messages_fts WHERE messages_fts MATCH ?"
+                " ORDER BY rank LIMIT 20"
+            )
+            rows = store.query(sql, (expr,))
+        else:
+            sql = (
+                "SELECT id, ts_rank(body_tsv, q) AS s FROM messages,"
+                " to_tsquery('english', ?) q WHERE body_tsv @@ q ORDER BY s DESC, id LIMIT 20"
+            )
+            rows = store.query(sql, (tsquery,))
         query = " ".join(w.strip('"*') for w in expr.split(" OR "))
         assert recall.bm25(query, 20) == [(r[0], r[1]) for r in rows]
 

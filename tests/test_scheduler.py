@@ -148,9 +148,9 @@ async def test_a_missed_job_with_catch_up_skip_or_past_the_grace_is_recorded_ski
         task.cancel()
 
 
-async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
+async def test_two_schedulers_on_one_home_never_fire_a_job_twice(home_db):  # both backends
     now = local(2026, 6, 1, 8, 0)
-    db = Settings.load().paths.ensure().db
+    db = home_db
     Store(db).close()  # migrated
     stores = [Store(db), Store(db)]
     try:
@@ -178,19 +178,24 @@ async def test_two_schedulers_on_one_home_never_fire_a_job_twice(heron_home):
             store.close()
 
 
-def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(heron_home):
+def test_claims_racing_on_two_connections_in_threads_decide_each_instant_once(db):
+    """On both backends: SQLite's BEGIN IMMEDIATE serializes the claims, PostgreSQL's row
+    locks do (two `heron serve --workers` faces each run a scheduler on one database)."""
     now = local(2026, 6, 1, 8, 0)
-    db = Settings.load().paths.ensure().db
     seed = Store(db)
     for _ in range(200):
         make_job(seed, now, every="1m")
     seed.close()
     got: list[list[js.Fire]] = [[], []]
+    # The two schedulers share one clock: both claim at each instant before either moves on
+    # (one running a minute ahead of the other would rightly catch two instants up as one).
+    same_clock = threading.Barrier(2, timeout=60)
 
     def claim(i: int) -> None:
         store = Store(db)
         try:
             for step in range(1, 4):
+                same_clock.wait()
                 fires = js.claim_due(store, f"owner-{i}", 1, now + 60 * step + 1, 3600)
                 got[i].extend(fires)
                 for fire in fires:

@@ -56,9 +56,14 @@ def test_the_database_is_chosen_by_env_then_config_then_the_home(tmp_path):
     home.mkdir()
     assert Settings.load({"HERON_HOME": str(home)}).database == home / "heron.db"
     (home / "config.toml").write_text('[store]\nurl = "postgresql://a@127.0.0.1/x"\n')
-    assert Settings.load({"HERON_HOME": str(home)}).database == "postgresql://a@127.0.0.1/x"
+    tenant = Settings.load({"HERON_HOME": str(home)}).tenant  # the home's schema on the server
+    in_schema = f"?options=-csearch_path%3Dheron_{tenant}"
+    assert (
+        Settings.load({"HERON_HOME": str(home)}).database
+        == "postgresql://a@127.0.0.1/x" + in_schema
+    )
     env = {"HERON_HOME": str(home), "HERON_DATABASE_URL": "postgresql://b@127.0.0.1/y"}
-    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y"
+    assert Settings.load(env).database == "postgresql://b@127.0.0.1/y" + in_schema
 
 
 def test_a_url_that_is_not_postgresql_says_what_one_looks_like(tmp_path):
@@ -74,3 +79,62 @@ def test_a_url_that_is_not_postgresql_says_what_one_looks_like(tmp_path):
     (home / "config.toml").write_text('[store]\nurl = "heron.db"\n')
     with pytest.raises(ConfigError, match=r"\[store\] url must be"):
         Settings.load({"HERON_HOME": str(home)})
+
+
+def test_a_store_opened_while_another_worker_migrates_knows_the_new_tables(pg_url):
+    """Two workers on a fresh database: the one that waited for the migration lock while the
+    other created the tables must still translate INSERT OR REPLACE and return new ids."""
+    import threading
+    import time
+
+    from heron.store import engine_state as es
+    from heron.store.migrations import migrate
+    from heron.store.pg import PgConnection
+
+    first = PgConnection(pg_url)
+    lock = "1751, hashtext(current_schema())"  # the migration lock (the schema's), by `first`
+    first.execute(f"SELECT pg_advisory_lock({lock})")
+    opened: list[Store] = []
+    waiter = threading.Thread(target=lambda: opened.append(Store(pg_url)))
+    waiter.start()
+    deadline = time.monotonic() + 60
+    while not first.execute(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()[0]:
+        assert time.monotonic() < deadline, "the second store never waited for the lock"
+        time.sleep(0.02)
+    migrate(first, postgres=True)  # `first` migrates while the other waits
+    first.execute(f"SELECT pg_advisory_unlock({lock})")
+    waiter.join(60)
+    first.close()
+    store = opened[0]
+    try:
+        conversation = store.open_conversation("k")
+        assert conversation.id > 0
+        assert es.try_lease(store, conversation.id, "me", 60).holder is None
+        assert store.append(conversation.id, Message("user", (Text("hi"),))).id > 0
+    finally:
+        store.close()
+
+
+def test_workers_opening_a_fresh_database_at_the_same_moment_all_open_it(pg_url):
+    """`heron serve --workers 4` starts its workers together on a new database: each one's
+    first statements race to create the tables, and none may fail on it."""
+    import threading
+
+    together = threading.Barrier(4, timeout=60)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        together.wait()
+        try:
+            Store(pg_url).close()
+        except BaseException as e:  # reported below, with what it was
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors

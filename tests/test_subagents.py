@@ -21,6 +21,9 @@ from heron.store import runs
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
 
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
+
 
 @tool
 async def note(ctx: ToolContext, what: str) -> str:

@@ -20,6 +20,9 @@ from heron.request import ChatRequest
 from heron.store import compactions as folds
 from heron.trace.read import list_runs, load_run
 
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
+
 
 class Session:
     """The scripted model of the session: `Model`, with a summarizer that reports usage and a

@@ -3,6 +3,7 @@ conversations share stays, and their runs still rebuild byte for byte and replay
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from heron.agent.engine import Engine
@@ -13,6 +14,9 @@ from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
 from heron.trace.read import list_runs, load_run, request_payload
+
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
 
 GONE = "a secret only the deleted conversation holds"
 

@@ -35,7 +35,7 @@ def test_unknown_models_cost_none_and_config_overrides_win():
         PriceTable.from_config({"x": {"input": 1}})
 
 
-async def test_turn_and_conversation_costs_and_the_commands():
+async def test_turn_and_conversation_costs_and_the_commands(home_db):  # on both backends
     provider = ScriptedProvider(
         [
             Reply([Text("a")], "done", Usage(1000, 100, cache_write=800)),

@@ -23,6 +23,9 @@ from heron.trace.read import list_runs, load_run, request_payload
 from heron.trace.render import export_run
 from heron.trace.scrub import REDACTED, Scrubber
 
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
+
 KEY = "sk-heron-TRACE-7f3a9c1e5b2d4086-unmistakable"
 
 
@@ -103,8 +106,17 @@ async def test_no_api_key_in_the_database_or_an_export(heron_home, monkeypatch):
             export = export_run(engine.store, run_id, Scrubber())  # no scrubbing: nothing to hide
         assert any(KEY in h.get("authorization", "") for h in server.headers)  # it was used
     assert result.text == "Two."
-    store = Store(settings.paths.db)
+    store = Store(settings.database)
     assert len(load_run(store, run_id).calls) == 2
+    if store.backend == "postgresql":  # every row of every table, as text
+        tables = store.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+        for (table,) in tables:
+            found = store.query(
+                f"SELECT count(*) FROM {table} t WHERE t::text LIKE ?", (f"%{KEY}%",)
+            )
+            assert found[0][0] == 0, table
     store.close()  # checkpoints the WAL into the file
     for path in settings.paths.home.rglob("heron.db*"):
         assert KEY.encode() not in path.read_bytes(), path

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from heron.agent.control import TurnControl
 from heron.agent.engine import Engine, TurnHooks
 from heron.agent.replay import replay
@@ -19,6 +21,9 @@ from heron.testing.script import ServerReply
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
 from heron.trace.read import list_runs, load_run
+
+# Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
+pytestmark = pytest.mark.usefixtures("home_db")
 
 
 def _tool_call(call_id: str, code: str) -> Reply:

@@ -17,8 +17,8 @@ def _blob_bytes(store: Store) -> int:
     return int(store.query("SELECT SUM(LENGTH(body)) FROM trace_blobs")[0][0] or 0)
 
 
-def test_a_changed_section_adds_only_that_section(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_a_changed_section_adds_only_that_section(db):  # once per backend (tests/pg.py)
+    store = Store(db)
     first, second = _prompt("the first summary " * 20), _prompt("the second one " * 20)
     with store.transaction() as conn:
         a = put_blob(conn, "system", first)
@@ -30,8 +30,8 @@ def test_a_changed_section_adds_only_that_section(tmp_path):
     store.close()
 
 
-def test_a_system_message_in_a_request_rebuilds_exactly_and_is_collected(tmp_path):
-    store = Store(tmp_path / "h.db")
+def test_a_system_message_in_a_request_rebuilds_exactly_and_is_collected(db):
+    store = Store(db)
     bodies = []
     with store.transaction() as conn:
         for summary in ("one " * 50, "two " * 50, "three " * 50):

@@ -16,11 +16,11 @@ outlet. The AgentLoop makes one per turn and keeps it while the turn runs; the t
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from heron.bus import TurnOptions
-from heron.messages import File, Message, Text, ToolResult
+from heron.messages import File, Message, Part, Text, ToolResult
 from heron.store import Store
 from heron.store import engine_state as es
 from heron.tools.context import Question
@@ -33,6 +33,9 @@ VISIBLE = frozenset({"user", "reminder", "announce", "goal"})
 # what the person types while it runs waits for the next turn, on their own channel.
 NEVER_MAILED = frozenset({"reminder", "scheduled"})
 MAIL_LABEL = "[sent while you were working] "
+# The meta key of a stored message that carries mail a worker took from another process: the
+# ids of the queued messages it holds (heron/scale/), each then answered here and not again.
+MAIL_META = "mail_of"
 
 
 class StaleTurn(Exception):
@@ -63,11 +66,36 @@ class EpochToken:
             raise StaleTurn
 
 
+class Mail(Message):
+    """A follow-up as the run reads it; `refs` are the ids of the queued messages it holds
+    (a worker's mail, heron/scale/), stored in its meta so that no other turn answers them."""
+
+    def __init__(self, parts: Iterable[Part], refs: Iterable[str] = ()) -> None:
+        super().__init__("user", parts)
+        held = list(refs)
+        object.__setattr__(self, "meta", {MAIL_META: held} if held else None)
+
+    @property
+    def refs(self) -> list[str]:
+        held = (self.meta or {}).get(MAIL_META)
+        return [str(r) for r in held] if isinstance(held, list) else []
+
+
+def with_mail(message: Message, mail: Iterable[Message]) -> Message:
+    """`message` as the row that also carries `mail`'s parts (the results of a tool phase with
+    what was typed meanwhile), holding the mail's refs."""
+    refs = [r for m in mail if isinstance(m, Mail) for r in m.refs]
+    return Mail(message.parts, refs) if refs and message.role == "user" else message
+
+
 @dataclass
 class Mailbox:
     """Follow-ups for the running turn, and whether it was asked to wrap up."""
 
     items: list[str] = field(default_factory=list)
+    # Per item, the id of the queued message it came from (a worker's mail), None for mail
+    # posted in this process: the queued one opens its own turn if the run never reads it.
+    refs: list[str | None] = field(default_factory=list)
     # Messages Heron injects into the run (a subagent's result), drained before the mail and
     # stored with their own meta and author.
     events: list[Message] = field(default_factory=list)
@@ -75,15 +103,18 @@ class Mailbox:
     break_requested: float | None = None
     break_seen: bool = False
 
-    def post(self, text: str) -> bool:
+    def post(self, text: str, ref: str | None = None) -> bool:
         if not self.open:
             return False
         self.items.append(text)
+        self.refs.append(ref)
         return True
 
     def take(self) -> str:
-        """The mail the run has not read, joined, and the mailbox emptied."""
-        mail, self.items = self.items, []
+        """The mail of this process the run has not read, joined, and the mailbox emptied
+        (mail from a queue is left to its own turn there)."""
+        mail = [text for text, ref in zip(self.items, self.refs, strict=True) if ref is None]
+        self.items, self.refs = [], []
         return "\n\n".join(mail)
 
     def inject(self, message: Message) -> bool:
@@ -93,9 +124,12 @@ class Mailbox:
         return True
 
     async def drain(self) -> list[Message]:
-        mail, self.items = self.items, []
+        mail, refs, self.items, self.refs = self.items, self.refs, [], []
         events, self.events = self.events, []
-        return events + [Message("user", [Text(MAIL_LABEL + text)]) for text in mail]
+        return events + [
+            Mail([Text(MAIL_LABEL + text)], [ref] if ref else [])
+            for text, ref in zip(mail, refs, strict=True)
+        ]
 
     def request_break(self) -> None:
         if self.break_requested is None:
@@ -181,10 +215,11 @@ class TurnControl:
         self.token.stale = True
         self.mailbox.open = False
 
-    def post(self, text: str) -> bool:
-        """A follow-up for the running turn; False once the run passed its last drain or the
-        turn was stopped (the message then waits for the next turn)."""
-        return not self.token.stale and self.mailbox.post(text)
+    def post(self, text: str, ref: str | None = None) -> bool:
+        """A follow-up for the running turn (`ref`: the id of the queued message it is, for a
+        worker's mail); False once the run passed its last drain or the turn was stopped (the
+        message then waits for the next turn)."""
+        return not self.token.stale and self.mailbox.post(text, ref)
 
     def inject(self, message: Message) -> bool:
         """Put a message of Heron's (a subagent's result) in the mailbox; False once the run

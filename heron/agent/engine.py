@@ -114,8 +114,8 @@ class Engine:
             sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
             await asyncio.to_thread(engine._open_memory, ephemeral)
-            if not ephemeral and store.backend == "sqlite":
-                engine.recall_reader = memory_wiring.RecallReader(paths.db)
+            if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
+                engine.recall_reader = memory_wiring.RecallReader(where)
                 stack.push_async_callback(engine.recall_reader.aclose)
             try:
                 yield engine
@@ -131,10 +131,7 @@ class Engine:
             self.memory = MemoryService(self.settings.paths.memory, self.store)
             self.memory_baseline = memory_digests(self.memory)
             self.memory.section_tokens = memory_tokens(self)
-        # Recall's queries are FTS5's (MATCH, bm25); on PostgreSQL the index is there (tsvector,
-        # GIN) but the queries are not ported yet (docs/scale.md): no auto-recall there.
-        if self.store.backend == "sqlite":
-            self.recall = memory_wiring.lazy_recall(self.store)
+        self.recall = memory_wiring.lazy_recall(self.store)
 
     def compaction_setup(self) -> CompactionSetup:
         """What compaction reads of this engine, built per call (cheap: references only), so a

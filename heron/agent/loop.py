@@ -183,9 +183,7 @@ class AgentLoop:
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
             return
-        # Mail is text: a message with attachments waits for a turn of its own, files and all.
-        mailable = message.provenance not in NEVER_MAILED and not message.files
-        if found is None and mailable and active.control.post(message.text):
+        if found is None and mailable(message) and active.control.post(message.text):
             self._event(message, key, "mail")  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
@@ -270,6 +268,19 @@ class AgentLoop:
         else:
             self._pending.setdefault(key, deque()).append(message)
         return "turn"
+
+    def post_mail(self, message: InboundMessage, into: str) -> bool:
+        """A worker's mail (heron/scale/): `message`, queued in its own right, for the running
+        turn opened by the message with id `into`. Taken into its mailbox with the message's
+        id when that turn runs here and still reads mail (told to the channel as "mail"), else
+        left to its own turn ("queued"). False: that turn does not run here."""
+        key = self.resolve(message)
+        active = self._active.get(key)
+        if active is None or active.message.id != into:
+            return False
+        taken = mailable(message) and active.control.post(message.text, message.id)
+        self._event(message, key, "mail" if taken else "queued")
+        return True
 
     async def _turn(
         self, key: str, message: InboundMessage, control: TurnControl
@@ -448,6 +459,12 @@ class AgentLoop:
             await self.stop(key)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
+
+
+def mailable(message: InboundMessage) -> bool:
+    """Whether a message can join a running turn: mail is text, so one with attachments waits
+    for a turn of its own, files and all; scheduled work never joins one."""
+    return message.provenance not in NEVER_MAILED and not message.files
 
 
 def _end_of(result: TurnResult) -> TurnEnd:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from heron.agent.control import with_mail
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
 from heron.messages import JSONObject, Message, Reply, Text, ToolCall, ToolResult, Usage
@@ -300,8 +301,9 @@ class Runner:
         # result) follows as its own row: it keeps its author and the meta naming its run, and
         # is never read as the person's words.
         own = [m for m in mail if m.author == "heron"]
-        mail_parts = [p for m in mail if not any(m is o for o in own) for p in m.parts]
-        await self._add(s, Message("user", [*results, *mail_parts]), hooks)
+        typed = [m for m in mail if not any(m is o for o in own)]
+        merged = Message("user", [*results, *(p for m in typed for p in m.parts)])
+        await self._add(s, with_mail(merged, typed), hooks)  # with the mail's refs, if any
         for message in own:
             await self._add(s, message, hooks)
 

@@ -54,7 +54,7 @@ from heron.messages import Message, Text, scrub_text
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation
+from heron.store import Conversation, attempts
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.registry import ToolRegistry
@@ -329,16 +329,27 @@ async def drive(t: Turn) -> Done:
 
 async def restore(t: Turn, _: None) -> Restored:
     """The lease claim read whether an earlier turn left work open (`Lease.dirty`)."""
-    if t.lease is not None and t.lease.dirty:
-        store = t.engine.store
+    store = t.engine.store
+    if resumed(t) is not None:  # a recovered workflow continues its own turn: no stop marker
+        await store.call(attempts.close_for_resume, store, t.conversation.id)
+    elif t.lease is not None and t.lease.dirty:
         await store.call(es.recover, store, t.conversation.id, STOPPED)
     return Restored()
+
+
+def resumed(t: Turn) -> int | None:
+    """The stored message a recovered turn answers where the record stands (heron/scale/)."""
+    options = t.control.options
+    return None if options is None else options.answer_id
 
 
 # ---- COMMAND ----------------------------------------------------------------------------------
 
 
 async def command(t: Turn, _: Restored) -> ToBuild | Answered:
+    answer_id = resumed(t)
+    if answer_id is not None:
+        return ToBuild(t.text, answer_id)
     found = commands.parse(t.text)
     if found is None:
         return ToBuild(t.text)
@@ -357,7 +368,8 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
     """Commit the user's message (with the runtime block it is sent with) before any call,
     compact if the conversation outgrew its share of the window, and derive the view."""
     engine, store = t.engine, t.engine.store
-    run_id = f"run_{secrets.token_hex(8)}"
+    options = t.control.options
+    run_id = (options.run_id if options is not None else None) or f"run_{secrets.token_hex(8)}"
     if todo.answer_id is None:
         turn_id, user_id = await commit_message(t, run_id, todo.text)
     else:

@@ -1,4 +1,5 @@
-"""Recall over everything said: SQLite FTS5 (BM25), fused with sentence embeddings when the
+"""Recall over everything said: SQLite FTS5 (BM25), or PostgreSQL's full-text search (ts_rank over
+a tsvector column; heron/memory/records.py), fused with sentence embeddings when the
 `heron[embeddings]` extra is installed.
 
 The full-text index (`messages_fts`, kept in sync by triggers) covers the text of every message
@@ -358,7 +359,7 @@ class Recall:
 
     def _stamp(self) -> tuple[int, int]:
         """Changes when anything was written, by this connection or another."""
-        return (self.store.conn.total_changes, records.data_version(self.store))
+        return records.write_stamp(self.store)
 
     def semantic(
         self, query: str, limit: int = 20, conversation_id: int | None = None

@@ -2,7 +2,13 @@
 what it reads or writes, so the memory modules hold no SQL (tests/test_architecture_sql.py) and
 nothing outside memory/ imports this module.
 
-    full-text index   messages_fts: counts, BM25 ranking, phrase matches, indexed text
+The full-text functions take FTS5 expressions as recall builds them (quoted words, a word as a
+prefix `"word"*`, a quoted phrase, joined by OR). On SQLite they run on FTS5's `messages_fts`
+(BM25); on PostgreSQL the same expression becomes a tsquery (`_tsquery`) over the generated
+column `messages.body_tsv` (GIN), ranked by `ts_rank`: another scale than BM25, and recall
+reads only the order (auto-recall's gate reads the words each hit holds, never the score).
+
+    full-text index   messages_fts / body_tsv: counts, ranking, phrase matches, indexed text
     messages          the largest id, parents and children, dates, hit rows
     vectors           message_vectors: what lacks a vector, saving them, reading them back
     suggestions       memory_suggestions: the review queue
@@ -14,16 +20,47 @@ nothing outside memory/ imports this module.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 
 from heron.store import Store
+from heron.store.pg import REWRITES, pg_of
 
-# ---- the full-text index (messages_fts, rowid = messages.id) ---------------------------------
+# ---- the full-text index (messages_fts, rowid = messages.id; body_tsv on PostgreSQL) ---------
+
+# A message's indexed text on PostgreSQL: its text parts joined by newlines, as SQLite's
+# triggers write `messages_fts.body`; '' when it has none (it is then not indexed).
+_BODY = """array_to_string(ARRAY(SELECT jsonb_array_elements_text(jsonb_path_query_array(
+    {m}.parts::jsonb, '$[*] ? (@.kind == "text").text'))), chr(10))"""
+_PHRASE = re.compile(r'"([^"]*)"(\*?)')
+
+
+def _tsquery(expression: str) -> tuple[str, str]:
+    """An FTS5 expression of recall's (quoted words or phrases, `*` for a prefix, OR between
+    them) as PostgreSQL's: the SQL that makes the tsquery, and its one parameter. One phrase of
+    several words is a phrase search (`phraseto_tsquery`, which also keeps the stop words'
+    places); otherwise each word is a lexeme, `:*` for a prefix, joined by `|`."""
+    found = _PHRASE.findall(expression)
+    if len(found) == 1 and len(found[0][0].split()) > 1:
+        return "phraseto_tsquery('english', ?)", found[0][0]
+    lexemes = [
+        " <-> ".join(f"'{w}'" for w in words.split()) + (":*" if star else "")
+        for words, star in found
+        if words.split()
+    ]
+    return "to_tsquery('english', ?)", " | ".join(lexemes)
 
 
 def rows_matching(store: Store, expression: str, cap: int) -> int:
     """How many indexed messages match an FTS5 expression, counted up to `cap`."""
+    if pg_of(store.conn) is not None:
+        query, param = _tsquery(expression)
+        rows = store.query(
+            f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE body_tsv @@ {query} LIMIT ?) s",
+            (param, cap),
+        )
+        return int(rows[0][0])
     rows = store.query(
         "SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?)",
         (expression, cap),
@@ -36,10 +73,19 @@ def matches_elsewhere(store: Store, expression: str, conversation_id: int, cap: 
     conversation than `conversation_id`, or `cap` messages or more match (taken as yes). The
     first match of another conversation ends the look (the matches stream through a
     co-routine, never collected whole)."""
+    if pg_of(store.conn) is not None:
+        query, param = _tsquery(expression)
+        matches = f"SELECT conversation_id AS c FROM messages WHERE body_tsv @@ {query} LIMIT ?"
+    else:
+        param, matches = (
+            expression,
+            (
+                "SELECT m.conversation_id AS c FROM messages_fts f CROSS JOIN messages m"
+                " ON m.id = f.rowid WHERE messages_fts MATCH ? LIMIT ?"
+            ),
+        )
     found = store.query(
-        "SELECT 1 FROM (SELECT m.conversation_id AS c FROM messages_fts f CROSS JOIN messages m"
-        " ON m.id = f.rowid WHERE messages_fts MATCH ? LIMIT ?) WHERE c != ? LIMIT 1",
-        (expression, cap, conversation_id),
+        f"SELECT 1 FROM ({matches}) s WHERE c != ? LIMIT 1", (param, cap, conversation_id)
     )
     return bool(found) or rows_matching(store, expression, cap) >= cap
 
@@ -47,7 +93,7 @@ def matches_elsewhere(store: Store, expression: str, conversation_id: int, cap: 
 def conversation_size(store: Store, conversation_id: int, cap: int) -> int:
     """How many messages the conversation holds, counted up to `cap` (from its index)."""
     rows = store.query(
-        "SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ? LIMIT ?)",
+        "SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ? LIMIT ?) s",
         (conversation_id, cap),
     )
     return int(rows[0][0])
@@ -70,7 +116,10 @@ def bm25_ranked(
 ) -> list[tuple[int, float]]:
     """(message id, -bm25) best first for an FTS5 expression: within one conversation, or
     with `outside`, in every conversation but that one; with `newest`, among the newest
-    `newest` matches of the whole index only (the others are never scored)."""
+    `newest` matches of the whole index only (the others are never scored). On PostgreSQL
+    the score is ts_rank's."""
+    if pg_of(store.conn) is not None:
+        return _ranked_pg(store, expression, limit, conversation_id, outside, newest)
     sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
     params: list[object] = [expression]
     if newest is not None:
@@ -94,15 +143,56 @@ def bm25_ranked(
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
+def _ranked_pg(
+    store: Store,
+    expression: str,
+    limit: int,
+    conversation_id: int | None,
+    outside: int | None,
+    newest: int | None,
+) -> list[tuple[int, float]]:
+    query, param = _tsquery(expression)
+    sql = f"SELECT id, ts_rank(body_tsv, q) AS s FROM messages, {query} q WHERE body_tsv @@ q"
+    params: list[object] = [param]
+    if newest is not None:
+        sql += (
+            " AND id >= coalesce((SELECT id FROM messages WHERE body_tsv @@ q"
+            " ORDER BY id DESC LIMIT 1 OFFSET ?), 0)"
+        )
+        params.append(newest - 1)
+    if conversation_id is not None:
+        sql += " AND conversation_id = ?"
+        params.append(conversation_id)
+    if outside is not None:
+        sql += " AND conversation_id != ?"
+        params.append(outside)
+    params.append(limit)
+    rows = store.query(sql + " ORDER BY s DESC, id LIMIT ?", params)
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
 def phrase_matches(store: Store, phrase: str, conversation_id: int | None, limit: int) -> list[int]:
     """Ids of the messages matching an FTS5 phrase, oldest first."""
-    sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-    params: list[object] = [phrase]
+    if pg_of(store.conn) is not None:
+        # The stemmed phrase finds the candidates through the index; the words as written,
+        # stop words included, must then follow each other, as in FTS5's phrase ('english'
+        # drops "is the": "is the router in the garage" would match "router in the garage").
+        query, param = _tsquery(phrase)
+        exact = f"to_tsvector('simple', {_BODY.format(m='messages')})"
+        sql = (
+            f"SELECT id FROM messages WHERE body_tsv @@ {query}"
+            f" AND {exact} @@ phraseto_tsquery('simple', ?)"
+        )
+        params: list[object] = [param, param]
+        order, scope = "id", " AND conversation_id = ?"
+    else:
+        sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+        params, order, scope = [phrase], "rowid", f" AND {_IN_CONVERSATION}"
     if conversation_id is not None:
-        sql += f" AND {_IN_CONVERSATION}"
+        sql += scope
         params.append(conversation_id)
     params.append(limit)
-    return [r[0] for r in store.query(sql + " ORDER BY rowid LIMIT ?", params)]
+    return [r[0] for r in store.query(sql + f" ORDER BY {order} LIMIT ?", params)]
 
 
 def indexed_text(store: Store, ids: Sequence[int]) -> dict[int, str]:
@@ -110,6 +200,10 @@ def indexed_text(store: Store, ids: Sequence[int]) -> dict[int, str]:
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
+    if pg_of(store.conn) is not None:
+        body = _BODY.format(m="m")
+        sql = f"SELECT id, {body} FROM messages m WHERE id IN ({marks})"
+        return {r[0]: r[1] for r in store.query(sql, list(ids)) if r[1]}
     sql = f"SELECT rowid, body FROM messages_fts WHERE rowid IN ({marks})"
     return {r[0]: r[1] for r in store.query(sql, list(ids))}
 
@@ -154,13 +248,13 @@ def written_since(
     params: list[object] = [conversation_id, *([] if below is None else [below])]
     found = store.query(
         f"SELECT 1 FROM (SELECT created FROM messages WHERE conversation_id = ?{under}"
-        " ORDER BY id DESC LIMIT ?) WHERE created >= ? LIMIT 1",
+        " ORDER BY id DESC LIMIT ?) s WHERE created >= ? LIMIT 1",
         [*params, cap, since],
     )
     if found:
         return True
     rows = store.query(
-        f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ?{under} LIMIT ?)",
+        f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ?{under} LIMIT ?) s",
         [*params, cap],
     )
     return int(rows[0][0]) >= cap
@@ -194,6 +288,15 @@ def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
+    if pg_of(store.conn) is not None:
+        body = _BODY.format(m="m")
+        rows = store.query(
+            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, {body}"
+            f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            f" WHERE m.id IN ({marks})",
+            list(ids),
+        )
+        return [r for r in rows if r[5]]
     return store.query(
         f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body"
         f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
@@ -210,18 +313,26 @@ def unembedded(
 ) -> list[sqlite3.Row]:
     """(id, text, the previous message's text) of the indexed messages above `after` that
     have no vector for `model`."""
-    sql = (
-        "SELECT f.rowid, f.body, p.body FROM messages_fts f"
-        " JOIN messages m ON m.id = f.rowid"
-        " LEFT JOIN messages_fts p ON p.rowid = m.parent_id"
-        " LEFT JOIN message_vectors v ON v.message_id = f.rowid AND v.model = ?"
-        " WHERE v.message_id IS NULL AND f.rowid > ?"
+    pg = pg_of(store.conn) is not None
+    if pg:  # every message with its text; those without any are left out below
+        body, prev = _BODY.format(m="m"), f"nullif({_BODY.format(m='p')}, '')"
+        sql = f"SELECT m.id, {body}, {prev} FROM messages m LEFT JOIN messages p"
+    else:
+        sql = (
+            "SELECT m.id, f.body, p.body FROM messages_fts f JOIN messages m ON m.id = f.rowid"
+            " LEFT JOIN messages_fts p"
+        )
+    sql += (
+        f" ON p.{'id' if pg else 'rowid'} = m.parent_id"
+        " LEFT JOIN message_vectors v ON v.message_id = m.id AND v.model = ?"
+        " WHERE v.message_id IS NULL AND m.id > ?"
     )
     params: list[object] = [model, after]
     if conversation_id is not None:
         sql += " AND m.conversation_id = ?"
         params.append(conversation_id)
-    return store.query(sql, params)
+    rows = store.query(sql + " ORDER BY m.id", params)
+    return [r for r in rows if r[1]] if pg else rows
 
 
 def save_vectors(store: Store, model: str, vectors: Iterable[tuple[int, bytes]]) -> None:
@@ -233,9 +344,27 @@ def save_vectors(store: Store, model: str, vectors: Iterable[tuple[int, bytes]])
         )
 
 
-def data_version(store: Store) -> int:
-    """SQLite's data_version: it changes when another connection commits."""
-    return int(store.query("PRAGMA data_version")[0][0])
+def write_stamp(store: Store) -> tuple[int, int]:
+    """Changes when what recall searches changed, by this connection or another. On SQLite,
+    any write: this connection's changes and `PRAGMA data_version` (another's commit). On
+    PostgreSQL, where no such mark exists: the newest message id (appends) and the count of
+    rewrites of stored messages (`heron_rewrites`: deletes, heron/store/db.py), read in one
+    statement. (A message committed after a newer one moves neither, until the next append:
+    what is kept by it is one turn's searches.)"""
+    pg = pg_of(store.conn)
+    if pg is None:
+        return store.conn.total_changes, int(store.query("PRAGMA data_version")[0][0])
+    row = store.query(
+        "SELECT (SELECT coalesce(max(id), 0) FROM messages),"
+        f" (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {REWRITES})"
+    )[0]
+    return int(row[0]), int(row[1])
+
+
+def vectors_stamp(store: Store) -> tuple[int, int] | None:
+    """Changes when a vector may have been written: SQLite's `write_stamp`. None on
+    PostgreSQL, where another worker's vectors move no mark: `vector_stamp` is the check."""
+    return None if pg_of(store.conn) is not None else write_stamp(store)
 
 
 def vector_stamp(store: Store, model: str) -> tuple[int, int]:

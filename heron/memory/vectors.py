@@ -308,12 +308,13 @@ class VectorIndex:
 
     def refresh(self, store: Store) -> None:
         """Counting the stored vectors takes 9 ms at 100,000; skip it when nothing was written
-        since the last look, by this connection (total_changes) or another (data_version)."""
-        seen = (store.conn.total_changes, records.data_version(store))
-        if seen == self.seen:
+        since the last look, by this connection or another (`records.vectors_stamp`; on
+        PostgreSQL there is no such mark, and the count is the check)."""
+        seen = records.vectors_stamp(store)
+        if seen is not None and seen == self.seen:
             return
         self._reread(store)
-        self.seen = (store.conn.total_changes, seen[1])
+        self.seen = records.vectors_stamp(store)
 
     def _reread(self, store: Store) -> None:
         import numpy as np

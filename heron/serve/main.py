@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, TextIO
 import uvicorn
 
 from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import MessageBus
 from heron.config import Settings
 from heron.providers.base import Provider
 from heron.serve.app import Auth, create_app
@@ -66,16 +68,26 @@ async def serve(
     on_ready: Callable[[ServeInfo, Auth], None] | None = None,
     until: asyncio.Event | None = None,
     signals: bool = True,
+    workers: int = 0,
 ) -> None:
     """Run until SIGINT or SIGTERM, or until `until` is set (tests: with `signals` False the
     process's handlers are left alone, and `provider`/`registry` replace the configured ones);
-    `on_ready` is told where it listens."""
+    `on_ready` is told where it listens. With `workers`, turns run in that many `heron
+    worker` processes on PostgreSQL (docs/scale.md), and this process is their face."""
     home = settings.paths.ensure().home
     with ServeLock(home) as lock, contextlib.closing(_listen(host, port, home)) as sock:
-        async with Engine.open(
-            settings, model=model, provider=provider, registry=registry
-        ) as engine:
-            runtime = Runtime(engine, default_services() if services is None else services)
+        async with (
+            Engine.open(settings, model=model, provider=provider, registry=registry) as engine,
+            contextlib.AsyncExitStack() as stack,
+        ):
+            chosen = list(default_services() if services is None else services)
+            make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop
+            if workers > 0:
+                from heron.scale.front import front
+
+                make_loop, more = await stack.enter_async_context(front(settings, workers, model))
+                chosen += more
+            runtime = Runtime(engine, chosen, make_loop=make_loop)
             auth = Auth.for_host(host, force=force_auth)
             await runtime.start()
             control = await start_control(runtime, home / SOCKET_NAME)

@@ -40,7 +40,7 @@ from heron.messages import (
 )
 from heron.store.files import FileStore
 from heron.store.migrations import migrate
-from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact
+from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact, row_lock
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -108,8 +108,10 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         if self.url:
             # PgConnection speaks the subset of sqlite3.Connection the store uses.
-            conn = cast(sqlite3.Connection, PgConnection(self.url))
+            pg = PgConnection(self.url)
+            conn = cast(sqlite3.Connection, pg)
             migrate(conn, postgres=True)
+            pg.read_catalog()  # the tables as migrated, by this process or another (pg.py)
             return conn
         try:
             conn = sqlite3.connect(
@@ -332,8 +334,12 @@ class Store:
         meta_raw = json.dumps(meta) if meta else None
         with self.transaction() as c:
             if parent_id is HEAD:
+                # Locked on PostgreSQL until the head moves: two appends there would otherwise
+                # both read the old head and fork the branch (SQLite's BEGIN IMMEDIATE
+                # serializes them already).
                 row = c.execute(
-                    "SELECT head_id FROM conversations WHERE id = ?", (conversation_id,)
+                    "SELECT head_id FROM conversations WHERE id = ?" + row_lock(c),
+                    (conversation_id,),
                 ).fetchone()
                 if row is None:
                     raise StoreError(f"no conversation with id {conversation_id}")
@@ -607,15 +613,12 @@ class Store:
         """An in-memory copy of the store with the conversation's head at `head_id` and the
         compactions made at or after `since` removed (their marks go with them): the store as
         a turn that started then found it (`heron trace replay`)."""
-        if self.url:
-            raise StoreError(
-                "replaying a trace from a rewound copy needs the SQLite store",
-                hint="Run `heron trace replay` on a SQLite database (docs/scale.md lists what "
-                "PostgreSQL does not run yet).",
-            )
         copy = Store(":memory:")
         copy.files = self.files  # the same attachments: a replay sends what the turn sent
-        self.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
+        if self.url:
+            self._copy_rows(copy.conn)
+        else:
+            self.conn.backup(copy.conn)  # a consistent snapshot (not inside a write transaction)
         with copy.transaction() as c:
             sql = "UPDATE conversations SET head_id = ? WHERE id = ?"
             c.execute(sql, (head_id, conversation_id))
@@ -624,6 +627,40 @@ class Store:
                 (conversation_id, since),
             )
         return copy
+
+    def _copy_rows(self, copy: sqlite3.Connection) -> None:
+        """Every row of this PostgreSQL store into `copy`, a fresh SQLite store (its schema
+        made by the same migrations): what `backup` does on SQLite. The rows are read in one
+        REPEATABLE READ transaction, so the copy is one consistent snapshot; each table's
+        columns are SQLite's (PostgreSQL's `body_tsv` stays behind: the copy's triggers index
+        the text in FTS5 again). A replay reads the copy as a turn reads its store (branch,
+        compactions, marks), none of it by the backend's own search, so the copy is faithful
+        to what the recorded turn found."""
+        tables = [
+            r[0]
+            for r in copy.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " AND name NOT LIKE 'messages_fts%' AND name != '_migrations'"
+            )
+        ]
+        copy.execute("PRAGMA foreign_keys=OFF")  # head_id and parent_id point both ways
+        copy.execute("BEGIN")
+        with self._lock:
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                for table in tables:
+                    columns = [r[1] for r in copy.execute(f"PRAGMA table_info({table})")]
+                    names = ", ".join(columns)
+                    rows = self.conn.execute(f"SELECT {names} FROM {table}").fetchall()
+                    marks = ", ".join("?" * len(columns))
+                    copy.executemany(  # OR REPLACE: rows the migrations wrote (the review job)
+                        f"INSERT OR REPLACE INTO {table} ({names}) VALUES ({marks})",
+                        [tuple(r) for r in rows],
+                    )
+            finally:
+                self.conn.execute("ROLLBACK")
+        copy.execute("COMMIT")
+        copy.execute("PRAGMA foreign_keys=ON")
 
     def turn(self, run_id: str) -> Turn | None:
         rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))

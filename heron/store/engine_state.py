@@ -1,8 +1,11 @@
 """Store functions of the turn engine: leases, presence, epochs and tool-phase checkpoints.
 
 Each function takes a `Store` and runs one short transaction, so the async engine calls them
-inline (`Store.call`). Claims are decided inside `BEGIN IMMEDIATE`, which SQLite serializes
-across processes: two processes can never both believe they hold one conversation's lease.
+inline (`Store.call`). Two processes can never both believe they hold one conversation's lease:
+the claim, the commit-time check and the epoch's bump each run in a transaction that first
+takes the conversation's lock (`lock_conversation`). On SQLite that is `BEGIN IMMEDIATE`'s one
+write lock; on PostgreSQL, whose transactions run side by side, the conversation's row lock, so
+a read-then-write there is decided by one process at a time and sees what the last committed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
+from heron.store.pg import row_lock
 
 HOST = socket.gethostname()
 
@@ -74,12 +78,23 @@ def _dead(host: str, pid: int, expires: float, now: float) -> bool:
 # ---- leases -----------------------------------------------------------------------------------
 
 
+def lock_conversation(conn: sqlite3.Connection, conversation_id: int) -> None:
+    """Inside a write transaction: hold the conversation's lock until it ends. On PostgreSQL
+    the row lock, taken by a statement of its own so that the statements after it read what
+    the previous holder committed (a statement that waited for a lock still reads the other
+    tables as they were when it began); on SQLite `BEGIN IMMEDIATE` holds it already."""
+    lock = row_lock(conn)
+    if lock:
+        conn.execute("SELECT 1 FROM conversations WHERE id = ?" + lock, (conversation_id,))
+
+
 def try_lease(
     store: Store, conversation_id: int, owner: str, ttl: float, run_id: str | None = None
 ) -> Claim:
     """Claim the conversation's turn lease."""
     now = time.time()
     with store.transaction() as c:
+        lock_conversation(c, conversation_id)
         row = c.execute(
             "SELECT owner, host, pid, run_id, expires FROM turn_leases WHERE conversation_id = ?",
             (conversation_id,),
@@ -165,8 +180,10 @@ def settle_turn(
     """SAVE in one transaction: the commit-time check (`still_current`), the run's last writes
     (`finish`, told whether the turn is still current: a stale turn keeps only its trace) and,
     when it is current, the checkpoint's removal and the lease's release. One commit where
-    there were four: a busy engine pays for every commit on its loop."""
+    there were four: a busy engine pays for every commit on its loop. The conversation is
+    locked first, so no claim or /stop lands between the check and the writes."""
     with store.transaction() as c:
+        lock_conversation(c, conversation_id)
         current = still_current(store, conversation_id, epoch, owner)
         if finish is not None:
             finish(current)
@@ -227,7 +244,9 @@ def epoch(store: Store, conversation_id: int) -> int:
 
 
 def bump_epoch(store: Store, conversation_id: int) -> int:
-    """Make every turn holding an older token stale; returns the new epoch."""
+    """Make every turn holding an older token stale; returns the new epoch. The UPDATE takes
+    the conversation's lock itself: it waits for a claim or a SAVE in progress, and theirs
+    for it."""
     with store.transaction() as c:
         c.execute("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", (conversation_id,))
         row = c.execute("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))
@@ -240,6 +259,7 @@ def bump_epoch(store: Store, conversation_id: int) -> int:
 def write_checkpoint(store: Store, cp: Checkpoint, owner: str | None) -> bool:
     """Save the tool phase's progress, unless the turn went stale (then nothing is written)."""
     with store.transaction() as c:
+        lock_conversation(c, cp.conversation_id)
         if not still_current(store, cp.conversation_id, cp.epoch, owner):
             return False
         c.execute(

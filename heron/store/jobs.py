@@ -17,6 +17,7 @@ from typing import Literal
 
 from heron.store.db import Store
 from heron.store.engine_state import HOST, pid_alive
+from heron.store.pg import row_lock
 from heron.store.schedule import Schedule, ScheduleError
 
 Mode = Literal["reminder", "monitor"]
@@ -271,10 +272,13 @@ def claim_due(
     row), and advance `next_run`."""
     fires: list[Fire] = []
     with store.transaction() as c:
+        # Locked on PostgreSQL: a second scheduler's claim waits, then reads the advanced
+        # next_run and passes the job by (on SQLite BEGIN IMMEDIATE already serializes them).
         rows = c.execute(
             "SELECT * FROM jobs WHERE status = 'active' AND next_run <= ?"
             + _of_modes(modes)
-            + " ORDER BY next_run LIMIT ?",
+            + " ORDER BY next_run LIMIT ?"
+            + row_lock(c),
             (now, *(modes or ()), limit),
         ).fetchall()
         for row in rows:
@@ -433,10 +437,11 @@ def claim_tick(store: Store, name: str, owner: str, now: float, period: float) -
     """Take this period's tick: True once per `period` across processes. Ticks missed while
     nothing ran coalesce into this one. The first call only starts the count."""
     with store.transaction() as c:
-        row = c.execute("SELECT last FROM ticks WHERE name = ?", (name,)).fetchone()
+        row = c.execute("SELECT last FROM ticks WHERE name = ?" + row_lock(c), (name,)).fetchone()
         if row is None:
-            c.execute(
-                "INSERT INTO ticks (name, last, owner, outcome) VALUES (?, ?, ?, 'started')",
+            c.execute(  # OR IGNORE: a second process's first call, at the same moment
+                "INSERT OR IGNORE INTO ticks (name, last, owner, outcome)"
+                " VALUES (?, ?, ?, 'started')",
                 (name, now, owner),
             )
             return False

@@ -39,6 +39,10 @@ _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO", re.I)
 REWRITES = "heron_rewrites"  # stored message rows rewritten: kept branches are void
 TRACE_GC = "heron_trace_gc"  # the trace's garbage collected: cached blob and node ids are void
 COUNTERS = (REWRITES, TRACE_GC)
+_IS_PARAM = re.compile(r"\bIS\s+\?", re.I)
+_IS_NOT_PARAM = re.compile(r"\bIS\s+NOT\s+\?", re.I)
+# The advisory lock migrations take (heron/store/migrations), keyed by it and the schema.
+MIGRATION_LOCK = 1751
 _JSON_PATH = re.compile(r"\$(?:\.\w+|\[\d+\])+")
 
 
@@ -115,12 +119,31 @@ class PgConnection:
         # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
         self._conn.adapters.register_dumper(int, Int8Dumper)
         self._conn.adapters.register_dumper(bool, Int8Dumper)
+        self.schema = url_schema(url)
+        if self.schema is not None:
+            self._ensure_schema(self.schema)
         self._id_tables: set[str] = set()
-        self._read_id_tables()
+        self.read_catalog()
         # Counters to bump with the open transaction's COMMIT, in the same round trip and after
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
         self.bump_on_commit: set[str] = set()
+
+    def _ensure_schema(self, schema: str) -> None:
+        """Create the schema the URL names if it does not exist yet (a new tenant): under the
+        migrations' advisory lock for that schema, so two workers opening it at once create it
+        once. The migrations then make its tables."""
+        from psycopg import sql
+
+        found = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+        if self._conn.execute(found, (schema,)).fetchone() is not None:
+            return
+        with self._conn.transaction():
+            self._conn.execute(
+                f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(%s))", (schema,)
+            )
+            create = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+            self._conn.execute(create)
 
     def counter(self, sequence: str) -> int:
         """How many times `sequence` (one of COUNTERS) was bumped, by any worker."""
@@ -129,7 +152,11 @@ class PgConnection:
         row = self._conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
         return int(row[0]) if row is not None and row[1] else 0
 
-    def _read_id_tables(self) -> None:
+    def read_catalog(self) -> None:
+        """Which tables have an `id` and each table's primary key, as the server says now.
+        Read again after this connection's CREATE TABLE, and by the store after migrating:
+        another worker may have created the tables while this one waited for the migration
+        lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
         self._keys: dict[str, list[str]] = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
@@ -175,8 +202,30 @@ class PgConnection:
             text += " RETURNING id"
         cur = self._conn.execute(text, tuple(params) if params else None)
         if text[:12].upper() == "CREATE TABLE":
-            self._read_id_tables()
+            self.read_catalog()
         return PgCursor(cur, returned_id)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for each row, as sqlite3's: in one pipeline (one round trip)."""
+        text = translate(sql)
+        if text[:17].upper() == "INSERT OR REPLACE":
+            text = self._upsert(text)
+        with self._conn.cursor() as cur:
+            cur.executemany(text, [tuple(r) for r in rows])
+
+    def cursor(self) -> PgConnection:
+        """sqlite3's `conn.cursor()` for a statement whose rows are read as plain tuples
+        (`row_factory = None`): a Row here is a tuple already, so the connection serves."""
+        return self
+
+    @property
+    def row_factory(self) -> None:
+        return None
+
+    @row_factory.setter
+    def row_factory(self, value: object) -> None:
+        """Rows are tuples readable by name whatever is set (the store sets None or
+        sqlite3.Row)."""
 
     def executescript(self, sql: str) -> None:
         for statement in (s.strip() for s in sql.split(";\n")):
@@ -193,6 +242,17 @@ def pg_of(conn: object) -> PgConnection | None:
     return conn if isinstance(conn, PgConnection) else None
 
 
+def row_lock(conn: object) -> str:
+    """The clause that keeps the rows a SELECT reads locked until its transaction ends, in the
+    dialect of `conn`: on PostgreSQL `FOR NO KEY UPDATE` (another such SELECT, or an UPDATE of
+    the row, waits; an insert that only references the row does not); nothing on SQLite, whose
+    `BEGIN IMMEDIATE` already holds the database's one write lock. A statement that reads the
+    locked row after the wait reads its newest version; other tables read in that same
+    statement may be older, so what must be read after the lock goes in a statement of its
+    own (heron/store/engine_state.py `lock_conversation`)."""
+    return " FOR NO KEY UPDATE" if pg_of(conn) is not None else ""
+
+
 def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> str:
     """SQLite's `json_extract(column, path)` in the dialect of `conn`, for a path of keys and
     indexes (`$.messages[0]`). On PostgreSQL the jsonb path operator gives text: `integer`
@@ -204,6 +264,40 @@ def json_sql(conn: object, column: str, path: str, *, integer: bool = False) -> 
     keys = ",".join(k or i for k, i in re.findall(r"\.(\w+)|\[(\d+)\]", path))
     expr = f"({column}::jsonb #>> '{{{keys}}}')"
     return f"{expr}::bigint" if integer else expr
+
+
+TENANT = re.compile(r"[a-z0-9_]{1,40}")
+_SEARCH_PATH = re.compile(r"(?:-c\s*|--)search_path=([^\s]+)")
+
+
+def tenant_schema(tenant: str) -> str:
+    """The schema that holds a tenant's rows (docs/scale.md, "Tenancy")."""
+    if not TENANT.fullmatch(tenant):
+        raise ValueError(f"not a tenant name: {tenant!r}")
+    return f"heron_{tenant}"
+
+
+def url_schema(url: str) -> str | None:
+    """The schema a URL's `options` put first on the search path, if it names one."""
+    from urllib.parse import parse_qs, urlsplit
+
+    for options in parse_qs(urlsplit(url).query).get("options", []):
+        found = _SEARCH_PATH.search(options)
+        if found:
+            return found[1].split(",")[0].strip('"')
+    return None
+
+
+def with_schema(url: str, schema: str) -> str:
+    """`url` with `schema` as its search path (added to the URL's `options`), so every
+    connection made from it, in this process or another, reads and writes that schema."""
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    options = [v for k, v in parse_qsl(parts.query) if k == "options"]
+    query.append(("options", " ".join([*options, f"-csearch_path={schema}"])))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
 def redact(url: str) -> str:
@@ -226,6 +320,8 @@ def translate(sql: str) -> str:
         text = ddl(text)
     if _OR_IGNORE.match(text):
         text = _OR_IGNORE.sub("INSERT INTO", text, count=1) + " ON CONFLICT DO NOTHING"
+    # SQLite's `x IS ?` compares NULL as a value; PostgreSQL says it at length.
+    text = _IS_NOT_PARAM.sub("IS DISTINCT FROM ?", _IS_PARAM.sub("IS NOT DISTINCT FROM ?", text))
     return _placeholders(text)
 
 

@@ -23,11 +23,18 @@ def blob_id_by_digest(conn: sqlite3.Connection, digest: str) -> int | None:
 
 
 def insert_blob(conn: sqlite3.Connection, digest: str, kind: str, body: str) -> int:
+    """The new blob's id, or the id of the same blob another worker inserted meanwhile: on
+    PostgreSQL two workers' transactions run side by side, so both may have looked and found
+    nothing (on SQLite the caller's look and this insert are one writer's)."""
     cur = conn.execute(
-        "INSERT INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)", (digest, kind, body)
+        "INSERT OR IGNORE INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)",
+        (digest, kind, body),
     )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    if cur.rowcount == 1 and cur.lastrowid is not None:
+        return cur.lastrowid
+    found = blob_id_by_digest(conn, digest)
+    assert found is not None
+    return found
 
 
 def blob_row(conn: sqlite3.Connection, blob_id: int) -> tuple[str, str] | None:
@@ -44,11 +51,16 @@ def node_id(conn: sqlite3.Connection, parent: int, blob_id: int) -> int | None:
 
 
 def insert_node(conn: sqlite3.Connection, parent: int, blob_id: int) -> int:
+    """The new node's id, or that of the same node another worker inserted meanwhile (as
+    `insert_blob`)."""
     cur = conn.execute(
-        "INSERT INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
+        "INSERT OR IGNORE INTO trace_nodes (parent_id, blob_id) VALUES (?, ?)", (parent, blob_id)
     )
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+    if cur.rowcount == 1 and cur.lastrowid is not None:
+        return cur.lastrowid
+    found = node_id(conn, parent, blob_id)
+    assert found is not None
+    return found
 
 
 # The path from the start to a node, oldest first. A parent is always older than its child
@@ -79,8 +91,9 @@ def path_blobs(conn: sqlite3.Connection, node: int) -> list[tuple[str, str]]:
 # On PostgreSQL, where blob and node ids are never taken again, only the trace's garbage
 # collection voids a TraceCache: writers take this advisory lock shared for their transaction
 # when they check their cache, the collection takes it alone, so no writer can name a blob the
-# collection is deleting, and the next check after it sees the counter moved.
-_GC_LOCK = 1752
+# collection is deleting, and the next check after it sees the counter moved. The lock is the
+# schema's own (a tenant's collection holds up no other tenant's writes).
+_GC_LOCK = "1752, hashtext(current_schema())"
 
 
 def data_version(conn: sqlite3.Connection) -> int:
@@ -89,7 +102,7 @@ def data_version(conn: sqlite3.Connection) -> int:
     lock above: inside a write transaction, that holds off a collection until it ends)."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute("SELECT pg_advisory_xact_lock_shared(?)", (_GC_LOCK,))
+        pg.execute(f"SELECT pg_advisory_xact_lock_shared({_GC_LOCK})")
         return pg.counter(TRACE_GC)
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
@@ -108,7 +121,7 @@ def delete_unreached(conn: sqlite3.Connection, sections_kind: str) -> int:
     went. A live blob of `sections_kind` keeps its sections alive."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute("SELECT pg_advisory_xact_lock(?)", (_GC_LOCK,))
+        pg.execute(f"SELECT pg_advisory_xact_lock({_GC_LOCK})")
 
     def ref(column: str, path: str) -> str:
         return json_sql(conn, column, path, integer=True)

@@ -18,6 +18,8 @@ import sqlite3
 import time
 from types import ModuleType
 
+from heron.store.pg import MIGRATION_LOCK
+
 
 def _names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
@@ -28,8 +30,9 @@ def _step(name: str) -> ModuleType:
 
 
 # Taken inside the migration's transaction on PostgreSQL, where BEGIN locks nothing (SQLite's
-# BEGIN IMMEDIATE does): two workers opening a fresh database apply each step once.
-_PG_LOCK = "SELECT pg_advisory_xact_lock(1751)"
+# BEGIN IMMEDIATE does): two workers opening a fresh database (or schema: the lock is the
+# schema's own, heron/store/pg.py takes it to create one) apply each step once.
+_PG_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(current_schema()))"
 
 
 def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
@@ -37,9 +40,7 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
     processes opening a fresh database at the same moment do not both apply a step."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
-    )
+    _create_record(conn, postgres)
     names = _names()
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
     if all(name in done for name in names):
@@ -61,6 +62,24 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
         raise
     conn.execute("COMMIT")
     return applied
+
+
+def _create_record(conn: sqlite3.Connection, postgres: bool) -> None:
+    """The table of applied steps. On PostgreSQL under the migration lock: two processes
+    running `CREATE TABLE IF NOT EXISTS` at the same moment can both pass the check, and the
+    second then fails on a duplicate key of the catalog."""
+    create = "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)"
+    if not postgres:
+        conn.execute(create)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_PG_LOCK)
+        conn.execute(create)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _apply(conn: sqlite3.Connection, step: ModuleType, postgres: bool = False) -> None:

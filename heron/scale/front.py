@@ -1,0 +1,271 @@
+"""The face of `heron serve --workers N`: an AgentLoop whose turns run on the workers.
+
+`FrontLoop` keeps the AgentLoop's interface (the web app, the control socket, the hub and the
+background services all talk to it as to the in-process loop) but enqueues each message as a
+DBOS workflow instead of starting a turn. Its view of what runs comes from the workers' notes:
+a turn's start and end, and everything the turn streams, which it puts on its own bus for the
+hub. /stop and /status for a conversation running on a worker answer at once: /stop cancels
+the workflow, bumps the conversation's epoch (whatever the turn still tries to commit is
+discarded) and tells the worker, which stops the turn as the in-process /stop does.
+
+A message for a conversation whose turn runs on a worker is queued behind it in its
+partition, and offered to that turn as mail (a note to the worker): the worker takes it into
+the turn's mailbox, and the turn stores it with its id (`Mail`), in the same commit as the rest
+of the user message it rides in. When its own workflow comes up, the worker finds it stored
+and ends it at once; if the turn never read it (it had passed its last drain, was stopped, or
+its worker died before the commit), the workflow opens the next turn with it. So a follow-up
+is answered in the running turn when it can be, and never lost or answered twice. Subagents
+run their turns in the face's own engine (`run_turn`), as in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from heron.agent import commands
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop, TurnEnded, mailable
+from heron.bus import InboundMessage, MessageBus
+from heron.config import Settings
+from heron.messages import Message
+from heron.scale.cluster import Cluster, cluster_of, enqueue_options, message_id
+from heron.scale.notes import Listener, Note, Publisher, start_listener
+from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
+from heron.store import engine_state as es
+
+log = logging.getLogger(__name__)
+Service = Callable[[AgentLoop], Awaitable[None]]
+
+
+class TurnQueue(Protocol):
+    """What the face needs of DBOS (a `DBOSClient`)."""
+
+    async def enqueue_async(self, options: Any, *args: Any) -> Any: ...
+
+    async def cancel_workflow_async(self, workflow_id: str) -> None: ...
+
+
+@dataclass
+class FrontLoop(AgentLoop):
+    queue: TurnQueue | None = None
+    publisher: Publisher | None = None
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
+    _remote: dict[str, str] = field(default_factory=dict)  # conversation -> running workflow
+    _waiting: dict[str, InboundMessage] = field(default_factory=dict)  # enqueued, not ended
+    _tasks: set[asyncio.Future[None]] = field(default_factory=set)
+    # Per conversation, its last enqueue still in flight (the next one waits for it).
+    _enqueues: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+
+    # ---- what the rest of the serve asks -------------------------------------------------
+
+    def running(self, key: str) -> bool:
+        return key in self._active or key in self._remote
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._active or self._remote)
+
+    def user_turn_running(self) -> bool:
+        remote = any(m.provenance == "user" for m in self._waiting.values())
+        return remote or super().user_turn_running()
+
+    def pending(self, key: str) -> int:
+        return sum(1 for m in self._waiting.values() if m.key == key) - (key in self._remote)
+
+    async def wait_idle(self) -> None:
+        while self._active or self._waiting or any(self._pending.values()):
+            self._idle.clear()
+            await self._idle.wait()
+
+    # ---- messages in -----------------------------------------------------------------------
+
+    async def dispatch(self, message: InboundMessage) -> None:
+        key = self.resolve(message)
+        if key in self._active:  # a turn of this process (a subagent's) runs there
+            await super().dispatch(message)
+            return
+        found = commands.parse(message.text)
+        if found is not None and found.name in commands.PRIORITY and key in self._remote:
+            await self._remote_priority(found, key, message)
+            return
+        into = self._remote.get(key) if found is None and mailable(message) else None
+        self._submit(key, message, into)  # the next message need not wait for the round trip
+
+    async def enqueue(
+        self, key: str, message: InboundMessage, *, mail_into: str | None = None
+    ) -> None:
+        """The message as a workflow in its conversation's partition, once (by its id). With
+        `mail_into` (the workflow of the turn running there) it is also offered to that turn
+        as mail; the worker running it tells the channel "mail" or "queued"."""
+        await self._submit(key, message, mail_into)
+
+    def _submit(
+        self, key: str, message: InboundMessage, mail_into: str | None = None
+    ) -> asyncio.Future[None]:
+        """Admit the message now (waiting from here on; "queued" when a turn runs there) and
+        enqueue it in the background: conversations concurrently (each enqueue is a round trip,
+        in a thread of DBOS's client), each conversation's messages one after the other, since
+        DBOS orders a partition by the time of the insert."""
+        workflow_id = message.id or message_id()
+        message = dataclasses.replace(message, id=workflow_id, key=key)
+        if key in self._remote and mail_into is None:
+            self._event(message, key, "queued")
+        self._waiting[workflow_id] = message
+        self._idle.clear()
+        task = asyncio.ensure_future(
+            self._enqueue_after(self._enqueues.get(key), key, message, mail_into)
+        )
+        self._enqueues[key] = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._enqueued(key, t))
+        return task
+
+    def _enqueued(self, key: str, task: asyncio.Future[None]) -> None:
+        self._tasks.discard(task)
+        if self._enqueues.get(key) is task:
+            del self._enqueues[key]
+
+    async def _enqueue_after(
+        self,
+        before: asyncio.Future[None] | None,
+        key: str,
+        message: InboundMessage,
+        mail_into: str | None,
+    ) -> None:
+        assert self.queue is not None and self.publisher is not None and message.id
+        if before is not None:
+            await asyncio.wait({before})  # its own failure is told by its own task
+        await self.listening.wait()  # the end of its turn must not pass unheard
+        envelope = inbound_to_dict(message)
+        try:
+            await self.queue.enqueue_async(enqueue_options(message.id, key), envelope, mail_into)
+        except Exception as error:  # the database is out of reach: say so, hold nothing
+            log.exception("enqueueing a message of %s failed", key)
+            self._waiting.pop(message.id, None)
+            if not self._waiting and not self._active:
+                self._idle.set()
+            await self._send(message, key, f"The message could not be queued: {error}", "error")
+            return
+        if mail_into is not None:  # after the enqueue: unheard or refused, it still runs
+            await self.publisher.send({"t": "mail", "into": mail_into, "message": envelope})
+
+    async def _remote_priority(
+        self, found: commands.Command, key: str, message: InboundMessage
+    ) -> None:
+        if found.name == "new":  # the running turn stops; /new runs next in the partition
+            await self.stop(key)
+            self._submit(key, message)
+            return
+        ctx = commands.CommandContext(
+            self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
+        )
+        reply = await commands.run(found, ctx)
+        if reply.text:
+            await self._send(message, key, reply.text, "command")
+
+    def start_turn(self, message: InboundMessage) -> None:
+        key = self.resolve(message)
+        if key in self._active:
+            super().start_turn(message)
+        else:
+            self._submit(key, message)
+
+    def announce(self, message: InboundMessage, injected: Message) -> str:
+        key = self.resolve(message)
+        if key in self._active:
+            return super().announce(message, injected)
+        self._submit(key, message)
+        return "turn"
+
+    # ---- interrupts ------------------------------------------------------------------------
+
+    async def stop(self, key: str) -> bool:
+        if key in self._active:
+            return await super().stop(key)
+        workflow_id = self._remote.get(key)
+        if workflow_id is None:
+            return False
+        assert self.queue is not None and self.publisher is not None
+        await self.queue.cancel_workflow_async(workflow_id)  # never recovered, never resumed
+        store = self.engine.store
+        conversation = await store.call(store.conversation, key)
+        if conversation is not None:
+            await store.call(es.bump_epoch, store, conversation.id)
+        await self.publisher.send({"t": "stop", "key": key})
+        return True
+
+    # ---- notes from the workers ------------------------------------------------------------
+
+    def on_note(self, note: Note) -> None:
+        kind = note.get("t")
+        if kind in ("event", "out"):
+            self.bus.emit(outbound_from_dict(note))
+        elif kind == "started":
+            self._remote[str(note["key"])] = str(note["wid"])
+        elif kind == "ended":
+            mailed = bool(note.get("mail"))
+            self._ended_remote(str(note["wid"]), str(note["key"]), note["end"], mailed)
+
+    def _ended_remote(
+        self, workflow_id: str, key: str, end: dict[str, Any], mailed: bool = False
+    ) -> None:
+        if self._remote.get(key) == workflow_id:
+            del self._remote[key]
+        message = self._waiting.pop(workflow_id, None)
+        if not self._waiting and not self._active:
+            self._idle.set()
+        if message is None or mailed:  # another face's message; mail, answered in a turn
+            return
+        ended = TurnEnded(key, message, end_from_dict(end), None)
+        for hook in list(self.turn_end_hooks):
+            try:
+                hook(ended)
+            except Exception:
+                log.exception("an end-of-turn hook failed for %s", key)
+
+
+def listener_service(cluster: Cluster) -> Callable[[AgentLoop], Awaitable[None]]:
+    """The face's listener, as a background service of the serve's Runtime: the workers'
+    notes reach the FrontLoop, which enqueues nothing before it listens."""
+
+    async def listen(loop: AgentLoop) -> None:
+        assert isinstance(loop, FrontLoop)
+        listener = Listener(cluster, loop.on_note)
+        task = await start_listener(listener)
+        loop.listening.set()
+        await task
+
+    return listen
+
+
+@contextlib.asynccontextmanager
+async def front(
+    settings: Settings, n: int, model: str | None = None
+) -> AsyncIterator[tuple[Callable[[Engine, MessageBus], AgentLoop], list[Service]]]:
+    """What `heron serve --workers N` runs its face with: N workers started, the loop that
+    enqueues for them and the service that listens to them. A clear error on SQLite."""
+    from dbos import DBOSClient
+
+    from heron.scale.spawn import workers
+
+    cluster = cluster_of(settings.database)
+    async with workers(n, model):
+        client = await asyncio.to_thread(
+            DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
+        )
+        publisher = Publisher(cluster)
+
+        def make(engine: Engine, bus: MessageBus) -> AgentLoop:
+            return FrontLoop(engine, bus, queue=client, publisher=publisher)
+
+        try:
+            yield make, [listener_service(cluster)]
+        finally:
+            await publisher.close()
+            await asyncio.to_thread(client.destroy)

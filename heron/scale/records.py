@@ -1,0 +1,64 @@
+"""The SQL of the workers (kept here by the one-home-for-SQL rule): notifications, the lock a
+live worker holds, and which workers own turns in flight.
+
+A worker holds a session-level advisory lock named by its DBOS executor id for as long as it
+lives; PostgreSQL drops it when the worker's connection dies, however the worker died. So a
+worker that can take another's lock knows that one is dead, and recovers its turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+LOCK_SPACE = "heron-worker:"
+
+
+def notify(conn: psycopg.Connection[Any], channel: str, payload: str) -> None:
+    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+async def notify_async(conn: psycopg.AsyncConnection[Any], channel: str, payload: str) -> None:
+    await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+async def listen(conn: psycopg.AsyncConnection[Any], channel: str) -> None:
+    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+
+def hold_alive(conn: psycopg.Connection[Any], executor: str) -> None:
+    """This worker is alive for as long as `conn` is open."""
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (LOCK_SPACE + executor,))
+
+
+def is_dead(conn: psycopg.Connection[Any], executor: str) -> bool:
+    """Whether no live session holds `executor`'s lock (taken and given back at once)."""
+    key = LOCK_SPACE + executor
+    row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+    if row is None or not row[0]:
+        return False
+    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+    return True
+
+
+def owners_in_flight(conn: psycopg.Connection[Any], dbos_schema: str, queue: str) -> list[str]:
+    """The executors DBOS says run a turn of `queue` now (PENDING: dequeued, not finished)."""
+    query = sql.SQL(
+        "SELECT DISTINCT executor_id FROM {}.workflow_status"
+        " WHERE status = 'PENDING' AND queue_name = %s"
+    ).format(sql.Identifier(dbos_schema))
+    return [r[0] for r in conn.execute(query, (queue,)).fetchall() if r[0]]
+
+
+def running_workflow(
+    conn: psycopg.Connection[Any], dbos_schema: str, queue: str, key: str
+) -> str | None:
+    """The workflow of conversation `key` that runs now, if one does."""
+    query = sql.SQL(
+        "SELECT workflow_uuid FROM {}.workflow_status WHERE status = 'PENDING'"
+        " AND queue_name = %s AND queue_partition_key = %s LIMIT 1"
+    ).format(sql.Identifier(dbos_schema))
+    row = conn.execute(query, (queue, key)).fetchone()
+    return None if row is None else str(row[0])

@@ -1,0 +1,310 @@
+"""`heron worker`: an Engine and an AgentLoop whose turns arrive as DBOS workflows.
+
+Each inbound message is the workflow `heron_message`, enqueued once under the message's id on
+the queue `heron_turns`, partitioned by conversation key with one turn per partition at a
+time: whichever worker dequeues it runs the turn in its own AgentLoop, and no two turns of one
+conversation ever overlap across workers. What the turn sends out goes to the face as notes
+(heron/scale/notes.py).
+
+A worker that dies mid-turn leaves its workflow PENDING under its executor id. Every worker
+holds a PostgreSQL advisory lock for as long as it lives (heron/scale/records.py); the others
+look every `SWEEP_S` for PENDING turns whose owner's lock is free, and hand them back to the
+queue (DBOS's recovery). The workflow then runs again on a live worker, which finds the dead
+attempt's turn row by its run id (heron/store/attempts.py) and continues that turn from the
+record: the tool calls that finished kept from the engine's checkpoint (not run again), the
+ones cut off marked interrupted, the model answering the same stored message, which is never
+stored twice. A turn that had finished before the crash is not run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, ClassVar, TextIO
+
+import psycopg
+from dbos import DBOS
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop, TurnEnded
+from heron.bus import Dispatcher, MessageBus, Outbound, TurnEnd, TurnOptions
+from heron.config import Settings
+from heron.providers.base import Provider
+from heron.scale import records
+from heron.scale.cluster import (
+    POLL_S,
+    QUEUE,
+    WORKER_TURNS,
+    WORKFLOW,
+    Cluster,
+    cluster_of,
+    executor_id,
+)
+from heron.scale.notes import Listener, Note, Publisher, start_listener, stop_task
+from heron.scale.wire import end_to_dict, inbound_from_dict, outbound_to_json
+from heron.store import attempts
+from heron.tools.registry import ToolRegistry
+
+SWEEP_S = 1.0  # seconds between looks for a dead worker's turns
+DRAIN_S = 60.0  # on SIGTERM: how long running turns may take to finish before the exit
+log = logging.getLogger(__name__)
+
+
+def run_base(workflow_id: str) -> str:
+    """The run id of a workflow's first attempt (later ones add `.n`)."""
+    return "run_" + hashlib.sha256(workflow_id.encode()).hexdigest()[:16]
+
+
+class WorkerHost:
+    """What the workflow function finds in this process: the loop its turns run in."""
+
+    current: ClassVar[WorkerHost | None] = None
+
+    def __init__(self, engine: Engine, cluster: Cluster, publisher: Publisher) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self.publisher = publisher
+        self.bus = MessageBus()
+        self.loop = AgentLoop(engine, self.bus)
+        self.dispatcher = Dispatcher(self.bus)
+        self.dispatcher.register("*", self._relay)
+        self.loop.watch_turns(self._turn_ended)
+        self._ends: dict[str, asyncio.Future[TurnEnded]] = {}
+
+    async def _relay(self, out: Outbound) -> None:
+        """Everything the loop sends out, to the face's clients, in order."""
+        await self.publisher.send(json_note(out))
+
+    def _turn_ended(self, ended: TurnEnded) -> None:
+        waiting = self._ends.pop(ended.message.id or "", None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(ended)
+
+    async def handle(
+        self, workflow_id: str, envelope: dict[str, Any], mail_into: str | None = None
+    ) -> dict[str, Any]:
+        """One workflow: the message's turn (or the rest of it), to its end; nothing when the
+        turn it was mailed into (`mail_into`) took it."""
+        message = inbound_from_dict(envelope)
+        key = self.loop.resolve(message)
+        if mail_into is not None and await self._was_mailed(key, mail_into, workflow_id):
+            end = TurnEnd(True, "mail")
+            await self.publisher.send({**_ended_note(workflow_id, key, end), "mail": True})
+            return end_to_dict(end)
+        options = await self._attempt(workflow_id, message.options)
+        if options is None:  # its turn ended before a worker died: nothing left to do
+            end = TurnEnd(True, "recovered")
+            await self.publisher.send(_ended_note(workflow_id, key, end))
+            return end_to_dict(end)
+        message = dataclasses.replace(message, id=workflow_id, key=key, options=options)
+        ended: asyncio.Future[TurnEnded] = asyncio.get_running_loop().create_future()
+        self._ends[workflow_id] = ended
+        await self.publisher.send({"t": "started", "wid": workflow_id, "key": key})
+        log.info("turn %s of %s: started (run %s)", workflow_id, key, options.run_id)
+        self.loop.start_turn(message)
+        end = (await ended).end
+        await self.bus.outbound.join()  # the turn's last events reach the face before its end
+        _log_end(workflow_id, key, end)
+        await self.publisher.send(_ended_note(workflow_id, key, end))
+        return end_to_dict(end)
+
+    async def _attempt(self, workflow_id: str, given: TurnOptions | None) -> TurnOptions | None:
+        """The options of this attempt: the first, the continuation of a dead worker's, or
+        None when the turn already ended."""
+        store = self.engine.store
+        base = run_base(workflow_id)
+        last = await store.call(attempts.latest, store, base)
+        options = given or TurnOptions()
+        if last is None:
+            return dataclasses.replace(options, run_id=base)
+        if not last.open:
+            return None
+        run_id = attempts.run_id_of(base, last.number + 1)
+        return dataclasses.replace(options, run_id=run_id, answer_id=last.user_message_id)
+
+    async def _was_mailed(self, key: str, into: str, workflow_id: str) -> bool:
+        store = self.engine.store
+        return await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id)
+
+    async def on_note(self, note: Note) -> None:
+        """From a face: /stop (stop the conversation's turn if it runs here); mail for a turn
+        that runs here (into its mailbox)."""
+        kind = note.get("t")
+        if kind == "stop" and self.loop.running(str(note["key"])):
+            await self.loop.stop(str(note["key"]))
+        elif kind == "mail":
+            self.loop.post_mail(inbound_from_dict(note["message"]), str(note["into"]))
+
+
+def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:
+    if end.ok:
+        log.info("turn %s of %s: %s", workflow_id, key, end.outcome)
+    else:  # always said: a worker whose turns fail must not look idle
+        log.warning("turn %s of %s: %s: %s", workflow_id, key, end.outcome, end.error)
+
+
+def json_note(out: Outbound) -> Note:
+    import json
+
+    return json.loads(outbound_to_json(out))  # type: ignore[no-any-return]
+
+
+def _ended_note(workflow_id: str, key: str, end: TurnEnd) -> Note:
+    return {"t": "ended", "wid": workflow_id, "key": key, "end": end_to_dict(end)}
+
+
+@DBOS.workflow(name=WORKFLOW)
+async def heron_message(envelope: dict[str, Any], mail_into: str | None = None) -> dict[str, Any]:
+    host = WorkerHost.current
+    if host is None:
+        raise RuntimeError("heron_message runs only in a heron worker")
+    workflow_id = DBOS.workflow_id
+    assert workflow_id is not None
+    return await host.handle(workflow_id, envelope, mail_into)
+
+
+def dbos_config(cluster: Cluster, executor: str) -> dict[str, Any]:
+    return {
+        "name": "heron",
+        "system_database_url": cluster.dbos_url,
+        "dbos_system_schema": cluster.dbos_schema,
+        "executor_id": executor,
+        "run_admin_server": False,
+        "log_level": "WARNING",
+        "notification_listener_polling_interval_sec": 0.05,
+    }
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    model: str | None = None,
+    provider: Provider | None = None,
+    registry: ToolRegistry | None = None,
+    out: TextIO = sys.stdout,
+    worker_turns: int = WORKER_TURNS,
+    until: asyncio.Event | None = None,
+    verbose: bool = False,
+) -> None:
+    """Run turns from the queue until SIGINT/SIGTERM (or `until`); then let running turns
+    finish (up to DRAIN_S) and exit."""
+    _log_to_stderr(logging.INFO if verbose else logging.WARNING)
+    cluster = cluster_of(settings.database)
+    executor = executor_id()
+    alive = await asyncio.to_thread(_connect, cluster.url)
+    try:
+        await asyncio.to_thread(records.hold_alive, alive, executor)
+        async with Engine.open(
+            settings, model=model, provider=provider, registry=registry
+        ) as engine:
+            await _serve_queue(engine, cluster, executor, out, worker_turns, until)
+    finally:
+        alive.close()
+
+
+def _log_to_stderr(level: int) -> None:
+    """The worker's own lines (turns failed or recovered; with --verbose every turn) on
+    stderr, each naming its process: several workers often share one terminal or journal."""
+    logger = logging.getLogger("heron.scale")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(f"heron worker {os.getpid()}: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+async def _serve_queue(
+    engine: Engine,
+    cluster: Cluster,
+    executor: str,
+    out: TextIO,
+    worker_turns: int,
+    until: asyncio.Event | None,
+) -> None:
+    publisher = Publisher(cluster)
+    host = WorkerHost(engine, cluster, publisher)
+    WorkerHost.current = host
+    stop = until or asyncio.Event()
+    undo = _on_signals(stop.set) if until is None else (lambda: None)
+    dispatching = asyncio.create_task(host.dispatcher.run())
+    listening: asyncio.Task[None] | None = None
+    sweeping: asyncio.Task[None] | None = None
+    DBOS(config=dbos_config(cluster, executor))  # type: ignore[arg-type]
+    try:
+        # On this thread, so that DBOS runs the workflows on this event loop, where the
+        # AgentLoop and its connections live (from another thread it would use a loop of its
+        # own). It blocks while DBOS migrates its schema: once, at start.
+        DBOS.launch()
+        await DBOS.register_queue_async(
+            QUEUE,
+            partition_concurrency=1,
+            worker_concurrency=worker_turns,
+            polling_interval_sec=POLL_S,
+        )
+        listening = await start_listener(Listener(cluster, host.on_note))
+        sweeping = asyncio.create_task(_sweep(cluster, executor))
+        out.write(f"heron worker: ready ({executor}, {engine.choice.provider}/"
+                  f"{engine.choice.model})\n")  # fmt: skip
+        out.flush()
+        await stop.wait()
+    finally:
+        undo()
+        await stop_task(sweeping)
+        # DBOS stops dequeuing, then waits for this worker's workflows to finish, output
+        # recorded (they run on this loop, free meanwhile); a turn still running after
+        # DRAIN_S is stopped below, as Ctrl-C stops a serve's turns.
+        drain = functools.partial(DBOS.destroy, workflow_completion_timeout_sec=int(DRAIN_S))
+        await asyncio.to_thread(drain)
+        await stop_task(listening)
+        await host.loop.close()
+        await stop_task(dispatching)
+        await publisher.close()
+        WorkerHost.current = None
+
+
+async def _sweep(cluster: Cluster, executor: str) -> None:
+    """Hand the turns of dead workers back to the queue (see the module docstring)."""
+    conn = await asyncio.to_thread(_connect, cluster.url)
+    try:
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            try:
+                dead = await asyncio.to_thread(_dead_owners, conn, cluster, executor)
+                if dead:
+                    log.warning("heron worker: recovering the turns of %s", ", ".join(dead))
+                    await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
+            except psycopg.Error:
+                log.exception("looking for dead workers failed")
+    finally:
+        conn.close()
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def _dead_owners(conn: psycopg.Connection[Any], cluster: Cluster, executor: str) -> list[str]:
+    owners = records.owners_in_flight(conn, cluster.dbos_schema, QUEUE)
+    return [o for o in owners if o != executor and records.is_dead(conn, o)]
+
+
+def _on_signals(callback: Callable[[], None]) -> Callable[[], None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, callback)
+
+    def undo() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    return undo
+
+
+__all__ = ["WorkerHost", "run_base", "run_worker"]

@@ -1,0 +1,434 @@
+"""Turns as DBOS workflows on real `heron worker` processes and a real PostgreSQL (issue 18):
+one turn per conversation at a time across workers, a follow-up during a turn, /stop, a worker
+killed mid-turn whose turn another finishes, a scheduled job firing once."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg import raw_count
+from scale_helpers import Workers, face, model_server, worker_env
+
+from heron.agent.control import MAIL_LABEL, MAIL_META
+from heron.testing.script import ServerReply
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for m in reversed(body["messages"]):
+        if m["role"] == "user":
+            c = m["content"]
+            return c if isinstance(c, str) else " ".join(p.get("text", "") for p in c)
+    return ""
+
+
+def echo(body: dict[str, Any]) -> ServerReply:
+    return ServerReply(text="answer to " + _last_user_text(body).splitlines()[0][:60])
+
+
+def _dbos_count(pg_url: str, where: str) -> object:
+    """A count over DBOS's workflow table of this test's schema."""
+    table = _dbos_schema(pg_url) + ".workflow_status"
+    return raw_count(pg_url.split("?")[0], f"SELECT COUNT(*) FROM {table} WHERE {where}")
+
+
+OVERLAPS = (  # pairs of turns of one conversation where the later started before the other ended
+    "SELECT COUNT(*) FROM turns a JOIN turns b ON a.id < b.id"
+    " WHERE a.conversation_id = b.conversation_id AND b.started < a.ended"
+)
+
+
+async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's correctness load (tests/test_engine_loop.py) on 2 workers: every message
+    of every conversation sent at once through the face (which enqueues conversations
+    concurrently, each one's messages in order), so only the queue's partitions keep a
+    conversation's turns apart; each answered once, in order, by whichever worker was free.
+    The messages are reminders, which never join a running turn as mail: each is a turn."""
+    conversations, turns = 50, 5
+    with model_server(echo) as (_, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                for t in range(turns):
+                    for c in range(conversations):
+                        f.send(f"c{c}", f"c{c} t{t}", provenance="reminder")
+                await f.settle(400)
+        finally:
+            workers.stop()
+    for c in range(conversations):
+        assert f.texts("answer", f"c{c}") == [f"answer to c{c} t{t}" for t in range(turns)]
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 250
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 250
+    assert raw_count(pg_url, OVERLAPS) == 0
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 250
+    # Both workers took turns (how many each is up to the queue).
+    table = _dbos_schema(pg_url) + ".workflow_status"
+    executors = f"SELECT COUNT(DISTINCT executor_id) FROM {table}"
+    assert raw_count(pg_url.split("?")[0], executors) == 2
+
+
+async def test_two_workers_answer_every_turn_in_order(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with model_server(echo) as (_, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                for turn in range(2):
+                    for c in range(3):
+                        f.send(f"c{c}", f"message {turn} of c{c}")
+                await f.settle()
+                assert f.kinds("c0").count("turn_end") == 2
+        finally:
+            workers.stop()
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 6
+
+
+def _tool_then_answer(slow_second: dict[str, float]) -> Any:
+    """First call: a bash tool call that appends to ran.txt; second: the answer, held for
+    `slow_second[key]` seconds the first time it is asked (a turn to stop or kill mid-call)."""
+
+    def script(body: dict[str, Any]) -> ServerReply:
+        roles = [m["role"] for m in body["messages"]]
+        last_user = len(roles) - 1 - roles[::-1].index("user")
+        user = _last_user_text(body).splitlines()[0]
+        if "tool" not in roles[last_user:]:
+            if user.startswith("work"):
+                return ServerReply(tool_calls=[("bash", {"command": "echo ran >> ran.txt"})])
+            return ServerReply(text="answer to " + user[:40])
+        key = user.split()[-1]
+        wait = slow_second.pop(key, 0.0)
+        return ServerReply(text="finished " + key, delay_s=wait)
+
+    return script
+
+
+async def test_a_worker_killed_mid_turn_is_finished_by_another_without_repeating_the_tool(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = {"k1": 60.0}
+    with model_server(_tool_then_answer(slow)) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("k1", "work on k1")
+                # The second model call is asked (the tool ran and was kept), and held.
+                await f.wait_for(lambda: len(server.requests) >= 2)
+                owner = raw_count(
+                    pg_url.split("?")[0],
+                    "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
+                    " WHERE status = 'PENDING'",
+                )
+                pid = int(str(owner).split("-")[-2])
+                workers.kill(pid)
+                await f.settle(240)
+                answers = [
+                    e.text for e in f.events if getattr(e, "kind", "") == "answer" and e.key == "k1"
+                ]
+        finally:
+            workers.stop()
+    ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+    assert ran == ["ran"], "the finished tool call ran again"
+    assert answers == ["finished k1"], [
+        (type(e).__name__, getattr(e, "kind", ""), e.text[:50]) for e in f.events
+    ]
+    statuses = raw_count(
+        pg_url,
+        "SELECT string_agg(status || ':' || COALESCE(stop_reason, ''), ',' ORDER BY id) FROM turns",
+    )
+    assert statuses == "interrupted:recovered,done:done"
+    results = raw_count(
+        pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%tool_result%",)
+    )
+    assert results == 1  # the kept result, once: no orphaned call, no second run
+
+
+def _dbos_schema(pg_url: str) -> str:
+    from heron.scale.cluster import cluster_of
+
+    return cluster_of(pg_url).dbos_schema
+
+
+async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = {"s1": 60.0}
+    with model_server(_tool_then_answer(slow)) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("s1", "work on s1")
+                await f.wait_for(lambda: len(server.requests) >= 2)
+                await f.wait_for(lambda: f.loop.running("s1"))
+                f.send("s1", "/stop")
+                await f.settle(240)
+                replies = [e.text for e in f.events if getattr(e, "kind", "") == "command"]
+                f.send("s1", "and now?")
+                await f.settle(240)
+        finally:
+            workers.stop()
+    assert replies and replies[0].startswith("Stopped")
+    assert "turn_end" in f.kinds("s1")
+    status = raw_count(pg_url, "SELECT status FROM turns ORDER BY id LIMIT 1")
+    assert status == "interrupted"
+    kept = raw_count(pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%ran.txt%",))
+    assert kept == 1  # the tool call, with its result kept in the record
+    assert (
+        raw_count(pg_url, "SELECT COUNT(*) FROM messages WHERE parts LIKE ?", ("%tool_result%",))
+        == 1
+    )
+    wf = raw_count(
+        pg_url.split("?")[0],
+        "SELECT COUNT(*) FROM "
+        + _dbos_schema(pg_url)
+        + ".workflow_status WHERE status = 'CANCELLED'",
+    )
+    assert wf == 1
+    assert raw_count(pg_url, "SELECT status FROM turns ORDER BY id DESC LIMIT 1") == "done"
+
+
+def _waits_for_go(body: dict[str, Any]) -> ServerReply:
+    """First call: a bash tool that waits for the file `go` in the workspace; then an answer
+    naming every user text after the tool's result (the mail the run drained with it)."""
+    roles = [m["role"] for m in body["messages"]]
+    if "tool" not in roles:
+        wait = "while [ ! -f go ]; do sleep 0.05; done; echo ran"
+        return ServerReply(tool_calls=[("bash", {"command": wait})])
+    after = body["messages"][roles.index("tool") :]
+    said = [m["content"] for m in after if m["role"] == "user" and isinstance(m["content"], str)]
+    return ServerReply(text="answered: " + " | ".join(said))
+
+
+async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_process(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in one process (tests/test_engine_loop.py): a message typed while a worker's turn
+    runs a tool reaches that turn's mailbox and is answered with the tool's result, in the
+    same turn; its own workflow then finds it stored and runs no second turn."""
+    with model_server(_waits_for_go) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("f1", "start the job")
+                await f.wait_for(lambda: "tool_start" in f.kinds("f1"))
+                f.send("f1", "also, make it blue")
+                await f.wait_for(lambda: "mail" in f.kinds("f1"))
+                (heron_home / "workspace" / "go").touch()
+                await f.settle(240)
+        finally:
+            workers.stop()
+    assert "queued" not in f.kinds("f1")
+    assert f.texts("answer") == ["answered: " + MAIL_LABEL + "also, make it blue"]
+    assert len(server.requests) == 2
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 1
+    assert raw_count(pg_url, "SELECT status FROM turns") == "done"
+    stored = "SELECT COUNT(*) FROM messages WHERE role = 'user' AND parts LIKE ?"
+    assert raw_count(pg_url, stored, ("%blue%",)) == 1  # once, with the tool's result
+    held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
+    assert raw_count(pg_url, held, ("%tool_result%blue%", f"%{MAIL_META}%")) == 1
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the mail's own
+
+
+async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `heron serve --workers` face runs a scheduler. Two faces' schedulers, each on a
+    connection and a thread of its own (as in two processes), claim the same due jobs at the
+    same instant; each job fires once (its run recorded once, by the scheduler that fired
+    it) and its turn runs once, on one of the 2 workers."""
+    import asyncio
+    import threading
+
+    from heron.bus import MessageBus
+    from heron.proactive.clock import FakeClock
+    from heron.proactive.scheduler import Scheduler
+    from heron.store import Store
+    from heron.store import jobs as js
+    from heron.store.schedule import parse
+
+    jobs = 20
+    made_at = dt.datetime(2026, 6, 1, 8, 0, tzinfo=dt.UTC).timestamp()
+    when = parse(at="2026-06-01 09:00", timezone="UTC")
+    clock = FakeClock(made_at + 3601)  # one second after the instant
+    stores = [Store(pg_url), Store(pg_url)]
+    for i in range(jobs):
+        js.create_job(stores[0], when, conversation=f"chat-{i}", prompt=f"job {i}",
+                      now=made_at, created_by="test")  # fmt: skip
+    schedulers = [Scheduler(store, MessageBus(), clock) for store in stores]
+    together = threading.Barrier(2, timeout=60)
+
+    def tick(scheduler: Scheduler) -> int:
+        together.wait()
+        return asyncio.run(scheduler.tick())
+
+    with model_server(echo) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f1, face(pg_url, monkeypatch) as f2:
+                fired = await asyncio.gather(*(asyncio.to_thread(tick, s) for s in schedulers))
+                for scheduler, f in zip(schedulers, (f1, f2), strict=True):
+                    scheduler.watch(f.loop)  # the face records its scheduler's runs
+                    while not scheduler.bus.inbound.empty():  # what it fired, to its face
+                        await f.loop.dispatch(scheduler.bus.inbound.get_nowait())
+                await f1.settle()
+                await f2.settle()
+                again = await asyncio.gather(*(asyncio.to_thread(tick, s) for s in schedulers))
+        finally:
+            workers.stop()
+            for store in stores:
+                store.close()
+    assert sum(fired) == jobs and sum(again) == 0
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM job_runs") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM job_runs WHERE status = 'done'") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == jobs
+    assert raw_count(pg_url, "SELECT COUNT(DISTINCT conversation_id) FROM turns") == jobs
+    assert len(server.requests) == jobs
+    for f in (f1, f2):  # each face's clients see every conversation's answers, once
+        answers = f.texts("answer")
+        assert len(answers) == jobs and all("Scheduled reminder" in a for a in answers)
+
+
+async def test_heron_serve_with_workers_answers_through_them_and_stops_cleanly(
+    pg_url: str, heron_home: Path
+) -> None:
+    """The command itself: `heron serve --workers 2` starts its workers, takes a message on
+    its control socket, has a worker answer it, and on SIGTERM stops them and exits 0."""
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+
+    from serve_helpers import LineClient
+
+    from heron.serve.lock import SOCKET_NAME
+
+    with model_server(echo) as (_, url):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "heron", "serve", "--port", "0", "--workers", "2"],
+            env=worker_env(heron_home, pg_url, url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            first = await asyncio.to_thread(proc.stdout.readline)
+            assert first.startswith("heron serve: http://127.0.0.1:"), first
+            client = await LineClient.open(heron_home / SOCKET_NAME)
+            await client.send({"type": "hello", "conversation": "w1", "last_seq": None})
+            await client.send({"type": "send", "text": "hello workers"})
+            events = await asyncio.wait_for(client.until("turn_end"), 240)
+            await client.close()
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0
+    assert any("answer to hello workers" in str(e) for e in events), events
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 1  # the turn ran as a workflow
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 1
+
+
+def test_a_worker_on_sqlite_says_it_needs_postgresql(heron_home: Path) -> None:
+    import subprocess
+    import sys
+
+    env = worker_env(heron_home, "", "http://127.0.0.1:9/v1")
+    del env["HERON_DATABASE_URL"]
+    done = subprocess.run(
+        [sys.executable, "-m", "heron", "worker"], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "workers need PostgreSQL" in done.stderr
+
+
+def _tool_then_done(body: dict[str, Any]) -> ServerReply:
+    """A turn of two calls, each a little slow (a kill lands mid-turn): a bash call that notes
+    the message in ran.txt, then the answer."""
+    roles = [m["role"] for m in body["messages"]]
+    last_user = len(roles) - 1 - roles[::-1].index("user")
+    said = _last_user_text(body).splitlines()[0]
+    if "tool" not in roles[last_user:] and said.startswith("work"):
+        note = said.removeprefix("work ")
+        return ServerReply(tool_calls=[("bash", {"command": f"echo {note} >> ran.txt"})],
+                           delay_s=0.15)  # fmt: skip
+    return ServerReply(text="done", delay_s=0.15)
+
+
+async def test_workers_killed_at_random_instants_lose_nothing(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kill -9 of a worker at random instants while 10 conversations run 2 turns each (a tool
+    call and an answer), a fresh worker started after each kill: every message is stored
+    once and answered, every conversation's record is well-formed (no orphaned call), and no
+    finished tool call ran twice."""
+    import asyncio
+    import random
+
+    from heron.context.repair import is_well_formed
+    from heron.store import Store
+
+    rng = random.Random(18)
+    conversations, turns, kills = 10, 2, 3
+    with model_server(_tool_then_done) as (_, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                for t in range(turns):
+                    for c in range(conversations):  # reminders: each message a turn of its own
+                        f.send(f"k{c}", f"work k{c} t{t}", provenance="reminder")
+                for _ in range(kills):
+                    await asyncio.sleep(rng.uniform(0.3, 1.5))
+                    busy = _owners_in_flight(pg_url)  # the worker of a turn in flight, if any
+                    alive = [p.pid for p in workers.procs if p.poll() is None]
+                    workers.kill(rng.choice([p for p in alive if p in busy] or alive))
+                    await asyncio.to_thread(workers.start, 1)
+                await f.settle(400)
+        finally:
+            workers.stop()
+    ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+    assert len(ran) == len(set(ran)), "a finished tool call ran again"
+    monkeypatch.setenv("HERON_DATABASE_URL", pg_url)
+    store = Store(pg_url)
+    try:
+        for c in range(conversations):
+            conversation = store.conversation(f"k{c}")
+            assert conversation is not None
+            branch = store.branch(conversation.id)
+            said = [r.message.text for r in branch if r.role == "user"]
+            for t in range(turns):
+                assert said.count(f"work k{c} t{t}") == 1, said  # stored once, never lost
+            assert is_well_formed([r.wire for r in branch])
+            answers = [r.message.text for r in branch if r.role == "assistant"]
+            assert answers.count("done") == turns, answers  # each message answered once
+    finally:
+        store.close()
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == 0
+    redone = _dbos_count(pg_url, "recovery_attempts > 1")  # dispatched again after a kill
+    assert isinstance(redone, int) and redone >= 1
+
+
+def _owners_in_flight(pg_url: str) -> set[int]:
+    """The pids of the workers running a turn now (DBOS's executor ids name them)."""
+    import psycopg
+
+    from heron.scale import records
+
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        owners = records.owners_in_flight(conn, _dbos_schema(pg_url), "heron_turns")
+    return {int(o.split("-")[-2]) for o in owners}
