@@ -80,11 +80,11 @@ test: $(STAMP) bubblewrap chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3
 
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
 # the offline model), property tests at light strength, on two workers. `make test` runs them
-# all, in one process.
+# all on three: most of the suite's wall time is spent waiting on processes and servers.
 test-fast: $(STAMP) postgres
 	$(BIN)/ruff check .
 	$(BIN)/mypy

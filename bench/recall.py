@@ -375,6 +375,7 @@ AUTO_GRID: dict[str, tuple[float, ...]] = {
     "hits": (1, 2, 3),
     "depth": (3, 5, 10),
     "second": (0.0, 0.8, 0.9),
+    "answers": (0, 1),
 }
 AUTO_TARGET = {"evidence": 0.50, "precision": 0.40}
 
@@ -403,7 +404,11 @@ class _Memo:
         real_ranked = self.recall.ranked
         deepest = int(max(AUTO_GRID["depth"]))
 
-        def shares(recall: Recall, text: str, cid: int, *, others: bool = False) -> Any:
+        def shares(
+            recall: Recall, text: str, cid: int, *, others: bool = False, bar: float = 0.0
+        ) -> Any:
+            # The full computation (no bar: nothing skipped); the gate keeps what reaches its
+            # bar, which is what a search skipped for that bar would have kept (none).
             key = (text, cid, others)
             if key not in self._shares:
                 self._shares[key] = self._real_shares(recall, text, cid, others=others)
@@ -424,6 +429,11 @@ class _Memo:
         del self.recall.ranked
 
 
+def _gate_value(name: str, value: float) -> Any:
+    """A grid value as the Gate field takes it."""
+    return int(value) if name in ("hits", "depth") else bool(value) if name == "answers" else value
+
+
 def cross_validate_auto(recall: Recall, samples: list) -> dict[str, Any]:
     """The k-fold check of auto-recall's gate (folds as for recall@k): each fold's held-out
     fire, evidence and precision under the setting chosen on the other folds, and under the
@@ -441,7 +451,7 @@ def cross_validate_auto(recall: Recall, samples: list) -> dict[str, Any]:
         for n, setting in enumerate(grid):
             if n % 50 == 0:
                 _progress(f"  auto-recall gate: setting {n + 1}/{len(grid)}")
-            gate = Gate(**{k: int(v) if k in ("hits", "depth") else v for k, v in setting.items()})
+            gate = Gate(**{k: _gate_value(k, v) for k, v in setting.items()})
             runs.append((setting, auto_outcomes(recall, samples, gate)))
     tuning = rates(shipped)
     out: dict[str, Any] = {"tuning": tuning, "tuning_metric": round(auto_metric(tuning), 4)}

@@ -7,6 +7,7 @@ callers pass a `Settings` around.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -289,6 +290,42 @@ def load_config(path: Path) -> Config:
             f"{where}: malformed TOML: {e}", hint="Fix that line, or move the file aside."
         ) from e
     return _parse(data, path)
+
+
+class ConfigWatch:
+    """Whether config.toml, edited since a long-lived process (`heron serve`, `heron chat`)
+    loaded it, still loads. The process keeps the config it started with either way; this
+    lets a broken file refuse what would start a turn, as `heron run` refuses it, instead of
+    being noticed only at the next start. The file is parsed again once per change."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mark = _file_mark(path)
+        self._error: ConfigError | None = None
+
+    async def problem(self) -> ConfigError | None:
+        """Why the file no longer loads (None: it does, or it did not change)."""
+        mark = _file_mark(self.path)  # a stat: fast enough for the event loop
+        if mark != self._mark:
+            self._mark = mark
+            self._error = await asyncio.to_thread(_config_error, self.path)
+        return self._error
+
+
+def _file_mark(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _config_error(path: Path) -> ConfigError | None:
+    try:
+        load_config(path)
+    except ConfigError as e:
+        return e
+    return None
 
 
 def _parse(data: dict[str, Any], path: Path) -> Config:

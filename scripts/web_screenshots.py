@@ -84,7 +84,7 @@ def main() -> int:
 
             _send(page, "And where do herons live?")
             model.feed(("thinking", "Habitats."), ("text", "Herons live near water: "))
-            page.locator(".live").wait_for()
+            page.locator(".live").get_by_text("Herons live near water").wait_for()
             page.get_by_text("Agent is working").wait_for()
             page.screenshot(path=str(OUT / "streaming.png"))
             model.feed(("text", "marshes, rivers and coasts."), ("end", None))
@@ -101,6 +101,7 @@ def main() -> int:
             small = phone.new_page()
             small.goto(site.url + "/")
             small.locator(".msg.assistant").nth(2).wait_for()
+            small.locator("pre code .shj-syn-num").first.wait_for()  # highlighted (async)
             small.screenshot(path=str(OUT / "phone.png"))
             phone.close()
             context.close()

@@ -180,8 +180,12 @@ def test_text_typed_during_a_turn_stays_on_the_input_line(heron_home):
         chat.wait_for(lambda: chat.prompt().endswith("› a half typed note"), "the typed text")
         resume.set()
         chat.wait_for(lambda: chat.prompt() == "› a half typed note", "the end of the turn")
-        # the prompt can redraw before the last block's print reaches the terminal
-        chat.wait_for(lambda: chat.shows(second), "the second paragraph")
+        # the prompt can redraw before the last block's print reaches the terminal, and a
+        # print erases the input line before drawing it again: wait for both at once
+        chat.wait_for(
+            lambda: chat.shows(second) and chat.prompt() == "› a half typed note",
+            "the second paragraph above the typed text",
+        )
         seen = chat.lines()
         assert _count(seen, first) == 1 and _count(seen, second) == 1
         assert _count(seen, "a half typed note") == 1  # on the input line alone

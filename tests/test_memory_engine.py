@@ -309,9 +309,9 @@ async def test_auto_recall_searches_on_its_own_thread_while_turns_overlap(monkey
     asked: list[str] = []
     real = wiring.RecallReader.strong
 
-    async def counted(self, text: str, min_score: float) -> bool:
+    async def counted(self, text: str, conversation_id: int, own: bool = True) -> bool:
         asked.append(text)
-        return await real(self, text, min_score)
+        return await real(self, text, conversation_id, own)
 
     monkeypatch.setattr(wiring.RecallReader, "strong", counted)
     model = Model([said("Pasta?"), said("In March 2031.")])

@@ -82,3 +82,48 @@ def test_auto_recall_rates_pool_counts_of_several_stores() -> None:
     assert figures["evidence"] == 0.125
     assert figures["precision"] == 0.375  # 6 of 16 hits, not the mean of 0.25 and 0.75
     assert bench.rates([])["precision"] == 0.0
+
+
+def _sample(name: str, a: str, b: str, topic: str) -> dict:
+    """A LoCoMo-shaped conversation of two sessions and its questions."""
+    turns = [
+        [(a, f"I started a {topic} class last week"), (b, "how is it going"),
+         (a, f"the {topic} teacher is great and patient"), (b, "nice to hear")],
+        [(b, "we went camping at the beach"), (a, "sounds fun, did you see the stars"),
+         (b, "yes, a meteor shower over the beach")],
+    ]  # fmt: skip
+    conversation: dict = {"speaker_a": a, "speaker_b": b}
+    for s, session in enumerate(turns, 1):
+        conversation[f"session_{s}_date_time"] = f"1:00 pm on {s} May, 2023"
+        conversation[f"session_{s}"] = [
+            {"speaker": who, "text": text, "dia_id": f"D{s}:{t}"}
+            for t, (who, text) in enumerate(session, 1)
+        ]
+    qa = [
+        {"question": f"What class did {a} start?", "evidence": ["D1:1"], "category": 4},
+        {"question": f"What does {a} say about the {topic} teacher?", "evidence": ["D1:3"],
+         "category": 4},
+        {"question": f"Where did {b} go camping?", "evidence": ["D2:1"], "category": 4},
+    ]  # fmt: skip
+    return {"sample_id": name, "conversation": conversation, "qa": qa}
+
+
+def test_the_gates_k_fold_check_runs_the_gate_as_shipped(tmp_path, monkeypatch) -> None:
+    """`cross_validate_auto` memoises auto-recall's searches (`_Memo`): under it the shipped
+    gate injects what it injects without it, and every setting of a (small) grid runs."""
+    from heron.memory.recall import Recall
+    from heron.store import Store
+
+    store = Store(tmp_path / "folds.db")
+    raw = [_sample("one", "Ann", "Bo", "pottery"), _sample("two", "Cy", "Di", "painting")]
+    samples = [(s, bench.load(store, s)) for s in raw]
+    recall = Recall(store)
+    plain = bench.auto_outcomes(recall, samples)
+    with bench._Memo(recall):
+        assert bench.auto_outcomes(recall, samples) == plain
+    assert sum(c["brought"] for c in plain) > 0  # the comparison says something
+    monkeypatch.setattr(bench, "AUTO_GRID", {**bench.AUTO_GRID, "own": (0.3, 0.6)})
+    figures = bench.cross_validate_auto(recall, samples)
+    assert figures["tuning"] == bench.rates(plain)
+    assert len(figures["conversation"]["folds"]) == 2
+    store.close()

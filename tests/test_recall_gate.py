@@ -86,3 +86,37 @@ def test_held_by_finds_what_held_terms_finds(bodies, query) -> None:
     starts, word ends for short words, a word at a body's edge, inside a longer word."""
     words = terms(query)
     assert held_by(bodies, words) == [held_terms(b, words) for b in bodies]
+
+
+def test_an_answer_passes_with_the_share_of_the_question_it_answers(tmp_path) -> None:
+    """The reply to a message that asks, and passes the gate, passes with its share: the
+    answer ("5 years already!") holds none of the question's words. A reply to a message that
+    does not ask gains nothing, and without `Gate.answers` neither does an answer."""
+    from heron.memory.auto import Gate, auto_hits, shares
+
+    store = Store(tmp_path / "answers.db")
+    try:
+        conv = store.open_conversation("c").id
+        lines = [
+            "Caroline: How long have you been married?",
+            "Melanie: 5 years already!",
+            "Caroline: my friend got married a long time ago",
+            "Melanie: lovely news",
+            *(f"note {n} about the garden" for n in range(6)),
+        ]
+        ids = [store.append(conv, Message("user", [Text(line)])).id for line in lines]
+        asked, answer, said = ids[:3]
+        question = "How long has Melanie been married?"
+        share = shares(Recall(store), question, conv)
+        assert set(share) == {asked, said}  # each holds two of the question's words
+        every = Gate(hits=10, depth=10, second=0.0)  # whatever passes, in any order
+        found = {
+            h.hit.message_id: h.share for h in auto_hits(Recall(store), question, conv, gate=every)
+        }
+        # "lovely news" (ids[3]) answers `said`, which does not ask: it stays out
+        assert found == {asked: share[asked], answer: share[asked], said: share[said]}
+        plain = Gate(hits=10, depth=10, second=0.0, answers=False)
+        found = {h.hit.message_id for h in auto_hits(Recall(store), question, conv, gate=plain)}
+        assert found == {asked, said}
+    finally:
+        store.close()

@@ -44,17 +44,17 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-def expected(db: Path) -> list[bool]:
+def expected(db: Path, own: bool = True) -> list[bool]:
     store = Store(db)
     recall = Recall(store)
-    answers = [fires(recall, q, ASK) for q in QUESTIONS]
+    answers = [fires(recall, q, ASK, own=own) for q in QUESTIONS]
     store.close()
     return answers
 
 
 def test_serve_answers_each_line_and_survives_a_failing_check(db):
-    requests = [json.dumps([i, q, ASK]) for i, q in enumerate(QUESTIONS)]
-    requests.insert(1, json.dumps([99, "passport", "not a number"]))  # the check raises
+    requests = [json.dumps([i, q, ASK, True]) for i, q in enumerate(QUESTIONS)]
+    requests.insert(1, json.dumps([99, "passport", "not a number", True]))  # the check raises
     out = io.StringIO()
     serve(str(db), io.StringIO("\n".join(requests) + "\n"), out)
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
@@ -62,6 +62,21 @@ def test_serve_answers_each_line_and_survives_a_failing_check(db):
     answers = [answer for ident, answer in replies if ident != 99]
     assert answers == expected(db)
     assert answers[0] is True and answers[1] is False  # the fixture has a strong and a weak one
+
+
+def test_serve_passes_on_that_the_conversation_has_nothing_to_show(db):
+    """`own` false (every message of the asking conversation in view): the child searches
+    only the other conversations, as `fires(own=False)` does. Asked in the conversation that
+    holds the passport message, the strong question then has nothing to fire on."""
+    store = Store(db)
+    trip = store.open_conversation("trip").id
+    answers = {own: fires(Recall(store), QUESTIONS[0], trip, own=own) for own in (True, False)}
+    store.close()
+    assert answers == {True: True, False: False}
+    requests = [json.dumps([i, QUESTIONS[0], trip, own]) for i, own in enumerate((True, False))]
+    out = io.StringIO()
+    serve(str(db), io.StringIO("\n".join(requests) + "\n"), out)
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == [[0, True], [1, False]]
 
 
 async def test_the_child_answers_like_the_in_process_check_and_exits_on_close(db):

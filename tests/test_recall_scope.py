@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from heron.memory import auto, records
+from heron.memory import recall as recall_module
 from heron.memory.auto import auto_hits
-from heron.memory.recall import Recall, held_terms, match_expression, terms
+from heron.memory.recall import Recall, held_terms, match_expression, phrase, terms
 from heron.messages import Message, Text
 from heron.store import Store
 
@@ -49,22 +50,26 @@ OLD_PHRASE = (
 )
 
 
-def _seed(where: str | Path) -> tuple[Store, list[int]]:
+def _seed(where: str | Path, apart: bool = False) -> tuple[Store, list[int]]:
     """Four conversations of random sentences over a small vocabulary (many ties, many
-    matches per word), interleaved as turns of several chats are."""
+    matches per word), interleaved as turns of several chats are; `apart`: half the lines of
+    each conversation also say its word of OWN_WORDS, which no other one says."""
     rng = random.Random(17)
     store = Store(where)
     convs = [store.open_conversation(f"c{n}").id for n in range(4)]
     for n in range(400):
         text = " ".join(rng.choices(WORDS, k=rng.randint(2, 9)))
-        store.append(convs[rng.randrange(4)] if n % 5 else convs[0], Message("user", [Text(text)]))
+        conv = rng.randrange(4) if n % 5 else 0
+        if apart and rng.random() < 0.5:
+            text += " " + OWN_WORDS[conv]
+        store.append(convs[conv], Message("user", [Text(text)]))
     return store, convs
 
 
-@pytest.fixture
-def seeded(db: str | Path):
-    """`_seed`, once per backend."""
-    store, convs = _seed(db)
+@pytest.fixture(params=[False, True], ids=["shared", "apart"])
+def seeded(db: str | Path, request: pytest.FixtureRequest):
+    """`_seed`, once per backend, with and without words of each conversation's own."""
+    store, convs = _seed(db, request.param)
     yield store, convs
     store.close()
 
@@ -75,6 +80,12 @@ def seeded_fts5(tmp_path: Path):
     store, convs = _seed(tmp_path / "scope.db")
     yield store, convs
     store.close()
+
+
+# One per conversation, when kept apart. The index reads "happy" and "happyness" apart (their
+# porter stems are "happi" and "happy"), the gate's word test does not: the others' shares
+# count a word only where the index finds it.
+OWN_WORDS = ["happy", "happyness", "photography", "chapel"]
 
 
 EXPRESSIONS = ['"apple"*', '"apple"* OR "pie"', '"camping"* OR "beach"* OR "group"*', '"tart"']
@@ -187,15 +198,24 @@ def test_a_phrase_is_found_as_written_in_its_conversation(seeded) -> None:
     assert found  # the phrase is in the history: the comparison says something
 
 
+@pytest.mark.parametrize("small_scope", [0, 1_000])
 @pytest.mark.parametrize("limit", [3, 20, 60, 500])
-def test_the_other_conversations_are_the_plain_ranking_without_this_one(seeded, limit) -> None:
+def test_the_other_conversations_are_the_plain_ranking_without_this_one(
+    seeded, monkeypatch, limit, small_scope
+) -> None:
     """`Recall.bm25(outside=)` answers from the unscoped ranking when the conversation's own
-    matches are all known (fewer than `limit`), and from the outside filter otherwise."""
+    matches are all known (fewer than `limit`), and from the outside filter otherwise; when
+    its own search was not made before and it is small (SMALL_SCOPE 1,000 holds each of the
+    store's conversations, 0 none), from a longer unscoped ranking without its ids."""
+    monkeypatch.setattr(recall_module, "SMALL_SCOPE", small_scope)
     store, convs = seeded
     for cid in convs:
         for query in ["apple pie", "camping beach group", "tart"]:
             expected = records.bm25_ranked(store, match_expression(query) or "", limit, outside=cid)
             assert Recall(store).bm25(query, limit, outside=cid) == expected
+            after_own = Recall(store)
+            after_own.bm25(query, limit, cid)
+            assert after_own.bm25(query, limit, outside=cid) == expected
 
 
 def test_a_smaller_budget_searches_only_the_rarer_words(db: str | Path) -> None:
@@ -262,12 +282,20 @@ def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, 
     candidates filtered in Python from the whole index's ranking (itself the plain filters'
     on either backend: `test_a_scoped_ranking_is_the_whole_ranking_filtered`; for the other
     conversations: the newest budget of the matches, without this conversation's), each body
-    read alone and its words found by `held_terms`."""
+    read alone and its words found by `held_terms`; for the other conversations only among
+    the words the index finds in a message of theirs."""
     words = terms(text)
+    mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
+    counted = words
+    if others:
+        counted = [
+            w
+            for w in words
+            if any(i not in mine for i, _ in records.bm25_ranked(store, phrase(w), 100_000))
+        ]
     budget = auto.OTHERS_BUDGET if others else 6_000
     expr = match_expression(" ".join(Recall(store).selective_terms(text, budget))) or ""
     everything = records.bm25_ranked(store, expr, 100_000)
-    mine = {r[0] for r in store.query(MESSAGES_OF, (cid,))}
     if others:
         newest = set(sorted((i for i, _ in everything), reverse=True)[:budget])
         kept = [(i, s) for i, s in everything if i in newest and i not in mine]
@@ -275,7 +303,7 @@ def _plain_shares(store: Store, text: str, cid: int, others: bool) -> dict[int, 
         kept = [(i, s) for i, s in everything if i in mine]
     found = [i for i, _ in sorted(kept, key=lambda r: (-r[1], r[0]))[: auto.CANDIDATES]]
     body = {i: records.indexed_text(store, [i])[i] for i in found}
-    held = {i: held_terms(body[i], words) for i in found}
+    held = {i: held_terms(body[i], counted) for i in found}
     df = {w: sum(w in h for h in held.values()) for w in words}
     idf = {w: math.log(1 + (len(held) - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
     said = " ".join(text.lower().split())
@@ -301,6 +329,7 @@ def test_the_gates_shares_are_the_plain_computation(
     monkeypatch.setattr(auto, "OTHERS_BUDGET", others_budget)
     said = next(b for b in records.indexed_text(store, list(range(1, 50))).values() if " " in b)
     queries = ["apple pie with crumble", "camping at the beach garden", "pottery group", said]
+    queries += ["happy apple pie", "photo tart garden", "chapel photography happyness"]
     compared = 0
     for cid in convs:
         for query in queries:

@@ -126,6 +126,26 @@ async def test_stop_mid_tool_ends_the_turn_and_keeps_the_finished_tool_work():
     assert any(isinstance(p, Text) and "Step one." in p.text for p in parts)
 
 
+async def test_stop_as_a_command_is_never_refused_even_with_config_broken():
+    """A terminal client sends /stop as a command (Ctrl-C): a config.toml broken since the
+    serve started refuses new turns, never the stop of a running one."""
+    registry, _gate = _gated()  # the gate stays shut: only /stop ends the turn
+    script = [Reply([ToolCall("c1", "wait_gate", {})], "tool")]
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "job")
+        await ws.send(json.dumps({"type": "send", "text": "wait for the gate"}))
+        while (await ws_next(ws))["type"] != "tool_start":
+            pass
+        Settings.load().paths.config.write_text("[agent\n")
+        await ws.send(json.dumps({"type": "command", "text": "/new"}))
+        refused = await ws_next(ws)
+        await ws.send(json.dumps({"type": "command", "text": "/stop"}))
+        events = await ws_until(ws, "turn_end")
+    assert refused["code"] == "refused" and "malformed TOML" in refused["message"]
+    assert events[-1]["interrupted"] is True
+    assert not any(e["type"] == "error" for e in events)
+
+
 async def test_a_ws_upgrade_from_another_origin_or_none_is_refused():
     async with running_serve(ScriptedProvider([])) as serve:
         for origin in ("http://evil.example", None):

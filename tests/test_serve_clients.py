@@ -70,6 +70,29 @@ async def test_heron_run_through_serve_prints_what_it_prints_in_process():
     assert through[1].getvalue() == alone[1].getvalue()
 
 
+async def test_heron_run_without_a_key_starts_a_new_thread_each_time_either_way():
+    """Seed 001: a script's message is its own thread, never the personal conversation."""
+    async with running_serve(ScriptedProvider(_echo)):
+        for text in ("one", "two"):
+            assert await run_message(
+                Settings.load, text, "default", None, None, False, StringIO(), StringIO()
+            )
+    provider = ScriptedProvider(_echo)
+    for text in ("three", "four"):
+        assert await run_once(
+            Settings.load(), text, "default", None, None, False, StringIO(), StringIO(), provider
+        )
+    store = Store(Settings.load().paths.db)
+    try:
+        found = {
+            c.key: [m.message.text for m in store.branch(c.id)] for c in store.conversations(10)
+        }
+    finally:
+        store.close()
+    assert sorted(said[0] for said in found.values()) == ["four", "one", "three", "two"]
+    assert all(key.startswith("run") for key in found) and PERSONAL not in found
+
+
 async def test_heron_run_on_a_busy_conversation_says_so_and_is_answered_in_the_running_turn():
     gate = asyncio.Event()
 

@@ -46,8 +46,16 @@ async def test_every_table_has_a_header_line():
     assert runs[0].index("CONVERSATION") == runs[1].index("talk")
     models = _cli("models").splitlines()
     header = models.index(next(line for line in models if line.startswith("PATTERN")))
-    assert models[header].split() == ["PATTERN", "WINDOW", "OUTPUT", "TOOLS"]
-    assert "claude" in models[header + 1] or models[header + 1].strip()
+    assert models[header].split() == ["PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"]
+    assert models[header + 1].split() == [
+        "claude-*opus*",
+        "200,000",
+        "32,000",
+        "native",
+        "images,",
+        "PDFs",
+    ]
+    assert models[-3].split()[-2:] == ["text", "only"]  # the last profile, *llama*
 
 
 def test_runs_and_memory_lists_have_headers(tmp_path):

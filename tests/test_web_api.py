@@ -98,6 +98,27 @@ def test_new_shows_a_separator_and_a_missing_conversation_is_empty(client):
     assert empty["items"] == []
 
 
+def test_a_stopped_reply_is_the_agents_markdown_then_a_note_and_nothing_streamed_a_note():
+    from heron.agent.turn import REPLY_STOPPED, STOPPED
+    from heron.messages import Message
+
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("personal")
+    for asked, said in [("go on", f"I will **go on**\n\n{REPLY_STOPPED}"), ("again", STOPPED)]:
+        turn, _ = store.begin_turn(conv.id, "run-" + asked, Message("user", [Text(asked)]))
+        es.close_turn(store, conv.id, turn, said)  # what a stopped turn leaves
+    built = build(store, "personal")
+    store.close()
+    assert built is not None
+    user, stopped, again, nothing = built.items
+    assert (user.kind, stopped.kind, again.kind) == ("user", "assistant", "user")
+    assert [(s.kind, s.text) for s in stopped.segments] == [
+        ("text", "I will **go on**"),
+        ("note", "The reply was stopped here."),
+    ]
+    assert (nothing.kind, nothing.text) == ("note", STOPPED)  # no reply at all: Heron's note
+
+
 def test_a_running_turn_is_flagged_so_the_stream_replaces_it(tmp_path):
     store = Store(Settings.load().paths.ensure().db)
     conv = store.open_conversation("personal")

@@ -18,6 +18,8 @@ from heron.messages import ToolCall
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import parse
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +69,9 @@ def test_send_streams_the_reply_then_shows_it_from_the_store(page, model):
     _send(page, "hello there")
     log = page.get_by_role("log", name="transcript")
     expect(log.get_by_text("hello there")).to_be_visible()
-    expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    banner = page.get_by_role("status").filter(has_text="Agent is working")
+    expect(banner).to_be_visible()
+    expect(banner).to_contain_text(re.compile(r"Agent is working · [1-9]\d* s"))  # it counts
     model.feed(("thinking", "Greet back."), ("text", "Hello, "))
     expect(log.locator(".live")).to_contain_text("Hello,")
     reasoning = log.locator("details.reasoning").first
@@ -124,6 +128,63 @@ def test_reload_mid_stream_resumes_without_loss_or_repeats(page, model):
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Once upon a time.")
     text = page.locator(".messages").inner_text()
     assert text.count("Once upon") == 1 and text.count("tell a story") == 1
+
+
+def test_a_transcript_read_that_finds_the_live_turn_finished_shows_it_once(page, model):
+    """After a reload the transcript is read while the turn still streams; when that read is
+    answered after the turn was saved but before its turn_end reached the page, the page
+    holds the turn twice (stored and live): it must show it once."""
+    held_reads: list[Any] = []
+    held_frames: list[str] = []
+    sockets: list[Any] = []
+    hold = {"reads": False, "turn_end": False}
+
+    def read(route: Any) -> None:
+        if hold["reads"]:
+            held_reads.append(route)
+        else:
+            route.continue_()
+
+    def socket(ws: Any) -> None:
+        sockets.append(ws)
+        server = ws.connect_to_server()
+
+        def to_page(message: str) -> None:  # from the turn_end on, held in order
+            if hold["turn_end"] and (held_frames or '"turn_end"' in message):
+                held_frames.append(message)
+            else:
+                ws.send(message)
+
+        server.on_message(to_page)
+
+    page.route("**/transcript", read)
+    page.route_web_socket("**/ws", socket)
+    _send(page, "tell a story")
+    model.feed(("text", "Once upon "))
+    expect(page.locator(".live")).to_contain_text("Once upon")
+    hold["reads"] = True
+    page.reload()  # its transcript read is held
+    expect(page.locator(".live")).to_contain_text("Once upon")  # replayed from the journal
+    hold["turn_end"] = True
+    model.feed(("text", "a time."), ("end", None))
+    expect(page.locator(".live")).to_contain_text("a time.")
+    deadline = time.monotonic() + 30  # a bound against a hang, not a pace
+    while not held_frames:
+        assert time.monotonic() < deadline, "no turn_end"
+        page.wait_for_timeout(50)
+    hold["reads"] = False
+    for route in held_reads:
+        route.continue_()  # answered now: the turn is saved
+    expect(page.locator("body")).to_have_attribute("data-rendered", "2")
+    shown = page.locator(".messages").inner_text()
+    assert shown.count("Once upon") == 1 and shown.count("tell a story") == 1
+    hold["turn_end"] = False
+    for frame in held_frames:
+        sockets[-1].send(frame)  # the turn_end (and what followed it) reaches the page
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("Once upon a time.")
+    expect(page.locator(".live")).to_have_count(0)
+    shown = page.locator(".messages").inner_text()
+    assert shown.count("Once upon") == 1 and shown.count("tell a story") == 1
 
 
 def test_a_message_sent_while_working_is_shown_as_mail(page, model):
@@ -202,6 +263,10 @@ def test_memory_review_as_a_checklist(page, model):
     page.get_by_role("button", name="memory", exact=True).click()
     mem = page.get_by_role("complementary", name="memory")
     expect(mem.locator(".quote")).to_contain_text("I prefer tea")
+    page.on("dialog", lambda d: d.accept())  # "Forget ...?"
+    mem.get_by_role("button", name="forget user/always/tea.md").click()
+    expect(mem).to_contain_text("No entries yet.")
+    assert service.entries() == []
 
 
 def test_upload_by_file_picker(page, model, tmp_path):
@@ -480,3 +545,141 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         assert goals.open_goal(store, "personal") is None
     finally:
         store.close()
+
+
+def test_a_streaming_reply_draws_each_finished_block_once(page, model):
+    """The live reply's finished Markdown blocks are drawn once and kept (the same DOM nodes
+    as more text streams in); only the unfinished tail is drawn again. The stored item that
+    replaces it at the end is the one a reload shows."""
+    _send(page, "write three parts")
+    model.feed(("text", "First **part**.\n\n```py\nx = 1\n```\n\nSecond"))
+    live = page.locator(".live")
+    expect(live).to_contain_text("Second")
+    blocks = live.locator(".md-block")
+    expect(blocks).to_have_count(2)  # the finished chunk and the tail
+    expect(live.locator("pre code .shj-syn-num")).to_have_text("1")  # highlighted
+    page.evaluate("() => { window.__first = document.querySelector('.live .md-block'); }")
+    model.feed(("text", " part, *still* going"))
+    expect(live.locator(".md-tail em")).to_have_text("still")  # the tail is Markdown too
+    model.feed(("text", ".\n\nThird."))
+    expect(live).to_contain_text("Third.")
+    expect(blocks).to_have_count(3)
+    first = "() => document.querySelector('.live .md-block')"
+    assert page.evaluate(f"() => window.__first.isConnected && ({first})() === window.__first")
+    expect(blocks.nth(1)).to_have_text("Second part, still going.")
+    model.feed(("end", None))
+    stored = page.locator(".msg.assistant:not(.live)")
+    expect(stored.locator("strong")).to_have_text("part")
+    expect(stored).to_contain_text("Third.")
+    expect(page.locator(".live")).to_have_count(0)
+    swapped = stored.inner_html()
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("Third.")
+    expect(page.locator(".msg.assistant pre code .shj-syn-num")).to_have_text("1")
+    assert page.locator(".msg.assistant:not(.live)").inner_html() == swapped
+
+
+def test_the_page_cuts_streamed_blocks_where_the_terminal_does(page):
+    """heron/web/static/live.js's splitBlocks and the terminal's split_blocks: one rule."""
+    from heron.channels.terminal import split_blocks
+
+    cases = [
+        "",
+        "one line",
+        "a\n\nb",
+        "p1\n\np2\n\np3 part",
+        "```\ncode\n\nmore\n```\n\nafter",
+        "~~~\nx\n\n",
+        "a\r\n\r\nb",
+        "a\rb\n\nc",
+        "x\n   \ny",
+        "- 1\n\n- 2\n",
+        "  ```js\n  f()\n\n  ```\n\nend",
+    ]
+    got = page.evaluate(
+        "async (cases) => { const m = await import('/live.js'); return cases.map(m.splitBlocks); }",
+        cases,
+    )
+    assert got == [list(split_blocks(c)) for c in cases]
+
+
+@tool
+async def count_herons(ctx: ToolContext, pond: str) -> str:
+    """Count the herons at a pond."""
+    return f"{pond}: 3 herons"
+
+
+def test_a_tool_pill_opens_to_its_arguments_and_result_live_and_after_a_reload(browser, model):
+    with serve(model, ToolRegistry([count_herons])) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        _send(pg, "how many herons?")
+        model.feed(("call", ToolCall("c1", "count_herons", {"pond": "north"})), ("end", None))
+        pill = pg.locator("details.pill[data-call='c1']")
+        expect(pill).to_have_class(re.compile(r"\bdone\b"))
+        expect(pill.locator(".pill-result")).to_be_hidden()  # closed until clicked
+        pill.locator("summary").click()
+        expect(pill.locator(".pill-args")).to_have_text('{\n  "pond": "north"\n}')
+        expect(pill.locator(".pill-result")).to_have_text("north: 3 herons")
+        model.reply("Three.")
+        expect(pg.locator(".msg.assistant:not(.live)")).to_contain_text("Three.")
+        pg.reload()
+        stored = pg.locator(".msg.assistant:not(.live) details.pill[data-call='c1']")
+        stored.locator("summary").click()
+        expect(stored.locator(".pill-args")).to_have_text('{\n  "pond": "north"\n}')
+        expect(stored.locator(".pill-result")).to_have_text("north: 3 herons")
+        pg.close()
+
+
+def test_the_banners_stop_button_stops_the_turn_and_the_reply_stays_as_it_was_read(page, model):
+    _send(page, "talk for a while")
+    model.feed(("text", "I will **go on** and on"))
+    expect(page.locator(".live strong")).to_have_text("go on")
+    page.get_by_role("button", name="stop the agent (Esc)").click()
+    expect(page.get_by_text("Agent is working")).to_have_count(0)
+    for _ in range(2):  # as the turn ends, then after a reload
+        reply = page.locator(".msg.assistant:not(.live)")
+        expect(reply.locator("strong")).to_have_text("go on")  # still the agent's Markdown
+        expect(reply.get_by_role("note")).to_have_text("The reply was stopped here.")
+        page.reload()
+
+
+def test_the_list_is_read_at_a_first_reply_only_for_a_conversation_not_in_it(page, model):
+    """Every open tab hears a turn's first streamed piece at once: the list is read again then
+    only when it does not show the conversation yet, and at the turn's end as always."""
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if "/api/conversations?" in r.url else None)
+    _send(page, "first")  # a new conversation: listed while its reply streams
+    model.feed(("text", "One"))
+    nav = page.get_by_role("navigation", name="conversations")
+    expect(nav.get_by_role("link", name="first")).to_be_visible()
+    with page.expect_request(lambda r: "/api/conversations?" in r.url):
+        model.feed(("end", None))  # read again when the turn ends
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("One")
+    reads.clear()
+    _send(page, "second")
+    model.feed(("text", "Two"))
+    expect(page.locator(".live")).to_contain_text("Two")
+    model.feed(("text", " and more"))  # a later draw: a read the first piece asked for is out
+    expect(page.locator(".live")).to_contain_text("Two and more")
+    assert reads == []  # listed already: not read again as the reply starts
+    with page.expect_request(lambda r: "/api/conversations?" in r.url):
+        model.feed(("end", None))  # read again when the turn ends
+    expect(page.locator(".msg.assistant:not(.live)").last).to_have_text("Two and more")
+
+
+def test_a_long_conversation_opens_at_its_newest_message(browser, site):
+    from heron.messages import Message, Text
+
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation("long")
+    for i in range(150):
+        store.append(conv.id, Message("user", [Text(f"Question {i}")]))
+        store.append(conv.id, Message("assistant", [Text(f"Answer {i}:\n\n- one\n- two\n")]))
+    store.close()
+    pg = browser.new_page()
+    pg.goto(site.url + "/#c=long")
+    newest = pg.locator(".msg.assistant").filter(has_text="Answer 149:")
+    expect(newest).to_be_in_viewport()
+    expect(pg.locator(".msg.user").filter(has_text="Question 0")).not_to_be_in_viewport()
+    pg.close()

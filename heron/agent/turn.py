@@ -468,7 +468,10 @@ async def recall_check(engine: TurnDeps, text: str, conversation_id: int) -> boo
         return None
     if not wants_recall(text):
         return False
-    return await reader.strong(text, conversation_id)
+    store = engine.store
+    slow = store.is_long(conversation_id)  # what the model sees is read from the branch
+    own = await store.call(memory_wiring.own_to_show, store, conversation_id, off_loop=slow)
+    return await reader.strong(text, conversation_id, own)
 
 
 def before_message(

@@ -207,7 +207,7 @@ def show_config(settings: Settings) -> None:
 
 
 def print_models(settings: Settings) -> None:
-    from heron.providers.profiles import _BUILTIN
+    from heron.providers.profiles import _BUILTIN, attachments_taken
 
     try:
         choice = settings.model()
@@ -215,6 +215,9 @@ def print_models(settings: Settings) -> None:
     except HeronError as e:
         typer.echo(f"In use: none. {e}")
     typer.echo("\nBuilt-in profiles:")
-    rows = [(pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode) for pat, p in _BUILTIN]
-    table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS"), rows)
+    rows = [
+        (pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode, attachments_taken(p))
+        for pat, p in _BUILTIN
+    ]
+    table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"), rows)
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')

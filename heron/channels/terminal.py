@@ -16,8 +16,10 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +35,7 @@ from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEven
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER
-from heron.config import AttachmentCaps, Settings
+from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
@@ -78,6 +80,7 @@ class ChatState:
     keys: list[str] = field(default_factory=list)  # conversations talked in (review at exit)
     caps: AttachmentCaps = field(default_factory=AttachmentCaps)
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
+    config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
 
     def take_files(self) -> tuple[File, ...]:
         """The files /attach gathered, for the message being sent (and no later one)."""
@@ -287,6 +290,7 @@ async def run_chat(
 
     console = Console()
     state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
+    state.config = ConfigWatch(settings.paths.config)
     if model is None and not ephemeral:
         from heron.channels.remote import serve_socket
 
@@ -326,10 +330,33 @@ async def run_chat(
         chat = view.chat_id = f"pid{os.getpid()}"
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
         async with opened as conn, AsyncExitStack() as held:
-            with patch_stdout(raw=True):
+            with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(engine, conn, state, view, session, held)
         if not ephemeral and not engine.choice.embedded:
             review_on_close(settings, model, engine.choice, state.keys, say=console.out)
+
+
+@contextmanager
+def eof_as_a_key() -> Iterator[None]:
+    """Ctrl-D stays a key between two prompts. prompt_toolkit puts the terminal back in its
+    line mode whenever no prompt is up (while a message is sent, say), and there the terminal
+    itself takes a Ctrl-D as end of input and drops it, so a person's Ctrl-D pressed just then
+    was lost. With the terminal's end-of-input character switched off for the chat, the key
+    waits as a byte for the next prompt, which leaves as Ctrl-D does."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    import termios
+
+    fd = sys.stdin.fileno()
+    before = termios.tcgetattr(fd)
+    during = termios.tcgetattr(fd)
+    during[6][termios.VEOF] = b"\0"  # _POSIX_VDISABLE on Linux: no end-of-input character
+    termios.tcsetattr(fd, termios.TCSANOW, during)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 async def _chat_remote(path: Path, settings: Settings, console: Console, state: ChatState) -> None:
@@ -357,7 +384,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             "/help for commands[/dim]"
         )
         async with AsyncExitStack() as held:
-            with patch_stdout(raw=True):
+            with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(None, conn, state, view, session, held)
 
 
@@ -396,7 +423,7 @@ async def _chat(
         if not text.strip():
             continue
         if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
-            await conn.send(text, state.key, state.agent, state.take_files())
+            await send_turn(conn, state, view, text, with_files=True)
 
 
 def _stop_keys(
@@ -467,7 +494,7 @@ async def _command(
     elif name == "/help":
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:
-        await _resume(engine, conn, state, console, session)
+        await _resume(engine, conn, state, view, session)
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/attach":
@@ -475,9 +502,9 @@ async def _command(
     elif name == "/memory" and arg.strip() == "review":
         await _review_either(engine, conn, console)
     elif name in ("/learn", "/reflect"):
-        await conn.send(text, state.key, state.agent)
-        await _settle(conn, state)
-        await _review_either(engine, conn, console, only_if_waiting=True)
+        if await send_turn(conn, state, view, text):
+            await _settle(conn, state)
+            await _review_either(engine, conn, console, only_if_waiting=True)
     else:
         return False
     return True
@@ -564,13 +591,38 @@ async def _waiting(memory: MemoryService) -> bool:
     return await asyncio.to_thread(memory.count_waiting) > 0
 
 
+async def send_turn(
+    conn: InProcessAgent | RemoteAgent,
+    state: ChatState,
+    view: TerminalView,
+    text: str,
+    with_files: bool = False,
+) -> bool:
+    """Sends what starts a turn (a message, or a command the AgentLoop answers); False when
+    config.toml broke since the chat opened: then the chat says why, as `heron run` would,
+    and sends nothing (the /attach files stay for the next message). The same with a serve
+    or without: a serve keeps the config it started with, and an in-process chat the one it
+    opened with, so the file is read again here (once per change)."""
+    stop = text.strip() == "/stop"  # never refused: a broken file must not keep a turn going
+    problem = await state.config.problem() if state.config is not None and not stop else None
+    if problem is not None:
+        said = problem.args[0] if problem.args else str(problem)
+        told = f"{said}\n{problem.hint}" if problem.hint else said
+        view.message(OutboundMessage(CHANNEL, view.chat_id, state.key, told, "error"))
+        return False
+    files = state.take_files() if with_files else ()
+    await conn.send(text, state.key, state.agent, files)
+    return True
+
+
 async def _resume(
     engine: Engine | None,
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
-    console: Console,
+    view: TerminalView,
     session: PromptSession[str],
 ) -> None:
+    console = view.console
     if engine is not None:
         found = await engine.store.call(engine.store.conversations, 20)
         rows = [(c.key, c.title) for c in found]
@@ -583,4 +635,4 @@ async def _resume(
         console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
     choice = await session.prompt_async("Number to resume (Enter cancels): ")
     if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
-        await conn.send(f"/resume {rows[int(choice) - 1][0]}", state.key, state.agent)
+        await send_turn(conn, state, view, f"/resume {rows[int(choice) - 1][0]}")

@@ -18,7 +18,13 @@ that holds it the same share, so the share cannot tell a hit from noise.
 
 Hits from the conversation itself; other conversations' only when it has none to show (their
 search is what costs most at 100,000 messages), above a stricter share (`Gate.other`), and
-under a heading that names them as such. The result fits the view's
+under a heading that names them as such.
+
+A search that cannot fire is not made, with the same hits as when it is (tests/
+test_recall_skips.py): the other conversations' when the query's words found there cannot carry
+their bar's share (`most_share`: a word said only in this conversation weighs against every
+message elsewhere), and the conversation's own when all of it is in view or from before /new
+(`own`, worked out by heron/memory/wiring.py). The result fits the view's
 budget for one recall result and reaches the model as a synthetic `recall_history` call and
 result, stored before the user's message (heron/memory/wiring.py), so it is evidence the model
 looked up, never instructions, and the cached prefix before it is untouched.
@@ -55,22 +61,38 @@ class Gate:
     hits: int = 3  # hits shown at most
     depth: int = 5  # a hit must rank among the first `depth` of the fused retrieval
     second: float = 0.9  # a later hit's fused score, as a share of the first one's, at least
+    answers: bool = True  # a reply to a passing message that asks passes with its share
 
 
 GATE = Gate()
 
 
 def shares(
-    recall: Recall, text: str, conversation_id: int, *, others: bool = False
+    recall: Recall,
+    text: str,
+    conversation_id: int,
+    *,
+    others: bool = False,
+    bar: float = 0.0,
 ) -> dict[int, float]:
     """Message id -> share of the query's idf weight it holds, for the messages of the
     conversation (`others`: of every other conversation) that hold at least MIN_WORDS of the
     query's words, other than those that say exactly the query. Exact while fewer than
-    CANDIDATES messages of the scope hold a query word. {} for a query of fewer words."""
+    CANDIDATES messages of the scope hold a query word. {} for a query of fewer words.
+
+    For the other conversations a word counts as held only when the index finds it in one of
+    them (`Recall.found_elsewhere`), so a word said only here (a name, the conversation's own
+    topic) cannot be held there. That makes their best share known before searching: `bar`
+    is the share the caller needs, and when the words found elsewhere cannot reach it
+    (`most_share`) the answer is {} without the search, the same answer as after it."""
     words = terms(text)
     if len(words) < MIN_WORDS:
         return {}
+    counted = words
     if others:
+        counted = recall.found_elsewhere(text, conversation_id)
+        if most_share(len(counted), len(words)) < bar - SHARE_SLACK:
+            return {}
         found = recall.bm25(text, CANDIDATES, outside=conversation_id, budget=OTHERS_BUDGET)
     else:
         found = recall.bm25(text, CANDIDATES, conversation_id)
@@ -78,7 +100,7 @@ def shares(
         return {}
     ids = [i for i, _ in found]
     bodies = recall.bodies(ids)
-    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], words), strict=True))
+    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], counted), strict=True))
     total = len(held)
     df = {w: sum(1 for h in held.values() if w in h) for w in words}
     idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
@@ -89,6 +111,27 @@ def shares(
         for i, h in held.items()
         if len(h) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
     }
+
+
+# What the bound of `most_share` leaves for the rounding of the shares' sums: a bound equal to
+# a bar in exact arithmetic must never skip a search whose share would round to the bar.
+SHARE_SLACK = 1e-9
+
+
+def most_share(held: int, words: int) -> float:
+    """The largest share a message can reach when only `held` of the query's `words` words can
+    be held in its scope. A share is the held words' idf over all the words' idf, counted among
+    at most CANDIDATES candidates: it is largest when each held word has the largest idf a word
+    held by some candidate can have (one holder of CANDIDATES) and each other word the idf of a
+    word held by none (its least, as every idf, at the most candidates: the ratio of the two
+    grows with their number). Below MIN_WORDS held words no message can be a hit at all."""
+    if held < MIN_WORDS:
+        return 0.0
+    if held >= words:
+        return 1.0
+    most_held = math.log(1 + (CANDIDATES - 1 + 0.5) / (1 + 0.5))
+    unheld = math.log(1 + (CANDIDATES + 0.5) / 0.5)
+    return held * most_held / (held * most_held + (words - held) * unheld)
 
 
 def _folded(text: str) -> str:
@@ -102,16 +145,20 @@ def _says(body: str, said: str) -> bool:
     return first in body.lower() and _folded(body) == said
 
 
-def fires(recall: Recall, text: str, conversation_id: int, gate: Gate = GATE) -> bool:
+def fires(
+    recall: Recall, text: str, conversation_id: int, gate: Gate = GATE, own: bool = True
+) -> bool:
     """Whether any message passes the share gate (in view or not): the quick question asked
-    off the event loop first (wiring.RecallReader); only a yes loads the fused retrieval."""
+    off the event loop first (wiring.RecallReader); only a yes loads the fused retrieval.
+    `own` False: the conversation has nothing to show (see `auto_hits`), only the others
+    are searched."""
     if not wants_recall(text):
         return False
     with recall.one_look():
-        if any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
+        if own and any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
             return True
-        others = shares(recall, text, conversation_id, others=True)
-        return any(s >= gate.other for s in others.values())
+        rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
+        return any(s >= gate.other for s in rest.values())
 
 
 @dataclass(frozen=True)
@@ -127,17 +174,20 @@ def auto_hits(
     conversation_id: int,
     in_view: Iterable[int] | Callable[[], Iterable[int]] = (),
     gate: Gate = GATE,
-    since: float | Callable[[], float] = 0.0,
+    since: float = 0.0,
+    own: bool = True,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
     (written at `since` or later: the /new floor), or when it has none, other conversations'
     above the stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
-    common case: no vector is loaded then). `in_view` and `since` may be functions, called only
-    when something passes."""
+    common case: no vector is loaded then). `in_view` may be a function, called only when
+    something passes. `own` False says that every message of the conversation written at
+    `since` or later is in view (wiring.unseen_own): none of them could be shown, so the
+    conversation's own search is skipped, with the same hits."""
     if not wants_recall(text):
         return []
-    with recall.one_look():
-        return _auto_hits(recall, text, conversation_id, in_view, gate, since)
+    with recall.one_look():  # the searches' stamp read once for all of them
+        return _auto_hits(recall, text, conversation_id, in_view, gate, since, own)
 
 
 def _auto_hits(
@@ -146,32 +196,55 @@ def _auto_hits(
     conversation_id: int,
     in_view: Iterable[int] | Callable[[], Iterable[int]],
     gate: Gate,
-    since: float | Callable[[], float],
+    since: float,
+    own: bool,
 ) -> list[AutoHit]:
-    own = {i: s for i, s in shares(recall, text, conversation_id).items() if s >= gate.own}
+    mine = shares(recall, text, conversation_id) if own else {}
+    own_hits = _answered(recall, {i: s for i, s in mine.items() if s >= gate.own}, gate)
     rest: dict[int, float] | None = None
-    if not own:
-        rest = shares(recall, text, conversation_id, others=True)
+    if not own_hits:
+        rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
         if not any(s >= gate.other for s in rest.values()):
             return []  # the common case: neither the view nor a vector is loaded
     skip = set(in_view() if callable(in_view) else in_view)
-    own = {i: s for i, s in own.items() if i not in skip}
-    floor = (since() if callable(since) else since) if own else 0.0
-    if own and floor > 0:
-        dates = records.message_dates(recall.store, list(own))
-        own = {i: own[i] for i, _, created in dates if created >= floor}
-    picked = _in_fused_order(recall, text, conversation_id, own, gate, gate.hits)
-    found = [(i, score, own[i], False) for i, score in picked]
+    own_hits = {i: s for i, s in own_hits.items() if i not in skip}
+    if own_hits and since > 0:
+        dates = records.message_dates(recall.store, list(own_hits))
+        own_hits = {i: own_hits[i] for i, _, created in dates if created >= since}
+    picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits)
+    found = [(i, score, own_hits[i], False) for i, score in picked]
     if not found:  # other conversations only when this one has nothing to show
         if rest is None:
-            rest = shares(recall, text, conversation_id, others=True)
-        other = {i: s for i, s in rest.items() if s >= gate.other and i not in skip}
+            rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
+        other = _answered(recall, {i: s for i, s in rest.items() if s >= gate.other}, gate)
+        other = {i: s for i, s in other.items() if i not in skip}
         more = _in_fused_order(recall, text, None, other, gate, gate.hits)
         found = [(i, score, other[i], True) for i, score in more]
     if not found:
         return []
     by_id = {h.message_id: h for h in recall._hits([(i, s) for i, s, _, _ in found], text)}
     return [AutoHit(by_id[i], share, far) for i, _, share, far in found if i in by_id]
+
+
+def _answered(recall: Recall, passed: dict[int, float], gate: Gate) -> dict[int, float]:
+    """`passed` and, with `gate.answers`, the replies to those of them that ask (hold a "?"),
+    each with the share of the message it answers where that is higher than its own. An
+    answer seldom repeats the words of its question ("How long have you been married?" "5
+    years already!"), so the gate's lexical share cannot see it, but the question it answers
+    holds them; a reply to a message that only says the same words gains nothing (k-fold
+    check: bench/recall.py --folds, docs/memory.md)."""
+    if not passed or not gate.answers:
+        return passed
+    links = records.parent_links(recall.store, list(passed))
+    replies = [(child, parent) for child, parent in links if parent in passed]
+    if not replies:
+        return passed
+    asking = {i for i, body in recall.bodies(list({p for _, p in replies})).items() if "?" in body}
+    out = dict(passed)
+    for child, parent in replies:
+        if parent in asking and passed[parent] > out.get(child, 0.0):
+            out[child] = passed[parent]
+    return out
 
 
 def _in_fused_order(
@@ -207,13 +280,14 @@ def auto_messages(
     max_chars: int = RESULT_CHARS,
     call_id: str = "auto_recall",
     gate: Gate = GATE,
-    since: float | Callable[[], float] = 0.0,
+    since: float = 0.0,
+    own: bool = True,
 ) -> list[Message]:
     """The synthetic recall_history call and its result for `text`, or [] when nothing passes.
     The result holds whole hit lines while they fit `max_chars` (at least the first hit,
     cut to fit), this conversation's hits first and other conversations' under their own
     heading; the call names the query as the model would have asked it."""
-    found = auto_hits(recall, text, conversation_id, in_view, gate, since)
+    found = auto_hits(recall, text, conversation_id, in_view, gate, since, own)
     if not found:
         return []
     content = render(found, max_chars)

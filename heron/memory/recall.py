@@ -51,6 +51,13 @@ SESSION_TOP = 3
 MATCH_BUDGET = 6_000  # messages scored per search, at most (see selective_terms)
 BM25_KEPT = 4  # searches `Recall.bm25` keeps until the database changes
 PREFIX_MIN = 4  # letters from which a query word also matches as a word's start
+# Matches `found_elsewhere` looks through for one of another conversation: a word matched this
+# often is taken as found there (a rarer word is looked at whole, and it is rare words that a
+# conversation holds alone).
+ELSEWHERE_CAP = 1_000
+# Messages of a conversation, at most, that a search of the others drops by their ids from a
+# longer plain ranking when the conversation's own search was not made (`Recall._outside`).
+SMALL_SCOPE = 1_000
 # A query's `Cue` lifts, among the first CUE_DEPTH of its ranking, the messages that can
 # answer it, each by a share of the best score: for a question about time, those that state a
 # time (WHEN_WEIGHT) and those written in the month or year it names (DATE_WEIGHT); for a
@@ -183,7 +190,12 @@ def terms(query: str) -> list[str]:
 def phrases(query: str, prefix: bool = True) -> list[str]:
     """The quoted FTS5 phrases of a query's terms (quoting makes every word literal, so no
     user text is read as FTS syntax), each also as a prefix when long enough."""
-    return [f'"{w}"*' if prefix and len(w) >= PREFIX_MIN else f'"{w}"' for w in terms(query)]
+    return [phrase(w, prefix) for w in terms(query)]
+
+
+def phrase(word: str, prefix: bool = True) -> str:
+    """One term's FTS5 phrase, as `match_expression` searches it."""
+    return f'"{word}"*' if prefix and len(word) >= PREFIX_MIN else f'"{word}"'
 
 
 def match_expression(query: str, prefix: bool = True) -> str | None:
@@ -217,21 +229,40 @@ class Recall:
         and changes nothing)."""
         return records.rows_matching(self.store, f'"{word}"', cap)
 
+    def found_elsewhere(self, query: str, conversation_id: int) -> list[str]:
+        """The query's terms the index finds (as a search matches them) in a message of
+        another conversation. A term in more messages than the conversation holds is, without
+        a look; one matched ELSEWHERE_CAP times or more counts as found."""
+        words = terms(query)
+        frequency = self.frequencies(query)
+        size = records.conversation_size(self.store, conversation_id, MATCH_BUDGET + 1)
+        return [
+            w
+            for w in words
+            # a count of the plain word is at most its count as a prefix: one over `size`
+            # (both capped alike) is a message outside the conversation
+            if frequency[w] > size
+            or records.matches_elsewhere(self.store, phrase(w), conversation_id, ELSEWHERE_CAP)
+        ]
+
+    def frequencies(self, query: str) -> dict[str, int]:
+        """`document_frequency` of each of the query's terms; the last query's counts are kept
+        until the database changes (each search of one turn's auto-recall asks them)."""
+        stamp = self._stamp()
+        if self._counted is not None and self._counted[:2] == (query, stamp):
+            return self._counted[2]
+        frequency = {w: self.document_frequency(w) for w in terms(query)}
+        self._counted = (query, stamp, frequency)
+        return frequency
+
     def selective_terms(self, query: str, budget: int = MATCH_BUDGET) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
         `budget` messages: BM25 gives a word found everywhere almost no weight, but scoring
-        every message holding it is what makes a search slow on a large history. The counts
-        of the last query are kept until the database changes (each search of one turn's
-        auto-recall asks them)."""
+        every message holding it is what makes a search slow on a large history."""
         words = terms(query)
         if len(words) <= 1:
             return words
-        stamp = self._stamp()
-        if self._counted is not None and self._counted[:2] == (query, stamp):
-            frequency = self._counted[2]
-        else:
-            frequency = {w: self.document_frequency(w) for w in words}
-            self._counted = (query, stamp, frequency)
+        frequency = self.frequencies(query)
         kept: list[str] = []
         total = 0
         for word in sorted(words, key=lambda w: frequency[w]):
@@ -263,22 +294,22 @@ class Recall:
         words of the same scope for its gate and again for the fused order (a shorter list of
         a search is the start of a longer one: the order is total, by score then id)."""
         if outside is not None and conversation_id is None:
-            # All the conversation's matches (fewer than `limit`) make the others the plain
-            # ranking without them: one scoring of every match, which auto-recall's ranking
-            # of every conversation then reuses, instead of two. The conversation's matches
-            # are those of its own search at the full budget, which auto-recall has just
-            # made (kept): a smaller budget keeps a subset of the same words (the rarest
-            # first), so its matches are among them, and dropping them all is exact.
-            mine = self.bm25(query, limit, outside, budget=max(budget, MATCH_BUDGET))
-            if len(mine) < limit:
-                skip = {i for i, _ in mine}
-                ranked = self.bm25(query, limit + len(mine), budget=budget)
-                return [(i, s) for i, s in ranked if i not in skip][:limit]
+            return self._outside(query, limit, outside, budget)
+        return self._search(query, limit, conversation_id, outside, budget)
+
+    def _search(
+        self,
+        query: str,
+        limit: int,
+        conversation_id: int | None,
+        outside: int | None,
+        budget: int,
+    ) -> list[tuple[int, float]]:
+        """One FTS5 ranking for `bm25`, or the kept one."""
         key = (query, conversation_id, outside, budget)
-        stamp = self._stamp()
-        kept = self._bm25_kept.get(key)
-        if kept is not None and kept[0] == stamp and kept[1] >= limit:
-            return kept[2][:limit]
+        kept = self._kept(key, limit)
+        if kept is not None:
+            return kept
         expr = match_expression(" ".join(self.selective_terms(query, budget)))
         newest = budget if budget < MATCH_BUDGET and conversation_id is None else None
         found = (
@@ -288,8 +319,49 @@ class Recall:
         )
         if len(self._bm25_kept) >= BM25_KEPT:
             self._bm25_kept.pop(next(iter(self._bm25_kept)))
-        self._bm25_kept[key] = (stamp, limit, found)
+        self._bm25_kept[key] = (self._stamp(), limit, found)
         return found
+
+    def _outside(
+        self, query: str, limit: int, conversation_id: int, budget: int
+    ) -> list[tuple[int, float]]:
+        """`bm25(outside=conversation_id)`: the plain ranking without the conversation's
+        messages, one scoring of every match, which auto-recall's ranking of every
+        conversation then reuses, instead of two; or, when the conversation holds too many
+        matches to drop, the ranking filtered as it is made.
+
+        The conversation's matches are those of its own search at the full budget when
+        auto-recall has just made it (kept): a smaller budget keeps a subset of the same
+        words (the rarest first), so its matches are among them, and dropping them all is
+        exact. When it skipped that search (nothing of the conversation could be shown) and
+        the conversation is small, the plain ranking is made `size` longer, since at most
+        `size` of it can be the conversation's, and those are found by their ids."""
+        full = max(budget, MATCH_BUDGET)
+        mine = self._kept((query, conversation_id, None, full), limit)
+        if mine is None:
+            size = records.conversation_size(self.store, conversation_id, SMALL_SCOPE + 1)
+            if size <= SMALL_SCOPE:
+                ranked = self.bm25(query, limit + size, budget=budget)
+                theirs = records.of_conversation(
+                    self.store, [i for i, _ in ranked], conversation_id
+                )
+                return [(i, s) for i, s in ranked if i not in theirs][:limit]
+            mine = self.bm25(query, limit, conversation_id, budget=full)
+        if len(mine) < limit:
+            skip = {i for i, _ in mine}
+            ranked = self.bm25(query, limit + len(mine), budget=budget)
+            return [(i, s) for i, s in ranked if i not in skip][:limit]
+        return self._search(query, limit, None, conversation_id, budget)
+
+    def _kept(
+        self, key: tuple[str, int | None, int | None, int], limit: int
+    ) -> list[tuple[int, float]] | None:
+        """A kept search's first `limit` hits, if it was made since the database last changed
+        with at least that limit."""
+        kept = self._bm25_kept.get(key)
+        if kept is None or kept[1] < limit or kept[0] != self._stamp():
+            return None
+        return kept[2][:limit]
 
     def _stamp(self) -> tuple[int, int]:
         """Changes when anything was written, by this connection or another. Read once per

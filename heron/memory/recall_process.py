@@ -8,7 +8,8 @@ off costs the loop a switch (docs/performance.md has what that cost a busy engin
 process has its own interpreter, so the check runs beside the loop, and the loop's share is one
 line written to a pipe and one line read back.
 
-The protocol is one JSON array per line: `[id, text, conversation_id]` in, `[id, answer]` out, where
+The protocol is one JSON array per line: `[id, text, conversation_id, own]` in (`own` false:
+search other conversations only, `auto.fires`), `[id, answer]` out, where
 the answer is true, false, or null when the check failed (the engine then asks in-process). The
 child reads through its own connection to the database (WAL: it never blocks a writer) and
 exits when its stdin closes, so it never outlives the engine that started it.
@@ -102,15 +103,17 @@ class RecallProcess:
     def alive(self) -> bool:
         return not self._replies.broken and not self._transport.is_closing()
 
-    async def ask(self, text: str, conversation_id: int) -> bool | None:
-        """Whether `text`, typed in the conversation, has a hit passing the gate; None when
-        the child could not answer (it failed on this text, or it is gone)."""
+    async def ask(self, text: str, conversation_id: int, own: bool = True) -> bool | None:
+        """Whether `text`, typed in the conversation, has a hit passing the gate (`own`
+        False: in other conversations); None when the child could not answer (it failed on
+        this text, or it is gone)."""
         if not self.alive:
             return None
         self._next += 1
         future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
         self._replies.waiting[self._next] = future
-        self._stdin.write((json.dumps([self._next, text, conversation_id]) + "\n").encode())
+        request = [self._next, text, conversation_id, own]
+        self._stdin.write((json.dumps(request) + "\n").encode())
         try:
             return await asyncio.wait_for(future, ASK_TIMEOUT)
         except TimeoutError:  # stuck: its later answers are not waited for either
@@ -145,9 +148,9 @@ def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
     out = sys.stdout if out is None else out
     recall = Recall(Store(db_path))
     for line in lines:
-        ident, text, conversation_id = json.loads(line)
+        ident, text, conversation_id, own = json.loads(line)
         try:
-            answer: bool | None = fires(recall, text, int(conversation_id))
+            answer: bool | None = fires(recall, text, int(conversation_id), own=bool(own))
         except Exception as e:  # answered in-process instead; the child keeps serving
             log.warning("auto-recall check failed in the child: %s", e)
             answer = None

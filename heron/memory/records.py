@@ -68,6 +68,37 @@ def rows_matching(store: Store, expression: str, cap: int) -> int:
     return int(rows[0][0])
 
 
+def matches_elsewhere(store: Store, expression: str, conversation_id: int, cap: int) -> bool:
+    """Whether one of the first `cap` messages matching an FTS5 expression belongs to another
+    conversation than `conversation_id`, or `cap` messages or more match (taken as yes). The
+    first match of another conversation ends the look (the matches stream through a
+    co-routine, never collected whole)."""
+    if pg_of(store.conn) is not None:
+        query, param = _tsquery(expression)
+        matches = f"SELECT conversation_id AS c FROM messages WHERE body_tsv @@ {query} LIMIT ?"
+    else:
+        param, matches = (
+            expression,
+            (
+                "SELECT m.conversation_id AS c FROM messages_fts f CROSS JOIN messages m"
+                " ON m.id = f.rowid WHERE messages_fts MATCH ? LIMIT ?"
+            ),
+        )
+    found = store.query(
+        f"SELECT 1 FROM ({matches}) s WHERE c != ? LIMIT 1", (param, cap, conversation_id)
+    )
+    return bool(found) or rows_matching(store, expression, cap) >= cap
+
+
+def conversation_size(store: Store, conversation_id: int, cap: int) -> int:
+    """How many messages the conversation holds, counted up to `cap` (from its index)."""
+    rows = store.query(
+        "SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ? LIMIT ?) s",
+        (conversation_id, cap),
+    )
+    return int(rows[0][0])
+
+
 # A conversation's filter on a full-text search. The unary plus keeps it out of FTS5's
 # xBestIndex: offered `rowid IN (...)`, the planner runs the whole MATCH once per message of
 # the conversation (75 ms at 100,000 messages); as a plain filter the list is built once and
@@ -198,6 +229,49 @@ def parent_links(store: Store, ids: Sequence[int]) -> list[tuple[int, int | None
         [*ids, *ids],
     )
     return [(r[0], r[1]) for r in rows]
+
+
+def messages_from(store: Store, conversation_id: int, lowest: int) -> int:
+    """How many messages of the conversation have an id of `lowest` or more (from its index)."""
+    rows = store.query(
+        "SELECT count(*) FROM messages WHERE conversation_id = ? AND id >= ?",
+        (conversation_id, lowest),
+    )
+    return int(rows[0][0])
+
+
+def written_since(
+    store: Store, conversation_id: int, since: float, below: int | None, cap: int
+) -> bool:
+    """Whether a message of the conversation (with an id under `below`, when given) was
+    written at `since` or later. The newest `cap` of them are read, newest first, until one
+    is; when `cap` or more are older than `since`, the answer is yes (not known)."""
+    under = "" if below is None else " AND id < ?"
+    params: list[object] = [conversation_id, *([] if below is None else [below])]
+    found = store.query(
+        f"SELECT 1 FROM (SELECT created FROM messages WHERE conversation_id = ?{under}"
+        " ORDER BY id DESC LIMIT ?) s WHERE created >= ? LIMIT 1",
+        [*params, cap, since],
+    )
+    if found:
+        return True
+    rows = store.query(
+        f"SELECT count(*) FROM (SELECT 1 FROM messages WHERE conversation_id = ?{under} LIMIT ?) s",
+        [*params, cap],
+    )
+    return int(rows[0][0]) >= cap
+
+
+def of_conversation(store: Store, ids: Sequence[int], conversation_id: int) -> set[int]:
+    """Which of the messages asked for belong to the conversation."""
+    if not ids:
+        return set()
+    marks = ",".join("?" * len(ids))
+    rows = store.query(
+        f"SELECT id FROM messages WHERE id IN ({marks}) AND conversation_id = ?",
+        [*ids, conversation_id],
+    )
+    return {r[0] for r in rows}
 
 
 def message_dates(store: Store, ids: Sequence[int]) -> list[tuple[int, int, float]]:

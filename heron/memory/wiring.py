@@ -25,8 +25,9 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from heron.memory import records
@@ -121,22 +122,6 @@ def thaw(service: MemoryService | None, conversation_id: int, *, new: bool = Fal
 # ---- auto-recall ------------------------------------------------------------------------------
 
 
-def _in_view(store: Store, conversation_id: int) -> set[int]:
-    """Ids the model already sees (the branch after /new and after the fold) and those earlier
-    auto-recalls already put in front of it."""
-    from heron.context.history import load_branch
-
-    state = load_branch(store, conversation_id)
-    upto = state.plan.folded_upto
-    seen: set[int] = set()
-    for row in state.rows:
-        if upto is not None and row.id <= upto:
-            continue
-        seen.add(row.id)
-        seen.update(row.meta.get("recalled", ()))
-    return seen
-
-
 SMALL_HISTORY = 10_000  # messages: below it a search and the memory note take well under 1 ms
 
 
@@ -144,6 +129,66 @@ def search_is_slow(store: Store) -> bool:
     """Whether the history is large enough that auto-recall belongs on a worker thread (the
     largest message id, read from the primary key, stands in for the count)."""
     return records.max_message_id(store) > SMALL_HISTORY
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the model already sees of the history: the conversation's rows in its view (the
+    branch after /new and after the fold) and the messages that earlier auto-recalls still in
+    view cited."""
+
+    rows: frozenset[int]
+    cited: frozenset[int]
+
+    @property
+    def ids(self) -> set[int]:
+        return set(self.rows | self.cited)
+
+
+def seen_by_model(store: Store, conversation_id: int) -> Seen:
+    from heron.context.history import load_branch
+
+    state = load_branch(store, conversation_id)
+    upto = state.plan.folded_upto
+    rows: set[int] = set()
+    cited: set[int] = set()
+    for row in state.rows:
+        if upto is not None and row.id <= upto:
+            continue
+        rows.add(row.id)
+        cited.update(row.meta.get("recalled", ()))
+    return Seen(frozenset(rows), frozenset(cited))
+
+
+# Older messages of a conversation `unseen_own` reads the dates of, at most: past them it
+# answers yes (the conversation's own search then runs, as it always did).
+UNSEEN_LOOK = 1_000
+
+
+def unseen_own(store: Store, conversation_id: int, seen: Seen, since: float) -> bool:
+    """Whether the conversation may hold a message auto-recall could show: one out of the
+    model's view written at `since` (the /new floor) or later. No only when none can be: every
+    message from the lowest one in view on is in view, and every older one (all of them when
+    none is in view) was written before `since`. A yes where it cannot tell."""
+    if seen.rows:
+        lowest = min(seen.rows)
+        # the rows in view are all the conversation's, all from `lowest` on
+        if records.messages_from(store, conversation_id, lowest) > len(seen.rows):
+            return True
+    else:
+        lowest = None
+    return records.written_since(store, conversation_id, since, lowest, UNSEEN_LOOK)
+
+
+def own_to_show(store: Store, conversation_id: int) -> bool:
+    """`unseen_own` with what the model sees now and the conversation's /new floor: asked
+    before auto-recall's check runs off the engine's thread (RecallReader). Yes without a
+    look in a small history (`search_is_slow`): there the conversation's own search costs
+    less than the look (docs/memory.md)."""
+    if not search_is_slow(store):
+        return True
+    seen = seen_by_model(store, conversation_id)
+    return unseen_own(store, conversation_id, seen, history_floor(store, conversation_id))
 
 
 # Checks the thread answers before the child process starts: starting it costs about 0.2 s of
@@ -173,22 +218,22 @@ class RecallReader:
         self._starting: asyncio.Task[None] | None = None
         self._asked = 0  # checks answered on the thread
 
-    async def strong(self, text: str, conversation_id: int) -> bool:
+    async def strong(self, text: str, conversation_id: int, own: bool = True) -> bool:
         """Whether `text`, typed in the conversation, has a hit passing auto-recall's gate in
-        the committed history: from the child process once it runs (started after
-        `CHILD_AFTER` checks), from the thread until then or whenever the child cannot
-        answer."""
+        the committed history (`own` False: in other conversations only, see `own_to_show`):
+        from the child process once it runs (started after `CHILD_AFTER` checks), from the
+        thread until then or whenever the child cannot answer."""
         text = text[:RECALL_QUERY_CHARS]
         child = self._child
         if child is not None:
-            answer = await child.ask(text, conversation_id)
+            answer = await child.ask(text, conversation_id, own)
             if answer is not None:
                 return answer
         elif self._starting is None and self._asked >= CHILD_AFTER:
             self._starting = asyncio.create_task(self._start_child())
         self._asked += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._check, text, conversation_id)
+        return await loop.run_in_executor(self._pool, self._check, text, conversation_id, own)
 
     async def _start_child(self) -> None:
         try:
@@ -196,10 +241,10 @@ class RecallReader:
         except Exception as e:  # whatever stops it, the thread keeps answering
             log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
-    def _check(self, text: str, conversation_id: int) -> bool:
+    def _check(self, text: str, conversation_id: int, own: bool) -> bool:
         if self._recall is None:
             self._recall = Recall(Store(self.path))
-        return fires(self._recall, text, conversation_id)
+        return fires(self._recall, text, conversation_id, own=own)
 
     async def aclose(self) -> None:
         """Stop the child (waiting for it to exit), then close the thread's connection."""
@@ -238,14 +283,25 @@ def recall_rows(
         return []
     text = text[:RECALL_QUERY_CHARS]  # a pasted log is searched by its start, not all of it
     call_id = f"recall_{secrets.token_hex(4)}"
+    since = history_floor(store, conversation_id)
+    in_view: set[int] | Callable[[], set[int]]
+    if search_is_slow(store):
+        # What the model sees is read first (the engine keeps the branch decoded: a few
+        # queries), so that the conversation's own search, a millisecond or two in a large
+        # history, is skipped when none of its messages could be shown.
+        seen = seen_by_model(store, conversation_id)
+        in_view, own = seen.ids, unseen_own(store, conversation_id, seen, since)
+    else:  # searching costs less than the look: only a hit loads the view
+        in_view, own = (lambda: seen_by_model(store, conversation_id).ids), True
     found = auto_messages(  # the same gate as `fires`, asked once: [] loads nothing else
         recall,
         text,
         conversation_id,
-        lambda: _in_view(store, conversation_id),
+        in_view,
         max_chars=max_chars,
         call_id=call_id,
-        since=lambda: history_floor(store, conversation_id),
+        since=since,
+        own=own,
     )
     if not found:
         return []

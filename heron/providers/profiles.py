@@ -81,13 +81,22 @@ _BUILTIN: list[tuple[str, ModelProfile]] = [
 ]
 
 
+def attachments_taken(profile: ModelProfile) -> str:
+    """Which attached files a model gets as themselves (the rest of them as a note)."""
+    taken = [kind for kind, on in (("images", profile.vision), ("PDFs", profile.pdf)) if on]
+    return ", ".join(taken) if taken else "text only"
+
+
 def markdown_table() -> str:
     """The README's "Models Heron knows" table, from the profiles above (a test checks that
     the README holds exactly this)."""
-    lines = ["| model name (glob) | context window | output cap | tool calls |"]
-    lines.append("| --- | ---: | ---: | --- |")
+    lines = ["| model name (glob) | context window | output cap | tool calls | attachments |"]
+    lines.append("| --- | ---: | ---: | --- | --- |")
     for pattern, p in _BUILTIN:
-        lines.append(f"| `{pattern}` | {p.context_window:,} | {p.max_output:,} | {p.tool_mode} |")
+        lines.append(
+            f"| `{pattern}` | {p.context_window:,} | {p.max_output:,} | {p.tool_mode} "
+            f"| {attachments_taken(p)} |"
+        )
     return "\n".join(lines)
 
 

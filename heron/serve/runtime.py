@@ -16,13 +16,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Protocol
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Dispatcher, InboundMessage, MessageBus
-from heron.config import load_config
+from heron.config import ConfigWatch
 from heron.errors import ConfigError
 from heron.messages import File
 from heron.serve.hub import Hub
@@ -70,8 +69,7 @@ class Runtime:
         self.sessions: set[Connected] = set()  # connected clients, told when the serve stops
         # config.toml as it was when the serve loaded it: a later edit is read again (once per
         # change) so a broken file refuses messages as it would refuse them in-process.
-        self._config_mark = _mark(engine.settings.paths.config)
-        self._config_error: ConfigError | None = None
+        self._config = ConfigWatch(engine.settings.paths.config)
 
     @property
     def started(self) -> bool:
@@ -103,12 +101,7 @@ class Runtime:
         """Why config.toml, edited since the serve started, no longer loads (None: it does).
         The serve keeps the config it started with either way; this makes a broken file say
         so to every client, as `heron run` without a serve would."""
-        path = self.engine.settings.paths.config
-        mark = _mark(path)
-        if mark != self._config_mark:
-            self._config_mark = mark
-            self._config_error = await asyncio.to_thread(_config_error, path)
-        return self._config_error
+        return await self._config.problem()
 
     async def settle(self) -> None:
         """Until nothing runs or waits and every event reached the hub (tests, the bench)."""
@@ -130,22 +123,6 @@ class Runtime:
             await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
         await asyncio.gather(*(s.end() for s in list(self.sessions)))
         await _cancel(self._tasks)
-
-
-def _mark(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
-def _config_error(path: Path) -> ConfigError | None:
-    try:
-        load_config(path)
-    except ConfigError as e:
-        return e
-    return None
 
 
 async def _guard(service: Service, loop: AgentLoop) -> None:

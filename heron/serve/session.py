@@ -199,6 +199,9 @@ class Session:
         if not isinstance(text, str) or not text.startswith("/"):
             await self._reply(error("a command starts with /", "Try /help."))
             return
+        if text.strip() == "/stop":  # as `stop`: never refused, a broken config.toml included
+            self._submit("/stop")
+            return
         if await self._refused():
             return
         self._submit(text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from heron.agent.turn import REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import Store, StoredMessage
 
@@ -23,7 +24,7 @@ MAIL_LABEL = "[sent while you were working] "  # heron/agent/turn.py labels mail
 
 @dataclass
 class Segment:
-    kind: str  # text | reasoning | tool
+    kind: str  # text | reasoning | tool | note (Heron's, inside a reply)
     text: str = ""
     call_id: str | None = None
     name: str | None = None
@@ -114,19 +115,42 @@ def _add(
         if items and items[-1].kind == "assistant":
             items[-1].rows.append(row.id)
         return
+    partial = _stopped_reply(row)
+    if partial is not None:  # what streamed before /stop: the reply as the person read it
+        last = _reply(items, row, turn_message)
+        _segment(last, calls, Text(partial))
+        last.segments.append(Segment("note", REPLY_STOPPED.strip("[]")))
+        return
     if row.author == "heron" or row.kind != "message":
         items.append(Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id]))
         return
     if message.role == "user":
         items.append(_user(row, turn_message, key, file_url))
         return
+    last = _reply(items, row, turn_message)
+    for part in message.parts:
+        _segment(last, calls, part)
+
+
+def _reply(items: list[Item], row: StoredMessage, turn_message: int | None) -> Item:
+    """The reply block `row` belongs to: the turn's open one, else a new one."""
     last = items[-1] if items else None
     if last is None or last.kind != "assistant" or last.turn != row.turn_id:
         last = Item("assistant", row.id, row.turn_id, turn_message)
         items.append(last)
     last.rows.append(row.id)
-    for part in message.parts:
-        _segment(last, calls, part)
+    return last
+
+
+def _stopped_reply(row: StoredMessage) -> str | None:
+    """The streamed part of a reply the person stopped (stored by Heron with its marker after
+    it, heron/agent/turn.py `interrupted`); None for any other row."""
+    text = row.message.text
+    if row.role != "assistant" or not row.meta.get("interrupted"):
+        return None
+    if not text.endswith(REPLY_STOPPED) or text == REPLY_STOPPED:
+        return None
+    return text.removesuffix(REPLY_STOPPED).rstrip()
 
 
 def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:

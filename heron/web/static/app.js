@@ -1,11 +1,12 @@
 // Heron's browser UI: one conversation's transcript and its live stream, over /ws (the serve
 // protocol, docs/web.md) and the REST routes under /api. Preact with htm, no build step.
 import { Component, h, render } from "./vendor/preact.js";
-import { useEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
+import { useEffect, useLayoutEffect, useRef, useState, useCallback } from "./vendor/preact-hooks.js";
 import htm from "./vendor/htm.js";
 import { marked } from "./vendor/marked.js";
 import DOMPurify from "./vendor/purify.js";
 import { highlightElement } from "./vendor/highlight/index.js";
+import { advance } from "./live.js";
 
 const html = htm.bind(h);
 const LANGS = new Set(["asm", "bash", "c", "css", "csv", "diff", "docker", "git", "go", "html",
@@ -20,12 +21,14 @@ const mdCache = new Map(); // text -> sanitised HTML: a long transcript re-rende
 const MD_CACHE = 5000;
 const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
 
+// Model text is untrusted: sanitised after parsing, before it reaches the DOM.
+const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }));
+
 export function renderMarkdown(text) {
   const key = text || "";
   let out = mdCache.get(key);
   if (out === undefined) {
-    // Model text is untrusted: sanitised after parsing, before it reaches the DOM.
-    out = DOMPurify.sanitize(marked.parse(key, { gfm: true, breaks: false }));
+    out = toHtml(key);
     if (mdCache.size >= MD_CACHE) mdCache.delete(mdCache.keys().next().value);
     mdCache.set(key, out);
   }
@@ -47,21 +50,42 @@ function prerender(texts) {
   todo.forEach((t, i) => { if (whole) mdCache.set(t, kids[i].innerHTML); else renderMarkdown(t); });
 }
 
+function highlightIn(el) {
+  for (const code of el.querySelectorAll("pre code")) {
+    const m = /language-([\w+-]+)/.exec(code.className);
+    let lang = m ? m[1].toLowerCase() : "plain";
+    lang = ALIAS[lang] || lang;
+    if (!LANGS.has(lang)) lang = "plain";
+    code.dataset.lang = lang;
+    highlightElement(code, lang, "multiline", { hideLineNumbers: true }).catch(() => {});
+  }
+}
+
 function Markdown({ text }) {
   const ref = useRef(null);
   const out = renderMarkdown(text);
-  useEffect(() => {
-    if (!ref.current || !out.includes("<pre")) return;
-    for (const code of ref.current.querySelectorAll("pre code")) {
-      const m = /language-([\w+-]+)/.exec(code.className);
-      let lang = m ? m[1].toLowerCase() : "plain";
-      lang = ALIAS[lang] || lang;
-      if (!LANGS.has(lang)) lang = "plain";
-      code.dataset.lang = lang;
-      highlightElement(code, lang, "multiline", { hideLineNumbers: true }).catch(() => {});
-    }
-  }, [text]);
+  useEffect(() => { if (ref.current && out.includes("<pre")) highlightIn(ref.current); }, [text]);
   return html`<div class="md" ref=${ref} dangerouslySetInnerHTML=${{ __html: out }}></div>`;
+}
+
+// A finished block of the streaming reply: parsed, sanitised and highlighted once, then never
+// touched again (its text cannot change); only the tail after it is drawn anew.
+class Block extends Component {
+  shouldComponentUpdate() { return false; }
+  componentDidMount() { if (this.base) highlightIn(this.base); }
+  render({ text }) {
+    return html`<div class="md-block" dangerouslySetInnerHTML=${{ __html: toHtml(text) }}></div>`;
+  }
+}
+
+// The streaming text of a live reply: its finished blocks (keyed, drawn once) and the
+// unfinished tail, the only part each draw parses. Both are laid out as one .md (the blocks'
+// wrappers are display: contents), so the page looks as the whole text would.
+function LiveText({ seg }) {
+  const tail = advance(seg);
+  if (tail !== seg.tail) { seg.tail = tail; seg.tailHtml = tail ? toHtml(tail) : ""; } // once a draw
+  return html`<div class="md">${seg.blocks.map((b, i) => html`<${Block} key=${i} text=${b} />`)}
+    ${tail && html`<div class="md-block md-tail" dangerouslySetInnerHTML=${{ __html: seg.tailHtml }}></div>`}</div>`;
 }
 
 // ---- the model of a conversation as shown -----------------------------------------------------
@@ -164,8 +188,9 @@ function ToolPill({ seg }) {
     </div></details>`;
 }
 
-function Segments({ segments }) {
-  return segments.map((s, i) => s.kind === "text" ? html`<${Markdown} key=${i} text=${s.text} />`
+function Segments({ segments, live }) {
+  return segments.map((s, i) => s.kind === "text" ? (live ? html`<${LiveText} key=${i} seg=${s} />`
+    : html`<${Markdown} key=${i} text=${s.text} />`)
     : s.kind === "reasoning" ? html`<details key=${i} class="reasoning">
         <summary>Reasoning</summary><div class="reasoning-text">${s.text}</div></details>`
     : s.kind === "note" ? html`<div key=${i} class="note" role="note">${s.text}</div>`
@@ -205,7 +230,32 @@ class PureItem extends Component {
   render(props) { return html`<${Item} ...${props} />`; }
 }
 
-function Live({ live }) {
+// The redraw of the Live component: a streamed piece redraws the live reply alone, not the page.
+const liveDraws = new Set();
+
+// Keeps the transcript scrolled to its end while the reader is at (or near) the end. Called
+// as a layout effect: in the same task as the change, before it is painted (a plain effect
+// runs a frame later, after a frame with the new text below the fold).
+function keepAtEnd(el) {
+  if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
+}
+
+// Scrolls a transcript just read to its newest message. Replies off screen are laid out at
+// an estimated height (content-visibility, style.css) until drawn, a frame or two after they
+// come into view, so the end moves as the newest are drawn: go to it again on the next frames.
+function jumpToEnd(el, frames = 10) {
+  el.scrollTop = el.scrollHeight;
+  if (frames > 0) requestAnimationFrame(() => jumpToEnd(el, frames - 1));
+}
+
+function Live({ live, list }) {
+  const [, redraw] = useState(0);
+  useEffect(() => {
+    const draw = () => redraw((n) => n + 1);
+    liveDraws.add(draw);
+    return () => { liveDraws.delete(draw); };
+  }, []);
+  useLayoutEffect(() => keepAtEnd(list.current));
   return html`${live.text !== null && html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
       <div class="user-text">${live.text}</div></article>`}
@@ -213,7 +263,7 @@ function Live({ live }) {
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
       <div class="user-text">${m.text}</div></article>`)}
     <article class="msg assistant live" aria-label="agent's reply, streaming">
-      <${Segments} segments=${live.segments} /></article>`;
+      <${Segments} segments=${live.segments} live /></article>`;
 }
 
 function Banner({ live, onStop }) {
@@ -270,7 +320,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running }) {
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, streamed }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -282,6 +332,10 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running })
     } catch (e) { notify(e.message); }
   }, [q]);
   useEffect(() => { load(); }, [q, refresh]);
+  // A turn's first streamed piece: its conversation is stored by then. Read the list again
+  // only when it is not in it yet (a new one): every open tab reads it at the same moment,
+  // and on a busy machine those reads held the stream back (bench/web.py, docs/web.md).
+  useEffect(() => { if (streamed && !rows.some((c) => c.key === current)) load(); }, [streamed]);
   // A turn started elsewhere in a conversation this list does not show yet: read it again.
   useEffect(() => { if (running.some((k) => !rows.some((c) => c.key === k))) load(); }, [running]);
   const rename = async (key, old) => {
@@ -469,13 +523,14 @@ function App() {
   const [conv, setConv] = useState(keyFromHash());
   const [items, setItems] = useState([]);
   const [title, setTitle] = useState(null);
-  const [live, setLive] = useState(null);
+  const [, setShown] = useState(0); // bumped when the live turn changes as a whole
   const [notes, setNotes] = useState([]);
   const [conn, setConnState] = useState("connecting");
   const [uploads, setUploads] = useState([]);
   const [panel, setPanel] = useState(null);
   const [side, setSide] = useState(false);
   const [tick, setTick] = useState(0);
+  const [streamed, setStreamed] = useState(0); // a turn's first streamed piece came
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const liveRef = useRef(null);
@@ -483,26 +538,24 @@ function App() {
   const listRef = useRef(null);
   const connRef = useRef(null);
   const loaded = useRef(false);
+  const toEnd = useRef(false); // the next transcript drawn is a first read: show its newest
   const fetches = useRef(0);
   const loading = useRef(null); // the first read of the transcript, while it runs
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
-  // Streamed events change the live turn at once; the page draws it at most every DRAW_MS
-  // (and then on the next frame), so a fast stream, or ten tabs of one, never queues renders
-  // behind the socket.
+  // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
+  // starts or ends, mail, a retry's wait) is drawn at once by showLive; a streamed piece
+  // redraws only the live reply, at most every DRAW_MS and then on the next frame (drawLive),
+  // so a fast stream, or ten tabs of one, never queues renders behind the socket.
   const frame = useRef(0);
-  const setLiveBoth = (v) => {
-    liveRef.current = v;
-    if (v === null || v.done) {
-      clearTimeout(frame.current); frame.current = 0; setLive(v ? { ...v } : null); return;
-    }
+  const showLive = (v) => { liveRef.current = v; setShown((n) => n + 1); };
+  const drawLive = () => {
     if (frame.current) return;
     frame.current = setTimeout(() => requestAnimationFrame(() => {
       frame.current = 0;
-      const cur = liveRef.current;
-      setLive(cur ? { ...cur, segments: cur.segments.map((x) => ({ ...x })) } : null);
+      for (const draw of liveDraws) draw();
     }), DRAW_MS);
   };
 
@@ -513,9 +566,10 @@ function App() {
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
       prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
+      if (!loaded.current) toEnd.current = true;
       setItems(t.items); setTitle(t.title); loaded.current = true;
       // A turn that ended before the transcript was read is in it now: one render swaps them.
-      if (liveRef.current && liveRef.current.done) setLiveBoth(null);
+      if (liveRef.current && liveRef.current.done) showLive(null);
       document.body.dataset.rendered = String(t.items.length);
       setTick((x) => x + 1);
     } catch (e) { notify(e.message); } finally { if (gen === fetches.current) loading.current = null; }
@@ -529,7 +583,7 @@ function App() {
       setTitle(ev.title || null);
       if (ev.running) setRunning(ev.running);
       if (ev.gap || (!loaded.current && !loading.current)) {
-        setLiveBoth(null); loadTranscript(convRef.current);
+        showLive(null); loadTranscript(convRef.current);
       }
       if (ev.gap) connRef.current.lastSeq = ev.seq;
       const from = connRef.current.lastSeq;
@@ -565,7 +619,7 @@ function App() {
         const next = newLive(ev);
         // A queued message opening this turn is no longer shown as queued.
         next.mail = pending.filter((m) => m.text !== ev.text && m.state === "mail");
-        setLiveBoth(next);
+        showLive(next);
         break;
       }
       case "delta": case "reasoning": case "tool_start": case "tool_end":
@@ -573,33 +627,33 @@ function App() {
           // A turn whose start this page never saw (the journal no longer had it): its stream
           // shows below what the store already holds of it.
           lv = { ...newLive({ text: null }), orphan: true };
+          showLive(lv);
         }
-        {
-          lv.retry = null;
-          applyToLive(lv, ev); setLiveBoth(lv);
-          // By the first streamed piece the turn has stored the message: list it.
-          if (!lv.listed) { lv.listed = true; setTick((x) => x + 1); }
-        }
+        if (lv.retry) { lv.retry = null; showLive(lv); } // the banner's wait is over
+        applyToLive(lv, ev); drawLive();
+        // By the first streamed piece the turn has stored the message: the list shows its
+        // conversation, open views read it again.
+        if (!lv.listed) { lv.listed = true; setStreamed((x) => x + 1); }
         break;
       case "status":
         if (ev.state === "running") { // the hub's: where turns run, this conversation or not
           setRunning(ev.running || []);
         } else if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
           lv.segments.push({ kind: "note", text: "The stream was cut; the reply starts again." });
-          lv.retry = null; setLiveBoth(lv);
+          lv.retry = null; showLive(lv);
         } else if (lv && ev.state === "retry") {
-          lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; setLiveBoth(lv);
+          lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; showLive(lv);
         } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
           const m = lv.mail.find((x) => !x.state);
           if (m) m.state = ev.state;
-          setLiveBoth(lv);
+          showLive(lv);
         }
         break;
       case "message":
         if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
         break;
       case "turn_end":
-        if (lv) { lv.done = true; lv.interrupted = ev.interrupted; setLiveBoth(lv); }
+        if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
         if (ev.switch_to) { openConv(ev.switch_to); break; }
         loadTranscript(convRef.current);
         break;
@@ -624,22 +678,25 @@ function App() {
     return () => { window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey); };
   }, []);
 
-  useEffect(() => {
-    const el = listRef.current;
-    if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
+  const live = liveRef.current;
+  useLayoutEffect(() => {
+    // A conversation opens at its newest message; later reads keep the reader's place.
+    if (toEnd.current && listRef.current) jumpToEnd(listRef.current);
+    else keepAtEnd(listRef.current);
+    toEnd.current = false;
   }, [items, live, notes]);
 
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
     fresh.current = true; replay.current = null;
-    setConv(key); setItems([]); setNotes([]); setLiveBoth(null); setSide(false);
+    setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
   }
 
   const send = (text, files) => {
     const lv = liveRef.current;
-    if (lv && !lv.done) { lv.mail.push({ text, state: null }); setLiveBoth(lv); }
+    if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
     connRef.current.send(m);
@@ -652,9 +709,14 @@ function App() {
   };
 
   const working = live && !live.done;
-  const shown = live && !live.orphan ? items.filter((it) => !it.running) : items;
+  // While a turn is drawn from its stream, its stored rows are left out: those the store
+  // marks running, and all of that turn's once a read finds it saved before its turn_end
+  // arrived (it is shown once, live, until the end swaps it for the stored item).
+  const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
+  const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+      streamed=${streamed}
       running=${running}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
     <main class="chat" aria-label="conversation">
@@ -668,7 +730,7 @@ function App() {
       </header>
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
         ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
-        ${live && html`<${Live} live=${live} />`}
+        ${live && html`<${Live} live=${live} list=${listRef} />`}
         ${notes.map((n) => html`<div key=${"n" + n.seq} class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`)}
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
@@ -677,15 +739,18 @@ function App() {
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
-      ${panel === "branches" && html`<${Branches} conv=${conv} command=${command} tick=${tick} />`}
+      ${panel === "branches" && html`<${Branches} conv=${conv} command=${command} tick=${tick + streamed} />`}
       ${panel === "memory" && html`<${Memory} notify=${notify} />`}
       ${panel === "review" && html`<${Review} notify=${notify} />`}
-      ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick} />`}
-      ${panel === "status" && html`<${Status} conv=${conv} tick=${tick} />`}
-      ${panel === "work" && html`<${Work} conv=${conv} tick=${tick} notify=${notify}
+      ${panel === "compaction" && html`<${Compactions} conv=${conv} tick=${tick + streamed} />`}
+      ${panel === "status" && html`<${Status} conv=${conv} tick=${tick + streamed} />`}
+      ${panel === "work" && html`<${Work} conv=${conv} tick=${tick + streamed} notify=${notify}
         send=${(m) => connRef.current.send(m)} />`}
     </aside>`}
   </div>`;
 }
 
 render(html`<${App} />`, document.getElementById("app"));
+// The parser and the sanitiser compile their patterns and build their document on first use:
+// done while the page is idle, not when the first piece of a reply arrives.
+(window.requestIdleCallback || setTimeout)(() => toHtml("*Heron*, `ready`.\n\n- one\n"));
