@@ -3,13 +3,14 @@
 One engine (heron/agent/engine.py, the full tool registry, memory and recall as shipped) runs
 C conversations x T turns one after the other (`Engine.turn`; no other turn overlaps, so each
 statement's wait is the turn's own) against a scripted model that answers at once: every
-second spent is Heron's or the database's. Every statement the store sends is counted and
-timed where it leaves Heron (`PgConnection.execute`, `executemany` and `counter`: each one
-round trip to the server; on SQLite `sqlite3`'s trace callback counts the statements Heron
-sends, not those its triggers and FTS5 run, and they are not timed), by kind: the
-transaction's BEGIN and COMMIT, the conversation's row lock (docs/scale.md, "Across
-processes": its own statement in a claim, SAVE and a checkpoint; an append's head read takes
-it in the same statement), the trace's advisory lock, reads, writes and the caches' counters.
+second spent is Heron's or the database's. Every round trip to the server is counted and timed
+where it leaves Heron (`PgConnection._send`, `_end` and `executemany`; a BEGIN is sent with the
+transaction's first statement, so it is no round trip of its own: `begin_folded` counts those;
+on SQLite `sqlite3`'s trace callback counts the statements Heron sends, not those its triggers
+and FTS5 run, and they are not timed), by kind: a BEGIN sent alone, the COMMIT, the
+conversation's row lock (docs/scale.md, "Across processes": its own statement in a claim, SAVE
+and a checkpoint; an append's head read takes it in the same statement), the trace's advisory
+lock, reads, writes and the caches' counters.
 
 Per turn it prints: wall ms, CPU ms of this process, statements (round trips on PostgreSQL),
 the ms spent waiting inside them, and each kind's count. The backends alternate (`--runs`
@@ -50,6 +51,8 @@ def kind_of(sql: str) -> str:
         return "begin"
     if head in ("COMMIT", "ROLLBACK"):
         return "commit"
+    if "FROM HERON_REWRITES" in sql.upper() or "FROM HERON_TRACE_GC" in sql.upper():
+        return "counter"  # a cache's change counter (docs/scale.md, "Caches")
     if "PG_ADVISORY" in sql.upper():
         return "advisory"  # the trace's check against its garbage collection
     if "FOR NO KEY UPDATE" in sql.upper():
@@ -73,39 +76,45 @@ class Tally:
 
 @contextmanager
 def counting_postgres(tally: Tally) -> Iterator[None]:
-    """Every round trip of every PgConnection of this process, counted and timed."""
+    """Every round trip of every PgConnection of this process, counted and timed: a statement
+    (with the BEGIN that rides in front of it, counted under `begin folded`), a COMMIT or
+    ROLLBACK of a transaction that sent anything, an executemany's pipeline."""
     from heron.store.pg import PgConnection
 
-    original = (PgConnection.execute, PgConnection.executemany, PgConnection.counter)
+    original = (PgConnection._send, PgConnection._end, PgConnection.executemany)
 
-    def execute(self: PgConnection, sql: str, params: Any = ()) -> Any:
+    def send(self: PgConnection, plan: Any, params: Any) -> Any:
+        if self._begin is not None:
+            tally.kinds["begin folded"] += 1
         started = time.perf_counter()
         try:
-            return original[0](self, sql, params)
+            return original[0](self, plan, params)
         finally:
-            tally.add(kind_of(sql), time.perf_counter() - started)
+            tally.add(kind_of(plan.text), time.perf_counter() - started)
+
+    def end(self: PgConnection, text: str) -> None:
+        sends = self._begin is None or (text == "COMMIT" and self.bump_on_commit)
+        started = time.perf_counter()
+        try:
+            original[1](self, text)
+        finally:
+            if sends:
+                tally.add("commit", time.perf_counter() - started)
 
     def executemany(self: PgConnection, sql: str, rows: Any) -> None:
         started = time.perf_counter()
         try:
-            original[1](self, sql, rows)
+            original[2](self, sql, rows)
         finally:
             tally.add("write", time.perf_counter() - started)
 
-    def counter(self: PgConnection, sequence: str) -> int:
-        started = time.perf_counter()
-        try:
-            return original[2](self, sequence)
-        finally:
-            tally.add("counter", time.perf_counter() - started)
-
-    PgConnection.execute = execute  # type: ignore[method-assign]
+    PgConnection._send = send  # type: ignore[method-assign]
+    PgConnection._end = end  # type: ignore[method-assign]
     PgConnection.executemany = executemany  # type: ignore[method-assign]
-    PgConnection.counter = counter  # type: ignore[method-assign]
     try:
         yield
     finally:
-        (PgConnection.execute, PgConnection.executemany, PgConnection.counter) = original
+        (PgConnection._send, PgConnection._end, PgConnection.executemany) = original
 
 
 def _reply_fn(tool: bool) -> Callable[[Any], Any]:
@@ -154,9 +163,10 @@ async def run_once(conversations: int, turns: int, tool: bool) -> dict[str, Any]
     return {
         "wall_ms": round(wall / n * 1000, 2),
         "cpu_ms": round(cpu / n * 1000, 2),
-        "statements": round(sum(tally.kinds.values()) / n, 1),
+        "statements": round(sum(v for k, v in tally.kinds.items() if k in KINDS) / n, 1),
         "in_statements_ms": round(tally.seconds / n * 1000, 2) if not sqlite_trace else None,
         "by_kind": {k: round(tally.kinds[k] / n, 2) for k in KINDS},
+        "begin_folded": round(tally.kinds["begin folded"] / n, 2),
         "load": float(Path("/proc/loadavg").read_text().split()[0]),
     }
 

@@ -66,8 +66,11 @@ async def test_a_steady_state_turn_looks_up_only_the_last_reply_and_the_new_mess
         # Two messages are new (the last reply, the new user message); the system prompt, the
         # tools and the prompt inputs are known by body, the first request by the start's chain.
         assert sum("SELECT id FROM trace_blobs" in s for s in steady) == 2
-        # The reply's node is looked up; the message after it follows a node just inserted.
-        assert sum("SELECT id FROM trace_nodes" in s for s in steady) == 1
+    # A node is looked up only for a blob that was there already: the second turn's last reply
+    # ("ok") is a new blob (no node names it yet), the third's is the same body again, under a
+    # new parent; the user's message after it follows a node just inserted.
+    assert sum("SELECT id FROM trace_nodes" in s for s in second) == 0
+    assert sum("SELECT id FROM trace_nodes" in s for s in third) == 1
 
 
 def _gc_elsewhere(store: Store, conversation_id: int) -> None:
@@ -149,3 +152,41 @@ def test_the_cache_slot_is_dropped_when_the_database_file_is_replaced(tmp_path):
         assert trace_cache(store) is not first
     finally:
         store.close()
+
+
+@pytest.mark.pg
+def test_a_trace_write_reads_the_collection_counter_only_once_it_holds_the_lock(pg_url):
+    """On PostgreSQL a trace write takes the collection's advisory lock (shared) and reads its
+    counter in one statement. A write that waited for a collection must read the counter the
+    collection moved, or it would keep ids the collection deleted."""
+    import threading
+
+    import psycopg
+
+    from heron.trace import records
+
+    store = Store(pg_url)
+    collector = psycopg.connect(pg_url, autocommit=True)
+    try:
+        before = [records.data_version(store.conn)]
+        collector.execute("BEGIN")
+        collector.execute("SELECT pg_advisory_xact_lock(1752, hashtext(current_schema()))")
+        seen: list[int] = []
+
+        def write() -> None:
+            with store.transaction() as conn:
+                seen.append(records.data_version(conn))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        while not collector.execute(  # the writer waits for the lock
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()[0]:
+            writer.join(0.01)
+        collector.execute("SELECT nextval('heron_trace_gc')")
+        collector.execute("COMMIT")
+        writer.join()
+    finally:
+        collector.close()
+        store.close()
+    assert seen == [before[0] + 1]

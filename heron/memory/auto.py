@@ -154,10 +154,11 @@ def fires(
     are searched."""
     if not wants_recall(text):
         return False
-    if own and any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
-        return True
-    rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
-    return any(s >= gate.other for s in rest.values())
+    with recall.one_look():
+        if own and any(s >= gate.own for s in shares(recall, text, conversation_id).values()):
+            return True
+        rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
+        return any(s >= gate.other for s in rest.values())
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,19 @@ def auto_hits(
     conversation's own search is skipped, with the same hits."""
     if not wants_recall(text):
         return []
+    with recall.one_look():  # the searches' stamp read once for all of them
+        return _auto_hits(recall, text, conversation_id, in_view, gate, since, own)
+
+
+def _auto_hits(
+    recall: Recall,
+    text: str,
+    conversation_id: int,
+    in_view: Iterable[int] | Callable[[], Iterable[int]],
+    gate: Gate,
+    since: float,
+    own: bool,
+) -> list[AutoHit]:
     mine = shares(recall, text, conversation_id) if own else {}
     own_hits = _answered(recall, {i: s for i, s in mine.items() if s >= gate.own}, gate)
     rest: dict[int, float] | None = None

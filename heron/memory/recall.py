@@ -17,8 +17,10 @@ import bisect
 import functools
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -201,6 +203,10 @@ def match_expression(query: str, prefix: bool = True) -> str | None:
     return " OR ".join(phrases(query, prefix)) or None
 
 
+# The database's stamp per Recall, as the first search of one look read it (`Recall.one_look`).
+_LOOK: ContextVar[dict[int, tuple[int, int]] | None] = ContextVar("heron_recall_look", default=None)
+
+
 class Recall:
     def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
         self.store = store
@@ -358,8 +364,29 @@ class Recall:
         return kept[2][:limit]
 
     def _stamp(self) -> tuple[int, int]:
-        """Changes when anything was written, by this connection or another."""
-        return records.write_stamp(self.store)
+        """Changes when anything was written, by this connection or another. Read once per
+        look (`one_look`)."""
+        look = _LOOK.get()
+        if look is None:
+            return records.write_stamp(self.store)
+        stamp = look.get(id(self))
+        if stamp is None:
+            stamp = look[id(self)] = records.write_stamp(self.store)
+        return stamp
+
+    @contextmanager
+    def one_look(self) -> Iterator[None]:
+        """The searches inside (one auto-recall check: its gate's searches, the fused order,
+        the hits) read the database's stamp once, as if at the first: each read is a round
+        trip on PostgreSQL, and the check reads what was committed when it began."""
+        if _LOOK.get() is not None:
+            yield
+            return
+        token = _LOOK.set({})
+        try:
+            yield
+        finally:
+            _LOOK.reset(token)
 
     def semantic(
         self, query: str, limit: int = 20, conversation_id: int | None = None

@@ -155,11 +155,13 @@ def _ranked_pg(
     sql = f"SELECT id, ts_rank(body_tsv, q) AS s FROM messages, {query} q WHERE body_tsv @@ q"
     params: list[object] = [param]
     if newest is not None:
+        # The floor's query is its own (a subquery naming the outer `q` would be run again for
+        # every match: 100 ms a search at 1,500 messages); run once, before the scoring.
         sql += (
-            " AND id >= coalesce((SELECT id FROM messages WHERE body_tsv @@ q"
+            f" AND id >= coalesce((SELECT id FROM messages, {query} f WHERE body_tsv @@ f"
             " ORDER BY id DESC LIMIT 1 OFFSET ?), 0)"
         )
-        params.append(newest - 1)
+        params += [param, newest - 1]
     if conversation_id is not None:
         sql += " AND conversation_id = ?"
         params.append(conversation_id)

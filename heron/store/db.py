@@ -40,7 +40,7 @@ from heron.messages import (
 )
 from heron.store.files import FileStore
 from heron.store.migrations import migrate
-from heron.store.pg import REWRITES, PgConnection, is_url, pg_of, redact, row_lock
+from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, redact, row_lock
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -217,9 +217,10 @@ class Store:
                 self.conn.execute("ROLLBACK")
                 raise
             else:
-                hooks, self.after_commit = self.after_commit, []  # a failed COMMIT runs none
-                self.conn.execute("COMMIT")
+                # A failed COMMIT keeps nothing and runs no hook.
+                hooks, self.after_commit = self.after_commit, []
                 appended, self._committed = self._committed, []
+                self.conn.execute("COMMIT")
                 for stored in appended:
                     self._keep_appended(stored)
                 for hook in hooks:
@@ -287,7 +288,7 @@ class Store:
 
     def set_title(self, conversation_id: int, title: str) -> None:
         with self.transaction() as c:
-            c.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+            later(c, "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
 
     def set_head(self, conversation_id: int, head_id: int | None) -> None:
         with self.transaction() as c:
@@ -332,40 +333,12 @@ class Store:
         raw = parts_to_json(message.parts)
         sent_raw = parts_to_json(sent.parts) if sent is not None else None
         meta_raw = json.dumps(meta) if meta else None
+        row = (turn_id, message.role, kind, raw, sent_raw, meta_raw, now, author)
         with self.transaction() as c:
-            if parent_id is HEAD:
-                # Locked on PostgreSQL until the head moves: two appends there would otherwise
-                # both read the old head and fork the branch (SQLite's BEGIN IMMEDIATE
-                # serializes them already).
-                row = c.execute(
-                    "SELECT head_id FROM conversations WHERE id = ?" + row_lock(c),
-                    (conversation_id,),
-                ).fetchone()
-                if row is None:
-                    raise StoreError(f"no conversation with id {conversation_id}")
-                parent_id = row[0]
-            cur = c.execute(
-                "INSERT INTO messages (conversation_id, parent_id, turn_id, role, kind, parts,"
-                " sent_parts, meta, created, author) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id,
-                    parent_id,
-                    turn_id,
-                    message.role,
-                    kind,
-                    raw,
-                    sent_raw,
-                    meta_raw,
-                    now,
-                    author,
-                ),
-            )
-            new_id = cur.lastrowid
-            assert new_id is not None
-            c.execute(
-                "UPDATE conversations SET head_id = ?, updated = ? WHERE id = ?",
-                (new_id, now, conversation_id),
-            )
+            if pg_of(c) is not None:
+                new_id, parent_id = _append_pg(c, conversation_id, parent_id, row)
+            else:
+                new_id, parent_id = _append_sqlite(c, conversation_id, parent_id, row)
             stored = StoredMessage(
                 new_id,
                 conversation_id,
@@ -413,11 +386,12 @@ class Store:
         a row whose id is at most `floor_id`; None: no head. The list may be the kept one: the
         callers copy it."""
         with self._lock:
+            version = None
             if head_id is None:
-                head_id = self.conversation_by_id(conversation_id).head_id
+                head_id, version = self._head(conversation_id)
                 if head_id is None:
                     return None
-            cached = self._cached_branch(conversation_id)
+            cached = self._cached_branch(conversation_id, version)
             if cached is not None and not _covers(cached[1], floor_id):
                 cached = None
             if cached is None or cached[0] != head_id:
@@ -437,16 +411,35 @@ class Store:
                         self._branches.put(conversation_id, head_id, rows)
         return rows
 
-    def _cached_branch(self, conversation_id: int) -> tuple[int, list[StoredMessage]] | None:
+    def _head(self, conversation_id: int) -> tuple[int | None, int | None]:
+        """The conversation's head, and on PostgreSQL the rewrites counter `_cached_branch`
+        checks, read in the same statement (the counter, a sequence, as it is now)."""
+        if pg_of(self.conn) is None:
+            return self.conversation_by_id(conversation_id).head_id, None
+        rows = self.query(
+            "SELECT head_id, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END"
+            f" FROM {REWRITES}) FROM conversations WHERE id = ?",
+            (conversation_id,),
+        )
+        if not rows:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        return rows[0][0], int(rows[0][1])
+
+    def _cached_branch(
+        self, conversation_id: int, version: int | None = None
+    ) -> tuple[int, list[StoredMessage]] | None:
+        """The kept branch, once checked against `version` (read now when not given): the
+        rewrites counter on PostgreSQL, SQLite's data_version."""
         if self.conn.in_transaction:  # rows read now may yet be rolled back (and ids reused)
             return None
-        pg = pg_of(self.conn)
-        if pg is not None:
-            # Another worker's appends move the head, which is read every time; only a rewrite
-            # of stored rows voids a kept branch (docs/scale.md, "Caches").
-            version = pg.counter(REWRITES)
-        else:
-            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version is None:
+            pg = pg_of(self.conn)
+            if pg is not None:
+                # Another worker's appends move the head, which is read every time; only a
+                # rewrite of stored rows voids a kept branch (docs/scale.md, "Caches").
+                version = pg.counter(REWRITES)
+            else:
+                version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._branches.clear()
             self._data_version = version
@@ -512,8 +505,8 @@ class Store:
                 conversation_id, run_id, user_message_id=None, provider=provider, model=model
             )
             stored = self.append(conversation_id, message, sent=sent, turn_id=turn_id, meta=meta)
-            self.conn.execute(
-                "UPDATE turns SET user_message_id = ? WHERE id = ?", (stored.id, turn_id)
+            later(
+                self.conn, "UPDATE turns SET user_message_id = ? WHERE id = ?", (stored.id, turn_id)
             )
         return turn_id, stored
 
@@ -548,7 +541,8 @@ class Store:
         error: str | None = None,
     ) -> None:
         with self.transaction() as c:
-            c.execute(
+            later(
+                c,
                 "UPDATE turns SET status = ?, stop_reason = ?, input_tokens = ?,"
                 " output_tokens = ?, cache_read_tokens = ?, cache_write_tokens = ?,"
                 " model_calls = ?, tool_calls = ?, system_fingerprint = ?, error = ?,"
@@ -665,6 +659,59 @@ class Store:
     def turn(self, run_id: str) -> Turn | None:
         rows = self.query("SELECT * FROM turns WHERE run_id = ?", (run_id,))
         return turn_from_row(rows[0]) if rows else None
+
+
+_MESSAGE_COLUMNS = (
+    "conversation_id, parent_id, turn_id, role, kind, parts, sent_parts, meta, created, author"
+)
+
+
+def _append_sqlite(
+    c: sqlite3.Connection, conversation_id: int, parent_id: Any, row: tuple[Any, ...]
+) -> tuple[int, int | None]:
+    """`append`'s row on SQLite, whose BEGIN IMMEDIATE holds every other writer off: read the
+    head, insert, move the head. (The new id and its parent.)"""
+    if parent_id is HEAD:
+        found = c.execute(
+            "SELECT head_id FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if found is None:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        parent_id = found[0]
+    cur = c.execute(
+        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (conversation_id, parent_id, *row),
+    )
+    assert cur.lastrowid is not None
+    c.execute(
+        "UPDATE conversations SET head_id = ?, updated = ? WHERE id = ?",
+        (cur.lastrowid, row[6], conversation_id),
+    )
+    return cur.lastrowid, parent_id
+
+
+def _append_pg(
+    c: sqlite3.Connection, conversation_id: int, parent_id: Any, row: tuple[Any, ...]
+) -> tuple[int, int | None]:
+    """`append`'s row on PostgreSQL in one statement (three on SQLite): the head read under
+    the conversation's row lock, held until the transaction ends (two appends would otherwise
+    both read the old head and fork the branch), the insert, the head moved. No row: no such
+    conversation. The values are cast: in a SELECT list an untyped parameter is text."""
+    if parent_id is HEAD:
+        parent, lock, params = "c.head_id", row_lock(c), [conversation_id]
+    else:
+        parent, lock, params = "?::bigint", "", [parent_id, conversation_id]
+    found = c.execute(
+        f"WITH m AS (INSERT INTO messages ({_MESSAGE_COLUMNS})"
+        f" SELECT c.id, {parent}, ?::bigint, ?, ?, ?, ?, ?, ?::double precision, ?"
+        f" FROM conversations c WHERE c.id = ?{lock} RETURNING id, parent_id)"
+        " UPDATE conversations SET head_id = m.id, updated = ? FROM m"
+        " WHERE conversations.id = ? RETURNING m.id, m.parent_id",
+        (*params[:-1], *row, params[-1], row[6], conversation_id),
+    ).fetchone()
+    if found is None:
+        raise StoreError(f"no conversation with id {conversation_id}")
+    return int(found[0]), found[1]
 
 
 def _as_read(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
-from heron.store.pg import row_lock
+from heron.store.pg import later, row_lock
 
 HOST = socket.gethostname()
 
@@ -84,8 +84,8 @@ def lock_conversation(conn: sqlite3.Connection, conversation_id: int) -> None:
     the previous holder committed (a statement that waited for a lock still reads the other
     tables as they were when it began); on SQLite `BEGIN IMMEDIATE` holds it already."""
     lock = row_lock(conn)
-    if lock:
-        conn.execute("SELECT 1 FROM conversations WHERE id = ?" + lock, (conversation_id,))
+    if lock:  # its own statement, sent with the next one (`later`)
+        later(conn, "SELECT 1 FROM conversations WHERE id = ?" + lock, (conversation_id,))
 
 
 def try_lease(
@@ -101,7 +101,8 @@ def try_lease(
         ).fetchone()
         if row is not None and row[0] != owner and not _dead(row[1], row[2], row[4], now):
             return Claim(Holder(row[0], row[1], row[2], row[3] or "a turn", row[4]))
-        c.execute(
+        later(
+            c,
             "INSERT OR REPLACE INTO turn_leases (conversation_id, owner, host, pid, run_id,"
             " acquired, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (conversation_id, owner, HOST, os.getpid(), run_id, now, now + ttl),
@@ -138,7 +139,8 @@ def renew_lease(store: Store, conversation_id: int, owner: str, ttl: float) -> b
 
 def release_lease(store: Store, conversation_id: int, owner: str) -> None:
     with store.transaction() as c:
-        c.execute(
+        later(
+            c,
             "DELETE FROM turn_leases WHERE conversation_id = ? AND owner = ?",
             (conversation_id, owner),
         )
@@ -190,8 +192,9 @@ def settle_turn(
         if not current:
             return False
         if clear_checkpoint:
-            c.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
-        c.execute(
+            later(c, "DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+        later(
+            c,
             "DELETE FROM turn_leases WHERE conversation_id = ? AND owner = ?",
             (conversation_id, owner),
         )

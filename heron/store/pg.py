@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -66,35 +67,54 @@ class Row(tuple[Any, ...]):
 
 
 class PgCursor:
-    def __init__(self, cur: Any, returned_id: bool = False) -> None:
-        self._cur = cur
-        self._names: dict[str, int] = (
-            {d.name: i for i, d in enumerate(cur.description)} if cur.description else {}
-        )
-        self.rowcount: int = cur.rowcount
-        self.lastrowid: int | None = None
-        self._pending: list[Row] | None = None
-        if returned_id:
-            row = cur.fetchone()
-            self.lastrowid = row[0] if row else None
-            self._pending = []
+    """What sqlite3's cursor gives the store: the rows (read at once: the psycopg cursor
+    behind them is the connection's one, used again by the next statement), `rowcount`, and
+    `lastrowid` for an INSERT given `RETURNING id` (whose row is not a row of the statement's,
+    as on SQLite)."""
 
-    def _row(self, values: Sequence[Any]) -> Row:
-        return Row(values, self._names)
+    __slots__ = ("_at", "_names", "_rows", "lastrowid", "rowcount")
+
+    def __init__(
+        self,
+        rows: list[Any],
+        names: dict[str, int],
+        rowcount: int = -1,
+        lastrowid: int | None = None,
+    ) -> None:
+        self._rows = rows
+        self._names = names
+        self._at = 0
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
 
     def fetchone(self) -> Row | None:
-        if self._pending is not None or self._cur.description is None:
+        if self._at >= len(self._rows):
             return None
-        values = self._cur.fetchone()
-        return None if values is None else self._row(values)
+        self._at += 1
+        return Row(self._rows[self._at - 1], self._names)
 
     def fetchall(self) -> list[Row]:
-        if self._pending is not None or self._cur.description is None:
-            return []
-        return [self._row(v) for v in self._cur.fetchall()]
+        names, rows = self._names, self._rows[self._at :]
+        self._at = len(self._rows)
+        return [Row(v, names) for v in rows]
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self.fetchall())
+
+
+_NO_ROWS = PgCursor([], {})
+
+
+@dataclass
+class _Plan:
+    """A statement of the store's as sent to PostgreSQL, worked out once per connection."""
+
+    text: str
+    returned_id: bool = False  # `RETURNING id` added: the first value is the cursor's lastrowid
+    begins: bool = False  # BEGIN: sent with the transaction's first statement
+    ends: bool = False  # COMMIT or ROLLBACK
+    creates: bool = False  # CREATE TABLE: the catalog is read again after it
+    names: dict[str, int] | None = None  # the result's column names, on first read
 
 
 class PgConnection:
@@ -119,6 +139,15 @@ class PgConnection:
         # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
         self._conn.adapters.register_dumper(int, Int8Dumper)
         self._conn.adapters.register_dumper(bool, Int8Dumper)
+        from psycopg.pq import ExecStatus, TransactionStatus
+
+        self._idle, self._tuples_ok = TransactionStatus.IDLE, ExecStatus.TUPLES_OK
+        # Every statement runs on this one cursor: a new one per statement costs more than the
+        # statement's own Python (the rows are read at once, see PgCursor).
+        self._cur = self._conn.cursor()
+        self._plans: dict[str, _Plan] = {}  # by the store's SQL text
+        self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next statement
+        self._later: list[tuple[str, tuple[Any, ...] | None]] = []  # see `later`
         self.schema = url_schema(url)
         if self.schema is not None:
             self._ensure_schema(self.schema)
@@ -149,7 +178,11 @@ class PgConnection:
         """How many times `sequence` (one of COUNTERS) was bumped, by any worker."""
         if sequence not in COUNTERS:
             raise ValueError(f"not a change counter: {sequence}")
-        row = self._conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
+        sql = f"SELECT last_value, is_called FROM {sequence}"
+        plan = self._plans.get(sql)
+        if plan is None:
+            plan = self._plans[sql] = self._plan(sql)
+        row = self._send(plan, ()).fetchone()
         return int(row[0]) if row is not None and row[1] else 0
 
     def read_catalog(self) -> None:
@@ -157,6 +190,7 @@ class PgConnection:
         Read again after this connection's CREATE TABLE, and by the store after migrating:
         another worker may have created the tables while this one waited for the migration
         lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
+        self._plans.clear()  # an upsert's key and `RETURNING id` follow the catalog
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
         self._keys: dict[str, list[str]] = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
@@ -182,35 +216,116 @@ class PgConnection:
 
     @property
     def in_transaction(self) -> bool:
-        from psycopg.pq import TransactionStatus
-
-        return self._conn.info.transaction_status != TransactionStatus.IDLE
+        return self._begin is not None or self._conn.pgconn.transaction_status != self._idle
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        plan = self._plans.get(sql)
+        if plan is None:
+            plan = self._plans[sql] = self._plan(sql)
+        if plan.begins:
+            # Not sent yet: it goes with the transaction's first statement, in one round trip.
+            self._begin = plan.text
+            return _NO_ROWS
+        if plan.ends:
+            self._end(plan.text)
+            return _NO_ROWS
+        return self._send(plan, params)
+
+    def _plan(self, sql: str) -> _Plan:
         text = translate(sql)
+        head = text[:17].upper()
+        if head.startswith("BEGIN"):
+            return _Plan(text, begins=True)
         if text in ("COMMIT", "ROLLBACK"):
-            bumps, self.bump_on_commit = sorted(self.bump_on_commit), set()
-            if text == "COMMIT" and bumps:
-                # One simple-protocol query: the server runs the nextvals right after the COMMIT
-                # (and none if it fails), whatever becomes of this process meanwhile.
-                text += "".join(f"; SELECT nextval('{b}')" for b in bumps)
-        if text[:17].upper() == "INSERT OR REPLACE":
+            return _Plan(text, ends=True)
+        if head == "INSERT OR REPLACE":
             text = self._upsert(text)
         into = _INSERT_INTO.match(text)
         returned_id = bool(into and into[1] in self._id_tables and "RETURNING" not in text.upper())
         if returned_id:
             text += " RETURNING id"
-        cur = self._conn.execute(text, tuple(params) if params else None)
-        if text[:12].upper() == "CREATE TABLE":
+        return _Plan(text, returned_id, creates=head.startswith("CREATE TABLE"))
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A statement of the open transaction whose result nobody reads (a write, a row
+        lock): sent in front of the transaction's next statement, or with its COMMIT, in the
+        same round trip. The server still runs each on its own and in order (a row lock's wait
+        ends before the next statement takes its snapshot); an error in one surfaces at that
+        round trip and fails the transaction as it would have. Outside a transaction it runs
+        at once."""
+        if not self.in_transaction:
+            self.execute(sql, params)
+            return
+        plan = self._plans.get(sql)
+        if plan is None:
+            plan = self._plans[sql] = self._plan(sql)
+        self._later.append((plan.text, tuple(params) if params else None))
+
+    def _send(self, plan: _Plan, params: Sequence[Any]) -> PgCursor:
+        """One statement, with the transaction's BEGIN and the statements held for it in front
+        (a pipeline: one round trip for all); the rows read at once."""
+        cur, values = self._cur, tuple(params) if params else None
+        if self._begin is not None or self._later:
+            with self._conn.pipeline():
+                self._queued()
+                cur.execute(plan.text, values)
+        else:
+            cur.execute(plan.text, values)
+        if plan.creates:
             self.read_catalog()
-        return PgCursor(cur, returned_id)
+        result = cur.pgresult
+        if result is None or result.status != self._tuples_ok:
+            return PgCursor([], {}, cur.rowcount)
+        rows = cur.fetchall()
+        if plan.returned_id:
+            return PgCursor([], {}, cur.rowcount, rows[0][0] if rows else None)
+        names = plan.names
+        if names is None or len(names) != result.nfields:
+            fields = range(result.nfields)
+            names = plan.names = {(result.fname(i) or b"").decode(): i for i in fields}
+        return PgCursor(rows, names, cur.rowcount)
+
+    def _queued(self) -> None:
+        """Inside a pipeline: the BEGIN not sent yet and the statements held (`later`)."""
+        if self._begin is not None:
+            self._conn.execute(self._begin)
+            self._begin = None
+        held, self._later = self._later, []
+        for text, values in held:
+            self._conn.execute(text, values)
+
+    def _end(self, text: str) -> None:
+        """COMMIT or ROLLBACK. Nothing is sent for a transaction that sent nothing, and a
+        rollback drops what was held. The counters to bump go right after a COMMIT, in its
+        round trip: the server runs the nextvals after the COMMIT (and none if it fails),
+        whatever becomes of this process meanwhile."""
+        bumps, self.bump_on_commit = sorted(self.bump_on_commit), set()
+        nextvals = [f"SELECT nextval('{b}')" for b in bumps] if text == "COMMIT" else []
+        if text != "COMMIT" or not self._later:
+            sent = self._begin is None
+            self._begin, self._later = None, []
+            if sent or nextvals:  # one simple-protocol query
+                self._cur.execute("; ".join(([text] if sent else []) + nextvals))
+            return
+        try:
+            with self._conn.pipeline():
+                self._queued()
+                for statement in (text, *nextvals):
+                    self._conn.execute(statement)
+        except BaseException:
+            # A held statement failed: the server skipped the COMMIT, and the transaction
+            # must not stay open (in error) on this connection.
+            if self._conn.pgconn.transaction_status != self._idle:
+                self._cur.execute("ROLLBACK")
+            raise
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for each row, as sqlite3's: in one pipeline (one round trip)."""
         text = translate(sql)
         if text[:17].upper() == "INSERT OR REPLACE":
             text = self._upsert(text)
-        with self._conn.cursor() as cur:
+        with self._conn.pipeline(), self._conn.cursor() as cur:
+            self._queued()
             cur.executemany(text, [tuple(r) for r in rows])
 
     def cursor(self) -> PgConnection:
@@ -240,6 +355,16 @@ def pg_of(conn: object) -> PgConnection | None:
     """The PostgreSQL connection behind a store's `conn`, None on SQLite: where a statement
     needs one form per backend."""
     return conn if isinstance(conn, PgConnection) else None
+
+
+def later(conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
+    """A statement inside a write transaction whose result is not read: on PostgreSQL sent
+    with the transaction's next round trip (`PgConnection.later`), on SQLite run now."""
+    pg = pg_of(conn)
+    if pg is not None:
+        pg.later(sql, params)
+    else:
+        conn.execute(sql, params)
 
 
 def row_lock(conn: object) -> str:

@@ -47,15 +47,26 @@ def put_blob(conn: sqlite3.Connection, kind: str, body: str, digest: str | None 
     A large body made of sections (a system prompt, in a message or not) is stored as its
     sections, each a blob of its own: a prompt whose archived summary changed adds that
     section, not the whole prompt again."""
+    return _put_blob(conn, kind, body, digest)[0]
+
+
+def _put_blob(
+    conn: sqlite3.Connection, kind: str, body: str, digest: str | None = None
+) -> tuple[int, bool]:
+    """`put_blob`, and whether this call inserted the blob (then no node names it yet). A
+    small body on PostgreSQL is inserted first and read back only when it was there: one
+    round trip for a new blob (most are: a turn's new messages), two for a known one."""
     digest = digest or sha256(body)
+    pieces = split_body(body)
+    if len(pieces) == 1 and records.inserts_first(conn):
+        return records.insert_blob_new(conn, digest, kind, body)
     found = records.blob_id_by_digest(conn, digest)
     if found is not None:
-        return found
-    pieces = split_body(body)
+        return found, False
     if len(pieces) > 1:
         ids = [put_blob(conn, SECTION, piece) for piece in pieces]
         kind, body = SECTIONS, dumps(ids)
-    return records.insert_blob(conn, digest, kind, body)
+    return records.insert_blob(conn, digest, kind, body), True
 
 
 # A body of SECTIONS is the JSON list of its SECTION blobs; the sha256 is the whole body's.
@@ -97,7 +108,8 @@ def _node(
     conn: sqlite3.Connection, parent: int, blob_id: int, new: bool = False
 ) -> tuple[int, bool]:
     """The node of `blob_id` after `parent`, inserted on first sight, and whether it was. `new`:
-    the parent was just inserted (this transaction holds the write lock): it has no child."""
+    the parent or the blob was just inserted (by this transaction, whose rows no other sees
+    yet): no node joins them."""
     if not new:
         found = records.node_id(conn, parent, blob_id)
         if found is not None:
@@ -120,7 +132,8 @@ def put_chain(conn: sqlite3.Connection, bodies: list[str], cache: ChainCache | N
     new = False  # the last node was inserted: every one after it is new too
     for body in bodies[len(new_links) :]:
         digest = sha256(body)
-        parent, new = _node(conn, parent, put_blob(conn, "message", body, digest), new)
+        blob_id, new_blob = _put_blob(conn, "message", body, digest)
+        parent, new = _node(conn, parent, blob_id, new or new_blob)
         new_links.append((digest, parent, body))
     if cache is not None:
         cache.links = new_links

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from heron.store import Store
-from heron.store.pg import TRACE_GC, json_sql, pg_of
+from heron.store.pg import TRACE_GC, json_sql, later, pg_of
 
 # ---- blobs and nodes (blobs.py) ---------------------------------------------------------------
 
@@ -26,15 +26,28 @@ def insert_blob(conn: sqlite3.Connection, digest: str, kind: str, body: str) -> 
     """The new blob's id, or the id of the same blob another worker inserted meanwhile: on
     PostgreSQL two workers' transactions run side by side, so both may have looked and found
     nothing (on SQLite the caller's look and this insert are one writer's)."""
+    return insert_blob_new(conn, digest, kind, body)[0]
+
+
+def insert_blob_new(
+    conn: sqlite3.Connection, digest: str, kind: str, body: str
+) -> tuple[int, bool]:
+    """`insert_blob`, and whether this insert made it (False: it was there already)."""
     cur = conn.execute(
         "INSERT OR IGNORE INTO trace_blobs (sha256, kind, body) VALUES (?, ?, ?)",
         (digest, kind, body),
     )
     if cur.rowcount == 1 and cur.lastrowid is not None:
-        return cur.lastrowid
+        return cur.lastrowid, True
     found = blob_id_by_digest(conn, digest)
     assert found is not None
-    return found
+    return found, False
+
+
+def inserts_first(conn: sqlite3.Connection) -> bool:
+    """Whether a blob is inserted before it is looked up: on PostgreSQL, where each is a round
+    trip (on SQLite the look is the cheaper of the two)."""
+    return pg_of(conn) is not None
 
 
 def blob_row(conn: sqlite3.Connection, blob_id: int) -> tuple[str, str] | None:
@@ -102,8 +115,16 @@ def data_version(conn: sqlite3.Connection) -> int:
     lock above: inside a write transaction, that holds off a collection until it ends)."""
     pg = pg_of(conn)
     if pg is not None:
-        pg.execute(f"SELECT pg_advisory_xact_lock_shared({_GC_LOCK})")
-        return pg.counter(TRACE_GC)
+        # One statement: the lock, then the counter (a sequence, read as it is now, not as of
+        # the statement's snapshot; its subquery runs when its value is first needed, after
+        # the lock's). tests/test_trace_gc.py holds the collection's lock to check the order.
+        row = pg.execute(
+            f"SELECT locked.held, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END"
+            f" FROM {TRACE_GC}) FROM (SELECT pg_advisory_xact_lock_shared({_GC_LOCK}) AS held)"
+            " AS locked"
+        ).fetchone()
+        assert row is not None
+        return int(row[1])
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
@@ -179,7 +200,8 @@ def turn_start_ids(conn: sqlite3.Connection, turn_id: int) -> tuple[int, int | N
 
 
 def insert_run_start(conn: sqlite3.Connection, turn_id: int, start: str, fingerprints: str) -> None:
-    conn.execute(
+    later(
+        conn,
         "INSERT OR IGNORE INTO trace_runs (turn_id, start, fingerprints) VALUES (?, ?, ?)",
         (turn_id, start, fingerprints),
     )
@@ -209,7 +231,8 @@ def previous_run_start(conn: sqlite3.Connection, conversation_id: int, turn_id: 
 def insert_event(
     conn: sqlite3.Connection, turn_id: int, after: int, kind: str, body: str | None, at: float
 ) -> None:
-    conn.execute(
+    later(
+        conn,
         "INSERT INTO trace_events (turn_id, after_call, kind, body, at) VALUES (?, ?, ?, ?, ?)",
         (turn_id, after, kind, body, at),
     )
@@ -218,7 +241,8 @@ def insert_event(
 def insert_model_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
     """`row`: turn_id, seq, purpose, request_ref, reply, error, the four token counts, started,
     ended."""
-    conn.execute(
+    later(
+        conn,
         "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
         " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
         " started, ended) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -229,7 +253,8 @@ def insert_model_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
 def insert_tool_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
     """`row`: turn_id, call_id, name, args, result, result_sha256, is_error, effects, started,
     ended, after_call."""
-    conn.execute(
+    later(
+        conn,
         "INSERT INTO tool_calls (turn_id, call_id, name, args, result, result_sha256,"
         " is_error, effects, started, ended, after_call)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
