@@ -559,7 +559,8 @@ def _pty_chat(home: Path, question: str, wait_s: float) -> tuple[float, float]:
         deadline = time.monotonic() + limit
         while not found(ansi.sub(b"", seen)):
             if time.monotonic() > deadline:
-                raise SystemExit(f"heron chat: timed out; it showed {seen[-400:]!r}")
+                shown = ansi.sub(b"", seen).decode(errors="replace")
+                raise SystemExit(f"heron chat: timed out; its screen ended with {shown[-400:]!r}")
             ready, _, _ = select.select([master], [], [], 0.05)
             if ready:
                 seen += os.read(master, 65536)

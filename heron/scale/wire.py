@@ -28,7 +28,7 @@ from heron.messages import (
 
 
 def inbound_to_dict(m: InboundMessage) -> dict[str, Any]:
-    d = {f.name: getattr(m, f.name) for f in dataclasses.fields(m)}
+    d = dict(vars(m))  # every field, shallow; the nested ones are encoded below
     d["options"] = None if m.options is None else dataclasses.asdict(m.options)
     d["files"] = [part_to_dict(f) for f in m.files]
     d["meta"] = dict(m.meta)
