@@ -200,6 +200,12 @@ class AgentLoop:
             queue.appendleft(message)
             await self.stop(key)
             return
+        await self._command_now(found, key, message)
+
+    async def _command_now(
+        self, found: commands.Command, key: str, message: InboundMessage
+    ) -> None:
+        """A command that does not wait for the running turn (/stop, /status): run and answered."""
         ctx = commands.CommandContext(
             self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
         )

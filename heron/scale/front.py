@@ -162,12 +162,7 @@ class FrontLoop(AgentLoop):
             await self.stop(key)
             self._submit(key, message)
             return
-        ctx = commands.CommandContext(
-            self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
-        )
-        reply = await commands.run(found, ctx)
-        if reply.text:
-            await self._send(message, key, reply.text, "command")
+        await self._command_now(found, key, message)
 
     def start_turn(self, message: InboundMessage) -> None:
         key = self.resolve(message)
