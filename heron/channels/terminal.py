@@ -214,7 +214,7 @@ class TerminalView:
             self.console.print(RichText(m.text, style="red"), highlight=False)
         elif m.kind == "command":
             self.console.print(m.text, markup=False, highlight=False)
-        elif m.kind == "message" or not self.streamed:
+        elif m.kind in ("message", "question") or not self.streamed:
             self.markdown(m.text)
         self.spaced = False
 

@@ -80,7 +80,7 @@ async def ask_user(
     """
     turn, store, key = ctx.services.turn, ctx.services.store, ctx.services.conversation_key
     asks = ctx.services.asks or Asks()
-    deliver = turn.deliver if turn is not None else None
+    deliver = turn.ask if turn is not None else None
     if turn is None or store is None or key is None or deliver is None:
         return ToolOutput("No one can answer in this run; decide yourself and say so.", True)
     if turn.provenance not in PERSONAL:
