@@ -119,6 +119,9 @@ class TurnEvent:
     seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try
     end: TurnEnd | None = None  # turn_end
     message_id: int | None = None  # saved
+    # Who opened the turn: the person, or Heron (a subagent's result, a goal's nudge, a
+    # reminder), whose opening message a client shows as Heron's, not as the person's.
+    provenance: Provenance = "user"
 
 
 Outbound = OutboundMessage | TurnEvent

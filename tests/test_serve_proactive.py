@@ -202,3 +202,26 @@ async def test_a_serve_with_default_services_offers_spawn_ask_user_and_goal():
             answer = await ws_next(ws)
     assert {"spawn", "ask_user", "goal", "note"} <= seen[0]
     assert answer["text"].startswith("No goal in this conversation")
+
+
+async def test_stop_while_a_question_waits_ends_the_turn_and_the_question():
+    model = Routed({"trip": lambda request, n: call("ask_user", question="Which city?")})
+    async with running_serve(ScriptedProvider(model), tools()) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "trip")
+        await _send(ws, "book me a trip")
+        await ws_until(ws, "message")  # the question
+        await ws.send(json.dumps({"type": "stop"}))
+        stopped = await ws_until(ws, "idle")
+        await _send(ws, "/status", "command")
+        status = await ws_next(ws)
+        while not (status["type"] == "message" and "conversation:" in status["text"]):
+            status = await ws_next(ws)  # past the answer to /stop
+    assert [e["interrupted"] for e in _ends(stopped)] == [True]
+    assert "conversation: trip" in status["text"]
+    assert "question" not in status["text"]  # no longer said to wait for an answer
+    store = _store()
+    try:
+        (run,) = runs.listing(store)
+        assert (run.kind, run.status) == ("ask", "interrupted")
+    finally:
+        store.close()

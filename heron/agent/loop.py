@@ -382,7 +382,17 @@ class AgentLoop:
         if message.events:
             chat = message.chat_id
             event = TurnEvent(
-                message.channel, chat, key, kind, text, call, result, s, end, message_id
+                message.channel,
+                chat,
+                key,
+                kind,
+                text,
+                call,
+                result,
+                s,
+                end,
+                message_id,
+                message.provenance,
             )
             self.bus.emit(event)
 

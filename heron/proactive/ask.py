@@ -101,6 +101,11 @@ async def ask_user(
     try:
         await deliver(f"{question}\n(Waiting for your answer: reply here. Run {run.id}.)")
         status, answer = await asks.wait(store, pending, minutes * 60)
+    except asyncio.CancelledError:
+        # /stop, /new or shutdown ended the turn: nobody waits for the answer any more (a
+        # long-lived serve would else list the question as waiting until its deadline).
+        await store.call(runs.finish, store, run.id, "interrupted", None)
+        raise
     finally:
         turn.question = None
     await store.call(runs.finish, store, run.id, status, answer or None)
