@@ -225,3 +225,39 @@ async def test_stop_while_a_question_waits_ends_the_turn_and_the_question():
         assert (run.kind, run.status) == ("ask", "interrupted")
     finally:
         store.close()
+
+
+async def test_a_serve_continues_the_goals_a_closed_chat_left_and_parks_a_spent_one():
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        goals.set_goal(store, "left", "Tidy the notes")  # set in a chat that has closed
+        spent = goals.set_goal(store, "spent", "Sort the photos")
+        goals.set_budget(store, spent.id, 1, 1_000)
+        goals.count_turn(store, spent.id, 10)  # its one turn is used
+    finally:
+        store.close()
+
+    def left(request, n):
+        assert last_user_text(request).startswith(NUDGE[:20])
+        if n == 1:
+            return call("goal", action="done", evidence="notes tidied")
+        return text("Tidied.")
+
+    model = Routed({"left": left})
+    async with running_serve(ScriptedProvider(model), tools()) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "left")
+        events = await ws_until(ws, "turn_end")
+        await ws_hello(ws, "spent")
+        parked = await ws_until(ws, "message")
+        await ws.send(json.dumps({"type": "work"}))
+        work = await ws_next(ws)
+    assert [e["provenance"] for e in events if e["type"] == "turn_start"] == ["goal"]
+    assert _ends(events)[0]["reply"] == "Tidied."
+    assert parked[-1]["kind"] == "notice" and parked[-1]["text"].startswith("Goal parked")
+    assert work["goal"]["status"] == "parked"
+    store = _store()
+    try:
+        assert goals.history(store, "left")[0].status == "done"
+        assert [g.status for g in goals.history(store, "spent")] == ["parked"]
+    finally:
+        store.close()

@@ -96,8 +96,9 @@ class Runtime:
             asyncio.create_task(self.loop.run(idle=self.idle)),
             asyncio.create_task(self.dispatcher.run()),
         ]
-        if self.proactive is not None:  # results owed by an earlier process announced now
+        if self.proactive is not None:  # results owed by an earlier process announced now,
             await self.proactive.start()
+            await self.proactive.goals.resume()  # and goals a closed chat left open go on
         self._service_tasks = [asyncio.create_task(_guard(s, self.loop)) for s in self.services]
 
     def submit(
