@@ -175,6 +175,13 @@ async def test_shutdown_interrupts_a_running_subagent_and_the_next_serve_announc
     assert [e["reply"] for e in _ends(events)] == [
         "It was cut off; the config is in /etc/app.toml."
     ]
+    start = next(e for e in events if e["type"] == "turn_start")
+    # Heron's own turn, not one of the clients the earlier serve had (their ids start afresh).
+    assert (start["channel"], start["chat_id"], start["provenance"]) == (
+        "heron",
+        "heron",
+        "announce",
+    )
     store = _store()
     try:
         (run,) = runs.listing(store)

@@ -38,11 +38,11 @@ class Proactive:
 
 
 def attach(loop: AgentLoop, *, channel: tuple[str, str] | None = None) -> Proactive:
-    """Subagents, questions and goals for `loop`. `channel` is the (channel, chat) of a process
-    that has one chat (heron chat, heron run): where a result owed by an earlier process is
-    announced when its conversation has not been heard from here yet. A serve has none: a
-    result goes to its conversation under the channel it was spawned from, and the serve's hub
-    takes every conversation's output whatever channel it names."""
+    """Subagents, questions and goals for `loop`. `channel` is the (channel, chat) under which
+    a result owed by an earlier process is announced when its conversation has not been heard
+    from here yet: the one chat of a heron chat or heron run; Heron's own for a serve, whose hub
+    takes every conversation's output whatever channel it names (None: the channel and chat
+    the result was spawned from)."""
     return Proactive(
         subagents.attach(loop, channel=channel),
         ask.attach(loop),  # the next message in the conversation answers a waiting question

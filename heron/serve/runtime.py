@@ -43,6 +43,11 @@ class Connected(Protocol):
 
 
 Service = Callable[[AgentLoop], Awaitable[None]]
+# The channel and chat of a turn Heron opens for a conversation no client of this serve has
+# written in yet (a subagent's result owed by an earlier process): the chat ids that process
+# gave its clients mean nothing here, where clients are numbered afresh, and a client given
+# the same id would take the turn for its own. The hub shows it whatever channel it names.
+HERON = ("heron", "heron")
 log = logging.getLogger(__name__)
 
 
@@ -66,7 +71,7 @@ class Runtime:
         self.loop.heron_turn_events = True
         # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); not on
         # workers, whose turns run in other processes (docs/scale.md, "Not yet").
-        self.proactive = wiring.attach(self.loop) if proactive else None
+        self.proactive = wiring.attach(self.loop, channel=HERON) if proactive else None
         self.dispatcher = Dispatcher(self.bus)
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)
