@@ -240,6 +240,41 @@ async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_proc
     assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the mail's own
 
 
+def _asks_the_city(body: dict[str, Any]) -> ServerReply:
+    """ask_user first; once its result is in, an answer naming it."""
+    tool = [m for m in body["messages"] if m["role"] == "tool"]
+    if not tool:
+        return ServerReply(tool_calls=[("ask_user", {"question": "Which city?", "minutes": 5})])
+    return ServerReply(text="noted: " + str(tool[-1]["content"]))
+
+
+async def test_ask_user_in_a_worker_turn_is_answered_by_the_next_message(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's turn waits on ask_user; the question reaches the face's clients, and the
+    next message typed there is the answer: the run resumes from the call with it, and the
+    message's own workflow runs no second turn (the question's row names it)."""
+    with model_server(_asks_the_city) as (server, url):
+        workers = Workers(worker_env(heron_home, pg_url, url))
+        try:
+            workers.start(2)
+            async with face(pg_url, monkeypatch) as f:
+                f.send("a1", "plan the trip")
+                await f.wait_for(lambda: any("Which city?" in t for t in f.texts("message")))
+                f.send("a1", "Lisbon")
+                await f.settle(240)
+        finally:
+            workers.stop()
+    assert f.texts("answer") == ["noted: The user answered: Lisbon"]
+    assert "queued" not in f.kinds("a1")
+    assert len(server.requests) == 2  # the question, then the answer: no turn for "Lisbon"
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 1
+    asked = "SELECT status || ':' || result FROM runs WHERE kind = 'ask'"
+    assert raw_count(pg_url, asked) == "answered:Lisbon"
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM runs WHERE answered_by IS NOT NULL") == 1
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the answer's own
+
+
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,7 +103,7 @@ async def ask_user(
         status, answer = await asks.wait(store, pending, minutes * 60)
     finally:
         turn.question = None
-    await store.call(runs.finish, store, run.id, status, answer or None)
+    await store.call(runs.finish, store, run.id, status, answer or None, answered_by=pending.ref)
     if status == "answered":
         return f"The user answered: {answer}"
     if status == "cancelled":

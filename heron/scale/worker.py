@@ -36,6 +36,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import Dispatcher, MessageBus, Outbound, TurnEnd, TurnOptions
 from heron.config import Settings
+from heron.proactive.ask import attach as attach_ask
 from heron.providers.base import Provider
 from heron.scale import records
 from heron.scale.cluster import (
@@ -49,7 +50,7 @@ from heron.scale.cluster import (
 )
 from heron.scale.notes import Listener, Note, Publisher, start_listener, stop_task
 from heron.scale.wire import end_to_dict, inbound_from_dict, outbound_to_json
-from heron.store import attempts
+from heron.store import attempts, runs
 from heron.tools.registry import ToolRegistry
 
 SWEEP_S = 1.0  # seconds between looks for a dead worker's turns
@@ -73,6 +74,9 @@ class WorkerHost:
         self.publisher = publisher
         self.bus = MessageBus()
         self.loop = AgentLoop(engine, self.bus)
+        # ask_user waits in the worker's turn; the face hands the person's next message to it
+        # as mail (`on_note`), which answers the question (AgentLoop.post_mail).
+        attach_ask(self.loop)
         self.dispatcher = Dispatcher(self.bus)
         self.dispatcher.register("*", self._relay)
         self.loop.watch_turns(self._turn_ended)
@@ -130,8 +134,12 @@ class WorkerHost:
         return dataclasses.replace(options, run_id=run_id, answer_id=last.user_message_id)
 
     async def _was_mailed(self, key: str, into: str, workflow_id: str) -> bool:
+        """Whether the turn of `into` took this message: as mail, or as the answer to the
+        question it waited on."""
         store = self.engine.store
-        return await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id)
+        if await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id):
+            return True
+        return await store.call(runs.answered_with, store, key, workflow_id)
 
     async def on_note(self, note: Note) -> None:
         """From a face: /stop (stop the conversation's turn if it runs here); mail for a turn
