@@ -195,3 +195,19 @@ def model_server(script: Script) -> Iterator[tuple[FakeOpenAIServer, str]]:
         yield server, url
     finally:
         server.stop()
+
+
+@contextlib.asynccontextmanager
+async def on_workers(
+    script: Script, home: Path, pg_url: str, monkeypatch: Any, n: int = 2
+) -> AsyncIterator[tuple[FakeOpenAIServer, Workers, Face]]:
+    """A model server answering by `script`, `n` workers on it and a face: what most tests of
+    the workers run in. The workers are stopped (SIGTERM, drained) on leaving."""
+    with model_server(script) as (server, url):
+        workers = Workers(worker_env(home, pg_url, url))
+        try:
+            workers.start(n)
+            async with face(pg_url, monkeypatch) as f:
+                yield server, workers, f
+        finally:
+            workers.stop()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from pg import raw_count
-from scale_helpers import Workers, face, model_server, worker_env
+from scale_helpers import Workers, face, model_server, on_workers, worker_env
 
 from heron.agent.control import MAIL_LABEL, MAIL_META
 from heron.testing.script import ServerReply
@@ -51,17 +51,11 @@ async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
     conversation's turns apart; each answered once, in order, by whichever worker was free.
     The messages are reminders, which never join a running turn as mail: each is a turn."""
     conversations, turns = 50, 5
-    with model_server(echo) as (_, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                for t in range(turns):
-                    for c in range(conversations):
-                        f.send(f"c{c}", f"c{c} t{t}", provenance="reminder")
-                await f.settle(400)
-        finally:
-            workers.stop()
+    async with on_workers(echo, heron_home, pg_url, monkeypatch) as (_, _, f):
+        for t in range(turns):
+            for c in range(conversations):
+                f.send(f"c{c}", f"c{c} t{t}", provenance="reminder")
+        await f.settle(400)
     for c in range(conversations):
         assert f.texts("answer", f"c{c}") == [f"answer to c{c} t{t}" for t in range(turns)]
     assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 250
@@ -77,18 +71,12 @@ async def test_fifty_conversations_of_five_turns_over_two_workers_never_overlap(
 async def test_two_workers_answer_every_turn_in_order(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with model_server(echo) as (_, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                for turn in range(2):
-                    for c in range(3):
-                        f.send(f"c{c}", f"message {turn} of c{c}")
-                await f.settle()
-                assert f.kinds("c0").count("turn_end") == 2
-        finally:
-            workers.stop()
+    async with on_workers(echo, heron_home, pg_url, monkeypatch) as (_, _, f):
+        for turn in range(2):
+            for c in range(3):
+                f.send(f"c{c}", f"message {turn} of c{c}")
+        await f.settle()
+        assert f.kinds("c0").count("turn_end") == 2
     assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 6
 
 
@@ -115,27 +103,23 @@ async def test_a_worker_killed_mid_turn_is_finished_by_another_without_repeating
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = {"k1": 60.0}
-    with model_server(_tool_then_answer(slow)) as (server, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                f.send("k1", "work on k1")
-                # The second model call is asked (the tool ran and was kept), and held.
-                await f.wait_for(lambda: len(server.requests) >= 2)
-                owner = raw_count(
-                    pg_url.split("?")[0],
-                    "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
-                    " WHERE status = 'PENDING'",
-                )
-                pid = int(str(owner).split("-")[-2])
-                workers.kill(pid)
-                await f.settle(240)
-                answers = [
-                    e.text for e in f.events if getattr(e, "kind", "") == "answer" and e.key == "k1"
-                ]
-        finally:
-            workers.stop()
+    async with on_workers(_tool_then_answer(slow), heron_home, pg_url, monkeypatch) as (
+        server,
+        workers,
+        f,
+    ):
+        f.send("k1", "work on k1")
+        # The second model call is asked (the tool ran and was kept), and held.
+        await f.wait_for(lambda: len(server.requests) >= 2)
+        owner = raw_count(
+            pg_url.split("?")[0],
+            "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
+            " WHERE status = 'PENDING'",
+        )
+        pid = int(str(owner).split("-")[-2])
+        workers.kill(pid)
+        await f.settle(240)
+        answers = [e.text for e in f.events if getattr(e, "kind", "") == "answer" and e.key == "k1"]
     ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
     assert ran == ["ran"], "the finished tool call ran again"
     assert answers == ["finished k1"], [
@@ -162,21 +146,19 @@ async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = {"s1": 60.0}
-    with model_server(_tool_then_answer(slow)) as (server, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                f.send("s1", "work on s1")
-                await f.wait_for(lambda: len(server.requests) >= 2)
-                await f.wait_for(lambda: f.loop.running("s1"))
-                f.send("s1", "/stop")
-                await f.settle(240)
-                replies = [e.text for e in f.events if getattr(e, "kind", "") == "command"]
-                f.send("s1", "and now?")
-                await f.settle(240)
-        finally:
-            workers.stop()
+    async with on_workers(_tool_then_answer(slow), heron_home, pg_url, monkeypatch) as (
+        server,
+        _,
+        f,
+    ):
+        f.send("s1", "work on s1")
+        await f.wait_for(lambda: len(server.requests) >= 2)
+        await f.wait_for(lambda: f.loop.running("s1"))
+        f.send("s1", "/stop")
+        await f.settle(240)
+        replies = [e.text for e in f.events if getattr(e, "kind", "") == "command"]
+        f.send("s1", "and now?")
+        await f.settle(240)
     assert replies and replies[0].startswith("Stopped")
     assert "turn_end" in f.kinds("s1")
     status = raw_count(pg_url, "SELECT status FROM turns ORDER BY id LIMIT 1")
@@ -215,19 +197,13 @@ async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_proc
     """As in one process (tests/test_engine_loop.py): a message typed while a worker's turn
     runs a tool reaches that turn's mailbox and is answered with the tool's result, in the
     same turn; its own workflow then finds it stored and runs no second turn."""
-    with model_server(_waits_for_go) as (server, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                f.send("f1", "start the job")
-                await f.wait_for(lambda: "tool_start" in f.kinds("f1"))
-                f.send("f1", "also, make it blue")
-                await f.wait_for(lambda: "mail" in f.kinds("f1"))
-                (heron_home / "workspace" / "go").touch()
-                await f.settle(240)
-        finally:
-            workers.stop()
+    async with on_workers(_waits_for_go, heron_home, pg_url, monkeypatch) as (server, _, f):
+        f.send("f1", "start the job")
+        await f.wait_for(lambda: "tool_start" in f.kinds("f1"))
+        f.send("f1", "also, make it blue")
+        await f.wait_for(lambda: "mail" in f.kinds("f1"))
+        (heron_home / "workspace" / "go").touch()
+        await f.settle(240)
     assert "queued" not in f.kinds("f1")
     assert f.texts("answer") == ["answered: " + MAIL_LABEL + "also, make it blue"]
     assert len(server.requests) == 2
@@ -238,6 +214,62 @@ async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_proc
     held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
     assert raw_count(pg_url, held, ("%tool_result%blue%", f"%{MAIL_META}%")) == 1
     assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the mail's own
+
+
+def _asks_the_city(body: dict[str, Any]) -> ServerReply:
+    """ask_user first; once its result is in, an answer naming it."""
+    tool = [m for m in body["messages"] if m["role"] == "tool"]
+    if not tool:
+        return ServerReply(tool_calls=[("ask_user", {"question": "Which city?", "minutes": 5})])
+    return ServerReply(text="noted: " + str(tool[-1]["content"]))
+
+
+async def test_ask_user_in_a_worker_turn_is_answered_by_the_next_message(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's turn waits on ask_user; the question reaches the face's clients, and the
+    next message typed there is the answer: the run resumes from the call with it, and the
+    message's own workflow runs no second turn (the question's row names it)."""
+    async with on_workers(_asks_the_city, heron_home, pg_url, monkeypatch) as (server, _, f):
+        f.send("a1", "plan the trip")
+        await f.wait_for(lambda: any("Which city?" in t for t in f.texts("message")))
+        f.send("a1", "Lisbon")
+        await f.settle(240)
+    assert f.texts("answer") == ["noted: The user answered: Lisbon"]
+    assert "queued" not in f.kinds("a1")
+    assert len(server.requests) == 2  # the question, then the answer: no turn for "Lisbon"
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM turns") == 1
+    asked = "SELECT status || ':' || result FROM runs WHERE kind = 'ask'"
+    assert raw_count(pg_url, asked) == "answered:Lisbon"
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM runs WHERE answered_by IS NOT NULL") == 1
+    assert _dbos_count(pg_url, "status = 'SUCCESS'") == 2  # the turn, and the answer's own
+
+
+def _works_on_the_goal(body: dict[str, Any]) -> ServerReply:
+    """A nudge: marks the goal done with evidence; after the tool's result, says so."""
+    if any(m["role"] == "tool" for m in body["messages"]):
+        return ServerReply(text="counted")
+    return ServerReply(tool_calls=[("goal", {"action": "done", "evidence": "12 files"})])
+
+
+async def test_a_goal_set_on_the_face_is_nudged_through_the_queue(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/goal typed at the face runs on a worker; its turn's end enqueues the goal's nudge as a
+    workflow of the same conversation, which a worker runs (no model deadline, the goal in the
+    runtime block) until the agent marks the goal done: then no further nudge."""
+    async with on_workers(_works_on_the_goal, heron_home, pg_url, monkeypatch) as (server, _, f):
+        f.send("g1", "/goal Count the files")
+        done = "SELECT COUNT(*) FROM goals WHERE status = 'done'"
+        await f.wait_for(lambda: raw_count(pg_url, done) == 1)
+        await f.wait_for(lambda: _dbos_count(pg_url, "status = 'SUCCESS'") == 2)
+    assert f.texts("command")[0].startswith("Goal set")
+    assert len(server.requests) == 2  # the nudge's turn: the goal tool, then its answer
+    nudge = server.requests[0]["messages"]
+    assert _last_user_text(server.requests[0]).startswith("[Heron: your goal continues]")
+    assert any("Count the files" in str(m["content"]) for m in nudge)  # the runtime block
+    assert raw_count(pg_url, "SELECT evidence FROM goals") == "12 files"
+    assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0  # no third workflow, none failed
 
 
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
@@ -345,8 +377,9 @@ async def test_heron_serve_with_workers_answers_through_them_and_stops_cleanly(
     assert code == 0
     assert any("answer to hello workers" in str(e) for e in events), events
     # Subagents, ask_user and goals are not attached with workers yet (docs/scale.md).
-    assert offered and not offered[0] & {"spawn", "ask_user", "goal"}
-    assert "run_cell" in offered[0]  # the turn had its tools: only those three are absent
+    # Subagents are not attached with workers yet (docs/scale.md); questions and goals are.
+    assert offered and "spawn" not in offered[0]
+    assert {"run_cell", "ask_user", "goal"} <= offered[0]
     assert _dbos_count(pg_url, "status = 'SUCCESS'") == 1  # the turn ran as a workflow
     assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 1
 
@@ -393,23 +426,17 @@ async def test_workers_killed_at_random_instants_lose_nothing(
 
     rng = random.Random(18)
     conversations, turns, kills = 10, 2, 3
-    with model_server(_tool_then_done) as (_, url):
-        workers = Workers(worker_env(heron_home, pg_url, url))
-        try:
-            workers.start(2)
-            async with face(pg_url, monkeypatch) as f:
-                for t in range(turns):
-                    for c in range(conversations):  # reminders: each message a turn of its own
-                        f.send(f"k{c}", f"work k{c} t{t}", provenance="reminder")
-                for _ in range(kills):
-                    await asyncio.sleep(rng.uniform(0.3, 1.5))
-                    busy = _owners_in_flight(pg_url)  # the worker of a turn in flight, if any
-                    alive = [p.pid for p in workers.procs if p.poll() is None]
-                    workers.kill(rng.choice([p for p in alive if p in busy] or alive))
-                    await asyncio.to_thread(workers.start, 1)
-                await f.settle(400)
-        finally:
-            workers.stop()
+    async with on_workers(_tool_then_done, heron_home, pg_url, monkeypatch) as (_, workers, f):
+        for t in range(turns):
+            for c in range(conversations):  # reminders: each message a turn of its own
+                f.send(f"k{c}", f"work k{c} t{t}", provenance="reminder")
+        for _ in range(kills):
+            await asyncio.sleep(rng.uniform(0.3, 1.5))
+            busy = _owners_in_flight(pg_url)  # the worker of a turn in flight, if any
+            alive = [p.pid for p in workers.procs if p.poll() is None]
+            workers.kill(rng.choice([p for p in alive if p in busy] or alive))
+            await asyncio.to_thread(workers.start, 1)
+        await f.settle(400)
     ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
     assert len(ran) == len(set(ran)), "a finished tool call ran again"
     monkeypatch.setenv("HERON_DATABASE_URL", pg_url)

@@ -285,13 +285,18 @@ class AgentLoop:
 
     def post_mail(self, message: InboundMessage, into: str) -> bool:
         """A worker's mail (heron/scale/): `message`, queued in its own right, for the running
-        turn opened by the message with id `into`. Taken into its mailbox with the message's
-        id when that turn runs here and still reads mail (told to the channel as "mail"), else
-        left to its own turn ("queued"). False: that turn does not run here."""
+        turn opened by the message with id `into`. The answer to the question that turn waits
+        on (ask_user), or taken into its mailbox with the message's id when it still reads mail
+        (told to the channel as "mail"), else left to its own turn ("queued"). False: that turn
+        does not run here."""
         key = self.resolve(message)
         active = self._active.get(key)
         if active is None or active.message.id != into:
             return False
+        question = active.control.question
+        if question is not None and question.answer(message.text, message.id):
+            self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
+            return True
         taken = mailable(message) and active.control.post(message.text, message.id)
         self._event(message, key, "mail" if taken else "queued")
         return True

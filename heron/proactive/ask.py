@@ -108,7 +108,7 @@ async def ask_user(
         raise
     finally:
         turn.question = None
-    await store.call(runs.finish, store, run.id, status, answer or None)
+    await store.call(runs.finish, store, run.id, status, answer or None, answered_by=pending.ref)
     if status == "answered":
         return f"The user answered: {answer}"
     if status == "cancelled":

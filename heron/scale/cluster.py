@@ -13,6 +13,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from heron.errors import ConfigError
@@ -26,6 +27,15 @@ POLL_S = 0.05
 # Turns one worker runs at once, across conversations: enough for a slow model's turns to
 # overlap (they mostly wait), and a bound so that one worker does not take every queued turn.
 WORKER_TURNS = 600
+
+
+class TurnQueue(Protocol):
+    """What the face and the workers need of DBOS to enqueue and cancel turns (a
+    `DBOSClient`)."""
+
+    async def enqueue_async(self, options: Any, *args: Any) -> Any: ...
+
+    async def cancel_workflow_async(self, workflow_id: str) -> None: ...
 
 
 @dataclass(frozen=True)

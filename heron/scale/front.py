@@ -26,7 +26,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from heron.agent import commands
 from heron.agent.engine import Engine
@@ -34,21 +34,19 @@ from heron.agent.loop import AgentLoop, TurnEnded, mailable
 from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Message
-from heron.scale.cluster import Cluster, cluster_of, enqueue_options, message_id
+from heron.scale.cluster import (
+    Cluster,
+    TurnQueue,
+    cluster_of,
+    enqueue_options,
+    message_id,
+)
 from heron.scale.notes import Listener, Note, Publisher, start_listener
 from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
 from heron.store import engine_state as es
 
 log = logging.getLogger(__name__)
 Service = Callable[[AgentLoop], Awaitable[None]]
-
-
-class TurnQueue(Protocol):
-    """What the face needs of DBOS (a `DBOSClient`)."""
-
-    async def enqueue_async(self, options: Any, *args: Any) -> Any: ...
-
-    async def cancel_workflow_async(self, workflow_id: str) -> None: ...
 
 
 @dataclass

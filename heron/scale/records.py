@@ -62,3 +62,13 @@ def running_workflow(
     ).format(sql.Identifier(dbos_schema))
     row = conn.execute(query, (queue, key)).fetchone()
     return None if row is None else str(row[0])
+
+
+def queued_in(conn: psycopg.Connection[Any], dbos_schema: str, queue: str, key: str) -> int:
+    """How many messages of conversation `key` wait in its partition (enqueued, not started)."""
+    query = sql.SQL(
+        "SELECT COUNT(*) FROM {}.workflow_status WHERE status = 'ENQUEUED'"
+        " AND queue_name = %s AND queue_partition_key = %s"
+    ).format(sql.Identifier(dbos_schema))
+    row = conn.execute(query, (queue, key)).fetchone()
+    return 0 if row is None else int(row[0])

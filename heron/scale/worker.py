@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TextIO
 
 import psycopg
@@ -34,8 +35,10 @@ from dbos import DBOS
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded
-from heron.bus import Dispatcher, MessageBus, Outbound, TurnEnd, TurnOptions
+from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd, TurnOptions
 from heron.config import Settings
+from heron.proactive.ask import attach as attach_ask
+from heron.proactive.goals import attach as attach_goals
 from heron.providers.base import Provider
 from heron.scale import records
 from heron.scale.cluster import (
@@ -44,12 +47,15 @@ from heron.scale.cluster import (
     WORKER_TURNS,
     WORKFLOW,
     Cluster,
+    TurnQueue,
     cluster_of,
+    enqueue_options,
     executor_id,
+    message_id,
 )
 from heron.scale.notes import Listener, Note, Publisher, start_listener, stop_task
-from heron.scale.wire import end_to_dict, inbound_from_dict, outbound_to_json
-from heron.store import attempts
+from heron.scale.wire import end_to_dict, inbound_from_dict, inbound_to_dict, outbound_to_json
+from heron.store import attempts, runs
 from heron.tools.registry import ToolRegistry
 
 SWEEP_S = 1.0  # seconds between looks for a dead worker's turns
@@ -62,17 +68,76 @@ def run_base(workflow_id: str) -> str:
     return "run_" + hashlib.sha256(workflow_id.encode()).hexdigest()[:16]
 
 
+@dataclass
+class WorkerLoop(AgentLoop):
+    """A worker's AgentLoop. Its turns arrive as workflows; a turn it starts itself (a goal's
+    nudge) goes on the queue like any message: into its conversation's partition, behind
+    what waits there, run by whichever worker is free and durable from then on."""
+
+    queue: TurnQueue | None = None
+    lookup: psycopg.Connection[Any] | None = None  # DBOS's tables, for what waits
+    dbos_schema: str = "dbos"
+    _enqueues: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def run_here(self, message: InboundMessage) -> None:
+        """The turn of a workflow this worker dequeued: in this loop."""
+        super().start_turn(message)
+
+    def start_turn(self, message: InboundMessage) -> None:
+        key = self.resolve(message)
+        message = dataclasses.replace(message, id=message_id(), key=key)
+        task = asyncio.create_task(self._enqueue(key, message))
+        self._enqueues.add(task)
+        task.add_done_callback(self._enqueues.discard)
+
+    async def _enqueue(self, key: str, message: InboundMessage) -> None:
+        assert self.queue is not None and message.id is not None
+        try:
+            options = enqueue_options(message.id, key)
+            await self.queue.enqueue_async(options, inbound_to_dict(message), None)
+        except Exception:  # said, never silent: the goal waits for the next turn's end
+            log.exception("enqueueing a turn of %s failed", key)
+
+    async def flush(self) -> None:
+        """Until the turns it started are on the queue."""
+        while self._enqueues:
+            await asyncio.wait(set(self._enqueues))
+
+    def pending(self, key: str) -> int:
+        """Messages waiting for the conversation: here, and in its partition of the queue (a
+        person's message there goes before a goal's nudge, whose turn's end continues it)."""
+        local = super().pending(key)
+        if self.lookup is None:
+            return local
+        return local + records.queued_in(self.lookup, self.dbos_schema, QUEUE, key)
+
+
 class WorkerHost:
     """What the workflow function finds in this process: the loop its turns run in."""
 
     current: ClassVar[WorkerHost | None] = None
 
-    def __init__(self, engine: Engine, cluster: Cluster, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        cluster: Cluster,
+        publisher: Publisher,
+        queue: TurnQueue | None = None,
+        lookup: psycopg.Connection[Any] | None = None,
+    ) -> None:
         self.engine = engine
         self.cluster = cluster
         self.publisher = publisher
         self.bus = MessageBus()
-        self.loop = AgentLoop(engine, self.bus)
+        self.loop = WorkerLoop(
+            engine, self.bus, queue=queue, lookup=lookup, dbos_schema=cluster.dbos_schema
+        )
+        # ask_user waits in the worker's turn; the face hands the person's next message to it
+        # as mail (`on_note`), which answers the question (AgentLoop.post_mail).
+        attach_ask(self.loop)
+        # Goals: the turn options and runtime line of a goal's conversation, /goal, the tool,
+        # and the nudge after a turn's end, enqueued (`WorkerLoop.start_turn`).
+        attach_goals(self.loop)
         self.dispatcher = Dispatcher(self.bus)
         self.dispatcher.register("*", self._relay)
         self.loop.watch_turns(self._turn_ended)
@@ -108,7 +173,7 @@ class WorkerHost:
         self._ends[workflow_id] = ended
         await self.publisher.send({"t": "started", "wid": workflow_id, "key": key})
         log.info("turn %s of %s: started (run %s)", workflow_id, key, options.run_id)
-        self.loop.start_turn(message)
+        self.loop.run_here(message)
         end = (await ended).end
         await self.bus.outbound.join()  # the turn's last events reach the face before its end
         _log_end(workflow_id, key, end)
@@ -130,8 +195,12 @@ class WorkerHost:
         return dataclasses.replace(options, run_id=run_id, answer_id=last.user_message_id)
 
     async def _was_mailed(self, key: str, into: str, workflow_id: str) -> bool:
+        """Whether the turn of `into` took this message: as mail, or as the answer to the
+        question it waited on."""
         store = self.engine.store
-        return await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id)
+        if await store.call(attempts.holds_mail, store, key, run_base(into), workflow_id):
+            return True
+        return await store.call(runs.answered_with, store, key, workflow_id)
 
     async def on_note(self, note: Note) -> None:
         """From a face: /stop (stop the conversation's turn if it runs here); mail for a turn
@@ -204,7 +273,7 @@ async def run_worker(
         async with Engine.open(
             settings, model=model, provider=provider, registry=registry
         ) as engine:
-            await _serve_queue(engine, cluster, executor, out, worker_turns, until)
+            await _serve_queue(engine, cluster, executor, alive, out, worker_turns, until)
     finally:
         alive.close()
 
@@ -224,18 +293,22 @@ async def _serve_queue(
     engine: Engine,
     cluster: Cluster,
     executor: str,
+    alive: psycopg.Connection[Any],
     out: TextIO,
     worker_turns: int,
     until: asyncio.Event | None,
 ) -> None:
+    from dbos import DBOSClient
+
     publisher = Publisher(cluster)
-    host = WorkerHost(engine, cluster, publisher)
+    host = WorkerHost(engine, cluster, publisher, lookup=alive)
     WorkerHost.current = host
     stop = until or asyncio.Event()
     undo = _on_signals(stop.set) if until is None else (lambda: None)
     dispatching = asyncio.create_task(host.dispatcher.run())
     listening: asyncio.Task[None] | None = None
     sweeping: asyncio.Task[None] | None = None
+    client: DBOSClient | None = None
     DBOS(config=dbos_config(cluster, executor))  # type: ignore[arg-type]
     try:
         # On this thread, so that DBOS runs the workflows on this event loop, where the
@@ -247,6 +320,9 @@ async def _serve_queue(
             partition_concurrency=1,
             worker_concurrency=worker_turns,
             polling_interval_sec=POLL_S,
+        )
+        host.loop.queue = client = await asyncio.to_thread(
+            DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
         )
         listening = await start_listener(Listener(cluster, host.on_note))
         sweeping = asyncio.create_task(_sweep(cluster, executor))
@@ -264,6 +340,9 @@ async def _serve_queue(
         await asyncio.to_thread(drain)
         await stop_task(listening)
         await host.loop.close()
+        await host.loop.flush()  # the nudges of the last turns' ends, on the queue
+        if client is not None:
+            await asyncio.to_thread(client.destroy)
         await stop_task(dispatching)
         await publisher.close()
         WorkerHost.current = None

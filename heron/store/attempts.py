@@ -36,19 +36,38 @@ def run_id_of(base: str, number: int) -> str:
     return base if number == 0 else f"{base}.{number}"
 
 
+# Run ids looked up per statement: a first attempt, and three recoveries, in one round trip.
+_BATCH = 4
+
+
+def _rows(store: Store, base: str) -> list[tuple[int, str, str, int | None]]:
+    """(turn id, run id, status, user message id) of every attempt of `base`, oldest first.
+
+    By exact run ids, `base`, `base.1`, `base.2`..., a batch at a time until one is missing:
+    the unique index on run_id answers each, where `LIKE 'base.%'` would scan every turn
+    (neither SQLite nor PostgreSQL uses an index for LIKE under their default collations)."""
+    found: list[tuple[int, str, str, int | None]] = []
+    while True:
+        ids = [run_id_of(base, len(found) + i) for i in range(_BATCH)]
+        marks = ", ".join("?" * len(ids))
+        rows = store.query(
+            f"SELECT id, run_id, status, user_message_id FROM turns WHERE run_id IN ({marks})",
+            ids,
+        )
+        by_id = {str(r[1]): (int(r[0]), str(r[1]), str(r[2]), r[3]) for r in rows}
+        for run_id in ids:
+            if run_id not in by_id:
+                return found
+            found.append(by_id[run_id])
+
+
 def latest(store: Store, base: str) -> Attempt | None:
     """The newest turn row written under the run ids of `base`, or None."""
-    rows = store.query(
-        "SELECT id, run_id, status, user_message_id FROM turns WHERE run_id = ? OR run_id LIKE ?"
-        " ORDER BY id DESC LIMIT 1",
-        (base, base + ".%"),
-    )
+    rows = _rows(store, base)
     if not rows:
         return None
-    r = rows[0]
-    _, _, suffix = str(r[1]).partition(".")
-    number = int(suffix) if suffix.isdigit() else 0
-    return Attempt(int(r[0]), str(r[1]), str(r[2]), r[3], number)
+    turn_id, run_id, status, user_message_id = rows[-1]
+    return Attempt(turn_id, run_id, status, user_message_id, len(rows) - 1)
 
 
 def close_for_resume(store: Store, conversation_id: int) -> None:
@@ -67,10 +86,13 @@ def holds_mail(store: Store, key: str, base: str, ref: str) -> bool:
     """Whether a turn of conversation `key` run under the run ids of `base` stored the queued
     message `ref` as mail (heron/agent/control.py `Mail`): then that turn answered it. A ref
     is a hex message id, so it needs no escaping in LIKE."""
+    turns = [row[0] for row in _rows(store, base)]
+    if not turns:
+        return False
+    marks = ", ".join("?" * len(turns))
     rows = store.query(
-        "SELECT 1 FROM messages m JOIN turns t ON t.id = m.turn_id"
-        " JOIN conversations c ON c.id = t.conversation_id"
-        " WHERE c.key = ? AND (t.run_id = ? OR t.run_id LIKE ?) AND m.meta LIKE ? LIMIT 1",
-        (key, base, base + ".%", f'%"{ref}"%'),
+        "SELECT 1 FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+        f" WHERE c.key = ? AND m.turn_id IN ({marks}) AND m.meta LIKE ? LIMIT 1",
+        (key, *turns, f'%"{ref}"%'),
     )
     return bool(rows)

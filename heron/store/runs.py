@@ -158,17 +158,33 @@ def listing(store: Store, *, limit: int = 50, origin_key: str | None = None) -> 
 
 
 def finish(
-    store: Store, run_id: str, status: str, result: str | None, *, partial: bool = False
+    store: Store,
+    run_id: str,
+    status: str,
+    result: str | None,
+    *,
+    partial: bool = False,
+    answered_by: str | None = None,
 ) -> bool:
     """End a run that is still open (running or waiting); False when it had already ended (a
-    cancel got there first)."""
+    cancel got there first). `answered_by`: the queued message that answered a question."""
     with store.transaction() as c:
         cur = c.execute(
-            "UPDATE runs SET status = ?, result = ?, partial = ?, finished = ?"
+            "UPDATE runs SET status = ?, result = ?, partial = ?, finished = ?, answered_by = ?"
             " WHERE id = ? AND status IN ('running', 'waiting')",
-            (status, result, int(partial), time.time(), run_id),
+            (status, result, int(partial), time.time(), answered_by, run_id),
         )
     return cur.rowcount == 1
+
+
+def answered_with(store: Store, origin_key: str, ref: str) -> bool:
+    """Whether the queued message `ref` answered a question of conversation `origin_key`
+    (a worker took it as the answer: it needs no turn of its own)."""
+    rows = store.query(
+        "SELECT 1 FROM runs WHERE origin_key = ? AND kind = 'ask' AND answered_by = ? LIMIT 1",
+        (origin_key, ref),
+    )
+    return bool(rows)
 
 
 def cancel(store: Store, run_id: str) -> Run | None:

@@ -52,10 +52,14 @@ class Question:
     reply: asyncio.Future[str] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    # The id of the queued message that answered (a worker's mail, heron/scale/): recorded
+    # with the answer, so that the message's own workflow knows it was taken.
+    ref: str | None = None
 
-    def answer(self, text: str) -> bool:
+    def answer(self, text: str, ref: str | None = None) -> bool:
         if self.reply.done():
             return False
+        self.ref = ref
         self.reply.set_result(text)
         return True
 
