@@ -13,6 +13,7 @@ from pg import raw_count
 from scale_helpers import Workers, face, model_server, on_workers, worker_env
 
 from heron.agent.control import MAIL_LABEL, MAIL_META
+from heron.bus import TurnEvent
 from heron.testing.script import ServerReply
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -232,7 +233,7 @@ async def test_ask_user_in_a_worker_turn_is_answered_by_the_next_message(
     message's own workflow runs no second turn (the question's row names it)."""
     async with on_workers(_asks_the_city, heron_home, pg_url, monkeypatch) as (server, _, f):
         f.send("a1", "plan the trip")
-        await f.wait_for(lambda: any("Which city?" in t for t in f.texts("message")))
+        await f.wait_for(lambda: any("Which city?" in t for t in f.texts("question")))
         f.send("a1", "Lisbon")
         await f.settle(240)
     assert f.texts("answer") == ["noted: The user answered: Lisbon"]
@@ -264,6 +265,8 @@ async def test_a_goal_set_on_the_face_is_nudged_through_the_queue(
         await f.wait_for(lambda: raw_count(pg_url, done) == 1)
         await f.wait_for(lambda: _dbos_count(pg_url, "status = 'SUCCESS'") == 2)
     assert f.texts("command")[0].startswith("Goal set")
+    starts = [e for e in f.events if isinstance(e, TurnEvent) and e.kind == "turn_start"]
+    assert [e.provenance for e in starts] == ["user", "goal"]  # the nudge streams to the face
     assert len(server.requests) == 2  # the nudge's turn: the goal tool, then its answer
     nudge = server.requests[0]["messages"]
     assert _last_user_text(server.requests[0]).startswith("[Heron: your goal continues]")
