@@ -79,14 +79,20 @@ class Workers:
                 p.wait(30)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
+        """SIGTERM to every worker still running; each must drain and exit 0 (a traceback at
+        shutdown fails the test that started it)."""
+        running = [p for p in self.procs if p.poll() is None]
+        for p in running:
+            p.terminate()
+        failed = []
         for p in self.procs:
             try:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
+                failed.append(f"worker {p.pid} did not exit within 60 s of SIGTERM")
+        failed += [f"worker {p.pid} exited {p.returncode}" for p in running if p.returncode]
+        assert not failed, "; ".join(failed)
 
 
 def _wait_ready(p: subprocess.Popen[str]) -> None:

@@ -14,7 +14,7 @@ from scale_helpers import Workers, face, model_server, on_workers, worker_env
 
 from heron.agent.control import MAIL_LABEL, MAIL_META
 from heron.bus import TurnEvent
-from heron.testing.script import ServerReply
+from heron.testing.script import Script, ServerReply
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -275,6 +275,52 @@ async def test_a_goal_set_on_the_face_is_nudged_through_the_queue(
     assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0  # no third workflow, none failed
 
 
+def _spawns(wait: bool) -> Script:
+    """The origin spawns a subagent (its task: count to three), which counts; the origin
+    answers the tool's result, then the announcement of the result when it comes."""
+
+    def script(body: dict[str, Any]) -> ServerReply:
+        last = _last_user_text(body)
+        if last.startswith("count to three"):
+            return ServerReply(text="one two three")
+        if last.startswith("[Subagent result"):
+            return ServerReply(text="got the result")
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if results:
+            return ServerReply(text="spawned: " + str(results[-1])[:200])
+        task = {"task": "count to three", "wait": wait}
+        return ServerReply(tool_calls=[("spawn", task)])
+
+    return script
+
+
+@pytest.mark.parametrize("wait", [False, True])
+async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
+    wait: bool, pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spawn in a worker's turn: the subagent's task is a workflow of `subagent:<lineage>`,
+    run by a worker, its result recorded on the run's row; then either announced into the
+    origin by a workflow of its own (one turn there answers it) or, with wait=True, returned
+    as the spawn call's result and not announced."""
+    done = "SELECT COUNT(*) FROM runs WHERE kind = 'subagent' AND announced IS NOT NULL"
+    async with on_workers(_spawns(wait), heron_home, pg_url, monkeypatch) as (server, _, f):
+        f.send("o1", "hand it off")
+        await f.wait_for(lambda: raw_count(pg_url, done) == 1)
+        await f.wait_for(lambda: _dbos_count(pg_url, "status = 'SUCCESS'") == 3 - wait)
+    assert raw_count(pg_url, "SELECT status || ':' || result FROM runs") == "done:one two three"
+    assert _dbos_count(pg_url, "queue_partition_key LIKE 'subagent:%%'") == 1
+    answers = f.texts("answer", "o1")
+    if wait:
+        assert len(answers) == 1 and "one two three" in answers[0]
+        assert len(server.requests) == 3  # origin, subagent, origin with the result
+    else:
+        assert answers[0].startswith("spawned: Started subagent")
+        assert answers[1:] == ["got the result"]
+        held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
+        assert raw_count(pg_url, held, ("%Subagent result%one two three%", "%run%")) == 1
+    assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
+
+
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,9 +426,8 @@ async def test_heron_serve_with_workers_answers_through_them_and_stops_cleanly(
     assert code == 0
     assert any("answer to hello workers" in str(e) for e in events), events
     # Subagents, ask_user and goals are not attached with workers yet (docs/scale.md).
-    # Subagents are not attached with workers yet (docs/scale.md); questions and goals are.
-    assert offered and "spawn" not in offered[0]
-    assert {"run_cell", "ask_user", "goal"} <= offered[0]
+    # A worker's turn has the proactive tools as a serve's own turn does.
+    assert offered and {"run_cell", "spawn", "ask_user", "goal"} <= offered[0]
     assert _dbos_count(pg_url, "status = 'SUCCESS'") == 1  # the turn ran as a workflow
     assert raw_count(pg_url, "SELECT COUNT(*) FROM turns WHERE status = 'done'") == 1
 

@@ -32,11 +32,11 @@ from heron.agent.turn import Injected
 from heron.bus import InboundMessage, TurnOptions
 from heron.messages import Text, ToolResult
 from heron.store import runs
-from heron.tools.context import ToolContext
+from heron.tools.context import Spawner, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
-    from heron.agent.engine import TurnResult
+    from heron.agent.engine import Engine, TurnResult
     from heron.agent.loop import AgentLoop, TurnEnded
     from heron.store import Store
 
@@ -122,59 +122,13 @@ class Subagents:
         wait: bool = False,
     ) -> runs.Run:
         """Write the run's row, then start it; returns the row (status running)."""
-        self._check_tools(tools)
-        channel, chat, _ = self.loop.origins.get(origin_key, ("subagent", origin_key, provenance))
-        internal = provenance not in PERSONAL
-        if resume:
-            run = await self._resume(resume, origin_key, task)
-        else:
-            lineage = secrets.token_hex(4)
-            run = await self.store.call(
-                runs.create,
-                self.store,
-                f"sa_{secrets.token_hex(6)}",
-                "subagent",
-                origin_key,
-                task,
-                status="running",
-                lineage=lineage,
-                tools=tools,
-                origin_channel=channel,
-                origin_chat=chat,
-                origin_internal=internal,
-            )
+        check_tools(self.loop.engine.registry.names(), tools)
+        origin = self.loop.origins.get(origin_key, ("subagent", origin_key, provenance))
+        run = await open_run(self.store, origin_key, origin, task, tools, resume, provenance)
         if wait:
             self.waited.add(run.id)
         self.tasks[run.id] = asyncio.create_task(self._run(run, tools, task))
         return run
-
-    def _check_tools(self, tools: list[str] | None) -> None:
-        from heron.errors import ToolError
-
-        offered = [n for n in self.loop.engine.registry.names() if n not in WITHOUT]
-        unknown = sorted(set(tools or ()) - set(offered))
-        if unknown:
-            raise ToolError(
-                f"a subagent cannot have {', '.join(unknown)}; it may use: {', '.join(offered)}"
-            )
-
-    async def _resume(self, lineage: str, origin_key: str, task: str) -> runs.Run:
-        from heron.errors import ToolError
-
-        run = await self.store.call(runs.by_lineage, self.store, lineage)
-        if run is None or run.origin_key != origin_key:
-            raise ToolError(
-                f"no subagent lineage {lineage!r} to resume from this conversation "
-                "(finished lineages are kept 6 hours, 3 per conversation); spawn a new one"
-            )
-        if run.status == "running":
-            raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still running")
-        await self.store.call(runs.restart, self.store, run.id)
-        await self.store.call(runs.set_task, self.store, run.id, task)
-        restarted = await self.store.call(runs.get, self.store, run.id)
-        if restarted is None:  # deleted in between (another process): nothing to continue
-            raise ToolError(f"subagent {run.id} of lineage {lineage!r} is gone")
-        return restarted
 
     async def settle(self) -> None:
         """Until no subagent works and no announcement is being settled."""
@@ -207,19 +161,7 @@ class Subagents:
     ) -> tuple[str, str, bool]:
         key = run.conversation_key
         assert key is not None
-        options = TurnOptions(
-            max_model_calls=self.max_model_calls,
-            max_tokens=self.max_tokens,
-            tools=tuple(tools) if tools is not None else None,
-            without=WITHOUT,
-            # The task is the main agent's words, not the person's: authored by Heron, so no
-            # memory pass ever quotes it; and no recall into it (it sees only its task).
-            message_meta={"subagent": True, TASK_META: run.id},
-            bare=True,
-        )
-        message = InboundMessage(
-            "subagent", run.lineage or "", task, key, provenance="subagent", options=options
-        )
+        message = task_message(run, tools, self.max_model_calls, self.max_tokens)
         turn = asyncio.create_task(self.loop.run_turn(message))
         timer = asyncio.create_task(self.sleep(self.timeout_s))
         try:
@@ -248,23 +190,14 @@ class Subagents:
             else:
                 await self._announced(run)
             return
-        text = result_message(run)
-        meta = {"subagent": True, runs.RUN_META: run.id}
-        provenance = "subagent" if run.origin_internal else "announce"
         channel, chat = run.origin_channel, run.origin_chat
         if run.origin_key in self.loop.origins:
             channel, chat, _ = self.loop.origins[run.origin_key]
         elif self.channel is not None:
             channel, chat = self.channel
-        message = InboundMessage(
-            channel,
-            chat,
-            text,
-            run.origin_key,
-            provenance=provenance,  # type: ignore[arg-type]
-            options=TurnOptions(message_meta=meta),
-        )
-        how = self.loop.announce(message, Injected(text, meta))
+        message = announcement(run, channel, chat)
+        meta = message.options.message_meta if message.options else None
+        how = self.loop.announce(message, Injected(message.text, meta or {}))
         self.owed.setdefault(run.origin_key, {})[run.id] = how
 
     def _retry(self, run: runs.Run) -> None:
@@ -409,6 +342,107 @@ def result_message(run: runs.Run) -> str:
     return f"{head}\nTask: {run.task}\n\n{body}"
 
 
+def check_tools(offered: list[str], tools: list[str] | None) -> None:
+    """A clear error when a spawn names a tool its subagent cannot have."""
+    from heron.errors import ToolError
+
+    allowed = [n for n in offered if n not in WITHOUT]
+    unknown = sorted(set(tools or ()) - set(allowed))
+    if unknown:
+        raise ToolError(
+            f"a subagent cannot have {', '.join(unknown)}; it may use: {', '.join(allowed)}"
+        )
+
+
+async def open_run(
+    store: Store,
+    origin_key: str,
+    origin: tuple[str, str, str],
+    task: str,
+    tools: list[str] | None,
+    resume: str | None,
+    provenance: str,
+) -> runs.Run:
+    """The run's row, written before its work starts: a new lineage, or the finished one
+    `resume` names, restarted with the new task. `origin`: (channel, chat, provenance) of the
+    turn that spawns it."""
+    if resume:
+        return await _resume(store, resume, origin_key, task)
+    channel, chat, _ = origin
+    return await store.call(
+        runs.create,
+        store,
+        f"sa_{secrets.token_hex(6)}",
+        "subagent",
+        origin_key,
+        task,
+        status="running",
+        lineage=secrets.token_hex(4),
+        tools=tools,
+        origin_channel=channel,
+        origin_chat=chat,
+        origin_internal=provenance not in PERSONAL,
+    )
+
+
+async def _resume(store: Store, lineage: str, origin_key: str, task: str) -> runs.Run:
+    from heron.errors import ToolError
+
+    run = await store.call(runs.by_lineage, store, lineage)
+    if run is None or run.origin_key != origin_key:
+        raise ToolError(
+            f"no subagent lineage {lineage!r} to resume from this conversation "
+            "(finished lineages are kept 6 hours, 3 per conversation); spawn a new one"
+        )
+    if run.status == "running":
+        raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still running")
+    await store.call(runs.restart, store, run.id)
+    await store.call(runs.set_task, store, run.id, task)
+    restarted = await store.call(runs.get, store, run.id)
+    if restarted is None:  # deleted in between (another process): nothing to continue
+        raise ToolError(f"subagent {run.id} of lineage {lineage!r} is gone")
+    return restarted
+
+
+def task_message(
+    run: runs.Run,
+    tools: list[str] | None,
+    max_model_calls: int = MAX_MODEL_CALLS,
+    max_tokens: int = MAX_TOKENS,
+    meta: dict[str, Any] | None = None,
+) -> InboundMessage:
+    """The message that opens a subagent's turn in its own conversation: its task, its
+    ceilings and tools."""
+    key = run.conversation_key
+    assert key is not None
+    options = TurnOptions(
+        max_model_calls=max_model_calls,
+        max_tokens=max_tokens,
+        tools=tuple(tools) if tools is not None else None,
+        without=WITHOUT,
+        # The task is the main agent's words, not the person's: authored by Heron, so no
+        # memory pass ever quotes it; and no recall into it (it sees only its task).
+        message_meta={"subagent": True, TASK_META: run.id, **(meta or {})},
+        bare=True,
+    )
+    return InboundMessage(
+        "subagent", run.lineage or "", run.task, key, provenance="subagent", options=options
+    )
+
+
+def announcement(run: runs.Run, channel: str, chat: str) -> InboundMessage:
+    """The message that carries a finished run's result into its origin conversation."""
+    meta = {"subagent": True, runs.RUN_META: run.id}
+    return InboundMessage(
+        channel,
+        chat,
+        result_message(run),
+        run.origin_key,
+        provenance="subagent" if run.origin_internal else "announce",
+        options=TurnOptions(message_meta=meta),
+    )
+
+
 # ---- the tool -------------------------------------------------------------------------------
 
 
@@ -451,10 +485,15 @@ async def spawn(
 def attach(loop: AgentLoop, **settings: Any) -> Subagents:
     """Subagents for this loop: the `spawn` tool in its engine's registry, the manager where
     the tool finds it, and the loop's turn ends settling announcements."""
-    engine = loop.engine
     manager = Subagents(loop, **settings)
+    offer_spawn(loop.engine, manager)
+    manager.unwatch = loop.watch_turns(manager.turn_ended)
+    return manager
+
+
+def offer_spawn(engine: Engine, manager: Spawner) -> None:
+    """The `spawn` tool in the engine's registry (unless its tools are none at all), and the
+    manager where it finds what to do."""
     engine.attached.subagents = manager
     if engine.registry.get("spawn") is None and engine.registry.names():
         engine.registry.add(spawn)
-    manager.unwatch = loop.watch_turns(manager.turn_ended)
-    return manager

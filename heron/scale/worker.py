@@ -39,6 +39,7 @@ from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd,
 from heron.config import Settings
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
+from heron.proactive.subagents import TIMEOUT_S, offer_spawn
 from heron.providers.base import Provider
 from heron.scale import records
 from heron.scale.cluster import (
@@ -54,6 +55,7 @@ from heron.scale.cluster import (
     message_id,
 )
 from heron.scale.notes import Listener, Note, Publisher, start_listener, stop_task
+from heron.scale.subagents import QueuedSubagents, announced_run, task_run
 from heron.scale.wire import end_to_dict, inbound_from_dict, inbound_to_dict, outbound_to_json
 from heron.store import attempts, runs
 from heron.tools.registry import ToolRegistry
@@ -85,7 +87,7 @@ class WorkerLoop(AgentLoop):
 
     def start_turn(self, message: InboundMessage) -> None:
         key = self.resolve(message)
-        message = dataclasses.replace(message, id=message_id(), key=key)
+        message = dataclasses.replace(message, id=message.id or message_id(), key=key)
         task = asyncio.create_task(self._enqueue(key, message))
         self._enqueues.add(task)
         task.add_done_callback(self._enqueues.discard)
@@ -141,6 +143,10 @@ class WorkerHost:
         # Goals: the turn options and runtime line of a goal's conversation, /goal, the tool,
         # and the nudge after a turn's end, enqueued (`WorkerLoop.start_turn`).
         attach_goals(self.loop)
+        # Subagents: each one's turn a workflow of its own (heron/scale/subagents.py).
+        self.subagents = QueuedSubagents(self.loop)
+        offer_spawn(engine, self.subagents)
+        self.subagent_timeout_s = TIMEOUT_S
         self.dispatcher = Dispatcher(self.bus)
         self.dispatcher.register("*", self._relay)
         self.loop.watch_turns(self._turn_ended)
@@ -167,21 +173,51 @@ class WorkerHost:
             await self.publisher.send({**_ended_note(workflow_id, key, end), "mail": True})
             return end_to_dict(end)
         options = await self._attempt(workflow_id, message.options)
-        if options is None:  # its turn ended before a worker died: nothing left to do
+        if options is None:  # its turn ended before a worker died: only its aftermath left
+            await self._after(message, None, False)
             end = TurnEnd(True, "recovered")
             await self.publisher.send(_ended_note(workflow_id, key, end))
             return end_to_dict(end)
         message = dataclasses.replace(message, id=workflow_id, key=key, options=options)
-        ended: asyncio.Future[TurnEnded] = asyncio.get_running_loop().create_future()
-        self._ends[workflow_id] = ended
         await self.publisher.send({"t": "started", "wid": workflow_id, "key": key})
         log.info("turn %s of %s: started (run %s)", workflow_id, key, options.run_id)
-        self.loop.run_here(message)
-        end = (await ended).end
+        ended, timed_out = await self._run(message)
         await self.bus.outbound.join()  # the turn's last events reach the face before its end
-        _log_end(workflow_id, key, end)
-        await self.publisher.send(_ended_note(workflow_id, key, end))
-        return end_to_dict(end)
+        await self._after(message, ended, timed_out)
+        _log_end(workflow_id, key, ended.end)
+        await self.publisher.send(_ended_note(workflow_id, key, ended.end))
+        return end_to_dict(ended.end)
+
+    async def _run(self, message: InboundMessage) -> tuple[TurnEnded, bool]:
+        """The message's turn in this loop, to its end; a subagent's stopped at its timeout
+        (True then), as in one process."""
+        assert message.id is not None and message.key is not None
+        ended: asyncio.Future[TurnEnded] = asyncio.get_running_loop().create_future()
+        self._ends[message.id] = ended
+        self.loop.run_here(message)
+        if task_run(message) is None:
+            return await ended, False
+        clock = asyncio.create_task(asyncio.sleep(self.subagent_timeout_s))
+        waits: set[asyncio.Future[Any]] = {ended, clock}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not ended.done():  # the wall clock ran out: stop it, keep what it did
+                await self.loop.stop(message.key)
+        finally:
+            clock.cancel()
+        return await ended, clock.done() and not clock.cancelled()
+
+    async def _after(
+        self, message: InboundMessage, ended: TurnEnded | None, timed_out: bool
+    ) -> None:
+        """What a turn's end settles beyond the turn: a subagent's result recorded and
+        announced; an announcement marked delivered."""
+        task = task_run(message)
+        if task is not None:
+            await self.subagents.finish(task[0], task[1], ended, timed_out)
+        announced = announced_run(message)
+        if announced is not None:
+            await self.subagents.announced(announced)
 
     async def _attempt(self, workflow_id: str, given: TurnOptions | None) -> TurnOptions | None:
         """The options of this attempt: the first, the continuation of a dead worker's, or
@@ -345,7 +381,7 @@ async def _serve_queue(
         await host.loop.close()
         await host.loop.flush()  # the nudges of the last turns' ends, on the queue
         if client is not None:
-            await asyncio.to_thread(client.destroy)
+            client.destroy()  # DBOS.destroy shut the loop's default executor down
         await stop_task(dispatching)
         await publisher.close()
         WorkerHost.current = None
