@@ -13,6 +13,7 @@ from proactive_helpers import Routed, call, last_user_text, spawns_then_answers,
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 
 from heron.config import Settings
+from heron.context.repair import is_well_formed
 from heron.messages import ToolResult
 from heron.proactive.goals import NUDGE
 from heron.providers.scripted import ScriptedProvider
@@ -159,6 +160,9 @@ async def test_shutdown_interrupts_a_running_subagent_and_the_next_serve_announc
         assert (run.status, run.partial, run.announced) == ("interrupted", True, None)
         assert "/etc/app.toml" in (run.result or "")
         assert _result_rows(store, "personal") == []
+        for key in ("personal", run.conversation_key):  # nothing half-written: every call
+            branch = store.branch(store.conversation(key).id)  # has its result
+            assert branch and is_well_formed([r.wire for r in branch])
     finally:
         store.close()
 
