@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from proactive_helpers import Routed, call, last_user_text, spawns_then_answers, text, tools
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 
@@ -272,3 +273,27 @@ async def test_a_serve_continues_the_goals_a_closed_chat_left_and_parks_a_spent_
         assert [g.status for g in goals.history(store, "spent")] == ["parked"]
     finally:
         store.close()
+
+
+@pytest.mark.slow  # the waiting question looks for a cancel from another process every 5 s
+async def test_runs_cancel_from_another_process_drops_the_question_and_the_run_finishes():
+    def origin(request, n):
+        if n == 1:
+            return call("ask_user", question="Which city?")
+        assert any("dropped the question" in r for r in _tool_results(request))
+        return text("Planned without a city.")
+
+    model = Routed({"trip": origin})
+    async with running_serve(ScriptedProvider(model), tools()) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "trip")
+        await _send(ws, "book me a trip")
+        await ws_until(ws, "message")  # the question
+        store = _store()
+        try:
+            (run,) = runs.listing(store)
+            changed, said = runs.cancel_by_person(store, run)  # what `heron runs cancel` does
+        finally:
+            store.close()
+        rest = await ws_until(ws, "idle")
+    assert changed and said == f"Cancelled ask {run.id}."
+    assert [e["reply"] for e in _ends(rest)] == ["Planned without a city."]
