@@ -318,6 +318,27 @@ async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
     assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
 
 
+async def test_idle_workers_poll_slower_and_the_next_message_speeds_them_up(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The face's governor sets the queue's polling interval, which the workers read at each
+    poll: slow once the face is idle, fast again before the next message is queued, which
+    the workers then answer."""
+    interval = (
+        f"SELECT polling_interval_sec FROM {_dbos_schema(pg_url)}.queues WHERE name = 'heron_turns'"
+    )
+    raw = pg_url.split("?")[0]
+    async with on_workers(echo, heron_home, pg_url, monkeypatch, governed=True) as (_, _, f):
+        assert f.governor is not None
+        f.governor.idle_after_s = 0.0
+        await f.wait_for(lambda: raw_count(raw, interval) == f.governor.slow_s)
+        f.governor.idle_after_s = 3600.0  # from here on, no slowing down again
+        f.send("p1", "hello")
+        await f.wait_for(lambda: bool(f.texts("answer")))
+        assert raw_count(raw, interval) == f.governor.fast_s
+    assert f.texts("answer") == ["answer to hello"]
+
+
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
