@@ -12,11 +12,14 @@ each the next once the previous one's turn has ended (as people would), through:
 The configurations alternate (`--runs` rounds of all of them, in the same period) and each
 figure is the median, printed with every run's load average. CPU a turn is each process's
 own (utime + stime from /proc): the workers', the face's (this process) and the PostgreSQL
-server's (its backends, exited ones included), apart. `--slow N` adds the run of N
+server's (its backends, exited ones included), apart. `--idle S` measures 2 idle
+workers for S seconds polling every 50 ms and slowed by the face's governor (CPU a second, and
+the wait of the first message after an idle pause). `--slow N` adds the run of N
 conversations with a 2 s model on 2 workers (and on sqlite_1, for reference) against the ideal
 time: turns per conversation x 2 s, every conversation waiting only on its model.
 
-    python bench/scale.py [--conversations 40 --turns 5 --runs 3] [--slow 1000] [--json]
+    python bench/scale.py [--conversations 40 --turns 5 --runs 3] [--slow 1000] [--idle 10]
+                          [--configs sqlite_1,pg_1,...] [--json]
 """
 
 from __future__ import annotations
@@ -269,6 +272,72 @@ async def run_workers(
                     face_cpu_ms_per_turn=f, postgres_cpu_ms_per_turn=p)  # fmt: skip
 
 
+async def run_idle(home: Path, url: str, server: Any, seconds: float) -> dict[str, Any]:
+    """2 idle workers: their CPU and PostgreSQL's a second, and the wait of a message sent
+    after an idle pause (to its turn's end, the model instant), with the queue polled every
+    50 ms and with the face's governor having slowed it (heron/scale/polling.py)."""
+    from dbos import DBOSClient
+    from scale_helpers import Workers, worker_env
+
+    from heron.agent.engine import Engine
+    from heron.bus import MessageBus
+    from heron.config import Settings
+    from heron.providers.scripted import ScriptedProvider
+    from heron.scale.cluster import QUEUE, cluster_of
+    from heron.scale.front import FrontLoop, listener_service
+    from heron.scale.notes import Publisher
+    from heron.scale.polling import PollGovernor
+
+    pg_url = _schema(server)
+    pool = Workers(worker_env(home, pg_url, url))
+    _env(home, url, pg_url)
+    out: dict[str, Any] = {}
+    try:
+        pool.start(2)
+        cluster = cluster_of(pg_url)
+        client = DBOSClient(system_database_url=cluster.dbos_url,
+                            dbos_system_schema=cluster.dbos_schema)  # fmt: skip
+        queue = await client.retrieve_queue_async(QUEUE)
+        governor = PollGovernor(queue, idle_after_s=0.0, check_s=0.1)
+        publisher = Publisher(cluster)
+        async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+            loop = FrontLoop(engine, MessageBus(), queue=client, publisher=publisher)
+            async with running(loop, listener_service(cluster)):
+                await loop.listening.wait()
+                await warm_up(loop, 4, lambda: _executors(pg_url) == 2)
+                pids = [p.pid for p in pool.procs]
+                for mode in ("fast", "slow"):
+                    interval = governor.fast_s if mode == "fast" else governor.slow_s
+                    await queue.set_polling_interval_sec_async(interval)
+                    await asyncio.sleep(2.0)  # every worker has read it (and eased down)
+                    w0, p0 = cpu_of(pids), postgres_cpu(server)
+                    await asyncio.sleep(seconds)
+                    w, p = cpu_of(pids) - w0, postgres_cpu(server) - p0
+                    waits = []
+                    for i in range(5):
+                        await queue.set_polling_interval_sec_async(interval)
+                        await asyncio.sleep(2.0)  # idle: the workers poll at `interval`
+                        t0 = time.perf_counter()
+                        if mode == "slow":  # what the face does before it enqueues
+                            governor.slow = True  # (it had slowed the workers: set above)
+                            await governor.busy()
+                        await drive(loop, 1, 1, prefix=f"{mode}{i}_")
+                        waits.append(time.perf_counter() - t0)
+                    out[mode] = {
+                        "interval_s": interval,
+                        "workers_cpu_ms_per_s": round(1000 * w / seconds, 1),
+                        "postgres_cpu_ms_per_s": round(1000 * p / seconds, 1),
+                        "first_message_ms": round(1000 * statistics.median(waits), 1),
+                        "first_message_ms_runs": [round(1000 * x, 1) for x in waits],
+                    }
+        await publisher.close()
+        client.destroy()
+    finally:
+        pool.stop()
+        os.environ.pop("HERON_DATABASE_URL", None)
+    return out
+
+
 def _executors(pg_url: str) -> int:
     """How many workers have taken a turn so far."""
     import psycopg
@@ -300,7 +369,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     server = pgtest.start()
     c, t = args.conversations, args.turns
-    names = [n for n in CONFIGS if n in args.configs.split(",")]
+    names = [n for n in CONFIGS if n in args.configs.split(",")]  # "" for none
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     configs: dict[str, Callable[[Path, str], Awaitable[dict[str, float]]]] = {
         "sqlite_1": lambda h, url: run_inprocess(h, url, None, c, t),
@@ -320,7 +389,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     print(name, runs[name][-1], flush=True)
         for name in names:
             result[name] = _median(runs[name])
-        result["cpu_ms_per_turn"] = {k: result[k]["cpu_ms_per_turn"] for k in names}
+        if names:
+            result["cpu_ms_per_turn"] = {k: result[k]["cpu_ms_per_turn"] for k in names}
+        if args.idle:
+            with tempfile.TemporaryDirectory() as tmp, model(0.0) as url:
+                home = Path(tmp) / "idle"
+                home.mkdir()
+                result["idle"] = {**await run_idle(home, url, server, args.idle), "load": _load()}
+                print("idle", result["idle"], flush=True)
         if args.slow:
             with tempfile.TemporaryDirectory() as tmp, model(2.0) as url:
                 n, turns = args.slow, args.slow_turns
@@ -350,6 +426,7 @@ if __name__ == "__main__":
     parser.add_argument("--slow", type=int, default=0, help="conversations of the 2 s run")
     parser.add_argument("--slow-turns", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which to run (all)")
+    parser.add_argument("--idle", type=float, default=0, help="seconds of 2 idle workers' CPU")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     figures = asyncio.run(main(args))

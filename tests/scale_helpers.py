@@ -29,8 +29,9 @@ from heron.bus import (
 from heron.config import Settings
 from heron.providers.scripted import ScriptedProvider
 from heron.scale.cluster import cluster_of
-from heron.scale.front import FrontLoop, listener_service
+from heron.scale.front import FrontLoop, governor_service, listener_service, polled_queue
 from heron.scale.notes import Publisher
+from heron.scale.polling import PollGovernor
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import Script
 
@@ -123,6 +124,7 @@ def _wait_ready(p: subprocess.Popen[str]) -> None:
 class Face:
     loop: FrontLoop
     events: list[Outbound]
+    governor: PollGovernor | None = None
 
     def send(self, key: str, text: str, **kw: Any) -> None:
         self.loop.bus.inbound.put_nowait(
@@ -156,9 +158,10 @@ class Face:
 
 
 @contextlib.asynccontextmanager
-async def face(pg_url: str, monkeypatch: Any) -> AsyncIterator[Face]:
+async def face(pg_url: str, monkeypatch: Any, governed: bool = False) -> AsyncIterator[Face]:
     """The FrontLoop of a serve with workers, in this process (the workers must be up: they
-    create DBOS's schema)."""
+    create DBOS's schema). `governed`: with the serve's governor of the workers' polling,
+    checking every 50 ms."""
     from dbos import DBOSClient
 
     monkeypatch.setenv("HERON_DATABASE_URL", pg_url)
@@ -171,7 +174,10 @@ async def face(pg_url: str, monkeypatch: Any) -> AsyncIterator[Face]:
     events: list[Outbound] = []
     async with Engine.open(settings, provider=ScriptedProvider([])) as engine:
         bus = MessageBus()
-        loop = FrontLoop(engine, bus, queue=client, publisher=publisher)
+        governor = await polled_queue(client) if governed else None
+        if governor is not None:
+            governor.check_s = 0.05
+        loop = FrontLoop(engine, bus, queue=client, publisher=publisher, governor=governor)
         dispatcher = Dispatcher(bus)
 
         async def keep(o: Outbound) -> None:
@@ -183,8 +189,10 @@ async def face(pg_url: str, monkeypatch: Any) -> AsyncIterator[Face]:
             asyncio.create_task(dispatcher.run()),
             asyncio.create_task(listener_service(cluster)(loop)),
         ]
+        if governor is not None:
+            tasks.append(asyncio.create_task(governor_service(governor)(loop)))
         try:
-            yield Face(loop, events)
+            yield Face(loop, events, governor)
         finally:
             for t in tasks:
                 t.cancel()
@@ -205,7 +213,7 @@ def model_server(script: Script) -> Iterator[tuple[FakeOpenAIServer, str]]:
 
 @contextlib.asynccontextmanager
 async def on_workers(
-    script: Script, home: Path, pg_url: str, monkeypatch: Any, n: int = 2
+    script: Script, home: Path, pg_url: str, monkeypatch: Any, n: int = 2, governed: bool = False
 ) -> AsyncIterator[tuple[FakeOpenAIServer, Workers, Face]]:
     """A model server answering by `script`, `n` workers on it and a face: what most tests of
     the workers run in. The workers are stopped (SIGTERM, drained) on leaving."""
@@ -213,7 +221,7 @@ async def on_workers(
         workers = Workers(worker_env(home, pg_url, url))
         try:
             workers.start(n)
-            async with face(pg_url, monkeypatch) as f:
+            async with face(pg_url, monkeypatch, governed) as f:
                 yield server, workers, f
         finally:
             workers.stop()

@@ -5,6 +5,7 @@ killed mid-turn whose turn another finishes, a scheduled job firing once."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +320,78 @@ async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
         held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
         assert raw_count(pg_url, held, ("%Subagent result%one two three%", "%run%")) == 1
     assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
+
+
+async def test_idle_workers_poll_slower_and_the_next_message_speeds_them_up(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The face's governor sets the queue's polling interval, which the workers read at each
+    poll: slow once the face is idle, fast again before the next message is queued, which
+    the workers then answer."""
+    interval = (
+        f"SELECT polling_interval_sec FROM {_dbos_schema(pg_url)}.queues WHERE name = 'heron_turns'"
+    )
+    raw = pg_url.split("?")[0]
+    async with on_workers(echo, heron_home, pg_url, monkeypatch, governed=True) as (_, _, f):
+        assert f.governor is not None
+        f.governor.idle_after_s = 0.0
+        await f.wait_for(lambda: raw_count(raw, interval) == f.governor.slow_s)
+        f.governor.idle_after_s = 3600.0  # from here on, no slowing down again
+        f.send("p1", "hello")
+        await f.wait_for(lambda: bool(f.texts("answer")))
+        assert raw_count(raw, interval) == f.governor.fast_s
+    assert f.texts("answer") == ["answer to hello"]
+
+
+def _spawns_slow_work() -> tuple[Script, threading.Event]:
+    """The origin spawns a subagent whose task runs a tool, then answers slowly the first
+    time (a worker to kill mid-turn: the event is set then); the origin answers the
+    announcement."""
+    held = threading.Event()
+
+    def script(body: dict[str, Any]) -> ServerReply:
+        last = _last_user_text(body)
+        tool = [m for m in body["messages"] if m["role"] == "tool"]
+        if last.startswith("[Subagent result"):
+            return ServerReply(text="got it")
+        if last.startswith("work on sub"):
+            if not tool:
+                return ServerReply(tool_calls=[("bash", {"command": "echo ran >> ran.txt"})])
+            first = not held.is_set()
+            held.set()
+            return ServerReply(text="finished sub", delay_s=60.0 if first else 0.0)
+        if tool:
+            return ServerReply(text="spawned")
+        return ServerReply(tool_calls=[("spawn", {"task": "work on sub"})])
+
+    return script, held
+
+
+async def test_a_worker_killed_mid_subagent_turn_is_finished_and_announced_by_another(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker running a subagent's turn is killed after its tool ran: another worker
+    continues the turn from the record (the tool not run again), records the run's result
+    and announces it into the origin once."""
+    pending = (
+        f"SELECT executor_id FROM {_dbos_schema(pg_url)}.workflow_status"
+        " WHERE status = 'PENDING' AND queue_partition_key LIKE 'subagent:%%'"
+    )
+    announced = "SELECT COUNT(*) FROM runs WHERE announced IS NOT NULL"
+    script, held = _spawns_slow_work()
+    async with on_workers(script, heron_home, pg_url, monkeypatch) as (_, workers, f):
+        f.send("o2", "hand it off")
+        await f.wait_for(lambda: f.texts("answer", "o2") == ["spawned"])
+        await f.wait_for(held.is_set)
+        owner = raw_count(pg_url.split("?")[0], pending)
+        workers.kill(int(str(owner).split("-")[-2]))
+        await f.wait_for(lambda: raw_count(pg_url, announced) == 1)
+        await f.wait_for(lambda: f.texts("answer", "o2") == ["spawned", "got it"])
+    ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+    assert ran == ["ran"], "the subagent's finished tool call ran again"
+    assert raw_count(pg_url, "SELECT status || ':' || result FROM runs") == "done:finished sub"
+    held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
+    assert raw_count(pg_url, held, ("%Subagent result%finished sub%", "%run%")) == 1
 
 
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(

@@ -35,6 +35,7 @@ from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Message
 from heron.scale.cluster import (
+    QUEUE,
     Cluster,
     TurnQueue,
     cluster_of,
@@ -42,6 +43,7 @@ from heron.scale.cluster import (
     message_id,
 )
 from heron.scale.notes import Listener, Note, Publisher, start_listener
+from heron.scale.polling import PollGovernor
 from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
 from heron.store import engine_state as es
 
@@ -59,6 +61,11 @@ class FrontLoop(AgentLoop):
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     # Per conversation, its last enqueue still in flight (the next one waits for it).
     _enqueues: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    governor: PollGovernor | None = None  # the workers' polling, slowed while idle
+
+    def quiet(self) -> bool:
+        """Nothing runs or waits here, nor on a worker for this face."""
+        return not (self._active or self._waiting or self._remote)
 
     # ---- what the rest of the serve asks -------------------------------------------------
 
@@ -142,6 +149,8 @@ class FrontLoop(AgentLoop):
         await self.listening.wait()  # the end of its turn must not pass unheard
         envelope = inbound_to_dict(message)
         try:
+            if self.governor is not None:
+                await self.governor.busy()  # the workers polling fast before it is queued
             await self.queue.enqueue_async(enqueue_options(message.id, key), envelope, mail_into)
         except Exception as error:  # the database is out of reach: say so, hold nothing
             log.exception("enqueueing a message of %s failed", key)
@@ -237,6 +246,25 @@ def listener_service(cluster: Cluster) -> Callable[[AgentLoop], Awaitable[None]]
     return listen
 
 
+def governor_service(governor: PollGovernor) -> Service:
+    """The governor's idle watch, as a background service of the serve's Runtime."""
+
+    async def watch(loop: AgentLoop) -> None:
+        assert isinstance(loop, FrontLoop)
+        await governor.run(loop.quiet)
+
+    return watch
+
+
+async def polled_queue(client: Any) -> PollGovernor | None:
+    """A governor of the queue the workers registered (None, said, when none has yet)."""
+    queue = await client.retrieve_queue_async(QUEUE)
+    if queue is None:
+        log.warning("no worker has registered the queue yet: its polling stays as they set it")
+        return None
+    return PollGovernor(queue)
+
+
 @contextlib.asynccontextmanager
 async def front(
     settings: Settings, n: int, model: str | None = None
@@ -253,12 +281,16 @@ async def front(
             DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
         )
         publisher = Publisher(cluster)
+        governor = await polled_queue(client)
+        services = [listener_service(cluster)]
+        if governor is not None:
+            services.append(governor_service(governor))
 
         def make(engine: Engine, bus: MessageBus) -> AgentLoop:
-            return FrontLoop(engine, bus, queue=client, publisher=publisher)
+            return FrontLoop(engine, bus, queue=client, publisher=publisher, governor=governor)
 
         try:
-            yield make, [listener_service(cluster)]
+            yield make, services
         finally:
             await publisher.close()
             await asyncio.to_thread(client.destroy)
