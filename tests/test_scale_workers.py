@@ -308,6 +308,8 @@ async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
         f.send("o1", "hand it off")
         await f.wait_for(lambda: raw_count(pg_url, done) == 1)
         await f.wait_for(lambda: _dbos_count(pg_url, "status = 'SUCCESS'") == 3 - wait)
+        # The last turn's notes reach the face after its workflow's end is in the database.
+        await f.wait_for(lambda: len(f.texts("answer", "o1")) == 2 - wait)
     assert raw_count(pg_url, "SELECT status || ':' || result FROM runs") == "done:one two three"
     assert _dbos_count(pg_url, "queue_partition_key LIKE 'subagent:%%'") == 1
     answers = f.texts("answer", "o1")
