@@ -25,7 +25,8 @@ RETRY_MARKER = "[the stream was cut; the reply starts again]"
 # ("subagent", silent; "announce": its result opening a visible turn of its own); a goal's
 # nudge turn ("goal", visible: it is the person's goal); Heron ("internal").
 Provenance = Literal["user", "reminder", "scheduled", "subagent", "internal", "announce", "goal"]
-OutKind = Literal["answer", "message", "command", "error", "notice"]
+# "question": what `ask_user` asks; the conversation's next message answers it.
+OutKind = Literal["answer", "message", "question", "command", "error", "notice"]
 EventKind = Literal[
     "turn_start",  # a turn began for the message (or for mail queued behind one)
     "saved",  # the message that opened the turn is in the store: `message_id` names its row
@@ -118,6 +119,9 @@ class TurnEvent:
     seconds: float = 0.0  # tool_end: how long it ran; retry: the wait before the next try
     end: TurnEnd | None = None  # turn_end
     message_id: int | None = None  # saved
+    # Who opened the turn: the person, or Heron (a subagent's result, a goal's nudge, a
+    # reminder), whose opening message a client shows as Heron's, not as the person's.
+    provenance: Provenance = "user"
 
 
 Outbound = OutboundMessage | TurnEvent

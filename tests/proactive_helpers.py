@@ -16,7 +16,8 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
-from heron.tools.registry import ToolRegistry
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 _KEY = re.compile(r"Conversation: (\S+)")
 
@@ -40,11 +41,37 @@ def call(name: str, n: int = 1, **args: object) -> Reply:
     return Reply([ToolCall(f"c{n}-{name}", name, dict(args))], "tool_use", Usage(10, 2))
 
 
+@tool
+async def note(ctx: ToolContext, what: str) -> str:
+    """Note something down.
+
+    Args:
+        what: The note.
+    """
+    return f"noted: {what}"
+
+
+def tools() -> ToolRegistry:
+    """A registry with one harmless tool (`spawn`, `ask_user` and `goal` are attached)."""
+    return ToolRegistry([note])
+
+
 def last_user_text(request: ChatRequest) -> str:
     for message in reversed(request.messages):
         if message.role == "user" and message.text:
             return message.text
     return ""
+
+
+def spawns_then_answers(request: ChatRequest, n: int) -> Reply:
+    """An origin conversation's model: spawns a subagent to add 40 and 2, says so, and answers
+    the subagent's result when it comes."""
+    if n == 1:
+        return call("spawn", task="Add 40 and 2.")
+    if n == 2:
+        return text("I asked a subagent.")
+    assert "[Subagent result" in last_user_text(request)
+    return text("The subagent says 42.")
 
 
 @dataclass

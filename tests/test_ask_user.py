@@ -45,7 +45,7 @@ async def test_the_next_message_answers_and_the_run_resumes_where_it_asked():
     assert waiting.status == "waiting" and waiting.deadline == clock.now() + 30 * 60
     assert question.text == "Which city?"
     assert seen == ["The user answered: Lisbon"]
-    assert [o.kind for o in said] == ["message", "answer"]
+    assert [o.kind for o in said] == ["question", "answer"]
     assert "Which city?" in said[0].text and said[1].text == "Done: The user answered: Lisbon"
     assert answered.status == "answered" and answered.result == "Lisbon"
     assert len(turns) == 1  # the answer did not open a turn of its own

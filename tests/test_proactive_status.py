@@ -14,6 +14,7 @@ from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
 from heron.config import Settings
 from heron.context.prompt import PromptInputs, build_system_prompt
+from heron.messages import Reply, Text, Usage
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import attach as attach_subagents
@@ -121,9 +122,15 @@ async def test_status_shows_the_goal_and_subagents_in_the_terminal_and_through_s
     assert "goal:" not in quiet and "subagent" not in quiet
     assert "goal: active, 1 of 20 turns" in terminal
     assert re.search(r"^subagent sa_1: running, \d+s: Summarise the logs$", terminal, re.M)
-    async with running_serve(provider) as serve, ws_client(serve) as ws:
+    # The serve announces sa_2's result when it starts (a turn of its own; sa_1 still runs,
+    # so the goal waits for it and no nudge follows); /status then has sa_1 left.
+    announced = ScriptedProvider([Reply([Text("Noted: 42 files.")], "done", Usage(10, 2))])
+    async with running_serve(announced) as serve, ws_client(serve) as ws:
         await ws_hello(ws, "s")
+        announce = await ws_until(ws, "turn_end")
         await ws.send(json.dumps({"type": "command", "text": "/status"}))
         events = await ws_until(ws, "turn_end")
+    assert announce[-1]["reply"] == "Noted: 42 files."
     (reply,) = [e["text"] for e in events if e["type"] == "message" and e["kind"] == "command"]
-    assert "goal: active, 1 of 20 turns" in reply and "subagent sa_2: done" in reply
+    assert "goal: active, 1 of 20 turns" in reply
+    assert re.search(r"^subagent sa_1: running, ", reply, re.M) and "sa_2" not in reply

@@ -12,7 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from proactive_helpers import FakeSleep, Routed, call, last_user_text, running_loop, text
+from proactive_helpers import (
+    FakeSleep,
+    Routed,
+    call,
+    last_user_text,
+    note,
+    running_loop,
+    spawns_then_answers,
+    text,
+    tools,
+)
 
 from heron.bus import InboundMessage
 from heron.messages import Message, Text
@@ -23,20 +33,6 @@ from heron.tools.registry import ToolRegistry, tool
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
-
-
-@tool
-async def note(ctx: ToolContext, what: str) -> str:
-    """Note something down.
-
-    Args:
-        what: The note.
-    """
-    return f"noted: {what}"
-
-
-def tools() -> ToolRegistry:
-    return ToolRegistry([note])
 
 
 async def settle(loop, manager: sa.Subagents) -> None:
@@ -56,15 +52,7 @@ def result_rows(engine, key: str) -> list:
 
 
 async def test_result_opens_an_announce_turn_when_the_origin_is_idle():
-    def origin(request, n):
-        if n == 1:
-            return call("spawn", task="Add 40 and 2.")
-        if n == 2:
-            return text("I asked a subagent.")
-        assert "[Subagent result" in last_user_text(request)
-        return text("The subagent says 42.")
-
-    model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
+    model = Routed({"test:": spawns_then_answers, "subagent:": lambda r, n: text("42")})
     async with running_loop(model, tools()) as (engine, loop, said):
         manager = sa.attach(loop)
         await manager.start()

@@ -246,3 +246,15 @@ def test_a_streamed_reply_is_laid_out_as_the_whole_reply_would_be():
             view.event(TurnEvent("terminal", "c", "k", "delta", text=reply[i : i + size]))
         view.event(TurnEvent("terminal", "c", "k", "turn_end", end=end))
         assert out.getvalue() == whole.getvalue(), size
+
+
+def test_a_turn_heron_opens_is_labelled_heron_not_as_typed_on_a_channel():
+    from heron.bus import TurnEvent
+
+    out = io.StringIO()
+    view = terminal.TerminalView(Console(file=out, width=200), terminal.ChatState("k", "default"))
+    view.chat_id = "mine"
+    result = "[Subagent result, not written by the user] Subagent sa_1 finished."
+    view.event(TurnEvent("web", "web-1", "k", "turn_start", result, provenance="announce"))
+    view.event(TurnEvent("web", "web-1", "k", "turn_start", "typed there"))
+    assert out.getvalue().splitlines() == [f"heron › {result}", "web › typed there"]

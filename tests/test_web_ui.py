@@ -683,3 +683,33 @@ def test_a_long_conversation_opens_at_its_newest_message(browser, site):
     expect(newest).to_be_in_viewport()
     expect(pg.locator(".msg.user").filter(has_text="Question 0")).not_to_be_in_viewport()
     pg.close()
+
+
+def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(page, model):
+    _send(page, "book me a trip")
+    model.feed(("call", ToolCall("c1", "ask_user", {"question": "Which city?"})), ("end", None))
+    question = page.get_by_role("note", name="the agent asks you")
+    expect(question).to_contain_text("Which city?")
+    expect(page.get_by_role("status").filter(has_text="waits for your answer")).to_be_visible()
+    _send(page, "Berlin")
+    expect(page.get_by_role("article", name="your answer")).to_contain_text("Berlin")
+    model.reply("Booked Berlin.")
+    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
+    results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
+    assert results == ["The user answered: Berlin"]  # the run resumed from its call
+    page.reload()
+    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
+    expect(page.locator(".msg.user")).to_have_count(1)  # the answer opened no turn of its own
+
+
+def test_a_turn_heron_opens_shows_its_message_as_heron_s_not_as_the_persons(page, model):
+    _send(page, "/goal Write three lines")
+    # The nudge turn, live (the model has not answered yet): Heron's note, not "your message".
+    expect(page.locator(".live")).to_have_count(1)
+    expect(page.locator(".note", has_text="goal continues")).to_be_visible()
+    expect(page.locator(".msg.user", has_text="goal continues")).to_have_count(0)
+    model.feed(("call", ToolCall("c1", "goal", {"action": "done", "evidence": "3 lines"})))
+    model.feed(("end", None))
+    model.reply("The goal is met.")
+    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("The goal is met.")
+    expect(page.locator(".note", has_text="goal continues")).to_have_count(1)  # stored, once

@@ -174,6 +174,7 @@ class TurnControl:
     key: str
     provenance: str = "user"
     deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
+    ask: Callable[[str], Awaitable[None]] | None = None  # `ask_user`'s: sent as a question
     spoke: list[str] = field(default_factory=list)  # what the `message` tool delivered
     token: EpochToken = field(default_factory=EpochToken)
     mailbox: Mailbox = field(default_factory=Mailbox)

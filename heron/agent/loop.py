@@ -35,6 +35,7 @@ from heron.bus import (
     InboundMessage,
     MessageBus,
     OutboundMessage,
+    OutKind,
     TurnEnd,
     TurnEvent,
     TurnOptions,
@@ -120,6 +121,10 @@ class AgentLoop:
     # The options of a turn started for a message (a conversation's sustained goal takes the
     # model deadline off, heron/proactive/goals.py); None: the message's own.
     options_for: Callable[[str, InboundMessage], TurnOptions | None] | None = None
+    # Whether a visible turn Heron starts itself (a subagent's result, a goal's nudge) streams
+    # its TurnEvents like a person's: `heron serve` shows every turn of a conversation to all
+    # its clients as it runs; a chat of one channel reads such a turn's answer only.
+    heron_turn_events: bool = False
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -217,11 +222,14 @@ class AgentLoop:
 
     def _start(self, key: str, message: InboundMessage) -> asyncio.Task[TurnResult | None]:
         control = TurnControl(key, message.provenance)
+        if self.heron_turn_events and control.visible and not message.events:
+            message = dataclasses.replace(message, events=True)
         control.options = message.options
         control.files = message.files
         if self.options_for is not None:
             control.options = self.options_for(key, message)
         control.deliver = lambda text: self._speak(control, message, key, text)
+        control.ask = lambda text: self._speak(control, message, key, text, "question")
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
         else:
@@ -379,7 +387,17 @@ class AgentLoop:
         if message.events:
             chat = message.chat_id
             event = TurnEvent(
-                message.channel, chat, key, kind, text, call, result, s, end, message_id
+                message.channel,
+                chat,
+                key,
+                kind,
+                text,
+                call,
+                result,
+                s,
+                end,
+                message_id,
+                message.provenance,
             )
             self.bus.emit(event)
 
@@ -413,12 +431,17 @@ class AgentLoop:
                 log.exception("an end-of-turn hook failed for %s", key)
 
     async def _speak(
-        self, control: TurnControl, message: InboundMessage, key: str, text: str
+        self,
+        control: TurnControl,
+        message: InboundMessage,
+        key: str,
+        text: str,
+        kind: OutKind = "message",
     ) -> None:
         if not control.stale:
             # Background work speaks where its user is (a monitor's job conversation), not in
             # its own silent conversation.
-            await self._send(message, message.meta.get("deliver_to", key), text, "message")
+            await self._send(message, message.meta.get("deliver_to", key), text, kind)
 
     async def _send(self, message: InboundMessage, key: str, text: str, kind: str) -> None:
         await self.bus.send(

@@ -18,10 +18,8 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Deliver, Dispatcher, InboundMessage, MessageBus
 from heron.messages import File
-from heron.proactive.ask import attach as attach_ask
-from heron.proactive.goals import attach as attach_goals
+from heron.proactive import wiring
 from heron.proactive.subagents import Subagents
-from heron.proactive.subagents import attach as attach_subagents
 from heron.tools.context import Approver
 
 
@@ -54,13 +52,7 @@ class InProcessAgent:
 
     async def settle(self) -> None:
         """Until no turn runs or waits and everything they sent has been delivered."""
-        while True:
-            await self.loop.bus.inbound.join()
-            await self.loop.wait_idle()
-            if self.subagents is None or not self.subagents.busy:
-                break
-            await self.subagents.settle()  # its result's announce turn, then idle again
-        await self.loop.bus.outbound.join()
+        await wiring.settle(self.loop, self.subagents)
 
 
 @asynccontextmanager
@@ -82,11 +74,9 @@ async def connect(
         loop.approvers[channel] = approve
     dispatcher = Dispatcher(bus)
     dispatcher.register(channel, deliver)
-    # Subagents (the `spawn` tool) run through this loop; a result left unannounced by an
-    # earlier process is announced now (heron/proactive/subagents.py).
-    subagents = attach_subagents(loop, channel=(channel, chat_id))
-    attach_ask(loop)  # ask_user: the next message typed here answers a waiting question
-    attach_goals(loop)  # /goal and the goal tool: nudge turns until done, parked at budget
+    # Subagents, ask_user and goals run through this loop; a subagent's result left
+    # unannounced by an earlier process is announced now (heron/proactive/wiring.py).
+    proactive = wiring.attach(loop, channel=(channel, chat_id))
     tasks = [
         asyncio.create_task(loop.run(idle=idle)),
         asyncio.create_task(dispatcher.run()),
@@ -97,10 +87,10 @@ async def connect(
 
         tasks.append(asyncio.create_task(run_review_only(loop, engine)))
     try:
-        await subagents.start(announce=idle)  # a one-message `heron run` leaves them to a chat
-        yield InProcessAgent(loop, channel, chat_id, subagents)
+        await proactive.start(announce=idle)  # a one-message `heron run` leaves them to a chat
+        yield InProcessAgent(loop, channel, chat_id, proactive.subagents)
     finally:
-        await subagents.close()
+        await proactive.close()
         await loop.close()
         await bus.outbound.join()  # the stopped turns' last events reach the channel
         for task in tasks:

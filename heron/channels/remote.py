@@ -22,7 +22,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast, get_args
 
-from heron.bus import Deliver, Outbound, OutboundMessage, OutKind, TurnEnd, TurnEvent
+from heron.bus import (
+    Deliver,
+    Outbound,
+    OutboundMessage,
+    OutKind,
+    Provenance,
+    TurnEnd,
+    TurnEvent,
+)
 from heron.messages import File, ToolCall, ToolResult, Usage
 
 SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
@@ -286,7 +294,10 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         return _replace(base, kind=kind, text=event.get("text", ""))
     if kind == "turn_start":
         origin = str(event.get("channel") or channel)  # where the message was typed
-        return _replace(base, kind="turn_start", text=event.get("text", ""), channel=origin)
+        said = event.get("provenance")
+        by = cast(Provenance, said) if said in get_args(Provenance) else "user"
+        text = event.get("text", "")
+        return _replace(base, kind="turn_start", text=text, channel=origin, provenance=by)
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)

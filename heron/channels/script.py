@@ -71,7 +71,7 @@ class _Printer:
     def message(self, m: OutboundMessage) -> None:
         if m.kind == "notice":
             self.note(m.text)
-        elif m.kind == "message":  # the agent spoke with the `message` tool
+        elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
             self.line_break()
             self.write(m.text + "\n")
         elif m.kind != "error" and not self.wrote:  # an answer that did not stream

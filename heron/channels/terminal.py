@@ -197,7 +197,9 @@ class TerminalView:
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
             self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
-            if ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
+            if ev.text and ev.provenance != "user":  # Heron's: a result, a nudge, a reminder
+                self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
+            elif ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
@@ -214,7 +216,7 @@ class TerminalView:
             self.console.print(RichText(m.text, style="red"), highlight=False)
         elif m.kind == "command":
             self.console.print(m.text, markup=False, highlight=False)
-        elif m.kind == "message" or not self.streamed:
+        elif m.kind in ("message", "question") or not self.streamed:
             self.markdown(m.text)
         self.spaced = False
 

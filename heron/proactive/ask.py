@@ -80,7 +80,7 @@ async def ask_user(
     """
     turn, store, key = ctx.services.turn, ctx.services.store, ctx.services.conversation_key
     asks = ctx.services.asks or Asks()
-    deliver = turn.deliver if turn is not None else None
+    deliver = turn.ask if turn is not None else None
     if turn is None or store is None or key is None or deliver is None:
         return ToolOutput("No one can answer in this run; decide yourself and say so.", True)
     if turn.provenance not in PERSONAL:
@@ -101,6 +101,11 @@ async def ask_user(
     try:
         await deliver(f"{question}\n(Waiting for your answer: reply here. Run {run.id}.)")
         status, answer = await asks.wait(store, pending, minutes * 60)
+    except asyncio.CancelledError:
+        # /stop, /new or shutdown ended the turn: nobody waits for the answer any more (a
+        # long-lived serve would else list the question as waiting until its deadline).
+        await store.call(runs.finish, store, run.id, "interrupted", None)
+        raise
     finally:
         turn.question = None
     await store.call(runs.finish, store, run.id, status, answer or None, answered_by=pending.ref)

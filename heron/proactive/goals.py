@@ -119,10 +119,26 @@ class Goals:
             goal = goals.count_turn(self.store, goal.id, result.run.usage.total)
         if result is None or result.run.error is not None or result.outcome.value == "stale":
             return  # stopped or failed: the person decides what next, no loop on failures
+        self._continue(key, goal)
+
+    async def resume(self) -> list[str]:
+        """At the start of `heron serve`: every active goal whose conversation is free goes on
+        with a nudge, as after its last turn (the process that ran it, a chat, has ended).
+        Returns the conversations continued or parked."""
+        went_on = []
+        for key in await self.store.call(goals.active_keys, self.store):
+            goal = await self.store.call(goals.open_goal, self.store, key)
+            if goal is not None and goal.status == "active" and self._continue(key, goal):
+                went_on.append(key)
+        return went_on
+
+    def _continue(self, key: str, goal: goals.Goal) -> bool:
+        """A nudge turn for the goal, or parked when its budget is used up; False when it waits
+        (the person's message goes first, or a subagent's result will pick the work up)."""
         if self.loop.running(key) or self.loop.pending(key):
-            return  # the person's message goes first; its turn's end continues the goal
+            return False  # the person's message goes first; its turn's end continues the goal
         if any(r.kind == "subagent" and r.status == "running" for r in self._owed(key)):
-            return  # the subagent's result opens a turn that picks the work up
+            return False  # the subagent's result opens a turn that picks the work up
         channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
         if goal.exhausted:
             goals.set_status(self.store, goal.id, "parked")
@@ -131,10 +147,11 @@ class Goals:
                 "/goal budget TURNS [TOKENS] continues it; /goal stop ends it."
             )
             self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice"))
-            return
+            return True
         options = TurnOptions(no_deadline=True, message_meta={"synthetic": True, "goal": goal.id})
         nudge = InboundMessage(channel, chat, NUDGE, key, provenance="goal", options=options)
         self.loop.start_turn(nudge)
+        return True
 
     def _owed(self, key: str) -> list[runs.Run]:
         return runs.open_for(self.store, key)

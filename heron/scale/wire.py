@@ -76,6 +76,7 @@ def outbound_to_json(o: Outbound) -> str:
             "seconds": o.seconds,
             "end": None if o.end is None else end_to_dict(o.end),
             "message_id": o.message_id,
+            "provenance": o.provenance,
         }
     )
 

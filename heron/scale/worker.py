@@ -134,6 +134,9 @@ class WorkerHost:
         self.loop = WorkerLoop(
             engine, self.bus, queue=queue, lookup=lookup, dbos_schema=cluster.dbos_schema
         )
+        # A goal's nudge streams to the face's clients like a person's turn, as in a serve
+        # without workers.
+        self.loop.heron_turn_events = True
         # ask_user waits in the worker's turn; the face hands the person's next message to it
         # as mail (`on_note`), which answers the question (AgentLoop.post_mail).
         attach_ask(self.loop)

@@ -225,6 +225,7 @@ class Hub:
             journal.busy, journal.turn_id = True, f"t{next(self._turns)}"
             start = {"type": "turn_start", "turn_id": journal.turn_id, "message_id": None}
             start.update(text=ev.text, channel=ev.channel, chat_id=ev.chat_id)
+            start["provenance"] = ev.provenance  # "user": the person's message opened it
             journal.held = [start, {"type": "status", "state": "working"}]
             return held
         if ev.kind == "saved":

@@ -87,7 +87,8 @@ async def serve(
 
                 make_loop, more = await stack.enter_async_context(front(settings, workers, model))
                 chosen += more
-            runtime = Runtime(engine, chosen, make_loop=make_loop)
+            # Subagents, ask_user and goals in this process's loop; not with workers yet.
+            runtime = Runtime(engine, chosen, make_loop=make_loop, proactive=workers == 0)
             auth = Auth.for_host(host, force=force_auth)
             await runtime.start()
             control = await start_control(runtime, home / SOCKET_NAME)

@@ -8,6 +8,13 @@ TurnEvents, and everything the loop sends out goes, whatever channel it names, t
 Background services (idle compaction runs inside the AgentLoop; the scheduler's
 `run_proactive(loop, ...)` and others are added to `services`) are async callables given the
 AgentLoop, started after it and cancelled, then awaited, on shutdown.
+
+The loop has the proactive work a turn starts attached, as in one process (subagents,
+`ask_user`, goals: heron/proactive/wiring.py): subagents start with the loop (results owed by
+an earlier process announced, runs it left open interrupted) and are closed before it, so a
+subagent cut off by shutdown is recorded interrupted and announced at the next start. Turns
+Heron starts itself (a result's announce turn, a goal's nudge) stream to the hub like a
+person's. With workers (heron/scale/) none of this is attached yet (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from heron.bus import Dispatcher, InboundMessage, MessageBus
 from heron.config import ConfigWatch
 from heron.errors import ConfigError
 from heron.messages import File
+from heron.proactive import wiring
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -35,6 +43,11 @@ class Connected(Protocol):
 
 
 Service = Callable[[AgentLoop], Awaitable[None]]
+# The channel and chat of a turn Heron opens for a conversation no client of this serve has
+# written in yet (a subagent's result owed by an earlier process): the chat ids that process
+# gave its clients mean nothing here, where clients are numbered afresh, and a client given
+# the same id would take the turn for its own. The hub shows it whatever channel it names.
+HERON = ("heron", "heron")
 log = logging.getLogger(__name__)
 
 
@@ -48,11 +61,17 @@ class Runtime:
         *,
         idle: bool = True,
         make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop,
+        proactive: bool = True,
     ) -> None:
         self.engine = engine
         self.bus = MessageBus()
         # The loop turns run in; with workers (heron/scale/front.py), one that enqueues them.
         self.loop = make_loop(engine, self.bus)
+        # The hub shows every turn of a conversation as it runs, Heron's own included.
+        self.loop.heron_turn_events = True
+        # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); not on
+        # workers, whose turns run in other processes (docs/scale.md, "Not yet").
+        self.proactive = wiring.attach(self.loop, channel=HERON) if proactive else None
         self.dispatcher = Dispatcher(self.bus)
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)
@@ -82,6 +101,9 @@ class Runtime:
             asyncio.create_task(self.loop.run(idle=self.idle)),
             asyncio.create_task(self.dispatcher.run()),
         ]
+        if self.proactive is not None:  # results owed by an earlier process announced now,
+            await self.proactive.start()
+            await self.proactive.goals.resume()  # and goals a closed chat left open go on
         self._service_tasks = [asyncio.create_task(_guard(s, self.loop)) for s in self.services]
 
     def submit(
@@ -104,10 +126,9 @@ class Runtime:
         return await self._config.problem()
 
     async def settle(self) -> None:
-        """Until nothing runs or waits and every event reached the hub (tests, the bench)."""
-        await self.bus.inbound.join()
-        await self.loop.wait_idle()
-        await self.bus.outbound.join()
+        """Until nothing runs or waits (subagents included) and every event reached the hub
+        (tests, the bench)."""
+        await wiring.settle(self.loop, self.proactive.subagents if self.proactive else None)
 
     async def close(self) -> None:
         """Shutdown: services cancelled, running turns stopped as by /stop (what they
@@ -119,6 +140,8 @@ class Runtime:
         self.hub.stopping = True
         await _cancel(self._service_tasks)
         if self._tasks:
+            if self.proactive is not None:  # subagents recorded interrupted, then the turns
+                await self.proactive.close()
             await self.loop.close()
             await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
         await asyncio.gather(*(s.end() for s in list(self.sessions)))

@@ -66,6 +66,12 @@ def open_goal(store: Store, key: str) -> Goal | None:
     return _goal(rows[0]) if rows else None
 
 
+def active_keys(store: Store) -> list[str]:
+    """The conversations with an active goal (not parked), oldest goal first."""
+    rows = store.query("SELECT conversation_key FROM goals WHERE status = 'active' ORDER BY id")
+    return [str(r["conversation_key"]) for r in rows]
+
+
 def set_goal(
     store: Store,
     key: str,

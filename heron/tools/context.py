@@ -69,6 +69,7 @@ class RunningTurn(Protocol):
 
     provenance: str  # who started the turn: "user", "reminder", "scheduled", "subagent", ...
     deliver: Callable[[str], Awaitable[None]] | None  # the `message` tool's outlet
+    ask: Callable[[str], Awaitable[None]] | None  # `ask_user`'s outlet (kind "question")
     spoke: list[str]  # what the `message` tool delivered
     question: Question | None  # the question the run waits on
 

@@ -95,9 +95,12 @@ function LiveText({ seg }) {
 function newLive(ev) {
   // messageId: the stored row of the message that opened the turn (turn_start's message_id),
   // the same data-id its item has once the transcript is read again.
+  // heron: the turn was opened by Heron (a subagent's result, a goal's nudge, a reminder), whose
+  // message shows as a note, as the transcript shows it. asking: a question (ask_user) waits.
   return { turnId: ev.turn_id, messageId: ev.message_id ?? null,
     text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
-    started: Date.now(), done: false, mail: [] };
+    heron: !!ev.provenance && ev.provenance !== "user",
+    started: Date.now(), done: false, mail: [], asking: false };
 }
 
 function applyToLive(live, ev) {
@@ -194,6 +197,11 @@ function Segments({ segments, live }) {
     : s.kind === "reasoning" ? html`<details key=${i} class="reasoning">
         <summary>Reasoning</summary><div class="reasoning-text">${s.text}</div></details>`
     : s.kind === "note" ? html`<div key=${i} class="note" role="note">${s.text}</div>`
+    : s.kind === "question" ? html`<div key=${i} class="question" role="note"
+        aria-label="the agent asks you"><div class="question-tag">The agent asks you</div>
+        <div class="question-text">${s.text}</div></div>`
+    : s.kind === "answer" ? html`<article key=${i} class="msg user answer" aria-label="your answer">
+        <div class="mail-tag">your answer</div><div class="user-text">${s.text}</div></article>`
     : html`<${ToolPill} key=${i} seg=${s} />`);
 }
 
@@ -256,9 +264,11 @@ function Live({ live, list }) {
     return () => { liveDraws.delete(draw); };
   }, []);
   useLayoutEffect(() => keepAtEnd(list.current));
-  return html`${live.text !== null && html`<article class="msg user live-user"
+  return html`${live.text !== null && (live.heron
+      ? html`<div class="note" data-id=${live.messageId ?? undefined}>${live.text}</div>`
+      : html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
-      <div class="user-text">${live.text}</div></article>`}
+      <div class="user-text">${live.text}</div></article>`)}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
       <div class="user-text">${m.text}</div></article>`)}
@@ -272,7 +282,8 @@ function Banner({ live, onStop }) {
   const secs = Math.max(0, Math.round((now - live.started) / 1000));
   return html`<div class="banner" role="status" aria-live="polite">
     <span class="spinner" aria-hidden="true"></span>
-    <span class="banner-text">Agent is working · ${secs} s${live.retry
+    <span class="banner-text">${live.asking ? "The agent waits for your answer"
+      : `Agent is working · ${secs} s`}${live.retry
       ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
       : ""}</span>
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
@@ -646,11 +657,14 @@ function App() {
         } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
           const m = lv.mail.find((x) => !x.state);
           if (m) m.state = ev.state;
+          if (ev.state === "mail") lv.asking = false; // answered here or from another client
           showLive(lv);
         }
         break;
       case "message":
-        if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
+        if (ev.kind === "question" && lv && !lv.done) { // ask_user: the next message answers it
+          lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
+        } else if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
         break;
       case "turn_end":
         if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
@@ -696,7 +710,9 @@ function App() {
 
   const send = (text, files) => {
     const lv = liveRef.current;
-    if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
+    if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
+      lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
+    } else if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
     connRef.current.send(m);
