@@ -14,7 +14,8 @@ The loop has the proactive work a turn starts attached, as in one process (subag
 an earlier process announced, runs it left open interrupted) and are closed before it, so a
 subagent cut off by shutdown is recorded interrupted and announced at the next start. Turns
 Heron starts itself (a result's announce turn, a goal's nudge) stream to the hub like a
-person's. With workers (heron/scale/) none of this is attached yet (docs/scale.md).
+person's. With workers (heron/scale/) none of this is attached to the face: the workers,
+where the turns run, attach their own (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class Runtime:
         self.loop = make_loop(engine, self.bus)
         # The hub shows every turn of a conversation as it runs, Heron's own included.
         self.loop.heron_turn_events = True
-        # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); not on
-        # workers, whose turns run in other processes (docs/scale.md, "Not yet").
+        # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); with
+        # workers, not here: the turns run there, and the workers attach their own.
         self.proactive = wiring.attach(self.loop, channel=HERON) if proactive else None
         self.dispatcher = Dispatcher(self.bus)
         choice = engine.choice
