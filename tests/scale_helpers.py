@@ -29,7 +29,13 @@ from heron.bus import (
 from heron.config import Settings
 from heron.providers.scripted import ScriptedProvider
 from heron.scale.cluster import cluster_of
-from heron.scale.front import FrontLoop, governor_service, listener_service, polled_queue
+from heron.scale.front import (
+    FrontLoop,
+    goals_service,
+    governor_service,
+    listener_service,
+    polled_queue,
+)
 from heron.scale.notes import Publisher
 from heron.scale.polling import PollGovernor
 from heron.testing.fake_openai import FakeOpenAIServer
@@ -158,10 +164,12 @@ class Face:
 
 
 @contextlib.asynccontextmanager
-async def face(pg_url: str, monkeypatch: Any, governed: bool = False) -> AsyncIterator[Face]:
+async def face(
+    pg_url: str, monkeypatch: Any, governed: bool = False, resume_goals: bool = False
+) -> AsyncIterator[Face]:
     """The FrontLoop of a serve with workers, in this process (the workers must be up: they
     create DBOS's schema). `governed`: with the serve's governor of the workers' polling,
-    checking every 50 ms."""
+    checking every 50 ms; `resume_goals`: with the serve's start-up continuation of goals."""
     from dbos import DBOSClient
 
     monkeypatch.setenv("HERON_DATABASE_URL", pg_url)
@@ -191,6 +199,8 @@ async def face(pg_url: str, monkeypatch: Any, governed: bool = False) -> AsyncIt
         ]
         if governor is not None:
             tasks.append(asyncio.create_task(governor_service(governor)(loop)))
+        if resume_goals:
+            tasks.append(asyncio.create_task(goals_service(cluster)(loop)))
         try:
             yield Face(loop, events, governor)
         finally:

@@ -324,6 +324,31 @@ async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
     assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
 
 
+async def test_starting_faces_continue_a_goal_left_open_once(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A goal left active with no turn working on it (its chat closed) goes on when a serve
+    with workers starts: a worker runs its nudge until the agent marks the goal done, and a
+    second face starting meanwhile finds the conversation busy (or the goal done) and
+    enqueues nothing more. (Faces that check in the same instant enqueue the nudge under one
+    workflow id, which DBOS runs once; that race is not forced here.)"""
+    from heron.store import Store, goals
+
+    goals.set_goal(Store(pg_url), "left", "Count the files")
+    done = "SELECT COUNT(*) FROM goals WHERE status = 'done'"
+    script = _works_on_the_goal
+    async with (
+        on_workers(script, heron_home, pg_url, monkeypatch) as (server, _, _f),
+        face(pg_url, monkeypatch, resume_goals=True) as f1,
+        face(pg_url, monkeypatch, resume_goals=True),
+    ):
+        await f1.wait_for(lambda: raw_count(pg_url, done) == 1)
+        await f1.wait_for(lambda: _dbos_count(pg_url, "status = 'SUCCESS'") == 1)
+    assert len(server.requests) == 2  # one nudge: the goal tool, then its answer
+    assert _last_user_text(server.requests[0]).startswith("[Heron: your goal continues]")
+    assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
+
+
 async def test_idle_workers_poll_slower_and_the_next_message_speeds_them_up(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

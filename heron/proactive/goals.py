@@ -119,7 +119,7 @@ class Goals:
             goal = goals.count_turn(self.store, goal.id, result.run.usage.total)
         if result is None or result.run.error is not None or result.outcome.value == "stale":
             return  # stopped or failed: the person decides what next, no loop on failures
-        self._continue(key, goal)
+        self.continue_goal(key, goal)
 
     async def resume(self) -> list[str]:
         """At the start of `heron serve`: every active goal whose conversation is free goes on
@@ -128,13 +128,14 @@ class Goals:
         went_on = []
         for key in await self.store.call(goals.active_keys, self.store):
             goal = await self.store.call(goals.open_goal, self.store, key)
-            if goal is not None and goal.status == "active" and self._continue(key, goal):
+            if goal is not None and goal.status == "active" and self.continue_goal(key, goal):
                 went_on.append(key)
         return went_on
 
-    def _continue(self, key: str, goal: goals.Goal) -> bool:
-        """A nudge turn for the goal, or parked when its budget is used up; False when it waits
-        (the person's message goes first, or a subagent's result will pick the work up)."""
+    def continue_goal(self, key: str, goal: goals.Goal, nudge_id: str | None = None) -> bool:
+        """A nudge turn for the goal (`nudge_id` its message's id), or parked when its budget
+        is used up; False when it waits (the person's message goes first, or a subagent's
+        result will pick the work up)."""
         if self.loop.running(key) or self.loop.pending(key):
             return False  # the person's message goes first; its turn's end continues the goal
         if any(r.kind == "subagent" and r.status == "running" for r in self._owed(key)):
@@ -149,7 +150,9 @@ class Goals:
             self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice"))
             return True
         options = TurnOptions(no_deadline=True, message_meta={"synthetic": True, "goal": goal.id})
-        nudge = InboundMessage(channel, chat, NUDGE, key, provenance="goal", options=options)
+        nudge = InboundMessage(
+            channel, chat, NUDGE, key, provenance="goal", options=options, id=nudge_id
+        )
         self.loop.start_turn(nudge)
         return True
 

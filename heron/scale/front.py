@@ -28,12 +28,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+
 from heron.agent import commands
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded, mailable
 from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Message
+from heron.proactive.goals import Goals
+from heron.scale import records
 from heron.scale.cluster import (
     QUEUE,
     Cluster,
@@ -46,6 +50,7 @@ from heron.scale.notes import Listener, Note, Publisher, start_listener
 from heron.scale.polling import PollGovernor
 from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
 from heron.store import engine_state as es
+from heron.store import goals
 
 log = logging.getLogger(__name__)
 Service = Callable[[AgentLoop], Awaitable[None]]
@@ -246,6 +251,33 @@ def listener_service(cluster: Cluster) -> Callable[[AgentLoop], Awaitable[None]]
     return listen
 
 
+def goals_service(cluster: Cluster) -> Service:
+    """At the face's start, the active goals no turn works on go on, as in a serve without
+    workers: a nudge enqueued for each whose conversation has nothing running or queued,
+    under an id made of the goal's and its turns used, so that faces starting at once
+    enqueue it once (DBOS returns the first for a workflow id it holds)."""
+
+    async def resume(loop: AgentLoop) -> None:
+        assert isinstance(loop, FrontLoop)
+        await loop.listening.wait()
+        store, manager = loop.engine.store, Goals(loop)
+        for key in await store.call(goals.active_keys, store):
+            goal = await store.call(goals.open_goal, store, key)
+            if goal is None or goal.status != "active":
+                continue
+            if await asyncio.to_thread(_partition_busy, cluster, key):
+                continue  # the turn there, or the message waiting, continues it
+            manager.continue_goal(key, goal, nudge_id=f"goal-{goal.id}-{goal.turns_used}")
+
+    return resume
+
+
+def _partition_busy(cluster: Cluster, key: str) -> bool:
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        running = records.running_workflow(conn, cluster.dbos_schema, QUEUE, key)
+        return running is not None or records.queued_in(conn, cluster.dbos_schema, QUEUE, key) > 0
+
+
 def governor_service(governor: PollGovernor) -> Service:
     """The governor's idle watch, as a background service of the serve's Runtime."""
 
@@ -282,7 +314,7 @@ async def front(
         )
         publisher = Publisher(cluster)
         governor = await polled_queue(client)
-        services = [listener_service(cluster)]
+        services = [listener_service(cluster), goals_service(cluster)]
         if governor is not None:
             services.append(governor_service(governor))
 
