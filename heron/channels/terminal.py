@@ -201,6 +201,9 @@ class TerminalView:
                 self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
             elif ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+        elif ev.kind == "approval_end" and ev.approval is not None:
+            if ev.approval.by != self.chat_id:  # not answered here: say how it ended
+                self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
             self.working_since, self.waiting = None, False
@@ -373,7 +376,8 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     view = TerminalView(console, state)
     history = FileHistory(str(settings.paths.home / "chat_history"))
     session: PromptSession[str] = PromptSession(history=history)
-    async with connect_remote(path, CHANNEL, view.deliver, state.key, state.agent) as conn:
+    remote = connect_remote(path, CHANNEL, view.deliver, state.key, state.agent, view.approve)
+    async with remote as conn:
         view.chat_id = conn.chat_id or ""
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone

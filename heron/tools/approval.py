@@ -32,6 +32,10 @@ NEVER = (
     "Use the file tools, or tell the person what to run."
 )
 DECLINED = "the person declined to run this. Ask them what to do instead."
+UNANSWERED = (
+    "nobody answered the request to run this within {minutes} minutes, so it did not run. "
+    "Tell the person what you wanted to run; they can approve it when you ask again."
+)
 
 
 def policy_for(configured: ApprovalMode | None, sandbox: Sandbox) -> ApprovalMode:
