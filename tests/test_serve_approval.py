@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_until
 
 from heron.bus import Outbound
 from heron.channels.remote import connect_remote
+from heron.channels.script import run_message
+from heron.channels.terminal import ChatState, TerminalView
+from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
@@ -175,3 +180,78 @@ async def test_the_remote_client_asks_its_approver_and_sends_the_answer():
     assert [(a.allowed, a.by) for a in ends if a is not None] == [(True, conn.chat_id)]
     results = [i.result for i in seen if getattr(i, "kind", "") == "tool_end"]
     assert [r is not None and OUTPUT in r.content for r in results] == [True]
+
+
+async def test_new_while_an_approval_waits_declines_it():
+    async with _serve() as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "fresh")
+        await _send(ws, {"type": "send", "text": "run it"})
+        await ws_until(ws, "approval")
+        await _send(ws, {"type": "command", "text": "/new"})
+        seen = await ws_until(ws, "approval_end")
+        seen += await ws_until(ws, "idle")
+    assert [(e["allowed"], e["reason"]) for e in _of(seen, "approval_end")] == [(False, "stopped")]
+    assert [e["interrupted"] for e in _of(seen, "turn_end")] == [True]
+
+
+async def test_shutdown_while_an_approval_waits_declines_it_before_the_serve_says_stopped():
+    async with _serve() as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "down")
+        await _send(ws, {"type": "send", "text": "run it"})
+        await ws_until(ws, "approval")
+        serve.stop.set()
+        seen = await ws_until(ws, "error")
+    assert [e["reason"] for e in _of(seen, "approval_end")] == ["stopped"]
+    assert seen[-1]["code"] == "serve_stopped"
+    kinds = [e["type"] for e in seen]
+    assert kinds.index("approval_end") < kinds.index("turn_end")
+
+
+async def test_heron_run_through_the_serve_says_the_command_waits_and_another_client_answers():
+    out, err = StringIO(), StringIO()
+    async with _serve() as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "script")
+        run = asyncio.create_task(
+            run_message(Settings.load, "run it", "default", "script", None, False, out, err)
+        )
+        asked = (await ws_until(ws, "approval"))[-1]
+        await _send(ws, {"type": "approve", "id": asked["id"], "allow": True})
+        assert await asyncio.wait_for(run, 30)
+    assert f"the agent wants to run (bash, unconfined):\n  {COMMAND}\n" in err.getvalue()
+    assert "allowed by web-" in err.getvalue()
+    assert f"Result: {OUTPUT}" in out.getvalue()
+
+
+def _two_commands(request: ChatRequest) -> Reply:
+    """Runs two commands in one reply (they may run at once), then says both results."""
+    results = [p.content for m in request.messages for p in m.parts if isinstance(p, ToolResult)]
+    if results:
+        return Reply([Text(" | ".join(results))], "done", Usage(10, 2))
+    calls = [ToolCall(f"c{n}", "bash", {"command": f"echo ran-{n}"}) for n in (1, 2)]
+    return Reply(list(calls), "tool_use", Usage(10, 2))
+
+
+async def test_a_chat_through_the_serve_asks_each_command_of_a_reply_on_its_own_line():
+    out = StringIO()
+    view = TerminalView(Console(file=out, width=200), ChatState("two", "default"))
+
+    async def person() -> None:  # reads each command as it is shown, answers y to ran-1 only
+        for _ in range(2):
+            while view.asking is None or view.asking.done():
+                await asyncio.sleep(0.01)
+            view.answer("y" if out.getvalue().rstrip().endswith("echo ran-1") else "n")
+
+    provider = ScriptedProvider(_two_commands)
+    async with running_serve(provider) as serve:
+        path = Path(serve.info.socket)
+        remote = connect_remote(path, "terminal", view.deliver, "two", approve=view.approve)
+        async with remote as conn:
+            view.chat_id = conn.chat_id or ""
+            answering = asyncio.create_task(person())
+            await conn.send("run both", "two")
+            await asyncio.wait_for(conn.settle(), 30)
+            await asyncio.wait_for(answering, 30)
+    assert out.getvalue().count("The agent wants to run (bash, unconfined):") == 2
+    results = [p for m in provider.requests[-1].messages for p in m.tool_results]
+    by_call = {r.call_id: r.content for r in results}
+    assert "ran-1" in by_call["c1"] and DECLINED in by_call["c2"]  # each answer counted

@@ -244,9 +244,12 @@ class RemoteAgent:
             self._approving[approval_id] = task
 
     async def _answer(self, approve: Approver, event: dict[str, Any]) -> None:
-        reason = await approve(str(event.get("tool") or ""), str(event.get("command") or ""))
-        self._write({"type": "approve", "id": event["id"], "allow": reason is None})
-        await self.writer.drain()
+        """Ask the person and send the answer; a serve gone meanwhile has nobody to tell."""
+        tool, command = str(event.get("tool") or ""), str(event.get("command") or "")
+        reason = await approve(tool, command)
+        with contextlib.suppress(ConnectionError, OSError):
+            self._write({"type": "approve", "id": event["id"], "allow": reason is None})
+            await self.writer.drain()
 
     async def wait_ended(self, count: int) -> None:
         """Until `count` turns (anyone's) have ended on the attached conversation."""

@@ -146,6 +146,7 @@ class TerminalView:
         self.working_since: float | None = None
         self.waiting = False  # the turn runs and nothing of the model's has come yet
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
+        self.one_at_a_time = asyncio.Lock()  # the approvals that wait for their turn to ask
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
@@ -238,15 +239,17 @@ class TerminalView:
 
     async def approve(self, tool: str, command: str) -> str | None:
         """Approval when commands are unconfined: the exact command, then the next line typed
-        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines)."""
-        self.flush()
-        self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
-        self.console.print(command, markup=False, highlight=False)
-        self.asking = asyncio.get_running_loop().create_future()
-        try:
-            answer = await self.asking
-        finally:
-            self.asking = None
+        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines). The calls of one reply
+        may ask at once: they are asked one after the other, each with its own line."""
+        async with self.one_at_a_time:
+            self.flush()
+            self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
+            self.console.print(command, markup=False, highlight=False)
+            self.asking = asyncio.get_running_loop().create_future()
+            try:
+                answer = await self.asking
+            finally:
+                self.asking = None
         return None if answer.strip().lower() in ("y", "yes") else DECLINED
 
     def answer(self, text: str) -> bool:
