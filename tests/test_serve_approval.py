@@ -79,8 +79,11 @@ async def test_denying_declines_and_the_model_reads_why():
         await ws_hello(ws, "deny")
         await _send(ws, {"type": "send", "text": "run it"})
         asked = (await ws_until(ws, "approval"))[-1]
+        await _send(ws, {"type": "approve", "id": asked["id"], "allow": "no"})  # not a boolean
+        refused = (await ws_until(ws, "error"))[-1]
         await _send(ws, {"type": "approve", "id": asked["id"], "allow": False})
         after = await ws_until(ws, "idle")
+    assert refused["message"] == "approve needs the approval's id and allow"
     assert [(e["allowed"], e["reason"]) for e in _of(after, "approval_end")] == [
         (False, "answered")
     ]
