@@ -19,7 +19,10 @@ conversations with a 2 s model on 2 workers (and on sqlite_1, for reference) aga
 time: turns per conversation x 2 s, every conversation waiting only on its model.
 
     python bench/scale.py [--conversations 40 --turns 5 --runs 3] [--slow 1000] [--idle 10]
-                          [--configs sqlite_1,pg_1,...] [--json]
+                          [--configs sqlite_1,pg_1,...] [--answer-chars 1200 --events] [--json]
+
+`--answer-chars N --events` makes the turns a browser's: N characters of answer streamed 8 to
+a delta, each delta a TurnEvent (on workers, a note to the face).
 """
 
 from __future__ import annotations
@@ -82,13 +85,15 @@ def postgres_cpu(server: Any) -> float:
 # ---- the model, in a process of its own ---------------------------------------------------------
 
 
-def serve_model(delay: float) -> None:
-    """`--serve-model DELAY`: answer every request "ok" after DELAY s until stdin closes."""
+def serve_model(delay: float, chars: int = 0) -> None:
+    """`--serve-model DELAY [CHARS]`: answer every request after DELAY s until stdin closes:
+    "ok", or CHARS characters of text streamed 8 to a delta."""
     from heron.testing.fake_openai import FakeOpenAIServer
     from heron.testing.script import ServerReply
 
     def script(body: dict[str, Any]) -> ServerReply:
-        return ServerReply(text="ok", delay_s=delay, output_tokens=1)
+        text = ("lorem ipsum " * (chars // 12 + 1))[:chars] if chars else "ok"
+        return ServerReply(text=text, delay_s=delay, output_tokens=max(1, chars // 4))
 
     server = FakeOpenAIServer(script)
     print(server.start(), flush=True)
@@ -97,9 +102,9 @@ def serve_model(delay: float) -> None:
 
 
 @contextlib.contextmanager
-def model(delay: float) -> Any:
+def model(delay: float, chars: int = 0) -> Any:
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve-model", str(delay)],
+        [sys.executable, __file__, "--serve-model", str(delay), str(chars)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -114,6 +119,11 @@ def model(delay: float) -> Any:
 # ---- the load -----------------------------------------------------------------------------------
 
 
+# Whether the bench's messages ask for their turns' events (deltas, tool starts...), as a
+# browser's or a terminal's do; `--events` sets it.
+EVENTS = {"on": False}
+
+
 async def drive(loop: Any, conversations: int, turns: int, prefix: str = "c") -> float:
     """Each conversation's messages, the next once its previous turn ended; the seconds from
     the first message to the last turn's end."""
@@ -126,7 +136,8 @@ async def drive(loop: Any, conversations: int, turns: int, prefix: str = "c") ->
         text = f"hello {sent[c]}"
         sent[c] += 1
         key = f"{prefix}{c}"
-        loop.bus.inbound.put_nowait(InboundMessage("bench", key, text, key=key))
+        message = InboundMessage("bench", key, text, key=key, events=EVENTS["on"])
+        loop.bus.inbound.put_nowait(message)
 
     def ended(e: Any) -> None:
         if not e.key.startswith(prefix):
@@ -379,7 +390,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
     result: dict[str, Any] = {}
     try:
-        with tempfile.TemporaryDirectory() as tmp, model(0.0) as url:
+        with tempfile.TemporaryDirectory() as tmp, model(0.0, args.answer_chars) as url:
             for i in range(args.runs):  # alternating: every configuration once per round
                 for name in names:
                     home = Path(tmp) / f"{name}-{i}"
@@ -417,7 +428,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve-model"]:
-        serve_model(float(sys.argv[2]))
+        serve_model(float(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=40)
@@ -427,8 +438,11 @@ if __name__ == "__main__":
     parser.add_argument("--slow-turns", type=int, default=3)
     parser.add_argument("--configs", default=",".join(CONFIGS), help="which to run (all)")
     parser.add_argument("--idle", type=float, default=0, help="seconds of 2 idle workers' CPU")
+    parser.add_argument("--answer-chars", type=int, default=0, help="answers' length (ok)")
+    parser.add_argument("--events", action="store_true", help="messages ask for turn events")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    EVENTS["on"] = args.events
     figures = asyncio.run(main(args))
     tps = {k: figures[k]["turns_per_s"] for k in CONFIGS if k in figures}
     if {"pg_1", "pg_2"} <= tps.keys():

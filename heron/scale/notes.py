@@ -2,9 +2,10 @@
 channel: what a turn streams (for the face's clients), a turn's start and end (for the face's
 bookkeeping and end-of-turn hooks), and /stop (for the worker running that conversation).
 
-A note is one JSON object. PostgreSQL caps a NOTIFY payload at 8,000 bytes, so a longer one
-goes as numbered pieces (`P|id|i|n|text`) that the listener joins; one sender's notifications
-arrive in the order sent. Notes are not durable: a face that was down misses them, and the
+A note is one JSON object; notes given while the previous NOTIFY is on its way go together as
+a JSON array. PostgreSQL caps a NOTIFY payload at 8,000 bytes, so a longer note goes as
+numbered pieces (`P|id|i|n|text`) that the listener joins; one sender's notifications arrive
+in the order sent. Notes are not durable: a face that was down misses them, and the
 record (and DBOS's workflow status) stays the truth.
 """
 
@@ -37,26 +38,81 @@ def pieces(payload: str) -> list[str]:
 
 
 class Publisher:
-    """Sends notes on one connection of its own (serialized: the pieces stay in order)."""
+    """Sends notes on one connection of its own, in the order given. Notes given while a
+    NOTIFY is on its way go together in the next one (a JSON array, up to `PIECE`
+    characters): a streamed answer is a note per delta, and one round trip each would cost
+    the worker more than the turn (bench/scale.py --answer-chars 1200 --events)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._lock = asyncio.Lock()
+        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
+        self._sending: asyncio.Task[None] | None = None
+
+    def post(self, note: Note) -> asyncio.Future[None]:
+        """Queue `note`; the future is done once it is sent (or holds why it was not)."""
+        return self.post_json(json.dumps(note))
+
+    def post_json(self, payload: str) -> asyncio.Future[None]:
+        """`post` for a note already encoded (one JSON object)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((payload, done))
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send_waiting())
+        return done
 
     async def send(self, note: Note) -> None:
-        payload = json.dumps(note)
-        async with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(
-                    self.cluster.url, autocommit=True
-                )
+        """Send `note` after every note given before it."""
+        await self.post(note)
+
+    async def _send_waiting(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                await self._notify([payload for payload, _ in batch])
+            except Exception as error:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(error)
+                continue
+            for _, done in batch:
+                if not done.done():
+                    done.set_result(None)
+
+    async def _notify(self, payloads: list[str]) -> None:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(self.cluster.url, autocommit=True)
+        for payload in packed(payloads):
             for piece in pieces(payload):
                 await records.notify_async(self._conn, self.cluster.channel, piece)
 
     async def close(self) -> None:
+        if self._sending is not None:
+            with contextlib.suppress(Exception):
+                await self._sending
         if self._conn is not None:
             await self._conn.close()
+
+
+def packed(payloads: list[str]) -> list[str]:
+    """Notes as few payloads as fit: a JSON array of several up to `PIECE` characters; a note
+    too long for one alone stays alone (then sent in pieces)."""
+    out: list[str] = []
+    group: list[str] = []
+    size = 0
+    for payload in payloads:
+        if group and size + len(payload) + 1 > PIECE:
+            out.append(_array(group))
+            group, size = [], 0
+        group.append(payload)
+        size += len(payload) + 1
+    if group:
+        out.append(_array(group))
+    return out
+
+
+def _array(group: list[str]) -> str:
+    return group[0] if len(group) == 1 else "[" + ",".join(group) + "]"
 
 
 class Listener:
@@ -73,26 +129,30 @@ class Listener:
             await records.listen(conn, self.cluster.channel)
             self.ready.set()
             async for n in conn.notifies():
-                note = self._join(n.payload)
-                if note is None:
-                    continue
-                try:
-                    done = self.on_note(note)
-                    if asyncio.iscoroutine(done):
-                        await done
-                except Exception:  # one bad note must not stop the stream
-                    log.exception("a note could not be handled")
+                for note in self._join(n.payload):
+                    try:
+                        done = self.on_note(note)
+                        if asyncio.iscoroutine(done):
+                            await done
+                    except Exception:  # one bad note must not stop the stream
+                        log.exception("a note could not be handled")
 
-    def _join(self, payload: str) -> Note | None:
-        if not payload.startswith("P|"):
-            return json.loads(payload)  # type: ignore[no-any-return]
+    def _join(self, payload: str) -> list[Note]:
+        """The notes of one payload: one, several (an array), or none yet (a piece)."""
+        if payload.startswith("P|"):
+            whole = self._piece(payload)
+            return [] if whole is None else self._join(whole)
+        found = json.loads(payload)
+        return found if isinstance(found, list) else [found]
+
+    def _piece(self, payload: str) -> str | None:
         _, tag, i, n, text = payload.split("|", 4)
         got = self._partial.setdefault(tag, [None] * int(n))
         got[int(i)] = text
         if any(p is None for p in got):
             return None
         del self._partial[tag]
-        return json.loads("".join(p for p in got if p is not None))  # type: ignore[no-any-return]
+        return "".join(p for p in got if p is not None)
 
 
 async def start_listener(listener: Listener) -> asyncio.Task[None]:

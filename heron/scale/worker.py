@@ -153,8 +153,9 @@ class WorkerHost:
         self._ends: dict[str, asyncio.Future[TurnEnded]] = {}
 
     async def _relay(self, out: Outbound) -> None:
-        """Everything the loop sends out, to the face's clients, in order."""
-        await self.publisher.send(json_note(out))
+        """Everything the loop sends out, to the face's clients, in order: posted, not awaited,
+        so that what a turn streams meanwhile goes in the same NOTIFY (a delta each)."""
+        self.publisher.post_json(outbound_to_json(out)).add_done_callback(_said_if_lost)
 
     def _turn_ended(self, ended: TurnEnded) -> None:
         waiting = self._ends.pop(ended.message.id or "", None)
@@ -258,10 +259,9 @@ def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:
         log.warning("turn %s of %s: %s: %s", workflow_id, key, end.outcome, end.error)
 
 
-def json_note(out: Outbound) -> Note:
-    import json
-
-    return json.loads(outbound_to_json(out))  # type: ignore[no-any-return]
+def _said_if_lost(sent: asyncio.Future[None]) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("a turn's event did not reach the face: %s", sent.exception())
 
 
 def _ended_note(workflow_id: str, key: str, end: TurnEnd) -> Note:
