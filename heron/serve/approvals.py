@@ -27,8 +27,9 @@ APPROVAL_DEADLINE = 600.0  # seconds an approval waits for an answer before it i
 
 @dataclass
 class _Waiting:
+    """An approval waiting in conversation `key`: answered with (allowed, the client's id)."""
+
     key: str
-    ask: ApprovalAsk
     answer: asyncio.Future[tuple[bool, str]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -54,7 +55,7 @@ class Approvals:
         """Ask the conversation's clients; None when one allowed the command, else why not."""
         # Random ids: a tab left open across a restart cannot answer a new approval by chance.
         ask = ApprovalAsk(secrets.token_hex(6), tool, command, time.time() + self.deadline)
-        waiting = self.waiting[ask.id] = _Waiting(key, ask)
+        waiting = self.waiting[ask.id] = _Waiting(key)
         self._emit(message, key, "approval", ask)
         end = dataclasses.replace(ask, reason="stopped")
         try:
@@ -80,5 +81,5 @@ class Approvals:
 
     def _emit(self, message: InboundMessage, key: str, kind: EventKind, ask: ApprovalAsk) -> None:
         """On the bus, so that it reaches the hub in order with the turn's other events."""
-        chat, by = message.chat_id, message.provenance
-        self.bus.emit(TurnEvent(message.channel, chat, key, kind, provenance=by, approval=ask))
+        chat, origin = message.chat_id, message.provenance
+        self.bus.emit(TurnEvent(message.channel, chat, key, kind, provenance=origin, approval=ask))

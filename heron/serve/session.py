@@ -1,8 +1,9 @@
 """One client's session, whatever carries it: a browser's /ws or a terminal's control socket.
 
 The client says `hello` first (which conversation, the last seq it saw), then sends messages,
-commands and stops; the hub queues what it should see and a writer task sends it. The protocol
-is documented in docs/web.md ("## Protocol").
+commands, stops and answers to approvals (heron/serve/approvals.py); the hub queues what it
+should see and a writer task sends it. The protocol is documented in docs/web.md
+("## Protocol").
 """
 
 from __future__ import annotations
