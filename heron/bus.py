@@ -40,6 +40,8 @@ EventKind = Literal[
     "busy",  # another process holds the conversation; the turn waits for it
     "mail",  # the message went to the running turn's mailbox and is answered in it
     "queued",  # the message waits for the running turn and opens the next one
+    "approval",  # a command waits for the person's yes or no (`approval` says which)
+    "approval_end",  # that wait is over: answered, stopped, or past its deadline
     "turn_end",
 ]
 
@@ -106,6 +108,29 @@ class TurnEnd:
 
 
 @dataclass(frozen=True)
+class ApprovalAsk:
+    """A command of the turn that waits for the person's yes or no (unconfined, approval "ask":
+    heron/tools/approval.py), as `heron serve` asks every client of the conversation: its id,
+    the tool and the exact command; on "approval_end" how it was decided."""
+
+    id: str
+    tool: str
+    command: str
+    deadline: float = 0.0  # epoch seconds: declined if nobody has answered by then
+    allowed: bool = False  # approval_end: the command runs
+    by: str | None = None  # approval_end: the chat_id of the client that answered (None: none)
+    reason: str = ""  # approval_end: "answered", "stopped" (/stop, /new, shutdown), "deadline"
+
+    def outcome(self) -> str:
+        """How the wait ended, for a client to show (approval_end)."""
+        if self.reason == "answered":
+            return f"{'allowed' if self.allowed else 'declined'} by {self.by or 'a client'}"
+        if self.reason == "deadline":
+            return "declined: nobody answered in time"
+        return "declined: the turn was stopped"
+
+
+@dataclass(frozen=True)
 class TurnEvent:
     """Something that happened in a running turn, for the channel that started it."""
 
@@ -122,6 +147,7 @@ class TurnEvent:
     # Who opened the turn: the person, or Heron (a subagent's result, a goal's nudge, a
     # reminder), whose opening message a client shows as Heron's, not as the person's.
     provenance: Provenance = "user"
+    approval: ApprovalAsk | None = None  # approval, approval_end
 
 
 Outbound = OutboundMessage | TurnEvent

@@ -50,6 +50,36 @@ def seed_memory() -> None:
     store.close()
 
 
+def approval(browser, home: Path) -> None:
+    """A command waiting for approval, on a home where commands cannot be confined."""
+    from web_harness import SteeredModel, serve
+
+    from heron.messages import ToolCall
+
+    os.environ.update(HERON_HOME=str(home), HERON_BWRAP="off")
+    model = SteeredModel()
+    try:
+        with serve(model) as site:
+            context = browser.new_context(viewport={"width": 1280, "height": 560})
+            page = context.new_page()
+            page.goto(site.url + "/")
+            _send(page, "Free some disk space in the workspace.")
+            command = "du -sh build/ && rm -rf build/"
+            model.feed(
+                ("text", "The build folder is the largest; I will remove it."),
+                ("call", ToolCall("c1", "bash", {"command": command})),
+                ("end", None),
+            )
+            page.get_by_role("button", name="Allow").wait_for()
+            page.screenshot(path=str(OUT / "approval.png"))
+            page.get_by_role("button", name="Deny").click()
+            model.reply("Left as it is.")
+            _stored(page, 1)
+            context.close()
+    finally:
+        del os.environ["HERON_BWRAP"]
+
+
 def main() -> int:
     from web_harness import SteeredModel, chromium, serve
 
@@ -105,6 +135,7 @@ def main() -> int:
             small.screenshot(path=str(OUT / "phone.png"))
             phone.close()
             context.close()
+            approval(browser, Path(tmp) / "unconfined")
     for png in sorted(OUT.glob("*.png")):
         print(png.relative_to(ROOT))
     return 0

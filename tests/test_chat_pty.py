@@ -122,16 +122,22 @@ def test_a_follow_up_typed_before_stop_is_kept_and_answered_next(heron_home):
     assert users[0][0] != users[1][0]  # kept, and answered in a turn of its own
 
 
-def test_an_unconfined_command_waits_for_the_person_typing_y(heron_home):
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])  # the serve asks its clients
+def test_an_unconfined_command_waits_for_the_person_typing_y(heron_home, mode):
     def script(body: dict) -> ServerReply:
         last = body["messages"][-1]
         if last["role"] == "tool":
             return ServerReply(text="The command said: " + str(last["content"]).split("\n")[0])
         return ServerReply(tool_calls=[("bash", {"command": "echo approved-and-ran"})])
 
-    with FakeOpenAIServer(script) as server:
-        # As on a machine where bubblewrap cannot run: approval is "ask".
-        child = _spawn(heron_home, server.base_url, HERON_BWRAP="off")
+    # As on a machine where bubblewrap cannot run: approval is "ask".
+    unconfined = {"HERON_BWRAP": "off"}
+    with (
+        FakeOpenAIServer(script) as server,
+        maybe_serve(mode, heron_home, {**_env(server.base_url), **unconfined}),
+    ):
+        child = _spawn(heron_home, server.base_url, **unconfined)
+        assert ("through heron serve" in child.before) == (mode == "serve")
         child.sendline("run the echo")
         child.expect("The agent wants to run")
         child.expect("echo approved-and-ran")

@@ -713,3 +713,50 @@ def test_a_turn_heron_opens_shows_its_message_as_heron_s_not_as_the_persons(page
     model.reply("The goal is met.")
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("The goal is met.")
     expect(page.locator(".note", has_text="goal continues")).to_have_count(1)  # stored, once
+
+
+def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model, monkeypatch):
+    monkeypatch.setenv("HERON_BWRAP", "off")  # as where bubblewrap cannot run: approval is "ask"
+    command = "echo '<b>not bold</b>' && echo shell-said-hi"
+    with serve(model) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        _send(pg, "say hi in the shell")
+        model.feed(("call", ToolCall("c1", "bash", {"command": command})), ("end", None))
+        card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.locator(".approval-command")).to_have_text(command)  # exact, as text
+        expect(card.locator("b")).to_have_count(0)  # never HTML
+        waits = pg.get_by_role("status").filter(has_text="The agent waits for your approval")
+        expect(waits).to_be_visible()
+        card.get_by_role("button", name="Allow").focus()
+        pg.keyboard.press("Enter")  # reachable from the keyboard
+        expect(card.locator(".approval-outcome")).to_have_text("Allowed")
+        expect(card.get_by_role("button")).to_have_count(0)
+        model.reply("It said hi.")
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("It said hi.")
+        results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
+        assert len(results) == 1 and "shell-said-hi" in results[0]
+        pg.close()
+
+
+def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
+    browser, model, monkeypatch
+):
+    from heron.tools.approval import DECLINED
+
+    monkeypatch.setenv("HERON_BWRAP", "off")
+    with serve(model) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        _send(pg, "clean up")
+        model.feed(("call", ToolCall("c1", "bash", {"command": "echo removed"})), ("end", None))
+        card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.get_by_role("button", name="Deny")).to_be_visible()
+        pg.reload()  # the journal replays the turn, the approval with it
+        card.get_by_role("button", name="Deny").click()
+        expect(card.locator(".approval-outcome")).to_have_text("Denied")
+        model.reply("Not run, then.")
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Not run, then.")
+        results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
+        assert len(results) == 1 and DECLINED in results[0]
+        pg.close()

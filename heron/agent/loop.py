@@ -107,6 +107,9 @@ class AgentLoop:
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
     approvers: dict[str, Approver] = field(default_factory=dict)
+    # Who asks instead, for every channel, given the conversation and the message that opened
+    # the turn: `heron serve` asks all the conversation's clients (heron/serve/approvals.py).
+    approver_for: Callable[[str, InboundMessage], Approver] | None = None
     # The one end-of-turn mechanism (`watch_turns`): told, synchronously and in order, how every
     # turn ended, after the conversation's next queued message started (so a hook sees whether
     # the person's message goes next). The scheduler and heartbeat record their runs here;
@@ -346,8 +349,10 @@ class AgentLoop:
                 )
 
         hooks = TurnHooks(on_busy=busy, on_notice=busy, control=control)
-        if control.visible:
-            hooks.approve = self.approvers.get(message.channel)
+        if control.visible:  # nobody reads a silent turn (a monitor, a subagent) to answer
+            asker = self.approver_for
+            found = self.approvers.get(message.channel)
+            hooks.approve = found if asker is None else asker(key, message)
         if not message.events:
             return hooks
 

@@ -20,9 +20,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from heron.bus import (
+    ApprovalAsk,
     Deliver,
     Outbound,
     OutboundMessage,
@@ -32,6 +33,9 @@ from heron.bus import (
     TurnEvent,
 )
 from heron.messages import File, ToolCall, ToolResult, Usage
+
+if TYPE_CHECKING:  # a type only: the thin client loads no tool at run time
+    from heron.tools.context import Approver
 
 SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
 LINE_LIMIT = 64 * 1024 * 1024
@@ -67,9 +71,14 @@ class RemoteAgent:
         writer: asyncio.StreamWriter,
         channel: str,
         deliver: Deliver,
+        approve: Approver | None = None,
     ) -> None:
         self.reader, self.writer = reader, writer
         self.channel, self.deliver = channel, deliver
+        # Asks the person about a command the serve's turn wants to run (the terminal's y/n);
+        # None: this client leaves approvals to the conversation's other clients.
+        self.approve = approve
+        self._approving: dict[str, asyncio.Task[None]] = {}  # asked here, by approval id
         self.key: str | None = None
         self.chat_id: str | None = None  # ours, as the serve names it in events
         self.model: str | None = None
@@ -208,6 +217,8 @@ class RemoteAgent:
             self._welcomed.set()
             return
         self._track(key, event)
+        if kind in ("approval", "approval_end"):
+            self._approval(event)
         if kind == "status" and event.get("chat_id") not in (None, self.chat_id):
             return  # another client's message went to the mailbox: its business
         item = to_outbound(event, self.channel, key)
@@ -219,6 +230,26 @@ class RemoteAgent:
             async with self._ended:
                 self.ended += 1
                 self._ended.notify_all()
+
+    def _approval(self, event: dict[str, Any]) -> None:
+        """A command waits for approval: asked here (the first answer from any client of the
+        conversation decides); its end, however it came, stops asking here."""
+        approval_id = str(event.get("id") or "")
+        if event["type"] == "approval_end":
+            asking = self._approving.pop(approval_id, None)
+            if asking is not None:
+                asking.cancel()  # answered elsewhere, stopped, or past its deadline
+        elif self.approve is not None and approval_id not in self._approving:
+            task = asyncio.create_task(self._answer(self.approve, event))
+            self._approving[approval_id] = task
+
+    async def _answer(self, approve: Approver, event: dict[str, Any]) -> None:
+        """Ask the person and send the answer; a serve gone meanwhile has nobody to tell."""
+        tool, command = str(event.get("tool") or ""), str(event.get("command") or "")
+        reason = await approve(tool, command)
+        with contextlib.suppress(ConnectionError, OSError):
+            self._write({"type": "approve", "id": event["id"], "allow": reason is None})
+            await self.writer.drain()
 
     async def wait_ended(self, count: int) -> None:
         """Until `count` turns (anyone's) have ended on the attached conversation."""
@@ -253,6 +284,8 @@ class RemoteAgent:
             self._settled.set()
 
     async def close(self) -> None:
+        for asking in self._approving.values():
+            asking.cancel()
         self.writer.close()
         with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
@@ -264,11 +297,17 @@ class RemoteAgent:
 
 @asynccontextmanager
 async def connect_remote(
-    path: Path, channel: str, deliver: Deliver, key: str, agent: str = "default"
+    path: Path,
+    channel: str,
+    deliver: Deliver,
+    key: str,
+    agent: str = "default",
+    approve: Approver | None = None,
 ) -> AsyncIterator[RemoteAgent]:
-    """Attached to `key` on the serve behind `path`; raises OSError when none answers there."""
+    """Attached to `key` on the serve behind `path`; raises OSError when none answers there.
+    `approve` asks the person about the commands the serve's turns want to run."""
     reader, writer = await asyncio.open_unix_connection(str(path), limit=LINE_LIMIT)
-    agent_conn = RemoteAgent(reader, writer, channel, deliver)
+    agent_conn = RemoteAgent(reader, writer, channel, deliver, approve)
     agent_conn._reader = asyncio.create_task(agent_conn.read())
     try:
         await agent_conn.hello(key, agent)
@@ -311,7 +350,22 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         return _replace(base, kind=event["state"], text=event.get("text", ""), seconds=seconds)
     if kind == "turn_end":
         return _replace(base, kind="turn_end", end=_turn_end(event))
+    if kind in ("approval", "approval_end"):
+        return _replace(base, kind=kind, approval=_approval_of(event))
     return None
+
+
+def _approval_of(event: dict[str, Any]) -> ApprovalAsk:
+    by = event.get("by")
+    return ApprovalAsk(
+        str(event.get("id") or ""),
+        str(event.get("tool") or ""),
+        str(event.get("command") or ""),
+        float(event.get("deadline") or 0.0),
+        bool(event.get("allowed")),
+        by if isinstance(by, str) else None,
+        str(event.get("reason") or ""),
+    )
 
 
 def _replace(event: TurnEvent, **changes: Any) -> TurnEvent:

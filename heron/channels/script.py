@@ -65,6 +65,14 @@ class _Printer:
             self.note("heron: the conversation is busy; your message went to the running turn")
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
+        elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
+            asked = ev.approval
+            self.note(
+                f"heron: the agent wants to run ({asked.tool}, unconfined):\n  {asked.command}\n"
+                "  waiting for an answer from the browser or a heron chat on this conversation"
+            )
+        elif ev.kind == "approval_end" and ev.approval is not None:
+            self.note(f"heron: {ev.approval.command!r} {ev.approval.outcome()}")
         elif ev.kind == "turn_end":
             self.end = ev.end
 

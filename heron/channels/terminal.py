@@ -146,6 +146,7 @@ class TerminalView:
         self.working_since: float | None = None
         self.waiting = False  # the turn runs and nothing of the model's has come yet
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
+        self.one_at_a_time = asyncio.Lock()  # the approvals that wait for their turn to ask
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
@@ -201,6 +202,9 @@ class TerminalView:
                 self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
             elif ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+        elif ev.kind == "approval_end" and ev.approval is not None:
+            if ev.approval.by != self.chat_id:  # not answered here: say how it ended
+                self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
             self.working_since, self.waiting = None, False
@@ -235,15 +239,17 @@ class TerminalView:
 
     async def approve(self, tool: str, command: str) -> str | None:
         """Approval when commands are unconfined: the exact command, then the next line typed
-        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines)."""
-        self.flush()
-        self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
-        self.console.print(command, markup=False, highlight=False)
-        self.asking = asyncio.get_running_loop().create_future()
-        try:
-            answer = await self.asking
-        finally:
-            self.asking = None
+        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines). The calls of one reply
+        may ask at once: they are asked one after the other, each with its own line."""
+        async with self.one_at_a_time:
+            self.flush()
+            self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
+            self.console.print(command, markup=False, highlight=False)
+            self.asking = asyncio.get_running_loop().create_future()
+            try:
+                answer = await self.asking
+            finally:
+                self.asking = None
         return None if answer.strip().lower() in ("y", "yes") else DECLINED
 
     def answer(self, text: str) -> bool:
@@ -373,7 +379,8 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     view = TerminalView(console, state)
     history = FileHistory(str(settings.paths.home / "chat_history"))
     session: PromptSession[str] = PromptSession(history=history)
-    async with connect_remote(path, CHANNEL, view.deliver, state.key, state.agent) as conn:
+    remote = connect_remote(path, CHANNEL, view.deliver, state.key, state.agent, view.approve)
+    async with remote as conn:
         view.chat_id = conn.chat_id or ""
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone

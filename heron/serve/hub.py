@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from heron.bus import Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import ApprovalAsk, Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.messages import Usage
 
 JOURNAL_SIZE = 2000
@@ -79,6 +79,9 @@ class Journal:
     # A turn's start, held until its message is in the store (`saved` gives turn_start its
     # message_id), or until anything else of the turn comes first (a command saves nothing).
     held: list[Event] = field(default_factory=list)
+    # Approvals that wait for an answer, by id: their `approval` events, sent again to a
+    # client that attaches without replaying them (a terminal, one told `gap`).
+    approvals: dict[str, Event] = field(default_factory=dict)
 
     def append(self, event: Event) -> Event:
         self.seq += 1
@@ -165,17 +168,19 @@ class Hub:
     def attach(self, client: Client, key: str, last_seq: int | None) -> None:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
         welcome, then what it missed: every event after last_seq still kept; none for None
-        (a client that wants only what happens from now on); `gap` when some are gone."""
+        (a client that wants only what happens from now on); `gap` when some are gone. With
+        nothing replayed, the approvals that wait follow, so that this client can answer."""
         self.detach(client)
         journal = self.journal(key)
         client.key = key
         missed = [] if last_seq is None else journal.since(last_seq)
-        if missed is None or len(missed) >= CLIENT_QUEUE:
-            client.queue.put_nowait(journal.welcome(client, gap=True))
-        else:
-            client.queue.put_nowait(journal.welcome(client))
-            for event in missed:
-                client.queue.put_nowait(event)
+        gap = missed is None or len(missed) >= CLIENT_QUEUE
+        client.queue.put_nowait(journal.welcome(client, gap=gap))
+        for event in () if gap else missed or ():
+            client.queue.put_nowait(event)
+        if last_seq is None or gap:  # nothing replayed: a command that waits is sent again,
+            for event in journal.approvals.values():  # unnumbered (the client saw none of it)
+                client.queue.put_nowait({k: v for k, v in event.items() if k != "seq"})
         journal.clients.add(client)
 
     def detach(self, client: Client) -> None:
@@ -252,7 +257,10 @@ class Hub:
             if ev.kind == "retry":
                 status.update(seconds=ev.seconds, text=ev.text)
             return [status]
+        if ev.kind in ("approval", "approval_end") and ev.approval is not None:
+            return [_approval(journal, ev.kind, ev.approval)]
         if ev.kind == "turn_end" and ev.end is not None:
+            journal.approvals.clear()  # each ended with the turn at the latest (approvals.py)
             end = _turn_end(journal.turn_id, ev.end)
             if self.stopping and end["interrupted"] and not end["error"]:
                 end["error"] = "heron serve stopped"
@@ -261,6 +269,18 @@ class Hub:
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []
+
+
+def _approval(journal: Journal, kind: str, ask: ApprovalAsk) -> Event:
+    """A command waiting for the person's answer, or how that wait ended (docs/web.md)."""
+    if kind == "approval":
+        event: Event = {"type": "approval", "id": ask.id, "tool": ask.tool}
+        event.update(command=ask.command, deadline=round(ask.deadline, 3))
+        journal.approvals[ask.id] = event  # its seq is set as the journal appends it
+        return event
+    journal.approvals.pop(ask.id, None)
+    end: Event = {"type": "approval_end", "id": ask.id, "allowed": ask.allowed}
+    return {**end, "by": ask.by, "reason": ask.reason}
 
 
 def _tool_end(ev: TurnEvent) -> Event:

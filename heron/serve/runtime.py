@@ -16,6 +16,9 @@ subagent cut off by shutdown is recorded interrupted and announced at the next s
 Heron starts itself (a result's announce turn, a goal's nudge) stream to the hub like a
 person's. With workers (heron/scale/) none of this is attached to the face: the workers,
 where the turns run, attach their own (docs/scale.md).
+
+A command that needs the person's approval (no sandbox, approval "ask") is asked of every
+client of its conversation (heron/serve/approvals.py); the first answer decides.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from heron.config import ConfigWatch
 from heron.errors import ConfigError
 from heron.messages import File
 from heron.proactive import wiring
+from heron.serve.approvals import Approvals
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -73,6 +77,11 @@ class Runtime:
         # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); with
         # workers, not here: the turns run there, and the workers attach their own.
         self.proactive = wiring.attach(self.loop, channel=HERON) if proactive else None
+        # An unconfined command asks every client of its conversation (heron/serve/approvals.py);
+        # with workers a worker's turn has no approver, as before (docs/scale.md).
+        self.approvals = Approvals(self.bus)
+        if proactive:
+            self.loop.approver_for = self.approvals.approver
         self.dispatcher = Dispatcher(self.bus)
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)

@@ -1,8 +1,9 @@
 """One client's session, whatever carries it: a browser's /ws or a terminal's control socket.
 
 The client says `hello` first (which conversation, the last seq it saw), then sends messages,
-commands and stops; the hub queues what it should see and a writer task sends it. The protocol
-is documented in docs/web.md ("## Protocol").
+commands, stops and answers to approvals (heron/serve/approvals.py); the hub queues what it
+should see and a writer task sends it. The protocol is documented in docs/web.md
+("## Protocol").
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from heron.serve.runtime import Runtime
 DEFAULT_CONVERSATION = "personal"
 CHANNELS = ("web", "cli", "script", "terminal")
 _ids = itertools.count(1)
+# What a client can send only once attached to a conversation (after `hello`).
+ATTACHED = ("send", "stop", "command", "approve", "work", "cancel")
 
 
 class Transport(Protocol):
@@ -128,7 +131,7 @@ class Session:
         kind = message.get("type")
         if kind == "hello":
             self._hello(message)
-        elif self.client.key is None and kind in ("send", "stop", "command", "work", "cancel"):
+        elif self.client.key is None and kind in ATTACHED:
             await self._reply(error("say hello first", 'Send {"type":"hello"} to attach.'))
         elif kind == "send":
             await self._send(message)
@@ -138,13 +141,15 @@ class Session:
             await self._command(message)
         elif kind in ("work", "cancel"):
             await self._work(message)
+        elif kind == "approve":
+            await self._approve(message)
         elif self.extra is not None and (answer := await self.extra(message)) is not None:
             await self._reply(answer)
         else:
             await self._reply(
                 error(
                     f"unknown message type {kind!r}",
-                    "Use hello, send, stop, command, work or cancel.",
+                    "Use hello, send, stop, command, approve, work or cancel.",
                 )
             )
 
@@ -225,6 +230,17 @@ class Session:
             await self._reply(await store.call(work.work_event, store, key))
         else:
             await self._reply(await store.call(work.cancel, store, key, message))
+
+    async def _approve(self, message: dict[str, Any]) -> None:
+        """The answer to a command waiting for approval (heron/serve/approvals.py): every
+        client hears how it was decided (`approval_end`); one that came too late is ignored."""
+        approval_id, allow = message.get("id"), message.get("allow")
+        if not isinstance(approval_id, str) or not isinstance(allow, bool):
+            hint = 'Send {"type":"approve","id":"<the approval\'s id>","allow":true}.'
+            await self._reply(error("approve needs the approval's id and allow", hint))
+            return
+        client = self.client
+        self.runtime.approvals.answer(client.key, approval_id, allow, client.chat_id)
 
     def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
         client, key = self.client, self.client.key

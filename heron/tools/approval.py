@@ -5,6 +5,7 @@ the sandbox works), "ask" (the default when it does not: the channel shows the e
 waits for y/n) or "never". A channel that can ask gives its `Approver` to the AgentLoop
 (`connect(..., approve=...)`), which hands it to each of that channel's turns (`TurnHooks.approve`,
 then the tools' `ToolContext.approve`); without one, "ask" refuses, and the model reads why.
+`heron serve` asks every client of the turn's conversation instead (heron/serve/approvals.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ NEVER = (
     "Use the file tools, or tell the person what to run."
 )
 DECLINED = "the person declined to run this. Ask them what to do instead."
+UNANSWERED = (
+    "nobody answered the request to run this within {minutes} minutes, so it did not run. "
+    "Tell the person what you wanted to run; they can approve it when you ask again."
+)
 
 
 def policy_for(configured: ApprovalMode | None, sandbox: Sandbox) -> ApprovalMode:

@@ -191,7 +191,29 @@ function ToolPill({ seg }) {
     </div></details>`;
 }
 
-function Segments({ segments, live }) {
+// How an approval's wait ended (approval_end), as its card says it.
+function approvalOutcome(seg) {
+  const where = seg.mine ? "" : " in another window";
+  if (seg.reason === "answered") return (seg.allowed ? "Allowed" : "Denied") + where;
+  if (seg.reason === "deadline") return "Denied: nobody answered in time";
+  return "Denied: the turn was stopped";
+}
+
+// A command the agent wants to run unconfined, waiting for the person's yes or no: the exact
+// command as text (htm escapes it), Allow and Deny as buttons; once decided, the decision.
+function ApprovalCard({ seg, onApprove }) {
+  const waiting = !seg.reason;
+  return html`<div class=${"approval " + (waiting ? "waiting" : seg.allowed ? "allowed" : "denied")}
+      role="group" aria-label=${"the agent wants to run " + seg.tool} data-approval=${seg.id}>
+    <div class="approval-tag">The agent wants to run (${seg.tool}, unconfined):</div>
+    <pre class="approval-command"><code>${seg.command}</code></pre>
+    ${waiting ? html`<div class="approval-actions">
+        <button class="allow" disabled=${seg.sent} onClick=${() => onApprove(seg, true)}>Allow</button>
+        <button class="deny" disabled=${seg.sent} onClick=${() => onApprove(seg, false)}>Deny</button></div>`
+      : html`<div class="approval-outcome">${approvalOutcome(seg)}</div>`}</div>`;
+}
+
+function Segments({ segments, live, onApprove }) {
   return segments.map((s, i) => s.kind === "text" ? (live ? html`<${LiveText} key=${i} seg=${s} />`
     : html`<${Markdown} key=${i} text=${s.text} />`)
     : s.kind === "reasoning" ? html`<details key=${i} class="reasoning">
@@ -202,6 +224,7 @@ function Segments({ segments, live }) {
         <div class="question-text">${s.text}</div></div>`
     : s.kind === "answer" ? html`<article key=${i} class="msg user answer" aria-label="your answer">
         <div class="mail-tag">your answer</div><div class="user-text">${s.text}</div></article>`
+    : s.kind === "approval" ? html`<${ApprovalCard} key=${i} seg=${s} onApprove=${onApprove} />`
     : html`<${ToolPill} key=${i} seg=${s} />`);
 }
 
@@ -256,7 +279,7 @@ function jumpToEnd(el, frames = 10) {
   if (frames > 0) requestAnimationFrame(() => jumpToEnd(el, frames - 1));
 }
 
-function Live({ live, list }) {
+function Live({ live, list, onApprove }) {
   const [, redraw] = useState(0);
   useEffect(() => {
     const draw = () => redraw((n) => n + 1);
@@ -273,7 +296,7 @@ function Live({ live, list }) {
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
       <div class="user-text">${m.text}</div></article>`)}
     <article class="msg assistant live" aria-label="agent's reply, streaming">
-      <${Segments} segments=${live.segments} live /></article>`;
+      <${Segments} segments=${live.segments} live onApprove=${onApprove} /></article>`;
 }
 
 function Banner({ live, onStop }) {
@@ -282,7 +305,8 @@ function Banner({ live, onStop }) {
   const secs = Math.max(0, Math.round((now - live.started) / 1000));
   return html`<div class="banner" role="status" aria-live="polite">
     <span class="spinner" aria-hidden="true"></span>
-    <span class="banner-text">${live.asking ? "The agent waits for your answer"
+    <span class="banner-text">${live.segments.some((s) => s.kind === "approval" && !s.reason)
+      ? "The agent waits for your approval" : live.asking ? "The agent waits for your answer"
       : `Agent is working · ${secs} s`}${live.retry
       ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
       : ""}</span>
@@ -554,6 +578,7 @@ function App() {
   const loading = useRef(null); // the first read of the transcript, while it runs
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
+  const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
   // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
@@ -591,6 +616,7 @@ function App() {
   // open at the end of that replay is drawn from its events.
   const onEvent = useCallback((ev) => {
     if (ev.type === "welcome") {
+      chatId.current = ev.chat_id;
       setTitle(ev.title || null);
       if (ev.running) setRunning(ev.running);
       if (ev.gap || (!loaded.current && !loading.current)) {
@@ -633,7 +659,7 @@ function App() {
         showLive(next);
         break;
       }
-      case "delta": case "reasoning": case "tool_start": case "tool_end":
+      case "delta": case "reasoning": case "tool_start": case "tool_end": case "approval":
         if (!lv || lv.done) {
           // A turn whose start this page never saw (the journal no longer had it): its stream
           // shows below what the store already holds of it.
@@ -641,6 +667,12 @@ function App() {
           showLive(lv);
         }
         if (lv.retry) { lv.retry = null; showLive(lv); } // the banner's wait is over
+        if (ev.type === "approval") { // a command waits for a yes or no: drawn at once
+          if (!lv.segments.some((x) => x.kind === "approval" && x.id === ev.id)) {
+            lv.segments.push({ kind: "approval", id: ev.id, tool: ev.tool, command: ev.command });
+          }
+          showLive(lv); break;
+        }
         applyToLive(lv, ev); drawLive();
         // By the first streamed piece the turn has stored the message: the list shows its
         // conversation, open views read it again.
@@ -666,6 +698,14 @@ function App() {
           lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
         } else if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
         break;
+      case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
+        const seg = lv && lv.segments.find((x) => x.kind === "approval" && x.id === ev.id);
+        if (seg) {
+          Object.assign(seg, { allowed: ev.allowed, reason: ev.reason, mine: ev.by === chatId.current });
+          showLive(lv);
+        }
+        break;
+      }
       case "turn_end":
         if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
         if (ev.switch_to) { openConv(ev.switch_to); break; }
@@ -718,6 +758,10 @@ function App() {
     connRef.current.send(m);
   };
   const stop = () => connRef.current.send({ type: "stop" });
+  const approve = (seg, allow) => { // the first answer from any client decides (approval_end)
+    seg.sent = true; showLive(liveRef.current);
+    connRef.current.send({ type: "approve", id: seg.id, allow });
+  };
   const command = (text) => connRef.current.send({ type: "command", text });
   const onEdit = (n, old) => {
     const text = prompt("Edit your message (the answer goes on a new branch)", old);
@@ -746,7 +790,7 @@ function App() {
       </header>
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
         ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
-        ${live && html`<${Live} live=${live} list=${listRef} />`}
+        ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} />`}
         ${notes.map((n) => html`<div key=${"n" + n.seq} class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`)}
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
