@@ -56,6 +56,8 @@ def worker_env(home: Path, pg_url: str, base_url: str) -> dict[str, str]:
         HERON_API_KEY="k",
         HERON_EMBEDDINGS="0",
     )
+    if "HERON_BWRAP" in os.environ:  # a test of the unconfined path: the workers take it too
+        env["HERON_BWRAP"] = os.environ["HERON_BWRAP"]
     return env
 
 

@@ -421,6 +421,42 @@ async def test_a_worker_killed_mid_subagent_turn_is_finished_and_announced_by_an
     assert raw_count(pg_url, held, ("%Subagent result%finished sub%", "%run%")) == 1
 
 
+def _runs_a_command(body: dict[str, Any]) -> ServerReply:
+    tool = [m for m in body["messages"] if m["role"] == "tool"]
+    if not tool:
+        return ServerReply(tool_calls=[("bash", {"command": "echo approved-run"})])
+    return ServerReply(text="result: " + str(tool[-1]["content"])[:300])
+
+
+@pytest.mark.parametrize("allow", [True, False])
+async def test_a_command_in_a_worker_turn_is_asked_of_the_face_clients(
+    allow: bool, pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unconfined (no bubblewrap: approval "ask"), a worker's command waits for the person:
+    its `approval` event reaches the face's clients as a note, a client's answer goes back to
+    the workers, and the one waiting runs the command or declines it."""
+    from heron.bus import TurnEvent
+    from heron.tools.approval import DECLINED
+
+    monkeypatch.setenv("HERON_BWRAP", "off")  # the workers inherit it (worker_env)
+    async with on_workers(_runs_a_command, heron_home, pg_url, monkeypatch) as (_, _, f):
+        f.send("a2", "run it")
+
+        def asked() -> list[TurnEvent]:
+            return [e for e in f.events if isinstance(e, TurnEvent) and e.kind == "approval"]
+
+        await f.wait_for(lambda: bool(asked()))
+        approval = asked()[0].approval
+        assert approval is not None and approval.command == "echo approved-run"
+        assert await f.loop.answer_elsewhere("a2", approval.id, allow, "tab-1")
+        await f.settle(240)
+    ends = [e.approval for e in f.events if isinstance(e, TurnEvent) and e.kind == "approval_end"]
+    assert [(a.allowed, a.by, a.reason) for a in ends if a] == [(allow, "tab-1", "answered")]
+    (answer,) = f.texts("answer", "a2")
+    assert ("approved-run" in answer) is allow
+    assert (DECLINED[:30] in answer) is not allow
+
+
 async def test_a_job_due_once_fires_once_with_two_faces_and_two_workers(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

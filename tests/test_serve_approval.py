@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_until
 
+from heron.agent import approvals
 from heron.bus import Outbound
 from heron.channels.remote import connect_remote
 from heron.channels.script import run_message
@@ -23,7 +24,6 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
-from heron.serve import approvals
 from heron.tools.approval import DECLINED
 
 COMMAND = "echo approved-'and'-ran && echo '<b>not html</b>'"

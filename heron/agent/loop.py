@@ -108,7 +108,7 @@ class AgentLoop:
     # a channel with none gets a refusal the model reads.
     approvers: dict[str, Approver] = field(default_factory=dict)
     # Who asks instead, for every channel, given the conversation and the message that opened
-    # the turn: `heron serve` asks all the conversation's clients (heron/serve/approvals.py).
+    # the turn: `heron serve` asks all the conversation's clients (heron/agent/approvals.py).
     approver_for: Callable[[str, InboundMessage], Approver] | None = None
     # The one end-of-turn mechanism (`watch_turns`): told, synchronously and in order, how every
     # turn ended, after the conversation's next queued message started (so a hook sees whether
@@ -285,6 +285,12 @@ class AgentLoop:
         else:
             self._pending.setdefault(key, deque()).append(message)
         return "turn"
+
+    async def answer_elsewhere(self, key: str, approval_id: str, allow: bool, by: str) -> bool:
+        """A client's answer to an approval that does not wait in this process: passed on to
+        where the turn runs (the workers' face, heron/scale/front.py); False here, where every
+        turn runs in this loop."""
+        return False
 
     def post_mail(self, message: InboundMessage, into: str) -> bool:
         """A worker's mail (heron/scale/): `message`, queued in its own right, for the running

@@ -207,6 +207,16 @@ class FrontLoop(AgentLoop):
         await self.publisher.send({"t": "stop", "key": key})
         return True
 
+    async def answer_elsewhere(self, key: str, approval_id: str, allow: bool, by: str) -> bool:
+        """An answer to an approval a worker's turn waits on (its `approval` event came as a
+        note): to the workers, where the one waiting takes it."""
+        if key not in self._remote:
+            return False
+        assert self.publisher is not None
+        note = {"t": "approve", "key": key, "id": approval_id, "allow": allow, "by": by}
+        await self.publisher.send(note)
+        return True
+
     # ---- notes from the workers ------------------------------------------------------------
 
     def on_note(self, note: Note) -> None:

@@ -9,6 +9,7 @@ import json
 from typing import Any, cast
 
 from heron.bus import (
+    ApprovalAsk,
     InboundMessage,
     Outbound,
     OutboundMessage,
@@ -77,6 +78,7 @@ def outbound_to_json(o: Outbound) -> str:
             "end": None if o.end is None else end_to_dict(o.end),
             "message_id": o.message_id,
             "provenance": o.provenance,
+            "approval": None if o.approval is None else dataclasses.asdict(o.approval),
         }
     )
 
@@ -86,9 +88,11 @@ def outbound_from_dict(d: dict[str, Any]) -> Outbound:
     if d.pop("t") == "out":
         return OutboundMessage(**d)
     call, result, end = d.pop("call"), d.pop("result"), d.pop("end")
+    approval = d.pop("approval", None)
     return TurnEvent(
         **d,
         call=None if call is None else cast(ToolCall, part_from_dict(call)),
         result=None if result is None else cast(ToolResult, part_from_dict(result)),
         end=None if end is None else end_from_dict(end),
+        approval=None if approval is None else ApprovalAsk(**approval),
     )

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TextIO
 import psycopg
 from dbos import DBOS
 
+from heron.agent.approvals import Approvals
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd, TurnOptions
@@ -143,6 +144,10 @@ class WorkerHost:
         # Goals: the turn options and runtime line of a goal's conversation, /goal, the tool,
         # and the nudge after a turn's end, enqueued (`WorkerLoop.start_turn`).
         attach_goals(self.loop)
+        # Commands that need approval are asked of the face's clients: the `approval` events go
+        # as notes, the answer comes back as one (`on_note`).
+        self.approvals = Approvals(self.bus)
+        self.loop.approver_for = self.approvals.approver
         # Subagents: each one's turn a workflow of its own (heron/scale/subagents.py).
         self.subagents = QueuedSubagents(self.loop)
         offer_spawn(engine, self.subagents)
@@ -250,6 +255,9 @@ class WorkerHost:
             await self.loop.stop(str(note["key"]))
         elif kind == "mail":
             self.loop.post_mail(inbound_from_dict(note["message"]), str(note["into"]))
+        elif kind == "approve":  # ignored unless the approval waits here
+            key, approval_id = str(note["key"]), str(note["id"])
+            self.approvals.answer(key, approval_id, bool(note["allow"]), str(note["by"]))
 
 
 def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:

@@ -18,7 +18,7 @@ person's. With workers (heron/scale/) none of this is attached to the face: the 
 where the turns run, attach their own (docs/scale.md).
 
 A command that needs the person's approval (no sandbox, approval "ask") is asked of every
-client of its conversation (heron/serve/approvals.py); the first answer decides.
+client of its conversation (heron/agent/approvals.py); the first answer decides.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from heron.agent.approvals import Approvals
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Dispatcher, InboundMessage, MessageBus
@@ -36,7 +37,6 @@ from heron.config import ConfigWatch
 from heron.errors import ConfigError
 from heron.messages import File
 from heron.proactive import wiring
-from heron.serve.approvals import Approvals
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -77,8 +77,8 @@ class Runtime:
         # Subagents, ask_user and goals, as in one process (heron/proactive/wiring.py); with
         # workers, not here: the turns run there, and the workers attach their own.
         self.proactive = wiring.attach(self.loop, channel=HERON) if proactive else None
-        # An unconfined command asks every client of its conversation (heron/serve/approvals.py);
-        # with workers a worker's turn has no approver, as before (docs/scale.md).
+        # An unconfined command asks every client of its conversation (heron/agent/approvals.py);
+        # with workers, the worker running the turn asks, through the notes (docs/scale.md).
         self.approvals = Approvals(self.bus)
         if proactive:
             self.loop.approver_for = self.approvals.approver

@@ -1,7 +1,7 @@
 """One client's session, whatever carries it: a browser's /ws or a terminal's control socket.
 
 The client says `hello` first (which conversation, the last seq it saw), then sends messages,
-commands, stops and answers to approvals (heron/serve/approvals.py); the hub queues what it
+commands, stops and answers to approvals (heron/agent/approvals.py); the hub queues what it
 should see and a writer task sends it. The protocol is documented in docs/web.md
 ("## Protocol").
 """
@@ -232,7 +232,7 @@ class Session:
             await self._reply(await store.call(work.cancel, store, key, message))
 
     async def _approve(self, message: dict[str, Any]) -> None:
-        """The answer to a command waiting for approval (heron/serve/approvals.py): every
+        """The answer to a command waiting for approval (heron/agent/approvals.py): every
         client hears how it was decided (`approval_end`); one that came too late is ignored."""
         approval_id, allow = message.get("id"), message.get("allow")
         if not isinstance(approval_id, str) or not isinstance(allow, bool):
@@ -240,7 +240,11 @@ class Session:
             await self._reply(error("approve needs the approval's id and allow", hint))
             return
         client = self.client
-        self.runtime.approvals.answer(client.key, approval_id, allow, client.chat_id)
+        if client.key is None:
+            return
+        if not self.runtime.approvals.answer(client.key, approval_id, allow, client.chat_id):
+            # Not waiting in this process: a worker's turn may be (heron/scale/front.py).
+            await self.runtime.loop.answer_elsewhere(client.key, approval_id, allow, client.chat_id)
 
     def _submit(self, text: str, files: tuple[File, ...] = ()) -> None:
         client, key = self.client, self.client.key

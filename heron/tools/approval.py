@@ -5,7 +5,7 @@ the sandbox works), "ask" (the default when it does not: the channel shows the e
 waits for y/n) or "never". A channel that can ask gives its `Approver` to the AgentLoop
 (`connect(..., approve=...)`), which hands it to each of that channel's turns (`TurnHooks.approve`,
 then the tools' `ToolContext.approve`); without one, "ask" refuses, and the model reads why.
-`heron serve` asks every client of the turn's conversation instead (heron/serve/approvals.py).
+`heron serve` asks every client of the turn's conversation instead (heron/agent/approvals.py).
 """
 
 from __future__ import annotations
