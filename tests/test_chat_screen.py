@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -219,6 +220,26 @@ def test_ctrl_c_mid_reply_keeps_the_partial_reply_once_and_marks_it_interrupted(
     [(text, meta)] = _rows(heron_home, "assistant")
     assert text.startswith(f"{read}\n\n{more}") and text.endswith(REPLY_STOPPED)
     assert meta.get("interrupted") is True
+
+
+def test_ctrl_c_as_a_signal_stops_the_turn_and_keeps_the_chat(heron_home):
+    """Ctrl-C as SIGINT (what the terminal sends for the key in its line mode, whenever the
+    prompt is down: between prompts, while a reply is printed above it) stops the turn as the
+    key does, and the chat goes on. It used to give a fresh prompt with the turn still running
+    (prompt_toolkit's own SIGINT binding), or, with no prompt up, reach asyncio's handler."""
+    reply = ServerReply(text="A first paragraph.\n\n", chunk_size=4, stall_after_events=6)
+    with FakeOpenAIServer([reply, ServerReply(text="still here")]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("explain\r")
+        chat.wait_for(lambda: chat.shows("A first paragraph."), "the paragraph")
+        chat.child.kill(signal.SIGINT)  # as the terminal does with the key in its line mode
+        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        chat.type("again\r")
+        chat.wait_for(lambda: chat.shows("still here"), "the next answer")
+        chat.leave()
+    [first, _] = _rows(heron_home, "assistant")
+    assert first[1].get("interrupted") is True
 
 
 def test_a_mistyped_command_asks_did_you_mean_and_reaches_no_model(heron_home):

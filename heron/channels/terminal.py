@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,30 +409,38 @@ async def _chat(
     when the engine is this process's (a serve keeps its own)."""
     present = await _present(engine, state.key, held)
     keys = _stop_keys(conn, state, view)
-    while True:
-        if isinstance(conn, RemoteAgent) and conn.gone:  # the serve stopped: run_chat says so
-            from heron.channels.remote import ServeGone
+    with _ctrl_c_signal(conn, state, view) as rearm:  # not in `held`: /resume closes that
+        while True:
+            if isinstance(conn, RemoteAgent) and conn.gone:  # the serve stopped: run_chat says so
+                from heron.channels.remote import ServeGone
 
-            raise ServeGone("heron serve stopped")
-        try:
-            text = await session.prompt_async(view.prompt, refresh_interval=0.5, key_bindings=keys)
-        except KeyboardInterrupt:  # Ctrl-C with nothing running: a fresh line
-            continue
-        except EOFError:
-            await _leave(conn, state, view)
-            return
-        if view.answer(text):
-            continue
-        if text.strip() in ("/exit", "/quit"):
-            await _leave(conn, state, view)
-            return
-        if present != state.key:  # /resume moved the chat to another conversation
-            await held.aclose()
-            present = await _present(engine, state.key, held)
-        if not text.strip():
-            continue
-        if not (text.startswith("/") and await _command(text, engine, conn, state, view, session)):
-            await send_turn(conn, state, view, text, with_files=True)
+                raise ServeGone("heron serve stopped")
+            try:
+                text = await session.prompt_async(
+                    view.prompt, refresh_interval=0.5, key_bindings=keys
+                )
+            except KeyboardInterrupt:  # Ctrl-C with nothing running: a fresh line
+                rearm()
+                continue
+            except EOFError:
+                rearm()
+                await _leave(conn, state, view)
+                return
+            rearm()
+            if view.answer(text):
+                continue
+            if text.strip() in ("/exit", "/quit"):
+                await _leave(conn, state, view)
+                return
+            if present != state.key:  # /resume moved the chat to another conversation
+                await held.aclose()
+                present = await _present(engine, state.key, held)
+            if not text.strip():
+                continue
+            if not (
+                text.startswith("/") and await _command(text, engine, conn, state, view, session)
+            ):
+                await send_turn(conn, state, view, text, with_files=True)
 
 
 def _stop_keys(
@@ -447,6 +455,7 @@ def _stop_keys(
     keys = KeyBindings()
 
     @keys.add("c-c")
+    @keys.add("<sigint>")  # SIGINT while the prompt is up (a `kill -INT`, or the key in line mode)
     def _(event: KeyPressEvent) -> None:
         if view.answer(""):
             return
@@ -463,7 +472,7 @@ async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: Ter
     view.answer("")
     if conn.running(state.key):
         await conn.send("/stop", state.key, state.agent)
-    await _settle(conn, state)
+    await _settle(conn)
     view.console.print("[dim]Bye.[/dim]")
 
 
@@ -475,14 +484,37 @@ async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str
     return key
 
 
-async def _settle(conn: InProcessAgent | RemoteAgent, state: ChatState) -> None:
-    """Wait for the agent (outside the prompt, where Ctrl-C is a signal): Ctrl-C stops it."""
+@contextmanager
+def _ctrl_c_signal(
+    conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView
+) -> Iterator[Callable[[], None]]:
+    """Ctrl-C when no prompt is up. The terminal is in its line mode then (between two
+    prompts, while a reply is printed above the prompt, while the chat waits for the agent
+    to settle), where it is the signal SIGINT, not a key: asyncio's own handler would cancel
+    the chat. Here it does what the key does at the prompt (`_stop_keys`). A prompt takes
+    SIGINT over while it is up and drops every handler when it ends, so the chat sets this
+    one again after each prompt (the callable yielded)."""
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, conn.send_nowait, "/stop", state.key, state.agent)
+
+    def interrupt() -> None:
+        if view.answer(""):
+            return
+        if conn.running(state.key):
+            conn.send_nowait("/stop", state.key, state.agent)
+
+    def arm() -> None:
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+
+    arm()
     try:
-        await conn.settle()
+        yield arm
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _settle(conn: InProcessAgent | RemoteAgent) -> None:
+    """Wait for the agent, outside the prompt: Ctrl-C stops it (`_ctrl_c_signal`)."""
+    await conn.settle()
 
 
 async def _command(
@@ -512,7 +544,7 @@ async def _command(
         await _review_either(engine, conn, console)
     elif name in ("/learn", "/reflect"):
         if await send_turn(conn, state, view, text):
-            await _settle(conn, state)
+            await _settle(conn)
             await _review_either(engine, conn, console, only_if_waiting=True)
     else:
         return False
