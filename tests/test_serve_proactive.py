@@ -108,6 +108,47 @@ async def test_ask_user_waits_for_the_next_message_from_any_client_and_resumes()
         store.close()
 
 
+async def test_a_terminal_attaching_while_a_question_waits_is_asked_and_can_answer():
+    """A client that attaches without replaying the journal (a terminal) after the question
+    was asked is sent it, and its answer resumes the run; once answered, a later one is not
+    asked again."""
+
+    def origin(request, n):
+        if n == 1:
+            return call("ask_user", question="Which city?")
+        return text("Booked " + _tool_results(request)[-1].split(": ")[-1])
+
+    model = Routed({"trip": origin})
+    home = Settings.load().paths.home
+    # What `heron chat` through a serve says: nothing of the past replayed (last_seq None).
+    hello_now = {"type": "hello", "conversation": "trip", "channel": "cli", "last_seq": None}
+    async with running_serve(ScriptedProvider(model), tools()) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "trip")
+        await _send(ws, "book me a trip")
+        await ws_until(ws, "message")  # the question, asked before the terminal came
+        terminal = await LineClient.open(home / SOCKET_NAME)
+        try:
+            await terminal.send(hello_now)
+            assert (await terminal.next())["type"] == "welcome"
+            asked = (await terminal.until("message"))[-1]
+            assert (asked["type"], asked["kind"]) == ("message", "question"), asked
+            assert "Which city?" in asked["text"]
+            await terminal.send({"type": "send", "text": "Lisbon"})
+            rest = await ws_until(ws, "idle")
+        finally:
+            await terminal.close()
+        late = await LineClient.open(home / SOCKET_NAME)
+        try:
+            await late.send(hello_now)
+            await late.until("welcome")
+            await late.send(hello_now)
+            between = await late.until("welcome")  # what the first hello was sent
+            assert [e["type"] for e in between] == ["welcome"]  # no question any more
+        finally:
+            await late.close()
+    assert [e["reply"] for e in _ends(rest)] == ["Booked Lisbon"]
+
+
 async def test_slash_goal_through_the_serve_sets_a_goal_and_a_nudge_turn_follows():
     def origin(request, n):
         assert last_user_text(request).startswith(NUDGE[:20])

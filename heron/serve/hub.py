@@ -82,6 +82,9 @@ class Journal:
     # Approvals that wait for an answer, by id: their `approval` events, sent again to a
     # client that attaches without replaying them (a terminal, one told `gap`).
     approvals: dict[str, Event] = field(default_factory=dict)
+    # The question the turn waits on (ask_user), sent again to such a client; until the next
+    # message answers it (`mail`) or the turn ends.
+    question: Event | None = None
 
     def append(self, event: Event) -> Event:
         self.seq += 1
@@ -169,7 +172,8 @@ class Hub:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
         welcome, then what it missed: every event after last_seq still kept; none for None
         (a client that wants only what happens from now on); `gap` when some are gone. With
-        nothing replayed, the approvals that wait follow, so that this client can answer."""
+        nothing replayed, the question and the approvals that wait follow, so that this client
+        can answer."""
         self.detach(client)
         journal = self.journal(key)
         client.key = key
@@ -178,8 +182,10 @@ class Hub:
         client.queue.put_nowait(journal.welcome(client, gap=gap))
         for event in () if gap else missed or ():
             client.queue.put_nowait(event)
-        if last_seq is None or gap:  # nothing replayed: a command that waits is sent again,
-            for event in journal.approvals.values():  # unnumbered (the client saw none of it)
+        if last_seq is None or gap:  # nothing replayed: what waits for an answer is sent again,
+            waiting = [journal.question] if journal.question is not None else []
+            # unnumbered: the client saw none of it
+            for event in [*waiting, *journal.approvals.values()]:
                 client.queue.put_nowait({k: v for k, v in event.items() if k != "seq"})
         journal.clients.add(client)
 
@@ -200,7 +206,9 @@ class Hub:
             for event in held:
                 journal.append(event)
             message = {"type": "message", "kind": item.kind, "text": item.text}
-            journal.append({**message, "chat_id": item.chat_id})
+            sent = journal.append({**message, "chat_id": item.chat_id})
+            if item.kind == "question":
+                journal.question = sent
             return
         was_busy = journal.busy
         for event in self._events(journal, item):
@@ -225,6 +233,8 @@ class Hub:
                     client.offer(dict(status), each)
 
     def _events(self, journal: Journal, ev: TurnEvent) -> list[Event]:
+        if ev.kind in ("mail", "turn_end"):  # the question answered, or its turn over
+            journal.question = None
         if ev.kind == "turn_start":
             held, journal.held = journal.held, []  # a start that never heard `saved`
             journal.busy, journal.turn_id = True, f"t{next(self._turns)}"
