@@ -14,6 +14,11 @@ attempt's turn row by its run id (heron/store/attempts.py) and continues that tu
 record: the tool calls that finished kept from the engine's checkpoint (not run again), the
 ones cut off marked interrupted, the model answering the same stored message, which is never
 stored twice. A turn that had finished before the crash is not run again.
+
+A worker's turns have what a serve's have: `ask_user` (the face's next message answers it, as
+mail), goals (the nudge enqueued, `WorkerLoop.start_turn`), subagents (each one's turn a
+workflow of its own, heron/scale/subagents.py) and approvals (asked of the face's clients
+through the notes, heron/agent/approvals.py).
 """
 
 from __future__ import annotations
