@@ -316,7 +316,7 @@ async def test_a_serve_continues_the_goals_a_closed_chat_left_and_parks_a_spent_
         store.close()
 
 
-@pytest.mark.slow  # the waiting question looks for a cancel from another process every 5 s
+@pytest.mark.slow  # the waiting question looks for a cancel from another process every 1 s
 async def test_runs_cancel_from_another_process_drops_the_question_and_the_run_finishes():
     def origin(request, n):
         if n == 1:

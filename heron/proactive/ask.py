@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Sleep = Callable[[float], Coroutine[Any, Any, None]]
 DEFAULT_MINUTES = 60.0
 MAX_MINUTES = 7 * 24 * 60.0
-POLL_S = 5.0  # how often a waiting question looks for a cancel from another process
+POLL_S = 1.0  # how often a waiting question looks for a cancel from another process (one row)
 PERSONAL = ("user", "announce", "goal")  # turns with a person to answer
 
 
