@@ -271,21 +271,20 @@ def goals_service(cluster: Cluster) -> Service:
         assert isinstance(loop, FrontLoop)
         await loop.listening.wait()
         store, manager = loop.engine.store, Goals(loop)
-        for key in await store.call(goals.active_keys, store):
+        keys = await store.call(goals.active_keys, store)
+        busy = await asyncio.to_thread(_busy, cluster, keys) if keys else set()
+        for key in keys:
             goal = await store.call(goals.open_goal, store, key)
-            if goal is None or goal.status != "active":
-                continue
-            if await asyncio.to_thread(_partition_busy, cluster, key):
-                continue  # the turn there, or the message waiting, continues it
+            if goal is None or goal.status != "active" or key in busy:
+                continue  # a turn there, or a message waiting there, continues it
             manager.continue_goal(key, goal, nudge_id=f"goal-{goal.id}-{goal.turns_used}")
 
     return resume
 
 
-def _partition_busy(cluster: Cluster, key: str) -> bool:
+def _busy(cluster: Cluster, keys: list[str]) -> set[str]:
     with psycopg.connect(cluster.url, autocommit=True) as conn:
-        running = records.running_workflow(conn, cluster.dbos_schema, QUEUE, key)
-        return running is not None or records.queued_in(conn, cluster.dbos_schema, QUEUE, key) > 0
+        return records.busy_partitions(conn, cluster.dbos_schema, QUEUE, keys)
 
 
 def governor_service(governor: PollGovernor) -> Service:

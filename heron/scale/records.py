@@ -52,16 +52,16 @@ def owners_in_flight(conn: psycopg.Connection[Any], dbos_schema: str, queue: str
     return [r[0] for r in conn.execute(query, (queue,)).fetchall() if r[0]]
 
 
-def running_workflow(
-    conn: psycopg.Connection[Any], dbos_schema: str, queue: str, key: str
-) -> str | None:
-    """The workflow of conversation `key` that runs now, if one does."""
+def busy_partitions(
+    conn: psycopg.Connection[Any], dbos_schema: str, queue: str, keys: list[str]
+) -> set[str]:
+    """Which of the conversations `keys` have a turn running or a message queued."""
     query = sql.SQL(
-        "SELECT workflow_uuid FROM {}.workflow_status WHERE status = 'PENDING'"
-        " AND queue_name = %s AND queue_partition_key = %s LIMIT 1"
+        "SELECT DISTINCT queue_partition_key FROM {}.workflow_status"
+        " WHERE status IN ('PENDING', 'ENQUEUED') AND queue_name = %s"
+        " AND queue_partition_key = ANY(%s)"
     ).format(sql.Identifier(dbos_schema))
-    row = conn.execute(query, (queue, key)).fetchone()
-    return None if row is None else str(row[0])
+    return {str(r[0]) for r in conn.execute(query, (queue, keys)).fetchall()}
 
 
 def queued_in(conn: psycopg.Connection[Any], dbos_schema: str, queue: str, key: str) -> int:
