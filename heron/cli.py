@@ -20,13 +20,14 @@ from heron.channels.trace_cli import trace_app, usage
 from heron.errors import HeronError
 
 app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Heron: a personal AI agent that keeps long conversations whole.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-conversations_app = typer.Typer(help="List, show and delete conversations.", no_args_is_help=True)
-config_app = typer.Typer(help="Show Heron's configuration.", no_args_is_help=True)
+conversations_app = typer.Typer(rich_markup_mode="markdown", help="List, show and delete conversations.", no_args_is_help=True)
+config_app = typer.Typer(rich_markup_mode="markdown", help="Show Heron's configuration.", no_args_is_help=True)
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(config_app, name="config")
 app.add_typer(trace_app, name="trace")
@@ -101,14 +102,17 @@ def run(
         typer.Option(
             "--attach",
             "-a",
+            metavar="FILE",
             help="Attach a file to the message (repeatable): images and PDFs for models that "
             "take them, text files inline.",
         ),
     ] = None,
 ) -> None:
-    """Send one message and print the reply (for scripts). Goes through `heron serve` when one
-    runs on this home (unless --model or --ephemeral asks for what it cannot give). With a
-    message and stdin piped in, stdin follows the message as a fenced block."""
+    """Send one message and print the reply (for scripts).
+
+    Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
+    for what it cannot give). With a message and stdin piped in, stdin follows the message as
+    a fenced block."""
     from heron.channels.script import attached_files, run_message
 
     if conversation is not None and message is None and not retry and _interactive():

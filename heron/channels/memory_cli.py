@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
 
-app = typer.Typer(
+app = typer.Typer(rich_markup_mode="markdown",
     help="Your memory: list, show, explain, forget, review; recall history.", no_args_is_help=True
 )
 
@@ -75,8 +75,9 @@ def _when(ts: float) -> str:
 def list_entries(
     scope: Annotated[str | None, typer.Argument(help="Only this scope.")] = None,
 ) -> None:
-    """List every scope and its entries (or one scope's entries); an entry too long for the
-    prompt is flagged."""
+    """List every scope and its entries, or one scope's.
+
+    An entry too long for the prompt is flagged."""
     from heron.memory.section import ENTRY_CAP, over_cap
 
     with _service() as service:
@@ -145,8 +146,10 @@ def forget(path: PathArg) -> None:
 
 @app.command()
 def review() -> None:
-    """Review what waits: checklists of up to 10; checked items are kept, the rest dropped;
-    Esc (or q) leaves this checklist and later ones waiting."""
+    """Review what waits, in checklists of up to 10.
+
+    Checked items are kept, the rest dropped; Esc (or q) leaves this checklist and later ones
+    waiting."""
     from heron.memory.commands import review_text
     from heron.memory.service import ensure_not_agent
 
@@ -210,8 +213,9 @@ def log(
 
 @app.command()
 def undo() -> None:
-    """Put the memory folder back as it was before its last change (an undo is a change too,
-    so running it again redoes)."""
+    """Put the memory folder back as it was before its last change.
+
+    An undo is a change too, so running it again redoes."""
     _person_only("undoing a memory change")
     with _service() as service:
         if not service.history.available:

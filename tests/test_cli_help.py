@@ -1,0 +1,62 @@
+"""Every command's `--help` reads as prose: the one-line summaries in a group's command list
+do not break mid-sentence, and a longer description is rewrapped to the terminal's width
+rather than keeping the line breaks of the source."""
+
+from __future__ import annotations
+
+import typer
+from typer.testing import CliRunner
+
+from heron.cli import app
+
+WIDE = 200
+
+
+def _paths(command: object, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [path]
+    for name, sub in getattr(command, "commands", {}).items():  # a group's (typer's own click)
+        out += _paths(sub, (*path, name))
+    return out
+
+
+def _help(path: tuple[str, ...]) -> str:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDE)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _description(text: str) -> list[str]:
+    """The lines of `text` before its first boxed panel, after the usage line, right-stripped."""
+    lines = text.splitlines()
+    start = next(n for n, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next((n for n, line in enumerate(lines) if line.startswith("╭")), len(lines))
+    return [line.rstrip() for line in lines[start:end]]
+
+
+COMMANDS = _paths(typer.main.get_command(app))
+
+
+def test_the_tree_is_walked():
+    assert ("run",) in COMMANDS and ("memory", "undo") in COMMANDS and len(COMMANDS) > 25
+
+
+def test_no_command_summary_wraps_in_a_wide_command_list():
+    for path in COMMANDS:
+        panel = False
+        for line in _help(path).splitlines():
+            if "─ Commands ─" in line:
+                panel = True
+            elif line.startswith("╰"):
+                panel = False
+            elif panel:
+                # a continuation row has an empty name column: the summary broke
+                assert not line.startswith("│" + " " * 4), (path, line)
+
+
+def test_descriptions_are_rewrapped_not_broken_at_the_source_lines():
+    for path in COMMANDS:
+        lines = _description(_help(path))
+        for line, after in zip(lines, lines[1:], strict=False):
+            # at 200 columns a paragraph fills its line before it wraps: a line followed by
+            # more of its paragraph while far short of the width kept a source line break
+            assert not (line and after) or len(line) > WIDE - 40, (path, line)
