@@ -64,6 +64,7 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "model": "scripted/scripted",
             "embedded": False,
             "running": [],
+            "waiting": [],
         }
         await ws.send(json.dumps({"type": "send", "text": "hello there"}))
         events = await ws_until(ws, "turn_end")

@@ -702,6 +702,27 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
     expect(page.locator(".msg.user")).to_have_count(1)  # the answer opened no turn of its own
 
 
+def test_a_question_waiting_in_another_conversation_marks_it_and_the_tab_title(
+    page, browser, site, model
+):
+    other = browser.new_page()
+    other.goto(site.url + "/#c=trip")
+    _send(other, "book me a trip")
+    model.feed(("call", ToolCall("c1", "ask_user", {"question": "Which city?"})), ("end", None))
+    row = page.locator(".convs li").filter(has=page.locator("a[href='#c=trip']"))
+    expect(row).to_have_class(re.compile(r"\bwaiting\b"))
+    expect(row).to_contain_text("waits for your answer")
+    expect(page).to_have_title("(1) Heron")
+    expect(page.locator("button.menu")).to_have_class(re.compile(r"\bwaits\b"))
+    expect(other.locator("button.menu")).not_to_have_class(re.compile(r"\bwaits\b"))  # its own
+    _send(other, "Berlin")
+    model.reply("Booked Berlin.")
+    expect(other.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
+    expect(row).not_to_have_class(re.compile(r"\bwaiting\b"))
+    expect(page).to_have_title("Heron")
+    other.close()
+
+
 def test_a_turn_heron_opens_shows_its_message_as_heron_s_not_as_the_persons(page, model):
     _send(page, "/goal Write three lines")
     # The nudge turn, live (the model has not answered yet): Heron's note, not "your message".

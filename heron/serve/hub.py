@@ -73,6 +73,7 @@ class Journal:
     clients: set[Client] = field(default_factory=set)
     busy: bool = False
     running: set[str] | None = None  # the hub's conversations where a turn runs (welcome)
+    waiting: set[str] | None = None  # the hub's where a question or approval waits (welcome)
     title: str | None = None
     turn_id: str | None = None
     about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
@@ -110,6 +111,8 @@ class Journal:
         }
         if self.running is not None:
             event["running"] = sorted(self.running)
+        if self.waiting is not None:
+            event["waiting"] = sorted(self.waiting)
         if gap:
             event["gap"] = True
         return event
@@ -117,6 +120,11 @@ class Journal:
     @property
     def idle(self) -> bool:
         return not self.clients and not self.busy
+
+    @property
+    def waits(self) -> bool:
+        """Whether the person's answer is awaited here: a question or a command's approval."""
+        return self.question is not None or bool(self.approvals)
 
     def since(self, last_seq: int) -> list[Event] | None:
         """The events after last_seq, or None when some of them are no longer kept."""
@@ -146,6 +154,9 @@ class Hub:
         self.journals: OrderedDict[str, Journal] = OrderedDict()
         self.unloaded: dict[str, int] = {}
         self.running: set[str] = set()  # conversations where a turn runs, for every client
+        # Conversations where a question or an approval waits for the person, for every client:
+        # a tab showing another conversation marks them, since only an answer moves them on.
+        self.waiting: set[str] = set()
         self.stopping = False  # the serve shuts down: a turn it stops says so
         self._turns = itertools.count(1)
 
@@ -154,6 +165,7 @@ class Hub:
         if found is None:
             seq = self.unloaded.pop(key, 0)
             found = Journal(key, self.size, seq=seq, about=self.about, running=self.running)
+            found.waiting = self.waiting
             self.journals[key] = found
             self._trim(keep=key)
         else:
@@ -201,6 +213,7 @@ class Hub:
     async def deliver(self, item: Outbound) -> None:
         """The Dispatcher's watcher: one bus item as protocol events."""
         journal = self.journal(item.key)
+        was = (journal.busy, journal.waits)
         if isinstance(item, OutboundMessage):
             held, journal.held = journal.held, []  # the turn's start goes out first
             for event in held:
@@ -209,24 +222,26 @@ class Hub:
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent
-            return
-        was_busy = journal.busy
-        for event in self._events(journal, item):
-            journal.append(event)
-        if journal.busy != was_busy:
+        else:
+            for event in self._events(journal, item):
+                journal.append(event)
+        if (journal.busy, journal.waits) != was:
             self._running(journal)
         if journal.idle:  # a turn ended with nobody attached
             self._trim()
 
     def _running(self, journal: Journal) -> None:
-        """Every browser tab, whatever conversation it shows, hears where turns run now (it
-        marks them in its list): a `status` of the hub, outside any journal, so it has no
-        seq. Terminals list nothing live and are not sent it."""
-        if journal.busy:
-            self.running.add(journal.key)
-        else:
-            self.running.discard(journal.key)
+        """Every browser tab, whatever conversation it shows, hears where turns run now and
+        where one waits for the person's answer (it marks them in its list): a `status` of the
+        hub, outside any journal, so it has no seq. Terminals list nothing live and are not
+        sent it."""
+        for now, where in ((journal.busy, self.running), (journal.waits, self.waiting)):
+            if now:
+                where.add(journal.key)
+            else:
+                where.discard(journal.key)
         status: Event = {"type": "status", "state": "running", "running": sorted(self.running)}
+        status["waiting"] = sorted(self.waiting)
         for each in self.journals.values():
             for client in list(each.clients):
                 if client.channel == "web":

@@ -355,7 +355,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, streamed }) {
+function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -373,6 +373,9 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, s
   useEffect(() => { if (streamed && !rows.some((c) => c.key === current)) load(); }, [streamed]);
   // A turn started elsewhere in a conversation this list does not show yet: read it again.
   useEffect(() => { if (running.some((k) => !rows.some((c) => c.key === k))) load(); }, [running]);
+  // What the list says of a conversation where work goes on: an answer awaited says more.
+  const state = (key) => waiting.includes(key) ? html`<span class="in-use waits">waits for your answer</span>`
+    : running.includes(key) ? html`<span class="in-use">a turn is running</span>` : null;
   const rename = async (key, old) => {
     const title = prompt("New title", old || "");
     if (!title) return;
@@ -395,11 +398,12 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, s
     <input type="search" class="search" placeholder="Search messages" aria-label="search conversations"
       value=${q} onInput=${(e) => setQ(e.target.value)} />
     <ul class="convs" role="list">${rows.map((c) => html`<li key=${c.key}
-        class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")}>
+        class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")
+          + (waiting.includes(c.key) ? " waiting" : "")}>
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
         onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
         <span class="conv-title">${c.title || c.key}</span>
-        ${running.includes(c.key) && html`<span class="in-use">a turn is running</span>`}
+        ${state(c.key)}
         ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
       <span class="conv-actions">
         <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
@@ -568,6 +572,7 @@ function App() {
   const [streamed, setStreamed] = useState(0); // a turn's first streamed piece came
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
+  const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
   const liveRef = useRef(null);
   const convRef = useRef(conv);
   const listRef = useRef(null);
@@ -619,6 +624,7 @@ function App() {
       chatId.current = ev.chat_id;
       setTitle(ev.title || null);
       if (ev.running) setRunning(ev.running);
+      if (ev.waiting) setWaiting(ev.waiting);
       if (ev.gap || (!loaded.current && !loading.current)) {
         showLive(null); loadTranscript(convRef.current);
       }
@@ -680,7 +686,7 @@ function App() {
         break;
       case "status":
         if (ev.state === "running") { // the hub's: where turns run, this conversation or not
-          setRunning(ev.running || []);
+          setRunning(ev.running || []); setWaiting(ev.waiting || []);
         } else if (lv && ev.state === "restart") { // a retried stream differs: it starts again below
           lv.segments.push({ kind: "note", text: "The stream was cut; the reply starts again." });
           lv.retry = null; showLive(lv);
@@ -769,6 +775,9 @@ function App() {
   };
 
   const working = live && !live.done;
+  const elsewhere = waiting.some((k) => k !== conv); // another conversation waits for an answer
+  // A tab in the background says in its title how many conversations wait for an answer.
+  useEffect(() => { document.title = (waiting.length ? `(${waiting.length}) ` : "") + "Heron"; }, [waiting]);
   // While a turn is drawn from its stream, its stored rows are left out: those the store
   // marks running, and all of that turn's once a read finds it saved before its turn_end
   // arrived (it is shown once, live, until the end swaps it for the stored item).
@@ -777,11 +786,12 @@ function App() {
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
       streamed=${streamed}
-      running=${running}
+      running=${running} waiting=${waiting}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
     <main class="chat" aria-label="conversation">
       <header class="top">
-        <button class="menu" aria-label="conversations" aria-expanded=${side} onClick=${() => setSide(!side)}>☰</button>
+        <button class=${"menu" + (elsewhere ? " waits" : "")} aria-expanded=${side} onClick=${() => setSide(!side)}
+          aria-label=${elsewhere ? "conversations (one waits for your answer)" : "conversations"}>☰</button>
         <h1 class="title">${title || conv}</h1>
         <span class=${"conn " + conn} role="status" aria-label=${"connection " + conn}>${conn === "open" ? "" : conn}</span>
         <nav class="tabs" aria-label="views">${PANELS.map((p) => html`<button key=${p}
