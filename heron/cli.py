@@ -26,8 +26,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-conversations_app = typer.Typer(rich_markup_mode="markdown", help="List, show and delete conversations.", no_args_is_help=True)
-config_app = typer.Typer(rich_markup_mode="markdown", help="Show Heron's configuration.", no_args_is_help=True)
+conversations_app = typer.Typer(
+    rich_markup_mode="markdown", help="List, show and delete conversations.", no_args_is_help=True
+)
+config_app = typer.Typer(
+    rich_markup_mode="markdown", help="Show Heron's configuration.", no_args_is_help=True
+)
 app.add_typer(conversations_app, name="conversations")
 app.add_typer(config_app, name="config")
 app.add_typer(trace_app, name="trace")

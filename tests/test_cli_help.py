@@ -4,6 +4,8 @@ rather than keeping the line breaks of the source."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import typer
 from typer.testing import CliRunner
 
@@ -56,7 +58,7 @@ def test_no_command_summary_wraps_in_a_wide_command_list():
 def test_descriptions_are_rewrapped_not_broken_at_the_source_lines():
     for path in COMMANDS:
         lines = _description(_help(path))
-        for line, after in zip(lines, lines[1:], strict=False):
+        for line, after in pairwise(lines):
             # at 200 columns a paragraph fills its line before it wraps: a line followed by
             # more of its paragraph while far short of the width kept a source line break
             assert not (line and after) or len(line) > WIDE - 40, (path, line)

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from heron.store import Store
     from heron.store.jobs import Job
 
-app = typer.Typer(rich_markup_mode="markdown",
-    help="Scheduled jobs: list, add, cancel, and the record of their runs.", no_args_is_help=True
+app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Scheduled jobs: list, add, cancel, and the record of their runs.",
+    no_args_is_help=True,
 )
 
 

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
 
-app = typer.Typer(rich_markup_mode="markdown",
-    help="Your memory: list, show, explain, forget, review; recall history.", no_args_is_help=True
+app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Your memory: list, show, explain, forget, review; recall history.",
+    no_args_is_help=True,
 )
 
 PathArg = Annotated[

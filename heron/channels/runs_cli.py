@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help`
     from heron.store import Store
     from heron.store.runs import Run
 
-runs_app = typer.Typer(rich_markup_mode="markdown",
+runs_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Subagents and questions waiting for your answer: list, show, cancel.",
     no_args_is_help=True,
 )

@@ -19,8 +19,10 @@ if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help`
     from heron.store import Store
     from heron.trace.prices import PriceTable
 
-trace_app = typer.Typer(rich_markup_mode="markdown",
-    help="Recorded runs: list, show, export and replay them.", no_args_is_help=True
+trace_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Recorded runs: list, show, export and replay them.",
+    no_args_is_help=True,
 )
 
 RunArg = Annotated[
