@@ -242,6 +242,20 @@ def test_ctrl_c_as_a_signal_stops_the_turn_and_keeps_the_chat(heron_home):
     assert first[1].get("interrupted") is True
 
 
+def test_the_terminal_does_not_echo_ctrl_c_while_the_chat_runs_and_is_restored_after(heron_home):
+    """In line mode the terminal would echo the key as "^C" into the reply, before "Stopped."
+    (it did, in the test above, when the key came while a block was printed): the chat turns
+    that echo off while it runs and puts the terminal back as it found it."""
+    import termios
+
+    with FakeOpenAIServer([]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        tty = chat.child.child_fd  # the pseudo-terminal's modes, read from its other side
+        assert termios.tcgetattr(tty)[3] & termios.ECHOCTL == 0
+        chat.leave()
+    assert termios.tcgetattr(tty)[3] & termios.ECHOCTL
+
+
 def test_a_mistyped_command_asks_did_you_mean_and_reaches_no_model(heron_home):
     with FakeOpenAIServer([]) as server:
         chat = ChatScreen(heron_home, server.base_url)

@@ -507,9 +507,33 @@ def _ctrl_c_signal(
 
     arm()
     try:
-        yield arm
+        with _no_echoed_ctrl_c():
+            yield arm
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+
+
+@contextmanager
+def _no_echoed_ctrl_c() -> Iterator[None]:
+    """In line mode a terminal echoes Ctrl-C as "^C" where the cursor is, in the middle of the
+    reply or before "Stopped."; the chat says itself what the key did, so the echo is turned
+    off while it runs (the terminal's ECHOCTL flag; a prompt keeps what it finds and puts it
+    back) and restored when it ends."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        before = termios.tcgetattr(fd)
+    except (ImportError, OSError, ValueError):  # not a terminal (or not POSIX): nothing echoes
+        yield
+        return
+    quiet = list(before)
+    quiet[3] = before[3] & ~termios.ECHOCTL  # the local modes
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 async def _settle(conn: InProcessAgent | RemoteAgent) -> None:
