@@ -260,3 +260,29 @@ async def test_a_stop_through_serve_settles_once_the_turn_it_stopped_ends():
             assert said == ["Stopped. What the turn finished is kept."]
             await conn.send("/status", "stop-me")  # the next command is still answered
             await asyncio.wait_for(conn.settle(), 30)
+
+
+async def test_a_chat_through_serve_shows_the_tool_calls_arguments_in_the_pill_and_in_show():
+    @tool
+    async def greet(ctx: ToolContext, name: str) -> str:
+        """Greet someone."""
+        return f"hello {name}"
+
+    def script(request) -> Reply:
+        if request.messages[-1].tool_results:
+            return Reply([Text("greeted")], "done")
+        return Reply([ToolCall("g1", "greet", {"name": "Ada"})], "tool")
+
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    async with running_serve(ScriptedProvider(script), ToolRegistry([greet])):
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("greet Ada", PERSONAL)
+            await conn.settle()
+    assert state.results[0].call.args == {"name": "Ada"}  # what /show N prints with the result
+    assert 'greet {"name": "Ada"} ✓' in screen.getvalue()

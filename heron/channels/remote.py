@@ -97,6 +97,9 @@ class RemoteAgent:
         self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
         # Requests answered by an event of the same type (the memory review), oldest first.
         self._asks: dict[str, deque[asyncio.Future[dict[str, Any]]]] = {}
+        # The arguments of each tool call started and not ended: a `tool_end` names only the
+        # call's id and name, and the pill and /show print what the call was asked to do.
+        self._args: dict[str, Any] = {}
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
@@ -221,6 +224,10 @@ class RemoteAgent:
             self._approval(event)
         if kind == "status" and event.get("chat_id") not in (None, self.chat_id):
             return  # another client's message went to the mailbox: its business
+        if kind == "tool_start":
+            self._args[str(event.get("call_id"))] = event.get("args") or {}
+        elif kind == "tool_end" and "args" not in event:
+            event = {**event, "args": self._args.pop(str(event.get("call_id")), {})}
         item = to_outbound(event, self.channel, key)
         if item is not None:
             await self.deliver(item)
@@ -341,7 +348,7 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)
     if kind == "tool_end":
-        call = ToolCall(event["call_id"], event["name"], {})
+        call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         result = ToolResult(event["call_id"], event.get("result", ""), bool(event.get("is_error")))
         seconds = float(event.get("seconds") or 0.0)
         return _replace(base, kind="tool_end", call=call, result=result, seconds=seconds)
