@@ -39,6 +39,7 @@ from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
+from heron.saved import read_whole
 from heron.tools.approval import DECLINED, start_notice
 
 if TYPE_CHECKING:  # prompt_toolkit is imported when a chat starts
@@ -81,6 +82,7 @@ class ChatState:
     caps: AttachmentCaps = field(default_factory=AttachmentCaps)
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
+    home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
 
     def take_files(self) -> tuple[File, ...]:
         """The files /attach gathered, for the message being sent (and no later one)."""
@@ -298,6 +300,7 @@ async def run_chat(
 
     console = Console()
     state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
+    state.home = settings.paths.home
     state.config = ConfigWatch(settings.paths.config)
     if model is None and not ephemeral:
         from heron.channels.remote import serve_socket
@@ -643,12 +646,23 @@ async def _checklist(batch: list[tuple[int, str]]) -> set[int] | None:
 
 
 def _show(arg: str, state: ChatState, console: Console) -> None:
-    if not arg.strip().isdigit() or not 1 <= int(arg) <= len(state.results):
-        console.print(f"Give a tool call number from 1 to {len(state.results)}.")
+    """/show N: the call and its whole result (the model may have read only part of it: the
+    rest is kept under HERON_HOME, heron/saved.py `keep_whole`)."""
+    count = len(state.results)
+    if not count:
+        console.print("No tool calls to show yet in this conversation.")
+        return
+    if not arg.strip().isdigit() or not 1 <= int(arg) <= count:
+        console.print(
+            f"Give a tool call number from 1 to {count}."
+            if count > 1
+            else "There is one tool call: /show 1."
+        )
         return
     pill = state.results[int(arg) - 1]
+    whole = read_whole(state.home, pill.result) if state.home is not None else None
     console.print(f"[cyan]{pill.call.name}[/cyan] {json.dumps(pill.call.args)}", highlight=False)
-    console.print(pill.result.content, markup=False, highlight=False)
+    console.print(whole or pill.result.content, markup=False, highlight=False)
 
 
 async def _waiting(memory: MemoryService) -> bool:
