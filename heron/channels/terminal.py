@@ -634,14 +634,10 @@ async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: b
 
 
 async def _checklist(batch: list[tuple[int, str]]) -> set[int] | None:
-    """One checklist: (id, line) pairs; the ids to keep, or None for Esc."""
-    from prompt_toolkit.shortcuts import checkboxlist_dialog
+    """One checklist: (id, line) pairs; the ids to keep, or None for Esc, q or Cancel."""
+    from heron.channels.memory_cli import checklist
 
-    picked = await checkboxlist_dialog(
-        title="Memory review",
-        text="Check what to keep. Unchecked items are dropped; Cancel or Esc leaves them waiting.",
-        values=[(i, f"#{i} {line}") for i, line in batch],
-    ).run_async()
+    picked = await checklist(batch).run_async()
     return None if picked is None else set(picked)
 
 
