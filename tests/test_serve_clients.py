@@ -286,3 +286,44 @@ async def test_a_chat_through_serve_shows_the_tool_calls_arguments_in_the_pill_a
             await conn.settle()
     assert state.results[0].call.args == {"name": "Ada"}  # what /show N prints with the result
     assert 'greet {"name": "Ada"} ✓' in screen.getvalue()
+
+
+async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_named_web():
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    sent: list[str] = []
+
+    def script(request) -> Reply:
+        sent.append(request.messages[-1].text)
+        if len(sent) == 1:
+            return Reply([ToolCall("c1", "wait_gate", {})], "tool")
+        return Reply([Text("answered both")], "done")
+
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    registry = ToolRegistry([wait_gate])
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("start the job", PERSONAL)
+            await ws_until(ws, "tool_start")
+            await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
+            mailed = await ws_until(ws, "status")
+            assert mailed[-1]["state"] == "mail"
+            gate.set()
+            await conn.settle()
+    shown = screen.getvalue()
+    assert "web › typed in the browser" in shown  # as a turn the browser starts is shown
+    assert "↳ added to the running turn" not in shown  # that line is for the terminal's own
+    assert "[sent while you were working, from web] typed in the browser" in sent[-1]

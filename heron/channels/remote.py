@@ -222,8 +222,9 @@ class RemoteAgent:
         self._track(key, event)
         if kind in ("approval", "approval_end"):
             self._approval(event)
-        if kind == "status" and event.get("chat_id") not in (None, self.chat_id):
-            return  # another client's message went to the mailbox: its business
+        others = kind == "status" and event.get("chat_id") not in (None, self.chat_id)
+        if others and (event.get("state") != "mail" or not event.get("text")):
+            return  # another client's queued message: its turn shows it as it starts
         if kind == "tool_start":
             self._args[str(event.get("call_id"))] = event.get("args") or {}
         elif kind == "tool_end" and "args" not in event:
@@ -354,7 +355,9 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         return _replace(base, kind="tool_end", call=call, result=result, seconds=seconds)
     if kind == "status" and event.get("state") in ("retry", "restart", "mail", "queued", "busy"):
         seconds = float(event.get("seconds") or 0.0)
-        return _replace(base, kind=event["state"], text=event.get("text", ""), seconds=seconds)
+        origin = str(event.get("channel") or channel)  # mail: where it was typed
+        text = event.get("text", "")
+        return _replace(base, kind=event["state"], text=text, seconds=seconds, channel=origin)
     if kind == "turn_end":
         return _replace(base, kind="turn_end", end=_turn_end(event))
     if kind in ("approval", "approval_end"):

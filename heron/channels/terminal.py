@@ -194,6 +194,8 @@ class TerminalView:
         elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
             self.flush()
             self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
+        elif ev.kind == "mail" and ev.text and ev.chat_id != self.chat_id:  # typed elsewhere
+            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "mail":
             self.console.print("[dim]↳ added to the running turn[/dim]")
         elif ev.kind == "queued":
