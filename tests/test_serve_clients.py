@@ -34,7 +34,7 @@ from heron.store.records import is_internal
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.context import ToolContext
-from heron.tools.registry import ToolRegistry, tool
+from heron.tools.registry import Tool, ToolRegistry, tool
 
 
 class _Watched(StringIO):
@@ -48,6 +48,19 @@ class _Watched(StringIO):
         if self.word in text:
             self.seen.set()
         return super().write(text)
+
+
+def _gated() -> tuple[asyncio.Event, Tool]:
+    """A tool that waits until the test sets the event: what is sent meanwhile is mail."""
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    return gate, wait_gate
 
 
 def _echo(request) -> Reply:
@@ -94,14 +107,7 @@ async def test_heron_run_without_a_key_starts_a_new_thread_each_time_either_way(
 
 
 async def test_heron_run_on_a_busy_conversation_says_so_and_is_answered_in_the_running_turn():
-    gate = asyncio.Event()
-
-    @tool
-    async def wait_gate(ctx: ToolContext) -> str:
-        """Wait until the test opens the gate."""
-        await gate.wait()
-        return "gate passed"
-
+    gate, wait_gate = _gated()
     seen: list[str] = []
 
     def script(request) -> Reply:
@@ -289,14 +295,7 @@ async def test_a_chat_through_serve_shows_the_tool_calls_arguments_in_the_pill_a
 
 
 async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_named_web():
-    gate = asyncio.Event()
-
-    @tool
-    async def wait_gate(ctx: ToolContext) -> str:
-        """Wait until the test opens the gate."""
-        await gate.wait()
-        return "gate passed"
-
+    gate, wait_gate = _gated()
     sent: list[str] = []
 
     def script(request) -> Reply:
