@@ -285,3 +285,18 @@ def test_show_prints_the_call_and_its_whole_result_the_model_read_cut(heron_home
     assert "characters omitted" in sent  # the model read head and tail
     start = shown.index('bash {"command": "seq 1 5000"}')
     assert shown[start + 1 : start + 5001] == [str(n) for n in range(1, 5001)]
+
+
+def test_the_resume_list_refuses_what_is_not_on_it_and_exit_there_leaves(heron_home):
+    with FakeOpenAIServer([ServerReply(text="Hello there.")]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("hello\r")
+        chat.wait_for(lambda: chat.shows("Hello there."), "the reply")
+        chat.type("/resume\r")
+        chat.wait_for(lambda: chat.shows("Enter closes the list"), "the list")
+        chat.type("abc\r")
+        chat.wait_for(lambda: chat.shows("abc is not on the list"), "the refusal")
+        assert chat.prompt().startswith("Number to resume")  # asked again
+        chat.type("/exit\r")
+        chat.wait_for(lambda: chat.shows("Bye."), "goodbye")
+        chat.child.expect(pexpect.EOF, timeout=TIMEOUT)

@@ -442,9 +442,14 @@ async def _chat(
                 present = await _present(engine, state.key, held)
             if not text.strip():
                 continue
-            if not (
-                text.startswith("/") and await _command(text, engine, conn, state, view, session)
-            ):
+            try:
+                handled = text.startswith("/") and await _command(
+                    text, engine, conn, state, view, session
+                )
+            except EOFError:  # /exit or Ctrl-D at a command's own question (/resume's list)
+                await _leave(conn, state, view)
+                return
+            if not handled:
                 await send_turn(conn, state, view, text, with_files=True)
 
 
@@ -710,6 +715,31 @@ async def _resume(
         return
     for i, (key, title) in enumerate(rows, 1):
         console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
-    choice = await session.prompt_async("Number to resume (Enter cancels): ")
-    if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
-        await send_turn(conn, state, view, f"/resume {rows[int(choice) - 1][0]}")
+    picked = await _pick(session, console, len(rows), state.key)
+    if picked is not None:
+        await send_turn(conn, state, view, f"/resume {rows[picked - 1][0]}")
+
+
+async def _pick(session: PromptSession[str], console: Console, count: int, key: str) -> int | None:
+    """The number picked from the /resume list, asked until it is one of the list; None when
+    the person closes the list (Enter, Ctrl-C). /exit and /quit (and Ctrl-D) leave the chat
+    from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
+    while True:
+        try:
+            choice = (
+                await session.prompt_async("Number to resume (Enter closes the list): ")
+            ).strip()
+        except KeyboardInterrupt:
+            choice = ""
+        if choice in ("/exit", "/quit"):
+            raise EOFError
+        if not choice:
+            console.print(f"Closed the list; still in {key}.", markup=False, highlight=False)
+            return None
+        if choice.isdigit() and 1 <= int(choice) <= count:
+            return int(choice)
+        console.print(
+            f"{choice} is not on the list: type a number from 1 to {count}, or Enter to close it.",
+            markup=False,
+            highlight=False,
+        )
