@@ -52,7 +52,7 @@ def head(text: str, limit: int) -> str:
 # ---- the person's copy of a cut result ---------------------------------------------------------
 
 WHOLE_DIR = "outputs"  # under HERON_HOME, which no tool command can see (heron/tools/sandbox.py)
-WHOLE_CAP = 4_000_000  # characters kept of one result (the bash tool keeps head and tail)
+WHOLE_CAP = 2_000_000  # characters kept of one result (the bash tool keeps head and tail)
 WHOLE_KEPT = 200  # files: the oldest go as new ones come
 
 
