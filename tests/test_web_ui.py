@@ -697,9 +697,15 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
     results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
     assert results == ["The user answered: Berlin"]  # the run resumed from its call
-    page.reload()
-    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
-    expect(page.locator(".msg.user")).to_have_count(1)  # the answer opened no turn of its own
+    for _ in range(2):  # the stored reply as the turn ends, then after a reload: both kept
+        stored = page.locator(".msg.assistant:not(.live)").last
+        expect(stored).to_contain_text("Booked Berlin.")
+        expect(stored.get_by_role("note", name="the agent asks you")).to_contain_text("Which city?")
+        expect(stored.get_by_role("article", name="your answer")).to_have_text(
+            re.compile(r"your answer\s*Berlin")
+        )
+        page.reload()
+    expect(page.locator(".msg.user:not(.answer)")).to_have_count(1)  # no turn of its own
 
 
 def test_a_question_waiting_in_another_conversation_marks_it_and_the_tab_title(
