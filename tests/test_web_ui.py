@@ -787,3 +787,27 @@ def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and DECLINED in results[0]
         pg.close()
+
+
+_COVERED = """(button) => {
+  const r = button.getBoundingClientRect();
+  const points = [];
+  for (const fx of [0.1, 0.5, 0.9]) for (const fy of [0.1, 0.5, 0.9]) {
+    points.push([r.left + fx * r.width, r.top + fy * r.height]);
+  }
+  return points.filter(([x, y]) => !button.contains(document.elementFromPoint(x, y)));
+}"""
+
+
+def test_the_edit_button_is_clickable_all_over_not_under_the_next_reply(page, model):
+    page.set_viewport_size({"width": 900, "height": 700})  # the reply as wide as the message
+    _send(page, "what is 2+2")
+    model.reply("4\n\nA second paragraph, so the reply has some height under the message.")
+    expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("second paragraph")
+    page.locator(".msg.user").hover()
+    edit = page.get_by_role("button", name="edit this message")
+    expect(edit).to_be_visible()
+    assert edit.evaluate(_COVERED) == []  # every point of it is the button's, none the reply's
+    reply = page.locator(".msg.assistant:not(.live)").bounding_box()
+    box = edit.bounding_box()
+    assert box is not None and reply is not None and box["y"] + box["height"] <= reply["y"]

@@ -241,11 +241,12 @@ function Item({ item, onEdit, number }) {
   }
   if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
   if (item.kind === "user") {
-    return html`<article class=${"msg user" + (item.mail ? " mail" : "")} data-id=${item.id}
+    const editable = onEdit && number;
+    return html`<article class=${"msg user" + (item.mail ? " mail" : "") + (editable ? " editable" : "")} data-id=${item.id}
         aria-label="your message">
       ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
       <div class="user-text">${item.text}</div><${Files} files=${item.files} />
-      ${onEdit && number && html`<button class="edit" aria-label="edit this message"
+      ${editable && html`<button class="edit" aria-label="edit this message"
         onClick=${() => onEdit(number, item.text)}>edit</button>`}
     </article>`;
   }
