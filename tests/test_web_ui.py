@@ -811,3 +811,59 @@ def test_the_edit_button_is_clickable_all_over_not_under_the_next_reply(page, mo
     reply = page.locator(".msg.assistant:not(.live)").bounding_box()
     box = edit.bounding_box()
     assert box is not None and reply is not None and box["y"] + box["height"] <= reply["y"]
+
+
+def test_on_a_phone_the_open_list_closes_by_its_button_esc_and_a_tap_outside(browser, site):
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    menu = pg.get_by_role("button", name="conversations", exact=True)
+    nav = pg.get_by_role("navigation", name="conversations")
+    closes = [
+        lambda: nav.get_by_role("button", name="close the list of conversations").click(),
+        lambda: pg.keyboard.press("Escape"),
+        lambda: pg.mouse.click(380, 400),  # beside the list, over the dimmed page
+    ]
+    for close in closes:
+        menu.click()
+        expect(nav).to_be_visible()
+        close()
+        expect(nav).to_be_hidden()
+        expect(menu).to_be_focused()  # back where the person opened it
+    context.close()
+
+
+def test_the_message_box_has_focus_on_load_and_after_switching_conversation(page, model):
+    box = page.get_by_role("textbox", name="message")
+    expect(box).to_be_focused()
+    page.keyboard.type("typed at once")
+    expect(box).to_have_value("typed at once")
+    box.press("Enter")
+    model.reply("ok")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+    nav = page.get_by_role("navigation", name="conversations")
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    expect(box).to_be_focused()
+    nav.get_by_role("link", name="typed at once").click()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+    expect(box).to_be_focused()
+
+
+_FIRST_TABBABLE = """() => {
+  const all = document.querySelectorAll("a[href], button, input, textarea, select, [tabindex]");
+  const first = [...all].find((el) => el.tabIndex >= 0 && !el.disabled
+    && getComputedStyle(el).visibility !== "hidden" && el.getClientRects().length);
+  return first ? first.textContent : null;
+}"""
+
+
+def test_a_skip_link_comes_first_in_tab_order_and_goes_to_the_message_box(page):
+    assert page.evaluate(_FIRST_TABBABLE) == "Skip to message box"
+    skip = page.get_by_role("link", name="Skip to message box")
+    expect(skip).not_to_be_in_viewport()  # out of sight until it has the focus
+    skip.focus()
+    expect(skip).to_be_in_viewport()  # shown while it has focus
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("textbox", name="message")).to_be_focused()
+    assert "c=" not in page.url  # the conversation stays the one open

@@ -314,10 +314,17 @@ function Banner({ live, onStop }) {
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
 }
 
+// The message box takes the focus (on load, on opening a conversation, from the skip link).
+function focusInput() {
+  const box = document.getElementById("input");
+  if (box) box.focus();
+}
+
 function Composer({ onSend, busy, uploads, setUploads, notify }) {
   const [text, setText] = useState("");
   const [drag, setDrag] = useState(false);
   const fileRef = useRef(null);
+  useEffect(focusInput, []); // typing right after the page loads reaches the box
   const add = useCallback(async (fileList) => {
     // A copy first: the picker's FileList is live, and emptied (value = "") while we upload.
     for (const f of [...fileList]) {
@@ -356,7 +363,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, waiting, streamed }) {
+function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -394,8 +401,14 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, w
     try { const { key } = await api("/conversations", { method: "POST", body: "{}" }); onOpen(key); load(); }
     catch (e) { notify(e.message); }
   };
+  const closeRef = useRef(null);
+  // Opened over the page (a phone): the focus goes into it, first to the way out. In the
+  // render's own task: a plain effect ran a frame later, after an Esc that closed it already.
+  useLayoutEffect(() => { if (open && closeRef.current) closeRef.current.focus(); }, [open]);
   return html`<nav class=${"sidebar" + (open ? " open" : "")} aria-label="conversations">
-    <div class="side-head"><button class="new" onClick=${create}>New conversation</button></div>
+    <div class="side-head"><button class="new" onClick=${create}>New conversation</button>
+      <button class="side-close" ref=${closeRef} aria-label="close the list of conversations"
+        onClick=${onClose}>×</button></div>
     <input type="search" class="search" placeholder="Search messages" aria-label="search conversations"
       value=${q} onInput=${(e) => setQ(e.target.value)} />
     <ul class="convs" role="list">${rows.map((c) => html`<li key=${c.key}
@@ -585,6 +598,9 @@ function App() {
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
+  const menuRef = useRef(null); // the ☰ button (a phone): where the focus goes back to
+  const sideRef = useRef(side); // the list is open, for the window's key handler
+  sideRef.current = side;
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
   // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
@@ -734,7 +750,11 @@ function App() {
     connRef.current.open(conv, 0);
     const onHash = () => { const k = keyFromHash(); if (k !== convRef.current) openConv(k); };
     window.addEventListener("hashchange", onHash);
-    const onKey = (e) => { if (e.key === "Escape" && liveRef.current && !liveRef.current.done) stop(); };
+    const onKey = (e) => {
+      if (e.key !== "Escape") return;
+      if (sideRef.current) closeSide(); // the list opened over the page goes first
+      else if (liveRef.current && !liveRef.current.done) stop();
+    };
     window.addEventListener("keydown", onKey);
     return () => { window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey); };
   }, []);
@@ -751,6 +771,7 @@ function App() {
     convRef.current = key; loaded.current = false; loading.current = null;
     fresh.current = true; replay.current = null;
     setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
+    focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
   }
@@ -765,6 +786,7 @@ function App() {
     connRef.current.send(m);
   };
   const stop = () => connRef.current.send({ type: "stop" });
+  const closeSide = () => { setSide(false); if (menuRef.current) menuRef.current.focus(); };
   const approve = (seg, allow) => { // the first answer from any client decides (approval_end)
     seg.sent = true; showLive(liveRef.current);
     connRef.current.send({ type: "approve", id: seg.id, allow });
@@ -785,13 +807,16 @@ function App() {
   const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
   const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
-    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+    <a class="skip" href="#input" onClick=${(e) => { e.preventDefault(); focusInput(); }}>Skip to message box</a>
+    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} onClose=${closeSide} notify=${notify} refresh=${tick}
       streamed=${streamed}
       running=${running} waiting=${waiting}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
+    ${side && html`<div class="backdrop" aria-hidden="true" onClick=${closeSide}></div>`}
     <main class="chat" aria-label="conversation">
       <header class="top">
-        <button class=${"menu" + (elsewhere ? " waits" : "")} aria-expanded=${side} onClick=${() => setSide(!side)}
+        <button class=${"menu" + (elsewhere ? " waits" : "")} aria-expanded=${side} ref=${menuRef}
+          onClick=${() => (side ? closeSide() : setSide(true))}
           aria-label=${elsewhere ? "conversations (one waits for your answer)" : "conversations"}>☰</button>
         <h1 class="title">${title || conv}</h1>
         <span class=${"conn " + conn} role="status" aria-label=${"connection " + conn}>${conn === "open" ? "" : conn}</span>
