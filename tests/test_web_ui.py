@@ -867,3 +867,54 @@ def test_a_skip_link_comes_first_in_tab_order_and_goes_to_the_message_box(page):
     page.keyboard.press("Enter")
     expect(page.get_by_role("textbox", name="message")).to_be_focused()
     assert "c=" not in page.url  # the conversation stays the one open
+
+
+def test_a_mistyped_command_is_named_as_the_terminal_names_it_and_not_sent(page, model):
+    box = page.get_by_role("textbox", name="message")
+    _send(page, "/stauts")
+    expect(page.get_by_role("alert")).to_contain_text(
+        "unknown command /stauts; did you mean /status?"
+    )
+    expect(box).to_have_value("/stauts")  # back in the box, to correct
+    _send(page, "/status")
+    expect(page.locator(".note").filter(has_text="Context")).to_be_visible()
+    assert model.requests == []  # neither went to the model
+
+
+def test_the_page_says_when_the_offline_demo_model_answers(page):
+    demo = page.get_by_role("note", name="offline demo model")
+    expect(demo).to_have_count(0)  # this serve's model is a real one
+
+    def socket(ws: Any) -> None:  # the serve's welcome, as from a serve on the demo model
+        server = ws.connect_to_server()
+
+        def to_page(message: str) -> None:
+            event = json.loads(message)
+            if event.get("type") == "welcome":
+                event["embedded"] = True
+            ws.send(json.dumps(event))
+
+        server.on_message(to_page)
+
+    page.route_web_socket("**/ws", socket)
+    page.reload()
+    expect(demo).to_contain_text("Offline demo model")
+    expect(demo).to_contain_text("HERON_BASE_URL")
+
+
+def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, model):
+    with serve(model) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        box = pg.get_by_role("textbox", name="message")
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    expect(pg.get_by_role("status", name="connection closed")).to_have_count(1)
+    box.fill("are you there?")
+    box.press("Enter")
+    alert = pg.get_by_role("alert")
+    expect(alert).to_contain_text("Not sent: no connection to heron serve")
+    expect(box).to_have_value("are you there?")  # kept, never sent later without a word
+    pg.get_by_role("button", name="New conversation").click()  # a REST call, unanswered
+    expect(alert).to_contain_text("heron serve does not answer")
+    expect(alert).not_to_contain_text("Failed to fetch")
+    pg.close()

@@ -119,9 +119,16 @@ function applyToLive(live, ev) {
   }
 }
 
+// What the page says when heron serve does not answer at all (stopped, restarting): the
+// browser's own words for it ("Failed to fetch") name no cause and no way out.
+const NO_SERVE = "heron serve does not answer (stopped or restarting?). The page reconnects by itself once it runs again";
+
 async function api(path, opts = {}) {
-  const res = await fetch("/api" + path, { headers: { "Content-Type": "application/json" },
-    credentials: "same-origin", ...opts });
+  let res;
+  try {
+    res = await fetch("/api" + path, { headers: { "Content-Type": "application/json" },
+      credentials: "same-origin", ...opts });
+  } catch { throw new Error(NO_SERVE); } // no answer at all: the network or the serve is down
   let body = null;
   try { body = await res.json(); } catch { body = null; }
   if (!res.ok) {
@@ -170,9 +177,16 @@ class Connection {
     };
   }
   hello() { this.send({ type: "hello", conversation: this.key, last_seq: this.lastSeq }); }
+  // Sent now, or kept and sent once the socket opens (a view's read, asked while it opens).
   send(m) {
-    if (this.ws && this.ws.readyState === 1) this.ws.send(JSON.stringify(m));
-    else this.outbox.push(m);
+    if (!this.sendNow(m)) this.outbox.push(m);
+  }
+  // Sent now, or not at all (false): what the person typed is never delivered later without
+  // a word, after they may have given up on it and sent it again.
+  sendNow(m) {
+    if (!this.ws || this.ws.readyState !== 1) return false;
+    this.ws.send(JSON.stringify(m));
+    return true;
   }
 }
 
@@ -320,8 +334,9 @@ function focusInput() {
   if (box) box.focus();
 }
 
-function Composer({ onSend, busy, uploads, setUploads, notify }) {
+function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
   const [text, setText] = useState("");
+  draft.current = (t) => setText((now) => now || t); // never over what was typed since
   const [drag, setDrag] = useState(false);
   const fileRef = useRef(null);
   useEffect(focusInput, []); // typing right after the page loads reaches the box
@@ -334,12 +349,14 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
         const body = await res.json();
         if (!res.ok) throw new Error(body.detail ? `${body.detail.message}. ${body.detail.hint}` : res.status);
         setUploads((u) => [...u, { name: body.name, mime: body.mime, upload_id: body.upload_id, size: body.size }]);
-      } catch (e) { notify(`Could not attach ${f.name}: ${e.message}`); }
+      } catch (e) {
+        notify(`Could not attach ${f.name}: ${e instanceof TypeError ? NO_SERVE : e.message}`);
+      }
     }
   }, []);
   const submit = () => {
     if (!text.trim() && !uploads.length) return;
-    onSend(text, uploads); setText(""); setUploads([]);
+    if (onSend(text, uploads)) { setText(""); setUploads([]); }
   };
   return html`<form class=${"composer" + (drag ? " drag" : "")} aria-label="send a message"
       onSubmit=${(e) => { e.preventDefault(); submit(); }}
@@ -569,6 +586,11 @@ function Work({ conv, send, tick, notify }) {
 }
 
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
+const NOT_SENT = "Not sent: no connection to heron serve (stopped or restarting?). Your message "
+  + "stays in the box: send it again once the page is connected";
+// The terminal's notice (heron/channels/script.py EMBEDDED_BANNER), with the browser's way out.
+const DEMO = "Offline demo model (SmolLM2-135M, no tools, short answers) for trying Heron out; "
+  + "for real work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL and start heron serve again (see README).";
 
 // ---- the app ----------------------------------------------------------------------------------
 
@@ -587,6 +609,8 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
+  const [embedded, setEmbedded] = useState(false); // the offline demo model answers
+  const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
   const convRef = useRef(conv);
   const listRef = useRef(null);
@@ -640,6 +664,7 @@ function App() {
     if (ev.type === "welcome") {
       chatId.current = ev.chat_id;
       setTitle(ev.title || null);
+      setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
       if (ev.gap || (!loaded.current && !loading.current)) {
@@ -735,6 +760,10 @@ function App() {
         loadTranscript(convRef.current);
         break;
       case "error":
+        if (typeof ev.text === "string") { // a send refused (a mistyped command): not sent
+          if (lv) lv.mail = lv.mail.filter((m) => m.state || m.text !== ev.text);
+          if (draft.current) draft.current(ev.text);
+        }
         notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
         break;
       case "work":
@@ -776,14 +805,16 @@ function App() {
     connRef.current.open(key, 0);
   }
 
+  // False when it could not be sent (no connection): the composer keeps it.
   const send = (text, files) => {
+    const m = { type: "send", text };
+    if (files && files.length) m.files = files;
+    if (!connRef.current.sendNow(m)) { notify(NOT_SENT); return false; }
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
     } else if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
-    const m = { type: "send", text };
-    if (files && files.length) m.files = files;
-    connRef.current.send(m);
+    return true;
   };
   const stop = () => connRef.current.send({ type: "stop" });
   const closeSide = () => { setSide(false); if (menuRef.current) menuRef.current.focus(); };
@@ -791,7 +822,7 @@ function App() {
     seg.sent = true; showLive(liveRef.current);
     connRef.current.send({ type: "approve", id: seg.id, allow });
   };
-  const command = (text) => connRef.current.send({ type: "command", text });
+  const command = (text) => { if (!connRef.current.sendNow({ type: "command", text })) notify(NOT_SENT); };
   const onEdit = (n, old) => {
     const text = prompt("Edit your message (the answer goes on a new branch)", old);
     if (text && text.trim()) command(`/edit ${n} ${text.trim()}`);
@@ -824,6 +855,7 @@ function App() {
           aria-pressed=${panel === p} onClick=${() => setPanel(panel === p ? null : p)}>${p}</button>`)}
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
       </header>
+      ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
         ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} />`}
@@ -831,7 +863,7 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
-      <${Composer} onSend=${send} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
+      <${Composer} onSend=${send} draft=${draft} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
