@@ -54,6 +54,10 @@ class SentenceEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a hub: the files are local
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        # Its "Loading weights" bar would land in the middle of a chat or a command's output.
+        transformers_logging.disable_progress_bar()
 
         self._model = SentenceTransformer(str(folder), device="cpu")
         self._plain = _plain_pipeline(self._model)
