@@ -61,11 +61,24 @@ def counted(part: Part) -> int | None:
     return None
 
 
+def _rough_size(message: Message) -> int:
+    """At least the counted size: every text part, the runtime block included."""
+    total = 0
+    for part in message.parts:
+        if isinstance(part, Text):
+            total += len(part.text)
+        elif isinstance(part, File):
+            total += part.size
+    return total
+
+
 def allotments(message: Message, limit: int) -> dict[int, int]:
     """The parts of a user message over their allotment of `limit` characters: part index ->
     the characters it may show. Empty when the whole message fits (nothing is read)."""
+    if message.role != "user" or _rough_size(message) <= limit:
+        return {}  # the common case, once per user message and view: no runtime-block test
     sizes = {i: n for i, p in enumerate(message.parts) if (n := counted(p)) is not None}
-    if message.role != "user" or sum(sizes.values()) <= limit:
+    if sum(sizes.values()) <= limit:
         return {}
     out: dict[int, int] = {}
     left, order = limit, sorted(sizes, key=lambda i: sizes[i])
@@ -144,7 +157,9 @@ def shown(
     row_id: int | None = None,
 ) -> Message:
     """`message` as the view shows it: every part within its allotment of the share."""
-    cuts = allotments(message, limit) if limit is not None else {}
+    if limit is None or message.role != "user":
+        return message
+    cuts = allotments(message, limit)
     if not cuts:
         return message
     parts = list(message.parts)
