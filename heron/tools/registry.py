@@ -31,7 +31,7 @@ from heron.errors import ToolError
 from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
 from heron.saved import head, keep, keep_whole
-from heron.tools.context import ToolContext, recording
+from heron.tools.context import CALL_ID, ToolContext, recording
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -332,12 +332,15 @@ class ToolRegistry:
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         """Run one call. Every failure becomes an is_error result; cancellation propagates."""
+        token = CALL_ID.set(call.id)
         try:
             out = await self._run(call, ctx)
         except ToolError as error:
             out = ToolOutput(f"Error: {error}", True)
         except Exception as error:
             out = ToolOutput(f"Error: {call.name} failed: {type(error).__name__}: {error}", True)
+        finally:
+            CALL_ID.reset(token)
         text, whole = out.text, out.whole
         if ctx.redactor is not None:  # before the full text is saved to the workspace, too
             text = await scrubbed(ctx.redactor, text)
