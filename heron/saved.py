@@ -1,14 +1,20 @@
 """Text too large for the model's context, kept whole in the workspace: a tool result over its
 budget (when the registry cuts it, or later when the view does) and a user message over its
 share. One way to name and write such a file, so the pointer the model reads leads to the text.
+
+Apart from those, the person's copy of every result the model read cut (`keep_whole`), under
+HERON_HOME/outputs/ where no tool reaches: `/show N` in `heron chat` prints it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 RESULTS_DIR = Path(".heron") / "results"
 MESSAGES_DIR = Path(".heron") / "messages"
@@ -41,3 +47,65 @@ def head(text: str, limit: int) -> str:
     shown = text[:limit]
     cut = shown.rfind("\n")
     return shown[:cut] if cut > limit * 0.8 else shown
+
+
+# ---- the person's copy of a cut result ---------------------------------------------------------
+
+WHOLE_DIR = "outputs"  # under HERON_HOME, which no tool command can see (heron/tools/sandbox.py)
+WHOLE_CAP = 2_000_000  # characters kept of one result (the bash tool keeps head and tail)
+WHOLE_KEPT = 200  # files: the oldest go as new ones come
+
+
+class ToolResult(Protocol):
+    """What names a kept result (heron/messages.py's ToolResult; this module imports no other)."""
+
+    @property
+    def call_id(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+
+def whole_path(home: Path, result: ToolResult) -> Path:
+    """Where the whole of a result the model read cut is kept, named by the call and what the
+    model read: a channel that has the result (the pill of `heron chat`, in-process or through
+    a serve) finds the file with nothing more said."""
+    named = f"{result.call_id}\0{result.content}".encode("utf-8", "replace")
+    return home / WHOLE_DIR / f"{hashlib.sha256(named).hexdigest()[:24]}.txt"
+
+
+def keep_whole(home: Path, result: ToolResult, text: str) -> Path | None:
+    """Keep `text` (the whole of `result`, capped at WHOLE_CAP characters, said so) for the
+    person's /show N, and forget all but the newest WHOLE_KEPT such files; None when the home
+    takes no file."""
+    if len(text) > WHOLE_CAP:
+        left = len(text) - WHOLE_CAP
+        half = WHOLE_CAP // 2
+        said = f"[... {left} characters omitted: at most {WHOLE_CAP:,} are kept ...]"
+        text = f"{text[:half]}\n{said}\n{text[-half:]}"
+    path = whole_path(home, result)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    _forget_old(path.parent)
+    return path
+
+
+def _forget_old(folder: Path) -> None:
+    try:
+        found = [(e.stat().st_mtime_ns, e.path) for e in os.scandir(folder) if e.is_file()]
+    except OSError:
+        return
+    for _, old in sorted(found)[: max(0, len(found) - WHOLE_KEPT)]:
+        with contextlib.suppress(OSError):
+            os.unlink(old)
+
+
+def read_whole(home: Path, result: ToolResult) -> str | None:
+    """The whole of `result` as kept for the person, or None when none was (it was not cut)."""
+    try:
+        return whole_path(home, result).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None

@@ -264,3 +264,39 @@ def test_a_mistyped_command_asks_did_you_mean_and_reaches_no_model(heron_home):
         assert chat.shows("unknown command /stauts; did you mean /status?")
         chat.leave()
         assert server.requests == []
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_show_prints_the_call_and_its_whole_result_the_model_read_cut(heron_home, mode):
+    call = ServerReply(tool_calls=[("bash", {"command": "seq 1 5000"})])
+    replies = [call, ServerReply(text="Counted.")]
+    with FakeOpenAIServer(replies) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("/show 1\r")
+        chat.wait_for(lambda: chat.shows("No tool calls to show yet"), "the plain refusal")
+        chat.type("count to 5000\r")
+        chat.wait_for(lambda: chat.shows("Counted."), "the reply")
+        assert chat.shows('⚙ 1 bash {"command": "seq 1 5000"} ✓')  # the pill, args and all
+        chat.type("/show 1\r")
+        chat.wait_for(lambda: chat.shows("[exit code 0]"), "the whole result")
+        shown = chat.lines()
+        chat.leave()
+        sent = server.requests[-1]["messages"][-1]["content"]
+    assert "characters omitted" in sent  # the model read head and tail
+    start = shown.index('bash {"command": "seq 1 5000"}')
+    assert shown[start + 1 : start + 5001] == [str(n) for n in range(1, 5001)]
+
+
+def test_the_resume_list_refuses_what_is_not_on_it_and_exit_there_leaves(heron_home):
+    with FakeOpenAIServer([ServerReply(text="Hello there.")]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("hello\r")
+        chat.wait_for(lambda: chat.shows("Hello there."), "the reply")
+        chat.type("/resume\r")
+        chat.wait_for(lambda: chat.shows("Enter closes the list"), "the list")
+        chat.type("abc\r")
+        chat.wait_for(lambda: chat.shows("abc is not on the list"), "the refusal")
+        assert chat.prompt().startswith("Number to resume")  # asked again
+        chat.type("/exit\r")
+        chat.wait_for(lambda: chat.shows("Bye."), "goodbye")
+        chat.child.expect(pexpect.EOF, timeout=TIMEOUT)

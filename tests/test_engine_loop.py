@@ -217,8 +217,8 @@ async def test_a_workers_mail_the_turn_never_read_is_left_to_its_own_turn():
         turns = engine.store.query("SELECT COUNT(*) FROM turns")[0][0]
     events = [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]
     assert [(e.kind, e.text) for e in events if e.kind in ("mail", "queued")] == [
-        ("mail", ""),
-        ("queued", ""),
+        ("mail", "read later"),  # what was sent, for the conversation's other clients
+        ("queued", "too late"),
     ]
     assert turns == 1 and len(provider.requests) == 1  # no turn opened here for m2 or m3
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -121,6 +122,25 @@ def test_review_checklists_keep_checked_drop_rest_and_esc_leaves_waiting(setup):
     assert len(service.entries()) == 2 and service.entries()[0].origin == "lesson"
 
 
+@pytest.mark.parametrize("keys", ["\x1b", "q"], ids=["esc", "q"])
+async def test_esc_and_q_leave_the_review_checklist_with_everything_waiting(keys):
+    from prompt_toolkit.application import create_app_session
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from heron.channels.memory_cli import CHECKLIST_TEXT, checklist
+
+    assert "Esc, q or Cancel" in CHECKLIST_TEXT  # what the dialog says is what it does
+    with create_pipe_input() as typed, create_app_session(input=typed, output=DummyOutput()):
+        app = checklist([(7, "rule a"), (8, "rule b")])
+        typed.send_text(keys)
+        assert await asyncio.wait_for(app.run_async(), 30) is None  # None: leave them waiting
+    with create_pipe_input() as typed, create_app_session(input=typed, output=DummyOutput()):
+        app = checklist([(7, "rule a"), (8, "rule b")])
+        typed.send_text(" \t\r")  # check the first, then Ok
+        assert await asyncio.wait_for(app.run_async(), 30) == [7]
+
+
 def test_amendment_of_a_changed_entry_is_refused_and_stays_waiting(setup, heron_home):
     store, service, cid = setup
     store.append(cid, user("I prefer concise replies. Actually I prefer very short replies"))
@@ -223,3 +243,26 @@ def test_a_memory_pass_prompt_is_cut_to_fit_the_window():
     assert fitted.startswith("start ") and fitted.endswith(" end")
     assert "characters left out to fit the window" in fitted
     assert fit_prompt("short", 8_000) == "short"
+
+
+@pytest.mark.slow
+def test_esc_leaves_heron_memory_review_in_a_terminal_with_the_suggestion_waiting(heron_home):
+    import pexpect
+
+    store = Store(heron_home / "heron.db")
+    service = MemoryService(heron_home / "memory", store)
+    service.suggest_lesson(EntryPath("personal", "when", "coding", "tests"), "Run tests", "m")
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERON_")}
+    env.update(HERON_HOME=str(heron_home), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    child = pexpect.spawn(
+        sys.executable, ["-m", "heron", "memory", "review"], env=env, encoding="utf-8"
+    )
+    child.expect("Memory review", timeout=120)
+    child.expect("Run tests", timeout=30)
+    child.send("\x1b")
+    child.expect("1 still waiting", timeout=30)
+    child.expect(pexpect.EOF, timeout=30)
+    store = Store(heron_home / "heron.db")
+    assert MemoryService(heron_home / "memory", store).count_waiting() == 1
+    store.close()

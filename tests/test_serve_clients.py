@@ -34,7 +34,7 @@ from heron.store.records import is_internal
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.context import ToolContext
-from heron.tools.registry import ToolRegistry, tool
+from heron.tools.registry import Tool, ToolRegistry, tool
 
 
 class _Watched(StringIO):
@@ -48,6 +48,19 @@ class _Watched(StringIO):
         if self.word in text:
             self.seen.set()
         return super().write(text)
+
+
+def _gated() -> tuple[asyncio.Event, Tool]:
+    """A tool that waits until the test sets the event: what is sent meanwhile is mail."""
+    gate = asyncio.Event()
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate."""
+        await gate.wait()
+        return "gate passed"
+
+    return gate, wait_gate
 
 
 def _echo(request) -> Reply:
@@ -94,14 +107,7 @@ async def test_heron_run_without_a_key_starts_a_new_thread_each_time_either_way(
 
 
 async def test_heron_run_on_a_busy_conversation_says_so_and_is_answered_in_the_running_turn():
-    gate = asyncio.Event()
-
-    @tool
-    async def wait_gate(ctx: ToolContext) -> str:
-        """Wait until the test opens the gate."""
-        await gate.wait()
-        return "gate passed"
-
+    gate, wait_gate = _gated()
     seen: list[str] = []
 
     def script(request) -> Reply:
@@ -260,3 +266,63 @@ async def test_a_stop_through_serve_settles_once_the_turn_it_stopped_ends():
             assert said == ["Stopped. What the turn finished is kept."]
             await conn.send("/status", "stop-me")  # the next command is still answered
             await asyncio.wait_for(conn.settle(), 30)
+
+
+async def test_a_chat_through_serve_shows_the_tool_calls_arguments_in_the_pill_and_in_show():
+    @tool
+    async def greet(ctx: ToolContext, name: str) -> str:
+        """Greet someone."""
+        return f"hello {name}"
+
+    def script(request) -> Reply:
+        if request.messages[-1].tool_results:
+            return Reply([Text("greeted")], "done")
+        return Reply([ToolCall("g1", "greet", {"name": "Ada"})], "tool")
+
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    async with running_serve(ScriptedProvider(script), ToolRegistry([greet])):
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("greet Ada", PERSONAL)
+            await conn.settle()
+    assert state.results[0].call.args == {"name": "Ada"}  # what /show N prints with the result
+    assert 'greet {"name": "Ada"} ✓' in screen.getvalue()
+
+
+async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_named_web():
+    gate, wait_gate = _gated()
+    sent: list[str] = []
+
+    def script(request) -> Reply:
+        sent.append(request.messages[-1].text)
+        if len(sent) == 1:
+            return Reply([ToolCall("c1", "wait_gate", {})], "tool")
+        return Reply([Text("answered both")], "done")
+
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    state = ChatState(PERSONAL, "default")
+    view = TerminalView(console, state)
+    registry = ToolRegistry([wait_gate])
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("start the job", PERSONAL)
+            await ws_until(ws, "tool_start")
+            await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
+            mailed = await ws_until(ws, "status")
+            assert mailed[-1]["state"] == "mail"
+            gate.set()
+            await conn.settle()
+    shown = screen.getvalue()
+    assert "web › typed in the browser" in shown  # as a turn the browser starts is shown
+    assert "↳ added to the running turn" not in shown  # that line is for the terminal's own
+    assert "[sent while you were working, from web] typed in the browser" in sent[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -258,3 +259,60 @@ def test_a_turn_heron_opens_is_labelled_heron_not_as_typed_on_a_channel():
     view.event(TurnEvent("web", "web-1", "k", "turn_start", result, provenance="announce"))
     view.event(TurnEvent("web", "web-1", "k", "turn_start", "typed there"))
     assert out.getvalue().splitlines() == [f"heron › {result}", "web › typed there"]
+
+
+class _Listing:
+    """A serve's connection as /resume uses it: two conversations listed, sends kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def conversations(self, limit: int) -> list[tuple[str, str | None]]:
+        return [("plan", "Draft a plan"), ("trip", None)]
+
+    async def send(self, text: str, *args) -> None:
+        self.sent.append(text)
+
+
+class _Typed:
+    """A prompt session that answers each prompt with the next typed line."""
+
+    def __init__(self, *lines: str) -> None:
+        self.lines = list(lines)
+
+    async def prompt_async(self, *args, **kwargs) -> str:
+        return self.lines.pop(0)
+
+
+async def _resume(*typed: str) -> tuple[str, _Listing, _Typed]:
+    out = io.StringIO()
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=out, width=100), state)
+    conn, session = _Listing(), _Typed(*typed)
+    await terminal._command("/resume", None, conn, state, view, session)  # type: ignore[arg-type]
+    return out.getvalue(), conn, session
+
+
+async def test_the_resume_list_says_why_it_refuses_and_asks_again():
+    shown, conn, session = await _resume("abc", "99", "2")
+    assert "abc is not on the list: type a number from 1 to 2, or Enter to close it." in shown
+    assert "99 is not on the list" in shown
+    assert conn.sent == ["/resume trip"] and not session.lines
+    shown, conn, _ = await _resume("")
+    assert "Closed the list; still in k." in shown and conn.sent == []
+
+
+async def test_exit_at_the_resume_list_leaves_the_chat_not_the_list_alone():
+    with pytest.raises(EOFError):  # the chat loop takes it as Ctrl-D: it says Bye and ends
+        await _resume("/exit")
+
+
+async def test_show_and_edit_with_nothing_to_pick_say_so():
+    out = io.StringIO()
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=out, width=100), state)
+    await terminal._command("/show 1", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    assert out.getvalue() == "No tool calls to show yet in this conversation.\n"
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        said = await engine.turn("fresh", "/edit 1 hello")
+    assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."

@@ -10,7 +10,9 @@ import pytest
 
 from heron.errors import ToolError
 from heron.messages import ToolCall
+from heron.saved import read_whole
 from heron.tools.builtin import default_registry
+from heron.tools.context import TurnServices
 from heron.tools.registry import (
     MAX_PARALLEL_TOOLS,
     Tool,
@@ -287,6 +289,17 @@ async def test_oversized_result_is_saved_with_head_and_path(
     assert f".heron/results/{saved.name}" in result.content
     assert f"of {len(full)} characters" in result.content
     assert len(result.content) < ctx.result_budget + 300
+
+
+async def test_a_result_cut_for_the_model_is_kept_whole_for_the_person(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    ctx = ToolContext(tmp_path / "ws", result_budget=1000, services=TurnServices(home=home))
+    result = await registry.call(ToolCall("c9", "big", {"size": 500}), ctx)
+    assert read_whole(home, result) == big(ctx, 500)  # what /show N prints (run_cell's too)
+    within = await registry.call(ToolCall("c10", "big", {"size": 3}), ctx)
+    assert read_whole(home, within) is None
 
 
 async def test_result_within_budget_is_not_saved(registry: ToolRegistry, ctx: ToolContext) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from heron.messages import ToolCall
-from heron.tools.context import ToolContext
+from heron.saved import read_whole
+from heron.tools.context import ToolContext, TurnServices
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail, bash
@@ -147,6 +148,30 @@ async def test_output_is_capped_head_and_tail(ctx: ToolContext) -> None:
     assert "characters omitted ...]" in result.content
     assert len(result.content) <= ctx.result_budget
     assert not (ctx.workspace / ".heron" / "results").exists()  # capped, never spilled
+
+
+async def test_the_person_keeps_the_whole_output_the_model_reads_as_head_and_tail(tmp_path: Path):
+    home = tmp_path / "home"
+    ctx = ToolContext(tmp_path / "ws", result_budget=2000, services=TurnServices(home=home))
+    ctx.workspace.mkdir()
+    result = await run(ctx, "seq 1 5000")
+    assert "characters omitted ...]" in result.content and len(result.content) <= 2000
+    whole = read_whole(home, result)
+    assert whole == "\n".join(str(n) for n in range(1, 5001)) + "\n[exit code 0]"
+    assert not home.joinpath("outputs").is_relative_to(ctx.workspace)  # no tool reaches it
+    small = await run(ctx, "echo short")  # nothing cut: nothing kept beside the result
+    assert read_whole(home, small) is None
+
+
+def test_the_whole_output_is_capped_and_says_so() -> None:
+    sink = HeadTail(20, ": kept 20")
+    for piece in ["0123456789", "abcdefghij", "ABCDEFGHIJ", "klmnopqrst"]:
+        sink.add(piece)
+    assert sink.text() == "0123456789\n[... 20 characters omitted: kept 20 ...]\nklmnopqrst"
+    assert sink.text(10) == "01234\n[... 30 characters omitted ...]\npqrst"  # the model's
+    fits = HeadTail(100)
+    fits.add("0123456789" * 3)
+    assert fits.text(10) == "01234\n[... 20 characters omitted ...]\n56789"  # tail in head
 
 
 def test_head_tail_counts_what_it_drops() -> None:

@@ -335,6 +335,8 @@ async def _edit(ctx: CommandContext, arg: str) -> CommandReply:
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True) if conv else []
     typed = _user_messages(rows)
+    if not typed:
+        return CommandReply("Nothing to edit yet: /edit N TEXT replaces a message you sent.")
     if not number.isdigit() or not 1 <= int(number) <= len(typed) or not text.strip():
         return CommandReply(f"Usage: /edit N TEXT, with N from 1 to {len(typed)} (see /tree).")
     target = typed[int(number) - 1]

@@ -15,6 +15,7 @@ outlet. The AgentLoop makes one per turn and keeps it while the turn runs; the t
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,23 @@ VISIBLE = frozenset({"user", "reminder", "announce", "goal"})
 # what the person types while it runs waits for the next turn, on their own channel.
 NEVER_MAILED = frozenset({"reminder", "scheduled"})
 MAIL_LABEL = "[sent while you were working] "
+
+
+def mail_label(channel: str | None) -> str:
+    """The label of mail: it names the channel it was typed in when that is not the channel of
+    the turn's own message (whose runtime block names that one), as `from web`."""
+    return MAIL_LABEL if channel is None else f"{MAIL_LABEL[:-2]}, from {channel}] "
+
+
+_LABELLED = re.compile(r"\[sent while you were working(?:, from [^\]\s]+)?\] ")
+
+
+def unlabelled(text: str) -> str | None:
+    """The text of mail without its label (`mail_label`); None when `text` is not mail."""
+    found = _LABELLED.match(text)
+    return None if found is None else text[found.end() :]
+
+
 # The meta key of a stored message that carries mail a worker took from another process: the
 # ids of the queued messages it holds (heron/scale/), each then answered here and not again.
 MAIL_META = "mail_of"
@@ -96,6 +114,9 @@ class Mailbox:
     # Per item, the id of the queued message it came from (a worker's mail), None for mail
     # posted in this process: the queued one opens its own turn if the run never reads it.
     refs: list[str | None] = field(default_factory=list)
+    # Per item, the channel it was typed in; `channel` is the turn's own (set as it starts).
+    channels: list[str | None] = field(default_factory=list)
+    channel: str | None = None
     # Messages Heron injects into the run (a subagent's result), drained before the mail and
     # stored with their own meta and author.
     events: list[Message] = field(default_factory=list)
@@ -103,18 +124,19 @@ class Mailbox:
     break_requested: float | None = None
     break_seen: bool = False
 
-    def post(self, text: str, ref: str | None = None) -> bool:
+    def post(self, text: str, ref: str | None = None, channel: str | None = None) -> bool:
         if not self.open:
             return False
         self.items.append(text)
         self.refs.append(ref)
+        self.channels.append(None if channel == self.channel else channel)
         return True
 
     def take(self) -> str:
         """The mail of this process the run has not read, joined, and the mailbox emptied
         (mail from a queue is left to its own turn there)."""
         mail = [text for text, ref in zip(self.items, self.refs, strict=True) if ref is None]
-        self.items, self.refs = [], []
+        self.items, self.refs, self.channels = [], [], []
         return "\n\n".join(mail)
 
     def inject(self, message: Message) -> bool:
@@ -125,10 +147,11 @@ class Mailbox:
 
     async def drain(self) -> list[Message]:
         mail, refs, self.items, self.refs = self.items, self.refs, [], []
+        channels, self.channels = self.channels, []
         events, self.events = self.events, []
         return events + [
-            Mail([Text(MAIL_LABEL + text)], [ref] if ref else [])
-            for text, ref in zip(mail, refs, strict=True)
+            Mail([Text(mail_label(channel) + text)], [ref] if ref else [])
+            for text, ref, channel in zip(mail, refs, channels, strict=True)
         ]
 
     def request_break(self) -> None:
@@ -216,11 +239,11 @@ class TurnControl:
         self.token.stale = True
         self.mailbox.open = False
 
-    def post(self, text: str, ref: str | None = None) -> bool:
+    def post(self, text: str, ref: str | None = None, channel: str | None = None) -> bool:
         """A follow-up for the running turn (`ref`: the id of the queued message it is, for a
-        worker's mail); False once the run passed its last drain or the turn was stopped (the
-        message then waits for the next turn)."""
-        return not self.token.stale and self.mailbox.post(text, ref)
+        worker's mail; `channel`: where it was typed); False once the run passed its last drain
+        or the turn was stopped (the message then waits for the next turn)."""
+        return not self.token.stale and self.mailbox.post(text, ref, channel)
 
     def inject(self, message: Message) -> bool:
         """Put a message of Heron's (a subagent's result) in the mailbox; False once the run

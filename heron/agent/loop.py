@@ -189,10 +189,11 @@ class AgentLoop:
             return
         question = active.control.question
         if found is None and question is not None and question.answer(message.text):
-            self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
+            self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
             return
-        if found is None and mailable(message) and active.control.post(message.text):
-            self._event(message, key, "mail")  # answered in the running turn
+        post = active.control.post
+        if found is None and mailable(message) and post(message.text, None, message.channel):
+            self._event(message, key, "mail", message.text)  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
         self._event(message, key, "queued")
@@ -229,6 +230,7 @@ class AgentLoop:
             message = dataclasses.replace(message, events=True)
         control.options = message.options
         control.files = message.files
+        control.mailbox.channel = message.channel  # mail from another channel says where from
         if self.options_for is not None:
             control.options = self.options_for(key, message)
         control.deliver = lambda text: self._speak(control, message, key, text)
@@ -304,10 +306,10 @@ class AgentLoop:
             return False
         question = active.control.question
         if question is not None and question.answer(message.text, message.id):
-            self._event(message, key, "mail")  # the waiting run resumes with it (ask_user)
+            self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
             return True
-        taken = mailable(message) and active.control.post(message.text, message.id)
-        self._event(message, key, "mail" if taken else "queued")
+        taken = mailable(message) and active.control.post(message.text, message.id, message.channel)
+        self._event(message, key, "mail" if taken else "queued", message.text)
         return True
 
     async def _turn(

@@ -18,6 +18,8 @@ import typer
 from heron.errors import HeronError
 
 if TYPE_CHECKING:
+    from prompt_toolkit.application import Application
+
     from heron.config import Settings
     from heron.memory.queue import Suggestion
     from heron.memory.service import MemoryService
@@ -330,15 +332,33 @@ async def run_review_pass(
     return queued
 
 
-def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
+CHECKLIST_TEXT = (
+    "Check what to keep (Space), then Ok. Unchecked items are dropped; Esc, q or Cancel "
+    "leaves this checklist and the later ones waiting."
+)
+
+
+def checklist(pairs: list[tuple[int, str]]) -> Application[list[int] | None]:
+    """One checklist of the memory review, (id, line) pairs: its result is the ids to keep,
+    or None for Esc, q or Cancel (prompt_toolkit's dialog binds neither key itself)."""
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent, merge_key_bindings
     from prompt_toolkit.shortcuts import checkboxlist_dialog
 
-    values = [(s.id, f"#{s.id} {s.describe()}") for s in batch]
-    picked = checkboxlist_dialog(
-        title="Memory review",
-        text="Check what to keep (Enter). Unchecked items are dropped; Cancel/Esc stops here.",
-        values=values,
-    ).run()
+    values = [(i, f"#{i} {line}") for i, line in pairs]
+    app = checkboxlist_dialog(title="Memory review", text=CHECKLIST_TEXT, values=values)
+    leave = KeyBindings()
+
+    @leave.add("escape", eager=True)
+    @leave.add("q")
+    def _(event: KeyPressEvent) -> None:
+        event.app.exit(result=None)
+
+    app.key_bindings = merge_key_bindings([app.key_bindings or KeyBindings(), leave])
+    return app
+
+
+def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
+    picked = checklist([(s.id, s.describe()) for s in batch]).run()
     return None if picked is None else set(picked)
 
 

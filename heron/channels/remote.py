@@ -97,6 +97,9 @@ class RemoteAgent:
         self._lists: deque[asyncio.Future[list[tuple[str, str | None]]]] = deque()
         # Requests answered by an event of the same type (the memory review), oldest first.
         self._asks: dict[str, deque[asyncio.Future[dict[str, Any]]]] = {}
+        # The arguments of each tool call started and not ended: a `tool_end` names only the
+        # call's id and name, and the pill and /show print what the call was asked to do.
+        self._args: dict[str, Any] = {}
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
@@ -219,8 +222,13 @@ class RemoteAgent:
         self._track(key, event)
         if kind in ("approval", "approval_end"):
             self._approval(event)
-        if kind == "status" and event.get("chat_id") not in (None, self.chat_id):
-            return  # another client's message went to the mailbox: its business
+        others = kind == "status" and event.get("chat_id") not in (None, self.chat_id)
+        if others and (event.get("state") != "mail" or not event.get("text")):
+            return  # another client's queued message: its turn shows it as it starts
+        if kind == "tool_start":
+            self._args[str(event.get("call_id"))] = event.get("args") or {}
+        elif kind == "tool_end" and "args" not in event:
+            event = {**event, "args": self._args.pop(str(event.get("call_id")), {})}
         item = to_outbound(event, self.channel, key)
         if item is not None:
             await self.deliver(item)
@@ -341,13 +349,15 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)
     if kind == "tool_end":
-        call = ToolCall(event["call_id"], event["name"], {})
+        call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         result = ToolResult(event["call_id"], event.get("result", ""), bool(event.get("is_error")))
         seconds = float(event.get("seconds") or 0.0)
         return _replace(base, kind="tool_end", call=call, result=result, seconds=seconds)
     if kind == "status" and event.get("state") in ("retry", "restart", "mail", "queued", "busy"):
         seconds = float(event.get("seconds") or 0.0)
-        return _replace(base, kind=event["state"], text=event.get("text", ""), seconds=seconds)
+        origin = str(event.get("channel") or channel)  # mail: where it was typed
+        text = event.get("text", "")
+        return _replace(base, kind=event["state"], text=text, seconds=seconds, channel=origin)
     if kind == "turn_end":
         return _replace(base, kind="turn_end", end=_turn_end(event))
     if kind in ("approval", "approval_end"):

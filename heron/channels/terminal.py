@@ -39,6 +39,7 @@ from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
+from heron.saved import read_whole
 from heron.tools.approval import DECLINED, start_notice
 
 if TYPE_CHECKING:  # prompt_toolkit is imported when a chat starts
@@ -81,6 +82,7 @@ class ChatState:
     caps: AttachmentCaps = field(default_factory=AttachmentCaps)
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
+    home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
 
     def take_files(self) -> tuple[File, ...]:
         """The files /attach gathered, for the message being sent (and no later one)."""
@@ -192,6 +194,8 @@ class TerminalView:
         elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
             self.flush()
             self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
+        elif ev.kind == "mail" and ev.text and ev.chat_id != self.chat_id:  # typed elsewhere
+            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
         elif ev.kind == "mail":
             self.console.print("[dim]↳ added to the running turn[/dim]")
         elif ev.kind == "queued":
@@ -298,6 +302,7 @@ async def run_chat(
 
     console = Console()
     state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
+    state.home = settings.paths.home
     state.config = ConfigWatch(settings.paths.config)
     if model is None and not ephemeral:
         from heron.channels.remote import serve_socket
@@ -437,9 +442,14 @@ async def _chat(
                 present = await _present(engine, state.key, held)
             if not text.strip():
                 continue
-            if not (
-                text.startswith("/") and await _command(text, engine, conn, state, view, session)
-            ):
+            try:
+                handled = text.startswith("/") and await _command(
+                    text, engine, conn, state, view, session
+                )
+            except EOFError:  # /exit or Ctrl-D at a command's own question (/resume's list)
+                await _leave(conn, state, view)
+                return
+            if not handled:
                 await send_turn(conn, state, view, text, with_files=True)
 
 
@@ -631,24 +641,31 @@ async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: b
 
 
 async def _checklist(batch: list[tuple[int, str]]) -> set[int] | None:
-    """One checklist: (id, line) pairs; the ids to keep, or None for Esc."""
-    from prompt_toolkit.shortcuts import checkboxlist_dialog
+    """One checklist: (id, line) pairs; the ids to keep, or None for Esc, q or Cancel."""
+    from heron.channels.memory_cli import checklist
 
-    picked = await checkboxlist_dialog(
-        title="Memory review",
-        text="Check what to keep. Unchecked items are dropped; Cancel or Esc leaves them waiting.",
-        values=[(i, f"#{i} {line}") for i, line in batch],
-    ).run_async()
+    picked = await checklist(batch).run_async()
     return None if picked is None else set(picked)
 
 
 def _show(arg: str, state: ChatState, console: Console) -> None:
-    if not arg.strip().isdigit() or not 1 <= int(arg) <= len(state.results):
-        console.print(f"Give a tool call number from 1 to {len(state.results)}.")
+    """/show N: the call and its whole result (the model may have read only part of it: the
+    rest is kept under HERON_HOME, heron/saved.py `keep_whole`)."""
+    count = len(state.results)
+    if not count:
+        console.print("No tool calls to show yet in this conversation.")
+        return
+    if not arg.strip().isdigit() or not 1 <= int(arg) <= count:
+        console.print(
+            f"Give a tool call number from 1 to {count}."
+            if count > 1
+            else "There is one tool call: /show 1."
+        )
         return
     pill = state.results[int(arg) - 1]
+    whole = read_whole(state.home, pill.result) if state.home is not None else None
     console.print(f"[cyan]{pill.call.name}[/cyan] {json.dumps(pill.call.args)}", highlight=False)
-    console.print(pill.result.content, markup=False, highlight=False)
+    console.print(whole or pill.result.content, markup=False, highlight=False)
 
 
 async def _waiting(memory: MemoryService) -> bool:
@@ -698,6 +715,31 @@ async def _resume(
         return
     for i, (key, title) in enumerate(rows, 1):
         console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
-    choice = await session.prompt_async("Number to resume (Enter cancels): ")
-    if choice.strip().isdigit() and 1 <= int(choice) <= len(rows):
-        await send_turn(conn, state, view, f"/resume {rows[int(choice) - 1][0]}")
+    picked = await _pick(session, console, len(rows), state.key)
+    if picked is not None:
+        await send_turn(conn, state, view, f"/resume {rows[picked - 1][0]}")
+
+
+async def _pick(session: PromptSession[str], console: Console, count: int, key: str) -> int | None:
+    """The number picked from the /resume list, asked until it is one of the list; None when
+    the person closes the list (Enter, Ctrl-C). /exit and /quit (and Ctrl-D) leave the chat
+    from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
+    while True:
+        try:
+            choice = (
+                await session.prompt_async("Number to resume (Enter closes the list): ")
+            ).strip()
+        except KeyboardInterrupt:
+            choice = ""
+        if choice in ("/exit", "/quit"):
+            raise EOFError
+        if not choice:
+            console.print(f"Closed the list; still in {key}.", markup=False, highlight=False)
+            return None
+        if choice.isdigit() and 1 <= int(choice) <= count:
+            return int(choice)
+        console.print(
+            f"{choice} is not on the list: type a number from 1 to {count}, or Enter to close it.",
+            markup=False,
+            highlight=False,
+        )

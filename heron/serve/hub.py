@@ -281,6 +281,8 @@ class Hub:
             status: Event = {"type": "status", "state": _STATES[ev.kind], "chat_id": ev.chat_id}
             if ev.kind == "retry":
                 status.update(seconds=ev.seconds, text=ev.text)
+            elif ev.kind in ("mail", "queued") and ev.text:  # what was sent, and from where
+                status.update(text=ev.text, channel=ev.channel)
             return [status]
         if ev.kind in ("approval", "approval_end") and ev.approval is not None:
             return [_approval(journal, ev.kind, ev.approval)]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, ove
 from heron.errors import ToolError
 from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
-from heron.saved import head, keep
+from heron.saved import head, keep, keep_whole
 from heron.tools.context import CALL_ID, ToolContext, recording
 
 if TYPE_CHECKING:
@@ -73,6 +73,9 @@ class ToolOutput:
 
     text: str
     is_error: bool = False
+    # More of it than `text` when `text` is cut for the model (a command's head and tail):
+    # kept for the person's /show N, never sent (heron/saved.py `keep_whole`).
+    whole: str | None = None
 
 
 # ---- schema from hints and docstrings --------------------------------------------------------
@@ -331,16 +334,24 @@ class ToolRegistry:
         """Run one call. Every failure becomes an is_error result; cancellation propagates."""
         token = CALL_ID.set(call.id)
         try:
-            text, is_error = await self._run(call, ctx)
+            out = await self._run(call, ctx)
         except ToolError as error:
-            text, is_error = f"Error: {error}", True
+            out = ToolOutput(f"Error: {error}", True)
         except Exception as error:
-            text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
+            out = ToolOutput(f"Error: {call.name} failed: {type(error).__name__}: {error}", True)
         finally:
             CALL_ID.reset(token)
+        text, whole = out.text, out.whole
         if ctx.redactor is not None:  # before the full text is saved to the workspace, too
             text = await scrubbed(ctx.redactor, text)
-        return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)
+            whole = None if whole is None else await scrubbed(ctx.redactor, whole)
+        result = ToolResult(call.id, fit_budget(call.id, text, ctx), out.is_error)
+        if whole is None and result.content != text:
+            whole = text  # cut here: the person's /show still prints all of it
+        home = ctx.services.home
+        if whole is not None and home is not None:
+            await asyncio.to_thread(keep_whole, home, result, whole)
+        return result
 
     async def call_recording(
         self, call: ToolCall, ctx: ToolContext
@@ -348,20 +359,22 @@ class ToolRegistry:
         """Run one call and return the side effects it recorded, and only its own."""
         return await recording(self.call(call, ctx))
 
-    async def _run(self, call: ToolCall, ctx: ToolContext) -> tuple[str, bool]:
+    async def _run(self, call: ToolCall, ctx: ToolContext) -> ToolOutput:
         found = self._tools.get(call.name)
         if found is None:
             available = ", ".join(self._tools) or "none"
-            return f"Error: unknown tool {call.name!r}. Available tools: {available}.", True
+            return ToolOutput(
+                f"Error: unknown tool {call.name!r}. Available tools: {available}.", True
+            )
         kwargs, problem = _validate(found, call.args)
         if problem is not None:
-            return problem, True
+            return ToolOutput(problem, True)
         if self.before_call is not None:
             reason = self.before_call(call, ctx)
             if inspect.isawaitable(reason):
                 reason = await reason
             if reason:
-                return f"Error: the call was refused: {reason}", True
+                return ToolOutput(f"Error: the call was refused: {reason}", True)
         if not found.writes:
             return _as_text(await found.run(ctx, kwargs))
         async with ctx.write_lock:
@@ -413,14 +426,14 @@ def _type_of(spec: JSONValue) -> str:
     return str(found) if found is not None else "any"
 
 
-def _as_text(value: object) -> tuple[str, bool]:
+def _as_text(value: object) -> ToolOutput:
     if isinstance(value, ToolOutput):
-        return value.text, value.is_error
+        return value
     if isinstance(value, str):
-        return value, False
+        return ToolOutput(value)
     if value is None:
-        return "Done.", False
-    return json.dumps(value, ensure_ascii=False, default=str, indent=1), False
+        return ToolOutput("Done.")
+    return ToolOutput(json.dumps(value, ensure_ascii=False, default=str, indent=1))
 
 
 SCRUB_INLINE = 64_000  # characters: scrubbing more takes milliseconds (bench/redact.py)

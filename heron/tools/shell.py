@@ -4,7 +4,9 @@ The command line and environment come from heron/tools/sandbox.py: confined, the
 under bubblewrap in its own pid namespace, so whatever it starts ends with it (and with Heron).
 The group is what gets killed on timeout or cancellation, so a command's children (a server it
 started, a pipeline) die with it. Output is kept as head and tail while it streams, so a command
-that prints gigabytes costs no more memory than one that prints a page.
+that prints gigabytes costs no more memory than a few megabytes: the model reads the head and
+tail that fit its result budget, and the person's `/show N` up to WHOLE_CAP characters of it
+(kept by the registry outside the workspace, heron/saved.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import codecs
 import contextlib
 import os
 import signal
+from collections import deque
+from dataclasses import dataclass
 
 from heron.errors import ToolError
+from heron.saved import WHOLE_CAP
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
 from heron.tools.sandbox import Sandbox
@@ -26,29 +31,54 @@ DRAIN_GRACE = 0.5  # seconds to wait for output after the command itself has exi
 
 
 class HeadTail:
-    """Collects text keeping only the first `head` and last `tail` characters."""
+    """Collects text keeping only the first and last `limit // 2` characters (or so), and
+    renders it at that limit or at a smaller one: the person's copy of a command's output and
+    the model's come from one collector. The tail is a queue of the chunks read, trimmed from
+    the left, so a command printing gigabytes costs one pass over them."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, marker: str = "") -> None:
+        self.limit = limit
         self.head_limit = limit // 2
         self.tail_limit = limit - self.head_limit
+        self.marker = marker  # said after the count of characters left out at `limit`
         self.head = ""
-        self.tail = ""
-        self.omitted = 0
+        self.tail: deque[str] = deque()
+        self.tail_len = 0
+        self.total = 0
 
     def add(self, text: str) -> None:
+        self.total += len(text)
         room = self.head_limit - len(self.head)
         if room > 0:
             self.head += text[:room]
             text = text[room:]
-        self.tail += text
-        if len(self.tail) > self.tail_limit:
-            self.omitted += len(self.tail) - self.tail_limit
-            self.tail = self.tail[-self.tail_limit :]
+        if not text:
+            return
+        self.tail.append(text)
+        self.tail_len += len(text)
+        while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_limit:
+            self.tail_len -= len(self.tail.popleft())
 
-    def text(self) -> str:
-        if not self.omitted:
-            return self.head + self.tail
-        return f"{self.head}\n[... {self.omitted} characters omitted ...]\n{self.tail}"
+    @property
+    def omitted(self) -> int:
+        return max(0, self.total - self.limit)
+
+    def text(self, limit: int | None = None) -> str:
+        """All of it when it fits `limit` (default: the collector's), else its first and last
+        characters around a line saying how many were left out."""
+        limit = self.limit if limit is None else min(limit, self.limit)
+        kept = "".join(self.tail)
+        if self.total <= self.limit:
+            kept = self.head + kept  # nothing dropped: the end may lie within the head
+        if self.total <= limit:
+            return kept
+        head_limit = limit // 2
+        tail = kept[-(limit - head_limit) :] if limit > head_limit else ""
+        marker = self.marker if limit == self.limit else ""
+        return (
+            f"{self.head[:head_limit]}\n[... {self.total - limit} characters omitted{marker} "
+            f"...]\n{tail}"
+        )
 
 
 async def _pump(stream: asyncio.StreamReader, sink: HeadTail) -> None:
@@ -85,11 +115,19 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
     _signal_group(proc.pid, signal.SIGKILL)
 
 
-async def run_command(
-    command: str, sandbox: Sandbox, timeout: float, limit: int
-) -> tuple[str, int | None]:
-    """Run `command` with bash in `sandbox`; (capped output, exit code or None when it timed
-    out)."""
+@dataclass
+class Captured:
+    """A command's output: `text` within the model's limit, `whole` (up to WHOLE_CAP) when
+    `text` had to leave some of it out, and the exit code (None: it timed out)."""
+
+    text: str
+    whole: str | None
+    code: int | None
+
+
+async def run_command(command: str, sandbox: Sandbox, timeout: float, limit: int) -> Captured:
+    """Run `command` with bash in `sandbox`; its output within `limit` characters (head and
+    tail) and, when that cut it, within WHOLE_CAP too."""
     sandbox.prepare()
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
@@ -115,7 +153,7 @@ async def run_command(
         await _kill_group(await spawn)
         raise
     assert proc.stdout is not None
-    sink = HeadTail(limit)
+    sink = HeadTail(max(limit, WHOLE_CAP), f": the person's copy keeps {WHOLE_CAP:,} characters")
     pump = asyncio.create_task(_pump(proc.stdout, sink))
     code: int | None = None
     try:
@@ -126,13 +164,14 @@ async def run_command(
         if proc.returncode is None:  # cancelled: leave nothing running
             await _kill_group(proc)
         lingered = await _drain(proc, pump)
-    text = sink.text()
+    note = ""
     if lingered:
-        text += (
+        note = (
             "\n[background processes still writing to the output were stopped; what a command "
             "starts ends with it, so start a server and use it in the same command]"
         )
-    return text, code
+    whole = sink.text() + note if sink.total > limit else None
+    return Captured(sink.text(limit) + note, whole, code)
 
 
 async def _drain(proc: asyncio.subprocess.Process, pump: asyncio.Task[None]) -> bool:
@@ -160,13 +199,16 @@ async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput
     seconds = max(1, min(timeout, MAX_TIMEOUT))
     # Leave room under the result budget for the status line.
     sandbox = ctx.sandbox or Sandbox(ctx.workspace)
-    output, code = await run_command(command, sandbox, seconds, max(ctx.result_budget - 200, 1000))
+    out = await run_command(command, sandbox, seconds, max(ctx.result_budget - 200, 1000))
+    code = out.code
     ctx.record_effect({"kind": "command", "command": command, "exit": code})
-    body = output.rstrip("\n") or "(no output)"
     if code is None:
-        return ToolOutput(
-            f"{body}\n[timed out after {seconds} s; the command and its child processes were "
-            "killed. Output so far is above.]",
-            is_error=True,
+        status = (
+            f"[timed out after {seconds} s; the command and its child processes were killed. "
+            "Output so far is above.]"
         )
-    return ToolOutput(f"{body}\n[exit code {code}]", is_error=code != 0)
+    else:
+        status = f"[exit code {code}]"
+    whole = None if out.whole is None else out.whole.rstrip("\n") + "\n" + status
+    body = out.text.rstrip("\n") or "(no output)"
+    return ToolOutput(f"{body}\n{status}", is_error=code != 0, whole=whole)

@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from heron.agent.control import unlabelled
 from heron.agent.turn import REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import Store, StoredMessage, runs
-
-MAIL_LABEL = "[sent while you were working] "  # heron/agent/turn.py labels mail this way
 
 
 @dataclass
@@ -173,14 +172,14 @@ def _stopped_reply(row: StoredMessage) -> str | None:
 
 def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:
     text = "".join(p.text for p in row.message.parts if isinstance(p, Text))
-    mail = text.startswith(MAIL_LABEL)
+    said = unlabelled(text)  # mail, labelled as heron/agent/control.py labels it
     item = Item(
         "user",
         row.id,
         row.turn_id,
         turn_message,
-        text.removeprefix(MAIL_LABEL),
-        mail=mail,
+        text if said is None else said,
+        mail=said is not None,
         rows=[row.id],
     )
     for n, part in enumerate(row.message.parts):
