@@ -87,7 +87,7 @@ class Runtime:
         prices = PriceTable.from_config(engine.settings.config.prices)
         self.hub = Hub(
             about={"model": f"{choice.provider}/{choice.model}", "embedded": choice.embedded},
-            cost=lambda usage: prices.cost(choice.model, usage, choice.provider),
+            cost=lambda usage: prices.known_cost(choice.model, usage, choice.provider),
         )
         self.dispatcher.register("*", self.hub.deliver)
         self.services = list(services)
