@@ -136,12 +136,6 @@ def test_continue_with_nothing_to_continue_says_how_to_start():
     assert "no conversation to continue yet" in result.output
 
 
-def _unpriced(monkeypatch) -> None:
-    """A model Heron knows no price for (the scripted provider answers in its place)."""
-    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
-    monkeypatch.setenv("HERON_MODEL", "some-unpriced-model")
-
-
 def _down(request) -> Reply:
     from heron.errors import FatalProviderError
 
@@ -166,8 +160,7 @@ async def _both_ways(provider_of, text: str, key: str) -> list[dict]:
     return got
 
 
-async def test_json_of_a_failed_turn_has_the_error_apart_and_heron_runs_wording(monkeypatch):
-    _unpriced(monkeypatch)
+async def test_json_of_a_failed_turn_has_the_error_apart_and_heron_runs_wording():
     for got in await _both_ways(lambda: ScriptedProvider(_down), "hi", "f"):
         key = got["conversation"]
         assert got["ok"] is False and "the model refused" in got["error"]
@@ -177,13 +170,13 @@ async def test_json_of_a_failed_turn_has_the_error_apart_and_heron_runs_wording(
         assert got["cost_usd"] is None  # the price is unknown: not 0.0
 
 
-async def test_json_cost_is_null_for_an_unpriced_model_both_ways(monkeypatch):
-    _unpriced(monkeypatch)
+async def test_json_cost_is_null_for_an_unpriced_model_both_ways():
+    # The scripted provider's model has no price, through the serve and in this process.
     for got in await _both_ways(lambda: ScriptedProvider(_echo), "hi", "p"):
         assert got["ok"] is True and got["usage"]["output"] == 7 and got["cost_usd"] is None
 
 
-async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing(monkeypatch):
+async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing():
     from heron.bus import NOTHING_TO_RETRY
     from heron.store import Store
 
@@ -221,3 +214,43 @@ def test_json_refuses_a_message_over_the_limit_as_one_object():
     result = CliRunner().invoke(app, ["run", "--json", "-"], input="a" * (MESSAGE_LIMIT + 1))
     got = json.loads(result.stdout)
     assert result.exit_code == 2 and got["ok"] is False and "at most 8 MB" in got["error"]
+
+
+async def test_a_per_run_environment_override_runs_in_process_while_a_serve_runs(monkeypatch):
+    here: list[str] = []
+
+    async def in_process(settings, text, agent, key, *args, **kw) -> bool:
+        here.append(settings.env.get("HERON_CONTEXT_WINDOW") or settings.env.get("HERON_MODEL"))
+        return True
+
+    monkeypatch.setattr("heron.channels.script.run_once", in_process)
+    async with running_serve(ScriptedProvider(_echo)):  # model "scripted", its own window
+        for variable, value in (
+            ("HERON_CONTEXT_WINDOW", "6000"),  # another window: in this process
+            ("HERON_CONTEXT_WINDOW", "128000"),  # the serve's: through it
+            ("HERON_MODEL", "another-model"),  # another model: in this process
+            ("HERON_MODEL", "scripted"),  # the serve's: through it
+        ):
+            monkeypatch.setenv(variable, value)
+            out = StringIO()
+            assert await run_message(Settings.load, "/status", "default", "cw", None, False, out)
+            if value in ("128000", "scripted"):
+                assert out.getvalue().startswith("model: scripted/scripted"), value
+            monkeypatch.delenv(variable)
+    assert here == ["6000", "another-model"]
+
+
+def test_serve_differs_names_the_override_the_serve_runs_otherwise():
+    from heron.channels.remote import serve_differs
+
+    welcome = {"model_name": "m", "window": 128_000, "base_url": "http://h/v1"}
+    assert serve_differs(welcome, {}) is None
+    assert serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "128000", "HERON_MODEL": "m"}) is None
+    assert serve_differs(welcome, {"HERON_BASE_URL": "http://h/v1/"}) is None
+    assert "HERON_CONTEXT_WINDOW=6000" in (
+        serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "6000"}) or ""
+    )
+    assert "128000" in (serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "6000"}) or "")
+    assert serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "lots"}) is not None
+    assert serve_differs(welcome, {"HERON_MODEL": "other"}) is not None
+    assert serve_differs({"model": "openai/m"}, {"HERON_MODEL": "other"}) is None  # an older serve
