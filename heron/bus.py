@@ -20,6 +20,8 @@ from heron.messages import File, ToolCall, ToolResult, Usage
 
 # What a channel shows where a retried stream differs from what it already showed.
 RETRY_MARKER = "[the stream was cut; the reply starts again]"
+# /retry's answer where there is no message to answer again (`heron run --json`: not ok).
+NOTHING_TO_RETRY = "Nothing to retry yet."
 # Who started a turn: the person; a scheduled job, silent ("scheduled": a monitor, the
 # heartbeat) or speaking in the conversation it was made in ("reminder"); a subagent
 # ("subagent", silent; "announce": its result opening a visible turn of its own); a goal's

@@ -7,8 +7,9 @@ them, so `heron --help` and the start of `heron run` stay fast.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,7 +18,10 @@ from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
 from heron.channels.trace_cli import trace_app, usage
-from heron.errors import HeronError
+from heron.errors import ConfigError, HeronError
+
+if TYPE_CHECKING:
+    from heron.config import Settings
 
 app = typer.Typer(
     rich_markup_mode="markdown",
@@ -117,36 +121,44 @@ def run(
     Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
     for what it cannot give). With a message and stdin piped in, stdin follows the message as
     a fenced block."""
-    from heron.channels.script import attached_files, run_message
+    from heron.channels.script import attached_files, refusal_json, run_message
 
-    if conversation is not None and message is None and not retry and _interactive():
-        message, latest, conversation = conversation, True, None  # -c "message": no key
-    if latest:
-        if conversation is not None and message is not None:
-            typer.echo("heron: --continue continues the latest conversation; drop -c KEY", err=True)
-            raise typer.Exit(2)
-        conversation = _latest_key()
-    text = _retry_text(message, conversation) if retry else _message_text(message)
     try:
-        files = attached_files(attach or [], settings)  # every file checked before any is sent
+        if conversation is not None and message is None and not retry and _interactive():
+            message, latest, conversation = conversation, True, None  # -c "message": no key
+        if latest:
+            if conversation is not None and message is not None:
+                raise ConfigError("--continue continues the latest conversation; drop -c KEY")
+            conversation = _latest_key()
+        text = _retry_text(message, conversation) if retry else _message_text(message)
+        files = attached_files(attach or [], _load)  # every file checked before any is sent
         ok = asyncio.run(
             run_message(
-                settings, text, agent, conversation, model, ephemeral, as_json=as_json, files=files
+                _load, text, agent, conversation, model, ephemeral, as_json=as_json, files=files
             )
         )
     except HeronError as e:
+        if as_json:  # a refusal is still the one JSON object --json promises
+            typer.echo(json.dumps(refusal_json(e, conversation), ensure_ascii=False))
         fail(e)
     raise typer.Exit(0 if ok else 1)
 
 
+def _load() -> Settings:
+    """The settings, or the HeronError that stopped them (`heron run` reports it itself)."""
+    from heron.config import Settings
+
+    return Settings.load()
+
+
 def _message_text(message: str | None) -> str:
     """The message, from the argument or stdin; bytes that are not UTF-8 are replaced (and the
-    user told), never a reason to fail."""
+    user told), never a reason to fail. No message, an empty one or one too large: a
+    ConfigError (exit 2)."""
     from heron.channels.script import message_from
 
     if message is None:
-        typer.echo("heron: give a message, '-' to read it from stdin, or --retry -c KEY", err=True)
-        raise typer.Exit(2)
+        raise ConfigError("give a message, '-' to read it from stdin, or --retry -c KEY")
     text, bad = message_from(message)
     if bad:
         typer.echo(
@@ -154,14 +166,12 @@ def _message_text(message: str | None) -> str:
             err=True,
         )
     if not text.strip():
-        typer.echo("heron: the message is empty", err=True)
-        raise typer.Exit(2)
+        raise ConfigError("the message is empty")
     from heron.messages import oversized
 
     too_large = oversized(text)
     if too_large is not None:  # refused before it is sent, with a serve or without
-        typer.echo(f"heron: {too_large}", err=True)
-        raise typer.Exit(2)
+        raise ConfigError(too_large)
     return text
 
 
@@ -176,18 +186,16 @@ def _latest_key() -> str:
     skipped, for `heron run -c MESSAGE` and --continue."""
     from heron.channels.info import open_store
 
-    found = open_store(settings()).conversations(1)
+    found = open_store(_load()).conversations(1)
     if not found:
-        typer.echo("heron: no conversation to continue yet; start one: heron run TEXT", err=True)
-        raise typer.Exit(2)
+        raise ConfigError("no conversation to continue yet; start one: heron run TEXT")
     return found[0].key
 
 
 def _retry_text(message: str | None, conversation: str | None) -> str:
     """--retry: the turn answers the conversation's last message again (the /retry command)."""
     if message is not None or conversation is None:
-        typer.echo("heron: --retry takes no message and needs -c KEY", err=True)
-        raise typer.Exit(2)
+        raise ConfigError("--retry takes no message and needs -c KEY")
     return "/retry"
 
 

@@ -443,7 +443,26 @@ AGENT_ALIASES = {"max_turns": "max_model_calls"}  # older key names, still read
 
 
 def _agent_defaults(table: Mapping[str, object], path: Path) -> AgentDefaults:
-    return parse_section(table, AgentDefaults, "agent", path, AGENT_ALIASES)
+    agent = parse_section(table, AgentDefaults, "agent", path, AGENT_ALIASES)
+    if agent.timezone is not None:
+        _check_timezone(agent.timezone, path)
+    return agent
+
+
+def _check_timezone(name: object, path: Path) -> None:
+    """`[agent] timezone` names a zone the system knows, or no command starts: found at load,
+    not later by the first schedule that reads it (heron jobs, the scheduler)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    hint = 'Write an IANA name such as "Europe/Berlin", or remove the line for the system\'s.'
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{path}: [agent] timezone must be a zone name, got {name!r}", hint=hint)
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ConfigError(
+            f"{path}: [agent] timezone {name!r} is no known timezone", hint=hint
+        ) from e
 
 
 _Section = typing.TypeVar("_Section")

@@ -1,5 +1,6 @@
 """`[agent] max_model_calls` bounds the model calls of one run; `max_turns`, its older name,
-still reads as the same setting."""
+still reads as the same setting. `[agent] timezone` is checked when the file loads, and
+`heron config show` says where the model in use was named."""
 
 from __future__ import annotations
 
@@ -54,3 +55,45 @@ async def test_the_alias_bounds_a_real_run(heron_home):
         result = await engine.turn("k", "loop please")
     provider.assert_complete()
     assert result.run.stop == "wrapup" and result.run.model_calls == 3
+
+
+@pytest.mark.parametrize("zone", ['"Mars/Olympus"', '"../etc/passwd"', "5", '""'])
+def test_an_unknown_timezone_is_a_config_error_at_load(tmp_path, zone):
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, f"timezone = {zone}")
+    assert "[agent] timezone" in str(caught.value) and "Europe/Berlin" in str(caught.value)
+    assert _config(tmp_path, 'timezone = "Europe/Berlin"').agent.timezone == "Europe/Berlin"
+
+
+def test_every_command_refuses_an_unknown_timezone(monkeypatch):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    home = Settings.load().paths.ensure().home
+    (home / "config.toml").write_text('[agent]\ntimezone = "Mars/Olympus"\n')
+    for args in (["run", "hi"], ["jobs", "list"], ["config", "show"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, args
+        assert "timezone 'Mars/Olympus' is no known timezone" in result.stderr, args
+
+
+def test_config_show_names_where_the_model_was_set(monkeypatch):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    home = Settings.load().paths.ensure().home
+    (home / "config.toml").write_text('model = "gpt-4o"\n')
+    shown = CliRunner().invoke(app, ["config", "show"]).stdout
+    assert "model:       openai / gpt-4o (from config.toml)" in shown
+    monkeypatch.setenv("HERON_MODEL", "gpt-4.1")
+    shown = CliRunner().invoke(app, ["config", "show"]).stdout
+    assert "openai / gpt-4.1 (from HERON_MODEL)" in shown
+    (home / "config.toml").unlink()
+    monkeypatch.delenv("HERON_MODEL")
+    shown = CliRunner().invoke(app, ["config", "show"]).stdout
+    assert "(from the provider's default)" in shown and "default)" not in shown.replace(
+        "provider's default)", ""
+    )

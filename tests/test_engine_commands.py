@@ -67,6 +67,34 @@ async def test_help_and_unknown_slash_text():
     assert unknown.command is None and unknown.reply == "no such command, but hi"
 
 
+async def test_commands_on_a_new_key_store_no_conversation():
+    provider = ScriptedProvider([Reply([Text("hi")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        for text in ("/status", "/retry", "/help", "/new", "/tree"):
+            result = await engine.turn("fresh", text)
+            assert result.command is not None, text
+            assert engine.store.conversation("fresh") is None, text
+        await engine.turn("used", "hello")
+        await engine.turn("used", "/status")  # a command in a conversation that has words
+        engine.store.open_conversation("open")  # a chat holds it open: not dropped under it
+        async with presence(engine.store, engine.store.conversation("open").id):
+            await engine.turn("open", "/status")
+            assert engine.store.conversation("open") is not None
+        assert [c.key for c in engine.store.conversations()] == ["used"]
+
+
+async def test_a_chat_left_without_a_message_leaves_no_conversation():
+    from contextlib import AsyncExitStack
+
+    from heron.channels.terminal import _present
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        async with AsyncExitStack() as held:
+            await _present(engine, "brandnew", held)
+            assert engine.store.conversation("brandnew") is not None  # open while the chat is
+        assert engine.store.conversation("brandnew") is None
+
+
 async def test_status_exact_output():
     provider = ScriptedProvider(
         [
@@ -190,15 +218,17 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
 
 
 async def test_resume_lists_and_switches():
-    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
-        engine.store.open_conversation("older")
+    replies = [Reply([Text("ok")], "done")] * 2
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(replies)) as engine:
+        await engine.turn("older", "hello")
+        await engine.turn("current", "hello")
         listed = await engine.turn("current", "/resume")
         picked = await engine.turn("current", "/resume older")
         missing = await engine.turn("current", "/resume nope")
     assert (
         listed.reply.splitlines()[0] == "Conversations (newest first); /resume KEY continues one:"
     )
-    assert {"  older", "  current"} <= set(listed.reply.splitlines()[1:])
+    assert {"  older  hello", "  current  hello"} <= set(listed.reply.splitlines()[1:])
     assert picked.reply == "Resumed older." and picked.switch_to == "older"
     assert missing.reply == "No conversation 'nope'. /resume lists them."
 

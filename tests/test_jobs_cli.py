@@ -72,6 +72,23 @@ def test_bad_schedules_and_unknown_jobs_get_a_clear_error_and_save_nothing(heron
         store.close()
 
 
+def test_a_blank_prompt_and_a_bad_mode_or_catch_up_are_refused_by_name(heron_home):
+    for prompt in ("", "   \n"):
+        blank = jobs("add", prompt, "-c", "jobsconv", "--every", "1m")
+        assert blank.exit_code == 1 and "the job's prompt is empty" in blank.output
+    mode = jobs("add", "x", "-c", "c", "--every", "1h", "--mode", "bogus")
+    assert mode.exit_code == 1 and "--mode 'bogus' is unknown" in mode.output
+    assert "reminder or monitor" in mode.output and "'once'" not in mode.output
+    late = jobs("add", "x", "-c", "c", "--every", "1h", "--catch-up", "always")
+    assert late.exit_code == 1 and "--catch-up 'always' is unknown" in late.output
+    assert "once or skip" in late.output and "'reminder'" not in late.output
+    store = Store(Settings.load().paths.db)
+    try:
+        assert [j for j in js.list_jobs(store, everything=True) if not j.builtin] == []
+    finally:
+        store.close()
+
+
 def test_runs_lists_fires_and_skips_with_why(heron_home):
     assert jobs("runs").output.strip() == "No runs yet."
     store = Store(Settings.load().paths.ensure().db)

@@ -10,6 +10,7 @@ from heron.errors import (
     AuthError,
     ContextOverflow,
     RateLimited,
+    ToolError,
     TransientProviderError,
     UnknownModel,
 )
@@ -20,6 +21,8 @@ from heron.providers.profiles import ModelProfile
 from heron.request import ChatRequest, StreamEvent, ToolSpec
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 READ = ToolSpec(
     "read_file",
@@ -169,6 +172,30 @@ def test_payload_is_deterministic_and_tool_results_are_tool_messages() -> None:
     assert messages[3] == {"role": "tool", "tool_call_id": "c1", "content": "AAA"}
     assert messages[4]["content"] == "Error: no such file"
     assert messages[5] == {"role": "user", "content": "go"}
+
+
+@tool
+def guarded(ctx: ToolContext, command: str) -> str:
+    """Refuse everything.
+
+    Args:
+        command: the command.
+    """
+    raise ToolError(f"refused: {command}")
+
+
+async def test_a_tool_error_reaches_the_model_with_one_error_prefix(tmp_path) -> None:
+    ctx = ToolContext(workspace=tmp_path)
+    result = await ToolRegistry([guarded]).call(ToolCall("c1", "guarded", {"command": "ls"}), ctx)
+    assert result.is_error and result.content == "Error: refused: ls"
+    provider = OpenAICompatProvider("m", "k", profile=ModelProfile())
+    history = [
+        user("go"),
+        Message("assistant", [ToolCall("c1", "guarded", {"command": "ls"})]),
+        Message("user", [result]),
+    ]
+    sent = provider.payload(request(*history))["messages"][-1]
+    assert sent == {"role": "tool", "tool_call_id": "c1", "content": "Error: refused: ls"}
 
 
 def test_image_becomes_content_parts() -> None:

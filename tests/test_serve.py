@@ -63,6 +63,9 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "chat_id": welcome["chat_id"],
             "model": "scripted/scripted",
             "embedded": False,
+            "model_name": "scripted",  # what a client's HERON_MODEL, HERON_CONTEXT_WINDOW and
+            "window": 128_000,  # HERON_BASE_URL are compared with (remote.serve_differs)
+            "base_url": None,
             "running": [],
             "waiting": [],
         }

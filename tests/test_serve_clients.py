@@ -27,7 +27,7 @@ from heron.channels.script import run_message, run_once
 from heron.channels.terminal import PERSONAL, ChatState, TerminalView
 from heron.config import Settings
 from heron.entry import parse_run
-from heron.messages import Reply, Text, ToolCall
+from heron.messages import Message, Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
 from heron.store.records import is_internal
@@ -192,8 +192,8 @@ async def test_the_terminal_and_the_browser_share_the_personal_conversation_as_i
 async def test_internal_conversations_are_never_listed():
     keys = ["personal", "cron:daily-news", "heartbeat", "subagent:abc", "cronjob", "Heartbeat"]
     store = Store(Settings.load().paths.ensure().db)
-    for key in keys:
-        store.open_conversation(key)
+    for key in keys:  # each with something said in it (an empty one is never listed)
+        store.append(store.open_conversation(key).id, Message("user", [Text("hi")]))
     listed = {c.key for c in store.conversations()}
     everything = {c.key for c in store.conversations(internal=True)}
     store.close()

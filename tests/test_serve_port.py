@@ -92,3 +92,44 @@ def test_a_port_held_by_another_heron_serve_names_it_and_its_home(tmp_path: Path
     assert second.stderr.strip() == second.stderr.strip().splitlines()[0]
     assert f"in use by another heron serve (pid {first.pid}, on {other})" in second.stderr
     assert f"kill {first.pid}" in second.stderr and "Traceback" not in second.stderr
+
+
+def test_a_wildcard_bind_prints_an_address_a_browser_can_open():
+    from heron.serve.main import shown_url
+
+    assert shown_url("127.0.0.1", 8765) == ("http://127.0.0.1:8765", None)
+    assert shown_url("192.168.1.5", 80) == ("http://192.168.1.5:80", None)
+    url, note = shown_url("0.0.0.0", 8765, find=lambda host: "192.168.1.5")
+    assert url == "http://192.168.1.5:8765" and note and "every interface" in note
+    url, note = shown_url("0.0.0.0", 8765, find=lambda host: None)
+    assert url == "http://0.0.0.0:8765" and note and "replace 0.0.0.0" in note
+    url, _ = shown_url("::", 8765, find=lambda host: "2001:db8::5")
+    assert url == "http://[2001:db8::5]:8765"
+
+
+def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypatch):
+    import asyncio
+    from io import StringIO
+
+    from heron.providers.scripted import ScriptedProvider
+    from heron.serve.main import serve
+
+    monkeypatch.setattr("heron.serve.main.outward_address", lambda host: "192.168.1.5")
+    out, stop = StringIO(), asyncio.Event()
+
+    async def run() -> None:
+        ready = asyncio.Event()
+        task = asyncio.create_task(
+            serve(
+                Settings.load(), host="0.0.0.0", port=0, provider=ScriptedProvider([]), out=out,
+                on_ready=lambda info, auth: ready.set(), until=stop, signals=False,
+            )
+        )  # fmt: skip
+        await asyncio.wait_for(ready.wait(), 60)
+        stop.set()
+        await task
+
+    asyncio.run(run())
+    printed = out.getvalue()
+    assert "/login?code=" in printed and "http://0.0.0.0" not in printed
+    assert "Open this address once to log in (the code works once): http://192.168.1.5:" in printed

@@ -66,7 +66,16 @@ async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
     served, local = (json.loads(out.getvalue()) for out, _ in (through, alone))
     assert through[0].getvalue().count("\n") == 1  # one line: nothing else on stdout
     for got, key in ((served, "j1"), (local, "j2")):
-        assert set(got) == {"reply", "conversation", "run_id", "ok", "error", "usage", "cost_usd"}
+        assert set(got) == {
+            "reply",
+            "conversation",
+            "run_id",
+            "ok",
+            "error",
+            "hint",
+            "usage",
+            "cost_usd",
+        }
         assert got["reply"] == "echo: hi" and got["conversation"] == key
         assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")
         assert got["usage"] == {"input": 40, "output": 7, "cache_read": 10, "cache_write": 0}
@@ -125,3 +134,123 @@ def test_continue_with_nothing_to_continue_says_how_to_start():
     result = CliRunner().invoke(app, ["run", "--continue", "hi"])
     assert result.exit_code == 2
     assert "no conversation to continue yet" in result.output
+
+
+def _down(request) -> Reply:
+    from heron.errors import FatalProviderError
+
+    raise FatalProviderError("HTTP 400: the model refused the request")
+
+
+async def _both_ways(provider_of, text: str, key: str) -> list[dict]:
+    """`heron run --json` of `text` through a serve, then in this process (key-1, key-2)."""
+    out = StringIO()
+    async with running_serve(provider_of()):
+        served = await run_message(
+            Settings.load, text, "default", f"{key}-1", None, False, out, StringIO(), as_json=True
+        )
+    alone = StringIO()
+    local = await run_once(
+        Settings.load(), text, "default", f"{key}-2", None, False, alone, StringIO(),
+        provider_of(), as_json=True,
+    )  # fmt: skip
+    got = [json.loads(o.getvalue()) for o in (out, alone)]
+    for one, ok in zip(got, (served, local), strict=True):
+        assert one["ok"] is ok  # the exit code follows "ok"
+    return got
+
+
+async def test_json_of_a_failed_turn_has_the_error_apart_and_heron_runs_wording():
+    for got in await _both_ways(lambda: ScriptedProvider(_down), "hi", "f"):
+        key = got["conversation"]
+        assert got["ok"] is False and "the model refused" in got["error"]
+        assert got["reply"] == ""  # the error's text is in "error", not the reply
+        assert f"heron run --retry -c {key}" in got["hint"]
+        assert "/retry" not in json.dumps(got).replace("heron run --retry", "")
+        assert got["cost_usd"] is None  # the price is unknown: not 0.0
+
+
+async def test_json_cost_is_null_for_an_unpriced_model_both_ways():
+    # The scripted provider's model has no price, through the serve and in this process.
+    for got in await _both_ways(lambda: ScriptedProvider(_echo), "hi", "p"):
+        assert got["ok"] is True and got["usage"]["output"] == 7 and got["cost_usd"] is None
+
+
+async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing():
+    from heron.bus import NOTHING_TO_RETRY
+    from heron.store import Store
+
+    got = await _both_ways(lambda: ScriptedProvider(_echo), "/retry", "ghost")
+    store = Store(Settings.load().paths.db)
+    for one in got:
+        assert one["ok"] is False and one["error"] == NOTHING_TO_RETRY and one["reply"] == ""
+        assert store.conversation(one["conversation"]) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "said"),
+    [
+        (["run", "--json"], "", "give a message"),
+        (["run", "--json", "-"], "  \n", "the message is empty"),
+        (["run", "--json", "--retry"], "", "--retry takes no message and needs -c KEY"),
+        (["run", "--json", "-c", "k", "hi"], None, "malformed TOML"),
+    ],
+)
+def test_json_refusals_are_one_object_too(args, stdin, said):
+    if stdin is None:
+        (Settings.load().paths.ensure().home / "config.toml").write_text("[agent\n")
+    result = CliRunner().invoke(app, args, input=stdin)
+    assert result.exit_code == 2
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    got = json.loads(lines[0])
+    assert got["ok"] is False and said in got["error"] and got["reply"] == ""
+    assert said in result.stderr  # and the person reads it as before
+
+
+def test_json_refuses_a_message_over_the_limit_as_one_object():
+    from heron.messages import MESSAGE_LIMIT
+
+    result = CliRunner().invoke(app, ["run", "--json", "-"], input="a" * (MESSAGE_LIMIT + 1))
+    got = json.loads(result.stdout)
+    assert result.exit_code == 2 and got["ok"] is False and "at most 8 MB" in got["error"]
+
+
+async def test_a_per_run_environment_override_runs_in_process_while_a_serve_runs(monkeypatch):
+    here: list[str] = []
+
+    async def in_process(settings, text, agent, key, *args, **kw) -> bool:
+        here.append(settings.env.get("HERON_CONTEXT_WINDOW") or settings.env.get("HERON_MODEL"))
+        return True
+
+    monkeypatch.setattr("heron.channels.script.run_once", in_process)
+    async with running_serve(ScriptedProvider(_echo)):  # model "scripted", its own window
+        for variable, value in (
+            ("HERON_CONTEXT_WINDOW", "6000"),  # another window: in this process
+            ("HERON_CONTEXT_WINDOW", "128000"),  # the serve's: through it
+            ("HERON_MODEL", "another-model"),  # another model: in this process
+            ("HERON_MODEL", "scripted"),  # the serve's: through it
+        ):
+            monkeypatch.setenv(variable, value)
+            out = StringIO()
+            assert await run_message(Settings.load, "/status", "default", "cw", None, False, out)
+            if value in ("128000", "scripted"):
+                assert out.getvalue().startswith("model: scripted/scripted"), value
+            monkeypatch.delenv(variable)
+    assert here == ["6000", "another-model"]
+
+
+def test_serve_differs_names_the_override_the_serve_runs_otherwise():
+    from heron.channels.remote import serve_differs
+
+    welcome = {"model_name": "m", "window": 128_000, "base_url": "http://h/v1"}
+    assert serve_differs(welcome, {}) is None
+    assert serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "128000", "HERON_MODEL": "m"}) is None
+    assert serve_differs(welcome, {"HERON_BASE_URL": "http://h/v1/"}) is None
+    assert "HERON_CONTEXT_WINDOW=6000" in (
+        serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "6000"}) or ""
+    )
+    assert "128000" in (serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "6000"}) or "")
+    assert serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "lots"}) is not None
+    assert serve_differs(welcome, {"HERON_MODEL": "other"}) is not None
+    assert serve_differs({"model": "openai/m"}, {"HERON_MODEL": "other"}) is None  # an older serve

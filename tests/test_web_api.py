@@ -156,6 +156,52 @@ def test_list_search_new_rename_and_delete(client):
     assert client.delete("/api/conversations/other").status_code == 404
 
 
+def test_a_new_conversation_stores_nothing_until_its_first_message(client):
+    made = client.post("/api/conversations", json={})
+    assert made.status_code == 201 and made.json()["key"].startswith("web-")
+    key = made.json()["key"]
+    assert Store(Settings.load().paths.ensure().db).conversation(key) is None
+    assert client.get("/api/conversations").json()["conversations"] == []
+    assert client.get(f"/api/conversations/{key}/transcript").json()["items"] == []
+    asyncio.run(_turns(["first words"], [Reply([Text("Heard.")], "done")], key=key))
+    keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
+    assert keys == [key]
+
+
+def test_an_empty_conversation_is_never_listed(client):
+    store = Store(Settings.load().paths.ensure().db)
+    store.open_conversation("left-unused")  # as an older Heron, or a chat still open, left it
+    asyncio.run(_turns(["hello"], [Reply([Text("hi")], "done")], key="used"))
+    keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
+    assert keys == ["used"]
+    assert [c.key for c in store.conversations()] == ["used"]
+
+
+def test_keys_reserved_for_herons_own_conversations_are_refused(client):
+    for key in ("cron:evil", "heartbeat", "subagent:x"):
+        refused = client.post("/api/conversations", json={"key": key})
+        assert refused.status_code == 400, key
+        assert "reserved" in refused.json()["detail"]["message"]
+    assert Store(Settings.load().paths.ensure().db).conversation("cron:evil") is None
+
+
+def test_a_request_that_fails_validation_answers_the_documented_shape(client):
+    bad = client.get("/api/conversations", params={"limit": "abc"})
+    assert bad.status_code == 422
+    detail = bad.json()["detail"]
+    assert set(detail) == {"message", "hint"}
+    assert detail["message"].startswith("limit: ") and "integer" in detail["message"]
+    assert detail["hint"] and detail["hint"] not in detail["message"]
+
+
+def test_an_error_message_does_not_repeat_its_hint(client):
+    big = client.post("/api/uploads?name=x.bin", content=b"x" * (21 * 1024 * 1024))
+    detail = big.json()["detail"]
+    assert big.status_code == 413 and detail["hint"] and detail["hint"] not in detail["message"]
+    api_error = api._detail(api.HeronError("no conversation 'x'", hint="Pick one."))
+    assert api_error == {"message": "no conversation 'x'", "hint": "Pick one."}
+
+
 def test_delete_refuses_while_a_chat_holds_the_conversation_and_names_it(client):
     asyncio.run(_turns(["hi"], [Reply([Text("hello")], "done")]))
     store = Store(Settings.load().paths.db)
@@ -321,10 +367,11 @@ def test_attachments_are_listed_and_served(client):
 
 
 def test_internal_conversations_are_never_listed(client):
+    from heron.messages import Message
+
     store = Store(Settings.load().paths.ensure().db)
-    store.open_conversation("subagent:abc")
-    store.open_conversation("heartbeat")
-    store.open_conversation("personal")
+    for key in ("subagent:abc", "heartbeat", "personal"):  # each with something said in it
+        store.append(store.open_conversation(key).id, Message("user", [Text("hi")]))
     keys = [c["key"] for c in client.get("/api/conversations").json()["conversations"]]
     assert keys == ["personal"]
     assert json.dumps(keys)

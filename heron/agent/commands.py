@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from heron.bus import NOTHING_TO_RETRY
 from heron.messages import Message, Text
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
@@ -308,7 +309,7 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True) if conv else []
     typed = _user_messages(rows)
     if conv is None or not typed:
-        return CommandReply("Nothing to retry yet.")
+        return CommandReply(NOTHING_TO_RETRY)
     last = typed[-1]
     if not _answered(rows, last):  # its turn failed: answer it as it stands, work done kept
         return CommandReply(run_text=last.message.text, answer_id=last.id)

@@ -272,13 +272,26 @@ async def run_turn(
     if not control.visible:
         hooks = muted_hooks(hooks)
     store = engine.store
-    conversation = await store.call(store.open_conversation, key, agent)
+    existed = await store.call(store.conversation, key)
+    conversation: Conversation = (
+        existed if existed is not None else await store.call(store.open_conversation, key, agent)
+    )
     control.token.conversation_id = conversation.id
     t = Turn(engine, key, text, agent, channel, hooks, control, conversation)
+    result = await _under_lease(t)
+    if existed is None and result.command is not None:
+        # A command on a new key (/status, --retry with nothing to retry) said something
+        # and stored nothing: it leaves no empty conversation behind.
+        await store.call(store.drop_if_empty, conversation.id)
+    return result
+
+
+async def _under_lease(t: Turn) -> TurnResult:
     early = await lease_free_command(t)
     if early is not None:
         return early
-    async with hold_lease(store, conversation.id, on_busy=hooks.on_busy) as lease:
+    store, control, hooks = t.engine.store, t.control, t.hooks
+    async with hold_lease(store, t.conversation.id, on_busy=hooks.on_busy) as lease:
         control.token.owner, control.token.epoch = lease.owner, lease.epoch
         t.lease = lease
         try:

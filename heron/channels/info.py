@@ -223,8 +223,10 @@ def show_config(settings: Settings) -> None:
     typer.echo(f"config file: {settings.paths.config} ({present})")
     try:
         choice = settings.model()
-        where = choice.base_url or (str(choice.model_path) if choice.model_path else "default")
-        typer.echo(f"model:       {choice.provider} / {choice.model} ({where})")
+        where = choice.base_url or (str(choice.model_path) if choice.model_path else None)
+        at = f"; at {where}" if where else ""
+        source = model_source(settings, choice.embedded)
+        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source}{at})")
         p = choice.profile
         typer.echo(
             f"profile:     window {p.context_window}, output cap {p.max_output}, "
@@ -239,6 +241,17 @@ def show_config(settings: Settings) -> None:
         f"agent:       max_model_calls {a.max_model_calls}, max_tokens_total {a.max_tokens_total}, "
         f"result_budget {a.result_budget}"
     )
+
+
+def model_source(settings: Settings, embedded: bool = False) -> str:
+    """Where the model in use was named, in the order heron.config.choose_model reads them."""
+    if settings.env.get("HERON_MODEL"):
+        return "HERON_MODEL"
+    if settings.config.model:
+        return settings.paths.config.name
+    if embedded:
+        return "the offline fallback: nothing else is configured"
+    return "the provider's default"
 
 
 def print_models(settings: Settings) -> None:

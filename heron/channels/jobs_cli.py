@@ -138,13 +138,13 @@ def add(
     from heron.store.schedule import ScheduleError, parse, user_timezone
     from heron.tools.schedule import NOT_RUNNING, describe, serve_running
 
-    if mode not in jobs.MODES or catch_up not in jobs.CATCH_UPS:
-        _fail(
-            ScheduleError(
-                f"unknown mode {mode!r} or catch-up {catch_up!r}",
-                hint="--mode is reminder or monitor; --catch-up is once or skip.",
-            )
-        )
+    for option, value, valid in (
+        ("--mode", mode, jobs.MODES),
+        ("--catch-up", catch_up, jobs.CATCH_UPS),
+    ):
+        if value not in valid:
+            named = " or ".join(valid)
+            _fail(ScheduleError(f"{option} {value!r} is unknown", hint=f"{option} is {named}."))
     with _open() as (settings, store):
         zone = user_timezone(settings.config.agent.timezone)
         when = parse(cron=cron, every=every, at=at, timezone=zone)

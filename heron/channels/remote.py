@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, get_args
@@ -62,6 +62,46 @@ class ServeGone(ConnectionError):
     """The serve closed the socket (it was stopped) while this client waited."""
 
 
+class ServeDiffers(ConnectionRefusedError):
+    """The serve answers, but this run's environment asks for what it cannot give (another
+    model or window, `serve_differs`): the client runs in its own process, as it does when
+    no serve answers (every caller already falls back on ConnectionRefusedError)."""
+
+
+# Per-run environment overrides a serve cannot honour for one client: the serve's own value
+# (its welcome's field) against what this client's environment asks.
+OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("HERON_MODEL", "model_name"),
+    ("HERON_CONTEXT_WINDOW", "window"),
+    ("HERON_BASE_URL", "base_url"),
+)
+
+
+def serve_differs(welcome: dict[str, Any], env: Mapping[str, str] | None = None) -> str | None:
+    """Which of this run's environment overrides the serve runs with another value of (None:
+    none does, or the serve does not say, an older one). Unset in the environment, the
+    serve's value applies, as documented; set, it must be the serve's, else the run would
+    silently get what it did not ask for."""
+    env = os.environ if env is None else env
+    for variable, field in OVERRIDES:
+        asked, has = (env.get(variable) or "").strip(), welcome.get(field)
+        if not asked or field not in welcome:
+            continue
+        if not _same(variable, asked, has):
+            return f"{variable}={asked} (the serve runs with {has})"
+    return None
+
+
+def _same(variable: str, asked: str, has: object) -> bool:
+    if variable == "HERON_CONTEXT_WINDOW":  # a bad value is refused in-process, clearly
+        return asked.isdigit() and int(asked) == has
+    if variable == "HERON_BASE_URL":
+        return asked.rstrip("/") == str(has or "").rstrip("/")
+    if asked.endswith(".gguf") or asked.startswith("local:"):  # served as the file's stem
+        return Path(asked.removeprefix("local:")).expanduser().stem == has
+    return asked == has
+
+
 class RemoteAgent:
     """A channel's chat on a serve: sends messages, delivers what comes back."""
 
@@ -83,6 +123,7 @@ class RemoteAgent:
         self.chat_id: str | None = None  # ours, as the serve names it in events
         self.model: str | None = None
         self.embedded = False  # the serve talks to the offline demo model
+        self.welcome: dict[str, Any] = {}  # the serve's latest welcome
         self.busy: dict[str, bool] = {}
         # Our messages not yet answered, oldest first: "sent", then "own" (its turn runs),
         # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
@@ -213,6 +254,7 @@ class RemoteAgent:
             if not self._waiting:
                 self._settled.set()
         if kind == "welcome":
+            self.welcome = event
             self.busy[key] = bool(event.get("busy"))
             self.model = event.get("model") or self.model
             self.embedded = bool(event.get("embedded"))
@@ -319,6 +361,9 @@ async def connect_remote(
     agent_conn._reader = asyncio.create_task(agent_conn.read())
     try:
         await agent_conn.hello(key, agent)
+        differs = serve_differs(agent_conn.welcome)
+        if differs is not None:
+            raise ServeDiffers(f"the serve cannot honour {differs}")
         yield agent_conn
     finally:
         await agent_conn.close()

@@ -10,19 +10,21 @@ message through serve costs no SDK import.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import NOTHING_TO_RETRY, RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.messages import File, new_key
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from heron.config import Settings
+    from heron.errors import HeronError
     from heron.providers.base import Provider
 
 EMBEDDED_BANNER = (
@@ -249,15 +251,23 @@ async def run_once(
         async with opened as conn:
             await conn.send(text, key, agent, files)
             await conn.settle()
+        if printer.end is not None and printer.end.cost_usd is None:  # as the serve's turn_end
+            from heron.trace.prices import PriceTable
+
+            prices = PriceTable.from_config(settings.config.prices)
+            choice = engine.choice
+            cost = prices.known_cost(choice.model, printer.end.usage, choice.provider)
+            printer.end = dataclasses.replace(printer.end, cost_usd=cost)
     return _finish(printer, key, out, err)
 
 
 def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
     """End the output; say why the turn failed, if it did, and how to answer it again."""
     if printer.as_json:
-        out.write(json.dumps(result_json(printer, key), ensure_ascii=False) + "\n")
+        result = result_json(printer, key)
+        out.write(json.dumps(result, ensure_ascii=False) + "\n")
         out.flush()
-        return printer.end is not None and printer.end.ok
+        return bool(result["ok"])  # the exit code says what `ok` says
     if printer.wrote and not printer.at_line_start:
         out.write("\n")
     out.flush()
@@ -273,26 +283,53 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
 
 
 def result_json(printer: _Printer, key: str) -> dict[str, object]:
-    """`heron run --json`: the turn as one object, the same in-process and through serve."""
+    """`heron run --json`: the turn as one object, the same in-process and through serve. A
+    failed turn's reply is what streamed before it failed (never the error's text, which is in
+    `error`), and `hint` says how to answer it again; --retry with nothing to retry is not ok
+    either (`error` says so), as nothing was answered."""
     end = printer.end
     usage = end.usage if end is not None else None
     streamed = "".join(printer.reply)
-    error = None
+    out = _json_object(key)
+    if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
+        out["error"] = NOTHING_TO_RETRY
+        return out
     if end is None or not end.ok:
+        from heron.agent.commands import retry_hint
+
         error = end.error if end is not None and end.error else "it was stopped"
+        out.update(reply=streamed, error=error, hint=retry_hint(key))
+    else:
+        out.update(reply=streamed or end.reply or "", ok=True)
+    if end is not None:
+        out.update(run_id=end.run_id, cost_usd=end.cost_usd)
+    if usage is not None:
+        out["usage"] = {name: getattr(usage, name) for name in USAGE_FIELDS}
+    return out
+
+
+def refusal_json(error: HeronError, key: str | None) -> dict[str, object]:
+    """`heron run --json` when the message was refused before any turn (a broken config.toml,
+    a message over 8 MB, a missing one): the same object, not ok, the error and its hint."""
+    out = _json_object(key)
+    out.update(error=str(error.args[0]) if error.args else str(error), hint=error.hint)
+    return out
+
+
+USAGE_FIELDS = ("input", "output", "cache_read", "cache_write")
+
+
+def _json_object(key: str | None) -> dict[str, object]:
+    """Every field of `heron run --json`, as for a turn that did nothing."""
     return {
-        "reply": streamed or (end.reply if end is not None and end.reply else ""),
+        "reply": "",
         "conversation": key,
-        "run_id": end.run_id if end is not None else "",
-        "ok": bool(end is not None and end.ok),
-        "error": error,
-        "usage": {
-            "input": usage.input if usage else 0,
-            "output": usage.output if usage else 0,
-            "cache_read": usage.cache_read if usage else 0,
-            "cache_write": usage.cache_write if usage else 0,
-        },
-        "cost_usd": end.cost_usd if end is not None else None,
+        "run_id": "",
+        "ok": False,
+        "error": None,
+        "hint": None,
+        "usage": dict.fromkeys(USAGE_FIELDS, 0),
+        "cost_usd": None,
     }
 
 

@@ -489,8 +489,12 @@ async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: Ter
 async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str:
     if engine is None:
         return key
-    conversation = await engine.store.call(engine.store.open_conversation, key)
-    await held.enter_async_context(presence(engine.store, conversation.id))
+    store = engine.store
+    conversation = await store.call(store.open_conversation, key)
+    # Left (or /resume'd away from) with nothing said: no empty conversation stays behind.
+    # Pushed first, so it runs once the chat's presence below has ended.
+    held.push_async_callback(store.call, store.drop_if_empty, conversation.id)
+    await held.enter_async_context(presence(store, conversation.id))
     return key
 
 

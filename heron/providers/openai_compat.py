@@ -213,9 +213,16 @@ def _user(message: Message, profile: ModelProfile) -> list[JSONObject]:
     return out
 
 
+ERROR_PREFIX = "Error: "
+
+
 def _result_text(result: ToolResult) -> str:
-    # The wire has no error flag for tool messages; say it in the content.
-    return f"Error: {result.content}" if result.is_error else result.content
+    """The wire has no error flag for tool messages: the content says it, once. The tool
+    registry already writes "Error: ..." into the results it makes (the text every channel
+    and the other wires show), so only an error result that does not say so gets the prefix."""
+    if not result.is_error or result.content.startswith(ERROR_PREFIX):
+        return result.content
+    return ERROR_PREFIX + result.content
 
 
 def _content_part(part: Part, profile: ModelProfile) -> JSONObject:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from heron.attachments import too_big
@@ -57,6 +58,7 @@ def install(app: FastAPI, settings: Settings, busy: Callable[[str], bool] | None
     mounted = [getattr(r, "router", None) for r in app.router.routes]  # probe: Starlette
     if router not in mounted:
         app.include_router(router)
+        install_errors(app)
 
 
 def _state(request: Request) -> WebState:
@@ -81,7 +83,39 @@ async def _run(state: WebState, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await asyncio.to_thread(fn, *args)
         except HeronError as e:
-            raise HTTPException(_status_of(e), {"message": str(e), "hint": e.hint}) from e
+            raise HTTPException(_status_of(e), _detail(e)) from e
+
+
+def _detail(error: HeronError) -> dict[str, str]:
+    """An error as the API's `detail`: the message alone (str() of a HeronError ends with its
+    hint, which has a field of its own), and the hint."""
+    return {"message": str(error.args[0]), "hint": error.hint or ""}
+
+
+def invalid_request(_: Request, error: Exception) -> JSONResponse:
+    """A request FastAPI could not validate (`limit=abc`, a message id that is no number) in
+    the API's documented shape, `{"detail": {"message", "hint"}}`, not FastAPI's list."""
+    found = error.errors() if isinstance(error, RequestValidationError) else []
+    said = []
+    for problem in found:
+        loc = problem.get("loc", ())
+        where = ".".join(str(p) for p in loc if p not in ("query", "path", "body"))
+        said.append(f"{where}: {problem.get('msg', '')}" if where else str(problem.get("msg")))
+    return JSONResponse(
+        {
+            "detail": {
+                "message": "; ".join(said) or "the request is not valid",
+                "hint": "Send the request again with that value corrected; docs/web.md lists "
+                "each route and what it takes.",
+            }
+        },
+        status_code=422,
+    )
+
+
+def install_errors(app: FastAPI) -> None:
+    """The API's error shape for requests that fail validation (heron/serve/app.py too)."""
+    app.add_exception_handler(RequestValidationError, invalid_request)
 
 
 def _status_of(error: HeronError) -> int:
@@ -166,10 +200,20 @@ async def new_conversation(request: Request) -> JSONResponse:
         raise HTTPException(
             400, {"message": f"{key!r} is not a usable key", "hint": "Letters, digits, -_.:@"}
         )
-    conv = await _run(state, state.store.open_conversation, key)
+    if not _visible(key):  # cron:..., heartbeat, subagent:...: Heron's own, never listed
+        raise HTTPException(
+            400,
+            {
+                "message": f"{key!r} is reserved for Heron's own conversations",
+                "hint": "Choose another key, or leave it out for a new web-... one.",
+            },
+        )
+    # The row comes with the first message: a conversation opened and left unused stores
+    # nothing. A title is kept (on a row of its own) only when one is given.
     if body.get("title"):
+        conv = await _run(state, state.store.open_conversation, key)
         await _run(state, state.store.set_title, conv.id, str(body["title"]))
-    return JSONResponse({"key": conv.key}, status_code=201)
+    return JSONResponse({"key": key}, status_code=201)
 
 
 @router.patch("/conversations/{key}")
@@ -448,8 +492,7 @@ async def upload(request: Request, name: str = "file") -> JSONResponse:
 
 
 def _too_big(name: str, size: int, caps: AttachmentCaps) -> dict[str, str]:
-    error = too_big(name, size, caps)
-    return {"message": error.args[0], "hint": error.hint or ""}
+    return _detail(too_big(name, size, caps))
 
 
 async def _json(request: Request) -> dict[str, Any]:

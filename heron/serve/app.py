@@ -27,6 +27,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
+from heron.serve.api import install_errors
 from heron.serve.api import router as api_router
 from heron.serve.hub import Event
 from heron.serve.runtime import Runtime
@@ -150,6 +151,7 @@ def create_app(runtime: Runtime, auth: Auth | None = None) -> FastAPI:
     app.state.runtime, app.state.auth = runtime, auth
     app.add_middleware(_Guard, auth=auth)
     app.include_router(api_router)
+    install_errors(app)
 
     @app.get("/login", include_in_schema=False)
     async def login(code: str = "") -> Response:

@@ -149,19 +149,59 @@ def _announce(
     sock: socket.socket, lock: ServeLock, auth: Auth, engine: Engine, out: TextIO
 ) -> ServeInfo:
     host, port = sock.getsockname()[:2]
-    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    url = _url(host, port)
     info = lock.publish(url)
     choice = engine.choice
-    out.write(f"heron serve: {url}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
+    shown, note = shown_url(host, port)
+    out.write(f"heron serve: {shown}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
     notice = start_notice(engine.registry, engine.sandbox)
     if notice:
         out.write(f"heron: {notice}\n")
-    login = auth.login_url(url)
+    login = auth.login_url(shown)
     if login:
         out.write(f"Open this address once to log in (the code works once): {login}\n")
+    if note:
+        out.write(f"{note}\n")
     out.write("Ctrl-C stops it; heron run and heron chat on this home now go through it.\n")
     out.flush()
     return info
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+WILDCARDS = ("0.0.0.0", "::")  # bound to every interface: no address a browser can open
+
+
+def shown_url(
+    host: str, port: int, find: Callable[[str], str | None] | None = None
+) -> tuple[str, str | None]:
+    """The address to print, and a note when it needs one. A wildcard bind is printed as this
+    machine's address on its outward interface (`find`, by default `outward_address`); when
+    there is none to find, as it is, with a note to put the machine's address in its place."""
+    if host not in WILDCARDS:
+        return _url(host, port), None
+    found = (find or outward_address)(host)
+    listening = f"Listening on every interface ({host}); "
+    if found:
+        return _url(found, port), listening + "from another machine, use an address of this one."
+    note = f"replace {host} in the address with this machine's name or address."
+    return _url(host, port), listening + note
+
+
+def outward_address(host: str) -> str | None:
+    """The address this machine would send from (a UDP socket's connect picks the route and
+    sends nothing), or None without a route off the machine."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    target = "2001:db8::1" if family == socket.AF_INET6 else "192.0.2.1"  # documentation nets
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((target, 9))
+            found = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    return None if found in WILDCARDS or found.startswith("127.") or found == "::1" else found
 
 
 class _Stopper:

@@ -86,8 +86,16 @@ class Runtime:
         choice = engine.choice
         prices = PriceTable.from_config(engine.settings.config.prices)
         self.hub = Hub(
-            about={"model": f"{choice.provider}/{choice.model}", "embedded": choice.embedded},
-            cost=lambda usage: prices.cost(choice.model, usage, choice.provider),
+            about={
+                "model": f"{choice.provider}/{choice.model}",
+                "embedded": choice.embedded,
+                # What a client's per-run environment may ask for otherwise (HERON_MODEL,
+                # HERON_CONTEXT_WINDOW, HERON_BASE_URL): heron.channels.remote:serve_differs.
+                "model_name": choice.model,
+                "window": choice.profile.context_window,
+                "base_url": choice.base_url,
+            },
+            cost=lambda usage: prices.known_cost(choice.model, usage, choice.provider),
         )
         self.dispatcher.register("*", self.hub.deliver)
         self.services = list(services)

@@ -275,16 +275,32 @@ class Store:
 
     def conversations(self, limit: int = 50, *, internal: bool = False) -> list[Conversation]:
         """Most recently active first; Heron's internal ones (records.is_internal) only when
-        asked for."""
+        asked for. A conversation without a message yet (a chat left unused, a command on a
+        new key) is no conversation to the person: never listed."""
         if internal:
             rows = self.query("SELECT * FROM conversations ORDER BY updated DESC LIMIT ?", (limit,))
         else:
             hidden, params = internal_sql()
             rows = self.query(
-                f"SELECT * FROM conversations WHERE NOT {hidden} ORDER BY updated DESC LIMIT ?",
+                f"SELECT * FROM conversations WHERE NOT {hidden} AND head_id IS NOT NULL"
+                " ORDER BY updated DESC LIMIT ?",
                 (*params, limit),
             )
         return [_conversation(r) for r in rows]
+
+    def drop_if_empty(self, conversation_id: int) -> bool:
+        """Delete the conversation if nothing was ever said in it and nobody uses it (no turn
+        holds it, no chat has it open): what a command on a new key, or a chat left without a
+        message, leaves behind. True when it was deleted."""
+        with self.transaction() as c:
+            gone = c.execute(
+                "DELETE FROM conversations WHERE id = ? AND head_id IS NULL"
+                " AND NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM turn_leases WHERE conversation_id = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM presence WHERE conversation_id = ?)",
+                (conversation_id,) * 4,
+            )
+            return bool(gone.rowcount)
 
     def set_title(self, conversation_id: int, title: str) -> None:
         with self.transaction() as c:

@@ -121,7 +121,14 @@ def create_job(
     agent: str = "default",
 ) -> Job:
     """A new active job; its first instant is the first one after `now`. The caller has
-    checked the schedule (`heron.store.schedule.parse`); an instant already past is refused."""
+    checked the schedule (`heron.store.schedule.parse`); an instant already past is refused,
+    and so is a blank prompt (each firing would send the model an empty message)."""
+    if not prompt.strip():
+        raise ScheduleError(
+            "the job's prompt is empty",
+            hint="Say what the job should do or check when it fires, e.g. "
+            '"remind me to water the plants".',
+        )
     base = now + int(schedule.spec) if schedule.kind == "every" else None
     first = schedule.next_after(now, base=base)
     if first is None:

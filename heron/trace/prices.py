@@ -101,6 +101,15 @@ class PriceTable:
         price = self.price(model, provider)
         return None if price is None else price.cost(usage)
 
+    def known_cost(
+        self, model: str | None, usage: Usage | None, provider: str | None = None
+    ) -> float | None:
+        """A turn's cost as `heron run --json` and the serve's turn_end report it: None
+        whenever the model's price is unknown, even for a turn that spent no tokens."""
+        if usage is None or self.price(model, provider) is None:
+            return None
+        return self.cost(model, usage, provider)
+
 
 def _best(name: str, table: Iterable[tuple[str, Price]]) -> Price | None:
     matches = [(len(p), price) for p, price in table if fnmatch.fnmatchcase(name, p)]
