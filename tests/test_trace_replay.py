@@ -152,9 +152,12 @@ async def test_a_hard_interruption_replays_to_the_same_point():
             pass
         run = list_runs(engine.store, "h")[0]
         report = await replay(engine.store, run.run_id)
-        events = load_run(engine.store, run.run_id).events
+        trace = load_run(engine.store, run.run_id)
+    events, calls = trace.events, trace.calls
     assert run.turn.status == "interrupted"
-    assert [e.kind for e in events] == ["interrupted"] and events[0].after_call == 1
+    # The call the interruption cut is kept (call 2: its request, nothing streamed).
+    assert [e.kind for e in events] == ["interrupted"] and events[0].after_call == 2
+    assert calls[1].streamed is not None and calls[1].streamed.parts == []
     assert report.identical and report.replayed_stop == "interrupted", report.render()
 
 

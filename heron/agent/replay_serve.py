@@ -169,6 +169,8 @@ class ReplayProvider:
         self.report.replayed_requests = self.served
         self._compare(index, dumps(self.build(request)))
         call = self.run.calls[index]
+        if call.streamed is not None:  # the run was stopped while this reply streamed
+            raise ReplayStop("interrupted")
         if call.reply is None:
             raise FatalProviderError(call.error or "the recorded call failed")
         return call.reply
