@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ from heron.redact import Redactor, scrub_error
 from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, bounded_gather
+
+log = logging.getLogger(__name__)
 
 RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]
 
@@ -284,7 +287,10 @@ class Runner:
             record = ModelCallRecord(
                 seq, purpose, payload, None, STOPPED, started, time.time(), body, streamed
             )
-            await asyncio.shield(hooks.on_model_call(record))
+            try:
+                await asyncio.shield(hooks.on_model_call(record))
+            except Exception:  # the stop goes on, whatever keeping the row ran into
+                log.warning("the model call a stop cut could not be recorded", exc_info=True)
             raise
         except ProviderError as error:
             scrub_error(error, self.redactor)
