@@ -9,7 +9,9 @@ upload), so one set of rules holds everywhere:
   the name (`mimetypes`), else from what the sender declared;
 - `message_parts` puts a text file (UTF-8, at most `inline_text_kb`) into the message inline,
   as a fenced block under its name, and keeps anything else as a `File` part: its bytes go to the
-  store's content-addressed folder, its row holds a reference (heron/store/files.py).
+  store's content-addressed folder, its row holds a reference (heron/store/files.py). A longer
+  text file still reaches the model as text, within the message's share of the window (the
+  view shows its head and tail and a saved copy: heron/context/long_message.py).
 
 What each model then receives of a `File` (an image block, a document, or a short note for a
 model that takes neither) is the adapters' business (heron/providers/wire.py `file_note`).
@@ -26,8 +28,7 @@ from pathlib import Path
 
 from heron.config import AttachmentCaps
 from heron.errors import AttachmentError
-from heron.messages import File, Part, Text
-from heron.providers.wire import size_label
+from heron.messages import File, Part, Text, size_label
 
 # The first bytes of the types a model may take as they are; WebP is RIFF....WEBP.
 _MAGIC: tuple[tuple[bytes, str], ...] = (

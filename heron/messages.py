@@ -208,6 +208,27 @@ class Reply:
         return self.message.tool_calls
 
 
+def size_label(size: int) -> str:
+    """'812 bytes', '123 kB', '4.2 MB' (kB and MB of 1,024)."""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{round(size / 1024)} kB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def file_class(part: File) -> str:
+    """What a model is asked to take a file as: "image", "pdf", "text" or "file"."""
+    media_type = part.media_type
+    if media_type.startswith("image/"):
+        return "image"
+    if media_type == "application/pdf":
+        return "pdf"
+    if media_type.startswith("text/") or media_type == "application/json":
+        return "text"
+    return "file"
+
+
 def decode_text(data: bytes) -> tuple[str, int]:
     """`data` as UTF-8 with each invalid byte sequence replaced by U+FFFD, and how many were:
     bad input is kept, marked, never rejected."""

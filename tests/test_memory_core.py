@@ -191,6 +191,23 @@ def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_pa
     assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
 
 
+def test_undoing_a_forget_lifts_its_revocation_and_redoing_it_restores_it(service, store):
+    """`heron memory undo` after `forget` brings the entry back; what it said is no longer
+    forgotten (the entry can be updated from the same quote), until the undo is undone."""
+    if not service.history.available:
+        pytest.skip("git is not installed: memory has no history to undo")
+    cid = chat(store, user("I prefer concise replies"))
+    service.save(cid, PERSONAL, "I prefer concise replies")
+    service.forget("personal/always/concise-replies.md", cid)
+    service.history.undo()  # the entry is back in force
+    assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
+    assert service.verify_quote(cid, "I prefer concise replies")  # not refused any more
+    service.history.undo()  # undoing the undo removes it again: forgotten again
+    assert service.entries() == []
+    with pytest.raises(MemoryRefused, match="forget"):
+        service.verify_quote(cid, "I prefer concise replies")
+
+
 def test_forget_deletes_and_revokes(service, store):
     cid = chat(store, user("I prefer concise replies"))
     service.save(cid, PERSONAL, "I prefer concise replies")

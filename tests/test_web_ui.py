@@ -697,9 +697,15 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
     results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
     assert results == ["The user answered: Berlin"]  # the run resumed from its call
-    page.reload()
-    expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
-    expect(page.locator(".msg.user")).to_have_count(1)  # the answer opened no turn of its own
+    for _ in range(2):  # the stored reply as the turn ends, then after a reload: both kept
+        stored = page.locator(".msg.assistant:not(.live)").last
+        expect(stored).to_contain_text("Booked Berlin.")
+        expect(stored.get_by_role("note", name="the agent asks you")).to_contain_text("Which city?")
+        expect(stored.get_by_role("article", name="your answer")).to_have_text(
+            re.compile(r"your answer\s*Berlin")
+        )
+        page.reload()
+    expect(page.locator(".msg.user:not(.answer)")).to_have_count(1)  # no turn of its own
 
 
 def test_a_question_waiting_in_another_conversation_marks_it_and_the_tab_title(
@@ -781,3 +787,134 @@ def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and DECLINED in results[0]
         pg.close()
+
+
+_COVERED = """(button) => {
+  const r = button.getBoundingClientRect();
+  const points = [];
+  for (const fx of [0.1, 0.5, 0.9]) for (const fy of [0.1, 0.5, 0.9]) {
+    points.push([r.left + fx * r.width, r.top + fy * r.height]);
+  }
+  return points.filter(([x, y]) => !button.contains(document.elementFromPoint(x, y)));
+}"""
+
+
+def test_the_edit_button_is_clickable_all_over_not_under_the_next_reply(page, model):
+    page.set_viewport_size({"width": 900, "height": 700})  # the reply as wide as the message
+    _send(page, "what is 2+2")
+    model.reply("4\n\nA second paragraph, so the reply has some height under the message.")
+    expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("second paragraph")
+    page.locator(".msg.user").hover()
+    edit = page.get_by_role("button", name="edit this message")
+    expect(edit).to_be_visible()
+    assert edit.evaluate(_COVERED) == []  # every point of it is the button's, none the reply's
+    reply = page.locator(".msg.assistant:not(.live)").bounding_box()
+    box = edit.bounding_box()
+    assert box is not None and reply is not None and box["y"] + box["height"] <= reply["y"]
+
+
+def test_on_a_phone_the_open_list_closes_by_its_button_esc_and_a_tap_outside(browser, site):
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    menu = pg.get_by_role("button", name="conversations", exact=True)
+    nav = pg.get_by_role("navigation", name="conversations")
+    closes = [
+        lambda: nav.get_by_role("button", name="close the list of conversations").click(),
+        lambda: pg.keyboard.press("Escape"),
+        lambda: pg.mouse.click(380, 400),  # beside the list, over the dimmed page
+    ]
+    for close in closes:
+        menu.click()
+        expect(nav).to_be_visible()
+        close()
+        expect(nav).to_be_hidden()
+        expect(menu).to_be_focused()  # back where the person opened it
+    context.close()
+
+
+def test_the_message_box_has_focus_on_load_and_after_switching_conversation(page, model):
+    box = page.get_by_role("textbox", name="message")
+    expect(box).to_be_focused()
+    page.keyboard.type("typed at once")
+    expect(box).to_have_value("typed at once")
+    box.press("Enter")
+    model.reply("ok")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+    nav = page.get_by_role("navigation", name="conversations")
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    expect(box).to_be_focused()
+    nav.get_by_role("link", name="typed at once").click()
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("ok")
+    expect(box).to_be_focused()
+
+
+_FIRST_TABBABLE = """() => {
+  const all = document.querySelectorAll("a[href], button, input, textarea, select, [tabindex]");
+  const first = [...all].find((el) => el.tabIndex >= 0 && !el.disabled
+    && getComputedStyle(el).visibility !== "hidden" && el.getClientRects().length);
+  return first ? first.textContent : null;
+}"""
+
+
+def test_a_skip_link_comes_first_in_tab_order_and_goes_to_the_message_box(page):
+    assert page.evaluate(_FIRST_TABBABLE) == "Skip to message box"
+    skip = page.get_by_role("link", name="Skip to message box")
+    expect(skip).not_to_be_in_viewport()  # out of sight until it has the focus
+    skip.focus()
+    expect(skip).to_be_in_viewport()  # shown while it has focus
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("textbox", name="message")).to_be_focused()
+    assert "c=" not in page.url  # the conversation stays the one open
+
+
+def test_a_mistyped_command_is_named_as_the_terminal_names_it_and_not_sent(page, model):
+    box = page.get_by_role("textbox", name="message")
+    _send(page, "/stauts")
+    expect(page.get_by_role("alert")).to_contain_text(
+        "unknown command /stauts; did you mean /status?"
+    )
+    expect(box).to_have_value("/stauts")  # back in the box, to correct
+    _send(page, "/status")
+    expect(page.locator(".note").filter(has_text="Context")).to_be_visible()
+    assert model.requests == []  # neither went to the model
+
+
+def test_the_page_says_when_the_offline_demo_model_answers(page):
+    demo = page.get_by_role("note", name="offline demo model")
+    expect(demo).to_have_count(0)  # this serve's model is a real one
+
+    def socket(ws: Any) -> None:  # the serve's welcome, as from a serve on the demo model
+        server = ws.connect_to_server()
+
+        def to_page(message: str) -> None:
+            event = json.loads(message)
+            if event.get("type") == "welcome":
+                event["embedded"] = True
+            ws.send(json.dumps(event))
+
+        server.on_message(to_page)
+
+    page.route_web_socket("**/ws", socket)
+    page.reload()
+    expect(demo).to_contain_text("Offline demo model")
+    expect(demo).to_contain_text("HERON_BASE_URL")
+
+
+def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, model):
+    with serve(model) as site:
+        pg = browser.new_page()
+        pg.goto(site.url + "/")
+        box = pg.get_by_role("textbox", name="message")
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    expect(pg.get_by_role("status", name="connection closed")).to_have_count(1)
+    box.fill("are you there?")
+    box.press("Enter")
+    alert = pg.get_by_role("alert")
+    expect(alert).to_contain_text("Not sent: no connection to heron serve")
+    expect(box).to_have_value("are you there?")  # kept, never sent later without a word
+    pg.get_by_role("button", name="New conversation").click()  # a REST call, unanswered
+    expect(alert).to_contain_text("heron serve does not answer")
+    expect(alert).not_to_contain_text("Failed to fetch")
+    pg.close()

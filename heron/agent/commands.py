@@ -146,6 +146,15 @@ def suggest(text: str, known: tuple[str, ...] = NAMES) -> str | None:
     return min(near)[1] if near else None
 
 
+def typo_notice(text: str, known: tuple[str, ...] = NAMES) -> str | None:
+    """What a channel says instead of sending a mistyped command to the model
+    (`unknown command /stauts; did you mean /status?`), or None when `text` is no such typo."""
+    near = suggest(text, known)
+    if near is None:
+        return None
+    return f"unknown command {text.strip().partition(' ')[0]}; did you mean /{near}?"
+
+
 def edits(a: str, b: str) -> int:
     """Edit distance with swaps of two neighbours counting as one (optimal string alignment):
     a typo such as `stauts` is one edit from `status`."""

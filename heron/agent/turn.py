@@ -386,7 +386,10 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         t.hooks.on_saved(user_id)
     t.control.checkpoint.turn_id = turn_id
     sink = CallSink()
-    prepared = await prepare_turn(engine, t.conversation, t.agent, turn_id, user_id, on_call=sink)
+    heavy = bool(t.control.files)
+    prepared = await prepare_turn(
+        engine, t.conversation, t.agent, turn_id, user_id, heavy=heavy, on_call=sink
+    )
     t.built = BuiltTurn(
         run_id,
         turn_id,

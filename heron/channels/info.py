@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import typer
@@ -14,7 +15,7 @@ from heron.config import Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
 from heron.providers.wire import file_label
-from heron.store import Store, StoredMessage, Turn
+from heron.store import Store, StoredMessage, Turn, runs
 
 
 def open_store(settings: Settings) -> Store:
@@ -40,9 +41,32 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_message(message: Message, author: str | None = None) -> Iterator[str]:
+@dataclass
+class Asked:
+    """The questions of `ask_user` in the conversation shown, and the calls shown as one (their
+    results are then left out: the answer is on its own line)."""
+
+    questions: runs.Questions
+    shown: set[str] = field(default_factory=set)
+
+    def lines(self, call: ToolCall, created: float) -> list[str] | None:
+        """The question asked by `call` (of a row stored at `created`) and the person's answer,
+        as lines; None when no question row names the call (the plain call line then)."""
+        run = self.questions.of(call.id, created) if call.name == "ask_user" else None
+        if run is None:
+            return None
+        self.shown.add(call.id)
+        if run.status == "answered":
+            return [f"assistant asks: {run.task}", f"you: {run.result or ''}"]
+        return [f"assistant asks: {run.task}", f"  (no answer: {run.status})"]
+
+
+def render_message(
+    message: Message, author: str | None = None, asked: Asked | None = None, created: float = 0.0
+) -> Iterator[str]:
     """A message as lines; a row Heron wrote itself (`author` 'heron': a continue or wrap-up
-    prompt, a summary, a separator) is shown as Heron's, never as `you`."""
+    prompt, a summary, a separator) is shown as Heron's, never as `you`. With `asked`, a
+    question of `ask_user` is shown as the question and the person's answer."""
     who = "you" if message.role == "user" else "assistant"
     if author == "heron":
         who = "heron"
@@ -52,9 +76,15 @@ def render_message(message: Message, author: str | None = None) -> Iterator[str]
         elif isinstance(part, Thinking) and part.text:
             yield f"  (thinking) {_short(part.text)}"
         elif isinstance(part, ToolCall):
+            question = asked.lines(part, created) if asked is not None else None
+            if question is not None:
+                yield from question
+                continue
             args = json.dumps(part.args, ensure_ascii=False)
             yield f"  → {part.name}({_short(args, 300)})  [{part.id}]"
         elif isinstance(part, ToolResult):
+            if asked is not None and part.call_id in asked.shown:
+                continue
             mark = "✗" if part.is_error else "←"
             yield f"  {mark} {_short(part.content, 300)}"
         elif isinstance(part, File):
@@ -97,8 +127,9 @@ def show_conversation(
     typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(turns)} turns")
     seen: set[int] = set()
     numbers = {tid: i for i, tid in enumerate(turns, 1)}
+    asked = Asked(runs.questions(store, conv.key))
     for stored in store.branch(conv.id):
-        for line in _lines(stored, turns, numbers, seen):
+        for line in _lines(stored, turns, numbers, seen, asked):
             typer.echo(line)
 
 
@@ -130,13 +161,17 @@ def _compaction_views(
 
 
 def _lines(
-    stored: StoredMessage, turns: dict[int, Turn], numbers: dict[int, int], seen: set[int]
+    stored: StoredMessage,
+    turns: dict[int, Turn],
+    numbers: dict[int, int],
+    seen: set[int],
+    asked: Asked,
 ) -> Iterator[str]:
     tid = stored.turn_id
     if tid is not None and tid not in seen and tid in turns:
         seen.add(tid)
         yield _turn_header(numbers[tid], turns[tid])
-    yield from render_message(stored.message, stored.author)
+    yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
 def delete_conversation(settings: Settings, key: str) -> None:

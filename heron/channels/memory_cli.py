@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,10 +22,11 @@ if TYPE_CHECKING:
     from heron.memory.queue import Suggestion
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
+    from heron.store import Store
 
 app = typer.Typer(
     rich_markup_mode="markdown",
-    help="Your memory: list, show, explain, forget, review; recall history.",
+    help="Your memory: list, show, explain, forget, review; recall history, index it.",
     no_args_is_help=True,
 )
 
@@ -191,11 +192,64 @@ def recall(
     from heron.memory.vectors import default_embedder
 
     with _service() as service:
-        hits = Recall(service.store, default_embedder()).search(query, limit)
+        searched = Recall(service.store, default_embedder())
+        hits = searched.search(query, limit)
         for hit in hits:
             typer.echo(hit.line())
         if not hits:
             typer.echo("Nothing found.")
+        if searched.behind:
+            _behind_notice(service.store, searched.embedder)
+
+
+# Messages embedded a second on two busy cores (docs/memory.md: 27-42), for an estimate.
+EMBED_RATE = 30
+
+
+def _behind_notice(store: Store, embedder: Any) -> None:
+    from heron.memory.vectors import backlog
+
+    missing = backlog(store, embedder)
+    minutes = max(1, round(missing / EMBED_RATE / 60))
+    typer.echo(
+        f"heron: {missing:,} messages have no sentence vector yet, so this search found them by"
+        f" their words only. Run `heron memory index` to embed them (about {minutes} min);"
+        " `heron serve` does it in the background.",
+        err=True,
+    )
+
+
+@app.command()
+def index() -> None:
+    """Embed every message that has no sentence vector yet, with progress.
+
+    Semantic recall needs the embeddings extra (docs/memory.md). A search embeds the few
+    messages added since the last one itself; a long history without vectors (the extra
+    installed later, a new model) is filled here, or in the background by `heron serve`.
+    Stopping keeps every batch done; running it again goes on from there."""
+    from rich.progress import Progress
+
+    from heron.memory.vectors import backfill, backlog, default_embedder
+
+    embedder = default_embedder()
+    if embedder is None:
+        _fail(
+            HeronError(
+                "semantic recall is off: the embeddings extra is not installed"
+                " (or HERON_EMBEDDINGS=0)",
+                hint="Install it as docs/memory.md says, then run this again.",
+            )
+        )
+        return
+    with _service() as service:
+        missing = backlog(service.store, embedder)
+        if not missing:
+            typer.echo("Every message has its vector.")
+            return
+        with Progress(transient=False) as progress:
+            task = progress.add_task("Embedding messages", total=missing)
+            done = backfill(service.store, embedder, lambda n: progress.advance(task, n))
+        typer.echo(f"Embedded {done:,} messages.")
 
 
 @app.command("log")

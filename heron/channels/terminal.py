@@ -553,9 +553,9 @@ async def _command(
     answers the engine's commands and passes anything else to the model."""
     console = view.console
     name, _, arg = text.strip().partition(" ")
-    near = commands.suggest(text, commands.NAMES + LOCAL_COMMANDS)
-    if near is not None:  # a typo of a command: said here, never sent to the model
-        console.print(f"unknown command {name}; did you mean /{near}?", highlight=False)
+    typo = commands.typo_notice(text, commands.NAMES + LOCAL_COMMANDS)
+    if typo is not None:  # a typo of a command: said here, never sent to the model
+        console.print(typo, highlight=False)
     elif name == "/help":
         console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
     elif name == "/resume" and not arg:

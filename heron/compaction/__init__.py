@@ -30,13 +30,22 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
+    heavy: bool = False,
     on_call: Any = None,
 ) -> Prepared:
-    """`on_call` receives every model call compaction makes for the turn (its trace)."""
+    """`on_call` receives every model call compaction makes for the turn (its trace);
+    `heavy`: the turn brings files, so its view is derived off the loop."""
     from heron.compaction.prepare import prepare_turn as run
 
     return await run(
-        engine, conversation, agent, turn_id, user_row_id, window=window, on_call=on_call
+        engine,
+        conversation,
+        agent,
+        turn_id,
+        user_row_id,
+        window=window,
+        heavy=heavy,
+        on_call=on_call,
     )
 
 

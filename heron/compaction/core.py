@@ -130,7 +130,8 @@ class ContextDeps:
 
     def view_options(self) -> ViewOptions:
         b = self.budget
-        return ViewOptions(b.result_chars, self.workspace, b.user_chars, b.recall_chars)
+        read = self.store.files.read
+        return ViewOptions(b.result_chars, self.workspace, b.user_chars, b.recall_chars, read)
 
     def tools_raw(self) -> int:
         """The raw token estimate of the tool schemas: a JSON encoding of every schema, so it

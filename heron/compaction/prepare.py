@@ -11,8 +11,8 @@ from heron.compaction.consolidate import CompactionReport, _conversation_tokens,
 from heron.compaction.core import CompactionHost, ContextDeps, deps_for, tokens_of
 from heron.compaction.governor import Governor
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
+from heron.context.long_message import notices
 from heron.context.tokens import estimate_text
-from heron.context.view import message_file, user_texts
 from heron.messages import File, Message
 from heron.providers.wire import ModelCallRecord
 
@@ -34,10 +34,13 @@ async def prepare_turn(
     user_row_id: int,
     *,
     window: int | None = None,
+    heavy: bool = False,
     on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None,
 ) -> Prepared:
-    store = engine.compaction_setup().store  # a long branch is read and shaped off the loop
-    slow = store.is_long(conversation.id)
+    # A long branch is read and shaped off the loop, and so is the view of a turn that brings
+    # files (`heavy`): a long text file is read, decoded and saved to be shown by head and tail.
+    store = engine.compaction_setup().store
+    slow = heavy or store.is_long(conversation.id)
     measured = await store.call(_measure, engine, conversation.id, agent, window, off_loop=slow)
     deps, state, size, ready = measured
     deps.on_call = on_call  # the summary below and the governor's checkpoints are recorded
@@ -67,20 +70,14 @@ def _fixed(deps: ContextDeps, state: BranchState, system: str) -> int:
 
 
 def _notices(deps: ContextDeps, state: BranchState, user_row_id: int) -> list[str]:
-    """The user's message of this turn too large for its share: say once what the model sees."""
+    """The user's message of this turn (or a text file it attaches) too large for its share:
+    say once what the model sees."""
     row = next((r for r in reversed(state.rows) if r.id == user_row_id), None)
+    if row is None:
+        return []
+    read = deps.store.files.read
     limit = deps.budget.user_chars
-    texts = [t for t in user_texts(row.message) if len(t) > limit] if row else []
-    out = []
-    for text in texts:
-        path = message_file(text, deps.workspace) or "the record"
-        out.append(
-            f"Your message is about {deps.calibration.tokens(estimate_text(text)):,} tokens,"
-            f" more than its share of the model's window: the model sees its first"
-            f" {limit * 2 // 3:,} and last {limit // 3:,} characters and can read the rest"
-            f" from {path}. The whole message is kept."
-        )
-    return out
+    return notices(row.message, limit, deps.workspace, read, deps.calibration.tokens)
 
 
 def _measure(

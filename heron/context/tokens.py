@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, dumps
+from heron.messages import (
+    File,
+    Message,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    dumps,
+    file_class,
+)
 from heron.request import ToolSpec
 
 PER_MESSAGE = 4  # role markers and separators
@@ -38,8 +47,17 @@ def estimate_message(message: Message) -> int:
         elif isinstance(part, Thinking):
             total += estimate_text(part.text or "") + estimate_text(part.provider_state or "")
         elif isinstance(part, File):
-            total += FILE_TOKENS
+            total += file_tokens(part)
     return total
+
+
+def file_tokens(part: File) -> int:
+    """An attachment's estimate: a text file goes to the model as its text (four bytes a
+    token, loaded or not, so the estimate is the same before and after its bytes are read);
+    an image or document counts FILE_TOKENS."""
+    if file_class(part) == "text":
+        return (max(part.size, 0) + 3) // 4
+    return FILE_TOKENS
 
 
 def estimate_messages(messages: Iterable[Message]) -> int:

@@ -4,12 +4,14 @@ From the branch's rows and the compaction metadata: the rows folded by the lates
 are left out (their summary is in the system prompt), rows folded by an in-flight compaction are
 left out and the row that carries its checkpoint gets it appended, old results of read-like
 tools become one-line placeholders (ten at a time, so the cached prefix breaks once per ten
-results), results over the per-result budget are cut to their head and a saved path, and the
-view is repaired so it never holds a call without its result or a result without its call.
+results), results over the per-result budget are cut to their head and a saved path, a user
+message over its share is shown by head and tail (heron/context/long_message.py), and the view
+is repaired so it never holds a call without its result or a result without its call.
 
-Everything here is a pure function of its inputs (apart from saving a cut result to disk under
-a name fixed by its call id and content, heron/saved.py), so the same record always gives the
-same bytes: that is what lets request N+1 start with request N.
+Everything here is a pure function of its inputs (apart from saving a cut result or message to
+disk under a name fixed by its content, heron/saved.py, and reading an attached file's bytes),
+so the same record always gives the same bytes: that is what lets request N+1 start with
+request N.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heron.context.long_message import FileReader, shown
 from heron.context.repair import repair_tool_pairs
 from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
-from heron.saved import MESSAGES_DIR, RESULTS_DIR, head, keep
+from heron.saved import RESULTS_DIR, head, keep
 from heron.store.records import StoredMessage
 
 # Tools whose old results can be dropped from the view: reading them again is possible or
@@ -52,6 +55,9 @@ class ViewOptions:
     workspace: Path | None = None  # where a cut result is saved; None: not saved
     user_chars: int | None = None  # per user message; None: unbounded
     recall_chars: int | None = None  # per recall_history result; None: result_chars
+    # The bytes of an attachment by its sha256 (the store's): an attached text file over the
+    # user message's share is shown by its head and tail (heron/context/long_message.py).
+    read_file: FileReader | None = None
 
 
 def placeholder_count(compactable: int) -> int:
@@ -94,14 +100,12 @@ def _brief_args(call: ToolCall) -> str:
     return ""
 
 
-def _saved_path(
-    call_id: str, content: str, workspace: Path | None, folder: Path = RESULTS_DIR
-) -> str | None:
+def _saved_path(call_id: str, content: str, workspace: Path | None) -> str | None:
     """Where the whole of `content` is: the file a cut result already names, else a new one."""
-    found = _SAVED.search(content[-400:]) if folder == RESULTS_DIR else None
+    found = _SAVED.search(content[-400:])
     if found:
         return found.group(1)
-    return keep(call_id, content, workspace, folder)
+    return keep(call_id, content, workspace, RESULTS_DIR)
 
 
 def placeholder(call: ToolCall, result: ToolResult, workspace: Path | None) -> ToolResult:
@@ -126,48 +130,6 @@ def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResu
     return ToolResult(result.call_id, shown + note, result.is_error)
 
 
-def large_user_text(
-    text: str, limit: int, workspace: Path | None, row_id: int | None = None
-) -> str:
-    """A user message over its share: its head and tail and the file that holds all of it
-    (the record keeps it whole too). Same text, same bytes: the file is named by its digest."""
-    if len(text) <= limit:
-        return text
-    path = message_file(text, workspace)
-    head, tail = text[: limit * 2 // 3], text[-(limit // 3) :]
-    where = f" The whole message is saved in {path}: read it with read_file." if path else ""
-    if row_id is not None:
-        where += f" It is message [#{row_id}] for recall_history."
-    note = (
-        f"\n[... {len(text) - len(head) - len(tail):,} characters of this message left out of"
-        f" the context ({len(text):,} in all).{where} Its end follows.]\n"
-    )
-    return head + note + tail
-
-
-def message_file(text: str, workspace: Path | None) -> str | None:
-    """Where a user message too large for the view is saved (relative to the workspace)."""
-    return _saved_path("message", text, workspace, MESSAGES_DIR)
-
-
-def _user_message(
-    message: Message, limit: int | None, workspace: Path | None, row_id: int | None = None
-) -> Message:
-    if limit is None or message.role != "user":
-        return message
-    from heron.context.runtime import is_runtime_part
-
-    if not any(isinstance(p, Text) and len(p.text) > limit for p in message.parts):
-        return message
-    parts: list[Part] = [
-        Text(large_user_text(p.text, limit, workspace, row_id))
-        if isinstance(p, Text) and not is_runtime_part(p)
-        else p
-        for p in message.parts
-    ]
-    return Message(message.role, parts)
-
-
 def shape(
     items: Sequence[Item], pairs: dict[Key, ToolCall | None], opts: ViewOptions
 ) -> list[Message]:
@@ -176,7 +138,7 @@ def shape(
     out = []
     for ident, message in items:
         row_id = ident if isinstance(ident, int) else None
-        message = _user_message(message, opts.user_chars, opts.workspace, row_id)
+        message = shown(message, opts.user_chars, opts.workspace, opts.read_file, row_id)
         if not message.tool_results:
             out.append(message)
             continue

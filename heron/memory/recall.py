@@ -215,6 +215,9 @@ class Recall:
         # Message id up to which every message has a vector, per conversation (None: all);
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
         self._embedded_upto: dict[int | None, int] = {}
+        # The last search found a backlog of messages without vectors and left them
+        # (`index_missing`): its semantic half covered only the messages embedded so far.
+        self.behind = False
         self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
         self._last_query: tuple[str, Future[Any]] | None = None
         self._counted: tuple[str, tuple[int, int], dict[str, int]] | None = None
@@ -415,7 +418,9 @@ class Recall:
         return self._encoding
 
     def index_missing(self, conversation_id: int | None = None) -> int:
-        """Embed the messages that have no vector yet (new since the last search)."""
+        """Embed the messages that have no vector yet (new since the last search), unless
+        they are a backlog (more than `vectors.INLINE_MOST`): `behind` is then set, and the
+        search ranks with the vectors there are (`heron memory index` fills the rest)."""
         if self.embedder is None:
             return 0
         from heron.memory import vectors
@@ -423,7 +428,12 @@ class Recall:
         upto = records.max_message_id(self.store)
         done = self._embedded_upto
         after = max(done.get(None, 0), done.get(conversation_id, 0))
-        count = vectors.index_missing(self.store, self.embedder, conversation_id, after)
+        count = vectors.index_missing(
+            self.store, self.embedder, conversation_id, after, vectors.INLINE_MOST
+        )
+        self.behind = count is None
+        if count is None:
+            return 0
         done[conversation_id] = upto
         return count
 

@@ -311,12 +311,16 @@ def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
 
 
 def unembedded(
-    store: Store, model: str, after: int, conversation_id: int | None = None
+    store: Store,
+    model: str,
+    after: int,
+    conversation_id: int | None = None,
+    limit: int | None = None,
 ) -> list[sqlite3.Row]:
     """(id, text, the previous message's text) of the indexed messages above `after` that
-    have no vector for `model`."""
+    have no vector for `model`, oldest first (the first `limit` of them)."""
     pg = pg_of(store.conn) is not None
-    if pg:  # every message with its text; those without any are left out below
+    if pg:  # every message with its text (a tool call has none: it is never embedded)
         body, prev = _BODY.format(m="m"), f"nullif({_BODY.format(m='p')}, '')"
         sql = f"SELECT m.id, {body}, {prev} FROM messages m LEFT JOIN messages p"
     else:
@@ -330,11 +334,30 @@ def unembedded(
         " WHERE v.message_id IS NULL AND m.id > ?"
     )
     params: list[object] = [model, after]
+    if pg:
+        sql += f" AND {body} <> ''"
     if conversation_id is not None:
         sql += " AND m.conversation_id = ?"
         params.append(conversation_id)
-    rows = store.query(sql + " ORDER BY m.id", params)
-    return [r for r in rows if r[1]] if pg else rows
+    sql += " ORDER BY m.id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return store.query(sql, params)
+
+
+def count_unembedded(store: Store, model: str) -> int:
+    """How many indexed messages have no vector for `model` (a scan: for a notice or a
+    progress bar, never on a search)."""
+    if pg_of(store.conn) is not None:
+        sql = f"SELECT count(*) FROM messages m WHERE {_BODY.format(m='m')} <> ''"
+    else:
+        sql = "SELECT count(*) FROM messages_fts m WHERE 1"
+    sql += (
+        f" AND NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id ="
+        f" m.{'id' if pg_of(store.conn) is not None else 'rowid'} AND v.model = ?)"
+    )
+    return int(store.query(sql, [model])[0][0])
 
 
 def save_vectors(store: Store, model: str, vectors: Iterable[tuple[int, bytes]]) -> None:

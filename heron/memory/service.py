@@ -132,7 +132,13 @@ class MemoryService:
         return live[0]
 
     def _revoked(self, quote: str, match: QuoteMatch) -> bool:
-        return any(overlaps(quote, k) for k in records.revoked_since(self.store, match.created))
+        revoked = records.revoked_since(self.store, match.created)
+        if not revoked:
+            return False
+        # A forgotten entry brought back (`heron memory undo`) is in force again, and what it
+        # says is no longer forgotten; undoing that undo removes it, and it is forgotten again.
+        held = {quote_key(t) for e in self.entries() for t in (e.source.quote, e.text) if t}
+        return any(overlaps(quote, k) for k in revoked if k not in held)
 
     @staticmethod
     def check_secret(*texts: str | None) -> None:

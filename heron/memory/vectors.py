@@ -13,7 +13,7 @@ import importlib.util
 import os
 import threading
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,11 @@ DAY = 86_400.0  # seconds: messages are dated by day for recall's recency
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 BATCH = 128
+# Messages a search embeds itself before it ranks (at 10-30 ms each, about a second at most):
+# what a few turns add. More is a backlog (the extra installed on a long history, a new model),
+# which would hold a turn for minutes: it is left to `heron memory index` and to the serve's
+# background filling (`backfill`), and the search goes on with the vectors there are.
+INLINE_MOST = 64
 CONTEXT_TAG = "+previous"  # vectors embed the message before with each message
 CONTEXT_CHARS = 500  # of the previous message, at most: its end is what the reply answers
 
@@ -49,6 +54,10 @@ class SentenceEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a hub: the files are local
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        # Its "Loading weights" bar would land in the middle of a chat or a command's output.
+        transformers_logging.disable_progress_bar()
 
         self._model = SentenceTransformer(str(folder), device="cpu")
         self._plain = _plain_pipeline(self._model)
@@ -144,20 +153,59 @@ def vector_key(embedder: Any) -> str:
 
 
 def index_missing(
-    store: Store, embedder: Any, conversation_id: int | None = None, after: int = 0
-) -> int:
+    store: Store,
+    embedder: Any,
+    conversation_id: int | None = None,
+    after: int = 0,
+    most: int | None = None,
+) -> int | None:
     """Embed every indexed message that has no vector for this model yet, each together with
     the message before it: a reply ("yes, last Tuesday") means little without what it answers,
     and on LoCoMo this context lifts the fused recall@10 by about 0.02. Only messages with
-    an id above `after` are looked at (the caller knows the rest were done)."""
+    an id above `after` are looked at (the caller knows the rest were done). With `most`,
+    nothing is embedded when more than that many are missing: None says so."""
     key = vector_key(embedder)
-    rows = records.unembedded(store, key, after, conversation_id)
+    rows = records.unembedded(
+        store, key, after, conversation_id, None if most is None else most + 1
+    )
+    if most is not None and len(rows) > most:
+        return None
     for start in range(0, len(rows), BATCH):
-        batch = rows[start : start + BATCH]
-        vectors = embedder.encode([with_context(r[1], r[2]) for r in batch])
-        packed = [(r[0], _pack(v)) for r, v in zip(batch, vectors, strict=True)]
-        records.save_vectors(store, key, packed)
+        _embed(store, embedder, key, rows[start : start + BATCH])
     return len(rows)
+
+
+def _embed(store: Store, embedder: Any, key: str, rows: Sequence[Any]) -> None:
+    vectors = embedder.encode([with_context(r[1], r[2]) for r in rows])
+    packed = [(r[0], _pack(v)) for r, v in zip(rows, vectors, strict=True)]
+    records.save_vectors(store, key, packed)
+
+
+def backfill(
+    store: Store,
+    embedder: Any,
+    progress: Callable[[int], None] | None = None,
+    batches: int | None = None,
+    size: int = BATCH,
+) -> int:
+    """Embed every message that has no vector yet (the first `batches` batches of them), a
+    batch of `size` at a time, each saved before the next is read, so a stop loses at most one batch
+    and a restart goes on where it stopped; `progress` is told each batch's size. Returns how
+    many were embedded."""
+    key = vector_key(embedder)
+    done, after, left = 0, 0, batches
+    while left != 0 and (rows := records.unembedded(store, key, after, limit=size)):
+        _embed(store, embedder, key, rows)
+        done, after = done + len(rows), rows[-1][0]
+        left = None if left is None else left - 1
+        if progress is not None:
+            progress(len(rows))
+    return done
+
+
+def backlog(store: Store, embedder: Any) -> int:
+    """How many messages have no vector for this embedder yet."""
+    return records.count_unembedded(store, vector_key(embedder))
 
 
 def with_context(body: str, previous: str | None) -> str:

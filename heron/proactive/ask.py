@@ -95,6 +95,7 @@ async def ask_user(
         question,
         status="waiting",
         deadline=asks.now() + minutes * 60,
+        call_id=ctx.call_id,
     )
     pending = Question(run.id, question)
     turn.question = pending

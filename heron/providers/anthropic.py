@@ -43,6 +43,7 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     Usage,
+    file_class,
 )
 from heron.providers.base import (
     OutputMeter,
@@ -51,7 +52,7 @@ from heron.providers.base import (
     within_stall,
 )
 from heron.providers.profiles import ModelProfile, profile_for
-from heron.providers.wire import ToolsMemo, body_of, file_class, file_note, takes_file
+from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 PROVIDER = "anthropic"

@@ -35,10 +35,11 @@ from heron.messages import (
     ToolResult,
     Usage,
     dumps,
+    file_class,
 )
 from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
 from heron.providers.profiles import ModelProfile, profile_for
-from heron.providers.wire import ToolsMemo, body_of, file_class, file_note, takes_file
+from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
 if TYPE_CHECKING:

@@ -26,8 +26,10 @@ from heron.messages import (
     Reply,
     Usage,
     dumps,
+    file_class,
     part_from_dict,
     part_to_dict,
+    size_label,
     usage_from_dict,
     usage_to_dict,
 )
@@ -179,30 +181,9 @@ def streamed_from_dict(d: JSONObject) -> Streamed:
 # ---- attachments -------------------------------------------------------------------------------
 
 
-def size_label(size: int) -> str:
-    """'812 bytes', '123 kB', '4.2 MB' (kB and MB of 1,024)."""
-    if size < 1024:
-        return f"{size} bytes"
-    if size < 1024 * 1024:
-        return f"{round(size / 1024)} kB"
-    return f"{size / (1024 * 1024):.1f} MB"
-
-
 def file_label(part: File) -> str:
     """'cat.png (image/png, 56 bytes)': a file as the transcripts and summaries name it."""
     return f"{part.name or 'file'} ({part.media_type}, {size_label(part.size)})"
-
-
-def file_class(part: File) -> str:
-    """What a model is asked to take a file as: "image", "pdf", "text" or "file"."""
-    media_type = part.media_type
-    if media_type.startswith("image/"):
-        return "image"
-    if media_type == "application/pdf":
-        return "pdf"
-    if media_type.startswith("text/") or media_type == "application/json":
-        return "text"
-    return "file"
 
 
 _WHAT = {"image": "image", "pdf": "PDF", "text": "text file", "file": "file"}

@@ -48,10 +48,21 @@ class _Server(uvicorn.Server):
 
 def default_services() -> list[Service]:
     """What runs beside the loop in every serve: the scheduler and the heartbeat
-    (heron/proactive, docs/proactive.md)."""
+    (heron/proactive, docs/proactive.md), and the sentence vectors a long history lacks
+    (heron/memory/backfill.py)."""
     from heron.proactive.background import run_proactive
 
-    return [run_proactive]
+    return [run_proactive, _backfill_vectors]
+
+
+async def _backfill_vectors(loop: AgentLoop) -> None:
+    """The sentence vectors of messages a search left to be filled in (a long history the
+    embeddings extra was installed on): embedded in the background, then done."""
+    from heron.memory.backfill import backfill_vectors
+
+    recall = loop.engine.recall
+    if recall is not None and recall.embedder is not None:  # the extra is installed and on
+        await backfill_vectors(loop.engine.settings.database, recall.embedder)
 
 
 async def serve(

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from heron.agent.commands import typo_notice
 from heron.errors import HeronError
 from heron.messages import File, new_key, oversized
 from heron.serve.hub import Client, Event
@@ -173,6 +174,10 @@ class Session:
         if too_large is not None:
             said, _, hint = too_large.partition(". ")
             await self._reply({**error(said, hint), "code": REFUSED})
+            return
+        typo = typo_notice(text) if self.client.channel == "web" else None
+        if typo is not None:  # as `heron chat` says it; the browser puts the text back
+            await self._reply({**error(typo, "Nothing was sent."), "code": REFUSED, "text": text})
             return
         if await self._refused():
             return

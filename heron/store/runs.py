@@ -41,6 +41,7 @@ class Run:
     pid: int | None
     created: float
     finished: float | None
+    call_id: str | None = None  # a question's: the `ask_user` call that asked it
 
     @property
     def conversation_key(self) -> str | None:
@@ -67,6 +68,7 @@ def _run(r: object) -> Run:
         r["pid"],  # type: ignore[index]
         r["created"],  # type: ignore[index]
         r["finished"],  # type: ignore[index]
+        r["call_id"],  # type: ignore[index]
     )
 
 
@@ -84,12 +86,13 @@ def create(
     origin_chat: str = "",
     origin_internal: bool = False,
     deadline: float | None = None,
+    call_id: str | None = None,
 ) -> Run:
     with store.transaction() as c:
         c.execute(
             "INSERT INTO runs (id, kind, origin_key, origin_channel, origin_chat, origin_internal,"
-            " lineage, task, tools, status, deadline, pid, created)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " lineage, task, tools, status, deadline, pid, created, call_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id,
                 kind,
@@ -104,6 +107,7 @@ def create(
                 deadline,
                 os.getpid(),
                 time.time(),
+                call_id,
             ),
         )
     found = get(store, run_id)
@@ -175,6 +179,31 @@ def finish(
             (status, result, int(partial), time.time(), answered_by, run_id),
         )
     return cur.rowcount == 1
+
+
+@dataclass(frozen=True)
+class Questions:
+    """The questions `ask_user` asked in one conversation (oldest first), found by the call
+    that asked each: a transcript shows the question and the answer where the call is."""
+
+    asked: list[Run]
+
+    def of(self, call_id: str, after: float) -> Run | None:
+        """The question asked by call `call_id` of a reply stored at `after` (epoch seconds).
+        Call ids repeat across replies ("c1"): the first question asked since that reply."""
+        for run in self.asked:
+            if run.call_id == call_id and run.created >= after:
+                return run
+        return None
+
+
+def questions(store: Store, origin_key: str) -> Questions:
+    rows = store.query(
+        "SELECT * FROM runs WHERE origin_key = ? AND kind = 'ask' AND call_id IS NOT NULL"
+        " ORDER BY created",
+        (origin_key,),
+    )
+    return Questions([_run(r) for r in rows])
 
 
 def answered_with(store: Store, origin_key: str, ref: str) -> bool:

@@ -138,6 +138,9 @@ class ReplyCount:
 # The effects of the tool call running in this task (`ToolRegistry.call_recording`): calls of
 # one reply run concurrently, each in its own task, so each sees only its own list.
 _CALL_EFFECTS: ContextVar[list[JSONObject] | None] = ContextVar("call_effects", default=None)
+# The id of the tool call running in this task (`ToolRegistry.call`): what a tool that leaves a
+# record of its own (ask_user's run) names it by, so a reader finds that record from the call.
+CALL_ID: ContextVar[str | None] = ContextVar("call_id", default=None)
 
 
 async def recording(call: Awaitable[ToolResult]) -> tuple[ToolResult, list[JSONObject]]:
@@ -172,6 +175,11 @@ class ToolContext:
     # The scratchpad's folder (default: beside the workspace, per agent) and bounds.
     scratchpad: Path | None = None
     scratchpad_limits: tuple[int, int, int] = SCRATCHPAD_LIMITS
+
+    @property
+    def call_id(self) -> str | None:
+        """The id of the tool call this task runs (None outside a call)."""
+        return CALL_ID.get()
 
     def record_effect(self, effect: JSONObject) -> None:
         """A side effect of the running call: in the run's list and in the call's own."""

@@ -31,7 +31,7 @@ from heron.errors import ToolError
 from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
 from heron.saved import head, keep
-from heron.tools.context import ToolContext, recording
+from heron.tools.context import CALL_ID, ToolContext, recording
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -329,12 +329,15 @@ class ToolRegistry:
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         """Run one call. Every failure becomes an is_error result; cancellation propagates."""
+        token = CALL_ID.set(call.id)
         try:
             text, is_error = await self._run(call, ctx)
         except ToolError as error:
             text, is_error = f"Error: {error}", True
         except Exception as error:
             text, is_error = f"Error: {call.name} failed: {type(error).__name__}: {error}", True
+        finally:
+            CALL_ID.reset(token)
         if ctx.redactor is not None:  # before the full text is saved to the workspace, too
             text = await scrubbed(ctx.redactor, text)
         return ToolResult(call.id, fit_budget(call.id, text, ctx), is_error)

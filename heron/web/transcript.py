@@ -4,8 +4,10 @@ A transcript is what the person sees of the current branch: their messages (with
 and mail typed while the agent worked marked as such), the agent's replies as ordered segments
 (reasoning, text, tool pills with full arguments and result), `/new` separators and the notes
 Heron wrote itself. Tool results travel in user rows in the record; here each is folded into
-the pill of its call, as the live stream shows it. Consecutive assistant rows of one turn (a
-tool loop) form one reply block, so a reload shows exactly what the stream built.
+the pill of its call, as the live stream shows it; an `ask_user` call is shown as its question
+and the person's answer, read from the question's row (heron/store/runs.py), not its text.
+Consecutive assistant rows of one turn (a tool loop) form one reply block, so a reload shows
+exactly what the stream built.
 
 Pure reads of committed rows; the same rows always give the same transcript.
 """
@@ -17,14 +19,16 @@ from typing import Any
 
 from heron.agent.turn import REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
-from heron.store import Store, StoredMessage
+from heron.store import Store, StoredMessage, runs
 
 MAIL_LABEL = "[sent while you were working] "  # heron/agent/turn.py labels mail this way
 
 
 @dataclass
 class Segment:
-    kind: str  # text | reasoning | tool | note (Heron's, inside a reply)
+    # text | reasoning | tool | note (Heron's, inside a reply) | question (ask_user's, where its
+    # call is) | answer (the person's answer to it)
+    kind: str
     text: str = ""
     call_id: str | None = None
     name: str | None = None
@@ -80,11 +84,11 @@ def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None
         return None
     turns = {t.id: t for t in store.turns(conv.id)}
     items: list[Item] = []
-    calls: dict[str, Segment] = {}
+    reading = _Reading({}, runs.questions(store, key), key, file_url)
     for row in store.branch(conv.id):
         turn = turns.get(row.turn_id) if row.turn_id else None
         before = len(items)
-        _add(items, calls, row, turn.user_message_id if turn else None, key, file_url)
+        _add(items, reading, row, turn.user_message_id if turn else None)
         if turn is not None and turn.status == "running":
             for item in items[before:] or items[-1:]:
                 item.running = True
@@ -94,14 +98,28 @@ def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None
     return Transcript(conv.key, conv.title, conv.head_id, items)
 
 
+@dataclass
+class _Reading:
+    """What a build carries from row to row."""
+
+    calls: dict[str, Segment]  # each tool call's segment, for its result to fill
+    questions: runs.Questions  # what ask_user asked here, and the answers
+    key: str
+    file_url: str
+
+
+# What a question that got no answer says in its place (runs.status of an `ask` run).
+UNANSWERED = {
+    "expired": "No answer came before the question's deadline.",
+    "cancelled": "You dropped the question.",
+    "interrupted": "The turn ended before an answer came.",
+}
+
+
 def _add(
-    items: list[Item],
-    calls: dict[str, Segment],
-    row: StoredMessage,
-    turn_message: int | None,
-    key: str,
-    file_url: str,
+    items: list[Item], reading: _Reading, row: StoredMessage, turn_message: int | None
 ) -> None:
+    calls = reading.calls
     message = row.message
     if row.kind == "separator":
         items.append(
@@ -118,18 +136,18 @@ def _add(
     partial = _stopped_reply(row)
     if partial is not None:  # what streamed before /stop: the reply as the person read it
         last = _reply(items, row, turn_message)
-        _segment(last, calls, Text(partial))
+        _segment(last, reading, row, Text(partial))
         last.segments.append(Segment("note", REPLY_STOPPED.strip("[]")))
         return
     if row.author == "heron" or row.kind != "message":
         items.append(Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id]))
         return
     if message.role == "user":
-        items.append(_user(row, turn_message, key, file_url))
+        items.append(_user(row, turn_message, reading.key, reading.file_url))
         return
     last = _reply(items, row, turn_message)
     for part in message.parts:
-        _segment(last, calls, part)
+        _segment(last, reading, row, part)
 
 
 def _reply(items: list[Item], row: StoredMessage, turn_message: int | None) -> Item:
@@ -172,7 +190,7 @@ def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str)
     return item
 
 
-def _segment(item: Item, calls: dict[str, Segment], part: Any) -> None:
+def _segment(item: Item, reading: _Reading, row: StoredMessage, part: Any) -> None:
     last = item.segments[-1] if item.segments else None
     if isinstance(part, Text) and part.text:
         if last is not None and last.kind == "text":
@@ -183,8 +201,18 @@ def _segment(item: Item, calls: dict[str, Segment], part: Any) -> None:
         item.segments.append(Segment("reasoning", part.text))
     elif isinstance(part, ToolCall):
         seg = Segment("tool", call_id=part.id, name=part.name, args=dict(part.args))
-        calls[part.id] = seg
+        reading.calls[part.id] = seg
+        asked = reading.questions.of(part.id, row.created) if part.name == "ask_user" else None
+        if asked is None:
+            item.segments.append(seg)
+            return
+        # The question and what came of it, as the live stream showed them.
+        seg.kind, seg.text = "question", asked.task
         item.segments.append(seg)
+        if asked.status == "answered":
+            item.segments.append(Segment("answer", asked.result or ""))
+        elif asked.status in UNANSWERED:
+            item.segments.append(Segment("note", UNANSWERED[asked.status]))
 
 
 def _fill(calls: dict[str, Segment], result: ToolResult) -> None:

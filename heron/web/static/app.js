@@ -119,9 +119,16 @@ function applyToLive(live, ev) {
   }
 }
 
+// What the page says when heron serve does not answer at all (stopped, restarting): the
+// browser's own words for it ("Failed to fetch") name no cause and no way out.
+const NO_SERVE = "heron serve does not answer (stopped or restarting?). The page reconnects by itself once it runs again";
+
 async function api(path, opts = {}) {
-  const res = await fetch("/api" + path, { headers: { "Content-Type": "application/json" },
-    credentials: "same-origin", ...opts });
+  let res;
+  try {
+    res = await fetch("/api" + path, { headers: { "Content-Type": "application/json" },
+      credentials: "same-origin", ...opts });
+  } catch { throw new Error(NO_SERVE); } // no answer at all: the network or the serve is down
   let body = null;
   try { body = await res.json(); } catch { body = null; }
   if (!res.ok) {
@@ -170,9 +177,16 @@ class Connection {
     };
   }
   hello() { this.send({ type: "hello", conversation: this.key, last_seq: this.lastSeq }); }
+  // Sent now, or kept and sent once the socket opens (a view's read, asked while it opens).
   send(m) {
-    if (this.ws && this.ws.readyState === 1) this.ws.send(JSON.stringify(m));
-    else this.outbox.push(m);
+    if (!this.sendNow(m)) this.outbox.push(m);
+  }
+  // Sent now, or not at all (false): what the person typed is never delivered later without
+  // a word, after they may have given up on it and sent it again.
+  sendNow(m) {
+    if (!this.ws || this.ws.readyState !== 1) return false;
+    this.ws.send(JSON.stringify(m));
+    return true;
   }
 }
 
@@ -241,11 +255,12 @@ function Item({ item, onEdit, number }) {
   }
   if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
   if (item.kind === "user") {
-    return html`<article class=${"msg user" + (item.mail ? " mail" : "")} data-id=${item.id}
+    const editable = onEdit && number;
+    return html`<article class=${"msg user" + (item.mail ? " mail" : "") + (editable ? " editable" : "")} data-id=${item.id}
         aria-label="your message">
       ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
       <div class="user-text">${item.text}</div><${Files} files=${item.files} />
-      ${onEdit && number && html`<button class="edit" aria-label="edit this message"
+      ${editable && html`<button class="edit" aria-label="edit this message"
         onClick=${() => onEdit(number, item.text)}>edit</button>`}
     </article>`;
   }
@@ -313,10 +328,18 @@ function Banner({ live, onStop }) {
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
 }
 
-function Composer({ onSend, busy, uploads, setUploads, notify }) {
+// The message box takes the focus (on load, on opening a conversation, from the skip link).
+function focusInput() {
+  const box = document.getElementById("input");
+  if (box) box.focus();
+}
+
+function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
   const [text, setText] = useState("");
+  draft.current = (t) => setText((now) => now || t); // never over what was typed since
   const [drag, setDrag] = useState(false);
   const fileRef = useRef(null);
+  useEffect(focusInput, []); // typing right after the page loads reaches the box
   const add = useCallback(async (fileList) => {
     // A copy first: the picker's FileList is live, and emptied (value = "") while we upload.
     for (const f of [...fileList]) {
@@ -326,12 +349,14 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
         const body = await res.json();
         if (!res.ok) throw new Error(body.detail ? `${body.detail.message}. ${body.detail.hint}` : res.status);
         setUploads((u) => [...u, { name: body.name, mime: body.mime, upload_id: body.upload_id, size: body.size }]);
-      } catch (e) { notify(`Could not attach ${f.name}: ${e.message}`); }
+      } catch (e) {
+        notify(`Could not attach ${f.name}: ${e instanceof TypeError ? NO_SERVE : e.message}`);
+      }
     }
   }, []);
   const submit = () => {
     if (!text.trim() && !uploads.length) return;
-    onSend(text, uploads); setText(""); setUploads([]);
+    if (onSend(text, uploads)) { setText(""); setUploads([]); }
   };
   return html`<form class=${"composer" + (drag ? " drag" : "")} aria-label="send a message"
       onSubmit=${(e) => { e.preventDefault(); submit(); }}
@@ -355,7 +380,7 @@ function Composer({ onSend, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
-function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, waiting, streamed }) {
+function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
   const [q, setQ] = useState("");
   const asked = useRef(0);
@@ -393,8 +418,14 @@ function Sidebar({ current, open, onOpen, onRenamed, notify, refresh, running, w
     try { const { key } = await api("/conversations", { method: "POST", body: "{}" }); onOpen(key); load(); }
     catch (e) { notify(e.message); }
   };
+  const closeRef = useRef(null);
+  // Opened over the page (a phone): the focus goes into it, first to the way out. In the
+  // render's own task: a plain effect ran a frame later, after an Esc that closed it already.
+  useLayoutEffect(() => { if (open && closeRef.current) closeRef.current.focus(); }, [open]);
   return html`<nav class=${"sidebar" + (open ? " open" : "")} aria-label="conversations">
-    <div class="side-head"><button class="new" onClick=${create}>New conversation</button></div>
+    <div class="side-head"><button class="new" onClick=${create}>New conversation</button>
+      <button class="side-close" ref=${closeRef} aria-label="close the list of conversations"
+        onClick=${onClose}>×</button></div>
     <input type="search" class="search" placeholder="Search messages" aria-label="search conversations"
       value=${q} onInput=${(e) => setQ(e.target.value)} />
     <ul class="convs" role="list">${rows.map((c) => html`<li key=${c.key}
@@ -555,6 +586,11 @@ function Work({ conv, send, tick, notify }) {
 }
 
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
+const NOT_SENT = "Not sent: no connection to heron serve (stopped or restarting?). Your message "
+  + "stays in the box: send it again once the page is connected";
+// The terminal's notice (heron/channels/script.py EMBEDDED_BANNER), with the browser's way out.
+const DEMO = "Offline demo model (SmolLM2-135M, no tools, short answers) for trying Heron out; "
+  + "for real work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL and start heron serve again (see README).";
 
 // ---- the app ----------------------------------------------------------------------------------
 
@@ -573,6 +609,8 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
+  const [embedded, setEmbedded] = useState(false); // the offline demo model answers
+  const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
   const convRef = useRef(conv);
   const listRef = useRef(null);
@@ -584,6 +622,9 @@ function App() {
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
+  const menuRef = useRef(null); // the ☰ button (a phone): where the focus goes back to
+  const sideRef = useRef(side); // the list is open, for the window's key handler
+  sideRef.current = side;
 
   const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
   // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
@@ -623,6 +664,7 @@ function App() {
     if (ev.type === "welcome") {
       chatId.current = ev.chat_id;
       setTitle(ev.title || null);
+      setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
       if (ev.gap || (!loaded.current && !loading.current)) {
@@ -718,6 +760,10 @@ function App() {
         loadTranscript(convRef.current);
         break;
       case "error":
+        if (typeof ev.text === "string") { // a send refused (a mistyped command): not sent
+          if (lv) lv.mail = lv.mail.filter((m) => m.state || m.text !== ev.text);
+          if (draft.current) draft.current(ev.text);
+        }
         notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
         break;
       case "work":
@@ -733,7 +779,11 @@ function App() {
     connRef.current.open(conv, 0);
     const onHash = () => { const k = keyFromHash(); if (k !== convRef.current) openConv(k); };
     window.addEventListener("hashchange", onHash);
-    const onKey = (e) => { if (e.key === "Escape" && liveRef.current && !liveRef.current.done) stop(); };
+    const onKey = (e) => {
+      if (e.key !== "Escape") return;
+      if (sideRef.current) closeSide(); // the list opened over the page goes first
+      else if (liveRef.current && !liveRef.current.done) stop();
+    };
     window.addEventListener("keydown", onKey);
     return () => { window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey); };
   }, []);
@@ -750,25 +800,29 @@ function App() {
     convRef.current = key; loaded.current = false; loading.current = null;
     fresh.current = true; replay.current = null;
     setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
+    focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
   }
 
+  // False when it could not be sent (no connection): the composer keeps it.
   const send = (text, files) => {
+    const m = { type: "send", text };
+    if (files && files.length) m.files = files;
+    if (!connRef.current.sendNow(m)) { notify(NOT_SENT); return false; }
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
     } else if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
-    const m = { type: "send", text };
-    if (files && files.length) m.files = files;
-    connRef.current.send(m);
+    return true;
   };
   const stop = () => connRef.current.send({ type: "stop" });
+  const closeSide = () => { setSide(false); if (menuRef.current) menuRef.current.focus(); };
   const approve = (seg, allow) => { // the first answer from any client decides (approval_end)
     seg.sent = true; showLive(liveRef.current);
     connRef.current.send({ type: "approve", id: seg.id, allow });
   };
-  const command = (text) => connRef.current.send({ type: "command", text });
+  const command = (text) => { if (!connRef.current.sendNow({ type: "command", text })) notify(NOT_SENT); };
   const onEdit = (n, old) => {
     const text = prompt("Edit your message (the answer goes on a new branch)", old);
     if (text && text.trim()) command(`/edit ${n} ${text.trim()}`);
@@ -784,13 +838,16 @@ function App() {
   const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
   const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
-    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} notify=${notify} refresh=${tick}
+    <a class="skip" href="#input" onClick=${(e) => { e.preventDefault(); focusInput(); }}>Skip to message box</a>
+    <${Sidebar} current=${conv} open=${side} onOpen=${openConv} onClose=${closeSide} notify=${notify} refresh=${tick}
       streamed=${streamed}
       running=${running} waiting=${waiting}
       onRenamed=${(key, t) => { if (key === convRef.current) setTitle(t); }} />
+    ${side && html`<div class="backdrop" aria-hidden="true" onClick=${closeSide}></div>`}
     <main class="chat" aria-label="conversation">
       <header class="top">
-        <button class=${"menu" + (elsewhere ? " waits" : "")} aria-expanded=${side} onClick=${() => setSide(!side)}
+        <button class=${"menu" + (elsewhere ? " waits" : "")} aria-expanded=${side} ref=${menuRef}
+          onClick=${() => (side ? closeSide() : setSide(true))}
           aria-label=${elsewhere ? "conversations (one waits for your answer)" : "conversations"}>☰</button>
         <h1 class="title">${title || conv}</h1>
         <span class=${"conn " + conn} role="status" aria-label=${"connection " + conn}>${conn === "open" ? "" : conn}</span>
@@ -798,6 +855,7 @@ function App() {
           aria-pressed=${panel === p} onClick=${() => setPanel(panel === p ? null : p)}>${p}</button>`)}
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
       </header>
+      ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
         ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} />`}
@@ -805,7 +863,7 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
-      <${Composer} onSend=${send} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
+      <${Composer} onSend=${send} draft=${draft} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
