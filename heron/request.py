@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from heron.messages import JSONObject, Message, dumps
+from heron.messages import JSONObject, Message, Usage, dumps
 
 # A tool's description says where its programs run after this marker (the sandbox writes it,
 # the system prompt reads it back to describe the workspace once).
@@ -57,11 +57,14 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """A piece of the reply as it arrives: visible text or reasoning; or "retry": the stream was
-    cut and the call starts again, so what follows may repeat what was already shown."""
+    """A piece of the reply as it arrives: visible text or reasoning; "retry": the stream was
+    cut and the call starts again, so what follows may repeat what was already shown; or
+    "usage": the token counts the provider has sent so far (no text: no channel shows it; the
+    runner keeps it for a call stopped before its end)."""
 
-    kind: Literal["text", "thinking", "retry"]
+    kind: Literal["text", "thinking", "retry", "usage"]
     text: str
+    usage: Usage | None = None
 
 
 RETRY_EVENT = StreamEvent("retry", "")

@@ -99,6 +99,10 @@ async def test_streamed_text_reply(connect: Connect) -> None:
 
     result = await provider.chat(request(), events.append)
 
+    # The usage as it comes: the input's at message_start, the whole at message_delta.
+    usage = [e.usage for e in events if e.kind == "usage"]
+    events = [e for e in events if e.kind != "usage"]
+    assert usage[0] is not None and usage[0].input == 100 and usage[-1] == result.usage
     assert [e.text for e in events] == ["Hello", " ther", "e, ge", "neral", " Keno", "bi."]
     assert {e.kind for e in events} == {"text"}
     assert result.text == "Hello there, general Kenobi."
@@ -148,6 +152,7 @@ async def test_thinking_round_trips_with_a_byte_exact_signature(connect: Connect
     events: list[StreamEvent] = []
 
     reply = await provider.chat(request(user("read a")), events.append)
+    events = [e for e in events if e.kind != "usage"]
     call = reply.tool_calls[0]
     result = Message("user", [ToolResult(call.id, "contents of a")])
     await provider.chat(request(user("read a"), reply.message, result))

@@ -61,8 +61,10 @@ async def test_stream_text_and_usage(serve: Any) -> None:
 
     assert reply.text == "Hello there, general Kenobi!"
     assert reply.stop == "done"
-    assert [e.kind for e in events] == ["text"] * 6
+    # The usage comes last, as an event too (a call stopped before it keeps what came).
+    assert [e.kind for e in events] == ["text"] * 6 + ["usage"]
     assert "".join(e.text for e in events) == reply.text
+    assert events[-1].usage == reply.usage
     assert reply.usage.cache_read == 7
     assert reply.usage.input > 0 and reply.usage.output > 0
     assert server.headers[0]["authorization"] == "Bearer sk-test"
@@ -125,6 +127,7 @@ async def test_reasoning_kept_and_resent_only_when_profile_says(serve: Any, rese
     server, provider = serve(script, profile=ModelProfile(resend_reasoning=resend))
     events: list[StreamEvent] = []
     first = await provider.chat(request(), events.append)
+    events = [e for e in events if e.kind != "usage"]
     assert first.parts[0] == Thinking(text="Let me think about it.", provider="openai")
     assert events[0].kind == "thinking" and events[-1] == StreamEvent("text", "42")
 

@@ -10,9 +10,12 @@ import pytest
 
 from heron.agent.control import TurnControl
 from heron.agent.engine import Engine, TurnHooks
+from heron.agent.loop import AgentLoop
 from heron.agent.replay import replay
+from heron.bus import MessageBus
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
+from heron.proactive import wiring
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
@@ -149,9 +152,12 @@ async def test_a_hard_interruption_replays_to_the_same_point():
             pass
         run = list_runs(engine.store, "h")[0]
         report = await replay(engine.store, run.run_id)
-        events = load_run(engine.store, run.run_id).events
+        trace = load_run(engine.store, run.run_id)
+    events, calls = trace.events, trace.calls
     assert run.turn.status == "interrupted"
-    assert [e.kind for e in events] == ["interrupted"] and events[0].after_call == 1
+    # The call the interruption cut is kept (call 2: its request, nothing streamed).
+    assert [e.kind for e in events] == ["interrupted"] and events[0].after_call == 2
+    assert calls[1].streamed is not None and calls[1].streamed.parts == []
     assert report.identical and report.replayed_stop == "interrupted", report.render()
 
 
@@ -189,3 +195,27 @@ async def test_a_run_without_tools_replays_without_them():
     assert report.identical, report.render()
     assert report.replayed_requests == 1 and report.replayed_stop == "done"
     assert provider.requests[0].tools == []
+
+
+async def test_a_run_with_the_proactive_tools_replays_with_them():
+    """Every process that runs a person's turns attaches spawn, ask_user and goal
+    (heron/proactive/wiring.py): `heron trace replay` rebuilds that list, in that order. The
+    tests above record on a bare engine, which is how the replay once lost them."""
+    provider = ScriptedProvider([Reply([Text("Hi.")], "done", Usage(50, 3))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        loop = AgentLoop(engine, MessageBus())
+        proactive = wiring.attach(loop)
+        try:
+            result = await engine.turn("w", "just a plain message")
+        finally:
+            await proactive.close()
+            await loop.close()
+        run = load_run(engine.store, result.run_id)
+        report = await replay(engine.store, result.run_id, registry=wiring.replay_registry())
+        bare = await replay(engine.store, result.run_id)  # the engine's tools only
+    recorded = [t["name"] for t in run.start["prompt_inputs"]["tools"]]
+    assert recorded[-3:] == ["spawn", "ask_user", "goal"]
+    assert recorded == wiring.replay_registry().names()
+    assert report.identical, report.render()
+    assert not bare.identical
+    assert "the run had tools the replay does not: spawn, ask_user, goal" in bare.render()

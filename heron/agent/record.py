@@ -35,6 +35,7 @@ class TurnFigures:
     tool_calls: int
     system_fingerprint: str
     error: str | None = None
+    usage_unknown: bool = False  # a call was stopped mid-stream: `usage` is what was sent
 
 
 class CallSink:
@@ -78,6 +79,7 @@ class TurnRecorder:
         self.trace = trace  # model and tool calls, mailbox deliveries, breaks
         self.on_tool_end = on_tool_end  # the channel's tool pill, once the call is recorded
         self.usage = Usage()
+        self.usage_unknown = False  # a call stopped mid-stream: its full usage never came
         self.model_calls = 0
         self.tool_calls = 0
 
@@ -98,6 +100,9 @@ class TurnRecorder:
 
     async def model_call(self, record: ModelCallRecord) -> None:
         usage = record.reply.usage if record.reply else Usage()
+        if record.streamed is not None:  # stopped: the usage sent so far, if any
+            usage = record.streamed.usage or Usage()
+            self.usage_unknown = True
         self.usage = self.usage + usage
         self.model_calls += 1
         if self.trace is None:
@@ -111,6 +116,7 @@ class TurnRecorder:
             record.started,
             record.ended,
             record.body,
+            streamed=record.streamed,
             defer=True,  # written with the reply (`_append`) or with the next trace write
         )
 
@@ -132,6 +138,7 @@ class TurnRecorder:
             self.tool_calls,
             system_fingerprint,
             error,
+            self.usage_unknown,
         )
 
     async def flush_trace(self) -> None:
@@ -160,6 +167,7 @@ class TurnRecorder:
             tool_calls=figures.tool_calls,
             system_fingerprint=figures.system_fingerprint,
             error=figures.error,
+            usage_unknown=figures.usage_unknown,
         )
 
     def commit_last_writes(

@@ -13,6 +13,7 @@ from the trace and compared like every other request. The store itself is never 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from heron.providers.profiles import ModelChoice
 from heron.store import Store
 from heron.tools.approval import describe_commands
 from heron.tools.context import ToolContext
-from heron.tools.registry import ToolRegistry
+from heron.tools.registry import Tool, ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.trace.read import RunTrace
 
@@ -52,7 +53,7 @@ async def replay(
     workspace: Path | None = None,
 ) -> ReplayReport:
     """Replay one recorded run (see the module docstring) and report how its requests differ."""
-    tools = registry or _registry()
+    tools = registry or engine_registry()
     setup = await store.call(set_up, store, run_id, tools, live_tools, off_loop=True)
     report = setup.report
     limits = RunLimits.recorded(setup.start.get("limits", {}))
@@ -74,12 +75,17 @@ async def replay(
     return report
 
 
-def _registry() -> ToolRegistry:
-    """The tools an engine opens with (`engine_tools`): their current specs go in the
+def engine_registry(attached: Iterable[Tool] = ()) -> ToolRegistry:
+    """The tools an engine opens with (`engine_tools`), then `attached`, the ones the layers
+    above add to it in the order they add them (heron/proactive/wiring.py: `spawn`,
+    `ask_user`, `goal`, which this layer may not import): their current specs go in the
     replayed requests, so a changed tool shows."""
     from heron.agent.engine import engine_tools
 
     registry = engine_tools()
+    for extra in attached:
+        if registry.get(extra.name) is None:
+            registry.add(extra)
     # Described as the default sandbox runs them (a run recorded unconfined shows as changed).
     describe_commands(registry, Sandbox(Path(".")))
     return registry

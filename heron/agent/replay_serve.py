@@ -169,6 +169,8 @@ class ReplayProvider:
         self.report.replayed_requests = self.served
         self._compare(index, dumps(self.build(request)))
         call = self.run.calls[index]
+        if call.streamed is not None:  # the run was stopped while this reply streamed
+            raise ReplayStop("interrupted")
         if call.reply is None:
             raise FatalProviderError(call.error or "the recorded call failed")
         return call.reply
@@ -333,6 +335,9 @@ def set_up(
     report = ReplayReport(run.turn.run_id, len(run.calls), recorded_stop=run.turn.stop_reason)
     provider = ReplayProvider(run, payloads, payload_builder(run.start), report)
     recorded_tools = _as_recorded(registry or default_registry(), run.start)
+    missing = _missing_tools(recorded_tools, run.start)
+    if missing:
+        report.notes.append(f"the run had tools the replay does not: {', '.join(missing)}")
     tools = ReplayTools(run, recorded_tools, live_tools, report)
     drain, should_break = _mailbox(run, provider)
     return ReplaySetup(run, run.start, report, provider, tools, drain, should_break)
@@ -348,3 +353,14 @@ def _as_recorded(registry: ToolRegistry, start: dict[str, Any]) -> ToolRegistry:
     names = {t.get("name") for t in recorded if isinstance(t, dict)}
     kept = [registry.get(name) for name in registry.names() if name in names]
     return ToolRegistry([t for t in kept if t is not None], registry.before_call)
+
+
+def _missing_tools(registry: ToolRegistry, start: dict[str, Any]) -> list[str]:
+    """The recorded tools `registry` lacks (a replay given fewer tools than the run had: its
+    requests differ at the first one, and this says why)."""
+    recorded = (start.get("prompt_inputs") or {}).get("tools")
+    if not isinstance(recorded, list):
+        return []
+    have = set(registry.names())
+    names = [t.get("name") for t in recorded if isinstance(t, dict)]
+    return [str(n) for n in names if n not in have]

@@ -15,7 +15,9 @@ hooks as it happens, so the engine can persist it before anything else.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,15 +26,27 @@ from typing import Literal
 from heron.agent.control import with_mail
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
-from heron.messages import JSONObject, Message, Reply, Text, ToolCall, ToolResult, Usage
+from heron.messages import (
+    JSONObject,
+    Message,
+    Part,
+    Reply,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
-from heron.providers.wire import ModelCallRecord, body_of
+from heron.providers.wire import ModelCallRecord, Streamed, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, bounded_gather
+
+log = logging.getLogger(__name__)
 
 RunStop = Literal["done", "wrapup", "length", "repetition", "interrupted", "error"]
 
@@ -248,10 +262,12 @@ class Runner:
         s.calls += 1
         seq = s.calls
         shown = RetryFilter(hooks.on_event) if hooks.on_event else None
+        kept = StreamKept(shown)  # what this attempt streamed, should the call be stopped
         told = self._on_retry(hooks)
         guard = self.profile.loop_guard
 
         def on_retry(error: ProviderError, wait: float) -> None:
+            kept.restart()
             if shown is not None:
                 shown.retrying()
             if told is not None:
@@ -259,11 +275,23 @@ class Runner:
 
         def chat() -> Awaitable[Reply]:
             if guard:  # stops a looping reply as it streams
-                return guarded_chat(self.provider, request, shown)
-            return self.provider.chat(request, shown)
+                return guarded_chat(self.provider, request, kept)
+            return self.provider.chat(request, kept)
 
         try:
             reply = await call_with_retries(chat, self.retry, on_retry=on_retry)
+        except asyncio.CancelledError:
+            # Stopped (Ctrl-C, /stop) mid-call: the request was sent and billed, so its row
+            # is kept with what streamed; the turn's interruption writes it (heron/agent/turn.py).
+            streamed = kept.streamed()
+            record = ModelCallRecord(
+                seq, purpose, payload, None, STOPPED, started, time.time(), body, streamed
+            )
+            try:
+                await asyncio.shield(hooks.on_model_call(record))
+            except Exception:  # the stop goes on, whatever keeping the row ran into
+                log.warning("the model call a stop cut could not be recorded", exc_info=True)
+            raise
         except ProviderError as error:
             scrub_error(error, self.redactor)
             ended = time.time()
@@ -322,6 +350,42 @@ class Runner:
         await self._add(s, HeronPrompt(text), hooks)
         reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
+
+
+STOPPED = "stopped before the reply ended (Ctrl-C or /stop): its usage is not all known"
+
+
+class StreamKept:
+    """One model call's stream events, passed on to `inner` and kept: the text, reasoning and
+    latest usage of the attempt under way, which a call stopped mid-stream records."""
+
+    def __init__(self, inner: OnEvent | None) -> None:
+        self.inner = inner
+        self.restart()
+
+    def restart(self) -> None:
+        """A retried attempt streams again from the start."""
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.usage: Usage | None = None
+
+    def __call__(self, event: StreamEvent) -> None:
+        if event.kind == "text":
+            self.text.append(event.text)
+        elif event.kind == "thinking":
+            self.thinking.append(event.text)
+        elif event.kind == "usage":
+            self.usage = event.usage
+        if self.inner is not None:
+            self.inner(event)
+
+    def streamed(self) -> Streamed:
+        parts: list[Part] = []
+        if self.thinking:
+            parts.append(Thinking(text="".join(self.thinking)))
+        if self.text:
+            parts.append(Text("".join(self.text)))
+        return Streamed(parts, self.usage)
 
 
 # RETRY_MARKER (heron/bus.py) is what the RetryFilter marks a restarted stream with.

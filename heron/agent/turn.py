@@ -638,8 +638,9 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
                    in `final` for SAVE, whose check covers it; anything the run adds after it
                    (mail, a continuation) commits it first, in order. An assistant message with
                    calls opens the tool phase's checkpoint.
-    on_model_call  refused once stale; the governor calibrates its estimate from the usage,
-                   then the recorder counts the call and holds its trace row for the next write
+    on_model_call  refused once stale (but for a call stopped mid-stream: it was billed); the
+                   governor calibrates its estimate from the usage, then the recorder counts
+                   the call and holds its trace row for the next write
     on_tool_call   the token's check, the recorder (trace row; the channel's tool_end), then
                    the checkpoint (written under the token's check too)
     on_event, on_progress   the channel's, silent once the turn is stale
@@ -664,7 +665,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
             checkpoint.open_phase([c.id for c in m.tool_calls])
 
     async def on_model_call(record: ModelCallRecord) -> None:
-        if token.stale:
+        if token.stale and record.streamed is None:  # a stopped call is kept: it was billed
             raise StaleTurn
         await observed(record)
 

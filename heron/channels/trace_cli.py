@@ -121,11 +121,16 @@ def trace_replay(
 ) -> None:
     """Run the loop again with the recorded replies and check every request it builds."""
     from heron.agent.replay import replay
+    from heron.proactive.wiring import replay_registry
 
     try:
         s, store, _ = _open()
         workspace = s.paths.workspace if live_tools else None
-        report = asyncio.run(replay(store, run, live_tools=live_tools, workspace=workspace))
+        # The tools the run had: the engine's and what proactive wiring attached (spawn, ...).
+        tools = replay_registry()
+        report = asyncio.run(
+            replay(store, run, registry=tools, live_tools=live_tools, workspace=workspace)
+        )
     except HeronError as e:
         _fail(e)
         return

@@ -17,6 +17,11 @@ from heron.proactive import ask, goals, subagents
 
 if TYPE_CHECKING:
     from heron.agent.loop import AgentLoop
+    from heron.tools.registry import Tool, ToolRegistry
+
+# The tools `attach` adds to the engine's registry, in the order it adds them: a run's tool
+# list ends with them, and `heron trace replay` rebuilds it with `replay_registry`.
+TOOLS: tuple[Tool, ...] = (subagents.spawn, ask.ask_user, goals.goal)
 
 
 @dataclass
@@ -48,6 +53,13 @@ def attach(loop: AgentLoop, *, channel: tuple[str, str] | None = None) -> Proact
         ask.attach(loop),  # the next message in the conversation answers a waiting question
         goals.attach(loop),  # nudge turns until done, parked at budget
     )
+
+
+def replay_registry() -> ToolRegistry:
+    """The tools a person's run had (the engine's, then `TOOLS`), for a replay of it."""
+    from heron.agent.replay import engine_registry
+
+    return engine_registry(TOOLS)
 
 
 async def settle(loop: AgentLoop, manager: subagents.Subagents | None) -> None:

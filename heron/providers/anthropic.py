@@ -302,6 +302,7 @@ class _Assembler:
         kind = event.type
         if kind == "message_start":
             self._usage(event.message.usage)
+            self._emit_usage()
         elif kind == "content_block_start":
             self.blocks[event.index] = _start_block(event.content_block)
         elif kind == "content_block_delta":
@@ -311,6 +312,7 @@ class _Assembler:
         elif kind == "message_delta":
             self.stop_reason = event.delta.stop_reason or self.stop_reason
             self._usage(event.usage)
+            self._emit_usage()
         elif kind == "message_stop":
             self.finished = True
 
@@ -336,6 +338,11 @@ class _Assembler:
         elif delta.type == "input_json_delta":
             block.json += delta.partial_json
             self.meter.add(delta.partial_json)
+
+    def _emit_usage(self) -> None:
+        """The counts so far, for a call stopped before message_stop (its usage is kept)."""
+        if self.on_event is not None:
+            self.on_event(StreamEvent("usage", "", self._total_usage()))
 
     def _emit(self, event: StreamEvent) -> None:
         if self.on_event is not None and event.text:

@@ -267,9 +267,10 @@ class _Accumulator:
     cut: bool = False
 
     def add(self, chunk: Any) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
-        events: list[StreamEvent] = []
+            events.append(StreamEvent("usage", "", self.usage))
         for choice in chunk.choices or []:
             events.extend(self._delta(choice.delta))
             if choice.finish_reason:

@@ -18,7 +18,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from heron.messages import File, JSONObject, JSONValue, Reply, dumps, file_class, size_label
+from heron.messages import (
+    File,
+    JSONObject,
+    JSONValue,
+    Part,
+    Reply,
+    Usage,
+    dumps,
+    file_class,
+    part_from_dict,
+    part_to_dict,
+    size_label,
+    usage_from_dict,
+    usage_to_dict,
+)
 from heron.request import ChatRequest, ToolSpec
 
 MESSAGES = "messages"
@@ -136,6 +150,32 @@ class ModelCallRecord:
     started: float
     ended: float
     body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
+    streamed: Streamed | None = None  # a call stopped mid-stream: what had arrived
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a model call had streamed when it was stopped (Ctrl-C, /stop) before its end: the
+    text and reasoning as they arrived, and the usage the provider had sent by then (None: it
+    sent none). The call's full usage is unknown: its output was billed but never counted."""
+
+    parts: list[Part]
+    usage: Usage | None = None
+
+
+def streamed_to_dict(streamed: Streamed) -> JSONObject:
+    usage = None if streamed.usage is None else usage_to_dict(streamed.usage)
+    return {"parts": [part_to_dict(p) for p in streamed.parts], "usage": usage}
+
+
+def streamed_from_dict(d: JSONObject) -> Streamed:
+    parts = d.get("parts")
+    usage = d.get("usage")
+    if not isinstance(parts, list):
+        raise ValueError("the streamed parts are not a list")
+    return Streamed(
+        [part_from_dict(p) for p in parts], None if usage is None else usage_from_dict(usage)
+    )
 
 
 # ---- attachments -------------------------------------------------------------------------------

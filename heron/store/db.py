@@ -555,6 +555,7 @@ class Store:
         tool_calls: int,
         system_fingerprint: str | None = None,
         error: str | None = None,
+        usage_unknown: bool = False,
     ) -> None:
         with self.transaction() as c:
             later(
@@ -562,7 +563,7 @@ class Store:
                 "UPDATE turns SET status = ?, stop_reason = ?, input_tokens = ?,"
                 " output_tokens = ?, cache_read_tokens = ?, cache_write_tokens = ?,"
                 " model_calls = ?, tool_calls = ?, system_fingerprint = ?, error = ?,"
-                " ended = ? WHERE id = ?",
+                " usage_unknown = ?, ended = ? WHERE id = ?",
                 (
                     status,
                     stop_reason,
@@ -574,6 +575,7 @@ class Store:
                     tool_calls,
                     system_fingerprint,
                     error,
+                    int(usage_unknown),
                     time.time(),
                     turn_id,
                 ),
@@ -943,4 +945,5 @@ def turn_from_row(r: sqlite3.Row) -> Turn:
         r["error"],
         r["started"],
         r["ended"],
+        bool(r["usage_unknown"]),
     )

@@ -106,3 +106,4 @@ class Turn:
     error: str | None
     started: float
     ended: float | None
+    usage_unknown: bool = False  # a model call was stopped before the provider said its usage

@@ -32,6 +32,10 @@ class Price:
     cache_write: float | None = None  # None: writes cost what fresh input costs (OpenAI)
     cache_read: float | None = None  # None: no discount
 
+    @property
+    def free(self) -> bool:
+        return not any((self.input, self.output, self.cache_write, self.cache_read))
+
     def cost(self, usage: Usage) -> float:
         """`usage.input` includes cache reads and writes (see heron.messages.Usage)."""
         fresh = max(usage.input - usage.cache_read - usage.cache_write, 0)
@@ -95,7 +99,14 @@ class PriceTable:
                 return found
         return None
 
-    def cost(self, model: str | None, usage: Usage, provider: str | None = None) -> float | None:
+    def cost(
+        self, model: str | None, usage: Usage, provider: str | None = None, *, known: bool = True
+    ) -> float | None:
+        """`known` False: `usage` is not all that was billed (a call stopped mid-stream), so
+        the cost is unknown unless the model costs nothing."""
+        if not known:
+            price = self.price(model, provider)
+            return 0.0 if price is not None and price.free else None
         if usage == Usage():
             return 0.0  # no tokens cost nothing, whatever the price
         price = self.price(model, provider)
@@ -134,8 +145,10 @@ def _price(pattern: str, table: Any) -> Price:
 
 
 def turn_cost(turn: Any, prices: PriceTable | None = None) -> float | None:
-    """What one turn cost, or None when its model's price is unknown. `turn` is a store Turn."""
-    return (prices or PriceTable()).cost(turn.model, turn.usage, turn.provider)
+    """What one turn cost, or None when its model's price or its usage (a call stopped
+    mid-stream) is unknown. `turn` is a store Turn."""
+    known = not turn.usage_unknown
+    return (prices or PriceTable()).cost(turn.model, turn.usage, turn.provider, known=known)
 
 
 def conversation_cost(turns: Iterable[Any], prices: PriceTable | None = None) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from heron.errors import StoreError
 from heron.messages import Reply, Usage, dumps, reply_from_dict
+from heron.providers.wire import Streamed, streamed_from_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
 from heron.trace import records
@@ -38,6 +39,7 @@ class CallTrace:
     ended: float | None
     request_ref: str | None  # None: an old row holding the whole payload in `request`
     raw_request: str
+    streamed: Streamed | None = None  # stopped mid-stream: what had arrived (usage unknown)
 
     @property
     def duration(self) -> float:
@@ -225,7 +227,13 @@ def _call(r: sqlite3.Row, problems: list[str]) -> CallTrace:
         r["ended"],
         r["request_ref"],
         r["request"],
+        _readable(problems, f"what call #{r['seq']} streamed", lambda: _streamed(r), None),
     )
+
+
+def _streamed(r: sqlite3.Row) -> Streamed | None:
+    raw = r["streamed"]
+    return streamed_from_dict(_json(raw, dict)) if raw else None
 
 
 def _reply(raw: str | None) -> Reply | None:

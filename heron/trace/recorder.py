@@ -41,7 +41,15 @@ from heron.messages import (
     message_to_dict,
     reply_to_dict,
 )
-from heron.providers.wire import EncodedDict, EncodedList, WireBody, dumps_fields, encoded
+from heron.providers.wire import (
+    EncodedDict,
+    EncodedList,
+    Streamed,
+    WireBody,
+    dumps_fields,
+    encoded,
+    streamed_to_dict,
+)
 from heron.request import ToolSpec
 from heron.store import Store
 from heron.store.db import LONG_BRANCH
@@ -349,13 +357,19 @@ class TraceRecorder:
         ended: float,
         body: WireBody | None = None,
         *,
+        streamed: Streamed | None = None,
         defer: bool = False,
     ) -> None:
-        """Record one model call. `defer`: hold the row for the next write (the reply's own
-        transaction, see `joined`) unless the run's history is long (off the loop)."""
+        """Record one model call. `streamed`: the call was stopped mid-stream, this is what
+        had arrived (its usage, if any, is the row's). `defer`: hold the row for the next
+        write (the reply's own transaction, see `joined`) unless the run's history is long
+        (off the loop)."""
         usage = reply.usage if reply is not None else Usage()
+        if streamed is not None:
+            usage = streamed.usage or Usage()
         self.calls += 1
         reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
+        partial = self.scrub.clean(dumps(streamed_to_dict(streamed))) if streamed else None
         # The body's pieces are stored as they are, unless a secret must be cut out of them.
         pieces = body if body is not None and not self.scrub.found_in(payload) else None
         request = payload if pieces is not None else self.scrub.clean(payload)
@@ -380,6 +394,7 @@ class TraceRecorder:
                     usage.cache_write,
                     started,
                     ended,
+                    partial,
                 ),
             )
 

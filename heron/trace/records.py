@@ -240,12 +240,12 @@ def insert_event(
 
 def insert_model_call(conn: sqlite3.Connection, row: Sequence[object]) -> None:
     """`row`: turn_id, seq, purpose, request_ref, reply, error, the four token counts, started,
-    ended."""
+    ended, streamed (what a call stopped mid-stream had received, else None)."""
     later(
         conn,
         "INSERT INTO model_calls (turn_id, seq, purpose, request, request_ref, reply,"
         " error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,"
-        " started, ended) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " started, ended, streamed) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         tuple(row),
     )
 

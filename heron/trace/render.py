@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from heron.messages import Text, Thinking, Usage, reply_to_dict
+from heron.messages import Part, Text, Thinking, Usage, reply_to_dict
+from heron.providers.wire import streamed_to_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
 from heron.trace import records
@@ -127,7 +128,7 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
     payload = request_payload(store, call)
     request = _request_doc(payload, call.seq)
     count = len(request.get("messages") or [])
-    cost = prices.cost(turn.model, u, turn.provider)
+    cost = prices.cost(turn.model, u, turn.provider, known=call.streamed is None)
     yield (
         f"  #{call.seq} {call.purpose} · {call.duration:.2f}s · in {u.input:,} (cache read "
         f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
@@ -135,15 +136,24 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
     )
     if "damaged" in request:
         yield f"    ✗ {request['damaged']}"
+    if call.streamed is not None:
+        yield from _reply_lines(call.streamed.parts, "streamed")
+        sent = "usage as the provider sent it" if call.streamed.usage else "no usage sent"
+        yield f"    ■ {call.error} ({sent})"
+        return
     if call.reply is None:
         yield f"    ✗ {call.error}"
         return
-    for part in call.reply.parts:
+    yield from _reply_lines(call.reply.parts, "reply")
+    yield f"    stop: {call.reply.stop}"
+
+
+def _reply_lines(parts: Sequence[Part], label: str) -> Iterator[str]:
+    for part in parts:
         if isinstance(part, Text) and part.text.strip():
-            yield f"    reply: {_short(part.text, 300)}"
+            yield f"    {label}: {_short(part.text, 300)}"
         elif isinstance(part, Thinking) and part.text:
             yield f"    (thinking) {_short(part.text, 160)}"
-    yield f"    stop: {call.reply.stop}"
 
 
 # ---- stats ----------------------------------------------------------------------------------
@@ -249,6 +259,7 @@ def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
             "provider": t.provider,
             "model": t.model,
             "usage": t.usage.__dict__,
+            "usage_unknown": t.usage_unknown,
             "model_calls": t.model_calls,
             "tool_calls": t.tool_calls,
             "system_fingerprint": t.system_fingerprint,
@@ -274,6 +285,7 @@ def _export_call(store: Store, call: CallTrace) -> dict[str, Any]:
         "purpose": call.purpose,
         "request": _request_doc(request_payload(store, call), call.seq),
         "reply": reply_to_dict(call.reply) if call.reply else None,
+        "streamed": streamed_to_dict(call.streamed) if call.streamed else None,
         "error": call.error,
         "usage": call.usage.__dict__,
         "started": call.started,

@@ -531,7 +531,7 @@ function Status({ conv, tick }) {
     <dt>conversation</dt><dd>${conv} (${data.turns} turns)</dd>
     <dt>context</dt><dd>${data.context.toLocaleString()} tokens (${pct}% of ${data.window.toLocaleString()})</dd>
     <dt>cache hit rate</dt><dd>${data.cache_hit === null ? "no model calls yet" : Math.round(100 * data.cache_hit) + "%"}</dd>
-    <dt>cost</dt><dd>${data.cost_usd === null ? "unknown (a model without a price)" : "$" + data.cost_usd.toFixed(4)}</dd>
+    <dt>cost</dt><dd>${data.cost_usd === null ? "unknown (a model without a price, or a reply stopped mid-stream)" : "$" + data.cost_usd.toFixed(4)}</dd>
     <dt>turn</dt><dd>${data.busy ? "running" : "idle"}</dd></dl></section>`;
 }
 
