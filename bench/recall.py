@@ -545,7 +545,7 @@ class VectorCache:
 
 class CachedEmbedder:
     """The real embedder behind the cache: each distinct text is embedded once, ever. Used to
-    fill the stored vectors (through `Recall.index_missing`, the path heron itself takes), never
+    fill the stored vectors (through `vectors.backfill`, the path `heron memory index` takes), never
     to encode a timed query."""
 
     def __init__(self, inner: Any, cache: VectorCache) -> None:
@@ -556,7 +556,7 @@ class CachedEmbedder:
 
     def prefill(self, texts: Sequence[str], chunk: int = 1024) -> int:
         """Embed the distinct texts not cached yet, longest first in large chunks (less padding
-        than the 128 at a time `index_missing` asks for), reporting progress on stderr and
+        than the 128 at a time `backfill` asks for), reporting progress on stderr and
         saving each chunk, so an interrupted run resumes. Returns how many were embedded."""
         distinct = list(dict.fromkeys(texts))
         known = self.cache.get(distinct)
@@ -600,10 +600,11 @@ class CachedEmbedder:
 
 
 def store_vectors(store: Store, embedder: Any, cache_dir: Path) -> None:
-    """Give every message its vector the way heron does (`Recall.index_missing`), from the
-    cache, after embedding what the cache lacks: the texts index_missing will ask for are each
-    message with the end of the one before it (`vectors.with_context`)."""
-    from heron.memory.vectors import with_context
+    """Give every message its vector the way `heron memory index` does (`vectors.backfill`; a
+    search embeds only the first `vectors.INLINE_MOST` of a backlog), from the cache, after
+    embedding what the cache lacks: the texts it will ask for are each message with the end of
+    the one before it (`vectors.with_context`)."""
+    from heron.memory.vectors import backfill, with_context
 
     cache = VectorCache(cache_dir, embedder.name)
     _progress(f"vector cache: {cache.path}")
@@ -613,7 +614,7 @@ def store_vectors(store: Store, embedder: Any, cache_dir: Path) -> None:
     )
     cached = CachedEmbedder(embedder, cache)
     cached.prefill([with_context(body, previous) for body, previous in rows])
-    Recall(store, cached).index_missing()
+    backfill(store, cached)
     cache.close()
     if cached.unexpected:
         _progress(f"  ({cached.unexpected:,} texts were not foreseen by prefill)")

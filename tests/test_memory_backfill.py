@@ -18,6 +18,9 @@ from heron.messages import assistant, user
 from heron.store import Store
 
 
+QUERIES = {"puppy", "weather", "weather note 7"}  # what the tests search for
+
+
 class CountingEmbedder:
     """Dogs (and puppies) one way, everything else the other; counts the messages it was
     asked to embed (not the one-text queries)."""
@@ -28,7 +31,7 @@ class CountingEmbedder:
         self.encoded = 0
 
     def encode(self, texts):
-        self.encoded += len(texts) if len(texts) > 1 else 0
+        self.encoded += sum(1 for t in texts if t not in QUERIES)
         return [[1.0, 0.0] if "dog" in t or "puppy" in t else [0.0, 1.0] for t in texts]
 
 
@@ -56,19 +59,29 @@ def test_a_search_embeds_a_few_new_messages_itself(store):
     assert embedder.encoded == vectors.INLINE_MOST and not recall.behind
 
 
-def test_a_backlog_is_left_to_the_index_and_the_search_says_it_is_behind(store):
-    dog = _history(store, vectors.INLINE_MOST + 1)
+def test_a_search_embeds_the_oldest_of_a_backlog_and_says_it_is_behind(store):
+    dog = _history(store, vectors.INLINE_MOST + 1)  # the newest message is left for later
     embedder = CountingEmbedder()
     recall = Recall(store, embedder)
     found = recall.search("weather note 7", 1)  # the words still find what they hold
     assert found[0].snippet == "weather note 7"
-    assert embedder.encoded == 0 and recall.behind
-    assert vectors.backlog(store, embedder) == vectors.INLINE_MOST + 1
-    assert [i for i, _ in recall.semantic("puppy", 1)] != [dog]  # no vector yet
-    assert vectors.backfill(store, embedder) == vectors.INLINE_MOST + 1
+    assert embedder.encoded == vectors.INLINE_MOST and recall.behind
+    assert vectors.backlog(store, embedder) == 1
+    assert vectors.backfill(store, embedder) == 1  # what `heron memory index` does
     assert vectors.backlog(store, embedder) == 0
     assert [i for i, _ in recall.semantic("puppy", 1)] == [dog]
     assert not recall.behind and embedder.encoded == vectors.INLINE_MOST + 1  # never twice
+
+
+def test_successive_searches_work_through_a_backlog_a_bounded_share_each(store):
+    dog = _history(store, 2 * vectors.INLINE_MOST + 10)
+    embedder = CountingEmbedder()
+    recall = Recall(store, embedder)
+    recall.search("weather", 1)
+    recall.search("weather", 1)
+    assert recall.behind and embedder.encoded == 2 * vectors.INLINE_MOST  # never more a search
+    assert recall.search("puppy", 1)[0].message_id == dog  # the third reaches the newest
+    assert not recall.behind and vectors.backlog(store, embedder) == 0
 
 
 def test_backfill_goes_a_batch_at_a_time_and_resumes_where_it_stopped(store):
@@ -108,7 +121,7 @@ def test_memory_index_embeds_the_backlog_and_recall_says_when_it_is_behind(heron
     )
     indexed = CliRunner().invoke(app, ["memory", "index"])
     assert indexed.exit_code == 0, indexed.output
-    assert f"Embedded {vectors.INLINE_MOST + 5} messages." in indexed.stdout
+    assert "Embedded 5 messages." in indexed.stdout  # the search embedded the oldest ones
     again = CliRunner().invoke(app, ["memory", "recall", "puppy"])
     assert (
         "Our dog Rex" in again.stdout.splitlines()[0] and "no sentence vector" not in again.stderr

@@ -215,7 +215,7 @@ class Recall:
         # Message id up to which every message has a vector, per conversation (None: all);
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
         self._embedded_upto: dict[int | None, int] = {}
-        # The last search found a backlog of messages without vectors and left them
+        # The last search found more messages without a vector than it embeds itself
         # (`index_missing`): its semantic half covered only the messages embedded so far.
         self.behind = False
         self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
@@ -418,9 +418,9 @@ class Recall:
         return self._encoding
 
     def index_missing(self, conversation_id: int | None = None) -> int:
-        """Embed the messages that have no vector yet (new since the last search), unless
-        they are a backlog (more than `vectors.INLINE_MOST`): `behind` is then set, and the
-        search ranks with the vectors there are (`heron memory index` fills the rest)."""
+        """Embed the messages that have no vector yet (new since the last search), the oldest
+        `vectors.INLINE_MOST` of a backlog: `behind` then says more are left, and the search
+        ranks with the vectors there are (`heron memory index` fills the rest)."""
         if self.embedder is None:
             return 0
         from heron.memory import vectors
@@ -428,13 +428,11 @@ class Recall:
         upto = records.max_message_id(self.store)
         done = self._embedded_upto
         after = max(done.get(None, 0), done.get(conversation_id, 0))
-        count = vectors.index_missing(
+        count, stopped = vectors.index_missing(
             self.store, self.embedder, conversation_id, after, vectors.INLINE_MOST
         )
-        self.behind = count is None
-        if count is None:
-            return 0
-        done[conversation_id] = upto
+        self.behind = stopped is not None
+        done[conversation_id] = upto if stopped is None else stopped
         return count
 
     def lexical(

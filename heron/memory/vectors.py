@@ -26,10 +26,10 @@ DAY = 86_400.0  # seconds: messages are dated by day for recall's recency
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 BATCH = 128
-# Messages a search embeds itself before it ranks (at 10-30 ms each, about a second at most):
-# what a few turns add. More is a backlog (the extra installed on a long history, a new model),
-# which would hold a turn for minutes: it is left to `heron memory index` and to the serve's
-# background filling (`backfill`), and the search goes on with the vectors there are.
+# Messages a search embeds itself before it ranks, at most (about a second): what a few turns
+# add. More is a backlog (the extra installed on a long history, a new model) that would hold
+# a turn for minutes: a search embeds its oldest INLINE_MOST and ranks with the vectors there
+# are; `heron memory index` and the serve (heron/memory/backfill.py) embed the rest.
 INLINE_MOST = 64
 CONTEXT_TAG = "+previous"  # vectors embed the message before with each message
 CONTEXT_CHARS = 500  # of the previous message, at most: its end is what the reply answers
@@ -158,27 +158,41 @@ def index_missing(
     conversation_id: int | None = None,
     after: int = 0,
     most: int | None = None,
-) -> int | None:
+) -> tuple[int, int | None]:
     """Embed every indexed message that has no vector for this model yet, each together with
     the message before it: a reply ("yes, last Tuesday") means little without what it answers,
     and on LoCoMo this context lifts the fused recall@10 by about 0.02. Only messages with
-    an id above `after` are looked at (the caller knows the rest were done). With `most`,
-    nothing is embedded when more than that many are missing: None says so."""
+    an id above `after` are looked at (the caller knows the rest were done). With `most`, only
+    the oldest `most` of them. Returns how many were embedded, and, when some are left, the id
+    up to which every message has its vector now (None: none are left)."""
     key = vector_key(embedder)
     rows = records.unembedded(
         store, key, after, conversation_id, None if most is None else most + 1
     )
-    if most is not None and len(rows) > most:
-        return None
+    left = most is not None and len(rows) > most
+    rows = rows[:most] if left else rows
     for start in range(0, len(rows), BATCH):
         _embed(store, embedder, key, rows[start : start + BATCH])
-    return len(rows)
+    return len(rows), (int(rows[-1][0]) if left else None)  # `most` is at least 1
 
 
 def _embed(store: Store, embedder: Any, key: str, rows: Sequence[Any]) -> None:
     vectors = embedder.encode([with_context(r[1], r[2]) for r in rows])
     packed = [(r[0], _pack(v)) for r, v in zip(rows, vectors, strict=True)]
     records.save_vectors(store, key, packed)
+
+
+def embed_batch(
+    store: Store, embedder: Any, after: int = 0, size: int = BATCH
+) -> tuple[int, int] | None:
+    """Embed the oldest `size` messages above `after` that have no vector yet, saved before it
+    returns: how many, and the id of the last (None: none was missing)."""
+    key = vector_key(embedder)
+    rows = records.unembedded(store, key, after, limit=size)
+    if not rows:
+        return None
+    _embed(store, embedder, key, rows)
+    return len(rows), int(rows[-1][0])
 
 
 def backfill(
@@ -189,17 +203,15 @@ def backfill(
     size: int = BATCH,
 ) -> int:
     """Embed every message that has no vector yet (the first `batches` batches of them), a
-    batch of `size` at a time, each saved before the next is read, so a stop loses at most one batch
-    and a restart goes on where it stopped; `progress` is told each batch's size. Returns how
-    many were embedded."""
-    key = vector_key(embedder)
+    batch of `size` at a time, each saved before the next is read, so a stop loses at most one
+    batch and a restart goes on where it stopped; `progress` is told each batch's size.
+    Returns how many were embedded."""
     done, after, left = 0, 0, batches
-    while left != 0 and (rows := records.unembedded(store, key, after, limit=size)):
-        _embed(store, embedder, key, rows)
-        done, after = done + len(rows), rows[-1][0]
+    while left != 0 and (batch := embed_batch(store, embedder, after, size)) is not None:
+        done, after = done + batch[0], batch[1]
         left = None if left is None else left - 1
         if progress is not None:
-            progress(len(rows))
+            progress(batch[0])
     return done
 
 

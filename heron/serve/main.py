@@ -56,13 +56,14 @@ def default_services() -> list[Service]:
 
 
 async def _backfill_vectors(loop: AgentLoop) -> None:
-    """The sentence vectors of messages a search left to be filled in (a long history the
-    embeddings extra was installed on): embedded in the background, then done."""
-    from heron.memory.backfill import backfill_vectors
+    """The sentence vectors of messages a search leaves to be filled in (a long history the
+    embeddings extra was installed on, a busy hour): embedded in the background, looked for
+    every minute."""
+    from heron.memory.backfill import CHECK_S, backfill_vectors
 
     recall = loop.engine.recall
     if recall is not None and recall.embedder is not None:  # the extra is installed and on
-        await backfill_vectors(loop.engine.settings.database, recall.embedder)
+        await backfill_vectors(loop.engine.settings.database, recall.embedder, CHECK_S)
 
 
 async def serve(
