@@ -17,7 +17,6 @@ from heron.memory.recall import Recall
 from heron.messages import assistant, user
 from heron.store import Store
 
-
 QUERIES = {"puppy", "weather", "weather note 7"}  # what the tests search for
 
 
