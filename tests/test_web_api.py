@@ -119,6 +119,16 @@ def test_a_stopped_reply_is_the_agents_markdown_then_a_note_and_nothing_streamed
     assert (nothing.kind, nothing.text) == ("note", STOPPED)  # no reply at all: Heron's note
 
 
+def test_the_list_says_each_conversations_turns_and_last_activity(client):
+    asyncio.run(_turns(["wading herons", "more"], lambda request: Reply([Text("ok")], "done")))
+    asyncio.run(_turns(["wading herons"], [Reply([Text("ok")], "done")], key="other"))
+    rows = client.get("/api/conversations").json()["conversations"]
+    assert {c["key"]: c["turns"] for c in rows} == {"personal": 2, "other": 1}
+    assert all(c["updated"] > 0 for c in rows)
+    found = client.get("/api/conversations", params={"q": "herons"}).json()["conversations"]
+    assert {c["key"]: c["turns"] for c in found} == {"personal": 2, "other": 1}
+
+
 def test_a_running_turn_is_flagged_so_the_stream_replaces_it(tmp_path):
     store = Store(Settings.load().paths.ensure().db)
     conv = store.open_conversation("personal")

@@ -918,3 +918,23 @@ def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, mod
     expect(alert).to_contain_text("heron serve does not answer")
     expect(alert).not_to_contain_text("Failed to fetch")
     pg.close()
+
+
+def test_the_list_tells_conversations_with_the_same_first_message_apart(page, model):
+    """Each conversation in the list says, dim under its title, how many turns it has and
+    when it was last used: two that began with the same words are told apart."""
+    _send(page, "SLOW 30")
+    model.reply("one")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("one")
+    nav = page.get_by_role("navigation", name="conversations")
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    for n, text in enumerate(("SLOW 30", "and more"), 1):
+        _send(page, text)
+        model.reply(f"reply {n}")
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(n)
+    items = nav.get_by_role("listitem").filter(has_text="SLOW 30")
+    expect(items).to_have_count(2)
+    metas = nav.locator(".conv-meta")
+    expect(metas).to_have_text(["2 turns · just now", "1 turn · just now"])  # newest first
+    expect(items.nth(0).locator(".conv-title")).to_have_text("SLOW 30")

@@ -380,8 +380,29 @@ function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
+// When a conversation was last used, as the list says it: "just now", "5 min ago", "3 h ago",
+// "yesterday", "4 days ago", then the date.
+export function ago(epoch, now = Date.now() / 1000) {
+  const s = Math.max(0, now - epoch);
+  if (s < 60) return "just now";
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  const days = Math.floor(s / 86400);
+  if (days === 1) return "yesterday";
+  if (days < 7) return `${days} days ago`;
+  return new Date(epoch * 1000).toLocaleDateString();
+}
+
+// What tells apart conversations that began with the same words: turns and last activity.
+function convMeta(c) {
+  const turns = c.turns === undefined ? null : `${c.turns} turn${c.turns === 1 ? "" : "s"}`;
+  return [turns, c.updated ? ago(c.updated) : null].filter(Boolean).join(" · ");
+}
+
 function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
+  const [, setMinute] = useState(0); // "5 min ago" moves on while the page stays open
+  useEffect(() => { const t = setInterval(() => setMinute((m) => m + 1), 60000); return () => clearInterval(t); }, []);
   const [q, setQ] = useState("");
   const asked = useRef(0);
   const load = useCallback(async () => {
@@ -434,6 +455,7 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
         onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
         <span class="conv-title">${c.title || c.key}</span>
+        <span class="conv-meta">${convMeta(c)}</span>
         ${state(c.key)}
         ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
       <span class="conv-actions">
