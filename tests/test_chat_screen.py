@@ -296,7 +296,8 @@ def test_the_resume_list_refuses_what_is_not_on_it_and_exit_there_leaves(heron_h
         chat.wait_for(lambda: chat.shows("Enter closes the list"), "the list")
         chat.type("abc\r")
         chat.wait_for(lambda: chat.shows("abc is not on the list"), "the refusal")
-        assert chat.prompt().startswith("Number to resume")  # asked again
+        # asked again (the prompt is drawn after the refusal is printed: wait for it)
+        chat.wait_for(lambda: chat.prompt().startswith("Number to resume"), "the list's prompt")
         chat.type("/exit\r")
         chat.wait_for(lambda: chat.shows("Bye."), "goodbye")
         chat.child.expect(pexpect.EOF, timeout=TIMEOUT)

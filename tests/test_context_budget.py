@@ -5,6 +5,7 @@ recall_history opening a pointed-at message whole."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from pathlib import Path
 
@@ -169,3 +170,28 @@ async def test_a_consolidation_lands_well_below_its_trigger_so_the_next_is_turns
     assert all(not (x and y) for x, y in itertools.pairwise(steps))  # never two in a row
     assert counts[-1] <= 60 // 4
     assert all(c.tokens_after < c.tokens_before // 2 for c in done)
+
+
+async def test_with_a_serve_up_the_budget_is_the_serves_model_s_not_this_command_s():
+    """`conversations show --budget` reports the window the serve answers with, unless this
+    command's environment asks for another; with no serve, this command's own model's."""
+    from serve_helpers import running_serve, ws_client, ws_hello, ws_until
+
+    from heron.cli import app
+
+    def budget(env: dict[str, str] | None = None) -> str:
+        shown = CliRunner().invoke(app, ["conversations", "show", "k", "--budget"], env=env)
+        assert shown.exit_code == 0, shown.output
+        return shown.output.splitlines()[0]
+
+    async with running_serve(ScriptedProvider(Answers())) as serve:
+        async with ws_client(serve) as ws:
+            window = (await ws_hello(ws, "k"))["window"]
+            await ws.send('{"type": "send", "text": "hello"}')
+            await ws_until(ws, "idle")
+        served = await asyncio.to_thread(budget)
+        asked = await asyncio.to_thread(budget, {"HERON_CONTEXT_WINDOW": "7000"})
+    alone = budget()
+    assert f"window {window:,} tokens" in served
+    assert "window 7,000 tokens" in asked  # its own, as a run of it would have
+    assert f"window {window:,} tokens" not in alone  # the command's own model: another window

@@ -14,6 +14,7 @@ from heron.channels.common import table
 from heron.config import Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
+from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Store, StoredMessage, Turn, runs
 
@@ -100,6 +101,23 @@ def _turn_header(n: int, turn: Turn) -> str:
     )
 
 
+def serving_choice(settings: Settings, key: str) -> ModelChoice | None:
+    """The model a serve on this home answers `key` with, as the budgets need it (its name and
+    window), when one runs and this command's environment asks for no other (`serve_differs`:
+    then this process's own choice applies, as a run of it would); None otherwise."""
+    from heron.channels.remote import serve_differs, serve_welcome
+    from heron.providers.profiles import ModelProfile, profile_for
+
+    welcome = serve_welcome(key, settings.paths.home)
+    if welcome is None or serve_differs(welcome, settings.env) or "model_name" not in welcome:
+        return None
+    name = str(welcome["model_name"])
+    profile = profile_for(name, settings.config.models)
+    profile = ModelProfile(**{**profile.__dict__, "context_window": int(welcome["window"])})
+    provider = str(welcome.get("model", "")).partition("/")[0] or "openai"
+    return ModelChoice(provider, name, profile=profile)  # type: ignore[arg-type]
+
+
 def show_conversation(
     settings: Settings,
     key: str,
@@ -116,7 +134,8 @@ def show_conversation(
         from heron.compaction.inspect import budget_report
         from heron.tools.builtin import default_registry
 
-        for line in budget_report(settings, store, conv, default_registry().specs()):
+        choice = serving_choice(settings, key)
+        for line in budget_report(settings, store, conv, default_registry().specs(), choice):
             typer.echo(line)
         return
     if compactions or model_view:  # what compaction did, and what the model sees
@@ -142,7 +161,9 @@ def _compaction_views(
     if compactions:
         yield from inspect.compaction_lines(store, conv.id)
     if model_view:
-        system, messages = inspect.model_view(settings, store, conv, default_registry().specs())
+        choice = serving_choice(settings, conv.key)
+        specs = default_registry().specs()
+        system, messages = inspect.model_view(settings, store, conv, specs, choice)
         yield "── system"
         yield system
         for message in messages:

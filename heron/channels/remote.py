@@ -54,6 +54,29 @@ def serve_socket(home: Path | None = None) -> Path | None:
     return path if path.is_socket() else None
 
 
+def serve_welcome(
+    key: str, home: Path | None = None, timeout: float = 2.0
+) -> dict[str, Any] | None:
+    """The welcome a serve on this home gives a client of `key` (its model, window...), read
+    and left at once; None when no serve answers."""
+    import socket
+
+    path = serve_socket(home)
+    if path is None:
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
+            sock.sendall(json.dumps(hello).encode() + b"\n")
+            line = sock.makefile("rb").readline(LINE_LIMIT)
+        welcome = json.loads(line)
+    except (OSError, ValueError):
+        return None
+    return welcome if isinstance(welcome, dict) and welcome.get("type") == "welcome" else None
+
+
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
 REFUSED_CODE = "refused"  # the `error` answering a message the serve did not take
 

@@ -449,6 +449,8 @@ async def _chat(
             except EOFError:  # /exit or Ctrl-D at a command's own question (/resume's list)
                 await _leave(conn, state, view)
                 return
+            finally:  # a command's own prompt (/resume's list, a checklist) dropped the handler
+                rearm()
             if not handled:
                 await send_turn(conn, state, view, text, with_files=True)
 

@@ -12,6 +12,7 @@ from heron.context.prompt import PromptInputs
 from heron.context.tokens import estimate_messages, estimate_text
 from heron.messages import Message
 from heron.providers.base import Provider
+from heron.providers.profiles import ModelChoice
 from heron.request import ToolSpec
 from heron.store import Store
 from heron.store import compactions as folds
@@ -34,16 +35,19 @@ def compaction_lines(store: Store, conversation_id: int) -> list[str]:
     return out or ["No compactions yet."]
 
 
-def _offline_deps(settings: Any, store: Store, specs: list[ToolSpec]) -> ContextDeps:
-    """The compaction dependencies of the configured model, without opening it; `specs` are the
-    tools a turn would offer (the caller's registry: compaction does not know the tools)."""
+def _offline_deps(
+    settings: Any, store: Store, specs: list[ToolSpec], choice: ModelChoice | None = None
+) -> ContextDeps:
+    """The compaction dependencies of `choice` (else the configured model), without opening
+    it; `specs` are the tools a turn would offer (the caller's registry: compaction does not
+    know the tools)."""
     from heron.errors import HeronError
-    from heron.providers.profiles import ModelChoice
 
-    try:
-        choice = settings.model()
-    except HeronError:
-        choice = ModelChoice("scripted", "unknown")
+    if choice is None:
+        try:
+            choice = settings.model()
+        except HeronError:
+            choice = ModelChoice("scripted", "unknown")
     workspace = settings.paths.workspace
 
     def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
@@ -73,11 +77,16 @@ class _Offline:
 
 
 def model_view(
-    settings: Any, store: Store, conversation: Any, specs: list[ToolSpec]
+    settings: Any,
+    store: Store,
+    conversation: Any,
+    specs: list[ToolSpec],
+    choice: ModelChoice | None = None,
 ) -> tuple[str, list[Message]]:
     """The system prompt and messages the next request would start from (before the next user
-    message), derived from the record exactly as a turn derives them."""
-    deps = _offline_deps(settings, store, specs)
+    message), derived from the record exactly as a turn derives them, for `choice` (else the
+    configured model)."""
+    deps = _offline_deps(settings, store, specs, choice)
     state = load_branch(store, conversation.id)
     return system_for(deps, conversation.agent, state), view_of(deps, state)
 
@@ -92,11 +101,15 @@ def budget_lines(budget: Budget) -> list[str]:
 
 
 def budget_report(
-    settings: Any, store: Store, conversation: Any, specs: list[ToolSpec]
+    settings: Any,
+    store: Store,
+    conversation: Any,
+    specs: list[ToolSpec],
+    choice: ModelChoice | None = None,
 ) -> list[str]:
-    """`heron conversations show KEY --budget`: the budgets, and what the next request's parts
-    take now."""
-    deps = _offline_deps(settings, store, specs)
+    """`heron conversations show KEY --budget`: the budgets of `choice` (else the configured
+    model), and what the next request's parts take now."""
+    deps = _offline_deps(settings, store, specs, choice)
     state = load_branch(store, conversation.id)
     system, view = system_for(deps, conversation.agent, state), view_of(deps, state)
     cal, b = deps.calibration, deps.budget
