@@ -170,6 +170,7 @@ def _search(store: Store, query: str, limit: int) -> list[dict[str, Any]]:
             "key": key,
             "title": conv.title if conv else None,
             "updated": conv.updated if conv else hit.created,
+            "turns": store.turn_count(conv.id) if conv else 0,
             "snippet": " ".join(hit.snippet.split())[:200],
             "message_id": hit.message_id,
         }
