@@ -282,7 +282,7 @@ def test_branches_after_a_retry(client):
     body = client.get("/api/conversations/personal/branches").json()
     assert len(body["branches"]) == 2
     assert [b["current"] for b in body["branches"]] == [False, True]
-    assert body["branches"][1]["text"] == "second answer"
+    assert body["branches"][1]["text"] == "question → second answer"  # as /tree labels it
     assert [m["text"] for m in body["messages"]] == ["question"]
     users = [
         i
