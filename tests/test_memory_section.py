@@ -116,3 +116,22 @@ def test_memory_list_flags_an_entry_over_the_cap(tmp_path: Path, monkeypatch):
     flagged = [i for i, line in enumerate(lines) if line.strip().startswith("!")]
     assert len(flagged) == 1 and "long.md" in lines[flagged[0] - 1]
     assert "1,800,020 characters, over the 1,000 the prompt shows" in lines[flagged[0]]  # stripped
+
+
+def test_memory_list_keeps_its_columns_aligned_for_a_long_path(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    monkeypatch.setenv("HERON_HOME", str(tmp_path))
+    long = tmp_path / "memory" / "personal" / "when" / "coding"
+    long.mkdir(parents=True)
+    (long / "always-run-the-tests-before-committing-anything-at-all.md").write_text("Tests.")
+    short = tmp_path / "memory" / "personal" / "always"
+    short.mkdir(parents=True)
+    (short / "short.md").write_text("Short answers.")
+    out = CliRunner().invoke(app, ["memory", "list"])
+    assert out.exit_code == 0, out.output
+    rows = [line for line in out.output.splitlines() if line.startswith("  ")]
+    assert len(rows) == 3  # the header and two entries
+    assert len({line.index("ORIGIN" if "ORIGIN" in line else "hand") for line in rows}) == 1

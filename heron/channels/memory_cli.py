@@ -93,13 +93,14 @@ def list_entries(
             )
             return
         current = None
-        typer.echo(f"  {'ENTRY':56} {'ORIGIN':6} TEXT")
+        width = max(len("ENTRY"), *(len(e.path.rel) for e in entries))  # columns stay aligned
+        typer.echo(f"  {'ENTRY':{width}} {'ORIGIN':6} TEXT")
         for e in entries:
             if e.path.scope != current:
                 current = e.path.scope
                 typer.echo(f"{current}/")
             text = " ".join(e.text.split())
-            typer.echo(f"  {e.path.rel:56} {e.origin:6} {text[:70]}")
+            typer.echo(f"  {e.path.rel:{width}} {e.origin:6} {text[:70]}")
             if over_cap(e):
                 typer.echo(
                     f"    ! {len(e.text.strip()):,} characters, over the {ENTRY_CAP:,} the prompt"
