@@ -226,15 +226,30 @@ def test_retry_makes_a_branch_and_switching_goes_back(page, model):
 
 
 def test_edit_an_earlier_message_answers_it_on_a_new_branch(page, model):
+    """The message opens in a box of its own (line breaks kept, where a browser's prompt() is
+    one line); Esc closes it unchanged, Enter sends the new text as a new branch."""
     _send(page, "what is 2+2")
     model.reply("4")
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("4")
-    page.on("dialog", lambda d: d.accept("what is 3+3"))
     page.locator(".msg.user").hover()
     page.get_by_role("button", name="edit this message").click()
+    box = page.get_by_role("textbox", name="edit your message")
+    expect(box).to_be_focused()
+    expect(box).to_have_value("what is 2+2")
+    box.press("Escape")  # closed, nothing sent
+    expect(box).to_have_count(0)
+    page.locator(".msg.user").hover()
+    page.get_by_role("button", name="edit this message").click()
+    box.fill("what is 3+3")
+    box.press("Shift+Enter")
+    box.type("and show the sum")
+    box.press("Enter")
     model.reply("6")
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("6")
-    expect(page.locator(".msg.user:not(.live-user) .user-text")).to_have_text("what is 3+3")
+    shown = page.locator(".msg.user:not(.live-user) .user-text")
+    expect(shown).to_have_text("what is 3+3\nand show the sum")
+    said = [m for m in model.requests[-1].messages if m.role == "user"][-1]
+    assert "what is 3+3\nand show the sum" in said.text  # the line break reached the model
 
 
 def test_memory_review_as_a_checklist(page, model):

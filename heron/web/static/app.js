@@ -257,18 +257,41 @@ function Item({ item, onEdit, number }) {
     return html`<div class="note error" role="note"><pre>${item.text}</pre></div>`;
   }
   if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
-  if (item.kind === "user") {
-    const editable = onEdit && number;
-    return html`<article class=${"msg user" + (item.mail ? " mail" : "") + (editable ? " editable" : "")} data-id=${item.id}
-        aria-label="your message">
-      ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
-      <div class="user-text">${item.text}</div><${Files} files=${item.files} />
-      ${editable && html`<button class="edit" aria-label="edit this message"
-        onClick=${() => onEdit(number, item.text)}>edit</button>`}
-    </article>`;
-  }
+  if (item.kind === "user") return html`<${UserItem} item=${item} onEdit=${onEdit} number=${number} />`;
   return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
     <${Segments} segments=${item.segments} /></article>`;
+}
+
+// One of your messages; "edit" opens its text in place (a box of its own, line breaks kept:
+// a browser's prompt() is one line), Enter sends it as a new branch, Shift-Enter is a new line,
+// Esc or Cancel closes it.
+function UserItem({ item, onEdit, number }) {
+  const [draft, setDraft] = useState(null); // the text being edited; null: not editing
+  const box = useRef(null);
+  useEffect(() => { if (draft !== null && box.current && document.activeElement !== box.current) box.current.focus(); }, [draft !== null]);
+  const editable = onEdit && number;
+  const save = () => {
+    const text = (draft || "").trim();
+    setDraft(null);
+    if (text && text !== item.text.trim()) onEdit(number, text);
+  };
+  const keys = (e) => {
+    if (e.key === "Escape") { e.preventDefault(); e.stopPropagation(); setDraft(null); }
+    else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); save(); }
+  };
+  return html`<article class=${"msg user" + (item.mail ? " mail" : "") + (editable ? " editable" : "")} data-id=${item.id}
+      aria-label="your message">
+    ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
+    ${draft === null ? html`<div class="user-text">${item.text}</div>` : html`<form class="edit-form"
+        onSubmit=${(e) => { e.preventDefault(); save(); }}>
+      <textarea ref=${box} aria-label="edit your message" value=${draft} onKeyDown=${keys}
+        rows=${Math.min(12, draft.split("\n").length + 1)} onInput=${(e) => setDraft(e.target.value)} />
+      <div class="edit-actions"><button type="submit">Answer it on a new branch</button>
+        <button type="button" onClick=${() => setDraft(null)}>Cancel</button></div></form>`}
+    <${Files} files=${item.files} />
+    ${editable && draft === null && html`<button class="edit" aria-label="edit this message"
+      onClick=${() => setDraft(item.text)}>edit</button>`}
+  </article>`;
 }
 
 // A stored item never changes: it renders again only when the transcript is read again.
@@ -891,10 +914,7 @@ function App() {
     connRef.current.send({ type: "approve", id: seg.id, allow });
   };
   const command = (text) => { if (!connRef.current.sendNow({ type: "command", text })) notify(NOT_SENT); };
-  const onEdit = (n, old) => {
-    const text = prompt("Edit your message (the answer goes on a new branch)", old);
-    if (text && text.trim()) command(`/edit ${n} ${text.trim()}`);
-  };
+  const onEdit = (n, text) => command(`/edit ${n} ${text}`); // its own box said what
 
   const working = live && !live.done;
   const elsewhere = waiting.some((k) => k !== conv); // another conversation waits for an answer
