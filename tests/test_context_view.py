@@ -177,3 +177,22 @@ def test_reused_call_ids_are_paired_with_the_call_just_before():
     view = derive_view(rows_of(messages), ViewPlan())
     shown = [m.tool_results[0].content for m in view if m.tool_results]
     assert all(s.startswith(f"result {i}") for i, s in enumerate(shown) if i % 2 == 0)
+
+
+def test_a_view_opening_with_heron_s_lookup_points_to_a_summary_only_when_one_exists():
+    """A view opens with the user's side: before an opening assistant message (auto-recall's
+    lookup before an edited first message) it says the conversation starts there, and names
+    the archived summary only when a fold made one."""
+    from heron.context.view import EARLIER, OPENING
+
+    call = ToolCall("r1", "recall_history", {"query": "capybara"})
+    messages = [
+        Message("assistant", [call]),
+        Message("user", [ToolResult("r1", "[br · message 2] old")]),
+        Message("user", [Text("where is the festival")]),
+    ]
+    fresh = derive_view(rows_of(messages), ViewPlan())
+    assert fresh[0].role == "user" and fresh[0].text == OPENING
+    earlier = [Message("user", [Text("old question")]), Message("assistant", [Text("old")])]
+    folded = derive_view(rows_of(earlier + messages), ViewPlan(folded_upto=2))
+    assert folded[0].text == EARLIER and is_well_formed(folded)

@@ -187,6 +187,7 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
             Reply([Text("answer 1")], "done"),
             Reply([Text("answer 1b")], "done"),
             Reply([Text("answer edited")], "done"),
+            Reply([Text("more on 1")], "done"),
         ]
     )
     async with Engine.open(Settings.load(), provider=provider) as engine:
@@ -198,6 +199,9 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
         conv = engine.store.conversation("r")
         branch = [r.message.text for r in engine.store.branch(conv.id)]
         everything = [r.message.text for r in engine.store.all_messages(conv.id)]
+        await engine.turn("r", "and then?")  # branch 1 grows: it keeps its number
+        grown = await engine.turn("r", "/tree")
+    assert "* 1. and then? → more on 1\n  2. question → answer 1b\n" in grown.reply
     assert retried.reply == "answer 1b" and edited.reply == "answer edited"
     assert _texts(provider.requests[1]) == ["question"]
     assert _texts(provider.requests[2]) == ["better question"]
@@ -211,10 +215,12 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
     ]
     assert tree.reply == (
         "Branches of r (* current; /tree N switches, /edit N TEXT rewinds):\n"
-        "  1. answer 1\n  2. answer 1b\n* 3. answer edited\n"
+        "  1. question → answer 1\n  2. question → answer 1b\n"
+        "* 3. better question → answer edited\n"
         "Your messages on the current branch:\n  1. better question"
     )
-    assert switched.reply == "Switched to branch 1." and branch == ["question", "answer 1"]
+    assert switched.reply == "Switched to branch 1: question → answer 1"
+    assert branch == ["question", "answer 1"]
 
 
 async def test_resume_lists_and_switches():

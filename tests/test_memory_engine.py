@@ -360,3 +360,20 @@ def test_the_reader_answers_like_the_inline_search(tmp_path):
         assert asyncio.run(again.strong("passport expires", here)) is True
     finally:
         again.close()
+
+
+async def test_retry_and_edit_never_recall_the_branch_the_person_turned_away_from():
+    """The answer being retried (and the old text of an edited message) is on a branch the
+    person left: auto-recall shows the model none of it, though it matches the words."""
+    model = Model(
+        [said("The capybara festival is in Lisbon."), said("Porto, then."), said("Faro!")]
+    )
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("br", "where is the capybara festival held")
+        await engine.turn("br", "/retry")
+        await engine.turn("br", "/edit 1 where is the capybara festival held this year")
+    for request in model.requests[1:]:
+        recalled = [r.content for m in request.messages for r in m.tool_results]
+        assert not any("Lisbon" in r or "Porto" in r for r in recalled), recalled
+    texts = [p.text for m in model.requests[1].messages for p in m.parts if hasattr(p, "text")]
+    assert not any("Lisbon" in t for t in texts)  # nor anywhere else in the retried request

@@ -232,10 +232,15 @@ async def test_a_per_run_environment_override_runs_in_process_while_a_serve_runs
             ("HERON_MODEL", "scripted"),  # the serve's: through it
         ):
             monkeypatch.setenv(variable, value)
-            out = StringIO()
-            assert await run_message(Settings.load, "/status", "default", "cw", None, False, out)
+            out, err = StringIO(), StringIO()
+            sent = run_message(Settings.load, "/status", "default", "cw", None, False, out, err)
+            assert await sent
             if value in ("128000", "scripted"):
                 assert out.getvalue().startswith("model: scripted/scripted"), value
+                assert err.getvalue() == ""
+            else:  # the person is told their run left the serve, and why
+                assert f"{variable}={value}" in err.getvalue()
+                assert "running in this process instead" in err.getvalue()
             monkeypatch.delenv(variable)
     assert here == ["6000", "another-model"]
 

@@ -119,6 +119,42 @@ def test_a_stopped_reply_is_the_agents_markdown_then_a_note_and_nothing_streamed
     assert (nothing.kind, nothing.text) == ("note", STOPPED)  # no reply at all: Heron's note
 
 
+def test_a_failed_turns_note_follows_that_turn_and_a_failed_retry_follows_it(client):
+    from heron.errors import ProviderError
+
+    said = iter(["refused once", "refused twice", None, "refused later"])
+
+    def replies(request: Any) -> Reply:
+        error = next(said)
+        if error is not None:
+            raise ProviderError(error, status=400)
+        return Reply([Text("Answered.")], "done")
+
+    asyncio.run(_turns(["first try", "/retry", "/retry", "second"], replies))
+    items = client.get("/api/conversations/personal/transcript").json()["items"]
+    shown = [(i["kind"], i["failed"], i["text"].split("\n")[0]) for i in items]
+    assert shown == [
+        ("user", False, "first try"),
+        ("note", True, "The turn failed: refused once"),
+        ("note", True, "The turn failed: refused twice"),
+        ("assistant", False, ""),
+        ("user", False, "second"),
+        ("note", True, "The turn failed: refused later"),
+    ]
+    assert "send /retry" in items[-1]["text"]
+    assert [i["rows"] for i in items if i["failed"]] == [[], [], []]  # no row of their own
+
+
+def test_the_list_says_each_conversations_turns_and_last_activity(client):
+    asyncio.run(_turns(["wading herons", "more"], lambda request: Reply([Text("ok")], "done")))
+    asyncio.run(_turns(["wading herons"], [Reply([Text("ok")], "done")], key="other"))
+    rows = client.get("/api/conversations").json()["conversations"]
+    assert {c["key"]: c["turns"] for c in rows} == {"personal": 2, "other": 1}
+    assert all(c["updated"] > 0 for c in rows)
+    found = client.get("/api/conversations", params={"q": "herons"}).json()["conversations"]
+    assert {c["key"]: c["turns"] for c in found} == {"personal": 2, "other": 1}
+
+
 def test_a_running_turn_is_flagged_so_the_stream_replaces_it(tmp_path):
     store = Store(Settings.load().paths.ensure().db)
     conv = store.open_conversation("personal")
@@ -246,7 +282,7 @@ def test_branches_after_a_retry(client):
     body = client.get("/api/conversations/personal/branches").json()
     assert len(body["branches"]) == 2
     assert [b["current"] for b in body["branches"]] == [False, True]
-    assert body["branches"][1]["text"] == "second answer"
+    assert body["branches"][1]["text"] == "question → second answer"  # as /tree labels it
     assert [m["text"] for m in body["messages"]] == ["question"]
     users = [
         i

@@ -631,12 +631,17 @@ def test_a_tool_pill_opens_to_its_arguments_and_result_live_and_after_a_reload(b
         pg.close()
 
 
-def test_the_banners_stop_button_stops_the_turn_and_the_reply_stays_as_it_was_read(page, model):
+def _stop_mid_reply(page: Any, model: SteeredModel, streamed: str) -> None:
+    """Sends a message, lets `streamed` stream, then stops the turn with the banner's button."""
     _send(page, "talk for a while")
-    model.feed(("text", "I will **go on** and on"))
-    expect(page.locator(".live strong")).to_have_text("go on")
+    model.feed(("text", streamed))
+    expect(page.locator(".live")).to_contain_text(streamed.replace("**", ""))
     page.get_by_role("button", name="stop the agent (Esc)").click()
     expect(page.get_by_text("Agent is working")).to_have_count(0)
+
+
+def test_the_banners_stop_button_stops_the_turn_and_the_reply_stays_as_it_was_read(page, model):
+    _stop_mid_reply(page, model, "I will **go on** and on")
     for _ in range(2):  # as the turn ends, then after a reload
         reply = page.locator(".msg.assistant:not(.live)")
         expect(reply.locator("strong")).to_have_text("go on")  # still the agent's Markdown
@@ -918,3 +923,69 @@ def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, mod
     expect(alert).to_contain_text("heron serve does not answer")
     expect(alert).not_to_contain_text("Failed to fetch")
     pg.close()
+
+
+def test_the_list_tells_conversations_with_the_same_first_message_apart(page, model):
+    """Each conversation in the list says, dim under its title, how many turns it has and
+    when it was last used: two that began with the same words are told apart."""
+    _send(page, "SLOW 30")
+    model.reply("one")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("one")
+    nav = page.get_by_role("navigation", name="conversations")
+    nav.get_by_role("button", name="New conversation").click()
+    expect(page).to_have_url(re.compile(r"#c=web-"))
+    for n, text in enumerate(("SLOW 30", "and more"), 1):
+        _send(page, text)
+        model.reply(f"reply {n}")
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(n)
+    items = nav.get_by_role("listitem").filter(has_text="SLOW 30")
+    expect(items).to_have_count(2)
+    metas = nav.locator(".conv-meta")
+    expect(metas).to_have_text(["2 turns · just now", "1 turn · just now"])  # newest first
+    expect(items.nth(0).locator(".conv-title")).to_have_text("SLOW 30")
+
+
+def _order(page: Any, *texts: str) -> None:
+    """Each text once in the transcript, in this order (its text content: the stored replies
+    off screen are not laid out, so they are missing from what is rendered as text)."""
+    log = page.locator(".messages")
+    expect(log).to_have_text(re.compile(".*".join(map(re.escape, texts)), re.DOTALL))
+    shown = log.text_content()
+    assert [shown.count(t) for t in texts] == [1] * len(texts), shown
+
+
+def test_a_failed_turns_note_stays_with_its_turn_live_and_after_a_reload(page, model):
+    from heron.errors import ProviderError
+
+    for n in (1, 2):
+        _send(page, f"attempt {n}")
+        expect(page.locator(".live")).to_have_count(1)
+        model.feed(("raise", ProviderError(f"refused request {n}", status=400)))
+        expect(page.get_by_text(f"refused request {n}")).to_have_count(1)
+        expect(page.get_by_text("Agent is working")).to_have_count(0)
+    for _ in range(2):  # as the turns end, then after a reload
+        expect(page.locator(".note").filter(has_text="send /retry")).to_have_count(2)
+        _order(page, "attempt 1", "refused request 1", "attempt 2", "refused request 2")
+        page.reload()
+        expect(page.locator(".msg.user")).to_have_count(2)
+
+
+def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
+    _stop_mid_reply(page, model, "I will go on")
+    expect(page.get_by_text("The reply was stopped here.")).to_have_count(1)
+    _send(page, "next question")
+    model.reply("next answer")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    stopped = ("I will go on", "The reply was stopped here.")
+    # Live, /stop's answer is with the turn it stopped, not under the next reply.
+    _order(
+        page,
+        "talk for a while",
+        *stopped,
+        "Stopped. What the turn finished is kept.",
+        "next question",
+        "next answer",
+    )
+    page.reload()  # the stored reply's note, in the same place
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    _order(page, "talk for a while", *stopped, "next question", "next answer")

@@ -354,24 +354,47 @@ async def _tree(ctx: CommandContext, arg: str) -> CommandReply:
     if arg:
         if not arg.isdigit() or not 1 <= int(arg) <= len(leaves):
             return CommandReply(f"Give a branch number from 1 to {len(leaves)}.")
-        await ctx.store.call(ctx.store.set_head, conv.id, leaves[int(arg) - 1].id)
-        return CommandReply(f"Switched to branch {arg}.")
+        leaf, label = leaves[int(arg) - 1]
+        await ctx.store.call(ctx.store.set_head, conv.id, leaf.id)
+        return CommandReply(f"Switched to branch {arg}: {label}")
     rows = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True)
     on_branch = {r.id for r in rows}
     lines = [f"Branches of {conv.key} (* current; /tree N switches, /edit N TEXT rewinds):"]
-    for i, leaf in enumerate(leaves, 1):
-        mark = "*" if leaf.id in on_branch else " "
-        lines.append(f"{mark} {i}. {_short(leaf.message.text)}")
+    for i, (leaf, label) in enumerate(leaves, 1):
+        lines.append(f"{'*' if leaf.id in on_branch else ' '} {i}. {label}")
     lines.append("Your messages on the current branch:")
     for i, r in enumerate(_user_messages(rows), 1):
         lines.append(f"  {i}. {_short(r.message.text)}")
     return CommandReply("\n".join(lines))
 
 
-def _leaves(store: Store, conversation_id: int) -> list[StoredMessage]:
+def _leaves(store: Store, conversation_id: int) -> list[tuple[StoredMessage, str]]:
+    """Each branch's last message and its label, numbered by where the branch starts (the
+    first message it does not share), so a branch keeps its number as it grows."""
     rows = store.all_messages(conversation_id)
-    parents = {r.parent_id for r in rows}
-    return [r for r in rows if r.id not in parents]
+    by_id = {r.id: r for r in rows}
+    children: dict[int | None, int] = {}
+    for r in rows:
+        children[r.parent_id] = children.get(r.parent_id, 0) + 1
+
+    def start(leaf: StoredMessage) -> int:
+        at = leaf
+        while at.parent_id is not None and children[at.parent_id] == 1:
+            at = by_id[at.parent_id]
+        return at.id
+
+    leaves = sorted((r for r in rows if r.id not in children), key=start)
+    return [(leaf, _label(leaf, by_id)) for leaf in leaves]
+
+
+def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
+    """A branch as its last exchange: the last message you typed on it, then what answered."""
+    at: StoredMessage | None = leaf
+    while at is not None and not _user_messages([at]):
+        at = by_id.get(at.parent_id) if at.parent_id is not None else None
+    if at is None or at is leaf:
+        return _short(leaf.message.text)
+    return f"{_short(at.message.text, 30)} → {_short(leaf.message.text, 40)}"
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -88,7 +88,14 @@ class ServeGone(ConnectionError):
 class ServeDiffers(ConnectionRefusedError):
     """The serve answers, but this run's environment asks for what it cannot give (another
     model or window, `serve_differs`): the client runs in its own process, as it does when
-    no serve answers (every caller already falls back on ConnectionRefusedError)."""
+    no serve answers (every caller already falls back on ConnectionRefusedError), and says so
+    (`notice`): otherwise the person would not know their run left the serve."""
+
+    def notice(self) -> str:
+        return (
+            f"heron: {self}: running in this process instead, with this shell's settings"
+            " (unset the variable to go through the serve)."
+        )
 
 
 # Per-run environment overrides a serve cannot honour for one client: the serve's own value

@@ -162,7 +162,7 @@ async def run_message(
     """Through a running serve when one answers (and the run asks for nothing it cannot give:
     another model, or keeping nothing), else in this process."""
     if model is None and not ephemeral:
-        from heron.channels.remote import serve_socket
+        from heron.channels.remote import ServeDiffers, serve_socket
 
         path = serve_socket()
         if path is not None:
@@ -170,6 +170,8 @@ async def run_message(
                 return await run_remote(
                     path, text, agent, key, out, err, as_json=as_json, files=files
                 )
+            except ServeDiffers as differs:
+                print(differs.notice(), file=err)
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: run here
     settings = load_settings()

@@ -309,11 +309,13 @@ async def run_chat(
 
         path = serve_socket(settings.paths.home)
         if path is not None:
-            from heron.channels.remote import ServeGone
+            from heron.channels.remote import ServeDiffers, ServeGone
 
             try:
                 await _chat_remote(path, settings, console, state)
                 return
+            except ServeDiffers as differs:
+                console.print(differs.notice(), style="yellow", markup=False, highlight=False)
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: chat here
             except ServeGone:

@@ -38,6 +38,9 @@ KEEP_MIN = 5  # the most recent results always intact: between KEEP_MIN and KEEP
 BATCH = 10
 _SAVED = re.compile(r"saved in (\S+?\.txt)")
 EARLIER = "[Earlier conversation: see the archived context summary in the system prompt.]"
+# A view must open with the user's side; one that opens with Heron's own lookup (auto-recall's
+# call before an edited first message) has no earlier conversation to point to.
+OPENING = "[The conversation starts here.]"
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ def derive_view(
     pairs = results_with_calls([*((r.id, r.message) for r in rows[start:]), *extra_items])
     view = repair_tool_pairs(shape([*visible_rows(rows, plan), *extra_items], pairs, opts))
     if view and view[0].role == "assistant":
-        view.insert(0, Message("user", [Text(EARLIER)]))
+        folded = plan.folded_upto is not None  # only then is there an archived summary
+        view.insert(0, Message("user", [Text(EARLIER if folded else OPENING)]))
     return view
 
 

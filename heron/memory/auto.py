@@ -176,18 +176,21 @@ def auto_hits(
     gate: Gate = GATE,
     since: float = 0.0,
     own: bool = True,
+    branch: Iterable[int] | Callable[[], Iterable[int]] | None = None,
 ) -> list[AutoHit]:
     """The hits auto-recall shows for `text` typed in `conversation_id`: this conversation's
-    (written at `since` or later: the /new floor), or when it has none, other conversations'
-    above the stricter bar, each in the order of the fused retrieval. [] when nothing passes (the
-    common case: no vector is loaded then). `in_view` may be a function, called only when
-    something passes. `own` False says that every message of the conversation written at
-    `since` or later is in view (wiring.unseen_own): none of them could be shown, so the
-    conversation's own search is skipped, with the same hits."""
+    (written at `since` or later: the /new floor; on the current `branch` when given: what
+    /retry, /edit or /tree left on another branch the person turned away from), or when it has
+    none, other conversations' above the stricter bar, each in the order of the fused
+    retrieval. [] when nothing passes (the common case: no vector is loaded then). `in_view`
+    and `branch` may be functions, called only when something passes. `own` False says that
+    every message of the conversation written at `since` or later is in view
+    (wiring.unseen_own): none of them could be shown, so the conversation's own search is
+    skipped, with the same hits."""
     if not wants_recall(text):
         return []
     with recall.one_look():  # the searches' stamp read once for all of them
-        return _auto_hits(recall, text, conversation_id, in_view, gate, since, own)
+        return _auto_hits(recall, text, conversation_id, in_view, gate, since, own, branch)
 
 
 def _auto_hits(
@@ -198,6 +201,7 @@ def _auto_hits(
     gate: Gate,
     since: float,
     own: bool,
+    branch: Iterable[int] | Callable[[], Iterable[int]] | None = None,
 ) -> list[AutoHit]:
     mine = shares(recall, text, conversation_id) if own else {}
     own_hits = _answered(recall, {i: s for i, s in mine.items() if s >= gate.own}, gate)
@@ -208,6 +212,9 @@ def _auto_hits(
             return []  # the common case: neither the view nor a vector is loaded
     skip = set(in_view() if callable(in_view) else in_view)
     own_hits = {i: s for i, s in own_hits.items() if i not in skip}
+    if own_hits and branch is not None:
+        on = set(branch() if callable(branch) else branch)
+        own_hits = {i: s for i, s in own_hits.items() if i in on}
     if own_hits and since > 0:
         dates = records.message_dates(recall.store, list(own_hits))
         own_hits = {i: own_hits[i] for i, _, created in dates if created >= since}
@@ -282,12 +289,13 @@ def auto_messages(
     gate: Gate = GATE,
     since: float = 0.0,
     own: bool = True,
+    branch: Iterable[int] | Callable[[], Iterable[int]] | None = None,
 ) -> list[Message]:
     """The synthetic recall_history call and its result for `text`, or [] when nothing passes.
     The result holds whole hit lines while they fit `max_chars` (at least the first hit,
     cut to fit), this conversation's hits first and other conversations' under their own
     heading; the call names the query as the model would have asked it."""
-    found = auto_hits(recall, text, conversation_id, in_view, gate, since, own)
+    found = auto_hits(recall, text, conversation_id, in_view, gate, since, own, branch)
     if not found:
         return []
     content = render(found, max_chars)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -139,6 +140,9 @@ class Seen:
 
     rows: frozenset[int]
     cited: frozenset[int]
+    # Every row of the current branch, those folded out of view included: auto-recall shows
+    # none of this conversation's others (what /retry, /edit or /tree left behind).
+    branch: frozenset[int] = frozenset()
 
     @property
     def ids(self) -> set[int]:
@@ -157,7 +161,7 @@ def seen_by_model(store: Store, conversation_id: int) -> Seen:
             continue
         rows.add(row.id)
         cited.update(row.meta.get("recalled", ()))
-    return Seen(frozenset(rows), frozenset(cited))
+    return Seen(frozenset(rows), frozenset(cited), frozenset(r.id for r in state.rows))
 
 
 # Older messages of a conversation `unseen_own` reads the dates of, at most: past them it
@@ -285,14 +289,20 @@ def recall_rows(
     call_id = f"recall_{secrets.token_hex(4)}"
     since = history_floor(store, conversation_id)
     in_view: set[int] | Callable[[], set[int]]
+    branch: frozenset[int] | Callable[[], frozenset[int]]
     if search_is_slow(store):
         # What the model sees is read first (the engine keeps the branch decoded: a few
         # queries), so that the conversation's own search, a millisecond or two in a large
         # history, is skipped when none of its messages could be shown.
         seen = seen_by_model(store, conversation_id)
-        in_view, own = seen.ids, unseen_own(store, conversation_id, seen, since)
+        in_view, own, branch = (
+            seen.ids,
+            unseen_own(store, conversation_id, seen, since),
+            seen.branch,
+        )
     else:  # searching costs less than the look: only a hit loads the view
-        in_view, own = (lambda: seen_by_model(store, conversation_id).ids), True
+        looked = functools.cache(lambda: seen_by_model(store, conversation_id))
+        in_view, own, branch = (lambda: looked().ids), True, (lambda: looked().branch)
     found = auto_messages(  # the same gate as `fires`, asked once: [] loads nothing else
         recall,
         text,
@@ -302,6 +312,7 @@ def recall_rows(
         call_id=call_id,
         since=since,
         own=own,
+        branch=branch,
     )
     if not found:
         return []

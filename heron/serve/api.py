@@ -170,6 +170,7 @@ def _search(store: Store, query: str, limit: int) -> list[dict[str, Any]]:
             "key": key,
             "title": conv.title if conv else None,
             "updated": conv.updated if conv else hit.created,
+            "turns": store.turn_count(conv.id) if conv else 0,
             "snippet": " ".join(hit.snippet.split())[:200],
             "message_id": hit.message_id,
         }
@@ -292,8 +293,8 @@ def _branches(store: Store, key: str) -> dict[str, Any]:
     rows = store.branch(conv.id)
     on_branch = {r.id for r in rows}
     leaves = [
-        {"n": i, "id": leaf.id, "text": leaf.message.text[:200], "current": leaf.id in on_branch}
-        for i, leaf in enumerate(_leaves(store, conv.id), 1)
+        {"n": i, "id": leaf.id, "text": label, "current": leaf.id in on_branch}
+        for i, (leaf, label) in enumerate(_leaves(store, conv.id), 1)
     ]
     typed = [
         {"n": i, "id": r.id, "text": r.message.text} for i, r in enumerate(_user_messages(rows), 1)

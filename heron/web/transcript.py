@@ -6,6 +6,8 @@ and mail typed while the agent worked marked as such), the agent's replies as or
 Heron wrote itself. Tool results travel in user rows in the record; here each is folded into
 the pill of its call, as the live stream shows it; an `ask_user` call is shown as its question
 and the person's answer, read from the question's row (heron/store/runs.py), not its text.
+A turn that failed stores no reply, only its turn row's status and error: its note (what the
+person was told, `The turn failed: ...; send /retry`) is placed after that turn's last item.
 Consecutive assistant rows of one turn (a tool loop) form one reply block, so a reload shows
 exactly what the stream built.
 
@@ -18,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heron.agent.control import unlabelled
-from heron.agent.turn import REPLY_STOPPED
+from heron.agent.turn import FAILED, REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import Store, StoredMessage, runs
 
@@ -60,6 +62,9 @@ class Item:
     running: bool = False
     # A user message's number on this branch: what `/edit N TEXT` takes (as /tree lists them).
     number: int | None = None
+    # A note saying the turn failed: it shows no stored row of its own (`rows` is empty; `id`
+    # is the row it follows), read from the turn's status.
+    failed: bool = False
 
 
 @dataclass
@@ -91,10 +96,30 @@ def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None
         if turn is not None and turn.status == "running":
             for item in items[before:] or items[-1:]:
                 item.running = True
+    for turn in turns.values():
+        if turn.status == "failed" and turn.error:
+            _failed(items, turn.id, turn.user_message_id, turn.error)
     users = [i for i in items if i.kind == "user"]
     for n, item in enumerate(users, 1):
         item.number = n
     return Transcript(conv.key, conv.title, conv.head_id, items)
+
+
+def _failed(items: list[Item], turn: int, message: int | None, error: str) -> None:
+    """The failure note of `turn` after its last item on this branch (a turn that stored no
+    row of its own, a failed /retry, goes after its message's); none when it is off the branch."""
+    at = [n for n, it in enumerate(items) if it.turn == turn]
+    if not at and message is not None:  # its message, and the earlier turns' items after it
+        at = [
+            n
+            for n, it in enumerate(items)
+            if it.turn_message == message and it.turn is not None and it.turn < turn
+        ]
+    if not at:
+        return
+    anchor = items[at[-1]]
+    note = Item("note", anchor.id, turn, message, FAILED.format(error=error), failed=True)
+    items.insert(at[-1] + 1, note)
 
 
 @dataclass

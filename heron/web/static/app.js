@@ -253,6 +253,9 @@ function Item({ item, onEdit, number }) {
   if (item.kind === "separator") {
     return html`<div class="separator" role="separator" data-id=${item.id}>${item.text}</div>`;
   }
+  if (item.kind === "note" && item.failed) { // a failed turn's note, from its turn row
+    return html`<div class="note error" role="note"><pre>${item.text}</pre></div>`;
+  }
   if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
   if (item.kind === "user") {
     const editable = onEdit && number;
@@ -294,7 +297,7 @@ function jumpToEnd(el, frames = 10) {
   if (frames > 0) requestAnimationFrame(() => jumpToEnd(el, frames - 1));
 }
 
-function Live({ live, list, onApprove }) {
+function Live({ live, list, onApprove, notes }) {
   const [, redraw] = useState(0);
   useEffect(() => {
     const draw = () => redraw((n) => n + 1);
@@ -311,7 +314,46 @@ function Live({ live, list, onApprove }) {
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
       <div class="user-text">${m.text}</div></article>`)}
     <article class="msg assistant live" aria-label="agent's reply, streaming">
-      <${Segments} segments=${live.segments} live onApprove=${onApprove} /></article>`;
+      <${Segments} segments=${live.segments} live onApprove=${onApprove} /></article>
+    ${notes.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}`;
+}
+
+// What Heron said outside a reply (a failed turn, a command's answer, /stop's): shown where it
+// was said, not at the foot of the page, where later turns would come above it.
+function Note({ n }) {
+  return html`<div class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`;
+}
+
+// A stored item's identity in the page (a failed turn's note names the row it follows).
+const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
+
+// Where a note goes: after the turn it was said in (the live one's message), else after the
+// item that was last when it came.
+function anchorOf(live, items) {
+  if (live && live.messageId != null) return { turn: live.messageId };
+  const last = items[items.length - 1];
+  return { item: last ? itemKey(last) : null };
+}
+
+// The transcript's items with each note after its anchor; `live` gets those of its turn, and
+// a note whose anchor is not shown (another branch) goes at the end. A failed turn's note the
+// store already gives (its turn row) is not shown twice.
+function placeNotes(shown, items, notes, live) {
+  const failed = new Set(items.filter((it) => it.failed).map((it) => it.turn_message));
+  const left = notes.filter((n) => !(n.kind === "error" && failed.has(n.after.turn)));
+  const take = (test) => {
+    const out = left.filter(test);
+    for (const n of out) left.splice(left.indexOf(n), 1);
+    return out;
+  };
+  const rows = shown.map((it, i) => {
+    const next = shown[i + 1];
+    const turnEnds = it.turn_message != null && (!next || next.turn_message !== it.turn_message);
+    const key = itemKey(it);
+    return { it, notes: take((n) => n.after.item === key || (turnEnds && n.after.turn === it.turn_message)) };
+  });
+  const mine = live && live.messageId != null ? take((n) => n.after.turn === live.messageId) : [];
+  return { rows, live: mine, rest: left };
 }
 
 function Banner({ live, onStop }) {
@@ -380,8 +422,29 @@ function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
     </div></form>`;
 }
 
+// When a conversation was last used, as the list says it: "just now", "5 min ago", "3 h ago",
+// "yesterday", "4 days ago", then the date.
+export function ago(epoch, now = Date.now() / 1000) {
+  const s = Math.max(0, now - epoch);
+  if (s < 60) return "just now";
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  const days = Math.floor(s / 86400);
+  if (days === 1) return "yesterday";
+  if (days < 7) return `${days} days ago`;
+  return new Date(epoch * 1000).toLocaleDateString();
+}
+
+// What tells apart conversations that began with the same words: turns and last activity.
+function convMeta(c) {
+  const turns = c.turns === undefined ? null : `${c.turns} turn${c.turns === 1 ? "" : "s"}`;
+  return [turns, c.updated ? ago(c.updated) : null].filter(Boolean).join(" · ");
+}
+
 function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
+  const [, setMinute] = useState(0); // "5 min ago" moves on while the page stays open
+  useEffect(() => { const t = setInterval(() => setMinute((m) => m + 1), 60000); return () => clearInterval(t); }, []);
   const [q, setQ] = useState("");
   const asked = useRef(0);
   const load = useCallback(async () => {
@@ -434,6 +497,7 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
         onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
         <span class="conv-title">${c.title || c.key}</span>
+        <span class="conv-meta">${convMeta(c)}</span>
         ${state(c.key)}
         ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
       <span class="conv-actions">
@@ -612,6 +676,7 @@ function App() {
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
+  const itemsRef = useRef([]); // the items last read, for the events' handler (a note's place)
   const convRef = useRef(conv);
   const listRef = useRef(null);
   const connRef = useRef(null);
@@ -649,7 +714,7 @@ function App() {
       if (key !== convRef.current || gen !== fetches.current) return;
       prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
       if (!loaded.current) toEnd.current = true;
-      setItems(t.items); setTitle(t.title); loaded.current = true;
+      itemsRef.current = t.items; setItems(t.items); setTitle(t.title); loaded.current = true;
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
       document.body.dataset.rendered = String(t.items.length);
@@ -744,7 +809,10 @@ function App() {
       case "message":
         if (ev.kind === "question" && lv && !lv.done) { // ask_user: the next message answers it
           lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
-        } else if (ev.kind !== "answer") setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after: lv ? null : -1 }]);
+        } else if (ev.kind !== "answer") {
+          const after = anchorOf(lv, itemsRef.current);
+          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after }]);
+        }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
         const seg = lv && lv.segments.find((x) => x.kind === "approval" && x.id === ev.id);
@@ -799,7 +867,7 @@ function App() {
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
     fresh.current = true; replay.current = null;
-    setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
+    itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -837,6 +905,7 @@ function App() {
   // arrived (it is shown once, live, until the end swaps it for the stored item).
   const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
   const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
+  const placed = placeNotes(shown, items, notes, live);
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <a class="skip" href="#input" onClick=${(e) => { e.preventDefault(); focusInput(); }}>Skip to message box</a>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} onClose=${closeSide} notify=${notify} refresh=${tick}
@@ -857,9 +926,10 @@ function App() {
       </header>
       ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
-        ${shown.map((it) => html`<${PureItem} key=${it.kind + it.id} item=${it} onEdit=${onEdit} number=${it.number} />`)}
-        ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} />`}
-        ${notes.map((n) => html`<div key=${"n" + n.seq} class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`)}
+        ${placed.rows.flatMap(({ it, notes: after }) => [html`<${PureItem} key=${itemKey(it)} item=${it}
+          onEdit=${onEdit} number=${it.number} />`, ...after.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)])}
+        ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
+        ${placed.rest.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
