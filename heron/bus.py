@@ -61,6 +61,9 @@ class TurnOptions:
     no_deadline: bool = False
     message_meta: dict[str, object] | None = None
     bare: bool = False  # no auto-recall into it: a subagent sees only its task
+    # What a conversation this turn opens is titled with: the person's words the turn carries
+    # on (a goal's objective). A message of Heron's (meta "synthetic") never titles one.
+    title: str | None = None
     # A turn run as a durable workflow (heron/scale/): its run id, derived from the message's
     # id so a recovered attempt finds the one before it; and, for a recovered attempt, the
     # stored message it answers where the record stands (not stored again).

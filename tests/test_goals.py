@@ -144,6 +144,25 @@ async def test_a_goal_command_turn_starts_the_work():
     assert goal.status == "done"
 
 
+async def test_a_conversation_opened_by_goal_is_titled_with_its_objective_not_the_nudge(capsys):
+    """QA: every goal conversation was titled "[Heron: your goal continues] Keep working...",
+    and `conversations show` never said where the goal was set (/goal stores no message)."""
+    from heron.channels.info import show_conversation
+
+    model = Routed({"test:": lambda r, n: call("goal", action="done", evidence="e")})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        await loop.dispatch(InboundMessage("test", "owls", "/goal Count the owls"))
+        await loop.wait_idle()
+        conversation = engine.store.conversation("test:owls")
+        capsys.readouterr()
+        show_conversation(engine.settings, "test:owls")
+    assert conversation is not None and conversation.title == "Count the owls"
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("── goal set (done): Count the owls")
+    assert at < next(i for i, line in enumerate(lines) if g.NUDGE[:20] in line)
+
+
 async def test_no_model_deadline_for_a_goal_turn():
     async with running_loop(Routed({}), ToolRegistry([])) as (engine, _, _said):
         plain = bounds(engine, TurnOptions())[2].deadline

@@ -203,6 +203,22 @@ async def test_mail_is_drained_after_tools_and_after_final_reply(tmp_path):
     assert provider.requests[2].messages[-1].text == "also: say bye"
 
 
+async def test_the_answer_to_mail_after_a_final_reply_streams_as_a_paragraph_of_its_own(tmp_path):
+    """`heron run` printed "...when it finishes.Echo: ..." (a subagent's result or a
+    message read after the reply): the next reply starts a new paragraph."""
+    mailbox = [[Message("user", [Text("and this")])]]
+
+    async def drain():
+        return mailbox.pop(0) if mailbox else []
+
+    streamed: list[str] = []
+    _, runner = make_runner([Reply([Text("first reply.")], "done"), Reply([Text("Echo")], "done")])
+    hooks = RunHooks(drain=drain, on_event=lambda e: streamed.append(e.text))
+    result = await runner.run("", [user("go")], ctx(tmp_path), hooks)
+    assert result.text == "Echo"
+    assert "".join(streamed) == "first reply.\n\nEcho"
+
+
 async def test_history_with_unanswered_call_is_repaired_before_sending(tmp_path):
     crashed = [
         user("run it"),

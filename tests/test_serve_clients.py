@@ -137,6 +137,36 @@ async def test_heron_run_on_a_busy_conversation_says_so_and_is_answered_in_the_r
     assert browser[-1]["reply"] == "answered both"  # the browser saw the same turn end
 
 
+async def test_heron_run_prints_its_own_commands_answer_never_the_running_turns():
+    """QA: `/goal` sent by `heron run` while a turn ran printed that turn's tail and never its
+    own answer. /goal is answered at once beside the turn (as /status is); a command that waits
+    for the turn (/help) prints its own answer, not the turn it waited for."""
+    gate, wait_gate = _gated()
+
+    def script(request) -> Reply:
+        if request.messages[-1].role == "user" and "start the job" in request.messages[-1].text:
+            return Reply([Text("other turn says hi"), ToolCall("c1", "wait_gate", {})], "tool")
+        return Reply([Text("other turn done")], "done")
+
+    registry = ToolRegistry([wait_gate])
+    goal, helped = (StringIO(), StringIO()), (StringIO(), StringIO())
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "busy")
+        await ws.send(json.dumps({"type": "send", "text": "start the job"}))
+        await ws_until(ws, "tool_start")
+        asked = run_message(Settings.load, "/goal", "default", "busy", None, False, *goal)
+        assert await asyncio.wait_for(asked, 30)  # while the turn still waits at the gate
+        waits = asyncio.create_task(
+            run_message(Settings.load, "/help", "default", "busy", None, False, *helped)
+        )
+        await asyncio.sleep(0.2)
+        gate.set()
+        assert await asyncio.wait_for(waits, 30)
+    assert goal[0].getvalue() == "No goal in this conversation. /goal TEXT sets one.\n"
+    assert "other turn" not in helped[0].getvalue()
+    assert helped[0].getvalue().startswith("Commands")
+
+
 @pytest.mark.slow
 def test_a_run_through_serve_imports_no_provider_and_no_sdk(heron_home):
     with FakeOpenAIServer([ServerReply(text="light reply")]) as model:

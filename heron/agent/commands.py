@@ -120,7 +120,7 @@ NAMES: tuple[str, ...] = ("new", "stop", "status", "resume", "retry", "edit", "t
 NAMES += ("help",)
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
-PRIORITY = frozenset({"stop", "new", "status"})  # run at once even while a turn is running
+PRIORITY = frozenset({"stop", "new", "status", "goal"})  # at once even while a turn runs
 LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
 
 

@@ -7,8 +7,8 @@ never writes to a screen.
 A message for a conversation whose turn is running goes into that turn's mailbox; the runner
 drains it after each tool phase and after a final-looking reply, so the follow-up is answered in
 the same turn. Mail that arrives after the last drain, or that a /stop or /new overtook, is kept
-and opens the next turn (after the fresh context, for /new). /stop, /new and /status for a busy
-conversation run at once instead of queueing behind the turn.
+and opens the next turn (after the fresh context, for /new). /stop, /new, /status and /goal for
+a busy conversation run at once instead of queueing behind the turn.
 
 /stop is a hard break: the epoch is bumped (so whatever the turn still tries to commit is
 discarded), the task is cancelled, and its finished tool results are restored into the record.

@@ -223,6 +223,8 @@ class Runner:
                 return "done"  # already a final answer: nothing to wrap up
             mail = await hooks.drain()
             if mail:
+                if reply.text.strip() and hooks.on_event:  # what follows answers the mail:
+                    hooks.on_event(StreamEvent("text", "\n\n"))  # a paragraph of its own
                 for message in mail:
                     await self._add(s, message, hooks)
                 continue

@@ -50,7 +50,7 @@ from heron.context.prompt import fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ContextOverflow, ProviderError
 from heron.memory import wiring as memory_wiring
-from heron.messages import Message, Text, scrub_text
+from heron.messages import File, Message, Text, scrub_text
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
@@ -447,10 +447,20 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         # Attachments' bytes are written to the store's folder: not on the event loop.
         off_loop=bool(files),
     )
-    if conversation.title is None:
-        named = text if text.strip() else ", ".join(f.name or "file" for f in files)
+    named = None if conversation.title is not None else _named_by(text, files, options)
+    if named is not None:
         await store.call(store.set_title, conversation.id, title_of(named))
     return turn_id, stored.id
+
+
+def _named_by(text: str, files: tuple[File, ...], options: TurnOptions | None) -> str | None:
+    """What titles a conversation this message opens: the person's words, never Heron's own
+    message (a goal's nudge titles it with the goal's objective instead)."""
+    if options is not None and options.title:
+        return options.title
+    if options is not None and (options.message_meta or {}).get("synthetic"):
+        return None
+    return text if text.strip() else ", ".join(f.name or "file" for f in files)
 
 
 async def recall_and_note(t: Turn, text: str) -> str | None:

@@ -16,7 +16,7 @@ from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
-from heron.store import Store, StoredMessage, Turn, runs
+from heron.store import Store, StoredMessage, Turn, goals, runs
 
 
 def open_store(settings: Settings) -> Store:
@@ -147,9 +147,20 @@ def show_conversation(
     seen: set[int] = set()
     numbers = {tid: i for i, tid in enumerate(turns, 1)}
     asked = Asked(runs.questions(store, conv.key))
+    set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
     for stored in store.branch(conv.id):
+        while set_goals and set_goals[0].created <= stored.created:
+            typer.echo(_goal_line(set_goals.pop(0)))
         for line in _lines(stored, turns, numbers, seen, asked):
             typer.echo(line)
+    for goal in set_goals:
+        typer.echo(_goal_line(goal))
+
+
+def _goal_line(goal: goals.Goal) -> str:
+    """Where a goal was set (`/goal TEXT` stores no message of its own): its objective and
+    what became of it."""
+    return f"── goal set ({goal.status}): {goal.objective}"
 
 
 def _compaction_views(

@@ -142,8 +142,12 @@ class RemoteAgent:
         channel: str,
         deliver: Deliver,
         approve: Approver | None = None,
+        own_only: bool = False,
     ) -> None:
         self.reader, self.writer = reader, writer
+        # `heron run`: deliver only what answers this client's messages (their turns, the
+        # turn they joined as mail, commands' replies), never another turn of the conversation.
+        self.own_only = own_only
         self.channel, self.deliver = channel, deliver
         # Asks the person about a command the serve's turn wants to run (the terminal's y/n);
         # None: this client leaves approvals to the conversation's other clients.
@@ -294,6 +298,9 @@ class RemoteAgent:
         self._track(key, event)
         if kind in ("approval", "approval_end"):
             self._approval(event)
+        if self.own_only and not self._answers_us(event):
+            await self._after(event)
+            return
         others = kind == "status" and event.get("chat_id") not in (None, self.chat_id)
         if others and (event.get("state") != "mail" or not event.get("text")):
             return  # another client's queued message: its turn shows it as it starts
@@ -304,12 +311,31 @@ class RemoteAgent:
         item = to_outbound(event, self.channel, key)
         if item is not None:
             await self.deliver(item)
+        await self._after(event)
+
+    async def _after(self, event: dict[str, Any]) -> None:
+        """What a delivered (or, for `own_only`, passed over) event settles."""
+        kind = event.get("type")
         if kind == "turn_end" or (kind == "message" and event.get("kind") == "command"):
             self._resolve(event)
         if kind == "turn_end":
             async with self._ended:
                 self.ended += 1
                 self._ended.notify_all()
+
+    def _answers_us(self, event: dict[str, Any]) -> bool:
+        """Whether `event` answers one of this client's messages: said to this client (a
+        command's reply, its message's mail or queued status), or part of a turn its message
+        opened or joined as mail. Another turn of the conversation (someone else's, a goal's
+        nudge) streams past unseen."""
+        kind, said = event.get("type"), event.get("kind")
+        if event.get("chat_id") == self.chat_id and kind in ("message", "status", "error"):
+            return True
+        if kind == "status" and event.get("state") in ("mail", "queued"):
+            return False  # another client's message
+        if kind == "message" and said == "command":
+            return False  # another client's command answered
+        return "own" in self._waiting or "mail" in self._waiting
 
     def _approval(self, event: dict[str, Any]) -> None:
         """A command waits for approval: asked here (the first answer from any client of the
@@ -383,11 +409,13 @@ async def connect_remote(
     key: str,
     agent: str = "default",
     approve: Approver | None = None,
+    own_only: bool = False,
 ) -> AsyncIterator[RemoteAgent]:
     """Attached to `key` on the serve behind `path`; raises OSError when none answers there.
-    `approve` asks the person about the commands the serve's turns want to run."""
+    `approve` asks the person about the commands the serve's turns want to run; `own_only`
+    delivers only what answers this client's messages (RemoteAgent.own_only)."""
     reader, writer = await asyncio.open_unix_connection(str(path), limit=LINE_LIMIT)
-    agent_conn = RemoteAgent(reader, writer, channel, deliver, approve)
+    agent_conn = RemoteAgent(reader, writer, channel, deliver, approve, own_only)
     agent_conn._reader = asyncio.create_task(agent_conn.read())
     try:
         await agent_conn.hello(key, agent)

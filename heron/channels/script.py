@@ -79,6 +79,8 @@ class _Printer:
             self.end = ev.end
 
     def message(self, m: OutboundMessage) -> None:
+        if m.kind == "command" and self.end is None:  # answered at once beside a running
+            self.end = TurnEnd(True, "command", reply=m.text)  # turn: no turn_end of its own
         if m.kind == "notice":
             self.note(m.text)
         elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
@@ -206,7 +208,10 @@ async def run_remote(
 
     key = key or new_key("run")
     printer = _Printer(out, err, as_json)
-    async with connect_remote(path, CHANNEL, printer.deliver, key, agent) as conn:
+    # Only what answers this message: another turn of the conversation (someone else's, a
+    # goal's nudge) is not this run's output.
+    opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
+    async with opened as conn:
         if conn.embedded:
             err.write(EMBEDDED_BANNER + "\n")
         await conn.send(text, key, agent, files)

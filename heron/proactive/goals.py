@@ -149,7 +149,8 @@ class Goals:
             )
             self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice"))
             return True
-        options = TurnOptions(no_deadline=True, message_meta={"synthetic": True, "goal": goal.id})
+        meta: dict[str, object] = {"synthetic": True, "goal": goal.id}
+        options = TurnOptions(no_deadline=True, message_meta=meta, title=goal.objective)
         nudge = InboundMessage(
             channel, chat, NUDGE, key, provenance="goal", options=options, id=nudge_id
         )

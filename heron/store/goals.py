@@ -26,6 +26,7 @@ class Goal:
     tokens_used: int
     shown: str | None
     evidence: str | None
+    created: float = 0.0  # when it was set (`conversations show` puts it there)
 
     @property
     def exhausted(self) -> bool:
@@ -53,6 +54,7 @@ _COLUMNS = (
     "tokens_used",
     "shown",
     "evidence",
+    "created",
 )
 
 
