@@ -152,13 +152,15 @@ class Connection {
   constructor(onEvent, onState) {
     this.onEvent = onEvent; this.onState = onState;
     this.key = null; this.lastSeq = 0; this.ws = null; this.retry = 0; this.outbox = [];
+    this.everOpen = false; // the page's first socket has opened
+    this.onDropped = null; // told what the person sent while the first socket was opening, if it failed
   }
   open(key, lastSeq) {
     this.key = key; this.lastSeq = lastSeq;
     if (this.ws && this.ws.readyState <= 1) { this.hello(); return; }
     const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
     this.ws = ws;
-    ws.onopen = () => { this.retry = 0; this.onState("open"); this.hello();
+    ws.onopen = () => { this.retry = 0; this.everOpen = true; this.onState("open"); this.hello();
       for (const m of this.outbox.splice(0)) ws.send(JSON.stringify(m)); };
     ws.onmessage = (e) => {
       let ev; try { ev = JSON.parse(e.data); } catch { return; }
@@ -171,6 +173,11 @@ class Connection {
     };
     ws.onclose = () => {
       if (this.ws !== ws) return;
+      if (!this.everOpen) { // the first socket never opened: what the person sent is given back
+        const typed = this.outbox.filter((m) => m.type === "send" || m.type === "command");
+        this.outbox = this.outbox.filter((m) => !typed.includes(m));
+        if (typed.length && this.onDropped) this.onDropped(typed);
+      }
       this.onState("closed");
       const wait = Math.min(5000, 200 * 2 ** this.retry++);
       setTimeout(() => this.open(this.key, this.lastSeq), wait);
@@ -181,8 +188,15 @@ class Connection {
   send(m) {
     if (!this.sendNow(m)) this.outbox.push(m);
   }
-  // Sent now, or not at all (false): what the person typed is never delivered later without
-  // a word, after they may have given up on it and sent it again.
+  // What the person typed: sent now, or, while the page's first socket opens (a message sent
+  // right after the page loads), the moment it opens; else not at all (false): never
+  // delivered later without a word, after they may have given up on it and sent it again.
+  sendTyped(m) {
+    if (this.sendNow(m)) return true;
+    if (this.everOpen || !this.ws || this.ws.readyState !== 0) return false;
+    this.outbox.push(m);
+    return true;
+  }
   sendNow(m) {
     if (!this.ws || this.ws.readyState !== 1) return false;
     this.ws.send(JSON.stringify(m));
@@ -865,6 +879,11 @@ function App() {
 
   useEffect(() => {
     connRef.current = new Connection(onEvent, setConnState);
+    connRef.current.onDropped = (typed) => { // the first socket failed: the text goes back
+      notify(NOT_SENT);
+      const said = typed.find((m) => m.type === "send");
+      if (said && draft.current) draft.current(said.text);
+    };
     // The transcript is read while the socket opens; the welcome then only adds the stream.
     loading.current = loadTranscript(conv);
     connRef.current.open(conv, 0);
@@ -900,7 +919,7 @@ function App() {
   const send = (text, files) => {
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
-    if (!connRef.current.sendNow(m)) { notify(NOT_SENT); return false; }
+    if (!connRef.current.sendTyped(m)) { notify(NOT_SENT); return false; }
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
@@ -913,7 +932,7 @@ function App() {
     seg.sent = true; showLive(liveRef.current);
     connRef.current.send({ type: "approve", id: seg.id, allow });
   };
-  const command = (text) => { if (!connRef.current.sendNow({ type: "command", text })) notify(NOT_SENT); };
+  const command = (text) => { if (!connRef.current.sendTyped({ type: "command", text })) notify(NOT_SENT); };
   const onEdit = (n, text) => command(`/edit ${n} ${text}`); // its own box said what
 
   const working = live && !live.done;
