@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -140,9 +139,6 @@ class Seen:
 
     rows: frozenset[int]
     cited: frozenset[int]
-    # Every row of the current branch, those folded out of view included: auto-recall shows
-    # none of this conversation's others (what /retry, /edit or /tree left behind).
-    branch: frozenset[int] = frozenset()
 
     @property
     def ids(self) -> set[int]:
@@ -161,7 +157,7 @@ def seen_by_model(store: Store, conversation_id: int) -> Seen:
             continue
         rows.add(row.id)
         cited.update(row.meta.get("recalled", ()))
-    return Seen(frozenset(rows), frozenset(cited), frozenset(r.id for r in state.rows))
+    return Seen(frozenset(rows), frozenset(cited))
 
 
 # Older messages of a conversation `unseen_own` reads the dates of, at most: past them it
@@ -289,20 +285,14 @@ def recall_rows(
     call_id = f"recall_{secrets.token_hex(4)}"
     since = history_floor(store, conversation_id)
     in_view: set[int] | Callable[[], set[int]]
-    branch: frozenset[int] | Callable[[], frozenset[int]]
     if search_is_slow(store):
         # What the model sees is read first (the engine keeps the branch decoded: a few
         # queries), so that the conversation's own search, a millisecond or two in a large
         # history, is skipped when none of its messages could be shown.
         seen = seen_by_model(store, conversation_id)
-        in_view, own, branch = (
-            seen.ids,
-            unseen_own(store, conversation_id, seen, since),
-            seen.branch,
-        )
+        in_view, own = seen.ids, unseen_own(store, conversation_id, seen, since)
     else:  # searching costs less than the look: only a hit loads the view
-        looked = functools.cache(lambda: seen_by_model(store, conversation_id))
-        in_view, own, branch = (lambda: looked().ids), True, (lambda: looked().branch)
+        in_view, own = (lambda: seen_by_model(store, conversation_id).ids), True
     found = auto_messages(  # the same gate as `fires`, asked once: [] loads nothing else
         recall,
         text,
@@ -312,7 +302,9 @@ def recall_rows(
         call_id=call_id,
         since=since,
         own=own,
-        branch=branch,
+        # the current branch, folded rows included (the store keeps it decoded): none of what
+        # /retry, /edit or /tree left behind is shown; read only when a hit of its own passes
+        branch=lambda: {r.id for r in store.branch(conversation_id)},
     )
     if not found:
         return []

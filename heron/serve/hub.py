@@ -164,8 +164,14 @@ class Hub:
         found = self.journals.get(key)
         if found is None:
             seq = self.unloaded.pop(key, 0)
-            found = Journal(key, self.size, seq=seq, about=self.about, running=self.running)
-            found.waiting = self.waiting
+            found = Journal(
+                key,
+                self.size,
+                seq=seq,
+                about=self.about,
+                running=self.running,
+                waiting=self.waiting,
+            )
             self.journals[key] = found
             self._trim(keep=key)
         else:
