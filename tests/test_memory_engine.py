@@ -377,3 +377,19 @@ async def test_retry_and_edit_never_recall_the_branch_the_person_turned_away_fro
         assert not any("Lisbon" in r or "Porto" in r for r in recalled), recalled
     texts = [p.text for m in model.requests[1].messages for p in m.parts if hasattr(p, "text")]
     assert not any("Lisbon" in t for t in texts)  # nor anywhere else in the retried request
+
+
+async def test_recall_history_leaves_out_the_message_that_asks():
+    # The asking message holds the query's words best, and the model has it in view: a search
+    # that returned it first crowded out what was said before.
+    ask = Reply([ToolCall("r1", "recall_history", {"query": "locker code at the gym"})], "tool")
+    model = Model([said("Noted."), ask, said("4417.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("gym", "My locker code at the gym is 4417.")
+        await engine.turn("gym", "What was my locker code at the gym, the one I told you?")
+        rows = engine.store.branch(engine.store.conversation("gym").id)
+        asking = next(r for r in rows if "the one I told you" in last_user_text_of(r.message))
+    result = model.requests[-1].messages[-1].tool_results[0].content
+    lines = result.splitlines()
+    assert "4417" in lines[0]
+    assert f"message {asking.id} ·" not in result

@@ -195,6 +195,7 @@ class BuiltTurn:
     # Compaction's own model calls (summaries, checkpoints), held until RUN records them.
     compaction_calls: CallSink = field(default_factory=CallSink)
     notices: list[str] = field(default_factory=list)  # told to the user once (a large message)
+    user_message_id: int | None = None  # the message the turn answers: the run's first row
 
 
 @dataclass(frozen=True)
@@ -411,6 +412,7 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         prepared.governor,
         sink,
         prepared.notices,
+        user_id,
     )
     return t.built
 
@@ -551,7 +553,7 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
 
 async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     engine, store = t.engine, t.engine.store
-    ctx = tool_context(t)
+    ctx = tool_context(t, built)
     trace = trace_for(engine, built, t.conversation.agent)
     recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
     await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
@@ -588,7 +590,7 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     return PendingSave(run, tuple(final), figures, recorder)
 
 
-def tool_context(t: Turn) -> ToolContext:
+def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
     return ToolContext(
         workspace=engine.settings.paths.workspace,
@@ -602,6 +604,7 @@ def tool_context(t: Turn) -> ToolContext:
             store=engine.store,
             conversation_id=conversation.id,
             conversation_key=conversation.key,
+            turn_start=built.user_message_id,
             agent=conversation.agent,
             turn=t.control,
             memory=engine.memory,

@@ -111,6 +111,9 @@ class TurnServices:
     store: Store | None = None
     conversation_id: int | None = None
     conversation_key: str | None = None
+    # The id of the message the running turn answers: it and what follows it in the
+    # conversation are in the model's view (recall_history leaves them out).
+    turn_start: int | None = None
     agent: str = "default"  # work state, todos and the scratchpad are kept per agent
     turn: RunningTurn | None = None
     memory: MemoryService | None = None  # None when ephemeral

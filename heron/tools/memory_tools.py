@@ -191,10 +191,19 @@ def recall_history(
         return _open_message(recall, message_id)
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
-    hits = recall.search(query, max(1, min(limit, 30)))
+    hits = recall.search(query, max(1, min(limit, 30)), exclude=_this_turn(ctx, recall))
     if not hits:
         return f"Nothing found for {query!r}."
     return "\n".join(hit.line() for hit in hits)
+
+
+def _this_turn(ctx: ToolContext, recall: Recall) -> set[int]:
+    """The running turn's messages: the one that asks (its words match the query best) and
+    what followed it. The model has them in view; returned first, they crowd out the past."""
+    start, conversation = ctx.services.turn_start, ctx.services.conversation_id
+    if start is None or conversation is None:
+        return set()
+    return {row.id for row in recall.store.branch(conversation) if row.id >= start}
 
 
 def _open_message(recall: Recall, message_id: int) -> str:
