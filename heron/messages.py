@@ -445,3 +445,9 @@ def to_json(message: Message) -> str:
 
 def from_json(text: str) -> Message:
     return message_from_dict(json.loads(text))
+
+
+def title_of(text: str) -> str:
+    """A conversation's title from the text that opens it: its first line, cut at 60."""
+    line = text.strip().splitlines()[0] if text.strip() else "(empty)"
+    return line[:60] + ("…" if len(line) > 60 else "")

@@ -168,3 +168,26 @@ async def test_no_model_deadline_for_a_goal_turn():
         plain = bounds(engine, TurnOptions())[2].deadline
         goal = bounds(engine, TurnOptions(no_deadline=True))[2].deadline
     assert plain == engine.retry.deadline and goal == NO_DEADLINE > 10 * plain
+
+
+def test_goal_conversations_titled_with_the_nudge_before_are_retitled_by_the_migration(home_db):
+    """Conversations a goal opened before titles skipped the nudge all read "[Heron: your goal
+    continues] Keep working toward…" in a list; the migration gives them their objective."""
+    from heron.store import Store
+    from heron.store.migrations import m022_goal_titles
+
+    store = Store(home_db)
+    try:
+        old = store.open_conversation("test:owls")
+        store.set_title(old.id, g.NUDGE[:60] + "…")
+        goals.set_goal(store, "test:owls", "Count the owls in the barn\nand the wood")
+        goals.set_goal(store, "test:owls", "A later goal")
+        lost = store.open_conversation("test:lost")  # its goal row is gone: left as it is
+        store.set_title(lost.id, g.NUDGE[:60] + "…")
+        with store.transaction() as c:
+            m022_goal_titles.apply(c)
+        titles = {k: store.conversation(k).title for k in ("test:owls", "test:lost")}
+    finally:
+        store.close()
+    assert titles["test:owls"] == "Count the owls in the barn"
+    assert titles["test:lost"] == g.NUDGE[:60] + "…"

@@ -50,7 +50,7 @@ from heron.context.prompt import fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
 from heron.errors import ContextOverflow, ProviderError
 from heron.memory import wiring as memory_wiring
-from heron.messages import File, Message, Text, scrub_text
+from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
@@ -514,11 +514,6 @@ def before_message(
         engine.store, engine.recall, conversation_id, text, strong, max_chars=chars
     )
     return memory_wiring.memory_note(engine.memory, conversation_id)
-
-
-def title_of(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "(empty)"
-    return line[:60] + ("…" if len(line) > 60 else "")
 
 
 # ---- RUN --------------------------------------------------------------------------------------
