@@ -353,3 +353,51 @@ def _dump(store) -> dict[str, list]:
         "checkpoints": [tuple(r) for r in store.query("SELECT * FROM checkpoints")],
         "model_calls": [r[0] for r in store.query("SELECT id FROM model_calls ORDER BY id")],
     }
+
+
+async def test_mail_a_stop_overtook_in_a_turn_heron_started_is_kept_as_the_persons():
+    """Mail the run never read opens the next turn. It was replayed with the running turn's own
+    message: in a goal's nudge turn, the person's words were stored as Heron's synthetic nudge
+    (never quotable for memory, titled and counted as the goal's), under the nudge's id."""
+    from heron.bus import TurnOptions
+
+    registry, _, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [Reply([ToolCall("c1", "wait_gate", {})], "tool"), Reply([Text("On it.")], "done")]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        options = TurnOptions(message_meta={"synthetic": True, "goal": 1}, title="Owls")
+        nudge = InboundMessage("goal", "g", "[nudge]", "t:1", "goal", options=options, id="n1")
+        await loop.dispatch(nudge)
+        await _until(lambda: len(provider.requests) == 1)
+        await loop.dispatch(InboundMessage("web", "w", "also count the bats", "t:1"))
+        await loop.dispatch(InboundMessage("web", "w", "/stop", "t:1"))
+        await loop.wait_idle()
+        rows = engine.store.branch(engine.store.conversation("t:1").id)
+    mine = next(r for r in rows if "count the bats" in r.message.text)
+    assert mine.author == "user" and not mine.meta.get("synthetic")
+    assert len(provider.requests) == 2  # the mail got its turn
+
+
+async def test_mail_a_stop_overtook_does_not_carry_the_turns_attachments_again():
+    from heron.messages import File
+
+    registry, _, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [Reply([ToolCall("c1", "wait_gate", {})], "tool"), Reply([Text("Fine.")], "done")]
+    )
+    bus = MessageBus()
+    notes = File("text/plain", b"line one\n", name="notes.txt")
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "read this", files=(notes,)))
+        await _until(lambda: len(provider.requests) == 1)
+        await loop.dispatch(InboundMessage("t", "1", "and be brief"))
+        await loop.dispatch(InboundMessage("t", "1", "/stop"))
+        await loop.wait_idle()
+        rows = engine.store.branch(engine.store.conversation("t:1").id)
+    with_file = [r.message.text for r in rows if "line one" in r.message.text]  # sent inline
+    assert len(with_file) == 1 and "read this" in with_file[0]
+    assert len(provider.requests) == 2

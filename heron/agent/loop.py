@@ -205,7 +205,7 @@ class AgentLoop:
             queue = self._pending.setdefault(key, deque())
             mail = self._active[key].control.mailbox.take()
             if mail:
-                queue.appendleft(dataclasses.replace(message, text=mail))
+                queue.appendleft(unread_mail(message, mail, key))
             queue.appendleft(message)
             await self.stop(key)
             return
@@ -432,7 +432,7 @@ class AgentLoop:
         mail = control.mailbox.take()
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
-            queue.appendleft(dataclasses.replace(message, text=mail, key=key))
+            queue.appendleft(unread_mail(message, mail, key))
         if queue:
             self._start(key, queue.popleft())
         elif not self._active:
@@ -506,6 +506,16 @@ class AgentLoop:
             await self.stop(key)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
+
+
+def unread_mail(message: InboundMessage, mail: str, key: str) -> InboundMessage:
+    """The mail a run never read, as the person's message of its own, where `message` (the
+    turn's, or the /new that stopped it) was heard. Nothing else of `message` carries over:
+    a goal's nudge or a subagent's result is Heron's (its provenance, options and meta would
+    make the person's words Heron's), and its id and files are its own."""
+    return InboundMessage(
+        message.channel, message.chat_id, mail, key, agent=message.agent, events=message.events
+    )
 
 
 def mailable(message: InboundMessage) -> bool:
