@@ -112,7 +112,9 @@ def _assignment(match: re.Match[str]) -> str:
     value = match.group("value").strip("\"'")
     if value.startswith("[redacted") or _PATH_VALUE.fullmatch(value):
         return match.group()
-    return match.group("name") + match.group("sep") + mark("assignment")
+    quote = match.group("value")[0] if match.group("value")[0] in "\"'" else ""
+    # A quoted value keeps its quotes: a dict or a TOML line printed stays one.
+    return match.group("name") + match.group("sep") + quote + mark("assignment") + quote
 
 
 def _replace(kind: str) -> Callable[[re.Match[str]], str]:

@@ -44,6 +44,11 @@ def test_assignments_keep_their_name_and_lose_their_value(line):
     assert line.split("=")[-1].split(":")[-1].strip(' "') not in out
 
 
+def test_a_quoted_value_keeps_its_quotes():
+    printed = "{'HOME': '/home/me', 'API_KEY': 'abcd1234efgh'}"
+    assert scrub_patterns(printed) == "{'HOME': '/home/me', 'API_KEY': '[redacted: assignment]'}"
+
+
 def test_a_pem_private_key_goes_whole():
     pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\nAAAA\n"
     pem += "-----END OPENSSH PRIVATE KEY-----"
