@@ -13,8 +13,14 @@ a control message, not a signal to the process group: SIGINT to the group would 
 itself, and its death takes the kernel with it.
 
 run_cell returns a digest rather than the raw message stream: numbered output, the last value,
-the files the cell changed, or the error. A last value too large to show stays in the kernel
-under a name the digest gives, so the model never re-runs an expensive call to see it again.
+the files the cell changed, or the error. Output is kept as head and tail while it streams, as
+the bash tool keeps a command's (`CellOutput` on shell.HeadTail): a cell printing gigabytes costs
+Heron a few megabytes, the model reads the head and tail that fit its result budget, and the
+person's `/show N` up to WHOLE_CAP characters. A cell past its timeout is interrupted and its
+end awaited on the shell channel, which no backlog of output delays; the kernel is restarted
+(variables lost, and said so) only when the cell has not stopped INTERRUPT_GRACE seconds later.
+A last value too large to show stays in the kernel under a name the digest gives, so the model
+never re-runs an expensive call to see it again.
 """
 
 from __future__ import annotations
@@ -32,14 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
 from heron.tools.sandbox import Sandbox
+from heron.tools.shell import HeadTail
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STARTUP_TIMEOUT = 60.0
 INTERRUPT_GRACE = 5.0  # seconds a cell gets to stop after an interrupt before the restart
+# Seconds spent reading what a stopped cell printed before it stopped: a flood's backlog is
+# not worth waiting for (the next cell skips what is left of it).
+TAIL_GRACE = 1.0
+LINE_HELD = 65_536  # characters of one unfinished line held back in case a \r overwrites it
 POLL = 1.0  # seconds between checks that the kernel is still alive while waiting
 TRACEBACK_LINES = 6
 PREVIEW = 300  # characters of a stashed value shown as a preview
@@ -57,12 +69,102 @@ class CellError:
     traceback: list[str] = field(default_factory=list)
 
 
+class CellOutput:
+    """A cell's printed and displayed output as the model reads it ("[1] ...", "[2] (stderr)
+    ..."), kept as head and tail while it streams (shell.HeadTail): a cell printing gigabytes
+    costs a few megabytes and one pass over them, never a copy per chunk. Consecutive chunks of
+    one stream form one group, a display is a group of its own; on each line, what a carriage
+    return was followed by overwrites what came before it (progress bars), as in a terminal;
+    a group's trailing newlines are dropped."""
+
+    def __init__(self, limit: int = WHOLE_CAP) -> None:
+        self.limit = limit
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget all of it (the cell's `clear_output`)."""
+        limit = self.limit
+        self.sink = HeadTail(limit, f": the person's copy keeps {limit:,} characters")
+        self.groups = 0
+        self.kind: str | None = None
+        self.line: list[str] = []  # the line being printed, held back for a carriage return
+        self.line_len = 0
+        self.overwrite = False  # a carriage return ended the held line: new text replaces it
+        self.newlines = 0  # owed before the group's next text (never written at its end)
+
+    def add(self, kind: str, text: str) -> None:
+        if kind == "display" or kind != self.kind:
+            self._end_group()
+            self.groups += 1
+            self.kind = kind
+            label = "(stderr) " if kind == "stderr" else ""
+            self.sink.add(f"{chr(10) if self.groups > 1 else ''}[{self.groups}] {label}")
+        if "\r" not in text:  # the common case: whole lines go straight to the sink
+            cut = text.rfind("\n")
+            if cut < 0:
+                self._hold(text)
+                return
+            self._emit("".join(self.line) + text[:cut])
+            self._reset_line()
+            self.newlines += 1
+            self._hold(text[cut + 1 :])
+            return
+        *lines, rest = text.split("\n")
+        for line in lines:
+            self._hold(line)
+            self._emit("".join(self.line))
+            self._reset_line()
+            self.newlines += 1
+        self._hold(rest)
+
+    @property
+    def total(self) -> int:
+        """Characters of output, group labels included."""
+        return self.sink.total + self.line_len
+
+    def text(self, limit: int | None = None) -> str:
+        """All of it, or its head and tail around a count of what was left out."""
+        self._end_group()
+        return self.sink.text(limit)
+
+    def _hold(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.overwrite:
+            self._reset_line()
+        if "\r" in piece:
+            self.overwrite = piece.endswith("\r")  # unless a newline comes next
+            piece = piece.rstrip("\r")
+            if "\r" in piece:
+                self._reset_line()
+                piece = piece.rpartition("\r")[2]
+        self.line.append(piece)
+        self.line_len += len(piece)
+        if self.line_len > LINE_HELD:  # no progress bar: let it go, overwrites and all
+            self._emit("".join(self.line))
+            self._reset_line()
+
+    def _reset_line(self) -> None:
+        self.line, self.line_len, self.overwrite = [], 0, False
+
+    def _emit(self, text: str) -> None:
+        body = text.rstrip("\n")
+        if body:
+            self.sink.add("\n" * self.newlines + body)
+            self.newlines = 0
+        self.newlines += len(text) - len(body)
+
+    def _end_group(self) -> None:
+        self._emit("".join(self.line))
+        self._reset_line()
+        self.newlines = 0
+
+
 @dataclass
 class CellResult:
-    """What one cell produced. `outputs` are (kind, text) groups, kind being "stdout", "stderr"
-    or "display"; consecutive chunks of one stream are merged into one group."""
+    """What one cell produced: its output (bounded, `CellOutput`), its last value, its error."""
 
-    outputs: list[tuple[str, str]] = field(default_factory=list)
+    output: CellOutput = field(default_factory=CellOutput)
     value: str | None = None
     execution_count: int | None = None
     error: CellError | None = None
@@ -70,13 +172,10 @@ class CellResult:
     restarted: bool = False  # the kernel died or ignored the interrupt: variables are lost
     value_ref: str | None = None  # the expression holding a value too large to show
     value_type: str | None = None
+    fresh: str | None = None  # why it ran in a new kernel where the model expected the old
 
     def add_output(self, kind: str, text: str) -> None:
-        text = ANSI.sub("", text)
-        if self.outputs and kind != "display" and self.outputs[-1][0] == kind:
-            self.outputs[-1] = (kind, self.outputs[-1][1] + text)
-        else:
-            self.outputs.append((kind, text))
+        self.output.add(kind, ANSI.sub("", text))
 
 
 def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
@@ -123,6 +222,10 @@ class KernelSession:
         self._kc: Any = None
         self._sockets: Path | None = None
         self._lock = asyncio.Lock()
+        self._unsettled: str | None = None  # a cell interrupted when its turn was stopped
+        # Why the kernel was shut down with variables the model may still count on; said
+        # with the next cell's result, then forgotten.
+        self.lost: str | None = None
 
     @property
     def started(self) -> bool:
@@ -176,27 +279,74 @@ class KernelSession:
                     shutil.rmtree(sockets)
 
     async def execute(
-        self, code: str, timeout: float = 120.0, value_limit: int | None = None
+        self,
+        code: str,
+        timeout: float = 120.0,
+        value_limit: int | None = None,
+        result: CellResult | None = None,
     ) -> CellResult:
-        """Run `code` as a cell. On timeout the kernel is interrupted (variables kept); if it
-        does not stop, it is restarted. A value whose repr is longer than `value_limit` is
-        stashed in `_heron_values[<cell number>]` and named in `value_ref`."""
+        """Run `code` as a cell, its output gathered into `result` as it comes (a caller stopped
+        meanwhile still has what the cell printed). On timeout the kernel is interrupted and the
+        cell's end is awaited on the shell channel, which no flood of output queues behind;
+        only a cell that has not stopped within INTERRUPT_GRACE gets the kernel restarted. A
+        value whose repr is longer than `value_limit` is stashed in `_heron_values[<cell
+        number>]` and named in `value_ref`."""
+        result = CellResult() if result is None else result
         async with self._lock:
+            await self._settle()
             if not self.started:
                 await self.start()
+                result.fresh, self.lost = self.lost, None
             msg_id = self._kc.execute(code, store_history=True, allow_stdin=False)
-            result = CellResult()
-            if not await self._collect(msg_id, result, time.monotonic() + timeout):
+            try:
+                finished = await self._collect(msg_id, result, time.monotonic() + timeout)
+            except asyncio.CancelledError:  # the turn was stopped: so is the cell
+                self._unsettled = msg_id
+                with contextlib.suppress(Exception):
+                    await self._km.interrupt_kernel()
+                raise
+            if not finished:
                 result.timed_out = True
-                await self._km.interrupt_kernel()
-                if not await self._collect(msg_id, result, time.monotonic() + INTERRUPT_GRACE):
-                    result.restarted = True
-                    await self.shutdown()
+                await self._interrupt(msg_id, result)
             if result.restarted:
                 return result
             if value_limit is not None and len(result.value or "") > value_limit:
                 await self._stash(result)
             return result
+
+    async def _interrupt(self, msg_id: str, result: CellResult) -> None:
+        """Interrupt the cell; restart the kernel only if it does not stop (`restarted`)."""
+        await self._km.interrupt_kernel()
+        if not await self._replied(msg_id, INTERRUPT_GRACE):
+            result.restarted = True
+            await self.shutdown()
+            return
+        # Stopped: the last of its output (the KeyboardInterrupt) if it comes soon.
+        await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE)
+
+    async def _settle(self) -> None:
+        """A cell whose turn was stopped was interrupted then; if it still has not stopped,
+        the kernel is restarted, and the next cell is told its variables are gone."""
+        msg_id, self._unsettled = self._unsettled, None
+        if msg_id is None or not self.started or await self._replied(msg_id, INTERRUPT_GRACE):
+            return
+        await self.shutdown()
+        self.lost = "a cell stopped with its turn ignored the interrupt"
+
+    async def _replied(self, msg_id: str, seconds: float) -> bool:
+        """Whether the kernel finished executing `msg_id` (its reply on the shell channel)
+        within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                reply = await self._kc.get_shell_msg(timeout=min(remaining, POLL))
+            except queue.Empty:
+                if not await self._km.is_alive():
+                    return False
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
 
     async def _collect(self, msg_id: str, result: CellResult, deadline: float) -> bool:
         """Read the cell's messages until the kernel is idle (True) or the deadline (False)."""
@@ -283,7 +433,7 @@ def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
         frames = [ANSI.sub("", line) for line in content.get("traceback", [])]
         result.error = CellError(content.get("ename", "Error"), content.get("evalue", ""), frames)
     elif kind == "clear_output":
-        result.outputs.clear()
+        result.output.clear()
     elif kind == "status":
         return content.get("execution_state") == "idle"
     return False
@@ -323,34 +473,42 @@ def changes(
 # ---- the digest ------------------------------------------------------------------------------
 
 
-def digest(result: CellResult, changed: list[tuple[str, str]], timeout: float) -> ToolOutput:
-    """What the model reads after a cell."""
-    lines = [
-        f"[{i}] {'(stderr) ' if kind == 'stderr' else ''}{_tidy(text)}"
-        for i, (kind, text) in enumerate(result.outputs, 1)
-    ]
+def digest(
+    result: CellResult, changed: list[tuple[str, str]], timeout: float, budget: int = 20_000
+) -> ToolOutput:
+    """What the model reads after a cell: its output within `budget` characters with what
+    follows it (head and tail around a count of what was left out), and the whole of it, up to
+    WHOLE_CAP characters, for the person's /show when that was cut."""
+    rest: list[str] = []
     if result.value_ref:
         preview = " ".join((result.value or "")[:PREVIEW].split())
-        lines.append(
+        rest.append(
             f"Last value: {result.value_type}, {len(result.value or '')} characters, too large "
             f"to show. The kernel keeps it as `{result.value_ref}`: use that in later cells and "
             f"do not re-run the call that produced it. It starts: {preview}"
         )
     elif result.value is not None:
-        lines.append(f"Last value: {result.value}")
+        rest.append(f"Last value: {result.value}")
     if changed:
-        lines.append("Files changed: " + ", ".join(f"{p} ({how})" for p, how in changed))
-    lines += _trouble(result, timeout)
+        rest.append("Files changed: " + ", ".join(f"{p} ({how})" for p, how in changed))
+    rest += _trouble(result, timeout)
+    if result.fresh:
+        said = f"This cell ran in a new kernel ({result.fresh}): earlier variables are gone."
+        rest.insert(0, said)
+    output = result.output
+    limit = max(1000, budget - len("\n".join(rest)) - 200)
+    shown = [output.text(limit)] if output.groups else []
+    whole = "\n".join([output.text(), *rest]) if output.total > limit else None
     failed = result.error is not None or result.timed_out
-    return ToolOutput("\n".join(lines) or "(no output)", is_error=failed)
+    return ToolOutput("\n".join(shown + rest) or "(no output)", is_error=failed, whole=whole)
 
 
 def _trouble(result: CellResult, timeout: float) -> list[str]:
     if result.timed_out:
         if result.restarted:
             return [
-                f"Timed out after {timeout:g} s and ignored the interrupt, so the kernel was "
-                "restarted: all variables are lost."
+                f"Timed out after {timeout:g} s and did not stop within {INTERRUPT_GRACE:g} s "
+                "of the interrupt, so the kernel was restarted: all variables are lost."
             ]
         return [f"Timed out after {timeout:g} s; the cell was interrupted (variables are kept)."]
     if result.error is None:
@@ -367,11 +525,6 @@ def _trouble(result: CellResult, timeout: float) -> list[str]:
     if frames and frames[-1].strip() == headline.strip():
         frames = frames[:-1]  # the headline is already said
     return [headline, *frames[-TRACEBACK_LINES:]]
-
-
-def _tidy(text: str) -> str:
-    """Drop the overwritten part of progress-bar lines (text before a carriage return)."""
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n"))
 
 
 @tool(writes=True)
@@ -392,4 +545,4 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
     for path, how in changed:
         kind = "file_deleted" if how == "deleted" else "file_written"
         ctx.record_effect({"kind": kind, "path": path})
-    return digest(result, changed, max(1, timeout))
+    return digest(result, changed, max(1, timeout), ctx.result_budget)
