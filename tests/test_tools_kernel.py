@@ -154,6 +154,19 @@ async def test_a_flooding_cell_stops_at_its_timeout_bounded_and_keeps_its_variab
 
 
 @shared_loop
+async def test_a_large_print_is_counted_whole_though_the_kernel_sends_head_and_tail(
+    ctx: ToolContext,
+) -> None:
+    """The kernel itself keeps only the head and tail of what a cell prints (KERNEL_SETUP):
+    the model reads head and tail around the true count of the middle."""
+    result = await run(ctx, "print('a' + 'x' * 5_000_000 + 'z')")
+    head, marker, tail = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", result.content)
+    assert head.startswith("[1] axxx") and tail.endswith("xxxz")
+    assert len(head) + int(marker) + len(tail) == len("[1] ") + 5_000_002
+    assert len(result.content) <= ctx.result_budget
+
+
+@shared_loop
 async def test_concurrent_cells_are_serialised(ctx: ToolContext) -> None:
     registry = ToolRegistry([run_cell_tool])
     calls = [

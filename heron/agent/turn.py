@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import functools
 import secrets
 import typing
 from collections.abc import Awaitable, Callable
@@ -587,7 +588,12 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
 
 def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
+    # The conversation's kernel, kept by the process between its turns (given back at the
+    # run's end by `ctx.aclose()`).
+    kernel = engine.kernels.take(conversation.key)
     return ToolContext(
+        kernel=kernel,
+        keep_kernel=functools.partial(engine.kernels.release, conversation.key),
         workspace=engine.settings.paths.workspace,
         result_budget=engine.settings.config.agent.result_budget,
         redactor=engine.redactor,

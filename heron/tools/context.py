@@ -36,7 +36,8 @@ SCRATCHPAD_LIMITS = (5 * 1024 * 1024, 2_000, 1024 * 1024 * 1024)
 
 
 class RunSession(Protocol):
-    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
+    """A process a tool keeps for the rest of its run (the Python kernel): shut down with the
+    run, or given back to what keeps it for the conversation's next run (`keep_kernel`)."""
 
     async def shutdown(self) -> None: ...
 
@@ -164,6 +165,10 @@ class ToolContext:
     result_budget: int = 20_000
     effects: list[JSONObject] = field(default_factory=list)  # the whole run's
     kernel: RunSession | None = None
+    # Takes the kernel back when the run ends, for the conversation's next run (a long-lived
+    # process keeps one per conversation, heron/tools/python_kernel.py `Kernels`); None: the
+    # kernel is shut down with the run.
+    keep_kernel: Callable[[], Awaitable[None]] | None = None
     sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     services: TurnServices = field(default_factory=TurnServices)
     # The channel's approver of commands when the sandbox cannot run (heron/tools/approval.py).
@@ -192,7 +197,11 @@ class ToolContext:
             mine.append(effect)
 
     async def aclose(self) -> None:
-        """Release what the run started (the Python kernel)."""
+        """Release what the run started: the Python kernel is given back to its keeper, or
+        shut down when there is none."""
         kernel, self.kernel = self.kernel, None
-        if kernel is not None:
+        keep, self.keep_kernel = self.keep_kernel, None
+        if keep is not None:
+            await keep()
+        elif kernel is not None:
             await kernel.shutdown()

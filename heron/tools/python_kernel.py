@@ -1,8 +1,10 @@
 """A persistent IPython kernel for the agent: `KernelSession` and the `run_cell` tool.
 
-The kernel is started lazily, on the first run_cell of a run, with this very interpreter
+The kernel is started lazily, on a conversation's first run_cell, with this very interpreter
 (sys.executable) so it works inside a virtualenv without a kernelspec installed anywhere. Its
-working directory is the workspace and its variables live until the run ends (`ctx.aclose()`).
+working directory is the workspace. A long-lived process keeps one per conversation between
+its turns (`Kernels`, owned by the engine; docs/engine.md, "The Python kernel"); without it
+(a bare ToolContext) the kernel ends with the run (`ctx.aclose()`).
 
 It runs in the sandbox like every other command (heron/tools/sandbox.py). The client talks to
 it over ZeroMQ's `ipc` transport: Unix sockets in a private folder bound into the sandbox at
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import queue
 import re
@@ -41,7 +44,7 @@ from typing import Any
 from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
 from heron.tools.context import ToolContext
-from heron.tools.registry import ToolOutput, tool
+from heron.tools.registry import ToolOutput, ToolRegistry, parse_docstring, tool
 from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail
 
@@ -80,6 +83,13 @@ class CellOutput:
     def __init__(self, limit: int = WHOLE_CAP) -> None:
         self.limit = limit
         self.clear()
+
+    def dropped(self, count: int) -> None:
+        """`count` characters the kernel printed and left out here (KERNEL_SETUP): counted as
+        part of the middle that is not kept."""
+        self._emit("".join(self.line))
+        self._reset_line()
+        self.sink.total += count
 
     def clear(self) -> None:
         """Forget all of it (the cell's `clear_output`)."""
@@ -178,6 +188,75 @@ class CellResult:
         self.output.add(kind, ANSI.sub("", text))
 
 
+# Run in the kernel once it starts (silently, outside the user's history). Past the first
+# `head` characters a cell prints, stdout and stderr keep only a rolling tail of `tail`
+# characters in the kernel and count the rest; after the cell, the count goes out as DROPPED
+# and then the tail. A flood of output then costs the kernel one counter and never reaches the
+# socket, so its timeout holds and neither side holds more than the tail.
+KERNEL_SETUP = """
+_heron_values = {}
+def _heron_cap_output(head, tail, mark):
+    import collections, sys
+    state = {}
+    def capped(write):
+        def capped_write(text):
+            if not isinstance(text, str):
+                return write(text)
+            room = head - state["seen"]
+            if room > 0:
+                state["seen"] += len(text)
+                if len(text) <= room:
+                    return write(text)
+                write(text[:room])
+            size = len(text)
+            text = text[max(room, 0):]
+            kept = state["kept"]
+            kept.append((write, text))
+            state["kept_len"] += len(text)
+            while len(kept) > 1 and state["kept_len"] - len(kept[0][1]) >= tail:
+                gone = len(kept.popleft()[1])
+                state["kept_len"] -= gone
+                state["dropped"] += gone
+            return size
+        capped_write.heron_capped = True
+        return capped_write
+    def start(*_):
+        # IPython puts its own writer on the streams for each cell (`_tee`, which also keeps
+        # what it sees): the cap goes around it, so neither holds more than the tail.
+        state.update(seen=0, dropped=0, kept=collections.deque(), kept_len=0)
+        state["say"] = sys.stdout.write
+        for stream in (sys.stdout, sys.stderr):
+            if not getattr(stream.write, "heron_capped", False):
+                stream.write = capped(stream.write)
+    def flush(*_):
+        kept, dropped = state.get("kept") or (), state.get("dropped", 0)
+        if kept and state["kept_len"] > tail:
+            write, text = kept[0]
+            cut = state["kept_len"] - tail
+            kept[0] = (write, text[cut:])
+            dropped += cut
+        if dropped:
+            state["say"](mark % dropped)
+        for write, text in kept:
+            write(text)
+        state.update(kept=collections.deque(), dropped=0, kept_len=0, seen=0)
+    shell = get_ipython()
+    shell.events.register("pre_run_cell", start)
+    shell.events.register("post_run_cell", flush)
+    # IPython's history keeps every cell's output as well; nothing here reads it.
+    class Forget(dict):
+        def __contains__(self, key):
+            return False
+        def __getitem__(self, key):
+            return []
+    manager = getattr(shell, "history_manager", None)
+    if manager is not None and hasattr(manager, "outputs"):
+        manager.outputs = Forget()
+"""
+DROPPED_MARK = "\x00heron-dropped:%d\x00"
+DROPPED = re.compile("\x00heron-dropped:(\\d+)\x00")
+
+
 def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
     """A kernelspec manager that always answers with this interpreter's ipykernel, started in
     `sandbox` with the socket folder bound in."""
@@ -262,7 +341,9 @@ class KernelSession:
         except Exception:
             await self.shutdown()
             raise
-        await self._silent("_heron_values = {}")
+        half = WHOLE_CAP // 2
+        cap = f"_heron_cap_output({half}, {WHOLE_CAP - half}, {DROPPED_MARK!r})"
+        await self._silent(f"{KERNEL_SETUP}{cap}\ndel _heron_cap_output\n")
 
     async def shutdown(self) -> None:
         km, kc, self._km, self._kc = self._km, self._kc, None, None
@@ -394,6 +475,117 @@ class KernelSession:
         result.value_type = f"{kind} of length {size}" if size else kind
 
 
+KERNEL_IDLE_MINUTES = 30.0  # [tools] kernel_idle_minutes: a kept kernel unused this long ends
+KEPT_MAX = 8  # started kernels a process keeps between turns; the least recently used go first
+REAP_EVERY = 60.0  # seconds between looks for kernels unused past their time
+
+
+class Kernels:
+    """The Python kernels of a process, one per conversation, kept between its turns.
+
+    A run takes its conversation's session (`take`, started by its first cell) and gives it
+    back when it ends (`release`); the next turn of the conversation finds its variables there.
+    A kept kernel is shut down once unused for `idle_minutes` (0: at the end of every run), when
+    more than KEPT_MAX are kept (the least recently used), on /new (`forget`) and with the
+    process (`close`); a kernel is its own process in the sandbox, which dies with Heron
+    however Heron dies (docs/security.md). A conversation's turns run one at a time, and two
+    conversations never share a session."""
+
+    def __init__(
+        self, workspace: Path, sandbox: Sandbox, idle_minutes: float = KERNEL_IDLE_MINUTES
+    ) -> None:
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.idle = idle_minutes * 60
+        self._sessions: dict[str, KernelSession] = {}
+        self._runs: dict[str, int] = {}  # runs holding each session now
+        self._released: dict[str, float] = {}  # when each was last given back (monotonic)
+        self._reaper: asyncio.Task[None] | None = None
+
+    def take(self, key: str) -> KernelSession:
+        """The conversation's session for a run (not started until its first cell)."""
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = KernelSession(self.workspace, sandbox=self.sandbox)
+        self._runs[key] = self._runs.get(key, 0) + 1
+        return session
+
+    async def release(self, key: str) -> None:
+        """A run of the conversation ended: its kernel waits for the next one."""
+        self._runs[key] = self._runs.get(key, 1) - 1
+        if self._runs[key] > 0:
+            return
+        del self._runs[key]
+        self._released[key] = time.monotonic()
+        session = self._sessions.get(key)
+        if session is None:
+            return
+        if not session.started and session.lost is None:
+            self._drop(key)  # nothing to keep
+        elif self.idle <= 0:
+            await self._end(key, None)
+        else:
+            await self._over_cap()
+            if self._reaper is None:
+                self._reaper = asyncio.create_task(self._reap())
+
+    async def forget(self, key: str) -> None:
+        """/new: the conversation starts afresh, and so does its kernel (no notice)."""
+        session = self._sessions.get(key)
+        if session is not None:
+            await session.shutdown()
+            session.lost = None
+        if key not in self._runs:
+            self._drop(key)
+
+    async def close(self) -> None:
+        """The process ends: every kernel with it."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            with contextlib.suppress(Exception):
+                await session.shutdown()
+
+    @property
+    def running(self) -> list[str]:
+        """The conversations whose kernel runs now."""
+        return [key for key, session in self._sessions.items() if session.started]
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(REAP_EVERY, max(self.idle / 4, 0.05)))
+            now = time.monotonic()
+            for key in list(self._sessions):
+                idle_since = self._released.get(key)
+                if key in self._runs or idle_since is None or now - idle_since < self.idle:
+                    continue
+                await self._end(key, f"the last one ended after {self.idle / 60:g} minutes unused")
+
+    async def _over_cap(self) -> None:
+        idle = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
+        idle.sort(key=lambda k: self._released.get(k, 0.0))
+        for key in idle[: max(0, len(idle) - KEPT_MAX)]:
+            await self._end(key, f"more than {KEPT_MAX} conversations kept a kernel")
+
+    async def _end(self, key: str, why: str | None) -> None:
+        """Shut the kernel down; `why` is told with the conversation's next cell."""
+        session = self._sessions.get(key)
+        if session is None:
+            return
+        if session.started and why is not None:
+            session.lost = why  # before the shutdown: a run taking it meanwhile is told too
+        await session.shutdown()
+        if session.lost is None and key not in self._runs:
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        self._sessions.pop(key, None)
+        self._released.pop(key, None)
+
+
 def sweep_sockets(folder: Path) -> list[Path]:
     """Remove the kernel socket folders of Heron processes that no longer run (killed before
     their shutdown could); the folders removed."""
@@ -417,10 +609,24 @@ def _expression_text(found: Any) -> str:
     return str(found.get("data", {}).get("text/plain", ""))
 
 
+def _stream(name: str, text: str, result: CellResult) -> None:
+    """A stream message into `result`, with what the kernel dropped (KERNEL_SETUP) counted
+    where it was dropped."""
+    if "\x00" not in text:
+        result.add_output(name, text)
+        return
+    at = 0
+    for found in DROPPED.finditer(text):
+        result.add_output(name, text[at : found.start()])
+        result.output.dropped(int(found.group(1)))
+        at = found.end()
+    result.add_output(name, text[at:])
+
+
 def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
     """Fold one iopub message into `result`; True when the cell has finished."""
     if kind == "stream":
-        result.add_output(content["name"], content["text"])
+        _stream(content["name"], content["text"], result)
     elif kind in ("display_data", "update_display_data"):
         data = content.get("data", {})
         result.add_output("display", data.get("text/plain") or f"<{', '.join(data)}>")
@@ -525,6 +731,33 @@ def _trouble(result: CellResult, timeout: float) -> list[str]:
     if frames and frames[-1].strip() == headline.strip():
         frames = frames[:-1]  # the headline is already said
     return [headline, *frames[-TRACEBACK_LINES:]]
+
+
+def kernel_lifetime(idle_minutes: float, one_shot: bool) -> str:
+    """The sentence run_cell's description ends with: how long its variables last here."""
+    if one_shot:
+        return (
+            "This process answers one message: the kernel ends with this turn, and a later "
+            "message starts an empty one."
+        )
+    if idle_minutes <= 0:
+        return "The kernel ends with each turn: a later turn starts an empty one."
+    return (
+        "The kernel is kept for this conversation's later turns until it has been unused for "
+        f"{idle_minutes:g} minutes or the conversation starts afresh (/new); a cell that then "
+        "runs in a new kernel is told so."
+    )
+
+
+def describe_kernel(registry: ToolRegistry, idle_minutes: float, one_shot: bool) -> None:
+    """Say in run_cell's description how long its variables last in this process (rebuilt
+    from the docstring, so a registry opened twice is described once)."""
+    found = registry.get(run_cell.name)
+    if found is None:
+        return
+    base, _ = parse_docstring(found.fn.__doc__)
+    described = f"{base} {kernel_lifetime(idle_minutes, one_shot)}"
+    registry.replace(dataclasses.replace(found, description=described))
 
 
 @tool(writes=True)
