@@ -21,7 +21,7 @@ from heron.agent.engine import Engine
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
-from heron.tools.python_kernel import KernelSession
+from heron.tools.python_kernel import KernelSession, lifetime_in
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels
 
@@ -134,6 +134,9 @@ async def test_the_description_says_how_long_variables_last(heron_home: Path) ->
     )
     assert kept.description.endswith(one.sandbox.describe())  # still said last, once
     assert kept.description.count(one.sandbox.describe()) == 1
+    # What a replay reads back to describe the kernel as the recorded process did.
+    assert lifetime_in(kept.description) == (30.0, False)
+    assert lifetime_in(once.description) == (0.0, True)
 
 
 CHILD = """\

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heron.request import WHERE_IT_RUNS
 from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
 from heron.tools.context import ToolContext
@@ -751,13 +752,26 @@ def kernel_lifetime(idle_minutes: float, one_shot: bool) -> str:
 
 def describe_kernel(registry: ToolRegistry, idle_minutes: float, one_shot: bool) -> None:
     """Say in run_cell's description how long its variables last in this process (rebuilt
-    from the docstring, so a registry opened twice is described once)."""
+    from the docstring, so a registry opened twice is described once; where it runs, said
+    after it by heron/tools/approval.py, stays)."""
     found = registry.get(run_cell.name)
     if found is None:
         return
     base, _ = parse_docstring(found.fn.__doc__)
-    described = f"{base} {kernel_lifetime(idle_minutes, one_shot)}"
+    where = found.description.find(WHERE_IT_RUNS)
+    after = f" {found.description[where:]}" if where >= 0 else ""
+    described = f"{base} {kernel_lifetime(idle_minutes, one_shot)}{after}"
     registry.replace(dataclasses.replace(found, description=described))
+
+
+def lifetime_in(description: str) -> tuple[float, bool] | None:
+    """The (idle minutes, one-shot) whose sentence run_cell's `description` holds, if any: a
+    replay describes the kernel as the recorded run's process did."""
+    found = re.search(r"unused for ([0-9.]+) minutes", description)
+    candidates = [(0.0, True), (0.0, False)]
+    if found is not None:
+        candidates.append((float(found.group(1)), False))
+    return next((c for c in candidates if kernel_lifetime(*c) in description), None)
 
 
 @tool(writes=True)
