@@ -180,6 +180,9 @@ class ToolContext:
     redactor: Redactor | None = None
     reply_seq: int = 0  # which reply of the run asked for the running calls (set by the runner)
     memory_changes: ReplyCount = field(default_factory=ReplyCount)
+    # By call id, what a call stopped with its turn had produced so far (`leave_partial`):
+    # the turn says it with the call's interrupted result.
+    partials: dict[str, str] = field(default_factory=dict)
     # The scratchpad's folder (default: beside the workspace, per agent) and bounds.
     scratchpad: Path | None = None
     scratchpad_limits: tuple[int, int, int] = SCRATCHPAD_LIMITS
@@ -195,6 +198,15 @@ class ToolContext:
         mine = _CALL_EFFECTS.get()
         if mine is not None:
             mine.append(effect)
+
+    def leave_partial(self, text: str) -> None:
+        """What the running call had printed when its turn stopped it (called as it is
+        cancelled; `text` within the result budget): scrubbed as a result is, and kept for its
+        interrupted result."""
+        call_id = self.call_id
+        if call_id is None or not text.strip():
+            return
+        self.partials[call_id] = self.redactor.clean(text) if self.redactor else text
 
     async def aclose(self) -> None:
         """Release what the run started: the Python kernel is given back to its keeper, or

@@ -383,9 +383,7 @@ class KernelSession:
             try:
                 finished = await self._collect(msg_id, result, time.monotonic() + timeout)
             except asyncio.CancelledError:  # the turn was stopped: so is the cell
-                self._unsettled = msg_id
-                with contextlib.suppress(Exception):
-                    await self._km.interrupt_kernel()
+                await self._stopped(msg_id, result)
                 raise
             if not finished:
                 result.timed_out = True
@@ -405,6 +403,16 @@ class KernelSession:
             return
         # Stopped: the last of its output (the KeyboardInterrupt) if it comes soon.
         await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE)
+
+    async def _stopped(self, msg_id: str, result: CellResult) -> None:
+        """The cell's turn was stopped: interrupt it, and read what it printed until it ends
+        (TAIL_GRACE at most: the stop must not wait on it); one that has not ended by then is
+        settled before the next cell (`_settle`)."""
+        self._unsettled = msg_id
+        with contextlib.suppress(Exception):
+            await self._km.interrupt_kernel()
+            if await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE):
+                self._unsettled = None
 
     async def _settle(self) -> None:
         """A cell whose turn was stopped was interrupted then; if it still has not stopped,
@@ -787,7 +795,13 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
     if not isinstance(kernel, KernelSession):  # the run's first cell starts its kernel
         kernel = ctx.kernel = KernelSession(ctx.workspace, sandbox=ctx.sandbox)
     before = await asyncio.to_thread(snapshot, ctx.workspace)
-    result = await kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
+    result = CellResult()
+    try:
+        await kernel.execute(code, max(1, timeout), ctx.result_budget, result)
+    except asyncio.CancelledError:  # stopped with its turn: what it printed goes with that
+        if result.output.groups:
+            ctx.leave_partial(result.output.text(max(1000, ctx.result_budget - 200)))
+        raise
     changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))
     for path, how in changed:
         kind = "file_deleted" if how == "deleted" else "file_written"
