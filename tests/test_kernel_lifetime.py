@@ -120,6 +120,25 @@ async def test_an_unused_kernel_ends_and_the_next_cell_is_told(heron_home: Path)
     assert "NameError" in said["c2"]
 
 
+async def test_past_the_most_kept_the_least_recently_used_kernel_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("heron.tools.python_kernel.KEPT_MAX", 1)
+    provider = ScriptedProvider(
+        [*cell("a1", "a = 1"), *cell("b1", "b = 2"), *cell("a2", "print(a)")]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("a", "set a")
+        first = sockets_of(engine, "a")
+        await engine.turn("b", "set b")
+        assert await gone(first) and engine.kernels.running == ["b"]
+        await engine.turn("a", "read a")
+        said = results(engine)
+    assert said["a2"].startswith(
+        "This cell ran in a new kernel (this process keeps at most 1; it was used least recently): "
+    )
+
+
 async def test_the_description_says_how_long_variables_last(heron_home: Path) -> None:
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         kept = engine.registry.get("run_cell")

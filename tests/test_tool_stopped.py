@@ -74,6 +74,29 @@ async def test_a_stopped_cell_gives_the_model_what_it_printed_and_keeps_its_vari
     provider.assert_complete()
 
 
+@pytest.mark.slow  # a real Jupyter kernel, and the 5 s it is given to stop
+async def test_a_stopped_cell_that_ignores_the_interrupt_costs_the_kernel_and_says_so() -> None:
+    stubborn = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + CELL
+    provider = ScriptedProvider(
+        [
+            Reply([ToolCall("c1", "run_cell", {"code": stubborn})], "tool", Usage(1, 1)),
+            Reply([ToolCall("c2", "run_cell", {"code": "print(before)"})], "tool", Usage(1, 1)),
+            Reply([Text("done")], "done", Usage(1, 1)),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await stop_once_printed(engine, "stubborn", "count to five")
+        stopped = result_of(engine, "stubborn", "c1")
+        await engine.turn("stubborn", "what was set?")
+        after = result_of(engine, "stubborn", "c2")
+    assert stopped.content.endswith("[1] line 0\nline 1\nline 2\nline 3\nline 4")
+    assert after.content.startswith(
+        "This cell ran in a new kernel (a cell stopped with its turn ignored the interrupt): "
+        "earlier variables are gone."
+    )
+    assert "NameError" in after.content
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
 async def test_a_stopped_command_gives_the_model_what_it_printed(tmp_path: Path) -> None:
     provider = ScriptedProvider(

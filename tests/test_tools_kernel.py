@@ -230,6 +230,20 @@ def test_changes_between_snapshots() -> None:
 
 
 @shared_loop
+async def test_only_a_cell_that_ignores_the_interrupt_costs_the_kernel(ctx: ToolContext) -> None:
+    await run(ctx, "doomed_too = 1")
+    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+    result = await run(ctx, stubborn, timeout=1)
+    assert result.is_error
+    assert result.content == (
+        "Timed out after 1 s and did not stop within 5 s of the interrupt, so the kernel was "
+        "restarted: all variables are lost."
+    )
+    fresh = await run(ctx, "'doomed_too' in globals()")
+    assert fresh.content == "Last value: False"
+
+
+@shared_loop
 async def test_a_dead_kernel_is_reported_and_replaced(ctx: ToolContext) -> None:
     # Last in the module: it kills the shared kernel.
     await run(ctx, "doomed = 1")

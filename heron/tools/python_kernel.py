@@ -577,7 +577,9 @@ class Kernels:
         idle = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
         idle.sort(key=lambda k: self._released.get(k, 0.0))
         for key in idle[: max(0, len(idle) - KEPT_MAX)]:
-            await self._end(key, f"more than {KEPT_MAX} conversations kept a kernel")
+            await self._end(
+                key, f"this process keeps at most {KEPT_MAX}; it was used least recently"
+            )
 
     async def _end(self, key: str, why: str | None) -> None:
         """Shut the kernel down; `why` is told with the conversation's next cell."""
