@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
-from heron.store.records import shown_as
+from heron.store.records import RECALL_FLAG, shown_as
 
 
 def open_store(settings: Settings) -> Store:
@@ -174,8 +175,8 @@ def known(store: Store, key: str) -> Conversation:
 class Record:
     """What `conversations show` and `conversations export` read of one conversation: its
     turns (numbered from 1 in the order they ran, on any branch, as `show` heads them), the
-    rows of its current branch, the questions `ask_user` asked in it and the goals set in it,
-    oldest first."""
+    rows of its current branch (auto-recall's under the turn of the message they answer), the
+    questions `ask_user` asked in it and the goals set in it, oldest first."""
 
     conversation: Conversation
     turns: dict[int, Turn]
@@ -202,7 +203,22 @@ def read_record(store: Store, conv: Conversation) -> Record:
     turns = {t.id: t for t in store.turns(conv.id)}
     set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
     asked = runs.questions(store, conv.key)
-    return Record(conv, turns, store.branch(conv.id), asked, set_goals)
+    rows = list(_recall_under_its_turn(store.branch(conv.id)))
+    return Record(conv, turns, rows, asked, set_goals)
+
+
+def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:
+    """The rows in order, auto-recall's (stored just before the message they answer, outside
+    any turn) given that message's turn: its header then comes before them, not after."""
+    held: list[StoredMessage] = []
+    for row in rows:
+        if row.turn_id is None and row.meta.get(RECALL_FLAG):
+            held.append(row)
+            continue
+        yield from (dataclasses.replace(h, turn_id=row.turn_id) for h in held)
+        held = []
+        yield row
+    yield from held
 
 
 def _goal_line(goal: goals.Goal) -> str:
