@@ -320,7 +320,11 @@ def conversations_search(
     from heron.channels.memory_cli import print_recall
 
     try:
-        print_recall(open_store(settings()), query, limit, key=conversation, as_json=as_json)
+        store = open_store(settings())
+        try:
+            print_recall(store, query, limit, key=conversation, as_json=as_json)
+        finally:
+            store.close()
     except HeronError as e:
         fail(e)
 
