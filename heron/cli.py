@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -31,7 +32,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 conversations_app = typer.Typer(
-    rich_markup_mode="markdown", help="List, show and delete conversations.", no_args_is_help=True
+    rich_markup_mode="markdown",
+    help="List, show, search, export and delete conversations.",
+    no_args_is_help=True,
 )
 config_app = typer.Typer(
     rich_markup_mode="markdown", help="Show Heron's configuration.", no_args_is_help=True
@@ -296,6 +299,60 @@ def conversations_show(
         show_conversation(
             settings(), key, compactions=compactions, model_view=model_view, budget=budget
         )
+    except HeronError as e:
+        fail(e)
+
+
+@conversations_app.command("search")
+def conversations_search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Search this conversation only.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many hits.")] = 10,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON array of hits: key, message_id, who, ..."),
+    ] = False,
+) -> None:
+    """Search every message said, compacted ones included (as `heron memory recall`)."""
+    from heron.channels.info import open_store
+    from heron.channels.memory_cli import print_recall
+
+    try:
+        store = open_store(settings())
+        try:
+            print_recall(store, query, limit, key=conversation, as_json=as_json)
+        finally:
+            store.close()
+    except HeronError as e:
+        fail(e)
+
+
+@conversations_app.command("export")
+def conversations_export(
+    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    form: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="markdown (md) or json; default: json for an -o FILE ending in .json, "
+            "else markdown.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file, not stdout.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the -o file if it exists.")
+    ] = False,
+) -> None:
+    """Export a conversation's current branch, whole: every turn, tool call and result."""
+    from heron.channels.export import export_conversation
+
+    try:
+        export_conversation(settings(), key, form, output, force=force)
     except HeronError as e:
         fail(e)
 

@@ -1,6 +1,6 @@
 """The browser UI in headless Chromium (Playwright) against a real uvicorn on 127.0.0.1 and a
 model the test steers: send, streaming, stop mid-tool, reload mid-stream without loss or
-repeats, branches, memory review, upload, the work panel's cancel buttons."""
+repeats, branches, memory review, upload, the work panel's cancel buttons, the Download."""
 
 from __future__ import annotations
 
@@ -1004,3 +1004,49 @@ def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
     page.reload()  # the stored reply's note, in the same place
     expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
     _order(page, "talk for a while", *stopped, "next question", "next answer")
+
+
+def _tab_to(page: Any, name: str, most: int = 60) -> None:
+    """Press Tab until the control labelled `name` has the focus, as a person would."""
+    for _ in range(most):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('aria-label')") == name:
+            return
+    raise AssertionError(f"Tab never reached {name!r}")
+
+
+def test_download_reached_by_keyboard_saves_what_the_cli_exports(browser, site, tmp_path):
+    """The header's Download links (Markdown, JSON) for the open conversation: reached with Tab,
+    followed with Enter, they save what `heron conversations export` writes."""
+    from test_conversations_export import _record
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    store = Store(Settings.load().paths.db)
+    _record(store)
+    store.close()
+    cli = CliRunner()
+    markdown = cli.invoke(app, ["conversations", "export", "trip"]).stdout
+    exported = json.loads(cli.invoke(app, ["conversations", "export", "trip", "-f", "json"]).stdout)
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    page.goto(site.url + "/#c=trip")
+    expect(page.locator(".msg.user").first).to_contain_text("Plan my trip")
+    saved = {}
+    for label, suffix in (("Markdown", "md"), ("JSON", "json")):
+        _tab_to(page, f"download this conversation as {label}")
+        with page.expect_download() as info:
+            page.keyboard.press("Enter")
+        download = info.value
+        assert download.suggested_filename == f"heron-trip.{suffix}"
+        download.save_as(tmp_path / download.suggested_filename)
+        saved[suffix] = (tmp_path / download.suggested_filename).read_text(encoding="utf-8")
+    assert saved["md"] == markdown
+    assert json.loads(saved["json"]) == exported
+    # A conversation with nothing stored yet offers nothing to download.
+    page.goto(site.url + "/#c=nothing-yet")
+    page.reload()
+    expect(page.get_by_role("textbox", name="message")).to_be_visible()
+    expect(page.get_by_role("group", name="download this conversation")).to_have_count(0)
+    context.close()
