@@ -107,6 +107,20 @@ class _HostGate:
         await self.app(scope, receive, send)
 
 
+def _foreign(request: Request, allowed: frozenset[str] | None) -> str | None:
+    """Who sent a request from another origin, as the browser says it: a foreign `Origin`
+    (browsers send one with every POST, PUT, PATCH and DELETE), or a `Sec-Fetch-Site` that is
+    not this origin (for a browser that left the Origin out). None for this origin's own
+    pages, and for a client that says neither (curl with the cookie)."""
+    origin = request.headers.get("origin")
+    if origin is not None and not same_origin(origin, request.headers.get("host"), allowed):
+        return origin
+    site = request.headers.get("sec-fetch-site")
+    if site in ("same-site", "cross-site"):
+        return f"Sec-Fetch-Site: {site}"
+    return None
+
+
 class _Guard(BaseHTTPMiddleware):
     """Security headers on every response; another site's state-changing request refused;
     the session cookie on every route but /login."""
@@ -116,17 +130,12 @@ class _Guard(BaseHTTPMiddleware):
         self.auth, self.allowed = auth, allowed
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        origin = request.headers.get("origin")
         response: Response
-        if (
-            request.method in STATE_CHANGING
-            and origin is not None  # a browser always sends it; a script with the cookie may not
-            and not same_origin(origin, request.headers.get("host"), self.allowed)
-        ):
+        if request.method in STATE_CHANGING and (foreign := _foreign(request, self.allowed)):
             response = JSONResponse(
                 {
                     "detail": {
-                        "message": f"refused: a {request.method} from another site ({origin})",
+                        "message": f"refused: a {request.method} from another site ({foreign})",
                         "hint": "Use the web UI this serve serves, from its own address.",
                     }
                 },
