@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Store, StoredMessage, Turn, goals, runs
+from heron.store.records import RECALL_FLAG
 
 
 def open_store(settings: Settings) -> Store:
@@ -148,13 +150,27 @@ def show_conversation(
     numbers = {tid: i for i, tid in enumerate(turns, 1)}
     asked = Asked(runs.questions(store, conv.key))
     set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
-    for stored in store.branch(conv.id):
+    for stored in _recall_under_its_turn(store.branch(conv.id)):
         while set_goals and set_goals[0].created <= stored.created:
             typer.echo(_goal_line(set_goals.pop(0)))
         for line in _lines(stored, turns, numbers, seen, asked):
             typer.echo(line)
     for goal in set_goals:
         typer.echo(_goal_line(goal))
+
+
+def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:
+    """The rows in order, auto-recall's (stored just before the message they answer, outside
+    any turn) given that message's turn: its header then comes before them, not after."""
+    held: list[StoredMessage] = []
+    for row in rows:
+        if row.turn_id is None and row.meta.get(RECALL_FLAG):
+            held.append(row)
+            continue
+        yield from (dataclasses.replace(h, turn_id=row.turn_id) for h in held)
+        held = []
+        yield row
+    yield from held
 
 
 def _goal_line(goal: goals.Goal) -> str:

@@ -366,11 +366,20 @@ def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
 def _line_choose(batch: list[Suggestion]) -> set[int] | None:
     for s in batch:
         typer.echo(f"  [{s.id}] {s.describe()}")
-    answer = typer.prompt(
-        "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
-        default="",
-        show_default=False,
-    ).strip()
+    try:
+        answer = typer.prompt(
+            "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
+            default="",
+            show_default=False,
+        ).strip()
+    except typer.Abort:  # stdin ended (no terminal): nothing more is decided
+        typer.echo(
+            "\nNo answer on standard input: these still wait. Review in a terminal, pipe the"
+            " answers in (e.g. echo all | heron memory review), or use heron memory accept ID"
+            " or reject ID.",
+            err=True,
+        )
+        return None
     if answer.lower() in ("q", "quit", "esc"):
         return None
     if answer.lower() == "all":

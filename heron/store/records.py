@@ -63,12 +63,14 @@ class StoredMessage:
         return self.sent or self.message
 
 
+RECALL_FLAG = "recall"  # meta flag of auto-recall's rows (heron/memory/wiring.py)
+
 # Meta flags of rows Heron wrote itself, whatever their role.
 SYNTHETIC_FLAGS = (
     "synthetic",
     "injected",
     "injected_event",
-    "recall",
+    RECALL_FLAG,
     "summary",
     "subagent",
     "interrupted",
