@@ -221,7 +221,7 @@ def chat(
 @app.command()
 def serve(
     host: Annotated[
-        str, typer.Option(help="Address to listen on; anything but loopback needs a login.")
+        str, typer.Option(help="Address to listen on (127.0.0.1: this machine only).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port of the web UI (0: any free one).")] = 8765,
     model: ModelOpt = None,
@@ -229,12 +229,46 @@ def serve(
         int,
         typer.Option(help="Run turns in this many `heron worker` processes (PostgreSQL only)."),
     ] = 0,
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the login address in your browser.")
+    ] = False,
 ) -> None:
-    """Run the agent for this home: the web UI, and the socket heron run and heron chat use."""
+    """Run the agent for this home: the web UI, and the socket heron run and heron chat use.
+
+    It prints a one-time login address for the web UI (every bind needs a login);
+    `heron web` prints a fresh one later, for another browser."""
     from heron.serve.main import serve as run_serve
 
     try:
-        asyncio.run(run_serve(settings(), host=host, port=port, model=model, workers=workers))
+        asyncio.run(
+            run_serve(
+                settings(),
+                host=host,
+                port=port,
+                model=model,
+                workers=workers,
+                open_browser=open_,
+            )
+        )
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def web(
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the address in your browser too.")
+    ] = False,
+) -> None:
+    """Log a browser in to the web UI of the running heron serve.
+
+    Asks the serve of this home for a fresh one-time login address (it works once, for 10
+    minutes) and prints it; the browser that opens it stays logged in for 30 days, across
+    restarts of the serve."""
+    from heron.channels.web_login import web_login
+
+    try:
+        web_login(settings(), open_)
     except HeronError as e:
         fail(e)
 
