@@ -280,20 +280,15 @@ def test_markdown_closes_a_fence_a_message_left_open():
 async def test_the_export_route_downloads_what_the_cli_writes_behind_the_login(home):
     """GET /api/conversations/{key}/export through the real `heron serve` with a login
     required: refused without the session cookie, else the CLI's export as an attachment."""
-    import httpx
     from serve_helpers import running_serve
 
     from heron.providers.scripted import ScriptedProvider
-    from heron.serve.app import COOKIE
 
     route = "/api/conversations/trip/export"
-    async with running_serve(ScriptedProvider([]), force_auth=True) as served:
-        async with httpx.AsyncClient(base_url=served.url) as anonymous:
+    async with running_serve(ScriptedProvider([])) as served:
+        async with served.http(cookies={}) as anonymous:
             refused = await anonymous.get(route, params={"format": "md"})
-        code = served.auth.code
-        assert code is not None
-        cookies = {COOKIE: served.auth.login(code) or ""}
-        async with httpx.AsyncClient(base_url=served.url, cookies=cookies) as client:
+        async with served.http() as client:
             md = await client.get(route, params={"format": "md"})
             js = await client.get(route, params={"format": "json"})
             plain = await client.get(route)  # Markdown unless asked

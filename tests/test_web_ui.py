@@ -1022,7 +1022,7 @@ def test_download_reached_by_keyboard_saves_what_the_cli_exports(browser, site, 
     cli = CliRunner()
     markdown = cli.invoke(app, ["conversations", "export", "trip"]).stdout
     exported = json.loads(cli.invoke(app, ["conversations", "export", "trip", "-f", "json"]).stdout)
-    context = browser.new_context(accept_downloads=True)
+    context = site.context(browser, accept_downloads=True)
     page = context.new_page()
     page.goto(site.url + "/#c=trip")
     expect(page.locator(".msg.user").first).to_contain_text("Plan my trip")
