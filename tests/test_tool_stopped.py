@@ -53,11 +53,12 @@ async def stop_once_printed(engine: Engine, key: str, text: str) -> None:
         await turn
 
 
-@pytest.mark.slow  # a real Jupyter kernel
-async def test_a_stopped_cell_gives_the_model_what_it_printed_and_keeps_its_variables() -> None:
+async def stopped_cell_then_next(code: str) -> tuple[ToolResult, ToolResult]:
+    """A turn whose cell runs `code` and is stopped once it printed; then the result of the
+    next turn's cell, `print(before)`."""
     provider = ScriptedProvider(
         [
-            Reply([ToolCall("c1", "run_cell", {"code": CELL})], "tool", Usage(1, 1)),
+            Reply([ToolCall("c1", "run_cell", {"code": code})], "tool", Usage(1, 1)),
             Reply([ToolCall("c2", "run_cell", {"code": "print(before)"})], "tool", Usage(1, 1)),
             Reply([Text("done")], "done", Usage(1, 1)),
         ]
@@ -67,28 +68,23 @@ async def test_a_stopped_cell_gives_the_model_what_it_printed_and_keeps_its_vari
         stopped = result_of(engine, "stop", "c1")
         await engine.turn("stop", "what was set?")
         after = result_of(engine, "stop", "c2")
+    provider.assert_complete()
+    return stopped, after
+
+
+@pytest.mark.slow  # a real Jupyter kernel
+async def test_a_stopped_cell_gives_the_model_what_it_printed_and_keeps_its_variables() -> None:
+    stopped, after = await stopped_cell_then_next(CELL)
     assert stopped.is_error
     assert stopped.content.startswith(INTERRUPTED + ". What it printed before it stopped:\n")
     assert stopped.content.endswith("[1] line 0\nline 1\nline 2\nline 3\nline 4")
     assert after.content == "[1] set before the stop"  # interrupted, not restarted
-    provider.assert_complete()
 
 
 @pytest.mark.slow  # a real Jupyter kernel, and the 5 s it is given to stop
 async def test_a_stopped_cell_that_ignores_the_interrupt_costs_the_kernel_and_says_so() -> None:
     stubborn = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n" + CELL
-    provider = ScriptedProvider(
-        [
-            Reply([ToolCall("c1", "run_cell", {"code": stubborn})], "tool", Usage(1, 1)),
-            Reply([ToolCall("c2", "run_cell", {"code": "print(before)"})], "tool", Usage(1, 1)),
-            Reply([Text("done")], "done", Usage(1, 1)),
-        ]
-    )
-    async with Engine.open(Settings.load(), provider=provider) as engine:
-        await stop_once_printed(engine, "stubborn", "count to five")
-        stopped = result_of(engine, "stubborn", "c1")
-        await engine.turn("stubborn", "what was set?")
-        after = result_of(engine, "stubborn", "c2")
+    stopped, after = await stopped_cell_then_next(stubborn)
     assert stopped.content.endswith("[1] line 0\nline 1\nline 2\nline 3\nline 4")
     assert after.content.startswith(
         "This cell ran in a new kernel (a cell stopped with its turn ignored the interrupt): "
