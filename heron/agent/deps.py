@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from heron.redact import Redactor
     from heron.store import Conversation, Store
     from heron.tools.context import Approver, QuestionClock, Spawner
+    from heron.tools.python_kernel import Kernels
     from heron.tools.registry import ToolRegistry
     from heron.tools.sandbox import Sandbox
     from heron.trace.recorder import TraceFixed
@@ -64,6 +65,7 @@ class TurnDeps(Protocol):
     choice: ModelChoice  # the model, its provider and profile
     registry: ToolRegistry
     sandbox: Sandbox  # where the agent's commands run
+    kernels: Kernels  # the Python kernels kept between a conversation's turns
     approve: Approver | None  # the default approver, when the channel brings none
     limits: RunLimits
     retry: RetryPolicy  # each request's stall timeout and deadline
@@ -88,3 +90,5 @@ class TurnDeps(Protocol):
     ) -> str: ...
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+    async def end_kernel(self, key: str) -> None: ...

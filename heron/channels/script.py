@@ -251,7 +251,10 @@ async def run_once(
 
     key = key or new_key("run")
     printer = _Printer(out, err, as_json)
-    async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
+    # One message and the process ends: no kernel outlives the turn (through `heron serve`,
+    # it is kept for the conversation's later turns).
+    one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
+    async with one as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
         notice = start_notice(engine.registry, engine.sandbox)
