@@ -213,7 +213,11 @@ class RemoteAgent:
         return {"upload_id": upload_id, "name": name, "mime": mime}
 
     def running(self, key: str) -> bool:
-        return self.busy.get(key, False)
+        """A turn runs on `key`, or a message this client sent there has not started one
+        yet (its `turn_start` is on its way: a serve's first turn takes a second to open).
+        A /stop sent now reaches the serve behind that message, so it stops that turn: the
+        chat's Ctrl-C right after Enter is not taken for "nothing runs"."""
+        return self.busy.get(key, False) or (key == self.key and "sent" in self._waiting)
 
     async def settle(self) -> None:
         """Until every message this chat sent has been answered (or the serve went away)."""
