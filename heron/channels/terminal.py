@@ -150,6 +150,7 @@ class TerminalView:
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
         self.one_at_a_time = asyncio.Lock()  # the approvals that wait for their turn to ask
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
+        self.asked = False  # a question (ask_user) waits: the next message sent answers it
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
         self.spaced = False
@@ -196,8 +197,11 @@ class TerminalView:
             self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
         elif ev.kind == "mail" and ev.text and ev.chat_id != self.chat_id:  # typed elsewhere
             self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.asked = False
         elif ev.kind == "mail":
-            self.console.print("[dim]↳ added to the running turn[/dim]")
+            said = "answered the agent's question" if self.asked else "added to the running turn"
+            self.console.print(f"[dim]↳ {said}[/dim]")
+            self.asked = False
         elif ev.kind == "queued":
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
@@ -211,7 +215,7 @@ class TerminalView:
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
-            self.working_since, self.waiting = None, False
+            self.working_since, self.waiting, self.asked = None, False, False
             self.ended(ev.end)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
@@ -226,6 +230,9 @@ class TerminalView:
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
             self.markdown(m.text)
+        if m.kind == "question":  # ask_user: the next line typed here is the answer
+            self.console.print("[dim]↳ your next message answers it[/dim]")
+            self.asked = True
         self.spaced = False
 
     def ended(self, end: TurnEnd) -> None:
