@@ -711,8 +711,12 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
     question = page.get_by_role("note", name="the agent asks you")
     expect(question).to_contain_text("Which city?")
     expect(page.get_by_role("status").filter(has_text="waits for your answer")).to_be_visible()
+    box = page.get_by_role("textbox", name="message")
+    # the box says what the banner says (it said the message went to the turn's mailbox)
+    expect(box).to_have_attribute("placeholder", re.compile("what you send answers its question"))
     _send(page, "Berlin")
     expect(page.get_by_role("article", name="your answer")).to_contain_text("Berlin")
+    expect(box).to_have_attribute("placeholder", re.compile("goes to its mailbox"))
     model.reply("Booked Berlin.")
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
     results = [p.content for m in model.requests[-1].messages for p in m.tool_results]

@@ -413,7 +413,15 @@ function focusInput() {
   if (box) box.focus();
 }
 
-function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
+// What the message box says it is for: the answer to a question that waits (ask_user), mail
+// for the running turn, or a new message.
+export function placeholderOf(busy, asking) {
+  if (asking) return "The agent waits for your answer: what you send answers its question";
+  if (busy) return "The agent is working; what you send goes to its mailbox";
+  return "Message Heron (Enter sends, Shift-Enter new line)";
+}
+
+function Composer({ onSend, draft, busy, asking, uploads, setUploads, notify }) {
   const [text, setText] = useState("");
   draft.current = (t) => setText((now) => now || t); // never over what was typed since
   const [drag, setDrag] = useState(false);
@@ -450,7 +458,7 @@ function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
       <input type="file" multiple hidden ref=${fileRef} aria-label="choose files"
         onChange=${(e) => { add(e.target.files); e.target.value = ""; }} />
       <textarea id="input" rows="2" aria-label="message" value=${text}
-        placeholder=${busy ? "The agent is working; what you send goes to its mailbox" : "Message Heron (Enter sends, Shift-Enter new line)"}
+        placeholder=${placeholderOf(busy, asking)}
         onInput=${(e) => setText(e.target.value)}
         onPaste=${(e) => { const fs = [...e.clipboardData.files].filter((f) => f.type.startsWith("image/"));
           if (fs.length) { e.preventDefault(); add(fs); } }}
@@ -972,7 +980,7 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
-      <${Composer} onSend=${send} draft=${draft} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
+      <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>
