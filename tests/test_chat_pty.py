@@ -125,6 +125,22 @@ def test_the_answer_to_a_question_is_acknowledged_as_the_answer(heron_home, mode
     assert acknowledged == "answered the agent's question"
 
 
+def test_exit_after_a_refused_key_does_not_start_the_memory_review_with_it(heron_home):
+    """A chat whose model refused the key left with "Reviewing this chat for memory in the
+    background with openai/fake-model": model calls with the same key, failing unseen."""
+    refused = {"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}
+    with FakeOpenAIServer([ServerReply(status=401, error_body=refused)]) as server:
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("hello")
+        child.expect("The turn failed")
+        child.sendline("/exit")
+        child.expect("Bye.")
+        child.expect(pexpect.EOF)
+        after = child.before
+    assert "Not reviewing this chat for memory: the model's last call failed (HTTP 401" in after
+    assert "Reviewing this chat" not in after
+
+
 def test_a_follow_up_typed_before_stop_is_kept_and_answered_next(heron_home):
     def script(body: dict) -> ServerReply:
         if "the second thing" in _last_user_text(body):

@@ -316,3 +316,25 @@ async def test_show_and_edit_with_nothing_to_pick_say_so():
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         said = await engine.turn("fresh", "/edit 1 hello")
     assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."
+
+
+def test_the_review_at_exit_waits_for_a_usable_model():
+    """The chat's memory review at exit runs with the chat's model: not after a turn failed
+    for want of one (key refused, server down), nor when no turn was answered."""
+    from heron.bus import TurnEnd
+    from heron.errors import AuthError, TransientProviderError, model_unusable
+
+    assert model_unusable(AuthError("HTTP 401: bad key", status=401))
+    assert model_unusable(TransientProviderError("connection to the model server failed"))
+    assert not model_unusable(TransientProviderError("HTTP 500: boom", status=500))
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    assert state.why_no_review() == "no turn was answered"
+    view.ended(TurnEnd(False, "failed", "HTTP 500: boom"))
+    assert state.why_no_review() == "no turn was answered"
+    view.ended(TurnEnd(True, "delivered"))
+    assert state.why_no_review() is None
+    view.ended(TurnEnd(False, "failed", "connection failed\nhint", unusable=True))
+    assert state.why_no_review() == "the model's last call failed (connection failed)"
+    view.ended(TurnEnd(True, "delivered"))  # working again
+    assert state.why_no_review() is None
