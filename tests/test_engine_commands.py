@@ -95,6 +95,24 @@ async def test_a_chat_left_without_a_message_leaves_no_conversation():
         assert engine.store.conversation("brandnew") is None
 
 
+async def test_status_counts_one_turn_in_the_singular():
+    """"(1 turns)" in /status (and the CLI, the trace, the browser): one turn is "1 turn"."""
+    from heron.messages import plural
+
+    assert [plural(n, "turn") for n in (0, 1, 2, 1000)] == [
+        "0 turns",
+        "1 turn",
+        "2 turns",
+        "1,000 turns",
+    ]
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(1000, 50, cache_read=500))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("s", "one")
+        status = await engine.turn("s", "/status")
+    assert "conversation: s (1 turn)\n" in (status.reply or "")
+    assert "over the last 1 turn\n" in (status.reply or "")
+
+
 async def test_status_exact_output():
     provider = ScriptedProvider(
         [

@@ -396,7 +396,7 @@ def test_status_and_compaction_views(page, model):
     page.get_by_role("button", name="status", exact=True).click()
     status = page.get_by_role("complementary", name="status")
     expect(status).to_contain_text("scripted/scripted")
-    expect(status).to_contain_text("personal (1 turns)")
+    expect(status).to_contain_text("personal (1 turn)")
     expect(status).to_contain_text("idle")
     page.get_by_role("button", name="compaction", exact=True).click()
     inspector = page.get_by_role("complementary", name="compaction")

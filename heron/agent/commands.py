@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from heron.bus import NOTHING_TO_RETRY
-from heron.messages import Message, Text
+from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 
@@ -233,11 +233,11 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     turn = "running" if running else (f"running ({holder.describe()})" if holder else "idle")
     lines += [
-        f"conversation: {conv.key} ({turns} turns)",
+        f"conversation: {conv.key} ({plural(turns, 'turn')})",
         f"context: {used:,} tokens ({100 * used / window:.1f}% of {window:,})",
         "cache hit rate: "
         + (
-            f"{rate:.0%} over the last {min(turns, RECENT_TURNS)} turns"
+            f"{rate:.0%} over the last {plural(min(turns, RECENT_TURNS), 'turn')}"
             if rate is not None
             else "no model calls yet"
         ),

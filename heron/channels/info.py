@@ -14,7 +14,7 @@ import typer
 from heron.channels.common import table
 from heron.config import Settings
 from heron.errors import HeronError, StoreError
-from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
+from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Store, StoredMessage, Turn, goals, runs
@@ -145,7 +145,7 @@ def show_conversation(
             typer.echo(line)
         return
     turns = {t.id: t for t in store.turns(conv.id)}
-    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(turns)} turns")
+    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {plural(len(turns), 'turn')}")
     seen: set[int] = set()
     numbers = {tid: i for i, tid in enumerate(turns, 1)}
     asked = Asked(runs.questions(store, conv.key))
