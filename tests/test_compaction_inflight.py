@@ -124,13 +124,16 @@ async def test_cli_lists_compactions_and_prints_the_model_view():
 
     model = Model(tool_rounds=0)
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
-        for i in range(10):
-            await engine.turn("k", f"hello {i}")
-        await compact_now(engine, engine.store.conversation("k"), reason="manual")
+        for key in ("other", "k"):  # another conversation's compaction comes first
+            for i in range(10):
+                await engine.turn(key, f"hello {i}")
+            await compact_now(engine, engine.store.conversation(key), reason="manual")
     runner = CliRunner()
     listed = runner.invoke(app, ["conversations", "show", "k", "--compactions"])
+    # numbered within the conversation ("compaction 50..61" in a one-turn one), the id after
+    assert "── compaction 1 (id 2) · " in listed.output and "compaction 2" not in listed.output
     view = runner.invoke(app, ["conversations", "show", "k", "--model-view"])
     assert listed.exit_code == 0 and "consolidation · why: manual" in listed.output
-    assert "[#1] hello 0" in listed.output
+    assert "[#21] hello 0" in listed.output
     assert view.exit_code == 0 and "── system" in view.output
     assert "# Archived context summary" in view.output and "hello 9" in view.output

@@ -96,7 +96,7 @@ async def test_a_chat_left_without_a_message_leaves_no_conversation():
 
 
 async def test_status_counts_one_turn_in_the_singular():
-    """"(1 turns)" in /status (and the CLI, the trace, the browser): one turn is "1 turn"."""
+    """ "(1 turns)" in /status (and the CLI, the trace, the browser): one turn is "1 turn"."""
     from heron.messages import plural
 
     assert [plural(n, "turn") for n in (0, 1, 2, 1000)] == [
