@@ -242,18 +242,27 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
 
 
 async def test_resume_lists_and_switches():
-    replies = [Reply([Text("ok")], "done")] * 2
+    long = " ".join(f"word{i}" for i in range(100))
+    replies = [Reply([Text(long)], "done"), Reply([Text("ok")], "done")]
     async with Engine.open(Settings.load(), provider=ScriptedProvider(replies)) as engine:
-        await engine.turn("older", "hello")
+        await engine.turn("older", "hello\nthere")
         await engine.turn("current", "hello")
         listed = await engine.turn("current", "/resume")
         picked = await engine.turn("current", "/resume older")
         missing = await engine.turn("current", "/resume nope")
+        await engine.store.call(engine.store.open_conversation, "empty")
+        silent = await engine.turn("current", "/resume empty")
     assert (
         listed.reply.splitlines()[0] == "Conversations (newest first); /resume KEY continues one:"
     )
     assert {"  older  hello", "  current  hello"} <= set(listed.reply.splitlines()[1:])
-    assert picked.reply == "Resumed older." and picked.switch_to == "older"
+    # where the conversation was, short (it landed on an empty prompt)
+    assert picked.switch_to == "older"
+    assert picked.reply == (
+        "Resumed older; where it was:\n  you › hello there\n"
+        f"  heron › {' '.join(long.split())[: commands.RECAP_CHARS - 1]}…"
+    )
+    assert silent.reply == "Resumed empty." and silent.switch_to == "empty"
     assert missing.reply == "No conversation 'nope'. /resume lists them."
 
 

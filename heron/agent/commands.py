@@ -283,13 +283,31 @@ async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
         conv = await ctx.store.call(ctx.store.conversation, arg)
         if conv is None:
             return CommandReply(f"No conversation {arg!r}. /resume lists them.")
-        return CommandReply(f"Resumed {conv.key}.", switch_to=conv.key)
+        branch = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True)
+        last = recap(branch)
+        said = f"Resumed {conv.key}; where it was:\n" + "\n".join(last) if last else ""
+        return CommandReply(said or f"Resumed {conv.key}.", switch_to=conv.key)
     rows = await ctx.store.call(ctx.store.conversations, 20)
     if not rows:
         return CommandReply("No conversations yet.")
     lines = ["Conversations (newest first); /resume KEY continues one:"]
     lines += [f"  {c.key}  {c.title or ''}".rstrip() for c in rows]
     return CommandReply("\n".join(lines))
+
+
+RECAP_CHARS = 240  # of each side of the last exchange /resume shows
+
+
+def recap(rows: list[StoredMessage]) -> list[str]:
+    """The branch's last exchange, short: the person's last message and the last reply to it
+    (a chat that resumed landed on an empty prompt, with nothing of where it was)."""
+    typed = _user_messages(rows)
+    if not typed:
+        return []
+    after = rows[[r.id for r in rows].index(typed[-1].id) + 1 :]
+    said = [r for r in after if r.role == "assistant" and r.message.text.strip()]
+    lines = [f"  you › {_short(typed[-1].message.text, RECAP_CHARS)}"]
+    return [*lines, f"  heron › {_short(said[-1].message.text, RECAP_CHARS)}"] if said else lines
 
 
 def _user_messages(rows: list[StoredMessage]) -> list[StoredMessage]:
