@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
-from heron.store import Store, StoredMessage, Turn, goals, runs
+from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
 from heron.store.records import RECALL_FLAG
 
 
@@ -222,14 +222,33 @@ def _lines(
     yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
-def delete_conversation(settings: Settings, key: str) -> None:
-    remove_conversation(open_store(settings), key)
+def delete_conversation(
+    settings: Settings, key: str, confirm: Callable[[str], object] | None = None
+) -> None:
+    """`heron conversations delete`: what refuses the delete (no such conversation, one in
+    use) is said before `confirm` asks the person, not after they said yes."""
+    store = open_store(settings)
+    if confirm is not None:
+        removable(store, key)
+        confirm(f"Delete conversation {key!r} and its whole history?")
+    remove_conversation(store, key)
     typer.echo(f"Deleted conversation {key!r}.")
 
 
 def remove_conversation(store: Store, key: str) -> None:
     """Delete `key` with its trace rows, refusing while anything uses it (the CLI's delete
     and the web UI's both come here)."""
+    conv = removable(store, key)
+    store.delete_conversation(conv.id)
+    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
+    from heron.trace.blobs import collect_garbage
+
+    with store.transaction() as conn:
+        collect_garbage(conn)
+
+
+def removable(store: Store, key: str) -> Conversation:
+    """The conversation `key`; a StoreError when there is none or anything still uses it."""
     conv = store.conversation(key)
     if conv is None:
         raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
@@ -253,12 +272,7 @@ def remove_conversation(store: Store, key: str) -> None:
             f"conversation {key!r} is still in use: " + "; ".join(work),
             hint="End each as it says, then delete.",
         )
-    store.delete_conversation(conv.id)
-    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
-    from heron.trace.blobs import collect_garbage
-
-    with store.transaction() as conn:
-        collect_garbage(conn)
+    return conv
 
 
 def _mask(value: str) -> str:
