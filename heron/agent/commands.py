@@ -42,7 +42,9 @@ Commands:
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
-Anything else starting with / is sent to the model as it is."""
+Anything else starting with / is sent to the model as it is.
+A real model (not the offline demo): set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL
+(README, "Pointing Heron at a model"); `heron config show` says which model is in use."""
 
 
 @dataclass(frozen=True)
