@@ -94,6 +94,9 @@ class OutboundMessage:
     key: str  # the conversation it belongs to
     text: str
     kind: OutKind = "answer"
+    # What a client acts on beyond showing it: "no_worker" (a notice) says no worker will take
+    # the message soon (heron/scale/front.py), so a client waiting for its turn stops.
+    code: str | None = None
 
 
 @dataclass(frozen=True)

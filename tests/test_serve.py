@@ -279,6 +279,33 @@ def test_files_left_by_a_killed_serve_do_not_block_a_new_one():
         info = lock.publish("http://127.0.0.1:9")
         assert read_info(home) == info and info.pid == os.getpid()
     assert read_info(home) is None
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith("serve")) == []
+
+
+def test_a_serve_that_locked_the_file_the_last_one_removed_locks_the_new_one(monkeypatch):
+    """A clean exit removes serve.lock while still holding it: a serve that opened the file
+    just before must not keep the lock of a file no longer there, or a third serve would
+    lock a new serve.lock beside it and two would run on one home."""
+    import fcntl
+
+    from heron.serve import lock as lock_module
+
+    home = Settings.load().paths.ensure().home
+    real, locked = fcntl.flock, []
+
+    def flock(fd: int, op: int) -> None:
+        if not locked:  # between this serve's open and its flock, the one before it left
+            (home / lock_module.LOCK_NAME).unlink()
+        locked.append(fd)
+        real(fd, op)
+
+    (home / lock_module.LOCK_NAME).touch()
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    with ServeLock(home):
+        monkeypatch.setattr(lock_module.fcntl, "flock", real)
+        with pytest.raises(ConfigError):  # the file in the folder is the one held
+            ServeLock(home).acquire()
+    assert len(locked) == 2
 
 
 # ---- the hub alone --------------------------------------------------------------------------

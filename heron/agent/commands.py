@@ -69,6 +69,9 @@ class CommandsAttached(Protocol):
     @property
     def commands(self) -> dict[str, CommandHandler]: ...
 
+    @property
+    def status_lines(self) -> Callable[[], Awaitable[list[str]]] | None: ...
+
 
 class CommandEngine(Protocol):
     """What the commands use of the engine (heron/agent/engine.py), which they never import."""
@@ -228,7 +231,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "cache hit rate: no turns yet",
             "turn: idle",
         ]
-        lines += await ctx.store.call(_proactive, ctx)
+        lines += await _more_status(ctx)
         return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
     used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
@@ -245,8 +248,16 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         ),
         f"turn: {turn}",
     ]
-    lines += await ctx.store.call(_proactive, ctx)
+    lines += await _more_status(ctx)
     return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+
+
+async def _more_status(ctx: CommandContext) -> list[str]:
+    """The lines after the turn's: what runs without the person, then what the process
+    attached (heron/scale: the workers alive)."""
+    lines = await ctx.store.call(_proactive, ctx)
+    more = ctx.engine.attached.status_lines
+    return lines + (await more() if more is not None else [])
 
 
 def _proactive(ctx: CommandContext) -> list[str]:

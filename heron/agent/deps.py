@@ -8,7 +8,7 @@ import cycle through it), and what a step may touch is listed here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -46,13 +46,15 @@ class Memos:
 class Attached:
     """What heron/proactive attaches to the engine, which never imports it: the services its
     tools find in ToolContext.services, the runtime block's line of a sustained goal, the
-    scheduler's wake-up for the `schedule` tool, and slash commands of its own (/goal)."""
+    scheduler's wake-up for the `schedule` tool, and slash commands of its own (/goal); and
+    what heron/scale adds to /status (how many workers are alive)."""
 
     subagents: Spawner | None = None
     asks: QuestionClock | None = None
     runtime_notes: Callable[[str], str | None] | None = None
     jobs_changed: Callable[[], None] | None = None
     commands: dict[str, CommandHandler] = field(default_factory=dict)
+    status_lines: Callable[[], Awaitable[list[str]]] | None = None
 
 
 class TurnDeps(Protocol):

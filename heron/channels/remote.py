@@ -79,6 +79,9 @@ def serve_welcome(
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
 REFUSED_CODE = "refused"  # the `error` answering a message the serve did not take
+# A notice that the message is queued with no worker alive to take it soon
+# (heron/scale/front.py): the client stops waiting for its turn.
+NO_WORKER_CODE = "no_worker"
 
 
 class ServeGone(ConnectionError):
@@ -177,6 +180,7 @@ class RemoteAgent:
         self._args: dict[str, Any] = {}
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
+        self.unstaffed: list[str] = []  # notices that no worker will take our messages soon
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -289,6 +293,12 @@ class RemoteAgent:
             self.refusals.append(event)  # no turn will answer it: stop waiting for one
             self._advance(("sent", "stop"), "refused")
             self._waiting = deque(s for s in self._waiting if s != "refused")
+            if not self._waiting:
+                self._settled.set()
+        ours = event.get("chat_id") == self.chat_id
+        if kind == "message" and event.get("code") == NO_WORKER_CODE and ours:
+            self.unstaffed.append(str(event.get("text") or ""))  # queued; nobody runs it soon
+            self._waiting = deque(s for s in self._waiting if s == "stop")
             if not self._waiting:
                 self._settled.set()
         if kind == "welcome":

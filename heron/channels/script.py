@@ -47,6 +47,8 @@ class _Printer:
         self.wrote = False
         self.at_line_start = True
         self.end: TurnEnd | None = None
+        # Through a face with no worker alive: the notice saying the message waits queued.
+        self.unstaffed: str | None = None
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -243,6 +245,8 @@ async def run_remote(
 
         refusal = conn.refusals[0]
         raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
+    if conn.unstaffed and printer.end is None:  # queued, no worker to run it (printed): exit 1
+        printer.unstaffed = conn.unstaffed[0]
     return _finish(printer, key, out, err)
 
 
@@ -298,6 +302,8 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
         out.write("\n")
     out.flush()
     end = printer.end
+    if end is None and printer.unstaffed is not None:
+        return False  # the notice said why and what to do; the message is not lost
     if end is None or not end.ok:
         error = end.error if end is not None and end.error else "it was stopped"
         from heron.agent.commands import retry_hint
@@ -319,6 +325,10 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     out = _json_object(key)
     if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
         out["error"] = NOTHING_TO_RETRY
+        return out
+    if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
+        why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
+        out.update(error=why, hint=then)
         return out
     if end is None or not end.ok:
         from heron.agent.commands import retry_hint

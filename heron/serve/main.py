@@ -94,13 +94,19 @@ async def serve(
         ):
             chosen = list(default_services() if services is None else services)
             make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop
+            staff = None
             if workers > 0:
                 from heron.scale.front import front
 
-                make_loop, more = await stack.enter_async_context(front(settings, workers, model))
+                opened = await stack.enter_async_context(front(settings, workers, model))
+                make_loop, more, staff = opened
                 chosen += more
             # Subagents, ask_user and goals in this process's loop; not with workers yet.
             runtime = Runtime(engine, chosen, make_loop=make_loop, proactive=workers == 0)
+            if staff is not None:  # every welcome says how many of its workers are alive
+                about, counts = runtime.hub.about, staff.counts
+                about["workers"] = counts()
+                staff.listeners.append(lambda: about.update(workers=counts()))
             auth = Auth.for_host(host, force=force_auth)
             await runtime.start()
             control = await start_control(runtime, home / SOCKET_NAME)
