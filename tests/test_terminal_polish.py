@@ -131,8 +131,8 @@ async def test_status_after_new_counts_only_the_new_context():
     assert "conversation: s (2 turns)" in before and "context: 1,230 tokens" in before
     assert "conversation: s (0 turns)" in fresh and "context: 0 tokens" in fresh
     assert "cache hit rate: no model calls yet" in fresh
-    assert "conversation: s (1 turns)" in after and "context: 320 tokens" in after
-    assert "cache hit rate: 0% over the last 1 turns" in after
+    assert "conversation: s (1 turn)" in after and "context: 320 tokens" in after
+    assert "cache hit rate: 0% over the last 1 turn\n" in after
 
 
 def test_the_prompt_spins_thinking_until_the_first_token_then_says_working(monkeypatch):
