@@ -97,7 +97,7 @@ async def test_a_chat_left_without_a_message_leaves_no_conversation():
         assert engine.store.conversation("brandnew") is None
 
 
-async def test_status_counts_one_turn_in_the_singular():
+async def test_status_counts_one_turn_in_the_singular(capsys):
     """ "(1 turns)" in /status (and the CLI, the trace, the browser): one turn is "1 turn"."""
     from heron.messages import plural
 
@@ -113,6 +113,12 @@ async def test_status_counts_one_turn_in_the_singular():
         status = await engine.turn("s", "/status")
     assert "conversation: s (1 turn)\n" in (status.reply or "")
     assert "over the last 1 turn\n" in (status.reply or "")
+    from heron.channels.info import show_conversation
+
+    show_conversation(Settings.load(), "s")
+    shown = capsys.readouterr().out
+    assert "Conversation s · agent default · 1 turn\n" in shown
+    assert "· 1 model call, 0 tool calls ·" in shown
 
 
 async def test_status_exact_output():

@@ -97,8 +97,8 @@ def render_message(
 def _turn_header(n: int, turn: Turn) -> str:
     u = turn.usage
     return (
-        f"── turn {n} · {turn.run_id} · {turn.status} · {turn.model_calls} model calls, "
-        f"{turn.tool_calls} tool calls · tokens in {u.input} (cache read {u.cache_read}) "
+        f"── turn {n} · {turn.run_id} · {turn.status} · {plural(turn.model_calls, 'model call')}, "
+        f"{plural(turn.tool_calls, 'tool call')} · tokens in {u.input} (cache read {u.cache_read}) "
         f"out {u.output}"
     )
 
