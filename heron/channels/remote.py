@@ -166,6 +166,9 @@ class RemoteAgent:
         # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
         # /stop until its answer comes.
         self._waiting: deque[str] = deque()
+        # A /stop asked before the turn of our message said it started: sent at that start
+        # (the serve tells it once the message is stored), so the stop keeps the message.
+        self._stop_at_start = False
         self._settled = asyncio.Event()
         self._settled.set()
         self._welcomed: asyncio.Event = asyncio.Event()
@@ -201,8 +204,13 @@ class RemoteAgent:
             self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
             self.key = key
         # /stop is answered after the end of the turn it stops, never by a turn of its own
-        self._waiting.append("stop" if text.strip() == "/stop" and not files else "sent")
+        stop = text.strip() == "/stop" and not files
+        early = stop and not self.busy.get(key, False) and "sent" in self._waiting
+        self._waiting.append("stop" if stop else "sent")
         self._settled.clear()
+        if early:  # sent now, it would cancel the turn before its message is stored
+            self._stop_at_start = True
+            return
         refs = [self._upload(f) for f in files]
         kind = "command" if text.startswith("/") and not files else "send"
         self._write({"type": kind, "text": text, **({"files": refs} if refs else {})})
@@ -218,9 +226,10 @@ class RemoteAgent:
 
     def running(self, key: str) -> bool:
         """A turn runs on `key`, or a message this client sent there has not started one
-        yet (its `turn_start` is on its way: a serve's first turn takes a second to open).
-        A /stop sent now reaches the serve behind that message, so it stops that turn: the
-        chat's Ctrl-C right after Enter is not taken for "nothing runs"."""
+        yet (the serve tells a turn's start once its message is stored: the first turn of a
+        serve takes a second to get there). A /stop sent meanwhile waits for that start
+        (`send_nowait`), then stops the turn with the message kept: the chat's Ctrl-C right
+        after Enter is not taken for "nothing runs"."""
         return self.busy.get(key, False) or (key == self.key and "sent" in self._waiting)
 
     async def settle(self) -> None:
@@ -291,6 +300,9 @@ class RemoteAgent:
             return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "error" and event.get("code") == REFUSED_CODE:
             self.refusals.append(event)  # no turn will answer it: stop waiting for one
+            if self._stop_at_start:  # the message it was to stop is refused: nothing to stop
+                self._stop_at_start = False
+                self._waiting.remove("stop")
             self._advance(("sent", "stop"), "refused")
             self._waiting = deque(s for s in self._waiting if s != "refused")
             if not self._waiting:
@@ -382,6 +394,9 @@ class RemoteAgent:
             self.busy[key] = True
             if mine:
                 self._advance(("sent", "queued"), "own")
+            if mine and self._stop_at_start:  # its message is stored: now it can stop
+                self._stop_at_start = False
+                self._write({"type": "command", "text": "/stop"})
         elif kind == "status" and event.get("state") in ("mail", "queued") and mine:
             self._advance(("sent",), event["state"])
         elif kind == "status" and event.get("state") == "idle":
