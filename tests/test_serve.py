@@ -1,5 +1,6 @@
 """`heron serve`: /ws with a real uvicorn on 127.0.0.1 and a scripted model, the numbered
-journal (fan-out, resume from last_seq, gaps), /stop mid-tool, auth, Origin, CSP, the lock."""
+journal (fan-out, resume from last_seq, gaps), /stop mid-tool, the /ws Origin check, the lock
+(the login: tests/test_serve_auth.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import stat
 from io import StringIO
 from pathlib import Path
 
-import httpx
 import pytest
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -21,7 +21,6 @@ from heron.config import Settings
 from heron.errors import ConfigError
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
-from heron.serve.app import COOKIE
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
 from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
 from heron.store import Store
@@ -159,42 +158,6 @@ async def test_a_ws_upgrade_from_another_origin_or_none_is_refused():
             assert refused.value.response.status_code == 403
         async with ws_client(serve) as ws:  # the served origin is let in
             assert (await ws_hello(ws))["type"] == "welcome"
-
-
-async def test_loopback_needs_no_login_and_every_response_carries_the_csp():
-    async with running_serve(ScriptedProvider([])) as serve:
-        assert serve.auth.required is False and "login" not in serve.out.getvalue()
-        async with httpx.AsyncClient(base_url=serve.url) as http:
-            response = await http.get("/api/nothing-here")
-    assert response.status_code == 404
-    csp = response.headers["content-security-policy"]
-    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
-    assert response.headers["x-content-type-options"] == "nosniff"
-
-
-async def test_with_auth_on_every_route_and_the_ws_need_the_cookie_from_a_one_time_code():
-    async with running_serve(ScriptedProvider(_echo), force_auth=True) as serve:
-        code = serve.auth.code
-        assert code and f"/login?code={code}" in serve.out.getvalue()
-        async with httpx.AsyncClient(base_url=serve.url) as http:
-            assert (await http.get("/")).status_code == 401
-            assert (await http.get("/login", params={"code": "wrong"})).status_code == 403
-            login = await http.get("/login", params={"code": code})
-            again = await http.get("/login", params={"code": code})
-        assert login.status_code == 303 and login.headers["location"] == "/"
-        cookie = login.headers["set-cookie"]
-        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
-        assert again.status_code == 403  # the code works once
-        with pytest.raises(InvalidStatus) as refused:
-            async with ws_client(serve):
-                pass
-        assert refused.value.response.status_code == 403
-        token = login.cookies[COOKIE]
-        headers = {"Cookie": f"{COOKIE}={token}"}
-        async with ws_client(serve, additional_headers=headers) as ws:
-            assert (await ws_hello(ws))["type"] == "welcome"
-        async with httpx.AsyncClient(base_url=serve.url, cookies={COOKIE: token}) as http:
-            assert (await http.get("/api/nothing-here")).status_code == 404  # past the guard
 
 
 async def test_the_control_socket_is_private_and_speaks_the_same_protocol():

@@ -18,7 +18,7 @@ from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, 
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
-from heron.store.records import RECALL_FLAG
+from heron.store.records import RECALL_FLAG, shown_as
 
 
 def open_store(settings: Settings) -> Store:
@@ -52,27 +52,36 @@ class Asked:
     questions: runs.Questions
     shown: set[str] = field(default_factory=set)
 
-    def lines(self, call: ToolCall, created: float) -> list[str] | None:
-        """The question asked by `call` (of a row stored at `created`) and the person's answer,
-        as lines; None when no question row names the call (the plain call line then)."""
+    def asking(self, call: ToolCall, created: float) -> runs.Run | None:
+        """The question asked by `call` (of a row stored at `created`), then shown as one; None
+        when no question row names the call (it is shown as a plain call then)."""
         run = self.questions.of(call.id, created) if call.name == "ask_user" else None
+        if run is not None:
+            self.shown.add(call.id)
+        return run
+
+    def lines(self, call: ToolCall, created: float) -> list[str] | None:
+        """The question asked by `call` and the person's answer, as lines (`asking`)."""
+        run = self.asking(call, created)
         if run is None:
             return None
-        self.shown.add(call.id)
         if run.status == "answered":
             return [f"assistant asks: {run.task}", f"you: {run.result or ''}"]
         return [f"assistant asks: {run.task}", f"  (no answer: {run.status})"]
 
 
+def who_wrote(message: Message, author: str | None) -> str:
+    """Who a row is shown as: you, assistant, heron or tool (`records.shown_as`)."""
+    results_only = bool(message.tool_results) and not message.text.strip()
+    return shown_as(message.role, author, results_only)
+
+
 def render_message(
     message: Message, author: str | None = None, asked: Asked | None = None, created: float = 0.0
 ) -> Iterator[str]:
-    """A message as lines; a row Heron wrote itself (`author` 'heron': a continue or wrap-up
-    prompt, a summary, a separator) is shown as Heron's, never as `you`. With `asked`, a
+    """A message as lines, each naming who wrote it as `who_wrote` does. With `asked`, a
     question of `ask_user` is shown as the question and the person's answer."""
-    who = "you" if message.role == "user" else "assistant"
-    if author == "heron":
-        who = "heron"
+    who = who_wrote(message, author)
     for part in message.parts:
         if isinstance(part, Text) and part.text.strip():
             yield f"{who}: {part.text}"
@@ -129,9 +138,7 @@ def show_conversation(
     budget: bool = False,
 ) -> None:
     store = open_store(settings)
-    conv = store.conversation(key)
-    if conv is None:
-        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    conv = known(store, key)
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
         from heron.tools.builtin import default_registry
@@ -144,19 +151,62 @@ def show_conversation(
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             typer.echo(line)
         return
-    turns = {t.id: t for t in store.turns(conv.id)}
-    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {plural(len(turns), 'turn')}")
+    record = read_record(store, conv)
+    typer.echo(
+        f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}"
+    )
     seen: set[int] = set()
-    numbers = {tid: i for i, tid in enumerate(turns, 1)}
-    asked = Asked(runs.questions(store, conv.key))
-    set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
-    for stored in _recall_under_its_turn(store.branch(conv.id)):
-        while set_goals and set_goals[0].created <= stored.created:
-            typer.echo(_goal_line(set_goals.pop(0)))
-        for line in _lines(stored, turns, numbers, seen, asked):
+    asked = Asked(record.questions)
+    for item in record.reading():
+        if isinstance(item, goals.Goal):
+            typer.echo(_goal_line(item))
+            continue
+        for line in _lines(item, record, seen, asked):
             typer.echo(line)
-    for goal in set_goals:
-        typer.echo(_goal_line(goal))
+
+
+def known(store: Store, key: str) -> Conversation:
+    """Conversation `key`, or the error every command gives for a key that names none."""
+    conv = store.conversation(key)
+    if conv is None:
+        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    return conv
+
+
+@dataclass
+class Record:
+    """What `conversations show` and `conversations export` read of one conversation: its
+    turns (numbered from 1 in the order they ran, on any branch, as `show` heads them), the
+    rows of its current branch (auto-recall's under the turn of the message they answer), the
+    questions `ask_user` asked in it and the goals set in it, oldest first."""
+
+    conversation: Conversation
+    turns: dict[int, Turn]
+    rows: list[StoredMessage]
+    questions: runs.Questions
+    goals_set: list[goals.Goal]
+    numbers: dict[int, int] = field(init=False)  # turn id -> its number
+
+    def __post_init__(self) -> None:
+        self.numbers = {tid: n for n, tid in enumerate(self.turns, 1)}
+
+    def reading(self) -> Iterator[StoredMessage | goals.Goal]:
+        """The rows with the goals among them: `/goal TEXT` stores no message of its own, so
+        each goal comes before the first row written after it was set."""
+        pending = list(self.goals_set)
+        for row in self.rows:
+            while pending and pending[0].created <= row.created:
+                yield pending.pop(0)
+            yield row
+        yield from pending
+
+
+def read_record(store: Store, conv: Conversation) -> Record:
+    turns = {t.id: t for t in store.turns(conv.id)}
+    set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
+    asked = runs.questions(store, conv.key)
+    rows = list(_recall_under_its_turn(store.branch(conv.id)))
+    return Record(conv, turns, rows, asked, set_goals)
 
 
 def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:
@@ -208,17 +258,11 @@ def _compaction_views(
                     yield f"[file {file_label(part)}]"
 
 
-def _lines(
-    stored: StoredMessage,
-    turns: dict[int, Turn],
-    numbers: dict[int, int],
-    seen: set[int],
-    asked: Asked,
-) -> Iterator[str]:
+def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) -> Iterator[str]:
     tid = stored.turn_id
-    if tid is not None and tid not in seen and tid in turns:
+    if tid is not None and tid not in seen and tid in record.turns:
         seen.add(tid)
-        yield _turn_header(numbers[tid], turns[tid])
+        yield _turn_header(record.numbers[tid], record.turns[tid])
     yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
@@ -249,9 +293,7 @@ def remove_conversation(store: Store, key: str) -> None:
 
 def removable(store: Store, key: str) -> Conversation:
     """The conversation `key`; a StoreError when there is none or anything still uses it."""
-    conv = store.conversation(key)
-    if conv is None:
-        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    conv = known(store, key)
     # Anything still using it (a running turn's lease, an open chat's presence) blocks the
     # delete, named so the user knows what to close (heron/store/engine_state.py).
     from heron.store.engine_state import users

@@ -59,6 +59,22 @@ def serve_welcome(
 ) -> dict[str, Any] | None:
     """The welcome a serve on this home gives a client of `key` (its model, window...), read
     and left at once; None when no serve answers."""
+    hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
+    return _ask_once(hello, "welcome", home, timeout)
+
+
+def serve_login(home: Path | None = None, timeout: float = 5.0) -> str | None:
+    """A fresh one-time login address for a browser, from the serve on this home (`heron
+    web`); None when no serve answers."""
+    answer = _ask_once({"type": "login"}, "login", home, timeout)
+    url = answer.get("url") if answer else None
+    return url if isinstance(url, str) else None
+
+
+def _ask_once(
+    message: dict[str, Any], kind: str, home: Path | None, timeout: float
+) -> dict[str, Any] | None:
+    """One message to the serve's control socket, and its first answer when it is a `kind`."""
     import socket
 
     path = serve_socket(home)
@@ -68,13 +84,12 @@ def serve_welcome(
         with socket.socket(socket.AF_UNIX) as sock:
             sock.settimeout(timeout)
             sock.connect(str(path))
-            hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
-            sock.sendall(json.dumps(hello).encode() + b"\n")
+            sock.sendall(json.dumps(message).encode() + b"\n")
             line = sock.makefile("rb").readline(LINE_LIMIT)
-        welcome = json.loads(line)
+        answer = json.loads(line)
     except (OSError, ValueError):
         return None
-    return welcome if isinstance(welcome, dict) and welcome.get("type") == "welcome" else None
+    return answer if isinstance(answer, dict) and answer.get("type") == kind else None
 
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down

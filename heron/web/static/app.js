@@ -699,6 +699,15 @@ function Work({ conv, send, tick, notify }) {
   </section>`;
 }
 
+// The open conversation as a file, as `heron conversations export` writes it: plain links
+// (Tab reaches them, Enter follows them); the route answers with Content-Disposition attachment.
+function Download({ conv }) {
+  const url = (format) => `/api/conversations/${encodeURIComponent(conv)}/export?format=${format}`;
+  return html`<span class="download" role="group" aria-label="download this conversation">Download
+    <a href=${url("md")} download aria-label="download this conversation as Markdown">Markdown</a>
+    <a href=${url("json")} download aria-label="download this conversation as JSON">JSON</a></span>`;
+}
+
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
 const NOT_SENT = "Not sent: no connection to heron serve (stopped or restarting?). Your message "
   + "stays in the box: send it again once the page is connected";
@@ -975,6 +984,7 @@ function App() {
         <nav class="tabs" aria-label="views">${PANELS.map((p) => html`<button key=${p}
           aria-pressed=${panel === p} onClick=${() => setPanel(panel === p ? null : p)}>${p}</button>`)}
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
+        ${(items.length > 0 || live) && html`<${Download} conv=${conv} />`}
       </header>
       ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
