@@ -29,7 +29,7 @@ from heron.compaction.summary import (
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import is_clean_user
-from heron.messages import Message, Text
+from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
 from heron.store import compactions as folds
 from heron.store import work
@@ -59,8 +59,8 @@ class CompactionReport:
         if self.kind == "failed":
             return f"Compaction failed ({self.error}); nothing was changed. It is retried later."
         return (
-            f"Compacted {self.rows_folded} messages ({self.kind}): about {self.tokens_before} "
-            f"tokens of context became {self.tokens_after}."
+            f"Compacted {plural(self.rows_folded, 'message')} ({self.kind}): about "
+            f"{self.tokens_before} tokens of context became {self.tokens_after}."
         )
 
 
