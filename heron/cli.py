@@ -404,10 +404,12 @@ def conversations_delete(
         ensure_person("deleting a conversation")
     except HeronError as e:
         fail(e)
-    if not yes:
-        typer.confirm(f"Delete conversation {key!r} and its whole history?", abort=True)
+
+    def confirm(question: str) -> None:
+        typer.confirm(question, abort=True)
+
     try:
-        delete_conversation(settings(), key)
+        delete_conversation(settings(), key, None if yes else confirm)
     except HeronError as e:
         fail(e)
 

@@ -664,7 +664,8 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
     on_event, on_progress   the channel's, silent once the turn is stale
     drain          the mailbox; every delivery recorded in the trace
     should_break   the mailbox's break request; a break taken recorded in the trace
-    govern         the governor's view of the record before every call (compaction in flight)
+    govern         the governor's view of the record before every call (compaction in flight,
+                   told to the channel as a notice: the terminal showed no trace of it)
     """
     control, store, governor = t.control, t.engine.store, t.built and t.built.governor
     token, checkpoint = control.token, control.checkpoint
@@ -701,7 +702,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_tool_call=on_tool_call,
         on_tool_start=t.hooks.on_tool_start,
         drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
-        govern=governor.govern if governor else None,
+        govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
     )
@@ -721,6 +722,27 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
         fn(event)
 
     return call
+
+
+def _told(
+    governor: Governor, notice: Callable[[Any], None] | None
+) -> Callable[[list[Message]], Awaitable[list[Message]]]:
+    """The governor's view, with a notice for each in-flight compaction it makes."""
+
+    async def govern(view: list[Message]) -> list[Message]:
+        before = governor.inflight
+        shaped = await governor.govern(view)
+        if notice is not None and governor.inflight > before:
+            notice(INFLIGHT_NOTICE.format(n=governor.inflight))
+        return shaped
+
+    return govern
+
+
+# What a channel shows when a long turn is compacted in flight (heron/compaction/governor.py).
+INFLIGHT_NOTICE = (
+    "Compacted this turn's earlier steps into checkpoint {n} to fit the model's window."
+)
 
 
 def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:

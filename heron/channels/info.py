@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,7 @@ import typer
 from heron.channels.common import table
 from heron.config import Settings
 from heron.errors import HeronError, StoreError
-from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
+from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
 from heron.providers.profiles import ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
@@ -106,8 +106,8 @@ def render_message(
 def _turn_header(n: int, turn: Turn) -> str:
     u = turn.usage
     return (
-        f"── turn {n} · {turn.run_id} · {turn.status} · {turn.model_calls} model calls, "
-        f"{turn.tool_calls} tool calls · tokens in {u.input} (cache read {u.cache_read}) "
+        f"── turn {n} · {turn.run_id} · {turn.status} · {plural(turn.model_calls, 'model call')}, "
+        f"{plural(turn.tool_calls, 'tool call')} · tokens in {u.input} (cache read {u.cache_read}) "
         f"out {u.output}"
     )
 
@@ -152,7 +152,9 @@ def show_conversation(
             typer.echo(line)
         return
     record = read_record(store, conv)
-    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(record.turns)} turns")
+    typer.echo(
+        f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}"
+    )
     seen: set[int] = set()
     asked = Asked(record.questions)
     for item in record.reading():
@@ -264,14 +266,33 @@ def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) 
     yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
-def delete_conversation(settings: Settings, key: str) -> None:
-    remove_conversation(open_store(settings), key)
+def delete_conversation(
+    settings: Settings, key: str, confirm: Callable[[str], object] | None = None
+) -> None:
+    """`heron conversations delete`: what refuses the delete (no such conversation, one in
+    use) is said before `confirm` asks the person, not after they said yes."""
+    store = open_store(settings)
+    if confirm is not None:
+        removable(store, key)
+        confirm(f"Delete conversation {key!r} and its whole history?")
+    remove_conversation(store, key)
     typer.echo(f"Deleted conversation {key!r}.")
 
 
 def remove_conversation(store: Store, key: str) -> None:
     """Delete `key` with its trace rows, refusing while anything uses it (the CLI's delete
     and the web UI's both come here)."""
+    conv = removable(store, key)
+    store.delete_conversation(conv.id)
+    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
+    from heron.trace.blobs import collect_garbage
+
+    with store.transaction() as conn:
+        collect_garbage(conn)
+
+
+def removable(store: Store, key: str) -> Conversation:
+    """The conversation `key`; a StoreError when there is none or anything still uses it."""
     conv = known(store, key)
     # Anything still using it (a running turn's lease, an open chat's presence) blocks the
     # delete, named so the user knows what to close (heron/store/engine_state.py).
@@ -293,12 +314,7 @@ def remove_conversation(store: Store, key: str) -> None:
             f"conversation {key!r} is still in use: " + "; ".join(work),
             hint="End each as it says, then delete.",
         )
-    store.delete_conversation(conv.id)
-    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
-    from heron.trace.blobs import collect_garbage
-
-    with store.transaction() as conn:
-        collect_garbage(conn)
+    return conv
 
 
 def _mask(value: str) -> str:

@@ -181,6 +181,9 @@ class RemoteAgent:
         # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
         # /stop until its answer comes.
         self._waiting: deque[str] = deque()
+        # A /stop asked before the turn of our message said it started: sent at that start
+        # (the serve tells it once the message is stored), so the stop keeps the message.
+        self._stop_at_start = False
         self._settled = asyncio.Event()
         self._settled.set()
         self._welcomed: asyncio.Event = asyncio.Event()
@@ -216,8 +219,13 @@ class RemoteAgent:
             self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
             self.key = key
         # /stop is answered after the end of the turn it stops, never by a turn of its own
-        self._waiting.append("stop" if text.strip() == "/stop" and not files else "sent")
+        stop = text.strip() == "/stop" and not files
+        early = stop and not self.busy.get(key, False) and "sent" in self._waiting
+        self._waiting.append("stop" if stop else "sent")
         self._settled.clear()
+        if early:  # sent now, it would cancel the turn before its message is stored
+            self._stop_at_start = True
+            return
         refs = [self._upload(f) for f in files]
         kind = "command" if text.startswith("/") and not files else "send"
         self._write({"type": kind, "text": text, **({"files": refs} if refs else {})})
@@ -232,7 +240,12 @@ class RemoteAgent:
         return {"upload_id": upload_id, "name": name, "mime": mime}
 
     def running(self, key: str) -> bool:
-        return self.busy.get(key, False)
+        """A turn runs on `key`, or a message this client sent there has not started one
+        yet (the serve tells a turn's start once its message is stored: the first turn of a
+        serve takes a second to get there). A /stop sent meanwhile waits for that start
+        (`send_nowait`), then stops the turn with the message kept: the chat's Ctrl-C right
+        after Enter is not taken for "nothing runs"."""
+        return self.busy.get(key, False) or (key == self.key and "sent" in self._waiting)
 
     async def settle(self) -> None:
         """Until every message this chat sent has been answered (or the serve went away)."""
@@ -302,6 +315,9 @@ class RemoteAgent:
             return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "error" and event.get("code") == REFUSED_CODE:
             self.refusals.append(event)  # no turn will answer it: stop waiting for one
+            if self._stop_at_start:  # the message it was to stop is refused: nothing to stop
+                self._stop_at_start = False
+                self._waiting.remove("stop")
             self._advance(("sent", "stop"), "refused")
             self._waiting = deque(s for s in self._waiting if s != "refused")
             if not self._waiting:
@@ -393,6 +409,9 @@ class RemoteAgent:
             self.busy[key] = True
             if mine:
                 self._advance(("sent", "queued"), "own")
+            if mine and self._stop_at_start:  # its message is stored: now it can stop
+                self._stop_at_start = False
+                self._write({"type": "command", "text": "/stop"})
         elif kind == "status" and event.get("state") in ("mail", "queued") and mine:
             self._advance(("sent",), event["state"])
         elif kind == "status" and event.get("state") == "idle":
