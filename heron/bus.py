@@ -94,6 +94,9 @@ class OutboundMessage:
     key: str  # the conversation it belongs to
     text: str
     kind: OutKind = "answer"
+    # What a client acts on beyond showing it: "no_worker" (a notice) says no worker will take
+    # the message soon (heron/scale/front.py), so a client waiting for its turn stops.
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class TurnEnd:
     model_calls: int = 0
     usage: Usage | None = None  # the turn's tokens, all its model calls together
     cost_usd: float | None = None  # None: unknown
+    # The turn failed for want of a usable model (heron.errors.model_unusable: the key refused,
+    # the server down). Set in-process; a serve's turn_end does not carry it.
+    unusable: bool = False
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,9 @@ class ToolSettings:
     network: NetworkMode = "none"  # what the sandbox lets a command reach
     approval: ApprovalMode | None = None  # None: "allow" when sandboxed, "ask" when not
     redact: bool = True  # scrub secret patterns from tool output (configured keys: always)
+    # Minutes a conversation's Python kernel is kept unused between turns (0: it ends with
+    # each turn; heron/tools/python_kernel.py `Kernels`).
+    kernel_idle_minutes: float = 30.0
 
 
 TOOL_CHOICES: dict[str, tuple[str, ...]] = {
@@ -609,9 +612,16 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
             if not isinstance(value, bool):
                 raise ConfigError(f"{path}: [tools] redact must be true or false, got {value!r}")
             continue
+        if key == "kernel_idle_minutes":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(
+                    f"{path}: [tools] kernel_idle_minutes must be a number of minutes, 0 or "
+                    f"more, got {value!r}"
+                )
+            continue
         choices = TOOL_CHOICES.get(key)
         if choices is None:
-            known = ", ".join(sorted([*TOOL_CHOICES, "redact"]))
+            known = ", ".join(sorted([*TOOL_CHOICES, "kernel_idle_minutes", "redact"]))
             raise ConfigError(f"{path}: [tools] has no key {key!r}", hint=f"Known keys: {known}.")
         if value not in choices:
             raise ConfigError(

@@ -96,6 +96,15 @@ class FatalProviderError(ProviderError):
     pass
 
 
+def model_unusable(error: BaseException | None) -> bool:
+    """Whether a model call failed so that the same settings will fail again: the key refused
+    (401/403), the model unknown, or no answer at all from the server (no HTTP status: down,
+    unreachable, a broken stream). What a chat's memory review on close would meet too."""
+    if isinstance(error, (AuthError, UnknownModel)):
+        return True
+    return isinstance(error, ProviderError) and error.retryable and error.status is None
+
+
 class StoreError(HeronError):
     pass
 

@@ -296,7 +296,7 @@ async def test_recall_finds_a_message_the_engine_stored():
     out = CliRunner().invoke(app, ["memory", "recall", "heron statue wifi"])
     assert out.exit_code == 0, out.output
     line = out.output.splitlines()[0]
-    assert line.startswith("[trip · ") and f"· message {typed.id} · user]" in line
+    assert line.startswith("[trip · ") and f"· message {typed.id} · you]" in line
     assert "heron statue" in line
 
 

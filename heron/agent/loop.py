@@ -40,7 +40,7 @@ from heron.bus import (
     TurnEvent,
     TurnOptions,
 )
-from heron.errors import HeronError, ProviderError
+from heron.errors import HeronError, ProviderError, model_unusable
 from heron.messages import Message, ToolCall, ToolResult
 from heron.request import StreamEvent
 from heron.store import engine_state as es
@@ -329,7 +329,8 @@ class AgentLoop:
                 log.exception("turn of %s failed", key)
             if control.visible and not control.stale:
                 await self._send(message, key, f"The turn failed: {error}", "error")
-            self._ended(message, key, TurnEnd(False, "failed", str(error)))
+            failed = TurnEnd(False, "failed", str(error), unusable=model_unusable(error))
+            self._ended(message, key, failed)
             return None
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
@@ -536,6 +537,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         result.run_id,
         result.run.model_calls,
         result.run.usage,
+        unusable=model_unusable(error),
     )
 
 
