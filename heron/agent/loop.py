@@ -376,7 +376,7 @@ class AgentLoop:
             self._event(message, key, "tool_end", call=record.call, result=record.result, s=took)
 
         def retry(error: ProviderError, wait: float) -> None:
-            self._event(message, key, "retry", str(error), s=wait)
+            self._event(message, key, "retry", error.summary, s=wait)  # the hint comes last
 
         def saved(message_id: int) -> None:
             self._event(message, key, "saved", message_id=message_id)

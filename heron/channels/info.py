@@ -7,18 +7,23 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from heron.channels.common import table
-from heron.config import Settings
+from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
-from heron.providers.profiles import ModelChoice
+from heron.providers.endpoint import shown_url
+from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
 from heron.store.records import RECALL_FLAG, shown_as
+
+if TYPE_CHECKING:
+    from heron.providers.anthropic import AnthropicProvider
+    from heron.providers.openai_compat import OpenAICompatProvider
 
 
 def open_store(settings: Settings) -> Store:
@@ -327,10 +332,10 @@ def show_config(settings: Settings) -> None:
     typer.echo(f"config file: {settings.paths.config} ({present})")
     try:
         choice = settings.model()
-        where = choice.base_url or (str(choice.model_path) if choice.model_path else None)
-        at = f"; at {where}" if where else ""
-        source = model_source(settings, choice.embedded)
-        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source}{at})")
+        source = model_source(settings, choice)
+        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source})")
+        for line in server_lines(choice):
+            typer.echo(line)
         p = choice.profile
         typer.echo(
             f"profile:     window {p.context_window}, output cap {p.max_output}, "
@@ -347,14 +352,32 @@ def show_config(settings: Settings) -> None:
     )
 
 
-def model_source(settings: Settings, embedded: bool = False) -> str:
+def server_lines(choice: ModelChoice) -> list[str]:
+    """Where the model is reached and the setting that said so; for a server that got no
+    key, that a placeholder goes instead (never a key itself)."""
+    if choice.model_path is not None:
+        return [f"file:        {choice.model_path}"]
+    if choice.base_url is None:
+        return []
+    lines = [f"server:      {shown_url(choice.base_url)} (from {choice.url_source})"]
+    if choice.api_key == PLACEHOLDER_KEY:
+        lines.append(
+            f"key:         none set: {PLACEHOLDER_KEY!r} is sent (a local server checks none; "
+            "set HERON_API_KEY or api_key under [providers.openai] if yours does)"
+        )
+    return lines
+
+
+def model_source(settings: Settings, choice: ModelChoice) -> str:
     """Where the model in use was named, in the order heron.config.choose_model reads them."""
     if settings.env.get("HERON_MODEL"):
         return "HERON_MODEL"
     if settings.config.model:
         return settings.paths.config.name
-    if embedded:
+    if choice.embedded:
         return "the offline fallback: nothing else is configured"
+    if choice.model == SERVER_DEFAULT_MODEL and choice.base_url is not None:
+        return "no model named: `default` is sent; `heron models` lists the server's"
     return "the provider's default"
 
 
@@ -362,14 +385,83 @@ def print_models(settings: Settings) -> None:
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
     try:
-        choice = settings.model()
-        typer.echo(f"In use: {choice.provider} / {choice.model}")
+        choice: ModelChoice | None = settings.model()
     except HeronError as e:
+        choice = None
         typer.echo(f"In use: none. {e}")
+    if choice is not None:
+        typer.echo(f"In use: {choice.provider} / {choice.model}")
+        show_served_models(settings, choice)
     typer.echo("\nBuilt-in profiles:")
     rows = [
         (pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode, attachments_taken(p))
         for pat, p in _BUILTIN
     ]
     table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"), rows)
+    overrides = settings.config.models
+    if overrides:
+        typer.echo(f"\nOverrides in {settings.paths.config}:")
+        for pattern, values in overrides.items():
+            said = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+            typer.echo(f'[models."{pattern}"]  {said}')
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
+
+
+# `heron models` asks the server for its list: a server that is down must not hold it long.
+LIST_TIMEOUT = 5.0
+
+
+def show_served_models(settings: Settings, choice: ModelChoice) -> None:
+    """What the server in use offers (GET /models of an OpenAI-compatible server, GET
+    /v1/models of Anthropic's), each with the profile it would run with; or a line saying why
+    the list could not be had, and what to do. A local GGUF file has nothing to list."""
+    import asyncio
+
+    from heron.providers.profiles import profile_for
+
+    provider = _lister(choice)
+    if provider is None:
+        return
+
+    async def ask() -> list[str]:
+        try:
+            return await provider.list_models(LIST_TIMEOUT)
+        finally:
+            await provider.aclose()
+
+    where = provider.endpoint.named
+    try:
+        names = asyncio.run(ask())
+    except HeronError as e:
+        typer.echo(f"\nThe models at {where} could not be listed: {e.summary}")
+        if e.hint:
+            typer.echo(e.hint)
+        return
+    if not names:
+        typer.echo(f"\nThe server at {where} lists no models.")
+        return
+    typer.echo(f"\nModels at {where}, with the profile each would run with:")
+    rows = []
+    for name in names:
+        p = profile_for(name, settings.config.models)
+        mark = "  (in use)" if name == choice.model else ""
+        rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode + mark))
+    table(("MODEL", "WINDOW", "OUTPUT", "TOOLS"), rows)
+
+
+def _lister(choice: ModelChoice) -> OpenAICompatProvider | AnthropicProvider | None:
+    """The adapter `heron models` asks (it sends no chat)."""
+    if choice.provider == "openai":
+        from heron.providers.openai_compat import OpenAICompatProvider
+
+        key = choice.api_key or PLACEHOLDER_KEY
+        return OpenAICompatProvider(
+            choice.model, key, choice.base_url, url_source=choice.url_source
+        )
+    if choice.provider == "anthropic" and choice.api_key:
+        from heron.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            choice.model, choice.api_key, choice.base_url, url_source=choice.url_source
+        )
+    return None
