@@ -750,9 +750,7 @@ def _openai_wire(
     """OpenAI itself (no URL, or api.openai.com): a key is required and the model defaults to
     gpt-4.1-mini. Any other server: its key if one is set, else a placeholder (a local
     server checks none), and the model `default` unless one is named."""
-    key = (env.get("HERON_API_KEY") if url else None) or (
-        env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
-    )
+    key = _openai_key(config, env, url, source)
     if url is None or _is_openai(url):
         if not key:
             raise ConfigError(
@@ -763,6 +761,18 @@ def _openai_wire(
         return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key, url_source=source)
     model = model or SERVER_DEFAULT_MODEL
     return ModelChoice("openai", model, url, key or PLACEHOLDER_KEY, url_source=source)
+
+
+def _openai_key(
+    config: Config, env: Mapping[str, str], url: str | None, source: str | None
+) -> str | None:
+    """The key for an OpenAI-wire server. One config.toml names goes with the key written
+    beside it there first: the environment's OPENAI_API_KEY is the person's OpenAI key, not
+    that server's. One the environment names takes HERON_API_KEY first."""
+    configured = config.api_keys.get("openai")
+    if url and source and "config.toml" in source and configured:
+        return configured
+    return (env.get("HERON_API_KEY") if url else None) or env.get("OPENAI_API_KEY") or configured
 
 
 def _is_openai(url: str) -> bool:

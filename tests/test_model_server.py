@@ -107,6 +107,24 @@ def test_config_toml_and_the_environment_choose_the_same_model_and_window(tmp_pa
     assert (from_config.url_source, from_env.url_source) == (CONFIG_URL, "HERON_BASE_URL")
 
 
+def test_the_key_written_beside_a_configured_server_is_the_one_it_gets(tmp_path):
+    """An OpenAI key in the environment went to any server config.toml named, its own key
+    beside it notwithstanding: a third-party server could be sent the person's OpenAI key."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[providers.openai]\nbase_url = "https://llm.example.com/v1"\napi_key = "sk-mine"\n'
+    )
+    env = {"OPENAI_API_KEY": "sk-openai"}
+    assert choose_model(load_config(path), env).api_key == "sk-mine"
+    path.write_text('base_url = "https://llm.example.com/v1"\n[providers.openai]\napi_key = "x1"\n')
+    assert choose_model(load_config(path), env).api_key == "x1"
+    path.write_text('[providers.openai]\nbase_url = "https://llm.example.com/v1"\n')
+    assert choose_model(load_config(path), env).api_key == "sk-openai"  # no key of its own
+    # a server named by the environment takes the environment's keys first
+    url_env = {"HERON_BASE_URL": "http://127.0.0.1:8000/v1", "HERON_API_KEY": "sk-heron"}
+    assert choose_model(load_config(path), url_env | env).api_key == "sk-heron"
+
+
 def test_a_named_model_or_provider_still_decides_and_public_apis_still_need_their_key(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(  # the README's example: Claude, with a local server configured beside it
