@@ -34,7 +34,7 @@ from heron.tools import approval
 from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
 from heron.tools.message import with_message_tool
-from heron.tools.python_kernel import Kernels, describe_kernel
+from heron.tools.python_kernel import KernelKey, Kernels, describe_kernel
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
@@ -206,9 +206,10 @@ class Engine:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def end_kernel(self, key: str) -> None:
-        """/new: the conversation's kernel ends; its next cell starts an empty one."""
-        await self.kernels.forget(key)
+    async def end_kernel(self, conversation: Conversation) -> None:
+        """/new, or the serve deleted the conversation: its kernel ends; a next cell starts an
+        empty one."""
+        await self.kernels.forget(KernelKey.of(conversation))
 
     async def settle_background(self, timeout: float = 60.0) -> None:
         """Let background passes finish (bounded), then cancel what is left."""

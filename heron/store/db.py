@@ -620,6 +620,19 @@ class Store:
         )
         return float(rows[0][0] or 0) if rows else 0.0
 
+    def used_tool(self, conversation_id: int, tool: str) -> bool:
+        """Whether a finished call of `tool` is on record in the conversation since its last
+        /new separator (what its model may still count on): one query, on the turns' and the
+        tool calls' indexes, stopping at the first found."""
+        rows = self.query(
+            "SELECT 1 FROM turns t JOIN tool_calls c ON c.turn_id = t.id"
+            " WHERE t.conversation_id = ?1 AND c.name = ?2 AND t.started > COALESCE("
+            "(SELECT MAX(created) FROM messages WHERE conversation_id = ?1 AND kind = 'separator'),"
+            " 0) LIMIT 1",
+            (conversation_id, tool),
+        )
+        return bool(rows)
+
     def last_call_tokens(self, conversation_id: int) -> int:
         """Input plus output tokens of the conversation's last model call (0 before any): the
         context it used, as /status shows."""
