@@ -886,7 +886,8 @@ async def interrupted(t: Turn) -> None:
     if t.built is not None:
         said = f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}" if t.partial.strip() else STOPPED
         conversation_id, turn_id, printed = t.conversation.id, t.built.turn_id, t.stopped_output
-        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed)
+        author = "model" if t.partial.strip() else None  # the model's words, with Heron's mark
+        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed, author)
 
 
 def result_of(t: Turn, done: Done) -> TurnResult:

@@ -368,11 +368,13 @@ def close_turn(
     turn_id: int,
     stopped: str,
     printed: Mapping[str, str] | None = None,
+    author: str | None = None,
 ) -> None:
     """Record an interrupted turn minimally, so the next turn sees the stopped exchange: the
     tool phase closed (a stopped call's result with what it had printed, `printed`), `stopped`
-    as the reply to a user message left without one, and the turn row marked interrupted (a
-    hard break, unless it said otherwise)."""
+    as the reply to a user message left without one (`author` "model" when it holds what the
+    model had streamed, else Heron's), and the turn row marked interrupted (a hard break,
+    unless it said otherwise)."""
     with store.transaction() as c:
         close_dangling_calls(store, conversation_id, printed)
         head_id = store.conversation_by_id(conversation_id).head_id
@@ -383,6 +385,7 @@ def close_turn(
                 Message("assistant", [Text(stopped)]),
                 turn_id=turn_id,
                 meta={"interrupted": True},
+                author=author,
             )
         c.execute(
             "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
