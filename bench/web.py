@@ -103,16 +103,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"heron serve exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit("heron serve did not start within 60 s")
+def _wait_login(proc: subprocess.Popen[str]) -> str:
+    """The login address the serve prints once it listens (every bind needs a login)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("Log in: "):
+            return line.removeprefix("Log in: ").strip()
+    raise SystemExit(f"heron serve exited with {proc.wait()} before it printed its login")
 
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -193,16 +190,18 @@ window.WebSocket = class extends Native {
 """
 
 
-def measure(url: str, pid: int) -> dict[str, float]:
-    from web_harness import chromium
+def measure(url: str, login: str, pid: int) -> dict[str, float]:
+    from web_harness import chromium, log_in, logged_in
 
+    token = log_in(login)
     with chromium() as browser:
-        page = browser.new_page()
+        first = logged_in(browser, url, token)
+        page = first.new_page()
         page.goto(url + "/#c=big")
         render = page.evaluate(_RENDERED % MESSAGES)
-        page.close()
+        first.close()
 
-        context = browser.new_context()
+        context = logged_in(browser, url, token)
         tabs = [context.new_page() for _ in range(TABS)]
         tabs[0].add_init_script(_RECORD % DELTAS)  # the measuring tab
         for tab in tabs:
@@ -251,12 +250,13 @@ def main() -> int:
         proc = subprocess.Popen(
             [sys.executable, __file__, "--child", str(port)],
             env=env,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            text=True,
         )
         try:
-            _wait_port(port, proc)
-            figures = measure(f"http://127.0.0.1:{port}", proc.pid)
+            login = _wait_login(proc)
+            figures = measure(f"http://127.0.0.1:{port}", login, proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)

@@ -94,6 +94,9 @@ class OutboundMessage:
     key: str  # the conversation it belongs to
     text: str
     kind: OutKind = "answer"
+    # What a client acts on beyond showing it: "no_worker" (a notice) says no worker will take
+    # the message soon (heron/scale/front.py), so a client waiting for its turn stops.
+    code: str | None = None
 
 
 # A channel as the person knows it, where they read who stopped a turn.
@@ -130,6 +133,9 @@ class TurnEnd:
     cost_usd: float | None = None  # None: unknown
     # What stopped it (outcome "stale"), when known: `stopped_by(...)`'s words.
     stopped_by: str | None = None
+    # The turn failed for want of a usable model (heron.errors.model_unusable: the key refused,
+    # the server down). Set in-process; a serve's turn_end does not carry it.
+    unusable: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -31,7 +32,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 conversations_app = typer.Typer(
-    rich_markup_mode="markdown", help="List, show and delete conversations.", no_args_is_help=True
+    rich_markup_mode="markdown",
+    help="List, show, search, export and delete conversations.",
+    no_args_is_help=True,
 )
 config_app = typer.Typer(
     rich_markup_mode="markdown", help="Show Heron's configuration.", no_args_is_help=True
@@ -218,7 +221,7 @@ def chat(
 @app.command()
 def serve(
     host: Annotated[
-        str, typer.Option(help="Address to listen on; anything but loopback needs a login.")
+        str, typer.Option(help="Address to listen on (127.0.0.1: this machine only).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port of the web UI (0: any free one).")] = 8765,
     model: ModelOpt = None,
@@ -226,12 +229,46 @@ def serve(
         int,
         typer.Option(help="Run turns in this many `heron worker` processes (PostgreSQL only)."),
     ] = 0,
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the login address in your browser.")
+    ] = False,
 ) -> None:
-    """Run the agent for this home: the web UI, and the socket heron run and heron chat use."""
+    """Run the agent for this home: the web UI, and the socket heron run and heron chat use.
+
+    It prints a one-time login address for the web UI (every bind needs a login);
+    `heron web` prints a fresh one later, for another browser."""
     from heron.serve.main import serve as run_serve
 
     try:
-        asyncio.run(run_serve(settings(), host=host, port=port, model=model, workers=workers))
+        asyncio.run(
+            run_serve(
+                settings(),
+                host=host,
+                port=port,
+                model=model,
+                workers=workers,
+                open_browser=open_,
+            )
+        )
+    except HeronError as e:
+        fail(e)
+
+
+@app.command()
+def web(
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the address in your browser too.")
+    ] = False,
+) -> None:
+    """Log a browser in to the web UI of the running heron serve.
+
+    Asks the serve of this home for a fresh one-time login address (it works once, for 10
+    minutes) and prints it; the browser that opens it stays logged in for 30 days, across
+    restarts of the serve."""
+    from heron.channels.web_login import web_login
+
+    try:
+        web_login(settings(), open_)
     except HeronError as e:
         fail(e)
 
@@ -300,6 +337,60 @@ def conversations_show(
         fail(e)
 
 
+@conversations_app.command("search")
+def conversations_search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Search this conversation only.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="How many hits.")] = 10,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON array of hits: key, message_id, who, ..."),
+    ] = False,
+) -> None:
+    """Search every message said, compacted ones included (as `heron memory recall`)."""
+    from heron.channels.info import open_store
+    from heron.channels.memory_cli import print_recall
+
+    try:
+        store = open_store(settings())
+        try:
+            print_recall(store, query, limit, key=conversation, as_json=as_json)
+        finally:
+            store.close()
+    except HeronError as e:
+        fail(e)
+
+
+@conversations_app.command("export")
+def conversations_export(
+    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    form: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="markdown (md) or json; default: json for an -o FILE ending in .json, "
+            "else markdown.",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file, not stdout.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the -o file if it exists.")
+    ] = False,
+) -> None:
+    """Export a conversation's current branch, whole: every turn, tool call and result."""
+    from heron.channels.export import export_conversation
+
+    try:
+        export_conversation(settings(), key, form, output, force=force)
+    except HeronError as e:
+        fail(e)
+
+
 @conversations_app.command("delete")
 def conversations_delete(
     key: Annotated[str, typer.Argument(help="The conversation key.")],
@@ -313,10 +404,12 @@ def conversations_delete(
         ensure_person("deleting a conversation")
     except HeronError as e:
         fail(e)
-    if not yes:
-        typer.confirm(f"Delete conversation {key!r} and its whole history?", abort=True)
+
+    def confirm(question: str) -> None:
+        typer.confirm(question, abort=True)
+
     try:
-        delete_conversation(settings(), key)
+        delete_conversation(settings(), key, None if yes else confirm)
     except HeronError as e:
         fail(e)
 

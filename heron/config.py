@@ -19,9 +19,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from heron.errors import ConfigError, NoModelConfigured
-from heron.providers.profiles import ModelChoice, ModelProfile, ProviderKind, profile_for
+from heron.providers.profiles import (
+    PLACEHOLDER_KEY,
+    ModelChoice,
+    ModelProfile,
+    ProviderKind,
+    profile_for,
+)
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
@@ -137,6 +144,9 @@ class ToolSettings:
     network: NetworkMode = "none"  # what the sandbox lets a command reach
     approval: ApprovalMode | None = None  # None: "allow" when sandboxed, "ask" when not
     redact: bool = True  # scrub secret patterns from tool output (configured keys: always)
+    # Minutes a conversation's Python kernel is kept unused between turns (0: it ends with
+    # each turn; heron/tools/python_kernel.py `Kernels`).
+    kernel_idle_minutes: float = 30.0
 
 
 TOOL_CHOICES: dict[str, tuple[str, ...]] = {
@@ -342,11 +352,16 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         raise ConfigError(f"{path}: provider must be anthropic, openai or local, not {provider!r}")
     providers = _table(data, "providers", path)
     keys = {n: str(t["api_key"]) for n, t in providers.items() if "api_key" in t}
-    urls = {n: str(t["base_url"]) for n, t in providers.items() if "base_url" in t}
+    urls = {
+        n: check_url(t["base_url"], f"{path}: [providers.{n}] base_url")
+        for n, t in providers.items()
+        if "base_url" in t
+    }
+    base_url = _opt_str(data, "base_url", path)
     return Config(
         model=_opt_str(data, "model", path),
         provider=provider,
-        base_url=_opt_str(data, "base_url", path),
+        base_url=None if base_url is None else check_url(base_url, f"{path}: base_url"),
         api_keys=keys,
         base_urls=urls,
         agent=_agent_defaults(_table(data, "agent", path), path),
@@ -423,6 +438,28 @@ def database_url(url: object, where: str) -> str:
             "the SQLite file heron.db under HERON_HOME (docs/scale.md).",
         )
     return url
+
+
+def check_url(url: object, where: str) -> str:
+    """A model server's base URL as given (config.toml, HERON_BASE_URL, ...), or a ConfigError
+    when it is none: a URL without http:// or https:// or a host would fail every request,
+    and retrying would not mend it."""
+    hint = (
+        "Write the whole address with its scheme, e.g. http://127.0.0.1:11434/v1 for ollama "
+        "(an OpenAI-compatible server's address usually ends in /v1)."
+    )
+    if not isinstance(url, str):
+        raise ConfigError(f"{where} must be a string (a URL), got {url!r}", hint=hint)
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018  (raises ValueError on a port that is not a number)
+    except ValueError as e:
+        raise ConfigError(f"{where} is not a URL: {url!r} ({e})", hint=hint) from e
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{where} must start with http:// or https://, got {url!r}", hint=hint)
+    if not parts.hostname:
+        raise ConfigError(f"{where} names no host: {url!r}", hint=hint)
+    return url.strip()
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -575,9 +612,16 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
             if not isinstance(value, bool):
                 raise ConfigError(f"{path}: [tools] redact must be true or false, got {value!r}")
             continue
+        if key == "kernel_idle_minutes":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(
+                    f"{path}: [tools] kernel_idle_minutes must be a number of minutes, 0 or "
+                    f"more, got {value!r}"
+                )
+            continue
         choices = TOOL_CHOICES.get(key)
         if choices is None:
-            known = ", ".join(sorted([*TOOL_CHOICES, "redact"]))
+            known = ", ".join(sorted([*TOOL_CHOICES, "kernel_idle_minutes", "redact"]))
             raise ConfigError(f"{path}: [tools] has no key {key!r}", hint=f"Known keys: {known}.")
         if value not in choices:
             raise ConfigError(
@@ -610,7 +654,8 @@ def choose_model(
     config: Config, env: Mapping[str, str], cli_model: str | None = None
 ) -> ModelChoice:
     """Resolve the model: --model, then HERON_BASE_URL, then config, then keys in the
-    environment, then the embedded offline model."""
+    environment, then the embedded offline model. A base URL in config.toml means that server
+    (docs/engine.md, "Model servers")."""
     model = cli_model or env.get("HERON_MODEL") or config.model
     choice = _choose(config, env, model)
     profile = profile_for(choice.model, config.models)
@@ -645,13 +690,15 @@ def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelC
         if not path.is_file():
             raise ConfigError(f"no GGUF file at {path}", hint="Give the path to a .gguf file.")
         return ModelChoice("local", path.stem, model_path=path)
-    base_url = env.get("HERON_BASE_URL") or (
-        config.base_url if config.provider in (None, "openai") else None
+    server = _server_url(config, env)
+    if server is not None:
+        return _openai_wire(config, env, model, *server)
+    provider = (
+        config.provider
+        or _provider_for_model(model)
+        or _provider_from_config(config)
+        or _provider_from_env(env)
     )
-    if base_url:
-        key = env.get("HERON_API_KEY") or env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
-        return ModelChoice("openai", model or "default", base_url, key or "not-needed")
-    provider = config.provider or _provider_for_model(model) or _provider_from_keys(config, env)
     if provider == "anthropic":
         key = env.get("ANTHROPIC_API_KEY") or config.api_keys.get("anthropic")
         if not key:
@@ -660,18 +707,76 @@ def _choose(config: Config, env: Mapping[str, str], model: str | None) -> ModelC
                 hint="Set ANTHROPIC_API_KEY, or api_key under "
                 "[providers.anthropic] in config.toml.",
             )
-        url = env.get("ANTHROPIC_BASE_URL") or config.base_urls.get("anthropic")
-        return ModelChoice("anthropic", model or DEFAULT_ANTHROPIC_MODEL, url, key)
+        url, source = _named_url(config, env, "anthropic", "ANTHROPIC_BASE_URL")
+        model = model or DEFAULT_ANTHROPIC_MODEL
+        return ModelChoice("anthropic", model, url, key, url_source=source)
     if provider == "openai":
-        key = env.get("OPENAI_API_KEY") or config.api_keys.get("openai")
+        return _openai_wire(
+            config, env, model, *_named_url(config, env, "openai", "OPENAI_BASE_URL")
+        )
+    return _embedded(env)
+
+
+# The model name sent to an OpenAI-compatible server when none is named: llama.cpp's server
+# answers with the model it runs whatever the name; a server that serves several (ollama, vLLM)
+# says it has no such model, and `heron models` lists those it has.
+SERVER_DEFAULT_MODEL = "default"
+
+
+def _server_url(config: Config, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """HERON_BASE_URL, else config.toml's top-level base_url (unless its provider is another
+    wire), with the name of the setting: it wins over any model name."""
+    if env.get("HERON_BASE_URL"):
+        return check_url(env["HERON_BASE_URL"], "HERON_BASE_URL"), "HERON_BASE_URL"
+    if config.base_url and config.provider in (None, "openai"):
+        return config.base_url, "base_url in config.toml"
+    return None
+
+
+def _named_url(
+    config: Config, env: Mapping[str, str], provider: str, variable: str
+) -> tuple[str | None, str | None]:
+    """A provider's own base URL (its SDK's variable, then `[providers.<name>] base_url`) and
+    the setting that named it; (None, None) for the provider's public API."""
+    if env.get(variable):
+        return check_url(env[variable], variable), variable
+    url = config.base_urls.get(provider)
+    return (url, f"[providers.{provider}] base_url in config.toml") if url else (None, None)
+
+
+def _openai_wire(
+    config: Config, env: Mapping[str, str], model: str | None, url: str | None, source: str | None
+) -> ModelChoice:
+    """OpenAI itself (no URL, or api.openai.com): a key is required and the model defaults to
+    gpt-4.1-mini. Any other server: its key if one is set, else a placeholder (a local
+    server checks none), and the model `default` unless one is named."""
+    key = _openai_key(config, env, url, source)
+    if url is None or _is_openai(url):
         if not key:
             raise ConfigError(
                 "no OpenAI API key",
-                hint="Set OPENAI_API_KEY, or HERON_BASE_URL for a local OpenAI-compatible server.",
+                hint="Set OPENAI_API_KEY (or api_key under [providers.openai] in config.toml), "
+                "or HERON_BASE_URL for a local OpenAI-compatible server.",
             )
-        url = env.get("OPENAI_BASE_URL") or config.base_urls.get("openai")
-        return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key)
-    return _embedded(env)
+        return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key, url_source=source)
+    model = model or SERVER_DEFAULT_MODEL
+    return ModelChoice("openai", model, url, key or PLACEHOLDER_KEY, url_source=source)
+
+
+def _openai_key(
+    config: Config, env: Mapping[str, str], url: str | None, source: str | None
+) -> str | None:
+    """The key for an OpenAI-wire server. One config.toml names goes with the key written
+    beside it there first: the environment's OPENAI_API_KEY is the person's OpenAI key, not
+    that server's. One the environment names takes HERON_API_KEY first."""
+    configured = config.api_keys.get("openai")
+    if url and source and "config.toml" in source and configured:
+        return configured
+    return (env.get("HERON_API_KEY") if url else None) or env.get("OPENAI_API_KEY") or configured
+
+
+def _is_openai(url: str) -> bool:
+    return urlsplit(url).hostname == "api.openai.com"
 
 
 def _provider_for_model(model: str | None) -> ProviderKind | None:
@@ -680,12 +785,20 @@ def _provider_for_model(model: str | None) -> ProviderKind | None:
     return "anthropic" if model.lower().startswith("claude") else "openai"
 
 
-def _provider_from_keys(config: Config, env: Mapping[str, str]) -> ProviderKind | None:
-    if env.get("ANTHROPIC_API_KEY") or "anthropic" in config.api_keys:
-        return "anthropic"
-    if env.get("OPENAI_API_KEY") or "openai" in config.api_keys:
+def _provider_from_config(config: Config) -> ProviderKind | None:
+    """What config.toml's [providers.*] tables point to: a server's base_url first (the
+    person named where to go), then a key."""
+    if "openai" in config.base_urls:
         return "openai"
-    return None
+    if "anthropic" in config.api_keys or "anthropic" in config.base_urls:
+        return "anthropic"
+    return "openai" if "openai" in config.api_keys else None
+
+
+def _provider_from_env(env: Mapping[str, str]) -> ProviderKind | None:
+    if env.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    return "openai" if env.get("OPENAI_API_KEY") else None
 
 
 def _embedded(env: Mapping[str, str]) -> ModelChoice:

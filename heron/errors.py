@@ -6,11 +6,12 @@
     ├── ProviderError               a model call failed (status, body, retry_after when known)
     │   ├── ContextOverflow         the prompt is larger than the model's window
     │   ├── RateLimited             429 and friends: retry after `retry_after` seconds
-    │   ├── TransientProviderError  5xx, a cut stream, a connection error: retry with backoff
+    │   ├── TransientProviderError  5xx, a cut stream, a server down: retry with backoff
     │   ├── DeadlineExceeded        no answer within the request's deadline: ends the turn
     │   ├── AuthError               bad or missing key: ends the turn, names the variable to set
     │   ├── UnknownModel            the server does not serve that model: ends the turn
-    │   └── FatalProviderError      anything else the provider refused: ends the turn
+    │   └── FatalProviderError      a wrong URL (no API there, https to http), anything else
+    │                               the provider refused: ends the turn
     ├── StoreError                  the database is unreadable, locked or holds a corrupt row
     │   └── BusyError               another process is running a turn on the conversation
     ├── ToolError                   a tool failed; the runner turns it into an is_error result
@@ -31,9 +32,14 @@ class HeronError(Exception):
         super().__init__(message)
         self.hint = hint
 
+    @property
+    def summary(self) -> str:
+        """The message without its hint: a progress line (a retry) says what happened, and
+        the hint comes with the final error."""
+        return super().__str__()
+
     def __str__(self) -> str:
-        base = super().__str__()
-        return f"{base}\n{self.hint}" if self.hint else base
+        return f"{self.summary}\n{self.hint}" if self.hint else self.summary
 
 
 class ConfigError(HeronError):
@@ -88,6 +94,15 @@ class UnknownModel(ProviderError):
 
 class FatalProviderError(ProviderError):
     pass
+
+
+def model_unusable(error: BaseException | None) -> bool:
+    """Whether a model call failed so that the same settings will fail again: the key refused
+    (401/403), the model unknown, or no answer at all from the server (no HTTP status: down,
+    unreachable, a broken stream). What a chat's memory review on close would meet too."""
+    if isinstance(error, (AuthError, UnknownModel)):
+        return True
+    return isinstance(error, ProviderError) and error.retryable and error.status is None
 
 
 class StoreError(HeronError):

@@ -447,6 +447,11 @@ def from_json(text: str) -> Message:
     return message_from_dict(json.loads(text))
 
 
+def plural(count: int, noun: str) -> str:
+    """`count` and its noun, singular for one: "1 turn", "2 turns", "1,000 turns"."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
 def title_of(text: str) -> str:
     """A conversation's title from the text that opens it: its first line, cut at 60."""
     line = text.strip().splitlines()[0] if text.strip() else "(empty)"

@@ -83,9 +83,12 @@ ASSIGNMENT = re.compile(
 
 _CREDENTIAL_WORDS = ("key", "token", "secret", "pass", "pwd", "credential")
 
-# Only from the start of a run of token characters: a shorter run then fails once, not once per
-# character of it._CREDENTIAL_WORDS = ("key", "token", "secret", "pass", "pwd", "credential")
+# A value that is only a file path ("PWD=/home/me", "ssh_key: ~/.ssh/id_ed25519") names where
+# something is, not a secret: the shell's PWD is in every `env` and os.environ.
+_PATH_VALUE = re.compile(r"[~.]?/[A-Za-z0-9_./-]*")
 
+# Only from the start of a run of token characters: a shorter run then fails once, not once per
+# character of it.
 _TOKEN = re.compile(r"(?<![A-Za-z0-9+/=_\-.])[A-Za-z0-9+/=_\-.]{24,}")
 _CLASSES = [re.compile(p) for p in (r"[a-z]", r"[A-Z]", r"[0-9]", r"[+/=_\-]")]
 
@@ -106,9 +109,12 @@ def random_looking(token: str) -> bool:
 
 
 def _assignment(match: re.Match[str]) -> str:
-    if match.group("value").strip("\"'").startswith("[redacted"):
+    value = match.group("value").strip("\"'")
+    if value.startswith("[redacted") or _PATH_VALUE.fullmatch(value):
         return match.group()
-    return match.group("name") + match.group("sep") + mark("assignment")
+    quote = match.group("value")[0] if match.group("value")[0] in "\"'" else ""
+    # A quoted value keeps its quotes: a dict or a TOML line printed stays one.
+    return match.group("name") + match.group("sep") + quote + mark("assignment") + quote
 
 
 def _replace(kind: str) -> Callable[[re.Match[str]], str]:

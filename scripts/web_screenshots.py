@@ -60,7 +60,7 @@ def approval(browser, home: Path) -> None:
     model = SteeredModel()
     try:
         with serve(model) as site:
-            context = browser.new_context(viewport={"width": 1280, "height": 560})
+            context = site.context(browser, viewport={"width": 1280, "height": 560})
             page = context.new_page()
             page.goto(site.url + "/")
             _send(page, "Free some disk space in the workspace.")
@@ -90,7 +90,7 @@ def main() -> int:
         os.environ["HERON_HOME"] = str(Path(tmp) / "home")
         model = SteeredModel()
         with serve(model) as site, chromium() as browser:
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
+            context = site.context(browser, viewport={"width": 1280, "height": 800})
             page = context.new_page()
             page.goto(site.url + "/")
             _send(page, "I live in Lyon, I prefer green tea, I take the train to Paris")
@@ -127,7 +127,7 @@ def main() -> int:
                 page.screenshot(path=str(OUT / f"{view}.png"))
             page.get_by_role("button", name="close panel").click()
 
-            phone = browser.new_context(viewport={"width": 390, "height": 760})
+            phone = site.context(browser, viewport={"width": 390, "height": 760})
             small = phone.new_page()
             small.goto(site.url + "/")
             small.locator(".msg.assistant").nth(2).wait_for()

@@ -22,6 +22,16 @@ ENV_KEY = "sk-test-envkey-fedcba9876543210"
 MEMORY_SECRET = "MEMORY-SECRET-7f3a"
 
 
+def child_env(home: Path, confined: bool) -> dict[str, str]:
+    """The environment of a Heron child process, sandboxed or unconfined (bwrap off, its
+    commands allowed without asking, as no one is there to answer)."""
+    env = dict(os.environ)
+    if not confined:
+        env["HERON_BWRAP"] = "off"
+        (home / "config.toml").write_text('[tools]\napproval = "allow"\n')
+    return env
+
+
 def seed_home(home: Path, tools: str = "") -> None:
     """A config with a key and a [tools] section, and a memory entry with a secret in it."""
     (home / "config.toml").write_text(

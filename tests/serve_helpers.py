@@ -1,5 +1,8 @@
 """A `heron serve` in the test's own event loop (real uvicorn on 127.0.0.1, port 0, the
-control socket in the test's HERON_HOME), and small clients for /ws and the control socket."""
+control socket in the test's HERON_HOME), and small clients for /ws and the control socket.
+
+Every bind needs a login: `running_serve` logs in once through the address the serve printed,
+as a person would, and its `ws_client` and `http` carry that session's cookie."""
 
 from __future__ import annotations
 
@@ -16,11 +19,12 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
 from heron.config import Settings
 from heron.providers.base import Provider
-from heron.serve.app import Auth
+from heron.serve.auth import COOKIE
 from heron.serve.lock import ServeInfo
 from heron.tools.registry import ToolRegistry
 
@@ -30,10 +34,11 @@ WAIT = 30.0  # a bound on every wait, so a broken test fails instead of hanging
 @dataclass
 class Running:
     info: ServeInfo
-    auth: Auth
+    login: str  # the login address the serve printed (its code spent by the helper)
     out: StringIO
     stop: asyncio.Event
     task: asyncio.Task[None]
+    token: str = ""  # the session cookie that login set
 
     @property
     def url(self) -> str:
@@ -43,6 +48,23 @@ class Running:
     def ws_url(self) -> str:
         return self.url.replace("http://", "ws://") + "/ws"
 
+    @property
+    def cookie(self) -> dict[str, str]:
+        return {"Cookie": f"{COOKIE}={self.token}"}
+
+    def http(self, **options: Any) -> httpx.AsyncClient:
+        """A client of the serve's HTTP routes, logged in (`cookies={}`: not)."""
+        options.setdefault("cookies", {COOKIE: self.token})
+        return httpx.AsyncClient(base_url=self.url, **options)
+
+
+async def log_in(login: str) -> str:
+    """Open a login address as a browser would; the session token its cookie carries."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(login)
+    assert response.status_code == 303, response.text
+    return response.cookies[COOKIE]
+
 
 @contextlib.asynccontextmanager
 async def running_serve(
@@ -50,7 +72,7 @@ async def running_serve(
 ) -> AsyncIterator[Running]:
     from heron.serve.main import serve
 
-    ready: asyncio.Future[tuple[ServeInfo, Auth]] = asyncio.get_running_loop().create_future()
+    ready: asyncio.Future[tuple[ServeInfo, str]] = asyncio.get_running_loop().create_future()
     stop, out = asyncio.Event(), StringIO()
     task = asyncio.create_task(
         serve(
@@ -59,7 +81,7 @@ async def running_serve(
             provider=provider,
             registry=registry,
             out=out,
-            on_ready=lambda info, auth: ready.set_result((info, auth)),
+            on_ready=lambda info, login: ready.set_result((info, login)),
             until=stop,
             signals=False,
             **options,
@@ -68,9 +90,11 @@ async def running_serve(
     done, _ = await asyncio.wait({task, ready}, timeout=WAIT, return_when="FIRST_COMPLETED")
     if task in done:
         await task  # it failed to start: raise why
-    info, auth = ready.result()
-    running = Running(info, auth, out, stop, task)
+    info, login = ready.result()
+    running = Running(info, login, out, stop, task)
     try:
+        assert f"Log in: {login}\n" in out.getvalue()  # the address it printed
+        running.token = await log_in(login)
         yield running
     finally:
         stop.set()
@@ -79,7 +103,9 @@ async def running_serve(
 
 @contextlib.asynccontextmanager
 async def ws_client(running: Running, **options: Any) -> AsyncIterator[ClientConnection]:
+    """A /ws client of the served origin, logged in (`additional_headers={}`: not)."""
     options.setdefault("origin", running.url)
+    options.setdefault("additional_headers", running.cookie)
     async with connect(running.ws_url, **options) as ws:
         yield ws
 
@@ -156,6 +182,8 @@ class ServeProcess:
         self.home, self.env = home, env
         self.proc: subprocess.Popen[str] | None = None
         self.banner = ""
+        self.login = ""  # the login address it printed
+        self.said: list[str] = []  # the lines of its start read so far, the banner first
 
     def __enter__(self) -> ServeProcess:
         self.proc = subprocess.Popen(
@@ -168,6 +196,13 @@ class ServeProcess:
         assert self.proc.stdout is not None
         self.banner = self.proc.stdout.readline()  # blocks until it listens (or dies)
         assert self.banner.startswith("heron serve: "), self.proc.stderr.read()
+        self.said.append(self.banner)
+        while not self.login:  # the lines of its start come out together
+            line = self.proc.stdout.readline()
+            assert line, "heron serve printed no login address"
+            self.said.append(line)
+            if line.startswith("Log in: "):
+                self.login = line.removeprefix("Log in: ").strip()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 from serve_helpers import running_serve, ws_client, ws_hello, ws_until
 from typer.testing import CliRunner
@@ -121,7 +120,7 @@ async def test_the_browser_upload_is_cut_the_same_way(monkeypatch):
     with FakeOpenAIServer([ServerReply(text="read it")], window=WINDOW) as srv:
         provider = OpenAICompatProvider("fake-model", "key", base_url=srv.base_url)
         async with running_serve(provider) as serve:
-            async with httpx.AsyncClient(base_url=serve.url, timeout=30) as http:
+            async with serve.http(timeout=30) as http:
                 made = await http.post(
                     "/api/uploads",
                     params={"name": "big.txt"},

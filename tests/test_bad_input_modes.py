@@ -282,7 +282,7 @@ def test_chat_shows_a_failed_turn_and_bad_commands_alike():
     failed = [
         "The turn failed: HTTP 404: The model `no-such-model` does not exist",
         "Run `heron models` to list the models this server offers, then pick one with",
-        "`--model`.",
+        "`--model` (or HERON_MODEL, or model in config.toml).",
         "Your message is saved; send /retry to answer it again (it is not stored twice).",
     ]
     assert shown == [

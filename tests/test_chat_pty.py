@@ -101,6 +101,46 @@ def test_a_message_typed_while_the_agent_works_is_answered_in_the_same_turn(hero
     assert users[0][0] == users[1][0]  # the same turn
 
 
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_the_answer_to_a_question_is_acknowledged_as_the_answer(heron_home, mode):
+    """The line typed after the agent's question (ask_user) answers it, and the chat says so
+    ("↳ added to the running turn" said it went to the mailbox)."""
+
+    def script(body: dict) -> ServerReply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return ServerReply(text="Booked: " + str(last["content"]))
+        return ServerReply(tool_calls=[("ask_user", {"question": "Which city?"})])
+
+    with FakeOpenAIServer(script) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("book a trip")
+        child.expect("Waiting up to 60 minutes for your answer")
+        child.expect("your next message answers it")
+        child.sendline("Lisbon")
+        child.expect("↳ (answered the agent's question|added to the running turn)")
+        acknowledged = child.match.group(1)
+        child.expect("Booked: The user answered: Lisbon")
+        _leave(child)
+    assert acknowledged == "answered the agent's question"
+
+
+def test_exit_after_a_refused_key_does_not_start_the_memory_review_with_it(heron_home):
+    """A chat whose model refused the key left with "Reviewing this chat for memory in the
+    background with openai/fake-model": model calls with the same key, failing unseen."""
+    refused = {"error": {"message": "Incorrect API key", "code": "invalid_api_key"}}
+    with FakeOpenAIServer([ServerReply(status=401, error_body=refused)]) as server:
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("hello")
+        child.expect("The turn failed")
+        child.sendline("/exit")
+        child.expect("Bye.")
+        child.expect(pexpect.EOF)
+        after = child.before
+    assert "Not reviewing this chat for memory: the model's last call failed (HTTP 401" in after
+    assert "Reviewing this chat" not in after
+
+
 def test_a_follow_up_typed_before_stop_is_kept_and_answered_next(heron_home):
     def script(body: dict) -> ServerReply:
         if "the second thing" in _last_user_text(body):

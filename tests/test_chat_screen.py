@@ -242,6 +242,44 @@ def test_ctrl_c_as_a_signal_stops_the_turn_and_keeps_the_chat(heron_home):
     assert first[1].get("interrupted") is True
 
 
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_ctrl_c_right_after_enter_stops_the_turn_before_it_has_started(heron_home, mode):
+    """Ctrl-C after Enter but before the turn has said it started (a serve says so once the
+    message is stored: about a second for its first turn) was taken for "nothing runs": a
+    fresh prompt line, and the turn ran to its end. The serve is held (SIGSTOP) across the
+    key, so the key always lands there. The reply stalls after its first words: only a stop
+    ends this turn."""
+    reply = ServerReply(text="Words that wait for a stop.", chunk_size=4, stall_after_events=3)
+    with (
+        FakeOpenAIServer([reply]) as server,
+        maybe_serve(mode, heron_home, _env(server.base_url)) as serve,
+    ):
+        chat = ChatScreen(heron_home, server.base_url)
+        pid = serve.proc.pid if serve is not None else None
+        if pid is not None:
+            os.kill(pid, signal.SIGSTOP)  # the turn cannot start until the key is in
+        try:
+            chat.type("explain\r")
+            chat.wait_for(
+                lambda: chat.shows("› explain") and not chat.prompt().endswith("explain"),
+                "the message sent",
+            )
+            chat.child.sendcontrol("c")
+            chat.type("x")  # keys are read in order: the x on the prompt says Ctrl-C was taken
+            chat.wait_for(lambda: chat.prompt().endswith("› x"), "the key after Ctrl-C")
+            chat.type("\x7f")
+        finally:
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        chat.leave()
+    # stopped, and the message kept (a stop that overtook the message's commit lost it)
+    assert _said(heron_home, "user") == ["explain"]
+    [(_, meta)] = _rows(heron_home, "assistant")
+    assert meta.get("interrupted") is True
+
+
 def test_the_terminal_does_not_echo_ctrl_c_while_the_chat_runs_and_is_restored_after(heron_home):
     """In line mode the terminal would echo the key as "^C" into the reply, before "Stopped."
     (it did, in the test above, when the key came while a block was printed): the chat turns

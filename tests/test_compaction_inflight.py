@@ -4,7 +4,8 @@ import pytest
 from compaction_helpers import Model, is_checkpoint, report_registry
 
 from heron.agent.engine import Engine
-from heron.compaction import compact_idle
+from heron.agent.turn import INFLIGHT_NOTICE, TurnHooks
+from heron.compaction import compact_idle, compact_now
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
@@ -30,11 +31,15 @@ async def test_after_inflight_compaction_the_next_turn_starts_with_the_view_it_e
         tool_rounds=30,
         checkpoint="## Request\nread big.txt\n## Current step\nround 20",
     )
+    notices: list[str] = []
     async with Engine.open(
         Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
     ) as engine:
         big_file(engine)
-        first = await engine.turn("k", "read big.txt 30 times")
+        first = await engine.turn("k", "read big.txt 30 times", TurnHooks(on_notice=notices.append))
+        # /compact after it: nothing to fold, and why (it said "the conversation is already
+        # short" at half the window)
+        nothing = await compact_now(engine, engine.store.conversation("k"))
         ended_with = model.turn_requests[-1].messages
         model.tool_rounds = 0
         await engine.turn("k", "and now?")
@@ -44,6 +49,13 @@ async def test_after_inflight_compaction_the_next_turn_starts_with_the_view_it_e
         marks = folds.marks(engine.store, conv.id)
         rows = engine.store.all_messages(conv.id)
     assert first.ok and [c.kind for c in done][:1] == ["inflight"]
+    # each in-flight compaction is told to the channel (the terminal showed none of them)
+    inflight = sum(c.kind == "inflight" for c in done)
+    assert notices == [INFLIGHT_NOTICE.format(n=n) for n in range(1, inflight + 1)]
+    assert nothing == (
+        "Nothing to compact: everything since the last summary is one turn, and the latest "
+        "turn is kept whole (its earlier steps are already folded into checkpoints)."
+    )
     assert any(is_checkpoint(r) for r in model.requests)
     assert starts_with[: len(ended_with)] == ended_with
     assert "round 20" in starts_with[0].parts[-1].text  # the request row carries the checkpoint
@@ -120,17 +132,19 @@ async def test_cli_lists_compactions_and_prints_the_model_view():
     from typer.testing import CliRunner
 
     from heron.cli import app
-    from heron.compaction import compact_now
 
     model = Model(tool_rounds=0)
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
-        for i in range(10):
-            await engine.turn("k", f"hello {i}")
-        await compact_now(engine, engine.store.conversation("k"), reason="manual")
+        for key in ("other", "k"):  # another conversation's compaction comes first
+            for i in range(10):
+                await engine.turn(key, f"hello {i}")
+            await compact_now(engine, engine.store.conversation(key), reason="manual")
     runner = CliRunner()
     listed = runner.invoke(app, ["conversations", "show", "k", "--compactions"])
+    # numbered within the conversation ("compaction 50..61" in a one-turn one), the id after
+    assert "── compaction 1 (id 2) · " in listed.output and "compaction 2" not in listed.output
     view = runner.invoke(app, ["conversations", "show", "k", "--model-view"])
     assert listed.exit_code == 0 and "consolidation · why: manual" in listed.output
-    assert "[#1] hello 0" in listed.output
+    assert "[#21] hello 0" in listed.output
     assert view.exit_code == 0 and "── system" in view.output
     assert "# Archived context summary" in view.output and "hello 9" in view.output

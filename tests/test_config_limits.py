@@ -97,3 +97,14 @@ def test_config_show_names_where_the_model_was_set(monkeypatch):
     assert "(from the provider's default)" in shown and "default)" not in shown.replace(
         "provider's default)", ""
     )
+
+
+def test_the_kernels_idle_time_is_read_and_checked(tmp_path):
+    path = tmp_path / "config.toml"
+    assert load_config(path).tools.kernel_idle_minutes == 30
+    path.write_text("[tools]\nkernel_idle_minutes = 5\n")
+    assert load_config(path).tools.kernel_idle_minutes == 5
+    for bad in ("-1", '"ten"', "true"):
+        path.write_text(f"[tools]\nkernel_idle_minutes = {bad}\n")
+        with pytest.raises(ConfigError, match="kernel_idle_minutes must be a number of minutes"):
+            load_config(path)

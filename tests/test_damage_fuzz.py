@@ -1,6 +1,7 @@
 """Property: whatever damage a row or a trace blob takes, every read path still runs (`run`,
-`conversations show`, `--model-view`, `trace show/export/replay`, `memory recall`): no
-exception escapes the command, and the damaged row is left as it was.
+`conversations show`, `--model-view`, `conversations search` and `export`, `trace
+show/export/replay`, `memory recall`): no exception escapes the command, and the damaged row
+is left as it was.
 
 Each example copies a recorded home (two turns, one with a tool call, against the fake OpenAI
 server) and writes one random value into one stored column, then runs the commands in process
@@ -196,6 +197,9 @@ def test_random_damage_never_stops_a_read_path(
             ["trace", "export", run_id],
             ["trace", "replay", run_id],
             ["memory", "recall", "heron"],
+            ["conversations", "search", "heron", "-c", "k", "--json"],
+            ["conversations", "export", "k"],
+            ["conversations", "export", "k", "--format", "json"],
         ]
         with _env(home, server.base_url):
             results = [CliRunner().invoke(app, args) for args in commands]

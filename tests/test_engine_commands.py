@@ -63,6 +63,8 @@ async def test_help_and_unknown_slash_text():
         helped = await engine.turn("k", "/help")
         unknown = await engine.turn("k", "/foo bar")
     assert helped.reply == commands.HELP and helped.command == "help"
+    # how to use a real model, for a newcomer on the offline demo
+    assert "set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL" in helped.reply
     assert len(provider.requests) == 1 and _first(provider.requests[0].messages[-1]) == "/foo bar"
     assert unknown.command is None and unknown.reply == "no such command, but hi"
 
@@ -93,6 +95,30 @@ async def test_a_chat_left_without_a_message_leaves_no_conversation():
             await _present(engine, "brandnew", held)
             assert engine.store.conversation("brandnew") is not None  # open while the chat is
         assert engine.store.conversation("brandnew") is None
+
+
+async def test_status_counts_one_turn_in_the_singular(capsys):
+    """ "(1 turns)" in /status (and the CLI, the trace, the browser): one turn is "1 turn"."""
+    from heron.messages import plural
+
+    assert [plural(n, "turn") for n in (0, 1, 2, 1000)] == [
+        "0 turns",
+        "1 turn",
+        "2 turns",
+        "1,000 turns",
+    ]
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(1000, 50, cache_read=500))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("s", "one")
+        status = await engine.turn("s", "/status")
+    assert "conversation: s (1 turn)\n" in (status.reply or "")
+    assert "over the last 1 turn\n" in (status.reply or "")
+    from heron.channels.info import show_conversation
+
+    show_conversation(Settings.load(), "s")
+    shown = capsys.readouterr().out
+    assert "Conversation s · agent default · 1 turn\n" in shown
+    assert "· 1 model call, 0 tool calls ·" in shown
 
 
 async def test_status_exact_output():
@@ -224,18 +250,27 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
 
 
 async def test_resume_lists_and_switches():
-    replies = [Reply([Text("ok")], "done")] * 2
+    long = " ".join(f"word{i}" for i in range(100))
+    replies = [Reply([Text(long)], "done"), Reply([Text("ok")], "done")]
     async with Engine.open(Settings.load(), provider=ScriptedProvider(replies)) as engine:
-        await engine.turn("older", "hello")
+        await engine.turn("older", "hello\nthere")
         await engine.turn("current", "hello")
         listed = await engine.turn("current", "/resume")
         picked = await engine.turn("current", "/resume older")
         missing = await engine.turn("current", "/resume nope")
+        await engine.store.call(engine.store.open_conversation, "empty")
+        silent = await engine.turn("current", "/resume empty")
     assert (
         listed.reply.splitlines()[0] == "Conversations (newest first); /resume KEY continues one:"
     )
     assert {"  older  hello", "  current  hello"} <= set(listed.reply.splitlines()[1:])
-    assert picked.reply == "Resumed older." and picked.switch_to == "older"
+    # where the conversation was, short (it landed on an empty prompt)
+    assert picked.switch_to == "older"
+    assert picked.reply == (
+        "Resumed older; where it was:\n  you › hello there\n"
+        f"  heron › {' '.join(long.split())[: commands.RECAP_CHARS - 1]}…"
+    )
+    assert silent.reply == "Resumed empty." and silent.switch_to == "empty"
     assert missing.reply == "No conversation 'nope'. /resume lists them."
 
 

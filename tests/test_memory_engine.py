@@ -296,7 +296,7 @@ async def test_recall_finds_a_message_the_engine_stored():
     out = CliRunner().invoke(app, ["memory", "recall", "heron statue wifi"])
     assert out.exit_code == 0, out.output
     line = out.output.splitlines()[0]
-    assert line.startswith("[trip · ") and f"· message {typed.id} · user]" in line
+    assert line.startswith("[trip · ") and f"· message {typed.id} · you]" in line
     assert "heron statue" in line
 
 
@@ -393,3 +393,22 @@ async def test_recall_history_leaves_out_the_message_that_asks():
     lines = result.splitlines()
     assert "4417" in lines[0]
     assert f"message {asking.id} ·" not in result
+
+
+async def test_conversations_show_puts_a_turns_auto_recall_under_its_header(capsys):
+    """Auto-recall's rows are stored just before the message they answer, outside any turn:
+    `show` printed them above `── turn 1` (and a later turn's at the end of the one before)."""
+    from heron.channels.info import show_conversation
+
+    model = Model([said("Hello."), said("In March 2031.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _filler(engine)
+        await engine.turn("new", "Good morning to you")
+        await engine.turn("new", "When does my passport expire?")
+        capsys.readouterr()
+        show_conversation(engine.settings, "new")
+    lines = capsys.readouterr().out.splitlines()
+    recall = next(i for i, line in enumerate(lines) if "recall_history" in line)
+    headers = [i for i, line in enumerate(lines) if line.startswith("── turn ")]
+    assert len(headers) == 2 and headers[1] < recall
+    assert lines[headers[1] + 1].lstrip().startswith("→ recall_history")

@@ -183,7 +183,7 @@ async def test_learn_reports_changes_and_suggests(setup):
     assert report.suggested  # the lesson at least
 
 
-def _cli(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def _cli(env_extra: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
     return subprocess.run(
         [sys.executable, "-m", "heron.cli", "memory", *args],
@@ -191,6 +191,7 @@ def _cli(env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
         text=True,
         env=env,
         timeout=60,
+        input=stdin,
     )
 
 
@@ -266,3 +267,18 @@ def test_esc_leaves_heron_memory_review_in_a_terminal_with_the_suggestion_waitin
     store = Store(heron_home / "heron.db")
     assert MemoryService(heron_home / "memory", store).count_waiting() == 1
     store.close()
+
+
+@pytest.mark.slow  # the real CLI in a subprocess
+def test_memory_review_with_no_answers_on_stdin_says_what_to_do(setup):
+    """Piped with nothing to read, the review printed the list and then only "Aborted."."""
+    _store, service, _cid = setup
+    service.suggest_lesson(EntryPath("personal", "when", "coding", "tests"), "Run tests", "m")
+    done = _cli({}, "review")
+    assert "Aborted" not in done.stdout + done.stderr
+    assert "No answer on standard input" in done.stderr and "accept" in done.stderr
+    assert "1 still waiting" in done.stdout
+    assert service.count_waiting() == 1
+    kept = _cli({}, "review", stdin="all\n")
+    assert kept.returncode == 0, kept.stderr
+    assert service.count_waiting() == 0 and service.entries()[0].origin == "lesson"

@@ -34,6 +34,7 @@ def test_each_kind_of_secret_is_replaced_by_its_mark(secret, kind):
         "DB_PASSWORD=hunter22",
         'api_key = "abcd1234efgh"',
         "SECRET: s3cr3tvalue",
+        "pwd=/Xy8#k2!p",  # a password that starts with a slash is still a password
     ],
 )
 def test_assignments_keep_their_name_and_lose_their_value(line):
@@ -41,6 +42,11 @@ def test_assignments_keep_their_name_and_lose_their_value(line):
     out = scrub_patterns(line)
     assert out.startswith(name) and "[redacted: assignment]" in out
     assert line.split("=")[-1].split(":")[-1].strip(' "') not in out
+
+
+def test_a_quoted_value_keeps_its_quotes():
+    printed = "{'HOME': '/home/me', 'API_KEY': 'abcd1234efgh'}"
+    assert scrub_patterns(printed) == "{'HOME': '/home/me', 'API_KEY': '[redacted: assignment]'}"
 
 
 def test_a_pem_private_key_goes_whole():
@@ -57,6 +63,10 @@ def test_a_pem_private_key_goes_whole():
         "heron.memory.guard.find_secret",
         "KEYBOARD=us monkey = bananas",
         "PATH=/usr/local/bin:/usr/bin",
+        "PWD=/home/user/work",  # the shell's working directory, in every `env` and os.environ
+        "OLDPWD=/tmp/build-2",
+        "'PWD': '/workspace/data',",
+        "ssh_key: ~/.ssh/id_ed25519",  # where a key is, not the key
         "The weather in Paris is mild today.",
     ],
 )

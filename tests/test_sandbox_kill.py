@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import child_env
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed"),
@@ -95,10 +96,7 @@ def test_a_sleep_started_by_a_tool_dies_with_heron(
     tool, args = commands(duration)[case]
     script = tmp_path / "heron_child.py"
     script.write_text(CHILD)
-    env = dict(os.environ)
-    if not confined:
-        env["HERON_BWRAP"] = "off"
-        (heron_home / "config.toml").write_text('[tools]\napproval = "allow"\n')
+    env = child_env(heron_home, confined)
     child = subprocess.Popen(
         [sys.executable, str(script), tool, repr(args)],
         env=env,

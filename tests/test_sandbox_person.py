@@ -1,6 +1,7 @@
-"""Accepting, rejecting, forgetting and deleting are the person's acts: the CLI refuses them when
-a Heron tool started it, from bash and from run_cell, sandboxed and unconfined. The commands
-name the real HERON_HOME, as an attacker who read it in the prompt would."""
+"""Accepting, rejecting, forgetting, deleting and logging a browser in are the person's acts:
+the CLI refuses them when a Heron tool started it, from bash and from run_cell, sandboxed and
+unconfined. The commands name the real HERON_HOME, as an attacker who read it in the prompt
+would."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def _acts(targets: dict[str, object]) -> list[list[str]]:
         ["memory", "reject", str(targets["reject"])],
         ["memory", "forget", str(targets["forget"])],
         ["conversations", "delete", "other", "--yes"],
+        ["web"],  # a login address for the web UI, which can do all of the above
     ]
 
 

@@ -1,5 +1,6 @@
 """`heron serve`: /ws with a real uvicorn on 127.0.0.1 and a scripted model, the numbered
-journal (fan-out, resume from last_seq, gaps), /stop mid-tool, auth, Origin, CSP, the lock."""
+journal (fan-out, resume from last_seq, gaps), /stop mid-tool, the /ws Origin check, the lock
+(the login: tests/test_serve_auth.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import stat
 from io import StringIO
 from pathlib import Path
 
-import httpx
 import pytest
 from serve_helpers import LineClient, running_serve, ws_client, ws_hello, ws_next, ws_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -21,7 +21,6 @@ from heron.config import Settings
 from heron.errors import ConfigError
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
-from heron.serve.app import COOKIE
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
 from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
 from heron.store import Store
@@ -161,42 +160,6 @@ async def test_a_ws_upgrade_from_another_origin_or_none_is_refused():
             assert (await ws_hello(ws))["type"] == "welcome"
 
 
-async def test_loopback_needs_no_login_and_every_response_carries_the_csp():
-    async with running_serve(ScriptedProvider([])) as serve:
-        assert serve.auth.required is False and "login" not in serve.out.getvalue()
-        async with httpx.AsyncClient(base_url=serve.url) as http:
-            response = await http.get("/api/nothing-here")
-    assert response.status_code == 404
-    csp = response.headers["content-security-policy"]
-    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
-    assert response.headers["x-content-type-options"] == "nosniff"
-
-
-async def test_with_auth_on_every_route_and_the_ws_need_the_cookie_from_a_one_time_code():
-    async with running_serve(ScriptedProvider(_echo), force_auth=True) as serve:
-        code = serve.auth.code
-        assert code and f"/login?code={code}" in serve.out.getvalue()
-        async with httpx.AsyncClient(base_url=serve.url) as http:
-            assert (await http.get("/")).status_code == 401
-            assert (await http.get("/login", params={"code": "wrong"})).status_code == 403
-            login = await http.get("/login", params={"code": code})
-            again = await http.get("/login", params={"code": code})
-        assert login.status_code == 303 and login.headers["location"] == "/"
-        cookie = login.headers["set-cookie"]
-        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
-        assert again.status_code == 403  # the code works once
-        with pytest.raises(InvalidStatus) as refused:
-            async with ws_client(serve):
-                pass
-        assert refused.value.response.status_code == 403
-        token = login.cookies[COOKIE]
-        headers = {"Cookie": f"{COOKIE}={token}"}
-        async with ws_client(serve, additional_headers=headers) as ws:
-            assert (await ws_hello(ws))["type"] == "welcome"
-        async with httpx.AsyncClient(base_url=serve.url, cookies={COOKIE: token}) as http:
-            assert (await http.get("/api/nothing-here")).status_code == 404  # past the guard
-
-
 async def test_the_control_socket_is_private_and_speaks_the_same_protocol():
     async with running_serve(ScriptedProvider(_echo)) as serve:
         path = serve.info.socket
@@ -279,6 +242,33 @@ def test_files_left_by_a_killed_serve_do_not_block_a_new_one():
         info = lock.publish("http://127.0.0.1:9")
         assert read_info(home) == info and info.pid == os.getpid()
     assert read_info(home) is None
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith("serve")) == []
+
+
+def test_a_serve_that_locked_the_file_the_last_one_removed_locks_the_new_one(monkeypatch):
+    """A clean exit removes serve.lock while still holding it: a serve that opened the file
+    just before must not keep the lock of a file no longer there, or a third serve would
+    lock a new serve.lock beside it and two would run on one home."""
+    import fcntl
+
+    from heron.serve import lock as lock_module
+
+    home = Settings.load().paths.ensure().home
+    real, locked = fcntl.flock, []
+
+    def flock(fd: int, op: int) -> None:
+        if not locked:  # between this serve's open and its flock, the one before it left
+            (home / lock_module.LOCK_NAME).unlink()
+        locked.append(fd)
+        real(fd, op)
+
+    (home / lock_module.LOCK_NAME).touch()
+    monkeypatch.setattr(lock_module.fcntl, "flock", flock)
+    with ServeLock(home):
+        monkeypatch.setattr(lock_module.fcntl, "flock", real)
+        with pytest.raises(ConfigError):  # the file in the folder is the one held
+            ServeLock(home).acquire()
+    assert len(locked) == 2
 
 
 # ---- the hub alone --------------------------------------------------------------------------

@@ -356,3 +356,25 @@ async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_
     assert "web › typed in the browser" in shown  # as a turn the browser starts is shown
     assert "↳ added to the running turn" not in shown  # that line is for the terminal's own
     assert "[sent while you were working, from web] typed in the browser" in sent[-1]
+
+
+async def test_a_stop_held_for_its_messages_start_ends_with_a_refused_message():
+    """Ctrl-C right after Enter holds its /stop until the turn of the message starts (the
+    serve says so once the message is stored); a message the serve refuses (config.toml broke
+    since it started) starts none, and the chat must not wait for it."""
+    seen: list[object] = []
+
+    async def deliver(item) -> None:
+        seen.append(item)
+
+    async with running_serve(ScriptedProvider([])):
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", deliver, "held") as conn:
+            Settings.load().paths.config.write_text("[agent\n")
+            await conn.send("hello", "held")
+            assert conn.running("held")  # sent, not started: Ctrl-C now is a stop
+            await conn.send("/stop", "held")
+            await asyncio.wait_for(conn.settle(), 30)
+            assert not conn.running("held")
+    assert conn.refusals and "malformed TOML" in str(conn.refusals[0].get("message"))

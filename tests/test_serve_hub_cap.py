@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 from serve_helpers import running_serve, ws_client, ws_hello, ws_until
 
 from heron.bus import TurnEnd, TurnEvent
@@ -79,7 +78,7 @@ async def test_through_a_serve_an_unloaded_conversation_loses_nothing(monkeypatc
         assert again[0]["seq"] == seen["first"] + 1  # numbering went on, nothing repeated
         reread = await ws_hello(ws, "second", 0)  # let go when the client left third
         assert reread["gap"] is True
-        async with httpx.AsyncClient(base_url=serve.url) as http:
+        async with serve.http() as http:
             first = (await http.get("/api/conversations/first/transcript")).json()
     users = [it["text"] for it in first["items"] if it["kind"] == "user"]
     assert users == ["hello first", "hello again"]

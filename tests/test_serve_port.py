@@ -122,7 +122,7 @@ def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypat
         task = asyncio.create_task(
             serve(
                 Settings.load(), host="0.0.0.0", port=0, provider=ScriptedProvider([]), out=out,
-                on_ready=lambda info, auth: ready.set(), until=stop, signals=False,
+                on_ready=lambda info, login: ready.set(), until=stop, signals=False,
             )
         )  # fmt: skip
         await asyncio.wait_for(ready.wait(), 60)
@@ -132,4 +132,4 @@ def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypat
     asyncio.run(run())
     printed = out.getvalue()
     assert "/login?code=" in printed and "http://0.0.0.0" not in printed
-    assert "Open this address once to log in (the code works once): http://192.168.1.5:" in printed
+    assert "Log in: http://192.168.1.5:" in printed

@@ -101,6 +101,23 @@ def test_delete_conversation_cascades(db):
     assert store.query("SELECT COUNT(*) FROM turns")[0][0] == 0
 
 
+def test_a_conversation_of_thousands_of_messages_deletes(db):
+    """Each message names the one before it (ON DELETE CASCADE): deleting the first went down
+    the chain one level per message, and SQLite stops at 1,000 ("too many levels of trigger
+    recursion"), so a conversation of 530 turns could not be deleted."""
+    store = Store(db)
+    conv = store.open_conversation("long")
+    other = store.open_conversation("other")
+    store.append(other.id, user("kept"))
+    with store.transaction():
+        for i in range(1_200):
+            store.append(conv.id, user(f"message {i}"))
+    store.delete_conversation(conv.id)
+    assert store.conversation("long") is None
+    assert store.query("SELECT COUNT(*) FROM messages")[0][0] == 1
+    assert [r.message.text for r in store.branch(other.id)] == ["kept"]
+
+
 def test_stored_messages_behave_as_plain_messages(db):
     store = Store(db)
     conv = store.open_conversation("k")

@@ -131,8 +131,8 @@ async def test_status_after_new_counts_only_the_new_context():
     assert "conversation: s (2 turns)" in before and "context: 1,230 tokens" in before
     assert "conversation: s (0 turns)" in fresh and "context: 0 tokens" in fresh
     assert "cache hit rate: no model calls yet" in fresh
-    assert "conversation: s (1 turns)" in after and "context: 320 tokens" in after
-    assert "cache hit rate: 0% over the last 1 turns" in after
+    assert "conversation: s (1 turn)" in after and "context: 320 tokens" in after
+    assert "cache hit rate: 0% over the last 1 turn\n" in after
 
 
 def test_the_prompt_spins_thinking_until_the_first_token_then_says_working(monkeypatch):
@@ -316,3 +316,25 @@ async def test_show_and_edit_with_nothing_to_pick_say_so():
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         said = await engine.turn("fresh", "/edit 1 hello")
     assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."
+
+
+def test_the_review_at_exit_waits_for_a_usable_model():
+    """The chat's memory review at exit runs with the chat's model: not after a turn failed
+    for want of one (key refused, server down), nor when no turn was answered."""
+    from heron.bus import TurnEnd
+    from heron.errors import AuthError, TransientProviderError, model_unusable
+
+    assert model_unusable(AuthError("HTTP 401: bad key", status=401))
+    assert model_unusable(TransientProviderError("connection to the model server failed"))
+    assert not model_unusable(TransientProviderError("HTTP 500: boom", status=500))
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    assert state.why_no_review() == "no turn was answered"
+    view.ended(TurnEnd(False, "failed", "HTTP 500: boom"))
+    assert state.why_no_review() == "no turn was answered"
+    view.ended(TurnEnd(True, "delivered"))
+    assert state.why_no_review() is None
+    view.ended(TurnEnd(False, "failed", "connection failed\nhint", unusable=True))
+    assert state.why_no_review() == "the model's last call failed (connection failed)"
+    view.ended(TurnEnd(True, "delivered"))  # working again
+    assert state.why_no_review() is None

@@ -259,3 +259,38 @@ def test_serve_differs_names_the_override_the_serve_runs_otherwise():
     assert serve_differs(welcome, {"HERON_CONTEXT_WINDOW": "lots"}) is not None
     assert serve_differs(welcome, {"HERON_MODEL": "other"}) is not None
     assert serve_differs({"model": "openai/m"}, {"HERON_MODEL": "other"}) is None  # an older serve
+
+
+def _asks(request) -> Reply:
+    """ask_user with no time to wait (the deadline passes at once), then a reply."""
+    from heron.messages import ToolCall, ToolResult
+
+    if not any(isinstance(p, ToolResult) for m in request.messages for p in m.parts):
+        args = {"question": "Which city?", "minutes": 0}
+        return Reply([ToolCall("c1", "ask_user", args)], "tool_use", Usage(10, 2))
+    return Reply([Text("Went on without it.")], "done", Usage(10, 2))
+
+
+@pytest.mark.parametrize("served", [False, True])
+async def test_a_question_in_a_script_says_how_to_answer_it_and_how_long_it_waits(served):
+    """`heron run` cannot be answered where it runs ("reply here" was wrong there): it says
+    which other client answers (only through a serve) and how long the run waits."""
+    out, err = StringIO(), StringIO()
+    if served:
+        async with running_serve(ScriptedProvider(_asks)):
+            ok = await run_message(Settings.load, "plan", "default", "q1", None, False, out, err)
+    else:
+        provider = ScriptedProvider(_asks)
+        ok = await run_once(
+            Settings.load(), "plan", "default", "q1", None, False, out, err, provider
+        )
+    assert ok, err.getvalue()
+    said, notes = out.getvalue(), err.getvalue()
+    assert "Which city?\n(Waiting up to 0 minutes for your answer. Run ask_" in said
+    assert "reply here" not in said + notes
+    assert "this script cannot give" in notes and "heron chat -c q1" in notes
+    if served:
+        assert "answer it from `heron chat -c q1` or the browser" in notes
+    else:
+        assert "without `heron serve`" in notes and "heron runs cancel" in notes
+    assert said.rstrip().endswith("Went on without it.")

@@ -7,13 +7,22 @@ import functools
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from heron.messages import ToolCall, ToolResult
+from heron.saved import WHOLE_CAP, read_whole
 from heron.tools.context import ToolContext
-from heron.tools.python_kernel import CellError, CellResult, KernelSession, changes, digest
+from heron.tools.python_kernel import (
+    CellError,
+    CellOutput,
+    CellResult,
+    KernelSession,
+    changes,
+    digest,
+)
 from heron.tools.python_kernel import run_cell as run_cell_tool
 from heron.tools.registry import ToolRegistry, bounded_gather
 
@@ -34,6 +43,9 @@ async def ctx(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolCon
     yield context
     await context.aclose()
     print(f"\nkernel module: {time.monotonic() - started:.2f} s including start and shutdown")
+
+
+FLOOD = 'while True: print("y" * 10000)'
 
 
 async def run(ctx: ToolContext, code: str, timeout: int = 30) -> ToolResult:
@@ -115,6 +127,46 @@ async def test_timeout_interrupts_and_keeps_variables(ctx: ToolContext) -> None:
 
 
 @shared_loop
+async def test_a_flooding_cell_stops_at_its_timeout_bounded_and_keeps_its_variables(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    """QA16b defect 2: `while True: print("y"*10000)` used to be kept whole (gigabytes, a copy
+    per chunk), saved whole into the workspace, and often cost the kernel and its variables."""
+    ctx.services.home = tmp_path
+    try:
+        await run(ctx, "flood_kept = 'still here'")
+        call = ToolCall("flood", "run_cell", {"code": FLOOD, "timeout": 2})
+        result = await ToolRegistry([run_cell_tool]).call(call, ctx)
+    finally:
+        ctx.services.home = None
+    assert result.is_error
+    assert len(result.content) <= ctx.result_budget
+    lines = result.content.splitlines()
+    assert lines[0].startswith("[1] yyyy")
+    assert re.search(r"\[\.\.\. \d+ characters omitted \.\.\.\]", result.content)
+    assert lines[-1] == "Timed out after 2 s; the cell was interrupted (variables are kept)."
+    assert lines[-2].startswith("yyyy")  # the tail, not only the head
+    whole = read_whole(tmp_path, result)
+    assert whole is not None and len(result.content) < len(whole) <= WHOLE_CAP + 1_000
+    assert not (ctx.workspace / ".heron" / "results").exists()  # nothing saved there whole
+    after = await run(ctx, "flood_kept")
+    assert after.content == "Last value: 'still here'"
+
+
+@shared_loop
+async def test_a_large_print_is_counted_whole_though_the_kernel_sends_head_and_tail(
+    ctx: ToolContext,
+) -> None:
+    """The kernel itself keeps only the head and tail of what a cell prints (KERNEL_SETUP):
+    the model reads head and tail around the true count of the middle."""
+    result = await run(ctx, "print('a' + 'x' * 5_000_000 + 'z')")
+    head, marker, tail = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", result.content)
+    assert head.startswith("[1] axxx") and tail.endswith("xxxz")
+    assert len(head) + int(marker) + len(tail) == len("[1] ") + 5_000_002
+    assert len(result.content) <= ctx.result_budget
+
+
+@shared_loop
 async def test_concurrent_cells_are_serialised(ctx: ToolContext) -> None:
     registry = ToolRegistry([run_cell_tool])
     calls = [
@@ -131,8 +183,43 @@ def test_digest_formats_a_dead_kernel_and_progress_lines() -> None:
     out = digest(died, [], 10)
     assert out.is_error
     assert "variables are lost" in out.text
-    progress = CellResult(outputs=[("stdout", "10%\r50%\r100%\ndone\n")])
+    progress = CellResult()
+    progress.add_output("stdout", "10%\r50%\r100%\ndone\n")
     assert digest(progress, [], 10).text == "[1] 100%\ndone"
+
+
+def test_output_groups_and_overwritten_lines_across_chunks() -> None:
+    out = CellOutput()
+    for kind, text in [
+        ("stdout", "a\n"),
+        ("stdout", "b\n\n"),
+        ("display", "'shown'"),
+        ("stderr", "step 1\r"),
+        ("stderr", "step 2\rstep 3\r"),
+        ("stderr", "\nwin\r\n"),
+        ("stdout", "x" * 10 + "\n"),
+    ]:
+        out.add(kind, text)
+    assert out.text() == "[1] a\nb\n[2] 'shown'\n[3] (stderr) step 3\nwin\n[4] xxxxxxxxxx"
+
+
+def test_a_flood_of_output_is_kept_as_head_and_tail_in_bounded_memory() -> None:
+    """A cell printing 200 MB: what is held stays within the collector's limit, the model's
+    text is head and tail around a count of the middle, and no chunk is copied per chunk."""
+    out = CellOutput(limit=100_000)
+    line = "y" * 9_999 + "\n"
+    out.add("stdout", "first line\n")
+    for _ in range(20_000):
+        out.add("stdout", line)
+    out.add("stdout", "last line\n")
+    held = len(out.sink.head) + out.sink.tail_len + out.line_len
+    assert held <= 100_000 + len(line)
+    shown = out.text(2_000)
+    assert shown.startswith("[1] first line\nyyy")
+    assert shown.endswith("yyy\nlast line")
+    omitted = out.total - 2_000
+    assert f"[... {omitted} characters omitted ...]" in shown
+    assert out.total > 200_000_000
 
 
 def test_changes_between_snapshots() -> None:
@@ -140,6 +227,20 @@ def test_changes_between_snapshots() -> None:
     after = {"a": (1, 1), "b": (2, 1), "d": (1, 1)}
     assert changes(before, after) == [("b", "modified"), ("c", "deleted"), ("d", "new")]
     assert changes(None, after) == []
+
+
+@shared_loop
+async def test_only_a_cell_that_ignores_the_interrupt_costs_the_kernel(ctx: ToolContext) -> None:
+    await run(ctx, "doomed_too = 1")
+    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+    result = await run(ctx, stubborn, timeout=1)
+    assert result.is_error
+    assert result.content == (
+        "Timed out after 1 s and did not stop within 5 s of the interrupt, so the kernel was "
+        "restarted: all variables are lost."
+    )
+    fresh = await run(ctx, "'doomed_too' in globals()")
+    assert fresh.content == "Last value: False"
 
 
 @shared_loop

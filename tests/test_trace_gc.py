@@ -56,3 +56,21 @@ async def test_deleting_a_conversation_collects_its_blobs_and_keeps_shared_ones(
         assert all("kept" in request_payload(store, c) for c in trace.calls)
         report = await replay(store, run.run_id)
     assert report.identical, report.render()
+
+
+def test_deleting_a_conversation_that_does_not_exist_says_so_before_asking():
+    """It asked "Delete conversation 'nosuch' and its whole history? [y/N]" first, and said
+    there was no such conversation only after a yes."""
+    result = CliRunner().invoke(app, ["conversations", "delete", "nosuch"], input="y\n")
+    assert result.exit_code != 0
+    assert "no conversation 'nosuch'" in result.output
+    assert "Delete conversation" not in result.output  # never asked
+    from heron.channels.info import open_store
+
+    store = open_store(Settings.load())
+    store.open_conversation("real")
+    store.close()
+    asked = CliRunner().invoke(app, ["conversations", "delete", "real"], input="y\n")
+    assert asked.exit_code == 0, asked.output
+    assert "Delete conversation 'real' and its whole history?" in asked.output
+    assert "Deleted conversation 'real'." in asked.output

@@ -1,20 +1,23 @@
-"""The web UI's security, end to end against the real `heron serve`: a page of another origin
-cannot open /ws, a non-loopback bind needs the one-time login (then the page works with its
-cookie), every response carries the CSP, the UI runs under it with no inline script and no CSP
-violation, and DOMPurify strips a script from a model's reply."""
+"""The web UI's security, end to end against the real `heron serve` in Chromium: a page of
+another origin (same site: another port of 127.0.0.1) can neither open /ws nor forge a form
+POST, even with the person's cookie; a browser logs in through a one-time address (and a spent
+one says to run `heron web`); every response carries the CSP, the UI runs under it with no
+inline script and no CSP violation, and DOMPurify strips a script from a model's reply."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import re
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from web_harness import SteeredModel, chromium, serve
+from web_harness import SteeredModel, chromium, control_login, serve
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +28,7 @@ except ImportError:  # pragma: no cover
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; "
-    "img-src 'self' data: blob:; connect-src 'self'"
+    "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'"
 )
 
 
@@ -35,9 +38,10 @@ def browser() -> Iterator[Any]:
         yield b
 
 
-def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -46,11 +50,13 @@ def _get(url: str) -> tuple[int, dict[str, str], bytes]:
 def test_every_file_and_route_carries_the_csp_and_the_page_has_no_inline_script():
     with serve(SteeredModel()) as site:
         for path in ("/", "/app.js", "/style.css", "/vendor/purify.js", "/api/conversations"):
-            status, headers, _ = _get(site.url + path)
-            assert status == 200, path
-            assert headers["content-security-policy"] == CSP, path
-            assert headers["x-content-type-options"] == "nosniff", path
-        _, _, page = _get(site.url + "/")
+            for cookie, expected in ((site.cookie, 200), ({}, 401)):
+                status, headers, _ = _get(site.url + path, cookie)
+                assert status == expected, path
+                assert headers["content-security-policy"] == CSP, path
+                assert headers["x-content-type-options"] == "nosniff", path
+                assert headers["x-frame-options"] == "DENY", path
+        _, _, page = _get(site.url + "/", site.cookie)
         for script in re.findall(rb"<script\b([^>]*)>(.*?)</script>", page, re.S):
             assert b"src=" in script[0] and script[1].strip() == b""
         assert not re.search(rb"\son[a-z]+\s*=", page)  # no inline event handlers
@@ -59,7 +65,7 @@ def test_every_file_and_route_carries_the_csp_and_the_page_has_no_inline_script(
 def test_the_ui_runs_under_the_csp_without_a_violation(browser):
     model = SteeredModel()
     with serve(model) as site:
-        pg = browser.new_page()
+        pg = site.context(browser).new_page()
         violations: list[str] = []
         pg.on("console", lambda m: violations.append(m.text) if "Content Security" in m.text else 0)
         pg.goto(site.url + "/")
@@ -69,14 +75,13 @@ def test_the_ui_runs_under_the_csp_without_a_violation(browser):
         model.reply("```py\nprint('hi')\n```")
         expect(pg.locator(".msg.assistant:not(.live) pre code")).to_contain_text("print")
         assert violations == []
-        pg.close()
+        pg.context.close()
 
 
 def test_a_script_in_a_reply_is_stripped(browser):
     model = SteeredModel()
     with serve(model) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser)
         box = pg.get_by_role("textbox", name="message")
         box.fill("hi")
         box.press("Enter")
@@ -90,14 +95,20 @@ def test_a_script_in_a_reply_is_stripped(browser):
         assert reply.locator("[onerror]").count() == 0
         assert "javascript:" not in (reply.locator("a").first.get_attribute("href") or "")
         assert pg.evaluate("window.owned") is None
-        pg.close()
+        pg.context.close()
 
 
 class _Elsewhere(http.server.BaseHTTPRequestHandler):
-    """Another site: a blank page on another port of 127.0.0.1."""
+    """Another site: a page on another port of 127.0.0.1 (the same site for cookies, so the
+    person's SameSite=Strict cookie goes along: only the Origin checks stop it), blank or
+    holding `form` (an auto-submitted form, the CSRF of the QA report)."""
+
+    form = ""
 
     def do_GET(self) -> None:
         body = b"<!doctype html><title>elsewhere</title>"
+        if self.path == "/forge":
+            body += self.form.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
@@ -108,6 +119,18 @@ class _Elsewhere(http.server.BaseHTTPRequestHandler):
         return None
 
 
+@contextlib.contextmanager
+def _elsewhere(form: str = "") -> Iterator[str]:
+    handler = type("Handler", (_Elsewhere,), {"form": form})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 _OPEN = """url => new Promise(done => {
   const ws = new WebSocket(url);
   ws.onopen = () => done("open");
@@ -116,36 +139,59 @@ _OPEN = """url => new Promise(done => {
 
 
 def test_a_page_of_another_origin_cannot_open_the_socket(browser):
-    elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Elsewhere)
-    threading.Thread(target=elsewhere.serve_forever, daemon=True).start()
-    try:
-        with serve(SteeredModel()) as site:
-            ws_url = site.url.replace("http://", "ws://") + "/ws"
-            pg = browser.new_page()
-            pg.goto(f"http://127.0.0.1:{elsewhere.server_address[1]}/")
-            assert pg.evaluate(_OPEN, ws_url) == "refused"
-            pg.goto(site.url + "/")  # the UI's own page opens it
-            assert pg.evaluate(_OPEN, ws_url) == "open"
-            pg.close()
-    finally:
-        elsewhere.shutdown()
+    with serve(SteeredModel()) as site, _elsewhere() as other:
+        ws_url = site.url.replace("http://", "ws://") + "/ws"
+        context = site.context(browser)  # logged in: the cookie alone would let it in
+        pg = context.new_page()
+        pg.goto(other + "/")
+        assert pg.evaluate(_OPEN, ws_url) == "refused"
+        pg.goto(site.url + "/")  # the UI's own page opens it
+        assert pg.evaluate(_OPEN, ws_url) == "open"
+        context.close()
 
 
-def test_off_loopback_the_page_needs_the_one_time_login(browser):
+def test_a_form_posted_from_another_origin_changes_nothing(browser):
+    """A page elsewhere auto-submits a form to accept a memory suggestion, in a browser that
+    is logged in: refused (403), and the suggestion still waits."""
+    from heron.config import Settings
+    from heron.memory import EntryPath, MemoryService
+    from heron.store import Store
+
+    settings = Settings.load()
+    store = Store(settings.paths.ensure().db)
+    service = MemoryService(settings.paths.memory, store)
+    path = EntryPath("personal", "when", "coding", "prefer-small-commits")
+    suggestion = service.suggest_lesson(path, "Prefer small commits", "one huge commit")
+    with serve(SteeredModel()) as site:
+        action = f"{site.url}/api/memory/review/{suggestion}/accept"
+        form = f'<form id=f method=POST action="{action}"><input name=x value=1></form>'
+        with _elsewhere(form) as other:
+            context = site.context(browser)
+            pg = context.new_page()
+            pg.goto(other + "/forge")
+            with pg.expect_navigation():
+                pg.evaluate("document.getElementById('f').submit()")
+            assert "another site" in pg.content()
+            context.close()
+    assert [s.id for s in service.waiting()] == [suggestion]
+    store.close()
+
+
+def test_a_browser_logs_in_through_a_one_time_address(browser):
     model = SteeredModel()
-    with serve(model, force_auth=True) as site:
-        status, _, body = _get(site.url + "/")
-        assert status == 401 and b"/login?code=" in body
-        assert _get(site.url + "/api/conversations")[0] == 401
-        context = browser.new_context()
+    with serve(model) as site:
+        context = browser.new_context()  # a browser that never logged in
         pg = context.new_page()
         pg.goto(site.url + "/")
-        expect(pg.locator("body")).to_contain_text("Log in first")
-        login = site.auth.login_url(site.url)
-        assert login is not None
+        expect(pg.locator("body")).to_contain_text("Run `heron web` on this machine")
+        pg.goto(site.login)  # the printed address, already spent by the harness
+        expect(pg.locator("body")).to_contain_text("expired or was already used")
+        expect(pg.locator("body")).to_contain_text("heron web")
+        login = control_login(site)  # what `heron web` asks for
         pg.goto(login)  # sets the HttpOnly, SameSite=Strict cookie and redirects to /
         cookie = next(c for c in context.cookies() if c["name"] == "heron_session")
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert cookie["expires"] > time.time() + 29 * 24 * 3600  # kept a month, not a session
         assert pg.evaluate("document.cookie") == ""  # out of a script's reach
         box = pg.get_by_role("textbox", name="message")
         box.fill("logged in")
@@ -156,6 +202,6 @@ def test_off_loopback_the_page_needs_the_one_time_login(browser):
         other = browser.new_context()
         pg2 = other.new_page()
         pg2.goto(login)
-        expect(pg2.locator("body")).to_contain_text("wrong or already used")
+        expect(pg2.locator("body")).to_contain_text("expired or was already used")
         other.close()
         context.close()

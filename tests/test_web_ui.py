@@ -1,6 +1,6 @@
 """The browser UI in headless Chromium (Playwright) against a real uvicorn on 127.0.0.1 and a
 model the test steers: send, streaming, stop mid-tool, reload mid-stream without loss or
-repeats, branches, memory review, upload, the work panel's cancel buttons."""
+repeats, branches, memory review, upload, the work panel's cancel buttons, the Download."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def site(model: SteeredModel) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any, site: Any) -> Iterator[Any]:
-    context = browser.new_context()
+    context = site.context(browser)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -99,8 +99,7 @@ def test_shift_enter_makes_a_new_line_and_enter_sends(page, model):
 
 def test_stop_mid_tool_keeps_what_was_shown(browser, model):
     with serve(model) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser, "/")
         _send(pg, "run the slow tool")
         model.feed(
             ("text", "Starting."),
@@ -115,7 +114,7 @@ def test_stop_mid_tool_keeps_what_was_shown(browser, model):
         expect(pg.locator(".msg.assistant:not(.live)").first).to_contain_text("Starting.")
         pg.reload()
         expect(pg.locator(".msg.assistant:not(.live)").first).to_contain_text("Starting.")
-        pg.close()
+        pg.context.close()
 
 
 def test_reload_mid_stream_resumes_without_loss_or_repeats(page, model):
@@ -348,7 +347,7 @@ def test_upload_by_drag_and_drop_and_by_pasting_an_image(page):
 
 
 def test_one_column_on_a_phone(browser, site):
-    context = browser.new_context(viewport={"width": 390, "height": 800})
+    context = site.context(browser, viewport={"width": 390, "height": 800})
     pg = context.new_page()
     pg.goto(site.url + "/")
     expect(pg.get_by_role("textbox", name="message")).to_be_visible()
@@ -396,7 +395,7 @@ def test_status_and_compaction_views(page, model):
     page.get_by_role("button", name="status", exact=True).click()
     status = page.get_by_role("complementary", name="status")
     expect(status).to_contain_text("scripted/scripted")
-    expect(status).to_contain_text("personal (1 turns)")
+    expect(status).to_contain_text("personal (1 turn)")
     expect(status).to_contain_text("idle")
     page.get_by_role("button", name="compaction", exact=True).click()
     inspector = page.get_by_role("complementary", name="compaction")
@@ -626,8 +625,7 @@ async def count_herons(ctx: ToolContext, pond: str) -> str:
 
 def test_a_tool_pill_opens_to_its_arguments_and_result_live_and_after_a_reload(browser, model):
     with serve(model, ToolRegistry([count_herons])) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser, "/")
         _send(pg, "how many herons?")
         model.feed(("call", ToolCall("c1", "count_herons", {"pond": "north"})), ("end", None))
         pill = pg.locator("details.pill[data-call='c1']")
@@ -643,7 +641,7 @@ def test_a_tool_pill_opens_to_its_arguments_and_result_live_and_after_a_reload(b
         stored.locator("summary").click()
         expect(stored.locator(".pill-args")).to_have_text('{\n  "pond": "north"\n}')
         expect(stored.locator(".pill-result")).to_have_text("north: 3 herons")
-        pg.close()
+        pg.context.close()
 
 
 def _stop_mid_reply(page: Any, model: SteeredModel, streamed: str) -> None:
@@ -697,12 +695,11 @@ def test_a_long_conversation_opens_at_its_newest_message(browser, site):
         store.append(conv.id, Message("user", [Text(f"Question {i}")]))
         store.append(conv.id, Message("assistant", [Text(f"Answer {i}:\n\n- one\n- two\n")]))
     store.close()
-    pg = browser.new_page()
-    pg.goto(site.url + "/#c=long")
+    pg = site.page(browser, "/#c=long")
     newest = pg.locator(".msg.assistant").filter(has_text="Answer 149:")
     expect(newest).to_be_in_viewport()
     expect(pg.locator(".msg.user").filter(has_text="Question 0")).not_to_be_in_viewport()
-    pg.close()
+    pg.context.close()
 
 
 def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(page, model):
@@ -711,8 +708,12 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
     question = page.get_by_role("note", name="the agent asks you")
     expect(question).to_contain_text("Which city?")
     expect(page.get_by_role("status").filter(has_text="waits for your answer")).to_be_visible()
+    box = page.get_by_role("textbox", name="message")
+    # the box says what the banner says (it said the message went to the turn's mailbox)
+    expect(box).to_have_attribute("placeholder", re.compile("what you send answers its question"))
     _send(page, "Berlin")
     expect(page.get_by_role("article", name="your answer")).to_contain_text("Berlin")
+    expect(box).to_have_attribute("placeholder", re.compile("goes to its mailbox"))
     model.reply("Booked Berlin.")
     expect(page.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
     results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
@@ -731,8 +732,7 @@ def test_a_question_of_ask_user_is_shown_as_one_and_the_next_message_answers_it(
 def test_a_question_waiting_in_another_conversation_marks_it_and_the_tab_title(
     page, browser, site, model
 ):
-    other = browser.new_page()
-    other.goto(site.url + "/#c=trip")
+    other = site.page(browser, "/#c=trip")
     _send(other, "book me a trip")
     model.feed(("call", ToolCall("c1", "ask_user", {"question": "Which city?"})), ("end", None))
     row = page.locator(".convs li").filter(has=page.locator("a[href='#c=trip']"))
@@ -746,7 +746,7 @@ def test_a_question_waiting_in_another_conversation_marks_it_and_the_tab_title(
     expect(other.locator(".msg.assistant:not(.live)").last).to_contain_text("Booked Berlin.")
     expect(row).not_to_have_class(re.compile(r"\bwaiting\b"))
     expect(page).to_have_title("Heron")
-    other.close()
+    other.context.close()
 
 
 def test_a_turn_heron_opens_shows_its_message_as_heron_s_not_as_the_persons(page, model):
@@ -766,8 +766,7 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
     monkeypatch.setenv("HERON_BWRAP", "off")  # as where bubblewrap cannot run: approval is "ask"
     command = "echo '<b>not bold</b>' && echo shell-said-hi"
     with serve(model) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser, "/")
         _send(pg, "say hi in the shell")
         model.feed(("call", ToolCall("c1", "bash", {"command": command})), ("end", None))
         card = pg.get_by_role("group", name="the agent wants to run bash")
@@ -783,7 +782,7 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
         expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("It said hi.")
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and "shell-said-hi" in results[0]
-        pg.close()
+        pg.context.close()
 
 
 def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
@@ -793,8 +792,7 @@ def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
 
     monkeypatch.setenv("HERON_BWRAP", "off")
     with serve(model) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser, "/")
         _send(pg, "clean up")
         model.feed(("call", ToolCall("c1", "bash", {"command": "echo removed"})), ("end", None))
         card = pg.get_by_role("group", name="the agent wants to run bash")
@@ -806,7 +804,7 @@ def test_an_approval_waiting_is_shown_again_after_a_reload_and_deny_declines(
         expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Not run, then.")
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and DECLINED in results[0]
-        pg.close()
+        pg.context.close()
 
 
 _COVERED = """(button) => {
@@ -834,7 +832,7 @@ def test_the_edit_button_is_clickable_all_over_not_under_the_next_reply(page, mo
 
 
 def test_on_a_phone_the_open_list_closes_by_its_button_esc_and_a_tap_outside(browser, site):
-    context = browser.new_context(viewport={"width": 390, "height": 800})
+    context = site.context(browser, viewport={"width": 390, "height": 800})
     pg = context.new_page()
     pg.goto(site.url + "/")
     menu = pg.get_by_role("button", name="conversations", exact=True)
@@ -924,8 +922,7 @@ def test_the_page_says_when_the_offline_demo_model_answers(page):
 
 def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, model):
     with serve(model) as site:
-        pg = browser.new_page()
-        pg.goto(site.url + "/")
+        pg = site.page(browser, "/")
         box = pg.get_by_role("textbox", name="message")
         expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
     expect(pg.get_by_role("status", name="connection closed")).to_have_count(1)
@@ -937,7 +934,7 @@ def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, mod
     pg.get_by_role("button", name="New conversation").click()  # a REST call, unanswered
     expect(alert).to_contain_text("heron serve does not answer")
     expect(alert).not_to_contain_text("Failed to fetch")
-    pg.close()
+    pg.context.close()
 
 
 def test_the_list_tells_conversations_with_the_same_first_message_apart(page, model):
@@ -1004,3 +1001,49 @@ def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
     page.reload()  # the stored reply's note, in the same place
     expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
     _order(page, "talk for a while", *stopped, "next question", "next answer")
+
+
+def _tab_to(page: Any, name: str, most: int = 60) -> None:
+    """Press Tab until the control labelled `name` has the focus, as a person would."""
+    for _ in range(most):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.getAttribute('aria-label')") == name:
+            return
+    raise AssertionError(f"Tab never reached {name!r}")
+
+
+def test_download_reached_by_keyboard_saves_what_the_cli_exports(browser, site, tmp_path):
+    """The header's Download links (Markdown, JSON) for the open conversation: reached with Tab,
+    followed with Enter, they save what `heron conversations export` writes."""
+    from test_conversations_export import _record
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    store = Store(Settings.load().paths.db)
+    _record(store)
+    store.close()
+    cli = CliRunner()
+    markdown = cli.invoke(app, ["conversations", "export", "trip"]).stdout
+    exported = json.loads(cli.invoke(app, ["conversations", "export", "trip", "-f", "json"]).stdout)
+    context = site.context(browser, accept_downloads=True)
+    page = context.new_page()
+    page.goto(site.url + "/#c=trip")
+    expect(page.locator(".msg.user").first).to_contain_text("Plan my trip")
+    saved = {}
+    for label, suffix in (("Markdown", "md"), ("JSON", "json")):
+        _tab_to(page, f"download this conversation as {label}")
+        with page.expect_download() as info:
+            page.keyboard.press("Enter")
+        download = info.value
+        assert download.suggested_filename == f"heron-trip.{suffix}"
+        download.save_as(tmp_path / download.suggested_filename)
+        saved[suffix] = (tmp_path / download.suggested_filename).read_text(encoding="utf-8")
+    assert saved["md"] == markdown
+    assert json.loads(saved["json"]) == exported
+    # A conversation with nothing stored yet offers nothing to download.
+    page.goto(site.url + "/#c=nothing-yet")
+    page.reload()
+    expect(page.get_by_role("textbox", name="message")).to_be_visible()
+    expect(page.get_by_role("group", name="download this conversation")).to_have_count(0)
+    context.close()

@@ -4,6 +4,10 @@ Playwright: `playwright install` cannot download browsers here).
 
 `SteeredModel` streams exactly what the test feeds it (`feed`), waiting in between, so a test
 can look at the page mid-stream, reload it, or stop the turn while a tool runs.
+
+Every bind needs a login: `serve` opens the login address the serve printed once, and
+`Served.context`/`Served.page` give each browser context that session's cookie (a code works
+once; the cookie is what a browser keeps).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import json
 import queue
 import socket
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,10 +89,12 @@ class SteeredModel:
 
 @dataclass
 class Served:
-    """A running `heron serve`: where it listens, its login (auth off loopback)."""
+    """A running `heron serve`: where it listens, the login address it printed, and the
+    session cookie opening that address set."""
 
     url: str
-    auth: Any
+    login: str
+    token: str
     home: Path
     loop: asyncio.AbstractEventLoop
 
@@ -95,6 +103,57 @@ class Served:
         from heron.serve.lock import SOCKET_NAME
 
         return self.home / SOCKET_NAME
+
+    @property
+    def cookie(self) -> dict[str, str]:
+        from heron.serve.auth import COOKIE
+
+        return {"Cookie": f"{COOKIE}={self.token}"}
+
+    def context(self, browser: Any, **options: Any) -> Any:
+        """A browser context logged in to this serve (its own cookies, storage and pages)."""
+        return logged_in(browser, self.url, self.token, **options)
+
+    def page(self, browser: Any, path: str = "/", **options: Any) -> Any:
+        """A page of a new logged-in context, opened at `path` (`pg.context.close()` ends
+        both)."""
+        pg = self.context(browser, **options).new_page()
+        pg.goto(self.url + path)
+        return pg
+
+
+def logged_in(browser: Any, url: str, token: str, **options: Any) -> Any:
+    """A new browser context holding the session cookie `token` for the serve at `url`, as
+    the browser that opened the login address holds it."""
+    from heron.serve.auth import COOKIE
+
+    context = browser.new_context(**options)
+    cookie = {"name": COOKIE, "value": token, "url": url}
+    context.add_cookies([{**cookie, "httpOnly": True, "sameSite": "Strict"}])
+    return context
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def log_in(login: str) -> str:
+    """Open a login address as a browser would; the session token its cookie carries."""
+    from heron.serve.auth import COOKIE
+
+    try:
+        urllib.request.build_opener(_NoRedirect).open(login, timeout=30)
+    except urllib.error.HTTPError as e:  # the 303 to "/", not followed
+        assert e.code == 303, e.read()
+        found = e.headers.get_all("set-cookie") or []
+    else:
+        raise AssertionError("the login address did not redirect")
+    for header in found:
+        name, _, rest = header.partition("=")
+        if name == COOKIE:
+            return rest.split(";")[0]
+    raise AssertionError(f"no session cookie in {found}")
 
 
 @contextlib.contextmanager
@@ -107,6 +166,7 @@ def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Serve
     ready: queue.Queue[Any] = queue.Queue()
     loop = asyncio.new_event_loop()
     stop: list[asyncio.Event] = []
+    out = io.StringIO()
 
     async def main() -> None:
         stop.append(asyncio.Event())
@@ -115,8 +175,8 @@ def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Serve
             port=0,
             provider=provider,
             registry=registry,
-            out=io.StringIO(),
-            on_ready=lambda info, auth: ready.put((info, auth)),
+            out=out,
+            on_ready=lambda info, login: ready.put((info, login)),
             until=stop[0],
             signals=False,
             **options,
@@ -133,9 +193,10 @@ def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Serve
     got = ready.get(timeout=60)  # a bound against a hang, never a timing assertion
     if isinstance(got, BaseException):
         raise got
-    info, auth = got
+    info, login = got
     try:
-        yield Served(info.url, auth, Settings.load().paths.home, loop)
+        assert f"Log in: {login}\n" in out.getvalue()  # the address it printed
+        yield Served(info.url, login, log_in(login), Settings.load().paths.home, loop)
     finally:
         loop.call_soon_threadsafe(stop[0].set)
         thread.join(30)
@@ -161,6 +222,17 @@ def control_send(served: Served, text: str, key: str = "personal") -> list[dict[
             *lines, buf = buf.split(b"\n")
             events += [json.loads(line) for line in lines if line.strip()]
         return events
+
+
+def control_login(served: Served) -> str:
+    """What `heron web` does: a fresh one-time login address from the serve's control socket."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(str(served.control))
+        sock.sendall(b'{"type": "login"}\n')
+        answer = json.loads(sock.makefile("rb").readline())
+    assert answer["type"] == "login", answer
+    return str(answer["url"])
 
 
 @contextlib.contextmanager

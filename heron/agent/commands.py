@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from heron.bus import NOTHING_TO_RETRY, stopped_by
-from heron.messages import Message, Text
+from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 
@@ -43,7 +43,9 @@ Commands:
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
-Anything else starting with / is sent to the model as it is."""
+Anything else starting with / is sent to the model as it is.
+A real model (not the offline demo): set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL
+(README, "Pointing Heron at a model"); `heron config show` says which model is in use."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,9 @@ class CommandsAttached(Protocol):
 
     @property
     def commands(self) -> dict[str, CommandHandler]: ...
+
+    @property
+    def status_lines(self) -> Callable[[], Awaitable[list[str]]] | None: ...
 
 
 class CommandEngine(Protocol):
@@ -95,6 +100,8 @@ class CommandEngine(Protocol):
     ) -> str: ...
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+    async def end_kernel(self, key: str) -> None: ...
 
     def compaction_setup(self) -> CompactionSetup: ...
 
@@ -210,6 +217,7 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
         await ctx.stop_local(ctx.key, stopped_by("new", ctx.channel))
     # The turn machine bumped the epoch before taking the lease, so a turn still running in
     # another process is already stale.
+    await ctx.engine.end_kernel(ctx.key)  # a fresh start: no variables carried over
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
     if conv.head_id is not None:
         separator = Message("assistant", [Text(SEPARATOR)])
@@ -232,25 +240,33 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "cache hit rate: no turns yet",
             "turn: idle",
         ]
-        lines += await ctx.store.call(_proactive, ctx)
+        lines += await _more_status(ctx)
         return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
     used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     turn = "running" if running else (f"running ({holder.describe()})" if holder else "idle")
     lines += [
-        f"conversation: {conv.key} ({turns} turns)",
+        f"conversation: {conv.key} ({plural(turns, 'turn')})",
         f"context: {used:,} tokens ({100 * used / window:.1f}% of {window:,})",
         "cache hit rate: "
         + (
-            f"{rate:.0%} over the last {min(turns, RECENT_TURNS)} turns"
+            f"{rate:.0%} over the last {plural(min(turns, RECENT_TURNS), 'turn')}"
             if rate is not None
             else "no model calls yet"
         ),
         f"turn: {turn}",
     ]
-    lines += await ctx.store.call(_proactive, ctx)
+    lines += await _more_status(ctx)
     return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+
+
+async def _more_status(ctx: CommandContext) -> list[str]:
+    """The lines after the turn's: what runs without the person, then what the process
+    attached (heron/scale: the workers alive)."""
+    lines = await ctx.store.call(_proactive, ctx)
+    more = ctx.engine.attached.status_lines
+    return lines + (await more() if more is not None else [])
 
 
 def _proactive(ctx: CommandContext) -> list[str]:
@@ -289,13 +305,31 @@ async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
         conv = await ctx.store.call(ctx.store.conversation, arg)
         if conv is None:
             return CommandReply(f"No conversation {arg!r}. /resume lists them.")
-        return CommandReply(f"Resumed {conv.key}.", switch_to=conv.key)
+        branch = await ctx.store.call(ctx.store.branch, conv.id, off_loop=True)
+        last = recap(branch)
+        said = f"Resumed {conv.key}; where it was:\n" + "\n".join(last) if last else ""
+        return CommandReply(said or f"Resumed {conv.key}.", switch_to=conv.key)
     rows = await ctx.store.call(ctx.store.conversations, 20)
     if not rows:
         return CommandReply("No conversations yet.")
     lines = ["Conversations (newest first); /resume KEY continues one:"]
     lines += [f"  {c.key}  {c.title or ''}".rstrip() for c in rows]
     return CommandReply("\n".join(lines))
+
+
+RECAP_CHARS = 240  # of each side of the last exchange /resume shows
+
+
+def recap(rows: list[StoredMessage]) -> list[str]:
+    """The branch's last exchange, short: the person's last message and the last reply to it
+    (a chat that resumed landed on an empty prompt, with nothing of where it was)."""
+    typed = _user_messages(rows)
+    if not typed:
+        return []
+    after = rows[[r.id for r in rows].index(typed[-1].id) + 1 :]
+    said = [r for r in after if r.role == "assistant" and r.message.text.strip()]
+    lines = [f"  you › {_short(typed[-1].message.text, RECAP_CHARS)}"]
+    return [*lines, f"  heron › {_short(said[-1].message.text, RECAP_CHARS)}"] if said else lines
 
 
 def _user_messages(rows: list[StoredMessage]) -> list[StoredMessage]:

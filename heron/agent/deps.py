@@ -8,7 +8,7 @@ import cycle through it), and what a step may touch is listed here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from heron.redact import Redactor
     from heron.store import Conversation, Store
     from heron.tools.context import Approver, QuestionClock, Spawner
+    from heron.tools.python_kernel import Kernels
     from heron.tools.registry import ToolRegistry
     from heron.tools.sandbox import Sandbox
     from heron.trace.recorder import TraceFixed
@@ -46,13 +47,15 @@ class Memos:
 class Attached:
     """What heron/proactive attaches to the engine, which never imports it: the services its
     tools find in ToolContext.services, the runtime block's line of a sustained goal, the
-    scheduler's wake-up for the `schedule` tool, and slash commands of its own (/goal)."""
+    scheduler's wake-up for the `schedule` tool, and slash commands of its own (/goal); and
+    what heron/scale adds to /status (how many workers are alive)."""
 
     subagents: Spawner | None = None
     asks: QuestionClock | None = None
     runtime_notes: Callable[[str], str | None] | None = None
     jobs_changed: Callable[[], None] | None = None
     commands: dict[str, CommandHandler] = field(default_factory=dict)
+    status_lines: Callable[[], Awaitable[list[str]]] | None = None
 
 
 class TurnDeps(Protocol):
@@ -62,6 +65,7 @@ class TurnDeps(Protocol):
     choice: ModelChoice  # the model, its provider and profile
     registry: ToolRegistry
     sandbox: Sandbox  # where the agent's commands run
+    kernels: Kernels  # the Python kernels kept between a conversation's turns
     approve: Approver | None  # the default approver, when the channel brings none
     limits: RunLimits
     retry: RetryPolicy  # each request's stall timeout and deadline
@@ -86,3 +90,5 @@ class TurnDeps(Protocol):
     ) -> str: ...
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+    async def end_kernel(self, key: str) -> None: ...

@@ -34,6 +34,7 @@ from heron.tools import approval
 from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
 from heron.tools.message import with_message_tool
+from heron.tools.python_kernel import Kernels, describe_kernel
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
@@ -58,6 +59,10 @@ class Engine:
         # caller of `turn` without the AgentLoop; heron/tools/approval.py).
         self.sandbox = sandbox or Sandbox(settings.paths.workspace, settings.paths.home)
         self.approve: Approver | None = None
+        # The Python kernels, one per conversation, kept between its turns until unused for
+        # `[tools] kernel_idle_minutes`, /new, or the engine's close.
+        idle = settings.config.tools.kernel_idle_minutes
+        self.kernels = Kernels(settings.paths.workspace, self.sandbox, idle)
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -96,8 +101,11 @@ class Engine:
         ephemeral: bool = False,
         provider: Provider | None = None,
         registry: ToolRegistry | None = None,
+        one_shot: bool = False,
     ) -> AsyncIterator[Engine]:
-        """Open everything a run needs; `provider` replaces the configured one (tests)."""
+        """Open everything a run needs; `provider` replaces the configured one (tests).
+        `one_shot`: the process answers one message and ends (`heron run` in-process), so no
+        kernel outlives its turn, and run_cell's description says so."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
             where = ":memory:" if ephemeral else settings.database
@@ -111,8 +119,12 @@ class Engine:
             if registry is None:
                 # The tiny offline model cannot use tools; describing them only confuses it.
                 registry = ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
+            idle = 0.0 if one_shot else settings.config.tools.kernel_idle_minutes
+            describe_kernel(registry, idle, one_shot)  # before the sandbox's sentence
             sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
+            engine.kernels.idle = idle * 60
+            stack.push_async_callback(engine.kernels.close)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
                 engine.recall_reader = memory_wiring.RecallReader(where)
@@ -193,6 +205,10 @@ class Engine:
         task = asyncio.create_task(review_pass(self.provider, self.memory, conversation.id))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+    async def end_kernel(self, key: str) -> None:
+        """/new: the conversation's kernel ends; its next cell starts an empty one."""
+        await self.kernels.forget(key)
 
     async def settle_background(self, timeout: float = 60.0) -> None:
         """Let background passes finish (bounded), then cancel what is left."""

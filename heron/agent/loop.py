@@ -41,7 +41,7 @@ from heron.bus import (
     TurnOptions,
     stopped_by,
 )
-from heron.errors import HeronError, ProviderError
+from heron.errors import HeronError, ProviderError, model_unusable
 from heron.messages import Message, ToolCall, ToolResult
 from heron.request import StreamEvent
 from heron.store import engine_state as es
@@ -335,7 +335,8 @@ class AgentLoop:
                 log.exception("turn of %s failed", key)
             if control.visible and not control.stale:
                 await self._send(message, key, f"The turn failed: {error}", "error")
-            self._ended(message, key, TurnEnd(False, "failed", str(error)))
+            failed = TurnEnd(False, "failed", str(error), unusable=model_unusable(error))
+            self._ended(message, key, failed)
             return None
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
@@ -381,7 +382,7 @@ class AgentLoop:
             self._event(message, key, "tool_end", call=record.call, result=record.result, s=took)
 
         def retry(error: ProviderError, wait: float) -> None:
-            self._event(message, key, "retry", str(error), s=wait)
+            self._event(message, key, "retry", error.summary, s=wait)  # the hint comes last
 
         def saved(message_id: int) -> None:
             self._event(message, key, "saved", message_id=message_id)
@@ -545,6 +546,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         result.run.model_calls,
         result.run.usage,
         stopped_by=result.stopped_by,
+        unusable=model_unusable(error),
     )
 
 

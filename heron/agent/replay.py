@@ -39,6 +39,7 @@ from heron.providers.profiles import ModelChoice
 from heron.store import Store
 from heron.tools.approval import describe_commands
 from heron.tools.context import ToolContext
+from heron.tools.python_kernel import KERNEL_IDLE_MINUTES, describe_kernel
 from heron.tools.registry import Tool, ToolRegistry
 from heron.tools.sandbox import Sandbox
 from heron.trace.read import RunTrace
@@ -86,7 +87,9 @@ def engine_registry(attached: Iterable[Tool] = ()) -> ToolRegistry:
     for extra in attached:
         if registry.get(extra.name) is None:
             registry.add(extra)
-    # Described as the default sandbox runs them (a run recorded unconfined shows as changed).
+    # Described as a long-lived process with the default settings describes them (a run
+    # recorded unconfined, or by a one-shot `heron run`, shows as changed).
+    describe_kernel(registry, KERNEL_IDLE_MINUTES, one_shot=False)
     describe_commands(registry, Sandbox(Path(".")))
     return registry
 

@@ -37,6 +37,7 @@ from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext, recording
+from heron.tools.python_kernel import describe_kernel, lifetime_in
 from heron.tools.registry import ToolRegistry
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, ToolTrace, load_run, request_payload
@@ -352,7 +353,15 @@ def _as_recorded(registry: ToolRegistry, start: dict[str, Any]) -> ToolRegistry:
         return registry
     names = {t.get("name") for t in recorded if isinstance(t, dict)}
     kept = [registry.get(name) for name in registry.names() if name in names]
-    return ToolRegistry([t for t in kept if t is not None], registry.before_call)
+    tools = ToolRegistry([t for t in kept if t is not None], registry.before_call)
+    # How long the kernel lives depends on the process (a one-shot `heron run`, the idle
+    # time): described as the recorded run's was, where this code still says it that way.
+    for spec in recorded:
+        if isinstance(spec, dict) and spec.get("name") == "run_cell":
+            lifetime = lifetime_in(str(spec.get("description", "")))
+            if lifetime is not None:
+                describe_kernel(tools, *lifetime)
+    return tools
 
 
 def _missing_tools(registry: ToolRegistry, start: dict[str, Any]) -> list[str]:

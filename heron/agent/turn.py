@@ -270,6 +270,9 @@ class Turn:
     trail: list[State] = field(default_factory=list)
     partial: str = ""  # reply text streamed to the channel since the last message committed
     stopped_elsewhere: bool = False  # cancelled by `stops_elsewhere`, not by its AgentLoop
+    # By call id, what a tool stopped with the turn had produced (`ToolContext.leave_partial`):
+    # said with its interrupted result.
+    stopped_output: dict[str, str] = field(default_factory=dict)
 
 
 async def run_turn(
@@ -598,6 +601,7 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
 async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     engine, store = t.engine, t.engine.store
     ctx = tool_context(t, built)
+    t.stopped_output = ctx.partials
     trace = trace_for(engine, built, t.conversation.agent)
     recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
     await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
@@ -636,7 +640,12 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
 
 def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
+    # The conversation's kernel, kept by the process between its turns (given back at the
+    # run's end by `ctx.aclose()`).
+    kernel = engine.kernels.take(conversation.key)
     return ToolContext(
+        kernel=kernel,
+        keep_kernel=functools.partial(engine.kernels.release, conversation.key),
         workspace=engine.settings.paths.workspace,
         result_budget=engine.settings.config.agent.result_budget,
         redactor=engine.redactor,
@@ -703,7 +712,8 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
     on_event, on_progress   the channel's, silent once the turn is stale
     drain          the mailbox; every delivery recorded in the trace
     should_break   the mailbox's break request; a break taken recorded in the trace
-    govern         the governor's view of the record before every call (compaction in flight)
+    govern         the governor's view of the record before every call (compaction in flight,
+                   told to the channel as a notice: the terminal showed no trace of it)
     """
     control, store, governor = t.control, t.engine.store, t.built and t.built.governor
     token, checkpoint = control.token, control.checkpoint
@@ -740,7 +750,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_tool_call=on_tool_call,
         on_tool_start=t.hooks.on_tool_start,
         drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
-        govern=governor.govern if governor else None,
+        govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
     )
@@ -760,6 +770,27 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
         fn(event)
 
     return call
+
+
+def _told(
+    governor: Governor, notice: Callable[[Any], None] | None
+) -> Callable[[list[Message]], Awaitable[list[Message]]]:
+    """The governor's view, with a notice for each in-flight compaction it makes."""
+
+    async def govern(view: list[Message]) -> list[Message]:
+        before = governor.inflight
+        shaped = await governor.govern(view)
+        if notice is not None and governor.inflight > before:
+            notice(INFLIGHT_NOTICE.format(n=governor.inflight))
+        return shaped
+
+    return govern
+
+
+# What a channel shows when a long turn is compacted in flight (heron/compaction/governor.py).
+INFLIGHT_NOTICE = (
+    "Compacted this turn's earlier steps into checkpoint {n} to fit the model's window."
+)
 
 
 def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[Any], None] | None:
@@ -855,7 +886,10 @@ async def stopped_at_save(t: Turn, pending: PendingSave) -> None:
     finish = functools.partial(pending.recorder.finish_turn, figures)
     conversation_id, turn_id = t.conversation.id, t.built.turn_id
     said, owner = stopped_reply(t), control.token.owner
-    await store.call(es.close_stale_turn, store, conversation_id, turn_id, owner, said, finish)
+    printed = t.stopped_output
+    await store.call(
+        es.close_stale_turn, store, conversation_id, turn_id, owner, said, finish, printed
+    )
 
 
 # ---- RESPOND ----------------------------------------------------------------------------------
@@ -913,7 +947,8 @@ async def interrupted(t: Turn) -> None:
         await store.call(pending.write, False)
     if t.built is not None:
         said = stopped_reply(t)
-        await store.call(es.close_turn, store, t.conversation.id, t.built.turn_id, said)
+        conversation_id, turn_id, printed = t.conversation.id, t.built.turn_id, t.stopped_output
+        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed)
 
 
 def stopped_reply(t: Turn) -> str:

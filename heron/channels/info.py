@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from heron.channels.common import table
-from heron.config import Settings
+from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
-from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult
-from heron.providers.profiles import ModelChoice
+from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
+from heron.providers.endpoint import shown_url
+from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice
 from heron.providers.wire import file_label
-from heron.store import Store, StoredMessage, Turn, goals, runs
+from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
+from heron.store.records import RECALL_FLAG, shown_as
+
+if TYPE_CHECKING:
+    from heron.providers.anthropic import AnthropicProvider
+    from heron.providers.openai_compat import OpenAICompatProvider
 
 
 def open_store(settings: Settings) -> Store:
@@ -50,27 +57,36 @@ class Asked:
     questions: runs.Questions
     shown: set[str] = field(default_factory=set)
 
-    def lines(self, call: ToolCall, created: float) -> list[str] | None:
-        """The question asked by `call` (of a row stored at `created`) and the person's answer,
-        as lines; None when no question row names the call (the plain call line then)."""
+    def asking(self, call: ToolCall, created: float) -> runs.Run | None:
+        """The question asked by `call` (of a row stored at `created`), then shown as one; None
+        when no question row names the call (it is shown as a plain call then)."""
         run = self.questions.of(call.id, created) if call.name == "ask_user" else None
+        if run is not None:
+            self.shown.add(call.id)
+        return run
+
+    def lines(self, call: ToolCall, created: float) -> list[str] | None:
+        """The question asked by `call` and the person's answer, as lines (`asking`)."""
+        run = self.asking(call, created)
         if run is None:
             return None
-        self.shown.add(call.id)
         if run.status == "answered":
             return [f"assistant asks: {run.task}", f"you: {run.result or ''}"]
         return [f"assistant asks: {run.task}", f"  (no answer: {run.status})"]
 
 
+def who_wrote(message: Message, author: str | None) -> str:
+    """Who a row is shown as: you, assistant, heron or tool (`records.shown_as`)."""
+    results_only = bool(message.tool_results) and not message.text.strip()
+    return shown_as(message.role, author, results_only)
+
+
 def render_message(
     message: Message, author: str | None = None, asked: Asked | None = None, created: float = 0.0
 ) -> Iterator[str]:
-    """A message as lines; a row Heron wrote itself (`author` 'heron': a continue or wrap-up
-    prompt, a summary, a separator) is shown as Heron's, never as `you`. With `asked`, a
+    """A message as lines, each naming who wrote it as `who_wrote` does. With `asked`, a
     question of `ask_user` is shown as the question and the person's answer."""
-    who = "you" if message.role == "user" else "assistant"
-    if author == "heron":
-        who = "heron"
+    who = who_wrote(message, author)
     for part in message.parts:
         if isinstance(part, Text) and part.text.strip():
             yield f"{who}: {part.text}"
@@ -95,8 +111,8 @@ def render_message(
 def _turn_header(n: int, turn: Turn) -> str:
     u = turn.usage
     return (
-        f"── turn {n} · {turn.run_id} · {turn.status} · {turn.model_calls} model calls, "
-        f"{turn.tool_calls} tool calls · tokens in {u.input} (cache read {u.cache_read}) "
+        f"── turn {n} · {turn.run_id} · {turn.status} · {plural(turn.model_calls, 'model call')}, "
+        f"{plural(turn.tool_calls, 'tool call')} · tokens in {u.input} (cache read {u.cache_read}) "
         f"out {u.output}"
     )
 
@@ -127,9 +143,7 @@ def show_conversation(
     budget: bool = False,
 ) -> None:
     store = open_store(settings)
-    conv = store.conversation(key)
-    if conv is None:
-        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    conv = known(store, key)
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
         from heron.tools.builtin import default_registry
@@ -142,19 +156,76 @@ def show_conversation(
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             typer.echo(line)
         return
-    turns = {t.id: t for t in store.turns(conv.id)}
-    typer.echo(f"Conversation {conv.key} · agent {conv.agent} · {len(turns)} turns")
+    record = read_record(store, conv)
+    typer.echo(
+        f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}"
+    )
     seen: set[int] = set()
-    numbers = {tid: i for i, tid in enumerate(turns, 1)}
-    asked = Asked(runs.questions(store, conv.key))
-    set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
-    for stored in store.branch(conv.id):
-        while set_goals and set_goals[0].created <= stored.created:
-            typer.echo(_goal_line(set_goals.pop(0)))
-        for line in _lines(stored, turns, numbers, seen, asked):
+    asked = Asked(record.questions)
+    for item in record.reading():
+        if isinstance(item, goals.Goal):
+            typer.echo(_goal_line(item))
+            continue
+        for line in _lines(item, record, seen, asked):
             typer.echo(line)
-    for goal in set_goals:
-        typer.echo(_goal_line(goal))
+
+
+def known(store: Store, key: str) -> Conversation:
+    """Conversation `key`, or the error every command gives for a key that names none."""
+    conv = store.conversation(key)
+    if conv is None:
+        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    return conv
+
+
+@dataclass
+class Record:
+    """What `conversations show` and `conversations export` read of one conversation: its
+    turns (numbered from 1 in the order they ran, on any branch, as `show` heads them), the
+    rows of its current branch (auto-recall's under the turn of the message they answer), the
+    questions `ask_user` asked in it and the goals set in it, oldest first."""
+
+    conversation: Conversation
+    turns: dict[int, Turn]
+    rows: list[StoredMessage]
+    questions: runs.Questions
+    goals_set: list[goals.Goal]
+    numbers: dict[int, int] = field(init=False)  # turn id -> its number
+
+    def __post_init__(self) -> None:
+        self.numbers = {tid: n for n, tid in enumerate(self.turns, 1)}
+
+    def reading(self) -> Iterator[StoredMessage | goals.Goal]:
+        """The rows with the goals among them: `/goal TEXT` stores no message of its own, so
+        each goal comes before the first row written after it was set."""
+        pending = list(self.goals_set)
+        for row in self.rows:
+            while pending and pending[0].created <= row.created:
+                yield pending.pop(0)
+            yield row
+        yield from pending
+
+
+def read_record(store: Store, conv: Conversation) -> Record:
+    turns = {t.id: t for t in store.turns(conv.id)}
+    set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
+    asked = runs.questions(store, conv.key)
+    rows = list(_recall_under_its_turn(store.branch(conv.id)))
+    return Record(conv, turns, rows, asked, set_goals)
+
+
+def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:
+    """The rows in order, auto-recall's (stored just before the message they answer, outside
+    any turn) given that message's turn: its header then comes before them, not after."""
+    held: list[StoredMessage] = []
+    for row in rows:
+        if row.turn_id is None and row.meta.get(RECALL_FLAG):
+            held.append(row)
+            continue
+        yield from (dataclasses.replace(h, turn_id=row.turn_id) for h in held)
+        held = []
+        yield row
+    yield from held
 
 
 def _goal_line(goal: goals.Goal) -> str:
@@ -192,31 +263,42 @@ def _compaction_views(
                     yield f"[file {file_label(part)}]"
 
 
-def _lines(
-    stored: StoredMessage,
-    turns: dict[int, Turn],
-    numbers: dict[int, int],
-    seen: set[int],
-    asked: Asked,
-) -> Iterator[str]:
+def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) -> Iterator[str]:
     tid = stored.turn_id
-    if tid is not None and tid not in seen and tid in turns:
+    if tid is not None and tid not in seen and tid in record.turns:
         seen.add(tid)
-        yield _turn_header(numbers[tid], turns[tid])
+        yield _turn_header(record.numbers[tid], record.turns[tid])
     yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
-def delete_conversation(settings: Settings, key: str) -> None:
-    remove_conversation(open_store(settings), key)
+def delete_conversation(
+    settings: Settings, key: str, confirm: Callable[[str], object] | None = None
+) -> None:
+    """`heron conversations delete`: what refuses the delete (no such conversation, one in
+    use) is said before `confirm` asks the person, not after they said yes."""
+    store = open_store(settings)
+    if confirm is not None:
+        removable(store, key)
+        confirm(f"Delete conversation {key!r} and its whole history?")
+    remove_conversation(store, key)
     typer.echo(f"Deleted conversation {key!r}.")
 
 
 def remove_conversation(store: Store, key: str) -> None:
     """Delete `key` with its trace rows, refusing while anything uses it (the CLI's delete
     and the web UI's both come here)."""
-    conv = store.conversation(key)
-    if conv is None:
-        raise StoreError(f"no conversation {key!r}", hint="See: heron conversations list")
+    conv = removable(store, key)
+    store.delete_conversation(conv.id)
+    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
+    from heron.trace.blobs import collect_garbage
+
+    with store.transaction() as conn:
+        collect_garbage(conn)
+
+
+def removable(store: Store, key: str) -> Conversation:
+    """The conversation `key`; a StoreError when there is none or anything still uses it."""
+    conv = known(store, key)
     # Anything still using it (a running turn's lease, an open chat's presence) blocks the
     # delete, named so the user knows what to close (heron/store/engine_state.py).
     from heron.store.engine_state import users
@@ -237,12 +319,7 @@ def remove_conversation(store: Store, key: str) -> None:
             f"conversation {key!r} is still in use: " + "; ".join(work),
             hint="End each as it says, then delete.",
         )
-    store.delete_conversation(conv.id)
-    # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
-    from heron.trace.blobs import collect_garbage
-
-    with store.transaction() as conn:
-        collect_garbage(conn)
+    return conv
 
 
 def _mask(value: str) -> str:
@@ -255,10 +332,10 @@ def show_config(settings: Settings) -> None:
     typer.echo(f"config file: {settings.paths.config} ({present})")
     try:
         choice = settings.model()
-        where = choice.base_url or (str(choice.model_path) if choice.model_path else None)
-        at = f"; at {where}" if where else ""
-        source = model_source(settings, choice.embedded)
-        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source}{at})")
+        source = model_source(settings, choice)
+        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source})")
+        for line in server_lines(choice):
+            typer.echo(line)
         p = choice.profile
         typer.echo(
             f"profile:     window {p.context_window}, output cap {p.max_output}, "
@@ -275,14 +352,32 @@ def show_config(settings: Settings) -> None:
     )
 
 
-def model_source(settings: Settings, embedded: bool = False) -> str:
+def server_lines(choice: ModelChoice) -> list[str]:
+    """Where the model is reached and the setting that said so; for a server that got no
+    key, that a placeholder goes instead (never a key itself)."""
+    if choice.model_path is not None:
+        return [f"file:        {choice.model_path}"]
+    if choice.base_url is None:
+        return []
+    lines = [f"server:      {shown_url(choice.base_url)} (from {choice.url_source})"]
+    if choice.api_key == PLACEHOLDER_KEY:
+        lines.append(
+            f"key:         none set: {PLACEHOLDER_KEY!r} is sent (a local server checks none; "
+            "set HERON_API_KEY or api_key under [providers.openai] if yours does)"
+        )
+    return lines
+
+
+def model_source(settings: Settings, choice: ModelChoice) -> str:
     """Where the model in use was named, in the order heron.config.choose_model reads them."""
     if settings.env.get("HERON_MODEL"):
         return "HERON_MODEL"
     if settings.config.model:
         return settings.paths.config.name
-    if embedded:
+    if choice.embedded:
         return "the offline fallback: nothing else is configured"
+    if choice.model == SERVER_DEFAULT_MODEL and choice.base_url is not None:
+        return "no model named: `default` is sent; `heron models` lists the server's"
     return "the provider's default"
 
 
@@ -290,14 +385,83 @@ def print_models(settings: Settings) -> None:
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
     try:
-        choice = settings.model()
-        typer.echo(f"In use: {choice.provider} / {choice.model}")
+        choice: ModelChoice | None = settings.model()
     except HeronError as e:
+        choice = None
         typer.echo(f"In use: none. {e}")
+    if choice is not None:
+        typer.echo(f"In use: {choice.provider} / {choice.model}")
+        show_served_models(settings, choice)
     typer.echo("\nBuilt-in profiles:")
     rows = [
         (pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode, attachments_taken(p))
         for pat, p in _BUILTIN
     ]
     table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"), rows)
+    overrides = settings.config.models
+    if overrides:
+        typer.echo(f"\nOverrides in {settings.paths.config}:")
+        for pattern, values in overrides.items():
+            said = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
+            typer.echo(f'[models."{pattern}"]  {said}')
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
+
+
+# `heron models` asks the server for its list: a server that is down must not hold it long.
+LIST_TIMEOUT = 5.0
+
+
+def show_served_models(settings: Settings, choice: ModelChoice) -> None:
+    """What the server in use offers (GET /models of an OpenAI-compatible server, GET
+    /v1/models of Anthropic's), each with the profile it would run with; or a line saying why
+    the list could not be had, and what to do. A local GGUF file has nothing to list."""
+    import asyncio
+
+    from heron.providers.profiles import profile_for
+
+    provider = _lister(choice)
+    if provider is None:
+        return
+
+    async def ask() -> list[str]:
+        try:
+            return await provider.list_models(LIST_TIMEOUT)
+        finally:
+            await provider.aclose()
+
+    where = provider.endpoint.named
+    try:
+        names = asyncio.run(ask())
+    except HeronError as e:
+        typer.echo(f"\nThe models at {where} could not be listed: {e.summary}")
+        if e.hint:
+            typer.echo(e.hint)
+        return
+    if not names:
+        typer.echo(f"\nThe server at {where} lists no models.")
+        return
+    typer.echo(f"\nModels at {where}, with the profile each would run with:")
+    rows = []
+    for name in names:
+        p = profile_for(name, settings.config.models)
+        mark = "  (in use)" if name == choice.model else ""
+        rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode + mark))
+    table(("MODEL", "WINDOW", "OUTPUT", "TOOLS"), rows)
+
+
+def _lister(choice: ModelChoice) -> OpenAICompatProvider | AnthropicProvider | None:
+    """The adapter `heron models` asks (it sends no chat)."""
+    if choice.provider == "openai":
+        from heron.providers.openai_compat import OpenAICompatProvider
+
+        key = choice.api_key or PLACEHOLDER_KEY
+        return OpenAICompatProvider(
+            choice.model, key, choice.base_url, url_source=choice.url_source
+        )
+    if choice.provider == "anthropic" and choice.api_key:
+        from heron.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            choice.model, choice.api_key, choice.base_url, url_source=choice.url_source
+        )
+    return None

@@ -7,6 +7,7 @@ started the command (heron/tools/person.py), so the agent cannot approve its own
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from heron.config import Settings
     from heron.memory.queue import Suggestion
+    from heron.memory.recall import Hit
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
     from heron.store import Store
@@ -191,18 +193,55 @@ def recall(
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many snippets.")] = 10,
 ) -> None:
     """Search every message of every conversation, compacted ones included."""
+    with _service() as service:
+        print_recall(service.store, query, limit)
+
+
+def print_recall(
+    store: Store, query: str, limit: int, *, key: str | None = None, as_json: bool = False
+) -> None:
+    """Search what was said (in conversation `key` only, when given) and print the hits, best
+    first: `heron memory recall` and `heron conversations search` both run this. A line is
+    `[key · date · message id · who] snippet`, and a last one says how to open a conversation;
+    `as_json`: one JSON array of the hits and nothing else on stdout. An unknown `key` is a
+    StoreError saying how to find one."""
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
-    with _service() as service:
-        searched = Recall(service.store, default_embedder())
-        hits = searched.search(query, limit)
+    conversation_id = None
+    if key is not None:
+        from heron.channels.info import known
+
+        conversation_id = known(store, key).id
+    searched = Recall(store, default_embedder())
+    hits = searched.search(query, limit, conversation_id=conversation_id)
+    if as_json:
+        typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
+    else:
         for hit in hits:
-            typer.echo(hit.line())
+            typer.echo(hit.line(hit.who))
+        keys = {hit.conversation_key for hit in hits}
         if not hits:
             typer.echo("Nothing found.")
-        if searched.behind:
-            _behind_notice(service.store, searched.embedder)
+        else:  # the one key when all hits share it: the command is then ready to copy
+            shown = keys.pop() if len(keys) == 1 else "KEY"
+            typer.echo(f"Open one: heron conversations show {shown}")
+    if searched.behind:
+        _behind_notice(store, searched.embedder)
+
+
+def _hit_json(hit: Hit) -> dict[str, Any]:
+    """A hit as `--json` prints it (docs/terminal.md, "Searching and exporting")."""
+    return {
+        "key": hit.conversation_key,
+        "message_id": hit.message_id,
+        "created": hit.created,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(hit.created)),
+        "role": hit.role,
+        "who": hit.who,
+        "snippet": " ".join(hit.snippet.split()),
+        "score": float(hit.score),
+    }
 
 
 # Messages embedded a second on two busy cores (docs/memory.md: 27-42), for an estimate.
@@ -366,11 +405,20 @@ def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
 def _line_choose(batch: list[Suggestion]) -> set[int] | None:
     for s in batch:
         typer.echo(f"  [{s.id}] {s.describe()}")
-    answer = typer.prompt(
-        "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
-        default="",
-        show_default=False,
-    ).strip()
+    try:
+        answer = typer.prompt(
+            "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
+            default="",
+            show_default=False,
+        ).strip()
+    except typer.Abort:  # stdin ended (no terminal): nothing more is decided
+        typer.echo(
+            "\nNo answer on standard input: these still wait. Review in a terminal, pipe the"
+            " answers in (e.g. echo all | heron memory review), or use heron memory accept ID"
+            " or reject ID.",
+            err=True,
+        )
+        return None
     if answer.lower() in ("q", "quit", "esc"):
         return None
     if answer.lower() == "all":

@@ -59,6 +59,22 @@ def serve_welcome(
 ) -> dict[str, Any] | None:
     """The welcome a serve on this home gives a client of `key` (its model, window...), read
     and left at once; None when no serve answers."""
+    hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
+    return _ask_once(hello, "welcome", home, timeout)
+
+
+def serve_login(home: Path | None = None, timeout: float = 5.0) -> str | None:
+    """A fresh one-time login address for a browser, from the serve on this home (`heron
+    web`); None when no serve answers."""
+    answer = _ask_once({"type": "login"}, "login", home, timeout)
+    url = answer.get("url") if answer else None
+    return url if isinstance(url, str) else None
+
+
+def _ask_once(
+    message: dict[str, Any], kind: str, home: Path | None, timeout: float
+) -> dict[str, Any] | None:
+    """One message to the serve's control socket, and its first answer when it is a `kind`."""
     import socket
 
     path = serve_socket(home)
@@ -68,17 +84,19 @@ def serve_welcome(
         with socket.socket(socket.AF_UNIX) as sock:
             sock.settimeout(timeout)
             sock.connect(str(path))
-            hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
-            sock.sendall(json.dumps(hello).encode() + b"\n")
+            sock.sendall(json.dumps(message).encode() + b"\n")
             line = sock.makefile("rb").readline(LINE_LIMIT)
-        welcome = json.loads(line)
+        answer = json.loads(line)
     except (OSError, ValueError):
         return None
-    return welcome if isinstance(welcome, dict) and welcome.get("type") == "welcome" else None
+    return answer if isinstance(answer, dict) and answer.get("type") == kind else None
 
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
 REFUSED_CODE = "refused"  # the `error` answering a message the serve did not take
+# A notice that the message is queued with no worker alive to take it soon
+# (heron/scale/front.py): the client stops waiting for its turn.
+NO_WORKER_CODE = "no_worker"
 
 
 class ServeGone(ConnectionError):
@@ -163,6 +181,9 @@ class RemoteAgent:
         # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
         # /stop until its answer comes.
         self._waiting: deque[str] = deque()
+        # A /stop asked before the turn of our message said it started: sent at that start
+        # (the serve tells it once the message is stored), so the stop keeps the message.
+        self._stop_at_start = False
         self._settled = asyncio.Event()
         self._settled.set()
         self._welcomed: asyncio.Event = asyncio.Event()
@@ -177,6 +198,7 @@ class RemoteAgent:
         self._args: dict[str, Any] = {}
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
+        self.unstaffed: list[str] = []  # notices that no worker will take our messages soon
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -197,8 +219,13 @@ class RemoteAgent:
             self._write({"type": "hello", "conversation": key, "last_seq": None, "agent": agent})
             self.key = key
         # /stop is answered after the end of the turn it stops, never by a turn of its own
-        self._waiting.append("stop" if text.strip() == "/stop" and not files else "sent")
+        stop = text.strip() == "/stop" and not files
+        early = stop and not self.busy.get(key, False) and "sent" in self._waiting
+        self._waiting.append("stop" if stop else "sent")
         self._settled.clear()
+        if early:  # sent now, it would cancel the turn before its message is stored
+            self._stop_at_start = True
+            return
         refs = [self._upload(f) for f in files]
         kind = "command" if text.startswith("/") and not files else "send"
         self._write({"type": kind, "text": text, **({"files": refs} if refs else {})})
@@ -213,7 +240,12 @@ class RemoteAgent:
         return {"upload_id": upload_id, "name": name, "mime": mime}
 
     def running(self, key: str) -> bool:
-        return self.busy.get(key, False)
+        """A turn runs on `key`, or a message this client sent there has not started one
+        yet (the serve tells a turn's start once its message is stored: the first turn of a
+        serve takes a second to get there). A /stop sent meanwhile waits for that start
+        (`send_nowait`), then stops the turn with the message kept: the chat's Ctrl-C right
+        after Enter is not taken for "nothing runs"."""
+        return self.busy.get(key, False) or (key == self.key and "sent" in self._waiting)
 
     async def settle(self) -> None:
         """Until every message this chat sent has been answered (or the serve went away)."""
@@ -283,8 +315,17 @@ class RemoteAgent:
             return  # the socket closes next: read() ends, and ServeGone says it
         if kind == "error" and event.get("code") == REFUSED_CODE:
             self.refusals.append(event)  # no turn will answer it: stop waiting for one
+            if self._stop_at_start:  # the message it was to stop is refused: nothing to stop
+                self._stop_at_start = False
+                self._waiting.remove("stop")
             self._advance(("sent", "stop"), "refused")
             self._waiting = deque(s for s in self._waiting if s != "refused")
+            if not self._waiting:
+                self._settled.set()
+        ours = event.get("chat_id") == self.chat_id
+        if kind == "message" and event.get("code") == NO_WORKER_CODE and ours:
+            self.unstaffed.append(str(event.get("text") or ""))  # queued; nobody runs it soon
+            self._waiting = deque(s for s in self._waiting if s == "stop")
             if not self._waiting:
                 self._settled.set()
         if kind == "welcome":
@@ -368,6 +409,9 @@ class RemoteAgent:
             self.busy[key] = True
             if mine:
                 self._advance(("sent", "queued"), "own")
+            if mine and self._stop_at_start:  # its message is stored: now it can stop
+                self._stop_at_start = False
+                self._write({"type": "command", "text": "/stop"})
         elif kind == "status" and event.get("state") in ("mail", "queued") and mine:
             self._advance(("sent",), event["state"])
         elif kind == "status" and event.get("state") == "idle":

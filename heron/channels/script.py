@@ -37,14 +37,19 @@ CHANNEL = "script"
 class _Printer:
     """The reply's text on stdout as it streams; tool calls, notices and errors on stderr."""
 
-    def __init__(self, out: TextIO, err: TextIO, as_json: bool = False) -> None:
+    def __init__(
+        self, out: TextIO, err: TextIO, as_json: bool = False, key: str = "", served: bool = False
+    ) -> None:
         self.out, self.err = out, err
+        self.key, self.served = key, served  # for how to answer a question (`question_note`)
         self.as_json = as_json  # hold the reply for one JSON object at the end (_finish)
         self.reply: list[str] = []
         self.wrote = False
         self.at_line_start = True
         self.end: TurnEnd | None = None
         self.asked: dict[str, str] = {}  # approval id -> its command (approval_end names none)
+        # Through a face with no worker alive: the notice saying the message waits queued.
+        self.unstaffed: str | None = None
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -90,6 +95,8 @@ class _Printer:
         elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
             self.line_break()
             self.write(m.text + "\n")
+            if m.kind == "question":
+                self.note(question_note(self.key, self.served))
         elif m.kind != "error" and not self.wrote:  # an answer that did not stream
             self.write(m.text)
 
@@ -109,6 +116,20 @@ class _Printer:
     def note(self, text: str) -> None:
         self.err.write(text + "\n")
         self.err.flush()
+
+
+def question_note(key: str, served: bool) -> str:
+    """How a question (ask_user) is answered when the run is a script, which reads nothing
+    from the person: from another client of the conversation, which only a serve lets in."""
+    if served:
+        where = f"answer it from `heron chat -c {key}` or the browser (heron serve's page)"
+    else:
+        where = (
+            "no other client reaches this run without `heron serve`: only the deadline, "
+            f"Ctrl-C or `heron runs cancel` end the wait (with a serve, `heron chat -c {key}` "
+            "or the browser answers)"
+        )
+    return f"heron: the agent waits for an answer this script cannot give; {where}."
 
 
 def message_from(message: str, stdin: BinaryIO | None = None) -> tuple[str, int]:
@@ -211,7 +232,7 @@ async def run_remote(
     from heron.channels.remote import ServeGone, connect_remote
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json)
+    printer = _Printer(out, err, as_json, key, served=True)
     # Only what answers this message: another turn of the conversation (someone else's, a
     # goal's nudge) is not this run's output.
     opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
@@ -228,6 +249,8 @@ async def run_remote(
 
         refusal = conn.refusals[0]
         raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
+    if conn.unstaffed and printer.end is None:  # queued, no worker to run it (printed): exit 1
+        printer.unstaffed = conn.unstaffed[0]
     return _finish(printer, key, out, err)
 
 
@@ -250,8 +273,11 @@ async def run_once(
     from heron.tools.approval import start_notice
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json)
-    async with Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider) as engine:
+    printer = _Printer(out, err, as_json, key)
+    # One message and the process ends: no kernel outlives the turn (through `heron serve`,
+    # it is kept for the conversation's later turns).
+    one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
+    async with one as engine:
         if engine.choice.embedded:
             err.write(EMBEDDED_BANNER + "\n")
         notice = start_notice(engine.registry, engine.sandbox)
@@ -283,6 +309,8 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
         out.write("\n")
     out.flush()
     end = printer.end
+    if end is None and printer.unstaffed is not None:
+        return False  # the notice said why and what to do; the message is not lost
     if end is not None and not end.ok and end.stopped_by:
         err.write(f"heron: the turn was stopped by {end.stopped_by}. What it finished is kept.\n")
         err.write(after_stop(end.stopped_by, key) + "\n")
@@ -322,6 +350,10 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     out = _json_object(key)
     if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
         out["error"] = NOTHING_TO_RETRY
+        return out
+    if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
+        why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
+        out.update(error=why, hint=then)
         return out
     if end is not None and not end.ok and end.stopped_by:
         error = f"stopped by {end.stopped_by}"

@@ -83,6 +83,16 @@ class ChatState:
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
     home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
+    answered: bool = (
+        False  # a turn of a message ended well (the review at exit has a working model)
+    )
+    broken: str | None = None  # why the last turn failed, when no model was usable (a key)
+
+    def why_no_review(self) -> str | None:
+        """Why the memory review at exit would only repeat a failure (None: it can run)."""
+        if self.broken is not None:
+            return f"the model's last call failed ({self.broken})"
+        return None if self.answered else "no turn was answered"
 
     def take_files(self) -> tuple[File, ...]:
         """The files /attach gathered, for the message being sent (and no later one)."""
@@ -150,6 +160,7 @@ class TerminalView:
         self.asking: asyncio.Future[str] | None = None  # an approval waiting for y/n
         self.one_at_a_time = asyncio.Lock()  # the approvals that wait for their turn to ask
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
+        self.asked = False  # a question (ask_user) waits: the next message sent answers it
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
         self.spaced = False
@@ -196,8 +207,11 @@ class TerminalView:
             self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
         elif ev.kind == "mail" and ev.text and ev.chat_id != self.chat_id:  # typed elsewhere
             self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.asked = False
         elif ev.kind == "mail":
-            self.console.print("[dim]↳ added to the running turn[/dim]")
+            said = "answered the agent's question" if self.asked else "added to the running turn"
+            self.console.print(f"[dim]↳ {said}[/dim]")
+            self.asked = False
         elif ev.kind == "queued":
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
@@ -211,7 +225,7 @@ class TerminalView:
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
-            self.working_since, self.waiting = None, False
+            self.working_since, self.waiting, self.asked = None, False, False
             self.ended(ev.end)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
@@ -226,6 +240,9 @@ class TerminalView:
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
             self.markdown(m.text)
+        if m.kind == "question":  # ask_user: the next line typed here is the answer
+            self.console.print("[dim]↳ your next message answers it[/dim]")
+            self.asked = True
         self.spaced = False
 
     def ended(self, end: TurnEnd) -> None:
@@ -240,6 +257,10 @@ class TerminalView:
             self.console.print("[dim](no answer)[/dim]")
         if end.command is None and self.state.key not in self.state.keys:
             self.state.keys.append(self.state.key)
+        if end.command is None and end.ok:
+            self.state.answered, self.state.broken = True, None
+        elif end.command is None and end.unusable:
+            self.state.broken = (end.error or "no answer").splitlines()[0]
 
     async def approve(self, tool: str, command: str) -> str | None:
         """Approval when commands are unconfined: the exact command, then the next line typed
@@ -348,7 +369,19 @@ async def run_chat(
             with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(engine, conn, state, view, session, held)
         if not ephemeral and not engine.choice.embedded:
-            review_on_close(settings, model, engine.choice, state.keys, say=console.out)
+            _review_at_exit(settings, model, engine, state, console)
+
+
+def _review_at_exit(
+    settings: Settings, model: str | None, engine: Engine, state: ChatState, console: Console
+) -> None:
+    """The memory review of what was said (in the background), unless the chat never had a
+    usable model: a wrong key or a server down would fail it the same way, unseen."""
+    skip = state.why_no_review()
+    if skip is None:
+        review_on_close(settings, model, engine.choice, state.keys, say=console.out)
+    elif state.keys and settings.config.memory.review_on_close:
+        console.print(RichText(f"Not reviewing this chat for memory: {skip}.", style="dim"))
 
 
 @contextmanager

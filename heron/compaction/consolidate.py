@@ -29,7 +29,7 @@ from heron.compaction.summary import (
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import is_clean_user
-from heron.messages import Message, Text
+from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
 from heron.store import compactions as folds
 from heron.store import work
@@ -47,6 +47,7 @@ class CompactionReport:
     tokens_after: int = 0
     compaction_id: int | None = None
     error: str | None = None
+    why: str = "the conversation is already short"  # kind "none": why nothing could be folded
 
     @property
     def changed(self) -> bool:
@@ -54,12 +55,12 @@ class CompactionReport:
 
     def describe(self) -> str:
         if self.kind == "none":
-            return "Nothing to compact: the conversation is already short."
+            return f"Nothing to compact: {self.why}."
         if self.kind == "failed":
             return f"Compaction failed ({self.error}); nothing was changed. It is retried later."
         return (
-            f"Compacted {self.rows_folded} messages ({self.kind}): about {self.tokens_before} "
-            f"tokens of context became {self.tokens_after}."
+            f"Compacted {plural(self.rows_folded, 'message')} ({self.kind}): about "
+            f"{self.tokens_before} tokens of context became {self.tokens_after}."
         )
 
 
@@ -69,14 +70,8 @@ def choose_cut(state: BranchState, recent: int | None = None) -> int | None:
     `recent`: the tokens the kept turns may take; when the last KEEP_MESSAGES rows are more,
     fewer whole turns are kept (the last one always), so the view lands well under the
     trigger and the next consolidation is several turns away."""
-    rows, plan = state.rows, state.plan
-    ids = [r.id for r in rows]
-    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
-    starts = [
-        i
-        for i in range(start + 1, len(rows))
-        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted
-    ]
+    rows = state.rows
+    start, starts = _turn_starts(state)
     best = next((i for i in reversed(starts) if len(rows) - i >= KEEP_MESSAGES), None)
     if recent is None or not starts:
         return best
@@ -91,6 +86,36 @@ def choose_cut(state: BranchState, recent: int | None = None) -> int | None:
         return None  # a short conversation that fits: nothing to fold, as before
     fitting = [i for i in starts if sizes[i] <= recent]
     return fitting[0] if fitting else starts[-1]
+
+
+def _turn_starts(state: BranchState) -> tuple[int, list[int]]:
+    """Where the rows after the current fold begin, and where each of their turns but the
+    first starts (the places a cut can go)."""
+    rows, plan = state.rows, state.plan
+    ids = [r.id for r in rows]
+    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
+    starts = [
+        i
+        for i in range(start + 1, len(rows))
+        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted
+    ]
+    return start, starts
+
+
+def nothing_to_fold(state: BranchState, recent: int) -> str:
+    """Why `choose_cut` found no cut, for /compact to say (it said only "the conversation is
+    already short", at half the window after a long turn)."""
+    start, starts = _turn_starts(state)
+    if not starts:
+        why = "everything since the last summary is one turn, and the latest turn is kept whole"
+        if state.plan.checkpoints:  # a long turn checkpointed in flight
+            why += " (its earlier steps are already folded into checkpoints)"
+        return why
+    size = sum(estimate_message(r.wire) for r in state.rows[start:])
+    return (
+        f"the turns since the last summary (about {size:,} tokens) fit in the part of the "
+        f"window kept whole ({recent:,} tokens)"
+    )
 
 
 def _prompt(deps: ContextDeps, state: BranchState, messages: list[Message]) -> str:
@@ -157,9 +182,10 @@ async def consolidate(
     """Fold everything before the last turns into a summary, if anything can be folded."""
     # The whole branch: the summary quotes every user message up to the cut, earlier folds too.
     state = await load_branch_async(deps.store, conversation_id, full=True)
-    cut = choose_cut(state, deps.budget.share(deps.budget.shares.recent))
+    recent = deps.budget.share(deps.budget.shares.recent)
+    cut = choose_cut(state, recent)
     if cut is None:
-        return CompactionReport("none", reason)
+        return CompactionReport("none", reason, why=nothing_to_fold(state, recent))
     before = _conversation_tokens(deps, agent, state)
     ids = [r.id for r in state.rows]
     start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0

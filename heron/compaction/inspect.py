@@ -19,14 +19,17 @@ from heron.store import compactions as folds
 
 
 def compaction_lines(store: Store, conversation_id: int) -> list[str]:
+    """Each compaction of the conversation, numbered from 1 within it (the store's id, shared
+    by every conversation, runs into the hundreds: it follows in brackets)."""
     out = []
-    for c in folds.compactions(store, conversation_id):
+    for n, c in enumerate(folds.compactions(store, conversation_id), 1):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
         rows = f"rows #{c.first_row_id}-#{c.last_row_id}"
         if c.kind == "inflight":
             rows += f" (checkpoint on #{c.anchor_row_id})"
         out.append(
-            f"── compaction {c.id} · {when} · {c.kind} · why: {c.reason} · folded {c.rows_folded}"
+            f"── compaction {n} (id {c.id}) · {when} · {c.kind} · why: {c.reason} · folded"
+            f" {c.rows_folded}"
             f" messages, {rows} · tokens {c.tokens_before} → {c.tokens_after}"
         )
         if c.meta.get("error"):

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from heron.memory import records
 from heron.store import Store
+from heron.store.records import shown_as
 
 _STOPWORD_TEXT = """
 a about above after again against all am an and any are as at be because been before being
@@ -163,13 +164,21 @@ class Hit:
     created: float
     snippet: str
     score: float
+    # user | model | tool | heron (heron/store/records.py `author_for`); None: not known.
+    author: str | None = None
 
-    def line(self) -> str:
+    @property
+    def who(self) -> str:
+        """Who said it, as `heron conversations show` names rows: you, assistant or heron."""
+        return shown_as(self.role, self.author)
+
+    def line(self, who: str | None = None) -> str:
+        """`[key · date · message id · who] snippet`; `who` is the role unless given (the
+        model reads these lines: recall_history, auto-recall)."""
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
         text = " ".join(self.snippet.split())
-        return (
-            f"[{self.conversation_key} · {when} · message {self.message_id} · {self.role}] {text}"
-        )
+        said = who or self.role
+        return f"[{self.conversation_key} · {when} · message {self.message_id} · {said}] {text}"
 
 
 class Embedder(Protocol):
@@ -587,7 +596,7 @@ class Recall:
         by_id = {r[0]: r for r in records.hit_rows(self.store, [i for i, _ in ranked])}
         words = terms(query)
         return [
-            Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score)
+            Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score, r[6])
             for i, score in ranked
             if (r := by_id.get(i)) is not None
         ]

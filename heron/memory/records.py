@@ -286,21 +286,22 @@ def message_dates(store: Store, ids: Sequence[int]) -> list[tuple[int, int, floa
 
 
 def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
-    """id, conversation_id, key, role, created and body of each indexed message asked for."""
+    """id, conversation_id, key, role, created, body and author of each indexed message asked
+    for."""
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
     if pg_of(store.conn) is not None:
         body = _BODY.format(m="m")
         rows = store.query(
-            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, {body}"
+            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, {body}, m.author"
             f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
             f" WHERE m.id IN ({marks})",
             list(ids),
         )
         return [r for r in rows if r[5]]
     return store.query(
-        f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body"
+        f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body, m.author"
         f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
         f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
         list(ids),

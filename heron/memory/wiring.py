@@ -45,13 +45,13 @@ from heron.memory.service import MemoryService
 from heron.messages import Reply, ToolResult
 from heron.request import ChatRequest
 from heron.store import Store, StoredMessage
+from heron.store.records import RECALL_FLAG  # re-exported: the engine and tests read it here
 
 if TYPE_CHECKING:
     from heron.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
-RECALL_FLAG = "recall"  # meta flag of auto-recall rows: synthetic, never quotable
 RECALL_QUERY_CHARS = 2_000  # what auto-recall searches for of a user's message: its start
 
 

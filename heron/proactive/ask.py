@@ -100,7 +100,7 @@ async def ask_user(
     pending = Question(run.id, question)
     turn.question = pending
     try:
-        await deliver(f"{question}\n(Waiting for your answer: reply here. Run {run.id}.)")
+        await deliver(f"{question}\n{waiting_line(minutes, run.id)}")
         status, answer = await asks.wait(store, pending, minutes * 60)
     except asyncio.CancelledError:
         # /stop, /new or shutdown ended the turn: nobody waits for the answer any more (a
@@ -118,6 +118,14 @@ async def ask_user(
         f"No answer within {minutes:g} minutes. Do not ask again now; finish with what you have "
         "and say what is still open."
     )
+
+
+def waiting_line(minutes: float, run_id: str) -> str:
+    """What follows the question on every client: how long the run waits, and its id (for
+    `heron runs cancel`). Where and how to answer is each client's to say: the next line typed
+    in a chat, the message box of a browser, another client for a script."""
+    span = "1 minute" if minutes == 1 else f"{minutes:g} minutes"
+    return f"(Waiting up to {span} for your answer. Run {run_id}.)"
 
 
 def attach(loop: AgentLoop, **settings: Any) -> Asks:

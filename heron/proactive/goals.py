@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from heron.agent.commands import CommandContext, CommandReply
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
+from heron.messages import plural
 from heron.store import goals, runs
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
@@ -89,7 +90,8 @@ def _budget(store: Store, key: str, rest: str) -> str:
     turns = int(numbers[0])
     tokens = int(numbers[1]) if len(numbers) > 1 else goal.max_tokens
     goals.set_budget(store, goal.id, turns, tokens)
-    return f"Goal budget: {turns} turns, {tokens:,} tokens from now: {goal.objective}"
+    budget = f"{plural(turns, 'turn')}, {plural(tokens, 'token')}"
+    return f"Goal budget: {budget} from now: {goal.objective}"
 
 
 @dataclass

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 from heron.providers.base import Provider
-
-if TYPE_CHECKING:
-    from heron.providers.profiles import ModelChoice
+from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice
 
 __all__ = ["Provider", "open_provider"]
 
@@ -22,13 +19,21 @@ async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
 
         assert choice.api_key is not None
         provider = AnthropicProvider(
-            choice.model, choice.api_key, choice.base_url, profile=choice.profile
+            choice.model,
+            choice.api_key,
+            choice.base_url,
+            profile=choice.profile,
+            url_source=choice.url_source,
         )
     elif choice.provider == "openai":
         from heron.providers.openai_compat import OpenAICompatProvider
 
         provider = OpenAICompatProvider(
-            choice.model, choice.api_key or "not-needed", choice.base_url, profile=choice.profile
+            choice.model,
+            choice.api_key or PLACEHOLDER_KEY,
+            choice.base_url,
+            profile=choice.profile,
+            url_source=choice.url_source,
         )
     elif choice.provider == "local":
         provider = _local(choice, stack)

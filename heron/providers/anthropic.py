@@ -51,6 +51,7 @@ from heron.providers.base import (
     stalled,
     within_stall,
 )
+from heron.providers.endpoint import Endpoint, connection_error, no_api_there
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -79,6 +80,7 @@ class AnthropicProvider:
         base_url: str | None = None,
         timeout: float = 600,
         profile: ModelProfile | None = None,
+        url_source: str | None = None,
     ) -> None:
         import anthropic  # lazy: see the module docstring
 
@@ -88,6 +90,8 @@ class AnthropicProvider:
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
+        # Errors about the server name its URL and this setting (heron/providers/endpoint.py).
+        self.endpoint = Endpoint.of(self._client.base_url, url_source)
 
     def payload(self, request: ChatRequest) -> JSONObject:
         return build_payload(request, self._tools, self.profile)
@@ -96,7 +100,7 @@ class AnthropicProvider:
         """One streamed call. Does not retry: the caller wraps it with `call_with_retries`."""
         body = body_of(self, request).value
         stall = request.stall_timeout
-        with map_errors():
+        with map_errors(self.endpoint):
             try:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self._client, body)
@@ -104,13 +108,20 @@ class AnthropicProvider:
                 raise stalled(stall) from error
         assembler = _Assembler(on_event, OutputMeter(request.max_tokens))
         try:
-            async for event in within_stall(_events(stream), stall):
+            async for event in within_stall(_events(stream, self.endpoint), stall):
                 assembler.feed(event)
                 if assembler.cut:
                     break  # past the output cap: the rest is left unread
         finally:
             await stream.close()
         return assembler.reply()
+
+    async def list_models(self, timeout: float) -> list[str]:
+        """The ids GET /v1/models lists (`heron models`, its first page), failures mapped as a
+        chat's are; at most `timeout` seconds, no retry."""
+        with map_errors(self.endpoint):
+            page = await self._client.with_options(timeout=timeout).models.list(limit=1000)
+        return sorted(m.id for m in page.data)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -417,12 +428,12 @@ def _tool_input(block: _Block) -> JSONObject:
 # ---- errors ------------------------------------------------------------------------------------
 
 
-async def _events(stream: Any) -> AsyncIterator[Any]:
+async def _events(stream: Any, endpoint: Endpoint) -> AsyncIterator[Any]:
     """The stream's events, with SDK and transport errors mapped. Only the SDK's own work runs
     under `map_errors`, so a bug in the assembler is never mistaken for a provider failure."""
     iterator = stream.__aiter__()
     while True:
-        with map_errors():
+        with map_errors(endpoint):
             try:
                 event = await iterator.__anext__()
             except StopAsyncIteration:
@@ -431,27 +442,29 @@ async def _events(stream: Any) -> AsyncIterator[Any]:
 
 
 @contextmanager
-def map_errors() -> Iterator[None]:
+def map_errors(endpoint: Endpoint) -> Iterator[None]:
     """Turn whatever the SDK or the transport raises into one `heron.errors` type."""
     try:
         yield
     except ProviderError:
         raise
     except Exception as error:
-        mapped = to_provider_error(error)
+        mapped = to_provider_error(error, endpoint)
         if mapped is None:
             raise
         raise mapped from error
 
 
-def to_provider_error(error: Exception) -> ProviderError | None:
+def to_provider_error(error: Exception, endpoint: Endpoint) -> ProviderError | None:
     """The Heron error for an SDK/transport exception, or None when it is not one (a bug)."""
     import anthropic  # already loaded by the time any call can fail
 
     if isinstance(error, anthropic.APIStatusError):
-        return _status_error(error)
-    if isinstance(error, anthropic.APIConnectionError):  # includes APITimeoutError
-        return TransientProviderError(f"cannot reach the Anthropic API: {error}")
+        return _status_error(error, endpoint)
+    if isinstance(error, anthropic.APITimeoutError):
+        return TransientProviderError(f"the request to {endpoint.named} timed out")
+    if isinstance(error, anthropic.APIConnectionError):
+        return connection_error(error, endpoint)
     if isinstance(error, json.JSONDecodeError):
         return TransientProviderError(f"malformed event in the response stream: {error}")
     if isinstance(error, _transport_errors()):
@@ -469,7 +482,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
-def _status_error(error: Any) -> ProviderError:
+def _status_error(error: Any, endpoint: Endpoint) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body)
     kind = getattr(error, "type", None) or _error_field(error.body, "type")  # probe: SDK error
@@ -478,6 +491,11 @@ def _status_error(error: Any) -> ProviderError:
         or _error_field(error.body, "message")
         or ""
     )
+    if status in (405, 501) or (status == 404 and not _about_model(kind, message)):
+        # No such route: the base URL is wrong (a /v1 too many), and no retry finds the API.
+        url = error.request.url
+        said = message or error.body
+        return no_api_there(status, "POST", url, said, body, endpoint, _no_v1(endpoint))
     cls = _classify(status, kind, message)
     hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT}.get(cls)
     text = f"Anthropic API error {status} ({kind or 'unknown'})" + (
@@ -501,6 +519,15 @@ def _classify(status: int, kind: str | None, message: str) -> type[ProviderError
     if status >= 500 or status == 408 or kind in ("api_error", "timeout_error"):
         return TransientProviderError
     return FatalProviderError
+
+
+def _no_v1(endpoint: Endpoint) -> str:
+    """The Anthropic wire's advice: its base URL is the host, the SDK adds /v1/messages."""
+    setting = endpoint.source or "the base URL"
+    if endpoint.url.endswith("/v1"):
+        root = endpoint.url.removesuffix("/v1")
+        return f"Anthropic's base URL ends before /v1 (the SDK adds it): try {root} in {setting}."
+    return f"Check {setting}: Anthropic's base URL is the address /v1/messages is under."
 
 
 def _about_model(kind: str | None, message: str) -> bool:

@@ -177,13 +177,17 @@ class LocalServer:
         self.stop()
 
 
+# What errors about the server name as its source: Heron started it, so no setting is wrong.
+LOCAL_SERVER = "the local model's server, a child process of Heron"
+
+
 class LocalProvider(OpenAICompatProvider):
     """The OpenAI adapter for a `LocalServer` it starts in the background: `open()` returns at
     once, and the first `chat` waits until the model is loaded. The request bodies are the
     OpenAI adapter's own, so traces and replays see no difference."""
 
     def __init__(self, server: LocalServer, model: str, profile: ModelProfile) -> None:
-        super().__init__(model, "local", None, profile=profile)
+        super().__init__(model, "local", None, profile=profile, url_source=LOCAL_SERVER)
         self.server = server
         self._starting: asyncio.Future[str] | None = None
 

@@ -38,6 +38,7 @@ from heron.messages import (
     file_class,
 )
 from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
+from heron.providers.endpoint import Endpoint, connection_error, no_api_there, with_v1
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -47,12 +48,16 @@ if TYPE_CHECKING:
 
 PROVIDER = "openai"
 AUTH_HINT = (
-    "Set OPENAI_API_KEY (or HERON_API_KEY for a server at HERON_BASE_URL) to a valid key; "
-    "local servers accept any dummy key."
+    "Set OPENAI_API_KEY (or HERON_API_KEY, or api_key under [providers.openai] in config.toml, "
+    "for a server at a base URL) to a valid key; local servers accept any dummy key."
 )
 MODEL_HINT = (
-    "Run `heron models` to list the models this server offers, then pick one with `--model`."
+    "Run `heron models` to list the models this server offers, then pick one with `--model` "
+    "(or HERON_MODEL, or model in config.toml)."
 )
+# Where the SDK posts when no base URL is given (it then reads OPENAI_BASE_URL, which
+# heron.config reads first and passes on as the base URL).
+OPENAI_API = "https://api.openai.com/v1"
 _OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceeds the context")
 
 
@@ -66,10 +71,12 @@ class OpenAICompatProvider:
         base_url: str | None = None,
         profile: ModelProfile | None = None,
         timeout: float = 600,
+        url_source: str | None = None,
     ) -> None:
         self.model = model
         self.api_key = api_key
         self.base_url = base_url
+        self.url_source = url_source
         self.profile = profile or profile_for(model)
         self.timeout = timeout
         self._client: AsyncOpenAI | None = None
@@ -123,6 +130,12 @@ class OpenAICompatProvider:
             ]
         return wire
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """What errors about the server name: its URL (set late by a local server) and the
+        setting that named it (heron/providers/endpoint.py)."""
+        return Endpoint.of(self.base_url or OPENAI_API, self.url_source)
+
     # ---- call --------------------------------------------------------------------------------
 
     def client(self) -> AsyncOpenAI:
@@ -156,8 +169,19 @@ class OpenAICompatProvider:
                     if acc.cut:
                         break
         except (openai.OpenAIError, json.JSONDecodeError) as error:
-            raise map_error(error) from error
+            raise map_error(error, self.endpoint) from error
         return acc.reply()
+
+    async def list_models(self, timeout: float) -> list[str]:
+        """The ids the server's GET /models lists (`heron models`), failures mapped as a chat's
+        are; at most `timeout` seconds, no retry."""
+        import openai
+
+        try:
+            page = await self.client().with_options(timeout=timeout).models.list()
+        except openai.OpenAIError as error:
+            raise map_error(error, self.endpoint, "GET") from error
+        return sorted(m.id for m in page.data)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -352,27 +376,29 @@ def _usage(usage: Any) -> Usage:
 # ---- errors ----------------------------------------------------------------------------------
 
 
-def map_error(error: Exception) -> ProviderError:
-    """The one place SDK and stream failures become Heron errors."""
+def map_error(
+    error: Exception, endpoint: Endpoint | None = None, method: str = "POST"
+) -> ProviderError:
+    """The one place SDK and stream failures become Heron errors; those about the server
+    itself name `endpoint` (heron/providers/endpoint.py)."""
     import openai
 
+    endpoint = endpoint or Endpoint(OPENAI_API)
     if isinstance(error, json.JSONDecodeError):
         return TransientProviderError(f"malformed event in the stream: {error}")
     if isinstance(error, openai.APIStatusError):
-        return _status_error(error)
+        return _status_error(error, endpoint, method)
     if isinstance(error, openai.APITimeoutError):
-        return TransientProviderError("the request timed out")
+        return TransientProviderError(f"the request to {endpoint.named} timed out")
     if isinstance(error, openai.APIConnectionError):
-        cause = error.__cause__
-        detail = f": {cause}" if cause else ""
-        return TransientProviderError(f"connection to the model server failed{detail}")
+        return connection_error(error, endpoint)
     if isinstance(error, openai.APIError):
         # An error object sent inside the stream: the server gave up mid-reply.
         return TransientProviderError(f"the server reported an error mid-stream: {error.message}")
     return FatalProviderError(f"unexpected client error: {error}")
 
 
-def _status_error(error: Any) -> ProviderError:
+def _status_error(error: Any, endpoint: Endpoint, method: str) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body, default=str)
     message = f"HTTP {status}: {_message(error)}"
@@ -380,6 +406,13 @@ def _status_error(error: Any) -> ProviderError:
     if status == 429:
         wait = retry_after(error.response.headers)
         return RateLimited(message, retry_after=wait, status=status, body=body)
+    if status in (405, 501) or (status == 404 and not _about_model(code, body)):
+        # No such route, or a server that takes no POST there (python -m http.server): the
+        # base URL is wrong, and no retry will find the API.
+        said = _message(error) if isinstance(error.body, dict) else error.body
+        return no_api_there(
+            status, method, error.request.url, said, body, endpoint, with_v1(endpoint)
+        )
     if status >= 500:
         return TransientProviderError(message, status=status, body=body)
     if status in (401, 403):
@@ -390,6 +423,12 @@ def _status_error(error: Any) -> ProviderError:
     if status in (400, 413) and any(m in text for m in _OVERFLOW_MARKERS):
         return ContextOverflow(message, status=status, body=body)
     return FatalProviderError(message, status=status, body=body)
+
+
+def _about_model(code: str, body: str | None) -> bool:
+    """A 404 that is about the model (OpenAI's model_not_found, vLLM's and ollama's "model ...
+    not found"), not about the path."""
+    return code == "model_not_found" or "model" in (body or "").lower()
 
 
 def _message(error: Any) -> str:

@@ -147,6 +147,11 @@ def apply_overrides(
     return replace(profile, **changes)
 
 
+# The key sent to an OpenAI-compatible server when none is set: the SDK needs one, and a local
+# server (ollama, llama.cpp, vLLM without --api-key) accepts any bearer token.
+PLACEHOLDER_KEY = "not-needed"
+
+
 @dataclass(frozen=True)
 class ModelChoice:
     """Which wire a run uses, with which model, where, and with which key."""
@@ -158,3 +163,6 @@ class ModelChoice:
     model_path: Path | None = None  # for the local provider
     profile: ModelProfile = ModelProfile()
     embedded: bool = False  # the tiny offline default (the chat shows a banner)
+    # The setting that named base_url ("HERON_BASE_URL", "[providers.openai] base_url in
+    # config.toml"): errors about the server say what to fix. None: the provider's own API.
+    url_source: str | None = None

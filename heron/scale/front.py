@@ -16,6 +16,12 @@ and ends it at once; if the turn never read it (it had passed its last drain, wa
 its worker died before the commit), the workflow opens the next turn with it. So a follow-up
 is answered in the running turn when it can be, and never lost or answered twice. Subagents
 run their turns in the face's own engine (`run_turn`), as in one process.
+
+When no worker is alive (`Census`: the face's own workers, heron/scale/spawn.py, else any of
+the store's on the database), a message is still queued, and its sender is told at once: a
+notice saying why, and when one of the face's workers is on its way, that it runs then; when
+none is coming, the notice has the code "no_worker" and a client waiting for the turn stops
+waiting. The messages already waiting are told the same when the last worker dies.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import psycopg
 from heron.agent import commands
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded, mailable
-from heron.bus import InboundMessage, MessageBus, stopped_by
+from heron.bus import InboundMessage, MessageBus, OutboundMessage, stopped_by
 from heron.config import Settings
 from heron.messages import Message
 from heron.proactive.goals import Goals
@@ -48,12 +54,59 @@ from heron.scale.cluster import (
 )
 from heron.scale.notes import Listener, Note, Publisher, start_listener
 from heron.scale.polling import PollGovernor
+from heron.scale.spawn import Staff, workers
 from heron.scale.wire import end_from_dict, inbound_to_dict, outbound_from_dict
 from heron.store import engine_state as es
 from heron.store import goals
 
 log = logging.getLogger(__name__)
 Service = Callable[[AgentLoop], Awaitable[None]]
+NO_WORKER = "no_worker"  # the code of a notice that no worker will take the message soon
+NEXT_STEP = (
+    "It stays queued and runs when a worker starts: restart heron serve --workers N, or start "
+    "`heron worker` with this home's settings (docs/scale.md). Do not send it again."
+)
+
+
+@dataclass
+class Census:
+    """Whether a worker is alive to take a message: one of the face's own (`staff`), else
+    any of the store's on the database (each holds its lock there, records.count_alive)."""
+
+    cluster: Cluster
+    staff: Staff | None = None
+    _conn: psycopg.Connection[Any] | None = None
+
+    async def absent(self) -> tuple[str, bool] | None:
+        """None when a worker is alive; else why none is, and whether one of the face's is
+        on its way (starting, or restarting after a backoff)."""
+        if self.staff is not None and self.staff.alive:
+            return None
+        try:  # the face's own dead worker may still hold its lock for an instant: not counted
+            if await asyncio.to_thread(self._count) > 0:
+                return None  # workers of this store elsewhere (`heron worker`, other hosts)
+        except psycopg.Error:
+            log.warning("could not count the workers alive", exc_info=True)
+            return None  # unknown: say nothing rather than something false
+        if self.staff is None:
+            return "no worker is running: none of this store's holds its lock", False
+        return f"no worker is running: {self.staff.absent()}", self.staff.coming
+
+    async def lines(self) -> list[str]:
+        """/status on the face (while a worker's turn runs there)."""
+        if self.staff is None:
+            return []
+        return [f"workers: {self.staff.summary()}"]
+
+    def _count(self) -> int:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.cluster.url, autocommit=True)
+        own = self.staff.executors if self.staff is not None else []
+        return records.count_alive(self._conn, self.cluster.schema, own)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
 
 @dataclass
@@ -67,6 +120,9 @@ class FrontLoop(AgentLoop):
     # Per conversation, its last enqueue still in flight (the next one waits for it).
     _enqueues: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     governor: PollGovernor | None = None  # the workers' polling, slowed while idle
+    census: Census | None = None  # whether a worker is alive to take what is queued
+    # Messages told no worker is alive: True once told one is coming, False none is.
+    _told: dict[str, bool] = field(default_factory=dict)
 
     def quiet(self) -> bool:
         """Nothing runs or waits here, nor on a worker for this face."""
@@ -166,6 +222,39 @@ class FrontLoop(AgentLoop):
             return
         if mail_into is not None:  # after the enqueue: unheard or refused, it still runs
             await self.publisher.send({"t": "mail", "into": mail_into, "message": envelope})
+        await self._tell_if_unstaffed([message])
+
+    # ---- no worker alive ------------------------------------------------------------------
+
+    def workers_changed(self) -> None:
+        """The face's workers changed (heron/scale/spawn.py): when none is alive any more,
+        what waits is told so."""
+        if self.census is None or self.census.staff is None or self.census.staff.alive:
+            return
+        task = asyncio.ensure_future(self._tell_if_unstaffed(list(self._waiting.values())))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tell_if_unstaffed(self, messages: list[InboundMessage]) -> None:
+        """Each sender told, once for each of the two cases, that no worker is alive."""
+        if self.census is None or not messages:
+            return
+        absent = await self.census.absent()
+        if absent is None:
+            return
+        why, coming = absent
+        for message in messages:
+            assert message.id is not None and message.key is not None
+            if message.id not in self._waiting or self._told.get(message.id) == coming:
+                continue
+            self._told[message.id] = coming
+            if coming:
+                text, code = f"heron: {why}; your message is queued and runs then.", None
+            else:
+                text, code = f"heron: {why}.\n{NEXT_STEP}", NO_WORKER
+            notice = OutboundMessage(message.channel, message.chat_id, message.key, text,
+                                     "notice", code)  # fmt: skip
+            await self.bus.send(notice)
 
     async def _remote_priority(
         self, found: commands.Command, key: str, message: InboundMessage
@@ -235,6 +324,7 @@ class FrontLoop(AgentLoop):
         if self._remote.get(key) == workflow_id:
             del self._remote[key]
         message = self._waiting.pop(workflow_id, None)
+        self._told.pop(workflow_id, None)
         if not self._waiting and not self._active:
             self._idle.set()
         if message is None or mailed:  # another face's message; mail, answered in a turn
@@ -309,15 +399,15 @@ async def polled_queue(client: Any) -> PollGovernor | None:
 @contextlib.asynccontextmanager
 async def front(
     settings: Settings, n: int, model: str | None = None
-) -> AsyncIterator[tuple[Callable[[Engine, MessageBus], AgentLoop], list[Service]]]:
-    """What `heron serve --workers N` runs its face with: N workers started, the loop that
-    enqueues for them and the service that listens to them. A clear error on SQLite."""
+) -> AsyncIterator[tuple[Callable[[Engine, MessageBus], AgentLoop], list[Service], Staff]]:
+    """What `heron serve --workers N` runs its face with: N workers started and kept alive
+    (the `Staff`), the loop that enqueues for them and the service that listens to them. A
+    clear error on SQLite."""
     from dbos import DBOSClient
 
-    from heron.scale.spawn import workers
-
     cluster = cluster_of(settings.database)
-    async with workers(n, model):
+    async with workers(n, model) as staff:
+        census = Census(cluster, staff)
         client = await asyncio.to_thread(
             DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
         )
@@ -328,10 +418,16 @@ async def front(
             services.append(governor_service(governor))
 
         def make(engine: Engine, bus: MessageBus) -> AgentLoop:
-            return FrontLoop(engine, bus, queue=client, publisher=publisher, governor=governor)
+            loop = FrontLoop(
+                engine, bus, queue=client, publisher=publisher, governor=governor, census=census
+            )
+            staff.listeners.append(loop.workers_changed)
+            engine.attached.status_lines = census.lines
+            return loop
 
         try:
-            yield make, services
+            yield make, services, staff
         finally:
             await publisher.close()
             await asyncio.to_thread(client.destroy)
+            census.close()

@@ -1,13 +1,15 @@
 """The SQL of the workers (kept here by the one-home-for-SQL rule): notifications, the lock a
 live worker holds, and which workers own turns in flight.
 
-A worker holds a session-level advisory lock named by its DBOS executor id for as long as it
-lives; PostgreSQL drops it when the worker's connection dies, however the worker died. So a
-worker that can take another's lock knows that one is dead, and recovers its turns.
+A worker holds a session-level advisory lock named by its store's schema and its DBOS executor
+id for as long as it lives; PostgreSQL drops it when the worker's connection dies, however the
+worker died. So a worker that can take another's lock knows that one is dead, and recovers its
+turns; and the locks of a schema held now are its live workers (`count_alive`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -28,19 +30,42 @@ async def listen(conn: psycopg.AsyncConnection[Any], channel: str) -> None:
     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
 
-def hold_alive(conn: psycopg.Connection[Any], executor: str) -> None:
+def _lock_keys(schema: str, executor: str) -> tuple[str, str]:
+    """The two keys of a worker's lock: its store's schema (so the workers of one store can be
+    counted, `count_alive`) and its executor id."""
+    return LOCK_SPACE + schema, executor
+
+
+def hold_alive(conn: psycopg.Connection[Any], schema: str, executor: str) -> None:
     """This worker is alive for as long as `conn` is open."""
-    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (LOCK_SPACE + executor,))
+    conn.execute(
+        "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", _lock_keys(schema, executor)
+    )
 
 
-def is_dead(conn: psycopg.Connection[Any], executor: str) -> bool:
+def is_dead(conn: psycopg.Connection[Any], schema: str, executor: str) -> bool:
     """Whether no live session holds `executor`'s lock (taken and given back at once)."""
-    key = LOCK_SPACE + executor
-    row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+    keys = _lock_keys(schema, executor)
+    row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", keys).fetchone()
     if row is None or not row[0]:
         return False
-    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+    conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", keys)
     return True
+
+
+def count_alive(conn: psycopg.Connection[Any], schema: str, excluding: Sequence[str] = ()) -> int:
+    """How many workers of the store `schema` are alive, on any host, but those named in
+    `excluding` (executor ids): the locks they hold (two int4 keys: the first in `classid`
+    and the second in `objid`, each as an unsigned number, and `objsubid` 2)."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND objsubid = 2 AND classid::bigint = (hashtext(%s)::bigint & 4294967295)"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND objid::bigint <> ALL(SELECT hashtext(e)::bigint & 4294967295"
+        " FROM unnest(%s::text[]) AS e)",
+        (LOCK_SPACE + schema, list(excluding)),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def owners_in_flight(conn: psycopg.Connection[Any], dbos_schema: str, queue: str) -> list[str]:

@@ -157,6 +157,8 @@ class WorkerHost:
         self.subagents = QueuedSubagents(self.loop)
         offer_spawn(engine, self.subagents)
         self.subagent_timeout_s = TIMEOUT_S
+        if lookup is not None:  # /status says how many workers the store has alive
+            engine.attached.status_lines = functools.partial(_workers_alive, lookup, cluster)
         self.dispatcher = Dispatcher(self.bus)
         self.dispatcher.register("*", self._relay)
         self.loop.watch_turns(self._turn_ended)
@@ -265,6 +267,13 @@ class WorkerHost:
             self.approvals.answer(key, approval_id, bool(note["allow"]), str(note["by"]))
 
 
+async def _workers_alive(conn: psycopg.Connection[Any], cluster: Cluster) -> list[str]:
+    """/status on a worker: the store's live workers (one statement on the worker's own
+    connection, inline as `WorkerLoop.pending`)."""
+    alive = records.count_alive(conn, cluster.schema)
+    return [f"workers: {alive} alive on this store (this answer from pid {os.getpid()})"]
+
+
 def _log_end(workflow_id: str, key: str, end: TurnEnd) -> None:
     if end.ok:
         log.info("turn %s of %s: %s", workflow_id, key, end.outcome)
@@ -321,7 +330,7 @@ async def run_worker(
     executor = executor_id()
     alive = await asyncio.to_thread(_connect, cluster.url)
     try:
-        await asyncio.to_thread(records.hold_alive, alive, executor)
+        await asyncio.to_thread(records.hold_alive, alive, cluster.schema, executor)
         async with Engine.open(
             settings, model=model, provider=provider, registry=registry
         ) as engine:
@@ -423,7 +432,7 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 def _dead_owners(conn: psycopg.Connection[Any], cluster: Cluster, executor: str) -> list[str]:
     owners = records.owners_in_flight(conn, cluster.dbos_schema, QUEUE)
-    return [o for o in owners if o != executor and records.is_dead(conn, o)]
+    return [o for o in owners if o != executor and records.is_dead(conn, cluster.schema, o)]
 
 
 def _on_signals(callback: Callable[[], None]) -> Callable[[], None]:

@@ -18,9 +18,9 @@ import secrets
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
@@ -280,6 +280,27 @@ async def file(request: Request, key: str, message_id: int, index: int) -> Respo
 
 
 _SHOWN = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"})
+
+
+@router.get("/conversations/{key}/export")
+async def export(
+    request: Request, key: str, form: Annotated[str, Query(alias="format")] = "md"
+) -> Response:
+    """The conversation's current branch, whole, as `heron conversations export` writes it
+    (the same function), as a download: `?format=md` (Markdown) or `json`."""
+    from heron.channels.export import MEDIA_TYPE, export_format, exported, filename
+
+    state = _state(request)
+    try:
+        form = export_format(form)
+    except HeronError as e:
+        raise HTTPException(400, _detail(e)) from e
+    text, _ = await _run(state, exported, state.store, key, form)
+    return Response(
+        text.encode("utf-8"),
+        media_type=MEDIA_TYPE[form],
+        headers={"Content-Disposition": f'attachment; filename="{filename(key, form)}"'},
+    )
 
 
 def _branches(store: Store, key: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ Only the home's owner can connect (the socket's mode), so it needs no token. It 
 as `{"type":"upload","upload_id","name","mime","data"}` (the bytes in base64, checked against
 `[attachments]`), answered `{"type":"uploaded","upload_id"}` or an `error`, for the `send`
 after them to name in its `files`. `memory_waiting` and `memory_review` are a chat's
-`/memory review` (docs/serve.md, "The control socket").
+`/memory review` (docs/serve.md, "The control socket"). `{"type":"login"}` is `heron web`:
+answered `{"type":"login","url"}`, a fresh one-time login address for a browser (reaching
+this socket is what lets a browser in: a sandboxed command cannot see HERON_HOME).
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ class _LineTransport:
         self.writer.close()
 
 
-async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
+async def start_control(
+    runtime: Runtime, path: Path, login: Callable[[], str] | None = None
+) -> asyncio.AbstractServer:
     """Listen on `path` (created with mode 0600 from the start: no window where others
-    could connect)."""
+    could connect). `login` makes a fresh login address for `heron web`."""
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = Session(runtime, _LineTransport(reader, writer), "cli", extra=_extra(runtime))
+        extra = _extra(runtime, login)
+        session = Session(runtime, _LineTransport(reader, writer), "cli", extra=extra)
         try:
             await session.run()
         except (ConnectionError, OSError):
@@ -81,8 +86,12 @@ async def start_control(runtime: Runtime, path: Path) -> asyncio.AbstractServer:
     return server
 
 
-def _extra(runtime: Runtime) -> Callable[[dict[str, Any]], Awaitable[Event | None]]:
+def _extra(
+    runtime: Runtime, login: Callable[[], str] | None
+) -> Callable[[dict[str, Any]], Awaitable[Event | None]]:
     async def answer(message: dict[str, Any]) -> Event | None:
+        if message.get("type") == "login" and login is not None:
+            return {"type": "login", "url": login()}
         if message.get("type") == "upload":
             return await _upload(runtime, message)
         if message.get("type") in ("memory_waiting", "memory_review"):

@@ -225,6 +225,8 @@ class Hub:
             for event in held:
                 journal.append(event)
             message = {"type": "message", "kind": item.kind, "text": item.text}
+            if item.code is not None:
+                message["code"] = item.code
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent

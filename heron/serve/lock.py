@@ -3,8 +3,11 @@
 
 The kernel releases an fcntl lock when its process dies, however it dies, so the files a
 `kill -9` leaves behind never block the next start: the lock is free, and the new serve
-overwrites serve.json and removes the stale socket. stdlib only: the thin clients read
-serve.json too (heron/channels/remote.py).
+overwrites serve.json and removes the stale socket. A clean exit removes serve.lock too,
+while it still holds the lock; so a serve that opened the file just before it was removed
+may then lock a file no longer in the folder, and `acquire` checks after locking that the
+path still names the file it locked, else it opens it again (two serves never each hold "the"
+lock). stdlib only: the thin clients read serve.json too (heron/channels/remote.py).
 """
 
 from __future__ import annotations
@@ -49,12 +52,16 @@ class ServeLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise self._refusal() from None
+        while True:
+            fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise self._refusal() from None
+            if _same_file(fd, self.home / LOCK_NAME):
+                break
+            os.close(fd)  # locked a file the serve before us removed on its way out: again
         self._fd = fd
         with contextlib.suppress(FileNotFoundError):  # a stale socket of a killed serve
             (self.home / SOCKET_NAME).unlink()
@@ -77,9 +84,11 @@ class ServeLock:
         return info
 
     def release(self) -> None:
+        """serve.json, the socket and serve.lock removed, the lock given up last (see the
+        module docstring)."""
         if self._fd is None:
             return
-        for name in (INFO_NAME, SOCKET_NAME):
+        for name in (INFO_NAME, SOCKET_NAME, LOCK_NAME):
             with contextlib.suppress(FileNotFoundError):
                 (self.home / name).unlink()
         fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -92,3 +101,13 @@ class ServeLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the open file `fd`."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)

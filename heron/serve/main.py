@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -24,9 +25,11 @@ import uvicorn
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
+from heron.channels.web_login import open_in_browser
 from heron.config import Settings
 from heron.providers.base import Provider
-from heron.serve.app import Auth, create_app
+from heron.serve.app import create_app
+from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, login_url
 from heron.serve.control import start_control
 from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
 from heron.serve.ports import bind_error
@@ -75,17 +78,20 @@ async def serve(
     provider: Provider | None = None,
     registry: ToolRegistry | None = None,
     services: Sequence[Service] | None = None,
-    force_auth: bool = False,
+    auth: Auth | None = None,
+    open_browser: bool = False,
     out: TextIO = sys.stdout,
-    on_ready: Callable[[ServeInfo, Auth], None] | None = None,
+    on_ready: Callable[[ServeInfo, str], None] | None = None,
     until: asyncio.Event | None = None,
     signals: bool = True,
     workers: int = 0,
 ) -> None:
     """Run until SIGINT or SIGTERM, or until `until` is set (tests: with `signals` False the
-    process's handlers are left alone, and `provider`/`registry` replace the configured ones);
-    `on_ready` is told where it listens. With `workers`, turns run in that many `heron
-    worker` processes on PostgreSQL (docs/scale.md), and this process is their face."""
+    process's handlers are left alone, and `provider`/`registry`/`auth` replace the configured
+    ones); `on_ready` is told where it listens and the login address it printed. With
+    `open_browser`, that address is opened in the person's browser. With `workers`, turns run
+    in that many `heron worker` processes on PostgreSQL (docs/scale.md), and this process is
+    their face."""
     home = settings.paths.ensure().home
     with ServeLock(home) as lock, contextlib.closing(_listen(host, port, home)) as sock:
         async with (
@@ -94,25 +100,40 @@ async def serve(
         ):
             chosen = list(default_services() if services is None else services)
             make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop
+            staff = None
             if workers > 0:
                 from heron.scale.front import front
 
-                make_loop, more = await stack.enter_async_context(front(settings, workers, model))
+                opened = await stack.enter_async_context(front(settings, workers, model))
+                make_loop, more, staff = opened
                 chosen += more
             # Subagents, ask_user and goals in this process's loop; not with workers yet.
             runtime = Runtime(engine, chosen, make_loop=make_loop, proactive=workers == 0)
-            auth = Auth.for_host(host, force=force_auth)
+            if staff is not None:  # every welcome says how many of its workers are alive
+                about, counts = runtime.hub.about, staff.counts
+                about["workers"] = counts()
+                staff.listeners.append(lambda: about.update(workers=counts()))
+            auth = auth or Auth.load(home)
+            bound_host, bound_port = sock.getsockname()[:2]
+            shown, note = shown_url(bound_host, bound_port)
             await runtime.start()
-            control = await start_control(runtime, home / SOCKET_NAME)
-            server = _Server(_config(create_app(runtime, auth), host, port))
+            control = await start_control(
+                runtime, home / SOCKET_NAME, login=lambda: login_url(shown, auth.new_code())
+            )
+            app = create_app(runtime, auth, allowed_hosts(bound_host, bound_port))
+            server = _Server(_config(app, host, port))
             stopper = _Stopper(runtime, server)
             if signals:
                 stopper.install()
             watch = asyncio.create_task(stopper.after(until)) if until is not None else None
             try:
-                info = _announce(sock, lock, auth, engine, out)
+                login = login_url(shown, auth.new_code())
+                url = _url(bound_host, bound_port)
+                info = _announce(lock, url, shown, note, login, engine, out)
+                if open_browser:  # a console browser would hold the loop: on a thread
+                    threading.Thread(target=open_in_browser, args=(login,), daemon=True).start()
                 if on_ready is not None:
-                    on_ready(info, auth)
+                    on_ready(info, login)
                 await server.serve(sockets=[sock])
             finally:
                 stopper.remove()
@@ -147,20 +168,19 @@ def _listen(host: str, port: int, home: Path) -> socket.socket:
 
 
 def _announce(
-    sock: socket.socket, lock: ServeLock, auth: Auth, engine: Engine, out: TextIO
+    lock: ServeLock, url: str, shown: str, note: str | None, login: str, engine: Engine, out: TextIO
 ) -> ServeInfo:
-    host, port = sock.getsockname()[:2]
-    url = _url(host, port)
     info = lock.publish(url)
     choice = engine.choice
-    shown, note = shown_url(host, port)
     out.write(f"heron serve: {shown}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
     notice = start_notice(engine.registry, engine.sandbox)
     if notice:
         out.write(f"heron: {notice}\n")
-    login = auth.login_url(shown)
-    if login:
-        out.write(f"Open this address once to log in (the code works once): {login}\n")
+    minutes = CODE_SECONDS // 60
+    out.write(
+        f"Log in: {login}\n(the code works once, for {minutes} minutes; "
+        "`heron web` gives a new one for another browser)\n"
+    )
     if note:
         out.write(f"{note}\n")
     out.write("Ctrl-C stops it; heron run and heron chat on this home now go through it.\n")

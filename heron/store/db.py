@@ -322,6 +322,15 @@ class Store:
         self._forget_branches()
         with self.transaction() as c:
             c.execute("UPDATE conversations SET head_id = NULL WHERE id = ?", (conversation_id,))
+            # Each message names its parent (ON DELETE CASCADE): a cascade from the first goes
+            # down the chain one level per message, past SQLite's 1,000 levels of recursion.
+            # Cut the chain first, then every row goes at one level.
+            c.execute(
+                "UPDATE messages SET parent_id = NULL WHERE conversation_id = ?"
+                " AND parent_id IS NOT NULL",
+                (conversation_id,),
+            )
+            c.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
             c.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # ---- messages ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -328,6 +328,8 @@ def clear_checkpoint(store: Store, conversation_id: int) -> None:
 
 
 INTERRUPTED = "interrupted: the turn was stopped before this call returned a result"
+# Then what the call had printed, when its tool left that (a cell's or a command's output).
+PRINTED = "{interrupted}. What it printed before it stopped:\n{printed}"
 
 
 def needs_closing(store: Store, conversation_id: int) -> bool:
@@ -341,11 +343,14 @@ def needs_closing(store: Store, conversation_id: int) -> bool:
     return bool(rows) and bool(rows[0][2] or (rows[0][0] == "assistant" and rows[0][1]))
 
 
-def close_dangling_calls(store: Store, conversation_id: int) -> int | None:
+def close_dangling_calls(
+    store: Store, conversation_id: int, printed: Mapping[str, str] | None = None
+) -> int | None:
     """If the branch ends in tool calls left without results (a stop, a crash), append one
-    message with the results the checkpoint saved and an 'interrupted' result for the rest, so
-    the record itself is whole again. Returns the new message id, or None when nothing dangled.
-    Runs under the caller's lease."""
+    message with the results the checkpoint saved and an 'interrupted' result for the rest
+    (with what the call had printed, by call id in `printed`), so the record itself is whole
+    again. Returns the new message id, or None when nothing dangled. Runs under the caller's
+    lease."""
     with store.transaction():
         conv = store.conversation_by_id(conversation_id)
         cp = read_checkpoint(store, conversation_id)
@@ -356,7 +361,7 @@ def close_dangling_calls(store: Store, conversation_id: int) -> int | None:
             return None
         saved = {r.call_id: r for r in (cp.results if cp else [])}
         parts: list[Part] = [
-            saved.get(call.id) or ToolResult(call.id, INTERRUPTED, is_error=True)
+            saved.get(call.id) or ToolResult(call.id, _interrupted(call.id, printed), True)
             for call in head.message.tool_calls
         ]
         stored = store.append(
@@ -367,6 +372,11 @@ def close_dangling_calls(store: Store, conversation_id: int) -> int | None:
         )
         clear_checkpoint(store, conversation_id)
     return stored.id
+
+
+def _interrupted(call_id: str, printed: Mapping[str, str] | None) -> str:
+    said = (printed or {}).get(call_id)
+    return PRINTED.format(interrupted=INTERRUPTED, printed=said) if said else INTERRUPTED
 
 
 # ---- turns left open ---------------------------------------------------------------------------
@@ -385,12 +395,19 @@ def recover(store: Store, conversation_id: int, stopped: str) -> None:
         close_dangling_calls(store, conversation_id)
 
 
-def close_turn(store: Store, conversation_id: int, turn_id: int, stopped: str) -> None:
+def close_turn(
+    store: Store,
+    conversation_id: int,
+    turn_id: int,
+    stopped: str,
+    printed: Mapping[str, str] | None = None,
+) -> None:
     """Record an interrupted turn minimally, so the next turn sees the stopped exchange: the
-    tool phase closed, `stopped` as the reply to a user message left without one, and the turn
-    row marked interrupted (a hard break, unless it said otherwise)."""
+    tool phase closed (a stopped call's result with what it had printed, `printed`), `stopped`
+    as the reply to a user message left without one, and the turn row marked interrupted (a
+    hard break, unless it said otherwise)."""
     with store.transaction() as c:
-        close_dangling_calls(store, conversation_id)
+        close_dangling_calls(store, conversation_id, printed)
         head_id = store.conversation_by_id(conversation_id).head_id
         head = store.message(head_id) if head_id is not None else None
         if head is not None and head.turn_id == turn_id and head.role == "user":
@@ -414,6 +431,7 @@ def close_stale_turn(
     owner: str | None,
     stopped: str,
     finish: Callable[[], None],
+    printed: Mapping[str, str] | None = None,
 ) -> None:
     """SAVE found the turn stale: /stop or /new came from another process after the turn's
     last look at the epoch. In one transaction: while the lease is still the turn's own (only
@@ -426,7 +444,7 @@ def close_stale_turn(
             "SELECT owner FROM turn_leases WHERE conversation_id = ?", (conversation_id,)
         ).fetchone()
         if row is not None and row[0] == owner:
-            close_turn(store, conversation_id, turn_id, stopped)
+            close_turn(store, conversation_id, turn_id, stopped, printed)
         finish()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from heron.messages import plural
 from heron.store.db import Store
 
 DEFAULT_TURNS = 20  # nudge turns a goal may take before it is parked
@@ -34,8 +35,8 @@ class Goal:
 
     def budget(self) -> str:
         return (
-            f"{self.turns_used} of {self.max_turns} turns, "
-            f"{self.tokens_used:,} of {self.max_tokens:,} tokens"
+            f"{self.turns_used} of {plural(self.max_turns, 'turn')}, "
+            f"{self.tokens_used:,} of {plural(self.max_tokens, 'token')}"
         )
 
 

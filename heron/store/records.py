@@ -63,12 +63,14 @@ class StoredMessage:
         return self.sent or self.message
 
 
+RECALL_FLAG = "recall"  # meta flag of auto-recall's rows (heron/memory/wiring.py)
+
 # Meta flags of rows Heron wrote itself, whatever their role.
 SYNTHETIC_FLAGS = (
     "synthetic",
     "injected",
     "injected_event",
-    "recall",
+    RECALL_FLAG,
     "summary",
     "subagent",
     "interrupted",
@@ -87,6 +89,18 @@ def author_for(message: Message, kind: str, meta: dict[str, Any] | None) -> str:
     if message.tool_results:
         return "tool"
     return "user"
+
+
+def shown_as(role: str, author: str | None, results_only: bool = False) -> str:
+    """Who a row is shown to the person as (`conversations show`, `export`, `search`): 'heron'
+    for a row Heron wrote itself (a continue or wrap-up prompt, a summary, a separator), never
+    'you'; 'tool' for a row that carries only tool results; else 'you' or 'assistant' by its
+    role."""
+    if author == "heron":
+        return "heron"
+    if role == "assistant":
+        return "assistant"
+    return "tool" if results_only else "you"
 
 
 @dataclass(frozen=True)

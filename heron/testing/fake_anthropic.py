@@ -45,8 +45,9 @@ _MAX_CACHE_BREAKPOINTS = 4
 class FakeAnthropicServer:
     """A threaded HTTP server answering Messages API requests from `script`, in order."""
 
-    def __init__(self, script: Script) -> None:
+    def __init__(self, script: Script, models: list[str] | None = None) -> None:
         self.script = script
+        self.models = models or ["claude-fake-1"]  # what GET /v1/models lists
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -119,6 +120,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/v1/models":
+            self._send_error(404, "not_found_error", f"no route {self.path}")
+            return
+        data = [
+            {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
+            for m in self.fake.models
+        ]
+        ends = {"first_id": data[0]["id"], "last_id": data[-1]["id"]} if data else {}
+        self._send_json(200, {"data": data, "has_more": False, **ends}, {})
 
     def do_POST(self) -> None:
         # The client may go away mid-answer (a cancelled call); there is then nothing to do.

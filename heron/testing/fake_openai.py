@@ -153,7 +153,22 @@ class _Handler(BaseHTTPRequestHandler):
     def fake(self) -> FakeOpenAIServer:
         return self.server.fake
 
+    def _routed(self) -> bool:
+        """Whether the path is under /v1, as every route of a real server is; any other path
+        gets the plain-text 404 of ollama's (Go's) router, what a base URL without /v1 meets."""
+        if self.path.startswith("/v1/"):
+            return True
+        data = b"404 page not found"
+        self.send_response(404)
+        self.send_header("content-type", "text/plain; charset=utf-8")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return False
+
     def do_GET(self) -> None:
+        if not self._routed():
+            return
         if self.path.rstrip("/").endswith("/models"):
             data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.fake.models]
             self._json(200, {"object": "list", "data": data})
@@ -162,6 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        if not self._routed():
+            return
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._json(404, _error(f"no route POST {self.path}", "invalid_request_error", None))
             return

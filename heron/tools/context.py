@@ -36,7 +36,8 @@ SCRATCHPAD_LIMITS = (5 * 1024 * 1024, 2_000, 1024 * 1024 * 1024)
 
 
 class RunSession(Protocol):
-    """A process a tool keeps for the rest of its run (the Python kernel), shut down with it."""
+    """A process a tool keeps for the rest of its run (the Python kernel): shut down with the
+    run, or given back to what keeps it for the conversation's next run (`keep_kernel`)."""
 
     async def shutdown(self) -> None: ...
 
@@ -164,6 +165,10 @@ class ToolContext:
     result_budget: int = 20_000
     effects: list[JSONObject] = field(default_factory=list)  # the whole run's
     kernel: RunSession | None = None
+    # Takes the kernel back when the run ends, for the conversation's next run (a long-lived
+    # process keeps one per conversation, heron/tools/python_kernel.py `Kernels`); None: the
+    # kernel is shut down with the run.
+    keep_kernel: Callable[[], Awaitable[None]] | None = None
     sandbox: Sandbox | None = None  # how commands run (heron/tools/sandbox.py); None: confined
     services: TurnServices = field(default_factory=TurnServices)
     # The channel's approver of commands when the sandbox cannot run (heron/tools/approval.py).
@@ -175,6 +180,9 @@ class ToolContext:
     redactor: Redactor | None = None
     reply_seq: int = 0  # which reply of the run asked for the running calls (set by the runner)
     memory_changes: ReplyCount = field(default_factory=ReplyCount)
+    # By call id, what a call stopped with its turn had produced so far (`leave_partial`):
+    # the turn says it with the call's interrupted result.
+    partials: dict[str, str] = field(default_factory=dict)
     # The scratchpad's folder (default: beside the workspace, per agent) and bounds.
     scratchpad: Path | None = None
     scratchpad_limits: tuple[int, int, int] = SCRATCHPAD_LIMITS
@@ -191,8 +199,21 @@ class ToolContext:
         if mine is not None:
             mine.append(effect)
 
+    def leave_partial(self, text: str) -> None:
+        """What the running call had printed when its turn stopped it (called as it is
+        cancelled; `text` within the result budget): scrubbed as a result is, and kept for its
+        interrupted result."""
+        call_id = self.call_id
+        if call_id is None or not text.strip():
+            return
+        self.partials[call_id] = self.redactor.clean(text) if self.redactor else text
+
     async def aclose(self) -> None:
-        """Release what the run started (the Python kernel)."""
+        """Release what the run started: the Python kernel is given back to its keeper, or
+        shut down when there is none."""
         kernel, self.kernel = self.kernel, None
-        if kernel is not None:
+        keep, self.keep_kernel = self.keep_kernel, None
+        if keep is not None:
+            await keep()
+        elif kernel is not None:
             await kernel.shutdown()

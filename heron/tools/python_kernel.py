@@ -1,8 +1,10 @@
 """A persistent IPython kernel for the agent: `KernelSession` and the `run_cell` tool.
 
-The kernel is started lazily, on the first run_cell of a run, with this very interpreter
+The kernel is started lazily, on a conversation's first run_cell, with this very interpreter
 (sys.executable) so it works inside a virtualenv without a kernelspec installed anywhere. Its
-working directory is the workspace and its variables live until the run ends (`ctx.aclose()`).
+working directory is the workspace. A long-lived process keeps one per conversation between
+its turns (`Kernels`, owned by the engine; docs/engine.md, "The Python kernel"); without it
+(a bare ToolContext) the kernel ends with the run (`ctx.aclose()`).
 
 It runs in the sandbox like every other command (heron/tools/sandbox.py). The client talks to
 it over ZeroMQ's `ipc` transport: Unix sockets in a private folder bound into the sandbox at
@@ -13,14 +15,21 @@ a control message, not a signal to the process group: SIGINT to the group would 
 itself, and its death takes the kernel with it.
 
 run_cell returns a digest rather than the raw message stream: numbered output, the last value,
-the files the cell changed, or the error. A last value too large to show stays in the kernel
-under a name the digest gives, so the model never re-runs an expensive call to see it again.
+the files the cell changed, or the error. Output is kept as head and tail while it streams, as
+the bash tool keeps a command's (`CellOutput` on shell.HeadTail): a cell printing gigabytes costs
+Heron a few megabytes, the model reads the head and tail that fit its result budget, and the
+person's `/show N` up to WHOLE_CAP characters. A cell past its timeout is interrupted and its
+end awaited on the shell channel, which no backlog of output delays; the kernel is restarted
+(variables lost, and said so) only when the cell has not stopped INTERRUPT_GRACE seconds later.
+A last value too large to show stays in the kernel under a name the digest gives, so the model
+never re-runs an expensive call to see it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import queue
 import re
@@ -32,14 +41,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heron.request import WHERE_IT_RUNS
+from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
 from heron.tools.context import ToolContext
-from heron.tools.registry import ToolOutput, tool
+from heron.tools.registry import ToolOutput, ToolRegistry, parse_docstring, tool
 from heron.tools.sandbox import Sandbox
+from heron.tools.shell import HeadTail
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STARTUP_TIMEOUT = 60.0
 INTERRUPT_GRACE = 5.0  # seconds a cell gets to stop after an interrupt before the restart
+# Seconds spent reading what a stopped cell printed before it stopped: a flood's backlog is
+# not worth waiting for (the next cell skips what is left of it).
+TAIL_GRACE = 1.0
+LINE_HELD = 65_536  # characters of one unfinished line held back in case a \r overwrites it
 POLL = 1.0  # seconds between checks that the kernel is still alive while waiting
 TRACEBACK_LINES = 6
 PREVIEW = 300  # characters of a stashed value shown as a preview
@@ -57,12 +73,109 @@ class CellError:
     traceback: list[str] = field(default_factory=list)
 
 
+class CellOutput:
+    """A cell's printed and displayed output as the model reads it ("[1] ...", "[2] (stderr)
+    ..."), kept as head and tail while it streams (shell.HeadTail): a cell printing gigabytes
+    costs a few megabytes and one pass over them, never a copy per chunk. Consecutive chunks of
+    one stream form one group, a display is a group of its own; on each line, what a carriage
+    return was followed by overwrites what came before it (progress bars), as in a terminal;
+    a group's trailing newlines are dropped."""
+
+    def __init__(self, limit: int = WHOLE_CAP) -> None:
+        self.limit = limit
+        self.clear()
+
+    def dropped(self, count: int) -> None:
+        """`count` characters the kernel printed and left out here (KERNEL_SETUP): counted as
+        part of the middle that is not kept."""
+        self._emit("".join(self.line))
+        self._reset_line()
+        self.sink.total += count
+
+    def clear(self) -> None:
+        """Forget all of it (the cell's `clear_output`)."""
+        limit = self.limit
+        self.sink = HeadTail(limit, f": the person's copy keeps {limit:,} characters")
+        self.groups = 0
+        self.kind: str | None = None
+        self.line: list[str] = []  # the line being printed, held back for a carriage return
+        self.line_len = 0
+        self.overwrite = False  # a carriage return ended the held line: new text replaces it
+        self.newlines = 0  # owed before the group's next text (never written at its end)
+
+    def add(self, kind: str, text: str) -> None:
+        if kind == "display" or kind != self.kind:
+            self._end_group()
+            self.groups += 1
+            self.kind = kind
+            label = "(stderr) " if kind == "stderr" else ""
+            self.sink.add(f"{chr(10) if self.groups > 1 else ''}[{self.groups}] {label}")
+        if "\r" not in text:  # the common case: whole lines go straight to the sink
+            cut = text.rfind("\n")
+            if cut < 0:
+                self._hold(text)
+                return
+            self._emit("".join(self.line) + text[:cut])
+            self._reset_line()
+            self.newlines += 1
+            self._hold(text[cut + 1 :])
+            return
+        *lines, rest = text.split("\n")
+        for line in lines:
+            self._hold(line)
+            self._emit("".join(self.line))
+            self._reset_line()
+            self.newlines += 1
+        self._hold(rest)
+
+    @property
+    def total(self) -> int:
+        """Characters of output, group labels included."""
+        return self.sink.total + self.line_len
+
+    def text(self, limit: int | None = None) -> str:
+        """All of it, or its head and tail around a count of what was left out."""
+        self._end_group()
+        return self.sink.text(limit)
+
+    def _hold(self, piece: str) -> None:
+        if not piece:
+            return
+        if self.overwrite:
+            self._reset_line()
+        if "\r" in piece:
+            self.overwrite = piece.endswith("\r")  # unless a newline comes next
+            piece = piece.rstrip("\r")
+            if "\r" in piece:
+                self._reset_line()
+                piece = piece.rpartition("\r")[2]
+        self.line.append(piece)
+        self.line_len += len(piece)
+        if self.line_len > LINE_HELD:  # no progress bar: let it go, overwrites and all
+            self._emit("".join(self.line))
+            self._reset_line()
+
+    def _reset_line(self) -> None:
+        self.line, self.line_len, self.overwrite = [], 0, False
+
+    def _emit(self, text: str) -> None:
+        body = text.rstrip("\n")
+        if body:
+            self.sink.add("\n" * self.newlines + body)
+            self.newlines = 0
+        self.newlines += len(text) - len(body)
+
+    def _end_group(self) -> None:
+        self._emit("".join(self.line))
+        self._reset_line()
+        self.newlines = 0
+
+
 @dataclass
 class CellResult:
-    """What one cell produced. `outputs` are (kind, text) groups, kind being "stdout", "stderr"
-    or "display"; consecutive chunks of one stream are merged into one group."""
+    """What one cell produced: its output (bounded, `CellOutput`), its last value, its error."""
 
-    outputs: list[tuple[str, str]] = field(default_factory=list)
+    output: CellOutput = field(default_factory=CellOutput)
     value: str | None = None
     execution_count: int | None = None
     error: CellError | None = None
@@ -70,13 +183,79 @@ class CellResult:
     restarted: bool = False  # the kernel died or ignored the interrupt: variables are lost
     value_ref: str | None = None  # the expression holding a value too large to show
     value_type: str | None = None
+    fresh: str | None = None  # why it ran in a new kernel where the model expected the old
 
     def add_output(self, kind: str, text: str) -> None:
-        text = ANSI.sub("", text)
-        if self.outputs and kind != "display" and self.outputs[-1][0] == kind:
-            self.outputs[-1] = (kind, self.outputs[-1][1] + text)
-        else:
-            self.outputs.append((kind, text))
+        self.output.add(kind, ANSI.sub("", text))
+
+
+# Run in the kernel once it starts (silently, outside the user's history). Past the first
+# `head` characters a cell prints, stdout and stderr keep only a rolling tail of `tail`
+# characters in the kernel and count the rest; after the cell, the count goes out as DROPPED
+# and then the tail. A flood of output then costs the kernel one counter and never reaches the
+# socket, so its timeout holds and neither side holds more than the tail.
+KERNEL_SETUP = """
+_heron_values = {}
+def _heron_cap_output(head, tail, mark):
+    import collections, sys
+    state = {}
+    def capped(write):
+        def capped_write(text):
+            if not isinstance(text, str):
+                return write(text)
+            room = head - state["seen"]
+            if room > 0:
+                state["seen"] += len(text)
+                if len(text) <= room:
+                    return write(text)
+                write(text[:room])
+            size = len(text)
+            text = text[max(room, 0):]
+            kept = state["kept"]
+            kept.append((write, text))
+            state["kept_len"] += len(text)
+            while len(kept) > 1 and state["kept_len"] - len(kept[0][1]) >= tail:
+                gone = len(kept.popleft()[1])
+                state["kept_len"] -= gone
+                state["dropped"] += gone
+            return size
+        capped_write.heron_capped = True
+        return capped_write
+    def start(*_):
+        # IPython puts its own writer on the streams for each cell (`_tee`, which also keeps
+        # what it sees): the cap goes around it, so neither holds more than the tail.
+        state.update(seen=0, dropped=0, kept=collections.deque(), kept_len=0)
+        state["say"] = sys.stdout.write
+        for stream in (sys.stdout, sys.stderr):
+            if not getattr(stream.write, "heron_capped", False):
+                stream.write = capped(stream.write)
+    def flush(*_):
+        kept, dropped = state.get("kept") or (), state.get("dropped", 0)
+        if kept and state["kept_len"] > tail:
+            write, text = kept[0]
+            cut = state["kept_len"] - tail
+            kept[0] = (write, text[cut:])
+            dropped += cut
+        if dropped:
+            state["say"](mark % dropped)
+        for write, text in kept:
+            write(text)
+        state.update(kept=collections.deque(), dropped=0, kept_len=0, seen=0)
+    shell = get_ipython()
+    shell.events.register("pre_run_cell", start)
+    shell.events.register("post_run_cell", flush)
+    # IPython's history keeps every cell's output as well; nothing here reads it.
+    class Forget(dict):
+        def __contains__(self, key):
+            return False
+        def __getitem__(self, key):
+            return []
+    manager = getattr(shell, "history_manager", None)
+    if manager is not None and hasattr(manager, "outputs"):
+        manager.outputs = Forget()
+"""
+DROPPED_MARK = "\x00heron-dropped:%d\x00"
+DROPPED = re.compile("\x00heron-dropped:(\\d+)\x00")
 
 
 def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
@@ -123,6 +302,10 @@ class KernelSession:
         self._kc: Any = None
         self._sockets: Path | None = None
         self._lock = asyncio.Lock()
+        self._unsettled: str | None = None  # a cell interrupted when its turn was stopped
+        # Why the kernel was shut down with variables the model may still count on; said
+        # with the next cell's result, then forgotten.
+        self.lost: str | None = None
 
     @property
     def started(self) -> bool:
@@ -159,7 +342,9 @@ class KernelSession:
         except Exception:
             await self.shutdown()
             raise
-        await self._silent("_heron_values = {}")
+        half = WHOLE_CAP // 2
+        cap = f"_heron_cap_output({half}, {WHOLE_CAP - half}, {DROPPED_MARK!r})"
+        await self._silent(f"{KERNEL_SETUP}{cap}\ndel _heron_cap_output\n")
 
     async def shutdown(self) -> None:
         km, kc, self._km, self._kc = self._km, self._kc, None, None
@@ -176,27 +361,82 @@ class KernelSession:
                     shutil.rmtree(sockets)
 
     async def execute(
-        self, code: str, timeout: float = 120.0, value_limit: int | None = None
+        self,
+        code: str,
+        timeout: float = 120.0,
+        value_limit: int | None = None,
+        result: CellResult | None = None,
     ) -> CellResult:
-        """Run `code` as a cell. On timeout the kernel is interrupted (variables kept); if it
-        does not stop, it is restarted. A value whose repr is longer than `value_limit` is
-        stashed in `_heron_values[<cell number>]` and named in `value_ref`."""
+        """Run `code` as a cell, its output gathered into `result` as it comes (a caller stopped
+        meanwhile still has what the cell printed). On timeout the kernel is interrupted and the
+        cell's end is awaited on the shell channel, which no flood of output queues behind;
+        only a cell that has not stopped within INTERRUPT_GRACE gets the kernel restarted. A
+        value whose repr is longer than `value_limit` is stashed in `_heron_values[<cell
+        number>]` and named in `value_ref`."""
+        result = CellResult() if result is None else result
         async with self._lock:
+            await self._settle()
             if not self.started:
                 await self.start()
+                result.fresh, self.lost = self.lost, None
             msg_id = self._kc.execute(code, store_history=True, allow_stdin=False)
-            result = CellResult()
-            if not await self._collect(msg_id, result, time.monotonic() + timeout):
+            try:
+                finished = await self._collect(msg_id, result, time.monotonic() + timeout)
+            except asyncio.CancelledError:  # the turn was stopped: so is the cell
+                await self._stopped(msg_id, result)
+                raise
+            if not finished:
                 result.timed_out = True
-                await self._km.interrupt_kernel()
-                if not await self._collect(msg_id, result, time.monotonic() + INTERRUPT_GRACE):
-                    result.restarted = True
-                    await self.shutdown()
+                await self._interrupt(msg_id, result)
             if result.restarted:
                 return result
             if value_limit is not None and len(result.value or "") > value_limit:
                 await self._stash(result)
             return result
+
+    async def _interrupt(self, msg_id: str, result: CellResult) -> None:
+        """Interrupt the cell; restart the kernel only if it does not stop (`restarted`)."""
+        await self._km.interrupt_kernel()
+        if not await self._replied(msg_id, INTERRUPT_GRACE):
+            result.restarted = True
+            await self.shutdown()
+            return
+        # Stopped: the last of its output (the KeyboardInterrupt) if it comes soon.
+        await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE)
+
+    async def _stopped(self, msg_id: str, result: CellResult) -> None:
+        """The cell's turn was stopped: interrupt it, and read what it printed until it ends
+        (TAIL_GRACE at most: the stop must not wait on it); one that has not ended by then is
+        settled before the next cell (`_settle`)."""
+        self._unsettled = msg_id
+        with contextlib.suppress(Exception):
+            await self._km.interrupt_kernel()
+            if await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE):
+                self._unsettled = None
+
+    async def _settle(self) -> None:
+        """A cell whose turn was stopped was interrupted then; if it still has not stopped,
+        the kernel is restarted, and the next cell is told its variables are gone."""
+        msg_id, self._unsettled = self._unsettled, None
+        if msg_id is None or not self.started or await self._replied(msg_id, INTERRUPT_GRACE):
+            return
+        await self.shutdown()
+        self.lost = "a cell stopped with its turn ignored the interrupt"
+
+    async def _replied(self, msg_id: str, seconds: float) -> bool:
+        """Whether the kernel finished executing `msg_id` (its reply on the shell channel)
+        within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                reply = await self._kc.get_shell_msg(timeout=min(remaining, POLL))
+            except queue.Empty:
+                if not await self._km.is_alive():
+                    return False
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
 
     async def _collect(self, msg_id: str, result: CellResult, deadline: float) -> bool:
         """Read the cell's messages until the kernel is idle (True) or the deadline (False)."""
@@ -244,6 +484,119 @@ class KernelSession:
         result.value_type = f"{kind} of length {size}" if size else kind
 
 
+KERNEL_IDLE_MINUTES = 30.0  # [tools] kernel_idle_minutes: a kept kernel unused this long ends
+KEPT_MAX = 8  # started kernels a process keeps between turns; the least recently used go first
+REAP_EVERY = 60.0  # seconds between looks for kernels unused past their time
+
+
+class Kernels:
+    """The Python kernels of a process, one per conversation, kept between its turns.
+
+    A run takes its conversation's session (`take`, started by its first cell) and gives it
+    back when it ends (`release`); the next turn of the conversation finds its variables there.
+    A kept kernel is shut down once unused for `idle_minutes` (0: at the end of every run), when
+    more than KEPT_MAX are kept (the least recently used), on /new (`forget`) and with the
+    process (`close`); a kernel is its own process in the sandbox, which dies with Heron
+    however Heron dies (docs/security.md). A conversation's turns run one at a time, and two
+    conversations never share a session."""
+
+    def __init__(
+        self, workspace: Path, sandbox: Sandbox, idle_minutes: float = KERNEL_IDLE_MINUTES
+    ) -> None:
+        self.workspace = workspace
+        self.sandbox = sandbox
+        self.idle = idle_minutes * 60
+        self._sessions: dict[str, KernelSession] = {}
+        self._runs: dict[str, int] = {}  # runs holding each session now
+        self._released: dict[str, float] = {}  # when each was last given back (monotonic)
+        self._reaper: asyncio.Task[None] | None = None
+
+    def take(self, key: str) -> KernelSession:
+        """The conversation's session for a run (not started until its first cell)."""
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = KernelSession(self.workspace, sandbox=self.sandbox)
+        self._runs[key] = self._runs.get(key, 0) + 1
+        return session
+
+    async def release(self, key: str) -> None:
+        """A run of the conversation ended: its kernel waits for the next one."""
+        self._runs[key] = self._runs.get(key, 1) - 1
+        if self._runs[key] > 0:
+            return
+        del self._runs[key]
+        self._released[key] = time.monotonic()
+        session = self._sessions.get(key)
+        if session is None:
+            return
+        if not session.started and session.lost is None:
+            self._drop(key)  # nothing to keep
+        elif self.idle <= 0:
+            await self._end(key, None)
+        else:
+            await self._over_cap()
+            if self._reaper is None:
+                self._reaper = asyncio.create_task(self._reap())
+
+    async def forget(self, key: str) -> None:
+        """/new: the conversation starts afresh, and so does its kernel (no notice)."""
+        session = self._sessions.get(key)
+        if session is not None:
+            await session.shutdown()
+            session.lost = None
+        if key not in self._runs:
+            self._drop(key)
+
+    async def close(self) -> None:
+        """The process ends: every kernel with it."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            with contextlib.suppress(Exception):
+                await session.shutdown()
+
+    @property
+    def running(self) -> list[str]:
+        """The conversations whose kernel runs now."""
+        return [key for key, session in self._sessions.items() if session.started]
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(REAP_EVERY, max(self.idle / 4, 0.05)))
+            now = time.monotonic()
+            for key in list(self._sessions):
+                idle_since = self._released.get(key)
+                if key in self._runs or idle_since is None or now - idle_since < self.idle:
+                    continue
+                await self._end(key, f"the last one ended after {self.idle / 60:g} minutes unused")
+
+    async def _over_cap(self) -> None:
+        idle = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
+        idle.sort(key=lambda k: self._released.get(k, 0.0))
+        for key in idle[: max(0, len(idle) - KEPT_MAX)]:
+            await self._end(
+                key, f"this process keeps at most {KEPT_MAX}; it was used least recently"
+            )
+
+    async def _end(self, key: str, why: str | None) -> None:
+        """Shut the kernel down; `why` is told with the conversation's next cell."""
+        session = self._sessions.get(key)
+        if session is None:
+            return
+        if session.started and why is not None:
+            session.lost = why  # before the shutdown: a run taking it meanwhile is told too
+        await session.shutdown()
+        if session.lost is None and key not in self._runs:
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        self._sessions.pop(key, None)
+        self._released.pop(key, None)
+
+
 def sweep_sockets(folder: Path) -> list[Path]:
     """Remove the kernel socket folders of Heron processes that no longer run (killed before
     their shutdown could); the folders removed."""
@@ -267,10 +620,24 @@ def _expression_text(found: Any) -> str:
     return str(found.get("data", {}).get("text/plain", ""))
 
 
+def _stream(name: str, text: str, result: CellResult) -> None:
+    """A stream message into `result`, with what the kernel dropped (KERNEL_SETUP) counted
+    where it was dropped."""
+    if "\x00" not in text:
+        result.add_output(name, text)
+        return
+    at = 0
+    for found in DROPPED.finditer(text):
+        result.add_output(name, text[at : found.start()])
+        result.output.dropped(int(found.group(1)))
+        at = found.end()
+    result.add_output(name, text[at:])
+
+
 def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
     """Fold one iopub message into `result`; True when the cell has finished."""
     if kind == "stream":
-        result.add_output(content["name"], content["text"])
+        _stream(content["name"], content["text"], result)
     elif kind in ("display_data", "update_display_data"):
         data = content.get("data", {})
         result.add_output("display", data.get("text/plain") or f"<{', '.join(data)}>")
@@ -283,7 +650,7 @@ def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
         frames = [ANSI.sub("", line) for line in content.get("traceback", [])]
         result.error = CellError(content.get("ename", "Error"), content.get("evalue", ""), frames)
     elif kind == "clear_output":
-        result.outputs.clear()
+        result.output.clear()
     elif kind == "status":
         return content.get("execution_state") == "idle"
     return False
@@ -323,34 +690,42 @@ def changes(
 # ---- the digest ------------------------------------------------------------------------------
 
 
-def digest(result: CellResult, changed: list[tuple[str, str]], timeout: float) -> ToolOutput:
-    """What the model reads after a cell."""
-    lines = [
-        f"[{i}] {'(stderr) ' if kind == 'stderr' else ''}{_tidy(text)}"
-        for i, (kind, text) in enumerate(result.outputs, 1)
-    ]
+def digest(
+    result: CellResult, changed: list[tuple[str, str]], timeout: float, budget: int = 20_000
+) -> ToolOutput:
+    """What the model reads after a cell: its output within `budget` characters with what
+    follows it (head and tail around a count of what was left out), and the whole of it, up to
+    WHOLE_CAP characters, for the person's /show when that was cut."""
+    rest: list[str] = []
     if result.value_ref:
         preview = " ".join((result.value or "")[:PREVIEW].split())
-        lines.append(
+        rest.append(
             f"Last value: {result.value_type}, {len(result.value or '')} characters, too large "
             f"to show. The kernel keeps it as `{result.value_ref}`: use that in later cells and "
             f"do not re-run the call that produced it. It starts: {preview}"
         )
     elif result.value is not None:
-        lines.append(f"Last value: {result.value}")
+        rest.append(f"Last value: {result.value}")
     if changed:
-        lines.append("Files changed: " + ", ".join(f"{p} ({how})" for p, how in changed))
-    lines += _trouble(result, timeout)
+        rest.append("Files changed: " + ", ".join(f"{p} ({how})" for p, how in changed))
+    rest += _trouble(result, timeout)
+    if result.fresh:
+        said = f"This cell ran in a new kernel ({result.fresh}): earlier variables are gone."
+        rest.insert(0, said)
+    output = result.output
+    limit = max(1000, budget - len("\n".join(rest)) - 200)
+    shown = [output.text(limit)] if output.groups else []
+    whole = "\n".join([output.text(), *rest]) if output.total > limit else None
     failed = result.error is not None or result.timed_out
-    return ToolOutput("\n".join(lines) or "(no output)", is_error=failed)
+    return ToolOutput("\n".join(shown + rest) or "(no output)", is_error=failed, whole=whole)
 
 
 def _trouble(result: CellResult, timeout: float) -> list[str]:
     if result.timed_out:
         if result.restarted:
             return [
-                f"Timed out after {timeout:g} s and ignored the interrupt, so the kernel was "
-                "restarted: all variables are lost."
+                f"Timed out after {timeout:g} s and did not stop within {INTERRUPT_GRACE:g} s "
+                "of the interrupt, so the kernel was restarted: all variables are lost."
             ]
         return [f"Timed out after {timeout:g} s; the cell was interrupted (variables are kept)."]
     if result.error is None:
@@ -369,9 +744,44 @@ def _trouble(result: CellResult, timeout: float) -> list[str]:
     return [headline, *frames[-TRACEBACK_LINES:]]
 
 
-def _tidy(text: str) -> str:
-    """Drop the overwritten part of progress-bar lines (text before a carriage return)."""
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n"))
+def kernel_lifetime(idle_minutes: float, one_shot: bool) -> str:
+    """The sentence run_cell's description ends with: how long its variables last here."""
+    if one_shot:
+        return (
+            "This process answers one message: the kernel ends with this turn, and a later "
+            "message starts an empty one."
+        )
+    if idle_minutes <= 0:
+        return "The kernel ends with each turn: a later turn starts an empty one."
+    return (
+        "The kernel is kept for this conversation's later turns until it has been unused for "
+        f"{idle_minutes:g} minutes or the conversation starts afresh (/new); a cell that then "
+        "runs in a new kernel is told so."
+    )
+
+
+def describe_kernel(registry: ToolRegistry, idle_minutes: float, one_shot: bool) -> None:
+    """Say in run_cell's description how long its variables last in this process (rebuilt
+    from the docstring, so a registry opened twice is described once; where it runs, said
+    after it by heron/tools/approval.py, stays)."""
+    found = registry.get(run_cell.name)
+    if found is None:
+        return
+    base, _ = parse_docstring(found.fn.__doc__)
+    where = found.description.find(WHERE_IT_RUNS)
+    after = f" {found.description[where:]}" if where >= 0 else ""
+    described = f"{base} {kernel_lifetime(idle_minutes, one_shot)}{after}"
+    registry.replace(dataclasses.replace(found, description=described))
+
+
+def lifetime_in(description: str) -> tuple[float, bool] | None:
+    """The (idle minutes, one-shot) whose sentence run_cell's `description` holds, if any: a
+    replay describes the kernel as the recorded run's process did."""
+    found = re.search(r"unused for ([0-9.]+) minutes", description)
+    candidates = [(0.0, True), (0.0, False)]
+    if found is not None:
+        candidates.append((float(found.group(1)), False))
+    return next((c for c in candidates if kernel_lifetime(*c) in description), None)
 
 
 @tool(writes=True)
@@ -387,9 +797,15 @@ async def run_cell(ctx: ToolContext, code: str, timeout: int = 120) -> ToolOutpu
     if not isinstance(kernel, KernelSession):  # the run's first cell starts its kernel
         kernel = ctx.kernel = KernelSession(ctx.workspace, sandbox=ctx.sandbox)
     before = await asyncio.to_thread(snapshot, ctx.workspace)
-    result = await kernel.execute(code, max(1, timeout), value_limit=ctx.result_budget)
+    result = CellResult()
+    try:
+        await kernel.execute(code, max(1, timeout), ctx.result_budget, result)
+    except asyncio.CancelledError:  # stopped with its turn: what it printed goes with that
+        if result.output.groups:
+            ctx.leave_partial(result.output.text(max(1000, ctx.result_budget - 200)))
+        raise
     changed = changes(before, await asyncio.to_thread(snapshot, ctx.workspace))
     for path, how in changed:
         kind = "file_deleted" if how == "deleted" else "file_written"
         ctx.record_effect({"kind": kind, "path": path})
-    return digest(result, changed, max(1, timeout))
+    return digest(result, changed, max(1, timeout), ctx.result_budget)

@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from heron.errors import ToolError
@@ -125,9 +126,16 @@ class Captured:
     code: int | None
 
 
-async def run_command(command: str, sandbox: Sandbox, timeout: float, limit: int) -> Captured:
+async def run_command(
+    command: str,
+    sandbox: Sandbox,
+    timeout: float,
+    limit: int,
+    stopped: Callable[[str], None] | None = None,
+) -> Captured:
     """Run `command` with bash in `sandbox`; its output within `limit` characters (head and
-    tail) and, when that cut it, within WHOLE_CAP too."""
+    tail) and, when that cut it, within WHOLE_CAP too. Cancelled, it kills the command and
+    hands `stopped` what it had printed, within `limit`."""
     sandbox.prepare()
     spawn = asyncio.ensure_future(
         asyncio.create_subprocess_exec(
@@ -156,14 +164,20 @@ async def run_command(command: str, sandbox: Sandbox, timeout: float, limit: int
     sink = HeadTail(max(limit, WHOLE_CAP), f": the person's copy keeps {WHOLE_CAP:,} characters")
     pump = asyncio.create_task(_pump(proc.stdout, sink))
     code: int | None = None
+    cancelled = False
     try:
         code = await asyncio.wait_for(_exited(proc), timeout)
     except TimeoutError:
         await _kill_group(proc)
+    except asyncio.CancelledError:
+        cancelled = True
+        raise
     finally:
         if proc.returncode is None:  # cancelled: leave nothing running
             await _kill_group(proc)
         lingered = await _drain(proc, pump)
+        if cancelled and stopped is not None:
+            stopped(sink.text(limit))
     note = ""
     if lingered:
         note = (
@@ -199,7 +213,8 @@ async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput
     seconds = max(1, min(timeout, MAX_TIMEOUT))
     # Leave room under the result budget for the status line.
     sandbox = ctx.sandbox or Sandbox(ctx.workspace)
-    out = await run_command(command, sandbox, seconds, max(ctx.result_budget - 200, 1000))
+    limit = max(ctx.result_budget - 200, 1000)
+    out = await run_command(command, sandbox, seconds, limit, ctx.leave_partial)
     code = out.code
     ctx.record_effect({"kind": "command", "command": command, "exit": code})
     if code is None:

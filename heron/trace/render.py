@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from heron.messages import Part, Text, Thinking, Usage, reply_to_dict
+from heron.messages import Part, Text, Thinking, Usage, plural, reply_to_dict
 from heron.providers.wire import streamed_to_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
@@ -193,7 +193,7 @@ def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterato
     if turns:
         everything = store.turns(turns[0].conversation_id)
         yield (
-            f"conversation: {len(everything)} turns, "
+            f"conversation: {plural(len(everything), 'turn')}, "
             f"cost {format_cost(conversation_cost(everything, prices))}"
         )
 

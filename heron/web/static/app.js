@@ -413,7 +413,15 @@ function focusInput() {
   if (box) box.focus();
 }
 
-function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
+// What the message box says it is for: the answer to a question that waits (ask_user), mail
+// for the running turn, or a new message.
+export function placeholderOf(busy, asking) {
+  if (asking) return "The agent waits for your answer: what you send answers its question";
+  if (busy) return "The agent is working; what you send goes to its mailbox";
+  return "Message Heron (Enter sends, Shift-Enter new line)";
+}
+
+function Composer({ onSend, draft, busy, asking, uploads, setUploads, notify }) {
   const [text, setText] = useState("");
   draft.current = (t) => setText((now) => now || t); // never over what was typed since
   const [drag, setDrag] = useState(false);
@@ -450,7 +458,7 @@ function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
       <input type="file" multiple hidden ref=${fileRef} aria-label="choose files"
         onChange=${(e) => { add(e.target.files); e.target.value = ""; }} />
       <textarea id="input" rows="2" aria-label="message" value=${text}
-        placeholder=${busy ? "The agent is working; what you send goes to its mailbox" : "Message Heron (Enter sends, Shift-Enter new line)"}
+        placeholder=${placeholderOf(busy, asking)}
         onInput=${(e) => setText(e.target.value)}
         onPaste=${(e) => { const fs = [...e.clipboardData.files].filter((f) => f.type.startsWith("image/"));
           if (fs.length) { e.preventDefault(); add(fs); } }}
@@ -461,6 +469,11 @@ function Composer({ onSend, draft, busy, uploads, setUploads, notify }) {
 
 // When a conversation was last used, as the list says it: "just now", "5 min ago", "3 h ago",
 // "yesterday", "4 days ago", then the date.
+// A count and its noun, singular for one ("1 turn", "2 turns"), as heron.messages.plural.
+export function plural(count, noun) {
+  return `${count.toLocaleString("en")} ${noun}${count === 1 ? "" : "s"}`;
+}
+
 export function ago(epoch, now = Date.now() / 1000) {
   const s = Math.max(0, now - epoch);
   if (s < 60) return "just now";
@@ -474,7 +487,7 @@ export function ago(epoch, now = Date.now() / 1000) {
 
 // What tells apart conversations that began with the same words: turns and last activity.
 function convMeta(c) {
-  const turns = c.turns === undefined ? null : `${c.turns} turn${c.turns === 1 ? "" : "s"}`;
+  const turns = c.turns === undefined ? null : plural(c.turns, "turn");
   return [turns, c.updated ? ago(c.updated) : null].filter(Boolean).join(" · ");
 }
 
@@ -629,7 +642,7 @@ function Status({ conv, tick }) {
   const pct = data.window ? ((100 * data.context) / data.window).toFixed(1) : "0.0";
   return html`<section aria-label="status"><h2>Status</h2><dl class="status">
     <dt>model</dt><dd>${data.model}</dd>
-    <dt>conversation</dt><dd>${conv} (${data.turns} turns)</dd>
+    <dt>conversation</dt><dd>${conv} (${plural(data.turns, "turn")})</dd>
     <dt>context</dt><dd>${data.context.toLocaleString()} tokens (${pct}% of ${data.window.toLocaleString()})</dd>
     <dt>cache hit rate</dt><dd>${data.cache_hit === null ? "no model calls yet" : Math.round(100 * data.cache_hit) + "%"}</dd>
     <dt>cost</dt><dd>${data.cost_usd === null ? "unknown (a model without a price, or a reply stopped mid-stream)" : "$" + data.cost_usd.toFixed(4)}</dd>
@@ -668,7 +681,7 @@ function Work({ conv, send, tick, notify }) {
     ${g ? html`<div class="work-item goal">
       <div>${first(g.objective)}</div>
       <div class="work-meta">${g.status === "parked" ? "parked (its budget ran out)" : g.status} ·
-        ${g.turns_used} of ${g.max_turns} turns · ${g.tokens_used.toLocaleString()} of ${g.max_tokens.toLocaleString()} tokens</div>
+        ${g.turns_used} of ${plural(g.max_turns, "turn")} · ${g.tokens_used.toLocaleString()} of ${plural(g.max_tokens, "token")}</div>
       <button aria-label="stop the goal" onClick=${() => cancel("goal", undefined, "Stop the goal")}>Stop</button>
     </div>` : html`<p>No goal. <code>/goal TEXT</code> sets one.</p>`}
     <h3>Jobs</h3>
@@ -684,6 +697,15 @@ function Work({ conv, send, tick, notify }) {
       <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
   </section>`;
+}
+
+// The open conversation as a file, as `heron conversations export` writes it: plain links
+// (Tab reaches them, Enter follows them); the route answers with Content-Disposition attachment.
+function Download({ conv }) {
+  const url = (format) => `/api/conversations/${encodeURIComponent(conv)}/export?format=${format}`;
+  return html`<span class="download" role="group" aria-label="download this conversation">Download
+    <a href=${url("md")} download aria-label="download this conversation as Markdown">Markdown</a>
+    <a href=${url("json")} download aria-label="download this conversation as JSON">JSON</a></span>`;
 }
 
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
@@ -962,6 +984,7 @@ function App() {
         <nav class="tabs" aria-label="views">${PANELS.map((p) => html`<button key=${p}
           aria-pressed=${panel === p} onClick=${() => setPanel(panel === p ? null : p)}>${p}</button>`)}
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
+        ${(items.length > 0 || live) && html`<${Download} conv=${conv} />`}
       </header>
       ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
@@ -972,7 +995,7 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
-      <${Composer} onSend=${send} draft=${draft} busy=${working} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
+      <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
       <button class="close" aria-label="close panel" onClick=${() => setPanel(null)}>×</button>

@@ -1,0 +1,45 @@
+"""`heron web`: log a browser in to the web UI of the running `heron serve`.
+
+The serve hands out a fresh one-time login address over its control socket (HERON_HOME, mode
+0600), so a browser is let in by someone who can reach the home, never by whoever can reach
+the port. The address is printed, and opened with `--open`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from heron.channels.remote import serve_login
+from heron.config import Settings
+from heron.errors import ConfigError
+
+
+def web_login(settings: Settings, open_browser: bool) -> None:
+    """Print a fresh login address of this home's serve (and open it); refused under a tool
+    command, and when no serve runs."""
+    from heron.tools.person import ensure_person
+
+    ensure_person("logging a browser in to the web UI")
+    home = settings.paths.home
+    url = serve_login(home)
+    if url is None:
+        raise ConfigError(
+            f"no heron serve runs on {home}",
+            hint="Start one with `heron serve` (it prints a login address too; "
+            "`heron serve --open` opens it in your browser).",
+        )
+    typer.echo(url)
+    typer.echo("Open it once to log this browser in (it works once, for 10 minutes).", err=True)
+    if open_browser and not open_in_browser(url):
+        typer.echo("heron: found no browser to open here; open the address in yours.", err=True)
+
+
+def open_in_browser(url: str) -> bool:
+    """Open `url` in the person's browser (the webbrowser module picks it); False when there
+    is none to open (a machine without a display), which the printed address makes up for."""
+    import webbrowser
+
+    try:
+        return webbrowser.open(url)
+    except webbrowser.Error:
+        return False

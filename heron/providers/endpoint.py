@@ -1,0 +1,163 @@
+"""Where an adapter sends its requests, as the person reads it, and the failures that are about
+that place rather than the model.
+
+A server that is not there, a URL without a scheme, https:// to a plain-HTTP server, a path
+with no API under it (a base URL missing its /v1): each adapter maps these here, so that both
+wires say the same thing. The error names the URL (credentials, query and fragment dropped: a
+key never shows) and the setting that named it (HERON_BASE_URL, config.toml), says what to do,
+and is retried only when waiting can help: a refused connection can (a server restarting), a
+wrong URL cannot.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from heron.errors import FatalProviderError, ProviderError, TransientProviderError
+
+
+def shown_url(url: str) -> str:
+    """The URL without user:password, query or fragment (where a key could ride)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return url.split("?", 1)[0].split("#", 1)[0]
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A base URL and the setting that named it (None: the provider's own public API)."""
+
+    url: str
+    source: str | None = None
+
+    @staticmethod
+    def of(url: object, source: str | None) -> Endpoint:
+        return Endpoint(shown_url(str(url)).rstrip("/"), source)
+
+    @property
+    def named(self) -> str:
+        return f"{self.url} ({self.source})" if self.source else self.url
+
+    def fix(self) -> str:
+        """The next step about the setting, as the end of a sentence."""
+        return f"check {self.source}" if self.source else "check the network connection"
+
+
+def connection_error(error: BaseException, endpoint: Endpoint) -> ProviderError:
+    """A request that never got an HTTP answer, as a Heron error: fatal when the URL itself is
+    wrong, transient (retried) when the server may yet answer."""
+    causes = list(_causes(error))
+    tls = next((c for c in causes if isinstance(c, ssl.SSLError)), None)
+    if tls is not None:
+        return _tls_error(tls, endpoint)
+    bad_url = next((c for c in causes if type(c).__name__ in _URL_ERRORS), None)
+    if bad_url is not None:
+        return FatalProviderError(
+            f"cannot send a request to {endpoint.named}: {bad_url}",
+            hint=f"The URL is not one a request can go to: {endpoint.fix()}.",
+        )
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return TransientProviderError(
+            f"cannot connect to {endpoint.named}: connection refused",
+            hint=f"Is the model server running? Start it, or {endpoint.fix()}.",
+        )
+    unknown = next((c for c in causes if isinstance(c, socket.gaierror)), None)
+    if unknown is not None:
+        return TransientProviderError(
+            f"cannot find the host of {endpoint.named}: {unknown.strerror or unknown}",
+            hint=f"Check the host name ({endpoint.fix()}) and the network connection.",
+        )
+    if any(isinstance(c, TimeoutError) or "Timeout" in type(c).__name__ for c in causes):
+        return TransientProviderError(
+            f"connecting to {endpoint.named} timed out",
+            hint=f"The server may be busy or unreachable: try again, or {endpoint.fix()}.",
+        )
+    detail = next((str(c) for c in reversed(causes) if str(c)), type(error).__name__)
+    return TransientProviderError(
+        f"cannot connect to {endpoint.named}: {detail}",
+        hint=f"Is the model server running and reachable? Start it, or {endpoint.fix()}.",
+    )
+
+
+# httpx's (and the SDKs' vendored httpx2's) errors for a URL no request can be sent to.
+_URL_ERRORS = frozenset({"UnsupportedProtocol", "InvalidURL"})
+
+
+def _tls_error(error: ssl.SSLError, endpoint: Endpoint) -> ProviderError:
+    text = str(error)
+    if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
+        how = "the server answers in plain HTTP: write http:// instead of https://"
+    elif isinstance(error, ssl.SSLCertVerificationError):
+        how = "its certificate is not trusted here: check the host name and the certificate"
+    else:
+        how = "the TLS handshake failed"
+    return FatalProviderError(
+        f"cannot talk TLS with {endpoint.named}: {getattr(error, 'reason', None) or text}",
+        hint=f"Retrying would not help: {how} ({endpoint.fix()}).",
+    )
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """The error, what caused it, and every member of an exception group on the way (anyio
+    reports a failed connection as a group of the attempts' errors)."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        for nxt in (current.__cause__, current.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+
+
+def no_api_there(
+    status: int,
+    method: str,
+    url: object,
+    said: object,
+    body: str | None,
+    endpoint: Endpoint,
+    advice: str,
+) -> FatalProviderError:
+    """An HTTP answer that says the URL has no such API (a 404 that is not about the model, a
+    405 or 501): the base URL is wrong, and retrying cannot mend it. `said` is the server's
+    message, `advice` the wire's word on what its base URL looks like."""
+    said = " ".join(_TAG.sub(" ", str(said or "")).split())[:160]  # an HTML page's text
+    what = f"HTTP {status} from {method} {shown_url(str(url))}" + (f": {said}" if said else "")
+    return FatalProviderError(
+        what,
+        status=status,
+        body=body,
+        hint=f"The URL looks wrong: no model API answers at {endpoint.named}. {advice}",
+    )
+
+
+_TAG = re.compile(r"<[^>]*>")
+
+
+def with_v1(endpoint: Endpoint) -> str:
+    """The OpenAI wire's advice: its base URL ends in /v1 (ollama, vLLM, llama.cpp, OpenAI)."""
+    setting = endpoint.source or "the base URL"
+    if urlsplit(endpoint.url).path.endswith("/v1"):
+        return f"Check {setting}: it is the address the server's /chat/completions is under."
+    return (
+        "An OpenAI-compatible server's base URL usually ends in /v1: "
+        f"try {endpoint.url}/v1 in {setting}."
+    )
