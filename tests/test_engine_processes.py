@@ -217,12 +217,12 @@ def test_stop_from_another_process_keeps_finished_tool_results(home_db):
     Store(home_db).close()
     first = _spawn(_env(), "gate", "shared", "do two things")
     _until_row(home_db, "SELECT COUNT(*) FROM checkpoints")  # `quick` done, `wait_gate` waits
+    store = Store(home_db)
+    before = _rows(store)  # before the stop: the stopped turn may close at once after it
     stop = _spawn(_env(), "say", "shared", "/stop")
     out, err = stop.communicate(timeout=60)
     assert stop.returncode == 0, err
     assert "What it finished is kept" in json.loads(out)["reply"]
-    store = Store(home_db)
-    before = _rows(store)
     (Path(os.environ["HERON_HOME"]) / "gate").touch()
     out1, err1 = first.communicate(timeout=60)
     assert first.returncode == 0, err1
