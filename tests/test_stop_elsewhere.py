@@ -122,9 +122,11 @@ async def test_a_stop_that_lands_after_the_stream_keeps_what_streamed():
         await asyncio.wait_for(loop.wait_idle(), 10)
         conversation = engine.store.conversation("k")
         rows = [(m.role, m.message.text) for m in engine.store.branch(conversation.id)]
+        authors = [m.author for m in engine.store.branch(conversation.id)]
         (turn,) = engine.store.turns(conversation.id)
     end = _end_of(_drain(bus))
     assert rows == [("user", "hello"), ("assistant", f"late but read\n\n{REPLY_STOPPED}")]
+    assert authors == ["user", "model"]  # the words the model streamed, shown as the assistant's
     assert (turn.status, turn.stop_reason, turn.model_calls) == ("interrupted", "stale", 1)
     assert (end.ok, end.outcome, end.reply) == (False, "stale", None)
     assert end.stopped_by == "/new from heron chat (process 2)"

@@ -885,10 +885,10 @@ async def stopped_at_save(t: Turn, pending: PendingSave) -> None:
     figures = dataclasses.replace(pending.figures, status="interrupted", stop_reason="stale")
     finish = functools.partial(pending.recorder.finish_turn, figures)
     conversation_id, turn_id = t.conversation.id, t.built.turn_id
-    said, owner = stopped_reply(t), control.token.owner
+    (said, author), owner = stopped_reply(t), control.token.owner
     printed = t.stopped_output
     await store.call(
-        es.close_stale_turn, store, conversation_id, turn_id, owner, said, finish, printed
+        es.close_stale_turn, store, conversation_id, turn_id, owner, said, finish, printed, author
     )
 
 
@@ -946,16 +946,18 @@ async def interrupted(t: Turn) -> None:
     if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
         await store.call(pending.write, False)
     if t.built is not None:
-        said = stopped_reply(t)
+        said, author = stopped_reply(t)
         conversation_id, turn_id, printed = t.conversation.id, t.built.turn_id, t.stopped_output
-        author = "model" if t.partial.strip() else None  # the model's words, with Heron's mark
         await store.call(es.close_turn, store, conversation_id, turn_id, said, printed, author)
 
 
-def stopped_reply(t: Turn) -> str:
-    """The reply a stopped turn is recorded with: what the person read of it, then the mark
-    that it was stopped there; the minimal stopped reply when nothing streamed."""
-    return f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}" if t.partial.strip() else STOPPED
+def stopped_reply(t: Turn) -> tuple[str, str | None]:
+    """The reply a stopped turn is recorded with, and its author: what the person read of it
+    (the model's words) then the mark that it was stopped there; the minimal stopped reply,
+    Heron's (None: by its meta), when nothing streamed."""
+    if t.partial.strip():
+        return f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}", "model"
+    return STOPPED, None
 
 
 def result_of(t: Turn, done: Done) -> TurnResult:

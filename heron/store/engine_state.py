@@ -435,6 +435,7 @@ def close_stale_turn(
     stopped: str,
     finish: Callable[[], None],
     printed: Mapping[str, str] | None = None,
+    author: str | None = None,
 ) -> None:
     """SAVE found the turn stale: /stop or /new came from another process after the turn's
     last look at the epoch. In one transaction: while the lease is still the turn's own (only
@@ -447,7 +448,7 @@ def close_stale_turn(
             "SELECT owner FROM turn_leases WHERE conversation_id = ?", (conversation_id,)
         ).fetchone()
         if row is not None and row[0] == owner:
-            close_turn(store, conversation_id, turn_id, stopped, printed)
+            close_turn(store, conversation_id, turn_id, stopped, printed, author)
         finish()
 
 
