@@ -626,10 +626,10 @@ class Store:
         tool calls' indexes, stopping at the first found."""
         rows = self.query(
             "SELECT 1 FROM turns t JOIN tool_calls c ON c.turn_id = t.id"
-            " WHERE t.conversation_id = ?1 AND c.name = ?2 AND t.started > COALESCE("
-            "(SELECT MAX(created) FROM messages WHERE conversation_id = ?1 AND kind = 'separator'),"
+            " WHERE t.conversation_id = ? AND c.name = ? AND t.started > COALESCE("
+            "(SELECT MAX(created) FROM messages WHERE conversation_id = ? AND kind = 'separator'),"
             " 0) LIMIT 1",
-            (conversation_id, tool),
+            (conversation_id, tool, conversation_id),
         )
         return bool(rows)
 
