@@ -142,6 +142,7 @@ async def test_a_deleted_conversations_kernel_never_serves_a_new_one_of_its_name
         return used_tool(store, conversation_id, tool)
 
     monkeypatch.setattr(Store, "used_tool", counted)
+    monkeypatch.setattr("heron.tools.python_kernel.REAP_EVERY", 0.1)
     provider = ScriptedProvider(
         [
             *cell("d1", "secret = 'card 4111'; print('set')"),
@@ -153,9 +154,12 @@ async def test_a_deleted_conversations_kernel_never_serves_a_new_one_of_its_name
         await engine.turn("dk", "set it")
         await engine.turn("dk", "read it")  # a kept kernel: not asked about earlier cells
         deleted, said = owner(engine, "dk"), results(engine)
+        sockets = sockets_of(engine, "dk")
         elsewhere = Store(Settings.load().database)  # the CLI's own connection
         remove_conversation(elsewhere, "dk")
         elsewhere.close()
+        # The reaper's next look finds the conversation gone and ends its kernel.
+        assert await gone(sockets), "the deleted conversation's kernel still runs"
         await engine.turn("dk", "read it again")
         reborn = owner(engine, "dk")
         said.update(results(engine))

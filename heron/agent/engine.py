@@ -63,6 +63,7 @@ class Engine:
         # `[tools] kernel_idle_minutes`, /new, or the engine's close.
         idle = settings.config.tools.kernel_idle_minutes
         self.kernels = Kernels(settings.paths.workspace, self.sandbox, idle)
+        self.kernels.alive = self._conversations_alive
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -210,6 +211,12 @@ class Engine:
         """/new, or the serve deleted the conversation: its kernel ends; a next cell starts an
         empty one."""
         await self.kernels.forget(KernelKey.of(conversation))
+
+    async def _conversations_alive(self, keys: list[KernelKey]) -> set[KernelKey]:
+        """Which of the kept kernels' conversations still exist (a few rows, by primary key)."""
+        ids = [k.conversation_id for k in keys]
+        created = await self.store.call(self.store.created_of, ids)
+        return {k for k in keys if created.get(k.conversation_id) == k.created}
 
     async def settle_background(self, timeout: float = 60.0) -> None:
         """Let background passes finish (bounded), then cancel what is left."""

@@ -537,11 +537,12 @@ class Kernels:
     back when it ends (`release`); the next turn of the conversation finds its variables there.
     A kept kernel is shut down once unused for `idle_minutes` (0: at the end of every run), when
     more than KEPT_MAX are kept (the least recently used), on /new and when the serve deletes
-    the conversation (`forget`), and with the process (`close`). Kernels are kept by
-    `KernelKey`, so a conversation deleted elsewhere (`heron conversations delete` beside a
-    serve) never lends its kernel to a new one of the same name. A kernel is its own process in
-    the sandbox, which dies with Heron however Heron dies (docs/security.md). A conversation's
-    turns run one at a time, and two conversations never share a session."""
+    the conversation (`forget`), at the reaper's next look when another process deleted it
+    (`alive`), and with the process (`close`). Kernels are kept by `KernelKey`, so a
+    conversation deleted elsewhere never lends its kernel to a new one of the same name. A
+    kernel is its own process in the sandbox, which dies with Heron however Heron dies
+    (docs/security.md). A conversation's turns run one at a time, and two conversations never
+    share a session."""
 
     def __init__(
         self, workspace: Path, sandbox: Sandbox, idle_minutes: float = KERNEL_IDLE_MINUTES
@@ -553,6 +554,9 @@ class Kernels:
         self._runs: dict[KernelKey, int] = {}  # runs holding each session now
         self._released: dict[KernelKey, float] = {}  # when each was last given back (monotonic)
         self._reaper: asyncio.Task[None] | None = None
+        # Which of these conversations still exist (the engine asks its store): one deleted by
+        # another process has its kernel ended at the reaper's next look, not when idle.
+        self.alive: Callable[[list[KernelKey]], Awaitable[set[KernelKey]]] | None = None
 
     def take(
         self, key: KernelKey, earlier: Callable[[], Awaitable[bool]] | None = None
@@ -621,6 +625,17 @@ class Kernels:
                 if key in self._runs or idle_since is None or now - idle_since < self.idle:
                     continue
                 await self._end(key, f"the last one ended after {self.idle / 60:g} minutes unused")
+            await self._end_deleted()
+
+    async def _end_deleted(self) -> None:
+        """End the kept kernels of conversations deleted meanwhile (`alive`)."""
+        kept = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
+        if self.alive is None or not kept:
+            return
+        living = await self.alive(kept)
+        for key in kept:
+            if key not in living and key not in self._runs:
+                await self.forget(key)
 
     async def _over_cap(self) -> None:
         idle = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
