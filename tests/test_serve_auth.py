@@ -159,8 +159,11 @@ async def test_an_expired_code_and_an_expired_session_say_what_to_do():
             anon.cookies.clear()
         async with serve.http() as http:
             assert (await http.get("/api/conversations")).status_code == 200
+            probe = await http.get("/api/session")  # what the page asks when its socket closes
+            assert probe.status_code == 200 and probe.json() == {"logged_in": True}
             now[0] += SESSION_SECONDS + 1
             gone = await http.get("/api/conversations")
+            assert (await http.get("/api/session")).status_code == 401
     assert gone.status_code == 401 and LOGIN_ADVICE in gone.json()["detail"]["hint"]
 
 

@@ -220,6 +220,12 @@ def create_app(
         )
         return home
 
+    @app.get("/api/session", include_in_schema=False)
+    async def session() -> dict[str, bool]:
+        """The page's probe after its socket closed: this answer means logged in (the guard
+        answers 401 before this runs), so a refused /ws upgrade is told from a stopped serve."""
+        return {"logged_in": True}
+
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
         origin, host = websocket.headers.get("origin"), websocket.headers.get("host")
