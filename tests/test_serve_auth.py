@@ -305,3 +305,26 @@ def test_a_damaged_sessions_file_logs_browsers_out_and_starts_clean(tmp_path: Pa
     assert token is not None and auth.allows({COOKIE: token})
     assert Auth.load(tmp_path).allows({COOKIE: token})
     assert not Auth.load(tmp_path).allows({COOKIE: token + "x"})
+
+
+async def test_serve_open_says_so_when_no_browser_can_be_opened(monkeypatch):
+    """`heron serve --open` on a machine without a browser: the same line as `heron web
+    --open`, instead of silence."""
+    import webbrowser
+
+    from heron.channels.web_login import NO_BROWSER
+
+    asked: list[str] = []
+
+    def no_browser(url: str, *args: object, **kwargs: object) -> bool:
+        asked.append(url)
+        return False  # what webbrowser.open answers with no browser registered
+
+    monkeypatch.setattr(webbrowser, "open", no_browser)
+    async with running_serve(ScriptedProvider(_echo), open_browser=True) as serve:
+        for _ in range(200):  # the browser is opened on a thread; bounded, not timed
+            if NO_BROWSER in serve.out.getvalue():
+                break
+            await asyncio.sleep(0.05)
+        assert asked == [serve.login]
+        assert f"{NO_BROWSER}\n" in serve.out.getvalue()

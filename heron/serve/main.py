@@ -25,7 +25,7 @@ import uvicorn
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
-from heron.channels.web_login import open_in_browser
+from heron.channels.web_login import NO_BROWSER, open_in_browser
 from heron.config import Settings
 from heron.providers.base import Provider
 from heron.serve.app import create_app
@@ -131,7 +131,7 @@ async def serve(
                 url = _url(bound_host, bound_port)
                 info = _announce(lock, url, shown, note, login, engine, out)
                 if open_browser:  # a console browser would hold the loop: on a thread
-                    threading.Thread(target=open_in_browser, args=(login,), daemon=True).start()
+                    threading.Thread(target=_open, args=(login, out), daemon=True).start()
                 if on_ready is not None:
                     on_ready(info, login)
                 await server.serve(sockets=[sock])
@@ -143,6 +143,14 @@ async def serve(
                 await runtime.close()
                 with contextlib.suppress(Exception):
                     await control.wait_closed()
+
+
+def _open(login: str, out: TextIO) -> None:
+    """Open the login address in the person's browser, and say so when none could be opened
+    (a machine without a display): the printed address is then the way in."""
+    if not open_in_browser(login):
+        out.write(f"{NO_BROWSER}\n")
+        out.flush()
 
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
