@@ -186,7 +186,7 @@ def test_a_browser_logs_in_through_a_one_time_address(browser):
         pg.goto(site.url + "/")
         expect(pg.locator("body")).to_contain_text("Run `heron web` on this machine")
         pg.goto(site.login)  # the printed address, already spent by the harness
-        expect(pg.locator("body")).to_contain_text("expired or was already used")
+        expect(pg.locator("body")).to_contain_text("is wrong, has expired, or was already used")
         expect(pg.locator("body")).to_contain_text("heron web")
         login = control_login(site)  # what `heron web` asks for
         pg.goto(login)  # sets the HttpOnly, SameSite=Strict cookie and redirects to /
@@ -203,7 +203,7 @@ def test_a_browser_logs_in_through_a_one_time_address(browser):
         other = browser.new_context()
         pg2 = other.new_page()
         pg2.goto(login)
-        expect(pg2.locator("body")).to_contain_text("expired or was already used")
+        expect(pg2.locator("body")).to_contain_text("is wrong, has expired, or was already used")
         other.close()
         context.close()
 

@@ -211,8 +211,9 @@ def create_app(
             minutes = CODE_SECONDS // 60
             return _page(
                 "This login code does not work",
-                f"It has expired or was already used: a code works once, for {minutes} "
-                f"minutes. {LOGIN_HINT}",
+                "The code is wrong, has expired, or was already used: a code works once, "
+                f"for {minutes} minutes, and only as printed (copy the whole address). "
+                f"{LOGIN_HINT}",
                 403,
             )
         home.set_cookie(
