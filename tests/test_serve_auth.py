@@ -331,3 +331,4 @@ async def test_serve_open_says_so_when_no_browser_can_be_opened(monkeypatch):
             await asyncio.sleep(0.05)
         assert asked == [serve.login]
         assert f"{NO_BROWSER}\n" in serve.out.getvalue()
+        assert "plain HTTP" not in serve.out.getvalue()  # on loopback, nothing crosses a network

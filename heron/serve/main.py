@@ -29,7 +29,7 @@ from heron.channels.web_login import NO_BROWSER, open_in_browser
 from heron.config import Settings
 from heron.providers.base import Provider
 from heron.serve.app import create_app
-from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, login_url
+from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, is_loopback, login_url
 from heron.serve.control import start_control
 from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
 from heron.serve.ports import bind_error
@@ -116,6 +116,7 @@ async def serve(
             auth = auth or Auth.load(home)
             bound_host, bound_port = sock.getsockname()[:2]
             shown, note = shown_url(bound_host, bound_port)
+            note = "\n".join(filter(None, [note, plain_http_notice(bound_host)])) or None
             await runtime.start()
             control = await start_control(
                 runtime, home / SOCKET_NAME, login=lambda: login_url(shown, auth.new_code())
@@ -217,6 +218,18 @@ def shown_url(
         return _url(found, port), listening + "from another machine, use an address of this one."
     note = f"replace {host} in the address with this machine's name or address."
     return _url(host, port), listening + note
+
+
+PLAIN_HTTP = (
+    "heron: plain HTTP: the login code and the session cookie cross the network unencrypted, "
+    "readable on the way; put a TLS reverse proxy in front, or use an SSH tunnel to a serve on "
+    "127.0.0.1 (docs/serve.md#off-this-machine-tls)."
+)
+
+
+def plain_http_notice(host: str) -> str | None:
+    """The warning a bind other than loopback prints: the serve speaks no TLS itself."""
+    return None if is_loopback(host) else PLAIN_HTTP
 
 
 def outward_address(host: str) -> str | None:
