@@ -99,6 +99,24 @@ class OutboundMessage:
     code: str | None = None
 
 
+# A channel as the person knows it, where they read who stopped a turn.
+CHANNEL_NAMES = {"web": "the browser", "terminal": "heron chat", "script": "heron run"}
+
+
+def stopped_by(command: str, channel: str | None, pid: int | None = None) -> str:
+    """What stopped a turn, as its person reads it: `/new from the browser`, or, sent from
+    another process than the turn's, `/stop from heron run (process 4242)`."""
+    where = CHANNEL_NAMES.get(channel, channel) if channel else None
+    said = f"/{command}" + (f" from {where}" if where else "")
+    return said if pid is None else f"{said} (process {pid})"
+
+
+def started_afresh(stopped: str) -> bool:
+    """Whether `stopped_by` names a /new: the model starts afresh after it, so answering the
+    stopped message again (--retry) would answer it where the person no longer is."""
+    return stopped.startswith("/new")
+
+
 @dataclass(frozen=True)
 class TurnEnd:
     """How a turn ended, for the channel that started it."""
@@ -113,6 +131,8 @@ class TurnEnd:
     model_calls: int = 0
     usage: Usage | None = None  # the turn's tokens, all its model calls together
     cost_usd: float | None = None  # None: unknown
+    # What stopped it (outcome "stale"), when known: `stopped_by(...)`'s words.
+    stopped_by: str | None = None
     # The turn failed for want of a usable model (heron.errors.model_unusable: the key refused,
     # the server down). Set in-process; a serve's turn_end does not carry it.
     unusable: bool = False

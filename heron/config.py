@@ -766,13 +766,18 @@ def _openai_wire(
 def _openai_key(
     config: Config, env: Mapping[str, str], url: str | None, source: str | None
 ) -> str | None:
-    """The key for an OpenAI-wire server. One config.toml names goes with the key written
-    beside it there first: the environment's OPENAI_API_KEY is the person's OpenAI key, not
-    that server's. One the environment names takes HERON_API_KEY first."""
+    """The key for an OpenAI-wire server: a key goes only with the URL it was set beside.
+    OpenAI itself and OPENAI_BASE_URL's server take OPENAI_API_KEY (or config.toml's key, as
+    the SDK pairs them); a server HERON_BASE_URL or config.toml names takes its own key
+    (config.toml's, HERON_API_KEY), never the person's OpenAI key, else none (a placeholder)."""
     configured = config.api_keys.get("openai")
-    if url and source and "config.toml" in source and configured:
-        return configured
-    return (env.get("HERON_API_KEY") if url else None) or env.get("OPENAI_API_KEY") or configured
+    if url is None or _is_openai(url) or source == "OPENAI_BASE_URL":
+        return (
+            env.get("OPENAI_API_KEY") or configured or (env.get("HERON_API_KEY") if url else None)
+        )
+    if source is not None and source.endswith("config.toml"):
+        return configured or env.get("HERON_API_KEY")
+    return env.get("HERON_API_KEY")
 
 
 def _is_openai(url: str) -> bool:

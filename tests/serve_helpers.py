@@ -183,6 +183,7 @@ class ServeProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.banner = ""
         self.login = ""  # the login address it printed
+        self.said: list[str] = []  # the lines of its start read so far, the banner first
 
     def __enter__(self) -> ServeProcess:
         self.proc = subprocess.Popen(
@@ -195,9 +196,11 @@ class ServeProcess:
         assert self.proc.stdout is not None
         self.banner = self.proc.stdout.readline()  # blocks until it listens (or dies)
         assert self.banner.startswith("heron serve: "), self.proc.stderr.read()
+        self.said.append(self.banner)
         while not self.login:  # the lines of its start come out together
             line = self.proc.stdout.readline()
             assert line, "heron serve printed no login address"
+            self.said.append(line)
             if line.startswith("Log in: "):
                 self.login = line.removeprefix("Log in: ").strip()
         return self

@@ -280,6 +280,23 @@ def test_ctrl_c_right_after_enter_stops_the_turn_before_it_has_started(heron_hom
     assert meta.get("interrupted") is True
 
 
+def test_ctrl_c_typed_with_the_enter_stops_the_in_process_turn(heron_home):
+    """QA: in-process, Ctrl-C half a second after the first Enter gave a fresh line and the
+    turn streamed to its end. A busy moment after Enter leaves the key unread until the next
+    prompt, which read it before the loop had taken the message: "nothing runs". Sent in one
+    write with the Enter, the key always lands in that gap."""
+    reply = ServerReply(text="Words that wait for a stop.", chunk_size=4, stall_after_events=3)
+    with FakeOpenAIServer([reply]) as server:
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("explain\r\x03")
+        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
+        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+        chat.leave()
+    assert _said(heron_home, "user") == ["explain"]
+    [(_, meta)] = _rows(heron_home, "assistant")
+    assert meta.get("interrupted") is True
+
+
 def test_the_terminal_does_not_echo_ctrl_c_while_the_chat_runs_and_is_restored_after(heron_home):
     """In line mode the terminal would echo the key as "^C" into the reply, before "Stopped."
     (it did, in the test above, when the key came while a block was printed): the chat turns

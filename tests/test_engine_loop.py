@@ -10,12 +10,14 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from engine_child import quick
 
+from heron.agent import leases
 from heron.agent.control import MAIL_LABEL, MAIL_META
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
-from heron.agent.turn import Outcome
+from heron.agent.turn import STOPPED, Outcome
 from heron.bus import Dispatcher, InboundMessage, MessageBus, OutboundMessage
 from heron.config import Settings
 from heron.context.repair import is_well_formed
@@ -265,25 +267,40 @@ async def test_stop_during_a_tool_keeps_finished_results_and_the_stale_turn_writ
     assert not snapshot["checkpoints"]
 
 
-async def test_a_turn_made_stale_by_another_process_discards_its_writes():
+@pytest.mark.parametrize("gate_opens", [True, False], ids=["tool-ends", "tool-waits"])
+async def test_a_turn_stopped_by_another_process_keeps_what_it_finished_and_nothing_after(
+    monkeypatch, gate_opens
+):
+    """/stop from another process only bumps the stored epoch. The turn stops as /stop here
+    stops it, whether its tool ends after the bump (its next commit finds it stale) or never
+    does (its watch of the epoch notices): the call's result is not written, the record is
+    closed as a stopped turn's is, and the turn says what stopped it."""
+    monkeypatch.setattr(leases, "EPOCH_POLL", 0.05)
     registry, gate, _ = _gate_registry()
-    provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool")])
+    provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool", Usage(3, 1))])
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         store = engine.store
         task = asyncio.create_task(engine.turn("k", "go"))
         await _until(lambda: len(provider.requests) == 1)
         await _until(lambda: len(store.all_messages(store.conversation("k").id)) == 2)
         conv_id = store.conversation("k").id
-        es.bump_epoch(store, conv_id)  # what /stop from another process does
-        before = len(store.all_messages(conv_id))
-        gate.set()
-        result = await task
+        es.bump_epoch(store, conv_id, "/stop from heron run (process 1)")  # as that one does
+        if gate_opens:
+            gate.set()
+        result = await asyncio.wait_for(task, 10)  # no gate: only the watch can end it
         after = store.all_messages(conv_id)
         tool_rows = store.query("SELECT COUNT(*) FROM tool_calls")[0][0]
         turn = store.turns(conv_id)[0]
-    assert result.outcome is Outcome.STALE and result.reply is None
-    assert len(after) == before and tool_rows == 0
-    assert turn.status == "interrupted"
+        holder = es.lease_holder(store, conv_id)
+    assert result.outcome is Outcome.STALE and result.reply is None and not result.ok
+    assert result.stopped_by == "/stop from heron run (process 1)"
+    assert [m.role for m in after] == ["user", "assistant", "user", "assistant"]
+    (closed,) = after[2].message.tool_results
+    assert closed.is_error and "interrupted" in closed.content  # never "gate passed"
+    assert after[3].message.text == STOPPED
+    assert tool_rows == 0 and holder is None
+    assert (turn.status, turn.model_calls) == ("interrupted", 1)
+    assert is_well_formed([m.wire for m in after])
 
 
 async def test_soft_break_wraps_up_at_the_next_drain():

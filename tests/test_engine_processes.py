@@ -22,6 +22,7 @@ import pytest
 from pg import raw_count
 from procs import reap, spawn, start_together  # noqa: F401  (reap: an autouse fixture)
 
+from heron.agent.turn import STOPPED
 from heron.context.repair import is_well_formed
 from heron.store import Store
 from heron.testing.fake_openai import FakeOpenAIServer
@@ -207,31 +208,42 @@ def test_a_follow_up_from_another_process_waits_and_sees_the_turn(home_db):
 
 
 def test_stop_from_another_process_keeps_finished_tool_results(home_db):
-    """/stop sent from a second process makes the running turn stale: what its tools finished
-    before the stop is kept, nothing it does after is written, and the next turn sees the
-    finished result and the unfinished call closed as interrupted."""
+    """/stop sent from a second process stops the running turn as a /stop in its own process
+    would: what its tools finished before the stop is kept, the unfinished call is closed as
+    interrupted with the minimal stopped reply, nothing the turn does after is written, and the
+    next turn sees the finished result. Whether the gate opens before the turn notices (its
+    next commit is refused) or after (its watch of the epoch cancels it), the record is the
+    same."""
     Store(home_db).close()
     first = _spawn(_env(), "gate", "shared", "do two things")
     _until_row(home_db, "SELECT COUNT(*) FROM checkpoints")  # `quick` done, `wait_gate` waits
+    store = Store(home_db)
+    before = _rows(store)  # before the stop: the stopped turn may close at once after it
     stop = _spawn(_env(), "say", "shared", "/stop")
     out, err = stop.communicate(timeout=60)
     assert stop.returncode == 0, err
     assert "What it finished is kept" in json.loads(out)["reply"]
-    store = Store(home_db)
-    before = _rows(store)
     (Path(os.environ["HERON_HOME"]) / "gate").touch()
     out1, err1 = first.communicate(timeout=60)
     assert first.returncode == 0, err1
     assert json.loads(out1)["outcome"] == "stale"
-    assert _rows(store) == before  # the stale turn wrote nothing after the stop
-    after = _spawn(_env(), "say", "shared", "what happened?")
-    out3, err3 = after.communicate(timeout=60)
-    assert after.returncode == 0, err3
+    after = _rows(store)
+    for table in ("tool_calls", "model_calls"):  # no call of the turn is recorded after it
+        assert after[table] == before[table]
+    assert after["checkpoints"] == []  # taken into the record by the closing
+    assert after["messages"][: len(before["messages"])] == before["messages"]
+    conv = store.conversation("shared")
+    closing = [m.message for m in store.branch(conv.id)][len(before["messages"]) :]
+    assert [m.role for m in closing] == ["user", "assistant"]
+    assert closing[0].tool_results[0].content == "quick 1 done"
+    assert closing[1].text == STOPPED  # nothing streamed: the turn's minimal stopped reply
+    after_turn = _spawn(_env(), "say", "shared", "what happened?")
+    out3, err3 = after_turn.communicate(timeout=60)
+    assert after_turn.returncode == 0, err3
     seen = json.loads(out3)["seen"]
     results = {r[0]: (r[1], r[2]) for m in seen for r in m["results"]}
     assert results["a"] == ("quick 1 done", False)
     assert results["b"][1] and "interrupted" in results["b"][0]
-    conv = store.conversation("shared")
     assert [t.status for t in store.turns(conv.id)] == ["interrupted", "done"]
     assert is_well_formed([r.wire for r in store.branch(conv.id)])
 

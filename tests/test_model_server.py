@@ -119,10 +119,17 @@ def test_the_key_written_beside_a_configured_server_is_the_one_it_gets(tmp_path)
     path.write_text('base_url = "https://llm.example.com/v1"\n[providers.openai]\napi_key = "x1"\n')
     assert choose_model(load_config(path), env).api_key == "x1"
     path.write_text('[providers.openai]\nbase_url = "https://llm.example.com/v1"\n')
-    assert choose_model(load_config(path), env).api_key == "sk-openai"  # no key of its own
-    # a server named by the environment takes the environment's keys first
-    url_env = {"HERON_BASE_URL": "http://127.0.0.1:8000/v1", "HERON_API_KEY": "sk-heron"}
-    assert choose_model(load_config(path), url_env | env).api_key == "sk-heron"
+    # no key of its own: the placeholder (QA: the person's OpenAI key went there)
+    assert choose_model(load_config(path), env).api_key == PLACEHOLDER_KEY
+    assert choose_model(load_config(path), env | {"HERON_API_KEY": "h"}).api_key == "h"
+    # a server HERON_BASE_URL names takes HERON_API_KEY, never OPENAI_API_KEY
+    url_env = {"HERON_BASE_URL": "http://127.0.0.1:8000/v1"}
+    assert choose_model(Config(), url_env | env).api_key == PLACEHOLDER_KEY
+    assert choose_model(Config(), url_env | env | {"HERON_API_KEY": "h"}).api_key == "h"
+    # OPENAI_BASE_URL is the SDK's pair of OPENAI_API_KEY; OpenAI itself takes its key
+    sdk_env = {"OPENAI_BASE_URL": "https://proxy.example.com/v1"} | env
+    assert choose_model(Config(), sdk_env).api_key == "sk-openai"
+    assert choose_model(Config(), env).api_key == "sk-openai"
 
 
 def test_a_named_model_or_provider_still_decides_and_public_apis_still_need_their_key(tmp_path):

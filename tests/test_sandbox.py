@@ -287,8 +287,27 @@ def test_the_probe_is_tried_for_real_and_remembered(heron_home: Path, tmp_path: 
     assert saved["ok"] is False
     real = shutil.which("bwrap")
     assert cached_probe(real, heron_home).ok  # another binary: tried again, not the cache
-    assert Sandbox.detect(tmp_path, heron_home, "none", {"HERON_BWRAP": "off"}).problem == (
-        "bubblewrap (bwrap) is not installed"
+
+
+def test_the_notice_says_why_there_is_no_sandbox(heron_home: Path, tmp_path: Path) -> None:
+    """HERON_BWRAP=off is a choice, not a missing package: the notice says it is turned off
+    and how to turn it on again, whether or not bwrap is installed; a machine without bwrap
+    is told to install it."""
+    from heron.tools.sandbox import PROBE_CACHE, Sandbox
+
+    off = Sandbox.detect(tmp_path, heron_home, "none", {"HERON_BWRAP": "off"})
+    assert off.problem == "bubblewrap is turned off (HERON_BWRAP=off)"
+    said = off.notice("ask") or ""
+    assert said.startswith("No sandbox: bubblewrap is turned off (HERON_BWRAP=off).")
+    assert "not installed" not in said and "apt-get" not in said
+    assert said.endswith("To confine them, unset HERON_BWRAP (or set it to the path of bwrap).")
+    assert not (heron_home / PROBE_CACHE).exists()  # a setting, not a fact to remember
+    nowhere = tmp_path / "empty"
+    nowhere.mkdir()
+    missing = Sandbox.detect(tmp_path, heron_home, "none", {"PATH": str(nowhere)})
+    assert missing.problem == "bubblewrap (bwrap) is not installed"
+    assert "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap)" in (
+        missing.notice("ask") or ""
     )
 
 
@@ -315,7 +334,7 @@ async def test_heron_run_without_a_terminal_refuses_and_tells_the_person(
     ok = await run_once(settings(False), "go", "default", None, None, False, out, err, provider)
     said = err.getvalue()
     assert ok and not marker.exists()
-    assert said.count("No sandbox: bubblewrap (bwrap) is not installed") == 1  # once, at start
+    assert said.count("No sandbox: bubblewrap is turned off (HERON_BWRAP=off)") == 1  # at start
     assert (
         f"refused to run bash without your approval (no terminal to ask in):\n  touch {marker}"
         in said

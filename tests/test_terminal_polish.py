@@ -220,6 +220,7 @@ async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
         turn = engine.store.turns(conv.id)[0]
     last = rows[-1]
     assert last.role == "assistant" and last.meta.get("interrupted") is True
+    assert last.author == "model"  # the model's words, shown as the assistant's (not Heron's)
     assert last.message.parts[0].text == (
         f"The first half of the answer, read by the person.\n\n{REPLY_STOPPED}"
     )

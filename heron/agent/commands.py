@@ -9,12 +9,13 @@ The outputs are exact and tested: channels print them as they are.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from heron.bus import NOTHING_TO_RETRY
+from heron.bus import NOTHING_TO_RETRY, stopped_by
 from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
@@ -110,9 +111,11 @@ class CommandContext:
     engine: CommandEngine
     key: str
     agent: str = "default"
-    # Set by the AgentLoop: stops the in-process turn of `key`, returning whether one ran.
-    stop_local: Callable[[str], Awaitable[bool]] | None = None
+    # Set by the AgentLoop: stops the in-process turn of `key` (saying what stopped it),
+    # returning whether one ran.
+    stop_local: Callable[[str, str | None], Awaitable[bool]] | None = None
     running_local: Callable[[str], bool] | None = None
+    channel: str | None = None  # where the command was typed (what a stopped turn is told)
 
     @property
     def store(self) -> Store:
@@ -193,7 +196,8 @@ async def _help(ctx: CommandContext, arg: str) -> CommandReply:
 
 
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
-    if ctx.stop_local is not None and await ctx.stop_local(ctx.key):
+    here = stopped_by("stop", ctx.channel)
+    if ctx.stop_local is not None and await ctx.stop_local(ctx.key, here):
         return CommandReply("Stopped. What the turn finished is kept.")
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     if conv is None:
@@ -201,14 +205,16 @@ async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
     holder = await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     if holder is None:
         return CommandReply("Nothing is running.")
-    # Another process runs it: bumping the epoch makes it stale at its next commit.
-    await ctx.store.call(es.bump_epoch, ctx.store, conv.id)
+    # Another process runs it: it notices the bump within a second and stops as /stop stops
+    # a turn here (heron/agent/turn.py, `stops_elsewhere`), telling its person who did.
+    by = stopped_by("stop", ctx.channel, os.getpid())
+    await ctx.store.call(es.bump_epoch, ctx.store, conv.id, by)
     return CommandReply(f"Stopped {holder.describe()}. What it finished is kept.")
 
 
 async def _new(ctx: CommandContext, arg: str) -> CommandReply:
     if ctx.stop_local is not None:
-        await ctx.stop_local(ctx.key)
+        await ctx.stop_local(ctx.key, stopped_by("new", ctx.channel))
     # The turn machine bumped the epoch before taking the lease, so a turn still running in
     # another process is already stale.
     await ctx.engine.end_kernel(ctx.key)  # a fresh start: no variables carried over

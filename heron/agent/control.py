@@ -208,6 +208,8 @@ class TurnControl:
     question: Question | None = None
     # The person's attachments to the message that opens the turn (heron/attachments.py).
     files: tuple[File, ...] = ()
+    # What stopped the turn, when a /stop or /new did (`heron.bus.stopped_by`'s words).
+    stopped_by: str | None = None
 
     def __post_init__(self) -> None:
         self.mailbox.open = self.mailable
@@ -234,10 +236,13 @@ class TurnControl:
     def stale(self) -> bool:
         return self.token.stale
 
-    def void(self) -> None:
-        """/stop, /new or a failure: nothing more of this turn is kept or shown."""
+    def void(self, by: str | None = None) -> None:
+        """/stop, /new or a failure: nothing more of this turn is kept or shown; `by` says
+        what stopped it, for its channel."""
         self.token.stale = True
         self.mailbox.open = False
+        if by is not None and self.stopped_by is None:
+            self.stopped_by = by
 
     def post(self, text: str, ref: str | None = None, channel: str | None = None) -> bool:
         """A follow-up for the running turn (`ref`: the id of the queued message it is, for a

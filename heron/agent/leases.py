@@ -23,6 +23,10 @@ from heron.store import engine_state as es
 
 LEASE_TTL = 30.0  # seconds a claim lives without a heartbeat
 PRESENCE_TTL = 60.0
+# Seconds between a running turn's reads of its stored epoch: how soon it notices a /stop or
+# /new sent from another process (one indexed read of one row; a turn shorter than this never
+# reads it).
+EPOCH_POLL = 1.0
 
 
 def new_owner() -> str:
@@ -35,6 +39,13 @@ def busy_message(holder: es.Holder) -> str:
     return f"busy in another session ({holder.describe()}); waiting for it to finish…"
 
 
+def left_message(holder: es.Holder) -> str:
+    """What a turn says when it took the lease from a holder that is gone: the turn that holder
+    ran ended unfinished, and this one goes on from what it saved (RESTORE closes the rest)."""
+    why = "its process has ended" if holder.host == es.HOST else "its claim expired"
+    return f"{holder.describe()} ended without finishing ({why}); what it saved is kept"
+
+
 class Lease:
     """A held turn lease; `check()` is the commit-time ownership test."""
 
@@ -44,6 +55,7 @@ class Lease:
         self.store = store
         self.epoch = claim.epoch  # the conversation's epoch when the lease was won
         self.dirty = claim.dirty  # an earlier turn left work to recover
+        self.left_by = claim.left_by  # the holder whose claim it took, gone without a release
         self.conversation_id = conversation_id
         self.owner = owner
         self.ttl = ttl
@@ -115,6 +127,34 @@ async def _beating(
             with contextlib.suppress(asyncio.CancelledError):
                 await running
         await asyncio.shield(release())
+
+
+@asynccontextmanager
+async def watch_epoch(
+    store: Store,
+    conversation_id: int,
+    epoch: int,
+    on_moved: Callable[[str | None], None],
+    every: float | None = None,
+) -> AsyncIterator[None]:
+    """While the block runs, read the conversation's stored epoch every `every` seconds
+    (`EPOCH_POLL`); once it is no longer `epoch` (another process's /stop or /new bumped it),
+    call `on_moved` with what that bump said stopped the turn (None: it said nothing) and read
+    no more. A timer, like the heartbeat: across processes SQLite offers no signal but a read."""
+
+    async def look() -> bool:
+        now, by = await store.call(es.epoch_and_note, store, conversation_id)
+        if now == epoch:
+            return True
+        on_moved(by)
+        return False
+
+    async with _beating(look, EPOCH_POLL if every is None else every, _nothing):
+        yield
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _acquire(

@@ -39,6 +39,7 @@ from heron.bus import (
     TurnEnd,
     TurnEvent,
     TurnOptions,
+    stopped_by,
 )
 from heron.errors import HeronError, ProviderError, model_unusable
 from heron.messages import Message, ToolCall, ToolResult
@@ -207,7 +208,7 @@ class AgentLoop:
             if mail:
                 queue.appendleft(unread_mail(message, mail, key))
             queue.appendleft(message)
-            await self.stop(key)
+            await self.stop(key, stopped_by("new", message.channel))
             return
         await self._command_now(found, key, message)
 
@@ -216,7 +217,12 @@ class AgentLoop:
     ) -> None:
         """A command that does not wait for the running turn (/stop, /status): run and answered."""
         ctx = commands.CommandContext(
-            self.engine, key, message.agent, stop_local=self.stop, running_local=self.running
+            self.engine,
+            key,
+            message.agent,
+            stop_local=self.stop,
+            running_local=self.running,
+            channel=message.channel,
         )
         reply = await commands.run(found, ctx)
         if reply.text:
@@ -322,7 +328,7 @@ class AgentLoop:
                 key, message.text, hooks, agent=message.agent, channel=message.channel
             )
         except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
-            self._ended(message, key, TurnEnd(False, "stale"))
+            self._ended(message, key, TurnEnd(False, "stale", stopped_by=control.stopped_by))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
@@ -428,7 +434,8 @@ class AgentLoop:
             result = task.result()
         # Cancelled before the turn could say so itself: it was stopped.
         end = active.end if active is not None else None
-        ended = TurnEnded(key, message, end or TurnEnd(False, "stale"), result)
+        stopped = TurnEnd(False, "stale", stopped_by=control.stopped_by)
+        ended = TurnEnded(key, message, end or stopped, result)
         queue = self._pending.setdefault(key, deque())
         mail = control.mailbox.take()
         if mail:
@@ -464,15 +471,16 @@ class AgentLoop:
 
     # ---- interrupts -----------------------------------------------------------------------
 
-    async def stop(self, key: str) -> bool:
-        """Hard break: bump the epoch, cancel the turn, wait until it has cleaned up."""
+    async def stop(self, key: str, by: str | None = None) -> bool:
+        """Hard break: bump the epoch, cancel the turn, wait until it has cleaned up. `by`
+        says what stopped it (`heron.bus.stopped_by`), for the turn's channel."""
         active = self._active.get(key)
         if active is None:
             return False
-        active.control.void()
+        active.control.void(by)
         conversation_id = active.control.token.conversation_id
         if conversation_id is not None:
-            await self.engine.store.call(es.bump_epoch, self.engine.store, conversation_id)
+            await self.engine.store.call(es.bump_epoch, self.engine.store, conversation_id, by)
         active.task.cancel()
         await asyncio.wait({active.task})
         return True
@@ -537,6 +545,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         result.run_id,
         result.run.model_calls,
         result.run.usage,
+        stopped_by=result.stopped_by,
         unusable=model_unusable(error),
     )
 

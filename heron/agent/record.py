@@ -155,9 +155,10 @@ class TurnRecorder:
         if self.trace is not None:
             await self.trace.finish("interrupted")
         figures = self.figures("interrupted", "interrupted", None, system_fingerprint)
-        await self.store.call(self._finish_turn, figures)
+        await self.store.call(self.finish_turn, figures)
 
-    def _finish_turn(self, figures: TurnFigures) -> None:
+    def finish_turn(self, figures: TurnFigures) -> None:
+        """The turn row's closing values, in the caller's transaction."""
         self.store.finish_turn(
             self.turn_id,
             status=figures.status,
@@ -180,4 +181,4 @@ class TurnRecorder:
                 return
             for message in final:
                 self.store.append(self.conversation_id, message, turn_id=self.turn_id)
-            self._finish_turn(figures)
+            self.finish_turn(figures)

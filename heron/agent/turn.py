@@ -30,20 +30,21 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import os
 import secrets
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from heron.agent import commands
 from heron.agent.control import StaleTurn, TurnControl
-from heron.agent.leases import Lease, hold_lease
+from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
 from heron.attachments import message_parts
-from heron.bus import TurnOptions
+from heron.bus import TurnOptions, stopped_by
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
@@ -83,6 +84,8 @@ class Outcome(enum.Enum):
 
 STOPPED = "[This turn was stopped before it finished.]"
 REPLY_STOPPED = "[The reply was stopped here.]"  # after the part of a reply the person saw
+# What stopped a turn whose epoch another process bumped without saying why (an older Heron).
+ELSEWHERE = "/stop or /new from another session"
 FAILED = (
     "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
     "not stored twice)."
@@ -146,6 +149,7 @@ class TurnResult:
     command: str | None = None
     switch_to: str | None = None  # /resume: the channel continues in this conversation
     states: list[str] = field(default_factory=list)
+    stopped_by: str | None = None  # STALE: what stopped it, when known (heron.bus.stopped_by)
 
     @property
     def text(self) -> str:
@@ -153,7 +157,9 @@ class TurnResult:
 
     @property
     def ok(self) -> bool:
-        return self.run.stop in ("done", "wrapup", "length", "repetition")
+        """Answered: not failed, and not stopped by /stop or /new (whatever streamed first)."""
+        stopped = self.outcome is Outcome.STALE
+        return not stopped and self.run.stop in ("done", "wrapup", "length", "repetition")
 
 
 # ---- the steps' results: each names the state it leads to -------------------------------------
@@ -263,6 +269,7 @@ class Turn:
     pending: PendingSave | None = None  # between RUN and SAVE
     trail: list[State] = field(default_factory=list)
     partial: str = ""  # reply text streamed to the channel since the last message committed
+    stopped_elsewhere: bool = False  # cancelled by `stops_elsewhere`, not by its AgentLoop
     # By call id, what a tool stopped with the turn had produced (`ToolContext.leave_partial`):
     # said with its interrupted result.
     stopped_output: dict[str, str] = field(default_factory=dict)
@@ -299,12 +306,50 @@ async def _under_lease(t: Turn) -> TurnResult:
     async with hold_lease(store, t.conversation.id, on_busy=hooks.on_busy) as lease:
         control.token.owner, control.token.epoch = lease.owner, lease.epoch
         t.lease = lease
+        if lease.left_by is not None and hooks.on_notice is not None:
+            hooks.on_notice(left_message(lease.left_by))
         try:
-            done = await drive(t)
-        except (asyncio.CancelledError, Exception):
+            async with stops_elsewhere(t, lease):
+                done = await drive(t)
+        except asyncio.CancelledError:
+            await asyncio.shield(interrupted(t))
+            if not (t.stopped_elsewhere and _uncancelled()):
+                raise
+            done = Done(None, Outcome.STALE)  # stopped as /stop stops it, and said so
+        except Exception:
             await asyncio.shield(interrupted(t))
             raise
     return result_of(t, done)
+
+
+@contextlib.asynccontextmanager
+async def stops_elsewhere(t: Turn, lease: Lease) -> AsyncIterator[None]:
+    """/stop or /new from another process bumps the stored epoch: the turn notices within
+    `EPOCH_POLL` (heron/agent/leases.py) and is stopped as the AgentLoop's /stop stops it (the
+    task cancelled, `interrupted` keeping what finished and what streamed), then ends STALE
+    with what stopped it instead of raising. Without the watch it would stream on to its end
+    and only SAVE would find it stale."""
+    task = asyncio.current_task()
+    watching = True
+
+    def moved(by: str | None) -> None:
+        if watching and task is not None and not t.control.stale:  # stopped here already
+            t.control.void(by or ELSEWHERE)
+            t.stopped_elsewhere = True
+            task.cancel()
+
+    async with watch_epoch(t.engine.store, t.conversation.id, lease.epoch, moved):
+        try:
+            yield
+        finally:
+            watching = False
+
+
+def _uncancelled() -> bool:
+    """Take back the watch's own cancel of this task; False when something else cancelled it
+    too (the AgentLoop's /stop, a shutdown), which must go on."""
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 async def lease_free_command(t: Turn) -> TurnResult | None:
@@ -315,11 +360,13 @@ async def lease_free_command(t: Turn) -> TurnResult | None:
         return None
     store = t.engine.store
     if found.name == "new":
-        await store.call(es.bump_epoch, store, t.conversation.id)
+        by = stopped_by("new", t.channel, os.getpid())  # read by a turn of another process
+        await store.call(es.bump_epoch, store, t.conversation.id, by)
         return None
     if found.name not in commands.LEASE_FREE:
         return None
-    reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
+    context = commands.CommandContext(t.engine, t.key, t.agent, channel=t.channel)
+    reply = await commands.run(found, context)
     t.command, t.trail = found.name, [State.COMMAND, State.RESPOND]
     return result_of(t, Done(reply.text, Outcome.DELIVERED))
 
@@ -372,7 +419,8 @@ async def command(t: Turn, _: Restored) -> ToBuild | Answered:
     if found is None:
         return ToBuild(t.text)
     t.command = found.name
-    reply = await commands.run(found, commands.CommandContext(t.engine, t.key, t.agent))
+    context = commands.CommandContext(t.engine, t.key, t.agent, channel=t.channel)
+    reply = await commands.run(found, context)
     t.switch_to = reply.switch_to
     if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
         return ToBuild(reply.run_text, reply.answer_id)
@@ -672,10 +720,10 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
     observed = governor.observing(recorder.model_call) if governor else recorder.model_call
 
     async def on_message(m: Message) -> None:
-        t.partial = ""  # streamed text up to here is in this message
         if m.role == "assistant" and not m.tool_calls:
-            final.append(m)
+            final.append(m)  # held: what streamed of it stays in t.partial until committed
             return
+        t.partial = ""  # streamed text up to here is in the messages committed now
         await token.check(store)
         held = [*final, m]
         final.clear()
@@ -782,7 +830,7 @@ async def save(t: Turn, pending: PendingSave) -> Saved:
     in one transaction; then the outcome."""
     t.pending = None
     if not await settle(t, pending):
-        await mark_stale(t)
+        await stopped_at_save(t, pending)
         return Saved(None, Outcome.STALE)
     run = pending.run
     if run.error is not None:
@@ -823,11 +871,25 @@ async def settle(t: Turn, pending: PendingSave) -> bool:
     return ok
 
 
-async def mark_stale(t: Turn) -> None:
+async def stopped_at_save(t: Turn, pending: PendingSave) -> None:
+    """SAVE found the turn stale: a /stop or /new from another process landed after the
+    turn's last look at the epoch (`stops_elsewhere`). Closed as a stopped turn is (what
+    streamed kept as its interrupted answer, `interrupted`), with its figures; and what
+    stopped it read from the store for its channel."""
+    store, control = t.engine.store, t.control
+    if control.stopped_by is None:
+        _, by = await store.call(es.epoch_and_note, store, t.conversation.id)
+        control.stopped_by = by or ELSEWHERE
     if t.built is None:
         return
-    store = t.engine.store
-    await store.call(es.mark_turn, store, t.built.turn_id, "interrupted", "stale")
+    figures = dataclasses.replace(pending.figures, status="interrupted", stop_reason="stale")
+    finish = functools.partial(pending.recorder.finish_turn, figures)
+    conversation_id, turn_id = t.conversation.id, t.built.turn_id
+    said, owner = stopped_reply(t), control.token.owner
+    printed = t.stopped_output
+    await store.call(
+        es.close_stale_turn, store, conversation_id, turn_id, owner, said, finish, printed
+    )
 
 
 # ---- RESPOND ----------------------------------------------------------------------------------
@@ -884,9 +946,16 @@ async def interrupted(t: Turn) -> None:
     if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
         await store.call(pending.write, False)
     if t.built is not None:
-        said = f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}" if t.partial.strip() else STOPPED
+        said = stopped_reply(t)
         conversation_id, turn_id, printed = t.conversation.id, t.built.turn_id, t.stopped_output
-        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed)
+        author = "model" if t.partial.strip() else None  # the model's words, with Heron's mark
+        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed, author)
+
+
+def stopped_reply(t: Turn) -> str:
+    """The reply a stopped turn is recorded with: what the person read of it, then the mark
+    that it was stopped there; the minimal stopped reply when nothing streamed."""
+    return f"{t.partial.rstrip()}\n\n{REPLY_STOPPED}" if t.partial.strip() else STOPPED
 
 
 def result_of(t: Turn, done: Done) -> TurnResult:
@@ -902,6 +971,7 @@ def result_of(t: Turn, done: Done) -> TurnResult:
         command=t.command,
         switch_to=t.switch_to,
         states=[s.name for s in t.trail],
+        stopped_by=t.control.stopped_by if done.outcome is Outcome.STALE else None,
     )
 
 

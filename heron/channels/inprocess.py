@@ -35,7 +35,11 @@ class InProcessAgent:
     async def send(
         self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
     ) -> None:
+        """Publish, and return once the loop has taken it: its turn then runs (`running`),
+        so a Ctrl-C read right after the chat's Enter stops it instead of finding nothing
+        to stop (a busy moment can leave the key waiting until the next prompt reads it)."""
         self.send_nowait(text, key, agent, files)
+        await self.loop.bus.inbound.join()
 
     def send_nowait(
         self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()

@@ -546,4 +546,9 @@ def _turn_end(event: dict[str, Any]) -> TurnEnd:
             **{k: int(usage.get(k) or 0) for k in ("input", "output", "cache_read", "cache_write")}
         ),
         event.get("cost_usd"),
+        _text_or_none(event.get("stopped_by")),
     )
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None

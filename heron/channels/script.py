@@ -47,6 +47,7 @@ class _Printer:
         self.wrote = False
         self.at_line_start = True
         self.end: TurnEnd | None = None
+        self.asked: dict[str, str] = {}  # approval id -> its command (approval_end names none)
         # Through a face with no worker alive: the notice saying the message waits queued.
         self.unstaffed: str | None = None
 
@@ -74,12 +75,15 @@ class _Printer:
             self.note("heron: the conversation is busy; your message waits for the running turn")
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
             asked = ev.approval
+            self.asked[asked.id] = asked.command
             self.note(
                 f"heron: the agent wants to run ({asked.tool}, unconfined):\n  {asked.command}\n"
                 "  waiting for an answer from the browser or a heron chat on this conversation"
             )
         elif ev.kind == "approval_end" and ev.approval is not None:
-            self.note(f"heron: {ev.approval.command!r} {ev.approval.outcome()}")
+            command = ev.approval.command or self.asked.pop(ev.approval.id, "")
+            what = repr(command) if command else "the command waiting for approval"
+            self.note(f"heron: {what} {ev.approval.outcome()}")
         elif ev.kind == "turn_end":
             self.end = ev.end
 
@@ -307,6 +311,10 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
     end = printer.end
     if end is None and printer.unstaffed is not None:
         return False  # the notice said why and what to do; the message is not lost
+    if end is not None and not end.ok and end.stopped_by:
+        err.write(f"heron: the turn was stopped by {end.stopped_by}. What it finished is kept.\n")
+        err.write(after_stop(end.stopped_by, key) + "\n")
+        return False
     if end is None or not end.ok:
         error = end.error if end is not None and end.error else "it was stopped"
         from heron.agent.commands import retry_hint
@@ -315,6 +323,20 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
         err.write(retry_hint(key) + "\n")
         return False
     return True
+
+
+def after_stop(stopped: str, key: str) -> str:
+    """What the person can do about a turn another session stopped: answer it again (a /stop),
+    or, after a /new, ask again in the fresh context, where --retry would not answer it."""
+    from heron.agent.commands import retry_hint
+    from heron.bus import started_afresh
+
+    if started_afresh(stopped):
+        return (
+            f"The model starts afresh in conversation {key!r} from here; send your message "
+            "again to ask it there."
+        )
+    return retry_hint(key)
 
 
 def result_json(printer: _Printer, key: str) -> dict[str, object]:
@@ -333,7 +355,10 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
         out.update(error=why, hint=then)
         return out
-    if end is None or not end.ok:
+    if end is not None and not end.ok and end.stopped_by:
+        error = f"stopped by {end.stopped_by}"
+        out.update(reply=streamed, error=error, hint=after_stop(end.stopped_by, key))
+    elif end is None or not end.ok:
         from heron.agent.commands import retry_hint
 
         error = end.error if end is not None and end.error else "it was stopped"

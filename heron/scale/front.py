@@ -39,7 +39,7 @@ import psycopg
 from heron.agent import commands
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded, mailable
-from heron.bus import InboundMessage, MessageBus, OutboundMessage
+from heron.bus import InboundMessage, MessageBus, OutboundMessage, stopped_by
 from heron.config import Settings
 from heron.messages import Message
 from heron.proactive.goals import Goals
@@ -260,7 +260,7 @@ class FrontLoop(AgentLoop):
         self, found: commands.Command, key: str, message: InboundMessage
     ) -> None:
         if found.name == "new":  # the running turn stops; /new runs next in the partition
-            await self.stop(key)
+            await self.stop(key, stopped_by("new", message.channel))
             self._submit(key, message)
             return
         await self._command_now(found, key, message)
@@ -281,9 +281,9 @@ class FrontLoop(AgentLoop):
 
     # ---- interrupts ------------------------------------------------------------------------
 
-    async def stop(self, key: str) -> bool:
+    async def stop(self, key: str, by: str | None = None) -> bool:
         if key in self._active:
-            return await super().stop(key)
+            return await super().stop(key, by)
         workflow_id = self._remote.get(key)
         if workflow_id is None:
             return False
@@ -292,7 +292,7 @@ class FrontLoop(AgentLoop):
         store = self.engine.store
         conversation = await store.call(store.conversation, key)
         if conversation is not None:
-            await store.call(es.bump_epoch, store, conversation.id)
+            await store.call(es.bump_epoch, store, conversation.id, by)
         await self.publisher.send({"t": "stop", "key": key})
         return True
 

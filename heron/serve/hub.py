@@ -346,6 +346,7 @@ def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
         },
         "cost_usd": end.cost_usd,
         "interrupted": end.outcome == "stale",
+        "stopped_by": end.stopped_by,
         "command": end.command,
         "switch_to": end.switch_to,
         "reply": end.reply,

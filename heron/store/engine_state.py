@@ -17,6 +17,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
@@ -49,6 +50,9 @@ class Claim:
     holder: Holder | None
     epoch: int = 0
     dirty: bool = False
+    # Won from a claim its holder left behind: a process of this host that ended (kill -9)
+    # or one whose claim expired. None when nobody held it.
+    left_by: Holder | None = None
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,27 @@ class Checkpoint:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs. A zombie does not: killed, it keeps its
+    pid until its parent reaps it (a `heron serve` started by a script that has not waited
+    for it yet), and a claim it held must not make the next turn wait for it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Linux's /proc says so (state Z, or X while it is being removed); elsewhere, no."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    # "pid (command) state ...": the command may hold spaces and parentheses; the last ")" ends it
+    state = stat[stat.rfind(b")") + 1 :].split()[:1]
+    return state in ([b"Z"], [b"X"])
 
 
 def _dead(host: str, pid: int, expires: float, now: float) -> bool:
@@ -99,15 +117,17 @@ def try_lease(
             "SELECT owner, host, pid, run_id, expires FROM turn_leases WHERE conversation_id = ?",
             (conversation_id,),
         ).fetchone()
-        if row is not None and row[0] != owner and not _dead(row[1], row[2], row[4], now):
-            return Claim(Holder(row[0], row[1], row[2], row[3] or "a turn", row[4]))
+        held = None if row is None else Holder(row[0], row[1], row[2], row[3] or "a turn", row[4])
+        if held is not None and held.owner != owner and not _dead(held.host, held.pid, row[4], now):
+            return Claim(held)
         later(
             c,
             "INSERT OR REPLACE INTO turn_leases (conversation_id, owner, host, pid, run_id,"
             " acquired, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (conversation_id, owner, HOST, os.getpid(), run_id, now, now + ttl),
         )
-        return Claim(None, *_epoch_and_dirty(c, conversation_id))
+        left = held if held is not None and held.owner != owner else None
+        return Claim(None, *_epoch_and_dirty(c, conversation_id), left_by=left)
 
 
 def _epoch_and_dirty(conn: sqlite3.Connection, conversation_id: int) -> tuple[int, bool]:
@@ -246,12 +266,25 @@ def epoch(store: Store, conversation_id: int) -> int:
     return int(rows[0][0])
 
 
-def bump_epoch(store: Store, conversation_id: int) -> int:
-    """Make every turn holding an older token stale; returns the new epoch. The UPDATE takes
-    the conversation's lock itself: it waits for a claim or a SAVE in progress, and theirs
-    for it."""
+def epoch_and_note(store: Store, conversation_id: int) -> tuple[int, str | None]:
+    """The conversation's epoch and what the last bump said stopped its turn (None: nothing
+    said): what a running turn reads to notice a /stop or /new from another process."""
+    rows = store.query(
+        "SELECT epoch, stopped_by FROM conversations WHERE id = ?", (conversation_id,)
+    )
+    return (int(rows[0][0]), rows[0][1]) if rows else (0, None)
+
+
+def bump_epoch(store: Store, conversation_id: int, by: str | None = None) -> int:
+    """Make every turn holding an older token stale; returns the new epoch. `by` says what
+    stopped it (`/stop from heron run (process 4242)`), for the process whose turn it was.
+    The UPDATE takes the conversation's lock itself: it waits for a claim or a SAVE in
+    progress, and theirs for it."""
     with store.transaction() as c:
-        c.execute("UPDATE conversations SET epoch = epoch + 1 WHERE id = ?", (conversation_id,))
+        c.execute(
+            "UPDATE conversations SET epoch = epoch + 1, stopped_by = ? WHERE id = ?",
+            (by, conversation_id),
+        )
         row = c.execute("SELECT epoch FROM conversations WHERE id = ?", (conversation_id,))
         return int(row.fetchone()[0])
 
@@ -368,11 +401,13 @@ def close_turn(
     turn_id: int,
     stopped: str,
     printed: Mapping[str, str] | None = None,
+    author: str | None = None,
 ) -> None:
     """Record an interrupted turn minimally, so the next turn sees the stopped exchange: the
     tool phase closed (a stopped call's result with what it had printed, `printed`), `stopped`
-    as the reply to a user message left without one, and the turn row marked interrupted (a
-    hard break, unless it said otherwise)."""
+    as the reply to a user message left without one (`author` "model" when it holds what the
+    model had streamed, else Heron's), and the turn row marked interrupted (a hard break,
+    unless it said otherwise)."""
     with store.transaction() as c:
         close_dangling_calls(store, conversation_id, printed)
         head_id = store.conversation_by_id(conversation_id).head_id
@@ -383,12 +418,37 @@ def close_turn(
                 Message("assistant", [Text(stopped)]),
                 turn_id=turn_id,
                 meta={"interrupted": True},
+                author=author,
             )
         c.execute(
             "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
             " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
             (time.time(), turn_id),
         )
+
+
+def close_stale_turn(
+    store: Store,
+    conversation_id: int,
+    turn_id: int,
+    owner: str | None,
+    stopped: str,
+    finish: Callable[[], None],
+    printed: Mapping[str, str] | None = None,
+) -> None:
+    """SAVE found the turn stale: /stop or /new came from another process after the turn's
+    last look at the epoch. In one transaction: while the lease is still the turn's own (only
+    the epoch moved), the turn is closed as a stopped one is (`close_turn`: `stopped`, what the
+    person saw, as its reply); then `finish` writes the turn row's figures. A turn whose lease
+    another process took writes no message: that one holds the record now."""
+    with store.transaction() as c:
+        lock_conversation(c, conversation_id)
+        row = c.execute(
+            "SELECT owner FROM turn_leases WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        if row is not None and row[0] == owner:
+            close_turn(store, conversation_id, turn_id, stopped, printed)
+        finish()
 
 
 def mark_turn(store: Store, turn_id: int, status: str, stop_reason: str) -> None:

@@ -63,8 +63,13 @@ def find_bwrap(env: Mapping[str, str]) -> str | None:
     path), else bwrap on PATH."""
     chosen = env.get("HERON_BWRAP")
     if chosen is not None:
-        return None if chosen in ("", "off") else chosen
+        return None if turned_off(env) else chosen
     return shutil.which("bwrap", path=env.get("PATH") or DEFAULT_PATH)
+
+
+def turned_off(env: Mapping[str, str]) -> bool:
+    """Whether HERON_BWRAP turns bubblewrap off ("off" or empty), installed or not."""
+    return env.get("HERON_BWRAP") in ("", "off")
 
 
 def probe(bwrap: str | None) -> Probe:
@@ -129,13 +134,18 @@ class Sandbox:
     problem: str | None = None
     env_source: Mapping[str, str] = field(default_factory=dict, repr=False)
     pasta: str | None = None  # network = "loopback" forwards the host's loopback through it
+    off: bool = False  # HERON_BWRAP turned bubblewrap off: nothing was tried
 
     @classmethod
     def detect(
         cls, workspace: Path, home: Path, network: NetworkMode, env: Mapping[str, str]
     ) -> Sandbox:
-        bwrap = find_bwrap(env)
-        found = cached_probe(bwrap, home)
+        bwrap, off = find_bwrap(env), turned_off(env)
+        if off:  # not a fact of the machine: never cached, and not "not installed"
+            setting = env.get("HERON_BWRAP") or ""
+            found = Probe(False, f"bubblewrap is turned off (HERON_BWRAP={setting})")
+        else:
+            found = cached_probe(bwrap, home)
         return cls(
             workspace,
             home,
@@ -144,6 +154,7 @@ class Sandbox:
             found.problem,
             {k: env[k] for k in ("PATH", "LANG", "TERM") if k in env},
             find_pasta(env) if network == "loopback" else None,
+            off,
         )
 
     @property
@@ -190,10 +201,14 @@ class Sandbox:
             "allow": 'commands run without asking ([tools] approval = "allow")',
             "never": 'the agent cannot run commands ([tools] approval = "never")',
         }[policy]
+        remedy = (
+            "unset HERON_BWRAP (or set it to the path of bwrap)"
+            if self.off
+            else "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap)"
+        )
         return (
             f"No sandbox: {self.problem or 'bubblewrap is not available'}. Commands would run "
-            f"unconfined, with your rights, so {then}. To confine them, install bubblewrap "
-            "(Debian/Ubuntu: sudo apt-get install bubblewrap)."
+            f"unconfined, with your rights, so {then}. To confine them, {remedy}."
         )
 
     def environment(self) -> dict[str, str]:
