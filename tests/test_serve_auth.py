@@ -26,6 +26,7 @@ from heron.serve.auth import CODE_SECONDS, COOKIE, SESSION_SECONDS, SESSIONS_NAM
 from heron.store import Store
 
 LOGIN_ADVICE = "Run `heron web` on this machine"
+SPENT_OR_WRONG = "The code is wrong, has expired, or was already used"
 
 
 def _echo(request) -> Reply:
@@ -130,7 +131,9 @@ async def test_a_code_works_once_and_sets_a_strict_lasting_cookie_kept_only_as_a
         wrong = await anon.get("/login", params={"code": "not-a-code"})
     for refused in (spent, again, wrong):
         assert refused.status_code == 403
-        assert "expired or was already used" in refused.text and LOGIN_ADVICE in refused.text
+        # One message for the three (no oracle), true of each: a mistyped code is not told
+        # it expired or was used.
+        assert SPENT_OR_WRONG in refused.text and LOGIN_ADVICE in refused.text
     assert first.status_code == 303 and first.headers["location"] == "/"
     cookie = first.headers["set-cookie"].lower()
     for attribute in ("httponly", "samesite=strict", "path=/", f"max-age={SESSION_SECONDS}"):
@@ -159,8 +162,11 @@ async def test_an_expired_code_and_an_expired_session_say_what_to_do():
             anon.cookies.clear()
         async with serve.http() as http:
             assert (await http.get("/api/conversations")).status_code == 200
+            probe = await http.get("/api/session")  # what the page asks when its socket closes
+            assert probe.status_code == 200 and probe.json() == {"logged_in": True}
             now[0] += SESSION_SECONDS + 1
             gone = await http.get("/api/conversations")
+            assert (await http.get("/api/session")).status_code == 401
     assert gone.status_code == 401 and LOGIN_ADVICE in gone.json()["detail"]["hint"]
 
 
@@ -302,3 +308,27 @@ def test_a_damaged_sessions_file_logs_browsers_out_and_starts_clean(tmp_path: Pa
     assert token is not None and auth.allows({COOKIE: token})
     assert Auth.load(tmp_path).allows({COOKIE: token})
     assert not Auth.load(tmp_path).allows({COOKIE: token + "x"})
+
+
+async def test_serve_open_says_so_when_no_browser_can_be_opened(monkeypatch):
+    """`heron serve --open` on a machine without a browser: the same line as `heron web
+    --open`, instead of silence."""
+    import webbrowser
+
+    from heron.channels.web_login import NO_BROWSER
+
+    asked: list[str] = []
+
+    def no_browser(url: str, *args: object, **kwargs: object) -> bool:
+        asked.append(url)
+        return False  # what webbrowser.open answers with no browser registered
+
+    monkeypatch.setattr(webbrowser, "open", no_browser)
+    async with running_serve(ScriptedProvider(_echo), open_browser=True) as serve:
+        for _ in range(200):  # the browser is opened on a thread; bounded, not timed
+            if NO_BROWSER in serve.out.getvalue():
+                break
+            await asyncio.sleep(0.05)
+        assert asked == [serve.login]
+        assert f"{NO_BROWSER}\n" in serve.out.getvalue()
+        assert "plain HTTP" not in serve.out.getvalue()  # on loopback, nothing crosses a network

@@ -107,12 +107,23 @@ def test_a_wildcard_bind_prints_an_address_a_browser_can_open():
     assert url == "http://[2001:db8::5]:8765"
 
 
+def test_a_bind_off_loopback_warns_that_the_login_travels_in_plain_http():
+    from heron.serve.main import PLAIN_HTTP, plain_http_notice
+
+    for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1"):
+        assert plain_http_notice(host) is None
+    for host in ("0.0.0.0", "::", "192.168.1.5"):
+        assert plain_http_notice(host) == PLAIN_HTTP
+    for said in ("login code", "cookie", "TLS reverse proxy", "SSH tunnel"):
+        assert said in PLAIN_HTTP
+
+
 def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypatch):
     import asyncio
     from io import StringIO
 
     from heron.providers.scripted import ScriptedProvider
-    from heron.serve.main import serve
+    from heron.serve.main import PLAIN_HTTP, serve
 
     monkeypatch.setattr("heron.serve.main.outward_address", lambda host: "192.168.1.5")
     out, stop = StringIO(), asyncio.Event()
@@ -133,3 +144,5 @@ def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypat
     printed = out.getvalue()
     assert "/login?code=" in printed and "http://0.0.0.0" not in printed
     assert "Log in: http://192.168.1.5:" in printed
+    assert PLAIN_HTTP + "\n" in printed  # one line, said once
+    assert printed.count("plain HTTP") == 1

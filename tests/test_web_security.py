@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from web_harness import SteeredModel, chromium, control_login, serve
@@ -185,7 +186,7 @@ def test_a_browser_logs_in_through_a_one_time_address(browser):
         pg.goto(site.url + "/")
         expect(pg.locator("body")).to_contain_text("Run `heron web` on this machine")
         pg.goto(site.login)  # the printed address, already spent by the harness
-        expect(pg.locator("body")).to_contain_text("expired or was already used")
+        expect(pg.locator("body")).to_contain_text("is wrong, has expired, or was already used")
         expect(pg.locator("body")).to_contain_text("heron web")
         login = control_login(site)  # what `heron web` asks for
         pg.goto(login)  # sets the HttpOnly, SameSite=Strict cookie and redirects to /
@@ -202,6 +203,46 @@ def test_a_browser_logs_in_through_a_one_time_address(browser):
         other = browser.new_context()
         pg2 = other.new_page()
         pg2.goto(login)
-        expect(pg2.locator("body")).to_contain_text("expired or was already used")
+        expect(pg2.locator("body")).to_contain_text("is wrong, has expired, or was already used")
         other.close()
         context.close()
+
+
+def test_a_tab_whose_login_is_gone_says_so_keeps_the_text_and_stops_retrying(browser):
+    """docs/serve.md's way to log every browser out (stop, delete the sessions file, start
+    again) with a tab left open: the tab says it is logged out and how to log in, not that
+    the serve is down, and stops reopening its socket until the person comes back to it."""
+    from heron.serve.auth import SESSIONS_NAME
+
+    model = SteeredModel()
+    with serve(model) as site:
+        pg = site.page(browser)
+        box = pg.get_by_role("textbox", name="message")
+        expect(box).to_be_visible()
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+        port = urlsplit(site.url).port
+    (site.home / SESSIONS_NAME).unlink()
+    sockets: list[str] = []
+    pg.on("websocket", lambda ws: sockets.append(ws.url))
+    with serve(model, port=port) as again:
+        notice = pg.get_by_role("alert", name="logged out")
+        expect(notice).to_contain_text("heron web", timeout=30_000)
+        expect(pg.get_by_role("status", name="connection logged out")).to_have_count(1)
+        tried = len(sockets)
+        box.fill("still here")
+        box.press("Enter")
+        expect(pg.locator(".toast")).to_contain_text("Logged out")
+        expect(pg.locator(".toast")).not_to_contain_text("no connection")
+        expect(box).to_have_value("still here")
+        pg.wait_for_timeout(3000)  # the retries were 0.2, 0.4, 0.8, 1.6 s apart
+        assert len(sockets) == tried
+        other = pg.context.new_page()  # `heron web`'s address, opened in another tab
+        other.goto(control_login(again))
+        other.close()
+        pg.bring_to_front()
+        pg.evaluate("window.dispatchEvent(new Event('focus'))")
+        expect(notice).to_have_count(0)
+        box.press("Enter")
+        model.reply("back")
+        expect(pg.locator(".msg.assistant:not(.live)")).to_have_text("back")
+        pg.context.close()

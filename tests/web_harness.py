@@ -157,9 +157,10 @@ def log_in(login: str) -> str:
 
 
 @contextlib.contextmanager
-def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Served]:
+def serve(provider: Any, registry: Any = None, port: int = 0, **options: Any) -> Iterator[Served]:
     """The real `heron serve` (heron/serve/main.py: uvicorn, /ws, the control socket) on
-    127.0.0.1 in a thread with its own event loop, until the block ends."""
+    127.0.0.1 in a thread with its own event loop, until the block ends (`port` 0: any free
+    one; a port of a serve that ended restarts it there)."""
     from heron.config import Settings
     from heron.serve.main import serve as run_serve
 
@@ -172,7 +173,7 @@ def serve(provider: Any, registry: Any = None, **options: Any) -> Iterator[Serve
         stop.append(asyncio.Event())
         await run_serve(
             Settings.load(),
-            port=0,
+            port=port,
             provider=provider,
             registry=registry,
             out=out,

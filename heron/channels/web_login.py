@@ -13,6 +13,9 @@ from heron.channels.remote import serve_login
 from heron.config import Settings
 from heron.errors import ConfigError
 
+# Said by `heron web --open` and `heron serve --open` when no browser could be opened.
+NO_BROWSER = "heron: found no browser to open here; open the address in yours."
+
 
 def web_login(settings: Settings, open_browser: bool) -> None:
     """Print a fresh login address of this home's serve (and open it); refused under a tool
@@ -31,7 +34,7 @@ def web_login(settings: Settings, open_browser: bool) -> None:
     typer.echo(url)
     typer.echo("Open it once to log this browser in (it works once, for 10 minutes).", err=True)
     if open_browser and not open_in_browser(url):
-        typer.echo("heron: found no browser to open here; open the address in yours.", err=True)
+        typer.echo(NO_BROWSER, err=True)
 
 
 def open_in_browser(url: str) -> bool:

@@ -211,14 +211,21 @@ def create_app(
             minutes = CODE_SECONDS // 60
             return _page(
                 "This login code does not work",
-                f"It has expired or was already used: a code works once, for {minutes} "
-                f"minutes. {LOGIN_HINT}",
+                "The code is wrong, has expired, or was already used: a code works once, "
+                f"for {minutes} minutes, and only as printed (copy the whole address). "
+                f"{LOGIN_HINT}",
                 403,
             )
         home.set_cookie(
             COOKIE, token, max_age=SESSION_SECONDS, httponly=True, samesite="strict", path="/"
         )
         return home
+
+    @app.get("/api/session", include_in_schema=False)
+    async def session() -> dict[str, bool]:
+        """The page's probe after its socket closed: this answer means logged in (the guard
+        answers 401 before this runs), so a refused /ws upgrade is told from a stopped serve."""
+        return {"logged_in": True}
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

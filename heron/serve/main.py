@@ -25,11 +25,11 @@ import uvicorn
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
-from heron.channels.web_login import open_in_browser
+from heron.channels.web_login import NO_BROWSER, open_in_browser
 from heron.config import Settings
 from heron.providers.base import Provider
 from heron.serve.app import create_app
-from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, login_url
+from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, is_loopback, login_url
 from heron.serve.control import start_control
 from heron.serve.lock import SOCKET_NAME, ServeInfo, ServeLock
 from heron.serve.ports import bind_error
@@ -116,6 +116,7 @@ async def serve(
             auth = auth or Auth.load(home)
             bound_host, bound_port = sock.getsockname()[:2]
             shown, note = shown_url(bound_host, bound_port)
+            note = "\n".join(filter(None, [note, plain_http_notice(bound_host)])) or None
             await runtime.start()
             control = await start_control(
                 runtime, home / SOCKET_NAME, login=lambda: login_url(shown, auth.new_code())
@@ -131,7 +132,7 @@ async def serve(
                 url = _url(bound_host, bound_port)
                 info = _announce(lock, url, shown, note, login, engine, out)
                 if open_browser:  # a console browser would hold the loop: on a thread
-                    threading.Thread(target=open_in_browser, args=(login,), daemon=True).start()
+                    threading.Thread(target=_open, args=(login, out), daemon=True).start()
                 if on_ready is not None:
                     on_ready(info, login)
                 await server.serve(sockets=[sock])
@@ -143,6 +144,14 @@ async def serve(
                 await runtime.close()
                 with contextlib.suppress(Exception):
                     await control.wait_closed()
+
+
+def _open(login: str, out: TextIO) -> None:
+    """Open the login address in the person's browser, and say so when none could be opened
+    (a machine without a display): the printed address is then the way in."""
+    if not open_in_browser(login):
+        out.write(f"{NO_BROWSER}\n")
+        out.flush()
 
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
@@ -209,6 +218,18 @@ def shown_url(
         return _url(found, port), listening + "from another machine, use an address of this one."
     note = f"replace {host} in the address with this machine's name or address."
     return _url(host, port), listening + note
+
+
+PLAIN_HTTP = (
+    "heron: plain HTTP: the login code and the session cookie cross the network unencrypted, "
+    "readable on the way; put a TLS reverse proxy in front, or use an SSH tunnel to a serve on "
+    "127.0.0.1 (docs/serve.md#off-this-machine-tls)."
+)
+
+
+def plain_http_notice(host: str) -> str | None:
+    """The warning a bind other than loopback prints: the serve speaks no TLS itself."""
+    return None if is_loopback(host) else PLAIN_HTTP
 
 
 def outward_address(host: str) -> str | None:

@@ -146,6 +146,15 @@ function keyFromHash() {
 
 // ---- the connection ---------------------------------------------------------------------------
 
+// True when the serve answers but this browser's login is gone (a revoked or expired
+// session: 401); false when it answers otherwise or not at all (stopped, restarting).
+async function loggedOut() {
+  try {
+    const res = await fetch("/api/session", { credentials: "same-origin", cache: "no-store" });
+    return res.status === 401;
+  } catch { return false; }
+}
+
 // One WebSocket to /ws, reopened after a drop; resumes from the last seq it saw, so nothing is
 // lost or shown twice. `onEvent` gets every server event in order.
 class Connection {
@@ -154,6 +163,7 @@ class Connection {
     this.key = null; this.lastSeq = 0; this.ws = null; this.retry = 0; this.outbox = [];
     this.everOpen = false; // the page's first socket has opened
     this.onDropped = null; // told what the person sent while the first socket was opening, if it failed
+    this.loggedOut = false; // the serve answers, but not to this browser: no retries
   }
   open(key, lastSeq) {
     this.key = key; this.lastSeq = lastSeq;
@@ -179,9 +189,22 @@ class Connection {
         if (typed.length && this.onDropped) this.onDropped(typed);
       }
       this.onState("closed");
-      const wait = Math.min(5000, 200 * 2 ** this.retry++);
-      setTimeout(() => this.open(this.key, this.lastSeq), wait);
+      // A refused upgrade looks like a drop to the page (the browser hides the 403): one
+      // cheap route tells a serve that is down from a login that is gone. Logged out, the
+      // page stops retrying until the person comes back to it (resume).
+      loggedOut().then((out) => {
+        if (this.ws !== ws) return;
+        if (out) { this.loggedOut = true; this.onState("logged out"); return; }
+        const wait = Math.min(5000, 200 * 2 ** this.retry++);
+        setTimeout(() => this.open(this.key, this.lastSeq), wait);
+      });
     };
+  }
+  // Tried again once when the tab is shown or focused (after `heron web` in another tab).
+  resume() {
+    if (!this.loggedOut) return;
+    this.loggedOut = false; this.retry = 0; this.onState("connecting");
+    this.open(this.key, this.lastSeq);
   }
   hello() { this.send({ type: "hello", conversation: this.key, last_seq: this.lastSeq }); }
   // Sent now, or kept and sent once the socket opens (a view's read, asked while it opens).
@@ -711,6 +734,9 @@ function Download({ conv }) {
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
 const NOT_SENT = "Not sent: no connection to heron serve (stopped or restarting?). Your message "
   + "stays in the box: send it again once the page is connected";
+const LOGGED_OUT = "Logged out: this browser's login to heron serve has expired or was revoked. "
+  + "Run `heron web` on the serve's machine and open the address it prints (`heron web --open` "
+  + "opens it); then come back to this tab, which reconnects. What you typed stays in the box";
 // The terminal's notice (heron/channels/script.py EMBEDDED_BANNER), with the browser's way out.
 const DEMO = "Offline demo model (SmolLM2-135M, no tools, short answers) for trying Heron out; "
   + "for real work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL and start heron serve again (see README).";
@@ -917,7 +943,14 @@ function App() {
       else if (liveRef.current && !liveRef.current.done) stop();
     };
     window.addEventListener("keydown", onKey);
-    return () => { window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey); };
+    // Back to a logged-out tab (perhaps after logging in in another): one more try.
+    const onBack = () => { if (!document.hidden) connRef.current.resume(); };
+    window.addEventListener("focus", onBack);
+    document.addEventListener("visibilitychange", onBack);
+    return () => {
+      window.removeEventListener("hashchange", onHash); window.removeEventListener("keydown", onKey);
+      window.removeEventListener("focus", onBack); document.removeEventListener("visibilitychange", onBack);
+    };
   }, []);
 
   const live = liveRef.current;
@@ -937,11 +970,12 @@ function App() {
     connRef.current.open(key, 0);
   }
 
+  const notSent = () => (connRef.current.loggedOut ? LOGGED_OUT : NOT_SENT);
   // False when it could not be sent (no connection): the composer keeps it.
   const send = (text, files) => {
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
-    if (!connRef.current.sendTyped(m)) { notify(NOT_SENT); return false; }
+    if (!connRef.current.sendTyped(m)) { notify(notSent()); return false; }
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
@@ -954,7 +988,7 @@ function App() {
     seg.sent = true; showLive(liveRef.current);
     connRef.current.send({ type: "approve", id: seg.id, allow });
   };
-  const command = (text) => { if (!connRef.current.sendTyped({ type: "command", text })) notify(NOT_SENT); };
+  const command = (text) => { if (!connRef.current.sendTyped({ type: "command", text })) notify(notSent()); };
   const onEdit = (n, text) => command(`/edit ${n} ${text}`); // its own box said what
 
   const working = live && !live.done;
@@ -986,6 +1020,7 @@ function App() {
           <button onClick=${() => command("/new")} aria-label="start afresh (/new)">/new</button></nav>
         ${(items.length > 0 || live) && html`<${Download} conv=${conv} />`}
       </header>
+      ${conn === "logged out" && html`<div class="logout" role="alert" aria-label="logged out">${LOGGED_OUT}.</div>`}
       ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
       <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
         ${placed.rows.flatMap(({ it, notes: after }) => [html`<${PureItem} key=${itemKey(it)} item=${it}
