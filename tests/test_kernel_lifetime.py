@@ -6,7 +6,9 @@ ends with the turn. Real kernels through the sandbox launcher, driven by the scr
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,12 +18,15 @@ from pathlib import Path
 
 import pytest
 from sandbox_helpers import child_env
+from serve_helpers import running_serve, ws_client, ws_hello, ws_next, ws_until
 
 from heron.agent.engine import Engine
+from heron.channels.info import remove_conversation
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
-from heron.tools.python_kernel import KernelSession, lifetime_in
+from heron.store import Store
+from heron.tools.python_kernel import SOCKETS_PREFIX, KernelKey, KernelSession, lifetime_in
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels
 
@@ -34,6 +39,11 @@ def cell(call_id: str, code: str) -> list[Reply]:
         Reply([ToolCall(call_id, "run_cell", {"code": code})], "tool", Usage(1, 1)),
         Reply([Text("done")], "done", Usage(1, 1)),
     ]
+
+
+def told_new_kernel(result: str, why: str) -> bool:
+    """Whether a cell's result starts by telling the model its kernel is new, and why."""
+    return result.startswith(f"This cell ran in a new kernel ({why}): earlier variables are gone.")
 
 
 def results(engine: Engine) -> dict[str, str]:
@@ -58,9 +68,22 @@ def kernel_processes(sockets: Path) -> list[int]:
     return found
 
 
+def owner(engine: Engine, key: str) -> KernelKey:
+    conversation = engine.store.conversation(key)
+    assert conversation is not None
+    return KernelKey.of(conversation)
+
+
+def running(engine: Engine) -> list[str]:
+    """The keys of the conversations whose kernel runs now."""
+    ids = {c.id: c.key for c in engine.store.conversations(internal=True)}
+    return sorted(ids[k.conversation_id] for k in engine.kernels.running)
+
+
 def sockets_of(engine: Engine, key: str) -> Path:
-    session = engine.kernels.take(key)
-    engine.kernels._runs.pop(key)  # only looked at, not used by a run
+    kept = owner(engine, key)
+    session = engine.kernels.take(kept)
+    engine.kernels._runs.pop(kept)  # only looked at, not used by a run
     assert isinstance(session, KernelSession) and session._sockets is not None
     return session._sockets
 
@@ -88,7 +111,7 @@ async def test_variables_survive_between_turns_until_new() -> None:
         await engine.turn("ks", "make a big value")
         await engine.turn("ks", "use both")
         await engine.turn("other", "read y")
-        assert sorted(engine.kernels.running) == ["ks", "other"]
+        assert running(engine) == ["ks", "other"]
         sockets = sockets_of(engine, "ks")
         await engine.turn("ks", "/new")
         assert await gone(sockets), "/new left the conversation's kernel running"
@@ -97,11 +120,79 @@ async def test_variables_survive_between_turns_until_new() -> None:
         others = sockets_of(engine, "other")
     assert said["c1"] == "[1] 7"
     assert "`_heron_values[2]`" in said["c2"]
-    assert said["c3"] == "[1] 14 50000"  # the next turn: same kernel, value and stash kept
-    assert "NameError" in said["o1"]
+    # The next turn: same kernel, value and stash kept, and the output labelled with the
+    # kernel's own count (its 3rd cell), as the stash and a traceback's `Cell In[3]` are.
+    assert said["c3"] == "[3] 14 50000"
+    assert "NameError" in said["o1"] and "new kernel" not in said["o1"]  # never ran a cell
     assert said["c4"] == "[1] False"  # after /new: empty, and no notice (a fresh start)
     assert await gone(others), "a kernel outlived the engine"
     provider.assert_complete()
+
+
+async def test_a_deleted_conversations_kernel_never_serves_a_new_one_of_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """QA16c B1: `heron conversations delete` beside a serve (another process: the serve's
+    kernel is not told), then a new conversation of the same key: it starts empty."""
+    asked: list[int] = []
+    used_tool = Store.used_tool
+
+    def counted(store: Store, conversation_id: int, tool: str) -> bool:
+        asked.append(conversation_id)
+        return used_tool(store, conversation_id, tool)
+
+    monkeypatch.setattr(Store, "used_tool", counted)
+    monkeypatch.setattr("heron.tools.python_kernel.REAP_EVERY", 0.1)
+    provider = ScriptedProvider(
+        [
+            *cell("d1", "secret = 'card 4111'; print('set')"),
+            *cell("d2", "print(secret)"),
+            *cell("d3", "print(secret)"),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("dk", "set it")
+        await engine.turn("dk", "read it")  # a kept kernel: not asked about earlier cells
+        deleted, said = owner(engine, "dk"), results(engine)
+        sockets = sockets_of(engine, "dk")
+        elsewhere = Store(Settings.load().database)  # the CLI's own connection
+        remove_conversation(elsewhere, "dk")
+        elsewhere.close()
+        # The reaper's next look finds the conversation gone and ends its kernel.
+        assert await gone(sockets), "the deleted conversation's kernel still runs"
+        await engine.turn("dk", "read it again")
+        reborn = owner(engine, "dk")
+        said.update(results(engine))
+    assert said["d1"] == "[1] set" and said["d2"] == "[2] card 4111"
+    # SQLite gave the new row the deleted one's id: the id alone would not tell them apart.
+    assert reborn.conversation_id == deleted.conversation_id and reborn != deleted
+    assert "NameError" in said["d3"] and "card 4111" not in said["d3"]
+    assert "new kernel" not in said["d3"]  # a new conversation: nothing to be told
+    assert asked == [deleted.conversation_id] * 2  # one query per new kernel, none after
+
+
+async def test_a_cell_in_a_later_process_is_told_its_kernel_is_new() -> None:
+    """A serve restarted, or a one-shot `heron run` per message: the conversation's next
+    cell runs in a new kernel, and the model, which saw the earlier cells, is told so."""
+    before = ScriptedProvider([*cell("p1", "kept = 1")])
+    async with Engine.open(Settings.load(), provider=before, one_shot=True) as engine:
+        await engine.turn("pk", "set kept")
+    after = ScriptedProvider(
+        [
+            *cell("p2", "print(kept)"),
+            Reply([Text("fresh")], "done", Usage(1, 1)),  # /new
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=after, one_shot=True) as engine:
+        await engine.turn("pk", "read kept")
+        await engine.turn("pk", "/new")
+    last = ScriptedProvider([*cell("p3", "print('kept' in globals())")])
+    async with Engine.open(Settings.load(), provider=last, one_shot=True) as engine:
+        await engine.turn("pk", "read kept after /new")
+        said = results(engine)
+    why = "the kernel of this conversation's earlier cells ended with the process that ran them"
+    assert told_new_kernel(said["p2"], why) and "NameError" in said["p2"]
+    assert said["p3"] == "[1] False"  # after /new the model expects nothing: no notice
 
 
 async def test_an_unused_kernel_ends_and_the_next_cell_is_told(heron_home: Path) -> None:
@@ -110,13 +201,10 @@ async def test_an_unused_kernel_ends_and_the_next_cell_is_told(heron_home: Path)
     async with Engine.open(Settings.load(), provider=provider) as engine:
         await engine.turn("idle", "set z")
         assert await gone(sockets_of(engine, "idle")), "the unused kernel was kept"
-        assert engine.kernels.running == []
+        assert running(engine) == []
         await engine.turn("idle", "read z")
         said = results(engine)
-    assert said["c2"].startswith(
-        "This cell ran in a new kernel (the last one ended after 0.005 minutes unused): "
-        "earlier variables are gone."
-    )
+    assert told_new_kernel(said["c2"], "the last one ended after 0.005 minutes unused")
     assert "NameError" in said["c2"]
 
 
@@ -131,7 +219,7 @@ async def test_past_the_most_kept_the_least_recently_used_kernel_ends(
         await engine.turn("a", "set a")
         first = sockets_of(engine, "a")
         await engine.turn("b", "set b")
-        assert await gone(first) and engine.kernels.running == ["b"]
+        assert await gone(first) and running(engine) == ["b"]
         await engine.turn("a", "read a")
         said = results(engine)
     assert said["a2"].startswith(
@@ -173,7 +261,7 @@ provider = ScriptedProvider([
 async def main():
     async with Engine.open(Settings.load(), provider=provider) as engine:
         await engine.turn("k", "start a kernel")
-        print(engine.kernels._sessions["k"]._sockets, flush=True)
+        print(next(iter(engine.kernels._sessions.values()))._sockets, flush=True)
         await asyncio.sleep(600)  # between turns: the kernel is kept
 
 asyncio.run(main())
@@ -205,3 +293,43 @@ def test_a_kept_kernel_dies_with_its_process(
             child.kill()
         for pid in kernel_processes(sockets) if sockets else []:
             os.kill(pid, signal.SIGKILL)
+
+
+def kernels_of_this_process() -> set[str]:
+    """The socket folders of the kernels this process (a serve in the test's loop) runs."""
+    mine = re.compile(f"/[^\0]*?{SOCKETS_PREFIX}{os.getpid()}-[^/\0]+")
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        found.update(mine.findall(argv))
+    return found
+
+
+async def test_deleting_through_the_serve_ends_the_conversations_kernel() -> None:
+    """QA16c B1 through the browser's delete (DELETE /api/conversations/KEY): the serve's
+    kernel of that conversation ends with it, and a new one of the same key starts empty."""
+    provider = ScriptedProvider(
+        [*cell("s1", "secret2 = 'pin 1234'"), *cell("s2", "print(secret2)")]
+    )
+    before = kernels_of_this_process()
+    async with running_serve(provider) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "dk2")
+        await ws.send(json.dumps({"type": "send", "text": "set it"}))
+        await ws_until(ws, "idle")
+        kept = kernels_of_this_process() - before
+        assert len(kept) == 1, "the turn's kernel is not kept"
+        sockets = Path(next(iter(kept)))
+        async with serve.http() as http:
+            deleted = await http.delete("/api/conversations/dk2", headers={"Origin": serve.url})
+        assert deleted.status_code == 200, deleted.text
+        assert await gone(sockets), "the deleted conversation's kernel still runs"
+        await ws_hello(ws, "dk2")
+        await ws.send(json.dumps({"type": "send", "text": "read it"}))
+        read = await ws_next(ws)
+        while not (read["type"] == "tool_end" and read["call_id"] == "s2"):
+            read = await ws_next(ws)
+        await ws_until(ws, "idle")
+    assert "NameError" in read["result"] and "pin 1234" not in read["result"]

@@ -78,7 +78,7 @@ async def test_a_stopped_cell_gives_the_model_what_it_printed_and_keeps_its_vari
     assert stopped.is_error
     assert stopped.content.startswith(INTERRUPTED + ". What it printed before it stopped:\n")
     assert stopped.content.endswith("[1] line 0\nline 1\nline 2\nline 3\nline 4")
-    assert after.content == "[1] set before the stop"  # interrupted, not restarted
+    assert after.content == "[2] set before the stop"  # interrupted, not restarted: cell 2
 
 
 @pytest.mark.slow  # a real Jupyter kernel, and the 5 s it is given to stop

@@ -46,6 +46,14 @@ async def ctx(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ToolCon
 
 
 FLOOD = 'while True: print("y" * 10000)'
+LABEL = re.compile(r"^\[(\d+)\] ", re.M)
+
+
+def one_cell(text: str) -> str:
+    """`text` with its output labels as `[N] `, once checked that they all name one cell (the
+    count depends on how many cells the module's shared kernel ran before)."""
+    assert len(set(LABEL.findall(text))) <= 1, text
+    return LABEL.sub("[N] ", text)
 
 
 async def run(ctx: ToolContext, code: str, timeout: int = 30) -> ToolResult:
@@ -60,14 +68,22 @@ async def test_variables_persist_and_cwd_is_the_workspace(ctx: ToolContext) -> N
     assert first.content == "(no output)"
     assert isinstance(ctx.kernel, KernelSession)
     second = await run(ctx, "import os\nprint(os.getcwd())\npersisted + 1")
-    assert second.content == f"[1] {ctx.workspace}\nLast value: 42"
+    assert one_cell(second.content) == f"[N] {ctx.workspace}\nLast value: 42"
 
 
 @shared_loop
-async def test_output_is_numbered_by_group(ctx: ToolContext) -> None:
+async def test_each_group_of_output_is_labelled_with_the_cells_execution_count(
+    ctx: ToolContext,
+) -> None:
     code = "import sys\nprint('a')\nprint('b')\ndisplay('shown')\nprint('oops', file=sys.stderr)"
     result = await run(ctx, code)
-    assert result.content == "[1] a\nb\n[2] 'shown'\n[3] (stderr) oops"
+    assert one_cell(result.content) == "[N] a\nb\n[N] 'shown'\n[N] (stderr) oops"
+    # The label is the kernel's own count, one more each cell: the N of a traceback's
+    # `Cell In[N]` and of `Out[N]` (`_heron_values[N]`).
+    count = int(LABEL.findall(result.content)[0])
+    after = await run(ctx, "print('next')\n1 / 0")
+    assert after.content.startswith(f"[{count + 1}] next\nZeroDivisionError")
+    assert f"Cell In[{count + 1}], line 2" in after.content
 
 
 @shared_loop
@@ -75,7 +91,7 @@ async def test_exception_is_an_error_result(ctx: ToolContext) -> None:
     result = await run(ctx, "print('before')\ndef broken():\n    return 1 / 0\nbroken()")
     assert result.is_error
     lines = result.content.splitlines()
-    assert lines[0] == "[1] before"
+    assert one_cell(lines[0]) == "[N] before"
     assert lines[1] == "ZeroDivisionError: division by zero"
     assert "return 1 / 0" in result.content
     assert "\x1b[" not in result.content
@@ -120,7 +136,7 @@ async def test_timeout_interrupts_and_keeps_variables(ctx: ToolContext) -> None:
     await run(ctx, "kept = 'still here'")
     result = await run(ctx, "import time\nprint('going')\ntime.sleep(30)", timeout=1)
     assert result.is_error
-    assert "[1] going" in result.content
+    assert "] going\n" in result.content and one_cell(result.content).startswith("[N] going")
     assert "Timed out after 1 s; the cell was interrupted (variables are kept)" in result.content
     after = await run(ctx, "kept")
     assert after.content == "Last value: 'still here'"
@@ -142,7 +158,7 @@ async def test_a_flooding_cell_stops_at_its_timeout_bounded_and_keeps_its_variab
     assert result.is_error
     assert len(result.content) <= ctx.result_budget
     lines = result.content.splitlines()
-    assert lines[0].startswith("[1] yyyy")
+    assert one_cell(lines[0]).startswith("[N] yyyy")
     assert re.search(r"\[\.\.\. \d+ characters omitted \.\.\.\]", result.content)
     assert lines[-1] == "Timed out after 2 s; the cell was interrupted (variables are kept)."
     assert lines[-2].startswith("yyyy")  # the tail, not only the head
@@ -161,8 +177,9 @@ async def test_a_large_print_is_counted_whole_though_the_kernel_sends_head_and_t
     the model reads head and tail around the true count of the middle."""
     result = await run(ctx, "print('a' + 'x' * 5_000_000 + 'z')")
     head, marker, tail = re.split(r"\n\[\.\.\. (\d+) characters omitted \.\.\.\]\n", result.content)
-    assert head.startswith("[1] axxx") and tail.endswith("xxxz")
-    assert len(head) + int(marker) + len(tail) == len("[1] ") + 5_000_002
+    label = LABEL.match(head)
+    assert label is not None and head[label.end() :].startswith("axxx") and tail.endswith("xxxz")
+    assert len(head) + int(marker) + len(tail) == label.end() + 5_000_002
     assert len(result.content) <= ctx.result_budget
 
 
@@ -184,12 +201,14 @@ def test_digest_formats_a_dead_kernel_and_progress_lines() -> None:
     assert out.is_error
     assert "variables are lost" in out.text
     progress = CellResult()
+    progress.output.cell = 7
     progress.add_output("stdout", "10%\r50%\r100%\ndone\n")
-    assert digest(progress, [], 10).text == "[1] 100%\ndone"
+    assert digest(progress, [], 10).text == "[7] 100%\ndone"
 
 
 def test_output_groups_and_overwritten_lines_across_chunks() -> None:
     out = CellOutput()
+    out.cell = 4
     for kind, text in [
         ("stdout", "a\n"),
         ("stdout", "b\n\n"),
@@ -200,13 +219,21 @@ def test_output_groups_and_overwritten_lines_across_chunks() -> None:
         ("stdout", "x" * 10 + "\n"),
     ]:
         out.add(kind, text)
-    assert out.text() == "[1] a\nb\n[2] 'shown'\n[3] (stderr) step 3\nwin\n[4] xxxxxxxxxx"
+    assert out.text() == "[4] a\nb\n[4] 'shown'\n[4] (stderr) step 3\nwin\n[4] xxxxxxxxxx"
+
+
+def test_output_of_a_cell_whose_count_is_not_known_has_no_number() -> None:
+    out = CellOutput()  # no execute_input seen: a number would be made up
+    out.add("stdout", "a\n")
+    out.add("stderr", "oops\n")
+    assert out.text() == "a\n(stderr) oops"
 
 
 def test_a_flood_of_output_is_kept_as_head_and_tail_in_bounded_memory() -> None:
     """A cell printing 200 MB: what is held stays within the collector's limit, the model's
     text is head and tail around a count of the middle, and no chunk is copied per chunk."""
     out = CellOutput(limit=100_000)
+    out.cell = 1
     line = "y" * 9_999 + "\n"
     out.add("stdout", "first line\n")
     for _ in range(20_000):

@@ -101,7 +101,7 @@ class CommandEngine(Protocol):
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
 
-    async def end_kernel(self, key: str) -> None: ...
+    async def end_kernel(self, conversation: Conversation) -> None: ...
 
     def compaction_setup(self) -> CompactionSetup: ...
 
@@ -217,8 +217,8 @@ async def _new(ctx: CommandContext, arg: str) -> CommandReply:
         await ctx.stop_local(ctx.key, stopped_by("new", ctx.channel))
     # The turn machine bumped the epoch before taking the lease, so a turn still running in
     # another process is already stale.
-    await ctx.engine.end_kernel(ctx.key)  # a fresh start: no variables carried over
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
+    await ctx.engine.end_kernel(conv)  # a fresh start: no variables carried over
     if conv.head_id is not None:
         separator = Message("assistant", [Text(SEPARATOR)])
         await ctx.store.call(ctx.store.append, conv.id, separator, kind="separator")

@@ -34,7 +34,7 @@ from heron.tools import approval
 from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
 from heron.tools.message import with_message_tool
-from heron.tools.python_kernel import Kernels, describe_kernel
+from heron.tools.python_kernel import KernelKey, Kernels, describe_kernel
 from heron.tools.registry import ToolRegistry
 from heron.tools.sandbox import Sandbox
 
@@ -63,6 +63,7 @@ class Engine:
         # `[tools] kernel_idle_minutes`, /new, or the engine's close.
         idle = settings.config.tools.kernel_idle_minutes
         self.kernels = Kernels(settings.paths.workspace, self.sandbox, idle)
+        self.kernels.alive = self._conversations_alive
         self.store = store
         self.provider = provider
         self.choice = choice
@@ -206,9 +207,16 @@ class Engine:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def end_kernel(self, key: str) -> None:
-        """/new: the conversation's kernel ends; its next cell starts an empty one."""
-        await self.kernels.forget(key)
+    async def end_kernel(self, conversation: Conversation) -> None:
+        """/new, or the serve deleted the conversation: its kernel ends; a next cell starts an
+        empty one."""
+        await self.kernels.forget(KernelKey.of(conversation))
+
+    async def _conversations_alive(self, keys: list[KernelKey]) -> set[KernelKey]:
+        """Which of the kept kernels' conversations still exist (a few rows, by primary key)."""
+        ids = [k.conversation_id for k in keys]
+        created = await self.store.call(self.store.created_of, ids)
+        return {k for k in keys if created.get(k.conversation_id) == k.created}
 
     async def settle_background(self, timeout: float = 60.0) -> None:
         """Let background passes finish (bounded), then cancel what is left."""

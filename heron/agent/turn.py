@@ -59,6 +59,7 @@ from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
+from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -641,11 +642,16 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
 def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
     # The conversation's kernel, kept by the process between its turns (given back at the
-    # run's end by `ctx.aclose()`).
-    kernel = engine.kernels.take(conversation.key)
+    # run's end by `ctx.aclose()`); a new one asks, at its first cell, whether the model saw
+    # cells of an earlier process's kernel.
+    key, store = KernelKey.of(conversation), engine.store
+    earlier = functools.partial(
+        store.call, store.used_tool, conversation.id, "run_cell", off_loop=True
+    )
+    kernel = engine.kernels.take(key, earlier)
     return ToolContext(
         kernel=kernel,
-        keep_kernel=functools.partial(engine.kernels.release, conversation.key),
+        keep_kernel=functools.partial(engine.kernels.release, key),
         workspace=engine.settings.paths.workspace,
         result_budget=engine.settings.config.agent.result_budget,
         redactor=engine.redactor,

@@ -284,9 +284,9 @@ def delete_conversation(
     typer.echo(f"Deleted conversation {key!r}.")
 
 
-def remove_conversation(store: Store, key: str) -> None:
+def remove_conversation(store: Store, key: str) -> Conversation:
     """Delete `key` with its trace rows, refusing while anything uses it (the CLI's delete
-    and the web UI's both come here)."""
+    and the web UI's both come here); the conversation deleted."""
     conv = removable(store, key)
     store.delete_conversation(conv.id)
     # Its trace rows went with it; the blobs and nodes only it reached go now (shared ones stay).
@@ -294,6 +294,7 @@ def remove_conversation(store: Store, key: str) -> None:
 
     with store.transaction() as conn:
         collect_garbage(conn)
+    return conv
 
 
 def removable(store: Store, key: str) -> Conversation:

@@ -15,7 +15,7 @@ import asyncio
 import json
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -28,7 +28,7 @@ from heron.attachments import too_big
 from heron.config import AttachmentCaps, Settings
 from heron.errors import HeronError
 from heron.messages import new_key
-from heron.store import Store
+from heron.store import Conversation, Store
 from heron.web.uploads import Upload, folder, save
 
 router = APIRouter(prefix="/api")
@@ -44,6 +44,9 @@ class WebState:
     store: Store
     busy: Callable[[str], bool] = field(default=lambda key: False)
     choice: Any = None  # the serve's ModelChoice; None: the configured one
+    # Ends a deleted conversation's Python kernel in the serve (`Engine.end_kernel`): what it
+    # held in memory goes with the conversation. None: no engine here.
+    end_kernel: Callable[[Conversation], Awaitable[None]] | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -71,7 +74,8 @@ def _state(request: Request) -> WebState:
             raise HTTPException(503, "the web API is not installed on this app")
         settings = runtime.engine.settings
         store = Store(settings.database, files=settings.paths.files)
-        state = WebState(settings, store, runtime.loop.running, runtime.engine.choice)
+        engine = runtime.engine
+        state = WebState(settings, store, runtime.loop.running, engine.choice, engine.end_kernel)
         request.app.state.web = state
     return state
 
@@ -242,7 +246,9 @@ async def delete(request: Request, key: str) -> JSONResponse:
                 "hint": "Stop that turn (/stop), then delete.",
             },
         )
-    await _run(state, remove_conversation, state.store, key)
+    gone = await _run(state, remove_conversation, state.store, key)
+    if state.end_kernel is not None:
+        await state.end_kernel(gone)
     return JSONResponse({"deleted": key})
 
 

@@ -620,6 +620,27 @@ class Store:
         )
         return float(rows[0][0] or 0) if rows else 0.0
 
+    def created_of(self, ids: Sequence[int]) -> dict[int, float]:
+        """When each of these conversations that still exists was created (by primary key)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.query(f"SELECT id, created FROM conversations WHERE id IN ({marks})", ids)
+        return {int(row[0]): float(row[1]) for row in rows}
+
+    def used_tool(self, conversation_id: int, tool: str) -> bool:
+        """Whether a finished call of `tool` is on record in the conversation since its last
+        /new separator (what its model may still count on): one query, on the turns' and the
+        tool calls' indexes, stopping at the first found."""
+        rows = self.query(
+            "SELECT 1 FROM turns t JOIN tool_calls c ON c.turn_id = t.id"
+            " WHERE t.conversation_id = ? AND c.name = ? AND t.started > COALESCE("
+            "(SELECT MAX(created) FROM messages WHERE conversation_id = ? AND kind = 'separator'),"
+            " 0) LIMIT 1",
+            (conversation_id, tool, conversation_id),
+        )
+        return bool(rows)
+
     def last_call_tokens(self, conversation_id: int) -> int:
         """Input plus output tokens of the conversation's last model call (0 before any): the
         context it used, as /status shows."""

@@ -14,15 +14,15 @@ host's namespace to make it reachable would give the kernel the network. Interru
 a control message, not a signal to the process group: SIGINT to the group would reach bwrap
 itself, and its death takes the kernel with it.
 
-run_cell returns a digest rather than the raw message stream: numbered output, the last value,
-the files the cell changed, or the error. Output is kept as head and tail while it streams, as
-the bash tool keeps a command's (`CellOutput` on shell.HeadTail): a cell printing gigabytes costs
-Heron a few megabytes, the model reads the head and tail that fit its result budget, and the
-person's `/show N` up to WHOLE_CAP characters. A cell past its timeout is interrupted and its
-end awaited on the shell channel, which no backlog of output delays; the kernel is restarted
-(variables lost, and said so) only when the cell has not stopped INTERRUPT_GRACE seconds later.
-A last value too large to show stays in the kernel under a name the digest gives, so the model
-never re-runs an expensive call to see it again.
+run_cell returns a digest rather than the raw message stream: output labelled with the cell's
+execution count, the last value, the files the cell changed, or the error. Output is kept as
+head and tail while it streams, as the bash tool keeps a command's (`CellOutput` on
+shell.HeadTail): a cell printing gigabytes costs Heron a few megabytes, the model reads the head
+and tail that fit its result budget, and the person's `/show N` up to WHOLE_CAP characters. A
+cell past its timeout is interrupted and its end awaited on the shell channel, which no backlog
+of output delays; the kernel is restarted (variables lost, and said so) only when the cell has
+not stopped INTERRUPT_GRACE seconds later. A last value too large to show stays in the kernel
+under a name the digest gives, so the model never re-runs an expensive call to see it again.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heron.request import WHERE_IT_RUNS
 from heron.saved import WHOLE_CAP
@@ -48,6 +49,9 @@ from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, ToolRegistry, parse_docstring, tool
 from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail
+
+if TYPE_CHECKING:
+    from heron.store import Conversation
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 STARTUP_TIMEOUT = 60.0
@@ -64,6 +68,10 @@ SNAPSHOT_SKIP = frozenset(
 )
 SOCKETS_PREFIX = "heron-kernel-"  # + the owning Heron's pid + "-": the kernel's ipc folder
 SNAPSHOT_MAX = 20_000  # files; a bigger workspace is not tracked (the walk would cost too much)
+# Why a conversation's first cell in this process runs in a new kernel when it ran cells before.
+EARLIER_PROCESS = (
+    "the kernel of this conversation's earlier cells ended with the process that ran them"
+)
 
 
 @dataclass
@@ -74,15 +82,19 @@ class CellError:
 
 
 class CellOutput:
-    """A cell's printed and displayed output as the model reads it ("[1] ...", "[2] (stderr)
-    ..."), kept as head and tail while it streams (shell.HeadTail): a cell printing gigabytes
-    costs a few megabytes and one pass over them, never a copy per chunk. Consecutive chunks of
-    one stream form one group, a display is a group of its own; on each line, what a carriage
+    """A cell's printed and displayed output as the model reads it ("[5] ...", "[5] (stderr)
+    ..." for the kernel's 5th cell), kept as head and tail while it streams (shell.HeadTail): a
+    cell printing gigabytes costs a few megabytes and one pass over them, never a copy per
+    chunk. Consecutive chunks of one stream form one group, a display is a group of its own,
+    and each group starts with the cell's execution count: the number IPython gives it
+    (`Cell In[5]` in a traceback, `Out[5]`, `_heron_values[5]`), so the label is true in a
+    kept kernel too, and left out while the count is not known. On each line, what a carriage
     return was followed by overwrites what came before it (progress bars), as in a terminal;
     a group's trailing newlines are dropped."""
 
     def __init__(self, limit: int = WHOLE_CAP) -> None:
         self.limit = limit
+        self.cell: int | None = None  # the kernel's execution count for this cell
         self.clear()
 
     def dropped(self, count: int) -> None:
@@ -108,8 +120,9 @@ class CellOutput:
             self._end_group()
             self.groups += 1
             self.kind = kind
+            count = f"[{self.cell}] " if self.cell is not None else ""
             label = "(stderr) " if kind == "stderr" else ""
-            self.sink.add(f"{chr(10) if self.groups > 1 else ''}[{self.groups}] {label}")
+            self.sink.add(f"{chr(10) if self.groups > 1 else ''}{count}{label}")
         if "\r" not in text:  # the common case: whole lines go straight to the sink
             cut = text.rfind("\n")
             if cut < 0:
@@ -306,6 +319,10 @@ class KernelSession:
         # Why the kernel was shut down with variables the model may still count on; said
         # with the next cell's result, then forgotten.
         self.lost: str | None = None
+        # Whether the conversation ran cells the model may count on before this session (in
+        # an earlier process): asked once, when the session's first kernel starts.
+        self.earlier: Callable[[], Awaitable[bool]] | None = None
+        self.ever_started = False
 
     @property
     def started(self) -> bool:
@@ -337,6 +354,7 @@ class KernelSession:
         kc = km.client()
         kc.start_channels()
         self._km, self._kc = km, kc
+        self.ever_started = True
         try:
             await kc.wait_for_ready(timeout=self.startup_timeout)
         except Exception:
@@ -377,8 +395,7 @@ class KernelSession:
         async with self._lock:
             await self._settle()
             if not self.started:
-                await self.start()
-                result.fresh, self.lost = self.lost, None
+                await self._start_for(result)
             msg_id = self._kc.execute(code, store_history=True, allow_stdin=False)
             try:
                 finished = await self._collect(msg_id, result, time.monotonic() + timeout)
@@ -393,6 +410,16 @@ class KernelSession:
             if value_limit is not None and len(result.value or "") > value_limit:
                 await self._stash(result)
             return result
+
+    async def _start_for(self, result: CellResult) -> None:
+        """Start the kernel for a cell, telling it (`fresh`) when the model may expect the
+        variables of an earlier kernel: one this session shut down (`lost`), or, on the
+        session's first start, one of an earlier process (`earlier`, asked only then)."""
+        first = not self.ever_started
+        await self.start()
+        result.fresh, self.lost = self.lost, None
+        if result.fresh is None and first and self.earlier is not None and await self.earlier():
+            result.fresh = EARLIER_PROCESS
 
     async def _interrupt(self, msg_id: str, result: CellResult) -> None:
         """Interrupt the cell; restart the kernel only if it does not stop (`restarted`)."""
@@ -489,16 +516,33 @@ KEPT_MAX = 8  # started kernels a process keeps between turns; the least recentl
 REAP_EVERY = 60.0  # seconds between looks for kernels unused past their time
 
 
+@dataclass(frozen=True)
+class KernelKey:
+    """Whose kept kernel: a conversation by its id and creation time. Not by its key, which a
+    new conversation takes once the first is deleted, nor by its id alone, which SQLite gives
+    again to a row inserted after the highest one was deleted."""
+
+    conversation_id: int
+    created: float
+
+    @classmethod
+    def of(cls, conversation: Conversation) -> KernelKey:
+        return cls(conversation.id, conversation.created)
+
+
 class Kernels:
     """The Python kernels of a process, one per conversation, kept between its turns.
 
     A run takes its conversation's session (`take`, started by its first cell) and gives it
     back when it ends (`release`); the next turn of the conversation finds its variables there.
     A kept kernel is shut down once unused for `idle_minutes` (0: at the end of every run), when
-    more than KEPT_MAX are kept (the least recently used), on /new (`forget`) and with the
-    process (`close`); a kernel is its own process in the sandbox, which dies with Heron
-    however Heron dies (docs/security.md). A conversation's turns run one at a time, and two
-    conversations never share a session."""
+    more than KEPT_MAX are kept (the least recently used), on /new and when the serve deletes
+    the conversation (`forget`), at the reaper's next look when another process deleted it
+    (`alive`), and with the process (`close`). Kernels are kept by `KernelKey`, so a
+    conversation deleted elsewhere never lends its kernel to a new one of the same name. A
+    kernel is its own process in the sandbox, which dies with Heron however Heron dies
+    (docs/security.md). A conversation's turns run one at a time, and two conversations never
+    share a session."""
 
     def __init__(
         self, workspace: Path, sandbox: Sandbox, idle_minutes: float = KERNEL_IDLE_MINUTES
@@ -506,20 +550,28 @@ class Kernels:
         self.workspace = workspace
         self.sandbox = sandbox
         self.idle = idle_minutes * 60
-        self._sessions: dict[str, KernelSession] = {}
-        self._runs: dict[str, int] = {}  # runs holding each session now
-        self._released: dict[str, float] = {}  # when each was last given back (monotonic)
+        self._sessions: dict[KernelKey, KernelSession] = {}
+        self._runs: dict[KernelKey, int] = {}  # runs holding each session now
+        self._released: dict[KernelKey, float] = {}  # when each was last given back (monotonic)
         self._reaper: asyncio.Task[None] | None = None
+        # Which of these conversations still exist (the engine asks its store): one deleted by
+        # another process has its kernel ended at the reaper's next look, not when idle.
+        self.alive: Callable[[list[KernelKey]], Awaitable[set[KernelKey]]] | None = None
 
-    def take(self, key: str) -> KernelSession:
-        """The conversation's session for a run (not started until its first cell)."""
+    def take(
+        self, key: KernelKey, earlier: Callable[[], Awaitable[bool]] | None = None
+    ) -> KernelSession:
+        """The conversation's session for a run (not started until its first cell). `earlier`
+        tells a new session whether the conversation ran cells in an earlier process, which
+        its first cell then says are gone."""
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = KernelSession(self.workspace, sandbox=self.sandbox)
+            session.earlier = earlier
         self._runs[key] = self._runs.get(key, 0) + 1
         return session
 
-    async def release(self, key: str) -> None:
+    async def release(self, key: KernelKey) -> None:
         """A run of the conversation ended: its kernel waits for the next one."""
         self._runs[key] = self._runs.get(key, 1) - 1
         if self._runs[key] > 0:
@@ -538,8 +590,9 @@ class Kernels:
             if self._reaper is None:
                 self._reaper = asyncio.create_task(self._reap())
 
-    async def forget(self, key: str) -> None:
-        """/new: the conversation starts afresh, and so does its kernel (no notice)."""
+    async def forget(self, key: KernelKey) -> None:
+        """/new, or the conversation was deleted: its kernel ends (its next cell, if any, is
+        a fresh start: no notice)."""
         session = self._sessions.get(key)
         if session is not None:
             await session.shutdown()
@@ -559,7 +612,7 @@ class Kernels:
                 await session.shutdown()
 
     @property
-    def running(self) -> list[str]:
+    def running(self) -> list[KernelKey]:
         """The conversations whose kernel runs now."""
         return [key for key, session in self._sessions.items() if session.started]
 
@@ -572,6 +625,17 @@ class Kernels:
                 if key in self._runs or idle_since is None or now - idle_since < self.idle:
                     continue
                 await self._end(key, f"the last one ended after {self.idle / 60:g} minutes unused")
+            await self._end_deleted()
+
+    async def _end_deleted(self) -> None:
+        """End the kept kernels of conversations deleted meanwhile (`alive`)."""
+        kept = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
+        if self.alive is None or not kept:
+            return
+        living = await self.alive(kept)
+        for key in kept:
+            if key not in living and key not in self._runs:
+                await self.forget(key)
 
     async def _over_cap(self) -> None:
         idle = [k for k, s in self._sessions.items() if s.started and k not in self._runs]
@@ -581,7 +645,7 @@ class Kernels:
                 key, f"this process keeps at most {KEPT_MAX}; it was used least recently"
             )
 
-    async def _end(self, key: str, why: str | None) -> None:
+    async def _end(self, key: KernelKey, why: str | None) -> None:
         """Shut the kernel down; `why` is told with the conversation's next cell."""
         session = self._sessions.get(key)
         if session is None:
@@ -592,7 +656,7 @@ class Kernels:
         if session.lost is None and key not in self._runs:
             self._drop(key)
 
-    def _drop(self, key: str) -> None:
+    def _drop(self, key: KernelKey) -> None:
         self._sessions.pop(key, None)
         self._released.pop(key, None)
 
@@ -644,8 +708,8 @@ def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
     elif kind == "execute_result":
         result.value = ANSI.sub("", content.get("data", {}).get("text/plain", ""))
         result.execution_count = content.get("execution_count")
-    elif kind == "execute_input":
-        result.execution_count = content.get("execution_count")
+    elif kind == "execute_input":  # sent before the cell runs: its output is labelled with it
+        result.execution_count = result.output.cell = content.get("execution_count")
     elif kind == "error":
         frames = [ANSI.sub("", line) for line in content.get("traceback", [])]
         result.error = CellError(content.get("ename", "Error"), content.get("evalue", ""), frames)
