@@ -131,3 +131,18 @@ def test_no_raw_thread_hop_on_a_store_function():
         f"asyncio.to_thread on store functions: {hops}. Call `await store.call(fn, ..., "
         "off_loop=True)` instead (heron/store/db.py)."
     )
+
+
+def test_no_numbered_placeholders_which_postgresql_cannot_read():
+    """`?1` is SQLite's own: heron/store/pg.py translates plain `?` only, so a statement with a
+    numbered one fails on PostgreSQL (the heartbeat's count did, unseen until a test ran it)."""
+    import re
+
+    numbered = re.compile(r"\?\d")
+    statement = re.compile(r"\b(SELECT|WHERE|SET|VALUES|AND)\b")
+    found = {
+        rel: lines
+        for rel, source in _modules().items()
+        if (lines := [s for s in source.splitlines() if numbered.search(s) and statement.search(s)])
+    }
+    assert not found, f"numbered placeholders: {found}; write plain `?` and repeat the value"

@@ -130,3 +130,22 @@ def test_stored_messages_behave_as_plain_messages(db):
     again = Store(db).branch(conv.id)[-1].message
     assert hash(again) == hash(text_only) and {again, text_only} == {text_only}
     assert row.message.tool_calls[0].args == {"command": "ls"} and row.message.text == "hi"
+
+
+def test_turns_since_the_last_separator_count_on_both_backends(db):
+    """The heartbeat's count of what its conversation's model still sees: `?1` placeholders
+    are SQLite's own, and PostgreSQL's translation does not read them."""
+    import time
+
+    from heron.store import jobs
+
+    store = Store(db)
+    conv = store.open_conversation("beat")
+    store.begin_turn(conv.id, "run_1", user("one"))
+    assert jobs.turns_since_separator(store, conv.id) == 1
+    time.sleep(0.01)  # `started` and `created` are wall-clock times
+    store.append(conv.id, Message("assistant", [Text("--- new ---")]), kind="separator")
+    time.sleep(0.01)
+    assert jobs.turns_since_separator(store, conv.id) == 0
+    store.begin_turn(conv.id, "run_2", user("two"))
+    assert jobs.turns_since_separator(store, conv.id) == 1
