@@ -339,3 +339,18 @@ def test_the_review_at_exit_waits_for_a_usable_model():
     assert state.why_no_review() == "the model's last call failed (connection failed)"
     view.ended(TurnEnd(True, "delivered"))  # working again
     assert state.why_no_review() is None
+
+
+def test_a_turn_another_client_stopped_says_what_stopped_it():
+    """The browser's /stop (or another chat's) ended the chat's stream without a word."""
+    from heron.bus import TurnEnd
+
+    out = io.StringIO()
+    view = terminal.TerminalView(Console(file=out, width=100), terminal.ChatState("k", "default"))
+    view.ended(TurnEnd(False, "stale", stopped_by="/stop from the browser"))
+    assert "Stopped by /stop from the browser. What the turn finished is kept." in out.getvalue()
+    mine = io.StringIO()
+    view = terminal.TerminalView(Console(file=mine, width=100), terminal.ChatState("k", "default"))
+    view.stopping = True  # this chat sent the /stop: its reply already said "Stopped."
+    view.ended(TurnEnd(False, "stale", stopped_by="/stop from heron chat"))
+    assert "Stopped by" not in mine.getvalue() and not view.stopping

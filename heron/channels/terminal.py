@@ -161,6 +161,7 @@ class TerminalView:
         self.one_at_a_time = asyncio.Lock()  # the approvals that wait for their turn to ask
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
         self.asked = False  # a question (ask_user) waits: the next message sent answers it
+        self.stopping = False  # this chat sent /stop: its reply says so, the turn's end need not
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
         self.spaced = False
@@ -246,6 +247,12 @@ class TerminalView:
         self.spaced = False
 
     def ended(self, end: TurnEnd) -> None:
+        if end.outcome == "stale" and end.stopped_by and not self.stopping:
+            # Another client's /stop or /new (the browser, another chat, a script): the stream
+            # just ended here, so say what ended it.
+            said = f"Stopped by {end.stopped_by}. What the turn finished is kept."
+            self.console.print(f"[dim]{said}[/dim]", highlight=False)
+        self.stopping = False
         if end.switch_to:
             self.state.key = end.switch_to
             self.state.results.clear()
@@ -507,6 +514,7 @@ def _stop_keys(
         if view.answer(""):
             return
         if conn.running(state.key):
+            view.stopping = True
             conn.send_nowait("/stop", state.key, state.agent)
             return
         event.app.exit(exception=KeyboardInterrupt())
@@ -518,6 +526,7 @@ async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: Ter
     """Ctrl-D or /exit: a running turn is stopped (what it finished is kept), then goodbye."""
     view.answer("")
     if conn.running(state.key):
+        view.stopping = True
         await conn.send("/stop", state.key, state.agent)
     await _settle(conn)
     view.console.print("[dim]Bye.[/dim]")
@@ -551,6 +560,7 @@ def _ctrl_c_signal(
         if view.answer(""):
             return
         if conn.running(state.key):
+            view.stopping = True
             conn.send_nowait("/stop", state.key, state.agent)
 
     def arm() -> None:
@@ -727,6 +737,7 @@ async def send_turn(
     or without: a serve keeps the config it started with, and an in-process chat the one it
     opened with, so the file is read again here (once per change)."""
     stop = text.strip() == "/stop"  # never refused: a broken file must not keep a turn going
+    view.stopping = view.stopping or text.strip() in ("/stop", "/new")  # said by their replies
     problem = await state.config.problem() if state.config is not None and not stop else None
     if problem is not None:
         said = problem.args[0] if problem.args else str(problem)
