@@ -271,10 +271,15 @@ def test_ctrl_c_right_after_enter_stops_the_turn_before_it_has_started(heron_hom
         finally:
             if pid is not None:
                 os.kill(pid, signal.SIGCONT)
-        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
-        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
-        chat.leave()
-    # stopped, and the message kept (a stop that overtook the message's commit lost it)
+        _stopped_with_the_message_kept(chat, heron_home)
+
+
+def _stopped_with_the_message_kept(chat: ChatScreen, heron_home) -> None:
+    """The turn stopped, the chat back at its prompt, and the message "explain" kept with an
+    interrupted answer (a stop that overtook the message's commit lost it)."""
+    chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
+    chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
+    chat.leave()
     assert _said(heron_home, "user") == ["explain"]
     [(_, meta)] = _rows(heron_home, "assistant")
     assert meta.get("interrupted") is True
@@ -289,12 +294,7 @@ def test_ctrl_c_typed_with_the_enter_stops_the_in_process_turn(heron_home):
     with FakeOpenAIServer([reply]) as server:
         chat = ChatScreen(heron_home, server.base_url)
         chat.type("explain\r\x03")
-        chat.wait_for(lambda: chat.shows("Stopped."), "the stop")
-        chat.wait_for(lambda: chat.prompt() == "›", "the end of the turn")
-        chat.leave()
-    assert _said(heron_home, "user") == ["explain"]
-    [(_, meta)] = _rows(heron_home, "assistant")
-    assert meta.get("interrupted") is True
+        _stopped_with_the_message_kept(chat, heron_home)
 
 
 def test_the_terminal_does_not_echo_ctrl_c_while_the_chat_runs_and_is_restored_after(heron_home):

@@ -203,7 +203,7 @@ def _this_turn(ctx: ToolContext, recall: Recall) -> set[int]:
     start, conversation = ctx.services.turn_start, ctx.services.conversation_id
     if start is None or conversation is None:
         return set()
-    return {row.id for row in recall.store.branch(conversation) if row.id >= start}
+    return {row.id for row in recall.store.branch_since(conversation, start) if row.id >= start}
 
 
 def _open_message(recall: Recall, message_id: int) -> str:
