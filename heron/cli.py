@@ -294,13 +294,16 @@ def worker(
 
 @app.command()
 def models() -> None:
-    """Show the model Heron would use, and the built-in model profiles."""
+    """Show the model Heron would use, what its server offers, and the built-in profiles.
+    Exits 1 when the server in use could not list its models."""
     from heron.channels.info import print_models
 
     try:
-        print_models(settings())
+        listed = print_models(settings())
     except HeronError as e:
         fail(e)
+    if not listed:
+        raise typer.Exit(1)
 
 
 @conversations_app.command("list")

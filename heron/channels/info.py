@@ -382,9 +382,13 @@ def model_source(settings: Settings, choice: ModelChoice) -> str:
     return "the provider's default"
 
 
-def print_models(settings: Settings) -> None:
+def print_models(settings: Settings) -> bool:
+    """The model in use, what its server offers, the built-in profiles and the overrides.
+    False when the server in use could not list its models (everything else still printed),
+    so that a script asking `heron models` hears of it in the exit code."""
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
+    listed = True
     try:
         choice: ModelChoice | None = settings.model()
     except HeronError as e:
@@ -392,7 +396,7 @@ def print_models(settings: Settings) -> None:
         typer.echo(f"In use: none. {e}")
     if choice is not None:
         typer.echo(f"In use: {choice.provider} / {choice.model}")
-        show_served_models(settings, choice)
+        listed = show_served_models(settings, choice)
     typer.echo("\nBuilt-in profiles:")
     rows = [
         (pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode, attachments_taken(p))
@@ -406,23 +410,25 @@ def print_models(settings: Settings) -> None:
             said = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
             typer.echo(f'[models."{pattern}"]  {said}')
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
+    return listed
 
 
 # `heron models` asks the server for its list: a server that is down must not hold it long.
 LIST_TIMEOUT = 5.0
 
 
-def show_served_models(settings: Settings, choice: ModelChoice) -> None:
+def show_served_models(settings: Settings, choice: ModelChoice) -> bool:
     """What the server in use offers (GET /models of an OpenAI-compatible server, GET
     /v1/models of Anthropic's), each with the profile it would run with; or a line saying why
-    the list could not be had, and what to do. A local GGUF file has nothing to list."""
+    the list could not be had, and what to do (then False). A local GGUF file has nothing to
+    list."""
     import asyncio
 
     from heron.providers.profiles import profile_for
 
     provider = _lister(choice)
     if provider is None:
-        return
+        return True
 
     async def ask() -> list[str]:
         try:
@@ -437,10 +443,10 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> None:
         typer.echo(f"\nThe models at {where} could not be listed: {e.summary}")
         if e.hint:
             typer.echo(e.hint)
-        return
+        return False
     if not names:
         typer.echo(f"\nThe server at {where} lists no models.")
-        return
+        return True
     typer.echo(f"\nModels at {where}, with the profile each would run with:")
     rows = []
     for name in names:
@@ -448,6 +454,7 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> None:
         mark = "  (in use)" if name == choice.model else ""
         rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode + mark))
     table(("MODEL", "WINDOW", "OUTPUT", "TOOLS"), rows)
+    return True
 
 
 def _lister(choice: ModelChoice) -> OpenAICompatProvider | AnthropicProvider | None:
