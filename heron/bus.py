@@ -95,8 +95,13 @@ class OutboundMessage:
     text: str
     kind: OutKind = "answer"
     # What a client acts on beyond showing it: "no_worker" (a notice) says no worker will take
-    # the message soon (heron/scale/front.py), so a client waiting for its turn stops.
+    # the message soon (heron/scale/front.py), so a client waiting for its turn stops;
+    # "stop_answer" (/stop's answer) is for the client that sent it: the others hear who stopped
+    # the turn from its end (`TurnEnd.stopped_by`).
     code: str | None = None
+
+
+STOP_ANSWER_CODE = "stop_answer"
 
 
 # A channel as the person knows it, where they read who stopped a turn.

@@ -378,3 +378,30 @@ async def test_a_stop_held_for_its_messages_start_ends_with_a_refused_message():
             await asyncio.wait_for(conn.settle(), 30)
             assert not conn.running("held")
     assert conn.refusals and "malformed TOML" in str(conn.refusals[0].get("message"))
+
+
+async def test_a_turn_the_browser_stops_is_named_so_in_the_terminal_once():
+    """The browser's /stop answers the browser ("Stopped."); the terminal whose turn it ended
+    says who stopped it, in one line, from the turn's end."""
+    _gate, wait_gate = _gated()  # never opened: only the stop ends the turn
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    view = TerminalView(console, ChatState(PERSONAL, "default"))
+    script = [Reply([ToolCall("c1", "wait_gate", {})], "tool")]
+    registry = ToolRegistry([wait_gate])
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("start the job", PERSONAL)
+            await ws_until(ws, "tool_start")
+            await ws.send(json.dumps({"type": "stop"}))
+            answered = await ws_until(ws, "message")  # the browser's own answer
+            await conn.settle()
+    assert answered[-1]["text"] == "Stopped. What the turn finished is kept."
+    assert answered[-1]["code"] == "stop_answer"
+    shown = screen.getvalue()
+    assert shown.count("Stopped by /stop from the browser. What the turn finished is kept.") == 1
+    assert "Stopped. What the turn finished is kept." not in shown

@@ -1003,6 +1003,24 @@ def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
     _order(page, "talk for a while", *stopped, "next question", "next answer")
 
 
+def test_a_turn_another_client_stopped_says_which_and_the_stopping_tab_does_not(
+    browser, page, site, model
+):
+    """A /stop from `heron chat` ends the stream in the open page, which says what stopped
+    it (the terminal says it the other way round); a tab that stopped its turn itself hears
+    only /stop's own answer."""
+    _send(page, "tell a long story")
+    model.feed(("text", "Once upon "))
+    expect(page.locator(".live")).to_contain_text("Once upon")
+    control_send(site, "/stop", channel="terminal")
+    note = "Stopped by /stop from heron chat. What the turn finished is kept."
+    expect(page.get_by_text(note)).to_have_count(1)
+    expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("Once upon")
+    _stop_mid_reply(page, model, "Another ")  # this tab's own /stop
+    expect(page.get_by_text("Stopped. What the turn finished is kept.")).to_have_count(1)
+    expect(page.get_by_text(note)).to_have_count(1)  # still only the first turn's
+
+
 def _tab_to(page: Any, name: str, most: int = 60) -> None:
     """Press Tab until the control labelled `name` has the focus, as a person would."""
     for _ in range(most):

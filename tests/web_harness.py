@@ -204,13 +204,15 @@ def serve(provider: Any, registry: Any = None, port: int = 0, **options: Any) ->
         loop.close()
 
 
-def control_send(served: Served, text: str, key: str = "personal") -> list[dict[str, Any]]:
+def control_send(
+    served: Served, text: str, key: str = "personal", channel: str = "cli"
+) -> list[dict[str, Any]]:
     """What a terminal client does: hello and send on the control socket; returns the events
-    it read until its turn ended."""
+    it read until its turn ended (`channel` "terminal" names it as `heron chat` does)."""
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(30)
         sock.connect(str(served.control))
-        hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": "cli"}
+        hello = {"type": "hello", "conversation": key, "last_seq": None, "channel": channel}
         sock.sendall((json.dumps(hello) + "\n").encode())
         sock.sendall((json.dumps({"type": "send", "text": text}) + "\n").encode())
         events: list[dict[str, Any]] = []

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from heron.bus import NOTHING_TO_RETRY, stopped_by
+from heron.bus import NOTHING_TO_RETRY, STOP_ANSWER_CODE, stopped_by
 from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
@@ -62,6 +62,7 @@ class CommandReply:
     # is, without storing the text again.
     answer_id: int | None = None
     switch_to: str | None = None  # the channel continues in this conversation
+    code: str | None = None  # OutboundMessage.code of the answer
 
 
 class CommandsAttached(Protocol):
@@ -198,7 +199,7 @@ async def _help(ctx: CommandContext, arg: str) -> CommandReply:
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
     here = stopped_by("stop", ctx.channel)
     if ctx.stop_local is not None and await ctx.stop_local(ctx.key, here):
-        return CommandReply("Stopped. What the turn finished is kept.")
+        return CommandReply("Stopped. What the turn finished is kept.", code=STOP_ANSWER_CODE)
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     if conv is None:
         return CommandReply("Nothing is running.")
@@ -209,7 +210,8 @@ async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
     # a turn here (heron/agent/turn.py, `stops_elsewhere`), telling its person who did.
     by = stopped_by("stop", ctx.channel, os.getpid())
     await ctx.store.call(es.bump_epoch, ctx.store, conv.id, by)
-    return CommandReply(f"Stopped {holder.describe()}. What it finished is kept.")
+    said = f"Stopped {holder.describe()}. What it finished is kept."
+    return CommandReply(said, code=STOP_ANSWER_CODE)
 
 
 async def _new(ctx: CommandContext, arg: str) -> CommandReply:

@@ -226,7 +226,7 @@ class AgentLoop:
         )
         reply = await commands.run(found, ctx)
         if reply.text:
-            await self._send(message, key, reply.text, "command")
+            await self._send(message, key, reply.text, "command", reply.code)
 
     # ---- turns ----------------------------------------------------------------------------
 
@@ -464,9 +464,11 @@ class AgentLoop:
             # its own silent conversation.
             await self._send(message, message.meta.get("deliver_to", key), text, kind)
 
-    async def _send(self, message: InboundMessage, key: str, text: str, kind: str) -> None:
+    async def _send(
+        self, message: InboundMessage, key: str, text: str, kind: str, code: str | None = None
+    ) -> None:
         await self.bus.send(
-            OutboundMessage(message.channel, message.chat_id, key, text, kind)  # type: ignore[arg-type]
+            OutboundMessage(message.channel, message.chat_id, key, text, kind, code)  # type: ignore[arg-type]
         )
 
     # ---- interrupts -----------------------------------------------------------------------

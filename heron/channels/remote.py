@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from heron.bus import (
+    STOP_ANSWER_CODE,
     ApprovalAsk,
     Deliver,
     Outbound,
@@ -339,7 +340,9 @@ class RemoteAgent:
         self._track(key, event)
         if kind in ("approval", "approval_end"):
             self._approval(event)
-        if self.own_only and not self._answers_us(event):
+        theirs_stopped = kind == "message" and event.get("code") == STOP_ANSWER_CODE and not ours
+        if theirs_stopped or (self.own_only and not self._answers_us(event)):
+            # Another client's "Stopped.": the turn's end already said who stopped it here.
             await self._after(event)
             return
         others = kind == "status" and event.get("chat_id") not in (None, self.chat_id)

@@ -772,6 +772,7 @@ function App() {
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
+  const stopping = useRef(false); // this tab sent /stop or /new: its turn's end needs no word
   const menuRef = useRef(null); // the ☰ button (a phone): where the focus goes back to
   const sideRef = useRef(side); // the list is open, for the window's key handler
   sideRef.current = side;
@@ -894,6 +895,8 @@ function App() {
       case "message":
         if (ev.kind === "question" && lv && !lv.done) { // ask_user: the next message answers it
           lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
+        } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
+          // Another client's "Stopped.": the turn's end said here who stopped it.
         } else if (ev.kind !== "answer") {
           const after = anchorOf(lv, itemsRef.current);
           setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after }]);
@@ -908,6 +911,12 @@ function App() {
         break;
       }
       case "turn_end":
+        if (ev.interrupted && ev.stopped_by && !stopping.current) {
+          // Another client stopped it (a terminal, another tab, a script): say which.
+          const text = `Stopped by ${ev.stopped_by}. What the turn finished is kept.`;
+          setNotes((n) => [...n, { seq: ev.seq, kind: "stopped", text, after: anchorOf(lv, itemsRef.current) }]);
+        }
+        stopping.current = false;
         if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
         if (ev.switch_to) { openConv(ev.switch_to); break; }
         loadTranscript(convRef.current);
@@ -976,13 +985,14 @@ function App() {
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
     if (!connRef.current.sendTyped(m)) { notify(notSent()); return false; }
+    if (["/stop", "/new"].includes(text.trim())) stopping.current = true;
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
     } else if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
     return true;
   };
-  const stop = () => connRef.current.send({ type: "stop" });
+  const stop = () => { stopping.current = true; connRef.current.send({ type: "stop" }); };
   const closeSide = () => { setSide(false); if (menuRef.current) menuRef.current.focus(); };
   const approve = (seg, allow) => { // the first answer from any client decides (approval_end)
     seg.sent = true; showLive(liveRef.current);
