@@ -279,6 +279,10 @@ def worker(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log every turn taken and ended (stderr).")
     ] = False,
+    face: Annotated[
+        int | None,
+        typer.Option("--face", hidden=True, help="The pid of the heron serve that started it."),
+    ] = None,
 ) -> None:
     """Run turns from the PostgreSQL store's queue (one of the workers; docs/scale.md)."""
     from heron.scale.cluster import cluster_of
@@ -287,7 +291,7 @@ def worker(
         cluster_of(settings().database)  # SQLite: say so before importing DBOS
         from heron.scale.worker import run_worker
 
-        asyncio.run(run_worker(settings(), model=model, verbose=verbose))
+        asyncio.run(run_worker(settings(), model=model, verbose=verbose, face=face))
     except HeronError as e:
         fail(e)
 

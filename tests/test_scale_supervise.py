@@ -76,9 +76,10 @@ def serve(home: Path, env: dict[str, str], n: int) -> Iterator[Serve]:
         assert first.startswith("heron serve: http://127.0.0.1:"), first
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # never a full pipe
         yield Serve(proc)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
-        assert proc.returncode == 0
+        if proc.poll() is None:  # not killed by the test
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+            assert proc.returncode == 0
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -183,3 +184,28 @@ async def test_with_no_worker_alive_a_message_is_told_at_once_and_runs_when_one_
     assert face.said("3 times in a row within 30 s of its start: not restarting it")
     assert welcome["workers"] == {"alive": 0, "of": 1}
     assert [r for r in server.requests if "anyone there?" in str(r)]  # run by the new worker
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_the_workers_of_a_serve_killed_with_minus_9_stop_too(
+    pg_url: str, heron_home: Path
+) -> None:
+    """kill -9 leaves the serve no time to stop its workers: each notices it lost its serve
+    and stops, so a serve started next does not run beside a crowd of the last one's."""
+    with model_server(echo) as (_server, url):
+        env = worker_env(heron_home, pg_url, url)
+        with serve(heron_home, env, 2) as face:
+            workers = face.workers()
+            assert len(workers) == 2
+            face.proc.kill()
+            face.proc.wait()
+            await until(lambda: not any(_alive(pid) for pid in workers))
+    assert any("is gone: stopping" in line for line in face.err), face.err

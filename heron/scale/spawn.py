@@ -77,7 +77,8 @@ def how_it_ended(code: int, ready: bool) -> str:
 
 
 def worker_command(model: str | None) -> list[str]:
-    args = [sys.executable, "-m", "heron", "worker"]
+    """The command of one worker: it knows this process, and ends when it is gone."""
+    args = [sys.executable, "-m", "heron", "worker", "--face", str(os.getpid())]
     return [*args, "--model", model] if model else args
 
 

@@ -68,6 +68,7 @@ from heron.tools.registry import ToolRegistry
 
 SWEEP_S = 1.0  # seconds between looks for a dead worker's turns
 DRAIN_S = 60.0  # on SIGTERM: how long running turns may take to finish before the exit
+FACE_S = 1.0  # seconds between looks for the heron serve that started this worker
 log = logging.getLogger(__name__)
 
 
@@ -322,9 +323,11 @@ async def run_worker(
     worker_turns: int = WORKER_TURNS,
     until: asyncio.Event | None = None,
     verbose: bool = False,
+    face: int | None = None,
 ) -> None:
-    """Run turns from the queue until SIGINT/SIGTERM (or `until`); then let running turns
-    finish (up to DRAIN_S) and exit."""
+    """Run turns from the queue until SIGINT/SIGTERM (or `until`, or the end of `face`, the
+    pid of the `heron serve` that started this worker); then let running turns finish (up to
+    DRAIN_S) and exit."""
     _log_to_stderr(logging.INFO if verbose else logging.WARNING)
     cluster = cluster_of(settings.database)
     executor = executor_id()
@@ -334,7 +337,7 @@ async def run_worker(
         async with Engine.open(
             settings, model=model, provider=provider, registry=registry
         ) as engine:
-            await _serve_queue(engine, cluster, executor, alive, out, worker_turns, until)
+            await _serve_queue(engine, cluster, executor, alive, out, worker_turns, until, face)
     finally:
         alive.close()
 
@@ -358,6 +361,7 @@ async def _serve_queue(
     out: TextIO,
     worker_turns: int,
     until: asyncio.Event | None,
+    face: int | None,
 ) -> None:
     from dbos import DBOSClient
 
@@ -367,6 +371,7 @@ async def _serve_queue(
     stop = until or asyncio.Event()
     undo = _on_signals(stop.set) if until is None else (lambda: None)
     dispatching = asyncio.create_task(host.dispatcher.run())
+    watching = asyncio.create_task(_watch_face(face, stop)) if face is not None else None
     listening: asyncio.Task[None] | None = None
     sweeping: asyncio.Task[None] | None = None
     client: DBOSClient | None = None
@@ -393,6 +398,7 @@ async def _serve_queue(
         await stop.wait()
     finally:
         undo()
+        await stop_task(watching)
         await stop_task(sweeping)
         # DBOS stops dequeuing, then waits for this worker's workflows to finish, output
         # recorded (they run on this loop, free meanwhile); a turn still running after
@@ -424,6 +430,16 @@ async def _sweep(cluster: Cluster, executor: str) -> None:
                 log.exception("looking for dead workers failed")
     finally:
         conn.close()
+
+
+async def _watch_face(face: int, stop: asyncio.Event) -> None:
+    """A worker of `heron serve --workers N` ends with its serve. A serve killed with -9 has
+    no time to send SIGTERM: its workers are re-parented, and would run on beside the next
+    serve's own. So when the parent is no longer `face`, this one stops as on SIGTERM."""
+    while os.getppid() == face:
+        await asyncio.sleep(FACE_S)
+    log.warning("the heron serve that started this worker (pid %d) is gone: stopping", face)
+    stop.set()
 
 
 def _connect(url: str) -> psycopg.Connection[Any]:
