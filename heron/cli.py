@@ -355,6 +355,12 @@ def conversations_search(
         bool,
         typer.Option("--json", help="Print one JSON array of hits: key, message_id, who, ..."),
     ] = False,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            "--exact", "-e", help="Only messages holding these words in this order, newest first."
+        ),
+    ] = False,
 ) -> None:
     """Search every message said, compacted ones included (as `heron memory recall`)."""
     from heron.channels.info import open_store
@@ -363,7 +369,7 @@ def conversations_search(
     try:
         store = open_store(settings())
         try:
-            print_recall(store, query, limit, key=conversation, as_json=as_json)
+            print_recall(store, query, limit, key=conversation, as_json=as_json, exact=exact)
         finally:
             store.close()
     except HeronError as e:

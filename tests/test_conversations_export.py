@@ -144,6 +144,24 @@ def test_search_json_is_one_array_of_hits(home):
     assert nothing.exit_code == 0 and json.loads(nothing.stdout) == []
 
 
+def test_search_exact_lists_only_the_messages_holding_the_phrase_newest_first(home):
+    """A ranked search lends scores to a hit's neighbours and matches by meaning; --exact is
+    the phrase a person remembers, and nothing else."""
+    ranked = heron("conversations", "search", "heron statue", "-n", "20").stdout.splitlines()
+    out = heron("conversations", "search", "--exact", "Heron Statue", "-n", "20")
+    assert out.exit_code == 0, out.output
+    hits = out.stdout.splitlines()[:-1]
+    assert hits and all("heron statue" in line.lower() for line in hits)
+    assert len(hits) < len(ranked) - 1  # the ranked one shows rows without the phrase too
+    ids = [int(line.split("· message ")[1].split(" ")[0]) for line in hits]
+    assert ids == sorted(ids, reverse=True)  # newest first
+    assert hits[0].startswith("[other · ")  # the last message stored
+    porto = heron("conversations", "search", "-e", "statue in porto", "--json")
+    assert [h["key"] for h in json.loads(porto.stdout)] == ["other"]
+    reordered = heron("conversations", "search", "--exact", "statue heron")
+    assert reordered.exit_code == 0 and reordered.stdout.splitlines() == ["Nothing found."]
+
+
 def test_search_in_an_unknown_conversation_says_how_to_find_one(home):
     out = heron("conversations", "search", "heron", "-c", "nope")
     assert out.exit_code == 1

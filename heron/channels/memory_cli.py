@@ -198,13 +198,20 @@ def recall(
 
 
 def print_recall(
-    store: Store, query: str, limit: int, *, key: str | None = None, as_json: bool = False
+    store: Store,
+    query: str,
+    limit: int,
+    *,
+    key: str | None = None,
+    as_json: bool = False,
+    exact: bool = False,
 ) -> None:
     """Search what was said (in conversation `key` only, when given) and print the hits, best
     first: `heron memory recall` and `heron conversations search` both run this. A line is
     `[key · date · message id · who] snippet`, and a last one says how to open a conversation;
     `as_json`: one JSON array of the hits and nothing else on stdout. An unknown `key` is a
-    StoreError saying how to find one."""
+    StoreError saying how to find one. `exact`: only the messages holding the query's words in
+    its order, newest first (`Recall.exact`)."""
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -214,7 +221,10 @@ def print_recall(
 
         conversation_id = known(store, key).id
     searched = Recall(store, default_embedder())
-    hits = searched.search(query, limit, conversation_id=conversation_id)
+    if exact:
+        hits = searched.exact(query, limit, conversation_id)
+    else:
+        hits = searched.search(query, limit, conversation_id=conversation_id)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
     else:

@@ -582,6 +582,17 @@ class Recall:
         phrase = '"' + " ".join(words) + '"'  # the words hold no quote
         return records.phrase_matches(self.store, phrase, conversation_id, limit)
 
+    def exact(self, query: str, limit: int = 10, conversation_id: int | None = None) -> list[Hit]:
+        """The messages holding the query's words in its order, newest first: what a person
+        searching for a phrase they remember means (`conversations search --exact`), where
+        `search` ranks by meaning and lends scores to neighbours."""
+        words = _WORD.findall(query.lower())
+        if not words:
+            return []
+        phrase = '"' + " ".join(words) + '"'  # the words hold no quote
+        ids = records.phrase_matches(self.store, phrase, conversation_id, limit, newest=True)
+        return self._hits([(i, 0.0) for i in ids], query)
+
     def body(self, hit: Hit) -> str:
         """The indexed text of a hit's message, whole."""
         return records.indexed_text(self.store, [hit.message_id]).get(hit.message_id, "")

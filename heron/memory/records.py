@@ -173,8 +173,10 @@ def _ranked_pg(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-def phrase_matches(store: Store, phrase: str, conversation_id: int | None, limit: int) -> list[int]:
-    """Ids of the messages matching an FTS5 phrase, oldest first."""
+def phrase_matches(
+    store: Store, phrase: str, conversation_id: int | None, limit: int, newest: bool = False
+) -> list[int]:
+    """Ids of the messages matching an FTS5 phrase, oldest first (`newest`: newest first)."""
     if pg_of(store.conn) is not None:
         # The stemmed phrase finds the candidates through the index; the words as written,
         # stop words included, must then follow each other, as in FTS5's phrase ('english'
@@ -194,6 +196,7 @@ def phrase_matches(store: Store, phrase: str, conversation_id: int | None, limit
         sql += scope
         params.append(conversation_id)
     params.append(limit)
+    order += " DESC" if newest else ""
     return [r[0] for r in store.query(sql + f" ORDER BY {order} LIMIT ?", params)]
 
 
