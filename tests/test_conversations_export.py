@@ -242,6 +242,28 @@ def test_json_export_shape_and_parts_decode_to_the_stored_messages(home):
     assert [t["turn"] for t in doc["turns"]] == [1, 2] and doc["turns"][0]["usage"]["input"] == 50
 
 
+def test_a_turn_stopped_before_its_usage_came_says_so_in_show_and_export(home):
+    """0 tokens would read as a free call: the provider billed one it never counted here."""
+    store = Store(Settings.load().database)
+    try:
+        conv = store.open_conversation("cut")
+        turn, _ = store.begin_turn(conv.id, "run-cut", user("tell me a long story"))
+        store.append(conv.id, Message("assistant", [Text("Once upon")]), turn_id=turn)
+        store.finish_turn(
+            turn, status="interrupted", stop_reason="stale", usage=Usage(0, 0),
+            model_calls=1, tool_calls=0, usage_unknown=True,
+        )  # fmt: skip
+    finally:
+        store.close()
+    shown = heron("conversations", "show", "cut")
+    assert "not all counted: a model call was stopped before its usage came" in shown.stdout
+    doc = json.loads(heron("conversations", "export", "cut", "--format", "json").stdout)
+    assert doc["turns"][0]["usage_unknown"] is True
+    trip = json.loads(heron("conversations", "export", "trip", "--format", "json").stdout)
+    assert [t["usage_unknown"] for t in trip["turns"]] == [False, False]
+    assert "not all counted" not in heron("conversations", "show", "trip").stdout
+
+
 def test_export_to_a_file_refuses_to_overwrite_without_force(home, tmp_path: Path):
     target = tmp_path / "trip.json"
     out = heron("conversations", "export", "trip", "-o", str(target))

@@ -150,6 +150,9 @@ def _turn_json(number: int, turn: Turn) -> JSONObject:
         "started": turn.started,
         "ended": turn.ended,
         "usage": usage_to_dict(turn.usage),
+        # A call stopped mid-reply (/stop, Ctrl-C) before the provider counted it: `usage` is
+        # what was counted, not what was billed.
+        "usage_unknown": turn.usage_unknown,
         "error": turn.error,
     }
 

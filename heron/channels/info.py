@@ -108,12 +108,16 @@ def render_message(
             yield f"{who} attached {file_label(part)}"
 
 
+# A call stopped mid-reply: the provider never said what it counted (heron/agent/record.py).
+NOT_ALL_COUNTED = " · not all counted: a model call was stopped before its usage came"
+
+
 def _turn_header(n: int, turn: Turn) -> str:
     u = turn.usage
     return (
         f"── turn {n} · {turn.run_id} · {turn.status} · {plural(turn.model_calls, 'model call')}, "
         f"{plural(turn.tool_calls, 'tool call')} · tokens in {u.input} (cache read {u.cache_read}) "
-        f"out {u.output}"
+        f"out {u.output}" + (NOT_ALL_COUNTED if turn.usage_unknown else "")
     )
 
 
