@@ -15,6 +15,7 @@ from test_attachments_large import _two_turns  # a turn with the file, then a fo
 from typer.testing import CliRunner
 
 from heron.attachments import from_bytes, from_path, pdf_pages
+from heron.channels.terminal import ChatState, attach_command
 from heron.cli import app
 from heron.config import AttachmentCaps, Settings
 from heron.context.long_message import allotments
@@ -54,6 +55,9 @@ def test_a_pdf_s_pages_are_counted_when_attached_from_a_path_or_bytes(tmp_path: 
     # A PDF named otherwise is still told by its bytes, and counted.
     assert from_bytes("scan.bin", data, CAPS).pages == 12
     assert from_bytes("p.png", b"\x89PNG\r\n\x1a\n" + bytes(40), CAPS).pages == 0
+    # `/attach` in heron chat says what it took, pages included.
+    said = attach_command(str(tmp_path / "report.pdf"), ChatState("k", "default"))
+    assert said.startswith("Attached report.pdf (application/pdf, ") and "12 pages)" in said
 
 
 def test_a_pdf_pypdf_cannot_read_is_attached_with_its_pages_unknown(tmp_path: Path):

@@ -238,13 +238,15 @@ def notices(
                 " The whole message is kept."
             )
         elif _whole(part):
+            saved = saved_pdf(part, workspace, read)
             out.append(
                 f"{part.name or 'The attached PDF'} has {part.pages:,} pages, about"
                 f" {tokens(file_tokens(part)):,} tokens, more than its share of the model's"
-                " window: the model gets a note in its place and can read it from"
-                f" {saved_pdf(part, workspace, read) or 'nowhere (no workspace)'}. The whole file"
-                " is kept. To send it as a document, attach fewer pages (split the PDF), use a"
-                " model with a larger window, or raise [context] user_message."
+                " window: the model gets a note in its place"
+                + (f" and can read it from {saved}" if saved else "")
+                + ". The whole file is kept. To send it as a document, attach fewer pages"
+                " (split the PDF), use a model with a larger window, or raise [context]"
+                " user_message."
             )
         elif isinstance(part, File) and (found := file_excerpt(part, allot, workspace, read)):
             out.append(
