@@ -133,11 +133,20 @@ def test_the_estimate_counts_a_pdf_by_its_pages_and_images_stay_flat():
 def test_a_pdf_goes_whole_or_not_at_all_within_the_message_s_share():
     pdf = File("application/pdf", None, "r.pdf", 10, "ab" * 32, pages=5)  # 15,000 tokens
     typed = Text("t" * 50_000)
-    # Both fit an even split of 140,000 characters: nothing is cut.
+    # Both fit in 140,000 characters: nothing is cut.
     assert allotments(Message("user", [typed, pdf]), 140_000) == {}
-    # Over it, the PDF is not cut to a part of itself: it goes (0), and the text keeps its room.
-    assert allotments(Message("user", [typed, pdf]), 100_000) == {1: 0}
-    assert allotments(Message("user", [pdf]), 50_000) == {0: 0}
+    # A PDF has a share of its own, twice the message's (60,000 characters fit in 2 x 40,000),
+    # so the typed text is cut to the message's share alone, and the PDF goes whole.
+    assert allotments(Message("user", [typed, pdf]), 40_000) == {0: 40_000}
+    # Past its own share, the PDF is not cut to a part of itself: it goes (0), and the text
+    # keeps its room.
+    assert allotments(Message("user", [typed, pdf]), 29_000) == {0: 29_000, 1: 0}
+    assert allotments(Message("user", [pdf]), 25_000) == {0: 0}
+    # Two PDFs: the smaller first, the larger only if both fit.
+    small = File("application/pdf", None, "s.pdf", 10, "cd" * 32, pages=1)  # 12,000 characters
+    both = Message("user", [Text("which?"), pdf, small])
+    assert allotments(both, 36_000) == {}  # 72,000 fit in 2 x 36,000
+    assert allotments(both, 30_000) == {1: 0}  # 60,000 left after the small one: too little
     # An unknown count is outside the share, as every image is.
     unknown = File("application/pdf", None, "r.pdf", 10, "ab" * 32)
     assert allotments(Message("user", [typed, unknown]), 20_000) == {0: 20_000}

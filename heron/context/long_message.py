@@ -10,10 +10,11 @@ in the record, and unlike an image it goes to the model as its text, so it is cu
 pasted message is. The share is the whole message's: parts that fit in an even split keep
 their size, and what they leave is split evenly among the larger ones.
 
-A PDF whose pages were counted is in the share too, by its estimate (heron/context/tokens.py,
-in characters as the share is), but it cannot be cut: it goes whole or not at all. One over
-its part is not sent; the model gets a note with its page count and a copy saved in the
-workspace to read with its tools, and the person is told once, as for a text file.
+A PDF whose pages were counted is measured by its estimate (heron/context/tokens.py, in
+characters as the share is), but it cannot be cut: it goes whole or not at all, against a share
+of its own, PDF_SHARE times the message's (half the window by default), smallest first. One
+that does not fit is not sent; the model gets a note with its page count and a copy saved in
+the workspace to read with its tools, and the person is told once, as for a text file.
 """
 
 from __future__ import annotations
@@ -93,16 +94,36 @@ def allotments(message: Message, limit: int) -> dict[int, int]:
     sizes = {i: n for i, p in enumerate(message.parts) if (n := counted(p)) is not None}
     if sum(sizes.values()) <= limit:
         return {}
+    pdfs = {i: n for i, n in sizes.items() if _whole(message.parts[i])}
+    rest = {i: n for i, n in sizes.items() if i not in pdfs}
+    out = _whole_or_none(pdfs, PDF_SHARE * limit) | _even_split(rest, limit)
+    return {i: allot for i, allot in out.items() if sizes[i] > allot}
+
+
+# A PDF may take twice the message's share (half the window by default): it cannot be cut, and
+# a paper of a few dozen pages is what people attach to ask about. Its estimate errs high.
+PDF_SHARE = 2
+
+
+def _whole_or_none(sizes: dict[int, int], limit: int) -> dict[int, int]:
+    """Smallest first, each part whole while the parts so far fit in `limit`, else nothing."""
+    out: dict[int, int] = {}
+    left = limit
+    for i in sorted(sizes, key=lambda i: sizes[i]):
+        out[i] = sizes[i] if sizes[i] <= left else 0
+        left -= out[i]
+    return out
+
+
+def _even_split(sizes: dict[int, int], limit: int) -> dict[int, int]:
+    """Parts that fit in an even split of `limit` keep their size; what they leave is split
+    evenly among the larger ones."""
     out: dict[int, int] = {}
     left, order = limit, sorted(sizes, key=lambda i: sizes[i])
     for n, i in enumerate(order):
-        even = left // (len(order) - n)
-        if _whole(message.parts[i]):
-            out[i] = sizes[i] if sizes[i] <= even else 0  # what it leaves goes to the others
-        else:
-            out[i] = min(sizes[i], even)
+        out[i] = min(sizes[i], left // (len(order) - n))
         left -= out[i]
-    return {i: allot for i, allot in out.items() if sizes[i] > allot}
+    return out
 
 
 @dataclass(frozen=True)
