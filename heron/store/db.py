@@ -288,6 +288,15 @@ class Store:
             )
         return [_conversation(r) for r in rows]
 
+    def conversation_count(self) -> int:
+        """How many conversations `conversations()` lists in all (internal and empty aside)."""
+        hidden, params = internal_sql()
+        rows = self.query(
+            f"SELECT COUNT(*) FROM conversations WHERE NOT {hidden} AND head_id IS NOT NULL",
+            params,
+        )
+        return int(rows[0][0])
+
     def drop_if_empty(self, conversation_id: int) -> bool:
         """Delete the conversation if nothing was ever said in it and nobody uses it (no turn
         holds it, no chat has it open): what a command on a new key, or a chat left without a
