@@ -57,7 +57,8 @@ def test_the_same_save_run_again_leaves_one_entry(service, store, tmp_path):
     other = service.save(cid, PERSONAL, "I prefer concise answers")
     assert other.path.slug == "concise-replies-2"
     folder = tmp_path / "memory/personal/always"
-    assert sorted(p.name for p in folder.iterdir()) == ["concise-replies-2.md", "concise-replies.md"]
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["concise-replies-2.md", "concise-replies.md"]
 
 
 def test_a_quote_not_in_the_users_messages_is_refused(service, store):
