@@ -11,14 +11,15 @@ import dataclasses
 import pytest
 from compaction_helpers import Model, is_checkpoint, is_summary, report_registry
 
-from heron.agent.engine import Engine
+from heron.agent.control import TurnControl
+from heron.agent.engine import Engine, TurnHooks
 from heron.agent.replay import replay
 from heron.config import Settings
 from heron.messages import Reply, Text, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import compactions as folds
-from heron.trace.read import list_runs, load_run
+from heron.trace.read import list_runs, load_run, request_payload
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
@@ -147,3 +148,36 @@ async def test_a_changed_checkpoint_instruction_is_reported_at_its_message_and_p
     assert number == index + 1
     assert diff.path[0] == "messages" and diff.path[2:3] == ("parts",)
     assert "Terse." in report.render() and report.differing_requests == 1
+
+
+async def test_mail_a_checkpoint_quotes_by_its_row_replays_identically(small_window):
+    """Mail typed during a long turn rides in a tool-result row that the turn's checkpoints
+    quote by id ([#N]): the replay writes the run's rows with the ids the run gave them."""
+    session, control = Session(), TurnControl("mail")
+    rounds = 0
+
+    async def model(request: ChatRequest) -> Reply:
+        nonlocal rounds
+        if not (is_summary(request) or is_checkpoint(request)):
+            rounds += 1
+            if rounds == 2:  # typed while the second call is out
+                control.mailbox.post("MIDTURN: also tag everything with LABEL-ORCA-5")
+        return await session(request)
+
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
+    ) as engine:
+        result = await engine.turn(
+            "mail", "read report 1 again and again", TurnHooks(control=control)
+        )
+        run = load_run(engine.store, result.run_id)
+        conv = engine.store.conversation("mail")
+        mailed = next(r for r in engine.store.branch(conv.id) if "LABEL-ORCA-5" in r.message.text)
+        checkpoint = next(i for i, c in enumerate(run.calls) if c.purpose == "checkpoint")
+        after = request_payload(engine.store, run.calls[checkpoint + 1])
+        report = await replay(engine.store, result.run_id, registry=report_registry())
+    assert ("injection", 2) in [(e.kind, e.after_call) for e in run.events]
+    # The request after the checkpoint quotes the mail by its row.
+    assert f"[#{mailed.id}] [sent while you were working] MIDTURN" in after
+    assert report.identical, report.render()
+    assert report.replayed_requests == len(run.calls)

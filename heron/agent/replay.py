@@ -171,13 +171,21 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
         )
 
     async def persist(message: Message) -> None:  # the governor reads the record back
-        await copy.call(copy.append, conversation.id, message, turn_id=turn.id)
+        await copy.call(_write, copy, conversation.id, message, turn.id)
 
     hooks.on_message = persist
     hooks.govern = prepared.governor.govern
     hooks.on_model_call = prepared.governor.observing(_nothing)
     system = prepared.system if engine.inputs is not None else str(start["system"])
     return system, prepared.messages, hooks
+
+
+def _write(copy: Store, conversation_id: int, message: Message, turn_id: int) -> None:
+    """The run's next row: the one the recorded run wrote there, with its id, while the replay
+    writes what the run wrote (the view quotes rows by id: a checkpoint's mail, a long
+    message); a new row from the first difference on."""
+    if copy.follow(conversation_id, message, turn_id) is None:
+        copy.append(conversation_id, message, turn_id=turn_id, meta=message.meta)
 
 
 async def _nothing(_: Any) -> None:
