@@ -181,3 +181,34 @@ async def test_mail_a_checkpoint_quotes_by_its_row_replays_identically(small_win
     assert f"[#{mailed.id}] [sent while you were working] MIDTURN" in after
     assert report.identical, report.render()
     assert report.replayed_requests == len(run.calls)
+
+
+async def test_a_consolidation_that_fell_back_replays_identically(small_window):
+    """The third turn in a row whose summary fails writes the fallback; its replay writes the
+    same fallback (the failed turns it found are in its trace), and so do the failed turns'."""
+    session = Session()
+    session.model.summarize = lambda r: Reply([Text("")], "done", Usage(700, 0))
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(session), registry=report_registry()
+    ) as engine:
+        await engine.turn("fb", "read report 1 again and again")
+        session.model.tool_rounds = 1
+        env = {**engine.settings.env, "HERON_CONTEXT_WINDOW": "2400"}
+        engine.settings = dataclasses.replace(engine.settings, env=env)
+        for i in range(8):
+            await engine.turn("fb", f"once more, round {i}")
+        runs = [load_run(engine.store, r.run_id) for r in reversed(list_runs(engine.store, "fb"))]
+        conv = engine.store.conversation("fb")
+        kinds = [c.kind for c in folds.compactions(engine.store, conv.id)]
+        reports = [
+            await replay(engine.store, r.turn.run_id, registry=report_registry()) for r in runs
+        ]
+    assert "fallback" in kinds
+    for run, report in zip(runs, reports, strict=True):
+        assert report.identical, report.render()
+        assert report.replayed_requests == len(run.calls)
+    # The turn that fell back found two failed turns, the last one just before it: its trace
+    # says so (the first turn found none).
+    found = [r.start["context"]["failed_turns"] for r in runs]
+    third = next(i for i, f in enumerate(found) if f[0] == 2)
+    assert found[0] == [0, None] and found[third] == [2, runs[third - 1].turn.id]
