@@ -27,7 +27,7 @@ from heron.context.repair import repair_tool_pairs
 from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
 from heron.saved import RESULTS_DIR, head, keep
-from heron.store.records import ANSWERED, StoredMessage
+from heron.store.records import ANSWERED, ASK_TOOL, StoredMessage
 
 # Tools whose old results can be dropped from the view: reading them again is possible or
 # pointless. run_cell and bash also act, so their placeholder says not to run them again.
@@ -220,7 +220,6 @@ def user_texts(message: Message) -> list[str]:
     return [p.text for p in message.parts if isinstance(p, Text) and not is_runtime_part(p)]
 
 
-ASK_TOOL = "ask_user"
 ANSWER_MARK = "(answer to ask_user) "
 
 

@@ -67,6 +67,7 @@ class StoredMessage:
 # person's words, though it is stored as the call's result (the full-text index holds it too,
 # heron/store/migrations/m024_answers_indexed.py).
 ANSWERED = "The user answered: "
+ASK_TOOL = "ask_user"
 
 RECALL_FLAG = "recall"  # meta flag of auto-recall's rows (heron/memory/wiring.py)
 
