@@ -9,6 +9,7 @@ import pytest
 
 from heron.memory import BadMemoryPath, EntryPath, MemoryRefused, MemoryService
 from heron.memory.guard import find_secret, strip_request
+from heron.memory.section import memory_section
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -210,6 +211,19 @@ def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_pa
     assert len(got) == 2
     hand.unlink()
     assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
+
+
+def test_a_hand_written_file_in_a_legacy_encoding_is_read_not_fatal(service, store, tmp_path):
+    """An editor set to Latin-1 saved it: every turn lists memory, so one such file used to
+    stop every turn, chat and serve with a UnicodeDecodeError."""
+    hand = tmp_path / "memory/personal/always/cafe.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_bytes("Je préfère le café noir.\n".encode("latin-1"))
+    (hand.parent / "raw.md").write_bytes(b"bytes \x81\x8d\x8f\x90\x9d cp1252 leaves undefined\n")
+    got = {e.path.rel: e.text for e in service.entries()}
+    assert got["personal/always/cafe.md"] == "Je préfère le café noir."
+    assert got["personal/always/raw.md"].endswith("cp1252 leaves undefined")
+    assert "café noir" in memory_section(service.entries())  # what the model is shown
 
 
 def test_undoing_a_forget_lifts_its_revocation_and_redoing_it_restores_it(service, store):

@@ -485,7 +485,10 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text)
     zone = engine.settings.config.agent.timezone
-    info = RuntimeInfo(t.channel, conversation.key, zone, note=note)
+    # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
+    # channel the person typed in: the model is told whose it is, not the client's name.
+    channel = t.channel if provenance == "user" else f"heron ({provenance})"
+    info = RuntimeInfo(channel, conversation.key, zone, note=note)
     profile = engine.choice.profile
     turn_id, stored = await store.call(
         store.begin_turn,
