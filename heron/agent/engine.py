@@ -106,7 +106,7 @@ class Engine:
     ) -> AsyncIterator[Engine]:
         """Open everything a run needs; `provider` replaces the configured one (tests).
         `one_shot`: the process answers one message and ends (`heron run` in-process), so no
-        kernel outlives its turn, and run_cell's description says so."""
+        kernel outlives its turn, and a kernel's first cell says so."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
             where = ":memory:" if ephemeral else settings.database
@@ -120,11 +120,16 @@ class Engine:
             if registry is None:
                 # The tiny offline model cannot use tools; describing them only confuses it.
                 registry = ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
-            idle = 0.0 if one_shot else settings.config.tools.kernel_idle_minutes
-            describe_kernel(registry, idle, one_shot)  # before the sandbox's sentence
+            # run_cell is described as every process of this home describes it, a one-shot
+            # one too: tools come first in the cached prefix, so a description that changed
+            # with the process would miss the whole cache at each switch. A one-shot process's
+            # kernel says it ends with the turn in its first cell's result instead.
+            idle = settings.config.tools.kernel_idle_minutes
+            describe_kernel(registry, idle, one_shot=False)  # before the sandbox's sentence
             sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
-            engine.kernels.idle = idle * 60
+            engine.kernels.idle = 0.0 if one_shot else idle * 60
+            engine.kernels.one_shot = one_shot
             stack.push_async_callback(engine.kernels.close)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
