@@ -128,11 +128,15 @@ async def test_idle_compaction_folds_a_quiet_conversation_and_retries_after_a_fa
     assert "idle facts" in record.summary and "hello 0" in record.summary
 
 
-async def test_cli_lists_compactions_and_prints_the_model_view():
+async def test_cli_lists_compactions_and_prints_the_model_view(monkeypatch):
     from typer.testing import CliRunner
 
     from heron.cli import app
 
+    # The view is the model's this command would run (the engine's is the scripted one's).
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("HERON_MODEL", "scripted")
+    monkeypatch.setenv("HERON_API_KEY", "dummy")
     model = Model(tool_rounds=0)
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         for key in ("other", "k"):  # another conversation's compaction comes first

@@ -1,7 +1,8 @@
 """How long run_cell's kernel lives (QA16b defect 3): in a long-lived process one kernel per
 conversation, kept between its turns, ended when unused for `[tools] kernel_idle_minutes`, on
-/new and with the process, however the process ends; a one-shot `heron run` says its kernel
-ends with the turn. Real kernels through the sandbox launcher, driven by the scripted model."""
+/new and with the process, however the process ends; a one-shot `heron run`'s first cell says
+its kernel ends with the turn (run_cell's description is the same in every process). Real
+kernels through the sandbox launcher, driven by the scripted model."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
-from heron.tools.python_kernel import SOCKETS_PREFIX, KernelKey, KernelSession, lifetime_in
+from heron.tools.python_kernel import (
+    ONE_SHOT_KERNEL,
+    SOCKETS_PREFIX,
+    KernelKey,
+    KernelSession,
+    lifetime_in,
+)
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels
 
@@ -192,7 +199,8 @@ async def test_a_cell_in_a_later_process_is_told_its_kernel_is_new() -> None:
         said = results(engine)
     why = "the kernel of this conversation's earlier cells ended with the process that ran them"
     assert told_new_kernel(said["p2"], why) and "NameError" in said["p2"]
-    assert said["p3"] == "[1] False"  # after /new the model expects nothing: no notice
+    # after /new the model expects nothing: no notice but the one-shot kernel's own
+    assert said["p3"] == f"[1] False\n{ONE_SHOT_KERNEL}"
 
 
 async def test_an_unused_kernel_ends_and_the_next_cell_is_told(heron_home: Path) -> None:
@@ -228,22 +236,32 @@ async def test_past_the_most_kept_the_least_recently_used_kernel_ends(
 
 
 async def test_the_description_says_how_long_variables_last(heron_home: Path) -> None:
+    """run_cell's description is the same in a one-shot `heron run` as in a chat or a serve
+    (tools come first in the cached prefix: a switch between them used to miss the whole
+    cache); the one-shot run's first cell, and only it, says its variables end with the turn."""
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         kept = engine.registry.get("run_cell")
-    async with Engine.open(Settings.load(), provider=ScriptedProvider([]), one_shot=True) as one:
+        chat_specs = engine.registry.specs()
+    cells = ScriptedProvider([*cell("o1", "v = 1"), *cell("o2", "print(v)")])
+    async with Engine.open(Settings.load(), provider=cells, one_shot=True) as one:
         once = one.registry.get("run_cell")
+        run_specs = one.registry.specs()
+        await one.turn("once", "set v")
+        await one.turn("once", "read v")  # a second turn in the same process: no kernel kept
+        said = results(one)
     assert kept is not None and once is not None
+    assert run_specs == chat_specs
     assert "kept for this conversation's later turns until it has been unused for 30 " in (
         kept.description
     )
-    assert "the kernel ends with this turn, and a later message starts an empty one" in (
-        once.description
-    )
+    assert "answers one message" not in once.description
     assert kept.description.endswith(one.sandbox.describe())  # still said last, once
     assert kept.description.count(one.sandbox.describe()) == 1
+    assert said["o1"] == ONE_SHOT_KERNEL  # a cell with no output: the notice alone
+    assert "variables do not survive the turn" in ONE_SHOT_KERNEL
+    assert "NameError" in said["o2"] and said["o2"].endswith(ONE_SHOT_KERNEL)
     # What a replay reads back to describe the kernel as the recorded process did.
     assert lifetime_in(kept.description) == (30.0, False)
-    assert lifetime_in(once.description) == (0.0, True)
 
 
 CHILD = """\

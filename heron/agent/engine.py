@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from heron.agent.deps import Attached, Memos
 from heron.agent.record import CallSink
@@ -35,10 +35,19 @@ from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
 from heron.tools.message import with_message_tool
 from heron.tools.python_kernel import KernelKey, Kernels, describe_kernel
-from heron.tools.registry import ToolRegistry
+from heron.tools.registry import Tool, ToolRegistry
 from heron.tools.sandbox import Sandbox
 
-__all__ = ["Engine", "TurnHooks", "TurnResult", "engine_tools", "redactor_for"]
+__all__ = [
+    "Engine",
+    "TurnHooks",
+    "TurnResult",
+    "described",
+    "engine_tools",
+    "opening_registry",
+    "redactor_for",
+    "view_engine",
+]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +100,8 @@ class Engine:
         # scheduler's wake-up and its slash commands (deps.py `Attached`).
         self.attached = Attached()
         self.redactor = redactor_for(settings, choice.api_key)
+        # Only read from (`view_engine`): the prompt's Memory section is not frozen by a look.
+        self.viewing = False
 
     @classmethod
     @asynccontextmanager
@@ -106,7 +117,7 @@ class Engine:
     ) -> AsyncIterator[Engine]:
         """Open everything a run needs; `provider` replaces the configured one (tests).
         `one_shot`: the process answers one message and ends (`heron run` in-process), so no
-        kernel outlives its turn, and run_cell's description says so."""
+        kernel outlives its turn, and a kernel's first cell says so."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
             where = ":memory:" if ephemeral else settings.database
@@ -118,13 +129,12 @@ class Engine:
             else:
                 choice = ModelChoice("scripted", provider.model)
             if registry is None:
-                # The tiny offline model cannot use tools; describing them only confuses it.
-                registry = ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
-            idle = 0.0 if one_shot else settings.config.tools.kernel_idle_minutes
-            describe_kernel(registry, idle, one_shot)  # before the sandbox's sentence
-            sandbox = await asyncio.to_thread(approval.set_up, registry, settings)
+                registry = opening_registry(choice, ephemeral)
+            sandbox = await asyncio.to_thread(described, registry, settings)
             engine = cls(settings, store, provider, choice, registry, sandbox)
-            engine.kernels.idle = idle * 60
+            idle = settings.config.tools.kernel_idle_minutes
+            engine.kernels.idle = 0.0 if one_shot else idle * 60
+            engine.kernels.one_shot = one_shot
             stack.push_async_callback(engine.kernels.close)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
@@ -171,7 +181,9 @@ class Engine:
         Recent history (heron/memory/wiring.py), so compaction rebuilds the same prompt."""
         workspace = self.settings.paths.workspace
         files = self.memos.bootstrap.read(workspace)
-        memory, recent = memory_wiring.prompt_sections(self.store, self.memory, conversation_id)
+        memory, recent = memory_wiring.prompt_sections(
+            self.store, self.memory, conversation_id, take=not self.viewing
+        )
         specs = self.registry.specs()
         brief = self.choice.profile.brief_prompt
         return PromptInputs(
@@ -267,6 +279,51 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
     config = settings.config
     found = configured_keys(config.api_keys, settings.env, *keys)
     return Redactor.of(found, patterns=config.tools.redact)
+
+
+def opening_registry(choice: ModelChoice, ephemeral: bool = False) -> ToolRegistry:
+    """The tools an engine opens with for `choice` (`described` next)."""
+    # The tiny offline model cannot use tools; describing them only confuses it.
+    return ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
+
+
+def described(registry: ToolRegistry, settings: Settings) -> Sandbox:
+    """Describe run_cell and the command tools as every process of this home describes them,
+    and gate them for the sandbox (found here: bwrap tried once). A one-shot `heron run` too:
+    tools come first in the cached prefix, so a description that changed with the process
+    would miss the whole cache at each switch between `heron run` and `heron chat`; its kernel
+    says it ends with the turn in its first cell's result instead."""
+    describe_kernel(registry, settings.config.tools.kernel_idle_minutes, one_shot=False)
+    return approval.set_up(registry, settings)  # after: the sandbox's sentence comes last
+
+
+def view_engine(
+    settings: Settings,
+    store: Store,
+    choice: ModelChoice,
+    attached: Iterable[Tool] = (),
+    running: Engine | None = None,
+) -> Engine:
+    """An engine to read what the next request of a conversation holds, opening no provider
+    and starting nothing (`heron conversations show --model-view/--budget`, the browser's
+    compaction panel): `running`'s tools when it is the engine that will send it (the serve's
+    own), else the tools `open` gives a process of this home for `choice`, then `attached`, the
+    ones the layers above attach (heron/proactive/wiring.py `TOOLS`), as they attach them. Its
+    prompt inputs are the engine's own (the workspace files, the conversation's Memory section
+    and Recent history), read on `store`; a look never freezes the Memory section."""
+    if running is not None:
+        registry, sandbox = running.registry, running.sandbox
+    else:
+        registry = opening_registry(choice)
+        sandbox = described(registry, settings)
+        for tool in attached:
+            if registry.names() and registry.get(tool.name) is None:
+                registry.add(tool)
+    # Never called: the view is read, no model call is made.
+    engine = Engine(settings, store, cast(Provider, None), choice, registry, sandbox)
+    engine.viewing = True
+    engine._open_memory(ephemeral=False)
+    return engine
 
 
 def engine_tools(ephemeral: bool = False) -> ToolRegistry:

@@ -22,6 +22,7 @@ from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
 from heron.store.records import RECALL_FLAG, shown_as
 
 if TYPE_CHECKING:
+    from heron.compaction.core import ContextDeps
     from heron.providers.anthropic import AnthropicProvider
     from heron.providers.openai_compat import OpenAICompatProvider
 
@@ -154,6 +155,26 @@ def serving_choice(settings: Settings, key: str) -> ModelChoice | None:
     return ModelChoice(provider, name, profile=profile)  # type: ignore[arg-type]
 
 
+def next_request_deps(
+    settings: Settings, store: Store, choice: ModelChoice | None, running: Any = None
+) -> ContextDeps:
+    """What a conversation's next request is built from, as the engine that sends it builds
+    it: `running`, the serve's own engine (its tools, described as it described them), or the
+    engine `heron chat` or `heron run` would open here for `choice` (else the configured model),
+    with the tools the proactive layer attaches to it. Its prompt inputs are the engine's:
+    the workspace files, the Memory section and Recent history, the sandbox's sentence."""
+    from heron.agent.engine import view_engine
+    from heron.compaction.core import deps_for
+    from heron.proactive.wiring import TOOLS
+
+    if choice is None:
+        try:
+            choice = settings.model()
+        except HeronError:
+            choice = ModelChoice("scripted", "unknown")
+    return deps_for(view_engine(settings, store, choice, TOOLS, running))
+
+
 def show_conversation(
     settings: Settings,
     key: str,
@@ -166,10 +187,9 @@ def show_conversation(
     conv = known(store, key)
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
-        from heron.tools.builtin import default_registry
 
-        choice = serving_choice(settings, key)
-        for line in budget_report(settings, store, conv, default_registry().specs(), choice):
+        deps = next_request_deps(settings, store, serving_choice(settings, key))
+        for line in budget_report(deps, conv):
             typer.echo(line)
         return
     if compactions or model_view:  # what compaction did, and what the model sees
@@ -258,16 +278,16 @@ def _compaction_views(
     settings: Settings, store: Store, conv: Any, compactions: bool, model_view: bool
 ) -> Iterator[str]:
     from heron.compaction import inspect
-    from heron.tools.builtin import default_registry
 
     if compactions:
         yield from inspect.compaction_lines(store, conv.id)
     if model_view:
-        choice = serving_choice(settings, conv.key)
-        specs = default_registry().specs()
-        system, messages = inspect.model_view(settings, store, conv, specs, choice)
+        deps = next_request_deps(settings, store, serving_choice(settings, conv.key))
+        system, messages = inspect.model_view(deps, conv)
         yield "── system"
         yield system
+        yield f"── tools ({len(deps.tools)}, sent before the system prompt)"
+        yield from (f"{spec.name}: {spec.description}" for spec in deps.tools)
         for message in messages:
             yield f"── {message.role}"
             for part in message.parts:

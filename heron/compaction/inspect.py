@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any
 
-from heron.compaction.core import Budget, CompactionSetup, ContextDeps, deps_for, tokens_of
+from heron.compaction.core import Budget, ContextDeps, tokens_of
 from heron.context.budget import section_name, split_sections
-from heron.context.history import load_branch, system_for, view_of
-from heron.context.prompt import PromptInputs
+from heron.context.history import BranchState, load_branch, system_for, view_of
 from heron.context.tokens import estimate_messages, estimate_text
 from heron.messages import Message
-from heron.providers.base import Provider
-from heron.providers.profiles import ModelChoice
-from heron.request import ToolSpec
 from heron.store import Store
 from heron.store import compactions as folds
 
@@ -38,60 +34,18 @@ def compaction_lines(store: Store, conversation_id: int) -> list[str]:
     return out or ["No compactions yet."]
 
 
-def _offline_deps(
-    settings: Any, store: Store, specs: list[ToolSpec], choice: ModelChoice | None = None
-) -> ContextDeps:
-    """The compaction dependencies of `choice` (else the configured model), without opening
-    it; `specs` are the tools a turn would offer (the caller's registry: compaction does not
-    know the tools)."""
-    from heron.errors import HeronError
-
-    if choice is None:
-        try:
-            choice = settings.model()
-        except HeronError:
-            choice = ModelChoice("scripted", "unknown")
-    workspace = settings.paths.workspace
-
-    def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
-        return PromptInputs(name, workspace, list(specs))
-
-    setup = CompactionSetup(
-        store,
-        cast(Provider, None),  # never called: the view is read, no model call is made
-        choice.model,
-        choice.profile,
-        settings.config.agent,
-        settings.config.context,
-        workspace,
-        lambda: list(specs),
-        inputs,
-        forced_window=str(settings.env.get("HERON_CONTEXT_WINDOW") or ""),
-    )
-    return deps_for(_Offline(setup))
-
-
-class _Offline:
-    def __init__(self, setup: CompactionSetup) -> None:
-        self.setup = setup
-
-    def compaction_setup(self) -> CompactionSetup:
-        return self.setup
-
-
-def model_view(
-    settings: Any,
-    store: Store,
-    conversation: Any,
-    specs: list[ToolSpec],
-    choice: ModelChoice | None = None,
-) -> tuple[str, list[Message]]:
+def model_view(deps: ContextDeps, conversation: Any) -> tuple[str, list[Message]]:
     """The system prompt and messages the next request would start from (before the next user
-    message), derived from the record exactly as a turn derives them, for `choice` (else the
-    configured model)."""
-    deps = _offline_deps(settings, store, specs, choice)
-    state = load_branch(store, conversation.id)
-    return system_for(deps, conversation.agent, state), view_of(deps, state)
+    message), derived from the record exactly as a turn derives them with `deps`, the engine's
+    that will send it (its tools are `deps.tools`)."""
+    _, system, view = _next_request(deps, conversation)
+    return system, view
+
+
+def _next_request(deps: ContextDeps, conversation: Any) -> tuple[BranchState, str, list[Message]]:
+    state = load_branch(deps.store, conversation.id)
+    system = system_for(deps, conversation.agent, state, conversation.id)
+    return state, system, view_of(deps, state)
 
 
 def budget_lines(budget: Budget) -> list[str]:
@@ -103,18 +57,10 @@ def budget_lines(budget: Budget) -> list[str]:
     return out
 
 
-def budget_report(
-    settings: Any,
-    store: Store,
-    conversation: Any,
-    specs: list[ToolSpec],
-    choice: ModelChoice | None = None,
-) -> list[str]:
-    """`heron conversations show KEY --budget`: the budgets of `choice` (else the configured
-    model), and what the next request's parts take now."""
-    deps = _offline_deps(settings, store, specs, choice)
-    state = load_branch(store, conversation.id)
-    system, view = system_for(deps, conversation.agent, state), view_of(deps, state)
+def budget_report(deps: ContextDeps, conversation: Any) -> list[str]:
+    """`heron conversations show KEY --budget`: the budgets of the model of `deps` (the engine
+    that will send the next request), and what the next request's parts take now."""
+    state, system, view = _next_request(deps, conversation)
     cal, b = deps.calibration, deps.budget
     summary = state.consolidation.summary if state.consolidation else ""
     memory = next((s for s in split_sections(system) if section_name(s) == "memory"), "")

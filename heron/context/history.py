@@ -135,8 +135,14 @@ async def load_branch_async(
     return await store.call(load_branch, store, conversation_id, full=full, off_loop=slow)
 
 
-def system_for(deps: HistoryDeps, agent: str, state: BranchState) -> str:
-    inputs = deps.prompt_inputs(agent, state.rows[0].conversation_id if state.rows else None)
+def system_for(
+    deps: HistoryDeps, agent: str, state: BranchState, conversation_id: int | None = None
+) -> str:
+    """The system prompt of the branch; `conversation_id` names the conversation when the
+    branch may have no rows yet (a look at one before its first turn: its Memory section)."""
+    if conversation_id is None and state.rows:
+        conversation_id = state.rows[0].conversation_id
+    inputs = deps.prompt_inputs(agent, conversation_id)
     archived = state.consolidation.summary if state.consolidation else ""
     inputs = dataclasses.replace(inputs, archived_summary=archived)
     return deps.prompts.build(inputs) if deps.prompts else build_system_prompt(inputs)

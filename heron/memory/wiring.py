@@ -38,6 +38,7 @@ from heron.memory.section import (
     HistoryEntry,
     frozen_memory,
     history_floor,
+    memory_section,
     recent_history_section,
     set_history_floor,
 )
@@ -80,14 +81,18 @@ def history_entries(store: Store, conversation_id: int, until: float) -> list[Hi
 
 
 def prompt_sections(
-    store: Store, service: MemoryService | None, conversation_id: int | None
+    store: Store, service: MemoryService | None, conversation_id: int | None, take: bool = True
 ) -> tuple[str, str]:
     """(memory section, recent history section) for the system prompt. Both are fixed from the
     moment the memory section was frozen, so the prompt's bytes move only when a compaction or
-    /new thaws it."""
+    /new thaws it. `take=False` (a look at the next request): a section not frozen yet is
+    read as the next turn would freeze it, and is not frozen."""
     if service is None or conversation_id is None:
         return "", ""
-    section, taken = _snapshot(store, service, conversation_id)
+    if take or records.snapshot(store, conversation_id) is not None:
+        section, taken = _snapshot(store, service, conversation_id)
+    else:
+        section, taken = memory_section(service.entries(), service.section_tokens), time.time()
     entries = history_entries(store, conversation_id, taken)
     cap = service.section_tokens or 8_000  # other conversations' summaries: memory's share
     floor = history_floor(store, conversation_id)

@@ -47,6 +47,9 @@ class WebState:
     # Ends a deleted conversation's Python kernel in the serve (`Engine.end_kernel`): what it
     # held in memory goes with the conversation. None: no engine here.
     end_kernel: Callable[[Conversation], Awaitable[None]] | None = None
+    # The serve's engine: the model view is built with its tools. None: the engine a chat here
+    # would open.
+    engine: Any = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -75,7 +78,9 @@ def _state(request: Request) -> WebState:
         settings = runtime.engine.settings
         store = Store(settings.database, files=settings.paths.files)
         engine = runtime.engine
-        state = WebState(settings, store, runtime.loop.running, engine.choice, engine.end_kernel)
+        state = WebState(
+            settings, store, runtime.loop.running, engine.choice, engine.end_kernel, engine
+        )
         request.app.state.web = state
     return state
 
@@ -335,13 +340,16 @@ async def branches(request: Request, key: str) -> JSONResponse:
     return JSONResponse(await _run(state, _branches, state.store, key))
 
 
-def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
-    """What each compaction folded, and the model view the next request starts from."""
+def _compactions(state: WebState, key: str) -> dict[str, Any]:
+    """What each compaction folded, and the model view the next request starts from: the
+    system prompt and tools of the serve's own engine, which sends it."""
+    from heron.channels.info import next_request_deps
     from heron.compaction import inspect
     from heron.messages import File, Text, ToolCall, ToolResult
     from heron.providers.wire import file_label
     from heron.store import compactions as folds
 
+    store = state.store
     conv = _conversation(store, key)
     folded = [
         {
@@ -357,9 +365,12 @@ def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
         }
         for c in folds.compactions(store, conv.id)
     ]
-    from heron.tools.builtin import default_registry
-
-    system, messages = inspect.model_view(settings, store, conv, default_registry().specs())
+    deps = next_request_deps(state.settings, store, state.choice, state.engine)
+    system, messages = inspect.model_view(deps, conv)
+    tools = [
+        {"name": t.name, "description": t.description, "parameters": t.parameters}
+        for t in deps.tools
+    ]
     view = []
     for m in messages:
         lines = []
@@ -373,13 +384,13 @@ def _compactions(settings: Settings, store: Store, key: str) -> dict[str, Any]:
             elif isinstance(p, File):
                 lines.append(f"[file {file_label(p)}]")
         view.append({"role": m.role, "text": "\n".join(lines)})
-    return {"compactions": folded, "system": system, "view": view}
+    return {"compactions": folded, "system": system, "tools": tools, "view": view}
 
 
 @router.get("/conversations/{key}/compactions")
 async def compactions(request: Request, key: str) -> JSONResponse:
     state = _state(request)
-    return JSONResponse(await _run(state, _compactions, state.settings, state.store, key))
+    return JSONResponse(await _run(state, _compactions, state, key))
 
 
 def _status(state: WebState, key: str) -> dict[str, Any]:

@@ -73,6 +73,12 @@ EARLIER_PROCESS = (
     "the kernel of this conversation's earlier cells ended with the process that ran them"
 )
 
+# Told with the first cell's result of a process that answers one message (`Kernels.one_shot`).
+ONE_SHOT_KERNEL = (
+    "This process answers one message: this kernel ends with this turn, and a later message "
+    "starts an empty one (its variables do not survive the turn)."
+)
+
 
 @dataclass
 class CellError:
@@ -197,6 +203,7 @@ class CellResult:
     value_ref: str | None = None  # the expression holding a value too large to show
     value_type: str | None = None
     fresh: str | None = None  # why it ran in a new kernel where the model expected the old
+    ends_with_turn: bool = False  # the first cell of a one-shot process's kernel: say so
 
     def add_output(self, kind: str, text: str) -> None:
         self.output.add(kind, ANSI.sub("", text))
@@ -323,6 +330,10 @@ class KernelSession:
         # an earlier process): asked once, when the session's first kernel starts.
         self.earlier: Callable[[], Awaitable[bool]] | None = None
         self.ever_started = False
+        # The process answers one message (a one-shot `heron run`): the kernel ends with the
+        # turn. Said with its first cell's result, not in run_cell's description, which stays
+        # the same in every process so the cached prefix (tools first) survives a switch.
+        self.ends_with_turn = False
 
     @property
     def started(self) -> bool:
@@ -420,6 +431,7 @@ class KernelSession:
         result.fresh, self.lost = self.lost, None
         if result.fresh is None and first and self.earlier is not None and await self.earlier():
             result.fresh = EARLIER_PROCESS
+        result.ends_with_turn = first and self.ends_with_turn
 
     async def _interrupt(self, msg_id: str, result: CellResult) -> None:
         """Interrupt the cell; restart the kernel only if it does not stop (`restarted`)."""
@@ -550,6 +562,7 @@ class Kernels:
         self.workspace = workspace
         self.sandbox = sandbox
         self.idle = idle_minutes * 60
+        self.one_shot = False  # the process answers one message: each kernel's first cell says so
         self._sessions: dict[KernelKey, KernelSession] = {}
         self._runs: dict[KernelKey, int] = {}  # runs holding each session now
         self._released: dict[KernelKey, float] = {}  # when each was last given back (monotonic)
@@ -568,6 +581,7 @@ class Kernels:
         if session is None:
             session = self._sessions[key] = KernelSession(self.workspace, sandbox=self.sandbox)
             session.earlier = earlier
+            session.ends_with_turn = self.one_shot
         self._runs[key] = self._runs.get(key, 0) + 1
         return session
 
@@ -776,6 +790,8 @@ def digest(
     if result.fresh:
         said = f"This cell ran in a new kernel ({result.fresh}): earlier variables are gone."
         rest.insert(0, said)
+    if result.ends_with_turn:
+        rest.append(ONE_SHOT_KERNEL)
     output = result.output
     limit = max(1000, budget - len("\n".join(rest)) - 200)
     shown = [output.text(limit)] if output.groups else []

@@ -667,6 +667,8 @@ function Compactions({ conv, tick }) {
       <pre>${c.summary}</pre></details>`) : html`<p>No compactions yet.</p>`}
     <h3>Model view</h3>
     <details><summary>System prompt</summary><pre>${data.system}</pre></details>
+    <details><summary>Tools (${data.tools.length}, sent before the system prompt)</summary>
+      <pre>${data.tools.map((t) => `${t.name}: ${t.description}`).join("\n")}</pre></details>
     <ol class="view">${data.view.map((m, i) => html`<li key=${i}><b>${m.role}</b><pre>${m.text}</pre></li>`)}</ol>
   </section>`;
 }
