@@ -6,8 +6,8 @@ found taking 4 s and 0.6-1 GB of heap to open) and SMALL conversations of 30 tur
 
 - open_ms: from navigation start (the page loaded at `#c=big`) until the newest reply is in
   the page and the frame after it is drawn (timed in the page).
-- dom_nodes, heap_mb: the page's elements and its JS heap (after a garbage collection, CDP's
-  JSHeapUsedSize) once it is open.
+- dom_nodes, heap_held_mb, heap_mb: the page's elements and its JS heap (CDP's
+  JSHeapUsedSize) once it is open: as the tab holds it, and after a garbage collection.
 - switch_away_ms: from the click on another conversation in the list until that one's newest
   reply is drawn (the big one's DOM torn down meanwhile).
 - reopen_ms: the big one opened again (by its address: the list's first page may not hold
@@ -141,12 +141,19 @@ _EARLIER = """() => new Promise((done) => {
 })"""
 
 
-def _heap_mb(page: Any) -> float:
+def _heap_mb(page: Any) -> tuple[float, float]:
+    """The page's JS heap in use as it is (garbage of the drawing included: what the tab
+    holds until the collector runs), and after a garbage collection."""
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
+
+    def used() -> float:
+        metrics = cdp.send("Performance.getMetrics")["metrics"]
+        return round(next(m["value"] for m in metrics if m["name"] == "JSHeapUsedSize") / 2**20, 1)
+
+    held = used()
     cdp.send("HeapProfiler.collectGarbage")
-    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
-    return round(metrics["JSHeapUsedSize"] / 2**20, 1)
+    return held, used()
 
 
 def measure(url: str, login: str, pid: int, turns: int) -> dict[str, Any]:
@@ -163,7 +170,7 @@ def measure(url: str, login: str, pid: int, turns: int) -> dict[str, Any]:
         opened = page.evaluate(_DRAWN, newest)
         page.wait_for_timeout(500)  # the frames that settle it at its end
         nodes = page.evaluate("document.querySelectorAll('*').length")
-        heap = _heap_mb(page)
+        heap_held, heap = _heap_mb(page)
         rss_open = rss_mb(pid)
         earlier = page.evaluate(_EARLIER)
         last = f"small-{SMALL - 1:02d}"
@@ -175,6 +182,7 @@ def measure(url: str, login: str, pid: int, turns: int) -> dict[str, Any]:
         "turns": turns,
         "open_ms": round(opened),
         "dom_nodes": nodes,
+        "heap_held_mb": heap_held,
         "heap_mb": heap,
         "earlier_ms": None if earlier is None else round(earlier),
         "switch_away_ms": round(away),
@@ -203,7 +211,10 @@ def main() -> int:
     before, opened, end = figures["serve_rss_mb"]
     print(f"home seeded in {seeded:.1f} s; load average {figures['load']}")
     print(f"big conversation ({args.turns:,} turns) open, newest drawn: {figures['open_ms']} ms")
-    print(f"then: {figures['dom_nodes']:,} DOM nodes, JS heap {figures['heap_mb']} MB")
+    print(
+        f"then: {figures['dom_nodes']:,} DOM nodes, JS heap {figures['heap_held_mb']} MB,"
+        f" {figures['heap_mb']} MB after a garbage collection"
+    )
     if figures["earlier_ms"] is not None:
         print(f"the page before, scrolled to the top: {figures['earlier_ms']} ms")
     print(f"switch away to a 30-turn one: {figures['switch_away_ms']} ms")

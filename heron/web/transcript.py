@@ -11,6 +11,12 @@ person was told, `The turn failed: ...; send /retry`) is placed after that turn'
 Consecutive assistant rows of one turn (a tool loop) form one reply block, so a reload shows
 exactly what the stream built.
 
+A long branch is read in pages (`Page`): the newest items first, earlier ones as the reader
+scrolls up. A page decodes only its own rows; where it starts and the numbers of the person's
+messages (counted over the whole branch, as `/edit N` takes them) come from the branch's rows
+without their parts (`Store.branch_index`), so a 20,000-message conversation is never decoded
+whole to show its end.
+
 Pure reads of committed rows; the same rows always give the same transcript.
 """
 
