@@ -154,9 +154,9 @@ def _items(rows: list[StoredMessage], turns: dict[int, Turn], reading: _Reading)
 def _turns_of(store: Store, conversation_id: int, rows: list[BranchRow]) -> list[Turn]:
     """The turns the rows of a page belong to, and those that opened on one of its messages
     (a failed /retry stores no row: its note follows its message's)."""
-    ids = [r.turn_id for r in rows if r.turn_id is not None]
     if not rows:
         return []
+    ids = [r.turn_id for r in rows if r.turn_id is not None]
     turns = (min(ids), max(ids)) if ids else (0, -1)
     return store.turns_between(conversation_id, turns, (rows[0].id, rows[-1].id))
 
