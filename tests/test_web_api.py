@@ -478,3 +478,116 @@ async def test_a_send_with_uploads_carries_them_as_file_parts_and_a_missing_one_
     assert len(sent) == 1
     assert replies[-1]["type"] == "error" and "no upload" in replies[-1]["message"]
     assert replies[-1]["hint"]
+
+
+def _branching_turns() -> None:
+    """Turns with what a page must not cut: a tool loop, a /new separator, a failed turn and
+    its /retry, an /edit that leaves an older branch behind."""
+    from heron.errors import ProviderError
+
+    calls = iter(range(100))
+
+    def replies(request: Any) -> Reply:
+        n = next(calls)
+        if n == 1:
+            return Reply([Text("Let me look."), ToolCall("c1", "lookup", {"word": "x"})], "tool")
+        if n == 4:
+            raise ProviderError("refused", status=400)
+        return Reply([Text(f"answer {n}")], "done")
+
+    said = ["first", "look it up", "/new", "third", "fails", "/retry", "fifth"]
+    asyncio.run(_turns([*said, "/edit 5 fifth, changed", "sixth", "seventh"], replies))
+
+
+def _pages(client: TestClient, limit: int) -> list[list[dict[str, Any]]]:
+    """Every page of the personal transcript, newest first, as the page reads them."""
+    url = "/api/conversations/personal/transcript"
+    pages, before = [], None
+    while True:
+        params = {"limit": limit} if before is None else {"limit": limit, "before": before}
+        body = client.get(url, params=params).json()
+        pages.append(body["items"])
+        assert body["start"] == body["items"][0]["id"]
+        if body["earlier"] is None:
+            return pages
+        assert body["earlier"] == body["start"]
+        before = body["earlier"]
+
+
+def test_a_transcript_read_in_pages_is_the_whole_one_in_order_with_true_numbers(client):
+    _branching_turns()
+    url = "/api/conversations/personal/transcript"
+    whole = client.get(url).json()
+    assert whole["earlier"] is None and len(whole["items"]) >= 12
+    numbered = [(m["n"], m["id"]) for m in client.get(f"{url[:-11]}/branches").json()["messages"]]
+    for limit in (1, 2, 3, 5, 100):
+        pages = _pages(client, limit)
+        assert len(pages) > 1 or limit == 100
+        # Newest first: put back in order, they are the whole transcript, nothing twice.
+        joined = [item for page in reversed(pages) for item in page]
+        assert joined == whole["items"], limit
+        users = [(i["number"], i["id"]) for i in joined if i["kind"] == "user"]
+        assert users == numbered
+        for page in pages:  # a page starts where a turn does: a failure note is never first
+            assert not page[0]["failed"] and page[0]["kind"] != "assistant"
+    newest = client.get(url, params={"limit": 3}).json()
+    # Read again from a page's first row: every item from there on.
+    again = client.get(url, params={"since": newest["start"]}).json()
+    assert again["start"] == newest["start"] and again["earlier"] == newest["earlier"]
+    assert again["items"] == whole["items"][-len(again["items"]) :]
+
+
+def test_a_read_again_from_a_row_off_the_branch_gives_the_newest_page():
+    _branching_turns()
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.conversation("personal")
+    assert conv is not None
+    on = {m.id for m in store.branch(conv.id)}
+    off = max(m.id for m in store.all_messages(conv.id) if m.id not in on)  # the old "fifth"
+    app = FastAPI()
+    api.install(app, Settings.load())
+    url = "/api/conversations/personal/transcript"
+    body = TestClient(app).get(url, params={"since": off, "limit": 2}).json()
+    newest = TestClient(app).get(url, params={"limit": 2}).json()
+    assert body == newest and body["start"] != off
+
+
+def test_a_page_of_a_long_branch_decodes_only_its_own_rows(monkeypatch):
+    from heron.messages import Message
+    from heron.store import db
+    from heron.web.transcript import Page
+
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("personal")
+    with store.transaction():
+        for n in range(300):
+            turn, _ = store.begin_turn(conv.id, f"run-{n}", Message("user", [Text(f"q{n}")]))
+            store.append(conv.id, Message("assistant", [Text(f"a{n}")]), turn_id=turn)
+    decoded = []
+    real = db._message
+    monkeypatch.setattr(db, "_message", lambda r: decoded.append(r["id"]) or real(r))
+    page = build(store, "personal", page=Page(limit=20))
+    assert page is not None and len(page.items) == 20 and len(decoded) == 20
+    assert [i.text for i in page.items if i.kind == "user"] == [f"q{n}" for n in range(290, 300)]
+    assert [i.number for i in page.items if i.kind == "user"] == list(range(291, 301))
+    assert page.earlier == page.items[0].id
+
+
+def test_the_list_comes_in_pages_and_search_finds_a_conversation_by_its_key(client):
+    from heron.messages import Message
+
+    store = Store(Settings.load().paths.ensure().db)
+    for n in range(7):
+        key = f"trip-{n}" if n != 3 else "lisbon-plans"
+        store.append(store.open_conversation(key).id, Message("user", [Text(f"note {n}")]))
+    seen, more = [], []
+    for offset in (0, 3, 6):
+        body = client.get("/api/conversations", params={"limit": 3, "offset": offset}).json()
+        seen += [c["key"] for c in body["conversations"]]
+        more.append(body["more"])
+    assert sorted(seen) == sorted({*seen}) and len(seen) == 7 and more == [True, True, False]
+    assert seen[0] == "trip-6"  # newest first
+    found = client.get("/api/conversations", params={"q": "LISBON"}).json()
+    assert [c["key"] for c in found["conversations"]] == ["lisbon-plans"] and not found["more"]
+    by_words = client.get("/api/conversations", params={"q": "note", "limit": 4}).json()
+    assert len(by_words["conversations"]) == 4 and by_words["more"]

@@ -164,7 +164,7 @@ def test_a_transcript_read_that_finds_the_live_turn_finished_shows_it_once(page,
 
         server.on_message(to_page)
 
-    page.route("**/transcript", read)
+    page.route("**/transcript?*", read)  # every read: the newest page, or all from a row
     page.route_web_socket("**/ws", socket)
     _send(page, "tell a story")
     model.feed(("text", "Once upon "))
@@ -1115,3 +1115,127 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         order = pg.locator(".messages").text_content() or ""
         assert order.index("Hi.") < order.index(alert) < order.index("fix it")
         pg.context.close()
+
+
+def _long(key: str, turns: int) -> None:
+    """A conversation of `turns` finished turns (a question and its answer each), stored as the
+    engine stores them."""
+    from heron.messages import Message, Text, Usage
+
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation(key)
+    with store.transaction():
+        for i in range(turns):
+            asked = Message("user", [Text(f"Question {i}")])
+            turn, _ = store.begin_turn(conv.id, f"run-{key}-{i}", asked)
+            store.append(conv.id, Message("assistant", [Text(f"Answer {i}.")]), turn_id=turn)
+            usage = Usage(1, 1, 0, 0)
+            store.finish_turn(
+                turn,
+                status="done",
+                stop_reason="end_turn",
+                usage=usage,
+                model_calls=1,
+                tool_calls=0,
+            )
+    store.close()
+
+
+def _ids(page: Any) -> list[int]:
+    return [
+        int(i)
+        for i in page.locator(".messages [data-id]").evaluate_all(
+            "els => els.map((e) => e.dataset.id)"
+        )
+    ]
+
+
+def test_a_long_conversation_opens_with_its_newest_page_and_earlier_ones_come_in_order(
+    browser, site, model
+):
+    """260 turns (520 items): only the newest page (200 items) is in the page at first; the
+    button (by keyboard) and then scrolling to the top bring the earlier ones, each once and
+    in order, the reader's place kept; /edit of a message from an earlier page edits that one
+    (its number counts over the whole branch), and a turn after keeps the earlier pages."""
+    _long("long", 260)
+    pg = site.page(browser, "/#c=long")
+    expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).to_be_in_viewport()
+    expect(pg.locator(".msg.user")).to_have_count(100)
+    assert len(_ids(pg)) == 200
+    expect(pg.get_by_text("Question 159", exact=True)).to_have_count(0)
+    first = pg.locator(".msg.user").filter(has_text="Question 160")
+    # Past the frames that take a conversation just opened to its end (jumpToEnd), the reader
+    # scrolls to the top: a page more comes.
+    frames = "() => new Promise((r) => { let n = 12; const f = () => --n ? rAF(f) : r(); f(); })"
+    pg.evaluate(frames.replace("rAF", "requestAnimationFrame"))
+    pg.locator(".messages").evaluate("el => { el.scrollTop = 0; }")
+    at = first.bounding_box()
+    expect(pg.locator(".msg.user")).to_have_count(200)
+    after = first.bounding_box()
+    assert at is not None and after is not None and abs(after["y"] - at["y"]) < 40  # place kept
+    button = pg.get_by_role("button", name="Load earlier messages")
+    button.evaluate("el => el.focus({ preventScroll: true })")  # Tab's focus, without its scroll
+    button.press("Enter")
+    expect(pg.locator(".msg.user")).to_have_count(260)
+    expect(button).to_have_count(0)  # nothing earlier
+    ids = _ids(pg)
+    assert ids == sorted(set(ids)) and len(ids) == 520  # in order, none twice, none missing
+    said = pg.locator(".msg.user .user-text").all_text_contents()
+    assert said == [f"Question {i}" for i in range(260)]
+
+    text = pg.locator(".user-text", has_text=re.compile(r"^Question 3$"))
+    mine = pg.locator(".msg.user").filter(has=text)
+    mine.scroll_into_view_if_needed()
+    mine.hover()
+    mine.get_by_role("button", name="edit this message").click()
+    box = pg.get_by_role("textbox", name="edit your message")
+    box.fill("Question three, again")
+    box.press("Enter")
+    model.reply("Three.")
+    expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Three.")
+    asked = [m.text for m in model.requests[-1].messages if m.role == "user"]
+    assert asked[-1].startswith("Question three, again")  # the 4th message, on a new branch
+    assert asked[-2].startswith("Question 2") and not any("Question 3" in a for a in asked)
+    said = pg.locator(".msg.user .user-text").all_text_contents()
+    assert said == ["Question 0", "Question 1", "Question 2", "Question three, again"]
+    pg.context.close()
+
+
+def test_after_a_turn_the_earlier_pages_read_stay(browser, site, model):
+    _long("personal", 230)
+    pg = site.page(browser, "/")
+    expect(pg.locator(".msg.user")).to_have_count(100)
+    pg.get_by_role("button", name="Load earlier messages").click()
+    expect(pg.locator(".msg.user")).to_have_count(200)
+    _send(pg, "one more")
+    model.reply("Done.")
+    expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Done.")
+    expect(pg.locator(".msg.user")).to_have_count(201)
+    ids = _ids(pg)
+    assert ids == sorted(set(ids))
+    pg.context.close()
+
+
+def test_the_list_of_conversations_comes_in_pages_and_search_finds_one_by_its_key(browser, site):
+    from heron.messages import Message, Text
+
+    store = Store(Settings.load().paths.db)
+    for n in range(60):
+        store.append(store.open_conversation(f"trip-{n:02d}").id, Message("user", [Text("hi")]))
+    store.close()
+    pg = site.page(browser, "/")
+    nav = pg.get_by_role("navigation", name="conversations")
+    expect(nav.get_by_role("listitem")).to_have_count(50)
+    more = nav.get_by_role("button", name="More conversations")
+    more.focus()
+    more.press("Enter")
+    expect(nav.get_by_role("listitem")).to_have_count(60)
+    expect(more).to_have_count(0)
+    keys = nav.get_by_role("listitem").evaluate_all(
+        "els => els.map((e) => e.querySelector('a').getAttribute('href'))"
+    )
+    assert keys == [f"#c=trip-{n:02d}" for n in range(59, -1, -1)]
+    nav.get_by_role("searchbox", name="search conversations").fill("trip-07")
+    expect(nav.get_by_role("listitem")).to_have_count(1)
+    expect(nav.get_by_role("link")).to_have_attribute("href", "#c=trip-07")
+    pg.context.close()

@@ -154,48 +154,57 @@ def _visible(key: str) -> bool:
 # ---- conversations ----------------------------------------------------------------------------
 
 
-def _listing(store: Store, limit: int) -> list[dict[str, Any]]:
-    out = []
-    for c in store.conversations(limit):
-        if not _visible(c.key):
-            continue
-        turns = store.turn_count(c.id)
-        out.append({"key": c.key, "title": c.title, "updated": c.updated, "turns": turns})
-    return out
+def _row(store: Store, conv: Conversation) -> dict[str, Any]:
+    turns = store.turn_count(conv.id)
+    return {"key": conv.key, "title": conv.title, "updated": conv.updated, "turns": turns}
 
 
-def _search(store: Store, query: str, limit: int) -> list[dict[str, Any]]:
-    """Conversations whose messages match `query` in the full-text index, best first, each
-    with its best snippet (the recall index `heron memory recall` uses)."""
+def _listing(store: Store, limit: int, offset: int) -> tuple[list[dict[str, Any]], bool]:
+    """The page of the list from the `offset`-th, and whether more follow it."""
+    found = store.conversations(limit + 1, offset=offset)
+    return [_row(store, c) for c in found[:limit] if _visible(c.key)], len(found) > limit
+
+
+def _search(store: Store, query: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], bool]:
+    """Conversations whose title or key holds `query`, then those whose messages match it in
+    the full-text index, best first, each with its best snippet (the recall index
+    `heron memory recall` uses) where its messages match; the page from the `offset`-th, and
+    whether more follow."""
     from heron.memory.recall import Recall
 
-    seen: dict[str, dict[str, Any]] = {}
-    for hit in Recall(store).search(query, limit * 5):
+    wanted = offset + limit + 1
+    named = store.conversations(wanted, named=query.strip())
+    said: dict[str, dict[str, Any]] = {}  # per conversation, its best hit
+    for hit in Recall(store).search(query, wanted * 5):
         key = hit.conversation_key
-        if key in seen or not _visible(key):
-            continue
-        conv = store.conversation(key)
-        seen[key] = {
-            "key": key,
-            "title": conv.title if conv else None,
-            "updated": conv.updated if conv else hit.created,
-            "turns": store.turn_count(conv.id) if conv else 0,
-            "snippet": " ".join(hit.snippet.split())[:200],
-            "message_id": hit.message_id,
-        }
-        if len(seen) >= limit:
+        if key not in said and _visible(key):
+            snippet = " ".join(hit.snippet.split())[:200]
+            said[key] = {"snippet": snippet, "message_id": hit.message_id}
+    rows = [{**_row(store, c), **said.get(c.key, {})} for c in named]
+    listed = {c.key for c in named}
+    for key, best in said.items():
+        if len(rows) >= wanted:
             break
-    return list(seen.values())
+        found = store.conversation(key)
+        if found is not None and key not in listed:
+            rows.append({**_row(store, found), **best})
+    return rows[offset : offset + limit], len(rows) > offset + limit
 
 
 @router.get("/conversations")
-async def conversations(request: Request, q: str = "", limit: int = 50) -> JSONResponse:
+async def conversations(
+    request: Request,
+    q: str = "",
+    limit: Annotated[int, Query(ge=1)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSONResponse:
+    """A page of the list, or of a search's conversations; `more`: a page follows it."""
     state = _state(request)
     if q.strip():
-        rows = await _run(state, _search, state.store, q, limit)
+        rows, more = await _run(state, _search, state.store, q, limit, offset)
     else:
-        rows = await _run(state, _listing, state.store, limit)
-    return JSONResponse({"conversations": rows})
+        rows, more = await _run(state, _listing, state.store, limit, offset)
+    return JSONResponse({"conversations": rows, "more": more})
 
 
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -258,13 +267,24 @@ async def delete(request: Request, key: str) -> JSONResponse:
 
 
 @router.get("/conversations/{key}/transcript")
-async def transcript(request: Request, key: str) -> JSONResponse:
-    from heron.web.transcript import build
+async def transcript(
+    request: Request,
+    key: str,
+    limit: Annotated[int | None, Query(ge=1)] = None,
+    before: int | None = None,
+    since: int | None = None,
+) -> JSONResponse:
+    """The whole branch, or a page of it (docs/web.md): the newest `limit` items above row
+    `before`, or every item from row `since` on; `earlier` is the `before` of the page above."""
+    from heron.web.transcript import FILE_URL, Page, build
 
     state = _state(request)
-    built = await _run(state, build, state.store, key)
+    asked = (limit, before, since) != (None, None, None)
+    paged = Page(limit, before, since) if asked else None
+    built = await _run(state, build, state.store, key, FILE_URL, paged)
     if built is None:  # a conversation not started yet: empty, not an error
-        return JSONResponse({"conversation": key, "title": None, "head_id": None, "items": []})
+        empty: dict[str, Any] = {"conversation": key, "title": None, "head_id": None, "items": []}
+        return JSONResponse({**empty, "start": None, "earlier": None})
     return JSONResponse(built.to_json())
 
 

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -60,6 +61,27 @@ _BRANCH_SQL = """WITH RECURSIVE chain(id) AS (
      SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
      WHERE m.parent_id IS NOT NULL AND m.parent_id != ? AND m.id > ?)
    SELECT m.* FROM messages m JOIN chain ON m.id = chain.id ORDER BY m.id"""
+
+# Each row of the branch to a head (?), with who wrote it and its turn's message, no parts.
+_INDEX_SQL = """WITH RECURSIVE chain(id) AS (
+     SELECT ? UNION ALL
+     SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
+     WHERE m.parent_id IS NOT NULL)
+   SELECT m.id, m.turn_id, m.role, m.kind, m.author, t.user_message_id
+   FROM messages m JOIN chain ON m.id = chain.id LEFT JOIN turns t ON t.id = m.turn_id
+   ORDER BY m.id"""
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    """One row of a branch as `Store.branch_index` reads it."""
+
+    id: int
+    turn_id: int | None
+    role: str
+    kind: str
+    author: str | None
+    turn_message: int | None  # the message that opened its turn
 
 
 class ConnectionCache(Protocol):
@@ -324,19 +346,33 @@ class Store:
         assert found is not None
         return found
 
-    def conversations(self, limit: int = 50, *, internal: bool = False) -> list[Conversation]:
-        """Most recently active first; Heron's internal ones (records.is_internal) only when
-        asked for. A conversation without a message yet (a chat left unused, a command on a
-        new key) is no conversation to the person: never listed."""
-        if internal:
-            rows = self.query("SELECT * FROM conversations ORDER BY updated DESC LIMIT ?", (limit,))
-        else:
-            hidden, params = internal_sql()
-            rows = self.query(
-                f"SELECT * FROM conversations WHERE NOT {hidden} AND head_id IS NOT NULL"
-                " ORDER BY updated DESC LIMIT ?",
-                (*params, limit),
+    def conversations(
+        self, limit: int = 50, *, internal: bool = False, offset: int = 0, named: str = ""
+    ) -> list[Conversation]:
+        """Most recently active first, from the `offset`-th on; Heron's internal ones
+        (records.is_internal) only when asked for; with `named`, only those whose title or key
+        holds it (any case). A conversation without a message yet (a chat left unused, a
+        command on a new key) is no conversation to the person: never listed."""
+        where, params = ["TRUE"], []
+        if not internal:
+            hidden, hidden_params = internal_sql()
+            where += [f"NOT {hidden}", "head_id IS NOT NULL"]
+            params += list(hidden_params)
+        if named:
+            pattern = (
+                "%"
+                + named.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                + "%"
             )
+            where.append(
+                "(LOWER(COALESCE(title, '')) LIKE ? ESCAPE '\\' OR LOWER(key) LIKE ? ESCAPE '\\')"
+            )
+            params += [pattern, pattern]
+        rows = self.query(
+            f"SELECT * FROM conversations WHERE {' AND '.join(where)}"
+            " ORDER BY updated DESC, id DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
         return [_conversation(r) for r in rows]
 
     def conversation_count(self) -> int:
@@ -463,6 +499,41 @@ class Store:
         at = _start_of(rows, floor_id)
         self._branch_len[conversation_id] = len(rows) - at  # what the next read costs
         return rows[at:]
+
+    def branch_index(self, conversation_id: int) -> list[BranchRow]:
+        """Who wrote each row of the branch to the head, root first, without its parts: what a
+        reader of one page of a long branch needs to place that page and number the person's
+        messages over the whole branch (heron/web/transcript.py), at a few small values a row
+        where decoding them all costs the whole branch's parts. Not kept: it is read fresh."""
+        head_id, _ = self._head(conversation_id)
+        if head_id is None:
+            return []
+        rows = self.query(_INDEX_SQL, (head_id,))
+        return [BranchRow(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+    def messages_of(self, conversation_id: int, ids: Sequence[int]) -> list[StoredMessage]:
+        """The rows `ids` of a conversation (ascending, as a branch's are), decoded: the rows
+        between the first and the last are read, and only those asked for are decoded."""
+        if not ids:
+            return []
+        wanted = set(ids)
+        rows = self.query(
+            "SELECT * FROM messages WHERE conversation_id = ? AND id BETWEEN ? AND ? ORDER BY id",
+            (conversation_id, min(ids), max(ids)),
+        )
+        return _messages([r for r in rows if r["id"] in wanted])
+
+    def turns_between(
+        self, conversation_id: int, turns: tuple[int, int], messages: tuple[int, int]
+    ) -> list[Turn]:
+        """The conversation's turns whose id is in `turns` (inclusive) or whose message is
+        in `messages`: those a page of a branch shows or follows."""
+        rows = self.query(
+            "SELECT * FROM turns WHERE conversation_id = ? AND (id BETWEEN ? AND ?"
+            " OR user_message_id BETWEEN ? AND ?) ORDER BY id",
+            (conversation_id, *turns, *messages),
+        )
+        return [turn_from_row(r) for r in rows]
 
     def _chain(
         self, conversation_id: int, head_id: int | None, floor_id: int | None

@@ -11,18 +11,25 @@ person was told, `The turn failed: ...; send /retry`) is placed after that turn'
 Consecutive assistant rows of one turn (a tool loop) form one reply block, so a reload shows
 exactly what the stream built.
 
+A long branch is read in pages (`Page`): the newest items first, earlier ones as the reader
+scrolls up. A page decodes only its own rows; where it starts and the numbers of the person's
+messages (counted over the whole branch, as `/edit N` takes them) come from the branch's rows
+without their parts (`Store.branch_index`), so a 20,000-message conversation is never decoded
+whole to show its end.
+
 Pure reads of committed rows; the same rows always give the same transcript.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heron.agent.control import unlabelled
 from heron.agent.turn import FAILED, REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
-from heron.store import Store, StoredMessage, runs
+from heron.store import BranchRow, Store, StoredMessage, Turn, runs
 
 
 @dataclass
@@ -73,23 +80,65 @@ class Transcript:
     title: str | None
     head_id: int | None
     items: list[Item]
+    # Paged (`Page`): the first stored row this page shows (None: the branch is empty), and
+    # what to pass as `before` for the page before it (None: this one begins the branch).
+    start: int | None = None
+    earlier: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Page:
+    """Which part of the branch to read: the newest `limit` items (about: a turn is never
+    cut, so a page starts where a turn does) above row `before` (None: up to the head), or
+    with `since` every item from that row on (a page's `start`: the pages a reader holds,
+    read again). A `since` that is no longer on the branch (an /edit or /tree below it) reads
+    the newest page instead: its `start` then differs from `since`."""
+
+    limit: int | None = None
+    before: int | None = None
+    since: int | None = None
+
+
 FILE_URL = "/api/conversations/{key}/files/{id}/{n}"
 
 
-def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None:
-    """The transcript of conversation `key` (None when there is none)."""
+def build(
+    store: Store, key: str, file_url: str = FILE_URL, page: Page | None = None
+) -> Transcript | None:
+    """The transcript of conversation `key` (None when there is none): the whole branch, or
+    the part `page` names. A page decodes only its own rows; the rest of the branch is read
+    as `Store.branch_index` reads it (no parts), for where the page starts and the numbers of
+    the person's messages, which count over the whole branch."""
     conv = store.conversation(key)
     if conv is None:
         return None
-    turns = {t.id: t for t in store.turns(conv.id)}
+    if page is None:
+        rows = store.branch(conv.id)
+        turns = {t.id: t for t in store.turns(conv.id)}
+        numbers = None
+        start, earlier = (rows[0].id if rows else None), None
+    else:
+        index = store.branch_index(conv.id)
+        lo, hi = _window(index, page)
+        shown = index[lo:hi]
+        rows = store.messages_of(conv.id, [r.id for r in shown])
+        turns = {t.id: t for t in _turns_of(store, conv.id, shown)}
+        numbers = _numbers(index)
+        start = shown[0].id if shown else None
+        earlier = start if lo > 0 else None
+    items = _items(rows, turns, _Reading({}, runs.questions(store, key), key, file_url))
+    users = [i for i in items if i.kind == "user"]
+    for n, item in enumerate(users, 1):
+        item.number = n if numbers is None else numbers.get(item.id)
+    return Transcript(conv.key, conv.title, conv.head_id, items, start, earlier)
+
+
+def _items(rows: list[StoredMessage], turns: dict[int, Turn], reading: _Reading) -> list[Item]:
     items: list[Item] = []
-    reading = _Reading({}, runs.questions(store, key), key, file_url)
-    for row in store.branch(conv.id):
+    for row in rows:
         turn = turns.get(row.turn_id) if row.turn_id else None
         before = len(items)
         _add(items, reading, row, turn.user_message_id if turn else None)
@@ -99,10 +148,78 @@ def build(store: Store, key: str, file_url: str = FILE_URL) -> Transcript | None
     for turn in turns.values():
         if turn.status == "failed" and turn.error:
             _failed(items, turn.id, turn.user_message_id, turn.error)
-    users = [i for i in items if i.kind == "user"]
-    for n, item in enumerate(users, 1):
-        item.number = n
-    return Transcript(conv.key, conv.title, conv.head_id, items)
+    return items
+
+
+def _turns_of(store: Store, conversation_id: int, rows: list[BranchRow]) -> list[Turn]:
+    """The turns the rows of a page belong to, and those that opened on one of its messages
+    (a failed /retry stores no row: its note follows its message's)."""
+    if not rows:
+        return []
+    ids = [r.turn_id for r in rows if r.turn_id is not None]
+    turns = (min(ids), max(ids)) if ids else (0, -1)
+    return store.turns_between(conversation_id, turns, (rows[0].id, rows[-1].id))
+
+
+def _is_user(row: BranchRow) -> bool:
+    """A row the transcript shows as the person's message (`_add`'s rule, without the parts:
+    tool results are the `tool` author's, Heron's own rows the `heron` author's)."""
+    return row.kind == "message" and row.role == "user" and row.author not in ("heron", "tool")
+
+
+def _numbers(index: list[BranchRow]) -> dict[int, int]:
+    """Each of the person's messages on the branch, numbered as `/edit N` and /tree take them."""
+    users = (r.id for r in index if _is_user(r))
+    return {row_id: n for n, row_id in enumerate(users, 1)}
+
+
+def _starts(index: list[BranchRow]) -> list[int]:
+    """The positions in `index` where a turn's rows begin (a row outside any turn is one by
+    itself): a page starts at one, so a turn's reply, tool results and failure note are
+    never split between two pages. A /retry's turn goes with the message it answers."""
+    out: list[int] = []
+    last: object = None
+    for n, row in enumerate(index):
+        group = row.turn_message if row.turn_message is not None else ("row", row.id)
+        if group != last:
+            out.append(n)
+        last = group
+    return out
+
+
+def _window(index: list[BranchRow], page: Page) -> tuple[int, int]:
+    """The slice of `index` that `page` shows."""
+    ids = [r.id for r in index]
+    if page.since is not None:
+        at = bisect_left(ids, page.since)
+        if at < len(ids) and ids[at] == page.since and page.before is None:
+            return at, len(ids)
+    hi = len(ids) if page.before is None else bisect_left(ids, page.before)
+    if page.limit is None:
+        return 0, hi
+    starts = [n for n in _starts(index) if n < hi]
+    counted, end = 0, hi
+    for at in reversed(starts):
+        counted += _items_in(index[at:end])
+        end = at
+        if counted >= page.limit:
+            return at, hi
+    return 0, hi
+
+
+def _items_in(rows: list[BranchRow]) -> int:
+    """About how many items `rows` make (`_add`'s rule without the parts): each row is one,
+    but tool results, and a model's row that goes on the reply before it."""
+    count, reply = 0, None
+    for row in rows:
+        if row.author == "tool":
+            continue
+        if row.role == "assistant" and row.kind == "message" and reply == row.turn_id:
+            continue
+        count += 1
+        is_reply = row.role == "assistant" and row.kind == "message"
+        reply = row.turn_id if is_reply else None
+    return count
 
 
 def _failed(items: list[Item], turn: int, message: int | None, error: str) -> None:

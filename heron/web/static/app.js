@@ -20,6 +20,11 @@ const ALIAS = { python: "py", javascript: "js", typescript: "ts", sh: "bash", sh
 const mdCache = new Map(); // text -> sanitised HTML: a long transcript re-renders for free
 const MD_CACHE = 5000;
 const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
+// A conversation opens with its newest PAGE items; earlier ones come a page at a time, as the
+// reader scrolls up to the top or presses "Load earlier messages" (docs/web.md). A 22,000-message
+// branch drawn whole held 73,000 nodes and 0.6-1 GB of heap, and took 4 s to open.
+const PAGE = 200;
+const LIST_PAGE = 50; // conversations in the list, and how many more "More conversations" shows
 
 // Model text is untrusted: sanitised after parsing, before it reaches the DOM.
 const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }));
@@ -384,6 +389,9 @@ function Note({ n }) {
   return html`<div class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`;
 }
 
+// The Markdown texts of stored items, for prerender.
+const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text));
+
 // A stored item's identity in the page (a failed turn's note names the row it follows).
 const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
 
@@ -532,14 +540,29 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
   const [, setMinute] = useState(0); // "5 min ago" moves on while the page stays open
   useEffect(() => { const t = setInterval(() => setMinute((m) => m + 1), 60000); return () => clearInterval(t); }, []);
   const [q, setQ] = useState("");
+  const [more, setMore] = useState(false); // the list goes on past what it shows
+  const held = useRef(LIST_PAGE); // how many it shows: a read again keeps those "more" added
   const asked = useRef(0);
+  const listed = (offset, limit) => api(`/conversations?q=${encodeURIComponent(q)}&offset=${offset}&limit=${limit}`);
   const load = useCallback(async () => {
     const n = ++asked.current; // answers may come back out of order: keep the newest ask's
     try {
-      const found = (await api(`/conversations?q=${encodeURIComponent(q)}`)).conversations;
-      if (n === asked.current) setRows(found);
+      const found = await listed(0, held.current);
+      if (n === asked.current) { setRows(found.conversations); setMore(found.more); }
     } catch (e) { notify(e.message); }
   }, [q]);
+  useEffect(() => { held.current = LIST_PAGE; }, [q]); // a new search starts at one page
+  // The next page of the list (or of a search's conversations), after the last shown.
+  const loadMore = async () => {
+    const n = ++asked.current;
+    try {
+      const found = await listed(rows.length, LIST_PAGE);
+      if (n !== asked.current) return;
+      const have = new Set(rows.map((c) => c.key));
+      const next = [...rows, ...found.conversations.filter((c) => !have.has(c.key))];
+      held.current = next.length; setRows(next); setMore(found.more);
+    } catch (e) { notify(e.message); }
+  };
   useEffect(() => { load(); }, [q, refresh]);
   // A turn's first streamed piece: its conversation is stored by then. Read the list again
   // only when it is not in it yet (a new one): every open tab reads it at the same moment,
@@ -589,7 +612,8 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
       <span class="conv-actions">
         <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
         <button aria-label=${"delete " + c.key} onClick=${() => remove(c.key)}>delete</button></span>
-    </li>`)}</ul></nav>`;
+    </li>`)}</ul>
+    ${more && html`<button class="more" onClick=${loadMore}>More conversations</button>`}</nav>`;
 }
 
 // ---- side panels ------------------------------------------------------------------------------
@@ -784,6 +808,10 @@ function App() {
   const toEnd = useRef(false); // the next transcript drawn is a first read: show its newest
   const fetches = useRef(0);
   const loading = useRef(null); // the first read of the transcript, while it runs
+  const [earlier, setEarlier] = useState(null); // the `before` of the page above what is held
+  const start = useRef(null); // the first row of what is held: what a read again starts from
+  const older = useRef(null); // a read of an earlier page, while it runs
+  const place = useRef(null); // {height, top} of the list before an earlier page went on top
   const fresh = useRef(true); // the next welcome answers a fresh attach
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
@@ -807,21 +835,53 @@ function App() {
     }), DRAW_MS);
   };
 
+  // The first read takes the newest page; a read again (a turn ended) every item from the
+  // first row held on, so the pages read earlier stay. When that row is no longer on the
+  // branch (/edit, /tree), the answer is the newest page again, and it replaces them.
   const loadTranscript = useCallback(async (key) => {
     const gen = ++fetches.current;
+    const since = loaded.current ? start.current : null;
+    const query = since != null ? `since=${since}` : `limit=${PAGE}`;
     try {
-      const t = await api(`/conversations/${encodeURIComponent(key)}/transcript`);
+      const t = await api(`/conversations/${encodeURIComponent(key)}/transcript?${query}`);
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
-      prerender(t.items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text)));
+      prerender(textsOf(t.items));
       if (!loaded.current) toEnd.current = true;
-      itemsRef.current = t.items; setItems(t.items); setTitle(t.title); loaded.current = true;
+      let all = t.items;
+      if (since != null && t.start === since) { // an earlier page may have come meanwhile
+        all = [...itemsRef.current.filter((it) => it.id < since), ...t.items];
+        if (start.current === since) setEarlier(t.earlier);
+      } else { start.current = t.start; setEarlier(t.earlier); }
+      itemsRef.current = all; setItems(all); setTitle(t.title); loaded.current = true;
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
-      document.body.dataset.rendered = String(t.items.length);
+      document.body.dataset.rendered = String(all.length);
       setTick((x) => x + 1);
     } catch (e) { notify(e.message); } finally { if (gen === fetches.current) loading.current = null; }
   }, []);
+
+  // The page above the first item held, put on top where the reader is: the list keeps its
+  // distance from the bottom, so what was on screen stays there.
+  const loadEarlier = async () => {
+    const key = convRef.current, before = earlier;
+    if (before == null || older.current) return;
+    older.current = before; setShown((n) => n + 1);
+    try {
+      const t = await api(`/conversations/${encodeURIComponent(key)}/transcript?before=${before}&limit=${PAGE}`);
+      if (key !== convRef.current || start.current !== before) return; // moved on meanwhile
+      prerender(textsOf(t.items));
+      const el = listRef.current;
+      if (el) place.current = { height: el.scrollHeight, top: el.scrollTop };
+      const held = new Set(itemsRef.current.map(itemKey));
+      const all = [...t.items.filter((it) => !held.has(itemKey(it))), ...itemsRef.current];
+      start.current = t.start; setEarlier(t.earlier);
+      itemsRef.current = all; setItems(all);
+      document.body.dataset.rendered = String(all.length);
+    } catch (e) { notify(e.message); } finally { older.current = null; setShown((n) => n + 1); }
+  };
+  // Scrolled to (near) the top: the page above comes by itself.
+  const onScroll = (e) => { if (e.currentTarget.scrollTop < 300 && !toEnd.current) loadEarlier(); };
 
   // A fresh attach (page load, another conversation) is answered with the journal's events up
   // to welcome.seq. The transcript is the truth for every turn that ended; only a turn still
@@ -983,13 +1043,18 @@ function App() {
   const live = liveRef.current;
   useLayoutEffect(() => {
     // A conversation opens at its newest message; later reads keep the reader's place.
-    if (toEnd.current && listRef.current) jumpToEnd(listRef.current);
-    else keepAtEnd(listRef.current);
+    const el = listRef.current;
+    if (place.current && el) { // an earlier page went on top: the same text stays in view
+      el.scrollTop = el.scrollHeight - place.current.height + place.current.top;
+      place.current = null;
+    } else if (toEnd.current && el) jumpToEnd(el);
+    else keepAtEnd(el);
     toEnd.current = false;
   }, [items, live, notes]);
 
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
+    start.current = null; older.current = null; place.current = null; setEarlier(null);
     fresh.current = true; replay.current = null;
     itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
     focusInput(); // the next thing a person does in a conversation they open is type
@@ -1050,7 +1115,10 @@ function App() {
       </header>
       ${conn === "logged out" && html`<div class="logout" role="alert" aria-label="logged out">${LOGGED_OUT}.</div>`}
       ${embedded && html`<div class="demo" role="note" aria-label="offline demo model">${DEMO}</div>`}
-      <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}>
+      <div class="messages" role="log" aria-live="polite" aria-label="transcript" ref=${listRef}
+        onScroll=${onScroll}>
+        ${earlier != null && html`<button class="earlier" onClick=${loadEarlier} disabled=${!!older.current}>${
+          older.current ? "Loading earlier messages…" : "Load earlier messages"}</button>`}
         ${placed.rows.flatMap(({ it, notes: after }) => [html`<${PureItem} key=${itemKey(it)} item=${it}
           onEdit=${onEdit} number=${it.number} />`, ...after.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)])}
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
