@@ -502,3 +502,21 @@ def test_importing_the_adapter_does_not_import_the_sdk() -> None:
     code = "import sys, heron.providers.anthropic; print('anthropic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_the_fake_can_report_usage_from_the_block_level_cache() -> None:
+    server = FakeAnthropicServer(
+        [ServerReply(text="one"), ServerReply(text="two")], block_cache=True
+    )
+    provider = AnthropicProvider(MODEL, KEY, base_url=server.start(), timeout=10)
+    try:
+        first = await provider.chat(request(user("x" * 400)))
+        second = await provider.chat(request(user("x" * 400), assistant("one"), user("more")))
+    finally:
+        await provider.aclose()
+        server.stop()
+
+    one, two = server.cache_uses
+    assert (first.usage.cache_read, first.usage.cache_write) == (0, one.written)
+    assert second.usage.cache_read == two.read == one.written  # the whole first request
+    assert second.usage.input == two.read + two.written + two.uncached
