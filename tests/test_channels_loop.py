@@ -118,6 +118,18 @@ async def test_the_runtime_block_names_the_channel_the_message_came_from():
     assert "Channel: web" in sent and "Channel: cli" not in sent
 
 
+async def test_a_turn_heron_opens_names_itself_as_the_channel_not_the_client():
+    provider = ScriptedProvider([Reply([Text("on it")], "done")])
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        loop = AgentLoop(engine, bus)
+        nudge = InboundMessage("script", "goal", "Your goal continues.", "g", provenance="goal")
+        await loop.dispatch(nudge)
+        await loop.wait_idle()
+    sent = provider.requests[0].messages[-1].text
+    assert "Channel: heron (goal)" in sent and "Channel: script" not in sent
+
+
 async def test_heron_run_says_when_another_session_holds_the_conversation():
     settings = Settings.load()
     store = Store(settings.paths.ensure().db)
