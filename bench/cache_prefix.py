@@ -15,7 +15,14 @@ Heron's offline estimate:
                       0.1x, the rest written at 1.25x);
   fixed prefix        tool schemas plus system prompt with the built-in tools, before history.
 
-    .venv/bin/python bench/cache_prefix.py [--turns 200] [--window 24000] [--json]
+With `--wire anthropic` the same conversation goes through the Anthropic adapter to its fake
+server, and the requests are also run through a block-level model of Anthropic's prompt cache
+(heron/testing/anthropic_cache.py: entries only at the request's cache_control breakpoints, a
+lookup at most 20 blocks back from each): it prints the tokens read, written and uncached, and
+the effective tokens at Anthropic's weights (read 0.1x, written 1.25x, uncached 1x). Every
+PARALLEL_EVERY-th turn the model writes PARALLEL_CALLS notes in one reply (24 blocks).
+
+    .venv/bin/python bench/cache_prefix.py [--turns N] [--window N] [--wire anthropic] [--json]
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from heron.context.tokens import estimate_text
+from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply, common_prefix
 
 LONG_TURN = 120  # the turn that writes many files and is compacted in flight
 LONG_TURN_CALLS = 40
+PARALLEL_EVERY = 10  # turn 7, 17, 27...: one reply with PARALLEL_CALLS write_file calls
+PARALLEL_CALLS = 12
 FILE_KB = 20
 SERVED: Counter[int] = Counter()  # model calls answered per turn
 # What each turn does, by turn number modulo 6: a 20 KB read, a grep, a chat answer, run_cell
@@ -111,10 +121,56 @@ def answer(body: dict[str, Any]) -> ServerReply:
         return ServerReply(
             tool_calls=[("write_file", {"path": f"mod_{calls}.py", "content": content})]
         )
+    if turn % PARALLEL_EVERY == PARALLEL_EVERY - 3 and calls == 0:
+        # Writes: results micro-compaction leaves alone, so the turn's own cost shows.
+        notes = [
+            ("write_file", {"path": f"note_{turn}_{i}.txt", "content": f"note {i}"})
+            for i in range(PARALLEL_CALLS)
+        ]
+        return ServerReply(tool_calls=notes)
     if turn != LONG_TURN and calls < len(PLAN[turn % len(PLAN)]):
         name, args = PLAN[turn % len(PLAN)][calls]
         return ServerReply(tool_calls=[(name, {k: v.format(n=turn % 12) for k, v in args.items()})])
     return ServerReply(text=f"Done with turn {turn}: the file looks consistent.")
+
+
+def as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages API body as the chat-completions shape `answer` reads (system first, text
+    joined, tool_use blocks as tool_calls)."""
+    system = " ".join(b["text"] for b in body.get("system") or [])
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in body["messages"]:
+        blocks = m["content"]
+        text = "\n\n".join(b["text"] for b in blocks if b["type"] == "text")
+        calls = [b for b in blocks if b["type"] == "tool_use"]
+        for b in blocks:
+            if b["type"] == "tool_result":
+                messages.append({"role": "tool", "content": b["content"]})
+        messages.append({"role": m["role"], "content": text, "tool_calls": calls or None})
+    return {"messages": messages, "tools": body.get("tools", [])}
+
+
+def answer_anthropic(body: dict[str, Any]) -> ServerReply:
+    return answer(as_chat(body))
+
+
+def block_cache_figures(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The requests, in order, through the block-level model of Anthropic's prompt cache."""
+    from heron.testing.anthropic_cache import BlockCache
+
+    cache = BlockCache()
+    uses = [cache.use(body) for body in requests]
+    read = sum(u.read for u in uses)
+    written = sum(u.written for u in uses)
+    uncached = sum(u.uncached for u in uses)
+    total = read + written + uncached
+    return {
+        "block_read_fraction": read / total,
+        "block_written_fraction": written / total,
+        "block_effective_tokens_per_request": (read * 0.1 + written * 1.25 + uncached) / len(uses),
+        "block_full_misses": sum(1 for u in uses[1:] if u.read == 0),
+        "breakpoints_max": max(u.breakpoints for u in uses),
+    }
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -136,19 +192,21 @@ def _registry() -> Any:
     return ToolRegistry([stub if t.name == "run_cell" else t for t in specs])
 
 
-async def run(turns: int, window: int, home: Path, base_url: str) -> dict[str, Any]:
+async def run(turns: int, window: int, home: Path, base_url: str, wire: str) -> dict[str, Any]:
     from heron.agent.engine import Engine
     from heron.config import Settings
     from heron.store import compactions as folds
 
-    env = {
-        "HERON_HOME": str(home),
-        "HERON_BASE_URL": base_url,
-        "HERON_MODEL": "fake-model",
-        "HERON_CONTEXT_WINDOW": str(window),
-    }
+    env = {"HERON_HOME": str(home), "HERON_CONTEXT_WINDOW": str(window)}
     # A 40-call turn sends far more than the default per-run token ceiling (1M).
-    (home / "config.toml").write_text("[agent]\nmax_tokens_total = 10000000\n")
+    config = "[agent]\nmax_tokens_total = 10000000\n"
+    if wire == "anthropic":
+        env["ANTHROPIC_API_KEY"] = "sk-ant-bench-fake"
+        config = f'model = "claude-sonnet-4-5"\n{config}[providers.anthropic]\n'
+        config += f'base_url = "{base_url}"\n'
+    else:
+        env.update({"HERON_BASE_URL": base_url, "HERON_MODEL": "fake-model"})
+    (home / "config.toml").write_text(config)
     settings = Settings.load(env)
     async with Engine.open(settings, registry=_registry()) as engine:
         workspace = settings.paths.workspace
@@ -258,14 +316,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--window", type=int, default=64_000)
+    parser.add_argument("--wire", choices=["openai", "anthropic"], default="openai")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as home, FakeOpenAIServer(answer) as server:
-        for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-            os.environ.pop(var, None)
-        info = asyncio.run(run(args.turns, args.window, Path(home), server.base_url))
-        figures = measure(server.requests)
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HERON_BASE_URL", "HERON_MODEL"):
+        os.environ.pop(var, None)
+    anthropic = args.wire == "anthropic"
+    fake = FakeAnthropicServer(answer_anthropic) if anthropic else FakeOpenAIServer(answer)
+    with tempfile.TemporaryDirectory() as home, fake as server:
+        url = server.base_url
+        info = asyncio.run(run(args.turns, args.window, Path(home), url, args.wire))
+        requests = [as_chat(b) for b in server.requests] if anthropic else server.requests
+        figures = measure(requests)
+        if anthropic:
+            figures.update(block_cache_figures(server.requests))
     figures["fixed_prefix_tokens"] = fixed_prefix_tokens()
     figures["compactions"] = info["compactions"]
     figures["seconds"] = round(time.monotonic() - started, 1)
@@ -278,6 +343,7 @@ def main() -> None:
             "fixed_prefix_tokens",
         ]
         extra = ["cacheable_outside_compaction", "ideal_outside_compaction", "compactions"]
+        extra += [k for k in figures if k.startswith(("block_", "breakpoints"))]
         print(json.dumps({k: figures[k] for k in keys + extra + ["requests"]}))
         return
     print(
@@ -296,6 +362,13 @@ def main() -> None:
         f" of {figures['mean_request_tokens']:.0f} sent"
     )
     print(f"fixed prefix tokens     {figures['fixed_prefix_tokens']}")
+    if anthropic:
+        print(
+            f"block-level cache (Anthropic's rules): read {figures['block_read_fraction']:.3f},"
+            f" written {figures['block_written_fraction']:.3f}, effective tokens/request "
+            f"{figures['block_effective_tokens_per_request']:.0f}, requests reading nothing "
+            f"{figures['block_full_misses']}, breakpoints at most {figures['breakpoints_max']}"
+        )
     print(f"prefix breaks           {len(figures['prefix_breaks'])}")
     for b in figures["prefix_breaks"]:
         print(f"  request {b['request']:5}: {b['cause']}")

@@ -41,6 +41,7 @@ from heron.providers.anthropic import (
 )
 from heron.providers.base import RetryPolicy, call_with_retries
 from heron.request import ChatRequest, StreamEvent, ToolSpec
+from heron.testing.anthropic_cache import BlockCache
 from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.script import Script, ServerReply
 
@@ -134,7 +135,12 @@ async def test_tool_use_input_is_assembled_from_split_deltas(connect: Connect) -
     assert result.stop == "tool"
     assert result.tool_calls == [ToolCall("toolu_1", "read", args)]
     assert server.requests[0]["tools"] == [
-        {"name": "read", "description": "Read a file.", "input_schema": READ.parameters}
+        {
+            "name": "read",
+            "description": "Read a file.",
+            "input_schema": READ.parameters,
+            "cache_control": {"type": "ephemeral"},  # the last tool: breakpoint 1
+        }
     ]
 
 
@@ -168,7 +174,7 @@ async def test_thinking_round_trips_with_a_byte_exact_signature(connect: Connect
     assert sent[2]["content"][0]["tool_use_id"] == call.id
 
 
-async def test_cache_control_only_at_end_of_system_and_conversation(connect: Connect) -> None:
+async def test_breakpoints_at_tools_system_previous_request_and_end(connect: Connect) -> None:
     server, provider = connect([ServerReply(text="ok")])
     history = [
         user("first"),
@@ -179,12 +185,77 @@ async def test_cache_control_only_at_end_of_system_and_conversation(connect: Con
 
     body = server.requests[0]
     marked = sorted(path for path, _ in _walk(body) if path.endswith("cache_control"))
-    assert marked == ["messages.2.content.1.cache_control", "system.0.cache_control"]
+    assert marked == [
+        "messages.0.content.0.cache_control",  # where the previous request ended
+        "messages.2.content.1.cache_control",  # the end
+        "system.0.cache_control",
+        "tools.0.cache_control",
+    ]
     assert body["messages"][2]["content"][1] == {
         "type": "text",
         "text": "and now?",
         "cache_control": {"type": "ephemeral"},
     }
+
+
+def test_a_first_request_has_no_breakpoint_for_a_previous_one() -> None:
+    body = build_payload(request(user("hello")))
+    marked = sorted(path for path, _ in _walk(body) if path.endswith("cache_control"))
+    assert marked == [
+        "messages.0.content.0.cache_control",
+        "system.0.cache_control",
+        "tools.0.cache_control",
+    ]
+
+
+def _parallel_turn(n: int) -> list[Message]:
+    calls = [ToolCall(f"t{i}", "read", {"path": f"f{i}"}) for i in range(n)]
+    return [
+        Message("assistant", calls),
+        Message("user", [ToolResult(c.id, f"contents {c.id} " + "z" * 200) for c in calls]),
+        Message("assistant", [Text("Read them all.")]),
+    ]
+
+
+def test_a_reply_with_twelve_parallel_calls_still_reads_the_previous_request() -> None:
+    """12 calls and their results are 24 blocks, past the ~20-block lookback from the last
+    breakpoint: the breakpoint where the previous request ended finds its entry."""
+    cache = BlockCache()
+    history = [user("x" * 4000)]
+    first = cache.use(build_payload(request(*history)))
+    history += [Message("assistant", [Text("On it.")]), user("read twelve files")]
+    second = cache.use(build_payload(request(*history)))
+    history += _parallel_turn(12)[:2]
+    third = cache.use(build_payload(request(*history)))
+
+    assert first.read == 0
+    assert second.read == first.written  # everything the first request wrote
+    assert third.read == second.read + second.written  # the whole previous request
+    assert third.uncached == 0 and third.breakpoints == 4
+
+
+def test_a_new_system_prompt_still_reads_the_tool_schemas() -> None:
+    cache = BlockCache()
+    tools = [ToolSpec(f"tool{i}", "Does a thing. " * 40, READ.parameters) for i in range(5)]
+    history = [user("hello")]
+    cache.use(build_payload(ChatRequest(MODEL, "Summary A.", history, tools)))
+    after = cache.use(build_payload(ChatRequest(MODEL, "Summary B.", history, tools)))
+
+    schemas = sum(
+        len(json.dumps(t)) // 4 for t in build_payload(ChatRequest(MODEL, "", [], tools))["tools"]
+    )
+    assert after.read >= schemas * 0.9  # the tool schemas, read: only the system is written
+
+
+def test_neighbouring_text_parts_are_separated_by_a_blank_line() -> None:
+    """The runtime block (or a checkpoint, or an attachment's note) after the user's words
+    reads as its own paragraph, as on the OpenAI-compatible wire; no empty block is sent."""
+    runtime = "[Runtime context: metadata only, not instructions]\nTime: 09:41"
+    message = Message("user", [Text("the owner is PERSON-ONE"), Text("  "), Text(runtime)])
+    body = build_payload(request(message))
+
+    content = body["messages"][0]["content"]
+    assert [b["text"] for b in content] == ["the owner is PERSON-ONE\n\n" + runtime]
 
 
 def _walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -220,10 +291,11 @@ def test_payload_maps_every_part_kind() -> None:
 
     assert body["model"] == MODEL and body["max_tokens"] == 512 and body["stream"] is True
     assert body["messages"][0]["content"] == [
-        {"type": "text", "text": "look here"},
+        {"type": "text", "text": "look \n\nhere"},
         {
             "type": "image",
             "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"},
+            "cache_control": {"type": "ephemeral"},  # where the previous request ended
         },
     ]
     assert body["messages"][1]["content"] == [
@@ -249,7 +321,8 @@ def test_payload_drops_empty_messages_and_merges_neighbours() -> None:
         {
             "role": "user",
             "content": [
-                {"type": "text", "text": "a"},
+                # "a" ended the previous request (the dropped reply followed it)
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
                 {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}},
             ],
         }
@@ -429,3 +502,21 @@ def test_importing_the_adapter_does_not_import_the_sdk() -> None:
     code = "import sys, heron.providers.anthropic; print('anthropic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_the_fake_can_report_usage_from_the_block_level_cache() -> None:
+    server = FakeAnthropicServer(
+        [ServerReply(text="one"), ServerReply(text="two")], block_cache=True
+    )
+    provider = AnthropicProvider(MODEL, KEY, base_url=server.start(), timeout=10)
+    try:
+        first = await provider.chat(request(user("x" * 400)))
+        second = await provider.chat(request(user("x" * 400), assistant("one"), user("more")))
+    finally:
+        await provider.aclose()
+        server.stop()
+
+    one, two = server.cache_uses
+    assert (first.usage.cache_read, first.usage.cache_write) == (0, one.written)
+    assert second.usage.cache_read == two.read == one.written  # the whole first request
+    assert second.usage.input == two.read + two.written + two.uncached

@@ -126,19 +126,44 @@ async def test_tool_error_is_a_result_not_a_crash(tmp_path):
     assert result.stop == "done"
 
 
-async def test_ceiling_ends_in_wrap_up_without_tools(tmp_path):
+async def test_ceiling_ends_in_a_wrap_up_that_keeps_the_tools_for_the_cache(tmp_path):
+    provider, runner = make_runner(
+        [
+            *(
+                Reply([call(f"c{i}", "slow_echo", text="again", seconds=0)], "tool")
+                for i in range(3)
+            ),
+            Reply([Text("Summary: done A, pending B.")], "done"),
+        ],
+        RunLimits(max_model_calls=3),
+    )
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    assert result.stop == "wrapup"
+    assert result.model_calls == 4  # three turns, then the wrap-up
+    wrap, before = provider.requests[-1], provider.requests[-2]
+    assert wrap.tools == before.tools != []  # the same tools: the cached prefix holds
+    assert wrap.messages[: len(before.messages)] == before.messages
+    assert "limit of 3 model calls" in wrap.messages[-1].text
+    assert "Do not call tools" in wrap.messages[-1].text
+    assert result.text == "Summary: done A, pending B."
+
+
+async def test_a_wrap_up_that_calls_a_tool_is_asked_again_without_tools(tmp_path):
     loop_forever = lambda req: (  # noqa: E731
         Reply([Text("Summary: done A, pending B.")], "done")
         if not req.tools
         else Reply([call(f"c{len(req.messages)}", "slow_echo", text="again", seconds=0)], "tool")
     )
     provider, runner = make_runner(loop_forever, RunLimits(max_model_calls=3))
-    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks())
+    events: list[StreamEvent] = []
+    result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(on_event=events.append))
     assert result.stop == "wrapup"
-    assert result.model_calls == 4  # three turns, then the wrap-up
-    assert provider.requests[-1].tools == []
-    assert "limit of 3 model calls" in provider.requests[-1].messages[-1].text
+    assert result.model_calls == 5  # three turns, the wrap-up that called a tool, the retry
+    assert provider.requests[-2].tools != [] and provider.requests[-1].tools == []
+    assert provider.requests[-1].messages == provider.requests[-2].messages
     assert result.text == "Summary: done A, pending B."
+    assert not result.messages[-1].tool_calls  # the reply that called a tool is not kept
+    assert RETRY_EVENT in events
 
 
 async def test_token_ceiling(tmp_path):

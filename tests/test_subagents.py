@@ -161,7 +161,7 @@ async def test_ceilings_of_its_own():
         await settle(loop, manager)
         (run,) = runs.listing(engine.store)
     sub_calls = model.seen[run.conversation_key]
-    assert len(sub_calls) == 3  # two calls, then the wrap-up without tools
+    assert len(sub_calls) == 3  # two calls, then the wrap-up
     assert run.status == "done" and run.partial and run.result == "summary so far"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
 
@@ -16,9 +17,11 @@ from heron.bus import MessageBus
 from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, Usage
 from heron.proactive import wiring
+from heron.providers.anthropic import AnthropicProvider
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
+from heron.testing.fake_anthropic import FakeAnthropicServer
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 from heron.tools.context import ToolContext
@@ -104,6 +107,23 @@ async def test_the_openai_wire_replays_identically():
             result = await engine.turn("o", "what is 2?")
             report = await replay(engine.store, result.run_id)
     assert report.identical and report.replayed_requests == 2, report.render()
+
+
+async def test_the_anthropic_wire_replays_identically_with_its_breakpoints():
+    script = [
+        ServerReply(tool_calls=[("toolu_1", "run_cell", {"code": "print(2)"})]),
+        ServerReply(text="Two."),
+        ServerReply(text="Three."),
+    ]
+    with FakeAnthropicServer(script) as server:
+        provider = AnthropicProvider("claude-sonnet-4-5", "sk-ant-test-123456", server.base_url)
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            await engine.turn("a", "what is 2?")
+            result = await engine.turn("a", "and 3?")
+            report = await replay(engine.store, result.run_id)
+    assert report.identical and report.replayed_requests == 1, report.render()
+    marks = json.dumps(server.requests[-1]).count('"cache_control"')
+    assert marks == 4  # tools, system, where the previous request ended, the end
 
 
 async def test_mailbox_injections_and_a_soft_break_replay():

@@ -82,7 +82,12 @@ def test_anthropic_payload_keeps_its_tool_list_between_requests():
     two = build_payload(ChatRequest("m", "s", [Message("user", [Text("b")])], [READ]), memo)
     assert one["tools"] is two["tools"]
     assert one["tools"] == [
-        {"name": "read_file", "description": "Read a file.", "input_schema": READ.parameters}
+        {
+            "name": "read_file",
+            "description": "Read a file.",
+            "input_schema": READ.parameters,
+            "cache_control": {"type": "ephemeral"},
+        }
     ]
 
 

@@ -5,10 +5,11 @@
     3. if the model asked for tools, run them concurrently and feed the results back;
     4. drain the mailbox (messages the user typed meanwhile) and go again, until the model stops.
 
-Ceilings (model calls, tokens) end in a wrap-up call without tools that says what is done and
-what is pending. A reply cut by the output cap is continued at most `max_continuations` times a
-run, never for a model whose profile says not to, and never when the cut text loops; a reply
-that loops while it streams is stopped by the repetition guard when the profile turns it on.
+Ceilings (model calls, tokens) end in a wrap-up call that says what is done and what is
+pending: it keeps the run's tools (for the provider's cache) and is told not to call them.
+A reply cut by the output cap is continued at most `max_continuations` times a run, never for
+a model whose profile says not to, and never when the cut text loops; a reply that loops
+while it streams is stopped by the repetition guard when the profile turns it on.
 The runner owns no storage: every new message and every model and tool call is handed to the
 hooks as it happens, so the engine can persist it before anything else.
 """
@@ -123,7 +124,7 @@ class RunHooks:
     govern: Callable[[list[Message]], Awaitable[list[Message]]] | None = None
     on_retry: Callable[[ProviderError, float], None] | None = None
     # A soft break (/stop with a wrap-up): asked at each drain point; True ends the run with a
-    # wrap-up call without tools.
+    # wrap-up call (told not to call tools).
     should_break: Callable[[], bool] | None = None
 
 
@@ -348,9 +349,20 @@ class Runner:
     async def _wrap_up(
         self, system: str, s: _State, hooks: RunHooks, what: str, prompt: str | None = None
     ) -> None:
+        """The wrap-up call keeps the tools the run's calls had, so the request is the previous
+        one plus two messages and the provider's cache serves all of it (without them the
+        tools, the first thing cached, would differ and nothing would be read; Anthropic's
+        `tool_choice: none` keeps only tools and system, its docs say, since a changed
+        tool_choice invalidates the cached messages). The prompt says not to call tools; a
+        reply that calls one anyway is set aside, and the wrap-up is asked once more without
+        tools."""
         text = prompt or WRAP_UP.format(what=what)
         await self._add(s, HeronPrompt(text), hooks)
-        reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
+        reply = await self._call(system, s, hooks, tools=True, purpose="wrapup")
+        if reply.tool_calls:
+            if hooks.on_event:
+                hooks.on_event(RETRY_EVENT)  # what streamed is replaced by the next reply
+            reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import re
 import sys
@@ -149,8 +150,7 @@ async def _post_stream(client: Any, body: JSONObject) -> Any:
 def build_payload(
     request: ChatRequest, tools: ToolsMemo | None = None, profile: ModelProfile | None = None
 ) -> JSONObject:
-    """The exact Messages API body for `request`, with two cache breakpoints: the end of the
-    system prompt and the end of the conversation, so each turn reuses the last one's prefix.
+    """The exact Messages API body for `request`, with its cache breakpoints (`_breakpoints`).
     Images and PDFs go as `image` and `document` blocks when the profile says the model takes
     them (the default for a claude-* name), else as a short note."""
     body: JSONObject = {"model": request.model, "max_tokens": request.max_tokens}
@@ -158,39 +158,78 @@ def build_payload(
         body["system"] = [{"type": "text", "text": request.system, "cache_control": _CACHE}]
     body["messages"] = _wire_messages(request.messages, profile or profile_for(request.model))
     if request.tools:
-        body["tools"] = (tools or ToolsMemo()).get(request.tools, _wire_tool)
+        last = request.tools[-1]
+        build = functools.partial(_wire_tool, last=last)
+        body["tools"] = (tools or ToolsMemo()).get(request.tools, build)
     body["stream"] = True
     return body
 
 
-def _wire_tool(spec: ToolSpec) -> JSONObject:
-    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+# Where the cache breakpoints go (at most 4; Anthropic refuses a fifth). The cache is looked up
+# at each breakpoint, and from each one at most about 20 blocks back (Anthropic's prompt-caching
+# docs), in the order tools, system, messages. So:
+#   1. the last tool: a new system prompt (a consolidation) still reads the tool schemas;
+#   2. the system prompt: a changed early message (ten results made placeholders) still reads
+#      tools and system;
+#   3. the block the previous request ended with, the one before the last assistant message:
+#      that is where the previous request wrote its entry, so it is read whatever the number of
+#      blocks since (a reply with 12 parallel calls adds 24, past the lookback of the last one);
+#   4. the end of the conversation, where this request writes the entry the next one reads.
 
 
-def _mark_end(content: list[JSONObject]) -> None:
+def _wire_tool(spec: ToolSpec, last: ToolSpec | None = None) -> JSONObject:
+    tool: JSONObject = {
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": spec.parameters,
+    }
+    if spec is last:
+        tool["cache_control"] = _CACHE
+    return tool
+
+
+def _markable(content: list[JSONObject]) -> JSONObject | None:
     # Thinking blocks cannot carry cache_control; the breakpoint goes on the last one that can.
     for block in reversed(content):
         if block["type"] not in ("thinking", "redacted_thinking"):
-            block["cache_control"] = _CACHE
-            return
+            return block
+    return None
+
+
+def _previous_end(messages: list[Message]) -> int | None:
+    """The index of the message the previous request of this conversation ended with: every
+    request after the first follows a reply, so it is the one before the last assistant
+    message (None when there is no such message)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "assistant":
+            before = i - 1
+            while before >= 0 and messages[before].role == "assistant":
+                before -= 1
+            return before if before >= 0 else None
+    return None
 
 
 def _wire_messages(messages: list[Message], profile: ModelProfile) -> list[JSONObject]:
-    """Messages as wire dicts, the last with the conversation's cache breakpoint. Empty
-    messages are dropped and same-role neighbours merged, because the API rejects empty content
-    (and a dropped message would break alternation)."""
+    """Messages as wire dicts, with breakpoints 3 and 4. Empty messages are dropped and
+    same-role neighbours merged, because the API rejects empty content (and a dropped message
+    would break alternation)."""
     merged: list[tuple[str, list[JSONObject]]] = []
-    for message in messages:
+    resumed: JSONObject | None = None
+    previous_end = _previous_end(messages)
+    for i, message in enumerate(messages):
         content = _wire_content(message.parts, profile)
-        if not content:
-            continue
-        if merged and merged[-1][0] == message.role:
-            merged[-1][1].extend(content)
-        else:
-            merged.append((message.role, content))
+        if content:
+            if merged and merged[-1][0] == message.role:
+                merged[-1][1].extend(content)
+            else:
+                merged.append((message.role, content))
+        if i == previous_end and merged:
+            resumed = _markable(merged[-1][1])
     ordered = [(role, _order(content)) for role, content in merged]
-    if ordered:
-        _mark_end(ordered[-1][1])
+    marked = [resumed, _markable(ordered[-1][1]) if ordered else None]
+    for block in marked:
+        if block is not None:
+            block["cache_control"] = _CACHE
     return [{"role": role, "content": content} for role, content in ordered]
 
 
@@ -199,18 +238,24 @@ def _order(content: list[JSONObject]) -> list[JSONObject]:
     return sorted(content, key=lambda block: block["type"] != "tool_result")
 
 
+# Neighbouring text parts of one message (the user's words, the runtime block, a checkpoint)
+# are joined with a blank line, as the OpenAI-compatible adapter joins them: the model reads the
+# same words on either wire, and one block, not several, counts against the cache's lookback.
+TEXT_JOIN = "\n\n"
+
+
 def _wire_content(parts: tuple[Part, ...], profile: ModelProfile) -> list[JSONObject]:
     blocks: list[JSONObject] = []
     for part in parts:
         block = _wire_file(part, profile) if isinstance(part, File) else _wire_block(part)
-        if block is None:
-            continue
+        if block is None or (block["type"] == "text" and not _text(block).strip()):
+            continue  # whitespace-only text is rejected as empty by the API
         if block["type"] == "text" and blocks and blocks[-1]["type"] == "text":
-            blocks[-1] = {"type": "text", "text": _text(blocks[-1]) + _text(block)}
+            joined = _text(blocks[-1]) + TEXT_JOIN + _text(block)
+            blocks[-1] = {"type": "text", "text": joined}
         else:
             blocks.append(block)
-    # Whitespace-only text is rejected as empty by the API.
-    return [b for b in blocks if b["type"] != "text" or _text(b).strip()]
+    return blocks
 
 
 def _text(block: JSONObject) -> str:

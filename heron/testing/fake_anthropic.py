@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from heron.testing.anthropic_cache import BlockCache, CacheUse
 from heron.testing.script import (
     ENDLESS_ARGS,
     ENDLESS_TEXT,
@@ -45,8 +46,15 @@ _MAX_CACHE_BREAKPOINTS = 4
 class FakeAnthropicServer:
     """A threaded HTTP server answering Messages API requests from `script`, in order."""
 
-    def __init__(self, script: Script, models: list[str] | None = None) -> None:
+    def __init__(
+        self, script: Script, models: list[str] | None = None, block_cache: bool = False
+    ) -> None:
         self.script = script
+        # block_cache: usage from the block-level model of the prompt cache (breakpoints, the
+        # 20-block lookback: heron/testing/anthropic_cache.py) instead of the byte prefix
+        # shared with the previous request; `cache_uses` keeps each request's.
+        self.block_cache = BlockCache() if block_cache else None
+        self.cache_uses: list[CacheUse] = []
         self.models = models or ["claude-fake-1"]  # what GET /v1/models lists
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -101,6 +109,13 @@ class FakeAnthropicServer:
             cached = common_prefix(self._previous_body, raw) // 4
             self._previous_body = raw
             return len(self.requests) - 1, cached
+
+    def _use_cache(self, body: dict[str, Any]) -> CacheUse:
+        assert self.block_cache is not None
+        with self._lock:
+            use = self.block_cache.use(body)
+            self.cache_uses.append(use)
+            return use
 
     def _next_reply(self, body: dict[str, Any]) -> ServerReply | str:
         """The scripted reply, or an error message when the script has none left."""
@@ -159,7 +174,13 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply, str):
             self._send_error(500, "api_error", reply)
             return
-        self._answer(reply, body, _usage(reply, raw, cached), index)
+        usage = _usage(reply, raw, cached)
+        if self.fake.block_cache is not None:
+            use = self.fake._use_cache(body)
+            usage["input_tokens"] = use.uncached
+            usage["cache_read_input_tokens"] = use.read
+            usage["cache_creation_input_tokens"] = use.written
+        self._answer(reply, body, usage, index)
 
     def _answer(
         self, reply: ServerReply, body: dict[str, Any], usage: dict[str, int], n: int
