@@ -317,7 +317,10 @@ def conversations_list(
     """List conversations, most recently active first."""
     from heron.channels.info import list_conversations
 
-    list_conversations(settings(), limit)
+    try:
+        list_conversations(settings(), limit)
+    except HeronError as e:
+        fail(e)
 
 
 @conversations_app.command("show")
