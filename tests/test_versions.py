@@ -8,18 +8,25 @@ started, says so once (docs/engine.md, "Upgrades"; docs/serve.md, "Terminal clie
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from serve_helpers import running_serve
 from typer.testing import CliRunner
 
+from heron.channels.script import run_message
 from heron.cli import app
 from heron.config import Settings
 from heron.errors import StoreError
+from heron.messages import Reply, Text
+from heron.providers.scripted import ScriptedProvider
 from heron.serve.lock import ServeLock
 from heron.store import Store, migrations
 
@@ -142,3 +149,105 @@ def test_an_up_to_date_database_opens_while_a_serve_runs():
         assert CliRunner().invoke(app, ["conversations", "list"]).exit_code == 0
     finally:
         holder.communicate("")
+
+
+# ---- clients of a serve that is another Heron, or runs an older config.toml ----------------
+
+
+def _echo(request) -> Reply:
+    return Reply([Text("ok")], "done")
+
+
+async def _run_through_serve(key: str) -> str:
+    out, err = StringIO(), StringIO()
+    assert await run_message(Settings.load, "hi", "default", key, None, False, out, err)
+    assert out.getvalue().strip() == "ok"  # answered through the serve all the same
+    return err.getvalue()
+
+
+CONFIG = 'model = "first-model"\n[providers.openai]\nbase_url = "http://127.0.0.1:9/v1"\n'
+
+
+async def test_a_config_edit_under_a_running_serve_is_told_to_its_clients():
+    config = _home() / "config.toml"
+    config.write_text(CONFIG)
+    async with running_serve(ScriptedProvider(_echo)):
+        assert await _run_through_serve("c1") == ""  # the file it started with: nothing
+        config.write_text(CONFIG.replace("first-model", "second-model"))
+        said = await _run_through_serve("c1")
+        assert "config.toml changed since heron serve started" in said
+        assert "model scripted/scripted" in said  # what it still answers with
+        assert "restart heron serve" in said
+        shown = await asyncio.to_thread(CliRunner().invoke, app, ["config", "show"])
+        assert "second-model" in shown.stdout  # the file, as before
+        assert "config.toml changed since heron serve started" in shown.stdout
+        config.write_text(CONFIG)  # back as the serve loaded it
+        assert await _run_through_serve("c1") == ""
+
+
+async def test_a_client_says_once_that_the_serve_is_another_heron(monkeypatch):
+    from heron import versions
+    from heron.channels.remote import connect_remote, serve_socket
+
+    async def nothing(item) -> None:
+        return None
+
+    async with running_serve(ScriptedProvider(_echo)):
+        assert await _run_through_serve("v1") == ""  # the same Heron: nothing said
+        newer = versions.newest_step()[:1] + "999_newer"
+        monkeypatch.setattr(versions, "newest_step", lambda: newer)  # this client is newer
+        said = await _run_through_serve("v1")
+        assert "heron serve runs an older Heron than this command" in said
+        assert newer in said and "restart heron serve" in said
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", nothing, "v1") as conn:
+            assert len(conn.news()) == 1
+            assert conn.news() == []  # a chat says it once, not before every message
+
+
+def test_serve_news_reads_the_welcome():
+    from heron.channels.remote import serve_news
+    from heron.versions import file_digest, newest_step
+
+    home = _home()
+    (home / "config.toml").write_text(CONFIG)
+    same = {"schema": newest_step(), "config_digest": file_digest(home / "config.toml")}
+    assert serve_news(same, home) == []
+    older = serve_news({}, home)  # a serve from before this check says neither
+    assert len(older) == 1 and "too old to say which" in older[0]
+    newer = serve_news({**same, "schema": "m999_next"}, home)
+    assert len(newer) == 1 and "runs a newer Heron" in newer[0] and "upgrade" in newer[0]
+    (home / "config.toml").unlink()
+    gone = serve_news({**same, "model": "openai/m"}, home)
+    assert len(gone) == 1 and "config.toml changed" in gone[0] and "openai/m" in gone[0]
+    assert serve_news({**same, "config_digest": None}, home) == []  # no file then, none now
+
+
+@pytest.mark.slow  # the real `heron chat` on a terminal, through a real serve
+def test_a_chat_through_the_serve_says_once_that_config_toml_changed():
+    from serve_helpers import ServeProcess
+    from test_chat_screen import ChatScreen
+    from test_e2e_cli import openai_env
+
+    from heron.testing.fake_openai import FakeOpenAIServer
+    from heron.testing.script import ServerReply
+
+    quiet = "[memory]\nreview_on_close = false\n"  # no review left running at exit
+    replies = [ServerReply(text=f"answer {n}") for n in (1, 2, 3)]
+    with tempfile.TemporaryDirectory(prefix="heron-") as tmp, FakeOpenAIServer(replies) as server:
+        home = Path(tmp)
+        (home / "config.toml").write_text(quiet)
+        with ServeProcess(home, openai_env(server.base_url)):
+            chat = ChatScreen(home, server.base_url)
+            chat.type("one\r")
+            chat.wait_for(lambda: chat.shows("answer 1"), "the first answer")
+            (home / "config.toml").write_text(quiet + "[agent]\nresult_budget = 500\n")
+            for n in (2, 3):
+                chat.type(f"m{n}\r")
+                chat.wait_for(lambda n=n: chat.shows(f"answer {n}"), f"answer {n}")
+            text = " ".join(chat.lines())
+            chat.leave()
+    assert "through heron serve" in text
+    assert text.count("config.toml changed since heron serve started") == 1
+    assert text.index("answer 1") < text.index("config.toml changed") < text.index("answer 2")

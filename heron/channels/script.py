@@ -244,6 +244,10 @@ async def run_remote(
             await conn.settle()
         except ServeGone:
             printer.note("heron: heron serve stopped before the turn ended")
+    if not conn.refusals:  # the serve is another Heron, or runs an older config.toml; said
+        # after the turn: a file broken since is refused below, as in-process, and no more
+        for said in conn.news():
+            err.write(said + "\n")
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
