@@ -194,11 +194,21 @@ class Reply:
     parts: tuple[Part, ...]
     stop: StopReason
     usage: Usage = Usage()
+    # The provider never counted the call (a reply cut at its output cap before an
+    # OpenAI-compatible stream's closing usage): `usage` is a floor, not the call's tokens.
+    usage_unknown: bool = False
 
-    def __init__(self, parts: Iterable[Part], stop: StopReason, usage: Usage | None = None) -> None:
+    def __init__(
+        self,
+        parts: Iterable[Part],
+        stop: StopReason,
+        usage: Usage | None = None,
+        usage_unknown: bool = False,
+    ) -> None:
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "usage", usage or Usage())
+        object.__setattr__(self, "usage_unknown", usage_unknown)
 
     @property
     def message(self) -> Message:
@@ -398,10 +408,12 @@ def _int(value: JSONValue, key: str) -> int:
 
 
 def reply_to_dict(reply: Reply) -> JSONObject:
+    unknown: JSONObject = {"usage_unknown": True} if reply.usage_unknown else {}
     return {
         "parts": [part_to_dict(p) for p in reply.parts],
         "stop": reply.stop,
         "usage": usage_to_dict(reply.usage),
+        **unknown,
     }
 
 
@@ -410,7 +422,8 @@ def reply_from_dict(d: JSONObject) -> Reply:
     if stop is None:
         raise ValueError(f"unknown stop reason {d['stop']!r}")
     parts = [part_from_dict(p) for p in _list(d["parts"], "parts")]
-    return Reply(parts, stop, usage_from_dict(d.get("usage", {})))
+    unknown = d.get("usage_unknown") is True
+    return Reply(parts, stop, usage_from_dict(d.get("usage", {})), usage_unknown=unknown)
 
 
 # What json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True) builds on

@@ -47,6 +47,20 @@ def test_save_with_a_quote_from_the_user_writes_a_markdown_file(service, store, 
     assert entry.source.message == 1
 
 
+def test_the_same_save_run_again_leaves_one_entry(service, store, tmp_path):
+    """A call run a second time (--retry after a failure, a killed process's turn redone)
+    used to write path-2.md beside the first; a new statement still gets a path of its own."""
+    cid = chat(store, user("I prefer concise replies"), user("I prefer concise answers"))
+    first = service.save(cid, PERSONAL, "I prefer concise replies")
+    again = service.save(cid, PERSONAL, "I prefer concise replies")
+    assert (again.path, again.text, again.source) == (first.path, first.text, first.source)
+    other = service.save(cid, PERSONAL, "I prefer concise answers")
+    assert other.path.slug == "concise-replies-2"
+    folder = tmp_path / "memory/personal/always"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["concise-replies-2.md", "concise-replies.md"]
+
+
 def test_a_quote_not_in_the_users_messages_is_refused(service, store):
     cid = chat(
         store, user("What is the weather in Paris?"), assistant("You prefer tea over coffee.")

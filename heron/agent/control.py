@@ -196,8 +196,9 @@ class TurnControl:
 
     key: str
     provenance: str = "user"
-    deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
-    ask: Callable[[str], Awaitable[None]] | None = None  # `ask_user`'s: sent as a question
+    # The `message` tool's outlet: what it answers its model (None: "Delivered to the user.").
+    deliver: Callable[[str], Awaitable[str | None]] | None = None
+    ask: Callable[[str], Awaitable[object]] | None = None  # `ask_user`'s: sent as a question
     spoke: list[str] = field(default_factory=list)  # what the `message` tool delivered
     token: EpochToken = field(default_factory=EpochToken)
     mailbox: Mailbox = field(default_factory=Mailbox)

@@ -36,12 +36,19 @@ def _when(ts: float) -> str:
 
 def list_conversations(settings: Settings, limit: int) -> None:
     store = open_store(settings)
-    rows = store.conversations(limit)
+    rows = store.conversations(limit + 1)  # one more: whether to say there are others
     if not rows:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
-    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in rows]
+    shown = rows[:limit]
+    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in shown]
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
+    if len(rows) > limit:
+        more = store.conversation_count() - limit
+        typer.echo(
+            f"… and {plural(more, 'older conversation')}: heron conversations list --limit "
+            f"{limit + more}, or heron conversations search WORDS"
+        )
 
 
 def _short(text: str, limit: int = 200) -> str:

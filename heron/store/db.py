@@ -311,6 +311,15 @@ class Store:
             )
         return [_conversation(r) for r in rows]
 
+    def conversation_count(self) -> int:
+        """How many conversations `conversations()` lists in all (internal and empty aside)."""
+        hidden, params = internal_sql()
+        rows = self.query(
+            f"SELECT COUNT(*) FROM conversations WHERE NOT {hidden} AND head_id IS NOT NULL",
+            params,
+        )
+        return int(rows[0][0])
+
     def drop_if_empty(self, conversation_id: int) -> bool:
         """Delete the conversation if nothing was ever said in it and nobody uses it (no turn
         holds it, no chat has it open): what a command on a new key, or a chat left without a
@@ -692,6 +701,29 @@ class Store:
                 (conversation_id, since),
             )
         return copy
+
+    def follow(self, conversation_id: int, message: Message, turn_id: int) -> int | None:
+        """Make the head's child that turn `turn_id` wrote holding `message` (its role and
+        parts as `append` writes them) the new head, and return its id; None when the head has
+        no such child. A replay, on a `rewound_copy`, walks the recorded turn's rows this way
+        while it writes what they hold: each keeps the id the run gave it, which the view can
+        quote (a checkpoint names the mail typed during its turn by row, `[#938]`), and the
+        meta, which a trace's mailbox event does not keep (a subagent result's run, a worker's
+        mail refs)."""
+        parts = parts_to_json(message.parts)
+        with self.transaction() as c:
+            rows = c.execute(
+                "SELECT m.id, m.role, m.parts FROM messages m"
+                " JOIN conversations v ON v.id = m.conversation_id AND m.parent_id = v.head_id"
+                " WHERE v.id = ? AND m.turn_id = ? ORDER BY m.id",
+                (conversation_id, turn_id),
+            ).fetchall()
+            found = next((r[0] for r in rows if (r[1], r[2]) == (message.role, parts)), None)
+            if found is not None:
+                c.execute(
+                    "UPDATE conversations SET head_id = ? WHERE id = ?", (found, conversation_id)
+                )
+        return int(found) if found is not None else None
 
     def _copy_rows(self, copy: sqlite3.Connection) -> None:
         """Every row of this PostgreSQL store into `copy`, a fresh SQLite store (its schema
