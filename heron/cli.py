@@ -196,10 +196,13 @@ def _latest_key() -> str:
 
 
 def _retry_text(message: str | None, conversation: str | None) -> str:
-    """--retry: the turn answers the conversation's last message again (the /retry command)."""
+    """--retry: the turn answers the conversation's last message again when its turn failed
+    (the /retry command, told to refuse one already answered)."""
     if message is not None or conversation is None:
         raise ConfigError("--retry takes no message and needs -c KEY")
-    return "/retry"
+    from heron.bus import RETRY_UNANSWERED
+
+    return f"/retry {RETRY_UNANSWERED}"
 
 
 @app.command()
@@ -370,7 +373,7 @@ def conversations_search(
     from heron.channels.memory_cli import print_recall
 
     try:
-        store = open_store(settings())
+        store = open_store(settings(), reading=True)
         try:
             print_recall(store, query, limit, key=conversation, as_json=as_json, exact=exact)
         finally:

@@ -211,6 +211,9 @@ class TurnControl:
     files: tuple[File, ...] = ()
     # What stopped the turn, when a /stop or /new did (`heron.bus.stopped_by`'s words).
     stopped_by: str | None = None
+    # The stored row of the message the turn answers, once it is in the store; a turn that
+    # failed before (a full disk) lost the message, and must not offer --retry.
+    saved_id: int | None = None
 
     def __post_init__(self) -> None:
         self.mailbox.open = self.mailable

@@ -31,6 +31,7 @@ from heron.agent.control import NEVER_MAILED, TurnControl
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.relay import Relayed, keep
 from heron.agent.runner import ToolCallRecord
+from heron.agent.turn import NOT_SAVED, message_unsaved
 from heron.bus import (
     EventKind,
     InboundMessage,
@@ -342,9 +343,14 @@ class AgentLoop:
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
                 log.exception("turn of %s failed", key)
-            if control.visible and not control.stale:
-                await self._send(message, key, f"The turn failed: {error}", "error")
-            failed = TurnEnd(False, "failed", str(error), unusable=model_unusable(error))
+            lost = message_unsaved(control, message.text)
+            # A failure voids the turn (`interrupted`) without naming a /stop or /new: the
+            # person is told what failed all the same.
+            if control.visible and control.stopped_by is None:
+                said = f"The turn failed: {error}" + (f"\n{NOT_SAVED}" if lost else "")
+                await self._send(message, key, said, "error")
+            unusable = model_unusable(error)
+            failed = TurnEnd(False, "failed", str(error), unusable=unusable, unsaved=lost)
             self._ended(message, key, failed)
             return None
         if result.switch_to:

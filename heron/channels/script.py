@@ -17,7 +17,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from heron.bus import NOTHING_TO_RETRY, RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import (
+    ALREADY_ANSWERED,
+    NOTHING_TO_RETRY,
+    RETRY_MARKER,
+    Outbound,
+    OutboundMessage,
+    TurnEnd,
+    TurnEvent,
+)
 from heron.messages import File, new_key
 
 if TYPE_CHECKING:
@@ -32,6 +40,7 @@ EMBEDDED_BANNER = (
     "work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL (see README)."
 )
 CHANNEL = "script"
+NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
 
 
 class _Printer:
@@ -321,12 +330,24 @@ def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
         return False
     if end is None or not end.ok:
         error = end.error if end is not None and end.error else "it was stopped"
-        from heron.agent.commands import retry_hint
-
         err.write(f"heron: the turn failed: {error}\n")
-        err.write(retry_hint(key) + "\n")
+        err.write(failed_hint(end, key) + "\n")
         return False
     return True
+
+
+def failed_hint(end: TurnEnd | None, key: str) -> str:
+    """How to answer a failed turn's message again: --retry when it is stored; when the turn
+    failed before storing it (a full disk), that it is lost and must be sent again, since
+    --retry would find an earlier message, already answered."""
+    if end is not None and end.unsaved:
+        return (
+            f"Your message was not saved in conversation {key!r}: send it again "
+            f"(`heron run -c {key} ...`) once this is fixed."
+        )
+    from heron.agent.commands import retry_hint
+
+    return retry_hint(key)
 
 
 def after_stop(stopped: str, key: str) -> str:
@@ -352,8 +373,8 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     usage = end.usage if end is not None else None
     streamed = "".join(printer.reply)
     out = _json_object(key)
-    if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
-        out["error"] = NOTHING_TO_RETRY
+    if end is not None and end.ok and end.command == "retry" and end.reply in NOT_RETRIED:
+        out["error"] = end.reply
         return out
     if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
@@ -363,10 +384,8 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
         error = f"stopped by {end.stopped_by}"
         out.update(reply=streamed, error=error, hint=after_stop(end.stopped_by, key))
     elif end is None or not end.ok:
-        from heron.agent.commands import retry_hint
-
         error = end.error if end is not None and end.error else "it was stopped"
-        out.update(reply=streamed, error=error, hint=retry_hint(key))
+        out.update(reply=streamed, error=error, hint=failed_hint(end, key))
     else:
         out.update(reply=streamed or end.reply or "", ok=True)
     if end is not None:

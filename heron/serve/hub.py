@@ -357,4 +357,5 @@ def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
         "reply": end.reply,
         "run_id": end.run_id,
         "model_calls": end.model_calls,
+        "unsaved": end.unsaved,
     }
