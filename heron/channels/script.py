@@ -253,10 +253,6 @@ async def run_remote(
             await conn.settle()
         except ServeGone:
             printer.note("heron: heron serve stopped before the turn ended")
-    if not conn.refusals:  # the serve is another Heron, or runs an older config.toml; said
-        # after the turn: a file broken since is refused below, as in-process, and no more
-        for said in conn.news():
-            err.write(said + "\n")
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
@@ -264,7 +260,13 @@ async def run_remote(
         raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
     if conn.unstaffed and printer.end is None:  # queued, no worker to run it (printed): exit 1
         printer.unstaffed = conn.unstaffed[0]
-    return _finish(printer, key, out, err)
+    ended = _finish(printer, key, out, err)
+    # Said after the reply (_finish ended its last line): the serve is another Heron, or runs
+    # an older config.toml. Never for a refused message: a file broken since is refused
+    # above, as in-process, and nothing more is said of it.
+    for said in conn.news():
+        err.write(said + "\n")
+    return ended
 
 
 async def run_once(
