@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+from heron import versions
 from heron.errors import ConfigError, NoModelConfigured
 from heron.providers.profiles import (
     PLACEHOLDER_KEY,
@@ -265,6 +266,9 @@ class Config:
     store_url: str | None = None  # [store] url: a PostgreSQL database instead of heron.db
     store_tenant: str | None = None  # [store] tenant: the schema's name there (docs/scale.md)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # it holds the keys too
+    # heron.versions.digest of the file's bytes (None: no file): a `heron serve` tells its
+    # clients which config.toml it runs with, and they compare it with the file now.
+    digest: str | None = field(default=None, compare=False)
 
 
 def load_config(path: Path) -> Config:
@@ -299,7 +303,7 @@ def load_config(path: Path) -> Config:
         raise ConfigError(
             f"{where}: malformed TOML: {e}", hint="Fix that line, or move the file aside."
         ) from e
-    return _parse(data, path)
+    return dataclasses.replace(_parse(data, path), digest=versions.digest(raw))
 
 
 class ConfigWatch:

@@ -151,6 +151,9 @@ class _Conn:
     async def settle(self) -> None:
         return None
 
+    def news(self) -> list[str]:
+        return []
+
 
 async def test_chat_attach_goes_with_the_next_message_only(photo):
     out = io.StringIO()

@@ -26,6 +26,7 @@ from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
 from heron.store import Store
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
+from heron.versions import newest_step
 
 
 def _gated() -> tuple[ToolRegistry, asyncio.Event]:
@@ -65,6 +66,8 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "model_name": "scripted",  # what a client's HERON_MODEL, HERON_CONTEXT_WINDOW and
             "window": 128_000,  # HERON_BASE_URL are compared with (remote.serve_differs)
             "base_url": None,
+            "schema": newest_step(),  # which Heron, which config.toml: remote.serve_news
+            "config_digest": None,  # no config.toml in this home
             "running": [],
             "waiting": [],
         }

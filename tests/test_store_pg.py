@@ -21,6 +21,16 @@ def test_every_migration_applies_on_postgres(pg_url):
     Store(pg_url)  # opening again applies nothing twice
 
 
+def test_a_schema_a_newer_heron_migrated_is_refused_on_postgres(pg_url):
+    store = Store(pg_url)
+    with store.transaction() as conn:
+        conn.execute("INSERT INTO _migrations VALUES (?, ?)", ("m999_from_the_future", 0.0))
+    store.close()
+    with pytest.raises(StoreError, match="migrated by a newer Heron") as refused:
+        Store(pg_url)
+    assert "m999_from_the_future" in str(refused.value)
+
+
 def test_full_text_is_indexed_by_postgres(pg_url):
     store = Store(pg_url)
     conv = store.open_conversation("k")

@@ -292,6 +292,9 @@ class _Listing:
     async def send(self, text: str, *args) -> None:
         self.sent.append(text)
 
+    def news(self) -> list[str]:
+        return []
+
 
 class _Typed:
     """A prompt session that answers each prompt with the next typed line."""

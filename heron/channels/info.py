@@ -391,6 +391,18 @@ def show_config(settings: Settings) -> None:
         f"agent:       max_model_calls {a.max_model_calls}, max_tokens_total {a.max_tokens_total}, "
         f"result_budget {a.result_budget}"
     )
+    for said in _serve_news(settings):
+        typer.echo(said)
+
+
+def _serve_news(settings: Settings) -> list[str]:
+    """What `heron run` through the serve on this home would say of it first: the serve
+    answers with the config.toml it started with (the lines above are the file's), or is
+    another Heron."""
+    from heron.channels.remote import serve_news, serve_welcome
+
+    welcome = serve_welcome("personal", settings.paths.home)
+    return [] if welcome is None else serve_news(welcome, settings.paths.home)
 
 
 def server_lines(choice: ModelChoice) -> list[str]:

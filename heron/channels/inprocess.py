@@ -58,6 +58,11 @@ class InProcessAgent:
         """Until no turn runs or waits and everything they sent has been delivered."""
         await wiring.settle(self.loop, self.subagents)
 
+    def news(self) -> list[str]:
+        """Nothing: a loop in this process is this Heron with its own settings (a serve's
+        client says when the serve's differ, RemoteAgent.news)."""
+        return []
+
 
 @asynccontextmanager
 async def connect(

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, get_args
 
+from heron import versions
 from heron.bus import (
     STOP_ANSWER_CODE,
     ApprovalAsk,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # a type only: the thin client loads no tool at run time
     from heron.tools.context import Approver
 
 SOCKET_NAME = "serve.sock"  # heron/serve/lock.py names the same file
+CONFIG_NAME = "config.toml"  # heron.config.Paths names the same file
 LINE_LIMIT = 64 * 1024 * 1024
 USAGE_FIELDS = ("input", "output", "cache_read", "cache_write")
 
@@ -151,6 +153,39 @@ def _same(variable: str, asked: str, has: object) -> bool:
     return asked == has
 
 
+def serve_news(welcome: Mapping[str, Any], home: Path) -> list[str]:
+    """What a client should tell the person about the serve it goes through, though the
+    serve can answer: it is another Heron than this command (an upgrade installed while it
+    runs: its welcome's `schema`, the newest migration it knows, or none from a serve older
+    than this check), or config.toml changed since it loaded the file (`config_digest`), so
+    it still answers with the settings it started with. It never reloads them itself: the
+    model, its provider and keys, the tools' sandbox and the jobs are set up once per serve,
+    and a turn may be running with them (docs/serve.md)."""
+    news = []
+    ours, theirs = versions.newest_step(), welcome.get("schema")
+    if theirs is None or (isinstance(theirs, str) and theirs < ours):
+        which = f"its newest migration is {theirs}" if theirs else "too old to say which"
+        news.append(
+            f"heron: heron serve runs an older Heron than this command ({which}; this "
+            f"one's newest is {ours}): restart heron serve (stop it, then start it again) "
+            "to run this Heron; until then it answers with its own code."
+        )
+    elif theirs != ours:
+        news.append(
+            f"heron: heron serve runs a newer Heron than this command (its newest migration "
+            f"is {theirs}; this one's is {ours}): upgrade this Heron."
+        )
+    if "config_digest" in welcome:
+        now = versions.file_digest(home / CONFIG_NAME)
+        if now != welcome["config_digest"]:
+            news.append(
+                f"heron: {CONFIG_NAME} changed since heron serve started; it still answers "
+                f"with the settings it started with (model {welcome.get('model')}): restart "
+                "heron serve to use the file as it is now."
+            )
+    return news
+
+
 class RemoteAgent:
     """A channel's chat on a serve: sends messages, delivers what comes back."""
 
@@ -177,6 +212,8 @@ class RemoteAgent:
         self.model: str | None = None
         self.embedded = False  # the serve talks to the offline demo model
         self.welcome: dict[str, Any] = {}  # the serve's latest welcome
+        self.home: Path | None = None  # the serve's HERON_HOME (where its socket is)
+        self._told: set[str] = set()  # the `news` already said
         self.busy: dict[str, bool] = {}
         # Our messages not yet answered, oldest first: "sent", then "own" (its turn runs),
         # "mail" (the running turn answers it) or "queued" (a later turn will); "stop" for a
@@ -270,6 +307,14 @@ class RemoteAgent:
         self._write(message)
         await self.writer.drain()
         return await answer
+
+    def news(self) -> list[str]:
+        """`serve_news` this client has not said yet: each is said once."""
+        if self.home is None:
+            return []
+        fresh = [said for said in serve_news(self.welcome, self.home) if said not in self._told]
+        self._told.update(fresh)
+        return fresh
 
     # ---- the socket -----------------------------------------------------------------------
 
@@ -463,6 +508,7 @@ async def connect_remote(
     delivers only what answers this client's messages (RemoteAgent.own_only)."""
     reader, writer = await asyncio.open_unix_connection(str(path), limit=LINE_LIMIT)
     agent_conn = RemoteAgent(reader, writer, channel, deliver, approve, own_only)
+    agent_conn.home = path.parent
     agent_conn._reader = asyncio.create_task(agent_conn.read())
     try:
         await agent_conn.hello(key, agent)

@@ -260,7 +260,13 @@ async def run_remote(
         raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
     if conn.unstaffed and printer.end is None:  # queued, no worker to run it (printed): exit 1
         printer.unstaffed = conn.unstaffed[0]
-    return _finish(printer, key, out, err)
+    ended = _finish(printer, key, out, err)
+    # Said after the reply (_finish ended its last line): the serve is another Heron, or runs
+    # an older config.toml. Never for a refused message: a file broken since is refused
+    # above, as in-process, and nothing more is said of it.
+    for said in conn.news():
+        err.write(said + "\n")
+    return ended
 
 
 async def run_once(

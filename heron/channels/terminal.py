@@ -439,6 +439,8 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             f"[dim]Heron · {conn.model} · through heron serve · conversation {state.key} · "
             "/help for commands[/dim]"
         )
+        for said in conn.news():  # another Heron, or a config.toml changed since it started
+            console.print(said, style="yellow", markup=False, highlight=False)
         async with AsyncExitStack() as held:
             with patch_stdout(raw=True), eof_as_a_key():
                 await _chat(None, conn, state, view, session, held)
@@ -737,7 +739,8 @@ async def send_turn(
     config.toml broke since the chat opened: then the chat says why, as `heron run` would,
     and sends nothing (the /attach files stay for the next message). The same with a serve
     or without: a serve keeps the config it started with, and an in-process chat the one it
-    opened with, so the file is read again here (once per change)."""
+    opened with, so the file is read again here (once per change). Through a serve, a file
+    that loads but changed since the serve started is said once (RemoteAgent.news)."""
     stop = text.strip() == "/stop"  # never refused: a broken file must not keep a turn going
     view.stopping = view.stopping or text.strip() in ("/stop", "/new")  # said by their replies
     problem = await state.config.problem() if state.config is not None and not stop else None
@@ -746,6 +749,8 @@ async def send_turn(
         told = f"{said}\n{problem.hint}" if problem.hint else said
         view.message(OutboundMessage(CHANNEL, view.chat_id, state.key, told, "error"))
         return False
+    for said in conn.news():  # through a serve: config.toml changed since the serve started
+        view.console.print(said, style="yellow", markup=False, highlight=False)
     files = state.take_files() if with_files else ()
     await conn.send(text, state.key, state.agent, files)
     return True

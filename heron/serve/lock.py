@@ -7,7 +7,8 @@ overwrites serve.json and removes the stale socket. A clean exit removes serve.l
 while it still holds the lock; so a serve that opened the file just before it was removed
 may then lock a file no longer in the folder, and `acquire` checks after locking that the
 path still names the file it locked, else it opens it again (two serves never each hold "the"
-lock). stdlib only: the thin clients read serve.json too (heron/channels/remote.py).
+lock). What other processes read of it (serve.json, whether the lock is held) is in
+heron/store/home_lock.py, where the store asks it before migrating a database.
 """
 
 from __future__ import annotations
@@ -16,32 +17,19 @@ import contextlib
 import fcntl
 import json
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 from heron.errors import ConfigError
+from heron.store.home_lock import INFO_NAME, LOCK_NAME, ServeInfo, hold, read_info
 
-LOCK_NAME = "serve.lock"
-INFO_NAME = "serve.json"
+__all__ = ["INFO_NAME", "LOCK_NAME", "SOCKET_NAME", "ServeInfo", "ServeLock", "read_info"]
+
 SOCKET_NAME = "serve.sock"
-
-
-@dataclass(frozen=True)
-class ServeInfo:
-    """What a running serve tells other processes about itself."""
-
-    pid: int
-    url: str
-    socket: str
-
-
-def read_info(home: Path) -> ServeInfo | None:
-    """The running serve's details, or None when there are none (or they are unreadable)."""
-    try:
-        data = json.loads((home / INFO_NAME).read_text())
-        return ServeInfo(int(data["pid"]), str(data["url"]), str(data["socket"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+# A command about to migrate the database probes the lock for an instant (home_lock.py): a
+# serve starting just then tries again for this long before it says another one runs.
+PROBE_GRACE_S = 0.2
 
 
 class ServeLock:
@@ -54,15 +42,14 @@ class ServeLock:
     def acquire(self) -> None:
         while True:
             fd = os.open(self.home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
+            if not _lock(fd):
                 os.close(fd)
                 raise self._refusal() from None
             if _same_file(fd, self.home / LOCK_NAME):
                 break
             os.close(fd)  # locked a file the serve before us removed on its way out: again
         self._fd = fd
+        hold(self.home, True)
         with contextlib.suppress(FileNotFoundError):  # a stale socket of a killed serve
             (self.home / SOCKET_NAME).unlink()
 
@@ -94,6 +81,7 @@ class ServeLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
+        hold(self.home, False)
 
     def __enter__(self) -> ServeLock:
         self.acquire()
@@ -101,6 +89,19 @@ class ServeLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _lock(fd: int) -> bool:
+    """The exclusive lock, tried without waiting, again within PROBE_GRACE_S."""
+    deadline = time.monotonic() + PROBE_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from heron import versions
 from heron.agent.approvals import Approvals
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
@@ -94,6 +95,10 @@ class Runtime:
                 "model_name": choice.model,
                 "window": choice.profile.context_window,
                 "base_url": choice.base_url,
+                # Which Heron this is and which config.toml it loaded: a client that is
+                # another Heron, or finds the file changed since, says so (remote.serve_news).
+                "schema": versions.newest_step(),
+                "config_digest": engine.settings.config.digest,
             },
             cost=lambda usage: prices.known_cost(choice.model, usage, choice.provider),
         )

@@ -41,6 +41,7 @@ from heron.messages import (
 )
 from heron.store.disk import damaged, refusal
 from heron.store.files import FileStore
+from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
 from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, redact, row_lock
 from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
@@ -140,7 +141,7 @@ class Store:
             # PgConnection speaks the subset of sqlite3.Connection the store uses.
             pg = PgConnection(self.url)
             conn = cast(sqlite3.Connection, pg)
-            migrate(conn, postgres=True)
+            migrate(conn, postgres=True, where=f"the database {redact(self.url)}")
             pg.read_catalog()  # the tables as migrated, by this process or another (pg.py)
             return conn
         try:
@@ -152,13 +153,35 @@ class Store:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
-            migrate(conn)
+            try:
+                migrate(conn, where=f"the database {self.path}", guard=self._no_serve)
+            except StoreError:  # refused (a newer database, a serve running): nothing kept open
+                conn.close()
+                raise
         except sqlite3.DatabaseError as e:
             refused = refusal(e, self.path)
             if refused is not None and self.reading:
                 return self._connect_reading(refused)
             raise _open_error(self.path, e, refused) from e
         return conn
+
+    def _no_serve(self, steps: list[str]) -> None:
+        """Refuses to migrate the home's database while a `heron serve` (another process,
+        perhaps an older Heron) runs on it: that serve would go on writing with the schema it
+        knows. The home is the database's folder (HERON_HOME/heron.db); on PostgreSQL the
+        serve's lock is one machine's, and this check is not made (docs/engine.md, "Upgrades")."""
+        if str(self.path) == ":memory:":
+            return
+        serve = other_serve(self.path.parent)
+        if serve is None:
+            return
+        raise StoreError(
+            f"heron serve runs on {self.path.parent} ({serve}) with an older Heron: this one "
+            f"would migrate the database under it ({_steps(steps)})",
+            hint="Stop heron serve (Ctrl-C in its terminal, or kill its pid) and run this "
+            "again, or restart heron serve with this Heron: it migrates the database as it "
+            "starts.",
+        )
 
     def _connect_reading(self, refused: StoreRefused) -> sqlite3.Connection:
         """The database opened read-only for a command that only reads: through its WAL when
@@ -171,7 +194,9 @@ class Store:
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
                 conn.row_factory = sqlite3.Row
                 conn.execute("PRAGMA busy_timeout=30000")
-                migrate(conn)  # nothing to apply, or refused: a read-only open cannot upgrade
+                # nothing to apply, or refused: a read-only open cannot upgrade (nor read a
+                # database a newer Heron migrated: StoreError, as in `_connect`)
+                migrate(conn, where=f"the database {self.path}")
             except sqlite3.DatabaseError as e:
                 last = e
                 continue
@@ -982,6 +1007,13 @@ def _start_of(rows: list[StoredMessage], floor_id: int) -> int:
         if rows[i].id <= floor_id:
             return i
     return 0
+
+
+def _steps(names: list[str]) -> str:
+    """Migrations to apply, for a message: "m024_x" or "3 steps, m022_a to m024_c"."""
+    if len(names) == 1:
+        return names[0]
+    return f"{len(names)} steps, {names[0]} to {names[-1]}"
 
 
 def _conversation(r: sqlite3.Row) -> Conversation:

@@ -8,21 +8,32 @@ same translation as every statement (types, placeholders); a step that SQLite's 
 say there (FTS5, triggers, json_extract over old rows) also carries `POSTGRES_SQL`, its
 PostgreSQL form. tests/test_store_pg.py applies every step on a real server, so a new step
 without a form that runs there fails the suite.
+
+Two refusals keep two Herons from writing one database unawares (docs/engine.md, "Upgrades"):
+a database that records a step this code does not have was migrated by a newer Heron, and is
+not opened at all; and the steps this code would apply are not applied
+while another process may be writing with the schema as it is (`guard`: a running `heron
+serve`, heron/store/db.py).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sqlite3
 import time
+from collections.abc import Callable
 from types import ModuleType
 
+from heron.errors import StoreError
 from heron.store.pg import MIGRATION_LOCK
+from heron.versions import schema_steps
+
+# Called with the steps about to be applied, before any is: raises to refuse them.
+Guard = Callable[[list[str]], None]
 
 
 def _names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("m"))
+    return schema_steps()
 
 
 def _step(name: str) -> ModuleType:
@@ -35,22 +46,33 @@ def _step(name: str) -> ModuleType:
 _PG_LOCK = f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK}, hashtext(current_schema()))"
 
 
-def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
-    """Apply every step not yet recorded; returns the names applied now.
+def migrate(
+    conn: sqlite3.Connection,
+    *,
+    postgres: bool = False,
+    where: str = "the database",
+    guard: Guard | None = None,
+) -> list[str]:
+    """Apply every step not yet recorded; returns the names applied now. `where` names the
+    database in a refusal; `guard` may refuse the steps (see the module docstring).
 
     Runs under one write lock (BEGIN IMMEDIATE) and re-reads what is applied inside it, so two
     processes opening a fresh database at the same moment do not both apply a step."""
     _create_record(conn, postgres)
     names = _names()
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    _refuse_newer(done, names, where)
     if all(name in done for name in names):
         return []  # the usual case: no step module is imported, which a start-up would pay
+    if guard is not None:
+        guard([name for name in names if name not in done])
     applied = []
     conn.execute("BEGIN IMMEDIATE")
     try:
         if postgres:
             conn.execute(_PG_LOCK)
         done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+        _refuse_newer(done, names, where)  # a newer Heron may have migrated meanwhile
         for name in names:
             if name in done:
                 continue
@@ -62,6 +84,21 @@ def migrate(conn: sqlite3.Connection, *, postgres: bool = False) -> list[str]:
         raise
     conn.execute("COMMIT")
     return applied
+
+
+def _refuse_newer(done: set[str], names: list[str], where: str) -> None:
+    """A database migrated by a newer Heron is refused before anything reads or writes it:
+    this code would write rows without what the newer schema expects of them, and read its
+    rows without knowing what they mean."""
+    unknown = sorted(done.difference(names))
+    if not unknown:
+        return
+    raise StoreError(
+        f"{where} was migrated by a newer Heron: it has migration {unknown[-1]}, and this "
+        f"Heron knows migrations up to {names[-1]}",
+        hint="Upgrade Heron to the version that last used this home (or newer) and run this "
+        "again; this older Heron does not open that database, so it has changed nothing.",
+    )
 
 
 def _create_record(conn: sqlite3.Connection, postgres: bool) -> None:

@@ -1,0 +1,68 @@
+"""Whether a `heron serve` holds a home, as any other process can tell: the fcntl lock on
+`$HERON_HOME/serve.lock` (taken by heron/serve/lock.py) and its details in `serve.json`.
+
+Here, below the serve, because the store asks it: a Heron that would migrate a home's
+database refuses to while a serve runs on that home (the serve, perhaps an older Heron, would
+go on writing rows of the schema it knows into one it does not). The serve's own process is
+not "another": it migrates as it starts, under its own lock (`hold`). stdlib only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_NAME = "serve.lock"
+INFO_NAME = "serve.json"
+
+# Homes whose lock this process holds (resolved): the serve that holds one may migrate it.
+_HELD: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class ServeInfo:
+    """What a running serve tells other processes about itself."""
+
+    pid: int
+    url: str
+    socket: str
+
+
+def read_info(home: Path) -> ServeInfo | None:
+    """The running serve's details, or None when there are none (or they are unreadable)."""
+    try:
+        data = json.loads((home / INFO_NAME).read_text())
+        return ServeInfo(int(data["pid"]), str(data["url"]), str(data["socket"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def hold(home: Path, held: bool) -> None:
+    """This process took (True) or gave up (False) the home's lock."""
+    if held:
+        _HELD.add(home.resolve())
+    else:
+        _HELD.discard(home.resolve())
+
+
+def other_serve(home: Path) -> str | None:
+    """ "pid N, URL" of a serve another process runs on `home` ("starting": its details are
+    not written yet); None when none holds the lock. A shared lock tried without waiting and
+    let go at once: a serve starting in that instant retries (heron/serve/lock.py)."""
+    if home.resolve() in _HELD:
+        return None
+    try:
+        fd = os.open(home / LOCK_NAME, os.O_RDONLY)
+    except OSError:  # no lock file: no serve (a clean exit removes it)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        info = read_info(home)
+        return f"pid {info.pid}, {info.url}" if info else "starting"
+    finally:
+        os.close(fd)  # closing lets go of the shared lock, if it was taken
+    return None
