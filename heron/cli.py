@@ -124,7 +124,7 @@ def run(
     Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
     for what it cannot give). With a message and stdin piped in, stdin follows the message as
     a fenced block."""
-    from heron.channels.script import attached_files, refusal_json, run_message
+    from heron.channels.script import RunCut, attached_files, refusal_json, run_message
 
     try:
         if conversation is not None and message is None and not retry and _interactive():
@@ -144,6 +144,8 @@ def run(
         if as_json:  # a refusal is still the one JSON object --json promises
             typer.echo(json.dumps(refusal_json(e, conversation), ensure_ascii=False))
         fail(e)
+    except RunCut as cut:  # a signal, or the reader of stdout gone: 130, 143 or 141
+        raise typer.Exit(cut.code) from None
     raise typer.Exit(0 if ok else 1)
 
 
