@@ -10,9 +10,10 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from heron.channels.common import fail, settings
 from heron.channels.jobs_cli import app as jobs_app
@@ -80,7 +81,31 @@ EphemeralOpt = Annotated[
 ]
 
 
-@app.command()
+# click's UsageError (a bad option, a missing value), from the click typer parses with: its
+# own copy since typer 0.22, click itself before.
+_UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
+class _RunCommand(TyperCommand):
+    """`heron run`: with --json, a bad option is refused as the one JSON object --json
+    promises too (typer's box still says why on stderr, exit 2)."""
+
+    # `ctx` is typer's click Context, whichever click that is (see _UsageError)
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except _UsageError as e:
+            options = given[: given.index("--")] if "--" in given else given
+            if "--json" in options:
+                from heron.channels.script import refusal_json
+
+                refused = refusal_json(ConfigError(str(e)), None)
+                typer.echo(json.dumps(refused, ensure_ascii=False))
+            raise
+
+
+@app.command(cls=_RunCommand)
 def run(
     message: Annotated[
         str | None, typer.Argument(help="The message; '-' reads it from stdin.")

@@ -583,7 +583,7 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     streamed = "".join(printer.reply)
     out = _json_object(key)
     if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
-        out["error"] = NOTHING_TO_RETRY
+        out.update(error=NOTHING_TO_RETRY, hint=f"Send a message first: heron run -c {key} TEXT")
         return out
     if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
@@ -601,11 +601,16 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     return out
 
 
+REFUSED = "Nothing was sent or stored; `heron run --help` lists the options."
+
+
 def refusal_json(error: HeronError, key: str | None) -> dict[str, object]:
     """`heron run --json` when the message was refused before any turn (a broken config.toml,
-    a message over 8 MB, a missing one): the same object, not ok, the error and its hint."""
+    a message over 8 MB, a missing one, a bad option): the same object, not ok, the error and
+    its hint (`REFUSED` for an error that has none)."""
     out = _json_object(key)
-    out.update(error=str(error.args[0]) if error.args else str(error), hint=error.hint)
+    why = str(error.args[0]) if error.args else str(error)
+    out.update(error=why, hint=error.hint or REFUSED)
     return out
 
 
