@@ -229,6 +229,12 @@ def _retry_text(message: str | None, conversation: str | None) -> str:
     return "/retry"
 
 
+CHAT_NEEDS_A_TERMINAL = (
+    "heron chat needs a terminal on stdin; for piped input or scripts use heron run "
+    "(`echo TEXT | heron run -`, or `heron run -c KEY TEXT` to continue a conversation)"
+)
+
+
 @app.command()
 def chat(
     agent: AgentOpt = "default",
@@ -237,10 +243,13 @@ def chat(
     ephemeral: EphemeralOpt = False,
 ) -> None:
     """Talk with your agent in the terminal (Ctrl-C stops a turn, Ctrl-D leaves)."""
+    loaded = settings()  # a broken config.toml is said first, as by every command
+    if not _interactive():  # a pipe or a file: no prompt to read it with
+        fail(ConfigError(CHAT_NEEDS_A_TERMINAL))
     from heron.channels.terminal import run_chat
 
     try:
-        asyncio.run(run_chat(settings(), agent, conversation, model, ephemeral))
+        asyncio.run(run_chat(loaded, agent, conversation, model, ephemeral))
     except HeronError as e:
         fail(e)
 

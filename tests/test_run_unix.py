@@ -1,7 +1,8 @@
-"""`heron run` as a Unix tool (QA17f #2, #5): a reader of stdout that went away (`| head -1`)
-ends the run at once, exit 141, its turn kept (stopped as Ctrl-C stops it in this process,
-finished whole by a serve), never a hang and never "the serve stopped"; SIGINT and SIGTERM
-stop the turn as /stop does, the JSON object still printed, exit 130 or 143."""
+"""`heron run` as a Unix tool (QA17f #2, #5, #11): a reader of stdout that went away
+(`| head -1`) ends the run at once, exit 141, its turn kept (stopped as Ctrl-C stops it in this
+process, finished whole by a serve), never a hang and never "the serve stopped"; SIGINT and
+SIGTERM stop the turn as /stop does, the JSON object still printed, exit 130 or 143; and
+`heron chat` with no terminal on stdin says to use `heron run`, in one line."""
 
 from __future__ import annotations
 
@@ -216,3 +217,15 @@ def test_heron_run_json_under_sigterm_prints_the_object_and_exits_143(heron_home
     assert proc.returncode == 143, said
     got = json.loads(out)
     assert got["ok"] is False and got["error"] == "stopped by SIGTERM"
+
+
+@pytest.mark.parametrize("stdin", ["hello\n", ""], ids=["piped", "empty"])
+def test_heron_chat_without_a_terminal_says_to_use_heron_run(stdin):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    result = CliRunner().invoke(app, ["chat", "-c", "up"], input=stdin)  # stdin: not a tty
+    assert result.exit_code == 2, result.exception
+    (line,) = result.stderr.splitlines()  # one line, no traceback
+    assert "heron chat needs a terminal" in line and "heron run" in line
