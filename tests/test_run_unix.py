@@ -229,3 +229,14 @@ def test_heron_chat_without_a_terminal_says_to_use_heron_run(stdin):
     assert result.exit_code == 2, result.exception
     (line,) = result.stderr.splitlines()  # one line, no traceback
     assert "heron chat needs a terminal" in line and "heron run" in line
+
+
+async def test_a_notice_after_the_reply_starts_on_a_line_of_its_own():
+    """A goal parked as its turn ends: the notice went on the end of the reply's line."""
+    from heron.bus import OutboundMessage, TurnEvent
+
+    out, err = StringIO(), StringIO()
+    printer = script._Printer(out, err)
+    await printer.deliver(TurnEvent("script", "c", "g", "delta", text="count to three"))
+    await printer.deliver(OutboundMessage("script", "c", "g", "Goal parked: ...", "notice"))
+    assert out.getvalue() == "count to three\n" and err.getvalue() == "Goal parked: ...\n"

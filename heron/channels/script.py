@@ -133,7 +133,9 @@ class _Printer:
             return  # the answer to the /stop a signal sent: the end says it
         if m.kind == "command" and self.end is None:  # answered at once beside a running
             self.end = TurnEnd(True, "command", reply=m.text)  # turn: no turn_end of its own
-        if m.kind == "notice":
+        if m.kind == "notice":  # after the reply's line (a goal parked as its turn ended):
+            if not self.as_json:  # in a terminal stdout and stderr share the screen
+                self.line_break()
             self.note(m.text)
         elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
             self.line_break()
