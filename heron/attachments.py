@@ -7,6 +7,8 @@ upload), so one set of rules holds everywhere:
   files of one message (50 MB), refused with an error naming the file, its size and the cap;
 - the media type comes from the bytes when they say it (PNG, JPEG, GIF, WebP, PDF), else from
   the name (`mimetypes`), else from what the sender declared;
+- a PDF's pages are counted (`pdf_pages`, with pypdf) and kept in its `File` part: a provider
+  reads a PDF page by page, so its context estimate is per page (heron/context/tokens.py);
 - `message_parts` puts a text file (UTF-8, at most `inline_text_kb`) into the message inline,
   as a fenced block under its name, and keeps anything else as a `File` part: its bytes go to the
   store's content-addressed folder, its row holds a reference (heron/store/files.py). A longer
@@ -19,6 +21,8 @@ model that takes neither) is the adapters' business (heron/providers/wire.py `fi
 
 from __future__ import annotations
 
+import io
+import logging
 import mimetypes
 import os
 import re
@@ -87,7 +91,7 @@ def from_bytes(name: str, data: bytes, caps: AttachmentCaps, declared: str | Non
     socket); over the per-file cap it is refused."""
     name = _clean_name(name)
     check_size(name, len(data), caps)
-    return File(media_type_of(name, data, declared), data, name)
+    return _made(name, data, media_type_of(name, data, declared))
 
 
 def from_path(path: str | Path, caps: AttachmentCaps) -> File:
@@ -120,7 +124,28 @@ def from_path(path: str | Path, caps: AttachmentCaps) -> File:
     except OSError as e:
         raise AttachmentError(f"cannot read {given}: {e.strerror or e}") from None
     check_size(given, len(data), caps)  # it may have grown since the stat
-    return File(media_type_of(where.name, data), data, _clean_name(where.name))
+    return _made(_clean_name(where.name), data, media_type_of(where.name, data))
+
+
+def _made(name: str, data: bytes, media_type: str) -> File:
+    pages = pdf_pages(data) if media_type == "application/pdf" else 0
+    return File(media_type, data, name, pages=pages)
+
+
+def pdf_pages(data: bytes) -> int:
+    """How many pages the PDF `data` has; 0 (unknown) when pypdf cannot tell: a damaged file,
+    or one encrypted with a password (an empty one is tried, as viewers do). Never an error:
+    the file is still attached, and its estimate falls back to FILE_TOKENS. A few
+    milliseconds for hundreds of pages: pypdf reads the page tree, not the pages."""
+    import pypdf  # here: only a PDF attached pays for importing it
+
+    # pypdf logs what it repairs in a damaged file ("EOF marker not found"): not the person's
+    # concern, and it would land on the chat's screen.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        return len(pypdf.PdfReader(io.BytesIO(data)).pages)
+    except Exception:  # pypdf raises many kinds (and worse) on bad input: any of them is unknown
+        return 0
 
 
 def check_total(files: Sequence[File], caps: AttachmentCaps) -> None:

@@ -22,6 +22,14 @@ from heron.messages import File, ToolCall, ToolResult, Usage
 RETRY_MARKER = "[the stream was cut; the reply starts again]"
 # /retry's answer where there is no message to answer again (`heron run --json`: not ok).
 NOTHING_TO_RETRY = "Nothing to retry yet."
+# `heron run --retry` sends /retry with this word: it answers only a message left without its
+# answer (a failed turn), never one already answered again, which would redo that turn's tools.
+RETRY_UNANSWERED = "unanswered"
+# Its answer when the last message has its answer (`heron run --json`: not ok, as above).
+ALREADY_ANSWERED = (
+    "Nothing to retry: your last message in this conversation already has its answer. "
+    "`/retry` in heron chat answers it again on a new branch."
+)
 # Who started a turn: the person; a scheduled job, silent ("scheduled": a monitor, the
 # heartbeat) or speaking in the conversation it was made in ("reminder"); a subagent
 # ("subagent", silent; "announce": its result opening a visible turn of its own); a goal's
@@ -141,6 +149,9 @@ class TurnEnd:
     # The turn failed for want of a usable model (heron.errors.model_unusable: the key refused,
     # the server down). Set in-process; a serve's turn_end does not carry it.
     unusable: bool = False
+    # The turn failed before the message that opened it was stored (a full or read-only
+    # disk): it is lost, so the channel says to send it again and offers no --retry.
+    unsaved: bool = False
 
 
 @dataclass(frozen=True)

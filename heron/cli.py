@@ -223,10 +223,13 @@ def _latest_key() -> str:
 
 
 def _retry_text(message: str | None, conversation: str | None) -> str:
-    """--retry: the turn answers the conversation's last message again (the /retry command)."""
+    """--retry: the turn answers the conversation's last message again when its turn failed
+    (the /retry command, told to refuse one already answered)."""
     if message is not None or conversation is None:
         raise ConfigError("--retry takes no message and needs -c KEY")
-    return "/retry"
+    from heron.bus import RETRY_UNANSWERED
+
+    return f"/retry {RETRY_UNANSWERED}"
 
 
 CHAT_NEEDS_A_TERMINAL = (
@@ -353,7 +356,10 @@ def conversations_list(
     """List conversations, most recently active first."""
     from heron.channels.info import list_conversations
 
-    list_conversations(settings(), limit)
+    try:
+        list_conversations(settings(), limit)
+    except HeronError as e:
+        fail(e)
 
 
 @conversations_app.command("show")
@@ -403,7 +409,7 @@ def conversations_search(
     from heron.channels.memory_cli import print_recall
 
     try:
-        store = open_store(settings())
+        store = open_store(settings(), reading=True)
         try:
             print_recall(store, query, limit, key=conversation, as_json=as_json, exact=exact)
         finally:

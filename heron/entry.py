@@ -92,7 +92,7 @@ def parse_run(args: list[str]) -> dict[str, str | bool | None] | None:
     if found["retry"]:
         if found["message"] is not None or found["conversation"] is None:
             return None
-        found["message"] = "/retry"
+        found["message"] = "/retry unanswered"  # heron.bus.RETRY_UNANSWERED, not imported
     return found if found["message"] is not None else None
 
 

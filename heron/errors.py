@@ -13,7 +13,10 @@
     │   └── FatalProviderError      a wrong URL (no API there, https to http), anything else
     │                               the provider refused: ends the turn
     ├── StoreError                  the database is unreadable, locked or holds a corrupt row
-    │   └── BusyError               another process is running a turn on the conversation
+    │   ├── BusyError               another process is running a turn on the conversation
+    │   └── StoreRefused            the disk refused a write (nothing is damaged)
+    │       ├── DiskFull            no space left on the disk holding the database
+    │       └── ReadOnlyHome        the database or its folder cannot be written
     ├── ToolError                   a tool failed; the runner turns it into an is_error result
     │   └── PathEscape              a path leaves the folder it is confined to
     └── AttachmentError             a file to attach is missing, unreadable or over a cap
@@ -110,6 +113,19 @@ class StoreError(HeronError):
 
 
 class BusyError(StoreError):
+    pass
+
+
+class StoreRefused(StoreError):
+    """The disk refused a write: nothing is damaged, and nothing of it was stored
+    (heron/store/disk.py tells these apart from a damaged file)."""
+
+
+class DiskFull(StoreRefused):
+    pass
+
+
+class ReadOnlyHome(StoreRefused):
     pass
 
 

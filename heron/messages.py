@@ -77,13 +77,17 @@ class Thinking:
 class File:
     """An attachment (heron/attachments.py). `data` is None when the part was read from a row
     whose bytes were not loaded (`Store.load_files` loads them): `size` and `sha256` always say
-    which bytes it means, so a part without them still names, sizes and compares its file."""
+    which bytes it means, so a part without them still names, sizes and compares its file.
+    `pages` is a PDF's page count, read once when it was attached and stored with the part, so
+    that its context estimate is the same with or without its bytes (0: not a PDF, or one that
+    could not be read)."""
 
     media_type: str
     data: bytes | None = None
     name: str | None = None
     size: int = -1  # -1: len(data)
     sha256: str = ""  # "": the hash of data
+    pages: int = 0
     kind: Literal["file"] = "file"
 
     def __post_init__(self) -> None:
@@ -99,11 +103,12 @@ class File:
         # The bytes are the sha256's: loaded or not, two parts naming one file are equal.
         if not isinstance(other, File):
             return NotImplemented
-        return (self.media_type, self.name, self.size, self.sha256) == (
+        return (self.media_type, self.name, self.size, self.sha256, self.pages) == (
             other.media_type,
             other.name,
             other.size,
             other.sha256,
+            other.pages,
         )
 
     def __hash__(self) -> int:
@@ -112,10 +117,10 @@ class File:
     def without_data(self) -> File:
         if self.data is None:
             return self
-        return File(self.media_type, None, self.name, self.size, self.sha256)
+        return File(self.media_type, None, self.name, self.size, self.sha256, self.pages)
 
     def with_data(self, data: bytes) -> File:
-        return File(self.media_type, data, self.name, self.size, self.sha256)
+        return File(self.media_type, data, self.name, self.size, self.sha256, self.pages)
 
 
 Part = Text | ToolCall | ToolResult | Thinking | File
@@ -189,11 +194,21 @@ class Reply:
     parts: tuple[Part, ...]
     stop: StopReason
     usage: Usage = Usage()
+    # The provider never counted the call (a reply cut at its output cap before an
+    # OpenAI-compatible stream's closing usage): `usage` is a floor, not the call's tokens.
+    usage_unknown: bool = False
 
-    def __init__(self, parts: Iterable[Part], stop: StopReason, usage: Usage | None = None) -> None:
+    def __init__(
+        self,
+        parts: Iterable[Part],
+        stop: StopReason,
+        usage: Usage | None = None,
+        usage_unknown: bool = False,
+    ) -> None:
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "usage", usage or Usage())
+        object.__setattr__(self, "usage_unknown", usage_unknown)
 
     @property
     def message(self) -> Message:
@@ -292,13 +307,16 @@ def part_to_dict(part: Part) -> JSONObject:
         }
     if isinstance(part, File):
         # By reference: a row of the record never holds a file's bytes (the store keeps them).
-        return {
+        out: JSONObject = {
             "kind": "file",
             "media_type": part.media_type,
             "name": part.name,
             "sha256": part.sha256,
             "size": part.size,
         }
+        if part.pages:  # only when counted: the JSON of every other file is as it always was
+            out["pages"] = part.pages
+        return out
     raise TypeError(f"not a message part: {part!r}")
 
 
@@ -333,7 +351,10 @@ def part_from_dict(d: JSONValue) -> Part:
         if type(size) is not int:
             raise TypeError(f"size must be a number, not {type(size).__name__}")
         sha256 = _str(d["sha256"], "sha256")
-        return File(_str(d["media_type"], "media_type"), None, name, size, sha256)
+        pages = d.get("pages", 0)  # rows written before pages were counted have none: unknown
+        if type(pages) is not int or pages < 0:
+            raise TypeError(f"pages must be a count, not {pages!r}")
+        return File(_str(d["media_type"], "media_type"), None, name, size, sha256, pages)
     raise ValueError(f"unknown part kind {kind!r}")
 
 
@@ -387,10 +408,12 @@ def _int(value: JSONValue, key: str) -> int:
 
 
 def reply_to_dict(reply: Reply) -> JSONObject:
+    unknown: JSONObject = {"usage_unknown": True} if reply.usage_unknown else {}
     return {
         "parts": [part_to_dict(p) for p in reply.parts],
         "stop": reply.stop,
         "usage": usage_to_dict(reply.usage),
+        **unknown,
     }
 
 
@@ -399,7 +422,8 @@ def reply_from_dict(d: JSONObject) -> Reply:
     if stop is None:
         raise ValueError(f"unknown stop reason {d['stop']!r}")
     parts = [part_from_dict(p) for p in _list(d["parts"], "parts")]
-    return Reply(parts, stop, usage_from_dict(d.get("usage", {})))
+    unknown = d.get("usage_unknown") is True
+    return Reply(parts, stop, usage_from_dict(d.get("usage", {})), usage_unknown=unknown)
 
 
 # What json.dumps(obj, ensure_ascii=False, separators=(",", ":"), sort_keys=True) builds on

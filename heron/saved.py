@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -25,17 +26,34 @@ def keep(name: str, text: str, workspace: Path | None, folder: Path = RESULTS_DI
     digest because call ids repeat on some servers; the same text is written once); under the
     temp folder, as an absolute path, when the workspace takes no file (read-only); None without
     a workspace or when nowhere takes it."""
+    data = text.encode("utf-8", "replace")
+    return keep_bytes(name, hashlib.sha256(data).hexdigest(), lambda: data, workspace, folder)
+
+
+def keep_bytes(
+    name: str,
+    sha256: str,
+    data: Callable[[], bytes | None],
+    workspace: Path | None,
+    folder: Path = RESULTS_DIR,
+    suffix: str = ".txt",
+) -> str | None:
+    """`keep` for bytes named by their `sha256` (an attached PDF too large to send, kept as
+    `<name>-<digest>.pdf`): `data` is called only when the file is not there yet, and a None
+    from it (the bytes are gone) keeps nothing."""
     if workspace is None:
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "result"
-    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:10]
-    relative = folder / f"{safe}-{digest}.txt"
+    relative = folder / f"{safe}-{sha256[:10]}{suffix}"
     outside = Path(tempfile.gettempdir()) / "heron-results" / relative.name
     for target, shown in ((workspace / relative, str(relative)), (outside, str(outside))):
         try:
             if not target.exists():
+                body = data()
+                if body is None:
+                    return None
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8", errors="replace")
+                target.write_bytes(body)
         except OSError:
             continue
         return shown

@@ -53,6 +53,16 @@ def test_edited_bootstrap_files_are_included_in_full(tmp_path):
     assert "AGENTS.md" not in prompt  # still the template
 
 
+def test_files_given_as_none_are_not_read_from_the_workspace(tmp_path):
+    """A replayed run that had no workspace files records {}: a USER.md written since must
+    not enter its rebuilt prompt (every request of the replay differed)."""
+    (tmp_path / "USER.md").write_text("# USER.md\nWritten after the run.\n")
+    read = build_system_prompt(PromptInputs("heron", tmp_path, TOOLS))
+    assert "Written after the run." in read  # no files given: the workspace's are read
+    given = build_system_prompt(PromptInputs("heron", tmp_path, TOOLS, bootstrap={}))
+    assert "Written after the run." not in given
+
+
 def test_sections_come_in_the_fixed_order(tmp_path):
     (tmp_path / "AGENTS.md").write_text("run make test before saying done")
     inputs = PromptInputs(

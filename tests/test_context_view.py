@@ -9,6 +9,7 @@ from strength import examples
 from heron.context.repair import is_well_formed
 from heron.context.tokens import Calibration, estimate_messages
 from heron.context.view import (
+    Said,
     ViewOptions,
     ViewPlan,
     derive_view,
@@ -144,8 +145,8 @@ def test_snip_keeps_the_newest_words_verbatim_and_points_at_the_rest():
             Message("user", [Text(f"ask {i} " + "w" * 200)]),
             Message("assistant", [Text("ok " * 50)]),
         ]
-    ids = {f"ask {i} " + "w" * 200: 100 + i for i in range(20)}
-    cut = snip(messages, 600, Calibration(), ids_of=ids)
+    ids = [Said(100 + i, f"ask {i} " + "w" * 200, True) for i in range(20)]
+    cut = snip(messages, 600, Calibration(), record=ids)
     assert estimate_messages(cut) <= 600  # the note itself fits: the bug was an unbounded note
     text = "".join(p.text for m in cut for p in m.parts if isinstance(p, Text))
     kept = [i for i in range(20) if f"ask {i} " + "w" * 200 in text]
@@ -161,7 +162,7 @@ def test_snip_of_one_huge_old_message_points_at_it():
     huge = "paste " + "x" * 50_000
     messages = [Message("user", [Text(huge)]), Message("assistant", [Text("ok")])]
     messages += [Message("user", [Text("next")]), Message("assistant", [Text("fine")])]
-    cut = snip(messages, 2_000, Calibration(), ids_of={huge: 7})
+    cut = snip(messages, 2_000, Calibration(), record=[Said(7, huge, True)])
     text = "".join(p.text for m in cut for p in m.parts if isinstance(p, Text))
     assert huge not in text and "[#7] paste" in text
     assert estimate_messages(cut) <= 2_000

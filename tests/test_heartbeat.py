@@ -68,6 +68,16 @@ async def test_a_check_that_finds_nothing_shows_nothing_and_one_that_must_speaks
         ]
         assert js.tick(r.engine.store, KEY).outcome == "spoke_via_tool"
         assert r.engine.store.conversation(KEY) is not None
+        # Kept in `personal` too, as Heron's, labelled for its model; the tool said so.
+        store = r.engine.store
+        personal = store.conversation("personal")
+        assert personal is not None
+        (row,) = store.branch(personal.id)
+        assert (row.author, row.role, row.message.text) == ("heron", "user", "The build is red.")
+        label = "[Sent to the user by the heartbeat check, not written by the user] "
+        assert row.wire.text == label + "The build is red." and row.meta == {"spoken_in": KEY}
+        told = [p.content for p in r.provider.requests[-1].messages[-1].parts]
+        assert told == ["Sent to the user and kept in conversation 'personal'."]
         task.cancel()
 
 

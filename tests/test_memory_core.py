@@ -9,6 +9,7 @@ import pytest
 
 from heron.memory import BadMemoryPath, EntryPath, MemoryRefused, MemoryService
 from heron.memory.guard import find_secret, strip_request
+from heron.memory.section import memory_section
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -46,6 +47,20 @@ def test_save_with_a_quote_from_the_user_writes_a_markdown_file(service, store, 
     assert entry.source.message == 1
 
 
+def test_the_same_save_run_again_leaves_one_entry(service, store, tmp_path):
+    """A call run a second time (--retry after a failure, a killed process's turn redone)
+    used to write path-2.md beside the first; a new statement still gets a path of its own."""
+    cid = chat(store, user("I prefer concise replies"), user("I prefer concise answers"))
+    first = service.save(cid, PERSONAL, "I prefer concise replies")
+    again = service.save(cid, PERSONAL, "I prefer concise replies")
+    assert (again.path, again.text, again.source) == (first.path, first.text, first.source)
+    other = service.save(cid, PERSONAL, "I prefer concise answers")
+    assert other.path.slug == "concise-replies-2"
+    folder = tmp_path / "memory/personal/always"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["concise-replies-2.md", "concise-replies.md"]
+
+
 def test_a_quote_not_in_the_users_messages_is_refused(service, store):
     cid = chat(
         store, user("What is the weather in Paris?"), assistant("You prefer tea over coffee.")
@@ -64,6 +79,27 @@ def test_a_quote_from_a_tool_result_is_refused(service, store):
     )
     with pytest.raises(MemoryRefused):
         service.save(cid, PERSONAL, "allergic to peanuts")
+
+
+def test_an_answer_typed_to_ask_user_is_the_user_s_words_and_can_be_quoted(service, store):
+    """The person's answer reaches the record as ask_user's result ("The user answered: …");
+    it is theirs. The same words as the output of another tool, or a failed call, are not."""
+    asked = ToolCall("t1", "ask_user", {"question": "Which units?"})
+    ran = ToolCall("t2", "bash", {"command": "echo"})
+    cid = chat(
+        store,
+        user("convert the recipe"),
+        Message("assistant", [asked]),
+        Message("user", [ToolResult("t1", "The user answered: I always use metric units")]),
+        Message("assistant", [ran]),
+        Message("user", [ToolResult("t2", "The user answered: I am allergic to peanuts")]),
+    )
+    entry = service.save(cid, PERSONAL, "I always use metric units")
+    assert entry.source.message == 3 and entry.text == "I always use metric units"
+    with pytest.raises(MemoryRefused, match="not in anything the user wrote"):
+        service.save(cid, PERSONAL, "I am allergic to peanuts")
+    with pytest.raises(MemoryRefused):  # nor the tool's own words around the answer
+        service.save(cid, PERSONAL, "The user answered: I always use metric units")
 
 
 def test_synthetic_user_rows_and_other_conversations_cannot_be_quoted(service, store):
@@ -189,6 +225,19 @@ def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_pa
     assert len(got) == 2
     hand.unlink()
     assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
+
+
+def test_a_hand_written_file_in_a_legacy_encoding_is_read_not_fatal(service, store, tmp_path):
+    """An editor set to Latin-1 saved it: every turn lists memory, so one such file used to
+    stop every turn, chat and serve with a UnicodeDecodeError."""
+    hand = tmp_path / "memory/personal/always/cafe.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_bytes("Je préfère le café noir.\n".encode("latin-1"))
+    (hand.parent / "raw.md").write_bytes(b"bytes \x81\x8d\x8f\x90\x9d cp1252 leaves undefined\n")
+    got = {e.path.rel: e.text for e in service.entries()}
+    assert got["personal/always/cafe.md"] == "Je préfère le café noir."
+    assert got["personal/always/raw.md"].endswith("cp1252 leaves undefined")
+    assert "café noir" in memory_section(service.entries())  # what the model is shown
 
 
 def test_undoing_a_forget_lifts_its_revocation_and_redoing_it_restores_it(service, store):

@@ -38,7 +38,9 @@ parts = st.one_of(
     ),
     st.builds(ToolResult, st.text(), st.text(), st.booleans()),
     st.builds(Thinking, st.none() | st.text(), st.none() | st.text(), st.none() | st.text()),
-    st.builds(File, st.text(min_size=1), st.binary(), st.none() | st.text()),
+    st.builds(
+        File, st.text(min_size=1), st.binary(), st.none() | st.text(), pages=st.integers(0, 10**4)
+    ),
 )
 messages = st.builds(Message, st.sampled_from(["user", "assistant"]), st.lists(parts, max_size=5))
 usages = st.builds(Usage, *(st.integers(0, 10**9) for _ in range(4)))

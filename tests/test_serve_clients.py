@@ -244,7 +244,7 @@ async def test_internal_conversations_are_never_listed():
         (["-"], {"message": "-"}),
         (["--conversation", "k", "hi"], {"message": "hi", "conversation": "k"}),
         (["--conversation=k", "--agent", "work", "hi"], {"conversation": "k", "agent": "work"}),
-        (["--retry", "--conversation", "k"], {"message": "/retry", "retry": True}),
+        (["--retry", "--conversation", "k"], {"message": "/retry unanswered", "retry": True}),
         (["--", "-starts with a dash"], {"message": "-starts with a dash"}),
     ],
 )

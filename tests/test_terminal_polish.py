@@ -25,6 +25,24 @@ def _cli(*args: str) -> str:
     return result.output
 
 
+async def test_the_list_says_how_many_more_there_are_and_keeps_emoji_keys_aligned():
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(10, 2))] * 4)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        for key in ("one", "two", "🦩trip", "four"):
+            await engine.turn(key, "hello")
+    lines = _cli("conversations", "list", "--limit", "3").splitlines()
+    assert len(lines) == 5  # the header, three, and the line about the others
+    assert lines[-1] == (
+        "… and 1 older conversation: heron conversations list --limit 4, "
+        "or heron conversations search WORDS"
+    )
+    from rich.cells import cell_len
+
+    updated = [cell_len(line[: line.index(" 20")]) for line in lines[1:4]]
+    assert len(set(updated)) == 1  # the UPDATED column starts in one place, 🦩 is two cells
+    assert "older" not in _cli("conversations", "list", "--limit", "4")
+
+
 def test_version_prints_the_package_version():
     assert _cli("--version") == f"heron {__version__}\n"
 

@@ -11,14 +11,15 @@ import dataclasses
 import pytest
 from compaction_helpers import Model, is_checkpoint, is_summary, report_registry
 
-from heron.agent.engine import Engine
+from heron.agent.control import TurnControl
+from heron.agent.engine import Engine, TurnHooks
 from heron.agent.replay import replay
 from heron.config import Settings
 from heron.messages import Reply, Text, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import compactions as folds
-from heron.trace.read import list_runs, load_run
+from heron.trace.read import list_runs, load_run, request_payload
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
@@ -147,3 +148,67 @@ async def test_a_changed_checkpoint_instruction_is_reported_at_its_message_and_p
     assert number == index + 1
     assert diff.path[0] == "messages" and diff.path[2:3] == ("parts",)
     assert "Terse." in report.render() and report.differing_requests == 1
+
+
+async def test_mail_a_checkpoint_quotes_by_its_row_replays_identically(small_window):
+    """Mail typed during a long turn rides in a tool-result row that the turn's checkpoints
+    quote by id ([#N]): the replay writes the run's rows with the ids the run gave them."""
+    session, control = Session(), TurnControl("mail")
+    rounds = 0
+
+    async def model(request: ChatRequest) -> Reply:
+        nonlocal rounds
+        if not (is_summary(request) or is_checkpoint(request)):
+            rounds += 1
+            if rounds == 2:  # typed while the second call is out
+                control.mailbox.post("MIDTURN: also tag everything with LABEL-ORCA-5")
+        return await session(request)
+
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
+    ) as engine:
+        result = await engine.turn(
+            "mail", "read report 1 again and again", TurnHooks(control=control)
+        )
+        run = load_run(engine.store, result.run_id)
+        conv = engine.store.conversation("mail")
+        mailed = next(r for r in engine.store.branch(conv.id) if "LABEL-ORCA-5" in r.message.text)
+        checkpoint = next(i for i, c in enumerate(run.calls) if c.purpose == "checkpoint")
+        after = request_payload(engine.store, run.calls[checkpoint + 1])
+        report = await replay(engine.store, result.run_id, registry=report_registry())
+    assert ("injection", 2) in [(e.kind, e.after_call) for e in run.events]
+    # The request after the checkpoint quotes the mail by its row.
+    assert f"[#{mailed.id}] [sent while you were working] MIDTURN" in after
+    assert report.identical, report.render()
+    assert report.replayed_requests == len(run.calls)
+
+
+async def test_a_consolidation_that_fell_back_replays_identically(small_window):
+    """The third turn in a row whose summary fails writes the fallback; its replay writes the
+    same fallback (the failed turns it found are in its trace), and so do the failed turns'."""
+    session = Session()
+    session.model.summarize = lambda r: Reply([Text("")], "done", Usage(700, 0))
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(session), registry=report_registry()
+    ) as engine:
+        await engine.turn("fb", "read report 1 again and again")
+        session.model.tool_rounds = 1
+        env = {**engine.settings.env, "HERON_CONTEXT_WINDOW": "2400"}
+        engine.settings = dataclasses.replace(engine.settings, env=env)
+        for i in range(8):
+            await engine.turn("fb", f"once more, round {i}")
+        runs = [load_run(engine.store, r.run_id) for r in reversed(list_runs(engine.store, "fb"))]
+        conv = engine.store.conversation("fb")
+        kinds = [c.kind for c in folds.compactions(engine.store, conv.id)]
+        reports = [
+            await replay(engine.store, r.turn.run_id, registry=report_registry()) for r in runs
+        ]
+    assert "fallback" in kinds
+    for run, report in zip(runs, reports, strict=True):
+        assert report.identical, report.render()
+        assert report.replayed_requests == len(run.calls)
+    # The turn that fell back found two failed turns, the last one just before it: its trace
+    # says so (the first turn found none).
+    found = [r.start["context"]["failed_turns"] for r in runs]
+    third = next(i for i, f in enumerate(found) if f[0] == 2)
+    assert found[0] == [0, None] and found[third] == [2, runs[third - 1].turn.id]

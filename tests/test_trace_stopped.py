@@ -117,3 +117,25 @@ async def test_ctrl_c_mid_stream_keeps_the_usage_the_provider_sent() -> None:
     assert summary.turn.usage.input == call.usage.input and summary.turn.usage_unknown
     assert turn_cost(summary.turn, prices) is None  # a known price, an unknown output
     assert "usage as the provider sent it" in shown
+
+
+async def test_a_reply_cut_at_its_cap_before_the_server_counted_it_has_unknown_usage(
+    monkeypatch,
+) -> None:
+    """An OpenAI-compatible stream says its usage last: a reply Heron cuts at its output cap
+    never gets it, so the call's input is unknown (0 was recorded), and the turn says so as a
+    stopped one does."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")  # an output cap of 2,000 tokens
+    with FakeOpenAIServer([ServerReply(text="Start. ", endless="text")]) as server:
+        provider = OpenAICompatProvider("gpt-4.1-mini", "dummy-key-123456", server.base_url)
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            result = await engine.turn("cut", "write for ever")
+            (summary,) = list_runs(engine.store, "cut")
+            (call,) = load_run(engine.store, result.run_id).calls
+            prices = PriceTable()
+            shown = _shown(engine, result.run_id, prices)
+    assert call.reply is not None and call.reply.stop == "length" and call.usage.input == 0
+    assert summary.turn.usage_unknown and turn_cost(summary.turn, prices) is None
+    assert " · ? · " in shown and "usage unknown: cut at its output cap" in shown
+    assert ls_rows([summary], prices)[0][-1] == "?"
+    assert call.reply.usage_unknown  # read back from the trace

@@ -1073,3 +1073,45 @@ def test_download_reached_by_keyboard_saves_what_the_cli_exports(browser, site, 
     expect(page.get_by_role("textbox", name="message")).to_be_visible()
     expect(page.get_by_role("group", name="download this conversation")).to_have_count(0)
     context.close()
+
+
+def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_reload(browser):
+    """A monitor's `message` to the open conversation: a note at once (live), then the stored
+    note in its place after the next turn reads the transcript again (never both), and after a
+    reload, between the turns it came between."""
+    import asyncio
+
+    from heron.bus import InboundMessage
+
+    loops: list[Any] = []
+
+    async def keep_loop(loop: Any) -> None:  # a serve service: hands the test its AgentLoop
+        loops.append(loop)
+        await asyncio.Event().wait()
+
+    model = SteeredModel()
+    alert = "MONITOR ALERT: the build is red"
+    with serve(model, services=[keep_loop]) as site:
+        pg = site.page(browser, "/")
+        _send(pg, "hello")
+        model.reply("Hi.")
+        expect(pg.locator(".msg.assistant:not(.live)")).to_have_text("Hi.")
+        meta = {"deliver_to": "personal", "deliver_as": "scheduled job 9 (a monitor)"}
+        fire = InboundMessage(
+            "schedule", "personal", "Scheduled check", "cron:9", "scheduled", meta=meta
+        )
+        asyncio.run_coroutine_threadsafe(loops[0].dispatch(fire), site.loop).result(30)
+        model.feed(("call", ToolCall("m1", "message", {"text": alert})), ("end", None))
+        model.reply("Told them.")
+        notes = pg.locator(".messages .note").filter(has_text=alert)
+        expect(notes).to_have_count(1)  # live, at once
+        _send(pg, "fix it")
+        model.reply("Fixing.")
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
+        expect(notes).to_have_count(1)  # the stored note in place of the live one
+        pg.reload()
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
+        expect(notes).to_have_count(1)
+        order = pg.locator(".messages").text_content() or ""
+        assert order.index("Hi.") < order.index(alert) < order.index("fix it")
+        pg.context.close()

@@ -15,7 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from heron.bus import NOTHING_TO_RETRY, STOP_ANSWER_CODE, stopped_by
+from heron.bus import (
+    ALREADY_ANSWERED,
+    NOTHING_TO_RETRY,
+    RETRY_UNANSWERED,
+    STOP_ANSWER_CODE,
+    stopped_by,
+)
 from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
@@ -355,14 +361,23 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     last = typed[-1]
     if not _answered(rows, last):  # its turn failed: answer it as it stands, work done kept
         return CommandReply(run_text=last.message.text, answer_id=last.id)
+    if arg.strip() == RETRY_UNANSWERED and _answered(rows, last, stopped=False):
+        return CommandReply(ALREADY_ANSWERED)  # `heron run --retry` never redoes an answer
     await ctx.store.call(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
 
 
-def _answered(rows: list[StoredMessage], message: StoredMessage) -> bool:
-    """Whether a final answer (an assistant message without tool calls) follows `message`."""
+def _answered(rows: list[StoredMessage], message: StoredMessage, *, stopped: bool = True) -> bool:
+    """Whether a final answer (an assistant message without tool calls) follows `message`;
+    `stopped=False`: not counting the reply a /stop or a crash left (meta `interrupted`), which
+    `heron run --retry` offers to answer again."""
     after = rows[[r.id for r in rows].index(message.id) + 1 :]
-    return any(r.role == "assistant" and not r.message.tool_calls for r in after)
+    return any(
+        r.role == "assistant"
+        and not r.message.tool_calls
+        and (stopped or not r.meta.get("interrupted"))
+        for r in after
+    )
 
 
 def retry_hint(key: str) -> str:

@@ -196,8 +196,9 @@ class TurnControl:
 
     key: str
     provenance: str = "user"
-    deliver: Callable[[str], Awaitable[None]] | None = None  # the `message` tool's outlet
-    ask: Callable[[str], Awaitable[None]] | None = None  # `ask_user`'s: sent as a question
+    # The `message` tool's outlet: what it answers its model (None: "Delivered to the user.").
+    deliver: Callable[[str], Awaitable[str | None]] | None = None
+    ask: Callable[[str], Awaitable[object]] | None = None  # `ask_user`'s: sent as a question
     spoke: list[str] = field(default_factory=list)  # what the `message` tool delivered
     token: EpochToken = field(default_factory=EpochToken)
     mailbox: Mailbox = field(default_factory=Mailbox)
@@ -210,6 +211,9 @@ class TurnControl:
     files: tuple[File, ...] = ()
     # What stopped the turn, when a /stop or /new did (`heron.bus.stopped_by`'s words).
     stopped_by: str | None = None
+    # The stored row of the message the turn answers, once it is in the store; a turn that
+    # failed before (a full disk) lost the message, and must not offer --retry.
+    saved_id: int | None = None
 
     def __post_init__(self) -> None:
         self.mailbox.open = self.mailable

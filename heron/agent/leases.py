@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from heron.errors import BusyError
+from heron.errors import BusyError, StoreRefused
 from heron.store import Store
 from heron.store import engine_state as es
 
@@ -90,7 +90,11 @@ async def hold_lease(
     lease = Lease(store, conversation_id, owner, ttl, claim)
 
     async def release() -> None:
-        if not lease.released:
+        if lease.released:
+            return
+        # A disk that refuses writes keeps the claim on record: the next claim finds this
+        # process gone (or the claim expired) and takes it over, saying so.
+        with contextlib.suppress(StoreRefused):
             await store.call(es.release_lease, store, conversation_id, owner)
 
     async with _beating(lease.beat, ttl / 3, release):

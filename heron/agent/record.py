@@ -35,7 +35,7 @@ class TurnFigures:
     tool_calls: int
     system_fingerprint: str
     error: str | None = None
-    usage_unknown: bool = False  # a call was stopped mid-stream: `usage` is what was sent
+    usage_unknown: bool = False  # a call stopped mid-stream or cut uncounted: a floor
 
 
 class CallSink:
@@ -79,7 +79,7 @@ class TurnRecorder:
         self.trace = trace  # model and tool calls, mailbox deliveries, breaks
         self.on_tool_end = on_tool_end  # the channel's tool pill, once the call is recorded
         self.usage = Usage()
-        self.usage_unknown = False  # a call stopped mid-stream: its full usage never came
+        self.usage_unknown = False  # a call whose full usage never came (stopped, or cut)
         self.model_calls = 0
         self.tool_calls = 0
 
@@ -102,6 +102,8 @@ class TurnRecorder:
         usage = record.reply.usage if record.reply else Usage()
         if record.streamed is not None:  # stopped: the usage sent so far, if any
             usage = record.streamed.usage or Usage()
+            self.usage_unknown = True
+        elif record.reply is not None and record.reply.usage_unknown:  # cut before counted
             self.usage_unknown = True
         self.usage = self.usage + usage
         self.model_calls += 1

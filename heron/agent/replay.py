@@ -12,6 +12,7 @@ from the trace and compared like every other request. The store itself is never 
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -29,6 +30,7 @@ from heron.agent.replay_serve import (
 from heron.agent.runner import RunHooks, RunLimits, Runner
 from heron.compaction import prepare_turn
 from heron.compaction import records as rec
+from heron.compaction.consolidate import FAILED_TURNS_BEFORE_FALLBACK
 from heron.compaction.core import CompactionSetup
 from heron.config import AgentDefaults, Config
 from heron.context.prompt import PromptInputs
@@ -37,6 +39,7 @@ from heron.messages import Message
 from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
 from heron.store import Store
+from heron.store import compactions as folds
 from heron.tools.approval import describe_commands
 from heron.tools.context import ToolContext
 from heron.tools.python_kernel import KERNEL_IDLE_MINUTES, describe_kernel
@@ -96,11 +99,33 @@ def engine_registry(attached: Iterable[Tool] = ()) -> ToolRegistry:
 
 def rewound_copy(store: Store, run: RunTrace) -> Store:
     """An in-memory copy of the store as the turn found it: the conversation's head at the
-    turn's user message and the compactions made from the turn on removed (their marks go
-    with them)."""
+    turn's user message, the compactions made from the turn on removed (their marks go with
+    them), and the failed summaries in a row the turn found (at the third a consolidation
+    writes its fallback)."""
     turn = run.turn
     head = (run.start or {}).get("user_message_id") or turn.user_message_id
-    return store.rewound_copy(turn.conversation_id, head, turn.started)
+    copy = store.rewound_copy(turn.conversation_id, head, turn.started)
+    now = rec.context_state(copy, turn.conversation_id)
+    failed, last = failures_found(store, run)
+    found = dataclasses.replace(now, failed_turns=failed, last_failed_turn=last)
+    rec.set_context_state(copy, turn.conversation_id, found)
+    return copy
+
+
+def failures_found(store: Store, run: RunTrace) -> tuple[int, int | None]:
+    """The failed summaries in a row (and the last failing turn) the turn found, as its start
+    recorded them. A run recorded before the start kept them: two when the turn's
+    consolidation wrote the fallback, else none (the count decides nothing else)."""
+    found = ((run.start or {}).get("context") or {}).get("failed_turns")
+    if isinstance(found, list) and len(found) == 2:
+        return int(found[0]), None if found[1] is None else int(found[1])
+    turn = run.turn
+    ended = turn.ended if turn.ended is not None else float("inf")
+    fell_back = any(
+        c.kind == "fallback" and turn.started <= c.created <= ended
+        for c in folds.compactions(store, turn.conversation_id)
+    )
+    return (FAILED_TURNS_BEFORE_FALLBACK - 1 if fell_back else 0), None
 
 
 class _ReplayEngine:
@@ -171,13 +196,21 @@ async def _context(copy: Store, setup: ReplaySetup) -> tuple[str, list[Message],
         )
 
     async def persist(message: Message) -> None:  # the governor reads the record back
-        await copy.call(copy.append, conversation.id, message, turn_id=turn.id)
+        await copy.call(_write, copy, conversation.id, message, turn.id)
 
     hooks.on_message = persist
     hooks.govern = prepared.governor.govern
     hooks.on_model_call = prepared.governor.observing(_nothing)
     system = prepared.system if engine.inputs is not None else str(start["system"])
     return system, prepared.messages, hooks
+
+
+def _write(copy: Store, conversation_id: int, message: Message, turn_id: int) -> None:
+    """The run's next row: the one the recorded run wrote there, with its id, while the replay
+    writes what the run wrote (the view quotes rows by id: a checkpoint's mail, a long
+    message); a new row from the first difference on."""
+    if copy.follow(conversation_id, message, turn_id) is None:
+        copy.append(conversation_id, message, turn_id=turn_id, meta=message.meta)
 
 
 async def _nothing(_: Any) -> None:

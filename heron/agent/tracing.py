@@ -70,12 +70,14 @@ def _context(built: Built) -> JSONObject:
     governor = built.governor
     if governor is None:
         return {}
-    cal, budget = governor.deps.calibration, governor.deps.budget
+    cal, budget, found = governor.deps.calibration, governor.deps.budget, governor.deps.found
     return {
         "window": budget.window,
         "ratio": budget.ratio,
         "result_cap": budget.result_cap,
         "calibration": [cal.factor, cal.samples],
+        # The failed summaries in a row the turn found (the third writes the fallback).
+        **({"failed_turns": [found.failed_turns, found.last_failed_turn]} if found else {}),
     }
 
 

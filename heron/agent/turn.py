@@ -50,7 +50,7 @@ from heron.compaction.core import window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
 from heron.context.prompt import fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
-from heron.errors import ContextOverflow, ProviderError
+from heron.errors import ContextOverflow, ProviderError, StoreRefused
 from heron.memory import wiring as memory_wiring
 from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
@@ -91,6 +91,8 @@ FAILED = (
     "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
     "not stored twice)."
 )
+# Said with the error of a turn that failed before the person's message was stored.
+NOT_SAVED = "Your message was not saved: send it again once this is fixed."
 MAX_OVERFLOW_RETRIES = 1
 OVERFLOW_SHRINK = 0.75  # the window of the run after an overflow, as a share of the last one
 # A goal's turn: no wall-clock deadline on a model request (the stall timeout still cuts a
@@ -405,8 +407,7 @@ async def restore(t: Turn, _: None) -> Restored:
 
 def resumed(t: Turn) -> int | None:
     """The stored message a recovered turn answers where the record stands (heron/scale/)."""
-    options = t.control.options
-    return None if options is None else options.answer_id
+    return resumed_id(t.control)
 
 
 # ---- COMMAND ----------------------------------------------------------------------------------
@@ -449,6 +450,7 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
             model=engine.choice.model,
         )
         user_id = todo.answer_id
+    t.control.saved_id = user_id
     if t.hooks.on_saved is not None:
         t.hooks.on_saved(user_id)
     t.control.checkpoint.turn_id = turn_id
@@ -952,12 +954,31 @@ async def interrupted(t: Turn) -> None:
     t.control.void()
     pending, t.pending = t.pending, None
     store = t.engine.store
-    if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
-        await store.call(pending.write, False)
-    if t.built is not None:
-        said, author = stopped_reply(t)
-        conversation_id, turn_id, printed = t.conversation.id, t.built.turn_id, t.stopped_output
-        await store.call(es.close_turn, store, conversation_id, turn_id, said, printed, author)
+    # A disk that refuses writes (full, read-only) refuses these too: the turn's own error
+    # says so, and the next turn on the conversation closes this one (RESTORE, `Lease.dirty`).
+    with contextlib.suppress(StoreRefused):
+        if pending is not None:  # a run that ended before SAVE: its trace rows, not its reply
+            await store.call(pending.write, False)
+        if t.built is not None:
+            said, author = stopped_reply(t)
+            conversation_id, turn_id = t.conversation.id, t.built.turn_id
+            printed = t.stopped_output
+            await store.call(es.close_turn, store, conversation_id, turn_id, said, printed, author)
+
+
+def message_unsaved(control: TurnControl, text: str) -> bool:
+    """Whether a turn that failed lost the message that opened it: it failed before the message
+    was stored (a full or read-only disk, the lease never won), so there is nothing to answer
+    again and the person must send it again. A command stores no message of its own (the one
+    --retry answers was stored by an earlier turn), nor does a recovered workflow's turn."""
+    if control.saved_id is not None or resumed_id(control) is not None:
+        return False
+    return commands.parse(text) is None
+
+
+def resumed_id(control: TurnControl) -> int | None:
+    options = control.options
+    return None if options is None else options.answer_id
 
 
 def stopped_reply(t: Turn) -> tuple[str, str | None]:

@@ -24,10 +24,13 @@ def fail(error: HeronError) -> NoReturn:
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """Print rows under a header line, columns padded to their widest cell; the last column is
-    left ragged (it holds free text such as a title or a prompt)."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    left ragged (it holds free text such as a title or a prompt). Widths are terminal cells, so
+    a key with an emoji or CJK characters (two cells each) does not push its row askew."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
-        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
+        cells = [str(c) + " " * (w - cell_len(str(c))) for c, w in zip(row, widths, strict=False)]
         typer.echo("  ".join([*cells, str(row[-1])]).rstrip())
 
 

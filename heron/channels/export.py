@@ -71,7 +71,7 @@ def export_conversation(
     """`heron conversations export`: to stdout, or to `output` (refused when it exists,
     unless `force`), then a line saying where it went."""
     chosen = export_format(form, output)
-    store = open_store(settings)
+    store = open_store(settings, reading=True)
     try:
         text, count = exported(store, key, chosen)
     finally:

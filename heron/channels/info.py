@@ -26,8 +26,17 @@ if TYPE_CHECKING:
     from heron.providers.openai_compat import OpenAICompatProvider
 
 
-def open_store(settings: Settings) -> Store:
-    return Store(settings.database)
+def open_store(settings: Settings, *, reading: bool = False) -> Store:
+    """The home's store. `reading`: the command only reads (list, show, search, export), so
+    a home whose disk refuses writes (read-only, full) is opened read-only, and said so once
+    on stderr, rather than refused."""
+    store = Store(settings.database, reading=reading)
+    if store.read_only is not None:
+        typer.echo(f"heron: {store.read_only.summary}; {READ_ONLY_NOTE}", err=True)
+    return store
+
+
+READ_ONLY_NOTE = "reading it as it stands (nothing can be saved there until that changes)"
 
 
 def _when(ts: float) -> str:
@@ -35,13 +44,20 @@ def _when(ts: float) -> str:
 
 
 def list_conversations(settings: Settings, limit: int) -> None:
-    store = open_store(settings)
-    rows = store.conversations(limit)
+    store = open_store(settings, reading=True)
+    rows = store.conversations(limit + 1)  # one more: whether to say there are others
     if not rows:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
-    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in rows]
+    shown = rows[:limit]
+    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in shown]
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
+    if len(rows) > limit:
+        more = store.conversation_count() - limit
+        typer.echo(
+            f"… and {plural(more, 'older conversation')}: heron conversations list --limit "
+            f"{limit + more}, or heron conversations search WORDS"
+        )
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -146,7 +162,7 @@ def show_conversation(
     model_view: bool = False,
     budget: bool = False,
 ) -> None:
-    store = open_store(settings)
+    store = open_store(settings, reading=True)
     conv = known(store, key)
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report

@@ -40,15 +40,17 @@ PathArg = Annotated[
 
 
 @contextmanager
-def _service() -> Iterator[MemoryService]:
+def _service(*, reading: bool = False) -> Iterator[MemoryService]:
+    """The memory service of HERON_HOME. `reading`: the command only reads (list, show,
+    explain, recall), so a home that refuses writes is read as it stands (`open_store`)."""
+    from heron.channels.info import open_store
     from heron.config import Settings
     from heron.memory.service import MemoryService
-    from heron.store import Store
 
     try:
         settings = Settings.load()
         paths = settings.paths.ensure()
-        store = Store(settings.database)
+        store = open_store(settings, reading=reading)
     except HeronError as e:
         _fail(e)
     try:
@@ -87,7 +89,7 @@ def list_entries(
     An entry too long for the prompt is flagged."""
     from heron.memory.section import ENTRY_CAP, over_cap
 
-    with _service() as service:
+    with _service(reading=True) as service:
         entries = service.entries(scope)
         if not entries:
             typer.echo(
@@ -116,14 +118,14 @@ def show(path: PathArg) -> None:
     """Print an entry as saved."""
     from heron.memory.entries import render
 
-    with _service() as service:
+    with _service(reading=True) as service:
         typer.echo(render(service.get(path)), nl=False)
 
 
 @app.command()
 def explain(path: PathArg) -> None:
     """Where an entry came from, and the recent model requests that carried it."""
-    with _service() as service:
+    with _service(reading=True) as service:
         entry = service.get(path)
         src = entry.source
         typer.echo(f"entry:        {entry.path.rel}")
@@ -193,7 +195,7 @@ def recall(
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many snippets.")] = 10,
 ) -> None:
     """Search every message of every conversation, compacted ones included."""
-    with _service() as service:
+    with _service(reading=True) as service:
         print_recall(service.store, query, limit)
 
 

@@ -27,7 +27,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 
-from heron.bus import NOTHING_TO_RETRY, RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import (
+    ALREADY_ANSWERED,
+    NOTHING_TO_RETRY,
+    RETRY_MARKER,
+    Outbound,
+    OutboundMessage,
+    TurnEnd,
+    TurnEvent,
+)
 from heron.messages import File, new_key
 
 if TYPE_CHECKING:
@@ -42,6 +50,7 @@ EMBEDDED_BANNER = (
     "work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL (see README)."
 )
 CHANNEL = "script"
+NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
 SIGNALS = (signal.SIGINT, signal.SIGTERM)  # each stops the turn as /stop does
 STOP_WAIT = 10.0  # seconds a stopped turn has to say it ended before heron run leaves anyway
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: the status of a tool whose reader went away
@@ -547,18 +556,38 @@ def _stopped_by(printer: _Printer) -> str | None:
 
 def _why(printer: _Printer, key: str) -> tuple[str, str]:
     """A turn that did not end well: what happened (`error`) and what to do (`hint`)."""
-    from heron.agent.commands import retry_hint
-
     end, stopped = printer.end, _stopped_by(printer)
     if stopped is not None and not printer.sent:
         return f"stopped by {stopped} before the message was sent", UNSENT
     if stopped is not None:
         return f"stopped by {stopped}", after_stop(stopped, key)
     error = end.error if end is not None and end.error else "it was stopped"
-    return error, retry_hint(key)
+    return error, failed_hint(end, key)
 
 
 UNSENT = "Nothing was sent or stored; run it again."
+
+
+def failed_hint(end: TurnEnd | None, key: str) -> str:
+    """How to answer a failed turn's message again: --retry when it is stored; when the turn
+    failed before storing it (a full disk), that it is lost and must be sent again, since
+    --retry would find an earlier message, already answered."""
+    if end is not None and end.unsaved:
+        return (
+            f"Your message was not saved in conversation {key!r}: send it again "
+            f"(`heron run -c {key} ...`) once this is fixed."
+        )
+    from heron.agent.commands import retry_hint
+
+    return retry_hint(key)
+
+
+def not_retried_hint(said: str, key: str) -> str:
+    """What to do when --retry answered nothing: send a message first, or, when the last one
+    already has its answer, ask again in heron chat (`/retry` there branches)."""
+    if said == NOTHING_TO_RETRY:
+        return f"Send a message first: heron run -c {key} TEXT"
+    return f"Nothing was run again; `/retry` in `heron chat -c {key}` answers it on a new branch."
 
 
 def after_stop(stopped: str, key: str) -> str:
@@ -584,8 +613,8 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     usage = end.usage if end is not None else None
     streamed = "".join(printer.reply)
     out = _json_object(key)
-    if end is not None and end.ok and end.command == "retry" and end.reply == NOTHING_TO_RETRY:
-        out.update(error=NOTHING_TO_RETRY, hint=f"Send a message first: heron run -c {key} TEXT")
+    if end is not None and end.ok and end.command == "retry" and end.reply in NOT_RETRIED:
+        out.update(error=end.reply, hint=not_retried_hint(end.reply, key))
         return out
     if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")

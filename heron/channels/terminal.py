@@ -627,7 +627,9 @@ async def _command(
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/attach":
-        console.print(attach_command(arg, state), highlight=False, markup=False)
+        # Off the loop (a turn may be streaming): the file is read and a PDF's pages counted.
+        said = await asyncio.to_thread(attach_command, arg, state)
+        console.print(said, highlight=False, markup=False)
     elif name == "/memory" and arg.strip() == "review":
         await _review_either(engine, conn, console)
     elif name in ("/learn", "/reflect"):

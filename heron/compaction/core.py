@@ -127,6 +127,9 @@ class ContextDeps:
     before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
     after_fold: Callable[[int], Awaitable[None]] | None = None
     prompts: PromptMemo | None = None  # the engine's built prompts, remembered
+    # The compaction state a turn found before it consolidated (its failed summaries in a
+    # row): the turn's trace records it, so a replay falls back where the turn did.
+    found: rec.ContextState | None = None
 
     def view_options(self) -> ViewOptions:
         b = self.budget

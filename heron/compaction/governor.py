@@ -27,7 +27,7 @@ from heron.compaction.summary import (
 from heron.context.budget import RequestTooLarge, section_name, split_sections, too_large
 from heron.context.history import BranchState, load_branch_async, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
-from heron.context.view import shape_messages, snip, user_texts
+from heron.context.view import Said, said_in, shape_messages, snip
 from heron.messages import Message, Text
 from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest
@@ -118,17 +118,17 @@ class Governor:
         fixed = tokens_of(self.deps, self.system, [])
         budget = self.deps.budget
         words = budget.share(budget.shares.user_words)
-        fitted = snip(view, budget.input - fixed, self.deps.calibration, raws, self._ids(), words)
+        fitted = snip(view, budget.input - fixed, self.deps.calibration, raws, self._said(), words)
         body = sum(raws) if raws is not None and fitted is view else estimate_messages(fitted)
         self.last_raw = estimate_text(self.system) + body + _tools_raw(self.deps)
         if fixed + self.deps.calibration.tokens(body) > budget.input:
             raise self._too_large(self.deps.calibration.tokens(body))
         return fitted
 
-    def _ids(self) -> dict[str, int]:
-        """The row id of each user text of the record read, for the pointers snip writes."""
-        rows = self.state.rows if self.state is not None else []
-        return {t: r.id for r in rows for t in user_texts(r.message)}
+    def _said(self) -> list[Said]:
+        """The user side of the view's rows as the record holds it (row ids, authors), for the
+        pointers snip writes and the texts it leaves to Heron."""
+        return said_in(self.state.rows, self.state.plan) if self.state is not None else []
 
     def _too_large(self, messages: int) -> RequestTooLarge:
         cal = self.deps.calibration

@@ -54,7 +54,7 @@ def _offline_deps(
     workspace = settings.paths.workspace
 
     def inputs(name: str, conversation_id: int | None = None) -> PromptInputs:
-        return PromptInputs(name, workspace, list(specs), bootstrap={})
+        return PromptInputs(name, workspace, list(specs))
 
     setup = CompactionSetup(
         store,

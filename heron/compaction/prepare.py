@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, _conversation_tokens, consolidate
 from heron.compaction.core import CompactionHost, ContextDeps, deps_for, tokens_of
 from heron.compaction.governor import Governor
@@ -85,6 +86,7 @@ def _measure(
 ) -> tuple[ContextDeps, BranchState, int, tuple[str, list[Message]]]:
     """In one hop: the branch, its size, and the system prompt and view (derived once)."""
     deps = deps_for(engine, window)
+    deps.found = rec.context_state(deps.store, conversation_id)
     state = load_branch(deps.store, conversation_id)
     system, view = _assemble(deps, agent, state)
     return deps, state, _conversation_tokens(deps, agent, state, view), (system, view)

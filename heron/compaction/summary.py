@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from heron.context.tokens import estimate_text
-from heron.context.view import bounded_quotes, user_texts
+from heron.context.view import bounded_quotes, person_words, user_texts
 from heron.messages import File, Message, Text, ToolCall, ToolResult, dumps
 from heron.providers.wire import file_label
 from heron.store.records import StoredMessage
@@ -58,12 +58,14 @@ def _synthetic(text: str) -> bool:
 
 
 def quotes_of(rows: Sequence[StoredMessage]) -> list[tuple[int, str]]:
-    """(row id, text) of everything the user wrote in `rows`, in order."""
+    """(row id, text) of everything the person wrote in `rows`, in order: their messages and
+    their answers to ask_user. Heron's own user-role rows (goal nudges, reminders, subagent
+    results: author 'heron') are not the person's words and are left to the summary."""
     out = []
-    for row in rows:
-        for text in user_texts(row.message):
-            if text.strip() and not _synthetic(text):
-                out.append((row.id, text))
+    for i, text in person_words([row.message for row in rows]):
+        row = rows[i]
+        if row.author != "heron" and text.strip() and not _synthetic(text):
+            out.append((row.id, text))
     return out
 
 

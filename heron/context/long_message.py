@@ -9,6 +9,12 @@ heron/providers/wire.py): a text file over `[attachments] inline_text_kb` stays 
 in the record, and unlike an image it goes to the model as its text, so it is cut the way a
 pasted message is. The share is the whole message's: parts that fit in an even split keep
 their size, and what they leave is split evenly among the larger ones.
+
+A PDF whose pages were counted is measured by its estimate (heron/context/tokens.py, in
+characters as the share is), but it cannot be cut: it goes whole or not at all, against a share
+of its own, PDF_SHARE times the message's (half the window by default), smallest first. One
+that does not fit is not sent; the model gets a note with its page count and a copy saved in
+the workspace to read with its tools, and the person is told once, as for a text file.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from heron.context.runtime import is_runtime_part
 from heron.context.tokens import estimate_text, file_tokens
 from heron.messages import File, Message, Part, Text, decode_text, file_class, size_label
-from heron.saved import MESSAGES_DIR, keep
+from heron.saved import MESSAGES_DIR, keep, keep_bytes
 
 # sha256 -> the bytes the store keeps of an attachment, None when they are gone
 FileReader = Callable[[str], bytes | None]
@@ -58,7 +65,14 @@ def counted(part: Part) -> int | None:
         return None if is_runtime_part(part) else len(part.text)
     if isinstance(part, File) and file_class(part) == "text":
         return part.size
+    if _whole(part):
+        return file_tokens(part) * 4  # the share is counted in characters, four a token
     return None
+
+
+def _whole(part: Part) -> TypeGuard[File]:
+    """A PDF of known pages: in the share, but sent whole or not at all."""
+    return isinstance(part, File) and file_class(part) == "pdf" and part.pages > 0
 
 
 def _rough_size(message: Message) -> int:
@@ -68,7 +82,7 @@ def _rough_size(message: Message) -> int:
         if isinstance(part, Text):
             total += len(part.text)
         elif isinstance(part, File):
-            total += part.size
+            total += counted(part) or part.size
     return total
 
 
@@ -80,12 +94,36 @@ def allotments(message: Message, limit: int) -> dict[int, int]:
     sizes = {i: n for i, p in enumerate(message.parts) if (n := counted(p)) is not None}
     if sum(sizes.values()) <= limit:
         return {}
+    pdfs = {i: n for i, n in sizes.items() if _whole(message.parts[i])}
+    rest = {i: n for i, n in sizes.items() if i not in pdfs}
+    out = _whole_or_none(pdfs, PDF_SHARE * limit) | _even_split(rest, limit)
+    return {i: allot for i, allot in out.items() if sizes[i] > allot}
+
+
+# A PDF may take twice the message's share (half the window by default): it cannot be cut, and
+# a paper of a few dozen pages is what people attach to ask about. Its estimate errs high.
+PDF_SHARE = 2
+
+
+def _whole_or_none(sizes: dict[int, int], limit: int) -> dict[int, int]:
+    """Smallest first, each part whole while the parts so far fit in `limit`, else nothing."""
+    out: dict[int, int] = {}
+    left = limit
+    for i in sorted(sizes, key=lambda i: sizes[i]):
+        out[i] = sizes[i] if sizes[i] <= left else 0
+        left -= out[i]
+    return out
+
+
+def _even_split(sizes: dict[int, int], limit: int) -> dict[int, int]:
+    """Parts that fit in an even split of `limit` keep their size; what they leave is split
+    evenly among the larger ones."""
     out: dict[int, int] = {}
     left, order = limit, sorted(sizes, key=lambda i: sizes[i])
     for n, i in enumerate(order):
         out[i] = min(sizes[i], left // (len(order) - n))
         left -= out[i]
-    return {i: allot for i, allot in out.items() if sizes[i] > allot}
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,10 +205,37 @@ def shown(
         part = parts[i]
         if isinstance(part, Text):
             parts[i] = Text(large_user_text(part.text, allot, workspace, row_id))
+        elif _whole(part):
+            parts[i] = Text(_pdf_note(part, saved_pdf(part, workspace, read)))
         elif isinstance(part, File):
             found = file_excerpt(part, allot, workspace, read)
             parts[i] = found.part if found else part
     return Message(message.role, parts)
+
+
+def saved_pdf(part: File, workspace: Path | None, read: FileReader | None) -> str | None:
+    """Where the workspace holds a copy of a PDF too large to send (written once, from the
+    store's copy of its bytes); None without a workspace or the bytes."""
+
+    def data() -> bytes | None:
+        return part.data if part.data is not None else read(part.sha256) if read else None
+
+    return keep_bytes(part.name or "file.pdf", part.sha256, data, workspace, MESSAGES_DIR, ".pdf")
+
+
+def _pdf_note(part: File, path: str | None) -> str:
+    name = part.name or "file.pdf"
+    where = (
+        f" The whole file is saved in {path}: read the pages you need with your tools"
+        " (pypdf in run_cell)."
+        if path
+        else " Ask for fewer pages at a time."
+    )
+    return (
+        f"[Attached PDF {name} ({size_label(part.size)}, {part.pages:,} pages, about"
+        f" {file_tokens(part):,} tokens) is larger than its share of the context: it is not"
+        f" sent.{where}]"
+    )
 
 
 def notices(
@@ -192,6 +257,17 @@ def notices(
                 f" its share of the model's window: the model sees its first {allot * 2 // 3:,}"
                 f" and last {allot // 3:,} characters and can read the rest from {path}."
                 " The whole message is kept."
+            )
+        elif _whole(part):
+            saved = saved_pdf(part, workspace, read)
+            out.append(
+                f"{part.name or 'The attached PDF'} has {part.pages:,} pages, about"
+                f" {tokens(file_tokens(part)):,} tokens, more than its share of the model's"
+                " window: the model gets a note in its place"
+                + (f" and can read it from {saved}" if saved else "")
+                + ". The whole file is kept. To send it as a document, attach fewer pages"
+                " (split the PDF), use a model with a larger window, or raise [context]"
+                " user_message."
             )
         elif isinstance(part, File) and (found := file_excerpt(part, allot, workspace, read)):
             out.append(

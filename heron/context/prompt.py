@@ -82,7 +82,9 @@ class PromptInputs:
     recent_history: str = ""  # filled by the memory engine
     skills: str = ""
     archived_summary: str = ""  # the consolidation summary of the folded history
-    bootstrap: dict[str, str] = field(default_factory=dict)  # name -> text; read when empty
+    # name -> text; None: read them from the workspace. {} is "there were none" (a replayed run
+    # recorded no files: reading the workspace now would find the ones written since).
+    bootstrap: dict[str, str] | None = None
     brief: bool = False  # a tiny model (its profile's brief_prompt): `BRIEF` and nothing else
 
 
@@ -233,7 +235,7 @@ BRIEF = "You are {agent}, a helpful assistant. Give short, factual answers in En
 def build_system_prompt(inputs: PromptInputs) -> str:
     if inputs.brief:
         return BRIEF.format(agent=inputs.agent)
-    files = inputs.bootstrap or read_bootstrap(inputs.workspace)
+    files = inputs.bootstrap if inputs.bootstrap is not None else read_bootstrap(inputs.workspace)
     sections = [
         identity(inputs),
         bootstrap_section(files),
@@ -303,9 +305,9 @@ class PromptMemo:
 
 def _memo_key(inputs: PromptInputs) -> tuple[Any, ...]:
     # The specs by identity (the memo entry keeps them alive, so an id is never reused while
-    # it is held); a missing bootstrap dict means "read the files", which is never remembered.
+    # it is held); no bootstrap dict means "read the files", which is never remembered.
     tools = None if inputs.tools is None else tuple(id(t) for t in inputs.tools)
-    files = tuple(inputs.bootstrap.items()) if inputs.bootstrap else object()
+    files = tuple(inputs.bootstrap.items()) if inputs.bootstrap is not None else object()
     return (
         inputs.agent,
         inputs.workspace,

@@ -24,7 +24,14 @@ from heron.messages import (
 from heron.request import ToolSpec
 
 PER_MESSAGE = 4  # role markers and separators
-FILE_TOKENS = 1_000  # an image or document, whatever its bytes
+FILE_TOKENS = 1_000  # an image, or a PDF whose pages are unknown, whatever its bytes
+# A PDF goes to the model page by page. Anthropic's PDF support page: each page's text costs
+# 1,500 to 3,000 tokens by its density, and each page is also sent as an image (about 1,600
+# tokens at most, its cap for one image); OpenAI's file inputs likewise give a vision model
+# each page's text and an image of the page (an image at high detail is about 1,100 tokens).
+# 3,000 a page errs high on purpose: an estimate too low lets a request overflow the window
+# (the provider refuses it), one too high only hands the file to the view's share earlier.
+PDF_PAGE_TOKENS = 3_000
 MIN_FACTOR, MAX_FACTOR = 0.5, 2.5
 
 
@@ -52,11 +59,14 @@ def estimate_message(message: Message) -> int:
 
 
 def file_tokens(part: File) -> int:
-    """An attachment's estimate: a text file goes to the model as its text (four bytes a
-    token, loaded or not, so the estimate is the same before and after its bytes are read);
-    an image or document counts FILE_TOKENS."""
-    if file_class(part) == "text":
+    """An attachment's estimate, the same before and after its bytes are read: a text file
+    goes to the model as its text (four bytes a token); a PDF counts PDF_PAGE_TOKENS a page
+    (the count its part keeps); an image, or a PDF of unknown pages, FILE_TOKENS."""
+    kind = file_class(part)
+    if kind == "text":
         return (max(part.size, 0) + 3) // 4
+    if kind == "pdf" and part.pages > 0:
+        return part.pages * PDF_PAGE_TOKENS
     return FILE_TOKENS
 
 

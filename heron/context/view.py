@@ -17,7 +17,8 @@ request N.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from heron.context.repair import repair_tool_pairs
 from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
 from heron.saved import RESULTS_DIR, head, keep
-from heron.store.records import StoredMessage
+from heron.store.records import ANSWERED, ASK_TOOL, StoredMessage
 
 # Tools whose old results can be dropped from the view: reading them again is possible or
 # pointless. run_cell and bash also act, so their placeholder says not to run them again.
@@ -164,12 +165,16 @@ def shape_messages(messages: Sequence[Message], opts: ViewOptions) -> list[Messa
     return shape(items, results_with_calls(items), opts)
 
 
+def _after_fold(rows: Sequence[StoredMessage], plan: ViewPlan) -> Sequence[StoredMessage]:
+    """The rows after the active consolidation's cut (all of them when there is none)."""
+    ids = [r.id for r in rows]
+    return rows[ids.index(plan.folded_upto) + 1 :] if plan.folded_upto in ids else rows
+
+
 def visible_rows(rows: Sequence[StoredMessage], plan: ViewPlan) -> list[Item]:
     """The wire messages of the rows the view shows, checkpoints appended to their anchors."""
-    ids = [r.id for r in rows]
-    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
     out: list[Item] = []
-    for row in rows[start:]:
+    for row in _after_fold(rows, plan):
         if row.id in plan.compacted:
             continue
         message = row.wire
@@ -192,9 +197,8 @@ def derive_view(
     # Results are counted from the consolidation cut on (rows folded in flight included):
     # the cut breaks the cached prefix anyway, so the count may restart there, while an
     # in-flight fold must not turn placeholders back into results.
-    ids = [r.id for r in rows]
-    start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
-    pairs = results_with_calls([*((r.id, r.message) for r in rows[start:]), *extra_items])
+    after = _after_fold(rows, plan)
+    pairs = results_with_calls([*((r.id, r.message) for r in after), *extra_items])
     view = repair_tool_pairs(shape([*visible_rows(rows, plan), *extra_items], pairs, opts))
     if view and view[0].role == "assistant":
         folded = plan.folded_upto is not None  # only then is there an archived summary
@@ -214,6 +218,61 @@ def user_texts(message: Message) -> list[str]:
     if message.role != "user":
         return []
     return [p.text for p in message.parts if isinstance(p, Text) and not is_runtime_part(p)]
+
+
+ANSWER_MARK = "(answer to ask_user) "
+
+
+def person_words(messages: Sequence[Message]) -> list[tuple[int, str]]:
+    """(index in `messages`, text) of what the person wrote, in order: the text of user messages
+    and each answer typed to `ask_user`, marked as one (only a result of an ask_user call of
+    the assistant message just before: no other tool's output can pass for the person's).
+    Who wrote a user row is the caller's to tell: Heron's own prompts are user-role too."""
+    out: list[tuple[int, str]] = []
+    asked: set[str] = set()
+    for i, message in enumerate(messages):
+        if message.role == "assistant":
+            asked = {c.id for c in message.tool_calls if c.name == ASK_TOOL}
+            continue
+        out.extend((i, text) for text in _said(message, asked))
+    return out
+
+
+def _said(message: Message, asked: set[str]) -> list[str]:
+    from heron.context.runtime import is_runtime_part
+
+    said = []
+    for part in message.parts:
+        if isinstance(part, Text) and not is_runtime_part(part):
+            said.append(part.text)
+        elif isinstance(part, ToolResult) and part.call_id in asked and _answer(part):
+            said.append(ANSWER_MARK + part.content[len(ANSWERED) :])
+    return said
+
+
+def _answer(result: ToolResult) -> bool:
+    return not result.is_error and result.content.startswith(ANSWERED)
+
+
+@dataclass(frozen=True)
+class Said:
+    """A text of a view's user side as the record holds it: its row, and whether the person
+    wrote it (False for Heron's own user-role rows: goal nudges, reminders, subagent results,
+    checkpoints)."""
+
+    row_id: int
+    text: str
+    person: bool
+
+
+def said_in(rows: Sequence[StoredMessage], plan: ViewPlan) -> list[Said]:
+    """What the user side of the rows the view shows says, in order, each with its row and
+    author: what snip needs to quote the person's words, each pointing at its own row."""
+    shown = [r for r in _after_fold(rows, plan) if r.id not in plan.compacted]
+    words = person_words([r.wire for r in shown])
+    out = [Said(shown[i].id, text, shown[i].author != "heron") for i, text in words]
+    anchors = {r.id for r in shown}  # a checkpoint is appended to its anchor: Heron's text
+    return out + [Said(a, text, False) for a, text in plan.checkpoints.items() if a in anchors]
 
 
 Quote = tuple[int | None, str]  # (row id when known, what the user wrote)
@@ -275,18 +334,42 @@ def _marked_id(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _dropped_quotes(messages: Sequence[Message], record: Sequence[Said]) -> list[Quote]:
+    """What the person wrote in `messages` (the view's oldest), each with its own row id: the
+    record's texts are matched in order, so a text typed twice points at each of its rows.
+    Heron's own texts are left out; a text the record does not hold (a message of the running
+    turn) is kept, with the id a large message's view names, if any."""
+    queues: dict[str, deque[Said]] = {}
+    for said in record:
+        queues.setdefault(said.text, deque()).append(said)
+    out: list[Quote] = []
+    for _, text in person_words(messages):
+        if not text.strip() or text in (EARLIER, OPENING):
+            continue
+        queue = queues.get(text)
+        if not queue:
+            out.append((_marked_id(text), text))
+            continue
+        said = queue.popleft()
+        if said.person:
+            out.append((said.row_id, text))
+    return out
+
+
 def snip(
     messages: list[Message],
     budget: int,
     cal: Calibration,
     raws: Sequence[int] | None = None,
-    ids_of: Mapping[str, int] | None = None,
+    record: Sequence[Said] = (),
     words: int | None = None,
 ) -> list[Message]:
     """The last resort when the view still exceeds `budget` tokens: drop the oldest turns at a
-    clean user boundary, keeping what the user wrote in them, newest first, verbatim while
-    `words` tokens last (default a tenth of the budget), then as pointers (`ids_of`: the row
-    id of a user text). `raws`: each message's raw estimate, when the caller already has them."""
+    clean user boundary, keeping what the person wrote in them (their messages and answers to
+    ask_user, not Heron's own user-role prompts), newest first, verbatim while `words` tokens
+    last (default a tenth of the budget), then as pointers (`record`: the view's user-side
+    texts with their rows and authors, `said_in`). `raws`: each message's raw estimate, when
+    the caller already has them."""
     raws = [estimate_message(m) for m in messages] if raws is None else raws
     sizes = [cal.tokens(r) for r in raws]
     if sum(sizes) <= budget:
@@ -301,12 +384,7 @@ def snip(
         if total - sum(sizes[:i]) + room <= budget:
             cut = i
             break
-    dropped = [
-        ((ids_of or {}).get(t) or _marked_id(t), t)
-        for m in messages[:cut]
-        for t in user_texts(m)
-        if t.strip()
-    ]
+    dropped = _dropped_quotes(messages[:cut], record)
     note = f"[{cut} earlier messages left out of this view to fit the context window."
     if dropped:
         quoted = bounded_quotes(dropped, words, budget // 20)

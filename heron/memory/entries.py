@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 from heron.errors import HeronError
+
+log = logging.getLogger(__name__)
 
 Kind = Literal["always", "when"]
 Origin = Literal["user", "auto", "lesson", "hand"]
@@ -202,6 +205,21 @@ def _unjson(value: str | None) -> str | None:
 # ---- the folder ------------------------------------------------------------------------------
 
 
+def decoded(data: bytes, path: EntryPath) -> str:
+    """A memory file's text. Heron writes UTF-8; a file the person saved from an editor set to
+    a legacy encoding is read as Windows-1252 (Latin-1 where it has no character), which every
+    byte decodes in, rather than stop every turn on one file. Its next edit by Heron writes it
+    back as UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("memory file %s is not UTF-8: read as Windows-1252; save it as UTF-8", path.rel)
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined
+        return data.decode("latin-1")
+
+
 class MemoryFiles:
     """The entries on disk. The files are the truth: every read goes back to the folder, and
     listing every entry (each turn does) re-reads only what changed since the last listing."""
@@ -229,7 +247,7 @@ class MemoryFiles:
     def read(self, path: EntryPath) -> Entry | None:
         target = self.file(path)
         try:
-            text = target.read_text(encoding="utf-8")
+            text = decoded(target.read_bytes(), path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         return parse(path, text, target.stat().st_mtime)

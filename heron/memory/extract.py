@@ -20,7 +20,7 @@ from heron.context.tokens import estimate_text
 from heron.errors import ProviderError
 from heron.memory import queue, records
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
-from heron.memory.guard import find_quote, typed_text
+from heron.memory.guard import find_quote, typed_texts
 from heron.memory.service import MemoryService
 from heron.messages import Message, Reply, Text
 from heron.providers.profiles import profile_for
@@ -77,9 +77,11 @@ def _memory_list(service: MemoryService) -> str:
     return "\n".join(lines) or "(empty)"
 
 
-def _prompt(service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int]) -> str:
+def _prompt(
+    service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int], typed: dict[int, str]
+) -> str:
     context = [line for r in rows if r.id not in quotable and (line := _row_line(r))]
-    words = [f"[#{r.id}] {typed_text(r)}" for r in rows if r.id in quotable and typed_text(r)]
+    words = [f"[#{r.id}] {typed[r.id]}" for r in rows if r.id in quotable]
     shown = "\n".join(context)[-CONTEXT_CHARS:]
     return (
         f"MEMORY ALREADY SAVED\n{_memory_list(service)}\n\n"
@@ -145,13 +147,14 @@ def _queue_picks(
     service: MemoryService,
     conversation_id: int,
     data: dict[str, Any],
-    quotable_rows: list[StoredMessage],
+    rows: list[StoredMessage],
+    quotable: set[int],
 ) -> list[int]:
     """Queue the picks that survive every check; the rest are dropped silently."""
     ids: list[int] = []
     for fact in _items(data, "facts"):
         quote = str(fact.get("quote", ""))
-        if not find_quote(quote, quotable_rows):
+        if not find_quote(quote, rows, only=quotable):
             continue  # not the user's words among what this pass may quote
         try:
             path = EntryPath.parse(str(fact.get("path", "")))
@@ -180,12 +183,12 @@ async def extract(
 ) -> list[int]:
     """One extraction call over the conversation; returns the ids of the queued suggestions."""
     rows = service.store.all_messages(conversation_id)
-    quotable = set(quotable_ids)
-    quotable_rows = [r for r in rows if r.id in quotable and typed_text(r)]
-    if not quotable_rows:
+    typed = typed_texts(rows)  # the person's words, answers to ask_user included
+    quotable = {i for i in quotable_ids if i in typed}
+    if not quotable:
         return []
-    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable))
-    return _queue_picks(service, conversation_id, data, quotable_rows)
+    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable, typed))
+    return _queue_picks(service, conversation_id, data, rows, quotable)
 
 
 async def compaction_pass(

@@ -5,7 +5,8 @@ space, in a message the user typed in this conversation, as a whole clause (it s
 where a sentence or clause does, or right after a request to remember), so no slice of a
 sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Only typed
 user text counts: rows whose author is Heron (continue and wrap-up prompts, summaries, recall
-injections, subagent prompts) are never searched, nor are tool results. The model's own text
+injections, subagent prompts) are never searched, nor are tool results, but for the answer the
+person typed to an `ask_user` question (its result quotes it). The model's own text
 never is. The entry's text is then the quote itself (`quote_text`): the agent picks where it
 goes, never its wording.
 
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory.refuse import find_secret, find_sensitive
 from heron.messages import Text
 from heron.store import StoredMessage
-from heron.store.records import SYNTHETIC_FLAGS
+from heron.store.records import ANSWERED, ASK_TOOL, SYNTHETIC_FLAGS
 
 __all__ = ["find_secret", "find_sensitive"]
 
@@ -48,11 +49,12 @@ def _trim(quote: str) -> str:
     return normalise(quote).strip(" \"'`.,;:!?")
 
 
-def typed_text(row: StoredMessage) -> str | None:
+def typed_text(row: StoredMessage, asked_by: StoredMessage | None = None) -> str | None:
     """The text the user typed in `row`, or None when the row is not the user's own words: its
     author is not the person (Heron's own prompts, summaries, injections: 'heron'), or its
     kind or flags say Heron wrote it. A tool row's text parts are what the person typed while
-    the tools ran (its results are not text parts)."""
+    the tools ran; of its results, only an answer the person typed to an `ask_user` call of
+    `asked_by` (the reply just before the row) counts, without the tool's own words around it."""
     if row.author not in (None, "user", "tool"):
         return None
     if row.role != "user" or row.kind != "message":
@@ -60,7 +62,27 @@ def typed_text(row: StoredMessage) -> str | None:
     if any(row.meta.get(flag) for flag in SYNTHETIC_FLAGS):
         return None
     texts = [p.text for p in row.message.parts if isinstance(p, Text)]
+    if asked_by is not None and asked_by.role == "assistant":
+        asks = {c.id for c in asked_by.message.tool_calls if c.name == ASK_TOOL}
+        texts += [
+            r.content[len(ANSWERED) :]
+            for r in row.message.tool_results
+            if r.call_id in asks and not r.is_error and r.content.startswith(ANSWERED)
+        ]
     return "\n".join(texts) if texts else None
+
+
+def typed_texts(rows: Sequence[StoredMessage]) -> dict[int, str]:
+    """`typed_text` of each row of `rows` (a conversation's, in order) that has one, the person's
+    answers to ask_user included: each row is read with its parent, the reply that asked."""
+    by_id = {r.id: r for r in rows}
+    out = {}
+    for row in rows:
+        asked_by = by_id.get(row.parent_id) if row.parent_id is not None else None
+        text = typed_text(row, asked_by)
+        if text is not None:
+            out[row.id] = text
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,15 +137,19 @@ def _clause_at(hay: str, needle: str) -> QuoteMatch | None:
     return None
 
 
-def find_quote(quote: str, rows: Iterable[StoredMessage]) -> list[QuoteMatch]:
-    """The user messages among `rows` that hold `quote` (normalised) as a whole clause;
-    newest first."""
+def find_quote(
+    quote: str, rows: Iterable[StoredMessage], only: set[int] | None = None
+) -> list[QuoteMatch]:
+    """The user messages among `rows` (of `only` among them, if given) that hold `quote`
+    (normalised) as a whole clause; newest first."""
     needle = _trim(quote)
     if len(needle) < MIN_QUOTE_CHARS:
         return []
     found = []
+    rows = list(rows)
+    typed = typed_texts(rows)
     for row in rows:
-        text = typed_text(row)
+        text = typed.get(row.id) if only is None or row.id in only else None
         if text is None or needle not in normalise(text):
             continue
         clause = _clause_at(_hay(text), needle)
@@ -136,7 +162,7 @@ def appears_in(quote: str, rows: Iterable[StoredMessage]) -> bool:
     """Whether `quote` is anywhere in what the user typed, whole clause or not."""
     needle = _trim(quote)
     return len(needle) >= MIN_QUOTE_CHARS and any(
-        needle in normalise(t) for r in rows if (t := typed_text(r)) is not None
+        needle in normalise(t) for t in typed_texts(list(rows)).values()
     )
 
 

@@ -42,7 +42,12 @@ _CONFIG = (
     "init.defaultBranch=main",
 )
 IGNORE = ".*.tmp\n"  # MemoryFiles writes through temporary files (entries.py)
-LOCK_RETRIES = 8  # another process holds git's index.lock: wait for it, briefly
+# Another git holds the index.lock: wait for it briefly (0.75 s in all; a commit of the memory
+# folder takes a few tens of ms), then the commit is skipped with a warning.
+LOCK_RETRIES = 5
+# An index.lock older than this, with no git working in the folder, was left by a git that
+# stopped mid-commit: it is removed (`MemoryHistory._clear_stale_lock`).
+STALE_LOCK = 60.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # One lock per memory folder in this process: tool calls of one reply run on threads at once,
@@ -80,6 +85,7 @@ class MemoryHistory:
     def _run(self, *args: str, check: bool = True) -> str:
         assert self.git is not None
         env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+        cleared = False
         for attempt in range(LOCK_RETRIES):
             done = subprocess.run(
                 [self.git, *_CONFIG, *args],
@@ -90,13 +96,52 @@ class MemoryHistory:
             )
             if done.returncode == 0 or "index.lock" not in done.stderr:
                 break
-            time.sleep(0.05 * 2**attempt)  # on a worker thread; another process commits
+            if not cleared and self._clear_stale_lock():
+                cleared = True
+                continue
+            if attempt < LOCK_RETRIES - 1:
+                time.sleep(0.05 * 2**attempt)  # on a worker thread; another process commits
+        else:
+            raise MemoryHistoryError(self._held_lock())
         if check and done.returncode != 0:
             raise MemoryHistoryError(
                 f"git {args[0]} failed in {self.root}: {done.stderr.strip() or done.stdout}",
                 hint=f"Look at the repository yourself: git -C {self.root} status",
             )
         return done.stdout
+
+    @property
+    def index_lock(self) -> Path:
+        return self.root / ".git" / "index.lock"
+
+    def _clear_stale_lock(self) -> bool:
+        """Remove git's index.lock when the git that made it is gone (killed mid-commit, a
+        power loss): older than STALE_LOCK seconds, and no git process works in the folder.
+        Left in place, it would stop every commit of the memory folder for good."""
+        lock = self.index_lock
+        age = _age(lock)
+        if age is None or age < STALE_LOCK or git_runs_in(self.root):
+            return False
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            return True  # its git just finished
+        except OSError:
+            return False
+        log.warning(
+            "heron: memory history: removed %s, left %d s ago by a git that stopped", lock, age
+        )
+        return True
+
+    def _held_lock(self) -> str:
+        """One line: the commit waited briefly and gave up; the change itself is kept."""
+        lock = self.index_lock
+        age = _age(lock)
+        since = f", made {age:.0f} s ago" if age is not None else ""
+        return (
+            f"{lock} is held{since}: this change is saved but not committed to the history; "
+            "if no git runs there, remove that file"
+        )
 
     def ensure(self) -> bool:
         """The repository, created with what the folder holds now; False without git."""
@@ -169,3 +214,32 @@ class MemoryHistory:
             self._run("revert", "--no-edit", "HEAD")
             self._run("commit", "--amend", "-q", "-m", f"undo: {last.message}")
             return last
+
+
+def _age(path: Path) -> float | None:
+    try:
+        return max(0.0, time.time() - path.stat().st_mtime)
+    except OSError:
+        return None
+
+
+def git_runs_in(root: Path) -> bool:
+    """Whether a git process works in `root` (its current folder there, as `git -C root`
+    and Heron's own calls have): read from /proc; where there is none to read (not Linux),
+    False, and a lock's age alone decides."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return False
+    target = root.resolve()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "git":
+                continue
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if cwd == target or target in cwd.parents:
+            return True
+    return False

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from heron.memory import records
+from heron.messages import ToolCall, ToolResult
 from heron.store import Store
-from heron.store.records import shown_as
+from heron.store.records import ANSWERED, ASK_TOOL, shown_as
 
 _STOPWORD_TEXT = """
 a about above after again against all am an and any are as at be because been before being
@@ -609,8 +610,22 @@ class Recall:
         return [
             Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score, r[6])
             for i, score in ranked
-            if (r := by_id.get(i)) is not None
+            if (r := by_id.get(i)) is not None and self._said_by_the_person(i, r[5])
         ]
+
+    def _said_by_the_person(self, message_id: int, body: str) -> bool:
+        """False for a tool result the index took for an answer to ask_user (it holds results
+        that begin as one does, whatever tool gave them: the index cannot look at the call):
+        shown as "you", another tool's output would pass for the person's words."""
+        if not body.startswith(ANSWERED):
+            return True
+        row = self.store.message(message_id)
+        results = [p for p in row.message.parts if isinstance(p, ToolResult)]
+        if not results or row.parent_id is None:
+            return True  # a message the person typed that begins so
+        calls = self.store.message(row.parent_id).message.parts
+        asked = {c.id for c in calls if isinstance(c, ToolCall) and c.name == ASK_TOOL}
+        return any(r.call_id in asked for r in results)
 
 
 VERBATIM_WORDS = 3

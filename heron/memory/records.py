@@ -26,13 +26,20 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from heron.store import Store
 from heron.store.pg import REWRITES, pg_of
+from heron.store.records import ANSWERED
 
 # ---- the full-text index (messages_fts, rowid = messages.id; body_tsv on PostgreSQL) ---------
 
-# A message's indexed text on PostgreSQL: its text parts joined by newlines, as SQLite's
-# triggers write `messages_fts.body`; '' when it has none (it is then not indexed).
-_BODY = """array_to_string(ARRAY(SELECT jsonb_array_elements_text(jsonb_path_query_array(
-    {m}.parts::jsonb, '$[*] ? (@.kind == "text").text'))), chr(10))"""
+# A message's indexed text on PostgreSQL: its text parts and the person's answers to ask_user
+# (heron/store/migrations/m024_answers_indexed.py) joined by newlines, as SQLite's triggers
+# write `messages_fts.body`; '' when it has none (it is then not indexed).
+_ANSWERS = (
+    '$[*] ? (@.kind == "tool_result" && @.is_error == false'
+    f' && @.content starts with "{ANSWERED}").content'
+)
+_BODY = f"""array_to_string(ARRAY(SELECT jsonb_array_elements_text(jsonb_path_query_array(
+    {{m}}.parts::jsonb, '$[*] ? (@.kind == "text").text')
+    || jsonb_path_query_array({{m}}.parts::jsonb, '{_ANSWERS}'))), chr(10))"""
 _PHRASE = re.compile(r'"([^"]*)"(\*?)')
 
 

@@ -212,6 +212,11 @@ class MemoryService:
         at `path` or, when that is taken, at a free path next to it."""
         text, match = self._proved(conversation_id, quote)
         source = Source(conversation_key, match.message_id, quote.strip())
+        same = self.files.read(path)
+        if same is not None and (same.text, same.source.message) == (text, match.message_id):
+            # The save already happened: a call run again (a --retry, a turn whose process was
+            # killed after the file was written) must not leave a copy beside it (path-2).
+            return same
         return self._write(self.free_path(path), text, "user", source)
 
     def update(

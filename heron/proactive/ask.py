@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from heron.store import Store, runs
+from heron.store.records import ANSWERED
 from heron.tools.context import Question, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
@@ -111,7 +112,7 @@ async def ask_user(
         turn.question = None
     await store.call(runs.finish, store, run.id, status, answer or None, answered_by=pending.ref)
     if status == "answered":
-        return f"The user answered: {answer}"
+        return ANSWERED + answer
     if status == "cancelled":
         return "The user dropped the question. Do not ask it again; finish with what you have."
     return (

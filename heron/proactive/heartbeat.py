@@ -118,7 +118,11 @@ class Heartbeat:
                 PROMPT.format(lines="\n".join(f"- {line}" for line in lines)),
                 key=KEY,
                 provenance="scheduled",
-                meta={"heartbeat": self.owner, "deliver_to": self.deliver_to},
+                meta={
+                    "heartbeat": self.owner,
+                    "deliver_to": self.deliver_to,
+                    "deliver_as": "the heartbeat check",  # who said it, where it is kept
+                },
             )
         )
         return "checked"

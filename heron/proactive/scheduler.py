@@ -140,6 +140,7 @@ class Scheduler:
         meta = {"job": str(job.id), "job_run": str(fire.run_id), "owner": self.owner}
         if job.mode == "monitor":
             meta["deliver_to"] = job.conversation  # where its `message` reaches the user
+            meta["deliver_as"] = f"scheduled job {job.id} (a monitor)"  # its label there
         message = InboundMessage(
             CHANNEL,
             job.conversation,

@@ -289,11 +289,13 @@ class _Accumulator:
     usage: Usage = field(default_factory=Usage)
     meter: OutputMeter = field(default_factory=lambda: OutputMeter(4096))
     cut: bool = False
+    counted: bool = False  # the server's usage arrived (the stream's last chunk)
 
     def add(self, chunk: Any) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
+            self.counted = True
             events.append(StreamEvent("usage", "", self.usage))
         for choice in chunk.choices or []:
             events.extend(self._delta(choice.delta))
@@ -343,7 +345,9 @@ class _Accumulator:
             parts.append(Text("".join(self.text)))
         calls = [self._call(i, c) for i, c in sorted(self.calls.items())]
         parts.extend(calls)
-        return Reply(parts, _stop(self.finish, bool(calls)), self.usage)
+        # Cut before the server's closing usage: its input was never counted.
+        unknown = self.cut and not self.counted
+        return Reply(parts, _stop(self.finish, bool(calls)), self.usage, usage_unknown=unknown)
 
     @staticmethod
     def _call(index: int, call: _PendingCall) -> ToolCall:

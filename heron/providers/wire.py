@@ -182,8 +182,10 @@ def streamed_from_dict(d: JSONObject) -> Streamed:
 
 
 def file_label(part: File) -> str:
-    """'cat.png (image/png, 56 bytes)': a file as the transcripts and summaries name it."""
-    return f"{part.name or 'file'} ({part.media_type}, {size_label(part.size)})"
+    """'cat.png (image/png, 56 bytes)', 'r.pdf (application/pdf, 1.2 MB, 12 pages)': a file as
+    the transcripts and summaries name it."""
+    pages = f", {part.pages:,} pages" if part.pages > 0 else ""
+    return f"{part.name or 'file'} ({part.media_type}, {size_label(part.size)}{pages})"
 
 
 _WHAT = {"image": "image", "pdf": "PDF", "text": "text file", "file": "file"}

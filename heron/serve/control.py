@@ -156,7 +156,8 @@ async def _upload(runtime: Runtime, message: dict[str, Any]) -> Event | None:
         except ValueError:
             raise AttachmentError(f"{name}: its bytes are not base64") from None
         settings = runtime.engine.settings
-        made = from_bytes(name, data, settings.config.attachments, mime)
+        # Off the loop: a PDF's pages are counted (pypdf), which a large file makes slow.
+        made = await asyncio.to_thread(from_bytes, name, data, settings.config.attachments, mime)
     except AttachmentError as e:
         return {**error(e.args[0], e.hint or "Attach the file again."), "code": "upload_refused"}
     upload = Upload(upload_id, made.name or "file", made.media_type, made.size)

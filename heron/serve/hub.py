@@ -186,6 +186,11 @@ class Hub:
             del self.journals[journal.key]
             self.unloaded[journal.key] = journal.seq
 
+    def attended(self, key: str) -> bool:
+        """Whether some client has conversation `key` open now (it sees what is said there)."""
+        journal = self.journals.get(key)
+        return journal is not None and bool(journal.clients)
+
     def attach(self, client: Client, key: str, last_seq: int | None) -> None:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
         welcome, then what it missed: every event after last_seq still kept; none for None
@@ -352,4 +357,5 @@ def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
         "reply": end.reply,
         "run_id": end.run_id,
         "model_calls": end.model_calls,
+        "unsaved": end.unsaved,
     }

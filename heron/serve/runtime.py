@@ -98,6 +98,8 @@ class Runtime:
             cost=lambda usage: prices.known_cost(choice.model, usage, choice.provider),
         )
         self.dispatcher.register("*", self.hub.deliver)
+        # What background work's `message` tells its model: whether anyone sees it now.
+        self.loop.attended = self.hub.attended
         self.services = list(services)
         self.idle = idle
         self._tasks: list[asyncio.Task[None]] = []

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
-from heron.errors import StoreError
+from heron.errors import HeronError, StoreError, StoreRefused
 from heron.messages import (
     File,
     Message,
@@ -38,6 +38,7 @@ from heron.messages import (
     parts_from_json,
     parts_to_json,
 )
+from heron.store.disk import damaged, refusal
 from heron.store.files import FileStore
 from heron.store.migrations import migrate
 from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, redact, row_lock
@@ -69,7 +70,9 @@ class ConnectionCache(Protocol):
 
 
 class Store:
-    def __init__(self, path: Path | str, files: Path | None = None) -> None:
+    def __init__(
+        self, path: Path | str, files: Path | None = None, *, reading: bool = False
+    ) -> None:
         # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
         # anything else is the SQLite file.
         self.url: str | None = str(path) if is_url(path) else None
@@ -93,6 +96,11 @@ class Store:
         # blobs.py's TraceCache, made by the trace on first use): dropped when the connection
         # reopens, since the ids it holds belong to the old one's file.
         self.trace_cache: ConnectionCache | None = None
+        # `reading`: a command that only reads (list, show, search, export, recall) opens a
+        # home whose disk refuses writes (read-only, full) read-only rather than failing;
+        # `read_only` then says why, for the command to tell the person.
+        self.reading = reading
+        self.read_only: StoreRefused | None = None
         self.conn = self._connect()
         # (device, inode): see `check_file`; a server's database has no file to watch.
         self._file = None if self.url else _file_id(self.path)
@@ -124,11 +132,31 @@ class Store:
             conn.execute("PRAGMA busy_timeout=30000")
             migrate(conn)
         except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"cannot open the database {self.path}: {e}",
-                hint="If the file is damaged, move it aside; Heron creates a fresh one.",
-            ) from e
+            refused = refusal(e, self.path)
+            if refused is not None and self.reading:
+                return self._connect_reading(refused)
+            raise _open_error(self.path, e, refused) from e
         return conn
+
+    def _connect_reading(self, refused: StoreRefused) -> sqlite3.Connection:
+        """The database opened read-only for a command that only reads: through its WAL when
+        SQLite can share it (mode=ro), else as a file nobody writes (immutable=1: a read-only
+        folder where no -shm file can be made)."""
+        last: sqlite3.DatabaseError | None = None
+        for flag in ("mode=ro", "immutable=1"):
+            uri = f"{self.path.absolute().as_uri()}?{flag}"
+            try:
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA busy_timeout=30000")
+                migrate(conn)  # nothing to apply, or refused: a read-only open cannot upgrade
+            except sqlite3.DatabaseError as e:
+                last = e
+                continue
+            self.read_only = refused
+            return conn
+        assert last is not None
+        raise _open_error(self.path, last, refused) from last
 
     def close(self) -> None:
         with self._lock:
@@ -208,23 +236,46 @@ class Store:
             if self.conn.in_transaction:
                 yield self.conn
                 return
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as e:
+                self._raise_refused(e)
+                raise
             try:
                 yield self.conn
-            except BaseException:
-                self._committed.clear()
-                self.after_commit.clear()
-                self.conn.execute("ROLLBACK")
+            except BaseException as e:
+                self._roll_back()
+                self._raise_refused(e)
                 raise
-            else:
-                # A failed COMMIT keeps nothing and runs no hook.
-                hooks, self.after_commit = self.after_commit, []
-                appended, self._committed = self._committed, []
+            # A failed COMMIT keeps nothing and runs no hook.
+            hooks, self.after_commit = self.after_commit, []
+            appended, self._committed = self._committed, []
+            try:
                 self.conn.execute("COMMIT")
-                for stored in appended:
-                    self._keep_appended(stored)
-                for hook in hooks:
-                    hook()
+            except sqlite3.DatabaseError as e:
+                # SQLite may have rolled back already (a full disk, an I/O error); otherwise
+                # the transaction is still open, and the next `transaction()` would join it.
+                self._roll_back()
+                self._raise_refused(e)
+                raise
+            for stored in appended:
+                self._keep_appended(stored)
+            for hook in hooks:
+                hook()
+
+    def _roll_back(self) -> None:
+        self._committed.clear()
+        self.after_commit.clear()
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _raise_refused(self, error: BaseException) -> None:
+        """Raise the disk's refusal behind a failed write (full, read-only) in its place."""
+        if self.url or isinstance(error, HeronError):
+            return
+        refused = refusal(error, self.path)
+        if refused is not None:
+            raise refused from error
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -287,6 +338,15 @@ class Store:
                 (*params, limit),
             )
         return [_conversation(r) for r in rows]
+
+    def conversation_count(self) -> int:
+        """How many conversations `conversations()` lists in all (internal and empty aside)."""
+        hidden, params = internal_sql()
+        rows = self.query(
+            f"SELECT COUNT(*) FROM conversations WHERE NOT {hidden} AND head_id IS NOT NULL",
+            params,
+        )
+        return int(rows[0][0])
 
     def drop_if_empty(self, conversation_id: int) -> bool:
         """Delete the conversation if nothing was ever said in it and nobody uses it (no turn
@@ -670,6 +730,29 @@ class Store:
             )
         return copy
 
+    def follow(self, conversation_id: int, message: Message, turn_id: int) -> int | None:
+        """Make the head's child that turn `turn_id` wrote holding `message` (its role and
+        parts as `append` writes them) the new head, and return its id; None when the head has
+        no such child. A replay, on a `rewound_copy`, walks the recorded turn's rows this way
+        while it writes what they hold: each keeps the id the run gave it, which the view can
+        quote (a checkpoint names the mail typed during its turn by row, `[#938]`), and the
+        meta, which a trace's mailbox event does not keep (a subagent result's run, a worker's
+        mail refs)."""
+        parts = parts_to_json(message.parts)
+        with self.transaction() as c:
+            rows = c.execute(
+                "SELECT m.id, m.role, m.parts FROM messages m"
+                " JOIN conversations v ON v.id = m.conversation_id AND m.parent_id = v.head_id"
+                " WHERE v.id = ? AND m.turn_id = ? ORDER BY m.id",
+                (conversation_id, turn_id),
+            ).fetchall()
+            found = next((r[0] for r in rows if (r[1], r[2]) == (message.role, parts)), None)
+            if found is not None:
+                c.execute(
+                    "UPDATE conversations SET head_id = ? WHERE id = ?", (found, conversation_id)
+                )
+        return int(found) if found is not None else None
+
     def _copy_rows(self, copy: sqlite3.Connection) -> None:
         """Every row of this PostgreSQL store into `copy`, a fresh SQLite store (its schema
         made by the same migrations): what `backup` does on SQLite. The rows are read in one
@@ -840,6 +923,18 @@ def _conversation(r: sqlite3.Row) -> Conversation:
         r["epoch"],
         r["created"],
         r["updated"],
+    )
+
+
+def _open_error(path: Path, error: sqlite3.DatabaseError, refused: StoreError | None) -> StoreError:
+    """Why the database did not open: the disk's refusal (full, read-only) as it is; damage
+    with the advice to move the file aside; anything else as SQLite said it, with no advice
+    that could cost the person their history."""
+    if refused is not None:
+        return refused
+    hint = "If the file is damaged, move it aside; Heron creates a fresh one."
+    return StoreError(
+        f"cannot open the database {path}: {error}", hint=hint if damaged(error) else None
     )
 
 

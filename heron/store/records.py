@@ -63,6 +63,12 @@ class StoredMessage:
         return self.sent or self.message
 
 
+# What ask_user returns when the person answers (heron/proactive/ask.py): the answer is the
+# person's words, though it is stored as the call's result (the full-text index holds it too,
+# heron/store/migrations/m024_answers_indexed.py).
+ANSWERED = "The user answered: "
+ASK_TOOL = "ask_user"
+
 RECALL_FLAG = "recall"  # meta flag of auto-recall's rows (heron/memory/wiring.py)
 
 # Meta flags of rows Heron wrote itself, whatever their role.

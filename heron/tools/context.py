@@ -69,8 +69,8 @@ class RunningTurn(Protocol):
     """What tools use of the running turn (heron/agent/control.py's TurnControl)."""
 
     provenance: str  # who started the turn: "user", "reminder", "scheduled", "subagent", ...
-    deliver: Callable[[str], Awaitable[None]] | None  # the `message` tool's outlet
-    ask: Callable[[str], Awaitable[None]] | None  # `ask_user`'s outlet (kind "question")
+    deliver: Callable[[str], Awaitable[str | None]] | None  # `message`'s outlet, its answer
+    ask: Callable[[str], Awaitable[object]] | None  # `ask_user`'s outlet (kind "question")
     spoke: list[str]  # what the `message` tool delivered
     question: Question | None  # the question the run waits on
 

@@ -4,7 +4,9 @@ In an ordinary conversation the final answer is delivered anyway, so the tool ma
 internal work (a scheduled job, a subagent's report), which is silent unless the agent decides
 the user must hear something. A turn that used it ends as SPOKE_VIA_TOOL and its final answer is
 not sent a second time. The turn hands its control to the tools as `ctx.services.turn`; the tool
-uses its `deliver` outlet and `spoke` list (`RunningTurn`, heron/tools/context.py).
+uses its `deliver` outlet and `spoke` list (`RunningTurn`, heron/tools/context.py). Background
+work's message is also kept in the conversation it goes to (heron/agent/relay.py); the outlet
+then says what the tool answers: whether anyone saw it now, and where it is kept.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ async def message(ctx: ToolContext, text: str) -> str | ToolOutput:
         return ToolOutput("No channel to deliver to in this run; put it in your reply.", True)
     if turn.stale:
         return ToolOutput("The turn was stopped; nothing was sent.", True)
-    await turn.deliver(text)
+    answer = await turn.deliver(text)
     turn.spoke.append(text)
-    return "Delivered to the user."
+    return answer or "Delivered to the user."
 
 
 def with_message_tool(registry: ToolRegistry) -> ToolRegistry:

@@ -128,7 +128,8 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
     payload = request_payload(store, call)
     request = _request_doc(payload, call.seq)
     count = len(request.get("messages") or [])
-    cost = prices.cost(turn.model, u, turn.provider, known=call.streamed is None)
+    cut = call.reply is not None and call.reply.usage_unknown
+    cost = prices.cost(turn.model, u, turn.provider, known=call.streamed is None and not cut)
     yield (
         f"  #{call.seq} {call.purpose} · {call.duration:.2f}s · in {u.input:,} (cache read "
         f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
@@ -146,6 +147,8 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
         return
     yield from _reply_lines(call.reply.parts, "reply")
     yield f"    stop: {call.reply.stop}"
+    if cut:
+        yield "    ■ usage unknown: cut at its output cap before the server counted it"
 
 
 def _reply_lines(parts: Sequence[Part], label: str) -> Iterator[str]:

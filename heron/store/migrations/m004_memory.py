@@ -108,10 +108,14 @@ CREATE INDEX messages_body_tsv ON messages USING GIN (body_tsv);
 
 
 def apply(conn: sqlite3.Connection) -> None:
+    run_script(conn, SQL)
+
+
+def run_script(conn: sqlite3.Connection, sql: str) -> None:
     """Statement by statement: the triggers hold semicolons, so the default split would cut
     them; `sqlite3.complete_statement` knows where each one really ends."""
     pending = ""
-    for line in SQL.splitlines(keepends=True):
+    for line in sql.splitlines(keepends=True):
         pending += line
         if sqlite3.complete_statement(pending):
             conn.execute(pending)

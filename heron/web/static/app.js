@@ -395,12 +395,25 @@ function anchorOf(live, items) {
   return { item: last ? itemKey(last) : null };
 }
 
+// How many of Heron's stored notes say `text` (a background message, kept where it was said).
+function storedNotes(items, text) {
+  return items.filter((it) => it.kind === "note" && !it.failed && it.text === text).length;
+}
+
 // The transcript's items with each note after its anchor; `live` gets those of its turn, and
 // a note whose anchor is not shown (another branch) goes at the end. A failed turn's note the
 // store already gives (its turn row) is not shown twice.
 function placeNotes(shown, items, notes, live) {
   const failed = new Set(items.filter((it) => it.failed).map((it) => it.turn_message));
-  const left = notes.filter((n) => !(n.kind === "error" && failed.has(n.after.turn)));
+  const kept = new Map(); // per text, the stored notes not yet matched to a live one
+  const left = notes.filter((n) => {
+    if (n.kind === "error" && failed.has(n.after.turn)) return false;
+    if (n.kind !== "message") return true;
+    if (!kept.has(n.text)) kept.set(n.text, storedNotes(items, n.text));
+    if (kept.get(n.text) <= n.stored) return true;
+    kept.set(n.text, kept.get(n.text) - 1); // stored since it came: the transcript shows it
+    return false;
+  });
   const take = (test) => {
     const out = left.filter(test);
     for (const n of out) left.splice(left.indexOf(n), 1);
@@ -899,7 +912,10 @@ function App() {
           // Another client's "Stopped.": the turn's end said here who stopped it.
         } else if (ev.kind !== "answer") {
           const after = anchorOf(lv, itemsRef.current);
-          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after }]);
+          // A monitor's or the heartbeat's message is also stored here as Heron's note: how
+          // many such notes the transcript holds now, so the stored one replaces this one.
+          const stored = storedNotes(itemsRef.current, ev.text);
+          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after, stored }]);
         }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
