@@ -10,9 +10,10 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from heron.channels.common import fail, settings
 from heron.channels.jobs_cli import app as jobs_app
@@ -80,7 +81,31 @@ EphemeralOpt = Annotated[
 ]
 
 
-@app.command()
+# click's UsageError (a bad option, a missing value), from the click typer parses with: its
+# own copy since typer 0.22, click itself before.
+_UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
+class _RunCommand(TyperCommand):
+    """`heron run`: with --json, a bad option is refused as the one JSON object --json
+    promises too (typer's box still says why on stderr, exit 2)."""
+
+    # `ctx` is typer's click Context, whichever click that is (see _UsageError)
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except _UsageError as e:
+            options = given[: given.index("--")] if "--" in given else given
+            if "--json" in options:
+                from heron.channels.script import refusal_json
+
+                refused = refusal_json(ConfigError(str(e)), None)
+                typer.echo(json.dumps(refused, ensure_ascii=False))
+            raise
+
+
+@app.command(cls=_RunCommand)
 def run(
     message: Annotated[
         str | None, typer.Argument(help="The message; '-' reads it from stdin.")
@@ -124,7 +149,7 @@ def run(
     Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
     for what it cannot give). With a message and stdin piped in, stdin follows the message as
     a fenced block."""
-    from heron.channels.script import attached_files, refusal_json, run_message
+    from heron.channels.script import RunCut, attached_files, refusal_json, run_message
 
     try:
         if conversation is not None and message is None and not retry and _interactive():
@@ -144,6 +169,8 @@ def run(
         if as_json:  # a refusal is still the one JSON object --json promises
             typer.echo(json.dumps(refusal_json(e, conversation), ensure_ascii=False))
         fail(e)
+    except RunCut as cut:  # a signal, or the reader of stdout gone: 130, 143 or 141
+        raise typer.Exit(cut.code) from None
     raise typer.Exit(0 if ok else 1)
 
 
@@ -205,6 +232,12 @@ def _retry_text(message: str | None, conversation: str | None) -> str:
     return f"/retry {RETRY_UNANSWERED}"
 
 
+CHAT_NEEDS_A_TERMINAL = (
+    "heron chat needs a terminal on stdin; for piped input or scripts use heron run "
+    "(`echo TEXT | heron run -`, or `heron run -c KEY TEXT` to continue a conversation)"
+)
+
+
 @app.command()
 def chat(
     agent: AgentOpt = "default",
@@ -213,10 +246,13 @@ def chat(
     ephemeral: EphemeralOpt = False,
 ) -> None:
     """Talk with your agent in the terminal (Ctrl-C stops a turn, Ctrl-D leaves)."""
+    loaded = settings()  # a broken config.toml is said first, as by every command
+    if not _interactive():  # a pipe or a file: no prompt to read it with
+        fail(ConfigError(CHAT_NEEDS_A_TERMINAL))
     from heron.channels.terminal import run_chat
 
     try:
-        asyncio.run(run_chat(settings(), agent, conversation, model, ephemeral))
+        asyncio.run(run_chat(loaded, agent, conversation, model, ephemeral))
     except HeronError as e:
         fail(e)
 

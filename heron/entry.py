@@ -19,13 +19,50 @@ if TYPE_CHECKING:
 
 def main() -> None:
     argv = sys.argv[1:]
+    closed = _reopen_closed()
     if argv[:1] == ["run"]:
+        if 1 in closed:  # `heron run ... >&-`: as a Unix tool, fail at once, not after a turn
+            sys.stderr.write(f"heron: {STDOUT_CLOSED}\n")
+            sys.exit(2)
+        from heron.channels.script import catch_early_signals
+
+        catch_early_signals()  # a timeout's SIGTERM while Python starts is kept, not lost
         code = _fast_run(argv[1:])
         if code is not None:
             sys.exit(code)
     from heron.cli import main as cli_main
 
     cli_main()
+
+
+STDOUT_CLOSED = (
+    "stdout is closed, so the reply could go nowhere; nothing was sent "
+    "(>/dev/null discards the reply)"
+)
+
+
+def _reopen_closed() -> set[int]:
+    """stdin, stdout and stderr that the caller closed (`>&-`), each opened on /dev/null now.
+    Left closed, the next file opened takes the number, and whatever writes to stdout (a
+    child process inheriting it) would write into that file: the database, say."""
+    import os
+
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+    for fd in sorted(closed):  # open() takes the lowest free number: the first closed one
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if closed:  # Python found them closed at start and set these to None
+        sys.stdin = sys.stdin or open(0, closefd=False)  # noqa: SIM115
+        sys.stdout = sys.stdout or open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.stderr or open(2, "w", closefd=False)  # noqa: SIM115
+    return closed
 
 
 def parse_run(args: list[str]) -> dict[str, str | bool | None] | None:
@@ -73,7 +110,7 @@ def _fast_run(args: list[str]) -> int | None:
         return None  # empty: the full CLI says so
     import asyncio
 
-    from heron.channels.script import run_remote
+    from heron.channels.script import RunCut, run_remote
     from heron.errors import HeronError
 
     agent, given = str(parsed["agent"]), parsed["conversation"]
@@ -84,6 +121,8 @@ def _fast_run(args: list[str]) -> int | None:
         return _in_process(text, agent, key)  # the socket of a serve that is gone
     except HeronError as e:  # the serve refused the message (its config.toml broke)
         return _failed(e)
+    except RunCut as cut:  # a signal, or the reader of stdout gone
+        return cut.code
     return 0 if ok else 1
 
 
@@ -104,7 +143,7 @@ def _text(message: str) -> str | None:
 def _in_process(text: str, agent: str, key: str | None) -> int:
     import asyncio
 
-    from heron.channels.script import run_once
+    from heron.channels.script import RunCut, run_once
     from heron.config import Settings
     from heron.errors import HeronError
 
@@ -112,6 +151,8 @@ def _in_process(text: str, agent: str, key: str | None) -> int:
         ok = asyncio.run(run_once(Settings.load(), text, agent, key, None, False))
     except HeronError as e:
         return _failed(e)
+    except RunCut as cut:
+        return cut.code
     return 0 if ok else 1
 
 

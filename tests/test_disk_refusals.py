@@ -189,6 +189,7 @@ async def test_run_retry_refuses_a_message_that_has_its_answer():
     )  # fmt: skip
     got = json.loads(out.getvalue())
     assert ok is False and got["error"] == ALREADY_ANSWERED
+    assert "`/retry` in `heron chat -c done`" in got["hint"]  # a refusal says what to do
     assert len(provider.requests) == calls  # the turn (and its tool) did not run again
     store = Store(Settings.load().paths.db)
     rows = store.branch(store.conversation("done").id)

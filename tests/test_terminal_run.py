@@ -184,6 +184,7 @@ async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing():
     store = Store(Settings.load().paths.db)
     for one in got:
         assert one["ok"] is False and one["error"] == NOTHING_TO_RETRY and one["reply"] == ""
+        assert one["hint"] == f"Send a message first: heron run -c {one['conversation']} TEXT"
         assert store.conversation(one["conversation"]) is None
 
 
@@ -194,6 +195,8 @@ async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing():
         (["run", "--json", "-"], "  \n", "the message is empty"),
         (["run", "--json", "--retry"], "", "--retry takes no message and needs -c KEY"),
         (["run", "--json", "-c", "k", "hi"], None, "malformed TOML"),
+        (["run", "--json", "--bogus", "x"], "", "No such option: --bogus"),  # a bad option
+        (["run", "--json", "-c", "k", "--model"], "", "'--model' requires an argument"),
     ],
 )
 def test_json_refusals_are_one_object_too(args, stdin, said):
@@ -205,7 +208,13 @@ def test_json_refusals_are_one_object_too(args, stdin, said):
     assert len(lines) == 1, result.stdout
     got = json.loads(lines[0])
     assert got["ok"] is False and said in got["error"] and got["reply"] == ""
+    assert got["hint"]  # what to do: the error's own hint, or that nothing was sent
     assert said in result.stderr  # and the person reads it as before
+
+
+def test_a_bad_option_without_json_prints_no_json():
+    result = CliRunner().invoke(app, ["run", "--bogus", "--", "--json"], input="")
+    assert result.exit_code == 2 and result.stdout == ""
 
 
 def test_json_refuses_a_message_over_the_limit_as_one_object():

@@ -5,17 +5,27 @@ when its control socket answers (heron/channels/remote.py), else one started in 
 (heron/channels/inprocess.py). This module only prints what comes back, the same either way.
 The engine, the config and the providers are imported only on the in-process path, so a
 message through serve costs no SDK import.
+
+It ends as a Unix tool does when what it runs under ends it: SIGINT and SIGTERM stop the turn
+as /stop does (what it finished is kept, the JSON object still printed), and a reader of
+stdout that went away (`heron run ... | head -1`) ends the run quietly (exit 141, as SIGPIPE
+would), its turn kept: finished by the serve, or stopped as Ctrl-C stops it in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
+import os
+import signal
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 
 from heron.bus import (
     ALREADY_ANSWERED,
@@ -41,6 +51,29 @@ EMBEDDED_BANNER = (
 )
 CHANNEL = "script"
 NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
+SIGNALS = (signal.SIGINT, signal.SIGTERM)  # each stops the turn as /stop does
+STOP_WAIT = 10.0  # seconds a stopped turn has to say it ended before heron run leaves anyway
+PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: the status of a tool whose reader went away
+READER_GONE = "a closed stdout"  # what stopped an in-process turn whose reader went away
+
+
+class RunCut(Exception):
+    """A signal or a closed stdout ended `heron run` before its turn did; what could be
+    printed is printed, and the process exits with `code` (128 + the signal's number)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class _Agent(Protocol):
+    """What `heron run` uses of its connection, in this process or to a serve."""
+
+    async def send(
+        self, text: str, key: str, agent: str = "default", files: tuple[File, ...] = ()
+    ) -> None: ...
+
+    async def settle(self) -> None: ...
 
 
 class _Printer:
@@ -59,6 +92,14 @@ class _Printer:
         self.asked: dict[str, str] = {}  # approval id -> its command (approval_end names none)
         # Through a face with no worker alive: the notice saying the message waits queued.
         self.unstaffed: str | None = None
+        # What ends the wait for the turn early: a signal, or the reader of stdout gone.
+        self.signal: signal.Signals | None = None
+        self.signalled_at = 0.0  # time.monotonic() of the signal
+        self.reader_gone = False
+        self.watched: int | None = None  # stdout's descriptor, watched for its reader (_cuts)
+        self.cut = asyncio.Event()
+        self.sent = False  # the message went out (a signal before that: nothing was stored)
+        self.cut_short = False  # the turn was stopped (or left to the serve) for `cut`
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -97,9 +138,13 @@ class _Printer:
             self.end = ev.end
 
     def message(self, m: OutboundMessage) -> None:
+        if m.kind == "command" and self.cut_short:
+            return  # the answer to the /stop a signal sent: the end says it
         if m.kind == "command" and self.end is None:  # answered at once beside a running
             self.end = TurnEnd(True, "command", reply=m.text)  # turn: no turn_end of its own
-        if m.kind == "notice":
+        if m.kind == "notice":  # after the reply's line (a goal parked as its turn ended):
+            if not self.as_json:  # in a terminal stdout and stderr share the screen
+                self.line_break()
             self.note(m.text)
         elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
             self.line_break()
@@ -113,18 +158,171 @@ class _Printer:
         if self.as_json:
             self.reply.append(text)
         else:
-            self.out.write(text)
-            self.out.flush()
+            self.emit(text)
         self.wrote = True
         self.at_line_start = text.endswith("\n")
+
+    def emit(self, text: str) -> None:
+        """`text` on stdout now, unless its reader went away (`left`)."""
+        if self.reader_gone:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:  # `| head -1` has read its line and left
+            self.left()
+
+    def left(self) -> None:
+        """Nobody reads stdout any more: stop writing there, and end the run (`_exchange`)."""
+        self.unwatch()  # before the descriptor is pointed at /dev/null
+        self.reader_gone = True
+        _to_null(self.out)
+        self.cut.set()
+
+    def unwatch(self) -> None:
+        if self.watched is not None:
+            asyncio.get_running_loop().remove_reader(self.watched)
+            self.watched = None
+
+    def signalled(self, number: int) -> None:
+        """SIGINT or SIGTERM: stop the turn (`_exchange`). A second one ends the process at
+        once, as the signal would have without this handler."""
+        if self.signal is not None:
+            _again(number, self.signalled_at)
+            return
+        self.signal, self.signalled_at = signal.Signals(number), time.monotonic()
+        self.cut.set()
 
     def line_break(self) -> None:
         if not self.at_line_start:
             self.write("\n")
 
     def note(self, text: str) -> None:
-        self.err.write(text + "\n")
-        self.err.flush()
+        try:
+            self.err.write(text + "\n")
+            self.err.flush()
+        except BrokenPipeError:  # nobody reads stderr either: nothing to tell
+            _to_null(self.err)
+
+
+def _to_null(stream: TextIO) -> None:
+    """Point `stream`'s descriptor at /dev/null, so that what its buffer still holds (and the
+    interpreter's flush at exit) goes nowhere instead of raising BrokenPipeError again."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a descriptor (a test's StringIO): nothing flushes it at exit
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+# One signal can come twice: `timeout` sends it to the process, then to its process group.
+TWICE_WITHIN = 1.0
+# Signals that came before the run's own handlers were in place: (number, monotonic time).
+_EARLY: list[tuple[int, float]] = []
+
+
+def catch_early_signals() -> None:
+    """From the start of `heron run` (heron/entry.py): a SIGINT or SIGTERM that comes while
+    Python imports and the engine opens is kept for `_cuts`, so the run then sends
+    nothing and says so (the JSON object too) instead of dying silently. A second one ends
+    the process at once."""
+    for number in SIGNALS:
+        signal.signal(number, _early)
+
+
+def _early(number: int, frame: object) -> None:
+    if _EARLY:
+        _again(number, _EARLY[0][1])
+    else:
+        _EARLY.append((number, time.monotonic()))
+
+
+def _again(number: int, first: float) -> None:
+    """A signal after the one that is stopping the run: the same one sent twice is passed
+    over; another ends the process at once, as the signal would without these handlers."""
+    if time.monotonic() - first < TWICE_WITHIN:
+        return
+    signal.signal(number, signal.SIG_DFL)
+    signal.raise_signal(number)
+
+
+@contextmanager
+def _cuts(printer: _Printer) -> Iterator[None]:
+    """While heron run waits on its turn: SIGINT and SIGTERM go to `printer.signalled` (the
+    handlers before, asyncio.run's own for SIGINT or the default, are put back after), and a
+    pipe on stdout whose reader closed it calls `printer.left` at once, not at the next write
+    (a long tool call writes nothing for minutes)."""
+    loop = asyncio.get_running_loop()
+    before = {number: signal.getsignal(number) for number in SIGNALS}
+    if _EARLY:
+        printer.signalled(_EARLY[0][0])
+        printer.signalled_at = _EARLY[0][1]
+    try:
+        for number in SIGNALS:
+            loop.add_signal_handler(number, printer.signalled, number)
+    except (RuntimeError, ValueError):  # not the main thread: signals are not ours to take
+        before = {}
+    _watch_reader(printer)
+    try:
+        yield
+    finally:
+        printer.unwatch()
+        for number, handler in before.items():
+            loop.remove_signal_handler(number)
+            signal.signal(number, handler)
+
+
+def _watch_reader(printer: _Printer) -> None:
+    """When stdout is a pipe, watch it for its reader going away: epoll says so on the write
+    end, as an error, which asyncio hands to a reader callback."""
+    import stat
+
+    try:
+        fd = printer.out.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except (OSError, ValueError, AttributeError):  # a test's StringIO
+        return
+    asyncio.get_running_loop().add_reader(fd, printer.left)
+    printer.watched = fd
+
+
+async def _exchange(
+    conn: _Agent,
+    printer: _Printer,
+    stop: Callable[[str], Awaitable[object]],
+    message: tuple[str, str, str, tuple[File, ...]],
+    *,
+    served: bool,
+) -> None:
+    """Send the message and wait for its turn to end, unless a signal or the reader of
+    stdout gone cuts the wait short: then `stop` stops the turn as /stop does (its message
+    and what it finished kept), except that a serve finishes a turn whose reader left."""
+    if printer.cut.is_set():  # a signal, or no reader, before the message went out
+        printer.cut_short = True  # nothing is sent or stored
+        return
+    text, key, agent, files = message
+    await conn.send(text, key, agent, files)
+    printer.sent = True
+    settled = asyncio.ensure_future(conn.settle())
+    cut = asyncio.ensure_future(printer.cut.wait())
+    await asyncio.wait({settled, cut}, return_when=asyncio.FIRST_COMPLETED)
+    cut.cancel()
+    if settled.done():
+        return settled.result()  # a ServeGone raises here
+    printer.cut_short = True
+    if printer.signal is None and served:
+        settled.cancel()  # the serve finishes the turn and keeps it whole; the run leaves
+        return None
+    with contextlib.suppress(ConnectionError, OSError):  # a serve gone: nothing to stop
+        await stop(printer.signal.name if printer.signal is not None else READER_GONE)
+    with contextlib.suppress(TimeoutError, ConnectionError):
+        await asyncio.wait_for(settled, STOP_WAIT)
+    return None
 
 
 def question_note(key: str, served: bool) -> str:
@@ -245,14 +443,18 @@ async def run_remote(
     # Only what answers this message: another turn of the conversation (someone else's, a
     # goal's nudge) is not this run's output.
     opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
-    async with opened as conn:
-        if conn.embedded:
-            err.write(EMBEDDED_BANNER + "\n")
-        await conn.send(text, key, agent, files)
-        try:
-            await conn.settle()
-        except ServeGone:
-            printer.note("heron: heron serve stopped before the turn ended")
+    with _cuts(printer):
+        async with opened as conn:
+            if conn.embedded:
+                printer.note(EMBEDDED_BANNER)
+
+            async def stop(by: str) -> None:  # the serve names it "/stop from heron run"
+                await conn.send("/stop", key, agent)
+
+            try:
+                await _exchange(conn, printer, stop, (text, key, agent, files), served=True)
+            except ServeGone:
+                printer.note("heron: heron serve stopped before the turn ended")
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
@@ -260,7 +462,7 @@ async def run_remote(
         raise ConfigError(str(refusal.get("message")), hint=refusal.get("hint") or None)
     if conn.unstaffed and printer.end is None:  # queued, no worker to run it (printed): exit 1
         printer.unstaffed = conn.unstaffed[0]
-    ended = _finish(printer, key, out, err)
+    ended = _finish(printer, key)
     # Said after the reply (_finish ended its last line): the serve is another Heron, or runs
     # an older config.toml. Never for a refused message: a file broken since is refused
     # above, as in-process, and nothing more is said of it.
@@ -292,17 +494,18 @@ async def run_once(
     # One message and the process ends: no kernel outlives the turn (through `heron serve`,
     # it is kept for the conversation's later turns).
     one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
-    async with one as engine:
-        if engine.choice.embedded:
-            err.write(EMBEDDED_BANNER + "\n")
-        notice = start_notice(engine.registry, engine.sandbox)
-        if notice:
-            err.write(f"heron: {notice}\n")
-        approve = functools.partial(_approve, err)
-        opened = connect(engine, CHANNEL, "stdin", printer.deliver, idle=False, approve=approve)
-        async with opened as conn:
-            await conn.send(text, key, agent, files)
-            await conn.settle()
+    with _cuts(printer):
+        async with one as engine:
+            if engine.choice.embedded:
+                printer.note(EMBEDDED_BANNER)
+            notice = start_notice(engine.registry, engine.sandbox)
+            if notice:
+                printer.note(f"heron: {notice}")
+            approve = functools.partial(_approve, err)
+            opened = connect(engine, CHANNEL, "stdin", printer.deliver, idle=False, approve=approve)
+            async with opened as conn:
+                stop = functools.partial(conn.loop.stop, key)
+                await _exchange(conn, printer, stop, (text, key, agent, files), served=False)
         if printer.end is not None and printer.end.cost_usd is None:  # as the serve's turn_end
             from heron.trace.prices import PriceTable
 
@@ -310,32 +513,65 @@ async def run_once(
             choice = engine.choice
             cost = prices.known_cost(choice.model, printer.end.usage, choice.provider)
             printer.end = dataclasses.replace(printer.end, cost_usd=cost)
-    return _finish(printer, key, out, err)
+    return _finish(printer, key)
 
 
-def _finish(printer: _Printer, key: str, out: TextIO, err: TextIO) -> bool:
-    """End the output; say why the turn failed, if it did, and how to answer it again."""
+def _finish(printer: _Printer, key: str) -> bool:
+    """End the output; say why the turn failed, if it did, and how to answer it again. Then a
+    run a signal stopped, or whose reader went away, raises RunCut with its exit status."""
+    ok = _said(printer, key)
+    if printer.reader_gone:
+        raise RunCut(PIPE_CLOSED)
+    if printer.signal is not None and printer.cut_short and not ok:
+        raise RunCut(128 + printer.signal)
+    return ok
+
+
+def _said(printer: _Printer, key: str) -> bool:
+    """The JSON object, or the end of the reply and, on stderr, why it is not whole."""
     if printer.as_json:
         result = result_json(printer, key)
-        out.write(json.dumps(result, ensure_ascii=False) + "\n")
-        out.flush()
+        printer.emit(json.dumps(result, ensure_ascii=False) + "\n")
         return bool(result["ok"])  # the exit code says what `ok` says
     if printer.wrote and not printer.at_line_start:
-        out.write("\n")
-    out.flush()
+        printer.emit("\n")
+    if printer.reader_gone:
+        return False  # quietly, as a tool SIGPIPE ends: its turn is kept (module docstring)
     end = printer.end
     if end is None and printer.unstaffed is not None:
         return False  # the notice said why and what to do; the message is not lost
-    if end is not None and not end.ok and end.stopped_by:
-        err.write(f"heron: the turn was stopped by {end.stopped_by}. What it finished is kept.\n")
-        err.write(after_stop(end.stopped_by, key) + "\n")
-        return False
-    if end is None or not end.ok:
-        error = end.error if end is not None and end.error else "it was stopped"
-        err.write(f"heron: the turn failed: {error}\n")
-        err.write(failed_hint(end, key) + "\n")
-        return False
-    return True
+    if end is not None and end.ok:
+        return True
+    error, hint = _why(printer, key)
+    if _stopped_by(printer) is None:
+        error = f"the turn failed: {error}"
+    elif printer.sent:
+        error = f"the turn was {error}. What it finished is kept."
+    printer.note(f"heron: {error}\n{hint}")
+    return False
+
+
+def _stopped_by(printer: _Printer) -> str | None:
+    """What stopped the turn, when something did: this run's signal, or /stop, /new from
+    another client (`TurnEnd.stopped_by`)."""
+    if printer.signal is not None and printer.cut_short:
+        return printer.signal.name
+    end = printer.end
+    return end.stopped_by if end is not None and not end.ok else None
+
+
+def _why(printer: _Printer, key: str) -> tuple[str, str]:
+    """A turn that did not end well: what happened (`error`) and what to do (`hint`)."""
+    end, stopped = printer.end, _stopped_by(printer)
+    if stopped is not None and not printer.sent:
+        return f"stopped by {stopped} before the message was sent", UNSENT
+    if stopped is not None:
+        return f"stopped by {stopped}", after_stop(stopped, key)
+    error = end.error if end is not None and end.error else "it was stopped"
+    return error, failed_hint(end, key)
+
+
+UNSENT = "Nothing was sent or stored; run it again."
 
 
 def failed_hint(end: TurnEnd | None, key: str) -> str:
@@ -350,6 +586,14 @@ def failed_hint(end: TurnEnd | None, key: str) -> str:
     from heron.agent.commands import retry_hint
 
     return retry_hint(key)
+
+
+def not_retried_hint(said: str, key: str) -> str:
+    """What to do when --retry answered nothing: send a message first, or, when the last one
+    already has its answer, ask again in heron chat (`/retry` there branches)."""
+    if said == NOTHING_TO_RETRY:
+        return f"Send a message first: heron run -c {key} TEXT"
+    return f"Nothing was run again; `/retry` in `heron chat -c {key}` answers it on a new branch."
 
 
 def after_stop(stopped: str, key: str) -> str:
@@ -376,18 +620,15 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     streamed = "".join(printer.reply)
     out = _json_object(key)
     if end is not None and end.ok and end.command == "retry" and end.reply in NOT_RETRIED:
-        out["error"] = end.reply
+        out.update(error=end.reply, hint=not_retried_hint(end.reply, key))
         return out
     if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
         out.update(error=why, hint=then)
         return out
-    if end is not None and not end.ok and end.stopped_by:
-        error = f"stopped by {end.stopped_by}"
-        out.update(reply=streamed, error=error, hint=after_stop(end.stopped_by, key))
-    elif end is None or not end.ok:
-        error = end.error if end is not None and end.error else "it was stopped"
-        out.update(reply=streamed, error=error, hint=failed_hint(end, key))
+    if end is None or not end.ok:
+        error, hint = _why(printer, key)
+        out.update(reply=streamed, error=error, hint=hint)
     else:
         out.update(reply=streamed or end.reply or "", ok=True)
     if end is not None:
@@ -397,11 +638,16 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     return out
 
 
+REFUSED = "Nothing was sent or stored; `heron run --help` lists the options."
+
+
 def refusal_json(error: HeronError, key: str | None) -> dict[str, object]:
     """`heron run --json` when the message was refused before any turn (a broken config.toml,
-    a message over 8 MB, a missing one): the same object, not ok, the error and its hint."""
+    a message over 8 MB, a missing one, a bad option): the same object, not ok, the error and
+    its hint (`REFUSED` for an error that has none)."""
     out = _json_object(key)
-    out.update(error=str(error.args[0]) if error.args else str(error), hint=error.hint)
+    why = str(error.args[0]) if error.args else str(error)
+    out.update(error=why, hint=error.hint or REFUSED)
     return out
 
 

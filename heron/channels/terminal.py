@@ -584,10 +584,13 @@ def _no_echoed_ctrl_c() -> Iterator[None]:
     back) and restored when it ends."""
     try:
         import termios
-
+    except ImportError:  # not POSIX: nothing echoes
+        yield
+        return
+    try:
         fd = sys.stdin.fileno()
         before = termios.tcgetattr(fd)
-    except (ImportError, OSError, ValueError):  # not a terminal (or not POSIX): nothing echoes
+    except (OSError, ValueError, termios.error):  # not a terminal: nothing echoes
         yield
         return
     quiet = list(before)

@@ -1,0 +1,242 @@
+"""`heron run` as a Unix tool (QA17f #2, #5, #11): a reader of stdout that went away
+(`| head -1`) ends the run at once, exit 141, its turn kept (stopped as Ctrl-C stops it in this
+process, finished whole by a serve), never a hang and never "the serve stopped"; SIGINT and
+SIGTERM stop the turn as /stop does, the JSON object still printed, exit 130 or 143; and
+`heron chat` with no terminal on stdin says to use `heron run`, in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from io import StringIO
+
+import pytest
+from serve_helpers import running_serve
+from test_e2e_cli import openai_env
+
+from heron.agent.turn import REPLY_STOPPED
+from heron.channels import script
+from heron.channels.script import PIPE_CLOSED, UNSENT, RunCut, run_message, run_once
+from heron.config import Settings
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest, OnEvent, StreamEvent
+from heron.store import Store
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+
+WAIT = 30  # seconds; only a hang reaches it
+
+
+class Streams(ScriptedProvider):
+    """Streams "Hello, " and "I am", then waits for `release` (never set: only a stop ends
+    the call), then answers the rest."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda request: Reply([Text("next")], "done", Usage(5, 1)))
+        self.streaming, self.release = asyncio.Event(), asyncio.Event()
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
+        self.requests.append(request)
+        for piece in ("Hello, ", "I am"):
+            if on_event is not None:
+                on_event(StreamEvent("text", piece))
+        self.streaming.set()
+        await self.release.wait()
+        return Reply([Text("Hello, I am whole.")], "done", Usage(5, 3))
+
+
+class HeadOne(StringIO):
+    """stdout read by `head -c 7`: it takes the first piece, then its reader is gone."""
+
+    def write(self, text: str) -> int:
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def _record(key: str) -> tuple[list[tuple[str, str]], list[str]]:
+    store = Store(Settings.load().paths.db)
+    try:
+        conversation = store.conversation(key)
+        assert conversation is not None
+        rows = [(r.role, r.message.text) for r in store.branch(conversation.id)]
+        return rows, [t.status for t in store.turns(conversation.id)]
+    finally:
+        store.close()
+
+
+async def _run(served: bool, provider: Streams, out, err, key: str, **kw) -> int:
+    """`heron run` of "go" on `key`: its exit status as cli.run gives it."""
+    if served:
+        sent = run_message(Settings.load, "go", "default", key, None, False, out, err, **kw)
+    else:
+        settings = Settings.load()
+        sent = run_once(settings, "go", "default", key, None, False, out, err, provider, **kw)
+    try:
+        return 0 if await asyncio.wait_for(sent, WAIT) else 1
+    except RunCut as cut:
+        return cut.code
+
+
+async def test_a_closed_stdout_stops_the_turn_in_process_and_keeps_it():
+    provider, out, err = Streams(), HeadOne(), StringIO()
+    assert await _run(False, provider, out, err, "pipe") == PIPE_CLOSED
+    assert out.getvalue() == "Hello, "
+    assert "failed" not in err.getvalue() and "--retry" not in err.getvalue()  # quietly
+    rows, turns = _record("pipe")  # the message kept once, what streamed kept with it
+    assert rows == [("user", "go"), ("assistant", f"Hello, I am\n\n{REPLY_STOPPED}")]
+    assert turns == ["interrupted"]
+
+
+async def test_a_closed_stdout_through_a_serve_leaves_the_turn_to_finish_whole():
+    provider, out, err = Streams(), HeadOne(), StringIO()
+    async with running_serve(provider):
+        assert await _run(True, provider, out, err, "pipe") == PIPE_CLOSED
+        said = err.getvalue()
+        assert "serve stopped" not in said and "--retry" not in said and "failed" not in said
+        provider.release.set()  # the serve goes on with the turn its client left
+        for _ in range(WAIT * 20):
+            if _record("pipe")[1] == ["done"]:
+                break
+            await asyncio.sleep(0.05)
+        rows, turns = _record("pipe")
+    assert rows == [("user", "go"), ("assistant", "Hello, I am whole.")] and turns == ["done"]
+
+
+class Unhandled(Exception):
+    """A signal that reached the test's handler: heron run did not take it."""
+
+
+@pytest.fixture
+def guarded():
+    """SIGINT and SIGTERM raise here unless heron run takes them; put back after."""
+
+    def unhandled(number, frame):
+        raise Unhandled(signal.Signals(number).name)
+
+    before = {n: signal.signal(n, unhandled) for n in script.SIGNALS}
+    yield
+    for number, handler in before.items():
+        signal.signal(number, handler)
+    script._EARLY.clear()
+
+
+@pytest.mark.usefixtures("guarded")
+@pytest.mark.parametrize("served", [False, True], ids=["in-process", "served"])
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+async def test_a_signal_stops_the_turn_as_ctrl_c_does_and_the_json_says_so(number, served):
+    provider, out, err = Streams(), StringIO(), StringIO()
+    key = f"sig-{number.name}"
+
+    async def kill() -> None:
+        await provider.streaming.wait()
+        os.kill(os.getpid(), number)
+
+    async with running_serve(provider) if served else contextlib.nullcontext():
+        killer = asyncio.create_task(kill())
+        code = await _run(served, provider, out, err, key, as_json=True)
+        await killer
+    assert code == 128 + number
+    got = json.loads(out.getvalue())
+    assert got["ok"] is False and got["error"] == f"stopped by {number.name}"
+    assert got["reply"] == "Hello, I am" and f"heron run --retry -c {key}" in got["hint"]
+    rows, turns = _record(key)
+    assert rows == [("user", "go"), ("assistant", f"Hello, I am\n\n{REPLY_STOPPED}")]
+    assert turns == ["interrupted"]
+
+
+@pytest.mark.usefixtures("guarded")
+async def test_a_signal_before_the_message_went_out_sends_nothing_and_says_so():
+    script.catch_early_signals()  # as heron/entry.py does first
+    os.kill(os.getpid(), signal.SIGTERM)  # while Python imports, say
+    out, err = StringIO(), StringIO()
+    code = await _run(False, Streams(), out, err, "early", as_json=True)
+    assert code == 128 + signal.SIGTERM
+    got = json.loads(out.getvalue())
+    assert got["error"] == "stopped by SIGTERM before the message was sent"
+    assert got["hint"] == UNSENT and got["ok"] is False
+    assert Store(Settings.load().paths.db).conversation("early") is None
+
+
+# ---- the real command ----------------------------------------------------------------------
+
+# Some lines, then the model stalls: only the run's end (or the server's) ends the stream.
+STALLS = ServerReply(text="line one\nline two\nline three\n", chunk_size=9, stall_after_events=4)
+
+
+def _heron(home, url: str, *args: str, **kw) -> subprocess.Popen[str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI", "ANTHROPIC"))
+    }
+    env.update(HERON_HOME=str(home), **openai_env(url))
+    command = [sys.executable, "-m", "heron", "run", *args]
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stdin", subprocess.DEVNULL)  # never the test runner's own stdin
+    return subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_heron_run_piped_to_a_reader_that_leaves_ends_at_once_with_141(heron_home):
+    with FakeOpenAIServer([STALLS]) as server:
+        proc = _heron(heron_home, server.base_url, "-c", "head", "go")
+        assert proc.stdout is not None and proc.stdout.readline() == "line one\n"
+        proc.stdout.close()  # `| head -1`: the model still streams nothing, and nothing waits
+        assert proc.wait(WAIT) == PIPE_CLOSED
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    assert _record("head")[1] == ["interrupted"]
+
+
+@pytest.mark.slow
+def test_heron_run_with_stdout_closed_refuses_before_sending(heron_home):
+    with FakeOpenAIServer([STALLS]) as server:
+        closed = _heron(
+            heron_home, server.base_url, "go", stdout=None, preexec_fn=lambda: os.close(1)
+        )  # fmt: skip
+        assert closed.wait(WAIT) == 2
+        assert closed.stderr is not None and "stdout is closed" in closed.stderr.read()
+        assert server.requests == []
+
+
+@pytest.mark.slow
+def test_heron_run_json_under_sigterm_prints_the_object_and_exits_143(heron_home):
+    with FakeOpenAIServer([STALLS]) as server:
+        proc = _heron(heron_home, server.base_url, "--json", "-c", "t", "go")
+        for _ in range(WAIT * 20):  # until the model is streaming
+            if server.requests:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, said = proc.communicate(timeout=WAIT)
+    assert proc.returncode == 143, said
+    got = json.loads(out)
+    assert got["ok"] is False and got["error"] == "stopped by SIGTERM"
+
+
+@pytest.mark.parametrize("stdin", ["hello\n", ""], ids=["piped", "empty"])
+def test_heron_chat_without_a_terminal_says_to_use_heron_run(stdin):
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    result = CliRunner().invoke(app, ["chat", "-c", "up"], input=stdin)  # stdin: not a tty
+    assert result.exit_code == 2, result.exception
+    (line,) = result.stderr.splitlines()  # one line, no traceback
+    assert "heron chat needs a terminal" in line and "heron run" in line
+
+
+async def test_a_notice_after_the_reply_starts_on_a_line_of_its_own():
+    """A goal parked as its turn ends: the notice went on the end of the reply's line."""
+    from heron.bus import OutboundMessage, TurnEvent
+
+    out, err = StringIO(), StringIO()
+    printer = script._Printer(out, err)
+    await printer.deliver(TurnEvent("script", "c", "g", "delta", text="count to three"))
+    await printer.deliver(OutboundMessage("script", "c", "g", "Goal parked: ...", "notice"))
+    assert out.getvalue() == "count to three\n" and err.getvalue() == "Goal parked: ...\n"
