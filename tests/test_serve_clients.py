@@ -4,11 +4,14 @@ in-process, busy conversations answered through the mailbox, no provider importe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from io import StringIO
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -324,6 +327,27 @@ async def test_a_chat_through_serve_shows_the_tool_calls_arguments_in_the_pill_a
     assert 'greet {"name": "Ada"} ✓' in screen.getvalue()
 
 
+@contextlib.asynccontextmanager
+async def _job_started_in_the_terminal(script: list[Reply], gated: Tool) -> AsyncIterator[Any]:
+    """A serve with the browser's tab and `heron chat`'s connection on `personal`, once the
+    terminal's "start the job" has its tool call running: (the terminal's screen, its
+    connection, the tab's socket)."""
+    screen = StringIO()
+    view = TerminalView(
+        Console(file=screen, width=100, color_system=None), ChatState(PERSONAL, "default")
+    )
+    registry = ToolRegistry([gated])
+    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            await conn.send("start the job", PERSONAL)
+            await ws_until(ws, "tool_start")
+            yield screen, conn, ws
+
+
 async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_named_web():
     gate, wait_gate = _gated()
     sent: list[str] = []
@@ -334,24 +358,12 @@ async def test_a_message_the_browser_sends_into_the_terminals_turn_is_shown_and_
             return Reply([ToolCall("c1", "wait_gate", {})], "tool")
         return Reply([Text("answered both")], "done")
 
-    screen = StringIO()
-    console = Console(file=screen, width=100, color_system=None)
-    state = ChatState(PERSONAL, "default")
-    view = TerminalView(console, state)
-    registry = ToolRegistry([wait_gate])
-    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
-        await ws_hello(ws, last_seq=None)
-        path = serve_socket()
-        assert path is not None
-        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
-            view.chat_id = conn.chat_id or ""
-            await conn.send("start the job", PERSONAL)
-            await ws_until(ws, "tool_start")
-            await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
-            mailed = await ws_until(ws, "status")
-            assert mailed[-1]["state"] == "mail"
-            gate.set()
-            await conn.settle()
+    async with _job_started_in_the_terminal(script, wait_gate) as (screen, conn, ws):
+        await ws.send(json.dumps({"type": "send", "text": "typed in the browser"}))
+        mailed = await ws_until(ws, "status")
+        assert mailed[-1]["state"] == "mail"
+        gate.set()
+        await conn.settle()
     shown = screen.getvalue()
     assert "web › typed in the browser" in shown  # as a turn the browser starts is shown
     assert "↳ added to the running turn" not in shown  # that line is for the terminal's own
@@ -384,22 +396,11 @@ async def test_a_turn_the_browser_stops_is_named_so_in_the_terminal_once():
     """The browser's /stop answers the browser ("Stopped."); the terminal whose turn it ended
     says who stopped it, in one line, from the turn's end."""
     _gate, wait_gate = _gated()  # never opened: only the stop ends the turn
-    screen = StringIO()
-    console = Console(file=screen, width=100, color_system=None)
-    view = TerminalView(console, ChatState(PERSONAL, "default"))
     script = [Reply([ToolCall("c1", "wait_gate", {})], "tool")]
-    registry = ToolRegistry([wait_gate])
-    async with running_serve(ScriptedProvider(script), registry) as serve, ws_client(serve) as ws:
-        await ws_hello(ws, last_seq=None)
-        path = serve_socket()
-        assert path is not None
-        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
-            view.chat_id = conn.chat_id or ""
-            await conn.send("start the job", PERSONAL)
-            await ws_until(ws, "tool_start")
-            await ws.send(json.dumps({"type": "stop"}))
-            answered = await ws_until(ws, "message")  # the browser's own answer
-            await conn.settle()
+    async with _job_started_in_the_terminal(script, wait_gate) as (screen, conn, ws):
+        await ws.send(json.dumps({"type": "stop"}))
+        answered = await ws_until(ws, "message")  # the browser's own answer
+        await conn.settle()
     assert answered[-1]["text"] == "Stopped. What the turn finished is kept."
     assert answered[-1]["code"] == "stop_answer"
     shown = screen.getvalue()
