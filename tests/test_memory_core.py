@@ -227,6 +227,21 @@ def test_hand_edited_and_hand_written_files_are_picked_up(service, store, tmp_pa
     assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
 
 
+def test_a_file_cut_short_in_its_front_matter_is_read_from_its_quote(service, store, tmp_path):
+    """A truncated entry used to become a hand entry whose text was its front matter, which
+    then went to the model as a memory."""
+    cid = chat(store, user("I prefer concise replies"))
+    service.save(cid, PERSONAL, "I prefer concise replies")
+    file = tmp_path / "memory/personal/always/concise-replies.md"
+    whole = file.read_text()
+    file.write_text(whole[: whole.index("\n---", 4)])  # the closing line and the body lost
+    [entry] = service.entries()
+    assert (entry.text, entry.origin) == ("I prefer concise replies", "user")
+    file.write_text(whole[: whole.index("quote:")])  # cut before the quote too
+    section = memory_section(service.entries())
+    assert "created:" not in section and "origin:" not in section
+
+
 def test_a_hand_written_file_in_a_legacy_encoding_is_read_not_fatal(service, store, tmp_path):
     """An editor set to Latin-1 saved it: every turn lists memory, so one such file used to
     stop every turn, chat and serve with a UnicodeDecodeError."""

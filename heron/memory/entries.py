@@ -170,12 +170,12 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
     body = text
     if text.startswith("---\n"):
         end = text.find("\n---", 4)
+        meta = _front_matter(text[4:] if end == -1 else text[4:end])
         if end != -1:
-            for line in text[4:end].splitlines():
-                key, sep, value = line.partition(":")
-                if sep and key.strip() in _FIELDS:
-                    meta[key.strip()] = value.strip()
             body = text[end + 4 :].lstrip("\n")
+        elif meta:  # cut short (a disk that filled, an editor that crashed) inside its header
+            log.warning("memory file %s ends inside its front matter: read from its quote", path.rel)
+            body = _unjson(meta.get("quote")) or ""  # a saved entry's text is its quote
     message = meta.get("message", "")
     return Entry(
         path=path,
@@ -190,6 +190,16 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
         ),
         mistake=_unjson(meta.get("mistake")),
     )
+
+
+def _front_matter(header: str) -> dict[str, str]:
+    """The known fields of a front matter's lines."""
+    meta: dict[str, str] = {}
+    for line in header.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in _FIELDS:
+            meta[key.strip()] = value.strip()
+    return meta
 
 
 def _unjson(value: str | None) -> str | None:
