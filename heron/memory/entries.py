@@ -174,7 +174,9 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
         if end != -1:
             body = text[end + 4 :].lstrip("\n")
         elif meta:  # cut short (a disk that filled, an editor that crashed) inside its header
-            log.warning("memory file %s ends inside its front matter: read from its quote", path.rel)
+            log.warning(
+                "memory file %s ends inside its front matter: read from its quote", path.rel
+            )
             body = _unjson(meta.get("quote")) or ""  # a saved entry's text is its quote
     message = meta.get("message", "")
     return Entry(
