@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import termios
 
 import pexpect
 import pytest
@@ -201,3 +202,77 @@ def test_a_chat_through_serve_is_told_when_the_serve_stops_and_exits_1(heron_hom
         child.expect(pexpect.EOF)
         child.close()
     assert child.exitstatus == 1
+
+
+def _session_left(session: int) -> list[str]:
+    """The processes still in `session` (the chat was its leader): what it left behind."""
+    left = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command's name, which may hold spaces
+        if int(fields[3]) == session and fields[0] != "Z":
+            left.append(stat)
+    return left
+
+
+def _turns(home) -> tuple[list[tuple[str, str]], list[str]]:
+    store = Store(home / "heron.db")
+    try:
+        conversation = store.open_conversation("pty")
+        rows = [
+            (m.role, m.message.text or "".join(r.content for r in m.message.tool_results))
+            for m in store.branch(conversation.id)
+        ]
+        return rows, [t.status for t in store.turns(conversation.id)]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+@pytest.mark.parametrize("how", ["SIGTERM", "closed"])  # `kill`, or the terminal window closed
+def test_a_signal_stops_the_turn_as_stop_does_and_the_chat_exits(heron_home, mode, how):
+    """SIGTERM, or SIGHUP from the terminal closing: the running turn is stopped as /stop
+    stops it (the finished tool call and what streamed kept, the turn interrupted), the
+    terminal is put back, and the chat exits 128 + the signal's number, leaving nothing."""
+    from heron.agent.turn import REPLY_STOPPED
+
+    replies = [
+        ServerReply(text="Looking.", tool_calls=[("bash", {"command": "echo first-done"})]),
+        # Streams its first block, then nothing more until the chat goes away.
+        ServerReply(text="First block.\n\nand the rest", chunk_size=14, stall_after_events=2),
+    ]
+    with FakeOpenAIServer(replies) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        child = _spawn(heron_home, server.base_url)
+        child.sendline("look it up")
+        child.expect("First block.")
+        if how == "SIGTERM":
+            child.kill(signal.SIGTERM)
+            child.expect("Ended by SIGTERM.")
+            child.expect(pexpect.EOF)
+            attrs = termios.tcgetattr(child.child_fd)  # the pty's, as the chat left it
+            child.close()
+            status, code = child.exitstatus, 128 + signal.SIGTERM
+        else:  # the kernel sends SIGHUP to the chat, whose terminal this was
+            os.close(child.child_fd)
+            _, status = os.waitpid(child.pid, 0)
+            status, code, attrs = os.waitstatus_to_exitcode(status), 128 + signal.SIGHUP, None
+            child.closed, child.terminated = True, True  # reaped here: pexpect has nothing to do
+        rows, turns = _turns(heron_home)
+        left = _session_left(child.pid)
+    assert status == code
+    assert turns == ["interrupted"]
+    assert rows[0] == ("user", "look it up")
+    assert rows[1][0] == "assistant" and rows[1][1] == "Looking."
+    assert rows[2][0] == "user" and "first-done" in rows[2][1]  # the finished call's result
+    assert rows[3] == ("assistant", f"First block.\n\n{REPLY_STOPPED}")
+    assert left == []
+    if attrs is not None:  # line mode, echo, Ctrl-D's end of input: as the chat found them
+        lflag, cc = attrs[3], attrs[6]
+        assert lflag & termios.ICANON and lflag & termios.ECHO and lflag & termios.ECHOCTL
+        assert cc[termios.VEOF] == b"\x04"

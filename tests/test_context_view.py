@@ -13,6 +13,7 @@ from heron.context.view import (
     ViewOptions,
     ViewPlan,
     derive_view,
+    not_shown_whole,
     placeholder_count,
     snip,
 )
@@ -197,3 +198,22 @@ def test_a_view_opening_with_heron_s_lookup_points_to_a_summary_only_when_one_ex
     earlier = [Message("user", [Text("old question")]), Message("assistant", [Text("old")])]
     folded = derive_view(rows_of(earlier + messages), ViewPlan(folded_upto=2))
     assert folded[0].text == EARLIER and is_well_formed(folded)
+
+
+def test_rows_snipped_folded_or_cut_are_not_shown_whole():
+    """What recall_history may still return of a conversation: the rows its view does not
+    show whole. A row kept as it is counts as shown, a checkpoint or snip note added to it
+    too; one snipped away, folded in flight or cut to head and tail does not. Rows folded by
+    the consolidation are not in the view at all: they are not counted."""
+    said = [Message("user", [Text(f"turn {i}: " + "words " * 200)]) for i in range(8)]
+    messages = [m for s in said for m in (s, Message("assistant", [Text("ok")]))]
+    messages.append(Message("user", [Text("x" * 40_000)]))  # over its share of the view
+    rows = rows_of(messages)
+    plan = ViewPlan(folded_upto=2, compacted=frozenset({5}), checkpoints={3: "so far"})
+    view = derive_view(rows, plan, ViewOptions(user_chars=2_000))
+    assert not_shown_whole(rows, plan, view) == {5, 17}  # folded in flight, cut
+    fitted = snip(view, 1_500, Calibration())
+    dropped = not_shown_whole(rows, plan, fitted)
+    assert {3, 5, 17} <= dropped and 16 not in dropped
+    kept = [r.id for r in rows[2:] if r.id not in dropped]
+    assert kept and all(r > max(dropped - {17}) for r in kept)

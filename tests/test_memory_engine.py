@@ -379,20 +379,45 @@ async def test_retry_and_edit_never_recall_the_branch_the_person_turned_away_fro
     assert not any("Lisbon" in t for t in texts)  # nor anywhere else in the retried request
 
 
-async def test_recall_history_leaves_out_the_message_that_asks():
-    # The asking message holds the query's words best, and the model has it in view: a search
-    # that returned it first crowded out what was said before.
+async def test_recall_history_returns_the_past_not_what_the_model_has_in_view():
+    # The asking message and the previous turn hold the query's words best, and the model
+    # reads both whole: a search that returned them first crowded out what was said before
+    # (here before /new, out of the view).
     ask = Reply([ToolCall("r1", "recall_history", {"query": "locker code at the gym"})], "tool")
-    model = Model([said("Noted."), ask, said("4417.")])
+    model = Model([said("Noted."), said("Noted."), ask, said("4417.")])
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         await engine.turn("gym", "My locker code at the gym is 4417.")
-        await engine.turn("gym", "What was my locker code at the gym, the one I told you?")
+        await engine.turn("gym", "/new")
+        await engine.turn("gym", "The locker code at the gym is now 5521, the gym changed it.")
+        await engine.turn("gym", "What was my locker code at the gym before that?")
         rows = engine.store.branch(engine.store.conversation("gym").id)
-        asking = next(r for r in rows if "the one I told you" in last_user_text_of(r.message))
+        texts = {r.id: last_user_text_of(r.message) for r in rows}
     result = model.requests[-1].messages[-1].tool_results[0].content
     lines = result.splitlines()
     assert "4417" in lines[0]
-    assert f"message {asking.id} ·" not in result
+    in_view = [i for i, text in texts.items() if "5521" in text or "before that" in text]
+    assert len(in_view) == 2
+    assert all(f"message {i} ·" not in result for i in in_view)
+
+
+async def test_recall_history_finds_a_message_the_view_shows_by_head_and_tail(monkeypatch):
+    # A message over its share of a small window is in the view only as its head and tail:
+    # what was said in its middle is the past to the model, and the search finds it.
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    filler = "lorem ipsum dolor sit amet consectetur " * 150
+    long = filler + "The spare key hides under the blue flowerpot by the shed. " + filler
+    query = {"query": "spare key blue flowerpot shed"}
+    ask = Reply([ToolCall("r1", "recall_history", query)], "tool")
+    model = Model([said("Noted."), ask, said("Under the flowerpot.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("keys", long)
+        await engine.turn("keys", "Where did I say the spare key is?")
+        rows = engine.store.branch(engine.store.conversation("keys").id)
+        kept = next(r for r in rows if "flowerpot" in last_user_text_of(r.message))
+    sent = model.requests[-1]
+    assert "blue flowerpot" not in "\n".join(last_user_text_of(m) for m in sent.messages[:-1])
+    result = sent.messages[-1].tool_results[0].content
+    assert f"message {kept.id} ·" in result.splitlines()[0]
 
 
 async def test_conversations_show_puts_a_turns_auto_recall_under_its_header(capsys):

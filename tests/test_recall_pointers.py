@@ -45,7 +45,10 @@ async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_fi
         # and the ids of a range of older ones, not listed one by one
         low, high = map(int, re.findall(r"\[#(\d+)–#(\d+)\] \d+ older messages", seen)[0])
         pointed += [n for n in sorted(by_id) if low <= n <= high and by_id[n] in said][:3]
-        ctx = ToolContext(workspace=Path("."), services=TurnServices(recall=Recall(store)))
+        # As a tool of the conversation: what its view shows whole is left out of a search,
+        # and a pointer is not the message.
+        services = TurnServices(recall=Recall(store), conversation_id=conv.id)
+        ctx = ToolContext(workspace=Path("."), services=services)
         for row_id in pointed:
             whole = by_id[row_id]
             opened = recall_history.fn(ctx, message_id=row_id)

@@ -406,3 +406,38 @@ async def test_a_turn_the_browser_stops_is_named_so_in_the_terminal_once():
     shown = screen.getvalue()
     assert shown.count("Stopped by /stop from the browser. What the turn finished is kept.") == 1
     assert "Stopped. What the turn finished is kept." not in shown
+
+
+async def test_a_chat_attached_after_the_question_was_asked_shows_its_arguments():
+    """A question (ask_user) asked by a turn started before the chat attached: the `tool_end`
+    the chat sees is the first it hears of the call, and it names the call's arguments for it
+    (the pill showed `ask_user {}`), and for /show N."""
+
+    def script(request) -> Reply:
+        if request.messages[-1].tool_results:
+            return Reply([Text("booked")], "done")
+        return Reply([ToolCall("q1", "ask_user", {"question": "Which city?"})], "tool")
+
+    asked = asyncio.Event()
+
+    async def first(item) -> None:
+        if getattr(item, "kind", "") == "question":
+            asked.set()
+
+    screen = StringIO()
+    state = ChatState("trip", "default")
+    view = TerminalView(Console(file=screen, width=100, color_system=None), state)
+    async with running_serve(ScriptedProvider(script)):
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", first, "trip") as before:
+            await before.send("book a trip", "trip")
+            await asyncio.wait_for(asked.wait(), 30)
+            async with connect_remote(path, "terminal", view.deliver, "trip") as conn:
+                view.chat_id = conn.chat_id or ""
+                await conn.send("Lisbon", "trip")
+                await asyncio.wait_for(before.settle(), 30)
+                await asyncio.wait_for(conn.settle(), 30)
+    (pill,) = state.results
+    assert pill.call.args == {"question": "Which city?"}  # what /show 1 prints
+    assert 'ask_user {"question": "Which city?"} ✓' in screen.getvalue()

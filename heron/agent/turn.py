@@ -669,6 +669,7 @@ def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
             conversation_id=conversation.id,
             conversation_key=conversation.key,
             turn_start=built.user_message_id,
+            view_cuts=built.governor.not_whole if built.governor is not None else None,
             agent=conversation.agent,
             turn=t.control,
             memory=engine.memory,

@@ -176,7 +176,7 @@ class _Printer:
         """Nobody reads stdout any more: stop writing there, and end the run (`_exchange`)."""
         self.unwatch()  # before the descriptor is pointed at /dev/null
         self.reader_gone = True
-        _to_null(self.out)
+        to_null(self.out)
         self.cut.set()
 
     def unwatch(self) -> None:
@@ -188,7 +188,7 @@ class _Printer:
         """SIGINT or SIGTERM: stop the turn (`_exchange`). A second one ends the process at
         once, as the signal would have without this handler."""
         if self.signal is not None:
-            _again(number, self.signalled_at)
+            signalled_again(number, self.signalled_at)
             return
         self.signal, self.signalled_at = signal.Signals(number), time.monotonic()
         self.cut.set()
@@ -202,10 +202,10 @@ class _Printer:
             self.err.write(text + "\n")
             self.err.flush()
         except BrokenPipeError:  # nobody reads stderr either: nothing to tell
-            _to_null(self.err)
+            to_null(self.err)
 
 
-def _to_null(stream: TextIO) -> None:
+def to_null(stream: TextIO) -> None:
     """Point `stream`'s descriptor at /dev/null, so that what its buffer still holds (and the
     interpreter's flush at exit) goes nowhere instead of raising BrokenPipeError again."""
     try:
@@ -236,12 +236,12 @@ def catch_early_signals() -> None:
 
 def _early(number: int, frame: object) -> None:
     if _EARLY:
-        _again(number, _EARLY[0][1])
+        signalled_again(number, _EARLY[0][1])
     else:
         _EARLY.append((number, time.monotonic()))
 
 
-def _again(number: int, first: float) -> None:
+def signalled_again(number: int, first: float) -> None:
     """A signal after the one that is stopping the run: the same one sent twice is passed
     over; another ends the process at once, as the signal would without these handlers."""
     if time.monotonic() - first < TWICE_WITHIN:

@@ -7,18 +7,19 @@ with Alt-Enter) with the output printed above it, and the prompt shows how long 
 been working. rich renders the answer as Markdown one finished block at a time, so a reply
 taller than the screen never repeats itself in the scrollback; each tool call is a one-line
 pill, reasoning is dimmed. Ctrl-C stops the turn in flight (what it finished is kept), Ctrl-D
-leaves.
+leaves; SIGTERM and SIGHUP stop it the same way, then end the chat (exit 128 + the signal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from heron.agent.leases import presence
 from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
-from heron.channels.script import EMBEDDED_BANNER
+from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, signalled_again, to_null
 from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
@@ -63,6 +64,8 @@ works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Answered here, beside the engine's (commands.NAMES).
 LOCAL_COMMANDS = ("show", "exit", "quit", "attach")
+# Each stops the running turn as /stop does, then ends the chat (`_hang_ups`).
+HANG_UPS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -374,7 +377,8 @@ async def run_chat(
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
         async with opened as conn, AsyncExitStack() as held:
             with patch_stdout(raw=True), eof_as_a_key():
-                await _chat(engine, conn, state, view, session, held)
+                talk = _chat(engine, conn, state, view, session, held)
+                await _until_hung_up(talk, conn, state, view)
         if not ephemeral and not engine.choice.embedded:
             _review_at_exit(settings, model, engine, state, console)
 
@@ -411,7 +415,8 @@ def eof_as_a_key() -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSANOW, before)
+        with contextlib.suppress(termios.error):  # a terminal that closed has nothing to restore
+            termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 async def _chat_remote(path: Path, settings: Settings, console: Console, state: ChatState) -> None:
@@ -443,7 +448,9 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             console.print(said, style="yellow", markup=False, highlight=False)
         async with AsyncExitStack() as held:
             with patch_stdout(raw=True), eof_as_a_key():
-                await _chat(None, conn, state, view, session, held)
+                await _until_hung_up(
+                    _chat(None, conn, state, view, session, held), conn, state, view
+                )
 
 
 async def _chat(
@@ -534,6 +541,88 @@ async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: Ter
     view.console.print("[dim]Bye.[/dim]")
 
 
+async def _until_hung_up(
+    chat: Awaitable[None], conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView
+) -> None:
+    """The chat, until Ctrl-D or until SIGTERM or SIGHUP ends it (`_hang_ups`): then the turn
+    it stopped is given a while to end, and the chat leaves with 128 + the signal's number
+    (143, 129), its terminal put back as it was on the way out."""
+    with _hang_ups(conn, state, view) as ended:
+        try:
+            await chat
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if ended.number is None or task is None:
+                raise
+            task.uncancel()  # the signal's cancel, taken: the chat winds up below
+        if ended.number is None:
+            return
+        await _wind_up(conn, view, ended.number)
+    raise SystemExit(128 + ended.number)
+
+
+@dataclass
+class _Ended:
+    """The signal that ends the chat, once one came (`_hang_ups`)."""
+
+    number: int | None = None
+    at: float = 0.0  # time.monotonic() of it
+
+
+@contextmanager
+def _hang_ups(
+    conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView
+) -> Iterator[_Ended]:
+    """SIGTERM (`kill`, systemd, a session ending) and SIGHUP (the terminal window closed)
+    end the chat as they end any program, but first stop the running turn as /stop does, in
+    this process or in the serve: what it streamed and the tool work it finished are kept,
+    the turn is closed as interrupted. The handler sends the /stop at once, then cancels the
+    chat wherever it waits (a prompt, a settle), which unwinds it (`_chat`). A second signal
+    ends the process at once, as it would have without this handler."""
+    loop = asyncio.get_running_loop()
+    chat = asyncio.current_task()
+    ended = _Ended()
+
+    def hung_up(number: int) -> None:
+        if ended.number is not None:
+            signalled_again(number, ended.at)
+            return
+        ended.number, ended.at = number, time.monotonic()
+        view.answer("")  # an approval waiting: declined, as /stop declines it
+        if conn.running(state.key):
+            view.stopping = True
+            conn.send_nowait("/stop", state.key, state.agent)
+        if chat is not None:
+            chat.cancel()
+
+    def caught(number: int, frame: object) -> None:
+        # At once, between two bytecodes, not when the loop gets to it: a terminal that
+        # closed fails every write (EIO), and the loop may be about to print or redraw.
+        if number == signal.SIGHUP:  # the descriptors, under patch_stdout's proxy
+            for stream in (sys.__stdout__, sys.__stderr__):
+                if stream is not None:
+                    to_null(stream)
+        loop.call_soon_threadsafe(hung_up, number)
+
+    before = {number: signal.signal(number, caught) for number in HANG_UPS}
+    try:
+        yield ended
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+async def _wind_up(conn: InProcessAgent | RemoteAgent, view: TerminalView, number: int) -> None:
+    """After SIGTERM or SIGHUP: the stopped turn has a while to end (and be stored as
+    interrupted) before the process leaves; a serve gone meanwhile has nothing to wait for."""
+    from heron.channels.remote import ServeGone
+
+    with contextlib.suppress(TimeoutError, ConnectionError, ServeGone):
+        await asyncio.wait_for(conn.settle(), STOP_WAIT)
+    with contextlib.suppress(OSError):  # the terminal closed (SIGHUP): nobody reads it
+        view.console.print(f"[dim]Ended by {signal.Signals(number).name}.[/dim]")
+
+
 async def _present(engine: Engine | None, key: str, held: AsyncExitStack) -> str:
     if engine is None:
         return key
@@ -599,7 +688,8 @@ def _no_echoed_ctrl_c() -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSANOW, before)
+        with contextlib.suppress(termios.error):  # a terminal that closed has nothing to restore
+            termios.tcsetattr(fd, termios.TCSANOW, before)
 
 
 async def _settle(conn: InProcessAgent | RemoteAgent) -> None:

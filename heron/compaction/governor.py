@@ -27,7 +27,7 @@ from heron.compaction.summary import (
 from heron.context.budget import RequestTooLarge, section_name, split_sections, too_large
 from heron.context.history import BranchState, load_branch_async, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
-from heron.context.view import Said, said_in, shape_messages, snip
+from heron.context.view import Said, not_shown_whole, said_in, shape_messages, snip
 from heron.messages import Message, Text
 from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest
@@ -71,6 +71,8 @@ class Governor:
         # The view of `state` alone (no messages of the run), derived once per state read:
         # BUILD hands over the one it derived, so the first call does not derive it again.
         self._state_view = (state, view) if state is not None and view is not None else None
+        # The record and the view of the latest call governed (`not_whole`).
+        self._sent: tuple[BranchState, list[Message]] | None = None
 
     async def govern(self, given: list[Message]) -> list[Message]:
         """The view for the next call. The record is read back only when an in-flight
@@ -85,7 +87,16 @@ class Governor:
             if await self._inflight(self.state, view) and await self._reload(given):
                 view = self._view([])
                 await self.deps.store.call(self._set_after, tokens_of(self.deps, self.system, view))
-        return self._fit(view, raws)
+        fitted = self._fit(view, raws)
+        self._sent = (self.state, fitted)
+        return fitted
+
+    def not_whole(self) -> set[int]:
+        """The rows of the branch (after the fold) that the latest call's view did not show
+        whole: snipped to pointers, cut to head and tail, folded in flight. recall_history
+        keeps them searchable though the conversation's view holds them (docs/memory.md)."""
+        sent = self._sent
+        return set() if sent is None else not_shown_whole(sent[0].rows, sent[0].plan, sent[1])
 
     def _view(self, extra: list[Message]) -> list[Message]:
         """`view_of` the current state and `extra`; the state's own view is derived once."""

@@ -185,6 +185,23 @@ def visible_rows(rows: Sequence[StoredMessage], plan: ViewPlan) -> list[Item]:
     return out
 
 
+def not_shown_whole(
+    rows: Sequence[StoredMessage], plan: ViewPlan, view: Sequence[Message]
+) -> set[int]:
+    """The rows after the fold that `view` does not show whole: snipped (left as a pointer or
+    a range), folded in flight, a message cut to its head and tail, a result cut or replaced.
+
+    The view is built from the rows' own parts and rebuilds only what it changes, so a row is
+    whole when every part of it is one of the view's parts (a checkpoint or snip note added
+    around them takes nothing away)."""
+    sent = {id(part) for message in view for part in message.parts}
+    return {
+        row.id
+        for row in _after_fold(rows, plan)
+        if not all(id(part) in sent for part in row.wire.parts)
+    }
+
+
 def derive_view(
     rows: Sequence[StoredMessage],
     plan: ViewPlan,

@@ -46,6 +46,9 @@ class Client:
     queue: asyncio.Queue[Event] = field(default_factory=lambda: asyncio.Queue(CLIENT_QUEUE))
     key: str | None = None
     gaps: int = 0  # how often it fell behind (tests, diagnostics)
+    # Tool calls whose `tool_start` it was never sent (it attached, or fell behind, while they
+    # ran): their `tool_end` carries `args` for it, which that event leaves out otherwise.
+    unseen: set[str] = field(default_factory=set)
 
     def offer(self, event: Event, journal: Journal) -> None:
         try:
@@ -59,7 +62,17 @@ class Client:
             self.queue.get_nowait()
             self.queue.task_done()  # Session.end waits on join()
         self.gaps += 1
+        self.unseen |= journal.calls.keys()
         self.queue.put_nowait(journal.welcome(self, gap=True))
+
+    def shown(self, event: Event, journal: Journal) -> Event:
+        """`event` as this client is sent it: a `tool_end` whose start it missed names the
+        call's arguments (a pill that showed `{}` for them, and `/show N` too)."""
+        call = event.get("call_id")
+        if event["type"] != "tool_end" or call not in self.unseen:
+            return event
+        self.unseen.discard(call)
+        return {**event, "args": journal.calls.get(call, {})}
 
 
 @dataclass
@@ -86,6 +99,9 @@ class Journal:
     # The question the turn waits on (ask_user), sent again to such a client; until the next
     # message answers it (`mail`) or the turn ends.
     question: Event | None = None
+    # The running turn's tool calls that have started and not ended: call_id -> arguments,
+    # for the clients that attach while they run (`Client.unseen`).
+    calls: dict[str, Any] = field(default_factory=dict)
 
     def append(self, event: Event) -> Event:
         self.seq += 1
@@ -93,8 +109,16 @@ class Journal:
         self.events.append(event)
         if len(self.events) > self.size:
             self.events.popleft()
+        if event["type"] == "tool_start":
+            self.calls[event["call_id"]] = event.get("args") or {}
         for client in list(self.clients):
-            client.offer(event, self)
+            client.offer(client.shown(event, self), self)
+        if event["type"] == "tool_end":
+            self.calls.pop(event["call_id"], None)
+        elif event["type"] == "turn_end":
+            self.calls.clear()
+            for client in self.clients:
+                client.unseen.clear()
         return event
 
     def welcome(self, client: Client, *, gap: bool = False) -> Event:
@@ -202,6 +226,7 @@ class Hub:
         client.key = key
         missed = [] if last_seq is None else journal.since(last_seq)
         gap = missed is None or len(missed) >= CLIENT_QUEUE
+        client.unseen = set(journal.calls) if last_seq is None or gap else set()
         client.queue.put_nowait(journal.welcome(client, gap=gap))
         for event in () if gap else missed or ():
             client.queue.put_nowait(event)

@@ -115,6 +115,9 @@ class TurnServices:
     # The id of the message the running turn answers: it and what follows it in the
     # conversation are in the model's view (recall_history leaves them out).
     turn_start: int | None = None
+    # The conversation's rows that the latest request's view did not show whole (snipped to a
+    # pointer, cut to head and tail): still the past to recall_history. None: none known.
+    view_cuts: Callable[[], set[int]] | None = None
     agent: str = "default"  # work state, todos and the scratchpad are kept per agent
     turn: RunningTurn | None = None
     memory: MemoryService | None = None  # None when ephemeral

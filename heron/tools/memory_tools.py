@@ -17,6 +17,7 @@ from heron.errors import StoreError, ToolError
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService
+from heron.memory.wiring import seen_by_model
 from heron.messages import Text, Thinking, ToolCall, ToolResult, dumps
 from heron.tools.context import ToolContext
 from heron.tools.registry import tool
@@ -191,17 +192,29 @@ def recall_history(
         return _open_message(recall, message_id)
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
-    hits = recall.search(query, max(1, min(limit, 30)), exclude=_this_turn(ctx, recall))
+    hits = recall.search(query, max(1, min(limit, 30)), exclude=_in_view(ctx, recall))
     if not hits:
         return f"Nothing found for {query!r}."
     return "\n".join(hit.line() for hit in hits)
 
 
-def _this_turn(ctx: ToolContext, recall: Recall) -> set[int]:
-    """The running turn's messages: the one that asks (its words match the query best) and
-    what followed it. The model has them in view; returned first, they crowd out the past."""
-    start, conversation = ctx.services.turn_start, ctx.services.conversation_id
-    if start is None or conversation is None:
+def _in_view(ctx: ToolContext, recall: Recall) -> set[int]:
+    """The messages the model reads whole in its view: returned first (they hold the query's
+    words best, the asking message above all), they would crowd out the past. Auto-recall's
+    in-view rows (the branch after /new and the fold) and the running turn's, less what the
+    latest request showed only as a pointer or cut to its head and tail (`view_cuts`)."""
+    services = ctx.services
+    conversation = services.conversation_id
+    if conversation is None:
+        return set()
+    rows = seen_by_model(recall.store, conversation).rows | _this_turn(ctx, recall, conversation)
+    return set(rows) - (services.view_cuts() if services.view_cuts is not None else set())
+
+
+def _this_turn(ctx: ToolContext, recall: Recall, conversation: int) -> set[int]:
+    """The running turn's messages: the one that asks and what followed it."""
+    start = ctx.services.turn_start
+    if start is None:
         return set()
     return {row.id for row in recall.store.branch_since(conversation, start) if row.id >= start}
 
