@@ -152,7 +152,10 @@ class PgConnection:
         if self.schema is not None:
             self._ensure_schema(self.schema)
         self._id_tables: set[str] = set()
-        self.read_catalog()
+        self._keys: dict[str, list[str]] = {}
+        # Read when an INSERT is next planned, not after each CREATE TABLE: a migration creates
+        # dozens of tables, and each read of the catalog is two queries on information_schema.
+        self._catalog_stale = True
         # Counters to bump with the open transaction's COMMIT, in the same round trip and after
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
@@ -187,12 +190,14 @@ class PgConnection:
 
     def read_catalog(self) -> None:
         """Which tables have an `id` and each table's primary key, as the server says now.
-        Read again after this connection's CREATE TABLE, and by the store after migrating:
+        Read again before the first INSERT planned after this connection's CREATE TABLE, and by
+        the store after migrating:
         another worker may have created the tables while this one waited for the migration
         lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
         self._plans.clear()  # an upsert's key and `RETURNING id` follow the catalog
+        self._catalog_stale = False
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
-        self._keys: dict[str, list[str]] = {}
+        self._keys = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
             self._keys.setdefault(table, []).append(column)
 
@@ -238,6 +243,8 @@ class PgConnection:
             return _Plan(text, begins=True)
         if text in ("COMMIT", "ROLLBACK"):
             return _Plan(text, ends=True)
+        if self._catalog_stale and text.lstrip()[:6].upper() == "INSERT":
+            self.read_catalog()  # only an INSERT's plan depends on the catalog
         if head == "INSERT OR REPLACE":
             text = self._upsert(text)
         into = _INSERT_INTO.match(text)
@@ -272,7 +279,8 @@ class PgConnection:
         else:
             cur.execute(plan.text, values)
         if plan.creates:
-            self.read_catalog()
+            self._plans.clear()  # the plans made on the old catalog
+            self._catalog_stale = True
         result = cur.pgresult
         if result is None or result.status != self._tuples_ok:
             return PgCursor([], {}, cur.rowcount)
