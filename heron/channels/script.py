@@ -467,7 +467,7 @@ async def run_remote(
     # an older config.toml. Never for a refused message: a file broken since is refused
     # above, as in-process, and nothing more is said of it.
     for said in conn.news():
-        err.write(said + "\n")
+        printer.note(said)  # a closed stderr too: nothing to tell, no BrokenPipeError
     return ended
 
 
