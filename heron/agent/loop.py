@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from heron.agent import commands
 from heron.agent.control import NEVER_MAILED, TurnControl
 from heron.agent.engine import Engine, TurnHooks, TurnResult
-from heron.agent.relay import Relayed, keep
+from heron.agent.relay import RelayDesk, Relayed
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import NOT_SAVED, message_unsaved
 from heron.bus import (
@@ -134,10 +134,11 @@ class AgentLoop:
     # Whether a client has the conversation open now (`heron serve`'s hub): what the `message`
     # tool of background work tells its model. None: not known (no serve).
     attended: Callable[[str], bool] | None = None
-    # What background work said to a conversation while a turn ran there: stored when it ends.
-    _relays: dict[str, list[Relayed]] = field(default_factory=dict)
-    # Per conversation, the storing of such messages under way: its next turn waits for it.
-    _keeping: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # What background work says to a conversation, on its way into it (after a turn there).
+    relays: RelayDesk = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.relays = RelayDesk(self.engine.store)
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -333,7 +334,7 @@ class AgentLoop:
         self._event(message, key, "turn_start", message.text)
         hooks = self._hooks(key, message, control)
         try:
-            await self._kept(key)
+            await self.relays.settled(key)
             result = await self.engine.turn(
                 key, message.text, hooks, agent=message.agent, channel=message.channel
             )
@@ -456,9 +457,7 @@ class AgentLoop:
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(unread_mail(message, mail, key))
-        said = self._relays.pop(key, None)
-        if said:  # after the turn they were said during, before the next one (it waits)
-            self._keep(key, said, message.agent)
+        self.relays.release(key, message.agent)  # before the next turn here (it waits)
         if queue:
             self._start(key, queue.popleft())
         elif not self._active:
@@ -493,45 +492,12 @@ class AgentLoop:
     def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
         """`relayed` stored in conversation `to`: now, or after the turn running there (never
         inside it); the answer says which, and whether someone has `to` open to see it now."""
-        if to in self._active:
-            self._relays.setdefault(to, []).append(relayed)
-            kept = f"kept in conversation {to!r} once the turn running there ends"
-        else:
-            self._keep(to, [relayed], agent)
-            kept = f"kept in conversation {to!r}"
+        kept = self.relays.take(to, relayed, agent, turn_running=to in self._active)
         if self.attended is None:
             return f"Sent to the user and {kept}."
         if self.attended(to):
             return f"Delivered: shown to the user now, and {kept}."
         return f"Nobody has conversation {to!r} open now: {kept}, where the user sees it next."
-
-    def _keep(self, key: str, said: list[Relayed], agent: str) -> None:
-        """Store `said` in `key`, after what is being stored there already."""
-        task = asyncio.create_task(self._write(self._keeping.get(key), key, said, agent))
-        self._keeping[key] = task
-
-        def done(t: asyncio.Task[None]) -> None:
-            if self._keeping.get(key) is t:
-                del self._keeping[key]
-
-        task.add_done_callback(done)
-
-    async def _write(
-        self, before: asyncio.Task[None] | None, key: str, said: list[Relayed], agent: str
-    ) -> None:
-        if before is not None:
-            await asyncio.wait({before})
-        for relayed in said:
-            try:
-                await keep(self.engine.store, key, relayed, agent)
-            except Exception:  # the live event went out; one failed write must not stop the rest
-                log.exception("storing a message of %s in %s failed", relayed.spoken_in, key)
-
-    async def _kept(self, key: str) -> None:
-        """Until what background work said to `key` is stored (its next turn reads it)."""
-        writing = self._keeping.get(key)
-        if writing is not None:
-            await asyncio.wait({writing})  # not cancelled with the turn that waits
 
     async def _send(
         self, message: InboundMessage, key: str, text: str, kind: str, code: str | None = None
@@ -577,9 +543,9 @@ class AgentLoop:
 
     async def wait_idle(self) -> None:
         """Until no turn is running or waiting (tests, shutdown)."""
-        while self._active or any(self._pending.values()) or self._keeping:
-            if not self._active and self._keeping:
-                await asyncio.wait(set(self._keeping.values()))
+        while self._active or any(self._pending.values()) or self.relays.writing:
+            if not self._active and self.relays.writing:
+                await self.relays.drain()
                 continue
             self._idle.clear()
             await self._idle.wait()
@@ -587,8 +553,7 @@ class AgentLoop:
     async def close(self) -> None:
         for key in list(self._active):
             await self.stop(key)
-        if self._keeping:  # what background work said is stored before the process ends
-            await asyncio.wait(set(self._keeping.values()))
+        await self.relays.drain()  # what background work said is stored before the process ends
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
 

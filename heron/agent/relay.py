@@ -13,7 +13,9 @@ gives the view). The AgentLoop decides when (after a turn running there, before 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from heron.agent.leases import hold_lease
@@ -26,6 +28,7 @@ from heron.store import engine_state as es
 RELAY_META = "spoken_in"
 # What the model of the conversation reads: who said it, and that the person did not write it.
 LABEL = "[Sent to the user by {who}, not written by the user] "
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,70 @@ async def keep(store: Store, key: str, relayed: Relayed, agent: str = "default")
             store.append, conversation.id, shown, sent=sent, meta=meta, author="heron"
         )
     return stored.id
+
+
+@dataclass
+class RelayDesk:
+    """Background work's messages on their way into the conversations they were sent to.
+
+    One per AgentLoop. A message for a conversation whose turn runs is held until that turn
+    ends (`release`); otherwise it is written at once. Writes to one conversation happen in the
+    order they were said, one after another; its next turn waits for them (`settled`), so the
+    model of that turn reads them."""
+
+    store: Store
+    # Said to a conversation while a turn ran there: written when it ends.
+    _held: dict[str, list[Relayed]] = field(default_factory=dict)
+    # Per conversation, the writing under way (each write waits for the one before).
+    _writing: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+
+    def take(self, to: str, relayed: Relayed, agent: str, *, turn_running: bool) -> str:
+        """Write `relayed` into `to`, or hold it while a turn runs there; returns what was done,
+        as the `message` tool tells it ("kept in conversation 'personal' ...")."""
+        if turn_running:
+            self._held.setdefault(to, []).append(relayed)
+            return f"kept in conversation {to!r} once the turn running there ends"
+        self._write_after(to, [relayed], agent)
+        return f"kept in conversation {to!r}"
+
+    def release(self, key: str, agent: str) -> None:
+        """The turn running in `key` ended: write what was held for it, before the next turn."""
+        held = self._held.pop(key, None)
+        if held:
+            self._write_after(key, held, agent)
+
+    async def settled(self, key: str) -> None:
+        """Until what was said to `key` is written (its next turn reads it)."""
+        writing = self._writing.get(key)
+        if writing is not None:
+            await asyncio.wait({writing})  # not cancelled with the turn that waits
+
+    @property
+    def writing(self) -> bool:
+        return bool(self._writing)
+
+    async def drain(self) -> None:
+        """Until every write under way is done (the process is about to end)."""
+        while self._writing:
+            await asyncio.wait(set(self._writing.values()))
+
+    def _write_after(self, key: str, said: list[Relayed], agent: str) -> None:
+        task = asyncio.create_task(self._write(self._writing.get(key), key, said, agent))
+        self._writing[key] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._writing.get(key) is t:
+                del self._writing[key]
+
+        task.add_done_callback(done)
+
+    async def _write(
+        self, before: asyncio.Task[None] | None, key: str, said: list[Relayed], agent: str
+    ) -> None:
+        if before is not None:
+            await asyncio.wait({before})
+        for relayed in said:
+            try:
+                await keep(self.store, key, relayed, agent)
+            except Exception:  # the live event went out; one failed write must not stop the rest
+                log.exception("storing a message of %s in %s failed", relayed.spoken_in, key)
