@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from heron.errors import ConfigError
-from heron.store.home_lock import INFO_NAME, LOCK_NAME, ServeInfo, hold, read_info
+from heron.store.home_lock import INFO_NAME, LOCK_NAME, ServeInfo, mark_holder, read_info
 
 __all__ = ["INFO_NAME", "LOCK_NAME", "SOCKET_NAME", "ServeInfo", "ServeLock", "read_info"]
 
@@ -49,7 +49,7 @@ class ServeLock:
                 break
             os.close(fd)  # locked a file the serve before us removed on its way out: again
         self._fd = fd
-        hold(self.home, True)
+        mark_holder(fd)
         with contextlib.suppress(FileNotFoundError):  # a stale socket of a killed serve
             (self.home / SOCKET_NAME).unlink()
 
@@ -81,7 +81,6 @@ class ServeLock:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
-        hold(self.home, False)
 
     def __enter__(self) -> ServeLock:
         self.acquire()

@@ -4,7 +4,8 @@
 Here, below the serve, because the store asks it: a Heron that would migrate a home's
 database refuses to while a serve runs on that home (the serve, perhaps an older Heron, would
 go on writing rows of the schema it knows into one it does not). The serve's own process is
-not "another": it migrates as it starts, under its own lock (`hold`). stdlib only.
+not "another": it migrates as it starts, under its own lock, and it wrote its pid into the lock
+file as it took it (`mark_holder`), which is how it knows the lock is its own. stdlib only.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from pathlib import Path
 
 LOCK_NAME = "serve.lock"
 INFO_NAME = "serve.json"
-
-# Homes whose lock this process holds (resolved): the serve that holds one may migrate it.
-_HELD: set[Path] = set()
 
 
 @dataclass(frozen=True)
@@ -40,20 +38,23 @@ def read_info(home: Path) -> ServeInfo | None:
         return None
 
 
-def hold(home: Path, held: bool) -> None:
-    """This process took (True) or gave up (False) the home's lock."""
-    if held:
-        _HELD.add(home.resolve())
-    else:
-        _HELD.discard(home.resolve())
+def mark_holder(fd: int) -> None:
+    """Write this process's pid into the lock file it just locked (open as `fd`)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0))
+    except (OSError, ValueError):  # not written yet, or an older serve's empty file
+        return None
 
 
 def other_serve(home: Path) -> str | None:
     """ "pid N, URL" of a serve another process runs on `home` ("starting": its details are
     not written yet); None when none holds the lock. A shared lock tried without waiting and
     let go at once: a serve starting in that instant retries (heron/serve/lock.py)."""
-    if home.resolve() in _HELD:
-        return None
     try:
         fd = os.open(home / LOCK_NAME, os.O_RDONLY)
     except OSError:  # no lock file: no serve (a clean exit removes it)
@@ -61,6 +62,8 @@ def other_serve(home: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
+        if _holder(fd) == os.getpid():  # this process is the serve: it may migrate its home
+            return None
         info = read_info(home)
         return f"pid {info.pid}, {info.url}" if info else "starting"
     finally:
