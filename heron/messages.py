@@ -224,12 +224,14 @@ class Reply:
 
 
 def size_label(size: int) -> str:
-    """'812 bytes', '123 kB', '4.2 MB' (kB and MB of 1,024)."""
+    """'812 bytes', '123 kB', '4.2 MB', '3.1 GB' (of 1,024)."""
     if size < 1024:
         return f"{size} bytes"
     if size < 1024 * 1024:
         return f"{round(size / 1024)} kB"
-    return f"{size / (1024 * 1024):.1f} MB"
+    if size < 1024**3:
+        return f"{size / (1024 * 1024):.1f} MB"
+    return f"{size / 1024**3:.1f} GB"
 
 
 def file_class(part: File) -> str:

@@ -60,7 +60,7 @@ def test_a_full_disk_and_a_read_only_one_are_not_damage(tmp_path, monkeypatch):
     assert disk_mod.refusal(io_error, db) is None  # space left: not a full disk
     monkeypatch.setattr(disk_mod, "free_bytes", lambda path: 4096)
     full = disk_mod.refusal(io_error, db)  # the -shm file could not grow: full
-    assert isinstance(full, DiskFull) and "(4.0 KB free)" in str(full)
+    assert isinstance(full, DiskFull) and "(4 kB free)" in str(full)
     malformed = sqlite3.DatabaseError("database disk image is malformed")
     assert disk_mod.refusal(malformed, db) is None and disk_mod.damaged(malformed)
     assert not disk_mod.damaged(sqlite3.OperationalError(FULL))

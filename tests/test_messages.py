@@ -19,6 +19,7 @@ from heron.messages import (
     from_json,
     reply_from_dict,
     reply_to_dict,
+    size_label,
     to_json,
 )
 
@@ -96,3 +97,13 @@ def test_new_conversation_keys_have_one_shape_for_every_channel():
     made = {new_key(prefix) for prefix in ("c", "run", "web") for _ in range(3)}
     assert len(made) == 9
     assert all(re.fullmatch(r"(c|run|web)-\d{8}-\d{6}-[0-9a-f]{4}", key) for key in made)
+
+
+def test_size_labels_read_at_a_glance_from_bytes_to_gigabytes():
+    assert [size_label(n) for n in (812, 4096, 126_000, 4_404_019, 3_328_599_654)] == [
+        "812 bytes",
+        "4 kB",
+        "123 kB",
+        "4.2 MB",
+        "3.1 GB",
+    ]

@@ -16,6 +16,7 @@ import sqlite3
 from pathlib import Path
 
 from heron.errors import DiskFull, ReadOnlyHome
+from heron.messages import size_label
 
 # Primary result codes (https://sqlite.org/rescode.html); an extended code keeps its primary
 # code in its low byte (SQLITE_IOERR_SHMSIZE is 4874 = 19 << 8 | 10).
@@ -72,7 +73,7 @@ def damaged(error: BaseException) -> bool:
 def disk_full(path: Path) -> DiskFull:
     free = free_bytes(path)
     return DiskFull(
-        f"the disk holding {path.parent} is full ({_size(free)} free): Heron cannot write "
+        f"the disk holding {path.parent} is full ({size_label(free)} free): Heron cannot write "
         f"to its database {path.name}",
         hint=FULL_HINT,
     )
@@ -121,14 +122,3 @@ def _code_of_words(words: str) -> int | None:
     if "unable to open database file" in words:
         return SQLITE_CANTOPEN
     return None
-
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    size = float(n)
-    for unit in ("KB", "MB", "GB"):
-        size /= 1024
-        if size < 1024 or unit == "GB":
-            break
-    return f"{size:.1f} {unit}"
