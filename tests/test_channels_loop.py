@@ -4,8 +4,9 @@ while a message waits, the channel in the runtime block, `heron run` told it wai
 from __future__ import annotations
 
 import asyncio
-import time
 from io import StringIO
+
+from waiting import until
 
 from heron.agent.engine import Engine
 from heron.agent.leases import hold_lease
@@ -19,13 +20,6 @@ from heron.request import ChatRequest
 from heron.store import Store
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
-
-
-async def _until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 def _drain(bus: MessageBus) -> list[OutboundMessage | TurnEvent]:
@@ -89,7 +83,7 @@ async def test_new_while_a_message_waits_runs_one_turn_at_a_time_and_keeps_the_m
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("terminal", "1", "start the job", "k", events=True))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         await loop.dispatch(InboundMessage("terminal", "1", "the follow-up", "k", events=True))
         await loop.dispatch(InboundMessage("terminal", "1", "/new", "k", events=True))
         await loop.wait_idle()
@@ -139,7 +133,7 @@ async def test_heron_run_says_when_another_session_holds_the_conversation():
     async with hold_lease(store, conversation.id):
         run = run_once(settings, "hi", "default", "held", None, False, out, err, provider)
         task = asyncio.create_task(run)
-        await _until(lambda: "busy in another session" in err.getvalue())
+        await until(lambda: "busy in another session" in err.getvalue())
         assert not task.done()  # it waits for the other session
     assert await task
     store.close()

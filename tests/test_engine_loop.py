@@ -7,11 +7,11 @@ import asyncio
 import itertools
 import json
 import threading
-import time
 from collections import defaultdict
 
 import pytest
 from engine_child import quick
+from waiting import until
 
 from heron.agent import leases
 from heron.agent.control import MAIL_LABEL, MAIL_META
@@ -137,13 +137,6 @@ def _gate_registry() -> tuple[ToolRegistry, asyncio.Event, threading.Event]:
     return with_message_tool(ToolRegistry([wait_gate, quick, slow])), gate, thread_gate
 
 
-async def _until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
 async def test_follow_up_sent_mid_turn_is_answered_in_the_same_turn():
     registry, gate, _ = _gate_registry()
     provider = ScriptedProvider(
@@ -156,7 +149,7 @@ async def test_follow_up_sent_mid_turn_is_answered_in_the_same_turn():
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("t", "1", "start the job"))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         await loop.dispatch(InboundMessage("t", "1", "also, make it blue"))
         gate.set()
         await loop.wait_idle()
@@ -184,7 +177,7 @@ async def test_a_workers_mail_joins_the_running_turn_stored_with_its_id():
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("t", "1", "start the job", events=True, id="m1"))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         follow_up = InboundMessage("t", "1", "also, make it blue", events=True, id="m2")
         assert not loop.post_mail(follow_up, into="another")
         assert loop.post_mail(follow_up, into="m1")
@@ -208,7 +201,7 @@ async def test_a_workers_mail_the_turn_never_read_is_left_to_its_own_turn():
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("t", "1", "start", events=True, id="m1"))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         assert loop.post_mail(InboundMessage("t", "1", "read later", events=True, id="m2"), "m1")
         control = loop.active_control("t:1")
         assert control is not None
@@ -243,7 +236,7 @@ async def test_stop_during_a_tool_keeps_finished_results_and_the_stale_turn_writ
         def checkpointed() -> bool:
             return bool(store.query("SELECT 1 FROM checkpoints"))
 
-        await _until(checkpointed)
+        await until(checkpointed)
         conv_id = store.conversation("t:1").id
         await loop.dispatch(InboundMessage("t", "1", "/stop"))
         assert not loop.running("t:1")
@@ -281,8 +274,8 @@ async def test_a_turn_stopped_by_another_process_keeps_what_it_finished_and_noth
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         store = engine.store
         task = asyncio.create_task(engine.turn("k", "go"))
-        await _until(lambda: len(provider.requests) == 1)
-        await _until(lambda: len(store.all_messages(store.conversation("k").id)) == 2)
+        await until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(store.all_messages(store.conversation("k").id)) == 2)
         conv_id = store.conversation("k").id
         es.bump_epoch(store, conv_id, "/stop from heron run (process 1)")  # as that one does
         if gate_opens:
@@ -315,7 +308,7 @@ async def test_soft_break_wraps_up_at_the_next_drain():
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("t", "1", "long job"))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         assert loop.request_break("t:1")
         gate.set()
         await loop.wait_idle()
@@ -333,7 +326,7 @@ async def test_soft_break_escalates_to_hard_when_the_run_never_drains():
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, MessageBus(), break_grace=0.05)
         await loop.dispatch(InboundMessage("t", "1", "hang"))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         loop.request_break("t:1")
         await loop.wait_idle()
         conv = engine.store.conversation("t:1")
@@ -390,7 +383,7 @@ async def test_mail_a_stop_overtook_in_a_turn_heron_started_is_kept_as_the_perso
         options = TurnOptions(message_meta={"synthetic": True, "goal": 1}, title="Owls")
         nudge = InboundMessage("goal", "g", "[nudge]", "t:1", "goal", options=options, id="n1")
         await loop.dispatch(nudge)
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         await loop.dispatch(InboundMessage("web", "w", "also count the bats", "t:1"))
         await loop.dispatch(InboundMessage("web", "w", "/stop", "t:1"))
         await loop.wait_idle()
@@ -412,7 +405,7 @@ async def test_mail_a_stop_overtook_does_not_carry_the_turns_attachments_again()
     async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
         loop = AgentLoop(engine, bus)
         await loop.dispatch(InboundMessage("t", "1", "read this", files=(notes,)))
-        await _until(lambda: len(provider.requests) == 1)
+        await until(lambda: len(provider.requests) == 1)
         await loop.dispatch(InboundMessage("t", "1", "and be brief"))
         await loop.dispatch(InboundMessage("t", "1", "/stop"))
         await loop.wait_idle()

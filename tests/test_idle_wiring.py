@@ -7,6 +7,8 @@ import asyncio
 import dataclasses
 import time
 
+from waiting import until
+
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, idle_compaction
 from heron.bus import MessageBus
@@ -35,25 +37,16 @@ async def _quiet_conversation(engine: Engine) -> int:
     return conv.id
 
 
-async def _until(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
 async def test_the_agent_loop_compacts_idle_conversations_in_the_background():
     async with Engine.open(Settings.load(), provider=ScriptedProvider(_answer)) as engine:
         cid = await _quiet_conversation(engine)
         loop = AgentLoop(engine, MessageBus(), idle_poll=0.01)
         running = asyncio.create_task(loop.run())
-        done = await _until(lambda: folds.compactions(engine.store, cid) != [])
+        await until(lambda: folds.compactions(engine.store, cid) != [])
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         (record,) = folds.compactions(engine.store, cid)
-    assert done and record.reason == "idle" and "idle facts" in record.summary
+    assert record.reason == "idle" and "idle facts" in record.summary
 
 
 async def test_the_sweeper_is_cancelled_when_its_block_ends():
@@ -61,7 +54,7 @@ async def test_the_sweeper_is_cancelled_when_its_block_ends():
         cid = await _quiet_conversation(engine)
         async with idle_compaction(engine, poll_s=0.01) as task:
             assert task is not None
-            assert await _until(lambda: folds.compactions(engine.store, cid) != [])
+            await until(lambda: folds.compactions(engine.store, cid) != [])
         assert task.done() and task.cancelled()
 
 

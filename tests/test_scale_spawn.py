@@ -13,6 +13,7 @@ import signal
 import sys
 
 import pytest
+from waiting import until
 
 from heron.scale import spawn
 from heron.scale.spawn import Staff
@@ -22,12 +23,6 @@ READY_THEN_WAIT = [
     "import time; print('heron worker: ready (stand-in)', flush=True); time.sleep(120)",
 ]  # fmt: skip
 EXITS_AT_ONCE = [sys.executable, "-c", "import sys; sys.exit(3)"]
-
-
-async def _until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 async def test_a_killed_worker_is_said_and_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,8 +37,8 @@ async def test_a_killed_worker_is_said_and_replaced(monkeypatch: pytest.MonkeyPa
         first = staff.slots[0].pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        await _until(lambda: staff.alive == 1)
-        await _until(lambda: staff.alive == 2)
+        await until(lambda: staff.alive == 1, timeout=60.0)
+        await until(lambda: staff.alive == 2, timeout=60.0)
         assert staff.slots[0].pid not in (None, first)
         said = err.getvalue()
         assert f"worker 1 (pid {first}) was killed by SIGKILL; starting another in 0 s" in said
@@ -83,7 +78,7 @@ async def test_a_worker_restarting_is_on_its_way(monkeypatch: pytest.MonkeyPatch
         pid = staff.slots[0].pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        await _until(lambda: staff.slots[0].state == "restarting")
+        await until(lambda: staff.slots[0].state == "restarting", timeout=60.0)
         assert staff.alive == 0 and staff.coming
         assert "was killed by SIGKILL; heron serve starts another in" in staff.absent()
         assert staff.counts() == {"alive": 0, "of": 1}

@@ -21,6 +21,7 @@ from pg import raw_count
 from scale_helpers import Workers, model_server, worker_env
 from serve_helpers import LineClient
 from test_scale_workers import _dbos_count, _tool_then_answer, echo
+from waiting import until
 
 from heron.serve.lock import SOCKET_NAME
 
@@ -86,12 +87,6 @@ def serve(home: Path, env: dict[str, str], n: int) -> Iterator[Serve]:
             proc.wait()
 
 
-async def until(predicate, timeout: float = WAIT_S) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
-
-
 async def heron_run(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "heron", "run", *args, env=env,
@@ -119,7 +114,7 @@ async def test_a_killed_worker_of_a_serve_is_replaced_and_its_turn_answered(
         with serve(heron_home, env, 1) as face:
             (first,) = face.workers()
             running = asyncio.create_task(heron_run(env, "-c", "w1", "work on w1"))
-            await until(lambda: len(server.requests) >= 2)
+            await until(lambda: len(server.requests) >= 2, timeout=WAIT_S)
             os.kill(first, signal.SIGKILL)
             killed = time.monotonic()
             code, out, err = await running
@@ -174,7 +169,7 @@ async def test_with_no_worker_alive_a_message_is_told_at_once_and_runs_when_one_
             try:
                 await asyncio.to_thread(workers.start, 1)
                 done = "SELECT COUNT(*) FROM turns WHERE status = 'done'"
-                await until(lambda: raw_count(pg_url, done) == 1)
+                await until(lambda: raw_count(pg_url, done) == 1, timeout=WAIT_S)
             finally:
                 workers.stop()
     assert code == 1 and out == "", (code, out, err)
@@ -207,5 +202,5 @@ async def test_the_workers_of_a_serve_killed_with_minus_9_stop_too(
             assert len(workers) == 2
             face.proc.kill()
             face.proc.wait()
-            await until(lambda: not any(_alive(pid) for pid in workers))
+            await until(lambda: not any(_alive(pid) for pid in workers), timeout=WAIT_S)
     assert any("is gone: stopping" in line for line in face.err), face.err

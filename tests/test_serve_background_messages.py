@@ -14,6 +14,7 @@ from typing import Any
 from proactive_helpers import call, last_user_text, text
 from serve_helpers import WAIT, running_serve, ws_client, ws_hello, ws_until
 from typer.testing import CliRunner
+from waiting import until
 
 from heron.agent.relay import RELAY_META
 from heron.cli import app
@@ -61,14 +62,6 @@ def _rows(store: Store, key: str) -> list[StoredMessage]:
     return store.branch(conversation.id)
 
 
-async def _until(check: Any) -> None:
-    for _ in range(int(WAIT / 0.02)):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 async def _fire_monitor(clock: FakeClock, store: Store) -> str:
     """A monitor job made in `personal`, fired; its label."""
     every = parse(every="1h", timezone="UTC")
@@ -93,7 +86,9 @@ async def test_said_while_nobody_is_connected_it_is_kept_shown_later_and_read_ne
             await ws_hello(ws, "personal")
             await _send(ws, "hello")
         label = await _fire_monitor(clock, store)  # nobody has `personal` open now
-        await _until(lambda: model.told and _rows(store, "personal")[-1].meta.get(RELAY_META))
+        await until(
+            lambda: model.told and _rows(store, "personal")[-1].meta.get(RELAY_META), timeout=WAIT
+        )
         assert model.told == [
             "Nobody has conversation 'personal' open now: kept in conversation 'personal',"
             " where the user sees it next."
@@ -128,14 +123,16 @@ async def test_said_while_a_turn_runs_there_it_is_shown_at_once_and_kept_after_t
         async with ws_client(serve) as ws:
             await ws_hello(ws, "personal")
             await ws.send(json.dumps({"type": "send", "text": "hello"}))
-            await _until(lambda: model.personal)  # the turn runs in `personal`
+            await until(lambda: model.personal, timeout=WAIT)  # the turn runs in `personal`
             await _fire_monitor(clock, store)
             said = await ws_until(ws, "message")  # live, at once, while the turn runs
-            await _until(lambda: model.told)
+            await until(lambda: model.told, timeout=WAIT)
             assert not any(r.meta.get(RELAY_META) for r in _rows(store, "personal"))
             model.release.set()
             await ws_until(ws, "idle")
-            await _until(lambda: any(r.meta.get(RELAY_META) for r in _rows(store, "personal")))
+            await until(
+                lambda: any(r.meta.get(RELAY_META) for r in _rows(store, "personal")), timeout=WAIT
+            )
         store.close()
     assert said[-1]["text"] == ALERT
     assert model.told == [

@@ -6,7 +6,8 @@ queued message has started; a stopped turn is heard as stale; a failing hook har
 from __future__ import annotations
 
 import asyncio
-import time
+
+from waiting import until
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded
@@ -16,13 +17,6 @@ from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
-
-
-async def _until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 async def test_every_hook_hears_each_end_once_after_the_next_queued_message_started():
@@ -80,7 +74,7 @@ async def test_a_stopped_turn_is_heard_once_as_stale_with_no_result():
         loop = AgentLoop(engine, MessageBus())
         loop.watch_turns(heard.append)
         await loop.dispatch(InboundMessage("script", "1", "wait", "k"))
-        await _until(lambda: loop.running("k"))
+        await until(lambda: loop.running("k"))
         await asyncio.sleep(0.05)
         assert await loop.stop("k")
         await loop.wait_idle()
