@@ -103,8 +103,11 @@ async def test_compact_is_a_run_of_its_own_counted_in_usage_not_in_turns():
     assert run.model_calls == 1 and run.user_message_id is None
     # the conversation's turns are the ten the person typed (commands make no turn row)
     assert count == 10 and len(every) == 10 and "(10 turns)" in status.reply
-    rows = usage_rows(CliRunner().invoke(app, ["usage"]).stdout)
+    output = CliRunner().invoke(app, ["usage"]).stdout
+    rows = usage_rows(output)
     day = next(k for k in rows if k[0].isdigit())
+    # no price for "scripted": the share is of the tokens, 7,072 of 8,172
+    assert "\nmaintenance (87% of tokens) " in output
     assert rows["maintenance"] == [1, SUMMARY.input, SUMMARY.output, SUMMARY.cache_read, 0]
     assert rows["total"][:3] == [10, 10 * TURN.input + SUMMARY.input, 10 * TURN.output + 71]
     assert rows[day] == rows["total"]
