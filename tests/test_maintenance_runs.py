@@ -239,3 +239,18 @@ async def test_a_maintenance_run_left_running_is_not_a_turn_to_recover():
         assert engine.store.running_turn_message(conv.id) is None
         assert engine.store.turn_count(conv.id) == 2
     assert after.ok and upkeep is not None and upkeep.status == "running"
+
+
+async def test_the_browser_s_status_costs_the_runs_and_counts_the_turns():
+    from heron.serve.api import WebState, _status
+    from heron.trace.prices import PriceTable
+
+    provider = ScriptedProvider(Model(), model="claude-sonnet-4-5")
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await talk(engine, "k", 10)
+        await engine.turn("k", "/compact")
+        status = _status(WebState(Settings.load(), engine.store), "k")
+    price = PriceTable().cost
+    turns, summary = price("claude-sonnet-4-5", TURN), price("claude-sonnet-4-5", SUMMARY)
+    assert status["turns"] == 10
+    assert status["cost_usd"] == pytest.approx(10 * turns + summary)
