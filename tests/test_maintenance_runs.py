@@ -40,10 +40,10 @@ def no_embeddings(monkeypatch):
 
 
 class Model:
-    """Each kind of call answered with its own known usage; `fail` makes the summary fail."""
+    """Each kind of call answered with its own known usage; the kinds in `failing` fail."""
 
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
+    def __init__(self) -> None:
+        self.failing: set[str] = set()
         self.sent: dict[str, list[ChatRequest]] = {}
 
     def __call__(self, request: ChatRequest) -> Reply:
@@ -51,9 +51,9 @@ class Model:
             request.system, "turn"
         )
         self.sent.setdefault(kind, []).append(request)
+        if kind in self.failing:
+            raise ProviderError(f"the {kind} model is down")
         if kind == "summary":
-            if self.fail:
-                raise ProviderError("the summarizer is down")
             return Reply([Text("## Facts\nF1\n## Working state\nW1")], "done", SUMMARY)
         if kind == "facts":
             return Reply([Text('{"facts": []}')], "done", FACTS)
@@ -141,13 +141,13 @@ async def test_a_failed_compact_is_a_failed_run_with_its_error_row():
     model = Model()
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         await talk(engine, "k", 10)
-        model.fail = True
+        model.failing = {"summary"}
         said = await engine.turn("k", "/compact")
         (run,) = runs_of(engine.store, "k")
     assert "Compaction failed" in said.reply
-    assert run.status == "failed" and "the summarizer is down" in (run.error or "")
+    assert run.status == "failed" and "the summary model is down" in (run.error or "")
     shown = CliRunner().invoke(app, ["trace", "show", run.run_id]).stdout
-    assert "✗ ProviderError('the summarizer is down')" in shown
+    assert "✗ ProviderError('the summary model is down')" in shown
     assert "failed (compact)" in ls_lines("k")[0]
 
 
@@ -203,6 +203,26 @@ async def test_the_review_a_closing_chat_starts_is_a_run_of_the_conversation():
     assert rows["maintenance"][:3] == [1, FACTS.input, FACTS.output]
     assert rows["total"][:2] == [1, TURN.input + FACTS.input]
     assert "done (close-review)" in ls_lines("chat-1")[0]
+
+
+async def test_a_review_whose_call_fails_is_a_failed_run_with_its_error_row():
+    from heron.channels.memory_cli import run_review_pass
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(Model())) as engine:
+        await engine.turn("chat-1", "I use metric units, never imperial.")
+    model = Model()
+    model.failing = {"facts"}
+    assert await run_review_pass(Settings.load(), ["chat-1"], ScriptedProvider(model)) == []
+    store = Store(Settings.load().database)
+    try:
+        (run,) = runs_of(store, "chat-1")
+    finally:
+        store.close()
+    assert run.kind == "close-review" and run.status == "failed" and run.model_calls == 1
+    assert "the facts model is down" in (run.error or "")
+    shown = CliRunner().invoke(app, ["trace", "show", run.run_id]).stdout
+    assert "#1 review" in shown and "✗ ProviderError('the facts model is down')" in shown
+    assert "failed (close-review)" in ls_lines("chat-1")[0]
 
 
 async def test_new_and_the_nightly_review_record_their_passes():

@@ -15,6 +15,7 @@ encoded beside the one the provider sends (`heron.providers.wire.call_recorded`)
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps
     from heron.providers.base import Provider
     from heron.request import ChatRequest, OnEvent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -132,6 +135,9 @@ async def maintenance(
     try:
         yield run
     except BaseException as error:
-        await asyncio.shield(run.close(error))
+        try:
+            await asyncio.shield(run.close(error))
+        except Exception:  # the operation's own error is the one to report
+            log.warning("the %s run of conversation %s could not be closed", kind, conversation_id)
         raise
     await run.close(None)
