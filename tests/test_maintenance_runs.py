@@ -24,6 +24,8 @@ from heron.messages import Reply, Text, Usage, dumps
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import Store
+from heron.trace.recorder import trace_cache
+from heron.trace.records import last_request_ref
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
@@ -174,7 +176,15 @@ async def test_learn_records_its_review_and_tidy_passes():
     async with Engine.open(Settings.load(), provider=ScriptedProvider(Model())) as engine:
         await engine.turn("k", "I always book a window seat on planes.")
         remember(engine, "k", "I always book a window seat on planes")
+        cid = engine.store.conversation("k").id
+        chain = trace_cache(engine.store).chain(cid)
         learned = await engine.turn("k", "/learn")
+        # the run's requests are no prefix of the next turn's: the chain the next turn's
+        # trace starts from is still the last turn's
+        assert chain and trace_cache(engine.store).chain(cid) == chain
+        with engine.store.transaction() as conn:
+            ref = json.loads(last_request_ref(conn, cid))
+        assert ref["messages"][0] == chain[-1][1]
         (run,) = runs_of(engine.store, "k")
         count = engine.store.turn_count(engine.store.conversation("k").id)
     assert learned.command == "learn" and count == 1
