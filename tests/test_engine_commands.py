@@ -274,17 +274,20 @@ async def test_resume_lists_and_switches():
     assert missing.reply == "No conversation 'nope'. /resume lists them."
 
 
-async def test_compact_calls_the_compaction_hook():
+async def test_compact_calls_compaction_with_a_run_to_record_in(monkeypatch):
+    import heron.compaction
+    from heron.compaction.consolidate import CompactionReport
+
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         calls = []
 
-        async def fake_compact(conversation, *, reason="manual", window=None):
-            calls.append((conversation.key, reason))
-            return "Compacted 12 messages."
+        async def fake_compact(engine, conversation, *, reason="manual", on_call=None, **_):
+            calls.append((conversation.key, reason, on_call is not None))
+            return CompactionReport("consolidation", reason, rows_folded=12)
 
-        engine.compact_now = fake_compact  # type: ignore[method-assign]
+        monkeypatch.setattr(heron.compaction, "compact_conversation", fake_compact)
         result = await engine.turn("c", "/compact")
-    assert result.reply == "Compacted 12 messages." and calls == [("c", "manual")]
+    assert result.reply.startswith("Compacted 12 messages") and calls == [("c", "manual", True)]
 
 
 async def test_context_overflow_shrinks_the_window_compacts_and_retries():

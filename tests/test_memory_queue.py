@@ -177,7 +177,8 @@ async def test_learn_reports_changes_and_suggests(setup):
     store.append(cid, user("I hate cilantro"))
     baseline = memory_digests(service)
     service.save(cid, EntryPath("personal", "always", None, "x"), "I hate cilantro")
-    report = await learn(service, say(FACT, '{"removals": []}'), cid, baseline)
+    model = say(FACT, '{"removals": []}')
+    report = await learn(service, (model, model), cid, baseline)  # the review, then the tidy
     assert report.gained == ["personal/always/x.md"]
     assert "gained: personal/always/x.md" in report.text()
     assert report.suggested  # the lesson at least

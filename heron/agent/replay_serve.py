@@ -326,6 +326,23 @@ class ReplaySetup:
         return _profile(self.start)
 
 
+MAINTENANCE_HINT = (
+    "`heron trace show RUN` and `heron trace export RUN` show each of its requests and replies "
+    "as recorded; a turn of the same conversation replays, the summaries it made included."
+)
+
+
+def refused_maintenance(run_id: str, kind: str) -> str:
+    """Why a maintenance run (/compact, a memory review) is not replayed: it is no turn of
+    the loop, and what it read (the branch and marks as they were, memory's files and review
+    cursors) is not rewound to its start, so a replay would not be deterministic."""
+    return (
+        f"run {run_id} is a {kind} run, made outside any turn: it is recorded for its usage "
+        "and cost but not replayed (replay runs a turn's loop again; what this run read, the "
+        "conversation as it was and memory's files, is not rewound to its start)"
+    )
+
+
 def set_up(
     store: Store,
     run_id: str,
@@ -334,6 +351,8 @@ def set_up(
     recorded_specs: bool = False,
 ) -> ReplaySetup:
     run = load_run(store, run_id)
+    if run.turn.maintenance:
+        raise StoreError(refused_maintenance(run.turn.run_id, run.turn.kind), hint=MAINTENANCE_HINT)
     if run.start is None and run.problems:
         raise StoreError(
             f"run {run.turn.run_id} cannot be replayed: {run.problems[0]}",

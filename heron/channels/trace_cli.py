@@ -86,7 +86,8 @@ def trace_show(
         _, store, prices = _open()
         if stats:
             conv = store.conversation(run)
-            turns = store.turns(conv.id) if conv else [find_turn(store, run)]
+            every = store.turns(conv.id, maintenance=True) if conv else None
+            turns = every if every is not None else [find_turn(store, run)]
             lines = render_stats(store, turns, prices)
         else:
             lines = render_show(store, load_run(store, run), prices)
