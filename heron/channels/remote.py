@@ -540,7 +540,10 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         said = event.get("provenance")
         by = cast(Provenance, said) if said in get_args(Provenance) else "user"
         text = event.get("text", "")
-        return _replace(base, kind="turn_start", text=text, channel=origin, provenance=by)
+        files = tuple(str(f) for f in event.get("files") or ())
+        return _replace(
+            base, kind="turn_start", text=text, channel=origin, provenance=by, files=files
+        )
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)

@@ -222,8 +222,10 @@ class TerminalView:
             self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
             if ev.text and ev.provenance != "user":  # Heron's: a result, a nudge, a reminder
                 self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
-            elif ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
+            elif (ev.text or ev.files) and ev.chat_id != self.chat_id:  # typed elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+                if ev.files:  # attached in the browser: named, as the model reads them
+                    self.console.print(f"[dim]  attached: {', '.join(ev.files)}[/dim]")
         elif ev.kind == "approval_end" and ev.approval is not None:
             if ev.approval.by != self.chat_id:  # not answered here: say how it ended
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
