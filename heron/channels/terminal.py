@@ -803,7 +803,12 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
     rest is kept under HERON_HOME, heron/saved.py `keep_whole`)."""
     count = len(state.results)
     if not count:
-        console.print("No tool calls to show yet in this conversation.")
+        console.print(  # numbered as this chat shows them: a resumed chat starts at 1
+            "No tool calls shown in this chat yet: /show N opens the Nth one it shows. "
+            f"Earlier ones: heron conversations show {state.key}",
+            markup=False,
+            highlight=False,
+        )
         return
     if not arg.strip().isdigit() or not 1 <= int(arg) <= count:
         console.print(
