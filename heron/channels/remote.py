@@ -57,6 +57,22 @@ def serve_socket(home: Path | None = None) -> Path | None:
     return path if path.is_socket() else None
 
 
+def beside_serve(home: Path, model: str | None, what: str) -> str | None:
+    """What to say when a serve runs on `home` but this `heron run` or `heron chat` runs its
+    turns in its own process (it asked for another model, or to keep nothing, which a serve
+    cannot give): the serve's clients do not see those turns as they run. None: no serve."""
+    from heron.store.home_lock import other_serve
+
+    who = other_serve(home)
+    if who is None:
+        return None
+    flag = "--model" if model is not None else "--ephemeral"
+    return (
+        f"heron: heron serve runs on {home} ({who}); {flag} runs this {what} in this process "
+        "instead, so the browser and the serve's other clients do not see its turns as they run."
+    )
+
+
 def serve_welcome(
     key: str, home: Path | None = None, timeout: float = 2.0
 ) -> dict[str, Any] | None:

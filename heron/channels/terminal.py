@@ -358,6 +358,12 @@ async def run_chat(
                     highlight=False,
                 )
                 raise SystemExit(1) from None
+    else:
+        from heron.channels.remote import beside_serve
+
+        note = beside_serve(settings.paths.home, model, "chat")
+        if note is not None:
+            console.print(note, style="yellow", markup=False, highlight=False)
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
