@@ -40,6 +40,7 @@ from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
+from heron.providers.profiles import file_summary
 from heron.saved import read_whole
 from heron.tools.approval import DECLINED, start_notice
 
@@ -374,6 +375,9 @@ async def run_chat(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
         )
+        read = None if engine.choice.embedded else file_summary(engine.choice)
+        if read:  # what the local model's file allows: its window, whether it takes tools
+            console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         if engine.memory is not None:
             waiting = await asyncio.to_thread(opening_line, engine.memory)
             if waiting:
@@ -452,6 +456,9 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             f"[dim]Heron · {conn.model} · through heron serve · conversation {state.key} · "
             "/help for commands[/dim]"
         )
+        read = conn.welcome.get("model_file")
+        if read and not conn.embedded:  # the offline model's banner says it already
+            console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         for said in conn.news():  # another Heron, or a config.toml changed since it started
             console.print(said, style="yellow", markup=False, highlight=False)
         async with AsyncExitStack() as held:
