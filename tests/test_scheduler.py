@@ -372,5 +372,5 @@ def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_jo
     (again,) = js.claim_due(store, "host:new", 4242, start + 7200, 3600)
     old, new = sorted(js.runs(store, job.id), key=lambda r: r.id)
     assert (old.id, old.status) == (fire.run_id, "interrupted")
-    assert "stopped before its turn ended" in old.detail
+    assert "killed or crashed" in old.detail
     assert (new.id, new.status) == (again.run_id, "running")
