@@ -529,3 +529,63 @@ async def test_a_subagent_killed_mid_task_reports_its_partial_work_once(heron_ho
     assert after.status == "interrupted" and after.partial and "half of it: 21" in after.result
     assert len(rows) == 1 and "interrupted" in rows[0].message.text
     assert [o.text for o in said if o.kind == "answer"] == ["answered 1"]
+
+
+async def test_an_announce_turn_that_fails_on_a_model_error_is_retried_once_at_once():
+    """The announce turn ends on a model error (ok False, not an exception): one more turn
+    answers the result at once, and the run is marked announced only once it is answered."""
+    from heron.errors import ProviderError
+
+    def origin(request, n):
+        if n <= 2:
+            return spawns_then_answers(request, n)
+        if n == 3:  # the announce turn: the provider is down at that moment
+            raise ProviderError("the model is down")
+        assert "was interrupted before it was answered" in last_user_text(request)
+        return text("The subagent says 42 (retried).")
+
+    model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "work it out"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+        rows = engine.store.branch(engine.store.conversation("test:me").id)
+    answers = [o.text for o in said if o.kind == "answer"]
+    assert answers[-1] == "The subagent says 42 (retried)."
+    assert len([r for r in rows if r.meta.get(sa.RETRY_META) == run.id]) == 1
+    assert run.announced is not None
+
+
+async def test_a_result_whose_retry_fails_too_stays_owed_until_a_turn_answers_it():
+    """The announce turn and its one retry both fail on a model error: no third turn, and the
+    run is not marked announced; the person's next turn, which answers it, settles it."""
+    from heron.errors import ProviderError
+
+    def origin(request, n):
+        if n <= 2:
+            return spawns_then_answers(request, n)
+        if n in (3, 4):
+            raise ProviderError("the model is down")
+        return text("Back: the subagent says 42.")
+
+    model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "work it out"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+        calls = len(model.seen["test:me"])
+        again = sa.attach(loop)  # a later start: still owed, no second retry
+        await again.start()
+        await settle(loop, again)
+        (restarted,) = runs.listing(engine.store)
+        calls_after_start = len(model.seen["test:me"])
+        await loop.dispatch(InboundMessage("test", "me", "and?"))
+        await settle(loop, manager)
+        (answered,) = runs.listing(engine.store)
+    assert calls == 4 and run.announced is None
+    assert calls_after_start == 4 and restarted.announced is None
+    assert answered.announced is not None

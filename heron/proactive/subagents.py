@@ -185,10 +185,13 @@ class Subagents:
             return
         if await self.store.call(runs.in_record, self.store, run.origin_key, run.id):
             # Stored by a turn a dead process never finished: answered once more, then marked.
-            if await self.store.call(unanswered, self.store, run.origin_key, run.id):
+            state = await self.store.call(reply_state, self.store, run.origin_key, run.id)
+            if state == "unanswered":
                 self._retry(run)
-            else:
+            elif state == "answered":
                 await self._announced(run)
+            else:  # its one retry failed too: owed until a turn there answers it
+                self.owed.setdefault(run.origin_key, {})[run.id] = "left"
             return
         channel, chat = run.origin_channel, run.origin_chat
         if run.origin_key in self.loop.origins:
@@ -232,7 +235,14 @@ class Subagents:
         """The loop's end-of-turn hook: settle what this conversation was owed."""
         if not self.owed.get(ended.key):
             return
-        task = asyncio.create_task(self._settle(ended.key, ended.message, ended.end.outcome))
+        end = ended.end
+        # A turn that ended on a model error (ok False, error set) failed as much as one that
+        # raised: the result it received is still unanswered.
+        failed = end.outcome == "failed" or (
+            not end.ok and end.error is not None and end.outcome != "stale"
+        )
+        outcome = "failed" if failed else end.outcome
+        task = asyncio.create_task(self._settle(ended.key, ended.message, outcome))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -244,14 +254,15 @@ class Subagents:
             if run is None:
                 continue
             if await self.store.call(runs.in_record, self.store, key, run_id):
-                if (
-                    outcome == "failed"  # a /stop is the person's: the next turn sees it
-                    and how != "retry"
-                    and not (self.loop.running(key) or self.loop.pending(key))
-                    and await self.store.call(unanswered, self.store, key, run_id)
-                ):
-                    self._retry(run)
-                    continue
+                if outcome == "failed":  # a /stop is the person's: the next turn sees it
+                    state = await self.store.call(reply_state, self.store, key, run_id)
+                    if state == "unanswered" and how != "retry":
+                        if not (self.loop.running(key) or self.loop.pending(key)):
+                            self._retry(run)
+                        continue  # else the turn waiting there answers it
+                    if state != "answered":  # its one retry failed too: left owed
+                        self.owed.setdefault(key, {})[run_id] = "left"
+                        continue
                 await self._announced(run)
             elif how == "mail" or run_id == ended_run:
                 # Left unread in a mailbox, or its own turn ended before storing it: again.
@@ -309,18 +320,19 @@ def partial_of(store: Store, run: runs.Run) -> str:
     return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
 
 
-def unanswered(store: Store, origin_key: str, run_id: str) -> bool:
-    """Whether the run's result is in the origin's record with no final reply after it (a
-    model message without tool calls) and has not had its one retry turn yet."""
+def reply_state(store: Store, origin_key: str, run_id: str) -> str:
+    """Whether the run's result in the origin's record was answered: "answered" (a final
+    reply, a model message without tool calls, follows it, or it is not there), "unanswered",
+    or "retried" (unanswered, and its one retry turn has been opened already)."""
     conv = store.conversation(origin_key)
     rows = [] if conv is None else store.branch(conv.id)
-    if any(r.meta.get(RETRY_META) == run_id for r in rows):
-        return False
     at = [i for i, r in enumerate(rows) if r.meta.get(runs.RUN_META) == run_id]
     if not at:
-        return False
+        return "answered"
     after = rows[at[-1] + 1 :]
-    return not any(r.message.role == "assistant" and not r.message.tool_calls for r in after)
+    if any(r.message.role == "assistant" and not r.message.tool_calls for r in after):
+        return "answered"
+    return "retried" if any(r.meta.get(RETRY_META) == run_id for r in after) else "unanswered"
 
 
 _STATUS = {
