@@ -191,3 +191,17 @@ def test_goal_conversations_titled_with_the_nudge_before_are_retitled_by_the_mig
         store.close()
     assert titles["test:owls"] == "Count the owls in the barn"
     assert titles["test:lost"] == g.NUDGE[:60] + "…"
+
+
+
+async def test_setting_a_goal_over_an_open_one_says_the_old_one_was_stopped():
+    model = Routed({"test:": lambda r, n: text("on it")})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        store = engine.store
+        first = g.goal_command(store, "test:me", "Ship the release")
+        second = g.goal_command(store, "test:me", "Write the changelog")
+        history = goals.history(store, "test:me")
+    assert "stopped" not in first
+    assert second.startswith("Goal set") and "Write the changelog" in second
+    assert "The previous goal was stopped and replaced: Ship the release" in second
+    assert sorted(x.status for x in history) == ["active", "stopped"]

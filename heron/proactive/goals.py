@@ -71,8 +71,12 @@ def goal_command(store: Store, key: str, arg: str) -> str:
         return "No goal to end." if ended is None else f"Goal ended ({word}): {ended.objective}"
     if word == "budget":
         return _budget(store, key, rest)
+    before = goals.open_goal(store, key)
     goal = goals.set_goal(store, key, arg)
-    return f"Goal set ({goal.budget()}): {goal.objective}\nWorking on it; {USAGE}"
+    said = f"Goal set ({goal.budget()}): {goal.objective}\n"
+    if before is not None:  # replaced, never silently
+        said += f"The previous goal was stopped and replaced: {before.objective}\n"
+    return f"{said}Working on it; {USAGE}"
 
 
 async def _goal(ctx: CommandContext, arg: str) -> CommandReply:
@@ -185,8 +189,10 @@ async def goal(
     if action == "set":
         if not objective.strip():
             return ToolOutput('Give the objective: goal(action="set", objective=...).', True)
+        before = await store.call(goals.open_goal, store, key)
         made = await store.call(goals.set_goal, store, key, objective.strip())
-        return f"Goal set ({made.budget()}): {made.objective}"
+        replaced = "" if before is None else f" (it replaced the goal: {before.objective})"
+        return f"Goal set ({made.budget()}): {made.objective}{replaced}"
     if action == "done":
         if not evidence.strip():
             return ToolOutput("Say what shows the goal is met (evidence=...).", True)
