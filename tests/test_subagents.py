@@ -571,7 +571,7 @@ async def test_a_result_whose_retry_fails_too_stays_owed_until_a_turn_answers_it
         return text("Back: the subagent says 42.")
 
     model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
-    async with running_loop(model, tools()) as (engine, loop, said):
+    async with running_loop(model, tools()) as (engine, loop, _said):
         manager = sa.attach(loop)
         await manager.start()
         await loop.dispatch(InboundMessage("test", "me", "work it out"))
