@@ -589,3 +589,47 @@ async def test_a_result_whose_retry_fails_too_stays_owed_until_a_turn_answers_it
     assert calls == 4 and run.announced is None
     assert calls_after_start == 4 and restarted.announced is None
     assert answered.announced is not None
+
+
+async def test_a_subagent_waiting_for_a_slot_is_shown_waiting_until_it_starts():
+    """At most `max_parallel` run: the others' rows say waiting (with their place in line,
+    no clock) until they start; one cancelled while it waits never runs."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    gate = asyncio.Event()
+
+    async def sub(request, n):
+        await gate.wait()
+        return text("done")
+
+    model = Routed({"test:": lambda r, n: text("ok"), "subagent:": sub})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        store = engine.store
+        manager = sa.attach(loop, max_parallel=1)
+        await manager.start()
+        first = await manager.spawn("test:me", "first task")
+        second = await manager.spawn("test:me", "second task")
+        third = await manager.spawn("test:me", "third task")
+        while first.conversation_key not in model.seen:
+            await asyncio.sleep(0)
+        before = {r.id: r for r in runs.listing(store)}
+        lines = runs.status_lines(store, "test:me", time.time())
+        listed = CliRunner().invoke(app, ["runs", "list"]).output.splitlines()
+        dropped = runs.cancel_by_person(store, before[third.id])
+        gate.set()
+        await settle(loop, manager)
+        after = {r.id: r for r in runs.listing(store)}
+    assert before[first.id].status == "running"
+    assert before[second.id].status == before[third.id].status == "waiting"
+    assert f"subagent {second.id}: waiting for a slot (1st in line): second task" in lines
+    assert f"subagent {third.id}: waiting for a slot (2nd in line): third task" in lines
+    (line,) = [x for x in listed if x.startswith(second.id)]
+    assert "waiting for a slot (1st in line)" in line and " - " in line  # not started
+    assert "running" in next(x for x in listed if x.startswith(first.id))
+    assert dropped == (True, f"Cancelled subagent {third.id}.")
+    assert after[second.id].status == "done" and after[second.id].created > second.created
+    assert after[third.id].status == "cancelled" and third.conversation_key not in model.seen

@@ -158,7 +158,9 @@ class Goals:
         result will pick the work up)."""
         if self.loop.running(key) or self.loop.pending(key):
             return False  # the person's message goes first; its turn's end continues the goal
-        if any(r.kind == "subagent" and r.status == "running" for r in self._owed(key)):
+        if any(
+            r.kind == "subagent" and r.status in ("running", "waiting") for r in self._owed(key)
+        ):
             return False  # the subagent's result opens a turn that picks the work up
         channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
         if goal.exhausted:

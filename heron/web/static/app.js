@@ -755,7 +755,7 @@ function Work({ conv, send, tick, notify }) {
     <h3>Subagents</h3>
     ${data.subagents.length ? html`<ul class="work">${data.subagents.map((r) => html`<li key=${r.id} class="work-item">
       <div>${first(r.task)}</div>
-      <div class="work-meta">${r.id} · ${r.status === "running" ? "running" : r.status + ", not reported back"} · ${since(r.started, r.finished)}</div>
+      <div class="work-meta">${r.id} · ${r.status === "waiting" ? r.waiting : (r.status === "running" ? "running" : r.status + ", not reported back") + " · " + since(r.started, r.finished)}</div>
       <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
   </section>`;
