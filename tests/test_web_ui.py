@@ -1105,6 +1105,8 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         model.reply("Told them.")
         notes = pg.locator(".messages .note").filter(has_text=alert)
         expect(notes).to_have_count(1)  # live, at once
+        said_by = "from scheduled job 9 (a monitor):"  # who said it, not an unlabelled line
+        expect(notes.locator(".by")).to_have_text(said_by)
         _send(pg, "fix it")
         model.reply("Fixing.")
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
@@ -1112,6 +1114,7 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.reload()
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
         expect(notes).to_have_count(1)
+        expect(notes.locator(".by")).to_have_text(said_by)  # the stored note says it too
         order = pg.locator(".messages").text_content() or ""
         assert order.index("Hi.") < order.index(alert) < order.index("fix it")
         pg.context.close()

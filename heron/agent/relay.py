@@ -24,8 +24,10 @@ from heron.messages import Message, Text
 from heron.store import Store
 from heron.store import engine_state as es
 
-# Meta of the stored row: the conversation whose turn said it (`cron:3`, `heartbeat`).
+# Meta of the stored row: the conversation whose turn said it (`cron:3`, `heartbeat`), and
+# who said it, as the person reads it ("the heartbeat check": `said_by`).
 RELAY_META = "spoken_in"
+BY_META = "said_by"
 # What the model of the conversation reads: who said it, and that the person did not write it.
 LABEL = "[Sent to the user by {who}, not written by the user] "
 log = logging.getLogger(__name__)
@@ -44,7 +46,18 @@ class Relayed:
         """The row as the person reads it, as the model reads it, and its meta."""
         shown = Message("user", [Text(self.text)])
         sent = Message("user", [Text(LABEL.format(who=self.who) + self.text)])
-        return shown, sent, {RELAY_META: self.spoken_in}
+        return shown, sent, {RELAY_META: self.spoken_in, BY_META: self.who}
+
+
+def said_by(meta: dict[str, Any]) -> str | None:
+    """Who said a kept row of background work, for the label the clients show with it (None:
+    not such a row). A row kept before its sayer was stored names the conversation it was
+    said in."""
+    by = meta.get(BY_META)
+    if by:
+        return str(by)
+    spoken = meta.get(RELAY_META)
+    return f"background work ({spoken})" if spoken else None
 
 
 async def keep(store: Store, key: str, relayed: Relayed, agent: str = "default") -> int:

@@ -543,7 +543,10 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind == "message":
         said = event.get("kind")
         said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
-        return OutboundMessage(channel, chat, key, event.get("text", ""), said_kind)
+        by = event.get("by")
+        return OutboundMessage(
+            channel, chat, key, event.get("text", ""), said_kind, by=str(by) if by else None
+        )
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")

@@ -184,7 +184,7 @@ class Goals:
         row (heron/agent/relay.py): the person who set the goal and walked away reads it
         later, and the model reads it as Heron's, not as the person's."""
         channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
-        self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice"))
+        self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice", by=GOAL_WHO))
         relayed = Relayed(note, GOAL_WHO, key)
         self.loop.relays.take(key, relayed, "default", turn_running=self.loop.running(key))
 
