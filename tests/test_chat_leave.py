@@ -71,3 +71,31 @@ async def test_ctrl_d_in_process_stops_the_turn_and_says_so():
         status = engine.store.query("SELECT status FROM turns")[0][0]
     assert status == "interrupted"
     assert terminal.STOPPED_ON_LEAVING in screen.getvalue().replace("\n", " ")
+
+
+async def test_a_chats_mail_kept_as_the_serve_stops_is_said_in_that_chat_only():
+    """The serve stops with the chat's mail unread: the chat says where it is kept; another
+    chat of the conversation, whose message it is not, says nothing of it."""
+    registry, _, _ = _gate_registry()
+    provider = _script()
+    screen, _, view = _chat()
+    other, _, other_view = _chat()
+    async with running_serve(provider, registry) as serve:
+        path = serve_socket()
+        assert path is not None
+        async with (
+            connect_remote(path, "terminal", view.deliver, "personal") as conn,
+            connect_remote(path, "terminal", other_view.deliver, "personal") as watcher,
+        ):
+            view.chat_id, other_view.chat_id = conn.chat_id or "", watcher.chat_id or ""
+            await watcher.send("do the long thing", "personal")
+            await until(lambda: len(provider.requests) == 1)
+            await conn.send("and this too", "personal")
+            await until(lambda: "added to the running turn" in screen.getvalue())
+            serve.stop.set()
+            await asyncio.wait_for(serve.task, 30)
+            await until(lambda: conn.gone)
+    said = screen.getvalue().replace("\n", " ")
+    assert "heron serve stopped before your message was answered" in said
+    assert "--retry -c personal" in said and conn.unanswered
+    assert "before your message was answered" not in other.getvalue()
