@@ -579,7 +579,7 @@ class AgentLoop:
         for key, active in list(self._active.items()):
             active.control.accepting_mail = False  # nothing more joins it: it is stopping
             mail = active.control.mailbox.take()
-            self._keep(key, [m for u in mail for m in _senders(active.message, [u])])
+            self._keep(key, _senders(active.message, mail))
         for key, queue in list(self._pending.items()):
             self._keep(key, [m for m in queue if m.id is None])
             self._pending[key] = deque(m for m in queue if m.id is not None)
