@@ -549,6 +549,7 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
             store, when, conversation="personal", prompt="Check the feed.", now=time.time()
         )
         runs.create(store, "sa_web", "subagent", "personal", "Summarise the logs", status="running")
+        runs.create(store, "sa_wait", "subagent", "personal", "Count the files", status="waiting")
         page.on("dialog", lambda d: d.accept())
         page.get_by_role("button", name="work", exact=True).click()
         panel = page.get_by_role("complementary", name="work")
@@ -556,12 +557,17 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         expect(panel).to_contain_text("0 of 20 turns")
         expect(panel).to_contain_text("Check the feed.")
         expect(panel).to_contain_text("sa_web · running")
+        waiting = panel.locator(".work-item").filter(has_text="sa_wait")
+        meta = "sa_wait · waiting for a slot (1st in line)"  # no clock before it starts
+        expect(waiting.locator(".work-meta")).to_have_text(meta)
         panel.get_by_role("button", name=f"cancel job {job.id}").click()
         expect(panel).to_contain_text("No jobs bound to this conversation.")
         assert js.get_job(store, job.id).status == "cancelled"
         panel.get_by_role("button", name="cancel subagent sa_web").click()
+        panel.get_by_role("button", name="cancel subagent sa_wait").click()
         expect(panel).to_contain_text("No subagents working for this conversation.")
         assert runs.get(store, "sa_web").status == "cancelled"
+        assert runs.get(store, "sa_wait").status == "cancelled"
         panel.get_by_role("button", name="stop the goal").click()
         expect(panel).to_contain_text("No goal.")
         assert goals.open_goal(store, "personal") is None
