@@ -218,16 +218,23 @@ def test_markdown_is_sanitised(page, model):
     assert page.locator(".msg.assistant img[onerror]").count() == 0
 
 
-def test_retry_makes_a_branch_and_switching_goes_back(page, model):
-    _send(page, "pick a number")
-    model.reply("seven")
-    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
+def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second: str) -> Any:
+    """`text` answered `first`, then retried from the branches view and answered `second`:
+    two branches, the second shown; returns the open branches view."""
+    _send(page, text)
+    model.reply(first)
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text(first)
     page.get_by_role("button", name="branches").click()
     panel = page.get_by_role("complementary", name="branches")
     panel.get_by_role("button", name="Retry the last message").click()
-    model.reply("three")
-    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("three")
+    model.reply(second)
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text(second)
     expect(panel.get_by_role("button", name=re.compile("switch to branch"))).to_have_count(2)
+    return panel
+
+
+def test_retry_makes_a_branch_and_switching_goes_back(page, model):
+    panel = _two_branches(page, model, "pick a number", "seven", "three")
     panel.get_by_role("button", name="switch to branch 1").click()
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
 
@@ -1243,3 +1250,88 @@ def test_the_list_of_conversations_comes_in_pages_and_search_finds_one_by_its_ke
     expect(nav.get_by_role("listitem")).to_have_count(1)
     expect(nav.get_by_role("link")).to_have_attribute("href", "#c=trip-07")
     pg.context.close()
+
+
+def test_mail_from_another_tab_and_a_terminal_shows_in_every_tab_once(browser, page, site, model):
+    """What another client sends while a turn runs shows in every tab at once, labelled as
+    mail with the channel it came from, also in a tab reloaded mid-turn; once the turn ends,
+    the stored rows take its place (each once, with the same labels)."""
+    import threading
+
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(page, "start a long job")
+    model.feed(("text", "Working on it"))
+    expect(phone.locator(".live")).to_contain_text("Working on it")
+    _send(phone, "mail from the phone")
+    terminal = threading.Thread(
+        target=control_send, args=(site, "mail from the terminal"), kwargs={"channel": "terminal"}
+    )
+    terminal.start()
+    tags = {
+        "mail from the phone": "sent while the agent worked",
+        "mail from the terminal": "sent while the agent worked, from heron chat",
+    }
+    for tab in (page, phone):
+        for text, tag in tags.items():
+            mail = tab.locator(".msg.mail").filter(has_text=text)
+            expect(mail).to_have_count(1)
+            expect(mail.locator(".mail-tag")).to_have_text(tag)
+    phone.reload()  # mid-turn: the journal's replay shows them again
+    for text in tags:
+        expect(phone.locator(".msg.mail").filter(has_text=text)).to_have_count(1)
+    model.feed(("end", None))
+    model.reply("Done with all of it.")
+    terminal.join(30)
+    for tab in (page, phone):
+        expect(tab.locator(".msg.assistant:not(.live)").last).to_contain_text("Done with all")
+        expect(tab.locator(".live")).to_have_count(0)
+        for text, tag in tags.items():
+            stored = tab.locator(".msg.mail[data-id]").filter(has_text=text)
+            expect(stored).to_have_count(1)
+            expect(stored.locator(".mail-tag")).to_have_text(tag)
+            expect(tab.locator(".msg.mail").filter(has_text=text)).to_have_count(1)
+    phone.context.close()
+
+
+def test_a_new_from_another_tab_is_said_after_the_turn_it_stopped_in_both_tabs(
+    browser, page, site, model
+):
+    """/new sent from the phone while the laptop's turn streams: both tabs say, after that
+    turn (not above it), that /new from the browser stopped it, then that a new conversation
+    began."""
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(page, "tell a long story")
+    model.feed(("text", "Once upon a time"))
+    expect(phone.locator(".live")).to_contain_text("Once upon")
+    model.auto = "noted"  # /new archives what was said for memory, asking the model
+    _send(phone, "/new")
+    for tab in (page, phone):
+        expect(tab.get_by_text("New conversation started")).to_have_count(1)
+        _order(
+            tab,
+            "tell a long story",
+            "Once upon a time",
+            "Stopped by /new from the browser. What the turn finished is kept.",
+            "New conversation started",
+        )
+    phone.context.close()
+
+
+def test_a_branch_switched_from_the_terminal_is_said_before_the_turns_after_it(
+    browser, page, site, model
+):
+    """/tree N typed in a terminal: every tab says "Switched to branch N" after the branch's
+    last turn and above the turns that come later, not below them."""
+    _two_branches(page, model, "base message", "the first answer", "the second answer")
+    model.auto = "an answer"
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    expect(phone.locator(".msg.assistant")).to_have_count(1)
+    control_send(site, "/tree 1", channel="terminal")
+    for tab in (page, phone):
+        expect(tab.get_by_text("Switched to branch 1")).to_have_count(1)
+    control_send(site, "after the switch", channel="terminal")
+    for tab in (page, phone):
+        expect(tab.locator(".msg.assistant:not(.live)")).to_have_count(2)
+        # (the note names the branch's messages: "base message → the first answer")
+        _order(tab, "Switched to branch 1", "after the switch", "an answer")
+    phone.context.close()
