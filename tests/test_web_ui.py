@@ -1335,3 +1335,30 @@ def test_a_branch_switched_from_the_terminal_is_said_before_the_turns_after_it(
         # (the note names the branch's messages: "base message → the first answer")
         _order(tab, "Switched to branch 1", "after the switch", "an answer")
     phone.context.close()
+
+
+def test_the_title_stays_the_conversations_after_a_reconnect(browser, site, model):
+    """A dropped socket reconnects to the same serve: the header keeps the conversation's
+    title (its first message) instead of falling back to its key."""
+    context = site.context(browser)
+    context.add_init_script(
+        "window.__sockets = []; window.__welcomes = 0; const Socket = window.WebSocket;"
+        "window.WebSocket = class extends Socket { constructor(...a) { super(...a);"
+        "  window.__sockets.push(this); this.addEventListener('message', (e) => {"
+        "    if (JSON.parse(e.data).type === 'welcome') window.__welcomes++; }); } };"
+    )
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    _send(pg, "what the title says")
+    model.reply("an answer")
+    title = pg.get_by_role("heading", level=1)
+    expect(title).to_have_text("what the title says")
+    pg.evaluate("window.__sockets[window.__sockets.length - 1].close()")
+    for _ in range(300):  # the page's CSP forbids wait_for_function's eval: polled here
+        if pg.evaluate("window.__welcomes") == 2:
+            break
+        pg.wait_for_timeout(100)
+    expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    pg.wait_for_timeout(300)  # the welcome's render (nothing else reads the title meanwhile)
+    expect(title).to_have_text("what the title says")
+    context.close()
