@@ -1124,16 +1124,16 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.context.close()
 
 
-def _long(key: str, turns: int) -> None:
+def _long(key: str, turns: int, marked: dict[int, str] | None = None) -> None:
     """A conversation of `turns` finished turns (a question and its answer each), stored as the
-    engine stores them."""
+    engine stores them; `marked`: words added to the question of those turns."""
     from heron.messages import Message, Text, Usage
 
     store = Store(Settings.load().paths.db)
     conv = store.open_conversation(key)
     with store.transaction():
         for i in range(turns):
-            asked = Message("user", [Text(f"Question {i}")])
+            asked = Message("user", [Text(f"Question {i}{(marked or {}).get(i, '')}")])
             turn, _ = store.begin_turn(conv.id, f"run-{key}-{i}", asked)
             store.append(conv.id, Message("assistant", [Text(f"Answer {i}.")]), turn_id=turn)
             usage = Usage(1, 1, 0, 0)
@@ -1362,3 +1362,20 @@ def test_the_title_stays_the_conversations_after_a_reconnect(browser, site, mode
     pg.wait_for_timeout(300)  # the welcome's render (nothing else reads the title meanwhile)
     expect(title).to_have_text("what the title says")
     context.close()
+
+
+def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
+    """A message found by the search box, on a page above the newest one: clicking it opens
+    the conversation there (the pages above the newest read until one holds it), marked."""
+    _long("long", 260, marked={12: " about PINEAPPLE77"})
+    pg = site.page(browser, "/")
+    nav = pg.get_by_role("navigation", name="conversations")
+    nav.get_by_role("searchbox", name="search conversations").fill("PINEAPPLE77")
+    found = nav.get_by_role("listitem").filter(has_text="PINEAPPLE77")
+    expect(found).to_have_count(1)
+    found.get_by_role("link").click()
+    hit = pg.locator(".msg.user").filter(has_text="Question 12 about PINEAPPLE77")
+    expect(hit).to_be_in_viewport()
+    expect(hit).to_have_class(re.compile(r"\bhit\b"))
+    expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
+    pg.context.close()

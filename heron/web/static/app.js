@@ -379,6 +379,16 @@ function keepAtEnd(el) {
   if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
 }
 
+// Scrolls to the item of a search hit and marks it. Items above it are laid out at an
+// estimated height until drawn (as for jumpToEnd), so it is centred again on the next frames.
+function showHit(list, id, frames = 10) {
+  const el = list && list.querySelector(`[data-id="${id}"]`);
+  if (!el) return;
+  el.classList.add("hit");
+  el.scrollIntoView({ block: "center" });
+  if (frames > 0) requestAnimationFrame(() => showHit(list, id, frames - 1));
+}
+
 // Scrolls a transcript just read to its newest message. Replies off screen are laid out at
 // an estimated height (content-visibility, style.css) until drawn, a frame or two after they
 // come into view, so the end moves as the newest are drawn: go to it again on the next frames.
@@ -649,7 +659,7 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
         class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")
           + (waiting.includes(c.key) ? " waiting" : "")}>
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
-        onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
+        onClick=${(e) => { e.preventDefault(); onOpen(c.key, c.message_id); }}>
         <span class="conv-title">${c.title || c.key}</span>
         <span class="conv-meta">${convMeta(c)}</span>
         ${state(c.key)}
@@ -860,6 +870,7 @@ function App() {
   const older = useRef(null); // a read of an earlier page, while it runs
   const place = useRef(null); // {height, top} of the list before an earlier page went on top
   const fresh = useRef(true); // the next welcome answers a fresh attach
+  const hit = useRef(null); // a search hit's row: the conversation opens there, not at its end
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
   const stopping = useRef(false); // this tab sent /stop: its turn's end needs no word
@@ -895,7 +906,7 @@ function App() {
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
       prerender(textsOf(t.items));
-      if (!loaded.current) toEnd.current = true;
+      if (!loaded.current && hit.current == null) toEnd.current = true;
       let all = t.items;
       if (since != null && t.start === since) { // an earlier page may have come meanwhile
         all = [...itemsRef.current.filter((it) => it.id < since), ...t.items];
@@ -1120,7 +1131,22 @@ function App() {
     toEnd.current = false;
   }, [items, live, notes]);
 
-  function openConv(key) {
+  // A search hit's conversation opens at the hit: the pages above the newest are read until
+  // one holds its row, which is then scrolled to the middle of the screen and marked.
+  useEffect(() => {
+    const at = hit.current;
+    if (at == null || !loaded.current || older.current) return;
+    const found = items.find((it) => it.id === at || (it.rows || []).includes(at));
+    if (!found) {
+      if (earlier != null) loadEarlier(); else hit.current = null;
+      return;
+    }
+    hit.current = null;
+    showHit(listRef.current, found.id);
+  }, [items]);
+
+  function openConv(key, at = null) {
+    hit.current = at;
     convRef.current = key; loaded.current = false; loading.current = null;
     start.current = null; older.current = null; place.current = null; setEarlier(null);
     fresh.current = true; replay.current = null; lastTurn.current = null;
