@@ -122,5 +122,11 @@ def test_a_page_open_across_a_serve_restart_shows_everything_after_it(heron_home
                 _send(page, f"probe {n}")
                 expect(replies.last).to_contain_text(f"echo: probe {n}")
             expect(page.get_by_text("probe 1", exact=True)).to_have_count(1)
+        # Stopped cleanly while idle (SIGTERM) and started again: the same.
+        expect(page.get_by_role("status", name="connection closed")).to_have_count(1)
+        with ServeProcess(heron_home, env, port):
+            expect(page.get_by_role("status", name="connection open")).to_have_count(1)
+            _send(page, "probe after a clean restart")
+            expect(replies.last).to_contain_text("echo: probe after a clean restart")
         context.close()
     assert not errors, errors
