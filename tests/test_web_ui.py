@@ -952,6 +952,27 @@ def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, mod
     pg.context.close()
 
 
+def test_a_not_sent_notice_stays_its_full_time_after_an_earlier_notice(browser, model):
+    """The serve's "heron serve stopped" notice, then a message sent while it is down: the
+    "Not sent" notice stays for its own six seconds, not until the earlier one's time ran out."""
+    with serve(model) as site:
+        context = site.context(browser)
+        pg = context.new_page()
+        pg.clock.install()
+        pg.goto(site.url + "/")
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    alert = pg.get_by_role("alert")
+    expect(alert).to_contain_text("heron serve stopped")
+    pg.clock.fast_forward(4000)
+    _send(pg, "are you there?")
+    expect(alert).to_contain_text("Not sent")
+    pg.clock.fast_forward(3000)  # the first notice's six seconds are over, not this one's
+    expect(alert).to_contain_text("Not sent")
+    pg.clock.fast_forward(4000)
+    expect(alert).to_have_count(0)
+    context.close()
+
+
 def test_the_list_tells_conversations_with_the_same_first_message_apart(page, model):
     """Each conversation in the list says, dim under its title, how many turns it has and
     when it was last used: two that began with the same words are told apart."""

@@ -879,7 +879,13 @@ function App() {
   const sideRef = useRef(side); // the list is open, for the window's key handler
   sideRef.current = side;
 
-  const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
+  // A notice shows for six seconds of its own: an earlier notice's timer ends no later one
+  // (the "heron serve stopped" notice took "Not sent" away two seconds after it came).
+  const toastTimer = useRef(0);
+  const notify = (m) => {
+    setToast(m); clearTimeout(toastTimer.current);
+    toastTimer.current = setTimeout(() => setToast(null), 6000);
+  };
   // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
   // starts or ends, mail, a retry's wait) is drawn at once by showLive; a streamed piece
   // redraws only the live reply, at most every DRAW_MS and then on the next frame (drawLive),
