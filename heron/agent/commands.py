@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
     NOTHING_TO_RETRY,
@@ -24,6 +25,7 @@ from heron.bus import (
     stopped_by,
 )
 from heron.messages import Message, Text, plural
+from heron.providers.profiles import file_summary
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 from heron.store.records import COMPACT, LEARN
@@ -259,6 +261,10 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     window = engine.choice.profile.context_window
     lines = [f"model: {engine.choice.provider}/{engine.choice.model}"]
+    read = file_summary(engine.choice)
+    if read:  # a local file: the window and tools it allows
+        lines.append(f"model {read}")
+    head = len(lines) + 2  # the budget goes after the context line
     if conv is None:
         lines += [
             f"conversation: {ctx.key} (new)",
@@ -267,7 +273,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "turn: idle",
         ]
         lines += await _more_status(ctx)
-        return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+        return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
     used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
@@ -284,7 +290,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         f"turn: {turn}",
     ]
     lines += await _more_status(ctx)
-    return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+    return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
 
 
 async def _more_status(ctx: CommandContext) -> list[str]:
@@ -473,7 +479,7 @@ def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
+    line = " ".join(without_labels(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -303,8 +303,10 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
 
 def opening_registry(choice: ModelChoice, ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for `choice` (`described` next)."""
-    # The tiny offline model cannot use tools; describing them only confuses it.
-    return ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
+    # The tiny offline model cannot use tools, nor can a model whose profile says so (a GGUF
+    # whose chat template takes none): describing them only confuses it.
+    no_tools = choice.embedded or not choice.profile.tools
+    return ToolRegistry([]) if no_tools else engine_tools(ephemeral)
 
 
 def described(registry: ToolRegistry, settings: Settings) -> Sandbox:
