@@ -435,18 +435,21 @@ const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
 // newest turn when it came, whole (a reply stored later goes above it): the last item's turn,
 // or `lastTurn` (the message of the newest turn this page saw start), when that turn ended
 // before the page read it (a command's answer right after the turn it stopped), else after
-// the item that was last.
+// the item that was last. `known`: the newest stored row the page knew of then, for placing
+// it again should its turn leave the branch.
 export function anchorOf(live, items, lastTurn = null) {
-  if (live && live.messageId != null) return { turn: live.messageId };
   const last = items[items.length - 1];
+  const known = Math.max(lastTurn ?? 0, ...(last ? [last.id, ...(last.rows || [])] : [0]));
+  if (live && live.messageId != null) return { turn: live.messageId, known };
   const newest = last ? last.turn_message ?? last.id : null;
-  if (lastTurn != null && (newest == null || lastTurn > newest)) return { turn: lastTurn };
-  if (last && last.turn_message != null) return { turn: last.turn_message };
-  return { item: last ? itemKey(last) : null };
+  if (lastTurn != null && (newest == null || lastTurn > newest)) return { turn: lastTurn, known };
+  if (last && last.turn_message != null) return { turn: last.turn_message, known };
+  return { item: last ? itemKey(last) : null, known };
 }
 
 // Whether a note's anchor is in `items` (or is the live turn): one that is not (a branch
-// switched away from it) goes after the newest item of the branch the page now shows.
+// switched away from it) goes after the newest item of the branch the page now shows that was
+// stored before the note came (the turns after it, however soon they came, stay below it).
 function anchored(n, items, live) {
   if (n.after.turn != null) {
     return (live && live.messageId === n.after.turn) || items.some((it) => it.turn_message === n.after.turn);
@@ -921,9 +924,9 @@ function App() {
       itemsRef.current = all; setItems(all); setTitle(t.title); loaded.current = true;
       // Notes said after a turn no longer on the branch (/tree, /edit) go after its newest
       // item, as read now: the turns that come later go below them, in every tab alike.
-      const end = anchorOf(null, all);
+      const again = (n) => ({ ...n, after: anchorOf(null, all.filter((it) => it.id <= n.after.known)) });
       setNotes((ns) => (ns.every((n) => anchored(n, all, liveRef.current)) ? ns
-        : ns.map((n) => (anchored(n, all, liveRef.current) ? n : { ...n, after: end }))));
+        : ns.map((n) => (anchored(n, all, liveRef.current) ? n : again(n)))));
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
       document.body.dataset.rendered = String(all.length);
