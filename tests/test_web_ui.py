@@ -1400,3 +1400,31 @@ def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
     expect(hit).to_have_class(re.compile(r"\bhit\b"))
     expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
     pg.context.close()
+
+
+def test_a_command_answer_said_while_another_process_turn_runs_goes_below_its_reply(
+    browser, site, model
+):
+    """A turn that another process runs (`heron run --model` beside the serve) is in the store
+    as it runs but not in the serve's stream: a `/status` typed in a terminal meanwhile goes
+    after that turn, whole, once its reply is read, not between its message and its reply."""
+    from heron.messages import Message, Text, Usage
+
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation("personal")
+    turn, _ = store.begin_turn(conv.id, "run-elsewhere", Message("user", [Text("run elsewhere")]))
+    pg = site.page(browser, "/")
+    expect(pg.locator(".msg.user").filter(has_text="run elsewhere")).to_have_count(1)
+    control_send(site, "/status", channel="terminal")
+    expect(pg.get_by_text("model: scripted")).to_have_count(1)
+    store.append(conv.id, Message("assistant", [Text("the reply from elsewhere")]), turn_id=turn)
+    usage = Usage(1, 1, 0, 0)
+    store.finish_turn(
+        turn, status="done", stop_reason="end_turn", usage=usage, model_calls=1, tool_calls=0
+    )
+    store.close()
+    _send(pg, "and now this")
+    model.reply("this answer")
+    expect(pg.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    _order(pg, "run elsewhere", "the reply from elsewhere", "model: scripted", "and now this")
+    pg.context.close()
