@@ -512,6 +512,7 @@ async def _memory(ctx: CommandContext, arg: str) -> CommandReply:
 async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     """/learn, /reflect: the review and tidy passes now (suggestions only), and what memory
     gained, changed and lost since the engine opened."""
+    from heron.compaction.core import window_for
     from heron.memory.commands import learn
 
     service = ctx.engine.memory
@@ -521,7 +522,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     provider, baseline = ctx.engine.provider, ctx.engine.memory_baseline
     async with ctx.engine.maintenance(conv.id, LEARN) as run:
         passes = (run.provider(provider, "review"), run.provider(provider, "tidy"))
-        report = await learn(service, passes, conv.id, baseline)
+        report = await learn(service, passes, conv.id, baseline, window_for(ctx.engine))
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."

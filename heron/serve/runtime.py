@@ -162,9 +162,11 @@ class Runtime:
         await wiring.settle(self.loop, self.proactive.subagents if self.proactive else None)
 
     async def close(self) -> None:
-        """Shutdown: services cancelled, running turns stopped as by /stop (what they
-        finished is kept), their last events delivered, every client told the serve stopped
-        and its connection closed, then the loop's tasks ended."""
+        """Shutdown: services cancelled, no turn started from here on, running turns stopped
+        as by /stop (what they finished is kept), what the person sent that no turn read kept
+        in its conversation unanswered (each client that sent it told so: AgentLoop.close),
+        their last events delivered, every client told the serve stopped and its connection
+        closed, then the loop's tasks ended."""
         if self.closed:
             return
         self.closed = True
@@ -173,7 +175,7 @@ class Runtime:
         if self._tasks:
             if self.proactive is not None:  # subagents recorded interrupted, then the turns
                 await self.proactive.close()
-            await self.loop.close()
+            await self.loop.close("heron serve stopped")  # what waits unread is kept
             await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
         await asyncio.gather(*(s.end() for s in list(self.sessions)))
         await _cancel(self._tasks)
