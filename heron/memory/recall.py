@@ -4,7 +4,9 @@ a tsvector column; heron/memory/records.py), fused with sentence embeddings when
 
 The full-text index (`messages_fts`, kept in sync by triggers) covers the text of every message
 of every conversation, compacted rows included. A question is turned into an OR of its content
-words (stop words dropped, each word also matched as a prefix), so a hit needs no exact phrase.
+words (stop words dropped, a long word also matched as a prefix), so a hit needs no exact phrase;
+a number or a code matches only whole, and also as a phrase with the word next to it ("item 5"),
+which BM25 weighs by its rarity (`search_terms`).
 With embeddings, the two scores are blended (BM25 scaled to the best hit, plus cosine
 similarity), each message then lends part of its score to its neighbours, and hits that share
 a session (same conversation, same day) lift each other: answers cluster where a topic was
