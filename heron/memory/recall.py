@@ -352,12 +352,19 @@ class Recall:
         ]
 
     def frequencies(self, query: str) -> dict[str, int]:
-        """`document_frequency` of each of the query's terms; the last query's counts are kept
-        until the database changes (each search of one turn's auto-recall asks them)."""
+        """`document_frequency` of each of the query's search terms; the last query's counts
+        are kept until the database changes (each search of one turn's auto-recall asks them).
+        A number with its word ("item 5") is not counted: a message holding the two together
+        holds each, so the smaller count of the two bounds it, which is all `selective_terms`
+        needs of it (the messages a search scores)."""
         stamp = self._stamp()
         if self._counted is not None and self._counted[:2] == (query, stamp):
             return self._counted[2]
-        frequency = {w: self.document_frequency(w) for w in search_terms(query)}
+        frequency = {w: self.document_frequency(w) for w in terms(query)}
+        for pair in search_terms(query)[len(frequency) :]:
+            parts = [frequency.get(w) for w in pair.split(" ")]
+            known = [n for n in parts if n is not None]
+            frequency[pair] = min(known) if known else self.document_frequency(pair)
         self._counted = (query, stamp, frequency)
         return frequency
 
@@ -866,14 +873,17 @@ def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
 
 
 def _held_code(joined: str, starts: list[int], word: str, out: list[set[str]]) -> None:
-    """`held_by` for a code ("qx 99812"): each body whose text matches its pattern holds it."""
-    pattern = _held_pattern(word)
-    found = pattern.search(joined)
-    while found is not None:
-        n = bisect.bisect_right(starts, found.start()) - 1
+    """`held_by` for a code ("qx-99812") or a number with its word: each body whose text
+    matches its pattern holds it. The pattern is tried only where its first part occurs (a
+    plain search), as `held_by` finds a word."""
+    pattern, first = _held_pattern(word), _first_word(word)
+    pos = joined.find(first)
+    while pos >= 0:
+        found = pattern.match(joined, pos)
+        n = bisect.bisect_right(starts, pos) - 1
         ends = starts[n + 1] - 1 if n + 1 < len(starts) else len(joined)
-        if found.end() <= ends:
+        if found is not None and found.end() <= ends:
             out[n].add(word)
-            found = pattern.search(joined, ends) if n + 1 < len(starts) else None
-        else:  # it ran into the next body: look again from the next character
-            found = pattern.search(joined, found.start() + 1)
+            pos = joined.find(first, ends) if n + 1 < len(starts) else -1
+        else:  # not here, or it ran into the next body: look again from the next character
+            pos = joined.find(first, pos + 1)
