@@ -168,3 +168,20 @@ def test_the_gate_holds_a_code_only_whole() -> None:
     # a code's match never runs from one body into the next
     assert held_by(["ends with v2", "3.1 starts this"], ["v2.3.1"]) == [set(), set()]
     assert held_by(["QX 99812", "qx_99812"], ["qx-99812"]) == [{"qx-99812"}, {"qx-99812"}]
+
+
+def test_a_number_with_its_word_is_kept_when_its_words_are_too_common(db: str | Path) -> None:
+    """`selective_terms` drops the commonest words once the rarer match its budget; the phrase
+    "item 5" is counted as itself (here 1), so it is searched first, not bounded by its
+    words' counts and dropped with them."""
+    store = Store(db)
+    conv = store.open_conversation("c")
+    for n in range(20):
+        store.append(conv.id, user(f"item {n + 10} is on the shelf"))
+        store.append(conv.id, user(f"5 apples and {n} pears"))
+        store.append(conv.id, user(f"5 pears and {n} apples"))
+    wanted = store.append(conv.id, user("item 5 is the blue one"))
+    recall = Recall(store)
+    assert recall.selective_terms("item 5", budget=10) == ["item 5"]
+    assert [i for i, _ in recall.bm25("item 5", 1, budget=10)] == [wanted.id]
+    store.close()

@@ -354,17 +354,12 @@ class Recall:
     def frequencies(self, query: str) -> dict[str, int]:
         """`document_frequency` of each of the query's search terms; the last query's counts
         are kept until the database changes (each search of one turn's auto-recall asks them).
-        A number with its word ("item 5") is not counted: a message holding the two together
-        holds each, so the smaller count of the two bounds it, which is all `selective_terms`
-        needs of it (the messages a search scores)."""
+        A number with its word ("item 5") is counted too, not bounded by its words' counts:
+        those can be large where the phrase is rare, and `selective_terms` would drop it."""
         stamp = self._stamp()
         if self._counted is not None and self._counted[:2] == (query, stamp):
             return self._counted[2]
-        frequency = {w: self.document_frequency(w) for w in terms(query)}
-        for pair in search_terms(query)[len(frequency) :]:
-            parts = [frequency.get(w) for w in pair.split(" ")]
-            known = [n for n in parts if n is not None]
-            frequency[pair] = min(known) if known else self.document_frequency(pair)
+        frequency = {w: self.document_frequency(w) for w in search_terms(query)}
         self._counted = (query, stamp, frequency)
         return frequency
 
