@@ -12,9 +12,11 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
     NOTHING_TO_RETRY,
@@ -25,12 +27,14 @@ from heron.bus import (
 from heron.messages import Message, Text, plural
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
+from heron.store.records import COMPACT, LEARN
 
 if TYPE_CHECKING:
     from heron.compaction.core import CompactionSetup
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
     from heron.providers.profiles import ModelChoice
+    from heron.providers.wire import ModelCallRecord
 
 SEPARATOR = "── new conversation: the model starts fresh from here ──"
 RECENT_TURNS = 5
@@ -81,6 +85,17 @@ class CommandsAttached(Protocol):
     def status_lines(self) -> Callable[[], Awaitable[list[str]]] | None: ...
 
 
+class Recording(Protocol):
+    """A maintenance run as the commands use it (heron/agent/maintenance.py MaintenanceRun):
+    model calls made outside any turn, recorded as a run of the conversation."""
+
+    async def __call__(self, record: ModelCallRecord) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+    def provider(self, inner: Provider, purpose: str) -> Provider: ...
+
+
 class CommandEngine(Protocol):
     """What the commands use of the engine (heron/agent/engine.py), which they never import."""
 
@@ -111,6 +126,10 @@ class CommandEngine(Protocol):
     async def end_kernel(self, conversation: Conversation) -> None: ...
 
     def compaction_setup(self) -> CompactionSetup: ...
+
+    def maintenance(
+        self, conversation_id: int, kind: str
+    ) -> AbstractAsyncContextManager[Recording]: ...
 
 
 @dataclass
@@ -455,13 +474,20 @@ def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
+    line = " ".join(without_labels(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
+    """/compact: a consolidation now, its summary call recorded as a `compact` run."""
+    from heron.compaction import compact_conversation
+
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
-    return CommandReply(await ctx.engine.compact_now(conv, reason="manual"))
+    async with ctx.engine.maintenance(conv.id, COMPACT) as run:
+        report = await compact_conversation(ctx.engine, conv, reason="manual", on_call=run)
+        if report.kind == "failed":
+            run.fail(report.error or "the summary failed")
+    return CommandReply(report.describe())
 
 
 NO_MEMORY = "Memory is off in this chat (--ephemeral): nothing is kept or reviewed."
@@ -487,7 +513,10 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     if service is None:
         return CommandReply(NO_MEMORY)
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
-    report = await learn(service, ctx.engine.provider, conv.id, ctx.engine.memory_baseline)
+    provider, baseline = ctx.engine.provider, ctx.engine.memory_baseline
+    async with ctx.engine.maintenance(conv.id, LEARN) as run:
+        passes = (run.provider(provider, "review"), run.provider(provider, "tidy"))
+        report = await learn(service, passes, conv.id, baseline)
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."

@@ -385,14 +385,16 @@ async def run_message(
     key: str | None,
     model: str | None,
     ephemeral: bool,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
     *,
     as_json: bool = False,
     files: tuple[File, ...] = (),
 ) -> bool:
     """Through a running serve when one answers (and the run asks for nothing it cannot give:
     another model, or keeping nothing), else in this process."""
+    out = sys.stdout if out is None else out  # read now: a caller may have swapped it
+    err = sys.stderr if err is None else err
     if model is None and not ephemeral:
         from heron.channels.remote import ServeDiffers, serve_socket
 
@@ -407,6 +409,12 @@ async def run_message(
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: run here
     settings = load_settings()
+    if model is not None or ephemeral:
+        from heron.channels.remote import beside_serve
+
+        note = beside_serve(settings.paths.home, model, "message")
+        if note is not None:
+            print(note, file=err)
     return await run_once(
         settings, text, agent, key, model, ephemeral, out, err, as_json=as_json, files=files
     )
@@ -478,13 +486,15 @@ async def run_once(
     key: str | None,
     model: str | None,
     ephemeral: bool,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
     provider: Provider | None = None,
     *,
     as_json: bool = False,
     files: tuple[File, ...] = (),
 ) -> bool:
+    out = sys.stdout if out is None else out  # read now: a caller may have swapped it
+    err = sys.stderr if err is None else err
     from heron.agent.engine import Engine
     from heron.channels.inprocess import connect
     from heron.tools.approval import start_notice

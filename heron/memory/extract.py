@@ -80,14 +80,34 @@ def _memory_list(service: MemoryService) -> str:
 def _prompt(
     service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int], typed: dict[int, str]
 ) -> str:
-    context = [line for r in rows if r.id not in quotable and (line := _row_line(r))]
     words = [f"[#{r.id}] {typed[r.id]}" for r in rows if r.id in quotable]
-    shown = "\n".join(context)[-CONTEXT_CHARS:]
+    shown = _context(rows, quotable)
     return (
         f"MEMORY ALREADY SAVED\n{_memory_list(service)}\n\n"
         f"CONTEXT (do not quote)\n{shown or '(none)'}\n\n"
         f"QUOTABLE (the user's own words)\n" + "\n".join(words)
     )
+
+
+def _context(rows: Sequence[StoredMessage], quotable: set[int]) -> str:
+    """The rows the pass may not quote, within CONTEXT_CHARS, in the conversation's order. Those
+    among the quotable messages come first (the replies the person's words answer or were
+    answered by), then those after them, nearest first (where the person may have taken
+    something back), then those before, nearest first. The tail of the whole conversation would
+    miss the replies of an early fold's rows entirely in a long one."""
+    lines = {r.id: line for r in rows if r.id not in quotable and (line := _row_line(r))}
+    first, last = min(quotable), max(quotable)
+    within = [i for i in lines if first < i < last]
+    after = [i for i in lines if i > last]
+    before = [i for i in reversed(lines) if i < first]
+    chosen: list[int] = []
+    size = 0
+    for i in within + after + before:
+        size += len(lines[i]) + 1
+        if size > CONTEXT_CHARS:
+            break
+        chosen.append(i)
+    return "\n".join(lines[i] for i in sorted(chosen))
 
 
 def parse_reply(text: str) -> dict[str, Any]:
