@@ -274,12 +274,6 @@ def _numeric(words: Iterable[str]) -> bool:
     return any(c.isdigit() for w in words for c in w)
 
 
-def phrases(query: str, prefix: bool = True) -> list[str]:
-    """The quoted FTS5 phrases of a query's search terms (quoting makes every word literal,
-    so no user text is read as FTS syntax), each also as a prefix when long enough."""
-    return [phrase(w, prefix) for w in search_terms(query)]
-
-
 def phrase(word: str, prefix: bool = True) -> str:
     """One term's FTS5 phrase, as `match_expression` searches it: a word of PREFIX_MIN
     letters or more also as the start of a longer one; a number, a code or words together
@@ -297,13 +291,14 @@ def _plain(word: str) -> bool:
 
 
 def expression(words: Sequence[str], prefix: bool = True) -> str | None:
-    """An FTS5 MATCH expression: an OR of the phrases of the terms `words`."""
+    """An FTS5 MATCH expression: an OR of the phrases of the terms `words` (quoting makes every
+    word literal, so no user text is read as FTS syntax)."""
     return " OR ".join(phrase(w, prefix) for w in words) or None
 
 
 def match_expression(query: str, prefix: bool = True) -> str | None:
-    """An FTS5 MATCH expression: an OR of the query's phrases."""
-    return " OR ".join(phrases(query, prefix)) or None
+    """An FTS5 MATCH expression: an OR of the phrases of the query's `search_terms`."""
+    return expression(search_terms(query), prefix)
 
 
 # The database's stamp per Recall, as the first search of one look read it (`Recall.one_look`).
