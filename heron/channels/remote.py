@@ -398,6 +398,10 @@ class RemoteAgent:
             self.chat_id = event.get("chat_id") or self.chat_id
             self._welcomed.set()
             return
+        if kind == "elsewhere":  # another process's turn: none of this client's to wait for
+            for told in [] if self.own_only else elsewhere_items(event, self.channel, key):
+                await self.deliver(told)
+            return
         self._track(key, event)
         if kind in ("approval", "approval_end"):
             self._approval(event)
@@ -578,6 +582,23 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind in ("approval", "approval_end"):
         return _replace(base, kind=kind, approval=_approval_of(event))
     return None
+
+
+def elsewhere_items(event: dict[str, Any], channel: str, key: str) -> list[Outbound]:
+    """The serve's `elsewhere` event as the channels render it: while another process's turn
+    runs, a notice saying where (its stream stays there); once it ended, each turn it stored
+    (an `elsewhere` TurnEvent: its message, and its reply in `end`)."""
+    where = str(event.get("where") or "another process")
+    if event.get("running"):
+        said = f"A turn runs in {where}: its reply shows here when it ends."
+        return [OutboundMessage(channel, "", key, said, "notice")]
+    origin = str(event.get("program") or where)
+    items: list[Outbound] = []
+    for turn in event.get("turns") or []:
+        status = str(turn.get("status") or "")
+        end = TurnEnd(status == "done", status, turn.get("error"), str(turn.get("reply") or ""))
+        items.append(TurnEvent(origin, "", key, "elsewhere", str(turn.get("text") or ""), end=end))
+    return items
 
 
 def _approval_of(event: dict[str, Any]) -> ApprovalAsk:

@@ -1,0 +1,163 @@
+"""A turn another process runs on the serve's home (`heron run --model` beside it): the serve
+learns of it from its lease and tells its clients as it tells them of its own turns: every tab
+lists the conversation as running, the conversation's clients hear where it runs, and once it
+ends, what it stored, once. Its own turns are never taken for another process's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from io import StringIO
+from typing import Any
+
+import pytest
+from rich.console import Console
+from serve_helpers import running_serve, ws_client, ws_hello, ws_next
+
+from heron.agent.engine import Engine
+from heron.agent.loop import AgentLoop
+from heron.bus import InboundMessage, MessageBus
+from heron.channels.remote import connect_remote, serve_socket
+from heron.channels.terminal import PERSONAL, ChatState, TerminalView
+from heron.config import Settings
+from heron.messages import Reply, Text, Usage
+from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest, OnEvent
+from heron.serve.elsewhere import Watcher, program_of
+
+WAIT = 30.0
+
+
+class Gated(ScriptedProvider):
+    """Answers `reply` once the test opens the gate: the turn runs until then."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__(lambda request: Reply([Text(reply)], "done", Usage(5, 1)))
+        self.gate, self.asked = asyncio.Event(), asyncio.Event()
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
+        self.asked.set()
+        await self.gate.wait()
+        return await super().chat(request, on_event)
+
+
+def _answers(text: str) -> ScriptedProvider:
+    return ScriptedProvider(lambda request: Reply([Text(text)], "done", Usage(5, 1)))
+
+
+async def _until(ws: Any, test: Any) -> list[dict[str, Any]]:
+    """Every event (the hub's `running` status included) up to the first that passes `test`."""
+    seen = []
+    while True:
+        event = await ws_next(ws, hub=True)
+        seen.append(event)
+        if test(event):
+            return seen
+
+
+def _elsewhere(running: bool) -> Any:
+    return lambda e: e["type"] == "elsewhere" and e["running"] is running
+
+
+def _lists(key: str, running: bool) -> Any:
+    return lambda e: (
+        e["type"] == "status" and e["state"] == "running" and ((key in e["running"]) is running)
+    )
+
+
+@pytest.fixture
+def watchers(monkeypatch: pytest.MonkeyPatch) -> list[Watcher]:
+    """The serve's watcher, once it is made (the test reads how often it looked)."""
+    made, kept = Watcher.__init__, []
+
+    def keep(self: Watcher, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        kept.append(self)
+
+    monkeypatch.setattr(Watcher, "__init__", keep)
+    return kept
+
+
+async def test_a_turn_in_another_process_is_told_to_every_client_and_its_rows_once_it_ends(
+    watchers: list[Watcher],
+):
+    screen = StringIO()
+    view = TerminalView(
+        Console(file=screen, width=100, color_system=None), ChatState(PERSONAL, "default")
+    )
+    async with (
+        running_serve(_answers("the serve's answer"), services=[]) as running,
+        ws_client(running) as tab,
+        ws_client(running) as other_tab,
+    ):
+        await ws_hello(tab, PERSONAL)
+        await ws_hello(other_tab, "another")  # another conversation: its list only
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as chat:
+            provider = Gated("the other process's answer")
+            async with Engine.open(Settings.load(), provider=provider) as other:
+                loop = AgentLoop(other, MessageBus())
+                await loop.dispatch(InboundMessage("script", "c", "slow one", PERSONAL))
+                await asyncio.wait_for(provider.asked.wait(), WAIT)
+                started = (await _until(tab, _elsewhere(True)))[-1]
+                assert (started["pid"], started["where"]) == (os.getpid(), f"process {os.getpid()}")
+                await _until(tab, _lists(PERSONAL, True))  # the list says a turn is running
+                await _until(other_tab, _lists(PERSONAL, True))  # in every tab
+                async with ws_client(running) as late:  # a tab opened now: its welcome says so
+                    welcome = await ws_hello(late, PERSONAL)
+                    assert welcome["elsewhere"]["pid"] == os.getpid()
+                    assert PERSONAL in welcome["running"]
+                provider.gate.set()
+                await asyncio.wait_for(loop.wait_idle(), WAIT)
+                ended = (await _until(tab, _elsewhere(False)))[-1]
+                told = {"text": "slow one", "reply": "the other process's answer"}
+                assert ended["turns"] == [{**told, "status": "done", "error": None}]
+                await _until(tab, _lists(PERSONAL, False))
+                await _until(other_tab, _lists(PERSONAL, False))
+                (watcher,) = watchers
+                polls = watcher.polls
+                while watcher.polls < polls + 2:  # it reads on, and tells nothing more of it
+                    await asyncio.sleep(0.05)
+                # The serve's own turn is its own: no `elsewhere` for it.
+                await tab.send(json.dumps({"type": "send", "text": "and you?"}))
+                own = await _until(tab, lambda e: e["type"] == "turn_end")
+                await chat.wait_ended(1)
+    assert [e for e in own if e["type"] == "elsewhere"] == []
+    shown = screen.getvalue()
+    assert f"A turn runs in process {os.getpid()}: its reply shows here when it ends." in shown
+    assert shown.count("slow one") == shown.count("the other process's answer") == 1
+    assert shown.index(f"process {os.getpid()} › slow one") < shown.index("the other process's")
+    assert shown.index("the other process's") < shown.index("web › and you?")
+
+
+async def test_a_turn_of_the_serve_that_waited_for_it_comes_after_its_end():
+    """A message sent from the tab while the other process's turn runs waits for it ("busy");
+    the other turn's end (its rows) is told before that message's reply, never after."""
+    async with (
+        running_serve(_answers("the serve's answer"), services=[]) as running,
+        ws_client(running) as tab,
+    ):
+        await ws_hello(tab, PERSONAL)
+        provider = Gated("the other process's answer")
+        async with Engine.open(Settings.load(), provider=provider) as other:
+            loop = AgentLoop(other, MessageBus())
+            await loop.dispatch(InboundMessage("script", "c", "slow one", PERSONAL))
+            await _until(tab, _elsewhere(True))
+            await tab.send(json.dumps({"type": "send", "text": "meanwhile"}))
+            busy = await _until(tab, lambda e: e["type"] == "message" and e["kind"] == "notice")
+            assert "busy in another session" in busy[-1]["text"]
+            provider.gate.set()
+            seen = await _until(tab, lambda e: e["type"] == "turn_end")
+            await asyncio.wait_for(loop.wait_idle(), WAIT)
+    kinds = [e["type"] for e in seen]
+    assert kinds.count("elsewhere") == 1 and kinds.index("elsewhere") < kinds.index("turn_end")
+    (ended,) = [e for e in seen if e["type"] == "elsewhere"]
+    assert [t["text"] for t in ended["turns"]] == ["slow one"]
+    assert seen[-1]["reply"] == "the serve's answer"
+
+
+def test_the_program_of_a_process_is_read_from_its_command_line():
+    assert program_of(os.getpid()) is None  # pytest, not a heron command
+    assert program_of(2**22 + 12345) is None  # no such process
