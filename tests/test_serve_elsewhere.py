@@ -8,12 +8,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import threading
 from io import StringIO
 from typing import Any
 
 import pytest
 from rich.console import Console
-from serve_helpers import running_serve, ws_client, ws_hello, ws_next
+from serve_helpers import (
+    ServeProcess,
+    clean_env,
+    log_in,
+    running_serve,
+    ws_client,
+    ws_hello,
+    ws_next,
+)
+from test_e2e_cli import openai_env
+from websockets.asyncio.client import connect
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
@@ -24,7 +36,10 @@ from heron.config import Settings
 from heron.messages import Reply, Text, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest, OnEvent
+from heron.serve.auth import COOKIE
 from heron.serve.elsewhere import Watcher, program_of
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
 
 WAIT = 30.0
 
@@ -161,3 +176,38 @@ async def test_a_turn_of_the_serve_that_waited_for_it_comes_after_its_end():
 def test_the_program_of_a_process_is_read_from_its_command_line():
     assert program_of(os.getpid()) is None  # pytest, not a heron command
     assert program_of(2**22 + 12345) is None  # no such process
+
+
+@pytest.mark.slow  # a real serve and a real `heron run --model` beside it, on a fake server
+async def test_a_heron_run_with_another_model_beside_a_serve_is_shown_in_the_browser(heron_home):
+    resume = threading.Event()
+    reply = ServerReply(text="answer from elsewhere", stall_after_events=1, resume=resume)
+    with FakeOpenAIServer([reply]) as server:
+        env = openai_env(server.base_url)
+        with ServeProcess(heron_home, env) as serve:
+            url = serve.banner.split()[2]
+            token = await log_in(serve.login)
+            headers = {"Cookie": f"{COOKIE}={token}"}
+            ws_url = url.replace("http://", "ws://") + "/ws"
+            async with connect(ws_url, origin=url, additional_headers=headers) as tab:
+                await ws_hello(tab, PERSONAL)
+                run = await asyncio.create_subprocess_exec(
+                    *[sys.executable, "-m", "heron", "run", "-c", PERSONAL],
+                    *["--model", "fake-model", "slow one"],
+                    env=clean_env(heron_home, env),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+                try:
+                    started = (await _until(tab, _elsewhere(True)))[-1]
+                    resume.set()
+                    ended = (await _until(tab, _elsewhere(False)))[-1]
+                finally:
+                    resume.set()
+                    out, err = await asyncio.wait_for(run.communicate(), WAIT)
+    assert run.returncode == 0, err.decode()
+    assert "answer from elsewhere" in out.decode()
+    assert (started["program"], started["where"]) == ("heron run", f"heron run, process {run.pid}")
+    assert [(t["text"], t["reply"], t["status"]) for t in ended["turns"]] == [
+        ("slow one", "answer from elsewhere", "done")
+    ]

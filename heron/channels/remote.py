@@ -60,16 +60,24 @@ def serve_socket(home: Path | None = None) -> Path | None:
 def beside_serve(home: Path, model: str | None, what: str) -> str | None:
     """What to say when a serve runs on `home` but this `heron run` or `heron chat` runs its
     turns in its own process (it asked for another model, or to keep nothing, which a serve
-    cannot give): the serve's clients do not see those turns as they run. None: no serve."""
+    cannot give): the serve's clients see from its lease that a turn runs, and its rows once it
+    ends, never its stream (heron/serve/elsewhere.py); an ephemeral one's, nothing at all (it
+    stores nothing in the home). None: no serve."""
     from heron.store.home_lock import other_serve
 
     who = other_serve(home)
     if who is None:
         return None
-    flag = "--model" if model is not None else "--ephemeral"
-    return (
-        f"heron: heron serve runs on {home} ({who}); {flag} runs this {what} in this process "
-        "instead, so the browser and the serve's other clients do not see its turns as they run."
+    said = f"heron: heron serve runs on {home} ({who}); "
+    if model is not None:
+        return said + (
+            f"--model runs this {what} in this process instead: the browser and the serve's "
+            "other clients see that its turns run and what they stored once they end, not "
+            "their stream."
+        )
+    return said + (
+        f"--ephemeral runs this {what} in this process instead, so the browser and the serve's "
+        "other clients do not see its turns."
     )
 
 

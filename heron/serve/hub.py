@@ -12,6 +12,10 @@ loaded; past that the least recently used is unloaded, keeping only its seq, so 
 on where it stopped. A client that comes back to it with an older `last_seq` is told `gap` and
 rereads the transcript from the store: nothing is lost, the events are only not replayed.
 
+A turn another process runs on the home has no events here: heron/serve/elsewhere.py tells
+the hub of it from its lease (`started_elsewhere`, `ended_elsewhere`), which numbers an
+`elsewhere` event for its conversation and lists it as running for every tab.
+
 Fan-out never blocks the turn: each client has a bounded queue, and a client whose queue is
 full is dropped back to a `welcome{gap: true}` at the newest seq (it re-syncs from the store
 and goes on from there) instead of holding up everyone else.

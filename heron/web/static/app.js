@@ -807,7 +807,7 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
-  const [elsewhere, setElsewhere] = useState(null); // a turn of another process runs here
+  const [foreign, setForeign] = useState(null); // a turn of another process runs here
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
@@ -904,7 +904,7 @@ function App() {
       setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
-      setElsewhere(ev.elsewhere || null);
+      setForeign(ev.elsewhere || null);
       if (ev.gap || (!loaded.current && !loading.current)) {
         showLive(null); loadTranscript(convRef.current);
       }
@@ -1022,7 +1022,7 @@ function App() {
         for (const hear of workListeners) hear(ev);
         break;
       case "elsewhere": // another process's turn began or ended here: the store has its rows
-        setElsewhere(ev.running ? ev : null);
+        setForeign(ev.running ? ev : null);
         loadTranscript(convRef.current);
         break;
     }
@@ -1073,7 +1073,7 @@ function App() {
     start.current = null; older.current = null; place.current = null; setEarlier(null);
     fresh.current = true; replay.current = null;
     itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
-    setElsewhere(null); // the welcome says whether another process's turn runs there
+    setForeign(null); // the welcome says whether another process's turn runs there
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -1141,8 +1141,8 @@ function App() {
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
         ${placed.rest.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}
       </div>
-      ${working ? html`<${Banner} live=${live} onStop=${stop} />` : elsewhere && html`<${Elsewhere}
-        about=${elsewhere} onStop=${() => connRef.current.send({ type: "stop" })} />`}
+      ${working ? html`<${Banner} live=${live} onStop=${stop} />` : foreign && html`<${Elsewhere}
+        about=${foreign} onStop=${() => connRef.current.send({ type: "stop" })} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
