@@ -27,6 +27,7 @@ from serve_helpers import (
 from test_e2e_cli import openai_env
 from websockets.asyncio.client import connect
 
+from heron.agent import leases
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import InboundMessage, MessageBus
@@ -38,6 +39,7 @@ from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest, OnEvent
 from heron.serve.auth import COOKIE
 from heron.serve.elsewhere import Watcher, program_of
+from heron.store import engine_state as es
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import ServerReply
 
@@ -171,6 +173,29 @@ async def test_a_turn_of_the_serve_that_waited_for_it_comes_after_its_end():
     (ended,) = [e for e in seen if e["type"] == "elsewhere"]
     assert [t["text"] for t in ended["turns"]] == ["slow one"]
     assert seen[-1]["reply"] == "the serve's answer"
+
+
+async def test_the_leases_and_the_turns_the_watcher_reads():
+    """What the serve's watcher reads of the store (also run on PostgreSQL, test_engine_pg):
+    a running turn's lease with its conversation's key, known to its own process as its own;
+    once it ended, no lease, and the turn it stored, its message and its reply."""
+    provider = Gated("answered")
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        store, loop = engine.store, AgentLoop(engine, MessageBus())
+        await loop.dispatch(InboundMessage("script", "c", "first", "k"))
+        await asyncio.wait_for(provider.asked.wait(), WAIT)
+        (held,) = es.live_leases(store)
+        assert (held.key, held.holder.pid) == ("k", os.getpid())
+        assert held.conversation_id == store.conversation("k").id
+        assert leases.held_here(store) == {held.holder.owner}
+        provider.gate.set()
+        await asyncio.wait_for(loop.wait_idle(), WAIT)
+        assert es.live_leases(store) == [] and leases.held_here(store) == frozenset()
+        told = es.turns_since(store, "k", held.acquired)
+        later = es.turns_since(store, "k", held.acquired, until=held.acquired)
+        unknown = es.turns_since(store, "never", 0.0)
+    assert told == [es.TurnTold("first", "answered", "done", None)]
+    assert later == unknown == []
 
 
 def test_the_program_of_a_process_is_read_from_its_command_line():

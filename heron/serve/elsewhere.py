@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from heron.store import engine_state as es
 from heron.store.records import is_internal
 
 POLL = 1.0  # seconds between two reads of the leases while a client is attached
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,24 @@ class Watcher:
         """Until cancelled: poll every `every` seconds while a client is attached."""
         while True:
             await self.hub.attached.wait()
-            await self.poll()
+            await self._poll_logged()
             await asyncio.sleep(self.every)
 
     async def settle(self, key: str) -> None:
         """A turn of this serve goes on in `key`: first, whether the other process's turn
         there has ended (then its end is told now, before what follows it)."""
         if key in self.seen:
+            await self._poll_logged()
+
+    async def _poll_logged(self) -> None:
+        """A read that fails (a locked or damaged store) is logged and tried again at the next
+        poll: it must neither end the watcher nor hold up the events of the serve's own turns."""
+        try:
             await self.poll()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reading the turn leases failed")
 
     async def poll(self) -> None:
         async with self._lock:
@@ -82,8 +94,8 @@ class Watcher:
                     del self.seen[key]
                     own = leases.claimed_here(self.store, seen.conversation_id)
                     until = _until(lease, own, seen.acquired)
-                    told = await self.store.call(
-                        es.turns_since, self.store, key, seen.acquired, until
+                    told = await self.store.call(  # a turn's rows: as many as it wrote
+                        es.turns_since, self.store, key, seen.acquired, until, off_loop=True
                     )
                     self.hub.ended_elsewhere(key, [_turn(t) for t in told])
             for key, lease in now.items():

@@ -268,12 +268,12 @@ def turns_since(store: Store, key: str, since: float, until: float | None = None
     conversation = store.conversation(key)
     if conversation is None:
         return []
-    turns = store.query(
-        "SELECT id, user_message_id, status, error FROM turns"
-        " WHERE conversation_id = ? AND kind = 'turn' AND started >= ? AND started < ?"
-        " ORDER BY id",
-        (conversation.id, since, float("inf") if until is None else until),
-    )
+    sql = "SELECT id, user_message_id, status, error FROM turns"
+    sql += " WHERE conversation_id = ? AND kind = 'turn' AND started >= ?"
+    params: tuple[object, ...] = (conversation.id, since)
+    if until is not None:
+        sql, params = sql + " AND started < ?", (*params, until)
+    turns = store.query(sql + " ORDER BY id", params)
     told = []
     for turn_id, opened, status, failed in turns:
         text = store.message(opened).message.text if opened is not None else ""
