@@ -24,27 +24,25 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py, web.py: a serve, its CPU
+from cli import environment, start_serve
+from web import cpu_ms
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of process `pid` so far."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def attached_tab(url: str, login: str) -> object:
+async def attached_tab(login: str) -> object:
     """A /ws client logged in through the login address, attached to `personal`."""
     import httpx
     from websockets.asyncio.client import connect
 
     from heron.serve.auth import COOKIE
 
+    url = "{0.scheme}://{0.netloc}".format(urlsplit(login))
     async with httpx.AsyncClient() as http:
         token = (await http.get(login)).cookies[COOKIE]
     ws = await connect(
@@ -62,29 +60,19 @@ async def measure(seconds: float, settle: float) -> dict[str, float | None]:
 
     home = os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-serve-idle-")
     with FakeOpenAIServer([]) as server:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERON_", "OPENAI"))}
-        env.update(HERON_HOME=home, HERON_BASE_URL=server.base_url, HERON_API_KEY="dummy")
-        env.update(HERON_MODEL="fake-model")
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "heron", "serve", "--port", "0"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        serve = start_serve(environment(Path(home), server.base_url))
         try:
             assert serve.stdout is not None
-            url = serve.stdout.readline().split()[2]
             login = ""
-            while not login:
+            while not login:  # the lines of its start, after the banner start_serve read
                 line = serve.stdout.readline()
                 assert line, "heron serve printed no login address"
                 login = line.removeprefix("Log in: ").strip() if line.startswith("Log in") else ""
-            ws = await attached_tab(url, login)
+            ws = await attached_tab(login)
             await asyncio.sleep(settle)
-            before, started = cpu_seconds(serve.pid), time.monotonic()
+            before, started = cpu_ms(serve.pid), time.monotonic()
             await asyncio.sleep(seconds)
-            used, took = cpu_seconds(serve.pid) - before, time.monotonic() - started
+            used, took = (cpu_ms(serve.pid) - before) / 1000, time.monotonic() - started
             await ws.close()  # type: ignore[attr-defined]
         finally:
             serve.terminate()
