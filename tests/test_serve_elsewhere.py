@@ -126,6 +126,13 @@ async def test_a_turn_in_another_process_is_told_to_every_client_and_its_rows_on
                     welcome = await ws_hello(late, PERSONAL)
                     assert welcome["elsewhere"]["pid"] == os.getpid()
                     assert PERSONAL in welcome["running"]
+                late_screen = StringIO()  # and a chat opened now
+                late_view = TerminalView(
+                    Console(file=late_screen, width=100, color_system=None),
+                    ChatState(PERSONAL, "default"),
+                )
+                async with connect_remote(path, "terminal", late_view.deliver, PERSONAL):
+                    pass
                 provider.gate.set()
                 await asyncio.wait_for(loop.wait_idle(), WAIT)
                 ended = (await _until(tab, _elsewhere(False)))[-1]
@@ -143,7 +150,8 @@ async def test_a_turn_in_another_process_is_told_to_every_client_and_its_rows_on
                 await chat.wait_ended(1)
     assert [e for e in own if e["type"] == "elsewhere"] == []
     shown = screen.getvalue()
-    assert f"A turn runs in process {os.getpid()}: its reply shows here when it ends." in shown
+    said = f"A turn runs in process {os.getpid()}: its reply shows here when it ends."
+    assert said in shown and said in late_screen.getvalue()
     assert shown.count("slow one") == shown.count("the other process's answer") == 1
     assert shown.index(f"process {os.getpid()} › slow one") < shown.index("the other process's")
     assert shown.index("the other process's") < shown.index("web › and you?")

@@ -405,6 +405,10 @@ class RemoteAgent:
             self.embedded = bool(event.get("embedded"))
             self.chat_id = event.get("chat_id") or self.chat_id
             self._welcomed.set()
+            running = event.get("elsewhere")  # another process's turn runs there now
+            if isinstance(running, dict) and not self.own_only:
+                for told in elsewhere_items({**running, "running": True}, self.channel, key):
+                    await self.deliver(told)
             return
         if kind == "elsewhere":  # another process's turn: none of this client's to wait for
             for told in [] if self.own_only else elsewhere_items(event, self.channel, key):
