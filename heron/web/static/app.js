@@ -1071,9 +1071,8 @@ function App() {
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
     start.current = null; older.current = null; place.current = null; setEarlier(null);
-    fresh.current = true; replay.current = null;
+    fresh.current = true; replay.current = null; setForeign(null); // its welcome says again
     itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
-    setForeign(null); // the welcome says whether another process's turn runs there
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -1141,9 +1140,10 @@ function App() {
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
         ${placed.rest.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}
       </div>
-      ${working ? html`<${Banner} live=${live} onStop=${stop} />` : foreign && html`<${Elsewhere}
-        about=${foreign} onStop=${() => connRef.current.send({ type: "stop" })} />`}
+      ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
+      ${!working && foreign && html`<${Elsewhere} about=${foreign}
+        onStop=${() => connRef.current.send({ type: "stop" })} />`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
