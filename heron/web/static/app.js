@@ -807,7 +807,7 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
-  const [foreign, setForeign] = useState(null); // a turn of another process runs here
+  const [foreign, setForeign] = useState(null); // a turn of another process runs (where)
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
@@ -904,7 +904,7 @@ function App() {
       setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
-      setForeign(ev.elsewhere || null);
+      setForeign(ev.elsewhere ? { ...ev.elsewhere, conversation: ev.conversation } : null);
       if (ev.gap || (!loaded.current && !loading.current)) {
         showLive(null); loadTranscript(convRef.current);
       }
@@ -1071,7 +1071,7 @@ function App() {
   function openConv(key) {
     convRef.current = key; loaded.current = false; loading.current = null;
     start.current = null; older.current = null; place.current = null; setEarlier(null);
-    fresh.current = true; replay.current = null; setForeign(null); // its welcome says again
+    fresh.current = true; replay.current = null;
     itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
@@ -1142,7 +1142,7 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
-      ${!working && foreign && html`<${Elsewhere} about=${foreign}
+      ${!working && foreign && foreign.conversation === conv && html`<${Elsewhere} about=${foreign}
         onStop=${() => connRef.current.send({ type: "stop" })} />`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
