@@ -53,6 +53,9 @@ EventKind = Literal[
     "approval",  # a command waits for the person's yes or no (`approval` says which)
     "approval_end",  # that wait is over: answered, stopped, or past its deadline
     "turn_end",
+    # A turn another process ran and ended (heron/serve/elsewhere.py): `text` its message,
+    # `channel` the program that ran it, `end.reply` what it stored as the reply.
+    "elsewhere",
 ]
 
 

@@ -234,6 +234,13 @@ class TerminalView:
             self.flush()
             self.working_since, self.waiting, self.asked = None, False, False
             self.ended(ev.end)
+        elif ev.kind == "elsewhere" and ev.end is not None:  # another process's, now stored
+            self.flush()
+            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.spaced = False
+            self.markdown(ev.end.reply or "")
+            if ev.end.error:  # a failed turn stores no reply, only why
+                self.console.print(RichText(f"↳ {ev.end.error}", style="dim"), highlight=False)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
 

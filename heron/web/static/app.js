@@ -512,6 +512,16 @@ function Banner({ live, onStop, conn }) {
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
 }
 
+// A turn another process runs in this conversation (`heron run --model`, the `elsewhere`
+// event): its stream stays in that process, so the banner says where it runs and that its
+// reply shows when it ends; Stop stops it as /stop does.
+function Elsewhere({ about, onStop }) {
+  return html`<div class="banner" role="status" aria-live="polite" aria-label="a turn runs elsewhere">
+    <span class="spinner" aria-hidden="true"></span>
+    <span class="banner-text">A turn runs in ${about.where}: its reply shows when it ends (its stream shows only there)</span>
+    <button class="stop" onClick=${onStop} aria-label="stop that turn">Stop</button></div>`;
+}
+
 // The message box takes the focus (on load, on opening a conversation, from the skip link).
 function focusInput() {
   const box = document.getElementById("input");
@@ -860,6 +870,7 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
+  const [foreign, setForeign] = useState(null); // a turn of another process runs (where)
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
@@ -969,6 +980,7 @@ function App() {
       setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
+      setForeign(ev.elsewhere ? { ...ev.elsewhere, conversation: ev.conversation } : null);
       if (ev.gap || (!loaded.current && !loading.current)) {
         // Told `gap` (fell behind, or a restarted serve numbers anew): the stream shown is
         // over or unknown; the transcript says what happened, and a turn running now shows
@@ -1101,6 +1113,10 @@ function App() {
         break;
       case "work":
         for (const hear of workListeners) hear(ev);
+        break;
+      case "elsewhere": // another process's turn began or ended here: the store has its rows
+        setForeign(ev.running ? ev : null);
+        loadTranscript(convRef.current);
         break;
     }
   }
@@ -1237,6 +1253,8 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} conn=${conn} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
+      ${!working && foreign && foreign.conversation === conv && html`<${Elsewhere} about=${foreign}
+        onStop=${() => connRef.current.send({ type: "stop" })} />`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
