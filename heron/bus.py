@@ -110,6 +110,10 @@ class OutboundMessage:
 
 
 STOP_ANSWER_CODE = "stop_answer"
+# A notice to the client that sent a message no turn of this process will answer (it is
+# shutting down): the text says what became of it (kept in its conversation, or not run), and
+# a client waiting for that message's turn stops waiting (heron/agent/loop.py `close`).
+UNANSWERED_CODE = "unanswered"
 
 
 # A channel as the person knows it, where they read who stopped a turn.
@@ -195,6 +199,9 @@ class TurnEvent:
     # reminder), whose opening message a client shows as Heron's, not as the person's.
     provenance: Provenance = "user"
     approval: ApprovalAsk | None = None  # approval, approval_end
+    # turn_start: the message's attachments as "notes.txt (2 kB)", for clients that did not
+    # send it (the terminal shows what the browser attached).
+    files: tuple[str, ...] = ()
 
 
 Outbound = OutboundMessage | TurnEvent

@@ -274,17 +274,20 @@ async def test_resume_lists_and_switches():
     assert missing.reply == "No conversation 'nope'. /resume lists them."
 
 
-async def test_compact_calls_the_compaction_hook():
+async def test_compact_calls_compaction_with_a_run_to_record_in(monkeypatch):
+    import heron.compaction
+    from heron.compaction.consolidate import CompactionReport
+
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         calls = []
 
-        async def fake_compact(conversation, *, reason="manual", window=None):
-            calls.append((conversation.key, reason))
-            return "Compacted 12 messages."
+        async def fake_compact(engine, conversation, *, reason="manual", on_call=None, **_):
+            calls.append((conversation.key, reason, on_call is not None))
+            return CompactionReport("consolidation", reason, rows_folded=12)
 
-        engine.compact_now = fake_compact  # type: ignore[method-assign]
+        monkeypatch.setattr(heron.compaction, "compact_conversation", fake_compact)
         result = await engine.turn("c", "/compact")
-    assert result.reply == "Compacted 12 messages." and calls == [("c", "manual")]
+    assert result.reply.startswith("Compacted 12 messages") and calls == [("c", "manual", True)]
 
 
 async def test_context_overflow_shrinks_the_window_compacts_and_retries():
@@ -329,3 +332,16 @@ async def test_delete_refuses_while_a_turn_runs_or_another_chat_is_open(capsys):
                 await asyncio.to_thread(delete_conversation, settings, "used")
         await asyncio.to_thread(delete_conversation, settings, "used")
     assert "Deleted conversation 'used'." in capsys.readouterr().out
+
+
+async def test_tree_lists_what_the_person_typed_without_mail_labels():
+    """Follow-ups typed while a turn worked are stored with a label for the model; /tree is
+    read by the person, who typed no label."""
+    from heron.agent.control import mail_label
+
+    provider = ScriptedProvider([Reply([Text("ok")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("m", mail_label("terminal") + "followup from the terminal")
+        tree = await engine.turn("m", "/tree")
+    assert "1. followup from the terminal" in tree.reply
+    assert "sent while you were working" not in tree.reply

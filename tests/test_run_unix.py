@@ -240,3 +240,27 @@ async def test_a_notice_after_the_reply_starts_on_a_line_of_its_own():
     await printer.deliver(TurnEvent("script", "c", "g", "delta", text="count to three"))
     await printer.deliver(OutboundMessage("script", "c", "g", "Goal parked: ...", "notice"))
     assert out.getvalue() == "count to three\n" and err.getvalue() == "Goal parked: ...\n"
+
+
+TWICE = """
+import sys
+from typer.testing import CliRunner
+from heron.cli import app
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+with FakeOpenAIServer([ServerReply(text="one"), ServerReply(text="two")]) as server:
+    env = {"HERON_BASE_URL": server.base_url, "HERON_MODEL": "gpt-4o-mini", "OPENAI_API_KEY": "x"}
+    for n in range(2):
+        print(CliRunner().invoke(app, ["run", "-c", "t", f"hello {n}"], env=env).output.strip())
+"""
+
+
+def test_heron_run_twice_in_one_process_prints_both_replies(heron_home):
+    """The streams `heron run` writes to are read when it runs, not when its module was first
+    imported: a second run in one process (CliRunner swaps them per call) hung, its replies
+    written to the first call's closed stream."""
+    done = subprocess.run(
+        [sys.executable, "-c", TWICE], capture_output=True, text=True, timeout=WAIT * 4
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["one", "two"]

@@ -239,3 +239,33 @@ async def test_a_run_with_the_proactive_tools_replays_with_them():
     assert report.identical, report.render()
     assert not bare.identical
     assert "the run had tools the replay does not: spawn, ask_user, goal" in bare.render()
+
+
+async def test_recorded_tools_compare_the_rest_of_a_run_whose_tools_changed_since():
+    """After an upgrade every old run's requests differ at the tools; `--recorded-tools` sends
+    them as the run described them, so a change elsewhere still shows, and nothing else does."""
+
+    @tool
+    def tick(ctx: ToolContext) -> str:
+        """Count up."""
+        return "tick"
+
+    @tool(name="tick")
+    def tick_now(ctx: ToolContext) -> str:
+        """Count up by one, as this newer Heron describes it."""
+        return "tick"
+
+    provider = ScriptedProvider(
+        [Reply([ToolCall("t1", "tick", {})], "tool"), Reply([Text("ticked")], "done")]
+    )
+    registry = ToolRegistry([tick])
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        result = await engine.turn("up", "tick once")
+        upgraded = ToolRegistry([tick_now])
+        today = await replay(engine.store, result.run_id, registry=upgraded)
+        as_recorded = await replay(
+            engine.store, result.run_id, registry=upgraded, recorded_tools=True
+        )
+    assert today.first is not None and today.first[0] == 1  # the tools, at the first request
+    assert as_recorded.identical, as_recorded.render()
+    assert as_recorded.replayed_requests == 2

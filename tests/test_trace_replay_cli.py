@@ -36,7 +36,7 @@ def test_a_fresh_run_replays_identically_with_the_tools_it_had(heron_home, mode)
     runs = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
     assert len(runs) == 2
     for run in runs:
-        for flags in ([], ["--live-tools"]):
+        for flags in ([], ["--live-tools"], ["--recorded-tools"]):
             replayed = heron(heron_home, {}, "trace", "replay", run, *flags)
             assert replayed.returncode == 0, replayed.stdout + replayed.stderr
             assert "every request is identical to the recorded one" in replayed.stdout

@@ -12,9 +12,11 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
     NOTHING_TO_RETRY,
@@ -23,14 +25,17 @@ from heron.bus import (
     stopped_by,
 )
 from heron.messages import Message, Text, plural
+from heron.providers.profiles import file_summary
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
+from heron.store.records import COMPACT, LEARN
 
 if TYPE_CHECKING:
     from heron.compaction.core import CompactionSetup
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
     from heron.providers.profiles import ModelChoice
+    from heron.providers.wire import ModelCallRecord
 
 SEPARATOR = "── new conversation: the model starts fresh from here ──"
 RECENT_TURNS = 5
@@ -81,6 +86,17 @@ class CommandsAttached(Protocol):
     def status_lines(self) -> Callable[[], Awaitable[list[str]]] | None: ...
 
 
+class Recording(Protocol):
+    """A maintenance run as the commands use it (heron/agent/maintenance.py MaintenanceRun):
+    model calls made outside any turn, recorded as a run of the conversation."""
+
+    async def __call__(self, record: ModelCallRecord) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+    def provider(self, inner: Provider, purpose: str) -> Provider: ...
+
+
 class CommandEngine(Protocol):
     """What the commands use of the engine (heron/agent/engine.py), which they never import."""
 
@@ -111,6 +127,10 @@ class CommandEngine(Protocol):
     async def end_kernel(self, conversation: Conversation) -> None: ...
 
     def compaction_setup(self) -> CompactionSetup: ...
+
+    def maintenance(
+        self, conversation_id: int, kind: str
+    ) -> AbstractAsyncContextManager[Recording]: ...
 
 
 @dataclass
@@ -241,6 +261,10 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     window = engine.choice.profile.context_window
     lines = [f"model: {engine.choice.provider}/{engine.choice.model}"]
+    read = file_summary(engine.choice)
+    if read:  # a local file: the window and tools it allows
+        lines.append(f"model {read}")
+    head = len(lines) + 2  # the budget goes after the context line
     if conv is None:
         lines += [
             f"conversation: {ctx.key} (new)",
@@ -249,7 +273,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "turn: idle",
         ]
         lines += await _more_status(ctx)
-        return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+        return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
     used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
@@ -266,7 +290,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         f"turn: {turn}",
     ]
     lines += await _more_status(ctx)
-    return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+    return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
 
 
 async def _more_status(ctx: CommandContext) -> list[str]:
@@ -455,13 +479,20 @@ def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
+    line = " ".join(without_labels(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
+    """/compact: a consolidation now, its summary call recorded as a `compact` run."""
+    from heron.compaction import compact_conversation
+
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
-    return CommandReply(await ctx.engine.compact_now(conv, reason="manual"))
+    async with ctx.engine.maintenance(conv.id, COMPACT) as run:
+        report = await compact_conversation(ctx.engine, conv, reason="manual", on_call=run)
+        if report.kind == "failed":
+            run.fail(report.error or "the summary failed")
+    return CommandReply(report.describe())
 
 
 NO_MEMORY = "Memory is off in this chat (--ephemeral): nothing is kept or reviewed."
@@ -481,13 +512,17 @@ async def _memory(ctx: CommandContext, arg: str) -> CommandReply:
 async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     """/learn, /reflect: the review and tidy passes now (suggestions only), and what memory
     gained, changed and lost since the engine opened."""
+    from heron.compaction.core import window_for
     from heron.memory.commands import learn
 
     service = ctx.engine.memory
     if service is None:
         return CommandReply(NO_MEMORY)
     conv = await ctx.store.call(ctx.store.open_conversation, ctx.key, ctx.agent)
-    report = await learn(service, ctx.engine.provider, conv.id, ctx.engine.memory_baseline)
+    provider, baseline = ctx.engine.provider, ctx.engine.memory_baseline
+    async with ctx.engine.maintenance(conv.id, LEARN) as run:
+        passes = (run.provider(provider, "review"), run.provider(provider, "tidy"))
+        report = await learn(service, passes, conv.id, baseline, window_for(ctx.engine))
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."

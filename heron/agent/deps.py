@@ -9,11 +9,12 @@ import cycle through it), and what a step may touch is listed here.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from heron.agent.commands import CommandHandler
+    from heron.agent.commands import CommandHandler, Recording
     from heron.agent.record import CallSink
     from heron.agent.runner import RunLimits
     from heron.compaction.core import CompactionSetup
@@ -90,5 +91,9 @@ class TurnDeps(Protocol):
     ) -> str: ...
 
     async def archive_for_memory(self, conversation: Conversation) -> None: ...
+
+    def maintenance(
+        self, conversation_id: int, kind: str
+    ) -> AbstractAsyncContextManager[Recording]: ...
 
     async def end_kernel(self, conversation: Conversation) -> None: ...

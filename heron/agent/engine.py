@@ -9,17 +9,19 @@ that outlives a command (the /new memory pass) is awaited, with a bound, when it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
 
 from heron.agent.deps import Attached, Memos
+from heron.agent.maintenance import MaintenanceRun, maintenance
 from heron.agent.record import CallSink
 from heron.agent.runner import RunLimits
 from heron.agent.turn import TurnHooks, TurnResult, run_turn
 from heron.compaction import memory_tokens
-from heron.compaction.core import CompactionSetup
+from heron.compaction.core import CompactionSetup, window_for
 from heron.config import Settings
 from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
 from heron.memory import wiring as memory_wiring
@@ -30,6 +32,7 @@ from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
+from heron.store.records import NEW_REVIEW
 from heron.tools import approval
 from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
@@ -174,7 +177,14 @@ class Engine:
             before_fold=self.memory_before_fold,
             after_fold=self.memory_after_fold,
             prompts=self.memos.prompts,
+            maintenance=self.maintenance,
         )
+
+    @property
+    def window(self) -> int:
+        """The model's window in tokens as this engine runs it: HERON_CONTEXT_WINDOW, else the
+        profile (config overrides and what a local GGUF file says included)."""
+        return window_for(self)
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         """The system prompt's inputs for a conversation: with its frozen Memory section and
@@ -200,7 +210,8 @@ class Engine:
         self, deps: memory_wiring.FoldDeps, conversation_id: int, row_ids: list[int], reason: str
     ) -> None:
         """Compaction calls this before folding rows: the extraction pass (queue only)."""
-        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason)
+        window = self.window
+        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason, window)
 
     async def memory_after_fold(self, conversation_id: int) -> None:
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation_id)
@@ -213,11 +224,27 @@ class Engine:
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation.id, new=True)
         if self.memory is None or self.choice.embedded:
             return
-        from heron.memory.extract import review_pass
-
-        task = asyncio.create_task(review_pass(self.provider, self.memory, conversation.id))
+        task = asyncio.create_task(self.review_pass(conversation.id, NEW_REVIEW))
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+    async def review_pass(self, conversation_id: int, kind: str) -> list[int]:
+        """Memory's review pass over the conversation (suggestions only), its model call
+        recorded as a maintenance run of `kind` (/new's, a closed chat's)."""
+        from heron.memory.extract import review_pass
+
+        if self.memory is None:
+            return []
+        async with self.maintenance(conversation_id, kind) as run:
+            provider = run.provider(self.provider, "review")
+            return await review_pass(provider, self.memory, conversation_id, self.window)
+
+    def maintenance(
+        self, conversation_id: int, kind: str
+    ) -> contextlib.AbstractAsyncContextManager[MaintenanceRun]:
+        """A maintenance run of `kind` for model calls made outside any turn
+        (heron/agent/maintenance.py)."""
+        return maintenance(self, conversation_id, kind)
 
     async def end_kernel(self, conversation: Conversation) -> None:
         """/new, or the serve deleted the conversation: its kernel ends; a next cell starts an
@@ -283,8 +310,10 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
 
 def opening_registry(choice: ModelChoice, ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for `choice` (`described` next)."""
-    # The tiny offline model cannot use tools; describing them only confuses it.
-    return ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
+    # The tiny offline model cannot use tools, nor can a model whose profile says so (a GGUF
+    # whose chat template takes none): describing them only confuses it.
+    no_tools = choice.embedded or not choice.profile.tools
+    return ToolRegistry([]) if no_tools else engine_tools(ephemeral)
 
 
 def described(registry: ToolRegistry, settings: Settings) -> Sandbox:

@@ -20,16 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from heron.agent.leases import hold_lease
 from heron.agent.turn import STOPPED
+from heron.messages import File, Message, Text
 from heron.store import Store, waiting
 from heron.store import engine_state as es
 from heron.store.waiting import LABEL, RELAY_META
 
+if TYPE_CHECKING:
+    from heron.config import AttachmentCaps
+
 log = logging.getLogger(__name__)
-__all__ = ["LABEL", "RELAY_META", "RelayDesk", "Relayed", "move_in"]
+__all__ = ["LABEL", "RELAY_META", "RelayDesk", "Relayed", "keep_words", "move_in"]
 
 
 @dataclass(frozen=True)
@@ -53,15 +60,72 @@ async def move_in(store: Store, key: str, *, close_dead: bool = True) -> int:
     said = await store.call(waiting.waiting_for, store, key)
     if not said:
         return 0  # the common case: one indexed read, no lease
+    async with _at_head(store, key, said[0].agent, close_dead) as conversation_id:
+        if conversation_id is None:
+            return 0
+        return await store.call(waiting.move_all, store, key, conversation_id)
+
+
+async def keep_words(
+    store: Store,
+    key: str,
+    text: str,
+    files: tuple[File, ...] = (),
+    agent: str = "default",
+    caps: AttachmentCaps | None = None,
+) -> int:
+    """Store the person's message that no turn answered (a process shutting down with it
+    unread, heron/agent/loop.py `close`) at the head of `key`, under its lease, as a relayed
+    one goes in: their words and attachments, with no answer yet, which `heron run --retry`
+    answers and the next turn there reads. Returns the row's id."""
+    from heron.attachments import message_parts
+    from heron.config import AttachmentCaps
+
+    parts = message_parts(text, files, caps or AttachmentCaps()) if files else [Text(text)]
+    return await _append_at_head(store, key, agent, Message("user", parts), None, None, "user")
+
+
+async def _append_at_head(
+    store: Store,
+    key: str,
+    agent: str,
+    shown: Message,
+    sent: Message | None,
+    meta: dict[str, Any] | None,
+    author: str,
+) -> int:
+    async with _at_head(store, key, agent) as conversation_id:
+        assert conversation_id is not None  # closed, not left for another worker
+        stored = await store.call(
+            store.append,
+            conversation_id,
+            shown,
+            sent=sent,
+            meta=meta,
+            author=author,
+            off_loop=any(isinstance(p, File) for p in shown.parts),
+        )
+    return stored.id
+
+
+@asynccontextmanager
+async def _at_head(
+    store: Store, key: str, agent: str, close_dead: bool = True
+) -> AsyncIterator[int | None]:
+    """Conversation `key` (opened for `agent` when it does not exist yet) with its lease held:
+    its id, to append at its head after any turn running there, in any process. A turn a dead
+    process left open there is closed first (a row must not cut a tool call from its result);
+    None instead when `close_dead` is False (that turn is to be continued)."""
     conversation = await store.call(store.conversation, key)
     if conversation is None:
-        conversation = await store.call(store.open_conversation, key, said[0].agent)
+        conversation = await store.call(store.open_conversation, key, agent)
     async with hold_lease(store, conversation.id) as lease:
+        if lease.dirty and not close_dead:
+            yield None
+            return
         if lease.dirty:
-            if not close_dead:
-                return 0
             await store.call(es.recover, store, conversation.id, STOPPED)
-        return await store.call(waiting.move_all, store, key, conversation.id)
+        yield conversation.id
 
 
 @dataclass

@@ -55,10 +55,14 @@ async def replay(
     registry: ToolRegistry | None = None,
     live_tools: bool = False,
     workspace: Path | None = None,
+    recorded_tools: bool = False,
 ) -> ReplayReport:
-    """Replay one recorded run (see the module docstring) and report how its requests differ."""
+    """Replay one recorded run (see the module docstring) and report how its requests differ.
+    `recorded_tools`: send the tools as the run described them, not as this code does."""
     tools = registry or engine_registry()
-    setup = await store.call(set_up, store, run_id, tools, live_tools, off_loop=True)
+    setup = await store.call(
+        set_up, store, run_id, tools, live_tools, recorded_tools, off_loop=True
+    )
     report = setup.report
     limits = RunLimits.recorded(setup.start.get("limits", {}))
     runner = Runner(setup.provider, setup.tools, setup.profile, limits, RetryPolicy(attempts=1))  # type: ignore[arg-type]

@@ -206,15 +206,23 @@ class ReplayTools:
     """The tool registry of a replay: the current tools' specs (so a changed tool shows in the
     request), results served from the trace, or the tools run again when `live` is true."""
 
-    def __init__(self, run: RunTrace, registry: ToolRegistry, live: bool, report: ReplayReport):
+    def __init__(
+        self,
+        run: RunTrace,
+        registry: ToolRegistry,
+        live: bool,
+        report: ReplayReport,
+        specs: list[ToolSpec] | None = None,
+    ):
         self.registry, self.live, self.report = registry, live, report
+        self._specs = specs  # the specs the run recorded, sent instead of the current ones
         self.interrupted = run.turn.status == "interrupted"
         self.recorded: dict[str, list[ToolTrace]] = {}
         for tool in run.tools:
             self.recorded.setdefault(tool.call_id, []).append(tool)
 
     def specs(self) -> list[ToolSpec]:
-        return self.registry.specs()
+        return self.registry.specs() if self._specs is None else self._specs
 
     async def call_recording(
         self, call: ToolCall, ctx: ToolContext
@@ -318,10 +326,33 @@ class ReplaySetup:
         return _profile(self.start)
 
 
+MAINTENANCE_HINT = (
+    "`heron trace show RUN` and `heron trace export RUN` show each of its requests and replies "
+    "as recorded; a turn of the same conversation replays, the summaries it made included."
+)
+
+
+def refused_maintenance(run_id: str, kind: str) -> str:
+    """Why a maintenance run (/compact, a memory review) is not replayed: it is no turn of
+    the loop, and what it read (the branch and marks as they were, memory's files and review
+    cursors) is not rewound to its start, so a replay would not be deterministic."""
+    return (
+        f"run {run_id} is a {kind} run, made outside any turn: it is recorded for its usage "
+        "and cost but not replayed (replay runs a turn's loop again; what this run read, the "
+        "conversation as it was and memory's files, is not rewound to its start)"
+    )
+
+
 def set_up(
-    store: Store, run_id: str, registry: ToolRegistry | None = None, live_tools: bool = False
+    store: Store,
+    run_id: str,
+    registry: ToolRegistry | None = None,
+    live_tools: bool = False,
+    recorded_specs: bool = False,
 ) -> ReplaySetup:
     run = load_run(store, run_id)
+    if run.turn.maintenance:
+        raise StoreError(refused_maintenance(run.turn.run_id, run.turn.kind), hint=MAINTENANCE_HINT)
     if run.start is None and run.problems:
         raise StoreError(
             f"run {run.turn.run_id} cannot be replayed: {run.problems[0]}",
@@ -339,7 +370,8 @@ def set_up(
     missing = _missing_tools(recorded_tools, run.start)
     if missing:
         report.notes.append(f"the run had tools the replay does not: {', '.join(missing)}")
-    tools = ReplayTools(run, recorded_tools, live_tools, report)
+    specs = _recorded_specs(run) if recorded_specs else None
+    tools = ReplayTools(run, recorded_tools, live_tools, report, specs)
     drain, should_break = _mailbox(run, provider)
     return ReplaySetup(run, run.start, report, provider, tools, drain, should_break)
 
@@ -362,6 +394,18 @@ def _as_recorded(registry: ToolRegistry, start: dict[str, Any]) -> ToolRegistry:
             if lifetime is not None:
                 describe_kernel(tools, *lifetime)
     return tools
+
+
+def _recorded_specs(run: RunTrace) -> list[ToolSpec]:
+    """The tools exactly as the run described them to the model (`--recorded-tools`): after an
+    upgrade every old run's requests differ at the tools, which hides what else changed."""
+    inputs = recorded_inputs(run.start or {})
+    if inputs is None or inputs.tools is None:
+        raise StoreError(
+            f"run {run.turn.run_id} did not record its tools' specs",
+            hint="Replay it without --recorded-tools: the current specs are sent.",
+        )
+    return list(inputs.tools)
 
 
 def _missing_tools(registry: ToolRegistry, start: dict[str, Any]) -> list[str]:

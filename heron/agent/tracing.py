@@ -98,7 +98,7 @@ def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRe
         found = prompt_inputs_for(engine, built, agent)
         return None if found is None else plain_fields(found)
 
-    fixed = _engine_fixed(engine)
+    fixed = engine_fixed(engine)
     start = RunStart(
         agent=agent,
         provider=provider.name,
@@ -114,7 +114,7 @@ def trace_for(engine: TurnDeps, built: Built, agent: str = "default") -> TraceRe
     return TraceRecorder(engine.store, built.turn_id, start, fixed.scrubber, messages, inputs)
 
 
-def _engine_fixed(engine: TurnDeps) -> TraceFixed:
+def engine_fixed(engine: TurnDeps) -> TraceFixed:
     """The engine's TraceFixed, made on its first turn."""
     if engine.memos.trace is None:
         settings = engine.settings

@@ -368,10 +368,10 @@ async def run_review_pass(
     model: str | None = None,
 ) -> list[int]:
     """Open the engine (the chat's `model`, the configured one, or `provider`) and run
-    review_pass per key."""
+    review_pass per key, each recorded as a `close-review` run of its conversation."""
 
     from heron.agent.engine import Engine
-    from heron.memory.extract import review_pass
+    from heron.store.records import CLOSE_REVIEW
 
     queued: list[int] = []
     async with Engine.open(settings, model=model, provider=provider) as engine:
@@ -380,7 +380,7 @@ async def run_review_pass(
         for key in keys:
             found = await engine.store.call(engine.store.conversation, key)
             if found is not None:
-                queued += await review_pass(engine.provider, engine.memory, found.id)
+                queued += await engine.review_pass(found.id, CLOSE_REVIEW)
     return queued
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from heron import versions
 from heron.bus import (
     STOP_ANSWER_CODE,
+    UNANSWERED_CODE,
     ApprovalAsk,
     Deliver,
     Outbound,
@@ -55,6 +56,22 @@ def serve_socket(home: Path | None = None) -> Path | None:
     """The control socket of a serve on this home, when there is one to try."""
     path = (home or home_dir()) / SOCKET_NAME
     return path if path.is_socket() else None
+
+
+def beside_serve(home: Path, model: str | None, what: str) -> str | None:
+    """What to say when a serve runs on `home` but this `heron run` or `heron chat` runs its
+    turns in its own process (it asked for another model, or to keep nothing, which a serve
+    cannot give): the serve's clients do not see those turns as they run. None: no serve."""
+    from heron.store.home_lock import other_serve
+
+    who = other_serve(home)
+    if who is None:
+        return None
+    flag = "--model" if model is not None else "--ephemeral"
+    return (
+        f"heron: heron serve runs on {home} ({who}); {flag} runs this {what} in this process "
+        "instead, so the browser and the serve's other clients do not see its turns as they run."
+    )
 
 
 def serve_welcome(
@@ -237,6 +254,9 @@ class RemoteAgent:
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.unstaffed: list[str] = []  # notices that no worker will take our messages soon
+        # Notices that no turn will answer a message of ours (the serve is stopping): kept
+        # in its conversation unanswered, or, a command, not run (UNANSWERED_CODE).
+        self.unanswered: list[str] = []
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -369,6 +389,14 @@ class RemoteAgent:
             if not self._waiting:
                 self._settled.set()
         ours = event.get("chat_id") == self.chat_id
+        if kind == "message" and event.get("code") == UNANSWERED_CODE:
+            if not ours:
+                return  # another client's message kept at shutdown: its notice is for it
+            self.unanswered.append(str(event.get("text") or ""))
+            self._advance(("sent", "mail", "queued"), "unanswered")  # no turn will answer it
+            self._waiting = deque(s for s in self._waiting if s != "unanswered")
+            if not self._waiting:
+                self._settled.set()
         if kind == "message" and event.get("code") == NO_WORKER_CODE and ours:
             self.unstaffed.append(str(event.get("text") or ""))  # queued; nobody runs it soon
             self._waiting = deque(s for s in self._waiting if s == "stop")
@@ -527,7 +555,9 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind == "message":
         said = event.get("kind")
         said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
-        return OutboundMessage(channel, chat, key, event.get("text", ""), said_kind)
+        code = event.get("code")
+        text = event.get("text", "")
+        return OutboundMessage(channel, chat, key, text, said_kind, code if code else None)
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")
@@ -540,7 +570,10 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         said = event.get("provenance")
         by = cast(Provenance, said) if said in get_args(Provenance) else "user"
         text = event.get("text", "")
-        return _replace(base, kind="turn_start", text=text, channel=origin, provenance=by)
+        files = tuple(str(f) for f in event.get("files") or ())
+        return _replace(
+            base, kind="turn_start", text=text, channel=origin, provenance=by, files=files
+        )
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)

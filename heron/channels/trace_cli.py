@@ -86,7 +86,8 @@ def trace_show(
         _, store, prices = _open()
         if stats:
             conv = store.conversation(run)
-            turns = store.turns(conv.id) if conv else [find_turn(store, run)]
+            every = store.turns(conv.id, maintenance=True) if conv else None
+            turns = every if every is not None else [find_turn(store, run)]
             lines = render_stats(store, turns, prices)
         else:
             lines = render_show(store, load_run(store, run), prices)
@@ -118,6 +119,14 @@ def trace_replay(
             "--live-tools", help="Run the tools again (in the workspace) and report differences."
         ),
     ] = False,
+    recorded_tools: Annotated[
+        bool,
+        typer.Option(
+            "--recorded-tools",
+            help="Send the tools as the run described them, not as this Heron does: after an "
+            "upgrade, compares the rest of each request.",
+        ),
+    ] = False,
 ) -> None:
     """Run the loop again with the recorded replies and check every request it builds."""
     from heron.agent.replay import replay
@@ -129,7 +138,14 @@ def trace_replay(
         # The tools the run had: the engine's and what proactive wiring attached (spawn, ...).
         tools = replay_registry()
         report = asyncio.run(
-            replay(store, run, registry=tools, live_tools=live_tools, workspace=workspace)
+            replay(
+                store,
+                run,
+                registry=tools,
+                live_tools=live_tools,
+                workspace=workspace,
+                recorded_tools=recorded_tools,
+            )
         )
     except HeronError as e:
         _fail(e)

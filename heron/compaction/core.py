@@ -8,11 +8,11 @@ or from the idle sweeper.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from heron.compaction import records as rec
 from heron.config import AgentDefaults, ContextShares
@@ -20,12 +20,25 @@ from heron.context.budget import too_large
 from heron.context.prompt import PromptInputs, PromptMemo
 from heron.context.tokens import Calibration, estimate_request, estimate_tools
 from heron.context.view import ViewOptions
-from heron.messages import Message, Reply, dumps
+from heron.messages import Message, Reply
 from heron.providers.base import Provider
 from heron.providers.profiles import ModelProfile
-from heron.providers.wire import ModelCallRecord
+from heron.providers.wire import ModelCallRecord, call_recorded
 from heron.request import ChatRequest, ToolSpec
 from heron.store import Store
+
+
+class RunSink(Protocol):
+    """A run of its own for calls made outside any turn (heron/agent/maintenance.py): takes
+    each call as `ContextDeps.on_call` does, and is told when the operation failed."""
+
+    async def __call__(self, record: ModelCallRecord) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+
+# (conversation id, kind) -> the run, open while the block runs.
+Maintenance: TypeAlias = Callable[[int, str], AbstractAsyncContextManager[RunSink]]
 
 KEEP_MESSAGES = 8  # a consolidation leaves at least the last 8 messages verbatim
 
@@ -130,6 +143,7 @@ class ContextDeps:
     # The compaction state a turn found before it consolidated (its failed summaries in a
     # row): the turn's trace records it, so a replay falls back where the turn did.
     found: rec.ContextState | None = None
+    maintenance: Maintenance | None = None  # see CompactionSetup
 
     def view_options(self) -> ViewOptions:
         b = self.budget
@@ -158,16 +172,7 @@ class ContextDeps:
             raise too_large(parts, self.budget.window, self.budget.output)
         if self.on_call is None:
             return await self.provider.chat(request)
-        payload = dumps(self.provider.payload(request))
-        started = time.time()
-        try:
-            reply = await self.provider.chat(request)
-        except Exception as e:
-            failed = ModelCallRecord(0, purpose, payload, None, repr(e), started, time.time())
-            await self.on_call(failed)
-            raise
-        await self.on_call(ModelCallRecord(0, purpose, payload, reply, None, started, time.time()))
-        return reply
+        return await call_recorded(self.provider, request, purpose, self.on_call)
 
 
 @dataclass
@@ -190,6 +195,9 @@ class CompactionSetup:
     before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
     after_fold: Callable[[int], Awaitable[None]] | None = None
     prompts: PromptMemo | None = None  # the engine's built prompts, remembered
+    # A maintenance run (conversation id, kind) for calls made outside any turn (the idle
+    # sweeper's): the engine's, recording them (heron/agent/maintenance.py); None: unrecorded.
+    maintenance: Maintenance | None = None
 
 
 class CompactionHost(Protocol):
@@ -232,7 +240,7 @@ def deps_for(host: CompactionHost, window: int | None = None) -> ContextDeps:
         agent.idle_compact_after_minutes,
     )
     deps.before_fold, deps.after_fold = setup.before_fold, setup.after_fold
-    deps.prompts = setup.prompts
+    deps.prompts, deps.maintenance = setup.prompts, setup.maintenance
     return deps
 
 

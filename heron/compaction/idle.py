@@ -13,6 +13,7 @@ from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
 from heron.compaction.core import CompactionHost, ContextDeps, deps_for
 from heron.context.history import load_branch
+from heron.store.records import IDLE_COMPACT
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 600.0
@@ -46,11 +47,27 @@ async def compact_idle(engine: CompactionHost, now: float | None = None) -> list
     now = time.time() if now is None else now
     reports = []
     for cid, agent in await deps.store.call(_candidates, deps, now, off_loop=True):
-        report = await consolidate(deps, cid, agent, reason="idle", count_failures=False)
+        report = await _consolidate(deps, cid, agent)
         if report.kind == "failed":
             await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
     return reports
+
+
+async def _consolidate(deps: ContextDeps, cid: int, agent: str) -> CompactionReport:
+    """One idle consolidation, its summary (and memory's extraction) recorded as a run of the
+    conversation (`idle-compact`) when the engine records them."""
+    if deps.maintenance is None:
+        return await consolidate(deps, cid, agent, reason="idle", count_failures=False)
+    async with deps.maintenance(cid, IDLE_COMPACT) as sink:
+        deps.on_call = sink
+        try:
+            report = await consolidate(deps, cid, agent, reason="idle", count_failures=False)
+        finally:
+            deps.on_call = None
+        if report.kind == "failed":
+            sink.fail(report.error or "the summary failed")
+        return report
 
 
 async def idle_loop(engine: CompactionHost, poll_s: float = 60.0) -> None:

@@ -86,7 +86,7 @@ def idle_conversations(store: Store, cutoff: float, now: float) -> list[tuple[in
         " WHERE c.updated < ? AND c.head_id IS NOT NULL"
         " AND COALESCE(s.idle_retry_after, 0) <= ?"
         " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
-        " AND t.status = 'running')",
+        " AND t.status = 'running' AND t.kind = 'turn')",
         (cutoff, now),
     )
     return [(int(r[0]), str(r[1])) for r in rows]

@@ -16,12 +16,15 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from heron.config import Settings
 from heron.memory.entries import MemoryRefused
 from heron.memory.service import ChooseFn, MemoryService
-from heron.providers.base import Provider
 from heron.providers.profiles import ModelChoice
+
+if TYPE_CHECKING:
+    from heron.memory.extract import Asker
 
 USAGE = "Usage: /memory [review | accept ID | reject ID]"
 
@@ -107,20 +110,22 @@ def memory_digests(service: MemoryService) -> dict[str, str]:
 
 async def learn(
     service: MemoryService,
-    provider: Provider,
+    providers: tuple[Asker, Asker],
     conversation_id: int,
     baseline: Mapping[str, str],
+    window: int | None = None,
 ) -> LearnReport:
     """/learn: what changed since `baseline`, then the review and tidy passes (which only add
-    suggestions). The channel then opens the review checklists."""
+    suggestions), each asking its provider of `providers` (the same model, recorded under
+    each pass's name). The channel then opens the review checklists."""
     from heron.memory.extract import review_pass, tidy_pass
 
     now = memory_digests(service)
     gained = sorted(set(now) - set(baseline))
     lost = sorted(set(baseline) - set(now))
     changed = sorted(p for p in set(now) & set(baseline) if now[p] != baseline[p])
-    suggested = await review_pass(provider, service, conversation_id)
-    suggested += await tidy_pass(provider, service, conversation_id)
+    suggested = await review_pass(providers[0], service, conversation_id, window)
+    suggested += await tidy_pass(providers[1], service, conversation_id, window)
     return LearnReport(gained, changed, lost, suggested)
 
 

@@ -80,14 +80,34 @@ def _memory_list(service: MemoryService) -> str:
 def _prompt(
     service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int], typed: dict[int, str]
 ) -> str:
-    context = [line for r in rows if r.id not in quotable and (line := _row_line(r))]
     words = [f"[#{r.id}] {typed[r.id]}" for r in rows if r.id in quotable]
-    shown = "\n".join(context)[-CONTEXT_CHARS:]
+    shown = _context(rows, quotable)
     return (
         f"MEMORY ALREADY SAVED\n{_memory_list(service)}\n\n"
         f"CONTEXT (do not quote)\n{shown or '(none)'}\n\n"
         f"QUOTABLE (the user's own words)\n" + "\n".join(words)
     )
+
+
+def _context(rows: Sequence[StoredMessage], quotable: set[int]) -> str:
+    """The rows the pass may not quote, within CONTEXT_CHARS, in the conversation's order. Those
+    among the quotable messages come first (the replies the person's words answer or were
+    answered by), then those after them, nearest first (where the person may have taken
+    something back), then those before, nearest first. The tail of the whole conversation would
+    miss the replies of an early fold's rows entirely in a long one."""
+    lines = {r.id: line for r in rows if r.id not in quotable and (line := _row_line(r))}
+    first, last = min(quotable), max(quotable)
+    within = [i for i in lines if first < i < last]
+    after = [i for i in lines if i > last]
+    before = [i for i in reversed(lines) if i < first]
+    chosen: list[int] = []
+    size = 0
+    for i in within + after + before:
+        size += len(lines[i]) + 1
+        if size > CONTEXT_CHARS:
+            break
+        chosen.append(i)
+    return "\n".join(lines[i] for i in sorted(chosen))
 
 
 def parse_reply(text: str) -> dict[str, Any]:
@@ -109,8 +129,11 @@ def parse_reply(text: str) -> dict[str, Any]:
 ASK_OUTPUT = 2000  # tokens a pass may answer with
 
 
-async def _ask(provider: Asker, system: str, prompt: str) -> dict[str, Any]:
-    prompt = fit_prompt(prompt, _window_of(provider) - ASK_OUTPUT - estimate_text(system))
+async def _ask(
+    provider: Asker, system: str, prompt: str, window: int | None = None
+) -> dict[str, Any]:
+    room = (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system)
+    prompt = fit_prompt(prompt, room)
     request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
         reply = await provider.chat(request)
@@ -120,7 +143,9 @@ async def _ask(provider: Asker, system: str, prompt: str) -> dict[str, Any]:
 
 
 def _window_of(provider: Asker) -> int:
-    """The window of the model a pass asks, by its built-in profile."""
+    """The window of the model a pass asks, by its built-in profile: when the caller does not
+    say (`window`, the engine's own profile: config overrides, HERON_CONTEXT_WINDOW and what a
+    local GGUF file says included)."""
     return profile_for(provider.model).context_window
 
 
@@ -180,29 +205,37 @@ async def extract(
     service: MemoryService,
     conversation_id: int,
     quotable_ids: Iterable[int],
+    window: int | None = None,
 ) -> list[int]:
-    """One extraction call over the conversation; returns the ids of the queued suggestions."""
+    """One extraction call over the conversation; returns the ids of the queued suggestions.
+    `window`: the asked model's, in tokens (else its built-in profile's)."""
     rows = service.store.all_messages(conversation_id)
     typed = typed_texts(rows)  # the person's words, answers to ask_user included
     quotable = {i for i in quotable_ids if i in typed}
     if not quotable:
         return []
-    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable, typed))
+    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable, typed), window)
     return _queue_picks(service, conversation_id, data, rows, quotable)
 
 
 async def compaction_pass(
-    provider: Asker, service: MemoryService, conversation_id: int, folded_ids: Iterable[int]
+    provider: Asker,
+    service: MemoryService,
+    conversation_id: int,
+    folded_ids: Iterable[int],
+    window: int | None = None,
 ) -> list[int]:
     """At compaction: the messages about to be folded away are the only quotable ones."""
-    return await extract(provider, service, conversation_id, folded_ids)
+    return await extract(provider, service, conversation_id, folded_ids, window)
 
 
 def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
     return records.reviewed_up_to(service.store, conversation_id)
 
 
-async def review_pass(provider: Asker, service: MemoryService, conversation_id: int) -> list[int]:
+async def review_pass(
+    provider: Asker, service: MemoryService, conversation_id: int, window: int | None = None
+) -> list[int]:
     """What was said since the last review; moves the review cursor so the same messages are
     not reviewed twice (a chat's end after /learn proposes nothing again)."""
     since = reviewed_up_to(service, conversation_id)
@@ -210,19 +243,22 @@ async def review_pass(provider: Asker, service: MemoryService, conversation_id: 
     new = [r.id for r in rows if r.id > since]
     if not new:
         return []
-    ids = await extract(provider, service, conversation_id, new)
+    ids = await extract(provider, service, conversation_id, new, window)
     records.set_reviewed_up_to(service.store, conversation_id, max(new))
     return ids
 
 
 async def tidy_pass(
-    provider: Asker, service: MemoryService, conversation_id: int | None = None
+    provider: Asker,
+    service: MemoryService,
+    conversation_id: int | None = None,
+    window: int | None = None,
 ) -> list[int]:
     """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
     entries = {e.path.rel: e for e in service.entries()}
     if not entries:
         return []
-    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}")
+    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window)
     ids: list[int] = []
     for removal in _items(data, "removals"):
         path = str(removal.get("path", "")).removesuffix(".md") + ".md"

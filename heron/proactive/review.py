@@ -37,6 +37,7 @@ from heron.messages import Reply
 from heron.request import ChatRequest, OnEvent
 from heron.store import jobs, review_state
 from heron.store.jobs import Job
+from heron.store.records import NIGHTLY_REVIEW, NIGHTLY_TIDY
 from heron.store.schedule import Schedule, user_timezone
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL_CALLS = 8
+# Heron's own conversation the tidy pass is recorded in: memory as a whole is no one
+# conversation's (internal: never listed, heron/store/records.py).
+TIDY_CONVERSATION = "memory-review"
 TOKENS = 300_000
 
 
@@ -56,7 +60,8 @@ class BudgetSpent(ProviderError):
 
 @dataclass
 class Budgeted:
-    """A provider that counts what the pass spends and refuses past its bounds."""
+    """A provider that counts what the pass spends and refuses past its bounds. Its `inner`
+    is the engine's provider recording into the run of the conversation being read."""
 
     inner: Provider
     model_calls: int = MODEL_CALLS
@@ -112,11 +117,16 @@ async def nightly_review(
     if service is None or engine.choice.embedded:
         return report  # no memory (ephemeral), or the tiny offline model that cannot do it
     provider = Budgeted(engine.provider, model_calls, tokens)
+    window = engine.window
     pending = await store.call(review_state.unreviewed, store)
     for index, conversation_id in enumerate(pending):
         before = provider.refused
         cursor = await store.call(review_state.cursor_of, store, conversation_id)
-        ids = await review_pass(provider, service, conversation_id)
+        # Each pass a run of the conversation it read (a refused request is never sent, so
+        # the recording sits under the bound: only what was sent is recorded).
+        async with engine.maintenance(conversation_id, NIGHTLY_REVIEW) as run:
+            provider.inner = run.provider(engine.provider, "review")
+            ids = await review_pass(provider, service, conversation_id, window)
         if provider.refused > before:  # not read: its cursor must not move past it
             await store.call(review_state.restore_cursor, store, conversation_id, cursor)
             report.left = len(pending) - index
@@ -124,7 +134,11 @@ async def nightly_review(
         report.conversations += 1
         report.suggested += ids
     if not report.left:
-        report.suggested += await tidy_pass(provider, service)
+        # Memory as a whole belongs to no conversation: its run is in Heron's own.
+        tidy_in = await store.call(store.open_conversation, TIDY_CONVERSATION, "default")
+        async with engine.maintenance(tidy_in.id, NIGHTLY_TIDY) as run:
+            provider.inner = run.provider(engine.provider, "tidy")
+            report.suggested += await tidy_pass(provider, service, window=window)
     kept = await store.call(_drop_noops, service, report.suggested)
     report.dropped = len(report.suggested) - len(kept)
     report.suggested = kept

@@ -14,7 +14,8 @@ Pure data: no I/O, no SDK.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,7 +34,7 @@ from heron.messages import (
     usage_from_dict,
     usage_to_dict,
 )
-from heron.request import ChatRequest, ToolSpec
+from heron.request import ChatRequest, OnEvent, ToolSpec
 
 MESSAGES = "messages"
 
@@ -151,6 +152,35 @@ class ModelCallRecord:
     ended: float
     body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
     streamed: Streamed | None = None  # a call stopped mid-stream: what had arrived
+
+
+class Asked(Protocol):
+    """A provider as `call_recorded` uses it (heron/providers/base.py Provider)."""
+
+    def payload(self, request: ChatRequest) -> JSONObject: ...
+
+    async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply: ...
+
+
+async def call_recorded(
+    provider: Asked,
+    request: ChatRequest,
+    purpose: str,
+    sink: Callable[[ModelCallRecord], Awaitable[None]],
+    on_event: OnEvent | None = None,
+) -> Reply:
+    """One model call made outside the runner (a summary, a memory review), handed to `sink`
+    with its exact body, its reply or its error (then raised again): what a trace records.
+    The request sent is the one given; the body is encoded beside it, not instead."""
+    payload = dumps(provider.payload(request))
+    started = time.time()
+    try:
+        reply = await provider.chat(request, on_event)
+    except Exception as e:
+        await sink(ModelCallRecord(0, purpose, payload, None, repr(e), started, time.time()))
+        raise
+    await sink(ModelCallRecord(0, purpose, payload, reply, None, started, time.time()))
+    return reply
 
 
 @dataclass(frozen=True)

@@ -320,7 +320,7 @@ async def run_worker(
     model: str | None = None,
     provider: Provider | None = None,
     registry: ToolRegistry | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     worker_turns: int = WORKER_TURNS,
     until: asyncio.Event | None = None,
     verbose: bool = False,
@@ -329,6 +329,7 @@ async def run_worker(
     """Run turns from the queue until SIGINT/SIGTERM (or `until`, or the end of `face`, the
     pid of the `heron serve` that started this worker); then let running turns finish (up to
     DRAIN_S) and exit."""
+    out = sys.stdout if out is None else out  # read now: a caller may have swapped it
     _log_to_stderr(logging.INFO if verbose else logging.WARNING)
     cluster = cluster_of(settings.database)
     executor = executor_id()

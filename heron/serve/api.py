@@ -435,7 +435,8 @@ def _status(state: WebState, key: str) -> dict[str, Any]:
             "cost_usd": 0.0,
         }
     used, turns, rate = _usage(store, conv.id)
-    cost = conversation_cost(store.turns(conv.id))
+    # What the conversation cost: its maintenance runs (/compact, memory reviews) included.
+    cost = conversation_cost(store.turns(conv.id, maintenance=True))
     return {
         "model": model,
         "window": window,

@@ -80,7 +80,7 @@ async def serve(
     services: Sequence[Service] | None = None,
     auth: Auth | None = None,
     open_browser: bool = False,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     on_ready: Callable[[ServeInfo, str], None] | None = None,
     until: asyncio.Event | None = None,
     signals: bool = True,
@@ -92,6 +92,7 @@ async def serve(
     `open_browser`, that address is opened in the person's browser. With `workers`, turns run
     in that many `heron worker` processes on PostgreSQL (docs/scale.md), and this process is
     their face."""
+    out = sys.stdout if out is None else out  # read now: a caller may have swapped it
     home = settings.paths.ensure().home
     with ServeLock(home) as lock, contextlib.closing(_listen(host, port, home)) as sock:
         async with (

@@ -44,7 +44,14 @@ from heron.store.files import FileStore
 from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
 from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, redact, row_lock
-from heron.store.records import Conversation, StoredMessage, Turn, author_for, internal_sql
+from heron.store.records import (
+    TURN,
+    Conversation,
+    StoredMessage,
+    Turn,
+    author_for,
+    internal_sql,
+)
 
 HEAD = object()  # sentinel: append after the conversation's current head
 T = TypeVar("T")
@@ -554,8 +561,8 @@ class Store:
         """The conversation's turns whose id is in `turns` (inclusive) or whose message is
         in `messages`: those a page of a branch shows or follows."""
         rows = self.query(
-            "SELECT * FROM turns WHERE conversation_id = ? AND (id BETWEEN ? AND ?"
-            " OR user_message_id BETWEEN ? AND ?) ORDER BY id",
+            f"SELECT * FROM turns WHERE conversation_id = ? AND kind = '{TURN}' AND (id BETWEEN"
+            " ? AND ? OR user_message_id BETWEEN ? AND ?) ORDER BY id",
             (conversation_id, *turns, *messages),
         )
         return [turn_from_row(r) for r in rows]
@@ -699,12 +706,14 @@ class Store:
         user_message_id: int | None,
         provider: str | None,
         model: str | None,
+        kind: str = TURN,
     ) -> int:
+        """A `turns` row, running. `kind`: `turn`, or what a maintenance run is (m025)."""
         with self.transaction() as c:
             cur = c.execute(
                 "INSERT INTO turns (conversation_id, run_id, user_message_id, status, provider,"
-                " model, started) VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                (conversation_id, run_id, user_message_id, provider, model, time.time()),
+                " model, started, kind) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                (conversation_id, run_id, user_message_id, provider, model, time.time(), kind),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -746,21 +755,26 @@ class Store:
                 ),
             )
 
-    def turns(self, conversation_id: int, limit: int | None = None) -> list[Turn]:
-        sql = "SELECT * FROM turns WHERE conversation_id = ? ORDER BY id"
+    def turns(
+        self, conversation_id: int, limit: int | None = None, *, maintenance: bool = False
+    ) -> list[Turn]:
+        """The conversation's turns, oldest first; with `maintenance`, the runs Heron made
+        outside any turn too (/compact, memory reviews: what its cost includes)."""
+        sql = "SELECT * FROM turns WHERE conversation_id = ?"
+        sql += " ORDER BY id" if maintenance else f" AND kind = '{TURN}' ORDER BY id"
         rows = self.query(sql, (conversation_id,))
         turns = [turn_from_row(r) for r in rows]
         return turns[-limit:] if limit else turns
 
     def turn_count(self, conversation_id: int) -> int:
-        sql = "SELECT COUNT(*) FROM turns WHERE conversation_id = ?"
+        sql = f"SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND kind = '{TURN}'"
         return int(self.query(sql, (conversation_id,))[0][0])
 
     def running_turn_message(self, conversation_id: int) -> int | None:
         """The user message of the conversation's latest turn while it is still running."""
         rows = self.query(
             "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
-            " ORDER BY id DESC LIMIT 1",
+            f" AND kind = '{TURN}' ORDER BY id DESC LIMIT 1",
             (conversation_id,),
         )
         if rows and rows[0][1] == "running" and rows[0][0] is not None:
@@ -802,7 +816,8 @@ class Store:
         context it used, as /status shows."""
         rows = self.query(
             "SELECT m.input_tokens + m.output_tokens FROM model_calls m JOIN turns t"
-            " ON t.id = m.turn_id WHERE t.conversation_id = ? ORDER BY m.id DESC LIMIT 1",
+            f" ON t.id = m.turn_id WHERE t.conversation_id = ? AND t.kind = '{TURN}'"
+            " ORDER BY m.id DESC LIMIT 1",
             (conversation_id,),
         )
         return int(rows[0][0]) if rows else 0
@@ -1174,4 +1189,5 @@ def turn_from_row(r: sqlite3.Row) -> Turn:
         r["started"],
         r["ended"],
         bool(r["usage_unknown"]),
+        r["kind"],
     )

@@ -136,7 +136,8 @@ def _epoch_and_dirty(conn: sqlite3.Connection, conversation_id: int) -> tuple[in
     message with calls (`needs_closing`). One statement: every turn starts with it."""
     row = conn.execute(
         "SELECT c.epoch,"
-        " EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'running'),"
+        " EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'running'"
+        " AND t.kind = 'turn'),"
         " EXISTS (SELECT 1 FROM checkpoints k WHERE k.conversation_id = c.id),"
         " m.role, m.parts LIKE '%\"tool_call\"%'"
         " FROM conversations c LEFT JOIN messages m ON m.id = c.head_id WHERE c.id = ?",
@@ -386,7 +387,8 @@ def recover(store: Store, conversation_id: int, stopped: str) -> None:
     """Under the lease: turns still marked running were left by a dead process; close them
     (`close_turn`), and close a tool phase left open."""
     rows = store.query(
-        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running'",
+        # A maintenance run (/new's memory review, m025) is no turn a dead process left.
+        "SELECT id FROM turns WHERE conversation_id = ? AND status = 'running' AND kind = 'turn'",
         (conversation_id,),
     )
     for row in rows:

@@ -472,7 +472,8 @@ def end_tick(store: Store, name: str, outcome: str, detail: str | None = None) -
 def turns_since_separator(store: Store, conversation_id: int) -> int:
     """Turns after the conversation's last /new separator (what its model still sees)."""
     rows = store.query(
-        "SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND started > COALESCE("
+        "SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND kind = 'turn' AND started > "
+        "COALESCE("
         "(SELECT MAX(created) FROM messages WHERE conversation_id = ? AND kind = 'separator'),"
         " 0)",
         (conversation_id, conversation_id),  # plain `?`: PostgreSQL's translation has no `?1`

@@ -8,11 +8,22 @@ from typing import Any
 
 from heron.messages import Message, Usage
 
-# Conversations Heron keeps for itself (scheduled monitors, the heartbeat, subagents): never
+# Conversations Heron keeps for itself (scheduled monitors, the heartbeat, subagents, the
+# nightly review's tidy pass of memory as a whole, heron/proactive/review.py): never
 # listed to the person (conversations list, /resume, the browser). `is_internal` and the SQL
 # of Store.conversations both read these, so the rule lives here only.
 INTERNAL_PREFIXES = ("cron:", "subagent:")
-INTERNAL_KEYS = ("heartbeat",)
+INTERNAL_KEYS = ("heartbeat", "memory-review")
+# A `turns` row's kind (migration m025): a turn, or a maintenance run, the model calls Heron
+# makes outside any turn (heron/agent/maintenance.py, docs/traces.md).
+TURN = "turn"
+COMPACT = "compact"  # /compact
+IDLE_COMPACT = "idle-compact"  # the idle sweeper's consolidation
+LEARN = "learn"  # /learn, /reflect: the review and tidy passes
+CLOSE_REVIEW = "close-review"  # the review pass `heron chat` starts as it closes
+NEW_REVIEW = "new-review"  # the review pass /new starts in the background
+NIGHTLY_REVIEW = "nightly-review"  # the nightly review's pass over one conversation
+NIGHTLY_TIDY = "nightly-tidy"  # its tidy pass over memory as a whole (in `memory-review`)
 
 
 def is_internal(key: str) -> bool:
@@ -127,3 +138,11 @@ class Turn:
     started: float
     ended: float | None
     usage_unknown: bool = False  # a model call was stopped before the provider said its usage
+    # `turn`, or what Heron ran outside any turn (migration m025: compact, idle-compact, ...)
+    kind: str = "turn"
+
+    @property
+    def maintenance(self) -> bool:
+        """A run Heron made outside any turn (/compact, a memory review): counted in usage
+        and traces, never as one of the conversation's turns."""
+        return self.kind != TURN

@@ -191,8 +191,14 @@ class TraceRecorder:
         scrubber: Scrubber,
         messages: list[Message] | None = None,
         inputs: Callable[[], Inputs | None] | None = None,
+        *,
+        own_chain: bool = False,
     ) -> None:
         self.store = store
+        # A maintenance run's requests (a summary's, a memory review's) are no prefix of the
+        # conversation's next turn: its message chain is its own, neither read nor kept as
+        # the conversation's last.
+        self._own_chain = own_chain
         self._inputs = inputs  # computes start.prompt_inputs before the first write
         self._inputs_json: str | None = None  # their JSON, when it came with them
         self._fingerprints: dict[str, str] | None = None  # and the prompt's fingerprints
@@ -223,7 +229,7 @@ class TraceRecorder:
         fields = dataclasses.fields(self.start)
         start = {f.name: getattr(self.start, f.name) for f in fields}  # probe: by field name
         row = records.turn_start_ids(conn, self.turn_id)
-        self._conversation = row[0] if row else None
+        self._conversation = row[0] if row and not self._own_chain else None
         if start["user_message_id"] is None:
             start["user_message_id"] = row[1] if row else None
         system = self.scrub.clean(self.start.system)
@@ -239,7 +245,7 @@ class TraceRecorder:
         records.insert_run_start(
             conn,
             self.turn_id,
-            dumps_fields(start),  # the profile and limits come encoded (_engine_fixed)
+            dumps_fields(start),  # the profile and limits come encoded (engine_fixed)
             dumps(self._fingerprints or fingerprints(self.start)),
         )
         self._started = True

@@ -208,10 +208,11 @@ def insert_run_start(conn: sqlite3.Connection, turn_id: int, start: str, fingerp
 
 
 def last_request_ref(conn: sqlite3.Connection, conversation_id: int) -> str | None:
-    """The request_ref of the conversation's last model call stored by reference."""
+    """The request_ref of the conversation's last model call stored by reference, in a turn
+    (a maintenance run's requests, a summary's, are no prefix of the next turn's)."""
     row = conn.execute(
         "SELECT m.request_ref FROM model_calls m JOIN turns t ON t.id = m.turn_id"
-        " WHERE t.conversation_id = ? AND m.request_ref IS NOT NULL"
+        " WHERE t.conversation_id = ? AND t.kind = 'turn' AND m.request_ref IS NOT NULL"
         " ORDER BY m.id DESC LIMIT 1",
         (conversation_id,),
     ).fetchone()
@@ -222,7 +223,7 @@ def previous_run_start(conn: sqlite3.Connection, conversation_id: int, turn_id: 
     """The recorded start of the conversation's last run before `turn_id`."""
     row = conn.execute(
         "SELECT r.start FROM turns t JOIN trace_runs r ON r.turn_id = t.id"
-        " WHERE t.conversation_id = ? AND t.id < ? ORDER BY t.id DESC LIMIT 1",
+        " WHERE t.conversation_id = ? AND t.kind = 'turn' AND t.id < ? ORDER BY t.id DESC LIMIT 1",
         (conversation_id, turn_id),
     ).fetchone()
     return None if row is None else str(row[0])

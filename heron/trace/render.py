@@ -44,14 +44,20 @@ def _hit(usage: Usage) -> str:
 LS_HEADER = ("RUN", "STARTED", "CONVERSATION", "STATUS", "CALLS", "TOOLS", "IN", "OUT", "COST")
 
 
+def _status(turn: Turn) -> str:
+    """A run's status, a maintenance run's marked with its kind: `done (compact)`."""
+    return f"{turn.status} ({turn.kind})" if turn.maintenance else turn.status
+
+
 def ls_rows(runs: list[RunSummary], prices: PriceTable) -> list[tuple[str, ...]]:
-    """`heron trace ls`: one row per run, in LS_HEADER's columns."""
+    """`heron trace ls`: one row per run, in LS_HEADER's columns (a maintenance run's
+    status names its kind)."""
     return [
         (
             r.run_id,
             _when(r.turn.started),
             r.conversation_key,
-            r.turn.status,
+            _status(r.turn),
             str(r.turn.model_calls),
             str(r.turn.tool_calls),
             f"{r.turn.usage.input:,}",
@@ -71,11 +77,14 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str
         f"{t.run_id} · conversation {run.conversation_key} · {t.status} ({t.stop_reason}) · "
         f"{t.provider}/{t.model} · {_when(t.started)} · {_secs(t):.1f}s"
     )
-    if run.fingerprints:
+    if t.maintenance:
+        yield f"{t.kind}: a maintenance run, made outside any turn (no message of its own)"
+    elif run.fingerprints:
         yield "fingerprints: " + ", ".join(f"{k} {v}" for k, v in run.fingerprints.items())
     for problem in run.problems:
         yield f"damaged: {problem}"
-    yield f"you: {_short(run.user_text, 400)}"
+    if not t.maintenance:
+        yield f"you: {_short(run.user_text, 400)}"
     events = list(run.events)
     for event in _due(events, 0):
         yield from _event(event)
@@ -90,7 +99,8 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str
                 yield f"      effect: {_short(json.dumps(effect, ensure_ascii=False), 200)}"
         for event in _due(events, call.seq):
             yield from _event(event)
-    yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
+    if not t.maintenance:
+        yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
     if t.error:
         yield f"error: {t.error}"
 
@@ -177,26 +187,30 @@ def _stats_row(label: str, run: str, t: Any, usage: Usage, cost: float | None, s
 
 def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterator[str]:
     """Per turn: model and tool calls, tokens in and out, cache read and write, cost, time; then
-    the total of these turns and the cost of the whole conversation."""
+    the total of these turns and the cost of the whole conversation. A maintenance run (a
+    /compact, a memory review) has a row of its own, numbered `-` and named at its end."""
     yield _STATS_HEAD
     total, secs = Usage(), 0.0
     numbers = _turn_numbers(store, turns)
     for turn in turns:
         total, secs = total + turn.usage, secs + _secs(turn)
-        yield _stats_row(
-            str(numbers[turn.id]),
+        row = _stats_row(
+            str(numbers.get(turn.id, "-")),
             turn.run_id,
             (turn.model_calls, turn.tool_calls),
             turn.usage,
             turn_cost(turn, prices),
             _secs(turn),
         )
+        yield f"{row}  {turn.kind}" if turn.maintenance else row
     calls = (sum(t.model_calls for t in turns), sum(t.tool_calls for t in turns))
     yield _stats_row("all", "", calls, total, conversation_cost(turns, prices), secs)
     if turns:
-        everything = store.turns(turns[0].conversation_id)
+        everything = store.turns(turns[0].conversation_id, maintenance=True)
+        runs = sum(1 for t in everything if t.maintenance)
+        extra = f" and {plural(runs, 'maintenance run')}" if runs else ""
         yield (
-            f"conversation: {plural(len(everything), 'turn')}, "
+            f"conversation: {plural(len(everything) - runs, 'turn')}{extra}, "
             f"cost {format_cost(conversation_cost(everything, prices))}"
         )
 
@@ -213,7 +227,9 @@ def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
 
 
 def render_usage(store: Store, prices: PriceTable, since: float | None = None) -> Iterator[str]:
-    """Tokens, cache hit rate and cost, by day and by model."""
+    """Tokens, cache hit rate and cost, by day and by model: every run's, the maintenance
+    runs made outside any turn included (`turns` counts the turns only); when there were any,
+    a `maintenance` row under each total says how much of it they were."""
     rows = records.turn_rows_since(store, since or 0.0)
     turns = [turn_from_row(r) for r in rows]
     if not turns:
@@ -224,6 +240,7 @@ def render_usage(store: Store, prices: PriceTable, since: float | None = None) -
     for t in turns:
         by_day[time.strftime("%Y-%m-%d", time.localtime(t.started))].append(t)
         by_model[f"{t.provider}/{t.model}"].append(t)
+    upkeep = [t for t in turns if t.maintenance]
     for title, groups in (("day", by_day), ("model", by_model)):
         yield (
             f"{title:32} {'turns':>6} {'in':>11} {'out':>9} {'cache rd':>11} {'cache wr':>10} "
@@ -232,17 +249,41 @@ def render_usage(store: Store, prices: PriceTable, since: float | None = None) -
         for name, group in sorted(groups.items()):
             yield _usage_row(name, group, prices)
         yield _usage_row("total", turns, prices)
+        if upkeep:
+            name = f"maintenance ({_share(upkeep, turns, prices)})"
+            yield _usage_row(name, upkeep, prices, len(upkeep))
         yield ""
 
 
-def _usage_row(name: str, turns: list[Turn], prices: PriceTable) -> str:
+def _usage_row(name: str, turns: list[Turn], prices: PriceTable, count: int | None = None) -> str:
+    """One row of `heron usage`: `count` (by default the turns among `turns`; the
+    maintenance row's, its runs), then the tokens and cost of them all."""
+    u = _summed(turns)
+    if count is None:
+        count = sum(1 for t in turns if not t.maintenance)
+    return (
+        f"{name:32} {count:>6} {u.input:>11,} {u.output:>9,} {u.cache_read:>11,} "
+        f"{u.cache_write:>10,} {_hit(u):>4} {format_cost(conversation_cost(turns, prices)):>9}"
+    )
+
+
+def _summed(turns: list[Turn]) -> Usage:
     u = Usage()
     for t in turns:
         u = u + t.usage
-    return (
-        f"{name:32} {len(turns):>6} {u.input:>11,} {u.output:>9,} {u.cache_read:>11,} "
-        f"{u.cache_write:>10,} {_hit(u):>4} {format_cost(conversation_cost(turns, prices)):>9}"
-    )
+    return u
+
+
+def _share(part: list[Turn], whole: list[Turn], prices: PriceTable) -> str:
+    """What share of `whole` `part` was: of the cost when both are known and not zero, else
+    of the tokens (input and output)."""
+    cost, total = conversation_cost(part, prices), conversation_cost(whole, prices)
+    if cost is not None and total:
+        return f"{100 * cost / total:.0f}% of cost"
+    tokens, all_tokens = _summed(part), _summed(whole)
+    shown = tokens.input + tokens.output
+    every = all_tokens.input + all_tokens.output
+    return f"{100 * shown / every:.0f}% of tokens" if every else "no tokens"
 
 
 # ---- export -----------------------------------------------------------------------------------
@@ -257,6 +298,7 @@ def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
         "run_id": t.run_id,
         "conversation": run.conversation_key,
         "turn": {
+            "kind": t.kind,
             "status": t.status,
             "stop_reason": t.stop_reason,
             "provider": t.provider,
