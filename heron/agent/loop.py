@@ -25,6 +25,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from heron.agent import commands
 from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
@@ -55,6 +56,8 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
+# Seconds `close` waits for the moves of background work's messages still under way.
+RELAY_DRAIN = 5.0
 log = logging.getLogger(__name__)
 
 
@@ -137,6 +140,9 @@ class AgentLoop:
     attended: Callable[[str], bool] | None = None
     # What background work says to a conversation, on its way into it (after a turn there).
     relays: RelayDesk = field(init=False)
+    # Whether a turn a dead process left open is continued rather than closed (workers,
+    # heron/scale/): background work's messages then wait for that turn, not close it.
+    continues_dead_turns: ClassVar[bool] = False
     # Set once shutdown begins (`close`): no turn starts from then on, and what the person
     # sent that no turn read is kept in its conversation instead, by conversation (`_keep`).
     closing: bool = False
@@ -145,7 +151,7 @@ class AgentLoop:
     _closed: bool = False  # the kept words are stored: what comes now is not taken at all
 
     def __post_init__(self) -> None:
-        self.relays = RelayDesk(self.engine.store)
+        self.relays = RelayDesk(self.engine.store, close_dead=not self.continues_dead_turns)
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -474,7 +480,7 @@ class AgentLoop:
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(unread_mail(message, mail, key))
-        self.relays.release(key, message.agent)  # before the next turn here (it waits)
+        self.relays.release(key)  # before the next turn here (it waits)
         if self.closing:  # shutting down: what waits is kept (`close`), no turn starts
             self._keep(key, [m for m in queue if m.id is None])
             queue = self._pending[key] = deque(m for m in queue if m.id is not None)
@@ -507,12 +513,13 @@ class AgentLoop:
         if to == key or kind != "message":
             return None  # said in the turn's own conversation: its tool call is in the record
         who = message.meta.get("deliver_as") or f"background work ({key})"
-        return self._relay(to, Relayed(text, who, key), message.agent)
+        return await self._relay(to, Relayed(text, who, key), message.agent)
 
-    def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
-        """`relayed` stored in conversation `to`: now, or after the turn running there (never
-        inside it); the answer says which, and whether someone has `to` open to see it now."""
-        kept = self.relays.take(to, relayed, agent, turn_running=to in self._active)
+    async def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
+        """`relayed` kept for conversation `to` (on disk at once) and stored there: now, or
+        after the turn running there (never inside it); the answer says which, and whether
+        someone has `to` open to see it now."""
+        kept = await self.relays.take(to, relayed, agent, turn_running=to in self._active)
         if self.attended is None:
             return f"Sent to the user and {kept}."
         if self.attended(to):
@@ -588,7 +595,9 @@ class AgentLoop:
             await self.stop(key)
         await self._store_kept()
         self._closed = True
-        await self.relays.drain()  # what background work said is stored before the process ends
+        # What background work said, moved in before the process ends; a move that waits for
+        # another process's turn is left to whoever holds that conversation next (on disk).
+        await self.relays.drain(RELAY_DRAIN)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
 
