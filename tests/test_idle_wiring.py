@@ -1,5 +1,7 @@
 """Idle compaction runs in the background of the AgentLoop (and `heron chat`, through the same
-`idle_compaction` block), is cancelled when they end, and is off when the setting is 0."""
+`idle_compaction` block), is cancelled when they end, and is off when the setting is 0. It
+yields to the person: no step while a turn they started runs, nor until the loop has been quiet
+for `quiet_s` (after its start, after their last turn)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ import asyncio
 import dataclasses
 import time
 
-from waiting import until
+from waiting import UNTIL_S, until
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, idle_compaction
-from heron.bus import MessageBus
+from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
 from heron.messages import Reply, Text
 from heron.providers.scripted import ScriptedProvider
@@ -40,7 +42,7 @@ async def _quiet_conversation(engine: Engine) -> int:
 async def test_the_agent_loop_compacts_idle_conversations_in_the_background():
     async with Engine.open(Settings.load(), provider=ScriptedProvider(_answer)) as engine:
         cid = await _quiet_conversation(engine)
-        loop = AgentLoop(engine, MessageBus(), idle_poll=0.01)
+        loop = AgentLoop(engine, MessageBus(), idle_poll=0.01, quiet_s=0.01)
         running = asyncio.create_task(loop.run())
         await until(lambda: folds.compactions(engine.store, cid) != [])
         running.cancel()
@@ -75,3 +77,46 @@ async def test_zero_minutes_turns_idle_compaction_off():
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         assert folds.compactions(engine.store, cid) == []
+
+
+async def test_idle_compaction_waits_while_the_persons_turn_runs():
+    """The person's message goes first: a serve started on a home of many idle conversations
+    consolidated them one after another while the first turns ran beside them."""
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def answer(request: ChatRequest) -> Reply:
+        if request.system.startswith("You compact"):
+            seen.append("summary")
+        elif "hold on" in request.messages[-1].text:
+            seen.append("turn")
+            await release.wait()
+        return _answer(request)
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        cid = await _quiet_conversation(engine)
+        bus = MessageBus()
+        loop = AgentLoop(engine, bus, idle_poll=0.01, quiet_s=0.01)
+        bus.inbound.put_nowait(InboundMessage("terminal", "t1", "hold on", "other"))
+        running = asyncio.create_task(loop.run())
+        await until(lambda: "turn" in seen)
+        for _ in range(30):  # thirty sweep intervals while the turn runs: none may fold
+            await asyncio.sleep(0.01)
+        assert "summary" not in seen and folds.compactions(engine.store, cid) == []
+        release.set()
+        await until(lambda: folds.compactions(engine.store, cid) != [])
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert seen.index("turn") < seen.index("summary")
+
+
+async def test_idle_time_work_waits_for_a_quiet_moment_after_the_start():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(_answer)) as engine:
+        patient = AgentLoop(engine, MessageBus(), quiet_s=3600.0)
+        waiting = asyncio.create_task(patient.person_first())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not waiting.done()  # an hour of quiet since the loop started is not over
+        waiting.cancel()
+        eager = AgentLoop(engine, MessageBus(), quiet_s=0.0)
+        await asyncio.wait_for(eager.person_first(), UNTIL_S)

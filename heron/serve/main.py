@@ -50,12 +50,20 @@ class _Server(uvicorn.Server):
 
 
 def default_services() -> list[Service]:
-    """What runs beside the loop in every serve: the scheduler and the heartbeat
-    (heron/proactive, docs/proactive.md), and the sentence vectors a long history lacks
-    (heron/memory/backfill.py)."""
+    """What runs beside the loop in every serve: the provider's SDK loaded off the loop, the
+    scheduler and the heartbeat (heron/proactive, docs/proactive.md), and the sentence vectors
+    a long history lacks (heron/memory/backfill.py)."""
     from heron.proactive.background import run_proactive
 
-    return [run_proactive, _backfill_vectors]
+    return [_warm_provider, run_proactive, _backfill_vectors]
+
+
+async def _warm_provider(loop: AgentLoop) -> None:
+    """The `openai` SDK imported and its client made on a worker thread as the serve starts
+    (heron.providers.warm): the first message's turn would otherwise do it on the loop."""
+    from heron.providers import warm
+
+    await warm(loop.engine.provider)
 
 
 async def _backfill_vectors(loop: AgentLoop) -> None:
