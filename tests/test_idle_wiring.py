@@ -14,8 +14,10 @@ from waiting import UNTIL_S, until
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, idle_compaction
 from heron.bus import InboundMessage, MessageBus
+from heron.compaction import compact_idle
+from heron.compaction.consolidate import MOVED_ON
 from heron.config import Settings
-from heron.messages import Reply, Text
+from heron.messages import Message, Reply, Text
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import compactions as folds
@@ -120,3 +122,23 @@ async def test_idle_time_work_waits_for_a_quiet_moment_after_the_start():
         waiting.cancel()
         eager = AgentLoop(engine, MessageBus(), quiet_s=0.0)
         await asyncio.wait_for(eager.person_first(), UNTIL_S)
+
+
+async def test_a_consolidation_stops_when_its_conversation_moved_on_while_it_waited():
+    """Between its phases a sweep waits for the person again; a message in the very
+    conversation meanwhile (a new head) leaves it unfolded, for a later sweep."""
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(_answer)) as engine:
+        cid = await _quiet_conversation(engine)
+        waits = 0
+
+        async def quiet() -> None:
+            nonlocal waits
+            waits += 1
+            if waits == 2:  # the conversation was looked at; its summary is next
+                engine.store.append(cid, Message("user", [Text("back again")]))
+
+        (report,) = await compact_idle(engine, quiet=quiet)
+        assert report.kind == "none" and report.why == MOVED_ON
+        assert folds.compactions(engine.store, cid) == []
+        (done,) = await compact_idle(engine, now=time.time() + 3600, quiet=quiet)
+        assert done.kind == "consolidation" and waits > 2

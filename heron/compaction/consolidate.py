@@ -189,6 +189,8 @@ async def consolidate(
     if isinstance(planned, str):
         return CompactionReport("none", reason, why=planned)
     cut, start, before, new_rows, prompt = planned
+    if not await _go_on(deps, conversation_id):
+        return CompactionReport("none", reason, why=MOVED_ON)
     kind, error = "consolidation", None
     chunk = ""
     try:
@@ -208,8 +210,12 @@ async def consolidate(
         )
         ws = previous.working_state if previous else ""
         kind = "fallback"
+    if not await _go_on(deps, conversation_id):
+        return CompactionReport("none", reason, why=MOVED_ON)
     if deps.before_fold is not None:  # memory's pass over what is about to leave the view
         await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
+        if not await _go_on(deps, conversation_id):
+            return CompactionReport("none", reason, why=MOVED_ON)
     chunk = chunk or digest([r.message for r in new_rows])
     written = Written(kind, facts, ws, chunk, error)
     cid = await deps.store.call(_record, deps, state, cut, reason, written, before, off_loop=True)
@@ -218,6 +224,14 @@ async def consolidate(
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
     return CompactionReport(kind, reason, cut - start, before, after, cid, error)
+
+
+MOVED_ON = "the conversation moved on while it waited"
+
+
+async def _go_on(deps: ContextDeps, conversation_id: int) -> bool:
+    """Whether a background consolidation goes on to its next phase (`deps.between`)."""
+    return deps.between is None or await deps.between(conversation_id)
 
 
 def _plan(

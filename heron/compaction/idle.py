@@ -37,12 +37,18 @@ def _idle(
     return rec.idle_conversations(deps.store, cutoff, now, conversation_id)
 
 
-def _can_fold(deps: ContextDeps, conversation_id: int, now: float) -> bool:
-    """Whether the conversation is still idle and has something to fold since its last
-    consolidation (a turn may have run in it while the sweep waited)."""
-    if not _idle(deps, now, conversation_id):
-        return False
-    return choose_cut(load_branch(deps.store, conversation_id)) is not None
+def _can_fold(deps: ContextDeps, conversation_id: int, now: float) -> int | None:
+    """The conversation's head when it is still idle and has something to fold since its last
+    consolidation (a turn may have run in it while the sweep waited); else None."""
+    head = _still(deps, conversation_id, now)
+    if head is None or choose_cut(load_branch(deps.store, conversation_id)) is None:
+        return None
+    return head
+
+
+def _still(deps: ContextDeps, conversation_id: int, now: float) -> int | None:
+    """The conversation's head while it is idle, None once it is not."""
+    return rec.head_of(deps.store, conversation_id) if _idle(deps, now, conversation_id) else None
 
 
 def _retry_later(deps: ContextDeps, conversation_id: int, now: float) -> None:
@@ -66,13 +72,28 @@ async def compact_idle(
     for cid, agent in await deps.store.call(_idle, deps, now, off_loop=True):
         if quiet is not None:
             await quiet()
-        if not await deps.store.call(_can_fold, deps, cid, now, off_loop=True):
+        head = await deps.store.call(_can_fold, deps, cid, now, off_loop=True)
+        if head is None:
             continue
+        deps.between = None if quiet is None else _between(deps, quiet, head, now)
         report = await _consolidate(deps, cid, agent)
         if report.kind == "failed":
             await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
     return reports
+
+
+def _between(
+    deps: ContextDeps, quiet: Quiet, head: int, now: float
+) -> Callable[[int], Awaitable[bool]]:
+    """Between a consolidation's phases: wait for the person again, then go on only if the
+    conversation is as the consolidation found it (still idle, the same head)."""
+
+    async def go_on(conversation_id: int) -> bool:
+        await quiet()
+        return _still(deps, conversation_id, now) == head  # one indexed row: inline
+
+    return go_on
 
 
 async def _consolidate(deps: ContextDeps, cid: int, agent: str) -> CompactionReport:

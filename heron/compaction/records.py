@@ -93,3 +93,9 @@ def idle_conversations(
         (cutoff, now, conversation_id, conversation_id),
     )
     return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def head_of(store: Store, conversation_id: int) -> int | None:
+    """The conversation's newest message on its current branch (None: empty or gone)."""
+    rows = store.query("SELECT head_id FROM conversations WHERE id = ?", (conversation_id,))
+    return rows[0][0] if rows else None
