@@ -195,6 +195,9 @@ class TurnEvent:
     # reminder), whose opening message a client shows as Heron's, not as the person's.
     provenance: Provenance = "user"
     approval: ApprovalAsk | None = None  # approval, approval_end
+    # turn_start: the message's attachments as "notes.txt (2 kB)", for clients that did not
+    # send it (the terminal shows what the browser attached).
+    files: tuple[str, ...] = ()
 
 
 Outbound = OutboundMessage | TurnEvent

@@ -234,6 +234,11 @@ def size_label(size: int) -> str:
     return f"{size / 1024**3:.1f} GB"
 
 
+def file_label(part: File) -> str:
+    """'notes.txt (2 kB)': an attachment as a person reads it in a list."""
+    return f"{part.name or 'file'} ({size_label(part.size)})"
+
+
 def file_class(part: File) -> str:
     """What a model is asked to take a file as: "image", "pdf", "text" or "file"."""
     media_type = part.media_type

@@ -328,7 +328,9 @@ def test_show_prints_the_call_and_its_whole_result_the_model_read_cut(heron_home
     with FakeOpenAIServer(replies) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
         chat = ChatScreen(heron_home, server.base_url)
         chat.type("/show 1\r")
-        chat.wait_for(lambda: chat.shows("No tool calls to show yet"), "the plain refusal")
+        chat.wait_for(
+            lambda: chat.shows("No tool calls shown in this chat yet"), "the plain refusal"
+        )
         chat.type("count to 5000\r")
         chat.wait_for(lambda: chat.shows("Counted."), "the reply")
         assert chat.shows('⚙ 1 bash {"command": "seq 1 5000"} ✓')  # the pill, args and all

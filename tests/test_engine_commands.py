@@ -332,3 +332,16 @@ async def test_delete_refuses_while_a_turn_runs_or_another_chat_is_open(capsys):
                 await asyncio.to_thread(delete_conversation, settings, "used")
         await asyncio.to_thread(delete_conversation, settings, "used")
     assert "Deleted conversation 'used'." in capsys.readouterr().out
+
+
+async def test_tree_lists_what_the_person_typed_without_mail_labels():
+    """Follow-ups typed while a turn worked are stored with a label for the model; /tree is
+    read by the person, who typed no label."""
+    from heron.agent.control import mail_label
+
+    provider = ScriptedProvider([Reply([Text("ok")], "done")])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("m", mail_label("terminal") + "followup from the terminal")
+        tree = await engine.turn("m", "/tree")
+    assert "1. followup from the terminal" in tree.reply
+    assert "sent while you were working" not in tree.reply

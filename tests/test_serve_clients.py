@@ -441,3 +441,32 @@ async def test_a_chat_attached_after_the_question_was_asked_shows_its_arguments(
     (pill,) = state.results
     assert pill.call.args == {"question": "Which city?"}  # what /show 1 prints
     assert 'ask_user {"question": "Which city?"} ✓' in screen.getvalue()
+
+
+async def test_files_the_browser_attaches_are_named_in_the_terminal():
+    screen = StringIO()
+    console = Console(file=screen, width=100, color_system=None)
+    view = TerminalView(console, ChatState(PERSONAL, "default"))
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, last_seq=None)
+        async with serve.http() as http:
+            made = await http.post(
+                "/api/uploads",
+                params={"name": "notes.txt"},
+                content=b"hello",
+                headers={"Content-Type": "text/plain", "Origin": serve.url},
+            )
+        assert made.status_code == 201, made.text
+        path = serve_socket()
+        assert path is not None
+        async with connect_remote(path, "terminal", view.deliver, PERSONAL) as conn:
+            view.chat_id = conn.chat_id or ""
+            upload = made.json()
+            sent = {"type": "send", "text": "three files from phone", "files": [upload]}
+            await ws.send(json.dumps(sent))
+            started = await ws_until(ws, "turn_end")
+            await conn.wait_ended(1)
+    assert started[0]["files"] == ["notes.txt (5 bytes)"]
+    shown = screen.getvalue()
+    assert "web › three files from phone" in shown
+    assert "attached: notes.txt (5 bytes)" in shown

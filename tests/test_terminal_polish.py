@@ -334,7 +334,11 @@ async def test_show_and_edit_with_nothing_to_pick_say_so():
     state = terminal.ChatState("k", "default")
     view = terminal.TerminalView(Console(file=out, width=100), state)
     await terminal._command("/show 1", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
-    assert out.getvalue() == "No tool calls to show yet in this conversation.\n"
+    said = " ".join(out.getvalue().split())
+    assert said == (
+        "No tool calls shown in this chat yet: /show N opens the Nth one it shows. "
+        "Earlier ones: heron conversations show k"
+    )
     async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
         said = await engine.turn("fresh", "/edit 1 hello")
     assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."

@@ -251,3 +251,22 @@ def test_a_chat_through_the_serve_says_once_that_config_toml_changed():
     assert "through heron serve" in text
     assert text.count("config.toml changed since heron serve started") == 1
     assert text.index("answer 1") < text.index("config.toml changed") < text.index("answer 2")
+
+
+def test_a_run_or_chat_that_bypasses_the_serve_says_its_turns_are_not_seen_there():
+    """`--model` and `--ephemeral` run turns in their own process beside a serve (which cannot
+    give them): its clients do not see them as they run, so the person is told (QA18h #6)."""
+    from heron.channels.remote import beside_serve
+
+    home = _home()
+    assert beside_serve(home, "another-model", "message") is None  # no serve: nothing to say
+    holder = _serve_holding(home)
+    try:
+        run = beside_serve(home, "another-model", "message")
+        chat = beside_serve(home, None, "chat")
+    finally:
+        holder.communicate("")
+    assert run is not None and f"(pid {holder.pid}, http://127.0.0.1:18999)" in run
+    assert "--model runs this message in this process instead" in run
+    assert chat is not None and "--ephemeral runs this chat in this process" in chat
+    assert beside_serve(home, "another-model", "message") is None  # the serve is gone

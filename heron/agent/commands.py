@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
     NOTHING_TO_RETRY,
@@ -473,7 +474,7 @@ def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
 
 
 def _short(text: str, limit: int = 60) -> str:
-    line = " ".join(text.split())
+    line = " ".join(without_labels(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

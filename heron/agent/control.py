@@ -51,6 +51,12 @@ def unlabelled(text: str) -> str | None:
     return None if found is None else text[found.end() :]
 
 
+def without_labels(text: str) -> str:
+    """`text` with every mail label taken out: what the person typed, for lists they read
+    (/tree), where "[sent while you were working, from terminal]" is noise."""
+    return _LABELLED.sub("", text)
+
+
 # The meta key of a stored message that carries mail a worker took from another process: the
 # ids of the queued messages it holds (heron/scale/), each then answered here and not again.
 MAIL_META = "mail_of"

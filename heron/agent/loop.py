@@ -45,7 +45,7 @@ from heron.bus import (
     stopped_by,
 )
 from heron.errors import HeronError, ProviderError, model_unusable
-from heron.messages import Message, ToolCall, ToolResult
+from heron.messages import Message, ToolCall, ToolResult, file_label
 from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.context import Approver
@@ -463,6 +463,7 @@ class AgentLoop:
                 end,
                 message_id,
                 message.provenance,
+                files=tuple(file_label(f) for f in message.files) if kind == "turn_start" else (),
             )
             self.bus.emit(event)
 

@@ -57,6 +57,22 @@ def serve_socket(home: Path | None = None) -> Path | None:
     return path if path.is_socket() else None
 
 
+def beside_serve(home: Path, model: str | None, what: str) -> str | None:
+    """What to say when a serve runs on `home` but this `heron run` or `heron chat` runs its
+    turns in its own process (it asked for another model, or to keep nothing, which a serve
+    cannot give): the serve's clients do not see those turns as they run. None: no serve."""
+    from heron.store.home_lock import other_serve
+
+    who = other_serve(home)
+    if who is None:
+        return None
+    flag = "--model" if model is not None else "--ephemeral"
+    return (
+        f"heron: heron serve runs on {home} ({who}); {flag} runs this {what} in this process "
+        "instead, so the browser and the serve's other clients do not see its turns as they run."
+    )
+
+
 def serve_welcome(
     key: str, home: Path | None = None, timeout: float = 2.0
 ) -> dict[str, Any] | None:
@@ -540,7 +556,10 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         said = event.get("provenance")
         by = cast(Provenance, said) if said in get_args(Provenance) else "user"
         text = event.get("text", "")
-        return _replace(base, kind="turn_start", text=text, channel=origin, provenance=by)
+        files = tuple(str(f) for f in event.get("files") or ())
+        return _replace(
+            base, kind="turn_start", text=text, channel=origin, provenance=by, files=files
+        )
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)

@@ -409,6 +409,12 @@ async def run_message(
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: run here
     settings = load_settings()
+    if model is not None or ephemeral:
+        from heron.channels.remote import beside_serve
+
+        note = beside_serve(settings.paths.home, model, "message")
+        if note is not None:
+            print(note, file=err)
     return await run_once(
         settings, text, agent, key, model, ephemeral, out, err, as_json=as_json, files=files
     )

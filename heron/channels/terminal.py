@@ -222,8 +222,10 @@ class TerminalView:
             self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
             if ev.text and ev.provenance != "user":  # Heron's: a result, a nudge, a reminder
                 self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
-            elif ev.text and ev.chat_id != self.chat_id:  # typed in the browser or elsewhere
+            elif (ev.text or ev.files) and ev.chat_id != self.chat_id:  # typed elsewhere
                 self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+                if ev.files:  # attached in the browser: named, as the model reads them
+                    self.console.print(f"[dim]  attached: {', '.join(ev.files)}[/dim]")
         elif ev.kind == "approval_end" and ev.approval is not None:
             if ev.approval.by != self.chat_id:  # not answered here: say how it ended
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
@@ -356,6 +358,12 @@ async def run_chat(
                     highlight=False,
                 )
                 raise SystemExit(1) from None
+    else:
+        from heron.channels.remote import beside_serve
+
+        note = beside_serve(settings.paths.home, model, "chat")
+        if note is not None:
+            console.print(note, style="yellow", markup=False, highlight=False)
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
@@ -801,7 +809,12 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
     rest is kept under HERON_HOME, heron/saved.py `keep_whole`)."""
     count = len(state.results)
     if not count:
-        console.print("No tool calls to show yet in this conversation.")
+        console.print(  # numbered as this chat shows them: a resumed chat starts at 1
+            "No tool calls shown in this chat yet: /show N opens the Nth one it shows. "
+            f"Earlier ones: heron conversations show {state.key}",
+            markup=False,
+            highlight=False,
+        )
         return
     if not arg.strip().isdigit() or not 1 <= int(arg) <= count:
         console.print(

@@ -291,9 +291,11 @@ class Hub:
         if ev.kind == "turn_start":
             held, journal.held = journal.held, []  # a start that never heard `saved`
             journal.busy, journal.turn_id = True, f"t{next(self._turns)}"
-            start = {"type": "turn_start", "turn_id": journal.turn_id, "message_id": None}
+            start: Event = {"type": "turn_start", "turn_id": journal.turn_id, "message_id": None}
             start.update(text=ev.text, channel=ev.channel, chat_id=ev.chat_id)
             start["provenance"] = ev.provenance  # "user": the person's message opened it
+            if ev.files:
+                start["files"] = list(ev.files)  # for clients that did not attach them
             journal.held = [start, {"type": "status", "state": "working"}]
             return held
         if ev.kind == "saved":
