@@ -20,8 +20,10 @@ of it: QA17f's home of 91,682 messages (a conversation of 10,000 turns, 8 of 1,5
 a tool call every 7th turn), every conversation idle for an hour, so the serve finds all of them
 to consolidate. Per round: the serve's start (process start to its banner), then at once the
 first `heron run` (a new two-message conversation each), LATER more back to back, and PAUSED more
-each after a 3-second pause (what idle-time work may use). `--json` prints `{"start_ms",
-"first_ms", "later_ms", "paused_ms", "rounds", "messages"}`, medians over the rounds.
+each after a 3-second pause (what idle-time work may use); then the same on a home of one short
+conversation, the reference at the same load. `--json` prints `{"start_ms", "first_ms",
+"later_ms", "paused_ms", "small_start_ms", ..., "rounds", "messages"}`, medians over the
+rounds.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def new_conversation(env: dict[str, str], label: str) -> float:
 
 
 def big_round(seeded: Path, home: Path, url: str, n: int) -> dict[str, list[float]]:
-    """A fresh serve on a fresh copy of the big home, and the messages of one round."""
+    """A fresh serve on a fresh copy of a seeded home, and the messages of one round."""
     shutil.copytree(seeded, home)
     env = environment(home, url)
     started = time.perf_counter()
@@ -219,13 +221,18 @@ def measure_big(rounds: int) -> dict[str, float]:
         seeded = Path(tmp, "seeded")
         seeded.mkdir()
         messages = seed_big(seeded)
-        # Used once in-process, as a big home has been: what a first run on a home does once
-        # (the sandbox probe) is no part of a serve's first message.
-        one_run(environment(seeded, model.base_url), -1)
+        small = Path(tmp, "small")  # the reference: one short conversation
+        small.mkdir()
+        seed(small)
+        for home in (seeded, small):
+            # Used once in-process, as a home has been: what a first run on a home does once
+            # (the sandbox probe) is no part of a serve's first message.
+            one_run(environment(home, model.base_url), -1)
         times: dict[str, list[float]] = {}
-        for n in range(rounds):
-            for name, took in big_round(seeded, Path(tmp, "home"), model.base_url, n).items():
-                times.setdefault(name, []).extend(took)
+        for n in range(rounds):  # the big home and the small one in turn, alike in load
+            for prefix, home in (("", seeded), ("small_", small)):
+                for name, took in big_round(home, Path(tmp, "home"), model.base_url, n).items():
+                    times.setdefault(prefix + name, []).extend(took)
     figures = {f"{k}_ms": round(statistics.median(v) * 1000, 1) for k, v in times.items()}
     return {**figures, "rounds": rounds, "messages": messages}
 
@@ -252,6 +259,11 @@ def main() -> None:
         print(f"  the first message, at once:      {big['first_ms']:8.1f} ms")
         print(f"  the next {LATER}, back to back:       {big['later_ms']:8.1f} ms")
         print(f"  {PAUSED} more, each after {PAUSE_S:g} s:        {big['paused_ms']:8.1f} ms")
+        print(f"the same on a home of one {PRIOR}-message conversation, rounds in turn:")
+        print(f"  serve start, to its banner:      {big['small_start_ms']:8.1f} ms")
+        print(f"  the first message, at once:      {big['small_first_ms']:8.1f} ms")
+        print(f"  the next {LATER}, back to back:       {big['small_later_ms']:8.1f} ms")
+        print(f"  {PAUSED} more, each after {PAUSE_S:g} s:        {big['small_paused_ms']:8.1f} ms")
         return
     runs = args.runs or (5 if args.offline else 15)
     figures = measure(runs, args.offline)
