@@ -110,6 +110,10 @@ class OutboundMessage:
 
 
 STOP_ANSWER_CODE = "stop_answer"
+# A notice to the client that sent a message no turn of this process will answer (it is
+# shutting down): the text says what became of it (kept in its conversation, or not run), and
+# a client waiting for that message's turn stops waiting (heron/agent/loop.py `close`).
+UNANSWERED_CODE = "unanswered"
 
 
 # A channel as the person knows it, where they read who stopped a turn.

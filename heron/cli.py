@@ -336,13 +336,13 @@ def worker(
 
 
 @app.command()
-def models() -> None:
-    """Show the model Heron would use, what its server offers, and the built-in profiles.
-    Exits 1 when the server in use could not list its models."""
+def models(model: ModelOpt = None) -> None:
+    """Show the model Heron would use (or --model), what its server offers, and the built-in
+    profiles. Exits 1 when the server in use could not list its models."""
     from heron.channels.info import print_models
 
     try:
-        listed = print_models(settings())
+        listed = print_models(settings(), model)
     except HeronError as e:
         fail(e)
     if not listed:

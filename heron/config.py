@@ -23,11 +23,13 @@ from urllib.parse import urlsplit
 
 from heron import versions
 from heron.errors import ConfigError, NoModelConfigured
+from heron.providers.gguf import read_gguf
 from heron.providers.profiles import (
     PLACEHOLDER_KEY,
     ModelChoice,
     ModelProfile,
     ProviderKind,
+    gguf_profile,
     profile_for,
 )
 
@@ -662,15 +664,24 @@ def choose_model(
     (docs/engine.md, "Model servers")."""
     model = cli_model or env.get("HERON_MODEL") or config.model
     choice = _choose(config, env, model)
-    profile = profile_for(choice.model, config.models)
+    facts = read_gguf(choice.model_path) if choice.model_path is not None else None
+    if facts is not None:  # a local file: profiled from what it says, not from its name
+        profile = gguf_profile(facts, choice.model, config.models)
+    else:
+        profile = profile_for(choice.model, config.models)
     window = env.get("HERON_CONTEXT_WINDOW")
     if window:
         profile = ModelProfile(**{**profile.__dict__, "context_window": _window(window)})
+    if facts is not None and facts.context_length:
+        # Never past what the model was trained on: beyond it the model reads nothing useful
+        # and the server's cache for the window takes memory for nothing.
+        trained = min(profile.context_window, facts.context_length)
+        profile = ModelProfile(**{**profile.__dict__, "context_window": trained})
     # A request asks for no more output than the window reserves for it (heron.compaction's
     # Budget): a server that counts prompt plus max_tokens would refuse more.
     reserve = min(profile.max_output, max(256, profile.context_window // 4))
     profile = ModelProfile(**{**profile.__dict__, "max_output": reserve})
-    return ModelChoice(**{**choice.__dict__, "profile": profile})
+    return ModelChoice(**{**choice.__dict__, "profile": profile, "facts": facts})
 
 
 # Below this no system prompt, tools and reply fit; above it no model has a window.

@@ -303,3 +303,37 @@ async def test_a_compaction_pass_reads_the_replies_of_the_folded_rows_in_a_long_
     assert f"#{reply.id}] Noted: the REPLY-OF-THE-FOLD plan" in context
     assert len(context) <= 24_000 and "later answer 0 " in context
     assert "I hate cilantro" not in context  # quotable words are not repeated as context
+
+
+async def test_a_review_pass_fits_the_window_the_engine_runs_with(monkeypatch):
+    """The pass asks the engine's model within the engine's window (HERON_CONTEXT_WINDOW, a
+    config override, what a local GGUF file says), not the built-in profile of its name."""
+    from heron.agent.engine import Engine
+    from heron.config import Settings
+    from heron.context.tokens import estimate_text
+    from heron.store.records import CLOSE_REVIEW
+
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = say('{"facts": []}')
+    async with Engine.open(Settings.load(), provider=model) as engine:
+        conv = engine.store.open_conversation("long")
+        for n in range(60):
+            engine.store.append(conv.id, user(f"note {n}: " + "words " * 400))
+        await engine.review_pass(conv.id, CLOSE_REVIEW)
+    (request,) = model.requests
+    assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
+
+
+def test_a_lesson_already_waiting_is_not_queued_again(setup):
+    """The nightly review reads each conversation in turn: eight passes picking one rule
+    queued it eight times (QA18g #6)."""
+    _store, service, cid = setup
+    path = EntryPath("personal", "when", "checks", "fast-checks-first")
+    first = service.suggest_lesson(path, "Always run the fast checks first.", "slow feedback")
+    again = service.suggest_lesson(path, "always run the fast checks first", "", cid)
+    other = service.suggest_lesson(path, "Read the logs before guessing.", "")
+    assert again == first and other != first
+    assert [s.text for s in service.waiting()] == [
+        "Always run the fast checks first.",
+        "Read the logs before guessing.",
+    ]

@@ -5,6 +5,7 @@ journal (fan-out, resume from last_seq, gaps), /stop mid-tool, the /ws Origin ch
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import stat
@@ -20,6 +21,7 @@ from heron.channels.script import run_remote
 from heron.config import Settings
 from heron.errors import ConfigError
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
+from heron.providers.profiles import ModelProfile
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.hub import CLIENT_QUEUE, Client, Hub
 from heron.serve.lock import INFO_NAME, SOCKET_NAME, ServeLock, read_info
@@ -65,6 +67,8 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "embedded": False,
             "model_name": "scripted",  # what a client's HERON_MODEL, HERON_CONTEXT_WINDOW and
             "window": 128_000,  # HERON_BASE_URL are compared with (remote.serve_differs)
+            "profile": dataclasses.asdict(ModelProfile()),  # a client's budget view uses it
+            "model_file": None,  # a local GGUF's profile as read from the file
             "base_url": None,
             "schema": newest_step(),  # which Heron, which config.toml: remote.serve_news
             "config_digest": None,  # no config.toml in this home

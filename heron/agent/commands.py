@@ -25,6 +25,7 @@ from heron.bus import (
     stopped_by,
 )
 from heron.messages import Message, Text, plural
+from heron.providers.profiles import file_summary
 from heron.store import Conversation, Store, StoredMessage
 from heron.store import engine_state as es
 from heron.store.records import COMPACT, LEARN
@@ -260,6 +261,10 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
     conv = await ctx.store.call(ctx.store.conversation, ctx.key)
     window = engine.choice.profile.context_window
     lines = [f"model: {engine.choice.provider}/{engine.choice.model}"]
+    read = file_summary(engine.choice)
+    if read:  # a local file: the window and tools it allows
+        lines.append(f"model {read}")
+    head = len(lines) + 2  # the budget goes after the context line
     if conv is None:
         lines += [
             f"conversation: {ctx.key} (new)",
@@ -268,7 +273,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
             "turn: idle",
         ]
         lines += await _more_status(ctx)
-        return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+        return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
     used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
@@ -285,7 +290,7 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         f"turn: {turn}",
     ]
     lines += await _more_status(ctx)
-    return CommandReply("\n".join([*lines[:3], *_budget(engine), *lines[3:]]))
+    return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
 
 
 async def _more_status(ctx: CommandContext) -> list[str]:
@@ -507,6 +512,7 @@ async def _memory(ctx: CommandContext, arg: str) -> CommandReply:
 async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     """/learn, /reflect: the review and tidy passes now (suggestions only), and what memory
     gained, changed and lost since the engine opened."""
+    from heron.compaction.core import window_for
     from heron.memory.commands import learn
 
     service = ctx.engine.memory
@@ -516,7 +522,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     provider, baseline = ctx.engine.provider, ctx.engine.memory_baseline
     async with ctx.engine.maintenance(conv.id, LEARN) as run:
         passes = (run.provider(provider, "review"), run.provider(provider, "tidy"))
-        report = await learn(service, passes, conv.id, baseline)
+        report = await learn(service, passes, conv.id, baseline, window_for(ctx.engine))
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."

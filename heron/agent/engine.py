@@ -21,7 +21,7 @@ from heron.agent.record import CallSink
 from heron.agent.runner import RunLimits
 from heron.agent.turn import TurnHooks, TurnResult, run_turn
 from heron.compaction import memory_tokens
-from heron.compaction.core import CompactionSetup
+from heron.compaction.core import CompactionSetup, window_for
 from heron.config import Settings
 from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
 from heron.memory import wiring as memory_wiring
@@ -180,6 +180,12 @@ class Engine:
             maintenance=self.maintenance,
         )
 
+    @property
+    def window(self) -> int:
+        """The model's window in tokens as this engine runs it: HERON_CONTEXT_WINDOW, else the
+        profile (config overrides and what a local GGUF file says included)."""
+        return window_for(self)
+
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         """The system prompt's inputs for a conversation: with its frozen Memory section and
         Recent history (heron/memory/wiring.py), so compaction rebuilds the same prompt."""
@@ -204,7 +210,8 @@ class Engine:
         self, deps: memory_wiring.FoldDeps, conversation_id: int, row_ids: list[int], reason: str
     ) -> None:
         """Compaction calls this before folding rows: the extraction pass (queue only)."""
-        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason)
+        window = self.window
+        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason, window)
 
     async def memory_after_fold(self, conversation_id: int) -> None:
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation_id)
@@ -230,7 +237,7 @@ class Engine:
             return []
         async with self.maintenance(conversation_id, kind) as run:
             provider = run.provider(self.provider, "review")
-            return await review_pass(provider, self.memory, conversation_id)
+            return await review_pass(provider, self.memory, conversation_id, self.window)
 
     def maintenance(
         self, conversation_id: int, kind: str
@@ -303,8 +310,10 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
 
 def opening_registry(choice: ModelChoice, ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for `choice` (`described` next)."""
-    # The tiny offline model cannot use tools; describing them only confuses it.
-    return ToolRegistry([]) if choice.embedded else engine_tools(ephemeral)
+    # The tiny offline model cannot use tools, nor can a model whose profile says so (a GGUF
+    # whose chat template takes none): describing them only confuses it.
+    no_tools = choice.embedded or not choice.profile.tools
+    return ToolRegistry([]) if no_tools else engine_tools(ephemeral)
 
 
 def described(registry: ToolRegistry, settings: Settings) -> Sandbox:

@@ -28,12 +28,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from heron.agent import commands
-from heron.agent.control import NEVER_MAILED, TurnControl
+from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
 from heron.agent.engine import Engine, TurnHooks, TurnResult
-from heron.agent.relay import RelayDesk, Relayed
+from heron.agent.relay import RelayDesk, Relayed, keep_words
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import NOT_SAVED, message_unsaved
 from heron.bus import (
+    UNANSWERED_CODE,
     EventKind,
     InboundMessage,
     MessageBus,
@@ -148,6 +149,12 @@ class AgentLoop:
     attended: Callable[[str], bool] | None = None
     # What background work says to a conversation, on its way into it (after a turn there).
     relays: RelayDesk = field(init=False)
+    # Set once shutdown begins (`close`): no turn starts from then on, and what the person
+    # sent that no turn read is kept in its conversation instead, by conversation (`_keep`).
+    closing: bool = False
+    _kept: dict[str, list[InboundMessage]] = field(default_factory=dict)
+    _closed_by: str = "Heron stopped"
+    _closed: bool = False  # the kept words are stored: what comes now is not taken at all
 
     def __post_init__(self) -> None:
         self.relays = RelayDesk(self.engine.store)
@@ -218,6 +225,9 @@ class AgentLoop:
 
     async def dispatch(self, message: InboundMessage) -> None:
         key = self.resolve(message)
+        if self.closing and message.id is None:  # shutting down: kept, never started
+            self._keep(key, [message])
+            return
         found = commands.parse(message.text)
         active = self._active.get(key)
         if active is None:
@@ -231,7 +241,11 @@ class AgentLoop:
             self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
             return
         post = active.control.post
-        if found is None and mailable(message) and post(message.text, None, message.channel):
+        if (
+            found is None
+            and mailable(message)
+            and post(message.text, None, message.channel, message)
+        ):
             self._event(message, key, "mail", message.text)  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
@@ -306,7 +320,9 @@ class AgentLoop:
         """A turn Heron starts itself (a goal's nudge): at once when the conversation is free,
         else after what waits there."""
         key = self.resolve(message)
-        if key in self._active:
+        if self.closing and message.id is None:  # shutting down: no turn starts
+            self._keep(key, [message])
+        elif key in self._active:
             self._pending.setdefault(key, deque()).append(message)
         else:
             self._start(key, message)
@@ -327,7 +343,7 @@ class AgentLoop:
         active = self._active.get(key)
         if active is not None and active.control.inject(injected):
             return "mail"
-        if active is None:
+        if active is None and not self.closing:
             self._start(key, message)
         else:
             self._pending.setdefault(key, deque()).append(message)
@@ -488,7 +504,10 @@ class AgentLoop:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(unread_mail(message, mail, key))
         self.relays.release(key, message.agent)  # before the next turn here (it waits)
-        if queue:
+        if self.closing:  # shutting down: what waits is kept (`close`), no turn starts
+            self._keep(key, [m for m in queue if m.id is None])
+            queue = self._pending[key] = deque(m for m in queue if m.id is not None)
+        if queue and not self.closing:
             self._start(key, queue.popleft())
         elif not self._active:
             self._idle.set()
@@ -584,21 +603,132 @@ class AgentLoop:
             self._idle.clear()
             await self._idle.wait()
 
-    async def close(self) -> None:
+    async def close(self, why: str = "Heron stopped") -> None:
+        """Shutdown (`why` says which, to the person): no turn starts from here on; running
+        turns are stopped as /stop stops them; what the person sent that no turn read (mail
+        still in a mailbox, messages queued behind a turn, any message arriving now) is told
+        to its client as kept first, then stored in its conversation as the person's words
+        with no answer yet (`_store_kept`): `--retry` or the next turn there answers it."""
+        self.closing, self._closed_by = True, why
+        for key, active in list(self._active.items()):
+            active.control.accepting_mail = False  # nothing more joins it: it is stopping
+            mail = active.control.mailbox.take()
+            self._keep(key, _senders(active.message, mail))
+        for key, queue in list(self._pending.items()):
+            self._keep(key, [m for m in queue if m.id is None])
+            self._pending[key] = deque(m for m in queue if m.id is not None)
         for key in list(self._active):
             await self.stop(key)
+        await self._store_kept()
+        self._closed = True
         await self.relays.drain()  # what background work said is stored before the process ends
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
 
+    def _keep(self, key: str, messages: list[InboundMessage]) -> None:
+        """Messages no turn will answer before the process ends. The person's words are kept
+        (stored by `_store_kept`), and each client that sent one is told so now, before the
+        turn's end reaches it; a command is not run, and says so; Heron's own (a goal's nudge,
+        a subagent's result, a reminder) is started again by the next process, as after a
+        crash (goals resume, owed results are announced, the schedule runs on)."""
+        for message in messages:
+            if message.provenance != "user":
+                log.info("not started at shutdown: a %s turn of %s", message.provenance, key)
+                continue
+            if commands.parse(message.text) is not None:
+                said = f"{self._closed_by}: {message.text.split()[0]} was not run; send it again."
+                self._tell(message, key, said)
+                continue
+            if self._closed:  # too late to be stored with the rest
+                self._tell(
+                    message,
+                    key,
+                    f"{self._closed_by}: your message was not taken; send it again once it runs.",
+                )
+                continue
+            self._kept.setdefault(key, []).append(message)
+            self._tell(message, key, kept_notice(self._closed_by, key))
 
-def unread_mail(message: InboundMessage, mail: str, key: str) -> InboundMessage:
-    """The mail a run never read, as the person's message of its own, where `message` (the
-    turn's, or the /new that stopped it) was heard. Nothing else of `message` carries over:
-    a goal's nudge or a subagent's result is Heron's (its provenance, options and meta would
-    make the person's words Heron's), and its id and files are its own."""
+    def _tell(self, message: InboundMessage, key: str, text: str) -> None:
+        """Say to the client that sent `message` that no turn of this process answers it."""
+        said = OutboundMessage(message.channel, message.chat_id, key, text, "notice")
+        self.bus.emit(dataclasses.replace(said, code=UNANSWERED_CODE))
+
+    async def _store_kept(self) -> None:
+        """The kept words of each conversation, as one message of the person's with no answer
+        yet, each sender's part labelled with its channel as mail is (`join_words`)."""
+        kept, self._kept = self._kept, {}
+        for key, messages in kept.items():
+            joined = join_words(messages, key)
+            try:
+                caps = self.engine.settings.config.attachments
+                await keep_words(
+                    self.engine.store, key, joined.text, joined.files, joined.agent, caps
+                )
+            except Exception:  # one conversation's failed write must not lose the others
+                log.exception("keeping the unanswered messages of %s failed", key)
+
+
+def unread_mail(message: InboundMessage, mail: list[Unread], key: str) -> InboundMessage:
+    """The mail a run never read, as the person's message of its own (`join_words`), heard
+    where its first part was typed (mail posted without its message: where `message`, the
+    turn's or the /new that stopped it, was). Nothing else of `message` carries over: a goal's
+    nudge or a subagent's result is Heron's (its provenance, options and meta would make the
+    person's words Heron's), and its id and files are its own."""
+    return join_words(_senders(message, mail), key)
+
+
+def _senders(message: InboundMessage, mail: list[Unread]) -> list[InboundMessage]:
+    """Each unread follow-up as the person's message it came as (its channel and chat)."""
+    heard = InboundMessage(
+        message.channel,
+        message.chat_id,
+        "",
+        key=message.key,
+        agent=message.agent,
+        events=message.events,
+    )
+    return [
+        InboundMessage(
+            (u.sender or heard).channel,
+            (u.sender or heard).chat_id,
+            u.text,
+            key=message.key,
+            agent=message.agent,
+            events=(u.sender or heard).events,
+        )
+        for u in mail
+    ]
+
+
+def join_words(messages: list[InboundMessage], key: str) -> InboundMessage:
+    """The person's messages as one, heard where the first was typed: the words of each
+    channel in turn, those from another channel than the first's labelled with theirs as mail
+    is (`[sent while you were working, from web] `), so no follow-up is taken for the words of
+    the client the message is heard from. Attachments of all of them come with it."""
+    first = messages[0]
+    parts: list[str] = []
+    for message in messages:
+        label = "" if message.channel == first.channel else mail_label(message.channel)
+        parts.append(label + message.text)
+    files = tuple(f for m in messages for f in m.files)
     return InboundMessage(
-        message.channel, message.chat_id, mail, key, agent=message.agent, events=message.events
+        first.channel,
+        first.chat_id,
+        "\n\n".join(parts),
+        key,
+        agent=first.agent,
+        events=any(m.events for m in messages),
+        files=files,
+    )
+
+
+def kept_notice(why: str, key: str) -> str:
+    """What a client is told of its message that no turn read before the process stopped."""
+    return (
+        f"{why} before your message was answered. It is kept in conversation {key!r} as "
+        f"your message, with no answer yet: `heron run --retry -c {key}` answers it, and the "
+        "next turn there reads it."
     )
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heron.agent.leases import hold_lease
 from heron.agent.turn import STOPPED
-from heron.messages import Message, Text
+from heron.messages import File, Message, Text
 from heron.store import Store
 from heron.store import engine_state as es
 
@@ -28,6 +28,9 @@ from heron.store import engine_state as es
 RELAY_META = "spoken_in"
 # What the model of the conversation reads: who said it, and that the person did not write it.
 LABEL = "[Sent to the user by {who}, not written by the user] "
+if TYPE_CHECKING:
+    from heron.config import AttachmentCaps
+
 log = logging.getLogger(__name__)
 
 
@@ -52,15 +55,52 @@ async def keep(store: Store, key: str, relayed: Relayed, agent: str = "default")
     under its lease: after any turn running there, in any process. A turn left open there by a
     dead process is closed first, as its next turn would (the row must not cut a tool call from
     its result). Returns the row's id."""
+    shown, sent, meta = relayed.rows()
+    return await _append_at_head(store, key, agent, shown, sent, meta, "heron")
+
+
+async def keep_words(
+    store: Store,
+    key: str,
+    text: str,
+    files: tuple[File, ...] = (),
+    agent: str = "default",
+    caps: AttachmentCaps | None = None,
+) -> int:
+    """Store the person's message that no turn answered (a process shutting down with it
+    unread, heron/agent/loop.py `close`) at the head of `key`, as `keep` stores a relayed one:
+    their words and attachments, with no answer yet, which `heron run --retry` answers and the
+    next turn there reads. Returns the row's id."""
+    from heron.attachments import message_parts
+    from heron.config import AttachmentCaps
+
+    parts = message_parts(text, files, caps or AttachmentCaps()) if files else [Text(text)]
+    return await _append_at_head(store, key, agent, Message("user", parts), None, None, "user")
+
+
+async def _append_at_head(
+    store: Store,
+    key: str,
+    agent: str,
+    shown: Message,
+    sent: Message | None,
+    meta: dict[str, Any] | None,
+    author: str,
+) -> int:
     conversation = await store.call(store.conversation, key)
     if conversation is None:
         conversation = await store.call(store.open_conversation, key, agent)
     async with hold_lease(store, conversation.id) as lease:
         if lease.dirty:
             await store.call(es.recover, store, conversation.id, STOPPED)
-        shown, sent, meta = relayed.rows()
         stored = await store.call(
-            store.append, conversation.id, shown, sent=sent, meta=meta, author="heron"
+            store.append,
+            conversation.id,
+            shown,
+            sent=sent,
+            meta=meta,
+            author=author,
+            off_loop=any(isinstance(p, File) for p in shown.parts),
         )
     return stored.id
 

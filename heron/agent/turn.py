@@ -58,6 +58,7 @@ from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts
 from heron.store import engine_state as es
+from heron.store.schedule import user_timezone
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
@@ -486,7 +487,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text)
-    zone = engine.settings.config.agent.timezone
+    zone = user_timezone(engine.settings.config.agent.timezone)  # the one jobs are read in
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
     channel = t.channel if provenance == "user" else f"heron ({provenance})"

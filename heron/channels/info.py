@@ -16,7 +16,7 @@ from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
 from heron.providers.endpoint import shown_url
-from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice
+from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice, file_summary, tool_calls
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
 from heron.store.records import RECALL_FLAG, shown_as
@@ -149,10 +149,16 @@ def serving_choice(settings: Settings, key: str) -> ModelChoice | None:
     if welcome is None or serve_differs(welcome, settings.env) or "model_name" not in welcome:
         return None
     name = str(welcome["model_name"])
-    profile = profile_for(name, settings.config.models)
-    profile = ModelProfile(**{**profile.__dict__, "context_window": int(welcome["window"])})
+    given = welcome.get("profile")
+    if isinstance(given, dict):  # the serve's own (a local file's is read from the file)
+        known = {f.name for f in dataclasses.fields(ModelProfile)}
+        profile = ModelProfile(**{k: v for k, v in given.items() if k in known})
+    else:  # a serve of an earlier Heron: its model's profile by name, with its window
+        profile = profile_for(name, settings.config.models)
+        profile = ModelProfile(**{**profile.__dict__, "context_window": int(welcome["window"])})
     provider = str(welcome.get("model", "")).partition("/")[0] or "openai"
-    return ModelChoice(provider, name, profile=profile)  # type: ignore[arg-type]
+    embedded = bool(welcome.get("embedded"))
+    return ModelChoice(provider, name, profile=profile, embedded=embedded)  # type: ignore[arg-type]
 
 
 def next_request_deps(
@@ -380,8 +386,11 @@ def show_config(settings: Settings) -> None:
         p = choice.profile
         typer.echo(
             f"profile:     window {p.context_window}, output cap {p.max_output}, "
-            f"tools {p.tool_mode}"
+            f"tools {tool_calls(p)}"
         )
+        read = file_summary(choice)
+        if read:
+            typer.echo(f"             {read}")
     except HeronError as e:
         typer.echo(f"model:       none ({str(e).splitlines()[0]})")
     for name, key in sorted(cfg.api_keys.items()):
@@ -434,24 +443,31 @@ def model_source(settings: Settings, choice: ModelChoice) -> str:
     return "the provider's default"
 
 
-def print_models(settings: Settings) -> bool:
-    """The model in use, what its server offers, the built-in profiles and the overrides.
-    False when the server in use could not list its models (everything else still printed),
-    so that a script asking `heron models` hears of it in the exit code."""
+def print_models(settings: Settings, model: str | None = None) -> bool:
+    """The model in use (`model`, as --model names it, else the configured one), what its
+    server offers, the built-in profiles and the overrides. False when the server in use
+    could not list its models (everything else still printed), so that a script asking
+    `heron models` hears of it in the exit code."""
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
     listed = True
     try:
-        choice: ModelChoice | None = settings.model()
+        choice: ModelChoice | None = settings.model(model)
     except HeronError as e:
         choice = None
         typer.echo(f"In use: none. {e}")
     if choice is not None:
         typer.echo(f"In use: {choice.provider} / {choice.model}")
+        read = file_summary(choice)
+        if read:  # a local file's profile is its own, not one of the table below
+            typer.echo(f"Profile {read}")
+    if model is None:
+        _serve_model(settings, choice)
+    if choice is not None:
         listed = show_served_models(settings, choice)
     typer.echo("\nBuilt-in profiles:")
     rows = [
-        (pat, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode, attachments_taken(p))
+        (pat, f"{p.context_window:,}", f"{p.max_output:,}", tool_calls(p), attachments_taken(p))
         for pat, p in _BUILTIN
     ]
     table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"), rows)
@@ -463,6 +479,22 @@ def print_models(settings: Settings) -> bool:
             typer.echo(f'[models."{pattern}"]  {said}')
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
     return listed
+
+
+def _serve_model(settings: Settings, choice: ModelChoice | None) -> None:
+    """The model of the serve on this home, when it runs another (`heron serve --model`): a
+    `heron run` through it gets that one."""
+    from heron.channels.remote import serve_welcome
+
+    welcome = serve_welcome("personal", settings.paths.home)
+    if welcome is None or "model" not in welcome:
+        return
+    theirs = str(welcome["model"])
+    if choice is not None and theirs == f"{choice.provider}/{choice.model}":
+        return
+    typer.echo(f"heron serve on this home runs: {theirs.replace('/', ' / ', 1)}")
+    if welcome.get("model_file"):
+        typer.echo(f"Profile {welcome['model_file']}")
 
 
 # `heron models` asks the server for its list: a server that is down must not hold it long.
@@ -504,7 +536,7 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> bool:
     for name in names:
         p = profile_for(name, settings.config.models)
         mark = "  (in use)" if name == choice.model else ""
-        rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", p.tool_mode + mark))
+        rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", tool_calls(p) + mark))
     table(("MODEL", "WINDOW", "OUTPUT", "TOOLS"), rows)
     return True
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from heron import versions
 from heron.bus import (
     STOP_ANSWER_CODE,
+    UNANSWERED_CODE,
     ApprovalAsk,
     Deliver,
     Outbound,
@@ -253,6 +254,9 @@ class RemoteAgent:
         self.gone = False
         self.refusals: list[dict[str, Any]] = []  # errors answering messages not taken
         self.unstaffed: list[str] = []  # notices that no worker will take our messages soon
+        # Notices that no turn will answer a message of ours (the serve is stopping): kept
+        # in its conversation unanswered, or, a command, not run (UNANSWERED_CODE).
+        self.unanswered: list[str] = []
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -385,6 +389,14 @@ class RemoteAgent:
             if not self._waiting:
                 self._settled.set()
         ours = event.get("chat_id") == self.chat_id
+        if kind == "message" and event.get("code") == UNANSWERED_CODE:
+            if not ours:
+                return  # another client's message kept at shutdown: its notice is for it
+            self.unanswered.append(str(event.get("text") or ""))
+            self._advance(("sent", "mail", "queued"), "unanswered")  # no turn will answer it
+            self._waiting = deque(s for s in self._waiting if s != "unanswered")
+            if not self._waiting:
+                self._settled.set()
         if kind == "message" and event.get("code") == NO_WORKER_CODE and ours:
             self.unstaffed.append(str(event.get("text") or ""))  # queued; nobody runs it soon
             self._waiting = deque(s for s in self._waiting if s == "stop")
@@ -543,7 +555,9 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind == "message":
         said = event.get("kind")
         said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
-        return OutboundMessage(channel, chat, key, event.get("text", ""), said_kind)
+        code = event.get("code")
+        text = event.get("text", "")
+        return OutboundMessage(channel, chat, key, text, said_kind, code if code else None)
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")

@@ -40,6 +40,7 @@ from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
+from heron.providers.profiles import file_summary
 from heron.saved import read_whole
 from heron.tools.approval import DECLINED, start_notice
 
@@ -374,6 +375,9 @@ async def run_chat(
             f"[dim]Heron · {engine.choice.provider}/{engine.choice.model} · conversation "
             f"{state.key} · /help for commands[/dim]"
         )
+        read = None if engine.choice.embedded else file_summary(engine.choice)
+        if read:  # what the local model's file allows: its window, whether it takes tools
+            console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         if engine.memory is not None:
             waiting = await asyncio.to_thread(opening_line, engine.memory)
             if waiting:
@@ -452,6 +456,9 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             f"[dim]Heron · {conn.model} · through heron serve · conversation {state.key} · "
             "/help for commands[/dim]"
         )
+        read = conn.welcome.get("model_file")
+        if read and not conn.embedded:  # the offline model's banner says it already
+            console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         for said in conn.news():  # another Heron, or a config.toml changed since it started
             console.print(said, style="yellow", markup=False, highlight=False)
         async with AsyncExitStack() as held:
@@ -540,13 +547,31 @@ def _stop_keys(
 
 
 async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:
-    """Ctrl-D or /exit: a running turn is stopped (what it finished is kept), then goodbye."""
+    """Ctrl-D or /exit (an approval waiting here is declined first). Through a serve the chat
+    only leaves: a turn running there goes on and its other clients see it end, as a client
+    that disconnects stops nothing. In this process nothing would run the turn once the chat
+    is gone: it is stopped as /stop stops it (what it finished is kept), and the chat says so."""
     view.answer("")
-    if conn.running(state.key):
+    if isinstance(conn, RemoteAgent):
+        if conn.running(state.key):
+            view.console.print(f"[dim]{GOES_ON.format(key=state.key)}[/dim]", highlight=False)
+        view.console.print("[dim]Bye.[/dim]")
+        return
+    stopped = conn.running(state.key)
+    if stopped:
         view.stopping = True
         await conn.send("/stop", state.key, state.agent)
     await _settle(conn)
+    if stopped:
+        view.console.print(f"[dim]{STOPPED_ON_LEAVING}[/dim]", highlight=False)
     view.console.print("[dim]Bye.[/dim]")
+
+
+# What leaving says when a turn runs (`_leave`): through a serve it goes on, here it stops.
+GOES_ON = "The turn goes on in heron serve: the browser and `heron chat -c {key}` show how it ends."
+STOPPED_ON_LEAVING = (
+    "Leaving stopped it: without heron serve, nothing runs a turn once its chat is gone."
+)
 
 
 async def _until_hung_up(

@@ -113,6 +113,7 @@ async def learn(
     providers: tuple[Asker, Asker],
     conversation_id: int,
     baseline: Mapping[str, str],
+    window: int | None = None,
 ) -> LearnReport:
     """/learn: what changed since `baseline`, then the review and tidy passes (which only add
     suggestions), each asking its provider of `providers` (the same model, recorded under
@@ -123,8 +124,8 @@ async def learn(
     gained = sorted(set(now) - set(baseline))
     lost = sorted(set(baseline) - set(now))
     changed = sorted(p for p in set(now) & set(baseline) if now[p] != baseline[p])
-    suggested = await review_pass(providers[0], service, conversation_id)
-    suggested += await tidy_pass(providers[1], service, conversation_id)
+    suggested = await review_pass(providers[0], service, conversation_id, window)
+    suggested += await tidy_pass(providers[1], service, conversation_id, window)
     return LearnReport(gained, changed, lost, suggested)
 
 

@@ -129,8 +129,11 @@ def parse_reply(text: str) -> dict[str, Any]:
 ASK_OUTPUT = 2000  # tokens a pass may answer with
 
 
-async def _ask(provider: Asker, system: str, prompt: str) -> dict[str, Any]:
-    prompt = fit_prompt(prompt, _window_of(provider) - ASK_OUTPUT - estimate_text(system))
+async def _ask(
+    provider: Asker, system: str, prompt: str, window: int | None = None
+) -> dict[str, Any]:
+    room = (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system)
+    prompt = fit_prompt(prompt, room)
     request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
         reply = await provider.chat(request)
@@ -140,7 +143,9 @@ async def _ask(provider: Asker, system: str, prompt: str) -> dict[str, Any]:
 
 
 def _window_of(provider: Asker) -> int:
-    """The window of the model a pass asks, by its built-in profile."""
+    """The window of the model a pass asks, by its built-in profile: when the caller does not
+    say (`window`, the engine's own profile: config overrides, HERON_CONTEXT_WINDOW and what a
+    local GGUF file says included)."""
     return profile_for(provider.model).context_window
 
 
@@ -200,17 +205,19 @@ async def extract(
     service: MemoryService,
     conversation_id: int,
     quotable_ids: Iterable[int],
+    window: int | None = None,
 ) -> list[int]:
     """One extraction call over the conversation; returns the ids of the queued suggestions.
-    Its prompt is made off the event loop: it reads and decodes every row of the conversation
-    (a 20,000-message one held the loop for half a second)."""
+    `window`: the asked model's, in tokens (else its built-in profile's). Its prompt is made off
+    the event loop: it reads and decodes every row of the conversation (a 20,000-message one
+    held the loop for half a second)."""
     found = await service.store.call(
         _request, service, conversation_id, quotable_ids, off_loop=True
     )
     if found is None:
         return []
     rows, quotable, prompt = found
-    data = await _ask(provider, FACTS_SYSTEM, prompt)
+    data = await _ask(provider, FACTS_SYSTEM, prompt, window)
     return _queue_picks(service, conversation_id, data, rows, quotable)
 
 
@@ -228,17 +235,23 @@ def _request(
 
 
 async def compaction_pass(
-    provider: Asker, service: MemoryService, conversation_id: int, folded_ids: Iterable[int]
+    provider: Asker,
+    service: MemoryService,
+    conversation_id: int,
+    folded_ids: Iterable[int],
+    window: int | None = None,
 ) -> list[int]:
     """At compaction: the messages about to be folded away are the only quotable ones."""
-    return await extract(provider, service, conversation_id, folded_ids)
+    return await extract(provider, service, conversation_id, folded_ids, window)
 
 
 def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
     return records.reviewed_up_to(service.store, conversation_id)
 
 
-async def review_pass(provider: Asker, service: MemoryService, conversation_id: int) -> list[int]:
+async def review_pass(
+    provider: Asker, service: MemoryService, conversation_id: int, window: int | None = None
+) -> list[int]:
     """What was said since the last review; moves the review cursor so the same messages are
     not reviewed twice (a chat's end after /learn proposes nothing again)."""
     since = reviewed_up_to(service, conversation_id)
@@ -246,19 +259,22 @@ async def review_pass(provider: Asker, service: MemoryService, conversation_id: 
     new = [r.id for r in rows if r.id > since]
     if not new:
         return []
-    ids = await extract(provider, service, conversation_id, new)
+    ids = await extract(provider, service, conversation_id, new, window)
     records.set_reviewed_up_to(service.store, conversation_id, max(new))
     return ids
 
 
 async def tidy_pass(
-    provider: Asker, service: MemoryService, conversation_id: int | None = None
+    provider: Asker,
+    service: MemoryService,
+    conversation_id: int | None = None,
+    window: int | None = None,
 ) -> list[int]:
     """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
     entries = {e.path.rel: e for e in service.entries()}
     if not entries:
         return []
-    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}")
+    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window)
     ids: list[int] = []
     for removal in _items(data, "removals"):
         path = str(removal.get("path", "")).removesuffix(".md") + ".md"

@@ -364,6 +364,7 @@ async def before_fold(
     conversation_id: int,
     row_ids: Sequence[int],
     reason: str,
+    window: int | None = None,
 ) -> list[int]:
     """The compaction pass over the rows about to be folded away: one call, suggestions only.
     Not for a manual /compact (the user is there and can /learn), never when ephemeral."""
@@ -372,7 +373,8 @@ async def before_fold(
     from heron.memory.extract import compaction_pass
 
     try:
-        return await compaction_pass(_DepsProvider(deps), service, conversation_id, row_ids)
+        asker = _DepsProvider(deps)
+        return await compaction_pass(asker, service, conversation_id, row_ids, window)
     except Exception as e:  # the pass is a bonus: it never stops a compaction
         log.warning("memory pass at compaction failed: %s", e)
         return []

@@ -117,6 +117,7 @@ async def nightly_review(
     if service is None or engine.choice.embedded:
         return report  # no memory (ephemeral), or the tiny offline model that cannot do it
     provider = Budgeted(engine.provider, model_calls, tokens)
+    window = engine.window
     pending = await store.call(review_state.unreviewed, store)
     for index, conversation_id in enumerate(pending):
         before = provider.refused
@@ -125,7 +126,7 @@ async def nightly_review(
         # the recording sits under the bound: only what was sent is recorded).
         async with engine.maintenance(conversation_id, NIGHTLY_REVIEW) as run:
             provider.inner = run.provider(engine.provider, "review")
-            ids = await review_pass(provider, service, conversation_id)
+            ids = await review_pass(provider, service, conversation_id, window)
         if provider.refused > before:  # not read: its cursor must not move past it
             await store.call(review_state.restore_cursor, store, conversation_id, cursor)
             report.left = len(pending) - index
@@ -137,7 +138,7 @@ async def nightly_review(
         tidy_in = await store.call(store.open_conversation, TIDY_CONVERSATION, "default")
         async with engine.maintenance(tidy_in.id, NIGHTLY_TIDY) as run:
             provider.inner = run.provider(engine.provider, "tidy")
-            report.suggested += await tidy_pass(provider, service)
+            report.suggested += await tidy_pass(provider, service, window=window)
     kept = await store.call(_drop_noops, service, report.suggested)
     report.dropped = len(report.suggested) - len(kept)
     report.suggested = kept

@@ -26,8 +26,9 @@ from typing import IO, Any
 
 from heron.errors import ConfigError, ProviderError
 from heron.messages import Reply, user
+from heron.providers.gguf import read_gguf
 from heron.providers.openai_compat import OpenAICompatProvider
-from heron.providers.profiles import ModelProfile, profile_for
+from heron.providers.profiles import ModelProfile, gguf_profile
 from heron.request import ChatRequest, OnEvent
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -244,7 +245,7 @@ def local_provider(
     model_path: Path, ctx_size: int = 8192, threads: int | None = None
 ) -> tuple[LocalServer, OpenAICompatProvider]:
     """Start the local server and an adapter pointed at it (any key works locally)."""
-    profile = profile_for(Path(model_path).stem)
+    profile = gguf_profile(read_gguf(Path(model_path)), Path(model_path).stem)
     server = LocalServer(model_path, ctx_size=ctx_size, threads=threads, profile=profile)
     base_url = server.start()
     provider = OpenAICompatProvider(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from heron.errors import ConfigError
+from heron.providers.gguf import GgufFacts
 
 ToolMode = Literal["native", "fenced"]
 ProviderKind = Literal["anthropic", "openai", "local", "scripted"]
@@ -43,8 +44,27 @@ class ModelProfile:
     # default: an unknown local model is assumed to read text only.
     vision: bool = False
     pdf: bool = False
+    # Whether the model is offered tools at all. A local GGUF whose chat template never names
+    # tools has none (heron/providers/gguf.py): offered them anyway, it talks about them
+    # instead of answering. (The tools any model gets: heron/agent/engine.py opening_registry.)
+    tools: bool = True
 
 
+# A tiny model (SmolLM2-135M, or any GGUF file under TINY_PARAMETERS): a short cap, no
+# continuation, the guard, a brief prompt, low temperature and a mild repeat penalty. Measured
+# on SmolLM2-135M over 21 short prompts x 3 seeds (docs/engine.md): at temperature 0.2 without a
+# penalty the guard stopped 8 loops, with 1.1 none, and "What is the capital of France?" still
+# answers Paris (5 seeds of 5).
+TINY = ModelProfile(
+    8_192,
+    512,
+    tool_mode="fenced",
+    continue_cut=False,
+    loop_guard=True,
+    brief_prompt=True,
+    temperature=0.2,
+    repeat_penalty=1.1,
+)
 # First match wins; patterns are fnmatch globs over the lower-cased model name.
 _BUILTIN: list[tuple[str, ModelProfile]] = [
     ("claude-*opus*", ModelProfile(200_000, 32_000, vision=True, pdf=True)),
@@ -55,23 +75,7 @@ _BUILTIN: list[tuple[str, ModelProfile]] = [
     ("o[134]*", ModelProfile(200_000, 64_000)),
     ("deepseek-reasoner*", ModelProfile(128_000, 32_000, resend_reasoning=True)),
     ("deepseek*", ModelProfile(128_000, 8_192)),
-    # SmolLM2-135M: a short cap, no continuation, the guard, a brief prompt, low temperature and
-    # a mild repeat penalty. Measured over 21 short prompts x 3 seeds (docs/engine.md): at
-    # temperature 0.2 without a penalty the guard stopped 8 loops, with 1.1 none, and "What is
-    # the capital of France?" still answers Paris (5 seeds of 5).
-    (
-        "*smollm*",
-        ModelProfile(
-            8_192,
-            512,
-            tool_mode="fenced",
-            continue_cut=False,
-            loop_guard=True,
-            brief_prompt=True,
-            temperature=0.2,
-            repeat_penalty=1.1,
-        ),
-    ),
+    ("*smollm*", TINY),
     ("*qwen*", ModelProfile(32_768, 8_192)),
     # Llama 3.1, 3.2 and 3.3 (ollama's llama3.2, or meta-llama/Llama-3.3-70B-Instruct) have a
     # 128k window and call tools natively; older Llamas fall to the cautious profile below.
@@ -87,6 +91,11 @@ def attachments_taken(profile: ModelProfile) -> str:
     return ", ".join(taken) if taken else "text only"
 
 
+def tool_calls(profile: ModelProfile) -> str:
+    """How the model calls tools, as tables say it: native, fenced, or none offered."""
+    return profile.tool_mode if profile.tools else "none"
+
+
 def markdown_table() -> str:
     """The README's "Models Heron knows" table, from the profiles above (a test checks that
     the README holds exactly this)."""
@@ -94,7 +103,7 @@ def markdown_table() -> str:
     lines.append("| --- | ---: | ---: | --- | --- |")
     for pattern, p in _BUILTIN:
         lines.append(
-            f"| `{pattern}` | {p.context_window:,} | {p.max_output:,} | {p.tool_mode} "
+            f"| `{pattern}` | {p.context_window:,} | {p.max_output:,} | {tool_calls(p)} "
             f"| {attachments_taken(p)} |"
         )
     return "\n".join(lines)
@@ -112,6 +121,7 @@ _FIELDS: dict[str, type] = {
     "repeat_penalty": float,
     "vision": bool,
     "pdf": bool,
+    "tools": bool,
 }
 
 
@@ -121,6 +131,37 @@ def profile_for(
     """The built-in profile for `model`, then any `[models."<glob>"]` overrides from config."""
     name = model.lower()
     profile = next((p for pat, p in _BUILTIN if fnmatch.fnmatch(name, pat)), ModelProfile())
+    return overridden(profile, model, overrides)
+
+
+# Below this many parameters a GGUF model gets the tiny profile: SmolLM2's 135M and 360M loop
+# and take a full system prompt for the question; 1B-class models answer with the full prompt.
+TINY_PARAMETERS = 1_000_000_000
+# The window of a GGUF file that names no trained context length (llama.cpp's own default).
+UNSAID_WINDOW = 4_096
+
+
+def gguf_profile(
+    facts: GgufFacts, model: str, overrides: Mapping[str, Mapping[str, object]] | None = None
+) -> ModelProfile:
+    """The profile of a local GGUF model, from what its file says rather than its name: the
+    window it was trained on, tools only when its chat template takes them (else none, with
+    past tool calls rendered as text), the tiny profile under TINY_PARAMETERS; then the
+    `[models."<glob>"]` overrides. choose_model caps the window at the trained length."""
+    window = facts.context_length or UNSAID_WINDOW
+    tools = facts.takes_tools
+    tiny = facts.parameters is not None and facts.parameters < TINY_PARAMETERS
+    base = TINY if tiny else ModelProfile(max_output=8_192)
+    mode: ToolMode = "native" if tools else "fenced"
+    profile = replace(base, context_window=window, tools=tools, tool_mode=mode)
+    return overridden(profile, model, overrides)
+
+
+def overridden(
+    profile: ModelProfile, model: str, overrides: Mapping[str, Mapping[str, object]] | None
+) -> ModelProfile:
+    """`profile` with the `[models."<glob>"]` tables that match `model` applied, in order."""
+    name = model.lower()
     for pattern, values in (overrides or {}).items():
         if fnmatch.fnmatch(name, pattern.lower()):
             profile = apply_overrides(profile, values, where=f'[models."{pattern}"]')
@@ -166,3 +207,36 @@ class ModelChoice:
     # The setting that named base_url ("HERON_BASE_URL", "[providers.openai] base_url in
     # config.toml"): errors about the server say what to fix. None: the provider's own API.
     url_source: str | None = None
+    # What the local model's GGUF file says (its profile was made from it); None otherwise.
+    facts: GgufFacts | None = None
+
+
+def _size(parameters: int) -> str:
+    if parameters >= 1_000_000_000:
+        return f"{parameters / 1e9:.1f}B"
+    return f"{parameters / 1e6:.0f}M"
+
+
+def file_summary(choice: ModelChoice) -> str | None:
+    """What was read from the local model's GGUF file and the profile made from it, in one
+    line (`heron models`, /status, the chat's header); None for a model not run from a file."""
+    facts = choice.facts
+    if facts is None:
+        return None
+    p = choice.profile
+    about = [facts.name or (choice.model_path.name if choice.model_path else choice.model)]
+    if facts.parameters:
+        about.append(f"{facts.size_label or _size(facts.parameters)} parameters")
+    trained = f"{facts.context_length:,} tokens" if facts.context_length else "not said"
+    about.append(f"trained context {trained}")
+    if p.tools:
+        tools = "yes" if p.tool_mode == "native" else "yes, as fenced text"
+    else:
+        why = "its chat template takes none" if not facts.takes_tools else "configured off"
+        tools = f"no ({why})"
+    said = f"window {p.context_window:,}, output cap {p.max_output:,}, tools {tools}"
+    if p.brief_prompt:
+        said += ", brief prompt"
+    if p.loop_guard:
+        said += ", loop guard"
+    return f"from the file: {', '.join(about)}; {said}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -38,6 +39,7 @@ from heron.config import ConfigWatch
 from heron.errors import ConfigError
 from heron.messages import File
 from heron.proactive import wiring
+from heron.providers.profiles import file_summary
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -94,6 +96,10 @@ class Runtime:
                 # HERON_CONTEXT_WINDOW, HERON_BASE_URL): heron.channels.remote:serve_differs.
                 "model_name": choice.model,
                 "window": choice.profile.context_window,
+                # The whole profile (a client's budget view builds the serve's next request),
+                # and what a local model's file said (the chat's header shows it).
+                "profile": dataclasses.asdict(choice.profile),
+                "model_file": file_summary(choice),
                 "base_url": choice.base_url,
                 # Which Heron this is and which config.toml it loaded: a client that is
                 # another Heron, or finds the file changed since, says so (remote.serve_news).
@@ -156,9 +162,11 @@ class Runtime:
         await wiring.settle(self.loop, self.proactive.subagents if self.proactive else None)
 
     async def close(self) -> None:
-        """Shutdown: services cancelled, running turns stopped as by /stop (what they
-        finished is kept), their last events delivered, every client told the serve stopped
-        and its connection closed, then the loop's tasks ended."""
+        """Shutdown: services cancelled, no turn started from here on, running turns stopped
+        as by /stop (what they finished is kept), what the person sent that no turn read kept
+        in its conversation unanswered (each client that sent it told so: AgentLoop.close),
+        their last events delivered, every client told the serve stopped and its connection
+        closed, then the loop's tasks ended."""
         if self.closed:
             return
         self.closed = True
@@ -167,7 +175,7 @@ class Runtime:
         if self._tasks:
             if self.proactive is not None:  # subagents recorded interrupted, then the turns
                 await self.proactive.close()
-            await self.loop.close()
+            await self.loop.close("heron serve stopped")  # what waits unread is kept
             await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
         await asyncio.gather(*(s.end() for s in list(self.sessions)))
         await _cancel(self._tasks)

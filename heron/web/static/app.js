@@ -972,6 +972,8 @@ function App() {
           lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
         } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
           // Another client's "Stopped.": the turn's end said here who stopped it.
+        } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
+          // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
           const after = anchorOf(lv, itemsRef.current);
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
