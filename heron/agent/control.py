@@ -42,13 +42,20 @@ def mail_label(channel: str | None) -> str:
     return MAIL_LABEL if channel is None else f"{MAIL_LABEL[:-2]}, from {channel}] "
 
 
-_LABELLED = re.compile(r"\[sent while you were working(?:, from [^\]\s]+)?\] ")
+_LABELLED = re.compile(r"\[sent while you were working(?:, from ([^\]\s]+))?\] ")
 
 
 def unlabelled(text: str) -> str | None:
     """The text of mail without its label (`mail_label`); None when `text` is not mail."""
     found = _LABELLED.match(text)
     return None if found is None else text[found.end() :]
+
+
+def mail_channel(text: str) -> str | None:
+    """The channel mail's label names (`mail_label`: one other than the turn's own); None
+    when it names none or `text` is not mail."""
+    found = _LABELLED.match(text)
+    return None if found is None else found.group(1)
 
 
 def without_labels(text: str) -> str:

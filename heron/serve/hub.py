@@ -7,6 +7,12 @@ keeps the last JOURNAL_SIZE events in memory, so a client that reconnects with `
 exactly the events it missed; older than that, it is told `gap` and reloads the transcript
 from the store, which is the truth.
 
+A seq means something only in the process that numbered it: every hub has an `instance` id,
+sent in each welcome, and a client names it with its `last_seq` when it comes back. A client
+that comes back to another instance (the serve was restarted; its numbering began again at 0)
+is told `gap` too, whatever its number: its old `last_seq` would otherwise hide every event of
+the new serve up to that number.
+
 At most `cap` idle conversations (no client attached, no turn running) keep their journal
 loaded; past that the least recently used is unloaded, keeping only its seq, so numbering goes
 on where it stopped. A client that comes back to it with an older `last_seq` is told `gap` and
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -171,7 +178,10 @@ class Hub:
         cap: int | None = None,
     ) -> None:
         self.size = size
-        self.about = about or {}
+        # This process's numbering: a client's `last_seq` counts in the instance it names.
+        self.instance = secrets.token_hex(8)
+        self.about = about if about is not None else {}
+        self.about["instance"] = self.instance
         self.cost = cost  # a turn's price from its usage (None: unknown)
         self.cap = IDLE_CAP if cap is None else cap
         # Least recently used first; `unloaded` keeps the seq of each journal let go.
@@ -215,16 +225,22 @@ class Hub:
         journal = self.journals.get(key)
         return journal is not None and bool(journal.clients)
 
-    def attach(self, client: Client, key: str, last_seq: int | None) -> None:
+    def attach(
+        self, client: Client, key: str, last_seq: int | None, instance: str | None = None
+    ) -> None:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
         welcome, then what it missed: every event after last_seq still kept; none for None
-        (a client that wants only what happens from now on); `gap` when some are gone. With
-        nothing replayed, the question and the approvals that wait follow, so that this client
-        can answer."""
+        (a client that wants only what happens from now on); `gap` when some are gone, or
+        when `last_seq` was numbered by another serve (`instance`, or a number this one never
+        reached). With nothing replayed, the question and the approvals that wait follow, so
+        that this client can answer."""
         self.detach(client)
         journal = self.journal(key)
         client.key = key
+        foreign = instance is not None and instance != self.instance
         missed = [] if last_seq is None else journal.since(last_seq)
+        if last_seq is not None and (foreign or last_seq > journal.seq):
+            missed = None  # another serve's number: it tells nothing of what this one sent
         gap = missed is None or len(missed) >= CLIENT_QUEUE
         client.unseen = set(journal.calls) if last_seq is None or gap else set()
         client.queue.put_nowait(journal.welcome(client, gap=gap))

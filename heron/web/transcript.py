@@ -26,7 +26,7 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from heron.agent.control import unlabelled
+from heron.agent.control import mail_channel, unlabelled
 from heron.agent.turn import FAILED, REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
@@ -61,6 +61,7 @@ class Item:
     turn_message: int | None = None  # the user message that opened that turn
     text: str = ""
     mail: bool = False
+    mail_from: str | None = None  # mail's channel, when not that of its turn's message
     files: list[Attachment] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)  # every stored row the item shows
@@ -322,6 +323,7 @@ def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str)
         turn_message,
         text if said is None else said,
         mail=said is not None,
+        mail_from=mail_channel(text),
         rows=[row.id],
     )
     for n, part in enumerate(row.message.parts):
