@@ -82,15 +82,15 @@ def idle_conversations(
 ) -> list[tuple[int, str]]:
     """(id, agent) of the conversations last updated before `cutoff`, with a history, no
     running turn and no idle retry pending at `now` (of `conversation_id` alone, if given)."""
+    one = "" if conversation_id is None else " AND c.id = ?"
     rows = store.query(
         "SELECT c.id, c.agent FROM conversations c"
         " LEFT JOIN context_state s ON s.conversation_id = c.id"
         " WHERE c.updated < ? AND c.head_id IS NOT NULL"
-        " AND COALESCE(s.idle_retry_after, 0) <= ?"
-        " AND (? IS NULL OR c.id = ?)"
-        " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
+        " AND COALESCE(s.idle_retry_after, 0) <= ?" + one + " AND NOT EXISTS"
+        " (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
         " AND t.status = 'running' AND t.kind = 'turn')",
-        (cutoff, now, conversation_id, conversation_id),
+        (cutoff, now) if conversation_id is None else (cutoff, now, conversation_id),
     )
     return [(int(r[0]), str(r[1])) for r in rows]
 
