@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from heron.agent.commands import CommandContext, CommandReply
-from heron.agent.relay import Relayed
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
 from heron.messages import plural
-from heron.store import goals, runs
+from heron.store import goals, runs, waiting
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
 
@@ -182,11 +181,14 @@ class Goals:
     def tell(self, key: str, note: str) -> None:
         """Say `note` to whoever has the conversation open now, and keep it there as Heron's
         row (heron/agent/relay.py): the person who set the goal and walked away reads it
-        later, and the model reads it as Heron's, not as the person's."""
+        later, and the model reads it as Heron's, not as the person's. On disk at once (one
+        short insert, fine on the loop: this runs in the end-of-turn hook), moved in now or
+        after the turn running there."""
         channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
         self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice", by=GOAL_WHO))
-        relayed = Relayed(note, GOAL_WHO, key)
-        self.loop.relays.take(key, relayed, "default", turn_running=self.loop.running(key))
+        waiting.hold(self.store, key, "default", note, GOAL_WHO, key)
+        if not self.loop.running(key):  # else that turn's end moves it in
+            self.loop.relays.release(key)
 
     def _owed(self, key: str) -> list[runs.Run]:
         return runs.open_for(self.store, key)

@@ -139,6 +139,9 @@ class Runtime:
             asyncio.create_task(self.loop.run(idle=self.idle)),
             asyncio.create_task(self.dispatcher.run()),
         ]
+        # What background work said that an earlier process left waiting (killed before the
+        # turn it waited for ended) goes into its conversation now.
+        self.loop.relays.sweep()
         if self.proactive is not None:  # results owed by an earlier process announced now,
             await self.proactive.start()
             await self.proactive.goals.resume()  # and goals a closed chat left open go on
