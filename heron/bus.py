@@ -110,6 +110,9 @@ class OutboundMessage:
     # "stop_answer" (/stop's answer) is for the client that sent it: the others hear who stopped
     # the turn from its end (`TurnEnd.stopped_by`).
     code: str | None = None
+    # Who said it, when not the conversation's own turn: background work's label ("the
+    # heartbeat check", "scheduled job 3 (a monitor)"), shown with the text by the clients.
+    by: str | None = None
 
 
 STOP_ANSWER_CODE = "stop_answer"

@@ -542,10 +542,12 @@ class AgentLoop:
         # Background work speaks where its user is (a monitor's job conversation), not in
         # its own silent conversation.
         to = message.meta.get("deliver_to", key)
-        await self._send(message, to, text, kind)
         if to == key or kind != "message":
-            return None  # said in the turn's own conversation: its tool call is in the record
+            # Said in the turn's own conversation: its tool call is in the record.
+            await self._send(message, to, text, kind)
+            return None
         who = message.meta.get("deliver_as") or f"background work ({key})"
+        await self._send(message, to, text, kind, by=who)  # labelled: not this conversation's
         return await self._relay(to, Relayed(text, who, key), message.agent)
 
     async def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
@@ -560,10 +562,16 @@ class AgentLoop:
         return f"Nobody has conversation {to!r} open now: {kept}, where the user sees it next."
 
     async def _send(
-        self, message: InboundMessage, key: str, text: str, kind: str, code: str | None = None
+        self,
+        message: InboundMessage,
+        key: str,
+        text: str,
+        kind: str,
+        code: str | None = None,
+        by: str | None = None,
     ) -> None:
         await self.bus.send(
-            OutboundMessage(message.channel, message.chat_id, key, text, kind, code)  # type: ignore[arg-type]
+            OutboundMessage(message.channel, message.chat_id, key, text, kind, code, by)  # type: ignore[arg-type]
         )
 
     # ---- interrupts -----------------------------------------------------------------------

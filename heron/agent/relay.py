@@ -30,13 +30,13 @@ from heron.agent.turn import STOPPED
 from heron.messages import File, Message, Text
 from heron.store import Store, waiting
 from heron.store import engine_state as es
-from heron.store.waiting import LABEL, RELAY_META
+from heron.store.waiting import BY_META, LABEL, RELAY_META
 
 if TYPE_CHECKING:
     from heron.config import AttachmentCaps
 
 log = logging.getLogger(__name__)
-__all__ = ["LABEL", "RELAY_META", "RelayDesk", "Relayed", "keep_words", "move_in"]
+__all__ = ["LABEL", "RELAY_META", "RelayDesk", "Relayed", "keep_words", "move_in", "said_by"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,17 @@ class Relayed:
     text: str
     who: str
     spoken_in: str
+
+
+def said_by(meta: dict[str, Any]) -> str | None:
+    """Who said a kept row of background work, for the label the clients show with it (None:
+    not such a row). A row kept before its sayer was stored names the conversation it was
+    said in."""
+    by = meta.get(BY_META)
+    if by:
+        return str(by)
+    spoken = meta.get(RELAY_META)
+    return f"background work ({spoken})" if spoken else None
 
 
 async def move_in(store: Store, key: str, *, close_dead: bool = True) -> int:

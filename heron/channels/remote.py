@@ -571,9 +571,11 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind == "message":
         said = event.get("kind")
         said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
-        code = event.get("code")
+        code, by = event.get("code"), event.get("by")
         text = event.get("text", "")
-        return OutboundMessage(channel, chat, key, text, said_kind, code if code else None)
+        return OutboundMessage(
+            channel, chat, key, text, said_kind, code if code else None, str(by) if by else None
+        )
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")

@@ -253,6 +253,8 @@ class TerminalView:
         elif m.kind == "command":
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
+            if m.by:  # background work's message (a monitor, the heartbeat): say whose
+                self.console.print(RichText(f"from {m.by}:", style="dim cyan"))
             self.markdown(m.text)
         if m.kind == "question":  # ask_user: the next line typed here is the answer
             self.console.print("[dim]↳ your next message answers it[/dim]")

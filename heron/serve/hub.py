@@ -312,6 +312,8 @@ class Hub:
             message = {"type": "message", "kind": item.kind, "text": item.text}
             if item.code is not None:
                 message["code"] = item.code
+            if item.by is not None:  # background work's message: who said it
+                message["by"] = item.by
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent

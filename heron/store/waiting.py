@@ -19,8 +19,10 @@ from typing import Any
 from heron.messages import Message, Text
 from heron.store.db import Store
 
-# Meta of the stored row: the conversation whose turn said it (`cron:3`, `heartbeat`).
+# Meta of the stored row: the conversation whose turn said it (`cron:3`, `heartbeat`), and
+# who said it, as the person reads it ("the heartbeat check": heron/agent/relay.py `said_by`).
 RELAY_META = "spoken_in"
+BY_META = "said_by"
 # What the model of the conversation reads: who said it, and that the person did not write it.
 LABEL = "[Sent to the user by {who}, not written by the user] "
 
@@ -42,7 +44,7 @@ class Waiting:
         row authored by Heron, never the person's words."""
         shown = Message("user", [Text(self.text)])
         sent = Message("user", [Text(LABEL.format(who=self.who) + self.text)])
-        return shown, sent, {RELAY_META: self.spoken_in}
+        return shown, sent, {RELAY_META: self.spoken_in, BY_META: self.who}
 
 
 def hold(store: Store, key: str, agent: str, text: str, who: str, spoken_in: str) -> int:

@@ -323,7 +323,7 @@ function Item({ item, onEdit, number }) {
   if (item.kind === "note" && item.failed) { // a failed turn's note, from its turn row
     return html`<div class="note error" role="note"><pre>${item.text}</pre></div>`;
   }
-  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
+  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${By(item.by)} ${item.text}</div>`;
   if (item.kind === "user") return html`<${UserItem} item=${item} onEdit=${onEdit} number=${number} />`;
   return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
     <${Segments} segments=${item.segments} /></article>`;
@@ -422,8 +422,11 @@ function Live({ live, list, onApprove, notes }) {
 // What Heron said outside a reply (a failed turn, a command's answer, /stop's): shown where it
 // was said, not at the foot of the page, where later turns would come above it.
 function Note({ n }) {
-  return html`<div class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`;
+  return html`<div class=${"note " + n.kind} role="note">${By(n.by)}<pre>${n.text}</pre></div>`;
 }
+
+// Who said a note of background work (a monitor, the heartbeat, a goal), shown before it.
+const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
 
 // The Markdown texts of stored items, for prerender.
 const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text));
@@ -470,7 +473,7 @@ function placeNotes(shown, items, notes, live) {
   const kept = new Map(); // per text, the stored notes not yet matched to a live one
   const left = notes.filter((n) => {
     if (n.kind === "error" && failed.has(n.after.turn)) return false;
-    if (n.kind !== "message") return true;
+    if (n.kind !== "message" && !n.by) return true; // `by`: kept in the transcript too
     if (!kept.has(n.text)) kept.set(n.text, storedNotes(items, n.text));
     if (kept.get(n.text) <= n.stored) return true;
     kept.set(n.text, kept.get(n.text) - 1); // stored since it came: the transcript shows it
@@ -823,7 +826,7 @@ function Work({ conv, send, tick, notify }) {
     <h3>Subagents</h3>
     ${data.subagents.length ? html`<ul class="work">${data.subagents.map((r) => html`<li key=${r.id} class="work-item">
       <div>${first(r.task)}</div>
-      <div class="work-meta">${r.id} · ${r.status === "running" ? "running" : r.status + ", not reported back"} · ${since(r.started, r.finished)}</div>
+      <div class="work-meta">${r.id} · ${r.status === "waiting" ? r.waiting : (r.status === "running" ? "running" : r.status + ", not reported back") + " · " + since(r.started, r.finished)}</div>
       <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
   </section>`;
@@ -1078,7 +1081,7 @@ function App() {
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
           const stored = storedNotes(itemsRef.current, ev.text);
-          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after, stored }]);
+          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, by: ev.by, after, stored }]);
         }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
