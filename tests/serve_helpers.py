@@ -176,10 +176,11 @@ class LineClient:
 
 
 class ServeProcess:
-    """A real `heron serve --port 0` subprocess on `home`, ready once it printed its URL."""
+    """A real `heron serve --port PORT` subprocess on `home` (any free port for 0), ready once
+    it printed its URL."""
 
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home, self.env = home, env
+    def __init__(self, home: Path, env: dict[str, str], port: int = 0) -> None:
+        self.home, self.env, self.port = home, env, port
         self.proc: subprocess.Popen[str] | None = None
         self.banner = ""
         self.login = ""  # the login address it printed
@@ -187,7 +188,7 @@ class ServeProcess:
 
     def __enter__(self) -> ServeProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "heron", "serve", "--port", "0"],
+            [sys.executable, "-m", "heron", "serve", "--port", str(self.port)],
             env=clean_env(self.home, self.env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -322,3 +322,18 @@ async def test_a_review_pass_fits_the_window_the_engine_runs_with(monkeypatch):
         await engine.review_pass(conv.id, CLOSE_REVIEW)
     (request,) = model.requests
     assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
+
+
+def test_a_lesson_already_waiting_is_not_queued_again(setup):
+    """The nightly review reads each conversation in turn: eight passes picking one rule
+    queued it eight times (QA18g #6)."""
+    _store, service, cid = setup
+    path = EntryPath("personal", "when", "checks", "fast-checks-first")
+    first = service.suggest_lesson(path, "Always run the fast checks first.", "slow feedback")
+    again = service.suggest_lesson(path, "always run the fast checks first", "", cid)
+    other = service.suggest_lesson(path, "Read the logs before guessing.", "")
+    assert again == first and other != first
+    assert [s.text for s in service.waiting()] == [
+        "Always run the fast checks first.",
+        "Read the logs before guessing.",
+    ]

@@ -134,3 +134,23 @@ async def test_status_shows_the_goal_and_subagents_in_the_terminal_and_through_s
     (reply,) = [e["text"] for e in events if e["type"] == "message" and e["kind"] == "command"]
     assert "goal: active, 1 of 20 turns" in reply
     assert re.search(r"^subagent sa_1: running, ", reply, re.M) and "sa_2" not in reply
+
+
+async def test_status_says_every_time_in_the_agents_zone():
+    """The heartbeat's last tick in the zone the nightly review's next time is in, not the
+    system's (QA18g: three zones in one /status)."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider([]), registry=ToolRegistry([])
+    ) as engine:
+        store = engine.store
+        tokyo = parse(cron="45 13 * * *", timezone="Asia/Tokyo")
+        js.sync_review(store, tokyo, True, 0.0, "review")
+        beat = dt.datetime(2026, 12, 5, 12, 29, tzinfo=dt.UTC).timestamp()
+        js.claim_tick(store, "heartbeat", "me", beat, 60.0)
+        js.end_tick(store, "heartbeat", "checked")
+        status = (await engine.turn("s", "/status")).reply.splitlines()
+    shown = dt.datetime.fromtimestamp(beat, ZoneInfo("Asia/Tokyo"))
+    assert f"heartbeat: last {shown:%Y-%m-%d %H:%M} checked" in status

@@ -374,3 +374,24 @@ def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_jo
     assert (old.id, old.status) == (fire.run_id, "interrupted")
     assert "killed or crashed" in old.detail
     assert (new.id, new.status) == (again.run_id, "running")
+
+
+async def test_with_tz_set_the_jobs_zone_and_the_models_clock_agree(monkeypatch):
+    """A TZ variable is this process's local time, and what the runtime block shows the model:
+    "remind me at six" must be read in the same zone (QA18g #2: read as UTC, 13:00 in New York)."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        create = {"action": "create", "prompt": "Call mum.", "cron": "0 18 * * *"}
+        async with rig([call("schedule", create), answer("Saved.")], local(2026, 6, 1, 8, 0)) as r:
+            await r.loop.dispatch(InboundMessage("terminal", "1", "remind me at six", "tz"))
+            await r.loop.wait_idle()
+            (job,) = [j for j in js.list_jobs(r.engine.store) if not j.builtin]
+            told = r.provider.requests[0].messages[-1].text
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert job.schedule.timezone == "America/New_York"
+    assert "(America/New_York)" in told

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import stat
 from io import StringIO
 from pathlib import Path
@@ -74,7 +75,9 @@ async def test_a_message_streams_as_numbered_events_to_the_client_that_sent_it()
             "config_digest": None,  # no config.toml in this home
             "running": [],
             "waiting": [],
+            "instance": welcome["instance"],  # this process's numbering (test_serve_restart)
         }
+        assert re.fullmatch(r"[0-9a-f]{16}", welcome["instance"])
         await ws.send(json.dumps({"type": "send", "text": "hello there"}))
         events = await ws_until(ws, "turn_end")
     kinds = [e["type"] for e in events]

@@ -218,16 +218,23 @@ def test_markdown_is_sanitised(page, model):
     assert page.locator(".msg.assistant img[onerror]").count() == 0
 
 
-def test_retry_makes_a_branch_and_switching_goes_back(page, model):
-    _send(page, "pick a number")
-    model.reply("seven")
-    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
+def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second: str) -> Any:
+    """`text` answered `first`, then retried from the branches view and answered `second`:
+    two branches, the second shown; returns the open branches view."""
+    _send(page, text)
+    model.reply(first)
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text(first)
     page.get_by_role("button", name="branches").click()
     panel = page.get_by_role("complementary", name="branches")
     panel.get_by_role("button", name="Retry the last message").click()
-    model.reply("three")
-    expect(page.locator(".msg.assistant:not(.live)")).to_have_text("three")
+    model.reply(second)
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_text(second)
     expect(panel.get_by_role("button", name=re.compile("switch to branch"))).to_have_count(2)
+    return panel
+
+
+def test_retry_makes_a_branch_and_switching_goes_back(page, model):
+    panel = _two_branches(page, model, "pick a number", "seven", "three")
     panel.get_by_role("button", name="switch to branch 1").click()
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
 
@@ -549,6 +556,7 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
             store, when, conversation="personal", prompt="Check the feed.", now=time.time()
         )
         runs.create(store, "sa_web", "subagent", "personal", "Summarise the logs", status="running")
+        runs.create(store, "sa_wait", "subagent", "personal", "Count the files", status="waiting")
         page.on("dialog", lambda d: d.accept())
         page.get_by_role("button", name="work", exact=True).click()
         panel = page.get_by_role("complementary", name="work")
@@ -556,12 +564,17 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         expect(panel).to_contain_text("0 of 20 turns")
         expect(panel).to_contain_text("Check the feed.")
         expect(panel).to_contain_text("sa_web · running")
+        waiting = panel.locator(".work-item").filter(has_text="sa_wait")
+        meta = "sa_wait · waiting for a slot (1st in line)"  # no clock before it starts
+        expect(waiting.locator(".work-meta")).to_have_text(meta)
         panel.get_by_role("button", name=f"cancel job {job.id}").click()
         expect(panel).to_contain_text("No jobs bound to this conversation.")
         assert js.get_job(store, job.id).status == "cancelled"
         panel.get_by_role("button", name="cancel subagent sa_web").click()
+        panel.get_by_role("button", name="cancel subagent sa_wait").click()
         expect(panel).to_contain_text("No subagents working for this conversation.")
         assert runs.get(store, "sa_web").status == "cancelled"
+        assert runs.get(store, "sa_wait").status == "cancelled"
         panel.get_by_role("button", name="stop the goal").click()
         expect(panel).to_contain_text("No goal.")
         assert goals.open_goal(store, "personal") is None
@@ -945,6 +958,27 @@ def test_sending_while_the_serve_is_down_says_so_and_keeps_the_text(browser, mod
     pg.context.close()
 
 
+def test_a_not_sent_notice_stays_its_full_time_after_an_earlier_notice(browser, model):
+    """The serve's "heron serve stopped" notice, then a message sent while it is down: the
+    "Not sent" notice stays for its own six seconds, not until the earlier one's time ran out."""
+    with serve(model) as site:
+        context = site.context(browser)
+        pg = context.new_page()
+        pg.clock.install()
+        pg.goto(site.url + "/")
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    alert = pg.get_by_role("alert")
+    expect(alert).to_contain_text("heron serve stopped")
+    pg.clock.fast_forward(4000)
+    _send(pg, "are you there?")
+    expect(alert).to_contain_text("Not sent")
+    pg.clock.fast_forward(3000)  # the first notice's six seconds are over, not this one's
+    expect(alert).to_contain_text("Not sent")
+    pg.clock.fast_forward(4000)
+    expect(alert).to_have_count(0)
+    context.close()
+
+
 def test_the_list_tells_conversations_with_the_same_first_message_apart(page, model):
     """Each conversation in the list says, dim under its title, how many turns it has and
     when it was last used: two that began with the same words are told apart."""
@@ -1105,6 +1139,8 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         model.reply("Told them.")
         notes = pg.locator(".messages .note").filter(has_text=alert)
         expect(notes).to_have_count(1)  # live, at once
+        said_by = "from scheduled job 9 (a monitor):"  # who said it, not an unlabelled line
+        expect(notes.locator(".by")).to_have_text(said_by)
         _send(pg, "fix it")
         model.reply("Fixing.")
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
@@ -1112,21 +1148,22 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.reload()
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
         expect(notes).to_have_count(1)
+        expect(notes.locator(".by")).to_have_text(said_by)  # the stored note says it too
         order = pg.locator(".messages").text_content() or ""
         assert order.index("Hi.") < order.index(alert) < order.index("fix it")
         pg.context.close()
 
 
-def _long(key: str, turns: int) -> None:
+def _long(key: str, turns: int, marked: dict[int, str] | None = None) -> None:
     """A conversation of `turns` finished turns (a question and its answer each), stored as the
-    engine stores them."""
+    engine stores them; `marked`: words added to the question of those turns."""
     from heron.messages import Message, Text, Usage
 
     store = Store(Settings.load().paths.db)
     conv = store.open_conversation(key)
     with store.transaction():
         for i in range(turns):
-            asked = Message("user", [Text(f"Question {i}")])
+            asked = Message("user", [Text(f"Question {i}{(marked or {}).get(i, '')}")])
             turn, _ = store.begin_turn(conv.id, f"run-{key}-{i}", asked)
             store.append(conv.id, Message("assistant", [Text(f"Answer {i}.")]), turn_id=turn)
             usage = Usage(1, 1, 0, 0)
@@ -1242,4 +1279,161 @@ def test_the_list_of_conversations_comes_in_pages_and_search_finds_one_by_its_ke
     nav.get_by_role("searchbox", name="search conversations").fill("trip-07")
     expect(nav.get_by_role("listitem")).to_have_count(1)
     expect(nav.get_by_role("link")).to_have_attribute("href", "#c=trip-07")
+    pg.context.close()
+
+
+def test_mail_from_another_tab_and_a_terminal_shows_in_every_tab_once(browser, page, site, model):
+    """What another client sends while a turn runs shows in every tab at once, labelled as
+    mail with the channel it came from, also in a tab reloaded mid-turn; once the turn ends,
+    the stored rows take its place (each once, with the same labels)."""
+    import threading
+
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(page, "start a long job")
+    model.feed(("text", "Working on it"))
+    expect(phone.locator(".live")).to_contain_text("Working on it")
+    _send(phone, "mail from the phone")
+    terminal = threading.Thread(
+        target=control_send, args=(site, "mail from the terminal"), kwargs={"channel": "terminal"}
+    )
+    terminal.start()
+    tags = {
+        "mail from the phone": "sent while the agent worked",
+        "mail from the terminal": "sent while the agent worked, from heron chat",
+    }
+    for tab in (page, phone):
+        for text, tag in tags.items():
+            mail = tab.locator(".msg.mail").filter(has_text=text)
+            expect(mail).to_have_count(1)
+            expect(mail.locator(".mail-tag")).to_have_text(tag)
+    phone.reload()  # mid-turn: the journal's replay shows them again
+    for text in tags:
+        expect(phone.locator(".msg.mail").filter(has_text=text)).to_have_count(1)
+    model.feed(("end", None))
+    model.reply("Done with all of it.")
+    terminal.join(30)
+    for tab in (page, phone):
+        expect(tab.locator(".msg.assistant:not(.live)").last).to_contain_text("Done with all")
+        expect(tab.locator(".live")).to_have_count(0)
+        for text, tag in tags.items():
+            stored = tab.locator(".msg.mail[data-id]").filter(has_text=text)
+            expect(stored).to_have_count(1)
+            expect(stored.locator(".mail-tag")).to_have_text(tag)
+            expect(tab.locator(".msg.mail").filter(has_text=text)).to_have_count(1)
+    phone.context.close()
+
+
+def test_a_new_from_another_tab_is_said_after_the_turn_it_stopped_in_both_tabs(
+    browser, page, site, model
+):
+    """/new sent from the phone while the laptop's turn streams: both tabs say, after that
+    turn (not above it), that /new from the browser stopped it, then that a new conversation
+    began."""
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(page, "tell a long story")
+    model.feed(("text", "Once upon a time"))
+    expect(phone.locator(".live")).to_contain_text("Once upon")
+    model.auto = "noted"  # /new archives what was said for memory, asking the model
+    _send(phone, "/new")
+    for tab in (page, phone):
+        expect(tab.get_by_text("New conversation started")).to_have_count(1)
+        _order(
+            tab,
+            "tell a long story",
+            "Once upon a time",
+            "Stopped by /new from the browser. What the turn finished is kept.",
+            "New conversation started",
+        )
+    phone.context.close()
+
+
+def test_a_branch_switched_from_the_terminal_is_said_before_the_turns_after_it(
+    browser, page, site, model
+):
+    """/tree N typed in a terminal: every tab says "Switched to branch N" after the branch's
+    last turn and above the turns that come later, not below them."""
+    _two_branches(page, model, "base message", "the first answer", "the second answer")
+    model.auto = "an answer"
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    expect(phone.locator(".msg.assistant")).to_have_count(1)
+    control_send(site, "/tree 1", channel="terminal")
+    for tab in (page, phone):
+        expect(tab.get_by_text("Switched to branch 1")).to_have_count(1)
+    control_send(site, "after the switch", channel="terminal")
+    for tab in (page, phone):
+        expect(tab.locator(".msg.assistant:not(.live)")).to_have_count(2)
+        # (the note names the branch's messages: "base message → the first answer")
+        _order(tab, "Switched to branch 1", "after the switch", "an answer")
+    phone.context.close()
+
+
+def test_the_title_stays_the_conversations_after_a_reconnect(browser, site, model):
+    """A dropped socket reconnects to the same serve: the header keeps the conversation's
+    title (its first message) instead of falling back to its key."""
+    context = site.context(browser)
+    context.add_init_script(
+        "window.__sockets = []; window.__welcomes = 0; const Socket = window.WebSocket;"
+        "window.WebSocket = class extends Socket { constructor(...a) { super(...a);"
+        "  window.__sockets.push(this); this.addEventListener('message', (e) => {"
+        "    if (JSON.parse(e.data).type === 'welcome') window.__welcomes++; }); } };"
+    )
+    pg = context.new_page()
+    pg.goto(site.url + "/")
+    _send(pg, "what the title says")
+    model.reply("an answer")
+    title = pg.get_by_role("heading", level=1)
+    expect(title).to_have_text("what the title says")
+    pg.evaluate("window.__sockets[window.__sockets.length - 1].close()")
+    for _ in range(300):  # the page's CSP forbids wait_for_function's eval: polled here
+        if pg.evaluate("window.__welcomes") == 2:
+            break
+        pg.wait_for_timeout(100)
+    expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+    pg.wait_for_timeout(300)  # the welcome's render (nothing else reads the title meanwhile)
+    expect(title).to_have_text("what the title says")
+    context.close()
+
+
+def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
+    """A message found by the search box, on a page above the newest one: clicking it opens
+    the conversation there (the pages above the newest read until one holds it), marked."""
+    _long("long", 260, marked={12: " about PINEAPPLE77"})
+    pg = site.page(browser, "/")
+    nav = pg.get_by_role("navigation", name="conversations")
+    nav.get_by_role("searchbox", name="search conversations").fill("PINEAPPLE77")
+    found = nav.get_by_role("listitem").filter(has_text="PINEAPPLE77")
+    expect(found).to_have_count(1)
+    found.get_by_role("link").click()
+    hit = pg.locator(".msg.user").filter(has_text="Question 12 about PINEAPPLE77")
+    expect(hit).to_be_in_viewport()
+    expect(hit).to_have_class(re.compile(r"\bhit\b"))
+    expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
+    pg.context.close()
+
+
+def test_a_command_answer_said_while_another_process_turn_runs_goes_below_its_reply(
+    browser, site, model
+):
+    """A turn that another process runs (`heron run --model` beside the serve) is in the store
+    as it runs but not in the serve's stream: a `/status` typed in a terminal meanwhile goes
+    after that turn, whole, once its reply is read, not between its message and its reply."""
+    from heron.messages import Message, Text, Usage
+
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation("personal")
+    turn, _ = store.begin_turn(conv.id, "run-elsewhere", Message("user", [Text("run elsewhere")]))
+    pg = site.page(browser, "/")
+    expect(pg.locator(".msg.user").filter(has_text="run elsewhere")).to_have_count(1)
+    control_send(site, "/status", channel="terminal")
+    expect(pg.get_by_text("model: scripted")).to_have_count(1)
+    store.append(conv.id, Message("assistant", [Text("the reply from elsewhere")]), turn_id=turn)
+    usage = Usage(1, 1, 0, 0)
+    store.finish_turn(
+        turn, status="done", stop_reason="end_turn", usage=usage, model_calls=1, tool_calls=0
+    )
+    store.close()
+    _send(pg, "and now this")
+    model.reply("this answer")
+    expect(pg.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    _order(pg, "run elsewhere", "the reply from elsewhere", "model: scripted", "and now this")
     pg.context.close()

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from heron.bus import TurnOptions
+from heron.bus import InboundMessage, TurnOptions
 from heron.messages import File, Message, Part, Text, ToolResult
 from heron.store import Store
 from heron.store import engine_state as es
@@ -42,13 +42,20 @@ def mail_label(channel: str | None) -> str:
     return MAIL_LABEL if channel is None else f"{MAIL_LABEL[:-2]}, from {channel}] "
 
 
-_LABELLED = re.compile(r"\[sent while you were working(?:, from [^\]\s]+)?\] ")
+_LABELLED = re.compile(r"\[sent while you were working(?:, from ([^\]\s]+))?\] ")
 
 
 def unlabelled(text: str) -> str | None:
     """The text of mail without its label (`mail_label`); None when `text` is not mail."""
     found = _LABELLED.match(text)
     return None if found is None else text[found.end() :]
+
+
+def mail_channel(text: str) -> str | None:
+    """The channel mail's label names (`mail_label`: one other than the turn's own); None
+    when it names none or `text` is not mail."""
+    found = _LABELLED.match(text)
+    return None if found is None else found.group(1)
 
 
 def without_labels(text: str) -> str:
@@ -112,6 +119,16 @@ def with_mail(message: Message, mail: Iterable[Message]) -> Message:
     return Mail(message.parts, refs) if refs and message.role == "user" else message
 
 
+@dataclass(frozen=True)
+class Unread:
+    """A follow-up the run never read: its text, the channel it was typed in when that is not
+    the turn's own (None: the same), and the message it came as (None: posted without one)."""
+
+    text: str
+    channel: str | None = None
+    sender: InboundMessage | None = None
+
+
 @dataclass
 class Mailbox:
     """Follow-ups for the running turn, and whether it was asked to wrap up."""
@@ -123,6 +140,9 @@ class Mailbox:
     # Per item, the channel it was typed in; `channel` is the turn's own (set as it starts).
     channels: list[str | None] = field(default_factory=list)
     channel: str | None = None
+    # Per item, the message it came as (None: posted without one): what a follow-up the run
+    # never read is kept as, with the channel and chat that sent it (`take`).
+    senders: list[InboundMessage | None] = field(default_factory=list)
     # Messages Heron injects into the run (a subagent's result), drained before the mail and
     # stored with their own meta and author.
     events: list[Message] = field(default_factory=list)
@@ -130,20 +150,28 @@ class Mailbox:
     break_requested: float | None = None
     break_seen: bool = False
 
-    def post(self, text: str, ref: str | None = None, channel: str | None = None) -> bool:
+    def post(
+        self,
+        text: str,
+        ref: str | None = None,
+        channel: str | None = None,
+        sender: InboundMessage | None = None,
+    ) -> bool:
         if not self.open:
             return False
         self.items.append(text)
         self.refs.append(ref)
         self.channels.append(None if channel == self.channel else channel)
+        self.senders.append(sender)
         return True
 
-    def take(self) -> str:
-        """The mail of this process the run has not read, joined, and the mailbox emptied
-        (mail from a queue is left to its own turn there)."""
-        mail = [text for text, ref in zip(self.items, self.refs, strict=True) if ref is None]
-        self.items, self.refs, self.channels = [], [], []
-        return "\n\n".join(mail)
+    def take(self) -> list[Unread]:
+        """The mail of this process the run has not read, in the order it came, and the
+        mailbox emptied (mail from a queue is left to its own turn there)."""
+        rows = zip(self.items, self.refs, self.channels, self.senders, strict=True)
+        mail = [Unread(text, channel, sender) for text, ref, channel, sender in rows if not ref]
+        self.items, self.refs, self.channels, self.senders = [], [], [], []
+        return mail
 
     def inject(self, message: Message) -> bool:
         if not self.open:
@@ -153,7 +181,7 @@ class Mailbox:
 
     async def drain(self) -> list[Message]:
         mail, refs, self.items, self.refs = self.items, self.refs, [], []
-        channels, self.channels = self.channels, []
+        channels, self.channels, self.senders = self.channels, [], []
         events, self.events = self.events, []
         return events + [
             Mail([Text(mail_label(channel) + text)], [ref] if ref else [])
@@ -254,11 +282,18 @@ class TurnControl:
         if by is not None and self.stopped_by is None:
             self.stopped_by = by
 
-    def post(self, text: str, ref: str | None = None, channel: str | None = None) -> bool:
+    def post(
+        self,
+        text: str,
+        ref: str | None = None,
+        channel: str | None = None,
+        sender: InboundMessage | None = None,
+    ) -> bool:
         """A follow-up for the running turn (`ref`: the id of the queued message it is, for a
-        worker's mail; `channel`: where it was typed); False once the run passed its last drain
-        or the turn was stopped (the message then waits for the next turn)."""
-        return not self.token.stale and self.mailbox.post(text, ref, channel)
+        worker's mail; `channel`: where it was typed; `sender`: the message it came as);
+        False once the run passed its last drain or the turn was stopped (the message then
+        waits for the next turn)."""
+        return not self.token.stale and self.mailbox.post(text, ref, channel, sender)
 
     def inject(self, message: Message) -> bool:
         """Put a message of Heron's (a subagent's result) in the mailbox; False once the run

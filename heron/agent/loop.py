@@ -22,17 +22,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from heron.agent import commands
-from heron.agent.control import NEVER_MAILED, TurnControl
+from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
 from heron.agent.engine import Engine, TurnHooks, TurnResult
-from heron.agent.relay import RelayDesk, Relayed
+from heron.agent.relay import RelayDesk, Relayed, keep_words
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import NOT_SAVED, message_unsaved
 from heron.bus import (
+    UNANSWERED_CODE,
     EventKind,
     InboundMessage,
     MessageBus,
@@ -54,21 +57,30 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
+# Seconds `close` waits for the moves of background work's messages still under way.
+RELAY_DRAIN = 5.0
+# Seconds with no turn of the person's (and since the loop started) before idle-time work takes
+# its next step: a person reading a reply and typing the next message, or a script sending
+# them one after another, finds the loop free.
+QUIET_S = 2.0
 log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
 async def idle_compaction(
-    engine: Engine, poll_s: float = IDLE_POLL
+    engine: Engine,
+    poll_s: float = IDLE_POLL,
+    quiet: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[asyncio.Task[None] | None]:
     """Idle compaction (heron.compaction.idle_loop) in the background while the block runs,
-    cancelled when it ends; none when idle_compact_after_minutes is 0."""
+    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: awaited before
+    each of its steps (`AgentLoop.person_first`)."""
     if engine.settings.config.agent.idle_compact_after_minutes <= 0:
         yield None
         return
     from heron.compaction import idle_loop
 
-    task = asyncio.create_task(idle_loop(engine, poll_s))
+    task = asyncio.create_task(idle_loop(engine, poll_s, quiet))
     try:
         yield task
     finally:
@@ -106,6 +118,7 @@ class AgentLoop:
     bus: MessageBus
     break_grace: float = BREAK_GRACE
     idle_poll: float = IDLE_POLL  # seconds between idle-compaction sweeps
+    quiet_s: float = QUIET_S  # see `person_first`
     routes: dict[tuple[str, str], str] = field(default_factory=dict)  # /resume switches
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
@@ -121,6 +134,9 @@ class AgentLoop:
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set while no turn the person started runs; when the last one ended (or the loop started).
+    _no_person: asyncio.Event = field(default_factory=asyncio.Event)
+    _person_at: float = field(default_factory=time.monotonic)
     # Where each conversation's last message came from (channel, chat, provenance): where a
     # subagent's result is announced (heron/proactive/subagents.py).
     origins: dict[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -136,9 +152,19 @@ class AgentLoop:
     attended: Callable[[str], bool] | None = None
     # What background work says to a conversation, on its way into it (after a turn there).
     relays: RelayDesk = field(init=False)
+    # Whether a turn a dead process left open is continued rather than closed (workers,
+    # heron/scale/): background work's messages then wait for that turn, not close it.
+    continues_dead_turns: ClassVar[bool] = False
+    # Set once shutdown begins (`close`): no turn starts from then on, and what the person
+    # sent that no turn read is kept in its conversation instead, by conversation (`_keep`).
+    closing: bool = False
+    _kept: dict[str, list[InboundMessage]] = field(default_factory=dict)
+    _closed_by: str = "Heron stopped"
+    _closed: bool = False  # the kept words are stored: what comes now is not taken at all
 
     def __post_init__(self) -> None:
-        self.relays = RelayDesk(self.engine.store)
+        self.relays = RelayDesk(self.engine.store, close_dead=not self.continues_dead_turns)
+        self._no_person.set()
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -170,13 +196,28 @@ class AgentLoop:
         """Whether a turn the person started runs now (the heartbeat waits for it to end)."""
         return any(a.message.provenance == "user" for a in self._active.values())
 
+    async def person_first(self) -> None:
+        """Until no turn the person started runs, none has for `quiet_s` seconds, and the loop
+        has run that long: idle-time work (idle compaction) waits here before each step, so a
+        message the person sends goes first instead of sharing the process with it (a serve
+        started on a big home has hundreds of conversations to consolidate)."""
+        while True:
+            if self.user_turn_running():
+                await self._no_person.wait()
+                continue
+            left = self._person_at + self.quiet_s - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(left)
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
+        self._person_at = time.monotonic()
         if not idle:
             await self._consume()
             return
-        async with idle_compaction(self.engine, self.idle_poll):
+        async with idle_compaction(self.engine, self.idle_poll, self.person_first):
             await self._consume()
 
     async def _consume(self) -> None:
@@ -190,6 +231,9 @@ class AgentLoop:
 
     async def dispatch(self, message: InboundMessage) -> None:
         key = self.resolve(message)
+        if self.closing and message.id is None:  # shutting down: kept, never started
+            self._keep(key, [message])
+            return
         found = commands.parse(message.text)
         active = self._active.get(key)
         if active is None:
@@ -203,7 +247,11 @@ class AgentLoop:
             self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
             return
         post = active.control.post
-        if found is None and mailable(message) and post(message.text, None, message.channel):
+        if (
+            found is None
+            and mailable(message)
+            and post(message.text, None, message.channel, message)
+        ):
             self._event(message, key, "mail", message.text)  # answered in the running turn
             return
         self._pending.setdefault(key, deque()).append(message)
@@ -253,6 +301,7 @@ class AgentLoop:
         control.ask = lambda text: self._speak(control, message, key, text, "question")
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
+            self._no_person.clear()
         else:
             self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
@@ -277,7 +326,9 @@ class AgentLoop:
         """A turn Heron starts itself (a goal's nudge): at once when the conversation is free,
         else after what waits there."""
         key = self.resolve(message)
-        if key in self._active:
+        if self.closing and message.id is None:  # shutting down: no turn starts
+            self._keep(key, [message])
+        elif key in self._active:
             self._pending.setdefault(key, deque()).append(message)
         else:
             self._start(key, message)
@@ -298,7 +349,7 @@ class AgentLoop:
         active = self._active.get(key)
         if active is not None and active.control.inject(injected):
             return "mail"
-        if active is None:
+        if active is None and not self.closing:
             self._start(key, message)
         else:
             self._pending.setdefault(key, deque()).append(message)
@@ -458,11 +509,18 @@ class AgentLoop:
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(unread_mail(message, mail, key))
-        self.relays.release(key, message.agent)  # before the next turn here (it waits)
-        if queue:
+        self.relays.release(key)  # before the next turn here (it waits)
+        if self.closing:  # shutting down: what waits is kept (`close`), no turn starts
+            self._keep(key, [m for m in queue if m.id is None])
+            queue = self._pending[key] = deque(m for m in queue if m.id is not None)
+        if queue and not self.closing:
             self._start(key, queue.popleft())
         elif not self._active:
             self._idle.set()
+        if message.provenance == "user":
+            self._person_at = time.monotonic()
+        if not self.user_turn_running():
+            self._no_person.set()
         for hook in list(self.turn_end_hooks):
             try:
                 hook(ended)
@@ -484,16 +542,19 @@ class AgentLoop:
         # Background work speaks where its user is (a monitor's job conversation), not in
         # its own silent conversation.
         to = message.meta.get("deliver_to", key)
-        await self._send(message, to, text, kind)
         if to == key or kind != "message":
-            return None  # said in the turn's own conversation: its tool call is in the record
+            # Said in the turn's own conversation: its tool call is in the record.
+            await self._send(message, to, text, kind)
+            return None
         who = message.meta.get("deliver_as") or f"background work ({key})"
-        return self._relay(to, Relayed(text, who, key), message.agent)
+        await self._send(message, to, text, kind, by=who)  # labelled: not this conversation's
+        return await self._relay(to, Relayed(text, who, key), message.agent)
 
-    def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
-        """`relayed` stored in conversation `to`: now, or after the turn running there (never
-        inside it); the answer says which, and whether someone has `to` open to see it now."""
-        kept = self.relays.take(to, relayed, agent, turn_running=to in self._active)
+    async def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
+        """`relayed` kept for conversation `to` (on disk at once) and stored there: now, or
+        after the turn running there (never inside it); the answer says which, and whether
+        someone has `to` open to see it now."""
+        kept = await self.relays.take(to, relayed, agent, turn_running=to in self._active)
         if self.attended is None:
             return f"Sent to the user and {kept}."
         if self.attended(to):
@@ -501,10 +562,16 @@ class AgentLoop:
         return f"Nobody has conversation {to!r} open now: {kept}, where the user sees it next."
 
     async def _send(
-        self, message: InboundMessage, key: str, text: str, kind: str, code: str | None = None
+        self,
+        message: InboundMessage,
+        key: str,
+        text: str,
+        kind: str,
+        code: str | None = None,
+        by: str | None = None,
     ) -> None:
         await self.bus.send(
-            OutboundMessage(message.channel, message.chat_id, key, text, kind, code)  # type: ignore[arg-type]
+            OutboundMessage(message.channel, message.chat_id, key, text, kind, code, by)  # type: ignore[arg-type]
         )
 
     # ---- interrupts -----------------------------------------------------------------------
@@ -551,21 +618,134 @@ class AgentLoop:
             self._idle.clear()
             await self._idle.wait()
 
-    async def close(self) -> None:
+    async def close(self, why: str = "Heron stopped") -> None:
+        """Shutdown (`why` says which, to the person): no turn starts from here on; running
+        turns are stopped as /stop stops them; what the person sent that no turn read (mail
+        still in a mailbox, messages queued behind a turn, any message arriving now) is told
+        to its client as kept first, then stored in its conversation as the person's words
+        with no answer yet (`_store_kept`): `--retry` or the next turn there answers it."""
+        self.closing, self._closed_by = True, why
+        for key, active in list(self._active.items()):
+            active.control.accepting_mail = False  # nothing more joins it: it is stopping
+            mail = active.control.mailbox.take()
+            self._keep(key, _senders(active.message, mail))
+        for key, queue in list(self._pending.items()):
+            self._keep(key, [m for m in queue if m.id is None])
+            self._pending[key] = deque(m for m in queue if m.id is not None)
         for key in list(self._active):
             await self.stop(key)
-        await self.relays.drain()  # what background work said is stored before the process ends
+        await self._store_kept()
+        self._closed = True
+        # What background work said, moved in before the process ends; a move that waits for
+        # another process's turn is left to whoever holds that conversation next (on disk).
+        await self.relays.drain(RELAY_DRAIN)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
 
+    def _keep(self, key: str, messages: list[InboundMessage]) -> None:
+        """Messages no turn will answer before the process ends. The person's words are kept
+        (stored by `_store_kept`), and each client that sent one is told so now, before the
+        turn's end reaches it; a command is not run, and says so; Heron's own (a goal's nudge,
+        a subagent's result, a reminder) is started again by the next process, as after a
+        crash (goals resume, owed results are announced, the schedule runs on)."""
+        for message in messages:
+            if message.provenance != "user":
+                log.info("not started at shutdown: a %s turn of %s", message.provenance, key)
+                continue
+            if commands.parse(message.text) is not None:
+                said = f"{self._closed_by}: {message.text.split()[0]} was not run; send it again."
+                self._tell(message, key, said)
+                continue
+            if self._closed:  # too late to be stored with the rest
+                self._tell(
+                    message,
+                    key,
+                    f"{self._closed_by}: your message was not taken; send it again once it runs.",
+                )
+                continue
+            self._kept.setdefault(key, []).append(message)
+            self._tell(message, key, kept_notice(self._closed_by, key))
 
-def unread_mail(message: InboundMessage, mail: str, key: str) -> InboundMessage:
-    """The mail a run never read, as the person's message of its own, where `message` (the
-    turn's, or the /new that stopped it) was heard. Nothing else of `message` carries over:
-    a goal's nudge or a subagent's result is Heron's (its provenance, options and meta would
-    make the person's words Heron's), and its id and files are its own."""
+    def _tell(self, message: InboundMessage, key: str, text: str) -> None:
+        """Say to the client that sent `message` that no turn of this process answers it."""
+        said = OutboundMessage(message.channel, message.chat_id, key, text, "notice")
+        self.bus.emit(dataclasses.replace(said, code=UNANSWERED_CODE))
+
+    async def _store_kept(self) -> None:
+        """The kept words of each conversation, as one message of the person's with no answer
+        yet, each sender's part labelled with its channel as mail is (`join_words`)."""
+        kept, self._kept = self._kept, {}
+        for key, messages in kept.items():
+            joined = join_words(messages, key)
+            try:
+                caps = self.engine.settings.config.attachments
+                await keep_words(
+                    self.engine.store, key, joined.text, joined.files, joined.agent, caps
+                )
+            except Exception:  # one conversation's failed write must not lose the others
+                log.exception("keeping the unanswered messages of %s failed", key)
+
+
+def unread_mail(message: InboundMessage, mail: list[Unread], key: str) -> InboundMessage:
+    """The mail a run never read, as the person's message of its own (`join_words`), heard
+    where its first part was typed (mail posted without its message: where `message`, the
+    turn's or the /new that stopped it, was). Nothing else of `message` carries over: a goal's
+    nudge or a subagent's result is Heron's (its provenance, options and meta would make the
+    person's words Heron's), and its id and files are its own."""
+    return join_words(_senders(message, mail), key)
+
+
+def _senders(message: InboundMessage, mail: list[Unread]) -> list[InboundMessage]:
+    """Each unread follow-up as the person's message it came as (its channel and chat)."""
+    heard = InboundMessage(
+        message.channel,
+        message.chat_id,
+        "",
+        key=message.key,
+        agent=message.agent,
+        events=message.events,
+    )
+    return [
+        InboundMessage(
+            (u.sender or heard).channel,
+            (u.sender or heard).chat_id,
+            u.text,
+            key=message.key,
+            agent=message.agent,
+            events=(u.sender or heard).events,
+        )
+        for u in mail
+    ]
+
+
+def join_words(messages: list[InboundMessage], key: str) -> InboundMessage:
+    """The person's messages as one, heard where the first was typed: the words of each
+    channel in turn, those from another channel than the first's labelled with theirs as mail
+    is (`[sent while you were working, from web] `), so no follow-up is taken for the words of
+    the client the message is heard from. Attachments of all of them come with it."""
+    first = messages[0]
+    parts: list[str] = []
+    for message in messages:
+        label = "" if message.channel == first.channel else mail_label(message.channel)
+        parts.append(label + message.text)
+    files = tuple(f for m in messages for f in m.files)
     return InboundMessage(
-        message.channel, message.chat_id, mail, key, agent=message.agent, events=message.events
+        first.channel,
+        first.chat_id,
+        "\n\n".join(parts),
+        key,
+        agent=first.agent,
+        events=any(m.events for m in messages),
+        files=files,
+    )
+
+
+def kept_notice(why: str, key: str) -> str:
+    """What a client is told of its message that no turn read before the process stopped."""
+    return (
+        f"{why} before your message was answered. It is kept in conversation {key!r} as "
+        f"your message, with no answer yet: `heron run --retry -c {key}` answers it, and the "
+        "next turn there reads it."
     )
 
 

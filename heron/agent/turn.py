@@ -56,8 +56,9 @@ from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation, attempts
+from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
+from heron.store.schedule import user_timezone
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
@@ -396,12 +397,18 @@ async def drive(t: Turn) -> Done:
 
 
 async def restore(t: Turn, _: None) -> Restored:
-    """The lease claim read whether an earlier turn left work open (`Lease.dirty`)."""
+    """The lease claim read whether an earlier turn left work open (`Lease.dirty`); then what
+    background work said here that still waits (heron/store/waiting.py: its process died before
+    it moved it in, or another process's move waits for this lease) goes in before the history
+    is read. A recovered workflow continues its own turn: no stop marker, and nothing goes in
+    inside it (what waits goes in after it)."""
     store = t.engine.store
-    if resumed(t) is not None:  # a recovered workflow continues its own turn: no stop marker
+    if resumed(t) is not None:
         await store.call(attempts.close_for_resume, store, t.conversation.id)
-    elif t.lease is not None and t.lease.dirty:
+        return Restored()
+    if t.lease is not None and t.lease.dirty:
         await store.call(es.recover, store, t.conversation.id, STOPPED)
+    await store.call(waiting.move_all, store, t.key, t.conversation.id)
     return Restored()
 
 
@@ -486,7 +493,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text)
-    zone = engine.settings.config.agent.timezone
+    zone = user_timezone(engine.settings.config.agent.timezone)  # the one jobs are read in
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
     channel = t.channel if provenance == "user" else f"heron ({provenance})"

@@ -31,6 +31,7 @@ from heron.bus import (
     ALREADY_ANSWERED,
     NOTHING_TO_RETRY,
     RETRY_MARKER,
+    UNANSWERED_CODE,
     Outbound,
     OutboundMessage,
     TurnEnd,
@@ -92,6 +93,8 @@ class _Printer:
         self.asked: dict[str, str] = {}  # approval id -> its command (approval_end names none)
         # Through a face with no worker alive: the notice saying the message waits queued.
         self.unstaffed: str | None = None
+        # The serve stopped with the message unread: the notice saying where it is kept.
+        self.unanswered: str | None = None
         # What ends the wait for the turn early: a signal, or the reader of stdout gone.
         self.signal: signal.Signals | None = None
         self.signalled_at = 0.0  # time.monotonic() of the signal
@@ -142,7 +145,12 @@ class _Printer:
             return  # the answer to the /stop a signal sent: the end says it
         if m.kind == "command" and self.end is None:  # answered at once beside a running
             self.end = TurnEnd(True, "command", reply=m.text)  # turn: no turn_end of its own
-        if m.kind == "notice":  # after the reply's line (a goal parked as its turn ended):
+        if m.kind == "notice" and m.code == UNANSWERED_CODE:  # the serve stopped first
+            self.unanswered = m.text
+            if not self.as_json:  # said once, at the end, with the JSON object
+                self.line_break()
+                self.note(f"heron: {m.text}")
+        elif m.kind == "notice":  # after the reply's line (a goal parked as its turn ended):
             if not self.as_json:  # in a terminal stdout and stderr share the screen
                 self.line_break()
             self.note(m.text)
@@ -550,6 +558,8 @@ def _said(printer: _Printer, key: str) -> bool:
     end = printer.end
     if end is None and printer.unstaffed is not None:
         return False  # the notice said why and what to do; the message is not lost
+    if end is None and printer.unanswered is not None:
+        return False  # kept unanswered as the serve stopped: the notice said where
     if end is not None and end.ok:
         return True
     error, hint = _why(printer, key)
@@ -634,6 +644,10 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
         return out
     if end is None and printer.unstaffed is not None:  # queued: neither failed nor answered
         why, _, then = printer.unstaffed.removeprefix("heron: ").partition("\n")
+        out.update(error=why, hint=then)
+        return out
+    if end is None and printer.unanswered is not None:  # kept unanswered: the serve stopped
+        why, _, then = printer.unanswered.partition(". ")
         out.update(error=why, hint=then)
         return out
     if end is None or not end.ok:

@@ -234,6 +234,13 @@ class TerminalView:
             self.flush()
             self.working_since, self.waiting, self.asked = None, False, False
             self.ended(ev.end)
+        elif ev.kind == "elsewhere" and ev.end is not None:  # another process's, now stored
+            self.flush()
+            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.spaced = False
+            self.markdown(ev.end.reply or "")
+            if ev.end.error:  # a failed turn stores no reply, only why
+                self.console.print(RichText(f"↳ {ev.end.error}", style="dim"), highlight=False)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
 
@@ -246,6 +253,8 @@ class TerminalView:
         elif m.kind == "command":
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
+            if m.by:  # background work's message (a monitor, the heartbeat): say whose
+                self.console.print(RichText(f"from {m.by}:", style="dim cyan"))
             self.markdown(m.text)
         if m.kind == "question":  # ask_user: the next line typed here is the answer
             self.console.print("[dim]↳ your next message answers it[/dim]")
@@ -547,13 +556,31 @@ def _stop_keys(
 
 
 async def _leave(conn: InProcessAgent | RemoteAgent, state: ChatState, view: TerminalView) -> None:
-    """Ctrl-D or /exit: a running turn is stopped (what it finished is kept), then goodbye."""
+    """Ctrl-D or /exit (an approval waiting here is declined first). Through a serve the chat
+    only leaves: a turn running there goes on and its other clients see it end, as a client
+    that disconnects stops nothing. In this process nothing would run the turn once the chat
+    is gone: it is stopped as /stop stops it (what it finished is kept), and the chat says so."""
     view.answer("")
-    if conn.running(state.key):
+    if isinstance(conn, RemoteAgent):
+        if conn.running(state.key):
+            view.console.print(f"[dim]{GOES_ON.format(key=state.key)}[/dim]", highlight=False)
+        view.console.print("[dim]Bye.[/dim]")
+        return
+    stopped = conn.running(state.key)
+    if stopped:
         view.stopping = True
         await conn.send("/stop", state.key, state.agent)
     await _settle(conn)
+    if stopped:
+        view.console.print(f"[dim]{STOPPED_ON_LEAVING}[/dim]", highlight=False)
     view.console.print("[dim]Bye.[/dim]")
+
+
+# What leaving says when a turn runs (`_leave`): through a serve it goes on, here it stops.
+GOES_ON = "The turn goes on in heron serve: the browser and `heron chat -c {key}` show how it ends."
+STOPPED_ON_LEAVING = (
+    "Leaving stopped it: without heron serve, nothing runs a turn once its chat is gone."
+)
 
 
 async def _until_hung_up(

@@ -4,9 +4,10 @@ Before each user message the engine asks `auto_messages` for hits worth showing.
 shown when it
 
 - passes a gate on a score normalised for the history's size: its `share`, the idf-weighted
-  share of the query's content words it holds, idf counted among the messages of its scope
-  that hold a query word (`shares`), so text added elsewhere cannot move it, unlike a raw
-  BM25 score, which grows with the history;
+  share of the query's content words it holds (and of a number with the word next to it,
+  "item 5", when a candidate holds the two together: `numbered`), idf counted among the
+  messages of its scope that hold a query word (`shares`), so text added elsewhere cannot
+  move it, unlike a raw BM25 score, which grows with the history;
 - ranks among the first `Gate.depth` of the same retrieval `heron memory recall` uses
   (`Recall.ranked`: BM25 fused with sentence vectors when the extra is installed), and each
   hit after the first scores at least `Gate.second` of the first one's score;
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory import records
-from heron.memory.recall import Hit, Recall, held_by, terms, wants_recall
+from heron.memory.recall import Hit, Recall, held_by, search_terms, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
 CANDIDATES = 200  # messages of a scope that hold a query word, at most, for the idf count
@@ -84,14 +85,23 @@ def shares(
     them (`Recall.found_elsewhere`), so a word said only here (a name, the conversation's own
     topic) cannot be held there. That makes their best share known before searching: `bar`
     is the share the caller needs, and when the words found elsewhere cannot reach it
-    (`most_share`) the answer is {} without the search, the same answer as after it."""
+    (`most_share`) the answer is {} without the search, the same answer as after it.
+
+    A number or a code and the word next to it ("item 5": `numbered`) weigh as one more word
+    when a candidate holds them together: the rare thing the query asks about, which the
+    message that says the number with its word holds and one that holds the words and,
+    elsewhere, the number does not. Held by no candidate, such a phrase is left out: not a
+    word the person typed, its absence says nothing their words' absence does not."""
     words = terms(text)
     if len(words) < MIN_WORDS:
         return {}
     counted = words
+    pairs = numbered(text)
     if others:
         counted = recall.found_elsewhere(text, conversation_id)
-        if most_share(len(counted), len(words)) < bar - SHARE_SLACK:
+        pairs = [p for p in pairs if all(w in counted for w in p.split(" "))]
+        most = most_share(len(counted) + len(pairs), len(words) + len(pairs))
+        if most < bar - SHARE_SLACK:
             return {}
         found = recall.bm25(text, CANDIDATES, outside=conversation_id, budget=OTHERS_BUDGET)
     else:
@@ -100,17 +110,25 @@ def shares(
         return {}
     ids = [i for i, _ in found]
     bodies = recall.bodies(ids)
-    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], counted), strict=True))
+    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], counted + pairs), strict=True))
     total = len(held)
-    df = {w: sum(1 for h in held.values() if w in h) for w in words}
-    idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+    weighed = words + [p for p in pairs if any(p in h for h in held.values())]
+    df = {w: sum(1 for h in held.values() if w in h) for w in weighed}
+    idf = {w: math.log(1 + (total - df[w] + 0.5) / (df[w] + 0.5)) for w in weighed}
     whole = sum(idf.values()) or 1.0
     said = _folded(text)
     return {
         i: sum(idf[w] for w in h) / whole
         for i, h in held.items()
-        if len(h) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
+        if len(h.difference(pairs)) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
     }
+
+
+def numbered(text: str) -> list[str]:
+    """The query's numbers and codes together with the word next to them ("item 5", "pr 88"):
+    its search terms that are not its words (`recall.search_terms`)."""
+    words = set(terms(text))
+    return [t for t in search_terms(text) if t not in words]
 
 
 # What the bound of `most_share` leaves for the rounding of the shares' sums: a bound equal to

@@ -4,7 +4,9 @@ a tsvector column; heron/memory/records.py), fused with sentence embeddings when
 
 The full-text index (`messages_fts`, kept in sync by triggers) covers the text of every message
 of every conversation, compacted rows included. A question is turned into an OR of its content
-words (stop words dropped, each word also matched as a prefix), so a hit needs no exact phrase.
+words (stop words dropped, a long word also matched as a prefix), so a hit needs no exact phrase;
+a number or a code matches only whole, and also as a phrase with the word next to it ("item 5"),
+which BM25 weighs by its rarity (`search_terms`).
 With embeddings, the two scores are blended (BM25 scaled to the best hit, plus cosine
 similarity), each message then lends part of its score to its neighbours, and hits that share
 a session (same conversation, same day) lift each other: answers cluster where a topic was
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -189,28 +192,113 @@ class Embedder(Protocol):
 
 
 def terms(query: str) -> list[str]:
-    """The content words of a query, lowercased, in order, without repeats."""
+    """The content words of a query, lowercased, in order, without repeats. A code that the
+    tokenizer splits ("QX-99812", "v2.3.1", "10:30": a run of letters and digits without a
+    space that holds a digit) is one term, as typed: it matches as a whole (a phrase of its
+    parts on FTS5; PostgreSQL's parser reads it as it read the messages, "v2.3.1" one word),
+    where its parts alone ("v2", "3", "1") are in countless messages."""
     seen: dict[str, None] = {}  # ordered, and a large paste stays linear
-    for word in _WORD.findall(query.lower()):
-        if word not in STOPWORDS and word not in seen and (len(word) > 1 or word.isdigit()):
-            seen[word] = None
+    for chunk in _chunks(query):
+        if len(chunk.words) > 1 and chunk.numeric:
+            seen.setdefault(chunk.text, None)
+            continue
+        for word in chunk.words:
+            if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
+                seen.setdefault(word, None)
     return list(seen)
 
 
-def phrases(query: str, prefix: bool = True) -> list[str]:
-    """The quoted FTS5 phrases of a query's terms (quoting makes every word literal, so no
-    user text is read as FTS syntax), each also as a prefix when long enough."""
-    return [phrase(w, prefix) for w in terms(query)]
+def search_terms(query: str) -> list[str]:
+    """What a search matches: the query's `terms`, then each number or code together with a
+    content word right next to it in the same clause ("item 5", "ticket 4711", "PR #88", "5
+    years"). Most messages that hold a small number hold it about something else; the one
+    that says it next to the word the question says it with is the one asked about, and as
+    a phrase it weighs in BM25 as the rare thing it is (a phrase no message holds adds
+    nothing to any score)."""
+    found = dict.fromkeys(terms(query))
+    chunks = _chunks(query)
+    for before, after in itertools.pairwise(chunks):
+        # a clause's punctuation between them parts them
+        if before.numeric == after.numeric or _CLAUSE.search(after.gap):
+            continue
+        word = after.words[0] if before.numeric else before.words[-1]
+        if word in STOPWORDS or len(word) < 2:
+            continue
+        pair = f"{before.text} {word}" if before.numeric else f"{word} {after.text}"
+        found.setdefault(pair, None)
+    return list(found)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """A run of a query's words with no space between them ("qx-99812" is two words, one
+    chunk): its words, its text from the first to the last, the text between it and the
+    chunk before, and whether a word of it holds a digit."""
+
+    words: tuple[str, ...]
+    text: str
+    gap: str
+    numeric: bool
+
+
+# What ends a clause between two chunks: a number is not paired with a word across it
+# ("item 5? Something" says nothing of "5 something").
+_CLAUSE = re.compile(r"[.,;:!?()\[\]{}\"\u2026]")
+# What parts two chunks besides white space: the quotes and the backslash that FTS5's and
+# PostgreSQL's query syntax read (a code never holds them, so a term needs no escaping).
+_APART = frozenset("\"'\\")
+
+
+def _chunks(query: str) -> list[_Chunk]:
+    """The query's words, lowercased, in chunks."""
+    lower = query.lower()
+    out: list[_Chunk] = []
+    words: list[str] = []
+    start = end = 0
+    gap = ""
+    for found in _WORD.finditer(lower):
+        between = lower[end : found.start()]
+        if words and not any(c.isspace() or c in _APART for c in between):
+            words.append(found.group())
+        else:
+            if words:
+                out.append(_Chunk(tuple(words), lower[start:end], gap, _numeric(words)))
+            words, start, gap = [found.group()], found.start(), between
+        end = found.end()
+    if words:
+        out.append(_Chunk(tuple(words), lower[start:end], gap, _numeric(words)))
+    return out
+
+
+def _numeric(words: Iterable[str]) -> bool:
+    return any(c.isdigit() for w in words for c in w)
 
 
 def phrase(word: str, prefix: bool = True) -> str:
-    """One term's FTS5 phrase, as `match_expression` searches it."""
-    return f'"{word}"*' if prefix and len(word) >= PREFIX_MIN else f'"{word}"'
+    """One term's FTS5 phrase, as `match_expression` searches it: a word of PREFIX_MIN
+    letters or more also as the start of a longer one; a number, a code or words together
+    only whole ("4711" is not "47110")."""
+    return f'"{word}"*' if prefix and _prefixed(word) else f'"{word}"'
+
+
+def _prefixed(word: str) -> bool:
+    return len(word) >= PREFIX_MIN and _plain(word) and not _numeric([word])
+
+
+def _plain(word: str) -> bool:
+    """Whether a term is one word (not a code nor words together)."""
+    return _WORD.fullmatch(word) is not None
+
+
+def expression(words: Sequence[str], prefix: bool = True) -> str | None:
+    """An FTS5 MATCH expression: an OR of the phrases of the terms `words` (quoting makes every
+    word literal, so no user text is read as FTS syntax)."""
+    return " OR ".join(phrase(w, prefix) for w in words) or None
 
 
 def match_expression(query: str, prefix: bool = True) -> str | None:
-    """An FTS5 MATCH expression: an OR of the query's phrases."""
-    return " OR ".join(phrases(query, prefix)) or None
+    """An FTS5 MATCH expression: an OR of the phrases of the query's `search_terms`."""
+    return expression(search_terms(query), prefix)
 
 
 # The database's stamp per Recall, as the first search of one look read it (`Recall.one_look`).
@@ -259,12 +347,14 @@ class Recall:
         ]
 
     def frequencies(self, query: str) -> dict[str, int]:
-        """`document_frequency` of each of the query's terms; the last query's counts are kept
-        until the database changes (each search of one turn's auto-recall asks them)."""
+        """`document_frequency` of each of the query's search terms; the last query's counts
+        are kept until the database changes (each search of one turn's auto-recall asks them).
+        A number with its word ("item 5") is counted too, not bounded by its words' counts:
+        those can be large where the phrase is rare, and `selective_terms` would drop it."""
         stamp = self._stamp()
         if self._counted is not None and self._counted[:2] == (query, stamp):
             return self._counted[2]
-        frequency = {w: self.document_frequency(w) for w in terms(query)}
+        frequency = {w: self.document_frequency(w) for w in search_terms(query)}
         self._counted = (query, stamp, frequency)
         return frequency
 
@@ -272,7 +362,7 @@ class Recall:
         """The query's terms, dropping the most common ones once the rarer ones already match
         `budget` messages: BM25 gives a word found everywhere almost no weight, but scoring
         every message holding it is what makes a search slow on a large history."""
-        words = terms(query)
+        words = search_terms(query)
         if len(words) <= 1:
             return words
         frequency = self.frequencies(query)
@@ -323,7 +413,7 @@ class Recall:
         kept = self._kept(key, limit)
         if kept is not None:
             return kept
-        expr = match_expression(" ".join(self.selective_terms(query, budget)))
+        expr = expression(self.selective_terms(query, budget))
         newest = budget if budget < MATCH_BUDGET and conversation_id is None else None
         found = (
             []
@@ -696,35 +786,55 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
     if len(text) <= width:
         return text
     lower = text.lower()
-    hits = [p for w in words if (p := lower.find(w)) >= 0]
+    hits = [p for w in words if (p := _position(lower, w)) >= 0]
     start = max(0, min(hits) - width // 3) if hits else 0
     piece = text[start : start + width]
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
 
 
+def _position(lower: str, word: str) -> int:
+    """Where a query term first occurs in a lowercased text, -1 if not: a code by its
+    pattern, since its parts may be separated by any punctuation ("qx 99812" in "qx-99812")."""
+    if _plain(word):
+        return lower.find(word)
+    found = _held_pattern(word).search(lower)
+    return found.start() if found else -1
+
+
 def held_terms(body: str, words: Sequence[str]) -> set[str]:
     """Which of `words` occur in `body` as a word (a long word also as a word's start, as the
-    query matches it). The plain substring test first: a pattern that opens with a
-    lookbehind is tried at every position of the body, and most candidates hold few of a long
-    query's words. `held_by` gives the same for many bodies at once, faster."""
+    query matches it; a code's parts one after the other, whatever separates them: "v2 3 1"
+    in "v2.3.1"). The plain substring test first (a code's: its first part): a pattern that
+    opens with a lookbehind is tried at every position of the body, and most candidates hold
+    few of a long query's words. `held_by` gives the same for many bodies at once, faster."""
     lower = body.lower()
-    return {w for w in words if w in lower and _held_pattern(w).search(lower)}
+    return {w for w in words if _first_word(w) in lower and _held_pattern(w).search(lower)}
+
+
+def _first_word(term: str) -> str:
+    found = _WORD.search(term)
+    return found.group() if found else term
 
 
 @functools.lru_cache(maxsize=1024)
 def _held_pattern(word: str) -> re.Pattern[str]:
-    # A word starts where no letter or digit precedes it (`_WORD`'s characters); a short word
-    # must also end there, a long one may go on (the query matches it as a prefix).
-    start = r"(?<![^\W_])" + re.escape(word)
-    return re.compile(start if len(word) >= PREFIX_MIN else start + r"(?![^\W_])")
+    # A word starts where no letter or digit precedes it (`_WORD`'s characters); a short word,
+    # a number or a code must also end there, a long word may go on (the query matches it as
+    # a prefix). A code's parts are separated by anything but letters and digits, as the
+    # index's tokenizer separates them.
+    parts = _WORD.findall(word)
+    start = r"(?<![^\W_])" + r"[\W_]+".join(re.escape(p) for p in parts)
+    return re.compile(start if _prefixed(word) else start + r"(?![^\W_])")
 
 
 def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
     """`held_terms` of each body, for many bodies at once (`words` are query terms: letters
-    and digits). Each word is looked for once in all the bodies joined by line breaks (no
-    word spans two bodies), each occurrence checked at its edges as the pattern checks them
-    (a letter or digit of `_WORD` is a character whose `isalnum()` is true), and a body
-    that holds the word is skipped past: one search per word, not one per body and word."""
+    and digits, a code's parts joined by a space). Each word is looked for once in all the
+    bodies joined by line breaks (no word spans two bodies), each occurrence checked at its
+    edges as the pattern checks them (a letter or digit of `_WORD` is a character whose
+    `isalnum()` is true), and a body that holds the word is skipped past: one search per
+    word, not one per body and word. A code is found by its pattern, a match across two
+    bodies skipped."""
     lowered = [b.lower() for b in bodies]
     starts: list[int] = []
     at = 0
@@ -734,7 +844,10 @@ def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
     joined = "\n".join(lowered)
     out: list[set[str]] = [set() for _ in bodies]
     for word in words:
-        whole, size = len(word) < PREFIX_MIN, len(word)
+        if not _plain(word):
+            _held_code(joined, starts, word, out)
+            continue
+        whole, size = not _prefixed(word), len(word)
         pos = joined.find(word)
         while pos >= 0:
             end = pos + size
@@ -747,3 +860,20 @@ def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
             else:
                 pos = joined.find(word, pos + 1)
     return out
+
+
+def _held_code(joined: str, starts: list[int], word: str, out: list[set[str]]) -> None:
+    """`held_by` for a code ("qx-99812") or a number with its word: each body whose text
+    matches its pattern holds it. The pattern is tried only where its first part occurs (a
+    plain search), as `held_by` finds a word."""
+    pattern, first = _held_pattern(word), _first_word(word)
+    pos = joined.find(first)
+    while pos >= 0:
+        found = pattern.match(joined, pos)
+        n = bisect.bisect_right(starts, pos) - 1
+        ends = starts[n + 1] - 1 if n + 1 < len(starts) else len(joined)
+        if found is not None and found.end() <= ends:
+            out[n].add(word)
+            pos = joined.find(first, ends) if n + 1 < len(starts) else -1
+        else:  # not here, or it ran into the next body: look again from the next character
+            pos = joined.find(first, pos + 1)

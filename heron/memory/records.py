@@ -51,8 +51,10 @@ def _tsquery(expression: str) -> tuple[str, str]:
     found = _PHRASE.findall(expression)
     if len(found) == 1 and len(found[0][0].split()) > 1:
         return "phraseto_tsquery('english', ?)", found[0][0]
+    # A phrase quoted whole: PostgreSQL's parser splits it as it split the messages (a code
+    # such as "qx-99812" into 'qx' <-> '-99812', "v2.3.1" not at all), words joined by <->.
     lexemes = [
-        " <-> ".join(f"'{w}'" for w in words.split()) + (":*" if star else "")
+        "'" + words.replace("\\", "\\\\").replace("'", "''") + "'" + (":*" if star else "")
         for words, star in found
         if words.split()
     ]

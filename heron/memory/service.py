@@ -343,13 +343,19 @@ class MemoryService:
         self, path: EntryPath, rule: str, mistake: str, conversation_id: int | None = None
     ) -> int:
         """A lesson is the agent's words, so it only ever waits for review; it is named so it
-        collides neither with an entry nor with a lesson already waiting."""
+        collides neither with an entry nor with a lesson already waiting. The same rule already
+        waiting (a nightly pass over eight conversations may pick it eight times) is not queued
+        again: its number is returned."""
         rule, mistake = rule.strip(), mistake.strip()
         if not rule:
             raise MemoryRefused("refused: the lesson is empty", hint="State the general rule.")
         self.check_size(rule, mistake)
         self.check_secret(rule, mistake)
-        waiting = (s.path for s in self.waiting() if s.path)
+        pending = self.waiting()
+        same = [s.id for s in pending if s.kind == "lesson" and same_text(s.text, rule)]
+        if same:
+            return same[0]
+        waiting = (s.path for s in pending if s.path)
         return queue.add(
             self.store,
             "lesson",
@@ -476,3 +482,10 @@ class MemoryService:
         """Forget the frozen memory section (at compaction and /new): the next build takes a
         fresh one."""
         records.drop_snapshot(self.store, conversation_id)
+
+
+def same_text(text: str | None, other: str) -> bool:
+    """Whether two texts say the same: case, spacing, typographic quotes and the punctuation
+    around them folded away."""
+    ends = " \"'`.,;:!?"
+    return normalise(text or "").strip(ends) == normalise(other).strip(ends)

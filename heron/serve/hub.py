@@ -7,10 +7,20 @@ keeps the last JOURNAL_SIZE events in memory, so a client that reconnects with `
 exactly the events it missed; older than that, it is told `gap` and reloads the transcript
 from the store, which is the truth.
 
+A seq means something only in the process that numbered it: every hub has an `instance` id,
+sent in each welcome, and a client names it with its `last_seq` when it comes back. A client
+that comes back to another instance (the serve was restarted; its numbering began again at 0)
+is told `gap` too, whatever its number: its old `last_seq` would otherwise hide every event of
+the new serve up to that number.
+
 At most `cap` idle conversations (no client attached, no turn running) keep their journal
 loaded; past that the least recently used is unloaded, keeping only its seq, so numbering goes
 on where it stopped. A client that comes back to it with an older `last_seq` is told `gap` and
 rereads the transcript from the store: nothing is lost, the events are only not replayed.
+
+A turn another process runs on the home has no events here: heron/serve/elsewhere.py tells
+the hub of it from its lease (`started_elsewhere`, `ended_elsewhere`), which numbers an
+`elsewhere` event for its conversation and lists it as running for every tab.
 
 Fan-out never blocks the turn: each client has a bounded queue, and a client whose queue is
 full is dropped back to a `welcome{gap: true}` at the newest seq (it re-syncs from the store
@@ -21,8 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +98,8 @@ class Journal:
     busy: bool = False
     running: set[str] | None = None  # the hub's conversations where a turn runs (welcome)
     waiting: set[str] | None = None  # the hub's where a question or approval waits (welcome)
+    # The hub's turns that other processes run, by conversation (heron/serve/elsewhere.py).
+    elsewhere: dict[str, Event] | None = None
     title: str | None = None
     turn_id: str | None = None
     about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
@@ -137,6 +150,8 @@ class Journal:
             event["running"] = sorted(self.running)
         if self.waiting is not None:
             event["waiting"] = sorted(self.waiting)
+        if self.elsewhere is not None and self.key in self.elsewhere:
+            event["elsewhere"] = self.elsewhere[self.key]  # where this conversation's turn runs
         if gap:
             event["gap"] = True
         return event
@@ -171,7 +186,10 @@ class Hub:
         cap: int | None = None,
     ) -> None:
         self.size = size
-        self.about = about or {}
+        # This process's numbering: a client's `last_seq` counts in the instance it names.
+        self.instance = secrets.token_hex(8)
+        self.about = about if about is not None else {}
+        self.about["instance"] = self.instance
         self.cost = cost  # a turn's price from its usage (None: unknown)
         self.cap = IDLE_CAP if cap is None else cap
         # Least recently used first; `unloaded` keeps the seq of each journal let go.
@@ -182,6 +200,13 @@ class Hub:
         # a tab showing another conversation marks them, since only an answer moves them on.
         self.waiting: set[str] = set()
         self.stopping = False  # the serve shuts down: a turn it stops says so
+        # Turns another process runs (`heron run --model`), by conversation: the `elsewhere`
+        # event that said so, without its seq (heron/serve/elsewhere.py watches the leases).
+        self.elsewhere: dict[str, Event] = {}
+        # Asked before this process's own turn goes on in a conversation where another
+        # process's turn was running: has it ended? (so its end is told first, in order)
+        self.settle: Callable[[str], Awaitable[None]] | None = None
+        self.attached = asyncio.Event()  # set while some client is attached (the watcher's cue)
         self._turns = itertools.count(1)
 
     def journal(self, key: str) -> Journal:
@@ -195,6 +220,7 @@ class Hub:
                 about=self.about,
                 running=self.running,
                 waiting=self.waiting,
+                elsewhere=self.elsewhere,
             )
             self.journals[key] = found
             self._trim(keep=key)
@@ -215,16 +241,22 @@ class Hub:
         journal = self.journals.get(key)
         return journal is not None and bool(journal.clients)
 
-    def attach(self, client: Client, key: str, last_seq: int | None) -> None:
+    def attach(
+        self, client: Client, key: str, last_seq: int | None, instance: str | None = None
+    ) -> None:
         """Attach `client` to `key` (leaving the conversation it was on) and queue its
         welcome, then what it missed: every event after last_seq still kept; none for None
-        (a client that wants only what happens from now on); `gap` when some are gone. With
-        nothing replayed, the question and the approvals that wait follow, so that this client
-        can answer."""
+        (a client that wants only what happens from now on); `gap` when some are gone, or
+        when `last_seq` was numbered by another serve (`instance`, or a number this one never
+        reached). With nothing replayed, the question and the approvals that wait follow, so
+        that this client can answer."""
         self.detach(client)
         journal = self.journal(key)
         client.key = key
+        foreign = instance is not None and instance != self.instance
         missed = [] if last_seq is None else journal.since(last_seq)
+        if last_seq is not None and (foreign or last_seq > journal.seq):
+            missed = None  # another serve's number: it tells nothing of what this one sent
         gap = missed is None or len(missed) >= CLIENT_QUEUE
         client.unseen = set(journal.calls) if last_seq is None or gap else set()
         client.queue.put_nowait(journal.welcome(client, gap=gap))
@@ -236,18 +268,41 @@ class Hub:
             for event in [*waiting, *journal.approvals.values()]:
                 client.queue.put_nowait({k: v for k, v in event.items() if k != "seq"})
         journal.clients.add(client)
+        self.attached.set()
 
     def detach(self, client: Client) -> None:
         if client.key is not None and client.key in self.journals:
             self.journals[client.key].clients.discard(client)
             self._trim()
         client.key = None
+        if not any(j.clients for j in self.journals.values()):
+            self.attached.clear()
+
+    def started_elsewhere(self, key: str, about: Event) -> None:
+        """Another process runs a turn in `key` (`about`: its pid, program, `where`): every
+        client of the conversation is told (`elsewhere`, running), and every tab lists it as
+        running. Its stream stays in that process."""
+        event = {"type": "elsewhere", "running": True, **about}
+        self.elsewhere[key] = {k: v for k, v in event.items() if k != "type"}
+        journal = self.journal(key)
+        journal.append(event)
+        self._running(journal)
+
+    def ended_elsewhere(self, key: str, turns: list[Event]) -> None:
+        """That turn ended: its clients are told, with what it stored (`turns`: each one's
+        message, reply, status), and the tabs no longer list it as running."""
+        about = self.elsewhere.pop(key, None) or {}
+        journal = self.journal(key)
+        journal.append({**about, "type": "elsewhere", "running": False, "turns": turns})
+        self._running(journal)
 
     def publish(self, key: str, event: Event) -> Event:
         return self.journal(key).append(event)
 
     async def deliver(self, item: Outbound) -> None:
         """The Dispatcher's watcher: one bus item as protocol events."""
+        if item.key in self.elsewhere and self.settle is not None and not _opens(item):
+            await self.settle(item.key)  # another process's turn there may have just ended
         journal = self.journal(item.key)
         was = (journal.busy, journal.waits)
         if isinstance(item, OutboundMessage):
@@ -257,6 +312,8 @@ class Hub:
             message = {"type": "message", "kind": item.kind, "text": item.text}
             if item.code is not None:
                 message["code"] = item.code
+            if item.by is not None:  # background work's message: who said it
+                message["by"] = item.by
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent
@@ -273,7 +330,8 @@ class Hub:
         where one waits for the person's answer (it marks them in its list): a `status` of the
         hub, outside any journal, so it has no seq. Terminals list nothing live and are not
         sent it."""
-        for now, where in ((journal.busy, self.running), (journal.waits, self.waiting)):
+        busy = journal.busy or journal.key in self.elsewhere
+        for now, where in ((busy, self.running), (journal.waits, self.waiting)):
             if now:
                 where.add(journal.key)
             else:
@@ -336,6 +394,11 @@ class Hub:
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []
+
+
+def _opens(item: Outbound) -> bool:
+    """A turn's start, which this process emits before its turn waits for the lease."""
+    return isinstance(item, TurnEvent) and item.kind == "turn_start"
 
 
 def _approval(journal: Journal, kind: str, ask: ApprovalAsk) -> Event:

@@ -162,7 +162,13 @@ class Session:
         if isinstance(message.get("agent"), str):
             self.agent = message["agent"]
         last = message.get("last_seq", 0)
-        self.runtime.hub.attach(self.client, key, last if isinstance(last, int) else None)
+        instance = message.get("instance")  # the serve that numbered last_seq
+        self.runtime.hub.attach(
+            self.client,
+            key,
+            last if isinstance(last, int) else None,
+            instance if isinstance(instance, str) else None,
+        )
 
     async def _send(self, message: dict[str, Any]) -> None:
         text = message.get("text")

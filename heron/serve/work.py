@@ -63,6 +63,8 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
                 "status": run.status,
                 "started": run.created,
                 "finished": run.finished,
+                # Not started (at most 4 run at once): its place in line, and no clock.
+                "waiting": (runs.waiting_for_slot(store, run) if run.status == "waiting" else None),
             }
             for run in runs.open_for(store, key)
             if run.kind == "subagent"

@@ -91,25 +91,34 @@ def zone_of(name: str) -> ZoneInfo:
 
 
 def user_timezone(configured: str | None) -> str:
-    """The user's timezone: `[agent] timezone`, else the system's IANA name (from the local
-    zone, /etc/timezone or the /etc/localtime link), else UTC: an abbreviation like CET cannot
-    be walked across a DST change."""
+    """The user's timezone: `[agent] timezone`, else the system's IANA name (the TZ variable,
+    which is what this process's local time follows, then the local zone, /etc/timezone or the
+    /etc/localtime link), else UTC: an abbreviation like CET cannot be walked across a DST
+    change. The runtime block the model reads names the same zone (heron/agent/turn.py)."""
     if configured:
         zone_of(configured)
         return configured
+    candidates = [_named_in(os.environ.get("TZ", ""))]
     # A ZoneInfo has `key`; the fixed-offset zone of a bare system does not.
     key = getattr(dt.datetime.now().astimezone().tzinfo, "key", None)  # probe: stdlib tzinfo
-    candidates: list[str] = [str(key)] if key else []
+    candidates += [str(key)] if key else []
     with contextlib.suppress(OSError):
         candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
     target = os.path.realpath("/etc/localtime")
     if "zoneinfo/" in target:
         candidates.append(target.split("zoneinfo/", 1)[1])
-    for name in candidates:
+    for name in filter(None, candidates):
         with contextlib.suppress(ScheduleError):
             zone_of(name)
             return name
     return "UTC"
+
+
+def _named_in(tz: str) -> str:
+    """The IANA name in a TZ value: `America/New_York`, `:America/New_York` or a path into a
+    zoneinfo folder; "" for none (unset, or a POSIX rule like `EST5EDT,M3.2.0,M11.1.0`)."""
+    tz = tz.removeprefix(":")
+    return tz.split("zoneinfo/", 1)[1] if "zoneinfo/" in tz else tz
 
 
 def parse(

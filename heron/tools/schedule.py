@@ -184,7 +184,14 @@ def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
         lines.append(f"nightly review: job {review.id}, next {at:%Y-%m-%d %H:%M}{last}")
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
-        at = dt.datetime.fromtimestamp(beat.last).astimezone()
+        # In the zone the review's and the jobs' times above are in (the agent's), not the
+        # system's: one /status, one clock.
+        zone = review.schedule.zone() if review is not None else None
+        at = (
+            dt.datetime.fromtimestamp(beat.last, zone)
+            if zone
+            else dt.datetime.fromtimestamp(beat.last).astimezone()
+        )
         why = f" ({beat.detail})" if beat.detail else ""
         lines.append(f"heartbeat: last {at:%Y-%m-%d %H:%M} {beat.outcome}{why}")
     return lines

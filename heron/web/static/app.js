@@ -161,11 +161,14 @@ async function loggedOut() {
 }
 
 // One WebSocket to /ws, reopened after a drop; resumes from the last seq it saw, so nothing is
-// lost or shown twice. `onEvent` gets every server event in order.
+// lost or shown twice. A seq counts in the serve process that numbered it (its `instance`,
+// named in every welcome): the hello names it too, and a restarted serve answers `gap`.
+// `onEvent` gets every server event in order.
 class Connection {
   constructor(onEvent, onState) {
     this.onEvent = onEvent; this.onState = onState;
     this.key = null; this.lastSeq = 0; this.ws = null; this.retry = 0; this.outbox = [];
+    this.instance = null; // the serve whose numbering lastSeq is in
     this.everOpen = false; // the page's first socket has opened
     this.onDropped = null; // told what the person sent while the first socket was opening, if it failed
     this.loggedOut = false; // the serve answers, but not to this browser: no retries
@@ -180,6 +183,7 @@ class Connection {
     ws.onmessage = (e) => {
       let ev; try { ev = JSON.parse(e.data); } catch { return; }
       if (ev.conversation && ev.conversation !== this.key) return;
+      if (ev.type === "welcome" && ev.instance) this.instance = ev.instance;
       if (typeof ev.seq === "number" && ev.type !== "welcome") {
         if (ev.seq <= this.lastSeq) return; // already seen: never shown twice
         this.lastSeq = ev.seq;
@@ -211,7 +215,11 @@ class Connection {
     this.loggedOut = false; this.retry = 0; this.onState("connecting");
     this.open(this.key, this.lastSeq);
   }
-  hello() { this.send({ type: "hello", conversation: this.key, last_seq: this.lastSeq }); }
+  hello() {
+    const m = { type: "hello", conversation: this.key, last_seq: this.lastSeq };
+    if (this.instance) m.instance = this.instance;
+    this.send(m);
+  }
   // Sent now, or kept and sent once the socket opens (a view's read, asked while it opens).
   send(m) {
     if (!this.sendNow(m)) this.outbox.push(m);
@@ -277,11 +285,28 @@ function Segments({ segments, live, onApprove }) {
     : s.kind === "note" ? html`<div key=${i} class="note" role="note">${s.text}</div>`
     : s.kind === "question" ? html`<div key=${i} class="question" role="note"
         aria-label="the agent asks you"><div class="question-tag">The agent asks you</div>
-        <div class="question-text">${s.text}</div></div>`
+        <div class="question-text">${s.text}</div>
+        ${s.wait && html`<div class="question-wait">${s.wait}</div>`}</div>`
     : s.kind === "answer" ? html`<article key=${i} class="msg user answer" aria-label="your answer">
         <div class="mail-tag">your answer</div><div class="user-text">${s.text}</div></article>`
     : s.kind === "approval" ? html`<${ApprovalCard} key=${i} seg=${s} onApprove=${onApprove} />`
     : html`<${ToolPill} key=${i} seg=${s} />`);
+}
+
+// Where a message was typed, as heron.bus.CHANNEL_NAMES says it.
+const CHANNELS = { web: "the browser", terminal: "heron chat", script: "heron run" };
+// What marks mail, the same live and stored: the channel it came from when it is not the
+// channel of the turn's own message (heron/agent/control.py mail_label).
+const mailTag = (channel) => "sent while the agent worked" + (channel ? `, from ${CHANNELS[channel] || channel}` : "");
+
+// A question as ask_user sends it: its text, then the line heron/proactive/ask.py's
+// waiting_line writes, "(Waiting up to 60 minutes for your answer. Run ask_c13...)", which
+// the page says in the person's words (the run's id is for `heron runs cancel`, not for them).
+const WAITING = /\n\(Waiting up to (.+) for your answer\. Run \S+\.\)\s*$/;
+export function questionOf(text) {
+  const m = WAITING.exec(text || "");
+  if (!m) return { text, wait: null };
+  return { text: text.slice(0, m.index), wait: `It waits up to ${m[1]} for your answer.` };
 }
 
 function Files({ files }) {
@@ -298,7 +323,7 @@ function Item({ item, onEdit, number }) {
   if (item.kind === "note" && item.failed) { // a failed turn's note, from its turn row
     return html`<div class="note error" role="note"><pre>${item.text}</pre></div>`;
   }
-  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
+  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${By(item.by)} ${item.text}</div>`;
   if (item.kind === "user") return html`<${UserItem} item=${item} onEdit=${onEdit} number=${number} />`;
   return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
     <${Segments} segments=${item.segments} /></article>`;
@@ -323,7 +348,7 @@ function UserItem({ item, onEdit, number }) {
   };
   return html`<article class=${"msg user" + (item.mail ? " mail" : "") + (editable ? " editable" : "")} data-id=${item.id}
       aria-label="your message">
-    ${item.mail && html`<div class="mail-tag">sent while the agent worked</div>`}
+    ${item.mail && html`<div class="mail-tag">${mailTag(item.mail_from)}</div>`}
     ${draft === null ? html`<div class="user-text">${item.text}</div>` : html`<form class="edit-form"
         onSubmit=${(e) => { e.preventDefault(); save(); }}>
       <textarea ref=${box} aria-label="edit your message" value=${draft} onKeyDown=${keys}
@@ -354,6 +379,16 @@ function keepAtEnd(el) {
   if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 200) el.scrollTop = el.scrollHeight;
 }
 
+// Scrolls to the item of a search hit and marks it. Items above it are laid out at an
+// estimated height until drawn (as for jumpToEnd), so it is centred again on the next frames.
+function showHit(list, id, frames = 10) {
+  const el = list && list.querySelector(`[data-id="${id}"]`);
+  if (!el) return;
+  el.classList.add("hit");
+  el.scrollIntoView({ block: "center" });
+  if (frames > 0) requestAnimationFrame(() => showHit(list, id, frames - 1));
+}
+
 // Scrolls a transcript just read to its newest message. Replies off screen are laid out at
 // an estimated height (content-visibility, style.css) until drawn, a frame or two after they
 // come into view, so the end moves as the newest are drawn: go to it again on the next frames.
@@ -376,7 +411,8 @@ function Live({ live, list, onApprove, notes }) {
       data-id=${live.messageId ?? undefined} aria-label="your message">
       <div class="user-text">${live.text}</div></article>`)}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
-      <div class="mail-tag">${m.state === "queued" ? "queued for the next turn" : "sent while the agent worked"}</div>
+      <div class="mail-tag">${m.state === "queued" ? "queued for the next turn"
+        : mailTag(m.channel && m.channel !== live.channel ? m.channel : null)}</div>
       <div class="user-text">${m.text}</div></article>`)}
     <article class="msg assistant live" aria-label="agent's reply, streaming">
       <${Segments} segments=${live.segments} live onApprove=${onApprove} /></article>
@@ -386,8 +422,11 @@ function Live({ live, list, onApprove, notes }) {
 // What Heron said outside a reply (a failed turn, a command's answer, /stop's): shown where it
 // was said, not at the foot of the page, where later turns would come above it.
 function Note({ n }) {
-  return html`<div class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`;
+  return html`<div class=${"note " + n.kind} role="note">${By(n.by)}<pre>${n.text}</pre></div>`;
 }
+
+// Who said a note of background work (a monitor, the heartbeat, a goal), shown before it.
+const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
 
 // The Markdown texts of stored items, for prerender.
 const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text));
@@ -396,11 +435,29 @@ const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kin
 const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
 
 // Where a note goes: after the turn it was said in (the live one's message), else after the
-// item that was last when it came.
-function anchorOf(live, items) {
-  if (live && live.messageId != null) return { turn: live.messageId };
+// newest turn when it came, whole (a reply stored later goes above it): the last item's turn,
+// or `lastTurn` (the message of the newest turn this page saw start), when that turn ended
+// before the page read it (a command's answer right after the turn it stopped), else after
+// the item that was last. `known`: the newest stored row the page knew of then, for placing
+// it again should its turn leave the branch.
+export function anchorOf(live, items, lastTurn = null) {
   const last = items[items.length - 1];
-  return { item: last ? itemKey(last) : null };
+  const known = Math.max(lastTurn ?? 0, ...(last ? [last.id, ...(last.rows || [])] : [0]));
+  if (live && live.messageId != null) return { turn: live.messageId, known };
+  const newest = last ? last.turn_message ?? last.id : null;
+  if (lastTurn != null && (newest == null || lastTurn > newest)) return { turn: lastTurn, known };
+  if (last && last.turn_message != null) return { turn: last.turn_message, known };
+  return { item: last ? itemKey(last) : null, known };
+}
+
+// Whether a note's anchor is in `items` (or is the live turn): one that is not (a branch
+// switched away from it) goes after the newest item of the branch the page now shows that was
+// stored before the note came (the turns after it, however soon they came, stay below it).
+function anchored(n, items, live) {
+  if (n.after.turn != null) {
+    return (live && live.messageId === n.after.turn) || items.some((it) => it.turn_message === n.after.turn);
+  }
+  return n.after.item == null || items.some((it) => itemKey(it) === n.after.item);
 }
 
 // How many of Heron's stored notes say `text` (a background message, kept where it was said).
@@ -416,7 +473,7 @@ function placeNotes(shown, items, notes, live) {
   const kept = new Map(); // per text, the stored notes not yet matched to a live one
   const left = notes.filter((n) => {
     if (n.kind === "error" && failed.has(n.after.turn)) return false;
-    if (n.kind !== "message") return true;
+    if (n.kind !== "message" && !n.by) return true; // `by`: kept in the transcript too
     if (!kept.has(n.text)) kept.set(n.text, storedNotes(items, n.text));
     if (kept.get(n.text) <= n.stored) return true;
     kept.set(n.text, kept.get(n.text) - 1); // stored since it came: the transcript shows it
@@ -437,10 +494,14 @@ function placeNotes(shown, items, notes, live) {
   return { rows, live: mine, rest: left };
 }
 
-function Banner({ live, onStop }) {
+function Banner({ live, onStop, conn }) {
   const [now, setNow] = useState(Date.now());
   useEffect(() => { const t = setInterval(() => setNow(Date.now()), 1000); return () => clearInterval(t); }, []);
   const secs = Math.max(0, Math.round((now - live.started) / 1000));
+  if (conn !== "open") { // what the turn does now is unknown until the page reconnects
+    return html`<div class="banner down" role="status" aria-live="polite">
+      <span class="banner-text">${DOWN}</span></div>`;
+  }
   return html`<div class="banner" role="status" aria-live="polite">
     <span class="spinner" aria-hidden="true"></span>
     <span class="banner-text">${live.segments.some((s) => s.kind === "approval" && !s.reason)
@@ -449,6 +510,16 @@ function Banner({ live, onStop }) {
       ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
       : ""}</span>
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
+}
+
+// A turn another process runs in this conversation (`heron run --model`, the `elsewhere`
+// event): its stream stays in that process, so the banner says where it runs and that its
+// reply shows when it ends; Stop stops it as /stop does.
+function Elsewhere({ about, onStop }) {
+  return html`<div class="banner" role="status" aria-live="polite" aria-label="a turn runs elsewhere">
+    <span class="spinner" aria-hidden="true"></span>
+    <span class="banner-text">A turn runs in ${about.where}: its reply shows when it ends (its stream shows only there)</span>
+    <button class="stop" onClick=${onStop} aria-label="stop that turn">Stop</button></div>`;
 }
 
 // The message box takes the focus (on load, on opening a conversation, from the skip link).
@@ -604,7 +675,7 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
         class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")
           + (waiting.includes(c.key) ? " waiting" : "")}>
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
-        onClick=${(e) => { e.preventDefault(); onOpen(c.key); }}>
+        onClick=${(e) => { e.preventDefault(); onOpen(c.key, c.message_id); }}>
         <span class="conv-title">${c.title || c.key}</span>
         <span class="conv-meta">${convMeta(c)}</span>
         ${state(c.key)}
@@ -755,7 +826,7 @@ function Work({ conv, send, tick, notify }) {
     <h3>Subagents</h3>
     ${data.subagents.length ? html`<ul class="work">${data.subagents.map((r) => html`<li key=${r.id} class="work-item">
       <div>${first(r.task)}</div>
-      <div class="work-meta">${r.id} · ${r.status === "running" ? "running" : r.status + ", not reported back"} · ${since(r.started, r.finished)}</div>
+      <div class="work-meta">${r.id} · ${r.status === "waiting" ? r.waiting : (r.status === "running" ? "running" : r.status + ", not reported back") + " · " + since(r.started, r.finished)}</div>
       <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
   </section>`;
@@ -771,6 +842,8 @@ function Download({ conv }) {
 }
 
 const PANELS = ["branches", "memory", "review", "compaction", "status", "work"];
+const DOWN = "No connection to heron serve: what the agent does is not shown until the page "
+  + "reconnects (it does by itself). What you send meanwhile is not sent";
 const NOT_SENT = "Not sent: no connection to heron serve (stopped or restarting?). Your message "
   + "stays in the box: send it again once the page is connected";
 const LOGGED_OUT = "Logged out: this browser's login to heron serve has expired or was revoked. "
@@ -797,6 +870,7 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
+  const [foreign, setForeign] = useState(null); // a turn of another process runs (where)
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
@@ -813,14 +887,22 @@ function App() {
   const older = useRef(null); // a read of an earlier page, while it runs
   const place = useRef(null); // {height, top} of the list before an earlier page went on top
   const fresh = useRef(true); // the next welcome answers a fresh attach
+  const hit = useRef(null); // a search hit's row: the conversation opens there, not at its end
   const replay = useRef(null); // {until, events}: the journal's events of a fresh attach
   const chatId = useRef(null); // this tab's id in events (welcome): who answered an approval
-  const stopping = useRef(false); // this tab sent /stop or /new: its turn's end needs no word
+  const stopping = useRef(false); // this tab sent /stop: its turn's end needs no word
+  const lastTurn = useRef(null); // the message of the newest turn seen start (a note's place)
   const menuRef = useRef(null); // the ☰ button (a phone): where the focus goes back to
   const sideRef = useRef(side); // the list is open, for the window's key handler
   sideRef.current = side;
 
-  const notify = (m) => { setToast(m); setTimeout(() => setToast(null), 6000); };
+  // A notice shows for six seconds of its own: an earlier notice's timer ends no later one
+  // (the "heron serve stopped" notice took "Not sent" away two seconds after it came).
+  const toastTimer = useRef(0);
+  const notify = (m) => {
+    setToast(m); clearTimeout(toastTimer.current);
+    toastTimer.current = setTimeout(() => setToast(null), 6000);
+  };
   // The live turn (liveRef) changes as events come. What the whole page shows of it (a turn
   // starts or ends, mail, a retry's wait) is drawn at once by showLive; a streamed piece
   // redraws only the live reply, at most every DRAW_MS and then on the next frame (drawLive),
@@ -847,13 +929,18 @@ function App() {
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
       prerender(textsOf(t.items));
-      if (!loaded.current) toEnd.current = true;
+      if (!loaded.current && hit.current == null) toEnd.current = true;
       let all = t.items;
       if (since != null && t.start === since) { // an earlier page may have come meanwhile
         all = [...itemsRef.current.filter((it) => it.id < since), ...t.items];
         if (start.current === since) setEarlier(t.earlier);
       } else { start.current = t.start; setEarlier(t.earlier); }
       itemsRef.current = all; setItems(all); setTitle(t.title); loaded.current = true;
+      // Notes said after a turn no longer on the branch (/tree, /edit) go after its newest
+      // item, as read now: the turns that come later go below them, in every tab alike.
+      const again = (n) => ({ ...n, after: anchorOf(null, all.filter((it) => it.id <= n.after.known)) });
+      setNotes((ns) => (ns.every((n) => anchored(n, all, liveRef.current)) ? ns
+        : ns.map((n) => (anchored(n, all, liveRef.current) ? n : again(n)))));
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
       document.body.dataset.rendered = String(all.length);
@@ -889,12 +976,18 @@ function App() {
   const onEvent = useCallback((ev) => {
     if (ev.type === "welcome") {
       chatId.current = ev.chat_id;
-      setTitle(ev.title || null);
+      if (ev.title) setTitle(ev.title); // else the transcript's: a reconnect keeps it
       setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
+      setForeign(ev.elsewhere ? { ...ev.elsewhere, conversation: ev.conversation } : null);
       if (ev.gap || (!loaded.current && !loading.current)) {
-        showLive(null); loadTranscript(convRef.current);
+        // Told `gap` (fell behind, or a restarted serve numbers anew): the stream shown is
+        // over or unknown; the transcript says what happened, and a turn running now shows
+        // from its next event, below what the store holds of it.
+        stopping.current = false;
+        showLive(ev.gap && ev.busy ? { ...newLive({ text: null }), orphan: true } : null);
+        loadTranscript(convRef.current);
       }
       if (ev.gap) connRef.current.lastSeq = ev.seq;
       const from = connRef.current.lastSeq;
@@ -928,6 +1021,7 @@ function App() {
       case "turn_start": {
         const pending = lv && !lv.done ? lv.mail : [];
         const next = newLive(ev);
+        if (ev.message_id != null) lastTurn.current = ev.message_id;
         // A queued message opening this turn is no longer shown as queued.
         next.mail = pending.filter((m) => m.text !== ev.text && m.state === "mail");
         showLive(next);
@@ -961,23 +1055,33 @@ function App() {
         } else if (lv && ev.state === "retry") {
           lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; showLive(lv);
         } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
-          const m = lv.mail.find((x) => !x.state);
-          if (m) m.state = ev.state;
+          if (ev.chat_id != null && ev.chat_id === chatId.current) { // this tab's own message
+            const m = lv.mail.find((x) => !x.state);
+            if (m) { m.state = ev.state; m.channel = ev.channel; }
+          } else if (ev.text) { // another tab's, a terminal's or a script's: shown here too
+            if (ev.state === "mail" && lv.asking) lv.segments.push({ kind: "answer", text: ev.text });
+            else lv.mail.push({ text: ev.text, state: ev.state, channel: ev.channel });
+          }
           if (ev.state === "mail") lv.asking = false; // answered here or from another client
           showLive(lv);
         }
         break;
       case "message":
-        if (ev.kind === "question" && lv && !lv.done) { // ask_user: the next message answers it
-          lv.segments.push({ kind: "question", text: ev.text }); lv.asking = true; showLive(lv);
+        if (ev.kind === "question") { // ask_user: the next message answers it
+          if (!lv || lv.done) { // its turn's start was not seen (told `gap`): shown all the same
+            lv = { ...newLive({ text: null }), orphan: true };
+          }
+          lv.segments.push({ kind: "question", ...questionOf(ev.text) }); lv.asking = true; showLive(lv);
         } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
           // Another client's "Stopped.": the turn's end said here who stopped it.
+        } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
+          // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
-          const after = anchorOf(lv, itemsRef.current);
+          const after = anchorOf(lv, itemsRef.current, lastTurn.current);
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
           const stored = storedNotes(itemsRef.current, ev.text);
-          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after, stored }]);
+          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, by: ev.by, after, stored }]);
         }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
@@ -992,7 +1096,8 @@ function App() {
         if (ev.interrupted && ev.stopped_by && !stopping.current) {
           // Another client stopped it (a terminal, another tab, a script): say which.
           const text = `Stopped by ${ev.stopped_by}. What the turn finished is kept.`;
-          setNotes((n) => [...n, { seq: ev.seq, kind: "stopped", text, after: anchorOf(lv, itemsRef.current) }]);
+          const after = anchorOf(lv, itemsRef.current, lastTurn.current);
+          setNotes((n) => [...n, { seq: ev.seq, kind: "stopped", text, after }]);
         }
         stopping.current = false;
         if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
@@ -1008,6 +1113,10 @@ function App() {
         break;
       case "work":
         for (const hear of workListeners) hear(ev);
+        break;
+      case "elsewhere": // another process's turn began or ended here: the store has its rows
+        setForeign(ev.running ? ev : null);
+        loadTranscript(convRef.current);
         break;
     }
   }
@@ -1052,11 +1161,27 @@ function App() {
     toEnd.current = false;
   }, [items, live, notes]);
 
-  function openConv(key) {
+  // A search hit's conversation opens at the hit: the pages above the newest are read until
+  // one holds its row, which is then scrolled to the middle of the screen and marked.
+  useEffect(() => {
+    const at = hit.current;
+    if (at == null || !loaded.current || older.current) return;
+    const found = items.find((it) => it.id === at || (it.rows || []).includes(at));
+    if (!found) {
+      if (earlier != null) loadEarlier(); else hit.current = null;
+      return;
+    }
+    hit.current = null;
+    showHit(listRef.current, found.id);
+  }, [items]);
+
+  function openConv(key, at = null) {
+    hit.current = at;
     convRef.current = key; loaded.current = false; loading.current = null;
     start.current = null; older.current = null; place.current = null; setEarlier(null);
-    fresh.current = true; replay.current = null;
+    fresh.current = true; replay.current = null; lastTurn.current = null;
     itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
+    setTitle(null);
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
     connRef.current.open(key, 0);
@@ -1068,7 +1193,9 @@ function App() {
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
     if (!connRef.current.sendTyped(m)) { notify(notSent()); return false; }
-    if (["/stop", "/new"].includes(text.trim())) stopping.current = true;
+    // /stop's own answer says it stopped; /new's says a new conversation began, so the
+    // stopped turn's note ("Stopped by /new from the browser") is shown here as in every tab.
+    if (text.trim() === "/stop") stopping.current = true;
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
@@ -1124,8 +1251,10 @@ function App() {
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
         ${placed.rest.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}
       </div>
-      ${working && html`<${Banner} live=${live} onStop=${stop} />`}
+      ${working && html`<${Banner} live=${live} onStop=${stop} conn=${conn} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
+      ${!working && foreign && foreign.conversation === conv && html`<${Elsewhere} about=${foreign}
+        onStop=${() => connRef.current.send({ type: "stop" })} />`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
