@@ -122,6 +122,7 @@ async def test_a_one_shot_reminder_skipped_past_the_grace_is_said_in_its_convers
         job = make_job(store, start, at="2026-06-01 09:00")
         task = asyncio.create_task(r.scheduler.run())
         await r.settle()
+        await r.scheduler.drain()  # the note, moved in after any turn running there
         (run,) = js.runs(store, job.id)
         assert run.status == "skipped"
         conversation = store.conversation("chat-1")
@@ -131,6 +132,7 @@ async def test_a_one_shot_reminder_skipped_past_the_grace_is_said_in_its_convers
         text = row.message.text
         assert f"job {job.id}, due 2026-06-01 09:00, not delivered" in text
         assert "past the grace period" in text and "Stand-up in five minutes." in text
+        assert [m.text for m in r.messages] == [text]  # shown to whoever has it open
         assert r.provider.requests == []
         task.cancel()
 
@@ -143,6 +145,7 @@ async def test_a_cut_off_reminder_past_the_grace_is_not_run_but_said():
         _crashed_fire(store, job, due)
         task = asyncio.create_task(r.scheduler.run())
         await r.settle()
+        await r.scheduler.drain()
         (run,) = js.runs(store, job.id)
         assert (run.status, run.outcome) == ("interrupted", js.NOT_RETRIED)
         (row,) = store.branch(store.conversation("chat-1").id)

@@ -38,10 +38,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from heron.agent.loop import AgentLoop, TurnEnded
-from heron.agent.relay import Relayed, keep
-from heron.bus import InboundMessage, MessageBus, Provenance, TurnOptions
+from heron.agent.relay import move_in
+from heron.bus import InboundMessage, MessageBus, OutboundMessage, Provenance, TurnOptions
 from heron.proactive.clock import Clock
-from heron.store import Store
+from heron.store import Store, waiting
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
 
@@ -244,17 +244,31 @@ class Scheduler:
         self.wake.set()
 
     async def _tell(self, lost: list[js.Lost]) -> None:
-        """Say in its conversation that a reminder will not come (a Heron-authored row, as a
-        monitor's message is): the person looks there, not in `heron jobs runs`."""
+        """Say in its conversation that a reminder will not come: shown to whoever has it
+        open, and kept there as a Heron-authored row, as a monitor's message is (held on disk
+        first, then moved in after any turn running there, without making the scheduler wait
+        for that turn): the person looks there, not in `heron jobs runs`."""
         for item in lost:
             job = item.job
             local = dt.datetime.fromtimestamp(item.due, job.schedule.zone())
             text = NOT_DELIVERED.format(id=job.id, due=f"{local:%Y-%m-%d %H:%M}", why=item.why)
-            relayed = Relayed(f"{text}\n{job.prompt}", f"scheduled job {job.id}", CHANNEL)
-            try:
-                await keep(self.store, job.conversation, relayed, job.agent)
-            except Exception:  # the run's row still says it; one bad write stops nothing else
-                log.exception("could not tell %s that job %s was not delivered", job.key, job.id)
+            text += f"\n{job.prompt}"
+            who = f"scheduled job {job.id} (a reminder)"
+            await self.store.call(
+                waiting.hold, self.store, job.conversation, job.agent, text, who, CHANNEL
+            )
+            self.bus.emit(
+                OutboundMessage(CHANNEL, job.conversation, job.conversation, text, "notice", by=who)
+            )
+            task = asyncio.create_task(self._move_in(job.conversation))
+            self._passes.add(task)
+            task.add_done_callback(self._passes.discard)
+
+    async def _move_in(self, key: str) -> None:
+        try:
+            await move_in(self.store, key)
+        except Exception:  # it stays on disk: the next turn there, or a start, moves it in
+            log.exception("could not move the scheduler's note into %s yet", key)
 
     async def _release(self) -> None:
         await self.store.call(js.release_all, self.store, self.owner, self.clock.now())
