@@ -179,3 +179,34 @@ def test_a_cron_expression_that_never_fires_is_refused_plainly(cron):
         parse(cron=cron, timezone="Europe/Berlin")
     assert "never fires" in str(refused.value) and refused.value.hint
     assert parse(cron="0 9 29 2 *", timezone="Europe/Berlin").kind == "cron"  # leap days come
+
+
+def test_two_starts_at_once_run_a_cut_off_reminder_again_only_once(home_db):  # both backends
+    import os
+    import threading
+
+    due = local(2026, 6, 1, 9, 0)
+    Store(home_db).close()  # migrated
+    stores = [Store(home_db), Store(home_db)]
+    try:
+        job = make_job(stores[0], due - 3600, at="2026-06-01 09:00")
+        _crashed_fire(stores[0], job, due)
+        found: list[js.Recovered] = []
+
+        def start(i: int) -> None:
+            found.append(
+                js.recover(
+                    stores[i], f"host:s{i}:1", os.getpid(), due + 300, 3600, review_again=due
+                )
+            )
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(len(f.fires) for f in found) == [0, 1]
+        assert [r.status for r in js.runs(stores[0], job.id)] == ["running", "interrupted"]
+    finally:
+        for store in stores:
+            store.close()
