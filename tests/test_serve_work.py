@@ -50,6 +50,8 @@ async def test_work_lists_and_cancel_ends_each_piece_of_this_conversation_only()
         assert work["goal"]["objective"] == "Migrate the blog"
         assert (work["goal"]["status"], work["goal"]["max_turns"]) == ("active", 20)
         assert [j["id"] for j in work["jobs"]] == [mine]  # not o's, not the built-in review
+        # Its next time as the CLI shows it, in the agent's zone and naming it.
+        assert work["jobs"][0]["next_local"].endswith(" UTC")
         assert [(s["id"], s["status"], s["waiting"]) for s in work["subagents"]] == [
             ("sa_1", "running", None),
             ("sa_2", "waiting", "waiting for a slot (1st in line)"),

@@ -820,7 +820,7 @@ function Work({ conv, send, tick, notify }) {
     <h3>Jobs</h3>
     ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
       <div>${first(j.prompt)}</div>
-      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_run ? " · next " + new Date(j.next_run * 1000).toLocaleString() : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
       <button aria-label=${"cancel job " + j.id} onClick=${() => cancel("job", j.id, `Cancel job ${j.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No jobs bound to this conversation.</p>`}
     <h3>Subagents</h3>
