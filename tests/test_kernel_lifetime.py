@@ -121,6 +121,9 @@ async def test_variables_survive_between_turns_until_new() -> None:
         assert running(engine) == ["ks", "other"]
         sockets = sockets_of(engine, "ks")
         await engine.turn("ks", "/new")
+        # /new's memory review asks the model in the background ("fresh"): it has its reply
+        # before the next turn asks for its own (a scripted model answers in order).
+        await engine.settle_background()
         assert await gone(sockets), "/new left the conversation's kernel running"
         await engine.turn("ks", "y again")
         said = results(engine)

@@ -546,7 +546,9 @@ def _stop_keys(
     def _(event: KeyPressEvent) -> None:
         if view.answer(""):
             return
-        if conn.running(state.key):
+        # Not running: the prompt was just left by Enter and its message is on its way (a
+        # SIGINT queued in that instant), so the turn it opens is the one to stop.
+        if conn.running(state.key) or not event.app.is_running:
             view.stopping = True
             conn.send_nowait("/stop", state.key, state.agent)
             return
