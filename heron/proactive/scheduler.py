@@ -7,7 +7,10 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 
 - reminder: a visible turn in the conversation the job was made in (provenance "reminder").
 - monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
-  the agent calls `message`, whose delivery carries the job's conversation as its chat.
+  the agent calls `message`, whose delivery carries the job's conversation as its chat. Its
+  conversation is bounded as the heartbeat's is: once it holds `tail_turns` checks since its
+  last separator, the next check writes one and carries the last check's closing note
+  (`TurnOptions.fresh_after`, applied by the turn under its own lease).
 
 - review: the built-in job of the nightly review of memory (heron/proactive/review.py). It is
   no turn: the scheduler runs the pass itself (`review`, given by whoever wires it), after the
@@ -32,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from heron.agent.loop import AgentLoop, TurnEnded
-from heron.bus import InboundMessage, MessageBus
+from heron.bus import InboundMessage, MessageBus, TurnOptions
 from heron.proactive.clock import Clock
 from heron.store import Store
 from heron.store import jobs as js
@@ -50,6 +53,7 @@ MONITOR = (
     "hear; otherwise end with a short note of what you found.]"
 )
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
+TAIL_TURNS = 8  # checks a monitor's (and the heartbeat's) model sees, at most, before afresh
 IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
 
 
@@ -60,6 +64,7 @@ class Scheduler:
     clock: Clock
     grace_s: float = GRACE_S
     poll_s: float = POLL_S
+    tail_turns: int = TAIL_TURNS
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fired: int = 0  # publishes so far (the benchmark reads it)
@@ -152,6 +157,7 @@ class Scheduler:
             # A reminder is seen as it is written, like any visible turn; a monitor shows
             # nothing at all, not even that it ran.
             events=job.mode == "reminder",
+            options=TurnOptions(fresh_after=self.tail_turns) if job.mode == "monitor" else None,
         )
         self._open.add(fire.run_id)
         self.fired += 1
