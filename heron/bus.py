@@ -53,6 +53,9 @@ EventKind = Literal[
     "approval",  # a command waits for the person's yes or no (`approval` says which)
     "approval_end",  # that wait is over: answered, stopped, or past its deadline
     "turn_end",
+    # A turn another process ran and ended (heron/serve/elsewhere.py): `text` its message,
+    # `channel` the program that ran it, `end.reply` what it stored as the reply.
+    "elsewhere",
 ]
 
 
@@ -112,6 +115,9 @@ class OutboundMessage:
     # "stop_answer" (/stop's answer) is for the client that sent it: the others hear who stopped
     # the turn from its end (`TurnEnd.stopped_by`).
     code: str | None = None
+    # Who said it, when not the conversation's own turn: background work's label ("the
+    # heartbeat check", "scheduled job 3 (a monitor)"), shown with the text by the clients.
+    by: str | None = None
 
 
 STOP_ANSWER_CODE = "stop_answer"

@@ -338,7 +338,13 @@ def test_show_prints_the_call_and_its_whole_result_the_model_read_cut(heron_home
         chat.wait_for(lambda: chat.shows("[exit code 0]"), "the whole result")
         shown = chat.lines()
         chat.leave()
-        sent = server.requests[-1]["messages"][-1]["content"]
+        # The request that carried the tool's result (the chat's close may ask memory's review
+        # pass after it).
+        sent = next(
+            r["messages"][-1]["content"]
+            for r in reversed(server.requests)
+            if r["messages"][-1]["role"] == "tool"
+        )
     assert "characters omitted" in sent  # the model read head and tail
     start = shown.index('bash {"command": "seq 1 5000"}')
     assert shown[start + 1 : start + 5001] == [str(n) for n in range(1, 5001)]

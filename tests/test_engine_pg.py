@@ -28,6 +28,9 @@ from test_engine_loop import (
 from test_engine_loop import (
     test_follow_up_sent_mid_turn_is_answered_in_the_same_turn as test_a_follow_up_mid_turn,
 )
+from test_serve_elsewhere import (
+    test_the_leases_and_the_turns_the_watcher_reads as test_what_a_serve_reads_of_other_turns,
+)
 
 pytestmark = pytest.mark.pg
 
@@ -40,6 +43,7 @@ __all__ = [
     "test_one_turn_at_a_time",
     "test_retry_and_edit_branch",
     "test_stop_keeps_tool_results",
+    "test_what_a_serve_reads_of_other_turns",
 ]
 
 

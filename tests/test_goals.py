@@ -191,3 +191,58 @@ def test_goal_conversations_titled_with_the_nudge_before_are_retitled_by_the_mig
         store.close()
     assert titles["test:owls"] == "Count the owls in the barn"
     assert titles["test:lost"] == g.NUDGE[:60] + "…"
+
+
+async def test_setting_a_goal_over_an_open_one_says_the_old_one_was_stopped():
+    model = Routed({"test:": lambda r, n: text("on it")})
+    async with running_loop(model, tools()) as (engine, _loop, _said):
+        store = engine.store
+        first = g.goal_command(store, "test:me", "Ship the release")
+        second = g.goal_command(store, "test:me", "Write the changelog")
+        history = goals.history(store, "test:me")
+    assert "stopped" not in first
+    assert second.startswith("Goal set") and "Write the changelog" in second
+    assert "The previous goal was stopped and replaced: Ship the release" in second
+    assert sorted(x.status for x in history) == ["active", "stopped"]
+
+
+async def test_a_parked_goal_is_said_in_its_conversation_as_heron_s_row():
+    """Parking is stored, not only a live notice: the person who walked away reads it later,
+    and the next turn's model reads it as Heron's words, not the person's."""
+    model = Routed({"test:": lambda r, n: text(f"working {n}")})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        goals.set_goal(engine.store, "test:me", "Write the report", max_turns=1)
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await loop.wait_idle()
+        await loop.dispatch(InboundMessage("test", "me", "so?"))
+        await loop.wait_idle()
+        rows = engine.store.branch(engine.store.conversation("test:me").id)
+    parked = [r for r in rows if r.message.text.startswith("Goal parked")]
+    assert len(parked) == 1 and parked[0].author == "heron" and parked[0].message.role == "user"
+    assert "Write the report" in parked[0].message.text
+    assert rows.index(parked[0]) == len(rows) - 3  # after the last nudge, before "so?"
+    seen = "\n".join(m.text for m in model.seen["test:me"][-1].messages)
+    assert f"[Sent to the user by {g.GOAL_WHO}, not written by the user] Goal parked" in seen
+
+
+async def test_a_failed_nudge_is_said_in_the_conversation():
+    from heron.errors import ProviderError
+
+    def origin(request, n):
+        if n == 2:
+            raise ProviderError("the model is down")
+        return text(f"working {n}")
+
+    model = Routed({"test:": origin})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        goals.set_goal(engine.store, "test:me", "Write the report")
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await loop.wait_idle()
+        rows = engine.store.branch(engine.store.conversation("test:me").id)
+        goal = goals.open_goal(engine.store, "test:me")
+    said = [r for r in rows if r.author == "heron" and r.message.text.startswith("Goal waiting")]
+    assert len(model.seen["test:me"]) == 2  # no loop on failures
+    assert goal.status == "active"
+    assert len(said) == 1 and "the model is down" in said[0].message.text

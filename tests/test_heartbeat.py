@@ -75,7 +75,10 @@ async def test_a_check_that_finds_nothing_shows_nothing_and_one_that_must_speaks
         (row,) = store.branch(personal.id)
         assert (row.author, row.role, row.message.text) == ("heron", "user", "The build is red.")
         label = "[Sent to the user by the heartbeat check, not written by the user] "
-        assert row.wire.text == label + "The build is red." and row.meta == {"spoken_in": KEY}
+        assert row.wire.text == label + "The build is red." and row.meta == {
+            "spoken_in": KEY,
+            "said_by": "the heartbeat check",
+        }
         told = [p.content for p in r.provider.requests[-1].messages[-1].parts]
         assert told == ["Sent to the user and kept in conversation 'personal'."]
         task.cancel()

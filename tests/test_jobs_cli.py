@@ -111,3 +111,34 @@ def test_every_jobs_command_has_help():
     for sub in ("list", "add", "cancel", "runs"):
         shown = jobs(sub, "--help")
         assert shown.exit_code == 0 and "Usage" in shown.output
+
+
+def test_a_cron_that_never_fires_is_refused_without_a_traceback(heron_home):
+    for cron in ("0 9 30 2 *", "0 9 31 4 *"):
+        refused = jobs("add", "x", "-c", "chat-1", "--cron", cron)
+        assert refused.exit_code == 1, refused.output
+        assert "never fires" in refused.output and "cron=" in refused.output
+        assert refused.exception is None or isinstance(refused.exception, SystemExit)
+
+
+def test_runs_of_an_unknown_job_and_a_second_cancel_say_so(heron_home):
+    missing = jobs("runs", "999")
+    assert missing.exit_code == 1 and "there is no job 999" in missing.output
+    added = jobs("add", "Water the plants.", "-c", "chat-1", "--every", "1d")
+    job_id = re.search(r"Created job (\d+)", added.output).group(1)
+    assert jobs("cancel", job_id).output.startswith(f"Cancelled job {job_id}")
+    again = jobs("cancel", job_id)
+    assert again.exit_code == 0 and f"Job {job_id} was already cancelled" in again.output
+
+
+def test_adding_to_a_conversation_that_does_not_exist_says_its_first_run_opens_it(heron_home):
+    added = jobs("add", "Water the plants.", "-c", "TYPO", "--every", "1d")
+    assert added.exit_code == 0
+    assert "Conversation 'TYPO' does not exist yet: the job's first run opens it" in added.output
+    store = Store(Settings.load().paths.db)
+    try:
+        store.open_conversation("chat-1", "default")
+    finally:
+        store.close()
+    known = jobs("add", "Water the plants.", "-c", "chat-1", "--every", "1d")
+    assert "does not exist yet" not in known.output

@@ -284,3 +284,34 @@ async def test_the_browser_s_status_costs_the_runs_and_counts_the_turns():
     turns, summary = price("claude-sonnet-4-5", TURN), price("claude-sonnet-4-5", SUMMARY)
     assert status["turns"] == 10
     assert status["cost_usd"] == pytest.approx(10 * turns + summary)
+
+
+async def test_idle_compaction_does_its_heavy_work_off_the_event_loop(monkeypatch):
+    """The parts that grow with the conversation (its cut, size and summary prompt; memory's
+    prompt over every row; the run's trace writes of a whole transcript) run on worker threads:
+    on a long conversation each held a serve's loop, and the person's turn, for 0.1-0.5 s."""
+    import threading
+
+    from heron.compaction import consolidate
+    from heron.memory import extract
+    from heron.trace.recorder import TraceRecorder
+
+    on_loop: dict[str, list[bool]] = {}
+
+    def spy(name: str, fn):
+        def watched(*args, **kwargs):
+            here = threading.current_thread() is threading.main_thread()
+            on_loop.setdefault(name, []).append(here)
+            return fn(*args, **kwargs)
+
+        return watched
+
+    monkeypatch.setattr(consolidate, "_plan", spy("plan", consolidate._plan))
+    monkeypatch.setattr(extract, "_request", spy("memory prompt", extract._request))
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(Model())) as engine:
+        await talk(engine, "k", 10)
+        monkeypatch.setattr(TraceRecorder, "_write", spy("trace", TraceRecorder._write))
+        (report,) = await compact_idle(engine, now=time.time() + 3 * 3600)
+    assert report.kind == "consolidation"
+    assert on_loop["plan"] == [False] and on_loop["memory prompt"] == [False]
+    assert on_loop["trace"] and not any(on_loop["trace"])

@@ -338,3 +338,56 @@ def test_import_does_not_load_the_sdk() -> None:
     code = "import sys, heron.providers.openai_compat; print('openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_sdk_is_loaded_off_the_event_loop() -> None:
+    """Its import (about a second on a busy machine) held a serve's loop, every conversation
+    and the web UI with it, on the first model call after the serve started."""
+    import subprocess
+    import sys
+
+    code = """
+import asyncio, sys, threading
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "openai":
+            print("on the loop's thread:", threading.current_thread() is threading.main_thread())
+        return None
+sys.meta_path.insert(0, Watch())
+from heron.messages import user
+from heron.providers.openai_compat import OpenAICompatProvider
+from heron.request import ChatRequest
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
+async def main():
+    with FakeOpenAIServer([ServerReply(text="hello")]) as server:
+        provider = OpenAICompatProvider("fake-model", "k", base_url=server.base_url)
+        reply = await provider.chat(ChatRequest("fake-model", "", [user("hi")], [], 16))
+        await provider.aclose()
+    print(reply.text)
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["on the loop's thread: False", "hello"]
+
+
+async def test_warming_makes_one_client_on_a_worker_thread(serve: Any) -> None:
+    import asyncio
+    import threading
+
+    from heron.providers import warm
+    from heron.providers.fenced import FencedTools
+
+    server, provider = serve([ServerReply(text="hi")])
+    made: list[bool] = []
+    make = provider.client
+
+    def client() -> Any:
+        made.append(threading.current_thread() is threading.main_thread())
+        return make()
+
+    provider.client = client  # type: ignore[method-assign]
+    # The serve's warm-up (through the fenced-tools wrapper) and a first call at once.
+    await asyncio.gather(warm(FencedTools(provider)), provider.chat(request()))
+    await provider.aclose()
+    assert made[0] is False and len(server.requests) == 1

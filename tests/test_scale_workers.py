@@ -5,6 +5,7 @@ killed mid-turn whose turn another finishes, a scheduled job firing once."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -655,3 +656,131 @@ def _owners_in_flight(pg_url: str) -> set[int]:
     with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
         owners = records.owners_in_flight(conn, _dbos_schema(pg_url), "heron_turns")
     return {int(o.split("-")[-2]) for o in owners}
+
+
+ALERT = "MONITOR ALERT: the build is red"
+# Rows of `personal` that hold background work's message (their meta names where it was said).
+RELAYED = (
+    "SELECT COUNT(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+    " WHERE c.key = 'personal' AND m.meta LIKE '%%spoken_in%%'"
+)
+
+
+class _MonitorAndTurn:
+    """`personal`'s turn waits in a bash tool for the file `go`; a monitor's turn says ALERT
+    with `message` (recording what the tool answered), then ends."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> ServerReply:
+        messages = body["messages"]
+        if "[Scheduled check, job" not in json.dumps(messages):
+            return _waits_for_go(body)
+        if messages[-1]["role"] == "tool":
+            self.told.append(str(messages[-1]["content"]))
+            return ServerReply(text="Told them.")
+        return ServerReply(tool_calls=[("message", {"text": ALERT})])
+
+
+async def _monitor_speaks_during_a_turn(pg_url: str, f: Any, model: _MonitorAndTurn) -> int:
+    """A turn of `personal` running its tool on a worker, then a monitor job made in `personal`
+    fired (its turn on a worker) until its `message` tool answered; returns the job's id."""
+    from heron.bus import MessageBus
+    from heron.proactive.clock import FakeClock
+    from heron.proactive.scheduler import Scheduler
+    from heron.store import Store
+    from heron.store import jobs as js
+    from heron.store.schedule import parse
+
+    f.send("personal", "start the job")
+    await f.wait_for(lambda: "tool_start" in f.kinds("personal"))
+    made_at = dt.datetime(2026, 6, 1, 8, 0, tzinfo=dt.UTC).timestamp()
+    store = Store(pg_url)
+    try:
+        when = parse(at="2026-06-01 09:00", timezone="UTC")
+        job = js.create_job(store, when, conversation="personal", prompt="Is CI green?",
+                            now=made_at, mode="monitor", created_by="test")  # fmt: skip
+        scheduler = Scheduler(store, MessageBus(), FakeClock(made_at + 3601))
+        scheduler.watch(f.loop)
+        assert await scheduler.tick() == 1
+        await f.loop.dispatch(scheduler.bus.inbound.get_nowait())  # to its face
+        await f.wait_for(lambda: bool(model.told))
+    finally:
+        store.close()
+    return job.id
+
+
+def _personal_rows(pg_url: str) -> list[tuple[Any, ...]]:
+    """(role, author, parts, sent_parts, meta) of `personal`'s rows, in order."""
+    import psycopg
+
+    rows = "SELECT m.role, m.author, m.parts, m.sent_parts, m.meta FROM messages m"
+    rows += " JOIN conversations c ON c.id = m.conversation_id"
+    rows += " WHERE c.key = 'personal' ORDER BY m.id"
+    with psycopg.connect(pg_url) as conn:
+        return conn.execute(rows).fetchall()
+
+
+def _is_the_alert(row: tuple[Any, ...], job: int) -> bool:
+    label = f"[Sent to the user by scheduled job {job} (a monitor), not written by the user] "
+    role, author, parts, sent, meta = row
+    return (
+        (role, author) == ("user", "heron")
+        and ALERT in parts
+        and label + ALERT in sent
+        and (f"cron:{job}" in meta)
+    )
+
+
+async def test_a_monitors_message_to_a_conversation_whose_turn_runs_on_a_worker_is_kept_after_it(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A monitor job (its turn on a worker) speaks to `personal` while a turn runs there on a
+    worker: the face's clients see it at once; it waits on disk, not inside that turn, and is
+    stored in `personal` once, after the turn's rows, labelled as Heron's."""
+    model = _MonitorAndTurn()
+    async with on_workers(model, heron_home, pg_url, monkeypatch) as (_, _, f):
+        job = await _monitor_speaks_during_a_turn(pg_url, f, model)
+        await f.wait_for(lambda: f.texts("message", "personal") == [ALERT])  # live, at once
+        assert raw_count(pg_url, RELAYED) == 0  # waiting: not inside the running turn
+        assert raw_count(pg_url, "SELECT COUNT(*) FROM waiting_messages") == 1
+        (heron_home / "workspace" / "go").touch()
+        await f.settle()
+        await f.wait_for(lambda: raw_count(pg_url, RELAYED) == 1, timeout=60)
+        await f.settle()
+    # Held by the worker running `personal`'s turn, or taken by another one: kept either way.
+    kept = "Sent to the user and kept in conversation 'personal'"
+    assert model.told in ([kept + " once the turn running there ends."], [kept + "."])
+    assert raw_count(pg_url, RELAYED) == 1  # once
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM waiting_messages") == 0
+    *turn, last = _personal_rows(pg_url)
+    assert turn[-1][0] == "assistant" and _is_the_alert(last, job)  # the turn's answer, then it
+
+
+async def test_a_monitors_message_waiting_for_a_killed_workers_turn_is_kept_after_its_end(
+    pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, and then the worker running `personal`'s turn is killed (-9) while the message
+    waits: the message is not lost with it, and does not close that turn either (another
+    worker continues it from the record); it is stored once, after the continued turn's end."""
+    model = _MonitorAndTurn()
+    pending = "SELECT executor_id FROM " + _dbos_schema(pg_url) + ".workflow_status"
+    pending += " WHERE status = 'PENDING'"
+    dbos = pg_url.split("?")[0]
+    async with on_workers(model, heron_home, pg_url, monkeypatch) as (_, workers, f):
+        job = await _monitor_speaks_during_a_turn(pg_url, f, model)
+        count = pending.replace("executor_id", "COUNT(*)")
+        await f.wait_for(lambda: raw_count(dbos, count) == 1)  # personal's, the monitor's ended
+        workers.kill(int(str(raw_count(dbos, pending)).split("-")[-2]))
+        await f.wait_for(lambda: f.texts("answer", "personal") != [])  # continued, answered
+        await f.settle()
+        await f.wait_for(lambda: raw_count(pg_url, RELAYED) == 1, 60)
+    assert raw_count(pg_url, RELAYED) == 1  # once
+    assert raw_count(pg_url, "SELECT COUNT(*) FROM waiting_messages") == 0
+    turns = "SELECT string_agg(t.status || ':' || COALESCE(t.stop_reason, ''), ',' ORDER BY t.id)"
+    turns += " FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+    turns += " WHERE c.key = 'personal'"
+    assert raw_count(pg_url, turns) == "interrupted:recovered,done:done"  # not closed by it
+    *turn, last = _personal_rows(pg_url)
+    assert (turn[-1][0], turn[-1][1]) == ("assistant", "model") and _is_the_alert(last, job)

@@ -144,7 +144,10 @@ async def test_a_missed_job_with_catch_up_skip_or_past_the_grace_is_recorded_ski
         assert old.status == "skipped" and "past the grace period" in old.detail
         assert js.get_job(store, stale.id).status == "done"
         assert js.get_job(store, skip.id).next_run == start + 4 * 3600
-        assert r.provider.requests == [] and r.messages == []
+        assert r.provider.requests == []
+        # Only the one-shot reminder's note: it will not come (the interval job says nothing).
+        (note,) = r.messages
+        assert note.kind == "notice" and f"job {stale.id}" in note.text
         task.cancel()
 
 
@@ -372,7 +375,7 @@ def test_a_run_left_open_by_a_killed_scheduler_is_marked_interrupted_when_the_jo
     (again,) = js.claim_due(store, "host:new", 4242, start + 7200, 3600)
     old, new = sorted(js.runs(store, job.id), key=lambda r: r.id)
     assert (old.id, old.status) == (fire.run_id, "interrupted")
-    assert "stopped before its turn ended" in old.detail
+    assert "killed or crashed" in old.detail
     assert (new.id, new.status) == (again.run_id, "running")
 
 

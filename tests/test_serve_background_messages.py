@@ -101,6 +101,8 @@ async def test_said_while_nobody_is_connected_it_is_kept_shown_later_and_read_ne
         async with serve.http() as http:
             items = (await http.get("/api/conversations/personal/transcript")).json()["items"]
         assert (items[-1]["kind"], items[-1]["text"]) == ("note", ALERT)
+        assert label == LABEL.format(job=items[-1]["by"].split()[2])  # who said it, shown
+        assert items[-1]["by"].endswith("(a monitor)")
         async with ws_client(serve) as ws:  # a client connecting later, and the next turn
             await ws_hello(ws, "personal")
             await _send(ws, "fix it")
@@ -134,7 +136,7 @@ async def test_said_while_a_turn_runs_there_it_is_shown_at_once_and_kept_after_t
                 lambda: any(r.meta.get(RELAY_META) for r in _rows(store, "personal")), timeout=WAIT
             )
         store.close()
-    assert said[-1]["text"] == ALERT
+    assert said[-1]["text"] == ALERT and said[-1]["by"].startswith("scheduled job ")
     assert model.told == [
         "Delivered: shown to the user now, and kept in conversation 'personal' once the turn"
         " running there ends."

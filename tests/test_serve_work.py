@@ -25,6 +25,9 @@ def _seed() -> tuple[int, int]:
         other = js.create_job(store, when, conversation="o", prompt="Elsewhere.", now=now)
         runs.create(store, "sa_1", "subagent", "s", "Summarise the logs", status="running",
                     lineage="l1")  # fmt: skip
+        runs.create(
+            store, "sa_2", "subagent", "s", "Count the files", status="waiting", lineage="l2"
+        )  # fmt: skip  (waits for a slot: not started)
         runs.create(store, "sa_9", "subagent", "o", "Not ours", status="running")
         return mine.id, other.id
     finally:
@@ -47,7 +50,12 @@ async def test_work_lists_and_cancel_ends_each_piece_of_this_conversation_only()
         assert work["goal"]["objective"] == "Migrate the blog"
         assert (work["goal"]["status"], work["goal"]["max_turns"]) == ("active", 20)
         assert [j["id"] for j in work["jobs"]] == [mine]  # not o's, not the built-in review
-        assert [(s["id"], s["status"]) for s in work["subagents"]] == [("sa_1", "running")]
+        # Its next time as the CLI shows it, in the agent's zone and naming it.
+        assert work["jobs"][0]["next_local"].endswith(" UTC")
+        assert [(s["id"], s["status"], s["waiting"]) for s in work["subagents"]] == [
+            ("sa_1", "running", None),
+            ("sa_2", "waiting", "waiting for a slot (1st in line)"),
+        ]
         refused = await _ask(ws, {"type": "cancel", "target": "job", "id": other})
         assert refused["type"] == "error" and "no active job" in refused["message"]
         theirs = await _ask(ws, {"type": "cancel", "target": "subagent", "id": "sa_9"})
@@ -57,7 +65,8 @@ async def test_work_lists_and_cancel_ends_each_piece_of_this_conversation_only()
         job = await _ask(ws, {"type": "cancel", "target": "job", "id": mine})
         assert job["done"] == f"Cancelled job {mine}." and job["jobs"] == []
         sub = await _ask(ws, {"type": "cancel", "target": "subagent", "id": "sa_1"})
-        assert sub["done"] == "Cancelled subagent sa_1." and sub["subagents"] == []
+        assert sub["done"] == "Cancelled subagent sa_1."
+        assert [s["id"] for s in sub["subagents"]] == ["sa_2"]
         goal = await _ask(ws, {"type": "cancel", "target": "goal"})
         assert goal["done"] == "Goal stopped: Migrate the blog" and goal["goal"] is None
     store = Store(Settings.load().paths.db)

@@ -529,3 +529,107 @@ async def test_a_subagent_killed_mid_task_reports_its_partial_work_once(heron_ho
     assert after.status == "interrupted" and after.partial and "half of it: 21" in after.result
     assert len(rows) == 1 and "interrupted" in rows[0].message.text
     assert [o.text for o in said if o.kind == "answer"] == ["answered 1"]
+
+
+async def test_an_announce_turn_that_fails_on_a_model_error_is_retried_once_at_once():
+    """The announce turn ends on a model error (ok False, not an exception): one more turn
+    answers the result at once, and the run is marked announced only once it is answered."""
+    from heron.errors import ProviderError
+
+    def origin(request, n):
+        if n <= 2:
+            return spawns_then_answers(request, n)
+        if n == 3:  # the announce turn: the provider is down at that moment
+            raise ProviderError("the model is down")
+        assert "was interrupted before it was answered" in last_user_text(request)
+        return text("The subagent says 42 (retried).")
+
+    model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
+    async with running_loop(model, tools()) as (engine, loop, said):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "work it out"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+        rows = engine.store.branch(engine.store.conversation("test:me").id)
+    answers = [o.text for o in said if o.kind == "answer"]
+    assert answers[-1] == "The subagent says 42 (retried)."
+    assert len([r for r in rows if r.meta.get(sa.RETRY_META) == run.id]) == 1
+    assert run.announced is not None
+
+
+async def test_a_result_whose_retry_fails_too_stays_owed_until_a_turn_answers_it():
+    """The announce turn and its one retry both fail on a model error: no third turn, and the
+    run is not marked announced; the person's next turn, which answers it, settles it."""
+    from heron.errors import ProviderError
+
+    def origin(request, n):
+        if n <= 2:
+            return spawns_then_answers(request, n)
+        if n in (3, 4):
+            raise ProviderError("the model is down")
+        return text("Back: the subagent says 42.")
+
+    model = Routed({"test:": origin, "subagent:": lambda r, n: text("42")})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "work it out"))
+        await settle(loop, manager)
+        (run,) = runs.listing(engine.store)
+        calls = len(model.seen["test:me"])
+        again = sa.attach(loop)  # a later start: still owed, no second retry
+        await again.start()
+        await settle(loop, again)
+        (restarted,) = runs.listing(engine.store)
+        calls_after_start = len(model.seen["test:me"])
+        await loop.dispatch(InboundMessage("test", "me", "and?"))
+        await settle(loop, manager)
+        (answered,) = runs.listing(engine.store)
+    assert calls == 4 and run.announced is None
+    assert calls_after_start == 4 and restarted.announced is None
+    assert answered.announced is not None
+
+
+async def test_a_subagent_waiting_for_a_slot_is_shown_waiting_until_it_starts():
+    """At most `max_parallel` run: the others' rows say waiting (with their place in line,
+    no clock) until they start; one cancelled while it waits never runs."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    gate = asyncio.Event()
+
+    async def sub(request, n):
+        await gate.wait()
+        return text("done")
+
+    model = Routed({"test:": lambda r, n: text("ok"), "subagent:": sub})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        store = engine.store
+        manager = sa.attach(loop, max_parallel=1)
+        await manager.start()
+        first = await manager.spawn("test:me", "first task")
+        second = await manager.spawn("test:me", "second task")
+        third = await manager.spawn("test:me", "third task")
+        while first.conversation_key not in model.seen:
+            await asyncio.sleep(0)
+        before = {r.id: r for r in runs.listing(store)}
+        lines = runs.status_lines(store, "test:me", time.time())
+        listed = CliRunner().invoke(app, ["runs", "list"]).output.splitlines()
+        dropped = runs.cancel_by_person(store, before[third.id])
+        gate.set()
+        await settle(loop, manager)
+        after = {r.id: r for r in runs.listing(store)}
+    assert before[first.id].status == "running"
+    assert before[second.id].status == before[third.id].status == "waiting"
+    assert f"subagent {second.id}: waiting for a slot (1st in line): second task" in lines
+    assert f"subagent {third.id}: waiting for a slot (2nd in line): third task" in lines
+    (line,) = [x for x in listed if x.startswith(second.id)]
+    assert "waiting for a slot (1st in line)" in line and " - " in line  # not started
+    assert "running" in next(x for x in listed if x.startswith(first.id))
+    assert dropped == (True, f"Cancelled subagent {third.id}.")
+    assert after[second.id].status == "done" and after[second.id].created > second.created
+    assert after[third.id].status == "cancelled" and third.conversation_key not in model.seen

@@ -280,6 +280,23 @@ def test_a_turn_heron_opens_is_labelled_heron_not_as_typed_on_a_channel():
     assert out.getvalue().splitlines() == [f"heron › {result}", "web › typed there"]
 
 
+def test_background_work_s_message_is_labelled_with_who_said_it():
+    """A monitor's or the heartbeat's message is not a bare line: chat says whose it is, also
+    when it comes through a serve."""
+    from heron.bus import OutboundMessage
+    from heron.channels.remote import to_outbound
+
+    out = io.StringIO()
+    view = terminal.TerminalView(Console(file=out, width=200), terminal.ChatState("k", "default"))
+    event = {"type": "message", "kind": "message", "text": "hello", "by": "the heartbeat check"}
+    relayed = to_outbound(event, "terminal", "k")
+    assert isinstance(relayed, OutboundMessage) and relayed.by == "the heartbeat check"
+    view.message(relayed)
+    view.message(OutboundMessage("terminal", "c", "k", "plain", "message"))
+    lines = [line.strip() for line in out.getvalue().splitlines() if line.strip()]
+    assert lines == ["from the heartbeat check:", "hello", "plain"]
+
+
 class _Listing:
     """A serve's connection as /resume uses it: two conversations listed, sends kept."""
 

@@ -556,6 +556,7 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
             store, when, conversation="personal", prompt="Check the feed.", now=time.time()
         )
         runs.create(store, "sa_web", "subagent", "personal", "Summarise the logs", status="running")
+        runs.create(store, "sa_wait", "subagent", "personal", "Count the files", status="waiting")
         page.on("dialog", lambda d: d.accept())
         page.get_by_role("button", name="work", exact=True).click()
         panel = page.get_by_role("complementary", name="work")
@@ -563,12 +564,17 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         expect(panel).to_contain_text("0 of 20 turns")
         expect(panel).to_contain_text("Check the feed.")
         expect(panel).to_contain_text("sa_web · running")
+        waiting = panel.locator(".work-item").filter(has_text="sa_wait")
+        meta = "sa_wait · waiting for a slot (1st in line)"  # no clock before it starts
+        expect(waiting.locator(".work-meta")).to_have_text(meta)
         panel.get_by_role("button", name=f"cancel job {job.id}").click()
         expect(panel).to_contain_text("No jobs bound to this conversation.")
         assert js.get_job(store, job.id).status == "cancelled"
         panel.get_by_role("button", name="cancel subagent sa_web").click()
+        panel.get_by_role("button", name="cancel subagent sa_wait").click()
         expect(panel).to_contain_text("No subagents working for this conversation.")
         assert runs.get(store, "sa_web").status == "cancelled"
+        assert runs.get(store, "sa_wait").status == "cancelled"
         panel.get_by_role("button", name="stop the goal").click()
         expect(panel).to_contain_text("No goal.")
         assert goals.open_goal(store, "personal") is None
@@ -1133,6 +1139,8 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         model.reply("Told them.")
         notes = pg.locator(".messages .note").filter(has_text=alert)
         expect(notes).to_have_count(1)  # live, at once
+        said_by = "from scheduled job 9 (a monitor):"  # who said it, not an unlabelled line
+        expect(notes.locator(".by")).to_have_text(said_by)
         _send(pg, "fix it")
         model.reply("Fixing.")
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
@@ -1140,6 +1148,7 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.reload()
         expect(pg.locator(".msg.assistant:not(.live)").last).to_have_text("Fixing.")
         expect(notes).to_have_count(1)
+        expect(notes.locator(".by")).to_have_text(said_by)  # the stored note says it too
         order = pg.locator(".messages").text_content() or ""
         assert order.index("Hi.") < order.index(alert) < order.index("fix it")
         pg.context.close()

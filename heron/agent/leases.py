@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -86,19 +87,44 @@ async def hold_lease(
 ) -> AsyncIterator[Lease]:
     """Wait for and hold the conversation's turn lease; heartbeat while held, release after."""
     owner = new_owner()
-    claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
-    lease = Lease(store, conversation_id, owner, ttl, claim)
+    mine = _HELD.setdefault(store, set())
+    mine.add(owner)  # before the claim: a serve never takes its own turn for another's
+    try:
+        claim = await _acquire(store, conversation_id, owner, ttl, on_busy, timeout)
+        _CLAIMED.setdefault(store, {})[conversation_id] = time.time()
+        lease = Lease(store, conversation_id, owner, ttl, claim)
 
-    async def release() -> None:
-        if lease.released:
-            return
-        # A disk that refuses writes keeps the claim on record: the next claim finds this
-        # process gone (or the claim expired) and takes it over, saying so.
-        with contextlib.suppress(StoreRefused):
-            await store.call(es.release_lease, store, conversation_id, owner)
+        async def release() -> None:
+            if lease.released:
+                return
+            # A disk that refuses writes keeps the claim on record: the next claim finds this
+            # process gone (or the claim expired) and takes it over, saying so.
+            with contextlib.suppress(StoreRefused):
+                await store.call(es.release_lease, store, conversation_id, owner)
 
-    async with _beating(lease.beat, ttl / 3, release):
-        yield lease
+        async with _beating(lease.beat, ttl / 3, release):
+            yield lease
+    finally:
+        mine.discard(owner)
+
+
+# The owners of the leases claimed (or being claimed) through each open Store: a serve tells
+# its own turns from other processes' by them (heron/serve/elsewhere.py). By Store, not by pid,
+# so that a second Engine in one process (a test) counts as another process.
+_HELD: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
+# When a lease was last won through each Store, by conversation id: the turns started after
+# it there are this process's (a serve's own, which another's turn that ended before is not).
+_CLAIMED: weakref.WeakKeyDictionary[Store, dict[int, float]] = weakref.WeakKeyDictionary()
+
+
+def held_here(store: Store) -> frozenset[str]:
+    """The owners of the turn leases held, or waited for, through `store` now."""
+    return frozenset(_HELD.get(store, ()))
+
+
+def claimed_here(store: Store, conversation_id: int) -> float | None:
+    """When a turn lease of the conversation was last won through `store` (None: never)."""
+    return _CLAIMED.get(store, {}).get(conversation_id)
 
 
 @asynccontextmanager

@@ -22,9 +22,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from heron.agent import commands
 from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
@@ -55,21 +57,30 @@ BREAK_GRACE = 20.0
 # reply starts again (heron/agent/runner.py).
 _STREAMED: dict[str, EventKind] = {"thinking": "reasoning", "retry": "restart"}
 IDLE_POLL = 60.0
+# Seconds `close` waits for the moves of background work's messages still under way.
+RELAY_DRAIN = 5.0
+# Seconds with no turn of the person's (and since the loop started) before idle-time work takes
+# its next step: a person reading a reply and typing the next message, or a script sending
+# them one after another, finds the loop free.
+QUIET_S = 2.0
 log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
 async def idle_compaction(
-    engine: Engine, poll_s: float = IDLE_POLL
+    engine: Engine,
+    poll_s: float = IDLE_POLL,
+    quiet: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[asyncio.Task[None] | None]:
     """Idle compaction (heron.compaction.idle_loop) in the background while the block runs,
-    cancelled when it ends; none when idle_compact_after_minutes is 0."""
+    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: awaited before
+    each of its steps (`AgentLoop.person_first`)."""
     if engine.settings.config.agent.idle_compact_after_minutes <= 0:
         yield None
         return
     from heron.compaction import idle_loop
 
-    task = asyncio.create_task(idle_loop(engine, poll_s))
+    task = asyncio.create_task(idle_loop(engine, poll_s, quiet))
     try:
         yield task
     finally:
@@ -107,6 +118,7 @@ class AgentLoop:
     bus: MessageBus
     break_grace: float = BREAK_GRACE
     idle_poll: float = IDLE_POLL  # seconds between idle-compaction sweeps
+    quiet_s: float = QUIET_S  # see `person_first`
     routes: dict[tuple[str, str], str] = field(default_factory=dict)  # /resume switches
     # Who asks the person before an unconfined command runs, by channel (heron/tools/approval.py);
     # a channel with none gets a refusal the model reads.
@@ -122,6 +134,9 @@ class AgentLoop:
     _active: dict[str, _Active] = field(default_factory=dict)
     _pending: dict[str, deque[InboundMessage]] = field(default_factory=dict)
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set while no turn the person started runs; when the last one ended (or the loop started).
+    _no_person: asyncio.Event = field(default_factory=asyncio.Event)
+    _person_at: float = field(default_factory=time.monotonic)
     # Where each conversation's last message came from (channel, chat, provenance): where a
     # subagent's result is announced (heron/proactive/subagents.py).
     origins: dict[str, tuple[str, str, str]] = field(default_factory=dict)
@@ -137,6 +152,9 @@ class AgentLoop:
     attended: Callable[[str], bool] | None = None
     # What background work says to a conversation, on its way into it (after a turn there).
     relays: RelayDesk = field(init=False)
+    # Whether a turn a dead process left open is continued rather than closed (workers,
+    # heron/scale/): background work's messages then wait for that turn, not close it.
+    continues_dead_turns: ClassVar[bool] = False
     # Set once shutdown begins (`close`): no turn starts from then on, and what the person
     # sent that no turn read is kept in its conversation instead, by conversation (`_keep`).
     closing: bool = False
@@ -145,7 +163,8 @@ class AgentLoop:
     _closed: bool = False  # the kept words are stored: what comes now is not taken at all
 
     def __post_init__(self) -> None:
-        self.relays = RelayDesk(self.engine.store)
+        self.relays = RelayDesk(self.engine.store, close_dead=not self.continues_dead_turns)
+        self._no_person.set()
 
     def resolve(self, message: InboundMessage) -> str:
         """The conversation key: explicit, else the route /resume set, else channel:chat."""
@@ -177,13 +196,28 @@ class AgentLoop:
         """Whether a turn the person started runs now (the heartbeat waits for it to end)."""
         return any(a.message.provenance == "user" for a in self._active.values())
 
+    async def person_first(self) -> None:
+        """Until no turn the person started runs, none has for `quiet_s` seconds, and the loop
+        has run that long: idle-time work (idle compaction) waits here before each step, so a
+        message the person sends goes first instead of sharing the process with it (a serve
+        started on a big home has hundreds of conversations to consolidate)."""
+        while True:
+            if self.user_turn_running():
+                await self._no_person.wait()
+                continue
+            left = self._person_at + self.quiet_s - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(left)
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
+        self._person_at = time.monotonic()
         if not idle:
             await self._consume()
             return
-        async with idle_compaction(self.engine, self.idle_poll):
+        async with idle_compaction(self.engine, self.idle_poll, self.person_first):
             await self._consume()
 
     async def _consume(self) -> None:
@@ -267,6 +301,7 @@ class AgentLoop:
         control.ask = lambda text: self._speak(control, message, key, text, "question")
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
+            self._no_person.clear()
         else:
             self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
@@ -474,7 +509,7 @@ class AgentLoop:
         if mail:
             # Typed after the run's last drain, or overtaken by /stop: kept, and answered next.
             queue.appendleft(unread_mail(message, mail, key))
-        self.relays.release(key, message.agent)  # before the next turn here (it waits)
+        self.relays.release(key)  # before the next turn here (it waits)
         if self.closing:  # shutting down: what waits is kept (`close`), no turn starts
             self._keep(key, [m for m in queue if m.id is None])
             queue = self._pending[key] = deque(m for m in queue if m.id is not None)
@@ -482,6 +517,10 @@ class AgentLoop:
             self._start(key, queue.popleft())
         elif not self._active:
             self._idle.set()
+        if message.provenance == "user":
+            self._person_at = time.monotonic()
+        if not self.user_turn_running():
+            self._no_person.set()
         for hook in list(self.turn_end_hooks):
             try:
                 hook(ended)
@@ -503,16 +542,19 @@ class AgentLoop:
         # Background work speaks where its user is (a monitor's job conversation), not in
         # its own silent conversation.
         to = message.meta.get("deliver_to", key)
-        await self._send(message, to, text, kind)
         if to == key or kind != "message":
-            return None  # said in the turn's own conversation: its tool call is in the record
+            # Said in the turn's own conversation: its tool call is in the record.
+            await self._send(message, to, text, kind)
+            return None
         who = message.meta.get("deliver_as") or f"background work ({key})"
-        return self._relay(to, Relayed(text, who, key), message.agent)
+        await self._send(message, to, text, kind, by=who)  # labelled: not this conversation's
+        return await self._relay(to, Relayed(text, who, key), message.agent)
 
-    def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
-        """`relayed` stored in conversation `to`: now, or after the turn running there (never
-        inside it); the answer says which, and whether someone has `to` open to see it now."""
-        kept = self.relays.take(to, relayed, agent, turn_running=to in self._active)
+    async def _relay(self, to: str, relayed: Relayed, agent: str) -> str:
+        """`relayed` kept for conversation `to` (on disk at once) and stored there: now, or
+        after the turn running there (never inside it); the answer says which, and whether
+        someone has `to` open to see it now."""
+        kept = await self.relays.take(to, relayed, agent, turn_running=to in self._active)
         if self.attended is None:
             return f"Sent to the user and {kept}."
         if self.attended(to):
@@ -520,10 +562,16 @@ class AgentLoop:
         return f"Nobody has conversation {to!r} open now: {kept}, where the user sees it next."
 
     async def _send(
-        self, message: InboundMessage, key: str, text: str, kind: str, code: str | None = None
+        self,
+        message: InboundMessage,
+        key: str,
+        text: str,
+        kind: str,
+        code: str | None = None,
+        by: str | None = None,
     ) -> None:
         await self.bus.send(
-            OutboundMessage(message.channel, message.chat_id, key, text, kind, code)  # type: ignore[arg-type]
+            OutboundMessage(message.channel, message.chat_id, key, text, kind, code, by)  # type: ignore[arg-type]
         )
 
     # ---- interrupts -----------------------------------------------------------------------
@@ -588,7 +636,9 @@ class AgentLoop:
             await self.stop(key)
         await self._store_kept()
         self._closed = True
-        await self.relays.drain()  # what background work said is stored before the process ends
+        # What background work said, moved in before the process ends; a move that waits for
+        # another process's turn is left to whoever holds that conversation next (on disk).
+        await self.relays.drain(RELAY_DRAIN)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0)
 

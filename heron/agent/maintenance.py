@@ -79,7 +79,9 @@ class MaintenanceRun:
         fixed = engine_fixed(engine)
         # No system prompt or view of its own: each call carries its own request.
         start = RunStart("default", provider.name, provider.model, "", fixed.profile)
-        trace = TraceRecorder(store, turn_id, start, fixed.scrubber, own_chain=True)
+        # Written off the loop: a summary's request is a whole transcript (a long one's, hashed
+        # and split into blobs, held the loop for a tenth of a second and more).
+        trace = TraceRecorder(store, turn_id, start, fixed.scrubber, own_chain=True, off_loop=True)
         self.recorder = TurnRecorder(store, self.conversation_id, turn_id, trace)
         return self.recorder
 

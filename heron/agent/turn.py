@@ -57,7 +57,7 @@ from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation, attempts
+from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
 from heron.store.schedule import user_timezone, zone_of
 from heron.tools.context import Approver, ToolContext, TurnServices
@@ -398,12 +398,18 @@ async def drive(t: Turn) -> Done:
 
 
 async def restore(t: Turn, _: None) -> Restored:
-    """The lease claim read whether an earlier turn left work open (`Lease.dirty`)."""
+    """The lease claim read whether an earlier turn left work open (`Lease.dirty`); then what
+    background work said here that still waits (heron/store/waiting.py: its process died before
+    it moved it in, or another process's move waits for this lease) goes in before the history
+    is read. A recovered workflow continues its own turn: no stop marker, and nothing goes in
+    inside it (what waits goes in after it)."""
     store = t.engine.store
-    if resumed(t) is not None:  # a recovered workflow continues its own turn: no stop marker
+    if resumed(t) is not None:
         await store.call(attempts.close_for_resume, store, t.conversation.id)
-    elif t.lease is not None and t.lease.dirty:
+        return Restored()
+    if t.lease is not None and t.lease.dirty:
         await store.call(es.recover, store, t.conversation.id, STOPPED)
+    await store.call(waiting.move_all, store, t.key, t.conversation.id)
     return Restored()
 
 

@@ -1,7 +1,9 @@
 """`heron jobs ...`: list, add and cancel scheduled jobs, and read what each run did.
 
 The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them.
-Adding a job while no `heron serve` runs saves it and says it waits for one.
+Adding a job while no `heron serve` runs saves it and says it waits for one; adding one to a
+conversation that does not exist yet says its first run opens it (a typo shows at once).
+Times are shown in the agent's zone (`[agent] timezone`), named in the tables' headers.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
 
 
 JOB_HEADER = ("ID", "MODE", "STATUS", "SCHEDULE", "NEXT", "CONVERSATION", "LAST", "PROMPT")
+NEW_CONVERSATION = (
+    "Conversation {key!r} does not exist yet: the job's first run opens it "
+    "(heron conversations list shows those there are)."
+)
 
 
 @app.command("list")
@@ -153,6 +159,8 @@ def add(
             catch_up=catch_up, created_by="cli",
         )  # fmt: skip
         typer.echo(f"Created {describe(job)}")
+        if store.conversation(conversation) is None:
+            typer.echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
             typer.echo(NOT_RUNNING)
 
@@ -165,9 +173,16 @@ def cancel(job_id: Annotated[int, typer.Argument(help="The job's id (heron jobs 
     from heron.tools.schedule import BUILTIN_CANCEL, describe
 
     with _open() as (_, store):
+        before = jobs.get_job(store, job_id)
         job = jobs.cancel_job(store, job_id)
-        if job is None:
+        if before is None or job is None:
             _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
+        if before.status != "active":
+            was = "already done" if before.status == "done" else "already cancelled"
+            if before.builtin and before.status == "cancelled":
+                was = "already disabled"
+            typer.echo(f"Job {job_id} was {was}: {describe(job)}")
+            return
         if job.builtin:
             typer.echo(BUILTIN_CANCEL.format(id=job.id))
             return
@@ -181,8 +196,11 @@ def runs(
 ) -> None:
     """What each run did: fired, skipped (and why), interrupted, failed."""
     from heron.store import jobs
+    from heron.store.schedule import ScheduleError
 
     with _open() as (_, store):
+        if job_id is not None and jobs.get_job(store, job_id) is None:
+            _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
         found = jobs.runs(store, job_id, limit)
         if not found:
             typer.echo("No runs yet.")

@@ -61,16 +61,24 @@ def serve_socket(home: Path | None = None) -> Path | None:
 def beside_serve(home: Path, model: str | None, what: str) -> str | None:
     """What to say when a serve runs on `home` but this `heron run` or `heron chat` runs its
     turns in its own process (it asked for another model, or to keep nothing, which a serve
-    cannot give): the serve's clients do not see those turns as they run. None: no serve."""
+    cannot give): the serve's clients see from its lease that a turn runs, and its rows once it
+    ends, never its stream (heron/serve/elsewhere.py); an ephemeral one's, nothing at all (it
+    stores nothing in the home). None: no serve."""
     from heron.store.home_lock import other_serve
 
     who = other_serve(home)
     if who is None:
         return None
-    flag = "--model" if model is not None else "--ephemeral"
-    return (
-        f"heron: heron serve runs on {home} ({who}); {flag} runs this {what} in this process "
-        "instead, so the browser and the serve's other clients do not see its turns as they run."
+    said = f"heron: heron serve runs on {home} ({who}); "
+    if model is not None:
+        return said + (
+            f"--model runs this {what} in this process instead: the browser and the serve's "
+            "other clients see that its turns run and what they stored once they end, not "
+            "their stream."
+        )
+    return said + (
+        f"--ephemeral runs this {what} in this process instead, so the browser and the serve's "
+        "other clients do not see its turns."
     )
 
 
@@ -409,6 +417,14 @@ class RemoteAgent:
             self.embedded = bool(event.get("embedded"))
             self.chat_id = event.get("chat_id") or self.chat_id
             self._welcomed.set()
+            running = event.get("elsewhere")  # another process's turn runs there now
+            if isinstance(running, dict) and not self.own_only:
+                for told in elsewhere_items({**running, "running": True}, self.channel, key):
+                    await self.deliver(told)
+            return
+        if kind == "elsewhere":  # another process's turn: none of this client's to wait for
+            for told in [] if self.own_only else elsewhere_items(event, self.channel, key):
+                await self.deliver(told)
             return
         self._track(key, event)
         if kind in ("approval", "approval_end"):
@@ -555,9 +571,11 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind == "message":
         said = event.get("kind")
         said_kind = cast(OutKind, said) if said in get_args(OutKind) else "answer"
-        code = event.get("code")
+        code, by = event.get("code"), event.get("by")
         text = event.get("text", "")
-        return OutboundMessage(channel, chat, key, text, said_kind, code if code else None)
+        return OutboundMessage(
+            channel, chat, key, text, said_kind, code if code else None, str(by) if by else None
+        )
     if kind == "error":
         text = event.get("message", "")
         hint = event.get("hint")
@@ -592,6 +610,23 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
     if kind in ("approval", "approval_end"):
         return _replace(base, kind=kind, approval=_approval_of(event))
     return None
+
+
+def elsewhere_items(event: dict[str, Any], channel: str, key: str) -> list[Outbound]:
+    """The serve's `elsewhere` event as the channels render it: while another process's turn
+    runs, a notice saying where (its stream stays there); once it ended, each turn it stored
+    (an `elsewhere` TurnEvent: its message, and its reply in `end`)."""
+    where = str(event.get("where") or "another process")
+    if event.get("running"):
+        said = f"A turn runs in {where}: its reply shows here when it ends."
+        return [OutboundMessage(channel, "", key, said, "notice")]
+    origin = str(event.get("program") or where)
+    items: list[Outbound] = []
+    for turn in event.get("turns") or []:
+        status = str(turn.get("status") or "")
+        end = TurnEnd(status == "done", status, turn.get("error"), str(turn.get("reply") or ""))
+        items.append(TurnEvent(origin, "", key, "elsewhere", str(turn.get("text") or ""), end=end))
+    return items
 
 
 def _approval_of(event: dict[str, Any]) -> ApprovalAsk:

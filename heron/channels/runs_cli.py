@@ -64,7 +64,8 @@ def runs_list(
     """Subagent runs and questions, newest first, with their status."""
     from heron.store import runs
 
-    rows = runs.listing(_store(), limit=limit)
+    store = _store()
+    rows = runs.listing(store, limit=limit)
     if not rows:
         typer.echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
         return
@@ -73,9 +74,13 @@ def runs_list(
     lines = []
     for r in rows:
         status = r.status + (" (partial)" if r.partial else "")
+        started = _when(r.created)
         if r.kind == "ask" and r.status == "waiting" and r.deadline:
             status += f" until {_when(r.deadline)}"
-        lines.append((r.id, r.kind, status, r.origin_key, _when(r.created), _what(r)))
+        elif r.kind == "subagent" and r.status == "waiting":  # for a slot: not started yet
+            status = runs.waiting_for_slot(store, r)
+            started = "-"
+        lines.append((r.id, r.kind, status, r.origin_key, started, _what(r)))
     table(("ID", "KIND", "STATUS", "FOR", "STARTED", "TASK"), lines)
 
 

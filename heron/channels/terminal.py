@@ -234,6 +234,13 @@ class TerminalView:
             self.flush()
             self.working_since, self.waiting, self.asked = None, False, False
             self.ended(ev.end)
+        elif ev.kind == "elsewhere" and ev.end is not None:  # another process's, now stored
+            self.flush()
+            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.spaced = False
+            self.markdown(ev.end.reply or "")
+            if ev.end.error:  # a failed turn stores no reply, only why
+                self.console.print(RichText(f"↳ {ev.end.error}", style="dim"), highlight=False)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
 
@@ -246,6 +253,8 @@ class TerminalView:
         elif m.kind == "command":
             self.console.print(m.text, markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
+            if m.by:  # background work's message (a monitor, the heartbeat): say whose
+                self.console.print(RichText(f"from {m.by}:", style="dim cyan"))
             self.markdown(m.text)
         if m.kind == "question":  # ask_user: the next line typed here is the answer
             self.console.print("[dim]↳ your next message answers it[/dim]")

@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from heron.compaction.consolidate import CompactionReport
     from heron.compaction.core import CompactionHost
     from heron.compaction.prepare import Prepared
@@ -89,16 +91,22 @@ async def compact_now(
     return report.describe()
 
 
-async def compact_idle(engine: CompactionHost, now: float | None = None) -> list[CompactionReport]:
+async def compact_idle(
+    engine: CompactionHost,
+    now: float | None = None,
+    quiet: Callable[[], Awaitable[None]] | None = None,
+) -> list[CompactionReport]:
     from heron.compaction.idle import compact_idle as run
 
-    return await run(engine, now)
+    return await run(engine, now, quiet)
 
 
-async def idle_loop(engine: CompactionHost, poll_s: float = 60.0) -> None:
+async def idle_loop(
+    engine: CompactionHost, poll_s: float = 60.0, quiet: Callable[[], Awaitable[None]] | None = None
+) -> None:
     from heron.compaction.idle import idle_loop as run
 
-    await run(engine, poll_s)
+    await run(engine, poll_s, quiet)
 
 
 __all__ = [

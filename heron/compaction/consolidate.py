@@ -8,6 +8,7 @@ row writes a deterministic fallback instead, so a broken summarizer cannot stall
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -31,8 +32,8 @@ from heron.context.tokens import estimate_message, estimate_messages, estimate_t
 from heron.context.view import is_clean_user
 from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
+from heron.store import StoredMessage, work
 from heron.store import compactions as folds
-from heron.store import work
 
 log = logging.getLogger(__name__)
 FAILED_TURNS_BEFORE_FALLBACK = 3
@@ -182,18 +183,18 @@ async def consolidate(
     """Fold everything before the last turns into a summary, if anything can be folded."""
     # The whole branch: the summary quotes every user message up to the cut, earlier folds too.
     state = await load_branch_async(deps.store, conversation_id, full=True)
-    recent = deps.budget.share(deps.budget.shares.recent)
-    cut = choose_cut(state, recent)
-    if cut is None:
-        return CompactionReport("none", reason, why=nothing_to_fold(state, recent))
-    before = _conversation_tokens(deps, agent, state)
-    ids = [r.id for r in state.rows]
-    start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0
-    new_rows = [r for r in state.rows[start:cut] if r.id not in state.plan.compacted]
+    # Off the loop: the cut, the size and the prompt each walk the whole branch (tens of
+    # thousands of rows in a long conversation, idle compaction's first pass over it).
+    planned = await asyncio.to_thread(_plan, deps, agent, state)
+    if isinstance(planned, str):
+        return CompactionReport("none", reason, why=planned)
+    cut, start, before, new_rows, prompt = planned
+    if not await _go_on(deps, conversation_id):
+        return CompactionReport("none", reason, why=MOVED_ON)
     kind, error = "consolidation", None
     chunk = ""
     try:
-        facts, ws, chunk = await summarize(deps, _prompt(deps, state, [r.wire for r in new_rows]))
+        facts, ws, chunk = await summarize(deps, prompt)
     except Exception as e:  # any failure of the summarizer leaves the conversation as it was
         log.warning("consolidation summary failed: %s", e)
         error = f"{type(e).__name__}: {e}"
@@ -209,8 +210,12 @@ async def consolidate(
         )
         ws = previous.working_state if previous else ""
         kind = "fallback"
+    if not await _go_on(deps, conversation_id):
+        return CompactionReport("none", reason, why=MOVED_ON)
     if deps.before_fold is not None:  # memory's pass over what is about to leave the view
         await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
+        if not await _go_on(deps, conversation_id):
+            return CompactionReport("none", reason, why=MOVED_ON)
     chunk = chunk or digest([r.message for r in new_rows])
     written = Written(kind, facts, ws, chunk, error)
     cid = await deps.store.call(_record, deps, state, cut, reason, written, before, off_loop=True)
@@ -219,6 +224,30 @@ async def consolidate(
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
     return CompactionReport(kind, reason, cut - start, before, after, cid, error)
+
+
+MOVED_ON = "the conversation moved on while it waited"
+
+
+async def _go_on(deps: ContextDeps, conversation_id: int) -> bool:
+    """Whether a background consolidation goes on to its next phase (`deps.between`)."""
+    return deps.between is None or await deps.between(conversation_id)
+
+
+def _plan(
+    deps: ContextDeps, agent: str, state: BranchState
+) -> tuple[int, int, int, list[StoredMessage], str] | str:
+    """Where to cut, where the rows after the current fold start, the conversation's size
+    before, the rows to fold and the summary's prompt; or why nothing can be folded."""
+    recent = deps.budget.share(deps.budget.shares.recent)
+    cut = choose_cut(state, recent)
+    if cut is None:
+        return nothing_to_fold(state, recent)
+    before = _conversation_tokens(deps, agent, state)
+    ids = [r.id for r in state.rows]
+    start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0
+    new_rows = [r for r in state.rows[start:cut] if r.id not in state.plan.compacted]
+    return cut, start, before, new_rows, _prompt(deps, state, [r.wire for r in new_rows])
 
 
 def _conversation_tokens(

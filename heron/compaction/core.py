@@ -144,6 +144,10 @@ class ContextDeps:
     # row): the turn's trace records it, so a replay falls back where the turn did.
     found: rec.ContextState | None = None
     maintenance: Maintenance | None = None  # see CompactionSetup
+    # Idle compaction's wait for the person between a consolidation's phases (its prompt made,
+    # the summary written, memory's pass done): False when the conversation moved on meanwhile,
+    # and the consolidation stops there, changing nothing (heron/compaction/idle.py).
+    between: Callable[[int], Awaitable[bool]] | None = None
 
     def view_options(self) -> ViewOptions:
         b = self.budget

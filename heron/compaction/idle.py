@@ -1,13 +1,19 @@
 """Idle compaction: a conversation left alone for idleCompactAfterMinutes, with no turn
 running, is consolidated in the background. Its summary enters the next turn as the archived
 context section. A failed summary leaves the conversation untouched and is retried after ten
-minutes."""
+minutes.
+
+A sweep goes one conversation at a time, each looked at (its branch read, off the loop) only
+when its turn comes, and waits for `quiet` before each (the AgentLoop's `person_first`): a serve
+started on a home of hundreds of unconsolidated conversations works through them in the gaps
+between the person's turns instead of competing with them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
@@ -19,16 +25,30 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 600.0
 
 
-def _candidates(deps: ContextDeps, now: float) -> list[tuple[int, str]]:
-    """Conversations idle long enough, with no running turn and no retry pending, that have
-    something to fold since their last consolidation."""
+Quiet = Callable[[], Awaitable[None]]
+
+
+def _idle(
+    deps: ContextDeps, now: float, conversation_id: int | None = None
+) -> list[tuple[int, str]]:
+    """Conversations idle long enough, with no running turn and no retry pending (or whether
+    `conversation_id` still is one)."""
     cutoff = now - deps.idle_minutes * 60
-    rows = rec.idle_conversations(deps.store, cutoff, now)
-    out = []
-    for cid, agent in rows:
-        if choose_cut(load_branch(deps.store, cid)) is not None:
-            out.append((cid, agent))
-    return out
+    return rec.idle_conversations(deps.store, cutoff, now, conversation_id)
+
+
+def _can_fold(deps: ContextDeps, conversation_id: int, now: float) -> int | None:
+    """The conversation's head when it is still idle and has something to fold since its last
+    consolidation (a turn may have run in it while the sweep waited); else None."""
+    head = _still(deps, conversation_id, now)
+    if head is None or choose_cut(load_branch(deps.store, conversation_id)) is None:
+        return None
+    return head
+
+
+def _still(deps: ContextDeps, conversation_id: int, now: float) -> int | None:
+    """The conversation's head while it is idle, None once it is not."""
+    return rec.head_of(deps.store, conversation_id) if _idle(deps, now, conversation_id) else None
 
 
 def _retry_later(deps: ContextDeps, conversation_id: int, now: float) -> None:
@@ -40,18 +60,40 @@ def _retry_later(deps: ContextDeps, conversation_id: int, now: float) -> None:
     )
 
 
-async def compact_idle(engine: CompactionHost, now: float | None = None) -> list[CompactionReport]:
+async def compact_idle(
+    engine: CompactionHost, now: float | None = None, quiet: Quiet | None = None
+) -> list[CompactionReport]:
+    """One sweep; `quiet` is awaited before each conversation is looked at."""
     deps = deps_for(engine)
     if deps.idle_minutes <= 0:
         return []
     now = time.time() if now is None else now
     reports = []
-    for cid, agent in await deps.store.call(_candidates, deps, now, off_loop=True):
+    for cid, agent in await deps.store.call(_idle, deps, now, off_loop=True):
+        if quiet is not None:
+            await quiet()
+        head = await deps.store.call(_can_fold, deps, cid, now, off_loop=True)
+        if head is None:
+            continue
+        deps.between = None if quiet is None else _between(deps, quiet, head, now)
         report = await _consolidate(deps, cid, agent)
         if report.kind == "failed":
             await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
     return reports
+
+
+def _between(
+    deps: ContextDeps, quiet: Quiet, head: int, now: float
+) -> Callable[[int], Awaitable[bool]]:
+    """Between a consolidation's phases: wait for the person again, then go on only if the
+    conversation is as the consolidation found it (still idle, the same head)."""
+
+    async def go_on(conversation_id: int) -> bool:
+        await quiet()
+        return _still(deps, conversation_id, now) == head  # one indexed row: inline
+
+    return go_on
 
 
 async def _consolidate(deps: ContextDeps, cid: int, agent: str) -> CompactionReport:
@@ -70,11 +112,13 @@ async def _consolidate(deps: ContextDeps, cid: int, agent: str) -> CompactionRep
         return report
 
 
-async def idle_loop(engine: CompactionHost, poll_s: float = 60.0) -> None:
+async def idle_loop(
+    engine: CompactionHost, poll_s: float = 60.0, quiet: Quiet | None = None
+) -> None:
     """Poll for idle conversations until cancelled."""
     while True:
         try:
-            await compact_idle(engine)
+            await compact_idle(engine, quiet=quiet)
         except Exception as e:  # the sweeper must outlive a bad conversation
             log.warning("idle compaction failed: %s", e)
         await asyncio.sleep(poll_s)

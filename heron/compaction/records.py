@@ -77,16 +77,25 @@ def save_calibration(store: Store, model: str, cal: Calibration, last_call_id: i
 # ---- idle compaction ------------------------------------------------------------------------
 
 
-def idle_conversations(store: Store, cutoff: float, now: float) -> list[tuple[int, str]]:
+def idle_conversations(
+    store: Store, cutoff: float, now: float, conversation_id: int | None = None
+) -> list[tuple[int, str]]:
     """(id, agent) of the conversations last updated before `cutoff`, with a history, no
-    running turn and no idle retry pending at `now`."""
+    running turn and no idle retry pending at `now` (of `conversation_id` alone, if given)."""
+    one = "" if conversation_id is None else " AND c.id = ?"
     rows = store.query(
         "SELECT c.id, c.agent FROM conversations c"
         " LEFT JOIN context_state s ON s.conversation_id = c.id"
         " WHERE c.updated < ? AND c.head_id IS NOT NULL"
-        " AND COALESCE(s.idle_retry_after, 0) <= ?"
-        " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
+        " AND COALESCE(s.idle_retry_after, 0) <= ?" + one + " AND NOT EXISTS"
+        " (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
         " AND t.status = 'running' AND t.kind = 'turn')",
-        (cutoff, now),
+        (cutoff, now) if conversation_id is None else (cutoff, now, conversation_id),
     )
     return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def head_of(store: Store, conversation_id: int) -> int | None:
+    """The conversation's newest message on its current branch (None: empty or gone)."""
+    rows = store.query("SELECT head_id FROM conversations WHERE id = ?", (conversation_id,))
+    return rows[0][0] if rows else None

@@ -208,14 +208,30 @@ async def extract(
     window: int | None = None,
 ) -> list[int]:
     """One extraction call over the conversation; returns the ids of the queued suggestions.
-    `window`: the asked model's, in tokens (else its built-in profile's)."""
+    `window`: the asked model's, in tokens (else its built-in profile's). Its prompt is made off
+    the event loop: it reads and decodes every row of the conversation (a 20,000-message one
+    held the loop for half a second)."""
+    found = await service.store.call(
+        _request, service, conversation_id, quotable_ids, off_loop=True
+    )
+    if found is None:
+        return []
+    rows, quotable, prompt = found
+    data = await _ask(provider, FACTS_SYSTEM, prompt, window)
+    return _queue_picks(service, conversation_id, data, rows, quotable)
+
+
+def _request(
+    service: MemoryService, conversation_id: int, quotable_ids: Iterable[int]
+) -> tuple[list[StoredMessage], set[int], str] | None:
+    """The conversation's rows, the quotable ones among them, and the pass's prompt; None when
+    none of `quotable_ids` is the person's own words."""
     rows = service.store.all_messages(conversation_id)
     typed = typed_texts(rows)  # the person's words, answers to ask_user included
     quotable = {i for i in quotable_ids if i in typed}
     if not quotable:
-        return []
-    data = await _ask(provider, FACTS_SYSTEM, _prompt(service, rows, quotable, typed), window)
-    return _queue_picks(service, conversation_id, data, rows, quotable)
+        return None
+    return rows, quotable, _prompt(service, rows, quotable, typed)
 
 
 async def compaction_pass(

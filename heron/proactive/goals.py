@@ -5,7 +5,9 @@ the cached prefix) in full once, then as one line saying it is unchanged. A turn
 conversation with an active goal has no wall-clock model deadline. When a turn there ends with
 the goal still open, the loop continues it with a nudge turn, until the agent marks it done
 with evidence (`goal(action="done", evidence=...)`), the person ends it (`/goal done|stop`),
-or its budget of nudge turns and tokens runs out: then it is parked and the person told.
+or its budget of nudge turns and tokens runs out: then it is parked and the person told, in a
+note kept in the conversation as Heron's row (heron/agent/relay.py), since the person who set a
+goal is often not watching when it parks; a failed nudge is told the same way.
 Whatever the person sends goes first: no nudge starts while their message waits, and a
 conversation whose subagent still works is neither nudged nor parked (its result's turn
 picks the work up).
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 from heron.agent.commands import CommandContext, CommandReply
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
 from heron.messages import plural
-from heron.store import goals, runs
+from heron.store import goals, runs, waiting
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
 
@@ -33,6 +35,8 @@ NUDGE = (
     'is met, call goal(action="done", evidence=...) with what shows it; if you are blocked or '
     "need the user, say what you need."
 )
+# Who said a goal's notes kept in its conversation (the label the model reads them with).
+GOAL_WHO = "Heron (this conversation's goal)"
 USAGE = (
     "/goal shows the goal; /goal TEXT sets one; /goal done or /goal stop ends it; "
     "/goal budget TURNS [TOKENS] gives it a new budget (and continues a parked one)."
@@ -71,8 +75,12 @@ def goal_command(store: Store, key: str, arg: str) -> str:
         return "No goal to end." if ended is None else f"Goal ended ({word}): {ended.objective}"
     if word == "budget":
         return _budget(store, key, rest)
+    before = goals.open_goal(store, key)
     goal = goals.set_goal(store, key, arg)
-    return f"Goal set ({goal.budget()}): {goal.objective}\nWorking on it; {USAGE}"
+    said = f"Goal set ({goal.budget()}): {goal.objective}\n"
+    if before is not None:  # replaced, never silently
+        said += f"The previous goal was stopped and replaced: {before.objective}\n"
+    return f"{said}Working on it; {USAGE}"
 
 
 async def _goal(ctx: CommandContext, arg: str) -> CommandReply:
@@ -120,7 +128,16 @@ class Goals:
         if message.provenance == "goal" and result is not None:
             goal = goals.count_turn(self.store, goal.id, result.run.usage.total)
         if result is None or result.run.error is not None or result.outcome.value == "stale":
-            return  # stopped or failed: the person decides what next, no loop on failures
+            # Stopped or failed: the person decides what next, no loop on failures. A nudge
+            # that failed is said in the conversation: nobody may have been watching it.
+            error = ended.end.error or (result.run.error if result is not None else None)
+            if message.provenance == "goal" and ended.end.outcome != "stale" and error:
+                self.tell(
+                    key,
+                    f"Goal waiting: its last turn failed ({error}): {goal.objective}\n"
+                    "Your next message continues it; /goal stop ends it.",
+                )
+            return
         self.continue_goal(key, goal)
 
     async def resume(self) -> list[str]:
@@ -140,7 +157,9 @@ class Goals:
         result will pick the work up)."""
         if self.loop.running(key) or self.loop.pending(key):
             return False  # the person's message goes first; its turn's end continues the goal
-        if any(r.kind == "subagent" and r.status == "running" for r in self._owed(key)):
+        if any(
+            r.kind == "subagent" and r.status in ("running", "waiting") for r in self._owed(key)
+        ):
             return False  # the subagent's result opens a turn that picks the work up
         channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
         if goal.exhausted:
@@ -149,7 +168,7 @@ class Goals:
                 f"Goal parked: its budget is used up ({goal.budget()}): {goal.objective}\n"
                 "/goal budget TURNS [TOKENS] continues it; /goal stop ends it."
             )
-            self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice"))
+            self.tell(key, note)
             return True
         meta: dict[str, object] = {"synthetic": True, "goal": goal.id}
         options = TurnOptions(no_deadline=True, message_meta=meta, title=goal.objective)
@@ -158,6 +177,18 @@ class Goals:
         )
         self.loop.start_turn(nudge)
         return True
+
+    def tell(self, key: str, note: str) -> None:
+        """Say `note` to whoever has the conversation open now, and keep it there as Heron's
+        row (heron/agent/relay.py): the person who set the goal and walked away reads it
+        later, and the model reads it as Heron's, not as the person's. On disk at once (one
+        short insert, fine on the loop: this runs in the end-of-turn hook), moved in now or
+        after the turn running there."""
+        channel, chat, _ = self.loop.origins.get(key, ("goal", key, "goal"))
+        self.loop.bus.emit(OutboundMessage(channel, chat, key, note, "notice", by=GOAL_WHO))
+        waiting.hold(self.store, key, "default", note, GOAL_WHO, key)
+        if not self.loop.running(key):  # else that turn's end moves it in
+            self.loop.relays.release(key)
 
     def _owed(self, key: str) -> list[runs.Run]:
         return runs.open_for(self.store, key)
@@ -185,8 +216,10 @@ async def goal(
     if action == "set":
         if not objective.strip():
             return ToolOutput('Give the objective: goal(action="set", objective=...).', True)
+        before = await store.call(goals.open_goal, store, key)
         made = await store.call(goals.set_goal, store, key, objective.strip())
-        return f"Goal set ({made.budget()}): {made.objective}"
+        replaced = "" if before is None else f" (it replaced the goal: {before.objective})"
+        return f"Goal set ({made.budget()}): {made.objective}{replaced}"
     if action == "done":
         if not evidence.strip():
             return ToolOutput("Say what shows the goal is met (evidence=...).", True)

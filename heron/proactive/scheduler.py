@@ -17,6 +17,12 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
   same claim, lease and catch-up as every job. While a turn the person started runs, the fire
   is recorded skipped and tried again `IDLE_RETRY_S` later.
 
+At its start (`recover`) it marks interrupted the runs a scheduler that is gone left running
+(kill -9, a crash), and fires once more, late and saying so, a job whose run was cut off before
+its turn ended, so a one-shot reminder cut by a restart still arrives; a cut-off review tries
+again `IDLE_RETRY_S` later. A one-shot reminder that will not arrive (skipped past the grace,
+or cut off and not run again) is said in its conversation, as a Heron-authored row.
+
 The scheduler watches the loop's turn ends (`AgentLoop.watch_turns`) to record each run's
 outcome and give the job's lease back. It sleeps until the next instant, or at most
 `poll_s` (jobs made by `heron jobs add` in another process), or until the `schedule` tool in
@@ -35,9 +41,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from heron.agent.loop import AgentLoop, TurnEnded
-from heron.bus import InboundMessage, MessageBus, TurnOptions
+from heron.agent.relay import move_in
+from heron.bus import InboundMessage, MessageBus, OutboundMessage, Provenance, TurnOptions
 from heron.proactive.clock import Clock
-from heron.store import Store
+from heron.store import Store, waiting
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
 
@@ -52,6 +59,8 @@ MONITOR = (
     "user unless you call the message tool. Call it only if there is something they must "
     "hear; otherwise end with a short note of what you found.]"
 )
+# Said in a reminder's conversation when it will not come; its prompt follows.
+NOT_DELIVERED = "[Scheduled reminder, job {id}, due {due}, not delivered: {why}. It said:]"
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
 TAIL_TURNS = 8  # checks a monitor's (and the heartbeat's) model sees, at most, before afresh
 IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
@@ -93,6 +102,7 @@ class Scheduler:
 
     async def run(self) -> None:
         try:
+            await self.recover()
             while True:
                 await self.tick()
                 await self.clock.sleep_until(await self._deadline(), self.wake)
@@ -105,17 +115,33 @@ class Scheduler:
                     await task
             await asyncio.shield(self._release())
 
+    async def recover(self) -> int:
+        """At start: close the runs of schedulers that are gone, fire once more the jobs
+        whose runs were cut off, and tell the conversations of reminders that will not come;
+        returns how many were fired again."""
+        now = self.clock.now()
+        found = await self.store.call(
+            js.recover, self.store, self.owner, os.getpid(), now, self.grace_s,
+            review_again=now + IDLE_RETRY_S, modes=self.modes,
+        )  # fmt: skip
+        for fire in found.fires:
+            await self._publish(fire)
+        await self._tell(found.lost)
+        return len(found.fires)
+
     async def tick(self) -> int:
         """Fire (or skip) everything due now; returns how many were fired."""
         now = self.clock.now()
         fired = 0
         while True:
+            lost: list[js.Lost] = []
             batch = await self.store.call(
                 js.claim_due, self.store, self.owner, os.getpid(), now, self.grace_s,
-                modes=self.modes,
+                modes=self.modes, lost=lost,
             )  # fmt: skip
             for fire in batch:
                 await self._publish(fire)
+            await self._tell(lost)
             fired += len(batch)
             if len(batch) < js.CLAIM_BATCH:  # a short batch: nothing due is left
                 break
@@ -139,10 +165,11 @@ class Scheduler:
             task.add_done_callback(self._passes.discard)
             return
         template = MONITOR if job.mode == "monitor" else REMINDER
+        provenance: Provenance = "scheduled" if job.mode == "monitor" else "reminder"
         header = template.format(id=job.id)
         if fire.detail:
             header += f"\n[{fire.detail}]"
-        meta = {"job": str(job.id), "job_run": str(fire.run_id), "owner": self.owner}
+        meta = {"job": str(job.id), js.RUN_META: str(fire.run_id), "owner": self.owner}
         if job.mode == "monitor":
             meta["deliver_to"] = job.conversation  # where its `message` reaches the user
             meta["deliver_as"] = f"scheduled job {job.id} (a monitor)"  # its label there
@@ -151,13 +178,23 @@ class Scheduler:
             job.conversation,
             f"{header}\n{job.prompt}",
             key=job.key,
-            provenance="scheduled" if job.mode == "monitor" else "reminder",
+            provenance=provenance,
             agent=job.agent,
             meta=meta,
             # A reminder is seen as it is written, like any visible turn; a monitor shows
             # nothing at all, not even that it ran.
             events=job.mode == "reminder",
-            options=TurnOptions(fresh_after=self.tail_turns) if job.mode == "monitor" else None,
+            # Its stored message names the run, so a start after a crash knows whether the
+            # turn ended (`js.recover`); still Heron's, never the person's words. A monitor's
+            # conversation is bounded (`fresh_after`: the module's docstring).
+            options=TurnOptions(
+                message_meta={
+                    "injected_event": provenance,
+                    "job": job.id,
+                    js.RUN_META: str(fire.run_id),
+                },
+                fresh_after=self.tail_turns if job.mode == "monitor" else None,
+            ),
         )
         self._open.add(fire.run_id)
         self.fired += 1
@@ -191,6 +228,7 @@ class Scheduler:
         """Run the nightly review for its fire, unless a turn of the person's runs: then the
         fire is recorded skipped and the job tries again `IDLE_RETRY_S` later."""
         status, outcome, detail = "done", "reviewed", None
+        # (A pass cut by a stop or a crash is recorded interrupted; the next start tries again.)
         if self.review is None:
             status, outcome, detail = "failed", "failed", "this scheduler cannot run the review"
         elif self.user_busy():
@@ -211,6 +249,33 @@ class Scheduler:
             now=self.clock.now(), detail=detail,
         )  # fmt: skip
         self.wake.set()
+
+    async def _tell(self, lost: list[js.Lost]) -> None:
+        """Say in its conversation that a reminder will not come: shown to whoever has it
+        open, and kept there as a Heron-authored row, as a monitor's message is (held on disk
+        first, then moved in after any turn running there, without making the scheduler wait
+        for that turn): the person looks there, not in `heron jobs runs`."""
+        for item in lost:
+            job = item.job
+            local = dt.datetime.fromtimestamp(item.due, job.schedule.zone())
+            text = NOT_DELIVERED.format(id=job.id, due=f"{local:%Y-%m-%d %H:%M}", why=item.why)
+            text += f"\n{job.prompt}"
+            who = f"scheduled job {job.id} (a reminder)"
+            await self.store.call(
+                waiting.hold, self.store, job.conversation, job.agent, text, who, CHANNEL
+            )
+            self.bus.emit(
+                OutboundMessage(CHANNEL, job.conversation, job.conversation, text, "notice", by=who)
+            )
+            task = asyncio.create_task(self._move_in(job.conversation))
+            self._passes.add(task)
+            task.add_done_callback(self._passes.discard)
+
+    async def _move_in(self, key: str) -> None:
+        try:
+            await move_in(self.store, key)
+        except Exception:  # it stays on disk: the next turn there, or a start, moves it in
+            log.exception("could not move the scheduler's note into %s yet", key)
 
     async def _release(self) -> None:
         await self.store.call(js.release_all, self.store, self.owner, self.clock.now())

@@ -3,7 +3,8 @@
 A subagent starts from a bare [system prompt, task]: it runs in a conversation of its own,
 `subagent:<lineage>`, through the AgentLoop like any turn, with its own ceilings (model calls,
 tokens, a wall-clock timeout) and without the tools that reach back into the conversation
-(`spawn`, `ask_user`, `goal`, `message`). At most `max_parallel` run at once.
+(`spawn`, `ask_user`, `goal`, `message`). At most `max_parallel` run at once; the others'
+rows say `waiting` until they get a slot (`runs.start`: running, the clock from then).
 
 Its status row (heron/store/runs.py) is written before it starts. When it ends, its result goes
 back to the conversation that spawned it as a user-role message authored by Heron and marked
@@ -121,10 +122,13 @@ class Subagents:
         provenance: str = "user",
         wait: bool = False,
     ) -> runs.Run:
-        """Write the run's row, then start it; returns the row (status running)."""
+        """Write the run's row, then start it; returns the row (status waiting until it has
+        a slot, then running)."""
         check_tools(self.loop.engine.registry.names(), tools)
         origin = self.loop.origins.get(origin_key, ("subagent", origin_key, provenance))
-        run = await open_run(self.store, origin_key, origin, task, tools, resume, provenance)
+        run = await open_run(
+            self.store, origin_key, origin, task, tools, resume, provenance, status="waiting"
+        )
         if wait:
             self.waited.add(run.id)
         self.tasks[run.id] = asyncio.create_task(self._run(run, tools, task))
@@ -143,9 +147,11 @@ class Subagents:
     async def _run(self, run: runs.Run, tools: list[str] | None, task: str) -> runs.Run:
         slots = self._slots or asyncio.Semaphore(self.max_parallel)
         self._slots = slots
-        async with slots:
-            status, text, partial = await self._drive(run, tools, task)
-        ended = await self.store.call(
+        async with slots:  # waiting (so its row says) until a slot is free
+            started = await self.store.call(runs.start, self.store, run.id)
+            if started:  # else cancelled while it waited: it never runs
+                status, text, partial = await self._drive(run, tools, task)
+        ended = started and await self.store.call(
             runs.finish, self.store, run.id, status, text, partial=partial
         )
         if run.id in self.waited:  # the spawn call returns it as its tool result
@@ -185,10 +191,13 @@ class Subagents:
             return
         if await self.store.call(runs.in_record, self.store, run.origin_key, run.id):
             # Stored by a turn a dead process never finished: answered once more, then marked.
-            if await self.store.call(unanswered, self.store, run.origin_key, run.id):
+            state = await self.store.call(reply_state, self.store, run.origin_key, run.id)
+            if state == "unanswered":
                 self._retry(run)
-            else:
+            elif state == "answered":
                 await self._announced(run)
+            else:  # its one retry failed too: owed until a turn there answers it
+                self.owed.setdefault(run.origin_key, {})[run.id] = "left"
             return
         channel, chat = run.origin_channel, run.origin_chat
         if run.origin_key in self.loop.origins:
@@ -232,7 +241,14 @@ class Subagents:
         """The loop's end-of-turn hook: settle what this conversation was owed."""
         if not self.owed.get(ended.key):
             return
-        task = asyncio.create_task(self._settle(ended.key, ended.message, ended.end.outcome))
+        end = ended.end
+        # A turn that ended on a model error (ok False, error set) failed as much as one that
+        # raised: the result it received is still unanswered.
+        failed = end.outcome == "failed" or (
+            not end.ok and end.error is not None and end.outcome != "stale"
+        )
+        outcome = "failed" if failed else end.outcome
+        task = asyncio.create_task(self._settle(ended.key, ended.message, outcome))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
@@ -244,14 +260,15 @@ class Subagents:
             if run is None:
                 continue
             if await self.store.call(runs.in_record, self.store, key, run_id):
-                if (
-                    outcome == "failed"  # a /stop is the person's: the next turn sees it
-                    and how != "retry"
-                    and not (self.loop.running(key) or self.loop.pending(key))
-                    and await self.store.call(unanswered, self.store, key, run_id)
-                ):
-                    self._retry(run)
-                    continue
+                if outcome == "failed":  # a /stop is the person's: the next turn sees it
+                    state = await self.store.call(reply_state, self.store, key, run_id)
+                    if state == "unanswered" and how != "retry":
+                        if not (self.loop.running(key) or self.loop.pending(key)):
+                            self._retry(run)
+                        continue  # else the turn waiting there answers it
+                    if state != "answered":  # its one retry failed too: left owed
+                        self.owed.setdefault(key, {})[run_id] = "left"
+                        continue
                 await self._announced(run)
             elif how == "mail" or run_id == ended_run:
                 # Left unread in a mailbox, or its own turn ended before storing it: again.
@@ -309,18 +326,19 @@ def partial_of(store: Store, run: runs.Run) -> str:
     return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
 
 
-def unanswered(store: Store, origin_key: str, run_id: str) -> bool:
-    """Whether the run's result is in the origin's record with no final reply after it (a
-    model message without tool calls) and has not had its one retry turn yet."""
+def reply_state(store: Store, origin_key: str, run_id: str) -> str:
+    """Whether the run's result in the origin's record was answered: "answered" (a final
+    reply, a model message without tool calls, follows it, or it is not there), "unanswered",
+    or "retried" (unanswered, and its one retry turn has been opened already)."""
     conv = store.conversation(origin_key)
     rows = [] if conv is None else store.branch(conv.id)
-    if any(r.meta.get(RETRY_META) == run_id for r in rows):
-        return False
     at = [i for i, r in enumerate(rows) if r.meta.get(runs.RUN_META) == run_id]
     if not at:
-        return False
+        return "answered"
     after = rows[at[-1] + 1 :]
-    return not any(r.message.role == "assistant" and not r.message.tool_calls for r in after)
+    if any(r.message.role == "assistant" and not r.message.tool_calls for r in after):
+        return "answered"
+    return "retried" if any(r.meta.get(RETRY_META) == run_id for r in after) else "unanswered"
 
 
 _STATUS = {
@@ -362,12 +380,15 @@ async def open_run(
     tools: list[str] | None,
     resume: str | None,
     provenance: str,
+    *,
+    status: str = "running",
 ) -> runs.Run:
     """The run's row, written before its work starts: a new lineage, or the finished one
     `resume` names, restarted with the new task. `origin`: (channel, chat, provenance) of the
-    turn that spawns it."""
+    turn that spawns it. `status`: "waiting" where it may wait for a slot (`runs.start` makes
+    it running when it gets one)."""
     if resume:
-        return await _resume(store, resume, origin_key, task)
+        return await _resume(store, resume, origin_key, task, status)
     channel, chat, _ = origin
     return await store.call(
         runs.create,
@@ -376,7 +397,7 @@ async def open_run(
         "subagent",
         origin_key,
         task,
-        status="running",
+        status=status,
         lineage=secrets.token_hex(4),
         tools=tools,
         origin_channel=channel,
@@ -385,7 +406,9 @@ async def open_run(
     )
 
 
-async def _resume(store: Store, lineage: str, origin_key: str, task: str) -> runs.Run:
+async def _resume(
+    store: Store, lineage: str, origin_key: str, task: str, status: str = "running"
+) -> runs.Run:
     from heron.errors import ToolError
 
     run = await store.call(runs.by_lineage, store, lineage)
@@ -394,9 +417,9 @@ async def _resume(store: Store, lineage: str, origin_key: str, task: str) -> run
             f"no subagent lineage {lineage!r} to resume from this conversation "
             "(finished lineages are kept 6 hours, 3 per conversation); spawn a new one"
         )
-    if run.status == "running":
-        raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still running")
-    await store.call(runs.restart, store, run.id)
+    if run.status in ("running", "waiting"):
+        raise ToolError(f"subagent {run.id} of lineage {lineage!r} is still {run.status}")
+    await store.call(runs.restart, store, run.id, status)
     await store.call(runs.set_task, store, run.id, task)
     restarted = await store.call(runs.get, store, run.id)
     if restarted is None:  # deleted in between (another process): nothing to continue

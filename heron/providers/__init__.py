@@ -7,7 +7,17 @@ from contextlib import AsyncExitStack
 from heron.providers.base import Provider
 from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice
 
-__all__ = ["Provider", "open_provider"]
+__all__ = ["Provider", "open_provider", "warm"]
+
+
+async def warm(provider: Provider) -> None:
+    """Load now, off the event loop, what the provider's first call would (the `openai` SDK's
+    import): `heron serve` does it as it starts, so the person's first message does not wait
+    for it. A provider with nothing to load is left as it is."""
+    inner = getattr(provider, "inner", provider)  # FencedTools wraps the adapter
+    load = getattr(inner, "warm", None)
+    if load is not None:
+        await load()
 
 
 async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:

@@ -1,6 +1,8 @@
 """The OpenAI chat-completions adapter: OpenAI itself, vLLM, llama.cpp server, anything compatible.
 
-The `openai` SDK is imported lazily (it costs ~0.5 s at start-up) and runs with `max_retries=0`:
+The `openai` SDK is imported lazily (it costs ~0.5 s at start-up, more on a busy machine), on a
+worker thread the first time a call needs it (`warm`: a serve does it as it starts), never on the
+event loop where it would hold every other conversation; it runs with `max_retries=0`:
 Heron retries itself with `call_with_retries`, so every failure is mapped once, in `map_error`,
 onto the heron.errors tree.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -80,6 +83,7 @@ class OpenAICompatProvider:
         self.profile = profile or profile_for(model)
         self.timeout = timeout
         self._client: AsyncOpenAI | None = None
+        self._warming: asyncio.Future[AsyncOpenAI] | None = None
         self._tools = ToolsMemo()
 
     # ---- request -----------------------------------------------------------------------------
@@ -147,8 +151,20 @@ class OpenAICompatProvider:
             )
         return self._client
 
+    async def warm(self) -> None:
+        """The SDK imported and the client made (its TLS context) on a worker thread: about a
+        second, more on a busy machine, that the first call would spend holding the event loop.
+        The client is bound to no loop until used."""
+        if self._client is not None:
+            return
+        if self._warming is None or self._warming.done():  # one thread, however many callers
+            self._warming = asyncio.ensure_future(asyncio.to_thread(self.client))
+        with contextlib.suppress(Exception):  # one that cannot be made fails in `chat`, mapped
+            await asyncio.shield(self._warming)
+
     async def chat(self, request: ChatRequest, on_event: OnEvent | None = None) -> Reply:
-        import openai
+        await self.warm()
+        import openai  # loaded by `warm`
 
         body = body_of(self, request).value
         acc = _Accumulator(meter=OutputMeter(request.max_tokens))
@@ -175,7 +191,8 @@ class OpenAICompatProvider:
     async def list_models(self, timeout: float) -> list[str]:
         """The ids the server's GET /models lists (`heron models`), failures mapped as a chat's
         are; at most `timeout` seconds, no retry."""
-        import openai
+        await self.warm()
+        import openai  # loaded by `warm`
 
         try:
             page = await self.client().with_options(timeout=timeout).models.list()
@@ -184,6 +201,9 @@ class OpenAICompatProvider:
         return sorted(m.id for m in page.data)
 
     async def aclose(self) -> None:
+        if self._warming is not None:  # a client still being made is closed too
+            await asyncio.gather(self._warming, return_exceptions=True)
+            self._warming = None
         if self._client is not None:
             await self._client.close()
             self._client = None

@@ -32,7 +32,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -111,6 +111,7 @@ class Census:
 
 @dataclass
 class FrontLoop(AgentLoop):
+    continues_dead_turns: ClassVar[bool] = True  # a dead worker's turn goes on on another
     queue: TurnQueue | None = None
     publisher: Publisher | None = None
     listening: asyncio.Event = field(default_factory=asyncio.Event)

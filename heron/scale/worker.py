@@ -83,6 +83,7 @@ class WorkerLoop(AgentLoop):
     nudge) goes on the queue like any message: into its conversation's partition, behind
     what waits there, run by whichever worker is free and durable from then on."""
 
+    continues_dead_turns: ClassVar[bool] = True  # a dead worker's turn goes on on another
     queue: TurnQueue | None = None
     lookup: psycopg.Connection[Any] | None = None  # DBOS's tables, for what waits
     dbos_schema: str = "dbos"
@@ -393,6 +394,7 @@ async def _serve_queue(
         )
         listening = await start_listener(Listener(cluster, host.on_note))
         sweeping = asyncio.create_task(_sweep(cluster, executor))
+        host.loop.relays.sweep()  # background work's messages a dead process left waiting
         out.write(f"heron worker: ready ({executor}, {engine.choice.provider}/"
                   f"{engine.choice.model})\n")  # fmt: skip
         out.flush()

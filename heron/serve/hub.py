@@ -18,6 +18,10 @@ loaded; past that the least recently used is unloaded, keeping only its seq, so 
 on where it stopped. A client that comes back to it with an older `last_seq` is told `gap` and
 rereads the transcript from the store: nothing is lost, the events are only not replayed.
 
+A turn another process runs on the home has no events here: heron/serve/elsewhere.py tells
+the hub of it from its lease (`started_elsewhere`, `ended_elsewhere`), which numbers an
+`elsewhere` event for its conversation and lists it as running for every tab.
+
 Fan-out never blocks the turn: each client has a bounded queue, and a client whose queue is
 full is dropped back to a `welcome{gap: true}` at the newest seq (it re-syncs from the store
 and goes on from there) instead of holding up everyone else.
@@ -29,7 +33,7 @@ import asyncio
 import itertools
 import secrets
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +98,8 @@ class Journal:
     busy: bool = False
     running: set[str] | None = None  # the hub's conversations where a turn runs (welcome)
     waiting: set[str] | None = None  # the hub's where a question or approval waits (welcome)
+    # The hub's turns that other processes run, by conversation (heron/serve/elsewhere.py).
+    elsewhere: dict[str, Event] | None = None
     title: str | None = None
     turn_id: str | None = None
     about: dict[str, Any] = field(default_factory=dict)  # more for every welcome (the model)
@@ -144,6 +150,8 @@ class Journal:
             event["running"] = sorted(self.running)
         if self.waiting is not None:
             event["waiting"] = sorted(self.waiting)
+        if self.elsewhere is not None and self.key in self.elsewhere:
+            event["elsewhere"] = self.elsewhere[self.key]  # where this conversation's turn runs
         if gap:
             event["gap"] = True
         return event
@@ -192,6 +200,13 @@ class Hub:
         # a tab showing another conversation marks them, since only an answer moves them on.
         self.waiting: set[str] = set()
         self.stopping = False  # the serve shuts down: a turn it stops says so
+        # Turns another process runs (`heron run --model`), by conversation: the `elsewhere`
+        # event that said so, without its seq (heron/serve/elsewhere.py watches the leases).
+        self.elsewhere: dict[str, Event] = {}
+        # Asked before this process's own turn goes on in a conversation where another
+        # process's turn was running: has it ended? (so its end is told first, in order)
+        self.settle: Callable[[str], Awaitable[None]] | None = None
+        self.attached = asyncio.Event()  # set while some client is attached (the watcher's cue)
         self._turns = itertools.count(1)
 
     def journal(self, key: str) -> Journal:
@@ -205,6 +220,7 @@ class Hub:
                 about=self.about,
                 running=self.running,
                 waiting=self.waiting,
+                elsewhere=self.elsewhere,
             )
             self.journals[key] = found
             self._trim(keep=key)
@@ -252,18 +268,41 @@ class Hub:
             for event in [*waiting, *journal.approvals.values()]:
                 client.queue.put_nowait({k: v for k, v in event.items() if k != "seq"})
         journal.clients.add(client)
+        self.attached.set()
 
     def detach(self, client: Client) -> None:
         if client.key is not None and client.key in self.journals:
             self.journals[client.key].clients.discard(client)
             self._trim()
         client.key = None
+        if not any(j.clients for j in self.journals.values()):
+            self.attached.clear()
+
+    def started_elsewhere(self, key: str, about: Event) -> None:
+        """Another process runs a turn in `key` (`about`: its pid, program, `where`): every
+        client of the conversation is told (`elsewhere`, running), and every tab lists it as
+        running. Its stream stays in that process."""
+        event = {"type": "elsewhere", "running": True, **about}
+        self.elsewhere[key] = {k: v for k, v in event.items() if k != "type"}
+        journal = self.journal(key)
+        journal.append(event)
+        self._running(journal)
+
+    def ended_elsewhere(self, key: str, turns: list[Event]) -> None:
+        """That turn ended: its clients are told, with what it stored (`turns`: each one's
+        message, reply, status), and the tabs no longer list it as running."""
+        about = self.elsewhere.pop(key, None) or {}
+        journal = self.journal(key)
+        journal.append({**about, "type": "elsewhere", "running": False, "turns": turns})
+        self._running(journal)
 
     def publish(self, key: str, event: Event) -> Event:
         return self.journal(key).append(event)
 
     async def deliver(self, item: Outbound) -> None:
         """The Dispatcher's watcher: one bus item as protocol events."""
+        if item.key in self.elsewhere and self.settle is not None and not _opens(item):
+            await self.settle(item.key)  # another process's turn there may have just ended
         journal = self.journal(item.key)
         was = (journal.busy, journal.waits)
         if isinstance(item, OutboundMessage):
@@ -273,6 +312,8 @@ class Hub:
             message = {"type": "message", "kind": item.kind, "text": item.text}
             if item.code is not None:
                 message["code"] = item.code
+            if item.by is not None:  # background work's message: who said it
+                message["by"] = item.by
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent
@@ -289,7 +330,8 @@ class Hub:
         where one waits for the person's answer (it marks them in its list): a `status` of the
         hub, outside any journal, so it has no seq. Terminals list nothing live and are not
         sent it."""
-        for now, where in ((journal.busy, self.running), (journal.waits, self.waiting)):
+        busy = journal.busy or journal.key in self.elsewhere
+        for now, where in ((busy, self.running), (journal.waits, self.waiting)):
             if now:
                 where.add(journal.key)
             else:
@@ -352,6 +394,11 @@ class Hub:
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []
+
+
+def _opens(item: Outbound) -> bool:
+    """A turn's start, which this process emits before its turn waits for the lease."""
+    return isinstance(item, TurnEvent) and item.kind == "turn_start"
 
 
 def _approval(journal: Journal, kind: str, ask: ApprovalAsk) -> Event:

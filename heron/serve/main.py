@@ -27,6 +27,7 @@ from heron.agent.loop import AgentLoop
 from heron.bus import MessageBus
 from heron.channels.web_login import NO_BROWSER, open_in_browser
 from heron.config import Settings
+from heron.providers import warm
 from heron.providers.base import Provider
 from heron.serve.app import create_app
 from heron.serve.auth import CODE_SECONDS, Auth, allowed_hosts, is_loopback, login_url
@@ -99,6 +100,10 @@ async def serve(
             Engine.open(settings, model=model, provider=provider, registry=registry) as engine,
             contextlib.AsyncExitStack() as stack,
         ):
+            # The provider's SDK loaded on a worker thread while the rest starts, and awaited
+            # before the serve says it is ready: the first message would wait for it (about a
+            # second on a busy machine). Turns run in the workers when there are some.
+            warming = asyncio.create_task(warm(engine.provider)) if workers == 0 else None
             chosen = list(default_services() if services is None else services)
             make_loop: Callable[[Engine, MessageBus], AgentLoop] = AgentLoop
             staff = None
@@ -129,6 +134,8 @@ async def serve(
                 stopper.install()
             watch = asyncio.create_task(stopper.after(until)) if until is not None else None
             try:
+                if warming is not None:
+                    await warming
                 login = login_url(shown, auth.new_code())
                 url = _url(bound_host, bound_port)
                 info = _announce(lock, url, shown, note, login, engine, out)

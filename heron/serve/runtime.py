@@ -5,6 +5,9 @@ Every client's message enters here (`submit`) as an InboundMessage that asks for
 TurnEvents, and everything the loop sends out goes, whatever channel it names, to the hub
 (heron/serve/hub.py), which numbers it and fans it out to every client of that conversation.
 
+Turns other processes run on the home (`heron run --model` beside the serve) reach the hub
+through a watcher of the turn leases (heron/serve/elsewhere.py), while a client is attached.
+
 Background services (idle compaction runs inside the AgentLoop; the scheduler's
 `run_proactive(loop, ...)` and others are added to `services`) are async callables given the
 AgentLoop, started after it and cancelled, then awaited, on shutdown.
@@ -40,6 +43,7 @@ from heron.errors import ConfigError
 from heron.messages import File
 from heron.proactive import wiring
 from heron.providers.profiles import file_summary
+from heron.serve.elsewhere import Watcher
 from heron.serve.hub import Hub
 from heron.trace.prices import PriceTable
 
@@ -109,6 +113,9 @@ class Runtime:
             cost=lambda usage: prices.known_cost(choice.model, usage, choice.provider),
         )
         self.dispatcher.register("*", self.hub.deliver)
+        # Turns other processes run on this home (`heron run --model`), told to the clients
+        # (heron/serve/elsewhere.py); with workers, whose turns all run elsewhere, not yet.
+        self.watcher = Watcher(self.hub, engine.store) if proactive else None
         # What background work's `message` tells its model: whether anyone sees it now.
         self.loop.attended = self.hub.attended
         self.services = list(services)
@@ -132,10 +139,16 @@ class Runtime:
             asyncio.create_task(self.loop.run(idle=self.idle)),
             asyncio.create_task(self.dispatcher.run()),
         ]
+        # What background work said that an earlier process left waiting (killed before the
+        # turn it waited for ended) goes into its conversation now.
+        self.loop.relays.sweep()
         if self.proactive is not None:  # results owed by an earlier process announced now,
             await self.proactive.start()
             await self.proactive.goals.resume()  # and goals a closed chat left open go on
         self._service_tasks = [asyncio.create_task(_guard(s, self.loop)) for s in self.services]
+        if self.watcher is not None:
+            watch = self.watcher.run
+            self._service_tasks.append(asyncio.create_task(_guard(lambda _: watch(), self.loop)))
 
     def submit(
         self,

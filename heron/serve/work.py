@@ -8,6 +8,7 @@ panel redraws from what the store holds; a cancel that cannot be done is an `err
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from heron.store import Store, goals, runs
@@ -16,6 +17,12 @@ from heron.tools.schedule import describe
 
 Event = dict[str, Any]
 TARGETS = ("goal", "job", "subagent")
+
+
+def _local(instant: float | None, job: js.Job) -> str | None:
+    if instant is None:
+        return None
+    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%Y-%m-%d %H:%M %Z}"
 
 
 def work_event(store: Store, key: str, done: str | None = None) -> Event:
@@ -40,6 +47,9 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
                 "mode": job.mode,
                 "schedule": job.schedule.describe(),
                 "next_run": job.next_run,
+                # As the CLI shows it: in the agent's zone, named (a browser elsewhere would
+                # otherwise read its own zone's time for it).
+                "next_local": _local(job.next_run, job),
                 "last_outcome": job.last_outcome,
                 "prompt": job.prompt,
                 "line": describe(job),
@@ -53,6 +63,8 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
                 "status": run.status,
                 "started": run.created,
                 "finished": run.finished,
+                # Not started (at most 4 run at once): its place in line, and no clock.
+                "waiting": (runs.waiting_for_slot(store, run) if run.status == "waiting" else None),
             }
             for run in runs.open_for(store, key)
             if run.kind == "subagent"

@@ -222,6 +222,71 @@ def settle_turn(
     return True
 
 
+# ---- turns of other processes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A live turn lease as a serve sees it: whose conversation, who holds it, since when."""
+
+    key: str
+    conversation_id: int
+    holder: Holder
+    acquired: float
+
+
+def live_leases(store: Store) -> list[HeldLease]:
+    """Every live turn lease of the home with its conversation's key: what `heron serve` reads
+    (once a second while a client is attached) to learn of the turns other processes run. One
+    statement on a table of one row per running turn, joined by primary key."""
+    now = time.time()
+    rows = store.query(
+        "SELECT c.key, l.owner, l.host, l.pid, l.run_id, l.expires, l.acquired, c.id"
+        " FROM turn_leases l JOIN conversations c ON c.id = l.conversation_id"
+    )
+    return [
+        HeldLease(r[0], r[7], Holder(r[1], r[2], r[3], r[4] or "a turn", r[5]), float(r[6]))
+        for r in rows
+        if not _dead(r[2], r[3], r[5], now)
+    ]
+
+
+@dataclass(frozen=True)
+class TurnTold:
+    """A turn as a client that could not watch it is told of it once it ended."""
+
+    text: str  # the message that opened it
+    reply: str  # the text of its assistant rows, in order
+    status: str  # done | failed | interrupted | running (its process died)
+    error: str | None
+
+
+def turns_since(store: Store, key: str, since: float, until: float | None = None) -> list[TurnTold]:
+    """The conversation's turns started at or after `since` (a lease's `acquired`, from the
+    same process's clock as the turns' `started`) and before `until` (when the next lease was
+    claimed: that holder's turns are not these), oldest first."""
+    conversation = store.conversation(key)
+    if conversation is None:
+        return []
+    sql = "SELECT id, user_message_id, status, error FROM turns"
+    sql += " WHERE conversation_id = ? AND kind = 'turn' AND started >= ?"
+    params: tuple[object, ...] = (conversation.id, since)
+    if until is not None:
+        sql, params = sql + " AND started < ?", (*params, until)
+    turns = store.query(sql + " ORDER BY id", params)
+    told = []
+    for turn_id, opened, status, failed in turns:
+        text = store.message(opened).message.text if opened is not None else ""
+        rows = store.query(  # the rows after its message, by the (conversation, id) index
+            "SELECT id FROM messages WHERE conversation_id = ? AND id > ? AND turn_id = ?"
+            " AND role = 'assistant' ORDER BY id",
+            (conversation.id, opened or 0, turn_id),
+        )
+        said = [store.message(row[0]).message.text for row in rows]
+        told.append(TurnTold(text, "\n\n".join(s for s in said if s.strip()), status, failed))
+    return told
+
+
 # ---- presence ---------------------------------------------------------------------------------
 
 

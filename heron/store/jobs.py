@@ -6,11 +6,17 @@ decided: inside `BEGIN IMMEDIATE` (serialized across processes) it takes the due
 lease is free, writes a `job_runs` row for each fire or skip, advances `next_run` and leases the
 fired ones to their owner until their turn ends, so two schedulers on one home never fire a job
 twice and a missed instant is never dropped without a row saying so.
+
+`recover`, at a scheduler's start, closes the runs a scheduler that is gone left `running`
+(kill -9, a crash) and runs once more, late and saying so, a job whose run was cut off before
+its turn finished (a one-shot reminder is otherwise never due again); a reminder that will not
+come is said in its conversation (`Lost`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
 from dataclasses import dataclass
 from typing import Literal
@@ -28,8 +34,13 @@ CATCH_UPS: tuple[str, ...] = ("once", "skip")
 LATE_S = 60.0  # fired this long after its instant, a run counts as missed (no scheduler ran)
 LEASE_TTL = 15 * 60.0  # a fired job's lease without renewal; renewed while its turn runs
 CLAIM_BATCH = 500  # due jobs decided per transaction (a short write lock however many are due)
-_MAX_COUNTED = 10_000  # missed instants counted one by one; beyond, "more than"
+# A cron job's missed instants counted one by one (inside the claim's write lock, ~0.2 ms
+# each); beyond, "over". An interval's are counted exactly, without walking.
+_MAX_COUNTED = 100
 WHY_MISSED = " (no scheduler ran then, or its previous run was still going)"
+STOPPED = "the scheduler stopped before its turn ended"  # a SIGTERM'd serve's open runs
+CRASHED = "the process running it ended (killed or crashed) before its turn ended"
+RUN_META = "job_run"  # meta of a fired turn's message: the run it stands for (`recover`)
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,24 @@ class Fire:
     run_id: int
     due: float
     detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A reminder that will not arrive (skipped, or cut off and not run again): its
+    conversation is told, where the person would look for it."""
+
+    job: Job
+    due: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What a scheduler's start found: runs to fire again now, and reminders to say are lost."""
+
+    fires: list[Fire]
+    lost: list[Lost]
 
 
 def _job(r: sqlite3.Row) -> Job:
@@ -273,10 +302,11 @@ def claim_due(
     grace_s: float,
     limit: int = CLAIM_BATCH,
     modes: tuple[str, ...] | None = None,
+    lost: list[Lost] | None = None,
 ) -> list[Fire]:
     """Decide every due job (of those `modes` if given) whose lease is free, in one
     transaction: fire it (a `running` run row, the lease to `owner`) or skip it (a `skipped`
-    row), and advance `next_run`."""
+    row), and advance `next_run`. A one-shot reminder skipped is added to `lost`."""
     fires: list[Fire] = []
     with store.transaction() as c:
         # Locked on PostgreSQL: a second scheduler's claim waits, then reads the advanced
@@ -293,9 +323,11 @@ def claim_due(
                 continue
             if row["lease_owner"] is not None:
                 _interrupted(c, row["id"], row["lease_owner"], now)
-            fire = _decide(c, _job(row), owner, pid, now, grace_s)
-            if fire is not None:
-                fires.append(fire)
+            decided = _decide(c, _job(row), owner, pid, now, grace_s)
+            if isinstance(decided, Fire):
+                fires.append(decided)
+            elif decided is not None and lost is not None:
+                lost.append(decided)
     return fires
 
 
@@ -310,25 +342,26 @@ def _lease_free(row: sqlite3.Row, now: float) -> bool:
 def _interrupted(c: sqlite3.Connection, job_id: int, owner: str, now: float) -> None:
     """The lease's holder died with a run open: that run ended with it."""
     c.execute(
-        "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = 'the scheduler that"
-        " fired it stopped before its turn ended' WHERE job_id = ? AND owner = ? AND status ="
-        " 'running'",
-        (now, job_id, owner),
+        "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = ? WHERE job_id = ? AND"
+        " owner = ? AND status = 'running'",
+        (now, CRASHED, job_id, owner),
     )
 
 
 def _decide(
     c: sqlite3.Connection, job: Job, owner: str, pid: int, now: float, grace_s: float
-) -> Fire | None:
+) -> Fire | Lost | None:
+    """Fire or skip one due job; a skipped one-shot reminder comes back as `Lost`."""
     assert job.next_run is not None
     due = job.next_run
-    missed, last = _missed(job, due, now)
     after = job.schedule.next_after(now, base=due)
     done = after is None
     fire_at: float | None = due
     detail: str | None = None
     if now - due > LATE_S:  # no scheduler ran at its instant
-        count = f"more than {_MAX_COUNTED}" if missed > _MAX_COUNTED else str(missed)
+        missed, last = _missed(job, due, now)
+        over = job.schedule.kind == "cron" and missed > _MAX_COUNTED
+        count = f"over {_MAX_COUNTED:,}" if over else f"{missed:,}"
         span = f"{count} instant{'s' if missed != 1 else ''} ({_when(due, job)}"
         span += f" to {_when(last, job)})" if missed > 1 else ")"
         if job.catch_up == "once" and now - last <= grace_s:
@@ -349,11 +382,25 @@ def _decide(
         c.execute(
             "UPDATE jobs SET last_outcome = 'skipped', lease_owner = NULL WHERE id = ?", (job.id,)
         )
-        return None
+        told = job.mode == "reminder" and job.schedule.kind == "at"
+        return Lost(job, due, detail or "skipped") if told else None
+    return _fire(c, job, owner, pid, now, fire_at, detail)
+
+
+def _fire(
+    c: sqlite3.Connection,
+    job: Job,
+    owner: str,
+    pid: int,
+    now: float,
+    due: float,
+    detail: str | None,
+) -> Fire:
+    """A `running` run row for `job` and its lease to `owner` until its turn ends."""
     cur = c.execute(
         "INSERT INTO job_runs (job_id, due, started, status, detail, owner)"
         " VALUES (?, ?, ?, 'running', ?, ?)",
-        (job.id, fire_at, now, detail, owner),
+        (job.id, due, now, detail, owner),
     )
     c.execute(
         "UPDATE jobs SET last_run = ?, lease_owner = ?, lease_host = ?, lease_pid = ?,"
@@ -361,20 +408,25 @@ def _decide(
         (now, owner, HOST, pid, now + LEASE_TTL, job.id),
     )
     assert cur.lastrowid is not None
-    return Fire(job, cur.lastrowid, fire_at, detail)
+    return Fire(job, cur.lastrowid, due, detail)
 
 
 def _missed(job: Job, due: float, now: float) -> tuple[int, float]:
-    """How many instants from `due` to `now` (counted up to a bound), and the latest."""
-    count, last, at = 1, due, due
+    """How many instants from `due` to `now` (a cron job's counted up to a bound: beyond it,
+    the bound plus one), and the latest, found directly (not by walking to it)."""
+    if job.schedule.kind == "every":
+        step = int(job.schedule.spec)
+        behind = int((now - due) // step)
+        return behind + 1, due + behind * step
+    last = job.schedule.last_at_or_before(now)
+    if last is None or last < due:
+        return 1, due
+    count, at = 1, due
     while count <= _MAX_COUNTED:
         nxt = job.schedule.next_after(at, base=at)
-        if nxt is None or nxt > now:
-            return count, last
-        count, last, at = count + 1, nxt, nxt
-    if job.schedule.kind == "every":  # the latest instant, without walking to it
-        step = int(job.schedule.spec)
-        last = due + ((now - due) // step) * step
+        if nxt is None or nxt > last:
+            break
+        count, at = count + 1, nxt
     return count, last
 
 
@@ -413,15 +465,152 @@ def release_all(store: Store, owner: str, now: float) -> None:
     """A scheduler stopping: its open runs are interrupted and its leases given back."""
     with store.transaction() as c:
         c.execute(
-            "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = 'the scheduler"
-            " stopped before its turn ended' WHERE owner = ? AND status = 'running'",
-            (now, owner),
+            "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = ? WHERE owner = ?"
+            " AND status = 'running'",
+            (now, STOPPED, owner),
         )
         c.execute(
             "UPDATE jobs SET lease_owner = NULL, lease_host = NULL, lease_pid = NULL,"
             " lease_until = NULL WHERE lease_owner = ?",
             (owner,),
         )
+
+
+# ---- a scheduler's start: runs cut off before their turns ended -----------------------------
+
+RETRIED = "run again"  # outcome of an interrupted run that a scheduler's start ran once more
+NOT_RETRIED = "not run again"
+
+
+def recover(
+    store: Store,
+    owner: str,
+    pid: int,
+    now: float,
+    grace_s: float,
+    *,
+    review_again: float,
+    modes: tuple[str, ...] | None = None,
+) -> Recovered:
+    """At a scheduler's start, in one transaction: every run left `running` by a process that
+    is gone (its lease's process on this host has ended, or its lease expired) is marked
+    interrupted; then each job (of those `modes`) whose latest run was interrupted and not yet
+    dealt with is run once more now, late and saying why, leased to `owner`; unless its turn
+    had in fact finished (the row only missed its end), it was cancelled, it is past the
+    grace, its catch_up is skip, or its next instant is due now anyway. The nightly review
+    tries again at `review_again`, as when it is skipped for a running turn."""
+    fires: list[Fire] = []
+    lost: list[Lost] = []
+    with store.transaction() as c:
+        _close_orphans(c, now)
+        rows = c.execute(
+            "SELECT r.id AS run_id, r.due AS run_due, r.detail AS run_detail, j.* FROM job_runs r"
+            " JOIN jobs j ON j.id = r.job_id WHERE r.status = 'interrupted' AND r.outcome IS"
+            " NULL AND r.id = (SELECT MAX(id) FROM job_runs WHERE job_id = r.job_id)"
+            + _of_modes(modes)
+            + " ORDER BY r.id"
+            + row_lock(c),
+            modes or (),
+        ).fetchall()
+        for row in rows:
+            job, run_id, due = _job(row), row["run_id"], row["run_due"]
+            finished = None if job.builtin else _turn_status(c, job, run_id)
+            if finished in ("done", "failed"):  # ended; the scheduler died before recording it
+                c.execute(
+                    "UPDATE job_runs SET status = ?, outcome = 'finished', detail = ? WHERE id = ?",
+                    (finished, _joined(row["run_detail"], "its turn had ended"), run_id),
+                )
+                continue
+            why = _not_again(job, due, now, grace_s)
+            if job.builtin and job.status == "active":
+                c.execute(
+                    "UPDATE jobs SET next_run = ? WHERE id = ? AND (next_run IS NULL OR"
+                    " next_run > ?)",
+                    (review_again, job.id, review_again),
+                )
+                local = dt.datetime.fromtimestamp(review_again, job.schedule.zone())
+                why = f"it tries again at {local:%H:%M}"
+            outcome = RETRIED if why is None else NOT_RETRIED
+            if why is None:
+                fire = _fire(c, job, owner, pid, now, due, _late(job, run_id, due, row))
+                fires.append(fire)
+                why = f"run again as run {fire.run_id}"
+            elif job.mode == "reminder" and job.status != "cancelled":
+                lost.append(Lost(job, due, f"its turn was cut off before it ended; {why}"))
+            c.execute(
+                "UPDATE job_runs SET outcome = ?, detail = ? WHERE id = ?",
+                (outcome, _joined(row["run_detail"], why), run_id),
+            )
+            c.execute("UPDATE jobs SET last_outcome = 'interrupted' WHERE id = ?", (job.id,))
+    return Recovered(fires, lost)
+
+
+def _close_orphans(c: sqlite3.Connection, now: float) -> None:
+    """Runs whose scheduler is gone (liveness as leases read it, never by time alone on this
+    host): interrupted, and their job's lease given back."""
+    rows = c.execute(
+        "SELECT r.id, r.owner AS run_owner, j.id AS job_id, j.lease_owner, j.lease_host,"
+        " j.lease_pid, j.lease_until FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+        " WHERE r.status = 'running'"
+    ).fetchall()
+    for row in rows:
+        held = row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]
+        if held and not _lease_free(row, now):
+            continue  # its scheduler still runs it
+        c.execute(
+            "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = ? WHERE id = ?",
+            (now, CRASHED, row["id"]),
+        )
+        if held:
+            c.execute(
+                "UPDATE jobs SET lease_owner = NULL, lease_host = NULL, lease_pid = NULL,"
+                " lease_until = NULL WHERE id = ? AND lease_owner = ?",
+                (row["job_id"], row["run_owner"]),
+            )
+
+
+def _turn_status(c: sqlite3.Connection, job: Job, run_id: int) -> str | None:
+    """The status of the turn that carried run `run_id` (its message's meta names the run),
+    None if it never began. Candidates are found by the id in the meta's text, then read."""
+    rows = c.execute(
+        "SELECT t.status, m.meta FROM turns t JOIN messages m ON m.id = t.user_message_id"
+        " JOIN conversations v ON v.id = t.conversation_id WHERE v.key = ? AND m.meta LIKE ?",
+        (job.key, f'%"{RUN_META}": "{run_id}"%'),
+    ).fetchall()
+    for row in rows:
+        try:
+            meta = json.loads(row["meta"])
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and meta.get(RUN_META) == str(run_id):
+            return str(row["status"])
+    return None
+
+
+def _not_again(job: Job, due: float, now: float, grace_s: float) -> str | None:
+    """Why a cut-off run is not run once more (None: it is)."""
+    if job.status == "cancelled":
+        return "the job was cancelled"
+    if job.catch_up == "skip":
+        return "catch_up = skip"
+    if now - due > grace_s:
+        return f"due {_when(due, job)}, past the grace period"
+    if job.next_run is not None and job.next_run <= now:
+        return "its next instant is due now and runs instead"
+    return None
+
+
+def _late(job: Job, run_id: int, due: float, row: sqlite3.Row) -> str:
+    """What the run again says (its run row's detail, and the line its prompt opens with)."""
+    how = "it stopped" if STOPPED in (row["run_detail"] or "") else "it was killed or crashed"
+    return (
+        f"late: due {_when(due, job)}; its run {run_id} was cut off before its turn ended"
+        f" (the serve running it stopped: {how}), so it runs once more now"
+    )
+
+
+def _joined(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 
 # ---- periodic ticks (the heartbeat) ---------------------------------------------------------

@@ -115,6 +115,40 @@ def create(
     return found
 
 
+def start(store: Store, run_id: str) -> bool:
+    """A subagent that waited for a slot starts now: running, its clock (`created`) from now.
+    False when it no longer waits (cancelled while it waited): it must not run."""
+    with store.transaction() as c:
+        cur = c.execute(
+            "UPDATE runs SET status = 'running', created = ? WHERE id = ? AND status = 'waiting'",
+            (time.time(), run_id),
+        )
+    return cur.rowcount == 1
+
+
+def place(store: Store, run: Run) -> int:
+    """A subagent waiting for a slot: its place in line (1: next to start) among those its
+    process holds back."""
+    rows = store.query(
+        "SELECT COUNT(*) FROM runs WHERE kind = 'subagent' AND status = 'waiting' AND pid = ?"
+        " AND (created < ? OR (created = ? AND id <= ?))",
+        (run.pid, run.created, run.created, run.id),
+    )
+    return max(1, int(rows[0][0]))
+
+
+def waiting_for_slot(store: Store, run: Run) -> str:
+    """How a subagent that has not started yet is shown (/status, `heron runs list`, the
+    browser's Work panel): waiting, with its place in line, and no clock."""
+    return f"waiting for a slot ({ordinal(place(store, run))} in line)"
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def restart(store: Store, run_id: str, status: str = "running") -> None:
     """A resumed lineage runs again under its row: owed nothing until it ends."""
     with store.transaction() as c:
@@ -339,7 +373,7 @@ def work_in(store: Store, key: str) -> list[str]:
                 f"run {run.id} waits for your answer ({_short(run.task)}): answer it, or drop it"
                 f" with heron runs cancel {run.id}"
             )
-        elif run.status == "running":
+        elif run.status in ("running", "waiting"):
             found.append(
                 f"subagent {run.id} will report back to it: wait for its result, or stop it"
                 f" with heron runs cancel {run.id}"
@@ -380,8 +414,13 @@ def status_lines(store: Store, key: str, now: float) -> list[str]:
                 f" {_first_line(run.task)}"
             )
             continue
-        state = run.status if run.status == "running" else f"{run.status}, not reported back"
-        lines.append(f"subagent {run.id}: {state}, {took}: {_first_line(run.task)}")
+        if run.status == "waiting":  # not started: no clock yet
+            state = waiting_for_slot(store, run)
+        elif run.status == "running":
+            state = f"running, {took}"
+        else:
+            state = f"{run.status}, not reported back, {took}"
+        lines.append(f"subagent {run.id}: {state}: {_first_line(run.task)}")
     return lines
 
 
@@ -404,7 +443,8 @@ def cancel_by_person(store: Store, run: Run) -> tuple[bool, str]:
     subagent stops at its turn's next commit in whatever process runs it, a waiting question
     is dropped, a finished subagent not yet reported has its result dropped. Returns whether
     anything changed and the sentence saying what."""
-    if run.kind == "subagent" and run.status not in ("running", "cancelled") and not run.announced:
+    ended = run.status not in ("running", "waiting", "cancelled")
+    if run.kind == "subagent" and ended and not run.announced:
         drop_result(store, run.id)  # ended, not reported yet: its result is dropped
         return True, f"Dropped the result of subagent {run.id}; it will not report back."
     if run.status not in ("running", "waiting"):

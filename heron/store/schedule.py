@@ -69,6 +69,16 @@ class Schedule:
             return start + ((after - start) // step + 1) * step
         return _cron_next(self.spec, self.zone(), after)
 
+    def last_at_or_before(self, at: float) -> float | None:
+        """The latest instant at or before `at` (epoch seconds), found directly (croniter
+        walks back from `at`); None when there is none."""
+        if self.kind == "at":
+            once = dt.datetime.fromisoformat(self.spec).timestamp()
+            return once if once <= at else None
+        if self.kind == "every":  # an interval has no phase of its own: its base is the caller's
+            raise ValueError("an interval's instants depend on its base")
+        return _cron_prev(self.spec, self.zone(), at)
+
 
 def zone_of(name: str) -> ZoneInfo:
     try:
@@ -127,6 +137,11 @@ def parse(
 
         if len(expr.split()) != 5 or not croniter.is_valid(expr):
             raise ScheduleError(f"not a cron expression: {value!r}", hint=HINT)
+        if _cron_next(expr, zone, dt.datetime.now(dt.UTC).timestamp()) is None:
+            raise ScheduleError(
+                f"the cron expression {value!r} never fires: no date has that day in that month",
+                hint=HINT,
+            )
         return Schedule("cron", expr, timezone)
     if kind == "every":
         return Schedule("every", str(_seconds(str(value))), timezone)
@@ -153,15 +168,38 @@ def _instant(text: str, zone: ZoneInfo) -> dt.datetime:
     return when.astimezone(dt.UTC)
 
 
-def _cron_next(expr: str, zone: ZoneInfo, after: float) -> float:
+def _cron_next(expr: str, zone: ZoneInfo, after: float) -> float | None:
+    """The first instant after `after`; None for an expression no date matches (30 February),
+    which croniter reports by raising once it has searched far enough."""
     from croniter import croniter
+    from croniter.croniter import CroniterBadDateError
 
     local = dt.datetime.fromtimestamp(after, zone).replace(tzinfo=None)
     walker = croniter(expr, local)
     while True:
-        naive: dt.datetime = walker.get_next(dt.datetime)
+        try:
+            naive: dt.datetime = walker.get_next(dt.datetime)
+        except CroniterBadDateError:
+            return None
         instant = naive.replace(tzinfo=zone).timestamp()
         if instant > after:  # a skipped hour can place an instant at or before `after`
+            return instant
+
+
+def _cron_prev(expr: str, zone: ZoneInfo, at: float) -> float | None:
+    """The latest instant at or before `at`, walking back from the minute after it."""
+    from croniter import croniter
+    from croniter.croniter import CroniterBadDateError
+
+    local = dt.datetime.fromtimestamp(at, zone).replace(tzinfo=None, second=0, microsecond=0)
+    walker = croniter(expr, local + dt.timedelta(minutes=1))
+    while True:
+        try:
+            naive: dt.datetime = walker.get_prev(dt.datetime)
+        except CroniterBadDateError:
+            return None
+        instant = naive.replace(tzinfo=zone).timestamp()
+        if instant <= at:  # a skipped hour can place an instant after `at`
             return instant
 
 

@@ -2,7 +2,8 @@
 the mailbox injections and breaks between them.
 
 The engine owns one `TraceRecorder` per turn and calls it from its hooks. Every write is one
-short transaction (inline; on a worker thread when the run's history is long), except a model
+short transaction (inline; on a worker thread when the run's history is long, and always for a
+maintenance run, `off_loop`), except a model
 call's row, which the engine commits with the reply it produced (`model_call(defer=True)` and
 `joined`). Every text written passes through the run's `Scrubber` first.
 
@@ -193,8 +194,12 @@ class TraceRecorder:
         inputs: Callable[[], Inputs | None] | None = None,
         *,
         own_chain: bool = False,
+        off_loop: bool = False,
     ) -> None:
         self.store = store
+        # Every write on a worker thread (a maintenance run: its requests carry whole
+        # transcripts, a summary's, and no person waits on them), not only a long run's.
+        self._off_loop = off_loop
         # A maintenance run's requests (a summary's, a memory review's) are no prefix of the
         # conversation's next turn: its message chain is its own, neither read nor kept as
         # the conversation's last.
@@ -285,7 +290,7 @@ class TraceRecorder:
     def _long(self) -> bool:
         # A write is a few rows (Store.call, inline); one that chains a long history of
         # messages (thousands of digests and lookups) goes off the loop.
-        return len(self.messages) >= LONG_BRANCH
+        return self._off_loop or len(self.messages) >= LONG_BRANCH
 
     async def _run(self, body: Write) -> None:
         pending, self._pending = self._pending, []

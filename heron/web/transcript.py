@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heron.agent.control import mail_channel, unlabelled
+from heron.agent.relay import said_by
 from heron.agent.turn import FAILED, REPLY_STOPPED
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
@@ -73,6 +74,9 @@ class Item:
     # A note saying the turn failed: it shows no stored row of its own (`rows` is empty; `id`
     # is the row it follows), read from the turn's status.
     failed: bool = False
+    # A note of background work kept here (a monitor's or the heartbeat's message, a goal's
+    # note): who said it, shown with it (heron/agent/relay.py).
+    by: str | None = None
 
 
 @dataclass
@@ -282,7 +286,10 @@ def _add(
         last.segments.append(Segment("note", REPLY_STOPPED.strip("[]")))
         return
     if row.author == "heron" or row.kind != "message":
-        items.append(Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id]))
+        by = said_by(row.meta)
+        items.append(
+            Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id], by=by)
+        )
         return
     if message.role == "user":
         items.append(_user(row, turn_message, reading.key, reading.file_url))

@@ -323,7 +323,7 @@ function Item({ item, onEdit, number }) {
   if (item.kind === "note" && item.failed) { // a failed turn's note, from its turn row
     return html`<div class="note error" role="note"><pre>${item.text}</pre></div>`;
   }
-  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${item.text}</div>`;
+  if (item.kind === "note") return html`<div class="note" data-id=${item.id}>${By(item.by)} ${item.text}</div>`;
   if (item.kind === "user") return html`<${UserItem} item=${item} onEdit=${onEdit} number=${number} />`;
   return html`<article class="msg assistant" data-id=${item.id} aria-label="agent's reply">
     <${Segments} segments=${item.segments} /></article>`;
@@ -422,8 +422,11 @@ function Live({ live, list, onApprove, notes }) {
 // What Heron said outside a reply (a failed turn, a command's answer, /stop's): shown where it
 // was said, not at the foot of the page, where later turns would come above it.
 function Note({ n }) {
-  return html`<div class=${"note " + n.kind} role="note"><pre>${n.text}</pre></div>`;
+  return html`<div class=${"note " + n.kind} role="note">${By(n.by)}<pre>${n.text}</pre></div>`;
 }
+
+// Who said a note of background work (a monitor, the heartbeat, a goal), shown before it.
+const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
 
 // The Markdown texts of stored items, for prerender.
 const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text));
@@ -470,7 +473,7 @@ function placeNotes(shown, items, notes, live) {
   const kept = new Map(); // per text, the stored notes not yet matched to a live one
   const left = notes.filter((n) => {
     if (n.kind === "error" && failed.has(n.after.turn)) return false;
-    if (n.kind !== "message") return true;
+    if (n.kind !== "message" && !n.by) return true; // `by`: kept in the transcript too
     if (!kept.has(n.text)) kept.set(n.text, storedNotes(items, n.text));
     if (kept.get(n.text) <= n.stored) return true;
     kept.set(n.text, kept.get(n.text) - 1); // stored since it came: the transcript shows it
@@ -507,6 +510,16 @@ function Banner({ live, onStop, conn }) {
       ? ` · the model did not answer (${live.retry.text || "error"}); trying again in ${Math.max(0, Math.round(live.retry.seconds - (now - live.retry.at) / 1000))} s`
       : ""}</span>
     <button class="stop" onClick=${onStop} aria-label="stop the agent (Esc)">Stop</button></div>`;
+}
+
+// A turn another process runs in this conversation (`heron run --model`, the `elsewhere`
+// event): its stream stays in that process, so the banner says where it runs and that its
+// reply shows when it ends; Stop stops it as /stop does.
+function Elsewhere({ about, onStop }) {
+  return html`<div class="banner" role="status" aria-live="polite" aria-label="a turn runs elsewhere">
+    <span class="spinner" aria-hidden="true"></span>
+    <span class="banner-text">A turn runs in ${about.where}: its reply shows when it ends (its stream shows only there)</span>
+    <button class="stop" onClick=${onStop} aria-label="stop that turn">Stop</button></div>`;
 }
 
 // The message box takes the focus (on load, on opening a conversation, from the skip link).
@@ -807,13 +820,13 @@ function Work({ conv, send, tick, notify }) {
     <h3>Jobs</h3>
     ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
       <div>${first(j.prompt)}</div>
-      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_run ? " · next " + new Date(j.next_run * 1000).toLocaleString() : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
       <button aria-label=${"cancel job " + j.id} onClick=${() => cancel("job", j.id, `Cancel job ${j.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No jobs bound to this conversation.</p>`}
     <h3>Subagents</h3>
     ${data.subagents.length ? html`<ul class="work">${data.subagents.map((r) => html`<li key=${r.id} class="work-item">
       <div>${first(r.task)}</div>
-      <div class="work-meta">${r.id} · ${r.status === "running" ? "running" : r.status + ", not reported back"} · ${since(r.started, r.finished)}</div>
+      <div class="work-meta">${r.id} · ${r.status === "waiting" ? r.waiting : (r.status === "running" ? "running" : r.status + ", not reported back") + " · " + since(r.started, r.finished)}</div>
       <button aria-label=${"cancel subagent " + r.id} onClick=${() => cancel("subagent", r.id, `Cancel subagent ${r.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No subagents working for this conversation.</p>`}
   </section>`;
@@ -857,6 +870,7 @@ function App() {
   const [toast, setToast] = useState(null);
   const [running, setRunning] = useState([]); // conversations where a turn runs (any client)
   const [waiting, setWaiting] = useState([]); // where a question or an approval waits for you
+  const [foreign, setForeign] = useState(null); // a turn of another process runs (where)
   const [embedded, setEmbedded] = useState(false); // the offline demo model answers
   const draft = useRef(null); // puts a text back in the composer (a send the serve refused)
   const liveRef = useRef(null);
@@ -966,6 +980,7 @@ function App() {
       setEmbedded(!!ev.embedded);
       if (ev.running) setRunning(ev.running);
       if (ev.waiting) setWaiting(ev.waiting);
+      setForeign(ev.elsewhere ? { ...ev.elsewhere, conversation: ev.conversation } : null);
       if (ev.gap || (!loaded.current && !loading.current)) {
         // Told `gap` (fell behind, or a restarted serve numbers anew): the stream shown is
         // over or unknown; the transcript says what happened, and a turn running now shows
@@ -1066,7 +1081,7 @@ function App() {
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
           const stored = storedNotes(itemsRef.current, ev.text);
-          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, after, stored }]);
+          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, by: ev.by, after, stored }]);
         }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
@@ -1098,6 +1113,10 @@ function App() {
         break;
       case "work":
         for (const hear of workListeners) hear(ev);
+        break;
+      case "elsewhere": // another process's turn began or ended here: the store has its rows
+        setForeign(ev.running ? ev : null);
+        loadTranscript(convRef.current);
         break;
     }
   }
@@ -1234,6 +1253,8 @@ function App() {
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} conn=${conn} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}
+      ${!working && foreign && foreign.conversation === conv && html`<${Elsewhere} about=${foreign}
+        onStop=${() => connRef.current.send({ type: "stop" })} />`}
       <${Composer} onSend=${send} draft=${draft} busy=${working} asking=${!!(working && live && live.asking)} uploads=${uploads} setUploads=${setUploads} notify=${notify} />
     </main>
     ${panel && html`<aside class="panel" aria-label=${panel}>
