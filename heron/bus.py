@@ -72,6 +72,11 @@ class TurnOptions:
     no_deadline: bool = False
     message_meta: dict[str, object] | None = None
     bare: bool = False  # no auto-recall into it: a subagent sees only its task
+    # A conversation of repeated background checks (a monitor, the heartbeat): once it holds
+    # this many turns since its last separator, the turn writes one before its message (at
+    # BUILD, under its own lease) and carries the last check's closing note into it, so its
+    # model sees a short tail, never every earlier check (heron/agent/turn.py `fresh_start`).
+    fresh_after: int | None = None
     # What a conversation this turn opens is titled with: the person's words the turn carries
     # on (a goal's objective). A message of Heron's (meta "synthetic") never titles one.
     title: str | None = None

@@ -133,19 +133,36 @@ def test_stored_messages_behave_as_plain_messages(db):
 
 
 def test_turns_since_the_last_separator_count_on_both_backends(db):
-    """The heartbeat's count of what its conversation's model still sees: `?1` placeholders
-    are SQLite's own, and PostgreSQL's translation does not read them."""
-    import time
-
-    from heron.store import jobs
+    """What a conversation of repeated checks still shows its model (`TurnOptions.fresh_after`),
+    on both backends: counted by row ids, so a separator and the turn right after it may share
+    a wall-clock time (`?1` placeholders are SQLite's own: PostgreSQL's translation does not
+    read them)."""
+    from heron.store import engine_state as es
 
     store = Store(db)
     conv = store.open_conversation("beat")
     store.begin_turn(conv.id, "run_1", user("one"))
-    assert jobs.turns_since_separator(store, conv.id) == 1
-    time.sleep(0.01)  # `started` and `created` are wall-clock times
+    assert es.turns_since_separator(store, conv.id) == 1
     store.append(conv.id, Message("assistant", [Text("--- new ---")]), kind="separator")
-    time.sleep(0.01)
-    assert jobs.turns_since_separator(store, conv.id) == 0
+    assert es.turns_since_separator(store, conv.id) == 0
     store.begin_turn(conv.id, "run_2", user("two"))
-    assert jobs.turns_since_separator(store, conv.id) == 1
+    assert es.turns_since_separator(store, conv.id) == 1
+
+
+def test_a_fresh_start_writes_its_separator_once_due_and_says_how_the_last_turn_ended(db):
+    """`es.fresh_start` (TurnOptions.fresh_after) on both backends: nothing before `after`
+    turns; then one separator at the head, and the last turn's last reply with text."""
+    from heron.store import engine_state as es
+
+    store = Store(db)
+    conv = store.open_conversation("cron:1")
+    for n in (1, 2):
+        turn_id, _ = store.begin_turn(conv.id, f"run_{n}", user(f"check {n}"))
+        store.append(conv.id, Message("assistant", [Text(f"all green ({n})")]), turn_id=turn_id)
+        store.append(conv.id, Message("assistant", [Text("   ")]), turn_id=turn_id)
+        assert es.fresh_start(store, conv.id, 3, "--- new ---") is None
+    note = es.fresh_start(store, conv.id, 2, "--- new ---")
+    assert note is not None and note.text == "all green (2)" and note.ended > 0
+    rows = store.branch(conv.id)
+    assert [r.kind for r in rows][-1] == "separator"
+    assert es.fresh_start(store, conv.id, 2, "--- new ---") is None  # nothing since it

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import enum
 import functools
 import os
@@ -58,7 +59,7 @@ from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
-from heron.store.schedule import user_timezone
+from heron.store.schedule import user_timezone, zone_of
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
@@ -446,7 +447,8 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
     options = t.control.options
     run_id = (options.run_id if options is not None else None) or f"run_{secrets.token_hex(8)}"
     if todo.answer_id is None:
-        turn_id, user_id = await commit_message(t, run_id, todo.text)
+        text = await fresh_start(t, todo.text)
+        turn_id, user_id = await commit_message(t, run_id, text)
     else:
         turn_id = await store.call(
             store.start_turn,
@@ -479,11 +481,39 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
     return t.built
 
 
+# What the first message after a fresh start says of the check before it (`fresh_start`).
+CARRIED = "[Your previous check, {when}, ended: {note}]"
+CARRIED_CHARS = 1_000  # a closing note is a short line; a long one is cut, the tail stays small
+
+
+async def fresh_start(t: Turn, text: str) -> str:
+    """A turn of repeated background checks (`TurnOptions.fresh_after`: a monitor, the
+    heartbeat): once its conversation holds that many turns since its last separator, a new one
+    is written before the message (under this turn's lease, so never inside another turn's
+    rows), and the message carries how the last check ended: a check that compares with what it
+    found before ("tell me when the build turns red") loses nothing its model needs."""
+    options = t.control.options
+    if options is None or options.fresh_after is None:
+        return text
+    store = t.engine.store
+    after, mark = options.fresh_after, commands.SEPARATOR
+    note = await store.call(es.fresh_start, store, t.conversation.id, after, mark)
+    if note is None or not note.text:
+        return text
+    zone = zone_of(user_timezone(t.engine.settings.config.agent.timezone))
+    when = dt.datetime.fromtimestamp(note.ended, zone).strftime("%Y-%m-%d %H:%M")
+    said = " ".join(note.text.split())
+    if len(said) > CARRIED_CHARS:
+        said = said[: CARRIED_CHARS - 1] + "…"
+    return f"{text}\n\n{CARRIED.format(when=when, note=said)}"
+
+
 async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     """Auto-recall, then the user's message with its turn row, in one commit. The TurnOptions
     of a turn Heron started may give the message's `meta` (a subagent's result or task,
-    authored by Heron) and make it `bare` (no auto-recall: a subagent is blind to the
-    conversations by design); a provenance other than the person's marks it Heron's."""
+    authored by Heron) and make it `bare` (no auto-recall, no runtime notes: a subagent is
+    blind to the conversations by design); a provenance other than the person's marks it
+    Heron's, and gets no auto-recall either (`searched`)."""
     engine, store, conversation = t.engine, t.engine.store, t.conversation
     options, provenance = t.control.options, t.control.provenance
     meta = options.message_meta if options is not None else None
@@ -492,7 +522,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     caps = engine.settings.config.attachments
     user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
     bare = options is not None and options.bare
-    note = None if bare else await recall_and_note(t, text)
+    note = None if bare else await recall_and_note(t, text, searched(provenance))
     zone = user_timezone(engine.settings.config.agent.timezone)  # the one jobs are read in
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
@@ -530,9 +560,21 @@ def _named_by(text: str, files: tuple[File, ...], options: TurnOptions | None) -
     return text if text.strip() else ", ".join(f.name or "file" for f in files)
 
 
-async def recall_and_note(t: Turn, text: str) -> str | None:
+def searched(provenance: str) -> bool:
+    """Whether auto-recall searches the history for a turn's message: only for one the person
+    sent. Auto-recall puts before the model what the person said before about what they say
+    now; the message of a turn Heron opened (a reminder's or a monitor's prompt, the
+    heartbeat's list, a goal's nudge, a subagent's result) is Heron's own text, whose search
+    finds Heron's earlier such messages, not the person's words (a reminder's prompt pulled the
+    fires of other reminders). Its model still has `recall_history` to look up what it needs,
+    and the runtime notes (memory, a goal's objective) as any turn."""
+    return provenance == "user"
+
+
+async def recall_and_note(t: Turn, text: str, search: bool = True) -> str | None:
     engine, store = t.engine, t.engine.store
-    strong = await recall_check(engine, text, t.conversation.id)
+    # False: no strong hit, so `recall_rows` searches nothing; the notes are still read.
+    strong = await recall_check(engine, text, t.conversation.id) if search else False
     # Inline while the history is small (a thread hop costs more than the search then);
     # nothing left to search when the reader found no strong hit.
     searching = strong is not False

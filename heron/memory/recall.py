@@ -172,16 +172,23 @@ class Hit:
     author: str | None = None
 
     @property
+    def speaker(self) -> str:
+        """Who said it, as the model is told: its role, or "heron" for a row Heron wrote (a
+        reminder's prompt, what a monitor told the person), whatever its role: never the
+        person's words ("user") nor the model's own answer."""
+        return "heron" if self.author == "heron" else self.role
+
+    @property
     def who(self) -> str:
         """Who said it, as `heron conversations show` names rows: you, assistant or heron."""
         return shown_as(self.role, self.author)
 
     def line(self, who: str | None = None) -> str:
-        """`[key · date · message id · who] snippet`; `who` is the role unless given (the
+        """`[key · date · message id · who] snippet`; `who` is `speaker` unless given (the
         model reads these lines: recall_history, auto-recall)."""
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
         text = " ".join(self.snippet.split())
-        said = who or self.role
+        said = who or self.speaker
         return f"[{self.conversation_key} · {when} · message {self.message_id} · {said}] {text}"
 
 

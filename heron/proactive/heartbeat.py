@@ -7,8 +7,10 @@ checked in a silent turn of the conversation `heartbeat`.
   HEARTBEAT.md has nothing to check (no file, or only blank lines, headings and comments).
 - Silent: it reaches the user only if the agent calls `message`. It is a scheduled turn, so the
   `schedule` tool refuses to create jobs from it: a heartbeat never breeds duplicate jobs.
-- Bounded: once the conversation holds `tail_turns` turns since its last separator, a new
-  separator is written before the next check, so its model sees a short tail, never all of it.
+- Bounded: once the conversation holds `tail_turns` turns since its last separator, the next
+  check writes a new one and carries the last check's closing note (`TurnOptions.fresh_after`,
+  applied by the turn under its own lease, as a monitor's), so its model sees a short tail,
+  never all of it.
 """
 
 from __future__ import annotations
@@ -21,19 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from heron.agent.commands import SEPARATOR
 from heron.agent.loop import AgentLoop, TurnEnded
-from heron.bus import InboundMessage, MessageBus
-from heron.messages import Message, Text
+from heron.bus import InboundMessage, MessageBus, TurnOptions
 from heron.proactive.clock import Clock
-from heron.proactive.scheduler import CHANNEL
+from heron.proactive.scheduler import CHANNEL, TAIL_TURNS
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
 
 KEY = "heartbeat"
 PERSONAL = "personal"  # the person's own conversation (what `heron chat` opens)
-TAIL_TURNS = 8
 PROMPT = (
     "[Heartbeat check. This runs in the background: nothing you write reaches the user unless "
     "you call the message tool. For each line below, check it now; call message only for "
@@ -108,7 +107,6 @@ class Heartbeat:
         if not lines:
             await self._end("skipped", "HEARTBEAT.md has nothing to check")
             return "skipped"
-        await self.store.call(self._bound_tail)
         self.outstanding = True
         self.checks += 1
         await self.bus.publish(
@@ -123,15 +121,10 @@ class Heartbeat:
                     "deliver_to": self.deliver_to,
                     "deliver_as": "the heartbeat check",  # who said it, where it is kept
                 },
+                options=TurnOptions(fresh_after=self.tail_turns),
             )
         )
         return "checked"
-
-    def _bound_tail(self) -> None:
-        conversation = self.store.open_conversation(KEY)
-        if js.turns_since_separator(self.store, conversation.id) >= self.tail_turns:
-            message = Message("assistant", [Text(SEPARATOR)])
-            self.store.append(conversation.id, message, kind="separator")
 
     async def _end(self, outcome: str, detail: str | None = None) -> None:
         await self.store.call(js.end_tick, self.store, KEY, outcome, detail)

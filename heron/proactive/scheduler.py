@@ -7,7 +7,10 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 
 - reminder: a visible turn in the conversation the job was made in (provenance "reminder").
 - monitor: a silent turn in `cron:<id>` (provenance "scheduled"); it reaches the user only if
-  the agent calls `message`, whose delivery carries the job's conversation as its chat.
+  the agent calls `message`, whose delivery carries the job's conversation as its chat. Its
+  conversation is bounded as the heartbeat's is: once it holds `tail_turns` checks since its
+  last separator, the next check writes one and carries the last check's closing note
+  (`TurnOptions.fresh_after`, applied by the turn under its own lease).
 
 - review: the built-in job of the nightly review of memory (heron/proactive/review.py). It is
   no turn: the scheduler runs the pass itself (`review`, given by whoever wires it), after the
@@ -59,6 +62,7 @@ MONITOR = (
 # Said in a reminder's conversation when it will not come; its prompt follows.
 NOT_DELIVERED = "[Scheduled reminder, job {id}, due {due}, not delivered: {why}. It said:]"
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
+TAIL_TURNS = 8  # checks a monitor's (and the heartbeat's) model sees, at most, before afresh
 IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
 
 
@@ -69,6 +73,7 @@ class Scheduler:
     clock: Clock
     grace_s: float = GRACE_S
     poll_s: float = POLL_S
+    tail_turns: int = TAIL_TURNS
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fired: int = 0  # publishes so far (the benchmark reads it)
@@ -180,13 +185,15 @@ class Scheduler:
             # nothing at all, not even that it ran.
             events=job.mode == "reminder",
             # Its stored message names the run, so a start after a crash knows whether the
-            # turn ended (`js.recover`); still Heron's, never the person's words.
+            # turn ended (`js.recover`); still Heron's, never the person's words. A monitor's
+            # conversation is bounded (`fresh_after`: the module's docstring).
             options=TurnOptions(
                 message_meta={
                     "injected_event": provenance,
                     "job": job.id,
                     js.RUN_META: str(fire.run_id),
-                }
+                },
+                fresh_after=self.tail_turns if job.mode == "monitor" else None,
             ),
         )
         self._open.add(fire.run_id)

@@ -526,3 +526,60 @@ def mark_turn(store: Store, turn_id: int, status: str, stop_reason: str) -> None
             "UPDATE turns SET status = ?, stop_reason = ?, ended = ? WHERE id = ?",
             (status, stop_reason, time.time(), turn_id),
         )
+
+
+@dataclass(frozen=True)
+class ClosingNote:
+    """What the last turn of a conversation ended with: its last reply's text ("" when it ended
+    with none) and when it ended."""
+
+    text: str
+    ended: float
+
+
+def fresh_start(
+    store: Store, conversation_id: int, after: int, separator: str
+) -> ClosingNote | None:
+    """Under the turn's lease, before its message is stored (`TurnOptions.fresh_after`): when
+    the conversation holds `after` turns or more since its last separator, write one at its
+    head and return how the turn before it ended; None when no separator was due. The lease
+    makes the head the end of the last turn, never a row inside a running one."""
+    with store.transaction():
+        if turns_since_separator(store, conversation_id) < after:
+            return None
+        note = closing_note(store, conversation_id)
+        mark = Message("assistant", [Text(separator)])
+        store.append(conversation_id, mark, kind="separator")
+    return note
+
+
+def turns_since_separator(store: Store, conversation_id: int) -> int:
+    """Turns whose message came after the conversation's last separator (what its model still
+    sees), counted by row ids: a separator and the turn after it may share a timestamp."""
+    rows = store.query(
+        "SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND kind = 'turn'"
+        " AND user_message_id > COALESCE((SELECT MAX(id) FROM messages"
+        " WHERE conversation_id = ? AND kind = 'separator'), 0)",
+        (conversation_id, conversation_id),
+    )
+    return int(rows[0][0])
+
+
+def closing_note(store: Store, conversation_id: int) -> ClosingNote:
+    """The last reply with text of the conversation's latest turn, and when that turn ended."""
+    turn = store.query(
+        "SELECT id, started, ended FROM turns WHERE conversation_id = ? AND kind = 'turn'"
+        " ORDER BY id DESC LIMIT 1",
+        (conversation_id,),
+    )
+    if not turn:
+        return ClosingNote("", 0.0)
+    turn_id, started, ended = int(turn[0][0]), float(turn[0][1]), turn[0][2]
+    ids = store.query(
+        "SELECT id FROM messages WHERE conversation_id = ? AND turn_id = ? AND role ="
+        " 'assistant' AND kind = 'message' ORDER BY id",
+        (conversation_id, turn_id),
+    )
+    replies = store.messages_of(conversation_id, [int(r[0]) for r in ids])
+    said = [r.message.text.strip() for r in replies if r.message.text.strip()]
+    return ClosingNote(said[-1] if said else "", float(ended) if ended else started)

@@ -656,15 +656,3 @@ def end_tick(store: Store, name: str, outcome: str, detail: str | None = None) -
         c.execute(
             "UPDATE ticks SET outcome = ?, detail = ? WHERE name = ?", (outcome, detail, name)
         )
-
-
-def turns_since_separator(store: Store, conversation_id: int) -> int:
-    """Turns after the conversation's last /new separator (what its model still sees)."""
-    rows = store.query(
-        "SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND kind = 'turn' AND started > "
-        "COALESCE("
-        "(SELECT MAX(created) FROM messages WHERE conversation_id = ? AND kind = 'separator'),"
-        " 0)",
-        (conversation_id, conversation_id),  # plain `?`: PostgreSQL's translation has no `?1`
-    )
-    return int(rows[0][0])
