@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -371,14 +372,8 @@ asyncio.run(main())
     assert out.stdout.splitlines() == ["on the loop's thread: False", "hello"]
 
 
-async def test_warming_makes_one_client_on_a_worker_thread(serve: Any) -> None:
-    import asyncio
-    import threading
-
-    from heron.providers import warm
-    from heron.providers.fenced import FencedTools
-
-    server, provider = serve([ServerReply(text="hi")])
+def clients_made(provider: OpenAICompatProvider) -> list[bool]:
+    """Each client `provider` makes from now on, as whether it was made on the main thread."""
     made: list[bool] = []
     make = provider.client
 
@@ -387,6 +382,17 @@ async def test_warming_makes_one_client_on_a_worker_thread(serve: Any) -> None:
         return make()
 
     provider.client = client  # type: ignore[method-assign]
+    return made
+
+
+async def test_warming_makes_one_client_on_a_worker_thread(serve: Any) -> None:
+    import asyncio
+
+    from heron.providers import warm
+    from heron.providers.fenced import FencedTools
+
+    server, provider = serve([ServerReply(text="hi")])
+    made = clients_made(provider)
     # The serve's warm-up (through the fenced-tools wrapper) and a first call at once.
     await asyncio.gather(warm(FencedTools(provider)), provider.chat(request()))
     await provider.aclose()

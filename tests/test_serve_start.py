@@ -4,10 +4,8 @@ and the event loop never does it."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 from serve_helpers import running_serve
+from test_provider_openai import clients_made
 
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.testing.fake_openai import FakeOpenAIServer
@@ -17,14 +15,7 @@ from heron.testing.script import ServerReply
 async def test_the_serve_is_ready_with_its_provider_warmed() -> None:
     with FakeOpenAIServer([ServerReply(text="hi")]) as server:
         provider = OpenAICompatProvider("fake-model", "k", base_url=server.base_url)
-        made: list[bool] = []
-        make = provider.client
-
-        def client() -> Any:
-            made.append(threading.current_thread() is threading.main_thread())
-            return make()
-
-        provider.client = client  # type: ignore[method-assign]
+        made = clients_made(provider)
         async with running_serve(provider):
             assert made == [False]  # made once, off the loop's thread, before the banner
         assert server.requests == []  # warming asks the model nothing

@@ -352,7 +352,8 @@ class MemoryService:
         self.check_size(rule, mistake)
         self.check_secret(rule, mistake)
         pending = self.waiting()
-        same = [s.id for s in pending if s.kind == "lesson" and same_text(s.text, rule)]
+        key = quote_key(rule)  # case, spacing, quotes and the punctuation around them folded
+        same = [s.id for s in pending if s.kind == "lesson" and quote_key(s.text or "") == key]
         if same:
             return same[0]
         waiting = (s.path for s in pending if s.path)
@@ -482,10 +483,3 @@ class MemoryService:
         """Forget the frozen memory section (at compaction and /new): the next build takes a
         fresh one."""
         records.drop_snapshot(self.store, conversation_id)
-
-
-def same_text(text: str | None, other: str) -> bool:
-    """Whether two texts say the same: case, spacing, typographic quotes and the punctuation
-    around them folded away."""
-    ends = " \"'`.,;:!?"
-    return normalise(text or "").strip(ends) == normalise(other).strip(ends)
