@@ -413,3 +413,49 @@ async def test_mail_a_stop_overtook_does_not_carry_the_turns_attachments_again()
     with_file = [r.message.text for r in rows if "line one" in r.message.text]  # sent inline
     assert len(with_file) == 1 and "read this" in with_file[0]
     assert len(provider.requests) == 2
+
+
+async def test_a_stop_right_after_the_message_keeps_it_stored_with_a_stopped_reply():
+    """/stop dispatched right behind the message it stops (the chat's Ctrl-C a moment after
+    Enter): the turn was cancelled before it stored the message, so the person's words were
+    lost and nothing was left to --retry. The stop now lets the message be stored first."""
+    provider = ScriptedProvider([Reply([Text("too late")], "done")], latency_s=60)
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "explain"))  # its turn has not run yet
+        await loop.dispatch(InboundMessage("t", "1", "/stop"))
+        await loop.wait_idle()
+        rows = engine.store.branch(engine.store.conversation("t:1").id)
+    said = [(r.message.role, r.message.text, bool(r.meta.get("interrupted"))) for r in rows]
+    assert said[0][:2] == ("user", "explain")
+    assert said[1][0] == "assistant" and said[1][2]  # the minimal stopped reply
+
+
+async def test_a_stop_while_the_lease_is_busy_elsewhere_says_the_message_was_not_kept():
+    """A turn waiting for a lease another session holds may wait for minutes: the stop does not
+    wait for its message to be stored, and the person is told it was not kept."""
+    from heron.agent.loop import STOPPED_UNSAVED
+
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def answer(request: ChatRequest) -> Reply:
+        held.set()
+        await release.wait()
+        return Reply([Text("the other session's answer")], "done")
+
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        other = asyncio.create_task(engine.turn("t:1", "a long question"))  # holds the lease
+        await held.wait()
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "explain"))
+        await until(lambda: bus.outbound.qsize() > 0)  # "busy in another session"
+        await loop.dispatch(InboundMessage("t", "1", "/stop"))
+        await loop.wait_idle()
+        release.set()
+        await other
+        rows = engine.store.branch(engine.store.conversation("t:1").id)
+    said = [bus.outbound.get_nowait().text for _ in range(bus.outbound.qsize())]
+    assert said[0].startswith("busy in another session") and STOPPED_UNSAVED in said
+    assert [r.message.text for r in rows if r.message.role == "user"] == ["a long question"]

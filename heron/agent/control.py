@@ -15,6 +15,7 @@ outlet. The AgentLoop makes one per turn and keeps it while the turn runs; the t
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -248,6 +249,9 @@ class TurnControl:
     # The stored row of the message the turn answers, once it is in the store; a turn that
     # failed before (a full disk) lost the message, and must not offer --retry.
     saved_id: int | None = None
+    # Set once that message is stored, or once it will not be soon (the lease is busy in
+    # another process): a /stop waits for it, so a stop right behind its message keeps it.
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.mailbox.open = self.mailable

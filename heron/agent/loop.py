@@ -63,6 +63,11 @@ RELAY_DRAIN = 5.0
 # its next step: a person reading a reply and typing the next message, or a script sending
 # them one after another, finds the loop free.
 QUIET_S = 2.0
+# Seconds a /stop waits for the message of the turn it stops to be stored (`_stored_first`):
+# milliseconds unless the disk stalls.
+STORE_WAIT_S = 5.0
+# What the person is told when a stop beat their message to the store after all.
+STOPPED_UNSAVED = "Stopped before your message was stored: it is not kept, send it again."
 log = logging.getLogger(__name__)
 
 
@@ -390,6 +395,8 @@ class AgentLoop:
                 key, message.text, hooks, agent=message.agent, channel=message.channel
             )
         except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
+            if control.visible and message_unsaved(control, message.text):  # `_stored_first`
+                self._tell(message, key, STOPPED_UNSAVED)
             self._ended(message, key, TurnEnd(False, "stale", stopped_by=control.stopped_by))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
@@ -424,13 +431,17 @@ class AgentLoop:
         """What the turn shows as it runs: busy notices always; the stream, tool calls and
         retries as TurnEvents for a channel that asked for them."""
 
-        def busy(note: str) -> None:  # "busy in another session", a message saved to a file
+        def notice(note: str) -> None:  # a message saved to a file, a turn left open before
             if control.visible:
                 self.bus.emit(
                     OutboundMessage(message.channel, message.chat_id, key, note, "notice")
                 )
 
-        hooks = TurnHooks(on_busy=busy, on_notice=busy, control=control)
+        def busy(note: str) -> None:  # "busy in another session": no store soon (`stop`)
+            control.settled.set()
+            notice(note)
+
+        hooks = TurnHooks(on_busy=busy, on_notice=notice, control=control)
         if control.visible:  # nobody reads a silent turn (a monitor, a subagent) to answer
             asker = self.approver_for
             found = self.approvers.get(message.channel)
@@ -582,6 +593,9 @@ class AgentLoop:
         active = self._active.get(key)
         if active is None:
             return False
+        await _stored_first(active)
+        if self._active.get(key) is not active:  # it ended meanwhile: nothing left to stop
+            return False
         active.control.void(by)
         conversation_id = active.control.token.conversation_id
         if conversation_id is not None:
@@ -684,6 +698,22 @@ class AgentLoop:
                 )
             except Exception:  # one conversation's failed write must not lose the others
                 log.exception("keeping the unanswered messages of %s failed", key)
+
+
+async def _stored_first(active: _Active) -> None:
+    """Until the message that opened the turn is stored, so a stop right behind it (the chat's
+    Ctrl-C a moment after Enter, shutdown) keeps it: a turn cancelled before its commit lost
+    the person's words, leaving nothing to --retry. Bounded, and not at all when the lease is
+    busy in another process (its turn may run for minutes): that stop loses the message, and
+    `_turn` says so."""
+    control = active.control
+    if control.settled.is_set() or not message_unsaved(control, active.message.text):
+        return
+    settled = asyncio.ensure_future(control.settled.wait())
+    try:
+        await asyncio.wait({settled, active.task}, timeout=STORE_WAIT_S)
+    finally:
+        settled.cancel()
 
 
 def unread_mail(message: InboundMessage, mail: list[Unread], key: str) -> InboundMessage:

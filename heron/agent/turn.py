@@ -460,6 +460,7 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         )
         user_id = todo.answer_id
     t.control.saved_id = user_id
+    t.control.settled.set()
     if t.hooks.on_saved is not None:
         t.hooks.on_saved(user_id)
     t.control.checkpoint.turn_id = turn_id
