@@ -475,9 +475,9 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
                 await _until_hung_up(
                     _chat(None, conn, state, view, session, held), conn, state, view
                 )
-    said = serve_review_note(settings, state)
-    if said is not None:
-        console.print(RichText(said, style="dim"))
+    note = serve_review_note(settings, state)
+    if note is not None:
+        console.print(RichText(note, style="dim"))
 
 
 def serve_review_note(settings: Settings, state: ChatState) -> str | None:
