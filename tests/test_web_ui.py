@@ -519,6 +519,10 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     expect(chips).to_contain_text("notes.txt")
     _send(page, "what is in these?")
     expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    live = page.locator(".live-user")  # live: the files as turn_start names them
+    expect(live.get_by_label("attachment notes.txt (8 bytes)")).to_be_visible()
+    expect(live.get_by_label(re.compile(r"attachment photo\.png \(\d+ bytes\)"))).to_be_visible()
+    expect(live.locator(".user-text")).to_have_text("what is in these?")
     model.reply("A tiny image and a shopping list.")
     log = page.get_by_role("log", name="transcript")
     expect(log.locator(".msg.assistant:not(.live)")).to_have_text(
@@ -535,7 +539,15 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     def shown() -> None:
         thumb = page.locator(".msg.user .files img.thumb")
         expect(thumb).to_have_attribute("alt", "photo.png")
-        expect(page.locator(".msg.user .user-text")).to_contain_text("buy milk")
+        # The text file the model read inline is a chip with its name and size, not the
+        # fenced block the model got; it opens to its text.
+        expect(page.locator(".msg.user .user-text")).to_have_text("what is in these?")
+        chip = page.locator(".msg.user .text-file")
+        expect(chip.get_by_label("attachment notes.txt, 8 bytes")).to_be_visible()
+        expect(chip.locator(".file-text")).to_be_hidden()
+        chip.locator("summary").click()
+        expect(chip.locator(".file-text")).to_have_text("buy milk")
+        chip.locator("summary").click()
         # decode() waits for the bytes (a reloaded page may not have them yet); 0 if they fail
         loaded = thumb.evaluate("img => img.decode().then(() => img.naturalWidth, () => 0)")
         assert loaded == 1  # the bytes came back from HERON_HOME/files

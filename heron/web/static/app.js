@@ -103,7 +103,7 @@ function newLive(ev) {
   // heron: the turn was opened by Heron (a subagent's result, a goal's nudge, a reminder), whose
   // message shows as a note, as the transcript shows it. asking: a question (ask_user) waits.
   return { turnId: ev.turn_id, messageId: ev.message_id ?? null,
-    text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
+    text: ev.text === null ? null : ev.text || "", files: ev.files || [], channel: ev.channel, segments: [],
     heron: !!ev.provenance && ev.provenance !== "user",
     started: Date.now(), done: false, mail: [], asking: false };
 }
@@ -309,11 +309,48 @@ export function questionOf(text) {
   return { text: text.slice(0, m.index), wait: `It waits up to ${m[1]} for your answer.` };
 }
 
+// A size as heron.messages.size_label says it: "812 bytes", "123 kB", "4.2 MB".
+export function sizeLabel(size) {
+  if (size < 1024) return `${size} bytes`;
+  if (size < 1024 * 1024) return `${Math.round(size / 1024)} kB`;
+  return `${(size / (1024 * 1024)).toFixed(1)} MB`;
+}
+
+// A text file the model got inline (in the message's text): a chip with its name and size
+// whose text opens in place, read from the files route the first time it is opened.
+function TextFile({ f }) {
+  const [body, setBody] = useState(null);
+  const toggled = async (e) => {
+    if (!e.currentTarget.open || body !== null) return;
+    try {
+      const res = await fetch(f.url, { credentials: "same-origin" });
+      setBody(res.ok ? await res.text() : `(the file cannot be read: ${res.status})`);
+    } catch { setBody(`(${NO_SERVE})`); }
+  };
+  return html`<details class="file text-file" onToggle=${toggled}>
+    <summary aria-label=${`attachment ${f.name}, ${sizeLabel(f.size)}`}>${f.name}
+      <span class="file-size">${sizeLabel(f.size)}</span></summary>
+    <pre class="file-text">${body === null ? "Loading…" : body}</pre></details>`;
+}
+
+// A message's attachments: images as thumbnails, a text file the model got inline as a chip
+// that opens to its text, any other file as a chip that opens it (or saves it).
 function Files({ files }) {
   if (!files || !files.length) return null;
-  return html`<div class="files">${files.map((f) => f.mime.startsWith("image/")
+  return html`<div class="files">${files.map((f) => f.inline ? html`<${TextFile} f=${f} />`
+    : f.mime.startsWith("image/")
     ? html`<a href=${f.url} target="_blank" rel="noopener"><img class="thumb" src=${f.url} alt=${f.name} /></a>`
-    : html`<a class="file" href=${f.url} target="_blank" rel="noopener">${f.name}</a>`)}</div>`;
+    : html`<a class="file" href=${f.url} target="_blank" rel="noopener"
+        aria-label=${`attachment ${f.name}, ${sizeLabel(f.size)}`}>${f.name}
+        <span class="file-size">${sizeLabel(f.size)}</span></a>`)}</div>`;
+}
+
+// The attachments of the live turn's message, as turn_start names them ("notes.txt (2 kB)"):
+// the stored message, once the turn ends, shows them as Files does.
+function Labels({ files }) {
+  if (!files || !files.length) return null;
+  return html`<div class="files">${files.map((label, i) => html`<span key=${i} class="file pending"
+    aria-label=${"attachment " + label}>${label}</span>`)}</div>`;
 }
 
 function Item({ item, onEdit, number }) {
@@ -409,7 +446,7 @@ function Live({ live, list, onApprove, notes }) {
       ? html`<div class="note" data-id=${live.messageId ?? undefined}>${live.text}</div>`
       : html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
-      <div class="user-text">${live.text}</div></article>`)}
+      <div class="user-text">${live.text}</div><${Labels} files=${live.files} /></article>`)}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn"
         : mailTag(m.channel && m.channel !== live.channel ? m.channel : null)}</div>
