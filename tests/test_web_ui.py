@@ -1057,6 +1057,42 @@ def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
     _order(page, "talk for a while", *stopped, "next question", "next answer")
 
 
+def test_the_answers_to_stop_and_to_commands_stay_in_their_places_after_a_reload(
+    browser, page, site, model
+):
+    """What Heron said outside replies (Stop's answer, /new's, a branch switch's) is not in
+    the conversation, where the model would read it: the tab keeps it (sessionStorage) and a
+    reload shows each note once, where it was; a tab opened later shows what the store holds
+    (the stopped reply, the /new separator, the branch shown), without those notes."""
+    panel = _two_branches(page, model, "base message", "the first answer", "the second answer")
+    panel.get_by_role("button", name="switch to branch 1").click()
+    expect(page.get_by_text("Switched to branch 1")).to_have_count(1)
+    _stop_mid_reply(page, model, "I will go on")
+    stopped = ("talk for a while", "I will go on", "The reply was stopped here.")
+    model.auto = "noted"  # /new archives what was said for memory, asking the model
+    _send(page, "/new")
+    expect(page.get_by_text("New conversation started")).to_have_count(1)
+    separator = "new conversation: the model starts fresh"
+    said = (
+        "Switched to branch 1: base message → the first answer",
+        *stopped,
+        "Stopped. What the turn finished is kept.",
+        "New conversation started",
+        separator,
+    )
+    _order(page, *said)
+    for _ in range(2):
+        page.reload()
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+        _order(page, *said)
+    later = site.page(browser, "/")  # another tab: the store's part alone
+    expect(later.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    _order(later, *stopped, separator)
+    for note in ("Stopped. What", "New conversation started", "Switched to branch"):
+        expect(later.get_by_text(note)).to_have_count(0)
+    later.context.close()
+
+
 def test_a_turn_another_client_stopped_says_which_and_the_stopping_tab_does_not(
     browser, page, site, model
 ):
