@@ -116,7 +116,9 @@ def test_a_stopped_reply_is_the_agents_markdown_then_a_note_and_nothing_streamed
         ("text", "I will **go on**"),
         ("note", "The reply was stopped here."),
     ]
-    assert (nothing.kind, nothing.text) == ("note", STOPPED)  # no reply at all: Heron's note
+    # No reply at all: Heron's note, without the brackets the model reads it in.
+    assert (nothing.kind, nothing.text) == ("note", "This turn was stopped before it finished.")
+    assert f"[{nothing.text}]" == STOPPED
 
 
 def test_a_failed_turns_note_follows_that_turn_and_a_failed_retry_follows_it(client):

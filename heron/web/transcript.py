@@ -28,7 +28,7 @@ from typing import Any
 
 from heron.agent.control import mail_channel, unlabelled
 from heron.agent.relay import said_by
-from heron.agent.turn import FAILED, REPLY_STOPPED
+from heron.agent.turn import FAILED, REPLY_STOPPED, STOPPED
 from heron.attachments import INLINE_META, media_type_of, unfenced
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
@@ -291,9 +291,9 @@ def _add(
         return
     if row.author == "heron" or row.kind != "message":
         by = said_by(row.meta)
-        items.append(
-            Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id], by=by)
-        )
+        # The model reads Heron's marker in brackets; the person reads a note without them.
+        said = STOPPED.strip("[]") if message.text == STOPPED else message.text
+        items.append(Item("note", row.id, row.turn_id, turn_message, said, rows=[row.id], by=by))
         return
     if message.role == "user":
         items.append(_user(row, turn_message, reading.key, reading.file_url))
