@@ -320,7 +320,9 @@ export function sizeLabel(size) {
 // whose text opens in place, read from the files route the first time it is opened.
 function TextFile({ f }) {
   const [body, setBody] = useState(null);
+  const [open, setOpen] = useState(false);
   const toggled = async (e) => {
+    setOpen(e.currentTarget.open);
     if (!e.currentTarget.open || body !== null) return;
     try {
       const res = await fetch(f.url, { credentials: "same-origin" });
@@ -330,7 +332,7 @@ function TextFile({ f }) {
   return html`<details class="file text-file" onToggle=${toggled}>
     <summary aria-label=${`attachment ${f.name}, ${sizeLabel(f.size)}`}>${f.name}
       <span class="file-size">${sizeLabel(f.size)}</span></summary>
-    <pre class="file-text">${body === null ? "Loading…" : body}</pre></details>`;
+    ${open && html`<pre class="file-text">${body === null ? "Loading…" : body}</pre>`}</details>`;
 }
 
 // A message's attachments: images as thumbnails, a text file the model got inline as a chip
