@@ -1203,15 +1203,16 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.context.close()
 
 
-def _long(key: str, turns: int, marked: dict[int, str] | None = None) -> None:
+def _long(key: str, turns: int, marked: dict[int, str] | None = None, first: int = 0) -> None:
     """A conversation of `turns` finished turns (a question and its answer each), stored as the
-    engine stores them; `marked`: words added to the question of those turns."""
+    engine stores them; `marked`: words added to the question of those turns; `first`: the
+    number of the first (turns added to a conversation that has `first` of them)."""
     from heron.messages import Message, Text, Usage
 
     store = Store(Settings.load().paths.db)
     conv = store.open_conversation(key)
     with store.transaction():
-        for i in range(turns):
+        for i in range(first, first + turns):
             asked = Message("user", [Text(f"Question {i}{(marked or {}).get(i, '')}")])
             turn, _ = store.begin_turn(conv.id, f"run-{key}-{i}", asked)
             store.append(conv.id, Message("assistant", [Text(f"Answer {i}.")]), turn_id=turn)
@@ -1284,6 +1285,31 @@ def test_a_long_conversation_opens_with_its_newest_page_and_earlier_ones_come_in
     assert asked[-2].startswith("Question 2") and not any("Question 3" in a for a in asked)
     said = pg.locator(".msg.user .user-text").all_text_contents()
     assert said == ["Question 0", "Question 1", "Question 2", "Question three, again"]
+    pg.context.close()
+
+
+def test_a_note_kept_across_a_reload_waits_for_the_page_that_holds_its_place(browser, site):
+    """A command's answer kept by the tab, whose turn is on an earlier page after a reload
+    (100 turns came since), is not drawn at the end of the newest page: it shows after its
+    turn once the earlier page is read."""
+    _long("long", 3)
+    pg = site.page(browser, "/#c=long")
+    expect(pg.locator(".msg.assistant")).to_have_count(3)
+    _send(pg, "/status")
+    note = pg.locator(".note.command").filter(has_text="conversation: long")
+    expect(note).to_have_count(1)
+    _long("long", 120, first=3)
+    pg.reload()
+    expect(pg.locator(".msg.assistant").filter(has_text="Answer 122.")).to_have_count(1)
+    expect(pg.get_by_role("button", name="Load earlier messages")).to_have_count(1)
+    expect(note).to_have_count(0)  # its place is not shown: not at the end either
+    pg.get_by_role("button", name="Load earlier messages").click()
+    expect(pg.locator(".msg.user")).to_have_count(123)
+    expect(note).to_have_count(1)
+    around = note.evaluate(
+        "n => [n.previousElementSibling.textContent, n.nextElementSibling.textContent]"
+    )
+    assert around[0].strip() == "Answer 2." and around[1].startswith("Question 3"), around
     pg.context.close()
 
 
