@@ -361,7 +361,9 @@ def inline_files(row: StoredMessage) -> dict[int, File]:
         return {}
     parts, named = row.message.parts, row.meta.get(INLINE_META)
     if isinstance(named, list):
-        wanted = {int(f["part"]): f for f in named if isinstance(f, dict) and "part" in f}
+        wanted = {
+            f["part"]: f for f in named if isinstance(f, dict) and isinstance(f.get("part"), int)
+        }
     else:
         wanted = {n: {} for n in range(1, len(parts))}
     out: dict[int, File] = {}
