@@ -1492,7 +1492,7 @@ def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
     expect(found).to_have_count(1)
     found.get_by_role("link").click()
     hit = pg.locator(".msg.user").filter(has_text="Question 12 about PINEAPPLE77")
-    expect(hit).to_be_in_viewport()
+    expect(hit).to_be_in_viewport(timeout=20_000)  # a long page under load
     expect(hit).to_have_class(re.compile(r"\bhit\b"))
     expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
     pg.context.close()
