@@ -716,8 +716,17 @@ class Store:
             cur = c.execute(
                 "INSERT INTO turns (conversation_id, run_id, user_message_id, status, provider,"
                 " model, started, kind, host, pid) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (conversation_id, run_id, user_message_id, provider, model, time.time(), kind)
-                + (host, pid),
+                (
+                    conversation_id,
+                    run_id,
+                    user_message_id,
+                    provider,
+                    model,
+                    time.time(),
+                    kind,
+                    host,
+                    pid,
+                ),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
