@@ -129,7 +129,7 @@ async def test_a_damaged_compaction_or_message_time_is_read_around_never_a_crash
     store = Store(settings.paths.db)  # a reader of its own, as `heron conversations export`
     store.conn.execute("UPDATE messages SET created = 'yesterday' WHERE id = ?", (rows[0].id,))
     store.conn.commit()
-    text, _ = exported(store, "work", "markdown")
+    text, _ = exported(store, "work", "markdown", "UTC")
     hits = Recall(store).search("zebra")
     assert later.ok and later.text == "still here"
     assert found.meta == {} and found.summary == "S"

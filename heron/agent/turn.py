@@ -44,7 +44,7 @@ from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
-from heron.attachments import message_parts
+from heron.attachments import Composed, compose
 from heron.bus import TurnOptions, stopped_by
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
@@ -519,7 +519,8 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
     files = t.control.files
     caps = engine.settings.config.attachments
-    user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
+    composed = compose(text, files, caps) if files else Composed([Text(text)])
+    user_message = Message("user", composed.parts)
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text, searched(provenance))
     zone = engine.settings.timezone  # the one jobs are read in, and every time shown
@@ -539,7 +540,9 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         provider=engine.choice.provider,
         model=engine.choice.model,
         # A scheduled job's prompt is not the person's words (memory never quotes it).
-        meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
+        meta=composed.meta(
+            meta if meta is not None or provenance == "user" else {"injected_event": provenance}
+        ),
         # Attachments' bytes are written to the store's folder: not on the event loop.
         off_loop=bool(files),
     )
