@@ -305,3 +305,34 @@ def test_kill_minus_nine_of_one_of_two_processes_loses_nothing(home_db):
     assert is_well_formed([r.wire for r in branch])
     bad = [i for i, body in enumerate(requests) if not _openai_well_formed(body["messages"])]
     assert not bad, json.dumps(requests[bad[0]]["messages"])[-2000:]
+
+
+def test_a_maintenance_run_whose_process_is_killed_shows_interrupted_in_trace_ls(home_db):
+    """A process killed with -9 in the middle of a maintenance run (a /learn's second call):
+    no lease says it is dead, its row's process does, and the next `heron trace ls` shows the
+    run interrupted with the calls it made counted (its usage unknown: a call was in flight),
+    not running for good."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    Store(home_db).close()
+    proc = _spawn(_env(), "maintain", "upkeep")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+    store = Store(home_db)
+    try:
+        (run,) = store.turns(store.conversation("upkeep").id, maintenance=True)
+        assert run.status == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        store.close()
+        shown = CliRunner().invoke(app, ["trace", "ls", "--conversation", "upkeep"])
+        assert shown.exit_code == 0, shown.output
+        (line,) = shown.stdout.splitlines()[1:]
+        assert "interrupted (learn)" in line and "running" not in line
+        store = Store(home_db)
+        (run,) = store.turns(store.conversation("upkeep").id, maintenance=True)
+        assert (run.status, run.model_calls, run.usage.input) == ("interrupted", 1, 300)
+        assert run.usage_unknown and "killed or crashed" in (run.error or "")
+    finally:
+        store.close()

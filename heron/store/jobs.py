@@ -502,7 +502,7 @@ def recover(
     fires: list[Fire] = []
     lost: list[Lost] = []
     with store.transaction() as c:
-        _close_orphans(c, now)
+        _close_orphans(c, now, modes)
         rows = c.execute(
             "SELECT r.id AS run_id, r.due AS run_due, r.detail AS run_detail, j.* FROM job_runs r"
             " JOIN jobs j ON j.id = r.job_id WHERE r.status = 'interrupted' AND r.outcome IS"
@@ -545,28 +545,57 @@ def recover(
     return Recovered(fires, lost)
 
 
-def _close_orphans(c: sqlite3.Connection, now: float) -> None:
-    """Runs whose scheduler is gone (liveness as leases read it, never by time alone on this
-    host): interrupted, and their job's lease given back."""
+def _close_orphans(c: sqlite3.Connection, now: float, modes: tuple[str, ...] | None) -> None:
+    """Runs (of jobs of `modes`: those this scheduler runs again) whose scheduler is gone
+    (`_orphan`): interrupted, and their job's lease given back."""
     rows = c.execute(
         "SELECT r.id, r.owner AS run_owner, j.id AS job_id, j.lease_owner, j.lease_host,"
         " j.lease_pid, j.lease_until FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-        " WHERE r.status = 'running'"
+        " WHERE r.status = 'running'" + _of_modes(modes),
+        modes or (),
     ).fetchall()
     for row in rows:
-        held = row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]
-        if held and not _lease_free(row, now):
+        if not _orphan(row, now):
             continue  # its scheduler still runs it
         c.execute(
             "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = ? WHERE id = ?",
             (now, CRASHED, row["id"]),
         )
-        if held:
+        if row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]:
             c.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_host = NULL, lease_pid = NULL,"
                 " lease_until = NULL WHERE id = ? AND lease_owner = ?",
                 (row["job_id"], row["run_owner"]),
             )
+
+
+def _orphan(row: sqlite3.Row, now: float) -> bool:
+    """Whether a running run's scheduler is gone: its job's lease is another's, or free
+    (liveness as leases read it: its process on this host ended, or its lease expired; never
+    time alone on this host)."""
+    held = row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]
+    return not held or _lease_free(row, now)
+
+
+def left_to_recover(store: Store, now: float, modes: tuple[str, ...] | None = None) -> bool:
+    """Whether a scheduler that keeps running has what a start would `recover`: a run left
+    running by a scheduler that is gone (another serve's, killed), or a job's latest run
+    interrupted and not yet dealt with (a serve stopped mid-run). What a running scheduler
+    asks on every tick: one read of the partial index of runs without an outcome (m027:
+    those running, and those waiting for this), joined by primary key."""
+    rows = store.query(
+        "SELECT r.status, r.owner AS run_owner, j.lease_owner, j.lease_host, j.lease_pid,"
+        " j.lease_until, r.id = (SELECT MAX(id) FROM job_runs WHERE job_id = r.job_id) AS"
+        " latest FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.outcome IS NULL"
+        + _of_modes(modes),
+        modes or (),
+    )
+    for row in rows:
+        if row["status"] == "running" and _orphan(row, now):
+            return True
+        if row["status"] == "interrupted" and row["latest"]:
+            return True
+    return False
 
 
 def _turn_status(c: sqlite3.Connection, job: Job, run_id: int) -> str | None:

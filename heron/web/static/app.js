@@ -1151,6 +1151,8 @@ function App() {
           lv.segments.push({ kind: "question", ...questionOf(ev.text) }); lv.asking = true; showLive(lv);
         } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
           // Another client's "Stopped.": the turn's end said here who stopped it.
+        } else if (ev.code === "keeping") {
+          // Its message is being kept as the serve stops: the "unanswered" notice says the end.
         } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
           // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
