@@ -30,6 +30,7 @@ from heron.request import ChatRequest
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.migrations import _apply, _names, _step
+from heron.store.schedule import parse
 from heron.tools.context import TurnServices
 from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.schedule import schedule
@@ -282,5 +283,44 @@ def test_the_migration_keeps_every_job_and_run_and_adds_the_review(tmp_path):
         built = js.review_job(store)
         assert built is not None and built.builtin and built.id != 7
         assert [j.id for j in js.list_jobs(store, conversation="c")] == [7]
+    finally:
+        store.close()
+
+
+def _review_at(store: Store, hhmm: str, now: float) -> js.Job:
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    when = parse(cron=f"{minute} {hour} * * *", timezone="Europe/Berlin")
+    return js.sync_review(store, when, True, now, review.JOB_PROMPT)
+
+
+def _pass(store: Store, at: float, status: str = "done") -> None:
+    """The review fired at `at` (as the scheduler's claim does) and ended `status`."""
+    (fire,) = js.claim_due(store, "test", 1, at, 3600.0, modes=(js.REVIEW,))
+    js.finish_run(store, fire.run_id, status=status, outcome="reviewed", now=at + 5)
+
+
+def test_a_new_review_time_later_the_same_day_is_not_a_second_pass(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        job = _review_at(store, "13:40", local(2026, 12, 5, 12, 0))
+        assert job.next_run == local(2026, 12, 5, 13, 40)
+        _pass(store, local(2026, 12, 5, 13, 40))
+        moved = _review_at(store, "13:45", local(2026, 12, 5, 13, 42))
+        assert moved.next_run == local(2026, 12, 6, 13, 45)  # tomorrow, not in three minutes
+        assert js.claim_due(store, "test", 1, local(2026, 12, 5, 13, 45), 3600.0) == []
+        # Earlier the next day, before that day's pass: the new time holds that same day.
+        again = _review_at(store, "13:50", local(2026, 12, 6, 9, 0))
+        assert again.next_run == local(2026, 12, 6, 13, 50)
+    finally:
+        store.close()
+
+
+def test_a_failed_pass_today_does_not_hold_back_a_new_time_later_today(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        _review_at(store, "13:40", local(2026, 12, 5, 12, 0))
+        _pass(store, local(2026, 12, 5, 13, 40), status="failed")
+        moved = _review_at(store, "13:45", local(2026, 12, 5, 13, 42))
+        assert moved.next_run == local(2026, 12, 5, 13, 45)
     finally:
         store.close()

@@ -222,7 +222,8 @@ def sync_review(
     """Bring the built-in review job in line with config.toml: its schedule, and with
     `enabled` given, whether it runs (None leaves the job as it is, e.g. cancelled by
     `heron jobs cancel`). Its next instant is kept unless the schedule changed or it had
-    none, so an instant missed while nothing ran still counts for catch-up."""
+    none, so an instant missed while nothing ran still counts for catch-up; a new time is
+    never a second pass the day one ran."""
     with store.transaction() as c:
         row = c.execute("SELECT * FROM jobs WHERE mode = ?", (REVIEW,)).fetchone()
         if row is None:  # the migration's row is gone: made again
@@ -238,7 +239,7 @@ def sync_review(
         if status != "active":
             next_run = None
         elif moved or job.next_run is None:
-            next_run = schedule.next_after(now)
+            next_run = schedule.next_after(_reviewed_today(c, job.id, schedule, now))
         else:
             next_run = job.next_run
         c.execute(
@@ -249,6 +250,23 @@ def sync_review(
     found = get_job(store, job.id)
     assert found is not None
     return found
+
+
+def _reviewed_today(c: sqlite3.Connection, job_id: int, schedule: Schedule, now: float) -> float:
+    """Where the review's next instant is looked for after its time changed: `now`, or the
+    end of today (in the schedule's zone) when a pass ran or runs today already, so a new
+    time later today is not a second pass the same day."""
+    zone = schedule.zone()
+    today = dt.datetime.fromtimestamp(now, zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    passed = c.execute(
+        "SELECT 1 FROM job_runs WHERE job_id = ? AND status IN ('done', 'running') AND"
+        " started >= ? LIMIT 1",
+        (job_id, today.timestamp()),
+    ).fetchone()
+    if passed is None:
+        return now
+    tomorrow = today + dt.timedelta(days=1)  # wall-clock arithmetic: midnight in that zone
+    return max(now, tomorrow.timestamp() - 1.0)
 
 
 def postpone(store: Store, job_id: int, until: float) -> None:
