@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from heron import versions
 from heron.errors import ConfigError, NoModelConfigured
-from heron.providers.gguf import read_gguf
+from heron.providers.gguf import physical_memory, read_gguf
 from heron.providers.profiles import (
     PLACEHOLDER_KEY,
     ModelChoice,
@@ -666,7 +666,7 @@ def choose_model(
     choice = _choose(config, env, model)
     facts = read_gguf(choice.model_path) if choice.model_path is not None else None
     if facts is not None:  # a local file: profiled from what it says, not from its name
-        profile = gguf_profile(facts, choice.model, config.models)
+        profile = gguf_profile(facts, choice.model, config.models, physical_memory())
     else:
         profile = profile_for(choice.model, config.models)
     window = env.get("HERON_CONTEXT_WINDOW")

@@ -20,6 +20,7 @@ from heron.errors import ConfigError
 from heron.messages import Reply, Text
 from heron.providers.gguf import CHUNK, GgufError, read_gguf, read_header
 from heron.providers.local import find_smollm2
+from heron.providers.profiles import file_summary
 from heron.providers.scripted import ScriptedProvider
 
 TOOLS_TEMPLATE = (
@@ -67,15 +68,18 @@ def write_gguf(
     template: str | None = PLAIN_TEMPLATE,
     parameters: int = 3_000_000_000,
     data: int = 0,
+    shape: dict[str, int] | None = None,
 ) -> Path:
     """A small GGUF file: a llama header with a vocabulary before the template (as real
-    files have it), `data` bytes of stand-in tensor data after it."""
+    files have it), `data` bytes of stand-in tensor data after it; `shape`: the model's
+    `llama.<key>` shape keys (block_count, attention.head_count_kv, ...)."""
     metadata: dict[str, object] = {
         "general.architecture": "llama",
         "general.name": "Test Model",
         "general.parameter_count": ("u64", parameters),
         "llama.context_length": context,
         "tokenizer.ggml.tokens": [f"tok{i}" for i in range(2000)],
+        **{f"llama.{key}": value for key, value in (shape or {}).items()},
     }
     if template is not None:
         metadata["tokenizer.chat_template"] = template
@@ -266,3 +270,44 @@ async def test_smollm2_renamed_answers_without_tools_in_its_own_window(heron_hom
         result = await engine.turn("k", "What is the capital of France?")
     assert "Paris" in result.text, result.text
     assert result.run.model_calls == 1 and result.run.usage.output <= 512
+
+
+# Llama 3.1 8B's shape: 32 layers, 32 heads of 128 over 4,096, 8 KV heads; trained on 128k.
+LLAMA_8B = {
+    "block_count": 32,
+    "embedding_length": 4096,
+    "attention.head_count": 32,
+    "attention.head_count_kv": 8,
+}
+
+
+def test_a_large_trained_window_is_cut_to_what_its_cache_fits_in_memory(heron_home, monkeypatch):
+    """An 8B model trained on 131,072 tokens got its whole window: llama.cpp then reserves
+    16 GB for the cache before the first word. The window now fits a quarter of memory; a
+    window asked for goes past that, never past the trained one."""
+    path = write_gguf(heron_home / "big.gguf", context=131_072, shape=LLAMA_8B)
+    facts = read_gguf(path)
+    assert facts.kv_bytes_per_token == 32 * (128 + 128) * 8 * 2  # 128 KiB a token
+    monkeypatch.setattr("heron.config.physical_memory", lambda: 24 << 30)
+    choice = Settings.load().model(str(path))
+    assert choice.profile.context_window == 49_152  # 6 GiB of cache: a quarter of 24 GiB
+    assert "window 49,152 (cache 6.4 GB)" in (file_summary(choice) or "")
+
+    monkeypatch.setattr("heron.config.physical_memory", lambda: 2 << 30)
+    assert Settings.load().model(str(path)).profile.context_window == 4_096  # never below
+    monkeypatch.setattr("heron.config.physical_memory", lambda: 1 << 40)
+    assert Settings.load().model(str(path)).profile.context_window == 131_072  # it all fits
+
+    monkeypatch.setattr("heron.config.physical_memory", lambda: 24 << 30)
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "100000")  # asked for: the person's choice
+    assert Settings.load().model(str(path)).profile.context_window == 100_000
+    monkeypatch.delenv("HERON_CONTEXT_WINDOW")
+    (heron_home / "config.toml").write_text('[models."big*"]\ncontext_window = 65536\n')
+    assert Settings.load().model(str(path)).profile.context_window == 65_536
+
+
+def test_a_header_without_the_models_shape_keeps_the_trained_window(heron_home, monkeypatch):
+    monkeypatch.setattr("heron.config.physical_memory", lambda: 1 << 30)
+    path = write_gguf(heron_home / "plain.gguf", context=32_768)
+    assert read_gguf(path).kv_bytes_per_token is None
+    assert Settings.load().model(str(path)).profile.context_window == 32_768

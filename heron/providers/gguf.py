@@ -14,6 +14,7 @@ import math
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +50,9 @@ class GgufFacts:
     chat_template: str | None = None  # tokenizer.chat_template (Jinja)
     parameters: int | None = None  # general.parameter_count, else summed from the tensor shapes
     size_label: str | None = None  # general.size_label ("135M", "7B")
+    # Bytes llama.cpp's key/value cache takes per token of the window (f16, its default):
+    # every layer keeps a key and a value vector per KV head. None: the header does not say.
+    kv_bytes_per_token: int | None = None
 
     @property
     def takes_tools(self) -> bool:
@@ -149,6 +153,15 @@ def _value(r: _Reader, kind: int, keep: bool) -> object:
 
 WANTED = ("general.name", "general.architecture", "general.parameter_count", "general.size_label")
 WANTED_SUFFIX = ".context_length"
+# The shape keys the cache's size is computed from (`<architecture>.` before each).
+SHAPE = (
+    "block_count",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+)
 TEMPLATE = "tokenizer.chat_template"
 
 
@@ -171,6 +184,7 @@ def read_header(stream: BinaryIO) -> GgufFacts:
         key = r.string()
         kind = r.u32()
         wanted = key in WANTED or key == TEMPLATE or key.endswith(WANTED_SUFFIX)
+        wanted = wanted or key.split(".", 1)[-1] in SHAPE
         value = _value(r, kind, keep=wanted)
         if wanted:
             found[key] = value
@@ -211,7 +225,55 @@ def _facts(found: dict[str, object], counted: int | None) -> GgufFacts:
         chat_template=text(TEMPLATE),
         parameters=number("general.parameter_count") or counted,
         size_label=text("general.size_label"),
+        kv_bytes_per_token=_kv_bytes(lambda key: number(f"{arch}.{key}")) if arch else None,
     )
+
+
+def _kv_bytes(number: Callable[[str], int | None]) -> int | None:
+    """The cache's bytes per token from the model's shape: layers x (key + value length) x KV
+    heads x 2 bytes. A head's length defaults to the embedding split over the heads; KV heads
+    to the heads (no grouped-query attention); a per-layer list is not read (None: the heads,
+    an upper bound)."""
+    layers, width, heads = (
+        number("block_count"),
+        number("embedding_length"),
+        number("attention.head_count"),
+    )
+    if layers is None or width is None or heads is None:
+        return None
+    kv_heads = number("attention.head_count_kv") or heads
+    key = number("attention.key_length") or width // heads
+    value = number("attention.value_length") or width // heads
+    return layers * (key + value) * kv_heads * 2
+
+
+# The share of the machine's memory a local model's cache may take by default: the weights,
+# the rest of Heron and the person's own programs need the remainder. A window asked for
+# (`[models."<glob>"] context_window`, HERON_CONTEXT_WINDOW) may go past it, up to the trained one.
+CACHE_SHARE = 0.25
+# Never below this by default (an agent's system prompt and tools need it); a machine whose
+# memory cannot hold it cannot hold the model's weights either.
+LEAST_WINDOW = 4_096
+
+
+def fitting_window(facts: GgufFacts, memory: int | None) -> int | None:
+    """The largest window (a multiple of 1,024) whose cache fits CACHE_SHARE of `memory`
+    bytes, at least LEAST_WINDOW; None when the header does not give the shape or memory is
+    unknown. A model trained on 128k tokens asked for its whole window took 16 GB for an 8B
+    model's cache before its first word."""
+    per_token = facts.kv_bytes_per_token
+    if per_token is None or not memory:
+        return None
+    fits = int(memory * CACHE_SHARE) // per_token // 1_024 * 1_024
+    return max(fits, LEAST_WINDOW)
+
+
+def physical_memory() -> int | None:
+    """The machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def read_gguf(path: Path) -> GgufFacts:

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from heron.errors import ConfigError, ProviderError
 from heron.messages import Reply, user
-from heron.providers.gguf import read_gguf
+from heron.providers.gguf import physical_memory, read_gguf
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile, gguf_profile
 from heron.request import ChatRequest, OnEvent
@@ -245,7 +245,8 @@ def local_provider(
     model_path: Path, ctx_size: int = 8192, threads: int | None = None
 ) -> tuple[LocalServer, OpenAICompatProvider]:
     """Start the local server and an adapter pointed at it (any key works locally)."""
-    profile = gguf_profile(read_gguf(Path(model_path)), Path(model_path).stem)
+    facts = read_gguf(Path(model_path))
+    profile = gguf_profile(facts, Path(model_path).stem, memory=physical_memory())
     server = LocalServer(model_path, ctx_size=ctx_size, threads=threads, profile=profile)
     base_url = server.start()
     provider = OpenAICompatProvider(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from heron.errors import ConfigError
-from heron.providers.gguf import GgufFacts
+from heron.providers.gguf import GgufFacts, fitting_window
 
 ToolMode = Literal["native", "fenced"]
 ProviderKind = Literal["anthropic", "openai", "local", "scripted"]
@@ -142,13 +142,20 @@ UNSAID_WINDOW = 4_096
 
 
 def gguf_profile(
-    facts: GgufFacts, model: str, overrides: Mapping[str, Mapping[str, object]] | None = None
+    facts: GgufFacts,
+    model: str,
+    overrides: Mapping[str, Mapping[str, object]] | None = None,
+    memory: int | None = None,
 ) -> ModelProfile:
     """The profile of a local GGUF model, from what its file says rather than its name: the
-    window it was trained on, tools only when its chat template takes them (else none, with
-    past tool calls rendered as text), the tiny profile under TINY_PARAMETERS; then the
+    window it was trained on, as far as its cache fits a share of the machine's `memory`
+    (`fitting_window`), tools only when its chat template takes them (else none, with past
+    tool calls rendered as text), the tiny profile under TINY_PARAMETERS; then the
     `[models."<glob>"]` overrides. choose_model caps the window at the trained length."""
     window = facts.context_length or UNSAID_WINDOW
+    fits = fitting_window(facts, memory)
+    if fits is not None:
+        window = min(window, fits)
     tools = facts.takes_tools
     tiny = facts.parameters is not None and facts.parameters < TINY_PARAMETERS
     base = TINY if tiny else ModelProfile(max_output=8_192)
@@ -217,6 +224,14 @@ def _size(parameters: int) -> str:
     return f"{parameters / 1e6:.0f}M"
 
 
+def _cache(facts: GgufFacts, window: int) -> str:
+    """What the window's cache takes, when the header gives the model's shape."""
+    if facts.kv_bytes_per_token is None:
+        return ""
+    size = facts.kv_bytes_per_token * window
+    return f" (cache {size / 1e9:.1f} GB)" if size >= 1e9 else f" (cache {size / 1e6:.0f} MB)"
+
+
 def file_summary(choice: ModelChoice) -> str | None:
     """What was read from the local model's GGUF file and the profile made from it, in one
     line (`heron models`, /status, the chat's header); None for a model not run from a file."""
@@ -234,7 +249,8 @@ def file_summary(choice: ModelChoice) -> str | None:
     else:
         why = "its chat template takes none" if not facts.takes_tools else "configured off"
         tools = f"no ({why})"
-    said = f"window {p.context_window:,}, output cap {p.max_output:,}, tools {tools}"
+    said = f"window {p.context_window:,}{_cache(facts, p.context_window)}, "
+    said += f"output cap {p.max_output:,}, tools {tools}"
     if p.brief_prompt:
         said += ", brief prompt"
     if p.loop_guard:
