@@ -20,7 +20,7 @@ from heron.store import jobs as js
 from heron.store.schedule import ScheduleError, parse
 from heron.tools.context import ToolContext, TurnServices
 from heron.tools.registry import ToolOutput
-from heron.tools.schedule import resumed, schedule
+from heron.tools.schedule import resumed, schedule, status_lines
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -262,5 +262,23 @@ def test_the_migration_keeps_every_job_and_run_and_lets_a_job_pause(tmp_path):
                 "INSERT INTO jobs (kind, spec, timezone, conversation, mode, prompt, created,"
                 " created_by) VALUES ('cron', '0 3 * * *', 'UTC', '', 'review', 'r', 0, 'x')"
             )
+    finally:
+        store.close()
+
+
+def test_status_says_a_paused_job_and_a_paused_review_are_paused(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        now = local(2026, 12, 4, 12, 0)
+        job = make_job(store, now, cron="0 9 * * *")
+        when = parse(cron="0 3 * * *", timezone="Europe/Berlin")
+        review = js.sync_review(store, when, True, now, "The nightly review of memory")
+        js.pause_job(store, job.id)
+        js.pause_job(store, review.id)
+        lines = status_lines(store, "chat-1")
+        assert f"  job {job.id} [reminder, paused] cron 0 9 * * * (Europe/Berlin), paused:" in (
+            "\n".join(lines)
+        )
+        assert f"nightly review: job {review.id}, paused (heron jobs resume {review.id})" in lines
     finally:
         store.close()

@@ -268,7 +268,10 @@ def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
         assert review.next_run is not None
         at = dt.datetime.fromtimestamp(review.next_run, review.schedule.zone())
         last = f", last {review.last_outcome}" if review.last_outcome else ""
-        lines.append(f"nightly review: job {review.id}, next {at:%Y-%m-%d %H:%M}{last}")
+        when = f"next {at:%Y-%m-%d %H:%M}"
+        if review.status == "paused":  # its kept instant is only where a resume starts from
+            when = f"paused (heron jobs resume {review.id})"
+        lines.append(f"nightly review: job {review.id}, {when}{last}")
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
         # In the zone the review's and the jobs' times above are in (the agent's), not the
