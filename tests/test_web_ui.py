@@ -647,6 +647,18 @@ def test_the_page_cuts_streamed_blocks_where_the_terminal_does(page):
     assert got == [list(split_blocks(c)) for c in cases]
 
 
+def test_an_old_conversation_is_dated_as_the_serve_dates_it_not_in_the_browsers_zone(page):
+    """The sidebar's date of a conversation older than a week is the serve's `day` (the agent's
+    zone, as `heron conversations list`), not the browser's own zone's date."""
+    week = 8 * 86400
+    got = page.evaluate(
+        "async ([then, now]) => { const m = await import('/app.js');"
+        " return [m.ago(then, now, '2026-12-06'), m.ago(now - 3600, now, '2026-12-06')]; }",
+        [1_700_000_000 - week, 1_700_000_000],
+    )
+    assert got == ["2026-12-06", "1 h ago"]
+
+
 @tool
 async def count_herons(ctx: ToolContext, pond: str) -> str:
     """Count the herons at a pond."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import enum
 import functools
 import os
@@ -38,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from heron import timefmt
 from heron.agent import commands
 from heron.agent.control import StaleTurn, TurnControl
 from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
@@ -59,7 +59,6 @@ from heron.providers.wire import ModelCallRecord
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
-from heron.store.schedule import user_timezone, zone_of
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
@@ -501,8 +500,7 @@ async def fresh_start(t: Turn, text: str) -> str:
     note = await store.call(es.fresh_start, store, t.conversation.id, after, mark)
     if note is None or not note.text:
         return text
-    zone = zone_of(user_timezone(t.engine.settings.config.agent.timezone))
-    when = dt.datetime.fromtimestamp(note.ended, zone).strftime("%Y-%m-%d %H:%M")
+    when = timefmt.when(note.ended, t.engine.settings.timezone)
     said = " ".join(note.text.split())
     if len(said) > CARRIED_CHARS:
         said = said[: CARRIED_CHARS - 1] + "…"
@@ -524,7 +522,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text, searched(provenance))
-    zone = user_timezone(engine.settings.config.agent.timezone)  # the one jobs are read in
+    zone = engine.settings.timezone  # the one jobs are read in, and every time shown
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
     channel = t.channel if provenance == "user" else f"heron ({provenance})"

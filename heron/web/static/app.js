@@ -589,7 +589,9 @@ export function plural(count, noun) {
   return `${count.toLocaleString("en")} ${noun}${count === 1 ? "" : "s"}`;
 }
 
-export function ago(epoch, now = Date.now() / 1000) {
+// `day`: the date the serve gives for it, in the agent's zone (what `heron conversations list`
+// shows), rather than the browser's own zone's date.
+export function ago(epoch, now = Date.now() / 1000, day = null) {
   const s = Math.max(0, now - epoch);
   if (s < 60) return "just now";
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
@@ -597,13 +599,13 @@ export function ago(epoch, now = Date.now() / 1000) {
   const days = Math.floor(s / 86400);
   if (days === 1) return "yesterday";
   if (days < 7) return `${days} days ago`;
-  return new Date(epoch * 1000).toLocaleDateString();
+  return day || new Date(epoch * 1000).toLocaleDateString();
 }
 
 // What tells apart conversations that began with the same words: turns and last activity.
 function convMeta(c) {
   const turns = c.turns === undefined ? null : plural(c.turns, "turn");
-  return [turns, c.updated ? ago(c.updated) : null].filter(Boolean).join(" · ");
+  return [turns, c.updated ? ago(c.updated, Date.now() / 1000, c.day) : null].filter(Boolean).join(" · ");
 }
 
 function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
