@@ -275,7 +275,7 @@ def test_status_says_a_paused_job_and_a_paused_review_are_paused(heron_home):
         review = js.sync_review(store, when, True, now, "The nightly review of memory")
         js.pause_job(store, job.id)
         js.pause_job(store, review.id)
-        lines = status_lines(store, "chat-1")
+        lines = status_lines(store, "chat-1", "Europe/Berlin")
         assert f"  job {job.id} [reminder, paused] cron 0 9 * * * (Europe/Berlin), paused:" in (
             "\n".join(lines)
         )
