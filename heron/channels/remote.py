@@ -100,6 +100,13 @@ def serve_login(home: Path | None = None, timeout: float = 5.0) -> str | None:
     return url if isinstance(url, str) else None
 
 
+def serve_jobs_changed(home: Path | None = None, timeout: float = 2.0) -> bool:
+    """Tell the serve on this home that a job changed (`heron jobs`), so its scheduler looks
+    now, not at its next poll; whether a serve's scheduler was told."""
+    answer = _ask_once({"type": "jobs_changed"}, "jobs_changed", home, timeout)
+    return bool(answer and answer.get("scheduled"))
+
+
 def _ask_once(
     message: dict[str, Any], kind: str, home: Path | None, timeout: float
 ) -> dict[str, Any] | None:
