@@ -314,14 +314,15 @@ async def test_a_review_pass_fits_the_window_the_engine_runs_with(monkeypatch):
     from heron.store.records import CLOSE_REVIEW
 
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
-    model = say('{"facts": []}')
+    model = ScriptedProvider(lambda request: Reply([Text('{"facts": []}')], "done"))
     async with Engine.open(Settings.load(), provider=model) as engine:
         conv = engine.store.open_conversation("long")
         for n in range(60):
             engine.store.append(conv.id, user(f"note {n}: " + "words " * 400))
         await engine.review_pass(conv.id, CLOSE_REVIEW)
-    (request,) = model.requests
-    assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
+    assert model.requests  # several calls: 60 long notes do not fit one
+    for request in model.requests:
+        assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
 
 
 def test_a_lesson_already_waiting_is_not_queued_again(setup):
@@ -337,3 +338,61 @@ def test_a_lesson_already_waiting_is_not_queued_again(setup):
         "Always run the fast checks first.",
         "Read the logs before guessing.",
     ]
+
+
+def _quoted(request) -> list[str]:
+    """The QUOTABLE lines of a facts pass's request (the header must be there)."""
+    text = request.messages[0].text
+    assert "left out to fit the window" not in text
+    return text.split("\n\nQUOTABLE (the user's own words)\n")[1].split("\n")
+
+
+async def test_a_small_window_review_reads_the_oldest_words_whole_and_the_rest_later(setup):
+    """An 8,000-token window: the pass's prompt was cut in the middle (the QUOTABLE header and
+    the person's oldest new words dropped) and the cursor still moved to the last row, so those
+    words were never reviewed (QA19i #3). Each call now takes the person's words whole from the
+    oldest unread on, as many as fit; the cursor moves past what was read, no further."""
+    from heron.context.tokens import estimate_text
+    from heron.memory.extract import reviewed_up_to
+
+    store, service, cid = setup
+    said: dict[int, str] = {}
+    for n in range(100):
+        text = f"Turn {n}: " + "I grow tomatoes and basil on the balcony this year. " * 6
+        said[store.append(cid, user(text)).id] = text
+        store.append(cid, assistant(f"Echo {n}: " + "noted " * 50))
+    model = ScriptedProvider(lambda request: Reply([Text('{"facts": []}')], "done"))
+    await review_pass(model, service, cid, window=8_000, calls=1)
+    (request,) = model.requests
+    assert estimate_text(request.system) + estimate_text(request.messages[0].text) <= 6_000
+    lines = _quoted(request)
+    ids = list(said)
+    first = ids[: len(lines)]
+    assert 10 < len(lines) < 100
+    assert lines == [f"[#{i}] {said[i]}" for i in first]  # the oldest, each one whole
+    assert [i for i in ids if i > reviewed_up_to(service, cid)] == ids[len(lines) :]
+    await review_pass(model, service, cid, window=8_000)  # the next pass reads on to the end
+    later = [line for r in model.requests[1:] for line in _quoted(r)]
+    assert later == [f"[#{i}] {said[i]}" for i in ids[len(lines) :]]
+    assert reviewed_up_to(service, cid) == store.all_messages(cid)[-1].id
+    asked = len(model.requests)
+    assert await review_pass(model, service, cid, window=8_000) == []
+    assert len(model.requests) == asked  # nothing new: no call
+
+
+async def test_a_review_call_that_fails_leaves_the_cursor_where_it_was(setup):
+    """A call that failed (or a bound refused) read nothing: its messages wait for the next
+    pass instead of being passed over."""
+    from heron.errors import ProviderError
+    from heron.memory.extract import reviewed_up_to
+
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro"))
+
+    def down(request):
+        raise ProviderError("the model is down")
+
+    assert await review_pass(ScriptedProvider(down), service, cid) == []
+    assert reviewed_up_to(service, cid) == 0
+    await review_pass(say(FACT), service, cid)
+    assert [s.kind for s in service.waiting()] == ["fact", "lesson"]
