@@ -117,7 +117,7 @@ def test_review_checklists_keep_checked_drop_rest_and_esc_leaves_waiting(setup):
     decisions = service.review(choose, env={})
     assert seen == [10, 10, 3]
     assert sum(d.status == "accepted" for d in decisions) == 2
-    assert sum(d.status == "dropped" for d in decisions) == 18
+    assert sum(d.status == "rejected" for d in decisions) == 18  # the person's no: it lasts
     assert service.count_waiting() == 3
     assert len(service.entries()) == 2 and service.entries()[0].origin == "lesson"
 
@@ -396,3 +396,50 @@ async def test_a_review_call_that_fails_leaves_the_cursor_where_it_was(setup):
     assert reviewed_up_to(service, cid) == 0
     await review_pass(say(FACT), service, cid)
     assert [s.kind for s in service.waiting()] == ["fact", "lesson"]
+
+
+VOLVO = (
+    '{"facts": [{"path": "personal/always/car", "quote": "I drive a blue Volvo XC60"}],'
+    ' "lessons": [{"topic": "planning", "rule": "Always list risks before costs.",'
+    ' "mistake": "m"}]}'
+)
+
+
+async def test_a_rejected_suggestion_is_not_proposed_again(setup):
+    """Rejected #5 came back as #6 at the next fold, and a rejected lesson at every fold and
+    night (QA19i #4): the queue compared with waiting suggestions only. The same statement
+    (wherever a pass files it, however it is cased) and the same rule stay turned down; the
+    person saying it again later is a new statement."""
+    from heron.memory import records
+    from heron.memory.entries import MemoryRefused
+
+    store, service, cid = setup
+    store.append(cid, user("I drive a blue Volvo XC60."))
+    for number in await review_pass(say(VOLVO), service, cid):
+        assert service.reject(number).status == "rejected"
+    again = VOLVO.replace("personal/always/car", "personal/always/vehicle").replace(
+        "I drive a blue Volvo XC60", "i drive a blue volvo xc60"
+    )
+    folded = [m.id for m in store.all_messages(cid)]
+    assert await compaction_pass(say(again), service, cid, folded) == []
+    records.set_reviewed_up_to(store, cid, 0)  # read again from the start
+    assert await review_pass(say(VOLVO), service, cid) == []
+    assert service.waiting() == []
+    lesson = EntryPath("personal", "when", "planning", "risks")
+    with pytest.raises(MemoryRefused, match="turned this down before"):
+        service.suggest_lesson(lesson, "always list risks before costs", "m", cid)
+    store.append(cid, user("I drive a blue Volvo XC60."))  # said again since
+    await review_pass(say(VOLVO), service, cid)
+    assert [(s.kind, s.quote) for s in service.waiting()] == [("fact", "I drive a blue Volvo XC60")]
+
+
+async def test_a_rejected_removal_waits_until_the_entry_changes(setup):
+    _store, service, cid = setup
+    path = EntryPath("personal", "always", None, "tea")
+    service.files.write(Entry(path, "Drinks tea"))
+    remove = '{"removals": [{"path": "personal/always/tea", "reason": "stale"}]}'
+    (number,) = await tidy_pass(say(remove), service, cid)
+    service.reject(number)
+    assert await tidy_pass(say(remove), service, cid) == []
+    service.files.write(Entry(path, "Drinks green tea"))  # changed since: a new question
+    assert len(await tidy_pass(say(remove), service, cid)) == 1

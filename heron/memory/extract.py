@@ -358,9 +358,13 @@ async def tidy_pass(
     for removal in _items(data, "removals"):
         path = str(removal.get("path", "")).removesuffix(".md") + ".md"
         if path in entries:
-            ids.append(
-                service.suggest_removal(path, str(removal.get("reason", "")), conversation_id)
-            )
+            try:
+                number = service.suggest_removal(
+                    path, str(removal.get("reason", "")), conversation_id
+                )
+            except MemoryRefused:
+                continue  # turned down before
+            ids.append(number)
     for rewrite in _items(data, "rewrites"):
         path = str(rewrite.get("path", "")).removesuffix(".md") + ".md"
         entry = entries.get(path)
@@ -369,8 +373,8 @@ async def tidy_pass(
             continue  # the user's own facts are never reworded
         if " ".join(text.split()) == " ".join(entry.text.split()):
             continue  # a no-op: the rewrite says what the lesson already says
-        ids.append(
-            queue.add(
+        try:
+            number = queue.add(
                 service.store,
                 "amendment",
                 origin="lesson",
@@ -380,5 +384,7 @@ async def tidy_pass(
                 conversation_id=conversation_id,
                 base_digest=entry.digest,
             )
-        )
+        except MemoryRefused:
+            continue  # turned down before
+        ids.append(number)
     return ids

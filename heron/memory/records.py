@@ -472,6 +472,10 @@ def waiting_suggestions(store: Store) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM memory_suggestions WHERE status = 'waiting' ORDER BY id")
 
 
+def rejected_suggestions(store: Store) -> list[sqlite3.Row]:
+    return store.query("SELECT * FROM memory_suggestions WHERE status = 'rejected' ORDER BY id")
+
+
 def count_waiting(store: Store) -> int:
     rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
     return int(rows[0][0])
