@@ -230,7 +230,7 @@ async def test_two_passes_picking_the_same_fact_queue_it_once(setup):
     second = await review_pass(say(FACT), service, cid)
     facts = [s for s in service.waiting() if s.kind == "fact"]
     assert len(facts) == 1 and facts[0].quote == "I hate cilantro"
-    assert facts[0].id in first and facts[0].id in second
+    assert facts[0].id in first and facts[0].id not in second  # not new the second time
 
 
 def test_a_memory_pass_prompt_is_cut_to_fit_the_window():
@@ -443,3 +443,17 @@ async def test_a_rejected_removal_waits_until_the_entry_changes(setup):
     assert await tidy_pass(say(remove), service, cid) == []
     service.files.write(Entry(path, "Drinks green tea"))  # changed since: a new question
     assert len(await tidy_pass(say(remove), service, cid)) == 1
+
+
+async def test_learn_counts_only_what_it_newly_queued(setup):
+    """/learn said 3 new when 2 were: the lesson already waiting was counted again (QA19i #8)."""
+    store, service, cid = setup
+    waiting = service.suggest_lesson(
+        EntryPath("personal", "when", "cooking", "allergies"), "Ask about allergies first", "x"
+    )
+    store.append(cid, user("I hate cilantro"))
+    model = say(FACT, '{"removals": []}')
+    report = await learn(service, (model, model), cid, memory_digests(service))
+    (fact,) = [s.id for s in service.waiting() if s.kind == "fact"]
+    assert report.suggested == [fact] and waiting not in report.suggested
+    assert "1 new suggestion(s) from this review." in report.text()

@@ -166,3 +166,20 @@ def review_state_cursor(store, conversation_id: int) -> int:
     from heron.memory import records
 
     return records.reviewed_up_to(store, conversation_id)
+
+
+async def test_the_run_counts_only_suggestions_it_newly_queued():
+    """The run's line said 10 queued when 3 were new: picks the queue already held (from
+    another conversation, or waiting since an earlier night) were counted again (QA19i #8)."""
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for key in ("chat-1", "chat-2"):
+            _talk(engine.store, key, "I drink green tea every morning.")
+        first = await nightly_review(engine)
+        _talk(engine.store, "chat-1", "I drink green tea every morning.")
+        second = await nightly_review(engine)
+        waiting = engine.memory.waiting()
+    assert len(waiting) == 2  # the fact and the lesson, once each
+    assert sorted(first.suggested) == sorted(s.id for s in waiting)
+    assert "2 suggestion(s) queued" in first.text()
+    assert second.suggested == [] and "0 suggestion(s) queued" in second.text()

@@ -227,6 +227,16 @@ def _items(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def _waiting_ids(service: MemoryService) -> set[int]:
+    return {s.id for s in service.waiting()}
+
+
+def _new(ids: list[int], waiting: set[int]) -> list[int]:
+    """`ids` without those that were already waiting (a pick the queue already held comes back
+    as its number) nor repeats: what a pass reports is what it added."""
+    return [i for i in dict.fromkeys(ids) if i not in waiting]
+
+
 def _queue_picks(
     service: MemoryService,
     conversation_id: int,
@@ -234,8 +244,10 @@ def _queue_picks(
     rows: list[StoredMessage],
     quotable: set[int],
 ) -> list[int]:
-    """Queue the picks that survive every check; the rest are dropped silently."""
+    """Queue the picks that survive every check (the rest are dropped silently); the ids of
+    those newly queued."""
     ids: list[int] = []
+    waiting = _waiting_ids(service)
     for fact in _items(data, "facts"):
         quote = str(fact.get("quote", ""))
         if not find_quote(quote, rows, only=quotable):
@@ -256,7 +268,7 @@ def _queue_picks(
             )
         except MemoryRefused:
             continue
-    return ids
+    return _new(ids, waiting)
 
 
 async def extract(
@@ -324,7 +336,7 @@ async def review_pass(
     person's messages that fit the window whole, and the review cursor moves past what the
     answered call read (so the same messages are not reviewed twice: a chat's end after /learn
     proposes nothing again), up to `calls` calls; the rest waits for the next pass, as does
-    what a failed call was given."""
+    what a failed call was given. The ids of the suggestions it newly queued."""
     ids: list[int] = []
     for _ in range(calls):
         since = reviewed_up_to(service, conversation_id)
@@ -349,12 +361,14 @@ async def tidy_pass(
     conversation_id: int | None = None,
     window: int | None = None,
 ) -> list[int]:
-    """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
+    """Removals of duplicated, contradicted or stale entries; rewrites of lessons only. The ids
+    of those newly queued."""
     entries = {e.path.rel: e for e in service.entries()}
     if not entries:
         return []
     data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window) or {}
     ids: list[int] = []
+    waiting = _waiting_ids(service)
     for removal in _items(data, "removals"):
         path = str(removal.get("path", "")).removesuffix(".md") + ".md"
         if path in entries:
@@ -387,4 +401,4 @@ async def tidy_pass(
         except MemoryRefused:
             continue  # turned down before
         ids.append(number)
-    return ids
+    return _new(ids, waiting)
