@@ -850,6 +850,14 @@ class Settings:
     def model(self, cli_model: str | None = None) -> ModelChoice:
         return choose_model(self.config, self.env, cli_model)
 
+    @cached_property  # the system's is looked up in files: once per Settings
+    def timezone(self) -> str:
+        """The agent's zone, every time Heron shows is read in (heron/timefmt.py):
+        `[agent] timezone`, else the system's IANA name (`store.schedule.user_timezone`)."""
+        from heron.store.schedule import user_timezone
+
+        return user_timezone(self.config.agent.timezone)
+
     @property
     def tenant(self) -> str:
         """Whose rows these are on a shared PostgreSQL database: `[store] tenant`, else

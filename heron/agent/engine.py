@@ -141,7 +141,7 @@ class Engine:
             stack.push_async_callback(engine.kernels.close)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
-                engine.recall_reader = memory_wiring.RecallReader(where)
+                engine.recall_reader = memory_wiring.RecallReader(where, settings.timezone)
                 stack.push_async_callback(engine.recall_reader.aclose)
             try:
                 yield engine
@@ -154,10 +154,12 @@ class Engine:
         from heron.memory.commands import memory_digests
 
         if not ephemeral:
-            self.memory = MemoryService(self.settings.paths.memory, self.store)
+            self.memory = MemoryService(
+                self.settings.paths.memory, self.store, self.settings.timezone
+            )
             self.memory_baseline = memory_digests(self.memory)
             self.memory.section_tokens = memory_tokens(self)
-        self.recall = memory_wiring.lazy_recall(self.store)
+        self.recall = memory_wiring.lazy_recall(self.store, self.settings.timezone)
 
     def compaction_setup(self) -> CompactionSetup:
         """What compaction reads of this engine, built per call (cheap: references only), so a

@@ -58,8 +58,8 @@ def trace_ls(
     from heron.trace.render import LS_HEADER, ls_rows
 
     try:
-        _, store, prices = _open()
-        rows = ls_rows(list_runs(store, conversation, limit), prices)
+        s, store, prices = _open()
+        rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
         if not rows:
             typer.echo("No runs recorded yet.")
         else:
@@ -83,14 +83,14 @@ def trace_show(
     from heron.trace.render import render_show, render_stats
 
     try:
-        _, store, prices = _open()
+        s, store, prices = _open()
         if stats:
             conv = store.conversation(run)
             every = store.turns(conv.id, maintenance=True) if conv else None
             turns = every if every is not None else [find_turn(store, run)]
             lines = render_stats(store, turns, prices)
         else:
-            lines = render_show(store, load_run(store, run), prices)
+            lines = render_show(store, load_run(store, run), prices, s.timezone)
         for line in lines:
             typer.echo(line)
     except HeronError as e:
@@ -161,9 +161,9 @@ def usage(
     from heron.trace.render import render_usage
 
     try:
-        _, store, prices = _open()
+        s, store, prices = _open()
         since = time.time() - days * 86400 if days > 0 else None
-        for line in render_usage(store, prices, since):
+        for line in render_usage(store, prices, s.timezone, since):
             typer.echo(line)
     except HeronError as e:
         _fail(e)

@@ -51,6 +51,7 @@ from heron.store.records import (
     Turn,
     author_for,
     internal_sql,
+    stored_time,
 )
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -1162,7 +1163,7 @@ def _message(r: sqlite3.Row) -> StoredMessage:
         r["kind"],
         _StoredParts(r["role"], r["parts"], r["id"]),
         sent,
-        r["created"],
+        stored_time(r["created"]),
         meta,
         r["author"],
     )

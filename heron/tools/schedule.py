@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from heron import timefmt
 from heron.store import Store, jobs
 from heron.store.engine_state import pid_alive
 from heron.store.schedule import ScheduleError, parse, user_timezone
@@ -164,9 +165,9 @@ async def _create(
     return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
 
 
-def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
+def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]:
     """/status: the jobs bound to this conversation (soonest first), how many others there are,
-    and the heartbeat's last tick; nothing when none of it exists."""
+    and the heartbeat's last tick, in the agent's `zone`; nothing when none of it exists."""
     mine = jobs.list_jobs(store, conversation=key)
     active = jobs.list_jobs(store)
     others = sum(1 for j in active if not j.builtin) - len(mine)
@@ -184,14 +185,7 @@ def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
         lines.append(f"nightly review: job {review.id}, next {at:%Y-%m-%d %H:%M}{last}")
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
-        # In the zone the review's and the jobs' times above are in (the agent's), not the
-        # system's: one /status, one clock.
-        zone = review.schedule.zone() if review is not None else None
-        at = (
-            dt.datetime.fromtimestamp(beat.last, zone)
-            if zone
-            else dt.datetime.fromtimestamp(beat.last).astimezone()
-        )
+        # In the agent's zone, as the review's and the jobs' times above: one /status, one clock.
         why = f" ({beat.detail})" if beat.detail else ""
-        lines.append(f"heartbeat: last {at:%Y-%m-%d %H:%M} {beat.outcome}{why}")
+        lines.append(f"heartbeat: last {timefmt.when(beat.last, zone)} {beat.outcome}{why}")
     return lines
