@@ -159,7 +159,17 @@ def test_search_exact_lists_only_the_messages_holding_the_phrase_newest_first(ho
     porto = heron("conversations", "search", "-e", "statue in porto", "--json")
     assert [h["key"] for h in json.loads(porto.stdout)] == ["other"]
     reordered = heron("conversations", "search", "--exact", "statue heron")
-    assert reordered.exit_code == 0 and reordered.stdout.splitlines() == ["Nothing found."]
+    [said] = reordered.stdout.splitlines()
+    assert reordered.exit_code == 0 and said.startswith("Nothing found. Try fewer or other words")
+    assert "(without --exact)" in said  # what to try next, not a dead end
+
+
+def test_nothing_found_says_what_to_try():
+    from heron.channels.memory_cli import nothing_found
+
+    said = nothing_found("Halvorson", exact=False, meanings=False)
+    assert "as it was written" in said and "[embeddings]" in said and "fewer" not in said
+    assert "[embeddings]" not in nothing_found("Halvorson", exact=False, meanings=True)
 
 
 def test_search_in_an_unknown_conversation_says_how_to_find_one(home):
