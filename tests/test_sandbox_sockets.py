@@ -240,3 +240,24 @@ def test_another_machine_says_its_unix_sockets_are_reachable(
     assert "--seccomp" not in sandbox.wrap(["true"])
     shared = Sandbox(tmp_path, home, "all", "/usr/bin/bwrap")
     assert shared.notice("allow") is None and "--seccomp" not in shared.wrap(["true"])
+
+
+@bwrap_needed
+def test_a_kernel_without_seccomp_filters_is_no_sandbox(tmp_path: Path) -> None:
+    """The probe loads the filter as every command does: a bwrap that cannot (here a wrapper
+    failing as bwrap does where the kernel has no seccomp filters) leaves commands unconfined,
+    behind approval, rather than every command failing; the real bwrap loads it."""
+    from heron.tools.sandbox import probe
+
+    real = shutil.which("bwrap")
+    wrapper = tmp_path / "bwrap"
+    wrapper.write_text(
+        '#!/bin/sh\ncase " $* " in *" --seccomp "*)\n'
+        "  echo 'bwrap: prctl(PR_SET_SECCOMP): Invalid argument' >&2; exit 1;;\nesac\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    found = probe(str(wrapper))
+    if seccomp.supported():
+        assert not found.ok and "PR_SET_SECCOMP" in (found.problem or "")
+    assert probe(real).ok

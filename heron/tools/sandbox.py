@@ -78,15 +78,29 @@ def turned_off(env: Mapping[str, str]) -> bool:
 
 
 def probe(bwrap: str | None) -> Probe:
-    """Run /bin/true under bwrap with the same namespaces as every tool command."""
+    """Run /bin/true under bwrap with the same namespaces and seccomp filter as every tool
+    command (a kernel without seccomp filters would fail every command otherwise)."""
     if bwrap is None:
         return Probe(False, "bubblewrap (bwrap) is not installed")
     argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *NAMESPACES]
-    argv += ["--unshare-net", "--die-with-parent", "--", "/bin/true"]
+    argv += ["--unshare-net", "--die-with-parent"]
+    code = filters.program()
+    fd = None if code is None else filters.pipe_with(code)
+    if fd is not None:
+        argv += ["--seccomp", str(fd)]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+        done = subprocess.run(
+            [*argv, "--", "/bin/true"],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+            pass_fds=() if fd is None else (fd,),
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return Probe(False, f"{bwrap} could not run: {error}")
+    finally:
+        if fd is not None:
+            os.close(fd)
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
         return Probe(False, f"{bwrap} cannot create namespaces here: {said}")
@@ -123,7 +137,9 @@ def _probe_key(bwrap: str | None) -> str:
     except OSError:
         st = None
     stamp = f"{bwrap}|{st.st_ino}|{st.st_mtime_ns}|{st.st_size}" if st else str(bwrap)
-    return hashlib.sha256(f"{boot}|{stamp}|{os.geteuid()}".encode()).hexdigest()[:32]
+    # "seccomp": answers remembered before the probe tried the filter are tried again.
+    key = f"seccomp|{boot}|{stamp}|{os.geteuid()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
