@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from heron import workspace_io
 from heron.request import WHERE_IT_RUNS, ToolSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -172,9 +173,10 @@ def install_templates(workspace: Path) -> list[str]:
     """Copy the shipped templates into `workspace` where no file of that name exists yet."""
     written = []
     for name in BOOTSTRAP_FILES:
-        target = workspace / name
-        if not target.exists():
-            target.write_text((TEMPLATES / name).read_text(encoding="utf-8"), encoding="utf-8")
+        text = (TEMPLATES / name).read_text(encoding="utf-8")
+        # Exclusive: anything at the name, a dangling link included, is the person's or the
+        # agent's, and a link is never written through (workspace_io).
+        if workspace_io.write(workspace, name, text.encode("utf-8"), exclusive=True):
             written.append(name)
     return written
 

@@ -19,6 +19,7 @@ workspace, LANG, TERM): no provider key and no HERON_ variable reaches a tool.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heron import workspace_io
 from heron.config import NetworkMode
 from heron.request import WHERE_IT_RUNS
 
@@ -222,8 +224,14 @@ class Sandbox:
         }
 
     def prepare(self) -> None:
-        """Create the tool HOME (cheap; called before each start)."""
-        self.tool_home.mkdir(parents=True, exist_ok=True)
+        """Create the tool HOME (cheap; called before each start). Its folders are made
+        without following a link the agent left there (workspace_io); a link that stands in
+        their place is left alone: the command meets it inside the sandbox."""
+        with (
+            contextlib.suppress(workspace_io.Refused),
+            workspace_io.folder(self.workspace, list(TOOL_HOME.parts), create=True),
+        ):
+            pass
 
     def wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
         """The command line that runs `argv` as a tool command; `binds` are extra folders made

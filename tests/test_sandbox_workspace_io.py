@@ -1,0 +1,59 @@
+"""What a sandboxed command leaves in the workspace (links, FIFOs) cannot make Heron's own,
+unconfined process write, read or wait outside it: scripted turns through the engine, the
+links made by `bash` in bubblewrap (heron/workspace_io.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandbox_helpers import settings
+
+from heron.agent.engine import Engine
+from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
+from heron.providers.scripted import ScriptedProvider
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+
+
+async def turns(calls: list[tuple[str, str, dict[str, Any]]]) -> list[ToolResult]:
+    """One turn of one conversation per (call id, tool, args); the results the model got."""
+    replies = []
+    for call_id, name, args in calls:
+        replies += [
+            Reply([ToolCall(call_id, name, args)], "tool", Usage(10, 5)),
+            Reply([Text("done")], "done", Usage(20, 5)),
+        ]
+    provider = ScriptedProvider(replies)
+    async with Engine.open(settings(confined=True), provider=provider) as engine:
+        for _ in calls:
+            await engine.turn("attack", "go")
+    out = []
+    for request in provider.requests[1::2]:
+        out += [p for p in request.messages[-1].parts if isinstance(p, ToolResult)]
+    return out
+
+
+LONG = {"command": "yes PWNED-LINE | head -n 4000"}  # over the result's budget: saved
+
+
+async def test_links_planted_by_a_command_do_not_carry_a_saved_result_out(
+    heron_home: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "outside"
+    out.mkdir()
+    plant = f"cd .heron/results && for f in c1-*; do rm $f && ln -s {out}/bash_profile $f; done"
+    first, _, again = await turns(
+        [("c1", "bash", LONG), ("c2", "bash", {"command": plant}), ("c1", "bash", LONG)]
+    )
+    assert ".heron/results/c1-" in first.content and first.content == again.content
+    saved = next((heron_home / "workspace/.heron/results").glob("c1-*.txt"))
+    assert not saved.is_symlink() and "PWNED-LINE" in saved.read_text()
+    assert list(out.iterdir()) == []  # nothing written through the link
+    # A folder swapped for a link by a command: nothing lands where it points either.
+    swap = {"command": f"rm -rf .heron/results && ln -s {out} .heron/results"}
+    await turns([("c3", "bash", swap), ("c4", "bash", LONG)])
+    assert (heron_home / "workspace/.heron/results").is_symlink()
+    assert list(out.iterdir()) == []
