@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandbox_helpers import settings
+from sandbox_helpers import CONFIG_KEY, ENV_KEY, seed_home, settings
 
 from heron.agent.engine import Engine
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
 
 
-async def turns(calls: list[tuple[str, str, dict[str, Any]]]) -> list[ToolResult]:
-    """One turn of one conversation per (call id, tool, args); the results the model got."""
+async def turns(
+    calls: list[tuple[str, str, dict[str, Any]]], sent: list[ChatRequest] | None = None
+) -> list[ToolResult]:
+    """One turn of one conversation per (call id, tool, args); the results the model got (and
+    every request, into `sent`)."""
     replies = []
     for call_id, name, args in calls:
         replies += [
@@ -30,6 +34,8 @@ async def turns(calls: list[tuple[str, str, dict[str, Any]]]) -> list[ToolResult
     async with Engine.open(settings(confined=True), provider=provider) as engine:
         for _ in calls:
             await engine.turn("attack", "go")
+    if sent is not None:
+        sent += provider.requests
     out = []
     for request in provider.requests[1::2]:
         out += [p for p in request.messages[-1].parts if isinstance(p, ToolResult)]
@@ -57,3 +63,39 @@ async def test_links_planted_by_a_command_do_not_carry_a_saved_result_out(
     await turns([("c3", "bash", swap), ("c4", "bash", LONG)])
     assert (heron_home / "workspace/.heron/results").is_symlink()
     assert list(out.iterdir()) == []
+
+
+def stored(home: Path) -> bytes:
+    """Every byte of the database, its WAL included."""
+    return b"".join(p.read_bytes() for p in home.glob("heron.db*"))
+
+
+async def test_bootstrap_links_put_no_key_or_file_outside_into_the_prompt(
+    heron_home: Path,
+) -> None:
+    seed_home(heron_home)
+    plant = (
+        "ln -sf ../config.toml USER.md; ln -sf /proc/self/environ SOUL.md;"
+        " ln -sf ../memory/personal/always/x.md AGENTS.md"
+    )
+    sent: list[ChatRequest] = []
+    await turns([("c1", "bash", {"command": plant}), ("c2", "bash", {"command": "true"})], sent)
+    assert (heron_home / "workspace/USER.md").is_symlink()  # planted, then not followed
+    for request in sent:  # (the memory entry is in the prompt's Memory section, as always)
+        assert "# Workspace files" not in request.system
+        for secret in (CONFIG_KEY, ENV_KEY, "api_key", "PATH="):
+            assert secret not in request.system
+    for secret in (CONFIG_KEY, ENV_KEY):
+        assert secret.encode() not in stored(heron_home)
+
+
+async def test_a_key_written_into_a_bootstrap_file_is_redacted(heron_home: Path) -> None:
+    seed_home(heron_home)
+    (heron_home / "workspace").mkdir(exist_ok=True)
+    (heron_home / "workspace/USER.md").write_text(f"My keys: {CONFIG_KEY} and {ENV_KEY}.\n")
+    sent: list[ChatRequest] = []
+    await turns([("c1", "bash", {"command": "true"})], sent)
+    assert "My keys: [redacted: configured key] and [redacted: configured key]." in sent[0].system
+    for secret in (CONFIG_KEY, ENV_KEY):
+        assert all(secret not in request.system for request in sent)
+        assert secret.encode() not in stored(heron_home)

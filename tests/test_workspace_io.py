@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from heron import workspace_io
-from heron.context.prompt import install_templates
+from heron.context.prompt import BOOTSTRAP_MAX, install_templates, read_bootstrap
 from heron.saved import MESSAGES_DIR, keep, keep_bytes
 
 
@@ -143,3 +143,14 @@ def test_templates_are_not_written_through_a_dangling_link(ws: Path) -> None:
     (ws / "USER.md").symlink_to(outside(ws) / "config.toml")
     assert install_templates(ws) == ["AGENTS.md", "SOUL.md"]
     assert list(outside(ws).iterdir()) == []
+
+
+def test_bootstrap_files_are_regular_files_read_bounded(ws: Path) -> None:
+    os.mkfifo(ws / "AGENTS.md")  # would block a plain open for ever
+    with open(ws / "SOUL.md", "wb") as f:
+        f.truncate(BOOTSTRAP_MAX * 64)  # sparse: the read stops at the bound
+    (ws / "USER.md").symlink_to("/proc/self/environ")
+    files = read_bootstrap(ws, clean=lambda text: text.replace("\0", "0"))
+    assert list(files) == ["SOUL.md"]
+    assert files["SOUL.md"].startswith("0" * BOOTSTRAP_MAX)
+    assert files["SOUL.md"].endswith(f"only the first {BOOTSTRAP_MAX:,} are read]")
