@@ -4,6 +4,7 @@ links made by `bash` in bubblewrap (heron/workspace_io.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
@@ -99,3 +100,31 @@ async def test_a_key_written_into_a_bootstrap_file_is_redacted(heron_home: Path)
     for secret in (CONFIG_KEY, ENV_KEY):
         assert all(secret not in request.system for request in sent)
         assert secret.encode() not in stored(heron_home)
+
+
+async def test_fifos_and_huge_files_answer_at_once(heron_home: Path) -> None:
+    """A FIFO a command made is refused by every file tool (it would block a thread for ever,
+    and with it the serve's API and its exit); a sparse file is judged on its first bytes, and
+    a large text file is read up to MAX_READ."""
+    make = (
+        "mkfifo pipe && mkdir d && mkfifo d/pipe && echo 'findme' > d/plain.txt"
+        " && truncate -s 1500M sparse.bin && yes 'a line of text' | head -c 12000000 > big.txt"
+    )
+    calls = [
+        ("c1", "bash", {"command": make}),
+        ("c2", "read_file", {"path": "pipe"}),
+        ("c3", "write_file", {"path": "pipe", "content": "x"}),
+        ("c4", "edit_file", {"path": "pipe", "old": "a", "new": "b"}),
+        ("c5", "grep", {"pattern": "findme", "path": "d"}),
+        ("c6", "read_file", {"path": "sparse.bin"}),
+        ("c7", "read_file", {"path": "big.txt", "offset": 5, "limit": 2}),
+        ("c8", "edit_file", {"path": "big.txt", "old": "a line", "new": "b", "replace_all": True}),
+    ]
+    got = await asyncio.wait_for(turns(calls), 300)  # a hang fails here instead of for ever
+    fifo = got[1:4]
+    assert all(r.is_error and "not a regular file" in r.content for r in fifo), fifo
+    assert got[4].content == "d/plain.txt:1:findme"
+    assert got[5].is_error and "binary file (1572864000 bytes)" in got[5].content
+    assert got[6].content.startswith("5\ta line of text\n6\ta line of text\n[lines 5-6 of ")
+    assert got[7].is_error and "too large to edit" in got[7].content
+    assert (heron_home / "workspace/big.txt").stat().st_size == 12_000_000  # untouched
