@@ -560,7 +560,7 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     assert page.locator(".msg.user").inner_html() == before
 
 
-def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
+def test_the_work_panel_pauses_resumes_and_cancels_a_job_a_subagent_and_the_goal(page):
     store = Store(Settings.load().paths.db)
     try:
         goals.set_goal(store, "personal", "Migrate the blog\nthen tell me")
@@ -580,6 +580,15 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         waiting = panel.locator(".work-item").filter(has_text="sa_wait")
         meta = "sa_wait · waiting for a slot (1st in line)"  # no clock before it starts
         expect(waiting.locator(".work-meta")).to_have_text(meta)
+        # Pause and resume need no confirmation; the panel redraws from the store's answer.
+        item = panel.locator(".work-item").filter(has_text="Check the feed.")
+        panel.get_by_role("button", name=f"pause job {job.id}").click()
+        expect(item.locator(".work-meta")).to_contain_text("· paused")
+        assert js.get_job(store, job.id).status == "paused"
+        panel.get_by_role("button", name=f"resume job {job.id}").click()
+        expect(item.locator(".work-meta")).to_contain_text("· next ")
+        assert js.get_job(store, job.id).status == "active"
+        expect(panel.get_by_role("button", name=f"run job {job.id} now")).to_be_visible()
         panel.get_by_role("button", name=f"cancel job {job.id}").click()
         expect(panel).to_contain_text("No jobs bound to this conversation.")
         assert js.get_job(store, job.id).status == "cancelled"
@@ -1492,7 +1501,7 @@ def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
     expect(found).to_have_count(1)
     found.get_by_role("link").click()
     hit = pg.locator(".msg.user").filter(has_text="Question 12 about PINEAPPLE77")
-    expect(hit).to_be_in_viewport()
+    expect(hit).to_be_in_viewport(timeout=20_000)  # a long page under load
     expect(hit).to_have_class(re.compile(r"\bhit\b"))
     expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
     pg.context.close()

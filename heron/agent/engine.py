@@ -32,6 +32,7 @@ from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
+from heron.store.engine_state import close_dead_runs
 from heron.store.records import NEW_REVIEW
 from heron.tools import approval
 from heron.tools.builtin import default_registry
@@ -129,6 +130,8 @@ class Engine:
             where = ":memory:" if ephemeral else settings.database
             store = Store(where, files=None if ephemeral else paths.files)
             stack.callback(store.close)
+            if not ephemeral:  # what a killed process left running (a /compact): interrupted
+                await store.call(close_dead_runs, store)
             if provider is None:
                 choice = settings.model(model)
                 provider = await open_provider(choice, stack)

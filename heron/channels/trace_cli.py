@@ -7,12 +7,13 @@ stays fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreRefused
 
 if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
     from heron.config import Settings
@@ -39,10 +40,14 @@ def _fail(error: HeronError) -> None:
 def _open() -> tuple[Settings, Store, PriceTable]:
     from heron.channels.common import settings
     from heron.store import Store
+    from heron.store.engine_state import close_dead_runs
     from heron.trace.prices import PriceTable
 
     s = settings()
-    return s, Store(s.database), PriceTable.from_config(s.config.prices)
+    store = Store(s.database)
+    with contextlib.suppress(StoreRefused):  # a home that refuses writes is still listed
+        close_dead_runs(store)  # a run whose process was killed shows interrupted, not running
+    return s, store, PriceTable.from_config(s.config.prices)
 
 
 @trace_app.command("ls")

@@ -12,6 +12,7 @@ their own `Store` connection, so a slow read never waits behind the engine's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import secrets
@@ -27,9 +28,10 @@ from fastapi.responses import JSONResponse, Response
 from heron import timefmt
 from heron.attachments import too_big
 from heron.config import AttachmentCaps, Settings
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreRefused
 from heron.messages import new_key
 from heron.store import Conversation, Store
+from heron.store.engine_state import close_dead_runs
 from heron.web.uploads import Upload, folder, save
 
 router = APIRouter(prefix="/api")
@@ -438,6 +440,9 @@ def _status(state: WebState, key: str) -> dict[str, Any]:
     except HeronError as e:
         model, window = f"none ({str(e).splitlines()[0]})", 0
     conv = store.conversation(key)
+    if conv is not None:  # a /compact its process died in counts what it did, interrupted
+        with contextlib.suppress(StoreRefused):
+            close_dead_runs(store)
     if conv is None:
         return {
             "model": model,

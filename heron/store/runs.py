@@ -276,13 +276,16 @@ def interrupt_orphans(store: Store) -> list[str]:
     return gone
 
 
-def owed(store: Store) -> list[Run]:
-    """Subagent runs that ended and whose result has not been marked announced."""
+def owed(store: Store, origin_key: str | None = None) -> list[Run]:
+    """Subagent runs that ended and whose result has not been marked announced (only those
+    spawned in `origin_key` when given: by the (origin_key, status) index)."""
     marks = ", ".join("?" for _ in ENDED)
+    origin = "" if origin_key is None else " AND origin_key = ?"
     rows = store.query(
         f"SELECT * FROM runs WHERE kind = 'subagent' AND announced IS NULL AND status IN ({marks})"
-        " ORDER BY finished",
-        ENDED,
+        + origin
+        + " ORDER BY finished",
+        (*ENDED, *(() if origin_key is None else (origin_key,))),
     )
     return [_run(r) for r in rows]
 

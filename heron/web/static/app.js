@@ -855,7 +855,9 @@ function Status({ conv, tick }) {
 }
 
 // ---- proactive work: the conversation's goal, jobs and subagents, each with a cancel button --
-// Over the socket, not REST: `work` asks, `cancel` ends one piece, and the server answers this
+// (a job also with pause or resume, and run now).
+// Over the socket, not REST: `work` asks, `cancel` ends one piece, `job` pauses, resumes or
+// runs a job now, and the server answers this
 // page alone with a `work` event (docs/web.md, "Protocol"), which the listeners below hear.
 
 const workListeners = new Set();
@@ -879,6 +881,8 @@ function Work({ conv, send, tick, notify }) {
   const cancel = (target, id, what) => {
     if (confirm(`${what}?`)) send(id === undefined ? { type: "cancel", target } : { type: "cancel", target, id });
   };
+  // Pause, resume and run-now need no confirmation: each is undone by another click (`job`).
+  const act = (action, id) => send({ type: "job", action, id });
   const first = (t) => (t.split("\n").find((l) => l.trim()) || "").trim();
   const g = data.goal;
   return html`<section aria-label="work"><h2>Work</h2>
@@ -892,7 +896,11 @@ function Work({ conv, send, tick, notify }) {
     <h3>Jobs</h3>
     ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
       <div>${first(j.prompt)}</div>
-      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.status === "paused" ? " · paused" : ""}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      ${j.status === "paused"
+        ? html`<button aria-label=${"resume job " + j.id} onClick=${() => act("resume", j.id)}>Resume</button>`
+        : html`<button aria-label=${"pause job " + j.id} onClick=${() => act("pause", j.id)}>Pause</button>`}
+      <button aria-label=${"run job " + j.id + " now"} onClick=${() => act("run_now", j.id)}>Run now</button>
       <button aria-label=${"cancel job " + j.id} onClick=${() => cancel("job", j.id, `Cancel job ${j.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No jobs bound to this conversation.</p>`}
     <h3>Subagents</h3>
@@ -1151,6 +1159,8 @@ function App() {
           lv.segments.push({ kind: "question", ...questionOf(ev.text) }); lv.asking = true; showLive(lv);
         } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
           // Another client's "Stopped.": the turn's end said here who stopped it.
+        } else if (ev.code === "keeping") {
+          // Its message is being kept as the serve stops: the "unanswered" notice says the end.
         } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
           // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
