@@ -29,7 +29,7 @@ import mimetypes
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,30 @@ def _made(name: str, data: bytes, media_type: str) -> File:
     return File(media_type, data, name, pages=pages)
 
 
+def without_keys(files: Sequence[File], clean: Callable[[str], str]) -> list[File]:
+    """`files` with `clean` (Heron's own keys taken out) applied to every one a model reads as
+    text (UTF-8 without NUL bytes): an attached config or .env carries none of them into the
+    message, the store or a request. An image or a PDF is kept as it is."""
+    out = []
+    for file in files:
+        text = _as_text(file)
+        cleaned = text if text is None else clean(text)
+        if cleaned == text or cleaned is None:
+            out.append(file)
+        else:
+            out.append(_made(file.name or "file", cleaned.encode("utf-8"), file.media_type))
+    return out
+
+
+def _as_text(file: File) -> str | None:
+    if file.data is None or sniff(file.data) or b"\x00" in file.data:
+        return None
+    try:
+        return file.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def pdf_pages(data: bytes) -> int:
     """How many pages the PDF `data` has; 0 (unknown) when pypdf cannot tell: a damaged file,
     or one encrypted with a password (an empty one is tried, as viewers do). Never an error:
@@ -167,14 +191,9 @@ def check_total(files: Sequence[File], caps: AttachmentCaps) -> None:
 def inline_text(file: File, caps: AttachmentCaps) -> str | None:
     """The text of `file` when it goes into the message inline: UTF-8 without NUL bytes, at
     most `inline_text_kb`, and not a type models take as a file (a PDF stays a document)."""
-    if file.data is None or file.size > caps.inline_text or sniff(file.data):
+    if file.size > caps.inline_text:
         return None
-    if b"\x00" in file.data:
-        return None
-    try:
-        return file.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    return _as_text(file)
 
 
 def fenced(name: str, text: str) -> str:

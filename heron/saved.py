@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from heron import workspace_io
+
 RESULTS_DIR = Path(".heron") / "results"
 MESSAGES_DIR = Path(".heron") / "messages"
 
@@ -45,15 +47,20 @@ def keep_bytes(
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "result"
     relative = folder / f"{safe}-{sha256[:10]}{suffix}"
-    outside = Path(tempfile.gettempdir()) / "heron-results" / relative.name
-    for target, shown in ((workspace / relative, str(relative)), (outside, str(outside))):
+    outside = Path("heron-results") / relative.name
+    temp = Path(tempfile.gettempdir())
+    for root, path, shown in (
+        (workspace, relative, str(relative)),
+        (temp, outside, str(temp / outside)),
+    ):
         try:
-            if not target.exists():
+            # Through workspace_io: the agent's commands may have put a link at the name or
+            # on a folder above it, which must be replaced, never written through.
+            if not workspace_io.is_file(root, path.as_posix()):
                 body = data()
                 if body is None:
                     return None
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(body)
+                workspace_io.write(root, path.as_posix(), body)
         except OSError:
             continue
         return shown

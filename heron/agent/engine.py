@@ -89,7 +89,11 @@ class Engine:
         self.retry = RetryPolicy(
             deadline=defaults.request_deadline, stall_timeout=defaults.stall_timeout
         )
-        self.memos = Memos(PromptMemo(), BootstrapCache())  # kept between turns
+        self.redactor = redactor_for(settings, choice.api_key)
+        # Kept between turns. The workspace files lose Heron's own keys as they are read (a
+        # command can write them): nothing the prompt or its trace holds carries one.
+        keys_only = Redactor(self.redactor.keys, patterns=False)
+        self.memos = Memos(PromptMemo(), BootstrapCache(keys_only.clean))
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -103,7 +107,6 @@ class Engine:
         # What heron/proactive attaches: its tools' services, the goal's runtime line, the
         # scheduler's wake-up and its slash commands (deps.py `Attached`).
         self.attached = Attached()
-        self.redactor = redactor_for(settings, choice.api_key)
         # Only read from (`view_engine`): the prompt's Memory section is not frozen by a look.
         self.viewing = False
 

@@ -44,7 +44,7 @@ from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
-from heron.attachments import Composed, compose
+from heron.attachments import Composed, compose, without_keys
 from heron.bus import TurnOptions, stopped_by
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
@@ -56,6 +56,7 @@ from heron.memory import wiring as memory_wiring
 from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
+from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
@@ -517,7 +518,9 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     options, provenance = t.control.options, t.control.provenance
     meta = options.message_meta if options is not None else None
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-    files = t.control.files
+    # Heron's own keys out of every attached text file before it is stored or sent.
+    keys = Redactor(engine.redactor.keys, patterns=False)
+    files = tuple(without_keys(t.control.files, keys.clean)) if t.control.files else ()
     caps = engine.settings.config.attachments
     composed = compose(text, files, caps) if files else Composed([Text(text)])
     user_message = Message("user", composed.parts)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from heron import workspace_io
 from heron.request import WHERE_IT_RUNS
 from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
@@ -65,6 +66,7 @@ TAIL_GRACE = 1.0
 LINE_HELD = 65_536  # characters of one unfinished line held back in case a \r overwrites it
 POLL = 1.0  # seconds between checks that the kernel is still alive while waiting
 TRACEBACK_LINES = 6
+KERNEL_LOG = ".heron/kernel.log"  # the kernel's own stdout/stderr, under the workspace
 PREVIEW = 300  # characters of a stashed value shown as a preview
 SNAPSHOT_SKIP = frozenset(
     {".heron", ".git", "node_modules", ".venv", "venv", "__pycache__", ".ipynb_checkpoints"}
@@ -354,13 +356,14 @@ class KernelSession:
         self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
         # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
         # terminal Heron is drawing in.
-        log_path = self.workspace / ".heron" / "kernel.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The kernel holds this descriptor: a link the agent put at the name is replaced, never
+        # opened (workspace_io), or the kernel could write any file Heron can.
+        fd = await asyncio.to_thread(workspace_io.append_to, self.workspace, KERNEL_LOG)
         self.sandbox.prepare()
         env = self.sandbox.environment()
         listening = bind_sockets(sockets / "k")
         try:
-            with self.sandbox.seccomp() as seccomp, log_path.open("ab") as log:
+            with self.sandbox.seccomp() as seccomp, os.fdopen(fd, "ab") as log:
                 km = AsyncKernelManager(
                     kernel_name="python3",
                     kernel_spec_manager=_spec_manager(self.sandbox, sockets, seccomp),

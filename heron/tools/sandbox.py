@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heron import workspace_io
 from heron.config import NetworkMode
 from heron.request import WHERE_IT_RUNS
 from heron.tools import seccomp as filters
@@ -268,8 +269,14 @@ class Sandbox:
         }
 
     def prepare(self) -> None:
-        """Create the tool HOME (cheap; called before each start)."""
-        self.tool_home.mkdir(parents=True, exist_ok=True)
+        """Create the tool HOME (cheap; called before each start). Its folders are made
+        without following a link the agent left there (workspace_io); a link that stands in
+        their place is left alone: the command meets it inside the sandbox."""
+        with (
+            contextlib.suppress(workspace_io.Refused),
+            workspace_io.folder(self.workspace, list(TOOL_HOME.parts), create=True),
+        ):
+            pass
 
     @contextlib.contextmanager
     def seccomp(self) -> Iterator[int | None]:
