@@ -154,3 +154,18 @@ def test_bootstrap_files_are_regular_files_read_bounded(ws: Path) -> None:
     assert list(files) == ["SOUL.md"]
     assert files["SOUL.md"].startswith("0" * BOOTSTRAP_MAX)
     assert files["SOUL.md"].endswith(f"only the first {BOOTSTRAP_MAX:,} are read]")
+
+
+def test_the_fallback_for_a_copy_is_the_users_own_folder(tmp_path, monkeypatch):
+    """A linked results folder sent the copy to the shared temp folder's `heron-results`,
+    which another local user could make first and read."""
+    import tempfile
+
+    from heron import saved
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    private = saved.private_temp()
+    assert private is not None and private.name == f"heron-results-{os.getuid()}"
+    assert (private.stat().st_mode & 0o777) == 0o700
+    private.chmod(0o755)  # open to others: not used
+    assert saved.private_temp() is None
