@@ -410,8 +410,8 @@ class AgentLoop:
             )
         except asyncio.CancelledError:  # /stop, /new or shutdown: the channel still hears the end
             if control.visible and message_unsaved(control, message.text):  # `_stored_first`
-                lost = OutboundMessage(message.channel, message.chat_id, key, STOPPED_UNSAVED)
-                self.bus.emit(dataclasses.replace(lost, kind="notice"))  # no code: not "kept"
+                told = OutboundMessage(message.channel, message.chat_id, key, STOPPED_UNSAVED)
+                self.bus.emit(dataclasses.replace(told, kind="notice"))  # no code: not "kept"
             self._ended(message, key, TurnEnd(False, "stale", stopped_by=control.stopped_by))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
