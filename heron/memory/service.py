@@ -148,7 +148,10 @@ class MemoryService:
                 raise MemoryRefused(
                     f"refused: this looks like {what}; secrets and credentials are never saved "
                     "to memory",
-                    hint="Keep secrets in environment variables or a password manager.",
+                    hint="Keep secrets in a password manager. A false alarm? The person can "
+                    "write it themselves: a Markdown file they put in the memory folder (e.g. "
+                    "personal/always/<name>.md, docs/memory.md) is theirs (origin hand), and "
+                    "Heron does not check it.",
                 )
 
     @staticmethod
