@@ -36,6 +36,7 @@ from heron.memory.guard import (
     overlaps,
     quote_key,
     quote_text,
+    shown_in,
 )
 from heron.memory.history import MemoryHistory
 from heron.memory.queue import Suggestion
@@ -108,6 +109,16 @@ class MemoryService:
             raise MemoryRefused(
                 f"refused: the quote {quote!r} is only a piece of a sentence the user wrote",
                 hint=BOUNDARY_HINT,
+            )
+        block = shown_in(quote, rows)
+        if block is not None:
+            where = "a block" if block == "a block" else f"the file {block}"
+            raise MemoryRefused(
+                f"refused: the quote {quote!r} is in {where} the user attached, piped in or "
+                "pasted between fences, not in words they typed",
+                hint="What a file or a pasted text says is not the user's own statement. Quote "
+                "what the user typed, or ask them whether it holds for them and quote their "
+                "answer.",
             )
         raise MemoryRefused(
             f"refused: the quote {quote!r} is not in anything the user wrote in this conversation",
