@@ -10,11 +10,18 @@ with a password-like word after it, a number spelled out a digit at a time.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_memory_properties import SETTINGS
+from typer.testing import CliRunner
 
+from heron.cli import app
 from heron.memory import EntryPath, MemoryRefused, MemoryService
 from heron.memory.refuse import find_secret, password_like
 from heron.messages import user
@@ -190,3 +197,85 @@ def test_an_ordinary_fact_with_a_number_is_saved(service):
     said = "my flat is number 4711 on the 3rd floor"
     cid = _said(service, said)
     assert service.save(cid, PATH, said).text == "My flat is number 4711 on the 3rd floor"
+
+
+# ---- forget, and the memory folder's history ---------------------------------------------------
+
+
+def _home_memory() -> Path:
+    return Path(os.environ["HERON_HOME"]) / "memory"
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(_home_memory()), *args], capture_output=True)
+    return done.stdout.decode("utf-8", "replace")
+
+
+def _everything_git_keeps() -> str:
+    """Every object of the repository, reachable or not, and every commit's patch."""
+    objects = subprocess.run(
+        ["git", "-C", str(_home_memory()), "cat-file", "--batch-all-objects", "--batch"],
+        capture_output=True,
+    ).stdout.decode("utf-8", "replace")
+    return objects + _git("log", "--all", "-p")
+
+
+def _entry_written_by_an_old_heron(rel: str, text: str) -> None:
+    """An entry saved before the secret check knew its shape, committed as a save was."""
+    from heron.config import Settings
+
+    settings = Settings.load()
+    store = Store(settings.paths.ensure().db)
+    try:
+        service = MemoryService(settings.paths.memory, store)
+        file = settings.paths.memory / rel
+
+        def write() -> None:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(f"---\norigin: user\nquote: {text!r}\n---\n{text}\n")
+
+        service.history.record(f"saved {rel} (user)", write)
+        other = settings.paths.memory / "personal/always/tea.md"
+        service.history.record(
+            "saved personal/always/tea.md (user)", lambda: other.write_text("I drink tea\n")
+        )
+    finally:
+        store.close()
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="memory history needs git")
+
+
+@needs_git
+def test_forgetting_a_secret_takes_every_version_out_of_the_history():
+    """After `heron memory forget`, `git log --all -p` still showed Summer2024! four times."""
+    secret = "The router admin login is admin with Summer2024!"
+    _entry_written_by_an_old_heron("personal/always/router.md", secret)
+    subjects = _git("log", "--format=%s").splitlines()
+    cli = CliRunner()
+    forgot = cli.invoke(app, ["memory", "forget", "personal/always/router.md"])
+    assert forgot.exit_code == 0, forgot.output
+    assert "It held a credential" in forgot.output and "taken out of the memory" in forgot.output
+    assert "Summer2024" not in _everything_git_keeps()
+    assert _git("log", "--format=%s").splitlines() == [
+        "removed personal/always/router.md",
+        *subjects,
+    ]
+    assert (_home_memory() / "personal/always/tea.md").read_text() == "I drink tea\n"
+    assert "I drink tea" in _git("show", "HEAD~1:personal/always/tea.md")  # the rest is kept
+    undo = cli.invoke(app, ["memory", "undo"])
+    assert undo.exit_code != 0 and "holds nothing to undo" in undo.output
+
+
+@needs_git
+def test_forgetting_keeps_the_text_in_the_history_says_so_and_purge_takes_it_out():
+    _entry_written_by_an_old_heron("personal/always/flat.md", "My flat is on the third floor")
+    cli = CliRunner()
+    forgot = cli.invoke(app, ["memory", "forget", "personal/always/flat.md"])
+    assert "stays in the memory folder's history" in forgot.output
+    assert "forget --purge personal/always/flat.md" in forgot.output
+    assert "third floor" in _git("log", "--all", "-p")
+    purged = cli.invoke(app, ["memory", "forget", "--purge", "personal/always/flat.md"])
+    assert purged.exit_code == 0, purged.output
+    assert "Every version of it was taken out" in purged.output
+    assert "third floor" not in _everything_git_keeps()

@@ -7,6 +7,7 @@ synchronous and short (a few files, a few rows): async callers use `asyncio.to_t
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -38,10 +39,11 @@ from heron.memory.guard import (
     quote_text,
     shown_in,
 )
-from heron.memory.history import MemoryHistory
+from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
 from heron.store import Store
 
+log = logging.getLogger(__name__)
 AGENT_ENV = "HERON_AGENT_COMMAND"
 REVIEW_BATCH = 10
 
@@ -289,9 +291,13 @@ class MemoryService:
         self.history.record(f"{verb} {path.rel} ({origin})", lambda: self.files.write(entry))
         return entry
 
-    def forget(self, path: EntryPath | str, conversation_id: int | None = None) -> Entry:
+    def forget(
+        self, path: EntryPath | str, conversation_id: int | None = None, *, purge: bool = False
+    ) -> Entry:
         """Delete an entry and revoke what it said (its quote and its text, normalised), so no
-        pass saves it again from anything the user said before."""
+        pass saves it again from anything the user said before. An entry that holds a secret
+        (saved before the check knew its shape, or written by hand), or any with `purge`, is
+        also taken out of the history (`purge_history`)."""
         entry = self.get(path)
         statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
         records.revoke(
@@ -303,7 +309,24 @@ class MemoryService:
             time.time(),
         )
         self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
+        if purge or self.holds_secret(entry):
+            self.purge_history(entry.path.rel)
         return entry
+
+    @staticmethod
+    def holds_secret(entry: Entry) -> str | None:
+        """What secret an entry's text or quote holds, if any."""
+        return find_secret(entry.text) or find_secret(entry.source.quote or "")
+
+    def purge_history(self, rel: str) -> bool:
+        """Take every version of the file `rel` out of the memory folder's history; whether the
+        history no longer holds it. A git failure is logged, never raised, as for a commit:
+        the forget itself is done either way."""
+        try:
+            self.history.purge(rel)
+        except MemoryHistoryError as error:
+            log.warning("heron: memory history: %s", error)
+        return not self.history.holds(rel)
 
     # ---- the review queue -----------------------------------------------------------------
 
