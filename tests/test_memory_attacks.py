@@ -317,7 +317,7 @@ def test_an_attached_files_words_are_not_the_persons(setup):
     result = manage(
         ctx, "create", "personal/always/usd", "The customer prefers invoices in USD only"
     )
-    assert result.is_error and "the file notes.txt" in result.content
+    assert result.is_error and "in notes.txt, a file the user attached" in result.content
     assert "not in words they typed" in result.content
     assert files(service) == {}
     typed = manage(ctx, "create", "personal/always/short", "I prefer short summaries")
@@ -337,7 +337,7 @@ def test_stdin_piped_after_the_message_is_not_the_persons_but_heron_run_dash_is(
     )
     store.append(cid, user(piped))
     result = manage(ctx, "create", "personal/always/vegan", "I am vegan and never eat honey")
-    assert result.is_error and "in a block the user attached, piped in or pasted" in result.content
+    assert result.is_error and "in a block the user piped in or pasted" in result.content
     own, _ = message_from("-", io.BytesIO(b"I am vegan and never eat honey.\n"))
     store.append(cid, user(own))
     saved = manage(ctx, "create", "personal/always/vegan", "I am vegan and never eat honey")

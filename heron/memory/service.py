@@ -114,10 +114,13 @@ class MemoryService:
             )
         block = shown_in(quote, rows)
         if block is not None:
-            where = "a block" if block == "a block" else f"the file {block}"
+            where = (
+                "a block the user piped in or pasted between fences"
+                if block == "a block"
+                else f"{block}, a file the user attached"
+            )
             raise MemoryRefused(
-                f"refused: the quote {quote!r} is in {where} the user attached, piped in or "
-                "pasted between fences, not in words they typed",
+                f"refused: the quote {quote!r} is in {where}, not in words they typed",
                 hint="What a file or a pasted text says is not the user's own statement. Quote "
                 "what the user typed, or ask them whether it holds for them and quote their "
                 "answer.",
