@@ -277,5 +277,5 @@ def test_forgetting_keeps_the_text_in_the_history_says_so_and_purge_takes_it_out
     assert "third floor" in _git("log", "--all", "-p")
     purged = cli.invoke(app, ["memory", "forget", "--purge", "personal/always/flat.md"])
     assert purged.exit_code == 0, purged.output
-    assert "Every version of it was taken out" in purged.output
+    assert "was forgotten before; every version of it was taken out" in purged.output
     assert "third floor" not in _everything_git_keeps()

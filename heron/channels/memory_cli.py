@@ -186,7 +186,12 @@ def _history_note(service: MemoryService, rel: str, gone: Entry | None) -> str:
             f"`heron memory undo` brings it back; `heron memory forget --purge {rel}` takes it "
             "out for good."
         )
-    secret = service.holds_secret(gone) if gone is not None else None
+    if gone is None:
+        return (
+            f"{rel} was forgotten before; every version of it was taken out of the memory "
+            "folder's history (for good)."
+        )
+    secret = service.holds_secret(gone)
     why = f"It held {secret}: every" if secret else "Every"
     return f"{why} version of it was taken out of the memory folder's history (for good)."
 

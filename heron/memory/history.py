@@ -214,7 +214,7 @@ class MemoryHistory:
             if not self._run("diff", "--name-only", "HEAD~1", "HEAD").strip():
                 raise MemoryHistoryError(
                     f"the last change ({last.message}) holds nothing to undo: what it changed "
-                    "was taken out of the history (a forgotten secret)",
+                    "was taken out of the history when it was forgotten",
                     hint="Write the entry again if you want it back.",
                 )
             self._run("revert", "--no-edit", "HEAD")
