@@ -308,7 +308,7 @@ def test_markdown_closes_a_fence_a_message_left_open():
         conv = store.open_conversation("open")
         store.append(conv.id, user("look:\n```py\nprint('never closed')"))
         store.append(conv.id, Message("assistant", [Text("After it.")]))
-        md = to_markdown(read_record(store, conv))
+        md = to_markdown(read_record(store, conv), "UTC")
     finally:
         store.close()
     assert "print('never closed')\n```\n\n**assistant**" in md
@@ -382,7 +382,7 @@ def test_exported_parts_decode_to_what_was_stored(said, tmp_path_factory):
         for message in said:
             store.append(conv.id, message)
         doc = as_json(read_record(store, conv))
-        md = to_markdown(read_record(store, conv))
+        md = to_markdown(read_record(store, conv), "UTC")
     finally:
         store.close()
     decoded = [parts_from_json(json.dumps(m["parts"])) for m in doc["messages"]]

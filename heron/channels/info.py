@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from heron import timefmt
 from heron.channels.common import table
 from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
@@ -40,18 +40,17 @@ def open_store(settings: Settings, *, reading: bool = False) -> Store:
 READ_ONLY_NOTE = "reading it as it stands (nothing can be saved there until that changes)"
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
 def list_conversations(settings: Settings, limit: int) -> None:
     store = open_store(settings, reading=True)
     rows = store.conversations(limit + 1)  # one more: whether to say there are others
     if not rows:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
-    shown = rows[:limit]
-    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in shown]
+    shown, zone = rows[:limit], settings.timezone
+    lines = [
+        (c.key, timefmt.when(c.updated, zone), str(store.turn_count(c.id)), c.title or "")
+        for c in shown
+    ]
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
     if len(rows) > limit:
         more = store.conversation_count() - limit
@@ -286,7 +285,7 @@ def _compaction_views(
     from heron.compaction import inspect
 
     if compactions:
-        yield from inspect.compaction_lines(store, conv.id)
+        yield from inspect.compaction_lines(store, conv.id, settings.timezone)
     if model_view:
         deps = next_request_deps(settings, store, serving_choice(settings, conv.key))
         system, messages = inspect.model_view(deps, conv)

@@ -475,6 +475,27 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
                 await _until_hung_up(
                     _chat(None, conn, state, view, session, held), conn, state, view
                 )
+    note = serve_review_note(settings, state)
+    if note is not None:
+        console.print(RichText(note, style="dim"))
+
+
+def serve_review_note(settings: Settings, state: ChatState) -> str | None:
+    """What leaving a chat through a serve says of memory (docs/memory.md, "Chat end"): the
+    conversation goes on there (the browser, other chats), so its review is not this chat's
+    end but the serve's nightly one, or /learn now. None when nothing was talked about or
+    `[memory] review_on_close` is off (the person asked for no word of it)."""
+    memory, review = settings.config.memory, settings.config.review
+    if not state.keys or not memory.review_on_close:
+        return None
+    nightly = review.enabled is not False and memory.review_every_hours > 0
+    later = (
+        f"its nightly review at {review.time} reads it" if nightly else "no nightly review is on"
+    )
+    return (
+        "Not reviewing this chat for memory here: the conversation goes on in heron serve, "
+        f"and {later}; /learn reviews it now."
+    )
 
 
 async def _chat(

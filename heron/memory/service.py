@@ -42,6 +42,7 @@ from heron.memory.guard import (
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
 from heron.store import Store
+from heron.store.schedule import user_timezone
 
 log = logging.getLogger(__name__)
 AGENT_ENV = "HERON_AGENT_COMMAND"
@@ -76,9 +77,12 @@ class Decision:
 
 
 class MemoryService:
-    def __init__(self, root: Path, store: Store) -> None:
+    def __init__(self, root: Path, store: Store, timezone: str | None = None) -> None:
         self.files = MemoryFiles(root)
         self.store = store
+        # The agent's zone (`Settings.timezone`), the dates of Recent History are read in;
+        # None: the system's, as `[agent] timezone` unset gives.
+        self.timezone = timezone or user_timezone(None)
         # The folder is a git repository: each change below is a commit (heron/memory/history.py).
         self.history = MemoryHistory(root)
         # The memory section's budget in the prompt, in tokens (the engine sets it from the

@@ -239,7 +239,10 @@ def _open_message(recall: Recall, message_id: int) -> str:
 
 def _recall(ctx: ToolContext) -> Recall:
     given = ctx.services.recall
-    return given if given is not None else Recall(_memory(ctx).store)
+    if given is not None:
+        return given
+    service = _memory(ctx)
+    return Recall(service.store, zone=service.timezone)
 
 
 MEMORY_TOOLS = [manage_memory, view_memory, propose_lesson, recall_history]
