@@ -232,7 +232,33 @@ async def test_the_schedule_tool_pauses_resumes_and_runs_now_but_a_scheduled_run
             assert refused.is_error and f"A scheduled run cannot {action}" in refused.text
         assert not (await act("pause")).is_error
         missing = await act("pause", 999)
-        assert missing.is_error and "there is no job 999" in missing.text
+        assert missing.is_error and "There is no job 999 in this conversation" in missing.text
+    finally:
+        store.close()
+
+
+async def test_the_schedule_tool_reaches_only_its_own_conversations_jobs(heron_home):
+    """`list` showed none of another conversation's jobs, yet `cancel` (and pause, resume,
+    run_now) of a guessed id acted on them: a model reading a hostile document could end the
+    person's reminders everywhere. A monitor may still pause itself from its own `cron:<id>`."""
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        job = make_job(store, time.time(), cron="0 9 * * *")  # made in chat-1
+        elsewhere = ToolContext(heron_home, services=TurnServices(store, conversation_key="j2"))
+        for action in ("cancel", "pause", "resume", "run_now"):
+            said = await schedule.run(elsewhere, {"action": action, "job": job.id})
+            assert isinstance(said, ToolOutput) and said.is_error
+            assert f"There is no job {job.id} in this conversation" in said.text
+        assert js.get_job(store, job.id).status == "active"
+        own = ToolContext(
+            heron_home, services=TurnServices(store, conversation_key=f"cron:{job.id}")
+        )
+        assert not isinstance(
+            await schedule.run(own, {"action": "pause", "job": job.id}), ToolOutput
+        )
+        home = ToolContext(heron_home, services=TurnServices(store, conversation_key="chat-1"))
+        said = await schedule.run(home, {"action": "cancel", "job": job.id})
+        assert isinstance(said, str) and said.startswith("Cancelled:")
     finally:
         store.close()
 

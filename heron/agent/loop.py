@@ -24,9 +24,9 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from heron.agent import commands
 from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
@@ -53,6 +53,9 @@ from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.context import Approver
 
+if TYPE_CHECKING:
+    from heron.compaction import idle
+
 BREAK_GRACE = 20.0
 # Stream events as turn events; a "retry" stream event is the RetryFilter's mark that the
 # reply starts again (heron/agent/runner.py).
@@ -74,13 +77,11 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def idle_compaction(
-    engine: Engine,
-    poll_s: float = IDLE_POLL,
-    quiet: Callable[[], Awaitable[None]] | None = None,
+    engine: Engine, poll_s: float = IDLE_POLL, quiet: idle.Quiet | None = None
 ) -> AsyncIterator[asyncio.Task[None] | None]:
     """Idle compaction (heron.compaction.idle_loop) in the background while the block runs,
-    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: awaited before
-    each of its steps (`AgentLoop.person_first`)."""
+    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: when its steps
+    may run (`AgentLoop.person_first`) and what stops one under way (`person_arrives`)."""
     if engine.settings.config.agent.idle_compact_after_minutes <= 0:
         yield None
         return
@@ -142,6 +143,8 @@ class AgentLoop:
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Set while no turn the person started runs; when the last one ended (or the loop started).
     _no_person: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set while a turn the person started runs (`person_arrives`): the inverse of the above.
+    _person_on: asyncio.Event = field(default_factory=asyncio.Event)
     _person_at: float = field(default_factory=time.monotonic)
     # Where each conversation's last message came from (channel, chat, provenance): where a
     # subagent's result is announced (heron/proactive/subagents.py).
@@ -216,6 +219,12 @@ class AgentLoop:
                 return
             await asyncio.sleep(left)
 
+    async def person_arrives(self) -> None:
+        """Until a turn the person started runs: idle-time work in the middle of a step stops
+        for it (a local model serves one request at a time, so the person's would wait for a
+        whole summary to be written) and takes the step again later."""
+        await self._person_on.wait()
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
@@ -223,7 +232,10 @@ class AgentLoop:
         if not idle:
             await self._consume()
             return
-        async with idle_compaction(self.engine, self.idle_poll, self.person_first):
+        from heron.compaction.idle import Quiet
+
+        quiet = Quiet(self.person_first, self.person_arrives)
+        async with idle_compaction(self.engine, self.idle_poll, quiet):
             await self._consume()
 
     async def _consume(self) -> None:
@@ -308,6 +320,7 @@ class AgentLoop:
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
             self._no_person.clear()
+            self._person_on.set()
         else:
             self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
@@ -533,6 +546,7 @@ class AgentLoop:
             self._person_at = time.monotonic()
         if not self.user_turn_running():
             self._no_person.set()
+            self._person_on.clear()
         for hook in list(self.turn_end_hooks):
             try:
                 hook(ended)

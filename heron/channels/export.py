@@ -32,10 +32,12 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     part_to_dict,
+    plural,
     size_label,
     usage_to_dict,
 )
 from heron.store import Store, StoredMessage, Turn, goals
+from heron.store.compactions import Compaction
 
 FORMATS = {"markdown": "markdown", "md": "markdown", "json": "json"}
 SUFFIX = {"markdown": "md", "json": "json"}
@@ -135,6 +137,23 @@ def as_json(record: Record) -> JSONObject:
         "messages": [_message_json(row, record) for row in record.rows],
         "goals": [_goal_json(goal) for goal in record.goals_set],
         "questions": _questions_json(record),
+        "compactions": [_fold_json(fold) for fold in record.folds],
+    }
+
+
+def _fold_json(fold: Compaction) -> JSONObject:
+    return {
+        "id": fold.id,
+        "kind": fold.kind,
+        "reason": fold.reason,
+        "created": fold.created,
+        "first_message_id": fold.first_row_id,
+        "last_message_id": fold.last_row_id,
+        "messages_folded": fold.rows_folded,
+        "tokens_before": fold.tokens_before,
+        "tokens_after": fold.tokens_after,
+        "summary": fold.summary,
+        "working_state": fold.working_state,
     }
 
 
@@ -205,6 +224,9 @@ def to_markdown(record: Record, zone: str) -> str:
     seen: set[int] = set()
     asked = Asked(record.questions)
     calls: dict[str, str] = {}  # call id -> its tool's name, for the result's heading
+    folded_at: dict[int | None, list[Compaction]] = {}
+    for fold in record.folds:
+        folded_at.setdefault(fold.last_row_id, []).append(fold)
     for item in record.reading():
         if isinstance(item, goals.Goal):
             blocks.append(_quoted(f"**Goal set** ({item.status}): {item.objective}"))
@@ -214,7 +236,20 @@ def to_markdown(record: Record, zone: str) -> str:
             seen.add(tid)
             blocks.append(_turn_heading(record.numbers[tid], record.turns[tid], zone))
         blocks.extend(_message_md(item, asked, calls, zone))
+        blocks.extend(_fold_md(fold, zone) for fold in folded_at.get(item.id, ()))
     return "\n\n".join(blocks) + "\n"
+
+
+def _fold_md(fold: Compaction, zone: str) -> str:
+    """Where a compaction folded the messages above: from here the model read its summary in
+    their place (they stay in the record, as above)."""
+    when = timefmt.when(fold.created, zone)
+    tokens = f"{fold.tokens_before:,} → {fold.tokens_after:,} tokens"
+    head = _quoted(
+        f"**Folded** ({fold.kind}, {plural(fold.rows_folded, 'message')}, {tokens}, {when}):"
+        " from here the model read this summary in place of the messages above"
+    )
+    return f"{head}\n\n{fenced(fold.summary)}"
 
 
 def _about(record: Record, zone: str) -> str:

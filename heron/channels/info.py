@@ -19,6 +19,7 @@ from heron.providers.endpoint import shown_url
 from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice, file_summary, tool_calls
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
+from heron.store.compactions import Compaction, compactions
 from heron.store.records import RECALL_FLAG, shown_as
 
 if TYPE_CHECKING:
@@ -235,6 +236,9 @@ class Record:
     rows: list[StoredMessage]
     questions: runs.Questions
     goals_set: list[goals.Goal]
+    # The compactions that folded rows of the branch, oldest first: from the last row each
+    # folded on, the model read its summary in place of the rows (which stay in the record).
+    folds: list[Compaction] = field(default_factory=list)
     numbers: dict[int, int] = field(init=False)  # turn id -> its number
 
     def __post_init__(self) -> None:
@@ -256,7 +260,9 @@ def read_record(store: Store, conv: Conversation) -> Record:
     set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
     asked = runs.questions(store, conv.key)
     rows = list(_recall_under_its_turn(store.branch(conv.id)))
-    return Record(conv, turns, rows, asked, set_goals)
+    on_branch = {row.id for row in rows}
+    made = [c for c in compactions(store, conv.id) if c.last_row_id in on_branch]
+    return Record(conv, turns, rows, asked, set_goals, made)
 
 
 def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:

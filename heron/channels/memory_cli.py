@@ -281,12 +281,25 @@ def print_recall(
             typer.echo(hit.line(hit.who))
         keys = {hit.conversation_key for hit in hits}
         if not hits:
-            typer.echo("Nothing found.")
+            typer.echo(nothing_found(query, exact, searched.embedder is not None))
         else:  # the one key when all hits share it: the command is then ready to copy
             shown = keys.pop() if len(keys) == 1 else "KEY"
             typer.echo(f"Open one: heron conversations show {shown}")
     if searched.behind:
         _behind_notice(store, searched.embedder)
+
+
+def nothing_found(query: str, exact: bool, meanings: bool) -> str:
+    """What an empty search says, with what to try next: the search matches words as written
+    (a typo or another way of writing a number finds nothing), by meaning only with the
+    embeddings extra."""
+    tips = []
+    if len(query.split()) > 2 or exact:
+        tips.append("fewer or other words" + (" (without --exact)" if exact else ""))
+    tips.append("a word as it was written (a name's spelling, 48,250 or 48250)")
+    if not meanings:
+        tips.append("to search by meaning too: .venv/bin/pip install -e '.[embeddings]'")
+    return "Nothing found. Try " + "; ".join(tips) + "."
 
 
 def _hit_json(hit: Hit) -> dict[str, Any]:

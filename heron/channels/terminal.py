@@ -938,14 +938,20 @@ async def _resume(
     for i, (key, title) in enumerate(rows, 1):
         console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
     picked = await _pick(session, console, len(rows), state.key)
-    if picked is not None:
+    if isinstance(picked, str):  # a message typed at the list's prompt: sent, not lost
+        await send_turn(conn, state, view, picked, with_files=True)
+    elif picked is not None:
         await send_turn(conn, state, view, f"/resume {rows[picked - 1][0]}")
 
 
-async def _pick(session: PromptSession[str], console: Console, count: int, key: str) -> int | None:
+async def _pick(
+    session: PromptSession[str], console: Console, count: int, key: str
+) -> int | str | None:
     """The number picked from the /resume list, asked until it is one of the list; None when
-    the person closes the list (Enter, Ctrl-C). /exit and /quit (and Ctrl-D) leave the chat
-    from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
+    the person closes the list (Enter, Ctrl-C). Words that are no number (at least two, or a
+    question) are a message typed there: the list closes and they are returned, to be sent in
+    the conversation still open (they were thrown away). /exit and /quit (and Ctrl-D) leave the
+    chat from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
     while True:
         try:
             choice = (
@@ -960,6 +966,9 @@ async def _pick(session: PromptSession[str], console: Console, count: int, key: 
             return None
         if choice.isdigit() and 1 <= int(choice) <= count:
             return int(choice)
+        if not choice.startswith("/") and (len(choice.split()) > 1 or choice.endswith("?")):
+            console.print(f"Closed the list; sending that in {key}.", markup=False, highlight=False)
+            return choice
         console.print(
             f"{choice} is not on the list: type a number from 1 to {count}, or Enter to close it.",
             markup=False,

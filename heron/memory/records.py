@@ -475,6 +475,10 @@ def waiting_suggestions(store: Store) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM memory_suggestions WHERE status = 'waiting' ORDER BY id")
 
 
+def rejected_suggestions(store: Store) -> list[sqlite3.Row]:
+    return store.query("SELECT * FROM memory_suggestions WHERE status = 'rejected' ORDER BY id")
+
+
 def count_waiting(store: Store) -> int:
     rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
     return int(rows[0][0])
@@ -534,6 +538,15 @@ def reviewed_up_to(store: Store, conversation_id: int) -> int:
         (conversation_id,),
     )
     return int(rows[0][0]) if rows else 0
+
+
+def message_ids_after(store: Store, conversation_id: int, after: int) -> list[int]:
+    """The ids of the conversation's messages past `after` (a review cursor), in order."""
+    rows = store.query(
+        "SELECT id FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id",
+        (conversation_id, after),
+    )
+    return [int(r[0]) for r in rows]
 
 
 def set_reviewed_up_to(store: Store, conversation_id: int, message_id: int) -> None:

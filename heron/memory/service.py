@@ -358,6 +358,7 @@ class MemoryService:
             quote=quote.strip(),
             conversation_id=conversation_id,
             message_id=match.message_id,
+            said=match.created,
         )
 
     def _queue_change(
@@ -381,6 +382,7 @@ class MemoryService:
             conversation_id=conversation_id,
             message_id=match.message_id,
             base_digest=current.digest,
+            said=match.created,
         )
 
     def suggest_lesson(
@@ -519,8 +521,8 @@ class MemoryService:
             for s in batch:
                 if s.id in kept:
                     decisions.append(self.accept(s.id, env))
-                else:
-                    decisions.append(self.reject(s.id, "dropped"))
+                else:  # the person saw it and said no: it is not proposed again
+                    decisions.append(self.reject(s.id))
         return decisions
 
     def mark_thawed(self, conversation_id: int) -> None:

@@ -152,7 +152,7 @@ async def schedule(
         found = await store.call(jobs.list_jobs, store, conversation=key)
         return "\n".join(describe(j) for j in found) or "No scheduled jobs in this conversation."
     if action == "cancel":
-        return await _cancel(store, job)
+        return await _cancel(store, key, job)
     turn = ctx.services.turn
     scheduled = turn is not None and turn.provenance in SCHEDULED
     if action != "create":
@@ -165,16 +165,32 @@ async def schedule(
     return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
 
 
-async def _cancel(store: Store, job: int | None) -> str | ToolOutput:
+async def _cancel(store: Store, key: str, job: int | None) -> str | ToolOutput:
     if job is None:
         return ToolOutput("cancel needs job: the id shown by action=list.", True)
     known = await store.call(jobs.get_job, store, job)
     if known is not None and known.builtin:  # memory is the person's: the agent keeps off it
         return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
+    if known is None or not _here(known, key):
+        return ToolOutput(NOT_HERE.format(id=job), True)
     found = await store.call(jobs.cancel_job, store, job)
     if found is None:
-        return ToolOutput(f"There is no job {job}; action=list shows the jobs.", True)
+        return ToolOutput(NOT_HERE.format(id=job), True)
     return f"Cancelled: {describe(found)}"
+
+
+# A job of another conversation is out of this one's reach, and said as no job at all: a model
+# reading a hostile document cancelled the person's reminders everywhere by guessing small ids.
+NOT_HERE = (
+    "There is no job {id} in this conversation; action=list shows its jobs (the person manages "
+    "every job with `heron jobs`)."
+)
+
+
+def _here(job: jobs.Job, key: str) -> bool:
+    """Whether the tool may act on `job` from conversation `key`: a job made there, or the
+    monitor whose own silent conversation this is (it may pause itself)."""
+    return job.conversation == key or key == f"cron:{job.id}"
 
 
 async def _control(
@@ -189,6 +205,9 @@ async def _control(
     known = await store.call(jobs.get_job, store, job)
     if known is not None and known.builtin:
         return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
+    key = ctx.services.conversation_key
+    if known is None or key is None or not _here(known, key):
+        return ToolOutput(NOT_HERE.format(id=job), True)
     poke = ctx.services.jobs_changed
     if action == "run_now" and poke is None and not _serve_at(ctx):
         return ToolOutput(NO_SERVE_NOW.format(id=job), True)
