@@ -9,6 +9,9 @@ import json
 
 import pytest
 import test_memory_tools
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_memory_properties import SENTENCE
 
 from heron.agent.engine import Engine
 from heron.config import Settings
@@ -290,3 +293,87 @@ def test_a_compaction_pass_may_quote_an_answer_to_ask_user_not_a_look_alike(setu
     prompt = provider.requests[0].messages[0].text
     quotable = prompt.split("QUOTABLE")[1]
     assert "I use metric" in quotable and "Berlin" not in quotable
+
+
+# ---- what the person shows is not what they say (QA pass 6, area I, defect 2) -----------------
+
+NOTES = b"Meeting notes from Bob.\nThe customer prefers invoices in USD only.\nAction: Bob calls.\n"
+
+
+def _attached(text: str, name: str, data: bytes):
+    """The person's message with a text file attached, as a turn stores it."""
+    from heron.attachments import from_bytes, message_parts
+    from heron.config import AttachmentCaps
+    from heron.messages import Message
+
+    caps = AttachmentCaps()
+    return Message("user", message_parts(text, [from_bytes(name, data, caps)], caps))
+
+
+def test_an_attached_files_words_are_not_the_persons(setup):
+    """`heron run -a notes.txt "summarize this"` saved Bob's sentence as "you said"."""
+    store, service, cid, ctx = setup
+    store.append(cid, _attached("Summarize this. I prefer short summaries", "notes.txt", NOTES))
+    result = manage(
+        ctx, "create", "personal/always/usd", "The customer prefers invoices in USD only"
+    )
+    assert result.is_error and "in notes.txt, a file the user attached" in result.content
+    assert "not in words they typed" in result.content
+    assert files(service) == {}
+    typed = manage(ctx, "create", "personal/always/short", "I prefer short summaries")
+    assert not typed.is_error, typed.content  # the words around the file are the person's
+
+
+def test_stdin_piped_after_the_message_is_not_the_persons_but_heron_run_dash_is(setup):
+    """`echo "I am vegan..." | heron run "here is a pasted log"` saved the piped sentence as the
+    person's; `echo ... | heron run -` makes it the message itself, which is theirs."""
+    import io
+
+    from heron.channels.script import message_from
+
+    store, _, cid, ctx = setup
+    piped, _ = message_from(
+        "here is a pasted log", io.BytesIO(b"I am vegan and never eat honey.\n")
+    )
+    store.append(cid, user(piped))
+    result = manage(ctx, "create", "personal/always/vegan", "I am vegan and never eat honey")
+    assert result.is_error and "in a block the user piped in or pasted" in result.content
+    own, _ = message_from("-", io.BytesIO(b"I am vegan and never eat honey.\n"))
+    store.append(cid, user(own))
+    saved = manage(ctx, "create", "personal/always/vegan", "I am vegan and never eat honey")
+    assert not saved.is_error, saved.content
+
+
+def test_the_passes_do_not_list_an_attachment_among_the_persons_words(setup):
+    """The /learn prompt put the whole notes.txt block under QUOTABLE; a pick from it was
+    queued as the person's fact."""
+    store, service, cid, _ = setup
+    store.append(cid, _attached("summarize this", "notes.txt", NOTES))
+    provider = passes_with(
+        [{"path": "personal/always/usd", "quote": "The customer prefers invoices in USD only"}]
+    )
+    assert asyncio.run(review_pass(provider, service, cid)) == []
+    quotable = provider.requests[0].messages[0].text.split("QUOTABLE")[1]
+    assert "summarize this" in quotable and "USD" not in quotable
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    said=SENTENCE,
+    shown=SENTENCE,
+    fence=st.sampled_from(["```", "````", "~~~", "```text"]),
+    label=st.sampled_from(["", "notes.txt:\n", "Here it is:\n"]),
+    closed=st.booleans(),
+)
+def test_nothing_inside_a_fenced_block_is_quotable(said, shown, fence, label, closed):
+    """Whatever the block holds and however it is fenced (closed or running to the end), a
+    quote from inside it is never found; the person's own words around it still are."""
+    from heron.memory.guard import find_quote
+    from heron.store import StoredMessage
+
+    closing = f"\n{fence.removesuffix('text')}" if closed else ""
+    text = f"{said}.\n\n{label}{fence}\n{shown}{closing}"
+    row = StoredMessage(1, 1, None, None, "message", user(text), None, 0.0, author="user")
+    if shown not in said:
+        assert find_quote(shown, [row]) == []
+    assert find_quote(said, [row]) != [] or len(said) < 8

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from prompt_toolkit.application import Application
 
     from heron.config import Settings
+    from heron.memory.entries import Entry
     from heron.memory.queue import Suggestion
     from heron.memory.recall import Hit
     from heron.memory.service import MemoryService
@@ -149,12 +150,53 @@ def explain(path: PathArg) -> None:
 
 
 @app.command()
-def forget(path: PathArg) -> None:
+def forget(
+    path: PathArg,
+    purge: Annotated[
+        bool,
+        typer.Option(
+            "--purge",
+            help="Also take every version of it out of the memory folder's history (git), for "
+            "an entry already forgotten too. An entry holding a secret is always taken out.",
+        ),
+    ] = False,
+) -> None:
     """Delete an entry and revoke its quoted source, so it is not learned again."""
+    from heron.memory.entries import EntryPath, MemoryRefused
+
     _person_only("forgetting a memory entry")
     with _service() as service:
-        gone = service.forget(path)
-        typer.echo(f"Forgot {gone.path.rel}.")
+        rel = EntryPath.parse(path).rel
+        try:
+            gone = service.forget(path, purge=purge)
+        except MemoryRefused:
+            if not (purge and service.history.holds(rel)):
+                raise
+            gone = None  # forgotten before: only its history is left to purge
+            service.purge_history(rel)
+        if gone is not None:
+            typer.echo(f"Forgot {rel}: it is no longer in force, nor learned again.")
+        typer.echo(_history_note(service, rel, gone))
+
+
+def _history_note(service: MemoryService, rel: str, gone: Entry | None) -> str:
+    """What the memory folder's history still holds of a forgotten entry, in one line."""
+    if not service.history.available:
+        return "Memory has no history (git is not installed): nothing of it is kept."
+    if service.history.holds(rel):
+        return (
+            "Its text stays in the memory folder's history (git log -p there), which is how "
+            f"`heron memory undo` brings it back; `heron memory forget --purge {rel}` takes it "
+            "out for good."
+        )
+    if gone is None:
+        return (
+            f"{rel} was forgotten before; every version of it was taken out of the memory "
+            "folder's history (for good)."
+        )
+    secret = service.holds_secret(gone)
+    why = f"It held {secret}: every" if secret else "Every"
+    return f"{why} version of it was taken out of the memory folder's history (for good)."
 
 
 @app.command()

@@ -6,9 +6,11 @@ where a sentence or clause does, or right after a request to remember), so no sl
 sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Only typed
 user text counts: rows whose author is Heron (continue and wrap-up prompts, summaries, recall
 injections, subagent prompts) are never searched, nor are tool results, but for the answer the
-person typed to an `ask_user` question (its result quotes it). The model's own text
-never is. The entry's text is then the quote itself (`quote_text`): the agent picks where it
-goes, never its wording.
+person typed to an `ask_user` question (its result quotes it). The model's own text never is,
+nor what stands in a fenced block of the person's message (`unfenced`): a file attached as
+text, stdin piped after the message, a pasted log are what they show, not what they say. The
+entry's text is then the quote itself (`quote_text`): the agent picks where it goes, never its
+wording.
 
 A forgotten statement is kept normalised, and any later quote that overlaps it by meaning
 (`overlaps`: a run of six words, or most of its content words) is refused.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from heron.memory.refuse import find_secret, find_sensitive
@@ -69,7 +71,70 @@ def typed_text(row: StoredMessage, asked_by: StoredMessage | None = None) -> str
             for r in row.message.tool_results
             if r.call_id in asks and not r.is_error and r.content.startswith(ANSWERED)
         ]
-    return "\n".join(texts) if texts else None
+    return "\n".join(unfenced(t) for t in texts) if texts else None
+
+
+# A fence (CommonMark): three or more backticks or tildes at the start of a line, up to three
+# spaces in; the block ends at a line of at least as many of the same, or at the text's end.
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _blocks(text: str) -> Iterator[tuple[int, int, str]]:
+    """Each fenced block of `text` as (first line, line after it, label): the label is the
+    line just before the fence when it ends with a colon (an attachment's name, "notes.txt:"),
+    else ""."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        opened = _FENCE.match(lines[i])
+        if not opened:
+            i += 1
+            continue
+        fence = opened.group(1)
+        end = i + 1
+        while end < len(lines) and not _closes(lines[end], fence):
+            end += 1
+        before = lines[i - 1].strip() if i else ""
+        yield i, min(end + 1, len(lines)), before[:-1] if before.endswith(":") else ""
+        i = end + 1
+
+
+def _closes(line: str, fence: str) -> bool:
+    closing = _FENCE.match(line)
+    run = closing.group(1) if closing else ""
+    return run[:1] == fence[0] and len(run) >= len(fence) and not line.strip()[len(run) :]
+
+
+def unfenced(text: str) -> str:
+    """`text` without its fenced blocks, each left as an empty line (a clause boundary). What
+    stands in one is material the person shows, not words they say: a text file attached
+    inline (heron/attachments.py), stdin piped after `heron run MESSAGE`, a log or a page
+    pasted between fences."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    lines = text.split("\n")
+    for start, end, _ in reversed(list(_blocks(text))):
+        lines[start:end] = [""]
+    return "\n".join(lines)
+
+
+def shown_in(quote: str, rows: Iterable[StoredMessage]) -> str | None:
+    """Where `quote` stands in a fenced block of the person's messages among `rows`, as the
+    block's label ("notes.txt") or "a block"; None when it stands in none."""
+    needle = _trim(quote)
+    if len(needle) < MIN_QUOTE_CHARS:
+        return None
+    for row in rows:
+        if typed_text(row) is None:
+            continue
+        for part in row.message.parts:
+            if not isinstance(part, Text):
+                continue
+            lines = part.text.split("\n")
+            for start, end, label in _blocks(part.text):
+                if needle in normalise("\n".join(lines[start:end])):
+                    return label or "a block"
+    return None
 
 
 def typed_texts(rows: Sequence[StoredMessage]) -> dict[int, str]:

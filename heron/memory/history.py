@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -82,9 +82,9 @@ class MemoryHistory:
     def available(self) -> bool:
         return self.git is not None
 
-    def _run(self, *args: str, check: bool = True) -> str:
+    def _run(self, *args: str, check: bool = True, env: Mapping[str, str] | None = None) -> str:
         assert self.git is not None
-        env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+        env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
         cleared = False
         for attempt in range(LOCK_RETRIES):
             done = subprocess.run(
@@ -211,9 +211,82 @@ class MemoryHistory:
             if len(changes) < 2:
                 return None
             last = changes[0]
+            if not self._run("diff", "--name-only", "HEAD~1", "HEAD").strip():
+                raise MemoryHistoryError(
+                    f"the last change ({last.message}) holds nothing to undo: what it changed "
+                    "was taken out of the history when it was forgotten",
+                    hint="Write the entry again if you want it back.",
+                )
             self._run("revert", "--no-edit", "HEAD")
             self._run("commit", "--amend", "-q", "-m", f"undo: {last.message}")
             return last
+
+    def holds(self, rel: str) -> bool:
+        """Whether any commit of the history holds a version of the file `rel`."""
+        if not self.ensure():
+            return False
+        return bool(self._run("rev-list", "-n1", "--all", "--", rel).strip())
+
+    def purge(self, rel: str) -> int:
+        """Take every version of the file `rel` out of the history; how many commits changed it.
+
+        git filter-repo is not installed everywhere and filter-branch is deprecated, so the
+        branch is written again with git's plumbing: each commit from the first that held the
+        file on gets the same tree less `rel`, the same author, dates and message, and the
+        rewritten parents. Nothing is changed until the branch moves, in one `update-ref` that
+        checks HEAD is still the commit the rewrite began from (another process that committed
+        meanwhile makes it fail, with the history as it was). Then the old commits, unreachable,
+        are pruned with the reflog. A commit left empty stays, so the log still says what was
+        done when; `undo` refuses to undo one. The file must be gone from the folder (forget it
+        first): the work tree and the index are not touched."""
+        with self.lock:
+            if not self.ensure():
+                return 0
+            self.before_change()
+            changed = set(self._run("rev-list", "HEAD", "--", rel).split())
+            if not changed:
+                return 0
+            if self._run("ls-tree", "HEAD", "--", rel).strip():
+                raise MemoryHistoryError(f"{rel} is still in memory: forget it before purging it")
+            head = self._run("rev-parse", "HEAD").strip()
+            new_head = self._rewrite(rel, changed, head)
+            self._run("update-ref", "-m", f"purge {rel}", "HEAD", new_head, head)
+            self._run("reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all")
+            self._run("gc", "--prune=now", "--quiet")
+            return len(changed)
+
+    def _rewrite(self, rel: str, changed: set[str], head: str) -> str:
+        """The new `head`: every commit that changed `rel`, or descends from one, written again
+        without it; the others keep their ids."""
+        mapped: dict[str, str] = {}
+        index = self.root / ".git" / "heron-purge.index"
+        listed = self._run("rev-list", "--reverse", "--topo-order", "--parents", head)
+        for line in listed.splitlines():
+            commit, *parents = line.split()
+            new_parents = [mapped.get(p, p) for p in parents]
+            if commit not in changed and new_parents == parents:
+                continue
+            try:
+                self._run("read-tree", commit, env={"GIT_INDEX_FILE": str(index)})
+                rm = ("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
+                self._run(*rm, env={"GIT_INDEX_FILE": str(index)})
+                tree = self._run("write-tree", env={"GIT_INDEX_FILE": str(index)}).strip()
+            finally:
+                index.unlink(missing_ok=True)
+            mapped[commit] = self._recommit(commit, tree, new_parents)
+        return mapped.get(head, head)
+
+    def _recommit(self, commit: str, tree: str, parents: list[str]) -> str:
+        """`commit` again with `tree` and `parents`: its author, committer, dates and message."""
+        fields = ("%an", "%ae", "%ad", "%cn", "%ce", "%cd", "%B")
+        shown = self._run("log", "-1", "--date=raw", f"--format={'%x00'.join(fields)}", commit)
+        an, ae, ad, cn, ce, cd, message = shown.split("\0", 6)
+        names = "AUTHOR_NAME AUTHOR_EMAIL AUTHOR_DATE COMMITTER_NAME COMMITTER_EMAIL COMMITTER_DATE"
+        env = {f"GIT_{n}": v for n, v in zip(names.split(), (an, ae, ad, cn, ce, cd), strict=True)}
+        args = ["commit-tree", tree, "-m", message.rstrip("\n") or "(no message)"]
+        for parent in parents:
+            args += ["-p", parent]
+        return self._run(*args, env=env).strip()
 
 
 def _age(path: Path) -> float | None:

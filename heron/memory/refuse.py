@@ -1,11 +1,13 @@
 """What memory refuses whatever the quote: secrets, and sensitive claims not asked for.
 
 Secrets are the patterns tool output is scrubbed of (heron/redact.py), and what a person says
-in passing: PIN-like numbers, card numbers (Luhn), social security numbers, passwords in any
-phrasing ("pass hunter2", "my password for the bank is x"), long hex or random strings, and a
-key spelled out a character at a time ("s-k-a-n-t-..."). Sensitive claims (health, sexuality,
-religion, politics) are saved only when the person explicitly asked to remember that exact
-thing. Every function is pure and returns what it found, in words the model is told.
+in passing: PIN-like numbers, card numbers (Luhn), social security numbers, identity documents'
+numbers, passwords in any phrasing ("pass hunter2", "my password for the bank is x"), long hex
+or random strings, a key spelled out a character at a time ("s-k-a-n-t-..."), and a credential
+in ordinary words (`find_credential`: the four shapes it looks for are told there). Sensitive
+claims (health, sexuality, religion, politics) are saved only when the person explicitly asked
+to remember that exact thing. Every function is pure and returns what it found, in words the
+model is told.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ from functools import cache
 from heron.redact import PATTERNS, entropy
 
 _STRONG = r"(?:password|passwd|passphrase|passcode|mot de passe|kennwort)s?"
+# Words right after a credential noun that make it another thing ("password manager").
+_NOT_CREDENTIAL = frozenset(
+    """manager managers vault app apps reset resets policy policies rules requirements hint hints
+    field fields prompt prompts screen page strength length protected protection change changes
+    changed expired expires expiry recovery generator lock locks pages""".split()  # noqa: SIM905
+)
+_OTHER_THING = "|".join(sorted(_NOT_CREDENTIAL))
 # A word with a digit or a symbol in it (punctuation that ends a sentence does not count).
 _VALUE = r"(?=\S*[\d_]|\S*[^\w\s.,;:!?])\S{4,}"
 
@@ -30,7 +39,7 @@ def _secret_patterns() -> list[tuple[str, re.Pattern[str]]]:
         (
             "a password",
             re.compile(
-                rf"\b{_STRONG}\b(?:[^.\n]{{0,40}}?(?:\bis\b|\bwas\b|=|:)\s*\S{{3,}}"
+                rf"\b{_STRONG}\b(?!\s+(?:{_OTHER_THING})\b)(?:[^.\n]{{0,40}}?(?:\bis\b|\bwas\b|=|:)\s*\S{{3,}}"
                 rf"|\s*[:=]?\s*{_VALUE})"
                 rf"|\b(?:pass|pw|pwd)(?:\s*[:=]\s*|\s+)(?=\S*\d)\S{{4,}}",
                 re.IGNORECASE,
@@ -57,6 +66,16 @@ def _secret_patterns() -> list[tuple[str, re.Pattern[str]]]:
                 r"\b(?:api[_ -]?key|secret|token|access[_ -]?key)\s*(?:is|=|:)\s*\S{6,}", re.I
             ),
         ),
+        (
+            "an identity document's number",
+            re.compile(
+                r"\b(?:passport|id card|identity card|national id|driver'?s licen[cs]e"
+                r"|personalausweis|reisepass|carte d'identit[ée]|passeport)"
+                r"(?:\s*(?:number|no\.?|nr\.?|#|num[ée]ro))?\b[^.\n]{0,24}?"
+                r"(?<![\w-])(?=[A-Z0-9]*\d)[A-Z0-9]{6,12}\b",
+                re.IGNORECASE,
+            ),
+        ),
         ("a key (a long hex string)", re.compile(r"\b[0-9a-fA-F]{24,}\b")),
         # One character, one separator, at least ten times: a key or code spelled out to get past
         # the patterns above.
@@ -64,7 +83,9 @@ def _secret_patterns() -> list[tuple[str, re.Pattern[str]]]:
     ]
 
 
-_CARD = r"\b(?:\d[ -]?){13,19}\b"
+# Card networks' numbers start with 2 to 6 (Mastercard, Amex, Visa, Discover); a phone number
+# written "+49 176 ..." or "0176 ..." is none, though one in ten passes the Luhn check.
+_CARD = r"(?<![+\d])\b[2-6](?:[ -]?\d){12,18}\b"
 _TOKEN = r"[A-Za-z0-9+/=_\-.]{20,}"
 
 
@@ -87,11 +108,15 @@ def _random_looking(token: str) -> bool:
 
 
 def find_secret(text: str) -> str | None:
-    """What kind of secret `text` holds, or None. Patterns first, then card numbers (Luhn),
-    then any long token random enough to be a key."""
+    """What kind of secret `text` holds, or None. Patterns first, then a credential in
+    ordinary phrasing (`find_credential`), card numbers (Luhn), then any long token random
+    enough to be a key."""
     for what, pattern in _secret_patterns():
         if pattern.search(text):
             return what
+    found = find_credential(text)
+    if found:
+        return found
     for match in re.finditer(_CARD, text):
         digits = re.sub(r"\D", "", match.group())
         if 13 <= len(digits) <= 19 and _luhn(digits):
@@ -99,6 +124,170 @@ def find_secret(text: str) -> str | None:
     for match in re.finditer(_TOKEN, text):
         if _random_looking(match.group()):
             return "a token or key (a long random string)"
+    return None
+
+
+# ---- credentials in ordinary phrasing ---------------------------------------------------------
+#
+# A person gives a credential the way they would tell a friend: "the router login is admin with
+# Summer2024!", "the alarm disarms with 8 2 6 1", "passphrase correct horse battery staple". No
+# single pattern holds all of those, but each is one of four shapes, and none of the four is how
+# an ordinary fact is said:
+#   1. a word that names a credential (in a few languages), then its value in the same clause;
+#   2. a word that looks like a password: capitals, small letters, digits and a symbol inside;
+#   3. an email address with a password-like word right after it ("a@b.c / x", "a@b.c:x");
+#   4. a number spelled out a digit at a time, as a PIN is dictated ("8 2 6 1").
+# A number or an address alone is not a secret ("my flat is number 4711", "write to me at
+# dana@example.com"): only a word that names a credential makes a bare number or word one.
+
+# Words that name a credential whose value may be a plain word ("the password is tulips").
+_WORD_NOUNS = (
+    r"passwords?|passwd|passphrases?|pass phrases?|passcodes?|pass codes?"
+    r"|security answers?|secret answers?|security question answers?|memorable words?"
+    r"|recovery phrases?|seed phrases?|mnemonic"
+    # French, German, Spanish, Portuguese, Italian, Dutch, Swedish and Danish/Norwegian.
+    r"|mot de passe|mots de passe|kennwort|passwort|contrase[ñn]a|senha|parola d'ordine"
+    r"|wachtwoord|l[öo]senord|adgangskode|passord"
+)
+# Words that name a credential whose value is a number or a word with digits or symbols in it
+# ("the gate code is 4711", "my login is dana / Tr0ub4dor&3"): "the login page" is no secret.
+_CODE_NOUNS = (
+    r"pins?|pin codes?|pin numbers?|logins?|log-ins?|logons?|sign-ins?|credentials"
+    r"|login details|recovery (?:codes?|keys?)|unlock codes?"
+    r"|(?:door|gate|alarm|disarm|arming|lock|safe|access|security|entry|garage|keypad) codes?"
+    r"|code pin|code secret|code d'acc[eè]s|identifiants?|geheimzahl|zugangs(?:code|daten)"
+    r"|anmeldedaten|t[üu]rcode|c[oó]digo de acceso|codice pin|toegangscode"
+)
+# Verbs whose object is a credential ("disarms with", "I log in with").
+_CRED_VERBS = (
+    r"(?:dis)?arms?|unlocks?|log(?:s|ged)? ?in|sign(?:s|ed)? ?in|log(?:s|ged)? on"
+    r"|authenticates?"
+)
+# Where a credential's value is given: after one of these, a plain word is the value.
+_ASSIGN = re.compile(
+    r"^(?:is|was|are|were|=|:|-+>?|reads|equals|set to|is set to|uses?|ist|lautet|est|es|é|è"
+    r"|er|är)$",
+    re.IGNORECASE,
+)
+# The first word after "is" that says no value follows ("the PIN is in the drawer").
+_NOT_VALUE = frozenset(
+    """the a an my your his her our their its this that these those in on at under inside behind
+    with for from of to by somewhere stored saved kept written noted not never no none too very
+    same different new old changed expired required needed long short secret private hidden
+    unknown forgotten lost also still now being going hard easy weak strong only just always
+    der die das ein eine mein meine le la les un une mon ma mes el los las mi""".split()  # noqa
+)
+# Words a clause can hold that are no value: the words before a password, between two.
+_STOPWORDS = _NOT_VALUE | frozenset(
+    """and or but if then than so as is was are were be been it i me we you he she they
+    and und et y e""".split()  # noqa: SIM905
+)
+# A phrase credential's value may be ordinary words ("passphrase correct horse battery staple").
+_PHRASE_NOUNS = re.compile(
+    r"pass ?phrases?|seed phrases?|recovery phrases?|mnemonic|memorable words?"
+    r"|security answers?|secret answers?",
+    re.IGNORECASE,
+)
+_CUE = re.compile(
+    rf"(?<![\w-])(?:(?P<word>{_WORD_NOUNS})|(?P<noun>{_CODE_NOUNS})|(?P<verb>{_CRED_VERBS})\s+(?:it\s+|them\s+)?"
+    rf"(?:with|using|by entering|by typing))(?![\w-])",
+    re.IGNORECASE,
+)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_AFTER_EMAIL = re.compile(
+    r"\s*(?:[/:|,;]|\band\b|\bwith\b|\bpw\b|\bpwd\b|\bpass(?:word)?\b)\s*(?:[:=]\s*)?(\S+)",
+    re.IGNORECASE,
+)
+# 4 to 8 single digits with a space, dash or dot between each: a PIN said aloud.
+_SPACED_DIGITS = re.compile(r"(?<![\w.,-])\d(?:[ .-]\d){3,7}(?![\w]|[ .-]\d)")
+_SPECIAL = re.compile(r"[^\w\s.,'@/:-]")  # symbols a password holds, not a name or a date
+_YEAR_BEFORE = frozenset({"in", "since", "from", "until", "till", "by", "before", "after"})
+_CLAUSE_END = re.compile(r"[.!?;](?:\s|$)|\n")
+_EDGE_PUNCT = ".,;:!?)\"'"
+
+
+def _bare(token: str) -> str:
+    """A word without the punctuation a sentence puts around it."""
+    return token.strip(_EDGE_PUNCT).lstrip("(\"'")
+
+
+def password_like(token: str) -> bool:
+    """Capitals, small letters, digits and a symbol inside the word, 8 characters or more:
+    "Tr0ub4dor&3", "Qwerty!234". A name, a version or a date has fewer kinds of characters
+    ("iPhone15", "Python3.12", "ISO-8601"); a symbol that ends it may end the sentence."""
+    word = _bare(token)
+    if len(word) < 8 or _EMAIL.fullmatch(word):
+        return False
+    inner = word[:-1]
+    return (
+        any(c.islower() for c in word)
+        and any(c.isupper() for c in word)
+        and any(c.isdigit() for c in word)
+        and bool(_SPECIAL.search(inner))
+    )
+
+
+def _value_like(token: str) -> bool:
+    """A word that could be a credential's value wherever it stands: four digits or more, or
+    letters with digits or a symbol in them ("hunter2", "Summer2024!", "dana.k"). Not an email
+    address (a login's name, the password is what follows it)."""
+    word = _bare(token)
+    if len(word) < 4 or _EMAIL.fullmatch(word):
+        return False
+    if word.isdigit():
+        return True
+    has_letter = any(c.isalpha() for c in word)
+    return has_letter and (any(c.isdigit() for c in word) or bool(_SPECIAL.search(word)))
+
+
+def _clause_after(text: str, at: int) -> str:
+    """The rest of the clause from `at`, at most 80 characters."""
+    tail = text[at : at + 80]
+    end = _CLAUSE_END.search(tail)
+    return tail[: end.start() + 1] if end else tail
+
+
+def _value_after(cue: re.Match[str], text: str) -> bool:
+    """Whether the clause after a credential word gives its value."""
+    tail = _clause_after(text, cue.end())
+    words = tail.split()
+    noun = cue.group("word") or cue.group("noun")
+    if noun and words and _bare(words[0]).casefold() in _NOT_CREDENTIAL:
+        return False  # "password manager", "PIN reset": another thing
+    if _SPACED_DIGITS.search(tail):
+        return True
+    for i, word in enumerate(words):
+        before = _bare(words[i - 1]).casefold() if i else ""
+        if _value_like(word) and not (_bare(word).isdigit() and before in _YEAR_BEFORE):
+            return True
+    if not cue.group("word"):
+        return False  # "I sign in with Google", "the login is dana": no secret word given
+    for i, word in enumerate(words[:-1]):
+        if _ASSIGN.match(word.strip(",")) or word.endswith(":"):
+            nxt = _bare(words[i + 1]).casefold()
+            return len(nxt) >= 3 and nxt not in _NOT_VALUE
+    if words and words[0].startswith((":", "=")):
+        return True
+    if _PHRASE_NOUNS.fullmatch(noun):
+        content = [w for w in words[:4] if _bare(w).casefold() not in _STOPWORDS]
+        return len(content) >= 2 and _bare(words[0]).casefold() not in _STOPWORDS
+    return False
+
+
+def find_credential(text: str) -> str | None:
+    """A credential said in ordinary words, as what kind (the four shapes above), or None."""
+    for cue in _CUE.finditer(text):
+        if _value_after(cue, text):
+            word = " ".join(cue.group().split()).casefold()
+            return f'a credential (a value given for "{word}")'
+    for email in _EMAIL.finditer(text):
+        after = _AFTER_EMAIL.match(text, email.end())
+        if after and _value_like(after.group(1)):
+            return "a login (an email address with a password-like word after it)"
+    if any(password_like(token) for token in text.split()):
+        return "a password (a word mixing capitals, small letters, digits and a symbol)"
+    if _SPACED_DIGITS.search(text):
+        return "a PIN or code spelled out a digit at a time"
     return None
 
 

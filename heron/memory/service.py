@@ -7,6 +7,7 @@ synchronous and short (a few files, a few rows): async callers use `asyncio.to_t
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,12 +37,14 @@ from heron.memory.guard import (
     overlaps,
     quote_key,
     quote_text,
+    shown_in,
 )
-from heron.memory.history import MemoryHistory
+from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
 from heron.store import Store
 from heron.store.schedule import user_timezone
 
+log = logging.getLogger(__name__)
 AGENT_ENV = "HERON_AGENT_COMMAND"
 REVIEW_BATCH = 10
 
@@ -113,6 +116,19 @@ class MemoryService:
                 f"refused: the quote {quote!r} is only a piece of a sentence the user wrote",
                 hint=BOUNDARY_HINT,
             )
+        block = shown_in(quote, rows)
+        if block is not None:
+            where = (
+                "a block the user piped in or pasted between fences"
+                if block == "a block"
+                else f"{block}, a file the user attached"
+            )
+            raise MemoryRefused(
+                f"refused: the quote {quote!r} is in {where}, not in words they typed",
+                hint="What a file or a pasted text says is not the user's own statement. Quote "
+                "what the user typed, or ask them whether it holds for them and quote their "
+                "answer.",
+            )
         raise MemoryRefused(
             f"refused: the quote {quote!r} is not in anything the user wrote in this conversation",
             hint="Quote the user's own words exactly (at least a few words); tool results, "
@@ -152,7 +168,10 @@ class MemoryService:
                 raise MemoryRefused(
                     f"refused: this looks like {what}; secrets and credentials are never saved "
                     "to memory",
-                    hint="Keep secrets in environment variables or a password manager.",
+                    hint="Keep secrets in a password manager. A false alarm? The person can "
+                    "write it themselves: a Markdown file they put in the memory folder (e.g. "
+                    "personal/always/<name>.md, docs/memory.md) is theirs (origin hand), and "
+                    "Heron does not check it.",
                 )
 
     @staticmethod
@@ -279,9 +298,13 @@ class MemoryService:
         self.history.record(f"{verb} {path.rel} ({origin})", lambda: self.files.write(entry))
         return entry
 
-    def forget(self, path: EntryPath | str, conversation_id: int | None = None) -> Entry:
+    def forget(
+        self, path: EntryPath | str, conversation_id: int | None = None, *, purge: bool = False
+    ) -> Entry:
         """Delete an entry and revoke what it said (its quote and its text, normalised), so no
-        pass saves it again from anything the user said before."""
+        pass saves it again from anything the user said before. An entry that holds a secret
+        (saved before the check knew its shape, or written by hand), or any with `purge`, is
+        also taken out of the history (`purge_history`)."""
         entry = self.get(path)
         statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
         records.revoke(
@@ -293,7 +316,24 @@ class MemoryService:
             time.time(),
         )
         self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
+        if purge or self.holds_secret(entry):
+            self.purge_history(entry.path.rel)
         return entry
+
+    @staticmethod
+    def holds_secret(entry: Entry) -> str | None:
+        """What secret an entry's text or quote holds, if any."""
+        return find_secret(entry.text) or find_secret(entry.source.quote or "")
+
+    def purge_history(self, rel: str) -> bool:
+        """Take every version of the file `rel` out of the memory folder's history; whether the
+        history no longer holds it. A git failure is logged, never raised, as for a commit:
+        the forget itself is done either way."""
+        try:
+            self.history.purge(rel)
+        except MemoryHistoryError as error:
+            log.warning("heron: memory history: %s", error)
+        return not self.history.holds(rel)
 
     # ---- the review queue -----------------------------------------------------------------
 
