@@ -1002,7 +1002,9 @@ def test_a_not_sent_notice_stays_its_full_time_after_an_earlier_notice(browser, 
         pg.goto(site.url + "/")
         expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
     alert = pg.get_by_role("alert")
-    expect(alert).to_contain_text("heron serve stopped")
+    # The serve's goodbye, or, when the socket closed before it came (a busy machine), the
+    # page's own word that it does not answer: either is the earlier notice here.
+    expect(alert).to_contain_text(re.compile("heron serve stopped|heron serve does not answer"))
     pg.clock.fast_forward(4000)
     _send(pg, "are you there?")
     expect(alert).to_contain_text("Not sent")
