@@ -35,6 +35,7 @@ from typing import Any
 
 from heron import workspace_io
 from heron.errors import PathEscape, ToolError
+from heron.tools import grep_child
 from heron.tools.context import ToolContext
 from heron.tools.registry import in_thread, tool
 
@@ -363,7 +364,18 @@ async def _search(root: Path, pattern: str, files: list[_Named]) -> list[tuple[s
     length]), found by heron/tools/grep_child.py in a process of its own: a pattern that
     backtracks for hours holds that process's GIL, not Heron's, and the process is killed when
     one file passes GREP_FILE_SECONDS or when the turn is stopped (this task cancelled)."""
+    progress = os.memfd_create("heron-grep-progress", os.MFD_CLOEXEC)
+    try:
+        return await _run_child(root, pattern, files, progress)
+    finally:
+        os.close(progress)
+
+
+async def _run_child(
+    root: Path, pattern: str, files: list[_Named], progress: int
+) -> list[tuple[str, list[Any]]]:
     job = {
+        "progress": progress,
         "pattern": pattern,
         "root": str(root),
         "files": [named.inner for named in files],
@@ -378,30 +390,45 @@ async def _search(root: Path, pattern: str, files: list[_Named]) -> list[tuple[s
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={},
+        pass_fds=(progress,),
         limit=4 * 1024 * 1024,  # one file's line: up to 201 clipped lines, JSON-escaped
     )
     try:
         await asyncio.wait_for(_start(child, json.dumps(job).encode()), GREP_START_SECONDS)
-        results: list[tuple[str, list[Any]]] = []
-        for named in files:
-            try:  # the clock restarts at each file's answer: this bounds one file's matching
-                line = await asyncio.wait_for(_readline(child), GREP_FILE_SECONDS)
-            except TimeoutError:
-                raise ToolError(
-                    f"the pattern took over {GREP_FILE_SECONDS:g} s on {named.shown}: it "
-                    "backtracks catastrophically; simplify it",
-                    hint="Nested repetition such as (a+)+ or (.*)* is the usual cause.",
-                ) from None
-            if not line:  # the child stops by itself once it has found enough
-                if sum(len(found) for _, found in results) <= MAX_MATCHES:
-                    raise ToolError(f"the search ended early: {await _why(child)}")
-                break
-            results.append((named.shown, json.loads(line)))
-        return results
+        return await _answers(child, files, progress)
     finally:
         if child.returncode is None:
             child.kill()
         await child.wait()
+
+
+async def _answers(
+    child: asyncio.subprocess.Process, files: list[_Named], progress: int
+) -> list[tuple[str, list[Any]]]:
+    """The child's answer for each file in order, until it stops. It sends them at least every
+    FLUSH_SECONDS while it makes progress, so the deadline restarts at each answer; when it
+    passes, `progress` says which file the child is on."""
+    results: list[tuple[str, list[Any]]] = []
+    loop = asyncio.get_running_loop()
+    wait = GREP_FILE_SECONDS + grep_child.FLUSH_SECONDS
+    try:
+        async with asyncio.timeout(wait) as deadline:
+            for _ in files:
+                line = await _readline(child)
+                if not line:  # the child stops by itself once it has found enough
+                    if sum(len(found) for _, found in results) <= MAX_MATCHES:
+                        raise ToolError(f"the search ended early: {await _why(child)}")
+                    break
+                results.append((files[len(results)].shown, json.loads(line)))
+                deadline.reschedule(loop.time() + wait)
+    except TimeoutError:
+        stuck = files[int.from_bytes(os.pread(progress, 4, 0) or bytes(4), "little")]
+        raise ToolError(
+            f"the pattern took over {GREP_FILE_SECONDS:g} s on {stuck.shown}: it backtracks "
+            "catastrophically; simplify it",
+            hint="Nested repetition such as (a+)+ or (.*)* is the usual cause.",
+        ) from None
+    return results
 
 
 async def _start(child: asyncio.subprocess.Process, job: bytes) -> None:

@@ -12,17 +12,25 @@ file's folder on sys.path). Files are read through heron/workspace_io.py, loaded
 never-blocking-on-a-FIFO reads Heron's own process makes.
 
 stdin: one JSON object {"pattern", "root", "files" (paths relative to root), "max_bytes",
-"max_matches", "clip", "alarm"}. stdout, one JSON line each: "ready" once the pattern is
+"max_matches", "clip", "alarm", "progress" (an inherited descriptor: the index of the file
+being matched is written at its start)}. stdout, one JSON line each: "ready" once the pattern is
 compiled, then for every file in order the list of its matches as [line number, the line's
 first `clip` characters, the line's length]. It stops after `max_matches` + 1 matches in all.
 """
 
 import importlib.util
 import json
+import os
 import re
 import signal
 import sys
+import time
 from types import ModuleType
+
+# Answers are sent at most this often: one write per file made a 2,000-file search 15% slower.
+# Which file is being matched is written to the `progress` descriptor instead (a memfd Heron
+# reads only when its deadline passes), so a stuck file is named right though answers wait.
+FLUSH_SECONDS = 0.05
 
 
 def _load(path: str) -> ModuleType:
@@ -55,7 +63,9 @@ def main() -> None:
     out.write('"ready"\n')
     out.flush()
     left, clip = job["max_matches"] + 1, job["clip"]
-    for name in job["files"]:
+    flush_at = time.monotonic() + FLUSH_SECONDS
+    for index, name in enumerate(job["files"]):
+        os.pwrite(job["progress"], index.to_bytes(4, "little"), 0)
         # Heron kills this process past the deadline; the alarm (no handler: its default action
         # ends the process) is for when Heron itself died first and cannot.
         signal.alarm(job["alarm"])
@@ -67,9 +77,12 @@ def main() -> None:
                 if not left:
                     break
         out.write(json.dumps(found) + "\n")
-        out.flush()
         if not left:
             return
+        if time.monotonic() >= flush_at:  # Heron's clock restarts at each answer it reads
+            out.flush()
+            flush_at = time.monotonic() + FLUSH_SECONDS
+    out.flush()
 
 
 if __name__ == "__main__":
