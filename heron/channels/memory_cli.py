@@ -194,9 +194,10 @@ def recall(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many snippets.")] = 10,
 ) -> None:
-    """Search every message of every conversation, compacted ones included."""
+    """Search what recall gives the model: every conversation, compacted messages included,
+    only what you still stand by (the current branch, nothing you had forgotten)."""
     with _service(reading=True) as service:
-        print_recall(service.store, query, limit)
+        print_recall(service.store, query, limit, standing=True)
 
 
 def print_recall(
@@ -207,13 +208,16 @@ def print_recall(
     key: str | None = None,
     as_json: bool = False,
     exact: bool = False,
+    standing: bool = False,
 ) -> None:
     """Search what was said (in conversation `key` only, when given) and print the hits, best
     first: `heron memory recall` and `heron conversations search` both run this. A line is
     `[key · date · message id · who] snippet`, and a last one says how to open a conversation;
     `as_json`: one JSON array of the hits and nothing else on stdout. An unknown `key` is a
     StoreError saying how to find one. `exact`: only the messages holding the query's words in
-    its order, newest first (`Recall.exact`)."""
+    its order, newest first (`Recall.exact`). `standing`: only what recall gives the model
+    (`Recall.search`), else every message said, one off its conversation's current branch
+    marked so."""
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -226,12 +230,13 @@ def print_recall(
     if exact:
         hits = searched.exact(query, limit, conversation_id)
     else:
-        hits = searched.search(query, limit, conversation_id=conversation_id)
+        hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
     else:
         for hit in hits:
-            typer.echo(hit.line(hit.who))
+            for line in hit.lines(hit.who):
+                typer.echo(line)
         keys = {hit.conversation_key for hit in hits}
         if not hits:
             typer.echo("Nothing found.")
@@ -253,6 +258,7 @@ def _hit_json(hit: Hit) -> dict[str, Any]:
         "who": hit.who,
         "snippet": " ".join(hit.snippet.split()),
         "score": float(hit.score),
+        "on_branch": not hit.elsewhere,
     }
 
 

@@ -12,7 +12,10 @@ shown when it
   (`Recall.ranked`: BM25 fused with sentence vectors when the extra is installed), and each
   hit after the first scores at least `Gate.second` of the first one's score;
 - is not in the model's view already, nor from before the conversation's /new, nor a message
-  that says exactly what was just typed (a retried or repeated message).
+  that says exactly what was just typed (a retried or repeated message);
+- is something the person still stands by: on its conversation's current branch, stating
+  nothing they had forgotten since (`Recall.turned_away`); a hit of theirs comes with what
+  they wrote later taking it back (`Recall.corrections`).
 
 A message with fewer than MIN_WORDS content words never fires: one word gives every message
 that holds it the same share, so the share cannot tell a hit from noise.
@@ -236,19 +239,33 @@ def _auto_hits(
     if own_hits and since > 0:
         dates = records.message_dates(recall.store, list(own_hits))
         own_hits = {i: own_hits[i] for i, _, created in dates if created >= since}
+    own_hits = _standing(recall, own_hits, branch is None)
     picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits)
     found = [(i, score, own_hits[i], False) for i, score in picked]
+    pool: Iterable[int] = mine
     if not found:  # other conversations only when this one has nothing to show
         if rest is None:
             rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
         other = _answered(recall, {i: s for i, s in rest.items() if s >= gate.other}, gate)
-        other = {i: s for i, s in other.items() if i not in skip}
+        other = _standing(recall, {i: s for i, s in other.items() if i not in skip}, True)
         more = _in_fused_order(recall, text, None, other, gate, gate.hits)
         found = [(i, score, other[i], True) for i, score in more]
+        pool = rest
     if not found:
         return []
-    by_id = {h.message_id: h for h in recall._hits([(i, s) for i, s, _, _ in found], text)}
+    hits = recall._hits([(i, s) for i, s, _, _ in found], text)
+    by_id = {h.message_id: h for h in recall.corrections(hits, text, list(pool))}
     return [AutoHit(by_id[i], share, far) for i, _, share, far in found if i in by_id]
+
+
+def _standing(recall: Recall, passed: dict[int, float], branch: bool) -> dict[int, float]:
+    """`passed` less what the person turned away from: a statement they had forgotten since
+    and, with `branch`, a message off its conversation's current branch (`Recall.turned_away`;
+    the conversation's own hits are checked against its branch as the engine holds it)."""
+    if not passed:
+        return passed
+    away = recall.turned_away(list(passed)) if branch else recall.revoked(list(passed))
+    return {i: s for i, s in passed.items() if i not in away}
 
 
 def _answered(recall: Recall, passed: dict[int, float], gate: Gate) -> dict[int, float]:
@@ -331,14 +348,15 @@ def render(found: Sequence[AutoHit], max_chars: int) -> str:
     used = 0
     heading = False
     for n, item in enumerate(found):
-        line = _clip(item.hit.line(), LINE_CHARS)
+        line, *later = (_clip(x, LINE_CHARS) for x in item.hit.lines())
         extra = [OTHER_HEADING] if item.other and not heading else []
-        cost = sum(len(x) + 1 for x in [*extra, line])
+        cost = sum(len(x) + 1 for x in [*extra, line, *later])
         if n and used + cost > max_chars:
             break
-        if not n and cost > max_chars:
-            line = _clip(line, max(80, max_chars - sum(len(x) + 1 for x in extra)))
-        lines += [*extra, line]
+        if not n and cost > max_chars:  # the first hit is cut to fit, its correction kept
+            room = max_chars - sum(len(x) + 1 for x in [*extra, *later])
+            line = _clip(line, max(80, room))
+        lines += [*extra, line, *later]
         heading = heading or bool(extra)
         used += cost
     return "\n".join(lines)

@@ -180,7 +180,9 @@ def recall_history(
 ) -> str:
     """Search everything said in every conversation (including parts no longer in your
     context) and return matching snippets with conversation, date and message id; or, with
-    message_id, open that one message whole (a pointer such as [#123] in your context).
+    message_id, open that one message whole (a pointer such as [#123] in your context). Only
+    what the user still stands by: no edited-away or retried text, nothing they had forgotten;
+    a "↳ later:" line under a hit is their later correction of it.
 
     Args:
         query: words to look for; a question works.
@@ -192,10 +194,11 @@ def recall_history(
         return _open_message(recall, message_id)
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
-    hits = recall.search(query, max(1, min(limit, 30)), exclude=_in_view(ctx, recall))
+    wanted = max(1, min(limit, 30))
+    hits = recall.search(query, wanted, exclude=_in_view(ctx, recall), standing=True)
     if not hits:
         return f"Nothing found for {query!r}."
-    return "\n".join(hit.line() for hit in hits)
+    return "\n".join(line for hit in hits for line in hit.lines())
 
 
 def _in_view(ctx: ToolContext, recall: Recall) -> set[int]:
