@@ -239,16 +239,17 @@ def _auto_hits(
     if own_hits and since > 0:
         dates = records.message_dates(recall.store, list(own_hits))
         own_hits = {i: own_hits[i] for i, _, created in dates if created >= since}
-    own_hits = _standing(recall, own_hits, branch is None)
-    picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits)
+    # the branch as the engine holds it, when given, is checked above
+    own_standing = recall.turned_away if branch is None else recall.revoked
+    picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits, own_standing)
     found = [(i, score, own_hits[i], False) for i, score in picked]
     pool: Iterable[int] = mine
     if not found:  # other conversations only when this one has nothing to show
         if rest is None:
             rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
         other = _answered(recall, {i: s for i, s in rest.items() if s >= gate.other}, gate)
-        other = _standing(recall, {i: s for i, s in other.items() if i not in skip}, True)
-        more = _in_fused_order(recall, text, None, other, gate, gate.hits)
+        other = {i: s for i, s in other.items() if i not in skip}
+        more = _in_fused_order(recall, text, None, other, gate, gate.hits, recall.turned_away)
         found = [(i, score, other[i], True) for i, score in more]
         pool = rest
     if not found:
@@ -256,16 +257,6 @@ def _auto_hits(
     hits = recall._hits([(i, s) for i, s, _, _ in found], text)
     by_id = {h.message_id: h for h in recall.corrections(hits, text, list(pool))}
     return [AutoHit(by_id[i], share, far) for i, _, share, far in found if i in by_id]
-
-
-def _standing(recall: Recall, passed: dict[int, float], branch: bool) -> dict[int, float]:
-    """`passed` less what the person turned away from: a statement they had forgotten since
-    and, with `branch`, a message off its conversation's current branch (`Recall.turned_away`;
-    the conversation's own hits are checked against its branch as the engine holds it)."""
-    if not passed:
-        return passed
-    away = recall.turned_away(list(passed)) if branch else recall.revoked(list(passed))
-    return {i: s for i, s in passed.items() if i not in away}
 
 
 def _answered(recall: Recall, passed: dict[int, float], gate: Gate) -> dict[int, float]:
@@ -296,9 +287,14 @@ def _in_fused_order(
     allowed: dict[int, float],
     gate: Gate,
     limit: int,
+    away: Callable[[list[int]], set[int]] | None = None,
 ) -> list[tuple[int, float]]:
     """The allowed messages among the fused retrieval's first `gate.depth`, in its order, each
-    after the first within `gate.second` of the first one's score."""
+    after the first within `gate.second` of the first one's score; less, when given, those
+    `away` names (what the person turned away from: `Recall.turned_away`). Asked only of
+    those few, it is the same as asked of every allowed message first, and far cheaper: the
+    other conversations' allowed messages can be in a hundred conversations, each a walk of
+    its branch."""
     if not allowed or limit <= 0:
         return []
     if conversation_id is None:  # every conversation: as bounded as the others' shares
@@ -306,6 +302,9 @@ def _in_fused_order(
     else:
         ranked = recall.ranked(text, gate.depth, conversation_id)
     kept = [(i, s) for i, s in ranked if i in allowed]
+    if kept and away is not None:
+        gone = away([i for i, _ in kept])
+        kept = [(i, s) for i, s in kept if i not in gone]
     if not kept:
         return []
     first = kept[0][1]

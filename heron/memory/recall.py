@@ -753,8 +753,8 @@ class Recall:
         mine = [h for h in hits if h.typed and not h.elsewhere]
         if not mine:
             return hits
+        scopes = {h.conversation_id for h in mine}
         if matched is None:  # a conversation's own search is cheap
-            scopes = {h.conversation_id for h in mine}
             matched = [i for c in scopes for i, _ in self.bm25(query, CORRECTION_POOL, c)]
         shown = {h.message_id for h in hits}
         after = {
@@ -764,14 +764,19 @@ class Recall:
             for h in mine
         }
         first = min(h.message_id for h in mine)
-        rows = records.hit_rows(
-            self.store,
-            sorted(
-                {*(i for ids in after.values() for i in ids), *(i for i in matched if i > first)}
-            ),
-        )
-        theirs = {r[0]: (r[1], r[5]) for r in rows if r[3] == "user" and r[6] in (None, "user")}
-        on = records.on_branch(self.store, list(theirs))
+        asked = {*(i for ids in after.values() for i in ids), *(i for i in matched if i > first)}
+        near = [i for i, c, _ in records.message_dates(self.store, sorted(asked)) if c in scopes]
+        theirs = {
+            r[0]: (r[1], r[5])
+            for r in records.hit_rows(self.store, near)
+            if r[3] == "user" and r[6] in (None, "user")
+        }
+        back = {i for i, (_, body) in theirs.items() if takes_back(body)}
+        if not back:  # the common case: nothing they said takes anything back
+            return hits
+        # where the branch matters: what takes back, and what comes before it after a hit
+        look = back | {i for ids in after.values() if back.intersection(ids) for i in ids}
+        on = records.on_branch(self.store, sorted(look & set(theirs)))
         later: dict[int, int] = {}
         for hit in mine:
             following = [i for i in after[hit.message_id] if i in on][:1]
@@ -783,7 +788,7 @@ class Recall:
                 ),
                 reverse=True,
             )
-            found = next((i for i in [*following, *newest] if takes_back(theirs[i][1])), None)
+            found = next((i for i in [*following, *newest] if i in back), None)
             if found is not None:
                 later[hit.message_id] = found
         if not later:
