@@ -291,25 +291,30 @@ def _in_fused_order(
 ) -> list[tuple[int, float]]:
     """The allowed messages among the fused retrieval's first `gate.depth`, in its order, each
     after the first within `gate.second` of the first one's score; less, when given, those
-    `away` names (what the person turned away from: `Recall.turned_away`). Asked only of
-    those few, it is the same as asked of every allowed message first, and far cheaper: the
-    other conversations' allowed messages can be in a hundred conversations, each a walk of
-    its branch."""
+    `away` names (what the person turned away from: `Recall.turned_away`). Asked in order of
+    each message that could still be picked (the first, then those within the bar, until
+    `limit`), it gives what asking it of every allowed message first would, far cheaper: the
+    other conversations' allowed messages can be in a hundred conversations, and each look
+    walks a branch."""
     if not allowed or limit <= 0:
         return []
     if conversation_id is None:  # every conversation: as bounded as the others' shares
         ranked = recall.ranked(text, gate.depth, None, OTHERS_BUDGET)
     else:
         ranked = recall.ranked(text, gate.depth, conversation_id)
-    kept = [(i, s) for i, s in ranked if i in allowed]
-    if kept and away is not None:
-        gone = away([i for i, _ in kept])
-        kept = [(i, s) for i, s in kept if i not in gone]
-    if not kept:
-        return []
-    first = kept[0][1]
-    bar = first * gate.second if first > 0 else 0.0
-    return [kept[0], *[(i, s) for i, s in kept[1:] if s >= bar]][:limit]
+    picked: list[tuple[int, float]] = []
+    bar = 0.0
+    for i, s in ranked:
+        if i not in allowed or (picked and s < bar):
+            continue
+        if away is not None and i in away([i]):
+            continue
+        if not picked:
+            bar = s * gate.second if s > 0 else 0.0
+        picked.append((i, s))
+        if len(picked) >= limit:
+            break
+    return picked
 
 
 def auto_messages(
