@@ -1430,7 +1430,7 @@ def test_a_search_hit_on_another_branch_says_so_and_which(browser, site):
     found.get_by_role("link").click()
     expect(pg.get_by_role("alert")).to_contain_text("on branch 1 of forked")
     expect(pg.get_by_role("alert")).to_contain_text("/tree 1")
-    expect(pg.locator(".msg.user").last).to_have_text("Question 1, edited")
+    expect(pg.locator(".msg.user .user-text").last).to_have_text("Question 1, edited")
     pg.context.close()
 
 
