@@ -231,7 +231,9 @@ def sandbox_figures(runs: int = 20) -> dict[str, float]:
     class Plain(Sandbox):
         """What every call ran before the sandbox: bash itself, nothing around it."""
 
-        def wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
+        def wrap(
+            self, argv: Sequence[str], *, binds: Sequence[Path] = (), seccomp: int | None = None
+        ) -> list[str]:
             return list(argv)
 
     async def bash_ms(sandbox: Sandbox) -> float:

@@ -9,11 +9,13 @@ upload), so one set of rules holds everywhere:
   the name (`mimetypes`), else from what the sender declared;
 - a PDF's pages are counted (`pdf_pages`, with pypdf) and kept in its `File` part: a provider
   reads a PDF page by page, so its context estimate is per page (heron/context/tokens.py);
-- `message_parts` puts a text file (UTF-8, at most `inline_text_kb`) into the message inline,
-  as a fenced block under its name, and keeps anything else as a `File` part: its bytes go to the
+- `compose` puts a text file (UTF-8, at most `inline_text_kb`) into the message inline, as a
+  fenced block under its name, and keeps anything else as a `File` part: its bytes go to the
   store's content-addressed folder, its row holds a reference (heron/store/files.py). A longer
   text file still reaches the model as text, within the message's share of the window (the
-  view shows its head and tail and a saved copy: heron/context/long_message.py).
+  view shows its head and tail and a saved copy: heron/context/long_message.py). The row's
+  meta names the files put in inline (`INLINE_META`), so the person's screens show them as
+  attachments, not as the fenced text the model reads (`unfenced` takes the text back out).
 
 What each model then receives of a `File` (an image block, a document, or a short note for a
 model that takes neither) is the adapters' business (heron/providers/wire.py `file_note`).
@@ -27,12 +29,14 @@ import mimetypes
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from heron.config import AttachmentCaps
 from heron.errors import AttachmentError
-from heron.messages import File, Part, Text, size_label
+from heron.messages import File, JSONValue, Part, Text, size_label
 
 # The first bytes of the types a model may take as they are; WebP is RIFF....WEBP.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -132,6 +136,30 @@ def _made(name: str, data: bytes, media_type: str) -> File:
     return File(media_type, data, name, pages=pages)
 
 
+def without_keys(files: Sequence[File], clean: Callable[[str], str]) -> list[File]:
+    """`files` with `clean` (Heron's own keys taken out) applied to every one a model reads as
+    text (UTF-8 without NUL bytes): an attached config or .env carries none of them into the
+    message, the store or a request. An image or a PDF is kept as it is."""
+    out = []
+    for file in files:
+        text = _as_text(file)
+        cleaned = text if text is None else clean(text)
+        if cleaned == text or cleaned is None:
+            out.append(file)
+        else:
+            out.append(_made(file.name or "file", cleaned.encode("utf-8"), file.media_type))
+    return out
+
+
+def _as_text(file: File) -> str | None:
+    if file.data is None or sniff(file.data) or b"\x00" in file.data:
+        return None
+    try:
+        return file.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def pdf_pages(data: bytes) -> int:
     """How many pages the PDF `data` has; 0 (unknown) when pypdf cannot tell: a damaged file,
     or one encrypted with a password (an empty one is tried, as viewers do). Never an error:
@@ -163,14 +191,9 @@ def check_total(files: Sequence[File], caps: AttachmentCaps) -> None:
 def inline_text(file: File, caps: AttachmentCaps) -> str | None:
     """The text of `file` when it goes into the message inline: UTF-8 without NUL bytes, at
     most `inline_text_kb`, and not a type models take as a file (a PDF stays a document)."""
-    if file.data is None or file.size > caps.inline_text or sniff(file.data):
+    if file.size > caps.inline_text:
         return None
-    if b"\x00" in file.data:
-        return None
-    try:
-        return file.data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    return _as_text(file)
 
 
 def fenced(name: str, text: str) -> str:
@@ -184,17 +207,55 @@ def longest_backticks(text: str) -> int:
     return max((len(run) for run in re.findall("`+", text)), default=0)
 
 
-def message_parts(text: str, files: Sequence[File], caps: AttachmentCaps) -> list[Part]:
+# The meta key of a person's message that names the text files put into it inline: for each,
+# its part's index, name and size in bytes. The model reads such a file as text in the
+# message; a person's screen shows it as the attachment it was (heron/web/transcript.py).
+INLINE_META = "inline_files"
+
+
+@dataclass
+class Composed:
+    """A person's message with its files: the parts, and the text files among them (by part
+    index) that went in inline, as `INLINE_META` records them."""
+
+    parts: list[Part]
+    inline: list[dict[str, JSONValue]] = field(default_factory=list)
+
+    def meta(self, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`meta` with the inline files named in it (unchanged when there are none)."""
+        if not self.inline:
+            return meta
+        return {**(meta or {}), INLINE_META: list(self.inline)}
+
+
+def compose(text: str, files: Sequence[File], caps: AttachmentCaps) -> Composed:
     """The parts of a person's message with `files`: their text, each text file inline as a
     fenced block, then every other file as a `File` part, in the order given."""
-    parts: list[Part] = [Text(text)] if text or not files else []
+    out = Composed([Text(text)] if text or not files else [])
     for file in files:
         body = inline_text(file, caps)
         if body is None:
-            parts.append(file)
-        else:
-            parts.append(Text(("\n\n" if parts else "") + fenced(file.name or "file", body)))
-    return parts
+            out.parts.append(file)
+            continue
+        name = file.name or "file"
+        out.inline.append({"part": len(out.parts), "name": name, "size": file.size})
+        out.parts.append(Text(("\n\n" if out.parts else "") + fenced(name, body)))
+    return out
+
+
+def message_parts(text: str, files: Sequence[File], caps: AttachmentCaps) -> list[Part]:
+    """`compose`'s parts alone."""
+    return compose(text, files, caps).parts
+
+
+_FENCED = re.compile(r"\A(?:\n\n)?([^\n]+):\n(`{3,})\n(.*)\n\2\Z", re.DOTALL)
+
+
+def unfenced(text: str) -> tuple[str, str] | None:
+    """The name and the text of a file `compose` put inline (`fenced`, after the blank line
+    that parts it from the text before it); None for any other text."""
+    m = _FENCED.match(text)
+    return (m.group(1), m.group(3)) if m else None
 
 
 def _clean_name(name: str) -> str:

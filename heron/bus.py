@@ -125,6 +125,10 @@ STOP_ANSWER_CODE = "stop_answer"
 # shutting down): the text says what became of it (kept in its conversation, or not run), and
 # a client waiting for that message's turn stops waiting (heron/agent/loop.py `close`).
 UNANSWERED_CODE = "unanswered"
+# Said first to that client, before the turn it mailed into ends: its message is being kept
+# and the `unanswered` notice follows once it is written (or failed to be), so a client whose
+# mail's turn ends meanwhile waits for that notice rather than taking the end for its answer.
+KEEPING_CODE = "keeping"
 
 
 # A channel as the person knows it, where they read who stopped a turn.

@@ -409,9 +409,12 @@ def conversations_search(
     from heron.channels.memory_cli import print_recall
 
     try:
-        store = open_store(settings(), reading=True)
+        s = settings()
+        store = open_store(s, reading=True)
         try:
-            print_recall(store, query, limit, key=conversation, as_json=as_json, exact=exact)
+            print_recall(
+                store, query, limit, key=conversation, as_json=as_json, exact=exact, zone=s.timezone
+            )
         finally:
             store.close()
     except HeronError as e:

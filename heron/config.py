@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import logging
 import os
 import re
 import tomllib
@@ -33,6 +34,7 @@ from heron.providers.profiles import (
     profile_for,
 )
 
+log = logging.getLogger(__name__)
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
 DEFAULT_OPENAI_MODEL = "gpt-4.1-mini"
 
@@ -78,13 +80,31 @@ class Paths:
         check_home(self.home)
         for folder in (self.home, self.workspace, self.memory):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
+                # The home holds the database, memory, keys in config.toml: its own user's only
+                # (mkdir's mode, within the umask), so no other local user reads a transcript.
+                folder.mkdir(
+                    mode=0o700 if folder == self.home else 0o777, parents=True, exist_ok=True
+                )
             except OSError as e:
                 raise ConfigError(
                     f"cannot create {folder}: {e.strerror or e}",
                     hint="Point HERON_HOME at a folder you can write to, or fix its permissions.",
                 ) from e
+        make_private(self.home)
         return self
+
+
+def make_private(home: Path) -> None:
+    """A Heron home that other users can read (made before homes were private: 0755 under the
+    usual umask) is made its owner's only, 0700. Only a folder that is a Heron home (it holds
+    heron.db) and is this user's: a HERON_HOME pointed at a shared folder is left alone."""
+    try:
+        st = home.stat()
+        if st.st_mode & 0o077 and st.st_uid == os.getuid() and (home / "heron.db").exists():
+            os.chmod(home, 0o700)
+            log.warning("%s was readable by other users of this machine; now 0700", home)
+    except OSError:  # a home Heron cannot stat or change: its own errors say so later
+        pass
 
 
 def check_home(home: Path) -> None:
@@ -849,6 +869,14 @@ class Settings:
 
     def model(self, cli_model: str | None = None) -> ModelChoice:
         return choose_model(self.config, self.env, cli_model)
+
+    @cached_property  # the system's is looked up in files: once per Settings
+    def timezone(self) -> str:
+        """The agent's zone, every time Heron shows is read in (heron/timefmt.py):
+        `[agent] timezone`, else the system's IANA name (`store.schedule.user_timezone`)."""
+        from heron.store.schedule import user_timezone
+
+        return user_timezone(self.config.agent.timezone)
 
     @property
     def tenant(self) -> str:

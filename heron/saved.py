@@ -12,10 +12,13 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
+
+from heron import workspace_io
 
 RESULTS_DIR = Path(".heron") / "results"
 MESSAGES_DIR = Path(".heron") / "messages"
@@ -45,19 +48,38 @@ def keep_bytes(
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "result"
     relative = folder / f"{safe}-{sha256[:10]}{suffix}"
-    outside = Path(tempfile.gettempdir()) / "heron-results" / relative.name
-    for target, shown in ((workspace / relative, str(relative)), (outside, str(outside))):
+    places = [(workspace, relative, str(relative))]
+    private = private_temp()
+    if private is not None:
+        places.append((private, Path(relative.name), str(private / relative.name)))
+    for root, path, shown in places:
         try:
-            if not target.exists():
+            # Through workspace_io: the agent's commands may have put a link at the name or
+            # on a folder above it, which must be replaced, never written through.
+            if not workspace_io.is_file(root, path.as_posix()):
                 body = data()
                 if body is None:
                     return None
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(body)
+                workspace_io.write(root, path.as_posix(), body)
         except OSError:
             continue
         return shown
     return None
+
+
+def private_temp() -> Path | None:
+    """The fallback folder for a copy the workspace refused: this user's own in the system's
+    temp folder (`heron-results-UID`, 0700). None when that name is another user's or open to
+    others: a folder another local user made first would let them read every copy."""
+    path = Path(tempfile.gettempdir()) / f"heron-results-{os.getuid()}"
+    try:
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+        st = path.lstat()
+    except OSError:
+        return None
+    mine = st.st_uid == os.getuid() and stat.S_ISDIR(st.st_mode)
+    return path if mine and not st.st_mode & 0o077 else None
 
 
 def head(text: str, limit: int) -> str:

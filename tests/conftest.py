@@ -20,7 +20,7 @@ settings.load_profile("fast" if FAST else "untimed")
 def heron_home(tmp_path, monkeypatch):
     """Every test runs in its own HERON_HOME, with no real credentials in reach."""
     home = tmp_path / "heron-home"
-    home.mkdir()
+    home.mkdir(mode=0o700)  # as Heron makes a home (one others can read is made so, and said)
     monkeypatch.setenv("HERON_HOME", str(home))
     for var in (
         "ANTHROPIC_API_KEY",

@@ -13,6 +13,9 @@ one `Settings.load()` names (HERON_HOME's file, or HERON_DATABASE_URL), as `hero
   file HERON_HOME/gate exists), then answers "gate done"; prints the turn's outcome.
 - `say KEY TEXT`: one turn (a slash command or a message to a scripted model that answers
   "ok"); prints "busy" when it has to wait, then the reply and the messages the model saw.
+- `maintain KEY`: a maintenance run (kind `learn`) in conversation KEY whose first model call
+  answers and whose second never does; prints "calling" once the first is recorded, so the
+  parent kills it in the middle of the run.
 """
 
 from __future__ import annotations
@@ -146,6 +149,27 @@ async def say(key: str, text: str) -> None:
     print(json.dumps({"reply": result.reply, "seen": seen}), flush=True)
 
 
+async def maintain(key: str) -> None:
+    from heron.agent.maintenance import maintenance
+
+    never = asyncio.Event()
+
+    async def answer(request: ChatRequest) -> Reply:
+        if len(provider.requests) > 1:
+            await never.wait()  # the parent kills the process here
+        return Reply([Text("reviewed")], "done", Usage(300, 30))
+
+    provider = ScriptedProvider(answer)
+    async with Engine.open(Settings.load(), provider=provider, registry=ToolRegistry([])) as engine:
+        conversation = engine.store.open_conversation(key)
+        async with maintenance(engine, conversation.id, "learn") as run:
+            reviewer = run.provider(provider, "review")
+            request = ChatRequest(provider.model, "review", [Message("user", [Text("review")])])
+            await reviewer.chat(request)
+            print("calling", flush=True)
+            await reviewer.chat(request)
+
+
 def _described(message: Message) -> dict[str, object]:
     return {
         "role": message.role,
@@ -164,5 +188,7 @@ if __name__ == "__main__":
         asyncio.run(gate(args[0], args[1]))
     elif mode == "say":
         asyncio.run(say(args[0], args[1]))
+    elif mode == "maintain":
+        asyncio.run(maintain(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")

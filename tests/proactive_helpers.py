@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
@@ -20,6 +22,22 @@ from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
 
 _KEY = re.compile(r"Conversation: (\S+)")
+
+
+def migrated_before(path: Path, step: str) -> sqlite3.Connection:
+    """A SQLite database at `path` with every migration before `step` applied, as an older
+    Heron left it: for a test of what `step` keeps."""
+    from heron.store.migrations import _apply, _names, _step
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)")
+    for name in _names():
+        if name < step:
+            _apply(conn, _step(name))
+            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (name,))
+    return conn
+
 
 Answer = Callable[[ChatRequest, int], Awaitable[Reply] | Reply]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -334,3 +335,28 @@ def test_a_folded_turn_keeps_the_names_of_its_files():
 
     rendered = transcript([Message("user", [Text("see"), File("image/png", PNG, "cat.png")])])
     assert rendered == "User: see\nUser attached: cat.png (image/png, 56 bytes)"
+
+
+async def test_heron_s_own_keys_leave_every_attached_text_file(
+    heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attached config or .env (inline, or a File part over the inline cap) reaches neither
+    the store nor a request with a key Heron holds in it; an image is kept byte for byte."""
+    key = "sk-test-attachedkey-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    provider = ScriptedProvider([Reply([Text("ok")], "done")])
+    small = File("text/plain", f"OPENAI_API_KEY={key}\n".encode(), ".env")
+    big = File("text/plain", (f"api = {key}\n" + "x" * 200_000).encode(), "big.toml")
+    photo = File("image/png", PNG, "cat.png")
+    async with (
+        Engine.open(Settings.load(), provider=provider) as engine,
+        connect(engine, "terminal", "t", lambda _item: asyncio.sleep(0)) as agent,
+    ):
+        await agent.send("look", "k", files=(small, big, photo))
+        await agent.settle()
+    sent = provider.requests[0].messages[-1].parts
+    assert "OPENAI_API_KEY=[redacted: configured key]" in str(sent)
+    assert "api = [redacted: configured key]" in str(sent)  # the large one's excerpt
+    assert key not in str(sent) and any(isinstance(p, File) and p.data == PNG for p in sent)
+    kept = b"".join(p.read_bytes() for p in heron_home.rglob("*") if p.is_file())
+    assert key.encode() not in kept

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pypdf
+import pytest
 from test_attachments_large import _two_turns  # a turn with the file, then a follow-up
 from typer.testing import CliRunner
 
@@ -195,3 +196,27 @@ async def test_a_pdf_within_its_share_is_sent_as_a_document(monkeypatch, tmp_pat
     assert [len(_file_parts(body)) for body in srv.requests] == [1, 1]
     assert not (settings.paths.workspace / ".heron" / "messages").exists()
     assert not [t for t in told if "small.pdf has" in t]
+
+
+def test_an_upload_lasts_until_a_message_takes_it_or_a_day(tmp_path: Path):
+    """Uploads were never removed: repeated ones filled the disk."""
+    import os
+    import time
+
+    from heron.errors import AttachmentError
+    from heron.web.uploads import KEPT_S, load_upload
+
+    data = make_pdf(1)
+    save(tmp_path, Upload("a" * 24, "r.pdf", "application/pdf", len(data)), data)
+    save(tmp_path, Upload("b" * 24, "s.pdf", "application/pdf", len(data)), data)
+    uploaded_files(tmp_path, [{"upload_id": "a" * 24}], CAPS)
+    assert load_upload(tmp_path, "a" * 24) is None  # the message has it now
+    old = time.time() - KEPT_S - 60
+    for path in (tmp_path / "uploads").glob("b*"):
+        os.utime(path, (old, old))
+    save(tmp_path, Upload("c" * 24, "t.pdf", "application/pdf", len(data)), data)
+    assert load_upload(tmp_path, "b" * 24) is None  # a day old, never sent
+    assert load_upload(tmp_path, "c" * 24) is not None
+    with pytest.raises(AttachmentError):
+        uploaded_files(tmp_path, [{"upload_id": "c" * 24}], AttachmentCaps(max_turn_mb=0.0001))
+    assert load_upload(tmp_path, "c" * 24) is not None  # refused: kept for another try

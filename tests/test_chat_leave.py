@@ -99,3 +99,17 @@ async def test_a_chats_mail_kept_as_the_serve_stops_is_said_in_that_chat_only():
     assert "heron serve stopped before your message was answered" in said
     assert "--retry -c personal" in said and conn.unanswered
     assert "before your message was answered" not in other.getvalue()
+
+
+def test_leaving_a_chat_through_a_serve_says_who_reviews_it_for_memory(heron_home):
+    """Through a serve the chat's end started no review and said nothing (memory.md promises
+    the review or one line saying why)."""
+    _, state, _ = _chat()
+    assert terminal.serve_review_note(Settings.load(), state) is None  # nothing talked about
+    state.keys.append("personal")
+    said = terminal.serve_review_note(Settings.load(), state)
+    assert said is not None and "nightly review at 03:00 reads it" in said and "/learn" in said
+    (heron_home / "config.toml").write_text("[review]\nenabled = false\n")
+    assert "no nightly review is on" in (terminal.serve_review_note(Settings.load(), state) or "")
+    (heron_home / "config.toml").write_text("[memory]\nreview_on_close = false\n")
+    assert terminal.serve_review_note(Settings.load(), state) is None

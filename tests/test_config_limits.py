@@ -108,3 +108,31 @@ def test_the_kernels_idle_time_is_read_and_checked(tmp_path):
         path.write_text(f"[tools]\nkernel_idle_minutes = {bad}\n")
         with pytest.raises(ConfigError, match="kernel_idle_minutes must be a number of minutes"):
             load_config(path)
+
+
+def test_a_heron_home_is_its_owners_only(tmp_path):
+    """The home was made 0755 (and heron.db 0644) under the usual umask: another local user
+    read every transcript out of the database. A new home is 0700; an older Heron home that
+    others can read is made 0700; a shared folder that is no Heron home is left alone."""
+    import stat
+
+    from heron.config import Paths
+
+    def mode(path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    new = Paths(tmp_path / "fresh" / ".heron").ensure()
+    assert mode(new.home) == 0o700
+
+    old = tmp_path / "old-home"
+    old.mkdir(mode=0o755)
+    old.chmod(0o755)
+    (old / "heron.db").write_bytes(b"")
+    Paths(old).ensure()
+    assert mode(old) == 0o700
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    Paths(shared).ensure()  # no heron.db: a folder the person pointed HERON_HOME at
+    assert mode(shared) == 0o755

@@ -160,7 +160,17 @@ def test_search_exact_lists_only_the_messages_holding_the_phrase_newest_first(ho
     porto = heron("conversations", "search", "-e", "statue in porto", "--json")
     assert [h["key"] for h in json.loads(porto.stdout)] == ["other"]
     reordered = heron("conversations", "search", "--exact", "statue heron")
-    assert reordered.exit_code == 0 and reordered.stdout.splitlines() == ["Nothing found."]
+    [said] = reordered.stdout.splitlines()
+    assert reordered.exit_code == 0 and said.startswith("Nothing found. Try fewer or other words")
+    assert "(without --exact)" in said  # what to try next, not a dead end
+
+
+def test_nothing_found_says_what_to_try():
+    from heron.channels.memory_cli import nothing_found
+
+    said = nothing_found("Halvorson", exact=False, meanings=False)
+    assert "as it was written" in said and "[embeddings]" in said and "fewer" not in said
+    assert "[embeddings]" not in nothing_found("Halvorson", exact=False, meanings=True)
 
 
 def test_search_in_an_unknown_conversation_says_how_to_find_one(home):
@@ -309,7 +319,7 @@ def test_markdown_closes_a_fence_a_message_left_open():
         conv = store.open_conversation("open")
         store.append(conv.id, user("look:\n```py\nprint('never closed')"))
         store.append(conv.id, Message("assistant", [Text("After it.")]))
-        md = to_markdown(read_record(store, conv))
+        md = to_markdown(read_record(store, conv), "UTC")
     finally:
         store.close()
     assert "print('never closed')\n```\n\n**assistant**" in md
@@ -383,10 +393,40 @@ def test_exported_parts_decode_to_what_was_stored(said, tmp_path_factory):
         for message in said:
             store.append(conv.id, message)
         doc = as_json(read_record(store, conv))
-        md = to_markdown(read_record(store, conv))
+        md = to_markdown(read_record(store, conv), "UTC")
     finally:
         store.close()
     decoded = [parts_from_json(json.dumps(m["parts"])) for m in doc["messages"]]
     assert decoded == [list(m.parts) for m in said]
     assert all("data" not in p for m in doc["messages"] for p in m["parts"])
     assert md.startswith("# ")
+
+
+def test_an_export_shows_where_a_compaction_folded_and_its_summary(home):
+    """An export carried no compaction: a reader could not see what the model worked from after
+    a fold. The summary comes after the last message it folded, in both formats."""
+    from heron.store import compactions as folds
+
+    store = Store(Settings.load().database)
+    try:
+        conv = known(store, "trip")
+        rows = store.branch(conv.id)
+        fold = folds.add_compaction(
+            store, conv.id, kind="consolidation", reason="budget",
+            summary="Trip: Lisbon, a statue.", first_row_id=rows[0].id,
+            last_row_id=rows[5].id, rows_folded=6,
+            tokens_before=9_000, tokens_after=700,
+        )  # fmt: skip
+    finally:
+        store.close()
+    md = heron("conversations", "export", "trip").stdout
+    assert "**Folded** (consolidation, 6 messages, 9,000 → 700 tokens" in md
+    assert md.index("Trip: Lisbon, a statue.") > md.index(REPLY.strip()[:40])  # after the fold
+    assert md.index("Trip: Lisbon, a statue.") < md.index("and the hotel near the statue?")
+    doc = json.loads(heron("conversations", "export", "trip", "--format", "json").stdout)
+    [told] = doc["compactions"]
+    assert (told["id"], told["last_message_id"], told["summary"]) == (
+        fold,
+        rows[5].id,
+        "Trip: Lisbon, a statue.",
+    )

@@ -93,3 +93,46 @@ async def test_slash_retry_of_an_answered_message_starts_a_new_branch():
         every = engine.store.all_messages(conversation.id)
     assert rows == [("user", "hi"), ("assistant", "again")]
     assert [m.message.text for m in every] == ["hi", "first", "hi", "again"]  # the old branch
+
+
+async def test_a_damaged_compaction_or_message_time_is_read_around_never_a_crash(caplog):
+    """A compaction whose meta is not JSON made every later turn of its conversation fail
+    (and --retry with it); a message time that is not a number crashed export, search and
+    recall. Both are read around: the compaction without its meta (named in the log), the
+    time as 0, and everything else goes on."""
+    from heron.channels.export import exported
+    from heron.memory.recall import Recall
+    from heron.store import compactions as folds
+
+    settings = Settings.load()
+    provider = ScriptedProvider([_ok("zebra answer"), _ok("still here")])
+    with caplog.at_level(logging.WARNING):
+        async with Engine.open(settings, provider=provider) as engine:
+            store = engine.store
+            await engine.turn("work", "tell me about the zebra")
+            conv = store.conversation("work")
+            rows = store.branch(conv.id)
+            fold = folds.add_compaction(
+                store,
+                conv.id,
+                kind="consolidation",
+                reason="test",
+                summary="S",
+                first_row_id=rows[0].id,
+                last_row_id=rows[-1].id,
+                meta={"facts": "f"},
+            )
+            store.conn.execute("UPDATE compactions SET meta = '{broken' WHERE id = ?", (fold,))
+            store.conn.commit()
+            later = await engine.turn("work", "are you there?")
+            [found] = folds.compactions(store, conv.id)
+    store = Store(settings.paths.db)  # a reader of its own, as `heron conversations export`
+    store.conn.execute("UPDATE messages SET created = 'yesterday' WHERE id = ?", (rows[0].id,))
+    store.conn.commit()
+    text, _ = exported(store, "work", "markdown", "UTC")
+    hits = Recall(store).search("zebra")
+    assert later.ok and later.text == "still here"
+    assert found.meta == {} and found.summary == "S"
+    assert "tell me about the zebra" in text
+    assert {h.message_id: h.created for h in hits}[rows[0].id] == 0.0  # shown, dated 0
+    assert f"compaction #{fold}" in caplog.text

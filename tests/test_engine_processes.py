@@ -31,6 +31,9 @@ from heron.testing.script import ServerReply
 pytestmark = pytest.mark.slow  # several OS processes and kill -9
 
 CHILD = str(Path(__file__).with_name("engine_child.py"))
+# How long a child may take to finish its turns: a bound that makes a hung child fail the test,
+# not a speed (on PostgreSQL at load 18, four turns took over a minute).
+CHILD_WAIT_S = 180
 
 
 def _env(base_url: str = "") -> dict[str, str]:
@@ -57,7 +60,7 @@ def test_two_processes_on_one_conversation_never_interleave_turns(home_db):
     with FakeOpenAIServer(_reply_for) as server:
         env = _env(server.base_url)
         procs = [_spawn(env, "turns", "shared", name, 4, 0) for name in ("A", "B")]
-        outs = [p.communicate(timeout=60) for p in procs]
+        outs = [p.communicate(timeout=CHILD_WAIT_S) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     store = Store(home_db)
     conv = store.conversation("shared")
@@ -129,7 +132,7 @@ def test_kill_minus_nine_at_random_instants_loses_nothing_and_resumes_well_forme
             proc.wait(timeout=10)
             seen = _kept(home_db, "crashy", seen)
         final = _spawn(env, "turns", "crashy", "turn", 0, total_turns)
-        _, err = final.communicate(timeout=60)
+        _, err = final.communicate(timeout=CHILD_WAIT_S)
         assert final.returncode == 0, err
         requests = list(server.requests)
     store = Store(home_db)
@@ -193,8 +196,8 @@ def test_a_follow_up_from_another_process_waits_and_sees_the_turn(home_db):
     second = _spawn(_env(), "say", "shared", "also, make it blue")
     assert second.stdout is not None and second.stdout.readline().strip() == "busy"
     (Path(os.environ["HERON_HOME"]) / "gate").touch()
-    out1, err1 = first.communicate(timeout=60)
-    out2, err2 = second.communicate(timeout=60)
+    out1, err1 = first.communicate(timeout=CHILD_WAIT_S)
+    out2, err2 = second.communicate(timeout=CHILD_WAIT_S)
     assert first.returncode == 0 and second.returncode == 0, err1 + err2
     assert json.loads(out1)["reply"] == "gate done"
     seen = json.loads(out2)["seen"]
@@ -220,11 +223,11 @@ def test_stop_from_another_process_keeps_finished_tool_results(home_db):
     store = Store(home_db)
     before = _rows(store)  # before the stop: the stopped turn may close at once after it
     stop = _spawn(_env(), "say", "shared", "/stop")
-    out, err = stop.communicate(timeout=60)
+    out, err = stop.communicate(timeout=CHILD_WAIT_S)
     assert stop.returncode == 0, err
     assert "What it finished is kept" in json.loads(out)["reply"]
     (Path(os.environ["HERON_HOME"]) / "gate").touch()
-    out1, err1 = first.communicate(timeout=60)
+    out1, err1 = first.communicate(timeout=CHILD_WAIT_S)
     assert first.returncode == 0, err1
     assert json.loads(out1)["outcome"] == "stale"
     after = _rows(store)
@@ -238,7 +241,7 @@ def test_stop_from_another_process_keeps_finished_tool_results(home_db):
     assert closing[0].tool_results[0].content == "quick 1 done"
     assert closing[1].text == STOPPED  # nothing streamed: the turn's minimal stopped reply
     after_turn = _spawn(_env(), "say", "shared", "what happened?")
-    out3, err3 = after_turn.communicate(timeout=60)
+    out3, err3 = after_turn.communicate(timeout=CHILD_WAIT_S)
     assert after_turn.returncode == 0, err3
     seen = json.loads(out3)["seen"]
     results = {r[0]: (r[1], r[2]) for m in seen for r in m["results"]}
@@ -281,7 +284,7 @@ def test_kill_minus_nine_of_one_of_two_processes_loses_nothing(home_db):
         assert survivor.returncode == 0, err[-3000:]
         # Resumable: a turn after the last kill closes whatever it left open.
         final = _spawn(env, "turns", "shared", "final", 1, 0)
-        _, err = final.communicate(timeout=60)
+        _, err = final.communicate(timeout=CHILD_WAIT_S)
         assert final.returncode == 0, err[-3000:]
         requests = list(server.requests)
     store = Store(home_db)
@@ -302,3 +305,34 @@ def test_kill_minus_nine_of_one_of_two_processes_loses_nothing(home_db):
     assert is_well_formed([r.wire for r in branch])
     bad = [i for i, body in enumerate(requests) if not _openai_well_formed(body["messages"])]
     assert not bad, json.dumps(requests[bad[0]]["messages"])[-2000:]
+
+
+def test_a_maintenance_run_whose_process_is_killed_shows_interrupted_in_trace_ls(home_db):
+    """A process killed with -9 in the middle of a maintenance run (a /learn's second call):
+    no lease says it is dead, its row's process does, and the next `heron trace ls` shows the
+    run interrupted with the calls it made counted (its usage unknown: a call was in flight),
+    not running for good."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    Store(home_db).close()
+    proc = _spawn(_env(), "maintain", "upkeep")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "calling"
+    store = Store(home_db)
+    try:
+        (run,) = store.turns(store.conversation("upkeep").id, maintenance=True)
+        assert run.status == "running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        store.close()
+        shown = CliRunner().invoke(app, ["trace", "ls", "--conversation", "upkeep"])
+        assert shown.exit_code == 0, shown.output
+        (line,) = shown.stdout.splitlines()[1:]
+        assert "interrupted (learn)" in line and "running" not in line
+        store = Store(home_db)
+        (run,) = store.turns(store.conversation("upkeep").id, maintenance=True)
+        assert (run.status, run.model_calls, run.usage.input) == ("interrupted", 1, 300)
+        assert run.usage_unknown and "killed or crashed" in (run.error or "")
+    finally:
+        store.close()

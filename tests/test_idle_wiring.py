@@ -16,6 +16,7 @@ from heron.agent.loop import AgentLoop, idle_compaction
 from heron.bus import InboundMessage, MessageBus
 from heron.compaction import compact_idle
 from heron.compaction.consolidate import MOVED_ON
+from heron.compaction.idle import Quiet
 from heron.config import Settings
 from heron.messages import Message, Reply, Text
 from heron.providers.scripted import ScriptedProvider
@@ -137,8 +138,66 @@ async def test_a_consolidation_stops_when_its_conversation_moved_on_while_it_wai
             if waits == 2:  # the conversation was looked at; its summary is next
                 engine.store.append(cid, Message("user", [Text("back again")]))
 
-        (report,) = await compact_idle(engine, quiet=quiet)
+        (report,) = await compact_idle(engine, quiet=Quiet(quiet))
         assert report.kind == "none" and report.why == MOVED_ON
         assert folds.compactions(engine.store, cid) == []
-        (done,) = await compact_idle(engine, now=time.time() + 3600, quiet=quiet)
+        (done,) = await compact_idle(engine, now=time.time() + 3600, quiet=Quiet(quiet))
         assert done.kind == "consolidation" and waits > 2
+
+
+async def test_a_step_under_way_steps_aside_when_the_persons_turn_starts():
+    """A message sent while a summary was being written waited for the whole of it (a local
+    model serves one request at a time): the step is now cancelled, nothing of it stored, and a
+    later sweep takes it again."""
+    writing, person = asyncio.Event(), asyncio.Event()
+    slow = [True]
+
+    async def answer(request: ChatRequest) -> Reply:
+        if request.system.startswith("You compact") and slow[0]:
+            writing.set()
+            await asyncio.sleep(60)  # a long summary on a small machine
+        return _answer(request)
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        cid = await _quiet_conversation(engine)
+
+        async def free() -> None:
+            return None
+
+        sweep = asyncio.create_task(compact_idle(engine, quiet=Quiet(free, person.wait)))
+        await writing.wait()
+        person.set()  # the person's turn starts
+        assert await asyncio.wait_for(sweep, UNTIL_S) == []  # stepped aside, nothing reported
+        assert folds.compactions(engine.store, cid) == []
+        slow[0] = False
+        (done,) = await compact_idle(engine, quiet=Quiet(free, asyncio.Event().wait))
+        assert done.kind == "consolidation"
+
+
+async def test_the_agent_loop_stops_a_summary_under_way_for_the_persons_message():
+    """The model serves one request at a time, as a local llama.cpp server does: the person's
+    message waited behind the idle summary's whole call."""
+    writing, slot = asyncio.Event(), asyncio.Lock()
+    slow = [True]
+
+    async def answer(request: ChatRequest) -> Reply:
+        async with slot:
+            if request.system.startswith("You compact") and slow[0]:
+                writing.set()
+                await asyncio.sleep(60)
+            return _answer(request)
+
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(answer)) as engine:
+        cid = await _quiet_conversation(engine)
+        bus = MessageBus()
+        loop = AgentLoop(engine, bus, idle_poll=0.01, quiet_s=0.01)
+        running = asyncio.create_task(loop.run())
+        await asyncio.wait_for(writing.wait(), UNTIL_S)
+        slow[0] = False  # the step taken again later writes at once
+        await loop.dispatch(InboundMessage("t", "1", "a question meanwhile"))
+        await asyncio.wait_for(loop.wait_idle(), UNTIL_S)  # not 60 s behind the summary
+        answered = engine.store.branch(engine.store.conversation("t:1").id)[-1].message.text
+        await until(lambda: folds.compactions(engine.store, cid) != [])  # taken again later
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert answered == "ok"

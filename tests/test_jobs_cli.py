@@ -108,7 +108,7 @@ def test_runs_lists_fires_and_skips_with_why(heron_home):
 
 
 def test_every_jobs_command_has_help():
-    for sub in ("list", "add", "cancel", "runs"):
+    for sub in ("list", "show", "add", "pause", "resume", "run-now", "cancel", "runs"):
         shown = jobs(sub, "--help")
         assert shown.exit_code == 0 and "Usage" in shown.output
 
@@ -142,3 +142,61 @@ def test_adding_to_a_conversation_that_does_not_exist_says_its_first_run_opens_i
         store.close()
     known = jobs("add", "Water the plants.", "-c", "chat-1", "--every", "1d")
     assert "does not exist yet" not in known.output
+
+
+def _added(*args: str) -> str:
+    added = jobs("add", "Water the plants.", "-c", "chat-1", *args)
+    assert added.exit_code == 0, added.output
+    return re.search(r"Created job (\d+)", added.output).group(1)
+
+
+def test_pause_resume_and_show_say_what_happens(heron_home):
+    job_id = _added("--cron", "0 9 * * 1")
+    paused = jobs("pause", job_id)
+    assert paused.exit_code == 0 and f"Paused job {job_id} [reminder, paused]" in paused.output
+    assert f"heron jobs resume {job_id}" in paused.output
+    again = jobs("pause", job_id)
+    assert again.exit_code == 0 and "was already paused" in again.output
+    (row,) = [r for r in jobs("list").output.splitlines() if r.startswith(f"{job_id} ")]
+    assert row.split()[1:3] == ["reminder", "paused"] and "paused" in row.split()[3:]
+    shown = jobs("show", job_id)
+    assert shown.exit_code == 0, shown.output
+    for said in (
+        f"Job {job_id}: reminder, paused",
+        "schedule:     cron 0 9 * * 1",
+        "zone:         ",
+        "next:         - (paused; resumed now, next ",
+        "conversation: chat-1",
+        "Prompt:\n  Water the plants.",
+        "No runs yet.",
+    ):
+        assert said in shown.output, shown.output
+    resumed = jobs("resume", job_id)
+    assert resumed.exit_code == 0
+    assert re.search(rf"Resumed job {job_id}: next Mon \d{{4}}-\d\d-\d\d 09:00 ", resumed.output)
+    assert "not made up" in resumed.output
+    assert "is not paused" in jobs("resume", job_id).output
+
+
+def test_unknown_and_cancelled_jobs_get_a_clear_error_and_exit_1(heron_home):
+    job_id = _added("--every", "1d")
+    jobs("cancel", job_id)
+    for sub in ("show", "pause", "resume", "run-now", "cancel", "runs"):
+        missing = jobs(sub, "999")
+        assert missing.exit_code == 1 and "there is no job 999" in missing.output, sub
+    for sub in ("pause", "resume", "run-now"):
+        refused = jobs(sub, job_id)
+        assert refused.exit_code == 1, (sub, refused.output)
+        assert f"job {job_id} is cancelled" in refused.output
+    assert "cancelled" in jobs("show", job_id).output
+
+
+def test_run_now_without_a_serve_is_refused_and_asks_nothing(heron_home):
+    job_id = _added("--every", "1d")
+    refused = jobs("run-now", job_id)
+    assert refused.exit_code == 1 and "no heron serve runs to run job" in refused.output
+    store = Store(Settings.load().paths.db)
+    try:
+        assert js.get_job(store, int(job_id)).run_now is None
+    finally:
+        store.close()

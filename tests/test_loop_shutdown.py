@@ -113,3 +113,50 @@ async def test_a_goal_nudge_waiting_at_close_is_not_started_nor_kept_as_the_pers
         rows = engine.store.branch(engine.store.conversation("p").id)
     assert len(provider.requests) == 1
     assert not any("[nudge]" in r.message.text for r in rows)
+
+
+async def test_a_message_whose_keeping_fails_is_told_not_kept_and_to_send_it_again():
+    """At shutdown a sender hears "kept" only once its words are written; a write the store
+    refuses (a full disk) is said as it is: not kept, send it again. Another conversation's
+    words are kept all the same."""
+    from pathlib import Path
+
+    from heron.store.disk import disk_full
+
+    registry, _, _ = _gate_registry()
+    provider = ScriptedProvider(lambda _: Reply([ToolCall("c1", "wait_gate", {})], "tool"))
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        store = engine.store
+        loop = AgentLoop(engine, bus)
+        for key in ("full", "fine"):
+            await loop.dispatch(InboundMessage("script", f"{key}-1", "work", key, events=True))
+        await until(lambda: len(provider.requests) == 2)
+        for key in ("full", "fine"):
+            await loop.dispatch(InboundMessage("script", key, f"{key} words", key, events=True))
+        append, emit = store.append, bus.emit
+        order: list[tuple[str, str]] = []  # what was written and told, in order
+
+        def refusing(conversation_id, message, *args, **kwargs):
+            if kwargs.get("author") == "user" and message.text.startswith("full words"):
+                raise disk_full(Path("heron.db"))
+            if kwargs.get("author") == "user":
+                order.append(("written", message.text))
+            return append(conversation_id, message, *args, **kwargs)
+
+        def telling(item):
+            if isinstance(item, OutboundMessage) and item.code == UNANSWERED_CODE:
+                order.append(("told", item.chat_id))
+            emit(item)
+
+        store.append = refusing  # type: ignore[method-assign]
+        bus.emit = telling  # type: ignore[method-assign]
+        await loop.close()
+        said = {m.chat_id: m.text for m in _outbound(bus) if m.code == UNANSWERED_CODE}
+        kept = [r.message.text for r in store.branch(store.conversation("fine").id)]
+        lost = [r.message.text for r in store.branch(store.conversation("full").id)]
+    assert "fine words" in kept and "full words" not in lost
+    assert order.index(("written", "fine words")) < order.index(("told", "fine"))
+    assert "kept in conversation 'fine'" in said["fine"]
+    assert "it was not kept; send it again" in said["full"] and "disk" in said["full"]
+    assert "kept in conversation 'full'" not in said["full"]

@@ -271,6 +271,47 @@ async def test_a_maintenance_run_left_running_is_not_a_turn_to_recover():
     assert after.ok and upkeep is not None and upkeep.status == "running"
 
 
+async def test_a_process_start_closes_the_runs_of_dead_processes_of_this_host_only():
+    """What tells a maintenance run is dead is its row's process (m027): on this host and
+    ended. A live process's run, one on another host (time alone never tells) and a turn
+    (its lease tells) are left running."""
+    import os
+    import subprocess
+    import sys
+
+    from heron.store.engine_state import HOST
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    settings = Settings.load()
+    async with Engine.open(settings, provider=ScriptedProvider(Model())) as engine:
+        store = engine.store
+        conv = store.open_conversation("k")
+        made = {
+            name: store.start_turn(
+                conv.id,
+                f"run_{name}",
+                user_message_id=None,
+                provider="p",
+                model="m",
+                kind=kind,
+                process=process,
+            )
+            for name, kind, process in [
+                ("dead", "compact", (HOST, dead.pid)),
+                ("live", "learn", (HOST, os.getpid())),
+                ("away", "compact", ("another-host", dead.pid)),
+                ("turn", "turn", None),
+            ]
+        }
+    async with Engine.open(settings, provider=ScriptedProvider(Model())) as engine:
+        status = {t.run_id[4:]: t for t in engine.store.turns(conv.id, maintenance=True)}
+    assert set(status) == set(made)
+    assert status["dead"].status == "interrupted" and status["dead"].usage_unknown
+    assert f"its process ({dead.pid}) ended" in (status["dead"].error or "")
+    assert {status[n].status for n in ("live", "away", "turn")} == {"running"}
+
+
 async def test_the_browser_s_status_costs_the_runs_and_counts_the_turns():
     from heron.serve.api import WebState, _status
     from heron.trace.prices import PriceTable

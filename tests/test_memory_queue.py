@@ -117,7 +117,7 @@ def test_review_checklists_keep_checked_drop_rest_and_esc_leaves_waiting(setup):
     decisions = service.review(choose, env={})
     assert seen == [10, 10, 3]
     assert sum(d.status == "accepted" for d in decisions) == 2
-    assert sum(d.status == "dropped" for d in decisions) == 18
+    assert sum(d.status == "rejected" for d in decisions) == 18  # the person's no: it lasts
     assert service.count_waiting() == 3
     assert len(service.entries()) == 2 and service.entries()[0].origin == "lesson"
 
@@ -230,7 +230,7 @@ async def test_two_passes_picking_the_same_fact_queue_it_once(setup):
     second = await review_pass(say(FACT), service, cid)
     facts = [s for s in service.waiting() if s.kind == "fact"]
     assert len(facts) == 1 and facts[0].quote == "I hate cilantro"
-    assert facts[0].id in first and facts[0].id in second
+    assert facts[0].id in first and facts[0].id not in second  # not new the second time
 
 
 def test_a_memory_pass_prompt_is_cut_to_fit_the_window():
@@ -314,14 +314,15 @@ async def test_a_review_pass_fits_the_window_the_engine_runs_with(monkeypatch):
     from heron.store.records import CLOSE_REVIEW
 
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
-    model = say('{"facts": []}')
+    model = ScriptedProvider(lambda request: Reply([Text('{"facts": []}')], "done"))
     async with Engine.open(Settings.load(), provider=model) as engine:
         conv = engine.store.open_conversation("long")
         for n in range(60):
             engine.store.append(conv.id, user(f"note {n}: " + "words " * 400))
         await engine.review_pass(conv.id, CLOSE_REVIEW)
-    (request,) = model.requests
-    assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
+    assert model.requests  # several calls: 60 long notes do not fit one
+    for request in model.requests:
+        assert estimate_text(request.system) + estimate_text(request.messages[0].text) < 8_000
 
 
 def test_a_lesson_already_waiting_is_not_queued_again(setup):
@@ -337,3 +338,122 @@ def test_a_lesson_already_waiting_is_not_queued_again(setup):
         "Always run the fast checks first.",
         "Read the logs before guessing.",
     ]
+
+
+def _quoted(request) -> list[str]:
+    """The QUOTABLE lines of a facts pass's request (the header must be there)."""
+    text = request.messages[0].text
+    assert "left out to fit the window" not in text
+    return text.split("\n\nQUOTABLE (the user's own words)\n")[1].split("\n")
+
+
+async def test_a_small_window_review_reads_the_oldest_words_whole_and_the_rest_later(setup):
+    """An 8,000-token window: the pass's prompt was cut in the middle (the QUOTABLE header and
+    the person's oldest new words dropped) and the cursor still moved to the last row, so those
+    words were never reviewed (QA19i #3). Each call now takes the person's words whole from the
+    oldest unread on, as many as fit; the cursor moves past what was read, no further."""
+    from heron.context.tokens import estimate_text
+    from heron.memory.extract import reviewed_up_to
+
+    store, service, cid = setup
+    said: dict[int, str] = {}
+    for n in range(100):
+        text = f"Turn {n}: " + "I grow tomatoes and basil on the balcony this year. " * 6
+        said[store.append(cid, user(text)).id] = text
+        store.append(cid, assistant(f"Echo {n}: " + "noted " * 50))
+    model = ScriptedProvider(lambda request: Reply([Text('{"facts": []}')], "done"))
+    await review_pass(model, service, cid, window=8_000, calls=1)
+    (request,) = model.requests
+    assert estimate_text(request.system) + estimate_text(request.messages[0].text) <= 6_000
+    lines = _quoted(request)
+    ids = list(said)
+    first = ids[: len(lines)]
+    assert 10 < len(lines) < 100
+    assert lines == [f"[#{i}] {said[i]}" for i in first]  # the oldest, each one whole
+    assert [i for i in ids if i > reviewed_up_to(service, cid)] == ids[len(lines) :]
+    await review_pass(model, service, cid, window=8_000)  # the next pass reads on to the end
+    later = [line for r in model.requests[1:] for line in _quoted(r)]
+    assert later == [f"[#{i}] {said[i]}" for i in ids[len(lines) :]]
+    assert reviewed_up_to(service, cid) == store.all_messages(cid)[-1].id
+    asked = len(model.requests)
+    assert await review_pass(model, service, cid, window=8_000) == []
+    assert len(model.requests) == asked  # nothing new: no call
+
+
+async def test_a_review_call_that_fails_leaves_the_cursor_where_it_was(setup):
+    """A call that failed (or a bound refused) read nothing: its messages wait for the next
+    pass instead of being passed over."""
+    from heron.errors import ProviderError
+    from heron.memory.extract import reviewed_up_to
+
+    store, service, cid = setup
+    store.append(cid, user("I hate cilantro"))
+
+    def down(request):
+        raise ProviderError("the model is down")
+
+    assert await review_pass(ScriptedProvider(down), service, cid) == []
+    assert reviewed_up_to(service, cid) == 0
+    await review_pass(say(FACT), service, cid)
+    assert [s.kind for s in service.waiting()] == ["fact", "lesson"]
+
+
+VOLVO = (
+    '{"facts": [{"path": "personal/always/car", "quote": "I drive a blue Volvo XC60"}],'
+    ' "lessons": [{"topic": "planning", "rule": "Always list risks before costs.",'
+    ' "mistake": "m"}]}'
+)
+
+
+async def test_a_rejected_suggestion_is_not_proposed_again(setup):
+    """Rejected #5 came back as #6 at the next fold, and a rejected lesson at every fold and
+    night (QA19i #4): the queue compared with waiting suggestions only. The same statement
+    (wherever a pass files it, however it is cased) and the same rule stay turned down; the
+    person saying it again later is a new statement."""
+    from heron.memory import records
+    from heron.memory.entries import MemoryRefused
+
+    store, service, cid = setup
+    store.append(cid, user("I drive a blue Volvo XC60."))
+    for number in await review_pass(say(VOLVO), service, cid):
+        assert service.reject(number).status == "rejected"
+    again = VOLVO.replace("personal/always/car", "personal/always/vehicle").replace(
+        "I drive a blue Volvo XC60", "i drive a blue volvo xc60"
+    )
+    folded = [m.id for m in store.all_messages(cid)]
+    assert await compaction_pass(say(again), service, cid, folded) == []
+    records.set_reviewed_up_to(store, cid, 0)  # read again from the start
+    assert await review_pass(say(VOLVO), service, cid) == []
+    assert service.waiting() == []
+    lesson = EntryPath("personal", "when", "planning", "risks")
+    with pytest.raises(MemoryRefused, match="turned this down before"):
+        service.suggest_lesson(lesson, "always list risks before costs", "m", cid)
+    store.append(cid, user("I drive a blue Volvo XC60."))  # said again since
+    await review_pass(say(VOLVO), service, cid)
+    assert [(s.kind, s.quote) for s in service.waiting()] == [("fact", "I drive a blue Volvo XC60")]
+
+
+async def test_a_rejected_removal_waits_until_the_entry_changes(setup):
+    _store, service, cid = setup
+    path = EntryPath("personal", "always", None, "tea")
+    service.files.write(Entry(path, "Drinks tea"))
+    remove = '{"removals": [{"path": "personal/always/tea", "reason": "stale"}]}'
+    (number,) = await tidy_pass(say(remove), service, cid)
+    service.reject(number)
+    assert await tidy_pass(say(remove), service, cid) == []
+    service.files.write(Entry(path, "Drinks green tea"))  # changed since: a new question
+    assert len(await tidy_pass(say(remove), service, cid)) == 1
+
+
+async def test_learn_counts_only_what_it_newly_queued(setup):
+    """/learn said 3 new when 2 were: the lesson already waiting was counted again (QA19i #8)."""
+    store, service, cid = setup
+    waiting = service.suggest_lesson(
+        EntryPath("personal", "when", "cooking", "allergies"), "Ask about allergies first", "x"
+    )
+    store.append(cid, user("I hate cilantro"))
+    model = say(FACT, '{"removals": []}')
+    report = await learn(service, (model, model), cid, memory_digests(service))
+    (fact,) = [s.id for s in service.waiting() if s.kind == "fact"]
+    assert report.suggested == [fact] and waiting not in report.suggested
+    assert "1 new suggestion(s) from this review." in report.text()

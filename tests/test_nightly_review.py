@@ -130,3 +130,56 @@ async def test_a_hand_edit_gets_its_own_commit_and_survives_an_undo():
         service.history.undo()
     assert messages[:2] == ["saved personal/always/mornings.md (user)", "edited by hand"]
     assert "black" in hand.read_text() and not (root / "personal/always/mornings.md").exists()
+
+
+async def test_a_pass_cut_by_its_bound_keeps_what_it_read_and_the_next_goes_on(monkeypatch):
+    """A small window: one conversation takes several calls. The bound stopping the pass
+    midway keeps the cursor past what the answered calls read (not back at the start, to be
+    read and proposed again, nor at the end, never read)."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        conv = engine.store.open_conversation("home")
+        for n in range(60):
+            engine.store.append(conv.id, user(f"Turn {n}: " + "I water the basil daily. " * 12))
+        first = await nightly_review(engine, model_calls=1)
+        read = [int(i) for i in _ids_quoted(model.requests[0])]
+        cursor = review_state_cursor(engine.store, conv.id)
+        second = await nightly_review(engine)
+        later = [int(i) for r in model.requests[1:] for i in _ids_quoted(r)]
+    assert first.left == 1 and first.conversations == 0 and read
+    assert cursor == read[-1]
+    assert later and later[0] > read[-1]  # on from there, nothing read twice
+    assert second.conversations == 1 and second.left == 0
+
+
+def _ids_quoted(request: ChatRequest) -> list[str]:
+    import re
+
+    text = request.messages[0].text
+    if "QUOTABLE" not in text:
+        return []
+    return re.findall(r"^\[#(\d+)\] ", text.split("QUOTABLE")[1], re.MULTILINE)
+
+
+def review_state_cursor(store, conversation_id: int) -> int:
+    from heron.memory import records
+
+    return records.reviewed_up_to(store, conversation_id)
+
+
+async def test_the_run_counts_only_suggestions_it_newly_queued():
+    """The run's line said 10 queued when 3 were new: picks the queue already held (from
+    another conversation, or waiting since an earlier night) were counted again (QA19i #8)."""
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for key in ("chat-1", "chat-2"):
+            _talk(engine.store, key, "I drink green tea every morning.")
+        first = await nightly_review(engine)
+        _talk(engine.store, "chat-1", "I drink green tea every morning.")
+        second = await nightly_review(engine)
+        waiting = engine.memory.waiting()
+    assert len(waiting) == 2  # the fact and the lesson, once each
+    assert sorted(first.suggested) == sorted(s.id for s in waiting)
+    assert "2 suggestion(s) queued" in first.text()
+    assert second.suggested == [] and "0 suggestion(s) queued" in second.text()

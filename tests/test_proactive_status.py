@@ -100,7 +100,7 @@ def test_status_lines_name_the_goal_its_budget_and_the_running_subagents(heron_h
     store = Store(Settings.load().paths.ensure().db)
     try:
         started = _work(store)
-        lines = runs.status_lines(store, "s", started + 125)
+        lines = runs.status_lines(store, "s", started + 125, "UTC")
     finally:
         store.close()
     assert lines[0] == (
@@ -136,12 +136,13 @@ async def test_status_shows_the_goal_and_subagents_in_the_terminal_and_through_s
     assert re.search(r"^subagent sa_1: running, ", reply, re.M) and "sa_2" not in reply
 
 
-async def test_status_says_every_time_in_the_agents_zone():
-    """The heartbeat's last tick in the zone the nightly review's next time is in, not the
-    system's (QA18g: three zones in one /status)."""
+async def test_status_says_every_time_in_the_agents_zone(heron_home):
+    """The heartbeat's last tick in the agent's zone, which the nightly review's next time is
+    in too, not the system's (QA18g: three zones in one /status)."""
     import datetime as dt
     from zoneinfo import ZoneInfo
 
+    (heron_home / "config.toml").write_text('[agent]\ntimezone = "Asia/Tokyo"\n')
     async with Engine.open(
         Settings.load(), provider=ScriptedProvider([]), registry=ToolRegistry([])
     ) as engine:

@@ -67,7 +67,7 @@ async def test_trace_show_lists_what_auto_recall_injected_before_the_message():
         result = await engine.turn("dinner", "Since when am I a strict vegetarian?")
         assert "strict vegetarian since 2019" in recalled(model.requests[-1])
         run = load_run(engine.store, result.run_id)
-        shown = list(render_show(engine.store, run, PriceTable()))
+        shown = list(render_show(engine.store, run, PriceTable(), "UTC"))
         exported = json.loads(export_run(engine.store, result.run_id, Scrubber()))
     you = next(i for i, line in enumerate(shown) if line.startswith("you: "))
     call = next(i for i, line in enumerate(shown) if line.lstrip().startswith("#1 "))

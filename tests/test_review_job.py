@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import sqlite3
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
 from zoneinfo import ZoneInfo
 
-from proactive_helpers import conversation_of
+from proactive_helpers import conversation_of, migrated_before
 from typer.testing import CliRunner
 
 from heron.agent.engine import Engine
@@ -29,7 +29,7 @@ from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.store import Store
 from heron.store import jobs as js
-from heron.store.migrations import _apply, _names, _step
+from heron.store.schedule import parse
 from heron.tools.context import TurnServices
 from heron.tools.registry import ToolContext, ToolRegistry
 from heron.tools.schedule import schedule
@@ -227,23 +227,33 @@ async def test_two_schedulers_on_one_home_run_it_once(heron_home):
             store.close()
 
 
-def test_config_decides_its_time_and_whether_it_runs_and_jobs_cancel_disables_it(heron_home):
+def test_config_decides_its_time_and_whether_it_runs_and_jobs_cancel_refuses_it(heron_home):
     cli = CliRunner()
     _config(heron_home, '[review]\ntime = "04:15"\n')
-    listed = cli.invoke(app, ["jobs", "list"])
-    (row,) = [line for line in listed.output.splitlines() if "review (built-in)" in line]
-    assert "cron 15 4 * * * (Europe/Berlin)" in row and "active" in row
-    job_id = row.split()[0]
-    cancelled = cli.invoke(app, ["jobs", "cancel", job_id])
-    assert cancelled.exit_code == 0
-    assert f"Disabled job {job_id}, the built-in nightly review" in cancelled.output
-    assert "[review] enabled = true" in cancelled.output
-    assert "review (built-in)" not in cli.invoke(app, ["jobs", "list"]).output
-    assert "disabled" in cli.invoke(app, ["jobs", "list", "--all"]).output  # stays off
-    _config(heron_home, "[review]\nenabled = true\n")
-    assert "review (built-in)" in cli.invoke(app, ["jobs", "list"]).output  # config wins
+    listed = cli.invoke(app, ["jobs", "list"]).output
+    assert "No scheduled jobs." in listed  # none of the person's: the review is apart
+    (line,) = [line for line in listed.splitlines() if "nightly review" in line]
+    assert line.startswith("Built-in: the nightly review of memory (job ")
+    assert "cron 15 4 * * * (Europe/Berlin): next " in line
+    job_id = re.search(r"\(job (\d+)\)", line).group(1)
+    assert f"(heron jobs pause {job_id})" in line
+    refused = cli.invoke(app, ["jobs", "cancel", job_id])
+    assert refused.exit_code == 1
+    assert f"job {job_id} is Heron's built-in nightly review of memory" in refused.output
+    assert "heron jobs pause ID" in refused.output and "enabled = false" in refused.output
+    assert "next " in cli.invoke(app, ["jobs", "list"]).output  # still on
+    paused = cli.invoke(app, ["jobs", "pause", job_id])
+    assert paused.exit_code == 0 and "[built-in review, paused]" in paused.output
+    _config(heron_home, "[review]\nenabled = true\n")  # config turns it on; a pause stays
+    assert f"(heron jobs resume {job_id})" in cli.invoke(app, ["jobs", "list"]).output
+    assert cli.invoke(app, ["jobs", "resume", job_id]).exit_code == 0
+    _config(heron_home, "[review]\nenabled = false\n")
+    assert "nightly review" not in cli.invoke(app, ["jobs", "list"]).output
+    assert "off ([review] enabled = true" in cli.invoke(app, ["jobs", "list", "--all"]).output
+    _config(heron_home, "[review]\nenabled = true\n")  # config wins
+    assert "Built-in: the nightly review" in cli.invoke(app, ["jobs", "list"]).output
     _config(heron_home, "[memory]\nreview_every_hours = 0\n")  # the older switch
-    assert "review (built-in)" not in cli.invoke(app, ["jobs", "list"]).output
+    assert "nightly review" not in cli.invoke(app, ["jobs", "list"]).output
     _config(heron_home, '[review]\ntime = "25:00"\n')
     bad = cli.invoke(app, ["jobs", "list"])
     assert bad.exit_code == 2 and "[review] time must be a time of day as HH:MM" in bad.output
@@ -255,18 +265,12 @@ async def test_the_agent_cannot_cancel_it(heron_home):
         job = js.review_job(r.store)
         ctx = ToolContext(heron_home, services=TurnServices(r.store, conversation_key="chat-1"))
         refused = await schedule.run(ctx, {"action": "cancel", "job": job.id})
-        assert refused.is_error and "only the user turns it off" in refused.text
+        assert refused.is_error and "only the user pauses or turns it off" in refused.text
         assert js.review_job(r.store).status == "active"
 
 
 def test_the_migration_keeps_every_job_and_run_and_adds_the_review(tmp_path):
-    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied REAL NOT NULL)")
-    for name in _names():
-        if name < "m010":
-            _apply(conn, _step(name))
-            conn.execute("INSERT INTO _migrations VALUES (?, 0)", (name,))
+    conn = migrated_before(tmp_path / "old.db", "m010")
     conn.execute(
         "INSERT INTO jobs (id, kind, spec, timezone, conversation, mode, prompt, created,"
         " created_by, next_run) VALUES (7, 'every', '3600', 'UTC', 'c', 'monitor', 'p', 0,"
@@ -282,5 +286,44 @@ def test_the_migration_keeps_every_job_and_run_and_adds_the_review(tmp_path):
         built = js.review_job(store)
         assert built is not None and built.builtin and built.id != 7
         assert [j.id for j in js.list_jobs(store, conversation="c")] == [7]
+    finally:
+        store.close()
+
+
+def _review_at(store: Store, hhmm: str, now: float) -> js.Job:
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    when = parse(cron=f"{minute} {hour} * * *", timezone="Europe/Berlin")
+    return js.sync_review(store, when, True, now, review.JOB_PROMPT)
+
+
+def _pass(store: Store, at: float, status: str = "done") -> None:
+    """The review fired at `at` (as the scheduler's claim does) and ended `status`."""
+    (fire,) = js.claim_due(store, "test", 1, at, 3600.0, modes=(js.REVIEW,))
+    js.finish_run(store, fire.run_id, status=status, outcome="reviewed", now=at + 5)
+
+
+def test_a_new_review_time_later_the_same_day_is_not_a_second_pass(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        job = _review_at(store, "13:40", local(2026, 12, 5, 12, 0))
+        assert job.next_run == local(2026, 12, 5, 13, 40)
+        _pass(store, local(2026, 12, 5, 13, 40))
+        moved = _review_at(store, "13:45", local(2026, 12, 5, 13, 42))
+        assert moved.next_run == local(2026, 12, 6, 13, 45)  # tomorrow, not in three minutes
+        assert js.claim_due(store, "test", 1, local(2026, 12, 5, 13, 45), 3600.0) == []
+        # Earlier the next day, before that day's pass: the new time holds that same day.
+        again = _review_at(store, "13:50", local(2026, 12, 6, 9, 0))
+        assert again.next_run == local(2026, 12, 6, 13, 50)
+    finally:
+        store.close()
+
+
+def test_a_failed_pass_today_does_not_hold_back_a_new_time_later_today(heron_home):
+    store = Store(Settings.load().paths.ensure().db)
+    try:
+        _review_at(store, "13:40", local(2026, 12, 5, 12, 0))
+        _pass(store, local(2026, 12, 5, 13, 40), status="failed")
+        moved = _review_at(store, "13:45", local(2026, 12, 5, 13, 42))
+        assert moved.next_run == local(2026, 12, 5, 13, 45)
     finally:
         store.close()

@@ -4,9 +4,11 @@ killed mid-turn whose turn another finishes, a scheduled job firing once."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +325,70 @@ async def test_a_subagent_spawned_on_a_worker_runs_as_a_workflow_of_its_own(
         held = "SELECT COUNT(*) FROM messages WHERE parts LIKE ? AND meta LIKE ?"
         assert raw_count(pg_url, held, ("%Subagent result%one two three%", "%run%")) == 1
     assert _dbos_count(pg_url, "status <> 'SUCCESS'") == 0
+
+
+RETRY_SAYS = "[Heron: the turn that received subagent"
+
+
+def _announce_fails(retry_fails: bool) -> Script:
+    """As `_spawns`, but the model refuses the announcement's turn (a 400: the turn fails on
+    a model error), and its retry's too when `retry_fails`; a later message is answered."""
+    refused = ServerReply(status=400, error_body={"error": {"message": "refused for now"}})
+
+    def script(body: dict[str, Any]) -> ServerReply:
+        last = _last_user_text(body)
+        if last.startswith("count to three"):
+            return ServerReply(text="one two three")
+        if last.startswith("[Subagent result"):
+            return refused
+        if last.startswith(RETRY_SAYS):
+            return refused if retry_fails else ServerReply(text="got the result, late")
+        if last.startswith("and the count?"):
+            return ServerReply(text="it counted to three")
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return ServerReply(text="spawned")
+        return ServerReply(tool_calls=[("spawn", {"task": "count to three"})])
+
+    return script
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 240.0) -> None:
+    """Until `predicate()` (errors expected: the refused turns say theirs to the face)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("retry_fails", [False, True])
+async def test_an_announcement_that_fails_on_a_worker_is_retried_once_and_kept_owed(
+    retry_fails: bool, pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The announcement's turn fails on a model error: the result stays unanswered, so the
+    run is not marked announced; one retry turn answers it (marked then). When the retry
+    fails too, no third turn: the run stays owed until a turn there ends well."""
+    announced = "SELECT COUNT(*) FROM runs WHERE kind = 'subagent' AND announced IS NOT NULL"
+    unsettled = "status NOT IN ('SUCCESS', 'ERROR')"
+    script = _announce_fails(retry_fails)
+    async with on_workers(script, heron_home, pg_url, monkeypatch) as (server, _, f):
+
+        def retries() -> int:
+            return sum(_last_user_text(b).startswith(RETRY_SAYS) for b in server.requests)
+
+        f.send("o3", "hand it off")
+        await _until(lambda: retries() == 1)
+        await _until(lambda: _dbos_count(pg_url, unsettled) == 0)
+        if not retry_fails:
+            await _until(lambda: raw_count(pg_url, announced) == 1)
+            await _until(lambda: "got the result, late" in f.texts("answer", "o3"))
+        else:
+            await asyncio.sleep(1.0)  # time for a wrong third turn or mark to show
+            assert raw_count(pg_url, announced) == 0  # owed: nothing answered it
+            f.send("o3", "and the count?")
+            await _until(lambda: raw_count(pg_url, announced) == 1)
+            assert f.texts("answer", "o3")[-1] == "it counted to three"
+        assert retries() == 1  # one retry, never a second
+    announcements = [b for b in server.requests if "[Subagent result" in _last_user_text(b)]
+    assert len(announcements) == 1
 
 
 async def test_starting_faces_continue_a_goal_left_open_once(

@@ -210,3 +210,56 @@ def test_two_starts_at_once_run_a_cut_off_reminder_again_only_once(home_db):  # 
     finally:
         for store in stores:
             store.close()
+
+
+async def _killed_elsewhere(job: js.Job, at: float, host: str | None = None) -> js.Fire:
+    """Another scheduler of the home (its own connection, as another serve's) fires `job`,
+    then its process dies: on this host (its pid ended), or on `host` (its lease says so)."""
+    from heron.config import Settings
+
+    other = Store(Settings.load().database)
+    try:
+        (fire,) = js.claim_due(other, "host:other:1", _dead_pid(), at, 3600)
+        if host is not None:
+            with other.transaction() as c:
+                c.execute("UPDATE jobs SET lease_host = ? WHERE id = ?", (host, job.id))
+        return fire
+    finally:
+        other.close()
+
+
+async def test_a_running_scheduler_recovers_a_reminder_another_scheduler_died_running(home_db):
+    """Two schedulers on one home (a second serve); the other is killed with a reminder's turn
+    running. The one that stays up notices on its next tick (it does not start again) and
+    runs the reminder once more, late and saying why; its later ticks run nothing again."""
+    due = local(2026, 6, 1, 9, 0)
+    async with rig(lambda _: answer("Water the plants now."), due - 60) as r:
+        store = r.engine.store
+        job = make_job(store, due - 3600, at="2026-06-01 09:00")
+        cut = await _killed_elsewhere(job, due)
+        await r.at(due + 60)  # past this scheduler's next wake: a tick, no start
+        new, old = js.runs(store, job.id)
+        assert (old.id, old.status, old.outcome) == (cut.run_id, "interrupted", js.RETRIED)
+        assert "killed or crashed" in old.detail and f"run again as run {new.id}" in old.detail
+        assert (new.status, new.outcome) == ("done", "delivered")
+        (request,) = r.provider.requests
+        assert "cut off before its turn ended" in last_user_text(request)
+        await r.at(due + 600)
+        assert len(r.provider.requests) == 1 and len(js.runs(store, job.id)) == 2
+
+
+async def test_a_running_scheduler_waits_for_the_lease_of_a_scheduler_on_another_host():
+    """Another host's process cannot be seen: its run is left running while its lease holds,
+    and recovered on the first tick after the lease expired (never by time alone here)."""
+    due = local(2026, 6, 1, 9, 0)
+    async with rig(lambda _: answer("Water the plants now."), due - 60) as r:
+        store = r.engine.store
+        job = make_job(store, due - 3600, at="2026-06-01 09:00")
+        cut = await _killed_elsewhere(job, due, host="another-host")
+        await r.at(due + 600)
+        (run,) = js.runs(store, job.id)
+        assert (run.id, run.status) == (cut.run_id, "running") and not r.provider.requests
+        await r.at(due + js.LEASE_TTL + 60)
+        new, old = js.runs(store, job.id)
+        assert (old.status, old.outcome, new.status) == ("interrupted", js.RETRIED, "done")
+        assert len(r.provider.requests) == 1

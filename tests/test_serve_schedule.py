@@ -4,7 +4,9 @@ serve runs."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import time
 
 from serve_helpers import running_serve, ws_client, ws_hello, ws_until
 from typer.testing import CliRunner
@@ -68,3 +70,47 @@ async def test_jobs_add_while_serve_runs_does_not_say_it_waits(heron_home):
         added = CliRunner().invoke(app, ["jobs", "add", "x", "-c", "personal", "--every", "1h"])
     assert added.exit_code == 0 and "Created job" in added.output
     assert "heron serve" not in added.output
+
+
+async def test_jobs_pause_resume_and_run_now_from_another_process_reach_a_running_serve(
+    monkeypatch,
+):
+    """`heron jobs` writes the row and tells the serve over its control socket, so the serve's
+    scheduler looks at once: a run-now runs without the clock moving, a paused job does not
+    fire, a resumed one fires at its next instant, not for the ones it was paused over."""
+    clock = FakeClock(START)
+    monkeypatch.setattr(time, "time", clock.now)  # `heron jobs` reads the system clock
+
+    def model(request) -> Reply:
+        return Reply([Text("Stand-up now.")], "done")
+
+    services = [lambda loop: run_proactive(loop, clock=clock)]
+    serving = running_serve(ScriptedProvider(model), services=services)
+    async with serving as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "personal")
+        store = Store(Settings.load().paths.db)
+        hourly = parse(every="1h", timezone="UTC")
+        job = js.create_job(store, hourly, conversation="personal", prompt="Stand-up.", now=START)
+        await clock.idle(2)
+
+        def cli(sub: str):  # in a thread, as from another process: the serve's loop answers
+            return asyncio.to_thread(CliRunner().invoke, app, ["jobs", sub, str(job.id)])
+
+        ran = await cli("run-now")
+        assert ran.exit_code == 0 and f"Job {job.id} runs now" in ran.output, ran.output
+        seen = await ws_until(ws, "turn_end")  # the clock has not moved: the serve was told
+        assert any(e.get("text") == "Stand-up now." for e in seen if e["type"] == "delta")
+        assert (await cli("pause")).exit_code == 0
+        await clock.idle(2)
+        clock.set(START + 2 * 3600 + 60)  # two instants pass while paused
+        await clock.idle(2)
+        assert [r.detail for r in js.runs(store, job.id)] == [js.RUN_NOW]
+        resumed = await cli("resume")
+        assert f"Resumed job {job.id}: next Mon 2026-06-01 11:00 UTC" in resumed.output
+        await clock.idle(2)
+        assert len(js.runs(store, job.id)) == 1  # nothing made up on resume
+        clock.set(START + 3 * 3600)
+        await ws_until(ws, "turn_end")
+        runs = js.runs(store, job.id)
+        assert [(r.due, r.detail) for r in runs] == [(START + 3 * 3600, None), (START, js.RUN_NOW)]
+        store.close()

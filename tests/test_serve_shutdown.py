@@ -150,7 +150,11 @@ async def test_sigterm_keeps_a_browsers_mailed_and_queued_messages_and_tells_tha
     assert len(told) == 2 and {e["chat_id"] for e in told} == mine
     assert all("kept in conversation 'personal'" in e["text"] for e in told)
     ends = [e for e in events if e["type"] == "turn_end"]
-    assert events.index(told[-1]) < events.index(ends[0])  # told before the turn's end
+    # Told "keeping" before the turn's end (the tab keeps waiting), "kept" once it is written,
+    # which is after the stopped turn (under its lease).
+    keeping = [e for e in events if e["type"] == "message" and e.get("code") == "keeping"]
+    assert {e["chat_id"] for e in keeping} == mine and "kept in" not in keeping[0]["text"]
+    assert events.index(keeping[-1]) < events.index(ends[0]) < events.index(told[0])
     assert len(ends) == 1 and ends[0]["error"] == "heron serve stopped"
     last = rows[-1]
     assert last.role == "user" and last.message.text.startswith("tab mail nine\n\ntab queued nine")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import time
 
-from serve_helpers import running_serve, ws_client, ws_hello, ws_next
+from serve_helpers import running_serve, ws_client, ws_hello, ws_next, ws_until
 
 from heron.config import Settings
+from heron.messages import Reply, Text
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
@@ -77,5 +78,37 @@ async def test_work_lists_and_cancel_ends_each_piece_of_this_conversation_only()
         assert runs.get(store, "sa_9").status == "running"
         assert goals.open_goal(store, "s") is None
         assert goals.history(store, "s")[0].status == "stopped"
+    finally:
+        store.close()
+
+
+async def test_job_pauses_resumes_and_runs_a_job_of_this_conversation_now():
+    mine, other = _seed()
+    reply = Reply([Text("Feed checked.")], "done")
+    async with running_serve(ScriptedProvider(lambda _: reply)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "s")
+        paused = await _ask(ws, {"type": "job", "action": "pause", "id": mine})
+        assert paused["done"] == f"Paused job {mine}."
+        (job,) = paused["jobs"]
+        assert (job["status"], job["next_local"]) == ("paused", None)
+        resumed = await _ask(ws, {"type": "job", "action": "resume", "id": mine})
+        assert resumed["done"].startswith(f"Resumed job {mine}: next ")
+        assert resumed["jobs"][0]["status"] == "active"
+        for refused in (
+            {"type": "job", "action": "pause", "id": other},  # another conversation's
+            {"type": "job", "action": "snooze", "id": mine},
+        ):
+            assert (await _ask(ws, refused))["type"] == "error"
+        ran = await _ask(ws, {"type": "job", "action": "run_now", "id": mine})
+        assert ran["done"].startswith(f"Job {mine} runs now (it answers in conversation 's')")
+        # The serve's scheduler was told: the run streams to this page at once (its every-1d
+        # schedule is not due), as an ordinary fire.
+        seen = await ws_until(ws, "turn_end")
+        assert any(e.get("text") == "Feed checked." for e in seen if e["type"] == "delta")
+    store = Store(Settings.load().paths.db)
+    try:
+        (run,) = js.runs(store, mine)
+        assert (run.status, run.detail) == ("done", js.RUN_NOW)
+        assert js.get_job(store, mine).status == "active"
     finally:
         store.close()

@@ -617,7 +617,7 @@ async def test_a_subagent_waiting_for_a_slot_is_shown_waiting_until_it_starts():
         while first.conversation_key not in model.seen:
             await asyncio.sleep(0)
         before = {r.id: r for r in runs.listing(store)}
-        lines = runs.status_lines(store, "test:me", time.time())
+        lines = runs.status_lines(store, "test:me", time.time(), "UTC")
         listed = CliRunner().invoke(app, ["runs", "list"]).output.splitlines()
         dropped = runs.cancel_by_person(store, before[third.id])
         gate.set()

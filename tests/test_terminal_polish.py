@@ -396,3 +396,24 @@ def test_a_turn_another_client_stopped_says_what_stopped_it():
     view.stopping = True  # this chat sent the /stop: its reply already said "Stopped."
     view.ended(TurnEnd(False, "stale", stopped_by="/stop from heron chat"))
     assert "Stopped by" not in mine.getvalue() and not view.stopping
+
+
+async def test_a_message_typed_at_the_resume_list_is_sent_not_thrown_away():
+    """Words typed at "Number to resume" were refused as "not on the list" and lost."""
+
+    class Session:  # what _pick asks of prompt_toolkit's session
+        def __init__(self, said: list[str]) -> None:
+            self.said = said
+
+        async def prompt_async(self, _: str) -> str:
+            return self.said.pop(0)
+
+    screen = io.StringIO()
+    console = Console(file=screen, width=120)
+    picked = await terminal._pick(
+        Session(["abc", "what did we say about herons?"]), console, 3, "k"
+    )
+    assert picked == "what did we say about herons?"
+    assert "abc is not on the list" in screen.getvalue()  # one word: still a typo of a number
+    assert "Closed the list; sending that in k." in screen.getvalue()
+    assert await terminal._pick(Session(["2"]), console, 3, "k") == 2

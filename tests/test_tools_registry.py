@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Literal
@@ -319,3 +321,22 @@ async def test_cancellation_propagates(registry: ToolRegistry, ctx: ToolContext)
 async def test_aclose_without_kernel_is_a_no_op(ctx: ToolContext) -> None:
     await ctx.aclose()
     assert ctx.kernel is None
+
+
+def test_a_tool_blocked_in_its_thread_does_not_hold_the_exit(tmp_path: Path) -> None:
+    """A sync tool stuck in I/O (here: sleeping) is left behind when its call is cancelled,
+    and the process still ends (the default executor's threads would be joined at exit)."""
+    script = (
+        "import asyncio, time\n"
+        "from heron.tools.registry import in_thread\n"
+        "async def main():\n"
+        "    try:\n"
+        "        await asyncio.wait_for(in_thread(time.sleep, 3600), 0.5)\n"
+        "    except TimeoutError:\n"
+        "        print('cancelled', flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout == "cancelled\n", done.stderr

@@ -43,7 +43,7 @@ async def _delta_seen(bus: MessageBus) -> None:
 
 def _shown(engine: Engine, run_id: str, prices: PriceTable) -> str:
     run = load_run(engine.store, run_id)
-    return "\n".join(render_show(engine.store, run, prices))
+    return "\n".join(render_show(engine.store, run, prices, "UTC"))
 
 
 async def test_a_stop_mid_stream_keeps_the_call_with_its_request_and_what_streamed() -> None:
@@ -64,7 +64,7 @@ async def test_a_stop_mid_stream_keeps_the_call_with_its_request_and_what_stream
             prices = PriceTable()
             shown = _shown(engine, summary.run_id, prices)
             stats = "\n".join(render_stats(engine.store, [summary.turn], prices))
-            usage = "\n".join(render_usage(engine.store, prices))
+            usage = "\n".join(render_usage(engine.store, prices, "UTC"))
             report = await replay(engine.store, summary.run_id)
             said = engine.store.branch(engine.store.conversation("t:1").id)[-1].message.text
     turn = summary.turn
@@ -79,7 +79,7 @@ async def test_a_stop_mid_stream_keeps_the_call_with_its_request_and_what_stream
     assert turn_cost(turn, prices) is None
     # Unknown usage makes a cost unknown, except where every token costs nothing.
     assert turn_cost(dataclasses.replace(turn, provider="local"), prices) == 0.0
-    assert ls_rows([summary], prices)[0][-1] == "?"
+    assert ls_rows([summary], prices, "UTC")[0][-1] == "?"
     # as `trace show` prints text: white space folded (a stop may fall just after a space)
     assert f"streamed: {' '.join(streamed.split())}" in shown and " · ? · " in shown
     assert "$0.0000" not in shown + stats + usage
@@ -137,5 +137,5 @@ async def test_a_reply_cut_at_its_cap_before_the_server_counted_it_has_unknown_u
     assert call.reply is not None and call.reply.stop == "length" and call.usage.input == 0
     assert summary.turn.usage_unknown and turn_cost(summary.turn, prices) is None
     assert " · ? · " in shown and "usage unknown: cut at its output cap" in shown
-    assert ls_rows([summary], prices)[0][-1] == "?"
+    assert ls_rows([summary], prices, "UTC")[0][-1] == "?"
     assert call.reply.usage_unknown  # read back from the trace

@@ -116,7 +116,9 @@ def test_a_stopped_reply_is_the_agents_markdown_then_a_note_and_nothing_streamed
         ("text", "I will **go on**"),
         ("note", "The reply was stopped here."),
     ]
-    assert (nothing.kind, nothing.text) == ("note", STOPPED)  # no reply at all: Heron's note
+    # No reply at all: Heron's note, without the brackets the model reads it in.
+    assert (nothing.kind, nothing.text) == ("note", "This turn was stopped before it finished.")
+    assert f"[{nothing.text}]" == STOPPED
 
 
 def test_a_failed_turns_note_follows_that_turn_and_a_failed_retry_follows_it(client):
@@ -393,6 +395,7 @@ def test_attachments_are_listed_and_served(client):
             "mime": "image/png",
             "size": len(png),
             "url": f"/api/conversations/personal/files/{items[0]['id']}/1",
+            "inline": False,
         }
     ]
     got = client.get(files[0]["url"])
@@ -400,6 +403,52 @@ def test_attachments_are_listed_and_served(client):
     assert got.headers["content-type"] == "image/png"
     assert client.get(f"/api/conversations/personal/files/{items[0]['id']}/0").status_code == 404
     assert client.get("/api/conversations/other/files/1/1").status_code == 404
+
+
+def test_a_text_file_the_model_got_inline_is_an_attachment_in_the_transcript(client):
+    """A text file goes into the message inline for the model, as a fenced block; the person
+    sees the message they typed and the file as an attachment (name, size, its text from the
+    files route), from a turn run through the loop, from an empty message with the file alone,
+    and from a row stored before its meta named the inline files. A typed fence stays text."""
+    from heron.messages import File, Message
+
+    notes = File("text/plain", b"line one\nline ZEBRA42\n\n", "notes.txt")
+    png = File("image/png", b"\x89PNG\r\n\x1a\nfake", "red.png")
+
+    async def attached() -> None:
+        settings = Settings.load()
+        provider = ScriptedProvider([Reply([Text("seen")], "done")] * 2)
+        opened = Engine.open(settings, provider=provider, registry=ToolRegistry([]))
+        async with opened as eng, connect(eng, "web", "tab", lambda _: asyncio.sleep(0)) as agent:
+            await agent.send("two files", "personal", files=(notes, png))
+            await agent.settle()
+            await agent.send("", "personal", files=(notes,))
+            await agent.settle()
+        sent = provider.requests[0].messages[-1].parts  # the model still reads it inline
+        assert Text("\n\nnotes.txt:\n```\nline one\nline ZEBRA42\n```") in sent
+
+    asyncio.run(attached())
+    store = Store(Settings.load().paths.ensure().db)
+    conv = store.open_conversation("personal")
+    earlier = Message("user", [Text("from before"), Text("\n\nold.txt:\n````\nx ``` y\n````")])
+    store.begin_turn(conv.id, "r-old", earlier)
+    typed = "mine.txt:\n```\nI typed this fence\n```"
+    store.begin_turn(conv.id, "r-typed", Message("user", [Text(typed)]))
+    items = client.get("/api/conversations/personal/transcript").json()["items"]
+    users = [i for i in items if i["kind"] == "user"]
+    assert [u["text"] for u in users] == ["two files", "", "from before", typed]
+    shown = [[(f["name"], f["size"], f["inline"]) for f in u["files"]] for u in users]
+    assert shown == [
+        [("notes.txt", 23, True), ("red.png", png.size, False)],
+        [("notes.txt", 23, True)],
+        [("old.txt", 7, True)],
+        [],
+    ]
+    text = client.get(users[0]["files"][0]["url"])
+    assert text.status_code == 200 and text.text == "line one\nline ZEBRA42"
+    assert client.get(users[2]["files"][0]["url"]).text == "x ``` y"
+    typed_row = users[3]["id"]  # a message's own text is no file
+    assert client.get(f"/api/conversations/personal/files/{typed_row}/0").status_code == 404
 
 
 def test_internal_conversations_are_never_listed(client):

@@ -519,6 +519,10 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     expect(chips).to_contain_text("notes.txt")
     _send(page, "what is in these?")
     expect(page.get_by_role("status").filter(has_text="Agent is working")).to_be_visible()
+    live = page.locator(".live-user")  # live: the files as turn_start names them
+    expect(live.get_by_label("attachment notes.txt (8 bytes)")).to_be_visible()
+    expect(live.get_by_label(re.compile(r"attachment photo\.png \(\d+ bytes\)"))).to_be_visible()
+    expect(live.locator(".user-text")).to_have_text("what is in these?")
     model.reply("A tiny image and a shopping list.")
     log = page.get_by_role("log", name="transcript")
     expect(log.locator(".msg.assistant:not(.live)")).to_have_text(
@@ -535,7 +539,16 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     def shown() -> None:
         thumb = page.locator(".msg.user .files img.thumb")
         expect(thumb).to_have_attribute("alt", "photo.png")
-        expect(page.locator(".msg.user .user-text")).to_contain_text("buy milk")
+        # The text file the model read inline is a chip with its name and size, not the
+        # fenced block the model got; it opens to its text.
+        expect(page.locator(".msg.user .user-text")).to_have_text("what is in these?")
+        chip = page.locator(".msg.user .text-file")
+        expect(chip.get_by_label("attachment notes.txt, 8 bytes")).to_be_visible()
+        expect(chip.locator(".file-text")).to_have_count(0)
+        chip.locator("summary").click()
+        expect(chip.locator(".file-text")).to_have_text("buy milk")
+        chip.locator("summary").click()
+        expect(chip.locator(".file-text")).to_have_count(0)
         # decode() waits for the bytes (a reloaded page may not have them yet); 0 if they fail
         loaded = thumb.evaluate("img => img.decode().then(() => img.naturalWidth, () => 0)")
         assert loaded == 1  # the bytes came back from HERON_HOME/files
@@ -547,7 +560,7 @@ def test_an_uploaded_image_reaches_the_model_and_its_chip_survives_a_reload(page
     assert page.locator(".msg.user").inner_html() == before
 
 
-def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
+def test_the_work_panel_pauses_resumes_and_cancels_a_job_a_subagent_and_the_goal(page):
     store = Store(Settings.load().paths.db)
     try:
         goals.set_goal(store, "personal", "Migrate the blog\nthen tell me")
@@ -567,6 +580,15 @@ def test_the_work_panel_cancels_a_job_a_subagent_and_the_goal(page):
         waiting = panel.locator(".work-item").filter(has_text="sa_wait")
         meta = "sa_wait · waiting for a slot (1st in line)"  # no clock before it starts
         expect(waiting.locator(".work-meta")).to_have_text(meta)
+        # Pause and resume need no confirmation; the panel redraws from the store's answer.
+        item = panel.locator(".work-item").filter(has_text="Check the feed.")
+        panel.get_by_role("button", name=f"pause job {job.id}").click()
+        expect(item.locator(".work-meta")).to_contain_text("· paused")
+        assert js.get_job(store, job.id).status == "paused"
+        panel.get_by_role("button", name=f"resume job {job.id}").click()
+        expect(item.locator(".work-meta")).to_contain_text("· next ")
+        assert js.get_job(store, job.id).status == "active"
+        expect(panel.get_by_role("button", name=f"run job {job.id} now")).to_be_visible()
         panel.get_by_role("button", name=f"cancel job {job.id}").click()
         expect(panel).to_contain_text("No jobs bound to this conversation.")
         assert js.get_job(store, job.id).status == "cancelled"
@@ -636,6 +658,18 @@ def test_the_page_cuts_streamed_blocks_where_the_terminal_does(page):
         cases,
     )
     assert got == [list(split_blocks(c)) for c in cases]
+
+
+def test_an_old_conversation_is_dated_as_the_serve_dates_it_not_in_the_browsers_zone(page):
+    """The sidebar's date of a conversation older than a week is the serve's `day` (the agent's
+    zone, as `heron conversations list`), not the browser's own zone's date."""
+    week = 8 * 86400
+    got = page.evaluate(
+        "async ([then, now]) => { const m = await import('/app.js');"
+        " return [m.ago(then, now, '2026-12-06'), m.ago(now - 3600, now, '2026-12-06')]; }",
+        [1_700_000_000 - week, 1_700_000_000],
+    )
+    assert got == ["2026-12-06", "1 h ago"]
 
 
 @tool
@@ -1045,6 +1079,42 @@ def test_a_stopped_turns_note_stays_with_it_after_the_next_reply(page, model):
     _order(page, "talk for a while", *stopped, "next question", "next answer")
 
 
+def test_the_answers_to_stop_and_to_commands_stay_in_their_places_after_a_reload(
+    browser, page, site, model
+):
+    """What Heron said outside replies (Stop's answer, /new's, a branch switch's) is not in
+    the conversation, where the model would read it: the tab keeps it (sessionStorage) and a
+    reload shows each note once, where it was; a tab opened later shows what the store holds
+    (the stopped reply, the /new separator, the branch shown), without those notes."""
+    panel = _two_branches(page, model, "base message", "the first answer", "the second answer")
+    panel.get_by_role("button", name="switch to branch 1").click()
+    expect(page.get_by_text("Switched to branch 1")).to_have_count(1)
+    _stop_mid_reply(page, model, "I will go on")
+    stopped = ("talk for a while", "I will go on", "The reply was stopped here.")
+    model.auto = "noted"  # /new archives what was said for memory, asking the model
+    _send(page, "/new")
+    expect(page.get_by_text("New conversation started")).to_have_count(1)
+    separator = "new conversation: the model starts fresh"
+    said = (
+        "Switched to branch 1: base message → the first answer",
+        *stopped,
+        "Stopped. What the turn finished is kept.",
+        "New conversation started",
+        separator,
+    )
+    _order(page, *said)
+    for _ in range(2):
+        page.reload()
+        expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
+        _order(page, *said)
+    later = site.page(browser, "/")  # another tab: the store's part alone
+    expect(later.locator(".msg.assistant:not(.live)")).to_have_count(2)
+    _order(later, *stopped, separator)
+    for note in ("Stopped. What", "New conversation started", "Switched to branch"):
+        expect(later.get_by_text(note)).to_have_count(0)
+    later.context.close()
+
+
 def test_a_turn_another_client_stopped_says_which_and_the_stopping_tab_does_not(
     browser, page, site, model
 ):
@@ -1154,15 +1224,16 @@ def test_a_monitors_message_shows_at_once_once_after_the_next_turn_and_after_a_r
         pg.context.close()
 
 
-def _long(key: str, turns: int, marked: dict[int, str] | None = None) -> None:
+def _long(key: str, turns: int, marked: dict[int, str] | None = None, first: int = 0) -> None:
     """A conversation of `turns` finished turns (a question and its answer each), stored as the
-    engine stores them; `marked`: words added to the question of those turns."""
+    engine stores them; `marked`: words added to the question of those turns; `first`: the
+    number of the first (turns added to a conversation that has `first` of them)."""
     from heron.messages import Message, Text, Usage
 
     store = Store(Settings.load().paths.db)
     conv = store.open_conversation(key)
     with store.transaction():
-        for i in range(turns):
+        for i in range(first, first + turns):
             asked = Message("user", [Text(f"Question {i}{(marked or {}).get(i, '')}")])
             turn, _ = store.begin_turn(conv.id, f"run-{key}-{i}", asked)
             store.append(conv.id, Message("assistant", [Text(f"Answer {i}.")]), turn_id=turn)
@@ -1235,6 +1306,31 @@ def test_a_long_conversation_opens_with_its_newest_page_and_earlier_ones_come_in
     assert asked[-2].startswith("Question 2") and not any("Question 3" in a for a in asked)
     said = pg.locator(".msg.user .user-text").all_text_contents()
     assert said == ["Question 0", "Question 1", "Question 2", "Question three, again"]
+    pg.context.close()
+
+
+def test_a_note_kept_across_a_reload_waits_for_the_page_that_holds_its_place(browser, site):
+    """A command's answer kept by the tab, whose turn is on an earlier page after a reload
+    (100 turns came since), is not drawn at the end of the newest page: it shows after its
+    turn once the earlier page is read."""
+    _long("long", 3)
+    pg = site.page(browser, "/#c=long")
+    expect(pg.locator(".msg.assistant")).to_have_count(3)
+    _send(pg, "/status")
+    note = pg.locator(".note.command").filter(has_text="conversation: long")
+    expect(note).to_have_count(1)
+    _long("long", 120, first=3)
+    pg.reload()
+    expect(pg.locator(".msg.assistant").filter(has_text="Answer 122.")).to_have_count(1)
+    expect(pg.get_by_role("button", name="Load earlier messages")).to_have_count(1)
+    expect(note).to_have_count(0)  # its place is not shown: not at the end either
+    pg.get_by_role("button", name="Load earlier messages").click()
+    expect(pg.locator(".msg.user")).to_have_count(123)
+    expect(note).to_have_count(1)
+    around = note.evaluate(
+        "n => [n.previousElementSibling.textContent, n.nextElementSibling.textContent]"
+    )
+    assert around[0].strip() == "Answer 2." and around[1].startswith("Question 3"), around
     pg.context.close()
 
 
@@ -1405,7 +1501,7 @@ def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
     expect(found).to_have_count(1)
     found.get_by_role("link").click()
     hit = pg.locator(".msg.user").filter(has_text="Question 12 about PINEAPPLE77")
-    expect(hit).to_be_in_viewport()
+    expect(hit).to_be_in_viewport(timeout=20_000)  # a long page under load
     expect(hit).to_have_class(re.compile(r"\bhit\b"))
     expect(pg.locator(".msg.assistant").filter(has_text="Answer 259.")).not_to_be_in_viewport()
     pg.context.close()

@@ -32,6 +32,7 @@ from heron.store.records import COMPACT, LEARN
 
 if TYPE_CHECKING:
     from heron.compaction.core import CompactionSetup
+    from heron.config import Settings
     from heron.memory.service import MemoryService
     from heron.providers.base import Provider
     from heron.providers.profiles import ModelChoice
@@ -111,6 +112,9 @@ class CommandEngine(Protocol):
 
     @property
     def memory(self) -> MemoryService | None: ...
+
+    @property
+    def settings(self) -> Settings: ...
 
     @property
     def memory_baseline(self) -> dict[str, str]: ...
@@ -308,7 +312,10 @@ def _proactive(ctx: CommandContext) -> list[str]:
     from heron.store.runs import status_lines as work_lines
     from heron.tools.schedule import status_lines
 
-    return work_lines(ctx.store, ctx.key, time.time()) + status_lines(ctx.store, ctx.key)
+    zone = ctx.engine.settings.timezone  # one /status, one clock: the agent's
+    return work_lines(ctx.store, ctx.key, time.time(), zone) + status_lines(
+        ctx.store, ctx.key, zone
+    )
 
 
 def _budget(engine: CommandEngine) -> list[str]:

@@ -32,6 +32,7 @@ from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelChoice
 from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
+from heron.store.engine_state import close_dead_runs
 from heron.store.records import NEW_REVIEW
 from heron.tools import approval
 from heron.tools.builtin import default_registry
@@ -88,7 +89,11 @@ class Engine:
         self.retry = RetryPolicy(
             deadline=defaults.request_deadline, stall_timeout=defaults.stall_timeout
         )
-        self.memos = Memos(PromptMemo(), BootstrapCache())  # kept between turns
+        self.redactor = redactor_for(settings, choice.api_key)
+        # Kept between turns. The workspace files lose Heron's own keys as they are read (a
+        # command can write them): nothing the prompt or its trace holds carries one.
+        keys_only = Redactor(self.redactor.keys, patterns=False)
+        self.memos = Memos(PromptMemo(), BootstrapCache(keys_only.clean))
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -102,7 +107,6 @@ class Engine:
         # What heron/proactive attaches: its tools' services, the goal's runtime line, the
         # scheduler's wake-up and its slash commands (deps.py `Attached`).
         self.attached = Attached()
-        self.redactor = redactor_for(settings, choice.api_key)
         # Only read from (`view_engine`): the prompt's Memory section is not frozen by a look.
         self.viewing = False
 
@@ -126,6 +130,8 @@ class Engine:
             where = ":memory:" if ephemeral else settings.database
             store = Store(where, files=None if ephemeral else paths.files)
             stack.callback(store.close)
+            if not ephemeral:  # what a killed process left running (a /compact): interrupted
+                await store.call(close_dead_runs, store)
             if provider is None:
                 choice = settings.model(model)
                 provider = await open_provider(choice, stack)
@@ -141,7 +147,7 @@ class Engine:
             stack.push_async_callback(engine.kernels.close)
             await asyncio.to_thread(engine._open_memory, ephemeral)
             if not ephemeral:  # its own connection: the file, or the same PostgreSQL URL
-                engine.recall_reader = memory_wiring.RecallReader(where)
+                engine.recall_reader = memory_wiring.RecallReader(where, settings.timezone)
                 stack.push_async_callback(engine.recall_reader.aclose)
             try:
                 yield engine
@@ -154,10 +160,12 @@ class Engine:
         from heron.memory.commands import memory_digests
 
         if not ephemeral:
-            self.memory = MemoryService(self.settings.paths.memory, self.store)
+            self.memory = MemoryService(
+                self.settings.paths.memory, self.store, self.settings.timezone
+            )
             self.memory_baseline = memory_digests(self.memory)
             self.memory.section_tokens = memory_tokens(self)
-        self.recall = memory_wiring.lazy_recall(self.store)
+        self.recall = memory_wiring.lazy_recall(self.store, self.settings.timezone)
 
     def compaction_setup(self) -> CompactionSetup:
         """What compaction reads of this engine, built per call (cheap: references only), so a

@@ -24,9 +24,9 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from heron.agent import commands
 from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
@@ -35,6 +35,7 @@ from heron.agent.relay import RelayDesk, Relayed, keep_words
 from heron.agent.runner import ToolCallRecord
 from heron.agent.turn import NOT_SAVED, message_unsaved
 from heron.bus import (
+    KEEPING_CODE,
     UNANSWERED_CODE,
     EventKind,
     InboundMessage,
@@ -51,6 +52,9 @@ from heron.messages import Message, ToolCall, ToolResult, file_label
 from heron.request import StreamEvent
 from heron.store import engine_state as es
 from heron.tools.context import Approver
+
+if TYPE_CHECKING:
+    from heron.compaction import idle
 
 BREAK_GRACE = 20.0
 # Stream events as turn events; a "retry" stream event is the RetryFilter's mark that the
@@ -73,13 +77,11 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def idle_compaction(
-    engine: Engine,
-    poll_s: float = IDLE_POLL,
-    quiet: Callable[[], Awaitable[None]] | None = None,
+    engine: Engine, poll_s: float = IDLE_POLL, quiet: idle.Quiet | None = None
 ) -> AsyncIterator[asyncio.Task[None] | None]:
     """Idle compaction (heron.compaction.idle_loop) in the background while the block runs,
-    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: awaited before
-    each of its steps (`AgentLoop.person_first`)."""
+    cancelled when it ends; none when idle_compact_after_minutes is 0. `quiet`: when its steps
+    may run (`AgentLoop.person_first`) and what stops one under way (`person_arrives`)."""
     if engine.settings.config.agent.idle_compact_after_minutes <= 0:
         yield None
         return
@@ -141,6 +143,8 @@ class AgentLoop:
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
     # Set while no turn the person started runs; when the last one ended (or the loop started).
     _no_person: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set while a turn the person started runs (`person_arrives`): the inverse of the above.
+    _person_on: asyncio.Event = field(default_factory=asyncio.Event)
     _person_at: float = field(default_factory=time.monotonic)
     # Where each conversation's last message came from (channel, chat, provenance): where a
     # subagent's result is announced (heron/proactive/subagents.py).
@@ -215,6 +219,12 @@ class AgentLoop:
                 return
             await asyncio.sleep(left)
 
+    async def person_arrives(self) -> None:
+        """Until a turn the person started runs: idle-time work in the middle of a step stops
+        for it (a local model serves one request at a time, so the person's would wait for a
+        whole summary to be written) and takes the step again later."""
+        await self._person_on.wait()
+
     async def run(self, *, idle: bool = True) -> None:
         """Consume the bus until cancelled; idle compaction sweeps in the background unless
         `idle` is False (a one-message `heron run` has no idle time)."""
@@ -222,7 +232,10 @@ class AgentLoop:
         if not idle:
             await self._consume()
             return
-        async with idle_compaction(self.engine, self.idle_poll, self.person_first):
+        from heron.compaction.idle import Quiet
+
+        quiet = Quiet(self.person_first, self.person_arrives)
+        async with idle_compaction(self.engine, self.idle_poll, quiet):
             await self._consume()
 
     async def _consume(self) -> None:
@@ -307,6 +320,7 @@ class AgentLoop:
         if message.provenance == "user":
             self.origins[key] = (message.channel, message.chat_id, message.provenance)
             self._no_person.clear()
+            self._person_on.set()
         else:
             self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
@@ -532,6 +546,7 @@ class AgentLoop:
             self._person_at = time.monotonic()
         if not self.user_turn_running():
             self._no_person.set()
+            self._person_on.clear()
         for hook in list(self.turn_end_hooks):
             try:
                 hook(ended)
@@ -636,8 +651,9 @@ class AgentLoop:
         """Shutdown (`why` says which, to the person): no turn starts from here on; running
         turns are stopped as /stop stops them; what the person sent that no turn read (mail
         still in a mailbox, messages queued behind a turn, any message arriving now) is told
-        to its client as kept first, then stored in its conversation as the person's words
-        with no answer yet (`_store_kept`): `--retry` or the next turn there answers it."""
+        stored in its conversation as the person's words with no answer yet, then its client
+        is told it is kept (`_store_kept`), or, when the write failed, that it was not and
+        to send it again: `--retry` or the next turn there answers what was kept."""
         self.closing, self._closed_by = True, why
         for key, active in list(self._active.items()):
             active.control.accepting_mail = False  # nothing more joins it: it is stopping
@@ -658,10 +674,10 @@ class AgentLoop:
 
     def _keep(self, key: str, messages: list[InboundMessage]) -> None:
         """Messages no turn will answer before the process ends. The person's words are kept
-        (stored by `_store_kept`), and each client that sent one is told so now, before the
-        turn's end reaches it; a command is not run, and says so; Heron's own (a goal's nudge,
-        a subagent's result, a reminder) is started again by the next process, as after a
-        crash (goals resume, owed results are announced, the schedule runs on)."""
+        (stored by `_store_kept`, which tells each client once they are, or that they could
+        not be); a command is not run, and says so; Heron's own (a goal's nudge, a subagent's
+        result, a reminder) is started again by the next process, as after a crash (goals
+        resume, owed results are announced, the schedule runs on)."""
         for message in messages:
             if message.provenance != "user":
                 log.info("not started at shutdown: a %s turn of %s", message.provenance, key)
@@ -678,26 +694,38 @@ class AgentLoop:
                 )
                 continue
             self._kept.setdefault(key, []).append(message)
-            self._tell(message, key, kept_notice(self._closed_by, key))
+            self._tell(message, key, keeping_notice(self._closed_by, key), KEEPING_CODE)
 
-    def _tell(self, message: InboundMessage, key: str, text: str) -> None:
+    def _tell(
+        self, message: InboundMessage, key: str, text: str, code: str = UNANSWERED_CODE
+    ) -> None:
         """Say to the client that sent `message` that no turn of this process answers it."""
         said = OutboundMessage(message.channel, message.chat_id, key, text, "notice")
-        self.bus.emit(dataclasses.replace(said, code=UNANSWERED_CODE))
+        self.bus.emit(dataclasses.replace(said, code=code))
 
     async def _store_kept(self) -> None:
         """The kept words of each conversation, as one message of the person's with no answer
-        yet, each sender's part labelled with its channel as mail is (`join_words`)."""
-        kept, self._kept = self._kept, {}
-        for key, messages in kept.items():
-            joined = join_words(messages, key)
-            try:
-                caps = self.engine.settings.config.attachments
-                await keep_words(
-                    self.engine.store, key, joined.text, joined.files, joined.agent, caps
-                )
-            except Exception:  # one conversation's failed write must not lose the others
-                log.exception("keeping the unanswered messages of %s failed", key)
+        yet, each sender's part labelled with its channel as mail is (`join_words`); each
+        sender is told once the row is written, or, when the write failed, that its words
+        were not kept. Until nothing is left: a message arriving during a write is kept
+        with the next."""
+        while self._kept:
+            kept, self._kept = self._kept, {}
+            for key, messages in kept.items():
+                await self._store_words(key, messages)
+
+    async def _store_words(self, key: str, messages: list[InboundMessage]) -> None:
+        joined = join_words(messages, key)
+        try:
+            caps = self.engine.settings.config.attachments
+            await keep_words(self.engine.store, key, joined.text, joined.files, joined.agent, caps)
+        except Exception as e:  # one conversation's failed write must not lose the others
+            log.exception("keeping the unanswered messages of %s failed", key)
+            said = not_kept_notice(self._closed_by, key, e)
+        else:
+            said = kept_notice(self._closed_by, key)
+        for message in messages:
+            self._tell(message, key, said)
 
 
 async def _stored_first(active: _Active) -> None:
@@ -776,6 +804,20 @@ def kept_notice(why: str, key: str) -> str:
         f"{why} before your message was answered. It is kept in conversation {key!r} as "
         f"your message, with no answer yet: `heron run --retry -c {key}` answers it, and the "
         "next turn there reads it."
+    )
+
+
+def keeping_notice(why: str, key: str) -> str:
+    """What a client is told first of its message being kept (`KEEPING_CODE`)."""
+    return f"{why} before your message was answered: keeping it in conversation {key!r}…"
+
+
+def not_kept_notice(why: str, key: str, error: BaseException) -> str:
+    """What a client is told of its message that no turn read when storing it failed."""
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return (
+        f"{why} before your message was answered, and keeping it in conversation {key!r} "
+        f"failed ({reason}): it was not kept; send it again once Heron runs."
     )
 
 

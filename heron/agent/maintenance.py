@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ from heron.agent.record import TurnRecorder
 from heron.agent.tracing import engine_fixed
 from heron.messages import JSONObject, Reply
 from heron.providers.wire import ModelCallRecord, call_recorded
+from heron.store.engine_state import HOST
 from heron.trace.recorder import RunStart, TraceRecorder
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ class MaintenanceRun:
             provider=provider.name,
             model=provider.model,
             kind=self.kind,
+            process=(HOST, os.getpid()),  # what tells its process is gone (m027)
         )
         fixed = engine_fixed(engine)
         # No system prompt or view of its own: each call carries its own request.

@@ -89,11 +89,12 @@ async def keep_words(
     unread, heron/agent/loop.py `close`) at the head of `key`, under its lease, as a relayed
     one goes in: their words and attachments, with no answer yet, which `heron run --retry`
     answers and the next turn there reads. Returns the row's id."""
-    from heron.attachments import message_parts
+    from heron.attachments import Composed, compose
     from heron.config import AttachmentCaps
 
-    parts = message_parts(text, files, caps or AttachmentCaps()) if files else [Text(text)]
-    return await _append_at_head(store, key, agent, Message("user", parts), None, None, "user")
+    made = compose(text, files, caps or AttachmentCaps()) if files else Composed([Text(text)])
+    shown = Message("user", made.parts)
+    return await _append_at_head(store, key, agent, shown, None, made.meta(None), "user")
 
 
 async def _append_at_head(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import enum
 import functools
 import os
@@ -38,13 +37,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from heron import timefmt
 from heron.agent import commands
 from heron.agent.control import StaleTurn, TurnControl
 from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
 from heron.agent.tracing import trace_for
-from heron.attachments import message_parts
+from heron.attachments import Composed, compose, without_keys
 from heron.bus import TurnOptions, stopped_by
 from heron.compaction import prepare_turn
 from heron.compaction.core import window_for
@@ -56,10 +56,10 @@ from heron.memory import wiring as memory_wiring
 from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
+from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
 from heron.store import Conversation, attempts, waiting
 from heron.store import engine_state as es
-from heron.store.schedule import user_timezone, zone_of
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
 from heron.tools.registry import ToolRegistry
@@ -501,8 +501,7 @@ async def fresh_start(t: Turn, text: str) -> str:
     note = await store.call(es.fresh_start, store, t.conversation.id, after, mark)
     if note is None or not note.text:
         return text
-    zone = zone_of(user_timezone(t.engine.settings.config.agent.timezone))
-    when = dt.datetime.fromtimestamp(note.ended, zone).strftime("%Y-%m-%d %H:%M")
+    when = timefmt.when(note.ended, t.engine.settings.timezone)
     said = " ".join(note.text.split())
     if len(said) > CARRIED_CHARS:
         said = said[: CARRIED_CHARS - 1] + "…"
@@ -519,12 +518,15 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     options, provenance = t.control.options, t.control.provenance
     meta = options.message_meta if options is not None else None
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-    files = t.control.files
+    # Heron's own keys out of every attached text file before it is stored or sent.
+    keys = Redactor(engine.redactor.keys, patterns=False)
+    files = tuple(without_keys(t.control.files, keys.clean)) if t.control.files else ()
     caps = engine.settings.config.attachments
-    user_message = Message("user", message_parts(text, files, caps) if files else [Text(text)])
+    composed = compose(text, files, caps) if files else Composed([Text(text)])
+    user_message = Message("user", composed.parts)
     bare = options is not None and options.bare
     note = None if bare else await recall_and_note(t, text, searched(provenance))
-    zone = user_timezone(engine.settings.config.agent.timezone)  # the one jobs are read in
+    zone = engine.settings.timezone  # the one jobs are read in, and every time shown
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
     channel = t.channel if provenance == "user" else f"heron ({provenance})"
@@ -541,7 +543,9 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         provider=engine.choice.provider,
         model=engine.choice.model,
         # A scheduled job's prompt is not the person's words (memory never quotes it).
-        meta=meta if meta is not None or provenance == "user" else {"injected_event": provenance},
+        meta=composed.meta(
+            meta if meta is not None or provenance == "user" else {"injected_event": provenance}
+        ),
         # Attachments' bytes are written to the store's folder: not on the event loop.
         off_loop=bool(files),
     )

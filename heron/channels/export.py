@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import typer
 
+from heron import timefmt
 from heron.attachments import longest_backticks
 from heron.channels.info import Asked, Record, known, open_store, read_record, who_wrote
 from heron.config import Settings
@@ -32,10 +32,12 @@ from heron.messages import (
     ToolCall,
     ToolResult,
     part_to_dict,
+    plural,
     size_label,
     usage_to_dict,
 )
 from heron.store import Store, StoredMessage, Turn, goals
+from heron.store.compactions import Compaction
 
 FORMATS = {"markdown": "markdown", "md": "markdown", "json": "json"}
 SUFFIX = {"markdown": "md", "json": "json"}
@@ -56,12 +58,13 @@ def export_format(name: str | None, output: Path | None = None) -> str:
     return found
 
 
-def exported(store: Store, key: str, form: str) -> tuple[str, int]:
+def exported(store: Store, key: str, form: str, zone: str) -> tuple[str, int]:
     """Conversation `key` in `form` ('markdown' or 'json', as `export_format` gives), and how
-    many messages it holds: the CLI's export and the browser's Download. An unknown key is
-    the StoreError of `info.known`."""
+    many messages it holds: the CLI's export and the browser's Download. The Markdown's times
+    are in the agent's `zone` (the JSON's are epoch seconds). An unknown key is the StoreError
+    of `info.known`."""
     record = read_record(store, known(store, key))
-    text = to_markdown(record) if form == "markdown" else to_json(record)
+    text = to_markdown(record, zone) if form == "markdown" else to_json(record)
     return text, len(record.rows)
 
 
@@ -73,7 +76,7 @@ def export_conversation(
     chosen = export_format(form, output)
     store = open_store(settings, reading=True)
     try:
-        text, count = exported(store, key, chosen)
+        text, count = exported(store, key, chosen, settings.timezone)
     finally:
         store.close()
     if output is None:
@@ -106,10 +109,6 @@ def filename(key: str, form: str) -> str:
     return f"heron-{re.sub(r'[^A-Za-z0-9._-]+', '_', key)}.{SUFFIX[form]}"
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
 # ---- JSON ---------------------------------------------------------------------------------------
 
 
@@ -138,6 +137,23 @@ def as_json(record: Record) -> JSONObject:
         "messages": [_message_json(row, record) for row in record.rows],
         "goals": [_goal_json(goal) for goal in record.goals_set],
         "questions": _questions_json(record),
+        "compactions": [_fold_json(fold) for fold in record.folds],
+    }
+
+
+def _fold_json(fold: Compaction) -> JSONObject:
+    return {
+        "id": fold.id,
+        "kind": fold.kind,
+        "reason": fold.reason,
+        "created": fold.created,
+        "first_message_id": fold.first_row_id,
+        "last_message_id": fold.last_row_id,
+        "messages_folded": fold.rows_folded,
+        "tokens_before": fold.tokens_before,
+        "tokens_after": fold.tokens_after,
+        "summary": fold.summary,
+        "working_state": fold.working_state,
     }
 
 
@@ -199,14 +215,18 @@ def _questions_json(record: Record) -> list[JSONValue]:
 # ---- Markdown -----------------------------------------------------------------------------------
 
 
-def to_markdown(record: Record) -> str:
+def to_markdown(record: Record, zone: str) -> str:
     """A readable document: a heading per turn, each message under who wrote it, tool calls and
-    results in code fences, questions with their answers, goals where they were set."""
+    results in code fences, questions with their answers, goals where they were set. Its times
+    are in `zone`, named once, in the line under the title."""
     conv = record.conversation
-    blocks = [f"# {_one_line(conv.title or conv.key)}", _about(record)]
+    blocks = [f"# {_one_line(conv.title or conv.key)}", _about(record, zone)]
     seen: set[int] = set()
     asked = Asked(record.questions)
     calls: dict[str, str] = {}  # call id -> its tool's name, for the result's heading
+    folded_at: dict[int | None, list[Compaction]] = {}
+    for fold in record.folds:
+        folded_at.setdefault(fold.last_row_id, []).append(fold)
     for item in record.reading():
         if isinstance(item, goals.Goal):
             blocks.append(_quoted(f"**Goal set** ({item.status}): {item.objective}"))
@@ -214,28 +234,43 @@ def to_markdown(record: Record) -> str:
         tid = item.turn_id
         if tid is not None and tid not in seen and tid in record.turns:
             seen.add(tid)
-            blocks.append(_turn_heading(record.numbers[tid], record.turns[tid]))
-        blocks.extend(_message_md(item, asked, calls))
+            blocks.append(_turn_heading(record.numbers[tid], record.turns[tid], zone))
+        blocks.extend(_message_md(item, asked, calls, zone))
+        blocks.extend(_fold_md(fold, zone) for fold in folded_at.get(item.id, ()))
     return "\n\n".join(blocks) + "\n"
 
 
-def _about(record: Record) -> str:
+def _fold_md(fold: Compaction, zone: str) -> str:
+    """Where a compaction folded the messages above: from here the model read its summary in
+    their place (they stay in the record, as above)."""
+    when = timefmt.when(fold.created, zone)
+    tokens = f"{fold.tokens_before:,} → {fold.tokens_after:,} tokens"
+    head = _quoted(
+        f"**Folded** ({fold.kind}, {plural(fold.rows_folded, 'message')}, {tokens}, {when}):"
+        " from here the model read this summary in place of the messages above"
+    )
+    return f"{head}\n\n{fenced(fold.summary)}"
+
+
+def _about(record: Record, zone: str) -> str:
     conv = record.conversation
+    started = timefmt.when(conv.created, zone, timefmt.SECOND, named=True)
+    active = timefmt.when(conv.updated, zone, timefmt.SECOND, named=True)
     return (
-        f"Conversation {_code(conv.key)} · agent {_code(conv.agent)} · started "
-        f"{_when(conv.created)} · last active {_when(conv.updated)} · {len(record.rows)} "
-        "messages on the current branch, each whole; attachments are named, not included. "
-        "Exported by Heron."
+        f"Conversation {_code(conv.key)} · agent {_code(conv.agent)} · started {started} · "
+        f"last active {active} · {len(record.rows)} messages on the current branch, each "
+        f"whole; attachments are named, not included. Times are in {zone}. Exported by Heron."
     )
 
 
-def _turn_heading(number: int, turn: Turn) -> str:
+def _turn_heading(number: int, turn: Turn, zone: str) -> str:
     model = f" · {_code(turn.model)}" if turn.model else ""
     failed = f" ({_one_line(turn.error)})" if turn.error and turn.status == "failed" else ""
-    return f"## Turn {number} · {_when(turn.started)} · {turn.status}{failed}{model}"
+    when = timefmt.when(turn.started, zone, timefmt.SECOND)
+    return f"## Turn {number} · {when} · {turn.status}{failed}{model}"
 
 
-def _message_md(row: StoredMessage, asked: Asked, calls: dict[str, str]) -> list[str]:
+def _message_md(row: StoredMessage, asked: Asked, calls: dict[str, str], zone: str) -> list[str]:
     """The row under a line naming who wrote it; nothing for a row with nothing to show (the
     result of a question, shown with the question)."""
     who = who_wrote(row.message, row.author)
@@ -255,7 +290,8 @@ def _message_md(row: StoredMessage, asked: Asked, calls: dict[str, str]) -> list
             blocks.append(f"{who} attached {_file(part)}")
     if not blocks:
         return []
-    return [f"**{who}** · message {row.id} · {_when(row.created)}", *blocks]
+    when = timefmt.when(row.created, zone, timefmt.SECOND)
+    return [f"**{who}** · message {row.id} · {when}", *blocks]
 
 
 def _call_md(call: ToolCall, created: float, asked: Asked, calls: dict[str, str]) -> list[str]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from heron import timefmt
 from heron.channels.common import table
 from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
@@ -19,6 +19,7 @@ from heron.providers.endpoint import shown_url
 from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice, file_summary, tool_calls
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
+from heron.store.compactions import Compaction, compactions
 from heron.store.records import RECALL_FLAG, shown_as
 
 if TYPE_CHECKING:
@@ -40,18 +41,17 @@ def open_store(settings: Settings, *, reading: bool = False) -> Store:
 READ_ONLY_NOTE = "reading it as it stands (nothing can be saved there until that changes)"
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
 def list_conversations(settings: Settings, limit: int) -> None:
     store = open_store(settings, reading=True)
     rows = store.conversations(limit + 1)  # one more: whether to say there are others
     if not rows:
         typer.echo("No conversations yet. Start one with: heron chat")
         return
-    shown = rows[:limit]
-    lines = [(c.key, _when(c.updated), str(store.turn_count(c.id)), c.title or "") for c in shown]
+    shown, zone = rows[:limit], settings.timezone
+    lines = [
+        (c.key, timefmt.when(c.updated, zone), str(store.turn_count(c.id)), c.title or "")
+        for c in shown
+    ]
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
     if len(rows) > limit:
         more = store.conversation_count() - limit
@@ -236,6 +236,9 @@ class Record:
     rows: list[StoredMessage]
     questions: runs.Questions
     goals_set: list[goals.Goal]
+    # The compactions that folded rows of the branch, oldest first: from the last row each
+    # folded on, the model read its summary in place of the rows (which stay in the record).
+    folds: list[Compaction] = field(default_factory=list)
     numbers: dict[int, int] = field(init=False)  # turn id -> its number
 
     def __post_init__(self) -> None:
@@ -257,7 +260,9 @@ def read_record(store: Store, conv: Conversation) -> Record:
     set_goals = sorted(goals.history(store, conv.key, limit=100), key=lambda g: g.created)
     asked = runs.questions(store, conv.key)
     rows = list(_recall_under_its_turn(store.branch(conv.id)))
-    return Record(conv, turns, rows, asked, set_goals)
+    on_branch = {row.id for row in rows}
+    made = [c for c in compactions(store, conv.id) if c.last_row_id in on_branch]
+    return Record(conv, turns, rows, asked, set_goals, made)
 
 
 def _recall_under_its_turn(rows: list[StoredMessage]) -> Iterator[StoredMessage]:
@@ -286,7 +291,7 @@ def _compaction_views(
     from heron.compaction import inspect
 
     if compactions:
-        yield from inspect.compaction_lines(store, conv.id)
+        yield from inspect.compaction_lines(store, conv.id, settings.timezone)
     if model_view:
         deps = next_request_deps(settings, store, serving_choice(settings, conv.key))
         system, messages = inspect.model_view(deps, conv)

@@ -1,4 +1,10 @@
-"""`heron jobs ...`: list, add and cancel scheduled jobs, and read what each run did.
+"""`heron jobs ...`: list, show, add, pause, resume, run now and cancel scheduled jobs, and read
+what each run did.
+
+Pause, resume, run-now and cancel write the job's row, then tell a running serve over its control
+socket (`jobs_changed`) so its scheduler looks at once, not at its next poll. The nightly
+review's row is listed apart from the person's jobs and cannot be cancelled here (pause it, or
+turn it off in config.toml).
 
 The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them.
 Adding a job while no `heron serve` runs saves it and says it waits for one; adding one to a
@@ -22,11 +28,11 @@ from heron.errors import ConfigError, HeronError
 if TYPE_CHECKING:
     from heron.config import Settings
     from heron.store import Store
-    from heron.store.jobs import Job
+    from heron.store.jobs import Job, JobRun
 
 app = typer.Typer(
     rich_markup_mode="markdown",
-    help="Scheduled jobs: list, add, cancel, and the record of their runs.",
+    help="Scheduled jobs: list, show, add, pause, resume, run-now, cancel, and their runs.",
     no_args_is_help=True,
 )
 
@@ -67,20 +73,42 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _next(job: Job) -> str:
+    """When it fires next, as a person reads it: a paused job's instant is only a resume's."""
+    if job.status == "paused":
+        return "paused"
+    return _local(job.next_run, job.schedule.timezone)
+
+
 def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
     return [
         (
             str(j.id),
-            "review (built-in)" if j.builtin else j.mode,
-            "disabled" if j.builtin and j.status == "cancelled" else j.status,
+            j.mode,
+            j.status,
             j.schedule.describe(),
-            _local(j.next_run, j.schedule.timezone),
-            "-" if j.builtin else j.conversation,
+            _next(j),
+            j.conversation,
             j.last_outcome or "-",
             _short(j.prompt),
         )
         for j in jobs
     ]
+
+
+def review_line(job: Job) -> str:
+    """The built-in nightly review, on a line of its own under the person's jobs: its id is
+    not one of theirs, and it is paused or turned off otherwise than a job of theirs."""
+    state = {"cancelled": "off ([review] enabled = true turns it on)", "paused": "paused"}
+    said = state.get(job.status, f"next {_local(job.next_run, job.schedule.timezone)}")
+    last = f", last {job.last_outcome}" if job.last_outcome else ""
+    how = f"heron jobs resume {job.id}" if job.status == "paused" else f"heron jobs pause {job.id}"
+    if job.status == "cancelled":
+        how = "[review] in config.toml"
+    return (
+        f"Built-in: the nightly review of memory (job {job.id}), {job.schedule.describe()}:"
+        f" {said}{last}. ({how})"
+    )
 
 
 JOB_HEADER = ("ID", "MODE", "STATUS", "SCHEDULE", "NEXT", "CONVERSATION", "LAST", "PROMPT")
@@ -105,10 +133,14 @@ def list_(
         when, enabled = job_schedule(settings.config)
         jobs.sync_review(store, when, enabled, time.time(), JOB_PROMPT)
         found = jobs.list_jobs(store, everything=every)
-        if not found:
+        mine = [j for j in found if not j.builtin]
+        if mine:
+            table(JOB_HEADER, job_rows(mine))
+        else:
             typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
-            return
-        table(JOB_HEADER, job_rows(found))
+        built = jobs.review_job(store)
+        if built is not None and (every or built.status != "cancelled"):
+            typer.echo(review_line(built))
 
 
 @app.command("add")
@@ -163,30 +195,149 @@ def add(
             typer.echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
             typer.echo(NOT_RUNNING)
+        else:
+            _tell_serve(settings)
+
+
+JobId = Annotated[int, typer.Argument(help="The job's id (heron jobs list).")]
+
+
+def _known(store: Store, job_id: int) -> Job:
+    from heron.store import jobs
+    from heron.store.schedule import ScheduleError
+
+    found = jobs.get_job(store, job_id)
+    if found is None:
+        _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
+    return found
+
+
+def _tell_serve(settings: Settings) -> None:
+    """A running serve's scheduler looks now rather than at its next poll (up to 30 s)."""
+    from heron.channels.remote import serve_jobs_changed
+
+    serve_jobs_changed(settings.paths.home)
 
 
 @app.command("cancel")
-def cancel(job_id: Annotated[int, typer.Argument(help="The job's id (heron jobs list).")]) -> None:
-    """Cancel a job; a run already started finishes."""
+def cancel(job_id: JobId) -> None:
+    """Cancel a job for good; a run already started finishes. (Not the nightly review: pause
+    it, or turn it off in config.toml.)"""
     from heron.store import jobs
     from heron.store.schedule import ScheduleError
-    from heron.tools.schedule import BUILTIN_CANCEL, describe
+    from heron.tools.schedule import BUILTIN_CANCEL, BUILTIN_HINT, describe
+
+    with _open() as (settings, store):
+        before = _known(store, job_id)
+        if before.builtin:  # its id sits among the person's: a cancel of it is refused
+            _fail(ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT))
+        if before.status not in ("active", "paused"):
+            was = "already done" if before.status == "done" else "already cancelled"
+            typer.echo(f"Job {job_id} was {was}: {describe(before)}")
+            return
+        job = jobs.cancel_job(store, job_id)
+        assert job is not None
+        _tell_serve(settings)
+        typer.echo(f"Cancelled {describe(job)}")
+
+
+@app.command("pause")
+def pause(job_id: JobId) -> None:
+    """Pause a job: it fires nothing until `heron jobs resume`, across restarts; the times
+    that pass meanwhile are not made up. A run already started finishes."""
+    from heron.store import jobs
+    from heron.tools.schedule import describe
+
+    with _open() as (settings, store):
+        _known(store, job_id)
+        done = jobs.pause_job(store, job_id)
+        if not done.changed:
+            typer.echo(f"Job {job_id} was already paused: {describe(done.job)}")
+            return
+        _tell_serve(settings)
+        typer.echo(f"Paused {describe(done.job)}")
+        typer.echo(f"It fires nothing until: heron jobs resume {job_id}")
+
+
+@app.command("resume")
+def resume(job_id: JobId) -> None:
+    """Resume a paused job from now: the times it was paused over are not made up."""
+    from heron.store import jobs
+    from heron.tools.schedule import describe, resumed
+
+    with _open() as (settings, store):
+        _known(store, job_id)
+        done = jobs.resume_job(store, job_id, time.time())
+        if not done.changed:
+            typer.echo(f"Job {job_id} is not paused: {describe(done.job)}")
+            return
+        _tell_serve(settings)
+        typer.echo(resumed(done.job))
+
+
+@app.command("run-now")
+def run_now(job_id: JobId) -> None:
+    """Run a job once now, as an ordinary fire (in its runs, in its conversation), without
+    moving its schedule; a done one-shot reminder too. Needs a running `heron serve`."""
+    from heron.channels.remote import serve_jobs_changed
+    from heron.store import jobs
+    from heron.store.schedule import ScheduleError
+    from heron.tools.schedule import NO_SERVE_NOW, asked
+
+    with _open() as (settings, store):
+        job = _known(store, job_id)
+        if job.status != "cancelled" and not serve_jobs_changed(settings.paths.home):
+            _fail(ScheduleError(NO_SERVE_NOW.format(id=job_id), hint="Start it: heron serve"))
+        done = jobs.request_run(store, job_id, time.time())
+        serve_jobs_changed(settings.paths.home)
+        typer.echo(asked(done))
+
+
+@app.command("show")
+def show(job_id: JobId) -> None:
+    """Everything about one job: state, schedule, zone, next time, conversation, prompt, and
+    its last runs."""
+    from heron.store import jobs
 
     with _open() as (_, store):
-        before = jobs.get_job(store, job_id)
-        job = jobs.cancel_job(store, job_id)
-        if before is None or job is None:
-            _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
-        if before.status != "active":
-            was = "already done" if before.status == "done" else "already cancelled"
-            if before.builtin and before.status == "cancelled":
-                was = "already disabled"
-            typer.echo(f"Job {job_id} was {was}: {describe(job)}")
+        job = _known(store, job_id)
+        typer.echo("\n".join(show_lines(job, time.time())))
+        found = jobs.runs(store, job_id, SHOWN_RUNS)
+        if not found:
+            typer.echo("No runs yet.")
             return
-        if job.builtin:
-            typer.echo(BUILTIN_CANCEL.format(id=job.id))
-            return
-        typer.echo(f"Cancelled {describe(job)}")
+        typer.echo(f"Last runs (newest first; heron jobs runs {job_id} shows more):")
+        table(RUN_HEADER, run_rows(found, {job_id: job.schedule.timezone}))
+
+
+SHOWN_RUNS = 5
+
+
+def show_lines(job: Job, now: float) -> list[str]:
+    zone = job.schedule.timezone
+    what = "the built-in nightly review of memory" if job.builtin else job.mode
+    lines = [f"Job {job.id}: {what}, {job.status}"]
+    when = _next(job)
+    if job.status == "paused":
+        again = job.schedule.next_after(now, base=job.next_run)
+        when = f"- (paused; resumed now, next {_local(again, zone)})"
+    rows = [("schedule", job.schedule.describe()), ("zone", zone), ("next", when)]
+    if job.run_now is not None:
+        rows.append(("asked", f"to run now at {_local(job.run_now, zone)}, not started yet"))
+    if not job.builtin:
+        where = job.conversation
+        if job.mode == "monitor":
+            where += f" (its checks run silently in {job.key})"
+        rows.append(("conversation", where))
+    rows += [
+        ("catch-up", job.catch_up),
+        ("made", f"{_local(job.created, zone)} by {job.created_by}"),
+        ("last run", f"{_local(job.last_run, zone)}, {job.last_outcome or '-'}"),
+    ]
+    lines += [f"  {name + ':':<14}{value}" for name, value in rows]
+    lines.append("Prompt:")
+    lines += [f"  {line}" for line in job.prompt.splitlines() or [""]]
+    return lines
 
 
 @app.command("runs")
@@ -206,16 +357,22 @@ def runs(
             typer.echo("No runs yet.")
             return
         zones = {j.id: j.schedule.timezone for j in jobs.list_jobs(store, everything=True)}
-        rows = [
-            (
-                str(r.id),
-                str(r.job_id),
-                _local(r.due, zones.get(r.job_id, "UTC")),
-                _local(r.started, zones.get(r.job_id, "UTC")),
-                r.status,
-                r.outcome or "-",
-                r.detail or "",
-            )
-            for r in found
-        ]
-        table(("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL"), rows)
+        table(RUN_HEADER, run_rows(found, zones))
+
+
+RUN_HEADER = ("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL")
+
+
+def run_rows(found: list[JobRun], zones: dict[int, str]) -> list[tuple[str, ...]]:
+    return [
+        (
+            str(r.id),
+            str(r.job_id),
+            _local(r.due, zones.get(r.job_id, "UTC")),
+            _local(r.started, zones.get(r.job_id, "UTC")),
+            r.status,
+            r.outcome or "-",
+            r.detail or "",
+        )
+        for r in found
+    ]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from heron import timefmt
 from heron.errors import HeronError
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def _service(*, reading: bool = False) -> Iterator[MemoryService]:
     except HeronError as e:
         _fail(e)
     try:
-        yield MemoryService(paths.memory, store)
+        yield MemoryService(paths.memory, store, settings.timezone)
     except HeronError as e:
         _fail(e)
     finally:
@@ -76,8 +76,9 @@ def _fail(error: HeronError) -> None:
     raise typer.Exit(1)
 
 
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "?"
+def _when(ts: float, zone: str, *, named: bool = False) -> str:
+    """`ts` in the agent's `zone` (heron/timefmt.py); "?" for a time not known."""
+    return timefmt.when(ts, zone, named=named) if ts else "?"
 
 
 @app.command("list")
@@ -130,7 +131,9 @@ def explain(path: PathArg) -> None:
         src = entry.source
         typer.echo(f"entry:        {entry.path.rel}")
         typer.echo(f"origin:       {entry.origin}")
-        typer.echo(f"created:      {_when(entry.created)}   updated: {_when(entry.updated)}")
+        zone = service.timezone
+        created = _when(entry.created, zone, named=True)
+        typer.echo(f"created:      {created}   updated: {_when(entry.updated, zone, named=True)}")
         typer.echo(f"conversation: {src.conversation or '-'}   message: {src.message or '-'}")
         typer.echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
         if entry.mistake:
@@ -140,7 +143,7 @@ def explain(path: PathArg) -> None:
         rows = requests_carrying(service.store, entry.path.rel)
         typer.echo("in model requests (most recent; presence, not proof of use):")
         for r in rows:
-            typer.echo(f"  {_when(r[1])}  {r[0]}  {r[2]}  call {r[3]} ({r[4]})")
+            typer.echo(f"  {_when(r[1], zone)}  {r[0]}  {r[2]}  call {r[3]} ({r[4]})")
         if not rows:
             typer.echo("  none recorded")
 
@@ -197,7 +200,7 @@ def recall(
     """Search what recall gives the model: every conversation, compacted messages included,
     only what you still stand by (the current branch, nothing you had forgotten)."""
     with _service(reading=True) as service:
-        print_recall(service.store, query, limit, standing=True)
+        print_recall(service.store, query, limit, zone=service.timezone, standing=True)
 
 
 def print_recall(
@@ -208,6 +211,7 @@ def print_recall(
     key: str | None = None,
     as_json: bool = False,
     exact: bool = False,
+    zone: str | None = None,
     standing: bool = False,
 ) -> None:
     """Search what was said (in conversation `key` only, when given) and print the hits, best
@@ -215,9 +219,9 @@ def print_recall(
     `[key · date · message id · who] snippet`, and a last one says how to open a conversation;
     `as_json`: one JSON array of the hits and nothing else on stdout. An unknown `key` is a
     StoreError saying how to find one. `exact`: only the messages holding the query's words in
-    its order, newest first (`Recall.exact`). `standing`: only what recall gives the model
-    (`Recall.search`), else every message said, one off its conversation's current branch
-    marked so."""
+    its order, newest first (`Recall.exact`). Dates are in `zone`, the agent's (None: the
+    system's). `standing`: only what recall gives the model (`Recall.search`), else every
+    message said, one off its conversation's current branch marked so."""
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -226,7 +230,7 @@ def print_recall(
         from heron.channels.info import known
 
         conversation_id = known(store, key).id
-    searched = Recall(store, default_embedder())
+    searched = Recall(store, default_embedder(), zone)
     if exact:
         hits = searched.exact(query, limit, conversation_id)
     else:
@@ -239,12 +243,25 @@ def print_recall(
                 typer.echo(line)
         keys = {hit.conversation_key for hit in hits}
         if not hits:
-            typer.echo("Nothing found.")
+            typer.echo(nothing_found(query, exact, searched.embedder is not None))
         else:  # the one key when all hits share it: the command is then ready to copy
             shown = keys.pop() if len(keys) == 1 else "KEY"
             typer.echo(f"Open one: heron conversations show {shown}")
     if searched.behind:
         _behind_notice(store, searched.embedder)
+
+
+def nothing_found(query: str, exact: bool, meanings: bool) -> str:
+    """What an empty search says, with what to try next: the search matches words as written
+    (a typo or another way of writing a number finds nothing), by meaning only with the
+    embeddings extra."""
+    tips = []
+    if len(query.split()) > 2 or exact:
+        tips.append("fewer or other words" + (" (without --exact)" if exact else ""))
+    tips.append("a word as it was written (a name's spelling, 48,250 or 48250)")
+    if not meanings:
+        tips.append("to search by meaning too: .venv/bin/pip install -e '.[embeddings]'")
+    return "Nothing found. Try " + "; ".join(tips) + "."
 
 
 def _hit_json(hit: Hit) -> dict[str, Any]:
@@ -253,7 +270,7 @@ def _hit_json(hit: Hit) -> dict[str, Any]:
         "key": hit.conversation_key,
         "message_id": hit.message_id,
         "created": hit.created,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(hit.created)),
+        "date": timefmt.when(hit.created, hit.zone, timefmt.ISO),
         "role": hit.role,
         "who": hit.who,
         "snippet": " ".join(hit.snippet.split()),
@@ -324,7 +341,7 @@ def log(
             typer.echo("No history: git is not installed, so memory changes are not recorded.")
             return
         for change in service.history.log(limit):
-            typer.echo(f"{change.commit}  {_when(change.when)}  {change.message}")
+            typer.echo(f"{change.commit}  {_when(change.when, service.timezone)}  {change.message}")
 
 
 @app.command()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 
 from heron import versions
 from heron.bus import (
+    KEEPING_CODE,
     STOP_ANSWER_CODE,
     UNANSWERED_CODE,
     ApprovalAsk,
@@ -97,6 +98,13 @@ def serve_login(home: Path | None = None, timeout: float = 5.0) -> str | None:
     answer = _ask_once({"type": "login"}, "login", home, timeout)
     url = answer.get("url") if answer else None
     return url if isinstance(url, str) else None
+
+
+def serve_jobs_changed(home: Path | None = None, timeout: float = 2.0) -> bool:
+    """Tell the serve on this home that a job changed (`heron jobs`), so its scheduler looks
+    now, not at its next poll; whether a serve's scheduler was told."""
+    answer = _ask_once({"type": "jobs_changed"}, "jobs_changed", home, timeout)
+    return bool(answer and answer.get("scheduled"))
 
 
 def _ask_once(
@@ -397,11 +405,15 @@ class RemoteAgent:
             if not self._waiting:
                 self._settled.set()
         ours = event.get("chat_id") == self.chat_id
+        if kind == "message" and event.get("code") == KEEPING_CODE:
+            if ours:  # being kept: the turn it mailed into may end first, its notice follows
+                self._advance(("sent", "mail", "queued"), "keeping")
+            return
         if kind == "message" and event.get("code") == UNANSWERED_CODE:
             if not ours:
                 return  # another client's message kept at shutdown: its notice is for it
             self.unanswered.append(str(event.get("text") or ""))
-            self._advance(("sent", "mail", "queued"), "unanswered")  # no turn will answer it
+            self._advance(("sent", "mail", "queued", "keeping"), "unanswered")  # none answers
             self._waiting = deque(s for s in self._waiting if s != "unanswered")
             if not self._waiting:
                 self._settled.set()

@@ -6,7 +6,6 @@ never listed among the conversations.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -25,11 +24,13 @@ runs_app = typer.Typer(
 RunArg = Annotated[str, typer.Argument(help="A run id (a unique prefix is enough).")]
 
 
-def _store() -> Store:
+def _store() -> tuple[Store, str]:
+    """The home's store, and the agent's zone its times are shown in."""
     from heron.channels.common import settings
     from heron.channels.info import open_store
 
-    return open_store(settings())
+    s = settings()
+    return open_store(s), s.timezone
 
 
 def _find(store: Store, prefix: str) -> Run:
@@ -42,8 +43,10 @@ def _find(store: Store, prefix: str) -> Run:
     return found[0]
 
 
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+def _when(ts: float | None, zone: str, *, named: bool = False) -> str:
+    from heron.timefmt import when
+
+    return when(ts, zone, named=named) if ts else "-"
 
 
 def _fail(error: HeronError) -> None:
@@ -64,7 +67,7 @@ def runs_list(
     """Subagent runs and questions, newest first, with their status."""
     from heron.store import runs
 
-    store = _store()
+    store, zone = _store()
     rows = runs.listing(store, limit=limit)
     if not rows:
         typer.echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
@@ -74,9 +77,9 @@ def runs_list(
     lines = []
     for r in rows:
         status = r.status + (" (partial)" if r.partial else "")
-        started = _when(r.created)
+        started = _when(r.created, zone)
         if r.kind == "ask" and r.status == "waiting" and r.deadline:
-            status += f" until {_when(r.deadline)}"
+            status += f" until {_when(r.deadline, zone)}"
         elif r.kind == "subagent" and r.status == "waiting":  # for a slot: not started yet
             status = runs.waiting_for_slot(store, r)
             started = "-"
@@ -89,15 +92,16 @@ def runs_show(run_id: RunArg) -> None:
     """A run's status and result, and a subagent's whole transcript."""
     from heron.channels.info import render_message
 
-    store = _store()
+    store, zone = _store()
     try:
         run = _find(store, run_id)
     except HeronError as e:
         _fail(e)
         return
     typer.echo(f"run:      {run.id} ({run.kind})\nstatus:   {run.status}")
-    typer.echo(f"for:      {run.origin_key}\nstarted:  {_when(run.created)}")
-    typer.echo(f"ended:    {_when(run.finished)}\n{'question' if run.kind == 'ask' else 'task'}:")
+    started, ended = _when(run.created, zone, named=True), _when(run.finished, zone, named=True)
+    typer.echo(f"for:      {run.origin_key}\nstarted:  {started}")
+    typer.echo(f"ended:    {ended}\n{'question' if run.kind == 'ask' else 'task'}:")
     typer.echo(f"  {run.task}")
     if run.kind == "subagent":
         conv = store.conversation(run.conversation_key) if run.conversation_key else None
@@ -118,7 +122,7 @@ def runs_cancel(run_id: RunArg) -> None:
     """Stop a running subagent, or drop a question waiting for your answer."""
     from heron.store import runs
 
-    store = _store()
+    store, _ = _store()
     try:
         run = _find(store, run_id)
     except HeronError as e:

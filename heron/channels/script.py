@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 
 from heron.bus import (
     ALREADY_ANSWERED,
+    KEEPING_CODE,
     NOTHING_TO_RETRY,
     RETRY_MARKER,
     UNANSWERED_CODE,
@@ -145,6 +146,8 @@ class _Printer:
             return  # the answer to the /stop a signal sent: the end says it
         if m.kind == "command" and self.end is None:  # answered at once beside a running
             self.end = TurnEnd(True, "command", reply=m.text)  # turn: no turn_end of its own
+        if m.kind == "notice" and m.code == KEEPING_CODE:
+            return  # its message is being kept: the `unanswered` notice that follows says so
         if m.kind == "notice" and m.code == UNANSWERED_CODE:  # the serve stopped first
             self.unanswered = m.text
             if not self.as_json:  # said once, at the end, with the JSON object

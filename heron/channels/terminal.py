@@ -475,6 +475,27 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
                 await _until_hung_up(
                     _chat(None, conn, state, view, session, held), conn, state, view
                 )
+    note = serve_review_note(settings, state)
+    if note is not None:
+        console.print(RichText(note, style="dim"))
+
+
+def serve_review_note(settings: Settings, state: ChatState) -> str | None:
+    """What leaving a chat through a serve says of memory (docs/memory.md, "Chat end"): the
+    conversation goes on there (the browser, other chats), so its review is not this chat's
+    end but the serve's nightly one, or /learn now. None when nothing was talked about or
+    `[memory] review_on_close` is off (the person asked for no word of it)."""
+    memory, review = settings.config.memory, settings.config.review
+    if not state.keys or not memory.review_on_close:
+        return None
+    nightly = review.enabled is not False and memory.review_every_hours > 0
+    later = (
+        f"its nightly review at {review.time} reads it" if nightly else "no nightly review is on"
+    )
+    return (
+        "Not reviewing this chat for memory here: the conversation goes on in heron serve, "
+        f"and {later}; /learn reviews it now."
+    )
 
 
 async def _chat(
@@ -917,14 +938,20 @@ async def _resume(
     for i, (key, title) in enumerate(rows, 1):
         console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
     picked = await _pick(session, console, len(rows), state.key)
-    if picked is not None:
+    if isinstance(picked, str):  # a message typed at the list's prompt: sent, not lost
+        await send_turn(conn, state, view, picked, with_files=True)
+    elif picked is not None:
         await send_turn(conn, state, view, f"/resume {rows[picked - 1][0]}")
 
 
-async def _pick(session: PromptSession[str], console: Console, count: int, key: str) -> int | None:
+async def _pick(
+    session: PromptSession[str], console: Console, count: int, key: str
+) -> int | str | None:
     """The number picked from the /resume list, asked until it is one of the list; None when
-    the person closes the list (Enter, Ctrl-C). /exit and /quit (and Ctrl-D) leave the chat
-    from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
+    the person closes the list (Enter, Ctrl-C). Words that are no number (at least two, or a
+    question) are a message typed there: the list closes and they are returned, to be sent in
+    the conversation still open (they were thrown away). /exit and /quit (and Ctrl-D) leave the
+    chat from here as from the prompt: EOFError, which the chat loop takes as Ctrl-D."""
     while True:
         try:
             choice = (
@@ -939,6 +966,9 @@ async def _pick(session: PromptSession[str], console: Console, count: int, key: 
             return None
         if choice.isdigit() and 1 <= int(choice) <= count:
             return int(choice)
+        if not choice.startswith("/") and (len(choice.split()) > 1 or choice.endswith("?")):
+            console.print(f"Closed the list; sending that in {key}.", markup=False, highlight=False)
+            return choice
         console.print(
             f"{choice} is not on the list: type a number from 1 to {count}, or Enter to close it.",
             markup=False,

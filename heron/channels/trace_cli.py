@@ -7,12 +7,13 @@ stays fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreRefused
 
 if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
     from heron.config import Settings
@@ -39,10 +40,14 @@ def _fail(error: HeronError) -> None:
 def _open() -> tuple[Settings, Store, PriceTable]:
     from heron.channels.common import settings
     from heron.store import Store
+    from heron.store.engine_state import close_dead_runs
     from heron.trace.prices import PriceTable
 
     s = settings()
-    return s, Store(s.database), PriceTable.from_config(s.config.prices)
+    store = Store(s.database)
+    with contextlib.suppress(StoreRefused):  # a home that refuses writes is still listed
+        close_dead_runs(store)  # a run whose process was killed shows interrupted, not running
+    return s, store, PriceTable.from_config(s.config.prices)
 
 
 @trace_app.command("ls")
@@ -58,8 +63,8 @@ def trace_ls(
     from heron.trace.render import LS_HEADER, ls_rows
 
     try:
-        _, store, prices = _open()
-        rows = ls_rows(list_runs(store, conversation, limit), prices)
+        s, store, prices = _open()
+        rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
         if not rows:
             typer.echo("No runs recorded yet.")
         else:
@@ -84,14 +89,14 @@ def trace_show(
     from heron.trace.render import render_show, render_stats
 
     try:
-        _, store, prices = _open()
+        s, store, prices = _open()
         if stats:
             conv = store.conversation(run)
             every = store.turns(conv.id, maintenance=True) if conv else None
             turns = every if every is not None else [find_turn(store, run)]
             lines = render_stats(store, turns, prices)
         else:
-            lines = render_show(store, load_run(store, run), prices)
+            lines = render_show(store, load_run(store, run), prices, s.timezone)
         for line in lines:
             typer.echo(line)
     except HeronError as e:
@@ -162,9 +167,9 @@ def usage(
     from heron.trace.render import render_usage
 
     try:
-        _, store, prices = _open()
+        s, store, prices = _open()
         since = time.time() - days * 86400 if days > 0 else None
-        for line in render_usage(store, prices, since):
+        for line in render_usage(store, prices, s.timezone, since):
             typer.echo(line)
     except HeronError as e:
         _fail(e)

@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from heron.compaction.consolidate import CompactionReport
     from heron.compaction.core import CompactionHost
+    from heron.compaction.idle import Quiet
     from heron.compaction.prepare import Prepared
 
 
@@ -92,9 +91,7 @@ async def compact_now(
 
 
 async def compact_idle(
-    engine: CompactionHost,
-    now: float | None = None,
-    quiet: Callable[[], Awaitable[None]] | None = None,
+    engine: CompactionHost, now: float | None = None, quiet: Quiet | None = None
 ) -> list[CompactionReport]:
     from heron.compaction.idle import compact_idle as run
 
@@ -102,7 +99,7 @@ async def compact_idle(
 
 
 async def idle_loop(
-    engine: CompactionHost, poll_s: float = 60.0, quiet: Callable[[], Awaitable[None]] | None = None
+    engine: CompactionHost, poll_s: float = 60.0, quiet: Quiet | None = None
 ) -> None:
     from heron.compaction.idle import idle_loop as run
 

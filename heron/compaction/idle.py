@@ -11,9 +11,12 @@ between the person's turns instead of competing with them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from heron.compaction import records as rec
 from heron.compaction.consolidate import CompactionReport, choose_cut, consolidate
@@ -25,7 +28,14 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_FAILURE_S = 600.0
 
 
-Quiet = Callable[[], Awaitable[None]]
+@dataclass(frozen=True)
+class Quiet:
+    """When idle work may take a step (`wait`, awaited before each) and what stops a step under
+    way (`interrupt`, returning when the person's turn starts: the step is then cancelled, its
+    run recorded as interrupted, and taken again at a later sweep)."""
+
+    wait: Callable[[], Awaitable[None]]
+    interrupt: Callable[[], Awaitable[None]] | None = None
 
 
 def _idle(
@@ -71,12 +81,14 @@ async def compact_idle(
     reports = []
     for cid, agent in await deps.store.call(_idle, deps, now, off_loop=True):
         if quiet is not None:
-            await quiet()
+            await quiet.wait()
         head = await deps.store.call(_can_fold, deps, cid, now, off_loop=True)
         if head is None:
             continue
         deps.between = None if quiet is None else _between(deps, quiet, head, now)
-        report = await _consolidate(deps, cid, agent)
+        report = await _unless_interrupted(_consolidate(deps, cid, agent), quiet)
+        if report is None:  # the person came first: this conversation waits for a later sweep
+            continue
         if report.kind == "failed":
             await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
@@ -90,10 +102,33 @@ def _between(
     conversation is as the consolidation found it (still idle, the same head)."""
 
     async def go_on(conversation_id: int) -> bool:
-        await quiet()
+        await quiet.wait()
         return _still(deps, conversation_id, now) == head  # one indexed row: inline
 
     return go_on
+
+
+async def _unless_interrupted(
+    step: Coroutine[Any, Any, CompactionReport], quiet: Quiet | None
+) -> CompactionReport | None:
+    """The step's report, or None when the person's turn started first: the step is then
+    cancelled (its model call closed, nothing stored: a consolidation writes at its end)."""
+    if quiet is None or quiet.interrupt is None:
+        return await step
+    task = asyncio.create_task(step)
+    arrives = asyncio.ensure_future(quiet.interrupt())
+    try:
+        await asyncio.wait({task, arrives}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        arrives.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        log.info("idle compaction stepped aside for the person's turn")
+        return None
+    return task.result()
 
 
 async def _consolidate(deps: ContextDeps, cid: int, agent: str) -> CompactionReport:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from heron import timefmt
 from heron.compaction.core import Budget, ContextDeps, tokens_of
 from heron.context.budget import section_name, split_sections
 from heron.context.history import BranchState, load_branch, system_for, view_of
@@ -14,12 +14,13 @@ from heron.store import Store
 from heron.store import compactions as folds
 
 
-def compaction_lines(store: Store, conversation_id: int) -> list[str]:
+def compaction_lines(store: Store, conversation_id: int, zone: str) -> list[str]:
     """Each compaction of the conversation, numbered from 1 within it (the store's id, shared
-    by every conversation, runs into the hundreds: it follows in brackets)."""
+    by every conversation, runs into the hundreds: it follows in brackets), with when it ran
+    in the agent's `zone`."""
     out = []
     for n, c in enumerate(folds.compactions(store, conversation_id), 1):
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
+        when = timefmt.when(c.created, zone)
         rows = f"rows #{c.first_row_id}-#{c.last_row_id}"
         if c.kind == "inflight":
             rows += f" (checkpoint on #{c.anchor_row_id})"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
+from heron import workspace_io
 from heron.context.runtime import is_runtime_part
 from heron.context.tokens import estimate_text, file_tokens
 from heron.messages import File, Message, Part, Text, decode_text, file_class, size_label
@@ -164,7 +165,9 @@ def _still_saved(found: FileExcerpt | None, workspace: Path | None) -> bool:
     """Whether the copy an excerpt names is still there (the agent may have deleted it)."""
     if found is None or found.path is None:
         return True
-    return (workspace / found.path if workspace else Path(found.path)).exists()
+    if workspace is None:
+        return Path(found.path).exists()
+    return workspace_io.is_file(workspace, found.path)
 
 
 def _excerpt(part: File, text: str, limit: int, workspace: Path | None) -> FileExcerpt | None:

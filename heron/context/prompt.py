@@ -18,11 +18,13 @@ import os
 import platform
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from heron import workspace_io
 from heron.request import WHERE_IT_RUNS, ToolSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -121,24 +123,39 @@ def is_shipped_template(name: str, text: str) -> bool:
     return _normalized_digest(text) in shipped_digests().get(name, frozenset())
 
 
-def read_bootstrap(workspace: Path) -> dict[str, str]:
-    """The bootstrap files present in the workspace root, read in full."""
+BOOTSTRAP_MAX = 256 * 1024  # bytes read of one bootstrap file; the prompt's budget warns far below
+
+
+def read_bootstrap(workspace: Path, clean: Callable[[str], str] | None = None) -> dict[str, str]:
+    """The bootstrap files present in the workspace root, each up to BOOTSTRAP_MAX bytes, with
+    `clean` (the engine's: Heron's own keys taken out) applied. A command can write these
+    files, so they are read through workspace_io: regular files only, no link followed (one to
+    /proc/self/environ or ../config.toml would put keys in the prompt), no FIFO waited on."""
     out: dict[str, str] = {}
     for name in BOOTSTRAP_FILES:
-        path = workspace / name
         try:
-            out[name] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
+            found = workspace_io.read(workspace, name, BOOTSTRAP_MAX)
+            text = found.data.decode("utf-8")
+        except OSError:
+            continue  # absent, or not a file Heron reads (said in docs/security.md)
+        except UnicodeDecodeError:
+            if found.whole:
+                continue  # not text
+            text = found.data.decode("utf-8", errors="ignore")  # cut inside a character
+        if not found.whole:
+            text += (
+                f"\n[... {name} is {found.size:,} bytes; only the first {BOOTSTRAP_MAX:,} are read]"
+            )
+        out[name] = clean(text) if clean else text
     return out
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
+def _stamp(path: str) -> tuple[int, int, int] | None:
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)  # a link swapped in is a change
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 class ReadFiles(dict[str, str]):
@@ -153,7 +170,8 @@ class BootstrapCache:
     """`read_bootstrap` for one owner (the engine): the files are read again only when one of
     them changed (path, mtime_ns, size), so a turn pays three stat calls instead of three reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, clean: Callable[[str], str] | None = None) -> None:
+        self._clean = clean  # applied to what is read (heron/redact.py's keys, from the engine)
         self._key: tuple[object, ...] | None = None
         self._files: dict[str, str] = ReadFiles()
         self._paths: tuple[Path, list[str]] | None = None  # workspace, its files as strings
@@ -163,7 +181,7 @@ class BootstrapCache:
             self._paths = (workspace, [str(workspace / name) for name in BOOTSTRAP_FILES])
         key = (workspace, *(_stamp(path) for path in self._paths[1]))
         if key != self._key:
-            self._files = ReadFiles(read_bootstrap(workspace))
+            self._files = ReadFiles(read_bootstrap(workspace, self._clean))
             self._key = key
         return self._files
 
@@ -172,9 +190,10 @@ def install_templates(workspace: Path) -> list[str]:
     """Copy the shipped templates into `workspace` where no file of that name exists yet."""
     written = []
     for name in BOOTSTRAP_FILES:
-        target = workspace / name
-        if not target.exists():
-            target.write_text((TEMPLATES / name).read_text(encoding="utf-8"), encoding="utf-8")
+        text = (TEMPLATES / name).read_text(encoding="utf-8")
+        # Exclusive: anything at the name, a dangling link included, is the person's or the
+        # agent's, and a link is never written through (workspace_io).
+        if workspace_io.write(workspace, name, text.encode("utf-8"), exclusive=True):
             written.append(name)
     return written
 

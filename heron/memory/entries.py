@@ -11,6 +11,8 @@ resolved, so no name or link can make Heron read or write elsewhere.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -140,7 +142,13 @@ def _stamp(ts: float) -> str:
 
 
 def _unstamp(value: str) -> float:
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
+    """A stamp back to epoch seconds. One with its offset (what `_stamp` writes) is that
+    instant whatever this process's zone: `time.mktime` would drop the offset and read it
+    in local time, an hour or more off for a file written by a process in another zone. A
+    date or time without one (written by hand) is read in this process's local time."""
+    with contextlib.suppress(ValueError):
+        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"):
         try:
             return time.mktime(time.strptime(value, fmt))
         except ValueError:

@@ -4,7 +4,9 @@ queued when its quote is found in the user's own words among the messages the pa
 (the rest of the conversation is context it cannot quote).
 
     compaction_pass   the messages about to be folded away by compaction
-    review_pass       what was said since the last review (a chat's end, /learn)
+    review_pass       what was said since the last review (a chat's end, /learn), from the
+                      oldest unread on, in calls that fit the window; the cursor moves past
+                      what was read
     tidy_pass         memory as a whole: duplicated, contradicted or stale entries; lessons to
                       rewrite (the user's own facts are never reworded)
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from heron.context.tokens import estimate_text
@@ -77,34 +80,83 @@ def _memory_list(service: MemoryService) -> str:
     return "\n".join(lines) or "(empty)"
 
 
-def _prompt(
-    service: MemoryService, rows: Sequence[StoredMessage], quotable: set[int], typed: dict[int, str]
-) -> str:
-    words = [f"[#{r.id}] {typed[r.id]}" for r in rows if r.id in quotable]
-    shown = _context(rows, quotable)
-    return (
-        f"MEMORY ALREADY SAVED\n{_memory_list(service)}\n\n"
-        f"CONTEXT (do not quote)\n{shown or '(none)'}\n\n"
-        f"QUOTABLE (the user's own words)\n" + "\n".join(words)
-    )
+QUOTABLE_SHARE = 2 / 3  # of the room left by memory's list: the rest is context
+MEMORY_SHARE = 1 / 3  # of the room at most for memory's list; the person's words come first
 
 
-def _context(rows: Sequence[StoredMessage], quotable: set[int]) -> str:
-    """The rows the pass may not quote, within CONTEXT_CHARS, in the conversation's order. Those
-    among the quotable messages come first (the replies the person's words answer or were
-    answered by), then those after them, nearest first (where the person may have taken
-    something back), then those before, nearest first. The tail of the whole conversation would
-    miss the replies of an early fold's rows entirely in a long one."""
+@dataclass(frozen=True)
+class Batch:
+    """One extraction call's part of a conversation: the rows it may quote (the person's
+    oldest unread words, whole, as many as fit), its prompt, and `read_to`, the last row it
+    covers (a review's cursor moves there once the call is answered)."""
+
+    rows: list[StoredMessage]
+    quotable: set[int]
+    prompt: str
+    read_to: int
+
+
+def _batch(
+    service: MemoryService, rows: list[StoredMessage], ids: Sequence[int], room: int
+) -> Batch | None:
+    """The call over `ids` (in order) within `room` tokens: memory's list (at most a third of
+    the room), then the person's words from the oldest on while they fit (at least one, its
+    head if it alone is too long), then the context in what is left. None when none of `ids`
+    is the person's own words."""
+    typed = typed_texts(rows)  # the person's words, answers to ask_user included
+    candidates = [i for i in ids if i in typed]
+    if not candidates:
+        return None
+    saved = _clip(_memory_list(service), int(room * MEMORY_SHARE))
+    head = f"MEMORY ALREADY SAVED\n{saved}\n\nCONTEXT (do not quote)\n"
+    header = "\n\nQUOTABLE (the user's own words)\n"
+    left = room - estimate_text(head + header)
+    share = int(left * QUOTABLE_SHARE)
+    words: list[str] = []
+    used = 0
+    for i in candidates:
+        line = f"[#{i}] {typed[i]}"
+        cost = estimate_text(line) + 1
+        if words and used + cost > share:
+            break
+        words.append(line if words else _clip(line, share))
+        used += estimate_text(words[-1]) + 1
+    taken = candidates[: len(words)]
+    rest = candidates[len(words) :]
+    read_to = rest[0] - 1 if rest else max(ids)
+    shown = _context(rows, set(taken), left - used)
+    prompt = head + (shown or "(none)") + header + "\n".join(words)
+    return Batch(rows, set(taken), prompt, read_to)
+
+
+def _clip(text: str, tokens: int) -> str:
+    """`text` within `tokens`: its head, with the cut said, when it is longer."""
+    if estimate_text(text) <= tokens:
+        return text
+    keep = max(tokens, 0) * 4
+    while keep and estimate_text(text[:keep]) > tokens - 16:
+        keep = keep * 9 // 10
+    return text[:keep] + " [... cut to fit the window]"
+
+
+def _context(rows: Sequence[StoredMessage], quotable: set[int], tokens: int) -> str:
+    """The rows the pass may not quote, within CONTEXT_CHARS and `tokens`, in the
+    conversation's order. Those among the quotable messages come first (the replies the
+    person's words answer or were answered by), then those after them, nearest first (where
+    the person may have taken something back), then those before, nearest first. The tail of
+    the whole conversation would miss the replies of an early fold's rows entirely in a long
+    one."""
     lines = {r.id: line for r in rows if r.id not in quotable and (line := _row_line(r))}
     first, last = min(quotable), max(quotable)
     within = [i for i in lines if first < i < last]
     after = [i for i in lines if i > last]
     before = [i for i in reversed(lines) if i < first]
     chosen: list[int] = []
-    size = 0
+    size = cost = 0
     for i in within + after + before:
         size += len(lines[i]) + 1
-        if size > CONTEXT_CHARS:
+        cost += estimate_text(lines[i]) + 1
+        if size > CONTEXT_CHARS or cost > tokens:
             break
         chosen.append(i)
     return "\n".join(lines[i] for i in sorted(chosen))
@@ -129,16 +181,23 @@ def parse_reply(text: str) -> dict[str, Any]:
 ASK_OUTPUT = 2000  # tokens a pass may answer with
 
 
+def _room(provider: Asker, system: str, window: int | None) -> int:
+    """The tokens a pass's prompt may take: the window less the answer, the system prompt and
+    the slack of the estimate."""
+    return (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system) - 64
+
+
 async def _ask(
     provider: Asker, system: str, prompt: str, window: int | None = None
-) -> dict[str, Any]:
-    room = (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system)
-    prompt = fit_prompt(prompt, room)
+) -> dict[str, Any] | None:
+    """The model's JSON answer ({} when unreadable); None when the call failed (or a bound
+    refused it): nothing was read."""
+    prompt = fit_prompt(prompt, _room(provider, system, window) + 64)
     request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
         reply = await provider.chat(request)
     except ProviderError:
-        return {}  # a failed pass proposes nothing; the conversation is untouched
+        return None  # a failed pass proposes nothing; the conversation is untouched
     return parse_reply(reply.text)
 
 
@@ -168,6 +227,16 @@ def _items(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
+def _waiting_ids(service: MemoryService) -> set[int]:
+    return {s.id for s in service.waiting()}
+
+
+def _new(ids: list[int], waiting: set[int]) -> list[int]:
+    """`ids` without those that were already waiting (a pick the queue already held comes back
+    as its number) nor repeats: what a pass reports is what it added."""
+    return [i for i in dict.fromkeys(ids) if i not in waiting]
+
+
 def _queue_picks(
     service: MemoryService,
     conversation_id: int,
@@ -175,8 +244,10 @@ def _queue_picks(
     rows: list[StoredMessage],
     quotable: set[int],
 ) -> list[int]:
-    """Queue the picks that survive every check; the rest are dropped silently."""
+    """Queue the picks that survive every check (the rest are dropped silently); the ids of
+    those newly queued."""
     ids: list[int] = []
+    waiting = _waiting_ids(service)
     for fact in _items(data, "facts"):
         quote = str(fact.get("quote", ""))
         if not find_quote(quote, rows, only=quotable):
@@ -197,7 +268,7 @@ def _queue_picks(
             )
         except MemoryRefused:
             continue
-    return ids
+    return _new(ids, waiting)
 
 
 async def extract(
@@ -206,32 +277,31 @@ async def extract(
     conversation_id: int,
     quotable_ids: Iterable[int],
     window: int | None = None,
-) -> list[int]:
-    """One extraction call over the conversation; returns the ids of the queued suggestions.
+) -> tuple[list[int], int] | None:
+    """One extraction call over the conversation: the ids of the queued suggestions and the
+    last row it read (`Batch.read_to`); None when the call failed, so nothing was read.
     `window`: the asked model's, in tokens (else its built-in profile's). Its prompt is made off
     the event loop: it reads and decodes every row of the conversation (a 20,000-message one
     held the loop for half a second)."""
-    found = await service.store.call(
-        _request, service, conversation_id, quotable_ids, off_loop=True
-    )
-    if found is None:
-        return []
-    rows, quotable, prompt = found
-    data = await _ask(provider, FACTS_SYSTEM, prompt, window)
-    return _queue_picks(service, conversation_id, data, rows, quotable)
+    ids = sorted(set(quotable_ids))
+    if not ids:
+        return [], 0
+    room = _room(provider, FACTS_SYSTEM, window)
+    batch = await service.store.call(_request, service, conversation_id, ids, room, off_loop=True)
+    if batch is None:
+        return [], max(ids)  # none of them is the person's words: nothing to ask
+    data = await _ask(provider, FACTS_SYSTEM, batch.prompt, window)
+    if data is None:
+        return None
+    return _queue_picks(service, conversation_id, data, batch.rows, batch.quotable), batch.read_to
 
 
 def _request(
-    service: MemoryService, conversation_id: int, quotable_ids: Iterable[int]
-) -> tuple[list[StoredMessage], set[int], str] | None:
-    """The conversation's rows, the quotable ones among them, and the pass's prompt; None when
-    none of `quotable_ids` is the person's own words."""
-    rows = service.store.all_messages(conversation_id)
-    typed = typed_texts(rows)  # the person's words, answers to ask_user included
-    quotable = {i for i in quotable_ids if i in typed}
-    if not quotable:
-        return None
-    return rows, quotable, _prompt(service, rows, quotable, typed)
+    service: MemoryService, conversation_id: int, ids: Sequence[int], room: int
+) -> Batch | None:
+    """The call over `ids` of the conversation (`_batch`); None when none of them is the
+    person's own words."""
+    return _batch(service, service.store.all_messages(conversation_id), ids, room)
 
 
 async def compaction_pass(
@@ -241,26 +311,47 @@ async def compaction_pass(
     folded_ids: Iterable[int],
     window: int | None = None,
 ) -> list[int]:
-    """At compaction: the messages about to be folded away are the only quotable ones."""
-    return await extract(provider, service, conversation_id, folded_ids, window)
+    """At compaction: the messages about to be folded away are the only quotable ones. One
+    call, at the turn's cost: what did not fit its window is read by the next review (the
+    review's cursor does not move at a fold)."""
+    done = await extract(provider, service, conversation_id, folded_ids, window)
+    return done[0] if done else []
 
 
 def reviewed_up_to(service: MemoryService, conversation_id: int) -> int:
     return records.reviewed_up_to(service.store, conversation_id)
 
 
+REVIEW_CALLS = 4  # model calls a review pass may make over one conversation
+
+
 async def review_pass(
-    provider: Asker, service: MemoryService, conversation_id: int, window: int | None = None
+    provider: Asker,
+    service: MemoryService,
+    conversation_id: int,
+    window: int | None = None,
+    calls: int = REVIEW_CALLS,
 ) -> list[int]:
-    """What was said since the last review; moves the review cursor so the same messages are
-    not reviewed twice (a chat's end after /learn proposes nothing again)."""
-    since = reviewed_up_to(service, conversation_id)
-    rows = service.store.all_messages(conversation_id)
-    new = [r.id for r in rows if r.id > since]
-    if not new:
-        return []
-    ids = await extract(provider, service, conversation_id, new, window)
-    records.set_reviewed_up_to(service.store, conversation_id, max(new))
+    """What was said since the last review, from the oldest unread on: each call reads the
+    person's messages that fit the window whole, and the review cursor moves past what the
+    answered call read (so the same messages are not reviewed twice: a chat's end after /learn
+    proposes nothing again), up to `calls` calls; the rest waits for the next pass, as does
+    what a failed call was given. The ids of the suggestions it newly queued."""
+    ids: list[int] = []
+    for _ in range(calls):
+        since = reviewed_up_to(service, conversation_id)
+        new = await service.store.call(
+            records.message_ids_after, service.store, conversation_id, since, off_loop=True
+        )
+        if not new:
+            break
+        done = await extract(provider, service, conversation_id, new, window)
+        if done is None:
+            break
+        ids += done[0]
+        records.set_reviewed_up_to(service.store, conversation_id, done[1])
+        if done[1] >= new[-1]:
+            break
     return ids
 
 
@@ -270,18 +361,24 @@ async def tidy_pass(
     conversation_id: int | None = None,
     window: int | None = None,
 ) -> list[int]:
-    """Removals of duplicated, contradicted or stale entries; rewrites of lessons only."""
+    """Removals of duplicated, contradicted or stale entries; rewrites of lessons only. The ids
+    of those newly queued."""
     entries = {e.path.rel: e for e in service.entries()}
     if not entries:
         return []
-    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window)
+    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window) or {}
     ids: list[int] = []
+    waiting = _waiting_ids(service)
     for removal in _items(data, "removals"):
         path = str(removal.get("path", "")).removesuffix(".md") + ".md"
         if path in entries:
-            ids.append(
-                service.suggest_removal(path, str(removal.get("reason", "")), conversation_id)
-            )
+            try:
+                number = service.suggest_removal(
+                    path, str(removal.get("reason", "")), conversation_id
+                )
+            except MemoryRefused:
+                continue  # turned down before
+            ids.append(number)
     for rewrite in _items(data, "rewrites"):
         path = str(rewrite.get("path", "")).removesuffix(".md") + ".md"
         entry = entries.get(path)
@@ -290,8 +387,8 @@ async def tidy_pass(
             continue  # the user's own facts are never reworded
         if " ".join(text.split()) == " ".join(entry.text.split()):
             continue  # a no-op: the rewrite says what the lesson already says
-        ids.append(
-            queue.add(
+        try:
+            number = queue.add(
                 service.store,
                 "amendment",
                 origin="lesson",
@@ -301,5 +398,7 @@ async def tidy_pass(
                 conversation_id=conversation_id,
                 base_digest=entry.digest,
             )
-        )
-    return ids
+        except MemoryRefused:
+            continue  # turned down before
+        ids.append(number)
+    return _new(ids, waiting)

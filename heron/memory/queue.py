@@ -1,4 +1,9 @@
-"""The review queue: suggestions wait in the store until the user keeps or drops them."""
+"""The review queue: suggestions wait in the store until the user keeps or drops them.
+
+A suggestion the person rejected stays rejected: a pass picking the same thing again (the same
+statement of theirs, the same lesson, the same removal or rewrite of an unchanged entry) is
+refused with `TurnedDown`, so the next fold or night does not ask again. Only the person brings
+a rejected fact back, by saying it again (a statement made after the rejection is a new one)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from heron.memory import records
+from heron.memory.entries import MemoryRefused
+from heron.memory.guard import quote_key
 from heron.store import Store
 
 SuggestionKind = Literal["fact", "lesson", "removal", "amendment"]
@@ -29,6 +36,7 @@ class Suggestion:
     base_digest: str | None
     status: Status
     created: float
+    decided: float | None = None
 
     def describe(self) -> str:
         """One line for a checklist or a listing."""
@@ -62,10 +70,19 @@ def add(
     conversation_id: int | None = None,
     message_id: int | None = None,
     base_digest: str | None = None,
+    said: float | None = None,
 ) -> int:
     """Queue a suggestion; one already waiting with the same kind, path, text and quote (the
     compaction pass and a later review pass can both pick the same fact) is not queued twice:
-    its id is returned instead."""
+    its id is returned instead. `said`: when the person said the quote (its newest message).
+    Raises TurnedDown when the person rejected the same suggestion before."""
+    refused = turned_down(store, kind, path, text, quote, base_digest, said)
+    if refused is not None:
+        raise TurnedDown(
+            f"refused: the user turned this down before (suggestion #{refused.id}); it is not "
+            "proposed again",
+            hint="Only the user brings it back: by saying it again, or saving it themselves.",
+        )
     values = {
         "kind": kind,
         "path": path,
@@ -80,6 +97,45 @@ def add(
         "created": time.time(),
     }
     return records.queue_suggestion(store, values)
+
+
+class TurnedDown(MemoryRefused):
+    """The person rejected this suggestion before."""
+
+
+def _key(
+    kind: str, path: str | None, text: str | None, quote: str | None, digest: str | None
+) -> tuple[str | None, ...]:
+    """What a rejection is of: the person's statement (a fact, or an amendment in their words,
+    wherever a pass would file it), a lesson's rule, or a removal or rewrite of an entry as it
+    was (a changed entry may be proposed again)."""
+    if kind in ("fact", "amendment") and quote:
+        return ("said", quote_key(quote))
+    if kind == "lesson":
+        return ("lesson", quote_key(text or ""))
+    return (kind, path, digest, quote_key(text or ""))
+
+
+def turned_down(
+    store: Store,
+    kind: str,
+    path: str | None,
+    text: str | None,
+    quote: str | None,
+    digest: str | None,
+    said: float | None = None,
+) -> Suggestion | None:
+    """The rejected suggestion this one repeats, if any (case, spacing, quotes and the
+    punctuation around them folded: memory's quote_key). A statement the person made again
+    after the rejection (`said` later than it) is a new one."""
+    key = _key(kind, path, text, quote, digest)
+    for s in (_row(r) for r in records.rejected_suggestions(store)):
+        if _key(s.kind, s.path, s.text, s.quote, s.base_digest) != key:
+            continue
+        if key[0] == "said" and said is not None and said > (s.decided or 0.0):
+            continue
+        return s
+    return None
 
 
 def get(store: Store, suggestion_id: int) -> Suggestion | None:
@@ -114,4 +170,5 @@ def _row(r: sqlite3.Row) -> Suggestion:
         r["base_digest"],
         r["status"],
         r["created"],
+        r["decided"],
     )

@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import itertools
 import re
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -28,11 +27,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from heron import timefmt
 from heron.memory import records
 from heron.memory.guard import overlaps
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
 from heron.store.records import ANSWERED, ASK_TOOL, shown_as
+from heron.store.schedule import user_timezone
 
 _STOPWORD_TEXT = """
 a about above after again against all am an and any are as at be because been before being
@@ -131,12 +132,12 @@ class Cue:
         speaker = speaker_of(text)
         return speaker is not None and any(w.lower() in self.names for w in _WORD.findall(speaker))
 
-    def dates(self, created: float) -> bool:
-        """Whether a message written at `created` (local time, as hits show it) falls in the
-        months and years named."""
-        when = time.localtime(created)
-        return (not self.months or when.tm_mon in self.months) and (
-            not self.years or when.tm_year in self.years
+    def dates(self, created: float, zone: str) -> bool:
+        """Whether a message written at `created` falls in the months and years named, read in
+        the agent's `zone`, as hits show it."""
+        when = timefmt.local_date(created, zone)
+        return (not self.months or when.month in self.months) and (
+            not self.years or when.year in self.years
         )
 
 
@@ -172,6 +173,7 @@ class Hit:
     score: float
     # user | model | tool | heron (heron/store/records.py `author_for`); None: not known.
     author: str | None = None
+    zone: str = "UTC"  # the agent's, which `line` dates it in (the Recall's that found it)
     # Not on its conversation's current branch (an answer /retry replaced, the old text of an
     # /edit, a branch /tree left): only a search of the record (`standing=False`) shows one.
     elsewhere: bool = False
@@ -198,7 +200,7 @@ class Hit:
     def line(self, who: str | None = None) -> str:
         """`[key · date · message id · who] snippet`; `who` is `speaker` unless given (the
         model reads these lines: recall_history, auto-recall)."""
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
+        when = timefmt.when(self.created, self.zone)
         text = " ".join(self.snippet.split())
         said = who or self.speaker
         where = " · on another branch" if self.elsewhere else ""
@@ -338,9 +340,14 @@ _LOOK: ContextVar[dict[int, tuple[int, int]] | None] = ContextVar("heron_recall_
 
 
 class Recall:
-    def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, store: Store, embedder: Embedder | None = None, zone: str | None = None
+    ) -> None:
         self.store = store
         self.embedder = embedder
+        # The agent's zone (`Settings.timezone`): the dates of hits and of a query's months
+        # and years are read in it; None: the system's, as `[agent] timezone` unset gives.
+        self.zone = zone or user_timezone(None)
         self._vectors: Any = None  # vectors.VectorIndex, made on the first semantic search
         # Message id up to which every message has a vector, per conversation (None: all);
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
@@ -644,7 +651,7 @@ class Recall:
                     lifted[i] += SPEAKER_WEIGHT
         if cue.months or cue.years:
             for i, _, created in records.message_dates(self.store, ids):
-                if cue.dates(created):
+                if cue.dates(created, self.zone):
                     lifted[i] += DATE_WEIGHT
         scored = [(i, s + lifted[i] * top) for i, s in ranked]
         return sorted(scored, key=lambda kv: (-kv[1], kv[0]))[:limit]
@@ -834,7 +841,7 @@ class Recall:
         by_id = {r[0]: r for r in records.hit_rows(self.store, [i for i, _ in ranked])}
         words = terms(query)
         return [
-            Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score, r[6])
+            Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score, r[6], self.zone)
             for i, score in ranked
             if (r := by_id.get(i)) is not None and self._said_by_the_person(i, r[5])
         ]

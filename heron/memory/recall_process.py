@@ -87,7 +87,8 @@ class RecallProcess:
         self._next = 0
 
     @classmethod
-    async def start(cls, db_path: Any) -> RecallProcess:
+    async def start(cls, db_path: Any, zone: str | None = None) -> RecallProcess:
+        """The child on `db_path`, reading dates in the agent's `zone` (None: the system's)."""
         loop = asyncio.get_running_loop()
         transport, replies = await loop.subprocess_exec(
             _Replies,
@@ -95,6 +96,7 @@ class RecallProcess:
             "-m",
             "heron.memory.recall_process",
             str(db_path),
+            *([zone] if zone else []),
             stderr=asyncio.subprocess.DEVNULL,
         )
         return cls(transport, replies)
@@ -138,15 +140,15 @@ class RecallProcess:
         return self._transport.get_pid()
 
 
-def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
-    """The child's loop: answer each request line until stdin closes."""
+def serve(db_path: str, lines: Any = None, out: Any = None, zone: str | None = None) -> None:
+    """The child's loop: answer each request line until stdin closes (dates in `zone`)."""
     from heron.memory.auto import fires
     from heron.memory.recall import Recall
     from heron.store import Store
 
     lines = sys.stdin if lines is None else lines
     out = sys.stdout if out is None else out
-    recall = Recall(Store(db_path))
+    recall = Recall(Store(db_path), zone=zone)
     for line in lines:
         ident, text, conversation_id, own = json.loads(line)
         try:
@@ -159,4 +161,4 @@ def serve(db_path: str, lines: Any = None, out: Any = None) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], zone=sys.argv[2] if len(sys.argv) > 2 else None)

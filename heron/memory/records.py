@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from heron.store import Store
 from heron.store.pg import REWRITES, pg_of
-from heron.store.records import ANSWERED
+from heron.store.records import ANSWERED, stored_time
 
 # ---- the full-text index (messages_fts, rowid = messages.id; body_tsv on PostgreSQL) ---------
 
@@ -332,10 +333,10 @@ def message_dates(store: Store, ids: Sequence[int]) -> list[tuple[int, int, floa
     rows = store.query(
         f"SELECT id, conversation_id, created FROM messages WHERE id IN ({marks})", list(ids)
     )
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], stored_time(r[2])) for r in rows]
 
 
-def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
+def hit_rows(store: Store, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """id, conversation_id, key, role, created, body and author of each indexed message asked
     for."""
     if not ids:
@@ -349,13 +350,15 @@ def hit_rows(store: Store, ids: Sequence[int]) -> list[sqlite3.Row]:
             f" WHERE m.id IN ({marks})",
             list(ids),
         )
-        return [r for r in rows if r[5]]
-    return store.query(
-        f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body, m.author"
-        f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-        f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
-        list(ids),
-    )
+        rows = [r for r in rows if r[5]]
+    else:
+        rows = store.query(
+            f"SELECT m.id, m.conversation_id, c.key, m.role, m.created, f.body, m.author"
+            f" FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            f" JOIN messages_fts f ON f.rowid = m.id WHERE m.id IN ({marks})",
+            list(ids),
+        )
+    return [(*r[:4], stored_time(r[4]), *r[5:]) for r in rows]
 
 
 # ---- vectors (message_vectors) -----------------------------------------------------------------
@@ -510,6 +513,10 @@ def waiting_suggestions(store: Store) -> list[sqlite3.Row]:
     return store.query("SELECT * FROM memory_suggestions WHERE status = 'waiting' ORDER BY id")
 
 
+def rejected_suggestions(store: Store) -> list[sqlite3.Row]:
+    return store.query("SELECT * FROM memory_suggestions WHERE status = 'rejected' ORDER BY id")
+
+
 def count_waiting(store: Store) -> int:
     rows = store.query("SELECT COUNT(*) FROM memory_suggestions WHERE status = 'waiting'")
     return int(rows[0][0])
@@ -569,6 +576,15 @@ def reviewed_up_to(store: Store, conversation_id: int) -> int:
         (conversation_id,),
     )
     return int(rows[0][0]) if rows else 0
+
+
+def message_ids_after(store: Store, conversation_id: int, after: int) -> list[int]:
+    """The ids of the conversation's messages past `after` (a review cursor), in order."""
+    rows = store.query(
+        "SELECT id FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id",
+        (conversation_id, after),
+    )
+    return [int(r[0]) for r in rows]
 
 
 def set_reviewed_up_to(store: Store, conversation_id: int, message_id: int) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from heron import timefmt
 from heron.memory import records
 from heron.memory.entries import Entry
 from heron.store import Store
@@ -175,11 +176,13 @@ def recent_history_section(
     max_entries: int = 50,
     max_tokens: int = 8_000,
     estimate: Callable[[str], int] = _tokens,
+    zone: str = "UTC",
     timezone_fmt: Callable[[float], str] | None = None,
 ) -> str:
     """Up to `max_entries` entries / `max_tokens` tokens written after `floor` (the later of the
-    last consolidation and the floor /new wrote), newest kept first, shown oldest first."""
-    fmt = timezone_fmt or (lambda ts: time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)))
+    last consolidation and the floor /new wrote), newest kept first, shown oldest first, each
+    dated in the agent's `zone` (or by `timezone_fmt`)."""
+    fmt = timezone_fmt or (lambda ts: timefmt.when(ts, zone))
     shown = [e for e in entries if e.created > floor and not e.memory_only]
     shown.sort(key=lambda e: e.created)
     kept: list[str] = []

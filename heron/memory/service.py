@@ -40,6 +40,7 @@ from heron.memory.guard import (
 from heron.memory.history import MemoryHistory
 from heron.memory.queue import Suggestion
 from heron.store import Store
+from heron.store.schedule import user_timezone
 
 AGENT_ENV = "HERON_AGENT_COMMAND"
 REVIEW_BATCH = 10
@@ -73,9 +74,12 @@ class Decision:
 
 
 class MemoryService:
-    def __init__(self, root: Path, store: Store) -> None:
+    def __init__(self, root: Path, store: Store, timezone: str | None = None) -> None:
         self.files = MemoryFiles(root)
         self.store = store
+        # The agent's zone (`Settings.timezone`), the dates of Recent History are read in;
+        # None: the system's, as `[agent] timezone` unset gives.
+        self.timezone = timezone or user_timezone(None)
         # The folder is a git repository: each change below is a commit (heron/memory/history.py).
         self.history = MemoryHistory(root)
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
@@ -322,6 +326,7 @@ class MemoryService:
             quote=quote.strip(),
             conversation_id=conversation_id,
             message_id=match.message_id,
+            said=match.created,
         )
 
     def _queue_change(
@@ -345,6 +350,7 @@ class MemoryService:
             conversation_id=conversation_id,
             message_id=match.message_id,
             base_digest=current.digest,
+            said=match.created,
         )
 
     def suggest_lesson(
@@ -483,8 +489,8 @@ class MemoryService:
             for s in batch:
                 if s.id in kept:
                     decisions.append(self.accept(s.id, env))
-                else:
-                    decisions.append(self.reject(s.id, "dropped"))
+                else:  # the person saw it and said no: it is not proposed again
+                    decisions.append(self.reject(s.id))
         return decisions
 
     def mark_thawed(self, conversation_id: int) -> None:

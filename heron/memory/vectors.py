@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from heron.memory import records
 from heron.store import Store
+from heron.store.records import stored_time
 
 DAY = 86_400.0  # seconds: messages are dated by day for recall's recency
 
@@ -481,7 +482,7 @@ def _int_columns(rows: list[Any]) -> list[list[int]]:
         [r[0] for r in rows],
         [r[1] for r in rows],
         [r[3] for r in rows],
-        [int(r[4] // DAY) for r in rows],
+        [int(stored_time(r[4]) // DAY) for r in rows],
     ]
 
 

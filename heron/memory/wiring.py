@@ -96,7 +96,9 @@ def prompt_sections(
     entries = history_entries(store, conversation_id, taken)
     cap = service.section_tokens or 8_000  # other conversations' summaries: memory's share
     floor = history_floor(store, conversation_id)
-    recent = recent_history_section(entries, floor=floor, max_tokens=min(8_000, cap))
+    recent = recent_history_section(
+        entries, floor=floor, max_tokens=min(8_000, cap), zone=service.timezone
+    )
     return _untitled(section), _untitled(recent)
 
 
@@ -215,8 +217,9 @@ class RecallReader:
     for any check the child cannot answer. Never used for a lone turn (the engine checks
     inline then: a hop costs more than it saves)."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, zone: str | None = None) -> None:
         self.path = path
+        self.zone = zone  # the agent's: a query's months and years are read in it
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heron-recall")
         self._recall: Recall | None = None
         self._child: RecallProcess | None = None
@@ -242,13 +245,13 @@ class RecallReader:
 
     async def _start_child(self) -> None:
         try:
-            self._child = await RecallProcess.start(self.path)
+            self._child = await RecallProcess.start(self.path, self.zone)
         except Exception as e:  # whatever stops it, the thread keeps answering
             log.warning("auto-recall stays on a thread: cannot start its process: %s", e)
 
     def _check(self, text: str, conversation_id: int, own: bool) -> bool:
         if self._recall is None:
-            self._recall = Recall(Store(self.path))
+            self._recall = Recall(Store(self.path), zone=self.zone)
         return fires(self._recall, text, conversation_id, own=own)
 
     async def aclose(self) -> None:
@@ -407,10 +410,11 @@ class LazyEmbedder:
         return [list(map(float, v)) for v in self._model.encode(texts)]
 
 
-def lazy_recall(store: Store) -> Recall:
+def lazy_recall(store: Store, zone: str | None = None) -> Recall:
     """Recall with the semantic half when the extra is installed (and HERON_EMBEDDINGS is not
-    0); the check is a file lookup, the model itself loads on first use."""
+    0); the check is a file lookup, the model itself loads on first use. Its dates are in the
+    agent's `zone` (None: the system's)."""
     from heron.memory import vectors
 
     on = os.environ.get("HERON_EMBEDDINGS", "1") != "0" and vectors.available()
-    return Recall(store, LazyEmbedder() if on else None)
+    return Recall(store, LazyEmbedder() if on else None, zone)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heron import workspace_io
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import InboundMessage, MessageBus, TurnOptions
 from heron.proactive.clock import Clock
@@ -39,6 +40,7 @@ PROMPT = (
     "what the user must hear (never an all-clear). End with one short line of what you "
     "checked.]\n{lines}"
 )
+HEARTBEAT_MAX = 64 * 1024  # bytes of HEARTBEAT.md read: a checklist, not a document
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 
@@ -46,10 +48,11 @@ _BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
 def heartbeat_lines(workspace: Path) -> list[str]:
     """What HEARTBEAT.md asks to check: its non-blank lines that are not headings or comments,
     without their list markers."""
-    try:
-        text = (workspace / "HEARTBEAT.md").read_text(encoding="utf-8", errors="replace")
+    try:  # a command can write it: no link followed, no FIFO waited on (workspace_io)
+        found = workspace_io.read(workspace, "HEARTBEAT.md", HEARTBEAT_MAX)
     except OSError:
         return []
+    text = found.data.decode("utf-8", errors="replace")
     text = _COMMENT.sub("", text)
     lines = [s.strip() for s in text.splitlines() if s.strip() and not s.lstrip().startswith("#")]
     return [_BULLET.sub("", line) for line in lines if _BULLET.sub("", line)]

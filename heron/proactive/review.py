@@ -11,9 +11,9 @@ each kept change is a commit of the memory folder (heron/memory/history.py), so
 
 It is bounded: at most `model_calls` requests and `tokens` tokens a pass (a request that would
 pass the token bound is not sent), whatever the number of conversations; what it did not reach
-waits for the next pass, its cursors unmoved. A proposal that would change nothing (a fact or
-lesson memory already holds word for word, a rewrite that says what the lesson says) is
-dropped.
+waits for the next pass, each cursor moved past what was read and no further. A proposal that
+would change nothing (a fact or lesson memory already holds word for word, a rewrite that says
+what the lesson says) is dropped.
 
 `nightly_review(engine)` is the pass. It runs as the scheduler's built-in job (mode
 "review", one row made by migration m010): `sync_job` brings that row in line with config.toml
@@ -121,18 +121,20 @@ async def nightly_review(
     pending = await store.call(review_state.unreviewed, store)
     for index, conversation_id in enumerate(pending):
         before = provider.refused
-        cursor = await store.call(review_state.cursor_of, store, conversation_id)
         # Each pass a run of the conversation it read (a refused request is never sent, so
-        # the recording sits under the bound: only what was sent is recorded).
+        # the recording sits under the bound: only what was sent is recorded). The pass moves
+        # the conversation's cursor past what its answered calls read, no further.
         async with engine.maintenance(conversation_id, NIGHTLY_REVIEW) as run:
             provider.inner = run.provider(engine.provider, "review")
             ids = await review_pass(provider, service, conversation_id, window)
-        if provider.refused > before:  # not read: its cursor must not move past it
-            await store.call(review_state.restore_cursor, store, conversation_id, cursor)
-            report.left = len(pending) - index
-            break
-        report.conversations += 1
         report.suggested += ids
+        if provider.refused > before:  # the bound: this one and the rest wait
+            report.left += len(pending) - index
+            break
+        if await store.call(review_state.has_unread, store, conversation_id):
+            report.left += 1  # its calls ran out before its end: the next pass goes on
+        else:
+            report.conversations += 1
     if not report.left:
         # Memory as a whole belongs to no conversation: its run is in Heron's own.
         tidy_in = await store.call(store.open_conversation, TIDY_CONVERSATION, "default")

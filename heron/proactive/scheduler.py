@@ -20,7 +20,9 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 At its start (`recover`) it marks interrupted the runs a scheduler that is gone left running
 (kill -9, a crash), and fires once more, late and saying so, a job whose run was cut off before
 its turn ended, so a one-shot reminder cut by a restart still arrives; a cut-off review tries
-again `IDLE_RETRY_S` later. A one-shot reminder that will not arrive (skipped past the grace,
+again `IDLE_RETRY_S` later. A scheduler that keeps running does the same on the tick after
+another one of the home dies or stops mid-run (a second serve's): each tick looks, with one
+indexed read. A one-shot reminder that will not arrive (skipped past the grace,
 or cut off and not run again) is said in its conversation, as a Heron-authored row.
 
 The scheduler watches the loop's turn ends (`AgentLoop.watch_turns`) to record each run's
@@ -132,7 +134,7 @@ class Scheduler:
     async def tick(self) -> int:
         """Fire (or skip) everything due now; returns how many were fired."""
         now = self.clock.now()
-        fired = 0
+        fired = await self._recover_left(now)
         while True:
             lost: list[js.Lost] = []
             batch = await self.store.call(
@@ -148,6 +150,14 @@ class Scheduler:
         if self._open:
             await self.store.call(js.renew_leases, self.store, self.owner, now)
         return fired
+
+    async def _recover_left(self, now: float) -> int:
+        """What another scheduler of this home left when it died or stopped mid-run (a second
+        serve's, killed), recovered as a start recovers it, by this one that keeps running:
+        otherwise only the next start would, and a reminder cut off there would wait for it.
+        One indexed read per tick (`js.left_to_recover`); returns how many were fired again."""
+        left = await self.store.call(js.left_to_recover, self.store, now, self.modes)
+        return await self.recover() if left else 0
 
     async def _deadline(self) -> float:
         now = self.clock.now()

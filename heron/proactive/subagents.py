@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from heron.agent.turn import Injected
-from heron.bus import InboundMessage, TurnOptions
+from heron.bus import InboundMessage, TurnEnd, TurnOptions
 from heron.messages import Text, ToolResult
 from heron.store import runs
 from heron.tools.context import Spawner, ToolContext
@@ -212,21 +212,12 @@ class Subagents:
     def _retry(self, run: runs.Run) -> None:
         """The one turn that answers a result its announce turn never answered (the record's
         RETRY_META row makes it one, also across a crash); settled when it ends."""
-        meta = {"synthetic": True, "subagent": True, RETRY_META: run.id}
         channel, chat, _ = self.loop.origins.get(
             run.origin_key, (run.origin_channel, run.origin_chat, "")
         )
         if run.origin_key not in self.loop.origins and self.channel is not None:
             channel, chat = self.channel
-        message = InboundMessage(
-            channel,
-            chat,
-            RETRY.format(run=run.id),
-            run.origin_key,
-            provenance="subagent" if run.origin_internal else "announce",
-            options=TurnOptions(message_meta=meta),
-        )
-        self.loop.start_turn(message)
+        self.loop.start_turn(retry_message(run, channel, chat))
         self.owed.setdefault(run.origin_key, {})[run.id] = "retry"
 
     async def _announced(self, run: runs.Run) -> None:
@@ -242,12 +233,7 @@ class Subagents:
         if not self.owed.get(ended.key):
             return
         end = ended.end
-        # A turn that ended on a model error (ok False, error set) failed as much as one that
-        # raised: the result it received is still unanswered.
-        failed = end.outcome == "failed" or (
-            not end.ok and end.error is not None and end.outcome != "stale"
-        )
-        outcome = "failed" if failed else end.outcome
+        outcome = "failed" if turn_failed(end) else end.outcome
         task = asyncio.create_task(self._settle(ended.key, ended.message, outcome))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
@@ -450,6 +436,28 @@ def task_message(
     )
     return InboundMessage(
         "subagent", run.lineage or "", run.task, key, provenance="subagent", options=options
+    )
+
+
+def turn_failed(end: TurnEnd) -> bool:
+    """Whether a turn failed: it raised, or ended on a model error (ok False, error set), which
+    leaves the result it received as unanswered; not a turn the person stopped (stale)."""
+    return end.outcome == "failed" or (
+        not end.ok and end.error is not None and end.outcome != "stale"
+    )
+
+
+def retry_message(run: runs.Run, channel: str, chat: str) -> InboundMessage:
+    """The message of the one turn that answers a result its announce turn never answered; its
+    RETRY_META row in the record makes it one (`reply_state` says "retried" after it)."""
+    meta = {"synthetic": True, "subagent": True, RETRY_META: run.id}
+    return InboundMessage(
+        channel,
+        chat,
+        RETRY.format(run=run.id),
+        run.origin_key,
+        provenance="subagent" if run.origin_internal else "announce",
+        options=TurnOptions(message_meta=meta),
     )
 
 

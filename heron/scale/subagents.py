@@ -9,7 +9,10 @@ out, records the run's result and enqueues the announcement into the origin conv
 where it opens a turn of its own behind what waits there. The announcement's workflow id is
 derived from the run's id, so a worker that dies between recording the result and enqueueing
 it, and the worker that recovers the subagent's workflow and does it again, enqueue it once.
-The run is marked announced when the announcement's turn has stored it.
+The run is marked announced once its result is answered in the origin, as in one process: an
+announcement's turn that fails (a model error) leaves it unanswered, and one retry turn answers
+it, enqueued under an id derived from the run (once, whichever worker sees the failure); when
+that fails too the run stays owed, and the next turn there that ends well settles it.
 """
 
 from __future__ import annotations
@@ -46,10 +49,20 @@ def task_run(message: InboundMessage) -> tuple[str, bool] | None:
     return str(meta[sa.TASK_META]), bool(meta.get(WAITED))
 
 
+def retry_id(run_id: str) -> str:
+    """The workflow id of the one turn that answers a run's result its announcement left
+    unanswered: the same for every worker that enqueues it."""
+    return "retry-" + hashlib.sha256(run_id.encode()).hexdigest()[:24]
+
+
 def announced_run(message: InboundMessage) -> str | None:
-    """The run whose result `message` carries into its origin, if it is an announcement."""
+    """The run whose result `message` carries into its origin (an announcement), or asks the
+    origin to answer (the retry of one), if it is either."""
     meta = message.options.message_meta if message.options else None
-    return str(meta[runs.RUN_META]) if meta and meta.get(runs.RUN_META) else None
+    for name in (runs.RUN_META, sa.RETRY_META):
+        if meta and meta.get(name):
+            return str(meta[name])
+    return None
 
 
 class QueueingLoop(Protocol):
@@ -127,10 +140,39 @@ class QueuedSubagents:
             message = sa.announcement(final, final.origin_channel, final.origin_chat)
             self.loop.start_turn(dataclasses.replace(message, id=announcement_id(run_id)))
 
-    async def announced(self, run_id: str) -> None:
-        """Its announcement's turn ended: the result is in the origin's record (or, failed,
-        left for `heron runs` to show); either way it is not sent again."""
-        await self.store.call(runs.mark_announced, self.store, run_id)
+    async def announced(self, run_id: str, ended: TurnEnded | None) -> None:
+        """The turn of its announcement, or of that one's retry, ended here (`ended` None: it
+        had ended before the worker running it died). Marked announced when the turn ended
+        well or was stopped by the person (the next turn sees it), or the origin's record
+        holds the result answered. A failed turn that left it unanswered is answered by one
+        retry turn; when that one fails too, or the result never reached the record, the run
+        stays owed (unmarked: `heron runs` shows it) for `settle_owed`."""
+        run = await self.store.call(runs.get, self.store, run_id)
+        if run is None or run.announced is not None:
+            return
+        if ended is not None and not sa.turn_failed(ended.end):
+            await self.store.call(runs.mark_announced, self.store, run_id)
+            return
+        if not await self.store.call(runs.in_record, self.store, run.origin_key, run_id):
+            return
+        state = await self.store.call(sa.reply_state, self.store, run.origin_key, run_id)
+        if state == "answered":
+            await self.store.call(runs.mark_announced, self.store, run_id)
+        elif state == "unanswered":
+            channel, chat, _ = self.loop.origins.get(
+                run.origin_key, (run.origin_channel, run.origin_chat, "")
+            )
+            retry = sa.retry_message(run, channel, chat)
+            self.loop.start_turn(dataclasses.replace(retry, id=retry_id(run_id)))
+
+    async def settle_owed(self, key: str) -> None:
+        """A turn of `key` ended well: the results owed there that its record now holds
+        answered are marked announced (one indexed read of the runs spawned there)."""
+        for run in await self.store.call(runs.owed, self.store, key):
+            if not await self.store.call(runs.in_record, self.store, key, run.id):
+                continue  # not there yet: its announcement is still to run
+            if await self.store.call(sa.reply_state, self.store, key, run.id) == "answered":
+                await self.store.call(runs.mark_announced, self.store, run.id)
 
 
-__all__ = ["QueuedSubagents", "announced_run", "announcement_id", "task_run"]
+__all__ = ["QueuedSubagents", "announced_run", "announcement_id", "retry_id", "task_run"]

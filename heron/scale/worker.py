@@ -45,7 +45,7 @@ from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd,
 from heron.config import Settings
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
-from heron.proactive.subagents import TIMEOUT_S, offer_spawn
+from heron.proactive.subagents import TIMEOUT_S, offer_spawn, turn_failed
 from heron.providers.base import Provider
 from heron.scale import records
 from heron.scale.cluster import (
@@ -226,13 +226,16 @@ class WorkerHost:
         self, message: InboundMessage, ended: TurnEnded | None, timed_out: bool
     ) -> None:
         """What a turn's end settles beyond the turn: a subagent's result recorded and
-        announced; an announcement marked delivered."""
+        announced; an announcement (or its retry) marked delivered once answered, else
+        retried once; the results owed in a conversation whose turn ended well settled."""
         task = task_run(message)
         if task is not None:
             await self.subagents.finish(task[0], task[1], ended, timed_out)
         announced = announced_run(message)
         if announced is not None:
-            await self.subagents.announced(announced)
+            await self.subagents.announced(announced, ended)
+        elif ended is not None and message.key is not None and not turn_failed(ended.end):
+            await self.subagents.settle_owed(message.key)
 
     async def _attempt(self, workflow_id: str, given: TurnOptions | None) -> TurnOptions | None:
         """The options of this attempt: the first, the continuation of a dead worker's, or

@@ -12,6 +12,7 @@ their own `Store` connection, so a slow read never waits behind the engine's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import secrets
@@ -24,11 +25,13 @@ from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from heron import timefmt
 from heron.attachments import too_big
 from heron.config import AttachmentCaps, Settings
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreRefused
 from heron.messages import new_key
 from heron.store import Conversation, Store
+from heron.store.engine_state import close_dead_runs
 from heron.web.uploads import Upload, folder, save
 
 router = APIRouter(prefix="/api")
@@ -154,18 +157,29 @@ def _visible(key: str) -> bool:
 # ---- conversations ----------------------------------------------------------------------------
 
 
-def _row(store: Store, conv: Conversation) -> dict[str, Any]:
+def _row(store: Store, conv: Conversation, zone: str) -> dict[str, Any]:
+    """A conversation as the sidebar lists it; `day`, the date of its last activity in the
+    agent's `zone`, is what the sidebar shows of an old one (as `conversations list` does)."""
     turns = store.turn_count(conv.id)
-    return {"key": conv.key, "title": conv.title, "updated": conv.updated, "turns": turns}
+    day = timefmt.when(conv.updated, zone, timefmt.DAY)
+    return {
+        "key": conv.key,
+        "title": conv.title,
+        "updated": conv.updated,
+        "day": day,
+        "turns": turns,
+    }
 
 
-def _listing(store: Store, limit: int, offset: int) -> tuple[list[dict[str, Any]], bool]:
+def _listing(store: Store, limit: int, offset: int, zone: str) -> tuple[list[dict[str, Any]], bool]:
     """The page of the list from the `offset`-th, and whether more follow it."""
     found = store.conversations(limit + 1, offset=offset)
-    return [_row(store, c) for c in found[:limit] if _visible(c.key)], len(found) > limit
+    return [_row(store, c, zone) for c in found[:limit] if _visible(c.key)], len(found) > limit
 
 
-def _search(store: Store, query: str, limit: int, offset: int) -> tuple[list[dict[str, Any]], bool]:
+def _search(
+    store: Store, query: str, limit: int, offset: int, zone: str
+) -> tuple[list[dict[str, Any]], bool]:
     """Conversations whose title or key holds `query`, then those whose messages match it in
     the full-text index, best first, each with its best snippet (the recall index
     `heron memory recall` uses) where its messages match; the page from the `offset`-th, and
@@ -175,7 +189,7 @@ def _search(store: Store, query: str, limit: int, offset: int) -> tuple[list[dic
     wanted = offset + limit + 1
     named = store.conversations(wanted, named=query.strip())
     said: dict[str, dict[str, Any]] = {}  # per conversation, its best hit
-    for hit in Recall(store).search(query, wanted * 5):
+    for hit in Recall(store, zone=zone).search(query, wanted * 5):
         key = hit.conversation_key
         if key not in said and _visible(key):
             snippet = " ".join(hit.snippet.split())[:200]
@@ -183,14 +197,14 @@ def _search(store: Store, query: str, limit: int, offset: int) -> tuple[list[dic
             if hit.elsewhere:  # the page opens on the current branch: say which one holds it
                 branch = _branch_holding(store, hit.conversation_id, hit.message_id)
                 said[key].update(on_branch=False, branch=branch)
-    rows = [{**_row(store, c), **said.get(c.key, {})} for c in named]
+    rows = [{**_row(store, c, zone), **said.get(c.key, {})} for c in named]
     listed = {c.key for c in named}
     for key, best in said.items():
         if len(rows) >= wanted:
             break
         found = store.conversation(key)
         if found is not None and key not in listed:
-            rows.append({**_row(store, found), **best})
+            rows.append({**_row(store, found, zone), **best})
     return rows[offset : offset + limit], len(rows) > offset + limit
 
 
@@ -203,10 +217,11 @@ async def conversations(
 ) -> JSONResponse:
     """A page of the list, or of a search's conversations; `more`: a page follows it."""
     state = _state(request)
+    zone = state.settings.timezone
     if q.strip():
-        rows, more = await _run(state, _search, state.store, q, limit, offset)
+        rows, more = await _run(state, _search, state.store, q, limit, offset, zone)
     else:
-        rows, more = await _run(state, _listing, state.store, limit, offset)
+        rows, more = await _run(state, _listing, state.store, limit, offset, zone)
     return JSONResponse({"conversations": rows, "more": more})
 
 
@@ -329,7 +344,7 @@ async def export(
         form = export_format(form)
     except HeronError as e:
         raise HTTPException(400, _detail(e)) from e
-    text, _ = await _run(state, exported, state.store, key, form)
+    text, _ = await _run(state, exported, state.store, key, form, state.settings.timezone)
     return Response(
         text.encode("utf-8"),
         media_type=MEDIA_TYPE[form],
@@ -442,6 +457,9 @@ def _status(state: WebState, key: str) -> dict[str, Any]:
     except HeronError as e:
         model, window = f"none ({str(e).splitlines()[0]})", 0
     conv = store.conversation(key)
+    if conv is not None:  # a /compact its process died in counts what it did, interrupted
+        with contextlib.suppress(StoreRefused):
+            close_dead_runs(store)
     if conv is None:
         return {
             "model": model,
@@ -478,7 +496,7 @@ async def status(request: Request, key: str) -> JSONResponse:
 def _memory(state: WebState) -> Any:
     from heron.memory.service import MemoryService
 
-    return MemoryService(state.settings.paths.memory, state.store)
+    return MemoryService(state.settings.paths.memory, state.store, state.settings.timezone)
 
 
 def _entries(state: WebState) -> dict[str, Any]:

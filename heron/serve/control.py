@@ -10,6 +10,7 @@ after them to name in its `files`. `memory_waiting` and `memory_review` are a ch
 `/memory review` (docs/serve.md, "The control socket"). `{"type":"login"}` is `heron web`:
 answered `{"type":"login","url"}`, a fresh one-time login address for a browser (reaching
 this socket is what lets a browser in: a sandboxed command cannot see HERON_HOME).
+`{"type":"jobs_changed"}` is `heron jobs` after it changed a job: the scheduler looks now.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def _extra(
             return await _upload(runtime, message)
         if message.get("type") in ("memory_waiting", "memory_review"):
             return await asyncio.to_thread(_memory, runtime, message)
+        if message.get("type") == "jobs_changed":
+            return _jobs_changed(runtime)
         if message.get("type") != "conversations":
             return None
         store = runtime.engine.store
@@ -106,6 +109,15 @@ def _extra(
         }
 
     return answer
+
+
+def _jobs_changed(runtime: Runtime) -> Event:
+    """`heron jobs` changed a job in another process: the scheduler looks at once, rather
+    than at its next poll (`scheduled` false: this serve runs no scheduler to wake)."""
+    poke = runtime.engine.attached.jobs_changed
+    if poke is not None:
+        poke()
+    return {"type": "jobs_changed", "scheduled": poke is not None}
 
 
 def _memory(runtime: Runtime, message: dict[str, Any]) -> Event:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ DEFAULT_CONVERSATION = "personal"
 CHANNELS = ("web", "cli", "script", "terminal")
 _ids = itertools.count(1)
 # What a client can send only once attached to a conversation (after `hello`).
-ATTACHED = ("send", "stop", "command", "approve", "work", "cancel")
+ATTACHED = ("send", "stop", "command", "approve", "work", "cancel", "job")
 
 
 class Transport(Protocol):
@@ -140,7 +141,7 @@ class Session:
             self._submit("/stop")
         elif kind == "command":
             await self._command(message)
-        elif kind in ("work", "cancel"):
+        elif kind in ("work", "cancel", "job"):
             await self._work(message)
         elif kind == "approve":
             await self._approve(message)
@@ -150,7 +151,7 @@ class Session:
             await self._reply(
                 error(
                     f"unknown message type {kind!r}",
-                    "Use hello, send, stop, command, approve, work or cancel.",
+                    "Use hello, send, stop, command, approve, work, cancel or job.",
                 )
             )
 
@@ -232,13 +233,21 @@ class Session:
         return True
 
     async def _work(self, message: dict[str, Any]) -> None:
-        """The conversation's proactive work, or a cancel of one piece (heron/serve/work.py)."""
+        """The conversation's proactive work, a cancel of one piece, or a pause, resume or
+        run-now of one of its jobs (heron/serve/work.py)."""
         from heron.serve import work
 
         store, key = self.runtime.engine.store, self.client.key
         assert key is not None
+        poke = self.runtime.engine.attached.jobs_changed  # this serve's scheduler, if any
         if message.get("type") == "work":
             await self._reply(await store.call(work.work_event, store, key))
+        elif message.get("type") == "job":
+            now, can_run = time.time(), poke is not None
+            answer = await store.call(work.control, store, key, message, now, can_run)
+            if poke is not None and answer.get("type") == "work":
+                poke()  # a resumed job's next instant, a run asked for: looked at now
+            await self._reply(answer)
         else:
             await self._reply(await store.call(work.cancel, store, key, message))
 

@@ -1,6 +1,7 @@
-"""The `work` and `cancel` messages of the serve protocol (docs/web.md): the proactive work of
-the client's conversation (its goal, the jobs bound to it, the subagents that will report back
-to it), and the person ending one of them from the browser's work panel.
+"""The `work`, `cancel` and `job` messages of the serve protocol (docs/web.md): the proactive
+work of the client's conversation (its goal, the jobs bound to it, the subagents that will
+report back to it), the person ending one of them from the browser's work panel, and pausing,
+resuming or running one of its jobs now.
 
 Both answer the asking client alone with a `work` event, the state after the change, so the
 panel redraws from what the store holds; a cancel that cannot be done is an `error`.
@@ -13,10 +14,12 @@ from typing import Any
 
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
-from heron.tools.schedule import describe
+from heron.store.schedule import ScheduleError
+from heron.tools.schedule import NO_SERVE_NOW, asked, describe, resumed
 
 Event = dict[str, Any]
 TARGETS = ("goal", "job", "subagent")
+LIVE = ("active", "paused")  # the jobs a person can still end
 
 
 def _local(instant: float | None, job: js.Job) -> str | None:
@@ -45,11 +48,12 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
             {
                 "id": job.id,
                 "mode": job.mode,
+                "status": job.status,  # active or paused: the panel offers pause or resume
                 "schedule": job.schedule.describe(),
                 "next_run": job.next_run,
                 # As the CLI shows it: in the agent's zone, named (a browser elsewhere would
                 # otherwise read its own zone's time for it).
-                "next_local": _local(job.next_run, job),
+                "next_local": None if job.status == "paused" else _local(job.next_run, job),
                 "last_outcome": job.last_outcome,
                 "prompt": job.prompt,
                 "line": describe(job),
@@ -87,7 +91,7 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
         return work_event(store, key, f"Goal stopped: {ended.objective}")
     if target == "job":
         job = js.get_job(store, ident) if isinstance(ident, int) else None
-        if job is None or job.builtin or job.conversation != key or job.status != "active":
+        if job is None or job.builtin or job.conversation != key or job.status not in LIVE:
             return _error(
                 f"no active job {ident!r} in this conversation",
                 'Send {"type":"work"} for its jobs and their ids.',
@@ -106,6 +110,39 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
     return _error(
         f"unknown cancel target {target!r}", f"target is one of {', '.join(TARGETS)}, with id."
     )
+
+
+ACTIONS = ("pause", "resume", "run_now")
+
+
+def control(store: Store, key: str, message: dict[str, Any], now: float, can_run: bool) -> Event:
+    """`{"type":"job","action":"pause"|"resume"|"run_now","id":3}` for a job of conversation
+    `key`, as `heron jobs pause/resume/run-now` do it: the work event after it (`done` says
+    what was done: a resume when it fires next), or an error. `can_run`: a scheduler runs in
+    this serve to take a run-now."""
+    action, ident = message.get("action"), message.get("id")
+    if action not in ACTIONS:
+        return _error(f"unknown job action {action!r}", f"action is one of {', '.join(ACTIONS)}.")
+    job = js.get_job(store, ident) if isinstance(ident, int) else None
+    if job is None or job.builtin or job.conversation != key:
+        return _error(
+            f"no job {ident!r} in this conversation",
+            'Send {"type":"work"} for its jobs and their ids.',
+        )
+    if action == "run_now" and not can_run:
+        return _error(NO_SERVE_NOW.format(id=job.id), "This serve runs no scheduler.")
+    try:
+        if action == "pause":
+            done = js.pause_job(store, job.id)
+            said = f"Paused job {job.id}." if done.changed else f"Job {job.id} was paused."
+        elif action == "resume":
+            done = js.resume_job(store, job.id, now)
+            said = resumed(done.job) if done.changed else f"Job {job.id} is not paused."
+        else:
+            said = asked(js.request_run(store, job.id, now))
+    except ScheduleError as e:
+        return _error(e.summary, e.hint or "")
+    return work_event(store, key, said)
 
 
 def _error(message: str, hint: str) -> Event:

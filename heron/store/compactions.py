@@ -8,12 +8,15 @@ it. Synchronous and short, like the store's own functions.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from heron.store import Store
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,24 @@ def _compaction(r: sqlite3.Row) -> Compaction:
         r["tokens_after"],
         r["summary"],
         r["working_state"],
-        json.loads(r["meta"]) if r["meta"] else {},
+        _meta(r),
     )
+
+
+def _meta(r: sqlite3.Row) -> dict[str, Any]:
+    """A compaction's meta; a damaged one (not a JSON object) is read as none, so the fold
+    still stands with its summary (what it carried in meta, the facts of a consolidation, is
+    lost from it), and the log names the row: it made every turn of its conversation fail."""
+    if not r["meta"]:
+        return {}
+    try:
+        meta = json.loads(r["meta"])
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        log.warning("compaction #%s has a damaged meta; read without it", r["id"])
+        return {}
+    return meta
 
 
 def compactions(store: Store, conversation_id: int) -> list[Compaction]:

@@ -51,6 +51,7 @@ from heron.store.records import (
     Turn,
     author_for,
     internal_sql,
+    stored_time,
 )
 
 HEAD = object()  # sentinel: append after the conversation's current head
@@ -707,13 +708,26 @@ class Store:
         provider: str | None,
         model: str | None,
         kind: str = TURN,
+        process: tuple[str, int] | None = None,
     ) -> int:
-        """A `turns` row, running. `kind`: `turn`, or what a maintenance run is (m025)."""
+        """A `turns` row, running. `kind`: `turn`, or what a maintenance run is (m025);
+        `process`: the (host, pid) running it, for a run no lease tells dead (m027)."""
+        host, pid = process or (None, None)
         with self.transaction() as c:
             cur = c.execute(
                 "INSERT INTO turns (conversation_id, run_id, user_message_id, status, provider,"
-                " model, started, kind) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                (conversation_id, run_id, user_message_id, provider, model, time.time(), kind),
+                " model, started, kind, host, pid) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_id,
+                    run_id,
+                    user_message_id,
+                    provider,
+                    model,
+                    time.time(),
+                    kind,
+                    host,
+                    pid,
+                ),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -1162,7 +1176,7 @@ def _message(r: sqlite3.Row) -> StoredMessage:
         r["kind"],
         _StoredParts(r["role"], r["parts"], r["id"]),
         sent,
-        r["created"],
+        stored_time(r["created"]),
         meta,
         r["author"],
     )

@@ -494,6 +494,43 @@ def close_turn(
         )
 
 
+# Why a maintenance run closed by `close_dead_runs` ended, on its row (`trace show`).
+DEAD_RUN = "its process ({pid}) ended before the run did: killed or crashed"
+
+
+def close_dead_runs(store: Store) -> int:
+    """Maintenance runs (m025) left `running` by a process of this host that has ended (a
+    `kill -9` in the middle of `/compact`): no lease tells they are dead, their row's process
+    does (m027). Each is closed interrupted, its figures summed from the calls it recorded and
+    its usage unknown (a call in flight as it died was billed, never counted). A run of a
+    process on another host is left to that host's processes: time alone never tells one is
+    dead. One read of the running rows' partial index; a write only when one is found.
+    Returns how many were closed."""
+    rows = store.query(
+        "SELECT id, pid FROM turns WHERE status = 'running' AND kind <> 'turn' AND host = ?",
+        (HOST,),
+    )
+    dead = [(row[0], row[1]) for row in rows if row[1] is not None and not pid_alive(row[1])]
+    if not dead:
+        return 0
+    sums = "(SELECT COALESCE(SUM({0}), 0) FROM model_calls WHERE turn_id = turns.id)"
+    figures = ", ".join(
+        f"{column} = {sums.format(column)}"
+        for column in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+    )
+    with store.transaction() as c:
+        for turn_id, pid in dead:
+            c.execute(
+                "UPDATE turns SET status = 'interrupted', stop_reason = 'interrupted',"
+                f" error = ?, usage_unknown = 1, {figures}, model_calls ="
+                " (SELECT COUNT(*) FROM model_calls WHERE turn_id = turns.id),"
+                " ended = COALESCE((SELECT MAX(ended) FROM model_calls WHERE turn_id = turns.id),"
+                " started) WHERE id = ? AND status = 'running'",
+                (DEAD_RUN.format(pid=pid), turn_id),
+            )
+    return len(dead)
+
+
 def close_stale_turn(
     store: Store,
     conversation_id: int,

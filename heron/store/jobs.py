@@ -52,13 +52,14 @@ class Job:
     mode: str
     prompt: str
     catch_up: str
-    status: str  # active | done | cancelled
+    status: str  # active | paused | done | cancelled
     created: float
     created_by: str
     next_run: float | None
     last_run: float | None
     last_outcome: str | None
     lease_owner: str | None
+    run_now: float | None = None  # someone asked it to run once now (`request_run`)
 
     @property
     def key(self) -> str:
@@ -127,6 +128,7 @@ def _job(r: sqlite3.Row) -> Job:
         r["last_run"],
         r["last_outcome"],
         r["lease_owner"],
+        r["run_now"],
     )
 
 
@@ -187,11 +189,11 @@ def get_job(store: Store, job_id: int) -> Job | None:
 def list_jobs(
     store: Store, *, everything: bool = False, conversation: str | None = None
 ) -> list[Job]:
-    """Active jobs (all of them with `everything`), soonest first; of one conversation if
-    given."""
+    """Active and paused jobs (all of them with `everything`), soonest first; of one
+    conversation if given."""
     where, params = [], []
     if not everything:
-        where.append("status = 'active'")
+        where.append("status IN ('active', 'paused')")
     if conversation is not None:
         where.append("conversation = ?")
         params.append(conversation)
@@ -201,14 +203,141 @@ def list_jobs(
 
 
 def cancel_job(store: Store, job_id: int) -> Job | None:
-    """Cancel an active job (a turn it already started runs to its end); None if unknown."""
+    """Cancel an active or paused job (a turn it already started runs to its end; a run asked
+    for and not yet started does not start); None if unknown."""
     with store.transaction() as c:
         c.execute(
-            "UPDATE jobs SET status = 'cancelled', next_run = NULL WHERE id = ? AND"
-            " status = 'active'",
+            "UPDATE jobs SET status = 'cancelled', next_run = NULL, run_now = NULL WHERE id = ?"
+            " AND status IN ('active', 'paused')",
             (job_id,),
         )
     return get_job(store, job_id)
+
+
+# ---- a person's control of a job: pause, resume, run once now ------------------------------
+
+RUN_NOW = "run now, as asked, outside its schedule (which it keeps)"  # such a run's detail
+
+
+@dataclass(frozen=True)
+class Control:
+    """What `pause_job`, `resume_job` or `request_run` did: the job after it, and whether it
+    changed (False: it already was so, e.g. paused twice)."""
+
+    job: Job
+    changed: bool
+
+
+def _known(c: sqlite3.Connection, job_id: int, action: str) -> sqlite3.Row:
+    """Job `job_id`'s row, locked; a clear refusal when there is none or it is cancelled."""
+    row: sqlite3.Row | None = c.execute(
+        "SELECT * FROM jobs WHERE id = ?" + row_lock(c), (job_id,)
+    ).fetchone()
+    if row is None:
+        raise ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them.")
+    if row["status"] == "cancelled":
+        raise ScheduleError(
+            f"job {job_id} is cancelled, so it cannot {action}",
+            hint="A cancelled job stays so: add it again (heron jobs add, or ask the agent).",
+        )
+    return row
+
+
+def _control(store: Store, job_id: int, changed: bool) -> Control:
+    found = get_job(store, job_id)
+    assert found is not None
+    return Control(found, changed)
+
+
+def pause_job(store: Store, job_id: int) -> Control:
+    """Pause an active job: its schedule fires nothing until `resume_job`, across restarts (a
+    run asked for and not yet started is dropped; `request_run` still runs it once). Its next
+    instant is kept for `resume_job` to start from. A run already started finishes."""
+    with store.transaction() as c:
+        row = _known(c, job_id, "be paused")
+        if row["status"] == "done":
+            raise ScheduleError(
+                f"job {job_id} is done: its one time has passed, so there is nothing to pause",
+                hint=f"heron jobs run-now {job_id} runs it once more.",
+            )
+        if row["status"] == "paused":
+            return _control(store, job_id, False)
+        c.execute("UPDATE jobs SET status = 'paused', run_now = NULL WHERE id = ?", (job_id,))
+    return _control(store, job_id, True)
+
+
+def resume_job(store: Store, job_id: int, now: float) -> Control:
+    """Resume a paused job from `now`: the instants that passed while it was paused are not
+    caught up (its next instant is the first after `now`, an interval keeping its phase); a
+    one-shot job whose time passed meanwhile is done, with nothing left to run."""
+    with store.transaction() as c:
+        row = _known(c, job_id, "be resumed")
+        if row["status"] != "paused":
+            return _control(store, job_id, False)
+        job = _job(row)
+        after = job.schedule.next_after(now, base=job.next_run)
+        c.execute(
+            "UPDATE jobs SET status = ?, next_run = ? WHERE id = ?",
+            ("active" if after is not None else "done", after, job_id),
+        )
+    return _control(store, job_id, True)
+
+
+def request_run(store: Store, job_id: int, now: float) -> Control:
+    """Ask that job `job_id` run once now, as an ordinary fire recorded in its runs, without
+    moving its schedule: a scheduler fires it at its next look (`claim_due`). A done one-shot
+    job may run again this way; a paused one runs once and stays paused. Refused for a
+    cancelled job and while a run of the job is running."""
+    with store.transaction() as c:
+        row = _known(c, job_id, "run")
+        if row["lease_owner"] is not None and not _lease_free(row, now):
+            raise ScheduleError(
+                f"job {job_id} is running now",
+                hint=f"Wait for its run to end (heron jobs runs {job_id}), then ask again.",
+            )
+        if row["run_now"] is not None:
+            return _control(store, job_id, False)
+        c.execute("UPDATE jobs SET run_now = ? WHERE id = ?", (now, job_id))
+    return _control(store, job_id, True)
+
+
+def _claim_asked(
+    c: sqlite3.Connection,
+    owner: str,
+    pid: int,
+    now: float,
+    grace_s: float,
+    modes: tuple[str, ...] | None,
+) -> list[Fire]:
+    """Fire the jobs someone asked to run now (`request_run`) whose lease is free; their
+    schedule and status stay as they are. One asked while its run ran waits for it to end;
+    one no scheduler took within the grace period (none ran) is recorded skipped. Any asked
+    is taken, whatever its instant: another host's clock may run ahead."""
+    rows = c.execute(
+        "SELECT * FROM jobs WHERE run_now IS NOT NULL AND status <> 'cancelled'"
+        + _of_modes(modes)
+        + " ORDER BY run_now"
+        + row_lock(c),
+        modes or (),
+    ).fetchall()
+    fires = []
+    for row in rows:
+        if not _lease_free(row, now):
+            continue
+        if row["lease_owner"] is not None:
+            _interrupted(c, row["id"], row["lease_owner"], now)
+        job, asked = _job(row), row["run_now"]
+        if now - asked > grace_s:
+            why = f"asked to run now at {_when(asked, job)}; no scheduler ran until past the grace"
+            c.execute(
+                "INSERT INTO job_runs (job_id, due, started, ended, status, outcome, detail,"
+                " owner) VALUES (?, ?, ?, ?, 'skipped', 'skipped', ?, ?)",
+                (job.id, asked, now, now, why, owner),
+            )
+            c.execute("UPDATE jobs SET run_now = NULL WHERE id = ?", (job.id,))
+            continue
+        fires.append(_fire(c, job, owner, pid, now, asked, RUN_NOW))
+    return fires
 
 
 def review_job(store: Store) -> Job | None:
@@ -220,9 +349,10 @@ def sync_review(
     store: Store, schedule: Schedule, enabled: bool | None, now: float, prompt: str
 ) -> Job:
     """Bring the built-in review job in line with config.toml: its schedule, and with
-    `enabled` given, whether it runs (None leaves the job as it is, e.g. cancelled by
-    `heron jobs cancel`). Its next instant is kept unless the schedule changed or it had
-    none, so an instant missed while nothing ran still counts for catch-up."""
+    `enabled` given, whether it runs (None leaves the job as it is, e.g. disabled by an older
+    `heron jobs cancel`; a pause by `heron jobs pause` stays either way). Its next instant is
+    kept unless the schedule changed or it had none, so an instant missed while nothing ran
+    still counts for catch-up; a new time is never a second pass the day one ran."""
     with store.transaction() as c:
         row = c.execute("SELECT * FROM jobs WHERE mode = ?", (REVIEW,)).fetchone()
         if row is None:  # the migration's row is gone: made again
@@ -233,12 +363,14 @@ def sync_review(
             )
             row = c.execute("SELECT * FROM jobs WHERE mode = ?", (REVIEW,)).fetchone()
         job = _job(row)
-        status = job.status if enabled is None else ("active" if enabled else "cancelled")
+        status = job.status
+        if enabled is not None:  # config turns it on or off; a pause (`heron jobs`) stays
+            status = "cancelled" if not enabled else "paused" if status == "paused" else "active"
         moved = job.schedule != schedule
-        if status != "active":
+        if status not in ("active", "paused"):
             next_run = None
         elif moved or job.next_run is None:
-            next_run = schedule.next_after(now)
+            next_run = schedule.next_after(_reviewed_today(c, job.id, schedule, now))
         else:
             next_run = job.next_run
         c.execute(
@@ -249,6 +381,23 @@ def sync_review(
     found = get_job(store, job.id)
     assert found is not None
     return found
+
+
+def _reviewed_today(c: sqlite3.Connection, job_id: int, schedule: Schedule, now: float) -> float:
+    """Where the review's next instant is looked for after its time changed: `now`, or the
+    end of today (in the schedule's zone) when a pass ran or runs today already, so a new
+    time later today is not a second pass the same day."""
+    zone = schedule.zone()
+    today = dt.datetime.fromtimestamp(now, zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    passed = c.execute(
+        "SELECT 1 FROM job_runs WHERE job_id = ? AND status IN ('done', 'running') AND"
+        " started >= ? LIMIT 1",
+        (job_id, today.timestamp()),
+    ).fetchone()
+    if passed is None:
+        return now
+    tomorrow = today + dt.timedelta(days=1)  # wall-clock arithmetic: midnight in that zone
+    return max(now, tomorrow.timestamp() - 1.0)
 
 
 def postpone(store: Store, job_id: int, until: float) -> None:
@@ -276,15 +425,19 @@ def runs(store: Store, job_id: int | None = None, limit: int = 50) -> list[JobRu
 def next_due(
     store: Store, *, unleased: bool = False, modes: tuple[str, ...] | None = None
 ) -> float | None:
-    """The soonest instant of an active job (of those `modes` if given); with `unleased`, of
-    one whose lease is free (a leased job waits for its turn to end, which wakes the
-    scheduler)."""
-    sql = "SELECT MIN(next_run) FROM jobs WHERE status = 'active'"
-    if unleased:
-        sql += " AND lease_owner IS NULL"
-    sql += _of_modes(modes)
-    soonest = store.query(sql, modes or ())[0][0]
-    return float(soonest) if soonest is not None else None
+    """The soonest instant of an active job, or run asked for now (of those `modes` if
+    given); with `unleased`, of one whose lease is free (a leased job waits for its turn to
+    end, which wakes the scheduler)."""
+    free = " AND lease_owner IS NULL" if unleased else ""
+    found = []
+    for sql in (  # its schedule's instants, and a run asked for now (`request_run`)
+        "SELECT MIN(next_run) FROM jobs WHERE status = 'active'",
+        "SELECT MIN(run_now) FROM jobs WHERE status <> 'cancelled'",
+    ):
+        soonest = store.query(sql + free + _of_modes(modes), modes or ())[0][0]
+        if soonest is not None:
+            found.append(float(soonest))
+    return min(found, default=None)
 
 
 # ---- the scheduler's side -------------------------------------------------------------------
@@ -328,6 +481,7 @@ def claim_due(
                 fires.append(decided)
             elif decided is not None and lost is not None:
                 lost.append(decided)
+        fires += _claim_asked(c, owner, pid, now, grace_s, modes)
     return fires
 
 
@@ -404,7 +558,7 @@ def _fire(
     )
     c.execute(
         "UPDATE jobs SET last_run = ?, lease_owner = ?, lease_host = ?, lease_pid = ?,"
-        " lease_until = ? WHERE id = ?",
+        " lease_until = ?, run_now = NULL WHERE id = ?",
         (now, owner, HOST, pid, now + LEASE_TTL, job.id),
     )
     assert cur.lastrowid is not None
@@ -502,7 +656,7 @@ def recover(
     fires: list[Fire] = []
     lost: list[Lost] = []
     with store.transaction() as c:
-        _close_orphans(c, now)
+        _close_orphans(c, now, modes)
         rows = c.execute(
             "SELECT r.id AS run_id, r.due AS run_due, r.detail AS run_detail, j.* FROM job_runs r"
             " JOIN jobs j ON j.id = r.job_id WHERE r.status = 'interrupted' AND r.outcome IS"
@@ -545,28 +699,57 @@ def recover(
     return Recovered(fires, lost)
 
 
-def _close_orphans(c: sqlite3.Connection, now: float) -> None:
-    """Runs whose scheduler is gone (liveness as leases read it, never by time alone on this
-    host): interrupted, and their job's lease given back."""
+def _close_orphans(c: sqlite3.Connection, now: float, modes: tuple[str, ...] | None) -> None:
+    """Runs (of jobs of `modes`: those this scheduler runs again) whose scheduler is gone
+    (`_orphan`): interrupted, and their job's lease given back."""
     rows = c.execute(
         "SELECT r.id, r.owner AS run_owner, j.id AS job_id, j.lease_owner, j.lease_host,"
         " j.lease_pid, j.lease_until FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-        " WHERE r.status = 'running'"
+        " WHERE r.status = 'running'" + _of_modes(modes),
+        modes or (),
     ).fetchall()
     for row in rows:
-        held = row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]
-        if held and not _lease_free(row, now):
+        if not _orphan(row, now):
             continue  # its scheduler still runs it
         c.execute(
             "UPDATE job_runs SET status = 'interrupted', ended = ?, detail = ? WHERE id = ?",
             (now, CRASHED, row["id"]),
         )
-        if held:
+        if row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]:
             c.execute(
                 "UPDATE jobs SET lease_owner = NULL, lease_host = NULL, lease_pid = NULL,"
                 " lease_until = NULL WHERE id = ? AND lease_owner = ?",
                 (row["job_id"], row["run_owner"]),
             )
+
+
+def _orphan(row: sqlite3.Row, now: float) -> bool:
+    """Whether a running run's scheduler is gone: its job's lease is another's, or free
+    (liveness as leases read it: its process on this host ended, or its lease expired; never
+    time alone on this host)."""
+    held = row["lease_owner"] is not None and row["lease_owner"] == row["run_owner"]
+    return not held or _lease_free(row, now)
+
+
+def left_to_recover(store: Store, now: float, modes: tuple[str, ...] | None = None) -> bool:
+    """Whether a scheduler that keeps running has what a start would `recover`: a run left
+    running by a scheduler that is gone (another serve's, killed), or a job's latest run
+    interrupted and not yet dealt with (a serve stopped mid-run). What a running scheduler
+    asks on every tick: one read of the partial index of runs without an outcome (m027:
+    those running, and those waiting for this), joined by primary key."""
+    rows = store.query(
+        "SELECT r.status, r.owner AS run_owner, j.lease_owner, j.lease_host, j.lease_pid,"
+        " j.lease_until, r.id = (SELECT MAX(id) FROM job_runs WHERE job_id = r.job_id) AS"
+        " latest FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.outcome IS NULL"
+        + _of_modes(modes),
+        modes or (),
+    )
+    for row in rows:
+        if row["status"] == "running" and _orphan(row, now):
+            return True
+        if row["status"] == "interrupted" and row["latest"]:
+            return True
+    return False
 
 
 def _turn_status(c: sqlite3.Connection, job: Job, run_id: int) -> str | None:
@@ -591,6 +774,8 @@ def _not_again(job: Job, due: float, now: float, grace_s: float) -> str | None:
     """Why a cut-off run is not run once more (None: it is)."""
     if job.status == "cancelled":
         return "the job was cancelled"
+    if job.status == "paused":
+        return "the job is paused"
     if job.catch_up == "skip":
         return "catch_up = skip"
     if now - due > grace_s:

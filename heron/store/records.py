@@ -26,6 +26,15 @@ NIGHTLY_REVIEW = "nightly-review"  # the nightly review's pass over one conversa
 NIGHTLY_TIDY = "nightly-tidy"  # its tidy pass over memory as a whole (in `memory-review`)
 
 
+def stored_time(value: object) -> float:
+    """A stored time in seconds. One that is not a number (a row edited by hand: SQLite keeps
+    any value a column is given) reads as 0, the epoch, so every reader (export, search,
+    recall, the transcript) shows the row instead of failing on it."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
+
+
 def is_internal(key: str) -> bool:
     return key in INTERNAL_KEYS or key.startswith(INTERNAL_PREFIXES)
 

@@ -37,21 +37,12 @@ def unreviewed(store: Store, limit: int = 50) -> list[int]:
     return [r[0] for r in rows]
 
 
-def cursor_of(store: Store, conversation_id: int) -> int | None:
+def has_unread(store: Store, conversation_id: int) -> bool:
+    """Whether the conversation has messages past its review cursor."""
     rows = store.query(
-        "SELECT reviewed_message_id FROM memory_cursors WHERE conversation_id = ?",
+        "SELECT 1 FROM messages m LEFT JOIN memory_cursors r"
+        " ON r.conversation_id = m.conversation_id WHERE m.conversation_id = ?"
+        " AND m.id > COALESCE(r.reviewed_message_id, 0) LIMIT 1",
         (conversation_id,),
     )
-    return rows[0][0] if rows else None
-
-
-def restore_cursor(store: Store, conversation_id: int, value: int | None) -> None:
-    """Put a conversation's review cursor back (a pass the bound cut off read nothing)."""
-    with store.transaction() as c:
-        if value is None:
-            c.execute("DELETE FROM memory_cursors WHERE conversation_id = ?", (conversation_id,))
-        else:
-            c.execute(
-                "UPDATE memory_cursors SET reviewed_message_id = ? WHERE conversation_id = ?",
-                (value, conversation_id),
-            )
+    return bool(rows)

@@ -14,6 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from heron import timefmt
 from heron.store.db import Store
 from heron.store.engine_state import bump_epoch, pid_alive
 
@@ -275,13 +276,16 @@ def interrupt_orphans(store: Store) -> list[str]:
     return gone
 
 
-def owed(store: Store) -> list[Run]:
-    """Subagent runs that ended and whose result has not been marked announced."""
+def owed(store: Store, origin_key: str | None = None) -> list[Run]:
+    """Subagent runs that ended and whose result has not been marked announced (only those
+    spawned in `origin_key` when given: by the (origin_key, status) index)."""
     marks = ", ".join("?" for _ in ENDED)
+    origin = "" if origin_key is None else " AND origin_key = ?"
     rows = store.query(
         f"SELECT * FROM runs WHERE kind = 'subagent' AND announced IS NULL AND status IN ({marks})"
-        " ORDER BY finished",
-        ENDED,
+        + origin
+        + " ORDER BY finished",
+        (*ENDED, *(() if origin_key is None else (origin_key,))),
     )
     return [_run(r) for r in rows]
 
@@ -391,7 +395,7 @@ def work_in(store: Store, key: str) -> list[str]:
     return found
 
 
-def status_lines(store: Store, key: str, now: float) -> list[str]:
+def status_lines(store: Store, key: str, now: float, zone: str) -> list[str]:
     """/status: the conversation's open goal (its state, the budget used, the objective), then
     each subagent that will report back to it (id, state, time since it started, its task's
     first line) and each question waiting there for an answer; nothing when there is none."""
@@ -408,7 +412,7 @@ def status_lines(store: Store, key: str, now: float) -> list[str]:
         if run.kind == "ask":
             until = ""
             if run.deadline is not None:
-                until = f" until {time.strftime('%H:%M', time.localtime(run.deadline))}"
+                until = f" until {timefmt.when(run.deadline, zone, '%H:%M')}"
             lines.append(
                 f"question {run.id}: waiting for your answer{until}, asked {took} ago:"
                 f" {_first_line(run.task)}"

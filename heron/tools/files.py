@@ -6,6 +6,12 @@ hard link has no "real" path to resolve: a regular file with more than one link 
 unless every one of its links is found inside the workspace (the same device and inode under
 another name there), so a link to a file outside (config.toml, a key) is neither read nor
 written through.
+
+The resolved path is then opened through heron/workspace_io.py, one component at a time and
+never following a link: a path a concurrent command swaps for a link after the check is
+refused, not followed; a FIFO or socket is refused at once instead of blocking a thread; a
+read takes at most MAX_READ bytes (the binary test looks at the first 8 KiB), so a huge
+sparse file costs nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+from heron import workspace_io
 from heron.errors import PathEscape, ToolError
 from heron.tools.context import ToolContext
 from heron.tools.registry import tool
@@ -25,6 +32,7 @@ MAX_LIST = 500
 MAX_MATCHES = 200
 MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
+MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
 MAX_LINK_SCAN = 50_000  # names looked at to find a hard link's other names; past it, refuse
 
@@ -94,16 +102,51 @@ def _rel(ctx: ToolContext, path: Path) -> str:
     return path.relative_to(ctx.workspace.resolve()).as_posix() or "."
 
 
-def _read_text(path: Path, shown: str) -> str:
-    if not path.exists():
-        raise ToolError(f"no such file: {shown}")
-    if path.is_dir():
+def _inner(root: Path, path: Path) -> str:
+    """`path` (resolved, inside `root`) as workspace_io takes it: relative, "/"-separated."""
+    return path.relative_to(root).as_posix()
+
+
+def _read(root: Path, path: Path, shown: str, limit: int = MAX_READ) -> workspace_io.Read:
+    """The first `limit` bytes of the regular file at `path`, opened through workspace_io: a
+    link swapped in since `resolve_in` is refused, a FIFO or socket answers at once."""
+    if path == root or path.is_dir():
         raise ToolError(f"{shown} is a folder; use list_files to see what it holds")
-    data = path.read_bytes()
-    if b"\0" in data[:8192]:
-        raise ToolError(f"{shown} is a binary file ({len(data)} bytes); use run_cell to inspect it")
+    try:
+        return workspace_io.read(root, _inner(root, path), limit)
+    except FileNotFoundError:
+        raise ToolError(f"no such file: {shown}") from None
+    except workspace_io.Refused as refused:
+        raise ToolError(
+            f"{refused.strerror}; the file tools read and write regular files only",
+            hint="Use bash to look at what it is (ls -l).",
+        ) from None
+    except OSError as error:
+        raise ToolError(f"cannot read {shown}: {error.strerror or error}") from None
+
+
+def _read_text(root: Path, path: Path, shown: str) -> tuple[str, workspace_io.Read]:
+    found = _read(root, path, shown)
+    if b"\0" in found.data[:8192]:
+        raise ToolError(
+            f"{shown} is a binary file ({found.size} bytes); use run_cell to inspect it"
+        )
     # newline="" semantics: keep \r\n as it is so an edit does not rewrite every line ending.
-    return data.decode("utf-8", errors="replace")
+    return found.data.decode("utf-8", errors="replace"), found
+
+
+def _write(root: Path, path: Path, shown: str, text: str) -> None:
+    """`text` into the regular file at `path` (made, with its folders, when absent), opened
+    through workspace_io: never through a link, never blocked on a FIFO."""
+    if path == root or path.is_dir():
+        raise ToolError(f"{shown} is a folder")
+    try:
+        workspace_io.overwrite(root, _inner(root, path), text.encode("utf-8"))
+    except workspace_io.Refused as refused:
+        raise ToolError(
+            f"{refused.strerror}; the file tools read and write regular files only",
+            hint="Use bash to look at what it is (ls -l).",
+        ) from None
 
 
 @tool
@@ -115,7 +158,10 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
         limit: Maximum number of lines.
     """
     target = resolve_in(ctx.workspace, path)
-    lines = _read_text(target, path).splitlines()
+    text, found = _read_text(ctx.workspace.resolve(), target, path)
+    lines = text.splitlines()
+    if not found.whole and len(lines) > 1:  # the last line read may be cut: not shown
+        lines = lines[:-1]
     if not lines:
         return f"{path} is empty."
     start = max(offset, 1)
@@ -129,6 +175,11 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     end = start + len(chunk) - 1
     if end < len(lines):
         body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
+    elif not found.whole:
+        body += (
+            f"\n[{path} is {found.size:,} bytes: only its first {MAX_READ:,} are read; use bash"
+            " (tail, sed -n) for what follows]"
+        )
     return body
 
 
@@ -140,11 +191,7 @@ def _clip(line: str, limit: int) -> str:
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file (parent folders are created)."""
     target = resolve_in(ctx.workspace, path)
-    if target.is_dir():
-        raise ToolError(f"{path} is a folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w", encoding="utf-8", newline="") as f:
-        f.write(content)
+    _write(ctx.workspace.resolve(), target, path, content)
     ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Wrote {len(content)} characters to {_rel(ctx, target)}."
 
@@ -154,7 +201,13 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     """Replace exact text in a file. `old` must match exactly, whitespace included, and occur
     once unless replace_all is true."""
     target = resolve_in(ctx.workspace, path)
-    text = _read_text(target, path)
+    root = ctx.workspace.resolve()
+    text, found = _read_text(root, target, path)
+    if not found.whole:
+        raise ToolError(
+            f"{path} is {found.size:,} bytes, too large to edit here (at most {MAX_READ:,})",
+            hint="Edit it with bash (sed -i) or run_cell.",
+        )
     if not old:
         raise ToolError("old is empty; to create or overwrite a file use write_file")
     if old not in text and "\r\n" in text and "\r\n" not in old:
@@ -171,8 +224,7 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
             f"old text occurs {count} times in {path}; include more surrounding lines "
             "to make it unique, or set replace_all to true"
         )
-    with target.open("w", encoding="utf-8", newline="") as f:
-        f.write(text.replace(old, new))
+    _write(root, target, path, text.replace(old, new))
     ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
 
@@ -259,7 +311,7 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = Non
     root = ctx.workspace.resolve()
     matches: list[str] = []
     for file in _files_under(base, root, glob):
-        for number, line in _matching_lines(file, regex):
+        for number, line in _matching_lines(file, root, regex):
             if len(matches) == MAX_MATCHES:
                 more = f"[stopped at {MAX_MATCHES} matches; narrow the search]"
                 return "\n".join([*matches, more])
@@ -267,13 +319,14 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = Non
     return "\n".join(matches) if matches else f"No matches for {pattern!r}."
 
 
-def _matching_lines(file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    try:
-        if file.stat().st_size > MAX_GREP_FILE:
-            return
-        data = file.read_bytes()
-    except OSError:
-        return  # unreadable or vanished: not worth failing the whole search
+def _matching_lines(file: Path, root: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    try:  # through workspace_io: a FIFO or socket is passed over, never waited on
+        found = workspace_io.read(root, _inner(root, file.resolve()), MAX_GREP_FILE)
+    except (OSError, ValueError):
+        return  # unreadable, vanished, not a regular file: not worth failing the whole search
+    if not found.whole:
+        return
+    data = found.data
     if b"\0" in data[:8192]:
         return
     for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):

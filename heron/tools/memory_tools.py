@@ -180,9 +180,7 @@ def recall_history(
 ) -> str:
     """Search everything said in every conversation (including parts no longer in your
     context) and return matching snippets with conversation, date and message id; or, with
-    message_id, open that one message whole (a pointer such as [#123] in your context). Only
-    what the user still stands by: no edited-away or retried text, nothing they had forgotten;
-    a "↳ later:" line under a hit is their later correction of it.
+    message_id, open that one message whole (a pointer such as [#123] in your context).
 
     Args:
         query: words to look for; a question works.
@@ -242,7 +240,10 @@ def _open_message(recall: Recall, message_id: int) -> str:
 
 def _recall(ctx: ToolContext) -> Recall:
     given = ctx.services.recall
-    return given if given is not None else Recall(_memory(ctx).store)
+    if given is not None:
+        return given
+    service = _memory(ctx)
+    return Recall(service.store, zone=service.timezone)
 
 
 MEMORY_TOOLS = [manage_memory, view_memory, propose_lesson, recall_history]

@@ -10,9 +10,11 @@ It runs in the sandbox like every other command (heron/tools/sandbox.py). The cl
 it over ZeroMQ's `ipc` transport: Unix sockets in a private folder bound into the sandbox at
 the same path. TCP would not do: the sandbox's network namespace has a loopback of its own, so
 with network "none" nothing outside could reach a port the kernel opened, and sharing the
-host's namespace to make it reachable would give the kernel the network. Interrupts travel as
-a control message, not a signal to the process group: SIGINT to the group would reach bwrap
-itself, and its death takes the kernel with it.
+host's namespace to make it reachable would give the kernel the network. The sandbox's seccomp
+filter lets the kernel make no Unix socket, so Heron binds the five (`bind_sockets`) and the
+kernel inherits them listening (heron/tools/kernel_launch.py hands them to ZeroMQ).
+Interrupts travel as a control message, not a signal to the process group: SIGINT to the group
+would reach bwrap itself, and its death takes the kernel with it.
 
 run_cell returns a digest rather than the raw message stream: output labelled with the cell's
 execution count, the last value, the files the cell changed, or the error. Output is kept as
@@ -34,6 +36,7 @@ import os
 import queue
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from heron import workspace_io
 from heron.request import WHERE_IT_RUNS
 from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
@@ -62,11 +66,14 @@ TAIL_GRACE = 1.0
 LINE_HELD = 65_536  # characters of one unfinished line held back in case a \r overwrites it
 POLL = 1.0  # seconds between checks that the kernel is still alive while waiting
 TRACEBACK_LINES = 6
+KERNEL_LOG = ".heron/kernel.log"  # the kernel's own stdout/stderr, under the workspace
 PREVIEW = 300  # characters of a stashed value shown as a preview
 SNAPSHOT_SKIP = frozenset(
     {".heron", ".git", "node_modules", ".venv", "venv", "__pycache__", ".ipynb_checkpoints"}
 )
 SOCKETS_PREFIX = "heron-kernel-"  # + the owning Heron's pid + "-": the kernel's ipc folder
+KERNEL_PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+KERNEL_LAUNCH = Path(__file__).with_name("kernel_launch.py")
 SNAPSHOT_MAX = 20_000  # files; a bigger workspace is not tracked (the walk would cost too much)
 # Why a conversation's first cell in this process runs in a new kernel when it ran cells before.
 EARLIER_PROCESS = (
@@ -278,15 +285,15 @@ DROPPED_MARK = "\x00heron-dropped:%d\x00"
 DROPPED = re.compile("\x00heron-dropped:(\\d+)\x00")
 
 
-def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
+def _spec_manager(sandbox: Sandbox, sockets: Path, seccomp: int | None) -> Any:
     """A kernelspec manager that always answers with this interpreter's ipykernel, started in
-    `sandbox` with the socket folder bound in."""
+    `sandbox` with the socket folder bound in, through kernel_launch.py (which hands ipykernel
+    the sockets `bind_sockets` made: the sandbox's filter lets the kernel make none)."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
     argv = [
         sys.executable,
-        "-m",
-        "ipykernel_launcher",
+        str(KERNEL_LAUNCH),
         "-f",
         "{connection_file}",
         # Agent cells stay out of the user's IPython history file.
@@ -296,7 +303,7 @@ def _spec_manager(sandbox: Sandbox, sockets: Path) -> Any:
     class ThisInterpreter(KernelSpecManager):
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             return KernelSpec(
-                argv=sandbox.wrap(argv, binds=[sockets]),
+                argv=sandbox.wrap(argv, binds=[sockets], seccomp=seccomp),
                 name=kernel_name,
                 display_name="Python (Heron)",
                 language="python",
@@ -347,21 +354,31 @@ class KernelSession:
         await asyncio.to_thread(sweep_sockets, Path(tempfile.gettempdir()))
         prefix = f"{SOCKETS_PREFIX}{os.getpid()}-"
         self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
-        km = AsyncKernelManager(
-            kernel_name="python3",
-            kernel_spec_manager=_spec_manager(self.sandbox, sockets),
-            transport="ipc",
-            ip=str(sockets / "k"),
-        )
-        km.connection_file = str(sockets / "kernel.json")
         # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
         # terminal Heron is drawing in.
-        log_path = self.workspace / ".heron" / "kernel.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The kernel holds this descriptor: a link the agent put at the name is replaced, never
+        # opened (workspace_io), or the kernel could write any file Heron can.
+        fd = await asyncio.to_thread(workspace_io.append_to, self.workspace, KERNEL_LOG)
         self.sandbox.prepare()
         env = self.sandbox.environment()
-        with log_path.open("ab") as log:
-            await km.start_kernel(cwd=str(self.workspace), env=env, stdout=log, stderr=log)
+        listening = bind_sockets(sockets / "k")
+        try:
+            with self.sandbox.seccomp() as seccomp, os.fdopen(fd, "ab") as log:
+                km = AsyncKernelManager(
+                    kernel_name="python3",
+                    kernel_spec_manager=_spec_manager(self.sandbox, sockets, seccomp),
+                    transport="ipc",
+                    ip=str(sockets / "k"),
+                    **{name: port for port, name in enumerate(KERNEL_PORTS, 1)},
+                )
+                km.connection_file = str(sockets / "kernel.json")
+                inherit = [s.fileno() for s in listening] + ([] if seccomp is None else [seccomp])
+                await km.start_kernel(
+                    cwd=str(self.workspace), env=env, stdout=log, stderr=log, pass_fds=inherit
+                )
+        finally:
+            for sock in listening:  # the kernel holds them now
+                sock.close()
         kc = km.client()
         kc.start_channels()
         self._km, self._kc = km, kc
@@ -673,6 +690,24 @@ class Kernels:
     def _drop(self, key: KernelKey) -> None:
         self._sessions.pop(key, None)
         self._released.pop(key, None)
+
+
+def bind_sockets(prefix: Path) -> list[socket.socket]:
+    """The kernel's five ipc sockets (`<prefix>-1` to `-5`, in KERNEL_PORTS' order), bound and
+    listening, for the kernel to inherit: sandboxed it cannot make a Unix socket itself."""
+    made: list[socket.socket] = []
+    try:
+        for port in range(1, len(KERNEL_PORTS) + 1):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            made.append(sock)
+            sock.bind(f"{prefix}-{port}")
+            sock.listen(100)  # ZeroMQ's own backlog
+            sock.setblocking(False)
+    except OSError:
+        for sock in made:
+            sock.close()
+        raise
+    return made
 
 
 def sweep_sockets(folder: Path) -> list[Path]:

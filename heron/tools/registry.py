@@ -16,10 +16,14 @@ given when it runs is `ToolContext` (context.py). Every result is first scrubbed
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
+import functools
 import inspect
 import json
 import re
+import threading
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -276,8 +280,33 @@ class Tool:
             value = fn(ctx, **kwargs)
         else:
             # A thread keeps a slow sync tool (grep over a big tree) from stalling its siblings.
-            value = await asyncio.to_thread(fn, ctx, **kwargs)
+            value = await in_thread(fn, ctx, **kwargs)
         return await value if inspect.isawaitable(value) else value
+
+
+async def in_thread(fn: Callable[..., _T], /, *args: object, **kwargs: object) -> _T:
+    """`fn(*args, **kwargs)` on a daemon thread of its own, awaited. Not the default executor:
+    a tool's file I/O that blocks (a file system that hangs) must neither take the workers the
+    serve's API needs nor hold the process's exit (the executor's threads are joined at exit,
+    a daemon thread is not). A call that is cancelled leaves its thread to finish unheard."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one to tell
+            loop.call_soon_threadsafe(lambda: None if future.done() else outcome())
+
+    def work() -> None:
+        try:
+            value = context.run(fn, *args, **kwargs)
+        except BaseException as error:  # handed to the awaiting task, as to_thread does
+            settle(functools.partial(future.set_exception, error))
+        else:
+            settle(functools.partial(future.set_result, value))
+
+    threading.Thread(target=work, name="heron-tool", daemon=True).start()
+    return await future
 
 
 @overload

@@ -5,7 +5,10 @@ Every program a tool starts (`bash`, the `run_cell` kernel, any later one) goes 
 workspace read-write, a private /tmp, HERON_HOME covered by an empty tmpfs (the workspace bound
 back inside it), new user, pid, ipc, uts and cgroup namespaces, a new network namespace unless
 `[tools] network = "all"`, every capability dropped, and `--die-with-parent`: when Heron dies,
-bwrap and everything in its pid namespace die with it.
+bwrap and everything in its pid namespace die with it. Unless the network is "all", a seccomp
+filter (heron/tools/seccomp.py, given to bwrap on a pipe: `seccomp()`, then `wrap(...,
+seccomp=fd)`) keeps the command from making a Unix socket, so no socket file of the host (a
+D-Bus, docker.sock, PostgreSQL's) is reachable either.
 
 Unconfined (bwrap missing or unable to create namespaces: `probe` tries it once), the program
 runs as it is, under a small runner (heron/tools/runner.py) whose argv carries `MARKER`, so the
@@ -19,6 +22,7 @@ workspace, LANG, TERM): no provider key and no HERON_ variable reaches a tool.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,12 +30,14 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heron import workspace_io
 from heron.config import NetworkMode
 from heron.request import WHERE_IT_RUNS
+from heron.tools import seccomp as filters
 
 # An argv element of the process that starts every tool command (bwrap's own argv when
 # confined, the wrapper's when not); heron/tools/person.py looks for it up the process chain.
@@ -73,15 +79,29 @@ def turned_off(env: Mapping[str, str]) -> bool:
 
 
 def probe(bwrap: str | None) -> Probe:
-    """Run /bin/true under bwrap with the same namespaces as every tool command."""
+    """Run /bin/true under bwrap with the same namespaces and seccomp filter as every tool
+    command (a kernel without seccomp filters would fail every command otherwise)."""
     if bwrap is None:
         return Probe(False, "bubblewrap (bwrap) is not installed")
     argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", *NAMESPACES]
-    argv += ["--unshare-net", "--die-with-parent", "--", "/bin/true"]
+    argv += ["--unshare-net", "--die-with-parent"]
+    code = filters.program()
+    fd = None if code is None else filters.pipe_with(code)
+    if fd is not None:
+        argv += ["--seccomp", str(fd)]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT, check=False)
+        done = subprocess.run(
+            [*argv, "--", "/bin/true"],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+            pass_fds=() if fd is None else (fd,),
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return Probe(False, f"{bwrap} could not run: {error}")
+    finally:
+        if fd is not None:
+            os.close(fd)
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
         return Probe(False, f"{bwrap} cannot create namespaces here: {said}")
@@ -118,7 +138,9 @@ def _probe_key(bwrap: str | None) -> str:
     except OSError:
         st = None
     stamp = f"{bwrap}|{st.st_ino}|{st.st_mtime_ns}|{st.st_size}" if st else str(bwrap)
-    return hashlib.sha256(f"{boot}|{stamp}|{os.geteuid()}".encode()).hexdigest()[:32]
+    # "seccomp": answers remembered before the probe tried the filter are tried again.
+    key = f"seccomp|{boot}|{stamp}|{os.geteuid()}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -162,6 +184,19 @@ class Sandbox:
         return self.bwrap is not None
 
     @property
+    def filtered(self) -> bool:
+        """Whether commands get the seccomp filter that refuses Unix sockets: confined, with
+        a network short of "all" (which shares the host's, abstract sockets included), on a
+        machine Heron has the filter for."""
+        return self.confined and self.network != "all" and filters.supported()
+
+    @property
+    def sockets_open(self) -> bool:
+        """Confined, with a network short of "all", yet no filter for this machine: commands
+        can connect to the host's Unix sockets, and Heron says so."""
+        return self.confined and self.network != "all" and not filters.supported()
+
+    @property
     def tool_home(self) -> Path:
         return self.workspace / TOOL_HOME
 
@@ -180,6 +215,10 @@ class Sandbox:
         }[self.network]
         if self.network == "loopback" and self.pasta is None:
             net = "no network"
+        if self.filtered:
+            net += " and cannot open Unix sockets (socketpair works)"
+        elif self.sockets_open:
+            net += " (yet it can connect to the machine's Unix sockets)"
         return (
             f"{WHERE_IT_RUNS}in a sandbox; only the workspace is writable, /tmp is private, "
             f"Heron's own files are hidden, it has {net}, and what it starts ends with it."
@@ -189,6 +228,14 @@ class Sandbox:
         """What a channel says once at start when commands cannot be confined, or cannot have
         the network the configuration asks for; None if all is as configured."""
         if self.confined:
+            if self.sockets_open:
+                return (
+                    f"Heron has no seccomp filter for this machine ({filters.machine()}; it has "
+                    "one for x86_64 and aarch64), so commands can connect to the machine's Unix "
+                    "sockets (your D-Bus session, docker.sock, a database's socket) despite "
+                    f'network = "{self.network}". To keep them from it, run Heron on x86_64 or '
+                    "aarch64."
+                )
             if self.network == "loopback" and self.pasta is None:
                 return (
                     'network = "loopback" needs pasta, which is not installed, so commands have '
@@ -222,12 +269,38 @@ class Sandbox:
         }
 
     def prepare(self) -> None:
-        """Create the tool HOME (cheap; called before each start)."""
-        self.tool_home.mkdir(parents=True, exist_ok=True)
+        """Create the tool HOME (cheap; called before each start). Its folders are made
+        without following a link the agent left there (workspace_io); a link that stands in
+        their place is left alone: the command meets it inside the sandbox."""
+        with (
+            contextlib.suppress(workspace_io.Refused),
+            workspace_io.folder(self.workspace, list(TOOL_HOME.parts), create=True),
+        ):
+            pass
 
-    def wrap(self, argv: Sequence[str], *, binds: Sequence[Path] = ()) -> list[str]:
+    @contextlib.contextmanager
+    def seccomp(self) -> Iterator[int | None]:
+        """For one start: the fd bwrap reads the filter from (`wrap(..., seccomp=fd)`, and
+        inherited by the child: `pass_fds`), closed afterwards; None when no filter applies."""
+        code = filters.program() if self.filtered else None
+        if code is None:
+            yield None
+            return
+        fd = filters.pipe_with(code)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def wrap(
+        self, argv: Sequence[str], *, binds: Sequence[Path] = (), seccomp: int | None = None
+    ) -> list[str]:
         """The command line that runs `argv` as a tool command; `binds` are extra folders made
-        writable at the same path (the kernel's socket folder)."""
+        writable at the same path (the kernel's socket folder), `seccomp` the fd from
+        `seccomp()`: a filtered sandbox refuses to build a command line without it, so no
+        caller can start a command that reaches the host's Unix sockets by forgetting it."""
+        if self.filtered and seccomp is None:
+            raise ValueError("this sandbox filters Unix sockets: pass wrap() the seccomp() fd")
         env = self.environment()
         if self.bwrap is None:
             runner = [sys.executable, "-I", "-S", str(RUNNER), MARKER, str(os.getpid()), "--"]
@@ -243,6 +316,8 @@ class Sandbox:
             out.append("--unshare-net")
         # MARKER in bwrap's argv (and so in the sandbox's pid 1): a folder in the private /tmp.
         out += ["--dir", f"/tmp/{MARKER}", "--die-with-parent", "--cap-drop", "ALL"]
+        if self.filtered:
+            out += ["--seccomp", str(seccomp)]
         out.append("--clearenv")
         for key, value in env.items():
             out += ["--setenv", key, value]

@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from heron import timefmt
 from heron.store import Store, jobs
 from heron.store.engine_state import pid_alive
 from heron.store.schedule import ScheduleError, parse, user_timezone
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolOutput, tool
 
-Action = Literal["create", "list", "cancel"]
+Action = Literal["create", "list", "cancel", "pause", "resume", "run_now"]
 SCHEDULED = frozenset({"reminder", "scheduled"})  # provenances of turns a job started
 NOT_RUNNING = "saved; it fires while `heron serve` runs (none is running now)"
 
@@ -39,7 +40,9 @@ def serve_running(home: Path) -> bool:
 
 def describe(job: jobs.Job) -> str:
     when = "not scheduled"
-    if job.next_run is not None:
+    if job.status == "paused":
+        when = "paused"
+    elif job.next_run is not None:
         local = dt.datetime.fromtimestamp(job.next_run, job.schedule.zone())
         when = f"next {local:%Y-%m-%d %H:%M %Z}"
     last = f", last {job.last_outcome}" if job.last_outcome else ""
@@ -51,15 +54,57 @@ def describe(job: jobs.Job) -> str:
     )
 
 
+def _at(instant: float, job: jobs.Job) -> str:
+    """An instant in the job's zone, with its weekday: `Mon 2026-12-07 09:00 CET`."""
+    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%a %Y-%m-%d %H:%M %Z}"
+
+
+# `heron jobs cancel` of the nightly review is refused: its id sits among the person's jobs,
+# and a cancel by mistake would turn a daily feature off where nothing lists it any more.
 BUILTIN_CANCEL = (
-    "Disabled job {id}, the built-in nightly review of memory: it stays off until "
-    "[review] enabled = true in config.toml (read when heron serve starts). To keep it off "
-    "whatever happens to this job, set [review] enabled = false."
+    "job {id} is Heron's built-in nightly review of memory, not one of your jobs; it is not "
+    "cancelled"
+)
+BUILTIN_HINT = (
+    "To stop it for a while: heron jobs pause ID (heron jobs resume ID brings it back). To turn "
+    "it off: [review] enabled = false in config.toml."
 )
 BUILTIN_REFUSED = (
-    "Job {id} is Heron's built-in nightly review of memory; only the user turns it off "
-    "(heron jobs cancel {id}, or [review] enabled = false in config.toml)."
+    "Job {id} is Heron's built-in nightly review of memory; only the user pauses or turns it "
+    "off (heron jobs pause {id}, or [review] enabled = false in config.toml)."
 )
+NO_SERVE_NOW = "no heron serve runs to run job {id} now (jobs fire only in heron serve)"
+
+
+def resumed(job: jobs.Job) -> str:
+    """What a resume says: when it fires next, and that the paused-over times are not made up."""
+    if job.status == "done":
+        return (
+            f"Job {job.id}'s one time ({job.schedule.describe()}) passed while it was paused, "
+            f"so it has nothing left to run and is done. To have it once now: "
+            f"heron jobs run-now {job.id}"
+        )
+    assert job.next_run is not None
+    return (
+        f"Resumed job {job.id}: next {_at(job.next_run, job)}. The times it was paused over "
+        "are not made up."
+    )
+
+
+def asked(done: jobs.Control) -> str:
+    """What a run-now says: that it runs, where its answer goes, and that its schedule stays."""
+    job = done.job
+    if not done.changed:
+        return f"Job {job.id} is already asked to run now; it starts at the scheduler's next look."
+    where = (
+        f"it answers in conversation {job.conversation!r}"
+        if job.mode == "reminder"
+        else "a monitor: silent unless it messages you"
+        if job.mode == "monitor"
+        else "the pass queues what it proposes for heron memory review"
+    )
+    keeps = "its schedule is unchanged" if job.status == "active" else f"it stays {job.status}"
+    return f"Job {job.id} runs now ({where}); {keeps}. How it went: heron jobs runs {job.id}"
 
 
 def _short(text: str, width: int = 80) -> str:
@@ -79,7 +124,8 @@ async def schedule(
     catch_up: Literal["once", "skip"] = "once",
     job: int | None = None,
 ) -> str | ToolOutput:
-    """Create, list or cancel scheduled jobs (recurring or one-off work of this conversation).
+    """Create, list, pause, resume, run now or cancel scheduled jobs (recurring or one-off work
+    of this conversation).
 
     reminder: at each time, `prompt` comes back to you in this conversation and your answer is
     shown to the user. monitor: each time, you check `prompt` silently in a conversation of its
@@ -87,7 +133,9 @@ async def schedule(
     time.
 
     Args:
-        action: create, list (this conversation's jobs) or cancel.
+        action: create, list (this conversation's jobs), pause (fires nothing until resumed),
+            resume (from now; times passed meanwhile are not made up), run_now (once now,
+            its schedule unchanged) or cancel.
         prompt: create: what to do or say when it fires, written so it makes sense on its own.
         cron: create: a cron expression, "minute hour day month weekday" ("0 9 * * 1-5").
         every: create: an interval such as "30m", "2h", "1d" (at least 1m).
@@ -95,7 +143,7 @@ async def schedule(
         mode: create: reminder (speaks here) or monitor (silent unless it messages).
         catch_up: create: a time missed while Heron was not running runs once later (once) or
             is skipped (skip); either way it is recorded.
-        job: cancel: the job's id.
+        job: pause, resume, run_now, cancel: the job's id.
     """
     store, key = ctx.services.store, ctx.services.conversation_key
     if store is None or key is None:
@@ -104,9 +152,12 @@ async def schedule(
         found = await store.call(jobs.list_jobs, store, conversation=key)
         return "\n".join(describe(j) for j in found) or "No scheduled jobs in this conversation."
     if action == "cancel":
-        return await _cancel(store, job)
+        return await _cancel(store, key, job)
     turn = ctx.services.turn
-    if turn is not None and turn.provenance in SCHEDULED:
+    scheduled = turn is not None and turn.provenance in SCHEDULED
+    if action != "create":
+        return await _control(ctx, store, action, job, scheduled)
+    if scheduled:
         return ToolOutput(
             "A scheduled run cannot create jobs. If the user should set one up, tell them so.",
             True,
@@ -114,16 +165,72 @@ async def schedule(
     return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
 
 
-async def _cancel(store: Store, job: int | None) -> str | ToolOutput:
+async def _cancel(store: Store, key: str, job: int | None) -> str | ToolOutput:
     if job is None:
         return ToolOutput("cancel needs job: the id shown by action=list.", True)
     known = await store.call(jobs.get_job, store, job)
     if known is not None and known.builtin:  # memory is the person's: the agent keeps off it
         return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
+    if known is None or not _here(known, key):
+        return ToolOutput(NOT_HERE.format(id=job), True)
     found = await store.call(jobs.cancel_job, store, job)
     if found is None:
-        return ToolOutput(f"There is no job {job}; action=list shows the jobs.", True)
+        return ToolOutput(NOT_HERE.format(id=job), True)
     return f"Cancelled: {describe(found)}"
+
+
+# A job of another conversation is out of this one's reach, and said as no job at all: a model
+# reading a hostile document cancelled the person's reminders everywhere by guessing small ids.
+NOT_HERE = (
+    "There is no job {id} in this conversation; action=list shows its jobs (the person manages "
+    "every job with `heron jobs`)."
+)
+
+
+def _here(job: jobs.Job, key: str) -> bool:
+    """Whether the tool may act on `job` from conversation `key`: a job made there, or the
+    monitor whose own silent conversation this is (it may pause itself)."""
+    return job.conversation == key or key == f"cron:{job.id}"
+
+
+async def _control(
+    ctx: ToolContext, store: Store, action: str, job: int | None, scheduled: bool
+) -> str | ToolOutput:
+    """pause, resume, run_now: as `heron jobs` does them. A scheduled run may pause but not
+    resume or run a job, so jobs cannot wake each other in a loop."""
+    if job is None:
+        return ToolOutput(f"{action} needs job: the id shown by action=list.", True)
+    if scheduled and action != "pause":
+        return ToolOutput(f"A scheduled run cannot {action} jobs; tell the user instead.", True)
+    known = await store.call(jobs.get_job, store, job)
+    if known is not None and known.builtin:
+        return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
+    key = ctx.services.conversation_key
+    if known is None or key is None or not _here(known, key):
+        return ToolOutput(NOT_HERE.format(id=job), True)
+    poke = ctx.services.jobs_changed
+    if action == "run_now" and poke is None and not _serve_at(ctx):
+        return ToolOutput(NO_SERVE_NOW.format(id=job), True)
+    try:
+        if action == "pause":
+            done = await store.call(jobs.pause_job, store, job)
+            said = f"Paused: {describe(done.job)}" if done.changed else "It was already paused."
+        elif action == "resume":
+            done = await store.call(jobs.resume_job, store, job, time.time())
+            said = resumed(done.job) if done.changed else f"Not paused: {describe(done.job)}"
+        else:
+            done = await store.call(jobs.request_run, store, job, time.time())
+            said = asked(done)
+    except ScheduleError as e:
+        return ToolOutput(str(e), True)
+    if poke is not None and done.changed:
+        poke()
+    return said
+
+
+def _serve_at(ctx: ToolContext) -> bool:
+    home = ctx.services.home
+    return home is not None and serve_running(home)
 
 
 async def _create(
@@ -164,9 +271,9 @@ async def _create(
     return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
 
 
-def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
+def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]:
     """/status: the jobs bound to this conversation (soonest first), how many others there are,
-    and the heartbeat's last tick; nothing when none of it exists."""
+    and the heartbeat's last tick, in the agent's `zone`; nothing when none of it exists."""
     mine = jobs.list_jobs(store, conversation=key)
     active = jobs.list_jobs(store)
     others = sum(1 for j in active if not j.builtin) - len(mine)
@@ -181,17 +288,13 @@ def status_lines(store: Store, key: str, limit: int = 3) -> list[str]:
         assert review.next_run is not None
         at = dt.datetime.fromtimestamp(review.next_run, review.schedule.zone())
         last = f", last {review.last_outcome}" if review.last_outcome else ""
-        lines.append(f"nightly review: job {review.id}, next {at:%Y-%m-%d %H:%M}{last}")
+        when = f"next {at:%Y-%m-%d %H:%M}"
+        if review.status == "paused":  # its kept instant is only where a resume starts from
+            when = f"paused (heron jobs resume {review.id})"
+        lines.append(f"nightly review: job {review.id}, {when}{last}")
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
-        # In the zone the review's and the jobs' times above are in (the agent's), not the
-        # system's: one /status, one clock.
-        zone = review.schedule.zone() if review is not None else None
-        at = (
-            dt.datetime.fromtimestamp(beat.last, zone)
-            if zone
-            else dt.datetime.fromtimestamp(beat.last).astimezone()
-        )
+        # In the agent's zone, as the review's and the jobs' times above: one /status, one clock.
         why = f" ({beat.detail})" if beat.detail else ""
-        lines.append(f"heartbeat: last {at:%Y-%m-%d %H:%M} {beat.outcome}{why}")
+        lines.append(f"heartbeat: last {timefmt.when(beat.last, zone)} {beat.outcome}{why}")
     return lines

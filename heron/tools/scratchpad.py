@@ -4,13 +4,12 @@ disk: a write over a bound is refused with an error the model reads; nothing is 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Literal
 
 from heron.errors import ToolError
 from heron.tools.context import ToolContext
-from heron.tools.registry import tool
+from heron.tools.registry import in_thread, tool
 
 
 def root_of(ctx: ToolContext) -> Path:
@@ -83,4 +82,4 @@ async def scratchpad(
         name: File name inside the scratchpad.
         text: What to write or append.
     """
-    return await asyncio.to_thread(_run, ctx, action, name, text)
+    return await in_thread(_run, ctx, action, name, text)

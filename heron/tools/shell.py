@@ -137,29 +137,7 @@ async def run_command(
     tail) and, when that cut it, within WHOLE_CAP too. Cancelled, it kills the command and
     hands `stopped` what it had printed, within `limit`."""
     sandbox.prepare()
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *sandbox.wrap(["/bin/bash", "-c", command]),
-            cwd=sandbox.workspace,
-            env=sandbox.environment(),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,  # its own process group, killed as one
-        )
-    )
-    try:
-        proc = await asyncio.shield(spawn)
-    except FileNotFoundError as error:
-        raise ToolError(
-            f"the command could not start: {error.filename or error} is missing",
-            hint="Commands run under bubblewrap; install it (apt-get install bubblewrap).",
-        ) from None
-    except asyncio.CancelledError:
-        # Cancelled while the process was being set up: it runs already (its children may
-        # too), and must not outlive the call.
-        await _kill_group(await spawn)
-        raise
+    proc = await _start(command, sandbox)
     assert proc.stdout is not None
     sink = HeadTail(max(limit, WHOLE_CAP), f": the person's copy keeps {WHOLE_CAP:,} characters")
     pump = asyncio.create_task(_pump(proc.stdout, sink))
@@ -186,6 +164,36 @@ async def run_command(
         )
     whole = sink.text() + note if sink.total > limit else None
     return Captured(sink.text(limit) + note, whole, code)
+
+
+async def _start(command: str, sandbox: Sandbox) -> asyncio.subprocess.Process:
+    """Start `command` in `sandbox`, in its own process group (killed as one); the filter's
+    fd (sandbox.seccomp) stays open until bwrap has been started with it."""
+    with sandbox.seccomp() as fd:
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *sandbox.wrap(["/bin/bash", "-c", command], seccomp=fd),
+                cwd=sandbox.workspace,
+                env=sandbox.environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=() if fd is None else (fd,),
+            )
+        )
+        try:
+            return await asyncio.shield(spawn)
+        except FileNotFoundError as error:
+            raise ToolError(
+                f"the command could not start: {error.filename or error} is missing",
+                hint="Commands run under bubblewrap; install it (apt-get install bubblewrap).",
+            ) from None
+        except asyncio.CancelledError:
+            # Cancelled while the process was being set up: it runs already (its children
+            # may too), and must not outlive the call.
+            await _kill_group(await spawn)
+            raise
 
 
 async def _drain(proc: asyncio.subprocess.Process, pump: asyncio.Task[None]) -> bool:

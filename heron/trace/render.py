@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from heron import timefmt
 from heron.messages import Part, Text, Thinking, Usage, plural, reply_to_dict
 from heron.providers.wire import streamed_to_dict
 from heron.store import Store, Turn
@@ -22,10 +22,6 @@ from heron.trace.read import (
     request_payload,
 )
 from heron.trace.scrub import Scrubber
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -49,13 +45,13 @@ def _status(turn: Turn) -> str:
     return f"{turn.status} ({turn.kind})" if turn.maintenance else turn.status
 
 
-def ls_rows(runs: list[RunSummary], prices: PriceTable) -> list[tuple[str, ...]]:
+def ls_rows(runs: list[RunSummary], prices: PriceTable, zone: str) -> list[tuple[str, ...]]:
     """`heron trace ls`: one row per run, in LS_HEADER's columns (a maintenance run's
-    status names its kind)."""
+    status names its kind), started in the agent's `zone`."""
     return [
         (
             r.run_id,
-            _when(r.turn.started),
+            timefmt.when(r.turn.started, zone, timefmt.SECOND),
             r.conversation_key,
             _status(r.turn),
             str(r.turn.model_calls),
@@ -71,11 +67,12 @@ def ls_rows(runs: list[RunSummary], prices: PriceTable) -> list[tuple[str, ...]]
 # ---- show -----------------------------------------------------------------------------------
 
 
-def render_show(store: Store, run: RunTrace, prices: PriceTable) -> Iterator[str]:
+def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> Iterator[str]:
     t = run.turn
+    started = timefmt.when(t.started, zone, timefmt.SECOND, named=True)
     yield (
         f"{t.run_id} · conversation {run.conversation_key} · {t.status} ({t.stop_reason}) · "
-        f"{t.provider}/{t.model} · {_when(t.started)} · {_secs(t):.1f}s"
+        f"{t.provider}/{t.model} · {started} · {_secs(t):.1f}s"
     )
     if t.maintenance:
         yield f"{t.kind}: a maintenance run, made outside any turn (no message of its own)"
@@ -238,10 +235,13 @@ def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
 # ---- usage ------------------------------------------------------------------------------------
 
 
-def render_usage(store: Store, prices: PriceTable, since: float | None = None) -> Iterator[str]:
-    """Tokens, cache hit rate and cost, by day and by model: every run's, the maintenance
-    runs made outside any turn included (`turns` counts the turns only); when there were any,
-    a `maintenance` row under each total says how much of it they were."""
+def render_usage(
+    store: Store, prices: PriceTable, zone: str, since: float | None = None
+) -> Iterator[str]:
+    """Tokens, cache hit rate and cost, by day (the days of the agent's `zone`) and by model:
+    every run's, the maintenance runs made outside any turn included (`turns` counts the turns
+    only); when there were any, a `maintenance` row under each total says how much of it they
+    were."""
     rows = records.turn_rows_since(store, since or 0.0)
     turns = [turn_from_row(r) for r in rows]
     if not turns:
@@ -250,7 +250,7 @@ def render_usage(store: Store, prices: PriceTable, since: float | None = None) -
     by_day: dict[str, list[Turn]] = defaultdict(list)
     by_model: dict[str, list[Turn]] = defaultdict(list)
     for t in turns:
-        by_day[time.strftime("%Y-%m-%d", time.localtime(t.started))].append(t)
+        by_day[timefmt.when(t.started, zone, timefmt.DAY)].append(t)
         by_model[f"{t.provider}/{t.model}"].append(t)
     upkeep = [t for t in turns if t.maintenance]
     for title, groups in (("day", by_day), ("model", by_model)):

@@ -28,7 +28,8 @@ from typing import Any
 
 from heron.agent.control import mail_channel, unlabelled
 from heron.agent.relay import said_by
-from heron.agent.turn import FAILED, REPLY_STOPPED
+from heron.agent.turn import FAILED, REPLY_STOPPED, STOPPED
+from heron.attachments import INLINE_META, media_type_of, unfenced
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
 
@@ -52,6 +53,9 @@ class Attachment:
     mime: str
     size: int
     url: str  # where the browser fetches its bytes (GET, same origin)
+    # A text file the model got inline, in the message's text (heron/attachments.py
+    # `compose`): shown as an attachment whose text opens in place, not as that fenced text.
+    inline: bool = False
 
 
 @dataclass
@@ -287,9 +291,9 @@ def _add(
         return
     if row.author == "heron" or row.kind != "message":
         by = said_by(row.meta)
-        items.append(
-            Item("note", row.id, row.turn_id, turn_message, message.text, rows=[row.id], by=by)
-        )
+        # The model reads Heron's marker in brackets; the person reads a note without them.
+        said = STOPPED.strip("[]") if message.text == STOPPED else message.text
+        items.append(Item("note", row.id, row.turn_id, turn_message, said, rows=[row.id], by=by))
         return
     if message.role == "user":
         items.append(_user(row, turn_message, reading.key, reading.file_url))
@@ -321,7 +325,9 @@ def _stopped_reply(row: StoredMessage) -> str | None:
 
 
 def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:
-    text = "".join(p.text for p in row.message.parts if isinstance(p, Text))
+    inline = inline_files(row)
+    parts = row.message.parts
+    text = "".join(p.text for n, p in enumerate(parts) if isinstance(p, Text) and n not in inline)
     said = unlabelled(text)  # mail, labelled as heron/agent/control.py labels it
     item = Item(
         "user",
@@ -333,11 +339,45 @@ def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str)
         mail_from=mail_channel(text),
         rows=[row.id],
     )
-    for n, part in enumerate(row.message.parts):
+    for n, part in enumerate(parts):
+        url = file_url.format(key=key, id=row.id, n=n)
         if isinstance(part, File):
-            url = file_url.format(key=key, id=row.id, n=n)
             item.files.append(Attachment(part.name or "file", part.media_type, part.size, url))
+        elif n in inline:
+            file = inline[n]
+            item.files.append(
+                Attachment(file.name or "file", file.media_type, file.size, url, True)
+            )
     return item
+
+
+def inline_files(row: StoredMessage) -> dict[int, File]:
+    """The text files the person attached that went into their message inline, by part index,
+    each as the file it was (its text as its bytes). The row's meta names them
+    (attachments.INLINE_META); a row stored before it did is read by the fenced block's shape,
+    in a part after the first (the person's own text is the first, and a row of theirs holds
+    several text parts only when `compose` made them)."""
+    if row.role != "user":
+        return {}
+    parts, named = row.message.parts, row.meta.get(INLINE_META)
+    if isinstance(named, list):
+        wanted = {
+            f["part"]: f for f in named if isinstance(f, dict) and isinstance(f.get("part"), int)
+        }
+    else:
+        wanted = {n: {} for n in range(1, len(parts))}
+    out: dict[int, File] = {}
+    for n, about in wanted.items():
+        part = parts[n] if 0 <= n < len(parts) else None
+        found = unfenced(part.text) if isinstance(part, Text) else None
+        if found is None:
+            continue
+        name, body = found
+        data = body.encode()
+        size = about.get("size")  # the file's own (the newlines at its end are not inline)
+        media_type = media_type_of(name, data, "text/plain")
+        out[n] = File(media_type, data, name, size=size if isinstance(size, int) else -1)
+    return out
 
 
 def _segment(item: Item, reading: _Reading, row: StoredMessage, part: Any) -> None:
@@ -385,6 +425,8 @@ def file_part(store: Store, key: str, message_id: int, index: int) -> File | Non
     if row.conversation_id != conv.id or not 0 <= index < len(row.message.parts):
         return None
     part = row.message.parts[index]
+    if isinstance(part, Text):  # a text file the model got inline
+        return inline_files(row).get(index)
     if not isinstance(part, File):
         return None
     loaded = store.files.load(part)  # the row names the bytes; the store's folder has them

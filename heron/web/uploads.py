@@ -3,12 +3,17 @@
 `POST /api/uploads` (heron/serve/api.py) keeps each file under `HERON_HOME/uploads/` as
 `<id>.bin` with its name and type in `<id>.json`; a `send` then names them by `upload_id`
 (docs/web.md) and `uploaded_files` turns them into the `File` parts of the user's message.
+An upload lasts until a message takes it (its bytes are then the message's, kept once under
+`HERON_HOME/files/`) or for `KEPT_S` at most: one never sent (a tab closed with a chip in its
+composer) is removed by the next upload, so repeated uploads do not fill the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +44,30 @@ def folder(home: Path) -> Path:
     return found
 
 
+# Seconds an upload no message took is kept: a day, past any composer left open overnight.
+KEPT_S = 24 * 3600
+
+
 def save(home: Path, upload: Upload, data: bytes) -> None:
     where = folder(home)
+    prune(where, time.time() - KEPT_S)
     (where / f"{upload.upload_id}.bin").write_bytes(data)
     (where / f"{upload.upload_id}.json").write_text(json.dumps(asdict(upload)))
+
+
+def prune(where: Path, before: float) -> None:
+    """Remove the uploads written before `before` (epoch seconds) that no message took."""
+    for path in where.iterdir():
+        with contextlib.suppress(OSError):  # another request removed it first
+            if path.stat().st_mtime < before:
+                path.unlink()
+
+
+def _taken(home: Path, upload_id: str) -> None:
+    """A message took the upload: its bytes are the message's now."""
+    for suffix in (".bin", ".json"):
+        with contextlib.suppress(OSError):
+            (home / "uploads" / f"{upload_id}{suffix}").unlink()
 
 
 def load_upload(home: Path, upload_id: str) -> tuple[Upload, bytes] | None:
@@ -74,5 +99,7 @@ def uploaded_files(home: Path, refs: Any, caps: AttachmentCaps) -> tuple[File, .
             )
         upload, data = got
         found.append(from_bytes(upload.name, data, caps, upload.mime))
-    check_total(found, caps)
+    check_total(found, caps)  # refused: the uploads stay, for the send tried again
+    for ref in refs:
+        _taken(home, str(ref["upload_id"]))
     return tuple(found)

@@ -103,7 +103,7 @@ function newLive(ev) {
   // heron: the turn was opened by Heron (a subagent's result, a goal's nudge, a reminder), whose
   // message shows as a note, as the transcript shows it. asking: a question (ask_user) waits.
   return { turnId: ev.turn_id, messageId: ev.message_id ?? null,
-    text: ev.text === null ? null : ev.text || "", channel: ev.channel, segments: [],
+    text: ev.text === null ? null : ev.text || "", files: ev.files || [], channel: ev.channel, segments: [],
     heron: !!ev.provenance && ev.provenance !== "user",
     started: Date.now(), done: false, mail: [], asking: false };
 }
@@ -309,11 +309,50 @@ export function questionOf(text) {
   return { text: text.slice(0, m.index), wait: `It waits up to ${m[1]} for your answer.` };
 }
 
+// A size as heron.messages.size_label says it: "812 bytes", "123 kB", "4.2 MB".
+export function sizeLabel(size) {
+  if (size < 1024) return `${size} bytes`;
+  if (size < 1024 * 1024) return `${Math.round(size / 1024)} kB`;
+  return `${(size / (1024 * 1024)).toFixed(1)} MB`;
+}
+
+// A text file the model got inline (in the message's text): a chip with its name and size
+// whose text opens in place, read from the files route the first time it is opened.
+function TextFile({ f }) {
+  const [body, setBody] = useState(null);
+  const [open, setOpen] = useState(false);
+  const toggled = async (e) => {
+    setOpen(e.currentTarget.open);
+    if (!e.currentTarget.open || body !== null) return;
+    try {
+      const res = await fetch(f.url, { credentials: "same-origin" });
+      setBody(res.ok ? await res.text() : `(the file cannot be read: ${res.status})`);
+    } catch { setBody(`(${NO_SERVE})`); }
+  };
+  return html`<details class="file text-file" onToggle=${toggled}>
+    <summary aria-label=${`attachment ${f.name}, ${sizeLabel(f.size)}`}>${f.name}
+      <span class="file-size">${sizeLabel(f.size)}</span></summary>
+    ${open && html`<pre class="file-text">${body === null ? "Loading…" : body}</pre>`}</details>`;
+}
+
+// A message's attachments: images as thumbnails, a text file the model got inline as a chip
+// that opens to its text, any other file as a chip that opens it (or saves it).
 function Files({ files }) {
   if (!files || !files.length) return null;
-  return html`<div class="files">${files.map((f) => f.mime.startsWith("image/")
+  return html`<div class="files">${files.map((f) => f.inline ? html`<${TextFile} f=${f} />`
+    : f.mime.startsWith("image/")
     ? html`<a href=${f.url} target="_blank" rel="noopener"><img class="thumb" src=${f.url} alt=${f.name} /></a>`
-    : html`<a class="file" href=${f.url} target="_blank" rel="noopener">${f.name}</a>`)}</div>`;
+    : html`<a class="file" href=${f.url} target="_blank" rel="noopener"
+        aria-label=${`attachment ${f.name}, ${sizeLabel(f.size)}`}>${f.name}
+        <span class="file-size">${sizeLabel(f.size)}</span></a>`)}</div>`;
+}
+
+// The attachments of the live turn's message, as turn_start names them ("notes.txt (2 kB)"):
+// the stored message, once the turn ends, shows them as Files does.
+function Labels({ files }) {
+  if (!files || !files.length) return null;
+  return html`<div class="files">${files.map((label, i) => html`<span key=${i} class="file pending"
+    aria-label=${"attachment " + label}>${label}</span>`)}</div>`;
 }
 
 function Item({ item, onEdit, number }) {
@@ -409,14 +448,14 @@ function Live({ live, list, onApprove, notes }) {
       ? html`<div class="note" data-id=${live.messageId ?? undefined}>${live.text}</div>`
       : html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
-      <div class="user-text">${live.text}</div></article>`)}
+      <div class="user-text">${live.text}</div><${Labels} files=${live.files} /></article>`)}
     ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn"
         : mailTag(m.channel && m.channel !== live.channel ? m.channel : null)}</div>
       <div class="user-text">${m.text}</div></article>`)}
     <article class="msg assistant live" aria-label="agent's reply, streaming">
       <${Segments} segments=${live.segments} live onApprove=${onApprove} /></article>
-    ${notes.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}`;
+    ${notes.map((n) => html`<${Note} key=${n.id} n=${n} />`)}`;
 }
 
 // What Heron said outside a reply (a failed turn, a command's answer, /stop's): shown where it
@@ -460,6 +499,33 @@ function anchored(n, items, live) {
   return n.after.item == null || items.some((it) => itemKey(it) === n.after.item);
 }
 
+// What Heron said outside replies that the store does not keep (the answers to Stop and to
+// commands, "Stopped by ...", "New conversation started", "Switched to branch 1"): kept in
+// this tab's sessionStorage per conversation, the newest NOTES_KEPT, so a reload shows them in
+// their places again. Never stored in the conversation, where the model would read them; a
+// tab opened later, or another browser, does not have them (docs/web.md). A background
+// message (`by`, or kind `message`) is not kept here: the store has it.
+const NOTES_KEPT = 50;
+const notesKey = (conv) => `heron.notes.${conv}`;
+let notesMade = 0;
+const noteId = () => `${Date.now().toString(36)}.${++notesMade}`;
+const keepable = (n) => n.kind !== "message" && !n.by;
+
+export function keptNotes(conv) {
+  try {
+    const kept = JSON.parse(sessionStorage.getItem(notesKey(conv)) || "[]");
+    return Array.isArray(kept) ? kept.filter((n) => n && n.id && n.after && typeof n.text === "string") : [];
+  } catch { return []; } // storage refused (a private window) or damaged: nothing kept
+}
+
+function keepNotes(conv, notes) {
+  try {
+    const kept = notes.filter(keepable).slice(-NOTES_KEPT);
+    if (kept.length) sessionStorage.setItem(notesKey(conv), JSON.stringify(kept));
+    else sessionStorage.removeItem(notesKey(conv));
+  } catch { /* storage full or refused: the notes stay live only */ }
+}
+
 // How many of Heron's stored notes say `text` (a background message, kept where it was said).
 function storedNotes(items, text) {
   return items.filter((it) => it.kind === "note" && !it.failed && it.text === text).length;
@@ -468,7 +534,7 @@ function storedNotes(items, text) {
 // The transcript's items with each note after its anchor; `live` gets those of its turn, and
 // a note whose anchor is not shown (another branch) goes at the end. A failed turn's note the
 // store already gives (its turn row) is not shown twice.
-function placeNotes(shown, items, notes, live) {
+function placeNotes(shown, items, notes, live, earlier = null) {
   const failed = new Set(items.filter((it) => it.failed).map((it) => it.turn_message));
   const kept = new Map(); // per text, the stored notes not yet matched to a live one
   const left = notes.filter((n) => {
@@ -491,7 +557,11 @@ function placeNotes(shown, items, notes, live) {
     return { it, notes: take((n) => n.after.item === key || (turnEnds && n.after.turn === it.turn_message)) };
   });
   const mine = live && live.messageId != null ? take((n) => n.after.turn === live.messageId) : [];
-  return { rows, live: mine, rest: left };
+  // A note said before the first item held, whose place is not shown: it belongs to a page
+  // above, not read yet (a note kept across a reload), and shows once that page is read.
+  const first = items.length ? items[0].id : null;
+  const above = (n) => earlier != null && first != null && n.after.known < first;
+  return { rows, live: mine, rest: left.filter((n) => !above(n)) };
 }
 
 function Banner({ live, onStop, conn }) {
@@ -589,7 +659,9 @@ export function plural(count, noun) {
   return `${count.toLocaleString("en")} ${noun}${count === 1 ? "" : "s"}`;
 }
 
-export function ago(epoch, now = Date.now() / 1000) {
+// `day`: the date the serve gives for it, in the agent's zone (what `heron conversations list`
+// shows), rather than the browser's own zone's date.
+export function ago(epoch, now = Date.now() / 1000, day = null) {
   const s = Math.max(0, now - epoch);
   if (s < 60) return "just now";
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
@@ -597,13 +669,13 @@ export function ago(epoch, now = Date.now() / 1000) {
   const days = Math.floor(s / 86400);
   if (days === 1) return "yesterday";
   if (days < 7) return `${days} days ago`;
-  return new Date(epoch * 1000).toLocaleDateString();
+  return day || new Date(epoch * 1000).toLocaleDateString();
 }
 
 // What tells apart conversations that began with the same words: turns and last activity.
 function convMeta(c) {
   const turns = c.turns === undefined ? null : plural(c.turns, "turn");
-  return [turns, c.updated ? ago(c.updated) : null].filter(Boolean).join(" · ");
+  return [turns, c.updated ? ago(c.updated, Date.now() / 1000, c.day) : null].filter(Boolean).join(" · ");
 }
 
 // Where a search hit off the current branch is: "on branch 2", or "on another branch".
@@ -795,7 +867,9 @@ function Status({ conv, tick }) {
 }
 
 // ---- proactive work: the conversation's goal, jobs and subagents, each with a cancel button --
-// Over the socket, not REST: `work` asks, `cancel` ends one piece, and the server answers this
+// (a job also with pause or resume, and run now).
+// Over the socket, not REST: `work` asks, `cancel` ends one piece, `job` pauses, resumes or
+// runs a job now, and the server answers this
 // page alone with a `work` event (docs/web.md, "Protocol"), which the listeners below hear.
 
 const workListeners = new Set();
@@ -819,6 +893,8 @@ function Work({ conv, send, tick, notify }) {
   const cancel = (target, id, what) => {
     if (confirm(`${what}?`)) send(id === undefined ? { type: "cancel", target } : { type: "cancel", target, id });
   };
+  // Pause, resume and run-now need no confirmation: each is undone by another click (`job`).
+  const act = (action, id) => send({ type: "job", action, id });
   const first = (t) => (t.split("\n").find((l) => l.trim()) || "").trim();
   const g = data.goal;
   return html`<section aria-label="work"><h2>Work</h2>
@@ -832,7 +908,11 @@ function Work({ conv, send, tick, notify }) {
     <h3>Jobs</h3>
     ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
       <div>${first(j.prompt)}</div>
-      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.status === "paused" ? " · paused" : ""}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      ${j.status === "paused"
+        ? html`<button aria-label=${"resume job " + j.id} onClick=${() => act("resume", j.id)}>Resume</button>`
+        : html`<button aria-label=${"pause job " + j.id} onClick=${() => act("pause", j.id)}>Pause</button>`}
+      <button aria-label=${"run job " + j.id + " now"} onClick=${() => act("run_now", j.id)}>Run now</button>
       <button aria-label=${"cancel job " + j.id} onClick=${() => cancel("job", j.id, `Cancel job ${j.id}`)}>Cancel</button>
     </li>`)}</ul>` : html`<p>No jobs bound to this conversation.</p>`}
     <h3>Subagents</h3>
@@ -872,7 +952,9 @@ function App() {
   const [items, setItems] = useState([]);
   const [title, setTitle] = useState(null);
   const [, setShown] = useState(0); // bumped when the live turn changes as a whole
-  const [notes, setNotes] = useState([]);
+  const [notes, setNotes] = useState(() => keptNotes(keyFromHash()));
+  // The notes of this conversation are kept in this tab across a reload (keptNotes).
+  useEffect(() => keepNotes(conv, notes), [conv, notes]);
   const [conn, setConnState] = useState("connecting");
   const [uploads, setUploads] = useState([]);
   const [panel, setPanel] = useState(null);
@@ -950,9 +1032,12 @@ function App() {
       itemsRef.current = all; setItems(all); setTitle(t.title); loaded.current = true;
       // Notes said after a turn no longer on the branch (/tree, /edit) go after its newest
       // item, as read now: the turns that come later go below them, in every tab alike.
+      // (A note said before the first item held is left as it is: its place is on a page
+      // above, not read yet.)
       const again = (n) => ({ ...n, after: anchorOf(null, all.filter((it) => it.id <= n.after.known)) });
-      setNotes((ns) => (ns.every((n) => anchored(n, all, liveRef.current)) ? ns
-        : ns.map((n) => (anchored(n, all, liveRef.current) ? n : again(n)))));
+      const placed = (n) => anchored(n, all, liveRef.current)
+        || (t.earlier != null && all.length > 0 && n.after.known < all[0].id);
+      setNotes((ns) => (ns.every(placed) ? ns : ns.map((n) => (placed(n) ? n : again(n)))));
       // A turn that ended before the transcript was read is in it now: one render swaps them.
       if (liveRef.current && liveRef.current.done) showLive(null);
       document.body.dataset.rendered = String(all.length);
@@ -1086,6 +1171,8 @@ function App() {
           lv.segments.push({ kind: "question", ...questionOf(ev.text) }); lv.asking = true; showLive(lv);
         } else if (ev.code === "stop_answer" && ev.chat_id !== chatId.current) {
           // Another client's "Stopped.": the turn's end said here who stopped it.
+        } else if (ev.code === "keeping") {
+          // Its message is being kept as the serve stops: the "unanswered" notice says the end.
         } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
           // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
@@ -1093,7 +1180,7 @@ function App() {
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
           const stored = storedNotes(itemsRef.current, ev.text);
-          setNotes((n) => [...n, { seq: ev.seq, kind: ev.kind, text: ev.text, by: ev.by, after, stored }]);
+          setNotes((n) => [...n, { id: noteId(), kind: ev.kind, text: ev.text, by: ev.by, after, stored }]);
         }
         break;
       case "approval_end": { // answered here or elsewhere, stopped, or past its deadline
@@ -1109,7 +1196,7 @@ function App() {
           // Another client stopped it (a terminal, another tab, a script): say which.
           const text = `Stopped by ${ev.stopped_by}. What the turn finished is kept.`;
           const after = anchorOf(lv, itemsRef.current, lastTurn.current);
-          setNotes((n) => [...n, { seq: ev.seq, kind: "stopped", text, after }]);
+          setNotes((n) => [...n, { id: noteId(), kind: "stopped", text, after }]);
         }
         stopping.current = false;
         if (lv) { lv.done = true; lv.interrupted = ev.interrupted; showLive(lv); }
@@ -1192,7 +1279,7 @@ function App() {
     convRef.current = key; loaded.current = false; loading.current = null;
     start.current = null; older.current = null; place.current = null; setEarlier(null);
     fresh.current = true; replay.current = null; lastTurn.current = null;
-    itemsRef.current = []; setConv(key); setItems([]); setNotes([]); showLive(null); setSide(false);
+    itemsRef.current = []; setConv(key); setItems([]); setNotes(keptNotes(key)); showLive(null); setSide(false);
     setTitle(null);
     focusInput(); // the next thing a person does in a conversation they open is type
     if (location.hash !== "#c=" + encodeURIComponent(key)) location.hash = "c=" + encodeURIComponent(key);
@@ -1232,7 +1319,8 @@ function App() {
   // arrived (it is shown once, live, until the end swaps it for the stored item).
   const mine = (it) => live.messageId != null && it.turn_message === live.messageId;
   const shown = live && !live.orphan ? items.filter((it) => !it.running && !mine(it)) : items;
-  const placed = placeNotes(shown, items, notes, live);
+  // (Notes kept across a reload wait for the transcript, which holds their places.)
+  const placed = placeNotes(shown, items, loaded.current ? notes : [], live, earlier);
   return html`<div class=${"layout" + (panel ? " with-panel" : "")}>
     <a class="skip" href="#input" onClick=${(e) => { e.preventDefault(); focusInput(); }}>Skip to message box</a>
     <${Sidebar} current=${conv} open=${side} onOpen=${openConv} onClose=${closeSide} notify=${notify} refresh=${tick}
@@ -1259,9 +1347,9 @@ function App() {
         ${earlier != null && html`<button class="earlier" onClick=${loadEarlier} disabled=${!!older.current}>${
           older.current ? "Loading earlier messages…" : "Load earlier messages"}</button>`}
         ${placed.rows.flatMap(({ it, notes: after }) => [html`<${PureItem} key=${itemKey(it)} item=${it}
-          onEdit=${onEdit} number=${it.number} />`, ...after.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)])}
+          onEdit=${onEdit} number=${it.number} />`, ...after.map((n) => html`<${Note} key=${n.id} n=${n} />`)])}
         ${live && html`<${Live} live=${live} list=${listRef} onApprove=${approve} notes=${placed.live} />`}
-        ${placed.rest.map((n) => html`<${Note} key=${"n" + n.seq} n=${n} />`)}
+        ${placed.rest.map((n) => html`<${Note} key=${n.id} n=${n} />`)}
       </div>
       ${working && html`<${Banner} live=${live} onStop=${stop} conn=${conn} />`}
       ${toast && html`<div class="toast" role="alert">${toast}</div>`}

@@ -1,0 +1,34 @@
+"""Times as the person and the model read them: an epoch instant in the agent's zone.
+
+Heron has one zone for the person, `[agent] timezone`, else the system's
+(`heron.store.schedule.user_timezone`, `Settings.timezone`). Every time Heron prints, sends to
+the browser or puts before the model goes through `when` with that zone's name, never the
+process's local time (`time.localtime`, a naive `fromtimestamp`), so a serve and a CLI started
+with different TZ values agree, and a day boundary (`heron usage` by day) is the person's.
+
+Pure and stdlib only: the zone's name comes from the caller, checked already.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+MINUTE = "%Y-%m-%d %H:%M"
+SECOND = "%Y-%m-%d %H:%M:%S"
+DAY = "%Y-%m-%d"
+ISO = "%Y-%m-%dT%H:%M:%S%z"  # with its offset: an instant, whoever reads it
+
+
+def when(ts: float, zone: str, fmt: str = MINUTE, *, named: bool = False) -> str:
+    """`ts` (epoch seconds) in `zone` (an IANA name) as `fmt`; `named` adds the zone's
+    abbreviation ("13:40 CET"), for a time shown alone rather than in a list whose header
+    names the zone."""
+    local = dt.datetime.fromtimestamp(ts, ZoneInfo(zone))
+    text = local.strftime(fmt)
+    return f"{text} {local:%Z}" if named else text
+
+
+def local_date(ts: float, zone: str) -> dt.date:
+    """The person's calendar date of `ts`: what a month or a year named in a question means."""
+    return dt.datetime.fromtimestamp(ts, ZoneInfo(zone)).date()
