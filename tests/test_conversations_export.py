@@ -137,6 +137,7 @@ def test_search_json_is_one_array_of_hits(home):
         "who",
         "snippet",
         "score",
+        "on_branch",
     }
     mine = next(h for h in hits if h["message_id"] == home["first"])
     assert (mine["key"], mine["role"], mine["who"]) == ("trip", "user", "you")
