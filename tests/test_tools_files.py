@@ -189,3 +189,18 @@ def test_grep_bad_regex_and_cap(ctx: ToolContext) -> None:
     lines = grep(ctx, "hit").splitlines()
     assert len(lines) == 201
     assert "stopped at 200 matches" in lines[-1]
+
+
+def test_a_path_that_cannot_be_one_is_said_plainly(tmp_path):
+    """A link loop, a NUL or a 6,000-character name surfaced as Python internals
+    ("RuntimeError: Symlink loop", "embedded null byte", the whole name echoed)."""
+    from heron.errors import PathEscape
+    from heron.tools.files import resolve_in
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for path, said in (("a/x", "links lead in a loop"), ("x\0y", "NUL"), ("n" * 6000, "…")):
+        with pytest.raises(PathEscape) as caught:
+            resolve_in(tmp_path, path)
+        text = str(caught.value)
+        assert said in text and len(text) < 400

@@ -16,6 +16,7 @@ sparse file costs nothing.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -34,6 +35,7 @@ MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
 MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
+NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
 MAX_LINK_SCAN = 50_000  # names looked at to find a hard link's other names; past it, refuse
 
 
@@ -41,8 +43,17 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
     """`path` (relative to the workspace, or absolute) resolved, symlinks included; raises
     PathEscape if the result lies outside the workspace."""
     root = workspace.resolve()
-    candidate = Path(path).expanduser()
-    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    shown = _shown(path)
+    try:
+        candidate = Path(path).expanduser()
+        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if any(len(os.fsencode(part)) > NAME_MAX for part in resolved.parts):
+            raise OSError(errno.ENAMETOOLONG, "a name in it is too long")
+    except (RuntimeError, ValueError, OSError) as e:  # a link loop, a NUL, a name too long
+        raise PathEscape(
+            f"{shown} cannot be used as a path: {_why(e)}",
+            hint="Use a plain path inside the workspace.",
+        ) from None
     if resolved != root and not resolved.is_relative_to(root):
         raise PathEscape(
             f"{str(path)!r} is outside the workspace {root}",
@@ -50,6 +61,21 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
         )
     _check_links(resolved, root, path)
     return resolved
+
+
+def _shown(path: str | Path) -> str:
+    """A path as an error repeats it: quoted, and cut when long (a 6,000-character name
+    filled the answer)."""
+    text = str(path)
+    return repr(text if len(text) <= 200 else text[:200] + "…")
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, RuntimeError):
+        return "its links lead in a loop"
+    if isinstance(error, ValueError):
+        return "it holds a NUL character"
+    return (error.strerror or str(error)).lower() if isinstance(error, OSError) else str(error)
 
 
 def _check_links(path: Path, root: Path, shown: str | Path) -> None:
