@@ -303,7 +303,7 @@ def _spec_manager(sandbox: Sandbox, sockets: Path, seccomp: int | None) -> Any:
     class ThisInterpreter(KernelSpecManager):
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             return KernelSpec(
-                argv=sandbox.wrap(argv, binds=[sockets], seccomp=seccomp),
+                argv=sandbox.wrap(argv, shown=[sockets], seccomp=seccomp),
                 name=kernel_name,
                 display_name="Python (Heron)",
                 language="python",
