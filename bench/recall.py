@@ -641,8 +641,9 @@ def synthesise(raw: list[dict[str, Any]], total: int, rng: random.Random) -> lis
 
 def fill(store: Store, texts: list[str]) -> None:
     """Store the texts as messages dealt over CONVERSATIONS conversations, each message the
-    child of the one before it in its conversation (as `Store.append` makes them), one every
-    ten minutes overall."""
+    child of the one before it in its conversation and the last its head (as `Store.append`
+    makes them: recall shows only what is on a conversation's current branch), one every ten
+    minutes overall."""
     conv_ids = [store.open_conversation(f"synthetic-{i}").id for i in range(CONVERSATIONS)]
     rows = []
     for i, text in enumerate(texts):
@@ -655,6 +656,11 @@ def fill(store: Store, texts: list[str]) -> None:
             "INSERT INTO messages (id, conversation_id, parent_id, role, parts, created)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             rows,
+        )
+        heads = {conversation: message for message, conversation, *_ in rows}
+        c.executemany(
+            "UPDATE conversations SET head_id = ? WHERE id = ?",
+            [(message, conversation) for conversation, message in heads.items()],
         )
 
 

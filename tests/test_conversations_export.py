@@ -137,6 +137,7 @@ def test_search_json_is_one_array_of_hits(home):
         "who",
         "snippet",
         "score",
+        "on_branch",
     }
     mine = next(h for h in hits if h["message_id"] == home["first"])
     assert (mine["key"], mine["role"], mine["who"]) == ("trip", "user", "you")
@@ -429,3 +430,17 @@ def test_an_export_shows_where_a_compaction_folded_and_its_summary(home):
         rows[5].id,
         "Trip: Lisbon, a statue.",
     )
+
+
+def test_export_with_force_replaces_a_link_at_the_name_never_writes_through_it(home, tmp_path):
+    """A link the agent planted in its workspace (`export.md -> a file outside`): --force wrote
+    the transcript into the file it pointed at."""
+    outside = tmp_path / "victim.txt"
+    outside.write_text("keep me")
+    link = tmp_path / "workspace-export.md"
+    link.symlink_to(outside)
+    out = heron("conversations", "export", "trip", "-o", str(link), "--force")
+    assert out.exit_code == 0, out.output
+    assert outside.read_text() == "keep me"
+    assert not link.is_symlink() and "heron statue" in link.read_text().lower()
+    assert f"to {link.absolute()}" in out.stdout

@@ -143,6 +143,16 @@ def test_only_the_header_is_read_never_the_tensor_data():
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + _string("general.name"), "ends early"),
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 40), "damaged"),
         (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), "too old"),
+        # an array of arrays of arrays ... 5,000 deep (a crafted file: a RecursionError before)
+        (
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 0, 1)
+            + _string("x")
+            + struct.pack("<I", 9)
+            + struct.pack("<IQ", 9, 1) * 5000
+            + struct.pack("<IQ", 4, 0),
+            "nests arrays too deep",
+        ),
     ],
 )
 def test_a_damaged_or_foreign_file_is_refused_saying_why(data, said):

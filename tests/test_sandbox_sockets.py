@@ -18,8 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import call_tool, seed_home
+from sandbox_helpers import call_tool, seed_home, settings
 
+from heron.agent.engine import Engine
+from heron.messages import Reply, Text, ToolCall, ToolResult
+from heron.providers.scripted import ScriptedProvider
 from heron.tools import seccomp
 
 bwrap_needed = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
@@ -261,3 +264,62 @@ def test_a_kernel_without_seccomp_filters_is_no_sandbox(tmp_path: Path) -> None:
     if seccomp.supported():
         assert not found.ok and "PR_SET_SECCOMP" in (found.problem or "")
     assert probe(real).ok
+
+
+# A cell that swaps the kernel's socket paths for links to a host socket, then drops its ends
+# of Heron's connections to them, so Heron's client (ZeroMQ reconnects by path) reconnects.
+SWAP = """\
+import glob, os, socket, time
+folder = glob.glob("/tmp/heron-kernel-*")[0]
+names = {{"k-3", "k-4", "k-5"}}
+for name in sorted(names):
+    try:
+        os.unlink(f"{{folder}}/{{name}}")
+        os.symlink({target!r}, f"{{folder}}/{{name}}")
+        print(name, "SWAPPED")
+    except OSError as e:
+        print(name, "kept:", e.strerror)
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        s = socket.socket(fileno=int(fd))
+    except OSError:
+        continue
+    try:
+        accepted = s.family == socket.AF_UNIX and not s.getsockopt(
+            socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        if accepted and os.path.basename(s.getsockname() or "") in names:
+            s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.detach()
+time.sleep(3)
+"""
+
+
+@bwrap_needed
+async def test_the_kernel_cannot_steer_herons_own_connections(heron_home: Path) -> None:
+    """The kernel's socket folder is Heron's: a cell can neither replace a socket path there
+    with a link to a host socket nor make Heron's client, which reconnects by path, connect to
+    one; the kernel goes on answering after the attempt."""
+    seed_home(heron_home)
+    with host_services() as (paths, received):
+        provider = ScriptedProvider(
+            [
+                Reply(
+                    [ToolCall("c1", "run_cell", {"code": SWAP.format(target=paths["stream"])})],
+                    "tool",
+                ),
+                Reply([ToolCall("c2", "run_cell", {"code": "print('STILL', 6 * 7)"})], "tool"),
+                Reply([Text("done")], "done"),
+            ]
+        )
+        async with Engine.open(settings(True), provider=provider) as engine:
+            await engine.turn("attack", "go")
+    swap, after = (
+        next(p for p in request.messages[-1].parts if isinstance(p, ToolResult))
+        for request in provider.requests[1:]
+    )
+    assert received == [], swap.content
+    assert "SWAPPED" not in swap.content, swap.content
+    assert "STILL 42" in after.content, after.content

@@ -128,3 +128,16 @@ async def test_fifos_and_huge_files_answer_at_once(heron_home: Path) -> None:
     assert got[6].content.startswith("5\ta line of text\n6\ta line of text\n[lines 5-6 of ")
     assert got[7].is_error and "too large to edit" in got[7].content
     assert (heron_home / "workspace/big.txt").stat().st_size == 12_000_000  # untouched
+
+
+async def test_the_kernel_starts_whatever_stands_at_its_log(heron_home: Path) -> None:
+    """A folder at `.heron/kernel.log`, or a file at `.heron`, does not turn run_cell off: the
+    kernel's log goes to Heron's private folder for that kernel instead, and what the command
+    made is left as it was."""
+    workspace = heron_home / "workspace"
+    cell = ("c2", "run_cell", {"code": "print('CELL', 6 * 7)"})
+    for plant in ("mkdir -p .heron/kernel.log/sub", "rm -rf .heron && echo x > .heron"):
+        made, ran = await turns([("c1", "bash", {"command": plant}), cell])
+        assert not made.is_error, made.content
+        assert not ran.is_error and "CELL 42" in ran.content, ran.content
+    assert (workspace / ".heron").read_text() == "x\n"

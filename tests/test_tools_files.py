@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -262,4 +263,29 @@ async def test_a_stopped_turn_kills_the_search(
     work.cancel()  # as the AgentLoop stops a turn
     with pytest.raises(asyncio.CancelledError):
         await work
+    assert _grep_children() == []
+
+
+def test_a_path_that_cannot_be_one_is_said_plainly(tmp_path):
+    """A link loop, a NUL or a 6,000-character name surfaced as Python internals
+    ("RuntimeError: Symlink loop", "embedded null byte", the whole name echoed)."""
+    from heron.errors import PathEscape
+    from heron.tools.files import resolve_in
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for path, said in (("a/x", "links lead in a loop"), ("x\0y", "NUL"), ("n" * 6000, "…")):
+        with pytest.raises(PathEscape) as caught:
+            resolve_in(tmp_path, path)
+        text = str(caught.value)
+        assert said in text and len(text) < 400
+
+
+async def test_a_search_process_that_fails_says_why(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = (sys.executable, "-I", "-c", "import sys; sys.exit('no interpreter here')")
+    monkeypatch.setattr(files, "_GREP_CHILD", broken)
+    with pytest.raises(ToolError, match="the search could not start: no interpreter here"):
+        await grep(ctx, "alpha")
     assert _grep_children() == []

@@ -31,7 +31,7 @@ class Raw(Sandbox):
     """bash with nothing around it: the tool's own process-group and output handling, which
     stay as a safety net under the sandbox and the runner."""
 
-    def wrap(self, argv, *, binds=(), seccomp=None):
+    def wrap(self, argv, *, shown=(), seccomp=None):
         return list(argv)
 
 

@@ -640,3 +640,21 @@ def test_the_list_comes_in_pages_and_search_finds_a_conversation_by_its_key(clie
     assert [c["key"] for c in found["conversations"]] == ["lisbon-plans"] and not found["more"]
     by_words = client.get("/api/conversations", params={"q": "note", "limit": 4}).json()
     assert len(by_words["conversations"]) == 4 and by_words["more"]
+
+
+def test_a_search_hit_on_another_branch_says_which_branch_holds_it(client):
+    """A hit on the old text of an /edit opened the conversation on its current branch, where
+    it is not, and nothing said so: the hit now says it is off the current branch and the
+    /tree number of the branch that holds it."""
+    asyncio.run(
+        _turns(
+            ["my cat is called Biscuit", "/edit 1 my dog is called Waffles"],
+            [Reply([Text("Nice cat.")], "done"), Reply([Text("Nice dog.")], "done")],
+        )
+    )
+    (old,) = client.get("/api/conversations", params={"q": "Biscuit"}).json()["conversations"]
+    (new,) = client.get("/api/conversations", params={"q": "Waffles"}).json()["conversations"]
+    assert old["on_branch"] is False and new["on_branch"] is True
+    tree = client.get("/api/conversations/personal/branches").json()["branches"]
+    holding = next(b for b in tree if b["n"] == old["branch"])
+    assert not holding["current"] and "Biscuit" in holding["text"]

@@ -1509,6 +1509,29 @@ def test_a_search_hit_opens_its_conversation_at_the_hit(browser, site):
     pg.context.close()
 
 
+def test_a_search_hit_on_another_branch_says_so_and_which(browser, site):
+    """A hit on a message of another branch (an /edit replaced it) opened the conversation on
+    its current branch, where it is not, with no word of it."""
+    from heron.messages import Message, Text
+
+    _long("forked", 3, marked={1: " about MANGO42"})
+    store = Store(Settings.load().paths.db)
+    conv = store.open_conversation("forked")
+    answer = next(r for r in store.branch(conv.id) if r.message.text == "Answer 0.")
+    store.append(conv.id, Message("user", [Text("Question 1, edited")]), parent_id=answer.id)
+    store.close()
+    pg = site.page(browser, "/")
+    nav = pg.get_by_role("navigation", name="conversations")
+    nav.get_by_role("searchbox", name="search conversations").fill("MANGO42")
+    found = nav.get_by_role("listitem").filter(has_text="MANGO42")
+    expect(found).to_contain_text("on branch 1:")
+    found.get_by_role("link").click()
+    expect(pg.get_by_role("alert")).to_contain_text("on branch 1 of forked")
+    expect(pg.get_by_role("alert")).to_contain_text("/tree 1")
+    expect(pg.locator(".msg.user .user-text").last).to_have_text("Question 1, edited")
+    pg.context.close()
+
+
 def test_a_command_answer_said_while_another_process_turn_runs_goes_below_its_reply(
     browser, site, model
 ):

@@ -12,8 +12,11 @@ documented in docs/terminal.md ("Searching and exporting").
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 import typer
@@ -83,15 +86,20 @@ def export_conversation(
         typer.echo(text, nl=False)
         return
     _write(output, text, force)
-    typer.echo(f"Exported {key!r} ({count} messages, {chosen}) to {output.resolve()}")
+    typer.echo(f"Exported {key!r} ({count} messages, {chosen}) to {output.absolute()}")
 
 
 def _write(path: Path, text: str, force: bool) -> None:
     # Mode "x" refuses an existing file in the same call that creates it: nothing can appear
-    # between a check and the write.
+    # between a check and the write. --force writes a new file beside it and renames it over
+    # the name, so a link there (one the agent planted in its workspace) is replaced, never
+    # written through to the file it points at.
     try:
-        with path.open("w" if force else "x", encoding="utf-8") as out:
-            out.write(text)
+        if force:
+            _replace(path, text)
+        else:
+            with path.open("x", encoding="utf-8") as out:
+                out.write(text)
     except FileExistsError:
         raise ConfigError(
             f"{path} exists", hint="Add --force to replace it, or choose another -o FILE."
@@ -101,6 +109,23 @@ def _write(path: Path, text: str, force: bool) -> None:
             f"cannot write {path}: {e.strerror or e}",
             hint="Choose a file in a folder you can write.",
         ) from None
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `text` over the file at `path`; a link there is removed and a file made in its
+    place. Non-blocking, so a FIFO at the name is refused rather than waited on."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # ELOOP: the name is a link
+            raise
+        os.unlink(path)
+        fd = os.open(path, flags | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        out.write(text)
 
 
 def filename(key: str, form: str) -> str:

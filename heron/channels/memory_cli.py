@@ -239,9 +239,10 @@ def recall(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many snippets.")] = 10,
 ) -> None:
-    """Search every message of every conversation, compacted ones included."""
+    """Search what recall gives the model: every conversation, compacted messages included,
+    only what you still stand by (the current branch, nothing you had forgotten)."""
     with _service(reading=True) as service:
-        print_recall(service.store, query, limit, zone=service.timezone)
+        print_recall(service.store, query, limit, zone=service.timezone, standing=True)
 
 
 def print_recall(
@@ -253,6 +254,7 @@ def print_recall(
     as_json: bool = False,
     exact: bool = False,
     zone: str | None = None,
+    standing: bool = False,
 ) -> None:
     """Search what was said (in conversation `key` only, when given) and print the hits, best
     first: `heron memory recall` and `heron conversations search` both run this. A line is
@@ -260,7 +262,8 @@ def print_recall(
     `as_json`: one JSON array of the hits and nothing else on stdout. An unknown `key` is a
     StoreError saying how to find one. `exact`: only the messages holding the query's words in
     its order, newest first (`Recall.exact`). Dates are in `zone`, the agent's (None: the
-    system's)."""
+    system's). `standing`: only what recall gives the model (`Recall.search`), else every
+    message said, one off its conversation's current branch marked so."""
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -273,12 +276,13 @@ def print_recall(
     if exact:
         hits = searched.exact(query, limit, conversation_id)
     else:
-        hits = searched.search(query, limit, conversation_id=conversation_id)
+        hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
     else:
         for hit in hits:
-            typer.echo(hit.line(hit.who))
+            for line in hit.lines(hit.who):
+                typer.echo(line)
         keys = {hit.conversation_key for hit in hits}
         if not hits:
             typer.echo(nothing_found(query, exact, searched.embedder is not None))
@@ -313,6 +317,7 @@ def _hit_json(hit: Hit) -> dict[str, Any]:
         "who": hit.who,
         "snippet": " ".join(hit.snippet.split()),
         "score": float(hit.score),
+        "on_branch": not hit.elsewhere,
     }
 
 

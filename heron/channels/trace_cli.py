@@ -83,7 +83,8 @@ def trace_show(
         bool, typer.Option("--stats", help="Per turn: tokens, cache, cost and duration.")
     ] = False,
 ) -> None:
-    """Show a run: the user's message, every model call, tool call, effect and result."""
+    """Show a run: the user's message, what auto-recall injected before it, every model
+    call, tool call, effect and result."""
     from heron.trace.read import find_turn, load_run
     from heron.trace.render import render_show, render_stats
 

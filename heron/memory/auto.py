@@ -12,7 +12,10 @@ shown when it
   (`Recall.ranked`: BM25 fused with sentence vectors when the extra is installed), and each
   hit after the first scores at least `Gate.second` of the first one's score;
 - is not in the model's view already, nor from before the conversation's /new, nor a message
-  that says exactly what was just typed (a retried or repeated message).
+  that says exactly what was just typed (a retried or repeated message);
+- is something the person still stands by: on its conversation's current branch, stating
+  nothing they had forgotten since (`Recall.turned_away`); a hit of theirs comes with what
+  they wrote later taking it back (`Recall.corrections`).
 
 A message with fewer than MIN_WORDS content words never fires: one word gives every message
 that holds it the same share, so the share cannot tell a hit from noise.
@@ -236,18 +239,23 @@ def _auto_hits(
     if own_hits and since > 0:
         dates = records.message_dates(recall.store, list(own_hits))
         own_hits = {i: own_hits[i] for i, _, created in dates if created >= since}
-    picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits)
+    # the branch as the engine holds it, when given, is checked above
+    own_standing = recall.turned_away if branch is None else recall.revoked
+    picked = _in_fused_order(recall, text, conversation_id, own_hits, gate, gate.hits, own_standing)
     found = [(i, score, own_hits[i], False) for i, score in picked]
+    pool: Iterable[int] = mine
     if not found:  # other conversations only when this one has nothing to show
         if rest is None:
             rest = shares(recall, text, conversation_id, others=True, bar=gate.other)
         other = _answered(recall, {i: s for i, s in rest.items() if s >= gate.other}, gate)
         other = {i: s for i, s in other.items() if i not in skip}
-        more = _in_fused_order(recall, text, None, other, gate, gate.hits)
+        more = _in_fused_order(recall, text, None, other, gate, gate.hits, recall.turned_away)
         found = [(i, score, other[i], True) for i, score in more]
+        pool = rest
     if not found:
         return []
-    by_id = {h.message_id: h for h in recall._hits([(i, s) for i, s, _, _ in found], text)}
+    hits = recall._hits([(i, s) for i, s, _, _ in found], text)
+    by_id = {h.message_id: h for h in recall.corrections(hits, text, list(pool))}
     return [AutoHit(by_id[i], share, far) for i, _, share, far in found if i in by_id]
 
 
@@ -279,21 +287,34 @@ def _in_fused_order(
     allowed: dict[int, float],
     gate: Gate,
     limit: int,
+    away: Callable[[list[int]], set[int]] | None = None,
 ) -> list[tuple[int, float]]:
     """The allowed messages among the fused retrieval's first `gate.depth`, in its order, each
-    after the first within `gate.second` of the first one's score."""
+    after the first within `gate.second` of the first one's score; less, when given, those
+    `away` names (what the person turned away from: `Recall.turned_away`). Asked in order of
+    each message that could still be picked (the first, then those within the bar, until
+    `limit`), it gives what asking it of every allowed message first would, far cheaper: the
+    other conversations' allowed messages can be in a hundred conversations, and each look
+    walks a branch."""
     if not allowed or limit <= 0:
         return []
     if conversation_id is None:  # every conversation: as bounded as the others' shares
         ranked = recall.ranked(text, gate.depth, None, OTHERS_BUDGET)
     else:
         ranked = recall.ranked(text, gate.depth, conversation_id)
-    kept = [(i, s) for i, s in ranked if i in allowed]
-    if not kept:
-        return []
-    first = kept[0][1]
-    bar = first * gate.second if first > 0 else 0.0
-    return [kept[0], *[(i, s) for i, s in kept[1:] if s >= bar]][:limit]
+    picked: list[tuple[int, float]] = []
+    bar = 0.0
+    for i, s in ranked:
+        if i not in allowed or (picked and s < bar):
+            continue
+        if away is not None and i in away([i]):
+            continue
+        if not picked:
+            bar = s * gate.second if s > 0 else 0.0
+        picked.append((i, s))
+        if len(picked) >= limit:
+            break
+    return picked
 
 
 def auto_messages(
@@ -331,14 +352,15 @@ def render(found: Sequence[AutoHit], max_chars: int) -> str:
     used = 0
     heading = False
     for n, item in enumerate(found):
-        line = _clip(item.hit.line(), LINE_CHARS)
+        line, *later = (_clip(x, LINE_CHARS) for x in item.hit.lines())
         extra = [OTHER_HEADING] if item.other and not heading else []
-        cost = sum(len(x) + 1 for x in [*extra, line])
+        cost = sum(len(x) + 1 for x in [*extra, line, *later])
         if n and used + cost > max_chars:
             break
-        if not n and cost > max_chars:
-            line = _clip(line, max(80, max_chars - sum(len(x) + 1 for x in extra)))
-        lines += [*extra, line]
+        if not n and cost > max_chars:  # the first hit is cut to fit, its correction kept
+            room = max_chars - sum(len(x) + 1 for x in [*extra, *later])
+            line = _clip(line, max(80, room))
+        lines += [*extra, line, *later]
         heading = heading or bool(extra)
         used += cost
     return "\n".join(lines)

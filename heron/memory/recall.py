@@ -16,6 +16,7 @@ discussed.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import re
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 from heron import timefmt
 from heron.memory import records
+from heron.memory.guard import overlaps
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
 from heron.store.records import ANSWERED, ASK_TOOL, shown_as
@@ -172,6 +174,16 @@ class Hit:
     # user | model | tool | heron (heron/store/records.py `author_for`); None: not known.
     author: str | None = None
     zone: str = "UTC"  # the agent's, which `line` dates it in (the Recall's that found it)
+    # Not on its conversation's current branch (an answer /retry replaced, the old text of an
+    # /edit, a branch /tree left): only a search of the record (`standing=False`) shows one.
+    elsewhere: bool = False
+    # What the person said later in the same conversation taking this back (`corrections`).
+    later: Hit | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Whether the person wrote it (not Heron, the model, nor a tool)."""
+        return self.role == "user" and self.author in (None, "user")
 
     @property
     def speaker(self) -> str:
@@ -191,7 +203,20 @@ class Hit:
         when = timefmt.when(self.created, self.zone)
         text = " ".join(self.snippet.split())
         said = who or self.speaker
-        return f"[{self.conversation_key} · {when} · message {self.message_id} · {said}] {text}"
+        where = " · on another branch" if self.elsewhere else ""
+        return (
+            f"[{self.conversation_key} · {when} · message {self.message_id} · {said}{where}] {text}"
+        )
+
+    def lines(self, who: str | None = None) -> list[str]:
+        """`line`, and under it the correction the person made later, if any."""
+        if self.later is None:
+            return [self.line(who)]
+        return [self.line(who), LATER + self.later.line(who)]
+
+
+# What introduces, under a hit, the person's later words that take it back.
+LATER = "  ↳ later: "
 
 
 class Embedder(Protocol):
@@ -666,13 +691,117 @@ class Recall:
         *,
         conversation_id: int | None = None,
         exclude: Iterable[int] = (),
+        standing: bool = False,
     ) -> list[Hit]:
-        """The best hits for `query`, a message that holds its words verbatim first."""
+        """The best hits for `query`, a message that holds its words verbatim first.
+
+        `standing`: only what the person still stands by, as recall gives it to the model
+        (`recall_history`, `heron memory recall`): no message off its conversation's current
+        branch, none stating what they had forgotten since (`turned_away`), and each of their
+        own hits with what they said later taking it back (`corrections`). Otherwise every
+        message said, a hit off the current branch marked `elsewhere` (a search of the
+        record: `heron conversations search`, the browser's)."""
         skip = set(exclude)
-        ranked = [(i, s) for i, s in self.ranked(query, limit + len(skip), conversation_id)]
-        ranked = first_verbatim(ranked, self.verbatim(query, conversation_id, limit))
-        ranked = [(i, s) for i, s in ranked if i not in skip][:limit]
-        return self._hits(ranked, query)
+        want = limit + len(skip)
+        for _ in range(2):  # once more, longer, when what was left out leaves too few
+            ranked = self.ranked(query, want, conversation_id)
+            ranked = first_verbatim(ranked, self.verbatim(query, conversation_id, limit))
+            ranked = [(i, s) for i, s in ranked if i not in skip]
+            if not standing:
+                break
+            away = self.turned_away([i for i, _ in ranked])
+            if not away or len(ranked) - len(away) >= limit or len(ranked) < want - len(skip):
+                break
+            want += len(away)
+        if not standing:
+            return self.marked(self._hits(ranked[:limit], query))
+        hits = self._hits([(i, s) for i, s in ranked if i not in away][:limit], query)
+        return self.corrections(hits, query)
+
+    def marked(self, hits: list[Hit]) -> list[Hit]:
+        """`hits`, each off its conversation's current branch marked `elsewhere`."""
+        on = records.on_branch(self.store, [h.message_id for h in hits])
+        return [dataclasses.replace(h, elsewhere=h.message_id not in on) for h in hits]
+
+    def turned_away(self, ids: Sequence[int]) -> set[int]:
+        """The messages among `ids` the person turned away from: off their conversation's
+        current branch, or stating what they had forgotten since (`revoked`)."""
+        if not ids:
+            return set()
+        off = set(ids) - records.on_branch(self.store, ids)
+        return off | self.revoked([i for i in ids if i not in off])
+
+    def revoked(self, ids: Sequence[int]) -> set[int]:
+        """The messages among `ids` that state what the person asked to forget after they
+        were written (`heron memory forget`, manage_memory delete): a sentence of theirs
+        overlaps a revoked statement as the memory guard reads it (heron/memory/guard.py
+        `overlaps`: a run of six words, or most of the content words of the shorter)."""
+        revocations = records.revocations(self.store) if ids else []
+        if not revocations:
+            return set()
+        written = {i: created for i, _, created in records.message_dates(self.store, ids)}
+        out = set()
+        for i, body in self.bodies(ids).items():
+            later = [key for key, when in revocations if written.get(i, when) <= when]
+            if later and any(overlaps(s, key) for s in _sentences(body) for key in later):
+                out.add(i)
+        return out
+
+    def corrections(
+        self, hits: list[Hit], query: str, matched: Sequence[int] | None = None
+    ) -> list[Hit]:
+        """`hits`, each of the person's own with `later` set to what they said afterwards in
+        the same conversation, on its current branch, that takes something back ("that is no
+        longer true", "scratch that", "forget that": `takes_back`): the next message they
+        wrote, where a correction usually sits, else the newest of the search's other
+        `matched` messages of theirs that does (by default the first CORRECTION_POOL matches
+        of the query's words in each hit's conversation). A hit shown already is not
+        repeated. A few queries for all the hits together (one walk of each branch)."""
+        mine = [h for h in hits if h.typed and not h.elsewhere]
+        if not mine:
+            return hits
+        scopes = {h.conversation_id for h in mine}
+        if matched is None:  # a conversation's own search is cheap
+            matched = [i for c in scopes for i, _ in self.bm25(query, CORRECTION_POOL, c)]
+        shown = {h.message_id for h in hits}
+        after = {
+            h.message_id: records.typed_after(
+                self.store, h.conversation_id, h.message_id, NEXT_LOOK
+            )
+            for h in mine
+        }
+        first = min(h.message_id for h in mine)
+        asked = {*(i for ids in after.values() for i in ids), *(i for i in matched if i > first)}
+        near = [i for i, c, _ in records.message_dates(self.store, sorted(asked)) if c in scopes]
+        theirs = {
+            r[0]: (r[1], r[5])
+            for r in records.hit_rows(self.store, near)
+            if r[3] == "user" and r[6] in (None, "user")
+        }
+        back = {i for i, (_, body) in theirs.items() if takes_back(body)}
+        if not back:  # the common case: nothing they said takes anything back
+            return hits
+        # where the branch matters: what takes back, and what comes before it after a hit
+        look = back | {i for ids in after.values() if back.intersection(ids) for i in ids}
+        on = records.on_branch(self.store, sorted(look & set(theirs)))
+        later: dict[int, int] = {}
+        for hit in mine:
+            following = [i for i in after[hit.message_id] if i in on][:1]
+            newest = sorted(
+                (
+                    i
+                    for i in set(matched) - shown
+                    if i > hit.message_id and i in on and theirs[i][0] == hit.conversation_id
+                ),
+                reverse=True,
+            )
+            found = next((i for i in [*following, *newest] if i in back), None)
+            if found is not None:
+                later[hit.message_id] = found
+        if not later:
+            return hits
+        by_id = {h.message_id: h for h in self._hits([(i, 0.0) for i in later.values()], query)}
+        return [dataclasses.replace(h, later=by_id.get(later.get(h.message_id, 0))) for h in hits]
 
     def verbatim(
         self, query: str, conversation_id: int | None = None, limit: int = 10
@@ -696,7 +825,7 @@ class Recall:
             return []
         phrase = '"' + " ".join(words) + '"'  # the words hold no quote
         ids = records.phrase_matches(self.store, phrase, conversation_id, limit, newest=True)
-        return self._hits([(i, 0.0) for i in ids], query)
+        return self.marked(self._hits([(i, 0.0) for i in ids], query))
 
     def body(self, hit: Hit) -> str:
         """The indexed text of a hit's message, whole."""
@@ -733,6 +862,38 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+# Messages of the person after a hit read to find the next one on the current branch (those of
+# a branch /retry or /edit left come between).
+NEXT_LOOK = 4
+# Matches of a query in a hit's conversation among which a later correction is looked for.
+CORRECTION_POOL = 50
+
+# Words that take back something said before: "that is no longer true", "I don't ... any
+# more", "scratch that", "I was wrong", "forget that" (not "don't forget that"), "that was a
+# mistake", "correction:". Narrow on purpose: a later message is shown under a hit only when
+# it says that it corrects something.
+_TAKES_BACK = re.compile(
+    r"\b(?:no longer (?:true|the case|right|correct|valid)"
+    r"|(?:isn'?t|wasn'?t|is not|was not|not) (?:true|the case)\b"
+    r"|(?:not|no|\w+n't)\b[^.!?\n]{0,40}\bany ?more\b"
+    r"|scratch that|i was wrong|i misspoke|i made a mistake"
+    r"|(?:that|it|this) was (?:wrong|a mistake|an error)|correction\s*:"
+    r"|(?<!n't )(?<!not )(?<!never )forget (?:that|what i said)|take (?:that|it) back)",
+    re.IGNORECASE,
+)
+
+
+def takes_back(text: str) -> bool:
+    """Whether a message says it takes back or corrects something said before."""
+    return bool(_TAKES_BACK.search(text))
+
+
+# Where a message's sentences end (its line breaks too): what `Recall.revoked` compares.
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(text) if s.strip()]
 
 
 def first_verbatim(ranked: list[tuple[int, float]], verbatim: list[int]) -> list[tuple[int, float]]:

@@ -244,6 +244,44 @@ def parent_links(store: Store, ids: Sequence[int]) -> list[tuple[int, int | None
     return [(r[0], r[1]) for r in rows]
 
 
+# The asked messages on their conversation's current branch: the chain from each conversation's
+# head is walked down to the oldest message asked of it (ids fall along a branch), no further.
+_ON_BRANCH_SQL = """WITH RECURSIVE asked(id, conv) AS (
+    SELECT id, conversation_id FROM messages WHERE id IN ({marks})),
+  floors(conv, floor) AS (SELECT conv, min(id) FROM asked GROUP BY conv),
+  chain(id, floor) AS (
+    SELECT c.head_id, f.floor FROM conversations c JOIN floors f ON f.conv = c.id
+    WHERE c.head_id IS NOT NULL
+    UNION ALL
+    SELECT m.parent_id, chain.floor FROM messages m JOIN chain ON m.id = chain.id
+    WHERE m.parent_id IS NOT NULL AND m.parent_id >= chain.floor)
+  SELECT id FROM chain WHERE id IN (SELECT id FROM asked)"""
+
+
+def on_branch(store: Store, ids: Sequence[int]) -> set[int]:
+    """Which of the messages asked for are on their conversation's current branch (not an
+    answer `/retry` replaced, the old text of an `/edit`, a branch `/tree` left). One query;
+    it reads the branch of each conversation from its head down to the oldest message asked
+    of it."""
+    if not ids:
+        return set()
+    wanted = sorted(set(ids))
+    marks = ",".join("?" * len(wanted))
+    return {r[0] for r in store.query(_ON_BRANCH_SQL.format(marks=marks), wanted)}
+
+
+def typed_after(store: Store, conversation_id: int, message_id: int, limit: int) -> list[int]:
+    """The first `limit` messages the person wrote in the conversation after `message_id` (role
+    user, kind message, their authorship: not Heron's rows nor a row of tool results), on any
+    branch, oldest first."""
+    rows = store.query(
+        "SELECT id FROM messages WHERE conversation_id = ? AND id > ? AND role = 'user'"
+        " AND kind = 'message' AND (author IS NULL OR author = 'user') ORDER BY id LIMIT ?",
+        (conversation_id, message_id, limit),
+    )
+    return [r[0] for r in rows]
+
+
 def messages_from(store: Store, conversation_id: int, lowest: int) -> int:
     """How many messages of the conversation have an id of `lowest` or more (from its index)."""
     rows = store.query(
@@ -576,6 +614,12 @@ def set_history_floor(store: Store, conversation_id: int, when: float) -> None:
 
 
 # ---- revocations (memory_revocations) ---------------------------------------------------------
+
+
+def revocations(store: Store) -> list[tuple[str, float]]:
+    """Every revoked statement (normalised) with when it was revoked."""
+    rows = store.query("SELECT quote_key, created FROM memory_revocations")
+    return [(r[0], float(r[1])) for r in rows]
 
 
 def revoked_since(store: Store, created: float) -> list[str]:

@@ -106,8 +106,10 @@ class MemoryService:
     # ---- proof ----------------------------------------------------------------------------
 
     def find_quote(self, conversation_id: int, quote: str) -> QuoteMatch:
-        """The user message of this conversation that holds `quote` as a whole clause."""
-        rows = self.store.all_messages(conversation_id)
+        """The user message of this conversation's current branch that holds `quote` as a
+        whole clause: what /retry, /edit or /tree left on another branch the person turned
+        away from, and it proves nothing."""
+        rows = self.store.branch(conversation_id)
         matches = find_quote(quote, rows)
         if matches:
             return matches[0]
@@ -129,6 +131,12 @@ class MemoryService:
                 "what the user typed, or ask them whether it holds for them and quote their "
                 "answer.",
             )
+        if find_quote(quote, self.store.all_messages(conversation_id)):
+            raise MemoryRefused(
+                f"refused: the quote {quote!r} is from a message the user replaced or left on "
+                "another branch (/edit, /retry, /tree): they no longer stand by it",
+                hint="Quote what the user says on the conversation's current branch.",
+            )
         raise MemoryRefused(
             f"refused: the quote {quote!r} is not in anything the user wrote in this conversation",
             hint="Quote the user's own words exactly (at least a few words); tool results, "
@@ -138,7 +146,7 @@ class MemoryService:
     def verify_quote(self, conversation_id: int, quote: str) -> QuoteMatch:
         """The user message of this conversation that holds `quote`, refused when the quote says
         again (by meaning, not by substring) something the user asked to forget since."""
-        rows = self.store.all_messages(conversation_id)
+        rows = self.store.branch(conversation_id)
         matches = find_quote(quote, rows)
         if not matches:
             return self.find_quote(conversation_id, quote)  # raises, saying why
@@ -272,7 +280,7 @@ class MemoryService:
         """Forget an entry because the user asked to: `quote` is their request, it must ask to
         forget and name the entry (share a word with its text or path)."""
         entry = self.get(path)
-        if not appears_in(quote, self.store.all_messages(conversation_id)):
+        if not appears_in(quote, self.store.branch(conversation_id)):
             self.find_quote(conversation_id, quote)  # raises: not the user's words
         if not asks_to_forget(quote):
             raise MemoryRefused(

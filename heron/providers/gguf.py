@@ -33,6 +33,7 @@ MOST_TENSORS = 1 << 22
 MOST_ITEMS = 1 << 28
 LONGEST_STRING = 64 << 20
 MOST_DIMS = 8
+MOST_DEPTH = 16  # arrays within arrays: real headers hold none
 CHUNK = 1 << 16
 
 
@@ -130,8 +131,12 @@ class _Reader:
         return self.take(n).decode("utf-8", errors="replace")
 
 
-def _value(r: _Reader, kind: int, keep: bool) -> object:
-    """One metadata value; arrays and values nobody asked for are skipped, not built."""
+def _value(r: _Reader, kind: int, keep: bool, depth: int = 0) -> object:
+    """One metadata value; arrays and values nobody asked for are skipped, not built. Arrays
+    nest at most MOST_DEPTH deep: a crafted file nesting thousands ran the reader out of
+    stack (a RecursionError's traceback instead of "damaged")."""
+    if depth > MOST_DEPTH:
+        raise GgufError("the GGUF header nests arrays too deep: the file is damaged")
     if kind in _FIXED:
         return r.value(_FIXED[kind])
     if kind == STRING:
@@ -147,7 +152,7 @@ def _value(r: _Reader, kind: int, keep: bool) -> object:
         r.skip_strings(count)
     else:
         for _ in range(count):  # nested arrays
-            _value(r, item, keep=False)
+            _value(r, item, keep=False, depth=depth + 1)
     return None
 
 

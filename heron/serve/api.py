@@ -193,7 +193,10 @@ def _search(
         key = hit.conversation_key
         if key not in said and _visible(key):
             snippet = " ".join(hit.snippet.split())[:200]
-            said[key] = {"snippet": snippet, "message_id": hit.message_id}
+            said[key] = {"snippet": snippet, "message_id": hit.message_id, "on_branch": True}
+            if hit.elsewhere:  # the page opens on the current branch: say which one holds it
+                branch = _branch_holding(store, hit.conversation_id, hit.message_id)
+                said[key].update(on_branch=False, branch=branch)
     rows = [{**_row(store, c, zone), **said.get(c.key, {})} for c in named]
     listed = {c.key for c in named}
     for key, best in said.items():
@@ -347,6 +350,20 @@ async def export(
         media_type=MEDIA_TYPE[form],
         headers={"Content-Disposition": f'attachment; filename="{filename(key, form)}"'},
     )
+
+
+def _branch_holding(store: Store, conversation_id: int, message_id: int) -> int | None:
+    """The number /tree gives the first branch that holds the message (None: none does)."""
+    from heron.agent.commands import _leaves
+
+    parent = {r.id: r.parent_id for r in store.all_messages(conversation_id)}
+    for n, (leaf, _) in enumerate(_leaves(store, conversation_id), 1):
+        at: int | None = leaf.id
+        while at is not None and at >= message_id:  # ids fall along a branch
+            if at == message_id:
+                return n
+            at = parent.get(at)
+    return None
 
 
 def _branches(store: Store, key: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
@@ -46,6 +47,7 @@ MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
 MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
+NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
 MAX_LINK_SCAN = 50_000  # names looked at to find a hard link's other names; past it, refuse
 GREP_FILE_SECONDS = 10.0  # one file's matching; past it the pattern backtracks catastrophically
 GREP_START_SECONDS = 60.0  # the matcher's interpreter starting, on a loaded machine
@@ -62,8 +64,17 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
     """`path` (relative to the workspace, or absolute) resolved, symlinks included; raises
     PathEscape if the result lies outside the workspace."""
     root = workspace.resolve()
-    candidate = Path(path).expanduser()
-    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    shown = _shown(path)
+    try:
+        candidate = Path(path).expanduser()
+        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if any(len(os.fsencode(part)) > NAME_MAX for part in resolved.parts):
+            raise OSError(errno.ENAMETOOLONG, "a name in it is too long")
+    except (RuntimeError, ValueError, OSError) as e:  # a link loop, a NUL, a name too long
+        raise PathEscape(
+            f"{shown} cannot be used as a path: {_why(e)}",
+            hint="Use a plain path inside the workspace.",
+        ) from None
     if resolved != root and not resolved.is_relative_to(root):
         raise PathEscape(
             f"{str(path)!r} is outside the workspace {root}",
@@ -71,6 +82,21 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
         )
     _check_links(resolved, root, path)
     return resolved
+
+
+def _shown(path: str | Path) -> str:
+    """A path as an error repeats it: quoted, and cut when long (a 6,000-character name
+    filled the answer)."""
+    text = str(path)
+    return repr(text if len(text) <= 200 else text[:200] + "…")
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, RuntimeError):
+        return "its links lead in a loop"
+    if isinstance(error, ValueError):
+        return "it holds a NUL character"
+    return (error.strerror or str(error)).lower() if isinstance(error, OSError) else str(error)
 
 
 def _check_links(path: Path, root: Path, shown: str | Path) -> None:
@@ -417,7 +443,7 @@ async def _answers(
                 line = await _readline(child)
                 if not line:  # the child stops by itself once it has found enough
                     if sum(len(found) for _, found in results) <= MAX_MATCHES:
-                        raise ToolError(f"the search ended early: {await _why(child)}")
+                        raise ToolError(f"the search ended early: {await _child_error(child)}")
                     break
                 results.append((files[len(results)].shown, json.loads(line)))
                 deadline.reschedule(loop.time() + wait)
@@ -439,7 +465,7 @@ async def _start(child: asyncio.subprocess.Process, job: bytes) -> None:
         await child.stdin.drain()
         child.stdin.close()
     if await _readline(child) != b'"ready"\n':
-        raise ToolError(f"the search could not start: {await _why(child)}")
+        raise ToolError(f"the search could not start: {await _child_error(child)}")
 
 
 async def _readline(child: asyncio.subprocess.Process) -> bytes:
@@ -447,7 +473,7 @@ async def _readline(child: asyncio.subprocess.Process) -> bytes:
     return await child.stdout.readline()
 
 
-async def _why(child: asyncio.subprocess.Process) -> str:
+async def _child_error(child: asyncio.subprocess.Process) -> str:
     assert child.stderr is not None
     lines = (await child.stderr.read()).decode(errors="replace").strip().splitlines()
     return lines[-1] if lines else f"its process exited with {await child.wait()}"

@@ -192,10 +192,11 @@ def recall_history(
         return _open_message(recall, message_id)
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
-    hits = recall.search(query, max(1, min(limit, 30)), exclude=_in_view(ctx, recall))
+    wanted = max(1, min(limit, 30))
+    hits = recall.search(query, wanted, exclude=_in_view(ctx, recall), standing=True)
     if not hits:
         return f"Nothing found for {query!r}."
-    return "\n".join(hit.line() for hit in hits)
+    return "\n".join(line for hit in hits for line in hit.lines())
 
 
 def _in_view(ctx: ToolContext, recall: Recall) -> set[int]:

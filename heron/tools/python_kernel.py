@@ -303,7 +303,7 @@ def _spec_manager(sandbox: Sandbox, sockets: Path, seccomp: int | None) -> Any:
     class ThisInterpreter(KernelSpecManager):
         def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
             return KernelSpec(
-                argv=sandbox.wrap(argv, binds=[sockets], seccomp=seccomp),
+                argv=sandbox.wrap(argv, shown=[sockets], seccomp=seccomp),
                 name=kernel_name,
                 display_name="Python (Heron)",
                 language="python",
@@ -311,6 +311,20 @@ def _spec_manager(sandbox: Sandbox, sockets: Path, seccomp: int | None) -> Any:
             )
 
     return ThisInterpreter()
+
+
+def open_log(workspace: Path, private: Path) -> int:
+    """A descriptor for the kernel's stdout/stderr, which the kernel holds: KERNEL_LOG in the
+    workspace, where the person looks, a link or hard link at the name replaced, never opened
+    (workspace_io), or the kernel could write any file Heron can. Where no file can stand there
+    (a folder at the name, a file at `.heron`: a command's doing, which run_cell must survive),
+    `kernel.log` in the kernel's private socket folder, which Heron made and the sandbox shows
+    read-only; it goes with the kernel."""
+    try:
+        return workspace_io.append_to(workspace, KERNEL_LOG)
+    except OSError:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(private / "kernel.log", flags, 0o600)
 
 
 class KernelSession:
@@ -356,9 +370,7 @@ class KernelSession:
         self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
         # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
         # terminal Heron is drawing in.
-        # The kernel holds this descriptor: a link the agent put at the name is replaced, never
-        # opened (workspace_io), or the kernel could write any file Heron can.
-        fd = await asyncio.to_thread(workspace_io.append_to, self.workspace, KERNEL_LOG)
+        fd = await asyncio.to_thread(open_log, self.workspace, sockets)
         self.sandbox.prepare()
         env = self.sandbox.environment()
         listening = bind_sockets(sockets / "k")

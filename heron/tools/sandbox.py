@@ -293,10 +293,12 @@ class Sandbox:
             os.close(fd)
 
     def wrap(
-        self, argv: Sequence[str], *, binds: Sequence[Path] = (), seccomp: int | None = None
+        self, argv: Sequence[str], *, shown: Sequence[Path] = (), seccomp: int | None = None
     ) -> list[str]:
-        """The command line that runs `argv` as a tool command; `binds` are extra folders made
-        writable at the same path (the kernel's socket folder), `seccomp` the fd from
+        """The command line that runs `argv` as a tool command; `shown` are extra folders made
+        visible, read-only, at the same path (the kernel's socket folder: Heron's client
+        reconnects to those paths, so the command must not be able to put a link there),
+        `seccomp` the fd from
         `seccomp()`: a filtered sandbox refuses to build a command line without it, so no
         caller can start a command that reaches the host's Unix sockets by forgetting it."""
         if self.filtered and seccomp is None:
@@ -309,8 +311,8 @@ class Sandbox:
         out += ["--tmpfs", "/tmp"]
         for path in runtime_under_tmp():
             out += ["--ro-bind", str(path), str(path)]
-        for kind, path in self._mounts(binds):
-            out += ["--tmpfs", str(path)] if kind == "hide" else ["--bind", str(path), str(path)]
+        for kind, path in self._mounts(shown):
+            out += ["--tmpfs", str(path)] if kind == "hide" else [kind, str(path), str(path)]
         out += [*NAMESPACES, "--unshare-cgroup-try", "--hostname", HOSTNAME]
         if self.network != "all":
             out.append("--unshare-net")
@@ -327,13 +329,14 @@ class Sandbox:
             return [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, "--", *out]
         return out
 
-    def _mounts(self, binds: Sequence[Path]) -> list[tuple[str, Path]]:
+    def _mounts(self, shown: Sequence[Path]) -> list[tuple[str, Path]]:
         """Mounts in the order bwrap must make them: a folder before anything inside it (the
-        workspace usually lies inside the hidden home; in tests the home may lie inside it)."""
-        mounts: list[tuple[str, Path]] = [("bind", self.workspace.resolve())]
+        workspace usually lies inside the hidden home; in tests the home may lie inside it).
+        Each is "hide" or the bwrap option that binds it."""
+        mounts: list[tuple[str, Path]] = [("--bind", self.workspace.resolve())]
         if self.home is not None:
             mounts.append(("hide", self.home.resolve()))
-        mounts += [("bind", Path(b).resolve()) for b in binds]
+        mounts += [("--ro-bind", Path(b).resolve()) for b in shown]
         return sorted(mounts, key=lambda m: len(m[1].parts))
 
 

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 from heron.errors import StoreError
 from heron.messages import Reply, Usage, dumps, reply_from_dict
 from heron.providers.wire import Streamed, streamed_from_dict
-from heron.store import Store, Turn
+from heron.store import Store, StoredMessage, Turn
 from heron.store.db import turn_from_row
+from heron.store.records import RECALL_FLAG
 from heron.trace import records
 from heron.trace.blobs import get_blob, get_chain, rebuild
 
@@ -72,6 +73,16 @@ class EventTrace:
     at: float
 
 
+@dataclass(frozen=True)
+class RecalledCall:
+    """Auto-recall's synthetic recall_history call of a run and the result it injected."""
+
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    result: str
+
+
 @dataclass
 class RunTrace:
     turn: Turn
@@ -84,6 +95,9 @@ class RunTrace:
     user_text: str = ""
     reply_text: str = ""  # what the user saw: the last assistant text of the turn
     problems: list[str] = field(default_factory=list)  # what of the trace could not be read
+    # What auto-recall put before the user's message: its synthetic recall_history calls and
+    # results (heron/memory/wiring.py), which no model call made, so no tool row records them.
+    recalled: list[RecalledCall] = field(default_factory=list)
 
 
 # What reading a damaged row or blob raises (JSON, UTF-8, a missing key or blob, a wrong type).
@@ -147,7 +161,29 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         for r in records.event_rows(store, turn.id)
     ]
     run.user_text, run.reply_text = _texts(store, turn)
+    run.recalled = _readable(problems, "the auto-recall rows", partial(_recalled, store, turn), [])
     return run
+
+
+def _recalled(store: Store, turn: Turn) -> list[RecalledCall]:
+    """The auto-recall rows stored right before the turn's user message (outside any turn,
+    flagged RECALL_FLAG): the calls and the results that answer them, in order."""
+    if turn.user_message_id is None:
+        return []
+    rows: list[StoredMessage] = []
+    parent = store.message(turn.user_message_id).parent_id
+    while parent is not None:
+        row = store.message(parent)
+        if row.turn_id is not None or not row.meta.get(RECALL_FLAG):
+            break
+        rows.insert(0, row)
+        parent = row.parent_id
+    results = {r.call_id: r.content for row in rows for r in row.message.tool_results}
+    return [
+        RecalledCall(c.id, c.name, dict(c.args), results.get(c.id, ""))
+        for row in rows
+        for c in row.message.tool_calls
+    ]
 
 
 def _readable(problems: list[str], what: str, read: Callable[[], _T], instead: _T) -> _T:

@@ -82,6 +82,7 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
         yield f"damaged: {problem}"
     if not t.maintenance:
         yield f"you: {_short(run.user_text, 400)}"
+    yield from _recalled_lines(run)
     events = list(run.events)
     for event in _due(events, 0):
         yield from _event(event)
@@ -100,6 +101,17 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
         yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
     if t.error:
         yield f"error: {t.error}"
+
+
+def _recalled_lines(run: RunTrace) -> Iterator[str]:
+    """What auto-recall injected before the message (it is in call #1's request): the call,
+    then each line of its result, as the model read it."""
+    for call in run.recalled:
+        args = json.dumps(call.args, ensure_ascii=False)
+        yield f"  auto-recall (before the message, no model call): {call.name}({_short(args, 200)})"
+        lines = call.result.splitlines() or [""]
+        yield f"      ← {_short(lines[0], 320)}"
+        yield from (f"        {_short(line, 320)}" for line in lines[1:])
 
 
 def _request_doc(payload: str, seq: int) -> dict[str, Any]:
@@ -320,6 +332,7 @@ def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
         "tool_calls": [tool.__dict__ for tool in run.tools],
         "events": [e.__dict__ for e in run.events],
         "problems": run.problems,
+        "auto_recall": [call.__dict__ for call in run.recalled],
     }
     return scrubber.clean(json.dumps(doc, ensure_ascii=False, indent=2))
 

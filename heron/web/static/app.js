@@ -678,6 +678,9 @@ function convMeta(c) {
   return [turns, c.updated ? ago(c.updated, Date.now() / 1000, c.day) : null].filter(Boolean).join(" · ");
 }
 
+// Where a search hit off the current branch is: "on branch 2", or "on another branch".
+const offBranch = (c) => (c.branch ? `on branch ${c.branch}` : "on another branch");
+
 function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, running, waiting, streamed }) {
   const [rows, setRows] = useState([]);
   const [, setMinute] = useState(0); // "5 min ago" moves on while the page stays open
@@ -733,6 +736,14 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
     try { const { key } = await api("/conversations", { method: "POST", body: "{}" }); onOpen(key); load(); }
     catch (e) { notify(e.message); }
   };
+  // A hit on another branch than the current one is not on the page the conversation opens
+  // with: it opens at its newest message, and a notice says where the hit is.
+  const openHit = (c) => {
+    if (c.on_branch !== false) { onOpen(c.key, c.message_id); return; }
+    onOpen(c.key);
+    notify(`That message is ${offBranch(c)} of ${c.key}, not the one shown`
+      + (c.branch ? `: /tree ${c.branch} switches to it.` : "."));
+  };
   const closeRef = useRef(null);
   // Opened over the page (a phone): the focus goes into it, first to the way out. In the
   // render's own task: a plain effect ran a frame later, after an Esc that closed it already.
@@ -747,11 +758,12 @@ function Sidebar({ current, open, onOpen, onClose, onRenamed, notify, refresh, r
         class=${(c.key === current ? "current" : "") + (running.includes(c.key) ? " running" : "")
           + (waiting.includes(c.key) ? " waiting" : "")}>
       <a href=${"#c=" + encodeURIComponent(c.key)} aria-current=${c.key === current ? "page" : undefined}
-        onClick=${(e) => { e.preventDefault(); onOpen(c.key, c.message_id); }}>
+        onClick=${(e) => { e.preventDefault(); openHit(c); }}>
         <span class="conv-title">${c.title || c.key}</span>
         <span class="conv-meta">${convMeta(c)}</span>
         ${state(c.key)}
-        ${c.snippet && html`<span class="snippet">${c.snippet}</span>`}</a>
+        ${c.snippet && html`<span class="snippet">${c.on_branch === false
+          && html`<em class="elsewhere">${offBranch(c)}: </em>`}${c.snippet}</span>`}</a>
       <span class="conv-actions">
         <button aria-label=${"rename " + c.key} onClick=${() => rename(c.key, c.title)}>rename</button>
         <button aria-label=${"delete " + c.key} onClick=${() => remove(c.key)}>delete</button></span>
