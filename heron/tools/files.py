@@ -344,8 +344,8 @@ def _glob_match(rel: str, glob: str) -> bool:
 
 @tool
 async def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None) -> str:
-    """Search files for a Python regular expression; returns path:line:text. A pattern that
-    takes over 10 s on one file (catastrophic backtracking) is stopped with an error.
+    """Search files for a Python regular expression (10 s a file at most); returns
+    path:line:text.
 
     Args:
         path: File or folder to search.
