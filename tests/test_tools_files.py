@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from heron.errors import PathEscape, ToolError
 from heron.messages import ToolCall
+from heron.tools import files
 from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext
 from heron.tools.files import edit_file, grep, list_files, read_file, resolve_in, write_file
@@ -88,8 +93,8 @@ async def test_every_file_tool_refuses_escapes(
     assert ctx.effects == []
 
 
-def test_grep_over_the_workspace_skips_symlinks_out(ctx: ToolContext) -> None:
-    assert grep(ctx, "secret") == "No matches for 'secret'."
+async def test_grep_over_the_workspace_skips_symlinks_out(ctx: ToolContext) -> None:
+    assert await grep(ctx, "secret") == "No matches for 'secret'."
 
 
 def test_list_files_pattern_cannot_climb(ctx: ToolContext) -> None:
@@ -171,24 +176,94 @@ def test_list_files(ctx: ToolContext) -> None:
     assert "Nothing" in list_files(ctx, ".", "*.rs")
 
 
-def test_grep_finds_lines_with_paths(ctx: ToolContext) -> None:
-    assert grep(ctx, r"return \d") == "src/a.py:2:    return 1"
-    assert grep(ctx, "a", glob="*.txt").splitlines() == [
+async def test_grep_finds_lines_with_paths(ctx: ToolContext) -> None:
+    assert await grep(ctx, r"return \d") == "src/a.py:2:    return 1"
+    assert (await grep(ctx, "a", glob="*.txt")).splitlines() == [
         "notes.txt:1:alpha",
         "notes.txt:2:beta",
         "notes.txt:3:gamma",
     ]
-    assert grep(ctx, "^def", path="src/a.py") == "src/a.py:1:def f():"
-    assert grep(ctx, "^def", glob="**/*.py") == "src/a.py:1:def f():"
+    assert await grep(ctx, "^def", path="src/a.py") == "src/a.py:1:def f():"
+    assert await grep(ctx, "^def", glob="**/*.py") == "src/a.py:1:def f():"
 
 
-def test_grep_bad_regex_and_cap(ctx: ToolContext) -> None:
+async def test_grep_bad_regex_and_cap(ctx: ToolContext) -> None:
     with pytest.raises(ToolError, match="invalid regular expression"):
-        grep(ctx, "(")
+        await grep(ctx, "(")
     (ctx.workspace / "many.txt").write_text("hit\n" * 500)
-    lines = grep(ctx, "hit").splitlines()
+    lines = (await grep(ctx, "hit")).splitlines()
     assert len(lines) == 201
     assert "stopped at 200 matches" in lines[-1]
+
+
+# ---- grep's pattern runs where it can be stopped ----------------------------------------------
+
+CATASTROPHIC = "^(a+)+$"  # on "a" * n + "!": 2**n ways to split the a's, each tried
+
+
+async def _ticking_while(work: asyncio.Task[Any]) -> int:
+    """How many times another coroutine on the loop ran while `work` was running."""
+    ticks = 0
+    while not work.done():
+        await asyncio.sleep(0.01)
+        ticks += 1
+    return ticks
+
+
+def _redos(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch, seconds: float, n: int) -> None:
+    """A file that CATASTROPHIC takes 2**n steps on, and grep's deadline per file."""
+    monkeypatch.setattr(files, "GREP_FILE_SECONDS", seconds)
+    (ctx.workspace / "redos.txt").write_text("a" * n + "!\n")
+
+
+async def test_a_catastrophic_pattern_is_stopped_and_the_loop_keeps_running(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 30 a's: a minute of backtracking, during which re.search in Heron's process held the GIL.
+    _redos(ctx, monkeypatch, 1.0, 30)
+    work = asyncio.create_task(
+        default_registry().call(ToolCall("c1", "grep", {"pattern": CATASTROPHIC}), ctx)
+    )
+    ticks = await _ticking_while(work)
+    result = work.result()
+    assert result.is_error
+    assert "the pattern took over 1 s on redos.txt" in result.content
+    assert "backtracks catastrophically; simplify it" in result.content
+    assert ticks >= 10  # the loop kept its turns throughout the search
+    assert _grep_children() == []
+
+
+def _grep_children() -> list[int]:
+    """This process's live children running grep_child.py."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        mine = f"\nPPid:\t{os.getpid()}\n" in status and "\nState:\tZ" not in status
+        if mine and b"grep_child.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_stopped_turn_kills_the_search(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _redos(ctx, monkeypatch, 600.0, 40)  # only the stop can end it
+    work = asyncio.create_task(grep(ctx, CATASTROPHIC))
+    for _ in range(3000):  # until the child is searching
+        if _grep_children():
+            break
+        await asyncio.sleep(0.01)
+    assert _grep_children()
+    work.cancel()  # as the AgentLoop stops a turn
+    with pytest.raises(asyncio.CancelledError):
+        await work
+    assert _grep_children() == []
 
 
 def test_a_path_that_cannot_be_one_is_said_plainly(tmp_path):
@@ -204,3 +279,13 @@ def test_a_path_that_cannot_be_one_is_said_plainly(tmp_path):
             resolve_in(tmp_path, path)
         text = str(caught.value)
         assert said in text and len(text) < 400
+
+
+async def test_a_search_process_that_fails_says_why(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = (sys.executable, "-I", "-c", "import sys; sys.exit('no interpreter here')")
+    monkeypatch.setattr(files, "_GREP_CHILD", broken)
+    with pytest.raises(ToolError, match="the search could not start: no interpreter here"):
+        await grep(ctx, "alpha")
+    assert _grep_children() == []

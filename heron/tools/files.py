@@ -12,21 +12,33 @@ never following a link: a path a concurrent command swaps for a link after the c
 refused, not followed; a FIFO or socket is refused at once instead of blocking a thread; a
 read takes at most MAX_READ bytes (the binary test looks at the first 8 KiB), so a huge
 sparse file costs nothing.
+
+`grep`'s pattern is the model's and `re` backtracks: one `search` can run for hours holding the
+GIL, which no thread or timer of Heron's process can interrupt. The files are chosen here; the
+matching runs in heron/tools/grep_child.py, a process of its own killed when one file passes
+GREP_FILE_SECONDS or the turn is stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
+import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from heron import workspace_io
 from heron.errors import PathEscape, ToolError
+from heron.tools import grep_child
 from heron.tools.context import ToolContext
-from heron.tools.registry import tool
+from heron.tools.registry import in_thread, tool
 
 MAX_LINE = 2000  # characters of one line shown by read_file (minified files have huge lines)
 MAX_LIST = 500
@@ -37,6 +49,15 @@ MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a spars
 SKIP_DIRS = frozenset({".git", ".heron"})
 NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
 MAX_LINK_SCAN = 50_000  # names looked at to find a hard link's other names; past it, refuse
+GREP_FILE_SECONDS = 10.0  # one file's matching; past it the pattern backtracks catastrophically
+GREP_START_SECONDS = 60.0  # the matcher's interpreter starting, on a loaded machine
+# Isolated (-I): no PYTHON* variables, no user site, not its own folder on sys.path.
+_GREP_CHILD = (
+    sys.executable,
+    "-I",
+    str(Path(__file__).with_name("grep_child.py")),
+    workspace_io.__file__,
+)
 
 
 def resolve_in(workspace: Path, path: str | Path) -> Path:
@@ -209,8 +230,10 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     return body
 
 
-def _clip(line: str, limit: int) -> str:
-    return line if len(line) <= limit else f"{line[:limit]}[... {len(line) - limit} more]"
+def _clip(line: str, limit: int, length: int | None = None) -> str:
+    """`line` cut to `limit` characters; `length`: the whole line's, when `line` is its head."""
+    length = len(line) if length is None else length
+    return line if length <= limit else f"{line[:limit]}[... {length - limit} more]"
 
 
 @tool(writes=True)
@@ -320,41 +343,137 @@ def _glob_match(rel: str, glob: str) -> bool:
 
 
 @tool
-def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None) -> str:
-    """Search files for a Python regular expression; returns path:line:text.
+async def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None) -> str:
+    """Search files for a Python regular expression (10 s a file at most); returns
+    path:line:text.
 
     Args:
         path: File or folder to search.
         glob: Only files matching this glob, e.g. '*.py'.
     """
+    files = await in_thread(_grep_files, ctx, pattern, path, glob)
+    matches: list[str] = []
+    for shown, found in await _search(ctx.workspace.resolve(), pattern, files):
+        for number, head, length in found:
+            if len(matches) == MAX_MATCHES:
+                more = f"[stopped at {MAX_MATCHES} matches; narrow the search]"
+                return "\n".join([*matches, more])
+            matches.append(f"{shown}:{number}:{_clip(head, MAX_MATCH_LINE, length)}")
+    return "\n".join(matches) if matches else f"No matches for {pattern!r}."
+
+
+def _grep_files(ctx: ToolContext, pattern: str, path: str, glob: str | None) -> list[_Named]:
+    """The files `grep` searches, each as workspace_io names it and as the result shows it;
+    the pattern checked first (compiling is quick: only matching can backtrack)."""
     base = resolve_in(ctx.workspace, path)
     if not base.exists():
         raise ToolError(f"no such file or folder: {path}")
     try:
-        regex = re.compile(pattern)
+        re.compile(pattern)
     except re.error as error:
         raise ToolError(f"invalid regular expression {pattern!r}: {error}") from None
     root = ctx.workspace.resolve()
-    matches: list[str] = []
-    for file in _files_under(base, root, glob):
-        for number, line in _matching_lines(file, root, regex):
-            if len(matches) == MAX_MATCHES:
-                more = f"[stopped at {MAX_MATCHES} matches; narrow the search]"
-                return "\n".join([*matches, more])
-            matches.append(f"{_rel(ctx, file)}:{number}:{_clip(line, MAX_MATCH_LINE)}")
-    return "\n".join(matches) if matches else f"No matches for {pattern!r}."
+    return [
+        _Named(_inner(root, file.resolve()), _rel(ctx, file))
+        for file in _files_under(base, root, glob)
+    ]
 
 
-def _matching_lines(file: Path, root: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    try:  # through workspace_io: a FIFO or socket is passed over, never waited on
-        found = workspace_io.read(root, _inner(root, file.resolve()), MAX_GREP_FILE)
-    except (OSError, ValueError):
-        return  # unreadable, vanished, not a regular file: not worth failing the whole search
-    if not found.whole:
-        return
-    data = found.data
-    if b"\0" in data[:8192]:
-        return
-    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-        if regex.search(line):
-            yield number, line
+@dataclass(frozen=True)
+class _Named:
+    inner: str  # relative to the resolved workspace, links resolved: what the child opens
+    shown: str  # as the result names it
+
+
+async def _search(root: Path, pattern: str, files: list[_Named]) -> list[tuple[str, list[Any]]]:
+    """Each file's matches ([line number, the line's first MAX_MATCH_LINE characters, its
+    length]), found by heron/tools/grep_child.py in a process of its own: a pattern that
+    backtracks for hours holds that process's GIL, not Heron's, and the process is killed when
+    one file passes GREP_FILE_SECONDS or when the turn is stopped (this task cancelled)."""
+    progress = os.memfd_create("heron-grep-progress", os.MFD_CLOEXEC)
+    try:
+        return await _run_child(root, pattern, files, progress)
+    finally:
+        os.close(progress)
+
+
+async def _run_child(
+    root: Path, pattern: str, files: list[_Named], progress: int
+) -> list[tuple[str, list[Any]]]:
+    job = {
+        "progress": progress,
+        "pattern": pattern,
+        "root": str(root),
+        "files": [named.inner for named in files],
+        "max_bytes": MAX_GREP_FILE,
+        "max_matches": MAX_MATCHES,
+        "clip": MAX_MATCH_LINE,
+        "alarm": int(GREP_FILE_SECONDS * 2) + 5,
+    }
+    child = await asyncio.create_subprocess_exec(
+        *_GREP_CHILD,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={},
+        pass_fds=(progress,),
+        limit=4 * 1024 * 1024,  # one file's line: up to 201 clipped lines, JSON-escaped
+    )
+    try:
+        await asyncio.wait_for(_start(child, json.dumps(job).encode()), GREP_START_SECONDS)
+        return await _answers(child, files, progress)
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+
+
+async def _answers(
+    child: asyncio.subprocess.Process, files: list[_Named], progress: int
+) -> list[tuple[str, list[Any]]]:
+    """The child's answer for each file in order, until it stops. It sends them at least every
+    FLUSH_SECONDS while it makes progress, so the deadline restarts at each answer; when it
+    passes, `progress` says which file the child is on."""
+    results: list[tuple[str, list[Any]]] = []
+    loop = asyncio.get_running_loop()
+    wait = GREP_FILE_SECONDS + grep_child.FLUSH_SECONDS
+    try:
+        async with asyncio.timeout(wait) as deadline:
+            for _ in files:
+                line = await _readline(child)
+                if not line:  # the child stops by itself once it has found enough
+                    if sum(len(found) for _, found in results) <= MAX_MATCHES:
+                        raise ToolError(f"the search ended early: {await _child_error(child)}")
+                    break
+                results.append((files[len(results)].shown, json.loads(line)))
+                deadline.reschedule(loop.time() + wait)
+    except TimeoutError:
+        stuck = files[int.from_bytes(os.pread(progress, 4, 0) or bytes(4), "little")]
+        raise ToolError(
+            f"the pattern took over {GREP_FILE_SECONDS:g} s on {stuck.shown}: it backtracks "
+            "catastrophically; simplify it",
+            hint="Nested repetition such as (a+)+ or (.*)* is the usual cause.",
+        ) from None
+    return results
+
+
+async def _start(child: asyncio.subprocess.Process, job: bytes) -> None:
+    """The job handed over, and the child's word that the pattern compiled."""
+    assert child.stdin is not None
+    with contextlib.suppress(ConnectionError):  # it died: its stderr says why
+        child.stdin.write(job)
+        await child.stdin.drain()
+        child.stdin.close()
+    if await _readline(child) != b'"ready"\n':
+        raise ToolError(f"the search could not start: {await _child_error(child)}")
+
+
+async def _readline(child: asyncio.subprocess.Process) -> bytes:
+    assert child.stdout is not None
+    return await child.stdout.readline()
+
+
+async def _child_error(child: asyncio.subprocess.Process) -> str:
+    assert child.stderr is not None
+    lines = (await child.stderr.read()).decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"its process exited with {await child.wait()}"
