@@ -358,20 +358,28 @@ def auto_recall_figures(locomo: Path, total: int, queries: int = 300) -> dict[st
     asked = [
         rng.choice([qa["question"] for s in raw for qa in s["qa"]]) for _ in range(queries + 1)
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "auto.db")
-        bench.fill(store, texts)
-        figures: dict[str, object] = bench.auto_timed(store, Recall(store), asked)
-        store.close()
+    figures: dict[str, object] = {}
+    for warm in (False, True):  # each on a history of its own: the steps add rows
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(Path(tmp) / "auto.db")
+            bench.fill(store, texts)
+            timed = bench.auto_timed(store, Recall(store), asked, warm=warm)
+            store.close()
+        if warm:
+            figures["warm"] = {"p50": timed["p50"], "p95": timed["p95"]}
+        else:
+            figures.update(timed)
     return {**figures, "messages": total, "path": "bm25", "target_p95_ms": 10.0}
 
 
 def _print_auto(figures: dict[str, object]) -> None:
     verdict = "met" if float(figures["p95"]) < 10.0 else "NOT met"  # type: ignore[arg-type]
+    warm: dict[str, float] = figures["warm"]  # type: ignore[assignment]
     print(
         f"auto-recall adds to a turn over {figures['messages']:,} messages ({figures['path']}):"
         f" p50 {figures['p50']} ms, p95 {figures['p95']} ms, fired on {figures['fired']:.0%}"
-        f" (target p95 < 10 ms: {verdict})"
+        f" (target p95 < 10 ms: {verdict}); with the conversation's branch read already, as a"
+        f" turn reads it for its view: p50 {warm['p50']} ms, p95 {warm['p95']} ms"
     )
 
 

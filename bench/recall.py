@@ -686,17 +686,24 @@ def _percentiles(timings: list[float]) -> dict[str, float]:
     }
 
 
-def auto_timed(store: Store, recall: Recall, questions: list[str]) -> dict[str, Any]:
+def auto_timed(
+    store: Store, recall: Recall, questions: list[str], warm: bool = False
+) -> dict[str, Any]:
     """The auto-recall step of a turn as the engine runs it inline (`wiring.recall_rows`: the
     gate's check, then for a message that passes it the in-view set, the fused order, the
     result and its two rows), each question typed in one of the synthetic conversations (about
-    500 messages each) in turn; p50/p95 over all, and the share that fired."""
+    500 messages each) in turn; p50/p95 over all, and the share that fired. Cold (`warm`
+    False), the conversation's branch is read and decoded inside the step (the in-view set),
+    as for the first message to a conversation since the process started; `warm`: it was read
+    before, as a turn reads its branch anyway for its view and the Store keeps it."""
     from heron.memory.wiring import recall_rows
 
     budget = auto_budget()
     convs = [r[0] for r in store.query("SELECT id FROM conversations ORDER BY id")]
     timings, fired = [], 0
     for n, q in enumerate(questions):
+        if warm:
+            store.branch(convs[n % len(convs)])
         start = time.perf_counter()
         rows = recall_rows(store, recall, convs[n % len(convs)], q, max_chars=budget)
         timings.append((time.perf_counter() - start) * 1000)
