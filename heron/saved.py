@@ -48,23 +48,27 @@ def keep_bytes(
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "result"
     relative = folder / f"{safe}-{sha256[:10]}{suffix}"
-    places = [(workspace, relative, str(relative))]
-    private = private_temp()
-    if private is not None:
-        places.append((private, Path(relative.name), str(private / relative.name)))
-    for root, path, shown in places:
-        try:
-            # Through workspace_io: the agent's commands may have put a link at the name or
-            # on a folder above it, which must be replaced, never written through.
-            if not workspace_io.is_file(root, path.as_posix()):
-                body = data()
-                if body is None:
-                    return None
-                workspace_io.write(root, path.as_posix(), body)
-        except OSError:
-            continue
-        return shown
-    return None
+    try:
+        return _kept(workspace, relative, data, str(relative))
+    except OSError:  # the workspace refused it: the fallback folder is looked for only now
+        private = private_temp()
+        if private is None:
+            return None
+        with contextlib.suppress(OSError):
+            return _kept(private, Path(relative.name), data, str(private / relative.name))
+        return None
+
+
+def _kept(root: Path, path: Path, data: Callable[[], bytes | None], shown: str) -> str | None:
+    """`shown` once the file is at `path` under `root` (None: the bytes are gone). Through
+    workspace_io: the agent's commands may have put a link at the name or on a folder above
+    it, which must be replaced, never written through."""
+    if not workspace_io.is_file(root, path.as_posix()):
+        body = data()
+        if body is None:
+            return None
+        workspace_io.write(root, path.as_posix(), body)
+    return shown
 
 
 def private_temp() -> Path | None:

@@ -12,16 +12,13 @@ documented in docs/terminal.md ("Searching and exporting").
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import re
-import stat
 from pathlib import Path
 
 import typer
 
-from heron import timefmt
+from heron import timefmt, workspace_io
 from heron.attachments import longest_backticks
 from heron.channels.info import Asked, Record, known, open_store, read_record, who_wrote
 from heron.config import Settings
@@ -91,12 +88,12 @@ def export_conversation(
 
 def _write(path: Path, text: str, force: bool) -> None:
     # Mode "x" refuses an existing file in the same call that creates it: nothing can appear
-    # between a check and the write. --force writes a new file beside it and renames it over
-    # the name, so a link there (one the agent planted in its workspace) is replaced, never
-    # written through to the file it points at.
+    # between a check and the write. --force writes through workspace_io, which puts a new
+    # file in the name's place: a link there (one the agent planted in its workspace) is
+    # replaced, never written through to the file it points at.
     try:
         if force:
-            _replace(path, text)
+            workspace_io.write(path.parent, path.name, text.encode("utf-8"))
         else:
             with path.open("x", encoding="utf-8") as out:
                 out.write(text)
@@ -109,23 +106,6 @@ def _write(path: Path, text: str, force: bool) -> None:
             f"cannot write {path}: {e.strerror or e}",
             hint="Choose a file in a folder you can write.",
         ) from None
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write `text` over the file at `path`; a link there is removed and a file made in its
-    place. Non-blocking, so a FIFO at the name is refused rather than waited on."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as e:
-        if e.errno != errno.ELOOP:  # ELOOP: the name is a link
-            raise
-        os.unlink(path)
-        fd = os.open(path, flags | os.O_EXCL, 0o666)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        out.write(text)
 
 
 def filename(key: str, form: str) -> str:

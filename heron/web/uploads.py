@@ -90,8 +90,10 @@ def uploaded_files(home: Path, refs: Any, caps: AttachmentCaps) -> tuple[File, .
     if not isinstance(refs, list):
         raise UploadError("files must be a list of uploads", hint="Upload each file first.")
     found: list[File] = []
+    ids: list[str] = []
     for ref in refs:
         upload_id = str(ref.get("upload_id", "")) if isinstance(ref, dict) else ""
+        ids.append(upload_id)
         got = load_upload(home, upload_id)
         if got is None:
             raise UploadError(
@@ -100,6 +102,6 @@ def uploaded_files(home: Path, refs: Any, caps: AttachmentCaps) -> tuple[File, .
         upload, data = got
         found.append(from_bytes(upload.name, data, caps, upload.mime))
     check_total(found, caps)  # refused: the uploads stay, for the send tried again
-    for ref in refs:
-        _taken(home, str(ref["upload_id"]))
+    for upload_id in ids:
+        _taken(home, upload_id)
     return tuple(found)
