@@ -101,7 +101,7 @@ def shares(
     counted = words
     pairs = numbered(text)
     if others:
-        counted = recall.found_elsewhere(text, conversation_id)
+        counted = recall.found_elsewhere(text, conversation_id, OTHERS_BUDGET)
         pairs = [p for p in pairs if all(w in counted for w in p.split(" "))]
         most = most_share(len(counted) + len(pairs), len(words) + len(pairs))
         if most < bar - SHARE_SLACK:

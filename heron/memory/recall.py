@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import itertools
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -225,12 +226,22 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+# Queries whose words are kept worked out (`terms`, `search_terms`): one turn's auto-recall
+# asks them of the same text a dozen times, in each of its searches and checks.
+QUERIES_KEPT = 32
+
+
 def terms(query: str) -> list[str]:
     """The content words of a query, lowercased, in order, without repeats. A code that the
     tokenizer splits ("QX-99812", "v2.3.1", "10:30": a run of letters and digits without a
     space that holds a digit) is one term, as typed: it matches as a whole (a phrase of its
     parts on FTS5; PostgreSQL's parser reads it as it read the messages, "v2.3.1" one word),
     where its parts alone ("v2", "3", "1") are in countless messages."""
+    return list(_terms(query))
+
+
+@functools.lru_cache(maxsize=QUERIES_KEPT)
+def _terms(query: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}  # ordered, and a large paste stays linear
     for chunk in _chunks(query):
         if len(chunk.words) > 1 and chunk.numeric:
@@ -239,7 +250,7 @@ def terms(query: str) -> list[str]:
         for word in chunk.words:
             if word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
                 seen.setdefault(word, None)
-    return list(seen)
+    return tuple(seen)
 
 
 def search_terms(query: str) -> list[str]:
@@ -249,7 +260,12 @@ def search_terms(query: str) -> list[str]:
     that says it next to the word the question says it with is the one asked about, and as
     a phrase it weighs in BM25 as the rare thing it is (a phrase no message holds adds
     nothing to any score)."""
-    found = dict.fromkeys(terms(query))
+    return list(_search_terms(query))
+
+
+@functools.lru_cache(maxsize=QUERIES_KEPT)
+def _search_terms(query: str) -> tuple[str, ...]:
+    found = dict.fromkeys(_terms(query))
     chunks = _chunks(query)
     for before, after in itertools.pairwise(chunks):
         # a clause's punctuation between them parts them
@@ -260,7 +276,7 @@ def search_terms(query: str) -> list[str]:
             continue
         pair = f"{before.text} {word}" if before.numeric else f"{word} {after.text}"
         found.setdefault(pair, None)
-    return list(found)
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -335,8 +351,31 @@ def match_expression(query: str, prefix: bool = True) -> str | None:
     return expression(search_terms(query), prefix)
 
 
-# The database's stamp per Recall, as the first search of one look read it (`Recall.one_look`).
-_LOOK: ContextVar[dict[int, tuple[int, int]] | None] = ContextVar("heron_recall_look", default=None)
+@dataclass
+class _Chain:
+    """Whether each message asked about is on the branch to `head` of a conversation made at
+    `created` (`Recall.on_branch`)."""
+
+    head: int
+    created: float
+    answers: dict[int, bool] = dataclasses.field(default_factory=dict)
+
+
+CHAINS_KEPT = 64  # conversations whose answers `Recall.on_branch` keeps
+
+
+@dataclass
+class _Look:
+    """What one look (`Recall.one_look`) of one Recall read once: the database's stamp, as
+    its first search read it, and the messages' indexed text, which its searches and checks
+    ask of the same messages again (the candidates of its gate, then of its fused order)."""
+
+    stamp: tuple[int, int]
+    bodies: dict[int, str | None] = dataclasses.field(default_factory=dict)
+
+
+# Per Recall (by id) in the look being made, if any.
+_LOOK: ContextVar[dict[int, _Look] | None] = ContextVar("heron_recall_look", default=None)
 
 
 class Recall:
@@ -357,7 +396,11 @@ class Recall:
         self.behind = False
         self._encoding: ThreadPoolExecutor | None = None  # encodes queries, made when needed
         self._last_query: tuple[str, Future[Any]] | None = None
-        self._counted: tuple[str, tuple[int, int], dict[str, int]] | None = None
+        # The last query's counts (`frequencies`): term -> (count, the cap it was counted to)
+        self._counted: tuple[str, tuple[int, int], dict[str, tuple[int, int]]] | None = None
+        # Conversation -> what `on_branch` found of its branch, kept while its head stays:
+        # the other conversations a person's hits come from seldom move.
+        self._chains: OrderedDict[int, _Chain] = OrderedDict()
         # (query, conversation, outside, budget) -> (database stamp, limit, hits): see `bm25`
         self._bm25_kept: dict[
             tuple[str, int | None, int | None, int],
@@ -369,13 +412,15 @@ class Recall:
         and changes nothing)."""
         return records.rows_matching(self.store, f'"{word}"', cap)
 
-    def found_elsewhere(self, query: str, conversation_id: int) -> list[str]:
+    def found_elsewhere(self, query: str, conversation_id: int, counted: int = 0) -> list[str]:
         """The query's terms the index finds (as a search matches them) in a message of
         another conversation. A term in more messages than the conversation holds is, without
-        a look; one matched ELSEWHERE_CAP times or more counts as found."""
+        a look; one matched ELSEWHERE_CAP times or more counts as found. `counted`: how far
+        the caller's next search counts the terms anyway (its budget), so that they are
+        counted once."""
         words = terms(query)
-        frequency = self.frequencies(query)
         size = records.conversation_size(self.store, conversation_id, MATCH_BUDGET + 1)
+        frequency = self.frequencies(query, max(size, counted))
         return [
             w
             for w in words
@@ -385,17 +430,25 @@ class Recall:
             or records.matches_elsewhere(self.store, phrase(w), conversation_id, ELSEWHERE_CAP)
         ]
 
-    def frequencies(self, query: str) -> dict[str, int]:
-        """`document_frequency` of each of the query's search terms; the last query's counts
-        are kept until the database changes (each search of one turn's auto-recall asks them).
+    def frequencies(self, query: str, upto: int = MATCH_BUDGET) -> dict[str, int]:
+        """`document_frequency` of each of the query's search terms, exact up to `upto` (a
+        larger count says only that it is larger: counting the matches of a common word is
+        what costs, and a caller needs no more than its bound). The last query's counts are
+        kept until the database changes (each search of one turn's auto-recall asks them),
+        and a count is made again only when a caller needs it exact further than it was.
         A number with its word ("item 5") is counted too, not bounded by its words' counts:
         those can be large where the phrase is rare, and `selective_terms` would drop it."""
         stamp = self._stamp()
+        kept: dict[str, tuple[int, int]] = {}
         if self._counted is not None and self._counted[:2] == (query, stamp):
-            return self._counted[2]
-        frequency = {w: self.document_frequency(w) for w in search_terms(query)}
-        self._counted = (query, stamp, frequency)
-        return frequency
+            kept = self._counted[2]
+        cap = min(upto, MATCH_BUDGET) + 1
+        for word in search_terms(query):
+            count, counted_to = kept.get(word, (0, 0))
+            if count >= counted_to and counted_to < cap:  # not known exact as far as asked
+                kept[word] = (self.document_frequency(word, cap), cap)
+        self._counted = (query, stamp, kept)
+        return {w: count for w, (count, _) in kept.items()}
 
     def selective_terms(self, query: str, budget: int = MATCH_BUDGET) -> list[str]:
         """The query's terms, dropping the most common ones once the rarer ones already match
@@ -404,7 +457,9 @@ class Recall:
         words = search_terms(query)
         if len(words) <= 1:
             return words
-        frequency = self.frequencies(query)
+        frequency = self.frequencies(query, budget)
+        if min(frequency.values()) > budget:  # only the rarest is kept: told apart further
+            frequency = self.frequencies(query)
         kept: list[str] = []
         total = 0
         for word in sorted(words, key=lambda w: frequency[w]):
@@ -508,13 +563,18 @@ class Recall:
     def _stamp(self) -> tuple[int, int]:
         """Changes when anything was written, by this connection or another. Read once per
         look (`one_look`)."""
-        look = _LOOK.get()
+        look = self._look()
+        return records.write_stamp(self.store) if look is None else look.stamp
+
+    def _look(self) -> _Look | None:
+        """This Recall's part of the look being made (its stamp read at the first ask)."""
+        looks = _LOOK.get()
+        if looks is None:
+            return None
+        look = looks.get(id(self))
         if look is None:
-            return records.write_stamp(self.store)
-        stamp = look.get(id(self))
-        if stamp is None:
-            stamp = look[id(self)] = records.write_stamp(self.store)
-        return stamp
+            look = looks[id(self)] = _Look(records.write_stamp(self.store))
+        return look
 
     @contextmanager
     def one_look(self) -> Iterator[None]:
@@ -720,7 +780,7 @@ class Recall:
 
     def marked(self, hits: list[Hit]) -> list[Hit]:
         """`hits`, each off its conversation's current branch marked `elsewhere`."""
-        on = records.on_branch(self.store, [h.message_id for h in hits])
+        on = self.on_branch([h.message_id for h in hits])
         return [dataclasses.replace(h, elsewhere=h.message_id not in on) for h in hits]
 
     def turned_away(self, ids: Sequence[int]) -> set[int]:
@@ -728,8 +788,43 @@ class Recall:
         current branch, or stating what they had forgotten since (`revoked`)."""
         if not ids:
             return set()
-        off = set(ids) - records.on_branch(self.store, ids)
+        off = set(ids) - self.on_branch(ids)
         return off | self.revoked([i for i in ids if i not in off])
+
+    def on_branch(self, ids: Sequence[int]) -> set[int]:
+        """Which of the messages asked for are on their conversation's current branch (not an
+        answer `/retry` replaced, the old text of an `/edit`, a branch `/tree` left), found by
+        walking each conversation's branch from its head down to the oldest of them. The
+        answers are kept while the head stays (a branch to a given head never changes: rows
+        are appended, never re-parented), so a message asked about again costs a look at its
+        head: the hits from other conversations are often the same from turn to turn. A
+        conversation's `created` tells a new one that took a deleted one's id apart."""
+        placed = records.placed(self.store, ids)
+        asked: dict[int, list[int]] = {}
+        for i, (conversation, head, created) in placed.items():
+            if head is not None:
+                known = self._chain(conversation, head, created).answers
+                if i not in known:
+                    asked.setdefault(conversation, []).append(i)
+        for conversation, unknown in asked.items():
+            chain = self._chains[conversation]
+            on = records.on_chain(self.store, chain.head, unknown)
+            chain.answers.update((i, i in on) for i in unknown)
+        return {
+            i
+            for i, (conversation, head, _) in placed.items()
+            if head is not None and self._chains[conversation].answers[i]
+        }
+
+    def _chain(self, conversation: int, head: int, created: float) -> _Chain:
+        """The kept answers for the conversation's branch to `head` (made now if none)."""
+        kept = self._chains.get(conversation)
+        if kept is None or (kept.head, kept.created) != (head, created):
+            kept = self._chains[conversation] = _Chain(head, created)
+        self._chains.move_to_end(conversation)
+        while len(self._chains) > CHAINS_KEPT:
+            self._chains.popitem(last=False)
+        return kept
 
     def revoked(self, ids: Sequence[int]) -> set[int]:
         """The messages among `ids` that state what the person asked to forget after they
@@ -783,7 +878,7 @@ class Recall:
             return hits
         # where the branch matters: what takes back, and what comes before it after a hit
         look = back | {i for ids in after.values() if back.intersection(ids) for i in ids}
-        on = records.on_branch(self.store, sorted(look & set(theirs)))
+        on = self.on_branch(sorted(look & set(theirs)))
         later: dict[int, int] = {}
         for hit in mine:
             following = [i for i in after[hit.message_id] if i in on][:1]
@@ -832,8 +927,17 @@ class Recall:
         return records.indexed_text(self.store, [hit.message_id]).get(hit.message_id, "")
 
     def bodies(self, ids: Sequence[int]) -> dict[int, str]:
-        """The indexed text of each message asked for that has any, whole."""
-        return records.indexed_text(self.store, ids)
+        """The indexed text of each message asked for that has any, whole; within a look,
+        each message's is read once."""
+        look = self._look()
+        if look is None:
+            return records.indexed_text(self.store, ids)
+        known = look.bodies
+        missing = [i for i in dict.fromkeys(ids) if i not in known]
+        if missing:
+            found = records.indexed_text(self.store, missing)
+            known.update((i, found.get(i)) for i in missing)
+        return {i: body for i in ids if (body := known[i]) is not None}
 
     def _hits(self, ranked: list[tuple[int, float]], query: str) -> list[Hit]:
         if not ranked:

@@ -244,30 +244,40 @@ def parent_links(store: Store, ids: Sequence[int]) -> list[tuple[int, int | None
     return [(r[0], r[1]) for r in rows]
 
 
-# The asked messages on their conversation's current branch: the chain from each conversation's
-# head is walked down to the oldest message asked of it (ids fall along a branch), no further.
-_ON_BRANCH_SQL = """WITH RECURSIVE asked(id, conv) AS (
-    SELECT id, conversation_id FROM messages WHERE id IN ({marks})),
-  floors(conv, floor) AS (SELECT conv, min(id) FROM asked GROUP BY conv),
-  chain(id, floor) AS (
-    SELECT c.head_id, f.floor FROM conversations c JOIN floors f ON f.conv = c.id
-    WHERE c.head_id IS NOT NULL
+# Which of the asked ids are on the branch ending at a head: the branch is walked down to the
+# oldest of them, no further (ids fall along a branch: a parent is older than its child).
+_ON_CHAIN_SQL = """WITH RECURSIVE chain(id) AS (
+    SELECT ?
     UNION ALL
-    SELECT m.parent_id, chain.floor FROM messages m JOIN chain ON m.id = chain.id
-    WHERE m.parent_id IS NOT NULL AND m.parent_id >= chain.floor)
-  SELECT id FROM chain WHERE id IN (SELECT id FROM asked)"""
+    SELECT m.parent_id FROM messages m{indexed} JOIN chain ON m.id = chain.id
+    WHERE m.parent_id IS NOT NULL AND m.parent_id >= ?)
+  SELECT id FROM chain WHERE id IN ({marks})"""
+# Each step of SQLite's walk reads the parent from the index of (id, parent_id) (m029), a few
+# pages for the whole walk: left to itself the planner takes the table's rows, a page a step.
+_PARENT_OF = " INDEXED BY messages_parent_of"
 
 
-def on_branch(store: Store, ids: Sequence[int]) -> set[int]:
-    """Which of the messages asked for are on their conversation's current branch (not an
-    answer `/retry` replaced, the old text of an `/edit`, a branch `/tree` left). One query;
-    it reads the branch of each conversation from its head down to the oldest message asked
-    of it."""
+def on_chain(store: Store, head_id: int, ids: Sequence[int]) -> set[int]:
+    """Which of the messages asked for are on the branch that ends at `head_id`."""
     if not ids:
         return set()
-    wanted = sorted(set(ids))
-    marks = ",".join("?" * len(wanted))
-    return {r[0] for r in store.query(_ON_BRANCH_SQL.format(marks=marks), wanted)}
+    indexed = "" if pg_of(store.conn) is not None else _PARENT_OF
+    sql = _ON_CHAIN_SQL.format(indexed=indexed, marks=",".join("?" * len(ids)))
+    return {r[0] for r in store.query(sql, (head_id, min(ids), *ids))}
+
+
+def placed(store: Store, ids: Sequence[int]) -> dict[int, tuple[int, int | None, float]]:
+    """message id -> (its conversation, that conversation's head and `created`), of the
+    messages asked for."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = store.query(
+        "SELECT m.id, c.id, c.head_id, c.created FROM messages m JOIN conversations c"
+        f" ON c.id = m.conversation_id WHERE m.id IN ({marks})",
+        list(ids),
+    )
+    return {r[0]: (r[1], r[2], float(r[3])) for r in rows}
 
 
 def typed_after(store: Store, conversation_id: int, message_id: int, limit: int) -> list[int]:
