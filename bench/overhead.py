@@ -26,7 +26,11 @@ With --auto-recall, also what auto-recall adds to a turn over 100,000 stored mes
 conversations, and the step a turn runs inline before the model call (`wiring.recall_rows`:
 the gate, and for a message that passes it the in-view set, the ranking and the two stored
 rows), for each of its questions typed in one of the conversations in turn; BM25 path (the
-fused one needs every message embedded: bench/recall.py does it from its vector cache).
+fused one needs every message embedded: bench/recall.py does it from its vector cache). Warm:
+the conversation's branch read before the step, as a turn reads it for its view anyway (what
+auto-recall adds; the target is judged on it); cold: read inside the step (the first message to
+a conversation since the process started). Each as wall time and as the CPU time of the step's
+thread, which on a busy machine leaves out the waits for a core.
 
 Targets: first request within 300 ms of process start; the 10,000-message figure within 1.5x
 of the 10-message one.
@@ -44,6 +48,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from heron.messages import Message, Text, ToolCall, ToolResult, parts_to_json
 from heron.store import Store
@@ -366,20 +371,24 @@ def auto_recall_figures(locomo: Path, total: int, queries: int = 300) -> dict[st
             timed = bench.auto_timed(store, Recall(store), asked, warm=warm)
             store.close()
         if warm:
-            figures["warm"] = {"p50": timed["p50"], "p95": timed["p95"]}
+            figures["warm"] = {k: timed[k] for k in ("p50", "p95", "cpu")}
         else:
             figures.update(timed)
     return {**figures, "messages": total, "path": "bm25", "target_p95_ms": 10.0}
 
 
 def _print_auto(figures: dict[str, object]) -> None:
-    verdict = "met" if float(figures["p95"]) < 10.0 else "NOT met"  # type: ignore[arg-type]
-    warm: dict[str, float] = figures["warm"]  # type: ignore[assignment]
+    warm: dict[str, Any] = figures["warm"]  # type: ignore[assignment]
+    cold_cpu: dict[str, float] = figures["cpu"]  # type: ignore[assignment]
+    verdict = "met" if float(warm["p95"]) < 10.0 else "NOT met"
     print(
-        f"auto-recall adds to a turn over {figures['messages']:,} messages ({figures['path']}):"
-        f" p50 {figures['p50']} ms, p95 {figures['p95']} ms, fired on {figures['fired']:.0%}"
-        f" (target p95 < 10 ms: {verdict}); with the conversation's branch read already, as a"
-        f" turn reads it for its view: p50 {warm['p50']} ms, p95 {warm['p95']} ms"
+        f"auto-recall adds to a turn over {figures['messages']:,} messages ({figures['path']}),"
+        f" fired on {figures['fired']:.0%}: with the conversation's branch read already, as a"
+        f" turn reads it for its view: p50 {warm['p50']} ms, p95 {warm['p95']} ms (target p95"
+        f" < 10 ms: {verdict}; CPU p50 {warm['cpu']['p50']} / p95 {warm['cpu']['p95']} ms);"
+        f" the first message to a conversation since the process started, the branch read"
+        f" inside the step: p50 {figures['p50']} ms, p95 {figures['p95']} ms (CPU p50"
+        f" {cold_cpu['p50']} / p95 {cold_cpu['p95']} ms)"
     )
 
 
