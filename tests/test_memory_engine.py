@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from heron.agent.engine import Engine
 from heron.compaction.summary import SUMMARY_SYSTEM
 from heron.config import Settings
+from heron.context.tokens import estimate_text, estimate_tools
 from heron.memory.extract import FACTS_SYSTEM, TIDY_SYSTEM
 from heron.memory.queue import waiting
 from heron.messages import Reply, Text, ToolCall, assistant, user
@@ -146,8 +147,21 @@ async def test_compaction_runs_the_extraction_pass_which_only_queues(monkeypatch
         assert model.kinds.count("facts") == before
 
 
+async def _prompt_tokens() -> int:
+    """What the system prompt and the tool schemas of a first request take (estimated)."""
+    model = Model([said("ok")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        await engine.turn("probe", "hello")
+    first = model.requests[0]
+    return estimate_text(first.system) + estimate_tools(first.tools)
+
+
 async def test_compaction_thaws_the_frozen_section(monkeypatch):
-    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "4000")  # the tool schemas alone take 1,700
+    # A small window, measured from what the prompt and tools take (about 2,600 tokens), with
+    # room for the messages to fold within the twelve (1,400 to 3,000 do) whatever the tools'
+    # descriptions grow to: a fixed 4,000 failed once they grew by 25 tokens.
+    window = await _prompt_tokens() + 2_000
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", str(window))
     model = Model([save_call(), said("Saved.")])
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
         await engine.turn("c", f"{PREF}. Remember that.")
