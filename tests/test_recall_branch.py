@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from heron.memory import recall as recall_module
 from heron.memory import records
 from heron.memory.recall import Recall
 from heron.messages import Message, Text
@@ -98,3 +99,21 @@ def test_sqlite_walks_a_branch_through_the_index_of_parents(tmp_path: Path) -> N
         assert "COVERING INDEX messages_parent_of" in plan
     finally:
         conn.close()
+
+
+def test_more_conversations_than_are_kept_are_answered_in_one_ask(
+    db: str | Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(recall_module, "CHAINS_KEPT", 2)
+    store = Store(db)
+    try:
+        ids = []
+        for n in range(5):
+            conv = store.open_conversation(f"c{n}").id
+            ids.append(_say(store, conv, f"line {n}"))
+            _say(store, conv, f"next line {n}")
+        recall = Recall(store)
+        assert recall.on_branch(ids) == set(ids)
+        assert recall.on_branch(list(reversed(ids))) == set(ids)
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ discussed.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -800,30 +801,32 @@ class Recall:
         head: the hits from other conversations are often the same from turn to turn. A
         conversation's `created` tells a new one that took a deleted one's id apart."""
         placed = records.placed(self.store, ids)
+        # held here: more conversations than are kept, or another thread's look, may drop
+        # them from `_chains` meanwhile
+        chains: dict[int, _Chain] = {}
         asked: dict[int, list[int]] = {}
         for i, (conversation, head, created) in placed.items():
-            if head is not None:
-                known = self._chain(conversation, head, created).answers
-                if i not in known:
-                    asked.setdefault(conversation, []).append(i)
+            if head is None:
+                continue
+            chain = chains.get(conversation) or self._chain(conversation, head, created)
+            chains[conversation] = chain
+            if i not in chain.answers:
+                asked.setdefault(conversation, []).append(i)
         for conversation, unknown in asked.items():
-            chain = self._chains[conversation]
+            chain = chains[conversation]
             on = records.on_chain(self.store, chain.head, unknown)
             chain.answers.update((i, i in on) for i in unknown)
-        return {
-            i
-            for i, (conversation, head, _) in placed.items()
-            if head is not None and self._chains[conversation].answers[i]
-        }
+        return {i for i, (c, _, _) in placed.items() if c in chains and chains[c].answers[i]}
 
     def _chain(self, conversation: int, head: int, created: float) -> _Chain:
         """The kept answers for the conversation's branch to `head` (made now if none)."""
-        kept = self._chains.get(conversation)
+        kept = self._chains.pop(conversation, None)
         if kept is None or (kept.head, kept.created) != (head, created):
-            kept = self._chains[conversation] = _Chain(head, created)
-        self._chains.move_to_end(conversation)
+            kept = _Chain(head, created)
+        self._chains[conversation] = kept  # the newest at the end
         while len(self._chains) > CHAINS_KEPT:
-            self._chains.popitem(last=False)
+            with contextlib.suppress(KeyError):  # another thread's look took it first
+                self._chains.popitem(last=False)
         return kept
 
     def revoked(self, ids: Sequence[int]) -> set[int]:
