@@ -383,6 +383,44 @@ def test_the_review_at_exit_waits_for_a_usable_model():
     assert state.why_no_review() is None
 
 
+async def test_a_turn_a_command_runs_counts_for_the_review_at_exit():
+    """/retry and /edit run a turn: after a message failed (server down), /retry answered it,
+    yet leaving said "the model's last call failed"; a chat whose only answer came from /retry
+    said "no turn was answered". The chat's state follows every turn it ran."""
+    import asyncio
+
+    from heron.channels.inprocess import connect
+    from heron.errors import AuthError
+
+    provider = ScriptedProvider(
+        [
+            AuthError("HTTP 401: bad key", status=401),
+            Reply([Text("Answered at last.")], "done", Usage(10, 2)),
+            Reply([Text("Answered the edit.")], "done", Usage(10, 2)),
+        ]
+    )
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    async with (
+        Engine.open(Settings.load(), provider=provider) as engine,
+        connect(engine, "terminal", "c1", view.deliver) as conn,
+    ):
+        await conn.send("hello", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() == "the model's last call failed (HTTP 401: bad key)"
+        state.keys.clear()  # as a chat that only ran /retry here (a resumed one)
+        await conn.send("/retry", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() is None and state.keys == ["k"]
+        state.answered = False
+        await conn.send("/edit 1 hello again", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() is None
+        await conn.send("/status", "k", "default")  # no model call: changes nothing
+        await asyncio.wait_for(conn.settle(), 10)
+    assert state.why_no_review() is None and state.keys == ["k"]
+
+
 def test_a_turn_another_client_stopped_says_what_stopped_it():
     """The browser's /stop (or another chat's) ended the chat's stream without a word."""
     from heron.bus import TurnEnd

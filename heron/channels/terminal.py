@@ -87,10 +87,21 @@ class ChatState:
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
     home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
-    answered: bool = (
-        False  # a turn of a message ended well (the review at exit has a working model)
-    )
+    answered: bool = False  # a turn ended well (the review at exit has a working model)
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
+
+    def followed(self, end: TurnEnd) -> None:
+        """What a turn of this chat says of its model, whatever started the turn: a message, or
+        a command that runs one (/retry, /edit). A command answered without the model
+        (/status, /tree) says nothing of it."""
+        if end.command is not None and end.model_calls == 0 and not end.unusable:
+            return
+        if self.key not in self.keys:
+            self.keys.append(self.key)
+        if end.ok:
+            self.answered, self.broken = True, None
+        elif end.unusable:
+            self.broken = (end.error or "no answer").splitlines()[0]
 
     def why_no_review(self) -> str | None:
         """Why the memory review at exit would only repeat a failure (None: it can run)."""
@@ -277,12 +288,7 @@ class TerminalView:
             self.console.rule("[dim]new conversation[/dim]")
         elif end.ok and end.command is None and not self.streamed and not end.reply:
             self.console.print("[dim](no answer)[/dim]")
-        if end.command is None and self.state.key not in self.state.keys:
-            self.state.keys.append(self.state.key)
-        if end.command is None and end.ok:
-            self.state.answered, self.state.broken = True, None
-        elif end.command is None and end.unusable:
-            self.state.broken = (end.error or "no answer").splitlines()[0]
+        self.state.followed(end)
 
     async def approve(self, tool: str, command: str) -> str | None:
         """Approval when commands are unconfined: the exact command, then the next line typed
