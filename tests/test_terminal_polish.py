@@ -248,6 +248,32 @@ async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
     assert "".join(deltas) == "The first half of the answer, read by the person."
 
 
+async def test_status_after_a_stopped_turn_counts_what_it_did():
+    """Ctrl-C stopped a turn mid-reply (its call made and recorded, its usage never sent):
+    /status said "context: 0 tokens" and "cache hit rate: no model calls yet"."""
+    import asyncio
+
+    from heron.channels.inprocess import connect
+
+    hanging = _HalfThenHang()
+    async with Engine.open(Settings.load(), provider=hanging) as engine:
+        async with connect(engine, "terminal", "c1", lambda _item: asyncio.sleep(0)) as conn:
+            await conn.send("tell me", "stop-me", "default")
+            await asyncio.wait_for(hanging.streamed.wait(), 10)
+            await conn.send("/stop", "stop-me", "default")
+            await asyncio.wait_for(conn.settle(), 10)
+        said = (await engine.turn("stop-me", "/status")).reply or ""
+    assert "conversation: stop-me (1 turn)" in said
+    context = next(line for line in said.splitlines() if line.startswith("context: "))
+    assert context.startswith("context: about ") and "estimated" in context
+    assert int(context.split()[2].replace(",", "")) > 0
+    assert "no model calls yet" not in said
+    assert (
+        "cache hit rate: not known: 1 model call so far, stopped before the server counted any"
+        in said
+    )
+
+
 def test_a_streamed_reply_is_laid_out_as_the_whole_reply_would_be():
     """Blocks are printed one at a time as they complete; in any chunking the screen shows the
     blank line Markdown puts between blocks, as when the reply is printed at once."""
