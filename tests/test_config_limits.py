@@ -136,3 +136,38 @@ def test_a_heron_home_is_its_owners_only(tmp_path):
     shared.chmod(0o755)
     Paths(shared).ensure()  # no heron.db: a folder the person pointed HERON_HOME at
     assert mode(shared) == 0o755
+
+
+def test_every_model_and_price_override_is_checked_when_the_file_loads(tmp_path):
+    """`[models."other*"] contxt_window` was accepted while no model in use matched the glob,
+    and a matching one's error named neither the file nor the line; `[prices]` likewise."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        'model = "fake-model"\n\n[models."other*"]\ncontext_window = 8000\ncontxt_window = 1000\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(
+        f"{path}:5: [models.\"other*\"]: unknown key 'contxt_window'"
+    )
+    assert "context_window" in (raised.value.hint or "")
+    path.write_text('[models."x*"]\ntool_mode = "both"\n')
+    with pytest.raises(
+        ConfigError, match=r"config\.toml:2: \[models\.\"x\*\"\]: tool_mode must be"
+    ):
+        load_config(path)
+    path.write_text("[models]\nx = 3\n")
+    with pytest.raises(ConfigError, match=r"config\.toml: \[models\.\"x\"\] must be a table"):
+        load_config(path)
+    path.write_text('[prices."nobody*"]\ninput = 1.0\noutput = 2.0\ncache_reed = 0.1\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(f'{path}:1: [prices."nobody*"]: needs input and output')
+    assert "unknown: cache_reed" in str(raised.value)
+    path.write_text('[prices."nobody*"]\ninput = "cheap"\noutput = 2.0\n')
+    with pytest.raises(
+        ConfigError, match=r"config\.toml:1: \[prices\.\"nobody\*\"\]: prices must be"
+    ):
+        load_config(path)
+    path.write_text('[models."y*"]\ncontext_window = 8000\n[prices."y*"]\ninput = 1\noutput = 2\n')
+    assert load_config(path).models == {"y*": {"context_window": 8000}}
