@@ -349,6 +349,16 @@ class ConfigWatch:
         return self._error
 
 
+def _names_a_store(path: Path) -> bool:
+    """Whether a config.toml that does not load has a `[store]` table, as far as its text
+    says (a `[store]` or `[store.` header, a `store.` dotted key)."""
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return re.search(r"^\s*(\[\s*store\s*[\].]|store\s*\.)", text, re.MULTILINE) is not None
+
+
 def _file_mark(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -932,6 +942,29 @@ class Settings:
         paths = Paths(home_from_env(env))
         check_home(paths.home)
         return cls(paths, load_config(paths.config), env)
+
+    @classmethod
+    def load_reading(
+        cls, env: Mapping[str, str] | None = None
+    ) -> tuple[Settings, ConfigError | None]:
+        """The settings of a command that only names Heron's files or reads the record: a
+        config.toml that does not load gives way to the defaults (returned with its error, for
+        the command to say), so the person can find the file and rescue what is kept. Not when
+        the file names a `[store]`: the record may be elsewhere, and the defaults would read
+        another one."""
+        env = dict(os.environ if env is None else env)
+        paths = Paths(home_from_env(env))
+        check_home(paths.home)
+        try:
+            return cls(paths, load_config(paths.config), env), None
+        except ConfigError as e:
+            if _names_a_store(paths.config) and not env.get("HERON_DATABASE_URL"):
+                raise ConfigError(
+                    e.summary,
+                    hint=f"{e.hint or 'Fix it.'} It names a [store], so the record is not read"
+                    " without it: fix the file, or set HERON_DATABASE_URL meanwhile.",
+                ) from e
+            return cls(paths, Config(), env), e
 
     def model(self, cli_model: str | None = None) -> ModelChoice:
         return choose_model(self.config, self.env, cli_model)

@@ -4,6 +4,7 @@ still reads as the same setting. `[agent] timezone` is checked when the file loa
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,43 @@ def test_every_model_and_price_override_is_checked_when_the_file_loads(tmp_path)
         load_config(path)
     path.write_text('[models."y*"]\ncontext_window = 8000\n[prices."y*"]\ninput = 1\noutput = 2\n')
     assert load_config(path).models == {"y*": {"context_window": 8000}}
+
+
+def test_a_broken_config_leaves_the_commands_that_read_the_record_working():
+    """A malformed config.toml blocked `config path`, `conversations list` and export: the
+    commands a person needs to find the file and rescue their data. They go on with the
+    defaults, saying once on stderr what is broken and where; a turn is still refused."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    async def one_turn() -> None:
+        provider = ScriptedProvider([Reply([Text("kept answer")], "done", Usage(5, 1))])
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            await engine.turn("rescue", "keep this")
+
+    asyncio.run(one_turn())
+    home = Settings.load().paths.home
+    (home / "config.toml").write_text("[agent\nname = 1\n")
+    for args in (
+        ["config", "path"],
+        ["conversations", "list"],
+        ["conversations", "show", "rescue"],
+        ["conversations", "export", "rescue"],
+        ["trace", "ls"],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+        said = result.stderr.splitlines()
+        assert said[0].startswith(f"heron: {home / 'config.toml'}:1: malformed TOML"), args
+        assert sum("malformed TOML" in line for line in said) == 1, args
+        assert "goes on with the default settings" in result.stderr, args
+    assert str(home / "config.toml") in CliRunner().invoke(app, ["config", "path"]).stdout
+    assert "kept answer" in CliRunner().invoke(app, ["conversations", "export", "rescue"]).stdout
+    refused = CliRunner().invoke(app, ["run", "-c", "rescue", "more"])
+    assert refused.exit_code == 2 and "malformed TOML" in refused.stderr
+    # a file that names a [store]: the record may be elsewhere, so it is not read around it
+    (home / "config.toml").write_text('[store]\nurl = "postgresql://h/db"\n[agent\n')
+    elsewhere = CliRunner().invoke(app, ["conversations", "list"])
+    assert elsewhere.exit_code == 2 and "It names a [store]" in elsewhere.stderr
+    assert "HERON_DATABASE_URL" in elsewhere.stderr
