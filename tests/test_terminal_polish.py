@@ -387,6 +387,22 @@ async def test_show_and_edit_with_nothing_to_pick_say_so():
     assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."
 
 
+async def test_help_points_to_a_real_model_only_while_the_offline_demo_answers():
+    """/help ended with how to set up "a real model (not the offline demo)" whatever model
+    answered."""
+    shown = {}
+    for embedded in (False, True):
+        out = io.StringIO()
+        state = terminal.ChatState("k", "default", embedded=embedded)
+        view = terminal.TerminalView(Console(file=out, width=200), state)
+        assert await terminal._command("/help", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+        shown[embedded] = out.getvalue()
+    assert "/status" in shown[False] and "A real model" not in shown[False]
+    assert "A real model (not the offline demo)" in shown[True]
+    assert commands.help_text(embedded=False) == commands.HELP
+    assert commands.help_text(embedded=True).startswith(commands.HELP + "\nA real model")
+
+
 def test_the_review_at_exit_waits_for_a_usable_model():
     """The chat's memory review at exit runs with the chat's model: not after a turn failed
     for want of one (key refused, server down), nor when no turn was answered."""

@@ -55,9 +55,17 @@ Commands:
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
-Anything else starting with / is sent to the model as it is.
+Anything else starting with / is sent to the model as it is."""
+# /help's last lines while the offline demo answers (only then: a real model needs no pointer).
+REAL_MODEL = """\
 A real model (not the offline demo): set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL
 (README, "Pointing Heron at a model"); `heron config show` says which model is in use."""
+
+
+def help_text(embedded: bool) -> str:
+    """/help: the commands, and how to point Heron at a real model while the offline demo
+    (`ModelChoice.embedded`) answers."""
+    return f"{HELP}\n{REAL_MODEL}" if embedded else HELP
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,7 @@ async def run(command: Command, ctx: CommandContext) -> CommandReply:
 
 
 async def _help(ctx: CommandContext, arg: str) -> CommandReply:
-    return CommandReply(HELP)
+    return CommandReply(help_text(ctx.engine.choice.embedded))
 
 
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:

@@ -87,6 +87,7 @@ class ChatState:
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
     home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
+    embedded: bool = False  # the offline demo answers: /help says how to use a real model
     answered: bool = False  # a turn ended well (the review at exit has a working model)
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
 
@@ -381,6 +382,7 @@ async def run_chat(
         if note is not None:
             console.print(note, style="yellow", markup=False, highlight=False)
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+        state.embedded = engine.choice.embedded
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
         notice = start_notice(engine.registry, engine.sandbox)
@@ -461,6 +463,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     remote = connect_remote(path, CHANNEL, view.deliver, state.key, state.agent, view.approve)
     async with remote as conn:
         view.chat_id = conn.chat_id or ""
+        state.embedded = conn.embedded
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone
             if session.app.is_running:
@@ -784,7 +787,8 @@ async def _command(
     if typo is not None:  # a typo of a command: said here, never sent to the model
         console.print(typo, highlight=False)
     elif name == "/help":
-        console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
+        said = commands.help_text(state.embedded) + "\n" + HELP
+        console.print(said, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, view, session)
     elif name == "/show":
