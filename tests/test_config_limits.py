@@ -100,6 +100,21 @@ def test_config_show_names_where_the_model_was_set(monkeypatch):
     )
 
 
+def test_config_show_says_plainly_that_no_model_was_named(monkeypatch):
+    """It said "model: openai / default (from no model named: ...)"."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
+    shown = CliRunner().invoke(app, ["config", "show"]).stdout
+    assert "(from no model named" not in shown
+    assert (
+        "model:       openai / default (no model named, so `default` is sent; "
+        "`heron models` lists the server's)"
+    ) in shown
+
+
 def test_the_kernels_idle_time_is_read_and_checked(tmp_path):
     path = tmp_path / "config.toml"
     assert load_config(path).tools.kernel_idle_minutes == 30

@@ -386,7 +386,7 @@ def show_config(settings: Settings) -> None:
     try:
         choice = settings.model()
         source = model_source(settings, choice)
-        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source})")
+        typer.echo(f"model:       {choice.provider} / {choice.model} ({source})")
         for line in server_lines(choice):
             typer.echo(line)
         p = choice.profile
@@ -437,16 +437,17 @@ def server_lines(choice: ModelChoice) -> list[str]:
 
 
 def model_source(settings: Settings, choice: ModelChoice) -> str:
-    """Where the model in use was named, in the order heron.config.choose_model reads them."""
+    """Where the model in use was named, in the order heron.config.choose_model reads them:
+    what `heron config show` says in brackets after it."""
     if settings.env.get("HERON_MODEL"):
-        return "HERON_MODEL"
+        return "from HERON_MODEL"
     if settings.config.model:
-        return settings.paths.config.name
+        return f"from {settings.paths.config.name}"
     if choice.embedded:
-        return "the offline fallback: nothing else is configured"
+        return "from the offline fallback: nothing else is configured"
     if choice.model == SERVER_DEFAULT_MODEL and choice.base_url is not None:
-        return "no model named: `default` is sent; `heron models` lists the server's"
-    return "the provider's default"
+        return "no model named, so `default` is sent; `heron models` lists the server's"
+    return "from the provider's default"
 
 
 def print_models(settings: Settings, model: str | None = None) -> bool:
