@@ -135,6 +135,12 @@ def find_turn(store: Store, run_id: str) -> Turn:
         ids = records.run_ids_like(store, run_id)
         if len(ids) == 1:
             turn = store.turn(ids[0])
+    if turn is None and store.conversation(run_id) is not None:  # a key where a run id goes
+        raise StoreError(
+            f"no run {run_id!r}: {run_id!r} is a conversation, not a run",
+            hint=f"`heron trace show {run_id} --stats` sums its runs; `heron trace ls -c "
+            f"{run_id}` lists them with their ids.",
+        )
     if turn is None:
         raise StoreError(
             f"no run {run_id!r}", hint="`heron trace ls` lists the runs with their ids."
