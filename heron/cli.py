@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from heron.channels.common import fail, settings
+from heron.channels.common import fail, reading_settings, settings
 from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
@@ -357,7 +357,7 @@ def conversations_list(
     from heron.channels.info import list_conversations
 
     try:
-        list_conversations(settings(), limit)
+        list_conversations(reading_settings(), limit)
     except HeronError as e:
         fail(e)
 
@@ -380,7 +380,7 @@ def conversations_show(
 
     try:
         show_conversation(
-            settings(), key, compactions=compactions, model_view=model_view, budget=budget
+            reading_settings(), key, compactions=compactions, model_view=model_view, budget=budget
         )
     except HeronError as e:
         fail(e)
@@ -409,7 +409,7 @@ def conversations_search(
     from heron.channels.memory_cli import print_recall
 
     try:
-        s = settings()
+        s = reading_settings()
         store = open_store(s, reading=True)
         try:
             print_recall(
@@ -444,7 +444,7 @@ def conversations_export(
     from heron.channels.export import export_conversation
 
     try:
-        export_conversation(settings(), key, form, output, force=force)
+        export_conversation(reading_settings(), key, form, output, force=force)
     except HeronError as e:
         fail(e)
 
@@ -475,7 +475,7 @@ def conversations_delete(
 @config_app.command("path")
 def config_path() -> None:
     """Print where the config file and Heron's home are."""
-    s = settings()
+    s = reading_settings()
     typer.echo(f"home:      {s.paths.home}\nconfig:    {s.paths.config}\ndatabase:  {s.paths.db}")
     typer.echo(f"workspace: {s.paths.workspace}\nmemory:    {s.paths.memory}")
 

@@ -30,6 +30,7 @@ from heron.providers.profiles import (
     ModelChoice,
     ModelProfile,
     ProviderKind,
+    apply_overrides,
     gguf_profile,
     profile_for,
 )
@@ -325,7 +326,7 @@ def load_config(path: Path) -> Config:
         raise ConfigError(
             f"{where}: malformed TOML: {e}", hint="Fix that line, or move the file aside."
         ) from e
-    return dataclasses.replace(_parse(data, path), digest=versions.digest(raw))
+    return dataclasses.replace(_parse(data, path, text), digest=versions.digest(raw))
 
 
 class ConfigWatch:
@@ -348,6 +349,16 @@ class ConfigWatch:
         return self._error
 
 
+def _names_a_store(path: Path) -> bool:
+    """Whether a config.toml that does not load has a `[store]` table, as far as its text
+    says (a `[store]` or `[store.` header, a `store.` dotted key)."""
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return re.search(r"^\s*(\[\s*store\s*[\].]|store\s*\.)", text, re.MULTILINE) is not None
+
+
 def _file_mark(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -364,7 +375,7 @@ def _config_error(path: Path) -> ConfigError | None:
     return None
 
 
-def _parse(data: dict[str, Any], path: Path) -> Config:
+def _parse(data: dict[str, Any], path: Path, text: str = "") -> Config:
     known = {"model", "provider", "base_url", "providers", "agent", "context", "models", "prices"}
     known |= {"tools", "memory", "review", "store", "attachments"}
     unknown = set(data) - known
@@ -392,8 +403,8 @@ def _parse(data: dict[str, Any], path: Path) -> Config:
         base_urls=urls,
         agent=_agent_defaults(_table(data, "agent", path), path),
         context=_context_shares(_table(data, "context", path), path),
-        models=_table(data, "models", path),
-        prices=_table(data, "prices", path),
+        models=_model_overrides(_table(data, "models", path), path, text),
+        prices=_price_overrides(_table(data, "prices", path), path, text),
         tools=_tool_settings(_table(data, "tools", path), path),
         memory=_section(MemoryConfig, _table(data, "memory", path), "memory", path),
         attachments=parse_section(
@@ -493,6 +504,71 @@ def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: [{key}] must be a table")
     return value
+
+
+def _model_overrides(tables: dict[str, Any], path: Path, text: str) -> dict[str, Any]:
+    """`[models."<glob>"]`, every table checked key by key as the file loads, whether or not a
+    model in use matches its glob (a typo under a glob that matches nothing yet was accepted,
+    and one that matched failed a later command with neither the file nor the line)."""
+    for pattern, values in tables.items():
+        where = f'[models."{pattern}"]'
+        if not isinstance(values, dict):
+            raise ConfigError(f"{_at(path, text, 'models', pattern)}: {where} must be a table")
+        for key, value in values.items():
+            at = _at(path, text, "models", pattern, key)
+            apply_overrides(ModelProfile(), {key: value}, where=f"{at}: {where}")
+    return tables
+
+
+def _price_overrides(tables: dict[str, Any], path: Path, text: str) -> dict[str, Any]:
+    """`[prices."<glob>"]`, every table checked as the file loads (`price_values`)."""
+    for pattern, values in tables.items():
+        price_values(pattern, values, _at(path, text, "prices", pattern))
+    return tables
+
+
+PRICE_KEYS = ("input", "output", "cache_write", "cache_read")
+
+
+def price_values(pattern: str, table: object, at: str = "") -> dict[str, float]:
+    """A `[prices."<glob>"]` table's prices as numbers (heron/trace/prices.py makes its Price
+    of them); `at`, the file and line, heads the error of a malformed one."""
+    where = f'{at}: [prices."{pattern}"]' if at else f'[prices."{pattern}"]'
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where} must be a table", hint="Give input and output prices.")
+    unknown = set(table) - set(PRICE_KEYS)
+    if unknown or "input" not in table or "output" not in table:
+        raise ConfigError(
+            f"{where}: needs input and output (and optionally cache_write, cache_read)"
+            + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""),
+            hint="Prices are US dollars per million tokens, e.g. input = 3.0, output = 15.0.",
+        )
+    try:
+        return {k: float(v) for k, v in table.items()}
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: prices must be numbers ({e})") from e
+
+
+def _at(path: Path, text: str, section: str, pattern: str, key: str | None = None) -> str:
+    """`path:line` of a `[section."pattern"]` table (of its `key`, when given) in the file's
+    `text`, for an error to point at; the path alone when the line cannot be found (an inline
+    table, a dotted key). tomllib gives no positions, so the header is looked for as written."""
+    header = re.compile(
+        rf"""^\s*\[\s*{section}\s*\.\s*(?:"{re.escape(pattern)}"|'{re.escape(pattern)}'|"""
+        rf"{re.escape(pattern)})\s*\]"
+    )
+    lines = text.splitlines()
+    start = next((n for n, line in enumerate(lines) if header.match(line)), None)
+    if start is None:
+        return str(path)
+    if key is not None:
+        named = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}")\s*=""")
+        for n in range(start + 1, len(lines)):
+            if lines[n].lstrip().startswith("["):
+                break
+            if named.match(lines[n]):
+                return f"{path}:{n + 1}"
+    return f"{path}:{start + 1}"
 
 
 def _opt_str(data: Mapping[str, object], key: str, path: Path) -> str | None:
@@ -866,6 +942,29 @@ class Settings:
         paths = Paths(home_from_env(env))
         check_home(paths.home)
         return cls(paths, load_config(paths.config), env)
+
+    @classmethod
+    def load_reading(
+        cls, env: Mapping[str, str] | None = None
+    ) -> tuple[Settings, ConfigError | None]:
+        """The settings of a command that only names Heron's files or reads the record: a
+        config.toml that does not load gives way to the defaults (returned with its error, for
+        the command to say), so the person can find the file and rescue what is kept. Not when
+        the file names a `[store]`: the record may be elsewhere, and the defaults would read
+        another one."""
+        env = dict(os.environ if env is None else env)
+        paths = Paths(home_from_env(env))
+        check_home(paths.home)
+        try:
+            return cls(paths, load_config(paths.config), env), None
+        except ConfigError as e:
+            if _names_a_store(paths.config) and not env.get("HERON_DATABASE_URL"):
+                raise ConfigError(
+                    e.summary,
+                    hint=f"{e.hint or 'Fix it.'} It names a [store], so the record is not read"
+                    " without it: fix the file, or set HERON_DATABASE_URL meanwhile.",
+                ) from e
+            return cls(paths, Config(), env), e
 
     def model(self, cli_model: str | None = None) -> ModelChoice:
         return choose_model(self.config, self.env, cli_model)

@@ -4,6 +4,7 @@ still reads as the same setting. `[agent] timezone` is checked when the file loa
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,21 @@ def test_config_show_names_where_the_model_was_set(monkeypatch):
     )
 
 
+def test_config_show_says_plainly_that_no_model_was_named(monkeypatch):
+    """It said "model: openai / default (from no model named: ...)"."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
+    shown = CliRunner().invoke(app, ["config", "show"]).stdout
+    assert "(from no model named" not in shown
+    assert (
+        "model:       openai / default (no model named, so `default` is sent; "
+        "`heron models` lists the server's)"
+    ) in shown
+
+
 def test_the_kernels_idle_time_is_read_and_checked(tmp_path):
     path = tmp_path / "config.toml"
     assert load_config(path).tools.kernel_idle_minutes == 30
@@ -136,3 +152,78 @@ def test_a_heron_home_is_its_owners_only(tmp_path):
     shared.chmod(0o755)
     Paths(shared).ensure()  # no heron.db: a folder the person pointed HERON_HOME at
     assert mode(shared) == 0o755
+
+
+def test_every_model_and_price_override_is_checked_when_the_file_loads(tmp_path):
+    """`[models."other*"] contxt_window` was accepted while no model in use matched the glob,
+    and a matching one's error named neither the file nor the line; `[prices]` likewise."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        'model = "fake-model"\n\n[models."other*"]\ncontext_window = 8000\ncontxt_window = 1000\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(
+        f"{path}:5: [models.\"other*\"]: unknown key 'contxt_window'"
+    )
+    assert "context_window" in (raised.value.hint or "")
+    path.write_text('[models."x*"]\ntool_mode = "both"\n')
+    with pytest.raises(
+        ConfigError, match=r"config\.toml:2: \[models\.\"x\*\"\]: tool_mode must be"
+    ):
+        load_config(path)
+    path.write_text("[models]\nx = 3\n")
+    with pytest.raises(ConfigError, match=r"config\.toml: \[models\.\"x\"\] must be a table"):
+        load_config(path)
+    path.write_text('[prices."nobody*"]\ninput = 1.0\noutput = 2.0\ncache_reed = 0.1\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(f'{path}:1: [prices."nobody*"]: needs input and output')
+    assert "unknown: cache_reed" in str(raised.value)
+    path.write_text('[prices."nobody*"]\ninput = "cheap"\noutput = 2.0\n')
+    with pytest.raises(
+        ConfigError, match=r"config\.toml:1: \[prices\.\"nobody\*\"\]: prices must be"
+    ):
+        load_config(path)
+    path.write_text('[models."y*"]\ncontext_window = 8000\n[prices."y*"]\ninput = 1\noutput = 2\n')
+    assert load_config(path).models == {"y*": {"context_window": 8000}}
+
+
+def test_a_broken_config_leaves_the_commands_that_read_the_record_working():
+    """A malformed config.toml blocked `config path`, `conversations list` and export: the
+    commands a person needs to find the file and rescue their data. They go on with the
+    defaults, saying once on stderr what is broken and where; a turn is still refused."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    async def one_turn() -> None:
+        provider = ScriptedProvider([Reply([Text("kept answer")], "done", Usage(5, 1))])
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            await engine.turn("rescue", "keep this")
+
+    asyncio.run(one_turn())
+    home = Settings.load().paths.home
+    (home / "config.toml").write_text("[agent\nname = 1\n")
+    for args in (
+        ["config", "path"],
+        ["conversations", "list"],
+        ["conversations", "show", "rescue"],
+        ["conversations", "export", "rescue"],
+        ["trace", "ls"],
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+        said = result.stderr.splitlines()
+        assert said[0].startswith(f"heron: {home / 'config.toml'}:1: malformed TOML"), args
+        assert sum("malformed TOML" in line for line in said) == 1, args
+        assert "goes on with the default settings" in result.stderr, args
+    assert str(home / "config.toml") in CliRunner().invoke(app, ["config", "path"]).stdout
+    assert "kept answer" in CliRunner().invoke(app, ["conversations", "export", "rescue"]).stdout
+    refused = CliRunner().invoke(app, ["run", "-c", "rescue", "more"])
+    assert refused.exit_code == 2 and "malformed TOML" in refused.stderr
+    # a file that names a [store]: the record may be elsewhere, so it is not read around it
+    (home / "config.toml").write_text('[store]\nurl = "postgresql://h/db"\n[agent\n')
+    elsewhere = CliRunner().invoke(app, ["conversations", "list"])
+    assert elsewhere.exit_code == 2 and "It names a [store]" in elsewhere.stderr
+    assert "HERON_DATABASE_URL" in elsewhere.stderr

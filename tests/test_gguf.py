@@ -228,7 +228,7 @@ async def test_a_model_whose_template_takes_no_tools_is_offered_none(heron_home,
         "model from the file: Test Model, 3.0B parameters, trained context 4,096 tokens; "
         "window 4,096, output cap 1,024, tools no (its chat template takes none)"
     )
-    assert "of 4,096)" in lines[3]  # the context line, against the file's window
+    assert "% of 4,096" in lines[3]  # the context line, against the file's window
 
 
 def test_heron_models_says_what_was_read_from_the_file(heron_home):

@@ -179,24 +179,39 @@ def test_a_run_with_a_url_without_scheme_is_refused_before_any_request(monkeypat
 # ---- heron models --------------------------------------------------------------------------------
 
 
-def test_heron_models_lists_the_servers_models_and_the_overrides(heron_home):
+def _models_listed(heron_home, overrides: str) -> tuple[str, list[str]]:
+    """`heron models` with llama3.2 in use on a server listing it and qwen2.5:7b; its server's
+    URL and the lines it printed."""
     with FakeOpenAIServer([], models=["qwen2.5:7b", "llama3.2"]) as server:
         write_config(
             heron_home,
-            f'model = "llama3.2"\n[providers.openai]\nbase_url = "{server.base_url}"\n'
-            '[models."qwen*"]\ncontext_window = 16000\n',
+            f'model = "llama3.2"\n[providers.openai]\nbase_url = "{server.base_url}"\n' + overrides,
         )
         result = CliRunner().invoke(app, ["models"])
     assert result.exit_code == 0, result.output
-    lines = result.stdout.splitlines()
-    at = lines.index(
-        f"Models at {server.base_url} ({CONFIG_URL}), with the profile each would run with:"
-    )
+    assert server.requests == []  # it only asked: GET /models, no chat
+    return server.base_url, result.stdout.splitlines()
+
+
+def test_heron_models_lists_the_servers_models_and_the_overrides(heron_home):
+    base_url, lines = _models_listed(heron_home, '[models."qwen*"]\ncontext_window = 16000\n')
+    at = lines.index(f"Models at {base_url} ({CONFIG_URL}), with the profile each would run with:")
     assert lines[at + 1].split() == ["MODEL", "WINDOW", "OUTPUT", "TOOLS"]
     assert lines[at + 2].split() == ["llama3.2", "131,072", "8,192", "native", "(in", "use)"]
     assert lines[at + 3].split() == ["qwen2.5:7b", "16,000", "8,192", "native"]  # overridden
     assert '[models."qwen*"]  context_window = 16000' in lines
-    assert server.requests == []  # it only asked: GET /models, no chat
+    assert not lines[lines.index('[models."qwen*"]  context_window = 16000') + 1].startswith("  (")
+
+
+def test_heron_models_flags_an_override_that_matches_no_model_it_knows(heron_home):
+    """`[models."other*"]` matched nothing (a typo, or a model not added yet): listed as if it
+    applied. A warning, not an error: the override may be for a model added later."""
+    _, lines = _models_listed(heron_home, '[models."other*"]\nmax_output = 900\n')
+    flagged = lines.index('[models."other*"]  max_output = 900')
+    assert lines[flagged + 1] == (
+        "  (matches no model here: not llama3.2, the model in use, nor any the server lists;"
+        " check the pattern, or it waits for a model added later)"
+    )
 
 
 def test_heron_models_says_in_one_line_why_a_server_that_is_down_lists_nothing(monkeypatch):

@@ -248,6 +248,32 @@ async def test_a_stopped_reply_keeps_what_streamed_and_is_marked_interrupted():
     assert "".join(deltas) == "The first half of the answer, read by the person."
 
 
+async def test_status_after_a_stopped_turn_counts_what_it_did():
+    """Ctrl-C stopped a turn mid-reply (its call made and recorded, its usage never sent):
+    /status said "context: 0 tokens" and "cache hit rate: no model calls yet"."""
+    import asyncio
+
+    from heron.channels.inprocess import connect
+
+    hanging = _HalfThenHang()
+    async with Engine.open(Settings.load(), provider=hanging) as engine:
+        async with connect(engine, "terminal", "c1", lambda _item: asyncio.sleep(0)) as conn:
+            await conn.send("tell me", "stop-me", "default")
+            await asyncio.wait_for(hanging.streamed.wait(), 10)
+            await conn.send("/stop", "stop-me", "default")
+            await asyncio.wait_for(conn.settle(), 10)
+        said = (await engine.turn("stop-me", "/status")).reply or ""
+    assert "conversation: stop-me (1 turn)" in said
+    context = next(line for line in said.splitlines() if line.startswith("context: "))
+    assert context.startswith("context: about ") and "estimated" in context
+    assert int(context.split()[2].replace(",", "")) > 0
+    assert "no model calls yet" not in said
+    assert (
+        "cache hit rate: not known: 1 model call so far, stopped before the server counted any"
+        in said
+    )
+
+
 def test_a_streamed_reply_is_laid_out_as_the_whole_reply_would_be():
     """Blocks are printed one at a time as they complete; in any chunking the screen shows the
     blank line Markdown puts between blocks, as when the reply is printed at once."""
@@ -361,6 +387,22 @@ async def test_show_and_edit_with_nothing_to_pick_say_so():
     assert said.reply == "Nothing to edit yet: /edit N TEXT replaces a message you sent."
 
 
+async def test_help_points_to_a_real_model_only_while_the_offline_demo_answers():
+    """/help ended with how to set up "a real model (not the offline demo)" whatever model
+    answered."""
+    shown = {}
+    for embedded in (False, True):
+        out = io.StringIO()
+        state = terminal.ChatState("k", "default", embedded=embedded)
+        view = terminal.TerminalView(Console(file=out, width=200), state)
+        assert await terminal._command("/help", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+        shown[embedded] = out.getvalue()
+    assert "/status" in shown[False] and "A real model" not in shown[False]
+    assert "A real model (not the offline demo)" in shown[True]
+    assert commands.help_text(embedded=False) == commands.HELP
+    assert commands.help_text(embedded=True).startswith(commands.HELP + "\nA real model")
+
+
 def test_the_review_at_exit_waits_for_a_usable_model():
     """The chat's memory review at exit runs with the chat's model: not after a turn failed
     for want of one (key refused, server down), nor when no turn was answered."""
@@ -381,6 +423,44 @@ def test_the_review_at_exit_waits_for_a_usable_model():
     assert state.why_no_review() == "the model's last call failed (connection failed)"
     view.ended(TurnEnd(True, "delivered"))  # working again
     assert state.why_no_review() is None
+
+
+async def test_a_turn_a_command_runs_counts_for_the_review_at_exit():
+    """/retry and /edit run a turn: after a message failed (server down), /retry answered it,
+    yet leaving said "the model's last call failed"; a chat whose only answer came from /retry
+    said "no turn was answered". The chat's state follows every turn it ran."""
+    import asyncio
+
+    from heron.channels.inprocess import connect
+    from heron.errors import AuthError
+
+    provider = ScriptedProvider(
+        [
+            AuthError("HTTP 401: bad key", status=401),
+            Reply([Text("Answered at last.")], "done", Usage(10, 2)),
+            Reply([Text("Answered the edit.")], "done", Usage(10, 2)),
+        ]
+    )
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    async with (
+        Engine.open(Settings.load(), provider=provider) as engine,
+        connect(engine, "terminal", "c1", view.deliver) as conn,
+    ):
+        await conn.send("hello", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() == "the model's last call failed (HTTP 401: bad key)"
+        state.keys.clear()  # as a chat that only ran /retry here (a resumed one)
+        await conn.send("/retry", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() is None and state.keys == ["k"]
+        state.answered = False
+        await conn.send("/edit 1 hello again", "k", "default")
+        await asyncio.wait_for(conn.settle(), 10)
+        assert state.why_no_review() is None
+        await conn.send("/status", "k", "default")  # no model call: changes nothing
+        await asyncio.wait_for(conn.settle(), 10)
+    assert state.why_no_review() is None and state.keys == ["k"]
 
 
 def test_a_turn_another_client_stopped_says_what_stopped_it():

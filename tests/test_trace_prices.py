@@ -65,3 +65,8 @@ async def test_turn_and_conversation_costs_and_the_commands(home_db):  # on both
     assert shown.exit_code == 0 and "you: one" in shown.stdout and "agent: a" in shown.stdout
     missing = cli.invoke(app, ["trace", "show", "run_nope"])
     assert missing.exit_code == 1 and "heron trace ls" in missing.stderr
+    # a conversation's key where a run id goes: said so, with the two commands that take it
+    by_key = cli.invoke(app, ["trace", "show", "cost"])
+    assert by_key.exit_code == 1 and "'cost' is a conversation, not a run" in by_key.stderr
+    assert "heron trace show cost --stats" in by_key.stderr
+    assert "heron trace ls -c cost" in by_key.stderr

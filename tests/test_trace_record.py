@@ -149,3 +149,21 @@ async def test_a_failed_reply_commit_loses_neither_the_reply_nor_its_call(monkey
     assert fault.failed
     assert [(c["turn_id"], c["seq"]) for c in calls] == [(turns[0]["id"], 1), (turns[1]["id"], 1)]
     assert recorded == sent  # the failed turn's call was recorded after all
+
+
+async def test_trace_show_of_a_continued_reply_shows_every_part():
+    """A reply the output cap cut and the run continued twice was shown as its last part
+    ("agent: Part three."), though the person read all three."""
+    provider = ScriptedProvider(
+        [
+            Reply([Text("Part one. ")], "length", Usage(5, 1)),
+            Reply([Text("Part two. ")], "length", Usage(5, 1)),
+            Reply([Text("Part three.")], "done", Usage(5, 1)),
+        ]
+    )
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        result = await engine.turn("len", "essay please")
+        run = load_run(engine.store, result.run_id)
+    assert run.reply_text == "Part one. Part two. Part three."
+    shown = CliRunner().invoke(app, ["trace", "show", result.run_id]).stdout
+    assert "agent: Part one. Part two. Part three." in shown

@@ -204,6 +204,24 @@ async def test_live_tools_report_where_results_differ():
     assert live.first is not None and live.first[0] == 2  # the new result shows in request 2
 
 
+async def test_a_one_shot_runs_cell_replays_identically_with_live_tools():
+    """`heron run` (one message, then the process ends) tells the model with its first cell's
+    result that the kernel ends with the turn; the live replay ran the cell in a kernel that
+    said nothing of it, so a deterministic cell was reported as a difference (exit 1)."""
+    for message in ("compute 6*7 in python", "and again"):  # two processes, one each
+        provider = ScriptedProvider(
+            [_tool_call("c1", "x = 6 * 7\nprint(x)"), Reply([Text("42.")], "done", Usage(120, 5))]
+        )
+        async with Engine.open(Settings.load(), provider=provider, one_shot=True) as engine:
+            result = await engine.turn("one", message)
+            (call,) = load_run(engine.store, result.run_id).tools
+            live = await replay(engine.store, result.run_id, live_tools=True)
+        assert "this kernel ends with this turn" in (call.result or "")
+        assert live.tool_differences == [] and live.identical, live.render()
+    # the second process's cell was also told the first one's variables are gone
+    assert "earlier variables are gone" in (call.result or "")
+
+
 async def test_a_run_without_tools_replays_without_them():
     """The tiny offline model runs with no tools: its replay must not offer the default ones
     (which would change the system prompt and every request)."""

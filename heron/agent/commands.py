@@ -55,9 +55,17 @@ Commands:
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
   /help          this help
-Anything else starting with / is sent to the model as it is.
+Anything else starting with / is sent to the model as it is."""
+# /help's last lines while the offline demo answers (only then: a real model needs no pointer).
+REAL_MODEL = """\
 A real model (not the offline demo): set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL
 (README, "Pointing Heron at a model"); `heron config show` says which model is in use."""
+
+
+def help_text(embedded: bool) -> str:
+    """/help: the commands, and how to point Heron at a real model while the offline demo
+    (`ModelChoice.embedded`) answers."""
+    return f"{HELP}\n{REAL_MODEL}" if embedded else HELP
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,7 @@ async def run(command: Command, ctx: CommandContext) -> CommandReply:
 
 
 async def _help(ctx: CommandContext, arg: str) -> CommandReply:
-    return CommandReply(HELP)
+    return CommandReply(help_text(ctx.engine.choice.embedded))
 
 
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
@@ -278,19 +286,14 @@ async def _status(ctx: CommandContext, arg: str) -> CommandReply:
         ]
         lines += await _more_status(ctx)
         return CommandReply("\n".join([*lines[:head], *_budget(engine), *lines[head:]]))
-    used, turns, rate = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
+    used = await ctx.store.call(_usage, ctx.store, conv.id, off_loop=True)
     running = bool(ctx.running_local and ctx.running_local(ctx.key))
     holder = None if running else await ctx.store.call(es.lease_holder, ctx.store, conv.id)
     turn = "running" if running else (f"running ({holder.describe()})" if holder else "idle")
     lines += [
-        f"conversation: {conv.key} ({plural(turns, 'turn')})",
-        f"context: {used:,} tokens ({100 * used / window:.1f}% of {window:,})",
-        "cache hit rate: "
-        + (
-            f"{rate:.0%} over the last {plural(min(turns, RECENT_TURNS), 'turn')}"
-            if rate is not None
-            else "no model calls yet"
-        ),
+        f"conversation: {conv.key} ({plural(used.turns, 'turn')})",
+        await _context_line(ctx, conv, used, window),
+        f"cache hit rate: {_cache_rate(used)}",
         f"turn: {turn}",
     ]
     lines += await _more_status(ctx)
@@ -327,7 +330,18 @@ def _budget(engine: CommandEngine) -> list[str]:
     return ["budget (tokens, share of the window):", *budget_lines(deps_for(engine).budget)]
 
 
-def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:
+@dataclass(frozen=True)
+class _Used:
+    """What /status counts of the turns since the last /new (`_usage`)."""
+
+    tokens: int  # the last model call's input and output as the server counted them (0: none)
+    turns: int
+    rate: float | None  # cache hit rate over the recent turns the server counted (None: none)
+    calls: int  # model calls made in those turns, counted or not
+    stopped: bool  # the last turn had a call stopped before the server counted it (Ctrl-C)
+
+
+def _usage(store: Store, conversation_id: int) -> _Used:
     """Context used by the last model call; cache hit rate over the recent turns. Only the
     turns after the last /new count: the ones before it are no longer in the model's context."""
     since = store.last_separator(conversation_id)
@@ -336,7 +350,41 @@ def _usage(store: Store, conversation_id: int) -> tuple[int, int, float | None]:
     total = sum(t.usage.input for t in recent)
     rate = sum(t.usage.cache_read for t in recent) / total if total else None
     used = store.last_call_tokens(conversation_id) if turns else 0
-    return used, len(turns), rate
+    calls = sum(t.model_calls for t in turns)
+    return _Used(used, len(turns), rate, calls, bool(turns) and turns[-1].usage_unknown)
+
+
+async def _context_line(ctx: CommandContext, conv: Conversation, used: _Used, window: int) -> str:
+    """The context used: the last call's count, or, when calls were made but their count never
+    came (a turn stopped mid-reply: the usage comes at a stream's end), the estimate of what
+    the next request starts from, said to be one."""
+    if used.tokens or not used.calls:
+        return f"context: {used.tokens:,} tokens ({100 * used.tokens / window:.1f}% of {window:,})"
+    from heron.compaction.core import deps_for, tokens_of
+    from heron.compaction.inspect import model_view
+
+    def estimate() -> int:
+        deps = deps_for(ctx.engine)
+        return tokens_of(deps, *model_view(deps, conv))
+
+    tokens = await asyncio.to_thread(estimate)  # the whole branch is read: off the loop
+    why = "was stopped before its count came" if used.stopped else "came without a count"
+    return (
+        f"context: about {tokens:,} tokens ({100 * tokens / window:.1f}% of {window:,};"
+        f" estimated: the last call {why})"
+    )
+
+
+def _cache_rate(used: _Used) -> str:
+    """The cache hit rate over the recent turns, or why there is none."""
+    if used.rate is not None:
+        return f"{used.rate:.0%} over the last {plural(min(used.turns, RECENT_TURNS), 'turn')}"
+    if not used.calls:
+        return "no model calls yet"
+    calls = plural(used.calls, "model call")
+    if used.stopped:
+        return f"not known: {calls} so far, stopped before the server counted any"
+    return f"not known: the server sent no token counts for {calls}"
 
 
 async def _resume(ctx: CommandContext, arg: str) -> CommandReply:

@@ -37,7 +37,7 @@ from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext, recording
-from heron.tools.python_kernel import describe_kernel, lifetime_in
+from heron.tools.python_kernel import describe_kernel, lifetime_in, run_cell, session_as_recorded
 from heron.tools.registry import ToolRegistry
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, ToolTrace, load_run, request_payload
@@ -236,6 +236,9 @@ class ReplayTools:
         if recorded is None and self.interrupted:
             raise ReplayStop("interrupted during tools")
         if self.live:
+            if call.name == run_cell.name and ctx.kernel is None:  # the run's first cell
+                first = recorded.result if recorded is not None else None
+                ctx.kernel = session_as_recorded(ctx.workspace, ctx.sandbox, first)
             result = await self.registry.call(call, ctx)
             if recorded is None or result.content != recorded.result:
                 was = None if recorded is None else recorded.result

@@ -42,3 +42,25 @@ def settings() -> Settings:
         return Settings.load()
     except HeronError as e:
         fail(e)
+
+
+def reading_settings() -> Settings:
+    """The settings of a command that only names Heron's files or reads the record (`config
+    path`, `conversations list/show/search/export`, `trace ls/show/export`, `usage`): a broken
+    config.toml is said once on stderr, where and what, and the command goes on with the
+    default settings, so the person can find the file and rescue their data. Every command
+    that would run a turn still refuses it."""
+    from heron.config import Settings
+
+    try:
+        loaded, broken = Settings.load_reading()
+    except HeronError as e:
+        fail(e)
+    if broken is not None:
+        typer.echo(f"heron: {broken}", err=True)
+        typer.echo(
+            "heron: this command goes on with the default settings; commands that run a turn"
+            " refuse until the file loads.",
+            err=True,
+        )
+    return loaded

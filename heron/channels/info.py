@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -385,7 +386,7 @@ def show_config(settings: Settings) -> None:
     try:
         choice = settings.model()
         source = model_source(settings, choice)
-        typer.echo(f"model:       {choice.provider} / {choice.model} (from {source})")
+        typer.echo(f"model:       {choice.provider} / {choice.model} ({source})")
         for line in server_lines(choice):
             typer.echo(line)
         p = choice.profile
@@ -436,16 +437,17 @@ def server_lines(choice: ModelChoice) -> list[str]:
 
 
 def model_source(settings: Settings, choice: ModelChoice) -> str:
-    """Where the model in use was named, in the order heron.config.choose_model reads them."""
+    """Where the model in use was named, in the order heron.config.choose_model reads them:
+    what `heron config show` says in brackets after it."""
     if settings.env.get("HERON_MODEL"):
-        return "HERON_MODEL"
+        return "from HERON_MODEL"
     if settings.config.model:
-        return settings.paths.config.name
+        return f"from {settings.paths.config.name}"
     if choice.embedded:
-        return "the offline fallback: nothing else is configured"
+        return "from the offline fallback: nothing else is configured"
     if choice.model == SERVER_DEFAULT_MODEL and choice.base_url is not None:
-        return "no model named: `default` is sent; `heron models` lists the server's"
-    return "the provider's default"
+        return "no model named, so `default` is sent; `heron models` lists the server's"
+    return "from the provider's default"
 
 
 def print_models(settings: Settings, model: str | None = None) -> bool:
@@ -455,7 +457,7 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
     `heron models` hears of it in the exit code."""
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
-    listed = True
+    served: list[str] | None = []
     try:
         choice: ModelChoice | None = settings.model(model)
     except HeronError as e:
@@ -469,7 +471,7 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
     if model is None:
         _serve_model(settings, choice)
     if choice is not None:
-        listed = show_served_models(settings, choice)
+        served = show_served_models(settings, choice)
     typer.echo("\nBuilt-in profiles:")
     rows = [
         (pat, f"{p.context_window:,}", f"{p.max_output:,}", tool_calls(p), attachments_taken(p))
@@ -482,8 +484,26 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
         for pattern, values in overrides.items():
             said = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
             typer.echo(f'[models."{pattern}"]  {said}')
+            unmatched = _matches_none(pattern, choice, served or [])
+            if unmatched:
+                typer.echo(f"  ({unmatched})")
     typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
-    return listed
+    return served is not None
+
+
+def _matches_none(pattern: str, choice: ModelChoice | None, served: list[str]) -> str | None:
+    """What `heron models` says under an override whose glob matches neither the model in use
+    nor any the server lists (a typo, or a model not added yet: a warning, never an error);
+    None when it matches one."""
+    names = [choice.model] if choice is not None else []
+    if any(fnmatch.fnmatch(name.lower(), pattern.lower()) for name in names + served):
+        return None
+    used = f"not {choice.model}, the model in use" if choice is not None else "no model is in use"
+    listed = ", nor any the server lists" if served else ""
+    return (
+        f"matches no model here: {used}{listed}; check the pattern, or it waits for a model "
+        "added later"
+    )
 
 
 def _serve_model(settings: Settings, choice: ModelChoice | None) -> None:
@@ -506,18 +526,18 @@ def _serve_model(settings: Settings, choice: ModelChoice | None) -> None:
 LIST_TIMEOUT = 5.0
 
 
-def show_served_models(settings: Settings, choice: ModelChoice) -> bool:
+def show_served_models(settings: Settings, choice: ModelChoice) -> list[str] | None:
     """What the server in use offers (GET /models of an OpenAI-compatible server, GET
-    /v1/models of Anthropic's), each with the profile it would run with; or a line saying why
-    the list could not be had, and what to do (then False). A local GGUF file has nothing to
-    list."""
+    /v1/models of Anthropic's), each with the profile it would run with, and their names; or a
+    line saying why the list could not be had, and what to do (then None). A local GGUF file
+    has nothing to list."""
     import asyncio
 
     from heron.providers.profiles import profile_for
 
     provider = _lister(choice)
     if provider is None:
-        return True
+        return []
 
     async def ask() -> list[str]:
         try:
@@ -532,10 +552,10 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> bool:
         typer.echo(f"\nThe models at {where} could not be listed: {e.summary}")
         if e.hint:
             typer.echo(e.hint)
-        return False
+        return None
     if not names:
         typer.echo(f"\nThe server at {where} lists no models.")
-        return True
+        return []
     typer.echo(f"\nModels at {where}, with the profile each would run with:")
     rows = []
     for name in names:
@@ -543,7 +563,7 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> bool:
         mark = "  (in use)" if name == choice.model else ""
         rows.append((name, f"{p.context_window:,}", f"{p.max_output:,}", tool_calls(p) + mark))
     table(("MODEL", "WINDOW", "OUTPUT", "TOOLS"), rows)
-    return True
+    return names
 
 
 def _lister(choice: ModelChoice) -> OpenAICompatProvider | AnthropicProvider | None:

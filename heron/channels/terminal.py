@@ -87,10 +87,22 @@ class ChatState:
     pending: list[File] = field(default_factory=list)  # /attach: files for the next message
     config: ConfigWatch | None = None  # config.toml as the chat found it (see send_turn)
     home: Path | None = None  # HERON_HOME: where /show finds the whole of a cut result
-    answered: bool = (
-        False  # a turn of a message ended well (the review at exit has a working model)
-    )
+    embedded: bool = False  # the offline demo answers: /help says how to use a real model
+    answered: bool = False  # a turn ended well (the review at exit has a working model)
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
+
+    def followed(self, end: TurnEnd) -> None:
+        """What a turn of this chat says of its model, whatever started the turn: a message, or
+        a command that runs one (/retry, /edit). A command answered without the model
+        (/status, /tree) says nothing of it."""
+        if end.command is not None and end.model_calls == 0 and not end.unusable:
+            return
+        if self.key not in self.keys:
+            self.keys.append(self.key)
+        if end.ok:
+            self.answered, self.broken = True, None
+        elif end.unusable:
+            self.broken = (end.error or "no answer").splitlines()[0]
 
     def why_no_review(self) -> str | None:
         """Why the memory review at exit would only repeat a failure (None: it can run)."""
@@ -277,12 +289,7 @@ class TerminalView:
             self.console.rule("[dim]new conversation[/dim]")
         elif end.ok and end.command is None and not self.streamed and not end.reply:
             self.console.print("[dim](no answer)[/dim]")
-        if end.command is None and self.state.key not in self.state.keys:
-            self.state.keys.append(self.state.key)
-        if end.command is None and end.ok:
-            self.state.answered, self.state.broken = True, None
-        elif end.command is None and end.unusable:
-            self.state.broken = (end.error or "no answer").splitlines()[0]
+        self.state.followed(end)
 
     async def approve(self, tool: str, command: str) -> str | None:
         """Approval when commands are unconfined: the exact command, then the next line typed
@@ -375,6 +382,7 @@ async def run_chat(
         if note is not None:
             console.print(note, style="yellow", markup=False, highlight=False)
     async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+        state.embedded = engine.choice.embedded
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
         notice = start_notice(engine.registry, engine.sandbox)
@@ -455,6 +463,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     remote = connect_remote(path, CHANNEL, view.deliver, state.key, state.agent, view.approve)
     async with remote as conn:
         view.chat_id = conn.chat_id or ""
+        state.embedded = conn.embedded
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone
             if session.app.is_running:
@@ -778,7 +787,8 @@ async def _command(
     if typo is not None:  # a typo of a command: said here, never sent to the model
         console.print(typo, highlight=False)
     elif name == "/help":
-        console.print(commands.HELP + "\n" + HELP, highlight=False, markup=False)
+        said = commands.help_text(state.embedded) + "\n" + HELP
+        console.print(said, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, view, session)
     elif name == "/show":

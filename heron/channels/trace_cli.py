@@ -38,12 +38,12 @@ def _fail(error: HeronError) -> None:
 
 
 def _open() -> tuple[Settings, Store, PriceTable]:
-    from heron.channels.common import settings
+    from heron.channels.common import reading_settings
     from heron.store import Store
     from heron.store.engine_state import close_dead_runs
     from heron.trace.prices import PriceTable
 
-    s = settings()
+    s = reading_settings()  # only the record is read: a broken config.toml is said, not fatal
     store = Store(s.database)
     with contextlib.suppress(StoreRefused):  # a home that refuses writes is still listed
         close_dead_runs(store)  # a run whose process was killed shows interrupted, not running

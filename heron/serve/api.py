@@ -469,15 +469,15 @@ def _status(state: WebState, key: str) -> dict[str, Any]:
             "cache_hit": None,
             "cost_usd": 0.0,
         }
-    used, turns, rate = _usage(store, conv.id)
+    used = _usage(store, conv.id)
     # What the conversation cost: its maintenance runs (/compact, memory reviews) included.
     cost = conversation_cost(store.turns(conv.id, maintenance=True))
     return {
         "model": model,
         "window": window,
-        "context": used,
-        "turns": turns,
-        "cache_hit": rate,
+        "context": used.tokens,
+        "turns": used.turns,
+        "cache_hit": used.rate,
         "cost_usd": cost,
     }
 

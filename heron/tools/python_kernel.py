@@ -901,6 +901,25 @@ def describe_kernel(registry: ToolRegistry, idle_minutes: float, one_shot: bool)
     registry.replace(dataclasses.replace(found, description=described))
 
 
+def session_as_recorded(
+    workspace: Path, sandbox: Sandbox | None, first_result: str | None
+) -> KernelSession:
+    """A kernel session that says with its first cell what the recorded run's first cell was
+    told of its kernel (`first_result`, that cell's recorded result): that it ends with the
+    turn (a one-shot `heron run`), that an earlier process's variables are gone. A live replay
+    runs the cells in it, so a deterministic cell's result is the recorded one again."""
+    session = KernelSession(workspace, sandbox=sandbox)
+    said = first_result or ""
+    session.ends_with_turn = ONE_SHOT_KERNEL in said
+    if f"({EARLIER_PROCESS})" in said:
+
+        async def earlier() -> bool:
+            return True
+
+        session.earlier = earlier
+    return session
+
+
 def lifetime_in(description: str) -> tuple[float, bool] | None:
     """The (idle minutes, one-shot) whose sentence run_cell's `description` holds, if any: a
     replay describes the kernel as the recorded run's process did."""

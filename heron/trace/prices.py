@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from heron.errors import ConfigError
+from heron.config import price_values
 from heron.messages import Usage
 
 PER = 1_000_000
@@ -128,20 +128,7 @@ def _best(name: str, table: Iterable[tuple[str, Price]]) -> Price | None:
 
 
 def _price(pattern: str, table: Any) -> Price:
-    where = f'[prices."{pattern}"]'
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where} must be a table", hint="Give input and output prices.")
-    unknown = set(table) - {"input", "output", "cache_write", "cache_read"}
-    if unknown or "input" not in table or "output" not in table:
-        raise ConfigError(
-            f"{where}: needs input and output (and optionally cache_write, cache_read)"
-            + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""),
-            hint="Prices are US dollars per million tokens, e.g. input = 3.0, output = 15.0.",
-        )
-    try:
-        return Price(**{k: float(v) for k, v in table.items()})
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: prices must be numbers ({e})") from e
+    return Price(**price_values(pattern, table))
 
 
 def turn_cost(turn: Any, prices: PriceTable | None = None) -> float | None:

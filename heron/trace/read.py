@@ -135,6 +135,12 @@ def find_turn(store: Store, run_id: str) -> Turn:
         ids = records.run_ids_like(store, run_id)
         if len(ids) == 1:
             turn = store.turn(ids[0])
+    if turn is None and store.conversation(run_id) is not None:  # a key where a run id goes
+        raise StoreError(
+            f"no run {run_id!r}: {run_id!r} is a conversation, not a run",
+            hint=f"`heron trace show {run_id} --stats` sums its runs; `heron trace ls -c "
+            f"{run_id}` lists them with their ids.",
+        )
     if turn is None:
         raise StoreError(
             f"no run {run_id!r}", hint="`heron trace ls` lists the runs with their ids."
@@ -160,7 +166,8 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         )
         for r in records.event_rows(store, turn.id)
     ]
-    run.user_text, run.reply_text = _texts(store, turn)
+    run.user_text, reply = _texts(store, turn)
+    run.reply_text = _with_cut_parts(run.calls, reply)
     run.recalled = _readable(problems, "the auto-recall rows", partial(_recalled, store, turn), [])
     return run
 
@@ -311,6 +318,22 @@ def _texts(store: Store, turn: Turn) -> tuple[str, str]:
         elif message.role == "assistant" and message.text.strip():
             assistant = message.text
     return user, assistant
+
+
+def _with_cut_parts(calls: list[CallTrace], reply: str) -> str:
+    """The reply as the person read it: a reply the output cap cut (`stop: length`) and the
+    run continued is stored as one message per part, with Heron's "continue" between them, so
+    the last message alone is only its last part. The parts are the texts of the calls before
+    the last one that each stopped at the cap."""
+    texts = [c.reply for c in calls if c.reply is not None and c.purpose == "turn"]
+    if not texts or texts[-1].text != reply or not reply:
+        return reply  # the stored reply is not the last call's (stopped, marked): as stored
+    parts = [reply]
+    for earlier in reversed(texts[:-1]):
+        if earlier.stop != "length" or earlier.tool_calls or not earlier.text:
+            break
+        parts.insert(0, earlier.text)
+    return "".join(parts)
 
 
 @dataclass
