@@ -1562,3 +1562,27 @@ def test_a_command_answer_said_while_another_process_turn_runs_goes_below_its_re
     expect(pg.locator(".msg.assistant:not(.live)")).to_have_count(2)
     _order(pg, "run elsewhere", "the reply from elsewhere", "model: scripted", "and now this")
     pg.context.close()
+
+
+def test_a_resume_from_another_tab_or_a_terminal_moves_only_that_client(browser, page, site, model):
+    """`/resume KEY` typed in one tab, or in `heron chat`, moves that client alone (QA20m #1):
+    this tab stays on its conversation, says where the other went, and what it sends next is
+    answered here."""
+    model.auto = "an answer"
+    control_send(site, "said in other", key="other", channel="terminal")
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(phone, "/resume other")
+    expect(phone).to_have_url(re.compile(r"#c=other$"))
+    control_send(site, "/resume other", channel="terminal")
+    for where in ("the browser", "heron chat"):
+        said = f"/resume from {where} opened conversation 'other' there; this one stays on"
+        expect(page.get_by_text(said)).to_have_count(1)
+    assert "#c=other" not in page.url
+    _send(page, "still here")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(1)
+    store = Store(Settings.load().paths.db)
+    said = {key: store.branch(store.conversation(key).id) for key in ("personal", "other")}
+    assert [m.message.text for m in said["personal"]].count("still here") == 1
+    assert "still here" not in [m.message.text for m in said["other"]]
+    store.close()
+    phone.context.close()
