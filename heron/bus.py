@@ -189,6 +189,7 @@ class ApprovalAsk:
     allowed: bool = False  # approval_end: the command runs
     by: str | None = None  # approval_end: the chat_id of the client that answered (None: none)
     reason: str = ""  # approval_end: "answered", "stopped" (/stop, /new, shutdown), "deadline"
+    confined: bool = False  # the command runs in the sandbox (approval "ask" chosen anyway)
 
     def outcome(self) -> str:
         """How the wait ended, for a client to show (approval_end)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -825,6 +826,9 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
         _send(pg, "say hi in the shell")
         model.feed(("call", ToolCall("c1", "bash", {"command": command})), ("end", None))
         card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.locator(".approval-tag")).to_have_text(
+            "The agent wants to run (bash, unconfined):"
+        )
         expect(card.locator(".approval-command")).to_have_text(command)  # exact, as text
         expect(card.locator("b")).to_have_count(0)  # never HTML
         waits = pg.get_by_role("status").filter(has_text="The agent waits for your approval")
@@ -837,6 +841,27 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
         expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("It said hi.")
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and "shell-said-hi" in results[0]
+        pg.context.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+def test_a_card_for_a_sandboxed_command_says_sandboxed(browser, model, monkeypatch):
+    """approval = "ask" with the sandbox working (QA20m #3): the command runs confined, and the
+    card says so rather than "unconfined"."""
+    monkeypatch.delenv("HERON_BWRAP", raising=False)
+    Settings.load().paths.ensure().config.write_text('[tools]\napproval = "ask"\n')
+    with serve(model) as site:
+        pg = site.page(browser, "/")
+        _send(pg, "list the files")
+        model.feed(("call", ToolCall("c1", "bash", {"command": "ls"})), ("end", None))
+        card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.locator(".approval-tag")).to_have_text(
+            "The agent wants to run (bash, sandboxed):"
+        )
+        card.get_by_role("button", name="Deny").click()
+        expect(card.locator(".approval-outcome")).to_have_text("Denied")
+        model.reply("Not run.")
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Not run.")
         pg.context.close()
 
 

@@ -410,7 +410,7 @@ def _approval(journal: Journal, kind: str, ask: ApprovalAsk) -> Event:
     """A command waiting for the person's answer, or how that wait ended (docs/web.md)."""
     if kind == "approval":
         event: Event = {"type": "approval", "id": ask.id, "tool": ask.tool}
-        event.update(command=ask.command, deadline=round(ask.deadline, 3))
+        event.update(command=ask.command, deadline=round(ask.deadline, 3), confined=ask.confined)
         journal.approvals[ask.id] = event  # its seq is set as the journal appends it
         return event
     journal.approvals.pop(ask.id, None)

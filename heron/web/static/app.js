@@ -263,13 +263,14 @@ function approvalOutcome(seg) {
   return "Denied: the turn was stopped";
 }
 
-// A command the agent wants to run unconfined, waiting for the person's yes or no: the exact
-// command as text (htm escapes it), Allow and Deny as buttons; once decided, the decision.
+// A command the agent wants to run, waiting for the person's yes or no: whether the sandbox
+// confines it (approval "ask" with bubblewrap working) or not, the exact command as text (htm
+// escapes it), Allow and Deny as buttons; once decided, the decision.
 function ApprovalCard({ seg, onApprove }) {
   const waiting = !seg.reason;
   return html`<div class=${"approval " + (waiting ? "waiting" : seg.allowed ? "allowed" : "denied")}
       role="group" aria-label=${"the agent wants to run " + seg.tool} data-approval=${seg.id}>
-    <div class="approval-tag">The agent wants to run (${seg.tool}, unconfined):</div>
+    <div class="approval-tag">The agent wants to run (${seg.tool}, ${seg.confined ? "sandboxed" : "unconfined"}):</div>
     <pre class="approval-command"><code>${seg.command}</code></pre>
     ${waiting ? html`<div class="approval-actions">
         <button class="allow" disabled=${seg.sent} onClick=${() => onApprove(seg, true)}>Allow</button>
@@ -1134,7 +1135,7 @@ function App() {
         if (lv.retry) { lv.retry = null; showLive(lv); } // the banner's wait is over
         if (ev.type === "approval") { // a command waits for a yes or no: drawn at once
           if (!lv.segments.some((x) => x.kind === "approval" && x.id === ev.id)) {
-            lv.segments.push({ kind: "approval", id: ev.id, tool: ev.tool, command: ev.command });
+            lv.segments.push({ kind: "approval", id: ev.id, tool: ev.tool, command: ev.command, confined: ev.confined });
           }
           showLive(lv); break;
         }
