@@ -970,8 +970,8 @@ def test_a_skip_link_comes_first_in_tab_order_and_goes_to_the_message_box(page):
 def test_a_mistyped_command_is_named_as_the_terminal_names_it_and_not_sent(page, model):
     box = page.get_by_role("textbox", name="message")
     _send(page, "/stauts")
-    expect(page.get_by_role("alert")).to_contain_text(
-        "unknown command /stauts; did you mean /status?"
+    expect(page.get_by_role("alert")).to_have_text(  # one full stop, not "?."
+        "unknown command /stauts; did you mean /status? Nothing was sent."
     )
     expect(box).to_have_value("/stauts")  # back in the box, to correct
     _send(page, "/status")

@@ -138,7 +138,7 @@ async function api(path, opts = {}) {
   try { body = await res.json(); } catch { body = null; }
   if (!res.ok) {
     const d = body && body.detail;
-    const msg = d && typeof d === "object" ? `${d.message}. ${d.hint || ""}` : String(d || res.status);
+    const msg = d && typeof d === "object" ? withHint(d.message, d.hint) : String(d || res.status);
     throw new Error(msg);
   }
   return body;
@@ -261,6 +261,13 @@ function approvalOutcome(seg) {
   if (seg.reason === "answered") return (seg.allowed ? "Allowed" : "Denied") + where;
   if (seg.reason === "deadline") return "Denied: nobody answered in time";
   return "Denied: the turn was stopped";
+}
+
+// An error's message and its hint as one line: a full stop between them only where the
+// message ends without one of its own ("did you mean /status? Nothing was sent.", not "?.").
+function withHint(message, hint) {
+  if (!hint) return message;
+  return /[.?!:]$/.test(message) ? `${message} ${hint}` : `${message}. ${hint}`;
 }
 
 // A command the agent wants to run, waiting for the person's yes or no: whether the sandbox
@@ -620,7 +627,7 @@ function Composer({ onSend, draft, busy, asking, uploads, setUploads, notify }) 
         const res = await fetch(`/api/uploads?name=${encodeURIComponent(f.name || "pasted")}`,
           { method: "POST", body: f, headers: { "Content-Type": f.type || "application/octet-stream" } });
         const body = await res.json();
-        if (!res.ok) throw new Error(body.detail ? `${body.detail.message}. ${body.detail.hint}` : res.status);
+        if (!res.ok) throw new Error(body.detail ? withHint(body.detail.message, body.detail.hint) : res.status);
         setUploads((u) => [...u, { name: body.name, mime: body.mime, upload_id: body.upload_id, size: body.size }]);
       } catch (e) {
         notify(`Could not attach ${f.name}: ${e instanceof TypeError ? NO_SERVE : e.message}`);
@@ -1209,7 +1216,7 @@ function App() {
           if (lv) lv.mail = lv.mail.filter((m) => m.state || m.text !== ev.text);
           if (draft.current) draft.current(ev.text);
         }
-        notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
+        notify(withHint(ev.message, ev.hint));
         break;
       case "work":
         for (const hear of workListeners) hear(ev);
