@@ -212,11 +212,16 @@ def test_a_message_sent_while_working_is_shown_as_mail(page, model):
 
 def test_markdown_is_sanitised(page, model):
     _send(page, "show html")
-    model.reply('Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> **b**')
+    model.reply(
+        'Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> **b**\n\n'
+        "<svg><animate onbegin=window.pwned=3 attributeName=x dur=1s>"
+    )
     expect(page.locator(".msg.assistant:not(.live) strong")).to_have_text("b")
     assert page.evaluate("window.pwned") is None
     assert page.locator(".msg.assistant script").count() == 0
     assert page.locator(".msg.assistant img[onerror]").count() == 0
+    # No svg at all (QA20m #6): an emptied one kept its default 300x150 as a blank block.
+    assert page.locator(".msg.assistant svg").count() == 0
 
 
 def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second: str) -> Any:

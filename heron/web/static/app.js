@@ -26,8 +26,11 @@ const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
 const PAGE = 200;
 const LIST_PAGE = 50; // conversations in the list, and how many more "More conversations" shows
 
-// Model text is untrusted: sanitised after parsing, before it reaches the DOM.
-const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }));
+// Model text is untrusted: sanitised after parsing, before it reaches the DOM. HTML only, no
+// SVG or MathML: an svg the sanitiser emptied (its script-like children removed) still drew
+// its default 300x150 as a blank block in the reply.
+const SANITISE = { USE_PROFILES: { html: true } };
+const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }), SANITISE);
 
 export function renderMarkdown(text) {
   const key = text || "";
@@ -46,7 +49,7 @@ function prerender(texts) {
   const todo = [...new Set(texts.filter((t) => t && !mdCache.has(t)))];
   if (!todo.length) return;
   const joined = todo.map((t, i) => `<div data-md="${i}">${marked.parse(t, { gfm: true })}</div>`).join("");
-  const frag = DOMPurify.sanitize(joined, { RETURN_DOM_FRAGMENT: true });
+  const frag = DOMPurify.sanitize(joined, { ...SANITISE, RETURN_DOM_FRAGMENT: true });
   // Raw HTML in one text could close its wrapper or forge another's: then the wrappers do not
   // come back exactly once each, in order, and every text is done on its own instead.
   const kids = [...frag.children];
