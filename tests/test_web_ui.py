@@ -241,6 +241,9 @@ def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second:
 
 def test_retry_makes_a_branch_and_switching_goes_back(page, model):
     panel = _two_branches(page, model, "pick a number", "seven", "three")
+    for n in (1, 2):  # told apart even when they end alike: the number, the time (QA20m #4)
+        button = panel.get_by_role("button", name=f"switch to branch {n}")
+        expect(button.locator(".conv-meta")).to_have_text(re.compile(rf"branch {n} · \d{{4}}-"))
     panel.get_by_role("button", name="switch to branch 1").click()
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
 

@@ -378,9 +378,11 @@ def _branch_holding(store: Store, conversation_id: int, message_id: int) -> int 
     return None
 
 
-def _branches(store: Store, key: str) -> dict[str, Any]:
+def _branches(store: Store, key: str, zone: str) -> dict[str, Any]:
     """The conversation's branches (leaves) and the user's messages on the current one, as
-    /tree lists them: /tree N and /edit N TEXT take these numbers."""
+    /tree lists them: /tree N and /edit N TEXT take these numbers. Each branch says when its
+    last message came (`when`, in the agent's zone): two that end alike (an /edit, then a
+    /retry of it) are told apart by it and by their number."""
     from heron.agent.commands import _leaves, _user_messages
 
     conv = _conversation(store, key)
@@ -390,6 +392,7 @@ def _branches(store: Store, key: str) -> dict[str, Any]:
     on_branch = {r.id for r in rows}
     leaves = [
         {"n": i, "id": leaf.id, "text": label, "current": leaf.id in on_branch}
+        | {"when": timefmt.when(leaf.created, zone)}
         for i, (leaf, label) in enumerate(_leaves(store, conv.id), 1)
     ]
     typed = [
@@ -401,7 +404,8 @@ def _branches(store: Store, key: str) -> dict[str, Any]:
 @router.get("/conversations/{key}/branches")
 async def branches(request: Request, key: str) -> JSONResponse:
     state = _state(request)
-    return JSONResponse(await _run(state, _branches, state.store, key))
+    zone = state.settings.timezone
+    return JSONResponse(await _run(state, _branches, state.store, key, zone))
 
 
 def _compactions(state: WebState, key: str) -> dict[str, Any]:

@@ -802,7 +802,8 @@ function Branches({ conv, command, tick }) {
     <button onClick=${() => command("/retry")}>Retry the last message</button>
     <ol class="branches">${data.branches.map((b) => html`<li key=${b.id} class=${b.current ? "current" : ""}>
       <button onClick=${() => command(`/tree ${b.n}`)} aria-current=${b.current ? "true" : undefined}
-        aria-label=${`switch to branch ${b.n}`}>${b.current ? "● " : ""}${b.text || "(empty)"}</button></li>`)}</ol>
+        aria-label=${`switch to branch ${b.n}`}>${b.current ? "● " : ""}${b.text || "(empty)"}
+        <span class="conv-meta">branch ${b.n} · ${b.when}</span></button></li>`)}</ol>
     </section>`;
 }
 
