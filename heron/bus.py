@@ -118,6 +118,9 @@ class OutboundMessage:
     # Who said it, when not the conversation's own turn: background work's label ("the
     # heartbeat check", "scheduled job 3 (a monitor)"), shown with the text by the clients.
     by: str | None = None
+    # /resume's answer: the conversation its client goes on in. That client alone moves; the
+    # serve tells the conversation's other clients that one left (heron/serve/hub.py).
+    switch_to: str | None = None
 
 
 STOP_ANSWER_CODE = "stop_answer"
@@ -186,6 +189,7 @@ class ApprovalAsk:
     allowed: bool = False  # approval_end: the command runs
     by: str | None = None  # approval_end: the chat_id of the client that answered (None: none)
     reason: str = ""  # approval_end: "answered", "stopped" (/stop, /new, shutdown), "deadline"
+    confined: bool = False  # the command runs in the sandbox (approval "ask" chosen anyway)
 
     def outcome(self) -> str:
         """How the wait ended, for a client to show (approval_end)."""

@@ -211,17 +211,17 @@ async def test_unconfined_commands_wait_for_approval(heron_home: Path, tmp_path:
     refused = await call_tool("bash", {"command": command}, confined=False)
     assert refused.is_error and NO_TERMINAL in refused.content and not marker.exists()
 
-    asked: list[tuple[str, str]] = []
+    asked: list[tuple[str, str, bool]] = []
 
-    async def no(tool: str, text: str) -> str | None:
-        asked.append((tool, text))
+    async def no(tool: str, text: str, confined: bool) -> str | None:
+        asked.append((tool, text, confined))
         return DECLINED
 
     declined = await call_tool("bash", {"command": command}, confined=False, approve=no)
     assert declined.is_error and DECLINED in declined.content and not marker.exists()
-    assert asked == [("bash", command)]  # the exact command was shown
+    assert asked == [("bash", command, False)]  # the exact command, said to be unconfined
 
-    async def yes(tool: str, text: str) -> str | None:
+    async def yes(tool: str, text: str, confined: bool) -> str | None:
         return None
 
     ran = await call_tool("bash", {"command": command}, confined=False, approve=yes)

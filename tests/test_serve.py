@@ -351,3 +351,34 @@ async def test_a_send_the_serve_does_not_take_is_refused_to_that_client_alone():
     assert broken["code"] == "refused" and "malformed TOML" in broken["message"]
     assert broken["hint"] == "Fix that line, or move the file aside." and command == broken
     assert events[0]["type"] == "turn_start" and events[0]["text"] == "hello"
+
+
+async def test_a_resume_moves_only_the_client_that_typed_it():
+    """`/resume KEY` from one client (QA20m #1): that client alone is told to switch; another
+    client on the same conversation stays there, hears a note that names where the other went
+    rather than "Resumed", and its next message is answered where it is."""
+    async with (
+        running_serve(ScriptedProvider(_echo)) as serve,
+        ws_client(serve) as a,
+        ws_client(serve) as b,
+    ):
+        await ws_hello(a, "long")
+        await a.send(json.dumps({"type": "send", "text": "said in long"}))
+        await ws_until(a, "idle")
+        await ws_hello(a)
+        mine = (await ws_hello(b))["chat_id"]
+        await b.send(json.dumps({"type": "command", "text": "/resume long"}))
+        seen_b, seen_a = await ws_until(b, "idle"), await ws_until(a, "idle")
+        await a.send(json.dumps({"type": "send", "text": "where does this go"}))
+        after = await ws_until(a, "idle")
+    said_b = [e for e in seen_b if e["type"] == "message"]
+    said_a = [e for e in seen_a if e["type"] == "message"]
+    assert said_b[0]["text"].startswith("Resumed long") and said_b[0]["chat_id"] == mine
+    assert said_a[0]["text"] == (
+        "/resume from the browser opened conversation 'long' there; this one stays on 'personal'."
+    )
+    assert seen_b[-2]["type"] == "turn_end" and seen_b[-2]["switch_to"] == "long"
+    assert seen_a[-2]["type"] == "turn_end" and seen_a[-2]["switch_to"] is None
+    assert seen_a[-2]["chat_id"] == mine  # whose turn it was
+    assert {e["conversation"] for e in after} == {"personal"}
+    assert [e["text"] for e in after if e["type"] == "delta"] == ["echo: where does this go"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ async def test_a_client_is_asked_the_exact_command_and_allowing_it_runs_it():
         await _send(ws, {"type": "send", "text": "run it"})
         before = await ws_until(ws, "approval")
         asked = before[-1]
-        assert (asked["tool"], asked["command"]) == ("bash", COMMAND)
+        assert (asked["tool"], asked["command"], asked["confined"]) == ("bash", COMMAND, False)
         assert _of(before, "tool_start")  # asked once the call is shown, in order
         await _send(ws, {"type": "approve", "id": asked["id"], "allow": True})
         after = await ws_until(ws, "idle")
@@ -165,7 +166,7 @@ async def test_the_remote_client_asks_its_approver_and_sends_the_answer():
     asked: list[tuple[str, str]] = []
     seen: list[Outbound] = []
 
-    async def person_types_y(tool: str, command: str) -> str | None:
+    async def person_types_y(tool: str, command: str, confined: bool) -> str | None:
         asked.append((tool, command))
         return None
 
@@ -258,3 +259,38 @@ async def test_a_chat_through_the_serve_asks_each_command_of_a_reply_on_its_own_
     results = [p for m in provider.requests[-1].messages for p in m.tool_results]
     by_call = {r.call_id: r.content for r in results}
     assert "ran-1" in by_call["c1"] and DECLINED in by_call["c2"]  # each answer counted
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+async def test_an_approval_of_a_sandboxed_command_says_sandboxed_to_every_client(monkeypatch):
+    """QA20m #3: with `approval = "ask"` and the sandbox working, the command runs confined, so
+    the `approval` event says so (`confined`) and the chat and `heron run` word it
+    "sandboxed", not "unconfined"."""
+    monkeypatch.delenv("HERON_BWRAP")
+    Settings.load().paths.ensure().config.write_text('[tools]\napproval = "ask"\n')
+    out, err = StringIO(), StringIO()
+    view = TerminalView(Console(file=out, width=200), ChatState("boxed", "default"))
+
+    async def person() -> None:
+        while view.asking is None or view.asking.done():
+            await asyncio.sleep(0.01)
+        view.answer("y")
+
+    async with _serve() as serve, ws_client(serve) as ws:
+        await ws_hello(ws, "boxed")
+        remote = connect_remote(
+            Path(serve.info.socket), "terminal", view.deliver, "boxed", approve=view.approve
+        )
+        async with remote as conn:
+            view.chat_id = conn.chat_id or ""
+            answering = asyncio.create_task(person())
+            run = asyncio.create_task(
+                run_message(Settings.load, "run it", "default", "boxed", None, False, out, err)
+            )
+            asked = (await ws_until(ws, "approval"))[-1]
+            await asyncio.wait_for(answering, 30)
+            assert await asyncio.wait_for(run, 30)
+    assert asked["confined"] is True
+    assert "The agent wants to run (bash, sandboxed):" in out.getvalue()
+    assert f"the agent wants to run (bash, sandboxed):\n  {COMMAND}\n" in err.getvalue()
+    assert "unconfined" not in out.getvalue() + err.getvalue()

@@ -1,18 +1,27 @@
 """A seq counts in the serve process that numbered it: every welcome names the hub's
 `instance`, and a client that comes back to another instance (the serve was restarted and
 numbers from 0 again) is told `gap`, whatever its old `last_seq`, so it rereads the store and
-takes the new numbering instead of dropping every event up to its old number."""
+takes the new numbering instead of dropping every event up to its old number. A turn a killed
+serve left running is closed as interrupted when the next one starts, or when a client reads
+its transcript."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 from serve_helpers import running_serve, ws_client, ws_hello, ws_next, ws_until
 
 from heron.bus import TurnEvent
-from heron.messages import Reply, Text
+from heron.config import Settings
+from heron.messages import Message, Reply, Text
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.hub import Client, Hub
+from heron.store import Store
+from heron.store import engine_state as es
 
 
 def _delta(key: str) -> TurnEvent:
@@ -85,3 +94,61 @@ async def test_resume_across_a_restart_is_told_gap_and_follows_the_new_numbering
         assert any(
             e.get("text") == "echo: after the restart" for e in events if e["type"] == "delta"
         )
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process: a serve killed (kill -9) mid-turn
+    return dead.pid
+
+
+def _left_running(key: str, pid: int) -> int:
+    """A turn as process `pid` of this host leaves it when killed mid-turn: the message
+    stored, the turn row `running`, the conversation's lease still its own. Its turn id."""
+    store = Store(Settings.load().paths.db)
+    conversation = store.open_conversation(key)
+    said = Message("user", [Text("slow KILL")])
+    turn_id, _ = store.begin_turn(conversation.id, f"run_{key}", said)
+    now = time.time()
+    with store.transaction() as c:
+        c.execute(
+            "INSERT INTO turn_leases (conversation_id, owner, host, pid, run_id, acquired,"
+            " expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation.id, f"{es.HOST}:{pid}:1", es.HOST, pid, f"run_{key}", now, now + 30),
+        )
+    store.close()
+    return turn_id
+
+
+def _status(turn_id: int) -> str:
+    store = Store(Settings.load().paths.db)
+    try:
+        return str(store.query("SELECT status FROM turns WHERE id = ?", (turn_id,))[0][0])
+    finally:
+        store.close()
+
+
+async def _last_item(serve, key: str) -> dict:
+    async with serve.http() as http:
+        response = await http.get(f"/api/conversations/{key}/transcript")
+    return response.json()["items"][-1]
+
+
+async def test_a_turn_a_killed_serve_left_running_is_closed_when_the_next_serve_starts():
+    """QA20m #2: the page that reconnects after a `kill -9` shows the stopped note (and so
+    /retry) at once, not the person's message with nothing under it until the next message."""
+    left = _left_running("personal", _dead_pid())
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        assert _status(left) == "interrupted"
+        item = await _last_item(serve, "personal")
+    assert item == {**item, "kind": "note", "text": "This turn was stopped before it finished."}
+
+
+async def test_a_turn_left_by_a_process_killed_while_the_serve_runs_is_closed_on_reading():
+    """A `heron run --model` beside the serve killed mid-turn: the transcript a client reads
+    shows it stopped. A turn whose process lives (this one, as another owner) is left be."""
+    async with running_serve(ScriptedProvider(_echo)) as serve:
+        left, alive = _left_running("killed", _dead_pid()), _left_running("alive", os.getpid())
+        assert (await _last_item(serve, "killed"))["kind"] == "note"  # the stopped note
+        assert (await _last_item(serve, "alive"))["kind"] == "user"
+    assert (_status(left), _status(alive)) == ("interrupted", "running")

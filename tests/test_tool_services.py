@@ -31,7 +31,7 @@ async def test_a_turn_hands_its_tools_typed_services():
         replies.append(ctx.reply_seq)
         return "looked"
 
-    async def approve(name: str, command: str) -> str | None:
+    async def approve(name: str, command: str, confined: bool) -> str | None:
         return None
 
     script = [

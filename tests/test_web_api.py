@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from heron import timefmt
 from heron.agent.engine import Engine
 from heron.channels.inprocess import connect
 from heron.config import AttachmentCaps, Settings
@@ -285,6 +286,11 @@ def test_branches_after_a_retry(client):
     assert len(body["branches"]) == 2
     assert [b["current"] for b in body["branches"]] == [False, True]
     assert body["branches"][1]["text"] == "question → second answer"  # as /tree labels it
+    # Two branches that end alike are told apart by when their last message came (QA20m #4)
+    zone = Settings.load().timezone
+    store = Store(Settings.load().paths.db)
+    created = [store.message(b["id"]).created for b in body["branches"]]
+    assert [b["when"] for b in body["branches"]] == [timefmt.when(t, zone) for t in created]
     assert [m["text"] for m in body["messages"]] == ["question"]
     users = [
         i

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -211,11 +212,16 @@ def test_a_message_sent_while_working_is_shown_as_mail(page, model):
 
 def test_markdown_is_sanitised(page, model):
     _send(page, "show html")
-    model.reply('Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> **b**')
+    model.reply(
+        'Hi <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> **b**\n\n'
+        "<svg><animate onbegin=window.pwned=3 attributeName=x dur=1s>"
+    )
     expect(page.locator(".msg.assistant:not(.live) strong")).to_have_text("b")
     assert page.evaluate("window.pwned") is None
     assert page.locator(".msg.assistant script").count() == 0
     assert page.locator(".msg.assistant img[onerror]").count() == 0
+    # No svg at all (QA20m #6): an emptied one kept its default 300x150 as a blank block.
+    assert page.locator(".msg.assistant svg").count() == 0
 
 
 def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second: str) -> Any:
@@ -235,6 +241,9 @@ def _two_branches(page: Any, model: SteeredModel, text: str, first: str, second:
 
 def test_retry_makes_a_branch_and_switching_goes_back(page, model):
     panel = _two_branches(page, model, "pick a number", "seven", "three")
+    for n in (1, 2):  # told apart even when they end alike: the number, the time (QA20m #4)
+        button = panel.get_by_role("button", name=f"switch to branch {n}")
+        expect(button.locator(".conv-meta")).to_have_text(re.compile(rf"branch {n} · \d{{4}}-"))
     panel.get_by_role("button", name="switch to branch 1").click()
     expect(page.locator(".msg.assistant:not(.live)")).to_have_text("seven")
 
@@ -825,6 +834,9 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
         _send(pg, "say hi in the shell")
         model.feed(("call", ToolCall("c1", "bash", {"command": command})), ("end", None))
         card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.locator(".approval-tag")).to_have_text(
+            "The agent wants to run (bash, unconfined):"
+        )
         expect(card.locator(".approval-command")).to_have_text(command)  # exact, as text
         expect(card.locator("b")).to_have_count(0)  # never HTML
         waits = pg.get_by_role("status").filter(has_text="The agent waits for your approval")
@@ -837,6 +849,27 @@ def test_an_unconfined_command_waits_on_a_card_and_allow_runs_it(browser, model,
         expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("It said hi.")
         results = [p.content for m in model.requests[-1].messages for p in m.tool_results]
         assert len(results) == 1 and "shell-said-hi" in results[0]
+        pg.context.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+def test_a_card_for_a_sandboxed_command_says_sandboxed(browser, model, monkeypatch):
+    """approval = "ask" with the sandbox working (QA20m #3): the command runs confined, and the
+    card says so rather than "unconfined"."""
+    monkeypatch.delenv("HERON_BWRAP", raising=False)
+    Settings.load().paths.ensure().config.write_text('[tools]\napproval = "ask"\n')
+    with serve(model) as site:
+        pg = site.page(browser, "/")
+        _send(pg, "list the files")
+        model.feed(("call", ToolCall("c1", "bash", {"command": "ls"})), ("end", None))
+        card = pg.get_by_role("group", name="the agent wants to run bash")
+        expect(card.locator(".approval-tag")).to_have_text(
+            "The agent wants to run (bash, sandboxed):"
+        )
+        card.get_by_role("button", name="Deny").click()
+        expect(card.locator(".approval-outcome")).to_have_text("Denied")
+        model.reply("Not run.")
+        expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Not run.")
         pg.context.close()
 
 
@@ -945,8 +978,8 @@ def test_a_skip_link_comes_first_in_tab_order_and_goes_to_the_message_box(page):
 def test_a_mistyped_command_is_named_as_the_terminal_names_it_and_not_sent(page, model):
     box = page.get_by_role("textbox", name="message")
     _send(page, "/stauts")
-    expect(page.get_by_role("alert")).to_contain_text(
-        "unknown command /stauts; did you mean /status?"
+    expect(page.get_by_role("alert")).to_have_text(  # one full stop, not "?."
+        "unknown command /stauts; did you mean /status? Nothing was sent."
     )
     expect(box).to_have_value("/stauts")  # back in the box, to correct
     _send(page, "/status")
@@ -1562,3 +1595,27 @@ def test_a_command_answer_said_while_another_process_turn_runs_goes_below_its_re
     expect(pg.locator(".msg.assistant:not(.live)")).to_have_count(2)
     _order(pg, "run elsewhere", "the reply from elsewhere", "model: scripted", "and now this")
     pg.context.close()
+
+
+def test_a_resume_from_another_tab_or_a_terminal_moves_only_that_client(browser, page, site, model):
+    """`/resume KEY` typed in one tab, or in `heron chat`, moves that client alone (QA20m #1):
+    this tab stays on its conversation, says where the other went, and what it sends next is
+    answered here."""
+    model.auto = "an answer"
+    control_send(site, "said in other", key="other", channel="terminal")
+    phone = site.page(browser, "/", viewport={"width": 390, "height": 800})
+    _send(phone, "/resume other")
+    expect(phone).to_have_url(re.compile(r"#c=other$"))
+    control_send(site, "/resume other", channel="terminal")
+    for where in ("the browser", "heron chat"):
+        said = f"/resume from {where} opened conversation 'other' there; this one stays on"
+        expect(page.get_by_text(said)).to_have_count(1)
+    assert "#c=other" not in page.url
+    _send(page, "still here")
+    expect(page.locator(".msg.assistant:not(.live)")).to_have_count(1)
+    store = Store(Settings.load().paths.db)
+    said = {key: store.branch(store.conversation(key).id) for key in ("personal", "other")}
+    assert [m.message.text for m in said["personal"]].count("still here") == 1
+    assert "still here" not in [m.message.text for m in said["other"]]
+    store.close()
+    phone.context.close()

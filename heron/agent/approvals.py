@@ -46,15 +46,18 @@ class Approvals:
     def approver(self, key: str, message: InboundMessage) -> Approver:
         """The approver of a turn in `key` opened by `message` (the AgentLoop's approver_for)."""
 
-        async def approve(tool: str, command: str) -> str | None:
-            return await self.ask(key, message, tool, command)
+        async def approve(tool: str, command: str, confined: bool) -> str | None:
+            return await self.ask(key, message, tool, command, confined)
 
         return approve
 
-    async def ask(self, key: str, message: InboundMessage, tool: str, command: str) -> str | None:
+    async def ask(
+        self, key: str, message: InboundMessage, tool: str, command: str, confined: bool = False
+    ) -> str | None:
         """Ask the conversation's clients; None when one allowed the command, else why not."""
         # Random ids: a tab left open across a restart cannot answer a new approval by chance.
         ask = ApprovalAsk(secrets.token_hex(6), tool, command, time.time() + self.deadline)
+        ask = dataclasses.replace(ask, confined=confined)
         waiting = self.waiting[ask.id] = _Waiting(key)
         self._emit(message, key, "approval", ask)
         end = dataclasses.replace(ask, reason="stopped")

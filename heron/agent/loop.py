@@ -430,7 +430,8 @@ class AgentLoop:
         if result.switch_to:
             self.routes[(message.channel, message.chat_id)] = result.switch_to
         if result.reply is not None and not control.stale:  # RESPOND's last token check
-            await self._send(message, key, result.reply, _kind_of(result))
+            kind, switch_to = _kind_of(result), result.switch_to
+            await self._send(message, key, result.reply, kind, switch_to=switch_to)
         self._ended(message, key, _end_of(result))
         return result
 
@@ -596,10 +597,10 @@ class AgentLoop:
         kind: str,
         code: str | None = None,
         by: str | None = None,
+        switch_to: str | None = None,
     ) -> None:
-        await self.bus.send(
-            OutboundMessage(message.channel, message.chat_id, key, text, kind, code, by)  # type: ignore[arg-type]
-        )
+        said = OutboundMessage(message.channel, message.chat_id, key, text, kind, code, by)  # type: ignore[arg-type]
+        await self.bus.send(dataclasses.replace(said, switch_to=switch_to))
 
     # ---- interrupts -----------------------------------------------------------------------
 

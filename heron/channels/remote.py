@@ -497,7 +497,7 @@ class RemoteAgent:
     async def _answer(self, approve: Approver, event: dict[str, Any]) -> None:
         """Ask the person and send the answer; a serve gone meanwhile has nobody to tell."""
         tool, command = str(event.get("tool") or ""), str(event.get("command") or "")
-        reason = await approve(tool, command)
+        reason = await approve(tool, command, bool(event.get("confined")))
         with contextlib.suppress(ConnectionError, OSError):
             self._write({"type": "approve", "id": event["id"], "allow": reason is None})
             await self.writer.drain()
@@ -651,6 +651,7 @@ def _approval_of(event: dict[str, Any]) -> ApprovalAsk:
         bool(event.get("allowed")),
         by if isinstance(by, str) else None,
         str(event.get("reason") or ""),
+        bool(event.get("confined")),
     )
 
 

@@ -128,10 +128,13 @@ class _Printer:
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
+            from heron.tools.approval import approval_label
+
             asked = ev.approval
             self.asked[asked.id] = asked.command
             self.note(
-                f"heron: the agent wants to run ({asked.tool}, unconfined):\n  {asked.command}\n"
+                f"heron: the agent wants to run ({approval_label(asked.tool, asked.confined)}):\n"
+                f"  {asked.command}\n"
                 "  waiting for an answer from the browser or a heron chat on this conversation"
             )
         elif ev.kind == "approval_end" and ev.approval is not None:
@@ -695,10 +698,10 @@ def _json_object(key: str | None) -> dict[str, object]:
     }
 
 
-async def _approve(err: TextIO, tool: str, command: str) -> str | None:
+async def _approve(err: TextIO, tool: str, command: str, confined: bool) -> str | None:
     """Approval in `heron run`: asked on the terminal when there is one; refused (and said to
     the person) when the run has none."""
-    from heron.tools.approval import DECLINED, NO_TERMINAL
+    from heron.tools.approval import DECLINED, NO_TERMINAL, approval_label
 
     if not (sys.stdin.isatty() and err.isatty()):
         err.write(
@@ -707,7 +710,9 @@ async def _approve(err: TextIO, tool: str, command: str) -> str | None:
             'approval = "allow" under [tools] in config.toml.\n'
         )
         return NO_TERMINAL
-    err.write(f"heron: the agent wants to run ({tool}, unconfined):\n{command}\nRun it? [y/N] ")
+    asked = f"heron: the agent wants to run ({approval_label(tool, confined)}):\n"
+    asked += f"{command}\nRun it? [y/N] "
+    err.write(asked)
     err.flush()
     answer = await asyncio.to_thread(sys.stdin.readline)
     return None if answer.strip().lower() in ("y", "yes") else DECLINED

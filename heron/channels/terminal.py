@@ -291,13 +291,17 @@ class TerminalView:
             self.console.print("[dim](no answer)[/dim]")
         self.state.followed(end)
 
-    async def approve(self, tool: str, command: str) -> str | None:
-        """Approval when commands are unconfined: the exact command, then the next line typed
-        answers (y runs it; anything else, Ctrl-C or Ctrl-D declines). The calls of one reply
-        may ask at once: they are asked one after the other, each with its own line."""
+    async def approve(self, tool: str, command: str, confined: bool) -> str | None:
+        """Approval of a command (unconfined, or approval "ask"): whether the sandbox confines
+        it and the exact command, then the next line typed answers (y runs it; anything else,
+        Ctrl-C or Ctrl-D declines). The calls of one reply may ask at once: they are asked one
+        after the other, each with its own line."""
+        from heron.tools.approval import approval_label
+
         async with self.one_at_a_time:
             self.flush()
-            self.console.print(f"[yellow]The agent wants to run ({tool}, unconfined):[/yellow]")
+            said = f"The agent wants to run ({approval_label(tool, confined)}):"
+            self.console.print(f"[yellow]{said}[/yellow]")
             self.console.print(command, markup=False, highlight=False)
             self.asking = asyncio.get_running_loop().create_future()
             try:

@@ -31,7 +31,7 @@ from heron.config import AttachmentCaps, Settings
 from heron.errors import HeronError, StoreRefused
 from heron.messages import new_key
 from heron.store import Conversation, Store
-from heron.store.engine_state import close_dead_runs
+from heron.store.engine_state import close_dead_runs, close_dead_turns
 from heron.web.uploads import Upload, folder, save
 
 router = APIRouter(prefix="/api")
@@ -299,11 +299,23 @@ async def transcript(
     state = _state(request)
     asked = (limit, before, since) != (None, None, None)
     paged = Page(limit, before, since) if asked else None
+    await _run(state, _close_left, state.store, key)
     built = await _run(state, build, state.store, key, FILE_URL, paged)
     if built is None:  # a conversation not started yet: empty, not an error
         empty: dict[str, Any] = {"conversation": key, "title": None, "head_id": None, "items": []}
         return JSONResponse({**empty, "start": None, "earlier": None})
     return JSONResponse(built.to_json())
+
+
+def _close_left(store: Store, key: str) -> None:
+    """A turn whose process died mid-turn here (a `heron run --model` killed beside the serve)
+    is read as stopped, with its note and /retry, not as a message with nothing under it."""
+    from heron.agent.turn import STOPPED
+
+    conversation = store.conversation(key)
+    if conversation is not None:
+        with contextlib.suppress(StoreRefused):  # a full disk: the transcript is read all the same
+            close_dead_turns(store, STOPPED, conversation.id)
 
 
 @router.get("/conversations/{key}/files/{message_id}/{index}")
@@ -366,9 +378,11 @@ def _branch_holding(store: Store, conversation_id: int, message_id: int) -> int 
     return None
 
 
-def _branches(store: Store, key: str) -> dict[str, Any]:
+def _branches(store: Store, key: str, zone: str) -> dict[str, Any]:
     """The conversation's branches (leaves) and the user's messages on the current one, as
-    /tree lists them: /tree N and /edit N TEXT take these numbers."""
+    /tree lists them: /tree N and /edit N TEXT take these numbers. Each branch says when its
+    last message came (`when`, in the agent's zone): two that end alike (an /edit, then a
+    /retry of it) are told apart by it and by their number."""
     from heron.agent.commands import _leaves, _user_messages
 
     conv = _conversation(store, key)
@@ -378,6 +392,7 @@ def _branches(store: Store, key: str) -> dict[str, Any]:
     on_branch = {r.id for r in rows}
     leaves = [
         {"n": i, "id": leaf.id, "text": label, "current": leaf.id in on_branch}
+        | {"when": timefmt.when(leaf.created, zone)}
         for i, (leaf, label) in enumerate(_leaves(store, conv.id), 1)
     ]
     typed = [
@@ -389,7 +404,8 @@ def _branches(store: Store, key: str) -> dict[str, Any]:
 @router.get("/conversations/{key}/branches")
 async def branches(request: Request, key: str) -> JSONResponse:
     state = _state(request)
-    return JSONResponse(await _run(state, _branches, state.store, key))
+    zone = state.settings.timezone
+    return JSONResponse(await _run(state, _branches, state.store, key, zone))
 
 
 def _compactions(state: WebState, key: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from heron.bus import ApprovalAsk, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import ApprovalAsk, Outbound, OutboundMessage, TurnEnd, TurnEvent, stopped_by
 from heron.messages import Usage
 
 JOURNAL_SIZE = 2000
@@ -78,7 +78,10 @@ class Client:
 
     def shown(self, event: Event, journal: Journal) -> Event:
         """`event` as this client is sent it: a `tool_end` whose start it missed names the
-        call's arguments (a pill that showed `{}` for them, and `/show N` too)."""
+        call's arguments (a pill that showed `{}` for them, and `/show N` too); another
+        client's /resume moves only that client (`_stays`)."""
+        if event.get("switch_to") and event.get("chat_id") != self.chat_id:
+            return _stays(event, journal.key)
         call = event.get("call_id")
         if event["type"] != "tool_end" or call not in self.unseen:
             return event
@@ -261,7 +264,7 @@ class Hub:
         client.unseen = set(journal.calls) if last_seq is None or gap else set()
         client.queue.put_nowait(journal.welcome(client, gap=gap))
         for event in () if gap else missed or ():
-            client.queue.put_nowait(event)
+            client.queue.put_nowait(client.shown(event, journal))
         if last_seq is None or gap:  # nothing replayed: what waits for an answer is sent again,
             waiting = [journal.question] if journal.question is not None else []
             # unnumbered: the client saw none of it
@@ -314,6 +317,8 @@ class Hub:
                 message["code"] = item.code
             if item.by is not None:  # background work's message: who said it
                 message["by"] = item.by
+            if item.switch_to is not None:  # /resume's answer: where its client goes on
+                message.update(switch_to=item.switch_to, channel=item.channel)
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent
@@ -386,7 +391,7 @@ class Hub:
             return [_approval(journal, ev.kind, ev.approval)]
         if ev.kind == "turn_end" and ev.end is not None:
             journal.approvals.clear()  # each ended with the turn at the latest (approvals.py)
-            end = _turn_end(journal.turn_id, ev.end)
+            end = {**_turn_end(journal.turn_id, ev.end), "chat_id": ev.chat_id}
             if self.stopping and end["interrupted"] and not end["error"]:
                 end["error"] = "heron serve stopped"
             if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
@@ -405,12 +410,23 @@ def _approval(journal: Journal, kind: str, ask: ApprovalAsk) -> Event:
     """A command waiting for the person's answer, or how that wait ended (docs/web.md)."""
     if kind == "approval":
         event: Event = {"type": "approval", "id": ask.id, "tool": ask.tool}
-        event.update(command=ask.command, deadline=round(ask.deadline, 3))
+        event.update(command=ask.command, deadline=round(ask.deadline, 3), confined=ask.confined)
         journal.approvals[ask.id] = event  # its seq is set as the journal appends it
         return event
     journal.approvals.pop(ask.id, None)
     end: Event = {"type": "approval_end", "id": ask.id, "allowed": ask.allowed}
     return {**end, "by": ask.by, "reason": ask.reason}
+
+
+def _stays(event: Event, key: str) -> Event:
+    """Another client's /resume, as a client that stays on `key` is sent it: the turn's end
+    without `switch_to` (a switch is its sender's alone: this client's next message must land
+    where it is), and the command's answer ("Resumed ...") as a note of where that one went."""
+    if event["type"] != "message":
+        return {**event, "switch_to": None}
+    went = stopped_by("resume", event.get("channel"))
+    said = f"{went} opened conversation {event['switch_to']!r} there; this one stays on {key!r}."
+    return {**event, "text": said, "switch_to": None}
 
 
 def _tool_end(ev: TurnEvent) -> Event:

@@ -37,6 +37,7 @@ from heron import versions
 from heron.agent.approvals import Approvals
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
+from heron.agent.turn import STOPPED
 from heron.bus import Dispatcher, InboundMessage, MessageBus
 from heron.config import ConfigWatch
 from heron.errors import ConfigError
@@ -45,6 +46,7 @@ from heron.proactive import wiring
 from heron.providers.profiles import file_summary
 from heron.serve.elsewhere import Watcher
 from heron.serve.hub import Hub
+from heron.store import engine_state as es
 from heron.trace.prices import PriceTable
 
 
@@ -135,6 +137,10 @@ class Runtime:
     async def start(self) -> None:
         if self._tasks or self.closed:
             return
+        # Turns a killed serve left running here are closed as RESTORE would close them, before
+        # any client reads them: a tab reconnecting shows the stopped note and /retry at once.
+        store = self.engine.store
+        await store.call(es.close_dead_turns, store, STOPPED, off_loop=True)
         self._tasks = [
             asyncio.create_task(self.loop.run(idle=self.idle)),
             asyncio.create_task(self.dispatcher.run()),

@@ -494,6 +494,35 @@ def close_turn(
         )
 
 
+def close_dead_turns(store: Store, stopped: str, conversation_id: int | None = None) -> list[int]:
+    """Turns a process of this host left running when it died mid-turn (a `heron serve`
+    killed with kill -9): the conversation's lease is still that process's, so nothing closes
+    them until the next turn there claims it (RESTORE). Each is closed now as RESTORE closes
+    it (`recover`), and its lease given up, in one transaction that first takes the
+    conversation's lock and checks the lease is still the dead one's. A live holder's turn,
+    and another host's (time alone never tells one is dead), are left be. Only that
+    conversation's with `conversation_id`. One read of the leases (a row per running turn);
+    a write only for one found dead. Returns the ids of the conversations closed."""
+    sql = "SELECT conversation_id, owner, pid FROM turn_leases WHERE host = ?"
+    args: tuple[object, ...] = (HOST,)
+    if conversation_id is not None:
+        sql, args = sql + " AND conversation_id = ?", (HOST, conversation_id)
+    dead = [(row[0], row[1]) for row in store.query(sql, args) if not pid_alive(row[2])]
+    closed = []
+    for conversation, owner in dead:
+        with store.transaction() as c:
+            lock_conversation(c, conversation)
+            gone = c.execute(
+                "DELETE FROM turn_leases WHERE conversation_id = ? AND owner = ?",
+                (conversation, owner),
+            )
+            if gone.rowcount != 1:  # another claim took it over meanwhile: that one recovers
+                continue
+            recover(store, conversation, stopped)
+        closed.append(conversation)
+    return closed
+
+
 # Why a maintenance run closed by `close_dead_runs` ended, on its row (`trace show`).
 DEAD_RUN = "its process ({pid}) ended before the run did: killed or crashed"
 

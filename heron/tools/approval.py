@@ -39,6 +39,13 @@ UNANSWERED = (
 )
 
 
+def approval_label(tool: str, confined: bool) -> str:
+    """What an approval prompt says of the command besides itself: its tool and whether the
+    sandbox confines it ("bash, sandboxed" when approval "ask" was chosen with bubblewrap
+    working; "bash, unconfined" without it), so that "ask" never reads as "the sandbox is off"."""
+    return f"{tool}, {'sandboxed' if confined else 'unconfined'}"
+
+
 def policy_for(configured: ApprovalMode | None, sandbox: Sandbox) -> ApprovalMode:
     """The policy in force: as configured, else "allow" sandboxed and "ask" unconfined."""
     if configured is not None:
@@ -52,6 +59,7 @@ class Approval:
 
     policy: ApprovalMode
     then: BeforeCall | None = None
+    confined: bool = False  # the sandbox confines the commands: the person is told so
 
     async def __call__(self, call: ToolCall, ctx: ToolContext) -> str | None:
         reason = await self._check(call, ctx)
@@ -68,7 +76,7 @@ class Approval:
             return NEVER
         if ctx.approve is None:
             return NO_TERMINAL
-        return await ctx.approve(call.name, str(call.args.get(argument, "")))
+        return await ctx.approve(call.name, str(call.args.get(argument, "")), self.confined)
 
 
 def install(registry: ToolRegistry, sandbox: Sandbox, configured: ApprovalMode | None) -> None:
@@ -77,7 +85,7 @@ def install(registry: ToolRegistry, sandbox: Sandbox, configured: ApprovalMode |
     then = registry.before_call
     if isinstance(then, Approval):  # a registry handed to a second engine
         then = then.then
-    registry.before_call = Approval(policy_for(configured, sandbox), then)
+    registry.before_call = Approval(policy_for(configured, sandbox), then, sandbox.confined)
     describe_commands(registry, sandbox)
 
 

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from heron.store.runs import Run
     from heron.tools.sandbox import Sandbox
 
-# (tool name, the exact command or code) -> None when the person approves, else why not.
-Approver = Callable[[str, str], Awaitable[str | None]]
+# (tool name, the exact command or code, whether it runs confined by the sandbox: approval
+# "ask" with bubblewrap working) -> None when the person approves, else why not.
+Approver = Callable[[str, str, bool], Awaitable[str | None]]
 
 # The scratchpad's bounds (heron/tools/scratchpad.py): bytes per file, files, bytes in all.
 SCRATCHPAD_LIMITS = (5 * 1024 * 1024, 2_000, 1024 * 1024 * 1024)

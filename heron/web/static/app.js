@@ -26,8 +26,11 @@ const DRAW_MS = 50; // the live reply is drawn at most 20 times a second
 const PAGE = 200;
 const LIST_PAGE = 50; // conversations in the list, and how many more "More conversations" shows
 
-// Model text is untrusted: sanitised after parsing, before it reaches the DOM.
-const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }));
+// Model text is untrusted: sanitised after parsing, before it reaches the DOM. HTML only, no
+// SVG or MathML: an svg the sanitiser emptied (its script-like children removed) still drew
+// its default 300x150 as a blank block in the reply.
+const SANITISE = { USE_PROFILES: { html: true } };
+const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }), SANITISE);
 
 export function renderMarkdown(text) {
   const key = text || "";
@@ -46,7 +49,7 @@ function prerender(texts) {
   const todo = [...new Set(texts.filter((t) => t && !mdCache.has(t)))];
   if (!todo.length) return;
   const joined = todo.map((t, i) => `<div data-md="${i}">${marked.parse(t, { gfm: true })}</div>`).join("");
-  const frag = DOMPurify.sanitize(joined, { RETURN_DOM_FRAGMENT: true });
+  const frag = DOMPurify.sanitize(joined, { ...SANITISE, RETURN_DOM_FRAGMENT: true });
   // Raw HTML in one text could close its wrapper or forge another's: then the wrappers do not
   // come back exactly once each, in order, and every text is done on its own instead.
   const kids = [...frag.children];
@@ -138,7 +141,7 @@ async function api(path, opts = {}) {
   try { body = await res.json(); } catch { body = null; }
   if (!res.ok) {
     const d = body && body.detail;
-    const msg = d && typeof d === "object" ? `${d.message}. ${d.hint || ""}` : String(d || res.status);
+    const msg = d && typeof d === "object" ? withHint(d.message, d.hint) : String(d || res.status);
     throw new Error(msg);
   }
   return body;
@@ -263,13 +266,21 @@ function approvalOutcome(seg) {
   return "Denied: the turn was stopped";
 }
 
-// A command the agent wants to run unconfined, waiting for the person's yes or no: the exact
-// command as text (htm escapes it), Allow and Deny as buttons; once decided, the decision.
+// An error's message and its hint as one line: a full stop between them only where the
+// message ends without one of its own ("did you mean /status? Nothing was sent.", not "?.").
+function withHint(message, hint) {
+  if (!hint) return message;
+  return /[.?!:]$/.test(message) ? `${message} ${hint}` : `${message}. ${hint}`;
+}
+
+// A command the agent wants to run, waiting for the person's yes or no: whether the sandbox
+// confines it (approval "ask" with bubblewrap working) or not, the exact command as text (htm
+// escapes it), Allow and Deny as buttons; once decided, the decision.
 function ApprovalCard({ seg, onApprove }) {
   const waiting = !seg.reason;
   return html`<div class=${"approval " + (waiting ? "waiting" : seg.allowed ? "allowed" : "denied")}
       role="group" aria-label=${"the agent wants to run " + seg.tool} data-approval=${seg.id}>
-    <div class="approval-tag">The agent wants to run (${seg.tool}, unconfined):</div>
+    <div class="approval-tag">The agent wants to run (${seg.tool}, ${seg.confined ? "sandboxed" : "unconfined"}):</div>
     <pre class="approval-command"><code>${seg.command}</code></pre>
     ${waiting ? html`<div class="approval-actions">
         <button class="allow" disabled=${seg.sent} onClick=${() => onApprove(seg, true)}>Allow</button>
@@ -619,7 +630,7 @@ function Composer({ onSend, draft, busy, asking, uploads, setUploads, notify }) 
         const res = await fetch(`/api/uploads?name=${encodeURIComponent(f.name || "pasted")}`,
           { method: "POST", body: f, headers: { "Content-Type": f.type || "application/octet-stream" } });
         const body = await res.json();
-        if (!res.ok) throw new Error(body.detail ? `${body.detail.message}. ${body.detail.hint}` : res.status);
+        if (!res.ok) throw new Error(body.detail ? withHint(body.detail.message, body.detail.hint) : res.status);
         setUploads((u) => [...u, { name: body.name, mime: body.mime, upload_id: body.upload_id, size: body.size }]);
       } catch (e) {
         notify(`Could not attach ${f.name}: ${e instanceof TypeError ? NO_SERVE : e.message}`);
@@ -791,7 +802,8 @@ function Branches({ conv, command, tick }) {
     <button onClick=${() => command("/retry")}>Retry the last message</button>
     <ol class="branches">${data.branches.map((b) => html`<li key=${b.id} class=${b.current ? "current" : ""}>
       <button onClick=${() => command(`/tree ${b.n}`)} aria-current=${b.current ? "true" : undefined}
-        aria-label=${`switch to branch ${b.n}`}>${b.current ? "● " : ""}${b.text || "(empty)"}</button></li>`)}</ol>
+        aria-label=${`switch to branch ${b.n}`}>${b.current ? "● " : ""}${b.text || "(empty)"}
+        <span class="conv-meta">branch ${b.n} · ${b.when}</span></button></li>`)}</ol>
     </section>`;
 }
 
@@ -1134,7 +1146,7 @@ function App() {
         if (lv.retry) { lv.retry = null; showLive(lv); } // the banner's wait is over
         if (ev.type === "approval") { // a command waits for a yes or no: drawn at once
           if (!lv.segments.some((x) => x.kind === "approval" && x.id === ev.id)) {
-            lv.segments.push({ kind: "approval", id: ev.id, tool: ev.tool, command: ev.command });
+            lv.segments.push({ kind: "approval", id: ev.id, tool: ev.tool, command: ev.command, confined: ev.confined });
           }
           showLive(lv); break;
         }
@@ -1208,7 +1220,7 @@ function App() {
           if (lv) lv.mail = lv.mail.filter((m) => m.state || m.text !== ev.text);
           if (draft.current) draft.current(ev.text);
         }
-        notify(ev.hint ? `${ev.message}. ${ev.hint}` : ev.message);
+        notify(withHint(ev.message, ev.hint));
         break;
       case "work":
         for (const hear of workListeners) hear(ev);
