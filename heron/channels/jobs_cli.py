@@ -250,7 +250,9 @@ def cancel(job_id: JobId) -> None:
     with _open() as (settings, store):
         before = _known(store, job_id)
         if before.builtin:  # its id sits among the person's: a cancel of it is refused
-            _fail(ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT))
+            _fail(
+                ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT.format(id=job_id))
+            )
         if before.status not in ("active", "paused"):
             was = "already done" if before.status == "done" else "already cancelled"
             typer.echo(f"Job {job_id} was {was}: {describe(before)}")
