@@ -8,11 +8,13 @@ callers pass a `Settings` around.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import re
+import sys
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 
 from heron import versions
 from heron.errors import ConfigError, NoModelConfigured
+from heron.messages import plural
 from heron.providers.gguf import physical_memory, read_gguf
 from heron.providers.profiles import (
     PLACEHOLDER_KEY,
@@ -115,6 +118,42 @@ def check_home(home: Path) -> None:
             f"HERON_HOME {home} is a file, not a folder",
             hint="Point HERON_HOME at a folder (it is created if missing), or move the file aside.",
         )
+
+
+UNUSED_NOTE = "heron.db.unused"  # beside heron.db: the notice below, told once
+UNDO = {
+    "HERON_DATABASE_URL": "unset HERON_DATABASE_URL",
+    "[store] url": "take url out of [store] in config.toml",
+}
+
+
+def tell_unused_sqlite(paths: Paths, source: str) -> None:
+    """Once per home, on stderr: its heron.db holds conversations (or jobs) that a home opened
+    on PostgreSQL does not see, since `source` names a PostgreSQL database. Heron copies nothing
+    from one to the other (docs/scale.md, "Moving a home"); without this, the person's history
+    seemed gone and their jobs stopped firing, in silence. The note is also kept beside the
+    file, which is what makes it once."""
+    note = paths.home / UNUSED_NOTE
+    if not paths.db.exists() or note.exists():
+        return
+    from heron.store.unused import held_in
+
+    held = held_in(paths.db)
+    if held is None or held.empty:
+        return  # nothing there to miss
+    what = plural(held.conversations, "conversation")
+    if held.jobs:
+        what += f" and {plural(held.jobs, 'scheduled job')}"
+    text = (
+        f"heron: {paths.db} is not used: {source} points this home at PostgreSQL, which starts "
+        f"from what that database holds, not from the {what} in that file (memory files and "
+        f"the workspace, under {paths.home}, are used as before). Nothing is copied or "
+        f"deleted: {UNDO[source]} to use it again. How to move a home: docs/scale.md, "
+        f'"Moving a home". (Said once; this note is kept in {note}.)'
+    )
+    print(text, file=sys.stderr)  # before any command's output: a config warning's place
+    with contextlib.suppress(OSError):
+        note.write_text(text + "\n", encoding="utf-8")
 
 
 def home_from_env(env: Mapping[str, str] | None = None) -> Path:
@@ -989,9 +1028,13 @@ class Settings:
         tenant's schema), else the SQLite file under HERON_HOME (created with the home)."""
         url = self.env.get("HERON_DATABASE_URL")
         if url:
-            return self._tenant_url(database_url(url, "HERON_DATABASE_URL"))
+            tenant_url = self._tenant_url(database_url(url, "HERON_DATABASE_URL"))
+            tell_unused_sqlite(self.paths, "HERON_DATABASE_URL")
+            return tenant_url
         if self.config.store_url:
-            return self._tenant_url(self.config.store_url)
+            tenant_url = self._tenant_url(self.config.store_url)
+            tell_unused_sqlite(self.paths, "[store] url")
+            return tenant_url
         return self.paths.ensure().db
 
     def _tenant_url(self, url: str) -> str:

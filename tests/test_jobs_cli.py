@@ -200,3 +200,36 @@ def test_run_now_without_a_serve_is_refused_and_asks_nothing(heron_home):
         assert js.get_job(store, int(job_id)).run_now is None
     finally:
         store.close()
+
+
+def _zone(home, name: str) -> None:
+    (home / "config.toml").write_text(f'[agent]\ntimezone = "{name}"\n', encoding="utf-8")
+
+
+def test_a_job_made_in_another_zone_is_shown_in_the_agents_zone_and_says_its_own(heron_home):
+    # Made while the agent's zone was UTC; the person then moved to Tokyo (UTC+9, no DST).
+    _zone(heron_home, "Etc/UTC")
+    old = _added("--cron", "0 9 * * *")
+    _zone(heron_home, "Asia/Tokyo")
+    new = _added("--cron", "0 9 * * *")
+    store = Store(Settings.load().paths.db)
+    try:
+        # Fire the old job once at 09:00 UTC on its first day, which is 18:00 in Tokyo.
+        store.conn.execute("UPDATE jobs SET next_run = ? WHERE id = ?", (9 * 3600.0, int(old)))
+        store.conn.commit()
+        js.claim_due(store, "me", os.getpid(), 9 * 3600.0 + 30, 3600.0)
+    finally:
+        store.close()
+    listed = jobs("list").output
+    rows = {r.split()[0]: r for r in listed.splitlines()[1:] if r.split()}
+    assert re.search(r"\d{4}-\d\d-\d\d 18:00", rows[old]), listed  # 09:00 UTC, in Tokyo
+    assert re.search(r"\d{4}-\d\d-\d\d 09:00", rows[new]), listed
+    assert f"Job {old}'s cron reads its times in Etc/UTC" in listed, listed
+    assert f"Job {new}'s cron" not in listed
+    shown = jobs("show", old).output
+    assert "zone:         Etc/UTC, the zone it was made in, not Asia/Tokyo" in shown, shown
+    assert re.search(r"next:         \d{4}-\d\d-\d\d 18:00 JST", shown), shown
+    assert re.search(r"made:         \d{4}-\d\d-\d\d \d\d:\d\d JST by cli", shown), shown
+    assert "zone:         Asia/Tokyo\n" in jobs("show", new).output
+    ran = jobs("runs", old).output.splitlines()
+    assert ran[1].split()[2:6] == ["1970-01-01", "18:00", "1970-01-01", "18:00"], ran

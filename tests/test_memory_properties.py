@@ -152,3 +152,76 @@ def test_a_different_statement_is_not_taken_for_a_forgotten_one():
 def test_property_fixture_is_isolated(tmp_path: Path):
     # The module-scoped store of the properties never touches this test's home.
     assert not (tmp_path / "t.db").exists()
+
+
+SPEAKER = st.sampled_from(
+    ["My sister said", "He told me", "The sign read", "Mum always says", "my doctor wrote:"]
+)
+MARKS = st.sampled_from([('"', '"'), ("\u201c", "\u201d")])
+JOINT = st.sampled_from([" but ", ", and ", ". ", "; ", "! Anyway, "])
+
+
+def _distinct(*texts: str) -> bool:
+    """Each long enough to quote, and none inside another (a quote of one is not the other)."""
+    keys = [_trim(t) for t in texts]
+    return all(len(k) >= MIN_QUOTE_CHARS for k in keys) and not any(
+        a in b for a, b in itertools.permutations(keys, 2)
+    )
+
+
+@SETTINGS
+@given(speaker=SPEAKER, theirs=SENTENCE, mine=SENTENCE, marks=MARKS, joint=JOINT)
+def test_words_the_user_quotes_from_someone_else_are_refused_and_their_own_taken(
+    service, speaker, theirs, mine, marks, joint
+):
+    assume(_distinct(theirs, mine, speaker))
+    opening, closing = marks
+    cid = _conversation(service, user(f"{speaker} {opening}{theirs}{closing}{joint}{mine}."))
+    _clear(service)
+    with pytest.raises(MemoryRefused, match="in quotation marks"):
+        service.save(cid, PATH, theirs)
+    assert service.save(cid, PATH, mine).text == quote_text(mine)
+
+
+@SETTINGS
+@given(before=SENTENCE, phrase=SENTENCE, after=st.sampled_from(["", " every time", " at home"]))
+def test_a_sentence_of_the_user_s_with_quotes_inside_it_is_taken_whole(
+    service, before, phrase, after
+):
+    assume(_distinct(before, phrase))
+    sentence = f'{before} "{phrase}"{after}'
+    cid = _conversation(service, user(f"{sentence}. That is all."))
+    _clear(service)
+    assert _trim(service.save(cid, PATH, sentence).text) == _trim(sentence)
+
+
+@SETTINGS
+@given(ask=st.sampled_from(["Remember ", "Please remember: ", "remember that "]), fact=SENTENCE)
+def test_words_the_user_puts_in_quotation_marks_to_be_remembered_are_theirs(service, ask, fact):
+    assume(_distinct(fact))
+    cid = _conversation(service, user(f'{ask}"{fact}".'))
+    _clear(service)
+    assert service.save(cid, PATH, fact).text == quote_text(fact)
+
+
+def test_the_review_example_quoted_olives_refused_the_house_special_taken(tmp_path: Path):
+    store = Store(tmp_path / "t.db")
+    try:
+        service = MemoryService(tmp_path / "memory", store)
+        cid = _conversation(
+            service,
+            user('My sister said "I hate olives" but I love olives.'),
+            user('I always order the "house special".'),
+        )
+        with pytest.raises(MemoryRefused, match="in quotation marks") as refused:
+            service.save(cid, PATH, "I hate olives")
+        assert "reported from someone else" in str(refused.value)
+        assert service.save(cid, PATH, "I love olives").text == "I love olives"
+        taken = service.save(cid, EntryPath("personal", "always", None, "order"), (
+            'I always order the "house special".'
+        ))  # fmt: skip
+        assert "house special" in taken.text
+        with pytest.raises(MemoryRefused):
+            service.save(cid, PATH, "house special")
+    finally:
+        store.close()

@@ -183,3 +183,26 @@ async def test_the_run_counts_only_suggestions_it_newly_queued():
     assert sorted(first.suggested) == sorted(s.id for s in waiting)
     assert "2 suggestion(s) queued" in first.text()
     assert second.suggested == [] and "0 suggestion(s) queued" in second.text()
+
+
+class Olives(Model):
+    """A review model that takes the words the person quoted from their sister for theirs."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        self.requests.append(request)
+        body = (
+            '{"facts": [{"path": "personal/always/hates-olives", "quote": "I hate olives"}]}'
+            if "QUOTABLE" in request.messages[0].text
+            else "{}"
+        )
+        return Reply([Text(body)], "done", Usage(500, 50))
+
+
+async def test_words_the_person_quoted_from_someone_else_are_refused_and_the_run_says_why():
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(Olives())) as engine:
+        _talk(engine.store, "prefs", 'My sister said "I hate olives" but I love olives.')
+        report = await nightly_review(engine)
+        waiting = engine.memory.waiting()
+    assert waiting == [] and report.suggested == []
+    assert report.refused == ["in quotation marks (someone else's words)"]
+    assert "1 pick(s) refused (1 in quotation marks (someone else's words))" in report.text()

@@ -240,7 +240,8 @@ def test_config_decides_its_time_and_whether_it_runs_and_jobs_cancel_refuses_it(
     refused = cli.invoke(app, ["jobs", "cancel", job_id])
     assert refused.exit_code == 1
     assert f"job {job_id} is Heron's built-in nightly review of memory" in refused.output
-    assert "heron jobs pause ID" in refused.output and "enabled = false" in refused.output
+    assert f"heron jobs pause {job_id} (heron jobs resume {job_id} brings" in refused.output
+    assert "enabled = false" in refused.output and " ID" not in refused.output
     assert "next " in cli.invoke(app, ["jobs", "list"]).output  # still on
     paused = cli.invoke(app, ["jobs", "pause", job_id])
     assert paused.exit_code == 0 and "[built-in review, paused]" in paused.output

@@ -398,3 +398,50 @@ async def test_with_tz_set_the_jobs_zone_and_the_models_clock_agree(monkeypatch)
         time.tzset()
     assert job.schedule.timezone == "America/New_York"
     assert "(America/New_York)" in told
+
+
+async def test_a_conversation_a_reminder_opens_is_titled_with_its_prompt_not_heron_s_wrapper():
+    async with rig(lambda _: answer("Time for stand-up."), local(2026, 6, 1, 8, 0)) as r:
+        store = r.engine.store
+        make_job(store, r.clock.now(), every="1h")
+        r.scheduler.poke()
+        await r.at(local(2026, 6, 1, 9, 0))
+        await r.settle()
+        conversation = store.conversation("chat-1")
+        assert conversation is not None
+        assert conversation.title == "Stand-up in five minutes."
+
+
+async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once_per_streak():
+    from heron.errors import ProviderError
+
+    down = {"yes": True}
+
+    def script(_: ChatRequest) -> object:
+        if down["yes"]:
+            raise ProviderError("HTTP 500 from the model server")
+        return answer("Stand-up now.")
+
+    def notes(store: Store) -> list[str]:
+        rows = store.branch(store.conversation("chat-1").id)
+        return [
+            r.message.text for r in rows if "failed" in r.message.text and "job" in r.message.text
+        ]
+
+    async with rig(script, local(2026, 6, 1, 8, 59)) as r:
+        store = r.engine.store
+        job = make_job(store, r.clock.now(), every="1m")
+        for minute in range(3):  # three failures in a row: one note
+            await r.at(local(2026, 6, 1, 9, minute))
+            await r.settle()
+        assert [run.status for run in js.runs(store, job.id)][:3] == ["failed"] * 3
+        (note,) = notes(store)
+        assert f"[Scheduled reminder, job {job.id}: its run failed" in note
+        assert "HTTP 500" in note and f"heron jobs runs {job.id}" in note
+        down["yes"] = False
+        await r.at(local(2026, 6, 1, 9, 3))
+        await r.settle()
+        down["yes"] = True
+        await r.at(local(2026, 6, 1, 9, 4))
+        await r.settle()
+        assert len(notes(store)) == 2  # a new streak after a success: said again

@@ -75,10 +75,12 @@ async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
             "hint",
             "usage",
             "cost_usd",
+            "later",
         }
         assert got["reply"] == "echo: hi" and got["conversation"] == key
         assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")
         assert got["usage"] == {"input": 40, "output": 7, "cache_read": 10, "cache_write": 0}
+        assert got["later"] == []
     assert served["cost_usd"] == local["cost_usd"]
 
 
@@ -303,3 +305,35 @@ async def test_a_question_in_a_script_says_how_to_answer_it_and_how_long_it_wait
     else:
         assert "without `heron serve`" in notes and "heron runs cancel" in notes
     assert said.rstrip().endswith("Went on without it.")
+
+
+def _spawning(request) -> Reply:
+    """The run's turn spawns a subagent and says so; the subagent answers; the turn that
+    announces its result answers with what it found."""
+    from heron.messages import ToolCall, ToolResult
+
+    said = request.messages[-1]
+    if "Conversation: subagent:" in "".join(m.text for m in request.messages):
+        return Reply([Text("SUB RESULT: 42")], "done", Usage(10, 2))
+    if "spawn one" in said.text:
+        return Reply([ToolCall("c1", "spawn", {"task": "find the number"})], "tool", Usage(10, 2))
+    if any(isinstance(p, ToolResult) for p in said.parts):
+        return Reply([Text("Started a subagent.")], "done", Usage(10, 2))
+    return Reply([Text("The subagent found 42.")], "done", Usage(10, 2))
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_without_a_serve_the_run_prints_the_answer_to_its_subagent_s_result(as_json):
+    out, err = StringIO(), StringIO()
+    provider = ScriptedProvider(_spawning)
+    ok = await run_once(
+        Settings.load(), "spawn one", "default", "sp", None, False, out, err, provider,
+        as_json=as_json,
+    )  # fmt: skip
+    assert ok, err.getvalue()
+    if as_json:
+        got = json.loads(out.getvalue())
+        assert got["reply"] == "Started a subagent." and got["ok"] is True
+        assert got["later"] == ["The subagent found 42."]
+    else:
+        assert out.getvalue() == "Started a subagent.\n\nThe subagent found 42.\n"

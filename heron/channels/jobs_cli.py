@@ -9,12 +9,14 @@ turn it off in config.toml).
 The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them.
 Adding a job while no `heron serve` runs saves it and says it waits for one; adding one to a
 conversation that does not exist yet says its first run opens it (a typo shows at once).
-Times are shown in the agent's zone (`[agent] timezone`), named in the tables' headers.
+Every time is shown in the agent's zone (`[agent] timezone`, heron/timefmt.py), unnamed in a
+table and named on a line of its own, whatever zone a job was made in. A cron job keeps firing by
+the clock of the zone it was made in: where that is not the agent's zone, the list and `show`
+say so, and how to move it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from heron import timefmt
 from heron.channels.common import table
 from heron.errors import ConfigError, HeronError
 
@@ -60,12 +63,9 @@ def _open() -> Iterator[tuple[Settings, Store]]:
         store.close()
 
 
-def _local(instant: float | None, zone: str) -> str:
-    if instant is None:
-        return "-"
-    from heron.store.schedule import zone_of
-
-    return f"{dt.datetime.fromtimestamp(instant, zone_of(zone)):%Y-%m-%d %H:%M}"
+def _local(instant: float | None, zone: str, *, named: bool = False) -> str:
+    """`instant` in the agent's `zone`: named when shown alone, not in a table's cell."""
+    return "-" if instant is None else timefmt.when(instant, zone, named=named)
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -73,21 +73,37 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _next(job: Job) -> str:
-    """When it fires next, as a person reads it: a paused job's instant is only a resume's."""
+def _next(job: Job, zone: str, *, named: bool = False) -> str:
+    """When it fires next, in the agent's `zone`: a paused job's instant is only a resume's."""
     if job.status == "paused":
         return "paused"
-    return _local(job.next_run, job.schedule.timezone)
+    return _local(job.next_run, zone, named=named)
 
 
-def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
+def other_zone(job: Job, zone: str) -> bool:
+    """Whether `job` fires by another clock than the agent's `zone`: a cron job made before the
+    zone changed keeps the zone it was made in (an interval or a one-off time is an instant,
+    the same in every zone)."""
+    return job.schedule.kind == "cron" and job.schedule.timezone != zone
+
+
+def zone_note(job: Job, zone: str) -> str:
+    """What the list says under a job that fires by another zone's clock, and how to move it."""
+    return (
+        f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, the zone it was made "
+        f"in, not in {zone} (NEXT is in {zone}). To move it to {zone}: heron jobs cancel "
+        f"{job.id}, then add it again (heron jobs show {job.id} has its prompt)."
+    )
+
+
+def job_rows(jobs: list[Job], zone: str) -> list[tuple[str, ...]]:
     return [
         (
             str(j.id),
             j.mode,
             j.status,
             j.schedule.describe(),
-            _next(j),
+            _next(j, zone),
             j.conversation,
             j.last_outcome or "-",
             _short(j.prompt),
@@ -96,11 +112,12 @@ def job_rows(jobs: list[Job]) -> list[tuple[str, ...]]:
     ]
 
 
-def review_line(job: Job) -> str:
+def review_line(job: Job, zone: str) -> str:
     """The built-in nightly review, on a line of its own under the person's jobs: its id is
-    not one of theirs, and it is paused or turned off otherwise than a job of theirs."""
+    not one of theirs, and it is paused or turned off otherwise than a job of theirs. Its
+    schedule follows the agent's `zone` (`sync_review`), which its description names."""
     state = {"cancelled": "off ([review] enabled = true turns it on)", "paused": "paused"}
-    said = state.get(job.status, f"next {_local(job.next_run, job.schedule.timezone)}")
+    said = state.get(job.status, f"next {_local(job.next_run, zone)}")
     last = f", last {job.last_outcome}" if job.last_outcome else ""
     how = f"heron jobs resume {job.id}" if job.status == "paused" else f"heron jobs pause {job.id}"
     if job.status == "cancelled":
@@ -133,14 +150,17 @@ def list_(
         when, enabled = job_schedule(settings.config)
         jobs.sync_review(store, when, enabled, time.time(), JOB_PROMPT)
         found = jobs.list_jobs(store, everything=every)
-        mine = [j for j in found if not j.builtin]
+        mine, zone = [j for j in found if not j.builtin], settings.timezone
         if mine:
-            table(JOB_HEADER, job_rows(mine))
+            table(JOB_HEADER, job_rows(mine, zone))
         else:
             typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
+        for job in mine:
+            if other_zone(job, zone):
+                typer.echo(zone_note(job, zone))
         built = jobs.review_job(store)
         if built is not None and (every or built.status != "cancelled"):
-            typer.echo(review_line(built))
+            typer.echo(review_line(built, zone))
 
 
 @app.command("add")
@@ -230,7 +250,9 @@ def cancel(job_id: JobId) -> None:
     with _open() as (settings, store):
         before = _known(store, job_id)
         if before.builtin:  # its id sits among the person's: a cancel of it is refused
-            _fail(ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT))
+            _fail(
+                ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT.format(id=job_id))
+            )
         if before.status not in ("active", "paused"):
             was = "already done" if before.status == "done" else "already cancelled"
             typer.echo(f"Job {job_id} was {was}: {describe(before)}")
@@ -299,31 +321,33 @@ def show(job_id: JobId) -> None:
     its last runs."""
     from heron.store import jobs
 
-    with _open() as (_, store):
+    with _open() as (settings, store):
         job = _known(store, job_id)
-        typer.echo("\n".join(show_lines(job, time.time())))
+        typer.echo("\n".join(show_lines(job, time.time(), settings.timezone)))
         found = jobs.runs(store, job_id, SHOWN_RUNS)
         if not found:
             typer.echo("No runs yet.")
             return
         typer.echo(f"Last runs (newest first; heron jobs runs {job_id} shows more):")
-        table(RUN_HEADER, run_rows(found, {job_id: job.schedule.timezone}))
+        table(RUN_HEADER, run_rows(found, settings.timezone))
 
 
 SHOWN_RUNS = 5
 
 
-def show_lines(job: Job, now: float) -> list[str]:
-    zone = job.schedule.timezone
+def show_lines(job: Job, now: float, zone: str) -> list[str]:
+    """Every line of `heron jobs show` but its runs; each time alone, so named, in the agent's
+    `zone`."""
     what = "the built-in nightly review of memory" if job.builtin else job.mode
     lines = [f"Job {job.id}: {what}, {job.status}"]
-    when = _next(job)
+    when = _next(job, zone, named=True)
     if job.status == "paused":
         again = job.schedule.next_after(now, base=job.next_run)
-        when = f"- (paused; resumed now, next {_local(again, zone)})"
-    rows = [("schedule", job.schedule.describe()), ("zone", zone), ("next", when)]
+        when = f"- (paused; resumed now, next {_local(again, zone, named=True)})"
+    rows = [("schedule", job.schedule.describe()), ("zone", _zone_line(job, zone)), ("next", when)]
     if job.run_now is not None:
-        rows.append(("asked", f"to run now at {_local(job.run_now, zone)}, not started yet"))
+        asked = _local(job.run_now, zone, named=True)
+        rows.append(("asked", f"to run now at {asked}, not started yet"))
     if not job.builtin:
         where = job.conversation
         if job.mode == "monitor":
@@ -331,8 +355,8 @@ def show_lines(job: Job, now: float) -> list[str]:
         rows.append(("conversation", where))
     rows += [
         ("catch-up", job.catch_up),
-        ("made", f"{_local(job.created, zone)} by {job.created_by}"),
-        ("last run", f"{_local(job.last_run, zone)}, {job.last_outcome or '-'}"),
+        ("made", f"{_local(job.created, zone, named=True)} by {job.created_by}"),
+        ("last run", f"{_local(job.last_run, zone, named=True)}, {job.last_outcome or '-'}"),
     ]
     lines += [f"  {name + ':':<14}{value}" for name, value in rows]
     lines.append("Prompt:")
@@ -349,30 +373,42 @@ def runs(
     from heron.store import jobs
     from heron.store.schedule import ScheduleError
 
-    with _open() as (_, store):
+    with _open() as (settings, store):
         if job_id is not None and jobs.get_job(store, job_id) is None:
             _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
         found = jobs.runs(store, job_id, limit)
         if not found:
             typer.echo("No runs yet.")
             return
-        zones = {j.id: j.schedule.timezone for j in jobs.list_jobs(store, everything=True)}
-        table(RUN_HEADER, run_rows(found, zones))
+        table(RUN_HEADER, run_rows(found, settings.timezone))
 
 
 RUN_HEADER = ("RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME", "DETAIL")
 
 
-def run_rows(found: list[JobRun], zones: dict[int, str]) -> list[tuple[str, ...]]:
+def run_rows(found: list[JobRun], zone: str) -> list[tuple[str, ...]]:
+    """The runs, every time in the agent's `zone`: one column, one clock."""
     return [
         (
             str(r.id),
             str(r.job_id),
-            _local(r.due, zones.get(r.job_id, "UTC")),
-            _local(r.started, zones.get(r.job_id, "UTC")),
+            _local(r.due, zone),
+            _local(r.started, zone),
             r.status,
             r.outcome or "-",
             r.detail or "",
         )
         for r in found
     ]
+
+
+def _zone_line(job: Job, zone: str) -> str:
+    """`show`'s zone: the job's own, and whether its cron fires by another clock than the one
+    its times are shown in."""
+    if not other_zone(job, zone):
+        return job.schedule.timezone
+    return (
+        f"{job.schedule.timezone}, the zone it was made in, not {zone}: its cron fires by "
+        f"{job.schedule.timezone}'s clock (the times shown here are in {zone}). To move it: "
+        f"heron jobs cancel {job.id}, then add it again."
+    )

@@ -88,6 +88,9 @@ class _Printer:
         self.key, self.served = key, served  # for how to answer a question (`question_note`)
         self.as_json = as_json  # hold the reply for one JSON object at the end (_finish)
         self.reply: list[str] = []
+        # Without a serve the run waits for the turns its own one started (a subagent's result
+        # announced, a goal's nudges): their answers, each printed as a paragraph of its own.
+        self.later: list[str] = []
         self.wrote = False
         self.at_line_start = True
         self.end: TurnEnd | None = None
@@ -165,8 +168,26 @@ class _Printer:
             self.write(m.text + "\n")
             if m.kind == "question":
                 self.note(question_note(self.key, self.served))
+        elif m.kind == "answer" and self._after_own_turn():
+            self.later_answer(m.text)
         elif m.kind != "error" and not self.wrote:  # an answer that did not stream
             self.write(m.text)
+
+    def _after_own_turn(self) -> bool:
+        """Whether an answer now is a later turn's: in this process, after the run's own turn
+        ended (through a serve the run ends with its turn, so none comes)."""
+        return not self.served and self.end is not None and self.end.outcome != "command"
+
+    def later_answer(self, text: str) -> None:
+        """A later turn's answer (`later`): a paragraph after the reply; in --json, its own
+        field, so `reply` stays the run's own turn's."""
+        self.later.append(text)
+        if self.as_json:
+            return
+        if self.wrote:
+            self.line_break()
+            self.write("\n")
+        self.write(text)
 
     def write(self, text: str) -> None:
         if self.as_json:
@@ -645,6 +666,7 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     usage = end.usage if end is not None else None
     streamed = "".join(printer.reply)
     out = _json_object(key)
+    out["later"] = list(printer.later)
     if end is not None and end.ok and end.command == "retry" and end.reply in NOT_RETRIED:
         out.update(error=end.reply, hint=not_retried_hint(end.reply, key))
         return out
@@ -695,6 +717,7 @@ def _json_object(key: str | None) -> dict[str, object]:
         "hint": None,
         "usage": dict.fromkeys(USAGE_FIELDS, 0),
         "cost_usd": None,
+        "later": [],
     }
 
 

@@ -23,7 +23,7 @@ from heron.context.tokens import estimate_text
 from heron.errors import ProviderError
 from heron.memory import queue, records
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
-from heron.memory.guard import find_quote, typed_texts
+from heron.memory.guard import find_quote, quoted_in, typed_texts
 from heron.memory.service import MemoryService
 from heron.messages import Message, Reply, Text
 from heron.providers.profiles import profile_for
@@ -38,7 +38,8 @@ You help keep the user's memory: durable facts and preferences the user stated a
 Read the QUOTABLE messages (the user's own words); the CONTEXT is there so you can tell a lasting
 preference from an instruction for the task at hand, and skip what the user later took back. Do
 not propose anything memory already covers. Only what the user said counts: never what the
-assistant inferred, tool output or web pages. No secrets, credentials or sensitive claims.
+assistant inferred, tool output or web pages; nor what the user puts in quotation marks to report
+what someone else said. No secrets, credentials or sensitive claims.
 Saving nothing is the common outcome.
 
 Reply with one JSON object and nothing else:
@@ -237,25 +238,36 @@ def _new(ids: list[int], waiting: set[int]) -> list[int]:
     return [i for i in dict.fromkeys(ids) if i not in waiting]
 
 
+# Why a fact the model picked was not queued, as a review's report counts them.
+QUOTED = "in quotation marks (someone else's words)"
+NOT_THEIRS = "not the user's words"
+REFUSED = "refused by memory's rules"
+
+
 def _queue_picks(
     service: MemoryService,
     conversation_id: int,
     data: dict[str, Any],
     rows: list[StoredMessage],
     quotable: set[int],
+    refused: list[str] | None = None,
 ) -> list[int]:
-    """Queue the picks that survive every check (the rest are dropped silently); the ids of
-    those newly queued."""
+    """Queue the picks that survive every check; the ids of those newly queued. Why each fact
+    was not is added to `refused` (QUOTED, NOT_THEIRS, REFUSED), when given."""
     ids: list[int] = []
     waiting = _waiting_ids(service)
+    why: list[str] = [] if refused is None else refused
     for fact in _items(data, "facts"):
         quote = str(fact.get("quote", ""))
         if not find_quote(quote, rows, only=quotable):
-            continue  # not the user's words among what this pass may quote
+            # Not the user's own words among what this pass may quote.
+            why.append(QUOTED if quoted_in(quote, rows, only=quotable) else NOT_THEIRS)
+            continue
         try:
             path = EntryPath.parse(str(fact.get("path", "")))
             number = service.suggest_fact(conversation_id, path, quote)
         except MemoryRefused:
+            why.append(REFUSED)
             continue
         if number is not None:
             ids.append(number)
@@ -277,9 +289,11 @@ async def extract(
     conversation_id: int,
     quotable_ids: Iterable[int],
     window: int | None = None,
+    refused: list[str] | None = None,
 ) -> tuple[list[int], int] | None:
     """One extraction call over the conversation: the ids of the queued suggestions and the
-    last row it read (`Batch.read_to`); None when the call failed, so nothing was read.
+    last row it read (`Batch.read_to`); None when the call failed, so nothing was read. Why a
+    fact was not queued goes to `refused` (`_queue_picks`).
     `window`: the asked model's, in tokens (else its built-in profile's). Its prompt is made off
     the event loop: it reads and decodes every row of the conversation (a 20,000-message one
     held the loop for half a second)."""
@@ -293,7 +307,8 @@ async def extract(
     data = await _ask(provider, FACTS_SYSTEM, batch.prompt, window)
     if data is None:
         return None
-    return _queue_picks(service, conversation_id, data, batch.rows, batch.quotable), batch.read_to
+    picks = _queue_picks(service, conversation_id, data, batch.rows, batch.quotable, refused)
+    return picks, batch.read_to
 
 
 def _request(
@@ -331,12 +346,14 @@ async def review_pass(
     conversation_id: int,
     window: int | None = None,
     calls: int = REVIEW_CALLS,
+    refused: list[str] | None = None,
 ) -> list[int]:
     """What was said since the last review, from the oldest unread on: each call reads the
     person's messages that fit the window whole, and the review cursor moves past what the
     answered call read (so the same messages are not reviewed twice: a chat's end after /learn
     proposes nothing again), up to `calls` calls; the rest waits for the next pass, as does
-    what a failed call was given. The ids of the suggestions it newly queued."""
+    what a failed call was given. The ids of the suggestions it newly queued; why each fact
+    picked was not queued goes to `refused`, when given."""
     ids: list[int] = []
     for _ in range(calls):
         since = reviewed_up_to(service, conversation_id)
@@ -345,7 +362,7 @@ async def review_pass(
         )
         if not new:
             break
-        done = await extract(provider, service, conversation_id, new, window)
+        done = await extract(provider, service, conversation_id, new, window, refused)
         if done is None:
             break
         ids += done[0]

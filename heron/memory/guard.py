@@ -3,7 +3,11 @@
 A save names a quote; the quote must appear, after folding case, punctuation variants and white
 space, in a message the user typed in this conversation, as a whole clause (it starts and ends
 where a sentence or clause does, or right after a request to remember), so no slice of a
-sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Only typed
+sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Words the
+person put in quotation marks are not their statement either (`My sister said "I hate olives"
+but I love olives.`): a clause inside a quotation is refused (`quoted_in` says why), unless the
+person asked to remember what they quoted (`Remember "I take the 8:15 train".`); a sentence of
+theirs that holds a quotation (`I always order the "house special".`) is theirs. Only typed
 user text counts: rows whose author is Heron (continue and wrap-up prompts, summaries, recall
 injections, subagent prompts) are never searched, nor are tool results, but for the answer the
 person typed to an `ask_user` question (its result quotes it). The model's own text never is,
@@ -191,15 +195,63 @@ def _ends_clause(after: str) -> bool:
     return not tail or tail[0] in _EDGE
 
 
-def _clause_at(hay: str, needle: str) -> QuoteMatch | None:
-    """Where `needle` stands as a whole clause in `hay` (asked: after a request to remember)."""
+def _clauses(hay: str, needle: str) -> Iterator[tuple[bool, bool]]:
+    """Each place `needle` stands as a whole clause in `hay`, as (asked: after a request to
+    remember, quoted: inside a quotation the person did not ask to have remembered)."""
     at = hay.find(needle)
     while at != -1:
         start, asked = _starts_clause(hay[:at])
         if start and _ends_clause(hay[at + len(needle) :]):
-            return QuoteMatch(0, 0.0, asked or bool(_ASK.match(needle)))
+            quoted = _in_quotation(hay, at)
+            if quoted and _remember_quoted(hay, at):
+                asked, quoted = True, False
+            yield asked or bool(_ASK.match(needle)), quoted
         at = hay.find(needle, at + 1)
+
+
+def _in_quotation(hay: str, at: int) -> bool:
+    """Whether `at` falls between a pair of quotation marks: an odd number of them before it
+    and one after (a lone mark, an inch sign, opens no quotation). Typographic marks are folded
+    to `"` by `normalise`; a single quote is no boundary at all (it is also an apostrophe)."""
+    return hay.count('"', 0, at) % 2 == 1 and '"' in hay[at:]
+
+
+def _remember_quoted(hay: str, at: int) -> bool:
+    """Whether the quotation `at` is in opens with it and follows a request to remember
+    (`remember "..."`): the person's own words, quoted to be kept as they are."""
+    opened = hay.rfind('"', 0, at)
+    return not hay[opened + 1 : at].strip() and bool(_ASK_TAIL.search(hay[:opened].rstrip() + " "))
+
+
+def _clause_at(hay: str, needle: str) -> QuoteMatch | None:
+    """Where `needle` stands as a whole clause of the person's own in `hay` (asked: after a
+    request to remember); None when it stands nowhere so, or only inside a quotation."""
+    for asked, quoted in _clauses(hay, needle):
+        if not quoted:
+            return QuoteMatch(0, 0.0, asked)
     return None
+
+
+QUOTED_HINT = (
+    "Words the user put in quotation marks are what they report someone (or something) else "
+    "saying, not their own statement. Quote what the user says in their own words, or ask them "
+    "whether it holds for them."
+)
+
+
+def quoted_in(quote: str, rows: Iterable[StoredMessage], only: set[int] | None = None) -> bool:
+    """Whether `quote` stands in what the user typed (of `only` among `rows`, if given) as a
+    whole clause only inside quotation marks: the words of someone the person quotes."""
+    needle = _trim(quote)
+    if len(needle) < MIN_QUOTE_CHARS:
+        return False
+    typed = typed_texts(list(rows))
+    return any(
+        quoted
+        for row_id, text in typed.items()
+        if (only is None or row_id in only) and needle in normalise(text)
+        for _, quoted in _clauses(_hay(text), needle)
+    )
 
 
 def find_quote(

@@ -26,6 +26,7 @@ from heron.memory.entries import (
 from heron.memory.guard import (
     BOUNDARY_HINT,
     MAX_ENTRY_CHARS,
+    QUOTED_HINT,
     QuoteMatch,
     appears_in,
     asks_to_forget,
@@ -37,6 +38,7 @@ from heron.memory.guard import (
     overlaps,
     quote_key,
     quote_text,
+    quoted_in,
     shown_in,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
@@ -113,6 +115,12 @@ class MemoryService:
         matches = find_quote(quote, rows)
         if matches:
             return matches[0]
+        if quoted_in(quote, rows):
+            raise MemoryRefused(
+                f"refused: the quote {quote!r} is words the user put in quotation marks, "
+                "reported from someone else, not their own statement",
+                hint=QUOTED_HINT,
+            )
         if appears_in(quote, rows):
             raise MemoryRefused(
                 f"refused: the quote {quote!r} is only a piece of a sentence the user wrote",

@@ -26,6 +26,7 @@ turn the person started runs.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,7 @@ class ReviewReport:
     left: int = 0  # not reached within the bounds: the next pass goes on
     suggested: list[int] = field(default_factory=list)
     dropped: int = 0  # no-op proposals
+    refused: list[str] = field(default_factory=list)  # why each fact picked was not queued
     model_calls: int = 0
     tokens: int = 0
 
@@ -102,8 +104,18 @@ class ReviewReport:
         return (
             f"nightly review: {self.conversations} conversation(s) read, {self.left} left for "
             f"the next pass; {len(self.suggested)} suggestion(s) queued, {self.dropped} no-op "
-            f"dropped; {self.model_calls} model call(s), about {self.tokens:,} tokens"
+            f"dropped{self._refusals()}; {self.model_calls} model call(s), about "
+            f"{self.tokens:,} tokens"
         )
+
+    def _refusals(self) -> str:
+        """The facts the model picked that were not queued, counted by why: "; 1 pick(s)
+        refused (1 in quotation marks (someone else's words))"."""
+        if not self.refused:
+            return ""
+        counts = Counter(self.refused)
+        said = ", ".join(f"{n} {why}" for why, n in counts.most_common())
+        return f"; {len(self.refused)} pick(s) refused ({said})"
 
 
 async def nightly_review(
@@ -126,7 +138,9 @@ async def nightly_review(
         # the conversation's cursor past what its answered calls read, no further.
         async with engine.maintenance(conversation_id, NIGHTLY_REVIEW) as run:
             provider.inner = run.provider(engine.provider, "review")
-            ids = await review_pass(provider, service, conversation_id, window)
+            ids = await review_pass(
+                provider, service, conversation_id, window, refused=report.refused
+            )
         report.suggested += ids
         if provider.refused > before:  # the bound: this one and the rest wait
             report.left += len(pending) - index

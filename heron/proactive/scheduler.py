@@ -63,6 +63,14 @@ MONITOR = (
 )
 # Said in a reminder's conversation when it will not come; its prompt follows.
 NOT_DELIVERED = "[Scheduled reminder, job {id}, due {due}, not delivered: {why}. It said:]"
+# Said once when a reminder's runs start failing (not at every failed run: a job every minute
+# against a model that is down would fill its conversation), and again after a success.
+FAILING = (
+    "[Scheduled reminder, job {id}: its run failed ({why}). It is tried again at its next "
+    "time; nothing more is said here while it keeps failing (heron jobs runs {id} lists every "
+    "run).]"
+)
+WHY_CHARS = 300  # of the error, in that note
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
 TAIL_TURNS = 8  # checks a monitor's (and the heartbeat's) model sees, at most, before afresh
 IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
@@ -204,6 +212,9 @@ class Scheduler:
                     js.RUN_META: str(fire.run_id),
                 },
                 fresh_after=self.tail_turns if job.mode == "monitor" else None,
+                # A conversation the fire opens is titled with what the person asked for,
+                # never with Heron's wrapper ("[Scheduled reminder, job 7...").
+                title=job.prompt,
             ),
         )
         self._open.add(fire.run_id)
@@ -233,6 +244,19 @@ class Scheduler:
             detail=detail,
         )
         self.wake.set()  # the job's lease is free: an instant missed meanwhile is due now
+        if status == "failed" and ended.message.provenance == "reminder":
+            self._failed(int(meta["job"]), run_id, detail or "no reason given")
+
+    def _failed(self, job_id: int, run_id: int, why: str) -> None:
+        """A reminder's run failed: said in its conversation when it begins a run of failures
+        (the turn's error went only to whoever had the conversation open)."""
+        job = js.get_job(self.store, job_id)
+        if job is None or not js.starts_failing(self.store, job_id, run_id):
+            return
+        why = " ".join(why.split())[:WHY_CHARS]
+        task = asyncio.create_task(self._say(job, FAILING.format(id=job.id, why=why)))
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
 
     async def _review(self, fire: js.Fire) -> None:
         """Run the nightly review for its fire, unless a turn of the person's runs: then the
@@ -269,17 +293,21 @@ class Scheduler:
             job = item.job
             local = dt.datetime.fromtimestamp(item.due, job.schedule.zone())
             text = NOT_DELIVERED.format(id=job.id, due=f"{local:%Y-%m-%d %H:%M}", why=item.why)
-            text += f"\n{job.prompt}"
-            who = f"scheduled job {job.id} (a reminder)"
-            await self.store.call(
-                waiting.hold, self.store, job.conversation, job.agent, text, who, CHANNEL
-            )
-            self.bus.emit(
-                OutboundMessage(CHANNEL, job.conversation, job.conversation, text, "notice", by=who)
-            )
-            task = asyncio.create_task(self._move_in(job.conversation))
-            self._passes.add(task)
-            task.add_done_callback(self._passes.discard)
+            await self._say(job, f"{text}\n{job.prompt}")
+
+    async def _say(self, job: js.Job, text: str) -> None:
+        """`text` in the reminder's conversation, as Heron's row: shown to whoever has it open,
+        held on disk, then moved in after any turn running there."""
+        who = f"scheduled job {job.id} (a reminder)"
+        await self.store.call(
+            waiting.hold, self.store, job.conversation, job.agent, text, who, CHANNEL
+        )
+        self.bus.emit(
+            OutboundMessage(CHANNEL, job.conversation, job.conversation, text, "notice", by=who)
+        )
+        task = asyncio.create_task(self._move_in(job.conversation))
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
 
     async def _move_in(self, key: str) -> None:
         try:

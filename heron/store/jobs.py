@@ -422,6 +422,17 @@ def runs(store: Store, job_id: int | None = None, limit: int = 50) -> list[JobRu
     return [_run(r) for r in rows]
 
 
+def starts_failing(store: Store, job_id: int, run_id: int) -> bool:
+    """Whether the failed run `run_id` of job `job_id` begins a run of failures: the run of
+    that job before it that ran (a skip did not run) did not fail, or there is none."""
+    rows = store.query(
+        "SELECT status FROM job_runs WHERE job_id = ? AND id < ? AND status != 'skipped'"
+        " ORDER BY id DESC LIMIT 1",
+        (job_id, run_id),
+    )
+    return not rows or rows[0][0] != "failed"
+
+
 def next_due(
     store: Store, *, unleased: bool = False, modes: tuple[str, ...] | None = None
 ) -> float | None:

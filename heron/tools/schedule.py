@@ -66,8 +66,8 @@ BUILTIN_CANCEL = (
     "cancelled"
 )
 BUILTIN_HINT = (
-    "To stop it for a while: heron jobs pause ID (heron jobs resume ID brings it back). To turn "
-    "it off: [review] enabled = false in config.toml."
+    "To stop it for a while: heron jobs pause {id} (heron jobs resume {id} brings it back). To "
+    "turn it off: [review] enabled = false in config.toml."
 )
 BUILTIN_REFUSED = (
     "Job {id} is Heron's built-in nightly review of memory; only the user pauses or turns it "
