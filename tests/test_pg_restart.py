@@ -4,6 +4,7 @@ and while the server is down statements fail at once, saying so (heron/store/pg.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -95,3 +96,26 @@ def test_while_the_server_is_down_statements_fail_at_once_then_work_again(
     _pg(store)._next_try = time.monotonic()  # the back-off over
     store.append(conv.id, Message("user", [Text("back")]))
     assert _texts(store, "k") == ["back"]
+
+
+async def test_a_note_sent_after_a_restart_goes_out_on_a_new_connection(own_pg_server, url):
+    """A worker's first note after the restart (a turn's `started`) used to fail its workflow."""
+    from heron.scale.cluster import cluster_of
+    from heron.scale.notes import Listener, Publisher, start_listener, stop_task
+
+    cluster = cluster_of(url)
+    publisher = Publisher(cluster)
+    await publisher.send({"t": "before"})
+    own_pg_server.restart()
+    heard: list[dict] = []
+    listening = await start_listener(Listener(cluster, heard.append))
+    try:
+        await publisher.send({"t": "after"})
+        for _ in range(500):
+            if heard:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await stop_task(listening)
+        await publisher.close()
+    assert heard == [{"t": "after"}]
