@@ -14,6 +14,8 @@
     │                               the provider refused: ends the turn
     ├── StoreError                  the database is unreadable, locked or holds a corrupt row
     │   ├── BusyError               another process is running a turn on the conversation
+    │   ├── StoreUnreachable        the database server's connection was lost or cannot be
+    │   │                           made again yet (a restart): tried again at the next statement
     │   └── StoreRefused            the disk refused a write (nothing is damaged)
     │       ├── DiskFull            no space left on the disk holding the database
     │       └── ReadOnlyHome        the database or its folder cannot be written
@@ -26,6 +28,8 @@ outside this tree, so a broad `except HeronError` never hides a bug.
 """
 
 from __future__ import annotations
+
+import logging
 
 
 class HeronError(Exception):
@@ -116,6 +120,13 @@ class BusyError(StoreError):
     pass
 
 
+class StoreUnreachable(StoreError):
+    """The connection to the database server was lost (a restart, a network cut), or cannot be
+    made again yet. What the statement or transaction in flight was doing is not saved, unless
+    the message says its outcome is unknown (a COMMIT cut off); the next statement connects
+    again (heron/store/pg.py)."""
+
+
 class StoreRefused(StoreError):
     """The disk refused a write: nothing is damaged, and nothing of it was stored
     (heron/store/disk.py tells these apart from a damaged file)."""
@@ -139,3 +150,24 @@ class PathEscape(ToolError):
 
 class AttachmentError(HeronError):
     """A file the person attaches cannot be: missing, a folder, unreadable, or over a cap."""
+
+
+class FailureLog:
+    """A failure that repeats at every pass of a loop that polls (the database down while a
+    watcher reads it once a second): its traceback logged once, the passes after it that fail
+    too not at all, and the first pass that works again said in one line."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log, self.what = log, what
+        self.failing = False
+
+    def failed(self) -> None:
+        """Called in the `except` block of a failed pass."""
+        if not self.failing:
+            self.log.exception("%s failed (said once: tried again until it works)", self.what)
+        self.failing = True
+
+    def worked(self) -> None:
+        if self.failing:
+            self.log.warning("%s works again", self.what)
+        self.failing = False

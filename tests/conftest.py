@@ -4,7 +4,7 @@ import socket
 
 import pytest
 from hypothesis import HealthCheck, settings
-from pg import db, home_db, new_db, pg_server, pg_url  # noqa: F401  (fixtures: a real PostgreSQL, tests/pg.py)
+from pg import db, home_db, new_db, own_pg_server, pg_server, pg_url  # noqa: F401  (fixtures: a real PostgreSQL, tests/pg.py)
 from strength import FAST
 
 # No test asserts a wall time (docs/testing.md), hypothesis's included: no per-example deadline

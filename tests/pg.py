@@ -37,10 +37,24 @@ class PgServer:
     port: int
     bindir: Path
     as_user: list[str]
+    options: str = ""  # the server's own (port, socket folder): `start_again` needs them
 
     @property
     def url(self) -> str:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/heron"
+
+    def pg_ctl(self, *args: str) -> None:
+        """pg_ctl on this cluster (its log kept in the folder, so no pipe is held open)."""
+        data, log = str(self.folder / "data"), str(self.folder / "log")
+        _run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", data, "-l", log, "-w", *args])
+
+    def restart(self) -> None:
+        """What a package upgrade or a reboot does: every connection is dropped."""
+        self.pg_ctl("-m", "fast", "restart")
+
+    def start_again(self) -> None:
+        """After `pg_ctl("-m", "fast", "stop")`: the same server on the same port."""
+        self.pg_ctl("-o", self.options, "start")
 
     def stop(self) -> None:
         _run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.folder / "data"),
@@ -107,7 +121,7 @@ def start() -> PgServer:
         f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off "
         "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
     )
-    server = PgServer(folder, port, bindir, as_user)
+    server = PgServer(folder, port, bindir, as_user, options)
     try:
         _run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
               "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
@@ -135,8 +149,9 @@ def _create_database(port: int) -> None:
         raise PgUnavailable(f"the server started but CREATE DATABASE failed: {e}") from e
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
+def _running() -> Iterator[PgServer]:
+    """A cluster for as long as the fixture lives; the test fails saying why when it cannot
+    start."""
     try:
         server = start()
     except PgUnavailable as e:
@@ -147,6 +162,11 @@ def pg_server() -> Iterator[PgServer]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    yield from _running()
+
+
 def schema_url(server: PgServer) -> str:
     """A URL whose connections see only a fresh schema of their own (search_path)."""
     import psycopg
@@ -155,6 +175,13 @@ def schema_url(server: PgServer) -> str:
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{server.url}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(scope="module")
+def own_pg_server() -> Iterator[PgServer]:
+    """A cluster of the module's own, for tests that restart or stop it (the session's is
+    shared with every other test of the process)."""
+    yield from _running()
 
 
 @pytest.fixture

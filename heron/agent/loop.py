@@ -244,8 +244,29 @@ class AgentLoop:
             message = await inbound.get()
             try:
                 await self.dispatch(message)
+            except Exception as error:  # one message must not stop the loop for every other
+                await self._not_started(message, error)
             finally:
                 inbound.task_done()  # a channel can wait until its messages are dispatched
+
+    async def _not_started(self, message: InboundMessage, error: Exception) -> None:
+        """A message whose turn could not start (the database out of reach as its
+        conversation's settings were read): told to its sender as a failed turn that stored
+        nothing, so a client waiting for its end is not left waiting."""
+        key = message.key or f"{message.channel}:{message.chat_id}"
+        with contextlib.suppress(Exception):
+            key = self.resolve(message)
+        if isinstance(error, HeronError):
+            log.warning("a message of %s could not start its turn: %s", key, error.summary)
+        else:
+            log.exception("a message of %s could not start its turn", key)
+        lost = commands.parse(message.text) is None  # a command stores no message of its own
+        said = f"The turn failed: {error}" + (f"\n{NOT_SAVED}" if lost else "")
+        self._event(message, key, "turn_start", message.text)  # whose end its sender waits for
+        await self._send(message, key, said, "error")
+        self._event(
+            message, key, "turn_end", end=TurnEnd(False, "failed", str(error), unsaved=lost)
+        )
 
     async def dispatch(self, message: InboundMessage) -> None:
         key = self.resolve(message)

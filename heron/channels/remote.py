@@ -601,9 +601,11 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         by = cast(Provenance, said) if said in get_args(Provenance) else "user"
         text = event.get("text", "")
         files = tuple(str(f) for f in event.get("files") or ())
+        stored = event.get("message_id")  # set once the message is in the store (the hub)
         return _replace(
-            base, kind="turn_start", text=text, channel=origin, provenance=by, files=files
-        )
+            base, kind="turn_start", text=text, channel=origin, provenance=by, files=files,
+            message_id=stored if isinstance(stored, int) else None,
+        )  # fmt: skip
     if kind == "tool_start":
         call = ToolCall(event["call_id"], event["name"], event.get("args") or {})
         return _replace(base, kind="tool_start", call=call)

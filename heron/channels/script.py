@@ -107,6 +107,8 @@ class _Printer:
         self.cut = asyncio.Event()
         self.sent = False  # the message went out (a signal before that: nothing was stored)
         self.cut_short = False  # the turn was stopped (or left to the serve) for `cut`
+        self.stored = False  # its message is known to be in the store (`saved`)
+        self.serve_gone = False  # the serve stopped before the turn's end was heard
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -115,6 +117,8 @@ class _Printer:
             self.message(item)
 
     def event(self, ev: TurnEvent) -> None:
+        if ev.kind == "saved" or (ev.kind == "turn_start" and ev.message_id is not None):
+            self.stored = True  # in-process `saved`; through a serve, its start names the row
         if ev.kind == "delta" and ev.text:
             self.write(ev.text)
         elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
@@ -498,6 +502,7 @@ async def run_remote(
                 await _exchange(conn, printer, stop, (text, key, agent, files), served=True)
             except ServeGone:
                 printer.note("heron: heron serve stopped before the turn ended")
+                printer.serve_gone = True
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
@@ -590,7 +595,7 @@ def _said(printer: _Printer, key: str) -> bool:
     if end is not None and end.ok:
         return True
     error, hint = _why(printer, key)
-    if _stopped_by(printer) is None:
+    if _stopped_by(printer) is None and not (end is None and printer.serve_gone):
         error = f"the turn failed: {error}"
     elif printer.sent:
         error = f"the turn was {error}. What it finished is kept."
@@ -613,9 +618,13 @@ def _why(printer: _Printer, key: str) -> tuple[str, str]:
     if stopped is not None and not printer.sent:
         return f"stopped by {stopped} before the message was sent", UNSENT
     if stopped is not None:
-        return f"stopped by {stopped}", after_stop(stopped, key)
+        hint = after_stop(stopped, key) if end is not None or printer.stored else unknown(key)
+        return f"stopped by {stopped}", hint
+    if end is None and printer.serve_gone:  # on workers the turn goes on without the face
+        said = "its end was not heard; on a worker of the serve it may still finish"
+        return said, f"`heron conversations show {key}` shows its answer once it has one."
     error = end.error if end is not None and end.error else "it was stopped"
-    return error, failed_hint(end, key)
+    return error, failed_hint(end, key) if end is not None or printer.stored else unknown(key)
 
 
 UNSENT = "Nothing was sent or stored; run it again."
@@ -633,6 +642,15 @@ def failed_hint(end: TurnEnd | None, key: str) -> str:
     from heron.agent.commands import retry_hint
 
     return retry_hint(key)
+
+
+def unknown(key: str) -> str:
+    """The hint for a turn whose end was not heard and whose message was never said to be
+    stored: it may or may not be, and the person can see which."""
+    return (
+        f"Your message may not be saved: `heron conversations show {key}` shows whether it "
+        f"is. If it is, `heron run --retry -c {key}` answers it; if not, send it again."
+    )
 
 
 def not_retried_hint(said: str, key: str) -> str:

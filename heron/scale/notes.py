@@ -80,6 +80,16 @@ class Publisher:
                     done.set_result(None)
 
     async def _notify(self, payloads: list[str]) -> None:
+        try:
+            await self._notify_once(payloads)
+        except psycopg.Error:
+            if self._conn is None or not self._conn.closed:
+                raise  # the statement's own error, not a lost connection
+            # The server dropped the connection (a restart): once more on a new one, so a
+            # turn's note is not lost with it (and its workflow does not fail on it).
+            await self._notify_once(payloads)
+
+    async def _notify_once(self, payloads: list[str]) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(self.cluster.url, autocommit=True)
         for payload in packed(payloads):

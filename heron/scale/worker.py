@@ -43,6 +43,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd, TurnOptions
 from heron.config import Settings
+from heron.errors import FailureLog
 from heron.proactive.ask import attach as attach_ask
 from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import TIMEOUT_S, offer_spawn, turn_failed
@@ -424,16 +425,21 @@ async def _serve_queue(
 async def _sweep(cluster: Cluster, executor: str) -> None:
     """Hand the turns of dead workers back to the queue (see the module docstring)."""
     conn = await asyncio.to_thread(_connect, cluster.url)
+    failures = FailureLog(log, "looking for dead workers")  # once per outage, not a second
     try:
         while True:
             await asyncio.sleep(SWEEP_S)
             try:
+                if conn.closed:  # lost with the server (a restart): made again
+                    conn = await asyncio.to_thread(_connect, cluster.url)
                 dead = await asyncio.to_thread(_dead_owners, conn, cluster, executor)
                 if dead:
-                    log.warning("heron worker: recovering the turns of %s", ", ".join(dead))
+                    log.warning("recovering the turns of %s", ", ".join(dead))
                     await asyncio.to_thread(DBOS._recover_pending_workflows, dead)
             except psycopg.Error:
-                log.exception("looking for dead workers failed")
+                failures.failed()
+                continue
+            failures.worked()
     finally:
         conn.close()
 

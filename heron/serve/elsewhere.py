@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heron.agent import leases
+from heron.errors import FailureLog
 from heron.serve.hub import Event, Hub
 from heron.store import Store
 from heron.store import engine_state as es
@@ -55,6 +56,7 @@ class Watcher:
         self.seen: dict[str, _Seen] = {}  # conversation -> the other process's lease
         self.polls = 0  # reads made (tests, the bench)
         self._lock = asyncio.Lock()
+        self._failures = FailureLog(log, "reading the turn leases")
         hub.settle = self.settle
 
     async def run(self) -> None:
@@ -78,7 +80,9 @@ class Watcher:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("reading the turn leases failed")
+            self._failures.failed()  # once per outage, not once a second
+            return
+        self._failures.worked()
 
     async def poll(self) -> None:
         async with self._lock:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -63,6 +64,8 @@ Service = Callable[[AgentLoop], Awaitable[None]]
 # the same id would take the turn for its own. The hub shows it whatever channel it names.
 HERON = ("heron", "heron")
 log = logging.getLogger(__name__)
+SERVICE_RETRY_S = 1.0  # a failed background service starts again after this, doubled
+SERVICE_MAX_RETRY_S = 60.0  # up to this
 
 
 class Runtime:
@@ -201,13 +204,23 @@ class Runtime:
 
 
 async def _guard(service: Service, loop: AgentLoop) -> None:
-    """A service that fails is logged; it never takes the serve down."""
-    try:
-        await service(loop)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("background service %r failed", service)
+    """A service that fails is logged and started again after a back-off (the database
+    out of reach for a while must not end the scheduler for good); it never takes the serve
+    down. One that returns is done."""
+    wait = SERVICE_RETRY_S
+    while True:
+        started = time.monotonic()
+        try:
+            await service(loop)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if time.monotonic() - started > SERVICE_MAX_RETRY_S:
+                wait = SERVICE_RETRY_S  # it ran a good while: a new failure, not the same one
+            log.exception("background service %r failed; started again in %.0f s", service, wait)
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, SERVICE_MAX_RETRY_S)
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:

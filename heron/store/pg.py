@@ -10,17 +10,28 @@ SQLite one is (`isolation_level=None`): the store's `transaction()` says BEGIN a
 
 What is not translated raises at the statement, naming it: docs/scale.md lists what does not
 run on PostgreSQL yet.
+
+A connection the server dropped (a restart, an upgrade, a network cut) is opened again at the
+next statement (`PgConnection._trip`). A transaction's first round trip, which carries its
+BEGIN, and a read outside any transaction are sent again on the new connection, since nothing
+of them can have been committed; a transaction cut off after that fails with StoreUnreachable
+(nothing of it is saved: its caller rolls back and may try again), and so does a COMMIT or a
+write outside a transaction whose outcome is unknown, saying so. While the server cannot be
+reached, each statement fails at once with StoreUnreachable, and a new connection is tried
+after a back-off (`FIRST_WAIT_S` doubling to `MAX_WAIT_S`): the store's calls run on the event
+loop, which must not spin on a server that is down.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
-from heron.errors import StoreError
+from heron.errors import StoreError, StoreUnreachable
 
 _LEADING_COMMENTS = re.compile(r"^(?:\s*--[^\n]*\n)+")
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
@@ -45,6 +56,15 @@ _IS_NOT_PARAM = re.compile(r"\bIS\s+NOT\s+\?", re.I)
 # The advisory lock migrations take (heron/store/migrations), keyed by it and the schema.
 MIGRATION_LOCK = 1751
 _JSON_PATH = re.compile(r"\$(?:\.\w+|\[\d+\])+")
+# A statement that only reads: sent again on a new connection when the old one was lost.
+_READ_ONLY = re.compile(
+    r"^(?:SELECT|WITH)\b(?!.*\b(?:INSERT|UPDATE|DELETE|NEXTVAL)\b)", re.I | re.S
+)
+CONNECT_TIMEOUT_S = 10  # the first connection of a process
+RECONNECT_TIMEOUT_S = 3  # a connection made again, on the caller's thread (often the event loop)
+FIRST_WAIT_S = 0.25  # after a failed reconnect, statements fail at once for this long, doubled
+MAX_WAIT_S = 5.0  # up to this
+_T = TypeVar("_T")
 
 
 class Row(tuple[Any, ...]):
@@ -112,6 +132,7 @@ class _Plan:
     text: str
     returned_id: bool = False  # `RETURNING id` added: the first value is the cursor's lastrowid
     begins: bool = False  # BEGIN: sent with the transaction's first statement
+    reads: bool = False  # only reads: sent again on a new connection when the old one was lost
     ends: bool = False  # COMMIT or ROLLBACK
     creates: bool = False  # CREATE TABLE: the catalog is read again after it
     names: dict[str, int] | None = None  # the result's column names, on first read
@@ -121,30 +142,24 @@ class PgConnection:
     """The subset of sqlite3.Connection the store uses, on one psycopg connection."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
-
         self.url = url
         try:
-            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
-        except psycopg.Error as e:
+            self._open(CONNECT_TIMEOUT_S)
+        except StoreUnreachable as e:
             raise StoreError(
-                f"cannot connect to the PostgreSQL database {redact(url)}: {e}".strip(),
+                e.summary.replace("cannot connect again", "cannot connect"),
                 hint="Check that the server runs and the URL ([store] url in config.toml, or "
                 "HERON_DATABASE_URL) names its host, port, user and database.",
-            ) from e
-        # Every Python int as bigint, as SQLite's INTEGER is: psycopg otherwise picks the smallest
-        # type that fits, and a recursive CTE seeded with `?` then mismatches its bigint column.
-        from psycopg.types.numeric import Int8Dumper
-
-        # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
-        self._conn.adapters.register_dumper(int, Int8Dumper)
-        self._conn.adapters.register_dumper(bool, Int8Dumper)
+            ) from e.__cause__
         from psycopg.pq import ExecStatus, TransactionStatus
 
         self._idle, self._tuples_ok = TransactionStatus.IDLE, ExecStatus.TUPLES_OK
-        # Every statement runs on this one cursor: a new one per statement costs more than the
-        # statement's own Python (the rows are read at once, see PgCursor).
-        self._cur = self._conn.cursor()
+        self._unknown = TransactionStatus.UNKNOWN  # the status of a lost connection
+        # A transaction the connection's loss cut off: why, until its ROLLBACK (see `_trip`).
+        self._cut: str | None = None
+        self._next_try = 0.0  # time.monotonic() before which no reconnect is tried
+        self._wait = FIRST_WAIT_S  # the back-off after the next failed reconnect
+        self.reconnects = 0  # connections made again after a loss (tests, logs)
         self._plans: dict[str, _Plan] = {}  # by the store's SQL text
         self._begin: str | None = None  # a BEGIN not sent yet: it goes with the next statement
         self._later: list[tuple[str, tuple[Any, ...] | None]] = []  # see `later`
@@ -160,6 +175,92 @@ class PgConnection:
         # it: a worker that reads the new value also sees what was committed (bumped before the
         # commit, a reader could cache the old rows under the new value).
         self.bump_on_commit: set[str] = set()
+
+    def _open(self, timeout: float) -> None:
+        """A new psycopg connection (the first, or after the last one was lost), set up as
+        the store expects; StoreUnreachable when the server cannot be reached."""
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=int(timeout))
+        except psycopg.Error as e:
+            raise StoreUnreachable(
+                f"cannot connect again to the PostgreSQL database {redact(self.url)}: {e}".strip()
+            ) from e
+        # Every Python int as bigint, as SQLite's INTEGER is: psycopg otherwise picks the smallest
+        # type that fits, and a recursive CTE seeded with `?` then mismatches its bigint column.
+        from psycopg.types.numeric import Int8Dumper
+
+        # Booleans as 0 and 1, as sqlite3 stores them: the columns are integers.
+        conn.adapters.register_dumper(int, Int8Dumper)
+        conn.adapters.register_dumper(bool, Int8Dumper)
+        self._conn = conn
+        # Every statement runs on this one cursor: a new one per statement costs more than the
+        # statement's own Python (the rows are read at once, see PgCursor).
+        self._cur = conn.cursor()
+
+    def _reopen(self) -> None:
+        """The lost connection made again, unless a reconnect failed less than the back-off
+        ago (then StoreUnreachable at once: the caller is often the event loop)."""
+        now = time.monotonic()
+        if now < self._next_try:
+            raise StoreUnreachable(
+                f"the PostgreSQL database {redact(self.url)} cannot be reached (its connection "
+                f"was lost); connecting again in {self._next_try - now:.1f} s",
+                hint=_AGAIN,
+            )
+        try:
+            self._open(RECONNECT_TIMEOUT_S)
+        except StoreUnreachable as e:
+            self._next_try = time.monotonic() + self._wait
+            self._wait = min(self._wait * 2, MAX_WAIT_S)
+            e.hint = _AGAIN
+            raise
+        self._next_try, self._wait = 0.0, FIRST_WAIT_S
+        self.reconnects += 1
+
+    def _trip(self, send: Callable[..., _T], rerun: bool, *args: Any) -> _T:
+        """One round trip (`send(*args)`), through a lost connection: made again first when it
+        is known lost, and, when the loss shows only now, the round trip sent again on the new
+        one if that is safe: it carries the transaction's BEGIN, or `rerun` (a read outside a
+        transaction). Otherwise StoreUnreachable says what became of the work."""
+        import psycopg
+
+        if self._cut is not None:
+            raise StoreUnreachable(self._cut, hint=_AGAIN)
+        if self._conn.closed:
+            self._reopen()
+        began, held = self._begin, list(self._later)
+        mid = self._conn.pgconn.transaction_status != self._idle  # the server's, not a BEGIN held
+        try:
+            return send(*args)
+        except psycopg.Error as e:
+            if not self._conn.closed:
+                raise  # the statement's own error: the connection is fine
+            lost = e
+        self._begin, self._later = None, []
+        if mid:  # the server rolled the transaction back: nothing of it is saved
+            self._cut = self._lost(lost, "a transaction was cut off: nothing of it was saved")
+            raise StoreUnreachable(self._cut, hint=_AGAIN) from lost
+        if began is None and not rerun:
+            said = self._lost(lost, "a statement was cut off: it may or may not have run")
+            raise StoreUnreachable(said, hint=_AGAIN) from lost
+        self._reopen()
+        self._begin, self._later = began, held
+        try:
+            return send(*args)
+        except psycopg.Error as e:
+            if not self._conn.closed:
+                raise
+            self._begin, self._later = None, []
+            said = self._lost(e, "lost again at once")
+            raise StoreUnreachable(said, hint=_AGAIN) from e
+
+    def _lost(self, error: BaseException, what: str) -> str:
+        return (
+            f"the connection to the PostgreSQL database {redact(self.url)} was lost "
+            f"({str(error).strip() or type(error).__name__}); {what}"
+        )
 
     def _ensure_schema(self, schema: str) -> None:
         """Create the schema the URL names if it does not exist yet (a new tenant): under the
@@ -196,6 +297,8 @@ class PgConnection:
         lock, and a stale catalog breaks `INSERT OR REPLACE` and `lastrowid`."""
         self._plans.clear()  # an upsert's key and `RETURNING id` follow the catalog
         self._catalog_stale = False
+        if self._conn.closed:
+            self._reopen()
         self._id_tables = {r[0] for r in self._conn.execute(_ID_TABLES).fetchall()}
         self._keys = {}
         for table, column in self._conn.execute(_KEYS).fetchall():
@@ -221,7 +324,10 @@ class PgConnection:
 
     @property
     def in_transaction(self) -> bool:
-        return self._begin is not None or self._conn.pgconn.transaction_status != self._idle
+        if self._begin is not None or self._cut is not None:
+            return True
+        # A lost connection's status is UNKNOWN: its transaction, if any, is gone (see `_cut`).
+        return self._conn.pgconn.transaction_status not in (self._idle, self._unknown)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         plan = self._plans.get(sql)
@@ -229,6 +335,8 @@ class PgConnection:
             plan = self._plans[sql] = self._plan(sql)
         if plan.begins:
             # Not sent yet: it goes with the transaction's first statement, in one round trip.
+            if self._cut is not None:
+                raise StoreUnreachable(self._cut, hint=_AGAIN)
             self._begin = plan.text
             return _NO_ROWS
         if plan.ends:
@@ -251,7 +359,8 @@ class PgConnection:
         returned_id = bool(into and into[1] in self._id_tables and "RETURNING" not in text.upper())
         if returned_id:
             text += " RETURNING id"
-        return _Plan(text, returned_id, creates=head.startswith("CREATE TABLE"))
+        reads = bool(_READ_ONLY.match(text))
+        return _Plan(text, returned_id, reads=reads, creates=head.startswith("CREATE TABLE"))
 
     def later(self, sql: str, params: Sequence[Any] = ()) -> None:
         """A statement of the open transaction whose result nobody reads (a write, a row
@@ -271,7 +380,10 @@ class PgConnection:
     def _send(self, plan: _Plan, params: Sequence[Any]) -> PgCursor:
         """One statement, with the transaction's BEGIN and the statements held for it in front
         (a pipeline: one round trip for all); the rows read at once."""
-        cur, values = self._cur, tuple(params) if params else None
+        return self._trip(self._send_once, plan.reads, plan, tuple(params) if params else None)
+
+    def _send_once(self, plan: _Plan, values: tuple[Any, ...] | None) -> PgCursor:
+        cur = self._cur
         if self._begin is not None or self._later:
             with self._conn.pipeline():
                 self._queued()
@@ -308,7 +420,16 @@ class PgConnection:
         round trip: the server runs the nextvals after the COMMIT (and none if it fails),
         whatever becomes of this process meanwhile."""
         bumps, self.bump_on_commit = sorted(self.bump_on_commit), set()
+        if text == "ROLLBACK" and (self._cut is not None or self._conn.closed):
+            # The server ended the transaction with the connection: nothing to roll back.
+            self._cut, self._begin, self._later = None, None, []
+            return
         nextvals = [f"SELECT nextval('{b}')" for b in bumps] if text == "COMMIT" else []
+        if text == "COMMIT" and self._cut is not None:
+            raise StoreUnreachable(self._cut, hint=_AGAIN)
+        self._trip(self._end_once, False, text, nextvals)
+
+    def _end_once(self, text: str, nextvals: list[str]) -> None:
         if text != "COMMIT" or not self._later:
             sent = self._begin is None
             self._begin, self._later = None, []
@@ -323,7 +444,7 @@ class PgConnection:
         except BaseException:
             # A held statement failed: the server skipped the COMMIT, and the transaction
             # must not stay open (in error) on this connection.
-            if self._conn.pgconn.transaction_status != self._idle:
+            if not self._conn.closed and self._conn.pgconn.transaction_status != self._idle:
                 self._cur.execute("ROLLBACK")
             raise
 
@@ -332,9 +453,12 @@ class PgConnection:
         text = translate(sql)
         if text[:17].upper() == "INSERT OR REPLACE":
             text = self._upsert(text)
+        self._trip(self._many_once, False, text, [tuple(r) for r in rows])
+
+    def _many_once(self, text: str, rows: list[tuple[Any, ...]]) -> None:
         with self._conn.pipeline(), self._conn.cursor() as cur:
             self._queued()
-            cur.executemany(text, [tuple(r) for r in rows])
+            cur.executemany(text, rows)
 
     def cursor(self) -> PgConnection:
         """sqlite3's `conn.cursor()` for a statement whose rows are read as plain tuples
@@ -357,6 +481,12 @@ class PgConnection:
 
     def close(self) -> None:
         self._conn.close()
+
+
+_AGAIN = (
+    "The database server restarted or cannot be reached; Heron connects again at its next "
+    "statement once it answers. Try again then."
+)
 
 
 def pg_of(conn: object) -> PgConnection | None:
