@@ -130,7 +130,17 @@ def run(
         bool,
         typer.Option(
             "--json",
-            help="Print one JSON object: reply, conversation, run_id, ok, error, usage, cost_usd.",
+            help="Print one JSON object: reply, conversation, run_id, ok, error, hint, usage, "
+            "cost_usd, stop.",
+        ),
+    ] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Stream the reply to stdout as it comes even when stdout is not a terminal "
+            "(else it is written whole at the end; a cut stream then leaves its dead attempt "
+            "and a marker line there).",
         ),
     ] = False,
     attach: Annotated[
@@ -153,7 +163,7 @@ def run(
 
     try:
         if conversation is not None and message is None and not retry and _interactive():
-            message, latest, conversation = conversation, True, None  # -c "message": no key
+            message, conversation = conversation, _latest_for(conversation)  # -c "message"
         if latest:
             if conversation is not None and message is not None:
                 raise ConfigError("--continue continues the latest conversation; drop -c KEY")
@@ -162,7 +172,15 @@ def run(
         files = attached_files(attach or [], _load)  # every file checked before any is sent
         ok = asyncio.run(
             run_message(
-                _load, text, agent, conversation, model, ephemeral, as_json=as_json, files=files
+                _load,
+                text,
+                agent,
+                conversation,
+                model,
+                ephemeral,
+                as_json=as_json,
+                files=files,
+                stream=stream,
             )
         )
     except HeronError as e:
@@ -188,7 +206,7 @@ def _message_text(message: str | None) -> str:
     from heron.channels.script import message_from
 
     if message is None:
-        raise ConfigError("give a message, '-' to read it from stdin, or --retry -c KEY")
+        raise ConfigError(NO_MESSAGE)
     text, bad = message_from(message)
     if bad:
         typer.echo(
@@ -203,6 +221,37 @@ def _message_text(message: str | None) -> str:
     if too_large is not None:  # refused before it is sent, with a serve or without
         raise ConfigError(too_large)
     return text
+
+
+NO_MESSAGE = (
+    "give a message, '-' to read it from stdin, --retry -c KEY, or --continue TEXT to "
+    "continue the latest conversation"
+)
+
+
+def _latest_for(words: str) -> str:
+    """`heron run -c WORDS` with no message, in a terminal: the latest conversation, to send
+    WORDS to as a message (said on stderr), when they read as one: never a single word (a key
+    the person meant, whose message is missing) nor the key of a conversation that exists."""
+    from heron.channels.info import open_store
+
+    store = open_store(_load())
+    try:
+        exists = store.conversation(words) is not None
+    finally:
+        store.close()
+    if exists or len(words.split()) < 2:
+        raise ConfigError(
+            f"-c {words} needs a message: heron run -c {words} TEXT "
+            "(--continue TEXT continues the latest conversation)"
+        )
+    latest = _latest_key()
+    typer.echo(
+        f"heron: -c with no message: sending it to the latest conversation {latest!r} "
+        "(--continue TEXT says so)",
+        err=True,
+    )
+    return latest
 
 
 def _interactive() -> bool:

@@ -75,6 +75,7 @@ async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
             "hint",
             "usage",
             "cost_usd",
+            "stop",
         }
         assert got["reply"] == "echo: hi" and got["conversation"] == key
         assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")
@@ -114,13 +115,13 @@ def _sent(monkeypatch, *, interactive: bool) -> list[tuple[str, str | None]]:
     return sent
 
 
-@pytest.mark.parametrize("args", [["--continue", "next"], ["-c", "next"]])
+@pytest.mark.parametrize("args", [["--continue", "go on"], ["-c", "go on"]])
 def test_continue_without_a_key_is_the_latest_conversation_not_internal(args, monkeypatch):
     asyncio.run(_talk("older", "latest", "cron:job-1", "heartbeat"))  # internal ones: newer
     sent = _sent(monkeypatch, interactive=True)
     result = CliRunner().invoke(app, ["run", *args])
     assert result.exit_code == 0, result.output
-    assert sent == [("next", "latest")]
+    assert sent == [("go on", "latest")]
 
 
 def test_c_key_with_piped_input_stays_a_key(monkeypatch):
@@ -303,3 +304,26 @@ async def test_a_question_in_a_script_says_how_to_answer_it_and_how_long_it_wait
     else:
         assert "without `heron serve`" in notes and "heron runs cancel" in notes
     assert said.rstrip().endswith("Went on without it.")
+
+
+@pytest.mark.parametrize("word", ["newkey", "older"])  # a key-like word; an existing key
+def test_c_word_alone_in_a_terminal_is_a_key_missing_its_message_not_a_message(word, monkeypatch):
+    asyncio.run(_talk("older", "latest"))
+    sent = _sent(monkeypatch, interactive=True)
+    result = CliRunner().invoke(app, ["run", "-c", word])
+    assert result.exit_code == 2 and sent == []  # never sent to another conversation
+    assert "--continue" in result.output and f"-c {word} TEXT" in result.output
+
+
+def test_c_sentence_alone_in_a_terminal_goes_to_the_latest_and_says_so(monkeypatch):
+    asyncio.run(_talk("older", "latest"))
+    sent = _sent(monkeypatch, interactive=True)
+    result = CliRunner().invoke(app, ["run", "-c", "and one more thing"])
+    assert result.exit_code == 0 and sent == [("and one more thing", "latest")]
+    assert "sending it to the latest conversation 'latest'" in result.output
+
+
+def test_no_message_in_a_script_names_continue(monkeypatch):
+    _sent(monkeypatch, interactive=False)
+    result = CliRunner().invoke(app, ["run", "-c", "and one more thing"])
+    assert result.exit_code == 2 and "--continue TEXT" in result.output
