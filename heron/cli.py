@@ -24,6 +24,7 @@ from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
     from heron.config import Settings
+    from heron.messages import File
 
 app = typer.Typer(
     rich_markup_mode="markdown",
@@ -159,7 +160,7 @@ def run(
     Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
     for what it cannot give). With a message and stdin piped in, stdin follows the message as
     a fenced block."""
-    from heron.channels.script import RunCut, attached_files, refusal_json, run_message
+    from heron.channels.script import RunCut, refusal_json, run_message
 
     try:
         if conversation is not None and message is None and not retry and _interactive():
@@ -169,7 +170,7 @@ def run(
                 raise ConfigError("--continue continues the latest conversation; drop -c KEY")
             conversation = _latest_key()
         text = _retry_text(message, conversation) if retry else _message_text(message)
-        files = attached_files(attach or [], _load)  # every file checked before any is sent
+        files = _attached(attach or [])
         ok = asyncio.run(
             run_message(
                 _load,
@@ -190,6 +191,19 @@ def run(
     except RunCut as cut:  # a signal, or the reader of stdout gone: 130, 143 or 141
         raise typer.Exit(cut.code) from None
     raise typer.Exit(0 if ok else 1)
+
+
+def _attached(paths: list[str]) -> tuple[File, ...]:
+    """`-a` files, every one checked before any is sent; a refusal is a refusal before any
+    turn (exit 2, as a missing or oversized message is) and says nothing was sent."""
+    from heron.channels.script import attached_files
+    from heron.errors import AttachmentError
+
+    try:
+        return attached_files(paths, _load)
+    except AttachmentError as e:
+        then = f"{e.hint} " if e.hint else ""
+        raise ConfigError(e.summary, hint=f"{then}Nothing was sent or stored.") from None
 
 
 def _load() -> Settings:
