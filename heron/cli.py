@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from heron.channels.common import fail, settings
+from heron.channels.common import conversation_key, fail, settings
 from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
@@ -71,7 +71,12 @@ def _options(
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name.")]
 ConvOpt = Annotated[
     str | None,
-    typer.Option("--conversation", "-c", help="Conversation key; the same key continues it."),
+    typer.Option(
+        "--conversation",
+        "-c",
+        help="Conversation key; the same key continues it.",
+        callback=conversation_key,
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -427,7 +432,7 @@ def conversations_list(
 
 @conversations_app.command("show")
 def conversations_show(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     compactions: Annotated[
         bool, typer.Option("--compactions", help="List each compaction: when, why, what.")
     ] = False,
@@ -453,7 +458,13 @@ def conversations_show(
 def conversations_search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     conversation: Annotated[
-        str | None, typer.Option("--conversation", "-c", help="Search this conversation only.")
+        str | None,
+        typer.Option(
+            "--conversation",
+            "-c",
+            help="Search this conversation only.",
+            callback=conversation_key,
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many hits.")] = 10,
     as_json: Annotated[
@@ -486,7 +497,7 @@ def conversations_search(
 
 @conversations_app.command("export")
 def conversations_export(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     form: Annotated[
         str | None,
         typer.Option(
@@ -514,7 +525,7 @@ def conversations_export(
 
 @conversations_app.command("delete")
 def conversations_delete(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask to confirm.")] = False,
 ) -> None:
     """Delete a conversation and everything recorded about it."""

@@ -327,3 +327,29 @@ def test_no_message_in_a_script_names_continue(monkeypatch):
     _sent(monkeypatch, interactive=False)
     result = CliRunner().invoke(app, ["run", "-c", "and one more thing"])
     assert result.exit_code == 2 and "--continue TEXT" in result.output
+
+
+@pytest.mark.parametrize("key", ["", "   ", "a\nb", "red\x1b[31m", "tab\there"])
+@pytest.mark.parametrize("command", [["run", "-c", "{key}", "hi"], ["conversations", "show"]])
+def test_a_blank_key_or_one_with_control_characters_is_refused(key, command, monkeypatch):
+    sent = _sent(monkeypatch, interactive=False)
+    args = [a.replace("{key}", key) for a in command]
+    args = args if "{key}" in command else [*args, key]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and sent == []
+    assert "conversation key" in result.output
+    assert ("blank" in result.output) == (not key.strip())
+
+
+def test_a_refused_key_under_json_is_the_one_object():
+    result = CliRunner().invoke(app, ["run", "--json", "-c", "a\nb", "hi"])
+    got = json.loads(result.stdout.splitlines()[0])
+    assert result.exit_code == 2 and got["ok"] is False and "control" in got["error"]
+
+
+def test_the_fast_path_leaves_a_bad_key_to_the_full_cli_which_refuses_it():
+    from heron.entry import parse_run
+
+    assert parse_run(["--conversation", "a\nb", "hi"]) is None
+    assert parse_run(["--conversation", "", "hi"]) is None
+    assert parse_run(["--conversation", "plan", "hi"]) is not None
