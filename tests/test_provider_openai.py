@@ -430,7 +430,7 @@ async def test_a_rate_limit_says_so_names_the_server_and_to_wait(serve: Any) -> 
 
 async def test_a_refused_key_names_the_key_this_server_takes_not_openais(serve: Any) -> None:
     said = str(await _failure(serve, ServerReply(status=401)))
-    assert "HERON_API_KEY" in said and "OPENAI_API_KEY" not in said and "refused" in said
+    assert "from HERON_API_KEY:" in said and "OPENAI_API_KEY" not in said and "refused" in said
     placeholder = str(await _failure(serve, ServerReply(status=401), key="not-needed"))
     assert "no key was set" in placeholder and "'not-needed'" in placeholder
 

@@ -438,7 +438,7 @@ def key_setting(url_source: str | None) -> str:
         return OPENAI_KEY
     if url_source.endswith("config.toml"):
         return "api_key under [providers.openai] in config.toml (or HERON_API_KEY)"
-    return "HERON_API_KEY (or api_key under [providers.openai] in config.toml)"
+    return "HERON_API_KEY"  # HERON_BASE_URL's server takes only it
 
 
 def map_error(
