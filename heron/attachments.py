@@ -107,9 +107,8 @@ def from_path(path: str | Path, caps: AttachmentCaps) -> File:
     try:
         info = where.stat()
     except FileNotFoundError:
-        raise AttachmentError(
-            f"no file {given}", hint="Check the path (it is relative to this folder)."
-        ) from None
+        relative = "" if where.is_absolute() else f" (it is relative to {Path.cwd()})"
+        raise AttachmentError(f"no file {given}", hint=f"Check the path{relative}.") from None
     except OSError as e:
         raise AttachmentError(f"cannot attach {given}: {e.strerror or e}") from None
     if stat.S_ISDIR(info.st_mode):

@@ -174,6 +174,9 @@ class TurnEnd:
     # The turn failed before the message that opened it was stored (a full or read-only
     # disk): it is lost, so the channel says to send it again and offers no --retry.
     unsaved: bool = False
+    # Why the run ended (heron.agent.runner.RunStop): "length" is a reply the output cap cut,
+    # incomplete; None: no run to say (an end a client rebuilt without it).
+    stop: str | None = None
 
 
 @dataclass(frozen=True)

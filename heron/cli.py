@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from heron.channels.common import fail, reading_settings, settings
+from heron.channels.common import conversation_key, fail, reading_settings, settings
 from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
@@ -24,6 +24,7 @@ from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
     from heron.config import Settings
+    from heron.messages import File
 
 app = typer.Typer(
     rich_markup_mode="markdown",
@@ -70,7 +71,12 @@ def _options(
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent name.")]
 ConvOpt = Annotated[
     str | None,
-    typer.Option("--conversation", "-c", help="Conversation key; the same key continues it."),
+    typer.Option(
+        "--conversation",
+        "-c",
+        help="Conversation key; the same key continues it.",
+        callback=conversation_key,
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -130,7 +136,17 @@ def run(
         bool,
         typer.Option(
             "--json",
-            help="Print one JSON object: reply, conversation, run_id, ok, error, usage, cost_usd.",
+            help="Print one JSON object: reply, conversation, run_id, ok, error, hint, usage, "
+            "cost_usd, stop.",
+        ),
+    ] = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Stream the reply to stdout as it comes even when stdout is not a terminal "
+            "(else it is written whole at the end; a cut stream then leaves its dead attempt "
+            "and a marker line there).",
         ),
     ] = False,
     attach: Annotated[
@@ -149,20 +165,28 @@ def run(
     Goes through `heron serve` when one runs on this home (unless --model or --ephemeral asks
     for what it cannot give). With a message and stdin piped in, stdin follows the message as
     a fenced block."""
-    from heron.channels.script import RunCut, attached_files, refusal_json, run_message
+    from heron.channels.script import RunCut, refusal_json, run_message
 
     try:
         if conversation is not None and message is None and not retry and _interactive():
-            message, latest, conversation = conversation, True, None  # -c "message": no key
+            message, conversation = conversation, _latest_for(conversation)  # -c "message"
         if latest:
             if conversation is not None and message is not None:
                 raise ConfigError("--continue continues the latest conversation; drop -c KEY")
             conversation = _latest_key()
         text = _retry_text(message, conversation) if retry else _message_text(message)
-        files = attached_files(attach or [], _load)  # every file checked before any is sent
+        files = _attached(attach or [])
         ok = asyncio.run(
             run_message(
-                _load, text, agent, conversation, model, ephemeral, as_json=as_json, files=files
+                _load,
+                text,
+                agent,
+                conversation,
+                model,
+                ephemeral,
+                as_json=as_json,
+                files=files,
+                stream=stream,
             )
         )
     except HeronError as e:
@@ -172,6 +196,19 @@ def run(
     except RunCut as cut:  # a signal, or the reader of stdout gone: 130, 143 or 141
         raise typer.Exit(cut.code) from None
     raise typer.Exit(0 if ok else 1)
+
+
+def _attached(paths: list[str]) -> tuple[File, ...]:
+    """`-a` files, every one checked before any is sent; a refusal is a refusal before any
+    turn (exit 2, as a missing or oversized message is) and says nothing was sent."""
+    from heron.channels.script import attached_files
+    from heron.errors import AttachmentError
+
+    try:
+        return attached_files(paths, _load)
+    except AttachmentError as e:
+        then = f"{e.hint} " if e.hint else ""
+        raise ConfigError(e.summary, hint=f"{then}Nothing was sent or stored.") from None
 
 
 def _load() -> Settings:
@@ -188,7 +225,7 @@ def _message_text(message: str | None) -> str:
     from heron.channels.script import message_from
 
     if message is None:
-        raise ConfigError("give a message, '-' to read it from stdin, or --retry -c KEY")
+        raise ConfigError(NO_MESSAGE)
     text, bad = message_from(message)
     if bad:
         typer.echo(
@@ -203,6 +240,37 @@ def _message_text(message: str | None) -> str:
     if too_large is not None:  # refused before it is sent, with a serve or without
         raise ConfigError(too_large)
     return text
+
+
+NO_MESSAGE = (
+    "give a message, '-' to read it from stdin, --retry -c KEY, or --continue TEXT to "
+    "continue the latest conversation"
+)
+
+
+def _latest_for(words: str) -> str:
+    """`heron run -c WORDS` with no message, in a terminal: the latest conversation, to send
+    WORDS to as a message (said on stderr), when they read as one: never a single word (a key
+    the person meant, whose message is missing) nor the key of a conversation that exists."""
+    from heron.channels.info import open_store
+
+    store = open_store(_load())
+    try:
+        exists = store.conversation(words) is not None
+    finally:
+        store.close()
+    if exists or len(words.split()) < 2:
+        raise ConfigError(
+            f"-c {words} needs a message: heron run -c {words} TEXT "
+            "(--continue TEXT continues the latest conversation)"
+        )
+    latest = _latest_key()
+    typer.echo(
+        f"heron: -c with no message: sending it to the latest conversation {latest!r} "
+        "(--continue TEXT says so)",
+        err=True,
+    )
+    return latest
 
 
 def _interactive() -> bool:
@@ -364,7 +432,7 @@ def conversations_list(
 
 @conversations_app.command("show")
 def conversations_show(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     compactions: Annotated[
         bool, typer.Option("--compactions", help="List each compaction: when, why, what.")
     ] = False,
@@ -390,7 +458,13 @@ def conversations_show(
 def conversations_search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     conversation: Annotated[
-        str | None, typer.Option("--conversation", "-c", help="Search this conversation only.")
+        str | None,
+        typer.Option(
+            "--conversation",
+            "-c",
+            help="Search this conversation only.",
+            callback=conversation_key,
+        ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="How many hits.")] = 10,
     as_json: Annotated[
@@ -423,7 +497,7 @@ def conversations_search(
 
 @conversations_app.command("export")
 def conversations_export(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     form: Annotated[
         str | None,
         typer.Option(
@@ -451,7 +525,7 @@ def conversations_export(
 
 @conversations_app.command("delete")
 def conversations_delete(
-    key: Annotated[str, typer.Argument(help="The conversation key.")],
+    key: Annotated[str, typer.Argument(help="The conversation key.", callback=conversation_key)],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask to confirm.")] = False,
 ) -> None:
     """Delete a conversation and everything recorded about it."""

@@ -89,6 +89,11 @@ def parse_run(args: list[str]) -> dict[str, str | bool | None] | None:
             return None  # an option of the full CLI, or a second message
         else:
             found["message"] = arg
+    if found["conversation"] is not None:
+        from heron.messages import key_problem
+
+        if key_problem(str(found["conversation"])) is not None:
+            return None  # the full CLI refuses it, as without a serve
     if found["retry"]:
         if found["message"] is not None or found["conversation"] is None:
             return None

@@ -40,6 +40,21 @@ def new_key(prefix: str = "c") -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot name a conversation, or None: a blank key could not be told apart from
+    another, and control characters (a newline, a tab, an escape) break every list's columns."""
+    import unicodedata
+
+    if not key.strip():
+        return f"a conversation key cannot be blank ({key!r})"
+    if any(unicodedata.category(c) == "Cc" for c in key):
+        return (
+            "a conversation key cannot hold control characters (a newline, a tab, an escape): "
+            f"{key!r}"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class Text:
     text: str

@@ -58,16 +58,14 @@ class ChatRequest:
 @dataclass(frozen=True)
 class StreamEvent:
     """A piece of the reply as it arrives: visible text or reasoning; "retry": the stream was
-    cut and the call starts again, so what follows may repeat what was already shown; or
+    cut and the call starts again, so what follows replaces the call's text shown so far,
+    which the event's text is (a channel that holds the reply takes it back); or
     "usage": the token counts the provider has sent so far (no text: no channel shows it; the
     runner keeps it for a call stopped before its end)."""
 
     kind: Literal["text", "thinking", "retry", "usage"]
     text: str
     usage: Usage | None = None
-
-
-RETRY_EVENT = StreamEvent("retry", "")
 
 
 OnEvent = Callable[[StreamEvent], None]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import os
 from contextlib import AsyncExitStack
 from io import StringIO
 from pathlib import Path
@@ -93,15 +95,19 @@ def test_run_refuses_a_missing_file_and_one_over_the_cap_before_sending(monkeypa
 
     monkeypatch.setattr(script, "run_message", fake)
     missing = CliRunner().invoke(app, ["run", "-a", "gone.png", "hi"])
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2  # refused before any turn, as every such refusal is
     assert "heron: no file gone.png" in missing.output
+    assert f"relative to {os.getcwd()}" in missing.output  # the folder it was read from
+    said = CliRunner().invoke(app, ["run", "--json", "-a", "gone.png", "hi"])
+    got = json.loads(said.stdout.splitlines()[0])
+    assert said.exit_code == 2 and got["ok"] is False and "Nothing was sent" in got["hint"]
 
     home = Settings.load().paths.home
     (home / "config.toml").write_text("[attachments]\nmax_file_mb = 1\n")
     big = tmp_path / "big.pdf"
     big.write_bytes(b"%PDF-" + b"x" * (1024 * 1024))
     over = CliRunner().invoke(app, ["run", "-a", str(big), "hi"])
-    assert over.exit_code == 1
+    assert over.exit_code == 2
     assert f"heron: {big} is 1.0 MB, over the 1 MB cap per file" in over.output
 
 

@@ -213,7 +213,7 @@ def test_a_pdf_or_image_over_the_cap_is_refused_before_sending(monkeypatch, tmp_
         monkeypatch.setenv("HERON_MODEL", "gpt-4o")  # a model that takes images and PDFs
         monkeypatch.setenv("HERON_API_KEY", "key")
         out = CliRunner().invoke(app, ["run", "-a", str(path), "what is this?"])
-    assert out.exit_code == 1, out.output
+    assert out.exit_code == 2, out.output  # refused before any turn
     assert f"{path} is 1.0 MB, over the 1 MB cap per file" in out.output
     assert "max_file_mb" in out.output
     assert srv.requests == []  # nothing was sent

@@ -10,6 +10,7 @@ import pytest
 from heron.errors import (
     AuthError,
     ContextOverflow,
+    ProviderError,
     RateLimited,
     ToolError,
     TransientProviderError,
@@ -397,3 +398,45 @@ async def test_warming_makes_one_client_on_a_worker_thread(serve: Any) -> None:
     await asyncio.gather(warm(FencedTools(provider)), provider.chat(request()))
     await provider.aclose()
     assert made[0] is False and len(server.requests) == 1
+
+
+# ---- what a final error says (qa20l L1-L3) ---------------------------------------------------
+
+
+async def _failure(serve: Any, reply: ServerReply, key: str = "sk-test") -> ProviderError:
+    server, _ = serve([reply])
+    provider = OpenAICompatProvider(
+        "fake-model", key, base_url=server.base_url, url_source="HERON_BASE_URL"
+    )
+    with pytest.raises(ProviderError) as caught:
+        await provider.chat(request())
+    await provider.aclose()
+    return caught.value
+
+
+async def test_a_server_error_names_the_server_its_setting_and_what_to_do(serve: Any) -> None:
+    error = await _failure(serve, ServerReply(status=500))
+    said = str(error)
+    assert isinstance(error, TransientProviderError) and error.status == 500
+    assert "(HERON_BASE_URL)" in said and "127.0.0.1" in said and "try again" in said
+
+
+async def test_a_rate_limit_says_so_names_the_server_and_to_wait(serve: Any) -> None:
+    error = await _failure(serve, ServerReply(status=429))
+    said = str(error)
+    assert isinstance(error, RateLimited) and "(HERON_BASE_URL)" in said
+    assert "rate limit" in said and "wait" in said
+
+
+async def test_a_refused_key_names_the_key_this_server_takes_not_openais(serve: Any) -> None:
+    said = str(await _failure(serve, ServerReply(status=401)))
+    assert "from HERON_API_KEY:" in said and "OPENAI_API_KEY" not in said and "refused" in said
+    placeholder = str(await _failure(serve, ServerReply(status=401), key="not-needed"))
+    assert "no key was set" in placeholder and "'not-needed'" in placeholder
+
+
+async def test_a_stream_cut_mid_reply_is_not_called_cannot_connect(serve: Any) -> None:
+    error = await _failure(serve, ServerReply(text="a long reply " * 10, cut_after_events=3))
+    assert isinstance(error, TransientProviderError)
+    assert "cannot connect" not in error.summary and "cut" in error.summary
+    assert "(HERON_BASE_URL)" in error.summary

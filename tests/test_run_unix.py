@@ -52,8 +52,15 @@ class Streams(ScriptedProvider):
         return Reply([Text("Hello, I am whole.")], "done", Usage(5, 3))
 
 
-class HeadOne(StringIO):
-    """stdout read by `head -c 7`: it takes the first piece, then its reader is gone."""
+class Terminal(StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class HeadOne(Terminal):
+    """stdout read by `head -c 7`: it takes the first piece, then its reader is gone. It says
+    it is a terminal so that the reply streams to it (a pipe gets the reply whole at the end,
+    and its reader leaving is seen by the watch on the descriptor: the subprocess test)."""
 
     def write(self, text: str) -> int:
         if self.getvalue():
@@ -185,7 +192,7 @@ def _heron(home, url: str, *args: str, **kw) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_heron_run_piped_to_a_reader_that_leaves_ends_at_once_with_141(heron_home):
     with FakeOpenAIServer([STALLS]) as server:
-        proc = _heron(heron_home, server.base_url, "-c", "head", "go")
+        proc = _heron(heron_home, server.base_url, "--stream", "-c", "head", "go")  # live
         assert proc.stdout is not None and proc.stdout.readline() == "line one\n"
         proc.stdout.close()  # `| head -1`: the model still streams nothing, and nothing waits
         assert proc.wait(WAIT) == PIPE_CLOSED
@@ -232,10 +239,11 @@ def test_heron_chat_without_a_terminal_says_to_use_heron_run(stdin):
 
 
 async def test_a_notice_after_the_reply_starts_on_a_line_of_its_own():
-    """A goal parked as its turn ends: the notice went on the end of the reply's line."""
+    """A goal parked as its turn ends: the notice went on the end of the reply's line (in a
+    terminal, where the reply streams and stdout and stderr share the screen)."""
     from heron.bus import OutboundMessage, TurnEvent
 
-    out, err = StringIO(), StringIO()
+    out, err = Terminal(), StringIO()
     printer = script._Printer(out, err)
     await printer.deliver(TurnEvent("script", "c", "g", "delta", text="count to three"))
     await printer.deliver(OutboundMessage("script", "c", "g", "Goal parked: ...", "notice"))

@@ -11,7 +11,7 @@ from heron.messages import Message, Reply, Text, ToolCall, ToolResult, Usage, us
 from heron.providers.base import RetryPolicy
 from heron.providers.profiles import ModelProfile
 from heron.providers.scripted import ScriptedProvider
-from heron.request import RETRY_EVENT, StreamEvent
+from heron.request import StreamEvent
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
 
@@ -163,7 +163,8 @@ async def test_a_wrap_up_that_calls_a_tool_is_asked_again_without_tools(tmp_path
     assert provider.requests[-1].messages == provider.requests[-2].messages
     assert result.text == "Summary: done A, pending B."
     assert not result.messages[-1].tool_calls  # the reply that called a tool is not kept
-    assert RETRY_EVENT in events
+    # the set-aside reply (a tool call, no text) is marked as taken back, text and all
+    assert [e.text for e in events if e.kind == "retry"] == [""]
 
 
 async def test_token_ceiling(tmp_path):
@@ -335,7 +336,17 @@ def test_a_retry_that_repeats_what_was_shown_prints_only_what_is_new():
 def test_a_retry_that_says_something_else_is_marked_once():
     text = lambda s: StreamEvent("text", s)  # noqa: E731
     seen = _filtered(text("partial text"), None, text("second "), text("try"))
-    assert seen == [text("partial text"), RETRY_EVENT, text("second "), text("try")]
+    retry = StreamEvent("retry", "partial text")  # what it takes back
+    assert seen == [text("partial text"), retry, text("second "), text("try")]
+
+
+def test_a_retry_that_repeats_a_start_then_differs_shows_that_start_again():
+    """The repeated start was held back: after the mark it is passed on, so the new attempt
+    is shown whole (before, only its differing rest followed the mark)."""
+    text = lambda s: StreamEvent("text", s)  # noqa: E731
+    seen = _filtered(text("Hello wor"), text("ld"), None, text("Hello "), text("there"))
+    retry = StreamEvent("retry", "Hello world")
+    assert seen == [text("Hello wor"), text("ld"), retry, text("Hello "), text("there")]
 
 
 async def test_a_stream_cut_and_retried_in_the_runner_is_not_shown_twice(tmp_path):
@@ -357,4 +368,4 @@ async def test_a_stream_cut_and_retried_in_the_runner_is_not_shown_twice(tmp_pat
     result = await runner.run("", [user("go")], ctx(tmp_path), RunHooks(on_event=seen.append))
     assert result.text == "The answer is 42."
     assert "".join(e.text for e in seen) == "The answer is 42."
-    assert RETRY_EVENT not in seen
+    assert not [e for e in seen if e.kind == "retry"]

@@ -78,7 +78,7 @@ def test_a_run_stopped_from_another_process_stops_says_so_and_keeps_what_it_prin
     resume = threading.Event()
     with FakeOpenAIServer(_model(resume)) as server:
         env = _env(server)
-        first = _run(heron_home, env, "-c", "ST", "tell me everything")
+        first = _run(heron_home, env, "--stream", "-c", "ST", "tell me everything")  # live
         shown = _started(first)
         stop = _run(heron_home, env, "-c", "ST", "/stop")
         stopped, _ = stop.communicate(timeout=60)
@@ -111,7 +111,7 @@ def test_a_run_through_the_serve_says_which_command_stopped_it(heron_home: Path,
     resume = threading.Event()
     with FakeOpenAIServer(_model(resume)) as server, ServeProcess(heron_home, _env(server)):
         env = _env(server)
-        first = _run(heron_home, env, "-c", "SV", "tell me everything")
+        first = _run(heron_home, env, "--stream", "-c", "SV", "tell me everything")
         _started(first)
         other = _run(heron_home, env, "-c", "SV", f"/{command}")
         other.communicate(timeout=60)

@@ -76,6 +76,7 @@ async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
             "usage",
             "cost_usd",
             "later",
+            "stop",
         }
         assert got["reply"] == "echo: hi" and got["conversation"] == key
         assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")
@@ -116,13 +117,13 @@ def _sent(monkeypatch, *, interactive: bool) -> list[tuple[str, str | None]]:
     return sent
 
 
-@pytest.mark.parametrize("args", [["--continue", "next"], ["-c", "next"]])
+@pytest.mark.parametrize("args", [["--continue", "go on"], ["-c", "go on"]])
 def test_continue_without_a_key_is_the_latest_conversation_not_internal(args, monkeypatch):
     asyncio.run(_talk("older", "latest", "cron:job-1", "heartbeat"))  # internal ones: newer
     sent = _sent(monkeypatch, interactive=True)
     result = CliRunner().invoke(app, ["run", *args])
     assert result.exit_code == 0, result.output
-    assert sent == [("next", "latest")]
+    assert sent == [("go on", "latest")]
 
 
 def test_c_key_with_piped_input_stays_a_key(monkeypatch):
@@ -337,3 +338,52 @@ async def test_without_a_serve_the_run_prints_the_answer_to_its_subagent_s_resul
         assert got["later"] == ["The subagent found 42."]
     else:
         assert out.getvalue() == "Started a subagent.\n\nThe subagent found 42.\n"
+
+
+@pytest.mark.parametrize("word", ["newkey", "older"])  # a key-like word; an existing key
+def test_c_word_alone_in_a_terminal_is_a_key_missing_its_message_not_a_message(word, monkeypatch):
+    asyncio.run(_talk("older", "latest"))
+    sent = _sent(monkeypatch, interactive=True)
+    result = CliRunner().invoke(app, ["run", "-c", word])
+    assert result.exit_code == 2 and sent == []  # never sent to another conversation
+    assert "--continue" in result.output and f"-c {word} TEXT" in result.output
+
+
+def test_c_sentence_alone_in_a_terminal_goes_to_the_latest_and_says_so(monkeypatch):
+    asyncio.run(_talk("older", "latest"))
+    sent = _sent(monkeypatch, interactive=True)
+    result = CliRunner().invoke(app, ["run", "-c", "and one more thing"])
+    assert result.exit_code == 0 and sent == [("and one more thing", "latest")]
+    assert "sending it to the latest conversation 'latest'" in result.output
+
+
+def test_no_message_in_a_script_names_continue(monkeypatch):
+    _sent(monkeypatch, interactive=False)
+    result = CliRunner().invoke(app, ["run", "-c", "and one more thing"])
+    assert result.exit_code == 2 and "--continue TEXT" in result.output
+
+
+@pytest.mark.parametrize("key", ["", "   ", "a\nb", "red\x1b[31m", "tab\there"])
+@pytest.mark.parametrize("command", [["run", "-c", "{key}", "hi"], ["conversations", "show"]])
+def test_a_blank_key_or_one_with_control_characters_is_refused(key, command, monkeypatch):
+    sent = _sent(monkeypatch, interactive=False)
+    args = [a.replace("{key}", key) for a in command]
+    args = args if "{key}" in command else [*args, key]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and sent == []
+    assert "conversation key" in result.output
+    assert ("blank" in result.output) == (not key.strip())
+
+
+def test_a_refused_key_under_json_is_the_one_object():
+    result = CliRunner().invoke(app, ["run", "--json", "-c", "a\nb", "hi"])
+    got = json.loads(result.stdout.splitlines()[0])
+    assert result.exit_code == 2 and got["ok"] is False and "control" in got["error"]
+
+
+def test_the_fast_path_leaves_a_bad_key_to_the_full_cli_which_refuses_it():
+    from heron.entry import parse_run
+
+    assert parse_run(["--conversation", "a\nb", "hi"]) is None
+    assert parse_run(["--conversation", "", "hi"]) is None
+    assert parse_run(["--conversation", "plan", "hi"]) is not None

@@ -864,6 +864,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         result.run.usage,
         stopped_by=result.stopped_by,
         unusable=model_unusable(error),
+        stop=result.run.stop,
     )
 
 

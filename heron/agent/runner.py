@@ -43,7 +43,7 @@ from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import ModelCallRecord, Streamed, body_of
 from heron.redact import Redactor, scrub_error
-from heron.request import RETRY_EVENT, ChatRequest, OnEvent, StreamEvent
+from heron.request import ChatRequest, OnEvent, StreamEvent
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, bounded_gather
 
@@ -56,6 +56,7 @@ WRAP_UP = (
     "This run has reached its limit of {what}. Do not call tools. Reply to the user with a short "
     "summary of what is done and what is still pending, so the work can resume later."
 )
+CUT = "The reply reached the output cap ({cap:,} tokens){how} and is incomplete. {then}"
 EMPTY = "the model sent an empty reply twice (no text and no tool call)"
 EMPTY_HINT = "The model or its server may be misbehaving: try again, or try another model."
 BREAK = (
@@ -136,6 +137,9 @@ class RunResult:
     model_calls: int = 0
     tool_calls: int = 0
     error: ProviderError | None = None
+    # For the person, when the reply ends cut by the output cap (stop "length"): that it is
+    # incomplete and what setting raises the cap (`Runner.cut_note`).
+    note: str | None = None
 
     @property
     def text(self) -> str:
@@ -191,7 +195,25 @@ class Runner:
         return self._result(state, stop)
 
     def _result(self, s: _State, stop: RunStop, error: ProviderError | None = None) -> RunResult:
-        return RunResult(s.new, stop, s.usage, s.calls, s.tools, error)
+        note = self.cut_note(s) if stop == "length" else None
+        return RunResult(s.new, stop, s.usage, s.calls, s.tools, error, note)
+
+    def cut_note(self, s: _State) -> str:
+        """Why a reply the output cap cut was left so (continued as far as allowed, or not at
+        all) and what raises the cap, naming the settings in config.toml."""
+        cap = f'max_output under [models."{self.provider.model}"]'
+        most = self.limits.max_continuations
+        if not self.profile.continue_cut:
+            how, then = "", f"This model's cut replies are not continued: raise {cap}."
+        elif most == 0:
+            how = " (continuation is off: [agent] max_continuations = 0)"
+            then = f"Raise {cap} or [agent] max_continuations in config.toml."
+        elif s.continuations >= most:
+            how = f" after {s.continuations} continuation{'s' if s.continuations > 1 else ''}"
+            then = f"Raise {cap} or [agent] max_continuations in config.toml."
+        else:  # `_may_continue` refused a loop: more room would only repeat it
+            how, then = " repeating itself, so it was not continued", "Ask again differently."
+        return CUT.format(cap=self.profile.max_output, how=how, then=then)
 
     async def _loop(self, system: str, s: _State, ctx: ToolContext, hooks: RunHooks) -> RunStop:
         empty_retried = False
@@ -360,8 +382,8 @@ class Runner:
         await self._add(s, HeronPrompt(text), hooks)
         reply = await self._call(system, s, hooks, tools=True, purpose="wrapup")
         if reply.tool_calls:
-            if hooks.on_event:
-                hooks.on_event(RETRY_EVENT)  # what streamed is replaced by the next reply
+            if hooks.on_event:  # what streamed is replaced by the next reply: taken back
+                hooks.on_event(StreamEvent("retry", reply.text))
             reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
 
@@ -408,7 +430,8 @@ class StreamKept:
 class RetryFilter:
     """One model call's stream events, passed on. A retried call streams again from the start:
     what repeats what was already shown is held back, and where the new attempt first differs
-    a "retry" event marks the break (the channel shows it), so no text is printed twice."""
+    a "retry" event marks the break (the channel shows it; its text is the text taken back),
+    so no text is printed twice."""
 
     def __init__(self, on_event: OnEvent) -> None:
         self.on_event = on_event
@@ -430,13 +453,25 @@ class RetryFilter:
                 del self.replayed[kind]
                 event = StreamEvent(kind, event.text[len(rest) :])
             else:
-                self.replayed = None
-                self.shown = {"text": "", "thinking": ""}
-                self.on_event(RETRY_EVENT)
+                self._start_again()
         if kind in self.shown:
             self.shown[kind] += event.text
         if event.text:
             self.on_event(event)
+
+    def _start_again(self) -> None:
+        """The new attempt differs from what was shown: the "retry" event carries the text it
+        takes back (a channel that holds the reply drops it), then what the new attempt had
+        repeated so far, held back until now, is passed on as its start."""
+        replayed = self.replayed or {}
+        again = {k: v[: replayed[k]] if k in replayed else v for k, v in self.shown.items()}
+        self.on_event(StreamEvent("retry", self.shown["text"]))
+        self.replayed = None
+        self.shown = {"text": "", "thinking": ""}
+        for kind in ("thinking", "text"):
+            if again[kind]:
+                self.shown[kind] = again[kind]
+                self.on_event(StreamEvent(kind, again[kind]))
 
 
 def _is_empty(reply: Reply) -> bool:

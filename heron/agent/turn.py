@@ -691,6 +691,8 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     finally:
         built.compaction_calls.detach()
         await ctx.aclose()
+    if run.note is not None and t.hooks.on_notice is not None:  # a reply the cap cut
+        t.hooks.on_notice(run.note)
     status = "failed" if run.stop == "error" else "done"
     error = str(run.error) if run.error else None
     prints = engine.memos.prompts.fingerprint(system)

@@ -22,6 +22,17 @@ def fail(error: HeronError) -> NoReturn:
     raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
 
 
+def conversation_key(value: str | None) -> str | None:
+    """A conversation key given on the command line (a typer callback): a blank one, or one
+    with control characters, is refused as a bad option is (exit 2; `key_problem`)."""
+    from heron.messages import key_problem
+
+    problem = None if value is None else key_problem(value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """Print rows under a header line, columns padded to their widest cell; the last column is
     left ragged (it holds free text such as a title or a prompt). Widths are terminal cells, so

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from heron import timefmt
-from heron.channels.common import table
+from heron.channels.common import conversation_key, table
 from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
@@ -169,7 +169,10 @@ def add(
     conversation: Annotated[
         str,
         typer.Option(
-            "--conversation", "-c", help="The conversation it belongs to (a reminder speaks there)."
+            "--conversation",
+            "-c",
+            help="The conversation it belongs to (a reminder speaks there).",
+            callback=conversation_key,
         ),
     ],
     cron: Annotated[

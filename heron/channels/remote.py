@@ -680,6 +680,7 @@ def _turn_end(event: dict[str, Any]) -> TurnEnd:
         event.get("cost_usd"),
         _text_or_none(event.get("stopped_by")),
         unsaved=bool(event.get("unsaved")),
+        stop=_text_or_none(event.get("stop")),
     )
 
 

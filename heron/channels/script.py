@@ -79,14 +79,27 @@ class _Agent(Protocol):
 
 
 class _Printer:
-    """The reply's text on stdout as it streams; tool calls, notices and errors on stderr."""
+    """The reply's text on stdout; tool calls, notices and errors on stderr. A terminal sees
+    the reply as it streams; a pipe or a file gets it whole when the turn ends (`hold`), so a
+    script reads only the reply as stored, never an attempt a cut stream started and its
+    retry replaced (a terminal is shown that attempt and the retry's marker)."""
 
     def __init__(
-        self, out: TextIO, err: TextIO, as_json: bool = False, key: str = "", served: bool = False
+        self,
+        out: TextIO,
+        err: TextIO,
+        as_json: bool = False,
+        key: str = "",
+        served: bool = False,
+        stream: bool = False,
     ) -> None:
         self.out, self.err = out, err
         self.key, self.served = key, served  # for how to answer a question (`question_note`)
         self.as_json = as_json  # hold the reply for one JSON object at the end (_finish)
+        # Hold the reply to write it at the end: for the JSON object, or for a stdout that
+        # is not a terminal (what was written cannot be taken back when a stream restarts),
+        # unless `heron run --stream` asks to see it live there anyway.
+        self.hold = as_json or not (stream or _is_terminal(out))
         self.reply: list[str] = []
         # Without a serve the run waits for the turns its own one started (a subagent's result
         # announced, a goal's nudges): their answers, each printed as a paragraph of its own.
@@ -128,8 +141,7 @@ class _Printer:
         elif ev.kind == "retry":
             self.note(f"[retrying in {ev.seconds:.1f}s: {ev.text}]")
         elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
-            self.line_break()
-            self.write(RETRY_MARKER + "\n")
+            self.restart(ev.text)
         elif ev.kind == "mail":  # through serve: the conversation's turn was running
             self.note("heron: the conversation is busy; your message went to the running turn")
         elif ev.kind == "queued":
@@ -161,10 +173,11 @@ class _Printer:
         if m.kind == "notice" and m.code == UNANSWERED_CODE:  # the serve stopped first
             self.unanswered = m.text
             if not self.as_json:  # said once, at the end, with the JSON object
-                self.line_break()
+                if not self.hold:
+                    self.line_break()
                 self.note(f"heron: {m.text}")
         elif m.kind == "notice":  # after the reply's line (a goal parked as its turn ended):
-            if not self.as_json:  # in a terminal stdout and stderr share the screen
+            if not self.hold:  # in a terminal stdout and stderr share the screen
                 self.line_break()
             self.note(m.text)
         elif m.kind in ("message", "question"):  # the agent spoke (`message`) or asks
@@ -193,8 +206,20 @@ class _Printer:
             self.write("\n")
         self.write(text)
 
+    def restart(self, taken_back: str) -> None:
+        """A stream that starts again: a held reply drops what the dead attempt streamed (the
+        event's text); a terminal, which has shown it, is told with the marker."""
+        held = "".join(self.reply)
+        if self.hold and held.endswith(taken_back):
+            kept = held[: len(held) - len(taken_back)]
+            self.reply = [kept] if kept else []
+            self.wrote, self.at_line_start = bool(kept), kept.endswith("\n") or not kept
+            return
+        self.line_break()  # (held text that does not end so is left, and marked, as shown)
+        self.write(RETRY_MARKER + "\n")
+
     def write(self, text: str) -> None:
-        if self.as_json:
+        if self.hold:
             self.reply.append(text)
         else:
             self.emit(text)
@@ -242,6 +267,13 @@ class _Printer:
             self.err.flush()
         except BrokenPipeError:  # nobody reads stderr either: nothing to tell
             to_null(self.err)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):  # closed: nothing will be shown live anyway
+        return False
 
 
 def to_null(stream: TextIO) -> None:
@@ -429,6 +461,7 @@ async def run_message(
     *,
     as_json: bool = False,
     files: tuple[File, ...] = (),
+    stream: bool = False,
 ) -> bool:
     """Through a running serve when one answers (and the run asks for nothing it cannot give:
     another model, or keeping nothing), else in this process."""
@@ -441,7 +474,7 @@ async def run_message(
         if path is not None:
             try:
                 return await run_remote(
-                    path, text, agent, key, out, err, as_json=as_json, files=files
+                    path, text, agent, key, out, err, as_json=as_json, files=files, stream=stream
                 )
             except ServeDiffers as differs:
                 print(differs.notice(), file=err)
@@ -455,7 +488,17 @@ async def run_message(
         if note is not None:
             print(note, file=err)
     return await run_once(
-        settings, text, agent, key, model, ephemeral, out, err, as_json=as_json, files=files
+        settings,
+        text,
+        agent,
+        key,
+        model,
+        ephemeral,
+        out,
+        err,
+        as_json=as_json,
+        files=files,
+        stream=stream,
     )
 
 
@@ -482,11 +525,12 @@ async def run_remote(
     *,
     as_json: bool = False,
     files: tuple[File, ...] = (),
+    stream: bool = False,
 ) -> bool:
     from heron.channels.remote import ServeGone, connect_remote
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json, key, served=True)
+    printer = _Printer(out, err, as_json, key, served=True, stream=stream)
     # Only what answers this message: another turn of the conversation (someone else's, a
     # goal's nudge) is not this run's output.
     opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
@@ -532,6 +576,7 @@ async def run_once(
     *,
     as_json: bool = False,
     files: tuple[File, ...] = (),
+    stream: bool = False,
 ) -> bool:
     out = sys.stdout if out is None else out  # read now: a caller may have swapped it
     err = sys.stderr if err is None else err
@@ -540,7 +585,7 @@ async def run_once(
     from heron.tools.approval import start_notice
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json, key)
+    printer = _Printer(out, err, as_json, key, stream=stream)
     # One message and the process ends: no kernel outlives the turn (through `heron serve`,
     # it is kept for the conversation's later turns).
     one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
@@ -583,6 +628,8 @@ def _said(printer: _Printer, key: str) -> bool:
         result = result_json(printer, key)
         printer.emit(json.dumps(result, ensure_ascii=False) + "\n")
         return bool(result["ok"])  # the exit code says what `ok` says
+    if printer.hold:  # the reply as stored, written now that the turn ended
+        printer.emit("".join(printer.reply))
     if printer.wrote and not printer.at_line_start:
         printer.emit("\n")
     if printer.reader_gone:
@@ -702,7 +749,7 @@ def result_json(printer: _Printer, key: str) -> dict[str, object]:
     else:
         out.update(reply=streamed or end.reply or "", ok=True)
     if end is not None:
-        out.update(run_id=end.run_id, cost_usd=end.cost_usd)
+        out.update(run_id=end.run_id, cost_usd=end.cost_usd, stop=end.stop)
     if usage is not None:
         out["usage"] = {name: getattr(usage, name) for name in USAGE_FIELDS}
     return out
@@ -736,6 +783,7 @@ def _json_object(key: str | None) -> dict[str, object]:
         "usage": dict.fromkeys(USAGE_FIELDS, 0),
         "cost_usd": None,
         "later": [],
+        "stop": None,
     }
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.text import Text as RichText
 
 from heron.agent import commands
@@ -259,7 +260,8 @@ class TerminalView:
     def message(self, m: OutboundMessage) -> None:
         self.flush()
         if m.kind == "notice":
-            self.console.print(f"[yellow]{m.text}[/yellow]", highlight=False)
+            # escaped: a notice names settings in brackets ([agent] max_continuations)
+            self.console.print(f"[yellow]{escape(m.text)}[/yellow]", highlight=False)
         elif m.kind == "error":
             self.console.print(RichText(m.text, style="red"), highlight=False)
         elif m.kind == "command":

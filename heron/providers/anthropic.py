@@ -52,7 +52,13 @@ from heron.providers.base import (
     stalled,
     within_stall,
 )
-from heron.providers.endpoint import Endpoint, connection_error, no_api_there
+from heron.providers.endpoint import (
+    Endpoint,
+    connection_error,
+    no_api_there,
+    rate_limited_hint,
+    server_failed_hint,
+)
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -543,6 +549,10 @@ def _status_error(error: Any, endpoint: Endpoint) -> ProviderError:
         return no_api_there(status, "POST", url, said, body, endpoint, _no_v1(endpoint))
     cls = _classify(status, kind, message)
     hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT}.get(cls)
+    if cls is RateLimited:
+        hint = rate_limited_hint(endpoint)
+    elif cls is TransientProviderError and status >= 500:
+        hint = server_failed_hint(status, endpoint)
     text = f"Anthropic API error {status} ({kind or 'unknown'})" + (
         f": {message}" if message else ""
     )

@@ -91,6 +91,36 @@ def connection_error(error: BaseException, endpoint: Endpoint) -> ProviderError:
     )
 
 
+def cut_mid_reply(error: BaseException, endpoint: Endpoint) -> TransientProviderError:
+    """A connection that answered, then broke while the reply streamed (a proxy dropping a
+    long stream, a server restarting): retried; not a server that cannot be reached."""
+    detail = next((str(c) for c in reversed(list(_causes(error))) if str(c)), "")
+    return TransientProviderError(
+        f"the connection to {endpoint.named} was cut mid-reply" + (f": {detail}" if detail else ""),
+        hint="The server or a proxy on the way dropped the stream: try again; if it keeps "
+        "happening, check the proxy's or the server's timeouts for long streams.",
+    )
+
+
+def server_failed_hint(status: int, endpoint: Endpoint) -> str:
+    """What to do about an HTTP 5xx that outlived its retries (the error names the URL)."""
+    where = f", or check {endpoint.source}" if endpoint.source else ""
+    return (
+        f"The model server failed (HTTP {status}); it may be overloaded or restarting: try "
+        f"again in a while{where}."
+    )
+
+
+def rate_limited_hint(endpoint: Endpoint) -> str:
+    """What to do about a rate limit (HTTP 429) that outlived its retries (the error names the
+    URL; Anthropic's says its own API)."""
+    where = f" ({endpoint.source})" if endpoint.source else ""
+    return (
+        f"The server{where} is rate limiting these requests: wait a minute and try again; if "
+        "it keeps happening, check the account's limits or send fewer requests at once."
+    )
+
+
 # httpx's (and the SDKs' vendored httpx2's) errors for a URL no request can be sent to.
 _URL_ERRORS = frozenset({"UnsupportedProtocol", "InvalidURL"})
 

@@ -41,8 +41,16 @@ from heron.messages import (
     file_class,
 )
 from heron.providers.base import OutputMeter, retry_after, stalled, within_stall
-from heron.providers.endpoint import Endpoint, connection_error, no_api_there, with_v1
-from heron.providers.profiles import ModelProfile, profile_for
+from heron.providers.endpoint import (
+    Endpoint,
+    connection_error,
+    cut_mid_reply,
+    no_api_there,
+    rate_limited_hint,
+    server_failed_hint,
+    with_v1,
+)
+from heron.providers.profiles import PLACEHOLDER_KEY, ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
 
@@ -50,10 +58,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 PROVIDER = "openai"
-AUTH_HINT = (
-    "Set OPENAI_API_KEY (or HERON_API_KEY, or api_key under [providers.openai] in config.toml, "
-    "for a server at a base URL) to a valid key; local servers accept any dummy key."
-)
+OPENAI_KEY = "OPENAI_API_KEY (or api_key under [providers.openai] in config.toml)"
 MODEL_HINT = (
     "Run `heron models` to list the models this server offers, then pick one with `--model` "
     "(or HERON_MODEL, or model in config.toml)."
@@ -169,12 +174,14 @@ class OpenAICompatProvider:
         body = body_of(self, request).value
         acc = _Accumulator(meter=OutputMeter(request.max_tokens))
         stall = request.stall_timeout
+        answered = False  # the server answered: a broken connection now is a cut stream
         try:
             try:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self.client(), body)
             except TimeoutError as error:
                 raise stalled(stall) from error
+            answered = True
             # `async with` releases the connection even when the caller cancels mid-stream,
             # and when a reply past its output cap is left unread.
             async with stream:
@@ -185,8 +192,13 @@ class OpenAICompatProvider:
                     if acc.cut:
                         break
         except (openai.OpenAIError, json.JSONDecodeError) as error:
-            raise map_error(error, self.endpoint) from error
+            raise map_error(error, self.endpoint, key=self.key_words, answered=answered) from error
         return acc.reply()
+
+    @property
+    def key_words(self) -> KeyWords:
+        """The key this server is sent, as an error about it names it (never the key)."""
+        return KeyWords(key_setting(self.endpoint.source), self.api_key == PLACEHOLDER_KEY)
 
     async def list_models(self, timeout: float) -> list[str]:
         """The ids the server's GET /models lists (`heron models`), failures mapped as a chat's
@@ -197,7 +209,7 @@ class OpenAICompatProvider:
         try:
             page = await self.client().with_options(timeout=timeout).models.list()
         except openai.OpenAIError as error:
-            raise map_error(error, self.endpoint, "GET") from error
+            raise map_error(error, self.endpoint, "GET", key=self.key_words) from error
         return sorted(m.id for m in page.data)
 
     async def aclose(self) -> None:
@@ -400,20 +412,58 @@ def _usage(usage: Any) -> Usage:
 # ---- errors ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class KeyWords:
+    """The setting a server's key comes from, and whether none was set (a placeholder went)."""
+
+    setting: str = OPENAI_KEY
+    placeholder: bool = False
+
+    def auth_hint(self, endpoint: Endpoint) -> str:
+        if self.placeholder:
+            return (
+                f"{endpoint.named} wants a key and no key was set, so the placeholder "
+                f"{PLACEHOLDER_KEY!r} was sent: set {self.setting} to this server's key."
+            )
+        return (
+            f"{endpoint.named} refused the key sent, from {self.setting}: set it to a valid "
+            "key for this server (local servers accept any)."
+        )
+
+
+def key_setting(url_source: str | None) -> str:
+    """Where the key for the server a setting named comes from, as heron.config pairs them
+    (`_openai_key`): OpenAI's own key only for OpenAI and OPENAI_BASE_URL's server."""
+    if url_source is None or url_source == "OPENAI_BASE_URL":
+        return OPENAI_KEY
+    if url_source.endswith("config.toml"):
+        return "api_key under [providers.openai] in config.toml (or HERON_API_KEY)"
+    return "HERON_API_KEY"  # HERON_BASE_URL's server takes only it
+
+
 def map_error(
-    error: Exception, endpoint: Endpoint | None = None, method: str = "POST"
+    error: Exception,
+    endpoint: Endpoint | None = None,
+    method: str = "POST",
+    *,
+    key: KeyWords = KeyWords(),
+    answered: bool = False,
 ) -> ProviderError:
     """The one place SDK and stream failures become Heron errors; those about the server
-    itself name `endpoint` (heron/providers/endpoint.py)."""
+    itself name `endpoint` (heron/providers/endpoint.py), a refused key the setting it came
+    from (`key`). `answered`: the server had started its reply, so a broken connection is a
+    stream cut mid-reply, not a server that cannot be reached."""
     import openai
 
     endpoint = endpoint or Endpoint(OPENAI_API)
     if isinstance(error, json.JSONDecodeError):
         return TransientProviderError(f"malformed event in the stream: {error}")
     if isinstance(error, openai.APIStatusError):
-        return _status_error(error, endpoint, method)
+        return _status_error(error, endpoint, method, key)
     if isinstance(error, openai.APITimeoutError):
         return TransientProviderError(f"the request to {endpoint.named} timed out")
+    if isinstance(error, openai.APIConnectionError) and answered:
+        return cut_mid_reply(error, endpoint)
     if isinstance(error, openai.APIConnectionError):
         return connection_error(error, endpoint)
     if isinstance(error, openai.APIError):
@@ -422,14 +472,14 @@ def map_error(
     return FatalProviderError(f"unexpected client error: {error}")
 
 
-def _status_error(error: Any, endpoint: Endpoint, method: str) -> ProviderError:
+def _status_error(error: Any, endpoint: Endpoint, method: str, key: KeyWords) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body, default=str)
-    message = f"HTTP {status}: {_message(error)}"
+    message = f"HTTP {status} from {endpoint.named}: {_message(error)}"
     code = str(error.code or "")
     if status == 429:
-        wait = retry_after(error.response.headers)
-        return RateLimited(message, retry_after=wait, status=status, body=body)
+        wait, hint = retry_after(error.response.headers), rate_limited_hint(endpoint)
+        return RateLimited(message, retry_after=wait, status=status, body=body, hint=hint)
     if status in (405, 501) or (status == 404 and not _about_model(code, body)):
         # No such route, or a server that takes no POST there (python -m http.server): the
         # base URL is wrong, and no retry will find the API.
@@ -438,9 +488,10 @@ def _status_error(error: Any, endpoint: Endpoint, method: str) -> ProviderError:
             status, method, error.request.url, said, body, endpoint, with_v1(endpoint)
         )
     if status >= 500:
-        return TransientProviderError(message, status=status, body=body)
+        hint = server_failed_hint(status, endpoint)
+        return TransientProviderError(message, status=status, body=body, hint=hint)
     if status in (401, 403):
-        return AuthError(message, hint=AUTH_HINT, status=status, body=body)
+        return AuthError(message, hint=key.auth_hint(endpoint), status=status, body=body)
     if status == 404 or code == "model_not_found":
         return UnknownModel(message, hint=MODEL_HINT, status=status, body=body)
     text = f"{code} {body} {error.message}".lower()

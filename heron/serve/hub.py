@@ -384,6 +384,8 @@ class Hub:
             status: Event = {"type": "status", "state": _STATES[ev.kind], "chat_id": ev.chat_id}
             if ev.kind == "retry":
                 status.update(seconds=ev.seconds, text=ev.text)
+            elif ev.kind == "restart":  # the text the new attempt replaces (heron run drops it)
+                status.update(text=ev.text)
             elif ev.kind in ("mail", "queued") and ev.text:  # what was sent, and from where
                 status.update(text=ev.text, channel=ev.channel)
             return [status]
@@ -464,4 +466,5 @@ def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
         "run_id": end.run_id,
         "model_calls": end.model_calls,
         "unsaved": end.unsaved,
+        "stop": end.stop,
     }
