@@ -218,16 +218,23 @@ def test_a_cut_stream_is_retried_with_a_marker_and_no_text_twice(heron_home):
         ServerReply(text="second try complete"),
         ServerReply(text="the same start, then more", cut_after_events=3),
         ServerReply(text="the same start, then more"),
+        ServerReply(text="partial text that will be cut", cut_after_events=3),
+        ServerReply(text="second try complete"),
     ]
     with FakeOpenAIServer(script) as server:
         env = openai_env(server.base_url)
         differs = heron(heron_home, env, "run", "-c", "k", "one")
-        same = heron(heron_home, env, "run", "-c", "k", "two")
-    assert differs.returncode == 0 and same.returncode == 0
-    marker = "[the stream was cut; the reply starts again]"
-    assert differs.stdout == f"partial text tha\n{marker}\nsecond try complete\n"
+        same = heron(heron_home, env, "run", "--stream", "-c", "k", "two")
+        streamed = heron(heron_home, env, "run", "--stream", "-c", "k", "three")
+    assert differs.returncode == same.returncode == streamed.returncode == 0
+    # a pipe gets the reply as stored, whole; the retry is said on stderr
+    assert differs.stdout == "second try complete\n"
     assert "[retrying in" in differs.stderr
-    assert same.stdout == "the same start, then more\n"  # the repeated start is not printed
+    # streamed to a pipe (--stream): what the dead attempt showed, the marker, the reply anew;
+    # a retry that repeats the start shows it once
+    marker = "[the stream was cut; the reply starts again]"
+    assert streamed.stdout == f"partial text tha\n{marker}\nsecond try complete\n"
+    assert same.stdout == "the same start, then more\n"
     assert _texts(heron_home, "k")[1] == ("assistant", "second try complete")
 
 

@@ -5,6 +5,7 @@ or the same screen, and nothing lost."""
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -270,7 +271,12 @@ def _failures(mode: str) -> tuple[list[str], list[tuple[str, str]]]:
                 chat.type(typed + "\r")
                 chat.wait_for(lambda t=typed, a=answer: _answered(chat, t, a), answer)
                 chat.wait_for(lambda: chat.prompt() == "›", "the prompt")
-            shown = _screen(chat, home, "hello")
+            # the error names the server, whose port is each run's own (linux's ephemeral
+            # ports have five digits, so the lines wrap alike)
+            shown = [
+                re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", line)
+                for line in _screen(chat, home, "hello")
+            ]
             chat.leave()
         return shown, _kept(home)
 
@@ -280,7 +286,8 @@ def test_chat_shows_a_failed_turn_and_bad_commands_alike():
     assert told["serve"] == told["inprocess"]
     shown, kept = told["serve"]
     failed = [
-        "The turn failed: HTTP 404: The model `no-such-model` does not exist",
+        "The turn failed: HTTP 404 from http://127.0.0.1:PORT/v1 (HERON_BASE_URL): The",
+        "model `no-such-model` does not exist",
         "Run `heron models` to list the models this server offers, then pick one with",
         "`--model` (or HERON_MODEL, or model in config.toml).",
         "Your message is saved; send /retry to answer it again (it is not stored twice).",
