@@ -821,6 +821,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
+        outside_calls=(lambda: governor.model_calls) if governor else None,
     )
 
 
@@ -843,12 +844,18 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
 def _told(
     governor: Governor, notice: Callable[[Any], None] | None
 ) -> Callable[[list[Message]], Awaitable[list[Message]]]:
-    """The governor's view, with a notice for each in-flight compaction it makes."""
+    """The governor's view, with a notice for each in-flight compaction it makes; once the
+    turn is tight (the window too small for its work), one notice says so and the folds
+    that follow are not told one by one."""
 
     async def govern(view: list[Message]) -> list[Message]:
-        before = governor.inflight
+        before, tight = governor.inflight, governor.tight
         shaped = await governor.govern(view)
-        if notice is not None and governor.inflight > before:
+        if notice is None or tight:
+            return shaped
+        if governor.tight:
+            notice(governor.tight_notice())
+        elif governor.inflight > before:
             notice(INFLIGHT_NOTICE.format(n=governor.inflight))
         return shaped
 
