@@ -208,7 +208,10 @@ async def test_a_window_the_fixed_part_nearly_fills_gets_one_notice_not_a_checkp
     assert not any(is_checkpoint(r) for r in model.requests)
     assert len(model.requests) == 21
     inflight = [c for c in done if c.kind == "inflight"]
-    assert 1 <= len(inflight) <= 10  # folded when the steps no longer fit, not at every step
+    assert inflight
+    # Each checkpoint builds on the previous one's body: no checkpoint nested in the next.
+    last = inflight[-1].summary
+    assert last.count("[Checkpoint of this turn") == 1 and "print_lines(" in last
     assert len(notices) == 1 and "does not fit the model's window well" in notices[0]
     assert "HERON_CONTEXT_WINDOW" in notices[0]
 

@@ -17,6 +17,7 @@ from heron.compaction import records as rec
 from heron.compaction.core import ContextDeps, tokens_of
 from heron.compaction.summary import (
     CHECKPOINT_INSTRUCTION,
+    checkpoint_body,
     checkpoint_text,
     clip,
     fallback_facts,
@@ -223,7 +224,7 @@ class Governor:
         if not folded or folded[0].role != "assistant":
             return False
         if self.tight:
-            body = _mechanical([r.message for r in folded], self._previous(state))
+            body = _mechanical([r.message for r in folded], self._previous(state), self._words())
         else:
             body = await self._checkpoint_body(state, view, folded)
         await self.deps.store.call(self._record, state, folded, body, before)
@@ -245,7 +246,12 @@ class Governor:
             if body:
                 return body
             self.model_failures += 1
-        return _mechanical([r.message for r in folded], previous)
+        return _mechanical([r.message for r in folded], previous, self._words())
+
+    def _words(self) -> int:
+        """The share of the budget a checkpoint's body and quotes each get."""
+        budget = self.deps.budget
+        return budget.share(budget.shares.user_words)
 
     def _previous(self, state: BranchState) -> str:
         """The turn's checkpoint so far ("" before the first)."""
@@ -304,8 +310,7 @@ class Governor:
             work.work_state(self.deps.store, self.conversation_id),
             work.todos(self.deps.store, self.conversation_id),
         )
-        budget = self.deps.budget
-        words = budget.share(budget.shares.user_words)
+        words = self._words()
         text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
         folds.add_compaction(
             self.deps.store,
@@ -346,11 +351,23 @@ class Governor:
         return observe
 
 
-def _mechanical(messages: list[Message], previous: str) -> str:
-    """A checkpoint body written without the model: the calls made and each result's start."""
-    return "## Done (calls made and the start of each result)\n" + fallback_facts(
-        messages, previous
-    )
+DONE_HEAD = "## Done (calls made and the start of each result)\n"
+
+
+def _mechanical(messages: list[Message], previous: str, tokens: int) -> str:
+    """A checkpoint body written without the model: the calls made and each result's start,
+    after the turn's previous checkpoint (its body alone), the newest within `tokens`."""
+    earlier = checkpoint_body(previous).removeprefix(DONE_HEAD.strip()).strip()
+    lines = fallback_facts(messages, earlier).splitlines()
+    kept: list[str] = []
+    for line in reversed(lines):  # the newest steps matter most to the step the model is on
+        if estimate_text("\n".join([line, *kept])) > tokens:
+            kept.insert(
+                0, f"[{len(lines) - len(kept)} earlier lines left out; the record keeps them]"
+            )
+            break
+        kept.insert(0, line)
+    return DONE_HEAD + "\n".join(kept)
 
 
 # Told once per turn when it becomes tight (Governor.tight_notice).

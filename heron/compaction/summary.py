@@ -240,19 +240,34 @@ def digest(messages: Sequence[Message]) -> str:
     return f"{len(messages)} messages; calls: {made}; it began with: {first}"
 
 
+CHECKPOINT_HEAD = (
+    "[Checkpoint of this turn's earlier steps, written when the context filled up. "
+    "The steps themselves are kept in the record.]"
+)
+CHECKPOINT_QUOTES = "## The user's messages in this turn\n"
+
+
+def checkpoint_body(text: str) -> str:
+    """The body a `checkpoint_text` was made of: its head, the user's quoted messages and the
+    work state taken off, so the next checkpoint of the turn builds on it without nesting them."""
+    body = text.removeprefix(CHECKPOINT_HEAD).strip()
+    for tail in ("\n\n" + CHECKPOINT_QUOTES, "\n\n## Work state\n", "\n\n## Todos\n"):
+        body = body.split(tail)[0]
+    return body.strip()
+
+
 def checkpoint_text(
     body: str, quotes: Sequence[tuple[int, str]], state: str, words: int | None = None
 ) -> str:
     """The checkpoint of a turn; with `words`, the user's messages in it are quoted newest
     first within that many tokens, then as pointers."""
     parts = [
-        "[Checkpoint of this turn's earlier steps, written when the context filled up. "
-        "The steps themselves are kept in the record.]",
+        CHECKPOINT_HEAD,
         body.strip() if words is None else clip(body.strip(), words * 2),
     ]
     if quotes:
         said = render_quotes(quotes) if words is None else bounded_quotes(quotes, words, words)
-        parts.append("## The user's messages in this turn\n" + said)
+        parts.append(CHECKPOINT_QUOTES + said)
     if state:
         parts.append(state)
     return "\n\n".join(parts)
