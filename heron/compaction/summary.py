@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from heron.context.prompt import USER_WROTE
 from heron.context.tokens import estimate_text
 from heron.context.view import bounded_quotes, person_words, user_texts
 from heron.messages import File, Message, Text, ToolCall, ToolResult, dumps
@@ -205,9 +206,7 @@ def render_summary(
     ]
     if level1:
         parts.append("## The latest parts, summarized (by row ids)\n" + level1)
-    parts.append(
-        "## What the user wrote (quoted by Heron from the record)\n" + (said or "(nothing)")
-    )
+    parts.append(USER_WROTE + (said or "(nothing)"))
     if working_state.strip():
         parts.append("## Working state\n" + working_state.strip())
     if state:
