@@ -250,7 +250,8 @@ def tool_inventory(tools: list[ToolSpec] | None) -> str:
 # A 135M model answers better without sections it cannot use (it quotes headings back, tries
 # tools it has not got) and its window is better spent on the conversation. The wording is
 # measured: "factual" and "in English" keep SmolLM2 from answering in broken French.
-BRIEF = "You are {agent}, a helpful assistant. Give short, factual answers in English."
+BRIEF = "You are {agent}a helpful assistant. Give short, factual answers in English."
+UNNAMED_AGENT = "default"  # the agent id of a home with one agent: no name to give the model
 
 
 # The archive's heading over the person's quoted words (heron/compaction/summary.py writes
@@ -263,7 +264,8 @@ BRIEF_QUOTE = 60  # tokens of each message: its start, where a request usually s
 def brief_prompt(inputs: PromptInputs) -> str:
     """`BRIEF`, and after a consolidation the start of the person's archived messages, newest
     first within BRIEF_QUOTES: a tiny model cannot call recall_history to read them."""
-    text = BRIEF.format(agent=inputs.agent)
+    named = "" if inputs.agent == UNNAMED_AGENT else f"{inputs.agent}, "
+    text = BRIEF.format(agent=named)
     said = brief_quotes(inputs.archived_summary)
     return text + "\n\nEarlier in this conversation the user wrote:\n" + said if said else text
 
