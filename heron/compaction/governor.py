@@ -373,7 +373,7 @@ def _mechanical(messages: list[Message], previous: str, tokens: int) -> str:
 # Told once per turn when it becomes tight (Governor.tight_notice).
 TIGHT_NOTICE = (
     "This turn's work does not fit the model's window well: the window is {window} tokens and "
-    "the system prompt, tool schemas and earlier conversation take {fixed} of its {input} input "
+    "the system prompt and tool schemas alone take {fixed} of its {input} input "
     "tokens. From now on this turn's older steps are folded without asking the model, only "
     "when they no longer fit (they stay in the record). A larger window "
     "(HERON_CONTEXT_WINDOW, or context_window in config.toml) gives the model more of the turn."
