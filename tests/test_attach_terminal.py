@@ -123,6 +123,9 @@ def test_attach_lists_adds_refuses_and_clears(photo):
     assert terminal.attach_command("", state) == (
         "Attached to your next message:\n  photo.png (image/png, 72 bytes)"
     )
+    assert terminal.attach_command(str(photo), state) == (  # twice: sent once
+        "photo.png (image/png, 72 bytes) is already attached; it goes once with your next message."
+    )
     refused = terminal.attach_command("nope.txt", state)
     assert refused.startswith("heron: no file nope.txt") and len(state.pending) == 1
     assert terminal.attach_command("clear", state) == "Dropped 1 attachment(s)."

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -172,3 +173,20 @@ async def test_work_state_and_todos_are_reinjected_after_compaction(count):
         await compact_now(engine, conv)
         await engine.turn("k", "next")
     assert "ship the report" in model.turn_requests[-1].system
+
+
+async def test_a_tiny_model_is_not_asked_for_summaries_and_its_prompt_quotes_the_person():
+    model = Model(tool_rounds=0)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        # The offline model's profile: the brief prompt (heron/providers/profiles.py TINY).
+        profile = dataclasses.replace(engine.choice.profile, brief_prompt=True)
+        engine.choice = dataclasses.replace(engine.choice, profile=profile)
+        for i in range(10):
+            await engine.turn("k", f"My codeword {i} is ZEBRA{i}-KIWI. " + "filler " * 40)
+        said = await compact_now(engine, engine.store.conversation("k"), reason="manual")
+        await engine.turn("k", "What were my codewords?")
+    assert not any(is_summary(r) for r in model.requests)  # no 90-second summary call
+    assert "this small model is not asked for summaries; what you wrote is quoted" in said
+    system = model.turn_requests[-1].system
+    assert system.startswith("You are") and "Earlier in this conversation the user wrote:" in system
+    assert "ZEBRA0-KIWI" in system and "recall_history" not in system and "##" not in system

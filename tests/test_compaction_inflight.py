@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from compaction_helpers import Model, is_checkpoint, report_registry
 
@@ -10,6 +12,8 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall
 from heron.providers.scripted import ScriptedProvider
 from heron.store import compactions as folds
+from heron.tools.context import ToolContext
+from heron.tools.registry import ToolRegistry, tool
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
@@ -64,14 +68,21 @@ async def test_after_inflight_compaction_the_next_turn_starts_with_the_view_it_e
     assert len(rows) == 2 + 2 * 30 + 1 + 1
 
 
-async def test_checkpoint_request_is_the_same_request_plus_one_instruction(monkeypatch):
-    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
-    model = Model(tool="fetch_report", args={"n": 1}, tool_rounds=30)
+async def read_reports(rounds: int, text: str, max_model_calls: int = 200) -> Model:
+    """One turn of `rounds` report reads in an 8,000-token window; the model that answered."""
+    model = Model(tool="fetch_report", args={"n": 1}, tool_rounds=rounds)
     async with Engine.open(
         Settings.load(), provider=ScriptedProvider(model), registry=report_registry()
     ) as engine:
+        engine.limits = dataclasses.replace(engine.limits, max_model_calls=max_model_calls)
         big_file(engine)
-        await engine.turn("k", "read big.txt 30 times")
+        await engine.turn("k", text)
+    return model
+
+
+async def test_checkpoint_request_is_the_same_request_plus_one_instruction(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = await read_reports(30, "read big.txt 30 times")
     i = next(i for i, r in enumerate(model.requests) if is_checkpoint(r))
     asked, before = model.requests[i], model.requests[i - 1]
     assert asked.tools == before.tools and asked.system == before.system
@@ -152,3 +163,63 @@ async def test_cli_lists_compactions_and_prints_the_model_view(monkeypatch):
     assert "[#21] hello 0" in listed.output
     assert view.exit_code == 0 and "── system" in view.output
     assert "# Archived context summary" in view.output and "hello 9" in view.output
+
+
+@tool
+def long_manual(ctx: ToolContext, topic: str) -> str:
+    """Look a topic up in the manual. The manual covers every part of the system in depth, and
+    this description is long on purpose: the tool schemas take most of a small window.
+
+    Args:
+        topic: The topic.
+    """
+    return "manual"
+
+
+@tool
+def print_lines(ctx: ToolContext, n: int) -> str:
+    """Print n lines.
+
+    Args:
+        n: How many.
+    """
+    return "line of output text here\n" * 60
+
+
+def crowded_registry() -> ToolRegistry:
+    """print_lines (about 400 tokens a result) and a tool whose description fills the window."""
+    long = " ".join([long_manual.description, "The manual is thorough and complete. " * 280])
+    return ToolRegistry([print_lines, dataclasses.replace(long_manual, description=long)])
+
+
+async def test_a_window_the_fixed_part_nearly_fills_gets_one_notice_not_a_checkpoint_a_step(
+    monkeypatch,
+):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = Model(tool="print_lines", args={"n": 60}, tool_rounds=20)
+    notices: list[str] = []
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=crowded_registry()
+    ) as engine:
+        result = await engine.turn("k", "print many lines", TurnHooks(on_notice=notices.append))
+        done = folds.compactions(engine.store, engine.store.conversation("k").id)
+    assert result.ok
+    # No checkpoint costs a model call: one could not land below the trigger.
+    assert not any(is_checkpoint(r) for r in model.requests)
+    assert len(model.requests) == 21
+    inflight = [c for c in done if c.kind == "inflight"]
+    assert inflight
+    # Each checkpoint builds on the previous one's body: no checkpoint nested in the next.
+    last = inflight[-1].summary
+    assert last.count("[Checkpoint of this turn") == 1 and "print_lines(" in last
+    assert len(notices) == 1 and "does not fit the model's window well" in notices[0]
+    assert "HERON_CONTEXT_WINDOW" in notices[0]
+
+
+async def test_checkpoint_calls_count_toward_max_model_calls(monkeypatch):
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = await read_reports(1000, "read reports forever", max_model_calls=30)
+    assert any(is_checkpoint(r) for r in model.requests)
+    # 30 calls, checkpoints among them; a checkpoint asked just before the last call (its
+    # ceiling was checked before); the wrap-up.
+    assert len(model.requests) <= 30 + 2

@@ -101,3 +101,11 @@ def test_prompt_bytes_are_stable(tmp_path):
     a = build_system_prompt(PromptInputs("h", tmp_path, TOOLS))
     b = build_system_prompt(PromptInputs("h", tmp_path, TOOLS))
     assert a == b and "Time:" not in a
+
+
+def test_the_brief_prompt_names_an_agent_but_not_the_default_one(tmp_path: Path):
+    """The offline model's whole prompt read "You are default, a helpful assistant."."""
+    unnamed = build_system_prompt(PromptInputs("default", tmp_path, [], brief=True))
+    named = build_system_prompt(PromptInputs("ada", tmp_path, [], brief=True))
+    assert unnamed.startswith("You are a helpful assistant. Give short")
+    assert named.startswith("You are ada, a helpful assistant.")

@@ -246,3 +246,9 @@ async def test_a_failed_nudge_is_said_in_the_conversation():
     assert len(model.seen["test:me"]) == 2  # no loop on failures
     assert goal.status == "active"
     assert len(said) == 1 and "the model is down" in said[0].message.text
+
+
+def test_a_parked_goal_is_described_without_nested_brackets():
+    parked = goals.Goal(1, "k", "Ship it", "parked", 20, 1000, 20, 500, None, None)
+    said = g.describe(parked)
+    assert said == "Goal (parked, its budget ran out; 20 of 20 turns, 500 of 1,000 tokens): Ship it"

@@ -21,6 +21,7 @@ from heron.memory.queue import waiting
 from heron.messages import Reply, Text, ToolCall, assistant, user
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
+from heron.tools.registry import ToolRegistry
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
 pytestmark = pytest.mark.usefixtures("home_db")
@@ -186,6 +187,23 @@ def _filler(engine: Engine) -> None:
         store.append(old.id, user(" ".join(rng.choice(words) for _ in range(12))))
         store.append(old.id, assistant(" ".join(rng.choice(words) for _ in range(12))))
     store.append(old.id, user("My passport expires on 12 March 2031, it is in the blue folder."))
+
+
+async def test_a_model_without_tools_gets_no_auto_recall_call_to_imitate():
+    # The offline model has no tools: a synthetic recall_history pair taught it to answer with
+    # a fenced tool call as text (qa20o #3).
+    model = Model([said("In March 2031.")])
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=ToolRegistry([])
+    ) as engine:
+        _filler(engine)
+        await engine.turn("new", "When does my passport expire?")
+        rows = engine.store.all_messages(engine.store.conversation("new").id)
+    (request,) = model.requests
+    assert not request.tools
+    assert [m.role for m in request.messages] == ["user"]
+    assert not any(m.tool_calls or m.tool_results for m in request.messages)
+    assert [r.role for r in rows] == ["user", "assistant"]
 
 
 async def test_auto_recall_injects_before_this_message_and_replays_identically():

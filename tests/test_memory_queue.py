@@ -139,6 +139,35 @@ async def test_esc_and_q_leave_the_review_checklist_with_everything_waiting(keys
         app = checklist([(7, "rule a"), (8, "rule b")])
         typed.send_text(" \t\r")  # check the first, then Ok
         assert await asyncio.wait_for(app.run_async(), 30) == [7]
+    with create_pipe_input() as typed, create_app_session(input=typed, output=DummyOutput()):
+        app = checklist([(7, "rule a"), (8, "rule b")])
+        typed.send_text(" \r")  # check the first, then Enter: kept (it toggled it back)
+        assert await asyncio.wait_for(app.run_async(), 30) == [7]
+    with create_pipe_input() as typed, create_app_session(input=typed, output=DummyOutput()):
+        app = checklist([(7, "rule a"), (8, "rule b")])
+        typed.send_text("\t\t\r")  # Cancel: everything waits
+        assert await asyncio.wait_for(app.run_async(), 30) is None
+
+
+def test_the_line_review_says_the_ids_not_listed_are_dropped(setup, monkeypatch):
+    """Piped, `echo 1 | heron memory review` dropped #2 and #3 for good without saying so."""
+    import typer
+
+    from heron.channels import memory_cli
+
+    _store, service, _cid = setup
+    for i in range(3):
+        service.suggest_lesson(EntryPath("personal", "when", "t", f"l{i}"), f"rule {i}", "m")
+    asked: list[str] = []
+
+    def answer(text: str, **_: object) -> str:
+        asked.append(text)
+        return "1"
+
+    monkeypatch.setattr(typer, "prompt", answer)
+    picked = memory_cli._line_choose(service.waiting())
+    assert picked == {1}
+    assert "not listed are dropped for good" in asked[0] and "leaves them waiting" in asked[0]
 
 
 def test_amendment_of_a_changed_entry_is_refused_and_stays_waiting(setup, heron_home):

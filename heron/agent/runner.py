@@ -127,6 +127,9 @@ class RunHooks:
     # A soft break (/stop with a wrap-up): asked at each drain point; True ends the run with a
     # wrap-up call (told not to call tools).
     should_break: Callable[[], bool] | None = None
+    # Model calls made for the run outside it (in-flight checkpoints, from `govern`): they
+    # count toward max_model_calls, so a turn that compacts at every step still ends.
+    outside_calls: Callable[[], int] | None = None
 
 
 @dataclass
@@ -218,7 +221,7 @@ class Runner:
     async def _loop(self, system: str, s: _State, ctx: ToolContext, hooks: RunHooks) -> RunStop:
         empty_retried = False
         while True:
-            limit = self._limit_reached(s)
+            limit = self._limit_reached(s, hooks)
             if limit:
                 await self._wrap_up(system, s, hooks, limit)
                 return "wrapup"
@@ -260,8 +263,9 @@ class Runner:
             return False
         return not repeats_itself("".join([*s.cut, reply.text]))
 
-    def _limit_reached(self, s: _State) -> str | None:
-        if s.calls >= self.limits.max_model_calls:
+    def _limit_reached(self, s: _State, hooks: RunHooks) -> str | None:
+        outside = hooks.outside_calls() if hooks.outside_calls else 0
+        if s.calls + outside >= self.limits.max_model_calls:
             return f"{self.limits.max_model_calls} model calls"
         if s.usage.total >= self.limits.max_tokens_total:
             return f"{self.limits.max_tokens_total} tokens"

@@ -525,7 +525,8 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     composed = compose(text, files, caps) if files else Composed([Text(text)])
     user_message = Message("user", composed.parts)
     bare = options is not None and options.bare
-    note = None if bare else await recall_and_note(t, text, searched(provenance))
+    search = searched(provenance) and offers_recall(t)
+    note = None if bare else await recall_and_note(t, text, search)
     zone = engine.settings.timezone  # the one jobs are read in, and every time shown
     # A turn Heron opened (a goal's nudge, a subagent's result, a reminder) came from no
     # channel the person typed in: the model is told whose it is, not the client's name.
@@ -572,8 +573,17 @@ def searched(provenance: str) -> bool:
     heartbeat's list, a goal's nudge, a subagent's result) is Heron's own text, whose search
     finds Heron's earlier such messages, not the person's words (a reminder's prompt pulled the
     fires of other reminders). Its model still has `recall_history` to look up what it needs,
-    and the runtime notes (memory, a goal's objective) as any turn."""
+    and the runtime notes (memory, a goal's objective) as any turn. A model without
+    recall_history gets no auto-recall either (`offers_recall`)."""
     return provenance == "user"
+
+
+def offers_recall(t: Turn) -> bool:
+    """Whether the turn's model has recall_history. Auto-recall's hits are stored as a call of
+    it and its result; a model without the tool (the offline one has none) reads the pair as
+    an example and answers with a tool call written out as text, which the person then sees."""
+    registry, _, _ = bounds(t.engine, t.control.options)
+    return registry.get("recall_history") is not None
 
 
 async def recall_and_note(t: Turn, text: str, search: bool = True) -> str | None:
@@ -821,6 +831,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
+        outside_calls=(lambda: governor.model_calls) if governor else None,
     )
 
 
@@ -843,12 +854,18 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
 def _told(
     governor: Governor, notice: Callable[[Any], None] | None
 ) -> Callable[[list[Message]], Awaitable[list[Message]]]:
-    """The governor's view, with a notice for each in-flight compaction it makes."""
+    """The governor's view, with a notice for each in-flight compaction it makes; once the
+    turn is tight (the window too small for its work), one notice says so and the folds
+    that follow are not told one by one."""
 
     async def govern(view: list[Message]) -> list[Message]:
-        before = governor.inflight
+        before, tight = governor.inflight, governor.tight
         shaped = await governor.govern(view)
-        if notice is not None and governor.inflight > before:
+        if notice is None or tight:
+            return shaped
+        if governor.tight:
+            notice(governor.tight_notice())
+        elif governor.inflight > before:
             notice(INFLIGHT_NOTICE.format(n=governor.inflight))
         return shaped
 

@@ -450,27 +450,51 @@ async def run_review_pass(
 
 
 CHECKLIST_TEXT = (
-    "Check what to keep (Space), then Ok. Unchecked items are dropped; Esc, q or Cancel "
-    "leaves this checklist and the later ones waiting."
+    "Check what to keep (Space), then Enter or Ok. Unchecked items are dropped; Esc, q or "
+    "Cancel leaves this checklist and the later ones waiting."
 )
 
 
 def checklist(pairs: list[tuple[int, str]]) -> Application[list[int] | None]:
     """One checklist of the memory review, (id, line) pairs: its result is the ids to keep,
-    or None for Esc, q or Cancel (prompt_toolkit's dialog binds neither key itself)."""
+    or None for Esc, q or Cancel. prompt_toolkit's checkboxlist_dialog, which this follows,
+    toggles the focused item on Enter as on Space (Space then Enter unchecked it again, and Ok
+    needed Tab first); here Space toggles and Enter in the list keeps what is checked, as Ok."""
+    from prompt_toolkit.application import Application
+    from prompt_toolkit.filters import has_focus
     from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent, merge_key_bindings
-    from prompt_toolkit.shortcuts import checkboxlist_dialog
+    from prompt_toolkit.key_binding.bindings.focus import focus_next, focus_previous
+    from prompt_toolkit.key_binding.defaults import load_key_bindings
+    from prompt_toolkit.layout import HSplit, Layout
+    from prompt_toolkit.widgets import Button, CheckboxList, Dialog, Label
 
-    values = [(i, f"#{i} {line}") for i, line in pairs]
-    app = checkboxlist_dialog(title="Memory review", text=CHECKLIST_TEXT, values=values)
-    leave = KeyBindings()
+    items = CheckboxList(values=[(i, f"#{i} {line}") for i, line in pairs])
+    app: Application[list[int] | None]
+    buttons = [
+        Button(text="Ok", handler=lambda: app.exit(result=list(items.current_values))),
+        Button(text="Cancel", handler=lambda: app.exit(result=None)),
+    ]
+    body = HSplit([Label(text=CHECKLIST_TEXT, dont_extend_height=True), items], padding=1)
+    dialog = Dialog(title="Memory review", body=body, buttons=buttons, with_background=True)
+    keys = KeyBindings()
+    keys.add("tab")(focus_next)
+    keys.add("s-tab")(focus_previous)
 
-    @leave.add("escape", eager=True)
-    @leave.add("q")
+    @keys.add("escape", eager=True)
+    @keys.add("q")
     def _(event: KeyPressEvent) -> None:
         event.app.exit(result=None)
 
-    app.key_bindings = merge_key_bindings([app.key_bindings or KeyBindings(), leave])
+    @keys.add("enter", filter=has_focus(items), eager=True)
+    def _keep(event: KeyPressEvent) -> None:
+        event.app.exit(result=list(items.current_values))
+
+    app = Application(
+        layout=Layout(dialog),
+        key_bindings=merge_key_bindings([load_key_bindings(), keys]),
+        mouse_support=True,
+        full_screen=True,
+    )
     return app
 
 
@@ -479,12 +503,20 @@ def _dialog_choose(batch: list[Suggestion]) -> set[int] | None:
     return None if picked is None else set(picked)
 
 
+# The line prompt's terms are the checklist's: what is not kept is dropped for good (not
+# proposed again), and q leaves this batch and the later ones waiting.
+LINE_PROMPT = (
+    "Keep which ids? (space-separated, 'all'; the ones not listed are dropped for good, empty "
+    "drops them all; q stops and leaves them waiting)"
+)
+
+
 def _line_choose(batch: list[Suggestion]) -> set[int] | None:
     for s in batch:
         typer.echo(f"  [{s.id}] {s.describe()}")
     try:
         answer = typer.prompt(
-            "Keep which ids? (space-separated, 'all', empty for none, q to stop)",
+            LINE_PROMPT,
             default="",
             show_default=False,
         ).strip()

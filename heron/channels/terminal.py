@@ -140,6 +140,8 @@ def attach_command(arg: str, state: ChatState) -> str:
         arg = arg[1:-1]  # a path pasted in quotes
     try:
         made = from_path(arg, state.caps)
+        if made in state.pending:  # the same name and bytes: a second copy adds nothing
+            return f"{file_label(made)} is already attached; it goes once with your next message."
         check_total([*state.pending, made], state.caps)
     except AttachmentError as e:
         return f"heron: {e}"

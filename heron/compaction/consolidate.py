@@ -49,6 +49,7 @@ class CompactionReport:
     compaction_id: int | None = None
     error: str | None = None
     why: str = "the conversation is already short"  # kind "none": why nothing could be folded
+    note: str = ""  # how it was written, when not the usual way (NO_MODEL_SUMMARY)
 
     @property
     def changed(self) -> bool:
@@ -60,7 +61,7 @@ class CompactionReport:
         if self.kind == "failed":
             return f"Compaction failed ({self.error}); nothing was changed. It is retried later."
         return (
-            f"Compacted {plural(self.rows_folded, 'message')} ({self.kind}): about "
+            f"Compacted {plural(self.rows_folded, 'message')} ({self.note or self.kind}): about "
             f"{self.tokens_before} tokens of context became {self.tokens_after}."
         )
 
@@ -191,10 +192,15 @@ async def consolidate(
     cut, start, before, new_rows, prompt = planned
     if not await _go_on(deps, conversation_id):
         return CompactionReport("none", reason, why=MOVED_ON)
-    kind, error = "consolidation", None
+    kind, error, note = "consolidation", None, ""
     chunk = ""
     try:
+        if not deps.model_summary:
+            raise NoModelSummary(NO_MODEL_SUMMARY)
         facts, ws, chunk = await summarize(deps, prompt)
+    except NoModelSummary as e:  # a consolidation still: only its facts are Heron's
+        facts, ws = _fallback(state, new_rows)
+        note = str(e)
     except Exception as e:  # any failure of the summarizer leaves the conversation as it was
         log.warning("consolidation summary failed: %s", e)
         error = f"{type(e).__name__}: {e}"
@@ -204,11 +210,7 @@ async def consolidate(
             failed = await deps.store.call(count, deps, conversation_id, turn_id, off_loop=True)
         if not count_failures or failed < FAILED_TURNS_BEFORE_FALLBACK:
             return CompactionReport("failed", reason, error=error)
-        previous = state.consolidation
-        facts = fallback_facts(
-            [r.message for r in new_rows], previous.meta.get("facts", "") if previous else ""
-        )
-        ws = previous.working_state if previous else ""
+        facts, ws = _fallback(state, new_rows)
         kind = "fallback"
     if not await _go_on(deps, conversation_id):
         return CompactionReport("none", reason, why=MOVED_ON)
@@ -223,10 +225,25 @@ async def consolidate(
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
-    return CompactionReport(kind, reason, cut - start, before, after, cid, error)
+    return CompactionReport(kind, reason, cut - start, before, after, cid, error, note=note)
 
 
 MOVED_ON = "the conversation moved on while it waited"
+NO_MODEL_SUMMARY = "this small model is not asked for summaries; what you wrote is quoted"
+
+
+class NoModelSummary(Exception):
+    """The model is not asked for a summary (ContextDeps.model_summary is False)."""
+
+
+def _fallback(state: BranchState, new_rows: list[StoredMessage]) -> tuple[str, str]:
+    """(facts, working state) written without the model: the calls made and each result's
+    start after the previous facts; the previous working state."""
+    previous = state.consolidation
+    facts = fallback_facts(
+        [r.message for r in new_rows], previous.meta.get("facts", "") if previous else ""
+    )
+    return facts, previous.working_state if previous else ""
 
 
 async def _go_on(deps: ContextDeps, conversation_id: int) -> bool:

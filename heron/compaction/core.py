@@ -135,6 +135,10 @@ class ContextDeps:
     # The turn's recorder of compaction's own model calls (trace and usage); None: unrecorded.
     on_call: Callable[[ModelCallRecord], Awaitable[None]] | None = None
     tools_estimate: int | None = None  # raw estimate of `tools`, see tools_raw()
+    # False for a tiny model (its profile's brief_prompt): consolidation writes its facts
+    # without the model (a 135M model's summary is slow and unreliable, and its brief prompt
+    # carries the person's quoted words, not the summary).
+    model_summary: bool = True
     # Memory (heron/memory): the extraction pass before a fold (conversation id, the row ids
     # folded, the reason) and the thaw of the frozen Memory section after it.
     before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
@@ -245,6 +249,7 @@ def deps_for(host: CompactionHost, window: int | None = None) -> ContextDeps:
     )
     deps.before_fold, deps.after_fold = setup.before_fold, setup.after_fold
     deps.prompts, deps.maintenance = setup.prompts, setup.maintenance
+    deps.model_summary = not setup.profile.brief_prompt
     return deps
 
 

@@ -17,6 +17,7 @@ from heron.compaction import records as rec
 from heron.compaction.core import ContextDeps, tokens_of
 from heron.compaction.summary import (
     CHECKPOINT_INSTRUCTION,
+    checkpoint_body,
     checkpoint_text,
     clip,
     fallback_facts,
@@ -40,6 +41,10 @@ INFLIGHT_AT = 0.8  # of the input budget
 CHAIN_AT = 0.2  # the turn's own chain must be at least this share of the budget
 RECENT_SHARE = 0.3  # the recent steps kept verbatim
 SETTLE_AT = 0.6  # where an in-flight compaction aims the whole request, checkpoint aside
+# When a checkpoint cannot land at SETTLE_AT (the system prompt, tools and earlier history take
+# most of the budget), the turn is "tight": checkpoints are written without the model and only
+# when the request nears the whole budget, or every step would cost one more model call.
+TIGHT_AT = 0.95
 MODEL_FAILURES_MAX = 2
 SAVE_EVERY = 10  # calibration samples between writes to the store
 
@@ -67,6 +72,8 @@ class Governor:
         self.base_len = base_len  # are the run's own, not read back from the store
         self.model_failures = 0
         self.inflight = 0
+        self.model_calls = 0  # checkpoint calls: they count toward the run's max_model_calls
+        self.tight = False  # this turn's work does not fit the window well (TIGHT_AT)
         self.last_raw = 0  # uncalibrated estimate of the last request governed
         # The view of `state` alone (no messages of the run), derived once per state read:
         # BUILD hands over the one it derived, so the first call does not derive it again.
@@ -82,11 +89,16 @@ class Governor:
         assert self.state is not None
         view = self._view(given[self.base_len :])
         raws: list[int] | None = [estimate_message(m) for m in view]  # for _over and _fit
-        if self._over(view, INFLIGHT_AT, raws) and await self._reload(given):
+        trigger = TIGHT_AT if self.tight else INFLIGHT_AT
+        if self._over(view, trigger, raws) and await self._reload(given):
             view, raws = self._view([]), None
             if await self._inflight(self.state, view) and await self._reload(given):
                 view = self._view([])
-                await self.deps.store.call(self._set_after, tokens_of(self.deps, self.system, view))
+                after = tokens_of(self.deps, self.system, view)
+                await self.deps.store.call(self._set_after, after)
+                # Hysteresis: a checkpoint that did not land well below the trigger would be
+                # followed by another at the next step.
+                self.tight = self.tight or after > self.deps.budget.input * SETTLE_AT
         fitted = self._fit(view, raws)
         self._sent = (self.state, fitted)
         return fitted
@@ -188,16 +200,33 @@ class Governor:
         folded = [r for rnd in rounds[: len(rounds) - len(kept)] for r in rnd]
         return folded, [r for rnd in kept for r in rnd]
 
+    def tight_notice(self) -> str:
+        """What the person is told once when the turn becomes tight: why, in figures, and
+        what gives the model more room."""
+        budget = self.deps.budget
+        fixed = tokens_of(self.deps, self.system, [])
+        return TIGHT_NOTICE.format(window=budget.window, fixed=fixed, input=budget.input)
+
     async def _inflight(self, state: BranchState, view: list[Message]) -> bool:
         rounds = self._rounds(state)
         chain = sum(_size(self.deps, rnd) for rnd in rounds)
-        if chain < self.deps.budget.input * CHAIN_AT:
+        before = tokens_of(self.deps, self.system, view)
+        settle = self.deps.budget.input * SETTLE_AT
+        # The part no checkpoint shrinks (the chain is measured on the rows, the view may show
+        # them shorter, hence the system prompt and tools as a floor) plus the round it keeps:
+        # above SETTLE_AT, even an empty checkpoint would land too close to the trigger.
+        floor = max(before - chain, tokens_of(self.deps, self.system, []))
+        if rounds and floor + _size(self.deps, rounds[-1]) > settle:
+            self.tight = True
+        if not self.tight and chain < self.deps.budget.input * CHAIN_AT:
             return False
-        folded, _ = self._split(rounds, tokens_of(self.deps, self.system, view) - chain)
+        folded, _ = self._split(rounds, before - chain)
         if not folded or folded[0].role != "assistant":
             return False
-        before = tokens_of(self.deps, self.system, view)
-        body = await self._checkpoint_body(state, view, folded)
+        if self.tight:
+            body = _mechanical([r.message for r in folded], self._previous(state), self._words())
+        else:
+            body = await self._checkpoint_body(state, view, folded)
         await self.deps.store.call(self._record, state, folded, body, before)
         self.inflight += 1
         return True
@@ -205,7 +234,7 @@ class Governor:
     async def _checkpoint_body(
         self, state: BranchState, view: list[Message], folded: list[StoredMessage]
     ) -> str:
-        previous = state.plan.checkpoints.get(self.anchor_id or -1, "")
+        previous = self._previous(state)
         attempts: list[Callable[[], Awaitable[str | None]]] = [
             lambda: self._ask_same_request(view),
             lambda: self._ask_transcript(previous, folded),
@@ -217,11 +246,19 @@ class Governor:
             if body:
                 return body
             self.model_failures += 1
-        return "## Done (calls made and the start of each result)\n" + fallback_facts(
-            [r.message for r in folded], previous
-        )
+        return _mechanical([r.message for r in folded], previous, self._words())
+
+    def _words(self) -> int:
+        """The share of the budget a checkpoint's body and quotes each get."""
+        budget = self.deps.budget
+        return budget.share(budget.shares.user_words)
+
+    def _previous(self, state: BranchState) -> str:
+        """The turn's checkpoint so far ("" before the first)."""
+        return state.plan.checkpoints.get(self.anchor_id or -1, "")
 
     async def _ask(self, request: ChatRequest) -> str | None:
+        self.model_calls += 1
         try:
             reply = await self.deps.chat(request, "checkpoint")
         except Exception as e:  # a failed checkpoint falls back; it never fails the turn
@@ -273,8 +310,7 @@ class Governor:
             work.work_state(self.deps.store, self.conversation_id),
             work.todos(self.deps.store, self.conversation_id),
         )
-        budget = self.deps.budget
-        words = budget.share(budget.shares.user_words)
+        words = self._words()
         text = checkpoint_text(body, quotes_of(turn_rows), clip(extra, words), words)
         folds.add_compaction(
             self.deps.store,
@@ -313,6 +349,35 @@ class Governor:
                 )
 
         return observe
+
+
+DONE_HEAD = "## Done (calls made and the start of each result)\n"
+
+
+def _mechanical(messages: list[Message], previous: str, tokens: int) -> str:
+    """A checkpoint body written without the model: the calls made and each result's start,
+    after the turn's previous checkpoint (its body alone), the newest within `tokens`."""
+    earlier = checkpoint_body(previous).removeprefix(DONE_HEAD.strip()).strip()
+    lines = fallback_facts(messages, earlier).splitlines()
+    kept: list[str] = []
+    for line in reversed(lines):  # the newest steps matter most to the step the model is on
+        if estimate_text("\n".join([line, *kept])) > tokens:
+            kept.insert(
+                0, f"[{len(lines) - len(kept)} earlier lines left out; the record keeps them]"
+            )
+            break
+        kept.insert(0, line)
+    return DONE_HEAD + "\n".join(kept)
+
+
+# Told once per turn when it becomes tight (Governor.tight_notice).
+TIGHT_NOTICE = (
+    "This turn's work does not fit the model's window well: the window is {window} tokens and "
+    "the system prompt and tool schemas alone take {fixed} of its {input} input "
+    "tokens. From now on this turn's older steps are folded without asking the model, only "
+    "when they no longer fit (they stay in the record). A larger window "
+    "(HERON_CONTEXT_WINDOW, or context_window in config.toml) gives the model more of the turn."
+)
 
 
 def _size(deps: ContextDeps, rows: list[StoredMessage]) -> int:

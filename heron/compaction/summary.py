@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from heron.context.prompt import USER_WROTE
 from heron.context.tokens import estimate_text
 from heron.context.view import bounded_quotes, person_words, user_texts
 from heron.messages import File, Message, Text, ToolCall, ToolResult, dumps
@@ -205,9 +206,7 @@ def render_summary(
     ]
     if level1:
         parts.append("## The latest parts, summarized (by row ids)\n" + level1)
-    parts.append(
-        "## What the user wrote (quoted by Heron from the record)\n" + (said or "(nothing)")
-    )
+    parts.append(USER_WROTE + (said or "(nothing)"))
     if working_state.strip():
         parts.append("## Working state\n" + working_state.strip())
     if state:
@@ -240,19 +239,34 @@ def digest(messages: Sequence[Message]) -> str:
     return f"{len(messages)} messages; calls: {made}; it began with: {first}"
 
 
+CHECKPOINT_HEAD = (
+    "[Checkpoint of this turn's earlier steps, written when the context filled up. "
+    "The steps themselves are kept in the record.]"
+)
+CHECKPOINT_QUOTES = "## The user's messages in this turn\n"
+
+
+def checkpoint_body(text: str) -> str:
+    """The body a `checkpoint_text` was made of: its head, the user's quoted messages and the
+    work state taken off, so the next checkpoint of the turn builds on it without nesting them."""
+    body = text.removeprefix(CHECKPOINT_HEAD).strip()
+    for tail in ("\n\n" + CHECKPOINT_QUOTES, "\n\n## Work state\n", "\n\n## Todos\n"):
+        body = body.split(tail)[0]
+    return body.strip()
+
+
 def checkpoint_text(
     body: str, quotes: Sequence[tuple[int, str]], state: str, words: int | None = None
 ) -> str:
     """The checkpoint of a turn; with `words`, the user's messages in it are quoted newest
     first within that many tokens, then as pointers."""
     parts = [
-        "[Checkpoint of this turn's earlier steps, written when the context filled up. "
-        "The steps themselves are kept in the record.]",
+        CHECKPOINT_HEAD,
         body.strip() if words is None else clip(body.strip(), words * 2),
     ]
     if quotes:
         said = render_quotes(quotes) if words is None else bounded_quotes(quotes, words, words)
-        parts.append("## The user's messages in this turn\n" + said)
+        parts.append(CHECKPOINT_QUOTES + said)
     if state:
         parts.append(state)
     return "\n\n".join(parts)

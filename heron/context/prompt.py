@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from heron import workspace_io
+from heron.context.tokens import estimate_text
+from heron.context.view import VERBATIM_HEAD
 from heron.request import WHERE_IT_RUNS, ToolSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -248,12 +250,65 @@ def tool_inventory(tools: list[ToolSpec] | None) -> str:
 # A 135M model answers better without sections it cannot use (it quotes headings back, tries
 # tools it has not got) and its window is better spent on the conversation. The wording is
 # measured: "factual" and "in English" keep SmolLM2 from answering in broken French.
-BRIEF = "You are {agent}, a helpful assistant. Give short, factual answers in English."
+BRIEF = "You are {agent}a helpful assistant. Give short, factual answers in English."
+UNNAMED_AGENT = "default"  # the agent id of a home with one agent: no name to give the model
+
+
+# The archive's heading over the person's quoted words (heron/compaction/summary.py writes
+# it); a brief prompt carries what is under it.
+USER_WROTE = "## What the user wrote (quoted by Heron from the record)\n"
+BRIEF_QUOTES = 800  # tokens of the person's archived words a brief prompt carries
+BRIEF_QUOTE = 60  # tokens of each message: its start, where a request usually says what
+
+
+def brief_prompt(inputs: PromptInputs) -> str:
+    """`BRIEF`, and after a consolidation the start of the person's archived messages, newest
+    first within BRIEF_QUOTES: a tiny model cannot call recall_history to read them."""
+    named = "" if inputs.agent == UNNAMED_AGENT else f"{inputs.agent}, "
+    text = BRIEF.format(agent=named)
+    said = brief_quotes(inputs.archived_summary)
+    return text + "\n\nEarlier in this conversation the user wrote:\n" + said if said else text
+
+
+def brief_quotes(archive: str) -> str:
+    """The archive's quotes of the person (verbatim, or a pointer's first words; not the lines
+    telling how recall_history opens them), each cut to its start, newest first within the
+    room."""
+    if USER_WROTE not in archive:
+        return ""
+    section = archive.split(USER_WROTE, 1)[1].split("\n\n## ", 1)[0]
+    entries: list[str] = []
+    for line in section.splitlines():
+        if line == VERBATIM_HEAD:
+            continue
+        if line.startswith(("[#", "> ")) or not entries:
+            entries.append(line)
+        else:  # a quoted message's next line
+            entries[-1] += "\n" + line
+    kept: list[str] = []
+    room = BRIEF_QUOTES
+    for entry in reversed(entries):
+        if "recall_history" in entry:
+            continue  # a tiny model has no tools
+        quote = _head(entry.split("] ", 1)[-1].removeprefix("> "), BRIEF_QUOTE)
+        room -= estimate_text(quote)
+        if room < 0:
+            break
+        kept.insert(0, "> " + quote)
+    return "\n".join(kept)
+
+
+def _head(text: str, tokens: int) -> str:
+    """`text` cut to about `tokens` tokens, at a word, marked when cut."""
+    size = estimate_text(text)
+    if size <= tokens:
+        return text.strip()
+    return text[: len(text) * tokens // size].rsplit(" ", 1)[0].strip() + " …"
 
 
 def build_system_prompt(inputs: PromptInputs) -> str:
     if inputs.brief:
-        return BRIEF.format(agent=inputs.agent)
+        return brief_prompt(inputs)
     files = inputs.bootstrap if inputs.bootstrap is not None else read_bootstrap(inputs.workspace)
     sections = [
         identity(inputs),

@@ -304,6 +304,9 @@ def pointer(row_id: int | None, text: str) -> str:
     return f"[#{row_id}] {first}{more}" if row_id is not None else f"- {first}{more}"
 
 
+VERBATIM_HEAD = "Verbatim, the newest:"  # bounded_quotes' line before the verbatim quotes
+
+
 def bounded_quotes(quotes: Sequence[Quote], verbatim: int, pointers: int) -> str:
     """The user's messages, newest first: verbatim while `verbatim` tokens last, then each
     reduced to a pointer while `pointers` tokens last, then the rest as one range of row ids.
@@ -337,7 +340,7 @@ def bounded_quotes(quotes: Sequence[Quote], verbatim: int, pointers: int) -> str
         out.append("Older ones by their first words (recall_history(message_id=N) opens one):")
         out.extend(reversed(short))
     if whole and (short or rest):
-        out.append("Verbatim, the newest:")
+        out.append(VERBATIM_HEAD)
     out.extend(reversed(whole))
     return "\n".join(out)
 

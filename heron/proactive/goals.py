@@ -61,7 +61,7 @@ def runtime_note(store: Store, key: str) -> str | None:
 def describe(goal: goals.Goal | None) -> str:
     if goal is None:
         return "No goal in this conversation. /goal TEXT sets one."
-    state = "parked (its budget ran out)" if goal.status == "parked" else goal.status
+    state = "parked, its budget ran out" if goal.status == "parked" else goal.status
     return f"Goal ({state}; {goal.budget()}): {goal.objective}"
 
 
