@@ -175,6 +175,16 @@ def pdf_pages(data: bytes) -> int:
         return 0
 
 
+def once(files: Sequence[File]) -> list[File]:
+    """Each file once, first come first kept: the same name and bytes a second time (`heron
+    run -a X -a X`, `/attach X` twice) adds nothing to the message."""
+    kept: list[File] = []
+    for file in files:
+        if file not in kept:
+            kept.append(file)
+    return kept
+
+
 def check_total(files: Sequence[File], caps: AttachmentCaps) -> None:
     """All the files of one message within `max_turn_mb`."""
     total = sum(f.size for f in files)

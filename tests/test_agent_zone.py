@@ -197,3 +197,29 @@ def test_a_memory_stamp_with_its_offset_is_that_instant_in_any_process_zone(kiri
     the instant it names; `time.mktime` read it in local time, fourteen hours off."""
     assert _unstamp("2026-12-06T02:30:00+1400") == AT
     assert _unstamp(_stamp(AT)) == AT
+
+
+def test_a_job_made_in_another_zone_is_told_in_the_agents_zone_everywhere(kiritimati):
+    """`Created/Paused/Resumed job ...`, /status and the browser's work panel showed a job's
+    time in the zone it was made in (named) while `heron jobs list` shows the agent's."""
+    from heron.serve import work
+    from heron.store.schedule import parse
+
+    store = Store(Settings.load().database)
+    try:  # made while the agent's zone was UTC: its instant is 02:30 on the 6th in Kiritimati
+        made = parse(at="2031-12-05 12:30", timezone="UTC")
+        job = jobs.create_job(store, made, conversation="zone", prompt="Feed them.", now=AT)
+        status = "\n".join(status_lines(store, "zone", ZONE))
+        panel = work.work_event(store, "zone", ZONE)["jobs"][0]
+    finally:
+        store.close()
+    # Its schedule reads as `heron jobs list` has it ("once at 2031-12-05 12:30 (UTC)": the
+    # zone it fires by, named); the times it fires next are the agent's.
+    there, here = "next 2031-12-06 02:30 +14", "next 2031-12-05 12:30"
+    _agrees(status, there, here)
+    _agrees(panel["line"], there, here)
+    assert panel["next_local"] == "2031-12-06 02:30 +14"
+    _out("jobs", "pause", str(job.id))
+    _agrees(_out("jobs", "resume", str(job.id)), "next Sat 2031-12-06 02:30 +14", "12:30 UTC")
+    _agrees(_out("jobs", "pause", str(job.id)), "paused", here)
+    _agrees(_out("jobs", "pause", str(job.id)), "already paused", here)

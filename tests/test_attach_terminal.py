@@ -89,6 +89,16 @@ def test_run_a_is_attach_and_repeatable_and_agent_keeps_only_its_long_name(
     assert "--attach" in help_text and "-a" in help_text
 
 
+def test_run_a_of_the_same_file_twice_sends_it_once(tmp_path):
+    """As the chat's /attach does: the same name and bytes twice is one attachment (it was sent,
+    and counted against the caps, twice)."""
+    notes, other = tmp_path / "notes.txt", tmp_path / "other.txt"
+    notes.write_text("milk")
+    other.write_text("eggs")
+    files = attached_files([str(notes), str(other), str(notes)], Settings.load)
+    assert [f.name for f in files] == ["notes.txt", "other.txt"]
+
+
 def test_run_refuses_a_missing_file_and_one_over_the_cap_before_sending(monkeypatch, tmp_path):
     async def fake(*args, **kw):
         raise AssertionError("nothing may be sent")

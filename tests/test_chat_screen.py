@@ -90,6 +90,21 @@ class ChatScreen:
         """The line the cursor is on: prompt_toolkit's input line."""
         return self.display()[self.screen.cursor.y].strip()
 
+    def read_until(self, ready: Callable[[], bool], what: str) -> None:
+        """Like `wait_for`, but `ready` is asked after each character is played: the screen
+        at the very moment something appears, not after a chunk that also redrew it."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            assert time.monotonic() < deadline, f"no {what} on screen:\n" + "\n".join(self.lines())
+            try:
+                chunk = self.child.read_nonblocking(65536, timeout=0.2)
+            except pexpect.TIMEOUT:
+                continue
+            for char in chunk:
+                self.stream.feed(char)
+                if ready():
+                    return
+
     def shows(self, text: str) -> bool:
         return any(text in line for line in self.lines())
 
@@ -135,6 +150,25 @@ def test_a_reply_taller_than_the_terminal_appears_exactly_once(heron_home, mode)
     # in order, top to bottom, one blank line between paragraphs, as the Markdown says
     start = next(i for i, line in enumerate(seen) if "Paragraph 01" in line)
     assert [line.strip() for line in seen[start : start + 79]] == TALL.split("\n")
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_the_prompt_turns_idle_only_once_the_last_block_is_on_screen(heron_home, mode):
+    """The prompt came back (a plain "›") about 0.2 s before the reply's last block was
+    printed: a Ctrl-D typed then left that block under the prompt."""
+    # The reply pauses just before the piece that ends paragraph 39 (the role, then 55 pieces
+    # of 24 characters): then that block, the last one and the turn's end come at once.
+    resume = threading.Event()
+    reply = ServerReply(text=TALL, chunk_size=24, stall_after_events=56, resume=resume)
+    with FakeOpenAIServer([reply]) as server, maybe_serve(mode, heron_home, _env(server.base_url)):
+        chat = ChatScreen(heron_home, server.base_url)
+        chat.type("tell me a long story\r")
+        chat.wait_for(lambda: chat.shows("Paragraph 38"), "the reply streaming")
+        resume.set()
+        chat.read_until(lambda: chat.prompt() == "›", "the idle prompt")
+        shown_when_idle = chat.shows("Paragraph 40 of the long answer.")
+        chat.leave()
+    assert shown_when_idle
 
 
 def test_a_spinner_with_the_elapsed_time_shows_until_the_first_token(heron_home):

@@ -8,6 +8,7 @@ import pytest
 from compaction_helpers import Model, all_text, is_summary, reachable
 
 from heron.agent.engine import Engine
+from heron.agent.turn import TurnHooks
 from heron.compaction import compact_now
 from heron.config import Settings
 from heron.errors import TransientProviderError
@@ -190,3 +191,23 @@ async def test_a_tiny_model_is_not_asked_for_summaries_and_its_prompt_quotes_the
     system = model.turn_requests[-1].system
     assert system.startswith("You are") and "Earlier in this conversation the user wrote:" in system
     assert "ZEBRA0-KIWI" in system and "recall_history" not in system and "##" not in system
+
+
+async def test_a_consolidation_before_a_turn_is_told_to_its_channel_in_one_line(monkeypatch):
+    """`heron run`, the chat and the browser show a turn's notices; a consolidation was silent
+    while an in-flight checkpoint was told."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = HonestModel(tool_rounds=2)
+    told: list[list[str]] = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        big_file(engine)
+        for i in range(16):
+            notices: list[str] = []
+            await engine.turn("k", f"message {i}", TurnHooks(on_notice=notices.append))
+            told.append(notices)
+        done = folds.compactions(engine.store, engine.store.conversation("k").id)
+    threshold = [c for c in done if c.reason == "threshold"]
+    said = [n for notices in told for n in notices if "earlier messages" in n]
+    assert threshold and len(said) == len(threshold)
+    assert all("\n" not in n and n.startswith("Compacted ") for n in said)
+    assert "into a summary to fit the model's window" in said[0]

@@ -99,7 +99,7 @@ async def test_a_one_shot_paused_past_its_time_is_done_on_resume_and_can_run_now
         await r.at(local(2026, 12, 4, 19, 0))
         done = js.resume_job(store, once.id, r.clock.now()).job
         assert (done.status, done.next_run) == ("done", None)
-        assert "passed while it was paused" in resumed(done)
+        assert "passed while it was paused" in resumed(done, "UTC")
         asked = js.request_run(store, once.id, r.clock.now())
         assert asked.changed and not js.request_run(store, once.id, r.clock.now()).changed
         await poked(r)

@@ -122,3 +122,33 @@ def test_the_chat_shows_a_notice_with_brackets_as_written():
     said = 'Raise max_output under [models."m"] or [agent] max_continuations in config.toml.'
     view.message(OutboundMessage("terminal", "", "k", said, "notice"))
     assert said in screen.getvalue()
+
+
+def test_the_chat_says_stopped_after_the_text_the_stopped_turn_kept():
+    """The offline model's answer comes whole as its turn ends; /stop's answer came first and
+    was printed above the partial reply it refers to."""
+    from rich.console import Console
+
+    from heron.bus import STOP_ANSWER_CODE, OutboundMessage, TurnEnd, TurnEvent
+    from heron.channels.terminal import ChatState, TerminalView
+
+    screen = StringIO()
+    view = TerminalView(Console(file=screen, width=200), ChatState("k", "default"))
+    view.event(TurnEvent("terminal", "", "k", "turn_start", "tell me a story"))
+    stopped = "Stopped. What the turn finished is kept."
+    view.message(OutboundMessage("terminal", "", "k", stopped, "command", code=STOP_ANSWER_CODE))
+    view.message(OutboundMessage("terminal", "", "k", "Once upon a time", "answer"))
+    view.event(TurnEvent("terminal", "", "k", "turn_end", end=TurnEnd(False, "stale")))
+    shown = screen.getvalue()
+    assert shown.index("Once upon a time") < shown.index(stopped)
+    assert view.prompt() == "› "  # the turn is over
+    # The other order: the stopped turn ends, the message typed during it opens the next
+    # turn, and then /stop's answer comes: said at once, before the next turn's reply.
+    view.stopping = True
+    view.event(TurnEvent("terminal", "", "k", "turn_start", "go on"))
+    view.event(TurnEvent("terminal", "", "k", "turn_end", end=TurnEnd(False, "stale")))
+    view.event(TurnEvent("terminal", "", "k", "turn_start", "and the second thing"))
+    view.message(OutboundMessage("terminal", "", "k", stopped, "command", code=STOP_ANSWER_CODE))
+    view.message(OutboundMessage("terminal", "", "k", "Answered the second thing.", "answer"))
+    shown = screen.getvalue()
+    assert shown.rindex(stopped) < shown.index("Answered the second thing.")

@@ -213,7 +213,7 @@ def add(
             store, when, conversation=conversation, prompt=prompt, now=time.time(), mode=mode,
             catch_up=catch_up, created_by="cli",
         )  # fmt: skip
-        typer.echo(f"Created {describe(job)}")
+        typer.echo(f"Created {describe(job, zone)}")
         if store.conversation(conversation) is None:
             typer.echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
@@ -258,12 +258,12 @@ def cancel(job_id: JobId) -> None:
             )
         if before.status not in ("active", "paused"):
             was = "already done" if before.status == "done" else "already cancelled"
-            typer.echo(f"Job {job_id} was {was}: {describe(before)}")
+            typer.echo(f"Job {job_id} was {was}: {describe(before, settings.timezone)}")
             return
         job = jobs.cancel_job(store, job_id)
         assert job is not None
         _tell_serve(settings)
-        typer.echo(f"Cancelled {describe(job)}")
+        typer.echo(f"Cancelled {describe(job, settings.timezone)}")
 
 
 @app.command("pause")
@@ -277,10 +277,10 @@ def pause(job_id: JobId) -> None:
         _known(store, job_id)
         done = jobs.pause_job(store, job_id)
         if not done.changed:
-            typer.echo(f"Job {job_id} was already paused: {describe(done.job)}")
+            typer.echo(f"Job {job_id} was already paused: {describe(done.job, settings.timezone)}")
             return
         _tell_serve(settings)
-        typer.echo(f"Paused {describe(done.job)}")
+        typer.echo(f"Paused {describe(done.job, settings.timezone)}")
         typer.echo(f"It fires nothing until: heron jobs resume {job_id}")
 
 
@@ -294,10 +294,10 @@ def resume(job_id: JobId) -> None:
         _known(store, job_id)
         done = jobs.resume_job(store, job_id, time.time())
         if not done.changed:
-            typer.echo(f"Job {job_id} is not paused: {describe(done.job)}")
+            typer.echo(f"Job {job_id} is not paused: {describe(done.job, settings.timezone)}")
             return
         _tell_serve(settings)
-        typer.echo(resumed(done.job))
+        typer.echo(resumed(done.job, settings.timezone))
 
 
 @app.command("run-now")

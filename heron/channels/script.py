@@ -503,14 +503,14 @@ async def run_message(
 
 
 def attached_files(paths: list[str], load_settings: Callable[[], Settings]) -> tuple[File, ...]:
-    """`heron run -a PATH ...` as attachments, each and all within the caps of `[attachments]`;
-    an AttachmentError names the first that is not."""
+    """`heron run -a PATH ...` as attachments, each once, each and all within the caps of
+    `[attachments]`; an AttachmentError names the first that is not."""
     if not paths:
         return ()
-    from heron.attachments import check_total, from_path
+    from heron.attachments import check_total, from_path, once
 
     caps = load_settings().config.attachments
-    files = [from_path(p, caps) for p in paths]
+    files = once([from_path(p, caps) for p in paths])  # -a X -a X: X goes once
     check_total(files, caps)
     return tuple(files)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -33,7 +34,14 @@ from rich.text import Text as RichText
 from heron.agent import commands
 from heron.agent.engine import Engine
 from heron.agent.leases import presence
-from heron.bus import RETRY_MARKER, Outbound, OutboundMessage, TurnEnd, TurnEvent
+from heron.bus import (
+    RETRY_MARKER,
+    STOP_ANSWER_CODE,
+    Outbound,
+    OutboundMessage,
+    TurnEnd,
+    TurnEvent,
+)
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, signalled_again, to_null
@@ -184,6 +192,13 @@ class TerminalView:
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
         self.spaced = False
+        # Runs a callable once what was printed before it is on screen (`PromptOutput.then`):
+        # the prompt turns idle only after the reply's last block is shown.
+        self.after_shown: Callable[[Callable[[], None]], None] = _at_once
+        self.turns = 0  # turns started: a turn's end idles the prompt only if no other began
+        self.running = False  # between a turn's start and its end (the prompt may lag behind)
+        self.held: list[OutboundMessage] = []  # /stop's answer, shown after what it stopped
+        self.stopped_unsaid = 0  # turns this chat stopped that ended before /stop's answer came
 
     def prompt(self) -> str:
         if self.asking is not None:
@@ -235,7 +250,9 @@ class TerminalView:
         elif ev.kind == "queued":
             self.console.print("[dim]↳ waiting: answered when this turn ends[/dim]")
         elif ev.kind == "turn_start":
+            self.said_held()  # the stopped turn is over: the next one (kept mail) follows it
             self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
+            self.turns, self.running = self.turns + 1, True
             if ev.text and ev.provenance != "user":  # Heron's: a result, a nudge, a reminder
                 self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
             elif (ev.text or ev.files) and ev.chat_id != self.chat_id:  # typed elsewhere
@@ -247,8 +264,12 @@ class TerminalView:
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
         elif ev.kind == "turn_end" and ev.end is not None:
             self.flush()
-            self.working_since, self.waiting, self.asked = None, False, False
+            self.asked, self.running = False, False
+            if ev.end.outcome == "stale" and self.stopping and not self.held:
+                self.stopped_unsaid += 1  # its /stop's answer may come after it
             self.ended(ev.end)
+            self.said_held()
+            self.after_shown(functools.partial(self.idle, self.turns))
         elif ev.kind == "elsewhere" and ev.end is not None:  # another process's, now stored
             self.flush()
             self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
@@ -259,7 +280,25 @@ class TerminalView:
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
 
+    def said_held(self) -> None:
+        """/stop's answer, after the text the stopped turn kept."""
+        self.flush()
+        for held in self.held:
+            self.console.print(held.text, markup=False, highlight=False)
+        self.held.clear()
+
+    def idle(self, turns: int) -> None:
+        """The prompt turns idle, unless another turn started since the one that ended."""
+        if turns == self.turns:
+            self.working_since, self.waiting = None, False
+
     def message(self, m: OutboundMessage) -> None:
+        if m.code == STOP_ANSWER_CODE:
+            if self.stopped_unsaid:  # the turn it stopped is over: said now
+                self.stopped_unsaid -= 1
+            elif self.running:  # the stopped turn's last text may still come: said after it
+                self.held.append(m)
+                return
         self.flush()
         if m.kind == "notice":
             # escaped: a notice names settings in brackets ([agent] max_continuations)
@@ -351,12 +390,17 @@ class TerminalView:
         self.pending = ""
 
 
+def _at_once(fn: Callable[[], None]) -> None:
+    fn()
+
+
 async def run_chat(
     settings: Settings, agent: str, key: str | None, model: str | None, ephemeral: bool
 ) -> None:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
-    from prompt_toolkit.patch_stdout import patch_stdout
+
+    from heron.channels.prompt_output import prompt_output
 
     console = Console()
     state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
@@ -412,8 +456,9 @@ async def run_chat(
         view = TerminalView(console, state)
         chat = view.chat_id = f"pid{os.getpid()}"
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
-        async with opened as conn, AsyncExitStack() as held:
-            with patch_stdout(raw=True), eof_as_a_key():
+        async with opened as conn, AsyncExitStack() as held, prompt_output() as out:
+            view.after_shown = out.then
+            with eof_as_a_key():
                 talk = _chat(engine, conn, state, view, session, held)
                 await _until_hung_up(talk, conn, state, view)
         if not ephemeral and not engine.choice.embedded:
@@ -461,8 +506,8 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     serve runs the turns (and shows its own notices), so this process opens no engine."""
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
-    from prompt_toolkit.patch_stdout import patch_stdout
 
+    from heron.channels.prompt_output import prompt_output
     from heron.channels.remote import ServeGone, connect_remote
 
     view = TerminalView(console, state)
@@ -487,11 +532,11 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         for said in conn.news():  # another Heron, or a config.toml changed since it started
             console.print(said, style="yellow", markup=False, highlight=False)
-        async with AsyncExitStack() as held:
-            with patch_stdout(raw=True), eof_as_a_key():
-                await _until_hung_up(
-                    _chat(None, conn, state, view, session, held), conn, state, view
-                )
+        async with AsyncExitStack() as held, prompt_output() as out:
+            view.after_shown = out.then
+            with eof_as_a_key():
+                talk = _chat(None, conn, state, view, session, held)
+                await _until_hung_up(talk, conn, state, view)
     note = serve_review_note(settings, state)
     if note is not None:
         console.print(RichText(note, style="dim"))
@@ -680,7 +725,7 @@ def _hang_ups(
     def caught(number: int, frame: object) -> None:
         # At once, between two bytecodes, not when the loop gets to it: a terminal that
         # closed fails every write (EIO), and the loop may be about to print or redraw.
-        if number == signal.SIGHUP:  # the descriptors, under patch_stdout's proxy
+        if number == signal.SIGHUP:  # the descriptors, under the chat's PromptOutput
             for stream in (sys.__stdout__, sys.__stderr__):
                 if stream is not None:
                     to_null(stream)

@@ -14,7 +14,7 @@ from heron.compaction.governor import Governor
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.long_message import notices
 from heron.context.tokens import estimate_text
-from heron.messages import File, Message
+from heron.messages import File, Message, plural
 from heron.providers.wire import ModelCallRecord
 
 
@@ -24,7 +24,7 @@ class Prepared:
     messages: list[Message]
     governor: Governor
     report: CompactionReport | None = None
-    notices: list[str] = field(default_factory=list)  # for the user, once (a large message)
+    notices: list[str] = field(default_factory=list)  # for the user, once (consolidated, large)
 
 
 async def prepare_turn(
@@ -60,7 +60,25 @@ async def prepare_turn(
     governor = Governor(
         deps, conversation.id, system, user_row_id, turn_id, state, len(view), view=view
     )
-    return Prepared(system, view, governor, report, _notices(deps, state, user_row_id))
+    told = _notices(deps, state, user_row_id)
+    if report is not None and report.changed:
+        told.insert(0, consolidated_notice(report))
+    return Prepared(system, view, governor, report, told)
+
+
+# What a channel shows when a turn starts with a consolidation: `heron run` (stderr), the chat
+# and the browser told each in-flight checkpoint but not these, which fold far more.
+CONSOLIDATED_NOTICE = (
+    "Compacted {messages} into a summary to fit the model's window "
+    "(about {before:,} tokens became {after:,})."
+)
+
+
+def consolidated_notice(report: CompactionReport) -> str:
+    earlier = plural(report.rows_folded, "earlier message")
+    return CONSOLIDATED_NOTICE.format(
+        messages=earlier, before=report.tokens_before, after=report.tokens_after
+    )
 
 
 def _fixed(deps: ContextDeps, state: BranchState, system: str) -> int:

@@ -239,17 +239,18 @@ class Session:
 
         store, key = self.runtime.engine.store, self.client.key
         assert key is not None
+        zone = self.runtime.engine.settings.timezone  # the agent's: every time it shows
         poke = self.runtime.engine.attached.jobs_changed  # this serve's scheduler, if any
         if message.get("type") == "work":
-            await self._reply(await store.call(work.work_event, store, key))
+            await self._reply(await store.call(work.work_event, store, key, zone))
         elif message.get("type") == "job":
             now, can_run = time.time(), poke is not None
-            answer = await store.call(work.control, store, key, message, now, can_run)
+            answer = await store.call(work.control, store, key, zone, message, now, can_run)
             if poke is not None and answer.get("type") == "work":
                 poke()  # a resumed job's next instant, a run asked for: looked at now
             await self._reply(answer)
         else:
-            await self._reply(await store.call(work.cancel, store, key, message))
+            await self._reply(await store.call(work.cancel, store, key, zone, message))
 
     async def _approve(self, message: dict[str, Any]) -> None:
         """The answer to a command waiting for approval (heron/agent/approvals.py): every

@@ -9,9 +9,9 @@ panel redraws from what the store holds; a cancel that cannot be done is an `err
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from heron import timefmt
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import ScheduleError
@@ -22,13 +22,11 @@ TARGETS = ("goal", "job", "subagent")
 LIVE = ("active", "paused")  # the jobs a person can still end
 
 
-def _local(instant: float | None, job: js.Job) -> str | None:
-    if instant is None:
-        return None
-    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%Y-%m-%d %H:%M %Z}"
+def _local(instant: float | None, zone: str) -> str | None:
+    return None if instant is None else timefmt.when(instant, zone, named=True)
 
 
-def work_event(store: Store, key: str, done: str | None = None) -> Event:
+def work_event(store: Store, key: str, zone: str, done: str | None = None) -> Event:
     """What works in conversation `key` without the person, as the panel shows it."""
     goal = goals.open_goal(store, key)
     event: Event = {
@@ -53,10 +51,10 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
                 "next_run": job.next_run,
                 # As the CLI shows it: in the agent's zone, named (a browser elsewhere would
                 # otherwise read its own zone's time for it).
-                "next_local": None if job.status == "paused" else _local(job.next_run, job),
+                "next_local": None if job.status == "paused" else _local(job.next_run, zone),
                 "last_outcome": job.last_outcome,
                 "prompt": job.prompt,
-                "line": describe(job),
+                "line": describe(job, zone),
             }
             for job in js.list_jobs(store, conversation=key)
         ],
@@ -79,7 +77,7 @@ def work_event(store: Store, key: str, done: str | None = None) -> Event:
     return event
 
 
-def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
+def cancel(store: Store, key: str, zone: str, message: dict[str, Any]) -> Event:
     """`{"type":"cancel","target":"goal"|"job"|"subagent","id":...}` for conversation `key`:
     the work event after it, or an error saying what to send instead. Only work of this
     conversation can be cancelled from it."""
@@ -88,7 +86,7 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
         ended = goals.end_goal(store, key, "stopped", "by the user")
         if ended is None:
             return _error("there is no open goal in this conversation", "Nothing to stop.")
-        return work_event(store, key, f"Goal stopped: {ended.objective}")
+        return work_event(store, key, zone, f"Goal stopped: {ended.objective}")
     if target == "job":
         job = js.get_job(store, ident) if isinstance(ident, int) else None
         if job is None or job.builtin or job.conversation != key or job.status not in LIVE:
@@ -97,7 +95,7 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
                 'Send {"type":"work"} for its jobs and their ids.',
             )
         js.cancel_job(store, job.id)
-        return work_event(store, key, f"Cancelled job {job.id}.")
+        return work_event(store, key, zone, f"Cancelled job {job.id}.")
     if target == "subagent":
         run = runs.get(store, ident) if isinstance(ident, str) else None
         if run is None or run.kind != "subagent" or run.origin_key != key:
@@ -106,7 +104,7 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
                 'Send {"type":"work"} for its subagents and their ids.',
             )
         changed, said = runs.cancel_by_person(store, run)
-        return work_event(store, key, said) if changed else _error(said, "Nothing to cancel.")
+        return work_event(store, key, zone, said) if changed else _error(said, "Nothing to cancel.")
     return _error(
         f"unknown cancel target {target!r}", f"target is one of {', '.join(TARGETS)}, with id."
     )
@@ -115,7 +113,9 @@ def cancel(store: Store, key: str, message: dict[str, Any]) -> Event:
 ACTIONS = ("pause", "resume", "run_now")
 
 
-def control(store: Store, key: str, message: dict[str, Any], now: float, can_run: bool) -> Event:
+def control(
+    store: Store, key: str, zone: str, message: dict[str, Any], now: float, can_run: bool
+) -> Event:
     """`{"type":"job","action":"pause"|"resume"|"run_now","id":3}` for a job of conversation
     `key`, as `heron jobs pause/resume/run-now` do it: the work event after it (`done` says
     what was done: a resume when it fires next), or an error. `can_run`: a scheduler runs in
@@ -137,12 +137,12 @@ def control(store: Store, key: str, message: dict[str, Any], now: float, can_run
             said = f"Paused job {job.id}." if done.changed else f"Job {job.id} was paused."
         elif action == "resume":
             done = js.resume_job(store, job.id, now)
-            said = resumed(done.job) if done.changed else f"Job {job.id} is not paused."
+            said = resumed(done.job, zone) if done.changed else f"Job {job.id} is not paused."
         else:
             said = asked(js.request_run(store, job.id, now))
     except ScheduleError as e:
         return _error(e.summary, e.hint or "")
-    return work_event(store, key, said)
+    return work_event(store, key, zone, said)
 
 
 def _error(message: str, hint: str) -> Event:

@@ -487,11 +487,27 @@ def close_turn(
                 meta={"interrupted": True},
                 author=author,
             )
-        c.execute(
-            "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason,"
-            " 'break_hard'), ended = COALESCE(ended, ?) WHERE id = ? AND status = 'running'",
-            (time.time(), turn_id),
-        )
+        c.execute(CLOSE_TURN, (time.time(), turn_id))
+
+
+# The turn row of a turn nobody finished: interrupted, with the figures its trace recorded (the
+# recorder writes each model and tool call as it ends; `finish_turn` would have summed them), so
+# `heron conversations show` does not list "0 model calls" above the calls it shows.
+_CALLS = "FROM model_calls m WHERE m.turn_id = turns.id"
+CLOSE_TURN = (
+    "UPDATE turns SET status = 'interrupted', stop_reason = COALESCE(stop_reason, 'break_hard'),"
+    " ended = COALESCE(ended, ?),"
+    f" model_calls = (SELECT COUNT(*) {_CALLS}),"
+    " tool_calls = (SELECT COUNT(*) FROM tool_calls t WHERE t.turn_id = turns.id),"
+    f" input_tokens = COALESCE((SELECT SUM(m.input_tokens) {_CALLS}), 0),"
+    f" output_tokens = COALESCE((SELECT SUM(m.output_tokens) {_CALLS}), 0),"
+    f" cache_read_tokens = COALESCE((SELECT SUM(m.cache_read_tokens) {_CALLS}), 0),"
+    f" cache_write_tokens = COALESCE((SELECT SUM(m.cache_write_tokens) {_CALLS}), 0),"
+    # a call cut before its usage came (no end, or stopped mid-stream): the tokens are a floor
+    " usage_unknown = CASE WHEN EXISTS (SELECT 1 FROM model_calls m WHERE m.turn_id = turns.id"
+    " AND (m.ended IS NULL OR m.streamed IS NOT NULL)) THEN 1 ELSE 0 END"
+    " WHERE id = ? AND status = 'running'"
+)
 
 
 def close_dead_turns(store: Store, stopped: str, conversation_id: int | None = None) -> list[int]:

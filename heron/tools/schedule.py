@@ -10,7 +10,6 @@ never create one, so a job cannot breed jobs.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from pathlib import Path
@@ -38,13 +37,14 @@ def serve_running(home: Path) -> bool:
     return pid_alive(pid)
 
 
-def describe(job: jobs.Job) -> str:
+def describe(job: jobs.Job, zone: str) -> str:
+    """One line for a job; its next time in the agent's `zone`, named (as `heron jobs show`
+    has it), whatever zone the job was made in."""
     when = "not scheduled"
     if job.status == "paused":
         when = "paused"
     elif job.next_run is not None:
-        local = dt.datetime.fromtimestamp(job.next_run, job.schedule.zone())
-        when = f"next {local:%Y-%m-%d %H:%M %Z}"
+        when = f"next {timefmt.when(job.next_run, zone, named=True)}"
     last = f", last {job.last_outcome}" if job.last_outcome else ""
     mode = "built-in review" if job.builtin else job.mode
     status = "disabled" if job.builtin and job.status == "cancelled" else job.status
@@ -54,9 +54,9 @@ def describe(job: jobs.Job) -> str:
     )
 
 
-def _at(instant: float, job: jobs.Job) -> str:
-    """An instant in the job's zone, with its weekday: `Mon 2026-12-07 09:00 CET`."""
-    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%a %Y-%m-%d %H:%M %Z}"
+def _at(instant: float, zone: str) -> str:
+    """An instant in the agent's `zone`, with its weekday: `Mon 2026-12-07 09:00 CET`."""
+    return timefmt.when(instant, zone, f"%a {timefmt.MINUTE}", named=True)
 
 
 # `heron jobs cancel` of the nightly review is refused: its id sits among the person's jobs,
@@ -76,7 +76,7 @@ BUILTIN_REFUSED = (
 NO_SERVE_NOW = "no heron serve runs to run job {id} now (jobs fire only in heron serve)"
 
 
-def resumed(job: jobs.Job) -> str:
+def resumed(job: jobs.Job, zone: str) -> str:
     """What a resume says: when it fires next, and that the paused-over times are not made up."""
     if job.status == "done":
         return (
@@ -86,7 +86,7 @@ def resumed(job: jobs.Job) -> str:
         )
     assert job.next_run is not None
     return (
-        f"Resumed job {job.id}: next {_at(job.next_run, job)}. The times it was paused over "
+        f"Resumed job {job.id}: next {_at(job.next_run, zone)}. The times it was paused over "
         "are not made up."
     )
 
@@ -148,11 +148,13 @@ async def schedule(
     store, key = ctx.services.store, ctx.services.conversation_key
     if store is None or key is None:
         return ToolOutput("Scheduling needs a stored conversation; this run has none.", True)
+    zone = user_timezone(ctx.services.timezone)  # the one the runtime block tells the model
     if action == "list":
         found = await store.call(jobs.list_jobs, store, conversation=key)
-        return "\n".join(describe(j) for j in found) or "No scheduled jobs in this conversation."
+        lines = [describe(j, zone) for j in found]
+        return "\n".join(lines) or "No scheduled jobs in this conversation."
     if action == "cancel":
-        return await _cancel(store, key, job)
+        return await _cancel(store, key, job, zone)
     turn = ctx.services.turn
     scheduled = turn is not None and turn.provenance in SCHEDULED
     if action != "create":
@@ -165,7 +167,7 @@ async def schedule(
     return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
 
 
-async def _cancel(store: Store, key: str, job: int | None) -> str | ToolOutput:
+async def _cancel(store: Store, key: str, job: int | None, zone: str) -> str | ToolOutput:
     if job is None:
         return ToolOutput("cancel needs job: the id shown by action=list.", True)
     known = await store.call(jobs.get_job, store, job)
@@ -176,7 +178,7 @@ async def _cancel(store: Store, key: str, job: int | None) -> str | ToolOutput:
     found = await store.call(jobs.cancel_job, store, job)
     if found is None:
         return ToolOutput(NOT_HERE.format(id=job), True)
-    return f"Cancelled: {describe(found)}"
+    return f"Cancelled: {describe(found, zone)}"
 
 
 # A job of another conversation is out of this one's reach, and said as no job at all: a model
@@ -211,13 +213,16 @@ async def _control(
     poke = ctx.services.jobs_changed
     if action == "run_now" and poke is None and not _serve_at(ctx):
         return ToolOutput(NO_SERVE_NOW.format(id=job), True)
+    zone = user_timezone(ctx.services.timezone)
     try:
         if action == "pause":
             done = await store.call(jobs.pause_job, store, job)
-            said = f"Paused: {describe(done.job)}" if done.changed else "It was already paused."
+            paused = f"Paused: {describe(done.job, zone)}"
+            said = paused if done.changed else "It was already paused."
         elif action == "resume":
             done = await store.call(jobs.resume_job, store, job, time.time())
-            said = resumed(done.job) if done.changed else f"Not paused: {describe(done.job)}"
+            not_paused = f"Not paused: {describe(done.job, zone)}"
+            said = resumed(done.job, zone) if done.changed else not_paused
         else:
             done = await store.call(jobs.request_run, store, job, time.time())
             said = asked(done)
@@ -268,7 +273,7 @@ async def _create(
         poke()
     home = ctx.services.home
     running = home is None or serve_running(home) or poke is not None
-    return f"Created {describe(made)}" + ("" if running else f"\n{NOT_RUNNING}")
+    return f"Created {describe(made, zone)}" + ("" if running else f"\n{NOT_RUNNING}")
 
 
 def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]:
@@ -280,15 +285,14 @@ def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]
     lines = []
     if mine or others:
         lines.append(f"jobs: {len(mine)} here, {others} in other conversations")
-        lines += [f"  {describe(job)}" for job in mine[:limit]]
+        lines += [f"  {describe(job, zone)}" for job in mine[:limit]]
         if len(mine) > limit:
             lines.append(f"  … and {len(mine) - limit} more (heron jobs list)")
     review = next((j for j in active if j.builtin and j.next_run is not None), None)
     if review is not None:
         assert review.next_run is not None
-        at = dt.datetime.fromtimestamp(review.next_run, review.schedule.zone())
         last = f", last {review.last_outcome}" if review.last_outcome else ""
-        when = f"next {at:%Y-%m-%d %H:%M}"
+        when = f"next {timefmt.when(review.next_run, zone)}"
         if review.status == "paused":  # its kept instant is only where a resume starts from
             when = f"paused (heron jobs resume {review.id})"
         lines.append(f"nightly review: job {review.id}, {when}{last}")
