@@ -497,3 +497,48 @@ async def test_a_message_typed_at_the_resume_list_is_sent_not_thrown_away():
     assert "abc is not on the list" in screen.getvalue()  # one word: still a typo of a number
     assert "Closed the list; sending that in k." in screen.getvalue()
     assert await terminal._pick(Session(["2"]), console, 3, "k") == 2
+
+
+async def test_a_ctrl_c_before_the_message_is_handed_over_stops_the_turn_it_opens():
+    """Enter, then Ctrl-C while the chat still reads config.toml before sending: the stop goes
+    after the message (before it, it found nothing to stop and the turn ran), and the prompt
+    is not left."""
+    import asyncio
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from heron.channels.terminal import ChatState, TerminalView, _stop_keys, send_turn
+
+    sent: list[str] = []
+
+    class Conn:
+        def running(self, key: str) -> bool:
+            return False  # nothing runs yet: the message has not been handed over
+
+        def send_nowait(self, text: str, key: str, agent: str = "default", files=()) -> None:
+            sent.append(text)
+
+        async def send(self, text: str, key: str, agent: str = "default", files=()) -> None:
+            sent.append(text)
+
+        def news(self) -> list[str]:
+            return []
+
+    read = asyncio.Event()
+
+    class Config:
+        async def problem(self) -> None:
+            await read.wait()  # config.toml being read
+
+    state = ChatState("k", "default", config=Config())  # type: ignore[arg-type]
+    view = TerminalView(Console(file=io.StringIO()), state)
+    sending = asyncio.create_task(send_turn(Conn(), state, view, "explain"))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    ctrl_c = _stop_keys(Conn(), state, view).bindings[0].handler  # type: ignore[arg-type]
+    app = SimpleNamespace(is_running=True, exit=lambda **_: sent.append("left the prompt"))
+    ctrl_c(SimpleNamespace(app=app))  # type: ignore[arg-type]
+    read.set()
+    assert await sending
+    assert sent == ["explain", "/stop"]

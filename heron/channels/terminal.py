@@ -189,6 +189,10 @@ class TerminalView:
         self.chat_id = ""  # this chat's id in turn events: other ids are other clients
         self.asked = False  # a question (ask_user) waits: the next message sent answers it
         self.stopping = False  # this chat sent /stop: its reply says so, the turn's end need not
+        # A message is on its way (Enter pressed, not yet handed to the agent: `send_turn`
+        # reads config.toml first), and a Ctrl-C meanwhile asked to stop the turn it opens.
+        self.sending = 0
+        self.stop_after_send = False
         # The last thing printed was a block of the answer: the next block gets the blank line
         # Markdown puts between blocks (each is printed on its own as it completes).
         self.spaced = False
@@ -631,6 +635,9 @@ def _stop_keys(
             return
         # Not running: the prompt was just left by Enter and its message is on its way (a
         # SIGINT queued in that instant), so the turn it opens is the one to stop.
+        if view.sending:  # not handed to the agent yet: stopped once it is (`send_turn`)
+            view.stopping = view.stop_after_send = True
+            return
         if conn.running(state.key) or not event.app.is_running:
             view.stopping = True
             conn.send_nowait("/stop", state.key, state.agent)
@@ -776,6 +783,9 @@ def _ctrl_c_signal(
 
     def interrupt() -> None:
         if view.answer(""):
+            return
+        if view.sending:  # not handed to the agent yet: stopped once it is (`send_turn`)
+            view.stopping = view.stop_after_send = True
             return
         if conn.running(state.key):
             view.stopping = True
@@ -954,7 +964,7 @@ async def _waiting(memory: MemoryService) -> bool:
     return await asyncio.to_thread(memory.count_waiting) > 0
 
 
-async def send_turn(
+async def _send_turn(
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
@@ -980,6 +990,28 @@ async def send_turn(
     files = state.take_files() if with_files else ()
     await conn.send(text, state.key, state.agent, files)
     return True
+
+
+async def send_turn(
+    conn: InProcessAgent | RemoteAgent,
+    state: ChatState,
+    view: TerminalView,
+    text: str,
+    with_files: bool = False,
+) -> bool:
+    """`_send_turn`, with a Ctrl-C pressed before the message was handed to the agent (right
+    after Enter) taken as a stop of the turn it opens, sent once the message is: sent before
+    it, the stop would find nothing to stop and the turn would run."""
+    view.sending += 1
+    try:
+        sent = await _send_turn(conn, state, view, text, with_files)
+    finally:
+        view.sending -= 1
+    if view.stop_after_send and not view.sending:
+        view.stop_after_send = False
+        if sent:
+            conn.send_nowait("/stop", state.key, state.agent)
+    return sent
 
 
 async def _resume(
