@@ -64,3 +64,29 @@ async def test_a_cancelled_turn_still_releases(store):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert expiry(store, cid) is None
+
+
+async def test_a_look_the_store_cannot_answer_is_made_again_and_fails_no_turn(store, monkeypatch):
+    """A database restart during a turn: the epoch look (and the heartbeat) that met it used to
+    fail the turn at its end, after its answer was shown. Now the next look is made as usual."""
+    from heron.agent import leases
+    from heron.errors import StoreUnreachable
+    from heron.store import engine_state as es
+
+    cid = store.open_conversation("k").id
+    real, looks = es.epoch_and_note, []
+
+    def epoch_and_note(store: Store, conversation_id: int):
+        looks.append(conversation_id)
+        if len(looks) == 1:
+            raise StoreUnreachable("the connection to the PostgreSQL database was lost")
+        return real(store, conversation_id)
+
+    monkeypatch.setattr(es, "epoch_and_note", epoch_and_note)
+    moved: list[str | None] = []
+    epoch = real(store, cid)[0]
+    async with leases.watch_epoch(store, cid, epoch, moved.append, every=0.05):
+        async with asyncio.timeout(30):  # the looks used to end at the first failure
+            while len(looks) < 3:
+                await asyncio.sleep(0.01)
+    assert moved == []  # the epoch did not move: nothing stopped the turn

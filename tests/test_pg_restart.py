@@ -119,3 +119,184 @@ async def test_a_note_sent_after_a_restart_goes_out_on_a_new_connection(own_pg_s
         await stop_task(listening)
         await publisher.close()
     assert heard == [{"t": "after"}]
+
+
+def _until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def mark_lost() -> list[str]:
+    """The worker's exit, recorded instead of made (`AliveMark.on_lost`)."""
+    return []
+
+
+def _mark(url: str, executor: str, lost: list[str]):
+    from heron.scale.alive import AliveMark
+    from heron.scale.cluster import cluster_of
+
+    cluster = cluster_of(url)
+    mark = AliveMark(cluster.url, cluster.schema, executor, on_lost=lambda: lost.append("exit"))
+    mark.take()
+    return mark
+
+
+def _alive(url: str) -> int:
+    from heron.scale import records
+    from heron.scale.cluster import cluster_of
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return records.count_alive(conn, cluster_of(url).schema)
+
+
+def test_a_workers_alive_mark_is_taken_again_after_a_restart(own_pg_server, url, mark_lost):
+    mark = _mark(url, "w1", mark_lost)
+    try:
+        own_pg_server.restart()
+        _until(lambda: mark.taken_again == 1)
+        assert _alive(url) == 1  # held again: no sweep takes this worker for dead
+        assert mark_lost == []
+    finally:
+        mark.close()
+    _until(lambda: _alive(url) == 0)  # the server ends the session a moment after the close
+
+
+def test_a_sweep_takes_no_live_worker_for_dead_after_a_restart(
+    own_pg_server, url, mark_lost, monkeypatch
+):
+    """The sweep used to find every mark free right after a restart, and hand the turns of
+    live workers to the queue: two workers on one turn."""
+    from heron.scale import alive, worker
+    from heron.scale.cluster import QUEUE, cluster_of
+
+    cluster = cluster_of(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {cluster.dbos_schema}")
+        conn.execute(
+            f"CREATE TABLE {cluster.dbos_schema}.workflow_status"
+            " (executor_id text, status text, queue_name text)"
+        )
+        conn.execute(
+            f"INSERT INTO {cluster.dbos_schema}.workflow_status VALUES ('w1', 'PENDING', %s)",
+            (QUEUE,),
+        )
+    mark = _mark(url, "w1", mark_lost)
+    try:
+        own_pg_server.restart()
+        with psycopg.connect(url, autocommit=True) as sweep:
+            # Before w1 takes its mark again: the server is new, no free mark is trusted.
+            assert worker._dead_owners(sweep, cluster, "w2") == []
+            _until(lambda: mark.taken_again == 1)
+            monkeypatch.setattr(alive, "RESTART_GRACE_S", 0.0)  # as if long after the start
+            assert worker._dead_owners(sweep, cluster, "w2") == []  # held again
+            mark.close()
+            _until(lambda: worker._dead_owners(sweep, cluster, "w2") == ["w1"])  # now dead
+    finally:
+        mark.close()
+    assert mark_lost == []
+
+
+def test_a_worker_that_cannot_take_its_mark_again_in_time_exits(
+    own_pg_server, url, mark_lost, monkeypatch
+):
+    from heron.scale import alive
+
+    monkeypatch.setattr(alive, "LOST_S", 0.5)
+    mark = _mark(url, "w1", mark_lost)
+    own_pg_server.pg_ctl("-m", "fast", "stop")
+    try:
+        _until(lambda: mark_lost == ["exit"])
+    finally:
+        mark.close()
+        own_pg_server.start_again()
+    assert mark.taken_again == 0
+
+
+def test_a_worker_whose_mark_comes_back_after_a_sweep_may_trust_it_exits(
+    own_pg_server, url, mark_lost, monkeypatch
+):
+    """Its connection alone cut while the server stays up: another worker's sweep may have
+    taken its turns already, so it does not go on beside that one."""
+    from heron.scale import alive
+
+    monkeypatch.setattr(alive, "RESTART_GRACE_S", 0.0)
+    mark = _mark(url, "w1", mark_lost)
+    try:
+        with psycopg.connect(url, autocommit=True) as admin:
+            pid = mark.conn.info.backend_pid
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        _until(lambda: mark_lost == ["exit"])
+        assert mark.taken_again == 0
+    finally:
+        mark.close()
+
+
+async def test_a_listener_listens_again_after_a_restart(own_pg_server, url):
+    """A worker's listener (/stop, mail) used to end with its connection, for good."""
+    from heron.scale.cluster import cluster_of
+    from heron.scale.notes import Listener, Publisher, keep_listening, stop_task
+
+    cluster = cluster_of(url)
+    heard: list[dict] = []
+    listening = await keep_listening(Listener(cluster, heard.append))
+    publisher = Publisher(cluster)
+    try:
+        own_pg_server.restart()
+        # Notes sent before it listens again are not heard (notes are not durable): sent
+        # until one is.
+        for _ in range(600):
+            await publisher.send({"t": "after"})
+            await asyncio.sleep(0.05)
+            if heard:
+                break
+    finally:
+        await stop_task(listening)
+        await publisher.close()
+    assert heard[:1] == [{"t": "after"}]
+
+
+def _work_then_slow_answer(held: dict[str, float]):
+    """A bash tool call that appends to ran.txt, then the answer, held the first time."""
+    from heron.testing.script import ServerReply
+
+    def script(body: dict) -> ServerReply:
+        if body["messages"][-1]["role"] != "tool":
+            return ServerReply(tool_calls=[("bash", {"command": "echo ran >> ran.txt"})])
+        return ServerReply(text="finished k1", delay_s=held.pop("k1", 0.0))
+
+    return script
+
+
+@pytest.mark.slow
+async def test_a_turn_running_through_a_restart_is_run_by_its_worker_alone(
+    own_pg_server, url, heron_home, monkeypatch
+):
+    """Two workers; the database restarts while one waits for the model. The other's sweep
+    used to take it for dead (its mark gone with the restart) and run the turn again."""
+    from pg import raw_count
+    from scale_helpers import on_workers
+
+    async with on_workers(_work_then_slow_answer({"k1": 12.0}), heron_home, url, monkeypatch) as (
+        server,
+        workers,
+        f,
+    ):
+        f.send("k1", "work on k1")
+        await f.wait_for(lambda: len(server.requests) >= 2)  # the tool ran; the answer held
+        own_pg_server.restart()
+        answers = "SELECT COUNT(*) FROM messages WHERE parts LIKE ?"
+        for _ in range(1200):
+            if raw_count(url, answers, ("%finished k1%",)):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3)  # a wrong recovery would have shown by now
+        assert len(server.requests) == 2, "another worker asked the model again"
+        assert raw_count(url, answers, ("%finished k1%",)) == 1
+        assert _alive(url) == 2  # both workers took their marks again
+        ran = (heron_home / "workspace" / "ran.txt").read_text().splitlines()
+        assert ran == ["ran"]
+        assert all(p.poll() is None for p in workers.procs)
+    # on leaving, each worker is stopped with SIGTERM and must exit 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 import weakref
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from heron.errors import BusyError, StoreRefused
+from heron.errors import BusyError, StoreRefused, StoreUnreachable
 from heron.store import Store
 from heron.store import engine_state as es
 
@@ -28,6 +29,7 @@ PRESENCE_TTL = 60.0
 # /new sent from another process (one indexed read of one row; a turn shorter than this never
 # reads it).
 EPOCH_POLL = 1.0
+log = logging.getLogger(__name__)
 
 
 def new_owner() -> str:
@@ -144,7 +146,16 @@ async def _beating(
 
     async def beat_once() -> None:
         nonlocal timer
-        if await beat():
+        try:
+            again = await beat()
+        except StoreUnreachable as error:
+            # The database restarted (or is out of reach): this beat is skipped, the next one
+            # connects again. A look or renewal is no reason to fail the turn, which used to
+            # fail at its end, its answer shown; its commit checks the lease all the same.
+            log.info("a turn's lease or epoch look failed; looking again in %.1f s: %s",
+                     every, error)  # fmt: skip
+            again = True
+        if again:
             timer = loop.call_later(every, fire)
 
     timer = loop.call_later(every, fire)

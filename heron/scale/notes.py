@@ -25,6 +25,8 @@ from heron.scale import records
 from heron.scale.cluster import Cluster
 
 PIECE = 7000  # characters of one piece (ASCII: json.dumps escapes the rest)
+RELISTEN_S = 0.5  # a listener whose connection was lost listens again after this, doubled
+MAX_RELISTEN_S = 10.0  # up to this, while the server cannot be reached
 Note = dict[str, Any]
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,32 @@ async def start_listener(listener: Listener) -> asyncio.Task[None]:
         waiter.cancel()
         task.result()  # raises what stopped it
     return task
+
+
+async def keep_listening(listener: Listener) -> asyncio.Task[None]:
+    """`start_listener`, and the listener started again whenever its connection is lost (a
+    server restart), after a back-off: a worker's /stop and mail notes are heard again once the
+    server is back (the notes sent meanwhile are not: notes are not durable). Cancel the task
+    to stop listening."""
+    first = await start_listener(listener)
+    return asyncio.create_task(_relisten(listener, first))
+
+
+async def _relisten(listener: Listener, task: asyncio.Task[None]) -> None:
+    wait = RELISTEN_S
+    while True:
+        try:
+            await task
+            return
+        except psycopg.Error as error:
+            if listener.ready.is_set():  # it listened until now: a new outage, a short wait
+                wait = RELISTEN_S
+            log.warning("listening for notes stopped (%s); listening again in %.1f s",
+                        str(error).strip(), wait)  # fmt: skip
+        listener.ready.clear()
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, MAX_RELISTEN_S)
+        task = asyncio.create_task(listener.run())
 
 
 async def stop_task(task: asyncio.Task[Any] | None) -> None:

@@ -4,7 +4,9 @@ live worker holds, and which workers own turns in flight.
 A worker holds a session-level advisory lock named by its store's schema and its DBOS executor
 id for as long as it lives; PostgreSQL drops it when the worker's connection dies, however the
 worker died. So a worker that can take another's lock knows that one is dead, and recovers its
-turns; and the locks of a schema held now are its live workers (`count_alive`).
+turns; and the locks of a schema held now are its live workers (`count_alive`). A server
+restart drops every lock at once, of live workers too: heron/scale/alive.py says how they are
+taken again before any sweep trusts a free one.
 """
 
 from __future__ import annotations
@@ -41,6 +43,21 @@ def hold_alive(conn: psycopg.Connection[Any], schema: str, executor: str) -> Non
     conn.execute(
         "SELECT pg_advisory_lock(hashtext(%s), hashtext(%s))", _lock_keys(schema, executor)
     )
+
+
+def ping(conn: psycopg.Connection[Any]) -> None:
+    """One round trip: raises when the server dropped `conn` (and with it the lock it held)."""
+    conn.execute("SELECT 1")
+
+
+def server_uptime(conn: psycopg.Connection[Any]) -> float:
+    """Seconds since the server started, by its own clock, now (not at the statement's start:
+    after a lock waited for, this is read after it was granted)."""
+    row = conn.execute(
+        "SELECT EXTRACT(EPOCH FROM clock_timestamp() - pg_postmaster_start_time())"
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
 
 
 def is_dead(conn: psycopg.Connection[Any], schema: str, executor: str) -> bool:

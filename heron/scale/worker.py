@@ -7,9 +7,10 @@ conversation ever overlap across workers. What the turn sends out goes to the fa
 (heron/scale/notes.py).
 
 A worker that dies mid-turn leaves its workflow PENDING under its executor id. Every worker
-holds a PostgreSQL advisory lock for as long as it lives (heron/scale/records.py); the others
-look every `SWEEP_S` for PENDING turns whose owner's lock is free, and hand them back to the
-queue (DBOS's recovery). The workflow then runs again on a live worker, which finds the dead
+holds a PostgreSQL advisory lock for as long as it lives (heron/scale/records.py; taken again
+after a server restart, or the worker exits: heron/scale/alive.py); the others look every
+`SWEEP_S` for PENDING turns whose owner's lock is free, and hand them back to the queue (DBOS's
+recovery). The workflow then runs again on a live worker, which finds the dead
 attempt's turn row by its run id (heron/store/attempts.py) and continues that turn from the
 record: the tool calls that finished kept from the engine's checkpoint (not run again), the
 ones cut off marked interrupted, the model answering the same stored message, which is never
@@ -49,6 +50,7 @@ from heron.proactive.goals import attach as attach_goals
 from heron.proactive.subagents import TIMEOUT_S, offer_spawn, turn_failed
 from heron.providers.base import Provider
 from heron.scale import records
+from heron.scale.alive import AliveMark, trusts_free_locks
 from heron.scale.cluster import (
     POLL_S,
     QUEUE,
@@ -61,7 +63,7 @@ from heron.scale.cluster import (
     executor_id,
     message_id,
 )
-from heron.scale.notes import Listener, Note, Publisher, start_listener, stop_task
+from heron.scale.notes import Listener, Note, Publisher, keep_listening, stop_task
 from heron.scale.subagents import QueuedSubagents, announced_run, task_run
 from heron.scale.wire import end_to_dict, inbound_from_dict, inbound_to_dict, outbound_to_json
 from heron.store import attempts, runs
@@ -86,7 +88,7 @@ class WorkerLoop(AgentLoop):
 
     continues_dead_turns: ClassVar[bool] = True  # a dead worker's turn goes on on another
     queue: TurnQueue | None = None
-    lookup: psycopg.Connection[Any] | None = None  # DBOS's tables, for what waits
+    lookup: AliveMark | None = None  # its connection reads DBOS's tables, for what waits
     dbos_schema: str = "dbos"
     _enqueues: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -120,7 +122,7 @@ class WorkerLoop(AgentLoop):
         local = super().pending(key)
         if self.lookup is None:
             return local
-        return local + records.queued_in(self.lookup, self.dbos_schema, QUEUE, key)
+        return local + records.queued_in(self.lookup.conn, self.dbos_schema, QUEUE, key)
 
 
 class WorkerHost:
@@ -134,7 +136,7 @@ class WorkerHost:
         cluster: Cluster,
         publisher: Publisher,
         queue: TurnQueue | None = None,
-        lookup: psycopg.Connection[Any] | None = None,
+        lookup: AliveMark | None = None,
     ) -> None:
         self.engine = engine
         self.cluster = cluster
@@ -273,10 +275,10 @@ class WorkerHost:
             self.approvals.answer(key, approval_id, bool(note["allow"]), str(note["by"]))
 
 
-async def _workers_alive(conn: psycopg.Connection[Any], cluster: Cluster) -> list[str]:
+async def _workers_alive(mark: AliveMark, cluster: Cluster) -> list[str]:
     """/status on a worker: the store's live workers (one statement on the worker's own
     connection, inline as `WorkerLoop.pending`)."""
-    alive = records.count_alive(conn, cluster.schema)
+    alive = records.count_alive(mark.conn, cluster.schema)
     return [f"workers: {alive} alive on this store (this answer from pid {os.getpid()})"]
 
 
@@ -337,9 +339,9 @@ async def run_worker(
     _log_to_stderr(logging.INFO if verbose else logging.WARNING)
     cluster = cluster_of(settings.database)
     executor = executor_id()
-    alive = await asyncio.to_thread(_connect, cluster.url)
+    alive = AliveMark(cluster.url, cluster.schema, executor)
     try:
-        await asyncio.to_thread(records.hold_alive, alive, cluster.schema, executor)
+        await asyncio.to_thread(alive.take)
         async with Engine.open(
             settings, model=model, provider=provider, registry=registry
         ) as engine:
@@ -363,7 +365,7 @@ async def _serve_queue(
     engine: Engine,
     cluster: Cluster,
     executor: str,
-    alive: psycopg.Connection[Any],
+    alive: AliveMark,
     out: TextIO,
     worker_turns: int,
     until: asyncio.Event | None,
@@ -396,7 +398,7 @@ async def _serve_queue(
         host.loop.queue = client = await asyncio.to_thread(
             DBOSClient, system_database_url=cluster.dbos_url, dbos_system_schema=cluster.dbos_schema
         )
-        listening = await start_listener(Listener(cluster, host.on_note))
+        listening = await keep_listening(Listener(cluster, host.on_note))
         sweeping = asyncio.create_task(_sweep(cluster, executor))
         host.loop.relays.sweep()  # background work's messages a dead process left waiting
         out.write(f"heron worker: ready ({executor}, {engine.choice.provider}/"
@@ -459,8 +461,15 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 
 def _dead_owners(conn: psycopg.Connection[Any], cluster: Cluster, executor: str) -> list[str]:
-    owners = records.owners_in_flight(conn, cluster.dbos_schema, QUEUE)
-    return [o for o in owners if o != executor and records.is_dead(conn, cluster.schema, o)]
+    """The workers other than this one that own a turn in flight and hold no alive mark; none
+    while the server is new (heron/scale/alive.py): a restart freed every mark, of live
+    workers too, and they take theirs again within that time."""
+    owners = [
+        o for o in records.owners_in_flight(conn, cluster.dbos_schema, QUEUE) if o != executor
+    ]
+    if not owners or not trusts_free_locks(conn):
+        return []
+    return [o for o in owners if records.is_dead(conn, cluster.schema, o)]
 
 
 def _on_signals(callback: Callable[[], None]) -> Callable[[], None]:
