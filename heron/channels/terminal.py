@@ -964,7 +964,7 @@ async def _waiting(memory: MemoryService) -> bool:
     return await asyncio.to_thread(memory.count_waiting) > 0
 
 
-async def _send_turn(
+async def send_turn(
     conn: InProcessAgent | RemoteAgent,
     state: ChatState,
     view: TerminalView,
@@ -976,42 +976,30 @@ async def _send_turn(
     and sends nothing (the /attach files stay for the next message). The same with a serve
     or without: a serve keeps the config it started with, and an in-process chat the one it
     opened with, so the file is read again here (once per change). Through a serve, a file
-    that loads but changed since the serve started is said once (RemoteAgent.news)."""
+    that loads but changed since the serve started is said once (RemoteAgent.news). A Ctrl-C
+    pressed before the message is handed to the agent (right after Enter) stops the turn it
+    opens, sent once the message is: sent before it, the stop would find nothing to stop."""
     stop = text.strip() == "/stop"  # never refused: a broken file must not keep a turn going
     view.stopping = view.stopping or text.strip() in ("/stop", "/new")  # said by their replies
-    problem = await state.config.problem() if state.config is not None and not stop else None
+    view.sending += 1
+    try:
+        problem = await state.config.problem() if state.config is not None and not stop else None
+        if problem is None:
+            for said in conn.news():  # through a serve: config.toml changed since it started
+                view.console.print(said, style="yellow", markup=False, highlight=False)
+            files = state.take_files() if with_files else ()
+            await conn.send(text, state.key, state.agent, files)
+    finally:
+        view.sending -= 1
     if problem is not None:
         said = problem.args[0] if problem.args else str(problem)
         told = f"{said}\n{problem.hint}" if problem.hint else said
         view.message(OutboundMessage(CHANNEL, view.chat_id, state.key, told, "error"))
-        return False
-    for said in conn.news():  # through a serve: config.toml changed since the serve started
-        view.console.print(said, style="yellow", markup=False, highlight=False)
-    files = state.take_files() if with_files else ()
-    await conn.send(text, state.key, state.agent, files)
-    return True
-
-
-async def send_turn(
-    conn: InProcessAgent | RemoteAgent,
-    state: ChatState,
-    view: TerminalView,
-    text: str,
-    with_files: bool = False,
-) -> bool:
-    """`_send_turn`, with a Ctrl-C pressed before the message was handed to the agent (right
-    after Enter) taken as a stop of the turn it opens, sent once the message is: sent before
-    it, the stop would find nothing to stop and the turn would run."""
-    view.sending += 1
-    try:
-        sent = await _send_turn(conn, state, view, text, with_files)
-    finally:
-        view.sending -= 1
     if view.stop_after_send and not view.sending:
         view.stop_after_send = False
-        if sent:
+        if problem is None:
             conn.send_nowait("/stop", state.key, state.agent)
-    return sent
+    return problem is None
 
 
 async def _resume(
