@@ -385,6 +385,8 @@ async def test_an_announcement_that_fails_on_a_worker_is_retried_once_and_kept_o
             assert raw_count(pg_url, announced) == 0  # owed: nothing answered it
             f.send("o3", "and the count?")
             await _until(lambda: raw_count(pg_url, announced) == 1)
+            # the mark commits before the answer's note reaches the face: wait for it, as above
+            await _until(lambda: "it counted to three" in f.texts("answer", "o3"))
             assert f.texts("answer", "o3")[-1] == "it counted to three"
         assert retries() == 1  # one retry, never a second
     announcements = [b for b in server.requests if "[Subagent result" in _last_user_text(b)]
