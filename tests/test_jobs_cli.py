@@ -12,6 +12,8 @@ from heron.cli import app
 from heron.config import Settings
 from heron.store import Store
 from heron.store import jobs as js
+from heron.testing.fake_openai import FakeOpenAIServer
+from heron.testing.script import ServerReply
 
 runner = CliRunner()
 
@@ -191,13 +193,70 @@ def test_unknown_and_cancelled_jobs_get_a_clear_error_and_exit_1(heron_home):
     assert "cancelled" in jobs("show", job_id).output
 
 
-def test_run_now_without_a_serve_is_refused_and_asks_nothing(heron_home):
+def _model(monkeypatch, server: FakeOpenAIServer) -> None:
+    monkeypatch.setenv("HERON_BASE_URL", server.base_url)
+    monkeypatch.setenv("HERON_API_KEY", "dummy")
+    monkeypatch.setenv("HERON_MODEL", "fake-model")
+
+
+def test_run_now_without_a_serve_runs_the_job_here_and_keeps_its_schedule(heron_home, monkeypatch):
     job_id = _added("--every", "1d")
-    refused = jobs("run-now", job_id)
-    assert refused.exit_code == 1 and "no heron serve runs to run job" in refused.output
+    with FakeOpenAIServer([ServerReply(text="Time to water the plants!")]) as server:
+        _model(monkeypatch, server)
+        before = _job(job_id)
+        ran = runner.invoke(app, ["jobs", "run-now", job_id])
+    assert ran.exit_code == 0, ran.output
+    assert ran.stdout == "Time to water the plants!\n"
+    assert f"no heron serve is running: job {job_id} runs here" in ran.stderr
+    assert f"job {job_id} ran here: done (delivered)." in ran.stderr
+    # The model was asked as a serve's scheduler asks it: the reminder's wrapper and prompt.
+    (asked,) = server.requests
+    said = json.dumps(asked["messages"][-1])
+    assert f"Scheduled reminder, job {job_id}" in said and "Water the plants." in said
+    after = _job(job_id)
+    assert after.next_run == before.next_run and after.run_now is None
+    (run,) = _runs(job_id)
+    assert (run.status, run.outcome, run.detail) == ("done", "delivered", js.RUN_NOW)
+    shown = runner.invoke(app, ["conversations", "show", "chat-1"])
+    assert "Time to water the plants!" in shown.output
+
+
+def test_run_now_here_that_fails_says_so_records_it_and_exits_1(heron_home, monkeypatch):
+    job_id = _added("--every", "1d")
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    monkeypatch.setenv("HERON_API_KEY", "dummy")
+    monkeypatch.setenv("HERON_MODEL", "fake-model")
+    ran = runner.invoke(app, ["jobs", "run-now", job_id])
+    assert ran.exit_code == 1, ran.output
+    assert f"job {job_id} ran here: failed." in ran.stderr
+    assert f"heron jobs runs {job_id} lists its runs." in ran.stderr
+    assert [r.status for r in _runs(job_id)] == ["failed"]
+
+
+def test_run_now_here_refuses_a_cancelled_job_and_a_bad_config_asks_nothing(
+    heron_home, monkeypatch
+):
+    job_id = _added("--every", "1d")
+    monkeypatch.setenv("HERON_MODEL", "no-such-model-anywhere")  # no provider serves it
+    refused = runner.invoke(app, ["jobs", "run-now", job_id])
+    assert refused.exit_code != 0 and "heron:" in refused.stderr
+    assert _job(job_id).run_now is None and _runs(job_id) == []
+
+
+def _job(job_id: str) -> js.Job:
     store = Store(Settings.load().paths.db)
     try:
-        assert js.get_job(store, int(job_id)).run_now is None
+        found = js.get_job(store, int(job_id))
+        assert found is not None
+        return found
+    finally:
+        store.close()
+
+
+def _runs(job_id: str) -> list[js.JobRun]:
+    store = Store(Settings.load().paths.db)
+    try:
+        return js.runs(store, int(job_id))
     finally:
         store.close()
 

@@ -244,7 +244,7 @@ async def test_a_notice_after_the_reply_starts_on_a_line_of_its_own():
     from heron.bus import OutboundMessage, TurnEvent
 
     out, err = Terminal(), StringIO()
-    printer = script._Printer(out, err)
+    printer = script.ReplyPrinter(out, err)
     await printer.deliver(TurnEvent("script", "c", "g", "delta", text="count to three"))
     await printer.deliver(OutboundMessage("script", "c", "g", "Goal parked: ...", "notice"))
     assert out.getvalue() == "count to three\n" and err.getvalue() == "Goal parked: ...\n"

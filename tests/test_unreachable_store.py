@@ -14,7 +14,7 @@ import signal
 from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEnd, TurnEvent
-from heron.channels.script import _Printer, _said
+from heron.channels.script import ReplyPrinter, _said
 from heron.config import Settings
 from heron.errors import FailureLog, StoreUnreachable
 from heron.messages import Reply, Text, Usage
@@ -104,9 +104,9 @@ def test_a_failure_that_repeats_is_logged_once_until_it_works_again(caplog):
     ]
 
 
-def _printer() -> tuple[_Printer, io.StringIO]:
+def _printer() -> tuple[ReplyPrinter, io.StringIO]:
     err = io.StringIO()
-    printer = _Printer(io.StringIO(), err, key="k", served=True)
+    printer = ReplyPrinter(io.StringIO(), err, key="k", served=True)
     printer.sent = True
     return printer, err
 

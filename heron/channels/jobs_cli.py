@@ -6,7 +6,8 @@ socket (`jobs_changed`) so its scheduler looks at once, not at its next poll. Th
 review's row is listed apart from the person's jobs and cannot be cancelled here (pause it, or
 turn it off in config.toml).
 
-The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them.
+The rows live in the store (heron/store/jobs.py); the scheduler of `heron serve` fires them
+(`run-now` with no serve runs the job here: heron/channels/jobs_here.py).
 Adding a job while no `heron serve` runs saves it and says it waits for one; adding one to a
 conversation that does not exist yet says its first run opens it (a typo shows at once).
 Every time is shown in the agent's zone (`[agent] timezone`, heron/timefmt.py), unnamed in a
@@ -303,19 +304,35 @@ def resume(job_id: JobId) -> None:
 @app.command("run-now")
 def run_now(job_id: JobId) -> None:
     """Run a job once now, as an ordinary fire (in its runs, in its conversation), without
-    moving its schedule; a done one-shot reminder too. Needs a running `heron serve`."""
+    moving its schedule; a done one-shot reminder too. A running `heron serve` runs it; with
+    none, it runs here, and its reply is printed as `heron run` prints one."""
     from heron.channels.remote import serve_jobs_changed
     from heron.store import jobs
-    from heron.store.schedule import ScheduleError
-    from heron.tools.schedule import NO_SERVE_NOW, asked
+    from heron.tools.schedule import asked
 
     with _open() as (settings, store):
         job = _known(store, job_id)
-        if job.status != "cancelled" and not serve_jobs_changed(settings.paths.home):
-            _fail(ScheduleError(NO_SERVE_NOW.format(id=job_id), hint="Start it: heron serve"))
-        done = jobs.request_run(store, job_id, time.time())
-        serve_jobs_changed(settings.paths.home)
-        typer.echo(asked(done))
+        here = job.status != "cancelled" and not serve_jobs_changed(settings.paths.home)
+        if not here:  # (a cancelled job is refused by name)
+            done = jobs.request_run(store, job_id, time.time())
+            serve_jobs_changed(settings.paths.home)
+            typer.echo(asked(done))
+    if here:
+        _run_here(settings, job_id)
+
+
+def _run_here(settings: Settings, job_id: int) -> NoReturn:
+    """No serve took the run: run it in this process, exit 0 when its run is done."""
+    import asyncio
+
+    from heron.channels.jobs_here import run_job_here
+
+    typer.echo(f"heron: no heron serve is running: job {job_id} runs here, now.", err=True)
+    try:
+        ok = asyncio.run(run_job_here(settings, job_id))
+    except HeronError as e:  # the model cannot be opened, the job is running: nothing ran
+        _fail(e)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command("show")

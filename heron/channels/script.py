@@ -78,7 +78,7 @@ class _Agent(Protocol):
     async def settle(self) -> None: ...
 
 
-class _Printer:
+class ReplyPrinter:
     """The reply's text on stdout; tool calls, notices and errors on stderr. A terminal sees
     the reply as it streams; a pipe or a file gets it whole when the turn ends (`hold`), so a
     script reads only the reply as stored, never an attempt a cut stream started and its
@@ -322,7 +322,7 @@ def signalled_again(number: int, first: float) -> None:
 
 
 @contextmanager
-def _cuts(printer: _Printer) -> Iterator[None]:
+def _cuts(printer: ReplyPrinter) -> Iterator[None]:
     """While heron run waits on its turn: SIGINT and SIGTERM go to `printer.signalled` (the
     handlers before, asyncio.run's own for SIGINT or the default, are put back after), and a
     pipe on stdout whose reader closed it calls `printer.left` at once, not at the next write
@@ -347,7 +347,7 @@ def _cuts(printer: _Printer) -> Iterator[None]:
             signal.signal(number, handler)
 
 
-def _watch_reader(printer: _Printer) -> None:
+def _watch_reader(printer: ReplyPrinter) -> None:
     """When stdout is a pipe, watch it for its reader going away: epoll says so on the write
     end, as an error, which asyncio hands to a reader callback."""
     import stat
@@ -364,7 +364,7 @@ def _watch_reader(printer: _Printer) -> None:
 
 async def _exchange(
     conn: _Agent,
-    printer: _Printer,
+    printer: ReplyPrinter,
     stop: Callable[[str], Awaitable[object]],
     message: tuple[str, str, str, tuple[File, ...]],
     *,
@@ -530,7 +530,7 @@ async def run_remote(
     from heron.channels.remote import ServeGone, connect_remote
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json, key, served=True, stream=stream)
+    printer = ReplyPrinter(out, err, as_json, key, served=True, stream=stream)
     # Only what answers this message: another turn of the conversation (someone else's, a
     # goal's nudge) is not this run's output.
     opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
@@ -585,7 +585,7 @@ async def run_once(
     from heron.tools.approval import start_notice
 
     key = key or new_key("run")
-    printer = _Printer(out, err, as_json, key, stream=stream)
+    printer = ReplyPrinter(out, err, as_json, key, stream=stream)
     # One message and the process ends: no kernel outlives the turn (through `heron serve`,
     # it is kept for the conversation's later turns).
     one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
@@ -596,7 +596,7 @@ async def run_once(
             notice = start_notice(engine.registry, engine.sandbox)
             if notice:
                 printer.note(f"heron: {notice}")
-            approve = functools.partial(_approve, err)
+            approve = functools.partial(approve_in_terminal, err)
             opened = connect(engine, CHANNEL, "stdin", printer.deliver, idle=False, approve=approve)
             async with opened as conn:
                 stop = functools.partial(conn.loop.stop, key)
@@ -611,7 +611,7 @@ async def run_once(
     return _finish(printer, key)
 
 
-def _finish(printer: _Printer, key: str) -> bool:
+def _finish(printer: ReplyPrinter, key: str) -> bool:
     """End the output; say why the turn failed, if it did, and how to answer it again. Then a
     run a signal stopped, or whose reader went away, raises RunCut with its exit status."""
     ok = _said(printer, key)
@@ -622,7 +622,7 @@ def _finish(printer: _Printer, key: str) -> bool:
     return ok
 
 
-def _said(printer: _Printer, key: str) -> bool:
+def _said(printer: ReplyPrinter, key: str) -> bool:
     """The JSON object, or the end of the reply and, on stderr, why it is not whole."""
     if printer.as_json:
         result = result_json(printer, key)
@@ -650,7 +650,7 @@ def _said(printer: _Printer, key: str) -> bool:
     return False
 
 
-def _stopped_by(printer: _Printer) -> str | None:
+def _stopped_by(printer: ReplyPrinter) -> str | None:
     """What stopped the turn, when something did: this run's signal, or /stop, /new from
     another client (`TurnEnd.stopped_by`)."""
     if printer.signal is not None and printer.cut_short:
@@ -659,7 +659,7 @@ def _stopped_by(printer: _Printer) -> str | None:
     return end.stopped_by if end is not None and not end.ok else None
 
 
-def _why(printer: _Printer, key: str) -> tuple[str, str]:
+def _why(printer: ReplyPrinter, key: str) -> tuple[str, str]:
     """A turn that did not end well: what happened (`error`) and what to do (`hint`)."""
     end, stopped = printer.end, _stopped_by(printer)
     if stopped is not None and not printer.sent:
@@ -722,7 +722,7 @@ def after_stop(stopped: str, key: str) -> str:
     return retry_hint(key)
 
 
-def result_json(printer: _Printer, key: str) -> dict[str, object]:
+def result_json(printer: ReplyPrinter, key: str) -> dict[str, object]:
     """`heron run --json`: the turn as one object, the same in-process and through serve. A
     failed turn's reply is what streamed before it failed (never the error's text, which is in
     `error`), and `hint` says how to answer it again; --retry with nothing to retry is not ok
@@ -787,7 +787,7 @@ def _json_object(key: str | None) -> dict[str, object]:
     }
 
 
-async def _approve(err: TextIO, tool: str, command: str, confined: bool) -> str | None:
+async def approve_in_terminal(err: TextIO, tool: str, command: str, confined: bool) -> str | None:
     """Approval in `heron run`: asked on the terminal when there is one; refused (and said to
     the person) when the run has none."""
     from heron.tools.approval import DECLINED, NO_TERMINAL, approval_label

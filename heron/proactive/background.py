@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from heron.agent.engine import Engine
@@ -25,6 +26,7 @@ __all__ = [
     "Heartbeat",
     "Scheduler",
     "SystemClock",
+    "run_asked_here",
     "run_proactive",
     "run_review_only",
 ]
@@ -93,6 +95,30 @@ async def run_review_only(loop: AgentLoop, engine: Engine, clock: Clock | None =
     scheduler = _scheduler(loop, engine, clock, modes=(REVIEW,))
     await _sync_review(engine, clock)
     await scheduler.run()
+
+
+async def run_asked_here(
+    loop: AgentLoop,
+    engine: Engine,
+    job_id: int,
+    settle: Callable[[], Awaitable[None]],
+    clock: Clock | None = None,
+) -> bool:
+    """Run job `job_id`'s asked run in this process, to its end (`settle`: until the loop's
+    turns and what they sent are done): `heron jobs run-now` when no serve runs. Its run is
+    recorded as a serve's would be. False when another scheduler took it first (a chat's,
+    for the built-in review)."""
+    scheduler = _scheduler(loop, engine, clock or SystemClock())
+    scheduler.watch(loop)
+    try:
+        if not await scheduler.fire_asked(job_id):
+            return False
+        await scheduler.drain()
+        await settle()
+        return True
+    finally:
+        scheduler.unwatch()
+        await scheduler.release()
 
 
 def _scheduler(

@@ -123,7 +123,7 @@ class Scheduler:
             for task in list(self._passes):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await asyncio.shield(self._release())
+            await self.release()
 
     async def recover(self) -> int:
         """At start: close the runs of schedulers that are gone, fire once more the jobs
@@ -158,6 +158,19 @@ class Scheduler:
         if self._open:
             await self.store.call(js.renew_leases, self.store, self.owner, now)
         return fired
+
+    async def fire_asked(self, job_id: int) -> bool:
+        """Fire job `job_id`'s asked run (`js.request_run`) now, whatever else is due: what
+        `heron jobs run-now` does in its own process when no serve runs. False when another
+        scheduler took it first; `drain` and the loop's settling wait for its end."""
+        now = self.clock.now()
+        fire = await self.store.call(
+            js.claim_asked, self.store, job_id, self.owner, os.getpid(), now, self.grace_s
+        )
+        if fire is None:
+            return False
+        await self._publish(fire)
+        return True
 
     async def _recover_left(self, now: float) -> int:
         """What another scheduler of this home left when it died or stopped mid-run (a second
@@ -283,6 +296,11 @@ class Scheduler:
             now=self.clock.now(), detail=detail,
         )  # fmt: skip
         self.wake.set()
+
+    async def release(self) -> None:
+        """Give back the leases of runs still open (a scheduler that stops; `run` does it on
+        its way out)."""
+        await asyncio.shield(self._release())
 
     async def _tell(self, lost: list[js.Lost]) -> None:
         """Say in its conversation that a reminder will not come: shown to whoever has it

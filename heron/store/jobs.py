@@ -308,17 +308,21 @@ def _claim_asked(
     now: float,
     grace_s: float,
     modes: tuple[str, ...] | None,
+    only: int | None = None,
 ) -> list[Fire]:
-    """Fire the jobs someone asked to run now (`request_run`) whose lease is free; their
-    schedule and status stay as they are. One asked while its run ran waits for it to end;
-    one no scheduler took within the grace period (none ran) is recorded skipped. Any asked
-    is taken, whatever its instant: another host's clock may run ahead."""
+    """Fire the jobs someone asked to run now (`request_run`) whose lease is free (job `only`
+    alone, when given); their schedule and status stay as they are. One asked while its run
+    ran waits for it to end; one no scheduler took within the grace period (none ran) is
+    recorded skipped. Any asked is taken, whatever its instant: another host's clock may run
+    ahead."""
+    one = " AND id = ?" if only is not None else ""
     rows = c.execute(
         "SELECT * FROM jobs WHERE run_now IS NOT NULL AND status <> 'cancelled'"
         + _of_modes(modes)
+        + one
         + " ORDER BY run_now"
         + row_lock(c),
-        modes or (),
+        (*(modes or ()), *(() if only is None else (only,))),
     ).fetchall()
     fires = []
     for row in rows:
@@ -338,6 +342,16 @@ def _claim_asked(
             continue
         fires.append(_fire(c, job, owner, pid, now, asked, RUN_NOW))
     return fires
+
+
+def claim_asked(
+    store: Store, job_id: int, owner: str, pid: int, now: float, grace_s: float
+) -> Fire | None:
+    """Fire job `job_id`'s asked run if its lease is free: `heron jobs run-now` with no serve
+    running runs it in its own process. None when another scheduler took it first."""
+    with store.transaction() as c:
+        fires = _claim_asked(c, owner, pid, now, grace_s, None, only=job_id)
+    return fires[0] if fires else None
 
 
 def review_job(store: Store) -> Job | None:
