@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
+import time
+from zoneinfo import ZoneInfo
 
 from typer.testing import CliRunner
 
@@ -292,3 +295,45 @@ def test_a_job_made_in_another_zone_is_shown_in_the_agents_zone_and_says_its_own
     assert "zone:         Asia/Tokyo\n" in jobs("show", new).output
     ran = jobs("runs", old).output.splitlines()
     assert ran[1].split()[2:6] == ["1970-01-01", "18:00", "1970-01-01", "18:00"], ran
+
+
+def test_set_zone_moves_a_cron_job_to_the_agents_zone_or_a_named_one(heron_home):
+    _zone(heron_home, "Etc/UTC")
+    daily = _added("--cron", "0 9 * * *")
+    hourly = _added("--every", "1h")
+    _zone(heron_home, "Asia/Tokyo")
+    assert f"heron jobs set-zone {daily}" in jobs("list").output  # the note says how
+    moved = jobs("set-zone", daily)
+    assert moved.exit_code == 0, moved.output
+    assert re.search(
+        r"Moved job \d+ .*cron 0 9 \* \* \* \(Asia/Tokyo\), next \S+ 09:00 JST", moved.output
+    )
+    job = _job(daily)
+    assert job.schedule.timezone == "Asia/Tokyo" and job.status == "active"
+    local = dt.datetime.fromtimestamp(job.next_run, ZoneInfo("Asia/Tokyo"))
+    assert (local.hour, local.minute) == (9, 0) and job.next_run > time.time()
+    assert "cron reads its times" not in jobs("list").output
+    again = jobs("set-zone", daily)
+    assert again.exit_code == 0 and "already reads its times in Asia/Tokyo" in again.output
+    named = jobs("set-zone", daily, "America/New_York")
+    assert named.exit_code == 0 and "(America/New_York)" in named.output
+    assert _job(daily).schedule.timezone == "America/New_York"
+    for refused, said in (
+        (jobs("set-zone", hourly), "an instant, the same in every zone"),
+        (jobs("set-zone", daily, "Mars/Olympus"), "unknown timezone 'Mars/Olympus'"),
+        (jobs("set-zone", "999"), "there is no job 999"),
+    ):
+        assert refused.exit_code == 1 and said in refused.output, refused.output
+    assert _job(daily).schedule.timezone == "America/New_York"  # the refusals moved nothing
+
+
+def test_set_zone_keeps_a_paused_job_paused(heron_home):
+    _zone(heron_home, "Etc/UTC")
+    daily = _added("--cron", "0 9 * * *")
+    jobs("pause", daily)
+    _zone(heron_home, "Asia/Tokyo")
+    assert jobs("set-zone", daily).exit_code == 0
+    job = _job(daily)
+    assert job.status == "paused" and job.schedule.timezone == "Asia/Tokyo"
+    resumed = jobs("resume", daily)
+    assert re.search(r"next \S+ \S+ 09:00 JST", resumed.output), resumed.output

@@ -13,7 +13,7 @@ conversation that does not exist yet says its first run opens it (a typo shows a
 Every time is shown in the agent's zone (`[agent] timezone`, heron/timefmt.py), unnamed in a
 table and named on a line of its own, whatever zone a job was made in. A cron job keeps firing by
 the clock of the zone it was made in: where that is not the agent's zone, the list and `show`
-say so, and how to move it.
+say so, and how to move it (`set-zone`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     rich_markup_mode="markdown",
-    help="Scheduled jobs: list, show, add, pause, resume, run-now, cancel, and their runs.",
+    help="Scheduled jobs: list, show, add, pause, resume, set-zone, run-now, cancel, runs.",
     no_args_is_help=True,
 )
 
@@ -92,8 +92,8 @@ def zone_note(job: Job, zone: str) -> str:
     """What the list says under a job that fires by another zone's clock, and how to move it."""
     return (
         f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, the zone it was made "
-        f"in, not in {zone} (NEXT is in {zone}). To move it to {zone}: heron jobs cancel "
-        f"{job.id}, then add it again (heron jobs show {job.id} has its prompt)."
+        f"in, not in {zone} (NEXT is in {zone}). To move it to {zone}: heron jobs set-zone "
+        f"{job.id}"
     )
 
 
@@ -301,6 +301,31 @@ def resume(job_id: JobId) -> None:
         typer.echo(resumed(done.job, settings.timezone))
 
 
+@app.command("set-zone")
+def set_zone(
+    job_id: JobId,
+    zone: Annotated[
+        str | None,
+        typer.Argument(help="An IANA zone such as Europe/Berlin; the agent's zone if left out."),
+    ] = None,
+) -> None:
+    """Read a cron job's times by another zone's clock from now on (you moved: "every day at
+    9" becomes 9 there); the agent's zone (`[agent] timezone`) if no zone is given. Its
+    schedule, prompt, status and runs stay."""
+    from heron.store import jobs
+    from heron.tools.schedule import describe
+
+    with _open() as (settings, store):
+        _known(store, job_id)
+        target = zone or settings.timezone
+        done = jobs.move_zone(store, job_id, target, time.time())
+        if not done.changed:
+            typer.echo(f"Job {job_id} already reads its times in {target}.")
+            return
+        _tell_serve(settings)
+        typer.echo(f"Moved {describe(done.job, settings.timezone)}")
+
+
 @app.command("run-now")
 def run_now(job_id: JobId) -> None:
     """Run a job once now, as an ordinary fire (in its runs, in its conversation), without
@@ -430,5 +455,5 @@ def _zone_line(job: Job, zone: str) -> str:
     return (
         f"{job.schedule.timezone}, the zone it was made in, not {zone}: its cron fires by "
         f"{job.schedule.timezone}'s clock (the times shown here are in {zone}). To move it: "
-        f"heron jobs cancel {job.id}, then add it again."
+        f"heron jobs set-zone {job.id}"
     )

@@ -24,7 +24,7 @@ from typing import Literal
 from heron.store.db import Store
 from heron.store.engine_state import HOST, pid_alive
 from heron.store.pg import row_lock
-from heron.store.schedule import Schedule, ScheduleError
+from heron.store.schedule import Schedule, ScheduleError, zone_of
 
 Mode = Literal["reminder", "monitor"]
 CatchUp = Literal["once", "skip"]
@@ -279,6 +279,36 @@ def resume_job(store: Store, job_id: int, now: float) -> Control:
         c.execute(
             "UPDATE jobs SET status = ?, next_run = ? WHERE id = ?",
             ("active" if after is not None else "done", after, job_id),
+        )
+    return _control(store, job_id, True)
+
+
+def move_zone(store: Store, job_id: int, zone: str, now: float) -> Control:
+    """Read a cron job's times in `zone` from now on (the person moved, and "every day at 9"
+    should be 9 where they are now): its next instant is the first after `now` by that zone's
+    clock; a paused one keeps waiting for `resume_job`, which starts from the new zone's. An
+    interval or a one-off time is an instant, the same in every zone: refused, as is the
+    nightly review, which follows `[agent] timezone` by itself (heron/proactive/review.py)."""
+    zone_of(zone)  # an unknown name is refused before anything is read
+    with store.transaction() as c:
+        job = _job(_known(c, job_id, "move"))
+        if job.builtin:
+            raise ScheduleError(
+                "the nightly review follows [agent] timezone by itself",
+                hint="Set [agent] timezone in config.toml; the next serve start moves it.",
+            )
+        if job.schedule.kind != "cron":
+            raise ScheduleError(
+                f"job {job_id} runs {job.schedule.describe()}: an instant, the same in every "
+                "zone, so there is nothing to move",
+                hint="Only a cron job reads its times by a zone's clock.",
+            )
+        if job.schedule.timezone == zone:
+            return _control(store, job_id, False)
+        moved = Schedule(job.schedule.kind, job.schedule.spec, zone)
+        upcoming = moved.next_after(now) if job.next_run is not None else None
+        c.execute(
+            "UPDATE jobs SET timezone = ?, next_run = ? WHERE id = ?", (zone, upcoming, job_id)
         )
     return _control(store, job_id, True)
 
