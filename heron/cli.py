@@ -19,6 +19,7 @@ from heron.channels.common import conversation_key, fail, reading_settings, sett
 from heron.channels.jobs_cli import app as jobs_app
 from heron.channels.memory_cli import app as memory_app
 from heron.channels.runs_cli import runs_app
+from heron.channels.store_cli import app as store_app
 from heron.channels.trace_cli import trace_app, usage
 from heron.errors import ConfigError, HeronError
 
@@ -47,6 +48,7 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(memory_app, name="memory")
 app.add_typer(runs_app, name="runs")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(store_app, name="store")
 app.command("usage")(usage)
 
 

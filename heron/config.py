@@ -15,13 +15,14 @@ import logging
 import os
 import re
 import sys
+import time
 import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from heron import versions
@@ -37,6 +38,9 @@ from heron.providers.profiles import (
     gguf_profile,
     profile_for,
 )
+
+if TYPE_CHECKING:
+    from heron.store.unused import CopyMark
 
 log = logging.getLogger(__name__)
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -127,33 +131,52 @@ UNDO = {
 }
 
 
-def tell_unused_sqlite(paths: Paths, source: str) -> None:
+def tell_unused_sqlite(paths: Paths, source: str, url: str) -> None:
     """Once per home, on stderr: its heron.db holds conversations (or jobs) that a home opened
-    on PostgreSQL does not see, since `source` names a PostgreSQL database. Heron copies nothing
-    from one to the other (docs/scale.md, "Moving a home"); without this, the person's history
-    seemed gone and their jobs stopped firing, in silence. The note is also kept beside the
-    file, which is what makes it once."""
+    on PostgreSQL does not see, since `source` names a PostgreSQL database (`url`, the
+    tenant's). Heron copies from one to the other only when asked (`heron store copy`,
+    docs/scale.md "Moving a home"); without this, the person's history seemed gone and their
+    jobs stopped firing, in silence. The note is also kept beside the file, which is what
+    makes it once. Not said at all for the database a copy went to, while heron.db holds no
+    message said after it."""
     note = paths.home / UNUSED_NOTE
     if not paths.db.exists() or note.exists():
         return
-    from heron.store.unused import held_in
+    from heron.store.pg import redact
+    from heron.store.unused import copy_mark, held_in
 
     held = held_in(paths.db)
     if held is None or held.empty:
         return  # nothing there to miss
+    mark = copy_mark(paths.db)
+    if mark is not None and mark.covers(redact(url), held):
+        return  # copied there, and nothing said on SQLite since
     what = plural(held.conversations, "conversation")
     if held.jobs:
         what += f" and {plural(held.jobs, 'scheduled job')}"
     text = (
         f"heron: {paths.db} is not used: {source} points this home at PostgreSQL, which starts "
         f"from what that database holds, not from the {what} in that file (memory files and "
-        f"the workspace, under {paths.home}, are used as before). Nothing is copied or "
-        f"deleted: {UNDO[source]} to use it again. How to move a home: docs/scale.md, "
-        f'"Moving a home". (Said once; this note is kept in {note}.)'
+        f"the workspace, under {paths.home}, are used as before).{_copied_elsewhere(mark, url)}"
+        f" Nothing is deleted: {UNDO[source]} to use it again, or copy it into that database "
+        f'(empty) with `heron store copy`: docs/scale.md, "Moving a home". (Said once; this '
+        f"note is kept in {note}.)"
     )
     print(text, file=sys.stderr)  # before any command's output: a config warning's place
     with contextlib.suppress(OSError):
         note.write_text(text + "\n", encoding="utf-8")
+
+
+def _copied_elsewhere(mark: CopyMark | None, url: str) -> str:
+    """What the notice adds about an earlier copy that does not cover this database."""
+    if mark is None:
+        return ""
+    from heron.store.pg import redact
+
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark.at))
+    if mark.target != redact(url):
+        return f" It was copied on {when} to {mark.target}, not to this database."
+    return f" It was copied here on {when}, and has messages said after that copy."
 
 
 def home_from_env(env: Mapping[str, str] | None = None) -> Path:
@@ -1028,16 +1051,16 @@ class Settings:
         tenant's schema), else the SQLite file under HERON_HOME (created with the home)."""
         url = self.env.get("HERON_DATABASE_URL")
         if url:
-            tenant_url = self._tenant_url(database_url(url, "HERON_DATABASE_URL"))
-            tell_unused_sqlite(self.paths, "HERON_DATABASE_URL")
+            tenant_url = self.tenant_url(database_url(url, "HERON_DATABASE_URL"))
+            tell_unused_sqlite(self.paths, "HERON_DATABASE_URL", tenant_url)
             return tenant_url
         if self.config.store_url:
-            tenant_url = self._tenant_url(self.config.store_url)
-            tell_unused_sqlite(self.paths, "[store] url")
+            tenant_url = self.tenant_url(self.config.store_url)
+            tell_unused_sqlite(self.paths, "[store] url", tenant_url)
             return tenant_url
         return self.paths.ensure().db
 
-    def _tenant_url(self, url: str) -> str:
+    def tenant_url(self, url: str) -> str:
         """The URL with the tenant's schema as its search path; a URL that names its own
         schema (`options=-csearch_path=...`) is kept as it is, and then no tenant may be
         named too."""

@@ -51,3 +51,48 @@ def test_a_new_or_empty_home_on_postgresql_says_nothing(heron_home, capsys, monk
     assert Settings.load().database
     assert capsys.readouterr().err == ""
     assert not (heron_home / "heron.db.unused").exists()
+
+
+def _copied_to(settings: Settings, url: str) -> None:
+    """The mark `heron store copy` leaves once it copied the home into `url`'s tenant."""
+    from heron.store.copy import Copied
+    from heron.store.pg import redact
+    from heron.store.unused import held_in, mark_copied
+
+    held = held_in(settings.paths.db)
+    assert held is not None
+    target = redact(settings.tenant_url(url))
+    mark_copied(settings.paths.db, Copied(target, "heron_x", {}, held.last_message, 0.0))
+
+
+def test_a_home_copied_to_postgresql_is_not_told_its_heron_db_is_unused(
+    heron_home, capsys, monkeypatch
+):
+    settings = _used_home()
+    _copied_to(settings, URL)
+    capsys.readouterr()
+    monkeypatch.setenv("HERON_DATABASE_URL", URL)
+    assert Settings.load().database
+    assert capsys.readouterr().err == ""
+    assert not (heron_home / "heron.db.unused").exists()
+    # another database than the copy's is told, and where the copy went
+    monkeypatch.setenv("HERON_DATABASE_URL", URL.replace("/heron", "/other"))
+    assert Settings.load().database
+    said = capsys.readouterr().err
+    assert "is not used" in said and "It was copied on" in said and "not to this database" in said
+
+
+def test_a_copied_home_that_said_more_on_sqlite_after_the_copy_is_told(
+    heron_home, capsys, monkeypatch
+):
+    settings = _used_home()
+    _copied_to(settings, URL)
+    store = Store(settings.database)
+    store.append(store.conversation("k1").id, user("said after the copy"))  # type: ignore[union-attr]
+    store.close()
+    capsys.readouterr()
+    monkeypatch.setenv("HERON_DATABASE_URL", URL)
+    assert Settings.load().database
+    said = capsys.readouterr().err
+    assert "is not used" in said and "has messages said after that copy" in said
+    assert "heron store copy" in said

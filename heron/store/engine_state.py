@@ -88,7 +88,7 @@ def _zombie(pid: int) -> bool:
     return state in ([b"Z"], [b"X"])
 
 
-def _dead(host: str, pid: int, expires: float, now: float) -> bool:
+def claim_dead(host: str, pid: int, expires: float, now: float) -> bool:
     """A claim is void once expired, or at once when its process on this host is gone."""
     return expires < now or (host == HOST and not pid_alive(pid))
 
@@ -118,7 +118,11 @@ def try_lease(
             (conversation_id,),
         ).fetchone()
         held = None if row is None else Holder(row[0], row[1], row[2], row[3] or "a turn", row[4])
-        if held is not None and held.owner != owner and not _dead(held.host, held.pid, row[4], now):
+        if (
+            held is not None
+            and held.owner != owner
+            and not claim_dead(held.host, held.pid, row[4], now)
+        ):
             return Claim(held)
         later(
             c,
@@ -173,7 +177,7 @@ def lease_holder(store: Store, conversation_id: int) -> Holder | None:
         "SELECT owner, host, pid, run_id, expires FROM turn_leases WHERE conversation_id = ?",
         (conversation_id,),
     )
-    if not rows or _dead(rows[0][1], rows[0][2], rows[0][4], time.time()):
+    if not rows or claim_dead(rows[0][1], rows[0][2], rows[0][4], time.time()):
         return None
     r = rows[0]
     return Holder(r[0], r[1], r[2], r[3] or "a turn", r[4])
@@ -247,7 +251,7 @@ def live_leases(store: Store) -> list[HeldLease]:
     return [
         HeldLease(r[0], r[7], Holder(r[1], r[2], r[3], r[4] or "a turn", r[5]), float(r[6]))
         for r in rows
-        if not _dead(r[2], r[3], r[5], now)
+        if not claim_dead(r[2], r[3], r[5], now)
     ]
 
 
@@ -319,7 +323,7 @@ def users(store: Store, conversation_id: int, exclude_pid: int | None = None) ->
         (conversation_id,),
     )
     for r in rows:
-        if not _dead(r[1], r[2], r[4], now):
+        if not claim_dead(r[1], r[2], r[4], now):
             found.append(Holder(r[0], r[1], r[2], r[3], r[4]))
     return [h for h in found if exclude_pid is None or h.pid != exclude_pid]
 
