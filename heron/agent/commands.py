@@ -83,6 +83,9 @@ class CommandReply:
     answer_id: int | None = None
     switch_to: str | None = None  # the channel continues in this conversation
     code: str | None = None  # OutboundMessage.code of the answer
+    # The command's maintenance run (/compact, /learn) called the model and every call
+    # answered: a chat takes it as a turn answered (its review at exit, heron chat).
+    model_answered: bool = False
 
 
 class CommandsAttached(Protocol):
@@ -104,6 +107,9 @@ class Recording(Protocol):
     def fail(self, reason: str) -> None: ...
 
     def provider(self, inner: Provider, purpose: str) -> Provider: ...
+
+    @property
+    def answered(self) -> bool: ...
 
 
 class CommandEngine(Protocol):
@@ -547,7 +553,7 @@ async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
         report = await compact_conversation(ctx.engine, conv, reason="manual", on_call=run)
         if report.kind == "failed":
             run.fail(report.error or "the summary failed")
-    return CommandReply(report.describe())
+    return CommandReply(report.describe(), model_answered=run.answered)
 
 
 NO_MEMORY = "Memory is off in this chat (--ephemeral): nothing is kept or reviewed."
@@ -581,7 +587,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."
-    return CommandReply(text)
+    return CommandReply(text, model_answered=run.answered)
 
 
 _HANDLERS: dict[str, CommandHandler] = {
