@@ -604,3 +604,17 @@ async def test_learn_and_compact_count_for_the_review_at_exit(monkeypatch):
         state.keys.clear()
         state.answered = False
         assert await typed("/compact") == (["k"], None)
+
+
+@pytest.mark.usefixtures("home_db")  # the branch's chain read on both backends
+async def test_the_list_counts_the_turns_of_the_current_branch_and_says_its_branches():
+    """A conversation with one retried turn listed more turns than the person sees: the
+    retried answer's turn is on another branch now."""
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(10, 2))] * 4)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        for text in ("hello", "again", "/retry"):
+            await engine.turn("retried", text)
+        await engine.turn("plain", "only one")
+    rows = {line.split()[0]: line for line in _cli("conversations", "list").splitlines()[1:]}
+    assert " 2 (2 branches) " in rows["retried"]
+    assert " 1 " in rows["plain"] and "branch" not in rows["plain"]
