@@ -291,7 +291,8 @@ def test_branches_after_a_retry(client):
     body = client.get("/api/conversations/personal/branches").json()
     assert len(body["branches"]) == 2
     assert [b["current"] for b in body["branches"]] == [False, True]
-    assert body["branches"][1]["text"] == "question → second answer"  # as /tree labels it
+    # as /tree labels it, saying which message the branch redoes
+    assert body["branches"][1]["text"] == "question → second answer (retry of message 1)"
     # Two branches that end alike are told apart by when their last message came (QA20m #4)
     zone = Settings.load().timezone
     store = Store(Settings.load().paths.db)
