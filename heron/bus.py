@@ -177,6 +177,9 @@ class TurnEnd:
     # Why the run ended (heron.agent.runner.RunStop): "length" is a reply the output cap cut,
     # incomplete; None: no run to say (an end a client rebuilt without it).
     stop: str | None = None
+    # A command's model calls outside the turn (/compact, /learn: a maintenance run, not counted
+    # in model_calls) all answered: the model works (heron chat's review at exit).
+    model_answered: bool = False
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ async def test_a_tiny_model_is_not_asked_for_summaries_and_its_prompt_quotes_the
         said = await compact_now(engine, engine.store.conversation("k"), reason="manual")
         await engine.turn("k", "What were my codewords?")
     assert not any(is_summary(r) for r in model.requests)  # no 90-second summary call
-    assert "this small model is not asked for summaries; what you wrote is quoted" in said
+    assert "this small model is not asked for summaries nor for memory's picks" in said
     system = model.turn_requests[-1].system
     assert system.startswith("You are") and "Earlier in this conversation the user wrote:" in system
     assert "ZEBRA0-KIWI" in system and "recall_history" not in system and "##" not in system
@@ -211,3 +211,30 @@ async def test_a_consolidation_before_a_turn_is_told_to_its_channel_in_one_line(
     assert threshold and len(said) == len(threshold)
     assert all("\n" not in n and n.startswith("Compacted ") for n in said)
     assert "into a summary to fit the model's window" in said[0]
+
+
+@pytest.mark.parametrize("tiny", [True, False])
+async def test_a_tiny_model_is_not_asked_for_memory_s_picks_at_a_fold(tiny):
+    """The offline model's fold still asked it for memory's picks (~90 s, and nothing usable):
+    skipped, said with the summaries' skip, and the review cursor left where it was, so a
+    later review with a real model reads those words."""
+    from heron.memory.extract import FACTS_SYSTEM, reviewed_up_to
+
+    model = Model(tool_rounds=0)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        if tiny:  # the offline model's profile (heron/providers/profiles.py TINY)
+            profile = dataclasses.replace(engine.choice.profile, brief_prompt=True)
+            engine.choice = dataclasses.replace(engine.choice, profile=profile)
+        for i in range(10):
+            await engine.turn("k", f"I always take the {i} o'clock train. " + "filler " * 40)
+        conv = engine.store.conversation("k")
+        said = await compact_now(engine, conv, reason="overflow")
+        assert engine.memory is not None
+        cursor = reviewed_up_to(engine.memory, conv.id)
+    asked = [r for r in model.requests if r.system == FACTS_SYSTEM]
+    assert cursor == 0 and "Compacted" in said
+    if tiny:
+        assert not asked
+        assert "nor for memory's picks" in said and "a review with a larger model" in said
+    else:
+        assert len(asked) == 1 and "small model" not in said

@@ -215,6 +215,7 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
             Reply([Text("answer 1b")], "done"),
             Reply([Text("answer edited")], "done"),
             Reply([Text("more on 1")], "done"),
+            Reply([Text("more again")], "done"),
         ]
     )
     async with Engine.open(Settings.load(), provider=provider) as engine:
@@ -228,7 +229,13 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
         everything = [r.message.text for r in engine.store.all_messages(conv.id)]
         await engine.turn("r", "and then?")  # branch 1 grows: it keeps its number
         grown = await engine.turn("r", "/tree")
-    assert "* 1. and then? → more on 1\n  2. question → answer 1b\n" in grown.reply
+        await engine.turn("r", "/retry")  # of the branch's second message
+        again = await engine.turn("r", "/tree")
+    # a branch /retry or /edit made says which of your messages it redoes (by /edit's number)
+    assert "* 1. and then? → more on 1\n  2. question → answer 1b (retry of message 1)\n" in (
+        grown.reply
+    )
+    assert ". and then? → more again (retry of message 2)\n" in again.reply
     assert retried.reply == "answer 1b" and edited.reply == "answer edited"
     assert _texts(provider.requests[1]) == ["question"]
     assert _texts(provider.requests[2]) == ["better question"]
@@ -242,8 +249,8 @@ async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
     ]
     assert tree.reply == (
         "Branches of r (* current; /tree N switches, /edit N TEXT rewinds):\n"
-        "  1. question → answer 1\n  2. question → answer 1b\n"
-        "* 3. better question → answer edited\n"
+        "  1. question → answer 1\n  2. question → answer 1b (retry of message 1)\n"
+        "* 3. better question → answer edited (edit of message 1: “question”)\n"
         "Your messages on the current branch:\n  1. better question"
     )
     assert switched.reply == "Switched to branch 1: question → answer 1"

@@ -27,6 +27,7 @@ WORDS = st.sampled_from(VOCABULARY.split())
 SENTENCE = st.lists(WORDS, min_size=3, max_size=14).map(" ".join)
 PUNCT = st.sampled_from([". ", "! ", "? ", "; ", ", ", "\n"])
 PATH = EntryPath("personal", "always", None, "fact")
+QUOTED = EntryPath("personal", "always", None, "quoted")
 KEYS = itertools.count()
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -154,9 +155,18 @@ def test_property_fixture_is_isolated(tmp_path: Path):
     assert not (tmp_path / "t.db").exists()
 
 
-SPEAKER = st.sampled_from(
-    ["My sister said", "He told me", "The sign read", "Mum always says", "my doctor wrote:"]
-)
+OTHERS = [
+    "My sister said",
+    "He told me",
+    "The sign read",
+    "Mum always says",
+    "my doctor wrote:",
+    "Anna said",
+    "They wrote",
+    "I never said",  # a denial: not theirs either
+]
+# The person as the speaker of what they quote: their own words.
+SELVES = ["I said", "I told her", "I told my doctor:", "I keep saying", "As I always say,"]
 MARKS = st.sampled_from([('"', '"'), ("\u201c", "\u201d")])
 JOINT = st.sampled_from([" but ", ", and ", ". ", "; ", "! Anyway, "])
 
@@ -169,17 +179,34 @@ def _distinct(*texts: str) -> bool:
     )
 
 
-@SETTINGS
-@given(speaker=SPEAKER, theirs=SENTENCE, mine=SENTENCE, marks=MARKS, joint=JOINT)
-def test_words_the_user_quotes_from_someone_else_are_refused_and_their_own_taken(
-    service, speaker, theirs, mine, marks, joint
-):
-    assume(_distinct(theirs, mine, speaker))
+def _one_message(
+    service: MemoryService, before: str, marks: tuple[str, str], quoted: str, after: str
+) -> int:
+    """A conversation of one message, `before` + the quotation + `after`; memory emptied."""
     opening, closing = marks
-    cid = _conversation(service, user(f"{speaker} {opening}{theirs}{closing}{joint}{mine}."))
+    cid = _conversation(service, user(f"{before}{opening}{quoted}{closing}{after}."))
     _clear(service)
-    with pytest.raises(MemoryRefused, match="in quotation marks"):
-        service.save(cid, PATH, theirs)
+    return cid
+
+
+@SETTINGS
+@given(
+    speaker=st.sampled_from(OTHERS + SELVES),
+    quoted=SENTENCE,
+    mine=SENTENCE,
+    marks=MARKS,
+    joint=JOINT,
+)
+def test_words_the_user_quotes_from_someone_else_are_refused_and_their_own_taken(
+    service, speaker, quoted, mine, marks, joint
+):
+    assume(_distinct(quoted, mine, speaker))
+    cid = _one_message(service, f"{speaker} ", marks, quoted, f"{joint}{mine}")
+    if speaker in SELVES:  # `I told her "..."`: the person quoting themselves
+        assert service.save(cid, QUOTED, quoted).text == quote_text(quoted)
+    else:
+        with pytest.raises(MemoryRefused, match="in quotation marks"):
+            service.save(cid, QUOTED, quoted)
     assert service.save(cid, PATH, mine).text == quote_text(mine)
 
 
@@ -204,7 +231,9 @@ def test_words_the_user_puts_in_quotation_marks_to_be_remembered_are_theirs(serv
     assert service.save(cid, PATH, fact).text == quote_text(fact)
 
 
-def test_the_review_example_quoted_olives_refused_the_house_special_taken(tmp_path: Path):
+def test_the_review_example_quoted_olives_refused_the_house_special_and_i_said_taken(
+    tmp_path: Path,
+):
     store = Store(tmp_path / "t.db")
     try:
         service = MemoryService(tmp_path / "memory", store)
@@ -223,5 +252,26 @@ def test_the_review_example_quoted_olives_refused_the_house_special_taken(tmp_pa
         assert "house special" in taken.text
         with pytest.raises(MemoryRefused):
             service.save(cid, PATH, "house special")
+        # the person quoting themselves: their own words (a QA finding of session 20)
+        mine = _conversation(
+            service, user('"I love olives," I said.'), user('I told her "I\'m allergic to nuts".')
+        )
+        assert service.save(mine, PATH, "I love olives").text == "I love olives"
+        nuts = EntryPath("personal", "always", None, "nuts")
+        assert service.save(mine, nuts, "I'm allergic to nuts").text == "I'm allergic to nuts"
+        theirs = _conversation(service, user('"I hate olives," she said.'))
+        with pytest.raises(MemoryRefused, match="in quotation marks"):
+            service.save(theirs, PATH, "I hate olives")
     finally:
         store.close()
+
+
+SELF_AFTER = st.sampled_from([" I said", " I told him", " I wrote", " I keep saying"])
+
+
+@SETTINGS
+@given(said=SELF_AFTER, mine=SENTENCE, marks=MARKS)
+def test_a_quotation_the_user_follows_with_i_said_is_theirs(service, said, mine, marks):
+    assume(_distinct(mine))
+    cid = _one_message(service, "", marks, f"{mine},", said)
+    assert service.save(cid, PATH, mine).text == quote_text(mine)

@@ -542,3 +542,79 @@ async def test_a_ctrl_c_before_the_message_is_handed_over_stops_the_turn_it_open
     read.set()
     assert await sending
     assert sent == ["explain", "/stop"]
+
+
+class _Model:
+    """The chat's turns answered ("ok"), the first of them refused (a bad key) when asked;
+    memory's review call and /compact's summary answered as their passes expect."""
+
+    def __init__(self, refuse_first: bool) -> None:
+        self.refuse = refuse_first
+
+    def __call__(self, request):
+        from heron.compaction.summary import SUMMARY_SYSTEM
+        from heron.errors import AuthError
+        from heron.memory.extract import FACTS_SYSTEM
+
+        if request.system == FACTS_SYSTEM:
+            return Reply([Text('{"facts": []}')], "done", Usage(10, 2))
+        if request.system == SUMMARY_SYSTEM:
+            return Reply([Text("## Facts\nF1\n## Working state\nW1")], "done", Usage(10, 2))
+        if self.refuse:
+            self.refuse = False
+            raise AuthError("HTTP 401: bad key", status=401)
+        return Reply([Text("ok")], "done", Usage(10, 2))
+
+
+async def test_learn_and_compact_count_for_the_review_at_exit(monkeypatch):
+    """The review at exit reads what is new past the review cursor, whatever produced it, and
+    a skip gives its true reason. /learn after the last message reviewed it: leaving said "the
+    model's last call failed" (a failure /learn's answered call had overtaken) or started a
+    review with nothing to read; a chat that only ran /compact (or /learn) on a resumed
+    conversation was not followed at all."""
+    import asyncio
+
+    from heron.channels.inprocess import connect
+
+    monkeypatch.setenv("HERON_EMBEDDINGS", "0")
+    state = terminal.ChatState("k", "default")
+    view = terminal.TerminalView(Console(file=io.StringIO()), state)
+    provider = ScriptedProvider(_Model(refuse_first=True))
+    async with (
+        Engine.open(Settings.load(), provider=provider) as engine,
+        connect(engine, "terminal", "c1", view.deliver) as conn,
+    ):
+
+        async def typed(text: str) -> tuple[list[str], str | None]:
+            await conn.send(text, "k", "default")
+            await asyncio.wait_for(conn.settle(), 10)
+            return await terminal.exit_review(engine, state)
+
+        assert await typed("I always book a window seat.") == (
+            [],
+            "the model's last call failed (HTTP 401: bad key)",
+        )
+        # /learn's review call answered and read the message: nothing new is left
+        assert await typed("/learn") == ([], terminal.NOTHING_NEW)
+        assert await typed("Hello again.") == (["k"], None)
+        assert await typed("/learn") == ([], terminal.NOTHING_NEW)
+        for i in range(6):
+            await engine.turn("k", f"message {i} " + "words to fold " * 10)  # elsewhere
+        # a chat that only compacted this resumed conversation: its summary call answered
+        state.keys.clear()
+        state.answered = False
+        assert await typed("/compact") == (["k"], None)
+
+
+@pytest.mark.usefixtures("home_db")  # the branch's chain read on both backends
+async def test_the_list_counts_the_turns_of_the_current_branch_and_says_its_branches():
+    """A conversation with one retried turn listed more turns than the person sees: the
+    retried answer's turn is on another branch now."""
+    provider = ScriptedProvider([Reply([Text("a")], "done", Usage(10, 2))] * 4)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        for text in ("hello", "again", "/retry"):
+            await engine.turn("retried", text)
+        await engine.turn("plain", "only one")
+    rows = {line.split()[0]: line for line in _cli("conversations", "list").splitlines()[1:]}
+    assert " 2 (2 branches) " in rows["retried"]
+    assert " 1 " in rows["plain"] and "branch" not in rows["plain"]

@@ -149,10 +149,16 @@ def test_a_failed_turns_note_follows_that_turn_and_a_failed_retry_follows_it(cli
 
 
 def test_the_list_says_each_conversations_turns_and_last_activity(client):
-    asyncio.run(_turns(["wading herons", "more"], lambda request: Reply([Text("ok")], "done")))
+    """The turns of the current branch (a /retry's answer replaces the one it retried), and
+    the branches when there are more than one."""
+    answer = lambda request: Reply([Text("ok")], "done")  # noqa: E731
+    asyncio.run(_turns(["wading herons", "more", "/retry"], answer))
     asyncio.run(_turns(["wading herons"], [Reply([Text("ok")], "done")], key="other"))
     rows = client.get("/api/conversations").json()["conversations"]
-    assert {c["key"]: c["turns"] for c in rows} == {"personal": 2, "other": 1}
+    assert {c["key"]: (c["turns"], c["branches"]) for c in rows} == {
+        "personal": (2, 2),
+        "other": (1, 1),
+    }
     assert all(c["updated"] > 0 for c in rows)
     found = client.get("/api/conversations", params={"q": "herons"}).json()["conversations"]
     assert {c["key"]: c["turns"] for c in found} == {"personal": 2, "other": 1}
@@ -285,7 +291,8 @@ def test_branches_after_a_retry(client):
     body = client.get("/api/conversations/personal/branches").json()
     assert len(body["branches"]) == 2
     assert [b["current"] for b in body["branches"]] == [False, True]
-    assert body["branches"][1]["text"] == "question → second answer"  # as /tree labels it
+    # as /tree labels it, saying which message the branch redoes
+    assert body["branches"][1]["text"] == "question → second answer (retry of message 1)"
     # Two branches that end alike are told apart by when their last message came (QA20m #4)
     zone = Settings.load().timezone
     store = Store(Settings.load().paths.db)

@@ -1619,3 +1619,12 @@ def test_a_resume_from_another_tab_or_a_terminal_moves_only_that_client(browser,
     assert "still here" not in [m.message.text for m in said["other"]]
     store.close()
     phone.context.close()
+
+
+def test_the_sidebar_says_a_conversations_branches_beside_its_turns(page):
+    """The list's turns are the current branch's; its branches are said when more than one."""
+    got = page.evaluate(
+        "async (rows) => { const m = await import('/app.js'); return rows.map(m.convMeta); }",
+        [{"turns": 2, "branches": 3}, {"turns": 1, "branches": 1}],
+    )
+    assert got == ["2 turns · 3 branches", "1 turn"]

@@ -83,6 +83,9 @@ class CommandReply:
     answer_id: int | None = None
     switch_to: str | None = None  # the channel continues in this conversation
     code: str | None = None  # OutboundMessage.code of the answer
+    # The command's maintenance run (/compact, /learn) called the model and every call
+    # answered: a chat takes it as a turn answered (its review at exit, heron chat).
+    model_answered: bool = False
 
 
 class CommandsAttached(Protocol):
@@ -104,6 +107,9 @@ class Recording(Protocol):
     def fail(self, reason: str) -> None: ...
 
     def provider(self, inner: Provider, purpose: str) -> Provider: ...
+
+    @property
+    def answered(self) -> bool: ...
 
 
 class CommandEngine(Protocol):
@@ -506,21 +512,47 @@ async def _tree(ctx: CommandContext, arg: str) -> CommandReply:
 
 def _leaves(store: Store, conversation_id: int) -> list[tuple[StoredMessage, str]]:
     """Each branch's last message and its label, numbered by where the branch starts (the
-    first message it does not share), so a branch keeps its number as it grows."""
+    first message it does not share), so a branch keeps its number as it grows; a branch a
+    /retry or /edit made says which of your messages it redoes (`_origin`)."""
     rows = store.all_messages(conversation_id)
     by_id = {r.id: r for r in rows}
-    children: dict[int | None, int] = {}
+    children: dict[int | None, list[StoredMessage]] = {}
     for r in rows:
-        children[r.parent_id] = children.get(r.parent_id, 0) + 1
+        children.setdefault(r.parent_id, []).append(r)
 
-    def start(leaf: StoredMessage) -> int:
+    def start(leaf: StoredMessage) -> StoredMessage:
         at = leaf
-        while at.parent_id is not None and children[at.parent_id] == 1:
+        while at.parent_id is not None and len(children[at.parent_id]) == 1:
             at = by_id[at.parent_id]
-        return at.id
+        return at
 
-    leaves = sorted((r for r in rows if r.id not in children), key=start)
-    return [(leaf, _label(leaf, by_id)) for leaf in leaves]
+    leaves = sorted((r for r in rows if r.id not in children), key=lambda r: start(r).id)
+    # Your messages from the root to each row, itself included (a parent's id is smaller):
+    # the number /edit N gives a message on its branch.
+    numbers: dict[int | None, int] = {None: 0}
+    for r in rows:
+        numbers[r.id] = numbers.get(r.parent_id, 0) + len(_user_messages([r]))
+    return [
+        (leaf, _label(leaf, by_id) + _origin(start(leaf), children, numbers)) for leaf in leaves
+    ]
+
+
+def _origin(
+    start: StoredMessage,
+    children: dict[int | None, list[StoredMessage]],
+    numbers: dict[int | None, int],
+) -> str:
+    """What a branch redoes, from its first own message: /retry and /edit write your message
+    again beside the one they replace (the same parent), so the newest of yours before it
+    there is the one redone; the same words are a retry. Named by its number on the branch,
+    as /edit N takes it. Nothing for the first branch."""
+    older = [r for r in _user_messages(children[start.parent_id]) if r.id < start.id]
+    if not older or not _user_messages([start]):
+        return ""
+    was, number = older[-1], numbers[start.id]
+    if was.message.text == start.message.text:
+        return f" (retry of message {number})"
+    return f" (edit of message {number}: “{_short(was.message.text, 30)}”)"
 
 
 def _label(leaf: StoredMessage, by_id: dict[int, StoredMessage]) -> str:
@@ -547,7 +579,7 @@ async def _compact(ctx: CommandContext, arg: str) -> CommandReply:
         report = await compact_conversation(ctx.engine, conv, reason="manual", on_call=run)
         if report.kind == "failed":
             run.fail(report.error or "the summary failed")
-    return CommandReply(report.describe())
+    return CommandReply(report.describe(), model_answered=run.answered)
 
 
 NO_MEMORY = "Memory is off in this chat (--ephemeral): nothing is kept or reviewed."
@@ -581,7 +613,7 @@ async def _learn(ctx: CommandContext, arg: str) -> CommandReply:
     text = report.text()
     if report.suggested:
         text += "\nReview them with /memory review."
-    return CommandReply(text)
+    return CommandReply(text, model_answered=run.answered)
 
 
 _HANDLERS: dict[str, CommandHandler] = {

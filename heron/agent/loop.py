@@ -865,6 +865,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         stopped_by=result.stopped_by,
         unusable=model_unusable(error),
         stop=result.run.stop,
+        model_answered=result.model_answered,
     )
 
 

@@ -57,6 +57,11 @@ class MaintenanceRun:
         if recorder.trace is not None:
             await recorder.trace.begin()  # written now: a run is not held for a reply row
 
+    @property
+    def answered(self) -> bool:
+        """The run called the model and every call answered: the model works."""
+        return self.recorder is not None and not self.errors
+
     def fail(self, reason: str) -> None:
         """The operation failed though no call raised (a summary that wrote nothing)."""
         self.errors.append(reason)

@@ -155,6 +155,7 @@ class TurnResult:
     switch_to: str | None = None  # /resume: the channel continues in this conversation
     states: list[str] = field(default_factory=list)
     stopped_by: str | None = None  # STALE: what stopped it, when known (heron.bus.stopped_by)
+    model_answered: bool = False  # the command's maintenance calls answered (CommandReply)
 
     @property
     def text(self) -> str:
@@ -269,6 +270,7 @@ class Turn:
     lease: Lease | None = None
     command: str | None = None
     switch_to: str | None = None
+    model_answered: bool = False  # the command's maintenance calls answered
     built: BuiltTurn | None = None
     run: RunResult | None = None
     pending: PendingSave | None = None  # between RUN and SAVE
@@ -431,7 +433,7 @@ async def command(t: Turn, _: Restored) -> ToBuild | Answered:
     t.command = found.name
     context = commands.CommandContext(t.engine, t.key, t.agent, channel=t.channel)
     reply = await commands.run(found, context)
-    t.switch_to = reply.switch_to
+    t.switch_to, t.model_answered = reply.switch_to, reply.model_answered
     if reply.run_text is not None:  # /retry, /edit: the head moved; answer this text
         return ToBuild(reply.run_text, reply.answer_id)
     return Answered(reply.text)
@@ -1078,6 +1080,7 @@ def result_of(t: Turn, done: Done) -> TurnResult:
         switch_to=t.switch_to,
         states=[s.name for s in t.trail],
         stopped_by=t.control.stopped_by if done.outcome is Outcome.STALE else None,
+        model_answered=t.model_answered,
     )
 
 

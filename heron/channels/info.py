@@ -50,8 +50,7 @@ def list_conversations(settings: Settings, limit: int) -> None:
         return
     shown, zone = rows[:limit], settings.timezone
     lines = [
-        (c.key, timefmt.when(c.updated, zone), str(store.turn_count(c.id)), c.title or "")
-        for c in shown
+        (c.key, timefmt.when(c.updated, zone), _turns(store, c.id), c.title or "") for c in shown
     ]
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
     if len(rows) > limit:
@@ -60,6 +59,13 @@ def list_conversations(settings: Settings, limit: int) -> None:
             f"… and {plural(more, 'older conversation')}: heron conversations list --limit "
             f"{limit + more}, or heron conversations search WORDS"
         )
+
+
+def _turns(store: Store, conversation_id: int) -> str:
+    """The turns of the current branch, and how many branches when more than one ("3 (2
+    branches)"): a retried answer's turn is on the branch it left."""
+    turns, branches = store.branch_counts(conversation_id)
+    return f"{turns} ({branches} branches)" if branches > 1 else str(turns)
 
 
 def _short(text: str, limit: int = 200) -> str:

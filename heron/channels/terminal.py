@@ -46,7 +46,7 @@ from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, signalled_again, to_null
 from heron.config import AttachmentCaps, ConfigWatch, Settings
-from heron.memory.commands import memory_command, opening_line, review_on_close
+from heron.memory.commands import memory_command, opening_line, review_on_close, unreviewed_keys
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
 from heron.providers.profiles import file_summary
@@ -86,6 +86,10 @@ class ToolPill:
     result: ToolResult
 
 
+# Commands that call the model outside any turn, about the conversation they run in.
+MAINTENANCE = ("compact", "learn", "reflect")
+
+
 @dataclass
 class ChatState:
     key: str
@@ -101,17 +105,26 @@ class ChatState:
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
 
     def followed(self, end: TurnEnd) -> None:
-        """What a turn of this chat says of its model, whatever started the turn: a message, or
-        a command that runs one (/retry, /edit). A command answered without the model
+        """What a turn of this chat says of its model, whatever started the turn: a message, a
+        command that runs one (/retry, /edit), or one that calls the model outside any turn
+        (/compact, /learn: `end.model_answered`). A command answered without the model
         (/status, /tree) says nothing of it."""
+        if end.command in MAINTENANCE:
+            self._talked_in()
+            if end.model_answered:
+                self.answered, self.broken = True, None
+            return
         if end.command is not None and end.model_calls == 0 and not end.unusable:
             return
-        if self.key not in self.keys:
-            self.keys.append(self.key)
+        self._talked_in()
         if end.ok:
             self.answered, self.broken = True, None
         elif end.unusable:
             self.broken = (end.error or "no answer").splitlines()[0]
+
+    def _talked_in(self) -> None:
+        if self.key not in self.keys:
+            self.keys.append(self.key)
 
     def why_no_review(self) -> str | None:
         """Why the memory review at exit would only repeat a failure (None: it can run)."""
@@ -466,18 +479,36 @@ async def run_chat(
                 talk = _chat(engine, conn, state, view, session, held)
                 await _until_hung_up(talk, conn, state, view)
         if not ephemeral and not engine.choice.embedded:
-            _review_at_exit(settings, model, engine, state, console)
+            await _review_at_exit(settings, model, engine, state, console)
 
 
-def _review_at_exit(
+NOTHING_NEW = "nothing was said since its last review"
+
+
+async def exit_review(engine: Engine, state: ChatState) -> tuple[list[str], str | None]:
+    """The conversations the review at exit reads: those of the chat with messages past their
+    review cursor, whatever wrote them (/learn reviewed what it read; a fold did not). None of
+    them: why not, the true reason (nothing new; the model's last call failed; none
+    answered)."""
+    store = engine.store
+    unread = await store.call(unreviewed_keys, store, state.keys) if state.keys else []
+    if not unread:
+        return [], NOTHING_NEW
+    skip = state.why_no_review()
+    return (unread, None) if skip is None else ([], skip)
+
+
+async def _review_at_exit(
     settings: Settings, model: str | None, engine: Engine, state: ChatState, console: Console
 ) -> None:
-    """The memory review of what was said (in the background), unless the chat never had a
-    usable model: a wrong key or a server down would fail it the same way, unseen."""
-    skip = state.why_no_review()
+    """The memory review of what is new (in the background), unless nothing is, or the chat
+    never had a usable model: a wrong key or a server down would fail it the same way, unseen."""
+    if not state.keys or not settings.config.memory.review_on_close:
+        return
+    keys, skip = await exit_review(engine, state)
     if skip is None:
-        review_on_close(settings, model, engine.choice, state.keys, say=console.out)
-    elif state.keys and settings.config.memory.review_on_close:
+        review_on_close(settings, model, engine.choice, keys, say=console.out)
+    else:
         console.print(RichText(f"Not reviewing this chat for memory: {skip}.", style="dim"))
 
 

@@ -214,7 +214,10 @@ async def consolidate(
         kind = "fallback"
     if not await _go_on(deps, conversation_id):
         return CompactionReport("none", reason, why=MOVED_ON)
-    if deps.before_fold is not None:  # memory's pass over what is about to leave the view
+    # Memory's pass over what is about to leave the view; not a tiny model's (its picks are as
+    # slow and unusable as its summary): the review cursor stays, a larger model's review reads
+    # these words later.
+    if deps.before_fold is not None and deps.model_summary:
         await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
         if not await _go_on(deps, conversation_id):
             return CompactionReport("none", reason, why=MOVED_ON)
@@ -229,7 +232,10 @@ async def consolidate(
 
 
 MOVED_ON = "the conversation moved on while it waited"
-NO_MODEL_SUMMARY = "this small model is not asked for summaries; what you wrote is quoted"
+NO_MODEL_SUMMARY = (
+    "this small model is not asked for summaries nor for memory's picks; what you wrote is "
+    "quoted, and a review with a larger model reads it"
+)
 
 
 class NoModelSummary(Exception):

@@ -137,7 +137,8 @@ class ContextDeps:
     tools_estimate: int | None = None  # raw estimate of `tools`, see tools_raw()
     # False for a tiny model (its profile's brief_prompt): consolidation writes its facts
     # without the model (a 135M model's summary is slow and unreliable, and its brief prompt
-    # carries the person's quoted words, not the summary).
+    # carries the person's quoted words, not the summary), and memory's pass (`before_fold`)
+    # is not run either.
     model_summary: bool = True
     # Memory (heron/memory): the extraction pass before a fold (conversation id, the row ids
     # folded, the reason) and the thaw of the frozen Memory section after it.

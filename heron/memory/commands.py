@@ -22,6 +22,8 @@ from heron.config import Settings
 from heron.memory.entries import MemoryRefused
 from heron.memory.service import ChooseFn, MemoryService
 from heron.providers.profiles import ModelChoice
+from heron.store import Store
+from heron.store.review_state import has_unread
 
 if TYPE_CHECKING:
     from heron.memory.extract import Asker
@@ -130,6 +132,14 @@ async def learn(
 
 
 # ---- when a chat closes ------------------------------------------------------------------------
+
+
+def unreviewed_keys(store: Store, keys: list[str]) -> list[str]:
+    """Of these conversations, the ones with messages past their review cursor, whatever
+    wrote them (a turn, /retry, another client): what a review at a chat's close would read.
+    /learn moves the cursor past what it read; a fold of compaction does not."""
+    found = (store.conversation(key) for key in keys)
+    return [c.key for c in found if c is not None and has_unread(store, c.id)]
 
 
 def review_argv(keys: list[str], cli_model: str | None) -> list[str]:

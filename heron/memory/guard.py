@@ -6,15 +6,16 @@ where a sentence or clause does, or right after a request to remember), so no sl
 sentence can say what the sentence did not ("like tea" out of "I do not like tea"). Words the
 person put in quotation marks are not their statement either (`My sister said "I hate olives"
 but I love olives.`): a clause inside a quotation is refused (`quoted_in` says why), unless the
-person asked to remember what they quoted (`Remember "I take the 8:15 train".`); a sentence of
-theirs that holds a quotation (`I always order the "house special".`) is theirs. Only typed
-user text counts: rows whose author is Heron (continue and wrap-up prompts, summaries, recall
-injections, subagent prompts) are never searched, nor are tool results, but for the answer the
-person typed to an `ask_user` question (its result quotes it). The model's own text never is,
-nor what stands in a fenced block of the person's message (`unfenced`): a file attached as
-text, stdin piped after the message, a pasted log are what they show, not what they say. The
-entry's text is then the quote itself (`quote_text`): the agent picks where it goes, never its
-wording.
+person asked to remember what they quoted (`Remember "I take the 8:15 train".`) or says the
+quotation is theirs (`I told her "I'm allergic to nuts"`, `"I love olives," I said.`); a
+sentence of theirs that holds a quotation (`I always order the "house special".`) is theirs.
+Only typed user text counts: rows whose author is Heron (continue and wrap-up prompts,
+summaries, recall injections, subagent prompts) are never searched, nor are tool results, but
+for the answer the person typed to an `ask_user` question (its result quotes it). The model's
+own text never is, nor what stands in a fenced block of the person's message (`unfenced`): a
+file attached as text, stdin piped after the message, a pasted log are what they show, not
+what they say. The entry's text is then the quote itself (`quote_text`): the agent picks
+where it goes, never its wording.
 
 A forgotten statement is kept normalised, and any later quote that overlaps it by meaning
 (`overlaps`: a run of six words, or most of its content words) is refused.
@@ -205,6 +206,8 @@ def _clauses(hay: str, needle: str) -> Iterator[tuple[bool, bool]]:
             quoted = _in_quotation(hay, at)
             if quoted and _remember_quoted(hay, at):
                 asked, quoted = True, False
+            elif quoted and _said_by_self(hay, at):
+                quoted = False
             yield asked or bool(_ASK.match(needle)), quoted
         at = hay.find(needle, at + 1)
 
@@ -221,6 +224,30 @@ def _remember_quoted(hay: str, at: int) -> bool:
     (`remember "..."`): the person's own words, quoted to be kept as they are."""
     opened = hay.rfind('"', 0, at)
     return not hay[opened + 1 : at].strip() and bool(_ASK_TAIL.search(hay[:opened].rstrip() + " "))
+
+
+# The person as the speaker of a quotation: "I said", "I told her", "I keep saying", "I always
+# say," just before its opening mark, or "I said", "I told him" just after its closing one. Not
+# "I never said" (a denial), nor anyone else ("she said", "My sister said").
+_SELF_SPEAKS = (
+    r"i\s+(?:(?:always|often|just|once|also|then|even|usually|keep|kept|like\s+to)\s+)*"
+    r"(?:said|say|saying|told|tell|telling|wrote|write|writing|replied|answered|texted|typed)"
+)
+_SELF_BEFORE = re.compile(
+    rf"(?:^|[^\w'])(?:as\s+)?{_SELF_SPEAKS}"
+    r"(?:\s+(?:(?:my|our|the)\s+)?[\w']+)?\s*[,:]?$"  # whom: "her", "my doctor"
+)
+_SELF_AFTER = re.compile(rf"^[,.!?]?\s*(?:{_SELF_SPEAKS}|said\s+i)\b")
+
+
+def _said_by_self(hay: str, at: int) -> bool:
+    """Whether the quotation `at` is in is the person's own words, quoted: introduced by them
+    as its speaker (`I told her "..."`) or followed by it (`"...," I said.`)."""
+    opened = hay.rfind('"', 0, at)
+    closed = hay.find('"', at)
+    return bool(_SELF_BEFORE.search(hay[:opened].rstrip())) or bool(
+        _SELF_AFTER.match(hay[closed + 1 :])
+    )
 
 
 def _clause_at(hay: str, needle: str) -> QuoteMatch | None:

@@ -160,7 +160,7 @@ def _visible(key: str) -> bool:
 def _row(store: Store, conv: Conversation, zone: str) -> dict[str, Any]:
     """A conversation as the sidebar lists it; `day`, the date of its last activity in the
     agent's `zone`, is what the sidebar shows of an old one (as `conversations list` does)."""
-    turns = store.turn_count(conv.id)
+    turns, branches = store.branch_counts(conv.id)  # the current branch's turns
     day = timefmt.when(conv.updated, zone, timefmt.DAY)
     return {
         "key": conv.key,
@@ -168,6 +168,7 @@ def _row(store: Store, conv: Conversation, zone: str) -> dict[str, Any]:
         "updated": conv.updated,
         "day": day,
         "turns": turns,
+        "branches": branches,
     }
 
 

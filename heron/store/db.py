@@ -81,6 +81,15 @@ _INDEX_SQL = """WITH RECURSIVE chain(id) AS (
    ORDER BY m.id"""
 
 
+# The turns whose message is on the chain from the conversation's head to its root.
+_BRANCH_TURNS_SQL = f"""WITH RECURSIVE chain(id) AS (
+     SELECT head_id FROM conversations WHERE id = ? AND head_id IS NOT NULL UNION ALL
+     SELECT m.parent_id FROM messages m JOIN chain ON m.id = chain.id
+     WHERE m.parent_id IS NOT NULL)
+   SELECT COUNT(*) FROM turns t JOIN chain ON t.user_message_id = chain.id
+   WHERE t.conversation_id = ? AND t.kind = '{TURN}'"""
+
+
 @dataclass(frozen=True)
 class BranchRow:
     """One row of a branch as `Store.branch_index` reads it."""
@@ -783,6 +792,18 @@ class Store:
     def turn_count(self, conversation_id: int) -> int:
         sql = f"SELECT COUNT(*) FROM turns WHERE conversation_id = ? AND kind = '{TURN}'"
         return int(self.query(sql, (conversation_id,))[0][0])
+
+    def branch_counts(self, conversation_id: int) -> tuple[int, int]:
+        """(the turns of the current branch: those whose message is on the head's chain, as
+        the person sees them; the conversation's branches, its leaves as /tree lists them).
+        A retried answer's turn, on the branch it left, is not counted."""
+        turns = self.query(_BRANCH_TURNS_SQL, (conversation_id, conversation_id))[0][0]
+        # Each row that is some row's parent is no leaf (a row's parent is of its conversation).
+        leaves = self.query(
+            "SELECT COUNT(*) - COUNT(DISTINCT parent_id) FROM messages WHERE conversation_id = ?",
+            (conversation_id,),
+        )[0][0]
+        return int(turns), int(leaves)
 
     def running_turn_message(self, conversation_id: int) -> int | None:
         """The user message of the conversation's latest turn while it is still running."""

@@ -683,10 +683,12 @@ export function ago(epoch, now = Date.now() / 1000, day = null) {
   return day || new Date(epoch * 1000).toLocaleDateString();
 }
 
-// What tells apart conversations that began with the same words: turns and last activity.
-function convMeta(c) {
+// What tells apart conversations that began with the same words: the current branch's turns
+// (with the branches, when more than one), and last activity.
+export function convMeta(c) {
   const turns = c.turns === undefined ? null : plural(c.turns, "turn");
-  return [turns, c.updated ? ago(c.updated, Date.now() / 1000, c.day) : null].filter(Boolean).join(" · ");
+  const branches = c.branches > 1 ? `${c.branches} branches` : null;
+  return [turns, branches, c.updated ? ago(c.updated, Date.now() / 1000, c.day) : null].filter(Boolean).join(" · ");
 }
 
 // Where a search hit off the current branch is: "on branch 2", or "on another branch".
