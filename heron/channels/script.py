@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -797,7 +798,7 @@ async def approve_in_terminal(err: TextIO, tool: str, command: str, confined: bo
     if not (sys.stdin.isatty() and err.isatty()):
         err.write(
             f"heron: refused to run {tool} without your approval (no terminal to ask in):\n"
-            f"{shown}\n  Run it in `heron chat`, install bubblewrap, or set "
+            f"{textwrap.indent(shown, '  ')}\n  Run it in `heron chat`, install bubblewrap, or set "
             'approval = "allow" under [tools] in config.toml.\n'
         )
         return NO_TERMINAL
