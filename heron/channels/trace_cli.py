@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from heron.channels.common import echo
 from heron.errors import HeronError, StoreRefused
 
 if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
@@ -66,7 +67,7 @@ def trace_ls(
         s, store, prices = _open()
         rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
         if not rows:
-            typer.echo("No runs recorded yet.")
+            echo("No runs recorded yet.")
         else:
             table(LS_HEADER, rows)
     except HeronError as e:
@@ -98,7 +99,7 @@ def trace_show(
         else:
             lines = render_show(store, load_run(store, run), prices, s.timezone)
         for line in lines:
-            typer.echo(line)
+            echo(line)
     except HeronError as e:
         _fail(e)
 
@@ -111,7 +112,7 @@ def trace_export(run: RunArg) -> None:
 
     try:
         s, store, _ = _open()
-        typer.echo(export_run(store, run, scrubber_for(s.env, s.config.api_keys)))
+        echo(export_run(store, run, scrubber_for(s.env, s.config.api_keys)))
     except HeronError as e:
         _fail(e)
 
@@ -156,7 +157,7 @@ def trace_replay(
     except HeronError as e:
         _fail(e)
         return
-    typer.echo(report.render())
+    echo(report.render())
     raise typer.Exit(0 if report.identical else 1)
 
 
@@ -170,6 +171,6 @@ def usage(
         s, store, prices = _open()
         since = time.time() - days * 86400 if days > 0 else None
         for line in render_usage(store, prices, s.timezone, since):
-            typer.echo(line)
+            echo(line)
     except HeronError as e:
         _fail(e)
