@@ -309,9 +309,10 @@ def set_zone(
         typer.Argument(help="An IANA zone such as Europe/Berlin; the agent's zone if left out."),
     ] = None,
 ) -> None:
-    """Read a cron job's times by another zone's clock from now on (you moved: "every day at
-    9" becomes 9 there); the agent's zone (`[agent] timezone`) if no zone is given. Its
-    schedule, prompt, status and runs stay."""
+    """Move a cron job to another zone's clock: the agent's zone if none is given.
+
+    From now on "every day at 9" fires at 9 there (you moved); its schedule, prompt, status and
+    runs stay."""
     from heron.store import jobs
     from heron.tools.schedule import describe
 
@@ -329,8 +330,10 @@ def set_zone(
 @app.command("run-now")
 def run_now(job_id: JobId) -> None:
     """Run a job once now, as an ordinary fire (in its runs, in its conversation), without
-    moving its schedule; a done one-shot reminder too. A running `heron serve` runs it; with
-    none, it runs here, and its reply is printed as `heron run` prints one."""
+    moving its schedule; a done one-shot reminder too.
+
+    A running `heron serve` runs it; with none, it runs here, and its reply is printed as
+    `heron run` prints one."""
     from heron.channels.remote import serve_jobs_changed
     from heron.store import jobs
     from heron.tools.schedule import asked
