@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import itertools
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from heron import timefmt
-from heron.memory import numbers, records
+from heron.memory import numbers, records, spelling
 from heron.memory.guard import overlaps
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
@@ -481,6 +481,46 @@ class Recall:
             if frequency[w] > size
             or records.matches_elsewhere(self.store, phrase(w), conversation_id, ELSEWHERE_CAP)
         ]
+
+    def respelled(self, query: str) -> tuple[str, list[tuple[str, str]]]:
+        """`query` with each word that no message holds (as the search matches it) replaced by
+        the nearest word the history holds (`spelling.allowance` edits at most, compared as the
+        index keeps words: "caroleine" as "carolein", near "carolin"), and the (typed,
+        searched) pairs. For the searches a person or the model asks for; auto-recall never
+        respells. Reads the index's whole vocabulary, only when a word is missing."""
+        missing = {
+            w: most
+            for w in terms(query)
+            if (most := spelling.allowance(w))
+            and records.rows_matching(self.store, phrase(w), 1) == 0
+        }
+        if not missing:
+            return query, []
+        kept = records.stems(self.store, list(missing))
+        stems = {w: kept[w] for w in missing if w in kept}
+        if not stems:
+            return query, []
+        shortest = min(len(s) - missing[w] for w, s in stems.items())
+        longest = max(len(s) + missing[w] for w, s in stems.items())
+        vocabulary = records.vocabulary(self.store, shortest, longest)
+        respelled = []
+        for typed, stem in stems.items():
+            near = spelling.nearest(stem, vocabulary, missing[typed])
+            if near is not None:
+                word = self._written(near)
+                query = spelling.replace(query, typed, word)
+                respelled.append((typed, word))
+        return query, respelled
+
+    def _written(self, stem: str) -> str:
+        """How messages write a word the index keeps as `stem`: its commonest form in the
+        best few messages that hold it ("carolin": "caroline"); the stem if none is found."""
+        ids = [i for i, _ in records.bm25_ranked(self.store, f'"{stem}"', WRITTEN_LOOK)]
+        bodies = records.indexed_text(self.store, ids).values()
+        words = [w for body in bodies for w in _WORD.findall(body.lower())]
+        kept = records.stems(self.store, sorted(set(words)))
+        forms = Counter(w for w in words if kept.get(w) == stem)
+        return forms.most_common(1)[0][0] if forms else stem
 
     def frequencies(self, query: str, upto: int = MATCH_BUDGET) -> dict[str, int]:
         """`document_frequency` of each of the query's search terms, exact up to `upto` (a
@@ -1020,6 +1060,8 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+# Messages read to find how a respelled word is written (`Recall._written`).
+WRITTEN_LOOK = 5
 # Messages of the person after a hit read to find the next one on the current branch (those of
 # a branch /retry or /edit left come between).
 NEXT_LOOK = 4

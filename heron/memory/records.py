@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -236,6 +237,59 @@ def indexed_text(store: Store, ids: Sequence[int]) -> dict[int, str]:
         return {r[0]: r[1] for r in store.query(sql, list(ids)) if r[1]}
     sql = f"SELECT rowid, body FROM messages_fts WHERE rowid IN ({marks})"
     return {r[0]: r[1] for r in store.query(sql, list(ids))}
+
+
+# The index's vocabulary on SQLite: FTS5's own view of its terms (porter stems), a virtual
+# table of this connection's temp schema (nothing stored: a read-only connection makes it too).
+_VOCABULARY = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.heron_vocabulary"
+    " USING fts5vocab(main, messages_fts, row)"
+)
+
+
+def vocabulary(store: Store, shortest: int, longest: int) -> list[tuple[str, int]]:
+    """(word, messages holding it) of every word of the full-text index from `shortest` to
+    `longest` characters, as the index keeps it (a stem: "carolin", "oliv"). Reads the whole
+    index: for a word no message holds, never on auto-recall's path."""
+    if pg_of(store.conn) is not None:
+        sql = (
+            "SELECT word, ndoc FROM ts_stat('SELECT body_tsv FROM messages')"
+            " WHERE length(word) BETWEEN ? AND ?"
+        )
+    else:
+        store.query(_VOCABULARY)
+        sql = "SELECT term, doc FROM temp.heron_vocabulary WHERE length(term) BETWEEN ? AND ?"
+    return [(str(r[0]), int(r[1])) for r in store.query(sql, (shortest, longest))]
+
+
+# FTS5's porter stemmer, as the index applied it, on a private database in memory: a word
+# written to it is read back from its vocabulary, without a write to the store.
+_STEMMER_LOCK = threading.Lock()
+_STEMMER: sqlite3.Connection | None = None
+
+
+def stems(store: Store, words: Sequence[str]) -> dict[str, str]:
+    """Each word as the full-text index keeps it (its stem: "caroleine" -> "carolein"); a word
+    the index would not keep (a stop word on PostgreSQL) is left out."""
+    if not words:
+        return {}
+    if pg_of(store.conn) is not None:
+        rows = store.query(
+            "SELECT w, array_to_string(tsvector_to_array(to_tsvector('english', w)), ' ')"
+            " FROM unnest(?::text[]) w",
+            (list(words),),
+        )
+        return {r[0]: r[1] for r in rows if r[1]}
+    global _STEMMER
+    with _STEMMER_LOCK:
+        if _STEMMER is None:
+            _STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
+            _STEMMER.execute("CREATE VIRTUAL TABLE w USING fts5(t, tokenize = 'porter unicode61')")
+            _STEMMER.execute("CREATE VIRTUAL TABLE v USING fts5vocab(w, instance)")
+        _STEMMER.executemany("INSERT INTO w (rowid, t) VALUES (?, ?)", enumerate(words, 1))
+        found = _STEMMER.execute("SELECT doc, term FROM v WHERE offset = 0").fetchall()
+        _STEMMER.execute("DELETE FROM w")
+    return {words[doc - 1]: term for doc, term in found}
 
 
 # ---- messages ---------------------------------------------------------------------------------
