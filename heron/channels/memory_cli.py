@@ -263,6 +263,7 @@ def print_recall(
     its order, newest first (`Recall.exact`). Dates are in `zone`, the agent's (None: the
     system's). `standing`: only what recall gives the model (`Recall.search`), else every
     message said, one off its conversation's current branch marked so."""
+    from heron.memory import spelling
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -274,7 +275,10 @@ def print_recall(
     searched = Recall(store, default_embedder(), zone)
     if exact:
         hits = searched.exact(query, limit, conversation_id)
-    else:
+    else:  # a word no message holds (a typo) is searched as the nearest one the history holds
+        query, respelled = searched.respelled(query)
+        if respelled:  # stdout stays one JSON array with --json
+            typer.echo(spelling.note(respelled), err=as_json)
         hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
@@ -294,12 +298,12 @@ def print_recall(
 
 def nothing_found(query: str, exact: bool, meanings: bool) -> str:
     """What an empty search says, with what to try next: the search matches words as written
-    (a typo or another way of writing a number finds nothing), by meaning only with the
+    (a word typed far from any the history holds finds nothing), by meaning only with the
     embeddings extra."""
     tips = []
     if len(query.split()) > 2 or exact:
         tips.append("fewer or other words" + (" (without --exact)" if exact else ""))
-    tips.append("a word as it was written (a name's spelling, 48,250 or 48250)")
+    tips.append("a word as it was written (a name's spelling)")
     if not meanings:
         tips.append("to search by meaning too: .venv/bin/pip install -e '.[embeddings]'")
     return "Nothing found. Try " + "; ".join(tips) + "."
