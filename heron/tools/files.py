@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from heron import workspace_io
+from heron import file_locks, workspace_io
 from heron.errors import PathEscape, ToolError
 from heron.tools import grep_child
 from heron.tools.context import ToolContext
@@ -184,15 +184,42 @@ def _read_text(root: Path, path: Path, shown: str) -> tuple[str, workspace_io.Re
 
 def _write(root: Path, path: Path, shown: str, text: str) -> None:
     """`text` into the regular file at `path` (made, with its folders, when absent), opened
-    through workspace_io: never through a link, never blocked on a FIFO."""
+    through workspace_io: never through a link, never blocked on a FIFO, and swapped in whole
+    (`workspace_io.replace`), so a concurrent reader sees the old or the new file."""
     if path == root or path.is_dir():
         raise ToolError(f"{shown} is a folder")
     try:
-        workspace_io.overwrite(root, _inner(root, path), text.encode("utf-8"))
+        workspace_io.replace(root, _inner(root, path), text.encode("utf-8"))
     except workspace_io.Refused as refused:
         raise ToolError(
             f"{refused.strerror}; the file tools read and write regular files only",
             hint="Use bash to look at what it is (ls -l).",
+        ) from None
+    except workspace_io.PartlyWritten as error:
+        raise ToolError(
+            f"cannot write {shown}: {error.strerror}; it was being written in place (it has "
+            "other names, or its folder takes no new file) and may now be cut",
+            hint="Read it to see what it holds, then write it again.",
+        ) from None
+    except OSError as error:
+        raise ToolError(
+            f"cannot write {shown}: {error.strerror or error}; nothing was changed"
+        ) from None
+
+
+@contextlib.contextmanager
+def _changing(ctx: ToolContext, path: Path, shown: str) -> Iterator[None]:
+    """The file's lock for a change, shared by every turn of the home in every process
+    (heron/file_locks.py): a concurrent edit of the same file waits, then reads what this
+    one wrote, instead of both writing back their own copy."""
+    try:
+        with file_locks.held(ctx.services.home, path):
+            yield
+    except file_locks.Busy:
+        raise ToolError(
+            f"another call is changing {shown} and has held it for over "
+            f"{file_locks.WAIT_SECONDS:g} s; nothing was changed",
+            hint="Try again; read the file first, it may have changed.",
         ) from None
 
 
@@ -240,7 +267,8 @@ def _clip(line: str, limit: int, length: int | None = None) -> str:
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file (parent folders are created)."""
     target = resolve_in(ctx.workspace, path)
-    _write(ctx.workspace.resolve(), target, path, content)
+    with _changing(ctx, target, path):
+        _write(ctx.workspace.resolve(), target, path, content)
     ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Wrote {len(content)} characters to {_rel(ctx, target)}."
 
@@ -250,7 +278,19 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     """Replace exact text in a file. `old` must match exactly, whitespace included, and occur
     once unless replace_all is true."""
     target = resolve_in(ctx.workspace, path)
-    root = ctx.workspace.resolve()
+    with _changing(ctx, target, path):
+        count = _replace_in(ctx.workspace.resolve(), target, path, (old, new), replace_all)
+    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
+    return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
+
+
+def _replace_in(
+    root: Path, target: Path, path: str, change: tuple[str, str], replace_all: bool
+) -> int:
+    """edit_file's read, change and write back (under the file's lock): how many were replaced.
+    An `old` the file no longer holds (another turn changed it since the model read it) is
+    not found: exact matching is what keeps a stale edit out."""
+    old, new = change
     text, found = _read_text(root, target, path)
     if not found.whole:
         raise ToolError(
@@ -274,8 +314,7 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
             "to make it unique, or set replace_all to true"
         )
     _write(root, target, path, text.replace(old, new))
-    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
-    return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
+    return count
 
 
 def _check_pattern(pattern: str) -> None:
