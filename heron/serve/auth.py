@@ -1,11 +1,14 @@
 """Who may use the web face of `heron serve`: holders of a session cookie, on every bind.
 
 A browser gets its cookie by opening a login address, `/login?code=ONE-TIME-CODE`. `heron
-serve` prints one as it starts, and `heron web` asks the running serve for a fresh one over the
-control socket (mode 0600 in HERON_HOME, which a sandboxed command cannot see): what
-authenticates a login is being able to reach HERON_HOME, so neither a sandboxed command on
+serve` prints one as it starts when its output is a terminal (heron/serve/main.py: a file or a
+pipe may be read by a sandboxed command), and `heron web` asks the running serve for a fresh
+one over the control socket (mode 0600 in HERON_HOME, which a sandboxed command cannot see):
+what authenticates a login is being able to reach HERON_HOME, so neither a sandboxed command on
 `network = "loopback"` nor a page of another site can get in. A code works once and for
-`CODE_SECONDS`; a session lasts `SESSION_SECONDS` and survives restarts of the serve, because
+`CODE_SECONDS`, and the start-up code no longer works once `heron web` has asked for another
+(`Auth.first`): a terminal's scrollback or log keeps nothing that opens a session later. A
+session lasts `SESSION_SECONDS` and survives restarts of the serve, because
 the hashes of the session tokens (never the tokens) are kept in `HERON_HOME/web-sessions.json`,
 mode 0600.
 
@@ -52,6 +55,7 @@ class Auth:
     clock: Callable[[], float] = time.time
     codes: dict[str, float] = field(default_factory=dict)
     sessions: dict[str, float] = field(default_factory=dict)
+    first: str | None = None  # the digest of the code printed at start, while unspent
 
     @classmethod
     def load(cls, home: Path, clock: Callable[[], float] = time.time) -> Auth:
@@ -68,13 +72,20 @@ class Auth:
         auth._prune()
         return auth
 
-    def new_code(self) -> str:
-        """A fresh one-time login code, good for `CODE_SECONDS`."""
+    def new_code(self, *, first: bool = False) -> str:
+        """A fresh one-time login code, good for `CODE_SECONDS`. `first`: the code the serve
+        prints at start; any other (`heron web`) revokes that one, as the person who asks for a
+        new code no longer needs the old, and only a copy of it elsewhere could still use it."""
+        if self.first is not None:
+            self.codes.pop(self.first, None)
+            self.first = None
         self._prune()
         while len(self.codes) >= MAX_CODES:
             del self.codes[min(self.codes, key=self.codes.__getitem__)]
         code = secrets.token_urlsafe(18)
         self.codes[_digest(code)] = self.clock() + CODE_SECONDS
+        if first:
+            self.first = _digest(code)
         return code
 
     def login(self, code: str) -> str | None:
