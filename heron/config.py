@@ -158,7 +158,12 @@ def tell_unused_sqlite(paths: Paths, source: str) -> None:
 
 def home_from_env(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    return Path(env.get("HERON_HOME") or Path.home() / ".heron").expanduser()
+    return Path(env.get("HERON_HOME") or default_home()).expanduser()
+
+
+def default_home() -> Path:
+    """The home without HERON_HOME: ~/.heron."""
+    return Path.home() / ".heron"
 
 
 def between(

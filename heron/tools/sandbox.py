@@ -3,8 +3,9 @@
 Every program a tool starts (`bash`, the `run_cell` kernel, any later one) goes through
 `Sandbox.wrap`. Confined, that is bubblewrap (`bwrap`): the whole file system read-only, the
 workspace read-write, a private /tmp, HERON_HOME covered by an empty tmpfs (the workspace bound
-back inside it), new user, pid, ipc, uts and cgroup namespaces, a new network namespace unless
-`[tools] network = "all"`, every capability dropped, and `--die-with-parent`: when Heron dies,
+back inside it), and so the default home ~/.heron when HERON_HOME names another, new user,
+pid, ipc, uts and cgroup namespaces, a new network namespace unless `[tools] network = "all"`,
+every capability dropped, and `--die-with-parent`: when Heron dies,
 bwrap and everything in its pid namespace die with it. Unless the network is "all", a seccomp
 filter (heron/tools/seccomp.py, given to bwrap on a pipe: `seccomp()`, then `wrap(...,
 seccomp=fd)`) keeps the command from making a Unix socket, so no socket file of the host (a
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron import workspace_io
-from heron.config import NetworkMode
+from heron.config import NetworkMode, default_home
 from heron.request import WHERE_IT_RUNS
 from heron.tools import seccomp as filters
 
@@ -157,6 +158,9 @@ class Sandbox:
     env_source: Mapping[str, str] = field(default_factory=dict, repr=False)
     pasta: str | None = None  # network = "loopback" forwards the host's loopback through it
     off: bool = False  # HERON_BWRAP turned bubblewrap off: nothing was tried
+    # Other Heron homes hidden too when they exist (`other_homes`): the default ~/.heron when
+    # HERON_HOME names another, which holds the person's main record and keys.
+    also_hidden: tuple[Path, ...] = ()
 
     @classmethod
     def detect(
@@ -177,6 +181,7 @@ class Sandbox:
             {k: env[k] for k in ("PATH", "LANG", "TERM") if k in env},
             find_pasta(env) if network == "loopback" else None,
             off,
+            other_homes(home),
         )
 
     @property
@@ -333,11 +338,29 @@ class Sandbox:
         """Mounts in the order bwrap must make them: a folder before anything inside it (the
         workspace usually lies inside the hidden home; in tests the home may lie inside it).
         Each is "hide" or the bwrap option that binds it."""
-        mounts: list[tuple[str, Path]] = [("--bind", self.workspace.resolve())]
+        workspace = self.workspace.resolve()
+        mounts: list[tuple[str, Path]] = [("--bind", workspace)]
         if self.home is not None:
             mounts.append(("hide", self.home.resolve()))
+        for other in self.also_hidden:
+            found = other.resolve()
+            # Only a folder that exists can be covered (/ is read-only: no mount point can be
+            # made), and never one inside the workspace, whose files the command must keep.
+            if found.is_dir() and not found.is_relative_to(workspace):
+                mounts.append(("hide", found))
         mounts += [("--ro-bind", Path(b).resolve()) for b in shown]
         return sorted(mounts, key=lambda m: len(m[1].parts))
+
+
+def other_homes(home: Path) -> tuple[Path, ...]:
+    """The Heron homes to hide besides `home`: the default one (~/.heron) when `home` is
+    another (a project's `HERON_HOME=./.heron`), so a project's commands cannot read the main
+    record. Homes elsewhere are not known here (docs/security.md, "Not confined")."""
+    try:
+        default = default_home()
+    except RuntimeError:  # no home folder for this user: nothing to hide
+        return ()
+    return () if default.resolve() == home.resolve() else (default,)
 
 
 def find_pasta(env: Mapping[str, str]) -> str | None:
