@@ -513,8 +513,12 @@ def database_url(url: object, where: str) -> str:
     """A PostgreSQL URL as given ([store] url, HERON_DATABASE_URL), or a ConfigError saying
     what a good one looks like."""
     if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        from heron.store.pg_url import redact
+
+        # Masked: a mistyped scheme leaves the password in it all the same.
+        shown = repr(redact(url)) if isinstance(url, str) else f"a {type(url).__name__}"
         raise ConfigError(
-            f"{where} must be a postgresql:// URL, not {url!r}",
+            f"{where} must be a postgresql:// URL, not {shown}",
             hint="For example postgresql://heron@127.0.0.1:5432/heron; leave it out to keep "
             "the SQLite file heron.db under HERON_HOME (docs/scale.md).",
         )
