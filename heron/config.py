@@ -1032,6 +1032,12 @@ class Settings:
         return self.config.store_tenant or default_tenant(self.env, self.paths.home)
 
     @property
+    def store_url(self) -> str | None:
+        """The PostgreSQL store's URL as configured (HERON_DATABASE_URL, else `[store] url`),
+        without a schema added or a check; None on SQLite."""
+        return self.env.get("HERON_DATABASE_URL") or self.config.store_url
+
+    @property
     def database(self) -> Path | str:
         """What the Store opens: HERON_DATABASE_URL, else `[store] url` (PostgreSQL, in the
         tenant's schema), else the SQLite file under HERON_HOME (created with the home)."""

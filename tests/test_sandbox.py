@@ -19,6 +19,7 @@ from sandbox_helpers import (
     ENV_KEY,
     MEMORY_SECRET,
     call_tool,
+    connect_command,
     listener,
     seed_home,
 )
@@ -112,13 +113,6 @@ async def test_unconfined_command_gets_the_clean_environment_too(
     assert ENV_KEY not in out and "heron-variable-value" not in out
     assert not any(name.startswith("HERON_") or "KEY" in name for name in env_names(out))
     assert "HOME-LISTING: " in out  # it did run: unconfined means approved and unconfined
-
-
-def connect_command(host: str, port: int) -> str:
-    """Connect, then wait for the listener's greeting: printed only once the host side has
-    accepted (through pasta a connection is first made inside the command's namespace)."""
-    greeted = "read -t 60 reply <&3 && echo NET-CONNECTED $reply"
-    return f"(exec 3<>/dev/tcp/{host}/{port} && {greeted}) 2>&1"
 
 
 @pytest.mark.parametrize("network", ["all", "loopback"])

@@ -161,11 +161,22 @@ class Sandbox:
     # Other Heron homes hidden too when they exist (`other_homes`): the default ~/.heron when
     # HERON_HOME names another, which holds the person's main record and keys.
     also_hidden: tuple[Path, ...] = ()
+    # The PostgreSQL store's ports on this machine's loopback: never forwarded into a command's
+    # namespace with network = "loopback" (netjoin.py holds them there).
+    closed_ports: tuple[int, ...] = ()
+    open_store: bool = False  # the store is on loopback with no password (`notice` warns)
 
     @classmethod
     def detect(
-        cls, workspace: Path, home: Path, network: NetworkMode, env: Mapping[str, str]
+        cls,
+        workspace: Path,
+        home: Path,
+        network: NetworkMode,
+        env: Mapping[str, str],
+        store_url: str | None = None,
     ) -> Sandbox:
+        """`store_url`: the PostgreSQL store's URL, if there is one (its loopback ports are
+        kept from the commands)."""
         bwrap, off = find_bwrap(env), turned_off(env)
         if off:  # not a fact of the machine: never cached, and not "not installed"
             setting = env.get("HERON_BWRAP") or ""
@@ -182,6 +193,7 @@ class Sandbox:
             find_pasta(env) if network == "loopback" else None,
             off,
             other_homes(home),
+            *store_reach(store_url, env),
         )
 
     @property
@@ -230,8 +242,26 @@ class Sandbox:
         )
 
     def notice(self, policy: str) -> str | None:
-        """What a channel says once at start when commands cannot be confined, or cannot have
-        the network the configuration asks for; None if all is as configured."""
+        """What a channel says once at start when commands cannot be confined, cannot have
+        the network the configuration asks for, or could reach a store that asks no password;
+        None if all is as configured."""
+        said = [n for n in (self._confinement_notice(policy), self._store_notice()) if n]
+        return " ".join(said) or None
+
+    def _store_notice(self) -> str | None:
+        if not self.open_store:
+            return None
+        return (
+            "The PostgreSQL store is on this machine's loopback with no password in its URL: "
+            "if the server trusts such connections (trust auth), any program that reaches the "
+            "port reads and changes the whole store, and as a superuser runs programs on the "
+            'server (with network = "all" or unconfined, the agent\'s commands too). Trust '
+            "auth is for tests: give the role a password (in the URL or PGPASSWORD; "
+            "a ~/.pgpass is readable by the agent's commands) or use peer auth over the "
+            "server's Unix socket (docs/security.md#the-store)."
+        )
+
+    def _confinement_notice(self, policy: str) -> str | None:
         if self.confined:
             if self.sockets_open:
                 return (
@@ -331,7 +361,9 @@ class Sandbox:
         out += ["--chdir", str(self.workspace), "--", *argv]
         if self.network == "loopback" and self.pasta is not None:
             runas = f"{os.getuid()}:{os.getgid()}"  # pasta would drop root to nobody
-            return [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, "--", *out]
+            closed = ",".join(str(p) for p in self.closed_ports)
+            launcher = [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, closed]
+            return [*launcher, "--", *out]
         return out
 
     def _mounts(self, shown: Sequence[Path]) -> list[tuple[str, Path]]:
@@ -361,6 +393,17 @@ def other_homes(home: Path) -> tuple[Path, ...]:
     except RuntimeError:  # no home folder for this user: nothing to hide
         return ()
     return () if default.resolve() == home.resolve() else (default,)
+
+
+def store_reach(url: str | None, env: Mapping[str, str]) -> tuple[tuple[int, ...], bool]:
+    """The PostgreSQL store's ports on this machine's loopback (kept from the commands), and
+    whether it is there with no password (a trust-auth server: `notice` warns)."""
+    if not url:
+        return (), False
+    from heron.store.pg_url import has_password, loopback_ports
+
+    ports = loopback_ports(url, env)
+    return ports, bool(ports) and not has_password(url, env)
 
 
 def find_pasta(env: Mapping[str, str]) -> str | None:
