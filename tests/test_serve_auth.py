@@ -361,3 +361,24 @@ async def test_serve_open_says_so_when_no_browser_can_be_opened(monkeypatch):
         assert asked == [serve.login]
         assert f"{NO_BROWSER}\n" in serve.out.getvalue()
         assert "plain HTTP" not in serve.out.getvalue()  # on loopback, nothing crosses a network
+
+
+@pytest.mark.parametrize(
+    ("origin", "same"),
+    [
+        ("http://127.0.0.1:8765", True),
+        ("https://127.0.0.1:8765", True),
+        ("http://127.0.0.1:8765/", False),  # a trailing slash: no browser sends it
+        ("HTTP://127.0.0.1:8765", False),  # nor an upper-case scheme
+        ("http://127.0.0.1:8765/app", False),
+        ("http://user@127.0.0.1:8765", False),
+        ("ftp://127.0.0.1:8765", False),
+        ("http://127.0.0.1:8766", False),
+    ],
+)
+def test_the_origin_must_be_exactly_the_servers_own(origin: str, same: bool) -> None:
+    """The QA's note: the check compared a normalised form, so forms no browser sends passed."""
+    from heron.serve.auth import allowed_hosts, same_origin
+
+    host = "127.0.0.1:8765"
+    assert same_origin(origin, host, allowed_hosts("127.0.0.1", 8765)) is same

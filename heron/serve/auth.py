@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 COOKIE = "heron_session"
 SESSIONS_NAME = "web-sessions.json"
@@ -148,14 +147,11 @@ def host_allowed(header: str | None, allowed: frozenset[str] | None) -> bool:
 
 
 def same_origin(origin: str | None, host: str | None, allowed: frozenset[str] | None) -> bool:
-    """The Origin header names the host this server was reached by (scheme http or https),
-    and, on loopback, that host is one of this server's own names."""
+    """The Origin header is exactly the origin of the host this server was reached by (scheme
+    http or https), as a browser serialises it: lower case, no path, not even a trailing `/`
+    (no browser sends another form, so only a hand-made request would); and, on loopback,
+    that host is one of this server's own names."""
     if not origin or not host:
         return False
-    parts = urlsplit(origin)
-    netloc = parts.netloc.lower()
-    return (
-        parts.scheme in ("http", "https")
-        and netloc == host.lower()
-        and host_allowed(netloc, allowed)
-    )
+    netloc = host.lower()
+    return origin in (f"http://{netloc}", f"https://{netloc}") and host_allowed(netloc, allowed)
