@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from heron import timefmt
 from heron.agent import commands
-from heron.agent.control import StaleTurn, TurnControl
+from heron.agent.control import StaleTurn, TurnControl, held_rows
 from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
@@ -58,7 +58,7 @@ from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation, attempts, waiting
+from heron.store import Conversation, attempts, held, waiting
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
@@ -401,16 +401,18 @@ async def drive(t: Turn) -> Done:
 
 async def restore(t: Turn, _: None) -> Restored:
     """The lease claim read whether an earlier turn left work open (`Lease.dirty`); then what
-    background work said here that still waits (heron/store/waiting.py: its process died before
-    it moved it in, or another process's move waits for this lease) goes in before the history
-    is read. A recovered workflow continues its own turn: no stop marker, and nothing goes in
-    inside it (what waits goes in after it)."""
+    the person sent a process that died before storing it (mail, a queued message:
+    heron/store/held.py), and what background work said here that still waits
+    (heron/store/waiting.py: its process died before it moved it in, or another process's move
+    waits for this lease), go in before the history is read. A recovered workflow continues
+    its own turn: no stop marker, and nothing goes in inside it (what waits goes in after it)."""
     store = t.engine.store
     if resumed(t) is not None:
         await store.call(attempts.close_for_resume, store, t.conversation.id)
         return Restored()
     if t.lease is not None and t.lease.dirty:
         await store.call(es.recover, store, t.conversation.id, STOPPED)
+    await store.call(held.move_left, store, t.key, t.conversation.id)
     await store.call(waiting.move_all, store, t.key, t.conversation.id)
     return Restored()
 
@@ -520,11 +522,8 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     options, provenance = t.control.options, t.control.provenance
     meta = options.message_meta if options is not None else None
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-    # Heron's own keys out of every attached text file before it is stored or sent.
-    keys = Redactor(engine.redactor.keys, patterns=False)
-    files = tuple(without_keys(t.control.files, keys.clean)) if t.control.files else ()
-    caps = engine.settings.config.attachments
-    composed = compose(text, files, caps) if files else Composed([Text(text)])
+    files = t.control.files
+    composed = person_parts(engine, text, files)
     user_message = Message("user", composed.parts)
     bare = options is not None and options.bare
     search = searched(provenance) and offers_recall(t)
@@ -535,7 +534,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     channel = t.channel if provenance == "user" else f"heron ({provenance})"
     info = RuntimeInfo(channel, conversation.key, zone, note=note)
     profile = engine.choice.profile
-    turn_id, stored = await store.call(
+    begin = functools.partial(
         store.begin_turn,
         conversation.id,
         run_id,
@@ -549,13 +548,25 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         meta=composed.meta(
             meta if meta is not None or provenance == "user" else {"injected_event": provenance}
         ),
-        # Attachments' bytes are written to the store's folder: not on the event loop.
-        off_loop=bool(files),
+    )
+    # The rows that kept the message on disk while it waited go in the same transaction; the
+    # attachments' bytes are written to the store's folder: not on the event loop.
+    turn_id, stored = await store.call(
+        held.stored_with, store, t.control.held, begin, off_loop=bool(files)
     )
     named = None if conversation.title is not None else _named_by(text, files, options)
     if named is not None:
         await store.call(store.set_title, conversation.id, title_of(named))
     return turn_id, stored.id
+
+
+def person_parts(engine: TurnDeps, text: str, files: tuple[File, ...]) -> Composed:
+    """The parts (and inline files' meta) of the person's message with `files`, as its row
+    keeps them: Heron's own keys out of every attached text file before it is stored or sent."""
+    if not files:
+        return Composed([Text(text)])
+    keys = Redactor(engine.redactor.keys, patterns=False)
+    return compose(text, without_keys(files, keys.clean), engine.settings.config.attachments)
 
 
 def _named_by(text: str, files: tuple[File, ...], options: TurnOptions | None) -> str | None:
@@ -805,9 +816,10 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
             return
         t.partial = ""  # streamed text up to here is in the messages committed now
         await token.check(store)
-        held = [*final, m]
+        batch = [*final, m]
         final.clear()
-        await recorder.commit(held)
+        await recorder.commit(batch)
+        control.mailbox.stored(held_rows(batch))  # mail stored: owed to no next turn
         if m.role == "assistant":
             checkpoint.open_phase([c.id for c in m.tool_calls])
 

@@ -104,6 +104,8 @@ class ChatState:
     embedded: bool = False  # the offline demo answers: /help says how to use a real model
     answered: bool = False  # a turn ended well (the review at exit has a working model)
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
+    # The serve went with a message of this chat kept unanswered (`RemoteAgent.kept_unanswered`).
+    kept_on_gone: bool = False
 
     def followed(self, end: TurnEnd) -> None:
         """What a turn of this chat says of its model, whatever started the turn: a message, a
@@ -447,11 +449,7 @@ async def run_chat(
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: chat here
             except ServeGone:
-                console.print(
-                    "[red]heron: heron serve stopped.[/red] Start it again with `heron serve`, "
-                    "or run `heron chat` again to chat without it.",
-                    highlight=False,
-                )
+                console.print(serve_gone_note(state), highlight=False)
                 raise SystemExit(1) from None
     else:
         from heron.channels.remote import beside_serve
@@ -563,6 +561,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
         state.embedded = conn.embedded
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone
+            state.kept_on_gone = conn.kept_unanswered()
             if session.app.is_running:
                 session.app.exit(exception=ServeGone("heron serve stopped"))
 
@@ -584,6 +583,22 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     note = serve_review_note(settings, state)
     if note is not None:
         console.print(RichText(note, style="dim"))
+
+
+def serve_gone_note(state: ChatState) -> str:
+    """What the chat says as it leaves because the serve stopped: with a message of its kept
+    unanswered, that it is kept and what answers it; else how to go on."""
+    if not state.kept_on_gone:
+        return (
+            "[red]heron: heron serve stopped.[/red] Start it again with `heron serve`, "
+            "or run `heron chat` again to chat without it."
+        )
+    key = escape(state.key)
+    return (
+        "[red]heron: heron serve stopped before your message was answered.[/red] It is kept "
+        f"in conversation {key!r}: `/retry` in `heron chat -c {key}` answers it (with "
+        f"`heron serve` started again, or without it), as `heron run --retry -c {key}` does."
+    )
 
 
 def serve_review_note(settings: Settings, state: ChatState) -> str | None:
