@@ -18,9 +18,11 @@ from heron.config import Settings
 from heron.context.tokens import estimate_text, estimate_tools
 from heron.memory.extract import FACTS_SYSTEM, TIDY_SYSTEM
 from heron.memory.queue import waiting
+from heron.memory.wiring import RECALL_FLAG
 from heron.messages import Reply, Text, ToolCall, assistant, user
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
+from heron.store import compactions as folds
 from heron.tools.registry import ToolRegistry
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
@@ -469,3 +471,29 @@ async def test_conversations_show_puts_a_turns_auto_recall_under_its_header(caps
     headers = [i for i, line in enumerate(lines) if line.startswith("── turn ")]
     assert len(headers) == 2 and headers[1] < recall
     assert lines[headers[1] + 1].lstrip().startswith("→ recall_history")
+
+
+async def test_a_fold_before_the_turn_keeps_that_turns_auto_recall(monkeypatch, heron_home):
+    """The consolidation that runs before a turn kept its last turn from the person's message
+    on, and folded the auto-recall pair stored just before it: the model got the question
+    without the evidence found for it (qa21q H1). A turn starts at its recall pair."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    # A consolidation is due at every turn that has something to fold.
+    (heron_home / "config.toml").write_text("[agent]\nconsolidation_ratio = 0.01\n")
+    read = Reply([ToolCall("f1", "read_file", {"path": "notes.txt"})], "tool")
+    model = Model([read, said("Read."), read, said("Read again."), said("In March 2031.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _filler(engine)
+        # Results larger than the part of the window a fold keeps whole ([context] recent).
+        (engine.settings.paths.workspace / "notes.txt").write_text("lorem ipsum dolor " * 400)
+        await engine.turn("new", "Please read notes.txt for me")
+        await engine.turn("new", "Please read notes.txt once more")
+        await engine.turn("new", "When does my passport expire?")
+        conv = engine.store.conversation("new")
+        (fold, *_) = reversed(folds.compactions(engine.store, conv.id))
+        rows = engine.store.branch(conv.id)
+    asked = model.requests[-1]
+    recalled = [r.content for m in asked.messages for r in m.tool_results]
+    assert any("12 March 2031" in r for r in recalled), recalled
+    kept = [r for r in rows if r.id > fold.last_row_id]
+    assert kept[0].meta.get(RECALL_FLAG) and kept[0].role == "assistant"

@@ -29,7 +29,7 @@ from heron.compaction.summary import (
 )
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
-from heron.context.view import is_clean_user
+from heron.context.view import turn_starts
 from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
 from heron.store import StoredMessage, work
@@ -92,15 +92,13 @@ def choose_cut(state: BranchState, recent: int | None = None) -> int | None:
 
 def _turn_starts(state: BranchState) -> tuple[int, list[int]]:
     """Where the rows after the current fold begin, and where each of their turns but the
-    first starts (the places a cut can go)."""
+    first starts (the places a cut can go): a turn's auto-recall pair is part of it, so the
+    last turn, always kept, keeps the evidence found for its message."""
     rows, plan = state.rows, state.plan
     ids = [r.id for r in rows]
     start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
-    starts = [
-        i
-        for i in range(start + 1, len(rows))
-        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted
-    ]
+    messages = [r.message for r in rows]
+    starts = [i for i in turn_starts(messages, start) if rows[i].id not in plan.compacted]
     return start, starts
 
 
