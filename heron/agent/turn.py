@@ -675,8 +675,9 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     trace = trace_for(engine, built, t.conversation.agent)
     recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
     await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-    if t.hooks.on_notice is not None:
-        for notice in built.notices:
+    for notice in built.notices:
+        trace.notice(notice)  # what the person was told, in the trace too
+        if t.hooks.on_notice is not None:
             t.hooks.on_notice(notice)
     final: list[Message] = []
     profile = engine.choice.profile

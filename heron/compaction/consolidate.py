@@ -50,6 +50,7 @@ class CompactionReport:
     error: str | None = None
     why: str = "the conversation is already short"  # kind "none": why nothing could be folded
     note: str = ""  # how it was written, when not the usual way (NO_MODEL_SUMMARY)
+    memory: str = ""  # memory's pass over the folded rows did not run: what the person is told
 
     @property
     def changed(self) -> bool:
@@ -212,8 +213,9 @@ async def consolidate(
         kind = "fallback"
     if not await _go_on(deps, conversation_id):
         return CompactionReport("none", reason, why=MOVED_ON)
+    memory = None
     if deps.before_fold is not None:  # memory's pass over what is about to leave the view
-        await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
+        memory = await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
         if not await _go_on(deps, conversation_id):
             return CompactionReport("none", reason, why=MOVED_ON)
     chunk = chunk or digest([r.message for r in new_rows])
@@ -223,7 +225,10 @@ async def consolidate(
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
-    return CompactionReport(kind, reason, cut - start, before, after, cid, error, note=note)
+    folded = cut - start
+    report = CompactionReport(kind, reason, folded, before, after, cid, error, note=note)
+    report.memory = memory or ""
+    return report
 
 
 MOVED_ON = "the conversation moved on while it waited"
