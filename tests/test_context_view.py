@@ -16,6 +16,7 @@ from heron.context.view import (
     not_shown_whole,
     placeholder_count,
     snip,
+    turn_starts,
 )
 from heron.messages import Message, Text, ToolCall, ToolResult
 from heron.store.records import StoredMessage
@@ -28,6 +29,12 @@ def rows_of(messages: list[Message]) -> list[StoredMessage]:
     ]
 
 
+def recall_pair(call_id: str, found: str = "[c · message 2] old words") -> list[Message]:
+    """Auto-recall's call and result, as heron/memory/auto.py stores them before a message."""
+    call = ToolCall(call_id, "recall_history", {"query": "old words", "limit": 1})
+    return [Message("assistant", [call]), Message("user", [ToolResult(call_id, found)])]
+
+
 @st.composite
 def histories(draw):
     """Random conversations: turns of text, tool rounds (some calls unanswered, as after a
@@ -35,6 +42,8 @@ def histories(draw):
     messages: list[Message] = []
     n = 0
     for _ in range(draw(st.integers(1, 8))):
+        if draw(st.integers(0, 3)) == 0:  # auto-recall's pair, stored before the message
+            messages += recall_pair(f"ar{len(messages)}")
         messages.append(Message("user", [Text(f"u{len(messages)}")]))
         for _ in range(draw(st.integers(0, 4))):
             calls = []
@@ -217,3 +226,27 @@ def test_rows_snipped_folded_or_cut_are_not_shown_whole():
     assert {3, 5, 17} <= dropped and 16 not in dropped
     kept = [r.id for r in rows[2:] if r.id not in dropped]
     assert kept and all(r > max(dropped - {17}) for r in kept)
+
+
+def test_a_turn_starts_at_its_auto_recall_pair():
+    """Auto-recall's pair is stored just before the message it was found for: the turn starts
+    there, so a cut (a fold, a snip) never keeps the message and drops its evidence."""
+    ask = Message("user", [Text("what did I say")])
+    messages = [Message("user", [Text("hi")]), Message("assistant", [Text("hello")])]
+    messages += [*recall_pair("ar1"), ask, Message("assistant", [Text("you said")])]
+    assert turn_starts(messages) == [2]
+    assert turn_starts(messages, 2) == []  # the first turn after a fold at the pair: no cut
+    # the model's own recall_history call in a turn is not auto-recall's pair
+    own = [Message("user", [Text("look it up")]), *recall_pair("c1"), ask]
+    own[1] = Message("assistant", [Text("Let me look."), *own[1].parts])
+    assert turn_starts(own) == [3]
+
+
+def test_snip_keeps_a_turns_auto_recall_with_its_message():
+    old = [Message("user", [Text("read it")]), Message("assistant", [Text("x " * 2_000)])]
+    found = "[c · message 2] My passport expires on 12 March 2031."
+    messages = [*old, *recall_pair("ar1", found), Message("user", [Text("When does it expire?")])]
+    cut = snip(messages, 300, Calibration())
+    assert is_well_formed(cut) and cut[0].role == "user"
+    assert any(found in r.content for m in cut for r in m.tool_results)
+    assert cut[-1].text == "When does it expire?"

@@ -169,10 +169,11 @@ class _ReplayEngine:
 
     async def memory_before_fold(
         self, deps: object, conversation_id: int, row_ids: list[int], reason: str
-    ) -> None:
+    ) -> str | None:
         """Memory's extraction pass reads and writes the memory files: it is not run again;
         its recorded call is passed over so the calls after it line up."""
         self.provider.pass_over("memory")
+        return None
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         if self.inputs is not None:

@@ -66,6 +66,7 @@ from heron.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps
+    from heron.trace.recorder import TraceRecorder
 
 
 class State(enum.Enum):
@@ -688,8 +689,9 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     trace = trace_for(engine, built, t.conversation.agent)
     recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
     await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-    if t.hooks.on_notice is not None:
-        for notice in built.notices:
+    for notice in built.notices:
+        trace.notice(notice)  # what the person was told, in the trace too
+        if t.hooks.on_notice is not None:
             t.hooks.on_notice(notice)
     final: list[Message] = []
     profile = engine.choice.profile
@@ -842,7 +844,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_tool_call=on_tool_call,
         on_tool_start=t.hooks.on_tool_start,
         drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
-        govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
+        govern=_told(t, governor, _muted(t.hooks.on_notice, control), trace) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
         outside_calls=(lambda: governor.model_calls) if governor else None,
@@ -866,21 +868,35 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
 
 
 def _told(
-    governor: Governor, notice: Callable[[Any], None] | None
+    t: Turn,
+    governor: Governor,
+    notice: Callable[[Any], None] | None,
+    trace: TraceRecorder | None,
 ) -> Callable[[list[Message]], Awaitable[list[Message]]]:
     """The governor's view, with a notice for each in-flight compaction it makes; once the
     turn is tight (the window too small for its work), one notice says so and the folds
-    that follow are not told one by one."""
+    that follow are not told one by one. The tight notice is said once per conversation and
+    window in a process (it was repeated at every tool turn of a small window); the trace of
+    every turn that became tight keeps it."""
+    told = t.engine.memos.told_tight
+
+    def say(text: str, shown: bool = True) -> None:
+        if trace is not None:
+            trace.notice(text, shown)
+        if notice is not None and shown:
+            notice(text)
 
     async def govern(view: list[Message]) -> list[Message]:
         before, tight = governor.inflight, governor.tight
         shaped = await governor.govern(view)
-        if notice is None or tight:
+        if tight:
             return shaped
         if governor.tight:
-            notice(governor.tight_notice())
+            key = (t.conversation.id, governor.deps.budget.window)
+            say(governor.tight_notice(), key not in told)
+            told.add(key)
         elif governor.inflight > before:
-            notice(INFLIGHT_NOTICE.format(n=governor.inflight))
+            say(INFLIGHT_NOTICE.format(n=governor.inflight))
         return shaped
 
     return govern

@@ -228,6 +228,37 @@ def is_clean_user(message: Message) -> bool:
     return message.role == "user" and not message.tool_results
 
 
+def _is_recall_pair(call: Message, result: Message) -> bool:
+    """Auto-recall's synthetic pair (heron/memory/auto.py `auto_messages`; its rows carry meta
+    `recall` in the record): recall_history calls alone, then their results alone."""
+    calls = [p for p in call.parts if isinstance(p, ToolCall)]
+    results = [p for p in result.parts if isinstance(p, ToolResult)]
+    return (
+        call.role == "assistant"
+        and bool(calls)
+        and len(calls) == len(call.parts)
+        and all(c.name == "recall_history" for c in calls)
+        and result.role == "user"
+        and len(results) == len(result.parts)
+        and {r.call_id for r in results} == {c.id for c in calls}
+    )
+
+
+def turn_starts(messages: Sequence[Message], first: int = 0) -> list[int]:
+    """The index where each turn of `messages[first:]` but the first starts (the places a cut
+    can go): its clean user message, or the auto-recall pair stored just before that message.
+    The pair is the turn's evidence, found for that message: a cut (a fold, a snip) between
+    them showed the model the question without it."""
+    out = []
+    for i in range(first + 1, len(messages)):
+        if not is_clean_user(messages[i]):
+            continue
+        paired = i - 2 >= first and _is_recall_pair(messages[i - 2], messages[i - 1])
+        if not paired or i - 2 > first:
+            out.append(i - 2 if paired else i)
+    return out
+
+
 def user_texts(message: Message) -> list[str]:
     """What a user row says in the user's own words (results and runtime blocks left out)."""
     from heron.context.runtime import is_runtime_part
@@ -394,7 +425,7 @@ def snip(
     sizes = [cal.tokens(r) for r in raws]
     if sum(sizes) <= budget:
         return messages
-    starts = [i for i, m in enumerate(messages) if is_clean_user(m) and i > 0]
+    starts = turn_starts(messages)
     if not starts:
         return messages
     words = budget // 10 if words is None else words
@@ -410,4 +441,6 @@ def snip(
         quoted = bounded_quotes(dropped, words, budget // 20)
         note += " What the user wrote in them:\n" + quoted
     first = messages[cut]
+    if first.role != "user":  # the turn opens with its auto-recall pair: the note goes first
+        return [Message("user", [Text(note + "]")]), *messages[cut:]]
     return [Message("user", [Text(note + "]\n\n"), *first.parts]), *messages[cut + 1 :]]
