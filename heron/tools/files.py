@@ -45,6 +45,7 @@ MAX_LIST = 500
 MAX_MATCHES = 200
 MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
+FOOTER_ROOM = 200  # characters of the result budget kept for read_file's footer
 MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
 NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
@@ -216,10 +217,12 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
         raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
     chunk = lines[start - 1 : start - 1 + max(limit, 1)]
     width = len(str(start + len(chunk) - 1))
-    body = "\n".join(
-        f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)
+    numbered = _within(
+        [f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)],
+        ctx.result_budget - FOOTER_ROOM,
     )
-    end = start + len(chunk) - 1
+    body = "\n".join(numbered)
+    end = start + len(numbered) - 1
     if end < len(lines):
         body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
     elif not found.whole:
@@ -228,6 +231,17 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
             " (tail, sed -n) for what follows]"
         )
     return body
+
+
+def _within(lines: list[str], budget: int) -> list[str]:
+    """The first of `lines` that fit `budget` characters (one at least): a page the model
+    reads whole, its footer saying where the next starts, rather than one cut in its middle."""
+    size = 0
+    for count, line in enumerate(lines):
+        size += len(line) + 1
+        if size > budget and count:
+            return lines[:count]
+    return lines
 
 
 def _clip(line: str, limit: int, length: int | None = None) -> str:

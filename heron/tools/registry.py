@@ -7,7 +7,8 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 `ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
-workspace (heron/saved.py) and the model gets its head plus the saved path, so nothing is lost.
+workspace (heron/saved.py) and the model gets its head and its end (where a tool says how it
+ended: an exit code, a footer) around the saved path, so nothing is lost.
 The built-in tools are listed in builtin.py, which imports them and this module; what a tool is
 given when it runs is `ToolContext` (context.py). Every result is first scrubbed of secrets
 (`ToolContext.redactor`, heron/redact.py).
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, ove
 from heron.errors import ToolError
 from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
-from heron.saved import head, keep, keep_whole
+from heron.saved import READ_ON, cut_middle, keep, keep_whole
 from heron.tools.context import CALL_ID, ToolContext, recording
 
 if TYPE_CHECKING:
@@ -479,14 +480,12 @@ async def scrubbed(redactor: Redactor, text: str) -> str:
 
 
 def fit_budget(call_id: str, text: str, ctx: ToolContext) -> str:
-    """`text` if it fits the budget; otherwise its head and where the whole of it was saved."""
-    if len(text) <= ctx.result_budget:
+    """`text` if it fits the budget; otherwise its head and its end (where a tool says how it
+    ended) around where the whole of it was saved."""
+    cut = cut_middle(text, ctx.result_budget)
+    if cut is None:
         return text
-    shown = head(text, ctx.result_budget)
     where = keep(call_id, text, ctx.workspace)
     if where is None:
         return text  # nowhere to save it: better too long than lost
-    return (
-        f"{shown}\n[... cut: showing {len(shown)} of {len(text)} characters. The full result is "
-        f"saved in {where}; read it with read_file (offset, limit) or search it with grep.]"
-    )
+    return cut.text(f" The full result is saved in {where}; {READ_ON}.")
