@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 from collections.abc import Iterator
@@ -213,6 +214,12 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     if not lines:
         return f"{path} is empty."
     start = max(offset, 1)
+    if start > len(lines) and not found.whole:
+        raise ToolError(
+            f"offset {offset} is past the {len(lines):,} lines read_file reads of {path}: it "
+            f"reads the first {MAX_READ:,} of its {found.size:,} bytes, and the file goes on. "
+            f"Use bash for what follows: {_sed(path, offset)}"
+        )
     if start > len(lines):
         raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
     chunk = lines[start - 1 : start - 1 + max(limit, 1)]
@@ -223,14 +230,31 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     )
     body = "\n".join(numbered)
     end = start + len(numbered) - 1
-    if end < len(lines):
-        body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
-    elif not found.whole:
-        body += (
-            f"\n[{path} is {found.size:,} bytes: only its first {MAX_READ:,} are read; use bash"
-            " (tail, sed -n) for what follows]"
+    return body + _footer(path, start, end, len(lines), found)
+
+
+def _footer(path: str, start: int, end: int, count: int, found: workspace_io.Read) -> str:
+    """Where the page ends and how to read on; a file longer than MAX_READ goes on past the
+    `count` lines read, which is never called its end."""
+    if found.whole and end == count:
+        return ""
+    if found.whole:
+        return f"\n[lines {start}-{end} of {count}; read on with offset={end + 1}]"
+    read = f"read_file reads the first {MAX_READ:,} of its {found.size:,} bytes"
+    if end < count:
+        return (
+            f"\n[lines {start}-{end} of the first {count:,} ({read}, and the file goes on); "
+            f"read on with offset={end + 1}]"
         )
-    return body
+    return (
+        f"\n[line {end} is the last one read of {path}: {read}, and the file goes on. Use bash "
+        f"for what follows: {_sed(path, end + 1)}]"
+    )
+
+
+def _sed(path: str, line: int) -> str:
+    """The bash command that prints a page of `path` from `line` on."""
+    return f"sed -n '{line},+1999p' {shlex.quote(path)}"
 
 
 def _within(lines: list[str], budget: int) -> list[str]:
