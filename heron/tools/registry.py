@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
+# Told when a call's tool starts to run, after any wait for its turn to write.
+OnStart = Callable[[], None]
 # A tool's function: its ToolContext first, then the arguments its hints declare; what it returns
 # (text, a ToolOutput, JSON-ready data or None, or an awaitable of one) becomes the result.
 ToolFn = Callable[..., object]
@@ -360,11 +362,15 @@ class ToolRegistry:
     def specs(self) -> list[ToolSpec]:
         return [t.spec for t in self._tools.values()]
 
-    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
-        """Run one call. Every failure becomes an is_error result; cancellation propagates."""
+    async def call(
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
+    ) -> ToolResult:
+        """Run one call. Every failure becomes an is_error result; cancellation propagates.
+        `on_start` is told when the tool itself starts: a tool that writes waits first for the
+        one before it (`ToolContext.write_lock`), and its time is its own run's."""
         token = CALL_ID.set(call.id)
         try:
-            out = await self._run(call, ctx)
+            out = await self._run(call, ctx, on_start)
         except ToolError as error:
             out = ToolOutput(f"Error: {error}", True)
         except Exception as error:
@@ -384,12 +390,12 @@ class ToolRegistry:
         return result
 
     async def call_recording(
-        self, call: ToolCall, ctx: ToolContext
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
     ) -> tuple[ToolResult, list[JSONObject]]:
         """Run one call and return the side effects it recorded, and only its own."""
-        return await recording(self.call(call, ctx))
+        return await recording(self.call(call, ctx, on_start))
 
-    async def _run(self, call: ToolCall, ctx: ToolContext) -> ToolOutput:
+    async def _run(self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None) -> ToolOutput:
         found = self._tools.get(call.name)
         if found is None:
             available = ", ".join(self._tools) or "none"
@@ -406,9 +412,17 @@ class ToolRegistry:
             if reason:
                 return ToolOutput(f"Error: the call was refused: {reason}", True)
         if not found.writes:
-            return _as_text(await found.run(ctx, kwargs))
+            return await _started(found, ctx, kwargs, on_start)
         async with ctx.write_lock:
-            return _as_text(await found.run(ctx, kwargs))
+            return await _started(found, ctx, kwargs, on_start)
+
+
+async def _started(
+    found: Tool, ctx: ToolContext, kwargs: Mapping[str, object], on_start: OnStart | None
+) -> ToolOutput:
+    if on_start is not None:
+        on_start()
+    return _as_text(await found.run(ctx, kwargs))
 
 
 def _validate(found: Tool, args: JSONObject) -> tuple[dict[str, object], str | None]:
