@@ -725,6 +725,15 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     return PendingSave(run, tuple(final), figures, recorder)
 
 
+def result_budget(t: Turn, built: BuiltTurn) -> int:
+    """The characters of one result the tools return: the view's budget for it when that is
+    smaller (a small window's), so a tool cuts its output once, to what the model reads, and
+    keeps its own last lines (an exit code, a paging footer) within it."""
+    configured = t.engine.settings.config.agent.result_budget
+    governor = built.governor
+    return configured if governor is None else min(configured, governor.deps.budget.result_chars)
+
+
 def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
     # The conversation's kernel, kept by the process between its turns (given back at the
@@ -739,7 +748,7 @@ def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
         kernel=kernel,
         keep_kernel=functools.partial(engine.kernels.release, key),
         workspace=engine.settings.paths.workspace,
-        result_budget=engine.settings.config.agent.result_budget,
+        result_budget=result_budget(t, built),
         redactor=engine.redactor,
         sandbox=engine.sandbox,
         approve=t.hooks.approve or engine.approve,  # the channel's, else the engine's default

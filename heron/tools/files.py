@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ MAX_LIST = 500
 MAX_MATCHES = 200
 MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
+FOOTER_ROOM = 200  # characters of the result budget kept for read_file's footer
 MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
 NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
@@ -239,22 +241,58 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     if not lines:
         return f"{path} is empty."
     start = max(offset, 1)
+    if start > len(lines) and not found.whole:
+        raise ToolError(
+            f"offset {offset} is past the {len(lines):,} lines read_file reads of {path}: it "
+            f"reads the first {MAX_READ:,} of its {found.size:,} bytes, and the file goes on. "
+            f"Use bash for what follows: {_sed(path, offset)}"
+        )
     if start > len(lines):
         raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
     chunk = lines[start - 1 : start - 1 + max(limit, 1)]
     width = len(str(start + len(chunk) - 1))
-    body = "\n".join(
-        f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)
+    numbered = _within(
+        [f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)],
+        ctx.result_budget - FOOTER_ROOM,
     )
-    end = start + len(chunk) - 1
-    if end < len(lines):
-        body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
-    elif not found.whole:
-        body += (
-            f"\n[{path} is {found.size:,} bytes: only its first {MAX_READ:,} are read; use bash"
-            " (tail, sed -n) for what follows]"
+    body = "\n".join(numbered)
+    end = start + len(numbered) - 1
+    return body + _footer(path, start, end, len(lines), found)
+
+
+def _footer(path: str, start: int, end: int, count: int, found: workspace_io.Read) -> str:
+    """Where the page ends and how to read on; a file longer than MAX_READ goes on past the
+    `count` lines read, which is never called its end."""
+    if found.whole and end == count:
+        return ""
+    if found.whole:
+        return f"\n[lines {start}-{end} of {count}; read on with offset={end + 1}]"
+    read = f"read_file reads the first {MAX_READ:,} of its {found.size:,} bytes"
+    if end < count:
+        return (
+            f"\n[lines {start}-{end} of the first {count:,} ({read}, and the file goes on); "
+            f"read on with offset={end + 1}]"
         )
-    return body
+    return (
+        f"\n[line {end} is the last one read of {path}: {read}, and the file goes on. Use bash "
+        f"for what follows: {_sed(path, end + 1)}]"
+    )
+
+
+def _sed(path: str, line: int) -> str:
+    """The bash command that prints a page of `path` from `line` on."""
+    return f"sed -n '{line},+1999p' {shlex.quote(path)}"
+
+
+def _within(lines: list[str], budget: int) -> list[str]:
+    """The first of `lines` that fit `budget` characters (one at least): a page the model
+    reads whole, its footer saying where the next starts, rather than one cut in its middle."""
+    size = 0
+    for count, line in enumerate(lines):
+        size += len(line) + 1
+        if size > budget and count:
+            return lines[:count]
+    return lines
 
 
 def _clip(line: str, limit: int, length: int | None = None) -> str:
