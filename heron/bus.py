@@ -183,6 +183,9 @@ class TurnEnd:
     # A command's model calls outside the turn (/compact, /learn: a maintenance run, not counted
     # in model_calls) all answered: the model works (heron chat's review at exit).
     model_answered: bool = False
+    # A call was billed and never counted (cut after it began, no usage sent): `usage` is a
+    # floor, and the cost is unknown (`?`), never worked out from it.
+    usage_unknown: bool = False
 
 
 @dataclass(frozen=True)

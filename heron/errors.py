@@ -7,6 +7,7 @@
     │   ├── ContextOverflow         the prompt is larger than the model's window
     │   ├── RateLimited             429 and friends: retry after `retry_after` seconds
     │   ├── TransientProviderError  5xx, a cut stream, a server down: retry with backoff
+    │   │   └── Overloaded          the provider's service is overloaded (529): longer waits
     │   ├── DeadlineExceeded        no answer within the request's deadline: ends the turn
     │   ├── AuthError               bad or missing key: ends the turn, names the variable to set
     │   ├── UnknownModel            the server does not serve that model: ends the turn
@@ -59,6 +60,7 @@ class NoModelConfigured(ConfigError):
 
 class ProviderError(HeronError):
     retryable = False
+    backoff: float | None = None  # seconds of the first wait before a retry (None: the policy's)
 
     def __init__(
         self,
@@ -76,7 +78,19 @@ class ProviderError(HeronError):
 
 
 class ContextOverflow(ProviderError):
-    pass
+    """`limit`: the window in tokens the server said the model has, when it said one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: int | None = None,
+        status: int | None = None,
+        body: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, body=body, hint=hint)
+        self.limit = limit
 
 
 class RateLimited(ProviderError):
@@ -85,6 +99,13 @@ class RateLimited(ProviderError):
 
 class TransientProviderError(ProviderError):
     retryable = True
+
+
+class Overloaded(TransientProviderError):
+    """The provider's whole service is overloaded (Anthropic's 529): not the account's limit,
+    and not over in a second, so the waits between tries start longer."""
+
+    backoff = 4.0
 
 
 class DeadlineExceeded(ProviderError):

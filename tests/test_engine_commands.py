@@ -315,7 +315,9 @@ async def test_context_overflow_shrinks_the_window_compacts_and_retries():
         engine.compact_now = fake_compact  # type: ignore[method-assign]
         result = await engine.turn("o", "big question")
     assert result.reply == "fits now" and result.states.count("RUN") == 2
-    assert windows == [("overflow", engine.choice.profile.context_window)]
+    # No window stated: compacted for a quarter less than the one that overflowed (the
+    # summary's request goes to the same server).
+    assert windows == [("overflow", int(engine.choice.profile.context_window * 0.75))]
 
 
 async def test_failed_turn_ends_with_a_clear_message_and_keeps_the_users_message():

@@ -17,6 +17,7 @@ from heron.errors import (
     AuthError,
     ContextOverflow,
     FatalProviderError,
+    Overloaded,
     RateLimited,
     TransientProviderError,
     UnknownModel,
@@ -383,12 +384,36 @@ async def test_rate_limit_carries_retry_after_and_is_retried(connect: Connect) -
     assert sleeps.delays == [1.0]
 
 
-async def test_overloaded_529_is_rate_limited(connect: Connect) -> None:
-    _, provider = connect([ServerReply(status=529)])
-    with pytest.raises(RateLimited) as caught:
+async def test_overloaded_529_says_the_service_is_overloaded_and_waits_longer(
+    connect: Connect,
+) -> None:
+    server, provider = connect([ServerReply(status=529)] * 3)
+    sleeps = Sleeps()
+    with pytest.raises(Overloaded) as caught:
+        await call_with_retries(
+            lambda: provider.chat(request()), RetryPolicy(attempts=3), sleep=sleeps
+        )
+    error = caught.value
+    assert error.retry_after is None and error.retryable
+    assert "overloaded_error" in (error.body or "")
+    assert error.hint is not None and "Anthropic's service is overloaded" in error.hint
+    assert "rate limit" not in error.hint and "account" not in error.hint
+    assert len(server.requests) == 3
+    # An overload lasts longer than a blip: seconds between tries, not half a second.
+    assert sleeps.delays[0] >= 2.0 and sum(sleeps.delays) >= 6.0
+
+
+async def test_a_stream_cut_mid_reply_is_not_a_server_that_cannot_be_reached(
+    connect: Connect,
+) -> None:
+    _, provider = connect(
+        [ServerReply(text="partial anthropic reply, on and on", chunk_size=4, cut_after_events=6)]
+    )
+    with pytest.raises(TransientProviderError) as caught:
         await provider.chat(request())
-    assert caught.value.retry_after is None
-    assert "overloaded_error" in (caught.value.body or "")
+    said = str(caught.value)
+    assert "was cut mid-reply" in said
+    assert "cannot connect" not in said and "running" not in said
 
 
 async def test_server_error_then_success_via_retries(connect: Connect) -> None:

@@ -80,6 +80,7 @@ class TurnDeps(Protocol):
     recall: Recall | None
     recall_reader: RecallReader | None  # auto-recall's own connection while turns overlap
     turns_running: int
+    stated_window: int | None  # the window the server stated in an overflow, once it has
     attached: Attached  # what the layers above the engine attach (heron/proactive)
 
     def compaction_setup(self) -> CompactionSetup: ...

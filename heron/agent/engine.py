@@ -109,6 +109,9 @@ class Engine:
         self.attached = Attached()
         # Only read from (`view_engine`): the prompt's Memory section is not frozen by a look.
         self.viewing = False
+        # The window the model's server stated as it refused a prompt as too long: every later
+        # turn of this process fits it (heron/agent/turn.py `run`).
+        self.stated_window: int | None = None
 
     @classmethod
     @asynccontextmanager
@@ -182,6 +185,7 @@ class Engine:
             self.registry.specs,
             self.prompt_inputs,
             forced_window=str(s.env.get("HERON_CONTEXT_WINDOW") or ""),
+            stated_window=self.stated_window,
             before_fold=self.memory_before_fold,
             after_fold=self.memory_after_fold,
             prompts=self.memos.prompts,

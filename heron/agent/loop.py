@@ -910,6 +910,7 @@ def _end_of(result: TurnResult) -> TurnEnd:
         unusable=model_unusable(error),
         stop=result.run.stop,
         model_answered=result.model_answered,
+        usage_unknown=result.run.usage_unknown,
     )
 
 

@@ -81,7 +81,8 @@ class TurnRecorder:
         self.on_tool_end = on_tool_end  # the channel's tool pill, once the call is recorded
         self.usage = Usage()
         self.usage_unknown = False  # a call whose full usage never came (stopped, or cut)
-        self.model_calls = 0
+        self.model_calls = 0  # calls recorded (the trace numbers them)
+        self.retried = 0  # their attempts that failed and were tried again
         self.tool_calls = 0
 
     async def commit(self, messages: list[Message]) -> None:
@@ -110,6 +111,7 @@ class TurnRecorder:
             self.usage_unknown = True
         self.usage = self.usage + usage
         self.model_calls += 1
+        self.retried += record.retried  # each attempt sent is a call of the turn's figures
         if self.trace is None:
             return
         await self.trace.model_call(
@@ -139,7 +141,7 @@ class TurnRecorder:
             status,
             stop,
             self.usage,
-            self.model_calls,
+            self.model_calls + self.retried,
             self.tool_calls,
             system_fingerprint,
             error,

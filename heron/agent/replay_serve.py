@@ -33,6 +33,7 @@ from heron.messages import (
     message_from_dict,
 )
 from heron.providers.profiles import ModelProfile, profile_for
+from heron.providers.wire import STOPPED
 from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
@@ -170,7 +171,7 @@ class ReplayProvider:
         self.report.replayed_requests = self.served
         self._compare(index, dumps(self.build(request)))
         call = self.run.calls[index]
-        if call.streamed is not None:  # the run was stopped while this reply streamed
+        if call.streamed is not None and call.error == STOPPED:  # stopped while it streamed
             raise ReplayStop("interrupted")
         if call.reply is None:
             raise FatalProviderError(call.error or "the recorded call failed")

@@ -41,7 +41,7 @@ from heron.messages import (
 from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
-from heron.providers.wire import ModelCallRecord, Streamed, body_of
+from heron.providers.wire import STOPPED, ModelCallRecord, Streamed, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import ChatRequest, OnEvent, StreamEvent
 from heron.tools.context import ToolContext
@@ -137,12 +137,15 @@ class RunResult:
     messages: list[Message]  # everything the run added, in order
     stop: RunStop
     usage: Usage = Usage()
-    model_calls: int = 0
+    model_calls: int = 0  # requests sent: every attempt of a retried call counts
     tool_calls: int = 0
     error: ProviderError | None = None
     # For the person, when the reply ends cut by the output cap (stop "length"): that it is
     # incomplete and what setting raises the cap (`Runner.cut_note`).
     note: str | None = None
+    # A call was billed and never counted (cut after it began, no usage sent): `usage` is a
+    # floor and the cost unknown.
+    usage_unknown: bool = False
 
     @property
     def text(self) -> str:
@@ -159,6 +162,8 @@ class _State:
     new: list[Message] = field(default_factory=list)
     usage: Usage = Usage()
     calls: int = 0
+    retried: int = 0  # failed attempts tried again: requests sent beyond `calls`
+    uncounted: bool = False  # a call billed and never counted (see RunResult.usage_unknown)
     tools: int = 0
     continuations: int = 0
     cut: list[str] = field(default_factory=list)  # the text of the cut replies continued so far
@@ -199,7 +204,8 @@ class Runner:
 
     def _result(self, s: _State, stop: RunStop, error: ProviderError | None = None) -> RunResult:
         note = self.cut_note(s) if stop == "length" else None
-        return RunResult(s.new, stop, s.usage, s.calls, s.tools, error, note)
+        calls = s.calls + s.retried
+        return RunResult(s.new, stop, s.usage, calls, s.tools, error, note, s.uncounted)
 
     def cut_note(self, s: _State) -> str:
         """Why a reply the output cap cut was left so (continued as far as allowed, or not at
@@ -295,7 +301,12 @@ class Runner:
         told = self._on_retry(hooks)
         guard = self.profile.loop_guard
 
+        retried, cut = 0, False  # attempts tried again; one of them broke after it began
+
         def on_retry(error: ProviderError, wait: float) -> None:
+            nonlocal retried, cut
+            retried += 1
+            cut |= kept.began  # it streamed, then broke: billed, never counted
             kept.restart()
             if shown is not None:
                 shown.retrying()
@@ -312,9 +323,9 @@ class Runner:
         except asyncio.CancelledError:
             # Stopped (Ctrl-C, /stop) mid-call: the request was sent and billed, so its row
             # is kept with what streamed; the turn's interruption writes it (heron/agent/turn.py).
-            streamed = kept.streamed()
+            stopped = kept.streamed()
             record = ModelCallRecord(
-                seq, purpose, payload, None, STOPPED, started, time.time(), body, streamed
+                seq, purpose, payload, None, STOPPED, started, time.time(), body, stopped, retried
             )
             try:
                 await asyncio.shield(hooks.on_model_call(record))
@@ -323,13 +334,25 @@ class Runner:
             raise
         except ProviderError as error:
             scrub_error(error, self.redactor)
+            s.retried += retried
+            # What streamed before it broke was billed: kept, its usage unknown.
+            streamed = kept.streamed() if kept.began or cut else None
+            s.uncounted |= streamed is not None
             ended = time.time()
-            record = ModelCallRecord(seq, purpose, payload, None, repr(error), started, ended, body)
+            record = ModelCallRecord(
+                seq, purpose, payload, None, repr(error), started, ended, body, streamed, retried
+            )
             await hooks.on_model_call(record)
             raise
+        s.retried += retried
+        if cut and not reply.usage_unknown:  # an earlier attempt's tokens were never counted
+            reply = Reply(reply.parts, reply.stop, reply.usage, usage_unknown=True)
+        s.uncounted |= reply.usage_unknown
         s.usage = s.usage + reply.usage
         await hooks.on_model_call(
-            ModelCallRecord(seq, purpose, payload, reply, None, started, time.time(), body)
+            ModelCallRecord(
+                seq, purpose, payload, reply, None, started, time.time(), body, retried=retried
+            )
         )
         return reply
 
@@ -397,9 +420,6 @@ class Runner:
         await self._add(s, reply.message, hooks)
 
 
-STOPPED = "stopped before the reply ended (Ctrl-C or /stop): its usage is not all known"
-
-
 class StreamKept:
     """One model call's stream events, passed on to `inner` and kept: the text, reasoning and
     latest usage of the attempt under way, which a call stopped mid-stream records."""
@@ -423,6 +443,12 @@ class StreamKept:
             self.usage = event.usage
         if self.inner is not None:
             self.inner(event)
+
+    @property
+    def began(self) -> bool:
+        """Whether this attempt's reply had begun (text, reasoning or usage arrived): a call
+        that breaks after that was billed."""
+        return bool(self.text or self.thinking) or self.usage is not None
 
     def streamed(self) -> Streamed:
         parts: list[Part] = []

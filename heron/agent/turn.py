@@ -47,7 +47,7 @@ from heron.agent.tracing import trace_for
 from heron.attachments import Composed, compose, without_keys
 from heron.bus import TurnOptions, stopped_by
 from heron.compaction import prepare_turn
-from heron.compaction.core import window_for
+from heron.compaction.core import output_for, window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
 from heron.context.prompt import fingerprint
 from heron.context.runtime import RuntimeInfo, with_runtime
@@ -55,6 +55,7 @@ from heron.errors import ContextOverflow, ProviderError, StoreRefused
 from heron.memory import wiring as memory_wiring
 from heron.messages import File, Message, Text, scrub_text, title_of
 from heron.providers.base import RetryPolicy
+from heron.providers.overflow import window_setting
 from heron.providers.wire import ModelCallRecord
 from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
@@ -96,7 +97,10 @@ FAILED = (
 )
 # Said with the error of a turn that failed before the person's message was stored.
 NOT_SAVED = "Your message was not saved: send it again once this is fixed."
-MAX_OVERFLOW_RETRIES = 1
+# A context overflow is retried twice: at the window the server stated, then a quarter
+# smaller (Heron's estimate of the prompt fell short of the server's count), or a quarter
+# smaller each time when the server stated none.
+MAX_OVERFLOW_RETRIES = 2
 OVERFLOW_SHRINK = 0.75  # the window of the run after an overflow, as a share of the last one
 # A goal's turn: no wall-clock deadline on a model request (the stall timeout still cuts a
 # silent stream); a year, not infinity, so the timer arithmetic stays finite.
@@ -671,12 +675,14 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
     finally:
         t.control.mailbox.open = False
     t.run = pending.run
-    if isinstance(pending.run.error, ContextOverflow) and retries < MAX_OVERFLOW_RETRIES:
+    error = pending.run.error
+    if isinstance(error, ContextOverflow) and retries < MAX_OVERFLOW_RETRIES:
         store = t.engine.store
         await store.call(pending.write, True)  # the failed run's rows before the retry's own
         overflowed = window_for(t.engine, window)
-        window = int(overflowed * OVERFLOW_SHRINK)
-        rebuilt = await rebuild_after_overflow(t, built, overflowed, window)
+        window = window_after(t.engine, overflowed, error.limit)
+        told = stated_notice(t.engine.choice.model, overflowed, window, error.limit)
+        rebuilt = await rebuild_after_overflow(t, built, window, told)
         return RunAgain(rebuilt, window, retries + 1)
     t.pending = pending
     return pending
@@ -928,21 +934,63 @@ def _muted(fn: Callable[[Any], None] | None, control: TurnControl) -> Callable[[
     return call
 
 
+def window_after(engine: TurnDeps, overflowed: int, stated: int | None) -> int:
+    """The window of the run after an overflow: the one the server stated when it is smaller
+    than the one that `overflowed`, kept for every later turn of the process (the server will
+    not grow it); else a quarter smaller."""
+    if stated is not None and stated < overflowed:
+        learn_window(engine, stated)
+        return stated
+    return int(overflowed * OVERFLOW_SHRINK)
+
+
+def learn_window(engine: TurnDeps, stated: int) -> None:
+    """The server's window becomes the process's: no window past it (window_for), and a
+    profile whose window and output cap fit it, so a request's `max_tokens` leaves room for
+    its prompt (vLLM refuses a request whose prompt and `max_tokens` together pass it)."""
+    engine.stated_window = stated
+    profile = engine.choice.profile
+    fitted = dataclasses.replace(
+        profile,
+        context_window=min(profile.context_window, stated),
+        max_output=output_for(profile.max_output, stated),
+    )
+    engine.choice = dataclasses.replace(engine.choice, profile=fitted)
+    engine.memos.trace = None  # a trace records the profile its requests went with
+
+
+def stated_notice(model: str, overflowed: int, window: int, stated: int | None) -> list[str]:
+    """What the person is told once a server stated a window smaller than Heron's: the retry
+    fits it, and the setting that spares the next process the refused request."""
+    if stated is None or window != stated:
+        return []
+    return [
+        f"The model server's window is {stated:,} tokens, not the {overflowed:,} Heron "
+        f"assumed: the conversation was compacted to fit it. Set {window_setting(model)} to "
+        f"{stated} so every run starts there."
+    ]
+
+
 async def rebuild_after_overflow(
-    t: Turn, built: BuiltTurn, overflowed: int, window: int
+    t: Turn, built: BuiltTurn, window: int, notices: list[str]
 ) -> BuiltTurn:
-    """Compact for the window that `overflowed`, and build the turn's context again as BUILD
-    does: the system prompt (with the new summary), the view and the governor, all for the
-    smaller `window`. Compaction's calls go in the turn's trace and usage."""
+    """Compact for the smaller `window` (the summary's own request goes to the same server),
+    and build the turn's context again as BUILD does: the system prompt (with the new
+    summary), the view and the governor, all for that window. Compaction's calls go in the
+    turn's trace and usage; `notices` are told as the run starts again."""
     anchor = built.governor.anchor_id if built.governor else None
     assert anchor is not None, "an overflow is retried only with the view BUILD derived"
     calls = built.compaction_calls
-    await t.engine.compact_now(t.conversation, reason="overflow", window=overflowed, on_call=calls)
+    await t.engine.compact_now(t.conversation, reason="overflow", window=window, on_call=calls)
     prepared = await prepare_turn(
         t.engine, t.conversation, t.agent, built.turn_id, anchor, window=window, on_call=calls
     )
     return dataclasses.replace(
-        built, system=prepared.system, messages=prepared.messages, governor=prepared.governor
+        built,
+        system=prepared.system,
+        messages=prepared.messages,
+        governor=prepared.governor,
+        notices=notices,  # BUILD's were told as the first run started
     )
 
 

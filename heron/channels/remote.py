@@ -698,6 +698,7 @@ def _turn_end(event: dict[str, Any]) -> TurnEnd:
         _text_or_none(event.get("stopped_by")),
         unsaved=bool(event.get("unsaved")),
         stop=_text_or_none(event.get("stop")),
+        usage_unknown=bool(event.get("usage_unknown")),
     )
 
 

@@ -602,13 +602,15 @@ async def run_once(
             async with opened as conn:
                 stop = functools.partial(conn.loop.stop, key)
                 await _exchange(conn, printer, stop, (text, key, agent, files), served=False)
-        if printer.end is not None and printer.end.cost_usd is None:  # as the serve's turn_end
+        end = printer.end
+        # Worked out as the serve's turn_end does; a usage not all counted has no cost.
+        if end is not None and end.cost_usd is None and not end.usage_unknown:
             from heron.trace.prices import PriceTable
 
             prices = PriceTable.from_config(settings.config.prices)
             choice = engine.choice
-            cost = prices.known_cost(choice.model, printer.end.usage, choice.provider)
-            printer.end = dataclasses.replace(printer.end, cost_usd=cost)
+            cost = prices.known_cost(choice.model, end.usage, choice.provider)
+            printer.end = dataclasses.replace(end, cost_usd=cost)
     return _finish(printer, key)
 
 

@@ -116,7 +116,7 @@ def budget_for(
     result_cap: int,
     shares: ContextShares | None = None,
 ) -> Budget:
-    output = min(max_output, max(256, window // 4))
+    output = output_for(max_output, window)
     return Budget(window, output, ratio, result_cap, shares or ContextShares())
 
 
@@ -179,7 +179,7 @@ class ContextDeps:
                 "tool schemas": est.tools,
                 "messages": est.messages,
             }
-            raise too_large(parts, self.budget.window, self.budget.output)
+            raise too_large(parts, self.budget.window, self.budget.output, self.model)
         if self.on_call is None:
             return await self.provider.chat(request)
         return await call_recorded(self.provider, request, purpose, self.on_call)
@@ -201,6 +201,9 @@ class CompactionSetup:
     # (agent, conversation id) -> the inputs before compaction (the memory sections need the id)
     prompt_inputs: Callable[[str, int | None], PromptInputs]
     forced_window: str = ""  # HERON_CONTEXT_WINDOW, when set
+    # The window the model's server stated when it refused a prompt as too long (a server run
+    # with a smaller window than the profile's): no window past it is ever used.
+    stated_window: int | None = None
     # Memory (heron/memory): the extraction pass before a fold and the thaw after it.
     before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[str | None]] | None = None
     after_fold: Callable[[int], Awaitable[None]] | None = None
@@ -217,13 +220,22 @@ class CompactionHost(Protocol):
 
 
 def window_for(host: CompactionHost | CompactionSetup, window: int | None = None) -> int:
-    """The window in tokens: an explicit one, HERON_CONTEXT_WINDOW, then the model profile."""
-    if window:
-        return window
+    """The window in tokens: an explicit one, HERON_CONTEXT_WINDOW, then the model profile;
+    never past the window the server stated."""
     setup = host if isinstance(host, CompactionSetup) else host.compaction_setup()
-    if setup.forced_window.isdigit():
-        return int(setup.forced_window)
-    return int(setup.profile.context_window)
+    if window:
+        chosen = window
+    elif setup.forced_window.isdigit():
+        chosen = int(setup.forced_window)
+    else:
+        chosen = int(setup.profile.context_window)
+    return min(chosen, setup.stated_window or chosen)
+
+
+def output_for(max_output: int, window: int) -> int:
+    """The tokens a reply may take: the profile's cap, within a quarter of the window (and at
+    least 256), so a request's prompt and reply fit a small window together."""
+    return min(max_output, max(256, window // 4))
 
 
 def deps_for(host: CompactionHost, window: int | None = None) -> ContextDeps:

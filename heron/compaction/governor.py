@@ -159,7 +159,8 @@ class Governor:
         for section in split_sections(self.system):
             name = section_name(section)
             parts[name] = parts.get(name, 0) + cal.tokens(estimate_text(section))
-        return too_large(parts, self.deps.budget.window, self.deps.budget.output)
+        budget = self.deps.budget
+        return too_large(parts, budget.window, budget.output, self.deps.model)
 
     def _shape_only(self, given: list[Message]) -> list[Message]:
         return self._fit(shape_messages(given, self.deps.view_options()))

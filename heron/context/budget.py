@@ -40,8 +40,11 @@ _WHAT_TO_DO = {
 }
 
 
-def too_large(parts: dict[str, int], window: int, output: int) -> RequestTooLarge:
-    """The error for a request of `parts` (name -> tokens) that does not fit `window`."""
+def too_large(
+    parts: dict[str, int], window: int, output: int, model: str = "<name>"
+) -> RequestTooLarge:
+    """The error for a request of `parts` (name -> tokens) that does not fit `window` of
+    `model` (the name its config.toml setting takes)."""
     total = sum(parts.values())
     largest = max(parts, key=lambda k: parts[k])
     listed = ", ".join(f"{k} {v:,}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
@@ -53,6 +56,6 @@ def too_large(parts: dict[str, int], window: int, output: int) -> RequestTooLarg
     todo = _WHAT_TO_DO.get(largest, f"Shorten the {largest} section of the system prompt.")
     hint = (
         f"{todo} Or use a model with a larger window (context_window under"
-        f' [models."<name>"] in config.toml).'
+        f' [models."{model}"] in config.toml).'
     )
     return RequestTooLarge(message, hint=hint)

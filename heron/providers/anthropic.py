@@ -16,7 +16,6 @@ import asyncio
 import base64
 import functools
 import json
-import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -25,8 +24,8 @@ from typing import Any
 
 from heron.errors import (
     AuthError,
-    ContextOverflow,
     FatalProviderError,
+    Overloaded,
     ProviderError,
     RateLimited,
     TransientProviderError,
@@ -55,10 +54,12 @@ from heron.providers.base import (
 from heron.providers.endpoint import (
     Endpoint,
     connection_error,
+    cut_mid_reply,
     no_api_there,
     rate_limited_hint,
     server_failed_hint,
 )
+from heron.providers.overflow import is_overflow, overflow_error
 from heron.providers.profiles import ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -68,13 +69,13 @@ AUTH_HINT = (
     "Set ANTHROPIC_API_KEY (or api_key under [providers.anthropic] in config.toml) to a valid key."
 )
 MODEL_HINT = "Run `heron models` to list the models this provider serves."
+OVERLOADED_HINT = "Anthropic's service is overloaded; try again in a few minutes."
 _CACHE = {"type": "ephemeral"}
 _STOP: dict[str, StopReason] = {
     "tool_use": "tool",
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
 }
-_OVERFLOW = re.compile(r"prompt is too long|exceeds? .*context|context (window|length)", re.I)
 
 
 class AnthropicProvider:
@@ -107,7 +108,7 @@ class AnthropicProvider:
         """One streamed call. Does not retry: the caller wraps it with `call_with_retries`."""
         body = body_of(self, request).value
         stall = request.stall_timeout
-        with map_errors(self.endpoint):
+        with map_errors(self.endpoint, self.model):
             try:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self._client, body)
@@ -480,11 +481,12 @@ def _tool_input(block: _Block) -> JSONObject:
 
 
 async def _events(stream: Any, endpoint: Endpoint) -> AsyncIterator[Any]:
-    """The stream's events, with SDK and transport errors mapped. Only the SDK's own work runs
-    under `map_errors`, so a bug in the assembler is never mistaken for a provider failure."""
+    """The stream's events, with SDK and transport errors mapped: the server has answered, so
+    a broken connection now is a reply cut midway. Only the SDK's own work runs under
+    `map_errors`, so a bug in the assembler is never mistaken for a provider failure."""
     iterator = stream.__aiter__()
     while True:
-        with map_errors(endpoint):
+        with map_errors(endpoint, answered=True):
             try:
                 event = await iterator.__anext__()
             except StopAsyncIteration:
@@ -493,27 +495,34 @@ async def _events(stream: Any, endpoint: Endpoint) -> AsyncIterator[Any]:
 
 
 @contextmanager
-def map_errors(endpoint: Endpoint) -> Iterator[None]:
-    """Turn whatever the SDK or the transport raises into one `heron.errors` type."""
+def map_errors(endpoint: Endpoint, model: str = "", *, answered: bool = False) -> Iterator[None]:
+    """Turn whatever the SDK or the transport raises into one `heron.errors` type (`model`:
+    the name an overflow's hint gives the setting of; `answered`: the reply had begun)."""
     try:
         yield
     except ProviderError:
         raise
     except Exception as error:
-        mapped = to_provider_error(error, endpoint)
+        mapped = to_provider_error(error, endpoint, model, answered=answered)
         if mapped is None:
             raise
         raise mapped from error
 
 
-def to_provider_error(error: Exception, endpoint: Endpoint) -> ProviderError | None:
-    """The Heron error for an SDK/transport exception, or None when it is not one (a bug)."""
+def to_provider_error(
+    error: Exception, endpoint: Endpoint, model: str = "", *, answered: bool = False
+) -> ProviderError | None:
+    """The Heron error for an SDK/transport exception, or None when it is not one (a bug).
+    `answered`: the server had started its reply, so a broken connection is a stream cut
+    mid-reply (as the OpenAI adapter says it), not a server that cannot be reached."""
     import anthropic  # already loaded by the time any call can fail
 
     if isinstance(error, anthropic.APIStatusError):
-        return _status_error(error, endpoint)
+        return _status_error(error, endpoint, model)
     if isinstance(error, anthropic.APITimeoutError):
         return TransientProviderError(f"the request to {endpoint.named} timed out")
+    if answered and isinstance(error, (anthropic.APIConnectionError, *_transport_errors())):
+        return cut_mid_reply(error, endpoint)
     if isinstance(error, anthropic.APIConnectionError):
         return connection_error(error, endpoint)
     if isinstance(error, json.JSONDecodeError):
@@ -533,7 +542,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
-def _status_error(error: Any, endpoint: Endpoint) -> ProviderError:
+def _status_error(error: Any, endpoint: Endpoint, model: str = "") -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body)
     kind = getattr(error, "type", None) or _error_field(error.body, "type")  # probe: SDK error
@@ -547,15 +556,17 @@ def _status_error(error: Any, endpoint: Endpoint) -> ProviderError:
         url = error.request.url
         said = message or error.body
         return no_api_there(status, "POST", url, said, body, endpoint, _no_v1(endpoint))
+    text = f"Anthropic API error {status} ({kind or 'unknown'})" + (
+        f": {message}" if message else ""
+    )
+    if is_overflow(status, f"{kind} {message}"):
+        return overflow_error(text, model, message, status, body)
     cls = _classify(status, kind, message)
-    hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT}.get(cls)
+    hint = {AuthError: AUTH_HINT, UnknownModel: MODEL_HINT, Overloaded: OVERLOADED_HINT}.get(cls)
     if cls is RateLimited:
         hint = rate_limited_hint(endpoint)
     elif cls is TransientProviderError and status >= 500:
         hint = server_failed_hint(status, endpoint)
-    text = f"Anthropic API error {status} ({kind or 'unknown'})" + (
-        f": {message}" if message else ""
-    )
     return cls(
         text, status=status, body=body, retry_after=retry_after(error.response.headers), hint=hint
     )
@@ -564,12 +575,12 @@ def _status_error(error: Any, endpoint: Endpoint) -> ProviderError:
 def _classify(status: int, kind: str | None, message: str) -> type[ProviderError]:
     if status in (401, 403) or kind in ("authentication_error", "permission_error"):
         return AuthError
-    if status in (429, 529) or kind in ("rate_limit_error", "overloaded_error"):
+    if status == 529 or kind == "overloaded_error":
+        return Overloaded
+    if status == 429 or kind == "rate_limit_error":
         return RateLimited
     if status == 404 and _about_model(kind, message):
         return UnknownModel
-    if status in (400, 413) and _OVERFLOW.search(message):
-        return ContextOverflow
     # 408 is a timeout, and an `api_error` event can arrive mid-stream under a 200 status.
     if status >= 500 or status == 408 or kind in ("api_error", "timeout_error"):
         return TransientProviderError

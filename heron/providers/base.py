@@ -48,12 +48,14 @@ class RetryPolicy:
     stall_timeout: float = 60.0  # what the runner puts in each ChatRequest
 
     def delay(self, attempt: int, error: ProviderError) -> float:
-        """Exponential backoff with full jitter; a server's retry-after wins when it says more."""
-        backoff = min(self.max_delay, self.base_delay * 2**attempt)
-        jittered = random.uniform(backoff / 2, backoff)
+        """Exponential backoff with full jitter, from the error's own first wait when it has
+        one (an overloaded service); a server's Retry-After as it says, however long: the
+        caller gives up at once when it ends past the deadline (`call_with_retries`)."""
         if error.retry_after is not None:
-            return min(self.max_delay, max(error.retry_after, 0.0))
-        return jittered
+            return max(error.retry_after, 0.0)
+        base = self.base_delay if error.backoff is None else error.backoff
+        backoff = min(self.max_delay, base * 2**attempt)
+        return random.uniform(backoff / 2, backoff)
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -95,6 +97,8 @@ async def call_with_retries(
                 raise
             wait = policy.delay(attempt, error)
             if clock() + wait >= end:
+                if error.retry_after is not None:
+                    raise _asked_too_long(policy, error, wait) from error
                 raise _late(policy, error) from error
             if on_retry:
                 on_retry(error, wait)
@@ -109,6 +113,25 @@ def _late(policy: RetryPolicy, last: ProviderError | None) -> DeadlineExceeded:
         hint="The model server may be overloaded or stuck; try again later, or raise "
         "request_deadline under [agent] in config.toml.",
     )
+
+
+def _asked_too_long(policy: RetryPolicy, error: ProviderError, wait: float) -> DeadlineExceeded:
+    """The server's Retry-After ends past the request's deadline: waiting is pointless, and
+    so is trying sooner than it said."""
+    return DeadlineExceeded(
+        f"{error.summary}; the server asks to wait {wait:g} s before trying again, longer "
+        f"than this request's deadline of {policy.deadline:g} s",
+        status=error.status,
+        body=error.body,
+        retry_after=error.retry_after,
+        hint=f"Try again in {_minutes(wait)}, or raise request_deadline under [agent] in "
+        "config.toml to let Heron wait for it.",
+    )
+
+
+def _minutes(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
 
 
 async def within_stall(stream: AsyncIterator[T], seconds: float) -> AsyncIterator[T]:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from heron.errors import (
     AuthError,
-    ContextOverflow,
     FatalProviderError,
     ProviderError,
     RateLimited,
@@ -50,6 +49,7 @@ from heron.providers.endpoint import (
     server_failed_hint,
     with_v1,
 )
+from heron.providers.overflow import is_overflow, overflow_error
 from heron.providers.profiles import PLACEHOLDER_KEY, ModelProfile, profile_for
 from heron.providers.wire import ToolsMemo, body_of, file_note, takes_file
 from heron.request import ChatRequest, OnEvent, StreamEvent, ToolSpec
@@ -66,7 +66,6 @@ MODEL_HINT = (
 # Where the SDK posts when no base URL is given (it then reads OPENAI_BASE_URL, which
 # heron.config reads first and passes on as the base URL).
 OPENAI_API = "https://api.openai.com/v1"
-_OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceeds the context")
 
 
 class OpenAICompatProvider:
@@ -192,7 +191,9 @@ class OpenAICompatProvider:
                     if acc.cut:
                         break
         except (openai.OpenAIError, json.JSONDecodeError) as error:
-            raise map_error(error, self.endpoint, key=self.key_words, answered=answered) from error
+            raise map_error(
+                error, self.endpoint, key=self.key_words, answered=answered, model=self.model
+            ) from error
         return acc.reply()
 
     @property
@@ -377,9 +378,13 @@ class _Accumulator:
             parts.append(Text("".join(self.text)))
         calls = [self._call(i, c) for i, c in sorted(self.calls.items())]
         parts.extend(calls)
-        # Cut before the server's closing usage: its input was never counted.
-        unknown = self.cut and not self.counted
-        return Reply(parts, _stop(self.finish, bool(calls)), self.usage, usage_unknown=unknown)
+        usage = self.usage
+        if not self.counted:
+            # No closing usage (cut at the cap before it, or a server that sends none): the
+            # call was billed but never counted; what was read of its output is the floor.
+            usage = Usage(usage.input, max(usage.output, self.meter.tokens), usage.cache_read)
+        stop = _stop(self.finish, bool(calls))
+        return Reply(parts, stop, usage, usage_unknown=not self.counted)
 
     @staticmethod
     def _call(index: int, call: _PendingCall) -> ToolCall:
@@ -448,18 +453,20 @@ def map_error(
     *,
     key: KeyWords = KeyWords(),
     answered: bool = False,
+    model: str = "",
 ) -> ProviderError:
     """The one place SDK and stream failures become Heron errors; those about the server
     itself name `endpoint` (heron/providers/endpoint.py), a refused key the setting it came
     from (`key`). `answered`: the server had started its reply, so a broken connection is a
-    stream cut mid-reply, not a server that cannot be reached."""
+    stream cut mid-reply, not a server that cannot be reached. `model`: the name an overflow's
+    hint gives the setting of."""
     import openai
 
     endpoint = endpoint or Endpoint(OPENAI_API)
     if isinstance(error, json.JSONDecodeError):
         return TransientProviderError(f"malformed event in the stream: {error}")
     if isinstance(error, openai.APIStatusError):
-        return _status_error(error, endpoint, method, key)
+        return _status_error(error, endpoint, method, key, model)
     if isinstance(error, openai.APITimeoutError):
         return TransientProviderError(f"the request to {endpoint.named} timed out")
     if isinstance(error, openai.APIConnectionError) and answered:
@@ -472,7 +479,9 @@ def map_error(
     return FatalProviderError(f"unexpected client error: {error}")
 
 
-def _status_error(error: Any, endpoint: Endpoint, method: str, key: KeyWords) -> ProviderError:
+def _status_error(
+    error: Any, endpoint: Endpoint, method: str, key: KeyWords, model: str
+) -> ProviderError:
     status: int = error.status_code
     body = error.body if isinstance(error.body, str) else json.dumps(error.body, default=str)
     message = f"HTTP {status} from {endpoint.named}: {_message(error)}"
@@ -487,6 +496,9 @@ def _status_error(error: Any, endpoint: Endpoint, method: str, key: KeyWords) ->
         return no_api_there(
             status, method, error.request.url, said, body, endpoint, with_v1(endpoint)
         )
+    text = f"{code} {body} {error.message}"
+    if is_overflow(status, text):
+        return overflow_error(message, model, text, status, body)
     if status >= 500:
         hint = server_failed_hint(status, endpoint)
         return TransientProviderError(message, status=status, body=body, hint=hint)
@@ -494,9 +506,6 @@ def _status_error(error: Any, endpoint: Endpoint, method: str, key: KeyWords) ->
         return AuthError(message, hint=key.auth_hint(endpoint), status=status, body=body)
     if status == 404 or code == "model_not_found":
         return UnknownModel(message, hint=MODEL_HINT, status=status, body=body)
-    text = f"{code} {body} {error.message}".lower()
-    if status in (400, 413) and any(m in text for m in _OVERFLOW_MARKERS):
-        return ContextOverflow(message, status=status, body=body)
     return FatalProviderError(message, status=status, body=body)
 
 

@@ -152,6 +152,7 @@ class ModelCallRecord:
     ended: float
     body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
     streamed: Streamed | None = None  # a call stopped mid-stream: what had arrived
+    retried: int = 0  # attempts before this one that failed and were tried again
 
 
 class Asked(Protocol):
@@ -181,6 +182,11 @@ async def call_recorded(
         raise
     await sink(ModelCallRecord(0, purpose, payload, reply, None, started, time.time()))
     return reply
+
+
+# The error of a call stopped mid-stream (Ctrl-C, /stop), as its trace row records it; a call
+# that broke on its own after it began streaming records its error beside what streamed.
+STOPPED = "stopped before the reply ended (Ctrl-C or /stop): its usage is not all known"
 
 
 @dataclass(frozen=True)

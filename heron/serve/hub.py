@@ -396,8 +396,9 @@ class Hub:
             end = {**_turn_end(journal.turn_id, ev.end), "chat_id": ev.chat_id}
             if self.stopping and end["interrupted"] and not end["error"]:
                 end["error"] = "heron serve stopped"
-            if end["cost_usd"] is None and ev.end.usage is not None and self.cost is not None:
-                end["cost_usd"] = self.cost(ev.end.usage)
+            usage = None if ev.end.usage_unknown else ev.end.usage  # not all counted: `?`
+            if end["cost_usd"] is None and usage is not None and self.cost is not None:
+                end["cost_usd"] = self.cost(usage)
             journal.busy, journal.turn_id = False, None
             return [end, {"type": "status", "state": "idle"}]
         return []
@@ -467,4 +468,5 @@ def _turn_end(turn_id: str | None, end: TurnEnd) -> Event:
         "model_calls": end.model_calls,
         "unsaved": end.unsaved,
         "stop": end.stop,
+        "usage_unknown": end.usage_unknown,
     }

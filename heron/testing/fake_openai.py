@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from heron.testing.script import (
     ENDLESS_ARGS,
@@ -34,13 +34,19 @@ _ERROR_DEFAULTS: dict[int, tuple[str, str]] = {
 
 class FakeOpenAIServer:
     def __init__(
-        self, script: Script, models: list[str] | None = None, window: int | None = None
+        self,
+        script: Script,
+        models: list[str] | None = None,
+        window: int | None = None,
+        dialect: Literal["openai", "llamacpp"] = "openai",
     ) -> None:
         self.script = script
         self.models = models or ["fake-model"]
         # A real server refuses a prompt longer than its context window: with `window` set, so
-        # does this one (prompt tokens counted as a quarter of the body's bytes, as in usage).
+        # does this one (prompt tokens counted as a quarter of the body's bytes, as in usage),
+        # in the words of OpenAI (and vLLM) or of llama.cpp's server (`dialect`).
         self.window = window
+        self.dialect = dialect
         self.over_window = 0  # requests refused for their size
         self.largest_prompt = 0  # tokens of the largest request received
         self.requests: list[dict[str, Any]] = []
@@ -117,8 +123,15 @@ class FakeOpenAIServer:
             return self.script[index], cached
 
 
-def _overflow(tokens: int, window: int) -> dict[str, Any]:
-    """The error body OpenAI sends for a prompt over the window."""
+def _overflow(tokens: int, window: int, dialect: str = "openai") -> dict[str, Any]:
+    """The error body OpenAI (or llama.cpp's server) sends for a prompt over the window."""
+    if dialect == "llamacpp":
+        said = (
+            f"request ({tokens} tokens) exceeds the available context size ({window} tokens),"
+            " try increasing it"
+        )
+        error = {"code": 400, "message": said, "type": "exceed_context_size_error"}
+        return {"error": {**error, "n_prompt_tokens": tokens, "n_ctx": window}}
     message = (
         f"This model's maximum context length is {window} tokens. However, your messages"
         f" resulted in {tokens} tokens. Please reduce the length of the messages."
@@ -189,7 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         if self.fake._too_large(len(raw)):
-            self._json(400, _overflow(len(raw) // 4, self.fake.window or 0))
+            fake = self.fake
+            self._json(400, _overflow(len(raw) // 4, fake.window or 0, fake.dialect))
             return
         reply, cached = self.fake._next(body, headers)
         if reply.delay_s:
@@ -365,7 +379,8 @@ class _Stream:
 
     def _end_lines(self) -> list[str]:
         lines = [self._chunk({}, _finish(self.reply))]
-        if (self.body.get("stream_options") or {}).get("include_usage"):
+        asked = (self.body.get("stream_options") or {}).get("include_usage")
+        if asked and not self.reply.no_usage:
             lines.append(json.dumps({**self.base, "choices": [], "usage": self.usage}))
         lines.append("[DONE]")
         return lines

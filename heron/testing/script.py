@@ -32,6 +32,7 @@ class ServerReply:
     malformed_event: bool = False  # send one SSE data line that is not JSON
     delay_s: float = 0.0  # wait before answering (e.g. to kill the client mid-call)
     chunk_size: int = 8  # characters per streamed text delta
+    no_usage: bool = False  # OpenAI wire: no usage chunk, as some proxies and older servers
     # Streams without bounds (each ends when the client goes away or the server stops):
     hang: bool = False  # read the request and never answer, not even the headers
     stall_after_events: int | None = None  # send this many SSE events, then nothing, kept open

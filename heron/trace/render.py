@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from heron import timefmt
-from heron.messages import Part, Text, Thinking, Usage, plural, reply_to_dict
+from heron.messages import Part, Reply, Text, Thinking, Usage, plural, reply_to_dict
 from heron.providers.wire import streamed_to_dict
 from heron.store import Store, Turn
 from heron.store.db import turn_from_row
@@ -170,7 +170,13 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
     yield from _reply_lines(call.reply.parts, "reply")
     yield f"    stop: {call.reply.stop}"
     if cut:
-        yield "    ■ usage unknown: cut at its output cap before the server counted it"
+        yield f"    ■ usage unknown: {_why_unknown(call.reply)}"
+
+
+def _why_unknown(reply: Reply) -> str:
+    if reply.stop == "length":
+        return "cut at its output cap before the server counted it"
+    return "no usage came from the server, or an attempt before it broke after it began"
 
 
 def _reply_lines(parts: Sequence[Part], label: str) -> Iterator[str]:
