@@ -142,7 +142,7 @@ def tell_unused_sqlite(paths: Paths, source: str, url: str) -> None:
     note = paths.home / UNUSED_NOTE
     if not paths.db.exists() or note.exists():
         return
-    from heron.store.pg import redact
+    from heron.store.pg_url import redact
     from heron.store.unused import copy_mark, held_in
 
     held = held_in(paths.db)
@@ -171,7 +171,7 @@ def _copied_elsewhere(mark: CopyMark | None, url: str) -> str:
     """What the notice adds about an earlier copy that does not cover this database."""
     if mark is None:
         return ""
-    from heron.store.pg import redact
+    from heron.store.pg_url import redact
 
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark.at))
     if mark.target != redact(url):

@@ -127,7 +127,7 @@ def _report(copied: Copied) -> None:
 
 
 def _next_step(home: Settings, given: str | None, source: str | None, mark: str) -> None:
-    from heron.store.pg import redact
+    from heron.store.pg_url import redact
 
     where = home.paths.home
     if source is not None or given is None:

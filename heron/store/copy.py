@@ -35,7 +35,8 @@ from heron.messages import plural
 from heron.store.engine_state import claim_dead
 from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
-from heron.store.pg import redact, url_schema
+from heron.store.pg import url_schema
+from heron.store.pg_url import redact
 
 if TYPE_CHECKING:
     import psycopg
