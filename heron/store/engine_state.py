@@ -183,6 +183,19 @@ def lease_holder(store: Store, conversation_id: int) -> Holder | None:
     return Holder(r[0], r[1], r[2], r[3] or "a turn", r[4])
 
 
+def ended_holder(store: Store, conversation_id: int) -> int | None:
+    """The pid of this host's process whose claim on the conversation is still stored though
+    it has ended (killed mid-turn, no serve to close it): the turn it left `running` runs no
+    more, and the next one there closes it. None otherwise (another host's claim: time alone
+    never tells it dead)."""
+    rows = store.query(
+        "SELECT host, pid FROM turn_leases WHERE conversation_id = ?", (conversation_id,)
+    )
+    if rows and rows[0][0] == HOST and not pid_alive(rows[0][1]):
+        return int(rows[0][1])
+    return None
+
+
 def still_current(store: Store, conversation_id: int, epoch: int, owner: str | None) -> bool:
     """The commit-time check: the epoch is unchanged and (when given) the lease is still ours."""
     rows = store.query(
