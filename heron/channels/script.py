@@ -129,6 +129,11 @@ class ReplyPrinter:
         self.cut_short = False  # the turn was stopped (or left to the serve) for `cut`
         self.stored = False  # its message is known to be in the store (`saved`)
         self.serve_gone = False  # the serve stopped before the turn's end was heard
+        self.workers = False  # that serve runs turns on workers: one may go on without it
+        # Where the record's part of the reply ends: text streamed before a tool call is
+        # stored with the call; what streamed since (`unkept`) only when the turn saves.
+        self.kept_at = 0  # characters of the held reply
+        self.unkept = False
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -141,8 +146,10 @@ class ReplyPrinter:
             self.stored = True  # in-process `saved`; through a serve, its start names the row
         if ev.kind == "delta" and ev.text:
             self.write(ev.text)
+            self.unkept = True
         elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
             self.line_break()
+            self.kept_at, self.unkept = len("".join(self.reply)), False
             status = "error" if ev.result.is_error else "ok"
             self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s]")
         elif ev.kind == "retry":
@@ -545,9 +552,9 @@ async def run_remote(
 
             try:
                 await _exchange(conn, printer, stop, (text, key, agent, files), served=True)
-            except ServeGone:
-                printer.note("heron: heron serve stopped before the turn ended")
+            except ServeGone:  # `_said` tells it, with what became of the turn
                 printer.serve_gone = True
+                printer.workers = "workers" in conn.welcome  # only a face with workers says so
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
@@ -629,9 +636,14 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
         result = result_json(printer, key)
         printer.emit(json.dumps(result, ensure_ascii=False) + "\n")
         return bool(result["ok"])  # the exit code says what `ok` says
+    gone = printer.end is None and printer.serve_gone
+    open_line = printer.wrote and not printer.at_line_start
     if printer.hold:  # the reply as stored, written now that the turn ended
-        printer.emit("".join(printer.reply))
-    if printer.wrote and not printer.at_line_start:
+        held = "".join(printer.reply)
+        shown = held[: printer.kept_at] if gone else held
+        printer.emit(shown)
+        open_line = bool(shown) and not shown.endswith("\n")
+    if open_line:
         printer.emit("\n")
     if printer.reader_gone:
         return False  # quietly, as a tool SIGPIPE ends: its turn is kept (module docstring)
@@ -643,9 +655,9 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
     if end is not None and end.ok:
         return True
     error, hint = _why(printer, key)
-    if _stopped_by(printer) is None and not (end is None and printer.serve_gone):
+    if _stopped_by(printer) is None and not gone:
         error = f"the turn failed: {error}"
-    elif printer.sent:
+    elif printer.sent and not gone:
         error = f"the turn was {error}. What it finished is kept."
     printer.note(f"heron: {error}\n{hint}")
     return False
@@ -668,14 +680,29 @@ def _why(printer: ReplyPrinter, key: str) -> tuple[str, str]:
     if stopped is not None:
         hint = after_stop(stopped, key) if end is not None or printer.stored else unknown(key)
         return f"stopped by {stopped}", hint
-    if end is None and printer.serve_gone:  # on workers the turn goes on without the face
-        said = "its end was not heard; on a worker of the serve it may still finish"
-        return said, f"`heron conversations show {key}` shows its answer once it has one."
+    if end is None and printer.serve_gone:
+        return serve_gone(printer, key)
     error = end.error if end is not None and end.error else "it was stopped"
     return error, failed_hint(end, key) if end is not None or printer.stored else unknown(key)
 
 
 UNSENT = "Nothing was sent or stored; run it again."
+GONE = "heron serve stopped before the turn ended"
+
+
+def serve_gone(printer: ReplyPrinter, key: str) -> tuple[str, str]:
+    """The serve went away (killed, crashed) before the turn's end came. On workers the turn
+    goes on without the face; without them nothing finishes it: the next serve closes it as
+    interrupted, what streamed since the last tool call is not in the record, and only
+    --retry answers the message."""
+    if printer.workers:
+        said = f"{GONE}; on a worker of the serve it may still finish"
+        return said, f"`heron conversations show {key}` shows its answer once it has one."
+    since = " since its last tool call" if printer.kept_at else ""
+    said = f"{GONE}; what streamed{since} was not saved" if printer.unkept else GONE
+    if not printer.stored:
+        return said, unknown(key)
+    return said, f"Start heron serve again; `heron run --retry -c {key}` answers your message."
 
 
 def failed_hint(end: TurnEnd | None, key: str) -> str:
@@ -744,7 +771,12 @@ def result_json(printer: ReplyPrinter, key: str) -> dict[str, object]:
         why, _, then = printer.unanswered.partition(". ")
         out.update(error=why, hint=then)
         return out
-    if end is None or not end.ok:
+    if end is None and printer.serve_gone:  # `reply`: only what the record holds
+        error, hint = _why(printer, key)
+        unsaved = streamed[printer.kept_at :]
+        out.update(reply=streamed[: printer.kept_at], error=error, hint=hint)
+        out.update(unsaved_reply=unsaved or None)
+    elif end is None or not end.ok:
         error, hint = _why(printer, key)
         out.update(reply=streamed, error=error, hint=hint)
     else:
@@ -785,6 +817,7 @@ def _json_object(key: str | None) -> dict[str, object]:
         "cost_usd": None,
         "later": [],
         "stop": None,
+        "unsaved_reply": None,
     }
 
 
