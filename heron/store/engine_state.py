@@ -11,6 +11,7 @@ a read-then-write there is decided by one process at a time and sees what the la
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -22,6 +23,8 @@ from pathlib import Path
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
 from heron.store.db import Store
 from heron.store.pg import later, row_lock
+
+log = logging.getLogger(__name__)
 
 HOST = socket.gethostname()
 
@@ -149,7 +152,39 @@ def _epoch_and_dirty(conn: sqlite3.Connection, conversation_id: int) -> tuple[in
     ).fetchone()
     if row is None:
         return 0, False
-    return int(row[0]), bool(row[1] or row[2] or (row[3] == "assistant" and row[4]))
+    epoch = row[0] if isinstance(row[0], int) else _epoch_set_right(conn, conversation_id, row[0])
+    return epoch, bool(row[1] or row[2] or (row[3] == "assistant" and row[4]))
+
+
+# What a damaged epoch is set to: no token holds it but a turn begun at 1 and stopped since
+# (every stop bumps it), and such a turn is stale already, as every turn was while it was bad.
+EPOCH_SET_RIGHT = 1
+
+
+def _epoch_set_right(conn: sqlite3.Connection, conversation_id: int, value: object) -> int:
+    """Under the claim's lock: an epoch that is not a number (SQLite keeps what an outside
+    `UPDATE` wrote, 'abc') made every turn of its conversation fail. It only orders stops, so
+    it is set to a number, and the log names the row."""
+    try:
+        return int(str(value))  # '7' written as text: the number it says
+    except ValueError:
+        pass
+    key = _key_of(conn, conversation_id)
+    log.warning(
+        "conversation %r (row %d of conversations) had a damaged epoch %r, not a number "
+        "(written outside Heron); it was set to %d and the conversation goes on",
+        key, conversation_id, value, EPOCH_SET_RIGHT,
+    )  # fmt: skip
+    conn.execute(
+        "UPDATE conversations SET epoch = ? WHERE id = ?", (EPOCH_SET_RIGHT, conversation_id)
+    )
+    return EPOCH_SET_RIGHT
+
+
+def _key_of(conn: sqlite3.Connection, conversation_id: int) -> str:
+    row = conn.execute("SELECT key FROM conversations WHERE id = ?", (conversation_id,))
+    found = row.fetchone()
+    return str(found[0]) if found else "?"
 
 
 def renew_lease(store: Store, conversation_id: int, owner: str, ttl: float) -> bool:
