@@ -39,6 +39,7 @@ from heron.bus import (
     TurnEnd,
     TurnEvent,
 )
+from heron.channels.early import _EARLY, SIGNALS, signalled_again
 from heron.channels.visible import command_shown, is_terminal, visible
 from heron.messages import File, new_key
 
@@ -55,7 +56,6 @@ EMBEDDED_BANNER = (
 )
 CHANNEL = "script"
 NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
-SIGNALS = (signal.SIGINT, signal.SIGTERM)  # each stops the turn as /stop does
 STOP_WAIT = 10.0  # seconds a stopped turn has to say it ended before heron run leaves anyway
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: the status of a tool whose reader went away
 READER_GONE = "a closed stdout"  # what stopped an in-process turn whose reader went away
@@ -296,37 +296,6 @@ def to_null(stream: TextIO) -> None:
         os.dup2(null, fd)
     finally:
         os.close(null)
-
-
-# One signal can come twice: `timeout` sends it to the process, then to its process group.
-TWICE_WITHIN = 1.0
-# Signals that came before the run's own handlers were in place: (number, monotonic time).
-_EARLY: list[tuple[int, float]] = []
-
-
-def catch_early_signals() -> None:
-    """From the start of `heron run` (heron/entry.py): a SIGINT or SIGTERM that comes while
-    Python imports and the engine opens is kept for `_cuts`, so the run then sends
-    nothing and says so (the JSON object too) instead of dying silently. A second one ends
-    the process at once."""
-    for number in SIGNALS:
-        signal.signal(number, _early)
-
-
-def _early(number: int, frame: object) -> None:
-    if _EARLY:
-        signalled_again(number, _EARLY[0][1])
-    else:
-        _EARLY.append((number, time.monotonic()))
-
-
-def signalled_again(number: int, first: float) -> None:
-    """A signal after the one that is stopping the run: the same one sent twice is passed
-    over; another ends the process at once, as the signal would without these handlers."""
-    if time.monotonic() - first < TWICE_WITHIN:
-        return
-    signal.signal(number, signal.SIG_DFL)
-    signal.raise_signal(number)
 
 
 @contextmanager
