@@ -1,4 +1,5 @@
-"""`heron run` through a `heron serve` that dies mid-turn (kill -9, a crash): it says what
+"""`heron run` through a `heron serve`: a follow-up mailed into a running turn prints from the
+reply that reads it (qa21s #5), and a serve that dies mid-turn (kill -9, a crash): it says what
 happened in a sentence, that what streamed since the last tool call was not saved, and, for a
 serve without workers (nothing will finish that turn), that `heron run --retry` answers the
 message once the serve runs again. `--json` gives as `reply` only what the record holds, and
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 
 from heron import versions
-from heron.channels.script import run_remote
+from heron.bus import MAIL_BREAK, TurnEnd, TurnEvent
+from heron.channels.script import ReplyPrinter, _said, run_remote
+from heron.messages import ToolCall, ToolResult
 
 KEY = "sk"
 
@@ -105,3 +108,42 @@ async def test_with_workers_the_turn_may_still_finish(tmp_path):
     assert "heron serve stopped before the turn ended; on a worker of the serve" in err
     assert "may still finish" in err and f"heron conversations show {KEY}" in err
     assert "the turn was its end" not in err
+
+
+# ---- a follow-up that joined a running turn as mail ------------------------------------------
+
+
+def _mailed(*events: TurnEvent) -> str:
+    """What a follow-up's `heron run` prints once its message went to the running turn and
+    that turn went on with `events`, then ended."""
+    printer = ReplyPrinter(StringIO(), StringIO(), key=KEY, served=True)
+    printer.event(TurnEvent("script", "c1", KEY, "mail", "MSG-b follow-up"))
+    for event in events:
+        printer.event(event)
+    printer.event(TurnEvent("script", "c1", KEY, "turn_end", end=TurnEnd(True, "done")))
+    _said(printer, KEY)
+    return printer.out.getvalue()  # type: ignore[attr-defined]
+
+
+def _delta(text: str) -> TurnEvent:
+    return TurnEvent("script", "c1", KEY, "delta", text)
+
+
+def _tool_end() -> TurnEvent:
+    call = ToolCall("c1", "bash", {})
+    return TurnEvent("script", "c1", KEY, "tool_end", call=call, result=ToolResult("c1", "ok"))
+
+
+def test_a_follow_up_prints_from_the_reply_that_reads_it_not_another_messages_tail():
+    """qa21s #5: it began with `m ipsum lorem ipsum ||ANSWER to ['MSG-b']`."""
+    tail = _delta("m ipsum lorem ipsum")  # the end of the answer to the first message
+    assert _mailed(tail, _delta(MAIL_BREAK), _delta("ANSWER to ['MSG-b']")) == (
+        "ANSWER to ['MSG-b']\n"
+    )
+    assert _mailed(tail, _tool_end(), _delta("ANSWER to ['MSG-b']")) == "ANSWER to ['MSG-b']\n"
+
+
+def test_a_turn_that_ends_with_no_point_seen_where_it_read_the_mail_prints_its_reply():
+    """The mail joined just after the last tool phase, before the drain that read it: what
+    streamed since is the reply that answers it."""
+    assert _mailed(_delta("ANSWER to "), _delta("['MSG-b']")) == "ANSWER to ['MSG-b']\n"

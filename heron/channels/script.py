@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 from heron.bus import (
     ALREADY_ANSWERED,
     KEEPING_CODE,
+    MAIL_BREAK,
     NOTHING_TO_RETRY,
     RETRY_MARKER,
     UNANSWERED_CODE,
@@ -134,6 +135,9 @@ class ReplyPrinter:
         # stored with the call; what streamed since (`unkept`) only when the turn saves.
         self.kept_at = 0  # characters of the held reply
         self.unkept = False
+        # Through a serve, once this run's message went to the running turn as mail: what
+        # that turn streams until it reads the mail answers another message (`_before_mail`).
+        self.before_mail: list[str] | None = None
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -144,6 +148,8 @@ class ReplyPrinter:
     def event(self, ev: TurnEvent) -> None:
         if ev.kind == "saved" or (ev.kind == "turn_start" and ev.message_id is not None):
             self.stored = True  # in-process `saved`; through a serve, its start names the row
+        if self.before_mail is not None and self._before_mail(ev):
+            return
         if ev.kind == "delta" and ev.text:
             self.write(ev.text)
             self.unkept = True
@@ -158,6 +164,7 @@ class ReplyPrinter:
             self.restart(ev.text)
         elif ev.kind == "mail":  # through serve: the conversation's turn was running
             self.note("heron: the conversation is busy; your message went to the running turn")
+            self.before_mail = []
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
@@ -177,6 +184,32 @@ class ReplyPrinter:
             self.note(f"heron: {what} {ev.approval.outcome()}")
         elif ev.kind == "turn_end":
             self.end = ev.end
+
+    def _before_mail(self, ev: TurnEvent) -> bool:
+        """Whether `ev` is the running turn's before it read this run's mail: held, not shown
+        (it answers another message, and would start mid-word). The mail is read after a
+        tool phase, or after a reply, where the run streams `MAIL_BREAK`: what follows is
+        shown. A turn that ends with neither seen read it just before streaming what is
+        held (the mail came between a tool phase's end and its read): that is shown."""
+        held = self.before_mail
+        assert held is not None
+        if ev.kind == "tool_end" or (ev.kind == "delta" and ev.text == MAIL_BREAK):
+            self.before_mail = None  # the mail is read here: what follows answers it
+            return True
+        if ev.kind == "delta":
+            held.append(ev.text)
+        if ev.kind in ("delta", "tool_start"):
+            return True
+        if ev.kind == "restart":  # a cut stream starts again: it takes back what it streamed
+            text = "".join(held)
+            kept = text[: len(text) - len(ev.text)] if text.endswith(ev.text) else ""
+            self.before_mail = [kept]
+            return True
+        if ev.kind == "turn_end":
+            self.before_mail = None
+            if "".join(held):
+                self.write("".join(held))
+        return False
 
     def message(self, m: OutboundMessage) -> None:
         if m.kind == "command" and self.cut_short:
