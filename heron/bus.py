@@ -20,6 +20,10 @@ from heron.messages import File, ToolCall, ToolResult, Usage
 
 # What a channel shows where a retried stream differs from what it already showed.
 RETRY_MARKER = "[the stream was cut; the reply starts again]"
+# What a run streams where its reply goes on after reading mail (heron/agent/runner.py): the
+# answer to the mail starts a paragraph of its own, and a `heron run` whose message joined the
+# turn as mail prints from there (heron/channels/script.py).
+MAIL_BREAK = "\n\n"
 # /retry's answer where there is no message to answer again (`heron run --json`: not ok).
 NOTHING_TO_RETRY = "Nothing to retry yet."
 # `heron run --retry` sends /retry with this word: it answers only a message left without its

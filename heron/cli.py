@@ -293,8 +293,8 @@ def _latest_key() -> str:
 
 
 def _retry_text(message: str | None, conversation: str | None) -> str:
-    """--retry: the turn answers the conversation's last message again when its turn failed
-    (the /retry command, told to refuse one already answered)."""
+    """--retry: the turn answers the conversation's last message again when its turn failed or
+    was stopped (the /retry command, told to refuse one already answered)."""
     if message is not None or conversation is None:
         raise ConfigError("--retry takes no message and needs -c KEY")
     from heron.bus import RETRY_UNANSWERED

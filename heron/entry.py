@@ -24,9 +24,9 @@ def main() -> None:
         if 1 in closed:  # `heron run ... >&-`: as a Unix tool, fail at once, not after a turn
             sys.stderr.write(f"heron: {STDOUT_CLOSED}\n")
             sys.exit(2)
-        from heron.channels.script import catch_early_signals
+        from heron.channels.early import catch_early_signals  # before any heavy import
 
-        catch_early_signals()  # a timeout's SIGTERM while Python starts is kept, not lost
+        catch_early_signals()  # a timeout's SIGTERM or a Ctrl-C while Python starts is kept
         code = _fast_run(argv[1:])
         if code is not None:
             sys.exit(code)

@@ -136,3 +136,23 @@ async def test_a_damaged_compaction_or_message_time_is_read_around_never_a_crash
     assert "tell me about the zebra" in text
     assert {h.message_id: h.created for h in hits}[rows[0].id] == 0.0  # shown, dated 0
     assert f"compaction #{fold}" in caplog.text
+
+
+async def test_a_damaged_epoch_is_named_and_set_right_never_a_crash(caplog):
+    """qa21s #7: `conversations.epoch` holding 'abc' (written outside Heron) failed every turn
+    of its conversation with a traceback and `invalid literal for int()`. The next turn's
+    claim names the row and sets it to a number no running turn holds."""
+    provider = ScriptedProvider([_ok("first"), _ok("second")])
+    with caplog.at_level(logging.WARNING):
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            await engine.turn("w", "hello")
+            conversation = engine.store.conversation("w")
+            engine.store.conn.execute(
+                "UPDATE conversations SET epoch = 'abc' WHERE id = ?", (conversation.id,)
+            )
+            engine.store.conn.commit()
+            later = await engine.turn("w", "again")
+    assert later.ok and later.text == "second"
+    said = caplog.text
+    assert f"conversation 'w' (row {conversation.id} of conversations)" in said
+    assert "'abc'" in said and "set to 1" in said

@@ -22,6 +22,7 @@ from test_e2e_cli import openai_env
 
 from heron.agent.turn import REPLY_STOPPED
 from heron.channels import script
+from heron.channels.early import catch_early_signals
 from heron.channels.script import PIPE_CLOSED, UNSENT, RunCut, run_message, run_once
 from heron.config import Settings
 from heron.messages import Reply, Text, Usage
@@ -161,7 +162,7 @@ async def test_a_signal_stops_the_turn_as_ctrl_c_does_and_the_json_says_so(numbe
 
 @pytest.mark.usefixtures("guarded")
 async def test_a_signal_before_the_message_went_out_sends_nothing_and_says_so():
-    script.catch_early_signals()  # as heron/entry.py does first
+    catch_early_signals()  # as heron/entry.py does first
     os.kill(os.getpid(), signal.SIGTERM)  # while Python imports, say
     out, err = StringIO(), StringIO()
     code = await _run(False, Streams(), out, err, "early", as_json=True)
@@ -272,3 +273,35 @@ def test_heron_run_twice_in_one_process_prints_both_replies(heron_home):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["one", "two"]
+
+
+def test_the_early_signal_handler_is_in_place_before_heron_run_imports_its_channel():
+    """qa21s #9: a SIGINT while `heron run` imported heron.channels.script (the first ~0.2 s)
+    gave a KeyboardInterrupt traceback: the handler that keeps it came with that import. It
+    is in place before any import but the entry point's and its own module's."""
+    import subprocess
+    import sys
+
+    spy = """
+import builtins, signal, sys
+seen = {}
+real = builtins.__import__
+def spy(name, *args, **kwargs):
+    light = name in ("heron", "heron.entry", "heron.channels", "heron.channels.early")
+    if name.startswith("heron") and not light and "at" not in seen:
+        seen["at"] = (name, signal.getsignal(signal.SIGINT))
+    return real(name, *args, **kwargs)
+builtins.__import__ = spy
+sys.argv = ["heron", "run", "--no-such-option-here"]
+import heron.entry
+try:
+    heron.entry.main()
+except SystemExit:
+    pass
+name, handler = seen["at"]
+print("HANDLER", getattr(handler, "__name__", None), "AT", name)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", spy], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "HANDLER _early" in done.stdout, done.stdout + done.stderr

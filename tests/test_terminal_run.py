@@ -77,6 +77,7 @@ async def test_json_is_one_object_and_the_same_through_serve_and_in_process():
             "cost_usd",
             "later",
             "stop",
+            "unsaved_reply",
         }
         assert got["reply"] == "echo: hi" and got["conversation"] == key
         assert got["ok"] is True and got["error"] is None and got["run_id"].startswith("run_")

@@ -444,9 +444,12 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     if conv is None or not typed:
         return CommandReply(NOTHING_TO_RETRY)
     last = typed[-1]
-    if not _answered(rows, last):  # its turn failed: answer it as it stands, work done kept
+    # Its turn failed, or (`heron run --retry`) a /stop or a crash left only an interrupted
+    # reply: answer it as it stands, the work done and the partial reply kept in view.
+    unanswered = arg.strip() == RETRY_UNANSWERED
+    if not _answered(rows, last, stopped=not unanswered):
         return CommandReply(run_text=last.message.text, answer_id=last.id)
-    if arg.strip() == RETRY_UNANSWERED and _answered(rows, last, stopped=False):
+    if unanswered:
         return CommandReply(ALREADY_ANSWERED)  # `heron run --retry` never redoes an answer
     await ctx.store.call(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
@@ -455,7 +458,7 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
 def _answered(rows: list[StoredMessage], message: StoredMessage, *, stopped: bool = True) -> bool:
     """Whether a final answer (an assistant message without tool calls) follows `message`;
     `stopped=False`: not counting the reply a /stop or a crash left (meta `interrupted`), which
-    `heron run --retry` offers to answer again."""
+    `heron run --retry` answers where it stands."""
     after = rows[[r.id for r in rows].index(message.id) + 1 :]
     return any(
         r.role == "assistant"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from heron.agent.control import with_mail
+from heron.bus import MAIL_BREAK
 from heron.context.repair import repair_tool_pairs
 from heron.errors import FatalProviderError, ProviderError
 from heron.messages import (
@@ -256,7 +257,7 @@ class Runner:
             mail = await hooks.drain()
             if mail:
                 if reply.text.strip() and hooks.on_event:  # what follows answers the mail:
-                    hooks.on_event(StreamEvent("text", "\n\n"))  # a paragraph of its own
+                    hooks.on_event(StreamEvent("text", MAIL_BREAK))  # a paragraph of its own
                 for message in mail:
                     await self._add(s, message, hooks)
                 continue

@@ -42,7 +42,14 @@ from heron.agent import commands
 from heron.agent.control import StaleTurn, TurnControl, held_rows
 from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
-from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
+from heron.agent.runner import (
+    HeronPrompt,
+    RunHooks,
+    RunLimits,
+    Runner,
+    RunResult,
+    ToolCallRecord,
+)
 from heron.agent.tracing import trace_for
 from heron.attachments import Composed, compose, without_keys
 from heron.bus import TurnOptions, stopped_by
@@ -59,7 +66,7 @@ from heron.providers.overflow import window_setting
 from heron.providers.wire import ModelCallRecord
 from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation, attempts, held, waiting
+from heron.store import Conversation, Store, attempts, held, waiting
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
@@ -468,6 +475,7 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
             model=engine.choice.model,
         )
         user_id = todo.answer_id
+        await store.call(ask_again, store, t.conversation.id, turn_id)
     t.control.saved_id = user_id
     t.control.settled.set()
     if t.hooks.on_saved is not None:
@@ -489,6 +497,24 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         user_id,
     )
     return t.built
+
+
+# Heron's line after a stopped reply whose message `heron run --retry` answers where it stands:
+# the request then ends on the person's side, not on the stopped reply (a wire such as
+# Anthropic's would read a last assistant message as a start to continue, or refuse it).
+ASKED_AGAIN = (
+    "[Asked again: answer the message above; the reply to it was stopped before it finished.]"
+)
+
+
+def ask_again(store: Store, conversation_id: int, turn_id: int) -> None:
+    """Before a stored message is answered where it stands: when the branch ends with a reply
+    (the interrupted one a /stop or a crash left), Heron's `ASKED_AGAIN` follows it, in the
+    new turn. A failed turn's branch ends with the message or its tool results: nothing."""
+    head_id = store.conversation_by_id(conversation_id).head_id
+    head = store.message(head_id) if head_id is not None else None
+    if head is not None and head.role == "assistant" and not head.message.tool_calls:
+        store.append(conversation_id, HeronPrompt(ASKED_AGAIN), turn_id=turn_id)
 
 
 # What the first message after a fresh start says of the check before it (`fresh_start`).

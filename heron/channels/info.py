@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from heron.providers.endpoint import shown_url
 from heron.providers.profiles import PLACEHOLDER_KEY, ModelChoice, file_summary, tool_calls
 from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
+from heron.store import engine_state as es
 from heron.store.compactions import Compaction, compactions
 from heron.store.records import RECALL_FLAG, shown_as
 
@@ -207,8 +209,8 @@ def show_conversation(
         for line in _compaction_views(settings, store, conv, compactions, model_view):
             echo(line)
         return
-    record = read_record(store, conv)
-    echo(f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}")
+    record = _ended_said(store, read_record(store, conv))
+    echo(f"Conversation {conv.key} · agent {conv.agent} · {_counted(record)}")
     seen: set[int] = set()
     asked = Asked(record.questions)
     for item in record.reading():
@@ -217,6 +219,34 @@ def show_conversation(
             continue
         for line in _lines(item, record, seen, asked):
             echo(line)
+    for line in _rowless(record, seen, None):
+        echo(line)
+
+
+def _ended_said(store: Store, record: Record) -> Record:
+    """A turn left `running` by a process that has ended (a `heron run` killed with kill -9,
+    no serve to close it) is headed as what it is, not as work still going on. `show` only
+    reads: the next turn there closes it."""
+    running = [tid for tid, turn in record.turns.items() if turn.status == "running"]
+    pid = es.ended_holder(store, record.conversation.id) if running else None
+    if pid is None:
+        return record
+    said = f"running? (its process {pid} has ended; the next turn closes it)"
+    for tid in running:
+        record.turns[tid] = dataclasses.replace(record.turns[tid], status=said)
+    return record
+
+
+def _counted(record: Record) -> str:
+    """The turns `show` lists (those whose message is on this branch, as `conversations list`
+    counts them), and how many a retry or an edit left on other branches."""
+    shown = plural(len(record.on_branch), "turn")
+    elsewhere = record.elsewhere
+    if not elsewhere:
+        return shown
+    where = "another branch" if elsewhere == 1 else "other branches"
+    switch = f"/tree in heron chat -c {record.conversation.key} switches"
+    return f"{shown} ({elsewhere} more on {where}: {switch})"
 
 
 def known(store: Store, key: str) -> Conversation:
@@ -246,6 +276,24 @@ class Record:
 
     def __post_init__(self) -> None:
         self.numbers = {tid: n for n, tid in enumerate(self.turns, 1)}
+
+    @functools.cached_property
+    def on_branch(self) -> list[int]:
+        """The turns whose message is on this branch, in the order they ran."""
+        ids = {row.id for row in self.rows}
+        return [tid for tid, turn in self.turns.items() if turn.user_message_id in ids]
+
+    @functools.cached_property
+    def rowless(self) -> list[int]:
+        """This branch's turns that wrote no row of their own (a retry that failed again)."""
+        wrote = {row.turn_id for row in self.rows}
+        return [tid for tid in self.on_branch if tid not in wrote]
+
+    @property
+    def elsewhere(self) -> int:
+        """How many turns answered a message that is on another branch only."""
+        stored = [t for t in self.turns.values() if t.user_message_id is not None]
+        return len(stored) - len(self.on_branch)
 
     def reading(self) -> Iterator[StoredMessage | goals.Goal]:
         """The rows with the goals among them: `/goal TEXT` stores no message of its own, so
@@ -320,9 +368,19 @@ def _compaction_views(
 def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) -> Iterator[str]:
     tid = stored.turn_id
     if tid is not None and tid not in seen and tid in record.turns:
+        yield from _rowless(record, seen, tid)
         seen.add(tid)
         yield _turn_header(record.numbers[tid], record.turns[tid])
     yield from render_message(stored.message, stored.author, asked, stored.created)
+
+
+def _rowless(record: Record, seen: set[int], before: int | None) -> Iterator[str]:
+    """The headers of this branch's turns that wrote no row (a retry that failed again) and
+    ran before turn `before` (None: all left), where they ran: the header counts them."""
+    for tid in record.rowless:
+        if tid not in seen and (before is None or tid < before):
+            seen.add(tid)
+            yield _turn_header(record.numbers[tid], record.turns[tid])
 
 
 def delete_conversation(

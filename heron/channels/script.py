@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
 from heron.bus import (
     ALREADY_ANSWERED,
     KEEPING_CODE,
+    MAIL_BREAK,
     NOTHING_TO_RETRY,
     RETRY_MARKER,
     UNANSWERED_CODE,
@@ -39,6 +40,7 @@ from heron.bus import (
     TurnEnd,
     TurnEvent,
 )
+from heron.channels.early import _EARLY, SIGNALS, signalled_again
 from heron.channels.visible import command_shown, is_terminal, visible
 from heron.messages import File, new_key
 
@@ -55,7 +57,6 @@ EMBEDDED_BANNER = (
 )
 CHANNEL = "script"
 NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
-SIGNALS = (signal.SIGINT, signal.SIGTERM)  # each stops the turn as /stop does
 STOP_WAIT = 10.0  # seconds a stopped turn has to say it ended before heron run leaves anyway
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: the status of a tool whose reader went away
 READER_GONE = "a closed stdout"  # what stopped an in-process turn whose reader went away
@@ -129,6 +130,14 @@ class ReplyPrinter:
         self.cut_short = False  # the turn was stopped (or left to the serve) for `cut`
         self.stored = False  # its message is known to be in the store (`saved`)
         self.serve_gone = False  # the serve stopped before the turn's end was heard
+        self.workers = False  # that serve runs turns on workers: one may go on without it
+        # Where the record's part of the reply ends: text streamed before a tool call is
+        # stored with the call; what streamed since (`unkept`) only when the turn saves.
+        self.kept_at = 0  # characters of the held reply
+        self.unkept = False
+        # Through a serve, once this run's message went to the running turn as mail: what
+        # that turn streams until it reads the mail answers another message (`_before_mail`).
+        self.before_mail: list[str] | None = None
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -139,10 +148,14 @@ class ReplyPrinter:
     def event(self, ev: TurnEvent) -> None:
         if ev.kind == "saved" or (ev.kind == "turn_start" and ev.message_id is not None):
             self.stored = True  # in-process `saved`; through a serve, its start names the row
+        if self.before_mail is not None and self._before_mail(ev):
+            return
         if ev.kind == "delta" and ev.text:
             self.write(ev.text)
+            self.unkept = True
         elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
             self.line_break()
+            self.kept_at, self.unkept = len("".join(self.reply)), False
             status = "error" if ev.result.is_error else "ok"
             self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s]")
         elif ev.kind == "retry":
@@ -151,6 +164,7 @@ class ReplyPrinter:
             self.restart(ev.text)
         elif ev.kind == "mail":  # through serve: the conversation's turn was running
             self.note("heron: the conversation is busy; your message went to the running turn")
+            self.before_mail = []
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
@@ -170,6 +184,32 @@ class ReplyPrinter:
             self.note(f"heron: {what} {ev.approval.outcome()}")
         elif ev.kind == "turn_end":
             self.end = ev.end
+
+    def _before_mail(self, ev: TurnEvent) -> bool:
+        """Whether `ev` is the running turn's before it read this run's mail: held, not shown
+        (it answers another message, and would start mid-word). The mail is read after a
+        tool phase, or after a reply, where the run streams `MAIL_BREAK`: what follows is
+        shown. A turn that ends with neither seen read it just before streaming what is
+        held (the mail came between a tool phase's end and its read): that is shown."""
+        held = self.before_mail
+        assert held is not None
+        if ev.kind == "tool_end" or (ev.kind == "delta" and ev.text == MAIL_BREAK):
+            self.before_mail = None  # the mail is read here: what follows answers it
+            return True
+        if ev.kind == "delta":
+            held.append(ev.text)
+        if ev.kind in ("delta", "tool_start"):
+            return True
+        if ev.kind == "restart":  # a cut stream starts again: it takes back what it streamed
+            text = "".join(held)
+            kept = text[: len(text) - len(ev.text)] if text.endswith(ev.text) else ""
+            self.before_mail = [kept]
+            return True
+        if ev.kind == "turn_end":
+            self.before_mail = None
+            if "".join(held):
+                self.write("".join(held))
+        return False
 
     def message(self, m: OutboundMessage) -> None:
         if m.kind == "command" and self.cut_short:
@@ -289,37 +329,6 @@ def to_null(stream: TextIO) -> None:
         os.dup2(null, fd)
     finally:
         os.close(null)
-
-
-# One signal can come twice: `timeout` sends it to the process, then to its process group.
-TWICE_WITHIN = 1.0
-# Signals that came before the run's own handlers were in place: (number, monotonic time).
-_EARLY: list[tuple[int, float]] = []
-
-
-def catch_early_signals() -> None:
-    """From the start of `heron run` (heron/entry.py): a SIGINT or SIGTERM that comes while
-    Python imports and the engine opens is kept for `_cuts`, so the run then sends
-    nothing and says so (the JSON object too) instead of dying silently. A second one ends
-    the process at once."""
-    for number in SIGNALS:
-        signal.signal(number, _early)
-
-
-def _early(number: int, frame: object) -> None:
-    if _EARLY:
-        signalled_again(number, _EARLY[0][1])
-    else:
-        _EARLY.append((number, time.monotonic()))
-
-
-def signalled_again(number: int, first: float) -> None:
-    """A signal after the one that is stopping the run: the same one sent twice is passed
-    over; another ends the process at once, as the signal would without these handlers."""
-    if time.monotonic() - first < TWICE_WITHIN:
-        return
-    signal.signal(number, signal.SIG_DFL)
-    signal.raise_signal(number)
 
 
 @contextmanager
@@ -545,9 +554,9 @@ async def run_remote(
 
             try:
                 await _exchange(conn, printer, stop, (text, key, agent, files), served=True)
-            except ServeGone:
-                printer.note("heron: heron serve stopped before the turn ended")
+            except ServeGone:  # `_said` tells it, with what became of the turn
                 printer.serve_gone = True
+                printer.workers = "workers" in conn.welcome  # only a face with workers says so
     if conn.refusals:  # as the same input fails in-process: the message and exit 2
         from heron.errors import ConfigError
 
@@ -631,9 +640,14 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
         result = result_json(printer, key)
         printer.emit(json.dumps(result, ensure_ascii=False) + "\n")
         return bool(result["ok"])  # the exit code says what `ok` says
+    gone = printer.end is None and printer.serve_gone
+    open_line = printer.wrote and not printer.at_line_start
     if printer.hold:  # the reply as stored, written now that the turn ended
-        printer.emit("".join(printer.reply))
-    if printer.wrote and not printer.at_line_start:
+        held = "".join(printer.reply)
+        shown = held[: printer.kept_at] if gone else held
+        printer.emit(shown)
+        open_line = bool(shown) and not shown.endswith("\n")
+    if open_line:
         printer.emit("\n")
     if printer.reader_gone:
         return False  # quietly, as a tool SIGPIPE ends: its turn is kept (module docstring)
@@ -645,9 +659,9 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
     if end is not None and end.ok:
         return True
     error, hint = _why(printer, key)
-    if _stopped_by(printer) is None and not (end is None and printer.serve_gone):
+    if _stopped_by(printer) is None and not gone:
         error = f"the turn failed: {error}"
-    elif printer.sent:
+    elif printer.sent and not gone:
         error = f"the turn was {error}. What it finished is kept."
     printer.note(f"heron: {error}\n{hint}")
     return False
@@ -670,14 +684,29 @@ def _why(printer: ReplyPrinter, key: str) -> tuple[str, str]:
     if stopped is not None:
         hint = after_stop(stopped, key) if end is not None or printer.stored else unknown(key)
         return f"stopped by {stopped}", hint
-    if end is None and printer.serve_gone:  # on workers the turn goes on without the face
-        said = "its end was not heard; on a worker of the serve it may still finish"
-        return said, f"`heron conversations show {key}` shows its answer once it has one."
+    if end is None and printer.serve_gone:
+        return serve_gone(printer, key)
     error = end.error if end is not None and end.error else "it was stopped"
     return error, failed_hint(end, key) if end is not None or printer.stored else unknown(key)
 
 
 UNSENT = "Nothing was sent or stored; run it again."
+GONE = "heron serve stopped before the turn ended"
+
+
+def serve_gone(printer: ReplyPrinter, key: str) -> tuple[str, str]:
+    """The serve went away (killed, crashed) before the turn's end came. On workers the turn
+    goes on without the face; without them nothing finishes it: the next serve closes it as
+    interrupted, what streamed since the last tool call is not in the record, and only
+    --retry answers the message."""
+    if printer.workers:
+        said = f"{GONE}; on a worker of the serve it may still finish"
+        return said, f"`heron conversations show {key}` shows its answer once it has one."
+    since = " since its last tool call" if printer.kept_at else ""
+    said = f"{GONE}; what streamed{since} was not saved" if printer.unkept else GONE
+    if not printer.stored:
+        return said, unknown(key)
+    return said, f"Start heron serve again; `heron run --retry -c {key}` answers your message."
 
 
 def failed_hint(end: TurnEnd | None, key: str) -> str:
@@ -746,7 +775,12 @@ def result_json(printer: ReplyPrinter, key: str) -> dict[str, object]:
         why, _, then = printer.unanswered.partition(". ")
         out.update(error=why, hint=then)
         return out
-    if end is None or not end.ok:
+    if end is None and printer.serve_gone:  # `reply`: only what the record holds
+        error, hint = _why(printer, key)
+        unsaved = streamed[printer.kept_at :]
+        out.update(reply=streamed[: printer.kept_at], error=error, hint=hint)
+        out.update(unsaved_reply=unsaved or None)
+    elif end is None or not end.ok:
         error, hint = _why(printer, key)
         out.update(reply=streamed, error=error, hint=hint)
     else:
@@ -787,6 +821,7 @@ def _json_object(key: str | None) -> dict[str, object]:
         "cost_usd": None,
         "later": [],
         "stop": None,
+        "unsaved_reply": None,
     }
 
 

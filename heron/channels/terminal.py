@@ -42,9 +42,10 @@ from heron.bus import (
     TurnEnd,
     TurnEvent,
 )
+from heron.channels.early import signalled_again
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
-from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, signalled_again, to_null
+from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, to_null
 from heron.channels.visible import command_shown, visible
 from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close, unreviewed_keys

@@ -11,6 +11,7 @@ a read-then-write there is decided by one process at a time and sees what the la
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -25,6 +26,8 @@ from heron.store.pg import later, row_lock
 # Named here too, where the readers of leases and runs import them from.
 from heron.store.process import HOST as HOST
 from heron.store.process import pid_alive as pid_alive
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,39 @@ def _epoch_and_dirty(conn: sqlite3.Connection, conversation_id: int) -> tuple[in
     ).fetchone()
     if row is None:
         return 0, False
-    return int(row[0]), bool(row[1] or row[2] or (row[3] == "assistant" and row[4]))
+    epoch = row[0] if isinstance(row[0], int) else _epoch_set_right(conn, conversation_id, row[0])
+    return epoch, bool(row[1] or row[2] or (row[3] == "assistant" and row[4]))
+
+
+# What a damaged epoch is set to: no token holds it but a turn begun at 1 and stopped since
+# (every stop bumps it), and such a turn is stale already, as every turn was while it was bad.
+EPOCH_SET_RIGHT = 1
+
+
+def _epoch_set_right(conn: sqlite3.Connection, conversation_id: int, value: object) -> int:
+    """Under the claim's lock: an epoch that is not a number (SQLite keeps what an outside
+    `UPDATE` wrote, 'abc') made every turn of its conversation fail. It only orders stops, so
+    it is set to a number, and the log names the row."""
+    try:
+        return int(str(value))  # '7' written as text: the number it says
+    except ValueError:
+        pass
+    key = _key_of(conn, conversation_id)
+    log.warning(
+        "conversation %r (row %d of conversations) had a damaged epoch %r, not a number "
+        "(written outside Heron); it was set to %d and the conversation goes on",
+        key, conversation_id, value, EPOCH_SET_RIGHT,
+    )  # fmt: skip
+    conn.execute(
+        "UPDATE conversations SET epoch = ? WHERE id = ?", (EPOCH_SET_RIGHT, conversation_id)
+    )
+    return EPOCH_SET_RIGHT
+
+
+def _key_of(conn: sqlite3.Connection, conversation_id: int) -> str:
+    row = conn.execute("SELECT key FROM conversations WHERE id = ?", (conversation_id,))
+    found = row.fetchone()
+    return str(found[0]) if found else "?"
 
 
 def renew_lease(store: Store, conversation_id: int, owner: str, ttl: float) -> bool:
@@ -158,6 +193,19 @@ def lease_holder(store: Store, conversation_id: int) -> Holder | None:
         return None
     r = rows[0]
     return Holder(r[0], r[1], r[2], r[3] or "a turn", r[4])
+
+
+def ended_holder(store: Store, conversation_id: int) -> int | None:
+    """The pid of this host's process whose claim on the conversation is still stored though
+    it has ended (killed mid-turn, no serve to close it): the turn it left `running` runs no
+    more, and the next one there closes it. None otherwise (another host's claim: time alone
+    never tells it dead)."""
+    rows = store.query(
+        "SELECT host, pid FROM turn_leases WHERE conversation_id = ?", (conversation_id,)
+    )
+    if rows and rows[0][0] == HOST and not pid_alive(rows[0][1]):
+        return int(rows[0][1])
+    return None
 
 
 def still_current(store: Store, conversation_id: int, epoch: int, owner: str | None) -> bool:
