@@ -247,6 +247,7 @@ class MemoryFiles:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._listing = _Listing()
+        self._warned: set[str] = set()  # the misnamed files already warned of, by path
 
     def _real_root(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -312,6 +313,7 @@ class MemoryFiles:
         before when, topic, slug. Files with names outside the rules are skipped."""
         if scope is None:
             return self._listing.entries(self)
+        self.warn_strays()
         found: list[Entry] = []
         for path in self._paths(check_name(scope, "scope")):
             entry = self.read(path)
@@ -324,6 +326,7 @@ class MemoryFiles:
         root = self._real_root()
         scopes = self.scopes()
         paths = [path for name in scopes for path in self._paths(name)]
+        self.warn_strays(paths)
         folders = [root]
         for name in scopes:
             base = root / name
@@ -343,6 +346,67 @@ class MemoryFiles:
             if _inside(file, root) and NAME.match(file.stem) and NAME.match(topic):
                 paths.append(EntryPath(scope, "when", topic, file.stem))
         return paths
+
+    def strays(self, paths: list[EntryPath] | None = None) -> list[str]:
+        """The Markdown files in the folder that are not read as entries (a name with a space
+        or a capital, a folder deeper than when/<topic>/, a .markdown extension), relative to
+        the folder. `paths`: the entries found, when the caller has them."""
+        root = self._real_root()
+        read = {p.rel for p in (paths if paths is not None else self._all_paths())}
+        found = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .git, an editor's
+            for name in sorted(names):
+                file = Path(folder) / name
+                if name.startswith(".") or file.suffix.lower() not in MARKDOWN:
+                    continue
+                if file.is_symlink():  # a link is refused for where it leads, not its name
+                    continue
+                rel = file.relative_to(root).as_posix()
+                if rel not in read:
+                    found.append(rel)
+        return found
+
+    def _all_paths(self) -> list[EntryPath]:
+        return [path for name in self.scopes() for path in self._paths(name)]
+
+    def warn_strays(self, paths: list[EntryPath] | None = None) -> None:
+        """Warn once per file of each Markdown file that is not read as an entry, naming it
+        and the name it would be read under: renamed by hand, it silently left memory."""
+        for rel in self.strays(paths):
+            if rel not in self._warned:
+                self._warned.add(rel)
+                log.warning("%s", stray_warning(rel))
+
+
+MARKDOWN = (".md", ".markdown")
+
+
+def stray_warning(rel: str) -> str:
+    """What to say of a Markdown file whose name is not an entry's (`rel`)."""
+    rule = (
+        "an entry is named <scope>/always/<slug>.md or <scope>/when/<topic>/<slug>.md in "
+        "lowercase letters, digits and hyphens"
+    )
+    name = valid_name(rel)
+    fix = f"; rename it {name}" if name else ""
+    return f"memory file {rel} is not read: {rule}{fix}"
+
+
+def valid_name(rel: str) -> str | None:
+    """The entry path a misnamed file would be read under (`Olives Love.md` in a topic:
+    olives-love.md; a folder deeper than its topic joined to it; .markdown as .md), or None
+    when it stands where no entry does (the folder's top, a scope's top)."""
+    *folders, name = rel.split("/")
+    slug = slugify(name.rsplit(".", 1)[0], 60)
+    if len(folders) < 2:
+        return None
+    scope, kind, *topics = folders
+    if kind.lower() == "always" and not topics:
+        return f"{slugify(scope)}/always/{slug}.md"
+    if kind.lower() == "when" and topics:
+        return f"{slugify(scope)}/when/{slugify('-'.join(topics), 60)}/{slug}.md"
+    return None
 
 
 Stamp = tuple[int, int, int] | None

@@ -1,0 +1,46 @@
+"""Memory files and forgets behave as the person expects (QA pass 8: M2, M3, M4, L4-L8)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import test_memory_core
+
+# The fixtures of the memory tests: a store (per backend) and the service on it.
+store, service, chat = test_memory_core.store, test_memory_core.service, test_memory_core.chat
+
+
+def _write(root: Path, rel: str, text: str = "I love olives\n") -> None:
+    file = root / rel
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(text)
+
+
+def test_a_file_renamed_outside_the_rules_is_warned_of_once_with_a_valid_name(
+    service, caplog, tmp_path
+):
+    """`Olives Love.md` (renamed by hand), a folder deeper than its topic, a .markdown file and
+    a capitalised scope silently left memory: the model was told the entry was removed."""
+    root = tmp_path / "memory"
+    _write(root, "personal/when/food/olives.md")
+    _write(root, "personal/when/food/Olives Love.md")
+    _write(root, "personal/when/food/italian/pasta.md")
+    _write(root, "personal/always/tea.markdown")
+    _write(root, "Work/always/tests.md")
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        assert [e.path.rel for e in service.entries()] == ["personal/when/food/olives.md"]
+        service.files.root.joinpath("personal/always/new.md").write_text("x")  # a new walk
+        service.entries()
+        service.entries("personal")
+    warned = [r.getMessage() for r in caplog.records]
+    expected = {
+        "personal/when/food/Olives Love.md": "personal/when/food/olives-love.md",
+        "personal/when/food/italian/pasta.md": "personal/when/food-italian/pasta.md",
+        "personal/always/tea.markdown": "personal/always/tea.md",
+        "Work/always/tests.md": "work/always/tests.md",
+    }
+    assert len(warned) == len(expected)  # once each
+    for bad, good in expected.items():
+        [line] = [w for w in warned if f"memory file {bad} is not read" in w]
+        assert line.endswith(f"rename it {good}") and "<scope>/always/<slug>.md" in line
