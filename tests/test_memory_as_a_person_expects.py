@@ -7,6 +7,9 @@ from pathlib import Path
 
 import test_memory_core
 
+from heron.memory import EntryPath
+from heron.messages import user
+
 # The fixtures of the memory tests: a store (per backend) and the service on it.
 store, service, chat = test_memory_core.store, test_memory_core.service, test_memory_core.chat
 
@@ -44,3 +47,24 @@ def test_a_file_renamed_outside_the_rules_is_warned_of_once_with_a_valid_name(
     for bad, good in expected.items():
         [line] = [w for w in warned if f"memory file {bad} is not read" in w]
         assert line.endswith(f"rename it {good}") and "<scope>/always/<slug>.md" in line
+
+
+def test_a_statement_memory_holds_under_another_path_is_not_queued_nor_kept_twice(service, store):
+    """/learn queued personal/always/replies.md although short-replies.md already said the
+    same, and accepting it kept both: the statement went to the model twice a request."""
+    cid = chat(store, user("I prefer replies under five sentences."), user("Yes: I like tea."))
+    short = EntryPath("personal", "always", None, "short-replies")
+    service.save(cid, short, "I prefer replies under five sentences.")
+    other = EntryPath("personal", "always", None, "replies")
+    assert service.suggest_fact(cid, other, "i prefer replies under five sentences") is None
+    # queued before the entry appeared (or before this check): accepting drops it, saying why
+    number = service.suggest_fact(cid, EntryPath("personal", "always", None, "tea"), "I like tea.")
+    assert number is not None
+    service.save(cid, EntryPath("personal", "when", "food", "tea"), "I like tea.")
+    decision = service.accept(number)
+    assert decision.status == "dropped"
+    assert "personal/when/food/tea.md already says this" in decision.message
+    assert sorted(e.path.rel for e in service.entries()) == [
+        "personal/always/short-replies.md",
+        "personal/when/food/tea.md",
+    ]

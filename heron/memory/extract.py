@@ -242,6 +242,7 @@ def _new(ids: list[int], waiting: set[int]) -> list[int]:
 QUOTED = "in quotation marks (someone else's words)"
 NOT_THEIRS = "not the user's words"
 REFUSED = "refused by memory's rules"
+ALREADY = "already in memory"
 
 
 def _queue_picks(
@@ -253,7 +254,7 @@ def _queue_picks(
     refused: list[str] | None = None,
 ) -> list[int]:
     """Queue the picks that survive every check; the ids of those newly queued. Why each fact
-    was not is added to `refused` (QUOTED, NOT_THEIRS, REFUSED), when given."""
+    was not is added to `refused` (QUOTED, NOT_THEIRS, REFUSED, ALREADY), when given."""
     ids: list[int] = []
     waiting = _waiting_ids(service)
     why: list[str] = [] if refused is None else refused
@@ -269,7 +270,9 @@ def _queue_picks(
         except MemoryRefused:
             why.append(REFUSED)
             continue
-        if number is not None:
+        if number is None:
+            why.append(ALREADY)
+        else:
             ids.append(number)
     for lesson in _items(data, "lessons"):
         rule = str(lesson.get("rule", ""))

@@ -58,6 +58,10 @@ class AgentCommandRefused(MemoryRefused):
     pass
 
 
+class AlreadySaid(MemoryRefused):
+    """Another entry already says this statement: keeping it would send it twice."""
+
+
 def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
     """Refuse when the caller is a command the agent started: the bash tool and the Python
     kernel set HERON_AGENT_COMMAND, so an agent cannot approve its own proposals."""
@@ -74,7 +78,7 @@ def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
 @dataclass(frozen=True)
 class Decision:
     suggestion: Suggestion
-    status: str  # accepted | rejected | waiting (refused: left waiting)
+    status: str  # accepted | rejected | waiting (refused: left waiting) | dropped (a no-op)
     message: str
 
 
@@ -360,9 +364,9 @@ class MemoryService:
         says it. Refused (raises) when the quote is not the user's, was revoked, is too long,
         holds a secret or a sensitive claim they did not ask to remember."""
         text, match = self._proved(conversation_id, quote)
-        existing = self.files.read(path)
-        if existing is not None and normalise(existing.text) == normalise(text):
+        if self.saying(text) is not None:
             return None
+        existing = self.files.read(path)
         if existing is not None:
             return self._queue_change(conversation_id, existing, text, quote, match, origin)
         return queue.add(
@@ -376,6 +380,20 @@ class MemoryService:
             message_id=match.message_id,
             said=match.created,
         )
+
+    def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
+        """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
+        quotation marks and the punctuation around them folded (`quote_key`), wherever it is
+        filed: a pass may pick a statement memory holds under another path."""
+        key = quote_key(text)
+        for entry in self.entries():
+            if entry.path != besides and key in {quote_key(t) for t in self._said(entry)}:
+                return entry
+        return None
+
+    @staticmethod
+    def _said(entry: Entry) -> list[str]:
+        return [t for t in (entry.text, entry.source.quote) if t]
 
     def _queue_change(
         self,
@@ -454,6 +472,9 @@ class MemoryService:
         found = self._waiting(suggestion_id)
         try:
             message = self._apply(found)
+        except AlreadySaid as said:  # nothing to keep: memory says it already
+            queue.decide(self.store, found.id, "dropped")
+            return Decision(found, "dropped", f"#{found.id} dropped: {said}")
         except MemoryRefused as refused:
             return Decision(found, "waiting", f"#{found.id} stays waiting: {refused}")
         queue.decide(self.store, found.id, "accepted")
@@ -506,6 +527,9 @@ class MemoryService:
                 f"suggestion #{s.id} is worded by the model, not in the user's own words",
                 hint=f"Reject it (heron memory reject {s.id}); say the fact in a chat instead.",
             )
+        same = self.saying(s.text or "", path if s.kind == "amendment" else None)
+        if same is not None:  # said under another path since it was queued (or before: a bug)
+            raise AlreadySaid(f"{same.path.rel} already says this")
         source, asked = self._source(s)
         self.check_entry(s.text or "", asked)
         # A fact goes beside an entry that appeared since it was suggested, never over it; an
