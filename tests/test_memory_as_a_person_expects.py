@@ -68,3 +68,25 @@ def test_a_statement_memory_holds_under_another_path_is_not_queued_nor_kept_twic
         "personal/always/short-replies.md",
         "personal/when/food/tea.md",
     ]
+
+
+def test_a_forget_after_an_update_revokes_every_statement_the_entry_had(service, store):
+    """Saved, updated, then forgotten: only the latest wording was revoked, and recall then
+    showed the statement the person had replaced ("I always fly with Lufthansa") as current,
+    with no correction ("I no longer fly Lufthansa" did not count as taking it back)."""
+    from heron.memory.recall import Recall
+
+    said = "I always fly with Lufthansa when I can."
+    cid = chat(store, user(said))
+    path = EntryPath("personal", "when", "travel", "airline")
+    service.save(cid, path, said)
+    store.append(cid, user("Update: I no longer fly Lufthansa. These days I fly with SAS."))
+    service.update(cid, path, "These days I fly with SAS.")
+    [hit] = [h for h in Recall(store).search("which airline do I fly", 10, standing=True)
+             if "Lufthansa when I can" in h.snippet]  # fmt: skip
+    assert hit.later is not None and "no longer fly Lufthansa" in hit.later.snippet
+    store.append(cid, user("Please forget which airline I fly, it changes too often."))
+    service.delete(cid, path, "Please forget which airline I fly")
+    shown = " ".join(h.snippet for h in Recall(store).search("airline fly", 10, standing=True))
+    assert "Lufthansa" not in shown and "SAS" not in shown
+    assert "Please forget which airline I fly" in shown

@@ -172,8 +172,9 @@ def render(entry: Entry) -> str:
     return "\n".join(lines) + "\n" + entry.text.strip() + "\n"
 
 
-def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
-    """Read a file's text; a file without front matter (written by hand) is all body."""
+def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False) -> Entry:
+    """Read a file's text; a file without front matter (written by hand) is all body.
+    `quiet`: no warning of what is malformed (an old version, read from the history)."""
     meta: dict[str, str] = {}
     body = text
     if text.startswith("---\n"):
@@ -182,9 +183,10 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
         if end != -1:
             body = text[end + 4 :].lstrip("\n")
         elif meta:  # cut short (a disk that filled, an editor that crashed) inside its header
-            log.warning(
-                "memory file %s ends inside its front matter: read from its quote", path.rel
-            )
+            if not quiet:
+                log.warning(
+                    "memory file %s ends inside its front matter: read from its quote", path.rel
+                )
             body = _unjson(meta.get("quote")) or ""  # a saved entry's text is its quote
     message = meta.get("message", "")
     return Entry(

@@ -221,6 +221,18 @@ class MemoryHistory:
             self._run("commit", "--amend", "-q", "-m", f"undo: {last.message}")
             return last
 
+    def versions(self, rel: str) -> list[str]:
+        """The text of every version of the file `rel` the history holds, newest first (none
+        without git): what an entry said before it was updated."""
+        if not self.ensure():
+            return []
+        texts = []
+        for commit in self._run("log", "--format=%H", "--", rel).split():
+            shown = self._run("show", f"{commit}:{rel}", check=False)  # absent: a removal
+            if shown:
+                texts.append(shown)
+        return texts
+
     def holds(self, rel: str) -> bool:
         """Whether any commit of the history holds a version of the file `rel`."""
         if not self.ensure():

@@ -22,6 +22,7 @@ from heron.memory.entries import (
     MemoryFiles,
     MemoryRefused,
     Source,
+    parse,
 )
 from heron.memory.guard import (
     BOUNDARY_HINT,
@@ -321,12 +322,13 @@ class MemoryService:
     def forget(
         self, path: EntryPath | str, conversation_id: int | None = None, *, purge: bool = False
     ) -> Entry:
-        """Delete an entry and revoke what it said (its quote and its text, normalised), so no
-        pass saves it again from anything the user said before. An entry that holds a secret
-        (saved before the check knew its shape, or written by hand), or any with `purge`, is
-        also taken out of the history (`purge_history`)."""
+        """Delete an entry and revoke what it said (its quote and its text, normalised, in every
+        version its history holds: an update's older statement too), so no pass saves it again
+        from anything the user said before, and recall does not show it as current. An entry
+        that holds a secret (saved before the check knew its shape, or written by hand), or any
+        with `purge`, is also taken out of the history (`purge_history`)."""
         entry = self.get(path)
-        statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
+        statements = {quote_key(t) for e in self._versions(entry) for t in self._said(e)}
         records.revoke(
             self.store,
             sorted(statements),
@@ -339,6 +341,16 @@ class MemoryService:
         if purge or self.holds_secret(entry):
             self.purge_history(entry.path.rel)
         return entry
+
+    def _versions(self, entry: Entry) -> list[Entry]:
+        """`entry` and each earlier version of its file in the history (a git failure leaves
+        the entry alone: the forget goes on with what is on disk)."""
+        try:
+            texts = self.history.versions(entry.path.rel)
+        except MemoryHistoryError as error:
+            log.warning("heron: memory history: %s", error)
+            texts = []
+        return [entry, *(parse(entry.path, text, quiet=True) for text in texts)]
 
     @staticmethod
     def holds_secret(entry: Entry) -> str | None:
