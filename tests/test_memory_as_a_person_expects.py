@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
 import test_memory_core
 
-from heron.memory import EntryPath
+from heron.memory import EntryPath, MemoryRefused, MemoryService
 from heron.messages import user
 
 # The fixtures of the memory tests: a store (per backend) and the service on it.
@@ -90,3 +91,81 @@ def test_a_forget_after_an_update_revokes_every_statement_the_entry_had(service,
     shown = " ".join(h.snippet for h in Recall(store).search("airline fly", 10, standing=True))
     assert "Lufthansa" not in shown and "SAS" not in shown
     assert "Please forget which airline I fly" in shown
+
+
+def test_an_update_to_the_entrys_own_words_changes_nothing_and_commits_nothing(service, store):
+    """manage_memory update with the entry's own quote said "Updated" and committed the same
+    text (the file's stamp, in whole seconds, was older than the message it was saved from)."""
+    from heron.tools.memory_tools import _change
+
+    said = "I always fly with Lufthansa when I can."
+    cid = chat(store, user(said))
+    path = EntryPath("personal", "when", "travel", "airline")
+    service.save(cid, path, said)
+    before = [c.message for c in service.history.log()]
+    reply = _change(service, cid, "c1", "update", path, said)
+    assert reply.startswith("Nothing changed: personal/when/travel/airline.md already says")
+    assert [c.message for c in service.history.log()] == before
+    store.append(cid, user(said))  # said again, later: still nothing to change
+    with pytest.raises(MemoryRefused, match="already says this"):
+        service.update(cid, path, said)
+
+
+def test_a_malformed_front_matter_is_warned_of_and_show_prints_the_file_as_it_is(
+    service, caplog, tmp_path
+):
+    """`origin: [auto` was listed as origin "[auto" and `message: twenty-nine` dropped, with no
+    warning; `heron memory show` printed a rendering without that line."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    text = "---\norigin: [auto\nmessage: twenty-nine\ncreated: last week\n---\nI love olives\n"
+    _write(tmp_path / "heron-home" / "memory", "personal/always/olives.md", text)
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        result = CliRunner().invoke(app, ["memory", "show", "personal/always/olives.md"])
+        [entry] = MemoryService(tmp_path / "heron-home" / "memory", service.store).entries()
+    assert result.exit_code == 0, result.output
+    assert result.stdout == text
+    assert entry.origin == "hand" and entry.source.message is None and entry.created > 0
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "memory file personal/always/olives.md: origin '[auto' is not one of" in warned
+    assert "message 'twenty-nine' is not a message number" in warned
+    assert "created 'last week' is not a date" in warned
+
+
+def test_undo_twice_walks_back_two_changes_and_redo_makes_them_again(service, store, tmp_path):
+    """Undo toggled the last change (two forgets could not be undone one after the other, the
+    log piled up "undo: undo: undo: ..."), and `heron memory redo` did not exist."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    if not service.history.available:
+        pytest.skip("git is not installed: memory has no history to undo")
+    cid = chat(store, user("I like tea."), user("I like jazz."))
+    for slug, said in (("tea", "I like tea."), ("jazz", "I like jazz.")):
+        service.save(cid, EntryPath("personal", "always", None, slug), said)
+    for slug in ("tea", "jazz"):
+        service.forget(f"personal/always/{slug}.md", cid)
+    _write(tmp_path / "memory", "personal/always/hand.md", "Written by hand.\n")  # not undone
+
+    def held() -> list[str]:
+        return sorted(e.path.slug for e in service.entries())
+
+    assert service.history.undo().message == "removed personal/always/jazz.md"
+    assert service.history.undo().message == "removed personal/always/tea.md"
+    assert held() == ["hand", "jazz", "tea"]
+    assert service.history.redo().message == "undo: removed personal/always/tea.md"
+    assert held() == ["hand", "jazz"]
+    assert service.history.undo().message == "redo: removed personal/always/tea.md"
+    assert held() == ["hand", "jazz", "tea"]
+    subjects = [c.message for c in service.history.log(4)]
+    assert subjects == [
+        "undo: removed personal/always/tea.md",
+        "redo: removed personal/always/tea.md",
+        "undo: removed personal/always/tea.md",
+        "undo: removed personal/always/jazz.md",
+    ]
+    result = CliRunner().invoke(app, ["memory", "redo"])
+    assert result.exit_code == 0 and "Nothing to redo" in result.output, result.output

@@ -117,11 +117,10 @@ def list_entries(
 
 @app.command()
 def show(path: PathArg) -> None:
-    """Print an entry as saved."""
-    from heron.memory.entries import render
-
+    """Print an entry's file as it is (what is malformed in it is warned of)."""
     with _service(reading=True) as service:
-        typer.echo(render(service.get(path)), nl=False)
+        entry = service.get(path)  # warns of what it cannot read
+        typer.echo(service.files.text(entry.path) or "", nl=False)
 
 
 @app.command()
@@ -388,18 +387,34 @@ def log(
 
 @app.command()
 def undo() -> None:
-    """Put the memory folder back as it was before its last change.
+    """Take back the last change to the memory folder not undone yet.
 
-    An undo is a change too, so running it again redoes."""
-    _person_only("undoing a memory change")
+    Run again, it takes back the change before; `heron memory redo` makes an undone change
+    again. Edits you made by hand are never undone."""
+    _step("undo", "Nothing to undo.", "heron memory redo makes it again")
+
+
+@app.command()
+def redo() -> None:
+    """Make the last change you undid again (`heron memory undo` took it back)."""
+    _step("redo", "Nothing to redo: no change was undone since the last one.", "")
+
+
+def _step(verb: str, nothing: str, then: str) -> None:
+    """`heron memory undo` or `redo`: the person's act, one commit of the memory folder."""
+    from heron.memory.history import what_it_did
+
+    _person_only(f"{verb[:-1]}ing a memory change")
     with _service() as service:
-        if not service.history.available:
+        history = service.history
+        if not history.available:
             _fail(HeronError("memory has no history: git is not installed", hint="Install git."))
-        undone = service.history.undo()
-        if undone is None:
-            typer.echo("Nothing to undo.")
+        change = history.undo() if verb == "undo" else history.redo()
+        if change is None:
+            typer.echo(nothing)
             return
-        typer.echo(f"Undid {undone.commit}: {undone.message}")
+        done = f"{verb[:-1].capitalize()}id: {what_it_did(change.message)}"
+        typer.echo(f"{done} ({then})" if then else done)
 
 
 @app.command("review-pass", hidden=True)

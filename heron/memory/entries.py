@@ -188,13 +188,19 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False
                     "memory file %s ends inside its front matter: read from its quote", path.rel
                 )
             body = _unjson(meta.get("quote")) or ""  # a saved entry's text is its quote
+    odd = _malformed(meta)
+    if odd and not quiet:
+        log.warning("memory file %s: %s", path.rel, "; ".join(odd.values()))
     message = meta.get("message", "")
+    created, updated = (
+        _unstamp(meta[k]) if k in meta and k not in odd else mtime for k in ("created", "updated")
+    )
     return Entry(
         path=path,
         text=body.strip(),
-        origin=meta.get("origin", "hand") or "hand",
-        created=_unstamp(meta["created"]) if "created" in meta else mtime,
-        updated=_unstamp(meta["updated"]) if "updated" in meta else mtime,
+        origin="hand" if "origin" in odd else meta.get("origin", "hand") or "hand",
+        created=created,
+        updated=updated,
         source=Source(
             _unjson(meta.get("conversation")),
             int(message) if message.isdigit() else None,
@@ -202,6 +208,26 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False
         ),
         mistake=_unjson(meta.get("mistake")),
     )
+
+
+ORIGINS = ("user", "auto", "lesson", "hand")
+
+
+def _malformed(meta: dict[str, str]) -> dict[str, str]:
+    """The front matter's values Heron cannot read (a hand edit gone wrong), each with what
+    is read instead: the field's name -> what to say of it."""
+    odd = {}
+    origin = meta.get("origin")
+    if origin and origin not in ORIGINS:
+        odd["origin"] = f"origin {origin!r} is not one of {', '.join(ORIGINS)}: read as hand"
+    message = meta.get("message")
+    if message and not message.isdigit():
+        odd["message"] = f"message {message!r} is not a message number: left out"
+    for key in ("created", "updated"):
+        value = meta.get(key)
+        if value and _unstamp(value) == 0.0:
+            odd[key] = f"{key} {value!r} is not a date (2025-05-01T10:12:03+0200): the file's time"
+    return odd
 
 
 def _front_matter(header: str) -> dict[str, str]:
@@ -267,13 +293,19 @@ class MemoryFiles:
             )
         return target
 
-    def read(self, path: EntryPath) -> Entry | None:
-        target = self.file(path)
+    def text(self, path: EntryPath) -> str | None:
+        """The file of `path` as it is (None: no such file): what `heron memory show`
+        prints, a malformed front matter line and all."""
         try:
-            text = decoded(target.read_bytes(), path)
+            return decoded(self.file(path).read_bytes(), path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
-        return parse(path, text, target.stat().st_mtime)
+
+    def read(self, path: EntryPath) -> Entry | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        return parse(path, text, self.file(path).stat().st_mtime)
 
     def write(self, entry: Entry) -> Path:
         """Write atomically (temp file + rename), so a reader never sees half an entry."""

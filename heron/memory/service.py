@@ -59,6 +59,10 @@ class AgentCommandRefused(MemoryRefused):
     pass
 
 
+class Unchanged(MemoryRefused):
+    """An update whose text is the entry's own: nothing to write."""
+
+
 class AlreadySaid(MemoryRefused):
     """Another entry already says this statement: keeping it would send it twice."""
 
@@ -278,7 +282,14 @@ class MemoryService:
         if current is None:
             raise MemoryRefused(f"{path.rel} does not exist", hint="Use action=create.")
         text, match = self._proved(conversation_id, quote)
-        if match.created <= current.updated:
+        if quote_key(text) == quote_key(current.text):
+            raise Unchanged(
+                f"{path.rel} already says this, so no update was written",
+                hint="Leave it: the entry is as the user said.",
+            )
+        # The file's stamp has whole seconds: a message of the second the entry was written
+        # in, and older, is told by its number (ids grow with time), not by the stamp.
+        if match.created <= current.updated or match.message_id <= (current.source.message or 0):
             raise MemoryRefused(
                 "refused: an update needs something new the user said; this quote is older "
                 f"than {path.rel}",
