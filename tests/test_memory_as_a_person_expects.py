@@ -169,3 +169,22 @@ def test_undo_twice_walks_back_two_changes_and_redo_makes_them_again(service, st
     ]
     result = CliRunner().invoke(app, ["memory", "redo"])
     assert result.exit_code == 0 and "Nothing to redo" in result.output, result.output
+
+
+def test_a_pick_of_the_users_words_outside_what_the_pass_read_says_so(service, store):
+    """The nightly review said "4 not the user's words" of quotes that were the user's words,
+    in messages before the review's cursor."""
+    from heron.memory.extract import NOT_THEIRS, UNREAD, _queue_picks
+
+    cid = chat(store, user("I drink green tea every morning."), user("I walk to work."))
+    rows = store.all_messages(cid)
+    picks = {
+        "facts": [
+            {"path": "personal/always/tea", "quote": "I drink green tea every morning."},
+            {"path": "personal/always/coffee", "quote": "The user drinks coffee."},
+        ]
+    }
+    refused: list[str] = []
+    assert _queue_picks(service, cid, picks, rows, {rows[1].id}, refused) == []
+    assert refused == [UNREAD, NOT_THEIRS]
+    assert UNREAD == "not among the messages this pass read"
