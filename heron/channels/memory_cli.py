@@ -282,12 +282,14 @@ def print_recall(
         for hit in hits:
             for line in hit.lines(hit.who):
                 typer.echo(line)
-        keys = {hit.conversation_key for hit in hits}
         if not hits:
             typer.echo(nothing_found(query, exact, searched.embedder is not None))
-        else:  # the one key when all hits share it: the command is then ready to copy
-            shown = keys.pop() if len(keys) == 1 else "KEY"
-            typer.echo(f"Open one: heron conversations show {shown}")
+        else:  # the first hit's message, in its conversation: the command is ready to copy
+            first = hits[0]
+            typer.echo(
+                f"Open one: heron conversations show {first.conversation_key} --message "
+                f"{first.message_id} (that message whole, with its neighbours)"
+            )
     if searched.behind:
         _behind_notice(store, searched.embedder)
 
