@@ -56,6 +56,7 @@ async def attached_tab(login: str) -> object:
 
 
 async def measure(seconds: float, settle: float) -> dict[str, float | None]:
+    from heron.channels.remote import serve_login
     from heron.testing.fake_openai import FakeOpenAIServer
 
     home = os.environ["HERON_HOME"] = tempfile.mkdtemp(prefix="heron-bench-serve-idle-")
@@ -63,11 +64,12 @@ async def measure(seconds: float, settle: float) -> dict[str, float | None]:
         serve = start_serve(environment(Path(home), server.base_url))
         try:
             assert serve.stdout is not None
-            login = ""
-            while not login:  # the lines of its start, after the banner start_serve read
+            line = ""
+            while not line.startswith("Log in"):  # its start's lines, after the banner
                 line = serve.stdout.readline()
-                assert line, "heron serve printed no login address"
-                login = line.removeprefix("Log in: ").strip() if line.startswith("Log in") else ""
+                assert line, "heron serve did not say how to log in"
+            login = serve_login(Path(home))  # its output is a pipe: no address is printed
+            assert login, "heron serve gave no login address over its control socket"
             ws = await attached_tab(login)
             await asyncio.sleep(settle)
             before, started = cpu_ms(serve.pid), time.monotonic()

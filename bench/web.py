@@ -106,13 +106,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_login(proc: subprocess.Popen[str]) -> str:
-    """The login address the serve prints once it listens (every bind needs a login)."""
+def _wait_login(proc: subprocess.Popen[str], home: Path) -> str:
+    """A login address once the serve listens (every bind needs a login): its output is a
+    pipe, where it prints none, so it is asked for as `heron web` does."""
+    from heron.channels.remote import serve_login
+
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith("Log in: "):
-            return line.removeprefix("Log in: ").strip()
-    raise SystemExit(f"heron serve exited with {proc.wait()} before it printed its login")
+            login = serve_login(home)
+            if login is None:
+                raise SystemExit("heron serve gave no login address over its control socket")
+            return login
+    raise SystemExit(f"heron serve exited with {proc.wait()} before it said how to log in")
 
 
 @contextmanager
@@ -128,7 +134,7 @@ def serve_child(script: str, home: Path) -> Iterator[tuple[str, str, int]]:
         text=True,
     )
     try:
-        yield f"http://127.0.0.1:{port}", _wait_login(proc), proc.pid
+        yield f"http://127.0.0.1:{port}", _wait_login(proc, home), proc.pid
     finally:
         proc.terminate()
         proc.wait(30)

@@ -101,6 +101,9 @@ class InboundMessage:
     files: tuple[File, ...] = ()  # attachments (heron/attachments.py), checked by the channel
     # Its id as a durable workflow (heron/scale/: enqueued once under it); None in one process.
     id: str | None = None
+    # The rows keeping it on disk while it waits for a busy conversation's turn
+    # (heron/store/held.py), written by the AgentLoop before its sender is told it was taken.
+    held: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

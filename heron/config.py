@@ -181,7 +181,12 @@ def _copied_elsewhere(mark: CopyMark | None, url: str) -> str:
 
 def home_from_env(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    return Path(env.get("HERON_HOME") or Path.home() / ".heron").expanduser()
+    return Path(env.get("HERON_HOME") or default_home()).expanduser()
+
+
+def default_home() -> Path:
+    """The home without HERON_HOME: ~/.heron."""
+    return Path.home() / ".heron"
 
 
 def between(
@@ -304,12 +309,12 @@ def _review_config(table: Mapping[str, object], path: Path) -> ReviewConfig:
     enabled, when = table.get("enabled"), table.get("time", ReviewConfig.time)
     if enabled is not None and not isinstance(enabled, bool):
         raise ConfigError(
-            f"{path}: [review] enabled must be true or false, got {enabled!r}",
+            f"{path}: [review] enabled must be true or false, got {shown(enabled)}",
             hint="Write enabled = false to turn the nightly review off, or remove the line.",
         )
     if not isinstance(when, str) or not _TIME_OF_DAY.match(when.strip()):
         raise ConfigError(
-            f"{path}: [review] time must be a time of day as HH:MM, got {when!r}",
+            f"{path}: [review] time must be a time of day as HH:MM, got {shown(when)}",
             hint='Write e.g. time = "03:00" (local time), or remove the line.',
         )
     return ReviewConfig(enabled, when.strip())
@@ -448,7 +453,13 @@ def _parse(data: dict[str, Any], path: Path, text: str = "") -> Config:
         )
     provider = data.get("provider")
     if provider is not None and provider not in ("anthropic", "openai", "local"):
-        raise ConfigError(f"{path}: provider must be anthropic, openai or local, not {provider!r}")
+        raise ConfigError(
+            f"{path}: provider must be anthropic, openai or local, not {shown(provider)}",
+            hint="A provider's own settings (api_key, base_url) go in a table named after it: "
+            "[providers.openai], [providers.anthropic] or [providers.local]."
+            if isinstance(provider, dict)
+            else None,
+        )
     providers = _table(data, "providers", path)
     keys = {n: str(t["api_key"]) for n, t in providers.items() if "api_key" in t}
     urls = {
@@ -497,7 +508,7 @@ def _store_tenant(table: Mapping[str, object], path: Path) -> str | None:
     if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
         raise ConfigError(
             f"{path}: [store] tenant must be 1 to 40 lowercase letters, digits or _, "
-            f"not {tenant!r}",
+            f"not {shown(tenant)}",
             hint='For example tenant = "family"; its rows live in the schema heron_family.',
         )
     return tenant
@@ -531,8 +542,12 @@ def database_url(url: object, where: str) -> str:
     """A PostgreSQL URL as given ([store] url, HERON_DATABASE_URL), or a ConfigError saying
     what a good one looks like."""
     if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        from heron.store.pg_url import redact
+
+        # Masked: a mistyped scheme leaves the password in it all the same.
+        shown = repr(redact(url)) if isinstance(url, str) else f"a {type(url).__name__}"
         raise ConfigError(
-            f"{where} must be a postgresql:// URL, not {url!r}",
+            f"{where} must be a postgresql:// URL, not {shown}",
             hint="For example postgresql://heron@127.0.0.1:5432/heron; leave it out to keep "
             "the SQLite file heron.db under HERON_HOME (docs/scale.md).",
         )
@@ -548,17 +563,34 @@ def check_url(url: object, where: str) -> str:
         "(an OpenAI-compatible server's address usually ends in /v1)."
     )
     if not isinstance(url, str):
-        raise ConfigError(f"{where} must be a string (a URL), got {url!r}", hint=hint)
+        raise ConfigError(f"{where} must be a string (a URL), got {shown(url)}", hint=hint)
     try:
         parts = urlsplit(url.strip())
         parts.port  # noqa: B018  (raises ValueError on a port that is not a number)
     except ValueError as e:
-        raise ConfigError(f"{where} is not a URL: {url!r} ({e})", hint=hint) from e
+        raise ConfigError(f"{where} is not a URL: {shown(url)} ({e})", hint=hint) from e
     if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"{where} must start with http:// or https://, got {url!r}", hint=hint)
+        raise ConfigError(
+            f"{where} must start with http:// or https://, got {shown(url)}", hint=hint
+        )
     if not parts.hostname:
-        raise ConfigError(f"{where} names no host: {url!r}", hint=hint)
+        raise ConfigError(f"{where} names no host: {shown(url)}", hint=hint)
     return url.strip()
+
+
+def shown(value: object) -> str:
+    """A config value as an error shows it: a table by its keys and a list by its length (a
+    misplaced `[provider] api_key = ...` would otherwise print the key whole), a string with
+    anything shaped like a secret masked (heron/redact.py)."""
+    if isinstance(value, dict):
+        return f"a table with {', '.join(map(str, value))}" if value else "an empty table"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'s' * (len(value) != 1)}"
+    if isinstance(value, str):
+        from heron.redact import scrub_patterns
+
+        return repr(scrub_patterns(value))
+    return repr(value)
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -636,7 +668,7 @@ def _at(path: Path, text: str, section: str, pattern: str, key: str | None = Non
 def _opt_str(data: Mapping[str, object], key: str, path: Path) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
-        raise ConfigError(f"{path}: {key} must be a string, got {value!r}")
+        raise ConfigError(f"{path}: {key} must be a string, got {shown(value)}")
     return value
 
 
@@ -657,12 +689,14 @@ def _check_timezone(name: object, path: Path) -> None:
 
     hint = 'Write an IANA name such as "Europe/Berlin", or remove the line for the system\'s.'
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{path}: [agent] timezone must be a zone name, got {name!r}", hint=hint)
+        raise ConfigError(
+            f"{path}: [agent] timezone must be a zone name, got {shown(name)}", hint=hint
+        )
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise ConfigError(
-            f"{path}: [agent] timezone {name!r} is no known timezone", hint=hint
+            f"{path}: [agent] timezone {shown(name)} is no known timezone", hint=hint
         ) from e
 
 
@@ -717,7 +751,7 @@ def _checked(
         value = float(value)
     if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
         raise ConfigError(
-            f"{where} {key} must be {_kind(expected)}, got {value!r}",
+            f"{where} {key} must be {_kind(expected)}, got {shown(value)}",
             hint=f"Write e.g. {key} = {default!r}, or remove the line to use that default.",
         )
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -764,7 +798,7 @@ def _section(cls: type[S], table: Mapping[str, object], name: str, path: Path) -
         expected = type(getattr(defaults, key))  # probe: user's key
         if not isinstance(value, expected):
             raise ConfigError(
-                f"{path}: [{name}] {key} must be {expected.__name__}, got {value!r}",
+                f"{path}: [{name}] {key} must be {expected.__name__}, got {shown(value)}",
                 hint=f"For example: {key} = {str(getattr(defaults, key)).lower()}",  # probe: key
             )
     return cls(**table)
@@ -774,13 +808,15 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
     for key, value in table.items():
         if key == "redact":
             if not isinstance(value, bool):
-                raise ConfigError(f"{path}: [tools] redact must be true or false, got {value!r}")
+                raise ConfigError(
+                    f"{path}: [tools] redact must be true or false, got {shown(value)}"
+                )
             continue
         if key == "kernel_idle_minutes":
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(
                     f"{path}: [tools] kernel_idle_minutes must be a number of minutes, 0 or "
-                    f"more, got {value!r}"
+                    f"more, got {shown(value)}"
                 )
             continue
         choices = TOOL_CHOICES.get(key)
@@ -790,7 +826,7 @@ def _tool_settings(table: dict[str, Any], path: Path) -> ToolSettings:
         if value not in choices:
             raise ConfigError(
                 f"{path}: [tools] {key} must be one of {', '.join(map(repr, choices))}, "
-                f"not {value!r}"
+                f"not {shown(value)}"
             )
     return ToolSettings(**table)
 
@@ -808,7 +844,7 @@ def _context_shares(table: Mapping[str, object], path: Path) -> ContextShares:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
             raise ConfigError(
                 f"{path}: [context] {key} must be a share of the window above 0 and at most 1"
-                f" (e.g. 0.25), got {value!r}"
+                f" (e.g. 0.25), got {shown(value)}"
             )
         values[key] = float(value)
     return ContextShares(**values)
@@ -849,7 +885,7 @@ MIN_WINDOW, MAX_WINDOW = 1_024, 100_000_000
 def _window(value: str) -> int:
     if not value.strip().isdigit():
         raise ConfigError(
-            f"HERON_CONTEXT_WINDOW must be a number of tokens, not {value!r}",
+            f"HERON_CONTEXT_WINDOW must be a number of tokens, not {shown(value)}",
             hint="e.g. HERON_CONTEXT_WINDOW=128000, or unset it to use the model's own window.",
         )
     hint = "Unset it to use the model's own window."
@@ -1044,6 +1080,12 @@ class Settings:
         """Whose rows these are on a shared PostgreSQL database: `[store] tenant`, else
         `default_tenant` (docs/scale.md, "Tenancy")."""
         return self.config.store_tenant or default_tenant(self.env, self.paths.home)
+
+    @property
+    def store_url(self) -> str | None:
+        """The PostgreSQL store's URL as configured (HERON_DATABASE_URL, else `[store] url`),
+        without a schema added or a check; None on SQLite."""
+        return self.env.get("HERON_DATABASE_URL") or self.config.store_url
 
     @property
     def database(self) -> Path | str:

@@ -163,7 +163,8 @@ def _in_process(text: str, agent: str, key: str | None) -> int:
 
 def _failed(error: HeronError) -> int:
     """As heron.channels.common.fail ends a command: the error, then 2 or 1."""
+    from heron.channels.visible import for_stream
     from heron.errors import ConfigError
 
-    sys.stderr.write(f"heron: {error}\n")
+    sys.stderr.write(for_stream(f"heron: {error}\n", sys.stderr))
     return 2 if isinstance(error, ConfigError) else 1

@@ -52,7 +52,8 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
     ("json web token", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[\w-]+")),
     ("bearer token", re.compile(r"\b(?P<keep>bearer )[A-Za-z0-9._~+/=-]{16,}", re.IGNORECASE)),
-    ("password in a url", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")),
+    # The user may be empty (`postgresql://:pw@host`).
+    ("password in a url", re.compile(r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)")),
 ]
 # A pattern runs only when its marker is in the text (a substring test costs microseconds where
 # a regex scan of a long output costs milliseconds); most outputs hold none of them.

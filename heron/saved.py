@@ -15,6 +15,7 @@ import re
 import stat
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -91,6 +92,78 @@ def head(text: str, limit: int) -> str:
     shown = text[:limit]
     cut = shown.rfind("\n")
     return shown[:cut] if cut > limit * 0.8 else shown
+
+
+def tail(text: str, limit: int) -> str:
+    """The last `limit` characters, starting on a whole line when one starts near the limit."""
+    shown = text[-limit:] if limit > 0 else ""
+    if len(shown) == len(text):
+        return shown
+    start = shown.find("\n")
+    return shown[start + 1 :] if 0 <= start < limit * 0.2 else shown
+
+
+# ---- a text cut to its head and tail -----------------------------------------------------------
+
+# The line a cut puts between what it kept: this module's ("left out") and the one the tools
+# write while output streams (heron/tools/shell.py `HeadTail`, "omitted"). A later cut of a
+# text that holds one folds it into its own, so the model reads one count of the original.
+_MARKER = re.compile(
+    r"\n\[\.\.\. ([\d,]+) (?:of [\d,]+ )?characters (?:omitted|left out)[^\n]*\]\n"
+)
+_SAVED_IN = re.compile(r"The full result is saved in (\S+?\.txt)")  # the whole, not a cut
+READ_ON = "read it with read_file (offset, limit) or search it with grep"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What is kept of a text cut to a budget: its head and its tail (where a command's exit
+    code, a traceback or a paging footer is), with the count of what lies between."""
+
+    head: str
+    tail: str
+    omitted: int  # characters of the original left out, an earlier cut's included
+    total: int  # characters of the original
+    saved: str | None = None  # where an earlier cut said the whole of it is saved
+
+    def text(self, where: str = "") -> str:
+        """The head and tail around one line saying what was left out (`where`: a sentence
+        naming where the whole is, or nothing)."""
+        said = f"[... {self.omitted:,} of {self.total:,} characters left out here.{where}]"
+        return f"{self.head}\n{said}\n{self.tail}"
+
+
+def earlier_cut(text: str) -> Cut | None:
+    """The head, tail and count of a text already cut (a command's output the tool kept head
+    and tail of), or None when it holds no cut's line."""
+    found = _MARKER.search(text)
+    if found is None:
+        return None
+    first, rest = text[: found.start()], text[found.end() :]
+    omitted = int(found.group(1).replace(",", ""))
+    saved = _SAVED_IN.search(found.group(0))
+    path = saved.group(1) if saved else None
+    return Cut(first, rest, omitted, len(first) + omitted + len(rest), path)
+
+
+def cut_middle(text: str, limit: int) -> Cut | None:
+    """`text` cut to about `limit` characters, half head and half tail (each on whole lines
+    when one ends near its edge), or None when it fits. A text already cut keeps its head and
+    tail apart: the new cut takes from each, and one count says what is left of the original,
+    so the end of the text (its last lines: an exit code, a footer) is always kept."""
+    if len(text) <= limit:
+        return None
+    found = earlier_cut(text) or Cut(text, "", 0, len(text))
+    first, rest = found.head, found.tail
+    if not rest:  # nothing cut before: both ends come from the one text
+        first, rest = text[: len(text) // 2], text[len(text) // 2 :]
+    keep_first = min(len(first), limit // 2)
+    keep_rest = min(len(rest), limit - keep_first)
+    keep_first = min(len(first), limit - keep_rest)  # what the tail leaves goes to the head
+    kept_head = first if len(first) <= keep_first else head(first, keep_first)
+    kept_tail = tail(rest, keep_rest)
+    omitted = found.omitted + len(first) + len(rest) - len(kept_head) - len(kept_tail)
+    return Cut(kept_head, kept_tail, omitted, found.total, found.saved)
 
 
 # ---- the person's copy of a cut result ---------------------------------------------------------

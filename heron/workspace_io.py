@@ -10,7 +10,8 @@ is ever reached. Files are opened with O_NONBLOCK, so a FIFO answers at once, an
 a regular file is refused (`Refused`). New files are written under a temporary name made with
 O_CREAT|O_EXCL|O_NOFOLLOW and then linked (`exclusive`) or renamed into place: a rename
 replaces whatever link stood at the name instead of writing through it, and a reader never
-sees half a file. Reads are bounded by the caller's limit.
+sees half a file (`replace`, the file tools' write, keeps the file's mode and says where it
+must write in place instead). Reads are bounded by the caller's limit.
 
 The root itself (the workspace Heron was configured with, or the temp folder) is the person's
 choice and is opened as given.
@@ -139,34 +140,94 @@ def write(
     nothing stands at the name (a dangling link counts), else False. Otherwise what stands
     there is replaced, a link or FIFO included, never written through (a folder is refused)."""
     names, name = parts_of(relative)
-    with folder(root, names, create=True) as dir_fd:
-        temp = f".{name[:40]}.{secrets.token_hex(6)}.tmp"
-        fd, _ = open_regular(dir_fd, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, temp)
+    with folder(root, names, create=True) as dir_fd, _staged(dir_fd, name, data) as temp:
+        if not exclusive:
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return True
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            if exclusive:
-                try:
-                    os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-                except FileExistsError:
-                    return False
-            else:
-                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp, dir_fd=dir_fd)
+            os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
     return True
 
 
-def overwrite(root: Path, relative: str | PurePosixPath, data: bytes) -> None:
-    """Write `data` into the regular file at `relative` in place (its other hard links, which
-    the caller has checked, see the change), or create it; anything else there is refused."""
+class PartlyWritten(OSError):
+    """A write made in place (`replace`'s fallback) that failed midway: the file may hold part
+    of the new content."""
+
+
+def replace(root: Path, relative: str | PurePosixPath, data: bytes) -> None:
+    """Put `data` in place of the regular file at `relative` (made, with its folders, when
+    absent) so that a reader sees the old or the new content whole: written under a temporary
+    name in the same folder, flushed to disk, renamed over it, with the file's mode.
+
+    In place instead (truncated, then written; a reader may see it part-written) where a rename
+    would change more than the content: the file has other names (hard links, which the caller
+    has checked lie inside: a rename would part them), belongs to another user (it would become
+    ours), or the folder takes no new file (its permissions, a file bind-mounted alone). A file
+    this process may not write is refused (PermissionError), as is anything but a regular file.
+    """
     names, name = parts_of(relative)
     with folder(root, names, create=True) as dir_fd:
-        fd, _ = open_regular(dir_fd, name, os.O_WRONLY | os.O_CREAT, str(relative))
-    with os.fdopen(fd, "wb") as f:
-        os.ftruncate(f.fileno(), 0)
-        f.write(data)
+        try:
+            fd, info = open_regular(dir_fd, name, os.O_WRONLY, str(relative))
+        except FileNotFoundError:
+            _swap(dir_fd, name, data, None)
+            return
+        try:
+            if info.st_nlink == 1 and info.st_uid == os.geteuid():
+                try:
+                    _swap(dir_fd, name, data, stat.S_IMODE(info.st_mode))
+                    return
+                except PermissionError:
+                    pass  # no temporary may be made or renamed here: in place, below
+            _in_place(fd, data)
+        finally:
+            os.close(fd)
+
+
+def _swap(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
+    """`data` on disk under a temporary name, then renamed over `name` (atomic)."""
+    with _staged(dir_fd, name, data, mode=mode, sync=True) as temp:
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _in_place(fd: int, data: bytes) -> None:
+    try:
+        os.ftruncate(fd, 0)
+        _write_all(fd, data)
+    except OSError as error:
+        raise PartlyWritten(error.errno, f"{error.strerror}, midway through") from error
+
+
+@contextlib.contextmanager
+def _staged(
+    dir_fd: int, name: str, data: bytes, *, mode: int | None = None, sync: bool = False
+) -> Iterator[str]:
+    """The name of a new file beside `name` holding `data` (O_EXCL, never a link followed),
+    with `mode` when given and flushed to disk when `sync`; removed on leaving unless the
+    caller renamed it into place."""
+    temp = f".{name[:40]}.{secrets.token_hex(6)}.tmp"
+    fd, _ = open_regular(dir_fd, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, temp)
+    try:
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            _write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        yield temp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def append_to(root: Path, relative: str | PurePosixPath) -> int:

@@ -13,6 +13,9 @@ one `Settings.load()` names (HERON_HOME's file, or HERON_DATABASE_URL), as `hero
   file HERON_HOME/gate exists), then answers "gate done"; prints the turn's outcome.
 - `say KEY TEXT`: one turn (a slash command or a message to a scripted model that answers
   "ok"); prints "busy" when it has to wait, then the reply and the messages the model saw.
+- `mail KEY`: an AgentLoop whose turn in KEY waits on the gate (never opened); a follow-up
+  mailed into it and a message with a file queued behind it; prints what the loop told the
+  two senders (a JSON list: "mail", "queued"), then waits for the parent's kill -9.
 - `maintain KEY`: a maintenance run (kind `learn`) in conversation KEY whose first model call
   answers and whose second never does; prints "calling" once the first is recorded, so the
   parent kills it in the middle of the run.
@@ -29,9 +32,9 @@ from pathlib import Path
 
 from heron.agent.engine import Engine, TurnHooks
 from heron.agent.loop import AgentLoop
-from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound
+from heron.bus import Dispatcher, InboundMessage, MessageBus, Outbound, TurnEvent
 from heron.config import Settings
-from heron.messages import Message, Reply, Text, ToolCall, Usage
+from heron.messages import File, Message, Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
 from heron.tools.context import ToolContext
@@ -149,6 +152,31 @@ async def say(key: str, text: str) -> None:
     print(json.dumps({"reply": result.reply, "seen": seen}), flush=True)
 
 
+MAILED = "MAIL: also make it blue"
+QUEUED = "QUEUED: read the notes"
+NOTES = File("text/plain", b"the attached line\n", name="notes.txt")
+
+
+async def mail(key: str) -> None:
+    provider = ScriptedProvider([Reply([ToolCall("g", "wait_gate", {})], "tool")])
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=_gate_tools()) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("terminal", "chat", "start the job", key, events=True))
+        while not provider.requests:
+            await asyncio.sleep(0.01)
+        await loop.dispatch(InboundMessage("terminal", "chat", MAILED, key, events=True))
+        queued = InboundMessage("web", "tab", QUEUED, key, events=True, files=(NOTES,))
+        await loop.dispatch(queued)
+        told = []
+        while not bus.outbound.empty():
+            item = bus.outbound.get_nowait()
+            if isinstance(item, TurnEvent) and item.kind in ("mail", "queued"):
+                told.append(item.kind)
+        print(json.dumps(told), flush=True)
+        await asyncio.Event().wait()  # the parent kills the process here
+
+
 async def maintain(key: str) -> None:
     from heron.agent.maintenance import maintenance
 
@@ -188,6 +216,8 @@ if __name__ == "__main__":
         asyncio.run(gate(args[0], args[1]))
     elif mode == "say":
         asyncio.run(say(args[0], args[1]))
+    elif mode == "mail":
+        asyncio.run(mail(args[0]))
     elif mode == "maintain":
         asyncio.run(maintain(args[0]))
     else:

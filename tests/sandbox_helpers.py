@@ -71,6 +71,13 @@ async def call_tool(
     return results[0]
 
 
+def connect_command(host: str, port: int) -> str:
+    """Connect, then wait for the listener's greeting: printed only once the host side has
+    accepted (through pasta a connection is first made inside the command's namespace)."""
+    greeted = "read -t 60 reply <&3 && echo NET-CONNECTED $reply"
+    return f"(exec 3<>/dev/tcp/{host}/{port} && {greeted}) 2>&1"
+
+
 @contextmanager
 def listener(host: str = "127.0.0.1") -> Iterator[tuple[int, list[bytes]]]:
     """A TCP server on `host`; yields its port and the connections it accepted."""

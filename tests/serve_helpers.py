@@ -2,7 +2,8 @@
 control socket in the test's HERON_HOME), and small clients for /ws and the control socket.
 
 Every bind needs a login: `running_serve` logs in once through the address the serve printed,
-as a person would, and its `ws_client` and `http` carry that session's cookie."""
+as a person would, and its `ws_client` and `http` carry that session's cookie. Its output is a
+`TerminalOut` (the serve prints the address on a terminal only) unless asked otherwise."""
 
 from __future__ import annotations
 
@@ -31,10 +32,17 @@ from heron.tools.registry import ToolRegistry
 WAIT = 30.0  # a bound on every wait, so a broken test fails instead of hanging
 
 
+class TerminalOut(StringIO):
+    """A serve's output that says it is a terminal: where the serve prints its login address."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 @dataclass
 class Running:
     info: ServeInfo
-    login: str  # the login address the serve printed (its code spent by the helper)
+    login: str  # its start-up login address (printed on a terminal, spent by the helper)
     out: StringIO
     stop: asyncio.Event
     task: asyncio.Task[None]
@@ -68,12 +76,18 @@ async def log_in(login: str) -> str:
 
 @contextlib.asynccontextmanager
 async def running_serve(
-    provider: Provider, registry: ToolRegistry | None = None, **options: Any
+    provider: Provider,
+    registry: ToolRegistry | None = None,
+    *,
+    terminal: bool = True,
+    **options: Any,
 ) -> AsyncIterator[Running]:
+    """`terminal` False: its output is a plain buffer, as a file would be; the serve prints no
+    login address there, and the helper logs in with a fresh one (as `heron web` asks)."""
     from heron.serve.main import serve
 
     ready: asyncio.Future[tuple[ServeInfo, str]] = asyncio.get_running_loop().create_future()
-    stop, out = asyncio.Event(), StringIO()
+    stop, out = asyncio.Event(), TerminalOut() if terminal else StringIO()
     task = asyncio.create_task(
         serve(
             Settings.load(),
@@ -93,7 +107,10 @@ async def running_serve(
     info, login = ready.result()
     running = Running(info, login, out, stop, task)
     try:
-        assert f"Log in: {login}\n" in out.getvalue()  # the address it printed
+        if terminal:
+            assert f"Log in: {login}\n" in out.getvalue()  # the address it printed
+        else:
+            login = await control_login(info.socket)  # `login` stays the start-up one
         running.token = await log_in(login)
         yield running
     finally:
@@ -175,6 +192,16 @@ class LineClient:
             await self.writer.wait_closed()
 
 
+async def control_login(socket_path: str | Path) -> str:
+    """What `heron web` asks the serve for: a new login address."""
+    client = await LineClient.open(socket_path)
+    await client.send({"type": "login"})
+    answer = await client.next()
+    await client.close()
+    assert answer["type"] == "login", answer
+    return str(answer["url"])
+
+
 class ServeProcess:
     """A real `heron serve --port PORT` subprocess on `home` (any free port for 0), ready once
     it printed its URL."""
@@ -183,7 +210,7 @@ class ServeProcess:
         self.home, self.env, self.port = home, env, port
         self.proc: subprocess.Popen[str] | None = None
         self.banner = ""
-        self.login = ""  # the login address it printed
+        self.login = ""  # a login address, asked for as `heron web` does (none is printed)
         self.said: list[str] = []  # the lines of its start read so far, the banner first
 
     def __enter__(self) -> ServeProcess:
@@ -198,12 +225,16 @@ class ServeProcess:
         self.banner = self.proc.stdout.readline()  # blocks until it listens (or dies)
         assert self.banner.startswith("heron serve: "), self.proc.stderr.read()
         self.said.append(self.banner)
-        while not self.login:  # the lines of its start come out together
+        while not self.said[-1].startswith("Log in: "):  # its start's lines come out together
             line = self.proc.stdout.readline()
-            assert line, "heron serve printed no login address"
+            assert line, "heron serve did not say how to log in"
             self.said.append(line)
-            if line.startswith("Log in: "):
-                self.login = line.removeprefix("Log in: ").strip()
+        # Its output is a pipe, not a terminal: the line says to run `heron web`, which this does.
+        assert "code=" not in self.said[-1], self.said[-1]
+        from heron.channels.remote import serve_login
+
+        self.login = serve_login(self.home) or ""
+        assert self.login, "heron serve gave no login address over its control socket"
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -75,7 +75,8 @@ async def test_ctrl_d_in_process_stops_the_turn_and_says_so():
 
 async def test_a_chats_mail_kept_as_the_serve_stops_is_said_in_that_chat_only():
     """The serve stops with the chat's mail unread: the chat says where it is kept; another
-    chat of the conversation, whose message it is not, says nothing of it."""
+    chat of the conversation, whose message it is not, says nothing of it, but as it leaves
+    says that its own message, whose turn the stop cut, is kept and what answers it."""
     registry, _, _ = _gate_registry()
     provider = _script()
     screen, _, view = _chat()
@@ -95,10 +96,18 @@ async def test_a_chats_mail_kept_as_the_serve_stops_is_said_in_that_chat_only():
             serve.stop.set()
             await asyncio.wait_for(serve.task, 30)
             await until(lambda: conn.gone)
+            kept = watcher.kept_unanswered()  # its own turn's message, stored, was cut short
     said = screen.getvalue().replace("\n", " ")
     assert "heron serve stopped before your message was answered" in said
     assert "--retry -c personal" in said and conn.unanswered
     assert "before your message was answered" not in other.getvalue()
+    # The chat whose turn it was says so as it leaves, and what answers it (QA21s 10).
+    _, watcher_state, _ = _chat()
+    watcher_state.kept_on_gone = kept
+    note = terminal.serve_gone_note(watcher_state)
+    assert "before your message was answered" in note and "conversation 'personal'" in note
+    assert "/retry" in note and "heron run --retry -c personal" in note
+    assert "kept" not in terminal.serve_gone_note(_chat()[1])  # nothing of its own in flight
 
 
 def test_leaving_a_chat_through_a_serve_says_who_reviews_it_for_memory(heron_home):

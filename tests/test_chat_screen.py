@@ -39,7 +39,7 @@ def _env(url: str) -> dict[str, str]:
 class ChatScreen:
     """The real `heron chat` in a pty, its output played into an 80x24 terminal emulator."""
 
-    def __init__(self, home, url: str) -> None:
+    def __init__(self, home, url: str, **extra: str) -> None:
         env = {
             k: v
             for k, v in os.environ.items()
@@ -50,6 +50,7 @@ class ChatScreen:
             TERM="xterm",
             PROMPT_TOOLKIT_NO_CPR="1",  # the emulator does not answer cursor position requests
             **_env(url),
+            **extra,
         )
         self.screen = pyte.HistoryScreen(COLS, ROWS, history=10_000)
         self.stream = pyte.Stream(self.screen)
@@ -398,3 +399,39 @@ def test_the_resume_list_refuses_what_is_not_on_it_and_exit_there_leaves(heron_h
         chat.type("/exit\r")
         chat.wait_for(lambda: chat.shows("Bye."), "goodbye")
         chat.child.expect(pexpect.EOF, timeout=TIMEOUT)
+
+
+ESC = "\x1b"
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "serve"])
+def test_escape_codes_the_model_wrote_are_shown_and_never_obeyed(heron_home, mode):
+    """qa21p finding 1: the command's codes erased its own line and the question above it, so
+    the screen asked `ls -la`, run it?; a reply's codes set the title and cleared the screen."""
+    command = f"touch APPROVED_EVIL # {ESC}[2K{ESC}[1G{ESC}[1A{ESC}[2K  ls -la"
+    reply = f"Declined, {ESC}]0;OWNED{ESC}\\ {ESC}[2J{ESC}[H fine."
+    replies = [ServerReply(tool_calls=[("bash", {"command": command})]), ServerReply(text=reply)]
+    unconfined = {"HERON_BWRAP": "off"}  # the approval prompt is then the only guard
+    env = {**_env(""), **unconfined}
+    with FakeOpenAIServer(replies) as server:
+        env["HERON_BASE_URL"] = server.base_url
+        with maybe_serve(mode, heron_home, env):
+            chat = ChatScreen(heron_home, server.base_url, **unconfined)
+            chat.type("go\r")
+            chat.wait_for(
+                lambda: chat.shows("↑ the whole command") and chat.prompt().startswith("run it?"),
+                "the approval prompt",
+            )
+            asked = chat.display()
+            chat.type("n\r")
+            chat.wait_for(lambda: chat.shows("fine."), "the reply")
+            seen, title = chat.lines(), chat.screen.title
+            chat.leave()
+    start = asked.index("The agent wants to run (bash, unconfined):")
+    assert asked[start + 1] == "touch APPROVED_EVIL # \\x1b[2K\\x1b[1G\\x1b[1A\\x1b[2K  ls -la"
+    assert asked[start + 2].startswith("↑ the whole command (bash, unconfined): 1 line, ")
+    assert asked[start + 3].startswith("run it? [y/N]")
+    assert title == ""  # the reply's OSC 0 was shown, not obeyed
+    assert any("\\x1b]0;OWNED\\x1b\\ \\x1b[2J\\x1b[H fine." in line for line in seen)
+    assert any("The agent wants to run" in line for line in seen)  # no clear screen
+    assert not (heron_home / "workspace" / "APPROVED_EVIL").exists()

@@ -9,8 +9,10 @@ from heron.agent.engine import Engine
 from heron.agent.turn import INFLIGHT_NOTICE, TurnHooks
 from heron.compaction import compact_idle, compact_now
 from heron.config import Settings
-from heron.messages import Reply, Text, ToolCall
+from heron.context.tokens import Calibration, estimate_request
+from heron.messages import Reply, Text, ToolCall, Usage
 from heron.providers.scripted import ScriptedProvider
+from heron.request import ChatRequest
 from heron.store import compactions as folds
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
@@ -216,10 +218,48 @@ async def test_a_window_the_fixed_part_nearly_fills_gets_one_notice_not_a_checkp
     assert "HERON_CONTEXT_WINDOW" in notices[0]
 
 
+class HonestModel(Model):
+    """A Model whose replies report the input their request had (estimated): the calibration
+    stays at 1, so each turn of the same work is as tight as the first."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        reply = super().__call__(request)
+        sent = estimate_request(request.system, request.tools, request.messages, Calibration())
+        return Reply(reply.parts, reply.stop, Usage(sent.total, 10))
+
+
+async def test_the_tight_notice_is_said_once_per_conversation_and_kept_in_each_trace(
+    monkeypatch,
+):
+    """Every tool turn of a small window printed the three-line notice again (qa21q L9)."""
+    from heron.trace.prices import PriceTable
+    from heron.trace.read import load_run
+    from heron.trace.render import render_show
+
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    model = HonestModel(tool="print_lines", args={"n": 60}, tool_rounds=6)
+    told: list[list[str]] = []
+    shown: list[str] = []
+    async with Engine.open(
+        Settings.load(), provider=ScriptedProvider(model), registry=crowded_registry()
+    ) as engine:
+        for i, key in enumerate(("k", "k", "other")):
+            notices: list[str] = []
+            hooks = TurnHooks(on_notice=notices.append)
+            result = await engine.turn(key, f"print many lines ({i})", hooks)
+            told.append([n for n in notices if "does not fit the model's window well" in n])
+            run = load_run(engine.store, result.run_id)
+            shown.append("\n".join(render_show(engine.store, run, PriceTable(), "UTC")))
+    assert [len(t) for t in told] == [1, 0, 1]  # once per conversation
+    assert "■ notice: This turn's work does not fit" in shown[0]
+    assert "■ notice (told before, not shown again): This turn's work" in shown[1]
+
+
 async def test_checkpoint_calls_count_toward_max_model_calls(monkeypatch):
     monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
     model = await read_reports(1000, "read reports forever", max_model_calls=30)
     assert any(is_checkpoint(r) for r in model.requests)
     # 30 calls, checkpoints among them; a checkpoint asked just before the last call (its
-    # ceiling was checked before); the wrap-up.
-    assert len(model.requests) <= 30 + 2
+    # ceiling was checked before); the wrap-up, asked twice (this model calls a tool in the
+    # first, which is set aside).
+    assert len(model.requests) <= 30 + 1 + 2

@@ -12,12 +12,15 @@ from heron.context.view import (
     Said,
     ViewOptions,
     ViewPlan,
+    budgeted,
     derive_view,
     not_shown_whole,
     placeholder_count,
     snip,
+    turn_starts,
 )
 from heron.messages import Message, Text, ToolCall, ToolResult
+from heron.saved import cut_middle
 from heron.store.records import StoredMessage
 
 
@@ -28,6 +31,12 @@ def rows_of(messages: list[Message]) -> list[StoredMessage]:
     ]
 
 
+def recall_pair(call_id: str, found: str = "[c · message 2] old words") -> list[Message]:
+    """Auto-recall's call and result, as heron/memory/auto.py stores them before a message."""
+    call = ToolCall(call_id, "recall_history", {"query": "old words", "limit": 1})
+    return [Message("assistant", [call]), Message("user", [ToolResult(call_id, found)])]
+
+
 @st.composite
 def histories(draw):
     """Random conversations: turns of text, tool rounds (some calls unanswered, as after a
@@ -35,6 +44,8 @@ def histories(draw):
     messages: list[Message] = []
     n = 0
     for _ in range(draw(st.integers(1, 8))):
+        if draw(st.integers(0, 3)) == 0:  # auto-recall's pair, stored before the message
+            messages += recall_pair(f"ar{len(messages)}")
         messages.append(Message("user", [Text(f"u{len(messages)}")]))
         for _ in range(draw(st.integers(0, 4))):
             calls = []
@@ -217,3 +228,89 @@ def test_rows_snipped_folded_or_cut_are_not_shown_whole():
     assert {3, 5, 17} <= dropped and 16 not in dropped
     kept = [r.id for r in rows[2:] if r.id not in dropped]
     assert kept and all(r > max(dropped - {17}) for r in kept)
+
+
+def test_a_turn_starts_at_its_auto_recall_pair():
+    """Auto-recall's pair is stored just before the message it was found for: the turn starts
+    there, so a cut (a fold, a snip) never keeps the message and drops its evidence."""
+    ask = Message("user", [Text("what did I say")])
+    messages = [Message("user", [Text("hi")]), Message("assistant", [Text("hello")])]
+    messages += [*recall_pair("ar1"), ask, Message("assistant", [Text("you said")])]
+    assert turn_starts(messages) == [2]
+    assert turn_starts(messages, 2) == []  # the first turn after a fold at the pair: no cut
+    # the model's own recall_history call in a turn is not auto-recall's pair
+    own = [Message("user", [Text("look it up")]), *recall_pair("c1"), ask]
+    own[1] = Message("assistant", [Text("Let me look."), *own[1].parts])
+    assert turn_starts(own) == [3]
+
+
+def test_snip_keeps_a_turns_auto_recall_with_its_message():
+    old = [Message("user", [Text("read it")]), Message("assistant", [Text("x " * 2_000)])]
+    found = "[c · message 2] My passport expires on 12 March 2031."
+    messages = [*old, *recall_pair("ar1", found), Message("user", [Text("When does it expire?")])]
+    cut = snip(messages, 300, Calibration())
+    assert is_well_formed(cut) and cut[0].role == "user"
+    assert any(found in r.content for m in cut for r in m.tool_results)
+    assert cut[-1].text == "When does it expire?"
+
+
+def _one_result(name: str, content: str) -> list[Message]:
+    return [
+        Message("user", [Text("go")]),
+        Message("assistant", [ToolCall("c", name, {"command": "make"})]),
+        Message("user", [ToolResult("c", content, True)]),
+    ]
+
+
+def test_a_result_over_the_budget_keeps_its_end_the_exit_code_and_footer(tmp_path):
+    """The view's cut keeps head and tail: a command's error and exit code, read_file's
+    footer, run_cell's note are a result's last lines (the bug: the head only)."""
+    body = "".join(f"compiling unit {i}\n" for i in range(3000))
+    content = body + "FATAL: undefined symbol bar\n[exit code 2]"
+    messages = _one_result("bash", content)
+    opts = ViewOptions(1000, tmp_path)
+    shown = derive_view(rows_of(messages), ViewPlan(), opts)[2].tool_results[0].content
+    assert shown.startswith("compiling unit 0\n")
+    assert shown.endswith("compiling unit 2999\nFATAL: undefined symbol bar\n[exit code 2]")
+    head, line, tail = re.split(r"\n(\[\.\.\. .*\])\n", shown)
+    left = len(content) - len(head) - len(tail)
+    assert line.startswith(f"[... {left:,} of {len(content):,} characters left out here.")
+    assert len(head) + len(tail) <= 1000
+    (saved,) = (tmp_path / ".heron/results").glob("c-*.txt")
+    assert f"saved in .heron/results/{saved.name}" in line
+    again = derive_view(rows_of(messages), ViewPlan(), opts)[2].tool_results[0].content
+    assert again == shown  # the same bytes in every later request: the cached prefix holds
+
+
+def test_a_result_the_tool_cut_is_cut_again_with_one_count_of_the_original(tmp_path):
+    """A command's output the bash tool kept head and tail of: the view takes from its head
+    and its tail and says once how much of what the command printed is left out (the bug:
+    the tool's "omitted" line stayed inside, under a second count of the tool's text)."""
+    head = "".join(f"line {i}\n" for i in range(1000))
+    tail = "".join(f"line {i}\n" for i in range(9000, 10000)) + "[exit code 1]"
+    content = f"{head}\n[... 50000 characters omitted ...]\n{tail}"
+    shown = budgeted(ToolResult("c", content), 2000, tmp_path).content
+    assert shown.count("[...") == 1 and "50000 characters omitted" not in shown
+    assert shown.startswith("line 0\n") and shown.endswith("line 9999\n[exit code 1]")
+    first, line, last = re.split(r"\n(\[\.\.\. .*\])\n", shown)
+    total = len(head) + 50_000 + len(tail)
+    left = total - len(first) - len(last)
+    assert line.startswith(f"[... {left:,} of {total:,} characters left out here.")
+    (saved,) = (tmp_path / ".heron/results").glob("c-*.txt")
+    assert saved.read_text() == content
+    assert f"What the tool returned ({len(content):,} characters) is saved in" in line
+
+
+def test_a_result_the_registry_cut_points_to_the_file_it_saved(tmp_path):
+    """The registry cut a result to its budget and saved all of it; the view's smaller cut
+    names that file (which holds the whole) and counts from the original."""
+    original = "".join(f"row {i}\n" for i in range(20_000)) + "[lines 1-20000 of 90000]"
+    where = " The full result is saved in .heron/results/r-0123456789.txt; read it."
+    stored = cut_middle(original, 5000).text(where)
+    shown = budgeted(ToolResult("r", stored), 1000, tmp_path).content
+    assert shown.count("[...") == 1 and shown.endswith("row 19999\n[lines 1-20000 of 90000]")
+    first, line, last = re.split(r"\n(\[\.\.\. .*\])\n", shown)
+    left = len(original) - len(first) - len(last)
+    assert line.startswith(f"[... {left:,} of {len(original):,} characters left out here.")
+    assert "The full result is saved in .heron/results/r-0123456789.txt" in line
+    assert not (tmp_path / ".heron").exists()  # nothing saved twice

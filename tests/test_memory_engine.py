@@ -16,11 +16,14 @@ from heron.agent.engine import Engine
 from heron.compaction.summary import SUMMARY_SYSTEM
 from heron.config import Settings
 from heron.context.tokens import estimate_text, estimate_tools
+from heron.errors import TransientProviderError
 from heron.memory.extract import FACTS_SYSTEM, TIDY_SYSTEM
 from heron.memory.queue import waiting
+from heron.memory.wiring import RECALL_FLAG
 from heron.messages import Reply, Text, ToolCall, assistant, user
 from heron.providers.scripted import ScriptedProvider
 from heron.request import ChatRequest
+from heron.store import compactions as folds
 from heron.tools.registry import ToolRegistry
 
 # Every test once per backend: the engine on SQLite, and on PostgreSQL (tests/pg.py).
@@ -469,3 +472,87 @@ async def test_conversations_show_puts_a_turns_auto_recall_under_its_header(caps
     headers = [i for i, line in enumerate(lines) if line.startswith("── turn ")]
     assert len(headers) == 2 and headers[1] < recall
     assert lines[headers[1] + 1].lstrip().startswith("→ recall_history")
+
+
+async def test_a_fold_before_the_turn_keeps_that_turns_auto_recall(monkeypatch, heron_home):
+    """The consolidation that runs before a turn kept its last turn from the person's message
+    on, and folded the auto-recall pair stored just before it: the model got the question
+    without the evidence found for it (qa21q H1). A turn starts at its recall pair."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    # A consolidation is due at every turn that has something to fold.
+    (heron_home / "config.toml").write_text("[agent]\nconsolidation_ratio = 0.01\n")
+    read = Reply([ToolCall("f1", "read_file", {"path": "notes.txt"})], "tool")
+    model = Model([read, said("Read."), read, said("Read again."), said("In March 2031.")])
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        _filler(engine)
+        # Results larger than the part of the window a fold keeps whole ([context] recent).
+        (engine.settings.paths.workspace / "notes.txt").write_text("lorem ipsum dolor " * 400)
+        await engine.turn("new", "Please read notes.txt for me")
+        await engine.turn("new", "Please read notes.txt once more")
+        await engine.turn("new", "When does my passport expire?")
+        conv = engine.store.conversation("new")
+        (fold, *_) = reversed(folds.compactions(engine.store, conv.id))
+        rows = engine.store.branch(conv.id)
+    asked = model.requests[-1]
+    recalled = [r.content for m in asked.messages for r in m.tool_results]
+    assert any("12 March 2031" in r for r in recalled), recalled
+    kept = [r for r in rows if r.id > fold.last_row_id]
+    assert kept[0].meta.get(RECALL_FLAG) and kept[0].role == "assistant"
+
+
+async def test_the_memory_pass_at_a_fold_fits_the_calibrated_request_check(monkeypatch):
+    """The pass filled the window counted raw, and the request check counts it calibrated:
+    at a factor over 1 every full pass was refused unsent, and nothing said so (qa21q M5)."""
+    from heron.compaction.records import save_calibration
+    from heron.context.tokens import Calibration
+
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "8000")
+    model = Model([said("Noted. " * 60)] * 40)
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        save_calibration(engine.store, engine.choice.model, Calibration(1.1, 50), 0)
+        for i in range(30):
+            await engine.turn("c", f"Note {i}: " + "I walk by the river in the evening. " * 30)
+    assert "summary" in model.kinds
+    assert model.kinds.count("facts") == model.kinds.count("summary")
+
+
+def _shown(engine: Engine, run_id: str) -> str:
+    from heron.trace.prices import PriceTable
+    from heron.trace.read import load_run
+    from heron.trace.render import render_show
+
+    run = load_run(engine.store, run_id)
+    return "\n".join(render_show(engine.store, run, PriceTable(), "UTC"))
+
+
+class FailingFacts(Model):
+    """A model whose memory pass at a fold fails (the server refuses it)."""
+
+    def __call__(self, request: ChatRequest) -> Reply:
+        if request.system == FACTS_SYSTEM:
+            self.kinds.append("facts")
+            raise TransientProviderError("the server answered 503 Service Unavailable")
+        return super().__call__(request)
+
+
+async def test_a_fold_whose_memory_pass_fails_says_so_and_the_trace_keeps_it(monkeypatch):
+    """A failed memory pass at a fold was only logged, which `heron run` does not show: the
+    person and `trace show` had no way to tell the pass stopped (qa21q M5)."""
+    from heron.agent.turn import TurnHooks
+
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "2500")
+    model = FailingFacts([])
+    told: list[tuple[str, list[str]]] = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        for i in range(14):
+            notices: list[str] = []
+            hooks = TurnHooks(on_notice=notices.append)
+            result = await engine.turn("c", f"I note {i}: " + "lorem ipsum dolor " * 30, hooks)
+            told.append((result.run_id, notices))
+        shown = {run_id: _shown(engine, run_id) for run_id, _ in told}
+    assert "facts" in model.kinds
+    failed = [(run_id, n) for run_id, notices in told for n in notices if "Memory's pass" in n]
+    assert len(failed) == model.kinds.count("facts")  # one line at each fold, no more
+    run_id, line = failed[0]
+    assert "did not run (the server answered 503" in line and "/learn" in line
+    assert f"■ notice: {line}" in shown[run_id]

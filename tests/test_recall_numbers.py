@@ -155,8 +155,12 @@ def test_a_query_reads_codes_whole_and_pairs_numbers_with_their_word() -> None:
     ]
     assert search_terms("did PR #88 change") == ["pr", "88", "change", "pr 88", "88 change"]
     assert search_terms("the 4 of us, 2 years ago") == ["4", "us", "2", "years", "ago", "2 years"]
-    # a number is never a prefix; a long word still is
-    assert match_expression("ticket 4711") == '"ticket"* OR "4711" OR "ticket 4711"'
+    # a number is never a prefix; a long word still is; from 1,000 on, a number is also
+    # searched grouped ("4,711": FTS5 reads it as the words "4" and "711")
+    assert match_expression("ticket 4711") == (
+        '"ticket"* OR ("4711" OR "4,711") OR ("ticket 4711" OR "ticket 4,711")'
+    )
+    assert match_expression("item 5") == '"item"* OR "5" OR "item 5"'
 
 
 def test_the_gate_holds_a_code_only_whole() -> None:
@@ -184,4 +188,105 @@ def test_a_number_with_its_word_is_kept_when_its_words_are_too_common(db: str | 
     recall = Recall(store)
     assert recall.selective_terms("item 5", budget=10) == ["item 5"]
     assert [i for i, _ in recall.bm25("item 5", 1, budget=10)] == [wanted.id]
+    store.close()
+
+
+# One amount in the ways people write it, each said in a conversation of its own, and decoys:
+# other numbers that hold its digits or its groups.
+AMOUNT_FORMS = {
+    "comma": "the invoice was 48,250 for the roof",
+    "bare": "the invoice was 48250 for the fence",
+    "dollars": "the invoice came to $48,250.00 in total",
+    "european": "die Rechnung: 48.250,00 EUR",
+    "spaced": "invoice 48 250 kr paid",
+    "swiss": "Rechnung 48'250 CHF",
+}
+AMOUNT_DECOYS = {
+    "million": "the grant was 48,250,000 in all",
+    "longer": "number 1,048,250 on the list",
+    "digits": "ticket 482501 was closed",
+    "list": "scores: 48, 250 and 12",
+}
+
+
+def test_a_number_is_found_in_any_grouping_of_its_digits(db: str | Path) -> None:
+    """ "what was the 48250 invoice" finds "48,250", and the reverse, on both backends: a
+    number is searched in each grouping (FTS5 and PostgreSQL read "48,250", "48.250" and
+    "48250" as different words)."""
+    store = Store(db)
+    ids = dict(zip(AMOUNT_FORMS, _apart(store, list(AMOUNT_FORMS.values())), strict=True))
+    decoys = dict(zip(AMOUNT_DECOYS, _apart(store, list(AMOUNT_DECOYS.values())), strict=True))
+    recall = Recall(store)
+    for query in ["what was the 48250 invoice", "48,250", "the 48 250 invoice", "$48,250.00",
+                  "48.250", "48'250 invoice"]:  # fmt: skip
+        found = {h.message_id for h in recall.search(query, 20)}
+        missing = [k for k, i in ids.items() if i not in found]
+        assert not missing, (query, missing)
+        # a longer number that holds the digits is not this one
+        assert decoys["longer"] not in found and decoys["digits"] not in found, query
+    store.close()
+
+
+def test_lists_decimals_and_years_stay_as_typed(db: str | Path) -> None:
+    """ "1,2,3" is a list and "3.14" a decimal, not the numbers 123 and 314; "2023" written
+    bare is a year, searched as it is."""
+    store = Store(db)
+    listed, joined, decimal, whole, year, grouped = _apart(
+        store,
+        ["we counted 1,2,3 apples", "we counted 123 apples", "pi is 3.14 or so",
+         "pi is 314 or so", "it was 2023 then", "it was 2,023 then"],
+    )  # fmt: skip
+    recall = Recall(store)
+    assert [h.message_id for h in recall.search("1,2,3")] == [listed]
+    assert [h.message_id for h in recall.search("123")] == [joined]
+    assert [h.message_id for h in recall.search("3.14")] == [decimal]
+    assert [h.message_id for h in recall.search("314")] == [whole]
+    assert [h.message_id for h in recall.search("2023")] == [year]
+    assert {h.message_id for h in recall.search("2,023")} == {year, grouped}
+    store.close()
+
+
+def test_a_verbatim_phrase_holds_a_number_in_any_grouping(db: str | Path) -> None:
+    store = Store(db)
+    comma, bare = _apart(store, [AMOUNT_FORMS["comma"], AMOUNT_FORMS["bare"]])
+    recall = Recall(store)
+    assert recall.verbatim("the invoice was 48250") == [comma, bare]
+    assert recall.verbatim("The invoice was 48,250.00") == [comma, bare]
+    assert [h.message_id for h in recall.exact("invoice was 48 250")] == [bare, comma]
+    store.close()
+
+
+def test_the_gate_holds_a_number_in_any_grouping_and_only_whole() -> None:
+    bodies = [*AMOUNT_FORMS.values(), *AMOUNT_DECOYS.values()]
+    held = [bool(h) for h in held_by(bodies, ["48250"])]
+    assert held == [True] * len(AMOUNT_FORMS) + [False] * len(AMOUNT_DECOYS)
+    assert [bool(held_terms(b, ["48,250"])) for b in bodies] == held
+    # with the word next to it, as auto-recall weighs "invoice 48250"
+    assert held_by(bodies, ["invoice 48250"])[4] == {"invoice 48250"}
+
+
+def test_auto_recall_and_recall_history_find_the_number_typed_another_way(
+    db: str | Path,
+) -> None:
+    """The question types the amount without its comma: the gate counts its number as held
+    by the message that wrote it with one, and recall_history finds it."""
+    store = Store(db)
+    conv = store.open_conversation("money")
+    for amount in ("3,100", "12,900", "7,450"):  # first: a tie would pick one of them
+        store.append(conv.id, user(f"The roof invoice was {amount}, paid in March."))
+        store.append(conv.id, assistant("Noted."))
+    wanted = store.append(conv.id, user("The roof invoice was 48,250, paid in March.")).id
+    for n in range(6):
+        store.append(conv.id, assistant(f"Noted, item {n} of the roof."))
+        store.append(conv.id, user(f"The roof needs {n + 2} more tiles."))
+    recall = Recall(store)
+    question = "what was the roof invoice of 48250 about?"
+    found = auto.auto_hits(recall, question, conv.id)
+    assert [h.hit.message_id for h in found][:1] == [wanted]
+    # recall_history, as the model calls it once the conversation was folded out of view
+    folded = {r.id for r in store.all_messages(conv.id)}
+    services = TurnServices(recall=recall, conversation_id=conv.id, view_cuts=lambda: folded)
+    ctx = ToolContext(workspace=Path("."), services=services)
+    first = recall_history.fn(ctx, query="48250 invoice", limit=3).splitlines()[0]
+    assert f"· message {wanted} · user]" in first, first
     store.close()

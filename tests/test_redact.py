@@ -115,3 +115,10 @@ def test_only_the_lines_holding_a_credential_word_change_whatever_their_letters(
     )
     long = ("ordinary words " * 3000 + "\n") * 3 + "TOKEN=abcd1234efgh\n"
     assert scrub_patterns(long) == long.replace("abcd1234efgh", "[redacted: assignment]")
+
+
+@pytest.mark.parametrize("user", ["heron", ""])
+def test_a_password_in_a_url_is_masked_with_or_without_a_user(user):
+    """The QA's form `postgresql://:pw@host` (an empty user) came through whole."""
+    out = scrub_patterns(f"url postgresql://{user}:Pw0rd@127.0.0.1:5432/heron end")
+    assert "Pw0rd" not in out and "[redacted: password in a url]@127.0.0.1:5432/heron" in out

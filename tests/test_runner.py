@@ -369,3 +369,34 @@ async def test_a_stream_cut_and_retried_in_the_runner_is_not_shown_twice(tmp_pat
     assert result.text == "The answer is 42."
     assert "".join(e.text for e in seen) == "The answer is 42."
     assert not [e for e in seen if e.kind == "retry"]
+
+
+@tool(writes=True)
+async def slow_write(ctx: ToolContext, text: str) -> str:
+    """Write something, slowly.
+
+    Args:
+        text: What to write.
+    """
+    await asyncio.sleep(0.05)
+    return f"wrote {text}"
+
+
+async def test_a_writing_call_is_timed_from_its_own_start_not_from_its_wait(tmp_path):
+    """Tools that write run one at a time: the second call's time (its pill's) starts when it
+    runs, after the first ended (the bug: from the reply, its wait for the first included)."""
+    provider = ScriptedProvider(
+        [
+            Reply([call("a", "slow_write", text="1"), call("b", "slow_write", text="2")], "tool"),
+            Reply([Text("Both written.")], "done"),
+        ]
+    )
+    runner = Runner(provider, ToolRegistry([slow_write]), ModelProfile(), RunLimits())
+    records = []
+
+    async def on_tool_call(record):
+        records.append(record)
+
+    await runner.run("sys", [user("go")], ctx(tmp_path), RunHooks(on_tool_call=on_tool_call))
+    first, second = sorted(records, key=lambda r: r.call.id)
+    assert second.started >= first.ended  # it ran after the first, and is timed from then

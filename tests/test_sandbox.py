@@ -8,7 +8,9 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from sandbox_helpers import (
     ENV_KEY,
     MEMORY_SECRET,
     call_tool,
+    connect_command,
     listener,
     seed_home,
 )
@@ -110,13 +113,6 @@ async def test_unconfined_command_gets_the_clean_environment_too(
     assert ENV_KEY not in out and "heron-variable-value" not in out
     assert not any(name.startswith("HERON_") or "KEY" in name for name in env_names(out))
     assert "HOME-LISTING: " in out  # it did run: unconfined means approved and unconfined
-
-
-def connect_command(host: str, port: int) -> str:
-    """Connect, then wait for the listener's greeting: printed only once the host side has
-    accepted (through pasta a connection is first made inside the command's namespace)."""
-    greeted = "read -t 60 reply <&3 && echo NET-CONNECTED $reply"
-    return f"(exec 3<>/dev/tcp/{host}/{port} && {greeted}) 2>&1"
 
 
 @pytest.mark.parametrize("network", ["all", "loopback"])
@@ -374,3 +370,60 @@ def test_loopback_without_pasta_says_there_is_no_network(tmp_path: Path) -> None
     assert "127.0.0.1" in with_pasta.describe()
     assert "netjoin.py" in " ".join(with_pasta.wrap(["true"], seccomp=3))
     assert "netjoin.py" not in " ".join(without.wrap(["true"], seccomp=3))
+
+
+MAIN_SECRET = "sk-test-mainhome-5a5a5a5a5a5a5a5a"
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A folder outside /tmp (the sandbox's /tmp is its own, so nothing of the host's /tmp
+    shows there), removed afterwards."""
+    try:
+        made = Path(tempfile.mkdtemp(prefix="heron-test-", dir="/var/tmp"))
+    except OSError:
+        pytest.skip("needs a writable /var/tmp")
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.parametrize("where", ["beside", "inside"])
+async def test_the_default_home_is_hidden_too_when_heron_home_names_another(
+    where: str, tmp_path: Path, outside_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The QA's finding: a project run with its own HERON_HOME let its commands read the
+    person's main ~/.heron (its config.toml, heron.db, web-sessions.json). Now hidden too,
+    whether the project's home lies beside it or inside it (`HERON_HOME=~/.heron/work`); the
+    rest of the person's home folder stays readable, as documented."""
+    person = outside_tmp
+    main = person / ".heron"
+    main.mkdir(parents=True)
+    (main / "config.toml").write_text(f'[providers.openai]\napi_key = "{MAIN_SECRET}"\n')
+    (person / "notes.txt").write_text("readable notes\n")
+    monkeypatch.setenv("HOME", str(person))
+    project = tmp_path / "project-home" if where == "beside" else main / "work"
+    project.mkdir(mode=0o700)
+    monkeypatch.setenv("HERON_HOME", str(project))
+    seed_home(project)
+    command = f"cat {main}/config.toml; echo LISTED: $(ls -A {main}); cat {person}/notes.txt; pwd"
+    result = await call_tool("bash", {"command": command})
+    out = result.content
+    assert MAIN_SECRET not in out and "api_key" not in out  # (the redactor would mask the key)
+    expected = "LISTED:" if where == "beside" else "LISTED: work"  # the way to the workspace
+    assert f"{expected}\n" in out, out
+    assert "readable notes" in out and str(project / "workspace") in out
+
+
+def test_a_default_home_inside_the_workspace_is_left_alone(tmp_path: Path) -> None:
+    """Hiding it there would take the command's own files away."""
+    from heron.tools.sandbox import Sandbox
+
+    workspace = tmp_path / "ws"
+    (workspace / ".heron").mkdir(parents=True)
+    sandbox = Sandbox(
+        workspace, tmp_path / "home", bwrap="bwrap", also_hidden=(workspace / ".heron",)
+    )
+    argv = sandbox.wrap(["true"], seccomp=3)
+    assert str(workspace / ".heron") not in argv

@@ -43,7 +43,10 @@ async def turns(
     return out
 
 
-LONG = {"command": "yes PWNED-LINE | head -n 4000"}  # over the result's budget: saved
+# Over the result's budget, so saved: 200 matches of 300 characters (bash's own output is
+# cut to the budget by the tool, head and tail, and never saved).
+MAKE = {"command": "yes $(printf 'PWNED-LINE%.0s' {1..30}) | head -n 4000 > pwned.txt"}
+LONG = {"pattern": "PWNED", "path": "pwned.txt"}
 
 
 async def test_links_planted_by_a_command_do_not_carry_a_saved_result_out(
@@ -52,8 +55,13 @@ async def test_links_planted_by_a_command_do_not_carry_a_saved_result_out(
     out = tmp_path / "outside"
     out.mkdir()
     plant = f"cd .heron/results && for f in c1-*; do rm $f && ln -s {out}/bash_profile $f; done"
-    first, _, again = await turns(
-        [("c1", "bash", LONG), ("c2", "bash", {"command": plant}), ("c1", "bash", LONG)]
+    _, first, _, again = await turns(
+        [
+            ("c0", "bash", MAKE),
+            ("c1", "grep", LONG),
+            ("c2", "bash", {"command": plant}),
+            ("c1", "grep", LONG),
+        ]
     )
     assert ".heron/results/c1-" in first.content and first.content == again.content
     saved = next((heron_home / "workspace/.heron/results").glob("c1-*.txt"))
@@ -61,7 +69,7 @@ async def test_links_planted_by_a_command_do_not_carry_a_saved_result_out(
     assert list(out.iterdir()) == []  # nothing written through the link
     # A folder swapped for a link by a command: nothing lands where it points either.
     swap = {"command": f"rm -rf .heron/results && ln -s {out} .heron/results"}
-    await turns([("c3", "bash", swap), ("c4", "bash", LONG)])
+    await turns([("c3", "bash", swap), ("c4", "grep", LONG)])
     assert (heron_home / "workspace/.heron/results").is_symlink()
     assert list(out.iterdir()) == []
 

@@ -221,7 +221,8 @@ async def test_heron_run_through_the_serve_says_the_command_waits_and_another_cl
         asked = (await ws_until(ws, "approval"))[-1]
         await _send(ws, {"type": "approve", "id": asked["id"], "allow": True})
         assert await asyncio.wait_for(run, 30)
-    assert f"the agent wants to run (bash, unconfined):\n  {COMMAND}\n" in err.getvalue()
+    said = f"the agent wants to run (bash, unconfined):\n{COMMAND}\n↑ the whole command (bash, "
+    assert said in err.getvalue()  # the command on a line of its own, the question after it
     assert "allowed by web-" in err.getvalue()
     assert f"Result: {OUTPUT}" in out.getvalue()
 
@@ -243,7 +244,8 @@ async def test_a_chat_through_the_serve_asks_each_command_of_a_reply_on_its_own_
         for _ in range(2):
             while view.asking is None or view.asking.done():
                 await asyncio.sleep(0.01)
-            view.answer("y" if out.getvalue().rstrip().endswith("echo ran-1") else "n")
+            shown = out.getvalue().rstrip().splitlines()[-2]  # the command, above the question
+            view.answer("y" if shown == "echo ran-1" else "n")
 
     provider = ScriptedProvider(_two_commands)
     async with running_serve(provider) as serve:
@@ -292,5 +294,6 @@ async def test_an_approval_of_a_sandboxed_command_says_sandboxed_to_every_client
             assert await asyncio.wait_for(run, 30)
     assert asked["confined"] is True
     assert "The agent wants to run (bash, sandboxed):" in out.getvalue()
-    assert f"the agent wants to run (bash, sandboxed):\n  {COMMAND}\n" in err.getvalue()
+    said = f"the agent wants to run (bash, sandboxed):\n{COMMAND}\n↑ the whole command (bash, "
+    assert said in err.getvalue()  # the command on a line of its own, the question after it
     assert "unconfined" not in out.getvalue() + err.getvalue()

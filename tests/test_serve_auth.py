@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from serve_helpers import LineClient, Running, log_in, running_serve, ws_client, ws_hello
+from serve_helpers import (
+    Running,
+    control_login,
+    log_in,
+    running_serve,
+    ws_client,
+    ws_hello,
+)
 from websockets.exceptions import InvalidStatus
 
 from heron.config import Settings
@@ -64,12 +71,7 @@ def _unchanged(suggestion: int) -> bool:
 
 async def _fresh_login(serve: Running) -> str:
     """What `heron web` asks the serve for: a new login address."""
-    client = await LineClient.open(serve.info.socket)
-    await client.send({"type": "login"})
-    answer = await client.next()
-    await client.close()
-    assert answer["type"] == "login", answer
-    return str(answer["url"])
+    return await control_login(serve.info.socket)
 
 
 async def _raw(serve: Running, target: str, *headers: str) -> str:
@@ -144,6 +146,33 @@ async def test_a_code_works_once_and_sets_a_strict_lasting_cookie_kept_only_as_a
     text = kept.read_text()
     assert token not in text and hashlib.sha256(token.encode()).hexdigest() in text
     assert serve.token not in text
+
+
+async def test_a_serve_whose_output_is_not_a_terminal_prints_no_login_code():
+    """The QA's attack: `heron serve > serve.log` (or nohup) leaves its output outside
+    HERON_HOME, where a command with network "loopback" read the code and logged in as the
+    person. Not a terminal, the serve prints no code, only how to get one; and the start-up
+    code (which `--open` would hand the browser) no longer works once `heron web` gave another."""
+    async with running_serve(ScriptedProvider(_echo), terminal=False) as serve:
+        printed = serve.out.getvalue()
+        async with serve.http(cookies={}) as anon:
+            revoked = await anon.get(serve.login)  # the helper asked for one as `heron web` does
+    code = serve.login.partition("code=")[2]
+    assert code and code not in printed and "code=" not in printed
+    assert "Log in: run `heron web`" in printed and "not a terminal" in printed
+    assert revoked.status_code == 403 and SPENT_OR_WRONG in revoked.text
+
+
+def test_the_start_up_code_works_once_until_heron_web_gives_another():
+    auth = Auth()
+    printed = auth.new_code(first=True)
+    assert auth.login(printed) is not None and auth.login(printed) is None  # once
+    printed = auth.new_code(first=True)
+    fresh = auth.new_code()  # `heron web`
+    assert auth.login(printed) is None and auth.login(fresh) is not None
+    assert (
+        auth.login(auth.new_code()) is not None
+    )  # codes from `heron web` do not revoke each other
 
 
 async def test_an_expired_code_and_an_expired_session_say_what_to_do():
@@ -332,3 +361,24 @@ async def test_serve_open_says_so_when_no_browser_can_be_opened(monkeypatch):
         assert asked == [serve.login]
         assert f"{NO_BROWSER}\n" in serve.out.getvalue()
         assert "plain HTTP" not in serve.out.getvalue()  # on loopback, nothing crosses a network
+
+
+@pytest.mark.parametrize(
+    ("origin", "same"),
+    [
+        ("http://127.0.0.1:8765", True),
+        ("https://127.0.0.1:8765", True),
+        ("http://127.0.0.1:8765/", False),  # a trailing slash: no browser sends it
+        ("HTTP://127.0.0.1:8765", False),  # nor an upper-case scheme
+        ("http://127.0.0.1:8765/app", False),
+        ("http://user@127.0.0.1:8765", False),
+        ("ftp://127.0.0.1:8765", False),
+        ("http://127.0.0.1:8766", False),
+    ],
+)
+def test_the_origin_must_be_exactly_the_servers_own(origin: str, same: bool) -> None:
+    """The QA's note: the check compared a normalised form, so forms no browser sends passed."""
+    from heron.serve.auth import allowed_hosts, same_origin
+
+    host = "127.0.0.1:8765"
+    assert same_origin(origin, host, allowed_hosts("127.0.0.1", 8765)) is same

@@ -120,13 +120,14 @@ def test_a_bind_off_loopback_warns_that_the_login_travels_in_plain_http():
 
 def test_serve_on_every_interface_prints_its_login_at_a_usable_address(monkeypatch):
     import asyncio
-    from io import StringIO
+
+    from serve_helpers import TerminalOut
 
     from heron.providers.scripted import ScriptedProvider
     from heron.serve.main import PLAIN_HTTP, serve
 
     monkeypatch.setattr("heron.serve.main.outward_address", lambda host: "192.168.1.5")
-    out, stop = StringIO(), asyncio.Event()
+    out, stop = TerminalOut(), asyncio.Event()  # a terminal: the address is printed
 
     async def run() -> None:
         ready = asyncio.Event()

@@ -47,6 +47,9 @@ FILL = {
     "goals": "INSERT INTO goals (conversation_key, objective, status, max_turns, max_tokens,"
     " created, updated) VALUES ('k', 'finish the saffron report', 'done', 5, 1000, {now},"
     " {now})",
+    "held_messages": "INSERT INTO held_messages (conversation_key, agent, parts, meta, owner,"
+    ' host, pid, created) VALUES (\'k\', \'default\', \'[{{"kind": "text", "text": "and'
+    " blue\"}}]', NULL, 'gone', 'h', {dead}, {now})",
     "job_runs": "INSERT INTO job_runs (job_id, due, started, ended, status, outcome)"
     " VALUES ((SELECT MIN(id) FROM jobs WHERE mode != 'review'), {now}, {now}, {now},"
     " 'done', 'ok')",

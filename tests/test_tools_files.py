@@ -289,3 +289,24 @@ async def test_a_search_process_that_fails_says_why(
     with pytest.raises(ToolError, match="the search could not start: no interpreter here"):
         await grep(ctx, "alpha")
     assert _grep_children() == []
+
+
+def test_read_file_past_max_read_never_claims_an_end_that_is_not_there(ctx: ToolContext) -> None:
+    """A file over MAX_READ: its footer says the file goes on past what was read, and an
+    offset past what was read says so and how to get there (the bug: "past the end of big.txt
+    (N lines)", N being the lines read)."""
+    line = "x" * 45 + "\n"
+    lines = files.MAX_READ // len(line) + 20_000
+    (ctx.workspace / "big.txt").write_text(line * lines)
+    read = lines - 20_000  # whole lines within MAX_READ, about
+    first = read_file(ctx, "big.txt", limit=10)
+    footer = first.splitlines()[-1]
+    assert footer.startswith("[lines 1-10 of the first ") and "read on with offset=11" in footer
+    assert "goes on" in footer and f"{files.MAX_READ:,}" in footer
+    with pytest.raises(ToolError) as caught:
+        read_file(ctx, "big.txt", offset=lines - 5)
+    said = str(caught.value)
+    assert "past the end" not in said and "goes on" in said
+    assert f"sed -n '{lines - 5},+1999p' big.txt" in said
+    last = read_file(ctx, "big.txt", offset=read - 5)
+    assert "goes on" in last.splitlines()[-1] and "bash" in last.splitlines()[-1]

@@ -278,7 +278,7 @@ async def test_before_call_can_veto(registry: ToolRegistry, ctx: ToolContext) ->
     assert seen == ["boom", "sample"]
 
 
-async def test_oversized_result_is_saved_with_head_and_path(
+async def test_oversized_result_is_saved_with_head_tail_and_path(
     registry: ToolRegistry, ctx: ToolContext
 ) -> None:
     full = big(ctx, 500)
@@ -289,7 +289,8 @@ async def test_oversized_result_is_saved_with_head_and_path(
     assert saved.read_text(encoding="utf-8") == full
     assert result.content.startswith("line 0\nline 1\n")
     assert f".heron/results/{saved.name}" in result.content
-    assert f"of {len(full)} characters" in result.content
+    assert result.content.endswith("line 499\n")  # its end too: where a tool says how it ended
+    assert f"of {len(full):,} characters left out here" in result.content
     assert len(result.content) < ctx.result_budget + 300
 
 

@@ -206,3 +206,23 @@ async def test_unconfined_what_a_command_leaves_ends_with_it(
     while _alive(child) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert not _alive(child)
+
+
+async def test_binary_output_is_not_sent_to_the_model(ctx: ToolContext) -> None:
+    """Bytes that are not text (U+FFFD, NUL, control characters) are counted, not sent: the
+    text printed before and after them is kept (the bug: 3,000 random bytes went as they were)."""
+    noise = r"head -c 3000 /dev/zero | tr '\000' '\201'; head -c 1000 /dev/zero"
+    result = await run(ctx, f"echo compiling; {noise}; printf '\\ndone\\n'")
+    assert result.content == (
+        "compiling\n[binary output: 4,001 bytes that are not text, not shown; redirect it to a "
+        "file (command > out.bin) and look at it with xxd or file]\ndone\n[exit code 0]"
+    )
+    every_byte = r"s=$(for i in $(seq 0 255); do printf '\\x%02x' $i; done); printf '%b' $s $s $s"
+    alone = await run(ctx, every_byte)
+    assert alone.content.startswith("[binary output: 768 bytes that are not text, not shown")
+    assert alone.content.endswith("[exit code 0]") and len(alone.content) < 300
+
+
+async def test_text_with_colours_and_tabs_is_text(ctx: ToolContext) -> None:
+    result = await run(ctx, r"printf '\033[31mred\033[0m\tcol\n'; printf 'caf\xc3\xa9\n'")
+    assert result.content == "\x1b[31mred\x1b[0m\tcol\ncafé\n[exit code 0]"

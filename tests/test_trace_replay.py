@@ -84,8 +84,8 @@ async def test_a_changed_message_is_located_by_message_and_part(monkeypatch):
 
         served = rp.ReplayTools.call
 
-        async def altered(self, call, ctx):
-            r = await served(self, call, ctx)
+        async def altered(self, call, ctx, on_start=None):
+            r = await served(self, call, ctx, on_start)
             return type(r)(r.call_id, r.content + "!", r.is_error)
 
         monkeypatch.setattr(rp.ReplayTools, "call", altered)

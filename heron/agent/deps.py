@@ -42,6 +42,9 @@ class Memos:
     prompts: PromptMemo  # system prompts built, by their inputs
     bootstrap: BootstrapCache  # the workspace files, re-read when changed
     trace: TraceFixed | None = None  # what traces take from the fixed settings (agent/tracing.py)
+    # (conversation id, window) whose turn was told it is tight (agent/turn.py `_told`): said
+    # once per conversation and window in a process, not at every tool turn.
+    told_tight: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass

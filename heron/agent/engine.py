@@ -216,10 +216,13 @@ class Engine:
 
     async def memory_before_fold(
         self, deps: memory_wiring.FoldDeps, conversation_id: int, row_ids: list[int], reason: str
-    ) -> None:
-        """Compaction calls this before folding rows: the extraction pass (queue only)."""
+    ) -> str | None:
+        """Compaction calls this before folding rows: the extraction pass (queue only); what
+        the person is told when it did not run."""
         window = self.window
-        await memory_wiring.before_fold(self.memory, deps, conversation_id, row_ids, reason, window)
+        return await memory_wiring.before_fold(
+            self.memory, deps, conversation_id, row_ids, reason, window
+        )
 
     async def memory_after_fold(self, conversation_id: int) -> None:
         await asyncio.to_thread(memory_wiring.thaw, self.memory, conversation_id)

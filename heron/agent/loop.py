@@ -33,7 +33,7 @@ from heron.agent.control import NEVER_MAILED, TurnControl, Unread, mail_label
 from heron.agent.engine import Engine, TurnHooks, TurnResult
 from heron.agent.relay import RelayDesk, Relayed, keep_words
 from heron.agent.runner import ToolCallRecord
-from heron.agent.turn import NOT_SAVED, message_unsaved
+from heron.agent.turn import NOT_SAVED, message_unsaved, person_parts
 from heron.bus import (
     KEEPING_CODE,
     UNANSWERED_CODE,
@@ -51,6 +51,7 @@ from heron.errors import HeronError, ProviderError, model_unusable
 from heron.messages import Message, ToolCall, ToolResult, file_label
 from heron.request import StreamEvent
 from heron.store import engine_state as es
+from heron.store import held
 from heron.tools.context import Approver
 
 if TYPE_CHECKING:
@@ -285,6 +286,12 @@ class AgentLoop:
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
             return
+        if found is None and message.provenance == "user" and not message.id and not message.held:
+            message = await self._hold(key, message)
+            active = self._active.get(key)
+            if active is None:  # its turn ended while the file was written: it opens the next
+                await self.dispatch(message)
+                return
         post = active.control.post
         if (
             found is None
@@ -295,6 +302,36 @@ class AgentLoop:
             return
         self._pending.setdefault(key, deque()).append(message)
         self._event(message, key, "queued")
+
+    async def _hold(self, key: str, message: InboundMessage) -> InboundMessage:
+        """The person's message for a busy conversation (mail, or queued behind the turn),
+        written to disk before its sender is told it was taken: a kill -9 of this process
+        loses none (heron/store/held.py). A store that refuses the write leaves it in memory
+        only, as it always was, and the log says so."""
+        store, engine = self.engine.store, self.engine
+        try:
+            made = person_parts(engine, message.text, message.files)
+            row = await store.call(
+                held.hold,
+                store,
+                key,
+                message.agent,
+                Message("user", made.parts),
+                made.meta(None),
+                off_loop=bool(message.files),
+            )
+        except Exception:
+            log.exception("keeping a message of %s on disk failed: it waits in memory", key)
+            return message
+        return dataclasses.replace(message, held=(row,))
+
+    def _give_up(self, message: InboundMessage, key: str) -> None:
+        """The held rows of a message its sender was told is not kept (a stop or failure
+        before its turn stored it, or too late at shutdown): they must not bring it back."""
+        try:
+            held.consume(self.engine.store, message.held)
+        except Exception:
+            log.exception("a message of %s given up stays held on disk", key)
 
     async def _priority(self, found: commands.Command, key: str, message: InboundMessage) -> None:
         if found.name == "new":
@@ -332,7 +369,7 @@ class AgentLoop:
         if self.heron_turn_events and control.visible and not message.events:
             message = dataclasses.replace(message, events=True)
         control.options = message.options
-        control.files = message.files
+        control.files, control.held = message.files, message.held
         control.mailbox.channel = message.channel  # mail from another channel says where from
         if self.options_for is not None:
             control.options = self.options_for(key, message)
@@ -552,6 +589,8 @@ class AgentLoop:
         end = active.end if active is not None else None
         stopped = TurnEnd(False, "stale", stopped_by=control.stopped_by)
         ended = TurnEnded(key, message, end or stopped, result)
+        if message.held and control.saved_id is None:  # told it was not kept
+            self._give_up(message, key)
         queue = self._pending.setdefault(key, deque())
         mail = control.mailbox.take()
         if mail:
@@ -710,6 +749,7 @@ class AgentLoop:
                 self._tell(message, key, said)
                 continue
             if self._closed:  # too late to be stored with the rest
+                self._give_up(message, key)
                 self._tell(
                     message,
                     key,
@@ -741,7 +781,9 @@ class AgentLoop:
         joined = join_words(messages, key)
         try:
             caps = self.engine.settings.config.attachments
-            await keep_words(self.engine.store, key, joined.text, joined.files, joined.agent, caps)
+            await keep_words(
+                self.engine.store, key, joined.text, joined.files, joined.agent, caps, joined.held
+            )
         except Exception as e:  # one conversation's failed write must not lose the others
             log.exception("keeping the unanswered messages of %s failed", key)
             said = not_kept_notice(self._closed_by, key, e)
@@ -794,6 +836,7 @@ def _senders(message: InboundMessage, mail: list[Unread]) -> list[InboundMessage
             key=message.key,
             agent=message.agent,
             events=(u.sender or heard).events,
+            held=(u.sender or heard).held,
         )
         for u in mail
     ]
@@ -818,6 +861,7 @@ def join_words(messages: list[InboundMessage], key: str) -> InboundMessage:
         agent=first.agent,
         events=any(m.events for m in messages),
         files=files,
+        held=tuple(row for m in messages for row in m.held),
     )
 
 

@@ -15,10 +15,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from heron.agent.control import held_rows
 from heron.agent.runner import ToolCallRecord
 from heron.messages import Message, Usage, dumps
 from heron.providers.wire import ModelCallRecord
-from heron.store import Store
+from heron.store import Store, held
 from heron.trace.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class TurnRecorder:
                 # An injected result's meta names its run.
                 meta = message.meta
                 self.store.append(self.conversation_id, message, turn_id=self.turn_id, meta=meta)
+            # Mail is on disk once: its held rows go as it is stored (heron/store/held.py).
+            held.consume(self.store, held_rows(messages))
 
     def _joined(self) -> contextlib.AbstractContextManager[None]:
         return self.trace.joined() if self.trace is not None else contextlib.nullcontext()

@@ -19,6 +19,7 @@ history, in whatever process (a serve, a worker, an in-process chat or run) that
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from heron.agent.leases import hold_lease
 from heron.agent.turn import STOPPED
 from heron.messages import File, Message, Text
-from heron.store import Store, waiting
+from heron.store import Store, StoredMessage, held, waiting
 from heron.store import engine_state as es
 from heron.store.waiting import BY_META, LABEL, RELAY_META
 
@@ -62,19 +63,24 @@ def said_by(meta: dict[str, Any]) -> str | None:
 
 async def move_in(store: Store, key: str, *, close_dead: bool = True) -> int:
     """Move the messages waiting for conversation `key` into it, in the order they were said,
-    under its lease: after any turn running there, in any process. Returns how many.
+    under its lease: after any turn running there, in any process. Returns how many. What the
+    person sent a process that ended before storing it (heron/store/held.py) goes in first.
 
     A turn a dead process left open there is closed first, as the next turn would (a row must
     not cut a tool call from its result), unless `close_dead` is False: with workers
     (heron/scale/) that turn is continued by another worker, so the messages stay waiting and
     that turn's end, or the next turn's RESTORE, moves them in."""
     said = await store.call(waiting.waiting_for, store, key)
-    if not said:
-        return 0  # the common case: one indexed read, no lease
-    async with _at_head(store, key, said[0].agent, close_dead) as conversation_id:
+    left = await store.call(held.left_for, store, key)
+    if not said and not left:
+        return 0  # the common case: two indexed reads, no lease
+    agent = left[0].agent if left else said[0].agent
+    async with _at_head(store, key, agent, close_dead) as conversation_id:
         if conversation_id is None:
             return 0
-        return await store.call(waiting.move_all, store, key, conversation_id)
+        # The person's words first: they were sent to the turn that process ran.
+        moved = await store.call(held.move_left, store, key, conversation_id)
+        return moved + await store.call(waiting.move_all, store, key, conversation_id)
 
 
 async def keep_words(
@@ -84,38 +90,26 @@ async def keep_words(
     files: tuple[File, ...] = (),
     agent: str = "default",
     caps: AttachmentCaps | None = None,
+    kept: tuple[int, ...] = (),
 ) -> int:
     """Store the person's message that no turn answered (a process shutting down with it
     unread, heron/agent/loop.py `close`) at the head of `key`, under its lease, as a relayed
     one goes in: their words and attachments, with no answer yet, which `heron run --retry`
-    answers and the next turn there reads. Returns the row's id."""
+    answers and the next turn there reads; the rows that `kept` it on disk meanwhile
+    (heron/store/held.py) deleted in the same transaction. Returns the row's id."""
     from heron.attachments import Composed, compose
     from heron.config import AttachmentCaps
 
     made = compose(text, files, caps or AttachmentCaps()) if files else Composed([Text(text)])
     shown = Message("user", made.parts)
-    return await _append_at_head(store, key, agent, shown, None, made.meta(None), "user")
-
-
-async def _append_at_head(
-    store: Store,
-    key: str,
-    agent: str,
-    shown: Message,
-    sent: Message | None,
-    meta: dict[str, Any] | None,
-    author: str,
-) -> int:
     async with _at_head(store, key, agent) as conversation_id:
         assert conversation_id is not None  # closed, not left for another worker
-        stored = await store.call(
-            store.append,
-            conversation_id,
-            shown,
-            sent=sent,
-            meta=meta,
-            author=author,
-            off_loop=any(isinstance(p, File) for p in shown.parts),
+        append = functools.partial(
+            store.append, conversation_id, shown, meta=made.meta(None), author="user"
+        )
+        off_loop = any(isinstance(p, File) for p in shown.parts)
+        stored: StoredMessage = await store.call(
+            held.stored_with, store, kept, append, off_loop=off_loop
         )
     return stored.id
 
@@ -179,7 +173,7 @@ class RelayDesk:
     def sweep(self) -> None:
         """Move in, in the background, what waits for any conversation (left by a process
         that died before it moved it), each after any turn running there now."""
-        for key in waiting.keys_waiting(self.store):
+        for key in sorted({*waiting.keys_waiting(self.store), *held.keys_left(self.store)}):
             self._move_after(key)
 
     async def settled(self, key: str) -> None:

@@ -58,7 +58,9 @@ async def replay(
     recorded_tools: bool = False,
 ) -> ReplayReport:
     """Replay one recorded run (see the module docstring) and report how its requests differ.
-    `recorded_tools`: send the tools as the run described them, not as this code does."""
+    `recorded_tools`: send the tools as the run described them, not as this code does.
+    `live_tools`: run the tools again in `workspace` as given (the CLI gives a copy of the
+    person's, heron/agent/replay_workspace.py), else in an empty temporary folder."""
     tools = registry or engine_registry()
     setup = await store.call(
         set_up, store, run_id, tools, live_tools, recorded_tools, off_loop=True
@@ -167,10 +169,11 @@ class _ReplayEngine:
 
     async def memory_before_fold(
         self, deps: object, conversation_id: int, row_ids: list[int], reason: str
-    ) -> None:
+    ) -> str | None:
         """Memory's extraction pass reads and writes the memory files: it is not run again;
         its recorded call is passed over so the calls after it line up."""
         self.provider.pass_over("memory")
+        return None
 
     def prompt_inputs(self, agent: str, conversation_id: int | None = None) -> PromptInputs:
         if self.inputs is not None:

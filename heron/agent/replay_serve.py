@@ -38,7 +38,7 @@ from heron.store import Store
 from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext, recording
 from heron.tools.python_kernel import describe_kernel, lifetime_in, run_cell, session_as_recorded
-from heron.tools.registry import ToolRegistry
+from heron.tools.registry import OnStart, ToolRegistry
 from heron.trace.diff import Difference, first_difference
 from heron.trace.read import RunTrace, ToolTrace, load_run, request_payload
 
@@ -225,12 +225,14 @@ class ReplayTools:
         return self.registry.specs() if self._specs is None else self._specs
 
     async def call_recording(
-        self, call: ToolCall, ctx: ToolContext
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
     ) -> tuple[ToolResult, list[JSONObject]]:
         """As `call`, with what the call did (nothing, when its result is served)."""
-        return await recording(self.call(call, ctx))
+        return await recording(self.call(call, ctx, on_start))
 
-    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+    async def call(
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
+    ) -> ToolResult:
         found = self.recorded.get(call.id, [])
         recorded = found.pop(0) if found else None
         if recorded is None and self.interrupted:
@@ -239,7 +241,7 @@ class ReplayTools:
             if call.name == run_cell.name and ctx.kernel is None:  # the run's first cell
                 first = recorded.result if recorded is not None else None
                 ctx.kernel = session_as_recorded(ctx.workspace, ctx.sandbox, first)
-            result = await self.registry.call(call, ctx)
+            result = await self.registry.call(call, ctx, on_start)
             if recorded is None or result.content != recorded.result:
                 was = None if recorded is None else recorded.result
                 self.report.tool_differences.append(

@@ -368,7 +368,12 @@ class Runner:
         if hooks.on_tool_start:
             hooks.on_tool_start(call)
         started = time.time()
-        result, effects = await self.registry.call_recording(call, ctx)
+
+        def running() -> None:
+            nonlocal started  # its own time: not its wait for a writing call before it
+            started = time.time()
+
+        result, effects = await self.registry.call_recording(call, ctx, running)
         await hooks.on_tool_call(ToolCallRecord(call, result, effects, started, time.time()))
         return result
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from heron import timefmt
 from heron.agent import commands
-from heron.agent.control import StaleTurn, TurnControl
+from heron.agent.control import StaleTurn, TurnControl, held_rows
 from heron.agent.leases import Lease, hold_lease, left_message, watch_epoch
 from heron.agent.record import CallSink, TurnFigures, TurnRecorder
 from heron.agent.runner import RunHooks, RunLimits, Runner, RunResult, ToolCallRecord
@@ -58,7 +58,7 @@ from heron.providers.base import RetryPolicy
 from heron.providers.wire import ModelCallRecord
 from heron.redact import Redactor
 from heron.request import OnEvent, StreamEvent
-from heron.store import Conversation, attempts, waiting
+from heron.store import Conversation, attempts, held, waiting
 from heron.store import engine_state as es
 from heron.tools.context import Approver, ToolContext, TurnServices
 from heron.tools.python_kernel import KernelKey
@@ -66,6 +66,7 @@ from heron.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from heron.agent.deps import TurnDeps
+    from heron.trace.recorder import TraceRecorder
 
 
 class State(enum.Enum):
@@ -401,16 +402,18 @@ async def drive(t: Turn) -> Done:
 
 async def restore(t: Turn, _: None) -> Restored:
     """The lease claim read whether an earlier turn left work open (`Lease.dirty`); then what
-    background work said here that still waits (heron/store/waiting.py: its process died before
-    it moved it in, or another process's move waits for this lease) goes in before the history
-    is read. A recovered workflow continues its own turn: no stop marker, and nothing goes in
-    inside it (what waits goes in after it)."""
+    the person sent a process that died before storing it (mail, a queued message:
+    heron/store/held.py), and what background work said here that still waits
+    (heron/store/waiting.py: its process died before it moved it in, or another process's move
+    waits for this lease), go in before the history is read. A recovered workflow continues
+    its own turn: no stop marker, and nothing goes in inside it (what waits goes in after it)."""
     store = t.engine.store
     if resumed(t) is not None:
         await store.call(attempts.close_for_resume, store, t.conversation.id)
         return Restored()
     if t.lease is not None and t.lease.dirty:
         await store.call(es.recover, store, t.conversation.id, STOPPED)
+    await store.call(held.move_left, store, t.key, t.conversation.id)
     await store.call(waiting.move_all, store, t.key, t.conversation.id)
     return Restored()
 
@@ -520,11 +523,8 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     options, provenance = t.control.options, t.control.provenance
     meta = options.message_meta if options is not None else None
     text, _ = scrub_text(text)  # a channel that let undecodable bytes through: U+FFFD
-    # Heron's own keys out of every attached text file before it is stored or sent.
-    keys = Redactor(engine.redactor.keys, patterns=False)
-    files = tuple(without_keys(t.control.files, keys.clean)) if t.control.files else ()
-    caps = engine.settings.config.attachments
-    composed = compose(text, files, caps) if files else Composed([Text(text)])
+    files = t.control.files
+    composed = person_parts(engine, text, files)
     user_message = Message("user", composed.parts)
     bare = options is not None and options.bare
     search = searched(provenance) and offers_recall(t)
@@ -535,7 +535,7 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
     channel = t.channel if provenance == "user" else f"heron ({provenance})"
     info = RuntimeInfo(channel, conversation.key, zone, note=note)
     profile = engine.choice.profile
-    turn_id, stored = await store.call(
+    begin = functools.partial(
         store.begin_turn,
         conversation.id,
         run_id,
@@ -549,13 +549,25 @@ async def commit_message(t: Turn, run_id: str, text: str) -> tuple[int, int]:
         meta=composed.meta(
             meta if meta is not None or provenance == "user" else {"injected_event": provenance}
         ),
-        # Attachments' bytes are written to the store's folder: not on the event loop.
-        off_loop=bool(files),
+    )
+    # The rows that kept the message on disk while it waited go in the same transaction; the
+    # attachments' bytes are written to the store's folder: not on the event loop.
+    turn_id, stored = await store.call(
+        held.stored_with, store, t.control.held, begin, off_loop=bool(files)
     )
     named = None if conversation.title is not None else _named_by(text, files, options)
     if named is not None:
         await store.call(store.set_title, conversation.id, title_of(named))
     return turn_id, stored.id
+
+
+def person_parts(engine: TurnDeps, text: str, files: tuple[File, ...]) -> Composed:
+    """The parts (and inline files' meta) of the person's message with `files`, as its row
+    keeps them: Heron's own keys out of every attached text file before it is stored or sent."""
+    if not files:
+        return Composed([Text(text)])
+    keys = Redactor(engine.redactor.keys, patterns=False)
+    return compose(text, without_keys(files, keys.clean), engine.settings.config.attachments)
 
 
 def _named_by(text: str, files: tuple[File, ...], options: TurnOptions | None) -> str | None:
@@ -677,8 +689,9 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     trace = trace_for(engine, built, t.conversation.agent)
     recorder = TurnRecorder(store, t.conversation.id, built.turn_id, trace, t.hooks.on_tool_end)
     await built.compaction_calls.attach(recorder.model_call)  # in the trace, in the usage
-    if t.hooks.on_notice is not None:
-        for notice in built.notices:
+    for notice in built.notices:
+        trace.notice(notice)  # what the person was told, in the trace too
+        if t.hooks.on_notice is not None:
             t.hooks.on_notice(notice)
     final: list[Message] = []
     profile = engine.choice.profile
@@ -712,6 +725,15 @@ async def run_once(t: Turn, built: BuiltTurn) -> PendingSave:
     return PendingSave(run, tuple(final), figures, recorder)
 
 
+def result_budget(t: Turn, built: BuiltTurn) -> int:
+    """The characters of one result the tools return: the view's budget for it when that is
+    smaller (a small window's), so a tool cuts its output once, to what the model reads, and
+    keeps its own last lines (an exit code, a paging footer) within it."""
+    configured = t.engine.settings.config.agent.result_budget
+    governor = built.governor
+    return configured if governor is None else min(configured, governor.deps.budget.result_chars)
+
+
 def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     engine, conversation = t.engine, t.conversation
     # The conversation's kernel, kept by the process between its turns (given back at the
@@ -726,7 +748,7 @@ def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
         kernel=kernel,
         keep_kernel=functools.partial(engine.kernels.release, key),
         workspace=engine.settings.paths.workspace,
-        result_budget=engine.settings.config.agent.result_budget,
+        result_budget=result_budget(t, built),
         redactor=engine.redactor,
         sandbox=engine.sandbox,
         approve=t.hooks.approve or engine.approve,  # the channel's, else the engine's default
@@ -805,9 +827,10 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
             return
         t.partial = ""  # streamed text up to here is in the messages committed now
         await token.check(store)
-        held = [*final, m]
+        batch = [*final, m]
         final.clear()
-        await recorder.commit(held)
+        await recorder.commit(batch)
+        control.mailbox.stored(held_rows(batch))  # mail stored: owed to no next turn
         if m.role == "assistant":
             checkpoint.open_phase([c.id for c in m.tool_calls])
 
@@ -830,7 +853,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_tool_call=on_tool_call,
         on_tool_start=t.hooks.on_tool_start,
         drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
-        govern=_told(governor, _muted(t.hooks.on_notice, control)) if governor else None,
+        govern=_told(t, governor, _muted(t.hooks.on_notice, control), trace) if governor else None,
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
         outside_calls=(lambda: governor.model_calls) if governor else None,
@@ -854,21 +877,35 @@ def _kept(t: Turn, fn: Callable[[Any], None] | None) -> Callable[[Any], None] | 
 
 
 def _told(
-    governor: Governor, notice: Callable[[Any], None] | None
+    t: Turn,
+    governor: Governor,
+    notice: Callable[[Any], None] | None,
+    trace: TraceRecorder | None,
 ) -> Callable[[list[Message]], Awaitable[list[Message]]]:
     """The governor's view, with a notice for each in-flight compaction it makes; once the
     turn is tight (the window too small for its work), one notice says so and the folds
-    that follow are not told one by one."""
+    that follow are not told one by one. The tight notice is said once per conversation and
+    window in a process (it was repeated at every tool turn of a small window); the trace of
+    every turn that became tight keeps it."""
+    told = t.engine.memos.told_tight
+
+    def say(text: str, shown: bool = True) -> None:
+        if trace is not None:
+            trace.notice(text, shown)
+        if notice is not None and shown:
+            notice(text)
 
     async def govern(view: list[Message]) -> list[Message]:
         before, tight = governor.inflight, governor.tight
         shaped = await governor.govern(view)
-        if notice is None or tight:
+        if tight:
             return shaped
         if governor.tight:
-            notice(governor.tight_notice())
+            key = (t.conversation.id, governor.deps.budget.window)
+            say(governor.tight_notice(), key not in told)
+            told.add(key)
         elif governor.inflight > before:
-            notice(INFLIGHT_NOTICE.format(n=governor.inflight))
+            say(INFLIGHT_NOTICE.format(n=governor.inflight))
         return shaped
 
     return govern

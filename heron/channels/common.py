@@ -4,10 +4,12 @@ the module that mounts them."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
+from heron.channels.visible import for_stream
 from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
@@ -16,9 +18,16 @@ if TYPE_CHECKING:
     from heron.config import Settings
 
 
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """`typer.echo` for what may hold text the model, a tool or a page wrote (a reply, a job's
+    prompt, a title, an error a server sent): on a terminal its control characters are shown,
+    never obeyed; a pipe or a file gets it exact (heron/channels/visible.py)."""
+    typer.echo(for_stream(text, sys.stderr if err else sys.stdout), err=err, nl=nl)
+
+
 def fail(error: HeronError) -> NoReturn:
     """Print the error (its hint included) and exit: 2 for bad configuration, 1 otherwise."""
-    typer.echo(f"heron: {error}", err=True)
+    echo(f"heron: {error}", err=True)
     raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
 
 
@@ -42,7 +51,7 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max(cell_len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
     for row in [header, *rows]:
         cells = [str(c) + " " * (w - cell_len(str(c))) for c, w in zip(row, widths, strict=False)]
-        typer.echo("  ".join([*cells, str(row[-1])]).rstrip())
+        echo("  ".join([*cells, str(row[-1])]).rstrip())
 
 
 def settings() -> Settings:
@@ -68,8 +77,8 @@ def reading_settings() -> Settings:
     except HeronError as e:
         fail(e)
     if broken is not None:
-        typer.echo(f"heron: {broken}", err=True)
-        typer.echo(
+        echo(f"heron: {broken}", err=True)
+        echo(
             "heron: this command goes on with the default settings; commands that run a turn"
             " refuse until the file loads.",
             err=True,

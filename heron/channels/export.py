@@ -16,10 +16,9 @@ import json
 import re
 from pathlib import Path
 
-import typer
-
 from heron import timefmt, workspace_io
 from heron.attachments import longest_backticks
+from heron.channels.common import echo
 from heron.channels.info import Asked, Record, known, open_store, read_record, who_wrote
 from heron.config import Settings
 from heron.errors import ConfigError
@@ -80,10 +79,10 @@ def export_conversation(
     finally:
         store.close()
     if output is None:
-        typer.echo(text, nl=False)
+        echo(text, nl=False)
         return
     _write(output, text, force)
-    typer.echo(f"Exported {key!r} ({count} messages, {chosen}) to {output.absolute()}")
+    echo(f"Exported {key!r} ({count} messages, {chosen}) to {output.absolute()}")
 
 
 def _write(path: Path, text: str, force: bool) -> None:

@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from heron import timefmt
-from heron.channels.common import table
+from heron.channels.common import echo, table
 from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
 from heron.messages import File, Message, Text, Thinking, ToolCall, ToolResult, plural
@@ -35,7 +33,7 @@ def open_store(settings: Settings, *, reading: bool = False) -> Store:
     on stderr, rather than refused."""
     store = Store(settings.database, reading=reading)
     if store.read_only is not None:
-        typer.echo(f"heron: {store.read_only.summary}; {READ_ONLY_NOTE}", err=True)
+        echo(f"heron: {store.read_only.summary}; {READ_ONLY_NOTE}", err=True)
     return store
 
 
@@ -46,7 +44,7 @@ def list_conversations(settings: Settings, limit: int) -> None:
     store = open_store(settings, reading=True)
     rows = store.conversations(limit + 1)  # one more: whether to say there are others
     if not rows:
-        typer.echo("No conversations yet. Start one with: heron chat")
+        echo("No conversations yet. Start one with: heron chat")
         return
     shown, zone = rows[:limit], settings.timezone
     lines = [
@@ -55,7 +53,7 @@ def list_conversations(settings: Settings, limit: int) -> None:
     table(("KEY", "UPDATED", "TURNS", "TITLE"), lines)
     if len(rows) > limit:
         more = store.conversation_count() - limit
-        typer.echo(
+        echo(
             f"… and {plural(more, 'older conversation')}: heron conversations list --limit "
             f"{limit + more}, or heron conversations search WORDS"
         )
@@ -208,31 +206,29 @@ def show_conversation(
     conv = known(store, key)
     if message is not None:  # one message, from a search hit
         for line in message_lines(store, conv, message, settings.timezone):
-            typer.echo(line)
+            echo(line)
         return
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
 
         deps = next_request_deps(settings, store, serving_choice(settings, key))
         for line in budget_report(deps, conv):
-            typer.echo(line)
+            echo(line)
         return
     if compactions or model_view:  # what compaction did, and what the model sees
         for line in _compaction_views(settings, store, conv, compactions, model_view):
-            typer.echo(line)
+            echo(line)
         return
     record = read_record(store, conv)
-    typer.echo(
-        f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}"
-    )
+    echo(f"Conversation {conv.key} · agent {conv.agent} · {plural(len(record.turns), 'turn')}")
     seen: set[int] = set()
     asked = Asked(record.questions)
     for item in record.reading():
         if isinstance(item, goals.Goal):
-            typer.echo(_goal_line(item))
+            echo(_goal_line(item))
             continue
         for line in _lines(item, record, seen, asked):
-            typer.echo(line)
+            echo(line)
 
 
 # Messages shown before and after the one `conversations show --message N` asks for.
@@ -390,7 +386,7 @@ def delete_conversation(
         removable(store, key)
         confirm(f"Delete conversation {key!r} and its whole history?")
     remove_conversation(store, key)
-    typer.echo(f"Deleted conversation {key!r}.")
+    echo(f"Deleted conversation {key!r}.")
 
 
 def remove_conversation(store: Store, key: str) -> Conversation:
@@ -439,32 +435,32 @@ def _mask(value: str) -> str:
 def show_config(settings: Settings) -> None:
     cfg = settings.config
     present = "present" if settings.paths.config.exists() else "absent"
-    typer.echo(f"config file: {settings.paths.config} ({present})")
+    echo(f"config file: {settings.paths.config} ({present})")
     try:
         choice = settings.model()
         source = model_source(settings, choice)
-        typer.echo(f"model:       {choice.provider} / {choice.model} ({source})")
+        echo(f"model:       {choice.provider} / {choice.model} ({source})")
         for line in server_lines(choice):
-            typer.echo(line)
+            echo(line)
         p = choice.profile
-        typer.echo(
+        echo(
             f"profile:     window {p.context_window}, output cap {p.max_output}, "
             f"tools {tool_calls(p)}"
         )
         read = file_summary(choice)
         if read:
-            typer.echo(f"             {read}")
+            echo(f"             {read}")
     except HeronError as e:
-        typer.echo(f"model:       none ({str(e).splitlines()[0]})")
+        echo(f"model:       none ({str(e).splitlines()[0]})")
     for name, key in sorted(cfg.api_keys.items()):
-        typer.echo(f"key [{name}]: {_mask(key)}")
+        echo(f"key [{name}]: {_mask(key)}")
     a = cfg.agent
-    typer.echo(
+    echo(
         f"agent:       max_model_calls {a.max_model_calls}, max_tokens_total {a.max_tokens_total}, "
         f"result_budget {a.result_budget}"
     )
     for said in _serve_news(settings):
-        typer.echo(said)
+        echo(said)
 
 
 def _serve_news(settings: Settings) -> list[str]:
@@ -519,17 +515,17 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
         choice: ModelChoice | None = settings.model(model)
     except HeronError as e:
         choice = None
-        typer.echo(f"In use: none. {e}")
+        echo(f"In use: none. {e}")
     if choice is not None:
-        typer.echo(f"In use: {choice.provider} / {choice.model}")
+        echo(f"In use: {choice.provider} / {choice.model}")
         read = file_summary(choice)
         if read:  # a local file's profile is its own, not one of the table below
-            typer.echo(f"Profile {read}")
+            echo(f"Profile {read}")
     if model is None:
         _serve_model(settings, choice)
     if choice is not None:
         served = show_served_models(settings, choice)
-    typer.echo("\nBuilt-in profiles:")
+    echo("\nBuilt-in profiles:")
     rows = [
         (pat, f"{p.context_window:,}", f"{p.max_output:,}", tool_calls(p), attachments_taken(p))
         for pat, p in _BUILTIN
@@ -537,14 +533,14 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
     table(("PATTERN", "WINDOW", "OUTPUT", "TOOLS", "ATTACHMENTS"), rows)
     overrides = settings.config.models
     if overrides:
-        typer.echo(f"\nOverrides in {settings.paths.config}:")
+        echo(f"\nOverrides in {settings.paths.config}:")
         for pattern, values in overrides.items():
             said = ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items())
-            typer.echo(f'[models."{pattern}"]  {said}')
+            echo(f'[models."{pattern}"]  {said}')
             unmatched = _matches_none(pattern, choice, served or [])
             if unmatched:
-                typer.echo(f"  ({unmatched})")
-    typer.echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
+                echo(f"  ({unmatched})")
+    echo('\nOverride per model in config.toml: [models."<pattern>"] context_window = ...')
     return served is not None
 
 
@@ -574,9 +570,9 @@ def _serve_model(settings: Settings, choice: ModelChoice | None) -> None:
     theirs = str(welcome["model"])
     if choice is not None and theirs == f"{choice.provider}/{choice.model}":
         return
-    typer.echo(f"heron serve on this home runs: {theirs.replace('/', ' / ', 1)}")
+    echo(f"heron serve on this home runs: {theirs.replace('/', ' / ', 1)}")
     if welcome.get("model_file"):
-        typer.echo(f"Profile {welcome['model_file']}")
+        echo(f"Profile {welcome['model_file']}")
 
 
 # `heron models` asks the server for its list: a server that is down must not hold it long.
@@ -606,14 +602,14 @@ def show_served_models(settings: Settings, choice: ModelChoice) -> list[str] | N
     try:
         names = asyncio.run(ask())
     except HeronError as e:
-        typer.echo(f"\nThe models at {where} could not be listed: {e.summary}")
+        echo(f"\nThe models at {where} could not be listed: {e.summary}")
         if e.hint:
-            typer.echo(e.hint)
+            echo(e.hint)
         return None
     if not names:
-        typer.echo(f"\nThe server at {where} lists no models.")
+        echo(f"\nThe server at {where} lists no models.")
         return []
-    typer.echo(f"\nModels at {where}, with the profile each would run with:")
+    echo(f"\nModels at {where}, with the profile each would run with:")
     rows = []
     for name in names:
         p = profile_for(name, settings.config.models)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from heron import timefmt
-from heron.channels.common import conversation_key, table
+from heron.channels.common import conversation_key, echo, table
 from heron.errors import ConfigError, HeronError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ app = typer.Typer(
 
 
 def _fail(error: HeronError) -> NoReturn:
-    typer.echo(f"heron: {error}", err=True)
+    echo(f"heron: {error}", err=True)
     raise typer.Exit(2 if isinstance(error, ConfigError) else 1)
 
 
@@ -155,13 +155,13 @@ def list_(
         if mine:
             table(JOB_HEADER, job_rows(mine, zone))
         else:
-            typer.echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
+            echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
         for job in mine:
             if other_zone(job, zone):
-                typer.echo(zone_note(job, zone))
+                echo(zone_note(job, zone))
         built = jobs.review_job(store)
         if built is not None and (every or built.status != "cancelled"):
-            typer.echo(review_line(built, zone))
+            echo(review_line(built, zone))
 
 
 @app.command("add")
@@ -214,11 +214,11 @@ def add(
             store, when, conversation=conversation, prompt=prompt, now=time.time(), mode=mode,
             catch_up=catch_up, created_by="cli",
         )  # fmt: skip
-        typer.echo(f"Created {describe(job, zone)}")
+        echo(f"Created {describe(job, zone)}")
         if store.conversation(conversation) is None:
-            typer.echo(NEW_CONVERSATION.format(key=conversation))
+            echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
-            typer.echo(NOT_RUNNING)
+            echo(NOT_RUNNING)
         else:
             _tell_serve(settings)
 
@@ -259,12 +259,12 @@ def cancel(job_id: JobId) -> None:
             )
         if before.status not in ("active", "paused"):
             was = "already done" if before.status == "done" else "already cancelled"
-            typer.echo(f"Job {job_id} was {was}: {describe(before, settings.timezone)}")
+            echo(f"Job {job_id} was {was}: {describe(before, settings.timezone)}")
             return
         job = jobs.cancel_job(store, job_id)
         assert job is not None
         _tell_serve(settings)
-        typer.echo(f"Cancelled {describe(job, settings.timezone)}")
+        echo(f"Cancelled {describe(job, settings.timezone)}")
 
 
 @app.command("pause")
@@ -278,11 +278,11 @@ def pause(job_id: JobId) -> None:
         _known(store, job_id)
         done = jobs.pause_job(store, job_id)
         if not done.changed:
-            typer.echo(f"Job {job_id} was already paused: {describe(done.job, settings.timezone)}")
+            echo(f"Job {job_id} was already paused: {describe(done.job, settings.timezone)}")
             return
         _tell_serve(settings)
-        typer.echo(f"Paused {describe(done.job, settings.timezone)}")
-        typer.echo(f"It fires nothing until: heron jobs resume {job_id}")
+        echo(f"Paused {describe(done.job, settings.timezone)}")
+        echo(f"It fires nothing until: heron jobs resume {job_id}")
 
 
 @app.command("resume")
@@ -295,10 +295,10 @@ def resume(job_id: JobId) -> None:
         _known(store, job_id)
         done = jobs.resume_job(store, job_id, time.time())
         if not done.changed:
-            typer.echo(f"Job {job_id} is not paused: {describe(done.job, settings.timezone)}")
+            echo(f"Job {job_id} is not paused: {describe(done.job, settings.timezone)}")
             return
         _tell_serve(settings)
-        typer.echo(resumed(done.job, settings.timezone))
+        echo(resumed(done.job, settings.timezone))
 
 
 @app.command("set-zone")
@@ -309,9 +309,10 @@ def set_zone(
         typer.Argument(help="An IANA zone such as Europe/Berlin; the agent's zone if left out."),
     ] = None,
 ) -> None:
-    """Read a cron job's times by another zone's clock from now on (you moved: "every day at
-    9" becomes 9 there); the agent's zone (`[agent] timezone`) if no zone is given. Its
-    schedule, prompt, status and runs stay."""
+    """Move a cron job to another zone's clock: the agent's zone if none is given.
+
+    From now on "every day at 9" fires at 9 there (you moved); its schedule, prompt, status and
+    runs stay."""
     from heron.store import jobs
     from heron.tools.schedule import describe
 
@@ -320,17 +321,19 @@ def set_zone(
         target = zone or settings.timezone
         done = jobs.move_zone(store, job_id, target, time.time())
         if not done.changed:
-            typer.echo(f"Job {job_id} already reads its times in {target}.")
+            echo(f"Job {job_id} already reads its times in {target}.")
             return
         _tell_serve(settings)
-        typer.echo(f"Moved {describe(done.job, settings.timezone)}")
+        echo(f"Moved {describe(done.job, settings.timezone)}")
 
 
 @app.command("run-now")
 def run_now(job_id: JobId) -> None:
     """Run a job once now, as an ordinary fire (in its runs, in its conversation), without
-    moving its schedule; a done one-shot reminder too. A running `heron serve` runs it; with
-    none, it runs here, and its reply is printed as `heron run` prints one."""
+    moving its schedule; a done one-shot reminder too.
+
+    A running `heron serve` runs it; with none, it runs here, and its reply is printed as
+    `heron run` prints one."""
     from heron.channels.remote import serve_jobs_changed
     from heron.store import jobs
     from heron.tools.schedule import asked
@@ -341,7 +344,7 @@ def run_now(job_id: JobId) -> None:
         if not here:  # (a cancelled job is refused by name)
             done = jobs.request_run(store, job_id, time.time())
             serve_jobs_changed(settings.paths.home)
-            typer.echo(asked(done))
+            echo(asked(done))
     if here:
         _run_here(settings, job_id)
 
@@ -352,7 +355,7 @@ def _run_here(settings: Settings, job_id: int) -> NoReturn:
 
     from heron.channels.jobs_here import run_job_here
 
-    typer.echo(f"heron: no heron serve is running: job {job_id} runs here, now.", err=True)
+    echo(f"heron: no heron serve is running: job {job_id} runs here, now.", err=True)
     try:
         ok = asyncio.run(run_job_here(settings, job_id))
     except HeronError as e:  # the model cannot be opened, the job is running: nothing ran
@@ -368,12 +371,12 @@ def show(job_id: JobId) -> None:
 
     with _open() as (settings, store):
         job = _known(store, job_id)
-        typer.echo("\n".join(show_lines(job, time.time(), settings.timezone)))
+        echo("\n".join(show_lines(job, time.time(), settings.timezone)))
         found = jobs.runs(store, job_id, SHOWN_RUNS)
         if not found:
-            typer.echo("No runs yet.")
+            echo("No runs yet.")
             return
-        typer.echo(f"Last runs (newest first; heron jobs runs {job_id} shows more):")
+        echo(f"Last runs (newest first; heron jobs runs {job_id} shows more):")
         table(RUN_HEADER, run_rows(found, settings.timezone))
 
 
@@ -423,7 +426,7 @@ def runs(
             _fail(ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them."))
         found = jobs.runs(store, job_id, limit)
         if not found:
-            typer.echo("No runs yet.")
+            echo("No runs yet.")
             return
         table(RUN_HEADER, run_rows(found, settings.timezone))
 

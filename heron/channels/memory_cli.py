@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from heron import timefmt
+from heron.channels.common import echo
 from heron.errors import HeronError
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def _person_only(act: str) -> None:
 
 
 def _fail(error: HeronError) -> None:
-    typer.echo(f"heron: {error}", err=True)
+    echo(f"heron: {error}", err=True)
     raise typer.Exit(1)
 
 
@@ -94,21 +95,19 @@ def list_entries(
     with _service(reading=True) as service:
         entries = service.entries(scope)
         if not entries:
-            typer.echo(
-                f"No entries{' in ' + scope if scope else ''}. Memory is in {service.files.root}"
-            )
+            echo(f"No entries{' in ' + scope if scope else ''}. Memory is in {service.files.root}")
             return
         current = None
         width = max(len("ENTRY"), *(len(e.path.rel) for e in entries))  # columns stay aligned
-        typer.echo(f"  {'ENTRY':{width}} {'ORIGIN':6} TEXT")
+        echo(f"  {'ENTRY':{width}} {'ORIGIN':6} TEXT")
         for e in entries:
             if e.path.scope != current:
                 current = e.path.scope
-                typer.echo(f"{current}/")
+                echo(f"{current}/")
             text = " ".join(e.text.split())
-            typer.echo(f"  {e.path.rel:{width}} {e.origin:6} {text[:70]}")
+            echo(f"  {e.path.rel:{width}} {e.origin:6} {text[:70]}")
             if over_cap(e):
-                typer.echo(
+                echo(
                     f"    ! {len(e.text.strip()):,} characters, over the {ENTRY_CAP:,} the prompt"
                     " shows: the model sees its head and reads the rest with view_memory."
                     " Shorten it, or split it into several entries."
@@ -120,7 +119,7 @@ def show(path: PathArg) -> None:
     """Print an entry's file as it is (what is malformed in it is warned of)."""
     with _service(reading=True) as service:
         entry = service.get(path)  # warns of what it cannot read
-        typer.echo(service.files.text(entry.path) or "", nl=False)
+        echo(service.files.text(entry.path) or "", nl=False)
 
 
 @app.command()
@@ -129,23 +128,23 @@ def explain(path: PathArg) -> None:
     with _service(reading=True) as service:
         entry = service.get(path)
         src = entry.source
-        typer.echo(f"entry:        {entry.path.rel}")
-        typer.echo(f"origin:       {entry.origin}")
+        echo(f"entry:        {entry.path.rel}")
+        echo(f"origin:       {entry.origin}")
         zone = service.timezone
         created = _when(entry.created, zone, named=True)
-        typer.echo(f"created:      {created}   updated: {_when(entry.updated, zone, named=True)}")
-        typer.echo(f"conversation: {src.conversation or '-'}   message: {src.message or '-'}")
-        typer.echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
+        echo(f"created:      {created}   updated: {_when(entry.updated, zone, named=True)}")
+        echo(f"conversation: {src.conversation or '-'}   message: {src.message or '-'}")
+        echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
         if entry.mistake:
-            typer.echo(f"prevents:     {entry.mistake}")
+            echo(f"prevents:     {entry.mistake}")
         from heron.trace.read import requests_carrying
 
         rows = requests_carrying(service.store, entry.path.rel)
-        typer.echo("in model requests (most recent; presence, not proof of use):")
+        echo("in model requests (most recent; presence, not proof of use):")
         for r in rows:
-            typer.echo(f"  {_when(r[1], zone)}  {r[0]}  {r[2]}  call {r[3]} ({r[4]})")
+            echo(f"  {_when(r[1], zone)}  {r[0]}  {r[2]}  call {r[3]} ({r[4]})")
         if not rows:
-            typer.echo("  none recorded")
+            echo("  none recorded")
 
 
 @app.command()
@@ -174,8 +173,8 @@ def forget(
             gone = None  # forgotten before: only its history is left to purge
             service.purge_history(rel)
         if gone is not None:
-            typer.echo(f"Forgot {rel}: it is no longer in force, nor learned again.")
-        typer.echo(_history_note(service, rel, gone))
+            echo(f"Forgot {rel}: it is no longer in force, nor learned again.")
+        echo(_history_note(service, rel, gone))
 
 
 def _history_note(service: MemoryService, rel: str, gone: Entry | None) -> str:
@@ -211,7 +210,7 @@ def review() -> None:
     with _service() as service:
         ensure_not_agent()
         choose = _dialog_choose if sys.stdin.isatty() and sys.stdout.isatty() else _line_choose
-        typer.echo(review_text(service, choose, None))
+        echo(review_text(service, choose, None))
 
 
 @app.command()
@@ -220,7 +219,7 @@ def accept(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) 
     _person_only("accepting a memory suggestion")
     with _service() as service:
         decision = service.accept(number)
-        typer.echo(decision.message)
+        echo(decision.message)
         if decision.status == "waiting":
             raise typer.Exit(1)
 
@@ -230,7 +229,7 @@ def reject(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) 
     """Drop one suggestion."""
     _person_only("rejecting a memory suggestion")
     with _service() as service:
-        typer.echo(service.reject(number).message)
+        echo(service.reject(number).message)
 
 
 @app.command()
@@ -263,6 +262,7 @@ def print_recall(
     its order, newest first (`Recall.exact`). Dates are in `zone`, the agent's (None: the
     system's). `standing`: only what recall gives the model (`Recall.search`), else every
     message said, one off its conversation's current branch marked so."""
+    from heron.memory import spelling
     from heron.memory.recall import Recall
     from heron.memory.vectors import default_embedder
 
@@ -274,19 +274,22 @@ def print_recall(
     searched = Recall(store, default_embedder(), zone)
     if exact:
         hits = searched.exact(query, limit, conversation_id)
-    else:
+    else:  # a word no message holds (a typo) is searched as the nearest one the history holds
+        query, respelled = searched.respelled(query)
+        if respelled:  # stdout stays one JSON array with --json
+            typer.echo(spelling.note(respelled), err=as_json)
         hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
     else:
         for hit in hits:
             for line in hit.lines(hit.who):
-                typer.echo(line)
+                echo(line)
         if not hits:
-            typer.echo(nothing_found(query, exact, searched.embedder is not None))
+            echo(nothing_found(query, exact, searched.embedder is not None))
         else:  # the first hit's message, in its conversation: the command is ready to copy
             first = hits[0]
-            typer.echo(
+            echo(
                 f"Open one: heron conversations show {first.conversation_key} --message "
                 f"{first.message_id} (that message whole, with its neighbours)"
             )
@@ -296,12 +299,12 @@ def print_recall(
 
 def nothing_found(query: str, exact: bool, meanings: bool) -> str:
     """What an empty search says, with what to try next: the search matches words as written
-    (a typo or another way of writing a number finds nothing), by meaning only with the
+    (a word typed far from any the history holds finds nothing), by meaning only with the
     embeddings extra."""
     tips = []
     if len(query.split()) > 2 or exact:
         tips.append("fewer or other words" + (" (without --exact)" if exact else ""))
-    tips.append("a word as it was written (a name's spelling, 48,250 or 48250)")
+    tips.append("a word as it was written (a name's spelling)")
     if not meanings:
         tips.append("to search by meaning too: .venv/bin/pip install -e '.[embeddings]'")
     return "Nothing found. Try " + "; ".join(tips) + "."
@@ -331,7 +334,7 @@ def _behind_notice(store: Store, embedder: Any) -> None:
 
     missing = backlog(store, embedder)
     minutes = max(1, round(missing / EMBED_RATE / 60))
-    typer.echo(
+    echo(
         f"heron: {missing:,} messages have no sentence vector yet, so this search found them by"
         f" their words only. Run `heron memory index` to embed them (about {minutes} min);"
         " `heron serve` does it in the background.",
@@ -364,12 +367,12 @@ def index() -> None:
     with _service() as service:
         missing = backlog(service.store, embedder)
         if not missing:
-            typer.echo("Every message has its vector.")
+            echo("Every message has its vector.")
             return
         with Progress(transient=False) as progress:
             task = progress.add_task("Embedding messages", total=missing)
             done = backfill(service.store, embedder, lambda n: progress.advance(task, n))
-        typer.echo(f"Embedded {done:,} messages.")
+        echo(f"Embedded {done:,} messages.")
 
 
 @app.command("log")
@@ -381,10 +384,10 @@ def log(
     """Every change to the memory folder (it is a git repository), newest first."""
     with _service() as service:
         if not service.history.available:
-            typer.echo("No history: git is not installed, so memory changes are not recorded.")
+            echo("No history: git is not installed, so memory changes are not recorded.")
             return
         for change in service.history.log(limit):
-            typer.echo(f"{change.commit}  {_when(change.when, service.timezone)}  {change.message}")
+            echo(f"{change.commit}  {_when(change.when, service.timezone)}  {change.message}")
 
 
 @app.command()
@@ -413,10 +416,10 @@ def _step(verb: str, nothing: str, then: str) -> None:
             _fail(HeronError("memory has no history: git is not installed", hint="Install git."))
         change = history.undo() if verb == "undo" else history.redo()
         if change is None:
-            typer.echo(nothing)
+            echo(nothing)
             return
         done = f"{verb[:-1].capitalize()}id: {what_it_did(change.message)}"
-        typer.echo(f"{done} ({then})" if then else done)
+        echo(f"{done} ({then})" if then else done)
 
 
 @app.command("review-pass", hidden=True)
@@ -439,7 +442,7 @@ def review_pass_command(
         queued = asyncio.run(run_review_pass(Settings.load(), conversation, model=model))
     except HeronError as e:
         _fail(e)
-    typer.echo(f"{len(queued)} suggestion(s) queued for review.")
+    echo(f"{len(queued)} suggestion(s) queued for review.")
 
 
 async def run_review_pass(
@@ -530,7 +533,7 @@ LINE_PROMPT = (
 
 def _line_choose(batch: list[Suggestion]) -> set[int] | None:
     for s in batch:
-        typer.echo(f"  [{s.id}] {s.describe()}")
+        echo(f"  [{s.id}] {s.describe()}")
     try:
         answer = typer.prompt(
             LINE_PROMPT,
@@ -538,7 +541,7 @@ def _line_choose(batch: list[Suggestion]) -> set[int] | None:
             show_default=False,
         ).strip()
     except typer.Abort:  # stdin ended (no terminal): nothing more is decided
-        typer.echo(
+        echo(
             "\nNo answer on standard input: these still wait. Review in a terminal, pipe the"
             " answers in (e.g. echo all | heron memory review), or use heron memory accept ID"
             " or reject ID.",

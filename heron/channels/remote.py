@@ -129,6 +129,7 @@ def _ask_once(
 
 
 STOPPED_CODE = "serve_stopped"  # the `error` a serve sends every client as it shuts down
+SERVE_STOPPED = "heron serve stopped"  # the error of a turn its shutdown cut (serve/hub.py)
 REFUSED_CODE = "refused"  # the `error` answering a message the serve did not take
 # A notice that the message is queued with no worker alive to take it soon
 # (heron/scale/front.py): the client stops waiting for its turn.
@@ -273,6 +274,10 @@ class RemoteAgent:
         # Notices that no turn will answer a message of ours (the serve is stopping): kept
         # in its conversation unanswered, or, a command, not run (UNANSWERED_CODE).
         self.unanswered: list[str] = []
+        # Our message that opened the running turn is stored (its turn_start named its row);
+        # and our last turn was cut by the serve's shutdown, its message stored unanswered.
+        self._stored_open = False
+        self._cut_short = False
         self.on_gone: Callable[[], None] | None = None  # chat: leave the prompt
 
     # ---- the InProcessAgent calls ---------------------------------------------------------
@@ -513,6 +518,7 @@ class RemoteAgent:
             self.busy[key] = True
             if mine:
                 self._advance(("sent", "queued"), "own")
+                self._stored_open = isinstance(event.get("message_id"), int)
             if mine and self._stop_at_start:  # its message is stored: now it can stop
                 self._stop_at_start = False
                 self._write({"type": "command", "text": "/stop"})
@@ -527,8 +533,19 @@ class RemoteAgent:
                 self._waiting[i] = after
                 return
 
+    def kept_unanswered(self) -> bool:
+        """Whether a message of ours is kept with no answer as the serve goes: stored by the
+        turn it opened (running when the serve was killed, or stopped by its shutdown), or
+        mail or queued behind a turn, which the serve holds on disk (heron/store/held.py) and
+        moves into the conversation when it, or the next turn there, starts. `--retry` then
+        answers it. One only sent, never acknowledged, is not promised."""
+        waiting = any(s in ("mail", "queued", "keeping") for s in self._waiting)
+        return self._stored_open or self._cut_short or waiting
+
     def _resolve(self, event: dict[str, Any]) -> None:
         if event["type"] == "turn_end":
+            self._cut_short = self._stored_open and event.get("error") == SERVE_STOPPED
+            self._stored_open = False
             self._waiting = deque(s for s in self._waiting if s not in ("own", "mail"))
         elif event.get("chat_id") == self.chat_id and "stop" in self._waiting:
             self._waiting.remove("stop")  # "Stopped...", after the turn_end of what it stopped

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from heron.channels.common import echo
 from heron.errors import HeronError, StoreError
 
 if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
@@ -70,7 +71,7 @@ def runs_list(
     store, zone = _store()
     rows = runs.listing(store, limit=limit)
     if not rows:
-        typer.echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
+        echo("No runs yet. The agent starts them with its spawn and ask_user tools.")
         return
     from heron.channels.common import table
 
@@ -98,23 +99,23 @@ def runs_show(run_id: RunArg) -> None:
     except HeronError as e:
         _fail(e)
         return
-    typer.echo(f"run:      {run.id} ({run.kind})\nstatus:   {run.status}")
+    echo(f"run:      {run.id} ({run.kind})\nstatus:   {run.status}")
     started, ended = _when(run.created, zone, named=True), _when(run.finished, zone, named=True)
-    typer.echo(f"for:      {run.origin_key}\nstarted:  {started}")
-    typer.echo(f"ended:    {ended}\n{'question' if run.kind == 'ask' else 'task'}:")
-    typer.echo(f"  {run.task}")
+    echo(f"for:      {run.origin_key}\nstarted:  {started}")
+    echo(f"ended:    {ended}\n{'question' if run.kind == 'ask' else 'task'}:")
+    echo(f"  {run.task}")
     if run.kind == "subagent":
         conv = store.conversation(run.conversation_key) if run.conversation_key else None
         if conv is None:
-            typer.echo("transcript: (no longer kept: lineages are kept 6 hours, 3 each)")
+            echo("transcript: (no longer kept: lineages are kept 6 hours, 3 each)")
         else:
-            typer.echo(f"transcript ({conv.key}):")
+            echo(f"transcript ({conv.key}):")
             for row in store.branch(conv.id):
                 for line in render_message(row.message, row.author):
-                    typer.echo(f"  {line}")
+                    echo(f"  {line}")
     if run.result:
         label = "result (partial)" if run.partial else "result"
-        typer.echo(f"{label}:\n  {run.result}")
+        echo(f"{label}:\n  {run.result}")
 
 
 @runs_app.command("cancel")
@@ -128,4 +129,4 @@ def runs_cancel(run_id: RunArg) -> None:
     except HeronError as e:
         _fail(e)
         return
-    typer.echo(runs.cancel_by_person(store, run)[1])
+    echo(runs.cancel_by_person(store, run)[1])

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from heron.bus import (
     TurnEnd,
     TurnEvent,
 )
+from heron.channels.visible import command_shown, is_terminal, visible
 from heron.messages import File, new_key
 
 if TYPE_CHECKING:
@@ -99,7 +101,12 @@ class ReplyPrinter:
         # Hold the reply to write it at the end: for the JSON object, or for a stdout that
         # is not a terminal (what was written cannot be taken back when a stream restarts),
         # unless `heron run --stream` asks to see it live there anyway.
-        self.hold = as_json or not (stream or _is_terminal(out))
+        self.hold = as_json or not (stream or is_terminal(out))
+        # A terminal is shown the reply with its control characters made visible (an escape
+        # sequence the model wrote would repaint the screen or write the clipboard); a pipe or
+        # a file gets the exact text, as stored (heron/channels/visible.py).
+        self.out_shown = is_terminal(out)
+        self.err_shown = is_terminal(err)
         self.reply: list[str] = []
         # Without a serve the run waits for the turns its own one started (a subagent's result
         # announced, a goal's nudges): their answers, each printed as a paragraph of its own.
@@ -151,9 +158,10 @@ class ReplyPrinter:
 
             asked = ev.approval
             self.asked[asked.id] = asked.command
+            label = approval_label(asked.tool, asked.confined)
+            shown, after = command_shown(label, asked.command)
             self.note(
-                f"heron: the agent wants to run ({approval_label(asked.tool, asked.confined)}):\n"
-                f"  {asked.command}\n"
+                f"heron: the agent wants to run ({label}):\n{shown}\n{after}\n"
                 "  waiting for an answer from the browser or a heron chat on this conversation"
             )
         elif ev.kind == "approval_end" and ev.approval is not None:
@@ -231,7 +239,7 @@ class ReplyPrinter:
         if self.reader_gone:
             return
         try:
-            self.out.write(text)
+            self.out.write(visible(text) if self.out_shown else text)
             self.out.flush()
         except BrokenPipeError:  # `| head -1` has read its line and left
             self.left()
@@ -263,17 +271,10 @@ class ReplyPrinter:
 
     def note(self, text: str) -> None:
         try:
-            self.err.write(text + "\n")
+            self.err.write((visible(text) if self.err_shown else text) + "\n")
             self.err.flush()
         except BrokenPipeError:  # nobody reads stderr either: nothing to tell
             to_null(self.err)
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (OSError, ValueError):  # closed: nothing will be shown live anyway
-        return False
 
 
 def to_null(stream: TextIO) -> None:
@@ -792,16 +793,16 @@ async def approve_in_terminal(err: TextIO, tool: str, command: str, confined: bo
     the person) when the run has none."""
     from heron.tools.approval import DECLINED, NO_TERMINAL, approval_label
 
+    label = approval_label(tool, confined)
+    shown, after = command_shown(label, command)  # whole, visible, the question after it
     if not (sys.stdin.isatty() and err.isatty()):
         err.write(
             f"heron: refused to run {tool} without your approval (no terminal to ask in):\n"
-            f"  {command}\n  Run it in `heron chat`, install bubblewrap, or set "
+            f"{textwrap.indent(shown, '  ')}\n  Run it in `heron chat`, install bubblewrap, or set "
             'approval = "allow" under [tools] in config.toml.\n'
         )
         return NO_TERMINAL
-    asked = f"heron: the agent wants to run ({approval_label(tool, confined)}):\n"
-    asked += f"{command}\nRun it? [y/N] "
-    err.write(asked)
+    err.write(f"heron: the agent wants to run ({label}):\n{shown}\n{after}\nRun it? [y/N] ")
     err.flush()
     answer = await asyncio.to_thread(sys.stdin.readline)
     return None if answer.strip().lower() in ("y", "yes") else DECLINED

@@ -45,6 +45,7 @@ from heron.bus import (
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, signalled_again, to_null
+from heron.channels.visible import command_shown, visible
 from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.memory.commands import memory_command, opening_line, review_on_close, unreviewed_keys
 from heron.memory.queue import Suggestion
@@ -103,6 +104,8 @@ class ChatState:
     embedded: bool = False  # the offline demo answers: /help says how to use a real model
     answered: bool = False  # a turn ended well (the review at exit has a working model)
     broken: str | None = None  # why the last turn failed, when no model was usable (a key)
+    # The serve went with a message of this chat kept unanswered (`RemoteAgent.kept_unanswered`).
+    kept_on_gone: bool = False
 
     def followed(self, end: TurnEnd) -> None:
         """What a turn of this chat says of its model, whatever started the turn: a message, a
@@ -246,19 +249,20 @@ class TerminalView:
             done, self.pending = split_blocks(self.pending)
             self.markdown(done)
         elif ev.kind == "reasoning":
-            self.console.print(RichText(ev.text, style="dim italic"), end="")
+            self.console.print(RichText(visible(ev.text), style="dim italic"), end="")
             self.reasoning = True
         elif ev.kind == "tool_start":
             self.flush()
         elif ev.kind == "tool_end" and ev.call is not None and ev.result is not None:
             self.pill(ev.call, ev.result, ev.seconds)
         elif ev.kind == "retry":
-            self.console.print(f"[yellow]retrying in {ev.seconds:.1f}s: {ev.text}[/yellow]")
+            said = escape(visible(ev.text))  # the server's words: neither markup nor controls
+            self.console.print(f"[yellow]retrying in {ev.seconds:.1f}s: {said}[/yellow]")
         elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
             self.flush()
             self.console.print(f"[dim]{RETRY_MARKER}[/dim]", highlight=False)
         elif ev.kind == "mail" and ev.text and ev.chat_id != self.chat_id:  # typed elsewhere
-            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.console.print(RichText(f"{ev.channel} › {visible(ev.text)}", style="cyan"))
             self.asked = False
         elif ev.kind == "mail":
             said = "answered the agent's question" if self.asked else "added to the running turn"
@@ -271,11 +275,12 @@ class TerminalView:
             self.working_since, self.streamed, self.waiting = time.monotonic(), False, True
             self.turns, self.running = self.turns + 1, True
             if ev.text and ev.provenance != "user":  # Heron's: a result, a nudge, a reminder
-                self.console.print(RichText(f"heron › {ev.text}", style="dim cyan"))
+                self.console.print(RichText(f"heron › {visible(ev.text)}", style="dim cyan"))
             elif (ev.text or ev.files) and ev.chat_id != self.chat_id:  # typed elsewhere
-                self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+                self.console.print(RichText(f"{ev.channel} › {visible(ev.text)}", style="cyan"))
                 if ev.files:  # attached in the browser: named, as the model reads them
-                    self.console.print(f"[dim]  attached: {', '.join(ev.files)}[/dim]")
+                    named = escape(visible(", ".join(ev.files)))
+                    self.console.print(f"[dim]  attached: {named}[/dim]")
         elif ev.kind == "approval_end" and ev.approval is not None:
             if ev.approval.by != self.chat_id:  # not answered here: say how it ended
                 self.console.print(f"[dim]↳ {ev.approval.outcome()}[/dim]", highlight=False)
@@ -289,11 +294,12 @@ class TerminalView:
             self.after_shown(functools.partial(self.idle, self.turns))
         elif ev.kind == "elsewhere" and ev.end is not None:  # another process's, now stored
             self.flush()
-            self.console.print(RichText(f"{ev.channel} › {ev.text}", style="cyan"))
+            self.console.print(RichText(f"{ev.channel} › {visible(ev.text)}", style="cyan"))
             self.spaced = False
             self.markdown(ev.end.reply or "")
             if ev.end.error:  # a failed turn stores no reply, only why
-                self.console.print(RichText(f"↳ {ev.end.error}", style="dim"), highlight=False)
+                why = RichText(f"↳ {visible(ev.end.error)}", style="dim")
+                self.console.print(why, highlight=False)
         if ev.kind != "delta":  # a pill, a notice, the turn's end: the next block starts flush
             self.spaced = False
 
@@ -301,7 +307,7 @@ class TerminalView:
         """/stop's answer, after the text the stopped turn kept."""
         self.flush()
         for held in self.held:
-            self.console.print(held.text, markup=False, highlight=False)
+            self.console.print(visible(held.text), markup=False, highlight=False)
         self.held.clear()
 
     def idle(self, turns: int) -> None:
@@ -319,14 +325,14 @@ class TerminalView:
         self.flush()
         if m.kind == "notice":
             # escaped: a notice names settings in brackets ([agent] max_continuations)
-            self.console.print(f"[yellow]{escape(m.text)}[/yellow]", highlight=False)
+            self.console.print(f"[yellow]{escape(visible(m.text))}[/yellow]", highlight=False)
         elif m.kind == "error":
-            self.console.print(RichText(m.text, style="red"), highlight=False)
+            self.console.print(RichText(visible(m.text), style="red"), highlight=False)
         elif m.kind == "command":
-            self.console.print(m.text, markup=False, highlight=False)
+            self.console.print(visible(m.text), markup=False, highlight=False)
         elif m.kind in ("message", "question") or not self.streamed:
             if m.by:  # background work's message (a monitor, the heartbeat): say whose
-                self.console.print(RichText(f"from {m.by}:", style="dim cyan"))
+                self.console.print(RichText(f"from {visible(m.by)}:", style="dim cyan"))
             self.markdown(m.text)
         if m.kind == "question":  # ask_user: the next line typed here is the answer
             self.console.print("[dim]↳ your next message answers it[/dim]")
@@ -360,9 +366,13 @@ class TerminalView:
 
         async with self.one_at_a_time:
             self.flush()
-            said = f"The agent wants to run ({approval_label(tool, confined)}):"
-            self.console.print(f"[yellow]{said}[/yellow]")
-            self.console.print(command, markup=False, highlight=False)
+            label = approval_label(tool, confined)
+            # Every character of the command visible, and the question repeated after it: what
+            # the command holds can neither hide itself nor push the question off the screen.
+            shown, after = command_shown(label, command)
+            self.console.print(f"The agent wants to run ({label}):", style="yellow", markup=False)
+            self.console.print(shown, markup=False, highlight=False)
+            self.console.print(after, style="yellow", markup=False, highlight=False)
             self.asking = asyncio.get_running_loop().create_future()
             try:
                 answer = await self.asking
@@ -380,11 +390,12 @@ class TerminalView:
     def pill(self, call: ToolCall, result: ToolResult, seconds: float) -> None:
         self.state.results.append(ToolPill(call, result))
         n = len(self.state.results)
-        args = json.dumps(call.args, ensure_ascii=False)
-        args = args if len(args) <= 60 else args[:59] + "…"
+        args = visible(json.dumps(call.args, ensure_ascii=False))
+        args = escape(args if len(args) <= 60 else args[:59] + "…")  # shown, never markup
         ok = "[red]✗[/red]" if result.is_error else "[green]✓[/green]"
+        name = escape(visible(call.name))
         self.console.print(
-            f"[cyan]⚙ {n}[/cyan] {call.name} [dim]{args}[/dim] {ok} [dim]{seconds:.1f}s"
+            f"[cyan]⚙ {n}[/cyan] {name} [dim]{args}[/dim] {ok} [dim]{seconds:.1f}s"
             f"  (/show {n})[/dim]",
             highlight=False,
         )
@@ -393,7 +404,7 @@ class TerminalView:
         if text.strip():
             if self.spaced:
                 self.console.print()
-            self.console.print(Markdown(text.strip()))
+            self.console.print(Markdown(visible(text.strip())))
             self.spaced = True
 
     def end_reasoning(self) -> None:
@@ -438,11 +449,7 @@ async def run_chat(
             except ConnectionRefusedError:
                 pass  # a socket left by a serve that is gone: chat here
             except ServeGone:
-                console.print(
-                    "[red]heron: heron serve stopped.[/red] Start it again with `heron serve`, "
-                    "or run `heron chat` again to chat without it.",
-                    highlight=False,
-                )
+                console.print(serve_gone_note(state), highlight=False)
                 raise SystemExit(1) from None
     else:
         from heron.channels.remote import beside_serve
@@ -554,6 +561,7 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
         state.embedded = conn.embedded
 
         def gone() -> None:  # the serve stopped: leave the prompt with ServeGone
+            state.kept_on_gone = conn.kept_unanswered()
             if session.app.is_running:
                 session.app.exit(exception=ServeGone("heron serve stopped"))
 
@@ -575,6 +583,22 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
     note = serve_review_note(settings, state)
     if note is not None:
         console.print(RichText(note, style="dim"))
+
+
+def serve_gone_note(state: ChatState) -> str:
+    """What the chat says as it leaves because the serve stopped: with a message of its kept
+    unanswered, that it is kept and what answers it; else how to go on."""
+    if not state.kept_on_gone:
+        return (
+            "[red]heron: heron serve stopped.[/red] Start it again with `heron serve`, "
+            "or run `heron chat` again to chat without it."
+        )
+    key = escape(state.key)
+    return (
+        "[red]heron: heron serve stopped before your message was answered.[/red] It is kept "
+        f"in conversation {key!r}: `/retry` in `heron chat -c {key}` answers it (with "
+        f"`heron serve` started again, or without it), as `heron run --retry -c {key}` does."
+    )
 
 
 def serve_review_note(settings: Settings, state: ChatState) -> str | None:
@@ -930,7 +954,7 @@ async def _review(engine: Engine, console: Console) -> None:
         return asyncio.run_coroutine_threadsafe(_checklist(pairs), loop).result()
 
     text = await asyncio.to_thread(memory_command, engine.memory, "review", choose=choose)
-    console.print(text, markup=False, highlight=False)
+    console.print(visible(text), markup=False, highlight=False)
 
 
 async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: bool) -> None:
@@ -941,7 +965,8 @@ async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: b
     if only_if_waiting and not items:
         return
     if not waiting.get("memory"):
-        console.print(waiting.get("text") or commands.NO_MEMORY, markup=False, highlight=False)
+        said = visible(str(waiting.get("text") or commands.NO_MEMORY))
+        console.print(said, markup=False, highlight=False)
         return
     size = int(waiting.get("batch") or 10)
     shown: list[int] = []
@@ -954,7 +979,7 @@ async def _review_remote(conn: RemoteAgent, console: Console, only_if_waiting: b
         shown += [i for i, _ in batch]
         keep |= picked
     done = await conn.ask({"type": "memory_review", "shown": shown, "keep": sorted(keep)})
-    console.print(str(done.get("text") or ""), markup=False, highlight=False)
+    console.print(visible(str(done.get("text") or "")), markup=False, highlight=False)
 
 
 async def _checklist(batch: list[tuple[int, str]]) -> set[int] | None:
@@ -986,8 +1011,9 @@ def _show(arg: str, state: ChatState, console: Console) -> None:
         return
     pill = state.results[int(arg) - 1]
     whole = read_whole(state.home, pill.result) if state.home is not None else None
-    console.print(f"[cyan]{pill.call.name}[/cyan] {json.dumps(pill.call.args)}", highlight=False)
-    console.print(whole or pill.result.content, markup=False, highlight=False)
+    name, args = escape(visible(pill.call.name)), escape(json.dumps(pill.call.args))
+    console.print(f"[cyan]{name}[/cyan] {args}", highlight=False)
+    console.print(visible(whole or pill.result.content), markup=False, highlight=False)
 
 
 async def _waiting(memory: MemoryService) -> bool:
@@ -1050,7 +1076,7 @@ async def _resume(
         console.print("No earlier conversations.")
         return
     for i, (key, title) in enumerate(rows, 1):
-        console.print(f"{i:3}. {key}  [dim]{title or ''}[/dim]", highlight=False)
+        console.print(f"{i:3}. {key}  [dim]{escape(visible(title or ''))}[/dim]", highlight=False)
     picked = await _pick(session, console, len(rows), state.key)
     if isinstance(picked, str):  # a message typed at the list's prompt: sent, not lost
         await send_turn(conn, state, view, picked, with_files=True)

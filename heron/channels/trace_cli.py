@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from heron.channels.common import echo
 from heron.errors import HeronError, StoreRefused
 
 if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help` stays fast
+    from pathlib import Path
+
     from heron.config import Settings
     from heron.store import Store
+    from heron.tools.registry import ToolRegistry
     from heron.trace.prices import PriceTable
 
 trace_app = typer.Typer(
@@ -66,7 +72,7 @@ def trace_ls(
         s, store, prices = _open()
         rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
         if not rows:
-            typer.echo("No runs recorded yet.")
+            echo("No runs recorded yet.")
         else:
             table(LS_HEADER, rows)
     except HeronError as e:
@@ -98,7 +104,7 @@ def trace_show(
         else:
             lines = render_show(store, load_run(store, run), prices, s.timezone)
         for line in lines:
-            typer.echo(line)
+            echo(line)
     except HeronError as e:
         _fail(e)
 
@@ -111,7 +117,7 @@ def trace_export(run: RunArg) -> None:
 
     try:
         s, store, _ = _open()
-        typer.echo(export_run(store, run, scrubber_for(s.env, s.config.api_keys)))
+        echo(export_run(store, run, scrubber_for(s.env, s.config.api_keys)))
     except HeronError as e:
         _fail(e)
 
@@ -122,7 +128,18 @@ def trace_replay(
     live_tools: Annotated[
         bool,
         typer.Option(
-            "--live-tools", help="Run the tools again (in the workspace) and report differences."
+            "--live-tools",
+            help="Run the tools again and report where their results differ: on a copy of the "
+            "workspace as it is now, discarded after (your files are not touched).",
+        ),
+    ] = False,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place",
+            help="With --live-tools: run the tools in the workspace itself, repeating the "
+            "run's writes (write_file, edit_file, bash, run_cell), which are listed first. "
+            "For a workspace too big to copy (over 1 GB or 100,000 files).",
         ),
     ] = False,
     recorded_tools: Annotated[
@@ -138,26 +155,51 @@ def trace_replay(
     from heron.agent.replay import replay
     from heron.proactive.wiring import replay_registry
 
+    if in_place and not live_tools:
+        raise typer.BadParameter(
+            "--in-place only says where --live-tools runs the tools; add --live-tools",
+            param_hint="--in-place",
+        )
     try:
         s, store, _ = _open()
-        workspace = s.paths.workspace if live_tools else None
         # The tools the run had: the engine's and what proactive wiring attached (spawn, ...).
         tools = replay_registry()
-        report = asyncio.run(
-            replay(
-                store,
-                run,
-                registry=tools,
-                live_tools=live_tools,
-                workspace=workspace,
-                recorded_tools=recorded_tools,
+        workspace = s.paths.workspace if live_tools else None
+        with _tools_folder(store, run, tools, workspace, in_place) as folder:
+            report = asyncio.run(
+                replay(
+                    store,
+                    run,
+                    registry=tools,
+                    live_tools=live_tools,
+                    workspace=folder,
+                    recorded_tools=recorded_tools,
+                )
             )
-        )
     except HeronError as e:
         _fail(e)
         return
-    typer.echo(report.render())
+    echo(report.render())
     raise typer.Exit(0 if report.identical else 1)
+
+
+@contextlib.contextmanager
+def _tools_folder(
+    store: Store, run: str, tools: ToolRegistry, workspace: Path | None, in_place: bool
+) -> Iterator[Path | None]:
+    """Where the live tools run (heron/agent/replay_workspace.py); None without live tools."""
+    if workspace is None:
+        yield None
+        return
+    from heron.agent.replay_workspace import live_folder
+    from heron.trace.read import load_run
+
+    def say(line: str) -> None:
+        typer.echo(f"heron: {line}", err=True)
+
+    loaded = functools.partial(load_run, store, run)
+    with live_folder(workspace, loaded, tools, in_place=in_place, say=say) as folder:
+        yield folder
 
 
 def usage(
@@ -170,6 +212,6 @@ def usage(
         s, store, prices = _open()
         since = time.time() - days * 86400 if days > 0 else None
         for line in render_usage(store, prices, s.timezone, since):
-            typer.echo(line)
+            echo(line)
     except HeronError as e:
         _fail(e)

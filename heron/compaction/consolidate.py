@@ -29,7 +29,7 @@ from heron.compaction.summary import (
 )
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
-from heron.context.view import is_clean_user
+from heron.context.view import turn_starts
 from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
 from heron.store import StoredMessage, work
@@ -50,6 +50,7 @@ class CompactionReport:
     error: str | None = None
     why: str = "the conversation is already short"  # kind "none": why nothing could be folded
     note: str = ""  # how it was written, when not the usual way (NO_MODEL_SUMMARY)
+    memory: str = ""  # memory's pass over the folded rows did not run: what the person is told
 
     @property
     def changed(self) -> bool:
@@ -92,15 +93,13 @@ def choose_cut(state: BranchState, recent: int | None = None) -> int | None:
 
 def _turn_starts(state: BranchState) -> tuple[int, list[int]]:
     """Where the rows after the current fold begin, and where each of their turns but the
-    first starts (the places a cut can go)."""
+    first starts (the places a cut can go): a turn's auto-recall pair is part of it, so the
+    last turn, always kept, keeps the evidence found for its message."""
     rows, plan = state.rows, state.plan
     ids = [r.id for r in rows]
     start = ids.index(plan.folded_upto) + 1 if plan.folded_upto in ids else 0
-    starts = [
-        i
-        for i in range(start + 1, len(rows))
-        if is_clean_user(rows[i].message) and rows[i].id not in plan.compacted
-    ]
+    messages = [r.message for r in rows]
+    starts = [i for i in turn_starts(messages, start) if rows[i].id not in plan.compacted]
     return start, starts
 
 
@@ -217,8 +216,9 @@ async def consolidate(
     # Memory's pass over what is about to leave the view; not a tiny model's (its picks are as
     # slow and unusable as its summary): the review cursor stays, a larger model's review reads
     # these words later.
+    memory = None
     if deps.before_fold is not None and deps.model_summary:
-        await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
+        memory = await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
         if not await _go_on(deps, conversation_id):
             return CompactionReport("none", reason, why=MOVED_ON)
     chunk = chunk or digest([r.message for r in new_rows])
@@ -228,7 +228,10 @@ async def consolidate(
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
     await deps.store.call(folds.set_tokens_after, deps.store, cid, after, off_loop=True)
-    return CompactionReport(kind, reason, cut - start, before, after, cid, error, note=note)
+    folded = cut - start
+    report = CompactionReport(kind, reason, folded, before, after, cid, error, note=note)
+    report.memory = memory or ""
+    return report
 
 
 MOVED_ON = "the conversation moved on while it waited"

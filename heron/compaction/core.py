@@ -141,8 +141,9 @@ class ContextDeps:
     # is not run either.
     model_summary: bool = True
     # Memory (heron/memory): the extraction pass before a fold (conversation id, the row ids
-    # folded, the reason) and the thaw of the frozen Memory section after it.
-    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
+    # folded, the reason; it answers what the person is told when it did not run) and the
+    # thaw of the frozen Memory section after it.
+    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[str | None]] | None = None
     after_fold: Callable[[int], Awaitable[None]] | None = None
     prompts: PromptMemo | None = None  # the engine's built prompts, remembered
     # The compaction state a turn found before it consolidated (its failed summaries in a
@@ -201,7 +202,7 @@ class CompactionSetup:
     prompt_inputs: Callable[[str, int | None], PromptInputs]
     forced_window: str = ""  # HERON_CONTEXT_WINDOW, when set
     # Memory (heron/memory): the extraction pass before a fold and the thaw after it.
-    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[None]] | None = None
+    before_fold: Callable[[ContextDeps, int, list[int], str], Awaitable[str | None]] | None = None
     after_fold: Callable[[int], Awaitable[None]] | None = None
     prompts: PromptMemo | None = None  # the engine's built prompts, remembered
     # A maintenance run (conversation id, kind) for calls made outside any turn (the idle

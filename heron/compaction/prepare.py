@@ -62,7 +62,7 @@ async def prepare_turn(
     )
     told = _notices(deps, state, user_row_id)
     if report is not None and report.changed:
-        told.insert(0, consolidated_notice(report))
+        told[:0] = [consolidated_notice(report), *([report.memory] if report.memory else [])]
     return Prepared(system, view, governor, report, told)
 
 

@@ -4,7 +4,8 @@ From the branch's rows and the compaction metadata: the rows folded by the lates
 are left out (their summary is in the system prompt), rows folded by an in-flight compaction are
 left out and the row that carries its checkpoint gets it appended, old results of read-like
 tools become one-line placeholders (ten at a time, so the cached prefix breaks once per ten
-results), results over the per-result budget are cut to their head and a saved path, a user
+results), results over the per-result budget are cut to their head and end around a saved path
+(heron/saved.py `cut_middle`: a tool says how it ended in its last lines), a user
 message over its share is shown by head and tail (heron/context/long_message.py), and the view
 is repaired so it never holds a call without its result or a result without its call.
 
@@ -26,7 +27,7 @@ from heron.context.long_message import FileReader, shown
 from heron.context.repair import repair_tool_pairs
 from heron.context.tokens import Calibration, estimate_message, estimate_text
 from heron.messages import Message, Part, Text, ToolCall, ToolResult
-from heron.saved import RESULTS_DIR, head, keep
+from heron.saved import READ_ON, RESULTS_DIR, Cut, cut_middle, earlier_cut, keep
 from heron.store.records import ANSWERED, ASK_TOOL, StoredMessage
 
 # Tools whose old results can be dropped from the view: reading them again is possible or
@@ -105,10 +106,14 @@ def _brief_args(call: ToolCall) -> str:
 
 
 def _saved_path(call_id: str, content: str, workspace: Path | None) -> str | None:
-    """Where the whole of `content` is: the file a cut result already names, else a new one."""
+    """Where the whole of `content` is: the file a cut result already names (at its end, as
+    the registry's cuts did, or on its cut's line), else a new one."""
     found = _SAVED.search(content[-400:])
     if found:
         return found.group(1)
+    earlier = earlier_cut(content)
+    if earlier is not None and earlier.saved is not None:
+        return earlier.saved
     return keep(call_id, content, workspace, RESULTS_DIR)
 
 
@@ -125,13 +130,28 @@ def placeholder(call: ToolCall, result: ToolResult, workspace: Path | None) -> T
 
 
 def budgeted(result: ToolResult, limit: int, workspace: Path | None) -> ToolResult:
-    if len(result.content) <= limit:
+    """`result` within `limit` characters: its head and its end (a command's exit code and
+    error, a traceback, read_file's paging footer are its last lines), one line saying how
+    much of the original was left out and where all of it is. A pure function of the result
+    and the limit (the file is named by its content): every later request sends the same."""
+    cut = cut_middle(result.content, limit)
+    if cut is None:
         return result
-    shown = head(result.content, limit)
-    path = _saved_path(result.call_id, result.content, workspace)
-    where = f" The full result is saved in {path}." if path else ""
-    note = f"\n[... cut: showing {len(shown)} of {len(result.content)} characters.{where}]"
-    return ToolResult(result.call_id, shown + note, result.is_error)
+    return ToolResult(
+        result.call_id, cut.text(_kept_where(result, cut, workspace)), result.is_error
+    )
+
+
+def _kept_where(result: ToolResult, cut: Cut, workspace: Path | None) -> str:
+    """The sentence of a view's cut that says where the rest is."""
+    if cut.saved is not None:  # the registry's cut saved the whole of it already
+        return f" The full result is saved in {cut.saved}; {READ_ON}."
+    path = keep(result.call_id, result.content, workspace, RESULTS_DIR)
+    if path is None:
+        return ""
+    if cut.total > len(result.content):  # the tool cut it first, and only that is at hand
+        return f" What the tool returned ({len(result.content):,} characters) is saved in {path}."
+    return f" The full result is saved in {path}; {READ_ON}."
 
 
 def shape(
@@ -226,6 +246,37 @@ def derive_view(
 def is_clean_user(message: Message) -> bool:
     """A user message that starts a turn: no results, so cutting before it orphans nothing."""
     return message.role == "user" and not message.tool_results
+
+
+def _is_recall_pair(call: Message, result: Message) -> bool:
+    """Auto-recall's synthetic pair (heron/memory/auto.py `auto_messages`; its rows carry meta
+    `recall` in the record): recall_history calls alone, then their results alone."""
+    calls = [p for p in call.parts if isinstance(p, ToolCall)]
+    results = [p for p in result.parts if isinstance(p, ToolResult)]
+    return (
+        call.role == "assistant"
+        and bool(calls)
+        and len(calls) == len(call.parts)
+        and all(c.name == "recall_history" for c in calls)
+        and result.role == "user"
+        and len(results) == len(result.parts)
+        and {r.call_id for r in results} == {c.id for c in calls}
+    )
+
+
+def turn_starts(messages: Sequence[Message], first: int = 0) -> list[int]:
+    """The index where each turn of `messages[first:]` but the first starts (the places a cut
+    can go): its clean user message, or the auto-recall pair stored just before that message.
+    The pair is the turn's evidence, found for that message: a cut (a fold, a snip) between
+    them showed the model the question without it."""
+    out = []
+    for i in range(first + 1, len(messages)):
+        if not is_clean_user(messages[i]):
+            continue
+        paired = i - 2 >= first and _is_recall_pair(messages[i - 2], messages[i - 1])
+        if not paired or i - 2 > first:
+            out.append(i - 2 if paired else i)
+    return out
 
 
 def user_texts(message: Message) -> list[str]:
@@ -394,7 +445,7 @@ def snip(
     sizes = [cal.tokens(r) for r in raws]
     if sum(sizes) <= budget:
         return messages
-    starts = [i for i, m in enumerate(messages) if is_clean_user(m) and i > 0]
+    starts = turn_starts(messages)
     if not starts:
         return messages
     words = budget // 10 if words is None else words
@@ -410,4 +461,6 @@ def snip(
         quoted = bounded_quotes(dropped, words, budget // 20)
         note += " What the user wrote in them:\n" + quoted
     first = messages[cut]
+    if first.role != "user":  # the turn opens with its auto-recall pair: the note goes first
+        return [Message("user", [Text(note + "]")]), *messages[cut:]]
     return [Message("user", [Text(note + "]\n\n"), *first.parts]), *messages[cut + 1 :]]

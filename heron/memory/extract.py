@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -182,18 +182,21 @@ def parse_reply(text: str) -> dict[str, Any]:
 ASK_OUTPUT = 2000  # tokens a pass may answer with
 
 
-def _room(provider: Asker, system: str, window: int | None) -> int:
-    """The tokens a pass's prompt may take: the window less the answer, the system prompt and
-    the slack of the estimate."""
-    return (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system) - 64
+# A pass's system prompt -> the tokens (raw estimate) its one user message may take.
+Room = Callable[[str], int]
 
 
-async def _ask(
-    provider: Asker, system: str, prompt: str, window: int | None = None
-) -> dict[str, Any] | None:
+def window_room(provider: Asker, window: int | None) -> Room:
+    """The room of a call sent as it is (a review's): the window less the answer, the system
+    prompt and the slack of the estimate. A call that a request check counts (the pass at a
+    fold, `ContextDeps.chat`) gets that check's room instead (memory.wiring)."""
+    return lambda system: (window or _window_of(provider)) - ASK_OUTPUT - estimate_text(system) - 64
+
+
+async def _ask(provider: Asker, system: str, prompt: str, room: Room) -> dict[str, Any] | None:
     """The model's JSON answer ({} when unreadable); None when the call failed (or a bound
     refused it): nothing was read."""
-    prompt = fit_prompt(prompt, _room(provider, system, window) + 64)
+    prompt = fit_prompt(prompt, room(system) + 64)
     request = ChatRequest(provider.model, system, [Message("user", [Text(prompt)])], [], ASK_OUTPUT)
     try:
         reply = await provider.chat(request)
@@ -304,21 +307,24 @@ async def extract(
     quotable_ids: Iterable[int],
     window: int | None = None,
     refused: list[str] | None = None,
+    room: Room | None = None,
 ) -> tuple[list[int], int] | None:
     """One extraction call over the conversation: the ids of the queued suggestions and the
     last row it read (`Batch.read_to`); None when the call failed, so nothing was read. Why a
     fact was not queued goes to `refused` (`_queue_picks`).
-    `window`: the asked model's, in tokens (else its built-in profile's). Its prompt is made off
-    the event loop: it reads and decodes every row of the conversation (a 20,000-message one
-    held the loop for half a second)."""
+    `window`: the asked model's, in tokens (else its built-in profile's); `room`: what the
+    prompt may take, when the call's own check counts otherwise (`window_room`). Its prompt is
+    made off the event loop: it reads and decodes every row of the conversation (a
+    20,000-message one held the loop for half a second)."""
     ids = sorted(set(quotable_ids))
     if not ids:
         return [], 0
-    room = _room(provider, FACTS_SYSTEM, window)
-    batch = await service.store.call(_request, service, conversation_id, ids, room, off_loop=True)
+    room = room or window_room(provider, window)
+    tokens = room(FACTS_SYSTEM)
+    batch = await service.store.call(_request, service, conversation_id, ids, tokens, off_loop=True)
     if batch is None:
         return [], max(ids)  # none of them is the person's words: nothing to ask
-    data = await _ask(provider, FACTS_SYSTEM, batch.prompt, window)
+    data = await _ask(provider, FACTS_SYSTEM, batch.prompt, room)
     if data is None:
         return None
     picks = _queue_picks(service, conversation_id, data, batch.rows, batch.quotable, refused)
@@ -339,11 +345,12 @@ async def compaction_pass(
     conversation_id: int,
     folded_ids: Iterable[int],
     window: int | None = None,
+    room: Room | None = None,
 ) -> list[int]:
     """At compaction: the messages about to be folded away are the only quotable ones. One
     call, at the turn's cost: what did not fit its window is read by the next review (the
     review's cursor does not move at a fold)."""
-    done = await extract(provider, service, conversation_id, folded_ids, window)
+    done = await extract(provider, service, conversation_id, folded_ids, window, room=room)
     return done[0] if done else []
 
 
@@ -397,7 +404,8 @@ async def tidy_pass(
     entries = {e.path.rel: e for e in service.entries()}
     if not entries:
         return []
-    data = await _ask(provider, TIDY_SYSTEM, f"MEMORY\n{_memory_list(service)}", window) or {}
+    listed = f"MEMORY\n{_memory_list(service)}"
+    data = await _ask(provider, TIDY_SYSTEM, listed, window_room(provider, window)) or {}
     ids: list[int] = []
     waiting = _waiting_ids(service)
     for removal in _items(data, "removals"):

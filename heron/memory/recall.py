@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import itertools
 import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from heron import timefmt
-from heron.memory import records
+from heron.memory import numbers, records, spelling
 from heron.memory.guard import overlaps
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
@@ -318,6 +318,33 @@ def _chunks(query: str) -> list[_Chunk]:
         end = found.end()
     if words:
         out.append(_Chunk(tuple(words), lower[start:end], gap, _numeric(words)))
+    return _spaced_numbers(out)
+
+
+# Between the groups of a number written with spaces ("48 250"): one space of any width, or
+# the apostrophe (Swiss: 48'250), which parts chunks (`_APART`).
+_GROUP_SPACE = frozenset(" \u00a0\u202f\u2009'")
+
+
+def _spaced_numbers(chunks: list[_Chunk]) -> list[_Chunk]:
+    """`chunks` with a number grouped by spaces ("48 250", "1 000 000", "48'250") as one
+    chunk, written with commas ("48,250"), which `numbers` reads as the number: its groups
+    alone ("48", "250") are numbers of their own that countless messages hold."""
+    out: list[_Chunk] = []
+    for chunk in chunks:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and len(chunk.words) == 1
+            and len(chunk.gap) == 1
+            and chunk.gap in _GROUP_SPACE
+            and re.fullmatch(r"\d{3}", chunk.words[0])
+            and re.fullmatch(r"[1-9]\d{0,2}(,\d{3})*", last.text)
+        ):
+            words = (*last.words, chunk.words[0])
+            out[-1] = _Chunk(words, ",".join(words), last.gap, True)
+        else:
+            out.append(chunk)
     return out
 
 
@@ -328,8 +355,32 @@ def _numeric(words: Iterable[str]) -> bool:
 def phrase(word: str, prefix: bool = True) -> str:
     """One term's FTS5 phrase, as `match_expression` searches it: a word of PREFIX_MIN
     letters or more also as the start of a longer one; a number, a code or words together
-    only whole ("4711" is not "47110")."""
-    return f'"{word}"*' if prefix and _prefixed(word) else f'"{word}"'
+    only whole ("4711" is not "47110"). A number of 1,000 or more is searched in each of its
+    groupings ("48250" OR "48,250": `numbers.fts_forms`), by itself or in a phrase."""
+    if prefix and _prefixed(word):
+        return f'"{word}"*'
+    forms = numbers.fts_forms(word)
+    if len(forms) == 1:
+        return f'"{word}"'
+    return "(" + " OR ".join(f'"{f}"' for f in forms) + ")"
+
+
+def phrases(words: Sequence[str]) -> str:
+    """An FTS5 OR of the phrase of `words` (in their order) in each grouping of its numbers:
+    what a message that says them verbatim matches."""
+    return " OR ".join(f'"{f}"' for f in numbers.fts_forms(" ".join(words)))
+
+
+def phrase_words(query: str) -> list[str]:
+    """The query's words in order, a grouped number one word ("48,250", "48 250"), as
+    `verbatim` and `exact` match them."""
+    out: list[str] = []
+    for chunk in _chunks(query):
+        if numbers.digits(chunk.text) is not None:
+            out.append(chunk.text)
+        else:
+            out.extend(chunk.words)
+    return out
 
 
 def _prefixed(word: str) -> bool:
@@ -411,7 +462,7 @@ class Recall:
     def document_frequency(self, word: str, cap: int = MATCH_BUDGET + 1) -> int:
         """How many messages hold `word`, counted up to `cap` (counting further costs time
         and changes nothing)."""
-        return records.rows_matching(self.store, f'"{word}"', cap)
+        return records.rows_matching(self.store, phrase(word, prefix=False), cap)
 
     def found_elsewhere(self, query: str, conversation_id: int, counted: int = 0) -> list[str]:
         """The query's terms the index finds (as a search matches them) in a message of
@@ -430,6 +481,46 @@ class Recall:
             if frequency[w] > size
             or records.matches_elsewhere(self.store, phrase(w), conversation_id, ELSEWHERE_CAP)
         ]
+
+    def respelled(self, query: str) -> tuple[str, list[tuple[str, str]]]:
+        """`query` with each word that no message holds (as the search matches it) replaced by
+        the nearest word the history holds (`spelling.allowance` edits at most, compared as the
+        index keeps words: "caroleine" as "carolein", near "carolin"), and the (typed,
+        searched) pairs. For the searches a person or the model asks for; auto-recall never
+        respells. Reads the index's whole vocabulary, only when a word is missing."""
+        missing = {
+            w: most
+            for w in terms(query)
+            if (most := spelling.allowance(w))
+            and records.rows_matching(self.store, phrase(w), 1) == 0
+        }
+        if not missing:
+            return query, []
+        kept = records.stems(self.store, list(missing))
+        stems = {w: kept[w] for w in missing if w in kept}
+        if not stems:
+            return query, []
+        shortest = min(len(s) - missing[w] for w, s in stems.items())
+        longest = max(len(s) + missing[w] for w, s in stems.items())
+        vocabulary = records.vocabulary(self.store, shortest, longest)
+        respelled = []
+        for typed, stem in stems.items():
+            near = spelling.nearest(stem, vocabulary, missing[typed])
+            if near is not None:
+                word = self._written(near)
+                query = spelling.replace(query, typed, word)
+                respelled.append((typed, word))
+        return query, respelled
+
+    def _written(self, stem: str) -> str:
+        """How messages write a word the index keeps as `stem`: its commonest form in the
+        best few messages that hold it ("carolin": "caroline"); the stem if none is found."""
+        ids = [i for i, _ in records.bm25_ranked(self.store, f'"{stem}"', WRITTEN_LOOK)]
+        bodies = records.indexed_text(self.store, ids).values()
+        words = [w for body in bodies for w in _WORD.findall(body.lower())]
+        kept = records.stems(self.store, sorted(set(words)))
+        forms = Counter(w for w in words if kept.get(w) == stem)
+        return forms.most_common(1)[0][0] if forms else stem
 
     def frequencies(self, query: str, upto: int = MATCH_BUDGET) -> dict[str, int]:
         """`document_frequency` of each of the query's search terms, exact up to `upto` (a
@@ -908,21 +999,21 @@ class Recall:
         punctuation and word endings aside), oldest first: a pointer's first words or a quote
         of a message. Only for queries of VERBATIM_WORDS words or more; fewer say too little
         to single a message out."""
-        words = _WORD.findall(query.lower())
+        words = phrase_words(query)
         if len(words) < VERBATIM_WORDS:
             return []
-        phrase = '"' + " ".join(words) + '"'  # the words hold no quote
-        return records.phrase_matches(self.store, phrase, conversation_id, limit)
+        return records.phrase_matches(self.store, phrases(words), conversation_id, limit)
 
     def exact(self, query: str, limit: int = 10, conversation_id: int | None = None) -> list[Hit]:
         """The messages holding the query's words in its order, newest first: what a person
         searching for a phrase they remember means (`conversations search --exact`), where
         `search` ranks by meaning and lends scores to neighbours."""
-        words = _WORD.findall(query.lower())
+        words = phrase_words(query)
         if not words:
             return []
-        phrase = '"' + " ".join(words) + '"'  # the words hold no quote
-        ids = records.phrase_matches(self.store, phrase, conversation_id, limit, newest=True)
+        ids = records.phrase_matches(
+            self.store, phrases(words), conversation_id, limit, newest=True
+        )
         return self.marked(self._hits([(i, 0.0) for i in ids], query))
 
     def body(self, hit: Hit) -> str:
@@ -969,6 +1060,8 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+# Messages read to find how a respelled word is written (`Recall._written`).
+WRITTEN_LOOK = 5
 # Messages of the person after a hit read to find the next one on the current branch (those of
 # a branch /retry or /edit left come between).
 NEXT_LOOK = 4
@@ -1079,7 +1172,7 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 def _position(lower: str, word: str) -> int:
     """Where a query term first occurs in a lowercased text, -1 if not: a code by its
     pattern, since its parts may be separated by any punctuation ("qx 99812" in "qx-99812")."""
-    if _plain(word):
+    if _plain(word) and not numbers.has_number(word):
         return lower.find(word)
     found = _held_pattern(word).search(lower)
     return found.start() if found else -1
@@ -1096,6 +1189,11 @@ def held_terms(body: str, words: Sequence[str]) -> set[str]:
 
 
 def _first_word(term: str) -> str:
+    """What every text that holds the term holds first: its first word, or the first group of
+    a number it opens with ("48" of "48250", which "48,250" holds too)."""
+    whole = numbers.digits(term.split(" ")[0])
+    if whole is not None:
+        return numbers.lead(whole)
     found = _WORD.search(term)
     return found.group() if found else term
 
@@ -1106,8 +1204,15 @@ def _held_pattern(word: str) -> re.Pattern[str]:
     # a number or a code must also end there, a long word may go on (the query matches it as
     # a prefix). A code's parts are separated by anything but letters and digits, as the
     # index's tokenizer separates them.
-    parts = _WORD.findall(word)
-    start = r"(?<![^\W_])" + r"[\W_]+".join(re.escape(p) for p in parts)
+    # A number of 1,000 or more is found in any grouping (`numbers.pattern`).
+    pieces = []
+    for n, token in enumerate(word.split(" ")):
+        whole = numbers.digits(token)
+        if whole is not None:
+            pieces.append(numbers.pattern(whole, f"s{n}"))
+        else:
+            pieces.append(r"[\W_]+".join(re.escape(p) for p in _WORD.findall(token)))
+    start = r"(?<![^\W_])" + r"[\W_]+".join(p for p in pieces if p)
     return re.compile(start if _prefixed(word) else start + r"(?![^\W_])")
 
 
@@ -1128,7 +1233,7 @@ def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
     joined = "\n".join(lowered)
     out: list[set[str]] = [set() for _ in bodies]
     for word in words:
-        if not _plain(word):
+        if not _plain(word) or numbers.has_number(word):
             _held_code(joined, starts, word, out)
             continue
         whole, size = not _prefixed(word), len(word)

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from heron.memory import numbers
 from heron.store import Store
 from heron.store.pg import REWRITES, pg_of
 from heron.store.records import ANSWERED, stored_time
@@ -46,20 +48,32 @@ _PHRASE = re.compile(r'"([^"]*)"(\*?)')
 
 def _tsquery(expression: str) -> tuple[str, str]:
     """An FTS5 expression of recall's (quoted words or phrases, `*` for a prefix, OR between
-    them) as PostgreSQL's: the SQL that makes the tsquery, and its one parameter. One phrase of
-    several words is a phrase search (`phraseto_tsquery`, which also keeps the stop words'
-    places); otherwise each word is a lexeme, `:*` for a prefix, joined by `|`."""
-    found = _PHRASE.findall(expression)
+    them, parentheses around a number's groupings) as PostgreSQL's: the SQL that makes the
+    tsquery, and its one parameter. One phrase of several words is a phrase search
+    (`phraseto_tsquery`, which also keeps the stop words' places); otherwise each word is a
+    lexeme, `:*` for a prefix, joined by `|`. A number is searched in the groupings as
+    PostgreSQL's parser reads them (`numbers.pg_forms`: "48.250" is one word there)."""
+    found = _pg_phrases(expression)
     if len(found) == 1 and len(found[0][0].split()) > 1:
         return "phraseto_tsquery('english', ?)", found[0][0]
     # A phrase quoted whole: PostgreSQL's parser splits it as it split the messages (a code
     # such as "qx-99812" into 'qx' <-> '-99812', "v2.3.1" not at all), words joined by <->.
-    lexemes = [
-        "'" + words.replace("\\", "\\\\").replace("'", "''") + "'" + (":*" if star else "")
-        for words, star in found
-        if words.split()
-    ]
+    lexemes = [_quoted(words) + (":*" if star else "") for words, star in found]
     return "to_tsquery('english', ?)", " | ".join(lexemes)
+
+
+def _quoted(words: str) -> str:
+    return "'" + words.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _pg_phrases(expression: str) -> list[tuple[str, str]]:
+    """The phrases of an FTS5 expression, each number's in PostgreSQL's groupings, without
+    repeats (a number's FTS5 forms give the same ones)."""
+    found: dict[tuple[str, str], None] = {}
+    for words, star in _PHRASE.findall(expression):
+        if words.split():
+            found.update(dict.fromkeys((form, star) for form in numbers.pg_forms(words)))
+    return list(found)
 
 
 def rows_matching(store: Store, expression: str, cap: int) -> int:
@@ -186,18 +200,20 @@ def _ranked_pg(
 def phrase_matches(
     store: Store, phrase: str, conversation_id: int | None, limit: int, newest: bool = False
 ) -> list[int]:
-    """Ids of the messages matching an FTS5 phrase, oldest first (`newest`: newest first)."""
+    """Ids of the messages matching an FTS5 phrase (or an OR of phrases: a number's
+    groupings), oldest first (`newest`: newest first)."""
     if pg_of(store.conn) is not None:
         # The stemmed phrase finds the candidates through the index; the words as written,
         # stop words included, must then follow each other, as in FTS5's phrase ('english'
         # drops "is the": "is the router in the garage" would match "router in the garage").
-        query, param = _tsquery(phrase)
+        # A number's groupings are phrases of their own, OR-ed (the exact check holding
+        # implies the stemmed one of the same phrase).
+        forms = [words for words, _ in _pg_phrases(phrase)]
+        stemmed = " || ".join(["phraseto_tsquery('english', ?)"] * len(forms))
+        written = " || ".join(["phraseto_tsquery('simple', ?)"] * len(forms))
         exact = f"to_tsvector('simple', {_BODY.format(m='messages')})"
-        sql = (
-            f"SELECT id FROM messages WHERE body_tsv @@ {query}"
-            f" AND {exact} @@ phraseto_tsquery('simple', ?)"
-        )
-        params: list[object] = [param, param]
+        sql = f"SELECT id FROM messages WHERE body_tsv @@ ({stemmed}) AND {exact} @@ ({written})"
+        params: list[object] = [*forms, *forms]
         order, scope = "id", " AND conversation_id = ?"
     else:
         sql = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
@@ -221,6 +237,59 @@ def indexed_text(store: Store, ids: Sequence[int]) -> dict[int, str]:
         return {r[0]: r[1] for r in store.query(sql, list(ids)) if r[1]}
     sql = f"SELECT rowid, body FROM messages_fts WHERE rowid IN ({marks})"
     return {r[0]: r[1] for r in store.query(sql, list(ids))}
+
+
+# The index's vocabulary on SQLite: FTS5's own view of its terms (porter stems), a virtual
+# table of this connection's temp schema (nothing stored: a read-only connection makes it too).
+_VOCABULARY = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.heron_vocabulary"
+    " USING fts5vocab(main, messages_fts, row)"
+)
+
+
+def vocabulary(store: Store, shortest: int, longest: int) -> list[tuple[str, int]]:
+    """(word, messages holding it) of every word of the full-text index from `shortest` to
+    `longest` characters, as the index keeps it (a stem: "carolin", "oliv"). Reads the whole
+    index: for a word no message holds, never on auto-recall's path."""
+    if pg_of(store.conn) is not None:
+        sql = (
+            "SELECT word, ndoc FROM ts_stat('SELECT body_tsv FROM messages')"
+            " WHERE length(word) BETWEEN ? AND ?"
+        )
+    else:
+        store.query(_VOCABULARY)
+        sql = "SELECT term, doc FROM temp.heron_vocabulary WHERE length(term) BETWEEN ? AND ?"
+    return [(str(r[0]), int(r[1])) for r in store.query(sql, (shortest, longest))]
+
+
+# FTS5's porter stemmer, as the index applied it, on a private database in memory: a word
+# written to it is read back from its vocabulary, without a write to the store.
+_STEMMER_LOCK = threading.Lock()
+_STEMMER: sqlite3.Connection | None = None
+
+
+def stems(store: Store, words: Sequence[str]) -> dict[str, str]:
+    """Each word as the full-text index keeps it (its stem: "caroleine" -> "carolein"); a word
+    the index would not keep (a stop word on PostgreSQL) is left out."""
+    if not words:
+        return {}
+    if pg_of(store.conn) is not None:
+        rows = store.query(
+            "SELECT w, array_to_string(tsvector_to_array(to_tsvector('english', w)), ' ')"
+            " FROM unnest(?::text[]) w",
+            (list(words),),
+        )
+        return {r[0]: r[1] for r in rows if r[1]}
+    global _STEMMER
+    with _STEMMER_LOCK:
+        if _STEMMER is None:
+            _STEMMER = sqlite3.connect(":memory:", check_same_thread=False)
+            _STEMMER.execute("CREATE VIRTUAL TABLE w USING fts5(t, tokenize = 'porter unicode61')")
+            _STEMMER.execute("CREATE VIRTUAL TABLE v USING fts5vocab(w, instance)")
+        _STEMMER.executemany("INSERT INTO w (rowid, t) VALUES (?, ?)", enumerate(words, 1))
+        found = _STEMMER.execute("SELECT doc, term FROM v WHERE offset = 0").fetchall()
+        _STEMMER.execute("DELETE FROM w")
+    return {words[doc - 1]: term for doc, term in found}
 
 
 # ---- messages ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from heron.context.tokens import Calibration, estimate_request
 from heron.memory import records
 from heron.memory.auto import RESULT_CHARS, auto_messages, fires
 from heron.memory.recall import Recall, wants_recall
@@ -43,7 +44,7 @@ from heron.memory.section import (
     set_history_floor,
 )
 from heron.memory.service import MemoryService
-from heron.messages import Reply, ToolResult
+from heron.messages import Message, Reply, Text, ToolResult
 from heron.request import ChatRequest
 from heron.store import Store, StoredMessage
 from heron.store.records import RECALL_FLAG  # re-exported: the engine and tests read it here
@@ -340,25 +341,61 @@ def _cited(store: Store, result: ToolResult) -> list[int]:
 # ---- compaction -------------------------------------------------------------------------------
 
 
+class InputBudget(Protocol):
+    """The part of compaction's budget the fold pass reads (compaction.core.Budget)."""
+
+    @property
+    def input(self) -> int: ...
+
+
 class FoldDeps(Protocol):
     """What the fold pass needs of compaction's dependencies (compaction.core.ContextDeps)."""
 
     @property
     def provider(self) -> Provider: ...
 
+    @property
+    def budget(self) -> InputBudget: ...
+
+    @property
+    def calibration(self) -> Calibration: ...
+
     async def chat(self, request: ChatRequest, purpose: str) -> Reply: ...
+
+
+ROOM_SLACK = 64  # tokens kept free of a pass's prompt for the estimate's rounding
 
 
 class _DepsProvider:
     """The extraction pass's calls go through compaction's `deps.chat`, so the turn's trace
-    records them (purpose "memory") like the summary call."""
+    records them (purpose "memory") like the summary call; why a call failed is kept."""
 
     def __init__(self, deps: FoldDeps) -> None:
         self.deps = deps
         self.model = deps.provider.model
+        self.failed: str | None = None
 
     async def chat(self, request: ChatRequest) -> Reply:
-        return await self.deps.chat(request, "memory")
+        try:
+            return await self.deps.chat(request, "memory")
+        except Exception as e:
+            self.failed = str(e) or type(e).__name__
+            raise
+
+    def room(self, system: str) -> int:
+        """What `deps.chat` lets through under `system`: the request's calibrated estimate
+        within the input budget. A room counted raw against the window passed the check's
+        count at a factor over 1, and every full pass was refused unsent (qa21q M5)."""
+        cal = self.deps.calibration
+        fixed = estimate_request(system, [], [Message("user", [Text("")])], cal).total
+        return int((self.deps.budget.input - fixed) / max(cal.factor, 0.01)) - ROOM_SLACK
+
+
+# Told where the person sees notices when a fold's memory pass did not run (and in the trace).
+FOLD_PASS_FAILED = (
+    "Memory's pass over the {n} folded messages did not run ({why}); nothing is lost: the next "
+    "memory review reads them (/learn runs one now)."
+)
 
 
 async def before_fold(
@@ -368,19 +405,29 @@ async def before_fold(
     row_ids: Sequence[int],
     reason: str,
     window: int | None = None,
-) -> list[int]:
+) -> str | None:
     """The compaction pass over the rows about to be folded away: one call, suggestions only.
-    Not for a manual /compact (the user is there and can /learn), never when ephemeral."""
+    Not for a manual /compact (the user is there and can /learn), never when ephemeral.
+    What the person is told when the pass did not run (FOLD_PASS_FAILED), else None."""
     if service is None or reason == "manual" or not row_ids:
-        return []
-    from heron.memory.extract import compaction_pass
+        return None
+    from heron.memory.extract import compaction_pass, window_room
+
+    asker = _DepsProvider(deps)
+    by_window = window_room(asker, window)
+
+    def room(system: str) -> int:  # the check's room, never past what the window leaves
+        return min(asker.room(system), by_window(system))
 
     try:
-        asker = _DepsProvider(deps)
-        return await compaction_pass(asker, service, conversation_id, row_ids, window)
+        await compaction_pass(asker, service, conversation_id, row_ids, window, room)
     except Exception as e:  # the pass is a bonus: it never stops a compaction
-        log.warning("memory pass at compaction failed: %s", e)
-        return []
+        asker.failed = str(e) or type(e).__name__
+    if asker.failed is None:
+        return None
+    log.warning("memory pass at compaction failed: %s", asker.failed)
+    why = " ".join(asker.failed.splitlines()[0].split())
+    return FOLD_PASS_FAILED.format(n=len(row_ids), why=why[:200])
 
 
 # ---- recall ----------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ def inbound_from_dict(d: dict[str, Any]) -> InboundMessage:
         options["without"] = tuple(options.get("without") or ())
         d["options"] = TurnOptions(**options)
     d["files"] = tuple(cast(File, part_from_dict(f)) for f in d.get("files") or [])
+    d["held"] = tuple(d.get("held") or ())
     return InboundMessage(**d)
 
 

@@ -50,8 +50,8 @@ from heron.serve.session import Session
 STATIC = Path(__file__).resolve().parent.parent / "web" / "static"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; "
-    "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'"
-)
+    "img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'"
+)  # form-action: the UI's own forms never navigate (they send by script); none other may
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Refusals of a /ws upgrade, as close codes before accept (the client sees HTTP 403).
 POLICY_VIOLATION = 1008

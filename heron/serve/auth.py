@@ -1,11 +1,14 @@
 """Who may use the web face of `heron serve`: holders of a session cookie, on every bind.
 
 A browser gets its cookie by opening a login address, `/login?code=ONE-TIME-CODE`. `heron
-serve` prints one as it starts, and `heron web` asks the running serve for a fresh one over the
-control socket (mode 0600 in HERON_HOME, which a sandboxed command cannot see): what
-authenticates a login is being able to reach HERON_HOME, so neither a sandboxed command on
+serve` prints one as it starts when its output is a terminal (heron/serve/main.py: a file or a
+pipe may be read by a sandboxed command), and `heron web` asks the running serve for a fresh
+one over the control socket (mode 0600 in HERON_HOME, which a sandboxed command cannot see):
+what authenticates a login is being able to reach HERON_HOME, so neither a sandboxed command on
 `network = "loopback"` nor a page of another site can get in. A code works once and for
-`CODE_SECONDS`; a session lasts `SESSION_SECONDS` and survives restarts of the serve, because
+`CODE_SECONDS`, and the start-up code no longer works once `heron web` has asked for another
+(`Auth.first`): a terminal's scrollback or log keeps nothing that opens a session later. A
+session lasts `SESSION_SECONDS` and survives restarts of the serve, because
 the hashes of the session tokens (never the tokens) are kept in `HERON_HOME/web-sessions.json`,
 mode 0600.
 
@@ -24,7 +27,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 COOKIE = "heron_session"
 SESSIONS_NAME = "web-sessions.json"
@@ -52,6 +54,7 @@ class Auth:
     clock: Callable[[], float] = time.time
     codes: dict[str, float] = field(default_factory=dict)
     sessions: dict[str, float] = field(default_factory=dict)
+    first: str | None = None  # the digest of the code printed at start, while unspent
 
     @classmethod
     def load(cls, home: Path, clock: Callable[[], float] = time.time) -> Auth:
@@ -68,13 +71,20 @@ class Auth:
         auth._prune()
         return auth
 
-    def new_code(self) -> str:
-        """A fresh one-time login code, good for `CODE_SECONDS`."""
+    def new_code(self, *, first: bool = False) -> str:
+        """A fresh one-time login code, good for `CODE_SECONDS`. `first`: the code the serve
+        prints at start; any other (`heron web`) revokes that one, as the person who asks for a
+        new code no longer needs the old, and only a copy of it elsewhere could still use it."""
+        if self.first is not None:
+            self.codes.pop(self.first, None)
+            self.first = None
         self._prune()
         while len(self.codes) >= MAX_CODES:
             del self.codes[min(self.codes, key=self.codes.__getitem__)]
         code = secrets.token_urlsafe(18)
         self.codes[_digest(code)] = self.clock() + CODE_SECONDS
+        if first:
+            self.first = _digest(code)
         return code
 
     def login(self, code: str) -> str | None:
@@ -137,14 +147,11 @@ def host_allowed(header: str | None, allowed: frozenset[str] | None) -> bool:
 
 
 def same_origin(origin: str | None, host: str | None, allowed: frozenset[str] | None) -> bool:
-    """The Origin header names the host this server was reached by (scheme http or https),
-    and, on loopback, that host is one of this server's own names."""
+    """The Origin header is exactly the origin of the host this server was reached by (scheme
+    http or https), as a browser serialises it: lower case, no path, not even a trailing `/`
+    (no browser sends another form, so only a hand-made request would); and, on loopback,
+    that host is one of this server's own names."""
     if not origin or not host:
         return False
-    parts = urlsplit(origin)
-    netloc = parts.netloc.lower()
-    return (
-        parts.scheme in ("http", "https")
-        and netloc == host.lower()
-        and host_allowed(netloc, allowed)
-    )
+    netloc = host.lower()
+    return origin in (f"http://{netloc}", f"https://{netloc}") and host_allowed(netloc, allowed)

@@ -89,7 +89,8 @@ async def serve(
 ) -> None:
     """Run until SIGINT or SIGTERM, or until `until` is set (tests: with `signals` False the
     process's handlers are left alone, and `provider`/`registry`/`auth` replace the configured
-    ones); `on_ready` is told where it listens and the login address it printed. With
+    ones); `on_ready` is told where it listens and its start-up login address (printed only
+    when `out` is a terminal: `is_terminal`). With
     `open_browser`, that address is opened in the person's browser. With `workers`, turns run
     in that many `heron worker` processes on PostgreSQL (docs/scale.md), and this process is
     their face."""
@@ -136,9 +137,10 @@ async def serve(
             try:
                 if warming is not None:
                     await warming
-                login = login_url(shown, auth.new_code())
+                login = login_url(shown, auth.new_code(first=True))
                 url = _url(bound_host, bound_port)
-                info = _announce(lock, url, shown, note, login, engine, out)
+                printed = login if is_terminal(out) else None
+                info = _announce(lock, url, shown, note, printed, engine, out)
                 if open_browser:  # a console browser would hold the loop: on a thread
                     threading.Thread(target=_open, args=(login, out), daemon=True).start()
                 if on_ready is not None:
@@ -184,8 +186,31 @@ def _listen(host: str, port: int, home: Path) -> socket.socket:
     return sock
 
 
+# Said instead of the login address when the serve's output is not a terminal.
+NOT_PRINTED = (
+    "Log in: run `heron web` for a login address (none is printed here: this output is not a "
+    "terminal, and a file or pipe can be read by the agent's commands)"
+)
+
+
+def is_terminal(out: TextIO) -> bool:
+    """Whether `out` is a terminal. Only there is the login address printed: a file it is
+    redirected to (`nohup`, `> serve.log`) lies outside HERON_HOME, where a sandboxed command
+    with `network = "loopback"` could read the code and log in as the person."""
+    try:
+        return out.isatty()
+    except (ValueError, OSError):  # closed, or a stream that cannot tell
+        return False
+
+
 def _announce(
-    lock: ServeLock, url: str, shown: str, note: str | None, login: str, engine: Engine, out: TextIO
+    lock: ServeLock,
+    url: str,
+    shown: str,
+    note: str | None,
+    login: str | None,
+    engine: Engine,
+    out: TextIO,
 ) -> ServeInfo:
     info = lock.publish(url)
     choice = engine.choice
@@ -194,10 +219,13 @@ def _announce(
     if notice:
         out.write(f"heron: {notice}\n")
     minutes = CODE_SECONDS // 60
-    out.write(
-        f"Log in: {login}\n(the code works once, for {minutes} minutes; "
-        "`heron web` gives a new one for another browser)\n"
-    )
+    if login is None:
+        out.write(f"{NOT_PRINTED}\n")
+    else:
+        out.write(
+            f"Log in: {login}\n(the code works once, for {minutes} minutes, and no longer once "
+            "`heron web` gives a new one for another browser)\n"
+        )
     if note:
         out.write(f"{note}\n")
     out.write("Ctrl-C stops it; heron run and heron chat on this home now go through it.\n")

@@ -43,7 +43,8 @@ from heron.store.disk import damaged, refusal
 from heron.store.files import FileStore
 from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
-from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, redact, row_lock
+from heron.store.pg import REWRITES, PgConnection, is_url, later, pg_of, row_lock
+from heron.store.pg_url import redact
 from heron.store.records import (
     TURN,
     Conversation,

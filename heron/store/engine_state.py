@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from heron.messages import Message, Part, Text, ToolResult, parts_from_json, parts_to_json
+from heron.store import held
 from heron.store.db import Store
 from heron.store.pg import later, row_lock
 
-HOST = socket.gethostname()
+# Named here too, where the readers of leases and runs import them from.
+from heron.store.process import HOST as HOST
+from heron.store.process import pid_alive as pid_alive
 
 
 @dataclass(frozen=True)
@@ -62,30 +63,6 @@ class Checkpoint:
     epoch: int
     calls: list[str]  # the call ids the last assistant message asked for
     results: list[ToolResult]  # those already finished
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` of this host still runs. A zombie does not: killed, it keeps its
-    pid until its parent reaps it (a `heron serve` started by a script that has not waited
-    for it yet), and a claim it held must not make the next turn wait for it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """Linux's /proc says so (state Z, or X while it is being removed); elsewhere, no."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    # "pid (command) state ...": the command may hold spaces and parentheses; the last ")" ends it
-    state = stat[stat.rfind(b")") + 1 :].split()[:1]
-    return state in ([b"Z"], [b"X"])
 
 
 def claim_dead(host: str, pid: int, expires: float, now: float) -> bool:
@@ -518,7 +495,8 @@ def close_dead_turns(store: Store, stopped: str, conversation_id: int | None = N
     """Turns a process of this host left running when it died mid-turn (a `heron serve`
     killed with kill -9): the conversation's lease is still that process's, so nothing closes
     them until the next turn there claims it (RESTORE). Each is closed now as RESTORE closes
-    it (`recover`), and its lease given up, in one transaction that first takes the
+    it (`recover`), the messages the person sent while it ran moved in after it
+    (heron/store/held.py), and its lease given up, in one transaction that first takes the
     conversation's lock and checks the lease is still the dead one's. A live holder's turn,
     and another host's (time alone never tells one is dead), are left be. Only that
     conversation's with `conversation_id`. One read of the leases (a row per running turn);
@@ -539,6 +517,8 @@ def close_dead_turns(store: Store, stopped: str, conversation_id: int | None = N
             if gone.rowcount != 1:  # another claim took it over meanwhile: that one recovers
                 continue
             recover(store, conversation, stopped)
+            # What the person sent that dead process while its turn ran, after that turn.
+            held.move_left(store, store.conversation_by_id(conversation).key, conversation)
         closed.append(conversation)
     return closed
 

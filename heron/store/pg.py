@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from heron.errors import StoreError, StoreUnreachable
+from heron.store.pg_url import redact
 
 _LEADING_COMMENTS = re.compile(r"^(?:\s*--[^\n]*\n)+")
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
@@ -561,11 +562,6 @@ def with_schema(url: str, schema: str) -> str:
     options = [v for k, v in parse_qsl(parts.query) if k == "options"]
     query.append(("options", " ".join([*options, f"-csearch_path={schema}"])))
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
-
-
-def redact(url: str) -> str:
-    """The URL without its password, fit for an error message."""
-    return re.sub(r"(//[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 def is_url(target: object) -> bool:

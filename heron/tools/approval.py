@@ -109,6 +109,8 @@ def set_up(registry: ToolRegistry, settings: Settings) -> Sandbox:
     """The engine's sandbox (bwrap tried once, heron/tools/sandbox.py) and the registry gated
     for it."""
     paths, tools = settings.paths, settings.config.tools
-    sandbox = Sandbox.detect(paths.workspace, paths.home, tools.network, settings.env)
+    sandbox = Sandbox.detect(
+        paths.workspace, paths.home, tools.network, settings.env, settings.store_url
+    )
     install(registry, sandbox, tools.approval)
     return sandbox

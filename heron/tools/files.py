@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from heron import workspace_io
+from heron import file_locks, workspace_io
 from heron.errors import PathEscape, ToolError
 from heron.tools import grep_child
 from heron.tools.context import ToolContext
@@ -45,6 +46,7 @@ MAX_LIST = 500
 MAX_MATCHES = 200
 MAX_MATCH_LINE = 300
 MAX_GREP_FILE = 5_000_000  # bytes; bigger files are data, not source
+FOOTER_ROOM = 200  # characters of the result budget kept for read_file's footer
 MAX_READ = 10_000_000  # bytes read_file and edit_file read of one file (a sparse file claims more)
 SKIP_DIRS = frozenset({".git", ".heron"})
 NAME_MAX = 255  # bytes of one file name (Linux's NAME_MAX)
@@ -184,15 +186,42 @@ def _read_text(root: Path, path: Path, shown: str) -> tuple[str, workspace_io.Re
 
 def _write(root: Path, path: Path, shown: str, text: str) -> None:
     """`text` into the regular file at `path` (made, with its folders, when absent), opened
-    through workspace_io: never through a link, never blocked on a FIFO."""
+    through workspace_io: never through a link, never blocked on a FIFO, and swapped in whole
+    (`workspace_io.replace`), so a concurrent reader sees the old or the new file."""
     if path == root or path.is_dir():
         raise ToolError(f"{shown} is a folder")
     try:
-        workspace_io.overwrite(root, _inner(root, path), text.encode("utf-8"))
+        workspace_io.replace(root, _inner(root, path), text.encode("utf-8"))
     except workspace_io.Refused as refused:
         raise ToolError(
             f"{refused.strerror}; the file tools read and write regular files only",
             hint="Use bash to look at what it is (ls -l).",
+        ) from None
+    except workspace_io.PartlyWritten as error:
+        raise ToolError(
+            f"cannot write {shown}: {error.strerror}; it was being written in place (it has "
+            "other names, or its folder takes no new file) and may now be cut",
+            hint="Read it to see what it holds, then write it again.",
+        ) from None
+    except OSError as error:
+        raise ToolError(
+            f"cannot write {shown}: {error.strerror or error}; nothing was changed"
+        ) from None
+
+
+@contextlib.contextmanager
+def _changing(ctx: ToolContext, path: Path, shown: str) -> Iterator[None]:
+    """The file's lock for a change, shared by every turn of the home in every process
+    (heron/file_locks.py): a concurrent edit of the same file waits, then reads what this
+    one wrote, instead of both writing back their own copy."""
+    try:
+        with file_locks.held(ctx.services.home, path):
+            yield
+    except file_locks.Busy:
+        raise ToolError(
+            f"another call is changing {shown} and has held it for over "
+            f"{file_locks.WAIT_SECONDS:g} s; nothing was changed",
+            hint="Try again; read the file first, it may have changed.",
         ) from None
 
 
@@ -212,22 +241,58 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     if not lines:
         return f"{path} is empty."
     start = max(offset, 1)
+    if start > len(lines) and not found.whole:
+        raise ToolError(
+            f"offset {offset} is past the {len(lines):,} lines read_file reads of {path}: it "
+            f"reads the first {MAX_READ:,} of its {found.size:,} bytes, and the file goes on. "
+            f"Use bash for what follows: {_sed(path, offset)}"
+        )
     if start > len(lines):
         raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
     chunk = lines[start - 1 : start - 1 + max(limit, 1)]
     width = len(str(start + len(chunk) - 1))
-    body = "\n".join(
-        f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)
+    numbered = _within(
+        [f"{n:>{width}}\t{_clip(line, MAX_LINE)}" for n, line in enumerate(chunk, start)],
+        ctx.result_budget - FOOTER_ROOM,
     )
-    end = start + len(chunk) - 1
-    if end < len(lines):
-        body += f"\n[lines {start}-{end} of {len(lines)}; read on with offset={end + 1}]"
-    elif not found.whole:
-        body += (
-            f"\n[{path} is {found.size:,} bytes: only its first {MAX_READ:,} are read; use bash"
-            " (tail, sed -n) for what follows]"
+    body = "\n".join(numbered)
+    end = start + len(numbered) - 1
+    return body + _footer(path, start, end, len(lines), found)
+
+
+def _footer(path: str, start: int, end: int, count: int, found: workspace_io.Read) -> str:
+    """Where the page ends and how to read on; a file longer than MAX_READ goes on past the
+    `count` lines read, which is never called its end."""
+    if found.whole and end == count:
+        return ""
+    if found.whole:
+        return f"\n[lines {start}-{end} of {count}; read on with offset={end + 1}]"
+    read = f"read_file reads the first {MAX_READ:,} of its {found.size:,} bytes"
+    if end < count:
+        return (
+            f"\n[lines {start}-{end} of the first {count:,} ({read}, and the file goes on); "
+            f"read on with offset={end + 1}]"
         )
-    return body
+    return (
+        f"\n[line {end} is the last one read of {path}: {read}, and the file goes on. Use bash "
+        f"for what follows: {_sed(path, end + 1)}]"
+    )
+
+
+def _sed(path: str, line: int) -> str:
+    """The bash command that prints a page of `path` from `line` on."""
+    return f"sed -n '{line},+1999p' {shlex.quote(path)}"
+
+
+def _within(lines: list[str], budget: int) -> list[str]:
+    """The first of `lines` that fit `budget` characters (one at least): a page the model
+    reads whole, its footer saying where the next starts, rather than one cut in its middle."""
+    size = 0
+    for count, line in enumerate(lines):
+        size += len(line) + 1
+        if size > budget and count:
+            return lines[:count]
+    return lines
 
 
 def _clip(line: str, limit: int, length: int | None = None) -> str:
@@ -240,7 +305,8 @@ def _clip(line: str, limit: int, length: int | None = None) -> str:
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file (parent folders are created)."""
     target = resolve_in(ctx.workspace, path)
-    _write(ctx.workspace.resolve(), target, path, content)
+    with _changing(ctx, target, path):
+        _write(ctx.workspace.resolve(), target, path, content)
     ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
     return f"Wrote {len(content)} characters to {_rel(ctx, target)}."
 
@@ -250,7 +316,19 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     """Replace exact text in a file. `old` must match exactly, whitespace included, and occur
     once unless replace_all is true."""
     target = resolve_in(ctx.workspace, path)
-    root = ctx.workspace.resolve()
+    with _changing(ctx, target, path):
+        count = _replace_in(ctx.workspace.resolve(), target, path, (old, new), replace_all)
+    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
+    return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
+
+
+def _replace_in(
+    root: Path, target: Path, path: str, change: tuple[str, str], replace_all: bool
+) -> int:
+    """edit_file's read, change and write back (under the file's lock): how many were replaced.
+    An `old` the file no longer holds (another turn changed it since the model read it) is
+    not found: exact matching is what keeps a stale edit out."""
+    old, new = change
     text, found = _read_text(root, target, path)
     if not found.whole:
         raise ToolError(
@@ -274,8 +352,7 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
             "to make it unique, or set replace_all to true"
         )
     _write(root, target, path, text.replace(old, new))
-    ctx.record_effect({"kind": "file_written", "path": _rel(ctx, target)})
-    return f"Replaced {count} occurrence{'s' if count > 1 else ''} in {_rel(ctx, target)}."
+    return count
 
 
 def _check_pattern(pattern: str) -> None:

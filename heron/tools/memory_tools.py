@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Literal
 
 from heron.errors import StoreError, ToolError
+from heron.memory import spelling
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
 from heron.memory.service import MemoryService, Unchanged
@@ -196,10 +197,13 @@ def recall_history(
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
     wanted = max(1, min(limit, 30))
-    hits = recall.search(query, wanted, exclude=_in_view(ctx, recall), standing=True)
+    # a word no message holds (a typo) is searched as the nearest one the history holds
+    searched, respelled = recall.respelled(query)
+    hits = recall.search(searched, wanted, exclude=_in_view(ctx, recall), standing=True)
+    said = [spelling.note(respelled)] if respelled else []
     if not hits:
-        return f"Nothing found for {query!r}."
-    return "\n".join(line for hit in hits for line in hit.lines())
+        return "\n".join([*said, f"Nothing found for {query!r}."])
+    return "\n".join([*said, *(line for hit in hits for line in hit.lines())])
 
 
 def _in_view(ctx: ToolContext, recall: Recall) -> set[int]:

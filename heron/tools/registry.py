@@ -7,7 +7,8 @@ docstring: the first paragraph describes the tool, the `Args:` section its param
 `ToolRegistry.call` never raises an `Exception`: an unknown tool, invalid arguments, a veto or a
 failure all become an `is_error` result that says what was wrong, because the model can only act
 on what it reads. A result longer than the budget is saved under `.heron/results/` in the
-workspace (heron/saved.py) and the model gets its head plus the saved path, so nothing is lost.
+workspace (heron/saved.py) and the model gets its head and its end (where a tool says how it
+ended: an exit code, a footer) around the saved path, so nothing is lost.
 The built-in tools are listed in builtin.py, which imports them and this module; what a tool is
 given when it runs is `ToolContext` (context.py). Every result is first scrubbed of secrets
 (`ToolContext.redactor`, heron/redact.py).
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, ove
 from heron.errors import ToolError
 from heron.messages import JSONObject, JSONValue, ToolCall, ToolResult
 from heron.request import ToolSpec
-from heron.saved import head, keep, keep_whole
+from heron.saved import READ_ON, cut_middle, keep, keep_whole
 from heron.tools.context import CALL_ID, ToolContext, recording
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 
 
 BeforeCall = Callable[[ToolCall, "ToolContext"], "str | Awaitable[str | None] | None"]
+# Told when a call's tool starts to run, after any wait for its turn to write.
+OnStart = Callable[[], None]
 # A tool's function: its ToolContext first, then the arguments its hints declare; what it returns
 # (text, a ToolOutput, JSON-ready data or None, or an awaitable of one) becomes the result.
 ToolFn = Callable[..., object]
@@ -359,11 +362,15 @@ class ToolRegistry:
     def specs(self) -> list[ToolSpec]:
         return [t.spec for t in self._tools.values()]
 
-    async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
-        """Run one call. Every failure becomes an is_error result; cancellation propagates."""
+    async def call(
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
+    ) -> ToolResult:
+        """Run one call. Every failure becomes an is_error result; cancellation propagates.
+        `on_start` is told when the tool itself starts: a tool that writes waits first for the
+        one before it (`ToolContext.write_lock`), and its time is its own run's."""
         token = CALL_ID.set(call.id)
         try:
-            out = await self._run(call, ctx)
+            out = await self._run(call, ctx, on_start)
         except ToolError as error:
             out = ToolOutput(f"Error: {error}", True)
         except Exception as error:
@@ -383,12 +390,12 @@ class ToolRegistry:
         return result
 
     async def call_recording(
-        self, call: ToolCall, ctx: ToolContext
+        self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None = None
     ) -> tuple[ToolResult, list[JSONObject]]:
         """Run one call and return the side effects it recorded, and only its own."""
-        return await recording(self.call(call, ctx))
+        return await recording(self.call(call, ctx, on_start))
 
-    async def _run(self, call: ToolCall, ctx: ToolContext) -> ToolOutput:
+    async def _run(self, call: ToolCall, ctx: ToolContext, on_start: OnStart | None) -> ToolOutput:
         found = self._tools.get(call.name)
         if found is None:
             available = ", ".join(self._tools) or "none"
@@ -405,9 +412,17 @@ class ToolRegistry:
             if reason:
                 return ToolOutput(f"Error: the call was refused: {reason}", True)
         if not found.writes:
-            return _as_text(await found.run(ctx, kwargs))
+            return await _started(found, ctx, kwargs, on_start)
         async with ctx.write_lock:
-            return _as_text(await found.run(ctx, kwargs))
+            return await _started(found, ctx, kwargs, on_start)
+
+
+async def _started(
+    found: Tool, ctx: ToolContext, kwargs: Mapping[str, object], on_start: OnStart | None
+) -> ToolOutput:
+    if on_start is not None:
+        on_start()
+    return _as_text(await found.run(ctx, kwargs))
 
 
 def _validate(found: Tool, args: JSONObject) -> tuple[dict[str, object], str | None]:
@@ -479,14 +494,12 @@ async def scrubbed(redactor: Redactor, text: str) -> str:
 
 
 def fit_budget(call_id: str, text: str, ctx: ToolContext) -> str:
-    """`text` if it fits the budget; otherwise its head and where the whole of it was saved."""
-    if len(text) <= ctx.result_budget:
+    """`text` if it fits the budget; otherwise its head and its end (where a tool says how it
+    ended) around where the whole of it was saved."""
+    cut = cut_middle(text, ctx.result_budget)
+    if cut is None:
         return text
-    shown = head(text, ctx.result_budget)
     where = keep(call_id, text, ctx.workspace)
     if where is None:
         return text  # nowhere to save it: better too long than lost
-    return (
-        f"{shown}\n[... cut: showing {len(shown)} of {len(text)} characters. The full result is "
-        f"saved in {where}; read it with read_file (offset, limit) or search it with grep.]"
-    )
+    return cut.text(f" The full result is saved in {where}; {READ_ON}.")

@@ -3,8 +3,9 @@
 Every program a tool starts (`bash`, the `run_cell` kernel, any later one) goes through
 `Sandbox.wrap`. Confined, that is bubblewrap (`bwrap`): the whole file system read-only, the
 workspace read-write, a private /tmp, HERON_HOME covered by an empty tmpfs (the workspace bound
-back inside it), new user, pid, ipc, uts and cgroup namespaces, a new network namespace unless
-`[tools] network = "all"`, every capability dropped, and `--die-with-parent`: when Heron dies,
+back inside it), and so the default home ~/.heron when HERON_HOME names another, new user,
+pid, ipc, uts and cgroup namespaces, a new network namespace unless `[tools] network = "all"`,
+every capability dropped, and `--die-with-parent`: when Heron dies,
 bwrap and everything in its pid namespace die with it. Unless the network is "all", a seccomp
 filter (heron/tools/seccomp.py, given to bwrap on a pipe: `seccomp()`, then `wrap(...,
 seccomp=fd)`) keeps the command from making a Unix socket, so no socket file of the host (a
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heron import workspace_io
-from heron.config import NetworkMode
+from heron.config import NetworkMode, default_home
 from heron.request import WHERE_IT_RUNS
 from heron.tools import seccomp as filters
 
@@ -157,11 +158,25 @@ class Sandbox:
     env_source: Mapping[str, str] = field(default_factory=dict, repr=False)
     pasta: str | None = None  # network = "loopback" forwards the host's loopback through it
     off: bool = False  # HERON_BWRAP turned bubblewrap off: nothing was tried
+    # Other Heron homes hidden too when they exist (`other_homes`): the default ~/.heron when
+    # HERON_HOME names another, which holds the person's main record and keys.
+    also_hidden: tuple[Path, ...] = ()
+    # The PostgreSQL store's ports on this machine's loopback: never forwarded into a command's
+    # namespace with network = "loopback" (netjoin.py holds them there).
+    closed_ports: tuple[int, ...] = ()
+    open_store: bool = False  # the store is on loopback with no password (`notice` warns)
 
     @classmethod
     def detect(
-        cls, workspace: Path, home: Path, network: NetworkMode, env: Mapping[str, str]
+        cls,
+        workspace: Path,
+        home: Path,
+        network: NetworkMode,
+        env: Mapping[str, str],
+        store_url: str | None = None,
     ) -> Sandbox:
+        """`store_url`: the PostgreSQL store's URL, if there is one (its loopback ports are
+        kept from the commands)."""
         bwrap, off = find_bwrap(env), turned_off(env)
         if off:  # not a fact of the machine: never cached, and not "not installed"
             setting = env.get("HERON_BWRAP") or ""
@@ -177,6 +192,8 @@ class Sandbox:
             {k: env[k] for k in ("PATH", "LANG", "TERM") if k in env},
             find_pasta(env) if network == "loopback" else None,
             off,
+            other_homes(home),
+            *store_reach(store_url, env),
         )
 
     @property
@@ -225,8 +242,26 @@ class Sandbox:
         )
 
     def notice(self, policy: str) -> str | None:
-        """What a channel says once at start when commands cannot be confined, or cannot have
-        the network the configuration asks for; None if all is as configured."""
+        """What a channel says once at start when commands cannot be confined, cannot have
+        the network the configuration asks for, or could reach a store that asks no password;
+        None if all is as configured."""
+        said = [n for n in (self._confinement_notice(policy), self._store_notice()) if n]
+        return " ".join(said) or None
+
+    def _store_notice(self) -> str | None:
+        if not self.open_store:
+            return None
+        return (
+            "The PostgreSQL store is on this machine's loopback with no password in its URL: "
+            "if the server trusts such connections (trust auth), any program that reaches the "
+            "port reads and changes the whole store, and as a superuser runs programs on the "
+            'server (with network = "all" or unconfined, the agent\'s commands too). Trust '
+            "auth is for tests: give the role a password (in the URL or PGPASSWORD; "
+            "a ~/.pgpass is readable by the agent's commands) or use peer auth over the "
+            "server's Unix socket (docs/security.md#the-store)."
+        )
+
+    def _confinement_notice(self, policy: str) -> str | None:
         if self.confined:
             if self.sockets_open:
                 return (
@@ -326,18 +361,49 @@ class Sandbox:
         out += ["--chdir", str(self.workspace), "--", *argv]
         if self.network == "loopback" and self.pasta is not None:
             runas = f"{os.getuid()}:{os.getgid()}"  # pasta would drop root to nobody
-            return [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, "--", *out]
+            closed = ",".join(str(p) for p in self.closed_ports)
+            launcher = [sys.executable, "-I", "-S", str(NETJOIN), self.pasta, runas, closed]
+            return [*launcher, "--", *out]
         return out
 
     def _mounts(self, shown: Sequence[Path]) -> list[tuple[str, Path]]:
         """Mounts in the order bwrap must make them: a folder before anything inside it (the
         workspace usually lies inside the hidden home; in tests the home may lie inside it).
         Each is "hide" or the bwrap option that binds it."""
-        mounts: list[tuple[str, Path]] = [("--bind", self.workspace.resolve())]
+        workspace = self.workspace.resolve()
+        mounts: list[tuple[str, Path]] = [("--bind", workspace)]
         if self.home is not None:
             mounts.append(("hide", self.home.resolve()))
+        for other in self.also_hidden:
+            found = other.resolve()
+            # Only a folder that exists can be covered (/ is read-only: no mount point can be
+            # made), and never one inside the workspace, whose files the command must keep.
+            if found.is_dir() and not found.is_relative_to(workspace):
+                mounts.append(("hide", found))
         mounts += [("--ro-bind", Path(b).resolve()) for b in shown]
         return sorted(mounts, key=lambda m: len(m[1].parts))
+
+
+def other_homes(home: Path) -> tuple[Path, ...]:
+    """The Heron homes to hide besides `home`: the default one (~/.heron) when `home` is
+    another (a project's `HERON_HOME=./.heron`), so a project's commands cannot read the main
+    record. Homes elsewhere are not known here (docs/security.md, "Not confined")."""
+    try:
+        default = default_home()
+    except RuntimeError:  # no home folder for this user: nothing to hide
+        return ()
+    return () if default.resolve() == home.resolve() else (default,)
+
+
+def store_reach(url: str | None, env: Mapping[str, str]) -> tuple[tuple[int, ...], bool]:
+    """The PostgreSQL store's ports on this machine's loopback (kept from the commands), and
+    whether it is there with no password (a trust-auth server: `notice` warns)."""
+    if not url:
+        return (), False
+    from heron.store.pg_url import has_password, loopback_ports
+
+    ports = loopback_ports(url, env)
+    return ports, bool(ports) and not has_password(url, env)
 
 
 def find_pasta(env: Mapping[str, str]) -> str | None:

@@ -6,7 +6,8 @@ The group is what gets killed on timeout or cancellation, so a command's childre
 started, a pipeline) die with it. Output is kept as head and tail while it streams, so a command
 that prints gigabytes costs no more memory than a few megabytes: the model reads the head and
 tail that fit its result budget, and the person's `/show N` up to WHOLE_CAP characters of it
-(kept by the registry outside the workspace, heron/saved.py).
+(kept by the registry outside the workspace, heron/saved.py). Binary output is counted, not
+sent (`without_binary`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class HeadTail:
         self.tail: deque[str] = deque()
         self.tail_len = 0
         self.total = 0
+        self.size = 0  # bytes decoded into it, when a byte stream feeds it (`_pump`)
 
     def add(self, text: str) -> None:
         self.total += len(text)
@@ -85,6 +87,7 @@ class HeadTail:
 async def _pump(stream: asyncio.StreamReader, sink: HeadTail) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while chunk := await stream.read(65536):
+        sink.size += len(chunk)
         sink.add(decoder.decode(chunk))
     sink.add(decoder.decode(b"", final=True))
 
@@ -119,11 +122,13 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
 @dataclass
 class Captured:
     """A command's output: `text` within the model's limit, `whole` (up to WHOLE_CAP) when
-    `text` had to leave some of it out, and the exit code (None: it timed out)."""
+    `text` had to leave some of it out, the exit code (None: it timed out) and the bytes it
+    printed."""
 
     text: str
     whole: str | None
     code: int | None
+    size: int = 0
 
 
 async def run_command(
@@ -163,7 +168,42 @@ async def run_command(
             "starts ends with it, so start a server and use it in the same command]"
         )
     whole = sink.text() + note if sink.total > limit else None
-    return Captured(sink.text(limit) + note, whole, code)
+    return Captured(sink.text(limit) + note, whole, code, sink.size)
+
+
+# ---- binary output ---------------------------------------------------------------------------
+
+# Characters of text output besides the printable: tab, newline, carriage return, escape (colour
+# codes), backspace and form feed. U+FFFD (a byte that is not UTF-8), NUL, DEL and the other
+# control characters are what binary output decodes to.
+_TEXT_CONTROLS = frozenset("\t\n\r\x1b\x08\x0c")
+BINARY_SHARE = 10  # output (or a line of it) with more than 1 in 10 such characters is binary
+
+
+def _not_text(text: str) -> int:
+    return sum(1 for c in text if c in "\ufffd\x7f" or (c < " " and c not in _TEXT_CONTROLS))
+
+
+def _binary_line(line: str) -> bool:
+    return _not_text(line) * BINARY_SHARE > len(line)
+
+
+def without_binary(text: str, size: int) -> str:
+    """`text` (a command's output, `size` bytes in all) with its binary part replaced by one
+    line saying how many bytes were not shown, when that part is more than a tenth of it: the
+    text lines before and after are kept (a build's messages around a dump). Random bytes cost
+    the model tokens and tell it nothing, as read_file refuses a binary file."""
+    if _not_text(text) * BINARY_SHARE <= len(text):
+        return text
+    lines = text.split("\n")
+    binary = [i for i, line in enumerate(lines) if _binary_line(line)]
+    before, after = lines[: binary[0]], lines[binary[-1] + 1 :]
+    shown = len("\n".join([*before, ""]).encode()) + len("\n".join(after).encode())
+    said = (
+        f"[binary output: {max(0, size - shown):,} bytes that are not text, not shown; redirect "
+        "it to a file (command > out.bin) and look at it with xxd or file]"
+    )
+    return "\n".join([*before, said, *after])
 
 
 async def _start(command: str, sandbox: Sandbox) -> asyncio.subprocess.Process:
@@ -233,5 +273,5 @@ async def bash(ctx: ToolContext, command: str, timeout: int = 120) -> ToolOutput
     else:
         status = f"[exit code {code}]"
     whole = None if out.whole is None else out.whole.rstrip("\n") + "\n" + status
-    body = out.text.rstrip("\n") or "(no output)"
+    body = without_binary(out.text, out.size).rstrip("\n") or "(no output)"
     return ToolOutput(f"{body}\n{status}", is_error=code != 0, whole=whole)

@@ -446,6 +446,13 @@ class TraceRecorder:
         after = self.calls
         await self._run(lambda conn: self._insert_event(conn, kind, body, after))
 
+    def notice(self, text: str, shown: bool = True) -> None:
+        """What the person was told during the run (a fold, a checkpoint, a tight window, a
+        memory pass that did not run), written with the next write; `shown` False: kept here
+        only, as the person was told it before."""
+        body = {"text": text} if shown else {"text": text, "shown": False}
+        self._pending.append(("notice", body, self.calls))
+
     async def injection(self, messages: list[Message]) -> None:
         """The mailbox delivered `messages` into the run before its next model call."""
         if messages:

@@ -138,6 +138,9 @@ def _event(event: Any) -> Iterator[str]:
             p.get("text", "") for m in event.body or [] for p in m.get("parts", []) if "text" in p
         ]
         yield f"  ✉ mailbox: {_short(' / '.join(texts), 300)}"
+    elif event.kind == "notice" and isinstance(event.body, dict):
+        again = "" if event.body.get("shown", True) else " (told before, not shown again)"
+        yield f"  ■ notice{again}: {_short(str(event.body.get('text', '')), 600)}"
     else:
         yield f"  ■ {event.kind}: {json.dumps(event.body, ensure_ascii=False)}"
 

@@ -28,8 +28,22 @@ const LIST_PAGE = 50; // conversations in the list, and how many more "More conv
 
 // Model text is untrusted: sanitised after parsing, before it reaches the DOM. HTML only, no
 // SVG or MathML: an svg the sanitiser emptied (its script-like children removed) still drew
-// its default 300x150 as a blank block in the reply.
-const SANITISE = { USE_PROFILES: { html: true } };
+// its default 300x150 as a blank block in the reply. No form control, and no class, style or
+// id (but a code block's language): with them a reply drew an exact copy of the approval card,
+// or a form asking for a key (qa21p finding 5).
+const SANITISE = {
+  USE_PROFILES: { html: true },
+  FORBID_TAGS: ["form", "button", "input", "select", "textarea", "option", "optgroup", "datalist", "style"],
+  FORBID_ATTR: ["style", "id"],
+};
+const CODE_LANGUAGE = /^language-[\w+-]+$/;
+DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
+  if (data.attrName === "class") {
+    data.keepAttr = node.nodeName === "CODE" && CODE_LANGUAGE.test(data.attrValue);
+  } else if (data.attrName.startsWith("data-")) {
+    data.keepAttr = data.attrName === "data-md"; // the batch's own wrappers (renderAll)
+  }
+});
 const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }), SANITISE);
 
 export function renderMarkdown(text) {
@@ -276,12 +290,48 @@ function withHint(message, hint) {
 // A command the agent wants to run, waiting for the person's yes or no: whether the sandbox
 // confines it (approval "ask" with bubblewrap working) or not, the exact command as text (htm
 // escapes it), Allow and Deny as buttons; once decided, the decision.
+// A command waiting for approval as the card shows it, by the rules of the terminal's prompt
+// (command_shown in heron/channels/visible.py): every control, invisible or reordering
+// character as its escape (\u202e), runs of 3 or more blank lines and of 40 or more spaces by
+// their length, and its size. Padding cannot push the real command out of sight above the
+// buttons, nor a bidi override make it read as something else.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+const BLANK_RUN = /(?:\n[ \t]*){3,}\n/g;
+const SPACE_RUN = /[ \t]{40,}/g;
+
+function escapeChar(c) {
+  const n = c.codePointAt(0);
+  if (c === "\r") return "\\r";
+  if (n < 0x100) return "\\x" + n.toString(16).padStart(2, "0");
+  return n < 0x10000 ? "\\u" + n.toString(16).padStart(4, "0") : "\\U" + n.toString(16).padStart(8, "0");
+}
+
+export function commandShown(command) {
+  let hidden = 0, runs = 0;
+  let text = command.replace(HIDDEN, (c, at) => {
+    if (c === "\n" || c === "\t" || (c === "\r" && command[at + 1] === "\n")) return c;
+    hidden += 1;
+    return escapeChar(c);
+  });
+  text = text.replace(BLANK_RUN, (m) => { runs += 1; return `\n[${m.split("\n").length - 2} blank lines]\n`; });
+  text = text.replace(SPACE_RUN, (m) => { runs += 1; return `[${m.length} spaces]`; });
+  const lines = command.split("\n").length, chars = [...command].length;
+  let size = `↑ the whole command: ${lines} line${lines === 1 ? "" : "s"}, ${chars} characters`;
+  if (runs) size += "; runs of blank lines or spaces are shown as [N blank lines], [N spaces]";
+  const flag = hidden ? `⚠ It holds ${hidden} invisible, control or reordering character${hidden === 1 ? "" : "s"},`
+    + " shown as escapes (\\u202e): it may not read the way it runs." : "";
+  return { text, size, flag };
+}
+
 function ApprovalCard({ seg, onApprove }) {
   const waiting = !seg.reason;
+  const shown = commandShown(seg.command || "");
   return html`<div class=${"approval " + (waiting ? "waiting" : seg.allowed ? "allowed" : "denied")}
       role="group" aria-label=${"the agent wants to run " + seg.tool} data-approval=${seg.id}>
     <div class="approval-tag">The agent wants to run (${seg.tool}, ${seg.confined ? "sandboxed" : "unconfined"}):</div>
-    <pre class="approval-command"><code>${seg.command}</code></pre>
+    <pre class="approval-command"><code>${shown.text}</code></pre>
+    <div class="approval-size">${shown.size}</div>
+    ${shown.flag && html`<div class="approval-flag" role="alert">${shown.flag}</div>`}
     ${waiting ? html`<div class="approval-actions">
         <button class="allow" disabled=${seg.sent} onClick=${() => onApprove(seg, true)}>Allow</button>
         <button class="deny" disabled=${seg.sent} onClick=${() => onApprove(seg, false)}>Deny</button></div>`
