@@ -444,13 +444,21 @@ def conversations_show(
     budget: Annotated[
         bool, typer.Option("--budget", help="Each part's budget of the window, and its use.")
     ] = False,
+    message: Annotated[
+        int | None,
+        typer.Option(
+            "--message",
+            help="Only message N (a search hit's number), whole, with its neighbours.",
+        ),
+    ] = None,
 ) -> None:
     """Print a conversation's current branch: every turn, tool call and result."""
     from heron.channels.info import show_conversation
 
     try:
+        s = reading_settings()
         show_conversation(
-            reading_settings(), key, compactions=compactions, model_view=model_view, budget=budget
+            s, key, compactions=compactions, model_view=model_view, budget=budget, message=message
         )
     except HeronError as e:
         fail(e)

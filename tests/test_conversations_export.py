@@ -7,6 +7,7 @@ JSON whose parts decode back to the stored messages; and the route the browser d
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,27 @@ def test_search_prints_key_date_message_who_and_snippet_then_how_to_open(home):
     assert first.startswith(f"[trip · {day}") and f"· message {home['first']} · you]" in first
     assert "heron statue" in first
     assert any(line.startswith("[other · ") for line in lines)
-    assert lines[-1] == "Open one: heron conversations show KEY"
+    key, number = re.match(r"\[(\S+) · .* · message (\d+) · ", lines[0]).groups()  # type: ignore[union-attr]
+    assert lines[-1] == (  # the best hit, ready to open (QA: it named the whole conversation)
+        f"Open one: heron conversations show {key} --message {number} (that message whole, "
+        "with its neighbours)"
+    )
+
+
+def test_show_message_prints_one_message_whole_with_its_neighbours(home):
+    """A hit said `message 11`, and opening it meant reading the whole conversation (922
+    messages): `--message N` prints that one whole, with two either side."""
+    result = home["first"] + 2  # the bash call's long result, cut to 300 characters in `show`
+    out = heron("conversations", "show", "trip", "--message", str(result))
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert f"── message {result} · " in text and "(the one asked for)" in text
+    assert "x" * 400 in text  # whole
+    assert "Plan my trip to the heron statue" in text  # two before
+    assert "Which city?" in text and "Lisbon" in text  # two after
+    assert "Hotel Garça" not in text  # not the rest
+    missing = heron("conversations", "show", "trip", "--message", "999")
+    assert missing.exit_code == 1 and "no message 999 in conversation trip" in missing.output
 
 
 def test_search_within_one_conversation_and_its_last_line_names_it(home):
@@ -117,7 +138,9 @@ def test_search_within_one_conversation_and_its_last_line_names_it(home):
     assert out.exit_code == 0, out.output
     hits = out.stdout.splitlines()[:-1]
     assert hits and all(line.startswith("[trip · ") for line in hits)
-    assert out.stdout.splitlines()[-1] == "Open one: heron conversations show trip"
+    assert out.stdout.splitlines()[-1].startswith(
+        "Open one: heron conversations show trip --message "
+    )
     # A row Heron wrote is Heron's, never the person's.
     note = heron("conversations", "search", "continue", "-c", "trip")
     assert "· heron] Continue." in note.stdout

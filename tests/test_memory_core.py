@@ -257,7 +257,7 @@ def test_a_hand_written_file_in_a_legacy_encoding_is_read_not_fatal(service, sto
 
 def test_undoing_a_forget_lifts_its_revocation_and_redoing_it_restores_it(service, store):
     """`heron memory undo` after `forget` brings the entry back; what it said is no longer
-    forgotten (the entry can be updated from the same quote), until the undo is undone."""
+    forgotten (the entry can be updated from the same quote), until the forget is redone."""
     if not service.history.available:
         pytest.skip("git is not installed: memory has no history to undo")
     cid = chat(store, user("I prefer concise replies"))
@@ -266,7 +266,7 @@ def test_undoing_a_forget_lifts_its_revocation_and_redoing_it_restores_it(servic
     service.history.undo()  # the entry is back in force
     assert [e.path.rel for e in service.entries()] == ["personal/always/concise-replies.md"]
     assert service.verify_quote(cid, "I prefer concise replies")  # not refused any more
-    service.history.undo()  # undoing the undo removes it again: forgotten again
+    service.history.redo()  # the forget made again: forgotten again
     assert service.entries() == []
     with pytest.raises(MemoryRefused, match="forget"):
         service.verify_quote(cid, "I prefer concise replies")

@@ -108,13 +108,13 @@ async def test_accepted_changes_are_commits_and_memory_undo_restores_the_folder(
     undo = cli.invoke(app, ["memory", "undo"])
     restored = _tree(root)
     log_after = cli.invoke(app, ["memory", "log"])
-    redo = cli.invoke(app, ["memory", "undo"])
+    redo = cli.invoke(app, ["memory", "redo"])
     assert len(kept) == len(before) + 1
     assert "saved personal/always/tea.md (auto)" in log.output
     assert undo.exit_code == 0 and "Undid" in undo.output
     assert restored == before
     assert "undo: saved personal/always/tea.md" in log_after.output.splitlines()[0]
-    assert redo.exit_code == 0 and _tree(root) == kept  # an undo is a change: undone too
+    assert redo.exit_code == 0 and _tree(root) == kept  # what was undone, made again
 
 
 async def test_a_hand_edit_gets_its_own_commit_and_survives_an_undo():

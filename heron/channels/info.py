@@ -106,10 +106,17 @@ def who_wrote(message: Message, author: str | None) -> str:
 
 
 def render_message(
-    message: Message, author: str | None = None, asked: Asked | None = None, created: float = 0.0
+    message: Message,
+    author: str | None = None,
+    asked: Asked | None = None,
+    created: float = 0.0,
+    *,
+    whole: bool = False,
 ) -> Iterator[str]:
     """A message as lines, each naming who wrote it as `who_wrote` does. With `asked`, a
-    question of `ask_user` is shown as the question and the person's answer."""
+    question of `ask_user` is shown as the question and the person's answer. `whole`: tool
+    calls and results too are not shortened."""
+    short = (lambda text, limit: text) if whole else _short
     who = who_wrote(message, author)
     for part in message.parts:
         if isinstance(part, Text) and part.text.strip():
@@ -122,12 +129,12 @@ def render_message(
                 yield from question
                 continue
             args = json.dumps(part.args, ensure_ascii=False)
-            yield f"  → {part.name}({_short(args, 300)})  [{part.id}]"
+            yield f"  → {part.name}({short(args, 300)})  [{part.id}]"
         elif isinstance(part, ToolResult):
             if asked is not None and part.call_id in asked.shown:
                 continue
             mark = "✗" if part.is_error else "←"
-            yield f"  {mark} {_short(part.content, 300)}"
+            yield f"  {mark} {short(part.content, 300)}"
         elif isinstance(part, File):
             yield f"{who} attached {file_label(part)}"
 
@@ -195,9 +202,14 @@ def show_conversation(
     compactions: bool = False,
     model_view: bool = False,
     budget: bool = False,
+    message: int | None = None,
 ) -> None:
     store = open_store(settings, reading=True)
     conv = known(store, key)
+    if message is not None:  # one message, from a search hit
+        for line in message_lines(store, conv, message, settings.timezone):
+            echo(line)
+        return
     if budget:  # each part's budget, and what it takes now
         from heron.compaction.inspect import budget_report
 
@@ -247,6 +259,40 @@ def _counted(record: Record) -> str:
     where = "another branch" if elsewhere == 1 else "other branches"
     switch = f"/tree in heron chat -c {record.conversation.key} switches"
     return f"{shown} ({elsewhere} more on {where}: {switch})"
+
+
+# Messages shown before and after the one `conversations show --message N` asks for.
+AROUND = 2
+
+
+def message_lines(store: Store, conv: Conversation, message_id: int, zone: str) -> Iterator[str]:
+    """Message `message_id` of `conv` whole, with AROUND messages either side on the current
+    branch (a message of another branch alone, said so): what a search hit names. Times are
+    in `zone`, the agent's."""
+    record = read_record(store, conv)
+    place = next((i for i, row in enumerate(record.rows) if row.id == message_id), None)
+    if place is None:
+        row = next((r for r in store.all_messages(conv.id) if r.id == message_id), None)
+        if row is None:
+            raise StoreError(
+                f"no message {message_id} in conversation {conv.key}",
+                hint=f'Search it for message numbers: heron conversations search "WORDS" '
+                f"-c {conv.key}",
+            )
+        yield f"Conversation {conv.key} · message {message_id}, on another branch (/retry, "
+        yield "/edit or /tree left it):"
+        yield from render_message(row.message, row.author, None, row.created, whole=True)
+        return
+    shown = record.rows[max(0, place - AROUND) : place + AROUND + 1]
+    yield f"Conversation {conv.key} · message {message_id} whole, with its neighbours:"
+    seen: set[int] = set()
+    asked = Asked(record.questions)
+    for row in shown:
+        asked_for = row.id == message_id
+        yield from _header_once(row, record, seen)
+        mark = " (the one asked for)" if asked_for else ""
+        yield f"── message {row.id} · {timefmt.when(row.created, zone)}{mark}"
+        yield from render_message(row.message, row.author, asked, row.created, whole=asked_for)
 
 
 def known(store: Store, key: str) -> Conversation:
@@ -366,12 +412,17 @@ def _compaction_views(
 
 
 def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) -> Iterator[str]:
+    yield from _header_once(stored, record, seen)
+    yield from render_message(stored.message, stored.author, asked, stored.created)
+
+
+def _header_once(stored: StoredMessage, record: Record, seen: set[int]) -> Iterator[str]:
+    """The header of the row's turn, before its first row shown (`seen`: the turns headed)."""
     tid = stored.turn_id
     if tid is not None and tid not in seen and tid in record.turns:
         yield from _rowless(record, seen, tid)
         seen.add(tid)
         yield _turn_header(record.numbers[tid], record.turns[tid])
-    yield from render_message(stored.message, stored.author, asked, stored.created)
 
 
 def _rowless(record: Record, seen: set[int], before: int | None) -> Iterator[str]:

@@ -116,11 +116,10 @@ def list_entries(
 
 @app.command()
 def show(path: PathArg) -> None:
-    """Print an entry as saved."""
-    from heron.memory.entries import render
-
+    """Print an entry's file as it is (what is malformed in it is warned of)."""
     with _service(reading=True) as service:
-        echo(render(service.get(path)), nl=False)
+        entry = service.get(path)  # warns of what it cannot read
+        echo(service.files.text(entry.path) or "", nl=False)
 
 
 @app.command()
@@ -286,12 +285,14 @@ def print_recall(
         for hit in hits:
             for line in hit.lines(hit.who):
                 echo(line)
-        keys = {hit.conversation_key for hit in hits}
         if not hits:
             echo(nothing_found(query, exact, searched.embedder is not None))
-        else:  # the one key when all hits share it: the command is then ready to copy
-            shown = keys.pop() if len(keys) == 1 else "KEY"
-            echo(f"Open one: heron conversations show {shown}")
+        else:  # the first hit's message, in its conversation: the command is ready to copy
+            first = hits[0]
+            echo(
+                f"Open one: heron conversations show {first.conversation_key} --message "
+                f"{first.message_id} (that message whole, with its neighbours)"
+            )
     if searched.behind:
         _behind_notice(store, searched.embedder)
 
@@ -391,18 +392,34 @@ def log(
 
 @app.command()
 def undo() -> None:
-    """Put the memory folder back as it was before its last change.
+    """Take back the last change to the memory folder not undone yet.
 
-    An undo is a change too, so running it again redoes."""
-    _person_only("undoing a memory change")
+    Run again, it takes back the change before; `heron memory redo` makes an undone change
+    again. Edits you made by hand are never undone."""
+    _step("undo", "Nothing to undo.", "heron memory redo makes it again")
+
+
+@app.command()
+def redo() -> None:
+    """Make the last change you undid again (`heron memory undo` took it back)."""
+    _step("redo", "Nothing to redo: no change was undone since the last one.", "")
+
+
+def _step(verb: str, nothing: str, then: str) -> None:
+    """`heron memory undo` or `redo`: the person's act, one commit of the memory folder."""
+    from heron.memory.history import what_it_did
+
+    _person_only(f"{verb[:-1]}ing a memory change")
     with _service() as service:
-        if not service.history.available:
+        history = service.history
+        if not history.available:
             _fail(HeronError("memory has no history: git is not installed", hint="Install git."))
-        undone = service.history.undo()
-        if undone is None:
-            echo("Nothing to undo.")
+        change = history.undo() if verb == "undo" else history.redo()
+        if change is None:
+            echo(nothing)
             return
-        echo(f"Undid {undone.commit}: {undone.message}")
+        done = f"{verb[:-1].capitalize()}id: {what_it_did(change.message)}"
+        echo(f"{done} ({then})" if then else done)
 
 
 @app.command("review-pass", hidden=True)

@@ -79,8 +79,9 @@ def review_text(service: MemoryService, choose: ChooseFn, env: Mapping[str, str]
     decisions = service.review(choose, env)
     kept = [d for d in decisions if d.status == "accepted"]
     refused = [d for d in decisions if d.status == "waiting"]
+    said = [d for d in decisions if d.status == "dropped"]  # kept, but memory said it already
     left = service.count_waiting()
-    lines = [d.message for d in kept + refused]
+    lines = [d.message for d in kept + refused + said]
     lines.append(f"Kept {len(kept)}, dropped {len(decisions) - len(kept) - len(refused)}.")
     if left:
         lines.append(f"{left} still waiting.")

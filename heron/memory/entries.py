@@ -172,8 +172,9 @@ def render(entry: Entry) -> str:
     return "\n".join(lines) + "\n" + entry.text.strip() + "\n"
 
 
-def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
-    """Read a file's text; a file without front matter (written by hand) is all body."""
+def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False) -> Entry:
+    """Read a file's text; a file without front matter (written by hand) is all body.
+    `quiet`: no warning of what is malformed (an old version, read from the history)."""
     meta: dict[str, str] = {}
     body = text
     if text.startswith("---\n"):
@@ -182,17 +183,24 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
         if end != -1:
             body = text[end + 4 :].lstrip("\n")
         elif meta:  # cut short (a disk that filled, an editor that crashed) inside its header
-            log.warning(
-                "memory file %s ends inside its front matter: read from its quote", path.rel
-            )
+            if not quiet:
+                log.warning(
+                    "memory file %s ends inside its front matter: read from its quote", path.rel
+                )
             body = _unjson(meta.get("quote")) or ""  # a saved entry's text is its quote
+    odd = _malformed(meta)
+    if odd and not quiet:
+        log.warning("memory file %s: %s", path.rel, "; ".join(odd.values()))
     message = meta.get("message", "")
+    created, updated = (
+        _unstamp(meta[k]) if k in meta and k not in odd else mtime for k in ("created", "updated")
+    )
     return Entry(
         path=path,
         text=body.strip(),
-        origin=meta.get("origin", "hand") or "hand",
-        created=_unstamp(meta["created"]) if "created" in meta else mtime,
-        updated=_unstamp(meta["updated"]) if "updated" in meta else mtime,
+        origin="hand" if "origin" in odd else meta.get("origin", "hand") or "hand",
+        created=created,
+        updated=updated,
         source=Source(
             _unjson(meta.get("conversation")),
             int(message) if message.isdigit() else None,
@@ -200,6 +208,26 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0) -> Entry:
         ),
         mistake=_unjson(meta.get("mistake")),
     )
+
+
+ORIGINS = ("user", "auto", "lesson", "hand")
+
+
+def _malformed(meta: dict[str, str]) -> dict[str, str]:
+    """The front matter's values Heron cannot read (a hand edit gone wrong), each with what
+    is read instead: the field's name -> what to say of it."""
+    odd = {}
+    origin = meta.get("origin")
+    if origin and origin not in ORIGINS:
+        odd["origin"] = f"origin {origin!r} is not one of {', '.join(ORIGINS)}: read as hand"
+    message = meta.get("message")
+    if message and not message.isdigit():
+        odd["message"] = f"message {message!r} is not a message number: left out"
+    for key in ("created", "updated"):
+        value = meta.get(key)
+        if value and _unstamp(value) == 0.0:
+            odd[key] = f"{key} {value!r} is not a date (2025-05-01T10:12:03+0200): the file's time"
+    return odd
 
 
 def _front_matter(header: str) -> dict[str, str]:
@@ -247,6 +275,7 @@ class MemoryFiles:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._listing = _Listing()
+        self._warned: set[str] = set()  # the misnamed files already warned of, by path
 
     def _real_root(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -264,13 +293,19 @@ class MemoryFiles:
             )
         return target
 
-    def read(self, path: EntryPath) -> Entry | None:
-        target = self.file(path)
+    def text(self, path: EntryPath) -> str | None:
+        """The file of `path` as it is (None: no such file): what `heron memory show`
+        prints, a malformed front matter line and all."""
         try:
-            text = decoded(target.read_bytes(), path)
+            return decoded(self.file(path).read_bytes(), path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
-        return parse(path, text, target.stat().st_mtime)
+
+    def read(self, path: EntryPath) -> Entry | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        return parse(path, text, self.file(path).stat().st_mtime)
 
     def write(self, entry: Entry) -> Path:
         """Write atomically (temp file + rename), so a reader never sees half an entry."""
@@ -312,6 +347,7 @@ class MemoryFiles:
         before when, topic, slug. Files with names outside the rules are skipped."""
         if scope is None:
             return self._listing.entries(self)
+        self.warn_strays()
         found: list[Entry] = []
         for path in self._paths(check_name(scope, "scope")):
             entry = self.read(path)
@@ -324,6 +360,7 @@ class MemoryFiles:
         root = self._real_root()
         scopes = self.scopes()
         paths = [path for name in scopes for path in self._paths(name)]
+        self.warn_strays(paths)
         folders = [root]
         for name in scopes:
             base = root / name
@@ -343,6 +380,67 @@ class MemoryFiles:
             if _inside(file, root) and NAME.match(file.stem) and NAME.match(topic):
                 paths.append(EntryPath(scope, "when", topic, file.stem))
         return paths
+
+    def strays(self, paths: list[EntryPath] | None = None) -> list[str]:
+        """The Markdown files in the folder that are not read as entries (a name with a space
+        or a capital, a folder deeper than when/<topic>/, a .markdown extension), relative to
+        the folder. `paths`: the entries found, when the caller has them."""
+        root = self._real_root()
+        read = {p.rel for p in (paths if paths is not None else self._all_paths())}
+        found = []
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .git, an editor's
+            for name in sorted(names):
+                file = Path(folder) / name
+                if name.startswith(".") or file.suffix.lower() not in MARKDOWN:
+                    continue
+                if file.is_symlink():  # a link is refused for where it leads, not its name
+                    continue
+                rel = file.relative_to(root).as_posix()
+                if rel not in read:
+                    found.append(rel)
+        return found
+
+    def _all_paths(self) -> list[EntryPath]:
+        return [path for name in self.scopes() for path in self._paths(name)]
+
+    def warn_strays(self, paths: list[EntryPath] | None = None) -> None:
+        """Warn once per file of each Markdown file that is not read as an entry, naming it
+        and the name it would be read under: renamed by hand, it silently left memory."""
+        for rel in self.strays(paths):
+            if rel not in self._warned:
+                self._warned.add(rel)
+                log.warning("%s", stray_warning(rel))
+
+
+MARKDOWN = (".md", ".markdown")
+
+
+def stray_warning(rel: str) -> str:
+    """What to say of a Markdown file whose name is not an entry's (`rel`)."""
+    rule = (
+        "an entry is named <scope>/always/<slug>.md or <scope>/when/<topic>/<slug>.md in "
+        "lowercase letters, digits and hyphens"
+    )
+    name = valid_name(rel)
+    fix = f"; rename it {name}" if name else ""
+    return f"memory file {rel} is not read: {rule}{fix}"
+
+
+def valid_name(rel: str) -> str | None:
+    """The entry path a misnamed file would be read under (`Olives Love.md` in a topic:
+    olives-love.md; a folder deeper than its topic joined to it; .markdown as .md), or None
+    when it stands where no entry does (the folder's top, a scope's top)."""
+    *folders, name = rel.split("/")
+    slug = slugify(name.rsplit(".", 1)[0], 60)
+    if len(folders) < 2:
+        return None
+    scope, kind, *topics = folders
+    if kind.lower() == "always" and not topics:
+        return f"{slugify(scope)}/always/{slug}.md"
+    if kind.lower() == "when" and topics:
+        return f"{slugify(scope)}/when/{slugify('-'.join(topics), 60)}/{slug}.md"
+    return None
 
 
 Stamp = tuple[int, int, int] | None

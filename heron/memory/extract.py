@@ -244,7 +244,9 @@ def _new(ids: list[int], waiting: set[int]) -> list[int]:
 # Why a fact the model picked was not queued, as a review's report counts them.
 QUOTED = "in quotation marks (someone else's words)"
 NOT_THEIRS = "not the user's words"
+UNREAD = "not among the messages this pass read"
 REFUSED = "refused by memory's rules"
+ALREADY = "already in memory"
 
 
 def _queue_picks(
@@ -256,7 +258,8 @@ def _queue_picks(
     refused: list[str] | None = None,
 ) -> list[int]:
     """Queue the picks that survive every check; the ids of those newly queued. Why each fact
-    was not is added to `refused` (QUOTED, NOT_THEIRS, REFUSED), when given."""
+    was not is added to `refused` (QUOTED, NOT_THEIRS, UNREAD, REFUSED, ALREADY), when
+    given."""
     ids: list[int] = []
     waiting = _waiting_ids(service)
     why: list[str] = [] if refused is None else refused
@@ -264,7 +267,7 @@ def _queue_picks(
         quote = str(fact.get("quote", ""))
         if not find_quote(quote, rows, only=quotable):
             # Not the user's own words among what this pass may quote.
-            why.append(QUOTED if quoted_in(quote, rows, only=quotable) else NOT_THEIRS)
+            why.append(_not_quotable(quote, rows, quotable))
             continue
         try:
             path = EntryPath.parse(str(fact.get("path", "")))
@@ -272,7 +275,9 @@ def _queue_picks(
         except MemoryRefused:
             why.append(REFUSED)
             continue
-        if number is not None:
+        if number is None:
+            why.append(ALREADY)
+        else:
             ids.append(number)
     for lesson in _items(data, "lessons"):
         rule = str(lesson.get("rule", ""))
@@ -284,6 +289,15 @@ def _queue_picks(
         except MemoryRefused:
             continue
     return _new(ids, waiting)
+
+
+def _not_quotable(quote: str, rows: list[StoredMessage], quotable: set[int]) -> str:
+    """Why a pick is not among the words this pass may quote: someone else's words in
+    quotation marks, the user's words in a message this pass did not read (one an earlier
+    pass read, say), or nothing the user wrote."""
+    if quoted_in(quote, rows, only=quotable):
+        return QUOTED
+    return UNREAD if find_quote(quote, rows) else NOT_THEIRS
 
 
 async def extract(

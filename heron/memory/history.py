@@ -155,7 +155,7 @@ class MemoryHistory:
         if not (self.root / ".git").exists():
             self._run("init", "-q")
             (self.root / ".gitignore").write_text(IGNORE, encoding="utf-8")
-            self.commit("memory: the history starts here")
+            self.commit(START)
         return True
 
     def record(self, message: str, change: Callable[[], T]) -> T:
@@ -180,7 +180,7 @@ class MemoryHistory:
     def before_change(self) -> None:
         """Edits made by hand since the last commit get a commit of their own."""
         if self.ensure() and self._dirty():
-            self.commit("edited by hand")
+            self.commit(HAND)
 
     def commit(self, message: str) -> bool:
         """Commit everything in the folder; False when nothing changed."""
@@ -192,10 +192,12 @@ class MemoryHistory:
         self._run("commit", "-q", "-m", message)
         return True
 
-    def log(self, limit: int = 20) -> list[Change]:
+    def log(self, limit: int | None = 20) -> list[Change]:
+        """The changes, newest first (`limit` of them; None: all)."""
         if not self.ensure():
             return []
-        out = self._run("log", f"-n{limit}", "--format=%h%x09%ct%x09%s")
+        count = () if limit is None else (f"-n{limit}",)
+        out = self._run("log", *count, "--format=%h%x09%ct%x09%s")
         changes = []
         for line in out.splitlines():
             commit, when, message = line.split("\t", 2)
@@ -203,23 +205,81 @@ class MemoryHistory:
         return changes
 
     def undo(self) -> Change | None:
-        """Put the folder back as it was before the last change, as a new commit; the change
-        undone (None: nothing to undo, only the start of the history)."""
+        """Take back the newest change not undone yet, as a new commit (an editor's undo: a
+        second undo takes back the change before, not the undo); the change undone, None when
+        there is none. Edits made by hand are never undone: they are not Heron's changes."""
         with self.lock:
             self.before_change()
-            changes = self.log(2)
-            if len(changes) < 2:
+            done, _ = self._stacks()
+            if not done:
                 return None
-            last = changes[0]
-            if not self._run("diff", "--name-only", "HEAD~1", "HEAD").strip():
+            last = done[-1]
+            if not self._run("diff", "--name-only", f"{last.commit}~1", last.commit).strip():
                 raise MemoryHistoryError(
                     f"the last change ({last.message}) holds nothing to undo: what it changed "
                     "was taken out of the history when it was forgotten",
                     hint="Write the entry again if you want it back.",
                 )
-            self._run("revert", "--no-edit", "HEAD")
-            self._run("commit", "--amend", "-q", "-m", f"undo: {last.message}")
+            self._revert(last, UNDO)
             return last
+
+    def redo(self) -> Change | None:
+        """Make the newest change undone again, as a new commit; the undo taken back, None
+        when nothing was undone since the last change."""
+        with self.lock:
+            self.before_change()
+            _, undone = self._stacks()
+            if not undone:
+                return None
+            self._revert(undone[-1], REDO)
+            return undone[-1]
+
+    def _revert(self, change: Change, verb: str) -> None:
+        """A commit that takes `change` back, named `verb` and what the change did; when a
+        file it touched was edited since (by hand), nothing is changed and the error says so."""
+        try:
+            self._run("revert", "--no-edit", "--no-commit", change.commit)
+            self._run("commit", "-q", "-m", f"{verb}{what_it_did(change.message)}")
+        except MemoryHistoryError as error:
+            self._run("revert", "--abort", check=False)
+            raise MemoryHistoryError(
+                f"cannot {verb.rstrip(': ')} {what_it_did(change.message)}: a file it changed "
+                "was edited since, so nothing was changed",
+                hint=f"Edit the file by hand instead; what the change did: git -C {self.root} "
+                f"show {change.commit}",
+            ) from error
+
+    def _stacks(self) -> tuple[list[Change], list[Change]]:
+        """What an undo and a redo would take back, each newest last, replayed from the
+        whole log: a change of Heron's goes on the first (and empties the second), an undo
+        moves the newest of the first to the second, a redo moves it back. Edits by hand and
+        the history's start are on neither. Before redo existed, an undo of an undo was one."""
+        done: list[Change] = []
+        undone: list[Change] = []
+        for change in reversed(self.log(None)):
+            kind = _kind(change.message)
+            if kind == "undo" and done:
+                done.pop()
+                undone.append(change)
+            elif kind == "redo" and undone:
+                undone.pop()
+                done.append(change)
+            elif kind == "change":
+                done.append(change)
+                undone.clear()
+        return done, undone
+
+    def versions(self, rel: str) -> list[str]:
+        """The text of every version of the file `rel` the history holds, newest first (none
+        without git): what an entry said before it was updated."""
+        if not self.ensure():
+            return []
+        texts = []
+        for commit in self._run("log", "--format=%H", "--", rel).split():
+            shown = self._run("show", f"{commit}:{rel}", check=False)  # absent: a removal
+            if shown:
+                texts.append(shown)
+        return texts
 
     def holds(self, rel: str) -> bool:
         """Whether any commit of the history holds a version of the file `rel`."""
@@ -287,6 +347,33 @@ class MemoryHistory:
         for parent in parents:
             args += ["-p", parent]
         return self._run(*args, env=env).strip()
+
+
+UNDO, REDO = "undo: ", "redo: "
+HAND = "edited by hand"
+START = "memory: the history starts here"
+
+
+def what_it_did(message: str) -> str:
+    """A commit's message without the undo: and redo: before it ("removed x.md")."""
+    while message.startswith((UNDO, REDO)):
+        message = message[len(UNDO) :]  # both are six characters
+    return message
+
+
+def _kind(message: str) -> str:
+    """change, undo or redo (hand edits and the start: neither). An undo before redo existed
+    reverted the commit before it, so "undo: undo: x" redid x."""
+    if message in (HAND, START):
+        return "neither"
+    if message.startswith(REDO):
+        return "redo"
+    depth = 0
+    while message.startswith(UNDO):
+        message, depth = message[len(UNDO) :], depth + 1
+    if depth == 0:
+        return "change"
+    return "undo" if depth % 2 else "redo"
 
 
 def _age(path: Path) -> float | None:

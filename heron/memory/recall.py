@@ -1069,11 +1069,13 @@ NEXT_LOOK = 4
 CORRECTION_POOL = 50
 
 # Words that take back something said before: "that is no longer true", "I don't ... any
-# more", "scratch that", "I was wrong", "forget that" (not "don't forget that"), "that was a
-# mistake", "correction:". Narrow on purpose: a later message is shown under a hit only when
-# it says that it corrects something.
+# more", "I no longer ..." (its synonym: what the person did or was has ended), "scratch that",
+# "I was wrong", "forget that" (not "don't forget that"), "that was a mistake", "correction:".
+# Narrow on purpose: a later message is shown under a hit only when it says that it corrects
+# something.
 _TAKES_BACK = re.compile(
     r"\b(?:no longer (?:true|the case|right|correct|valid)"
+    r"|(?:i|we)(?:['’]m| am|['’]re| are)? no longer\b"
     r"|(?:isn'?t|wasn'?t|is not|was not|not) (?:true|the case)\b"
     r"|(?:not|no|\w+n't)\b[^.!?\n]{0,40}\bany ?more\b"
     r"|scratch that|i was wrong|i misspoke|i made a mistake"

@@ -22,6 +22,7 @@ from heron.memory.entries import (
     MemoryFiles,
     MemoryRefused,
     Source,
+    parse,
 )
 from heron.memory.guard import (
     BOUNDARY_HINT,
@@ -58,6 +59,14 @@ class AgentCommandRefused(MemoryRefused):
     pass
 
 
+class Unchanged(MemoryRefused):
+    """An update whose text is the entry's own: nothing to write."""
+
+
+class AlreadySaid(MemoryRefused):
+    """Another entry already says this statement: keeping it would send it twice."""
+
+
 def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
     """Refuse when the caller is a command the agent started: the bash tool and the Python
     kernel set HERON_AGENT_COMMAND, so an agent cannot approve its own proposals."""
@@ -74,7 +83,7 @@ def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
 @dataclass(frozen=True)
 class Decision:
     suggestion: Suggestion
-    status: str  # accepted | rejected | waiting (refused: left waiting)
+    status: str  # accepted | rejected | waiting (refused: left waiting) | dropped (a no-op)
     message: str
 
 
@@ -273,7 +282,14 @@ class MemoryService:
         if current is None:
             raise MemoryRefused(f"{path.rel} does not exist", hint="Use action=create.")
         text, match = self._proved(conversation_id, quote)
-        if match.created <= current.updated:
+        if quote_key(text) == quote_key(current.text):
+            raise Unchanged(
+                f"{path.rel} already says this, so no update was written",
+                hint="Leave it: the entry is as the user said.",
+            )
+        # The file's stamp has whole seconds: a message of the second the entry was written
+        # in, and older, is told by its number (ids grow with time), not by the stamp.
+        if match.created <= current.updated or match.message_id <= (current.source.message or 0):
             raise MemoryRefused(
                 "refused: an update needs something new the user said; this quote is older "
                 f"than {path.rel}",
@@ -317,12 +333,13 @@ class MemoryService:
     def forget(
         self, path: EntryPath | str, conversation_id: int | None = None, *, purge: bool = False
     ) -> Entry:
-        """Delete an entry and revoke what it said (its quote and its text, normalised), so no
-        pass saves it again from anything the user said before. An entry that holds a secret
-        (saved before the check knew its shape, or written by hand), or any with `purge`, is
-        also taken out of the history (`purge_history`)."""
+        """Delete an entry and revoke what it said (its quote and its text, normalised, in every
+        version its history holds: an update's older statement too), so no pass saves it again
+        from anything the user said before, and recall does not show it as current. An entry
+        that holds a secret (saved before the check knew its shape, or written by hand), or any
+        with `purge`, is also taken out of the history (`purge_history`)."""
         entry = self.get(path)
-        statements = {quote_key(t) for t in (entry.source.quote, entry.text) if t}
+        statements = {quote_key(t) for e in self._versions(entry) for t in self._said(e)}
         records.revoke(
             self.store,
             sorted(statements),
@@ -335,6 +352,16 @@ class MemoryService:
         if purge or self.holds_secret(entry):
             self.purge_history(entry.path.rel)
         return entry
+
+    def _versions(self, entry: Entry) -> list[Entry]:
+        """`entry` and each earlier version of its file in the history (a git failure leaves
+        the entry alone: the forget goes on with what is on disk)."""
+        try:
+            texts = self.history.versions(entry.path.rel)
+        except MemoryHistoryError as error:
+            log.warning("heron: memory history: %s", error)
+            texts = []
+        return [entry, *(parse(entry.path, text, quiet=True) for text in texts)]
 
     @staticmethod
     def holds_secret(entry: Entry) -> str | None:
@@ -360,9 +387,9 @@ class MemoryService:
         says it. Refused (raises) when the quote is not the user's, was revoked, is too long,
         holds a secret or a sensitive claim they did not ask to remember."""
         text, match = self._proved(conversation_id, quote)
-        existing = self.files.read(path)
-        if existing is not None and normalise(existing.text) == normalise(text):
+        if self.saying(text) is not None:
             return None
+        existing = self.files.read(path)
         if existing is not None:
             return self._queue_change(conversation_id, existing, text, quote, match, origin)
         return queue.add(
@@ -376,6 +403,20 @@ class MemoryService:
             message_id=match.message_id,
             said=match.created,
         )
+
+    def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
+        """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
+        quotation marks and the punctuation around them folded (`quote_key`), wherever it is
+        filed: a pass may pick a statement memory holds under another path."""
+        key = quote_key(text)
+        for entry in self.entries():
+            if entry.path != besides and key in {quote_key(t) for t in self._said(entry)}:
+                return entry
+        return None
+
+    @staticmethod
+    def _said(entry: Entry) -> list[str]:
+        return [t for t in (entry.text, entry.source.quote) if t]
 
     def _queue_change(
         self,
@@ -454,6 +495,9 @@ class MemoryService:
         found = self._waiting(suggestion_id)
         try:
             message = self._apply(found)
+        except AlreadySaid as said:  # nothing to keep: memory says it already
+            queue.decide(self.store, found.id, "dropped")
+            return Decision(found, "dropped", f"#{found.id} dropped: {said}")
         except MemoryRefused as refused:
             return Decision(found, "waiting", f"#{found.id} stays waiting: {refused}")
         queue.decide(self.store, found.id, "accepted")
@@ -506,6 +550,9 @@ class MemoryService:
                 f"suggestion #{s.id} is worded by the model, not in the user's own words",
                 hint=f"Reject it (heron memory reject {s.id}); say the fact in a chat instead.",
             )
+        same = self.saying(s.text or "", path if s.kind == "amendment" else None)
+        if same is not None:  # said under another path since it was queued (or before: a bug)
+            raise AlreadySaid(f"{same.path.rel} already says this")
         source, asked = self._source(s)
         self.check_entry(s.text or "", asked)
         # A fact goes beside an entry that appeared since it was suggested, never over it; an

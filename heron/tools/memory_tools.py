@@ -17,7 +17,7 @@ from heron.errors import StoreError, ToolError
 from heron.memory import spelling
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall
-from heron.memory.service import MemoryService
+from heron.memory.service import MemoryService, Unchanged
 from heron.memory.wiring import seen_by_model
 from heron.messages import Text, Thinking, ToolCall, ToolResult, dumps
 from heron.tools.context import ToolContext
@@ -121,7 +121,10 @@ def _change(
         gone = service.delete(conversation_id, entry_path, quote)
         return f"Forgot {gone.path.rel}; what it said will not be learned again."
     if action == "update":
-        changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
+        try:
+            changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
+        except Unchanged as same:  # not an error: the entry already says it
+            return f"Nothing changed: {same.summary}"
         if isinstance(changed, int):
             return (
                 f"{entry_path.rel} was written by the user by hand, so the change waits for "
