@@ -233,7 +233,10 @@ class ReplayTools:
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         found = self.recorded.get(call.id, [])
         recorded = found.pop(0) if found else None
-        if recorded is None and self.interrupted:
+        stopped = recorded is not None and recorded.interrupted
+        if stopped or (recorded is None and self.interrupted):
+            # The run was stopped while this call ran (or before it): the replay stops here
+            # too, and a live one never starts it again (an endless cell would not end).
             raise ReplayStop("interrupted during tools")
         if self.live:
             if call.name == run_cell.name and ctx.kernel is None:  # the run's first cell

@@ -59,6 +59,9 @@ class ToolTrace:
     started: float
     ended: float | None
     after_call: int | None
+    # Running when the run was stopped: `result` is its interrupted result, with what it had
+    # printed (named by the run's `interrupted` event).
+    interrupted: bool = False
 
     @property
     def duration(self) -> float:
@@ -166,10 +169,20 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         )
         for r in records.event_rows(store, turn.id)
     ]
+    stopped = _stopped_calls(run.events)
+    for tool in run.tools:
+        tool.interrupted = tool.call_id in stopped
     run.user_text, reply = _texts(store, turn)
     run.reply_text = _with_cut_parts(run.calls, reply)
     run.recalled = _readable(problems, "the auto-recall rows", partial(_recalled, store, turn), [])
     return run
+
+
+def _stopped_calls(events: list[EventTrace]) -> set[str]:
+    """The ids of the tool calls the run's `interrupted` event names as running at the stop."""
+    bodies = (e.body for e in events if e.kind == "interrupted" and isinstance(e.body, dict))
+    named = (body.get("tool_calls") for body in bodies)
+    return {str(i) for ids in named if isinstance(ids, list) for i in ids}
 
 
 def _recalled(store: Store, turn: Turn) -> list[RecalledCall]:

@@ -89,9 +89,10 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
     for call in run.calls:
         yield from _call_lines(store, call, t, prices)
         for tool in (x for x in run.tools if x.after_call == call.seq):
-            mark = "✗" if tool.is_error else "←"
+            mark = "■" if tool.interrupted else "✗" if tool.is_error else "←"
             what = f"{tool.name}({_short(tool.args, 200)}) [{tool.call_id}]"
-            yield f"    tool {what} {tool.duration:.2f}s"
+            until = " until the stop" if tool.interrupted else ""
+            yield f"    tool {what} {tool.duration:.2f}s{until}"
             yield f"      {mark} {_short(tool.result or '', 300)}"
             for effect in tool.effects:
                 yield f"      effect: {_short(json.dumps(effect, ensure_ascii=False), 200)}"
