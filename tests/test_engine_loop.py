@@ -28,6 +28,7 @@ from heron.store import engine_state as es
 from heron.tools.context import ToolContext
 from heron.tools.message import with_message_tool
 from heron.tools.registry import ToolRegistry, tool
+from heron.trace.read import load_run
 
 
 def _conv_of(request: ChatRequest) -> str:
@@ -267,7 +268,8 @@ async def test_a_turn_stopped_by_another_process_keeps_what_it_finished_and_noth
     """/stop from another process only bumps the stored epoch. The turn stops as /stop here
     stops it, whether its tool ends after the bump (its next commit finds it stale) or never
     does (its watch of the epoch notices): the call's result is not written, the record is
-    closed as a stopped turn's is, and the turn says what stopped it."""
+    closed as a stopped turn's is, and the turn says what stopped it. The trace keeps the call
+    as the conversation does: interrupted (QA21r finding 12)."""
     monkeypatch.setattr(leases, "EPOCH_POLL", 0.05)
     registry, gate, _ = _gate_registry()
     provider = ScriptedProvider([Reply([ToolCall("c1", "wait_gate", {})], "tool", Usage(3, 1))])
@@ -282,7 +284,8 @@ async def test_a_turn_stopped_by_another_process_keeps_what_it_finished_and_noth
             gate.set()
         result = await asyncio.wait_for(task, 10)  # no gate: only the watch can end it
         after = store.all_messages(conv_id)
-        tool_rows = store.query("SELECT COUNT(*) FROM tool_calls")[0][0]
+        tool_rows = store.query("SELECT result FROM tool_calls")
+        (stopped,) = load_run(store, store.turns(conv_id)[0].run_id).tools
         turn = store.turns(conv_id)[0]
         holder = es.lease_holder(store, conv_id)
     assert result.outcome is Outcome.STALE and result.reply is None and not result.ok
@@ -291,7 +294,8 @@ async def test_a_turn_stopped_by_another_process_keeps_what_it_finished_and_noth
     (closed,) = after[2].message.tool_results
     assert closed.is_error and "interrupted" in closed.content  # never "gate passed"
     assert after[3].message.text == STOPPED
-    assert tool_rows == 0 and holder is None
+    assert [r[0] for r in tool_rows] == [closed.content] and holder is None
+    assert stopped.interrupted
     assert (turn.status, turn.model_calls) == ("interrupted", 1)
     assert is_well_formed([m.wire for m in after])
 

@@ -84,6 +84,7 @@ class TurnRecorder:
         self.model_calls = 0  # calls recorded (the trace numbers them)
         self.retried = 0  # their attempts that failed and were tried again
         self.tool_calls = 0
+        self.stopped_tools = 0  # calls recorded as the stop cut them (`tool_stopped`)
 
     async def commit(self, messages: list[Message]) -> None:
         await self.store.call(self._append, messages)
@@ -134,6 +135,14 @@ class TurnRecorder:
         if self.on_tool_end:
             self.on_tool_end(record)
 
+    async def tool_stopped(self, record: ToolCallRecord) -> None:
+        """A call the stop cut (`record.stopped`): counted and in the trace, marked
+        interrupted; the channel's pill is not told (the turn's stop says it)."""
+        self.tool_calls += 1
+        self.stopped_tools += 1
+        if self.trace is not None:
+            await self.trace.tool_call(record, dumps(record.call.args), stopped=True)
+
     def figures(
         self, status: str, stop: str, error: str | None, system_fingerprint: str
     ) -> TurnFigures:
@@ -153,7 +162,10 @@ class TurnRecorder:
         store takes them: the error that ended the run is the one to report."""
         if self.trace is not None:
             try:
-                await self.trace.begin()
+                if self.stopped_tools:  # a call ended after a stop (StaleTurn): say where
+                    await self.trace.finish("interrupted")
+                else:
+                    await self.trace.begin()
             except Exception:  # the store itself may be what failed
                 log.warning("the trace of turn %s could not be completed", self.turn_id)
 

@@ -41,7 +41,7 @@ from heron.tools.context import ToolContext, recording
 from heron.tools.python_kernel import describe_kernel, lifetime_in, run_cell, session_as_recorded
 from heron.tools.registry import OnStart, ToolRegistry
 from heron.trace.diff import Difference, first_difference
-from heron.trace.read import RunTrace, ToolTrace, load_run, request_payload
+from heron.trace.read import RunTrace, ToolTrace, later_runs, load_run, request_payload
 
 PayloadFn = Callable[[ChatRequest], JSONObject]
 
@@ -69,6 +69,14 @@ class ReplayReport:
     recorded_stop: str | None = None
     replayed_stop: str | None = None
     notes: list[str] = field(default_factory=list)
+    # The recorded requests the replay cannot rebuild, and why (`retry_not_rebuilt`).
+    not_rebuilt: NotRebuilt | None = None
+
+    @property
+    def checkable(self) -> int:
+        """The recorded requests a replay can rebuild."""
+        skipped = self.not_rebuilt.count if self.not_rebuilt else 0
+        return self.recorded_requests - skipped
 
     @property
     def identical(self) -> bool:
@@ -78,13 +86,24 @@ class ReplayReport:
             and not self.tool_differences
         )
 
+    @property
+    def exit_status(self) -> int:
+        """`heron trace replay`'s: 0 every request rebuilt and identical; 1 something differs
+        (a request, a tool result, where the replay ended); 3 nothing rebuilt differs, but
+        some recorded requests could not be rebuilt (said, with why)."""
+        if self.first is not None or self.tool_differences:
+            return 1
+        if self.replayed_requests != self.checkable:
+            return 1
+        return 3 if self.not_rebuilt else 0
+
     def render(self) -> str:
         lines = [
             f"replay of {self.run_id}: {self.replayed_requests} of {self.recorded_requests} "
             f"requests rebuilt; stop {self.replayed_stop} (recorded {self.recorded_stop})"
         ]
         if self.first is None:
-            lines.append("every request is identical to the recorded one")
+            lines.append(self._same())
         else:
             number, diff = self.first
             lines.append(
@@ -95,8 +114,67 @@ class ReplayReport:
             lines.append(
                 f"tool {t.name} [{t.call_id}] result differs: {_clip(t.recorded)} → {_clip(t.now)}"
             )
+        if self.not_rebuilt is not None:
+            lines.append(self.not_rebuilt.render())
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _same(self) -> str:
+        """The line of a replay whose rebuilt requests are all identical."""
+        if self.replayed_requests < self.checkable:
+            return (
+                f"the requests rebuilt are identical to the recorded ones, but the replay "
+                f"ended after request {self.replayed_requests} where the run went on to "
+                f"request {self.checkable}"
+            )
+        if self.not_rebuilt is not None:
+            return "every request rebuilt is identical to the recorded one"
+        return "every request is identical to the recorded one"
+
+
+@dataclass(frozen=True)
+class NotRebuilt:
+    """Recorded requests `first` to `last` (numbered from 1) that a replay does not rebuild."""
+
+    first: int
+    last: int
+    why: str
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    def render(self) -> str:
+        which = (
+            f"request {self.first}"
+            if self.first == self.last
+            else f"requests {self.first}-{self.last}"
+        )
+        return f"{which} not rebuilt: {self.why}"
+
+
+RETRY_WHY = (
+    "they are the turn's run after its context overflow (request {overflow}), made from the "
+    "conversation compacted and built again for a smaller window; the trace keeps the start "
+    "of the turn's first run only, so a replay checks that run and stops at its overflow"
+)
+
+
+def retry_not_rebuilt(run: RunTrace) -> tuple[RunTrace, NotRebuilt | None]:
+    """The turn's first run, and what a replay of it leaves out: the retry after a context
+    overflow (heron/agent/turn.py), whose start the trace does not keep."""
+    later = later_runs(run)
+    if not later:
+        return run, None
+    first = [c for c in run.calls if c.attempt == 1]
+    only = dataclasses.replace(
+        run,
+        calls=first,
+        tools=[t for t in run.tools if t.attempt == 1],
+        events=[e for e in run.events if e.attempt == 1],
+    )
+    why = RETRY_WHY.format(overflow=len(first))
+    return only, NotRebuilt(len(first) + 1, len(run.calls), why)
 
 
 def _clip(text: str | None, limit: int = 120) -> str:
@@ -236,7 +314,10 @@ class ReplayTools:
     ) -> ToolResult:
         found = self.recorded.get(call.id, [])
         recorded = found.pop(0) if found else None
-        if recorded is None and self.interrupted:
+        stopped = recorded is not None and recorded.interrupted
+        if stopped or (recorded is None and self.interrupted):
+            # The run was stopped while this call ran (or before it): the replay stops here
+            # too, and a live one never starts it again (an endless cell would not end).
             raise ReplayStop("interrupted during tools")
         if self.live:
             if call.name == run_cell.name and ctx.kernel is None:  # the run's first cell
@@ -369,17 +450,19 @@ def set_up(
             f"run {run.turn.run_id} was recorded without its start and cannot be replayed",
             hint="Runs recorded since traces keep their start (schema m006) replay.",
         )
-    payloads = [request_payload(store, c) for c in run.calls]
+    start = run.start
     report = ReplayReport(run.turn.run_id, len(run.calls), recorded_stop=run.turn.stop_reason)
-    provider = ReplayProvider(run, payloads, payload_builder(run.start), report)
-    recorded_tools = _as_recorded(registry or default_registry(), run.start)
-    missing = _missing_tools(recorded_tools, run.start)
+    run, report.not_rebuilt = retry_not_rebuilt(run)  # what is replayed: the first run
+    payloads = [request_payload(store, c) for c in run.calls]
+    provider = ReplayProvider(run, payloads, payload_builder(start), report)
+    recorded_tools = _as_recorded(registry or default_registry(), start)
+    missing = _missing_tools(recorded_tools, start)
     if missing:
         report.notes.append(f"the run had tools the replay does not: {', '.join(missing)}")
     specs = _recorded_specs(run) if recorded_specs else None
     tools = ReplayTools(run, recorded_tools, live_tools, report, specs)
     drain, should_break = _mailbox(run, provider)
-    return ReplaySetup(run, run.start, report, provider, tools, drain, should_break)
+    return ReplaySetup(run, start, report, provider, tools, drain, should_break)
 
 
 def _as_recorded(registry: ToolRegistry, start: dict[str, Any]) -> ToolRegistry:

@@ -128,9 +128,13 @@ def _repeats(calls: list[str], lead: str) -> str:
 
 def writing_calls(run: RunTrace, registry: ToolRegistry) -> list[str]:
     """The run's recorded calls of tools that change the workspace (`writes=True`; a tool
-    this Heron does not know counts too), each as its name and what it names."""
+    this Heron does not know counts too), each as its name and what it names. A call the
+    run was stopped in, or one of its retry after a context overflow, is not repeated: the
+    replay stops before it."""
     shown: list[str] = []
     for call in run.tools:
+        if call.interrupted or call.attempt > 1:
+            continue
         found = registry.get(call.name)
         if found is None or found.writes:
             shown.append(f"{call.name} {_what(call.args)}".strip())

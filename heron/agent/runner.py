@@ -45,6 +45,7 @@ from heron.providers.repetition import guarded_chat, repeats_itself
 from heron.providers.wire import STOPPED, ModelCallRecord, Streamed, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import ChatRequest, OnEvent, StreamEvent
+from heron.store.engine_state import interrupted_text
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, bounded_gather
 
@@ -100,6 +101,9 @@ class ToolCallRecord:
     effects: list[JSONObject]
     started: float
     ended: float
+    # The turn was stopped while the call ran: `result` is its interrupted result, with what
+    # it had printed (the same text the conversation gets, heron/store/engine_state.py).
+    stopped: bool = False
 
 
 async def _nothing(_: object) -> None:
@@ -119,6 +123,9 @@ class RunHooks:
     on_message: Callable[[Message], Awaitable[None]] = _nothing  # persist each new message
     on_model_call: Callable[[ModelCallRecord], Awaitable[None]] = _nothing
     on_tool_call: Callable[[ToolCallRecord], Awaitable[None]] = _nothing
+    # A call running when the run was cancelled (/stop, Ctrl-C), as it is cancelled: kept in
+    # the trace whatever the epoch says, as the conversation keeps its interrupted result.
+    on_tool_stopped: Callable[[ToolCallRecord], Awaitable[None]] = _nothing
     on_tool_start: Callable[[ToolCall], None] | None = None
     drain: Callable[[], Awaitable[list[Message]]] = _no_mail  # the mailbox
     # Shapes what the model sees (micro-compaction, in-flight compaction, snipping); it may call
@@ -397,7 +404,11 @@ class Runner:
             nonlocal started  # its own time: not its wait for a writing call before it
             started = time.time()
 
-        result, effects = await self.registry.call_recording(call, ctx, running)
+        try:
+            result, effects = await self.registry.call_recording(call, ctx, running)
+        except asyncio.CancelledError:
+            await _stopped_call(call, ctx, hooks, started)
+            raise
         await hooks.on_tool_call(ToolCallRecord(call, result, effects, started, time.time()))
         return result
 
@@ -419,6 +430,23 @@ class Runner:
                 hooks.on_event(StreamEvent("retry", reply.text))
             reply = await self._call(system, s, hooks, tools=False, purpose="wrapup")
         await self._add(s, reply.message, hooks)
+
+
+def stopped_record(call: ToolCall, partials: dict[str, str], started: float) -> ToolCallRecord:
+    """A call its turn stopped, with the interrupted result the conversation keeps for it (what
+    the tool left of its output, by call id in `partials`)."""
+    text = interrupted_text(call.id, partials)
+    return ToolCallRecord(call, ToolResult(call.id, text, True), [], started, time.time(), True)
+
+
+async def _stopped_call(call: ToolCall, ctx: ToolContext, hooks: RunHooks, started: float) -> None:
+    """A call cancelled with its run: handed on as stopped, so the trace lists it as the
+    conversation does."""
+    record = stopped_record(call, ctx.partials, started)
+    try:
+        await asyncio.shield(hooks.on_tool_stopped(record))
+    except Exception:  # the stop goes on, whatever keeping the row ran into
+        log.warning("the tool call a stop cut could not be recorded", exc_info=True)
 
 
 class StreamKept:

@@ -49,6 +49,7 @@ from heron.agent.runner import (
     Runner,
     RunResult,
     ToolCallRecord,
+    stopped_record,
 )
 from heron.agent.tracing import trace_for
 from heron.attachments import Composed, compose, without_keys
@@ -842,7 +843,9 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
                    governor calibrates its estimate from the usage, then the recorder counts
                    the call and holds its trace row for the next write
     on_tool_call   the token's check, the recorder (trace row; the channel's tool_end), then
-                   the checkpoint (written under the token's check too)
+                   the checkpoint (written under the token's check too); a call that ends
+                   after a stop is recorded as a stopped one, as the conversation closes it
+    on_tool_stopped  a call the stop cut: the recorder's trace row, marked interrupted
     on_event, on_progress   the channel's, silent once the turn is stale
     drain          the mailbox; every delivery recorded in the trace
     should_break   the mailbox's break request; a break taken recorded in the trace
@@ -872,7 +875,12 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         await observed(record)
 
     async def on_tool_call(record: ToolCallRecord) -> None:
-        await token.check(store)
+        try:
+            await token.check(store)
+        except StaleTurn:  # stopped as it ended: its result is the interrupted one, there too
+            partials, started = t.stopped_output, record.started
+            await recorder.tool_stopped(stopped_record(record.call, partials, started))
+            raise
         await recorder.tool_call(record)
         await checkpoint.add(record.result, token, store)
 
@@ -883,6 +891,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_message=on_message,
         on_model_call=on_model_call,
         on_tool_call=on_tool_call,
+        on_tool_stopped=recorder.tool_stopped,
         on_tool_start=t.hooks.on_tool_start,
         drain=trace.drain(mailbox.drain) if trace else mailbox.drain,
         govern=_told(t, governor, _muted(t.hooks.on_notice, control), trace) if governor else None,

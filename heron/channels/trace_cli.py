@@ -151,7 +151,10 @@ def trace_replay(
         ),
     ] = False,
 ) -> None:
-    """Run the loop again with the recorded replies and check every request it builds."""
+    """Run the loop again with the recorded replies and check every request it builds.
+
+    Exit status: 0 every request rebuilt and identical; 1 a request or tool result differs;
+    3 nothing rebuilt differs, but some requests could not be rebuilt (said, with why)."""
     from heron.agent.replay import replay
     from heron.proactive.wiring import replay_registry
 
@@ -180,7 +183,7 @@ def trace_replay(
         _fail(e)
         return
     echo(report.render())
-    raise typer.Exit(0 if report.identical else 1)
+    raise typer.Exit(report.exit_status)
 
 
 @contextlib.contextmanager

@@ -456,7 +456,7 @@ def close_dangling_calls(
             return None
         saved = {r.call_id: r for r in (cp.results if cp else [])}
         parts: list[Part] = [
-            saved.get(call.id) or ToolResult(call.id, _interrupted(call.id, printed), True)
+            saved.get(call.id) or ToolResult(call.id, interrupted_text(call.id, printed), True)
             for call in head.message.tool_calls
         ]
         stored = store.append(
@@ -469,7 +469,9 @@ def close_dangling_calls(
     return stored.id
 
 
-def _interrupted(call_id: str, printed: Mapping[str, str] | None) -> str:
+def interrupted_text(call_id: str, printed: Mapping[str, str] | None) -> str:
+    """The result of a call its turn stopped: that it was interrupted, and what it had printed
+    (by call id in `printed`, as the tool left it). The trace records the same text."""
     said = (printed or {}).get(call_id)
     return PRINTED.format(interrupted=INTERRUPTED, printed=said) if said else INTERRUPTED
 

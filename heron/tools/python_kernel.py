@@ -30,12 +30,16 @@ under a name the digest gives, so the model never re-runs an expensive call to s
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import dataclasses
+import errno
 import os
 import queue
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -79,6 +83,24 @@ SNAPSHOT_MAX = 20_000  # files; a bigger workspace is not tracked (the walk woul
 EARLIER_PROCESS = (
     "the kernel of this conversation's earlier cells ended with the process that ran them"
 )
+
+# Images a cell displays (a plot, `display(Image(...))`) are saved here, under the workspace,
+# as `cell-<N>-<K>.<ext>` (the K-th image of cell N), and the model is told the path and size.
+OUTPUTS_DIR = "outputs"
+IMAGE_MAX = 10_000_000  # bytes of one image saved; a larger one is described, not saved
+IMAGES_MAX = 20  # images one cell saves; past it they are described, not saved
+# The image formats saved, in the order a display offering several is taken: (extension, name).
+IMAGE_KINDS = {
+    "image/png": ("png", "PNG"),
+    "image/jpeg": ("jpg", "JPEG"),
+    "image/svg+xml": ("svg", "SVG"),
+}
+SHOWN_KINDS = ("display_data", "update_display_data", "execute_result")
+# What IPython's text/plain of a display object says when it has no text of its own.
+OBJECT_REPR = re.compile(r"<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>")
+NOT_SHOWN = "not shown: run_cell returns text and saves PNG, JPEG and SVG images to outputs/"
+# What the model is told of a cell that called input() or getpass(): no one can answer it.
+NO_INPUT = "input() is not available here: no one can type into a cell. Put the values in the code."
 
 # Told with the first cell's result of a process that answers one message (`Kernels.one_shot`).
 ONE_SHOT_KERNEL = (
@@ -211,6 +233,7 @@ class CellResult:
     value_type: str | None = None
     fresh: str | None = None  # why it ran in a new kernel where the model expected the old
     ends_with_turn: bool = False  # the first cell of a one-shot process's kernel: say so
+    images: int = 0  # images the cell displayed (saved or not): the K of the next one's name
 
     def add_output(self, kind: str, text: str) -> None:
         self.output.add(kind, ANSI.sub("", text))
@@ -468,6 +491,9 @@ class KernelSession:
         if not await self._replied(msg_id, INTERRUPT_GRACE):
             result.restarted = True
             await self.shutdown()
+            # Said again with the next cell, in a later turn too: a session dropped at the
+            # run's end would take the next kernel for an earlier process's (EARLIER_PROCESS).
+            self.lost = "a cell that timed out ignored the interrupt"
             return
         # Stopped: the last of its output (the KeyboardInterrupt) if it comes soon.
         await self._collect(msg_id, result, time.monotonic() + TAIL_GRACE)
@@ -513,16 +539,33 @@ class KernelSession:
                 msg = await self._kc.get_iopub_msg(timeout=min(remaining, POLL))
             except queue.Empty:
                 if not await self._km.is_alive():
-                    result.error = CellError("KernelDied", "the Python kernel process died")
-                    result.restarted = True
-                    await self.shutdown()
+                    await self._died(result)
                     return True
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue  # left over from an earlier, interrupted cell
-            if _apply(msg["msg_type"], msg["content"], result):
+            kind, content = msg["msg_type"], msg["content"]
+            if kind in SHOWN_KINDS and image_of(content.get("data") or {}) is not None:
+                content = await asyncio.to_thread(keep_image, self.workspace, content, result)
+            if _apply(kind, content, result):
                 return True
         return False
+
+    async def _died(self, result: CellResult) -> None:
+        """The kernel process ended under the cell: why, as far as its exit status tells, in
+        the cell's error and, told as why it is new, in the next cell's result."""
+        how = crash_cause(await self._exit_status())
+        result.error = CellError("KernelDied", f"the Python kernel process {how}")
+        result.restarted = True
+        await self.shutdown()
+        self.lost = f"the kernel of the earlier cells {how}"
+
+    async def _exit_status(self) -> int | None:
+        """The kernel process's exit status once it has ended (None: not known)."""
+        with contextlib.suppress(Exception):
+            status = await self._km.provisioner.poll()
+            return status if isinstance(status, int) else None
+        return None
 
     async def _silent(self, code: str, expressions: dict[str, str] | None = None) -> dict[str, Any]:
         """Run bookkeeping code outside the user's history; the reply's content."""
@@ -764,10 +807,9 @@ def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
     if kind == "stream":
         _stream(content["name"], content["text"], result)
     elif kind in ("display_data", "update_display_data"):
-        data = content.get("data", {})
-        result.add_output("display", data.get("text/plain") or f"<{', '.join(data)}>")
+        result.add_output("display", shown_text(content.get("data", {})))
     elif kind == "execute_result":
-        result.value = ANSI.sub("", content.get("data", {}).get("text/plain", ""))
+        result.value = ANSI.sub("", shown_text(content.get("data", {})))
         result.execution_count = content.get("execution_count")
     elif kind == "execute_input":  # sent before the cell runs: its output is labelled with it
         result.execution_count = result.output.cell = content.get("execution_count")
@@ -779,6 +821,105 @@ def _apply(kind: str, content: dict[str, Any], result: CellResult) -> bool:
     elif kind == "status":
         return content.get("execution_state") == "idle"
     return False
+
+
+def shown_text(data: dict[str, Any]) -> str:
+    """What the model reads of a display or a value: its text, or, for one whose text is only
+    the object's name (IPython's `<...HTML object>`), which kinds it had and that they are not
+    shown. A pandas table's text/plain is its text: it is kept."""
+    plain = data.get("text/plain")
+    others = [kind for kind in data if kind != "text/plain"]
+    if isinstance(plain, str) and not (others and OBJECT_REPR.fullmatch(plain.strip())):
+        return plain
+    if not others:
+        return plain if isinstance(plain, str) else ""
+    kinds = ", ".join(f"{kind} ({len(str(data[kind])):,} characters)" for kind in others)
+    return f"{kinds}: {NOT_SHOWN}"
+
+
+# ---- images ------------------------------------------------------------------------------------
+
+
+def image_of(data: dict[str, Any]) -> str | None:
+    """The image kind of a display's data that run_cell saves, if it has one."""
+    return next((kind for kind in IMAGE_KINDS if kind in data), None)
+
+
+def keep_image(workspace: Path, content: dict[str, Any], result: CellResult) -> dict[str, Any]:
+    """Save the image of a display (or a value) into the workspace's outputs/, bounded in
+    size and count; the content with its data replaced by what the model is told: the path
+    and size, or why it was not saved."""
+    data = content.get("data") or {}
+    kind = image_of(data)
+    assert kind is not None, "only a display with an image is kept"
+    result.images += 1
+    said = _saved_image(workspace, kind, data[kind], result)
+    return {**content, "data": {"text/plain": said}}
+
+
+def _saved_image(workspace: Path, kind: str, value: object, result: CellResult) -> str:
+    extension, name = IMAGE_KINDS[kind]
+    try:
+        raw = _image_bytes(kind, value)
+    except (binascii.Error, ValueError, TypeError):
+        return f"an image ({name}) not saved: its data is not valid base64"
+    what = f"an image ({name}{_pixels(raw)}, {len(raw):,} bytes)"
+    if len(raw) > IMAGE_MAX:
+        return (
+            f"{what} not saved: over the {IMAGE_MAX // 1_000_000} MB a displayed image may "
+            "take. Save it to a file from the code instead (e.g. fig.savefig('plot.png'))."
+        )
+    if result.images > IMAGES_MAX:
+        return f"{what} not saved: a cell saves at most {IMAGES_MAX} images."
+    cell = result.output.cell if result.output.cell is not None else result.execution_count
+    stem = f"{OUTPUTS_DIR}/cell-{cell if cell is not None else 0}-{result.images}"
+    try:
+        path = _write_new(workspace, stem, extension, raw)
+    except OSError as error:
+        return f"{what} not saved: {error.strerror or error}"
+    return f"{what} saved to {path}"
+
+
+def _image_bytes(kind: str, value: object) -> bytes:
+    """An image's bytes from a display's data: SVG is text, the others base64."""
+    if kind == "image/svg+xml":
+        return str(value).encode()
+    if not isinstance(value, str):
+        raise TypeError("not base64 text")
+    return base64.b64decode(value, validate=False)
+
+
+def _pixels(raw: bytes) -> str:
+    """ ", WxH" for a PNG (its header says), else nothing."""
+    if raw[:8] != b"\x89PNG\r\n\x1a\n" or raw[12:16] != b"IHDR":
+        return ""
+    width, height = int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
+    return f", {width}x{height}"
+
+
+def _write_new(workspace: Path, stem: str, extension: str, raw: bytes) -> str:
+    """Write `raw` at `stem.extension`, or `stem-2.extension`... where that is taken (a cell of
+    an earlier kernel had the same number): never over an existing file. The path written."""
+    for attempt in range(1, 101):
+        path = f"{stem}.{extension}" if attempt == 1 else f"{stem}-{attempt}.{extension}"
+        if workspace_io.write(workspace, path, raw, exclusive=True):
+            return path
+    raise FileExistsError(errno.EEXIST, f"{stem}.{extension} and 99 more names are taken")
+
+
+def crash_cause(status: int | None) -> str:
+    """How the kernel process ended, from its exit status: negative for a signal, or 128 plus
+    the signal as the sandbox (bwrap) reports a child a signal killed."""
+    if status is None:
+        return "died"
+    number = -status if status < 0 else status - 128 if status > 128 else None
+    try:
+        name = signal.Signals(number).name if number is not None else None
+    except ValueError:
+        name = None
+    if name is not None:
+        return f"crashed: killed by {name}, exit status {status}"
+    return f"crashed: exit code {status}" if status else "ended: exit code 0"
 
 
 # ---- side effects ----------------------------------------------------------------------------
@@ -858,6 +999,8 @@ def _trouble(result: CellResult, timeout: float) -> list[str]:
     if result.error is None:
         return []
     error = result.error
+    if error.ename == "StdinNotImplementedError":  # input(), getpass(): nobody can answer
+        return [NO_INPUT]
     headline = f"{error.ename}: {error.evalue}"
     if result.restarted:
         return [f"{headline}; variables are lost and a new kernel starts on the next run_cell."]

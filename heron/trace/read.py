@@ -41,6 +41,7 @@ class CallTrace:
     request_ref: str | None  # None: an old row holding the whole payload in `request`
     raw_request: str
     streamed: Streamed | None = None  # stopped mid-stream: what had arrived (usage unknown)
+    attempt: int = 1  # which run of the turn made it: 2 for the retry after a context overflow
 
     @property
     def duration(self) -> float:
@@ -59,6 +60,10 @@ class ToolTrace:
     started: float
     ended: float | None
     after_call: int | None
+    # Running when the run was stopped: `result` is its interrupted result, with what it had
+    # printed (named by the run's `interrupted` event).
+    interrupted: bool = False
+    attempt: int = 1  # the run of the turn it belongs to (see CallTrace)
 
     @property
     def duration(self) -> float:
@@ -71,6 +76,7 @@ class EventTrace:
     kind: str  # injection | break | interrupted
     body: Any
     at: float
+    attempt: int = 1  # the run of the turn it belongs to (see CallTrace)
 
 
 @dataclass(frozen=True)
@@ -166,10 +172,56 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         )
         for r in records.event_rows(store, turn.id)
     ]
+    _number_runs(run)
+    stopped = _stopped_calls(run.events)
+    for tool in run.tools:
+        tool.interrupted = tool.call_id in stopped
     run.user_text, reply = _texts(store, turn)
     run.reply_text = _with_cut_parts(run.calls, reply)
     run.recalled = _readable(problems, "the auto-recall rows", partial(_recalled, store, turn), [])
     return run
+
+
+def _number_runs(run: RunTrace) -> None:
+    """Which run of the turn each call, tool call and event belongs to. A turn runs again
+    after a context overflow (heron/agent/turn.py), with a recorder of its own: its calls are
+    numbered from 1 again, and its tool calls and events count those calls. A call whose
+    number does not follow the one before starts the next run; a tool call or an event
+    belongs to the last run begun by its time."""
+    starts: list[float] = []
+    previous = 0
+    for call in run.calls:
+        if call.seq <= previous or not starts:
+            starts.append(call.started)
+        call.attempt, previous = len(starts), call.seq
+    if len(starts) < 2:
+        return
+    for tool in run.tools:
+        tool.attempt = _run_at(starts, tool.started)
+    for event in run.events:
+        event.attempt = _run_at(starts, event.at)
+
+
+def _run_at(starts: list[float], at: float) -> int:
+    """The number of the last run begun at `at` (1 when before them all)."""
+    return max(1, sum(1 for began in starts if began <= at))
+
+
+def overflowed(error: str) -> bool:
+    """Whether a call's recorded error (the exception's repr) is a context overflow."""
+    return error.startswith("ContextOverflow(")
+
+
+def later_runs(run: RunTrace) -> list[CallTrace]:
+    """The calls of the turn's runs after its first (the retry after a context overflow)."""
+    return [c for c in run.calls if c.attempt > 1]
+
+
+def _stopped_calls(events: list[EventTrace]) -> set[str]:
+    """The ids of the tool calls the run's `interrupted` event names as running at the stop."""
+    bodies = (e.body for e in events if e.kind == "interrupted" and isinstance(e.body, dict))
+    named = (body.get("tool_calls") for body in bodies)
+    return {str(i) for ids in named if isinstance(ids, list) for i in ids}
 
 
 def _recalled(store: Store, turn: Turn) -> list[RecalledCall]:

@@ -223,6 +223,8 @@ class TraceRecorder:
         self._pending: list[tuple[str, object, int]] = []
         # Model calls held for the next write (`model_call(defer=True)`, `write_deferred`).
         self._deferred: list[Write] = []
+        # The tool calls running when the run was stopped (`tool_call(stopped=True)`).
+        self._stopped: list[str] = []
 
     # ---- the run's start --------------------------------------------------------------------
 
@@ -414,8 +416,12 @@ class TraceRecorder:
             return
         await self._run(write)
 
-    async def tool_call(self, record: RecordedCall, args: str) -> None:
-        """`record` is a runner ToolCallRecord; `args` its arguments as recorded JSON."""
+    async def tool_call(self, record: RecordedCall, args: str, *, stopped: bool = False) -> None:
+        """`record` is a runner ToolCallRecord; `args` its arguments as recorded JSON.
+        `stopped`: the run was stopped while the call ran (its result is the interrupted one):
+        the run's `interrupted` event names it."""
+        if stopped:
+            self._stopped.append(record.call.id)
         content = self.scrub.clean(record.result.content)
         effects = self.scrub.clean(dumps(record.effects)) if record.effects else None
         after = self.calls
@@ -476,7 +482,10 @@ class TraceRecorder:
 
     async def finish(self, status: str) -> None:
         if status == "interrupted":
-            await self.event("interrupted", {"after_call": self.calls})
+            body: JSONObject = {"after_call": self.calls}
+            if self._stopped:  # the calls running when it stopped (their rows are written)
+                body["tool_calls"] = list(self._stopped)
+            await self.event("interrupted", body)
         elif not self._started or self._pending or self._deferred:
             await self.begin()  # the start (a run may end before any call) and pending events
 

@@ -272,7 +272,9 @@ def run_ids_like(store: Store, prefix: str) -> list[str]:
 
 
 def model_call_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:
-    return store.query("SELECT * FROM model_calls WHERE turn_id = ? ORDER BY seq, id", (turn_id,))
+    """In the order they were written, which is the order they were made: a turn that ran
+    again after a context overflow numbers its second run's calls from 1 again (`seq`)."""
+    return store.query("SELECT * FROM model_calls WHERE turn_id = ? ORDER BY id", (turn_id,))
 
 
 def tool_call_rows(store: Store, turn_id: int) -> list[sqlite3.Row]:

@@ -19,6 +19,7 @@ from heron.trace.read import (
     RunSummary,
     RunTrace,
     load_run,
+    overflowed,
     request_payload,
 )
 from heron.trace.scrub import Scrubber
@@ -87,15 +88,17 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
     for event in _due(events, 0):
         yield from _event(event)
     for call in run.calls:
-        yield from _call_lines(store, call, t, prices)
-        for tool in (x for x in run.tools if x.after_call == call.seq):
-            mark = "✗" if tool.is_error else "←"
+        yield from _call_lines(store, call, t, prices, _run_label(run, call))
+        mine = (x for x in run.tools if x.attempt == call.attempt)
+        for tool in (x for x in mine if x.after_call == call.seq):
+            mark = "■" if tool.interrupted else "✗" if tool.is_error else "←"
             what = f"{tool.name}({_short(tool.args, 200)}) [{tool.call_id}]"
-            yield f"    tool {what} {tool.duration:.2f}s"
+            until = " until the stop" if tool.interrupted else ""
+            yield f"    tool {what} {tool.duration:.2f}s{until}"
             yield f"      {mark} {_short(tool.result or '', 300)}"
             for effect in tool.effects:
                 yield f"      effect: {_short(json.dumps(effect, ensure_ascii=False), 200)}"
-        for event in _due(events, call.seq):
+        for event in _due(events, call.seq, call.attempt):
             yield from _event(event)
     if not t.maintenance:
         yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
@@ -125,11 +128,24 @@ def _request_doc(payload: str, seq: int) -> dict[str, Any]:
     return doc
 
 
-def _due(events: list[Any], after: int) -> list[Any]:
-    due = [e for e in events if e.after_call <= after]
+def _due(events: list[Any], after: int, attempt: int = 1) -> list[Any]:
+    """The events of the turn's run `attempt` due after its call `after`, taken out of
+    `events` so that each is shown once."""
+    due = [e for e in events if e.attempt == attempt and e.after_call <= after]
     for e in due:
         events.remove(e)
     return due
+
+
+def _run_label(run: RunTrace, call: CallTrace) -> str:
+    """What tells a call of the turn's second run from the first's (both are numbered from
+    1): the retry after a context overflow, the only reason a turn runs again."""
+    if call.attempt == 1:
+        return ""
+    ended = [c for c in run.calls if c.attempt == call.attempt - 1][-1:]
+    if ended and ended[0].error and overflowed(ended[0].error):
+        return ", retry after overflow"
+    return f", run {call.attempt} of the turn"
 
 
 def _event(event: Any) -> Iterator[str]:
@@ -145,7 +161,9 @@ def _event(event: Any) -> Iterator[str]:
         yield f"  ■ {event.kind}: {json.dumps(event.body, ensure_ascii=False)}"
 
 
-def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -> Iterator[str]:
+def _call_lines(
+    store: Store, call: CallTrace, turn: Turn, prices: PriceTable, label: str = ""
+) -> Iterator[str]:
     u = call.usage
     payload = request_payload(store, call)
     request = _request_doc(payload, call.seq)
@@ -153,7 +171,7 @@ def _call_lines(store: Store, call: CallTrace, turn: Turn, prices: PriceTable) -
     cut = call.reply is not None and call.reply.usage_unknown
     cost = prices.cost(turn.model, u, turn.provider, known=call.streamed is None and not cut)
     yield (
-        f"  #{call.seq} {call.purpose} · {call.duration:.2f}s · in {u.input:,} (cache read "
+        f"  #{call.seq} {call.purpose}{label} · {call.duration:.2f}s · in {u.input:,} (cache read "
         f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
         f"request {len(payload):,} bytes, {count} message{'' if count == 1 else 's'}"
     )
@@ -349,6 +367,7 @@ def export_run(store: Store, run_id: str, scrubber: Scrubber) -> str:
 def _export_call(store: Store, call: CallTrace) -> dict[str, Any]:
     return {
         "seq": call.seq,
+        "attempt": call.attempt,  # the turn's run: 2 for the retry after a context overflow
         "purpose": call.purpose,
         "request": _request_doc(request_payload(store, call), call.seq),
         "reply": reply_to_dict(call.reply) if call.reply else None,
