@@ -158,9 +158,9 @@ def test_a_query_reads_codes_whole_and_pairs_numbers_with_their_word() -> None:
     # a number is never a prefix; a long word still is; from 1,000 on, a number is also
     # searched grouped ("4,711": FTS5 reads it as the words "4" and "711")
     assert match_expression("ticket 4711") == (
-        '"ticket"* OR ("4711" OR "4,711") OR ("ticket 4711" OR "ticket 4,711")'
+        '"ticket"* OR ("4711" OR "4,711") OR ("ticket 4711" OR "ticket 4,711" OR "ticket4711")'
     )
-    assert match_expression("item 5") == '"item"* OR "5" OR "item 5"'
+    assert match_expression("item 5") == '"item"* OR "5" OR ("item 5" OR "item5")'
 
 
 def test_the_gate_holds_a_code_only_whole() -> None:
@@ -289,4 +289,112 @@ def test_auto_recall_and_recall_history_find_the_number_typed_another_way(
     ctx = ToolContext(workspace=Path("."), services=services)
     first = recall_history.fn(ctx, query="48250 invoice", limit=3).splitlines()[0]
     assert f"· message {wanted} · user]" in first, first
+    store.close()
+
+
+# One code in the ways people write it (letters and digits joined by a hyphen, a space or
+# nothing), each in a conversation of its own, and decoys: another code that holds its parts,
+# its digits in a longer number, a version whose dots are not a code's seams.
+CODE_FORMS = {
+    "hyphen": "the part QX-99812 fixed the printer",
+    "joined": "the part QX99812 fixed the scanner",
+    "spaced": "the part QX 99812 fixed the fax",
+}
+CODE_DECOYS = {
+    "other": "the part QX-99813 fixed the copier",
+    "longer": "the part QX-998120 fixed the plotter",
+    "apart": "QX boards: 99812 of them shipped",
+}
+
+
+def test_a_code_is_found_in_any_spelling_of_its_seam(db: str | Path) -> None:
+    """ "QX99812" finds "QX-99812" and "QX 99812", and each finds the others, on both backends
+    (FTS5 reads "qx99812" as one word and "qx-99812" as two; PostgreSQL reads all three
+    differently)."""
+    store = Store(db)
+    ids = dict(zip(CODE_FORMS, _apart(store, list(CODE_FORMS.values())), strict=True))
+    decoys = dict(zip(CODE_DECOYS, _apart(store, list(CODE_DECOYS.values())), strict=True))
+    recall = Recall(store)
+    for query in ["QX99812", "QX-99812", "QX 99812", "what fixed QX-99812?", "qx99812 fixed"]:
+        found = [h.message_id for h in recall.search(query, 20)]
+        assert set(ids.values()) <= set(found), (query, found)
+        if " " not in query:  # the code alone: its spellings first, no decoy
+            assert set(found[:3]) == set(ids.values()), (query, found)
+            assert decoys["other"] not in found and decoys["longer"] not in found, query
+    # the verbatim phrase too
+    assert recall.verbatim("the part QX99812 fixed") == list(ids.values())
+    assert sorted(h.message_id for h in recall.exact("part qx-99812")) == sorted(ids.values())
+    store.close()
+
+
+def test_version_dots_and_single_letters_are_not_a_codes_seam(db: str | Path) -> None:
+    """A dot between digits is a version's ("v2.3.1" is not "v231"); a single letter next to
+    a number stays as typed ("A4" is not "a 4": a stop word, and a word beside a number)."""
+    store = Store(db)
+    version, joined, paper, spaced = _apart(
+        store, ["we shipped v2.3.1 today", "we shipped v231 today", "print it on A4 paper",
+                "print a 4 page letter"],
+    )  # fmt: skip
+    recall = Recall(store)
+    assert [h.message_id for h in recall.search("v231")] == [joined]
+    assert [h.message_id for h in recall.search("v2.3.1")] == [version]
+    assert paper in {h.message_id for h in recall.search("a4")}
+    assert spaced not in {h.message_id for h in recall.search("a4")}
+    store.close()
+
+
+def test_the_gate_holds_a_code_in_any_spelling() -> None:
+    bodies = [*CODE_FORMS.values(), *CODE_DECOYS.values()]
+    expected = [True] * len(CODE_FORMS) + [False] * len(CODE_DECOYS)
+    for word in ["qx99812", "qx-99812"]:
+        assert [bool(h) for h in held_by(bodies, [word])] == expected, word
+        assert [bool(held_terms(b, [word])) for b in bodies] == expected, word
+    # a number typed with a space after its letters is the pair "qx 99812": held joined too
+    assert [bool(h) for h in held_by(bodies, ["qx 99812"])] == expected
+    assert held_by(["COVID-19 rules", "covid19 rules", "covid 2019"], ["covid19"]) == [
+        {"covid19"},
+        {"covid19"},
+        set(),
+    ]
+
+
+def test_auto_recall_finds_the_code_typed_without_its_hyphen(db: str | Path) -> None:
+    """The tester's case: the message says "QX-99812", the question "QX99812" (and "QX 99812",
+    whose words the joined spelling holds as one)."""
+    store = Store(db)
+    conv = store.open_conversation("parts")
+    joined = store.append(conv.id, user("Also the scanner part AB1234 came today.")).id
+    store.append(conv.id, assistant("Noted."))
+    for code in ("QX-10450", "QX-23311", "QX-71002"):  # first: a tie would pick one of them
+        store.append(conv.id, user(f"The printer part {code} was ordered on Monday."))
+        store.append(conv.id, assistant("Noted."))
+    wanted = store.append(conv.id, user("The printer part QX-99812 was ordered on Monday.")).id
+    for n in range(6):
+        store.append(conv.id, assistant("Noted."))
+        store.append(conv.id, user(f"The fax needs {n + 2} more sheets."))
+    recall = Recall(store)
+    for question, message in [
+        ("when was the printer part QX99812 ordered?", wanted),
+        ("when was the printer part QX 99812 ordered?", wanted),
+        ("did the scanner part AB 1234 come?", joined),
+        ("did the scanner part AB-1234 come?", joined),
+    ]:
+        found = auto.auto_hits(recall, question, conv.id)
+        assert [h.hit.message_id for h in found][:1] == [message], question
+    store.close()
+
+
+def test_another_conversations_code_written_joined_passes_for_the_spaced_question(
+    db: str | Path,
+) -> None:
+    """ "AB 1234" asked in a new conversation: the words "ab" and "1234" are nowhere else, but
+    the code is, written "AB1234" (the index's one word), so the other conversations' bar is
+    reached by its words as it is for "AB-1234"."""
+    store = Store(db)
+    (joined,) = _apart(store, ["the scanner part AB1234 came today"])
+    _apart(store, ["the scanner part XY7788 came yesterday", "a fax came today"])
+    asking = store.open_conversation("asking")
+    recall = Recall(store)
+    found = auto.auto_hits(recall, "the scanner part AB 1234 came today?", asking.id)
+    assert [(h.hit.message_id, h.other) for h in found] == [(joined, True)]
     store.close()

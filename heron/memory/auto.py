@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heron.memory import records
+from heron.memory.codes import has_seam
 from heron.memory.recall import Hit, Recall, held_by, search_terms, terms, wants_recall
 from heron.messages import Message, ToolCall, ToolResult
 
@@ -101,7 +102,10 @@ def shares(
     counted = words
     pairs = numbered(text)
     if others:
-        counted = recall.found_elsewhere(text, conversation_id, OTHERS_BUDGET)
+        joinable = [p for p in pairs if has_seam(p)]
+        elsewhere = set(recall.found_elsewhere(text, conversation_id, OTHERS_BUDGET, joinable))
+        # a pair found there holds its words there, written joined or not ("AB1234")
+        counted = [w for w in words if w in _with_pairs_words(elsewhere, joinable)]
         pairs = [p for p in pairs if all(w in counted for w in p.split(" "))]
         most = most_share(len(counted) + len(pairs), len(words) + len(pairs))
         if most < bar - SHARE_SLACK:
@@ -113,7 +117,8 @@ def shares(
         return {}
     ids = [i for i, _ in found]
     bodies = recall.bodies(ids)
-    held = dict(zip(ids, held_by([bodies.get(i, "") for i in ids], counted + pairs), strict=True))
+    holding = held_by([bodies.get(i, "") for i in ids], counted + pairs)
+    held = dict(zip(ids, (_with_pairs_words(h, pairs) for h in holding), strict=True))
     total = len(held)
     weighed = words + [p for p in pairs if any(p in h for h in held.values())]
     df = {w: sum(1 for h in held.values() if w in h) for w in weighed}
@@ -125,6 +130,12 @@ def shares(
         for i, h in held.items()
         if len(h.difference(pairs)) >= MIN_WORDS and not _says(bodies.get(i, ""), said)
     }
+
+
+def _with_pairs_words(held: set[str], pairs: Sequence[str]) -> set[str]:
+    """`held` with the words of each pair it holds: a message that says "AB1234" says the
+    code "AB 1234", whose words the index reads as one (heron/memory/codes.py)."""
+    return held.union(*(p.split(" ") for p in pairs if p in held))
 
 
 def numbered(text: str) -> list[str]:

@@ -112,17 +112,18 @@ def has_number(term: str) -> bool:
     return any(digits(t) is not None for t in term.split(" "))
 
 
-def pattern(whole: str, name: str) -> str:
+def pattern(whole: str, name: str, joined_before: bool = False, joined_after: bool = False) -> str:
     """A regular expression (for lowercased text) that finds the number `whole` in any grouping
     and only whole: not inside a longer number ("1,048,250", "48,250,000", "482501"), and the
     same separator between all its groups. `name` names its separator's group (unique in the
-    pattern it goes into)."""
+    pattern it goes into). `joined_before` / `joined_after`: the number is a code's part, with
+    letters joined to it on that side ("ab1234": heron/memory/codes.py), so only a digit there
+    ends it."""
     grouped = groups(whole)
     sep = f"(?P<{name}>{_SEP})"
     spaced = sep.join(grouped[:2]) + "".join(f"(?P={name}){g}" for g in grouped[2:])
     # Not after a digit and a separator with no space ("1,048,250" holds no "48,250"); not
     # followed by its separator and a digit (a further group).
-    return (
-        rf"(?<![^\W_])(?<!\d[,.'\u2019])(?:{re.escape(whole)}|{spaced})"
-        rf"(?![^\W_])(?!(?P={name})\d)"
-    )
+    before = r"(?<!\d)" if joined_before else r"(?<![^\W_])(?<!\d[,.'\u2019])"
+    after = r"(?!\d)" if joined_after else r"(?![^\W_])"
+    return rf"{before}(?:{re.escape(whole)}|{spaced}){after}(?!(?P={name})\d)"

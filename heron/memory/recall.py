@@ -30,25 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from heron import timefmt
-from heron.memory import numbers, records, spelling
+from heron.memory import codes, numbers, records, spelling
 from heron.memory.guard import overlaps
+from heron.memory.stopwords import STOPWORDS
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
 from heron.store.records import ANSWERED, ASK_TOOL, shown_as
 from heron.store.schedule import user_timezone
-
-_STOPWORD_TEXT = """
-a about above after again against all am an and any are as at be because been before being
-below between both but by can could did do does doing down during each few for from
-further had has have having he her here hers herself him himself his how i if in into is
-it its itself just me more most my myself no nor not now of off on once only or other our
-ours ourselves out over own same she should so some such than that the their theirs them
-themselves then there these they this those through to too under until up very was we were
-what when where which while who whom why will with would you your yours yourself
-yourselves s t don didn doesn isn wasn weren won ll ve re d m o y also ever much many kind
-like thing things get got
-"""
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Tuned on the LoCoMo dev file (bench/recall.py); each is a broad optimum, not a sharp one.
@@ -356,19 +344,20 @@ def phrase(word: str, prefix: bool = True) -> str:
     """One term's FTS5 phrase, as `match_expression` searches it: a word of PREFIX_MIN
     letters or more also as the start of a longer one; a number, a code or words together
     only whole ("4711" is not "47110"). A number of 1,000 or more is searched in each of its
-    groupings ("48250" OR "48,250": `numbers.fts_forms`), by itself or in a phrase."""
+    groupings ("48250" OR "48,250": `numbers.fts_forms`), by itself or in a phrase, and a code
+    in each spelling of its seams ("qx99812" OR "qx 99812": `codes.fts_forms`)."""
     if prefix and _prefixed(word):
         return f'"{word}"*'
-    forms = numbers.fts_forms(word)
+    forms = codes.fts_forms(word)
     if len(forms) == 1:
         return f'"{word}"'
     return "(" + " OR ".join(f'"{f}"' for f in forms) + ")"
 
 
 def phrases(words: Sequence[str]) -> str:
-    """An FTS5 OR of the phrase of `words` (in their order) in each grouping of its numbers:
-    what a message that says them verbatim matches."""
-    return " OR ".join(f'"{f}"' for f in numbers.fts_forms(" ".join(words)))
+    """An FTS5 OR of the phrase of `words` (in their order) in each grouping of its numbers
+    and spelling of its codes: what a message that says them verbatim matches."""
+    return " OR ".join(f'"{f}"' for f in codes.fts_forms(" ".join(words)))
 
 
 def phrase_words(query: str) -> list[str]:
@@ -464,13 +453,15 @@ class Recall:
         and changes nothing)."""
         return records.rows_matching(self.store, phrase(word, prefix=False), cap)
 
-    def found_elsewhere(self, query: str, conversation_id: int, counted: int = 0) -> list[str]:
-        """The query's terms the index finds (as a search matches them) in a message of
-        another conversation. A term in more messages than the conversation holds is, without
-        a look; one matched ELSEWHERE_CAP times or more counts as found. `counted`: how far
-        the caller's next search counts the terms anyway (its budget), so that they are
-        counted once."""
-        words = terms(query)
+    def found_elsewhere(
+        self, query: str, conversation_id: int, counted: int = 0, also: Sequence[str] = ()
+    ) -> list[str]:
+        """The query's terms (and those of its search terms named in `also`) the index finds
+        (as a search matches them) in a message of another conversation. A term in more
+        messages than the conversation holds is, without a look; one matched ELSEWHERE_CAP
+        times or more counts as found. `counted`: how far the caller's next search counts the
+        terms anyway (its budget), so that they are counted once."""
+        words = [*terms(query), *also]
         size = records.conversation_size(self.store, conversation_id, MATCH_BUDGET + 1)
         frequency = self.frequencies(query, max(size, counted))
         return [
@@ -1172,7 +1163,7 @@ def snippet(text: str, words: Sequence[str], width: int = 300) -> str:
 def _position(lower: str, word: str) -> int:
     """Where a query term first occurs in a lowercased text, -1 if not: a code by its
     pattern, since its parts may be separated by any punctuation ("qx 99812" in "qx-99812")."""
-    if _plain(word) and not numbers.has_number(word):
+    if _literal(word):
         return lower.find(word)
     found = _held_pattern(word).search(lower)
     return found.start() if found else -1
@@ -1189,13 +1180,19 @@ def held_terms(body: str, words: Sequence[str]) -> set[str]:
 
 
 def _first_word(term: str) -> str:
-    """What every text that holds the term holds first: its first word, or the first group of
-    a number it opens with ("48" of "48250", which "48,250" holds too)."""
+    """What every text that holds the term holds first: its first word up to a code's seam
+    ("qx" of "qx99812", which "qx-99812" holds too), or the first group of a number it opens
+    with ("48" of "48250", which "48,250" holds too)."""
     whole = numbers.digits(term.split(" ")[0])
     if whole is not None:
         return numbers.lead(whole)
-    found = _WORD.search(term)
-    return found.group() if found else term
+    return codes.head(term)
+
+
+def _literal(term: str) -> bool:
+    """Whether a term is found as it is written: one word, no number of several groupings, no
+    code of several spellings."""
+    return _plain(term) and not numbers.has_number(term) and not codes.has_seam(term)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1203,16 +1200,9 @@ def _held_pattern(word: str) -> re.Pattern[str]:
     # A word starts where no letter or digit precedes it (`_WORD`'s characters); a short word,
     # a number or a code must also end there, a long word may go on (the query matches it as
     # a prefix). A code's parts are separated by anything but letters and digits, as the
-    # index's tokenizer separates them.
-    # A number of 1,000 or more is found in any grouping (`numbers.pattern`).
-    pieces = []
-    for n, token in enumerate(word.split(" ")):
-        whole = numbers.digits(token)
-        if whole is not None:
-            pieces.append(numbers.pattern(whole, f"s{n}"))
-        else:
-            pieces.append(r"[\W_]+".join(re.escape(p) for p in _WORD.findall(token)))
-    start = r"(?<![^\W_])" + r"[\W_]+".join(p for p in pieces if p)
+    # index's tokenizer separates them, and its seams by that or nothing; a number of 1,000
+    # or more is found in any grouping (`codes.pattern`).
+    start = r"(?<![^\W_])" + codes.pattern(word)
     return re.compile(start if _prefixed(word) else start + r"(?![^\W_])")
 
 
@@ -1233,7 +1223,7 @@ def held_by(bodies: Sequence[str], words: Sequence[str]) -> list[set[str]]:
     joined = "\n".join(lowered)
     out: list[set[str]] = [set() for _ in bodies]
     for word in words:
-        if not _plain(word) or numbers.has_number(word):
+        if not _literal(word):
             _held_code(joined, starts, word, out)
             continue
         whole, size = not _prefixed(word), len(word)

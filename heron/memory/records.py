@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from heron.memory import numbers
+from heron.memory import codes
 from heron.store import Store
 from heron.store.pg import REWRITES, pg_of
 from heron.store.records import ANSWERED, stored_time
@@ -52,7 +52,9 @@ def _tsquery(expression: str) -> tuple[str, str]:
     tsquery, and its one parameter. One phrase of several words is a phrase search
     (`phraseto_tsquery`, which also keeps the stop words' places); otherwise each word is a
     lexeme, `:*` for a prefix, joined by `|`. A number is searched in the groupings as
-    PostgreSQL's parser reads them (`numbers.pg_forms`: "48.250" is one word there)."""
+    PostgreSQL's parser reads them (`numbers.pg_forms`: "48.250" is one word there), and a code
+    in the spellings of its seams it tells apart (`codes.pg_forms`: "qx-99812", "qx 99812",
+    "qx99812")."""
     found = _pg_phrases(expression)
     if len(found) == 1 and len(found[0][0].split()) > 1:
         return "phraseto_tsquery('english', ?)", found[0][0]
@@ -67,12 +69,12 @@ def _quoted(words: str) -> str:
 
 
 def _pg_phrases(expression: str) -> list[tuple[str, str]]:
-    """The phrases of an FTS5 expression, each number's in PostgreSQL's groupings, without
-    repeats (a number's FTS5 forms give the same ones)."""
+    """The phrases of an FTS5 expression, each number's in PostgreSQL's groupings and each
+    code's in its spellings, without repeats (a number's FTS5 forms give the same ones)."""
     found: dict[tuple[str, str], None] = {}
     for words, star in _PHRASE.findall(expression):
         if words.split():
-            found.update(dict.fromkeys((form, star) for form in numbers.pg_forms(words)))
+            found.update(dict.fromkeys((form, star) for form in codes.pg_forms(words)))
     return list(found)
 
 
