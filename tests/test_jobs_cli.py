@@ -315,6 +315,11 @@ def test_set_zone_moves_a_cron_job_to_the_agents_zone_or_a_named_one(heron_home)
     assert "cron reads its times" not in jobs("list").output
     again = jobs("set-zone", daily)
     assert again.exit_code == 0 and "already reads its times in Asia/Tokyo" in again.output
+    slipped = jobs("set-zone", daily, "europe/berlin")  # a case slip means the zone
+    assert slipped.exit_code == 0 and "(Europe/Berlin)" in slipped.output, slipped.output
+    offset = jobs("set-zone", daily, "UTC+2")
+    assert offset.exit_code == 1 and "Etc/GMT-2 is UTC+2" in offset.output
+    assert "[agent] timezone" not in offset.output  # this command's hint, not the config's
     named = jobs("set-zone", daily, "America/New_York")
     assert named.exit_code == 0 and "(America/New_York)" in named.output
     assert _job(daily).schedule.timezone == "America/New_York"

@@ -318,13 +318,35 @@ def set_zone(
 
     with _open() as (settings, store):
         _known(store, job_id)
-        target = zone or settings.timezone
+        target = settings.timezone if zone is None else _zone_named(zone)
         done = jobs.move_zone(store, job_id, target, time.time())
         if not done.changed:
             echo(f"Job {job_id} already reads its times in {target}.")
             return
         _tell_serve(settings)
         echo(f"Moved {describe(done.job, settings.timezone)}")
+
+
+def _zone_named(name: str) -> str:
+    """An IANA zone as typed, or the one it means with its case slipped ("europe/berlin");
+    refused, with a hint for this command, when there is none."""
+    from zoneinfo import available_timezones
+
+    from heron.store.schedule import ScheduleError
+
+    zones = available_timezones()
+    if name in zones:
+        return name
+    slipped = [z for z in zones if z.lower() == name.lower()]
+    if len(slipped) == 1:
+        return slipped[0]
+    _fail(
+        ScheduleError(
+            f"unknown timezone {name!r}",
+            hint="Give an IANA name such as Europe/Berlin or America/New_York (an offset like "
+            "UTC+2 follows no daylight saving: Etc/GMT-2 is UTC+2 all year).",
+        )
+    )
 
 
 @app.command("run-now")
