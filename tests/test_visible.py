@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from heron.channels.visible import command_shown, for_stream, visible
+from heron.channels.visible import BLANK_DRAWN, command_shown, for_stream, visible
 
 ESC = "\x1b"
 # What the tester's model sent (qa21p): a command that erases the line above it, so that the
@@ -37,12 +37,16 @@ def test_no_control_a_terminal_obeys_survives(text: str) -> None:
 @given(st.text())
 def test_a_command_shows_every_invisible_character(text: str) -> None:
     shown = visible(text, command=True)
-    hidden = {"Cc", "Cs", "Cf", "Zl", "Zp"}
-    assert not any(unicodedata.category(c) in hidden and c not in "\n\t\r" for c in shown)
+    hidden = {"Cc", "Cs", "Cf", "Zl", "Zp", "Zs"}  # Zs: NBSP, U+2000-U+200A, U+3000...
+    assert not any(unicodedata.category(c) in hidden and c not in "\n\t\r " for c in shown)
+    assert BLANK_DRAWN.isdisjoint(shown)  # U+2800, the Hangul fillers: blank, yet So and Lo
 
 
 PLAIN = st.text(
-    st.characters(exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp")) | st.sampled_from("\n\t")
+    st.characters(
+        exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp", "Zs"), exclude_characters=BLANK_DRAWN
+    )
+    | st.sampled_from("\n\t ")
 )
 
 
@@ -90,16 +94,53 @@ def test_a_padded_command_is_shown_whole_with_its_size_after_it():
         short == "ls -la" and said == "↑ the whole command (bash, sandboxed): 1 line, 6 characters"
     )
     tall = "\n".join(f"echo {n}" for n in range(30))
-    assert command_shown("bash, sandboxed", tall)[1].endswith("scroll up to read all of it")
+    assert "; scroll up to read all of it\n" in command_shown("bash, sandboxed", tall)[1]
     indented = "if x:\n" + " " * 16 + "y()"  # a script's indentation is left alone
     assert command_shown("bash, sandboxed", indented)[0] == indented
 
 
-def _view():
+BLANKS = "\u2800\u3164\u115f\u1160\uffa0\u00a0\u2000\u2005\u200a\u205f\u3000"
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+def test_padding_that_draws_blank_is_shown_by_its_length(blank: str) -> None:
+    """qa21v H1: 6,000 braille blanks (U+2800) filled the screen with empty cells, scrolling
+    `touch …APPROVED_EVIL` away; they are neither whitespace nor format characters."""
+    command = "touch /tmp/APPROVED_EVIL #" + blank * 6000 + " ls -la"
+    shown, after = command_shown("bash, unconfined", command, width=120)
+    escaped = visible(blank, command=True)
+    assert escaped.startswith("\\u") or escaped == "\\xa0"
+    assert shown == f"touch /tmp/APPROVED_EVIL #[6000 × {escaped}] ls -la"
+    assert "[N blank lines], [N spaces]" in after
+    assert "scroll up" not in after  # it fits now
+    few = command_shown("bash, unconfined", f"a{blank * 3}b", width=120)[0]
+    assert few == f"a{escaped * 3}b"  # a short run: each one seen
+
+
+def test_a_long_line_counts_the_screen_lines_it_wraps_to() -> None:
+    """qa21v H1: `touch …; ` + `ls -la; ` x 1,500 is one line of 12,036 characters that wraps
+    over 100 screen lines; the warning counted newlines only, and the start is said again."""
+    command = "touch /tmp/APPROVED_EVIL; " + "ls -la; " * 1500
+    shown, after = command_shown("bash, unconfined", command, width=120)
+    assert shown == command
+    first, then = after.split("\n")
+    assert first.endswith("1 line, 12026 characters; scroll up to read all of it")
+    assert then == "  it begins: " + command[:200] + "…"
+    fits = "x" * (120 * 19)  # 19 screen lines
+    assert "scroll up" not in command_shown("bash, sandboxed", fits, width=120)[1]
+    assert "scroll up" in command_shown("bash, sandboxed", fits + "x", width=100)[1]
+    wide = "界" * 60 * 20  # each two cells wide: 20 lines at 120 columns
+    assert "scroll up" in command_shown("bash, sandboxed", wide, width=120)[1]
+    tall = "touch x\n" + "\n".join("ls" for _ in range(30))
+    head = "touch x⏎" + "⏎".join("ls" for _ in range(30))  # newlines shown as ⏎
+    assert command_shown("bash", tall, width=120)[1].endswith(f"all of it\n  it begins: {head}")
+
+
+def _view(width: int = 200):
     from heron.channels.terminal import ChatState, TerminalView
 
     screen = StringIO()
-    return TerminalView(Console(file=screen, width=200), ChatState("k", "default")), screen
+    return TerminalView(Console(file=screen, width=width), ChatState("k", "default")), screen
 
 
 async def test_the_chat_asks_with_the_command_visible_and_the_question_after_it():
@@ -117,6 +158,24 @@ async def test_the_chat_asks_with_the_command_visible_and_the_question_after_it(
     assert lines[2].startswith("↑ the whole command (bash, unconfined): 1 line,")
     view.answer("n")
     assert await asked is not None  # declined
+
+
+async def test_the_chat_warns_of_a_command_wider_than_its_screen(monkeypatch):
+    """qa21v H1 in `heron chat` at 120 columns: the width is the console's."""
+    import asyncio
+
+    monkeypatch.setenv("COLUMNS", "1000")  # what shutil would say: not the chat's console
+
+    view, screen = _view(width=120)
+    command = "touch /tmp/APPROVED_EVIL; " + "ls -la; " * 300  # 21 screen lines at 120
+    asked = asyncio.create_task(view.approve("bash", command, False))
+    while view.asking is None:
+        await asyncio.sleep(0)
+    said = " ".join(screen.getvalue().split())  # as Rich wrapped it at 120
+    head = " ".join(command[:200].split())
+    assert said.endswith(f"; scroll up to read all of it it begins: {head}…")
+    view.answer("n")
+    await asked
 
 
 def test_the_chat_shows_a_reply_and_a_tool_call_with_their_escapes_visible():

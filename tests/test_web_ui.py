@@ -882,6 +882,24 @@ def test_the_card_shows_a_padded_command_whole_and_flags_what_hides_in_it(
         pg.context.close()
 
 
+def test_the_card_shows_padding_that_draws_blank_by_its_length(browser, model, monkeypatch):
+    """qa21v H1: 6,000 braille blanks (U+2800, a symbol, not a space) drew as empty lines that
+    pushed `touch …APPROVED_EVIL` above the buttons."""
+    monkeypatch.setenv("HERON_BWRAP", "off")
+    command = "touch APPROVED_EVIL #" + "\u2800" * 6000 + "\u3164 ls -la"
+    with serve(model) as site:
+        pg = site.page(browser, "/")
+        card = _asked(pg, model, "list the files", command)
+        expect(card.locator(".approval-command")).to_have_text(
+            "touch APPROVED_EVIL #[6000 × \\u2800]\\u3164 ls -la"
+        )
+        expect(card.get_by_role("alert")).to_contain_text("6001 invisible, control or reordering")
+        expect(card.locator(".approval-command")).to_be_in_viewport(ratio=1)
+        card.get_by_role("button", name="Deny").click()
+        expect(card.locator(".approval-outcome")).to_have_text("Denied")
+        pg.context.close()
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
 def test_a_card_for_a_sandboxed_command_says_sandboxed(browser, model, monkeypatch):
     """approval = "ask" with the sandbox working (QA20m #3): the command runs confined, and the

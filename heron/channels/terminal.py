@@ -370,7 +370,7 @@ class TerminalView:
             label = approval_label(tool, confined)
             # Every character of the command visible, and the question repeated after it: what
             # the command holds can neither hide itself nor push the question off the screen.
-            shown, after = command_shown(label, command)
+            shown, after = command_shown(label, command, self.console.width)
             self.console.print(f"The agent wants to run ({label}):", style="yellow", markup=False)
             self.console.print(shown, markup=False, highlight=False)
             self.console.print(after, style="yellow", markup=False, highlight=False)

@@ -291,11 +291,16 @@ function withHint(message, hint) {
 // confines it (approval "ask" with bubblewrap working) or not, the exact command as text (htm
 // escapes it), Allow and Deny as buttons; once decided, the decision.
 // A command waiting for approval as the card shows it, by the rules of the terminal's prompt
-// (command_shown in heron/channels/visible.py): every control, invisible or reordering
-// character as its escape (\u202e), runs of 3 or more blank lines and of 40 or more spaces by
-// their length, and its size. Padding cannot push the real command out of sight above the
-// buttons, nor a bidi override make it read as something else.
-const HIDDEN = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/gu;
+// (command_shown in heron/channels/visible.py): every control, invisible, reordering or
+// blank-drawn character but the plain space (NBSP, U+3000, U+2800, the Hangul fillers) as its
+// escape (\u202e), runs of 3 or more blank lines, of 40 or more spaces and of 40 or more of
+// one escaped character by their length, and its size. Padding cannot push the real command
+// out of sight above the buttons, nor a bidi override make it read as something else.
+const HIDDEN_CLASS = "\\p{Cc}\\p{Cf}\\p{Cs}\\p{Zl}\\p{Zp}\\u00a0\\u1680\\u2000-\\u200a\\u202f\\u205f\\u3000"
+  + "\\u2800\\u115f\\u1160\\u3164\\uffa0";
+const HIDDEN = new RegExp(`[${HIDDEN_CLASS}]`, "gu");
+const HIDDEN_ONE = new RegExp(`^[${HIDDEN_CLASS}]$`, "u");
+const REPEAT_RUN = /(.)\1{39,}/gsu;
 const BLANK_RUN = /(?:\n[ \t]*){3,}\n/g;
 const SPACE_RUN = /[ \t]{40,}/g;
 
@@ -308,8 +313,14 @@ function escapeChar(c) {
 
 export function commandShown(command) {
   let hidden = 0, runs = 0;
-  let text = command.replace(HIDDEN, (c, at) => {
-    if (c === "\n" || c === "\t" || (c === "\r" && command[at + 1] === "\n")) return c;
+  let text = command.replace(REPEAT_RUN, (m, c) => {
+    if (c === "\n" || c === "\t" || !HIDDEN_ONE.test(c)) return m;
+    const n = [...m].length;
+    hidden += n; runs += 1;
+    return `[${n} × ${escapeChar(c)}]`;
+  });
+  text = text.replace(HIDDEN, (c, at, all) => {
+    if (c === "\n" || c === "\t" || (c === "\r" && all[at + 1] === "\n")) return c;
     hidden += 1;
     return escapeChar(c);
   });
