@@ -138,6 +138,24 @@ def test_a_reply_cannot_draw_the_approval_card_or_a_form(browser):
         pg.context.close()
 
 
+RAW_TEXT = ("title", "style", "xmp", "noembed", "noscript", "iframe", "noframes", "textarea")
+
+
+def test_a_reply_holds_no_raw_text_element(browser):
+    """Raw-text elements read what follows as plain characters (QA21v M3): none is kept, and
+    their text stays in the reply as text; the last, plaintext, is left open on purpose."""
+    model = SteeredModel()
+    with serve(model) as site:
+        pg = site.page(browser)
+        tags = "".join(f"<{t}>in-{t}</{t}> " for t in RAW_TEXT)
+        text = f"**before**\n\n{tags}\n\n**after**\n\n<plaintext>end"
+        reply = _replied(pg, model, text)
+        expect(reply.locator("strong")).to_have_text(["before", "after"])
+        for tag in (*RAW_TEXT, "plaintext"):
+            assert reply.locator(tag).count() == 0, tag
+        pg.context.close()
+
+
 class _Elsewhere(http.server.BaseHTTPRequestHandler):
     """Another site: a page on another port of 127.0.0.1 (the same site for cookies, so the
     person's SameSite=Strict cookie goes along: only the Origin checks stop it), blank or

@@ -427,19 +427,34 @@ def test_status_and_compaction_views(page, model):
     expect(inspector.locator(".view li")).to_have_count(2)
 
 
-def test_raw_html_cannot_move_text_between_messages(page, model):
-    """The transcript's Markdown is sanitised in one pass; a reply that closes its wrapper or
-    forges another's is caught and every message keeps its own text."""
+# A reply's raw HTML that closes its own element and forges the next reply's, and (QA21v M3)
+# the same ending in an unclosed <textarea>: that swallowed what came after as text, and when
+# the transcript was sanitised in one pass, the forged HTML stood for the next, honest reply.
+# Each reply is now sanitised on its own.
+FORGERIES = [
+    ("one", 'one </div><div data-md="1">forged'),
+    (
+        "Summary two.",
+        'Summary two.\n\n<div>x</div></div><div data-md="1"><p>FORGED-ONE: <b>I never asked'
+        " you that.</b></p></div><textarea>",
+    ),
+]
+
+
+@pytest.mark.parametrize(("start", "forged"), FORGERIES)
+def test_raw_html_in_a_reply_cannot_rewrite_the_replies_after_it(page, model, start, forged):
     _send(page, "first")
-    model.reply('one </div><div data-md="1">forged')
+    model.reply(forged)
     _send(page, "second")
-    model.reply("two")
+    model.reply("REAL-REPLY-B")
     expect(page.locator(".msg.assistant:not(.live)")).to_have_count(2)
     page.reload()
     replies = page.locator(".msg.assistant:not(.live)")
     expect(replies).to_have_count(2)
-    expect(replies.nth(1)).to_have_text("two")
-    expect(replies.nth(0)).to_contain_text("one")
+    expect(replies.nth(1)).to_have_text("REAL-REPLY-B")
+    expect(replies.nth(1)).to_be_visible()
+    expect(replies.nth(0)).to_contain_text(start)
+    assert page.locator(".messages textarea, .messages [data-md]").count() == 0
 
 
 def test_a_cut_stream_retried_with_other_text_says_it_starts_again(page, model):

@@ -30,18 +30,20 @@ const LIST_PAGE = 50; // conversations in the list, and how many more "More conv
 // SVG or MathML: an svg the sanitiser emptied (its script-like children removed) still drew
 // its default 300x150 as a blank block in the reply. No form control, and no class, style or
 // id (but a code block's language): with them a reply drew an exact copy of the approval card,
-// or a form asking for a key (qa21p finding 5).
+// or a form asking for a key (qa21p finding 5). No raw-text element either (textarea, title,
+// style, xmp, ...): left open, one reads the rest of its text as plain characters.
+const RAW_TEXT = ["textarea", "title", "style", "xmp", "plaintext", "noembed", "noscript", "iframe",
+  "noframes", "script"];
 const SANITISE = {
   USE_PROFILES: { html: true },
-  FORBID_TAGS: ["form", "button", "input", "select", "textarea", "option", "optgroup", "datalist", "style"],
+  FORBID_TAGS: ["form", "button", "input", "select", "option", "optgroup", "datalist", ...RAW_TEXT],
   FORBID_ATTR: ["style", "id"],
+  ALLOW_DATA_ATTR: false,
 };
 const CODE_LANGUAGE = /^language-[\w+-]+$/;
 DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
   if (data.attrName === "class") {
     data.keepAttr = node.nodeName === "CODE" && CODE_LANGUAGE.test(data.attrValue);
-  } else if (data.attrName.startsWith("data-")) {
-    data.keepAttr = data.attrName === "data-md"; // the batch's own wrappers (renderAll)
   }
 });
 const toHtml = (text) => DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: false }), SANITISE);
@@ -55,21 +57,6 @@ export function renderMarkdown(text) {
     mdCache.set(key, out);
   }
   return out;
-}
-
-// Fills the cache for many texts with one sanitiser pass (a 2,000-message transcript: one
-// DOM parse instead of a thousand).
-function prerender(texts) {
-  const todo = [...new Set(texts.filter((t) => t && !mdCache.has(t)))];
-  if (!todo.length) return;
-  const joined = todo.map((t, i) => `<div data-md="${i}">${marked.parse(t, { gfm: true })}</div>`).join("");
-  const frag = DOMPurify.sanitize(joined, { ...SANITISE, RETURN_DOM_FRAGMENT: true });
-  // Raw HTML in one text could close its wrapper or forge another's: then the wrappers do not
-  // come back exactly once each, in order, and every text is done on its own instead.
-  const kids = [...frag.children];
-  const whole = kids.length === todo.length
-    && kids.every((el, i) => el.tagName === "DIV" && el.getAttribute("data-md") === String(i));
-  todo.forEach((t, i) => { if (whole) mdCache.set(t, kids[i].innerHTML); else renderMarkdown(t); });
 }
 
 function highlightIn(el) {
@@ -538,9 +525,6 @@ function Note({ n }) {
 
 // Who said a note of background work (a monitor, the heartbeat, a goal), shown before it.
 const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
-
-// The Markdown texts of stored items, for prerender.
-const textsOf = (items) => items.flatMap((it) => it.segments.filter((x) => x.kind === "text").map((x) => x.text));
 
 // A stored item's identity in the page (a failed turn's note names the row it follows).
 const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
@@ -1097,7 +1081,6 @@ function App() {
       const t = await api(`/conversations/${encodeURIComponent(key)}/transcript?${query}`);
       // Only the newest read counts: an older one may predate the turn that just ended.
       if (key !== convRef.current || gen !== fetches.current) return;
-      prerender(textsOf(t.items));
       if (!loaded.current && hit.current == null) toEnd.current = true;
       let all = t.items;
       if (since != null && t.start === since) { // an earlier page may have come meanwhile
@@ -1129,7 +1112,6 @@ function App() {
     try {
       const t = await api(`/conversations/${encodeURIComponent(key)}/transcript?before=${before}&limit=${PAGE}`);
       if (key !== convRef.current || start.current !== before) return; // moved on meanwhile
-      prerender(textsOf(t.items));
       const el = listRef.current;
       if (el) place.current = { height: el.scrollHeight, top: el.scrollTop };
       const held = new Set(itemsRef.current.map(itemKey));
