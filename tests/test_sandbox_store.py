@@ -33,8 +33,17 @@ def run_in(sandbox: Sandbox, command: str) -> str:
 
 
 @needs_pasta
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:{port}/heron",
+        # qa21v M1: a server reached over its socket listens on loopback TCP at that port too
+        "postgresql://postgres@/heron?host=/run/postgresql&port={port}",
+        "postgresql://postgres@[::ffff:127.0.0.1]:{port}/heron",
+    ],
+)
 def test_a_loopback_command_cannot_reach_the_stores_port_but_reaches_the_others(
-    tmp_path: Path,
+    tmp_path: Path, url: str
 ) -> None:
     """The QA's attack: with trust auth, a command on "loopback" connected to the store's port,
     read every message and, as superuser, ran programs outside the sandbox (COPY FROM
@@ -43,8 +52,7 @@ def test_a_loopback_command_cannot_reach_the_stores_port_but_reaches_the_others(
     home, workspace = tmp_path / "home", tmp_path / "home" / "workspace"
     workspace.mkdir(parents=True)
     with listener() as (store, store_seen), listener() as (other, other_seen):
-        url = f"postgresql://postgres@127.0.0.1:{store}/heron"
-        sandbox = Sandbox.detect(workspace, home, "loopback", os.environ, url)
+        sandbox = Sandbox.detect(workspace, home, "loopback", os.environ, url.format(port=store))
         if not sandbox.confined or sandbox.pasta is None:
             pytest.skip(f"bubblewrap cannot run here: {sandbox.problem}")
         assert sandbox.closed_ports == (store,)
@@ -86,6 +94,8 @@ def test_without_a_store_on_loopback_every_port_is_forwarded(tmp_path: Path) -> 
         ("postgresql://heron@127.0.0.1:5432/heron", {"PGPASSWORD": "s3cret"}, False),
         ("postgresql://heron@192.0.2.1:5432/heron", {}, False),  # another machine
         ("postgresql:///heron?host=/run/postgresql", {}, False),  # peer auth over a socket
+        ("postgresql:///heron", {}, False),  # the same, at libpq's default socket
+        ("postgresql://heron@0.0.0.0:5432/heron", {}, True),  # qa21v M1: this machine too
         (None, {}, False),  # SQLite
     ],
 )

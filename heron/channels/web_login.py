@@ -12,6 +12,7 @@ import typer
 from heron.channels.remote import serve_login
 from heron.config import Settings
 from heron.errors import ConfigError
+from heron.serve.auth import CODE_SECONDS
 
 # Said by `heron web --open` and `heron serve --open` when no browser could be opened.
 NO_BROWSER = "heron: found no browser to open here; open the address in yours."
@@ -32,7 +33,10 @@ def web_login(settings: Settings, open_browser: bool) -> None:
             "`heron serve --open` opens it in your browser).",
         )
     typer.echo(url)
-    typer.echo("Open it once to log this browser in (it works once, for 10 minutes).", err=True)
+    minutes = CODE_SECONDS // 60
+    typer.echo(
+        f"Open it once to log this browser in (it works once, for {minutes} minutes).", err=True
+    )
     if open_browser and not open_in_browser(url):
         typer.echo(NO_BROWSER, err=True)
 

@@ -7,10 +7,10 @@ one over the control socket (mode 0600 in HERON_HOME, which a sandboxed command 
 what authenticates a login is being able to reach HERON_HOME, so neither a sandboxed command on
 `network = "loopback"` nor a page of another site can get in. A code works once and for
 `CODE_SECONDS`, and the start-up code no longer works once `heron web` has asked for another
-(`Auth.first`): a terminal's scrollback or log keeps nothing that opens a session later. A
-session lasts `SESSION_SECONDS` and survives restarts of the serve, because
-the hashes of the session tokens (never the tokens) are kept in `HERON_HOME/web-sessions.json`,
-mode 0600.
+(`Auth.first`): a terminal's scrollback or log (tmux, `script`) keeps a usable code only
+until it is spent or expires, 2 minutes at most. A session lasts `SESSION_SECONDS` and
+survives restarts of the serve, because the hashes of the session tokens (never the tokens)
+are kept in `HERON_HOME/web-sessions.json`, mode 0600.
 
 Bound to loopback, the Host header must also name this server (`allowed_hosts`), so a page
 that rebinds its own name to 127.0.0.1 gets nothing even before the cookie is asked for.
@@ -31,7 +31,11 @@ from pathlib import Path
 COOKIE = "heron_session"
 SESSIONS_NAME = "web-sessions.json"
 SESSION_SECONDS = 30 * 24 * 3600  # the cookie's Max-Age: log in once a month per browser
-CODE_SECONDS = 10 * 60  # a printed code left unused this long no longer works
+# A printed code left unused this long no longer works. Short, because a terminal whose output
+# is logged (`script`, tmux logging) keeps the code in a file a sandboxed command can read, and
+# nothing tells such a terminal apart: a browser spends its code at once, and `heron web` gives
+# a fresh one any time.
+CODE_SECONDS = 2 * 60
 MAX_SESSIONS = 100  # past this, the oldest browsers log in again
 MAX_CODES = 20  # outstanding codes; the oldest is dropped past this
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")

@@ -140,9 +140,10 @@ async def serve(
                 login = login_url(shown, auth.new_code(first=True))
                 url = _url(bound_host, bound_port)
                 printed = login if is_terminal(out) else None
-                info = _announce(lock, url, shown, note, printed, engine, out)
+                info = _announce(lock, url, shown, note, printed, engine, out, open_browser)
                 if open_browser:  # a console browser would hold the loop: on a thread
-                    threading.Thread(target=_open, args=(login, out), daemon=True).start()
+                    args = (login, out, printed is not None)
+                    threading.Thread(target=_open, args=args, daemon=True).start()
                 if on_ready is not None:
                     on_ready(info, login)
                 await server.serve(sockets=[sock])
@@ -156,11 +157,12 @@ async def serve(
                     await control.wait_closed()
 
 
-def _open(login: str, out: TextIO) -> None:
+def _open(login: str, out: TextIO, printed: bool) -> None:
     """Open the login address in the person's browser, and say so when none could be opened
-    (a machine without a display): the printed address is then the way in."""
+    (a machine without a display): the printed address is then the way in, or, when none was
+    printed, `heron web`."""
     if not open_in_browser(login):
-        out.write(f"{NO_BROWSER}\n")
+        out.write(f"{NO_BROWSER if printed else NO_BROWSER_NOT_PRINTED}\n")
         out.flush()
 
 
@@ -191,6 +193,14 @@ NOT_PRINTED = (
     "Log in: run `heron web` for a login address (none is printed here: this output is not a "
     "terminal, and a file or pipe can be read by the agent's commands)"
 )
+# The same with `--open`: the browser is asked to open the address, which is still not printed.
+OPENED_NOT_PRINTED = (
+    "Log in: your browser is asked to open the login address (none is printed here: this "
+    "output is not a terminal); for another browser, run `heron web`"
+)
+NO_BROWSER_NOT_PRINTED = (
+    "heron: found no browser to open here; run `heron web` for a login address to open in yours."
+)
 
 
 def is_terminal(out: TextIO) -> bool:
@@ -211,6 +221,7 @@ def _announce(
     login: str | None,
     engine: Engine,
     out: TextIO,
+    opening: bool = False,
 ) -> ServeInfo:
     info = lock.publish(url)
     choice = engine.choice
@@ -220,7 +231,7 @@ def _announce(
         out.write(f"heron: {notice}\n")
     minutes = CODE_SECONDS // 60
     if login is None:
-        out.write(f"{NOT_PRINTED}\n")
+        out.write(f"{OPENED_NOT_PRINTED if opening else NOT_PRINTED}\n")
     else:
         out.write(
             f"Log in: {login}\n(the code works once, for {minutes} minutes, and no longer once "

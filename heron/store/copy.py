@@ -36,7 +36,7 @@ from heron.store.engine_state import claim_dead
 from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
 from heron.store.pg import url_schema
-from heron.store.pg_url import redact
+from heron.store.pg_url import redact, split_query
 
 if TYPE_CHECKING:
     import psycopg
@@ -301,11 +301,11 @@ def _held_text(held: dict[str, int], url: str) -> str:
 def where(url: str) -> str:
     """The target as a person reads it: the URL without its password or options, and the
     schema its options name."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    from urllib.parse import parse_qsl, urlencode
 
-    parts = urlsplit(url)
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "options"])
-    plain = redact(urlunsplit(parts._replace(query=query)))
+    head, given = split_query(url)  # not urlunsplit: it drops `postgresql:///db`'s `//`
+    query = urlencode([(k, v) for k, v in parse_qsl(given) if k != "options"])
+    plain = redact(f"{head}?{query}" if query else head)
     return f"{plain}, schema {url_schema(url) or 'public'}"
 
 

@@ -32,7 +32,13 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from heron.errors import StoreError, StoreUnreachable
-from heron.store.pg_url import redact
+from heron.store.pg_url import (
+    UNENCODED_HINT,
+    needs_encoding,
+    redact,
+    redact_message,
+    split_query,
+)
 
 _LEADING_COMMENTS = re.compile(r"^(?:\s*--[^\n]*\n)+")
 _OR_REPLACE = re.compile(r"^\s*INSERT\s+OR\s+REPLACE\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.I)
@@ -150,7 +156,8 @@ class PgConnection:
             raise StoreError(
                 e.summary.replace("cannot connect again", "cannot connect"),
                 hint="Check that the server runs and the URL ([store] url in config.toml, or "
-                "HERON_DATABASE_URL) names its host, port, user and database.",
+                "HERON_DATABASE_URL) names its host, port, user and database."
+                + (UNENCODED_HINT if needs_encoding(url) else ""),
             ) from e.__cause__
         from psycopg.pq import ExecStatus, TransactionStatus
 
@@ -186,7 +193,8 @@ class PgConnection:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=int(timeout))
         except psycopg.Error as e:
             raise StoreUnreachable(
-                f"cannot connect again to the PostgreSQL database {redact(self.url)}: {e}".strip()
+                f"cannot connect again to the PostgreSQL database {redact(self.url)}: "
+                f"{redact_message(str(e), self.url)}".strip()
             ) from e
         # Every Python int as bigint, as SQLite's INTEGER is: psycopg otherwise picks the smallest
         # type that fits, and a recursive CTE seeded with `?` then mismatches its bigint column.
@@ -543,9 +551,9 @@ def tenant_schema(tenant: str) -> str:
 
 def url_schema(url: str) -> str | None:
     """The schema a URL's `options` put first on the search path, if it names one."""
-    from urllib.parse import parse_qs, urlsplit
+    from urllib.parse import parse_qs
 
-    for options in parse_qs(urlsplit(url).query).get("options", []):
+    for options in parse_qs(split_query(url)[1]).get("options", []):
         found = _SEARCH_PATH.search(options)
         if found:
             return found[1].split(",")[0].strip('"')
@@ -555,13 +563,15 @@ def url_schema(url: str) -> str | None:
 def with_schema(url: str, schema: str) -> str:
     """`url` with `schema` as its search path (added to the URL's `options`), so every
     connection made from it, in this process or another, reads and writes that schema."""
-    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+    from urllib.parse import parse_qsl, quote, urlencode
 
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
-    options = [v for k, v in parse_qsl(parts.query) if k == "options"]
+    # By hand, not urlunsplit: that drops an empty host's `//` (`postgresql:///heron`, libpq's
+    # local form), and what is left is no URL but a file name.
+    head, given = split_query(url)
+    query = [(k, v) for k, v in parse_qsl(given) if k != "options"]
+    options = [v for k, v in parse_qsl(given) if k == "options"]
     query.append(("options", " ".join([*options, f"-csearch_path={schema}"])))
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+    return f"{head}?{urlencode(query, quote_via=quote)}"
 
 
 def is_url(target: object) -> bool:

@@ -396,14 +396,16 @@ def other_homes(home: Path) -> tuple[Path, ...]:
 
 
 def store_reach(url: str | None, env: Mapping[str, str]) -> tuple[tuple[int, ...], bool]:
-    """The PostgreSQL store's ports on this machine's loopback (kept from the commands), and
-    whether it is there with no password (a trust-auth server: `notice` warns)."""
+    """The PostgreSQL store's ports on this machine's loopback, its Unix socket's included
+    (kept from the commands), and whether it is on loopback TCP with no password (a trust-auth
+    server: `notice` warns)."""
     if not url:
         return (), False
     from heron.store.pg_url import has_password, loopback_ports
 
-    ports = loopback_ports(url, env)
-    return ports, bool(ports) and not has_password(url, env)
+    # Warned about over TCP only: over the socket, peer auth is what the notice recommends.
+    tcp = loopback_ports(url, env, sockets=False)
+    return loopback_ports(url, env), bool(tcp) and not has_password(url, env)
 
 
 def find_pasta(env: Mapping[str, str]) -> str | None:
