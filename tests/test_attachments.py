@@ -224,14 +224,23 @@ async def test_a_message_with_files_waits_for_its_own_turn_rather_than_the_mailb
     from heron.agent.loop import AgentLoop
     from heron.bus import InboundMessage, MessageBus
 
-    provider = ScriptedProvider([Reply([Text("one")], "done"), Reply([Text("two")], "done")])
+    asked, release = asyncio.Event(), asyncio.Event()
+    replies = [Reply([Text("one")], "done"), Reply([Text("two")], "done")]
+
+    async def answer(request: ChatRequest) -> Reply:
+        asked.set()
+        await release.wait()  # the first turn runs until the second message is in
+        return replies.pop(0)
+
+    provider = ScriptedProvider(answer)
     async with Engine.open(Settings.load(), provider=provider) as engine:
         loop = AgentLoop(engine, MessageBus())
-        first = InboundMessage("terminal", "t", "first", "k")
-        await loop.dispatch(first)
+        await loop.dispatch(InboundMessage("terminal", "t", "first", "k"))
+        await asyncio.wait_for(asked.wait(), 60)
         photo = File("image/png", PNG, "p.png")
         await loop.dispatch(InboundMessage("terminal", "t", "and this", "k", files=(photo,)))
         assert loop.pending("k") == 1
+        release.set()
         await loop.wait_idle()
         await loop.close()
     assert [p.data for p in provider.requests[1].messages[-1].parts if isinstance(p, File)] == [PNG]

@@ -231,8 +231,12 @@ def test_stop_from_another_process_keeps_finished_tool_results(home_db):
     assert first.returncode == 0, err1
     assert json.loads(out1)["outcome"] == "stale"
     after = _rows(store)
-    for table in ("tool_calls", "model_calls"):  # no call of the turn is recorded after it
-        assert after[table] == before[table]
+    assert after["model_calls"] == before["model_calls"]  # no call of the turn after it
+    # The trace names the call the stop cut, as the conversation does (interrupted, its result
+    # the stopped text): one row more, for `wait_gate`, and nothing else.
+    assert after["tool_calls"][: len(before["tool_calls"])] == before["tool_calls"]
+    (cut,) = after["tool_calls"][len(before["tool_calls"]) :]
+    assert cut[2:4] == ("b", "wait_gate") and "interrupted" in str(cut[5])
     assert after["checkpoints"] == []  # taken into the record by the closing
     assert after["messages"][: len(before["messages"])] == before["messages"]
     conv = store.conversation("shared")
@@ -252,7 +256,8 @@ def test_stop_from_another_process_keeps_finished_tool_results(home_db):
 
 
 def _rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
-    """What a stale turn must not add to: messages, tool calls, model calls, checkpoints."""
+    """What a stale turn must not add to: messages, tool calls (but the trace's row of the call
+    a stop cut), model calls, checkpoints."""
     return {
         table: [tuple(r) for r in store.query(f"SELECT * FROM {table} ORDER BY 1")]
         for table in ("messages", "tool_calls", "model_calls", "checkpoints")
