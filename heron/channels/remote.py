@@ -95,9 +95,19 @@ def serve_welcome(
 def serve_login(home: Path | None = None, timeout: float = 5.0) -> str | None:
     """A fresh one-time login address for a browser, from the serve on this home (`heron
     web`); None when no serve answers."""
+    offered = login_offer(home, timeout)
+    return offered[0] if offered else None
+
+
+def login_offer(home: Path | None = None, timeout: float = 5.0) -> tuple[str, int] | None:
+    """The serve's fresh login address and the minutes it works for (the serve says: its
+    codes' life is the serve's to set); None when no serve answers."""
     answer = _ask_once({"type": "login"}, "login", home, timeout)
     url = answer.get("url") if answer else None
-    return url if isinstance(url, str) else None
+    if not isinstance(url, str) or answer is None:
+        return None
+    minutes = answer.get("minutes")
+    return url, minutes if isinstance(minutes, int) else 2
 
 
 def serve_jobs_changed(home: Path | None = None, timeout: float = 2.0) -> bool:

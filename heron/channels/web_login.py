@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from heron.channels.remote import serve_login
+from heron.channels.remote import login_offer
 from heron.config import Settings
 from heron.errors import ConfigError
-from heron.serve.auth import CODE_SECONDS
 
 # Said by `heron web --open` and `heron serve --open` when no browser could be opened.
 NO_BROWSER = "heron: found no browser to open here; open the address in yours."
@@ -25,15 +24,15 @@ def web_login(settings: Settings, open_browser: bool) -> None:
 
     ensure_person("logging a browser in to the web UI")
     home = settings.paths.home
-    url = serve_login(home)
-    if url is None:
+    offered = login_offer(home)
+    if offered is None:
         raise ConfigError(
             f"no heron serve runs on {home}",
             hint="Start one with `heron serve` (it prints a login address too; "
             "`heron serve --open` opens it in your browser).",
         )
+    url, minutes = offered
     typer.echo(url)
-    minutes = CODE_SECONDS // 60
     typer.echo(
         f"Open it once to log this browser in (it works once, for {minutes} minutes).", err=True
     )

@@ -8,7 +8,8 @@ as `{"type":"upload","upload_id","name","mime","data"}` (the bytes in base64, ch
 `[attachments]`), answered `{"type":"uploaded","upload_id"}` or an `error`, for the `send`
 after them to name in its `files`. `memory_waiting` and `memory_review` are a chat's
 `/memory review` (docs/serve.md, "The control socket"). `{"type":"login"}` is `heron web`:
-answered `{"type":"login","url"}`, a fresh one-time login address for a browser (reaching
+answered `{"type":"login","url","minutes"}`, a fresh one-time login address for a browser and
+the minutes it works for (reaching
 this socket is what lets a browser in: a sandboxed command cannot see HERON_HOME).
 `{"type":"jobs_changed"}` is `heron jobs` after it changed a job: the scheduler looks now.
 """
@@ -27,6 +28,7 @@ from typing import Any
 
 from heron.agent.commands import NO_MEMORY
 from heron.errors import HeronError
+from heron.serve.auth import CODE_SECONDS
 from heron.serve.hub import Event
 from heron.serve.runtime import Runtime
 from heron.serve.session import Session, error
@@ -92,7 +94,7 @@ def _extra(
 ) -> Callable[[dict[str, Any]], Awaitable[Event | None]]:
     async def answer(message: dict[str, Any]) -> Event | None:
         if message.get("type") == "login" and login is not None:
-            return {"type": "login", "url": login()}
+            return {"type": "login", "url": login(), "minutes": CODE_SECONDS // 60}
         if message.get("type") == "upload":
             return await _upload(runtime, message)
         if message.get("type") in ("memory_waiting", "memory_review"):
