@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 
 from heron.agent.engine import Engine
+from heron.agent.turn import TurnHooks
 from heron.config import Settings
 from heron.providers.local import find_smollm2
 from heron.providers.repetition import MARKER
@@ -22,14 +23,21 @@ pytestmark = [
 
 
 async def test_capital_of_france_and_hi_each_end_in_one_call(heron_home):
+    # `model_calls` counts every attempt sent; a transient failure the retry policy clears (the
+    # local server once refused the second turn's first attempt in four runs) is not what this
+    # test is about: one reply, no continuation, no re-ask.
+    retried: list[str] = []
+    hooks = TurnHooks(on_retry=lambda error, wait: retried.append(repr(error)))
     async with Engine.open(Settings.load(), ephemeral=True) as engine:
         assert engine.choice.embedded and engine.registry.specs() == []  # no tools offered
         cap = engine.choice.profile.max_output
-        france = await engine.turn("first-run", "What is the capital of France?")
-        hi = await engine.turn("first-run", "hi")
+        france = await engine.turn("first-run", "What is the capital of France?", hooks=hooks)
+        hi = await engine.turn("first-run", "hi", hooks=hooks)
+    assert len(retried) <= 1, retried
     assert "Paris" in france.text, france.text
-    assert france.run.model_calls == 1 and france.run.usage.output <= cap <= 512
-    assert hi.text.strip() and hi.run.model_calls == 1, hi.text
+    assert france.run.usage.output <= cap <= 512
+    assert france.run.model_calls + hi.run.model_calls == 2 + len(retried), retried
+    assert hi.text.strip(), hi.text
     assert hi.run.stop in ("done", "repetition", "length")
 
 
