@@ -29,14 +29,14 @@ import mimetypes
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from heron.config import AttachmentCaps
 from heron.errors import AttachmentError
-from heron.messages import File, JSONValue, Part, Text, size_label
+from heron.messages import File, JSONValue, Message, Part, Text, size_label
 
 # The first bytes of the types a model may take as they are; WebP is RIFF....WEBP.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -265,6 +265,36 @@ def unfenced(text: str) -> tuple[str, str] | None:
     that parts it from the text before it); None for any other text."""
     m = _FENCED.match(text)
     return (m.group(1), m.group(3)) if m else None
+
+
+def inline_files(message: Message, meta: Mapping[str, Any]) -> dict[int, File]:
+    """The text files the person attached that went into their message inline, by part index,
+    each as the file it was (its text as its bytes). The row's `meta` names them
+    (`INLINE_META`); a row stored before it did is read by the fenced block's shape, in a part
+    after the first (the person's own text is the first, and a row of theirs holds several
+    text parts only when `compose` made them). Shown as attachments by the web transcript and
+    `heron conversations show`."""
+    if message.role != "user":
+        return {}
+    parts, named = message.parts, meta.get(INLINE_META)
+    if isinstance(named, list):
+        wanted = {
+            f["part"]: f for f in named if isinstance(f, dict) and isinstance(f.get("part"), int)
+        }
+    else:
+        wanted = {n: {} for n in range(1, len(parts))}
+    out: dict[int, File] = {}
+    for n, about in wanted.items():
+        part = parts[n] if 0 <= n < len(parts) else None
+        found = unfenced(part.text) if isinstance(part, Text) else None
+        if found is None:
+            continue
+        name, body = found
+        data = body.encode()
+        size = about.get("size")  # the file's own (the newlines at its end are not inline)
+        media_type = media_type_of(name, data, "text/plain")
+        out[n] = File(media_type, data, name, size=size if isinstance(size, int) else -1)
+    return out
 
 
 def _clean_name(name: str) -> str:

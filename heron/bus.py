@@ -159,6 +159,18 @@ def started_afresh(stopped: str) -> bool:
     return stopped.startswith("/new")
 
 
+# Slash commands whose answer calls no model (heron/agent/commands.py; the offline model makes
+# no memory pass at /new): `heron run` answers them without loading the offline model or
+# printing its banner, a second or more of a /stop's wait on a busy machine.
+MODEL_FREE_COMMANDS = frozenset({"stop", "new", "status", "help", "resume", "tree", "memory"})
+
+
+def needs_model(text: str) -> bool:
+    """Whether a message may call the model: anything but a command of MODEL_FREE_COMMANDS."""
+    head = text.strip().partition(" ")[0]
+    return not (head.startswith("/") and head[1:] in MODEL_FREE_COMMANDS)
+
+
 @dataclass(frozen=True)
 class TurnEnd:
     """How a turn ended, for the channel that started it."""

@@ -84,7 +84,8 @@ class Paths:
         """Attachment bytes, content-addressed (heron/store/files.py)."""
         return self.home / "files"
 
-    def ensure(self) -> Paths:
+    def ensure(self, *, holds_db: bool = False) -> Paths:
+        """Make the home and its folders; `holds_db`: the caller opens heron.db in it next."""
         check_home(self.home)
         for folder in (self.home, self.workspace, self.memory):
             try:
@@ -98,17 +99,19 @@ class Paths:
                     f"cannot create {folder}: {e.strerror or e}",
                     hint="Point HERON_HOME at a folder you can write to, or fix its permissions.",
                 ) from e
-        make_private(self.home)
+        make_private(self.home, holds_db)
         return self
 
 
-def make_private(home: Path) -> None:
-    """A Heron home that other users can read (made before homes were private: 0755 under the
-    usual umask) is made its owner's only, 0700. Only a folder that is a Heron home (it holds
-    heron.db) and is this user's: a HERON_HOME pointed at a shared folder is left alone."""
+def make_private(home: Path, holds_db: bool = False) -> None:
+    """A Heron home that other users can read (made before homes were private, or by the
+    person before the first run: 0755 under the usual umask) is made its owner's only, 0700.
+    Only a folder that is a Heron home (it holds heron.db, or `holds_db`: the store is about to
+    make it) and is this user's: a HERON_HOME pointed at a shared folder is left alone."""
     try:
         st = home.stat()
-        if st.st_mode & 0o077 and st.st_uid == os.getuid() and (home / "heron.db").exists():
+        ours = holds_db or (home / "heron.db").exists()
+        if st.st_mode & 0o077 and st.st_uid == os.getuid() and ours:
             os.chmod(home, 0o700)
             log.warning("%s was readable by other users of this machine; now 0700", home)
     except OSError:  # a home Heron cannot stat or change: its own errors say so later
@@ -1100,7 +1103,9 @@ class Settings:
             tenant_url = self.tenant_url(self.config.store_url)
             tell_unused_sqlite(self.paths, "[store] url", tenant_url)
             return tenant_url
-        return self.paths.ensure().db
+        # Private before the file is made: a home the person made (0755) was readable by
+        # others through the whole first run, made 0700 only by the second.
+        return self.paths.ensure(holds_db=True).db
 
     def tenant_url(self, url: str) -> str:
         """The URL with the tenant's schema as its search path; a URL that names its own

@@ -369,3 +369,38 @@ async def test_heron_s_own_keys_leave_every_attached_text_file(
     assert key not in str(sent) and any(isinstance(p, File) and p.data == PNG for p in sent)
     kept = b"".join(p.read_bytes() for p in heron_home.rglob("*") if p.is_file())
     assert key.encode() not in kept
+
+
+async def test_conversations_show_prints_an_attached_text_file_under_its_message(tmp_path):
+    """`heron conversations show` printed a text file that went inline as a second, empty
+    `you:` line with the file after it (QA21v L4): it is said as attached to the message, its
+    block under that line, and a file kept as a file is named as before."""
+    from io import StringIO
+
+    from typer.testing import CliRunner
+
+    from heron.channels.script import run_once
+    from heron.cli import app
+
+    notes, png = tmp_path / "notes.txt", tmp_path / "p.png"
+    notes.write_text("hello file\n")
+    png.write_bytes(PNG)
+    files = tuple(attachments.from_path(p, CAPS) for p in (notes, png))
+    provider = ScriptedProvider(lambda request: Reply([Text("Read.")], "done"))
+    out, err = StringIO(), StringIO()
+    ran = await run_once(
+        Settings.load(), "read this", "default", "att", None, False, out, err, provider, files=files
+    )
+    assert ran, err.getvalue()
+    shown = await asyncio.to_thread(CliRunner().invoke, app, ["conversations", "show", "att"])
+    lines = shown.stdout.splitlines()
+    start = lines.index("you: read this")
+    assert lines[start + 1 : start + 7] == [
+        "you attached notes.txt (text/plain, 11 bytes):",
+        "```",
+        "hello file",
+        "```",
+        "you attached p.png (image/png, 56 bytes)",
+        "assistant: Read.",
+    ]
+    assert "you: " not in lines and "you:" not in lines

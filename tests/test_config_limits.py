@@ -5,6 +5,7 @@ still reads as the same setting. `[agent] timezone` is checked when the file loa
 from __future__ import annotations
 
 import asyncio
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,22 @@ def test_a_heron_home_is_its_owners_only(tmp_path):
     shared.chmod(0o755)
     Paths(shared).ensure()  # no heron.db: a folder the person pointed HERON_HOME at
     assert mode(shared) == 0o755
+
+
+async def test_a_home_made_beforehand_is_private_from_its_first_run(heron_home):
+    """A HERON_HOME the person made (0755, holding config.toml) stayed 0755 through the whole
+    first run with heron.db in it, and became 0700 only at the second (QA21r #16)."""
+    import stat
+
+    from heron.channels.script import run_once
+
+    heron_home.chmod(0o755)
+    (heron_home / "config.toml").write_text("[agent]\nmax_model_calls = 5\n")
+    provider = ScriptedProvider(lambda request: Reply([Text("hi")], "done", Usage(3, 1)))
+    out, err = StringIO(), StringIO()
+    assert await run_once(Settings.load(), "hi", "default", "k", None, False, out, err, provider)
+    assert (heron_home / "heron.db").exists()
+    assert stat.S_IMODE(heron_home.stat().st_mode) == 0o700
 
 
 def test_every_model_and_price_override_is_checked_when_the_file_loads(tmp_path):

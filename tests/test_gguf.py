@@ -212,7 +212,7 @@ async def test_a_model_whose_template_takes_no_tools_is_offered_none(heron_home,
         sent.append(request)
         return Reply([Text("Paris.")], "done")
 
-    async def scripted(choice, stack):  # the file's profile, without starting llama.cpp
+    async def scripted(choice, stack, start=True):  # the file's profile, no llama.cpp
         return ScriptedProvider(answer, model=choice.model)
 
     monkeypatch.setattr("heron.agent.engine.open_provider", scripted)

@@ -124,10 +124,12 @@ class Engine:
         provider: Provider | None = None,
         registry: ToolRegistry | None = None,
         one_shot: bool = False,
+        start_model: bool = True,
     ) -> AsyncIterator[Engine]:
         """Open everything a run needs; `provider` replaces the configured one (tests).
         `one_shot`: the process answers one message and ends (`heron run` in-process), so no
-        kernel outlives its turn, and a kernel's first cell says so."""
+        kernel outlives its turn, and a kernel's first cell says so. `start_model=False`: a
+        local model loads only when a request needs it (a command that calls no model)."""
         paths = settings.paths.ensure()
         async with AsyncExitStack() as stack:
             where = ":memory:" if ephemeral else settings.database
@@ -137,7 +139,7 @@ class Engine:
                 await store.call(close_dead_runs, store)
             if provider is None:
                 choice = settings.model(model)
-                provider = await open_provider(choice, stack)
+                provider = await open_provider(choice, stack, start=start_model)
             else:
                 choice = ModelChoice("scripted", provider.model)
             if registry is None:

@@ -6,11 +6,12 @@ import dataclasses
 import fnmatch
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from heron import timefmt
+from heron.attachments import inline_files
 from heron.channels.common import echo, table
 from heron.config import SERVER_DEFAULT_MODEL, Settings
 from heron.errors import HeronError, StoreError
@@ -112,14 +113,20 @@ def render_message(
     created: float = 0.0,
     *,
     whole: bool = False,
+    meta: Mapping[str, Any] | None = None,
 ) -> Iterator[str]:
     """A message as lines, each naming who wrote it as `who_wrote` does. With `asked`, a
     question of `ask_user` is shown as the question and the person's answer. `whole`: tool
-    calls and results too are not shortened."""
+    calls and results too are not shortened. A text file the person attached that went into
+    the message inline (its row's `meta` names it) is said as attached, its block under it."""
     short = (lambda text, limit: text) if whole else _short
     who = who_wrote(message, author)
-    for part in message.parts:
-        if isinstance(part, Text) and part.text.strip():
+    inline = inline_files(message, meta or {})
+    for n, part in enumerate(message.parts):
+        if n in inline and isinstance(part, Text):
+            yield f"{who} attached {file_label(inline[n])}:"
+            yield part.text.lstrip("\n").partition("\n")[2]  # the block the model read
+        elif isinstance(part, Text) and part.text.strip():
             yield f"{who}: {part.text}"
         elif isinstance(part, Thinking) and part.text:
             yield f"  (thinking) {_short(part.text)}"
@@ -281,7 +288,9 @@ def message_lines(store: Store, conv: Conversation, message_id: int, zone: str) 
             )
         yield f"Conversation {conv.key} · message {message_id}, on another branch (/retry, "
         yield "/edit or /tree left it):"
-        yield from render_message(row.message, row.author, None, row.created, whole=True)
+        yield from render_message(
+            row.message, row.author, None, row.created, whole=True, meta=row.meta
+        )
         return
     shown = record.rows[max(0, place - AROUND) : place + AROUND + 1]
     yield f"Conversation {conv.key} · message {message_id} whole, with its neighbours:"
@@ -292,7 +301,9 @@ def message_lines(store: Store, conv: Conversation, message_id: int, zone: str) 
         yield from _header_once(row, record, seen)
         mark = " (the one asked for)" if asked_for else ""
         yield f"── message {row.id} · {timefmt.when(row.created, zone)}{mark}"
-        yield from render_message(row.message, row.author, asked, row.created, whole=asked_for)
+        yield from render_message(
+            row.message, row.author, asked, row.created, whole=asked_for, meta=row.meta
+        )
 
 
 def known(store: Store, key: str) -> Conversation:
@@ -413,7 +424,9 @@ def _compaction_views(
 
 def _lines(stored: StoredMessage, record: Record, seen: set[int], asked: Asked) -> Iterator[str]:
     yield from _header_once(stored, record, seen)
-    yield from render_message(stored.message, stored.author, asked, stored.created)
+    yield from render_message(
+        stored.message, stored.author, asked, stored.created, meta=stored.meta
+    )
 
 
 def _header_once(stored: StoredMessage, record: Record, seen: set[int]) -> Iterator[str]:

@@ -111,7 +111,7 @@ def runs_show(run_id: RunArg) -> None:
         else:
             echo(f"transcript ({conv.key}):")
             for row in store.branch(conv.id):
-                for line in render_message(row.message, row.author):
+                for line in render_message(row.message, row.author, meta=row.meta):
                     echo(f"  {line}")
     if run.result:
         label = "result (partial)" if run.partial else "result"

@@ -39,6 +39,7 @@ from heron.bus import (
     OutboundMessage,
     TurnEnd,
     TurnEvent,
+    needs_model,
 )
 from heron.channels.early import _EARLY, SIGNALS, signalled_again
 from heron.channels.visible import command_shown, is_terminal, visible
@@ -546,7 +547,7 @@ async def run_remote(
     opened = connect_remote(path, CHANNEL, printer.deliver, key, agent, own_only=True)
     with _cuts(printer):
         async with opened as conn:
-            if conn.embedded:
+            if conn.embedded and needs_model(text):  # not for a /stop: no model answers it
                 printer.note(EMBEDDED_BANNER)
 
             async def stop(by: str) -> None:  # the serve names it "/stop from heron run"
@@ -597,11 +598,20 @@ async def run_once(
     key = key or new_key("run")
     printer = ReplyPrinter(out, err, as_json, key, stream=stream)
     # One message and the process ends: no kernel outlives the turn (through `heron serve`,
-    # it is kept for the conversation's later turns).
-    one = Engine.open(settings, model=model, ephemeral=ephemeral, provider=provider, one_shot=True)
+    # it is kept for the conversation's later turns). A command no model answers (/stop,
+    # /new) neither loads the offline model (seconds, then its stop) nor names it.
+    model_needed = needs_model(text)
+    one = Engine.open(
+        settings,
+        model=model,
+        ephemeral=ephemeral,
+        provider=provider,
+        one_shot=True,
+        start_model=model_needed,
+    )
     with _cuts(printer):
         async with one as engine:
-            if engine.choice.embedded:
+            if engine.choice.embedded and model_needed:
                 printer.note(EMBEDDED_BANNER)
             notice = start_notice(engine.registry, engine.sandbox)
             if notice:

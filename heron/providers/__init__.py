@@ -20,9 +20,11 @@ async def warm(provider: Provider) -> None:
         await load()
 
 
-async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
+async def open_provider(
+    choice: ModelChoice, stack: AsyncExitStack, *, start: bool = True
+) -> Provider:
     """Build the adapter for `choice`; anything it starts (a local model server) is closed with
-    `stack`."""
+    `stack`. `start=False`: a local model loads at its first request rather than at once."""
     provider: Provider
     if choice.provider == "anthropic":
         from heron.providers.anthropic import AnthropicProvider
@@ -46,7 +48,7 @@ async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
             url_source=choice.url_source,
         )
     elif choice.provider == "local":
-        provider = _local(choice, stack)
+        provider = _local(choice, start)
     else:
         raise ValueError(f"cannot open provider {choice.provider!r} from a ModelChoice")
     stack.push_async_callback(provider.aclose)
@@ -57,13 +59,15 @@ async def open_provider(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
     return provider
 
 
-def _local(choice: ModelChoice, stack: AsyncExitStack) -> Provider:
-    """The model loads in the background from here on; the first request waits for it."""
+def _local(choice: ModelChoice, start: bool) -> Provider:
+    """The model loads in the background from here on (`start`), or from the first request
+    on; that request waits for it."""
     from heron.providers.local import LocalProvider, LocalServer
 
     assert choice.model_path is not None
     profile = choice.profile
     server = LocalServer(choice.model_path, ctx_size=profile.context_window, profile=profile)
     provider = LocalProvider(server, choice.model, profile)
-    provider.open()  # aclose (pushed by the caller) stops the server
+    if start:
+        provider.open()  # aclose (pushed by the caller) stops the server
     return provider

@@ -29,7 +29,7 @@ from typing import Any
 from heron.agent.control import mail_channel, unlabelled
 from heron.agent.relay import said_by
 from heron.agent.turn import FAILED, REPLY_STOPPED, STOPPED
-from heron.attachments import INLINE_META, media_type_of, unfenced
+from heron.attachments import inline_files
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
 
@@ -325,7 +325,7 @@ def _stopped_reply(row: StoredMessage) -> str | None:
 
 
 def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:
-    inline = inline_files(row)
+    inline = inline_files(row.message, row.meta)
     parts = row.message.parts
     text = "".join(p.text for n, p in enumerate(parts) if isinstance(p, Text) and n not in inline)
     said = unlabelled(text)  # mail, labelled as heron/agent/control.py labels it
@@ -349,35 +349,6 @@ def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str)
                 Attachment(file.name or "file", file.media_type, file.size, url, True)
             )
     return item
-
-
-def inline_files(row: StoredMessage) -> dict[int, File]:
-    """The text files the person attached that went into their message inline, by part index,
-    each as the file it was (its text as its bytes). The row's meta names them
-    (attachments.INLINE_META); a row stored before it did is read by the fenced block's shape,
-    in a part after the first (the person's own text is the first, and a row of theirs holds
-    several text parts only when `compose` made them)."""
-    if row.role != "user":
-        return {}
-    parts, named = row.message.parts, row.meta.get(INLINE_META)
-    if isinstance(named, list):
-        wanted = {
-            f["part"]: f for f in named if isinstance(f, dict) and isinstance(f.get("part"), int)
-        }
-    else:
-        wanted = {n: {} for n in range(1, len(parts))}
-    out: dict[int, File] = {}
-    for n, about in wanted.items():
-        part = parts[n] if 0 <= n < len(parts) else None
-        found = unfenced(part.text) if isinstance(part, Text) else None
-        if found is None:
-            continue
-        name, body = found
-        data = body.encode()
-        size = about.get("size")  # the file's own (the newlines at its end are not inline)
-        media_type = media_type_of(name, data, "text/plain")
-        out[n] = File(media_type, data, name, size=size if isinstance(size, int) else -1)
-    return out
 
 
 def _segment(item: Item, reading: _Reading, row: StoredMessage, part: Any) -> None:
@@ -426,7 +397,7 @@ def file_part(store: Store, key: str, message_id: int, index: int) -> File | Non
         return None
     part = row.message.parts[index]
     if isinstance(part, Text):  # a text file the model got inline
-        return inline_files(row).get(index)
+        return inline_files(row.message, row.meta).get(index)
     if not isinstance(part, File):
         return None
     loaded = store.files.load(part)  # the row names the bytes; the store's folder has them
