@@ -161,6 +161,7 @@ def test_search_json_is_one_array_of_hits(home):
         "snippet",
         "score",
         "on_branch",
+        "times",
     }
     mine = next(h for h in hits if h["message_id"] == home["first"])
     assert (mine["key"], mine["role"], mine["who"]) == ("trip", "user", "you")

@@ -322,6 +322,7 @@ def _hit_json(hit: Hit) -> dict[str, Any]:
         "snippet": " ".join(hit.snippet.split()),
         "score": float(hit.score),
         "on_branch": not hit.elsewhere,
+        "times": hit.times,
     }
 
 

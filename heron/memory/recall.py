@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -147,6 +148,17 @@ def query_cue(query: str) -> Cue | None:
     return Cue(asks, months, years, names) if asks or months or years or names else None
 
 
+def asks(text: str) -> bool:
+    """Whether a message asks something (holds a "?"), as auto-recall's `Gate.answers` reads it."""
+    return "?" in text
+
+
+def same_text(text: str) -> str:
+    """What two messages that say the same thing have alike: their words, lowercased, without
+    the spacing and punctuation between them ("" for a text of no word)."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
 def wants_recall(text: str) -> bool:
     """Whether a user's message is searched for at all (not empty, not a slash command)."""
     return bool(text.strip()) and not text.lstrip().startswith("/")
@@ -169,6 +181,9 @@ class Hit:
     elsewhere: bool = False
     # What the person said later in the same conversation taking this back (`corrections`).
     later: Hit | None = None
+    # Messages of the search's ranking that say the same text (`same_text`), this one the
+    # newest of them: a question asked again and again is one hit, not the whole page.
+    times: int = 1
 
     @property
     def typed(self) -> bool:
@@ -194,6 +209,8 @@ class Hit:
         text = " ".join(self.snippet.split())
         said = who or self.speaker
         where = " · on another branch" if self.elsewhere else ""
+        if self.times > 1:
+            where += f" · {'asked' if asks(self.snippet) else 'said'} {self.times} times"
         return (
             f"[{self.conversation_key} · {when} · message {self.message_id} · {said}{where}] {text}"
         )
@@ -717,20 +734,6 @@ class Recall:
         done[conversation_id] = upto if stopped is None else stopped
         return count
 
-    def lexical(
-        self,
-        query: str,
-        limit: int = 10,
-        conversation_id: int | None = None,
-        budget: int = MATCH_BUDGET,
-        depth: int | None = None,
-    ) -> list[tuple[int, float]]:
-        """BM25 with each hit lending part of its score to the messages just before and after
-        it: the answer to a question often sits next to the words the question uses. The
-        first `depth` of the BM25 ranking lend (by default five times `limit`, at least 100)."""
-        found = self.bm25(query, depth or max(limit * 5, 100), conversation_id, budget=budget)
-        return self.spread(found)[:limit]
-
     def spread(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
         if not ranked:
             return []
@@ -744,13 +747,36 @@ class Recall:
         budget: int = MATCH_BUDGET,
     ) -> list[tuple[int, float]]:
         """Message ids best first: BM25 alone (its words chosen within `budget`, see
-        `selective_terms`), or blended with the semantic ranking."""
-        depth = max(limit * 5, 100)
+        `selective_terms`), or blended with the semantic ranking. Messages that say the same
+        text are one (`distinct`), and a message that asks follows one that tells the words it
+        holds (`told_first`)."""
+        return self.ranking(query, limit, conversation_id, budget)[0]
+
+    def ranking(
+        self,
+        query: str,
+        limit: int = 10,
+        conversation_id: int | None = None,
+        budget: int = MATCH_BUDGET,
+    ) -> tuple[list[tuple[int, float]], dict[int, int]]:
+        """`ranked`, and for each message that stands for others of the same text, how many
+        they are (itself included)."""
         cue = query_cue(query)
         head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
+        with self.one_look():  # the texts `distinct`, `told_first` and the lifts read, once
+            found = self._scored(query, conversation_id, budget, max(limit * 5, 100))
+            kept, times = self.distinct(found, head)
+            kept = self.told_first(query, kept)
+            return self._lifted(cue, kept, limit), times
+
+    def _scored(
+        self, query: str, conversation_id: int | None, budget: int, depth: int
+    ) -> list[tuple[int, float]]:
+        """Every candidate of the ranking, best first, before its cue's lifts: the first
+        `depth` of BM25 lending to their neighbours, or that blended with the semantic
+        ranking's first `depth`."""
         if self.embedder is None:
-            found = self.lexical(query, head, conversation_id, budget, depth)
-            return self._lifted(cue, found, limit)
+            return self.spread(self.bm25(query, depth, conversation_id, budget=budget))
 
         # The model encodes the query on one core while SQLite ranks its words on the other
         # (both let go of the GIL): the encoding's 12-25 ms overlap the word ranking's 5-15.
@@ -770,7 +796,62 @@ class Recall:
         session = self._vectors.sessions(pool)
         if session is None:
             session = self.sessions(pool)
-        return self._lifted(cue, blend(lexical, similar.of(pool), near, session)[:head], limit)
+        return blend(lexical, similar.of(pool), near, session)
+
+    def distinct(
+        self, ranked: list[tuple[int, float]], want: int
+    ) -> tuple[list[tuple[int, float]], dict[int, int]]:
+        """The first `want` (or a few more) of `ranked` with the messages that say the same
+        text (`same_text`) as one: the newest of them, in the place and with the score of the
+        best, and how many they are. A question asked again and again otherwise fills every
+        place, and the message that answers it finds none. Texts are read only as far down
+        the ranking as `want` different ones go."""
+        out: list[tuple[int, float]] = []
+        place: dict[str, int] = {}  # a text -> its place in `out`
+        times: dict[int, int] = {}
+        at = 0
+        while len(out) < want and at < len(ranked):
+            chunk = ranked[at : at + max(want - len(out), DISTINCT_READ)]
+            at += len(chunk)
+            bodies = self.bodies([i for i, _ in chunk])
+            for i, score in chunk:
+                text = same_text(bodies.get(i, ""))
+                if not text or text not in place:  # a message of no word stands alone
+                    if text:
+                        place[text] = len(out)
+                    out.append((i, score))
+                    continue
+                first, best = out[place[text]]
+                newest = max(first, i)  # ids grow with time
+                out[place[text]] = (newest, best)
+                times[newest] = times.pop(first, 1) + 1
+        return out, times
+
+    def told_first(self, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """`ranked` with each message that asks (`asks`) and holds every word of the query
+        placed just below the best message that tells them all too, where that one ranks
+        lower: a question is short, so BM25 puts it ahead of the statement that answers it
+        with the same words ("What was the kitchen budget?" over "The kitchen budget is
+        48,250 euros"), but the statement is what a search for the words is after. Only for
+        every word: a question that holds a word the statement lacks may be the better match
+        (on the tuning set, ordering by the words each holds lost evidence; docs/memory.md)."""
+        words = set(search_terms(query))
+        bodies = self.bodies([i for i, _ in ranked])
+        ids = [i for i, _ in ranked if i in bodies]
+        if not words or not any(asks(bodies[i]) for i in ids):
+            return ranked
+        held = held_by([bodies[i] for i in ids], list(words))
+        whole = {i for i, h in zip(ids, held, strict=True) if h >= words}
+        told = [s for i, s in ranked if i in whole and not asks(bodies[i])]
+        if not told:
+            return ranked
+        out = []
+        for i, score in ranked:
+            lower = [s for s in told if s <= score]
+            if i in whole and asks(bodies[i]) and lower:
+                score = math.nextafter(max(lower), -math.inf)
+            out.append((i, score))
+        return sorted(out, key=lambda kv: (-kv[1], kv[0]))
 
     def _lifted(
         self, cue: Cue | None, ranked: list[tuple[int, float]], limit: int
@@ -847,7 +928,7 @@ class Recall:
         skip = set(exclude)
         want = limit + len(skip)
         for _ in range(2):  # once more, longer, when what was left out leaves too few
-            ranked = self.ranked(query, want, conversation_id)
+            ranked, times = self.ranking(query, want, conversation_id)
             ranked = first_verbatim(ranked, self.verbatim(query, conversation_id, limit))
             ranked = [(i, s) for i, s in ranked if i not in skip]
             if not standing:
@@ -857,8 +938,8 @@ class Recall:
                 break
             want += len(away)
         if not standing:
-            return self.marked(self._hits(ranked[:limit], query))
-        hits = self._hits([(i, s) for i, s in ranked if i not in away][:limit], query)
+            return self.marked(self._hits(ranked[:limit], query, times))
+        hits = self._hits([(i, s) for i, s in ranked if i not in away][:limit], query, times)
         return self.corrections(hits, query)
 
     def marked(self, hits: list[Hit]) -> list[Hit]:
@@ -1024,13 +1105,27 @@ class Recall:
             known.update((i, found.get(i)) for i in missing)
         return {i: body for i in ids if (body := known[i]) is not None}
 
-    def _hits(self, ranked: list[tuple[int, float]], query: str) -> list[Hit]:
+    def _hits(
+        self, ranked: list[tuple[int, float]], query: str, times: dict[int, int] | None = None
+    ) -> list[Hit]:
         if not ranked:
             return []
         by_id = {r[0]: r for r in records.hit_rows(self.store, [i for i, _ in ranked])}
         words = terms(query)
+        copies = times or {}
         return [
-            Hit(i, r[1], r[2], r[3], r[4], snippet(r[5], words), score, r[6], self.zone)
+            Hit(
+                i,
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                snippet(r[5], words),
+                score,
+                r[6],
+                self.zone,
+                times=copies.get(i, 1),
+            )
             for i, score in ranked
             if (r := by_id.get(i)) is not None and self._said_by_the_person(i, r[5])
         ]
@@ -1051,6 +1146,8 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+# Messages whose text `Recall.distinct` reads at once, at least.
+DISTINCT_READ = 10
 # Messages read to find how a respelled word is written (`Recall._written`).
 WRITTEN_LOOK = 5
 # Messages of the person after a hit read to find the next one on the current branch (those of
