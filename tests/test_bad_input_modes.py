@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow  # the real CLI and a real serve in subprocesses
 def _homes(tmp_path: Path) -> dict[str, Path]:
     homes = {"inprocess": tmp_path / "alone", "serve": tmp_path / "served"}
     for home in homes.values():
-        home.mkdir()
+        home.mkdir(mode=0o700)  # as Heron makes a home: a readable one is made so, and said
     return homes
 
 
