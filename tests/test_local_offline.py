@@ -24,7 +24,7 @@ pytestmark = [
 
 async def test_capital_of_france_and_hi_each_end_in_one_call(heron_home):
     # `model_calls` counts every attempt sent; a transient failure the retry policy clears (the
-    # local server once refused the second turn's first attempt in four runs) is not what this
+    # local server refused the second turn's first attempt in three of seven runs) is not what this
     # test is about: one reply, no continuation, no re-ask.
     retried: list[str] = []
     hooks = TurnHooks(on_retry=lambda error, wait: retried.append(repr(error)))
