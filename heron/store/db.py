@@ -1186,10 +1186,6 @@ def _messages(rows: list[sqlite3.Row]) -> list[StoredMessage]:
 def _message(r: sqlite3.Row) -> StoredMessage:
     sent_raw = r["sent_parts"]
     sent = _StoredParts(r["role"], sent_raw, r["id"]) if sent_raw else None
-    try:
-        meta = json.loads(r["meta"]) if r["meta"] else {}
-    except ValueError:
-        meta = {}
     return StoredMessage(
         r["id"],
         r["conversation_id"],
@@ -1199,9 +1195,19 @@ def _message(r: sqlite3.Row) -> StoredMessage:
         _StoredParts(r["role"], r["parts"], r["id"]),
         sent,
         stored_time(r["created"]),
-        meta,
+        _message_meta(r["meta"]),
         r["author"],
     )
+
+
+def _message_meta(raw: str | None) -> dict[str, Any]:
+    """A message's meta; a damaged one (not JSON, or JSON that is not an object) is read as
+    none, so the message still shows: every reader calls `.get` on it."""
+    try:
+        meta = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def turn_from_row(r: sqlite3.Row) -> Turn:
