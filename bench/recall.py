@@ -414,10 +414,12 @@ class _Memo:
                 self._shares[key] = self._real_shares(recall, text, cid, others=others)
             return self._shares[key]
 
-        def ranked(text: str, limit: int = 10, cid: int | None = None, *budget: int) -> Any:
+        def ranked(
+            text: str, limit: int = 10, cid: int | None = None, *budget: int, by_day: bool = True
+        ) -> Any:
             assert limit <= deepest <= 20
             if (text, cid) not in self._ranked:
-                self._ranked[(text, cid)] = real_ranked(text, deepest, cid, *budget)
+                self._ranked[(text, cid)] = real_ranked(text, deepest, cid, *budget, by_day=by_day)
             return self._ranked[(text, cid)][:limit]
 
         auto.shares = shares  # type: ignore[assignment]

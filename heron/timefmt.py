@@ -32,3 +32,13 @@ def when(ts: float, zone: str, fmt: str = MINUTE, *, named: bool = False) -> str
 def local_date(ts: float, zone: str) -> dt.date:
     """The person's calendar date of `ts`: what a month or a year named in a question means."""
     return dt.datetime.fromtimestamp(ts, ZoneInfo(zone)).date()
+
+
+def day_bounds(day: dt.date, zone: str) -> tuple[float, float]:
+    """The instants (epoch seconds) the person's `day` begins and the next one begins, in
+    `zone`: a day named in a question is that span, 23 or 25 hours long when the clocks
+    change."""
+    tz = ZoneInfo(zone)
+    start = dt.datetime.combine(day, dt.time(), tz)
+    end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tz)
+    return start.timestamp(), end.timestamp()

@@ -142,7 +142,8 @@ async def test_recall_history_opens_a_message_by_its_id():
         opened = recall_history.fn(ctx, message_id=row.id)
         with pytest.raises(ToolError) as missing:
             recall_history.fn(ctx, message_id=row.id + 1000)
-    assert text in opened and opened.startswith(f"[message {row.id} · user]")
+    assert text in opened and opened.startswith("[k · ")
+    assert opened.splitlines()[0].endswith(f" · message {row.id} · user]")
     assert "the ids are those in [#N] pointers" in str(missing.value)
 
 

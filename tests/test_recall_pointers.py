@@ -52,7 +52,7 @@ async def test_pointed_at_messages_open_whole_and_their_exact_words_rank_them_fi
         for row_id in pointed:
             whole = by_id[row_id]
             opened = recall_history.fn(ctx, message_id=row_id)
-            assert opened.startswith(f"[message {row_id} · user]") and whole in opened
+            assert f"· message {row_id} · user]" in opened.splitlines()[0] and whole in opened
             found = recall_history.fn(ctx, query=whole, limit=5).splitlines()
             assert f"· message {row_id} · user]" in found[0], (row_id, found[:2])
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import date
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -286,7 +287,8 @@ def print_recall(
             for line in hit.lines(hit.who):
                 echo(line)
         if not hits:
-            echo(nothing_found(query, exact, searched.embedder is not None))
+            days = [] if exact else searched.days_named(query)
+            echo(nothing_found(query, exact, searched.embedder is not None, days))
         else:  # the first hit's message, in its conversation: the command is ready to copy
             first = hits[0]
             echo(
@@ -297,10 +299,14 @@ def print_recall(
         _behind_notice(store, searched.embedder)
 
 
-def nothing_found(query: str, exact: bool, meanings: bool) -> str:
+def nothing_found(query: str, exact: bool, meanings: bool, days: Sequence[date] = ()) -> str:
     """What an empty search says, with what to try next: the search matches words as written
     (a word typed far from any the history holds finds nothing), by meaning only with the
-    embeddings extra."""
+    embeddings extra. A query that names days found nothing written then: it says which days
+    it read, and meanings would not help."""
+    if days:
+        named = ", ".join(f"{d:%a %Y-%m-%d}" for d in days)
+        return f"Nothing found on {named} (the day the query names), nor for its other words."
     tips = []
     if len(query.split()) > 2 or exact:
         tips.append("fewer or other words" + (" (without --exact)" if exact else ""))

@@ -310,9 +310,9 @@ def _in_fused_order(
     if not allowed or limit <= 0:
         return []
     if conversation_id is None:  # every conversation: as bounded as the others' shares
-        ranked = recall.ranked(text, gate.depth, None, OTHERS_BUDGET)
+        ranked = recall.ranked(text, gate.depth, None, OTHERS_BUDGET, by_day=False)
     else:
-        ranked = recall.ranked(text, gate.depth, conversation_id)
+        ranked = recall.ranked(text, gate.depth, conversation_id, by_day=False)
     picked: list[tuple[int, float]] = []
     bar = 0.0
     for i, s in ranked:

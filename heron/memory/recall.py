@@ -22,16 +22,19 @@ import functools
 import itertools
 import math
 import re
+import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Protocol
 
 from heron import timefmt
 from heron.memory import codes, numbers, records, spelling
+from heron.memory.days import NamedDays, named_days
 from heron.memory.guard import overlaps
 from heron.memory.stopwords import STOPWORDS
 from heron.messages import ToolCall, ToolResult
@@ -195,7 +198,7 @@ class Hit:
         """Who said it, as the model is told: its role, or "heron" for a row Heron wrote (a
         reminder's prompt, what a monitor told the person), whatever its role: never the
         person's words ("user") nor the model's own answer."""
-        return "heron" if self.author == "heron" else self.role
+        return spoken_by(self.role, self.author)
 
     @property
     def who(self) -> str:
@@ -205,21 +208,30 @@ class Hit:
     def line(self, who: str | None = None) -> str:
         """`[key · date · message id · who] snippet`; `who` is `speaker` unless given (the
         model reads these lines: recall_history, auto-recall)."""
-        when = timefmt.when(self.created, self.zone)
         text = " ".join(self.snippet.split())
         said = who or self.speaker
         where = " · on another branch" if self.elsewhere else ""
         if self.times > 1:
             where += f" · {'asked' if asks(self.snippet) else 'said'} {self.times} times"
-        return (
-            f"[{self.conversation_key} · {when} · message {self.message_id} · {said}{where}] {text}"
-        )
+        key, zone = self.conversation_key, self.zone
+        return f"{heading(key, self.created, zone, self.message_id, said + where)} {text}"
 
     def lines(self, who: str | None = None) -> list[str]:
         """`line`, and under it the correction the person made later, if any."""
         if self.later is None:
             return [self.line(who)]
         return [self.line(who), LATER + self.later.line(who)]
+
+
+def spoken_by(role: str, author: str | None) -> str:
+    """Who said a row, as the model is told (`Hit.speaker`)."""
+    return "heron" if author == "heron" else role
+
+
+def heading(key: str, created: float, zone: str, message_id: int, who: str) -> str:
+    """`[key · date · message id · who]`: where and when a message was said, as a hit and a
+    message opened by its id (recall_history) both begin."""
+    return f"[{key} · {timefmt.when(created, zone)} · message {message_id} · {who}]"
 
 
 # What introduces, under a hit, the person's later words that take it back.
@@ -438,13 +450,19 @@ _LOOK: ContextVar[dict[int, _Look] | None] = ContextVar("heron_recall_look", def
 
 class Recall:
     def __init__(
-        self, store: Store, embedder: Embedder | None = None, zone: str | None = None
+        self,
+        store: Store,
+        embedder: Embedder | None = None,
+        zone: str | None = None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.embedder = embedder
-        # The agent's zone (`Settings.timezone`): the dates of hits and of a query's months
-        # and years are read in it; None: the system's, as `[agent] timezone` unset gives.
+        # The agent's zone (`Settings.timezone`): the dates of hits and of a query's days,
+        # months and years are read in it; None: the system's, as `[agent] timezone` unset
+        # gives.
         self.zone = zone or user_timezone(None)
+        self.now = now  # what "yesterday" and "last Tuesday" are read from
         self._vectors: Any = None  # vectors.VectorIndex, made on the first semantic search
         # Message id up to which every message has a vector, per conversation (None: all);
         # looking for missing vectors among 100,000 messages on every search costs 170 ms.
@@ -745,12 +763,23 @@ class Recall:
         limit: int = 10,
         conversation_id: int | None = None,
         budget: int = MATCH_BUDGET,
+        *,
+        by_day: bool = True,
     ) -> list[tuple[int, float]]:
         """Message ids best first: BM25 alone (its words chosen within `budget`, see
         `selective_terms`), or blended with the semantic ranking. Messages that say the same
         text are one (`distinct`), and a message that asks follows one that tells the words it
-        holds (`told_first`)."""
-        return self.ranking(query, limit, conversation_id, budget)[0]
+        holds (`told_first`). `by_day`: a day the query names selects the messages written
+        that day (`day_ranking`); auto-recall reads no day (docs/memory.md says why)."""
+        return self.ranking(query, limit, conversation_id, budget, by_day=by_day)[0]
+
+    def today(self) -> date:
+        """The person's date now, in the agent's zone."""
+        return timefmt.local_date(self.now(), self.zone)
+
+    def days_named(self, query: str) -> list[date]:
+        """The days `query` names, oldest first (`days.named_days`)."""
+        return sorted(named_days(query, self.today()).days)
 
     def ranking(
         self,
@@ -758,9 +787,15 @@ class Recall:
         limit: int = 10,
         conversation_id: int | None = None,
         budget: int = MATCH_BUDGET,
+        *,
+        by_day: bool = True,
     ) -> tuple[list[tuple[int, float]], dict[int, int]]:
         """`ranked`, and for each message that stands for others of the same text, how many
         they are (itself included)."""
+        if by_day:
+            named = named_days(query, self.today())
+            if named.days:
+                return self.day_ranking(named, limit, conversation_id, budget)
         cue = query_cue(query)
         head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
         with self.one_look():  # the texts `distinct`, `told_first` and the lifts read, once
@@ -768,6 +803,38 @@ class Recall:
             kept, times = self.distinct(found, head)
             kept = self.told_first(query, kept)
             return self._lifted(cue, kept, limit), times
+
+    def day_ranking(
+        self, named: NamedDays, limit: int, conversation_id: int | None, budget: int
+    ) -> tuple[list[tuple[int, float]], dict[int, int]]:
+        """`ranking` for a query that names days: the messages written on them that hold its
+        other words first, by their BM25 scores, then the ranking of those words over every
+        day (what the person may misremember the day of). A query with no other word than
+        the day's and words that ask for what was said ("what did I say last Tuesday") lists
+        the person's own messages of those days, oldest first."""
+        spans = [timefmt.day_bounds(d, self.zone) for d in sorted(named.days)]
+        if not [w for w in terms(named.rest) if w not in ABOUT_WHAT_WAS_SAID]:
+            ids = records.typed_within(self.store, spans, conversation_id, limit)
+            return [(i, float(len(ids) - k)) for k, i in enumerate(ids)], {}
+        with self.one_look():
+            expr = expression(self.selective_terms(named.rest, budget))
+            depth = max(limit * 5, 100)
+            found = (
+                []
+                if expr is None
+                else records.bm25_ranked(self.store, expr, depth, conversation_id, within=spans)
+            )
+            that_day, times = self.distinct(found, limit)
+            that_day = self.told_first(named.rest, that_day)
+            if len(that_day) >= limit:
+                return that_day[:limit], times
+            others, more = self.ranking(named.rest, limit, conversation_id, budget, by_day=False)
+        # the day's messages above every other, in their own order
+        above = max((s for _, s in others), default=0.0)
+        first = [(i, s - that_day[-1][1] + above + 1.0) for i, s in that_day]
+        shown = {i for i, _ in first}
+        rest = [(i, s) for i, s in others if i not in shown]
+        return [*first, *rest][:limit], {**more, **times}
 
     def _scored(
         self, query: str, conversation_id: int | None, budget: int, depth: int
@@ -1146,6 +1213,36 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+# Words that ask for what was said rather than name what it was about: "what did I say last
+# Tuesday" asks for that day's messages, whatever they were about (`Recall.day_ranking`).
+ABOUT_WHAT_WAS_SAID = frozenset(
+    [
+        "say",
+        "said",
+        "says",
+        "tell",
+        "told",
+        "write",
+        "wrote",
+        "written",
+        "talk",
+        "talked",
+        "mention",
+        "mentioned",
+        "ask",
+        "asked",
+        "discuss",
+        "discussed",
+        "chat",
+        "chatted",
+        "message",
+        "messages",
+        "happen",
+        "happened",
+        "type",
+        "typed",
+    ]
+)
 # Messages whose text `Recall.distinct` reads at once, at least.
 DISTINCT_READ = 10
 # Messages read to find how a respelled word is written (`Recall._written`).

@@ -139,13 +139,15 @@ def bm25_ranked(
     conversation_id: int | None = None,
     outside: int | None = None,
     newest: int | None = None,
+    within: Sequence[tuple[float, float]] = (),
 ) -> list[tuple[int, float]]:
     """(message id, -bm25) best first for an FTS5 expression: within one conversation, or
     with `outside`, in every conversation but that one; with `newest`, among the newest
-    `newest` matches of the whole index only (the others are never scored). On PostgreSQL
-    the score is ts_rank's."""
+    `newest` matches of the whole index only (the others are never scored); with `within`,
+    only messages written in one of those spans (start included, end not: the days a query
+    names). On PostgreSQL the score is ts_rank's."""
     if pg_of(store.conn) is not None:
-        return _ranked_pg(store, expression, limit, conversation_id, outside, newest)
+        return _ranked_pg(store, expression, limit, conversation_id, outside, newest, within)
     sql = "SELECT rowid, -bm25(messages_fts) AS s FROM messages_fts WHERE messages_fts MATCH ?"
     params: list[object] = [expression]
     if newest is not None:
@@ -162,6 +164,10 @@ def bm25_ranked(
     if outside is not None:
         sql += f" AND NOT {_IN_CONVERSATION}"
         params.append(outside)
+    if within:  # `created` has no index: one pass over the messages, only when a day is named
+        spans, values = _spans(within)
+        sql += f" AND +rowid IN (SELECT id FROM messages WHERE {spans})"
+        params += values
     # The same order as FTS5's "ORDER BY rank" (ties by rowid), a third faster at 100,000
     # messages: rank sorts every match, where SQLite keeps only the best `limit` as it goes.
     sql += " ORDER BY s DESC, rowid LIMIT ?"
@@ -176,6 +182,7 @@ def _ranked_pg(
     conversation_id: int | None,
     outside: int | None,
     newest: int | None,
+    within: Sequence[tuple[float, float]],
 ) -> list[tuple[int, float]]:
     query, param = _tsquery(expression)
     sql = f"SELECT id, ts_rank(body_tsv, q) AS s FROM messages, {query} q WHERE body_tsv @@ q"
@@ -194,9 +201,36 @@ def _ranked_pg(
     if outside is not None:
         sql += " AND conversation_id != ?"
         params.append(outside)
+    if within:
+        spans, values = _spans(within)
+        sql += f" AND ({spans})"
+        params += values
     params.append(limit)
     rows = store.query(sql + " ORDER BY s DESC, id LIMIT ?", params)
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _spans(within: Sequence[tuple[float, float]]) -> tuple[str, list[object]]:
+    """A filter on `created` for messages written in any of the spans, and its values."""
+    sql = " OR ".join(["(created >= ? AND created < ?)"] * len(within))
+    return sql, [t for span in within for t in span]
+
+
+def typed_within(
+    store: Store, within: Sequence[tuple[float, float]], conversation_id: int | None, limit: int
+) -> list[int]:
+    """The first `limit` messages the person wrote (as `typed_after` reads it) in any of the
+    spans, in one conversation or all, oldest first."""
+    spans, params = _spans(within)
+    sql = (
+        f"SELECT id FROM messages WHERE ({spans}) AND role = 'user' AND kind = 'message'"
+        " AND (author IS NULL OR author = 'user')"
+    )
+    if conversation_id is not None:
+        sql += " AND conversation_id = ?"
+        params.append(conversation_id)
+    params.append(limit)
+    return [r[0] for r in store.query(sql + " ORDER BY created, id LIMIT ?", params)]
 
 
 def phrase_matches(

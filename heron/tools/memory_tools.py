@@ -16,7 +16,7 @@ from typing import Literal
 from heron.errors import StoreError, ToolError
 from heron.memory import spelling
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
-from heron.memory.recall import Recall
+from heron.memory.recall import Recall, heading, spoken_by
 from heron.memory.service import MemoryService, Unchanged
 from heron.memory.wiring import seen_by_model
 from heron.messages import Text, Thinking, ToolCall, ToolResult, dumps
@@ -202,7 +202,9 @@ def recall_history(
     hits = recall.search(searched, wanted, exclude=_in_view(ctx, recall), standing=True)
     said = [spelling.note(respelled)] if respelled else []
     if not hits:
-        return "\n".join([*said, f"Nothing found for {query!r}."])
+        days = recall.days_named(searched)
+        read = f" (read as {', '.join(f'{d:%a %Y-%m-%d}' for d in days)})" if days else ""
+        return "\n".join([*said, f"Nothing found for {query!r}{read}."])
     return "\n".join([*said, *(line for hit in hits for line in hit.lines())])
 
 
@@ -228,12 +230,14 @@ def _this_turn(ctx: ToolContext, recall: Recall, conversation: int) -> set[int]:
 
 
 def _open_message(recall: Recall, message_id: int) -> str:
-    """One message of the record, whole: its text, calls and results."""
+    """One message of the record, whole: its text, calls and results, under the heading a
+    search hit has (conversation, date, id, who said it: "when did I say X" needs the date)."""
     try:
         row = recall.store.message(message_id)
+        key = recall.store.conversation_by_id(row.conversation_id).key
     except StoreError as e:
         raise ToolError(f"{e}; the ids are those in [#N] pointers and search results") from e
-    lines = [f"[message {row.id} · {row.role}]"]
+    lines = [heading(key, row.created, recall.zone, row.id, spoken_by(row.role, row.author))]
     for part in row.message.parts:
         if isinstance(part, Text | Thinking):
             if part.text is not None:
