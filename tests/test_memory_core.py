@@ -281,3 +281,20 @@ def test_forget_deletes_and_revokes(service, store):
         service.save(cid, PERSONAL, "I prefer concise replies")
     store.append(cid, user("On second thought: I prefer concise replies"))  # a new statement
     assert service.save(cid, PERSONAL, "I prefer concise replies")
+
+
+def test_forgetting_a_short_entry_leaves_other_statements_on_its_topic(service, store):
+    """qa22x H3: forgetting "I take my coffee black." hid "I take my coffee with oat milk ..."
+    from recall and refused to save it: they shared two of its three content words."""
+    from heron.memory.recall import Recall
+
+    black = chat(store, user("I take my coffee black."), key="k1")
+    oat = chat(store, user("I take my coffee with oat milk when I am at my parents' place."))
+    service.save(black, PERSONAL, "I take my coffee black.")
+    service.forget(PERSONAL, black)
+    said = store.branch(oat)[0].id
+    assert Recall(store).revoked([said]) == set()
+    where = EntryPath("personal", "when", "parents", "coffee")
+    assert service.save(oat, where, "I take my coffee with oat milk when I am at my parents' place")
+    with pytest.raises(MemoryRefused, match="forget"):  # the forgotten statement itself
+        service.save(black, PERSONAL, "I take my coffee black")
