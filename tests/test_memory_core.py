@@ -298,3 +298,29 @@ def test_forgetting_a_short_entry_leaves_other_statements_on_its_topic(service, 
     assert service.save(oat, where, "I take my coffee with oat milk when I am at my parents' place")
     with pytest.raises(MemoryRefused, match="forget"):  # the forgotten statement itself
         service.save(black, PERSONAL, "I take my coffee black")
+
+
+def test_undo_passes_over_a_change_purged_from_the_history_and_takes_back_the_one_before(
+    service, store
+):
+    """qa22x M5: after a forget that purged the history, `undo` stopped for good at its empty
+    commit ("holds nothing to undo"), so the forget before it could never be undone."""
+    if not service.history.available:
+        pytest.skip("git is not installed: memory has no history to undo")
+    cid = chat(store, user("I moved to Porto last month. I keep my bike in the cellar."))
+    city = service.save(cid, EntryPath.parse("personal/always/city"), "I moved to Porto last month")
+    bike = service.save(
+        cid, EntryPath.parse("personal/always/bike"), "I keep my bike in the cellar"
+    )
+    service.forget(city.path, cid)
+    service.forget(bike.path, cid, purge=True)  # its commits are left empty
+    undone = service.history.undo()
+    assert undone is not None and undone.message == "removed personal/always/city.md"
+    assert undone.skipped == ("removed personal/always/bike.md",)
+    assert [e.path.rel for e in service.entries()] == ["personal/always/city.md"]
+    again = service.history.undo()  # then the save of the city, the bike's empty save passed
+    assert again is not None and again.message == "saved personal/always/city.md (user)"
+    assert again.skipped == ("saved personal/always/bike.md (user)",)
+    assert service.entries() == []
+    redone = service.history.redo()
+    assert redone is not None and [e.path.rel for e in service.entries()] == [city.path.rel]

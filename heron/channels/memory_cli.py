@@ -419,6 +419,8 @@ def _step(verb: str, nothing: str, then: str) -> None:
         if change is None:
             echo(nothing)
             return
+        for passed in change.skipped:  # a change whose text a purge took out of the history
+            echo(f"Passed over: {passed} (what it changed was taken out of the history).")
         done = f"{verb[:-1].capitalize()}id: {what_it_did(change.message)}"
         echo(f"{done} ({then})" if then else done)
 
