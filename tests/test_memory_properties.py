@@ -38,7 +38,12 @@ SETTINGS = settings(
 def service(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("props")
     store = Store(root / "t.db")
-    yield MemoryService(root / "memory", store)
+    service = MemoryService(root / "memory", store)
+    # No git history: these properties are about quotes and revocations, and each save and
+    # forget otherwise ran git three to six times (the re-slicing property alone took 40-75 s).
+    # The history's own tests are in test_memory_core.py and test_memory_secrets.py.
+    service.history.git = None
+    yield service
     store.close()
 
 
@@ -148,6 +153,13 @@ def test_a_different_statement_is_not_taken_for_a_forgotten_one():
     assert not overlaps("I live in Paris", "I live in Berlin")
     assert not overlaps("I love peanut butter cookies", "I am allergic to shellfish")
     assert overlaps("said I am allergic to peanuts", "I am allergic to peanuts and shellfish")
+    # qa22x H3: forgetting a short entry took every statement sharing two of its three content
+    # words with it; a statement needs what makes the forgotten one itself ("black").
+    coffee = "I take my coffee black."
+    assert not overlaps("I take my coffee with oat milk when I am at my parents' place.", coffee)
+    assert not overlaps("I take my coffee with oat milk", coffee)
+    assert overlaps("I take my coffee black, every morning", coffee)  # it, and more
+    assert overlaps("my coffee black", coffee)  # a piece of it
 
 
 def test_property_fixture_is_isolated(tmp_path: Path):

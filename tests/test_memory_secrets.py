@@ -263,8 +263,12 @@ def test_forgetting_a_secret_takes_every_version_out_of_the_history():
     ]
     assert (_home_memory() / "personal/always/tea.md").read_text() == "I drink tea\n"
     assert "I drink tea" in _git("show", "HEAD~1:personal/always/tea.md")  # the rest is kept
+    # undo passes over the purged removal and takes back the change before it (qa22x M5)
     undo = cli.invoke(app, ["memory", "undo"])
-    assert undo.exit_code != 0 and "holds nothing to undo" in undo.output
+    assert undo.exit_code == 0, undo.output
+    assert "Passed over: removed personal/always/router.md" in undo.output
+    assert "Undid: saved personal/always/tea.md" in undo.output
+    assert not (_home_memory() / "personal/always/tea.md").exists()
 
 
 @needs_git

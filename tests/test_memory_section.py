@@ -67,17 +67,20 @@ def test_section_is_frozen_and_changes_are_announced_once(tmp_path: Path, db: st
     first = frozen_memory(store, cid, service.entries())
     assert "Drinks tea" in first.section and first.note is None
     service.files.write(entry("personal/always/coffee", "Drinks coffee"))
-    service.files.delete(EntryPath.parse("personal/always/tea"))
+    service.files.write(entry("personal/always/tea", "Drinks green tea"))
     second = frozen_memory(store, cid, service.entries())
     assert second.section == first.section  # the cached prefix does not move
-    assert (
-        "saved: Drinks coffee" in second.note and "removed: personal/always/tea.md" in second.note
-    )
+    assert "saved: Drinks coffee" in second.note and "changed: Drinks green tea" in second.note
     third = frozen_memory(store, cid, service.entries())
     assert third.note is None and third.section == first.section  # announced once
     service.mark_thawed(cid)  # compaction or /new
     fresh = frozen_memory(store, cid, service.entries())
-    assert "Drinks coffee" in fresh.section and "Drinks tea" not in fresh.section
+    assert "Drinks coffee" in fresh.section and "Drinks green tea" in fresh.section
+    # A removal (by hand here) thaws it: no request carries a removed entry (qa22x H1).
+    service.files.delete(EntryPath.parse("personal/always/tea"))
+    gone = frozen_memory(store, cid, service.entries())
+    assert "tea" not in gone.section and "Drinks coffee" in gone.section
+    assert gone.note is not None and "removed: personal/always/tea.md" in gone.note
     store.close()
 
 

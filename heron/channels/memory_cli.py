@@ -174,8 +174,18 @@ def forget(
             gone = None  # forgotten before: only its history is left to purge
             service.purge_history(rel)
         if gone is not None:
-            echo(f"Forgot {rel}: it is no longer in force, nor learned again.")
+            echo(forgot_line(service, gone))
         echo(_history_note(service, rel, gone))
+
+
+def forgot_line(service: MemoryService, gone: Entry) -> str:
+    """What a forget did, in one line: the statement is out of memory, or other entries still
+    say it (then it stays in force and is not revoked: qa22x M1), named with the way out."""
+    rel = gone.path.rel
+    also = service.still_said(gone)
+    if also:
+        return f"Forgot {rel}. {also}"
+    return f"Forgot {rel}: it is no longer in force, nor learned again."
 
 
 def _history_note(service: MemoryService, rel: str, gone: Entry | None) -> str:
@@ -422,9 +432,12 @@ def _step(verb: str, nothing: str, then: str) -> None:
         if not history.available:
             _fail(HeronError("memory has no history: git is not installed", hint="Install git."))
         change = history.undo() if verb == "undo" else history.redo()
+        service.sync_revocations()  # an entry back in force voids its revocation, for recall too
         if change is None:
             echo(nothing)
             return
+        for passed in change.skipped:  # a change whose text a purge took out of the history
+            echo(f"Passed over: {passed} (what it changed was taken out of the history).")
         done = f"{verb[:-1].capitalize()}id: {what_it_did(change.message)}"
         echo(f"{done} ({then})" if then else done)
 

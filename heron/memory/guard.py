@@ -17,8 +17,9 @@ file attached as text, stdin piped after the message, a pasted log are what they
 what they say. The entry's text is then the quote itself (`quote_text`): the agent picks
 where it goes, never its wording.
 
-A forgotten statement is kept normalised, and any later quote that overlaps it by meaning
-(`overlaps`: a run of six words, or most of its content words) is refused.
+A forgotten statement is kept normalised (its secret words left out), and any later quote that
+overlaps it by meaning (`overlaps`: a run of six words, or the content words of one nearly all
+among the other's) is refused.
 
 Secrets and sensitive claims are found in heron/memory/refuse.py.
 """
@@ -329,8 +330,8 @@ _STOP = frozenset(
     am i i'm im me my mine we our you your he she it its they them their this that these those
     there here do does did not no don't dont have has had will would can could should just
     very really also too then than if when what which who how please remember keep mind note
-    that's it's""".split()  # noqa: SIM905 - a paragraph of words reads better than a list
-)
+    that's it's said say says saying told tell tells telling""".split()  # noqa: SIM905
+)  # a paragraph reads better than a list; "said", "told": they frame a statement, not make one
 
 
 def words(text: str) -> list[str]:
@@ -347,9 +348,16 @@ def _shares_run(a: list[str], b: list[str], n: int) -> bool:
 
 
 def overlaps(quote: str, forgotten: str) -> bool:
-    """Whether `quote` says again what `forgotten` said: they share a run of six words, or
-    most of the content words of the shorter one (so a shifted or shortened slice of the same
-    sentence is caught, and "I live in Paris" is not "I live in Berlin")."""
+    """Whether `quote` says again what `forgotten` said: they share a run of six words, or the
+    content words of one are (nearly) all among the other's. So a slice, a shortening or a
+    re-ordering of the forgotten sentence is caught (its words are all the forgotten one's), and
+    so is the forgotten sentence with more said around it (its words are all in the quote).
+
+    Sharing most words is not enough: "I take my coffee with oat milk at my parents'" shares
+    two of the three content words of "I take my coffee black", yet it is another statement,
+    and once it was revoked with it (qa22x H3): recall hid it and it could not be saved. What
+    makes the forgotten statement itself ("black") must be there, unless the quote adds nothing
+    of its own. "Nearly": one word in five may differ (`_nearly_within`)."""
     q, f = words(quote), words(forgotten)
     if not q or not f:
         return False
@@ -358,7 +366,13 @@ def overlaps(quote: str, forgotten: str) -> bool:
     qc, fc = _content(q), _content(f)
     if not qc or not fc:  # one is all small words ("I, we"): compare every word
         qc, fc = set(q), set(f)
-    return len(qc & fc) / min(len(qc), len(fc)) > 0.5
+    return _nearly_within(qc, fc) or _nearly_within(fc, qc)
+
+
+def _nearly_within(part: set[str], whole: set[str]) -> bool:
+    """Whether all of `part` is in `whole` but for one word in five (none below five words:
+    in a short statement each word is what it says)."""
+    return len(part - whole) <= len(part) // 5
 
 
 def names_entry(request: str, *about: str) -> bool:

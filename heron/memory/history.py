@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -70,6 +70,10 @@ class Change:
     commit: str
     when: float
     message: str
+    # The commit changes no file: what it changed was taken out of the history (`purge`).
+    empty: bool = False
+    # For the change an undo took back: the newer empty ones it passed over, newest first.
+    skipped: tuple[str, ...] = ()
 
 
 class MemoryHistory:
@@ -197,11 +201,12 @@ class MemoryHistory:
         if not self.ensure():
             return []
         count = () if limit is None else (f"-n{limit}",)
-        out = self._run("log", *count, "--format=%h%x09%ct%x09%s")
+        out = self._run("log", *count, "--name-only", "--format=%x00%h%x09%ct%x09%s")
         changes = []
-        for line in out.splitlines():
-            commit, when, message = line.split("\t", 2)
-            changes.append(Change(commit, float(when), message))
+        for record in out.split("\0")[1:]:
+            head, _, files = record.partition("\n")
+            commit, when, message = head.split("\t", 2)
+            changes.append(Change(commit, float(when), message, empty=not files.strip()))
         return changes
 
     def undo(self) -> Change | None:
@@ -213,15 +218,20 @@ class MemoryHistory:
             done, _ = self._stacks()
             if not done:
                 return None
-            last = done[-1]
-            if not self._run("diff", "--name-only", f"{last.commit}~1", last.commit).strip():
+            # A change purged from the history holds nothing to take back: it is passed over
+            # (and said), and the change before it is undone; it used to stop every undo.
+            kept = _past_empty(done)
+            if not kept:
                 raise MemoryHistoryError(
-                    f"the last change ({last.message}) holds nothing to undo: what it changed "
-                    "was taken out of the history when it was forgotten",
+                    f"the last change ({done[-1].message}) holds nothing to undo, nor any "
+                    "before it: what they changed was taken out of the history when it was "
+                    "forgotten",
                     hint="Write the entry again if you want it back.",
                 )
+            last = kept[-1]
+            skipped = tuple(c.message for c in reversed(done[len(kept) :]))
             self._revert(last, UNDO)
-            return last
+            return replace(last, skipped=skipped)
 
     def redo(self) -> Change | None:
         """Make the newest change undone again, as a new commit; the undo taken back, None
@@ -258,7 +268,8 @@ class MemoryHistory:
         undone: list[Change] = []
         for change in reversed(self.log(None)):
             kind = _kind(change.message)
-            if kind == "undo" and done:
+            if kind == "undo" and _past_empty(done):
+                done = _past_empty(done)  # an undo passes over the empty changes on top
                 done.pop()
                 undone.append(change)
             elif kind == "redo" and undone:
@@ -297,7 +308,7 @@ class MemoryHistory:
         checks HEAD is still the commit the rewrite began from (another process that committed
         meanwhile makes it fail, with the history as it was). Then the old commits, unreachable,
         are pruned with the reflog. A commit left empty stays, so the log still says what was
-        done when; `undo` refuses to undo one. The file must be gone from the folder (forget it
+        done when; `undo` passes over one. The file must be gone from the folder (forget it
         first): the work tree and the index are not touched."""
         with self.lock:
             if not self.ensure():
@@ -374,6 +385,14 @@ def _kind(message: str) -> str:
     if depth == 0:
         return "change"
     return "undo" if depth % 2 else "redo"
+
+
+def _past_empty(done: list[Change]) -> list[Change]:
+    """`done` without the empty changes on its top: what an undo passes over."""
+    end = len(done)
+    while end and done[end - 1].empty:
+        end -= 1
+    return done[:end]
 
 
 def _age(path: Path) -> float | None:

@@ -649,12 +649,24 @@ def set_status(store: Store, suggestion_id: int, status: str, when: float) -> No
 
 
 def snapshot(store: Store, conversation_id: int) -> sqlite3.Row | None:
-    """section, digests, announced and taken of the conversation's frozen section."""
+    """section, digests, announced, taken and thawed of the conversation's frozen section."""
     rows = store.query(
-        "SELECT section, digests, announced, taken FROM memory_snapshots WHERE conversation_id = ?",
+        "SELECT section, digests, announced, taken, thawed FROM memory_snapshots"
+        " WHERE conversation_id = ?",
         (conversation_id,),
     )
     return rows[0] if rows else None
+
+
+def thaw_holding(store: Store, rel: str) -> int:
+    """Thaw every frozen section that holds the entry `rel`, its text blanked now (it may hold
+    a secret; its digests stay, to tell the next turn what was removed); how many."""
+    with store.transaction() as c:
+        done = c.execute(
+            "UPDATE memory_snapshots SET section = '', thawed = 1 WHERE digests LIKE ?",
+            (f'%"{rel}"%',),  # a path holds no LIKE wildcard: letters, digits, -, / and .
+        )
+        return int(done.rowcount or 0)
 
 
 def save_snapshot(
@@ -664,7 +676,7 @@ def save_snapshot(
     with store.transaction() as c:
         c.execute(
             "INSERT OR REPLACE INTO memory_snapshots (conversation_id, section, digests,"
-            " announced, taken) VALUES (?, ?, ?, '{}', ?)",
+            " announced, taken, thawed) VALUES (?, ?, ?, '{}', ?, 0)",
             (conversation_id, section, digests, taken),
         )
 
@@ -732,15 +744,48 @@ def set_history_floor(store: Store, conversation_id: int, when: float) -> None:
 
 
 def revocations(store: Store) -> list[tuple[str, float]]:
-    """Every revoked statement (normalised) with when it was revoked."""
-    rows = store.query("SELECT quote_key, created FROM memory_revocations")
+    """Every revoked statement in force (normalised; no entry in force says it) with when it
+    was revoked."""
+    rows = store.query("SELECT quote_key, created FROM memory_revocations WHERE held = 0")
     return [(r[0], float(r[1])) for r in rows]
 
 
 def revoked_since(store: Store, created: float) -> list[str]:
-    """The normalised statements revoked at or after `created`."""
-    rows = store.query("SELECT quote_key FROM memory_revocations WHERE created >= ?", (created,))
+    """The normalised statements in force revoked at or after `created`."""
+    rows = store.query(
+        "SELECT quote_key FROM memory_revocations WHERE held = 0 AND created >= ?", (created,)
+    )
     return [r[0] for r in rows]
+
+
+def revoked_statements(store: Store) -> list[tuple[int, str, bool]]:
+    """id, statement and whether an entry in force says it, of every revocation."""
+    rows = store.query("SELECT id, quote_key, held FROM memory_revocations")
+    return [(int(r[0]), r[1], bool(r[2])) for r in rows]
+
+
+def set_held(store: Store, held: Iterable[int], free: Iterable[int]) -> None:
+    """Mark the revocations `held` (an entry in force says them: void) and `free` (none)."""
+    with store.transaction() as c:
+        for ids, value in ((held, 1), (free, 0)):
+            for i in ids:
+                c.execute("UPDATE memory_revocations SET held = ? WHERE id = ?", (value, i))
+
+
+def unchecked_revocations(store: Store) -> list[tuple[int, str]]:
+    """id and statement of the revocations stored before they were checked for a secret."""
+    rows = store.query("SELECT id, quote_key FROM memory_revocations WHERE checked = 0")
+    return [(int(r[0]), r[1]) for r in rows]
+
+
+def set_checked(store: Store, statements: Mapping[int, str]) -> None:
+    """Each revocation's statement as checked: its secret's words left out."""
+    with store.transaction() as c:
+        for i, statement in statements.items():
+            c.execute(
+                "UPDATE memory_revocations SET quote_key = ?, checked = 1 WHERE id = ?",
+                (statement, i),
+            )
 
 
 def revoke(
@@ -755,7 +800,7 @@ def revoke(
         for statement in statements:
             c.execute(
                 "INSERT INTO memory_revocations (quote_key, path, conversation_id,"
-                " message_id, created) VALUES (?, ?, ?, ?, ?)",
+                " message_id, created, checked) VALUES (?, ?, ?, ?, ?, 1)",
                 (statement, path, conversation_id, message_id, when),
             )
 

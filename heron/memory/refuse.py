@@ -127,6 +127,29 @@ def find_secret(text: str) -> str | None:
     return None
 
 
+MASK = "\u2026"  # what stands where a secret's words were left out
+
+
+def without_secret(text: str) -> str:
+    """`text` with the words of each secret it holds left out, each run as one MASK: "My bank
+    PIN is 4711 and the wifi password is tulips99" -> "My bank … and the wifi …". What a
+    forget keeps of a statement (heron/memory/service.py): its other words still revoke it,
+    and no secret is kept. A secret's run is found word by word, since the shapes say what
+    they found, not where: the shortest start of the text that holds one ends at the secret's
+    last word, and the shortest end of that start holds the whole secret (the word that names
+    it too: "PIN is 4711")."""
+    words = text.split()
+    for _ in range(len(words)):  # each round masks at least one word
+        if not find_secret(" ".join(words)):
+            break
+        end = next(i for i in range(1, len(words) + 1) if find_secret(" ".join(words[:i])))
+        start = next(j for j in range(end - 1, -1, -1) if find_secret(" ".join(words[j:end])))
+        words[start:end] = [MASK]
+    else:
+        return MASK if find_secret(" ".join(words)) else " ".join(words)
+    return " ".join(words)
+
+
 # ---- credentials in ordinary phrasing ---------------------------------------------------------
 #
 # A person gives a credential the way they would tell a friend: "the router login is admin with

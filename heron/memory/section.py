@@ -2,8 +2,9 @@
 
 Both sections are pure functions of their inputs, in a deterministic order, so the same memory
 gives the same bytes. The memory section is frozen per conversation (in `memory_snapshots`)
-until the next compaction or /new: an entry saved, edited or deleted meanwhile is announced once
-in the runtime block instead, so the cached prefix of the conversation does not move.
+until the next compaction or /new: an entry saved or edited meanwhile is announced once in the
+runtime block instead, so the cached prefix of the conversation does not move. An entry removed
+(forgotten, deleted by hand) thaws it: no request may carry it after that.
 """
 
 from __future__ import annotations
@@ -114,15 +115,20 @@ def frozen_memory(
     changes since it that were not announced yet; the announcement is recorded so it is made
     once."""
     current = {e.path.rel: e for e in entries}
-    digests = {rel: e.digest for rel, e in current.items()}
     row = records.snapshot(store, conversation_id)
     if row is None:
-        section = memory_section(entries, tokens)
-        frozen = json.dumps(digests, sort_keys=True)
-        records.save_snapshot(store, conversation_id, section, frozen, time.time())
-        return FrozenMemory(section, None)
+        return FrozenMemory(_freeze(store, conversation_id, entries, tokens), None)
     seen = {**json.loads(row["digests"]), **json.loads(row["announced"])}
     lines, announced = _changes(seen, current)
+    if row["thawed"] or set(json.loads(row["digests"])) - set(current):
+        # An entry of the section was removed (forgotten, deleted by hand): no request may
+        # carry it from now on, so the section is written again, at the price of one cache
+        # miss, as for an edit of a workspace file (qa22x H1). Told once, as any change.
+        section = _freeze(store, conversation_id, entries, tokens)
+        note = "Memory changed: this conversation's Memory section was written again, " + (
+            "without what was removed:\n" + "\n".join(lines) if lines else "as it is now."
+        )
+        return FrozenMemory(section, note)
     if not lines:
         return FrozenMemory(row["section"], None)
     merged = {**json.loads(row["announced"]), **announced}
@@ -131,6 +137,16 @@ def frozen_memory(
         "supersedes it):\n" + "\n".join(lines)
     )
     return FrozenMemory(row["section"], note)
+
+
+def _freeze(
+    store: Store, conversation_id: int, entries: Sequence[Entry], tokens: int | None
+) -> str:
+    """The section for `entries`, frozen for the conversation from now on."""
+    section = memory_section(entries, tokens)
+    frozen = json.dumps({e.path.rel: e.digest for e in entries}, sort_keys=True)
+    records.save_snapshot(store, conversation_id, section, frozen, time.time())
+    return section
 
 
 def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str], dict[str, str]]:

@@ -44,6 +44,7 @@ from heron.memory.guard import (
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
+from heron.memory.refuse import MASK, without_secret
 from heron.store import Store
 from heron.store.schedule import user_timezone
 
@@ -99,6 +100,7 @@ class MemoryService:
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
         # window: [context] memory); None: unbounded.
         self.section_tokens: int | None = None
+        self._check_revocations()
 
     # ---- reading --------------------------------------------------------------------------
 
@@ -177,13 +179,35 @@ class MemoryService:
         return live[0]
 
     def _revoked(self, quote: str, match: QuoteMatch) -> bool:
+        self.sync_revocations()
         revoked = records.revoked_since(self.store, match.created)
-        if not revoked:
-            return False
-        # A forgotten entry brought back (`heron memory undo`) is in force again, and what it
-        # says is no longer forgotten; undoing that undo removes it, and it is forgotten again.
-        held = {quote_key(t) for e in self.entries() for t in (e.source.quote, e.text) if t}
-        return any(overlaps(quote, k) for k in revoked if k not in held)
+        return any(overlaps(quote, k) for k in revoked)
+
+    def sync_revocations(self) -> None:
+        """Mark void each revocation whose statement an entry in force says, and in force
+        again each that no entry says any more (`memory_revocations.held`), so the save guard
+        and recall read the same revocations (they disagreed: qa22x M1). A forgotten entry
+        brought back (`heron memory undo`) is in force again, and what it says is no longer
+        forgotten; undoing that undo removes it, and it is forgotten again. So is a statement
+        another entry still says: memory holds it."""
+        rows = records.revoked_statements(self.store)
+        if not rows:
+            return
+        entries = self.entries()
+        said = {quote_key(t) for e in entries for t in self._said(e)}
+        if any(MASK in key for _, key, _ in rows):  # kept without its secret's words
+            said |= {quote_key(without_secret(t)) for e in entries for t in self._said(e)}
+        held = [i for i, key, was in rows if key in said and not was]
+        free = [i for i, key, was in rows if key not in said and was]
+        if held or free:
+            records.set_held(self.store, held, free)
+
+    def _check_revocations(self) -> None:
+        """Leave the secret's words out of the statements revoked before a forget kept none
+        (migration m031 marks them unchecked; qa22x H2). One small query when there are none."""
+        unchecked = records.unchecked_revocations(self.store)
+        if unchecked:
+            records.set_checked(self.store, {i: without_secret(k) for i, k in unchecked})
 
     @staticmethod
     def check_secret(*texts: str | None) -> None:
@@ -339,7 +363,10 @@ class MemoryService:
         that holds a secret (saved before the check knew its shape, or written by hand), or any
         with `purge`, is also taken out of the history (`purge_history`)."""
         entry = self.get(path)
-        statements = {quote_key(t) for e in self._versions(entry) for t in self._said(e)}
+        # Kept without a secret's words: the revocation must not keep what the history loses.
+        statements = {
+            quote_key(without_secret(t)) for e in self._versions(entry) for t in self._said(e)
+        }
         records.revoke(
             self.store,
             sorted(statements),
@@ -349,9 +376,36 @@ class MemoryService:
             time.time(),
         )
         self.history.record(f"removed {entry.path.rel}", lambda: self.files.delete(entry.path))
+        # No request carries it from the next turn on: a conversation's frozen section that
+        # holds it is written again then (one cache miss), its text blanked now (qa22x H1).
+        records.thaw_holding(self.store, entry.path.rel)
+        self.sync_revocations()  # another entry that says the same keeps it in force
         if purge or self.holds_secret(entry):
             self.purge_history(entry.path.rel)
         return entry
+
+    def still_said(self, gone: Entry) -> str | None:
+        """After a forget of `gone`: the other entries that still say what it said, and what
+        to do, in a sentence (for the CLI and the tool); None when none does (qa22x M1)."""
+        also = [e.path.rel for e in self.also_saying(gone)]
+        if not also:
+            return None
+        those, say = ("those", "say") if len(also) > 1 else ("that", "says")
+        return (
+            f"{', '.join(also)} still {say} the same, so it stays in force and may be learned "
+            f"again: forget {those} too to have it out of memory (heron memory forget "
+            f"{also[0]})."
+        )
+
+    def also_saying(self, entry: Entry) -> list[Entry]:
+        """The entries in force, other than `entry`, that say what it says (text or quote,
+        `quote_key`): after a forget of `entry`, what still holds the statement in memory."""
+        keys = {quote_key(t) for t in self._said(entry)}
+        return [
+            e
+            for e in self.entries()
+            if e.path != entry.path and keys & {quote_key(t) for t in self._said(e)}
+        ]
 
     def _versions(self, entry: Entry) -> list[Entry]:
         """`entry` and each earlier version of its file in the history (a git failure leaves

@@ -64,7 +64,7 @@ def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tup
     """The conversation's frozen section and when it was taken; taken now on first use. Reading
     never announces changes: that is `memory_note`'s job, once, in the runtime block."""
     row = records.snapshot(store, conversation_id)
-    if row is None:
+    if row is None or row["thawed"]:  # a thawed one is blank: taken again (what is removed)
         frozen_memory(store, conversation_id, service.entries(), service.section_tokens)
         row = records.snapshot(store, conversation_id)
         assert row is not None  # frozen_memory just took it
@@ -90,7 +90,8 @@ def prompt_sections(
     read as the next turn would freeze it, and is not frozen."""
     if service is None or conversation_id is None:
         return "", ""
-    if take or records.snapshot(store, conversation_id) is not None:
+    row = None if take else records.snapshot(store, conversation_id)
+    if take or (row is not None and not row["thawed"]):
         section, taken = _snapshot(store, service, conversation_id)
     else:
         section, taken = memory_section(service.entries(), service.section_tokens), time.time()

@@ -119,6 +119,9 @@ def _change(
 ) -> str:
     if action == "delete":
         gone = service.delete(conversation_id, entry_path, quote)
+        also = service.still_said(gone)
+        if also:
+            return f"Forgot {gone.path.rel}. {also}"
         return f"Forgot {gone.path.rel}; what it said will not be learned again."
     if action == "update":
         try:
