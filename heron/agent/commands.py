@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
+    NOTHING_SINCE_NEW,
     NOTHING_TO_RETRY,
     RETRY_UNANSWERED,
     STOP_ANSWER_CODE,
@@ -444,6 +445,8 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     if conv is None or not typed:
         return CommandReply(NOTHING_TO_RETRY)
     last = typed[-1]
+    if _after_new(rows, last):
+        return CommandReply(NOTHING_SINCE_NEW)
     # Its turn failed, or (`heron run --retry`) a /stop or a crash left only an interrupted
     # reply: answer it as it stands, the work done and the partial reply kept in view.
     unanswered = arg.strip() == RETRY_UNANSWERED
@@ -453,6 +456,13 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
         return CommandReply(ALREADY_ANSWERED)  # `heron run --retry` never redoes an answer
     await ctx.store.call(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
+
+
+def _after_new(rows: list[StoredMessage], message: StoredMessage) -> bool:
+    """Whether a /new separator follows `message` on the branch: a retry of it would move the
+    head back before the separator, undoing the /new without a word."""
+    after = rows[[r.id for r in rows].index(message.id) + 1 :]
+    return any(r.kind == "separator" for r in after)
 
 
 def _answered(rows: list[StoredMessage], message: StoredMessage, *, stopped: bool = True) -> bool:
