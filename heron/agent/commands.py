@@ -55,6 +55,7 @@ Commands:
   /memory [review | accept ID | reject ID]   what waits for your review in memory
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
+  /model [NAME]  the model in use; in heron chat, NAME (as --model takes) answers from then on
   /help          this help
 Anything else starting with / is sent to the model as it is."""
 # /help's last lines while the offline demo answers (only then: a real model needs no pointer).
@@ -176,8 +177,11 @@ NAMES: tuple[str, ...] = ("new", "stop", "status", "resume", "retry", "edit", "t
 NAMES += ("help",)
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
-PRIORITY = frozenset({"stop", "new", "status", "goal"})  # at once even while a turn runs
-LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
+NAMES += ("model", "models")  # which model answers (heron chat switches it: channels/terminal.py)
+# At once even while a turn runs.
+PRIORITY = frozenset({"stop", "new", "status", "goal", "model", "models"})
+# Need no turn lease: they write no history.
+LEASE_FREE = frozenset({"stop", "status", "help", "model", "models"})
 
 
 def parse(text: str) -> Command | None:
@@ -239,6 +243,26 @@ async def run(command: Command, ctx: CommandContext) -> CommandReply:
 
 async def _help(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(help_text(ctx.engine.choice.embedded))
+
+
+async def _model(ctx: CommandContext, arg: str) -> CommandReply:
+    """/model (and /models): the model in use and how to pick another. Never a turn: typed
+    to an agent CLI first, it went to the model as a paid message. The engine's model is its
+    process's, for every conversation (a serve's for all its clients), so it is not switched
+    here: `heron chat` in its own process takes `/model NAME` before it gets here."""
+    choice = ctx.engine.choice
+    lines = [f"model: {choice.provider}/{choice.model}"]
+    if arg:
+        lines.append(
+            f"It stays: this process answers every conversation with it. To talk to {arg} "
+            f"here: heron chat --model {arg} -c {ctx.key}"
+        )
+    else:
+        lines.append(
+            "In heron chat, /model NAME switches (a model name, or a .gguf path, as --model "
+            "takes); `heron models` lists what the server offers."
+        )
+    return CommandReply("\n".join(lines))
 
 
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
@@ -642,4 +666,6 @@ _HANDLERS: dict[str, CommandHandler] = {
     "memory": _memory,
     "learn": _learn,
     "reflect": _learn,
+    "model": _model,
+    "models": _model,
 }
