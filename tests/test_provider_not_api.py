@@ -111,3 +111,14 @@ def test_heron_models_says_it_in_two_lines_not_a_traceback(page, monkeypatch):
         f"The models at {page_url(page)} (HERON_BASE_URL) could not be listed: its GET /models "
         "answered with text/html, not a list of models\n"
     ) in result.output
+
+
+def test_heron_models_with_a_model_that_cannot_be_used_exits_1(tmp_path):
+    """`heron models --model /nowhere.gguf` printed "In use: none" and exited 0 (QA22u L8)."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    result = CliRunner().invoke(app, ["models", "--model", str(tmp_path / "none.gguf")])
+    assert result.exit_code == 1, result.output
+    assert f"In use: none. no GGUF file at {tmp_path / 'none.gguf'}" in result.output
