@@ -26,6 +26,12 @@ RETRY_MARKER = "[the stream was cut; the reply starts again]"
 MAIL_BREAK = "\n\n"
 # /retry's answer where there is no message to answer again (`heron run --json`: not ok).
 NOTHING_TO_RETRY = "Nothing to retry yet."
+# Its answer when every message of yours on the branch came before the last /new: retrying one
+# would send the model the conversation /new dropped (`heron run --json`: not ok, as above).
+NOTHING_SINCE_NEW = (
+    "Nothing to retry since /new: the model starts fresh there, and your earlier messages stay "
+    "in the transcript above it. Send the message again to ask it in the new conversation."
+)
 # `heron run --retry` sends /retry with this word: it answers only a message left without its
 # answer (a failed turn), never one already answered again, which would redo that turn's tools.
 RETRY_UNANSWERED = "unanswered"

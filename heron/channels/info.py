@@ -577,7 +577,8 @@ def model_source(settings: Settings, choice: ModelChoice) -> str:
 def print_models(settings: Settings, model: str | None = None) -> bool:
     """The model in use (`model`, as --model names it, else the configured one), what its
     server offers, the built-in profiles and the overrides. False when the server in use
-    could not list its models (everything else still printed), so that a script asking
+    could not list its models, or when the model `model` names cannot be used (a GGUF path
+    with no file: it exited 0), everything else still printed, so that a script asking
     `heron models` hears of it in the exit code."""
     from heron.providers.profiles import _BUILTIN, attachments_taken
 
@@ -587,6 +588,8 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
     except HeronError as e:
         choice = None
         echo(f"In use: none. {e}")
+        if model is not None:
+            served = None  # the model asked for is not usable: not ok
     if choice is not None:
         echo(f"In use: {choice.provider} / {choice.model}")
         read = file_summary(choice)

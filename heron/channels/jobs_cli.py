@@ -197,7 +197,7 @@ def add(
 ) -> None:
     """Add a job; it fires while `heron serve` runs."""
     from heron.store import jobs
-    from heron.store.schedule import ScheduleError, parse, user_timezone
+    from heron.store.schedule import CLI_HINT, HINT, ScheduleError, parse, user_timezone
     from heron.tools.schedule import NOT_RUNNING, describe, serve_running
 
     for option, value, valid in (
@@ -209,7 +209,10 @@ def add(
             _fail(ScheduleError(f"{option} {value!r} is unknown", hint=f"{option} is {named}."))
     with _open() as (settings, store):
         zone = user_timezone(settings.config.agent.timezone)
-        when = parse(cron=cron, every=every, at=at, timezone=zone)
+        try:
+            when = parse(cron=cron, every=every, at=at, timezone=zone)
+        except ScheduleError as e:  # the forms as this command's options write them
+            raise ScheduleError(e.summary, hint=CLI_HINT if e.hint == HINT else e.hint) from e
         job = jobs.create_job(
             store, when, conversation=conversation, prompt=prompt, now=time.time(), mode=mode,
             catch_up=catch_up, created_by="cli",

@@ -32,6 +32,7 @@ from heron.bus import (
     ALREADY_ANSWERED,
     KEEPING_CODE,
     MAIL_BREAK,
+    NOTHING_SINCE_NEW,
     NOTHING_TO_RETRY,
     RETRY_MARKER,
     UNANSWERED_CODE,
@@ -57,7 +58,11 @@ EMBEDDED_BANNER = (
     "work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL (see README)."
 )
 CHANNEL = "script"
-NOT_RETRIED = (NOTHING_TO_RETRY, ALREADY_ANSWERED)  # --retry's answers when it answered nothing
+NOT_RETRIED = (
+    NOTHING_TO_RETRY,
+    NOTHING_SINCE_NEW,
+    ALREADY_ANSWERED,
+)  # --retry's answers when it answered nothing
 STOP_WAIT = 10.0  # seconds a stopped turn has to say it ended before heron run leaves anyway
 PIPE_CLOSED = 128 + signal.SIGPIPE  # 141: the status of a tool whose reader went away
 READER_GONE = "a closed stdout"  # what stopped an in-process turn whose reader went away
@@ -745,7 +750,7 @@ def unknown(key: str) -> str:
 def not_retried_hint(said: str, key: str) -> str:
     """What to do when --retry answered nothing: send a message first, or, when the last one
     already has its answer, ask again in heron chat (`/retry` there branches)."""
-    if said == NOTHING_TO_RETRY:
+    if said in (NOTHING_TO_RETRY, NOTHING_SINCE_NEW):
         return f"Send a message first: heron run -c {key} TEXT"
     return f"Nothing was run again; `/retry` in `heron chat -c {key}` answers it on a new branch."
 

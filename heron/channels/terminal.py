@@ -48,6 +48,7 @@ from heron.channels.remote import RemoteAgent
 from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, to_null
 from heron.channels.visible import command_shown, visible
 from heron.config import AttachmentCaps, ConfigWatch, Settings
+from heron.errors import HeronError
 from heron.memory.commands import memory_command, opening_line, review_on_close, unreviewed_keys
 from heron.memory.queue import Suggestion
 from heron.messages import File, ToolCall, ToolResult
@@ -426,11 +427,6 @@ def _at_once(fn: Callable[[], None]) -> None:
 async def run_chat(
     settings: Settings, agent: str, key: str | None, model: str | None, ephemeral: bool
 ) -> None:
-    from prompt_toolkit import PromptSession
-    from prompt_toolkit.history import FileHistory
-
-    from heron.channels.prompt_output import prompt_output
-
     console = Console()
     state = ChatState(key or PERSONAL, agent, caps=settings.config.attachments)
     state.home = settings.paths.home
@@ -458,7 +454,52 @@ async def run_chat(
         note = beside_serve(settings.paths.home, model, "chat")
         if note is not None:
             console.print(note, style="yellow", markup=False, highlight=False)
-    async with Engine.open(settings, model=model, ephemeral=ephemeral) as engine:
+    switch: SwitchModel | None = SwitchModel(model)
+    back: SwitchModel | None = None  # the model before a /model switch, while the switch opens
+    while switch is not None:  # once more per /model NAME: the same conversation, that model
+        model = switch.model
+        after = await _chat_here(settings, model, ephemeral, console, state, back)
+        # Gone back after a failed switch: the model it had failing to open again ends the chat.
+        back = None if after is back else SwitchModel(model)
+        switch = after
+
+
+class SwitchModel(Exception):
+    """`/model NAME` in a chat run in this process: the chat goes on in the same conversation
+    with that model (`run_chat` opens the engine again), after checking it as --model is.
+    (No frozen dataclass: contextlib sets an exception's __traceback__ as it unwinds.)"""
+
+    def __init__(self, model: str | None) -> None:
+        super().__init__(model)
+        self.model = model
+
+
+async def _chat_here(
+    settings: Settings,
+    model: str | None,
+    ephemeral: bool,
+    console: Console,
+    state: ChatState,
+    back: SwitchModel | None,
+) -> SwitchModel | None:
+    """The chat in this process, with `model`, until it ends (None) or `/model NAME` names
+    another (returned). A model a switch names that fails to open (a local file that does not
+    load) is said, and the chat goes `back` to the one it had."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    from heron.channels.prompt_output import prompt_output
+
+    async with AsyncExitStack() as stack:
+        try:
+            engine = await stack.enter_async_context(
+                Engine.open(settings, model=model, ephemeral=ephemeral)
+            )
+        except HeronError as e:
+            if back is None:
+                raise
+            console.print(f"{e}\nThe chat goes on with the model it had.", highlight=False)
+            return back
         state.embedded = engine.choice.embedded
         if engine.choice.embedded:
             console.print(f"[yellow]{EMBEDDED_BANNER}[/yellow]")
@@ -472,7 +513,7 @@ async def run_chat(
         read = None if engine.choice.embedded else file_summary(engine.choice)
         if read:  # what the local model's file allows: its window, whether it takes tools
             console.print(f"Model {read}", style="dim", markup=False, highlight=False)
-        if engine.memory is not None:
+        if engine.memory is not None and back is None:
             waiting = await asyncio.to_thread(opening_line, engine.memory)
             if waiting:
                 console.print(f"[cyan]{waiting}[/cyan]", highlight=False)
@@ -481,13 +522,30 @@ async def run_chat(
         view = TerminalView(console, state)
         chat = view.chat_id = f"pid{os.getpid()}"
         opened = connect(engine, CHANNEL, chat, view.deliver, approve=view.approve)
-        async with opened as conn, AsyncExitStack() as held, prompt_output() as out:
-            view.after_shown = out.then
-            with eof_as_a_key():
-                talk = _chat(engine, conn, state, view, session, held)
-                await _until_hung_up(talk, conn, state, view)
+        try:
+            async with opened as conn, AsyncExitStack() as held, prompt_output() as out:
+                view.after_shown = out.then
+                with eof_as_a_key():
+                    talk = _chat(engine, conn, state, view, session, held)
+                    await _until_hung_up(talk, conn, state, view)
+        except SwitchModel as switch:
+            return switch  # the review at exit waits for the chat's real end
         if not ephemeral and not engine.choice.embedded:
             await _review_at_exit(settings, model, engine, state, console)
+    return None
+
+
+async def _switch_model(arg: str, engine: Engine, conn: InProcessAgent, console: Console) -> None:
+    """`/model NAME`: checked as --model is (a typo's error is said and the chat stays as it
+    was), then the running turn is waited for (Ctrl-C stops it) before the chat reopens."""
+    try:
+        choice = await asyncio.to_thread(engine.settings.model, arg)
+    except HeronError as e:
+        console.print(f"{e}\nThe model stays {engine.choice.provider}/{engine.choice.model}.")
+        return
+    await _settle(conn)
+    console.print(f"[dim]Switching to {choice.provider}/{choice.model} …[/dim]")
+    raise SwitchModel(arg)
 
 
 NOTHING_NEW = "nothing was said since its last review"
@@ -910,6 +968,9 @@ async def _command(
         console.print(said, highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, view, session)
+    elif name in ("/model", "/models") and arg and isinstance(conn, InProcessAgent):
+        assert engine is not None  # a chat in this process has its engine
+        await _switch_model(arg, engine, conn, console)
     elif name == "/show":
         _show(arg, state, console)
     elif name == "/attach":

@@ -182,6 +182,19 @@ def no_api_there(
 _TAG = re.compile(r"<[^>]*>")
 
 
+def not_the_api(endpoint: Endpoint, what: str, content_type: str, expected: str) -> ProviderError:
+    """A 200 whose body is not what the API sends (an HTML page, JSON of another shape): the
+    base URL names a web page, a proxy or another service. Retrying cannot mend it, so it
+    fails at once, saying which setting to check (`what` names the request, and the address
+    when its caller's words do not)."""
+    kind = content_type.split(";")[0].strip() or "no content type"
+    return FatalProviderError(
+        f"{what} answered with {kind}, not {expected}",
+        hint=f"It does not look like the model API: is this a model server's OpenAI-compatible "
+        f"API? {with_v1(endpoint)}",
+    )
+
+
 def with_v1(endpoint: Endpoint) -> str:
     """The OpenAI wire's advice: its base URL ends in /v1 (ollama, vLLM, llama.cpp, OpenAI)."""
     setting = endpoint.source or "the base URL"

@@ -36,6 +36,11 @@ HINT = (
     'Give one of: cron="0 9 * * 1-5" (minute hour day month weekday), every="30m" (s, m, h, d '
     'or w; at least 1m), or at="2026-12-24 18:00" (local time, or with an offset).'
 )
+# The same forms as `heron jobs add` takes them: its options, not the tool's arguments.
+CLI_HINT = (
+    'Give one of: --cron "0 9 * * 1-5" (minute hour day month weekday), --every 30m (s, m, h, '
+    'd or w; at least 1m), or --at "2026-12-24 18:00" (local time, or with an offset).'
+)
 
 
 @dataclass(frozen=True)
