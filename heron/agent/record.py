@@ -125,6 +125,7 @@ class TurnRecorder:
             record.ended,
             record.body,
             streamed=record.streamed,
+            failed=record.failed,
             defer=True,  # written with the reply (`_append`) or with the next trace write
         )
 
