@@ -710,9 +710,16 @@ def price_values(pattern: str, table: object, at: str = "") -> dict[str, float]:
             hint="Prices are US dollars per million tokens, e.g. input = 3.0, output = 15.0.",
         )
     try:
-        return {k: float(v) for k, v in table.items()}
+        prices = {k: float(v) for k, v in table.items()}
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: prices must be numbers ({e})") from e
+    negative = next((k for k, v in prices.items() if v < 0), None)
+    if negative is not None:  # a negative price would make every cost a refund
+        raise ConfigError(
+            f"{where}: {negative} is {prices[negative]}; a price must not be negative",
+            hint="Prices are US dollars per million tokens, e.g. input = 3.0; 0 for free.",
+        )
+    return prices
 
 
 def _at(path: Path, text: str, section: str, pattern: str | None, key: str | None = None) -> str:

@@ -196,3 +196,18 @@ async def test_with_a_serve_up_the_budget_is_the_serves_model_s_not_this_command
     assert f"window {window:,} tokens" in served
     assert "window 7,000 tokens" in asked  # its own, as a run of it would have
     assert f"window {window:,} tokens" not in alone  # the command's own model: another window
+
+
+def test_a_part_too_large_alone_says_so_and_that_compacting_cannot_help():
+    """A turn after an overflow failed because the tool schemas alone (6,385 tokens) exceed a
+    4,000-token window; the error named them the largest part only (QA22x L3)."""
+    from heron.context.budget import too_large
+
+    alone = too_large({"tool schemas": 6_385, "messages": 225}, 4_000, 1_000, "gpt-4o")
+    assert "the largest part is tool schemas" in str(alone)
+    assert "tool schemas; its 6,385 tokens alone do not fit" in str(alone)
+    assert "compacting the conversation cannot make the request fit" in str(alone)
+    assert "Give this model fewer tools" in (alone.hint or "")
+    assert 'context_window under [models."gpt-4o"]' in (alone.hint or "")
+    shared = too_large({"tool schemas": 2_000, "messages": 2_500}, 4_000, 1_000)
+    assert "alone" not in str(shared)

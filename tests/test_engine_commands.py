@@ -325,7 +325,10 @@ async def test_compact_calls_compaction_with_a_run_to_record_in(monkeypatch):
     assert result.reply.startswith("Compacted 12 messages") and calls == [("c", "manual", True)]
 
 
-async def test_context_overflow_shrinks_the_window_compacts_and_retries():
+async def test_context_overflow_shrinks_the_window_compacts_and_retries(monkeypatch):
+    import heron.agent.turn
+    from heron.compaction.consolidate import CompactionReport
+
     provider = ScriptedProvider(
         [
             ContextOverflow("prompt too long", status=400),
@@ -335,11 +338,11 @@ async def test_context_overflow_shrinks_the_window_compacts_and_retries():
     async with Engine.open(Settings.load(), provider=provider) as engine:
         windows = []
 
-        async def fake_compact(conversation, *, reason="manual", window=None, **_):
+        async def fake_compact(engine, conversation, *, reason="manual", window=None, **_):
             windows.append((reason, window))
-            return "ok"
+            return CompactionReport("none", reason)
 
-        engine.compact_now = fake_compact  # type: ignore[method-assign]
+        monkeypatch.setattr(heron.agent.turn, "compact_conversation", fake_compact)
         result = await engine.turn("o", "big question")
     assert result.reply == "fits now" and result.states.count("RUN") == 2
     # No window stated: compacted for a quarter less than the one that overflowed (the

@@ -139,3 +139,19 @@ def test_other_errors_are_not_overflows():
 def test_the_stated_window_rides_on_the_error():
     error = ContextOverflow("x", limit=4096, status=400)
     assert error.limit == 4096 and error.status == 400
+
+
+async def test_the_notice_says_compaction_did_not_happen_when_it_did_not():
+    """The notice said "the conversation was compacted to fit it" though nothing was folded
+    (both summaries failed, or nothing could be), and the turn then failed (QA22x L3)."""
+    told: list[str] = []
+    hooks = TurnHooks(on_notice=told.append)
+    with FakeOpenAIServer(_answer, window=1_500, dialect="llamacpp") as srv:
+        provider = OpenAICompatProvider("fake-model", "key", base_url=srv.base_url)
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            result = await engine.turn("tiny", f"hello {BLOB}", hooks)
+    assert not result.ok
+    (notice,) = [t for t in told if "window is 1,500 tokens" in t]
+    assert "compacted to fit" not in notice
+    assert "the turn runs again built for it; nothing was compacted (everything since" in notice
+    assert 'context_window under [models."fake-model"] in config.toml to 1500' in notice

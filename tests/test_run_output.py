@@ -152,3 +152,33 @@ def test_the_chat_says_stopped_after_the_text_the_stopped_turn_kept():
     view.message(OutboundMessage("terminal", "", "k", "Answered the second thing.", "answer"))
     shown = screen.getvalue()
     assert shown.rindex(stopped) < shown.index("Answered the second thing.")
+
+
+def test_each_tool_line_on_stderr_names_its_call_by_its_first_argument():
+    """Four propose_lesson lines came out in the order the calls finished, with nothing to
+    tell which was which (QA22x L13): each now names its first argument, cut short."""
+    from io import StringIO
+
+    from heron.bus import TurnEvent
+    from heron.channels.script import ReplyPrinter
+    from heron.messages import ToolCall, ToolResult
+
+    err = StringIO()
+    printer = ReplyPrinter(StringIO(), err)
+    long_rule = "Always check the date of the meeting before writing the invitation email"
+    for n, (args, failed) in enumerate(
+        [
+            ({"rule": long_rule, "topic": "email"}, True),
+            ({"path": "a\x1b[2Jb.md"}, False),
+            ({}, False),
+        ]
+    ):
+        call = ToolCall(f"c{n}", "propose_lesson", args)
+        result = ToolResult(call.id, "x", failed)
+        printer.event(
+            TurnEvent("script", "c", "k", "tool_end", call=call, result=result, seconds=0.25)
+        )
+    lines = err.getvalue().splitlines()
+    assert lines[0] == '[propose_lesson error 0.2s: "Always check the date of the meeting be…"]'
+    assert lines[1] == '[propose_lesson ok 0.2s: "a\\x1b[2Jb.md"]'  # escaped, never run
+    assert lines[2] == "[propose_lesson ok 0.2s]"

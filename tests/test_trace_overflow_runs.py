@@ -89,3 +89,17 @@ def test_the_replay_command_exits_3_when_only_the_retry_went_unchecked(monkeypat
     out = CliRunner().invoke(app, ["trace", "replay", run_id])
     assert out.exit_code == 3, out.output
     assert "not rebuilt" in out.output
+
+
+async def test_the_turn_row_counts_the_calls_and_tokens_of_both_runs() -> None:
+    """The retry's figures replaced the overflowed run's on the turn row: a turn whose retry
+    sent nothing showed `CALLS 0` in `trace ls` though its first request was sent (QA22x L3),
+    and a retried turn's cost left out its first run."""
+    registry = tick_registry()
+    async with Engine.open(Settings.load(), provider=overflowing(), registry=registry) as engine:
+        result = await engine.turn("o", "go")
+        run = load_run(engine.store, result.run_id)
+    assert result.ok
+    assert run.turn.model_calls == len(run.calls)
+    assert run.turn.tool_calls == len(run.tools) == 2
+    assert run.turn.usage.input == sum(c.usage.input for c in run.calls)

@@ -35,6 +35,52 @@ def test_unknown_models_cost_none_and_config_overrides_win():
         PriceTable.from_config({"x": {"input": 1}})
 
 
+def test_an_unpriced_model_s_turn_costs_unknown_even_with_no_tokens():
+    """A zero-token turn of a model with no price said `$0.0000` in `trace ls` while `heron
+    run --json` said null for it (QA22x L4): unknown is `?` everywhere."""
+    table = PriceTable()
+    assert table.cost("fake-model", Usage()) is None
+    assert table.known_cost("fake-model", Usage()) is None
+    assert table.cost("gpt-4.1-mini", Usage()) == 0.0  # priced: no tokens cost nothing
+    assert table.cost("fake-model", Usage(), provider="local") == 0.0
+
+
+def test_a_negative_price_is_a_config_error(tmp_path):
+    """`input = -1.0` was accepted and `heron usage` printed `$-0.0140` (QA22x L5)."""
+    from heron.config import load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text('[prices."mine*"]\ninput = -1.0\noutput = 2.0\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(f'{path}:1: [prices."mine*"]: input is -1.0')
+    assert "not be negative" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["o4-mini-deep-research", "gpt-4o-mini-realtime-preview", "gpt-5-mini-search", "o3-pro"],
+)
+def test_a_price_glob_prices_its_model_and_snapshots_not_others_sharing_the_prefix(model):
+    """`o4-mini*` priced any model whose name starts so (QA22x L12): a family's globs match
+    the model and its dated snapshots only."""
+    assert PriceTable().price(model) is None
+
+
+def test_dated_snapshots_keep_their_family_price():
+    table = PriceTable()
+    for model, family in [
+        ("o4-mini-2025-04-16", "o4-mini"),
+        ("o3-2025-04-16", "o3"),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("gpt-5-mini-2025-08-07", "gpt-5-mini"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("claude-sonnet-4-20250514", "claude-sonnet-4-0"),
+        ("claude-opus-4-1-20250805", "claude-opus-4-1"),
+    ]:
+        assert table.price(model) == table.price(family) is not None, model
+
+
 async def test_turn_and_conversation_costs_and_the_commands(home_db):  # on both backends
     provider = ScriptedProvider(
         [

@@ -11,6 +11,7 @@ trace and usage.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,19 @@ class TurnFigures:
     system_fingerprint: str
     error: str | None = None
     usage_unknown: bool = False  # a call stopped mid-stream or cut uncounted: a floor
+
+    def after(self, earlier: TurnFigures | None) -> TurnFigures:
+        """These figures of a turn's last run with its `earlier` runs' calls, tools and
+        tokens added (a run overflowed and the turn ran again): what the turn spent."""
+        if earlier is None:
+            return self
+        return dataclasses.replace(
+            self,
+            usage=earlier.usage + self.usage,
+            model_calls=earlier.model_calls + self.model_calls,
+            tool_calls=earlier.tool_calls + self.tool_calls,
+            usage_unknown=earlier.usage_unknown or self.usage_unknown,
+        )
 
 
 class CallSink:
@@ -125,6 +139,7 @@ class TurnRecorder:
             record.ended,
             record.body,
             streamed=record.streamed,
+            failed=record.failed,
             defer=True,  # written with the reply (`_append`) or with the next trace write
         )
 

@@ -38,6 +38,7 @@ from heron.request import ChatRequest, OnEvent, ToolSpec
 from heron.store import Store
 from heron.tools.builtin import default_registry
 from heron.tools.context import ToolContext, recording
+from heron.tools.memory_tools import MEMORY_TOOLS
 from heron.tools.python_kernel import describe_kernel, lifetime_in, run_cell, session_as_recorded
 from heron.tools.registry import OnStart, ToolRegistry
 from heron.trace.diff import Difference, first_difference
@@ -281,6 +282,11 @@ class ReplayProvider:
         return None
 
 
+# Tools a live replay serves from the record: memory's read and write memory's files, the
+# review queue and the history, none of them the replay's copy (heron/tools/memory_tools.py).
+FROM_THE_RECORD = frozenset(t.name for t in MEMORY_TOOLS)
+
+
 class ReplayTools:
     """The tool registry of a replay: the current tools' specs (so a changed tool shows in the
     request), results served from the trace, or the tools run again when `live` is true."""
@@ -296,6 +302,8 @@ class ReplayTools:
         self.registry, self.live, self.report = registry, live, report
         self._specs = specs  # the specs the run recorded, sent instead of the current ones
         self.interrupted = run.turn.status == "interrupted"
+        self.served: list[str] = []  # memory tools a live replay served from the record
+        self._note_at: int | None = None  # where the report's note names them
         self.recorded: dict[str, list[ToolTrace]] = {}
         for tool in run.tools:
             self.recorded.setdefault(tool.call_id, []).append(tool)
@@ -319,7 +327,8 @@ class ReplayTools:
             # The run was stopped while this call ran (or before it): the replay stops here
             # too, and a live one never starts it again (an endless cell would not end).
             raise ReplayStop("interrupted during tools")
-        if self.live:
+        served = call.name in FROM_THE_RECORD  # memory's: its files are not the replay's
+        if self.live and not served:
             if call.name == run_cell.name and ctx.kernel is None:  # the run's first cell
                 first = recorded.result if recorded is not None else None
                 ctx.kernel = session_as_recorded(ctx.workspace, ctx.sandbox, first)
@@ -333,7 +342,25 @@ class ReplayTools:
         if recorded is None:
             self.report.notes.append(f"no recorded result for tool call {call.id} ({call.name})")
             return ToolResult(call.id, "Error: no recorded result", True)
+        if self.live and served:
+            self._served_from_record(call.name)
         return ToolResult(call.id, recorded.result or "", recorded.is_error)
+
+    def _served_from_record(self, name: str) -> None:
+        """Note, once for the replay, the memory tools a live replay served from the record."""
+        if name in self.served:
+            return
+        self.served.append(name)
+        note = (
+            f"memory tools served from the record, not run again: {', '.join(self.served)} "
+            "(they read and write memory's files and review queue, which a replay leaves "
+            "alone, as it does the extraction pass)"
+        )
+        if self._note_at is None:
+            self._note_at = len(self.report.notes)
+            self.report.notes.append(note)
+        else:
+            self.report.notes[self._note_at] = note
 
 
 # ---- the run's start --------------------------------------------------------------------------

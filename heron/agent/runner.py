@@ -42,7 +42,7 @@ from heron.messages import (
 from heron.providers.base import Provider, RetryPolicy, call_with_retries
 from heron.providers.profiles import ModelProfile
 from heron.providers.repetition import guarded_chat, repeats_itself
-from heron.providers.wire import STOPPED, ModelCallRecord, Streamed, body_of
+from heron.providers.wire import STOPPED, FailedAttempt, ModelCallRecord, Streamed, body_of
 from heron.redact import Redactor, scrub_error
 from heron.request import ChatRequest, OnEvent, StreamEvent
 from heron.store.engine_state import interrupted_text
@@ -309,11 +309,13 @@ class Runner:
         told = self._on_retry(hooks)
         guard = self.profile.loop_guard
 
-        retried, cut = 0, False  # attempts tried again; one of them broke after it began
+        failed: list[FailedAttempt] = []  # attempts tried again, each with its error
+        cut = False  # one of them broke after it began
 
         def on_retry(error: ProviderError, wait: float) -> None:
-            nonlocal retried, cut
-            retried += 1
+            nonlocal cut
+            scrub_error(error, self.redactor)  # kept in the trace: no key it echoed
+            failed.append(FailedAttempt(repr(error), wait, time.time()))
             cut |= kept.began  # it streamed, then broke: billed, never counted
             kept.restart()
             if shown is not None:
@@ -333,7 +335,16 @@ class Runner:
             # is kept with what streamed; the turn's interruption writes it (heron/agent/turn.py).
             stopped = kept.streamed()
             record = ModelCallRecord(
-                seq, purpose, payload, None, STOPPED, started, time.time(), body, stopped, retried
+                seq,
+                purpose,
+                payload,
+                None,
+                STOPPED,
+                started,
+                time.time(),
+                body,
+                stopped,
+                tuple(failed),
             )
             try:
                 await asyncio.shield(hooks.on_model_call(record))
@@ -342,24 +353,33 @@ class Runner:
             raise
         except ProviderError as error:
             scrub_error(error, self.redactor)
-            s.retried += retried
+            s.retried += len(failed)
             # What streamed before it broke was billed: kept, its usage unknown.
             streamed = kept.streamed() if kept.began or cut else None
             s.uncounted |= streamed is not None
             ended = time.time()
             record = ModelCallRecord(
-                seq, purpose, payload, None, repr(error), started, ended, body, streamed, retried
+                seq,
+                purpose,
+                payload,
+                None,
+                repr(error),
+                started,
+                ended,
+                body,
+                streamed,
+                tuple(failed),
             )
             await hooks.on_model_call(record)
             raise
-        s.retried += retried
+        s.retried += len(failed)
         if cut and not reply.usage_unknown:  # an earlier attempt's tokens were never counted
             reply = Reply(reply.parts, reply.stop, reply.usage, usage_unknown=True)
         s.uncounted |= reply.usage_unknown
         s.usage = s.usage + reply.usage
         await hooks.on_model_call(
             ModelCallRecord(
-                seq, purpose, payload, reply, None, started, time.time(), body, retried=retried
+                seq, purpose, payload, reply, None, started, time.time(), body, failed=tuple(failed)
             )
         )
         return reply

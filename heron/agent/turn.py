@@ -54,7 +54,8 @@ from heron.agent.runner import (
 from heron.agent.tracing import trace_for
 from heron.attachments import Composed, compose, without_keys
 from heron.bus import TurnOptions, stopped_by
-from heron.compaction import prepare_turn
+from heron.compaction import compact_conversation, prepare_turn
+from heron.compaction.consolidate import CompactionReport
 from heron.compaction.core import output_for, window_for
 from heron.compaction.governor import Governor  # loaded with the engine, not in a first turn
 from heron.context.prompt import fingerprint
@@ -232,6 +233,7 @@ class RunAgain:
     built: BuiltTurn
     window: int  # tokens, for the rest of this turn
     retries: int  # overflows retried so far
+    earlier: TurnFigures  # what the runs before spent: the turn row counts them too
 
 
 @dataclass(frozen=True)
@@ -690,8 +692,10 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
     """The runner on the built context. A final-looking reply is held for SAVE; a context
     overflow shrinks the window, compacts, builds the context again and runs once more."""
     window: int | None = None
+    earlier: TurnFigures | None = None
     if isinstance(given, RunAgain):
         built, window, retries = given.built, given.window, given.retries
+        earlier = given.earlier
     else:
         built, retries = given, 0
     t.built = built
@@ -701,6 +705,7 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
         pending = await run_once(t, built)
     finally:
         t.control.mailbox.open = False
+    pending = dataclasses.replace(pending, figures=pending.figures.after(earlier))
     t.run = pending.run
     error = pending.run.error
     if isinstance(error, ContextOverflow) and retries < MAX_OVERFLOW_RETRIES:
@@ -708,9 +713,11 @@ async def run(t: Turn, given: BuiltTurn | RunAgain) -> PendingSave | RunAgain:
         await store.call(pending.write, True)  # the failed run's rows before the retry's own
         overflowed = window_for(t.engine, window)
         window = window_after(t.engine, overflowed, error.limit)
-        told = stated_notice(t.engine.choice.model, overflowed, window, error.limit)
-        rebuilt = await rebuild_after_overflow(t, built, window, told)
-        return RunAgain(rebuilt, window, retries + 1)
+        notice = functools.partial(
+            stated_notice, t.engine.choice.model, overflowed, window, error.limit
+        )
+        rebuilt = await rebuild_after_overflow(t, built, window, notice)
+        return RunAgain(rebuilt, window, retries + 1, pending.figures)
     t.pending = pending
     return pending
 
@@ -994,29 +1001,40 @@ def learn_window(engine: TurnDeps, stated: int) -> None:
     engine.memos.trace = None  # a trace records the profile its requests went with
 
 
-def stated_notice(model: str, overflowed: int, window: int, stated: int | None) -> list[str]:
-    """What the person is told once a server stated a window smaller than Heron's: the retry
-    fits it, and the setting that spares the next process the refused request."""
+def stated_notice(
+    model: str, overflowed: int, window: int, stated: int | None, compacted: CompactionReport
+) -> list[str]:
+    """What the person is told once a server stated a window smaller than Heron's: what
+    compacting for it did (`compacted`: it may have folded nothing, its summary failing),
+    and the setting that spares the next process the refused request."""
     if stated is None or window != stated:
         return []
+    if compacted.changed:
+        done = "the conversation was compacted to fit it"
+    elif compacted.kind == "failed":
+        done = f"the turn runs again built for it; nothing was compacted ({compacted.error})"
+    else:
+        done = f"the turn runs again built for it; nothing was compacted ({compacted.why})"
     return [
         f"The model server's window is {stated:,} tokens, not the {overflowed:,} Heron "
-        f"assumed: the conversation was compacted to fit it. Set {window_setting(model)} to "
-        f"{stated} so every run starts there."
+        f"assumed: {done}. Set {window_setting(model)} to {stated} so every run starts there."
     ]
 
 
 async def rebuild_after_overflow(
-    t: Turn, built: BuiltTurn, window: int, notices: list[str]
+    t: Turn, built: BuiltTurn, window: int, notices: Callable[[CompactionReport], list[str]]
 ) -> BuiltTurn:
     """Compact for the smaller `window` (the summary's own request goes to the same server),
     and build the turn's context again as BUILD does: the system prompt (with the new
     summary), the view and the governor, all for that window. Compaction's calls go in the
-    turn's trace and usage; `notices` are told as the run starts again."""
+    turn's trace and usage; `notices` of what the compaction did are told as the run starts
+    again."""
     anchor = built.governor.anchor_id if built.governor else None
     assert anchor is not None, "an overflow is retried only with the view BUILD derived"
     calls = built.compaction_calls
-    await t.engine.compact_now(t.conversation, reason="overflow", window=window, on_call=calls)
+    compacted = await compact_conversation(
+        t.engine, t.conversation, reason="overflow", window=window, on_call=calls
+    )
     prepared = await prepare_turn(
         t.engine, t.conversation, t.agent, built.turn_id, anchor, window=window, on_call=calls
     )
@@ -1025,7 +1043,7 @@ async def rebuild_after_overflow(
         system=prepared.system,
         messages=prepared.messages,
         governor=prepared.governor,
-        notices=notices,  # BUILD's were told as the first run started
+        notices=notices(compacted),  # BUILD's were told as the first run started
     )
 
 

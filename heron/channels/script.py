@@ -44,7 +44,7 @@ from heron.bus import (
 )
 from heron.channels.early import _EARLY, SIGNALS, signalled_again
 from heron.channels.visible import command_shown, is_terminal, visible
-from heron.messages import File, new_key
+from heron.messages import File, ToolCall, new_key
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -163,7 +163,7 @@ class ReplyPrinter:
             self.line_break()
             self.kept_at, self.unkept = len("".join(self.reply)), False
             status = "error" if ev.result.is_error else "ok"
-            self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s]")
+            self.note(f"[{ev.call.name} {status} {ev.seconds:.1f}s{call_brief(ev.call)}]")
         elif ev.kind == "retry":
             self.note(f"[retrying in {ev.seconds:.1f}s: {ev.text}]")
         elif ev.kind == "restart":  # the stream was cut; what follows is the reply anew
@@ -321,6 +321,22 @@ class ReplyPrinter:
             self.err.flush()
         except BrokenPipeError:  # nobody reads stderr either: nothing to tell
             to_null(self.err)
+
+
+BRIEF_CHARS = 40  # of a tool call's first argument on its stderr line
+
+
+def call_brief(call: ToolCall) -> str:
+    """`: "<first argument>"`, cut to BRIEF_CHARS: enough to tell apart the calls of one
+    reply, whose lines come in the order they finish. Control characters are shown escaped
+    whatever stderr is: the model wrote them, and the line is a label, not its content."""
+    if not call.args:
+        return ""
+    first = next(iter(call.args.values()))
+    text = first if isinstance(first, str) else json.dumps(first, ensure_ascii=False)
+    text = visible(" ".join(text.split()))  # one line
+    cut = text if len(text) <= BRIEF_CHARS else text[: BRIEF_CHARS - 1].rstrip() + "…"
+    return f': "{cut}"'
 
 
 def to_null(stream: TextIO) -> None:

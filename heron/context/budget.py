@@ -40,6 +40,17 @@ _WHAT_TO_DO = {
 }
 
 
+def _alone(name: str, tokens: int, window: int, output: int) -> str:
+    """Said when the largest part alone leaves no room in the window: no compaction of the
+    conversation can help then, only a smaller part or a larger window."""
+    if tokens + output <= window:
+        return ""
+    return (
+        f"; its {tokens:,} tokens alone do not fit with the answer's reserve, so"
+        " compacting the conversation cannot make the request fit"
+    )
+
+
 def too_large(
     parts: dict[str, int], window: int, output: int, model: str = "<name>"
 ) -> RequestTooLarge:
@@ -51,7 +62,7 @@ def too_large(
     message = (
         f"the request was not sent: about {total:,} tokens of input ({listed}) and {output:,}"
         f" reserved for the answer do not fit the model's window of {window:,} tokens;"
-        f" the largest part is {largest}."
+        f" the largest part is {largest}{_alone(largest, parts[largest], window, output)}."
     )
     todo = _WHAT_TO_DO.get(largest, f"Shorten the {largest} section of the system prompt.")
     hint = (

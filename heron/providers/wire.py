@@ -139,6 +139,18 @@ def body_of(provider: _Payloads, request: ChatRequest) -> WireBody:
     return body
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    """An attempt of a model call that failed and was tried again (a 529, a stream cut): its
+    error as a call's row records one (the exception's repr), the wait before the next attempt
+    and when it failed. The trace keeps it beside its call, so two calls counted and one
+    reply shown can be told apart."""
+
+    error: str
+    wait: float
+    at: float
+
+
 @dataclass
 class ModelCallRecord:
     """One model call: the exact body sent (no credentials), its reply or error, and when."""
@@ -152,7 +164,12 @@ class ModelCallRecord:
     ended: float
     body: WireBody | None = None  # the payload's encoded pieces, stored by the trace as they are
     streamed: Streamed | None = None  # a call stopped mid-stream: what had arrived
-    retried: int = 0  # attempts before this one that failed and were tried again
+    failed: tuple[FailedAttempt, ...] = ()  # attempts before the last that failed, tried again
+
+    @property
+    def retried(self) -> int:
+        """Attempts sent before the last: each is a model call of the turn's figures."""
+        return len(self.failed)
 
 
 class Asked(Protocol):

@@ -9,7 +9,7 @@ model as an error result that says why.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -19,7 +19,7 @@ from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall, heading, spoken_by
 from heron.memory.service import MemoryService, Unchanged
 from heron.memory.wiring import seen_by_model
-from heron.messages import Text, Thinking, ToolCall, ToolResult, dumps
+from heron.messages import JSONObject, Text, Thinking, ToolCall, ToolResult, dumps
 from heron.tools.context import ToolContext
 from heron.tools.registry import tool
 
@@ -104,7 +104,8 @@ def manage_memory(
     key = ctx.services.conversation_key
     try:
         with _budget(ctx):
-            return _change(service, conversation_id, key, action, entry_path, quote)
+            done = ctx.record_effect  # in the trace: the call changed a file of memory's
+            return _change(service, conversation_id, key, action, entry_path, quote, done)
     except MemoryRefused as e:
         raise ToolError(str(e)) from e
 
@@ -116,9 +117,13 @@ def _change(
     action: str,
     entry_path: EntryPath,
     quote: str,
+    effect: Callable[[JSONObject], None] = lambda _: None,
 ) -> str:
+    """What the model is told; a file of memory changed is handed to `effect` (the call's
+    effects in the trace), not a change left to the person's review."""
     if action == "delete":
         gone = service.delete(conversation_id, entry_path, quote)
+        effect({"kind": "memory_forgotten", "path": gone.path.rel})
         also = service.still_said(gone)
         if also:
             return f"Forgot {gone.path.rel}. {also}"
@@ -133,8 +138,10 @@ def _change(
                 f"{entry_path.rel} was written by the user by hand, so the change waits for "
                 f"their review as #{changed} (it shows the old and the new text)."
             )
+        effect({"kind": "memory_updated", "path": changed.path.rel})
         return f"Updated {changed.path.rel}: {changed.text}"
     entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
+    effect({"kind": "memory_saved", "path": entry.path.rel})
     moved = "" if entry.path == entry_path else f" ({entry_path.rel} is taken: it got its own name)"
     return f"Saved {entry.path.rel}{moved}: {entry.text}"
 

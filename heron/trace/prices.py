@@ -49,31 +49,41 @@ class Price:
         ) / PER
 
 
-# List prices (USD per million tokens) as published by the providers in late 2025. They change:
-# override them in config.toml. Patterns are fnmatch globs over the lower-cased model name; the
-# longest matching pattern wins, so dated snapshots match their family.
+def _family(name: str, price: Price, *aliases: str) -> dict[str, Price]:
+    """A model's price under its name, its dated snapshots (`-2025-04-16`, `-20250929`) and
+    its `aliases`: never under a bare prefix, which would price other models that share it
+    (`o4-mini*` matched `o4-mini-deep-research`, a model with prices of its own)."""
+    return {pattern: price for pattern in (name, f"{name}-20*", *aliases)}
+
+
+# List prices (USD per million tokens) as published by the providers in late 2025
+# (https://docs.anthropic.com/en/docs/about-claude/pricing, https://openai.com/api/pricing,
+# https://api-docs.deepseek.com/quick_start/pricing). They change: override them in
+# config.toml. Patterns are fnmatch globs over the lower-cased model name; the longest
+# matching pattern wins. Sonnet's long-context rate (input over 200k tokens) is not here:
+# it applies only with Anthropic's 1M-token beta, which Heron never asks for, so no request
+# Heron sends is charged at it (docs/traces.md, "Prices").
 BUILTIN: dict[str, Price] = {
-    "claude-opus-4-5*": Price(5.0, 25.0, 6.25, 0.50),
-    "claude-opus-4*": Price(15.0, 75.0, 18.75, 1.50),
-    "claude-sonnet-4*": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-3-7-sonnet*": Price(3.0, 15.0, 3.75, 0.30),
-    "claude-haiku-4-5*": Price(1.0, 5.0, 1.25, 0.10),
-    "claude-3-5-haiku*": Price(0.80, 4.0, 1.0, 0.08),
-    "gpt-5": Price(1.25, 10.0, None, 0.125),
-    "gpt-5-2*": Price(1.25, 10.0, None, 0.125),
-    "gpt-5-mini*": Price(0.25, 2.0, None, 0.025),
-    "gpt-5-nano*": Price(0.05, 0.40, None, 0.005),
-    "gpt-4.1": Price(2.0, 8.0, None, 0.50),
-    "gpt-4.1-2*": Price(2.0, 8.0, None, 0.50),
-    "gpt-4.1-mini*": Price(0.40, 1.60, None, 0.10),
-    "gpt-4.1-nano*": Price(0.10, 0.40, None, 0.025),
-    "gpt-4o": Price(2.50, 10.0, None, 1.25),
-    "gpt-4o-2*": Price(2.50, 10.0, None, 1.25),
-    "gpt-4o-mini*": Price(0.15, 0.60, None, 0.075),
-    "o3": Price(2.0, 8.0, None, 0.50),
-    "o4-mini*": Price(1.10, 4.40, None, 0.275),
-    "deepseek-chat*": Price(0.28, 0.42, None, 0.028),
-    "deepseek-reasoner*": Price(0.28, 0.42, None, 0.028),
+    **_family("claude-opus-4-5", Price(5.0, 25.0, 6.25, 0.50)),
+    **_family("claude-opus-4-1", Price(15.0, 75.0, 18.75, 1.50)),
+    **_family("claude-opus-4", Price(15.0, 75.0, 18.75, 1.50), "claude-opus-4-0"),
+    **_family("claude-sonnet-4-5", Price(3.0, 15.0, 3.75, 0.30)),
+    **_family("claude-sonnet-4", Price(3.0, 15.0, 3.75, 0.30), "claude-sonnet-4-0"),
+    **_family("claude-3-7-sonnet", Price(3.0, 15.0, 3.75, 0.30), "claude-3-7-sonnet-latest"),
+    **_family("claude-haiku-4-5", Price(1.0, 5.0, 1.25, 0.10)),
+    **_family("claude-3-5-haiku", Price(0.80, 4.0, 1.0, 0.08), "claude-3-5-haiku-latest"),
+    **_family("gpt-5", Price(1.25, 10.0, None, 0.125)),
+    **_family("gpt-5-mini", Price(0.25, 2.0, None, 0.025)),
+    **_family("gpt-5-nano", Price(0.05, 0.40, None, 0.005)),
+    **_family("gpt-4.1", Price(2.0, 8.0, None, 0.50)),
+    **_family("gpt-4.1-mini", Price(0.40, 1.60, None, 0.10)),
+    **_family("gpt-4.1-nano", Price(0.10, 0.40, None, 0.025)),
+    **_family("gpt-4o", Price(2.50, 10.0, None, 1.25)),
+    **_family("gpt-4o-mini", Price(0.15, 0.60, None, 0.075)),
+    **_family("o3", Price(2.0, 8.0, None, 0.50)),
+    **_family("o4-mini", Price(1.10, 4.40, None, 0.275)),
+    "deepseek-chat": Price(0.28, 0.42, None, 0.028),
+    "deepseek-reasoner": Price(0.28, 0.42, None, 0.028),
 }
 
 
@@ -107,19 +117,17 @@ class PriceTable:
         if not known:
             price = self.price(model, provider)
             return 0.0 if price is not None and price.free else None
-        if usage == Usage():
-            return 0.0  # no tokens cost nothing, whatever the price
         price = self.price(model, provider)
-        return None if price is None else price.cost(usage)
+        if price is None:
+            return None  # unknown even for no tokens: one answer with `known_cost`
+        return 0.0 if usage == Usage() else price.cost(usage)
 
     def known_cost(
         self, model: str | None, usage: Usage | None, provider: str | None = None
     ) -> float | None:
         """A turn's cost as `heron run --json` and the serve's turn_end report it: None
         whenever the model's price is unknown, even for a turn that spent no tokens."""
-        if usage is None or self.price(model, provider) is None:
-            return None
-        return self.cost(model, usage, provider)
+        return None if usage is None else self.cost(model, usage, provider)
 
 
 def _best(name: str, table: Iterable[tuple[str, Price]]) -> Price | None:

@@ -42,6 +42,10 @@ class CallTrace:
     raw_request: str
     streamed: Streamed | None = None  # stopped mid-stream: what had arrived (usage unknown)
     attempt: int = 1  # which run of the turn made it: 2 for the retry after a context overflow
+    # Its attempts that failed and were tried again (a 529, a cut stream), in order: each the
+    # body of its `retry` event ({"call", "attempt", "error", "wait"}). Each was sent, so each
+    # is one of the turn's model calls.
+    failed_attempts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def duration(self) -> float:
@@ -173,6 +177,7 @@ def load_run(store: Store, run_id: str) -> RunTrace:
         for r in records.event_rows(store, turn.id)
     ]
     _number_runs(run)
+    _attach_retries(run)
     stopped = _stopped_calls(run.events)
     for tool in run.tools:
         tool.interrupted = tool.call_id in stopped
@@ -200,6 +205,23 @@ def _number_runs(run: RunTrace) -> None:
         tool.attempt = _run_at(starts, tool.started)
     for event in run.events:
         event.attempt = _run_at(starts, event.at)
+
+
+def _attach_retries(run: RunTrace) -> None:
+    """Each `retry` event to the call it names (by its number in the same run of the turn),
+    out of the run's events: a failed attempt is part of its call, not something between
+    calls. One naming no call stays an event."""
+    calls = {(c.attempt, c.seq): c for c in run.calls}
+    kept: list[EventTrace] = []
+    for event in run.events:
+        body = event.body if isinstance(event.body, dict) else {}
+        number = body.get("call")
+        call = calls.get((event.attempt, number)) if event.kind == "retry" and number else None
+        if call is None:
+            kept.append(event)
+        else:
+            call.failed_attempts.append(body)
+    run.events = kept
 
 
 def _run_at(starts: list[float], at: float) -> int:

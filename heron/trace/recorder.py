@@ -45,6 +45,7 @@ from heron.messages import (
 from heron.providers.wire import (
     EncodedDict,
     EncodedList,
+    FailedAttempt,
     Streamed,
     WireBody,
     dumps_fields,
@@ -371,15 +372,18 @@ class TraceRecorder:
         body: WireBody | None = None,
         *,
         streamed: Streamed | None = None,
+        failed: Sequence[FailedAttempt] = (),
         defer: bool = False,
     ) -> None:
         """Record one model call. `streamed`: the call was stopped mid-stream, this is what
-        had arrived (its usage, if any, is the row's). `defer`: hold the row for the next
-        write (the reply's own transaction, see `joined`) unless the run's history is long
-        (off the loop)."""
+        had arrived (its usage, if any, is the row's). `failed`: its attempts that failed
+        and were tried again, each a `retry` event naming the call (read back with it).
+        `defer`: hold the row for the next write (the reply's own transaction, see
+        `joined`) unless the run's history is long (off the loop)."""
         usage = reply.usage if reply is not None else Usage()
         if streamed is not None:
             usage = streamed.usage or Usage()
+        retries, after = self._retries(seq, failed), self.calls  # the calls done before it
         self.calls += 1
         reply_json = self.scrub.clean(dumps(reply_to_dict(reply))) if reply is not None else None
         partial = self.scrub.clean(dumps(streamed_to_dict(streamed))) if streamed else None
@@ -392,6 +396,8 @@ class TraceRecorder:
                 ref = put_encoded(conn, pieces.value, pieces.pieces, self._chain, self._known)
             else:
                 ref = put_payload(conn, request, self._chain, self._known)
+            for at, body in retries:
+                records.insert_event(conn, self.turn_id, after, "retry", body, at)
             records.insert_model_call(
                 conn,
                 (
@@ -415,6 +421,19 @@ class TraceRecorder:
             self._deferred.append(write)
             return
         await self._run(write)
+
+    def _retries(self, seq: int, failed: Sequence[FailedAttempt]) -> list[tuple[float, str]]:
+        """The `retry` events of call `seq`'s failed attempts: when each failed, and its body
+        (the call, the attempt's number, its error, the wait before the next)."""
+        return [
+            (
+                attempt.at,
+                self.scrub.clean(
+                    dumps({"call": seq, "attempt": n, "error": attempt.error, "wait": attempt.wait})
+                ),
+            )
+            for n, attempt in enumerate(failed, 1)
+        ]
 
     async def tool_call(self, record: RecordedCall, args: str, *, stopped: bool = False) -> None:
         """`record` is a runner ToolCallRecord; `args` its arguments as recorded JSON.

@@ -170,11 +170,15 @@ def _call_lines(
     count = len(request.get("messages") or [])
     cut = call.reply is not None and call.reply.usage_unknown
     cost = prices.cost(turn.model, u, turn.provider, known=call.streamed is None and not cut)
+    tries = len(call.failed_attempts)
+    attempts = f" · {tries + 1} attempts" if tries else ""
     yield (
-        f"  #{call.seq} {call.purpose}{label} · {call.duration:.2f}s · in {u.input:,} (cache read "
-        f"{u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · {format_cost(cost)} · "
-        f"request {len(payload):,} bytes, {count} message{'' if count == 1 else 's'}"
+        f"  #{call.seq} {call.purpose}{label}{attempts} · {call.duration:.2f}s · in {u.input:,} "
+        f"(cache read {u.cache_read:,}, write {u.cache_write:,}) out {u.output:,} · "
+        f"{format_cost(cost)} · request {len(payload):,} bytes, "
+        f"{count} message{'' if count == 1 else 's'}"
     )
+    yield from _failed_lines(call)
     if "damaged" in request:
         yield f"    ✗ {request['damaged']}"
     if call.streamed is not None:
@@ -189,6 +193,16 @@ def _call_lines(
     yield f"    stop: {call.reply.stop}"
     if cut:
         yield f"    ■ usage unknown: {_why_unknown(call.reply)}"
+
+
+def _failed_lines(call: CallTrace) -> Iterator[str]:
+    """Each failed attempt of the call, with its error and the wait before the next: why
+    the turn counts more calls than it shows replies."""
+    for failed in call.failed_attempts:
+        wait = failed.get("wait")
+        after = f" (tried again after {wait:.1f}s)" if isinstance(wait, int | float) else ""
+        error = _short(str(failed.get("error")), 300)
+        yield f"    attempt {failed.get('attempt')} ✗ {error}{after}"
 
 
 def _why_unknown(reply: Reply) -> str:
@@ -368,6 +382,8 @@ def _export_call(store: Store, call: CallTrace) -> dict[str, Any]:
     return {
         "seq": call.seq,
         "attempt": call.attempt,  # the turn's run: 2 for the retry after a context overflow
+        # Attempts of this call that failed and were tried again (each one a call counted).
+        "failed_attempts": call.failed_attempts,
         "purpose": call.purpose,
         "request": _request_doc(request_payload(store, call), call.seq),
         "reply": reply_to_dict(call.reply) if call.reply else None,
