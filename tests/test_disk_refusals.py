@@ -196,10 +196,13 @@ async def test_run_retry_refuses_a_message_that_has_its_answer():
     assert [r.role for r in rows] == ["user", "assistant", "user", "assistant"]
 
 
-def test_the_cli_and_the_fast_path_send_the_refusing_retry():
+def test_the_cli_and_the_fast_path_send_the_refusing_retry(heron_home: Path) -> None:
     from heron.cli import _retry_text
     from heron.entry import parse_run
 
+    store = Store(heron_home / "heron.db")
+    store.open_conversation("k")
+    store.close()
     assert _retry_text(None, "k") == "/retry unanswered"
     parsed = parse_run(["--retry", "--conversation", "k"])
     assert parsed is not None and parsed["message"] == "/retry unanswered"
