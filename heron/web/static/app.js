@@ -527,7 +527,7 @@ function Note({ n }) {
 const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
 
 // A stored item's identity in the page (a failed turn's note names the row it follows).
-const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
+const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}${it.part != null ? "-p" + it.part : ""}`;
 
 // Where a note goes: after the turn it was said in (the live one's message), else after the
 // newest turn when it came, whole (a reply stored later goes above it): the last item's turn,
