@@ -282,6 +282,10 @@ class AgentLoop:
         if found is not None and found.name in commands.PRIORITY:
             await self._priority(found, key, message)
             return
+        refused = commands.switch_refused(found, key)
+        if refused is not None:  # queued, it would leave the next message here, as mail
+            await self._send(message, key, refused, "error")
+            return
         question = active.control.question
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
