@@ -1733,3 +1733,28 @@ def test_mail_sent_while_a_tool_runs_stays_where_it_was_sent_after_the_turn(brow
             pg.reload()
             expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Answered")
         pg.context.close()
+
+
+def test_commands_sent_mid_turn_take_no_mail_label_and_a_resume_elsewhere_is_refused(page, model):
+    """Mid-turn, a command answered at once (/status) is no mail, a queued one (/tree) is
+    queued, and the labels of what follows stay on their own messages (QA22t #3: each took the
+    one before's); `/resume KEY` is refused at once, so the next message is this turn's mail,
+    as the person was told (QA22t #2)."""
+    _send(page, "start a long job")
+    model.feed(("text", "Working on it"))
+    expect(page.locator(".live")).to_contain_text("Working on it")
+    _send(page, "/status")
+    expect(page.locator(".note").filter(has_text="personal")).not_to_have_count(0)
+    _send(page, "/resume other")
+    expect(page.get_by_text("/resume other was not done")).to_have_count(1)
+    _send(page, "/tree")
+    _send(page, "plain mail")
+    labels = {"/tree": "queued for the next turn", "plain mail": "sent while the agent worked"}
+    for text, label in labels.items():
+        expect(page.locator(".msg.mail").filter(has_text=text).locator(".mail-tag")).to_have_text(
+            label
+        )
+    expect(page.locator(".msg.mail")).to_have_count(2)
+    model.feed(("end", None))
+    model.reply("Done.")
+    expect(page.locator(".live")).to_have_count(0)
