@@ -151,6 +151,16 @@ KEEPING_CODE = "keeping"
 CHANNEL_NAMES = {"web": "the browser", "terminal": "heron chat", "script": "heron run"}
 
 
+def answered_in(chat_id: str | None) -> str:
+    """Where a client answered, as its person reads it: `in the browser`, not the serve's id
+    for that client (`web-3`: its session's channel and number, heron/serve/session.py)."""
+    channel, _, number = (chat_id or "").rpartition("-")
+    if channel == "cli" and number.isdigit():  # the control socket: heron chat or heron run
+        return "in another terminal"
+    where = CHANNEL_NAMES.get(channel) if number.isdigit() else None
+    return f"in {where}" if where else "in another client"
+
+
 def stopped_by(command: str, channel: str | None, pid: int | None = None) -> str:
     """What stopped a turn, as its person reads it: `/new from the browser`, or, sent from
     another process than the turn's, `/stop from heron run (process 4242)`."""
@@ -228,7 +238,7 @@ class ApprovalAsk:
     def outcome(self) -> str:
         """How the wait ended, for a client to show (approval_end)."""
         if self.reason == "answered":
-            return f"{'allowed' if self.allowed else 'declined'} by {self.by or 'a client'}"
+            return f"{'allowed' if self.allowed else 'declined'} {answered_in(self.by)}"
         if self.reason == "deadline":
             return "declined: nobody answered in time"
         return "declined: the turn was stopped"

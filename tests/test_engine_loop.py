@@ -166,6 +166,32 @@ async def test_follow_up_sent_mid_turn_is_answered_in_the_same_turn():
     provider.assert_complete()
 
 
+async def test_a_resume_to_another_conversation_while_a_turn_runs_is_refused_at_once():
+    """`/resume KEY` queued behind the running turn left the channel where it was until that
+    turn ended, so the next message went to the old conversation as mail (QA22t #2): it is
+    refused at once with what to do. A `/resume` without a key (the list) still waits."""
+    registry, gate, _ = _gate_registry()
+    provider = ScriptedProvider(
+        [Reply([ToolCall("c1", "wait_gate", {})], "tool"), Reply([Text("done")], "done")]
+    )
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider, registry=registry) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("t", "1", "start the job", events=True))
+        await until(lambda: len(provider.requests) == 1)
+        await loop.dispatch(InboundMessage("t", "1", "/resume other", events=True))
+        assert loop.pending("t:1") == 0
+        await loop.dispatch(InboundMessage("t", "1", "/resume", events=True))
+        assert loop.pending("t:1") == 1
+        gate.set()
+        await loop.wait_idle()
+    out = [bus.outbound.get_nowait() for _ in range(bus.outbound.qsize())]
+    said = [o for o in out if isinstance(o, OutboundMessage) and o.kind == "error"]
+    assert len(said) == 1 and "/resume other" in said[0].text
+    assert "once this turn ends" in said[0].text and said[0].switch_to is None
+    assert loop.routes == {}
+
+
 async def test_a_workers_mail_joins_the_running_turn_stored_with_its_id():
     """heron/scale/: a follow-up queued in its own right is offered to the turn opened by
     another message (`post_mail`); the turn stores it with its id, by which its own workflow

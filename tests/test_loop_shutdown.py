@@ -40,6 +40,7 @@ async def test_close_starts_no_turn_and_keeps_unread_mail_and_queued_messages_un
         await loop.dispatch(InboundMessage("script", "r1", "turn seven", "p", events=True))
         await until(lambda: len(provider.requests) == 1)
         await loop.dispatch(InboundMessage("script", "r2", "mail seven", "p", events=True))
+        await loop.dispatch(InboundMessage("web", "w2", "web mail", "p", events=True))
         queued = InboundMessage("script", "r3", "queued words", "p", events=True, files=(notes,))
         await loop.dispatch(queued)  # with a file: it waits for a turn of its own
         assert loop.pending("p") == 1
@@ -54,11 +55,13 @@ async def test_close_starts_no_turn_and_keeps_unread_mail_and_queued_messages_un
         assert running == 0
         last = rows[-1]
         assert last.role == "user" and last.author == "user" and last.turn_id is None
-        assert last.message.text.startswith("mail seven\n\nqueued words")
+        assert "mail seven" in last.message.text and "queued words" in last.message.text
         assert "line one" in last.message.text  # the queued message's file came with it
         told = {m.chat_id: m.text for m in said if m.code == UNANSWERED_CODE}
-        assert set(told) == {"r2", "r3", "w"}
+        assert set(told) == {"r2", "w2", "r3", "w"}
         assert "kept in conversation 'p'" in told["r2"] and "--retry -c p" in told["r2"]
+        # the browser's person answers it there (QA22t #6): no command line of a terminal
+        assert "/retry" in told["w2"] and "heron run" not in told["w2"]
         assert "kept" in told["r3"] and "not taken" in told["w"]  # after the store: not kept
 
         again = AgentLoop(engine, MessageBus())

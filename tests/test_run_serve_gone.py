@@ -110,6 +110,19 @@ async def test_with_workers_the_turn_may_still_finish(tmp_path):
     assert "the turn was its end" not in err
 
 
+async def test_a_serve_killed_after_taking_the_message_as_mail_says_it_is_kept(tmp_path):
+    """The serve writes mail to disk before it says "mail" (heron/store/held.py), and the next
+    serve shows it as a message with no answer: `heron run` said it "may not be saved"
+    (QA22t #4), where `heron chat` said it was kept."""
+    out, err = StringIO(), StringIO()
+    mailed = [{"type": "status", "state": "mail", "text": "q"}]
+    async with _dying_serve(tmp_path, mailed, workers=False) as path:
+        ok = await run_remote(path, "q", "default", KEY, out, err)
+    said = err.getvalue()
+    assert not ok and "may not be saved" not in said
+    assert f"Start heron serve again; `heron run --retry -c {KEY}` answers your message." in said
+
+
 # ---- a follow-up that joined a running turn as mail ------------------------------------------
 
 

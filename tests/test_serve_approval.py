@@ -223,7 +223,7 @@ async def test_heron_run_through_the_serve_says_the_command_waits_and_another_cl
         assert await asyncio.wait_for(run, 30)
     said = f"the agent wants to run (bash, unconfined):\n{COMMAND}\n↑ the whole command (bash, "
     assert said in err.getvalue()  # the command on a line of its own, the question after it
-    assert "allowed by web-" in err.getvalue()
+    assert "allowed in the browser" in err.getvalue()  # not by its internal id (QA22t #5)
     assert f"Result: {OUTPUT}" in out.getvalue()
 
 

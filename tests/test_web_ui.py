@@ -4,9 +4,11 @@ repeats, branches, memory review, upload, the work panel's cancel buttons, the D
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -1691,3 +1693,68 @@ def test_the_sidebar_says_a_conversations_branches_beside_its_turns(page):
         [{"turns": 2, "branches": 3}, {"turns": 1, "branches": 1}],
     )
     assert got == ["2 turns · 3 branches", "1 turn"]
+
+
+_tool_may_end = threading.Event()
+
+
+@tool
+async def wait_for_the_test(ctx: ToolContext) -> str:
+    """Wait until the test lets it end."""
+    await asyncio.to_thread(_tool_may_end.wait, 30)
+    return "waited"
+
+
+def test_mail_sent_while_a_tool_runs_stays_where_it_was_sent_after_the_turn(browser, model):
+    """Mail read at the end of a tool phase is stored in the row of the tool's result (the
+    history alternates user and assistant); the page shows it as the person's mail between the
+    pill and the reply that answers it, after the turn and after a reload (QA22t #1: it was
+    drawn live, then gone)."""
+    _tool_may_end.clear()
+    with serve(model, ToolRegistry([wait_for_the_test])) as site:
+        pg = site.page(browser, "/")
+        _send(pg, "wait for me")
+        model.feed(("call", ToolCall("w1", "wait_for_the_test", {})), ("end", None))
+        expect(pg.locator("details.pill[data-call='w1']")).to_have_count(1)
+        _send(pg, "typed while the tool ran")
+        expect(pg.locator(".msg.mail .mail-tag")).to_have_text("sent while the agent worked")
+        _tool_may_end.set()
+        model.reply("Answered the mail.")
+        expect(pg.locator(".live")).to_have_count(0)
+        for _ in range(2):  # after the turn, then after a reload
+            stored = pg.locator(".msg.mail[data-id]").filter(has_text="typed while the tool ran")
+            expect(stored).to_have_count(1)
+            expect(stored.locator(".mail-tag")).to_have_text("sent while the agent worked")
+            order = pg.locator(".messages article").evaluate_all(
+                "els => els.map(e => e.classList.contains('mail') ? 'mail'"
+                " : e.querySelector('details.pill') ? 'pill' : e.textContent.trim())"
+            )
+            assert order[-3:] == ["pill", "mail", "Answered the mail."], order
+            pg.reload()
+            expect(pg.locator(".msg.assistant:not(.live)").last).to_contain_text("Answered")
+        pg.context.close()
+
+
+def test_commands_sent_mid_turn_take_no_mail_label_and_a_resume_elsewhere_is_refused(page, model):
+    """Mid-turn, a command answered at once (/status) is no mail, a queued one (/tree) is
+    queued, and the labels of what follows stay on their own messages (QA22t #3: each took the
+    one before's); `/resume KEY` is refused at once, so the next message is this turn's mail,
+    as the person was told (QA22t #2)."""
+    _send(page, "start a long job")
+    model.feed(("text", "Working on it"))
+    expect(page.locator(".live")).to_contain_text("Working on it")
+    _send(page, "/status")
+    expect(page.locator(".note").filter(has_text="personal")).not_to_have_count(0)
+    _send(page, "/resume other")
+    expect(page.get_by_text("/resume other was not done")).to_have_count(1)
+    _send(page, "/tree")
+    _send(page, "plain mail")
+    labels = {"/tree": "queued for the next turn", "plain mail": "sent while the agent worked"}
+    for text, label in labels.items():
+        expect(page.locator(".msg.mail").filter(has_text=text).locator(".mail-tag")).to_have_text(
+            label
+        )
+    expect(page.locator(".msg.mail")).to_have_count(2)
+    model.feed(("end", None))
+    model.reply("Done.")
+    expect(page.locator(".live")).to_have_count(0)

@@ -418,6 +418,19 @@ def _cache_rate(used: _Used) -> str:
     return f"not known: the server sent no token counts for {calls}"
 
 
+def switch_refused(found: Command | None, key: str) -> str | None:
+    """What a `/resume KEY` to another conversation, sent while a turn runs in `key`, is
+    refused with; None for any other message. Queued behind the turn, the switch would come
+    only as it ends, and what the person sends meanwhile would go to that turn as mail."""
+    if found is None or found.name != "resume" or found.arg in ("", key):
+        return None
+    return (
+        f"A turn is running in {key!r}, so /resume {found.arg} was not done: what you sent "
+        f"next would have gone to that turn. Send /resume {found.arg} once this turn ends, "
+        "or /stop it first."
+    )
+
+
 async def _resume(ctx: CommandContext, arg: str) -> CommandReply:
     if arg:
         conv = await ctx.store.call(ctx.store.conversation, arg)

@@ -282,6 +282,10 @@ class AgentLoop:
         if found is not None and found.name in commands.PRIORITY:
             await self._priority(found, key, message)
             return
+        refused = commands.switch_refused(found, key)
+        if refused is not None:  # queued, it would leave the next message here, as mail
+            await self._send(message, key, refused, "error")
+            return
         question = active.control.question
         if found is None and question is not None and question.answer(message.text):
             self._event(message, key, "mail", message.text)  # the waiting run resumes (ask_user)
@@ -787,9 +791,9 @@ class AgentLoop:
             log.exception("keeping the unanswered messages of %s failed", key)
             said = not_kept_notice(self._closed_by, key, e)
         else:
-            said = kept_notice(self._closed_by, key)
+            said = ""
         for message in messages:
-            self._tell(message, key, said)
+            self._tell(message, key, said or kept_notice(self._closed_by, key, message.channel))
 
 
 async def _stored_first(active: _Active) -> None:
@@ -864,12 +868,15 @@ def join_words(messages: list[InboundMessage], key: str) -> InboundMessage:
     )
 
 
-def kept_notice(why: str, key: str) -> str:
-    """What a client is told of its message that no turn read before the process stopped."""
+def kept_notice(why: str, key: str, channel: str = "script") -> str:
+    """What a client is told of its message that no turn read before the process stopped:
+    what answers it where it was typed. A page reconnects to the serve started again and
+    takes `/retry`; a chat leaves with the serve, so it is told the command line."""
+    answers = "/retry" if channel == "web" else f"`heron run --retry -c {key}`"
     return (
         f"{why} before your message was answered. It is kept in conversation {key!r} as "
-        f"your message, with no answer yet: `heron run --retry -c {key}` answers it, and the "
-        "next turn there reads it."
+        f"your message, with no answer yet: {answers} answers it, and the next turn there "
+        "reads it."
     )
 
 

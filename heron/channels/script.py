@@ -171,6 +171,9 @@ class ReplyPrinter:
         elif ev.kind == "mail":  # through serve: the conversation's turn was running
             self.note("heron: the conversation is busy; your message went to the running turn")
             self.before_mail = []
+            # The serve wrote it to disk before saying so (heron/store/held.py): a serve
+            # killed before the turn stored it shows it, after its restart, unanswered.
+            self.stored = True
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer

@@ -81,6 +81,9 @@ class Item:
     # A note of background work kept here (a monitor's or the heartbeat's message, a goal's
     # note): who said it, shown with it (heron/agent/relay.py).
     by: str | None = None
+    # Mail stored in the row of a tool phase's results (`_mail_with_results`): the part of
+    # that row it is. Such mail has no number (it is not a message `/edit N` can take).
+    part: int | None = None
 
 
 @dataclass
@@ -139,7 +142,7 @@ def build(
         start = shown[0].id if shown else None
         earlier = start if lo > 0 else None
     items = _items(rows, turns, _Reading({}, runs.questions(store, key), key, file_url))
-    users = [i for i in items if i.kind == "user"]
+    users = [i for i in items if i.kind == "user" and i.part is None]
     for n, item in enumerate(users, 1):
         item.number = n if numbers is None else numbers.get(item.id)
     return Transcript(conv.key, conv.title, conv.head_id, items, start, earlier)
@@ -282,6 +285,7 @@ def _add(
             _fill(calls, r)
         if items and items[-1].kind == "assistant":
             items[-1].rows.append(row.id)
+        items.extend(_mail_with_results(row, turn_message))
         return
     partial = _stopped_reply(row)
     if partial is not None:  # what streamed before /stop: the reply as the person read it
@@ -322,6 +326,23 @@ def _stopped_reply(row: StoredMessage) -> str | None:
     if not text.endswith(REPLY_STOPPED) or text == REPLY_STOPPED:
         return None
     return text.removesuffix(REPLY_STOPPED).rstrip()
+
+
+def _mail_with_results(row: StoredMessage, turn_message: int | None) -> list[Item]:
+    """What the person typed while the tools ran: the runner stores it in the row of their
+    results (heron/agent/runner.py `_run_tools`), one text part a message, so that the history
+    alternates user and assistant. Shown as their mail after the pills, where the reply that
+    follows answers it. It is no message of its own: `/edit N` does not count it (`part`)."""
+    items = []
+    for n, part in enumerate(row.message.parts):
+        if not isinstance(part, Text) or not part.text.strip():
+            continue
+        said = unlabelled(part.text)
+        text = part.text if said is None else said
+        mail = Item("user", row.id, row.turn_id, turn_message, text, rows=[row.id], part=n)
+        mail.mail, mail.mail_from = said is not None, mail_channel(part.text)
+        items.append(mail)
+    return items
 
 
 def _user(row: StoredMessage, turn_message: int | None, key: str, file_url: str) -> Item:

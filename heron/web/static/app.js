@@ -495,6 +495,16 @@ function jumpToEnd(el, frames = 10) {
   if (frames > 0) requestAnimationFrame(() => jumpToEnd(el, frames - 1));
 }
 
+// A command this tab sent mid-turn that the serve answered at once (/status, or refused:
+// a /resume elsewhere): its answer is said where it is, and it gets no status of its own.
+// True when it was taken off the live view's list.
+function answered(lv, kind) {
+  const first = lv && !lv.done ? lv.mail.findIndex((x) => !x.state) : -1;
+  if (first < 0 || !lv.mail[first].command || (kind !== "command" && kind !== "error")) return false;
+  lv.mail.splice(first, 1);
+  return true;
+}
+
 function Live({ live, list, onApprove, notes }) {
   const [, redraw] = useState(0);
   useEffect(() => {
@@ -508,7 +518,7 @@ function Live({ live, list, onApprove, notes }) {
       : html`<article class="msg user live-user"
       data-id=${live.messageId ?? undefined} aria-label="your message">
       <div class="user-text">${live.text}</div><${Labels} files=${live.files} /></article>`)}
-    ${live.mail.map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
+    ${live.mail.filter((m) => m.state || !m.command).map((m, i) => html`<article key=${"m" + i} class="msg user mail" aria-label="mail">
       <div class="mail-tag">${m.state === "queued" ? "queued for the next turn"
         : mailTag(m.channel && m.channel !== live.channel ? m.channel : null)}</div>
       <div class="user-text">${m.text}</div></article>`)}
@@ -527,7 +537,7 @@ function Note({ n }) {
 const By = (by) => by ? html`<span class="by">from ${by}:</span>` : "";
 
 // A stored item's identity in the page (a failed turn's note names the row it follows).
-const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}`;
+const itemKey = (it) => `${it.kind}${it.id}${it.failed ? "-t" + it.turn : ""}${it.part != null ? "-p" + it.part : ""}`;
 
 // Where a note goes: after the turn it was said in (the live one's message), else after the
 // newest turn when it came, whole (a reply stored later goes above it): the last item's turn,
@@ -1210,6 +1220,8 @@ function App() {
           lv.retry = { seconds: ev.seconds, text: ev.text, at: Date.now() }; showLive(lv);
         } else if (lv && (ev.state === "mail" || ev.state === "queued")) {
           if (ev.chat_id != null && ev.chat_id === chatId.current) { // this tab's own message
+            // The serve answers this tab's sends in order, each once: this status is the
+            // oldest one's without an answer (a command answered at once has none: `answered`).
             const m = lv.mail.find((x) => !x.state);
             if (m) { m.state = ev.state; m.channel = ev.channel; }
           } else if (ev.text) { // another tab's, a terminal's or a script's: shown here too
@@ -1233,6 +1245,7 @@ function App() {
         } else if (ev.code === "unanswered" && ev.chat_id !== chatId.current) {
           // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
+          if (ev.chat_id === chatId.current && answered(lv, ev.kind)) showLive(lv);
           const after = anchorOf(lv, itemsRef.current, lastTurn.current);
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
@@ -1355,7 +1368,7 @@ function App() {
     const lv = liveRef.current;
     if (lv && !lv.done && lv.asking) { // the answer to its question: shown where it was asked
       lv.segments.push({ kind: "answer", text }); lv.asking = false; showLive(lv);
-    } else if (lv && !lv.done) { lv.mail.push({ text, state: null }); showLive(lv); }
+    } else if (lv && !lv.done) { lv.mail.push({ text, state: null, command: text.trim().startsWith("/") }); showLive(lv); }
     return true;
   };
   const stop = () => { stopping.current = true; connRef.current.send({ type: "stop" }); };
