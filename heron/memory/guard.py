@@ -314,6 +314,18 @@ def quote_key(quote: str) -> str:
     return _trim(quote)
 
 
+def says_again(statement: str, said: str) -> bool:
+    """Whether `statement` is what `said` says: the same words (`quote_key`), or one of its
+    whole clauses ("I always cycle to work" of "I always cycle to work, even in winter."), which
+    an entry holding `said` already sends with every request."""
+    needle = _trim(statement)
+    if not needle or needle == _trim(said):
+        return bool(needle)
+    if len(needle) < MIN_QUOTE_CHARS or needle not in normalise(said):
+        return False
+    return next(_clauses(_hay(said), needle), None) is not None
+
+
 def quote_text(quote: str) -> str:
     """An entry's text for `quote`: the quote with its typography and white space folded (its
     case kept), wrapping quotation marks dropped, and a leading request to remember left out."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from heron.memory.guard import (
     quote_key,
     quote_text,
     quoted_in,
+    says_again,
     shown_in,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
@@ -64,7 +66,12 @@ class Unchanged(MemoryRefused):
 
 
 class AlreadySaid(MemoryRefused):
-    """Another entry already says this statement: keeping it would send it twice."""
+    """Another entry already says this statement: keeping it would send it twice. `entry`:
+    the entry that says it."""
+
+    def __init__(self, message: str, entry: Entry | None = None, *, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.entry = entry
 
 
 def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
@@ -99,6 +106,9 @@ class MemoryService:
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
         # window: [context] memory); None: unbounded.
         self.section_tokens: int | None = None
+        # The calls of one reply run at once, each on a thread: two saves of one statement
+        # must not both find memory without it and both write it.
+        self._writing = threading.Lock()
 
     # ---- reading --------------------------------------------------------------------------
 
@@ -260,12 +270,16 @@ class MemoryService:
         at `path` or, when that is taken, at a free path next to it."""
         text, match = self._proved(conversation_id, quote)
         source = Source(conversation_key, match.message_id, quote.strip())
-        same = self.files.read(path)
-        if same is not None and (same.text, same.source.message) == (text, match.message_id):
-            # The save already happened: a call run again (a --retry, a turn whose process was
-            # killed after the file was written) must not leave a copy beside it (path-2).
-            return same
-        return self._write(self.free_path(path), text, "user", source)
+        with self._writing:
+            same = self.files.read(path)
+            if same is not None and (same.text, same.source.message) == (text, match.message_id):
+                # The save already happened: a call run again (a --retry, a turn whose process
+                # was killed after the file was written) must not leave a copy beside it.
+                return same
+            said = self.saying(text)
+            if said is not None:  # in another scope or path, or said before: one is enough
+                raise AlreadySaid(f"already in memory as {said.path.rel}: {said.text}", said)
+            return self._write(self.free_path(path), text, "user", source)
 
     def update(
         self,
@@ -286,6 +300,11 @@ class MemoryService:
             raise Unchanged(
                 f"{path.rel} already says this, so no update was written",
                 hint="Leave it: the entry is as the user said.",
+            )
+        said = self.saying(text, besides=path)
+        if said is not None:
+            raise AlreadySaid(
+                f"{said.path.rel} already says this, so {path.rel} was left as it is", said
             )
         # The file's stamp has whole seconds: a message of the second the entry was written
         # in, and older, is told by its number (ids grow with time), not by the stamp.
@@ -389,6 +408,9 @@ class MemoryService:
         text, match = self._proved(conversation_id, quote)
         if self.saying(text) is not None:
             return None
+        queued = self._queued_saying(text)
+        if queued is not None:  # a sentence and its own clause are one statement
+            return queued.id
         existing = self.files.read(path)
         if existing is not None:
             return self._queue_change(conversation_id, existing, text, quote, match, origin)
@@ -406,12 +428,21 @@ class MemoryService:
 
     def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
         """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
-        quotation marks and the punctuation around them folded (`quote_key`), wherever it is
-        filed: a pass may pick a statement memory holds under another path."""
-        key = quote_key(text)
+        quotation marks and the punctuation around them folded (`quote_key`), or holds it as
+        one of its whole clauses (`says_again`), wherever it is filed: a pass may pick a
+        statement memory holds under another path, the tool save it in a second scope."""
         for entry in self.entries():
-            if entry.path != besides and key in {quote_key(t) for t in self._said(entry)}:
+            if entry.path != besides and any(says_again(text, t) for t in self._said(entry)):
                 return entry
+        return None
+
+    def _queued_saying(self, text: str) -> Suggestion | None:
+        """The fact or amendment waiting in the queue that says `text` (the same statement,
+        or a sentence that holds it as a clause)."""
+        for s in self.waiting():
+            said = [t for t in (s.text, s.quote) if t]
+            if s.kind in ("fact", "amendment") and any(says_again(text, t) for t in said):
+                return s
         return None
 
     @staticmethod
