@@ -281,3 +281,30 @@ def test_forget_deletes_and_revokes(service, store):
         service.save(cid, PERSONAL, "I prefer concise replies")
     store.append(cid, user("On second thought: I prefer concise replies"))  # a new statement
     assert service.save(cid, PERSONAL, "I prefer concise replies")
+
+
+def test_a_statement_taken_back_in_the_same_message_is_refused(service, store):
+    """QA22x M3: "I moved to Porto last month. Scratch that, I moved to Braga." saved Porto."""
+    cid = chat(store, user("I moved to Porto last month. Scratch that, I moved to Braga."))
+    city = EntryPath("personal", "always", None, "city")
+    with pytest.raises(MemoryRefused, match="took this back") as refused:
+        service.save(cid, city, "I moved to Porto last month.")
+    assert "scratch that, i moved to braga" in str(refused.value)
+    assert service.save(cid, city, "I moved to Braga").text == "I moved to Braga"
+
+
+def test_a_statement_taken_back_at_the_start_of_the_next_message_is_refused(service, store):
+    cid = chat(
+        store,
+        user("I love jazz."),
+        assistant("Noted."),
+        user("Scratch that, I love blues."),
+        user("I moved to Faro. I no longer live in Lisbon. Book me a table."),
+        user("Correction: a table for two."),
+    )
+    with pytest.raises(MemoryRefused, match="took this back"):
+        service.save(cid, PERSONAL, "I love jazz")
+    # A state that ended is no retraction; the next message speaks of what came last.
+    assert service.save(cid, EntryPath("personal", "always", None, "faro"), "I moved to Faro")
+    lisbon = EntryPath("personal", "always", None, "lisbon")
+    assert service.save(cid, lisbon, "I no longer live in Lisbon")

@@ -177,7 +177,15 @@ class MemoryService:
         matches = find_quote(quote, rows)
         if not matches:
             return self.find_quote(conversation_id, quote)  # raises, saying why
-        live = [m for m in matches if not self._revoked(quote, m)]
+        standing = [m for m in matches if m.taken_back is None]
+        if not standing:
+            raise MemoryRefused(
+                f"refused: the user took this back right after saying it "
+                f"({matches[0].taken_back!r})",
+                hint="Save what the user said instead, in their words, or ask them which holds "
+                "and quote their answer.",
+            )
+        live = [m for m in standing if not self._revoked(quote, m)]
         if not live:
             raise MemoryRefused(
                 "refused: the user asked to forget this statement (the quote overlaps what "
