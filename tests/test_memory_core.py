@@ -308,3 +308,18 @@ def test_a_statement_taken_back_at_the_start_of_the_next_message_is_refused(serv
     assert service.save(cid, EntryPath("personal", "always", None, "faro"), "I moved to Faro")
     lisbon = EntryPath("personal", "always", None, "lisbon")
     assert service.save(cid, lisbon, "I no longer live in Lisbon")
+
+
+def test_a_delete_without_a_request_to_forget_says_an_update_is_the_way(service, store):
+    """QA22x L10: "The weekday vegetarian thing is over, I eat everything now." asks to forget
+    nothing; the refusal said only what delete needs, not that an update records the change."""
+    cid = chat(store, user("I'm vegetarian on weekdays."))
+    veg = service.save(
+        cid, EntryPath("personal", "always", None, "veg"), "I'm vegetarian on weekdays"
+    )
+    store.append(cid, user("The weekday vegetarian thing is over, I eat everything now."))
+    with pytest.raises(MemoryRefused, match="asks for none") as refused:
+        service.delete(cid, veg.path, "The weekday vegetarian thing is over")
+    assert "update the entry with that quote (action=update, path=personal/always/veg.md)" in str(
+        refused.value
+    )

@@ -336,7 +336,9 @@ class MemoryService:
         if not asks_to_forget(quote):
             raise MemoryRefused(
                 "refused: delete needs the user's request to forget; this quote asks for none",
-                hint='Quote the words that ask to forget it (e.g. "forget that I ...").',
+                hint='Quote the words that ask to forget it (e.g. "forget that I ..."). If the '
+                "user said what holds now instead, update the entry with that quote "
+                f"(action=update, path={entry.path.rel}).",
             )
         if not names_entry(quote, entry.text, entry.path.rel):
             raise MemoryRefused(
