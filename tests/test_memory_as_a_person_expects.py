@@ -188,3 +188,20 @@ def test_a_pick_of_the_users_words_outside_what_the_pass_read_says_so(service, s
     assert _queue_picks(service, cid, picks, rows, {rows[1].id}, refused) == []
     assert refused == [UNREAD, NOT_THEIRS]
     assert UNREAD == "not among the messages this pass read"
+
+
+def test_control_characters_of_a_hand_file_are_left_out_with_a_warning(service, caplog, tmp_path):
+    """QA22x L9: `binary.md` holding NUL and C1 bytes reached the model as-is (`ÿþ\\u0000
+    bytes \\u0081\\u008d`): the Windows-1252 fallback warned, but passed the controls on."""
+    file = tmp_path / "memory/personal/always/binary.md"
+    file.parent.mkdir(parents=True)
+    file.write_bytes(b"\xff\xfe\x00 bytes\x07 \x81\x8d\tand a tab\r\nline two\n")
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        [entry] = service.entries()
+    assert entry.text == "ÿþ bytes \tand a tab\r\nline two"
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "memory file personal/always/binary.md is not UTF-8" in warned
+    assert (
+        "memory file personal/always/binary.md holds 4 control character(s) "
+        "(U+0000, U+0007, U+0081, U+008D): read without them" in warned
+    )

@@ -268,6 +268,28 @@ def decoded(data: bytes, path: EntryPath) -> str:
         return data.decode("latin-1")
 
 
+# C0 and C1 control characters but tab and line breaks: a NUL or a stray byte of a hand-edited
+# file (a legacy encoding read as Windows-1252 passes them through) is nothing the person wrote
+# to the model, and some wires or terminals choke on it.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def without_controls(text: str, path: EntryPath) -> str:
+    """`text` less its control characters, with a warning naming the file and what it held."""
+    found = _CONTROLS.findall(text)
+    if not found:
+        return text
+    codes = ", ".join(sorted({f"U+{ord(c):04X}" for c in found}))
+    log.warning(
+        "memory file %s holds %d control character(s) (%s): read without them; save it as "
+        "plain UTF-8 text",
+        path.rel,
+        len(found),
+        codes,
+    )
+    return _CONTROLS.sub("", text)
+
+
 class MemoryFiles:
     """The entries on disk. The files are the truth: every read goes back to the folder, and
     listing every entry (each turn does) re-reads only what changed since the last listing."""
@@ -305,7 +327,7 @@ class MemoryFiles:
         text = self.text(path)
         if text is None:
             return None
-        return parse(path, text, self.file(path).stat().st_mtime)
+        return parse(path, without_controls(text, path), self.file(path).stat().st_mtime)
 
     def write(self, entry: Entry) -> Path:
         """Write atomically (temp file + rename), so a reader never sees half an entry."""
