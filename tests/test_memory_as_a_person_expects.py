@@ -205,3 +205,33 @@ def test_control_characters_of_a_hand_file_are_left_out_with_a_warning(service, 
         "memory file personal/always/binary.md holds 4 control character(s) "
         "(U+0000, U+0007, U+0081, U+008D): read without them" in warned
     )
+
+
+def test_symbolic_links_left_out_of_memory_are_warned_of_once(service, caplog, tmp_path):
+    """QA22x L1: a link to a file outside, a dangling link and a scope folder linked out were
+    left out of `heron memory list` and of turns without a word (renamed files were warned)."""
+    root = tmp_path / "memory"
+    _write(root, "personal/always/tea.md")
+    outside = tmp_path / "outside"
+    _write(outside, "notes.md")
+    _write(outside, "ext/always/x.md")
+    (root / "personal/always/link.md").symlink_to(outside / "notes.md")
+    (root / "personal/always/gone.md").symlink_to(root / "personal/always/missing.md")
+    (root / "ext").symlink_to(outside / "ext")
+    (root / "personal/always/alias.md").symlink_to(root / "personal/always/tea.md")  # inside
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        listed = [e.path.rel for e in service.entries()]
+        service.files.root.joinpath("personal/always/new.md").write_text("x")  # a new walk
+        service.entries()
+    assert listed == ["personal/always/alias.md", "personal/always/tea.md"]
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert warned == [
+        f"memory file personal/always/gone.md is not read: it is a symbolic link to nothing "
+        f"({root}/personal/always/missing.md)",
+        f"memory file personal/always/link.md is not read: it is a symbolic link that leads "
+        f"outside the memory folder ({outside}/notes.md), where Heron never reads; copy it into "
+        "the memory folder instead",
+        f"memory folder ext is not read: it is a symbolic link that leads outside the memory "
+        f"folder ({outside}/ext), where Heron never reads; copy it into the memory folder "
+        "instead",
+    ]
