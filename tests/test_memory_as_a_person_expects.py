@@ -10,6 +10,7 @@ import test_memory_core
 
 from heron.memory import EntryPath, MemoryRefused, MemoryService
 from heron.messages import user
+from heron.store import Store
 
 # The fixtures of the memory tests: a store (per backend) and the service on it.
 store, service, chat = test_memory_core.store, test_memory_core.service, test_memory_core.chat
@@ -235,3 +236,33 @@ def test_symbolic_links_left_out_of_memory_are_warned_of_once(service, caplog, t
         f"folder ({outside}/ext), where Heron never reads; copy it into the memory folder "
         "instead",
     ]
+
+
+def test_accept_files_a_suggestion_elsewhere_and_keeps_a_clause_of_its_quote(home_db, tmp_path):
+    """QA22x L8: a fact queued under the wrong scope or path could only be rejected (for good)
+    or accepted and moved by hand; `accept --path` files it, `--quote` keeps one clause."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    store = Store(home_db)
+    home = MemoryService(tmp_path / "heron-home" / "memory", store)
+    cid = chat(store, user("I always cycle to work, even in winter."))
+    wrong = EntryPath("work", "always", None, "cycling")
+    number = home.suggest_fact(cid, wrong, "I always cycle to work, even in winter.")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["memory", "accept", str(number), "--quote", "I cycle to work"])
+    assert refused.exit_code == 1
+    assert "is not a whole clause of what suggestion" in refused.output
+    assert home.waiting()[0].id == number  # still waiting, nothing lost
+    args = ["--path", "personal/when/commute/cycling", "--quote", "I always cycle to work"]
+    kept = runner.invoke(app, ["memory", "accept", str(number), *args])
+    assert kept.exit_code == 0, kept.output
+    assert f"#{number} kept: saved personal/when/commute/cycling.md" in kept.output
+    [entry] = home.entries()
+    assert (entry.path.rel, entry.text) == (
+        "personal/when/commute/cycling.md",
+        "I always cycle to work",
+    )
+    assert entry.source.quote == "I always cycle to work" and entry.origin == "auto"
+    store.close()

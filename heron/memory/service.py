@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heron.memory import queue, records
@@ -531,11 +531,20 @@ class MemoryService:
     def count_waiting(self) -> int:
         return queue.count_waiting(self.store)
 
-    def accept(self, suggestion_id: int, env: Mapping[str, str] | None = None) -> Decision:
+    def accept(
+        self,
+        suggestion_id: int,
+        env: Mapping[str, str] | None = None,
+        *,
+        path: str | None = None,
+        quote: str | None = None,
+    ) -> Decision:
+        """Keep a suggestion; the person may file it elsewhere (`path`: a fact or a lesson) or
+        keep only a whole clause of the words it quotes (`quote`: a fact or an amendment)."""
         ensure_not_agent(env)
         found = self._waiting(suggestion_id)
         try:
-            message = self._apply(found)
+            message = self._apply(self._edited(found, path, quote))
         except AlreadySaid as said:  # nothing to keep: memory says it already
             queue.decide(self.store, found.id, "dropped")
             return Decision(found, "dropped", f"#{found.id} dropped: {said}")
@@ -543,6 +552,34 @@ class MemoryService:
             return Decision(found, "waiting", f"#{found.id} stays waiting: {refused}")
         queue.decide(self.store, found.id, "accepted")
         return Decision(found, "accepted", f"#{found.id} kept: {message}")
+
+    @staticmethod
+    def _edited(s: Suggestion, path: str | None, quote: str | None) -> Suggestion:
+        """`s` as the person edits it on accepting: filed under `path`, or narrowed to `quote`,
+        a whole clause of its own quote (the entry's text stays the person's words)."""
+        if path is not None:
+            if s.kind not in ("fact", "lesson"):
+                raise MemoryRefused(
+                    f"suggestion #{s.id} is {'an' if s.kind == 'amendment' else 'a'} {s.kind} "
+                    f"of {s.path}; it cannot be filed elsewhere",
+                    hint="Accept it as it is, or reject it.",
+                )
+            s = replace(s, path=EntryPath.parse(path).rel)
+        if quote is not None:
+            if s.kind not in ("fact", "amendment") or not s.quote:
+                raise MemoryRefused(
+                    f"suggestion #{s.id} quotes nothing of yours to narrow",
+                    hint="Accept it as it is, or reject it.",
+                )
+            if not says_again(quote, s.quote):
+                raise MemoryRefused(
+                    f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes "
+                    f"({s.quote!r})",
+                    hint="An entry is your own words: keep the whole quote, or one of its "
+                    "sentences or clauses, copied as you wrote it.",
+                )
+            s = replace(s, quote=quote.strip(), text=quote_text(quote))
+        return s
 
     def reject(self, suggestion_id: int, status: str = "rejected") -> Decision:
         found = self._waiting(suggestion_id)
