@@ -10,6 +10,7 @@ import test_memory_core
 
 from heron.memory import EntryPath, MemoryRefused, MemoryService
 from heron.messages import user
+from heron.store import Store
 
 # The fixtures of the memory tests: a store (per backend) and the service on it.
 store, service, chat = test_memory_core.store, test_memory_core.service, test_memory_core.chat
@@ -188,3 +189,80 @@ def test_a_pick_of_the_users_words_outside_what_the_pass_read_says_so(service, s
     assert _queue_picks(service, cid, picks, rows, {rows[1].id}, refused) == []
     assert refused == [UNREAD, NOT_THEIRS]
     assert UNREAD == "not among the messages this pass read"
+
+
+def test_control_characters_of_a_hand_file_are_left_out_with_a_warning(service, caplog, tmp_path):
+    """QA22x L9: `binary.md` holding NUL and C1 bytes reached the model as-is (`ÿþ\\u0000
+    bytes \\u0081\\u008d`): the Windows-1252 fallback warned, but passed the controls on."""
+    file = tmp_path / "memory/personal/always/binary.md"
+    file.parent.mkdir(parents=True)
+    file.write_bytes(b"\xff\xfe\x00 bytes\x07 \x81\x8d\tand a tab\r\nline two\n")
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        [entry] = service.entries()
+    assert entry.text == "ÿþ bytes \tand a tab\r\nline two"
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "memory file personal/always/binary.md is not UTF-8" in warned
+    assert (
+        "memory file personal/always/binary.md holds 4 control character(s) "
+        "(U+0000, U+0007, U+0081, U+008D): read without them" in warned
+    )
+
+
+def test_symbolic_links_left_out_of_memory_are_warned_of_once(service, caplog, tmp_path):
+    """QA22x L1: a link to a file outside, a dangling link and a scope folder linked out were
+    left out of `heron memory list` and of turns without a word (renamed files were warned)."""
+    root = tmp_path / "memory"
+    _write(root, "personal/always/tea.md")
+    outside = tmp_path / "outside"
+    _write(outside, "notes.md")
+    _write(outside, "ext/always/x.md")
+    (root / "personal/always/link.md").symlink_to(outside / "notes.md")
+    (root / "personal/always/gone.md").symlink_to(root / "personal/always/missing.md")
+    (root / "ext").symlink_to(outside / "ext")
+    (root / "personal/always/alias.md").symlink_to(root / "personal/always/tea.md")  # inside
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        listed = [e.path.rel for e in service.entries()]
+        service.files.root.joinpath("personal/always/new.md").write_text("x")  # a new walk
+        service.entries()
+    assert listed == ["personal/always/alias.md", "personal/always/tea.md"]
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert warned == [
+        f"memory file personal/always/gone.md is not read: it is a symbolic link to nothing "
+        f"({root}/personal/always/missing.md)",
+        f"memory file personal/always/link.md is not read: it is a symbolic link that leads "
+        f"outside the memory folder ({outside}/notes.md), where Heron never reads; copy it into "
+        "the memory folder instead",
+        f"memory folder ext is not read: it is a symbolic link that leads outside the memory "
+        f"folder ({outside}/ext), where Heron never reads; copy it into the memory folder "
+        "instead",
+    ]
+
+
+def test_accept_files_a_suggestion_elsewhere_and_keeps_a_clause_of_its_quote(home_db, tmp_path):
+    """QA22x L8: a fact queued under the wrong scope or path could only be rejected (for good)
+    or accepted and moved by hand; `accept --path` files it, `--quote` keeps one clause."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    store = Store(home_db)
+    home = MemoryService(tmp_path / "heron-home" / "memory", store)
+    cid = chat(store, user("I always cycle to work, even in winter."))
+    wrong = EntryPath("work", "always", None, "cycling")
+    number = home.suggest_fact(cid, wrong, "I always cycle to work, even in winter.")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["memory", "accept", str(number), "--quote", "I cycle to work"])
+    assert refused.exit_code == 1
+    assert "is not a whole clause of what suggestion" in refused.output
+    assert home.waiting()[0].id == number  # still waiting, nothing lost
+    args = ["--path", "personal/when/commute/cycling", "--quote", "I always cycle to work"]
+    kept = runner.invoke(app, ["memory", "accept", str(number), *args])
+    assert kept.exit_code == 0, kept.output
+    assert f"#{number} kept: saved personal/when/commute/cycling.md" in kept.output
+    [entry] = home.entries()
+    assert (entry.path.rel, entry.text) == (
+        "personal/when/commute/cycling.md",
+        "I always cycle to work",
+    )
+    assert entry.source.quote == "I always cycle to work" and entry.origin == "auto"
+    store.close()

@@ -427,3 +427,45 @@ def test_forgetting_one_of_several_entries_that_say_the_same_leaves_it_in_force(
     assert Recall(store).revoked([message]) == {message}
     with pytest.raises(MemoryRefused, match="forget"):
         service.verify_quote(cid, said)
+
+
+def test_a_statement_taken_back_in_the_same_message_is_refused(service, store):
+    """QA22x M3: "I moved to Porto last month. Scratch that, I moved to Braga." saved Porto."""
+    cid = chat(store, user("I moved to Porto last month. Scratch that, I moved to Braga."))
+    city = EntryPath("personal", "always", None, "city")
+    with pytest.raises(MemoryRefused, match="took this back") as refused:
+        service.save(cid, city, "I moved to Porto last month.")
+    assert "scratch that, i moved to braga" in str(refused.value)
+    assert service.save(cid, city, "I moved to Braga").text == "I moved to Braga"
+
+
+def test_a_statement_taken_back_at_the_start_of_the_next_message_is_refused(service, store):
+    cid = chat(
+        store,
+        user("I love jazz."),
+        assistant("Noted."),
+        user("Scratch that, I love blues."),
+        user("I moved to Faro. I no longer live in Lisbon. Book me a table."),
+        user("Correction: a table for two."),
+    )
+    with pytest.raises(MemoryRefused, match="took this back"):
+        service.save(cid, PERSONAL, "I love jazz")
+    # A state that ended is no retraction; the next message speaks of what came last.
+    assert service.save(cid, EntryPath("personal", "always", None, "faro"), "I moved to Faro")
+    lisbon = EntryPath("personal", "always", None, "lisbon")
+    assert service.save(cid, lisbon, "I no longer live in Lisbon")
+
+
+def test_a_delete_without_a_request_to_forget_says_an_update_is_the_way(service, store):
+    """QA22x L10: "The weekday vegetarian thing is over, I eat everything now." asks to forget
+    nothing; the refusal said only what delete needs, not that an update records the change."""
+    cid = chat(store, user("I'm vegetarian on weekdays."))
+    veg = service.save(
+        cid, EntryPath("personal", "always", None, "veg"), "I'm vegetarian on weekdays"
+    )
+    store.append(cid, user("The weekday vegetarian thing is over, I eat everything now."))
+    with pytest.raises(MemoryRefused, match="asks for none") as refused:
+        service.delete(cid, veg.path, "The weekday vegetarian thing is over")
+    assert "update the entry with that quote (action=update, path=personal/always/veg.md)" in str(
+        refused.value
+    )

@@ -265,6 +265,7 @@ def test_the_review_example_quoted_olives_refused_the_house_special_and_i_said_t
         with pytest.raises(MemoryRefused):
             service.save(cid, PATH, "house special")
         # the person quoting themselves: their own words (a QA finding of session 20)
+        service.files.delete(PATH)  # saved above: memory would answer that it holds it
         mine = _conversation(
             service, user('"I love olives," I said.'), user('I told her "I\'m allergic to nuts".')
         )

@@ -486,3 +486,35 @@ async def test_learn_counts_only_what_it_newly_queued(setup):
     (fact,) = [s.id for s in service.waiting() if s.kind == "fact"]
     assert report.suggested == [fact] and waiting not in report.suggested
     assert "1 new suggestion(s) from this review." in report.text()
+
+
+CYCLING = (
+    '{"facts": [{"path": "personal/always/cycling", "quote": "I always cycle to work"},'
+    ' {"path": "personal/always/cycling-winter",'
+    ' "quote": "I always cycle to work, even in winter."}]}'
+)
+
+
+async def test_a_sentence_and_its_own_clause_picked_by_one_review_queue_one_suggestion(setup):
+    """QA22x M2: /learn queued "I always cycle to work, even in winter." and its clause "I
+    always cycle to work" as #1 and #2, and accepting both kept two entries saying one thing."""
+    store, service, cid = setup
+    store.append(cid, user("I always cycle to work, even in winter."))
+    ids = await review_pass(say(CYCLING), service, cid)
+    assert [service.waiting()[0].text] == ["I always cycle to work, even in winter."]
+    assert len(ids) == 1 and len(service.waiting()) == 1
+
+
+def test_accepting_a_clause_of_a_kept_entry_drops_it(setup):
+    store, service, cid = setup
+    store.append(cid, user("I always cycle to work, even in winter."))
+    clause = service.suggest_fact(
+        cid, EntryPath("personal", "always", None, "a"), "I always cycle to work"
+    )
+    service.save(
+        cid, EntryPath("personal", "always", None, "b"), "I always cycle to work, even in winter."
+    )
+    decision = service.accept(clause, env={})
+    assert decision.status == "dropped"
+    assert decision.message == f"#{clause} dropped: personal/always/b.md already says this"
+    assert len(service.entries()) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from heron.memory import (
@@ -138,3 +139,14 @@ def test_memory_list_keeps_its_columns_aligned_for_a_long_path(tmp_path: Path, m
     rows = [line for line in out.output.splitlines() if line.startswith("  ")]
     assert len(rows) == 3  # the header and two entries
     assert len({line.index("ORIGIN" if "ORIGIN" in line else "hand") for line in rows}) == 1
+
+
+def test_an_entry_telling_a_relative_time_shows_the_day_it_was_saved():
+    """QA22x M3: "I moved to Porto last month" in always/ read months later still said "last
+    month", with no date anywhere; an entry without a relative time is shown as before."""
+    saved = 1_793_000_000.0  # 2026-10-26 07:33 UTC, the evening before in Honolulu
+    city = Entry(EntryPath("personal", "always", None, "city"), "I moved to Porto last month.")
+    tea = Entry(EntryPath("personal", "always", None, "tea"), "I prefer tea", created=saved)
+    section = memory_section([replace(city, created=saved), tea], zone="Pacific/Honolulu")
+    assert "- I moved to Porto last month. (personal/always/city.md, saved 2026-10-25)" in section
+    assert "- I prefer tea (personal/always/tea.md)" in section

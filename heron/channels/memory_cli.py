@@ -225,11 +225,28 @@ def review() -> None:
 
 
 @app.command()
-def accept(number: Annotated[int, typer.Argument(help="The suggestion's id.")]) -> None:
-    """Keep one suggestion."""
+def accept(
+    number: Annotated[int, typer.Argument(help="The suggestion's id.")],
+    path: Annotated[
+        str | None,
+        typer.Option(
+            "--path",
+            help="File a fact or lesson there instead: scope/always/slug.md or "
+            "scope/when/topic/slug.md.",
+        ),
+    ] = None,
+    quote: Annotated[
+        str | None,
+        typer.Option(
+            "--quote",
+            help="Keep only this sentence or clause of the words the suggestion quotes.",
+        ),
+    ] = None,
+) -> None:
+    """Keep one suggestion, as it is or filed elsewhere (--path) or narrowed (--quote)."""
     _person_only("accepting a memory suggestion")
     with _service() as service:
-        decision = service.accept(number)
+        decision = service.accept(number, path=path, quote=quote)
         echo(decision.message)
         if decision.status == "waiting":
             raise typer.Exit(1)

@@ -268,6 +268,28 @@ def decoded(data: bytes, path: EntryPath) -> str:
         return data.decode("latin-1")
 
 
+# C0 and C1 control characters but tab and line breaks: a NUL or a stray byte of a hand-edited
+# file (a legacy encoding read as Windows-1252 passes them through) is nothing the person wrote
+# to the model, and some wires or terminals choke on it.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def without_controls(text: str, path: EntryPath) -> str:
+    """`text` less its control characters, with a warning naming the file and what it held."""
+    found = _CONTROLS.findall(text)
+    if not found:
+        return text
+    codes = ", ".join(sorted({f"U+{ord(c):04X}" for c in found}))
+    log.warning(
+        "memory file %s holds %d control character(s) (%s): read without them; save it as "
+        "plain UTF-8 text",
+        path.rel,
+        len(found),
+        codes,
+    )
+    return _CONTROLS.sub("", text)
+
+
 class MemoryFiles:
     """The entries on disk. The files are the truth: every read goes back to the folder, and
     listing every entry (each turn does) re-reads only what changed since the last listing."""
@@ -305,7 +327,7 @@ class MemoryFiles:
         text = self.text(path)
         if text is None:
             return None
-        return parse(path, text, self.file(path).stat().st_mtime)
+        return parse(path, without_controls(text, path), self.file(path).stat().st_mtime)
 
     def write(self, entry: Entry) -> Path:
         """Write atomically (temp file + rename), so a reader never sees half an entry."""
@@ -381,24 +403,31 @@ class MemoryFiles:
                 paths.append(EntryPath(scope, "when", topic, file.stem))
         return paths
 
-    def strays(self, paths: list[EntryPath] | None = None) -> list[str]:
+    def strays(self, paths: list[EntryPath] | None = None) -> list[tuple[str, str]]:
         """The Markdown files in the folder that are not read as entries (a name with a space
-        or a capital, a folder deeper than when/<topic>/, a .markdown extension), relative to
-        the folder. `paths`: the entries found, when the caller has them."""
+        or a capital, a folder deeper than when/<topic>/, a .markdown extension; a symbolic
+        link that leads out of the folder or to nothing, a file's or a folder's), relative to
+        the folder, each with what to say of it. `paths`: the entries found, when the caller
+        has them."""
         root = self._real_root()
         read = {p.rel for p in (paths if paths is not None else self._all_paths())}
         found = []
         for folder, dirs, names in os.walk(root):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .git, an editor's
+            for name in dirs:  # a folder linked out is not walked into: say so
+                link = Path(folder) / name
+                if link.is_symlink() and not _inside(link, root):
+                    found.append(_link_stray(link, root, "folder"))
             for name in sorted(names):
                 file = Path(folder) / name
                 if name.startswith(".") or file.suffix.lower() not in MARKDOWN:
                     continue
-                if file.is_symlink():  # a link is refused for where it leads, not its name
-                    continue
                 rel = file.relative_to(root).as_posix()
-                if rel not in read:
-                    found.append(rel)
+                if file.is_symlink():  # refused for where it leads, not for its name
+                    if not _inside(file, root) or not file.exists():
+                        found.append(_link_stray(file, root, "file"))
+                elif rel not in read:
+                    found.append((rel, stray_warning(rel)))
         return found
 
     def _all_paths(self) -> list[EntryPath]:
@@ -407,10 +436,10 @@ class MemoryFiles:
     def warn_strays(self, paths: list[EntryPath] | None = None) -> None:
         """Warn once per file of each Markdown file that is not read as an entry, naming it
         and the name it would be read under: renamed by hand, it silently left memory."""
-        for rel in self.strays(paths):
+        for rel, warning in self.strays(paths):
             if rel not in self._warned:
                 self._warned.add(rel)
-                log.warning("%s", stray_warning(rel))
+                log.warning("%s", warning)
 
 
 MARKDOWN = (".md", ".markdown")
@@ -425,6 +454,19 @@ def stray_warning(rel: str) -> str:
     name = valid_name(rel)
     fix = f"; rename it {name}" if name else ""
     return f"memory file {rel} is not read: {rule}{fix}"
+
+
+def _link_stray(link: Path, root: Path, what: str) -> tuple[str, str]:
+    """A symbolic link in the memory folder that is not read (it leads out of the folder, or
+    to nothing), and what to say of it: where it leads, and what to do instead."""
+    rel = link.relative_to(root).as_posix()
+    target = os.readlink(link)
+    if not link.exists():
+        return rel, f"memory {what} {rel} is not read: it is a symbolic link to nothing ({target})"
+    return rel, (
+        f"memory {what} {rel} is not read: it is a symbolic link that leads outside the memory "
+        f"folder ({target}), where Heron never reads; copy it into the memory folder instead"
+    )
 
 
 def valid_name(rel: str) -> str | None:

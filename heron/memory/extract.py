@@ -263,7 +263,10 @@ def _queue_picks(
     ids: list[int] = []
     waiting = _waiting_ids(service)
     why: list[str] = [] if refused is None else refused
-    for fact in _items(data, "facts"):
+    # Longest first: a sentence and its own clause picked together are one statement, which
+    # the sentence says whole (the clause then finds it queued).
+    facts = sorted(_items(data, "facts"), key=lambda f: -len(str(f.get("quote", ""))))
+    for fact in facts:
         quote = str(fact.get("quote", ""))
         if not find_quote(quote, rows, only=quotable):
             # Not the user's own words among what this pass may quote.

@@ -26,12 +26,14 @@ Secrets and sensitive claims are found in heron/memory/refuse.py.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from heron.memory.refuse import find_secret, find_sensitive
+from heron.memory.retract import retraction
 from heron.messages import Text
 from heron.store import StoredMessage
 from heron.store.records import ANSWERED, ASK_TOOL, SYNTHETIC_FLAGS
@@ -161,6 +163,9 @@ class QuoteMatch:
     message_id: int
     created: float
     asked: bool = False  # the person asked to remember exactly this ("remember that <quote>")
+    # The person's words that took it back right after ("Scratch that, I moved to Braga."),
+    # in the same message or at the start of their next one; None: it stands.
+    taken_back: str | None = None
 
 
 # Where a clause starts or ends: the text's edge, sentence or clause punctuation, a line break
@@ -293,14 +298,33 @@ def find_quote(
     found = []
     rows = list(rows)
     typed = typed_texts(rows)
+    following = dict(itertools.pairwise(typed))  # each typed message -> the person's next
     for row in rows:
         text = typed.get(row.id) if only is None or row.id in only else None
         if text is None or needle not in normalise(text):
             continue
-        clause = _clause_at(_hay(text), needle)
+        hay = _hay(text)
+        clause = _clause_at(hay, needle)
         if clause is not None:
-            found.append(QuoteMatch(row.id, row.created, clause.asked))
+            after = typed.get(following.get(row.id, -1), "")
+            back = _taken_back(hay[hay.rfind(needle) + len(needle) :], after)
+            found.append(QuoteMatch(row.id, row.created, clause.asked, back))
     return sorted(found, key=lambda m: -m.message_id)
+
+
+# The rest of a sentence and the one after it: where "scratch that" speaks of what came before.
+_NEXT_SENTENCE = re.compile(r"[^.!?\u00b6]*[.!?\u00b6\s]*[^.!?\u00b6]*")
+
+
+def _taken_back(rest: str, next_message: str) -> str | None:
+    """The words that take back a statement, where `rest` is what follows it in its message
+    (normalised) and `next_message` the person's next message: a retraction in the sentence
+    after it ("I moved to Porto. Scratch that, I moved to Braga."), or, when the statement
+    ends its message, at the start of the next one ("Scratch that, ...")."""
+    last = not rest.strip(" .!?;:,\u00b6")
+    near = _NEXT_SENTENCE.match(_hay(next_message) if last else rest)
+    window = " ".join((near.group(0) if near else "").replace("\u00b6", " ").split())
+    return window.strip(" .,;:") if retraction(window) else None
 
 
 def appears_in(quote: str, rows: Iterable[StoredMessage]) -> bool:
@@ -313,6 +337,18 @@ def appears_in(quote: str, rows: Iterable[StoredMessage]) -> bool:
 
 def quote_key(quote: str) -> str:
     return _trim(quote)
+
+
+def says_again(statement: str, said: str) -> bool:
+    """Whether `statement` is what `said` says: the same words (`quote_key`), or one of its
+    whole clauses ("I always cycle to work" of "I always cycle to work, even in winter."), which
+    an entry holding `said` already sends with every request."""
+    needle = _trim(statement)
+    if not needle or needle == _trim(said):
+        return bool(needle)
+    if len(needle) < MIN_QUOTE_CHARS or needle not in normalise(said):
+        return False
+    return next(_clauses(_hay(said), needle), None) is not None
 
 
 def quote_text(quote: str) -> str:

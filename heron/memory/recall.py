@@ -36,6 +36,7 @@ from heron import timefmt
 from heron.memory import codes, numbers, records, spelling
 from heron.memory.days import NamedDays, named_days
 from heron.memory.guard import overlaps
+from heron.memory.retract import takes_back
 from heron.memory.stopwords import STOPWORDS
 from heron.messages import ToolCall, ToolResult
 from heron.store import Store
@@ -1252,28 +1253,6 @@ WRITTEN_LOOK = 5
 NEXT_LOOK = 4
 # Matches of a query in a hit's conversation among which a later correction is looked for.
 CORRECTION_POOL = 50
-
-# Words that take back something said before: "that is no longer true", "I don't ... any
-# more", "I no longer ..." (its synonym: what the person did or was has ended), "scratch that",
-# "I was wrong", "forget that" (not "don't forget that"), "that was a mistake", "correction:".
-# Narrow on purpose: a later message is shown under a hit only when it says that it corrects
-# something.
-_TAKES_BACK = re.compile(
-    r"\b(?:no longer (?:true|the case|right|correct|valid)"
-    r"|(?:i|we)(?:['’]m| am|['’]re| are)? no longer\b"
-    r"|(?:isn'?t|wasn'?t|is not|was not|not) (?:true|the case)\b"
-    r"|(?:not|no|\w+n't)\b[^.!?\n]{0,40}\bany ?more\b"
-    r"|scratch that|i was wrong|i misspoke|i made a mistake"
-    r"|(?:that|it|this) was (?:wrong|a mistake|an error)|correction\s*:"
-    r"|(?<!n't )(?<!not )(?<!never )forget (?:that|what i said)|take (?:that|it) back)",
-    re.IGNORECASE,
-)
-
-
-def takes_back(text: str) -> bool:
-    """Whether a message says it takes back or corrects something said before."""
-    return bool(_TAKES_BACK.search(text))
-
 
 # Where a message's sentences end (its line breaks too): what `Recall.revoked` compares.
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")

@@ -10,6 +10,7 @@ runtime block instead, so the cached prefix of the conversation does not move. A
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,34 @@ def over_cap(entry: Entry) -> bool:
     return len(entry.text.strip()) > ENTRY_CAP
 
 
-def _item(entry: Entry, tag: str = "") -> str:
+# A time told relative to the day it was said: "last month", "yesterday", "three weeks ago",
+# "next Friday", "recently". An entry is the person's words as they said them, so such an entry
+# shows the day it was saved: months later, "last month" is still read from that day.
+_UNITS = r"(?:days?|nights?|weeks?|weekends?|months?|years?|summers?|winters?|springs?|autumns?)"
+_DAYS = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_COUNT = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|several)"
+_RELATIVE = re.compile(
+    rf"\b(?:yesterday|today|tonight|tomorrow|recently|lately|the other day"
+    rf"|(?:last|next|this|coming|past|previous) (?:{_UNITS}|{_DAYS}|fall|morning|evening)"
+    rf"|{_COUNT} {_UNITS} (?:ago|from now|back)|in {_COUNT} {_UNITS})\b",
+    re.IGNORECASE,
+)
+
+
+def relative_time(text: str) -> str | None:
+    """The words of `text` that tell a time relative to when it was said, if any."""
+    found = _RELATIVE.search(text)
+    return found.group(0) if found else None
+
+
+def _where(entry: Entry, zone: str) -> str:
+    """The entry's path, and the day it was saved when its words tell a relative time."""
+    if not entry.created or relative_time(entry.text) is None:
+        return entry.path.rel
+    return f"{entry.path.rel}, saved {timefmt.when(entry.created, zone, timefmt.DAY)}"
+
+
+def _item(entry: Entry, tag: str = "", zone: str = "UTC") -> str:
     text = entry.text.strip()
     if len(text) > ENTRY_CAP:
         cut = text[:ENTRY_HEAD].rsplit(" ", 1)[0] if " " in text[:ENTRY_HEAD] else text[:ENTRY_HEAD]
@@ -44,24 +72,24 @@ def _item(entry: Entry, tag: str = "") -> str:
             f' here: view_memory("{entry.path.rel}") reads it whole]'
         )
     lines = text.splitlines() or [""]
-    head = f"- {tag}{lines[0]} ({entry.path.rel})"
+    head = f"- {tag}{lines[0]} ({_where(entry, zone)})"
     return "\n".join([head, *(f"  {line}" if line else "" for line in lines[1:])])
 
 
-def _title(entry: Entry, tag: str = "") -> str:
+def _title(entry: Entry, tag: str = "", zone: str = "UTC") -> str:
     first = " ".join(entry.text.split())
-    return f"- {tag}{first[:60]}{'…' if len(first) > 60 else ''} ({entry.path.rel})"
+    return f"- {tag}{first[:60]}{'…' if len(first) > 60 else ''} ({_where(entry, zone)})"
 
 
-def _fill(items: Sequence[tuple[Entry, str]], budget: int) -> tuple[list[str], int, int]:
+def _fill(items: Sequence[tuple[Entry, str]], budget: int, zone: str) -> tuple[list[str], int, int]:
     """(lines, tokens left, entries left out): whole while `budget` lasts, then by title
     while it still lasts, then left out (view_memory lists every one)."""
     lines: list[str] = []
     titles = False
     for n, (entry, tag) in enumerate(items):
-        line = _title(entry, tag) if titles else _item(entry, tag)
+        line = _title(entry, tag, zone) if titles else _item(entry, tag, zone)
         if not titles and _tokens(line) > budget:
-            titles, line = True, _title(entry, tag)
+            titles, line = True, _title(entry, tag, zone)
         if _tokens(line) > budget:
             return lines, budget, len(items) - n
         lines.append(line)
@@ -69,11 +97,13 @@ def _fill(items: Sequence[tuple[Entry, str]], budget: int) -> tuple[list[str], i
     return lines, budget, 0
 
 
-def memory_section(entries: Sequence[Entry], tokens: int | None = None) -> str:
+def memory_section(entries: Sequence[Entry], tokens: int | None = None, zone: str = "UTC") -> str:
     """Every always/ entry under Preferences, every when/ entry under Situational preferences
     tagged with its topic; an entry over ENTRY_CAP by its head and a pointer to view_memory.
     With `tokens`, past that budget the entries are listed by title (when/ first go to
-    titles: always/ entries apply everywhere). Empty memory gives an empty string."""
+    titles: always/ entries apply everywhere). An entry that tells a relative time ("last
+    month") shows the day it was saved, in the agent's `zone`. Empty memory gives an empty
+    string."""
     always = sorted((e for e in entries if e.path.kind == "always"), key=lambda e: e.path)
     when = sorted(
         (e for e in entries if e.path.kind == "when"),
@@ -82,8 +112,8 @@ def memory_section(entries: Sequence[Entry], tokens: int | None = None) -> str:
     if not always and not when:
         return ""
     budget = 10**12 if tokens is None else max(0, tokens - _tokens(MEMORY_INTRO) - 40)
-    kept, budget, left = _fill([(e, "") for e in always], budget)
-    situational, _, left_when = _fill([(e, f"[when: {e.path.topic}] ") for e in when], budget)
+    kept, budget, left = _fill([(e, "") for e in always], budget, zone)
+    situational, _, left_when = _fill([(e, f"[when: {e.path.topic}] ") for e in when], budget, zone)
     parts = ["# Memory", MEMORY_INTRO]
     if kept:
         parts.append("## Preferences\n" + "\n".join(kept))
@@ -109,7 +139,11 @@ class FrozenMemory:
 
 
 def frozen_memory(
-    store: Store, conversation_id: int, entries: Sequence[Entry], tokens: int | None = None
+    store: Store,
+    conversation_id: int,
+    entries: Sequence[Entry],
+    tokens: int | None = None,
+    zone: str = "UTC",
 ) -> FrozenMemory:
     """The conversation's frozen section (taken now on first use, within `tokens`) and the
     changes since it that were not announced yet; the announcement is recorded so it is made
@@ -117,14 +151,14 @@ def frozen_memory(
     current = {e.path.rel: e for e in entries}
     row = records.snapshot(store, conversation_id)
     if row is None:
-        return FrozenMemory(_freeze(store, conversation_id, entries, tokens), None)
+        return FrozenMemory(_freeze(store, conversation_id, entries, tokens, zone), None)
     seen = {**json.loads(row["digests"]), **json.loads(row["announced"])}
-    lines, announced = _changes(seen, current)
+    lines, announced = _changes(seen, current, zone)
     if row["thawed"] or set(json.loads(row["digests"])) - set(current):
         # An entry of the section was removed (forgotten, deleted by hand): no request may
         # carry it from now on, so the section is written again, at the price of one cache
         # miss, as for an edit of a workspace file (qa22x H1). Told once, as any change.
-        section = _freeze(store, conversation_id, entries, tokens)
+        section = _freeze(store, conversation_id, entries, tokens, zone)
         note = "Memory changed: this conversation's Memory section was written again, " + (
             "without what was removed:\n" + "\n".join(lines) if lines else "as it is now."
         )
@@ -140,16 +174,18 @@ def frozen_memory(
 
 
 def _freeze(
-    store: Store, conversation_id: int, entries: Sequence[Entry], tokens: int | None
+    store: Store, conversation_id: int, entries: Sequence[Entry], tokens: int | None, zone: str
 ) -> str:
     """The section for `entries`, frozen for the conversation from now on."""
-    section = memory_section(entries, tokens)
+    section = memory_section(entries, tokens, zone)
     frozen = json.dumps({e.path.rel: e.digest for e in entries}, sort_keys=True)
     records.save_snapshot(store, conversation_id, section, frozen, time.time())
     return section
 
 
-def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str], dict[str, str]]:
+def _changes(
+    seen: dict[str, str], current: dict[str, Entry], zone: str
+) -> tuple[list[str], dict[str, str]]:
     """Lines describing what differs from what the model was last told; '' marks a removal."""
     lines: list[str] = []
     announced: dict[str, str] = {}
@@ -164,7 +200,7 @@ def _changes(seen: dict[str, str], current: dict[str, Entry]) -> tuple[list[str]
         if entry.digest != before:
             verb = "saved" if not before else "changed"
             tag = f"[when: {entry.path.topic}] " if entry.path.topic else ""
-            lines.append(f"- {verb}: {_item(entry, tag)[2:]}")
+            lines.append(f"- {verb}: {_item(entry, tag, zone)[2:]}")
             announced[rel] = entry.digest
     return lines, announced
 

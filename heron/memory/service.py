@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heron.memory import queue, records
@@ -40,6 +41,7 @@ from heron.memory.guard import (
     quote_key,
     quote_text,
     quoted_in,
+    says_again,
     shown_in,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
@@ -65,7 +67,12 @@ class Unchanged(MemoryRefused):
 
 
 class AlreadySaid(MemoryRefused):
-    """Another entry already says this statement: keeping it would send it twice."""
+    """Another entry already says this statement: keeping it would send it twice. `entry`:
+    the entry that says it."""
+
+    def __init__(self, message: str, entry: Entry | None = None, *, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.entry = entry
 
 
 def ensure_not_agent(env: Mapping[str, str] | None = None) -> None:
@@ -100,6 +107,9 @@ class MemoryService:
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
         # window: [context] memory); None: unbounded.
         self.section_tokens: int | None = None
+        # The calls of one reply run at once, each on a thread: two saves of one statement
+        # must not both find memory without it and both write it.
+        self._writing = threading.Lock()
         self._check_revocations()
 
     # ---- reading --------------------------------------------------------------------------
@@ -169,7 +179,15 @@ class MemoryService:
         matches = find_quote(quote, rows)
         if not matches:
             return self.find_quote(conversation_id, quote)  # raises, saying why
-        live = [m for m in matches if not self._revoked(quote, m)]
+        standing = [m for m in matches if m.taken_back is None]
+        if not standing:
+            raise MemoryRefused(
+                f"refused: the user took this back right after saying it "
+                f"({matches[0].taken_back!r})",
+                hint="Save what the user said instead, in their words, or ask them which holds "
+                "and quote their answer.",
+            )
+        live = [m for m in standing if not self._revoked(quote, m)]
         if not live:
             raise MemoryRefused(
                 "refused: the user asked to forget this statement (the quote overlaps what "
@@ -284,12 +302,16 @@ class MemoryService:
         at `path` or, when that is taken, at a free path next to it."""
         text, match = self._proved(conversation_id, quote)
         source = Source(conversation_key, match.message_id, quote.strip())
-        same = self.files.read(path)
-        if same is not None and (same.text, same.source.message) == (text, match.message_id):
-            # The save already happened: a call run again (a --retry, a turn whose process was
-            # killed after the file was written) must not leave a copy beside it (path-2).
-            return same
-        return self._write(self.free_path(path), text, "user", source)
+        with self._writing:
+            same = self.files.read(path)
+            if same is not None and (same.text, same.source.message) == (text, match.message_id):
+                # The save already happened: a call run again (a --retry, a turn whose process
+                # was killed after the file was written) must not leave a copy beside it.
+                return same
+            said = self.saying(text)
+            if said is not None:  # in another scope or path, or said before: one is enough
+                raise AlreadySaid(f"already in memory as {said.path.rel}: {said.text}", said)
+            return self._write(self.free_path(path), text, "user", source)
 
     def update(
         self,
@@ -310,6 +332,11 @@ class MemoryService:
             raise Unchanged(
                 f"{path.rel} already says this, so no update was written",
                 hint="Leave it: the entry is as the user said.",
+            )
+        said = self.saying(text, besides=path)
+        if said is not None:
+            raise AlreadySaid(
+                f"{said.path.rel} already says this, so {path.rel} was left as it is", said
             )
         # The file's stamp has whole seconds: a message of the second the entry was written
         # in, and older, is told by its number (ids grow with time), not by the stamp.
@@ -333,7 +360,9 @@ class MemoryService:
         if not asks_to_forget(quote):
             raise MemoryRefused(
                 "refused: delete needs the user's request to forget; this quote asks for none",
-                hint='Quote the words that ask to forget it (e.g. "forget that I ...").',
+                hint='Quote the words that ask to forget it (e.g. "forget that I ..."). If the '
+                "user said what holds now instead, update the entry with that quote "
+                f"(action=update, path={entry.path.rel}).",
             )
         if not names_entry(quote, entry.text, entry.path.rel):
             raise MemoryRefused(
@@ -443,6 +472,9 @@ class MemoryService:
         text, match = self._proved(conversation_id, quote)
         if self.saying(text) is not None:
             return None
+        queued = self._queued_saying(text)
+        if queued is not None:  # a sentence and its own clause are one statement
+            return queued.id
         existing = self.files.read(path)
         if existing is not None:
             return self._queue_change(conversation_id, existing, text, quote, match, origin)
@@ -460,12 +492,21 @@ class MemoryService:
 
     def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
         """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
-        quotation marks and the punctuation around them folded (`quote_key`), wherever it is
-        filed: a pass may pick a statement memory holds under another path."""
-        key = quote_key(text)
+        quotation marks and the punctuation around them folded (`quote_key`), or holds it as
+        one of its whole clauses (`says_again`), wherever it is filed: a pass may pick a
+        statement memory holds under another path, the tool save it in a second scope."""
         for entry in self.entries():
-            if entry.path != besides and key in {quote_key(t) for t in self._said(entry)}:
+            if entry.path != besides and any(says_again(text, t) for t in self._said(entry)):
                 return entry
+        return None
+
+    def _queued_saying(self, text: str) -> Suggestion | None:
+        """The fact or amendment waiting in the queue that says `text` (the same statement,
+        or a sentence that holds it as a clause)."""
+        for s in self.waiting():
+            said = [t for t in (s.text, s.quote) if t]
+            if s.kind in ("fact", "amendment") and any(says_again(text, t) for t in said):
+                return s
         return None
 
     @staticmethod
@@ -544,11 +585,20 @@ class MemoryService:
     def count_waiting(self) -> int:
         return queue.count_waiting(self.store)
 
-    def accept(self, suggestion_id: int, env: Mapping[str, str] | None = None) -> Decision:
+    def accept(
+        self,
+        suggestion_id: int,
+        env: Mapping[str, str] | None = None,
+        *,
+        path: str | None = None,
+        quote: str | None = None,
+    ) -> Decision:
+        """Keep a suggestion; the person may file it elsewhere (`path`: a fact or a lesson) or
+        keep only a whole clause of the words it quotes (`quote`: a fact or an amendment)."""
         ensure_not_agent(env)
         found = self._waiting(suggestion_id)
         try:
-            message = self._apply(found)
+            message = self._apply(self._edited(found, path, quote))
         except AlreadySaid as said:  # nothing to keep: memory says it already
             queue.decide(self.store, found.id, "dropped")
             return Decision(found, "dropped", f"#{found.id} dropped: {said}")
@@ -556,6 +606,34 @@ class MemoryService:
             return Decision(found, "waiting", f"#{found.id} stays waiting: {refused}")
         queue.decide(self.store, found.id, "accepted")
         return Decision(found, "accepted", f"#{found.id} kept: {message}")
+
+    @staticmethod
+    def _edited(s: Suggestion, path: str | None, quote: str | None) -> Suggestion:
+        """`s` as the person edits it on accepting: filed under `path`, or narrowed to `quote`,
+        a whole clause of its own quote (the entry's text stays the person's words)."""
+        if path is not None:
+            if s.kind not in ("fact", "lesson"):
+                raise MemoryRefused(
+                    f"suggestion #{s.id} is {'an' if s.kind == 'amendment' else 'a'} {s.kind} "
+                    f"of {s.path}; it cannot be filed elsewhere",
+                    hint="Accept it as it is, or reject it.",
+                )
+            s = replace(s, path=EntryPath.parse(path).rel)
+        if quote is not None:
+            if s.kind not in ("fact", "amendment") or not s.quote:
+                raise MemoryRefused(
+                    f"suggestion #{s.id} quotes nothing of yours to narrow",
+                    hint="Accept it as it is, or reject it.",
+                )
+            if not says_again(quote, s.quote):
+                raise MemoryRefused(
+                    f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes "
+                    f"({s.quote!r})",
+                    hint="An entry is your own words: keep the whole quote, or one of its "
+                    "sentences or clauses, copied as you wrote it.",
+                )
+            s = replace(s, quote=quote.strip(), text=quote_text(quote))
+        return s
 
     def reject(self, suggestion_id: int, status: str = "rejected") -> Decision:
         found = self._waiting(suggestion_id)

@@ -36,6 +36,7 @@ from heron.memory.auto import RESULT_CHARS, auto_messages, fires
 from heron.memory.recall import Recall, wants_recall
 from heron.memory.recall_process import RecallProcess
 from heron.memory.section import (
+    FrozenMemory,
     HistoryEntry,
     frozen_memory,
     history_floor,
@@ -65,7 +66,7 @@ def _snapshot(store: Store, service: MemoryService, conversation_id: int) -> tup
     never announces changes: that is `memory_note`'s job, once, in the runtime block."""
     row = records.snapshot(store, conversation_id)
     if row is None or row["thawed"]:  # a thawed one is blank: taken again (what is removed)
-        frozen_memory(store, conversation_id, service.entries(), service.section_tokens)
+        _frozen(service, conversation_id)
         row = records.snapshot(store, conversation_id)
         assert row is not None  # frozen_memory just took it
     return row["section"], row["taken"]
@@ -94,7 +95,8 @@ def prompt_sections(
     if take or (row is not None and not row["thawed"]):
         section, taken = _snapshot(store, service, conversation_id)
     else:
-        section, taken = memory_section(service.entries(), service.section_tokens), time.time()
+        section = memory_section(service.entries(), service.section_tokens, service.timezone)
+        taken = time.time()
     entries = history_entries(store, conversation_id, taken)
     cap = service.section_tokens or 8_000  # other conversations' summaries: memory's share
     floor = history_floor(store, conversation_id)
@@ -114,8 +116,14 @@ def memory_note(service: MemoryService | None, conversation_id: int) -> str | No
     """What changed since the frozen section, for this turn's runtime block (once)."""
     if service is None:
         return None
+    return _frozen(service, conversation_id).note
+
+
+def _frozen(service: MemoryService, conversation_id: int) -> FrozenMemory:
+    """The conversation's frozen section and what changed since, from memory as it is now."""
     entries = service.entries()
-    return frozen_memory(service.store, conversation_id, entries, service.section_tokens).note
+    tokens, zone = service.section_tokens, service.timezone
+    return frozen_memory(service.store, conversation_id, entries, tokens, zone)
 
 
 def thaw(service: MemoryService | None, conversation_id: int, *, new: bool = False) -> None:

@@ -17,7 +17,7 @@ from heron.errors import StoreError, ToolError
 from heron.memory import spelling
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
 from heron.memory.recall import Recall, heading, spoken_by
-from heron.memory.service import MemoryService, Unchanged
+from heron.memory.service import AlreadySaid, MemoryService, Unchanged
 from heron.memory.wiring import seen_by_model
 from heron.messages import JSONObject, Text, Thinking, ToolCall, ToolResult, dumps
 from heron.tools.context import ToolContext
@@ -131,7 +131,7 @@ def _change(
     if action == "update":
         try:
             changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
-        except Unchanged as same:  # not an error: the entry already says it
+        except (Unchanged, AlreadySaid) as same:  # not an error: memory already says it
             return f"Nothing changed: {same.summary}"
         if isinstance(changed, int):
             return (
@@ -140,7 +140,10 @@ def _change(
             )
         effect({"kind": "memory_updated", "path": changed.path.rel})
         return f"Updated {changed.path.rel}: {changed.text}"
-    entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
+    try:
+        entry = service.save(conversation_id, entry_path, quote, conversation_key=key)
+    except AlreadySaid as said:  # not an error: memory holds the statement once already
+        return f"Nothing saved: {said.summary}"
     effect({"kind": "memory_saved", "path": entry.path.rel})
     moved = "" if entry.path == entry_path else f" ({entry_path.rel} is taken: it got its own name)"
     return f"Saved {entry.path.rel}{moved}: {entry.text}"
