@@ -140,7 +140,15 @@ class Subagents:
             await asyncio.wait(pending)
 
     async def wait(self, run_id: str) -> runs.Run:
-        return await self.tasks[run_id]
+        """The run's row once it ended. A cancelled wait (a /stop of the turn that waits) stops
+        the waiting, not the subagent: cancelling its task would free its slot while its turn
+        went on, and leave its row running with its result lost. It ends in its slot instead,
+        and its result is announced as a subagent's that nobody waits for."""
+        try:
+            return await asyncio.shield(self.tasks[run_id])
+        except asyncio.CancelledError:
+            self.waited.discard(run_id)
+            raise
 
     # ---- one run ----------------------------------------------------------------------------
 
