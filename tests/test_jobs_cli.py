@@ -342,3 +342,42 @@ def test_set_zone_keeps_a_paused_job_paused(heron_home):
     assert job.status == "paused" and job.schedule.timezone == "Asia/Tokyo"
     resumed = jobs("resume", daily)
     assert re.search(r"next \S+ \S+ 09:00 JST", resumed.output), resumed.output
+
+
+def test_an_absurd_interval_or_time_is_refused_and_saves_nothing(heron_home):
+    for args, said in (
+        (["--every", "99999999d"], "over a year"),
+        (["--every", "100000w"], "over a year"),
+        (["--at", "9999-12-31 23:00"], "more than 10 years"),
+        (["--at", "0001-01-01 00:00+05:00"], "not a date and time"),
+    ):
+        bad = jobs("add", "huge", "-c", "late", *args)
+        assert bad.exit_code == 1 and said in bad.output, (args, bad.output)
+        assert "Traceback" not in bad.output
+    assert "huge" not in jobs("list", "--all").output
+
+
+def test_a_stored_row_that_cannot_be_read_is_shown_damaged_and_cancellable(heron_home):
+    from heron.tools.schedule import status_lines
+
+    good, bad = _added("--every", "1d"), _added("--every", "2d")
+    store = Store(Settings.load().paths.db)
+    try:  # as an older Heron saved `--every 99999999d`: next in the year 275817
+        with store.transaction() as c:
+            c.execute(
+                "UPDATE jobs SET spec = ?, next_run = ? WHERE id = ?",
+                (str(99999999 * 86400), 8.6e12, int(bad)),
+            )
+        status = status_lines(store, "chat-1", "Europe/Berlin")
+    finally:
+        store.close()
+    listed = jobs("list")
+    assert listed.exit_code == 0, listed.output
+    (row,) = [r for r in listed.output.splitlines() if r.startswith(f"{bad} ")]
+    assert "damaged" in row and f"heron jobs cancel {bad}" in listed.output
+    assert any(r.startswith(f"{good} ") for r in listed.output.splitlines())
+    shown = jobs("show", bad)
+    assert shown.exit_code == 0 and "damaged" in shown.output, shown.output
+    assert any("damaged" in line for line in status)
+    assert jobs("cancel", bad).exit_code == 0
+    assert not any(r.startswith(f"{bad} ") for r in jobs("list").output.splitlines())

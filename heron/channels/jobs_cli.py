@@ -98,11 +98,13 @@ def zone_note(job: Job, zone: str) -> str:
 
 
 def job_rows(jobs: list[Job], zone: str) -> list[tuple[str, ...]]:
+    from heron.tools.schedule import damaged
+
     return [
         (
             str(j.id),
             j.mode,
-            j.status,
+            "damaged" if damaged(j) else j.status,
             j.schedule.describe(),
             _next(j, zone),
             j.conversation,
@@ -145,6 +147,7 @@ def list_(
     """List scheduled jobs, soonest first."""
     from heron.proactive.review import JOB_PROMPT, job_schedule
     from heron.store import jobs
+    from heron.tools.schedule import DAMAGED, damaged
 
     with _open() as (settings, store):
         # The built-in review's row as config.toml has it now, as serve will when it starts.
@@ -157,7 +160,9 @@ def list_(
         else:
             echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
         for job in mine:
-            if other_zone(job, zone):
+            if damaged(job):
+                echo(DAMAGED.format(id=job.id, schedule=job.schedule.describe()))
+            elif other_zone(job, zone):
                 echo(zone_note(job, zone))
         built = jobs.review_job(store)
         if built is not None and (every or built.status != "cancelled"):
@@ -408,8 +413,12 @@ SHOWN_RUNS = 5
 def show_lines(job: Job, now: float, zone: str) -> list[str]:
     """Every line of `heron jobs show` but its runs; each time alone, so named, in the agent's
     `zone`."""
+    from heron.tools.schedule import DAMAGED, damaged
+
     what = "the built-in nightly review of memory" if job.builtin else job.mode
     lines = [f"Job {job.id}: {what}, {job.status}"]
+    if damaged(job):
+        lines.append(DAMAGED.format(id=job.id, schedule=job.schedule.describe()))
     when = _next(job, zone, named=True)
     if job.status == "paused":
         again = job.schedule.next_after(now, base=job.next_run)

@@ -48,10 +48,26 @@ def describe(job: jobs.Job, zone: str) -> str:
     last = f", last {job.last_outcome}" if job.last_outcome else ""
     mode = "built-in review" if job.builtin else job.mode
     status = "disabled" if job.builtin and job.status == "cancelled" else job.status
+    status = "damaged" if damaged(job) else status
     return (
         f"job {job.id} [{mode}, {status}] {job.schedule.describe()}, {when}{last}:"
         f" {_short(job.prompt)}"
     )
+
+
+def damaged(job: jobs.Job) -> bool:
+    """Whether the job's row cannot be read back: a schedule that does not parse, or a time
+    no calendar shows (an older Heron saved `every 99999999d`, next in the year 275817). It is
+    listed as damaged, with how to cancel it, rather than taking every listing down."""
+    times = (job.next_run, job.last_run, job.created)
+    in_range = all(t is None or timefmt.in_range(t) for t in times)
+    return not (in_range and job.schedule.readable())
+
+
+DAMAGED = (
+    "Job {id} is damaged: its schedule or its next time cannot be read ({schedule}); it never "
+    "fires as meant. To remove it: heron jobs cancel {id}"
+)
 
 
 def _at(instant: float, zone: str) -> str:
