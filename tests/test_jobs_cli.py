@@ -381,3 +381,24 @@ def test_a_stored_row_that_cannot_be_read_is_shown_damaged_and_cancellable(heron
     assert any("damaged" in line for line in status)
     assert jobs("cancel", bad).exit_code == 0
     assert not any(r.startswith(f"{bad} ") for r in jobs("list").output.splitlines())
+
+
+def test_cancel_takes_several_ids_a_conversation_or_all_but_never_the_review(heron_home):
+    a, b, c = (_added("--every", "1h") for _ in range(3))
+    other = jobs("add", "Elsewhere.", "-c", "chat-2", "--every", "1h")
+    assert other.exit_code == 0
+    several = jobs("cancel", a, b)
+    assert several.exit_code == 0 and several.output.count("Cancelled job") == 2
+    here = jobs("cancel", "-c", "chat-1")
+    assert here.exit_code == 0 and f"Cancelled job {c} " in here.output
+    assert "Elsewhere." in jobs("list").output
+    everything = jobs("cancel", "--all")
+    assert everything.exit_code == 0 and "Elsewhere." in everything.output
+    assert "No active or paused jobs." in jobs("cancel", "--all").output
+    assert "Built-in: the nightly review" in jobs("list").output  # not among "all"
+    neither = jobs("cancel")
+    assert neither.exit_code == 1 and "--conversation KEY, or --all" in neither.output
+    mixed = jobs("cancel", "1", "999")
+    assert (
+        mixed.exit_code == 1 and "nightly review" in mixed.output and "no job 999" in mixed.output
+    )
