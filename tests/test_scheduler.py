@@ -446,6 +446,16 @@ async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once
         (note,) = notes(store)
         assert f"[Scheduled reminder, job {job.id}: its run failed" in note
         assert "HTTP 500" in note and f"heron jobs runs {job.id}" in note
+        # The person wrote nothing here: no "your message is saved; send /retry", live or
+        # after a reload, but when the job runs again.
+        from heron.web.transcript import build
+
+        told = [o.text for o in r.messages if "The turn failed" in o.text]
+        shown = [i.text for i in build(store, "chat-1").items if i.failed]
+        assert len(told) == 3 and len(shown) == 3
+        for said in told + shown:
+            assert "/retry" not in said and "message is saved" not in said, said
+            assert f"job {job.id}" in said and "tried again at its next time" in said
         down["yes"] = False
         await r.at(local(2026, 6, 1, 9, 3))
         await r.settle()
