@@ -91,9 +91,9 @@ def other_zone(job: Job, zone: str) -> bool:
 def zone_note(job: Job, zone: str) -> str:
     """What the list says under a job that fires by another zone's clock, and how to move it."""
     return (
-        f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, the zone it was made "
-        f"in, not in {zone} (NEXT is in {zone}). To move it to {zone}: heron jobs set-zone "
-        f"{job.id}"
+        # Not "the zone it was made in": after `set-zone ZONE` it is the zone it was moved to.
+        f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, not in {zone} (NEXT "
+        f"is in {zone}). To move it to {zone}: heron jobs set-zone {job.id}"
     )
 
 
@@ -528,7 +528,7 @@ def _zone_line(job: Job, zone: str) -> str:
     if not other_zone(job, zone):
         return job.schedule.timezone
     return (
-        f"{job.schedule.timezone}, the zone it was made in, not {zone}: its cron fires by "
+        f"{job.schedule.timezone}, not {zone}: its cron fires by "
         f"{job.schedule.timezone}'s clock (the times shown here are in {zone}). To move it: "
         f"heron jobs set-zone {job.id}"
     )
