@@ -20,10 +20,25 @@ DAY = "%Y-%m-%d"
 ISO = "%Y-%m-%dT%H:%M:%S%z"  # with its offset: an instant, whoever reads it
 
 
+OUT_OF_RANGE = "(out of range)"  # an instant no calendar date holds: a damaged row's
+# A day inside the calendar's first and last year in every zone (offsets are under a day).
+_FIRST = dt.datetime(1, 1, 2, tzinfo=dt.UTC).timestamp()
+_LAST = dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp()
+
+
+def in_range(ts: float) -> bool:
+    """Whether `ts` (epoch seconds) is a date a calendar can show, in every zone: a row an
+    older Heron saved unbounded (`--every 99999999d`: the year 275817) is not."""
+    return _FIRST <= ts < _LAST  # NaN is neither
+
+
 def when(ts: float, zone: str, fmt: str = MINUTE, *, named: bool = False) -> str:
     """`ts` (epoch seconds) in `zone` (an IANA name) as `fmt`; `named` adds the zone's
     abbreviation ("13:40 CET"), for a time shown alone rather than in a list whose header
-    names the zone."""
+    names the zone. An instant out of the calendar's range is `OUT_OF_RANGE`, never an
+    error: one damaged row must not take down a listing of them all."""
+    if not in_range(ts):
+        return OUT_OF_RANGE
     local = dt.datetime.fromtimestamp(ts, ZoneInfo(zone))
     text = local.strftime(fmt)
     return f"{text} {local:%Z}" if named else text

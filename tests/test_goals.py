@@ -252,3 +252,25 @@ def test_a_parked_goal_is_described_without_nested_brackets():
     parked = goals.Goal(1, "k", "Ship it", "parked", 20, 1000, 20, 500, None, None)
     said = g.describe(parked)
     assert said == "Goal (parked, its budget ran out; 20 of 20 turns, 500 of 1,000 tokens): Ship it"
+
+
+async def test_a_background_turn_cannot_set_a_goal():
+    """A reminder's turn set a goal, and 20 nudges ran with nobody there: a goal is the
+    person's to set, as a question is theirs to answer."""
+
+    def origin(request, n):
+        if n == 1:
+            return call("goal", action="set", objective="keep working")
+        return text("Told them instead.")
+
+    model = Routed({"test:": origin})
+    async with running_loop(model, tools()) as (engine, loop, _said):
+        g.attach(loop)
+        await loop.dispatch(
+            InboundMessage("test", "me", "[Scheduled reminder]", provenance="reminder")
+        )
+        await loop.wait_idle()
+        made = goals.history(engine.store, "test:me")
+    refused = model.seen["test:me"][1].messages[-1].parts[0]
+    assert made == [] and len(model.seen["test:me"]) == 2  # no nudge followed
+    assert refused.is_error and "background work" in refused.content

@@ -291,7 +291,7 @@ def test_a_job_made_in_another_zone_is_shown_in_the_agents_zone_and_says_its_own
     assert f"Job {old}'s cron reads its times in Etc/UTC" in listed, listed
     assert f"Job {new}'s cron" not in listed
     shown = jobs("show", old).output
-    assert "zone:         Etc/UTC, the zone it was made in, not Asia/Tokyo" in shown, shown
+    assert "zone:         Etc/UTC, not Asia/Tokyo" in shown, shown
     assert re.search(r"next:         \d{4}-\d\d-\d\d 18:00 JST", shown), shown
     assert re.search(r"made:         \d{4}-\d\d-\d\d \d\d:\d\d JST by cli", shown), shown
     assert "zone:         Asia/Tokyo\n" in jobs("show", new).output
@@ -325,6 +325,8 @@ def test_set_zone_moves_a_cron_job_to_the_agents_zone_or_a_named_one(heron_home)
     named = jobs("set-zone", daily, "America/New_York")
     assert named.exit_code == 0 and "(America/New_York)" in named.output
     assert _job(daily).schedule.timezone == "America/New_York"
+    for said in (jobs("list").output, jobs("show", daily).output):  # moved, not made there
+        assert "America/New_York" in said and "the zone it was made in" not in said, said
     for refused, said in (
         (jobs("set-zone", hourly), "an instant, the same in every zone"),
         (jobs("set-zone", daily, "Mars/Olympus"), "unknown timezone 'Mars/Olympus'"),
@@ -344,3 +346,63 @@ def test_set_zone_keeps_a_paused_job_paused(heron_home):
     assert job.status == "paused" and job.schedule.timezone == "Asia/Tokyo"
     resumed = jobs("resume", daily)
     assert re.search(r"next \S+ \S+ 09:00 JST", resumed.output), resumed.output
+
+
+def test_an_absurd_interval_or_time_is_refused_and_saves_nothing(heron_home):
+    for args, said in (
+        (["--every", "99999999d"], "over a year"),
+        (["--every", "100000w"], "over a year"),
+        (["--at", "9999-12-31 23:00"], "more than 10 years"),
+        (["--at", "0001-01-01 00:00+05:00"], "not a date and time"),
+    ):
+        bad = jobs("add", "huge", "-c", "late", *args)
+        assert bad.exit_code == 1 and said in bad.output, (args, bad.output)
+        assert "Traceback" not in bad.output
+    assert "huge" not in jobs("list", "--all").output
+
+
+def test_a_stored_row_that_cannot_be_read_is_shown_damaged_and_cancellable(heron_home):
+    from heron.tools.schedule import status_lines
+
+    good, bad = _added("--every", "1d"), _added("--every", "2d")
+    store = Store(Settings.load().paths.db)
+    try:  # as an older Heron saved `--every 99999999d`: next in the year 275817
+        with store.transaction() as c:
+            c.execute(
+                "UPDATE jobs SET spec = ?, next_run = ? WHERE id = ?",
+                (str(99999999 * 86400), 8.6e12, int(bad)),
+            )
+        status = status_lines(store, "chat-1", "Europe/Berlin")
+    finally:
+        store.close()
+    listed = jobs("list")
+    assert listed.exit_code == 0, listed.output
+    (row,) = [r for r in listed.output.splitlines() if r.startswith(f"{bad} ")]
+    assert "damaged" in row and f"heron jobs cancel {bad}" in listed.output
+    assert any(r.startswith(f"{good} ") for r in listed.output.splitlines())
+    shown = jobs("show", bad)
+    assert shown.exit_code == 0 and "damaged" in shown.output, shown.output
+    assert any("damaged" in line for line in status)
+    assert jobs("cancel", bad).exit_code == 0
+    assert not any(r.startswith(f"{bad} ") for r in jobs("list").output.splitlines())
+
+
+def test_cancel_takes_several_ids_a_conversation_or_all_but_never_the_review(heron_home):
+    a, b, c = (_added("--every", "1h") for _ in range(3))
+    other = jobs("add", "Elsewhere.", "-c", "chat-2", "--every", "1h")
+    assert other.exit_code == 0
+    several = jobs("cancel", a, b)
+    assert several.exit_code == 0 and several.output.count("Cancelled job") == 2
+    here = jobs("cancel", "-c", "chat-1")
+    assert here.exit_code == 0 and f"Cancelled job {c} " in here.output
+    assert "Elsewhere." in jobs("list").output
+    everything = jobs("cancel", "--all")
+    assert everything.exit_code == 0 and "Elsewhere." in everything.output
+    assert "No active or paused jobs." in jobs("cancel", "--all").output
+    assert "Built-in: the nightly review" in jobs("list").output  # not among "all"
+    neither = jobs("cancel")
+    assert neither.exit_code == 1 and "--conversation KEY, or --all" in neither.output
+    mixed = jobs("cancel", "1", "999")
+    assert (
+        mixed.exit_code == 1 and "nightly review" in mixed.output and "no job 999" in mixed.output
+    )

@@ -229,7 +229,7 @@ async def test_the_schedule_tool_pauses_resumes_and_runs_now_but_a_scheduled_run
         services.turn = _Turn("scheduled")
         for action in ("resume", "run_now"):
             refused = await act(action)
-            assert refused.is_error and f"A scheduled run cannot {action}" in refused.text
+            assert refused.is_error and f"Background work cannot {action}" in refused.text
         assert not (await act("pause")).is_error
         missing = await act("pause", 999)
         assert missing.is_error and "There is no job 999 in this conversation" in missing.text

@@ -15,6 +15,7 @@ from heron.agent.engine import Engine
 from heron.agent.loop import AgentLoop
 from heron.bus import InboundMessage, MessageBus
 from heron.config import Settings
+from heron.messages import Reply, ToolCall
 from heron.proactive.clock import FakeClock
 from heron.proactive.scheduler import Scheduler
 from heron.providers.base import ChatRequest
@@ -24,6 +25,7 @@ from heron.store import jobs as js
 from heron.store.schedule import ScheduleError, parse
 from heron.tools.context import ToolContext
 from heron.tools.registry import ToolRegistry, tool
+from heron.tools.schedule import MAX_AGENT_JOBS_HERE
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -36,9 +38,15 @@ def make_job(store: Store, now: float, mode: str = "reminder", **schedule: str) 
     catch_up = schedule.pop("catch_up", "once")
     when = parse(timezone="Europe/Berlin", **schedule)
     return js.create_job(
-        store, when, conversation="chat-1", prompt="Stand-up in five minutes.", now=now,
-        mode=mode, catch_up=catch_up, created_by="test",
-    )  # fmt: skip
+        store,
+        when,
+        conversation="chat-1",
+        prompt="Stand-up in five minutes.",
+        now=now,
+        mode=mode,
+        catch_up=catch_up,
+        created_by="test",
+    )
 
 
 def test_cron_instants_stay_at_local_time_across_both_dst_changes():
@@ -438,6 +446,16 @@ async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once
         (note,) = notes(store)
         assert f"[Scheduled reminder, job {job.id}: its run failed" in note
         assert "HTTP 500" in note and f"heron jobs runs {job.id}" in note
+        # The person wrote nothing here: no "your message is saved; send /retry", live or
+        # after a reload, but when the job runs again.
+        from heron.web.transcript import build
+
+        told = [o.text for o in r.messages if "The turn failed" in o.text]
+        shown = [i.text for i in build(store, "chat-1").items if i.failed]
+        assert len(told) == 3 and len(shown) == 3
+        for said in told + shown:
+            assert "/retry" not in said and "message is saved" not in said, said
+            assert f"job {job.id}" in said and "tried again at its next time" in said
         down["yes"] = False
         await r.at(local(2026, 6, 1, 9, 3))
         await r.settle()
@@ -445,3 +463,47 @@ async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once
         await r.at(local(2026, 6, 1, 9, 4))
         await r.settle()
         assert len(notes(store)) == 2  # a new streak after a success: said again
+
+
+async def test_no_background_turn_creates_a_job_and_a_subagent_has_no_schedule_tool():
+    """A reminder's subagent made per-minute jobs, whose reminders spawned subagents that made
+    more: a turn nobody typed (a subagent's, a heartbeat's) creates no job at all."""
+    from heron.proactive.subagents import WITHOUT
+
+    create = {"action": "create", "prompt": "BRED JOB tick", "every": "1m"}
+    replies = [call("schedule", create), answer("Could not."), call("schedule", create)]
+    replies += [answer("Could not either.")]
+    async with rig(replies, local(2026, 6, 1, 8, 0), run_scheduler=False) as r:
+        for provenance in ("subagent", "scheduled"):
+            await r.loop.dispatch(
+                InboundMessage(
+                    "subagent", "x", "make a job", f"subagent:{provenance}", provenance=provenance
+                )
+            )
+            await r.loop.wait_idle()
+        made = [j for j in js.list_jobs(r.engine.store, everything=True) if not j.builtin]
+        results = [r.provider.requests[n].messages[-1].parts[0] for n in (1, 3)]
+    assert made == []
+    assert all(res.is_error and "cannot create jobs" in res.content for res in results)
+    assert "schedule" in WITHOUT
+
+
+async def test_the_agent_keeps_at_most_ten_jobs_in_a_conversation_and_is_told_why():
+    monitors = [
+        ToolCall(
+            f"c{n}",
+            "schedule",
+            {"action": "create", "prompt": f"check {n}", "every": "1m", "mode": "monitor"},
+        )
+        for n in range(12)
+    ]
+    replies = [Reply(monitors, "tool"), answer("Made what I could.")]
+    async with rig(replies, local(2026, 6, 1, 8, 0), run_scheduler=False) as r:
+        await r.loop.dispatch(InboundMessage("terminal", "1", "watch everything", "chat-9"))
+        await r.loop.wait_idle()
+        made = [j for j in js.list_jobs(r.engine.store) if not j.builtin]
+        results = [p for m in r.provider.requests[1].messages[-12:] for p in m.parts]
+    refused = [p for p in results if getattr(p, "is_error", False)]
+    assert len(made) == MAX_AGENT_JOBS_HERE == 10
+    assert len(refused) == 2 and "already has 10 active or paused jobs" in refused[0].content
+    assert "heron jobs add" in refused[0].content

@@ -633,3 +633,47 @@ async def test_a_subagent_waiting_for_a_slot_is_shown_waiting_until_it_starts():
     assert dropped == (True, f"Cancelled subagent {third.id}.")
     assert after[second.id].status == "done" and after[second.id].created > second.created
     assert after[third.id].status == "cancelled" and third.conversation_key not in model.seen
+
+
+async def test_a_stop_while_waiting_on_a_subagent_keeps_its_slot_row_and_result():
+    """/stop of a turn waiting on spawn(wait=true): the subagent goes on in its slot (no fifth
+    one runs beside it), its row ends done, and its result reaches the conversation as an
+    ordinary subagent's would, not lost with the wait that asked for it."""
+    started, gate = asyncio.Event(), asyncio.Event()
+    inflight, peak = [0], [0]
+
+    async def sub(request, n):
+        inflight[0] += 1
+        peak[0] = max(peak[0], inflight[0])
+        if "waited on" in last_user_text(request):
+            started.set()
+        await gate.wait()
+        inflight[0] -= 1
+        return text("42")
+
+    def origin(request, n):
+        if n == 1:
+            return call("spawn", task="The task waited on.", wait=True)
+        return text("Here is what the subagent found.")
+
+    model = Routed({"test:": origin, "subagent:": sub})
+    async with running_loop(model, tools()) as (engine, loop, _):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "go"))
+        await started.wait()
+        await loop.stop("test:me")
+        while loop.running("test:me"):  # the stopped turn ends; its subagent works on
+            await asyncio.sleep(0)
+        for i in range(4):  # the slots left: three, so one of these waits
+            await manager.spawn("test:other", f"task {i}")
+        while inflight[0] < 4:
+            await asyncio.sleep(0)
+        gate.set()
+        await settle(loop, manager)
+        waited = next(r for r in runs.listing(engine.store) if "waited on" in r.task)
+        rows = result_rows(engine, "test:me")
+
+    assert peak[0] == 4  # the stopped turn's subagent kept its slot
+    assert waited.status == "done" and waited.result == "42" and waited.finished is not None
+    assert waited.announced is not None and len(rows) == 1 and "42" in rows[0].message.text

@@ -167,3 +167,18 @@ async def test_trace_show_of_a_continued_reply_shows_every_part():
     assert run.reply_text == "Part one. Part two. Part three."
     shown = CliRunner().invoke(app, ["trace", "show", result.run_id]).stdout
     assert "agent: Part one. Part two. Part three." in shown
+
+
+async def test_trace_show_labels_an_opening_heron_wrote_as_heron_s():
+    """A reminder's or the heartbeat's opening was printed `you: [Scheduled reminder...]`, the
+    one place it was shown as the person's words."""
+    from heron.agent.control import TurnControl
+    from heron.agent.turn import TurnHooks
+
+    provider = ScriptedProvider([Reply([Text("Stand-up now.")], "done", Usage(5, 1))])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        control = TurnControl("chat-1", provenance="reminder")
+        hooks = TurnHooks(control=control)
+        result = await engine.turn("chat-1", "[Scheduled reminder, job 3.]\nStand-up", hooks)
+    shown = CliRunner().invoke(app, ["trace", "show", result.run_id]).stdout
+    assert "heron: [Scheduled reminder, job 3.]" in shown and "you:" not in shown

@@ -91,18 +91,20 @@ def other_zone(job: Job, zone: str) -> bool:
 def zone_note(job: Job, zone: str) -> str:
     """What the list says under a job that fires by another zone's clock, and how to move it."""
     return (
-        f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, the zone it was made "
-        f"in, not in {zone} (NEXT is in {zone}). To move it to {zone}: heron jobs set-zone "
-        f"{job.id}"
+        # Not "the zone it was made in": after `set-zone ZONE` it is the zone it was moved to.
+        f"Job {job.id}'s cron reads its times in {job.schedule.timezone}, not in {zone} (NEXT "
+        f"is in {zone}). To move it to {zone}: heron jobs set-zone {job.id}"
     )
 
 
 def job_rows(jobs: list[Job], zone: str) -> list[tuple[str, ...]]:
+    from heron.tools.schedule import damaged
+
     return [
         (
             str(j.id),
             j.mode,
-            j.status,
+            "damaged" if damaged(j) else j.status,
             j.schedule.describe(),
             _next(j, zone),
             j.conversation,
@@ -145,6 +147,7 @@ def list_(
     """List scheduled jobs, soonest first."""
     from heron.proactive.review import JOB_PROMPT, job_schedule
     from heron.store import jobs
+    from heron.tools.schedule import DAMAGED, damaged
 
     with _open() as (settings, store):
         # The built-in review's row as config.toml has it now, as serve will when it starts.
@@ -157,7 +160,9 @@ def list_(
         else:
             echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
         for job in mine:
-            if other_zone(job, zone):
+            if damaged(job):
+                echo(DAMAGED.format(id=job.id, schedule=job.schedule.describe()))
+            elif other_zone(job, zone):
                 echo(zone_note(job, zone))
         built = jobs.review_job(store)
         if built is not None and (every or built.status != "cancelled"):
@@ -247,27 +252,68 @@ def _tell_serve(settings: Settings) -> None:
 
 
 @app.command("cancel")
-def cancel(job_id: JobId) -> None:
-    """Cancel a job for good; a run already started finishes. (Not the nightly review: pause
-    it, or turn it off in config.toml.)"""
+def cancel(
+    job_ids: Annotated[
+        list[int] | None,
+        typer.Argument(help="The jobs' ids (heron jobs list).", show_default=False),
+    ] = None,
+    conversation: Annotated[
+        str | None,
+        typer.Option(
+            "--conversation",
+            "-c",
+            help="Every active or paused job of this conversation.",
+            callback=conversation_key,
+        ),
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every active or paused job.")] = False,
+) -> None:
+    """Cancel jobs for good: by id (several at once), a conversation's, or all; a run already
+    started finishes. (Not the nightly review: pause it, or turn it off in config.toml.)"""
+    from heron.store import jobs
+    from heron.store.schedule import ScheduleError
+
+    if sum((bool(job_ids), conversation is not None, every)) != 1:
+        _fail(ScheduleError(CANCEL_WHICH, hint=CANCEL_HINT))
+    with _open() as (settings, store):
+        if job_ids:
+            picked = job_ids
+        else:  # the person's jobs only: the nightly review is not among "all"
+            found = jobs.list_jobs(store, conversation=conversation)
+            picked = [j.id for j in found if not j.builtin]
+            if not picked:
+                where = f" in conversation {conversation!r}" if conversation else ""
+                echo(f"No active or paused jobs{where}.")
+                return
+        refused = [why for job_id in picked if (why := _cancel_one(store, settings, job_id))]
+        _tell_serve(settings)
+    if refused:  # each said, after the others were cancelled
+        _fail(refused[0] if len(refused) == 1 else ScheduleError("; ".join(map(str, refused))))
+
+
+CANCEL_WHICH = "say which jobs to cancel: their ids, --conversation KEY, or --all"
+CANCEL_HINT = "heron jobs cancel 3 4 7, heron jobs cancel -c personal, heron jobs cancel --all"
+
+
+def _cancel_one(store: Store, settings: Settings, job_id: int) -> HeronError | None:
+    """One job cancelled, or said to have ended already; the refusal when it cannot be."""
     from heron.store import jobs
     from heron.store.schedule import ScheduleError
     from heron.tools.schedule import BUILTIN_CANCEL, BUILTIN_HINT, describe
 
-    with _open() as (settings, store):
-        before = _known(store, job_id)
-        if before.builtin:  # its id sits among the person's: a cancel of it is refused
-            _fail(
-                ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT.format(id=job_id))
-            )
-        if before.status not in ("active", "paused"):
-            was = "already done" if before.status == "done" else "already cancelled"
-            echo(f"Job {job_id} was {was}: {describe(before, settings.timezone)}")
-            return
-        job = jobs.cancel_job(store, job_id)
-        assert job is not None
-        _tell_serve(settings)
-        echo(f"Cancelled {describe(job, settings.timezone)}")
+    before = jobs.get_job(store, job_id)
+    if before is None:
+        return ScheduleError(f"there is no job {job_id}", hint="heron jobs list shows them.")
+    if before.builtin:  # its id sits among the person's: a cancel of it is refused
+        return ScheduleError(BUILTIN_CANCEL.format(id=job_id), hint=BUILTIN_HINT.format(id=job_id))
+    if before.status not in ("active", "paused"):
+        was = "already done" if before.status == "done" else "already cancelled"
+        echo(f"Job {job_id} was {was}: {describe(before, settings.timezone)}")
+        return None
+    job = jobs.cancel_job(store, job_id)
+    assert job is not None
+    echo(f"Cancelled {describe(job, settings.timezone)}")
+    return None
 
 
 @app.command("pause")
@@ -411,8 +457,12 @@ SHOWN_RUNS = 5
 def show_lines(job: Job, now: float, zone: str) -> list[str]:
     """Every line of `heron jobs show` but its runs; each time alone, so named, in the agent's
     `zone`."""
+    from heron.tools.schedule import DAMAGED, damaged
+
     what = "the built-in nightly review of memory" if job.builtin else job.mode
     lines = [f"Job {job.id}: {what}, {job.status}"]
+    if damaged(job):
+        lines.append(DAMAGED.format(id=job.id, schedule=job.schedule.describe()))
     when = _next(job, zone, named=True)
     if job.status == "paused":
         again = job.schedule.next_after(now, base=job.next_run)
@@ -481,7 +531,7 @@ def _zone_line(job: Job, zone: str) -> str:
     if not other_zone(job, zone):
         return job.schedule.timezone
     return (
-        f"{job.schedule.timezone}, the zone it was made in, not {zone}: its cron fires by "
+        f"{job.schedule.timezone}, not {zone}: its cron fires by "
         f"{job.schedule.timezone}'s clock (the times shown here are in {zone}). To move it: "
         f"heron jobs set-zone {job.id}"
     )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from heron.store import Store, runs
 from heron.store.records import ANSWERED
-from heron.tools.context import Question, ToolContext
+from heron.tools.context import PERSONAL, Question, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ Sleep = Callable[[float], Coroutine[Any, Any, None]]
 DEFAULT_MINUTES = 60.0
 MAX_MINUTES = 7 * 24 * 60.0
 POLL_S = 1.0  # how often a waiting question looks for a cancel from another process (one row)
-PERSONAL = ("user", "announce", "goal")  # turns with a person to answer
 
 
 @dataclass

@@ -23,7 +23,7 @@ from heron.agent.commands import CommandContext, CommandReply
 from heron.bus import InboundMessage, OutboundMessage, TurnOptions
 from heron.messages import plural
 from heron.store import goals, runs, waiting
-from heron.tools.context import ToolContext
+from heron.tools.context import PERSONAL, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
@@ -194,6 +194,13 @@ class Goals:
         return runs.open_for(self.store, key)
 
 
+BACKGROUND_GOAL = (
+    "This is background work (a scheduled job, the heartbeat or a subagent): it sets no goal, "
+    "since nobody is here to follow it. Do what you can in this turn, and say what should "
+    "continue so the user can set a goal."
+)
+
+
 @tool
 async def goal(
     ctx: ToolContext, action: str, objective: str = "", evidence: str = ""
@@ -214,6 +221,11 @@ async def goal(
     if action == "show":
         return describe(await store.call(goals.open_goal, store, key))
     if action == "set":
+        turn = ctx.services.turn
+        if turn is not None and turn.provenance not in PERSONAL:
+            # A reminder's turn set one and 20 nudges ran with nobody there (one a day, every
+            # day): sustained work is the person's to start, as a question is theirs to answer.
+            return ToolOutput(BACKGROUND_GOAL, True)
         if not objective.strip():
             return ToolOutput('Give the objective: goal(action="set", objective=...).', True)
         before = await store.call(goals.open_goal, store, key)

@@ -3,8 +3,8 @@
 A subagent starts from a bare [system prompt, task]: it runs in a conversation of its own,
 `subagent:<lineage>`, through the AgentLoop like any turn, with its own ceilings (model calls,
 tokens, a wall-clock timeout) and without the tools that reach back into the conversation
-(`spawn`, `ask_user`, `goal`, `message`). At most `max_parallel` run at once; the others'
-rows say `waiting` until they get a slot (`runs.start`: running, the clock from then).
+(`spawn`, `ask_user`, `goal`, `message`, `schedule`). At most `max_parallel` run at once; the
+others' rows say `waiting` until they get a slot (`runs.start`: running, the clock from then).
 
 Its status row (heron/store/runs.py) is written before it starts. When it ends, its result goes
 back to the conversation that spawned it as a user-role message authored by Heron and marked
@@ -33,7 +33,7 @@ from heron.agent.turn import Injected
 from heron.bus import InboundMessage, TurnEnd, TurnOptions
 from heron.messages import Text, ToolResult
 from heron.store import runs
-from heron.tools.context import Spawner, ToolContext
+from heron.tools.context import PERSONAL, Spawner, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
 if TYPE_CHECKING:
@@ -51,8 +51,10 @@ MAX_TOKENS = 400_000
 TIMEOUT_S = 900.0
 KEEP_LINEAGES = 3
 KEEP_SECONDS = 6 * 3600.0
-# Tools that reach back into the conversation: a subagent reports by its result only.
-WITHOUT = ("spawn", "ask_user", "goal", "message")
+# Tools that reach back into the conversation: a subagent reports by its result only. No
+# `schedule`: a job it made fired into its hidden conversation, and a reminder's subagent
+# making jobs whose reminders spawned more made jobs breed with nobody involved.
+WITHOUT = ("spawn", "ask_user", "goal", "message", "schedule")
 PARTIAL_CHARS = 4_000
 TASK_META = "subagent_task"  # meta of the row that opens a subagent's run with its task
 RETRY_META = "subagent_retry"  # meta of the one turn that answers a result left unanswered
@@ -60,8 +62,6 @@ RETRY = (
     "[Heron: the turn that received subagent {run}'s result above was interrupted before it"
     " was answered] Answer that result now, as you would have then."
 )
-# Provenances of a turn the person is part of: a subagent spawned there is announced visibly.
-PERSONAL = ("user", "announce", "goal")
 
 
 @dataclass
@@ -140,7 +140,15 @@ class Subagents:
             await asyncio.wait(pending)
 
     async def wait(self, run_id: str) -> runs.Run:
-        return await self.tasks[run_id]
+        """The run's row once it ended. A cancelled wait (a /stop of the turn that waits) stops
+        the waiting, not the subagent: cancelling its task would free its slot while its turn
+        went on, and leave its row running with its result lost. It ends in its slot instead,
+        and its result is announced as a subagent's that nobody waits for."""
+        try:
+            return await asyncio.shield(self.tasks[run_id])
+        except asyncio.CancelledError:
+            self.waited.discard(run_id)
+            raise
 
     # ---- one run ----------------------------------------------------------------------------
 
@@ -493,7 +501,8 @@ async def spawn(
 
     Args:
         task: The complete instructions, with every path, name and value the work needs.
-        tools: Names of the only tools it may use (default: all but spawn, ask_user, goal).
+        tools: Names of the only tools it may use (default: all but spawn, ask_user, goal,
+            message, schedule).
         wait: Wait for its result and get it as this tool's result instead of a message.
         resume: A finished subagent's lineage id, to continue its work with this new task.
     """

@@ -40,6 +40,8 @@ _MAX_COUNTED = 100
 WHY_MISSED = " (no scheduler ran then, or its previous run was still going)"
 STOPPED = "the scheduler stopped before its turn ended"  # a SIGTERM'd serve's open runs
 CRASHED = "the process running it ended (killed or crashed) before its turn ended"
+# A first time further off than this is a slip, and far enough off no calendar shows it.
+MAX_AHEAD_S = 10 * 366 * 86400.0
 RUN_META = "job_run"  # meta of a fired turn's message: the run it stands for (`recover`)
 
 
@@ -165,6 +167,11 @@ def create_job(
     if first is None:
         raise ScheduleError(
             f"{schedule.describe()} is already past", hint="Give a time in the future."
+        )
+    if first - now > MAX_AHEAD_S:
+        raise ScheduleError(
+            f"{schedule.describe()} is more than 10 years away",
+            hint="Give a time within the next 10 years.",
         )
     with store.transaction() as c:
         cur = c.execute(

@@ -24,6 +24,9 @@ from heron.errors import HeronError
 
 Kind = Literal["cron", "every", "at"]
 MIN_INTERVAL_S = 60  # the scheduler works to the minute; a tighter loop is a busy loop
+# Past a year an interval is a slip (`99999999d` was saved, and its next time, in the year
+# 275817, broke every listing of jobs); what recurs yearly is a cron (`0 9 24 12 *`).
+MAX_INTERVAL_S = 366 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _EVERY = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 
@@ -53,6 +56,21 @@ class Schedule:
         return zone_of(self.timezone)
 
     def describe(self) -> str:
+        """As the person reads it; a row that cannot be read back says so, never raises."""
+        try:
+            return self._described()
+        except (ValueError, OverflowError):
+            return f"{self.kind} {self.spec!r} (damaged)"
+
+    def readable(self) -> bool:
+        """Whether the stored schedule reads back (a row an older Heron or a hand edit left)."""
+        try:
+            self._described()
+        except (ValueError, OverflowError):
+            return False
+        return True
+
+    def _described(self) -> str:
         if self.kind == "cron":
             return f"cron {self.spec} ({self.timezone})"
         if self.kind == "every":
@@ -160,17 +178,22 @@ def _seconds(text: str) -> int:
     seconds = int(found.group(1)) * _UNITS[found.group(2) or "s"]
     if seconds < MIN_INTERVAL_S:
         raise ScheduleError(f"interval {text!r} is under a minute", hint=HINT)
+    if seconds > MAX_INTERVAL_S:
+        raise ScheduleError(
+            f"interval {text!r} is over a year",
+            hint=f'Give at most every="366d"; for a date each year, a cron. {HINT}',
+        )
     return seconds
 
 
 def _instant(text: str, zone: ZoneInfo) -> dt.datetime:
     try:
         when = dt.datetime.fromisoformat(text.strip().replace("T", " ", 1))
-    except ValueError as e:
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=zone)
+        return when.astimezone(dt.UTC)  # the year 1 in a zone east of UTC has no UTC date
+    except (ValueError, OverflowError) as e:
         raise ScheduleError(f"not a date and time: {text!r}", hint=HINT) from e
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=zone)
-    return when.astimezone(dt.UTC)
 
 
 def _cron_next(expr: str, zone: ZoneInfo, after: float) -> float | None:

@@ -66,6 +66,12 @@ class Question:
         return True
 
 
+# Provenances of turns a person is behind: their message, a result of work they asked for, a
+# goal they set. Any other turn (a scheduled job's, the heartbeat's, a subagent's) is background
+# work: nobody answers its questions, and it starts no goal and creates no job.
+PERSONAL = frozenset({"user", "announce", "goal"})
+
+
 class RunningTurn(Protocol):
     """What tools use of the running turn (heron/agent/control.py's TurnControl)."""
 

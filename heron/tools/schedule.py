@@ -4,8 +4,9 @@ A job is bound at creation to the conversation it was made in. A reminder later 
 an ordinary, visible turn; a monitor runs silently in its own conversation `cron:<id>` and
 reaches the user only through `message`. The scheduler of `heron serve` fires them
 (heron/proactive/scheduler.py); this tool only writes rows (heron/store/jobs.py), and says
-plainly when no `heron serve` runs to fire them. A scheduled turn may list and cancel jobs but
-never create one, so a job cannot breed jobs.
+plainly when no `heron serve` runs to fire them. A background turn (a job's, the heartbeat's, a
+subagent's) may list and cancel jobs but never create one, so a job cannot breed jobs; and the
+agent keeps a bounded number of them (`create_within_caps`).
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from heron import timefmt
 from heron.store import Store, jobs
 from heron.store.engine_state import pid_alive
-from heron.store.schedule import ScheduleError, parse, user_timezone
-from heron.tools.context import ToolContext
+from heron.store.schedule import Schedule, ScheduleError, parse, user_timezone
+from heron.tools.context import PERSONAL, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
 Action = Literal["create", "list", "cancel", "pause", "resume", "run_now"]
-SCHEDULED = frozenset({"reminder", "scheduled"})  # provenances of turns a job started
+# What the agent may keep: one turn made 40 per-minute monitors. The person's own
+# `heron jobs add` is not bounded by these.
+MAX_AGENT_JOBS_HERE = 10  # active or paused jobs of one conversation
+MAX_AGENT_JOBS_HOME = 50  # active or paused jobs of the home
 NOT_RUNNING = "saved; it fires while `heron serve` runs (none is running now)"
 
 
@@ -48,10 +52,26 @@ def describe(job: jobs.Job, zone: str) -> str:
     last = f", last {job.last_outcome}" if job.last_outcome else ""
     mode = "built-in review" if job.builtin else job.mode
     status = "disabled" if job.builtin and job.status == "cancelled" else job.status
+    status = "damaged" if damaged(job) else status
     return (
         f"job {job.id} [{mode}, {status}] {job.schedule.describe()}, {when}{last}:"
         f" {_short(job.prompt)}"
     )
+
+
+def damaged(job: jobs.Job) -> bool:
+    """Whether the job's row cannot be read back: a schedule that does not parse, or a time
+    no calendar shows (an older Heron saved `every 99999999d`, next in the year 275817). It is
+    listed as damaged, with how to cancel it, rather than taking every listing down."""
+    times = (job.next_run, job.last_run, job.created)
+    in_range = all(t is None or timefmt.in_range(t) for t in times)
+    return not (in_range and job.schedule.readable())
+
+
+DAMAGED = (
+    "Job {id} is damaged: its schedule or its next time cannot be read ({schedule}); it never "
+    "fires as meant. To remove it: heron jobs cancel {id}"
+)
 
 
 def _at(instant: float, zone: str) -> str:
@@ -156,12 +176,14 @@ async def schedule(
     if action == "cancel":
         return await _cancel(store, key, job, zone)
     turn = ctx.services.turn
-    scheduled = turn is not None and turn.provenance in SCHEDULED
+    background = turn is not None and turn.provenance not in PERSONAL
     if action != "create":
-        return await _control(ctx, store, action, job, scheduled)
-    if scheduled:
+        return await _control(ctx, store, action, job, background)
+    if background:
+        # Not even a one-off: a one-off's own turn could make the next, a chain with no end.
         return ToolOutput(
-            "A scheduled run cannot create jobs. If the user should set one up, tell them so.",
+            "Background work (a scheduled job, the heartbeat, a subagent) cannot create jobs. "
+            "If the user should set one up, tell them so.",
             True,
         )
     return await _create(ctx, store, key, prompt, cron, every, at, mode, catch_up)
@@ -196,14 +218,14 @@ def _here(job: jobs.Job, key: str) -> bool:
 
 
 async def _control(
-    ctx: ToolContext, store: Store, action: str, job: int | None, scheduled: bool
+    ctx: ToolContext, store: Store, action: str, job: int | None, background: bool
 ) -> str | ToolOutput:
-    """pause, resume, run_now: as `heron jobs` does them. A scheduled run may pause but not
+    """pause, resume, run_now: as `heron jobs` does them. A background run may pause but not
     resume or run a job, so jobs cannot wake each other in a loop."""
     if job is None:
         return ToolOutput(f"{action} needs job: the id shown by action=list.", True)
-    if scheduled and action != "pause":
-        return ToolOutput(f"A scheduled run cannot {action} jobs; tell the user instead.", True)
+    if background and action != "pause":
+        return ToolOutput(f"Background work cannot {action} jobs; tell the user instead.", True)
     known = await store.call(jobs.get_job, store, job)
     if known is not None and known.builtin:
         return ToolOutput(BUILTIN_REFUSED.format(id=job), True)
@@ -255,7 +277,7 @@ async def _create(
         zone = user_timezone(ctx.services.timezone)
         when = parse(cron=cron, every=every, at=at, timezone=zone)
         made = await store.call(
-            jobs.create_job,
+            create_within_caps,
             store,
             when,
             conversation=key,
@@ -274,6 +296,28 @@ async def _create(
     home = ctx.services.home
     running = home is None or serve_running(home) or poke is not None
     return f"Created {describe(made, zone)}" + ("" if running else f"\n{NOT_RUNNING}")
+
+
+def create_within_caps(store: Store, schedule: Schedule, **job: Any) -> jobs.Job:
+    """`jobs.create_job` unless the agent already keeps its share of jobs here or in the home;
+    counted and created in one synchronous call, so the calls of one reply cannot all pass the
+    count before any has created."""
+    key = job["conversation"]
+    here = len(jobs.list_jobs(store, conversation=key))
+    home = sum(1 for j in jobs.list_jobs(store) if not j.builtin)
+    if here >= MAX_AGENT_JOBS_HERE or home >= MAX_AGENT_JOBS_HOME:
+        where = (
+            f"this conversation already has {here} active or paused jobs"
+            if here >= MAX_AGENT_JOBS_HERE
+            else f"the user already has {home} active or paused jobs"
+        )
+        raise ScheduleError(
+            f"not created: {where}, the most the agent may make "
+            f"({MAX_AGENT_JOBS_HERE} in a conversation, {MAX_AGENT_JOBS_HOME} in all)",
+            hint="Cancel one that is no longer needed (action=list, then cancel), or ask the "
+            "user to add it themselves with heron jobs add.",
+        )
+    return jobs.create_job(store, schedule, **job)
 
 
 def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]:

@@ -103,6 +103,9 @@ class RunTrace:
     tools: list[ToolTrace] = field(default_factory=list)
     events: list[EventTrace] = field(default_factory=list)
     user_text: str = ""
+    # Who wrote the message the run answers: "you", or "heron" for an opening Heron wrote (a
+    # reminder's prompt, a heartbeat check, a subagent's result), never shown as the person's.
+    user_by: str = "you"
     reply_text: str = ""  # what the user saw: the last assistant text of the turn
     problems: list[str] = field(default_factory=list)  # what of the trace could not be read
     # What auto-recall put before the user's message: its synthetic recall_history calls and
@@ -181,7 +184,7 @@ def load_run(store: Store, run_id: str) -> RunTrace:
     stopped = _stopped_calls(run.events)
     for tool in run.tools:
         tool.interrupted = tool.call_id in stopped
-    run.user_text, reply = _texts(store, turn)
+    run.user_text, reply, run.user_by = _texts(store, turn)
     run.reply_text = _with_cut_parts(run.calls, reply)
     run.recalled = _readable(problems, "the auto-recall rows", partial(_recalled, store, turn), [])
     return run
@@ -382,16 +385,19 @@ def _tool(r: sqlite3.Row, problems: list[str]) -> ToolTrace:
     )
 
 
-def _texts(store: Store, turn: Turn) -> tuple[str, str]:
+def _texts(store: Store, turn: Turn) -> tuple[str, str, str]:
+    """The run's opening message, its last reply, and who wrote the opening ("you"/"heron")."""
     rows = records.turn_message_rows(store, turn.id)
     user = assistant = ""
+    by = "you"
     for row in rows:
-        message = store.message(row["id"]).message
+        stored = store.message(row["id"])
+        message = stored.message
         if row["id"] == turn.user_message_id:
-            user = message.text
+            user, by = message.text, "heron" if stored.author == "heron" else "you"
         elif message.role == "assistant" and message.text.strip():
             assistant = message.text
-    return user, assistant
+    return user, assistant, by
 
 
 def _with_cut_parts(calls: list[CallTrace], reply: str) -> str:

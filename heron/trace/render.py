@@ -82,7 +82,7 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
     for problem in run.problems:
         yield f"damaged: {problem}"
     if not t.maintenance:
-        yield f"you: {_short(run.user_text, 400)}"
+        yield f"{run.user_by}: {_short(run.user_text, 400)}"
     yield from _recalled_lines(run)
     events = list(run.events)
     for event in _due(events, 0):

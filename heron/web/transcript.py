@@ -7,7 +7,8 @@ Heron wrote itself. Tool results travel in user rows in the record; here each is
 the pill of its call, as the live stream shows it; an `ask_user` call is shown as its question
 and the person's answer, read from the question's row (heron/store/runs.py), not its text.
 A turn that failed stores no reply, only its turn row's status and error: its note (what the
-person was told, `The turn failed: ...; send /retry`) is placed after that turn's last item.
+person was told, `The turn failed: ...; send /retry`, or for a turn Heron opened, when it runs
+again: `turn.failed_note`) is placed after that turn's last item.
 Consecutive assistant rows of one turn (a tool loop) form one reply block, so a reload shows
 exactly what the stream built.
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from heron.agent.control import mail_channel, unlabelled
 from heron.agent.relay import said_by
-from heron.agent.turn import FAILED, REPLY_STOPPED, STOPPED
+from heron.agent.turn import REPLY_STOPPED, STOPPED, failed_note
 from heron.attachments import inline_files
 from heron.messages import File, Text, Thinking, ToolCall, ToolResult
 from heron.store import BranchRow, Store, StoredMessage, Turn, runs
@@ -157,10 +158,22 @@ def _items(rows: list[StoredMessage], turns: dict[int, Turn], reading: _Reading)
         if turn is not None and turn.status == "running":
             for item in items[before:] or items[-1:]:
                 item.running = True
+    opened = {row.id: row for row in rows}
     for turn in turns.values():
         if turn.status == "failed" and turn.error:
-            _failed(items, turn.id, turn.user_message_id, turn.error)
+            note = _failed_note(turn, opened.get(turn.user_message_id or -1))
+            _failed(items, turn.id, turn.user_message_id, note)
     return items
+
+
+def _failed_note(turn: Turn, message: StoredMessage | None) -> str:
+    """What the person was told when `turn` failed, as its opening `message` says who opened
+    it: a reminder's run is Heron's, not a message of theirs to /retry."""
+    assert turn.error is not None
+    if message is None or message.author != "heron":
+        return failed_note(turn.error)
+    opened = str(message.meta.get("injected_event") or "heron")
+    return failed_note(turn.error, opened, message.meta.get("job"))
 
 
 def _turns_of(store: Store, conversation_id: int, rows: list[BranchRow]) -> list[Turn]:
@@ -234,7 +247,7 @@ def _items_in(rows: list[BranchRow]) -> int:
     return count
 
 
-def _failed(items: list[Item], turn: int, message: int | None, error: str) -> None:
+def _failed(items: list[Item], turn: int, message: int | None, note: str) -> None:
     """The failure note of `turn` after its last item on this branch (a turn that stored no
     row of its own, a failed /retry, goes after its message's); none when it is off the branch."""
     at = [n for n, it in enumerate(items) if it.turn == turn]
@@ -247,8 +260,7 @@ def _failed(items: list[Item], turn: int, message: int | None, error: str) -> No
     if not at:
         return
     anchor = items[at[-1]]
-    note = Item("note", anchor.id, turn, message, FAILED.format(error=error), failed=True)
-    items.insert(at[-1] + 1, note)
+    items.insert(at[-1] + 1, Item("note", anchor.id, turn, message, note, failed=True))
 
 
 @dataclass
