@@ -1282,13 +1282,20 @@ def lend(scores: dict[int, float], near: dict[int, set[int]]) -> list[tuple[int,
 
 
 def _lent(scores: dict[int, float], near: dict[int, set[int]]) -> dict[int, float]:
+    """`scores`, each message given NEIGHBOUR_SHARE of the score of the message before it and
+    of the best of those after it (`near` is symmetric: a message's parent and children). On
+    any branch a message reads between one message and the next; the children of a message
+    are its branches (a retry, an edit), each the next message of another reading, so two
+    branches that say the same thing do not lend it twice (QA22t: "branch second" sent on
+    two branches put the answer before them, holding only "branch", above both)."""
     out = dict(scores)
-    for item, score in scores.items():
-        others = near.get(item)
-        if others:
-            share = NEIGHBOUR_SHARE * score
-            for other in others:
-                out[other] = out.get(other, 0.0) + share
+    for item, others in near.items():
+        # ids grow with time: a message's parent is older than it, its children newer
+        before = max((scores[o] for o in others if o < item and o in scores), default=None)
+        after = max((scores[o] for o in others if o > item and o in scores), default=None)
+        for lender in (before, after):
+            if lender is not None:
+                out[item] = out.get(item, 0.0) + NEIGHBOUR_SHARE * lender
     return out
 
 
