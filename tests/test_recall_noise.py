@@ -1,4 +1,5 @@
-"""Recall's small noise (QA22t Low 7): a message next to two branches of the same text takes a
+"""Recall's small noise (QA22x L11, QA22t Low 7): a reply said again and again ("ok") that holds
+none of the query's words is no hit; a message next to two branches of the same text takes a
 neighbour's share once, not once per branch."""
 
 from __future__ import annotations
@@ -12,12 +13,50 @@ from heron.messages import Message, Text, assistant, user
 from heron.serve.api import _search
 from heron.store import Store
 
+FACTS = [
+    "I booked the dentist for the 14th with Dr. Okonkwo.",
+    "We agreed to call it the purple elephant protocol from now on.",
+    "The roof leak was fixed by a roofer named Tadeusz.",
+]
+
 
 @pytest.fixture
 def store(db: str | Path):  # once per backend (tests/pg.py)
     s = Store(db)
     yield s
     s.close()
+
+
+def _acknowledged(store: Store) -> dict[str, int]:
+    """A long conversation whose every message the assistant answers "ok", the facts among
+    chatter, and one fact in another conversation answered "ok" too."""
+    c = store.open_conversation("long")
+    ids = {}
+    for n in range(12):
+        text = FACTS[n // 4] if n % 4 == 1 else f"Turn {n}: some chatter about the garden"
+        ids[text] = store.append(c.id, user(text)).id
+        store.append(c.id, assistant("ok"))
+    other = store.open_conversation("other")
+    ids["passport"] = store.append(other.id, user("My passport appointment is on Friday")).id
+    store.append(other.id, assistant("ok"))
+    return ids
+
+
+@pytest.mark.parametrize("query", ["dentist", "purple elephant protocol", "roof leak fixed"])
+def test_a_reply_said_again_that_holds_no_word_of_the_query_is_no_hit(store, query):
+    ids = _acknowledged(store)
+    hits = Recall(store).search(query, 10)
+    assert [h.snippet for h in hits if h.snippet == "ok"] == [], [h.line() for h in hits]
+    assert hits[0].message_id == ids[next(f for f in FACTS if query.split()[0] in f)]
+
+
+def test_a_text_said_again_that_holds_the_querys_words_is_still_one_hit(store):
+    c = store.open_conversation("c")
+    for _ in range(3):
+        store.append(c.id, user("what about the dentist?"))
+        store.append(c.id, assistant("ok"))
+    [hit] = Recall(store).search("dentist", 10)
+    assert hit.times == 3 and "asked 3 times" in hit.line()
 
 
 def _branched(store: Store) -> dict[str, int]:

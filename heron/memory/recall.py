@@ -163,6 +163,13 @@ def same_text(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
+def said_again(body: str, words: Sequence[str]) -> bool:
+    """Whether a text found twice in a ranking is left out of it (`Recall.distinct`): it holds
+    none of the query's `words`, so each copy is there on its neighbour's score, not its own;
+    a query of no word keeps it (nothing to hold)."""
+    return bool(words) and not held_terms(body, words)
+
+
 def wants_recall(text: str) -> bool:
     """Whether a user's message is searched for at all (not empty, not a slash command)."""
     return bool(text.strip()) and not text.lstrip().startswith("/")
@@ -801,7 +808,7 @@ class Recall:
         head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
         with self.one_look():  # the texts `distinct`, `told_first` and the lifts read, once
             found = self._scored(query, conversation_id, budget, max(limit * 5, 100))
-            kept, times = self.distinct(found, head)
+            kept, times = self.distinct(found, head, query)
             kept = self.told_first(query, kept)
             return self._lifted(cue, kept, limit), times
 
@@ -825,7 +832,7 @@ class Recall:
                 if expr is None
                 else records.bm25_ranked(self.store, expr, depth, conversation_id, within=spans)
             )
-            that_day, times = self.distinct(found, limit)
+            that_day, times = self.distinct(found, limit, named.rest)
             that_day = self.told_first(named.rest, that_day)
             if len(that_day) >= limit:
                 return that_day[:limit], times
@@ -867,33 +874,47 @@ class Recall:
         return blend(lexical, similar.of(pool), near, session)
 
     def distinct(
-        self, ranked: list[tuple[int, float]], want: int
+        self, ranked: list[tuple[int, float]], want: int, query: str = ""
     ) -> tuple[list[tuple[int, float]], dict[int, int]]:
         """The first `want` (or a few more) of `ranked` with the messages that say the same
         text (`same_text`) as one: the newest of them, in the place and with the score of the
         best, and how many they are. A question asked again and again otherwise fills every
-        place, and the message that answers it finds none. Texts are read only as far down
-        the ranking as `want` different ones go."""
-        out: list[tuple[int, float]] = []
+        place, and the message that answers it finds none. A text said again that holds none
+        of `query`'s words is left out, every copy of it: each came in on the score its own
+        neighbour lent it, and a text said in many places ("ok", "thanks") tells nothing of
+        any of them (`said_again`). Texts are read only as far down the ranking as `want`
+        different ones go."""
+        out: list[tuple[int, float] | None] = []  # None: a text said again, left out
         place: dict[str, int] = {}  # a text -> its place in `out`
         times: dict[int, int] = {}
-        at = 0
-        while len(out) < want and at < len(ranked):
-            chunk = ranked[at : at + max(want - len(out), DISTINCT_READ)]
+        words = search_terms(query)
+        kept = at = 0
+        while kept < want and at < len(ranked):
+            chunk = ranked[at : at + max(want - kept, DISTINCT_READ)]
             at += len(chunk)
             bodies = self.bodies([i for i, _ in chunk])
             for i, score in chunk:
-                text = same_text(bodies.get(i, ""))
+                body = bodies.get(i, "")
+                text = same_text(body)
                 if not text or text not in place:  # a message of no word stands alone
                     if text:
                         place[text] = len(out)
                     out.append((i, score))
+                    kept += 1
                     continue
-                first, best = out[place[text]]
+                copy = out[place[text]]
+                if copy is None:
+                    continue
+                if said_again(body, words):
+                    out[place[text]] = None
+                    times.pop(copy[0], None)
+                    kept -= 1
+                    continue
+                first, best = copy
                 newest = max(first, i)  # ids grow with time
                 out[place[text]] = (newest, best)
                 times[newest] = times.pop(first, 1) + 1
-        return out, times
+        return [kv for kv in out if kv is not None], times
 
     def told_first(self, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
         """`ranked` with each message that asks (`asks`) and holds every word of the query
