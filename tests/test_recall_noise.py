@@ -1,6 +1,6 @@
 """Recall's small noise (QA22x L11, QA22t Low 7): a reply said again and again ("ok") that holds
 none of the query's words is no hit; a message next to two branches of the same text takes a
-neighbour's share once, not once per branch."""
+neighbour's share once, not once per branch; a clock time or a day of the month states a time."""
 
 from __future__ import annotations
 
@@ -88,3 +88,20 @@ def test_the_web_searchs_snippet_holds_the_querys_words(store):
     _branched(store)
     [row] = _search(store, "branch second", 10, 0, "UTC")[0]
     assert "branch second" in row["snippet"], row
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        "the dentist appointment with Dr. Okonkwo is booked for the 14th",
+        "the dentist appointment with Dr. Okonkwo is booked for 9:30",
+        "the dentist appointment with Dr. Okonkwo is booked for 9am",
+    ],
+)
+def test_a_clock_time_or_a_day_of_the_month_states_a_time(store, stated):
+    c = store.open_conversation("c")
+    plain = store.append(c.id, user("the dentist appointment with Dr. Okonkwo is booked")).id
+    told = store.append(c.id, user(stated)).id
+    recall = Recall(store)
+    assert recall.search("dentist appointment Okonkwo")[0].message_id == plain  # BM25's pick
+    assert recall.search("When is the dentist appointment with Okonkwo?")[0].message_id == told

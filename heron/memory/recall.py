@@ -81,12 +81,16 @@ _ASKS_WHEN = re.compile(
     r"^\W*(when|how long ago|(what|which) (date|day|month|year|time))\b", re.IGNORECASE
 )
 # What a message that states a time holds: a day relative to its own date, a unit of time
-# ("last week", "two years ago"), a weekday, a month or a year.
+# ("last week", "two years ago"), a weekday, a month, a year, a day of the month ("the 14th")
+# or a clock time ("9:30", "9am", "9.30 p.m.", "noon").
 _STATES_TIME = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|ago|last|next|recently|weekend|week|month|year"
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
     + "|".join(_MONTHS)
-    + r"|(19|20)\d\d)\b",
+    + r"|(19|20)\d\d"
+    + r"|(0?[1-9]|[12]\d|3[01])(st|nd|rd|th)"
+    + r"|([01]?\d|2[0-3]):[0-5]\d"
+    + r"|(0?[1-9]|1[0-2])([.:][0-5]\d)?\s?[ap]\.?m\.?|noon|midnight|o'clock)(?!\w)",
     re.IGNORECASE,
 )
 
