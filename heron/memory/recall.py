@@ -824,8 +824,8 @@ class Recall:
         day (what the person may misremember the day of). A query with no other word than
         the day's and words that ask for what was said ("what did I say last Tuesday") lists
         the person's own messages of those days, oldest first."""
-        spans = [timefmt.day_bounds(d, self.zone) for d in sorted(named.days)]
-        if not [w for w in terms(named.rest) if w not in ABOUT_WHAT_WAS_SAID]:
+        spans = self._spans(named)
+        if lists_the_day(named):
             ids = records.typed_within(self.store, spans, conversation_id, limit)
             return [(i, float(len(ids) - k)) for k, i in enumerate(ids)], {}
         with self.one_look():
@@ -847,6 +847,20 @@ class Recall:
         shown = {i for i, _ in first}
         rest = [(i, s) for i, s in others if i not in shown]
         return [*first, *rest][:limit], {**more, **times}
+
+    def _spans(self, named: NamedDays) -> list[tuple[float, float]]:
+        """The days named, as spans of time in the agent's zone, oldest first."""
+        return [timefmt.day_bounds(d, self.zone) for d in sorted(named.days)]
+
+    def day_listing(self, query: str, conversation_id: int | None = None) -> DayListing | None:
+        """For a query that lists the person's messages of the days it names (`day_ranking`),
+        the days and how many messages they wrote then, in the scope searched: a listing
+        shows the first of them only, and says how many there are (`DayListing.note`)."""
+        named = named_days(query, self.today())
+        if not named.days or not lists_the_day(named):
+            return None
+        total = records.count_typed_within(self.store, self._spans(named), conversation_id)
+        return DayListing(tuple(sorted(named.days)), total)
 
     def _scored(
         self, query: str, conversation_id: int | None, budget: int, depth: int
@@ -1239,6 +1253,35 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+
+
+def lists_the_day(named: NamedDays) -> bool:
+    """Whether a query that names days asks only for what was said on them ("what did I say
+    last Tuesday", "December 1"): it lists the person's messages of those days."""
+    return not [w for w in terms(named.rest) if w not in ABOUT_WHAT_WAS_SAID]
+
+
+@dataclass(frozen=True)
+class DayListing:
+    """The days a listing query names, and how many messages the person wrote on them."""
+
+    days: tuple[date, ...]
+    total: int
+
+    def note(self, shown: int, limit: int, who: str, more: str) -> str | None:
+        """What a listing of `shown` messages, of `limit` asked for, says when the days hold
+        more of them: how many there are, and `more`, how to see the rest (a larger limit).
+        None when all are shown, or the listing was not cut by its limit (the rest are
+        messages the model reads already, or that the person turned away from)."""
+        if shown < limit or shown >= self.total:
+            return None
+        named = ", ".join(f"{d:%a %Y-%m-%d}" for d in self.days)
+        return (
+            f"The first {shown} of the {self.total} messages {who} wrote on {named}, oldest "
+            f"first: {more}, or add words to search within that day."
+        )
+
+
 # Words that ask for what was said rather than name what it was about: "what did I say last
 # Tuesday" asks for that day's messages, whatever they were about (`Recall.day_ranking`).
 ABOUT_WHAT_WAS_SAID = frozenset(
