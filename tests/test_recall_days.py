@@ -154,3 +154,22 @@ def test_a_message_opened_by_its_id_says_where_and_when_it_was_said(week):
         f"[long · 2026-12-01 17:07 · message {ids['dentist']} · user]",
         "I booked the dentist for the 14th",
     ]
+
+
+def test_a_day_listing_cut_by_its_limit_says_how_many_there_are(week, capsys, monkeypatch):
+    store, ids = week
+    recall = Recall(store, zone="UTC", now=lambda: NOW)
+    ctx = ToolContext(workspace=Path("."), services=TurnServices(recall=recall))
+    said = recall_history.fn(ctx, query="what did I say last Tuesday", limit=1).splitlines()
+    assert f"· message {ids['tuesday 1']} · user]" in said[0], said
+    assert said[-1] == (
+        "The first 1 of the 2 messages the person wrote on Tue 2026-12-01, oldest first: "
+        "limit=2 lists more, or add words to search within that day."
+    )
+    whole = recall_history.fn(ctx, query="what did I say last Tuesday", limit=2)
+    assert "The first" not in whole
+    monkeypatch.setattr("heron.memory.recall.time.time", lambda: NOW)
+    print_recall(store, "December 1", 1, zone="UTC", standing=True)
+    out = capsys.readouterr().out
+    assert "The first 1 of the 2 messages you wrote on Tue 2026-12-01" in out, out
+    assert "--limit 2 lists all" in out

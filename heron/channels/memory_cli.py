@@ -307,6 +307,11 @@ def print_recall(
         if respelled:  # stdout stays one JSON array with --json
             typer.echo(spelling.note(respelled), err=as_json)
         hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
+        listing = searched.day_listing(query, conversation_id)
+        if listing is not None:  # said before the hits; stdout stays one JSON array with --json
+            note = listing.note(len(hits), limit, "you", f"--limit {listing.total} lists all")
+            if note:
+                typer.echo(note, err=as_json)
     if as_json:
         typer.echo(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
     else:

@@ -81,12 +81,16 @@ _ASKS_WHEN = re.compile(
     r"^\W*(when|how long ago|(what|which) (date|day|month|year|time))\b", re.IGNORECASE
 )
 # What a message that states a time holds: a day relative to its own date, a unit of time
-# ("last week", "two years ago"), a weekday, a month or a year.
+# ("last week", "two years ago"), a weekday, a month, a year, a day of the month ("the 14th")
+# or a clock time ("9:30", "9am", "9.30 p.m.", "noon").
 _STATES_TIME = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|ago|last|next|recently|weekend|week|month|year"
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
     + "|".join(_MONTHS)
-    + r"|(19|20)\d\d)\b",
+    + r"|(19|20)\d\d"
+    + r"|(0?[1-9]|[12]\d|3[01])(st|nd|rd|th)"
+    + r"|([01]?\d|2[0-3]):[0-5]\d"
+    + r"|(0?[1-9]|1[0-2])([.:][0-5]\d)?\s?[ap]\.?m\.?|noon|midnight|o'clock)(?!\w)",
     re.IGNORECASE,
 )
 
@@ -161,6 +165,13 @@ def same_text(text: str) -> str:
     """What two messages that say the same thing have alike: their words, lowercased, without
     the spacing and punctuation between them ("" for a text of no word)."""
     return " ".join(_WORD.findall(text.lower()))
+
+
+def said_again(body: str, words: Sequence[str]) -> bool:
+    """Whether a text found twice in a ranking is left out of it (`Recall.distinct`): it holds
+    none of the query's `words`, so each copy is there on its neighbour's score, not its own;
+    a query of no word keeps it (nothing to hold)."""
+    return bool(words) and not held_terms(body, words)
 
 
 def wants_recall(text: str) -> bool:
@@ -801,7 +812,7 @@ class Recall:
         head = max(limit, CUE_DEPTH) if cue else limit  # what the query's cue reorders
         with self.one_look():  # the texts `distinct`, `told_first` and the lifts read, once
             found = self._scored(query, conversation_id, budget, max(limit * 5, 100))
-            kept, times = self.distinct(found, head)
+            kept, times = self.distinct(found, head, query)
             kept = self.told_first(query, kept)
             return self._lifted(cue, kept, limit), times
 
@@ -813,8 +824,8 @@ class Recall:
         day (what the person may misremember the day of). A query with no other word than
         the day's and words that ask for what was said ("what did I say last Tuesday") lists
         the person's own messages of those days, oldest first."""
-        spans = [timefmt.day_bounds(d, self.zone) for d in sorted(named.days)]
-        if not [w for w in terms(named.rest) if w not in ABOUT_WHAT_WAS_SAID]:
+        spans = self._spans(named)
+        if lists_the_day(named):
             ids = records.typed_within(self.store, spans, conversation_id, limit)
             return [(i, float(len(ids) - k)) for k, i in enumerate(ids)], {}
         with self.one_look():
@@ -825,7 +836,7 @@ class Recall:
                 if expr is None
                 else records.bm25_ranked(self.store, expr, depth, conversation_id, within=spans)
             )
-            that_day, times = self.distinct(found, limit)
+            that_day, times = self.distinct(found, limit, named.rest)
             that_day = self.told_first(named.rest, that_day)
             if len(that_day) >= limit:
                 return that_day[:limit], times
@@ -836,6 +847,20 @@ class Recall:
         shown = {i for i, _ in first}
         rest = [(i, s) for i, s in others if i not in shown]
         return [*first, *rest][:limit], {**more, **times}
+
+    def _spans(self, named: NamedDays) -> list[tuple[float, float]]:
+        """The days named, as spans of time in the agent's zone, oldest first."""
+        return [timefmt.day_bounds(d, self.zone) for d in sorted(named.days)]
+
+    def day_listing(self, query: str, conversation_id: int | None = None) -> DayListing | None:
+        """For a query that lists the person's messages of the days it names (`day_ranking`),
+        the days and how many messages they wrote then, in the scope searched: a listing
+        shows the first of them only, and says how many there are (`DayListing.note`)."""
+        named = named_days(query, self.today())
+        if not named.days or not lists_the_day(named):
+            return None
+        total = records.count_typed_within(self.store, self._spans(named), conversation_id)
+        return DayListing(tuple(sorted(named.days)), total)
 
     def _scored(
         self, query: str, conversation_id: int | None, budget: int, depth: int
@@ -867,33 +892,47 @@ class Recall:
         return blend(lexical, similar.of(pool), near, session)
 
     def distinct(
-        self, ranked: list[tuple[int, float]], want: int
+        self, ranked: list[tuple[int, float]], want: int, query: str = ""
     ) -> tuple[list[tuple[int, float]], dict[int, int]]:
         """The first `want` (or a few more) of `ranked` with the messages that say the same
         text (`same_text`) as one: the newest of them, in the place and with the score of the
         best, and how many they are. A question asked again and again otherwise fills every
-        place, and the message that answers it finds none. Texts are read only as far down
-        the ranking as `want` different ones go."""
-        out: list[tuple[int, float]] = []
+        place, and the message that answers it finds none. A text said again that holds none
+        of `query`'s words is left out, every copy of it: each came in on the score its own
+        neighbour lent it, and a text said in many places ("ok", "thanks") tells nothing of
+        any of them (`said_again`). Texts are read only as far down the ranking as `want`
+        different ones go."""
+        out: list[tuple[int, float] | None] = []  # None: a text said again, left out
         place: dict[str, int] = {}  # a text -> its place in `out`
         times: dict[int, int] = {}
-        at = 0
-        while len(out) < want and at < len(ranked):
-            chunk = ranked[at : at + max(want - len(out), DISTINCT_READ)]
+        words = search_terms(query)
+        kept = at = 0
+        while kept < want and at < len(ranked):
+            chunk = ranked[at : at + max(want - kept, DISTINCT_READ)]
             at += len(chunk)
             bodies = self.bodies([i for i, _ in chunk])
             for i, score in chunk:
-                text = same_text(bodies.get(i, ""))
+                body = bodies.get(i, "")
+                text = same_text(body)
                 if not text or text not in place:  # a message of no word stands alone
                     if text:
                         place[text] = len(out)
                     out.append((i, score))
+                    kept += 1
                     continue
-                first, best = out[place[text]]
+                copy = out[place[text]]
+                if copy is None:
+                    continue
+                if said_again(body, words):
+                    out[place[text]] = None
+                    times.pop(copy[0], None)
+                    kept -= 1
+                    continue
+                first, best = copy
                 newest = max(first, i)  # ids grow with time
                 out[place[text]] = (newest, best)
                 times[newest] = times.pop(first, 1) + 1
-        return out, times
+        return [kv for kv in out if kv is not None], times
 
     def told_first(self, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
         """`ranked` with each message that asks (`asks`) and holds every word of the query
@@ -1214,6 +1253,35 @@ class Recall:
 
 
 VERBATIM_WORDS = 3
+
+
+def lists_the_day(named: NamedDays) -> bool:
+    """Whether a query that names days asks only for what was said on them ("what did I say
+    last Tuesday", "December 1"): it lists the person's messages of those days."""
+    return not [w for w in terms(named.rest) if w not in ABOUT_WHAT_WAS_SAID]
+
+
+@dataclass(frozen=True)
+class DayListing:
+    """The days a listing query names, and how many messages the person wrote on them."""
+
+    days: tuple[date, ...]
+    total: int
+
+    def note(self, shown: int, limit: int, who: str, more: str) -> str | None:
+        """What a listing of `shown` messages, of `limit` asked for, says when the days hold
+        more of them: how many there are, and `more`, how to see the rest (a larger limit).
+        None when all are shown, or the listing was not cut by its limit (the rest are
+        messages the model reads already, or that the person turned away from)."""
+        if shown < limit or shown >= self.total:
+            return None
+        named = ", ".join(f"{d:%a %Y-%m-%d}" for d in self.days)
+        return (
+            f"The first {shown} of the {self.total} messages {who} wrote on {named}, oldest "
+            f"first: {more}, or add words to search within that day."
+        )
+
+
 # Words that ask for what was said rather than name what it was about: "what did I say last
 # Tuesday" asks for that day's messages, whatever they were about (`Recall.day_ranking`).
 ABOUT_WHAT_WAS_SAID = frozenset(
@@ -1282,13 +1350,20 @@ def lend(scores: dict[int, float], near: dict[int, set[int]]) -> list[tuple[int,
 
 
 def _lent(scores: dict[int, float], near: dict[int, set[int]]) -> dict[int, float]:
+    """`scores`, each message given NEIGHBOUR_SHARE of the score of the message before it and
+    of the best of those after it (`near` is symmetric: a message's parent and children). On
+    any branch a message reads between one message and the next; the children of a message
+    are its branches (a retry, an edit), each the next message of another reading, so two
+    branches that say the same thing do not lend it twice (QA22t: "branch second" sent on
+    two branches put the answer before them, holding only "branch", above both)."""
     out = dict(scores)
-    for item, score in scores.items():
-        others = near.get(item)
-        if others:
-            share = NEIGHBOUR_SHARE * score
-            for other in others:
-                out[other] = out.get(other, 0.0) + share
+    for item, others in near.items():
+        # ids grow with time: a message's parent is older than it, its children newer
+        before = max((scores[o] for o in others if o < item and o in scores), default=None)
+        after = max((scores[o] for o in others if o > item and o in scores), default=None)
+        for lender in (before, after):
+            if lender is not None:
+                out[item] = out.get(item, 0.0) + NEIGHBOUR_SHARE * lender
     return out
 
 

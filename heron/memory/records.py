@@ -221,16 +221,32 @@ def typed_within(
 ) -> list[int]:
     """The first `limit` messages the person wrote (as `typed_after` reads it) in any of the
     spans, in one conversation or all, oldest first."""
+    sql, params = _typed_within(within, conversation_id)
+    params.append(limit)
+    return [r[0] for r in store.query(f"SELECT id {sql} ORDER BY created, id LIMIT ?", params)]
+
+
+def count_typed_within(
+    store: Store, within: Sequence[tuple[float, float]], conversation_id: int | None
+) -> int:
+    """How many messages `typed_within` has to give, all of them."""
+    sql, params = _typed_within(within, conversation_id)
+    return int(store.query(f"SELECT count(*) {sql}", params)[0][0])
+
+
+def _typed_within(
+    within: Sequence[tuple[float, float]], conversation_id: int | None
+) -> tuple[str, list[object]]:
+    """The FROM and WHERE of the messages the person wrote in any of the spans."""
     spans, params = _spans(within)
     sql = (
-        f"SELECT id FROM messages WHERE ({spans}) AND role = 'user' AND kind = 'message'"
+        f"FROM messages WHERE ({spans}) AND role = 'user' AND kind = 'message'"
         " AND (author IS NULL OR author = 'user')"
     )
     if conversation_id is not None:
         sql += " AND conversation_id = ?"
         params.append(conversation_id)
-    params.append(limit)
-    return [r[0] for r in store.query(sql + " ORDER BY created, id LIMIT ?", params)]
+    return sql, params
 
 
 def phrase_matches(

@@ -16,7 +16,7 @@ from typing import Literal
 from heron.errors import StoreError, ToolError
 from heron.memory import spelling
 from heron.memory.entries import EntryPath, MemoryRefused, render, slugify
-from heron.memory.recall import Recall, heading, spoken_by
+from heron.memory.recall import Hit, Recall, heading, spoken_by
 from heron.memory.service import AlreadySaid, MemoryService, Unchanged
 from heron.memory.wiring import seen_by_model
 from heron.messages import JSONObject, Text, Thinking, ToolCall, ToolResult, dumps
@@ -46,6 +46,7 @@ def _path(path: str) -> EntryPath:
 
 
 MAX_CHANGES_PER_REPLY = 5
+MOST_HITS = 30  # hits one recall_history search returns, at most
 
 
 @contextmanager
@@ -209,7 +210,7 @@ def recall_history(
         return _open_message(recall, message_id)
     if not query.strip():
         raise ToolError("give a query to search for, or a message_id to open")
-    wanted = max(1, min(limit, 30))
+    wanted = max(1, min(limit, MOST_HITS))
     # a word no message holds (a typo) is searched as the nearest one the history holds
     searched, respelled = recall.respelled(query)
     hits = recall.search(searched, wanted, exclude=_in_view(ctx, recall), standing=True)
@@ -218,7 +219,21 @@ def recall_history(
         days = recall.days_named(searched)
         read = f" (read as {', '.join(f'{d:%a %Y-%m-%d}' for d in days)})" if days else ""
         return "\n".join([*said, f"Nothing found for {query!r}{read}."])
-    return "\n".join([*said, *(line for hit in hits for line in hit.lines())])
+    lines = [line for hit in hits for line in hit.lines()]
+    return "\n".join([*said, *lines, *_more(recall, searched, hits, wanted)])
+
+
+def _more(recall: Recall, query: str, hits: list[Hit], wanted: int) -> list[str]:
+    """The line that says a day's listing shows only the first of its messages, if it does."""
+    listing = recall.day_listing(query)
+    if listing is None:
+        return []
+    if wanted < MOST_HITS:
+        more = f"limit={min(listing.total, MOST_HITS)} lists more"
+    else:
+        more = f"{MOST_HITS} is the most one search lists"
+    note = listing.note(len(hits), wanted, "the person", more)
+    return [note] if note else []
 
 
 def _in_view(ctx: ToolContext, recall: Recall) -> set[int]:
