@@ -67,6 +67,9 @@ SMALL_SCOPE = 1_000
 # question naming a person, the lines that person said (SPEAKER_WEIGHT). Chosen by the k-fold
 # check (bench/recall.py --folds, docs/memory.md gives every fold's choice).
 CUE_DEPTH = 100
+# How deep the ranking of a dated query's other words is read for the day's messages to keep
+# its order (`Recall.day_ranking`): the depth the cue reorders, so no choice of its own.
+DAY_DEPTH = CUE_DEPTH
 WHEN_WEIGHT = 0.1
 DATE_WEIGHT = 0.2
 SPEAKER_WEIGHT = 0.2
@@ -838,14 +841,19 @@ class Recall:
             )
             that_day, times = self.distinct(found, limit, named.rest)
             that_day = self.told_first(named.rest, that_day)
-            if len(that_day) >= limit:
-                return that_day[:limit], times
-            others, more = self.ranking(named.rest, limit, conversation_id, budget, by_day=False)
-        # the day's messages above every other, in their own order
+            depth = max(limit, DAY_DEPTH)
+            others, more = self.ranking(named.rest, depth, conversation_id, budget, by_day=False)
+        # The day's messages above every other. Among them the order is the one every search
+        # has (fused with the vectors when they are on), not BM25's alone: a day narrows where
+        # to look, it says nothing of which of that day's messages answers best. The day's
+        # messages the ranking did not reach follow, in BM25's order.
+        on_day = {i for i, _ in found}
+        ranked_ids = {i for i, _ in others}
+        day_order = [i for i, _ in others if i in on_day]
+        day_order += [i for i, _ in that_day if i not in ranked_ids]
         above = max((s for _, s in others), default=0.0)
-        first = [(i, s - that_day[-1][1] + above + 1.0) for i, s in that_day]
-        shown = {i for i, _ in first}
-        rest = [(i, s) for i, s in others if i not in shown]
+        first = [(i, above + len(day_order) - k) for k, i in enumerate(day_order)]
+        rest = [(i, s) for i, s in others if i not in on_day]
         return [*first, *rest][:limit], {**more, **times}
 
     def _spans(self, named: NamedDays) -> list[tuple[float, float]]:
