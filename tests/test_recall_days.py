@@ -173,3 +173,32 @@ def test_a_day_listing_cut_by_its_limit_says_how_many_there_are(week, capsys, mo
     out = capsys.readouterr().out
     assert "The first 1 of the 2 messages you wrote on Tue 2026-12-01" in out, out
     assert "--limit 2 lists all" in out
+
+
+class _DogEmbedder:
+    """Sentence vectors that know a puppy is a dog, as the real model does."""
+
+    name = "fake"
+
+    def encode(self, texts: list[str]) -> list[list[float]]:
+        return [
+            [1.0, 0.0] if "dog" in t.lower() or "puppy" in t.lower() else [0.0, 1.0] for t in texts
+        ]
+
+
+def test_the_days_messages_keep_the_order_the_fused_ranking_gives_them(db: str | Path) -> None:
+    """A day narrows where to look; it does not make BM25 alone judge which of that day's
+    messages answers (ordered by BM25 alone, one tuning question fell out of the top 5 on the
+    fused path)."""
+    store = Store(db)
+    c = store.open_conversation("c")
+    words = _at(
+        store, c.id, "The lake trip: trip plans, trip snacks, trip maps", "2026-12-01 09:00"
+    )
+    meant = _at(store, c.id, "A lake trip with the puppy would be fun", "2026-12-01 10:00")
+    _at(store, c.id, "A trip to the shops", "2026-12-02 10:00")
+    recall = Recall(store, _DogEmbedder(), zone="UTC", now=lambda: NOW)
+    assert recall.search("a dog trip", 1)[0].message_id == meant  # the vectors' doing
+    dated = [h.message_id for h in recall.search("a dog trip last Tuesday", 3)]
+    assert dated[:2] == [meant, words], dated
+    store.close()
