@@ -469,3 +469,38 @@ def test_a_delete_without_a_request_to_forget_says_an_update_is_the_way(service,
     assert "update the entry with that quote (action=update, path=personal/always/veg.md)" in str(
         refused.value
     )
+
+
+def test_forgetting_an_entry_names_another_that_says_a_slice_of_it(service, store):
+    """qa22v M2: "I prefer tabs over spaces." stayed in force after its longer statement was
+    forgotten, the forget did not name it, and recall hid the message it stood on (the check
+    compared whole statements, the revocation reads `overlaps`)."""
+    from heron.memory.recall import Recall
+
+    long, short = "I prefer tabs over spaces in Python code.", "I prefer tabs over spaces."
+    cid = chat(store, user(long), assistant("ok"), user(short))
+    service.files.write(Entry(EntryPath.parse("work/always/tabs"), long))
+    service.files.write(Entry(EntryPath.parse("personal/always/tabs-short"), short))
+    gone = service.forget("work/always/tabs.md", cid)
+    note = service.still_said(gone)
+    assert note is not None and "personal/always/tabs-short.md still says it, or part" in note
+    said = [m.id for m in store.branch(cid) if m.message.role == "user"]
+    assert Recall(store).revoked(said) == set()  # memory holds it: recall shows them
+    service.forget("personal/always/tabs-short.md", cid)  # now nothing says it
+    assert Recall(store).revoked(said) == set(said)
+
+
+def test_recall_says_how_many_matches_a_forget_left_out(service, store):
+    """qa22v L5: a message that says a forgotten fact among other things is left out whole,
+    and "toast and jam" then found nothing, as if it was never said; the result says so."""
+    from heron.memory.recall import Recall
+
+    said = "In the mornings I usually take my coffee black with a slice of toast and some jam."
+    cid = chat(store, user(said))
+    service.files.write(Entry(EntryPath.parse("personal/always/coffee"), "I take my coffee black."))
+    service.forget("personal/always/coffee.md", cid)
+    hits = Recall(store).search("toast and jam", standing=True)
+    assert list(hits) == [] and hits.forgotten == 1
+    note = hits.forgotten_note("you")
+    assert note is not None and "1 more message matched but is not shown" in note
+    assert Recall(store).search("toast and jam").forgotten == 0  # a search of the record

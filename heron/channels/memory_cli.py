@@ -176,6 +176,9 @@ def forget(
         if gone is not None:
             echo(forgot_line(service, gone))
         echo(_history_note(service, rel, gone))
+        scrubbed = service.scrub_line(rel)
+        if scrubbed:
+            echo(scrubbed)
 
 
 def forgot_line(service: MemoryService, gone: Entry) -> str:
@@ -300,13 +303,16 @@ def print_recall(
 
         conversation_id = known(store, key).id
     searched = Recall(store, default_embedder(), zone)
+    left_out = None  # the line saying how many matches a forget left out
     if exact:
         hits = searched.exact(query, limit, conversation_id)
     else:  # a word no message holds (a typo) is searched as the nearest one the history holds
         query, respelled = searched.respelled(query)
         if respelled:  # stdout stays one JSON array with --json
             typer.echo(spelling.note(respelled), err=as_json)
-        hits = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
+        found = searched.search(query, limit, conversation_id=conversation_id, standing=standing)
+        every = "; `heron conversations search` shows every message"
+        hits, left_out = found, found.forgotten_note("you", every)
         listing = searched.day_listing(query, conversation_id)
         if listing is not None:  # said before the hits; stdout stays one JSON array with --json
             note = listing.note(len(hits), limit, "you", f"--limit {listing.total} lists all")
@@ -327,6 +333,8 @@ def print_recall(
                 f"Open one: heron conversations show {first.conversation_key} --message "
                 f"{first.message_id} (that message whole, with its neighbours)"
             )
+    if left_out and not as_json:
+        echo(left_out)
     if searched.behind:
         _behind_notice(store, searched.embedder)
 

@@ -463,6 +463,27 @@ class _Look:
 _LOOK: ContextVar[dict[int, _Look] | None] = ContextVar("heron_recall_look", default=None)
 
 
+class Hits(list[Hit]):
+    """A search's hits, best first, and `forgotten`: how many messages that matched were left
+    out because they state what the person asked to forget since (`Recall.revoked`)."""
+
+    def __init__(self, hits: Iterable[Hit] = (), forgotten: int = 0) -> None:
+        super().__init__(hits)
+        self.forgotten = forgotten
+
+    def forgotten_note(self, whom: str, more: str = "") -> str | None:
+        """The line that says so, `whom` the person ("you", "the person"), `more` said at its
+        end; None: none was."""
+        if not self.forgotten:
+            return None
+        n = self.forgotten
+        return (
+            f"({n} more message{'s' if n > 1 else ''} matched but {'are' if n > 1 else 'is'} "
+            f"not shown: {'they say' if n > 1 else 'it says'} something {whom} asked memory to "
+            f"forget, among what else was said there{more}.)"
+        )
+
+
 class Recall:
     def __init__(
         self,
@@ -1031,7 +1052,7 @@ class Recall:
         conversation_id: int | None = None,
         exclude: Iterable[int] = (),
         standing: bool = False,
-    ) -> list[Hit]:
+    ) -> Hits:
         """The best hits for `query`, a message that holds its words verbatim first.
 
         `standing`: only what the person still stands by, as recall gives it to the model
@@ -1053,9 +1074,14 @@ class Recall:
                 break
             want += len(away)
         if not standing:
-            return self.marked(self._hits(ranked[:limit], query, times))
+            return Hits(self.marked(self._hits(ranked[:limit], query, times)))
         hits = self._hits([(i, s) for i, s in ranked if i not in away][:limit], query, times)
-        return self.corrections(hits, query)
+        # Said so, so that a search is not read as "never said" (qa22v L5): how many of the
+        # matches were left out for stating what the person forgot since (a whole message
+        # goes, though it says more).
+        on = self.on_branch(sorted(away))
+        forgotten = len(self.revoked([i for i in sorted(away) if i in on]))
+        return Hits(self.corrections(hits, query), forgotten)
 
     def marked(self, hits: list[Hit]) -> list[Hit]:
         """`hits`, each off its conversation's current branch marked `elsewhere`."""

@@ -13,6 +13,7 @@ model is told.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cache
 
 from heron.redact import PATTERNS, entropy
@@ -134,20 +135,26 @@ def without_secret(text: str) -> str:
     """`text` with the words of each secret it holds left out, each run as one MASK: "My bank
     PIN is 4711 and the wifi password is tulips99" -> "My bank … and the wifi …". What a
     forget keeps of a statement (heron/memory/service.py): its other words still revoke it,
-    and no secret is kept. A secret's run is found word by word, since the shapes say what
-    they found, not where: the shortest start of the text that holds one ends at the secret's
-    last word, and the shortest end of that start holds the whole secret (the word that names
-    it too: "PIN is 4711")."""
+    and no secret is kept."""
     words = text.split()
-    for _ in range(len(words)):  # each round masks at least one word
+    for start, end in secret_runs(words):
+        words[start:end] = [MASK]
+    return MASK if find_secret(" ".join(words)) else " ".join(words)
+
+
+def secret_runs(words: list[str]) -> Iterator[tuple[int, int]]:
+    """Each secret's run of `words` as (start, end); the caller replaces `words[start:end]` by
+    one word (a MASK) before the next is looked for, so a later run may hold an earlier one's
+    MASK. A secret's run is found word by word, since the shapes say what they found, not
+    where: the shortest start of the text that holds one ends at the secret's last word, and
+    the shortest end of that start holds the whole secret (the word that names it too: "PIN
+    is 4711"). Each round masks at least one word: at most one round a word."""
+    for _ in range(len(words)):
         if not find_secret(" ".join(words)):
-            break
+            return
         end = next(i for i in range(1, len(words) + 1) if find_secret(" ".join(words[:i])))
         start = next(j for j in range(end - 1, -1, -1) if find_secret(" ".join(words[j:end])))
-        words[start:end] = [MASK]
-    else:
-        return MASK if find_secret(" ".join(words)) else " ".join(words)
-    return " ".join(words)
+        yield start, end
 
 
 # ---- credentials in ordinary phrasing ---------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from heron import timefmt
 from heron.memory import records
 from heron.memory.entries import Entry
+from heron.memory.refuse import find_secret
 from heron.store import Store
 
 MEMORY_INTRO = (
@@ -200,9 +201,55 @@ def _changes(
         if entry.digest != before:
             verb = "saved" if not before else "changed"
             tag = f"[when: {entry.path.topic}] " if entry.path.topic else ""
-            lines.append(f"- {verb}: {_item(entry, tag, zone)[2:]}")
+            if find_secret(entry.text):
+                # The note is stored with the person's message and sent with every later
+                # request of the conversation: a secret in it would outlive its forget
+                # (qa22v H1). The path is enough for view_memory.
+                lines.append(secret_item(verb, rel))
+            else:
+                lines.append(f"- {verb}: {_item(entry, tag, zone)[2:]}")
             announced[rel] = entry.digest
     return lines, announced
+
+
+SECRET_NOT_SHOWN = "[its text holds a secret: not shown]"
+
+
+def secret_item(verb: str, rel: str) -> str:
+    """The note's line for an entry `rel` saved or changed whose text holds a secret."""
+    return f"- {verb}: {SECRET_NOT_SHOWN} ({rel})"
+
+
+def hide_secret_items(note: str, rel: str) -> str:
+    """`note` (a runtime block) with the line of each change of `rel` it announced with its
+    text ("- saved: <text> (rel)" and the text's further lines) as `secret_item` writes it:
+    what a forget of a secret leaves of the notes already sent."""
+    head = re.compile(rf"- (saved|changed): .*\({re.escape(rel)}(?:, saved [^)]*)?\)")
+    out: list[str] = []
+    lines = note.split("\n")
+    i = 0
+    while i < len(lines):
+        found = head.fullmatch(lines[i])
+        if found is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        out.append(secret_item(found.group(1), rel))
+        i += 1
+        while i < len(lines) and _continues(lines, i):
+            i += 1
+    return "\n".join(out)
+
+
+def _continues(lines: list[str], i: int) -> bool:
+    """Whether line `i` is a further line of the item above it: indented (`_item`), or blank
+    with an indented line after its blank run."""
+    if lines[i].startswith("  "):
+        return True
+    j = i
+    while j < len(lines) and not lines[j]:
+        j += 1
+    return j > i and j < len(lines) and lines[j].startswith("  ")
 
 
 # ---- recent history --------------------------------------------------------------------------

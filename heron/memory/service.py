@@ -47,6 +47,7 @@ from heron.memory.guard import (
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
 from heron.memory.refuse import MASK, without_secret
+from heron.memory.scrub import MARKER, SecretScrub, scrubbed_sent
 from heron.store import Store
 from heron.store.schedule import user_timezone
 
@@ -95,6 +96,22 @@ class Decision:
     message: str
 
 
+@dataclass(frozen=True)
+class Scrubbed:
+    """What the forget of a secret rewrote: messages as sent (their runtime notes), pieces of
+    recorded requests, and the conversations (keys) whose recorded requests held it."""
+
+    messages: int
+    pieces: int
+    conversations: tuple[str, ...]
+
+
+def _said_by(statement: str, said: Iterable[str]) -> bool:
+    """Whether one of `said` says `statement` again, or it says one of them: the revocation's
+    own test (`overlaps`), both ways."""
+    return any(overlaps(t, statement) or overlaps(statement, t) for t in said)
+
+
 class MemoryService:
     def __init__(self, root: Path, store: Store, timezone: str | None = None) -> None:
         self.files = MemoryFiles(root)
@@ -107,6 +124,9 @@ class MemoryService:
         # The memory section's budget in the prompt, in tokens (the engine sets it from the
         # window: [context] memory); None: unbounded.
         self.section_tokens: int | None = None
+        # What the forget of a secret took out of what was sent, by path, until told
+        # (`scrub_line`).
+        self.scrubbed: dict[str, Scrubbed] = {}
         # The calls of one reply run at once, each on a thread: two saves of one statement
         # must not both find memory without it and both write it.
         self._writing = threading.Lock()
@@ -215,8 +235,11 @@ class MemoryService:
         said = {quote_key(t) for e in entries for t in self._said(e)}
         if any(MASK in key for _, key, _ in rows):  # kept without its secret's words
             said |= {quote_key(without_secret(t)) for e in entries for t in self._said(e)}
-        held = [i for i, key, was in rows if key in said and not was]
-        free = [i for i, key, was in rows if key not in said and was]
+        # Said again, as the guard reads it (`overlaps`, both ways): a slice of it, or it with
+        # more around it, in an entry in force keeps it in memory (qa22v M2).
+        now = {i: _said_by(key, said) for i, key, _ in rows}
+        held = [i for i, _, was in rows if now[i] and not was]
+        free = [i for i, _, was in rows if not now[i] and was]
         if held or free:
             records.set_held(self.store, held, free)
 
@@ -392,10 +415,9 @@ class MemoryService:
         that holds a secret (saved before the check knew its shape, or written by hand), or any
         with `purge`, is also taken out of the history (`purge_history`)."""
         entry = self.get(path)
+        said = [t for e in self._versions(entry) for t in self._said(e)]
         # Kept without a secret's words: the revocation must not keep what the history loses.
-        statements = {
-            quote_key(without_secret(t)) for e in self._versions(entry) for t in self._said(e)
-        }
+        statements = {quote_key(without_secret(t)) for t in said}
         records.revoke(
             self.store,
             sorted(statements),
@@ -411,29 +433,71 @@ class MemoryService:
         self.sync_revocations()  # another entry that says the same keeps it in force
         if purge or self.holds_secret(entry):
             self.purge_history(entry.path.rel)
+        scrub = SecretScrub.of(t for t in said if find_secret(t))
+        if scrub is not None:
+            self.scrubbed[entry.path.rel] = self._scrub(entry.path.rel, scrub)
         return entry
+
+    def _scrub(self, rel: str, scrub: SecretScrub) -> Scrubbed:
+        """Take a forgotten secret out of what was sent: the runtime notes stored with the
+        person's messages, which every later request of their conversation replays (qa22v
+        H1: one cache miss for each), and the trace's copies of the requests (qa22v M1)."""
+        sent: dict[int, str] = {}
+        for message_id, raw in self.store.sent_holding(scrub.probes):
+            cleaned = scrubbed_sent(raw, rel, scrub)
+            if cleaned != raw:
+                sent[message_id] = cleaned
+        self.store.rewrite_sent(sent)
+        from heron.trace.forget import rewrite_secret  # lazy: only a secret's forget needs it
+
+        traced = rewrite_secret(self.store, scrub.probes, scrub.clean)
+        return Scrubbed(len(sent), traced.pieces, traced.conversations)
+
+    def scrub_line(self, rel: str) -> str | None:
+        """What the forget of `rel` took out of what was sent, in a sentence; None when it
+        held no secret (the CLI, the browser and the tool say it)."""
+        done = self.scrubbed.pop(rel, None)
+        if done is None:
+            return None
+        if not (done.messages or done.pieces):
+            return "No message stored as sent and no recorded request held its secret."
+        named = ", ".join(done.conversations[:5]) + (
+            f" and {len(done.conversations) - 5} more" if len(done.conversations) > 5 else ""
+        )
+        where = f" of {named}" if named else ""
+        return (
+            f"Its secret was taken out of what was sent{where}: {done.messages} stored "
+            "message(s) will not send it again (their conversation's next request is not "
+            f"cached), and {done.pieces} recorded request piece(s) hold {MARKER} in its place "
+            "(a replay of those runs differs there)."
+        )
 
     def still_said(self, gone: Entry) -> str | None:
         """After a forget of `gone`: the other entries that still say what it said, and what
         to do, in a sentence (for the CLI and the tool); None when none does (qa22x M1)."""
-        also = [e.path.rel for e in self.also_saying(gone)]
-        if not also:
+        others = self.also_saying(gone)
+        if not others:
             return None
+        keys = {quote_key(t) for t in self._said(gone)}
+        also = [e.path.rel for e in others]
+        same = all(keys & {quote_key(t) for t in self._said(e)} for e in others)
         those, say = ("those", "say") if len(also) > 1 else ("that", "says")
+        what = "the same" if same else "it, or part of it"
         return (
-            f"{', '.join(also)} still {say} the same, so it stays in force and may be learned "
+            f"{', '.join(also)} still {say} {what}, so it stays in force and may be learned "
             f"again: forget {those} too to have it out of memory (heron memory forget "
             f"{also[0]})."
         )
 
     def also_saying(self, entry: Entry) -> list[Entry]:
-        """The entries in force, other than `entry`, that say what it says (text or quote,
-        `quote_key`): after a forget of `entry`, what still holds the statement in memory."""
+        """The entries in force, other than `entry`, that say what it says (text or quote), as
+        the revocation reads it (`overlaps`, both ways: a slice of it, or it with more around
+        it; qa22v M2): after a forget of `entry`, what still holds the statement in memory."""
         keys = {quote_key(t) for t in self._said(entry)}
         return [
             e
             for e in self.entries()
-            if e.path != entry.path and keys & {quote_key(t) for t in self._said(e)}
+            if e.path != entry.path and any(_said_by(k, self._said(e)) for k in keys)
         ]
 
     def _versions(self, entry: Entry) -> list[Entry]:

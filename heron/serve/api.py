@@ -566,8 +566,10 @@ async def decide(request: Request, suggestion_id: int, verdict: str) -> JSONResp
 
 
 def _forget(state: WebState, path: str) -> dict[str, Any]:
-    gone = _memory(state).forget(path)
-    return {"forgot": gone.path.rel}
+    service = _memory(state)
+    gone = service.forget(path)
+    # What a secret's forget took out of what was sent (None: it held none).
+    return {"forgot": gone.path.rel, "scrubbed": service.scrub_line(gone.path.rel)}
 
 
 @router.delete("/memory/entries/{path:path}")

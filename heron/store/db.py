@@ -522,8 +522,9 @@ class Store:
         """The messages from the root to `head_id` (default: the conversation's head), in order.
 
         Decoded branches are kept per conversation, keyed by their head: rows are never
-        rewritten through the Store except by `update_meta` and deletes (which drop the cache),
-        so a branch to a head that descends from the cached one only reads the rows after it.
+        rewritten through the Store except by `update_meta`, `rewrite_sent` and deletes (which
+        drop the cache), so a branch to a head that descends from the cached one only reads the
+        rows after it.
         A commit by any other connection (another process) drops the cache (data_version); on
         PostgreSQL, another worker's rewrite of stored rows does (`heron_rewrites`)."""
         rows = list(self._chain(conversation_id, head_id, None) or ())
@@ -680,9 +681,32 @@ class Store:
         return _messages(rows)
 
     def update_meta(self, message_id: int, meta: dict[str, Any]) -> None:
-        self._forget_branches()  # the one rewrite of a stored row
+        self._forget_branches()  # a rewrite of a stored row
         with self.transaction() as c:
             c.execute("UPDATE messages SET meta = ? WHERE id = ?", (json.dumps(meta), message_id))
+
+    def sent_holding(self, needles: Sequence[str]) -> list[tuple[int, str]]:
+        """(id, sent_parts) of every message sent with one of `needles` in it, as stored."""
+        found = "strpos(sent_parts, ?) > 0" if pg_of(self.conn) else "instr(sent_parts, ?) > 0"
+        where = " OR ".join([found] * len(needles))
+        if not where:
+            return []
+        rows = self.query(
+            f"SELECT id, sent_parts FROM messages WHERE sent_parts IS NOT NULL AND ({where})",
+            tuple(needles),
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def rewrite_sent(self, sent: dict[int, str]) -> None:
+        """Store each message's parts as sent (JSON, `parts_to_json`) anew: a forgotten
+        secret's words taken out of what every later request of its conversation replays
+        (heron/memory/service.py). The record (`parts`) is not touched."""
+        if not sent:
+            return
+        self._forget_branches()  # a rewrite of stored rows
+        with self.transaction() as c:
+            for message_id, raw in sent.items():
+                c.execute("UPDATE messages SET sent_parts = ? WHERE id = ?", (raw, message_id))
 
     # ---- turns ------------------------------------------------------------------------------
 

@@ -126,9 +126,11 @@ def _change(
         gone = service.delete(conversation_id, entry_path, quote)
         effect({"kind": "memory_forgotten", "path": gone.path.rel})
         also = service.still_said(gone)
+        scrubbed = service.scrub_line(gone.path.rel)
+        told = f" {scrubbed}" if scrubbed else ""
         if also:
-            return f"Forgot {gone.path.rel}. {also}"
-        return f"Forgot {gone.path.rel}; what it said will not be learned again."
+            return f"Forgot {gone.path.rel}. {also}{told}"
+        return f"Forgot {gone.path.rel}; what it said will not be learned again.{told}"
     if action == "update":
         try:
             changed = service.update(conversation_id, entry_path, quote, conversation_key=key)
@@ -215,12 +217,13 @@ def recall_history(
     searched, respelled = recall.respelled(query)
     hits = recall.search(searched, wanted, exclude=_in_view(ctx, recall), standing=True)
     said = [spelling.note(respelled)] if respelled else []
+    left_out = [note] if (note := hits.forgotten_note("the person")) else []
     if not hits:
         days = recall.days_named(searched)
         read = f" (read as {', '.join(f'{d:%a %Y-%m-%d}' for d in days)})" if days else ""
-        return "\n".join([*said, f"Nothing found for {query!r}{read}."])
+        return "\n".join([*said, f"Nothing found for {query!r}{read}.", *left_out])
     lines = [line for hit in hits for line in hit.lines()]
-    return "\n".join([*said, *lines, *_more(recall, searched, hits, wanted)])
+    return "\n".join([*said, *lines, *_more(recall, searched, hits, wanted), *left_out])
 
 
 def _more(recall: Recall, query: str, hits: list[Hit], wanted: int) -> list[str]:

@@ -347,3 +347,36 @@ def requests_carrying_rows(store: Store, needle: str, limit: int) -> list[sqlite
         messages=json_sql(conn, "mc.request_ref", "$.messages[0]", integer=True),
     )
     return store.query(sql, (needle, needle, limit))
+
+
+# ---- a forgotten secret taken out (forget.py) -------------------------------------------------
+
+
+def _found(conn: sqlite3.Connection, column: str, needles: Sequence[str]) -> str:
+    find = "strpos({}, ?) > 0" if pg_of(conn) is not None else "instr({}, ?) > 0"
+    return " OR ".join([find.format(column)] * len(needles))
+
+
+def blobs_holding(store: Store, needles: Sequence[str]) -> list[tuple[int, str]]:
+    """(id, body) of every blob with one of `needles` in its body."""
+    where = _found(store.conn, "body", needles)
+    rows = store.query(f"SELECT id, body FROM trace_blobs WHERE {where}", tuple(needles))
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def inline_requests_holding(store: Store, needles: Sequence[str]) -> list[tuple[int, str]]:
+    """(id, request) of every model call stored whole (before requests were stored by
+    reference) with one of `needles` in it."""
+    where = _found(store.conn, "request", needles)
+    rows = store.query(f"SELECT id, request FROM model_calls WHERE {where}", tuple(needles))
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def rewrite_bodies(store: Store, blobs: dict[int, str], requests: dict[int, str]) -> None:
+    """Store the blobs' and whole requests' texts anew; a blob keeps its sha256 (what it was
+    stored under), so a chain that names it still reads."""
+    with store.transaction() as c:
+        for blob_id, body in blobs.items():
+            c.execute("UPDATE trace_blobs SET body = ? WHERE id = ?", (body, blob_id))
+        for call_id, request in requests.items():
+            c.execute("UPDATE model_calls SET request = ? WHERE id = ?", (request, call_id))
