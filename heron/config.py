@@ -656,6 +656,12 @@ def _provider_tables(tables: dict[str, Any], path: Path, text: str) -> dict[str,
                     f"{at} {key} must be a string, got {_kind_of(value)}",
                     hint=f'Write it in quotes: {key} = "..."',
                 )
+            if key == "api_key" and not value.strip():  # else listed as set, used as none
+                raise ConfigError(
+                    f"{at} api_key is empty",
+                    hint="Write the key between the quotes, or remove the line to use the "
+                    "environment's key.",
+                )
     return tables
 
 
@@ -663,7 +669,8 @@ def _near(word: str, known: typing.Iterable[str]) -> str:
     """` Did you mean X?` for a word one slip from a known one, else nothing."""
     import difflib
 
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    same = [k for k in known if k.lower() == word.lower()]  # `OpenAI` for `openai`
+    close = same or difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return f" Did you mean {close[0]}?" if close else ""
 
 
@@ -754,8 +761,13 @@ def _at(path: Path, text: str, section: str, pattern: str | None, key: str | Non
         if pattern is None
         else rf"""\s*\.\s*(?:"{re.escape(pattern)}"|'{re.escape(pattern)}'|{re.escape(pattern)})"""
     )
-    header = re.compile(rf"^\s*\[\s*{section}{named_table}\s*\]")
     lines = text.splitlines()
+    if key is not None:  # `[providers.openai.extra]`: the key is a table of its own
+        sub = re.compile(rf"""^\s*\[\s*{section}{named_table}\s*\.\s*"?{re.escape(key)}"?\s*\]""")
+        at = next((n for n, line in enumerate(lines) if sub.match(line)), None)
+        if at is not None:
+            return f"{path}:{at + 1}"
+    header = re.compile(rf"^\s*\[\s*{section}{named_table}\s*\]")
     start = next((n for n, line in enumerate(lines) if header.match(line)), None)
     if start is None:
         return str(path)
