@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import re
 import sys
@@ -655,6 +656,12 @@ def _provider_tables(tables: dict[str, Any], path: Path, text: str) -> dict[str,
                     f"{at} {key} must be a string, got {_kind_of(value)}",
                     hint=f'Write it in quotes: {key} = "..."',
                 )
+            if key == "api_key" and not value.strip():  # else listed as set, used as none
+                raise ConfigError(
+                    f"{at} api_key is empty",
+                    hint="Write the key between the quotes, or remove the line to use the "
+                    "environment's key.",
+                )
     return tables
 
 
@@ -662,7 +669,8 @@ def _near(word: str, known: typing.Iterable[str]) -> str:
     """` Did you mean X?` for a word one slip from a known one, else nothing."""
     import difflib
 
-    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    same = [k for k in known if k.lower() == word.lower()]  # `OpenAI` for `openai`
+    close = same or difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
     return f" Did you mean {close[0]}?" if close else ""
 
 
@@ -709,17 +717,38 @@ def price_values(pattern: str, table: object, at: str = "") -> dict[str, float]:
             + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else ""),
             hint="Prices are US dollars per million tokens, e.g. input = 3.0, output = 15.0.",
         )
-    try:
-        prices = {k: float(v) for k, v in table.items()}
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: prices must be numbers ({e})") from e
-    negative = next((k for k, v in prices.items() if v < 0), None)
-    if negative is not None:  # a negative price would make every cost a refund
-        raise ConfigError(
-            f"{where}: {negative} is {prices[negative]}; a price must not be negative",
-            hint="Prices are US dollars per million tokens, e.g. input = 3.0; 0 for free.",
+    for key, value in table.items():
+        fault = _price_fault(value)
+        if fault is not None:
+            raise ConfigError(
+                f"{where}: {key} is {value!r}; {fault}",
+                hint="Prices are US dollars per million tokens, e.g. input = 3.0; 0 for free.",
+            )
+    return {k: float(v) for k, v in table.items()}
+
+
+# Dollars per million tokens; above it a price is a typo, and a cost could overflow to inf.
+MAX_PRICE = 1_000_000
+
+
+def _price_fault(value: object) -> str | None:
+    """What is wrong with one price, or None: it must be a finite number from 0 to MAX_PRICE
+    (a NaN or an infinity made `heron run --json` print `NaN`, which is not JSON; a negative
+    price made every cost a refund)."""
+    if isinstance(value, str):
+        quoted = re.fullmatch(r"\s*[0-9]+(?:\.[0-9]*)?\s*", value)
+        return "a price must be a number, not a string" + (
+            ": write it without quotes" if quoted else ""
         )
-    return prices
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "a price must be a number"
+    if not math.isfinite(value):
+        return "a price must be a finite number"
+    if value < 0:
+        return "a price must not be negative"
+    if value > MAX_PRICE:
+        return f"a price above {MAX_PRICE:,} dollars per million tokens is surely a typo"
+    return None
 
 
 def _at(path: Path, text: str, section: str, pattern: str | None, key: str | None = None) -> str:
@@ -732,8 +761,13 @@ def _at(path: Path, text: str, section: str, pattern: str | None, key: str | Non
         if pattern is None
         else rf"""\s*\.\s*(?:"{re.escape(pattern)}"|'{re.escape(pattern)}'|{re.escape(pattern)})"""
     )
-    header = re.compile(rf"^\s*\[\s*{section}{named_table}\s*\]")
     lines = text.splitlines()
+    if key is not None:  # `[providers.openai.extra]`: the key is a table of its own
+        sub = re.compile(rf"""^\s*\[\s*{section}{named_table}\s*\.\s*"?{re.escape(key)}"?\s*\]""")
+        at = next((n for n, line in enumerate(lines) if sub.match(line)), None)
+        if at is not None:
+            return f"{path}:{at + 1}"
+    header = re.compile(rf"^\s*\[\s*{section}{named_table}\s*\]")
     start = next((n for n, line in enumerate(lines) if header.match(line)), None)
     if start is None:
         return str(path)

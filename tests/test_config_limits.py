@@ -199,7 +199,8 @@ def test_every_model_and_price_override_is_checked_when_the_file_loads(tmp_path)
     assert "unknown: cache_reed" in str(raised.value)
     path.write_text('[prices."nobody*"]\ninput = "cheap"\noutput = 2.0\n')
     with pytest.raises(
-        ConfigError, match=r"config\.toml:1: \[prices\.\"nobody\*\"\]: prices must be"
+        ConfigError,
+        match=r"config\.toml:1: \[prices\.\"nobody\*\"\]: input is 'cheap'; a price must be a n",
     ):
         load_config(path)
     path.write_text('[models."y*"]\ncontext_window = 8000\n[prices."y*"]\ninput = 1\noutput = 2\n')

@@ -50,6 +50,23 @@ def test_an_unknown_provider_is_refused_with_the_known_ones(tmp_path):
     assert "unknown provider 'gemini'" in str(error)
     assert "anthropic, openai, local" in (error.hint or "")
     assert "Did you mean openai?" in _refused(tmp_path, "[providers.opnai]\n").hint
+    # qa22v L7: a name that differs only in case
+    assert "Did you mean openai?" in _refused(tmp_path, "[providers.OpenAI]\n").hint
+
+
+def test_an_empty_api_key_is_refused(tmp_path):
+    """qa22v L7: `api_key = ""` was taken, and `config show` listed a key beside "no key"."""
+    error = _refused(tmp_path, '[providers.anthropic]\napi_key = ""\n')
+    assert str(error).startswith(f"{tmp_path / 'config.toml'}:2: [providers.anthropic] api_key")
+    assert "is empty" in str(error)
+
+
+def test_a_sub_table_of_a_provider_is_named_with_its_line(tmp_path):
+    """qa22v L7: `[providers.openai.extra]` was refused with no line number."""
+    error = _refused(tmp_path, '[providers.openai]\napi_key = "k"\n\n[providers.openai.extra]\n')
+    assert error.summary.startswith(f"{tmp_path / 'config.toml'}:4: [providers.openai]")
+    error = _refused(tmp_path, "[providers.openai.extra]\n")  # with no [providers.openai]
+    assert error.summary.startswith(f"{tmp_path / 'config.toml'}:1: [providers.openai]")
 
 
 @pytest.mark.parametrize("value", ["123", '["a", "b"]', "true"])

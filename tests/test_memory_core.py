@@ -456,6 +456,51 @@ def test_a_statement_taken_back_at_the_start_of_the_next_message_is_refused(serv
     assert service.save(cid, lisbon, "I no longer live in Lisbon")
 
 
+@pytest.mark.parametrize(
+    ("said", "after"),
+    [
+        ("I moved to Porto last month.", "Actually no, I moved to Braga."),
+        ("My car is a red Volvo.", "Wait, no. It is a blue Volvo."),
+        ("My car is a red Volvo.", "No wait, it is blue."),
+        ("My flight to Oslo leaves yesterday.", "Sorry, I meant tomorrow."),
+        ("My flight to Oslo leaves yesterday.", "I meant tomorrow, not yesterday."),
+    ],
+)
+def test_a_statement_taken_back_by_a_common_correction_is_refused(service, store, said, after):
+    """qa22v M3: "Actually no, ...", "Wait, no.", "no wait", "Sorry, I meant ...", at the start
+    of the next message or the next sentence, saved the statement they take back."""
+    entry = EntryPath("personal", "always", None, "said")
+    for cid in (
+        chat(store, user(said), user(after)),
+        chat(store, user(f"{said} {after}"), key="c2"),
+    ):
+        with pytest.raises(MemoryRefused, match="took this back"):
+            service.save(cid, entry, said)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        "Actually, I like it a lot.",
+        "Actually no one else drives it.",
+        "It was actually no trouble to park.",
+        "I meant to tell you: it is for sale.",
+        "I meant it, I love that car.",
+        "No, wait for me at the garage.",
+        "Oh no, I left the keys in it.",
+    ],
+)
+def test_an_ordinary_actually_or_i_meant_takes_nothing_back(service, store, after):
+    said = "My car is a red Volvo."
+    entry = EntryPath("personal", "always", None, "car")
+    for cid in (
+        chat(store, user(said), user(after)),
+        chat(store, user(f"{said} {after}"), key="c2"),
+    ):
+        assert service.save(cid, entry, said).text == said
+        service.files.delete(entry)
+
+
 def test_a_delete_without_a_request_to_forget_says_an_update_is_the_way(service, store):
     """QA22x L10: "The weekday vegetarian thing is over, I eat everything now." asks to forget
     nothing; the refusal said only what delete needs, not that an update records the change."""

@@ -1,7 +1,8 @@
 """A base URL that answers 200 with something that is not the OpenAI API (a web server's HTML
 page, JSON of another shape): `heron models` crashed with a traceback, and a turn retried five
 times and then said "the stream ended before the model finished", naming neither the address
-nor the setting (QA22u M5, M6). Both now fail at once, saying where and what to check."""
+nor the setting (QA22u M5, M6; the Anthropic wire: QA22v M4). Both now fail at once, saying
+where and what to check."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from heron.errors import FatalProviderError
 from heron.messages import user
+from heron.providers.anthropic import AnthropicProvider
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.request import ChatRequest
 
@@ -60,17 +62,26 @@ def page_url(page: _Page) -> str:
     return f"http://127.0.0.1:{page.server_address[1]}/v1"
 
 
-def _provider(page: _Page) -> OpenAICompatProvider:
+def _provider(page: _Page, wire: str = "openai") -> OpenAICompatProvider | AnthropicProvider:
+    if wire == "anthropic":  # its base URL is the host: the SDK adds /v1
+        url = page_url(page).removesuffix("/v1")
+        return AnthropicProvider("x", "k", base_url=url, url_source="ANTHROPIC_BASE_URL")
     return OpenAICompatProvider("x", "k", base_url=page_url(page), url_source="HERON_BASE_URL")
 
 
+SETTING = {"openai": "HERON_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [(HTML, "text/html"), (b'{"hello": "world"}', "application/json"), (b"[1, 2]", "")],
 )
-async def test_a_model_list_that_is_not_one_is_said_with_the_address(page, body, content_type):
+async def test_a_model_list_that_is_not_one_is_said_with_the_address(
+    page, body, content_type, wire
+):
     page.body, page.content_type = body, content_type
-    provider = _provider(page)
+    provider = _provider(page, wire)
     try:
         with pytest.raises(FatalProviderError) as raised:
             await provider.list_models(5)
@@ -78,13 +89,14 @@ async def test_a_model_list_that_is_not_one_is_said_with_the_address(page, body,
         await provider.aclose()
     assert raised.value.summary.startswith("its GET /models answered with")
     assert raised.value.summary.endswith("not a list of models")
-    assert "Check HERON_BASE_URL" in (raised.value.hint or "")
+    assert f"Check {SETTING[wire]}" in (raised.value.hint or "")
 
 
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
 @pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "application/json"])
-async def test_a_stream_that_is_no_event_stream_fails_at_once(page, content_type):
+async def test_a_stream_that_is_no_event_stream_fails_at_once(page, content_type, wire):
     page.content_type = content_type
-    provider = _provider(page)
+    provider = _provider(page, wire)
     try:
         with pytest.raises(FatalProviderError) as raised:  # fatal: never retried
             await provider.chat(ChatRequest("x", "", [user("hello")]))
@@ -92,23 +104,29 @@ async def test_a_stream_that_is_no_event_stream_fails_at_once(page, content_type
         await provider.aclose()
     kind = content_type.split(";")[0]
     assert raised.value.summary.endswith(
-        f"(HERON_BASE_URL) answered with {kind}, not an event stream"
+        f"({SETTING[wire]}) answered with {kind}, not an event stream"
     )
     assert "does not look like the model API" in (raised.value.hint or "")
     assert page.hits == 1
 
 
-def test_heron_models_says_it_in_two_lines_not_a_traceback(page, monkeypatch):
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_heron_models_says_it_in_two_lines_not_a_traceback(page, monkeypatch, wire):
     from typer.testing import CliRunner
 
     from heron.cli import app
 
-    monkeypatch.setenv("HERON_BASE_URL", page_url(page))
+    url = page_url(page)
+    if wire == "anthropic":
+        url = url.removesuffix("/v1")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "dummy")
+        monkeypatch.setenv("HERON_MODEL", "claude-sonnet-4-5")
+    monkeypatch.setenv(SETTING[wire], url)
     result = CliRunner().invoke(app, ["models"])
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert (
-        f"The models at {page_url(page)} (HERON_BASE_URL) could not be listed: its GET /models "
+        f"The models at {url} ({SETTING[wire]}) could not be listed: its GET /models "
         "answered with text/html, not a list of models\n"
     ) in result.output
 

@@ -63,8 +63,12 @@ def test_the_days_a_query_names() -> None:
         "the 1st of December",
         "what did I say on Tuesday",
         "4 days ago",
+        "what did I say on the 1st",  # qa22v L4: a day of the month alone
+        "on the 1st",
     ]:
         assert named_days(query, today).days == tuesday, query
+    # a day of the month still to come is the last month's
+    assert named_days("what did I say on the 14th", today).days == {dt.date(2026, 11, 14)}
     assert named_days("yesterday", today).days == {dt.date(2026, 12, 4)}
     assert named_days("what did I say last Tuesday", today).rest == "what did I say"
     # a day and month with no year is the latest not after today
@@ -74,6 +78,8 @@ def test_the_days_a_query_names() -> None:
     assert named_days("last Saturday", today).days == {dt.date(2026, 11, 28)}
     for query in [
         "my appointment on Friday",  # the next one as often: only a past question reads it
+        "my appointment on the 14th",
+        "what did I say about the 2nd floor?",
         "may 5 people come",  # the verb
         "what happened in May 2023",  # a month, `Cue`'s
         "12/01",  # which day depends on the country
@@ -84,7 +90,13 @@ def test_the_days_a_query_names() -> None:
 
 
 @pytest.mark.parametrize(
-    "query", ["what did I say last Tuesday", "what did I say on 2026-12-01", "December 1"]
+    "query",
+    [
+        "what did I say last Tuesday",
+        "what did I say on 2026-12-01",
+        "December 1",
+        "what did I say on the 1st",
+    ],
 )
 def test_a_query_that_is_only_a_day_lists_what_the_person_wrote_that_day(week, query):
     store, ids = week

@@ -190,18 +190,34 @@ async def test_a_statement_the_person_had_forgotten_is_never_recalled():
     assert any("after all" in h.snippet for h in again)
 
 
-async def test_a_statement_taken_back_in_words_is_recalled_with_the_correction():
-    """ "that is no longer true", said right after, was left out: the old claim came back
-    alone as evidence."""
+@pytest.mark.parametrize(
+    ("said", "later", "question"),
+    [
+        (  # "that is no longer true", said right after, was left out
+            "I have been a strict vegetarian since 2019.",
+            "Update: that is no longer true, I eat fish again.",
+            "Since when am I a strict vegetarian?",
+        ),
+        (  # qa22v M3: "Actually no, ..." was not read as a correction
+            "I moved to Porto last month.",
+            "Actually no, I moved to Braga last month.",
+            "Where did I move to last month, Porto?",
+        ),
+    ],
+)
+async def test_a_statement_taken_back_in_words_is_recalled_with_the_correction(
+    said: str, later: str, question: str
+):
+    """The old claim came back alone as evidence, without the correction said right after."""
     model = Model()
     async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
-        await engine.turn("diet", "I have been a strict vegetarian since 2019.")
-        await engine.turn("diet", "Update: that is no longer true, I eat fish again.")
-        await engine.turn("dinner", "Since when am I a strict vegetarian?")
+        await engine.turn("said", said)
+        await engine.turn("said", later)
+        await engine.turn("ask", question)
     lines = recalled(model.requests[-1]).splitlines()
-    hit = next(i for i, line in enumerate(lines) if "strict vegetarian since 2019" in line)
-    assert lines[hit + 1].startswith("  ↳ later: [diet · ")
-    assert "that is no longer true, I eat fish again" in lines[hit + 1]
+    hit = next(i for i, line in enumerate(lines) if said.rstrip(".") in line)
+    assert lines[hit + 1].startswith("  ↳ later: [said · ")
+    assert later.rstrip(".") in lines[hit + 1]
 
 
 async def test_a_later_correction_the_search_also_matched_is_shown_under_the_hit():

@@ -118,18 +118,21 @@ async def test_a_closed_stdout_through_a_serve_leaves_the_turn_to_finish_whole()
     assert rows == [("user", "go"), ("assistant", "Hello, I am whole.")] and turns == ["done"]
 
 
+CUTS = (signal.SIGINT, signal.SIGTERM)
+
+
 class Unhandled(Exception):
     """A signal that reached the test's handler: heron run did not take it."""
 
 
 @pytest.fixture
 def guarded():
-    """SIGINT and SIGTERM raise here unless heron run takes them; put back after."""
+    """SIGINT, SIGTERM and SIGHUP raise here unless heron run takes them; put back after."""
 
     def unhandled(number, frame):
         raise Unhandled(signal.Signals(number).name)
 
-    before = {n: signal.signal(n, unhandled) for n in script.SIGNALS}
+    before = {n: signal.signal(n, unhandled) for n in (*CUTS, signal.SIGHUP)}
     yield
     for number, handler in before.items():
         signal.signal(number, handler)
@@ -138,8 +141,11 @@ def guarded():
 
 @pytest.mark.usefixtures("guarded")
 @pytest.mark.parametrize("served", [False, True], ids=["in-process", "served"])
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+@pytest.mark.parametrize(
+    "number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"]
+)
 async def test_a_signal_stops_the_turn_as_ctrl_c_does_and_the_json_says_so(number, served):
+    """SIGHUP (qa22v L1): the run died at once, and `--json > file` was left empty."""
     provider, out, err = Streams(), StringIO(), StringIO()
     key = f"sig-{number.name}"
 
@@ -171,6 +177,26 @@ async def test_a_signal_before_the_message_went_out_sends_nothing_and_says_so():
     assert got["error"] == "stopped by SIGTERM before the message was sent"
     assert got["hint"] == UNSENT and got["ok"] is False
     assert Store(Settings.load().paths.db).conversation("early") is None
+
+
+@pytest.mark.usefixtures("guarded")
+async def test_a_signal_the_parent_ignores_stays_ignored_under_nohup():
+    """`nohup heron run ...` ignores SIGHUP: taking it would stop the turn nohup keeps."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    catch_early_signals()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    provider, out, err = Streams(), StringIO(), StringIO()
+
+    async def hang_up() -> None:
+        await provider.streaming.wait()
+        os.kill(os.getpid(), signal.SIGHUP)  # passed over
+        await asyncio.sleep(0.05)
+        provider.release.set()
+
+    task = asyncio.create_task(hang_up())
+    assert await _run(False, provider, out, err, "nohup") == 0
+    await task
+    assert _record("nohup")[1] == ["done"]
 
 
 # ---- the real command ----------------------------------------------------------------------

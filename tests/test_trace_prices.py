@@ -58,6 +58,28 @@ def test_a_negative_price_is_a_config_error(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("input = nan", "input is nan; a price must be a finite number"),
+        ("input = inf", "input is inf; a price must be a finite number"),
+        ("input = 1e308", "input is 1e+308; a price above 1,000,000 dollars"),
+        ('input = "2"', "input is '2'; a price must be a number, not a string"),
+        ("input = true", "input is True; a price must be a number"),
+    ],
+)
+def test_a_price_that_is_no_finite_number_is_a_config_error(tmp_path, line, said):
+    """qa22v L2: `nan` made `heron run --json` print `"cost_usd": NaN` (not JSON), `1e308` a
+    cost of `$inf`, and a string `"2"` was taken as 2 though a price must be a number."""
+    from heron.config import load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text(f'[prices."mine*"]\n{line}\noutput = 2.0\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value).startswith(f'{path}:1: [prices."mine*"]: {said}')
+
+
+@pytest.mark.parametrize(
     "model",
     ["o4-mini-deep-research", "gpt-4o-mini-realtime-preview", "gpt-5-mini-search", "o3-pro"],
 )

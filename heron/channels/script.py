@@ -42,7 +42,7 @@ from heron.bus import (
     TurnEvent,
     needs_model,
 )
-from heron.channels.early import _EARLY, SIGNALS, signalled_again
+from heron.channels.early import _EARLY, signalled_again, taken
 from heron.channels.visible import command_shown, is_terminal, visible
 from heron.messages import File, ToolCall, new_key
 
@@ -306,13 +306,23 @@ class ReplyPrinter:
             self.watched = None
 
     def signalled(self, number: int) -> None:
-        """SIGINT or SIGTERM: stop the turn (`_exchange`). A second one ends the process at
-        once, as the signal would have without this handler."""
+        """SIGINT, SIGTERM or SIGHUP: stop the turn (`_exchange`). A second one ends the
+        process at once, as the signal would have without this handler."""
         if self.signal is not None:
             signalled_again(number, self.signalled_at)
             return
         self.signal, self.signalled_at = signal.Signals(number), time.monotonic()
+        if number == signal.SIGHUP:
+            self.hung_up()
         self.cut.set()
+
+    def hung_up(self) -> None:
+        """SIGHUP: a terminal that closed fails every write (EIO), so stdout and stderr go to
+        /dev/null where they are one; a file or a pipe still gets the rest (the JSON line)."""
+        for stream in (self.out, self.err):
+            with contextlib.suppress(OSError, ValueError):
+                if stream.isatty():
+                    to_null(stream)
 
     def line_break(self) -> None:
         if not self.at_line_start:
@@ -363,12 +373,12 @@ def _cuts(printer: ReplyPrinter) -> Iterator[None]:
     pipe on stdout whose reader closed it calls `printer.left` at once, not at the next write
     (a long tool call writes nothing for minutes)."""
     loop = asyncio.get_running_loop()
-    before = {number: signal.getsignal(number) for number in SIGNALS}
+    before = {number: signal.getsignal(number) for number in taken()}
     if _EARLY:
         printer.signalled(_EARLY[0][0])
         printer.signalled_at = _EARLY[0][1]
     try:
-        for number in SIGNALS:
+        for number in before:
             loop.add_signal_handler(number, printer.signalled, number)
     except (RuntimeError, ValueError):  # not the main thread: signals are not ours to take
         before = {}

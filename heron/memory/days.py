@@ -1,9 +1,11 @@
-"""The days a recall query names ("last Tuesday", "yesterday", "on 2026-12-01", "December 1"):
+"""The days a recall query names ("last Tuesday", "yesterday", "on 2026-12-01", "December 1",
+"on the 1st"):
 a question about what was said on a day is answered by the messages written that day, which
 rarely hold the words that name it (docs/memory.md, "A day named in the query").
 
 Relative days are read from `today`, the person's date in the agent's zone; a day and month
-with no year is the latest such day not after today (a recall asks about the past). Only the
+with no year is the latest such day not after today (a recall asks about the past), and a day
+of the month alone ("on the 1st") is this month's or, still to come, the last's. Only the
 common unambiguous forms are read: a numeric date other than ISO's year first ("12/01" is the
 1st of December in one country and the 12th of January in another) is left as words.
 
@@ -66,6 +68,9 @@ _FORMS = re.compile(
     + r"|(?:on\s+)(?P<on_w>"
     + "|".join(_WEEKDAYS)
     + r")"
+    # a day of the month alone, as an ordinal: "on the 1st", "the 14th?" (not "the 2nd floor")
+    + r"|(?:on\s+the|(?<!\w\s)the)\s+(?P<nth>[0-3]?\d)(?:st|nd|rd|th)(?=\s*(?:[?.!,;]|$))"
+    + r"|on\s+the\s+(?P<on_nth>[0-3]?\d)(?:st|nd|rd|th)"
     + r")\b",
     re.IGNORECASE,
 )
@@ -89,7 +94,8 @@ def named_days(query: str, today: dt.date) -> NamedDays:
     at = 0
     past = bool(_PAST.search(query))
     for found in _FORMS.finditer(query):
-        day = _day_of(found, today, past)
+        alone = not (query[: found.start()] + query[found.end() :]).strip(" ?.!,;")
+        day = _day_of(found, today, past or alone)
         if day is None:
             continue
         days.add(day)
@@ -101,7 +107,7 @@ def named_days(query: str, today: dt.date) -> NamedDays:
 
 def _day_of(found: re.Match[str], today: dt.date, past: bool) -> dt.date | None:
     """The day one match of `_FORMS` names, or None (not a real date, or a form read only in
-    a question about the past)."""
+    a question about the past, or one that is only the day: "on Friday", "on the 1st")."""
     g = found.groupdict()
     if g["iso"]:
         return _date(int(g["iso"]), int(g["iso_m"]), int(g["iso_d"]))
@@ -124,6 +130,8 @@ def _day_of(found: re.Match[str], today: dt.date, past: bool) -> dt.date | None:
         return today - dt.timedelta(days=1)
     if g["today"]:
         return today
+    if g["nth"] or g["on_nth"]:
+        return _of_the_month(int(g["nth"] or g["on_nth"]), today) if past else None
     if g["ago"]:
         text = g["ago"].lower()
         count = int(text) if text.isdigit() else _NUMBERS.index(text) + 1
@@ -134,6 +142,16 @@ def _day_of(found: re.Match[str], today: dt.date, past: bool) -> dt.date | None:
     # the latest such weekday before today ("last Tuesday" on a Tuesday is a week ago)
     back = (today.weekday() - _WEEKDAYS.index(weekday.lower())) % 7 or 7
     return today - dt.timedelta(days=back)
+
+
+def _of_the_month(day: int, today: dt.date) -> dt.date | None:
+    """The `day` of this month, or of the last when it is still to come (or this month has
+    none: "the 31st" in November is October's)."""
+    named = _date(today.year, today.month, day)
+    if named is not None and named <= today:
+        return named
+    last = today.replace(day=1) - dt.timedelta(days=1)
+    return _date(last.year, last.month, day)
 
 
 def _date(year: int, month: int, day: int) -> dt.date | None:

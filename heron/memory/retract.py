@@ -4,7 +4,9 @@ after it was made (`guard.find_quote`, `QuoteMatch.taken_back`).
 
 Narrow on purpose: a message counts only when it says that it corrects something. Two kinds:
 words that retract what was just said ("scratch that", "I was wrong", "forget that", not
-"don't forget that", "that was a mistake", "correction:", "that is no longer true"), and words
+"don't forget that", "that was a mistake", "correction:", "that is no longer true"; and, only
+where a sentence or message starts with them, "actually no, ...", "wait, no", "no wait",
+"sorry, I meant ...", "I meant ..."), and words
 that say a state has ended ("I no longer ...", "I don't ... any more"). Recall takes both; a
 save is refused only for the first, since "I moved to Porto. I no longer live in Lisbon." takes
 nothing of its first sentence back.
@@ -25,8 +27,26 @@ _ENDED = (
     r"(?:i|we)(?:['’]m| am|['’]re| are)? no longer\b"
     r"|(?:not|no|\w+n't)\b[^.!?\n]{0,40}\bany ?more\b"
 )
-RETRACTS = re.compile(rf"\b(?:{_RETRACTS})", re.IGNORECASE)
-_TAKES_BACK = re.compile(rf"\b(?:{_RETRACTS}|{_ENDED})", re.IGNORECASE)
+# Words that retract only where they open a sentence or a message: "Actually no, Braga." takes
+# back what came before it, "it was actually no trouble" and "Actually no one came" do not, and
+# neither does "I meant to call you" or "I meant it". "actually no", "no wait" must end their
+# phrase (a comma, a full stop, the end: not "No, wait for me"); "I meant" must not go on
+# "to <do something>" other than "to say".
+_PHRASE_END = r"(?=\s*(?:[,.!;:\u2014\u2013-]|$))"
+_MEANT = r"i meant\b(?!\s+(?:to\b(?!\s+(?:say|write|type)\b)|it\b|what\b|that\b|well\b))"
+_OPENERS = (
+    rf"(?:actually|wait)\s*,?\s*no{_PHRASE_END}|no\s*,?\s*(?:wait|actually){_PHRASE_END}"
+    rf"|(?:sorry|oops|no)\s*,?\s*{_MEANT}|{_MEANT}"
+)
+# the start of the text, or of a sentence, a line or a dash-led aside within it
+_SENTENCE_START = r"(?:^|(?<=[.!?\n\u00b6;\u2014\u2013])\s*|(?<=\s-)\s*)"
+RETRACTS = re.compile(
+    rf"\b(?:{_RETRACTS})|{_SENTENCE_START}\b(?:{_OPENERS})", re.IGNORECASE | re.MULTILINE
+)
+_TAKES_BACK = re.compile(
+    rf"\b(?:{_RETRACTS}|{_ENDED})|{_SENTENCE_START}\b(?:{_OPENERS})",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def takes_back(text: str) -> bool:
@@ -39,4 +59,4 @@ def retraction(text: str) -> str | None:
     """The words of `text` that retract what was said just before it ("scratch that"), if
     any."""
     found = RETRACTS.search(text)
-    return found.group(0) if found else None
+    return found.group(0).strip() if found else None

@@ -55,6 +55,8 @@ from heron.providers.endpoint import (
     Endpoint,
     connection_error,
     cut_mid_reply,
+    is_a_stream,
+    model_ids,
     no_api_there,
     rate_limited_hint,
     server_failed_hint,
@@ -116,6 +118,8 @@ class AnthropicProvider:
                 raise stalled(stall) from error
         assembler = _Assembler(on_event, OutputMeter(request.max_tokens))
         try:
+            content_type = stream.response.headers.get("content-type", "")
+            is_a_stream(content_type, self.endpoint, "/v1/messages", _anthropic_api(self.endpoint))
             async for event in within_stall(_events(stream, self.endpoint), stall):
                 assembler.feed(event)
                 if assembler.cut:
@@ -127,9 +131,12 @@ class AnthropicProvider:
     async def list_models(self, timeout: float) -> list[str]:
         """The ids GET /v1/models lists (`heron models`, its first page), failures mapped as a
         chat's are; at most `timeout` seconds, no retry."""
+        models = self._client.with_options(timeout=timeout).models
         with map_errors(self.endpoint):
-            page = await self._client.with_options(timeout=timeout).models.list(limit=1000)
-        return sorted(m.id for m in page.data)
+            raw = await models.with_raw_response.list(limit=1000)
+            text = await raw.text()
+        content_type = raw.headers.get("content-type", "")
+        return model_ids(text, content_type, self.endpoint, _anthropic_api(self.endpoint))
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -594,6 +601,11 @@ def _no_v1(endpoint: Endpoint) -> str:
         root = endpoint.url.removesuffix("/v1")
         return f"Anthropic's base URL ends before /v1 (the SDK adds it): try {root} in {setting}."
     return f"Check {setting}: Anthropic's base URL is the address /v1/messages is under."
+
+
+def _anthropic_api(endpoint: Endpoint) -> str:
+    """What to check when the base URL answers with something that is not this API."""
+    return f"is this Anthropic's Messages API? {_no_v1(endpoint)}"
 
 
 def _about_model(kind: str | None, message: str) -> bool:

@@ -11,6 +11,7 @@ wrong URL cannot.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import ssl
@@ -182,17 +183,43 @@ def no_api_there(
 _TAG = re.compile(r"<[^>]*>")
 
 
-def not_the_api(endpoint: Endpoint, what: str, content_type: str, expected: str) -> ProviderError:
+def not_the_api(
+    endpoint: Endpoint, what: str, content_type: str, expected: str, advice: str
+) -> ProviderError:
     """A 200 whose body is not what the API sends (an HTML page, JSON of another shape): the
     base URL names a web page, a proxy or another service. Retrying cannot mend it, so it
     fails at once, saying which setting to check (`what` names the request, and the address
-    when its caller's words do not)."""
+    when its caller's words do not; `advice` is the wire's word on its base URL)."""
     kind = content_type.split(";")[0].strip() or "no content type"
     return FatalProviderError(
         f"{what} answered with {kind}, not {expected}",
-        hint=f"It does not look like the model API: is this a model server's OpenAI-compatible "
-        f"API? {with_v1(endpoint)}",
+        hint=f"It does not look like the model API: {advice}",
     )
+
+
+def model_ids(text: str, content_type: str, endpoint: Endpoint, advice: str) -> list[str]:
+    """The ids of a GET /models answer (`{"data": [{"id": ...}, ...]}`, both wires), read here
+    rather than by the SDKs, which raised a bare AttributeError or TypeError (a traceback) on
+    an HTML page or JSON of another shape."""
+    try:
+        data = json.loads(text).get("data")
+        ids = [m["id"] for m in data]
+    except (ValueError, AttributeError, TypeError, KeyError):
+        ids = None
+    if ids is None or not all(isinstance(i, str) for i in ids):
+        # `heron models` names the address before this (heron/channels/info.py).
+        raise not_the_api(endpoint, "its GET /models", content_type, "a list of models", advice)
+    return sorted(ids)
+
+
+def is_a_stream(content_type: str, endpoint: Endpoint, path: str, advice: str) -> None:
+    """A 200 to a streamed POST that is no event stream (an HTML page, a JSON object) fails at
+    once: the SDK finds no events in it, and the run retried five times and then said the
+    stream ended early, naming neither the address nor the setting. No content type at all
+    is let through (a server may omit it)."""
+    if content_type and "event-stream" not in content_type:
+        what = f"POST {path} at {endpoint.named}"
+        raise not_the_api(endpoint, what, content_type, "an event stream", advice)
 
 
 def with_v1(endpoint: Endpoint) -> str:

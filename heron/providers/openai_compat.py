@@ -44,8 +44,9 @@ from heron.providers.endpoint import (
     Endpoint,
     connection_error,
     cut_mid_reply,
+    is_a_stream,
+    model_ids,
     no_api_there,
-    not_the_api,
     rate_limited_hint,
     server_failed_hint,
     with_v1,
@@ -185,7 +186,9 @@ class OpenAICompatProvider:
             # `async with` releases the connection even when the caller cancels mid-stream,
             # and when a reply past its output cap is left unread.
             async with stream:
-                _is_a_stream(stream, self.endpoint)
+                content_type = stream.response.headers.get("content-type", "")
+                path = "/chat/completions"
+                is_a_stream(content_type, self.endpoint, path, _openai_api(self.endpoint))
                 async for chunk in within_stall(stream, stall):
                     for event in acc.add(chunk):
                         if on_event:
@@ -214,7 +217,8 @@ class OpenAICompatProvider:
             raw = await models.with_raw_response.list()
         except openai.OpenAIError as error:
             raise map_error(error, self.endpoint, "GET", key=self.key_words) from error
-        return _model_ids(raw.text, raw.headers.get("content-type", ""), self.endpoint)
+        content_type = raw.headers.get("content-type", "")
+        return model_ids(raw.text, content_type, self.endpoint, _openai_api(self.endpoint))
 
     async def aclose(self) -> None:
         if self._warming is not None:  # a client still being made is closed too
@@ -228,29 +232,9 @@ class OpenAICompatProvider:
 # ---- wire helpers ----------------------------------------------------------------------------
 
 
-def _model_ids(text: str, content_type: str, endpoint: Endpoint) -> list[str]:
-    """The ids of a GET /models answer, read here rather than by the SDK, which raised a bare
-    AttributeError or TypeError (a traceback) on an HTML page or JSON of another shape."""
-    try:
-        data = json.loads(text).get("data")
-        ids = [m["id"] for m in data]
-    except (ValueError, AttributeError, TypeError, KeyError):
-        ids = None
-    if ids is None or not all(isinstance(i, str) for i in ids):
-        # `heron models` names the address before this (heron/channels/info.py).
-        raise not_the_api(endpoint, "its GET /models", content_type, "a list of models")
-    return sorted(ids)
-
-
-def _is_a_stream(stream: Any, endpoint: Endpoint) -> None:
-    """A 200 to the streamed POST that is no event stream (an HTML page, a JSON object) fails
-    at once: the SDK finds no events in it, and the run retried five times and then said "the
-    stream ended before the model finished", naming neither the address nor the setting. No
-    content type at all is let through (a server may omit it)."""
-    content_type = stream.response.headers.get("content-type", "")
-    if content_type and "event-stream" not in content_type:
-        what = f"POST /chat/completions at {endpoint.named}"
-        raise not_the_api(endpoint, what, content_type, "an event stream")
+def _openai_api(endpoint: Endpoint) -> str:
+    """What to check when the base URL answers with something that is not this API."""
+    return f"is this a model server's OpenAI-compatible API? {with_v1(endpoint)}"
 
 
 async def _post_stream(client: AsyncOpenAI, body: JSONObject) -> Any:
