@@ -244,6 +244,28 @@ async def test_a_server_that_is_down_is_retried_then_named_with_what_to_do():
     assert "sekrit" not in str(error) and "sk-key" not in str(error)
 
 
+@pytest.mark.parametrize(
+    ("source", "hint"),
+    [
+        (None, "Check the network connection: the host's name could not be looked up."),
+        ("HERON_BASE_URL", "Check the host name in HERON_BASE_URL and the network connection."),
+    ],
+)
+def test_a_host_that_cannot_be_found_says_what_to_check_once(source, hint):
+    """With a public API (no setting named its URL) the hint read "Check the host name (check
+    the network connection) and the network connection." (QA22u L3)."""
+    from heron.providers.endpoint import Endpoint, connection_error
+
+    lookup = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    try:
+        raise ConnectionError("connect failed") from lookup
+    except ConnectionError as failed:
+        error = connection_error(failed, Endpoint.of("https://api.example.com/v1", source))
+    assert isinstance(error, TransientProviderError)
+    assert error.summary.startswith("cannot find the host of https://api.example.com/v1")
+    assert error.hint == hint
+
+
 async def test_a_base_url_without_v1_fails_at_once_saying_so():
     with FakeOpenAIServer([ServerReply(text="never")]) as server:
         root = server.base_url.removesuffix("/v1")
