@@ -113,10 +113,10 @@ class AnthropicProvider:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self._client, body)
             except TimeoutError as error:
-                raise stalled(stall) from error
+                raise stalled(stall, self.endpoint) from error
         assembler = _Assembler(on_event, OutputMeter(request.max_tokens))
         try:
-            async for event in within_stall(_events(stream, self.endpoint), stall):
+            async for event in within_stall(_events(stream, self.endpoint), stall, self.endpoint):
                 assembler.feed(event)
                 if assembler.cut:
                     break  # past the output cap: the rest is left unread
