@@ -150,6 +150,28 @@ def test_a_named_model_or_provider_still_decides_and_public_apis_still_need_thei
 
 
 @pytest.mark.parametrize(
+    ("cli", "env", "named"),
+    [
+        ("foo-bar", {}, "--model"),
+        (None, {"HERON_MODEL": "gtp-4o"}, "HERON_MODEL"),
+    ],
+)
+def test_an_unknown_model_name_without_a_key_says_it_went_to_openai(cli, env, named):
+    """`heron run --model foo-bar` (a typo, no key) said only "no OpenAI API key" (QA22u L5):
+    it now names the model, where it was named, and why OpenAI."""
+    model = cli or env["HERON_MODEL"]
+    with pytest.raises(ConfigError) as caught:
+        choose_model(Config(), env, cli)
+    said = caught.value.summary
+    assert said.startswith("no OpenAI API key")
+    assert f"{model!r} ({named})" in said and "no model Heron knows" in said
+    assert "heron models" in str(caught.value.hint) and "spelling" in str(caught.value.hint)
+    with pytest.raises(ConfigError) as known:  # a name Heron knows needs only the key
+        choose_model(Config(), {}, "gpt-4o")
+    assert known.value.summary == "no OpenAI API key"
+
+
+@pytest.mark.parametrize(
     "url", ["127.0.0.1:8000/v1", "ftp://host/v1", "http:///v1", "http://h:x/v1"]
 )
 def test_a_malformed_base_url_is_refused_when_the_settings_load(tmp_path, url):
