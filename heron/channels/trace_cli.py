@@ -66,15 +66,18 @@ def trace_ls(
     """List recorded runs, newest first."""
     from heron.channels.common import table
     from heron.trace.read import list_runs
-    from heron.trace.render import LS_HEADER, ls_rows
+    from heron.trace.render import LS_HEADER, ls_rows, unknown_cost_notes
 
     try:
         s, store, prices = _open()
-        rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
+        runs = list_runs(store, conversation, limit)
+        rows = ls_rows(runs, prices, s.timezone)
         if not rows:
             echo("No runs recorded yet.")
         else:
             table(LS_HEADER, rows)
+            for note in unknown_cost_notes([r.turn for r in runs], prices):
+                echo(note)
     except HeronError as e:
         _fail(e)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from heron import timefmt
@@ -104,6 +104,7 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
         yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
     if t.error:
         yield f"error: {t.error}"
+    yield from unknown_cost_notes([t], prices)
 
 
 def _recalled_lines(run: RunTrace) -> Iterator[str]:
@@ -263,6 +264,33 @@ def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterato
             f"conversation: {plural(len(everything) - runs, 'turn')}{extra}, "
             f"cost {format_cost(conversation_cost(everything, prices))}"
         )
+        yield from unknown_cost_notes(everything, prices)
+
+
+def unknown_cost_notes(turns: Iterable[Turn], prices: PriceTable) -> list[str]:
+    """Under a listing with a `?` cost: why it is unknown, and for a model with no price how
+    to give it one (the keys of `[prices."<glob>"]` are otherwise only in docs/traces.md)."""
+    turns = list(turns)
+    unpriced = sorted(
+        {t.model for t in turns if t.model and prices.price(t.model, t.provider) is None}
+    )
+    notes = [
+        f'? no price is known for {model}: add [prices."{model}"] with input and output '
+        "(US dollars per million tokens; cache_read and cache_write optional) to config.toml "
+        '(docs/traces.md, "Prices").'
+        for model in unpriced
+    ]
+    stopped = [
+        t
+        for t in turns
+        if t.usage_unknown and t.model not in unpriced and turn_cost(t, prices) is None
+    ]
+    if stopped:
+        notes.append(
+            f"? {plural(len(stopped), 'run')} stopped while a reply streamed: the output was "
+            "billed but never counted, so the cost is unknown."
+        )
+    return notes
 
 
 def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
@@ -306,6 +334,7 @@ def render_usage(
             name = f"maintenance ({_share(upkeep, turns, prices)})"
             yield _usage_row(name, upkeep, prices, len(upkeep))
         yield ""
+    yield from unknown_cost_notes(turns, prices)
 
 
 def _usage_row(name: str, turns: list[Turn], prices: PriceTable, count: int | None = None) -> str:
