@@ -706,7 +706,8 @@ def stored_reply(printer: ReplyPrinter) -> str:
     that part is left out. A stopped turn keeps it, marked as stopped."""
     held = "".join(printer.reply)
     end = printer.end
-    failed = end is not None and not end.ok and _stopped_by(printer) is None
+    # Failed, not stopped: a stop (a signal, /stop, a serve shutting down) keeps what streamed.
+    failed = end is not None and end.stop == "error" and _stopped_by(printer) is None
     gone = end is None and printer.serve_gone
     return held[: printer.kept_at] if gone or (failed and printer.unkept) else held
 
