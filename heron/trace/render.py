@@ -104,7 +104,6 @@ def render_show(store: Store, run: RunTrace, prices: PriceTable, zone: str) -> I
         yield f"agent: {_short(run.reply_text, 400)}" if run.reply_text else "agent: (no reply)"
     if t.error:
         yield f"error: {t.error}"
-    yield from unknown_cost_notes([t], prices)
 
 
 def _recalled_lines(run: RunTrace) -> Iterator[str]:
@@ -264,12 +263,12 @@ def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterato
             f"conversation: {plural(len(everything) - runs, 'turn')}{extra}, "
             f"cost {format_cost(conversation_cost(everything, prices))}"
         )
-        yield from unknown_cost_notes(everything, prices)
 
 
 def unknown_cost_notes(turns: Iterable[Turn], prices: PriceTable) -> list[str]:
-    """Under a listing with a `?` cost: why it is unknown, and for a model with no price how
-    to give it one (the keys of `[prices."<glob>"]` are otherwise only in docs/traces.md)."""
+    """For a listing with a `?` cost, said on stderr so that its stdout stays the table: why
+    it is unknown, and for a model with no price how to give it one (the keys of
+    `[prices."<glob>"]` are otherwise only in docs/traces.md)."""
     turns = list(turns)
     unpriced = sorted(
         {t.model for t in turns if t.model and prices.price(t.model, t.provider) is None}
@@ -311,8 +310,7 @@ def render_usage(
     every run's, the maintenance runs made outside any turn included (`turns` counts the turns
     only); when there were any, a `maintenance` row under each total says how much of it they
     were."""
-    rows = records.turn_rows_since(store, since or 0.0)
-    turns = [turn_from_row(r) for r in rows]
+    turns = usage_turns(store, since)
     if not turns:
         yield "No turns recorded yet."
         return
@@ -334,7 +332,11 @@ def render_usage(
             name = f"maintenance ({_share(upkeep, turns, prices)})"
             yield _usage_row(name, upkeep, prices, len(upkeep))
         yield ""
-    yield from unknown_cost_notes(turns, prices)
+
+
+def usage_turns(store: Store, since: float | None = None) -> list[Turn]:
+    """Every run `heron usage` counts, maintenance runs included, since `since`."""
+    return [turn_from_row(r) for r in records.turn_rows_since(store, since or 0.0)]
 
 
 def _usage_row(name: str, turns: list[Turn], prices: PriceTable, count: int | None = None) -> str:
