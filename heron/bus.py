@@ -134,6 +134,9 @@ class OutboundMessage:
     # /resume's answer: the conversation its client goes on in. That client alone moves; the
     # serve tells the conversation's other clients that one left (heron/serve/hub.py).
     switch_to: str | None = None
+    # The stored row the notice speaks of (an `unanswered` one: the row that keeps the
+    # message), so that a client shows the notice after it, not above it.
+    message_id: int | None = None
 
 
 STOP_ANSWER_CODE = "stop_answer"

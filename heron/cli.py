@@ -27,6 +27,22 @@ if TYPE_CHECKING:
     from heron.config import Settings
     from heron.messages import File
 
+
+def _flags_take_no_placeholder() -> None:
+    """typer's help panel (0.29) shows a flag's type as if it took a value: `--json <bool>`,
+    `--help <bool>`. Its plain help leaves a flag bare; so does the panel from here on."""
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else typed(self, ctx)
+
+    setattr(TyperOption, "display_type_rich", display_type_rich)  # noqa: B010 (a method)
+
+
+_flags_take_no_placeholder()
+
 app = typer.Typer(
     rich_markup_mode="markdown",
     help="Heron: a personal AI agent that keeps long conversations whole.",

@@ -37,6 +37,7 @@ from heron.providers.profiles import (
     ProviderKind,
     apply_overrides,
     gguf_profile,
+    known_name,
     profile_for,
 )
 
@@ -973,7 +974,10 @@ def choose_model(
     environment, then the embedded offline model. A base URL in config.toml means that server
     (docs/engine.md, "Model servers")."""
     model = cli_model or env.get("HERON_MODEL") or config.model
-    choice = _choose(config, env, model)
+    try:
+        choice = _choose(config, env, model)
+    except NoOpenAIKey as error:
+        raise error.named(_model_source(config, env, cli_model)) from None
     facts = read_gguf(choice.model_path) if choice.model_path is not None else None
     if facts is not None:  # a local file: profiled from what it says, not from its name
         profile = gguf_profile(facts, choice.model, config.models, physical_memory())
@@ -1078,14 +1082,44 @@ def _openai_wire(
     key = _openai_key(config, env, url, source)
     if url is None or _is_openai(url):
         if not key:
-            raise ConfigError(
-                "no OpenAI API key",
-                hint="Set OPENAI_API_KEY (or api_key under [providers.openai] in config.toml), "
-                "or HERON_BASE_URL for a local OpenAI-compatible server.",
-            )
+            raise NoOpenAIKey(model)
         return ModelChoice("openai", model or DEFAULT_OPENAI_MODEL, url, key, url_source=source)
     model = model or SERVER_DEFAULT_MODEL
     return ModelChoice("openai", model, url, key or PLACEHOLDER_KEY, url_source=source)
+
+
+class NoOpenAIKey(ConfigError):
+    """OpenAI's own API and no key for it; `named` says more when the model's name is one
+    Heron does not know (a typo goes to OpenAI, as every name not starting with claude)."""
+
+    HINT = (
+        "Set OPENAI_API_KEY (or api_key under [providers.openai] in config.toml), or "
+        "HERON_BASE_URL for a local OpenAI-compatible server."
+    )
+
+    def __init__(self, model: str | None) -> None:
+        super().__init__("no OpenAI API key", hint=self.HINT)
+        self.model = model
+
+    def named(self, source: str | None) -> ConfigError:
+        if self.model is None or source is None or known_name(self.model):
+            return self
+        return ConfigError(
+            f"no OpenAI API key: {self.model!r} ({source}) is no model Heron knows, and a "
+            "name not starting with claude goes to OpenAI's API",
+            hint="Check its spelling (`heron models` lists the names Heron knows); for "
+            "OpenAI, set OPENAI_API_KEY (or api_key under [providers.openai] in config.toml); "
+            "for a local OpenAI-compatible server that serves it, set HERON_BASE_URL.",
+        )
+
+
+def _model_source(config: Config, env: Mapping[str, str], cli_model: str | None) -> str | None:
+    """The setting that named the model, as an error says it."""
+    if cli_model:
+        return "--model"
+    if env.get("HERON_MODEL"):
+        return "HERON_MODEL"
+    return "model in config.toml" if config.model else None
 
 
 def _openai_key(

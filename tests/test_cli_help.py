@@ -62,3 +62,12 @@ def test_descriptions_are_rewrapped_not_broken_at_the_source_lines():
             # at 200 columns a paragraph fills its line before it wraps: a line followed by
             # more of its paragraph while far short of the width kept a source line break
             assert not (line and after) or len(line) > WIDE - 40, (path, line)
+
+
+def test_a_flag_shows_no_value_placeholder():
+    """typer's panel showed every flag as `--json <bool>`, `--help <bool>`, as if it took a
+    value (QA22u L11); an option that takes one keeps its placeholder."""
+    for path in COMMANDS:
+        assert "<bool>" not in _help(path), path
+    shown = _help(("run",))
+    assert "<str>" in shown and "FILE" in shown  # --conversation, --attach take values

@@ -63,6 +63,10 @@ async def test_close_starts_no_turn_and_keeps_unread_mail_and_queued_messages_un
         # the browser's person answers it there (QA22t #6): no command line of a terminal
         assert "/retry" in told["w2"] and "heron run" not in told["w2"]
         assert "kept" in told["r3"] and "not taken" in told["w"]  # after the store: not kept
+        # Each kept one names the row that keeps it, for the browser to place its notice
+        # after it (QA22t #6: it sat above the message it spoke of).
+        rows_told = {m.chat_id: m.message_id for m in said if m.code == UNANSWERED_CODE}
+        assert rows_told == {"r2": last.id, "w2": last.id, "r3": last.id, "w": None}
 
         again = AgentLoop(engine, MessageBus())
         await again.dispatch(InboundMessage("script", "r4", "/retry unanswered", "p"))

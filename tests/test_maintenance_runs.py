@@ -124,7 +124,8 @@ async def test_compact_is_a_run_of_its_own_counted_in_usage_not_in_turns():
     sent = model.sent["summary"][0]
     assert doc["model_calls"][0]["request"] == json.loads(dumps(ScriptedProvider([]).payload(sent)))
     stats = CliRunner().invoke(app, ["trace", "show", "k", "--stats"]).stdout
-    assert f"{run.run_id}" in stats and stats.splitlines()[-3].endswith("compact")
+    (row,) = [line for line in stats.splitlines() if run.run_id in line]
+    assert row.endswith("compact")
     assert "conversation: 10 turns and 1 maintenance run" in stats
 
 

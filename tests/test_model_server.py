@@ -150,6 +150,28 @@ def test_a_named_model_or_provider_still_decides_and_public_apis_still_need_thei
 
 
 @pytest.mark.parametrize(
+    ("cli", "env", "named"),
+    [
+        ("foo-bar", {}, "--model"),
+        (None, {"HERON_MODEL": "gtp-4o"}, "HERON_MODEL"),
+    ],
+)
+def test_an_unknown_model_name_without_a_key_says_it_went_to_openai(cli, env, named):
+    """`heron run --model foo-bar` (a typo, no key) said only "no OpenAI API key" (QA22u L5):
+    it now names the model, where it was named, and why OpenAI."""
+    model = cli or env["HERON_MODEL"]
+    with pytest.raises(ConfigError) as caught:
+        choose_model(Config(), env, cli)
+    said = caught.value.summary
+    assert said.startswith("no OpenAI API key")
+    assert f"{model!r} ({named})" in said and "no model Heron knows" in said
+    assert "heron models" in str(caught.value.hint) and "spelling" in str(caught.value.hint)
+    with pytest.raises(ConfigError) as known:  # a name Heron knows needs only the key
+        choose_model(Config(), {}, "gpt-4o")
+    assert known.value.summary == "no OpenAI API key"
+
+
+@pytest.mark.parametrize(
     "url", ["127.0.0.1:8000/v1", "ftp://host/v1", "http:///v1", "http://h:x/v1"]
 )
 def test_a_malformed_base_url_is_refused_when_the_settings_load(tmp_path, url):
@@ -242,6 +264,28 @@ async def test_a_server_that_is_down_is_retried_then_named_with_what_to_do():
     )
     assert error.hint == "Is the model server running? Start it, or check HERON_BASE_URL."
     assert "sekrit" not in str(error) and "sk-key" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("source", "hint"),
+    [
+        (None, "Check the network connection: the host's name could not be looked up."),
+        ("HERON_BASE_URL", "Check the host name in HERON_BASE_URL and the network connection."),
+    ],
+)
+def test_a_host_that_cannot_be_found_says_what_to_check_once(source, hint):
+    """With a public API (no setting named its URL) the hint read "Check the host name (check
+    the network connection) and the network connection." (QA22u L3)."""
+    from heron.providers.endpoint import Endpoint, connection_error
+
+    lookup = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    try:
+        raise ConnectionError("connect failed") from lookup
+    except ConnectionError as failed:
+        error = connection_error(failed, Endpoint.of("https://api.example.com/v1", source))
+    assert isinstance(error, TransientProviderError)
+    assert error.summary.startswith("cannot find the host of https://api.example.com/v1")
+    assert error.hint == hint
 
 
 async def test_a_base_url_without_v1_fails_at_once_saying_so():

@@ -12,10 +12,11 @@ from serve_helpers import running_serve
 from heron.bus import RETRY_MARKER
 from heron.channels.script import run_message, run_once
 from heron.config import Settings
-from heron.errors import TransientProviderError
+from heron.errors import FatalProviderError, TransientProviderError
 from heron.messages import Reply, Text, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.request import StreamEvent
+from heron.store import Store
 
 DEAD = "hello there gene"  # what the cut attempt streamed before the connection dropped
 FINAL = "The answer is 42."
@@ -182,3 +183,36 @@ def test_each_tool_line_on_stderr_names_its_call_by_its_first_argument():
     assert lines[0] == '[propose_lesson error 0.2s: "Always check the date of the meeting be…"]'
     assert lines[1] == '[propose_lesson ok 0.2s: "a\\x1b[2Jb.md"]'  # escaped, never run
     assert lines[2] == "[propose_lesson ok 0.2s]"
+
+
+class CutAndFailed(ScriptedProvider):
+    """Streams DEAD, then fails for good (as the last of a cut stream's attempts does)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda request: Reply([Text(FINAL)], "done", Usage(10, 5)))
+
+    async def chat(self, request, on_event=None):
+        if on_event:
+            on_event(StreamEvent("text", DEAD))
+        raise FatalProviderError("the stream ended before the model finished its reply")
+
+
+@pytest.mark.parametrize("served", [False, True])
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_a_failed_turn_prints_none_of_its_dead_attempt(as_json, served):
+    """A failed turn wrote its last attempt's partial text to stdout and to `reply`, which
+    the record never holds (QA22u L1): a script's `> answer.txt` kept half a sentence."""
+    ok, out, err = await _run(CutAndFailed(), as_json=as_json, served=served)
+    assert not ok
+    reply = json.loads(out)["reply"] if as_json else out
+    assert reply == ""
+    said = json.loads(out)["error"] if as_json else err
+    assert "the stream ended before the model finished its reply" in said
+    store = Store(Settings.load().paths.db)
+    try:
+        conversation = store.conversation("cut")
+        assert conversation is not None
+        texts = [row.message.text for row in store.branch(conversation.id)]
+    finally:
+        store.close()
+    assert texts == ["hi"]  # the record has none of the dead attempt either

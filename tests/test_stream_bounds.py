@@ -93,9 +93,13 @@ async def test_a_reply_at_its_cap_is_not_cut(serve: Serve) -> None:
 
 @WIRES
 async def test_a_server_that_never_answers_is_cut_after_the_stall_timeout(serve: Serve) -> None:
-    async with serve([ServerReply(hang=True)]) as (_, provider):
-        with pytest.raises(TransientProviderError, match=r"sent nothing for 0\.3 s"):
+    async with serve([ServerReply(hang=True)]) as (server, provider):
+        with pytest.raises(TransientProviderError, match=r"sent nothing for 0\.3 s") as caught:
             await provider.chat(_request(stall=0.3))
+    # The error names the server and the settings that bound the wait (QA22u L2).
+    assert server.base_url in caught.value.summary
+    assert "stall_timeout under [agent]" in str(caught.value.hint)
+    assert "request_deadline" in str(caught.value.hint)
 
 
 @WIRES
@@ -111,10 +115,10 @@ async def test_a_stream_gone_silent_is_cut_and_retried(serve: Serve) -> None:
         reply = await call_with_retries(
             lambda: provider.chat(_request(stall=1.0)),
             RetryPolicy(base_delay=0.01),
-            on_retry=lambda error, wait: retries.append(str(error)),
+            on_retry=lambda error, wait: retries.append(error.summary),
         )
     assert reply.text == "second try complete" and reply.stop == "done"
-    assert retries == ["the model server sent nothing for 1 s; cut"]
+    assert retries == [f"the model server at {server.base_url} sent nothing for 1 s; cut"]
     assert len(server.requests) == 2
 
 

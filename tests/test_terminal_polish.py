@@ -618,3 +618,52 @@ async def test_the_list_counts_the_turns_of_the_current_branch_and_says_its_bran
     rows = {line.split()[0]: line for line in _cli("conversations", "list").splitlines()[1:]}
     assert " 2 (2 branches) " in rows["retried"]
     assert " 1 " in rows["plain"] and "branch" not in rows["plain"]
+
+
+NARROW = 40  # columns of a small terminal pane (QA22u L12)
+
+
+async def test_help_wraps_each_description_under_itself_at_40_columns():
+    """At 40 columns /help's descriptions wrapped back to column 0, under the command names."""
+    out = io.StringIO()
+    state = terminal.ChatState("k", "default", embedded=True)
+    view = terminal.TerminalView(Console(file=out, width=NARROW), state)
+    assert await terminal._command("/help", None, _Refuse(), state, view, None)  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= NARROW for line in lines), lines
+    entry = False
+    for line in lines:
+        if line.startswith("  /"):
+            entry = True  # a command's row; its description's later lines are indented
+        elif entry and line.startswith("    "):
+            continue
+        else:
+            assert not (entry and line[:1].islower()), line  # a description at column 0
+            entry = False
+    said = " ".join(out.getvalue().split())
+    assert "/new start afresh: the model forgets this conversation, the transcript stays" in said
+
+
+async def test_the_review_notice_at_exit_wraps_between_words(monkeypatch):
+    """It was written unwrapped, and a 40-column terminal broke it mid-word (`ba|ckground`)."""
+    from heron.memory.commands import closing_notice
+
+    def review(settings, model, choice, keys, *, say):
+        say(closing_notice(choice))
+        return True
+
+    async def new_since(engine, state):
+        return ["k"], None
+
+    monkeypatch.setattr(terminal, "review_on_close", review)
+    monkeypatch.setattr(terminal, "exit_review", new_since)
+    out = io.StringIO()
+    state = terminal.ChatState("k", "default")
+    state.keys.append("k")
+    async with Engine.open(Settings.load(), provider=ScriptedProvider([])) as engine:
+        console = Console(file=out, width=NARROW)
+        await terminal._review_at_exit(Settings.load(), None, engine, state, console)
+        notice = closing_notice(engine.choice)
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 1 and all(len(line) <= NARROW for line in lines), lines
+    assert " ".join(out.getvalue().split()) == notice

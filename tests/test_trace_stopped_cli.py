@@ -34,6 +34,7 @@ def test_a_stop_in_the_chat_keeps_the_call_and_its_cost_unknown(heron_home, mode
     (row,) = listed.stdout.splitlines()[1:]
     run, *_, status, calls, _tools, _in, _out, cost = row.split()
     assert (status, calls, cost) == ("interrupted", "1", "?"), row
+    assert '[prices."fake-model"]' in listed.stderr  # how to price it, beside the table
     shown = heron(heron_home, {}, "trace", "show", run).stdout
     assert "streamed: The first" in shown and "stopped before the reply ended" in shown
     exported = json.loads(heron(heron_home, {}, "trace", "export", run).stdout)

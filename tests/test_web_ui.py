@@ -1758,3 +1758,34 @@ def test_commands_sent_mid_turn_take_no_mail_label_and_a_resume_elsewhere_is_ref
     model.feed(("end", None))
     model.reply("Done.")
     expect(page.locator(".live")).to_have_count(0)
+
+
+def test_the_notice_of_mail_kept_as_the_serve_stops_follows_the_message_it_speaks_of(browser):
+    """The serve stopped (SIGTERM) with this tab's mail unread: the page said "heron serve
+    stopped before your message was answered" above that message (QA22t #6). The notice names
+    the row that keeps the message, and goes after it, across the restart and a reload."""
+    from urllib.parse import urlsplit
+
+    model = SteeredModel()
+    notice = "before your message was answered"
+    with serve(model) as site:
+        port = urlsplit(site.url).port
+        pg = site.page(browser, "/")
+        _send(pg, "a long task")
+        model.feed(("text", "Working on it"))
+        expect(pg.locator(".live")).to_contain_text("Working on it")
+        _send(pg, "mail before the stop")
+        expect(pg.locator(".msg.mail")).to_contain_text("mail before the stop")
+    expect(pg.locator(".note").filter(has_text=notice)).to_have_count(1)
+    with serve(SteeredModel(), port=port):
+        expect(pg.get_by_role("status", name="connection open")).to_have_count(1)
+        expect(
+            pg.locator(".msg.user[data-id]").filter(has_text="mail before the stop")
+        ).to_have_count(1)
+        _order(pg, "a long task", "Working on it", "mail before the stop", notice)
+        pg.reload()
+        expect(
+            pg.locator(".msg.user[data-id]").filter(has_text="mail before the stop")
+        ).to_have_count(1)
+        _order(pg, "a long task", "Working on it", "mail before the stop", notice)
+    pg.context.close()

@@ -45,6 +45,9 @@ class Memos:
     # (conversation id, window) whose turn was told it is tight (agent/turn.py `_told`): said
     # once per conversation and window in a process, not at every tool turn.
     told_tight: set[tuple[int, int]] = field(default_factory=set)
+    # Conversations told that the model cannot use the tools asked for (agent/turn.py
+    # `no_tools_note`): once each in a process.
+    told_no_tools: set[int] = field(default_factory=set)
 
 
 @dataclass

@@ -763,11 +763,17 @@ class AgentLoop:
             self._tell(message, key, keeping_notice(self._closed_by, key), KEEPING_CODE)
 
     def _tell(
-        self, message: InboundMessage, key: str, text: str, code: str = UNANSWERED_CODE
+        self,
+        message: InboundMessage,
+        key: str,
+        text: str,
+        code: str = UNANSWERED_CODE,
+        row: int | None = None,
     ) -> None:
-        """Say to the client that sent `message` that no turn of this process answers it."""
+        """Say to the client that sent `message` that no turn of this process answers it
+        (`row`: the stored row that keeps it, which the notice is about)."""
         said = OutboundMessage(message.channel, message.chat_id, key, text, "notice")
-        self.bus.emit(dataclasses.replace(said, code=code))
+        self.bus.emit(dataclasses.replace(said, code=code, message_id=row))
 
     async def _store_kept(self) -> None:
         """The kept words of each conversation, as one message of the person's with no answer
@@ -782,9 +788,10 @@ class AgentLoop:
 
     async def _store_words(self, key: str, messages: list[InboundMessage]) -> None:
         joined = join_words(messages, key)
+        row: int | None = None
         try:
             caps = self.engine.settings.config.attachments
-            await keep_words(
+            row = await keep_words(
                 self.engine.store, key, joined.text, joined.files, joined.agent, caps, joined.held
             )
         except Exception as e:  # one conversation's failed write must not lose the others
@@ -793,7 +800,8 @@ class AgentLoop:
         else:
             said = ""
         for message in messages:
-            self._tell(message, key, said or kept_notice(self._closed_by, key, message.channel))
+            kept = said or kept_notice(self._closed_by, key, message.channel)
+            self._tell(message, key, kept, row=row)
 
 
 async def _stored_first(active: _Active) -> None:

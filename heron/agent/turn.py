@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import functools
 import os
+import re
 import secrets
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -514,10 +515,48 @@ async def build(t: Turn, todo: ToBuild) -> BuiltTurn:
         prepared.messages,
         prepared.governor,
         sink,
-        prepared.notices,
+        [*prepared.notices, *no_tools_note(t, todo.text)],
         user_id,
     )
     return t.built
+
+
+# Words of a message that asks the agent to act on the machine: run something, read a file.
+_TOOL_WORDS = re.compile(
+    r"\b(tools?|bash|shell|terminal|commands?|run_cell|execute|scripts?|files?|folders?|"
+    r"director(?:y|ies)|workspace)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_tools(text: str) -> bool:
+    """Whether the person's message reads as a request to use a tool (a guess by its words:
+    a note said once too often costs a line; the one never said cost a made-up command)."""
+    return _TOOL_WORDS.search(text) is not None
+
+
+def no_tools_note(t: Turn, text: str) -> list[str]:
+    """A model offered no tools, asked by the person to use one, would write a command as
+    text that looks run: it is said, once per conversation in this process, that it cannot."""
+    engine = t.engine
+    told = engine.memos.told_no_tools
+    if engine.registry.names() or t.control.options is not None or t.conversation.id in told:
+        return []  # tools there, or a turn Heron started (a job, a goal): nobody asked
+    if not asks_for_tools(text):
+        return []
+    told.add(t.conversation.id)
+    choice = engine.choice
+    if choice.embedded:
+        return [
+            "The offline demo model cannot use tools: it runs no command and reads no file, "
+            "so a command it writes is only text. For tools, point Heron at a real model "
+            '(README, "Pointing Heron at a model").'
+        ]
+    return [
+        f"{choice.model} cannot use tools here (it is offered none): it runs no command and "
+        "reads no file, so a command it writes is only text. If it can call tools, "
+        f'tools = true under [models."{choice.model}"] in config.toml offers them.'
+    ]
 
 
 # Heron's line after a stopped reply whose message `heron run --retry` answers where it stands:

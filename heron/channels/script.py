@@ -687,8 +687,7 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
     gone = printer.end is None and printer.serve_gone
     open_line = printer.wrote and not printer.at_line_start
     if printer.hold:  # the reply as stored, written now that the turn ended
-        held = "".join(printer.reply)
-        shown = held[: printer.kept_at] if gone else held
+        shown = stored_reply(printer)
         printer.emit(shown)
         open_line = bool(shown) and not shown.endswith("\n")
     if open_line:
@@ -709,6 +708,18 @@ def _said(printer: ReplyPrinter, key: str) -> bool:
         error = f"the turn was {error}. What it finished is kept."
     printer.note(f"heron: {error}\n{hint}")
     return False
+
+
+def stored_reply(printer: ReplyPrinter) -> str:
+    """The held reply as the record keeps it. A turn that failed, or whose serve went away,
+    keeps none of what streamed since its last tool call (a cut stream's last attempt, say):
+    that part is left out. A stopped turn keeps it, marked as stopped."""
+    held = "".join(printer.reply)
+    end = printer.end
+    # Failed, not stopped: a stop (a signal, /stop, a serve shutting down) keeps what streamed.
+    failed = end is not None and end.stop == "error" and _stopped_by(printer) is None
+    gone = end is None and printer.serve_gone
+    return held[: printer.kept_at] if gone or (failed and printer.unkept) else held
 
 
 def _stopped_by(printer: ReplyPrinter) -> str | None:
@@ -800,9 +811,10 @@ def after_stop(stopped: str, key: str) -> str:
 
 def result_json(printer: ReplyPrinter, key: str) -> dict[str, object]:
     """`heron run --json`: the turn as one object, the same in-process and through serve. A
-    failed turn's reply is what streamed before it failed (never the error's text, which is in
-    `error`), and `hint` says how to answer it again; --retry with nothing to retry is not ok
-    either (`error` says so), as nothing was answered."""
+    failed turn's reply is what the record keeps of it, the text before its last tool call
+    (never the error's text, which is in `error`), and `hint` says how to answer it again;
+    --retry with nothing to retry is not ok either (`error` says so), as nothing was
+    answered."""
     end = printer.end
     usage = end.usage if end is not None else None
     streamed = "".join(printer.reply)
@@ -826,7 +838,7 @@ def result_json(printer: ReplyPrinter, key: str) -> dict[str, object]:
         out.update(unsaved_reply=unsaved or None)
     elif end is None or not end.ok:
         error, hint = _why(printer, key)
-        out.update(reply=streamed, error=error, hint=hint)
+        out.update(reply=stored_reply(printer), error=error, hint=hint)
     else:
         out.update(reply=streamed or end.reply or "", ok=True)
     if end is not None:

@@ -17,8 +17,10 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import sys
+import textwrap
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -72,6 +74,32 @@ In this terminal:
   /exit, /quit  leave (as Ctrl-D does)
 Enter sends; Alt-Enter (or Esc then Enter) adds a new line. A message sent while the agent
 works is answered in the same turn. Ctrl-C stops the running turn; Ctrl-D leaves."""
+
+
+# A row of a two-column list: its indent and command, two spaces or more, its description.
+_ROW = re.compile(r"^(\s+\S.*?)(\s{2,})(\S.*)$")
+
+
+def hanging(text: str, width: int) -> str:
+    """/help's two columns at `width`: a description that wraps goes on under itself, or, when
+    its column is past half the width, on the lines after its command, indented; never back
+    at column 0 under the commands. Other lines are left for the console to wrap."""
+    out: list[str] = []
+    for line in text.splitlines():
+        row = _ROW.match(line)
+        if len(line) <= width or row is None:
+            out.append(line)
+            continue
+        head, gap, body = row.groups()
+        column = len(head) + len(gap)
+        if column <= width // 2:
+            out += textwrap.wrap(
+                body, width, initial_indent=head + gap, subsequent_indent=" " * column
+            )
+            continue
+        out += textwrap.wrap(head.strip(), width, initial_indent="  ", subsequent_indent="    ")
+        out += textwrap.wrap(body, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(out)
 
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -573,7 +601,9 @@ async def _review_at_exit(
         return
     keys, skip = await exit_review(engine, state)
     if skip is None:
-        review_on_close(settings, model, engine.choice, keys, say=console.out)
+        # Printed, not written out: the console wraps it between words at its width.
+        say = functools.partial(console.print, highlight=False, markup=False)
+        review_on_close(settings, model, engine.choice, keys, say=say)
     else:
         console.print(RichText(f"Not reviewing this chat for memory: {skip}.", style="dim"))
 
@@ -965,7 +995,7 @@ async def _command(
         console.print(typo, highlight=False)
     elif name == "/help":
         said = commands.help_text(state.embedded) + "\n" + HELP
-        console.print(said, highlight=False, markup=False)
+        console.print(hanging(said, console.width), highlight=False, markup=False)
     elif name == "/resume" and not arg:
         await _resume(engine, conn, state, view, session)
     elif name in ("/model", "/models") and arg and isinstance(conn, InProcessAgent):

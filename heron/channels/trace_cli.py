@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # imported inside the commands at run time, so `heron --help`
     from pathlib import Path
 
     from heron.config import Settings
-    from heron.store import Store
+    from heron.store import Store, Turn
     from heron.tools.registry import ToolRegistry
     from heron.trace.prices import PriceTable
 
@@ -41,6 +41,15 @@ def _fail(error: HeronError) -> None:
     from heron.channels.common import fail
 
     fail(error)
+
+
+def _cost_notes(turns: list[Turn], prices: PriceTable) -> None:
+    """Why a cost shown is `?`, and how to price its model: on stderr, so that stdout stays
+    the listing a script reads."""
+    from heron.trace.render import unknown_cost_notes
+
+    for note in unknown_cost_notes(turns, prices):
+        echo(note, err=True)
 
 
 def _open() -> tuple[Settings, Store, PriceTable]:
@@ -70,11 +79,13 @@ def trace_ls(
 
     try:
         s, store, prices = _open()
-        rows = ls_rows(list_runs(store, conversation, limit), prices, s.timezone)
+        runs = list_runs(store, conversation, limit)
+        rows = ls_rows(runs, prices, s.timezone)
         if not rows:
             echo("No runs recorded yet.")
         else:
             table(LS_HEADER, rows)
+            _cost_notes([r.turn for r in runs], prices)
     except HeronError as e:
         _fail(e)
 
@@ -102,9 +113,11 @@ def trace_show(
             turns = every if every is not None else [find_turn(store, run)]
             lines = render_stats(store, turns, prices)
         else:
-            lines = render_show(store, load_run(store, run), prices, s.timezone)
+            loaded = load_run(store, run)
+            turns, lines = [loaded.turn], render_show(store, loaded, prices, s.timezone)
         for line in lines:
             echo(line)
+        _cost_notes(turns, prices)
     except HeronError as e:
         _fail(e)
 
@@ -209,12 +222,13 @@ def usage(
     days: Annotated[int, typer.Option(help="Only the last N days (0: everything).")] = 30,
 ) -> None:
     """Tokens, cache hit rate and cost, by day and by model."""
-    from heron.trace.render import render_usage
+    from heron.trace.render import render_usage, usage_turns
 
     try:
         s, store, prices = _open()
         since = time.time() - days * 86400 if days > 0 else None
         for line in render_usage(store, prices, s.timezone, since):
             echo(line)
+        _cost_notes(usage_turns(store, since), prices)
     except HeronError as e:
         _fail(e)

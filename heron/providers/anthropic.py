@@ -115,12 +115,12 @@ class AnthropicProvider:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self._client, body)
             except TimeoutError as error:
-                raise stalled(stall) from error
+                raise stalled(stall, self.endpoint) from error
         assembler = _Assembler(on_event, OutputMeter(request.max_tokens))
         try:
             content_type = stream.response.headers.get("content-type", "")
             is_a_stream(content_type, self.endpoint, "/v1/messages", _anthropic_api(self.endpoint))
-            async for event in within_stall(_events(stream, self.endpoint), stall):
+            async for event in within_stall(_events(stream, self.endpoint), stall, self.endpoint):
                 assembler.feed(event)
                 if assembler.cut:
                     break  # past the output cap: the rest is left unread

@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from heron.errors import DeadlineExceeded, ProviderError, TransientProviderError
 from heron.messages import JSONObject, Reply
+from heron.providers.endpoint import Endpoint
 from heron.request import ChatRequest, OnEvent
 
 T = TypeVar("T")
@@ -134,7 +135,9 @@ def _minutes(seconds: float) -> str:
     return "1 minute" if minutes == 1 else f"{minutes} minutes"
 
 
-async def within_stall(stream: AsyncIterator[T], seconds: float) -> AsyncIterator[T]:
+async def within_stall(
+    stream: AsyncIterator[T], seconds: float, endpoint: Endpoint
+) -> AsyncIterator[T]:
     """The stream's items, or TransientProviderError (retried) once it is silent for
     `seconds`: a server that keeps the connection open and sends nothing is cut."""
     iterator = stream.__aiter__()
@@ -145,12 +148,20 @@ async def within_stall(stream: AsyncIterator[T], seconds: float) -> AsyncIterato
         except StopAsyncIteration:
             return
         except TimeoutError as error:
-            raise stalled(seconds) from error
+            raise stalled(seconds, endpoint) from error
         yield item
 
 
-def stalled(seconds: float) -> TransientProviderError:
-    return TransientProviderError(f"the model server sent nothing for {seconds:g} s; cut")
+def stalled(seconds: float, endpoint: Endpoint) -> TransientProviderError:
+    """A silent server cut: retried; the hint, shown once the retries are used up, names the
+    settings that bound the wait, since a slow model may need a longer one."""
+    return TransientProviderError(
+        f"the model server at {endpoint.named} sent nothing for {seconds:g} s; cut",
+        hint="The server may be stuck or overloaded: try again later. A model that thinks "
+        "long before it answers needs a larger stall_timeout under [agent] in config.toml "
+        f"(now {seconds:g} s); request_deadline there bounds the whole request, retries "
+        "included.",
+    )
 
 
 # The server enforces max_tokens itself; the meter is the client's own bound for one that does

@@ -78,7 +78,7 @@ def connection_error(error: BaseException, endpoint: Endpoint) -> ProviderError:
     if unknown is not None:
         return TransientProviderError(
             f"cannot find the host of {endpoint.named}: {unknown.strerror or unknown}",
-            hint=f"Check the host name ({endpoint.fix()}) and the network connection.",
+            hint=_lookup_hint(endpoint),
         )
     if any(isinstance(c, TimeoutError) or "Timeout" in type(c).__name__ for c in causes):
         return TransientProviderError(
@@ -90,6 +90,14 @@ def connection_error(error: BaseException, endpoint: Endpoint) -> ProviderError:
         f"cannot connect to {endpoint.named}: {detail}",
         hint=f"Is the model server running and reachable? Start it, or {endpoint.fix()}.",
     )
+
+
+def _lookup_hint(endpoint: Endpoint) -> str:
+    """A host name that could not be looked up: the setting that named it may be mistyped;
+    a provider's own API (no setting) is a name that exists, so the network is to check."""
+    if endpoint.source:
+        return f"Check the host name in {endpoint.source} and the network connection."
+    return "Check the network connection: the host's name could not be looked up."
 
 
 def cut_mid_reply(error: BaseException, endpoint: Endpoint) -> TransientProviderError:

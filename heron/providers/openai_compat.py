@@ -181,7 +181,7 @@ class OpenAICompatProvider:
                 async with asyncio.timeout(stall):  # a server that accepts and never answers
                     stream = await _post_stream(self.client(), body)
             except TimeoutError as error:
-                raise stalled(stall) from error
+                raise stalled(stall, self.endpoint) from error
             answered = True
             # `async with` releases the connection even when the caller cancels mid-stream,
             # and when a reply past its output cap is left unread.
@@ -189,7 +189,7 @@ class OpenAICompatProvider:
                 content_type = stream.response.headers.get("content-type", "")
                 path = "/chat/completions"
                 is_a_stream(content_type, self.endpoint, path, _openai_api(self.endpoint))
-                async for chunk in within_stall(stream, stall):
+                async for chunk in within_stall(stream, stall, self.endpoint):
                     for event in acc.add(chunk):
                         if on_event:
                             on_event(event)

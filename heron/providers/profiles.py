@@ -134,6 +134,11 @@ def profile_for(
     return overridden(profile, model, overrides)
 
 
+def known_name(model: str) -> bool:
+    """Whether a built-in profile names `model` (any other name gets the default one)."""
+    return any(fnmatch.fnmatch(model.lower(), pattern) for pattern, _ in _BUILTIN)
+
+
 # Below this many parameters a GGUF model gets the tiny profile: SmolLM2's 135M and 360M loop
 # and take a full system prompt for the question; 1B-class models answer with the full prompt.
 TINY_PARAMETERS = 1_000_000_000

@@ -312,13 +312,15 @@ class Hub:
             held, journal.held = journal.held, []  # the turn's start goes out first
             for event in held:
                 journal.append(event)
-            message = {"type": "message", "kind": item.kind, "text": item.text}
+            message: Event = {"type": "message", "kind": item.kind, "text": item.text}
             if item.code is not None:
                 message["code"] = item.code
             if item.by is not None:  # background work's message: who said it
                 message["by"] = item.by
             if item.switch_to is not None:  # /resume's answer: where its client goes on
                 message.update(switch_to=item.switch_to, channel=item.channel)
+            if item.message_id is not None:  # the row it speaks of: shown after it
+                message["message_id"] = item.message_id
             sent = journal.append({**message, "chat_id": item.chat_id})
             if item.kind == "question":
                 journal.question = sent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from heron import timefmt
@@ -265,6 +265,33 @@ def render_stats(store: Store, turns: list[Turn], prices: PriceTable) -> Iterato
         )
 
 
+def unknown_cost_notes(turns: Iterable[Turn], prices: PriceTable) -> list[str]:
+    """For a listing with a `?` cost, said on stderr so that its stdout stays the table: why
+    it is unknown, and for a model with no price how to give it one (the keys of
+    `[prices."<glob>"]` are otherwise only in docs/traces.md)."""
+    turns = list(turns)
+    unpriced = sorted(
+        {t.model for t in turns if t.model and prices.price(t.model, t.provider) is None}
+    )
+    notes = [
+        f'? no price is known for {model}: add [prices."{model}"] with input and output '
+        "(US dollars per million tokens; cache_read and cache_write optional) to config.toml "
+        '(docs/traces.md, "Prices").'
+        for model in unpriced
+    ]
+    stopped = [
+        t
+        for t in turns
+        if t.usage_unknown and t.model not in unpriced and turn_cost(t, prices) is None
+    ]
+    if stopped:
+        notes.append(
+            f"? {plural(len(stopped), 'run')} stopped while a reply streamed: the output was "
+            "billed but never counted, so the cost is unknown."
+        )
+    return notes
+
+
 def _turn_numbers(store: Store, turns: list[Turn]) -> dict[int, int]:
     numbers: dict[int, int] = {}
     for conversation_id in {t.conversation_id for t in turns}:
@@ -283,8 +310,7 @@ def render_usage(
     every run's, the maintenance runs made outside any turn included (`turns` counts the turns
     only); when there were any, a `maintenance` row under each total says how much of it they
     were."""
-    rows = records.turn_rows_since(store, since or 0.0)
-    turns = [turn_from_row(r) for r in rows]
+    turns = usage_turns(store, since)
     if not turns:
         yield "No turns recorded yet."
         return
@@ -306,6 +332,11 @@ def render_usage(
             name = f"maintenance ({_share(upkeep, turns, prices)})"
             yield _usage_row(name, upkeep, prices, len(upkeep))
         yield ""
+
+
+def usage_turns(store: Store, since: float | None = None) -> list[Turn]:
+    """Every run `heron usage` counts, maintenance runs included, since `since`."""
+    return [turn_from_row(r) for r in records.turn_rows_since(store, since or 0.0)]
 
 
 def _usage_row(name: str, turns: list[Turn], prices: PriceTable, count: int | None = None) -> str:

@@ -555,10 +555,16 @@ export function anchorOf(live, items, lastTurn = null) {
   return { item: last ? itemKey(last) : null, known };
 }
 
+// Whether `it` shows the stored row `row` (a note that speaks of a message goes after it).
+const holds = (it, row) => it.kind === "user" && (it.rows || []).includes(row);
+
 // Whether a note's anchor is in `items` (or is the live turn): one that is not (a branch
 // switched away from it) goes after the newest item of the branch the page now shows that was
 // stored before the note came (the turns after it, however soon they came, stay below it).
 function anchored(n, items, live) {
+  if (n.after.row != null) { // a stored row: in place once read, waiting while none so new is
+    return items.some((it) => holds(it, n.after.row)) || !items.some((it) => it.id >= n.after.row);
+  }
   if (n.after.turn != null) {
     return (live && live.messageId === n.after.turn) || items.some((it) => it.turn_message === n.after.turn);
   }
@@ -620,7 +626,8 @@ function placeNotes(shown, items, notes, live, earlier = null) {
     const next = shown[i + 1];
     const turnEnds = it.turn_message != null && (!next || next.turn_message !== it.turn_message);
     const key = itemKey(it);
-    return { it, notes: take((n) => n.after.item === key || (turnEnds && n.after.turn === it.turn_message)) };
+    const here = (n) => n.after.item === key || (n.after.row != null && holds(it, n.after.row));
+    return { it, notes: take((n) => here(n) || (turnEnds && n.after.turn === it.turn_message)) };
   });
   const mine = live && live.messageId != null ? take((n) => n.after.turn === live.messageId) : [];
   // A note said before the first item held, whose place is not shown: it belongs to a page
@@ -1246,7 +1253,10 @@ function App() {
           // Another client's message kept unanswered as the serve stopped: its notice is for it.
         } else if (ev.kind !== "answer") {
           if (ev.chat_id === chatId.current && answered(lv, ev.kind)) showLive(lv);
-          const after = anchorOf(lv, itemsRef.current, lastTurn.current);
+          // A notice about a stored message (this tab's, kept unanswered as the serve
+          // stopped) goes after it, though the page reads that row only later.
+          const row = ev.message_id;
+          const after = row != null ? { row, known: row } : anchorOf(lv, itemsRef.current, lastTurn.current);
           // A monitor's or the heartbeat's message is also stored here as Heron's note: how
           // many such notes the transcript holds now, so the stored one replaces this one.
           const stored = storedNotes(itemsRef.current, ev.text);
