@@ -372,8 +372,10 @@ def serve(
 
     It prints a one-time login address for the web UI (every bind needs a login);
     `heron web` prints a fresh one later, for another browser."""
+    from heron.serve.logs import log_to_stderr
     from heron.serve.main import serve as run_serve
 
+    log_to_stderr()
     try:
         asyncio.run(
             run_serve(

@@ -112,6 +112,12 @@ class TurnEnded:
 TurnEndHook = Callable[[TurnEnded], None]
 
 
+def _how_it_ended(end: TurnEnd) -> str:
+    """A turn's end in the log: its outcome, and its error when it failed."""
+    how = end.outcome if end.ok or not end.error else f"{end.outcome}: {end.error}"
+    return f"{how}, {end.model_calls} model calls"
+
+
 @dataclass
 class _Active:
     task: asyncio.Task[TurnResult | None]
@@ -196,6 +202,11 @@ class AgentLoop:
                 self.turn_end_hooks.remove(hook)
 
         return unwatch
+
+    @property
+    def turns_running(self) -> int:
+        """How many turns run now (the serve's shutdown line says it)."""
+        return len(self._active)
 
     @property
     def busy(self) -> bool:
@@ -387,6 +398,7 @@ class AgentLoop:
             self.origins.setdefault(key, (message.channel, message.chat_id, message.provenance))
         task = asyncio.create_task(self._turn(key, message, control))
         self._active[key] = _Active(task, control, message)
+        log.info("turn started in %s (%s, from %s)", key, message.provenance, message.channel)
         self._idle.clear()
         task.add_done_callback(lambda t: self._finished(key, control, message, t))
         return task
@@ -592,6 +604,7 @@ class AgentLoop:
         # Cancelled before the turn could say so itself: it was stopped.
         end = active.end if active is not None else None
         ended = TurnEnded(key, message, end or stopped_end(control), result)
+        log.info("turn ended in %s: %s", key, _how_it_ended(ended.end))
         if message.held and control.saved_id is None:  # told it was not kept
             self._give_up(message, key)
         queue = self._pending.setdefault(key, deque())

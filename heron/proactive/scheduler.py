@@ -191,6 +191,7 @@ class Scheduler:
         if job.builtin:
             self._open.add(fire.run_id)
             self.fired += 1
+            log.info("job %s fired (the nightly review)", job.id)
             task = asyncio.create_task(self._review(fire))
             self._passes.add(task)
             task.add_done_callback(self._passes.discard)
@@ -232,6 +233,7 @@ class Scheduler:
         )
         self._open.add(fire.run_id)
         self.fired += 1
+        log.info("job %s fired (%s) in %s", job.id, job.mode, job.key)
         await self.bus.publish(message)
 
     def turn_ended(self, ended: TurnEnded) -> None:

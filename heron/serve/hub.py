@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,7 @@ from typing import Any
 from heron.bus import ApprovalAsk, Outbound, OutboundMessage, TurnEnd, TurnEvent, stopped_by
 from heron.messages import Usage
 
+log = logging.getLogger(__name__)
 JOURNAL_SIZE = 2000
 IDLE_CAP = 100  # idle conversations whose journal stays loaded
 CLIENT_QUEUE = 1000
@@ -272,8 +274,11 @@ class Hub:
                 client.queue.put_nowait({k: v for k, v in event.items() if k != "seq"})
         journal.clients.add(client)
         self.attached.set()
+        log.info("a %s client joined %s", client.channel, key)
 
     def detach(self, client: Client) -> None:
+        if client.key is not None:
+            log.info("a %s client left %s", client.channel, client.key)
         if client.key is not None and client.key in self.journals:
             self.journals[client.key].clients.discard(client)
             self._trim()

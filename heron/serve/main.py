@@ -42,6 +42,15 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The terminal or SSH session the serve was started in closed: the same clean shutdown,
+# unless SIGHUP is ignored (`nohup heron serve`), where it must go on being ignored.
+HANGUP = signal.SIGHUP
+
+
+def shutdown_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop the serve cleanly: SIGINT, SIGTERM and a SIGHUP not ignored."""
+    ignored = signal.getsignal(HANGUP) is signal.SIG_IGN
+    return SIGNALS if ignored else (*SIGNALS, HANGUP)
 
 
 class _Server(uvicorn.Server):
@@ -294,13 +303,13 @@ def outward_address(host: str) -> str | None:
 
 
 class _Stopper:
-    """SIGINT/SIGTERM (or `until`): stop the turns (their last events still go out), then
+    """SIGINT/SIGTERM/SIGHUP (or `until`): stop the turns (their last events still go out), then
     the server. A second signal forces the exit."""
 
     def __init__(self, runtime: Runtime, server: _Server) -> None:
         self.runtime, self.server = runtime, server
         self.task: asyncio.Task[None] | None = None
-        self.installed = False
+        self.installed: tuple[signal.Signals, ...] = ()
 
     def stop(self) -> None:
         if self.task is not None:
@@ -318,12 +327,12 @@ class _Stopper:
 
     def install(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in SIGNALS:
+        self.installed = shutdown_signals()
+        for sig in self.installed:
             loop.add_signal_handler(sig, self.stop)
-        self.installed = True
 
     def remove(self) -> None:
-        if self.installed:
-            loop = asyncio.get_running_loop()
-            for sig in SIGNALS:
-                loop.remove_signal_handler(sig)
+        loop = asyncio.get_running_loop()
+        for sig in self.installed:
+            loop.remove_signal_handler(sig)
+        self.installed = ()

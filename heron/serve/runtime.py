@@ -193,6 +193,7 @@ class Runtime:
             return
         self.closed = True
         self.hub.stopping = True
+        log.info("heron serve stopping: %d turns running", self.loop.turns_running)
         await _cancel(self._service_tasks)
         if self._tasks:
             if self.proactive is not None:  # subagents recorded interrupted, then the turns
@@ -201,6 +202,7 @@ class Runtime:
             await self.bus.outbound.join()  # the stopped turns' turn_end reaches the clients
         await asyncio.gather(*(s.end() for s in list(self.sessions)))
         await _cancel(self._tasks)
+        log.info("heron serve stopped")
 
 
 async def _guard(service: Service, loop: AgentLoop) -> None:

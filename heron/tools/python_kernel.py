@@ -54,6 +54,7 @@ from heron.request import WHERE_IT_RUNS
 from heron.saved import WHOLE_CAP
 from heron.store.engine_state import pid_alive
 from heron.tools.context import ToolContext
+from heron.tools.kernel_log import KernelLog
 from heron.tools.registry import ToolOutput, ToolRegistry, parse_docstring, tool
 from heron.tools.sandbox import Sandbox
 from heron.tools.shell import HeadTail
@@ -384,21 +385,43 @@ class KernelSession:
         return self._km is not None
 
     async def start(self) -> None:
-        from jupyter_client.manager import AsyncKernelManager
-
         # A short path in the system's temp folder: a Unix socket path has at most 107 bytes.
         # Named with our pid, so a later start can remove the folders of a Heron that was killed.
         await asyncio.to_thread(sweep_sockets, Path(tempfile.gettempdir()))
         prefix = f"{SOCKETS_PREFIX}{os.getpid()}-"
         self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
-        # The kernel's own stdout/stderr (startup warnings, crashes) go to a log, not the
-        # terminal Heron is drawing in.
-        fd = await asyncio.to_thread(open_log, self.workspace, sockets)
+        # The kernel's own stdout/stderr (startup warnings, crashes, what a subprocess in a
+        # cell prints) go to a bounded log (kernel_log.py), not the terminal Heron draws in.
+        log = KernelLog(await asyncio.to_thread(open_log, self.workspace, sockets))
+        try:
+            await self._launch(sockets, log.write_end)
+        except BaseException:
+            log.close()
+            raise
+        log.started()
+        kc = self._km.client()
+        kc.start_channels()
+        self._kc = kc
+        self.ever_started = True
+        try:
+            await kc.wait_for_ready(timeout=self.startup_timeout)
+        except Exception:
+            await self.shutdown()
+            raise
+        half = WHOLE_CAP // 2
+        cap = f"_heron_cap_output({half}, {WHOLE_CAP - half}, {DROPPED_MARK!r})"
+        await self._silent(f"{KERNEL_SETUP}{cap}\ndel _heron_cap_output\n")
+
+    async def _launch(self, sockets: Path, log: int) -> None:
+        """Start the kernel process in the sandbox on sockets Heron bound, `log` its
+        stdout and stderr."""
+        from jupyter_client.manager import AsyncKernelManager
+
         self.sandbox.prepare()
         env = self.sandbox.environment()
         listening = bind_sockets(sockets / "k")
         try:
-            with self.sandbox.seccomp() as seccomp, os.fdopen(fd, "ab") as log:
+            with self.sandbox.seccomp() as seccomp:
                 km = AsyncKernelManager(
                     kernel_name="python3",
                     kernel_spec_manager=_spec_manager(self.sandbox, sockets, seccomp),
@@ -414,18 +437,7 @@ class KernelSession:
         finally:
             for sock in listening:  # the kernel holds them now
                 sock.close()
-        kc = km.client()
-        kc.start_channels()
-        self._km, self._kc = km, kc
-        self.ever_started = True
-        try:
-            await kc.wait_for_ready(timeout=self.startup_timeout)
-        except Exception:
-            await self.shutdown()
-            raise
-        half = WHOLE_CAP // 2
-        cap = f"_heron_cap_output({half}, {WHOLE_CAP - half}, {DROPPED_MARK!r})"
-        await self._silent(f"{KERNEL_SETUP}{cap}\ndel _heron_cap_output\n")
+        self._km = km
 
     async def shutdown(self) -> None:
         km, kc, self._km, self._kc = self._km, self._kc, None, None
