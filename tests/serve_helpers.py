@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from io import StringIO
@@ -212,6 +213,7 @@ class ServeProcess:
         self.banner = ""
         self.login = ""  # a login address, asked for as `heron web` does (none is printed)
         self.said: list[str] = []  # the lines of its start read so far, the banner first
+        self.logged: list[str] = []  # its log (stderr), read as it comes
 
     def __enter__(self) -> ServeProcess:
         self.proc = subprocess.Popen(
@@ -235,7 +237,15 @@ class ServeProcess:
 
         self.login = serve_login(self.home) or ""
         assert self.login, "heron serve gave no login address over its control socket"
+        # The serve logs each turn to stderr: read, the pipe never fills and stalls the serve.
+        threading.Thread(target=self._drain, daemon=True).start()
         return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        with contextlib.suppress(ValueError, OSError):  # closed by __exit__ mid-read
+            for line in self.proc.stderr:
+                self.logged.append(line)
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
