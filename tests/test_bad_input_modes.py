@@ -211,6 +211,8 @@ def _mid_chat_config(mode: str) -> tuple[list[str], int, list[tuple[str, str]]]:
             chat = ChatScreen(home, server.base_url)
             chat.type("first\r")
             chat.wait_for(lambda: chat.shows("first answer"), "the first answer")
+            # typed before the prompt turns idle, the line would read "working 1s · ... › second"
+            chat.wait_for(lambda: chat.prompt() == "›", "the end of the first turn")
             (home / "config.toml").write_text(BROKEN)
             chat.type("second\r")
             chat.wait_for(lambda: chat.shows("Fix that line"), "the refusal")
