@@ -80,12 +80,12 @@ test: $(STAMP) bubblewrap chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 3 --dist worksteal
+	$(BIN)/pytest -n 4 --dist worksteal
 
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
 # the offline model, PostgreSQL: a fresh schema migrates in about 0.27 s, which the property
 # tests pay per example), property tests at light strength, on two workers. `make test` runs them
-# all on three: most of the suite's wall time is spent waiting on processes and servers.
+# all on four: most of the suite's wall time is spent waiting on processes and servers.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy

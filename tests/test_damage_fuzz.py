@@ -172,7 +172,7 @@ def _snapshot(db: Path, table: str, column: str, rowid: int) -> Any:
 
 
 @settings(
-    max_examples=examples(30, fast=8),
+    max_examples=examples(20, fast=8),
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking a CLI run takes minutes
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
