@@ -1137,7 +1137,11 @@ def _order(page: Any, *texts: str) -> None:
     """Each text once in the transcript, in this order (its text content: the stored replies
     off screen are not laid out, so they are missing from what is rendered as text)."""
     log = page.locator(".messages")
-    expect(log).to_have_text(re.compile(".*".join(map(re.escape, texts)), re.DOTALL))
+    # after a reload the notes come over the socket once the page has read its messages: on a
+    # loaded machine (four test workers on two cores) that took past the default 5 s
+    expect(log).to_have_text(
+        re.compile(".*".join(map(re.escape, texts)), re.DOTALL), timeout=20_000
+    )
     shown = log.text_content()
     assert [shown.count(t) for t in texts] == [1] * len(texts), shown
 
