@@ -2,6 +2,11 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+# Every `heron` process a test starts imports some 140 modules of Heron: a shell that sets
+# PYTHONDONTWRITEBYTECODE (some sandboxes and CI images do) makes each of them compile those
+# from source again, which cost the suite about 40% more CPU (docs/testing.md). The caches go to
+# __pycache__, which git ignores.
+unexport PYTHONDONTWRITEBYTECODE
 STAMP := $(VENV)/.heron-installed
 
 .PHONY: chat test test-fast typecheck lint format bench clean bubblewrap chromium postgres
