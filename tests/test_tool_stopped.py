@@ -16,6 +16,7 @@ from heron.config import Settings
 from heron.messages import Reply, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.store.engine_state import INTERRUPTED
+from heron.tools.sandbox import Sandbox
 
 CELL = """\
 import sys, time
@@ -106,3 +107,38 @@ async def test_a_stopped_command_gives_the_model_what_it_printed(tmp_path: Path)
         f"{INTERRUPTED}. What it printed before it stopped:\n"
         "line 0\nline 1\nline 2\nline 3\nline 4\n"
     )
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is needed")
+async def test_a_stop_while_the_command_is_being_started_keeps_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy machine the event loop finishes setting up a command's process well after the
+    command has started: a stop in that gap killed it and lost what it had printed (seen in
+    the test above, under load). Here the setup is held until the command has printed, and
+    the stop lands then."""
+    from heron.tools import shell
+
+    real = asyncio.create_subprocess_exec
+    printed, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_setup(*args: object, **kw: object) -> asyncio.subprocess.Process:
+        proc = await real(*args, **kw)  # type: ignore[arg-type]
+        while not (tmp_path / "printed").exists():
+            await asyncio.sleep(0.01)
+        printed.set()
+        await release.wait()
+        return proc
+
+    monkeypatch.setattr(shell.asyncio, "create_subprocess_exec", slow_setup)
+    kept: list[str] = []
+    run = asyncio.create_task(
+        shell.run_command(COMMAND, Sandbox(tmp_path), 60, 10_000, kept.append)
+    )
+    await asyncio.wait_for(printed.wait(), 60)
+    run.cancel()
+    await asyncio.sleep(0)  # the cancel reaches the start first
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert kept == ["line 0\nline 1\nline 2\nline 3\nline 4\n"]

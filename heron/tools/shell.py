@@ -142,13 +142,14 @@ async def run_command(
     tail) and, when that cut it, within WHOLE_CAP too. Cancelled, it kills the command and
     hands `stopped` what it had printed, within `limit`."""
     sandbox.prepare()
-    proc = await _start(command, sandbox)
+    proc, cancelled = await _start(command, sandbox)
     assert proc.stdout is not None
     sink = HeadTail(max(limit, WHOLE_CAP), f": the person's copy keeps {WHOLE_CAP:,} characters")
     pump = asyncio.create_task(_pump(proc.stdout, sink))
     code: int | None = None
-    cancelled = False
     try:
+        if cancelled:  # stopped while it was being started: what it printed meanwhile counts
+            raise asyncio.CancelledError
         code = await asyncio.wait_for(_exited(proc), timeout)
     except TimeoutError:
         await _kill_group(proc)
@@ -206,9 +207,12 @@ def without_binary(text: str, size: int) -> str:
     return "\n".join([*before, said, *after])
 
 
-async def _start(command: str, sandbox: Sandbox) -> asyncio.subprocess.Process:
+async def _start(command: str, sandbox: Sandbox) -> tuple[asyncio.subprocess.Process, bool]:
     """Start `command` in `sandbox`, in its own process group (killed as one); the filter's
-    fd (sandbox.seccomp) stays open until bwrap has been started with it."""
+    fd (sandbox.seccomp) stays open until bwrap has been started with it. True with the
+    process: the call was cancelled while it was set up. It runs already and may have printed
+    (a busy event loop finishes the setup well after the command has started), so the caller
+    still reads its output, then kills it."""
     with sandbox.seccomp() as fd:
         spawn = asyncio.ensure_future(
             asyncio.create_subprocess_exec(
@@ -223,17 +227,14 @@ async def _start(command: str, sandbox: Sandbox) -> asyncio.subprocess.Process:
             )
         )
         try:
-            return await asyncio.shield(spawn)
+            return await asyncio.shield(spawn), False
         except FileNotFoundError as error:
             raise ToolError(
                 f"the command could not start: {error.filename or error} is missing",
                 hint="Commands run under bubblewrap; install it (apt-get install bubblewrap).",
             ) from None
         except asyncio.CancelledError:
-            # Cancelled while the process was being set up: it runs already (its children
-            # may too), and must not outlive the call.
-            await _kill_group(await spawn)
-            raise
+            return await spawn, True
 
 
 async def _drain(proc: asyncio.subprocess.Process, pump: asyncio.Task[None]) -> bool:
