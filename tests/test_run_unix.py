@@ -331,3 +331,21 @@ print("HANDLER", getattr(handler, "__name__", None), "AT", name)
         [sys.executable, "-c", spy], capture_output=True, text=True, timeout=120, check=False
     )
     assert "HANDLER _early" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_cyclic_collector_is_off_while_heron_starts_and_on_after():
+    """heron/entry.py: no collection while the SDKs are imported (their objects are not
+    garbage), the usual collections once the process has started."""
+    code = (
+        "import gc, time\n"
+        "from heron import entry\n"
+        "entry.COLLECT_AFTER_S = 0.2\n"
+        "entry._collect_later()\n"
+        "starting = gc.isenabled()\n"
+        "deadline = time.monotonic() + 30\n"  # a bound for a busy machine, not a pace
+        "while not gc.isenabled() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print(starting, gc.isenabled())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"], done.stderr
