@@ -7,9 +7,10 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from strength import examples
+from strength import examples_on
 
 from heron.context.history import load_branch
 from heron.context.view import ViewOptions, derive_view
@@ -96,22 +97,21 @@ def _assert_same(tail_store: Store, path: str | Path, conversation_id: int) -> N
     )
 
 
-@settings(
-    max_examples=examples(40),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(seed=st.integers(0, 10_000), steps=st.integers(5, 80))
 def test_the_tail_of_a_branch_plans_and_views_like_the_whole(
-    new_db: Callable[[str], str | Path], seed: int, steps: int
+    new_db: Callable[[str], str | Path], request: pytest.FixtureRequest
 ) -> None:
-    path = new_db(f"tail-{seed}-{steps}")  # a fresh database per example, on either backend
-    store = Store(path)
-    conversation_id = _build(store, seed, steps)
-    _assert_same(store, path, conversation_id)
-    _assert_same(store, path, conversation_id)  # again, from the kept branch
-    store.append(conversation_id, user("one more"))  # extends what is kept
-    _assert_same(store, path, conversation_id)
+    @settings(max_examples=examples_on(request, 40, pg=12), deadline=None)
+    @given(seed=st.integers(0, 10_000), steps=st.integers(5, 80))
+    def check(seed: int, steps: int) -> None:
+        path = new_db(f"tail-{seed}-{steps}")  # a fresh database per example, either backend
+        store = Store(path)
+        conversation_id = _build(store, seed, steps)
+        _assert_same(store, path, conversation_id)
+        _assert_same(store, path, conversation_id)  # again, from the kept branch
+        store.append(conversation_id, user("one more"))  # extends what is kept
+        _assert_same(store, path, conversation_id)
+
+    check()
 
 
 def _long(store: Store, n: int) -> tuple[int, list[int]]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from strength import examples_on
 
 from heron.memory.auto import gated_hits
 from heron.memory.recall import Recall, held_by, held_terms, terms
@@ -35,25 +36,26 @@ def _store(where: str | Path, copies: int) -> tuple[Store, int]:
     return store, conv.id
 
 
-@settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(copies=st.integers(min_value=1, max_value=40), line=st.sampled_from(LINES))
-def test_more_unrelated_history_does_not_change_what_fires(tmp_path, new_db, copies, line) -> None:
-    question = "what did " + line.split(": ", 1)[1]
-    small, cid = _store(new_db(f"gate-{copies}-small"), 0)
-    big, big_cid = _store(new_db(f"gate-{copies}"), copies)
-    try:
-        before = gated_hits(Recall(small), question, cid)
-        after = gated_hits(Recall(big), question, big_cid)
-        assert before  # the question's own line always fires
-        # the same hits, with the same normalised scores: the gate cannot drift with size
-        assert after == before
-    finally:
-        small.close()
-        big.close()
-        for p in tmp_path.glob("gate-*"):
-            p.unlink()
+def test_more_unrelated_history_does_not_change_what_fires(tmp_path, new_db, request) -> None:
+    @settings(max_examples=examples_on(request, 15, pg=6), deadline=None)
+    @given(copies=st.integers(min_value=1, max_value=40), line=st.sampled_from(LINES))
+    def check(copies: int, line: str) -> None:
+        question = "what did " + line.split(": ", 1)[1]
+        small, cid = _store(new_db(f"gate-{copies}-small"), 0)
+        big, big_cid = _store(new_db(f"gate-{copies}"), copies)
+        try:
+            before = gated_hits(Recall(small), question, cid)
+            after = gated_hits(Recall(big), question, big_cid)
+            assert before  # the question's own line always fires
+            # the same hits, with the same normalised scores: the gate cannot drift with size
+            assert after == before
+        finally:
+            small.close()
+            big.close()
+            for p in tmp_path.glob("gate-*"):
+                p.unlink()
+
+    check()
 
 
 def test_the_gate_fires_on_the_evidence_and_not_on_a_stranger(db) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strength import examples_on
 
 from heron.memory import auto, wiring
 from heron.memory.auto import CANDIDATES, GATE, auto_hits, fires, most_share, shares
@@ -122,13 +123,19 @@ class _Counted:
         monkeypatch.setattr(auto, "most_share", counted)
 
 
-@settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(seed=st.integers(min_value=0, max_value=100_000))
-def test_skipping_the_other_conversations_keeps_the_same_hits(new_db, monkeypatch, seed):
+def test_skipping_the_other_conversations_keeps_the_same_hits(new_db, monkeypatch, request):
     """For every bar, what reaches it with the skip is what reaches it in the full computation
     (no bar: nothing is skipped); `fires` and the hits are those of the full computation."""
+
+    @settings(max_examples=examples_on(request, 15, pg=6), deadline=None)
+    @given(seed=st.integers(min_value=0, max_value=100_000))
+    def check(seed: int) -> None:
+        _the_same_hits_with_the_skip(new_db, monkeypatch, seed)
+
+    check()
+
+
+def _the_same_hits_with_the_skip(new_db: NewDb, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     store, convs = _history(new_db, seed)
     rng = random.Random(seed)
     counter = _Counted(monkeypatch)
@@ -233,14 +240,20 @@ def _truly_unseen(store: Store, conv: int, seen: wiring.Seen, since: float) -> b
     return any(r[0] not in seen.rows and r[1] >= since for r in rows)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(seed=st.integers(min_value=0, max_value=100_000))
-def test_skipping_the_own_search_keeps_the_same_hits(new_db, seed) -> None:
+def test_skipping_the_own_search_keeps_the_same_hits(new_db, request) -> None:
     """`unseen_own` says no only when no message of the conversation is out of view and
     written since /new; then the hits without the conversation's own search are the hits
     with it."""
+
+    @settings(max_examples=examples_on(request, 25, pg=8), deadline=None)
+    @given(seed=st.integers(min_value=0, max_value=100_000))
+    def check(seed: int) -> None:
+        _the_same_hits_without_the_own_search(new_db, seed)
+
+    check()
+
+
+def _the_same_hits_without_the_own_search(new_db: NewDb, seed: int) -> None:
     store, conv, _ = _engine_like(new_db, seed)
     try:
         seen = wiring.seen_by_model(store, conv)
