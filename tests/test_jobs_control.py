@@ -308,3 +308,40 @@ def test_status_says_a_paused_job_and_a_paused_review_are_paused(heron_home):
         assert f"nightly review: job {review.id}, paused (heron jobs resume {review.id})" in lines
     finally:
         store.close()
+
+
+def test_a_job_waiting_for_its_own_run_says_so_and_not_the_run_before(db):  # both backends
+    """A per-minute job whose run outlasts its minute: its next time has come and gone, and
+    its last outcome is the run before's. Each place that shows it says the run is running,
+    since when, and that the next waits for it (not a time in the past, nor "delivered")."""
+    from heron.channels.jobs_cli import job_rows, show_lines
+    from heron.serve.work import work_event
+
+    store = Store(db)
+    try:
+        start = local(2020, 12, 4, 12, 0)  # in the past, as the panel's clock sees it
+        job = make_job(store, start, every="1m")
+        (first,) = js.claim_due(store, "test", 1, start + 60, 3600.0)
+        js.finish_run(store, first.run_id, status="done", outcome="delivered", now=start + 70)
+        (going,) = js.claim_due(store, "test", 1, start + 120, 3600.0)  # runs on and on
+        now = start + 200
+        assert js.claim_due(store, "test", 1, now, 3600.0) == []  # it waits for its run
+        seen = js.get_job(store, job.id)
+        assert (seen.running_run, seen.running_since) == (going.run_id, start + 120)
+        waits = f"due; waits for run {going.run_id} to finish"
+        since = f"running since 2020-12-04 12:02 CET (run {going.run_id})"
+        shown = "\n".join(show_lines(seen, now, "Europe/Berlin"))
+        assert f"next:         {waits}" in shown
+        assert f"last run:     {since}; the run before: delivered" in shown
+        (row,) = job_rows(js.list_jobs(store, conversation="chat-1"), "Europe/Berlin", now)
+        assert (row[4], row[6]) == (waits, f"running (run {going.run_id})")
+        lines = status_lines(store, "chat-1", "Europe/Berlin")
+        assert any(f"job {job.id} " in x and f"next {waits}, {since}:" in x for x in lines)
+        (panel,) = work_event(store, "chat-1", "Europe/Berlin")["jobs"]
+        assert panel["next_local"] == waits
+        assert panel["running"] == {"run": going.run_id, "since": "2020-12-04 12:02 CET"}
+        js.finish_run(store, going.run_id, status="done", outcome="silent", now=now)
+        done = "\n".join(show_lines(js.get_job(store, job.id), now, "Europe/Berlin"))
+        assert "waits" not in done and "last run:     2020-12-04 12:02 CET, silent" in done
+    finally:
+        store.close()

@@ -175,6 +175,29 @@ async def test_it_is_skipped_while_a_turn_of_the_person_runs_and_tries_again(her
         assert js.review_job(r.store).next_run == local(2026, 6, 3, 3, 0)  # back on schedule
 
 
+async def test_a_run_now_skipped_for_a_running_turn_leaves_its_schedule(heron_home):
+    """`heron jobs run-now` of the review while a turn runs is skipped, and that is all: its
+    03:00 instant stays (a scheduled fire skipped so tries again; a manual one is not)."""
+    _config(heron_home, "")
+    async with rig(local(2026, 6, 1, 23, 30)) as r:
+        job = js.review_job(r.store)
+        instant = local(2026, 6, 2, 3, 0)
+        r.loop.bus.inbound.put_nowait(InboundMessage("test", "1", "Good morning", "personal"))
+        await r.model.chatting.wait()
+        js.request_run(r.store, job.id, r.clock.now())
+        r.scheduler.poke()
+        await r.at(local(2026, 6, 1, 23, 38))
+        (skipped,) = js.runs(r.store, job.id)
+        assert skipped.status == "skipped" and "tries again" not in skipped.detail
+        assert "a turn you started was running" in skipped.detail
+        after = js.review_job(r.store)
+        assert (after.next_run, after.status) == (instant, "active")
+        r.model.release.set()
+        await r.loop.wait_idle()
+        await r.at(local(2026, 6, 2, 0, 10))  # where the skip used to move it: nothing runs
+        assert len(js.runs(r.store, job.id)) == 1 and r.model.review_calls == 0
+
+
 async def test_missed_while_nothing_ran_it_is_caught_up_once_on_start(heron_home):
     _config(heron_home, "")
     start = local(2026, 6, 1, 12, 0)

@@ -24,8 +24,9 @@ from proactive_helpers import (
     tools,
 )
 
+from heron.agent.turn import STOPPED
 from heron.bus import InboundMessage
-from heron.messages import Message, Text
+from heron.messages import Message, Reply, Text
 from heron.proactive import subagents as sa
 from heron.store import runs
 from heron.tools.context import ToolContext
@@ -677,3 +678,42 @@ async def test_a_stop_while_waiting_on_a_subagent_keeps_its_slot_row_and_result(
     assert peak[0] == 4  # the stopped turn's subagent kept its slot
     assert waited.status == "done" and waited.result == "42" and waited.finished is not None
     assert waited.announced is not None and len(rows) == 1 and "42" in rows[0].message.text
+
+
+async def test_a_subagent_stopped_while_a_tool_runs_reports_the_calls_it_made():
+    """A serve's shutdown (`close`) while the subagent's tool runs: its result names the
+    calls it made and the one in flight, with what it wrote, not only that it was stopped."""
+    in_tool = asyncio.Event()
+
+    @tool
+    async def slow(ctx: ToolContext, command: str) -> str:
+        """Run a long command.
+
+        Args:
+            command: The command.
+        """
+        in_tool.set()
+        await asyncio.Event().wait()  # still running when Heron stops
+        return "not reached"
+
+    def sub(request, n):
+        if n == 1:
+            return call("note", what="the logs are in /var/log/app")
+        reply = call("slow", n=2, command="grep -r ERROR /var/log/app")
+        return Reply([Text("Looking for errors now."), *reply.parts], reply.stop, reply.usage)
+
+    model = Routed({"test:": spawns_then_answers, "subagent:": sub})
+    async with running_loop(model, ToolRegistry([note, slow])) as (engine, loop, _):
+        manager = sa.attach(loop)
+        await manager.start()
+        await loop.dispatch(InboundMessage("test", "me", "work it out"))
+        await in_tool.wait()
+        await manager.close()
+        (run,) = runs.listing(engine.store)
+
+    assert run.status == "interrupted" and run.partial
+    said = run.result
+    assert "note(what='the logs are in /var/log/app')" in said
+    assert "Looking for errors now." in said
+    assert "slow(command='grep -r ERROR /var/log/app') was running when it was stopped" in said
+    assert STOPPED not in said

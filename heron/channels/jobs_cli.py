@@ -74,11 +74,14 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _next(job: Job, zone: str, *, named: bool = False) -> str:
-    """When it fires next, in the agent's `zone`: a paused job's instant is only a resume's."""
+def _next(job: Job, zone: str, now: float, *, named: bool = False) -> str:
+    """When it fires next, in the agent's `zone`: a paused job's instant is only a resume's; a
+    due one whose run still goes waits for it."""
+    from heron.tools.schedule import next_words
+
     if job.status == "paused":
         return "paused"
-    return _local(job.next_run, zone, named=named)
+    return "-" if job.next_run is None else next_words(job, zone, now, named=named)
 
 
 def other_zone(job: Job, zone: str) -> bool:
@@ -97,7 +100,7 @@ def zone_note(job: Job, zone: str) -> str:
     )
 
 
-def job_rows(jobs: list[Job], zone: str) -> list[tuple[str, ...]]:
+def job_rows(jobs: list[Job], zone: str, now: float) -> list[tuple[str, ...]]:
     from heron.tools.schedule import damaged
 
     return [
@@ -106,22 +109,25 @@ def job_rows(jobs: list[Job], zone: str) -> list[tuple[str, ...]]:
             j.mode,
             "damaged" if damaged(j) else j.status,
             j.schedule.describe(),
-            _next(j, zone),
+            _next(j, zone, now),
             j.conversation,
-            j.last_outcome or "-",
+            f"running (run {j.running_run})" if j.running_run else j.last_outcome or "-",
             _short(j.prompt),
         )
         for j in jobs
     ]
 
 
-def review_line(job: Job, zone: str) -> str:
+def review_line(job: Job, zone: str, now: float) -> str:
     """The built-in nightly review, on a line of its own under the person's jobs: its id is
     not one of theirs, and it is paused or turned off otherwise than a job of theirs. Its
     schedule follows the agent's `zone` (`sync_review`), which its description names."""
+    from heron.tools.schedule import last_words
+
     state = {"cancelled": "off ([review] enabled = true turns it on)", "paused": "paused"}
-    said = state.get(job.status, f"next {_local(job.next_run, zone)}")
-    last = f", last {job.last_outcome}" if job.last_outcome else ""
+    said = state.get(job.status, f"next {_next(job, zone, now)}")
+    last = last_words(job, zone, named=False)
+    last = f", {last}" if last else ""
     how = f"heron jobs resume {job.id}" if job.status == "paused" else f"heron jobs pause {job.id}"
     if job.status == "cancelled":
         how = "[review] in config.toml"
@@ -156,7 +162,7 @@ def list_(
         found = jobs.list_jobs(store, everything=every)
         mine, zone = [j for j in found if not j.builtin], settings.timezone
         if mine:
-            table(JOB_HEADER, job_rows(mine, zone))
+            table(JOB_HEADER, job_rows(mine, zone, time.time()))
         else:
             echo("No scheduled jobs. Add one with: heron jobs add PROMPT --every 1d -c KEY")
         for job in mine:
@@ -166,7 +172,7 @@ def list_(
                 echo(zone_note(job, zone))
         built = jobs.review_job(store)
         if built is not None and (every or built.status != "cancelled"):
-            echo(review_line(built, zone))
+            echo(review_line(built, zone, time.time()))
 
 
 @app.command("add")
@@ -463,7 +469,7 @@ def show_lines(job: Job, now: float, zone: str) -> list[str]:
     lines = [f"Job {job.id}: {what}, {job.status}"]
     if damaged(job):
         lines.append(DAMAGED.format(id=job.id, schedule=job.schedule.describe()))
-    when = _next(job, zone, named=True)
+    when = _next(job, zone, now, named=True)
     if job.status == "paused":
         again = job.schedule.next_after(now, base=job.next_run)
         when = f"- (paused; resumed now, next {_local(again, zone, named=True)})"
@@ -479,12 +485,23 @@ def show_lines(job: Job, now: float, zone: str) -> list[str]:
     rows += [
         ("catch-up", job.catch_up),
         ("made", f"{_local(job.created, zone, named=True)} by {job.created_by}"),
-        ("last run", f"{_local(job.last_run, zone, named=True)}, {job.last_outcome or '-'}"),
+        ("last run", _last_run(job, zone)),
     ]
     lines += [f"  {name + ':':<14}{value}" for name, value in rows]
     lines.append("Prompt:")
     lines += [f"  {line}" for line in job.prompt.splitlines() or [""]]
     return lines
+
+
+def _last_run(job: Job, zone: str) -> str:
+    """`show`'s last run: when it started and what came of it; while a run goes, that one,
+    running (its start is `last_run`, but the job's outcome is still the run before's)."""
+    from heron.tools.schedule import last_words
+
+    if job.running_run is not None:
+        before = f"; the run before: {job.last_outcome}" if job.last_outcome else ""
+        return f"{last_words(job, zone)}{before}"
+    return f"{_local(job.last_run, zone, named=True)}, {job.last_outcome or '-'}"
 
 
 @app.command("runs")

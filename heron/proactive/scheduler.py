@@ -15,7 +15,8 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
 - review: the built-in job of the nightly review of memory (heron/proactive/review.py). It is
   no turn: the scheduler runs the pass itself (`review`, given by whoever wires it), after the
   same claim, lease and catch-up as every job. While a turn the person started runs, the fire
-  is recorded skipped and tried again `IDLE_RETRY_S` later.
+  is recorded skipped and tried again `IDLE_RETRY_S` later (a run-now, `heron jobs run-now`,
+  is only skipped: its schedule stays as it was).
 
 At its start (`recover`) it marks interrupted the runs a scheduler that is gone left running
 (kill -9, a crash), and fires once more, late and saying so, a job whose run was cut off before
@@ -281,11 +282,8 @@ class Scheduler:
         if self.review is None:
             status, outcome, detail = "failed", "failed", "this scheduler cannot run the review"
         elif self.user_busy():
-            again = self.clock.now() + IDLE_RETRY_S
-            local = dt.datetime.fromtimestamp(again, fire.job.schedule.zone())
             status, outcome = "skipped", "skipped"
-            detail = f"a turn you started was running; it tries again at {local:%H:%M}"
-            await self.store.call(js.postpone, self.store, fire.job.id, again)
+            detail = await self._busy(fire)
         else:
             try:
                 detail = await self.review()
@@ -298,6 +296,19 @@ class Scheduler:
             now=self.clock.now(), detail=detail,
         )  # fmt: skip
         self.wake.set()
+
+    async def _busy(self, fire: js.Fire) -> str:
+        """Why the review's fire is skipped while a turn of the person's runs. A scheduled
+        fire tries again `IDLE_RETRY_S` later; a run-now is only skipped: it promised to leave
+        the schedule as it was, so the nightly instant stays (it used to move to 30 minutes
+        after the skip)."""
+        busy = "a turn you started was running"
+        if fire.detail == js.RUN_NOW:
+            return f"{busy}, so it did not run: ask again once that turn has ended"
+        again = self.clock.now() + IDLE_RETRY_S
+        local = dt.datetime.fromtimestamp(again, fire.job.schedule.zone())
+        await self.store.call(js.postpone, self.store, fire.job.id, again)
+        return f"{busy}; it tries again at {local:%H:%M}"
 
     async def release(self) -> None:
         """Give back the leases of runs still open (a scheduler that stops; `run` does it on

@@ -29,10 +29,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from heron.agent.turn import Injected
+from heron.agent.turn import STOPPED, Injected
 from heron.bus import InboundMessage, TurnEnd, TurnOptions
-from heron.messages import Text, ToolResult
+from heron.messages import Text, ToolCall, ToolResult
 from heron.store import runs
+from heron.store.engine_state import INTERRUPTED
 from heron.tools.context import PERSONAL, Spawner, ToolContext
 from heron.tools.registry import ToolOutput, tool
 
@@ -301,8 +302,10 @@ def outcome_of(result: TurnResult | None, partial: str) -> tuple[str, str, bool]
 
 
 def partial_of(store: Store, run: runs.Run) -> str:
-    """What a subagent's transcript holds of its work since its task: its replies and the
-    start of its tool results, bounded."""
+    """What a subagent's transcript holds of its work since its task: its replies, each tool
+    call it made (name and first argument) with the start of its result, and the call that was
+    running when it was stopped, bounded. Heron's own stopped-turn reply says nothing of the
+    work and is left out: an interrupted run's result was that line alone."""
     key = run.conversation_key
     conv = store.conversation(key) if key else None
     if conv is None:
@@ -310,14 +313,54 @@ def partial_of(store: Store, run: runs.Run) -> str:
     rows = store.branch(conv.id)
     start = max((i for i, r in enumerate(rows) if r.meta.get(TASK_META)), default=0)
     pieces: list[str] = []
+    calls: dict[str, ToolCall] = {}
+    unanswered: list[str] = []  # call ids without a result yet, in order
     for row in rows[start + 1 :]:
         for part in row.message.parts:
             if isinstance(part, Text) and row.message.role == "assistant" and part.text.strip():
-                pieces.append(part.text.strip())
-            elif isinstance(part, ToolResult) and not part.is_error:
-                pieces.append("[tool result] " + part.content[:300])
+                if part.text.strip() != STOPPED:
+                    pieces.append(part.text.strip())
+            elif isinstance(part, ToolCall):
+                calls[part.id] = part
+                unanswered.append(part.id)
+            elif isinstance(part, ToolResult):
+                pieces.append(_tool_line(calls.get(part.call_id), part))
+                if part.call_id in unanswered:
+                    unanswered.remove(part.call_id)
+    pieces += [f"[tool] {_call_label(calls[i])} {IN_FLIGHT}" for i in unanswered]
     text = "\n\n".join(pieces)
     return text if len(text) <= PARTIAL_CHARS else "…" + text[-PARTIAL_CHARS:]
+
+
+IN_FLIGHT = "was running when it was stopped"
+RESULT_CHARS = 300  # of each tool result, in a partial result
+ARG_CHARS = 80  # of a call's first argument there
+
+
+def _call_label(call: ToolCall | None) -> str:
+    """`bash(command='ls -la')`: the tool and its first argument, shortened."""
+    if call is None:
+        return "a tool call"
+    if not call.args:
+        return f"{call.name}()"
+    name, value = next(iter(call.args.items()))
+    shown = value if isinstance(value, str) else str(value)
+    if len(shown) > ARG_CHARS:
+        shown = shown[: ARG_CHARS - 1] + "…"
+    more = ", …" if len(call.args) > 1 else ""
+    return f"{call.name}({name}={shown!r}{more})"
+
+
+def _tool_line(call: ToolCall | None, result: ToolResult) -> str:
+    """One call and what came of it: its result's start, that it failed, or that it was still
+    running when the turn was stopped (with what it had printed)."""
+    label = _call_label(call)
+    content = result.content
+    if result.is_error and content.startswith(INTERRUPTED):
+        printed = content[len(INTERRUPTED) :].lstrip(". ")
+        return f"[tool] {label} {IN_FLIGHT}" + (f"; {printed[:RESULT_CHARS]}" if printed else "")
+    how = "failed: " if result.is_error else "-> "
+    return f"[tool] {label} {how}{content[:RESULT_CHARS]}"
 
 
 def reply_state(store: Store, origin_key: str, run_id: str) -> str:

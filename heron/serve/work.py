@@ -9,13 +9,14 @@ panel redraws from what the store holds; a cancel that cannot be done is an `err
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from heron import timefmt
 from heron.store import Store, goals, runs
 from heron.store import jobs as js
 from heron.store.schedule import ScheduleError
-from heron.tools.schedule import NO_SERVE_NOW, asked, describe, resumed
+from heron.tools.schedule import NO_SERVE_NOW, asked, describe, next_words, resumed
 
 Event = dict[str, Any]
 TARGETS = ("goal", "job", "subagent")
@@ -26,8 +27,16 @@ def _local(instant: float | None, zone: str) -> str | None:
     return None if instant is None else timefmt.when(instant, zone, named=True)
 
 
+def _next_local(job: js.Job, zone: str, now: float) -> str | None:
+    """The job's next time as the CLI says it (a due one whose run still goes waits for it)."""
+    if job.status == "paused" or job.next_run is None:
+        return None
+    return next_words(job, zone, now)
+
+
 def work_event(store: Store, key: str, zone: str, done: str | None = None) -> Event:
     """What works in conversation `key` without the person, as the panel shows it."""
+    now = time.time()
     goal = goals.open_goal(store, key)
     event: Event = {
         "type": "work",
@@ -51,8 +60,12 @@ def work_event(store: Store, key: str, zone: str, done: str | None = None) -> Ev
                 "next_run": job.next_run,
                 # As the CLI shows it: in the agent's zone, named (a browser elsewhere would
                 # otherwise read its own zone's time for it).
-                "next_local": None if job.status == "paused" else _local(job.next_run, zone),
+                "next_local": _next_local(job, zone, now),
                 "last_outcome": job.last_outcome,
+                # Its run still going: the panel says so rather than the run before's outcome.
+                "running": None
+                if job.running_run is None
+                else {"run": job.running_run, "since": _local(job.running_since, zone)},
                 "prompt": job.prompt,
                 "line": describe(job, zone),
             }

@@ -62,6 +62,10 @@ class Job:
     last_outcome: str | None
     lease_owner: str | None
     run_now: float | None = None  # someone asked it to run once now (`request_run`)
+    # Its run still going, and since when (`get_job`, `list_jobs`, `review_job` read them):
+    # while it runs, `last_run` is its start and `last_outcome` the run before's.
+    running_run: int | None = None
+    running_since: float | None = None
 
     @property
     def key(self) -> str:
@@ -115,6 +119,7 @@ class Recovered:
 
 
 def _job(r: sqlite3.Row) -> Job:
+    columns = r.keys()  # (a row's `in` looks at its values)
     return Job(
         r["id"],
         Schedule(r["kind"], r["spec"], r["timezone"]),
@@ -131,6 +136,7 @@ def _job(r: sqlite3.Row) -> Job:
         r["last_outcome"],
         r["lease_owner"],
         r["run_now"],
+        *((r["running_run"], r["running_since"]) if "running_run" in columns else ()),
     )
 
 
@@ -188,8 +194,17 @@ def create_job(
     return found
 
 
+# A job with the run of it still going, if any (read through the partial index of runs
+# without an outcome, m027): what `heron jobs show`, the list and the work panel say of it.
+_WITH_RUNNING = (
+    "SELECT jobs.*, r.id AS running_run, r.started AS running_since FROM jobs"
+    " LEFT JOIN job_runs r ON r.id = (SELECT MAX(o.id) FROM job_runs o WHERE"
+    " o.job_id = jobs.id AND o.outcome IS NULL AND o.status = 'running')"
+)
+
+
 def get_job(store: Store, job_id: int) -> Job | None:
-    rows = store.query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+    rows = store.query(_WITH_RUNNING + " WHERE jobs.id = ?", (job_id,))
     return _job(rows[0]) if rows else None
 
 
@@ -200,12 +215,12 @@ def list_jobs(
     conversation if given."""
     where, params = [], []
     if not everything:
-        where.append("status IN ('active', 'paused')")
+        where.append("jobs.status IN ('active', 'paused')")
     if conversation is not None:
-        where.append("conversation = ?")
+        where.append("jobs.conversation = ?")
         params.append(conversation)
-    sql = "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
-    sql += " ORDER BY next_run IS NULL, next_run, id"
+    sql = _WITH_RUNNING + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY jobs.next_run IS NULL, jobs.next_run, jobs.id"
     return [_job(r) for r in store.query(sql, params)]
 
 
@@ -392,7 +407,7 @@ def claim_asked(
 
 
 def review_job(store: Store) -> Job | None:
-    rows = store.query("SELECT * FROM jobs WHERE mode = ?", (REVIEW,))
+    rows = store.query(_WITH_RUNNING + " WHERE jobs.mode = ?", (REVIEW,))
     return _job(rows[0]) if rows else None
 
 

@@ -41,15 +41,16 @@ def serve_running(home: Path) -> bool:
     return pid_alive(pid)
 
 
-def describe(job: jobs.Job, zone: str) -> str:
+def describe(job: jobs.Job, zone: str, now: float | None = None) -> str:
     """One line for a job; its next time in the agent's `zone`, named (as `heron jobs show`
     has it), whatever zone the job was made in."""
     when = "not scheduled"
     if job.status == "paused":
         when = "paused"
     elif job.next_run is not None:
-        when = f"next {timefmt.when(job.next_run, zone, named=True)}"
-    last = f", last {job.last_outcome}" if job.last_outcome else ""
+        when = f"next {next_words(job, zone, time.time() if now is None else now)}"
+    last = last_words(job, zone)
+    last = f", {last}" if last else ""
     mode = "built-in review" if job.builtin else job.mode
     status = "disabled" if job.builtin and job.status == "cancelled" else job.status
     status = "damaged" if damaged(job) else status
@@ -57,6 +58,24 @@ def describe(job: jobs.Job, zone: str) -> str:
         f"job {job.id} [{mode}, {status}] {job.schedule.describe()}, {when}{last}:"
         f" {_short(job.prompt)}"
     )
+
+
+def next_words(job: jobs.Job, zone: str, now: float, *, named: bool = True) -> str:
+    """An active job's next time in the agent's `zone`; one whose time has come while its own
+    run still goes waits for that run (its next time in the past read as a time missed)."""
+    assert job.next_run is not None
+    if job.running_run is not None and job.next_run <= now:
+        return f"due; waits for run {job.running_run} to finish"
+    return timefmt.when(job.next_run, zone, named=named)
+
+
+def last_words(job: jobs.Job, zone: str, *, named: bool = True) -> str:
+    """What its last run did, "last delivered"; while a run goes, that it runs, since when
+    (its outcome so far is the run before's, not this one's)."""
+    if job.running_run is not None and job.running_since is not None:
+        since = timefmt.when(job.running_since, zone, named=named)
+        return f"running since {since} (run {job.running_run})"
+    return f"last {job.last_outcome}" if job.last_outcome else ""
 
 
 def damaged(job: jobs.Job) -> bool:
@@ -335,8 +354,9 @@ def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]
     review = next((j for j in active if j.builtin and j.next_run is not None), None)
     if review is not None:
         assert review.next_run is not None
-        last = f", last {review.last_outcome}" if review.last_outcome else ""
-        when = f"next {timefmt.when(review.next_run, zone)}"
+        last = last_words(review, zone, named=False)
+        last = f", {last}" if last else ""
+        when = f"next {next_words(review, zone, time.time(), named=False)}"
         if review.status == "paused":  # its kept instant is only where a resume starts from
             when = f"paused (heron jobs resume {review.id})"
         lines.append(f"nightly review: job {review.id}, {when}{last}")

@@ -984,7 +984,7 @@ function Work({ conv, send, tick, notify }) {
     <h3>Jobs</h3>
     ${data.jobs.length ? html`<ul class="work">${data.jobs.map((j) => html`<li key=${"j" + j.id} class="work-item">
       <div>${first(j.prompt)}</div>
-      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.status === "paused" ? " · paused" : ""}${j.next_local ? " · next " + j.next_local : ""}${j.last_outcome ? " · last " + j.last_outcome : ""}</div>
+      <div class="work-meta">job ${j.id} · ${j.mode} · ${j.schedule}${j.status === "paused" ? " · paused" : ""}${j.next_local ? " · next " + j.next_local : ""}${j.running ? " · running since " + j.running.since + " (run " + j.running.run + ")" : j.last_outcome ? " · last " + j.last_outcome : ""}</div>
       ${j.status === "paused"
         ? html`<button aria-label=${"resume job " + j.id} onClick=${() => act("resume", j.id)}>Resume</button>`
         : html`<button aria-label=${"pause job " + j.id} onClick=${() => act("pause", j.id)}>Pause</button>`}
