@@ -518,3 +518,21 @@ def test_accepting_a_clause_of_a_kept_entry_drops_it(setup):
     assert decision.status == "dropped"
     assert decision.message == f"#{clause} dropped: personal/always/b.md already says this"
     assert len(service.entries()) == 1
+
+
+CYCLE = "I always cycle to work, even in winter."
+
+
+def test_accept_quote_refuses_a_clause_that_says_nothing_alone(setup):
+    """QA22v L3: `accept N --quote "even in winter"` kept "Even in winter" as an entry; the
+    tools' whole-clause test now refuses it, and the refusal names what to keep instead."""
+    store, service, cid = setup
+    store.append(cid, user(CYCLE))
+    number = service.suggest_fact(cid, EntryPath("personal", "always", None, "cycle"), CYCLE)
+    decision = service.accept(number, env={}, quote="even in winter")
+    assert decision.status == "waiting" and not service.entries()
+    assert "'even in winter' is only a piece of the sentence" in decision.message
+    assert "'I always cycle to work'" in decision.message  # the clause that stands alone
+    kept = service.accept(number, env={}, quote="I always cycle to work")
+    assert kept.status == "accepted"
+    assert [e.text for e in service.entries()] == ["I always cycle to work"]

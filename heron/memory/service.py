@@ -32,6 +32,7 @@ from heron.memory.guard import (
     QuoteMatch,
     appears_in,
     asks_to_forget,
+    clauses_of,
     find_quote,
     find_secret,
     find_sensitive,
@@ -43,6 +44,7 @@ from heron.memory.guard import (
     quoted_in,
     says_again,
     shown_in,
+    within,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
@@ -690,14 +692,28 @@ class MemoryService:
                     hint="Accept it as it is, or reject it.",
                 )
             if not says_again(quote, s.quote):
-                raise MemoryRefused(
-                    f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes "
-                    f"({s.quote!r})",
-                    hint="An entry is your own words: keep the whole quote, or one of its "
-                    "sentences or clauses, copied as you wrote it.",
-                )
+                raise MemoryService._not_a_clause(s, quote)
             s = replace(s, quote=quote.strip(), text=quote_text(quote))
         return s
+
+    @staticmethod
+    def _not_a_clause(s: Suggestion, quote: str) -> MemoryRefused:
+        """Why `quote` cannot be kept of `s`, naming the clauses of its quote that can."""
+        said = s.quote or ""
+        offer = [c for c in clauses_of(said) if quote_key(c) != quote_key(said)]
+        instead = "keep the whole quote" + (
+            f", or one of its clauses: {', '.join(repr(c) for c in offer)}" if offer else ""
+        )
+        if within(quote, said):  # the tools' test: a piece that says nothing alone
+            return MemoryRefused(
+                f"{quote!r} is only a piece of the sentence suggestion #{s.id} quotes "
+                f"({said!r}), and says nothing alone",
+                hint=f"An entry is your own words and must make sense alone: {instead}.",
+            )
+        return MemoryRefused(
+            f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes ({said!r})",
+            hint=f"An entry is your own words, copied as you wrote them: {instead}.",
+        )
 
     def reject(self, suggestion_id: int, status: str = "rejected") -> Decision:
         found = self._waiting(suggestion_id)
