@@ -336,7 +336,7 @@ class MemoryService:
             said = self.saying(text)
             if said is not None:  # in another scope or path, or said before: one is enough
                 raise AlreadySaid(f"already in memory as {said.path.rel}: {said.text}", said)
-            return self._write(self.free_path(path), text, "user", source)
+            return self._write(self._target(text, path), text, "user", source)
 
     def update(
         self,
@@ -541,20 +541,52 @@ class MemoryService:
         queued = self._queued_saying(text)
         if queued is not None:  # a sentence and its own clause are one statement
             return queued.id
-        existing = self.files.read(path)
+        clauses = self._queued_clauses(text)
+        existing = self.holding(text) or self.files.read(path)
         if existing is not None:
-            return self._queue_change(conversation_id, existing, text, quote, match, origin)
-        return queue.add(
-            self.store,
-            "fact",
-            origin=origin,
-            path=path.rel,
-            text=text,
-            quote=quote.strip(),
-            conversation_id=conversation_id,
-            message_id=match.message_id,
-            said=match.created,
-        )
+            number = self._queue_change(conversation_id, existing, text, quote, match, origin)
+        else:
+            number = queue.add(
+                self.store,
+                "fact",
+                origin=origin,
+                path=path.rel,
+                text=text,
+                quote=quote.strip(),
+                conversation_id=conversation_id,
+                message_id=match.message_id,
+                said=match.created,
+            )
+        # Once it waits (a sentence turned down before is not queued: its clauses stay), the
+        # facts that say only its clauses are one statement with it: it says them whole.
+        for clause in clauses:
+            queue.decide(self.store, clause.id, "dropped")
+        return number
+
+    def _target(self, text: str, path: EntryPath) -> EntryPath:
+        """Where a new statement goes: over the entry that says only a clause of it ("I always
+        cycle to work", then "I always cycle to work, even in winter."), so one entry says it
+        whole, else `path` or a free path beside it. An entry the person wrote by hand is theirs
+        to change: refused, naming it."""
+        held = self.holding(text)
+        if held is None:
+            return self.free_path(path)
+        if held.origin == "hand":
+            raise MemoryRefused(
+                f"refused: {held.path.rel}, a file the user wrote, already says part of this "
+                f"({held.text!r}); nothing was saved beside it",
+                hint=f"Update that entry with these words instead (manage_memory action=update, "
+                f"path={held.path.rel}: the user reviews the change), or edit the file.",
+            )
+        return held.path
+
+    def holding(self, text: str, besides: EntryPath | None = None) -> Entry | None:
+        """The entry (other than `besides`) that says only a whole clause of `text`: `text`
+        says all it says and more, so it supersedes that entry rather than stand beside it."""
+        for entry in self.entries():
+            if entry.path != besides and any(says_again(t, text) for t in self._said(entry)):
+                return entry
+        return None
 
     def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
         """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
@@ -574,6 +606,14 @@ class MemoryService:
             if s.kind in ("fact", "amendment") and any(says_again(text, t) for t in said):
                 return s
         return None
+
+    def _queued_clauses(self, text: str) -> list[Suggestion]:
+        """The facts waiting in the queue that say only a whole clause of `text`."""
+        return [
+            s
+            for s in self.waiting()
+            if s.kind == "fact" and any(says_again(t, text) for t in (s.text, s.quote) if t)
+        ]
 
     @staticmethod
     def _said(entry: Entry) -> list[str]:
@@ -767,11 +807,15 @@ class MemoryService:
             raise AlreadySaid(f"{same.path.rel} already says this")
         source, asked = self._source(s)
         self.check_entry(s.text or "", asked)
-        # A fact goes beside an entry that appeared since it was suggested, never over it; an
-        # amendment replaces the entry it was shown against (its digest was checked above).
-        target = path if s.kind == "amendment" else self.free_path(path)
+        # A fact goes beside an entry that appeared since it was suggested, never over it, but
+        # over one that says only a clause of it (`_target`); an amendment replaces the entry
+        # it was shown against (its digest was checked above).
+        target = path if s.kind == "amendment" else self._target(s.text or "", path)
+        verb = "updated" if s.kind == "fact" and self.files.read(target) else "saved"
         self._write(target, s.text or "", "auto", source)
-        return f"saved {target.rel}"
+        return f"{verb} {target.rel}" + (
+            " (it said only part of this)" if verb == "updated" else ""
+        )
 
     def _source(self, s: Suggestion) -> tuple[Source, bool]:
         """Where a kept fact stands, and whether the user asked to remember exactly it."""
