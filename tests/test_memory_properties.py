@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 
 from heron.agent.runner import CONTINUE, HeronPrompt
 from heron.memory import EntryPath, MemoryRefused, MemoryService
-from heron.memory.guard import MIN_QUOTE_CHARS, _trim, normalise, overlaps, quote_text
+from heron.memory.guard import (
+    MIN_QUOTE_CHARS,
+    _trim,
+    find_secret,
+    normalise,
+    overlaps,
+    quote_text,
+)
 from heron.messages import Message, ToolCall, ToolResult, assistant, user
 from heron.store import Store
 
@@ -25,6 +32,9 @@ VOCABULARY = """I we tea coffee prefer like live in Berlin Paris short replies n
 cook garden morning evening read books walk dog cat train bike the a and my our green"""
 WORDS = st.sampled_from(VOCABULARY.split())
 SENTENCE = st.lists(WORDS, min_size=3, max_size=14).map(" ".join)
+# A clause cut out of a sentence must say something alone (`guard._stands_alone`): with a
+# subject, and not opening with a word that leans on the rest ("on Fridays tea").
+CLAUSE = SENTENCE.map("I {}".format)
 PUNCT = st.sampled_from([". ", "! ", "? ", "; ", ", ", "\n"])
 PATH = EntryPath("personal", "always", None, "fact")
 QUOTED = EntryPath("personal", "always", None, "quoted")
@@ -129,15 +139,16 @@ def test_no_quote_is_accepted_from_a_row_the_user_did_not_type(service, text, ki
     size=st.integers(1, 16),
 )
 def test_a_forgotten_statement_is_refused_under_any_re_slicing(service, words, start, size):
-    # Every word its own clause, so any slice is a valid quote: only the revocation refuses it.
-    message = ", ".join(words) + "."
+    # Every word its own sentence, so any slice is a valid quote: only the revocation refuses
+    # it (a word cut after a comma is only a piece of a sentence, refused as such).
+    message = ". ".join(words) + "."
     cid = _conversation(service, user(message))
     _clear(service)
-    whole = ", ".join(words)
+    whole = ". ".join(words)
     assume(len(_trim(whole)) >= MIN_QUOTE_CHARS)
     service.save(cid, PATH, whole)
     service.forget(PATH, cid)
-    piece = ", ".join(words[start % len(words) :][:size])
+    piece = ". ".join(words[start % len(words) :][:size])
     assume(len(_trim(piece)) >= MIN_QUOTE_CHARS)  # shorter is not a quote at all
     assert overlaps(piece, whole)
     with pytest.raises(MemoryRefused, match="asked to forget this statement"):
@@ -205,7 +216,7 @@ def _one_message(
 @given(
     speaker=st.sampled_from(OTHERS + SELVES),
     quoted=SENTENCE,
-    mine=SENTENCE,
+    mine=CLAUSE,
     marks=MARKS,
     joint=JOINT,
 )
@@ -229,6 +240,7 @@ def test_a_sentence_of_the_user_s_with_quotes_inside_it_is_taken_whole(
 ):
     assume(_distinct(before, phrase))
     sentence = f'{before} "{phrase}"{after}'
+    assume(not find_secret(sentence))  # "I I I I I I I I I I" looks like a key spelled out
     cid = _conversation(service, user(f"{sentence}. That is all."))
     _clear(service)
     assert _trim(service.save(cid, PATH, sentence).text) == _trim(sentence)
@@ -283,7 +295,7 @@ SELF_AFTER = st.sampled_from([" I said", " I told him", " I wrote", " I keep say
 
 
 @SETTINGS
-@given(said=SELF_AFTER, mine=SENTENCE, marks=MARKS)
+@given(said=SELF_AFTER, mine=CLAUSE, marks=MARKS)
 def test_a_quotation_the_user_follows_with_i_said_is_theirs(service, said, mine, marks):
     assume(_distinct(mine))
     cid = _one_message(service, "", marks, f"{mine},", said)

@@ -518,3 +518,56 @@ def test_accepting_a_clause_of_a_kept_entry_drops_it(setup):
     assert decision.status == "dropped"
     assert decision.message == f"#{clause} dropped: personal/always/b.md already says this"
     assert len(service.entries()) == 1
+
+
+CYCLE = "I always cycle to work, even in winter."
+
+
+def test_accept_quote_refuses_a_clause_that_says_nothing_alone(setup):
+    """QA22v L3: `accept N --quote "even in winter"` kept "Even in winter" as an entry; the
+    tools' whole-clause test now refuses it, and the refusal names what to keep instead."""
+    store, service, cid = setup
+    store.append(cid, user(CYCLE))
+    number = service.suggest_fact(cid, EntryPath("personal", "always", None, "cycle"), CYCLE)
+    decision = service.accept(number, env={}, quote="even in winter")
+    assert decision.status == "waiting" and not service.entries()
+    assert "'even in winter' is only a piece of the sentence" in decision.message
+    assert "'I always cycle to work'" in decision.message  # the clause that stands alone
+    kept = service.accept(number, env={}, quote="I always cycle to work")
+    assert kept.status == "accepted"
+    assert [e.text for e in service.entries()] == ["I always cycle to work"]
+
+
+def test_a_sentence_kept_after_its_own_clause_updates_that_entry(setup):
+    """QA22x: a clause kept first and its longer sentence accepted later were two entries."""
+    store, service, cid = setup
+    store.append(cid, user(CYCLE))
+    sentence = service.suggest_fact(cid, EntryPath("personal", "always", None, "winter"), CYCLE)
+    service.save(cid, EntryPath("personal", "always", None, "bike"), "I always cycle to work")
+    decision = service.accept(sentence, env={})
+    assert decision.message == (
+        f"#{sentence} kept: updated personal/always/bike.md (it said only part of this)"
+    )
+    assert [(e.path.rel, e.text) for e in service.entries()] == [("personal/always/bike.md", CYCLE)]
+
+
+def test_a_sentence_suggested_after_its_own_clause_is_one_suggestion(setup):
+    store, service, cid = setup
+    store.append(cid, user(CYCLE))
+    clause = service.suggest_fact(
+        cid, EntryPath("personal", "always", None, "bike"), "I always cycle to work"
+    )
+    sentence = service.suggest_fact(cid, EntryPath("personal", "always", None, "winter"), CYCLE)
+    assert [s.id for s in service.waiting()] == [sentence] and sentence != clause
+    # A sentence whose clause memory holds is queued as a change of that entry, both shown.
+    service.reject(sentence)
+    store.append(cid, user(CYCLE))
+    service.save(cid, EntryPath("personal", "always", None, "bike"), "I always cycle to work")
+    again = service.suggest_fact(cid, EntryPath("personal", "always", None, "winter"), CYCLE)
+    [waiting] = service.waiting()
+    assert (waiting.id, waiting.kind, waiting.path) == (
+        again,
+        "amendment",
+        "personal/always/bike.md",
+    )
+    assert waiting.reason == "I always cycle to work"

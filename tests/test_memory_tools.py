@@ -205,3 +205,33 @@ async def test_a_clause_of_a_kept_sentence_is_already_in_memory(setup):
         "Nothing saved: already in memory as personal/always/cycling.md"
     )
     assert len(service.entries()) == 1
+
+
+async def test_a_clause_that_says_nothing_alone_is_refused(setup):
+    """QA22v L3: "even in winter" of "I always cycle to work, even in winter." was saved as an
+    entry that means nothing; a clause cut from a sentence must say something alone."""
+    store, service, cid, ctx = setup
+    store.append(cid, user("I always cycle to work, even in winter. On weekends, I read a lot."))
+    for piece in ("even in winter", "on weekends"):
+        refused = await create(ctx, "personal/always/x", piece)
+        assert refused.is_error and "only a piece of a sentence" in refused.content
+    for clause in ("I always cycle to work", "I read a lot"):
+        saved = await create(ctx, "personal/always/x", clause)
+        assert saved.content.startswith("Saved "), saved.content
+    assert sorted(e.text for e in service.entries()) == ["I always cycle to work", "I read a lot"]
+
+
+async def test_a_sentence_saved_after_its_own_clause_updates_that_entry(setup):
+    """QA22x: "I always cycle to work" kept first and "I always cycle to work, even in winter."
+    saved later both stayed, so both were sent with every request; the sentence supersedes."""
+    store, service, cid, ctx = setup
+    store.append(cid, user("I always cycle to work, even in winter."))
+    await create(ctx, "personal/always/bike", "I always cycle to work")
+    whole = await create(ctx, "personal/always/cycling", "I always cycle to work, even in winter.")
+    assert whole.content == (
+        "Updated personal/always/bike.md (it said only part of this): "
+        "I always cycle to work, even in winter."
+    )
+    [entry] = service.entries()
+    assert entry.text == "I always cycle to work, even in winter."
+    assert entry.source.quote == "I always cycle to work, even in winter."

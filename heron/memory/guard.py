@@ -172,8 +172,9 @@ class QuoteMatch:
 # (kept as a pilcrow through normalising), brackets and quotation marks.
 _EDGE = '.!?;:,()[]"\u00b6'
 BOUNDARY_HINT = (
-    "Quote a whole sentence or clause of the user's (from its start to its end or a comma); "
-    "a piece cut from the middle of a sentence can say what the sentence did not."
+    "Quote a whole sentence or clause of the user's (from its start to its end or a comma), "
+    'one that says something alone, with its own subject or verb ("I always cycle to work", '
+    'not "even in winter"); a piece cut from a sentence can say what the sentence did not.'
 )
 
 
@@ -202,13 +203,50 @@ def _ends_clause(after: str) -> bool:
     return not tail or tail[0] in _EDGE
 
 
+# Where a sentence starts or ends (a quotation is a whole utterance too): a clause between
+# two of them, or the text's edges, is a whole sentence.
+_SENTENCE_EDGE = '.!?"\u00b6'
+# The words that show a subject or a verb without a parser: a piece cut after a comma needs one
+# to say something alone ("..., I read a lot", "..., tea is better", "..., never ask me").
+_SUBJECT_OR_VERB_TEXT = """i we you he she it they there this that these those me us him her
+them am is are was were be been being have has had do does did can could will would shall
+should may might must cannot"""
+_SUBJECT_OR_VERB = frozenset(_SUBJECT_OR_VERB_TEXT.split())
+_CONTRACTED = ("'m", "'re", "'s", "'ve", "'d", "'ll", "n't")
+# A piece that opens with one of these leans on the rest of its sentence ("even in winter",
+# "only on Sundays", "when it rains", "not coffee", "in the morning"): it only qualifies
+# what the sentence says.
+_LEANS_TEXT = """even only especially except not unless if when whenever while although though
+until since before after as in on at for with without by from during into to of than"""
+_LEANS = frozenset(_LEANS_TEXT.split())
+
+
+def _stands_alone(hay: str, at: int, needle: str) -> bool:
+    """Whether `needle`, standing at `at` in `hay` between clause boundaries, says something
+    alone: it is a whole sentence, or a piece of one that neither opens with a word that leans
+    on the rest nor, cut after a comma, lacks a subject or verb of its own. "even in winter" of
+    "I always cycle to work, even in winter." is only a piece: an entry of it means nothing."""
+    head, tail = hay[:at].rstrip(), hay[at + len(needle) :].lstrip()
+    if (not head or head[-1] in _SENTENCE_EDGE) and (not tail or tail[0] in _SENTENCE_EDGE):
+        return True
+    words = re.findall(r"[\w']+", needle)
+    if not words or words[0] in _LEANS:
+        return False
+    if head.endswith(","):  # "..., coffee in the morning" says nothing of its own
+        return any(w in _SUBJECT_OR_VERB or w.endswith(_CONTRACTED) for w in words)
+    return True
+
+
 def _clauses(hay: str, needle: str) -> Iterator[tuple[bool, bool]]:
     """Each place `needle` stands as a whole clause in `hay`, as (asked: after a request to
-    remember, quoted: inside a quotation the person did not ask to have remembered)."""
+    remember, quoted: inside a quotation the person did not ask to have remembered). A piece
+    of a sentence that says nothing alone (`_stands_alone`) is no clause, unless the person
+    asked to remember exactly it."""
     at = hay.find(needle)
     while at != -1:
         start, asked = _starts_clause(hay[:at])
-        if start and _ends_clause(hay[at + len(needle) :]):
+        alone = asked or _stands_alone(hay, at, needle)
+        if start and alone and _ends_clause(hay[at + len(needle) :]):
             quoted = _in_quotation(hay, at)
             if quoted and _remember_quoted(hay, at):
                 asked, quoted = True, False
@@ -349,6 +387,19 @@ def says_again(statement: str, said: str) -> bool:
     if len(needle) < MIN_QUOTE_CHARS or needle not in normalise(said):
         return False
     return next(_clauses(_hay(said), needle), None) is not None
+
+
+def clauses_of(said: str) -> list[str]:
+    """The clauses of `said` (its words between punctuation marks, as written) that an entry
+    may keep alone (`says_again`): what to offer when a piece of it was asked for."""
+    parts = (p.strip(" \"'") for p in re.split(r"[,;:.!?()\n]", said))
+    return [p for p in parts if p and says_again(p, said)]
+
+
+def within(statement: str, said: str) -> bool:
+    """Whether `statement` stands in `said` at all (folded as quotes are), clause or not."""
+    needle = _trim(statement)
+    return bool(needle) and needle in normalise(said)
 
 
 def quote_text(quote: str) -> str:

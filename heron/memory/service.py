@@ -32,6 +32,7 @@ from heron.memory.guard import (
     QuoteMatch,
     appears_in,
     asks_to_forget,
+    clauses_of,
     find_quote,
     find_secret,
     find_sensitive,
@@ -43,6 +44,7 @@ from heron.memory.guard import (
     quoted_in,
     says_again,
     shown_in,
+    within,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
@@ -334,7 +336,7 @@ class MemoryService:
             said = self.saying(text)
             if said is not None:  # in another scope or path, or said before: one is enough
                 raise AlreadySaid(f"already in memory as {said.path.rel}: {said.text}", said)
-            return self._write(self.free_path(path), text, "user", source)
+            return self._write(self._target(text, path), text, "user", source)
 
     def update(
         self,
@@ -539,20 +541,52 @@ class MemoryService:
         queued = self._queued_saying(text)
         if queued is not None:  # a sentence and its own clause are one statement
             return queued.id
-        existing = self.files.read(path)
+        clauses = self._queued_clauses(text)
+        existing = self.holding(text) or self.files.read(path)
         if existing is not None:
-            return self._queue_change(conversation_id, existing, text, quote, match, origin)
-        return queue.add(
-            self.store,
-            "fact",
-            origin=origin,
-            path=path.rel,
-            text=text,
-            quote=quote.strip(),
-            conversation_id=conversation_id,
-            message_id=match.message_id,
-            said=match.created,
-        )
+            number = self._queue_change(conversation_id, existing, text, quote, match, origin)
+        else:
+            number = queue.add(
+                self.store,
+                "fact",
+                origin=origin,
+                path=path.rel,
+                text=text,
+                quote=quote.strip(),
+                conversation_id=conversation_id,
+                message_id=match.message_id,
+                said=match.created,
+            )
+        # Once it waits (a sentence turned down before is not queued: its clauses stay), the
+        # facts that say only its clauses are one statement with it: it says them whole.
+        for clause in clauses:
+            queue.decide(self.store, clause.id, "dropped")
+        return number
+
+    def _target(self, text: str, path: EntryPath) -> EntryPath:
+        """Where a new statement goes: over the entry that says only a clause of it ("I always
+        cycle to work", then "I always cycle to work, even in winter."), so one entry says it
+        whole, else `path` or a free path beside it. An entry the person wrote by hand is theirs
+        to change: refused, naming it."""
+        held = self.holding(text)
+        if held is None:
+            return self.free_path(path)
+        if held.origin == "hand":
+            raise MemoryRefused(
+                f"refused: {held.path.rel}, a file the user wrote, already says part of this "
+                f"({held.text!r}); nothing was saved beside it",
+                hint=f"Update that entry with these words instead (manage_memory action=update, "
+                f"path={held.path.rel}: the user reviews the change), or edit the file.",
+            )
+        return held.path
+
+    def holding(self, text: str, besides: EntryPath | None = None) -> Entry | None:
+        """The entry (other than `besides`) that says only a whole clause of `text`: `text`
+        says all it says and more, so it supersedes that entry rather than stand beside it."""
+        for entry in self.entries():
+            if entry.path != besides and any(says_again(t, text) for t in self._said(entry)):
+                return entry
+        return None
 
     def saying(self, text: str, besides: EntryPath | None = None) -> Entry | None:
         """The entry (other than `besides`) whose text or quote says `text`, case, spacing,
@@ -572,6 +606,14 @@ class MemoryService:
             if s.kind in ("fact", "amendment") and any(says_again(text, t) for t in said):
                 return s
         return None
+
+    def _queued_clauses(self, text: str) -> list[Suggestion]:
+        """The facts waiting in the queue that say only a whole clause of `text`."""
+        return [
+            s
+            for s in self.waiting()
+            if s.kind == "fact" and any(says_again(t, text) for t in (s.text, s.quote) if t)
+        ]
 
     @staticmethod
     def _said(entry: Entry) -> list[str]:
@@ -690,14 +732,28 @@ class MemoryService:
                     hint="Accept it as it is, or reject it.",
                 )
             if not says_again(quote, s.quote):
-                raise MemoryRefused(
-                    f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes "
-                    f"({s.quote!r})",
-                    hint="An entry is your own words: keep the whole quote, or one of its "
-                    "sentences or clauses, copied as you wrote it.",
-                )
+                raise MemoryService._not_a_clause(s, quote)
             s = replace(s, quote=quote.strip(), text=quote_text(quote))
         return s
+
+    @staticmethod
+    def _not_a_clause(s: Suggestion, quote: str) -> MemoryRefused:
+        """Why `quote` cannot be kept of `s`, naming the clauses of its quote that can."""
+        said = s.quote or ""
+        offer = [c for c in clauses_of(said) if quote_key(c) != quote_key(said)]
+        instead = "keep the whole quote" + (
+            f", or one of its clauses: {', '.join(repr(c) for c in offer)}" if offer else ""
+        )
+        if within(quote, said):  # the tools' test: a piece that says nothing alone
+            return MemoryRefused(
+                f"{quote!r} is only a piece of the sentence suggestion #{s.id} quotes "
+                f"({said!r}), and says nothing alone",
+                hint=f"An entry is your own words and must make sense alone: {instead}.",
+            )
+        return MemoryRefused(
+            f"{quote!r} is not a whole clause of what suggestion #{s.id} quotes ({said!r})",
+            hint=f"An entry is your own words, copied as you wrote them: {instead}.",
+        )
 
     def reject(self, suggestion_id: int, status: str = "rejected") -> Decision:
         found = self._waiting(suggestion_id)
@@ -751,11 +807,15 @@ class MemoryService:
             raise AlreadySaid(f"{same.path.rel} already says this")
         source, asked = self._source(s)
         self.check_entry(s.text or "", asked)
-        # A fact goes beside an entry that appeared since it was suggested, never over it; an
-        # amendment replaces the entry it was shown against (its digest was checked above).
-        target = path if s.kind == "amendment" else self.free_path(path)
+        # A fact goes beside an entry that appeared since it was suggested, never over it, but
+        # over one that says only a clause of it (`_target`); an amendment replaces the entry
+        # it was shown against (its digest was checked above).
+        target = path if s.kind == "amendment" else self._target(s.text or "", path)
+        verb = "updated" if s.kind == "fact" and self.files.read(target) else "saved"
         self._write(target, s.text or "", "auto", source)
-        return f"saved {target.rel}"
+        return f"{verb} {target.rel}" + (
+            " (it said only part of this)" if verb == "updated" else ""
+        )
 
     def _source(self, s: Suggestion) -> tuple[Source, bool]:
         """Where a kept fact stands, and whether the user asked to remember exactly it."""

@@ -148,6 +148,8 @@ def _change(
     except AlreadySaid as said:  # not an error: memory holds the statement once already
         return f"Nothing saved: {said.summary}"
     effect({"kind": "memory_saved", "path": entry.path.rel})
+    if entry.created < entry.updated:  # it said a clause of this: one entry says it whole now
+        return f"Updated {entry.path.rel} (it said only part of this): {entry.text}"
     moved = "" if entry.path == entry_path else f" ({entry_path.rel} is taken: it got its own name)"
     return f"Saved {entry.path.rel}{moved}: {entry.text}"
 
