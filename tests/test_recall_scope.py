@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pg import schema_url
 
 from heron.memory import auto, records
 from heron.memory import recall as recall_module
@@ -66,20 +68,46 @@ def _seed(where: str | Path, apart: bool = False) -> tuple[Store, list[int]]:
     return store, convs
 
 
+Seeded = tuple[Store, list[int]]
+
+
+@pytest.fixture(scope="module")
+def _seeded_stores() -> Iterator[dict[tuple[str, bool], Seeded]]:
+    """The module's seeded stores, each made once: the tests only read them, and seeding one
+    is 400 writes (on PostgreSQL, most of this file's CPU when each test seeded its own)."""
+    made: dict[tuple[str, bool], Seeded] = {}
+    yield made
+    for store, _ in made.values():
+        store.close()
+
+
+def _seeded_once(
+    request: pytest.FixtureRequest, made: dict[tuple[str, bool], Seeded], backend: str, apart: bool
+) -> Seeded:
+    if (backend, apart) not in made:
+        if backend == "sqlite":
+            where: str | Path = request.getfixturevalue("tmp_path_factory").mktemp("scope") / "h.db"
+        else:
+            where = schema_url(request.getfixturevalue("pg_server"))
+        made[(backend, apart)] = _seed(where, apart)
+    return made[(backend, apart)]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.pg)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(params=[False, True], ids=["shared", "apart"])
-def seeded(db: str | Path, request: pytest.FixtureRequest):
+def seeded(backend: str, request: pytest.FixtureRequest, _seeded_stores) -> Seeded:
     """`_seed`, once per backend, with and without words of each conversation's own."""
-    store, convs = _seed(db, request.param)
-    yield store, convs
-    store.close()
+    return _seeded_once(request, _seeded_stores, backend, request.param)
 
 
 @pytest.fixture
-def seeded_fts5(tmp_path: Path):
+def seeded_fts5(request: pytest.FixtureRequest, _seeded_stores) -> Seeded:
     """`_seed` in SQLite, for the tests of FTS5's own SQL and plans."""
-    store, convs = _seed(tmp_path / "scope.db")
-    yield store, convs
-    store.close()
+    return _seeded_once(request, _seeded_stores, "sqlite", False)
 
 
 # One per conversation, when kept apart. The index reads "happy" and "happyness" apart (their
