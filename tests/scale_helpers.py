@@ -228,7 +228,9 @@ async def on_workers(
     script: Script, home: Path, pg_url: str, monkeypatch: Any, n: int = 2, governed: bool = False
 ) -> AsyncIterator[tuple[FakeOpenAIServer, Workers, Face]]:
     """A model server answering by `script`, `n` workers on it and a face: what most tests of
-    the workers run in. The workers are stopped (SIGTERM, drained) on leaving."""
+    the workers run in. The workers are stopped (SIGTERM, drained) on leaving. One worker does
+    for a test of what crosses from the face to a worker and back; two, for what they share.
+    Each is a process of about a second's CPU to start, then polls the queue every 50 ms."""
     with model_server(script) as (server, url):
         workers = Workers(worker_env(home, pg_url, url))
         try:

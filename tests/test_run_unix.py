@@ -310,6 +310,7 @@ def test_the_early_signal_handler_is_in_place_before_heron_run_imports_its_chann
 
     spy = """
 import builtins, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, not a background job
 seen = {}
 real = builtins.__import__
 def spy(name, *args, **kwargs):

@@ -151,7 +151,7 @@ async def test_stop_cancels_the_workflow_and_keeps_the_tool_result(
     pg_url: str, heron_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slow = {"s1": 60.0}
-    async with on_workers(_tool_then_answer(slow), heron_home, pg_url, monkeypatch) as (
+    async with on_workers(_tool_then_answer(slow), heron_home, pg_url, monkeypatch, n=1) as (
         server,
         _,
         f,
@@ -202,7 +202,7 @@ async def test_a_follow_up_mid_turn_is_answered_in_the_same_turn_on_another_proc
     """As in one process (tests/test_engine_loop.py): a message typed while a worker's turn
     runs a tool reaches that turn's mailbox and is answered with the tool's result, in the
     same turn; its own workflow then finds it stored and runs no second turn."""
-    async with on_workers(_waits_for_go, heron_home, pg_url, monkeypatch) as (server, _, f):
+    async with on_workers(_waits_for_go, heron_home, pg_url, monkeypatch, n=1) as (server, _, f):
         f.send("f1", "start the job")
         await f.wait_for(lambda: "tool_start" in f.kinds("f1"))
         f.send("f1", "also, make it blue")
@@ -235,7 +235,7 @@ async def test_ask_user_in_a_worker_turn_is_answered_by_the_next_message(
     """A worker's turn waits on ask_user; the question reaches the face's clients, and the
     next message typed there is the answer: the run resumes from the call with it, and the
     message's own workflow runs no second turn (the question's row names it)."""
-    async with on_workers(_asks_the_city, heron_home, pg_url, monkeypatch) as (server, _, f):
+    async with on_workers(_asks_the_city, heron_home, pg_url, monkeypatch, n=1) as (server, _, f):
         f.send("a1", "plan the trip")
         await f.wait_for(lambda: any("Which city?" in t for t in f.texts("question")))
         f.send("a1", "Lisbon")
@@ -263,7 +263,11 @@ async def test_a_goal_set_on_the_face_is_nudged_through_the_queue(
     """/goal typed at the face runs on a worker; its turn's end enqueues the goal's nudge as a
     workflow of the same conversation, which a worker runs (no model deadline, the goal in the
     runtime block) until the agent marks the goal done: then no further nudge."""
-    async with on_workers(_works_on_the_goal, heron_home, pg_url, monkeypatch) as (server, _, f):
+    async with on_workers(_works_on_the_goal, heron_home, pg_url, monkeypatch, n=1) as (
+        server,
+        _,
+        f,
+    ):
         f.send("g1", "/goal Count the files")
         done = "SELECT COUNT(*) FROM goals WHERE status = 'done'"
         await f.wait_for(lambda: raw_count(pg_url, done) == 1)
@@ -508,7 +512,7 @@ async def test_a_command_in_a_worker_turn_is_asked_of_the_face_clients(
     from heron.tools.approval import DECLINED
 
     monkeypatch.setenv("HERON_BWRAP", "off")  # the workers inherit it (worker_env)
-    async with on_workers(_runs_a_command, heron_home, pg_url, monkeypatch) as (_, _, f):
+    async with on_workers(_runs_a_command, heron_home, pg_url, monkeypatch, n=1) as (_, _, f):
         f.send("a2", "run it")
 
         def asked() -> list[TurnEvent]:
