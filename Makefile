@@ -85,7 +85,7 @@ test: $(STAMP) bubblewrap chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 4 --dist worksteal
+	$(BIN)/pytest -n 6 --dist worksteal
 
 # The quick loop while working: everything but the slow tests (real processes, pty, kernel,
 # the offline model, PostgreSQL: a fresh schema migrates in about 0.27 s, which the property
