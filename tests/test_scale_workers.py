@@ -411,7 +411,7 @@ async def test_starting_faces_continue_a_goal_left_open_once(
     done = "SELECT COUNT(*) FROM goals WHERE status = 'done'"
     script = _works_on_the_goal
     async with (
-        on_workers(script, heron_home, pg_url, monkeypatch) as (server, _, _f),
+        on_workers(script, heron_home, pg_url, monkeypatch, n=1) as (server, _, _f),
         face(pg_url, monkeypatch, resume_goals=True) as f1,
         face(pg_url, monkeypatch, resume_goals=True),
     ):
@@ -432,7 +432,7 @@ async def test_idle_workers_poll_slower_and_the_next_message_speeds_them_up(
         f"SELECT polling_interval_sec FROM {_dbos_schema(pg_url)}.queues WHERE name = 'heron_turns'"
     )
     raw = pg_url.split("?")[0]
-    async with on_workers(echo, heron_home, pg_url, monkeypatch, governed=True) as (_, _, f):
+    async with on_workers(echo, heron_home, pg_url, monkeypatch, n=1, governed=True) as (_, _, f):
         assert f.governor is not None
         f.governor.idle_after_s = 0.0
         await f.wait_for(lambda: raw_count(raw, interval) == f.governor.slow_s)
