@@ -50,3 +50,14 @@ def test_a_log_past_its_limit_starts_over_at_a_kernels_start(tmp_path: Path) -> 
     text = _run(tmp_path, [b"new\n"], start_over=2_000)
     assert b"old" not in text
     assert text.endswith(b"new\n")
+
+
+def test_the_start_line_names_whose_kernel_it_is(tmp_path: Path) -> None:
+    """A serve runs a kernel per conversation, all logging to one file: each start says
+    whose it is (the soak's log could not be read back to a conversation)."""
+    log = KernelLog(workspace_io.append_to(tmp_path, KERNEL_LOG), whose="conversation personal")
+    log.started()
+    log.join(timeout=10)
+    first = (tmp_path / KERNEL_LOG).read_bytes().split(b"\n")[0]
+    assert first.startswith(b"--- kernel started ")
+    assert first.endswith(b" for conversation personal")

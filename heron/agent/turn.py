@@ -840,7 +840,7 @@ def tool_context(t: Turn, built: BuiltTurn) -> ToolContext:
     earlier = functools.partial(
         store.call, store.used_tool, conversation.id, "run_cell", off_loop=True
     )
-    kernel = engine.kernels.take(key, earlier)
+    kernel = engine.kernels.take(key, earlier, whose=f"conversation {conversation.key}")
     return ToolContext(
         kernel=kernel,
         keep_kernel=functools.partial(engine.kernels.release, key),

@@ -30,9 +30,15 @@ class KernelLog:
     `started()` once the kernel holds it."""
 
     def __init__(
-        self, log_fd: int, head: int = HEAD, tail: int = TAIL, start_over: int = START_OVER
+        self,
+        log_fd: int,
+        head: int = HEAD,
+        tail: int = TAIL,
+        start_over: int = START_OVER,
+        whose: str = "",
     ) -> None:
         self.head, self.tail, self.start_over = head, tail, start_over
+        self.whose = whose  # whose kernel, on its start line ("conversation personal")
         self._log = log_fd
         self._read, self.write_end = os.pipe2(os.O_CLOEXEC)
         self.left_out = 0  # bytes between the head and the tail, counted, never written
@@ -80,7 +86,9 @@ class KernelLog:
         if os.fstat(self._log).st_size > self.start_over:
             os.ftruncate(self._log, 0)  # O_APPEND: the next write lands at the start
         # Which kernel start a line belongs to: ipykernel's own lines carry no time.
-        self._write(f"--- kernel started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        # Whose, too: a serve runs a kernel per conversation, all writing to this one file.
+        whose = f" for {self.whose}" if self.whose else ""
+        self._write(f"--- kernel started {time.strftime('%Y-%m-%d %H:%M:%S')}{whose}\n".encode())
 
     def _copy_head(self) -> bytes:
         """Write up to `head` bytes as they come; what read past them is returned."""

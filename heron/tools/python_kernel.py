@@ -359,8 +359,10 @@ class KernelSession:
         workspace: Path,
         startup_timeout: float = STARTUP_TIMEOUT,
         sandbox: Sandbox | None = None,
+        whose: str = "",
     ) -> None:
         self.workspace = workspace
+        self.whose = whose  # named on the kernel log's start line
         self.startup_timeout = startup_timeout
         self.sandbox = sandbox or Sandbox(workspace)
         self._km: Any = None
@@ -392,7 +394,9 @@ class KernelSession:
         self._sockets = sockets = Path(tempfile.mkdtemp(prefix=prefix))
         # The kernel's own stdout/stderr (startup warnings, crashes, what a subprocess in a
         # cell prints) go to a bounded log (kernel_log.py), not the terminal Heron draws in.
-        log = KernelLog(await asyncio.to_thread(open_log, self.workspace, sockets))
+        log = KernelLog(
+            await asyncio.to_thread(open_log, self.workspace, sockets), whose=self.whose
+        )
         try:
             await self._launch(sockets, log.write_end)
         except BaseException:
@@ -656,14 +660,18 @@ class Kernels:
         self.alive: Callable[[list[KernelKey]], Awaitable[set[KernelKey]]] | None = None
 
     def take(
-        self, key: KernelKey, earlier: Callable[[], Awaitable[bool]] | None = None
+        self,
+        key: KernelKey,
+        earlier: Callable[[], Awaitable[bool]] | None = None,
+        whose: str = "",
     ) -> KernelSession:
         """The conversation's session for a run (not started until its first cell). `earlier`
         tells a new session whether the conversation ran cells in an earlier process, which
-        its first cell then says are gone."""
+        its first cell then says are gone; `whose` names it in the kernel log."""
         session = self._sessions.get(key)
         if session is None:
-            session = self._sessions[key] = KernelSession(self.workspace, sandbox=self.sandbox)
+            made = KernelSession(self.workspace, sandbox=self.sandbox, whose=whose)
+            session = self._sessions[key] = made
             session.earlier = earlier
             session.ends_with_turn = self.one_shot
         self._runs[key] = self._runs.get(key, 0) + 1
