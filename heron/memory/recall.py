@@ -935,6 +935,8 @@ class Recall:
         place: dict[str, int] = {}  # a text -> its place in `out`
         times: dict[int, int] = {}
         words = search_terms(query)
+        folded: dict[str, str] = {}  # a body -> its `same_text`
+        kept_on: dict[str, bool] = {}  # a text found twice -> whether it stays
         kept = at = 0
         while kept < want and at < len(ranked):
             chunk = ranked[at : at + max(want - kept, DISTINCT_READ)]
@@ -942,7 +944,9 @@ class Recall:
             bodies = self.bodies([i for i, _ in chunk])
             for i, score in chunk:
                 body = bodies.get(i, "")
-                text = same_text(body)
+                text = folded.get(body)
+                if text is None:  # copies are mostly written alike: one fold for all
+                    text = folded[body] = same_text(body)
                 if not text or text not in place:  # a message of no word stands alone
                     if text:
                         place[text] = len(out)
@@ -952,7 +956,9 @@ class Recall:
                 copy = out[place[text]]
                 if copy is None:
                     continue
-                if said_again(body, words):
+                if text not in kept_on:  # copies say the same words: one look for all
+                    kept_on[text] = not said_again(body, words)
+                if not kept_on[text]:
                     out[place[text]] = None
                     times.pop(copy[0], None)
                     kept -= 1
