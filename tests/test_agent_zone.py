@@ -116,7 +116,9 @@ def test_every_command_shows_the_agents_zone_as_jobs_list_does(kiritimati, monke
     _agrees(_out("runs", "list"))
     _agrees(_out("runs", "show", "ask_z"), f"{THERE} +14")
     _agrees(_out("memory", "log"))
-    _agrees(_out("memory", "explain", "user/always/birds.md"), f"{THERE} +14")
+    explained = _out("memory", "explain", "user/always/birds.md")
+    _agrees(explained, f"{THERE} +14")
+    assert f"said:         {THERE} +14" in explained  # when the quote's message was typed
     _agrees(_out("conversations", "show", "zone", "--compactions"))
     # usage: the day is Kiritimati's, the 6th, not UTC's 5th
     _agrees(_out("usage", "--days", "0"), "2026-12-06", "2026-12-05")

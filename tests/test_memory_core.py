@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from heron import timefmt
 from heron.memory import BadMemoryPath, EntryPath, MemoryRefused, MemoryService
 from heron.memory.entries import Entry
 from heron.memory.guard import find_secret, strip_request
@@ -549,3 +553,32 @@ def test_recall_says_how_many_matches_a_forget_left_out(service, store):
     note = hits.forgotten_note("you")
     assert note is not None and "1 more message matched but is not shown" in note
     assert Recall(store).search("toast and jam").forgotten == 0  # a search of the record
+
+
+def test_a_tool_save_and_update_stamp_the_day_their_quote_was_said(service, store, monkeypatch):
+    """The tool may quote a message of days ago, and an update kept the first save's day
+    (`created`), so "last month" of the new words was read from the old statement's day."""
+    day = 86_400.0
+    now = time.time()
+
+    @contextlib.contextmanager
+    def at(when: float) -> Iterator[None]:  # the clock of the store and the service
+        with monkeypatch.context() as m:
+            m.setattr(time, "time", lambda: when)
+            yield
+
+    cid = chat(store)
+    path = EntryPath("personal", "always", None, "city")
+    with at(now - 40 * day):
+        store.append(cid, user("I moved to Porto last month."))
+    with at(now - 10 * day):  # a save quoting what was said thirty days before
+        saved = service.save(cid, path, "I moved to Porto last month.")
+    assert saved.source.said == int(now - 40 * day)  # whole seconds, as the file keeps it
+    assert f"said {timefmt.when(now - 40 * day, 'UTC', timefmt.DAY)})" in memory_section([saved])
+    with at(now - 2 * day):
+        store.append(cid, user("I moved to Lisbon last week."))
+    updated = service.update(cid, path, "I moved to Lisbon last week.")
+    assert isinstance(updated, Entry)
+    assert service.get(path).source.said == int(now - 2 * day)  # the new words', not the first's
+    shown = memory_section(service.entries())
+    assert f"said {timefmt.when(now - 2 * day, 'UTC', timefmt.DAY)})" in shown

@@ -6,11 +6,13 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from heron.memory import Entry, EntryPath, MemoryService
+from heron import timefmt
+from heron.memory import Entry, EntryPath, MemoryService, memory_section
 from heron.memory.commands import learn, memory_command, memory_digests, opening_line
 from heron.memory.extract import compaction_pass, review_pass, tidy_pass
 from heron.messages import Reply, Text, assistant, user
@@ -571,3 +573,56 @@ def test_a_sentence_suggested_after_its_own_clause_is_one_suggestion(setup):
         "personal/always/bike.md",
     )
     assert waiting.reason == "I always cycle to work"
+
+
+DAY = 86_400.0
+
+
+def _said_days_ago(store: Store, cid: int, text: str, days: float, monkeypatch) -> None:
+    """A message of the person's stored as if typed `days` ago."""
+    then = time.time() - days * DAY
+    with monkeypatch.context() as m:
+        m.setattr(time, "time", lambda: then)
+        store.append(cid, user(text))
+
+
+def _day(days: float) -> str:
+    return timefmt.when(time.time() - days * DAY, "UTC", timefmt.DAY)
+
+
+def test_a_fact_accepted_weeks_after_it_was_said_shows_the_day_it_was_said(setup, monkeypatch):
+    """S23: a fact waits in the queue (a nightly review, a compaction pass) and is kept days
+    later; the entry showed the accept day, so "last month" was read a month off. It shows the
+    day of the message it quotes, kept whole or narrowed (`accept --quote`)."""
+    store, service, cid = setup
+    _said_days_ago(store, cid, "I moved to Lisbon last month.", 30, monkeypatch)
+    _said_days_ago(store, cid, "My sister visited yesterday, and we cooked.", 12, monkeypatch)
+    city = service.suggest_fact(
+        cid, EntryPath.parse("personal/always/city"), "I moved to Lisbon last month."
+    )
+    sister = service.suggest_fact(
+        cid,
+        EntryPath.parse("personal/always/sister"),
+        "My sister visited yesterday, and we cooked.",
+    )
+    assert service.accept(city, env={}).status == "accepted"
+    assert service.accept(sister, env={}, quote="My sister visited yesterday").status == "accepted"
+    section = memory_section(service.entries(), zone="UTC")
+    assert f"(personal/always/city.md, said {_day(30)})" in section
+    assert f"(personal/always/sister.md, said {_day(12)})" in section
+
+
+def test_an_amendment_kept_takes_the_day_its_new_statement_was_said(setup, heron_home, monkeypatch):
+    store, service, cid = setup
+    hand = heron_home / "memory/personal/always/city.md"
+    hand.parent.mkdir(parents=True)
+    hand.write_text("I live in Porto since last spring.\n")
+    long_ago = time.time() - 60 * DAY  # written by hand before the person said what changed
+    os.utime(hand, (long_ago, long_ago))
+    _said_days_ago(store, cid, "I moved to Lisbon last month.", 20, monkeypatch)
+    number = service.update(
+        cid, EntryPath.parse("personal/always/city"), "I moved to Lisbon last month."
+    )
+    assert isinstance(number, int)  # a hand-written entry: the change waits for review
+    assert service.accept(number, env={}).status == "accepted"
+    assert f"(personal/always/city.md, said {_day(20)})" in memory_section(service.entries())

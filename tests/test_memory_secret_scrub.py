@@ -115,3 +115,12 @@ def test_a_secret_is_found_in_json_across_line_breaks() -> None:
     own = {"kind": "text", "text": SECRET}  # the person's own words: theirs
     out = json.loads(scrubbed_sent(dumps([own, runtime]), LOCKER, scrub))
     assert out[0] == own and "hunter2zz" not in out[1]["text"]
+
+
+def test_a_note_item_that_shows_the_day_said_is_rewritten_too() -> None:
+    """An entry kept with its `said` day is announced "(path, said <day>)": the rewrite of a
+    forgotten secret's item must find it as it finds "(path, saved <day>)"."""
+    note = f"Memory changed (this supersedes it):\n- saved: {SECRET} ({LOCKER}, said 2026-01-02)"
+    assert hide_secret_items(note, LOCKER).endswith(
+        f"- saved: [its text holds a secret: not shown] ({LOCKER})"
+    )

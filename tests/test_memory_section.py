@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from heron.memory import (
     memory_section,
     recent_history_section,
 )
+from heron.memory.entries import Source, _stamp, parse, render
 from heron.memory.section import history_floor, set_history_floor
 from heron.memory.service import MemoryService
 from heron.store import Store
@@ -150,3 +152,50 @@ def test_an_entry_telling_a_relative_time_shows_the_day_it_was_saved():
     section = memory_section([replace(city, created=saved), tea], zone="Pacific/Honolulu")
     assert "- I moved to Porto last month. (personal/always/city.md, saved 2026-10-25)" in section
     assert "- I prefer tea (personal/always/tea.md)" in section
+
+
+def test_an_entry_telling_a_relative_time_shows_the_day_it_was_said_over_the_day_saved():
+    """S23: a fact accepted from the review queue weeks after the person said it showed the
+    accept day, so "last month" was read from the wrong day. `said` (the quote's message time)
+    wins; an entry without it (hand-written, older) still shows the day it was saved."""
+    said, saved = 1_790_000_000.0, 1_793_000_000.0  # 2026-09-21, 2026-10-26 UTC
+    city = Entry(
+        EntryPath("personal", "always", None, "city"),
+        "I moved to Porto last month.",
+        created=saved,
+        source=Source("c1", 7, "I moved to Porto last month.", said),
+    )
+    old = replace(city, path=EntryPath("personal", "always", None, "old"), source=Source())
+    section = memory_section([city, old])
+    assert "- I moved to Porto last month. (personal/always/city.md, said 2026-09-21)" in section
+    assert "- I moved to Porto last month. (personal/always/old.md, saved 2026-10-26)" in section
+
+
+def test_the_said_stamp_round_trips_and_a_file_without_it_loads_as_before(caplog):
+    path = EntryPath("personal", "always", None, "city")
+    said = 1_790_000_000.0
+    kept = Entry(
+        path,
+        "I moved to Porto last month.",
+        "user",
+        1.0e9,
+        1.0e9,
+        Source("c1", 7, "I moved to Porto last month.", said),
+    )
+    text = render(kept)
+    assert text.index("message:") < text.index("\nsaid: ") < text.index("quote:")  # by its message
+    assert parse(path, text) == kept
+    # An older file, or one written by hand, has no said line: it loads unchanged, its digest
+    # too (a frozen section's digests must not move on upgrade).
+    stamp = _stamp(1_793_000_000.0)  # 2026-10-26 UTC, written in this process's zone
+    before = (
+        f"---\ncreated: {stamp}\nupdated: {stamp}\norigin: user\n---\n"
+        "I moved to Porto last month.\n"
+    )
+    old = parse(path, before)
+    assert old.source.said is None and render(old) == before
+    assert "saved 2026-10-26" in memory_section([old])
+    # A said line that is not a date is warned of and left out: the entry shows its saved day.
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        odd = parse(path, before.replace("origin: user\n", "origin: user\nsaid: last week\n"))
+    assert odd.source.said is None and "said 'last week' is not a date" in caplog.text

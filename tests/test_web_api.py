@@ -331,6 +331,8 @@ def test_memory_by_scope_with_quote_review_and_forget(client):
     entry = scopes[0]["entries"][0]
     assert entry["path"] == "user/always/home.md" and entry["quote"] == "I live in Lyon"
     assert entry["origin"] == "user" and entry["conversation"] == "personal"
+    said = store.message(entry["message"]).created  # the day of the message it quotes
+    assert entry["said"] == timefmt.when(said, service.timezone, timefmt.DAY)
 
     waiting = client.get("/api/memory/review").json()["suggestions"]
     assert [s["id"] for s in waiting] == [sid] and "I prefer tea" in waiting[0]["line"]

@@ -135,6 +135,9 @@ def explain(path: PathArg) -> None:
         created = _when(entry.created, zone, named=True)
         echo(f"created:      {created}   updated: {_when(entry.updated, zone, named=True)}")
         echo(f"conversation: {src.conversation or '-'}   message: {src.message or '-'}")
+        # When the person said the quote: what the entry's relative words ("last month") are
+        # read from, which may be days before it was created (kept from the review queue).
+        echo(f"said:         {_when(src.said, zone, named=True) if src.said else '-'}")
         echo(f"quote:        {src.quote!r}" if src.quote else "quote:        -")
         if entry.mistake:
             echo(f"prevents:     {entry.mistake}")

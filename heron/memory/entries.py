@@ -108,11 +108,15 @@ class EntryPath:
 
 @dataclass(frozen=True)
 class Source:
-    """The user's words an entry stands on: which conversation, which message, the quote."""
+    """The user's words an entry stands on: which conversation, which message, the quote, and
+    when they said it (the message's time, epoch seconds). An entry's words are read from the
+    day they were said ("last month"), which is not the day they were saved when a suggestion
+    waited in the review queue; None: not known (written by hand, or before Heron kept it)."""
 
     conversation: str | None = None
     message: int | None = None
     quote: str | None = None
+    said: float | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ class Entry:
 
 # ---- file format -----------------------------------------------------------------------------
 
-_FIELDS = ("created", "updated", "origin", "conversation", "message", "quote", "mistake")
+_FIELDS = ("created", "updated", "origin", "conversation", "message", "said", "quote", "mistake")
 
 
 def _stamp(ts: float) -> str:
@@ -164,6 +168,8 @@ def render(entry: Entry) -> str:
         lines.append(f"conversation: {json.dumps(entry.source.conversation)}")
     if entry.source.message is not None:
         lines.append(f"message: {entry.source.message}")
+    if entry.source.said is not None:
+        lines.append(f"said: {_stamp(entry.source.said)}")
     if entry.source.quote is not None:
         lines.append(f"quote: {json.dumps(entry.source.quote, ensure_ascii=False)}")
     if entry.mistake is not None:
@@ -195,6 +201,7 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False
     created, updated = (
         _unstamp(meta[k]) if k in meta and k not in odd else mtime for k in ("created", "updated")
     )
+    said = _unstamp(meta["said"]) if meta.get("said") and "said" not in odd else None
     return Entry(
         path=path,
         text=body.strip(),
@@ -205,6 +212,7 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False
             _unjson(meta.get("conversation")),
             int(message) if message.isdigit() else None,
             _unjson(meta.get("quote")),
+            said,
         ),
         mistake=_unjson(meta.get("mistake")),
     )
@@ -223,10 +231,11 @@ def _malformed(meta: dict[str, str]) -> dict[str, str]:
     message = meta.get("message")
     if message and not message.isdigit():
         odd["message"] = f"message {message!r} is not a message number: left out"
-    for key in ("created", "updated"):
+    for key in ("created", "updated", "said"):
         value = meta.get(key)
         if value and _unstamp(value) == 0.0:
-            odd[key] = f"{key} {value!r} is not a date (2025-05-01T10:12:03+0200): the file's time"
+            instead = "left out" if key == "said" else "the file's time"
+            odd[key] = f"{key} {value!r} is not a date (2025-05-01T10:12:03+0200): {instead}"
     return odd
 
 

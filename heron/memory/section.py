@@ -39,7 +39,8 @@ def over_cap(entry: Entry) -> bool:
 
 # A time told relative to the day it was said: "last month", "yesterday", "three weeks ago",
 # "next Friday", "recently". An entry is the person's words as they said them, so such an entry
-# shows the day it was saved: months later, "last month" is still read from that day.
+# shows the day they said it (the day it was saved when that is not known): months later, "last
+# month" is still read from that day.
 _UNITS = r"(?:days?|nights?|weeks?|weekends?|months?|years?|summers?|winters?|springs?|autumns?)"
 _DAYS = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 _COUNT = r"(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|a couple of|several)"
@@ -58,10 +59,13 @@ def relative_time(text: str) -> str | None:
 
 
 def _where(entry: Entry, zone: str) -> str:
-    """The entry's path, and the day it was saved when its words tell a relative time."""
-    if not entry.created or relative_time(entry.text) is None:
+    """The entry's path, and, when its words tell a relative time, the day the person said
+    them: a suggestion kept from the review queue is saved days or weeks after. An entry that
+    does not know it (written by hand, or before `said` was kept) shows the day it was saved."""
+    verb, when = ("said", entry.source.said) if entry.source.said else ("saved", entry.created)
+    if not when or relative_time(entry.text) is None:
         return entry.path.rel
-    return f"{entry.path.rel}, saved {timefmt.when(entry.created, zone, timefmt.DAY)}"
+    return f"{entry.path.rel}, {verb} {timefmt.when(when, zone, timefmt.DAY)}"
 
 
 def _item(entry: Entry, tag: str = "", zone: str = "UTC") -> str:
@@ -103,8 +107,8 @@ def memory_section(entries: Sequence[Entry], tokens: int | None = None, zone: st
     tagged with its topic; an entry over ENTRY_CAP by its head and a pointer to view_memory.
     With `tokens`, past that budget the entries are listed by title (when/ first go to
     titles: always/ entries apply everywhere). An entry that tells a relative time ("last
-    month") shows the day it was saved, in the agent's `zone`. Empty memory gives an empty
-    string."""
+    month") shows the day it was said (else saved), in the agent's `zone`. Empty memory gives
+    an empty string."""
     always = sorted((e for e in entries if e.path.kind == "always"), key=lambda e: e.path)
     when = sorted(
         (e for e in entries if e.path.kind == "when"),
@@ -224,7 +228,7 @@ def hide_secret_items(note: str, rel: str) -> str:
     """`note` (a runtime block) with the line of each change of `rel` it announced with its
     text ("- saved: <text> (rel)" and the text's further lines) as `secret_item` writes it:
     what a forget of a secret leaves of the notes already sent."""
-    head = re.compile(rf"- (saved|changed): .*\({re.escape(rel)}(?:, saved [^)]*)?\)")
+    head = re.compile(rf"- (saved|changed): .*\({re.escape(rel)}(?:, (?:said|saved) [^)]*)?\)")
     out: list[str] = []
     lines = note.split("\n")
     i = 0

@@ -114,6 +114,12 @@ def _said_by(statement: str, said: Iterable[str]) -> bool:
     return any(overlaps(t, statement) or overlaps(statement, t) for t in said)
 
 
+def _source(conversation_key: str | None, match: QuoteMatch, quote: str) -> Source:
+    """Where an entry stands: the person's message that holds `quote`, and when they said it
+    (in whole seconds, as the file keeps it: the entry returned is the entry read back)."""
+    return Source(conversation_key, match.message_id, quote, float(int(match.created)))
+
+
 class MemoryService:
     def __init__(self, root: Path, store: Store, timezone: str | None = None) -> None:
         self.files = MemoryFiles(root)
@@ -326,7 +332,7 @@ class MemoryService:
         """A new entry whose text is the user's `quote` (a leading "remember that" left out),
         at `path` or, when that is taken, at a free path next to it."""
         text, match = self._proved(conversation_id, quote)
-        source = Source(conversation_key, match.message_id, quote.strip())
+        source = _source(conversation_key, match, quote.strip())
         with self._writing:
             same = self.files.read(path)
             if same is not None and (same.text, same.source.message) == (text, match.message_id):
@@ -373,7 +379,7 @@ class MemoryService:
             )
         if current.origin == "hand":
             return self._queue_change(conversation_id, current, text, quote, match, "user")
-        source = Source(conversation_key, match.message_id, quote.strip())
+        source = _source(conversation_key, match, quote.strip())
         return self._write(path, text, "user", source)
 
     def delete(self, conversation_id: int, path: EntryPath, quote: str) -> Entry:
@@ -818,11 +824,13 @@ class MemoryService:
         )
 
     def _source(self, s: Suggestion) -> tuple[Source, bool]:
-        """Where a kept fact stands, and whether the user asked to remember exactly it."""
+        """Where a kept fact stands, and whether the user asked to remember exactly it. The
+        quote is proved again now, and its message tells when the person said it, which the
+        entry keeps (`said`): kept days after, its "last month" is read from that day."""
         if s.conversation_id is not None and s.quote:
             match = self.verify_quote(s.conversation_id, s.quote)  # revoked meanwhile: refused
             key = self.store.conversation_by_id(s.conversation_id).key
-            return Source(key, match.message_id, s.quote), match.asked
+            return _source(key, match, s.quote), match.asked
         return Source(None, s.message_id, s.quote), False
 
     def review(self, choose: ChooseFn, env: Mapping[str, str] | None = None) -> list[Decision]:

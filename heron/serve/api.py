@@ -518,7 +518,9 @@ def _memory(state: WebState) -> Any:
 
 def _entries(state: WebState) -> dict[str, Any]:
     scopes: dict[str, list[dict[str, Any]]] = {}
-    for e in _memory(state).entries():
+    service = _memory(state)
+    zone = service.timezone
+    for e in service.entries():
         scopes.setdefault(e.path.scope, []).append(
             {
                 "path": e.path.rel,
@@ -527,6 +529,8 @@ def _entries(state: WebState) -> dict[str, Any]:
                 "quote": e.source.quote,
                 "conversation": e.source.conversation,
                 "message": e.source.message,
+                # The day the person said the quote: the entry's "last month" is read from it.
+                "said": timefmt.when(e.source.said, zone, timefmt.DAY) if e.source.said else None,
                 "mistake": e.mistake,
                 "updated": e.updated,
             }
