@@ -392,6 +392,27 @@ def serve(
 
 
 @app.command()
+def status(
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object: serve, model, turns, questions, suggestions, jobs, "
+            "heartbeat, subagents, goals, today.",
+        ),
+    ] = False,
+) -> None:
+    """Whether heron serve runs on this home and what the agent is doing: turns running, what
+    waits for you, the next jobs, today's usage.
+
+    Reads files and the store only (no model call, no network), so it answers without a serve
+    too. Exits 0 when heron serve runs, 3 when none runs on this home, 1 on an error."""
+    from heron.channels.status import show
+
+    raise typer.Exit(show(reading_settings(), as_json=as_json))
+
+
+@app.command()
 def web(
     open_: Annotated[
         bool, typer.Option("--open", help="Open the address in your browser too.")

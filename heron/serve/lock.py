@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from heron import __version__
 from heron.errors import ConfigError
 from heron.store.home_lock import INFO_NAME, LOCK_NAME, ServeInfo, mark_holder, read_info
 
@@ -62,9 +63,11 @@ class ServeLock:
             "(Ctrl-C in its terminal, or kill its pid).",
         )
 
-    def publish(self, url: str) -> ServeInfo:
-        """Write serve.json once the server listens (atomically: readers never see half)."""
-        info = ServeInfo(os.getpid(), url, str(self.home / SOCKET_NAME))
+    def publish(self, url: str, model: str = "") -> ServeInfo:
+        """Write serve.json once the server listens (atomically: readers never see half), with
+        when it started, its Heron's version and its `model` (`heron status` reads them)."""
+        socket = str(self.home / SOCKET_NAME)
+        info = ServeInfo(os.getpid(), url, socket, time.time(), __version__, model)
         tmp = self.home / f".{INFO_NAME}.{os.getpid()}"
         tmp.write_text(json.dumps(asdict(info)))
         tmp.replace(self.home / INFO_NAME)

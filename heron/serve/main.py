@@ -232,8 +232,8 @@ def _announce(
     out: TextIO,
     opening: bool = False,
 ) -> ServeInfo:
-    info = lock.publish(url)
     choice = engine.choice
+    info = lock.publish(url, f"{choice.provider}/{choice.model}")
     out.write(f"heron serve: {shown}  ({choice.provider}/{choice.model}, pid {os.getpid()})\n")
     notice = start_notice(engine.registry, engine.sandbox)
     if notice:

@@ -830,16 +830,20 @@ class Store:
         )[0][0]
         return int(turns), int(leaves)
 
-    def running_turn_message(self, conversation_id: int) -> int | None:
-        """The user message of the conversation's latest turn while it is still running."""
+    def running_turn(self, conversation_id: int) -> Turn | None:
+        """The conversation's latest turn while it is still running (`heron status`)."""
         rows = self.query(
-            "SELECT user_message_id, status FROM turns WHERE conversation_id = ?"
-            f" AND kind = '{TURN}' ORDER BY id DESC LIMIT 1",
+            f"SELECT * FROM turns WHERE conversation_id = ? AND kind = '{TURN}'"
+            " ORDER BY id DESC LIMIT 1",
             (conversation_id,),
         )
-        if rows and rows[0][1] == "running" and rows[0][0] is not None:
-            return int(rows[0][0])
-        return None
+        turn = turn_from_row(rows[0]) if rows else None
+        return turn if turn is not None and turn.status == "running" else None
+
+    def running_turn_message(self, conversation_id: int) -> int | None:
+        """The user message of the conversation's latest turn while it is still running."""
+        turn = self.running_turn(conversation_id)
+        return None if turn is None else turn.user_message_id
 
     def last_separator(self, conversation_id: int) -> float:
         """When the conversation's last /new separator was written (0 before any): the turns

@@ -40,9 +40,13 @@ class Holder:
     what: str  # a run id for a lease; "chat" etc. for presence
     expires: float
 
+    @property
+    def where(self) -> str:
+        """ "process 4242", and the host when it is another machine's."""
+        return f"process {self.pid}" + ("" if self.host == HOST else f" on {self.host}")
+
     def describe(self) -> str:
-        where = f"process {self.pid}" + ("" if self.host == HOST else f" on {self.host}")
-        return f"{self.what} in {where}"
+        return f"{self.what} in {self.where}"
 
 
 @dataclass(frozen=True)

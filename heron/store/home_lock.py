@@ -22,19 +22,28 @@ INFO_NAME = "serve.json"
 
 @dataclass(frozen=True)
 class ServeInfo:
-    """What a running serve tells other processes about itself."""
+    """What a running serve tells other processes about itself. `started` (epoch seconds),
+    `version` (its Heron's) and `model` (`provider/model`) are what `heron status` shows; a
+    serve of an earlier Heron wrote none of them (0.0 and "")."""
 
     pid: int
     url: str
     socket: str
+    started: float = 0.0
+    version: str = ""
+    model: str = ""
 
 
 def read_info(home: Path) -> ServeInfo | None:
     """The running serve's details, or None when there are none (or they are unreadable)."""
     try:
         data = json.loads((home / INFO_NAME).read_text())
-        return ServeInfo(int(data["pid"]), str(data["url"]), str(data["socket"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        started = float(data.get("started") or 0.0)
+        version, model = str(data.get("version") or ""), str(data.get("model") or "")
+        return ServeInfo(
+            int(data["pid"]), str(data["url"]), str(data["socket"]), started, version, model
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -53,8 +62,19 @@ def _holder(fd: int) -> int | None:
 
 def other_serve(home: Path) -> str | None:
     """ "pid N, URL" of a serve another process runs on `home` ("starting": its details are
-    not written yet); None when none holds the lock. A shared lock tried without waiting and
-    let go at once: a serve starting in that instant retries (heron/serve/lock.py)."""
+    not written yet); None when none holds the lock."""
+    holder = serve_holder(home)
+    if holder is None or holder == os.getpid():  # this process is the serve: it may migrate
+        return None
+    info = read_info(home)
+    return f"pid {info.pid}, {info.url}" if info else "starting"
+
+
+def serve_holder(home: Path) -> int | None:
+    """Whether a serve holds `home`'s lock, this process's own included: the pid it wrote into
+    the lock file (0 while it has not yet), or None when none holds it. A shared lock tried
+    without waiting and let go at once: a serve starting in that instant retries
+    (heron/serve/lock.py)."""
     try:
         fd = os.open(home / LOCK_NAME, os.O_RDONLY)
     except OSError:  # no lock file: no serve (a clean exit removes it)
@@ -62,10 +82,7 @@ def other_serve(home: Path) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
-        if _holder(fd) == os.getpid():  # this process is the serve: it may migrate its home
-            return None
-        info = read_info(home)
-        return f"pid {info.pid}, {info.url}" if info else "starting"
+        return _holder(fd) or 0
     finally:
         os.close(fd)  # closing lets go of the shared lock, if it was taken
     return None

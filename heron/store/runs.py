@@ -357,6 +357,18 @@ def open_for(store: Store, origin_key: str) -> list[Run]:
     return [_run(r) for r in rows]
 
 
+def open_work(store: Store) -> list[Run]:
+    """The home's runs still going, oldest first: subagents running or waiting for a slot,
+    and questions waiting for the person's answer before their deadline (`heron status`)."""
+    rows = store.query(
+        "SELECT * FROM runs WHERE (kind = 'subagent' AND status IN ('running', 'waiting'))"
+        " OR (kind = 'ask' AND status = 'waiting' AND (deadline IS NULL OR deadline > ?))"
+        " ORDER BY created",
+        (time.time(),),
+    )
+    return [_run(r) for r in rows]
+
+
 def work_in(store: Store, key: str) -> list[str]:
     """What proactive work still uses a conversation, each named with how to end it: a goal
     working in it, a subagent that will report back to it, a question waiting for an answer
@@ -407,7 +419,7 @@ def status_lines(store: Store, key: str, now: float, zone: str) -> list[str]:
         state = "parked (its budget ran out)" if goal.status == "parked" else goal.status
         lines.append(f"goal: {state}, {goal.budget()}: {_first_line(goal.objective, 80)}")
     for run in open_for(store, key):
-        took = _elapsed((now if run.status in ("running", "waiting") else run.finished or now)
+        took = elapsed((now if run.status in ("running", "waiting") else run.finished or now)
                         - run.created)  # fmt: skip
         if run.kind == "ask":
             until = ""
@@ -433,7 +445,7 @@ def _first_line(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _elapsed(seconds: float) -> str:
+def elapsed(seconds: float) -> str:
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"

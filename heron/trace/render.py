@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from heron import timefmt
@@ -332,6 +333,29 @@ def render_usage(
             name = f"maintenance ({_share(upkeep, turns, prices)})"
             yield _usage_row(name, upkeep, prices, len(upkeep))
         yield ""
+
+
+@dataclass(frozen=True)
+class UsageTotal:
+    """What `heron usage` counts since an instant, summed: `turns` the turns among its `runs`
+    (maintenance runs are not turns), their tokens and their cost (None: a price not known)."""
+
+    turns: int
+    runs: int
+    usage: Usage
+    cost: float | None
+
+    @property
+    def hit_rate(self) -> float | None:
+        """The share of input tokens read from the prompt cache (None: no input counted)."""
+        return self.usage.cache_read / self.usage.input if self.usage.input else None
+
+
+def usage_total(store: Store, prices: PriceTable, since: float | None = None) -> UsageTotal:
+    """The runs `heron usage` counts since `since`, as one total (`heron status`: today's)."""
+    runs = usage_turns(store, since)
+    turns = sum(1 for t in runs if not t.maintenance)
+    return UsageTotal(turns, len(runs), _summed(runs), conversation_cost(runs, prices))
 
 
 def usage_turns(store: Store, since: float | None = None) -> list[Turn]:

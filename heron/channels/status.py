@@ -1,0 +1,474 @@
+"""`heron status`: whether `heron serve` runs on this home and what the agent is doing, at a
+glance, for a person or (with --json) a script.
+
+`gather` reads files and the store only (no model call, no network, no socket): the serve's
+lock and serve.json (heron/store/home_lock.py, as the store itself tells a running serve), the
+turn leases that make one turn per conversation across processes, the runs, jobs, ticks and
+memory suggestions, and today's usage as `heron usage` counts it. So it says the same with no
+serve running, from the store, under a line saying so. It writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from heron import timefmt
+from heron.channels.common import echo
+from heron.channels.info import model_source, open_store
+from heron.channels.jobs_cli import review_line
+from heron.errors import HeronError
+from heron.memory.queue import count_waiting
+from heron.messages import plural
+from heron.store import engine_state, goals, jobs, runs, waiting
+from heron.store.home_lock import read_info, serve_holder
+from heron.store.runs import elapsed
+from heron.tools.schedule import describe
+from heron.trace.prices import PriceTable, format_cost
+from heron.trace.render import usage_total
+
+if TYPE_CHECKING:
+    from heron.config import Settings
+    from heron.store import Store, Turn
+
+# `heron status` exits 0 when a serve runs, NOT_RUNNING when none does, 1 on an error.
+NOT_RUNNING = 3
+JOBS_SHOWN = 3  # the soonest of the person's jobs shown; `heron jobs list` has them all
+
+
+@dataclass(frozen=True)
+class Serve:
+    """The home's `heron serve`: whether one holds its lock, and what its serve.json says.
+    `started`, `version` and `model` are None for a serve of an earlier Heron (not written)."""
+
+    running: bool
+    home: str
+    pid: int | None = None
+    url: str | None = None
+    socket: str | None = None
+    started: float | None = None
+    version: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class RunningTurn:
+    """A turn running now in some process of the home (its lease is live)."""
+
+    conversation: str
+    since: float
+    step: str  # "starting", "with the model", "running tool bash" ...
+    process: str  # "process 4242" (and "on HOST" for another machine's)
+    pid: int
+    mail: int  # messages of background work waiting to enter the conversation
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question of `ask_user` waiting for the person's answer."""
+
+    id: str
+    conversation: str
+    text: str
+    asked: float
+    deadline: float | None
+
+
+@dataclass(frozen=True)
+class Subagent:
+    id: str
+    conversation: str  # where it reports back
+    state: str  # "running" or how it waits for a slot
+    since: float
+    task: str
+
+
+@dataclass(frozen=True)
+class Goal:
+    conversation: str
+    status: str  # active | parked
+    objective: str
+    budget: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """One of the person's scheduled jobs, as `heron jobs` and /status describe it."""
+
+    id: int
+    mode: str
+    conversation: str
+    next_run: float | None
+    line: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    minutes: int  # 0: off
+    last: float | None = None  # its last beat, when one was recorded
+    outcome: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Today:
+    """Today's usage (the agent's zone), as `heron usage` counts it."""
+
+    turns: int
+    runs: int  # turns and maintenance runs
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    hit_rate: float | None  # None: no input counted
+    cost_usd: float | None  # None: a price is not known
+
+
+@dataclass
+class Status:
+    """Everything `heron status` shows. `store_error`: the store could not be read (then only
+    the serve and the model are known)."""
+
+    serve: Serve
+    model: str
+    model_note: str
+    now: float
+    zone: str
+    turns: list[RunningTurn] = field(default_factory=list)
+    mail: dict[str, int] = field(default_factory=dict)  # for conversations with no turn running
+    questions: list[Question] = field(default_factory=list)
+    suggestions: int = 0
+    jobs: list[Job] = field(default_factory=list)
+    jobs_count: int = 0  # the person's active and paused jobs
+    review: str | None = None  # the nightly review's line, as `heron jobs list` says it
+    heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(0))
+    subagents: list[Subagent] = field(default_factory=list)
+    goals: list[Goal] = field(default_factory=list)
+    today: Today | None = None
+    store_error: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.store_error is not None:
+            return 1
+        return 0 if self.serve.running else NOT_RUNNING
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- gathering -----------------------------------------------------------------------------
+
+
+def gather(settings: Settings, now: float | None = None) -> Status:
+    """The home's status, from its files and its store; nothing is written."""
+    now = time.time() if now is None else now
+    serve = serve_state(settings)
+    model, note = _model(settings, serve)
+    status = Status(serve, model, note, now, settings.timezone)
+    status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes)
+    try:
+        store = open_store(settings, reading=True)
+    except HeronError as e:
+        status.store_error = str(e)
+        return status
+    try:
+        _from_store(status, store, settings)
+    except HeronError as e:
+        status.store_error = str(e)
+    finally:
+        store.close()
+    return status
+
+
+def serve_state(settings: Settings) -> Serve:
+    """Whether a serve holds the home's lock (as the store and `heron run` tell one runs), and
+    its details: a serve.json left by a killed serve is not read as one running."""
+    home = settings.paths.home
+    if serve_holder(home) is None:
+        return Serve(False, str(home))
+    info = read_info(home)
+    if info is None:  # locked, its details not written yet: it is starting
+        return Serve(True, str(home))
+    return Serve(
+        True,
+        str(home),
+        info.pid,
+        info.url,
+        info.socket,
+        info.started or None,
+        info.version or None,
+        info.model or None,
+    )
+
+
+def _model(settings: Settings, serve: Serve) -> tuple[str, str]:
+    """The model turns run with, and where it was named (`heron config show`'s words): the
+    serve's when one runs (`heron serve --model` may differ from the file), else the one
+    `heron run` would choose here."""
+    try:
+        choice = settings.model()
+    except HeronError as e:
+        configured, note = None, f"none configured: {str(e).splitlines()[0]}"
+    else:
+        configured = f"{choice.provider}/{choice.model}"
+        window = f"window {choice.profile.context_window:,}"
+        note = f"{model_source(settings, choice)}; {window}"
+    if serve.model and serve.model != configured:
+        return serve.model, f"heron serve's; this shell's settings name {configured or 'none'}"
+    return configured or "none", note
+
+
+def _from_store(status: Status, store: Store, settings: Settings) -> None:
+    mail = {key: len(waiting.waiting_for(store, key)) for key in waiting.keys_waiting(store)}
+    status.turns = [replace(t, mail=mail.pop(t.conversation, 0)) for t in running_turns(store)]
+    status.mail = mail  # what waits for a conversation where no turn runs
+    _runs(status, store)
+    status.suggestions = count_waiting(store)
+    _jobs(status, store)
+    beat = jobs.tick(store, "heartbeat")
+    if beat is not None and beat.outcome not in (None, "started"):
+        status.heartbeat = Heartbeat(status.heartbeat.minutes, beat.last, beat.outcome, beat.detail)
+    status.goals = _goals(store)
+    status.today = _today(store, settings, status.now)
+
+
+def running_turns(store: Store) -> list[RunningTurn]:
+    """The turns running now, from the live turn leases (any process: the serve, a `heron run`
+    or `heron chat` in its own, a worker), each with its step as the record tells it."""
+    found = []
+    for lease in engine_state.live_leases(store):
+        turn = store.running_turn(lease.conversation_id)
+        since = turn.started if turn is not None else lease.acquired
+        step = _step(store, lease.conversation_id, turn)
+        holder = lease.holder
+        found.append(RunningTurn(lease.key, since, step, holder.where, holder.pid, 0))
+    return sorted(found, key=lambda t: t.since)
+
+
+def _step(store: Store, conversation_id: int, turn: Turn | None) -> str:
+    """What the turn does now, as far as its rows say: the tools its last assistant message
+    called that have no result yet, else the model (building its request, or answering)."""
+    if turn is None:  # the lease is taken, the turn's row not written yet
+        return "starting"
+    head_id = store.conversation_by_id(conversation_id).head_id
+    head = store.message(head_id) if head_id is not None else None
+    calls = head.message.tool_calls if head and head.turn_id == turn.id else []
+    if not calls or head is None or head.role != "assistant":
+        return "with the model"
+    checkpoint = engine_state.read_checkpoint(store, conversation_id)
+    done = set()
+    if checkpoint is not None and checkpoint.turn_id == turn.id:
+        done = {r.call_id for r in checkpoint.results}
+    left = list(dict.fromkeys(c.name for c in calls if c.id not in done))
+    if not left:
+        return "with the model"
+    said = f"running {'tool' if len(left) == 1 else 'tools'} {', '.join(left)}"
+    return said + (f" ({len(done)} of {len(calls)} calls done)" if done else "")
+
+
+def _runs(status: Status, store: Store) -> None:
+    """The questions waiting for the person, and the subagents still going."""
+    for run in runs.open_work(store):
+        if run.kind == "ask":
+            status.questions.append(
+                Question(run.id, run.origin_key, run.task, run.created, run.deadline)
+            )
+        elif run.status == "waiting":  # for a slot: not started
+            state = runs.waiting_for_slot(store, run)
+            status.subagents.append(Subagent(run.id, run.origin_key, state, run.created, run.task))
+        else:
+            status.subagents.append(
+                Subagent(run.id, run.origin_key, "running", run.created, run.task)
+            )
+
+
+def _jobs(status: Status, store: Store) -> None:
+    """The person's jobs soonest first (as `heron jobs list` and /status describe each) and
+    the nightly review's line; the review's row is read as stored (`heron jobs list` and the
+    serve bring it in line with config.toml; this only reads)."""
+    listed = jobs.list_jobs(store)
+    mine = [j for j in listed if not j.builtin]
+    status.jobs_count = len(mine)
+    status.jobs = [
+        Job(j.id, j.mode, j.conversation, j.next_run, describe(j, status.zone, status.now))
+        for j in mine[:JOBS_SHOWN]
+    ]
+    review = jobs.review_job(store)
+    if review is not None and review.status == "active" and review.next_run is None:
+        # A home no serve (nor `heron jobs list`) has scheduled it in yet: when it would run.
+        review = replace(review, next_run=review.schedule.next_after(status.now))
+    if review is not None and review.status != "cancelled":
+        status.review = review_line(review, status.zone, status.now)
+
+
+def _goals(store: Store) -> list[Goal]:
+    found = []
+    for key in goals.active_keys(store):
+        goal = goals.open_goal(store, key)
+        if goal is not None:
+            found.append(Goal(key, goal.status, goal.objective, goal.budget()))
+    return found
+
+
+def _today(store: Store, settings: Settings, now: float) -> Today:
+    zone = settings.timezone
+    midnight = timefmt.day_bounds(timefmt.local_date(now, zone), zone)[0]
+    total = usage_total(store, PriceTable.from_config(settings.config.prices), midnight)
+    u = total.usage
+    return Today(
+        total.turns,
+        total.runs,
+        u.input,
+        u.output,
+        u.cache_read,
+        u.cache_write,
+        total.hit_rate,
+        total.cost,
+    )
+
+
+# ---- rendering -----------------------------------------------------------------------------
+
+
+def lines(status: Status) -> list[str]:
+    """The status as a person reads it: the serve first, then what the agent does."""
+    out = _serve_lines(status)
+    out.append(f"model:     {status.model} ({status.model_note})")
+    if status.store_error is not None:
+        return [*out, f"store:     not readable: {status.store_error}"]
+    out += _turn_lines(status)
+    out += _waiting_lines(status)
+    out += _job_lines(status)
+    out.append(_heartbeat_line(status))
+    out += _work_lines(status)
+    if status.today is not None:
+        out.append(f"today:     {_today_words(status.today)}")
+    return out
+
+
+def _serve_lines(status: Status) -> list[str]:
+    serve, zone = status.serve, status.zone
+    if not serve.running:
+        return [
+            f"heron serve: not running on {serve.home}; start it with: heron serve",
+            "(what follows is read from the store)",
+        ]
+    if serve.pid is None:
+        return [f"heron serve: starting on {serve.home} (its details are not written yet)"]
+    said = f"heron serve: running, pid {serve.pid}"
+    if serve.started is not None:
+        up = elapsed(status.now - serve.started)
+        said += f", up {up} (since {timefmt.when(serve.started, zone, named=True)})"
+    said += f", heron {serve.version}" if serve.version else ", an earlier Heron"
+    return [
+        said,
+        f"  web UI:  {serve.url}  (heron web: a login address)",
+        f"  socket:  {serve.socket}",
+    ]
+
+
+def _turn_lines(status: Status) -> list[str]:
+    if not status.turns:
+        out = ["turns:     none running"]
+    else:
+        out = [f"turns:     {len(status.turns)} running"]
+    for t in status.turns:
+        mail = f"; {plural(t.mail, 'message')} waiting for it" if t.mail else ""
+        took = elapsed(status.now - t.since)
+        where = "heron serve" if t.pid == status.serve.pid else t.process
+        out.append(f"  {t.conversation}: {t.step}, for {took}, in {where}{mail}")
+    for key, count in sorted(status.mail.items()):
+        out.append(f"  {key}: {plural(count, 'message')} waiting to enter at its next turn")
+    return out
+
+
+def _waiting_lines(status: Status) -> list[str]:
+    if not status.questions and not status.suggestions:
+        return ["waiting on you: nothing"]
+    said = [plural(len(status.questions), "question")] if status.questions else []
+    if status.suggestions:
+        said.append(plural(status.suggestions, "memory suggestion"))
+    out = [f"waiting on you: {', '.join(said)}"]
+    for q in status.questions:
+        until = f", until {timefmt.when(q.deadline, status.zone)}" if q.deadline else ""
+        asked = elapsed(status.now - q.asked)
+        out.append(
+            f"  question {q.id} in {q.conversation}, asked {asked} ago{until}: {_line(q.text)}"
+        )
+    if status.questions:
+        out.append("  (answer in its conversation; heron runs list shows them)")
+    if status.suggestions:
+        out.append("  (memory: heron memory review)")
+    return out
+
+
+def _job_lines(status: Status) -> list[str]:
+    if not status.jobs_count:
+        out = ["jobs:      none scheduled"]
+    else:
+        more = f"; the next {len(status.jobs)}" if status.jobs_count > len(status.jobs) else ""
+        out = [f"jobs:      {status.jobs_count} scheduled{more} (heron jobs list)"]
+    out += [f"  {job.line}" for job in status.jobs]
+    if status.review is not None:
+        out.append(f"  {status.review}")
+    return out
+
+
+def _heartbeat_line(status: Status) -> str:
+    beat = status.heartbeat
+    if beat.minutes <= 0:
+        said = "off (heartbeat_minutes = 0)"
+    else:
+        said = f"on, every {plural(beat.minutes, 'minute')}"
+        if not status.serve.running:
+            said += " while heron serve runs"
+    if beat.last is not None:
+        why = f" ({beat.detail})" if beat.detail else ""
+        said += f"; last {timefmt.when(beat.last, status.zone)} {beat.outcome}{why}"
+    return f"heartbeat: {said}"
+
+
+def _work_lines(status: Status) -> list[str]:
+    if not status.subagents and not status.goals:
+        return ["subagents: none running; goals: none active"]
+    out = []
+    for s in status.subagents:
+        state = s.state
+        if state == "running":
+            state = f"running {elapsed(status.now - s.since)}"
+        out.append(f"subagent {s.id} for {s.conversation}: {state}: {_line(s.task)}")
+    for g in status.goals:
+        out.append(f"goal in {g.conversation}: {g.status}, {g.budget}: {_line(g.objective)}")
+    return out
+
+
+def _today_words(today: Today) -> str:
+    if not today.runs:
+        return "no turns yet"
+    hit = "-" if today.hit_rate is None else f"{today.hit_rate:.0%}"
+    return (
+        f"{plural(today.turns, 'turn')}, {today.input:,} tokens in, {today.output:,} out, "
+        f"cache hit {hit}, cost {format_cost(today.cost_usd)} (heron usage)"
+    )
+
+
+def _line(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def show(settings: Settings, *, as_json: bool = False) -> int:
+    """Print the status (one JSON object with `as_json`); the exit code it calls for."""
+    import json
+
+    status = gather(settings)
+    if as_json:
+        echo(json.dumps(status.as_json(), ensure_ascii=False))
+    else:
+        for line in lines(status):
+            echo(line)
+    if status.store_error is not None:
+        echo(f"heron: {status.store_error}", err=True)
+    return status.exit_code

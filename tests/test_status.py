@@ -1,0 +1,196 @@
+"""`heron status`: whether heron serve runs on the home and what the agent is doing, read from
+the files and the store (heron/channels/status.py), with exit code 0 (serve up), 3 (none) or 1
+(an error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from serve_helpers import running_serve
+from typer.testing import CliRunner
+
+from heron import __version__
+from heron.channels.status import NOT_RUNNING, gather
+from heron.cli import app
+from heron.config import Settings
+from heron.memory import queue
+from heron.messages import Message, Text, ToolCall, ToolResult, Usage
+from heron.providers.scripted import ScriptedProvider
+from heron.serve.lock import SOCKET_NAME, ServeLock
+from heron.store import Store, goals, jobs, runs, waiting
+from heron.store import engine_state as es
+from heron.store.home_lock import INFO_NAME
+from heron.store.schedule import parse
+from heron.tools.registry import ToolRegistry
+
+
+def _store() -> Store:
+    return Store(Settings.load().paths.ensure().db)
+
+
+def _running_turn(store: Store, *, done: int) -> int:
+    """A turn of `personal` holding its lease, its model having called bash and read_file,
+    `done` of them finished (a checkpoint holds their results); returns the turn's id."""
+    conv = store.open_conversation("personal")
+    message = Message("user", [Text("look at the files")])
+    turn_id, _ = store.begin_turn(conv.id, "run_a", message, provider="openai", model="m")
+    claim = es.try_lease(store, conv.id, "owner", ttl=60.0)
+    assert claim.holder is None
+    calls = [ToolCall("c1", "bash", {"command": "ls"}), ToolCall("c2", "read_file", {"p": "a"})]
+    store.append(conv.id, Message("assistant", list(calls)), turn_id=turn_id)
+    if done:
+        results = [ToolResult("c1", "a b")]
+        cp = es.Checkpoint(conv.id, turn_id, claim.epoch, ["c1", "c2"], results)
+        assert es.write_checkpoint(store, cp, "owner")
+    return turn_id
+
+
+def _home_at_work(store: Store) -> None:
+    """A running turn, mail waiting, a question, a suggestion, jobs, a heartbeat beat, a
+    subagent, a goal and a finished turn of today."""
+    _running_turn(store, done=1)
+    waiting.hold(store, "personal", "default", "the backup failed", "job 3", "cron:3")
+    waiting.hold(store, "notes", "default", "disk almost full", "the heartbeat", "heartbeat")
+    waiting.hold(store, "notes", "default", "and again", "the heartbeat", "heartbeat")
+    runs.create(store, "ask_1", "ask", "personal", "Which city?", status="waiting")
+    runs.create(store, "sa_1", "subagent", "personal", "Summarise the logs", status="running")
+    runs.create(store, "sa_2", "subagent", "personal", "Done work", status="running")
+    runs.finish(store, "sa_2", "done", "ok")  # ended: no longer going
+    queue.add(store, "fact", origin="review", path="p.md", text="likes tea", quote="I like tea")
+    every = parse(every="1h", timezone="UTC")
+    for n in range(4):
+        jobs.create_job(store, every, conversation="k", prompt=f"check {n}", now=time.time())
+    jobs.claim_tick(store, "heartbeat", "me", 100.0, 60.0)
+    jobs.claim_tick(store, "heartbeat", "me", 200.0, 60.0)
+    jobs.end_tick(store, "heartbeat", "skipped", "HEARTBEAT.md has nothing to check")
+    goals.set_goal(store, "personal", "Migrate the blog")
+    other = store.open_conversation("earlier")
+    turn = store.start_turn(
+        other.id, "run_b", user_message_id=None, provider="openai", model="gpt-4.1-mini"
+    )
+    used = Usage(input=1000, output=100, cache_read=600)
+    store.finish_turn(
+        turn, status="done", stop_reason="end", usage=used, model_calls=1, tool_calls=0
+    )
+
+
+def test_gather_reads_the_work_from_the_store_with_no_serve():
+    store = _store()
+    try:
+        _home_at_work(store)
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    assert not status.serve.running and status.exit_code == NOT_RUNNING
+    [turn] = status.turns
+    assert (turn.conversation, turn.mail) == ("personal", 1)
+    assert turn.step == "running tool read_file (1 of 2 calls done)"
+    assert turn.process == f"process {os.getpid()}"
+    assert status.mail == {"notes": 2}  # no turn runs there: it waits for the next
+    assert [(q.id, q.conversation, q.text) for q in status.questions] == [
+        ("ask_1", "personal", "Which city?")
+    ]
+    assert status.suggestions == 1
+    assert [s.id for s in status.subagents] == ["sa_1"]
+    assert [(g.conversation, g.status) for g in status.goals] == [("personal", "active")]
+    assert status.jobs_count == 4 and len(status.jobs) == 3  # the soonest three shown
+    assert status.jobs[0].line.startswith(f"job {status.jobs[0].id} [reminder, active] every 1h")
+    assert status.review is not None and "nightly review" in status.review
+    assert (status.heartbeat.minutes, status.heartbeat.outcome) == (30, "skipped")
+    today = status.today
+    assert today is not None and (today.turns, today.input, today.output) == (2, 1000, 100)
+    assert today.hit_rate == 0.6 and today.cost_usd is None  # model `m` has no price
+
+
+def test_the_step_is_the_model_until_its_answer_calls_a_tool():
+    store = _store()
+    try:
+        turn_id = _running_turn(store, done=0)
+        tools = gather(Settings.load()).turns[0].step
+        conv = store.conversation("personal")
+        assert conv is not None
+        results = Message("user", [ToolResult("c1", "x"), ToolResult("c2", "y")])
+        store.append(conv.id, results, turn_id=turn_id)
+        model = gather(Settings.load()).turns[0].step
+    finally:
+        store.close()
+    assert tools == "running tools bash, read_file"
+    assert model == "with the model"
+
+
+def test_the_cli_says_no_serve_runs_how_to_start_one_and_exits_3():
+    store = _store()
+    try:
+        _home_at_work(store)
+    finally:
+        store.close()
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == NOT_RUNNING == 3, result.output
+    out = result.output
+    assert "heron serve: not running on" in out and "start it with: heron serve" in out
+    assert "(what follows is read from the store)" in out
+    assert "personal: running tool read_file (1 of 2 calls done), for " in out
+    assert "1 message waiting for it" in out
+    assert "waiting on you: 1 question, 1 memory suggestion" in out
+    assert "question ask_1 in personal" in out and "heron memory review" in out
+    assert "jobs:      4 scheduled; the next 3 (heron jobs list)" in out
+    assert "heartbeat: on, every 30 minutes while heron serve runs; last " in out
+    assert "subagent sa_1 for personal: running" in out
+    assert "goal in personal: active" in out
+    assert "today:     2 turns, 1,000 tokens in, 100 out, cache hit 60%, cost ?" in out
+    shown = CliRunner().invoke(app, ["status", "--json"])
+    assert shown.exit_code == 3
+    data = json.loads(shown.output)
+    assert data["serve"]["running"] is False and data["suggestions"] == 1
+    assert data["turns"][0]["conversation"] == "personal"
+
+
+def test_a_serve_holding_the_home_is_shown_with_its_details_and_exits_0():
+    home = Settings.load().paths.ensure().home
+    store = _store()
+    try:
+        _running_turn(store, done=0)
+    finally:
+        store.close()
+    with ServeLock(home) as lock:
+        info = lock.publish("http://127.0.0.1:8765", "openai/gpt-4.1-mini")
+        status = gather(Settings.load())
+        result = CliRunner().invoke(app, ["status"])
+    serve = status.serve
+    assert serve.running and serve.pid == os.getpid() and serve.url == info.url
+    assert serve.socket == str(home / SOCKET_NAME) and serve.version == __version__
+    assert serve.started is not None and abs(serve.started - time.time()) < 600
+    assert status.model == "openai/gpt-4.1-mini"  # the serve's, not the offline fallback
+    assert status.model_note.startswith("heron serve's; this shell's settings name local/")
+    assert result.exit_code == 0, result.output
+    assert f"heron serve: running, pid {os.getpid()}, up " in result.output
+    assert f"web UI:  {info.url}" in result.output and "turns:     1 running" in result.output
+    # the lease's process is the serve's: said so (a `heron run` of its own shows its pid)
+    assert "personal: running tools bash, read_file, for " in result.output
+    assert ", in heron serve" in result.output
+
+
+def test_a_serve_json_left_by_a_killed_serve_is_not_a_running_serve():
+    home = Settings.load().paths.ensure().home
+    (home / INFO_NAME).write_text(json.dumps({"pid": 999999, "url": "http://x", "socket": "s"}))
+    assert not gather(Settings.load()).serve.running
+    assert CliRunner().invoke(app, ["status"]).exit_code == 3
+
+
+def test_a_store_that_cannot_be_read_is_an_error_exit_1():
+    home = Settings.load().paths.ensure().home
+    (home / "heron.db").write_bytes(b"not a database, " * 1000)
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == 1, result.output
+    assert "heron serve: not running" in result.output  # what could be known is still said
+    assert "store:     not readable: " in result.output
+
+
+async def test_a_real_serve_writes_what_status_shows():
+    async with running_serve(ScriptedProvider([]), ToolRegistry([])) as running:
+        status = gather(Settings.load())
+    assert status.serve.running and status.serve.url == running.url
+    assert status.serve.pid == os.getpid() and status.serve.version == __version__
+    assert status.model == status.serve.model and status.model.startswith("scripted/")
