@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from heron.memory.recall import Recall
+from heron.memory.recall import _WORD, NEIGHBOUR_SHARE, Recall, _lent, same_text
 from heron.messages import Message, Text, assistant, user
 from heron.serve.api import _search
 from heron.store import Store
@@ -105,3 +107,36 @@ def test_a_clock_time_or_a_day_of_the_month_states_a_time(store, stated):
     recall = Recall(store)
     assert recall.search("dentist appointment Okonkwo")[0].message_id == plain  # BM25's pick
     assert recall.search("When is the dentist appointment with Okonkwo?")[0].message_id == told
+
+
+# Letters, digits, ASCII punctuation and spacing, and a few non-ASCII letters and marks (one
+# makes a text take the pattern's path).
+_FOLDABLE = st.text(
+    alphabet=st.sampled_from([*"aZ09_ -.,'!?\t\n", "é", "ß", "İ", "\u00a0", "ſ", "日"]),
+    max_size=40,
+)
+
+
+@given(text=_FOLDABLE)
+def test_two_texts_are_the_same_text_by_their_words_alone(text: str) -> None:
+    """`same_text`'s fast path for ASCII gives what its pattern gives (its lowercased words)."""
+    assert same_text(text) == " ".join(_WORD.findall(text.lower()))
+
+
+@given(
+    scores=st.dictionaries(st.integers(1, 30), st.floats(0, 50), max_size=12),
+    links=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), max_size=20),
+)
+def test_each_message_is_lent_its_best_neighbour_before_and_after_it(scores, links) -> None:
+    near: dict[int, set[int]] = {}
+    for a, b in links:
+        if a != b:
+            near.setdefault(a, set()).add(b)
+            near.setdefault(b, set()).add(a)
+    expected = dict(scores)
+    for item, others in near.items():
+        for side in ([o for o in others if o < item], [o for o in others if o > item]):
+            lenders = [scores[o] for o in side if o in scores]
+            if lenders:
+                expected[item] = expected.get(item, 0.0) + NEIGHBOUR_SHARE * max(lenders)
+    assert _lent(scores, near) == expected

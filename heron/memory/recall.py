@@ -164,9 +164,18 @@ def asks(text: str) -> bool:
     return "?" in text
 
 
+# An ASCII text's bytes with every one that is not a letter or a digit made a space: `_WORD`'s
+# characters, for ASCII, are exactly those.
+_ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256))
+
+
 def same_text(text: str) -> str:
     """What two messages that say the same thing have alike: their words, lowercased, without
-    the spacing and punctuation between them ("" for a text of no word)."""
+    the spacing and punctuation between them ("" for a text of no word). An ASCII text (most
+    are) is split by a byte table, three times faster than the pattern: a ranking folds each
+    of a hundred or more texts it reads (`Recall.distinct`)."""
+    if text.isascii():
+        return " ".join(text.lower().encode().translate(_ASCII_WORDS).decode().split())
     return " ".join(_WORD.findall(text.lower()))
 
 
@@ -1399,8 +1408,15 @@ def _lent(scores: dict[int, float], near: dict[int, set[int]]) -> dict[int, floa
     out = dict(scores)
     for item, others in near.items():
         # ids grow with time: a message's parent is older than it, its children newer
-        before = max((scores[o] for o in others if o < item and o in scores), default=None)
-        after = max((scores[o] for o in others if o > item and o in scores), default=None)
+        before = after = None
+        for other in others:  # one pass, no generator: a ranking lends over some 300 messages
+            score = scores.get(other)
+            if score is None:
+                continue
+            if other < item:
+                before = score if before is None else max(before, score)
+            elif other > item:
+                after = score if after is None else max(after, score)
         for lender in (before, after):
             if lender is not None:
                 out[item] = out.get(item, 0.0) + NEIGHBOUR_SHARE * lender
