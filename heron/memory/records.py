@@ -445,15 +445,14 @@ def written_since(
 
 
 def of_conversation(store: Store, ids: Sequence[int], conversation_id: int) -> set[int]:
-    """Which of the messages asked for belong to the conversation."""
+    """Which of the messages asked for belong to the conversation, a small one (the caller's
+    `Recall._outside` asks only for one of at most SMALL_SCOPE messages): its ids are read from
+    their index and met with the ids asked for, half the time of looking up each of the
+    hundreds asked for by its id."""
     if not ids:
         return set()
-    marks = ",".join("?" * len(ids))
-    rows = store.query(
-        f"SELECT id FROM messages WHERE id IN ({marks}) AND conversation_id = ?",
-        [*ids, conversation_id],
-    )
-    return {r[0] for r in rows}
+    rows = store.query("SELECT id FROM messages WHERE conversation_id = ?", (conversation_id,))
+    return {r[0] for r in rows}.intersection(ids)
 
 
 def message_dates(store: Store, ids: Sequence[int]) -> list[tuple[int, int, float]]:
