@@ -305,6 +305,37 @@ def test_forgetting_a_short_entry_leaves_other_statements_on_its_topic(service, 
         service.save(black, PERSONAL, "I take my coffee black")
 
 
+def test_forgetting_a_secret_revokes_its_statement_not_every_message_on_its_topic(
+    service, store, tmp_path
+):
+    """qa24b H1: the forget of "The wifi password is tulips" kept "the wifi" (the secret's
+    words left out), which then hid from recall, and barred from memory, every message that
+    mentions wifi. The mask keeps its place: only a sentence that gives a secret there says
+    the statement again."""
+    from heron.memory.guard import overlaps
+    from heron.memory.recall import Recall
+
+    said = [
+        "Our office wifi drops every afternoon, so I work from cafes after lunch.",
+        "I bought a new wifi router, a Fritzbox 7590.",
+        "My wifi password is tulips and the router is in the hall.",
+        "Thanks.",
+    ]
+    cid = chat(store, *(user(s) for s in said))
+    wifi = tmp_path / "memory/personal/always/wifi.md"
+    wifi.parent.mkdir(parents=True)
+    wifi.write_text("The wifi password is tulips\n")  # by hand
+    service.forget("personal/always/wifi.md", cid)
+    ids = [r.id for r in store.branch(cid)]
+    assert Recall(store).revoked(ids) == {ids[2]}  # the one that says it again
+    office = EntryPath.parse("personal/always/office")
+    assert service.save(cid, office, "Our office wifi drops every afternoon")
+    assert service.verify_quote(cid, "I bought a new wifi router")
+    key = store.query("SELECT quote_key FROM memory_revocations")[0][0]
+    assert overlaps("The wifi password is roses.", key)  # another secret in its place
+    assert not overlaps("The wifi?", key) and not overlaps("wifi", key)
+
+
 def test_undo_passes_over_a_change_purged_from_the_history_and_takes_back_the_one_before(
     service, store
 ):

@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from heron.memory.refuse import find_secret, find_sensitive
+from heron.memory.refuse import MASK, find_secret, find_sensitive, without_secret
 from heron.memory.retract import retraction
 from heron.messages import Text
 from heron.store import StoredMessage
@@ -425,6 +425,31 @@ def words(text: str) -> list[str]:
     return re.findall(r"[\w']+", normalise(text))
 
 
+def revocation_key(statement: str) -> str:
+    """What a forget keeps of `statement`: its words normalised (`quote_key`), with each
+    secret's words left out and a MASK in their place (`without_secret`). The mask is kept (it
+    once fell away with the punctuation, qa24b H1: "The wifi password is tulips" was kept as
+    "the wifi", which revoked every message mentioning wifi), since `overlaps` reads it."""
+    pieces = without_secret(statement.replace(MASK, "...")).split(MASK)
+    return f" {MASK} ".join(normalise(p) for p in pieces).strip(" \"'`.,;:!?")
+
+
+def _key_words(key: str) -> list[str]:
+    """The words of a revocation key, each MASK one word of its own (`revocation_key`)."""
+    pieces = key.split(MASK)
+    return [w for i, p in enumerate(pieces) for w in ([MASK] if i else []) + words(p)]
+
+
+def _masked_words(quote: str, about: set[str]) -> list[str] | None:
+    """The words of `quote` with its secrets masked as a revocation key's are, when it gives a
+    secret and shares a word of `about` (a masked key's other content words); else None: it
+    cannot say again a statement whose secret's place it leaves empty. The secret is looked for
+    only then (a sentence of recall's, a quote of the guard's: most share no word)."""
+    if not about & set(words(quote)) or not find_secret(quote):
+        return None
+    return _key_words(revocation_key(quote))
+
+
 def _content(ws: list[str]) -> set[str]:
     return {w for w in ws if w not in _STOP}
 
@@ -444,8 +469,18 @@ def overlaps(quote: str, forgotten: str) -> bool:
     two of the three content words of "I take my coffee black", yet it is another statement,
     and once it was revoked with it (qa22x H3): recall hid it and it could not be saved. What
     makes the forgotten statement itself ("black") must be there, unless the quote adds nothing
-    of its own. "Nearly": one word in five may differ (`_nearly_within`)."""
-    q, f = words(quote), words(forgotten)
+    of its own. "Nearly": one word in five may differ (`_nearly_within`).
+
+    `forgotten` is a revocation key (`revocation_key`): where it kept a MASK for a secret's
+    words, the statement was that secret, and the MASK is one of its content words. A quote
+    matches it only where it gives a secret too, masked the same way: "The wifi password is
+    roses." says again "the wifi …", "Our office wifi drops every afternoon." does not (qa24b
+    H1: a mask lost left "the wifi", a topic). A key of only masks and small words revokes
+    nothing: what it said is not known."""
+    f = _key_words(forgotten)
+    q: list[str] | None = words(quote)
+    if MASK in f:  # a secret stood there: only a sentence giving one there says it again
+        q = _masked_words(quote, _content(f) - {MASK})
     if not q or not f:
         return False
     if _shares_run(q, f, RUN_WORDS):

@@ -42,13 +42,13 @@ from heron.memory.guard import (
     quote_key,
     quote_text,
     quoted_in,
+    revocation_key,
     says_again,
     shown_in,
     within,
 )
 from heron.memory.history import MemoryHistory, MemoryHistoryError
 from heron.memory.queue import Suggestion
-from heron.memory.refuse import MASK, without_secret
 from heron.memory.scrub import MARKER, SecretScrub, scrubbed_sent
 from heron.store import Store
 from heron.store.schedule import user_timezone
@@ -110,8 +110,9 @@ class Scrubbed:
 
 def _said_by(statement: str, said: Iterable[str]) -> bool:
     """Whether one of `said` says `statement` again, or it says one of them: the revocation's
-    own test (`overlaps`), both ways."""
-    return any(overlaps(t, statement) or overlaps(statement, t) for t in said)
+    own test (`overlaps` reads both ways; `statement` is a revocation key, whose MASK a text
+    of `said` fills only with a secret of its own)."""
+    return any(overlaps(t, statement) for t in said)
 
 
 def _source(conversation_key: str | None, match: QuoteMatch, quote: str) -> Source:
@@ -240,9 +241,7 @@ class MemoryService:
         if not rows:
             return
         entries = self.entries()
-        said = {quote_key(t) for e in entries for t in self._said(e)}
-        if any(MASK in key for _, key, _ in rows):  # kept without its secret's words
-            said |= {quote_key(without_secret(t)) for e in entries for t in self._said(e)}
+        said = {t for e in entries for t in self._said(e)}  # as written: a secret's case counts
         # Said again, as the guard reads it (`overlaps`, both ways): a slice of it, or it with
         # more around it, in an entry in force keeps it in memory (qa22v M2).
         now = {i: _said_by(key, said) for i, key, _ in rows}
@@ -256,7 +255,7 @@ class MemoryService:
         (migration m031 marks them unchecked; qa22x H2). One small query when there are none."""
         unchecked = records.unchecked_revocations(self.store)
         if unchecked:
-            records.set_checked(self.store, {i: without_secret(k) for i, k in unchecked})
+            records.set_checked(self.store, {i: revocation_key(k) for i, k in unchecked})
 
     @staticmethod
     def check_secret(*texts: str | None) -> None:
@@ -425,7 +424,7 @@ class MemoryService:
         entry = self.get(path)
         said = [t for e in self._versions(entry) for t in self._said(e)]
         # Kept without a secret's words: the revocation must not keep what the history loses.
-        statements = {quote_key(without_secret(t)) for t in said}
+        statements = {revocation_key(t) for t in said}
         records.revoke(
             self.store,
             sorted(statements),
