@@ -513,6 +513,48 @@ def test_a_statement_taken_back_by_a_common_correction_is_refused(service, store
             service.save(cid, entry, said)
 
 
+def test_a_correction_in_the_next_messages_second_sentence_or_of_another_subject_stands(
+    service, store
+):
+    """qa24b H2: "Thanks for the tips. Correction: the dentist is on Friday, not Thursday."
+    took back "I started learning Portuguese last week." said before it: the next message's
+    window was two sentences, and a correction of another subject counted."""
+    said = "I started learning Portuguese last week."
+    dentist = "Correction: the dentist is on Friday, not Thursday."
+    for cid in (
+        chat(store, user(said), assistant("Nice!"), user(f"Thanks for the tips. {dentist}")),
+        chat(store, user(f"{said} {dentist}"), key="c2"),
+        chat(store, user(said), user(dentist), key="c3"),
+    ):
+        assert service.verify_quote(cid, said)
+    for after in ("Correction: I started learning Spanish.", "Scratch that.", "I meant Italian."):
+        cid = chat(store, user(said), user(after), key=after)
+        with pytest.raises(MemoryRefused, match="took this back"):
+            service.verify_quote(cid, said)
+
+
+def test_a_later_correction_of_another_subject_is_not_shown_under_a_recall_hit(store):
+    """qa24b L3: "Also, correction: I moved to Braga ..." was shown as the "later:" of "Last
+    week I started learning Portuguese." (its message named Portuguese in another sentence)."""
+    from heron.memory.recall import Recall
+
+    chat(
+        store,
+        user("Last week I started learning Portuguese."),
+        assistant("Boa sorte!"),
+        user(
+            "Please remember the Portuguese thing. Also, correction: I moved to Braga, not Porto."
+        ),
+        assistant("Noted."),
+        user("I started learning Italian in May."),
+        user("Scratch that, I started learning Italian in June."),
+    )
+    hits = {h.snippet: h for h in Recall(store).search("learning", 5, standing=True)}
+    assert hits["Last week I started learning Portuguese."].later is None
+    italian = hits["I started learning Italian in May."].later
+    assert italian is not None and "June" in italian.snippet
+
+
 @pytest.mark.parametrize(
     "after",
     [

@@ -345,24 +345,29 @@ def find_quote(
         clause = _clause_at(hay, needle)
         if clause is not None:
             after = typed.get(following.get(row.id, -1), "")
-            back = _taken_back(hay[hay.rfind(needle) + len(needle) :], after)
+            back = _taken_back(needle, hay[hay.rfind(needle) + len(needle) :], after)
             found.append(QuoteMatch(row.id, row.created, clause.asked, back))
     return sorted(found, key=lambda m: -m.message_id)
 
 
 # The rest of a sentence and the one after it: where "scratch that" speaks of what came before.
 _NEXT_SENTENCE = re.compile(r"[^.!?\u00b6]*[.!?\u00b6\s]*[^.!?\u00b6]*")
+# The first sentence of the next message: only its start speaks of what the last one ended on.
+_FIRST_SENTENCE = re.compile(r"[^.!?\u00b6]*")
 
 
-def _taken_back(rest: str, next_message: str) -> str | None:
-    """The words that take back a statement, where `rest` is what follows it in its message
+def _taken_back(statement: str, rest: str, next_message: str) -> str | None:
+    """The words that take back `statement`, where `rest` is what follows it in its message
     (normalised) and `next_message` the person's next message: a retraction in the sentence
     after it ("I moved to Porto. Scratch that, I moved to Braga."), or, when the statement
-    ends its message, at the start of the next one ("Scratch that, ...")."""
+    ends its message, in the first sentence of the next one ("Scratch that, ..."; not its
+    second: "Thanks for the tips. Correction: ..." took back what the message before said,
+    qa24b H2). A retraction that says a statement of its own on another subject is about that
+    ("Correction: the dentist is on Friday, not Thursday."; `retract.is_about`)."""
     last = not rest.strip(" .!?;:,\u00b6")
-    near = _NEXT_SENTENCE.match(_hay(next_message) if last else rest)
+    near = (_FIRST_SENTENCE if last else _NEXT_SENTENCE).match(_hay(next_message) if last else rest)
     window = " ".join((near.group(0) if near else "").replace("\u00b6", " ").split())
-    return window.strip(" .,;:") if retraction(window) else None
+    return window.strip(" .,;:") if retraction(window, statement) else None
 
 
 def appears_in(quote: str, rows: Iterable[StoredMessage]) -> bool:

@@ -1169,8 +1169,10 @@ class Recall:
     ) -> list[Hit]:
         """`hits`, each of the person's own with `later` set to what they said afterwards in
         the same conversation, on its current branch, that takes something back ("that is no
-        longer true", "scratch that", "forget that": `takes_back`): the next message they
-        wrote, where a correction usually sits, else the newest of the search's other
+        longer true", "scratch that", "forget that": `takes_back`, in a sentence about the
+        hit, not "Correction: I moved to Braga" under "I started learning Portuguese", qa24b
+        L3): the next message they wrote, where a correction usually sits, else the newest of
+        the search's other
         `matched` messages of theirs that does (by default the first CORRECTION_POOL matches
         of the query's words in each hit's conversation). A hit shown already is not
         repeated. A few queries for all the hits together (one walk of each branch)."""
@@ -1202,7 +1204,9 @@ class Recall:
         look = back | {i for ids in after.values() if back.intersection(ids) for i in ids}
         on = self.on_branch(sorted(look & set(theirs)))
         later: dict[int, int] = {}
+        said = self.bodies([h.message_id for h in mine])
         for hit in mine:
+            statement = said.get(hit.message_id, hit.snippet)
             following = [i for i in after[hit.message_id] if i in on][:1]
             newest = sorted(
                 (
@@ -1212,7 +1216,14 @@ class Recall:
                 ),
                 reverse=True,
             )
-            found = next((i for i in [*following, *newest] if i in back), None)
+            found = next(
+                (
+                    i
+                    for i in [*following, *newest]
+                    if i in back and takes_back(theirs[i][1], statement)  # about the hit
+                ),
+                None,
+            )
             if found is not None:
                 later[hit.message_id] = found
         if not later:

@@ -9,12 +9,16 @@ where a sentence or message starts with them, "actually no, ...", "wait, no", "n
 "sorry, I meant ...", "I meant ..."), and words
 that say a state has ended ("I no longer ...", "I don't ... any more"). Recall takes both; a
 save is refused only for the first, since "I moved to Porto. I no longer live in Lisbon." takes
-nothing of its first sentence back.
+nothing of its first sentence back. Either counts only about the statement it would correct
+(`is_about`): "Correction: the dentist is on Friday." corrects the dentist, not what was said
+before it.
 """
 
 from __future__ import annotations
 
 import re
+
+from heron.memory.stopwords import STOPWORDS
 
 _RETRACTS = (
     r"no longer (?:true|the case|right|correct|valid)"
@@ -49,14 +53,56 @@ _TAKES_BACK = re.compile(
 )
 
 
-def takes_back(text: str) -> bool:
+def takes_back(text: str, statement: str | None = None) -> bool:
     """Whether a message says it takes back or corrects something said before, or that what
-    the person did or was has ended."""
-    return bool(_TAKES_BACK.search(text))
+    the person did or was has ended; with `statement`, a sentence of it that does so is about
+    `statement` (`is_about`)."""
+    return any(
+        statement is None or is_about(statement, sentence.strip(), found.group(0))
+        for sentence in _SENTENCE.findall(text)
+        for found in _TAKES_BACK.finditer(sentence.strip())
+    )
 
 
-def retraction(text: str) -> str | None:
+def retraction(text: str, statement: str | None = None) -> str | None:
     """The words of `text` that retract what was said just before it ("scratch that"), if
-    any."""
-    found = RETRACTS.search(text)
-    return found.group(0).strip() if found else None
+    any; with `statement`, only words about it (`is_about`)."""
+    for found in RETRACTS.finditer(text):
+        if statement is None or is_about(statement, text, found.group(0)):
+            return found.group(0).strip()
+    return None
+
+
+# A sentence of a message: what a correction in it speaks of (a colon does not end it).
+_SENTENCE = re.compile(r"[^.!?\n\u00b6]+[.!?\n\u00b6]*")
+# A correction that says this many words of its own, none the statement's, says something else.
+OWN_WORDS = 3
+# The words retractions are made of: none is what a correction says of its own.
+_RETRACTION_WORDS = """scratch correction update meant sorry oops actually wait wrong misspoke
+mistake made error forget take back longer true case right correct valid anymore any more
+said ok okay yes well"""
+# Retractions that point back at what was said ("scratch that", "that is no longer true", "I
+# was wrong"): they speak of it, whatever follows them.
+_POINTS_BACK = re.compile(
+    r"\b(?:scratch|forget|take)\s+(?:that|it|this|what i said)\b"
+    r"|\b(?:that|it|this)(?:'s|\s+is|\s+was)?\s+(?:not|no longer|wrong|a mistake|an error)\b"
+    r"|\bi (?:was wrong|misspoke|made a mistake)\b",
+    re.IGNORECASE,
+)
+
+
+def is_about(statement: str, correction: str, words: str) -> bool:
+    """Whether `correction` (a sentence holding the retraction `words`) speaks of `statement`:
+    its retraction points back at what was said ("scratch that", "that is no longer true"),
+    or it shares a content word with the statement (their first five letters: "moved",
+    "move"), or says too little of its own to be about anything else ("Sorry, I meant
+    Braga."). "Correction: the dentist is on Friday, not Thursday." corrects the dentist, not
+    "I started learning Portuguese" said before it (qa24b H2)."""
+    if _POINTS_BACK.search(words) or _POINTS_BACK.search(correction):
+        return True
+    own = _stems(correction) - _stems(_RETRACTION_WORDS)
+    return bool(own & _stems(statement)) or len(own) < OWN_WORDS
+
+
+def _stems(text: str) -> set[str]:
+    return {w[:5] for w in re.findall(r"[\w']+", text.casefold()) if w not in STOPWORDS}
