@@ -336,6 +336,32 @@ def test_forgetting_a_secret_revokes_its_statement_not_every_message_on_its_topi
     assert not overlaps("The wifi?", key) and not overlaps("wifi", key)
 
 
+def test_the_request_to_forget_does_not_hide_the_new_statement_said_with_it(
+    service, store, tmp_path
+):
+    """qa24b M1: "Please forget that I take my coffee black. These days I take my coffee with
+    oat milk." was hidden from recall whole, since its request quotes the forgotten statement:
+    the person's current word was never recalled."""
+    from heron.memory.recall import Recall
+
+    cid = chat(
+        store,
+        user("I take my coffee black."),
+        assistant("OK."),
+        user(
+            "Please forget that I take my coffee black. These days I take my coffee with oat milk."
+        ),
+    )
+    coffee = tmp_path / "memory/personal/always/coffee.md"
+    coffee.parent.mkdir(parents=True)
+    coffee.write_text("I take my coffee black.\n")  # by hand
+    service.forget("personal/always/coffee.md", cid)
+    said, _, asked = (r.id for r in store.branch(cid))
+    assert Recall(store).revoked([said, asked]) == {said}
+    (hit,) = Recall(store).search("oat milk", 1, standing=True)
+    assert hit.message_id == asked
+
+
 def test_undo_passes_over_a_change_purged_from_the_history_and_takes_back_the_one_before(
     service, store
 ):

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from heron import timefmt
 from heron.memory import codes, numbers, records, spelling
 from heron.memory.days import NamedDays, named_days
-from heron.memory.guard import overlaps
+from heron.memory.guard import asks_to_forget, overlaps
 from heron.memory.retract import takes_back
 from heron.memory.stopwords import STOPWORDS
 from heron.messages import ToolCall, ToolResult
@@ -1152,7 +1152,8 @@ class Recall:
         """The messages among `ids` that state what the person asked to forget after they
         were written (`heron memory forget`, manage_memory delete): a sentence of theirs
         overlaps a revoked statement as the memory guard reads it (heron/memory/guard.py
-        `overlaps`: a run of six words, or most of the content words of the shorter)."""
+        `overlaps`: a run of six words, or most of the content words of the shorter). A
+        sentence that asks to forget states nothing (`_stating`)."""
         revocations = records.revocations(self.store) if ids else []
         if not revocations:
             return set()
@@ -1160,7 +1161,7 @@ class Recall:
         out = set()
         for i, body in self.bodies(ids).items():
             later = [key for key, when in revocations if written.get(i, when) <= when]
-            if later and any(overlaps(s, key) for s in _sentences(body) for key in later):
+            if later and any(overlaps(s, key) for s in _stating(body) for key in later):
                 out.add(i)
         return out
 
@@ -1388,6 +1389,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 def _sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def _stating(text: str) -> Iterator[str]:
+    """The sentences of `text` that may state something: not a request to forget, which quotes
+    what it asks to forget without saying it holds ("Please forget that I take my coffee
+    black. These days I take it with oat milk." hid the new statement with it, qa24b M1)."""
+    return (s for s in _sentences(text) if not asks_to_forget(s))
 
 
 def first_verbatim(ranked: list[tuple[int, float]], verbatim: list[int]) -> list[tuple[int, float]]:
