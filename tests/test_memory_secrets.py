@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from heron.cli import app
 from heron.memory import EntryPath, MemoryRefused, MemoryService
-from heron.memory.refuse import find_secret, password_like
+from heron.memory.refuse import find_secret, password_like, without_secret
 from heron.messages import user
 from heron.store import Store
 
@@ -90,6 +90,9 @@ CODE_NOUN = st.sampled_from(
     [
         *("login", "PIN", "credentials", "Geheimzahl", "Türcode", "pin code", "alarm code"),
         *("gate code", "door code", "safe code", "login details", "recovery code", "code pin"),
+        # any code, whatever it opens (qa24b M2)
+        *("gym locker code", "padlock code", "voicemail code", "code", "shed code for the back"),
+        *("combination to my bike lock", "suitcase combination", "building code"),
     ]
 )
 IS = st.sampled_from(["is", "was", ":", "=", "is set to", "ist", "est", "lautet"])
@@ -153,6 +156,40 @@ def test_a_number_spelled_out_a_digit_at_a_time_is_refused(digits):
     assert find_secret(f"It is {digits} for the shed"), digits
 
 
+# A code, a lock's combination or a network's key named by what it opens (qa24b M2): these were
+# saved to always/ and sent with every request, and a forget left them in the history.
+@pytest.mark.parametrize(
+    "said",
+    [
+        "My gym locker code is 4711",
+        "the bike lock opens with 3391",
+        "the padlock code is 4711",
+        "the combination to my bike lock is 3391",
+        "the key safe at my mum's opens with 2580",
+        "my voicemail code is 8812",
+        "the wifi is called Home and its key is tulips",
+        "The wifi key is tulips",
+        "the key to our network is marmalade",
+        "the code for the shed is 4711",
+    ],
+)
+def test_a_code_combination_or_network_key_named_by_what_it_opens_is_refused(said):
+    assert find_secret(said), said
+    assert not any(ch.isdigit() for ch in without_secret(said)), without_secret(said)
+    assert "tulips" not in without_secret(said) and "marmalade" not in without_secret(said)
+
+
+@SETTINGS
+@given(
+    lock=st.sampled_from(["bike lock", "padlock", "key safe at my mum's", "lockbox", "locker"]),
+    verb=st.sampled_from(["opens with", "unlocks with", "opens using", "opens with the code"]),
+    value=st.one_of(st.integers(1000, 99999999).map(str), SPACED.flatmap(lambda s: s)),
+)
+def test_a_lock_that_opens_with_a_number_is_refused(lock, verb, value):
+    said = f"The {lock} {verb} {value}"
+    assert find_secret(said), said
+
+
 # ---- ordinary facts stay savable ---------------------------------------------------------------
 
 ORDINARY = st.one_of(
@@ -182,6 +219,29 @@ ORDINARY = st.one_of(
             "version v2.3.1 ships on Friday",
             "my email is dana@example.com and I work at ACME2",
             "my phone number is +49 176 21778647",  # 13 digits that pass the Luhn check
+            # a code that names a place, a kind or a rule, not what opens a lock (qa24b M2)
+            "my postcode is 10115",
+            "my post code is 10115",
+            "the zip code is 94107",
+            "the area code is 030",
+            "the dialling code for Berlin is 030",
+            "the dress code is casual",
+            "the code is on GitHub",
+            "the meeting code is in the invite",
+            "the door opens with a push",
+            "the colour code is blue",
+            "error code 404 keeps showing",
+            "error code 4040 keeps showing",
+            "the sort code is 20-00-00",
+            "my tax code is 1257L",
+            "the discount code is SAVE20",
+            "the code is 2000 lines long",
+            "the exhibition opens with 1200 paintings",
+            "the season opens with the 2026 derby",
+            "the combination of work and 2 kids is hard",
+            "the wifi is slow and the key issue is the router",
+            "the wifi is fine; the key is under the mat",
+            "my keyboard is a Keychron K2",
         ]
     ),
 )

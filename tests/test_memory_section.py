@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -199,3 +200,22 @@ def test_the_said_stamp_round_trips_and_a_file_without_it_loads_as_before(caplog
     with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
         odd = parse(path, before.replace("origin: user\n", "origin: user\nsaid: last week\n"))
     assert odd.source.said is None and "said 'last week' is not a date" in caplog.text
+
+
+def test_a_said_in_the_future_is_warned_of_and_left_out(caplog):
+    """A year typed wrong by hand ("said: 2027-05-01" in 2026) was taken silently, and the
+    model read "I ran a marathon last month." as April 2027 (qa24b L2). A said more than a day
+    ahead of now is warned of and read as not known; within a day (clocks that differ) it is
+    kept."""
+    path = EntryPath("personal", "always", None, "marathon")
+    now = time.time()
+    head = f"---\ncreated: {_stamp(now)}\nupdated: {_stamp(now)}\norigin: user\n"
+    body = "---\nI ran a marathon last month.\n"
+    ahead = _stamp(now + 400 * 86400)
+    with caplog.at_level(logging.WARNING, logger="heron.memory.entries"):
+        future = parse(path, f"{head}said: {ahead}\n{body}")
+    assert future.source.said is None
+    assert f"said '{ahead}' is in the future" in caplog.text and "left out" in caplog.text
+    assert "saved " in memory_section([future]) and "said " not in memory_section([future])
+    soon = parse(path, f"{head}said: {_stamp(now + 3600)}\n{body}")
+    assert soon.source.said == float(int(now + 3600))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from typing import Any
 
 import pytest
@@ -333,6 +334,7 @@ def test_memory_by_scope_with_quote_review_and_forget(client):
     assert entry["origin"] == "user" and entry["conversation"] == "personal"
     said = store.message(entry["message"]).created  # the day of the message it quotes
     assert entry["said"] == timefmt.when(said, service.timezone, timefmt.DAY)
+    assert entry["day"] == f"said {entry['said']}"
 
     waiting = client.get("/api/memory/review").json()["suggestions"]
     assert [s["id"] for s in waiting] == [sid] and "I prefer tea" in waiting[0]["line"]
@@ -347,6 +349,27 @@ def test_memory_by_scope_with_quote_review_and_forget(client):
     paths = [e["path"] for e in client.get("/api/memory").json()["scopes"][0]["entries"]]
     assert "user/always/home.md" not in paths
     assert client.post(f"/api/memory/review/{sid}/maybe").status_code == 404
+
+
+def test_every_memory_entry_has_the_day_the_model_is_shown(client):
+    """The panel showed a day only inside an entry's conversation line, and none for an entry
+    without `said`, where the model reads "saved <day>" (qa24b L1). `day` is what the model
+    is shown: "said <day>" when known, else "saved <day>", conversation or not."""
+    memory = Settings.load().paths.memory
+    folder = memory / "user" / "always"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bike.md").write_text("I cycle to work.\n")  # by hand: no front matter at all
+    (folder / "run.md").write_text(
+        "---\nsaid: 2026-05-01T10:00:00+0000\n---\nI ran a marathon last month.\n"
+    )
+    os.utime(folder / "bike.md", (1_793_000_000, 1_793_000_000))  # 2026-10-26 UTC
+    zone = Settings.load().timezone
+    entries = {e["path"]: e for e in client.get("/api/memory").json()["scopes"][0]["entries"]}
+    saved = timefmt.when(1_793_000_000, zone, timefmt.DAY)
+    assert entries["user/always/bike.md"]["day"] == f"saved {saved}"
+    run = entries["user/always/run.md"]
+    assert run["conversation"] is None and run["day"] == f"said {run['said']}"
+    assert run["said"] == timefmt.when(1_777_629_600, zone, timefmt.DAY)
 
 
 def test_reject_drops_a_suggestion(client):

@@ -300,9 +300,15 @@ def test_memory_review_as_a_checklist(page, model):
     assert service.waiting() == []
     assert [e.path.rel for e in service.entries()] == ["user/always/tea.md"]
     assert drop is not None
+    hand = settings.paths.memory / "user" / "always" / "bike.md"
+    hand.write_text("I cycle to work.\n")  # by hand: no said, its day is the saved one
     page.get_by_role("button", name="memory", exact=True).click()
     mem = page.get_by_role("complementary", name="memory")
     expect(mem.locator(".quote")).to_contain_text("I prefer tea")
+    # every entry shows the day the model is shown (qa24b L1: a hand entry showed none)
+    expect(mem.locator(".entry", has_text="I prefer tea")).to_contain_text(" · said ")
+    expect(mem.locator(".entry", has_text="I cycle to work")).to_contain_text("saved ")
+    hand.unlink()
     page.on("dialog", lambda d: d.accept())  # "Forget ...?"
     mem.get_by_role("button", name="forget user/always/tea.md").click()
     expect(mem).to_contain_text("No entries yet.")

@@ -221,6 +221,11 @@ def parse(path: EntryPath, text: str, mtime: float = 0.0, *, quiet: bool = False
 ORIGINS = ("user", "auto", "lesson", "hand")
 
 
+# How far ahead of this machine's clock a said may be and still be read: a message typed on
+# a device whose clock runs ahead, or a zone written wrong by hand, is not a typo of the year.
+_CLOCK_SKEW = 86_400.0
+
+
 def _malformed(meta: dict[str, str]) -> dict[str, str]:
     """The front matter's values Heron cannot read (a hand edit gone wrong), each with what
     is read instead: the field's name -> what to say of it."""
@@ -236,6 +241,10 @@ def _malformed(meta: dict[str, str]) -> dict[str, str]:
         if value and _unstamp(value) == 0.0:
             instead = "left out" if key == "said" else "the file's time"
             odd[key] = f"{key} {value!r} is not a date (2025-05-01T10:12:03+0200): {instead}"
+    said = meta.get("said")
+    if said and "said" not in odd and _unstamp(said) > time.time() + _CLOCK_SKEW:
+        # A year typed wrong by hand: the model would read "last month" from a day to come.
+        odd["said"] = f"said {said!r} is in the future: left out"
     return odd
 
 

@@ -205,6 +205,7 @@ _NOT_VALUE = frozenset(
     with for from of to by somewhere stored saved kept written noted not never no none too very
     same different new old changed expired required needed long short secret private hidden
     unknown forgotten lost also still now being going hard easy weak strong only just always
+    printed shown stuck taped labelled labeled
     der die das ein eine mein meine le la les un une mon ma mes el los las mi""".split()  # noqa
 )
 # Words a clause can hold that are no value: the words before a password, between two.
@@ -312,6 +313,9 @@ def find_credential(text: str) -> str | None:
         if _value_after(cue, text):
             word = " ".join(cue.group().split()).casefold()
             return f'a credential (a value given for "{word}")'
+    named = _code_named_by_what_it_opens(text)
+    if named:
+        return f'a credential (a value given for "{named}")'
     for email in _EMAIL.finditer(text):
         after = _AFTER_EMAIL.match(text, email.end())
         if after and _value_like(after.group(1)):
@@ -320,6 +324,105 @@ def find_credential(text: str) -> str | None:
         return "a password (a word mixing capitals, small letters, digits and a symbol)"
     if _SPACED_DIGITS.search(text):
         return "a PIN or code spelled out a digit at a time"
+    return None
+
+
+# ---- codes, combinations and keys named by what they open (shape 1 too) ----------------------
+#
+# "My gym locker code is 4711", "the combination to my bike lock is 3391", "the bike lock opens
+# with 3391", "the wifi is called Home and its key is tulips" were saved to always/ (qa24b M2):
+# the nouns of `_CODE_NOUNS` name a few things a code opens, and a person names any. So any
+# code or combination is a credential's name, unless the word before it says the code is a
+# public one (a postcode, a dress code, an error code), and only when its value is given right
+# after "is" (or right after the code: "locker code 4711"); "the code is on GitHub" gives none.
+
+# Words before "code" that make it a place's, a kind's or a rule's code: no credential.
+_PUBLIC_CODES = frozenset(
+    """post postal zip area dialling dialing calling country city airport iata icao flight sort
+    swift bic iban routing tax vat hs customs tariff error status exit return response http
+    fault trouble diagnostic engine colour color dress source qr bar product article item part
+    model style course class module language locale currency discount promo promotional voucher
+    coupon gift referral tracking booking confirmation reference ref order invoice customer
+    client member membership employee student staff meeting time unicode ascii hex morse emoji
+    machine cheat icd medical billing cost project department""".split()  # noqa: SIM905
+)
+_CODE = re.compile(
+    r"(?<![\w-])(?:(?P<before>[\w'-]+)\s+)?(?P<code>codes?|code numbers?|combinations?)(?![\w-])",
+    re.IGNORECASE,
+)
+# Words that give a code's value ("is"), and those that may stand between ("is set to 4711").
+_CODE_ASSIGN = frozenset("is was = : reads ist lautet est es é è er är".split())  # noqa: SIM905
+_CODE_FILLER = frozenset("set to now still".split())  # noqa: SIM905
+# A number followed by one of these counts something: "the code is 2000 lines long".
+_COUNTED = frozenset(
+    """lines line characters chars words bytes files tests commits times years days hours
+    minutes people percent""".split()  # noqa: SIM905
+)
+_LOCKS = (
+    r"(?:pad|bike |bicycle |cable |combination |door |u-)?locks?|(?:key ?)?safes?"
+    r"|(?:lock|key) ?box(?:es)?|lockers?|doors?|gates?|sheds?|garages?|suitcases?|briefcases?"
+    r"|cabinets?|keypads?"
+)
+# A lock, then (in the same clause) what opens it: "the key safe at my mum's opens with 2580".
+_OPENS = re.compile(
+    rf"(?<![\w-])(?P<lock>{_LOCKS})(?![\w-])[^.\n;!?]{{0,40}}?\b(?:opens?|opened|comes open)"
+    r"\s+(?:with|using|by entering|by typing|by dialling|by dialing|on)\s+(?:the\s+)?"
+    r"(?:(?:code|number|combination|digits|pin)\s+)?(?P<value>\S+)",
+    re.IGNORECASE,
+)
+_NETWORKS = r"wi-?fi|wlan|wireless|network|hotspot|router"
+# A network's key, its value a plain word as a password's is: "the wifi is called Home and its
+# key is tulips", "the key to our network is marmalade". "The key issue is the router" is none.
+_NETWORK_KEY = re.compile(
+    rf"(?<![\w-])(?:(?:{_NETWORKS})(?![\w-])[^.\n;!?]{{0,60}}?(?<![\w-])keys?"
+    rf"|keys?\s+(?:to|for|of)\s+(?:the\s+|my\s+|our\s+|your\s+)?(?:{_NETWORKS}))(?![\w-])",
+    re.IGNORECASE,
+)
+
+
+def _code_value(words: list[str], at: int) -> bool:
+    """Whether `words[at]` is a code's value: four digits or more (a dash or dot between them
+    allowed: "12-34-56"), or a word with digits or a symbol in it, and not a count."""
+    if at >= len(words):
+        return False
+    word = _bare(words[at])
+    digits = re.fullmatch(r"\d(?:[.-]?\d){3,}", word) is not None
+    counted = at + 1 < len(words) and _bare(words[at + 1]).casefold() in _COUNTED
+    return (digits or _value_like(word)) and not counted
+
+
+def _code_given(tail: str) -> bool:
+    """Whether the clause after "code" gives its value: right after it ("locker code 4711"), or
+    after the first "is" within a few words ("the code for the back door is set to 4711")."""
+    words = tail.split()
+    if _code_value(words, 0):
+        return True
+    for i, word in enumerate(words[:8]):
+        if word.casefold() in _CODE_ASSIGN or (word.endswith(":") and len(word) > 1):
+            after = i + 1
+            while after < len(words) and words[after].casefold() in _CODE_FILLER:
+                after += 1
+            return _code_value(words, after)
+    return False
+
+
+def _code_named_by_what_it_opens(text: str) -> str | None:
+    """The words that name a code, a lock or a network's key whose value `text` gives, or
+    None (the comment above says which)."""
+    for code in _CODE.finditer(text):
+        before = (code.group("before") or "").casefold()
+        if before not in _PUBLIC_CODES and _code_given(_clause_after(text, code.end())):
+            name = code.group("code").casefold()
+            return name if before in _STOPWORDS else f"{before} {name}"
+    for opens in _OPENS.finditer(text):
+        if _code_value([opens.group("value")], 0):
+            return " ".join(opens.group("lock").split()).casefold()
+    for key in _NETWORK_KEY.finditer(text):
+        words = _clause_after(text, key.end()).split()
+        if len(words) > 1 and words[0].casefold() in _CODE_ASSIGN:
+            value = _bare(words[1]).casefold()
+            if len(value) >= 3 and value not in _NOT_VALUE:
+                return "network key"
     return None
 
 

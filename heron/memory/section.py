@@ -58,14 +58,20 @@ def relative_time(text: str) -> str | None:
     return found.group(0) if found else None
 
 
-def _where(entry: Entry, zone: str) -> str:
-    """The entry's path, and, when its words tell a relative time, the day the person said
-    them: a suggestion kept from the review queue is saved days or weeks after. An entry that
-    does not know it (written by hand, or before `said` was kept) shows the day it was saved."""
+def day_shown(entry: Entry, zone: str) -> str | None:
+    """ "said <day>", the day the person said the entry's words (a suggestion kept from the
+    review queue is saved days or weeks after), or "saved <day>" for an entry that does not
+    know it (written by hand, or before `said` was kept); None when neither is known."""
     verb, when = ("said", entry.source.said) if entry.source.said else ("saved", entry.created)
-    if not when or relative_time(entry.text) is None:
+    return f"{verb} {timefmt.when(when, zone, timefmt.DAY)}" if when else None
+
+
+def _where(entry: Entry, zone: str) -> str:
+    """The entry's path, and, when its words tell a relative time, the day they are read from."""
+    day = day_shown(entry, zone)
+    if day is None or relative_time(entry.text) is None:
         return entry.path.rel
-    return f"{entry.path.rel}, {verb} {timefmt.when(when, zone, timefmt.DAY)}"
+    return f"{entry.path.rel}, {day}"
 
 
 def _item(entry: Entry, tag: str = "", zone: str = "UTC") -> str:

@@ -517,6 +517,8 @@ def _memory(state: WebState) -> Any:
 
 
 def _entries(state: WebState) -> dict[str, Any]:
+    from heron.memory.section import day_shown
+
     scopes: dict[str, list[dict[str, Any]]] = {}
     service = _memory(state)
     zone = service.timezone
@@ -531,6 +533,9 @@ def _entries(state: WebState) -> dict[str, Any]:
                 "message": e.source.message,
                 # The day the person said the quote: the entry's "last month" is read from it.
                 "said": timefmt.when(e.source.said, zone, timefmt.DAY) if e.source.said else None,
+                # What the model is shown: "said <day>", else "saved <day>" (the panel shows it
+                # for every entry, one without a conversation or without `said` too).
+                "day": day_shown(e, zone),
                 "mistake": e.mistake,
                 "updated": e.updated,
             }

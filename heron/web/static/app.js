@@ -885,7 +885,7 @@ function Memory({ notify }) {
       <div class="entry-path">${e.path} <span class="origin">${e.origin}</span></div>
       <div class="entry-text">${e.text}</div>
       ${e.quote && html`<blockquote class="quote">you said: “${e.quote}”</blockquote>`}
-      ${e.conversation && html`<div class="source">from ${e.conversation}${e.message ? ` · message ${e.message}` : ""}${e.said ? ` · said ${e.said}` : ""}</div>`}
+      ${(e.conversation || e.day) && html`<div class="source">${[e.conversation && `from ${e.conversation}${e.message ? ` · message ${e.message}` : ""}`, e.day].filter(Boolean).join(" · ")}</div>`}
       <button class="forget" aria-label=${"forget " + e.path} onClick=${() => forget(e.path)}>Forget</button>
     </li>`)}</ul></div>`)}</section>`;
 }
