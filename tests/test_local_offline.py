@@ -4,6 +4,7 @@ xllamacpp, through the engine exactly as `heron run` and `heron chat` drive it."
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 
@@ -53,3 +54,18 @@ async def test_a_looping_reply_is_stopped_by_the_guard(heron_home):
     assert result.run.stop == "repetition", result.text
     assert result.text.endswith(MARKER) and result.run.model_calls == 1
     assert result.run.usage.output < cap and result.ok
+
+
+async def test_a_serve_on_the_offline_model_answers_a_message(heron_home):
+    """`heron serve` with no key: the serve opens the offline model itself and warms its
+    provider as it starts. That warm once made the SDK's client before the model's server had
+    an address, and every turn of the serve failed ("cannot find the host")."""
+    from serve_helpers import running_serve, ws_client, ws_hello, ws_until
+
+    async with running_serve(None) as serve, ws_client(serve) as ws:
+        await ws_hello(ws)
+        await ws.send(json.dumps({"type": "send", "text": "What is the capital of France?"}))
+        events = await ws_until(ws, "turn_end")
+    said = "".join(e["text"] for e in events if e["type"] == "delta")
+    assert events[-1]["outcome"] == "delivered", events[-1]
+    assert "Paris" in said, said
