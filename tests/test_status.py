@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 from serve_helpers import running_serve
@@ -19,7 +20,7 @@ from heron.memory import queue
 from heron.messages import Message, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.lock import SOCKET_NAME, ServeLock
-from heron.store import Store, goals, jobs, runs, waiting
+from heron.store import Store, goals, held, jobs, runs, waiting
 from heron.store import engine_state as es
 from heron.store.home_lock import INFO_NAME
 from heron.store.schedule import parse
@@ -194,3 +195,57 @@ async def test_a_real_serve_writes_what_status_shows():
     assert status.serve.running and status.serve.url == running.url
     assert status.serve.pid == os.getpid() and status.serve.version == __version__
     assert status.model == status.serve.model and status.model.startswith("scripted/")
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_runs_of_a_process_that_is_gone_are_interrupted_not_waiting():
+    """qa24a M1: a serve killed while a question waited and a subagent ran left both rows
+    open; nothing runs them, and the next Heron process marks them interrupted."""
+    store = _store()
+    try:
+        runs.create(store, "ask_1", "ask", "asking", "Which city?", status="waiting")
+        runs.create(store, "sa_1", "subagent", "subs", "count sheep", status="running")
+        runs.create(store, "sa_2", "subagent", "subs", "still going", status="running")
+        with store.transaction() as c:  # the process that ran them was killed
+            c.execute("UPDATE runs SET pid = ? WHERE id != 'sa_2'", (_dead_pid(),))
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    assert [(q.id, q.state) for q in status.questions] == [("ask_1", "interrupted")]
+    assert [(s.id, s.state) for s in status.subagents] == [
+        ("sa_1", "interrupted"),
+        ("sa_2", "running"),
+    ]
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "waiting on you: nothing" in out  # nobody can answer it
+    gone = "interrupted (its process is gone; the next heron serve, heron chat or heron run"
+    assert f"question ask_1 in asking: {gone}" in out
+    assert f"subagent sa_1 for subs: {gone}" in out
+    assert "subagent sa_2 for subs: running " in out
+
+
+def test_the_persons_own_messages_held_for_a_turn_are_counted_apart_from_mail():
+    """qa24a M2: follow-ups sent mid-turn (held_messages) were not counted at all."""
+    store = _store()
+    try:
+        _running_turn(store, done=0)
+        waiting.hold(store, "personal", "default", "the backup failed", "job 3", "cron:3")
+        for words in ("followup one", "from a script"):
+            held.hold(store, "personal", "default", Message("user", [Text(words)]), None)
+        held.hold(store, "notes", "default", Message("user", [Text("later")]), None)
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    [turn] = status.turns
+    assert (turn.mail, turn.held) == (1, 2)
+    assert status.held == {"notes": 1} and status.mail == {}
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "1 message waiting for it; 2 of your messages waiting to join the turn" in out
+    assert "  notes: 1 of your messages waiting to go in at its next turn" in out
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
+    assert data["turns"][0]["held"] == 2 and data["held"] == {"notes": 1}

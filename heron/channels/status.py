@@ -21,7 +21,7 @@ from heron.channels.jobs_cli import review_line
 from heron.errors import HeronError
 from heron.memory.queue import count_waiting
 from heron.messages import plural
-from heron.store import engine_state, goals, jobs, runs, waiting
+from heron.store import engine_state, goals, held, jobs, runs, waiting
 from heron.store.home_lock import read_info, serve_holder
 from heron.store.runs import elapsed
 from heron.tools.schedule import describe
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 # `heron status` exits 0 when a serve runs, NOT_RUNNING when none does, 1 on an error.
 NOT_RUNNING = 3
 JOBS_SHOWN = 3  # the soonest of the person's jobs shown; `heron jobs list` has them all
+# A run whose process ended: every Heron process that runs turns marks such runs interrupted
+# as it starts (heron/proactive/subagents.py `start`), a subagent's partial result then told.
+GONE = "interrupted (its process is gone; the next heron serve, heron chat or heron run ends it)"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class RunningTurn:
     process: str  # "process 4242" (and "on HOST" for another machine's)
     pid: int
     mail: int  # messages of background work waiting to enter the conversation
+    held: int = 0  # the person's own follow-ups sent during it, waiting to join it
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,14 @@ class Question:
     text: str
     asked: float
     deadline: float | None
+    state: str = "waiting"  # or "interrupted": the process that asked it is gone
 
 
 @dataclass(frozen=True)
 class Subagent:
     id: str
     conversation: str  # where it reports back
-    state: str  # "running" or how it waits for a slot
+    state: str  # "running", how it waits for a slot, or "interrupted" (its process is gone)
     since: float
     task: str
 
@@ -137,6 +142,7 @@ class Status:
     zone: str
     turns: list[RunningTurn] = field(default_factory=list)
     mail: dict[str, int] = field(default_factory=dict)  # for conversations with no turn running
+    held: dict[str, int] = field(default_factory=dict)  # the person's, likewise
     questions: list[Question] = field(default_factory=list)
     suggestions: int = 0
     jobs: list[Job] = field(default_factory=list)
@@ -221,9 +227,14 @@ def _model(settings: Settings, serve: Serve) -> tuple[str, str]:
 
 
 def _from_store(status: Status, store: Store, settings: Settings) -> None:
-    mail = {key: len(waiting.waiting_for(store, key)) for key in waiting.keys_waiting(store)}
-    status.turns = [replace(t, mail=mail.pop(t.conversation, 0)) for t in running_turns(store)]
-    status.mail = mail  # what waits for a conversation where no turn runs
+    mail, kept = waiting.counts(store), held.counts(store)
+    status.turns = [
+        replace(t, mail=mail.pop(t.conversation, 0), held=kept.pop(t.conversation, 0))
+        for t in running_turns(store)
+    ]
+    # What waits for a conversation where no turn runs: its next turn reads it (the person's
+    # own, of a process that ended, are stored there as their message with no answer yet).
+    status.mail, status.held = mail, kept
     _runs(status, store)
     status.suggestions = count_waiting(store)
     _jobs(status, store)
@@ -269,11 +280,19 @@ def _step(store: Store, conversation_id: int, turn: Turn | None) -> str:
 
 
 def _runs(status: Status, store: Store) -> None:
-    """The questions waiting for the person, and the subagents still going."""
+    """The questions waiting for the person, and the subagents still going; a run whose
+    process is gone (killed, crashed) is interrupted, whatever its row still says: nothing
+    can answer or run it, and the next Heron process to start marks it so."""
     for run in runs.open_work(store):
+        gone = runs.process_gone(run.pid)
         if run.kind == "ask":
+            state = "interrupted" if gone else "waiting"
             status.questions.append(
-                Question(run.id, run.origin_key, run.task, run.created, run.deadline)
+                Question(run.id, run.origin_key, run.task, run.created, run.deadline, state)
+            )
+        elif gone:
+            status.subagents.append(
+                Subagent(run.id, run.origin_key, "interrupted", run.created, run.task)
             )
         elif run.status == "waiting":  # for a slot: not started
             state = runs.waiting_for_slot(store, run)
@@ -376,28 +395,33 @@ def _turn_lines(status: Status) -> list[str]:
         out = [f"turns:     {len(status.turns)} running"]
     for t in status.turns:
         mail = f"; {plural(t.mail, 'message')} waiting for it" if t.mail else ""
+        if t.held:
+            mail += f"; {t.held} of your messages waiting to join the turn"
         took = elapsed(status.now - t.since)
         where = "heron serve" if t.pid == status.serve.pid else t.process
         out.append(f"  {t.conversation}: {t.step}, for {took}, in {where}{mail}")
     for key, count in sorted(status.mail.items()):
         out.append(f"  {key}: {plural(count, 'message')} waiting to enter at its next turn")
+    for key, count in sorted(status.held.items()):
+        out.append(f"  {key}: {count} of your messages waiting to go in at its next turn")
     return out
 
 
 def _waiting_lines(status: Status) -> list[str]:
-    if not status.questions and not status.suggestions:
+    questions = [q for q in status.questions if q.state == "waiting"]
+    if not questions and not status.suggestions:
         return ["waiting on you: nothing"]
-    said = [plural(len(status.questions), "question")] if status.questions else []
+    said = [plural(len(questions), "question")] if questions else []
     if status.suggestions:
         said.append(plural(status.suggestions, "memory suggestion"))
     out = [f"waiting on you: {', '.join(said)}"]
-    for q in status.questions:
+    for q in questions:
         until = f", until {timefmt.when(q.deadline, status.zone)}" if q.deadline else ""
         asked = elapsed(status.now - q.asked)
         out.append(
             f"  question {q.id} in {q.conversation}, asked {asked} ago{until}: {_line(q.text)}"
         )
-    if status.questions:
+    if questions:
         out.append("  (answer in its conversation; heron runs list shows them)")
     if status.suggestions:
         out.append("  (memory: heron memory review)")
@@ -431,13 +455,16 @@ def _heartbeat_line(status: Status) -> str:
 
 
 def _work_lines(status: Status) -> list[str]:
-    if not status.subagents and not status.goals:
+    lost = [q for q in status.questions if q.state == "interrupted"]
+    if not status.subagents and not status.goals and not lost:
         return ["subagents: none running; goals: none active"]
-    out = []
+    out = [f"question {q.id} in {q.conversation}: {GONE}: {_line(q.text)}" for q in lost]
     for s in status.subagents:
         state = s.state
         if state == "running":
             state = f"running {elapsed(status.now - s.since)}"
+        elif state == "interrupted":
+            state = GONE
         out.append(f"subagent {s.id} for {s.conversation}: {state}: {_line(s.task)}")
     for g in status.goals:
         out.append(f"goal in {g.conversation}: {g.status}, {g.budget}: {_line(g.objective)}")
