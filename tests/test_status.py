@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import time
 
@@ -13,6 +14,7 @@ from serve_helpers import running_serve
 from typer.testing import CliRunner
 
 from heron import __version__
+from heron.channels import status as status_module
 from heron.channels.status import NOT_RUNNING, gather
 from heron.cli import app
 from heron.config import Settings
@@ -249,3 +251,55 @@ def test_the_persons_own_messages_held_for_a_turn_are_counted_apart_from_mail():
     assert "  notes: 1 of your messages waiting to go in at its next turn" in out
     data = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
     assert data["turns"][0]["held"] == 2 and data["held"] == {"notes": 1}
+
+
+def test_a_locked_store_is_said_at_once_and_its_fields_read_unknown(monkeypatch):
+    """qa24a M3: an SQLite tool holding heron.db in an exclusive lock made status wait 30 s
+    (the store's busy timeout) before it said anything; --json then gave [] and 0 for what
+    was not known."""
+    store = _store()
+    store.close()
+    monkeypatch.setattr(status_module, "BUSY_TIMEOUT_S", 0.05)  # its own short wait, shorter
+    locker = sqlite3.connect(Settings.load().paths.db, isolation_level=None)
+    try:
+        locker.execute("PRAGMA locking_mode=EXCLUSIVE")
+        locker.execute("BEGIN EXCLUSIVE")
+        locker.execute("CREATE TABLE held_by_a_tool (x)")
+        result = CliRunner().invoke(app, ["status"])
+        data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    finally:
+        locker.close()
+    assert result.exit_code == 1, result.output
+    assert "store:     locked by another process (" in result.output
+    assert "); try again in a moment" in result.output
+    assert data["store_locked"] is True and data["store_error"]
+    for unknown in ("turns", "questions", "jobs", "jobs_count", "subagents", "goals", "today"):
+        assert data[unknown] is None, unknown
+
+
+def test_the_store_opens_with_the_busy_timeout_asked_for():
+    store = Store(Settings.load().paths.ensure().db, busy_timeout=1.5)
+    try:
+        assert store.query("PRAGMA busy_timeout")[0][0] == 1500
+    finally:
+        store.close()
+    store = _store()  # every other command still waits as long as before
+    try:
+        assert store.query("PRAGMA busy_timeout")[0][0] == 30000
+    finally:
+        store.close()
+
+
+def test_a_store_error_is_said_once_its_hint_indented_under_it():
+    """qa24a L7: the hint wrapped onto an unindented line, and the error came twice (stdout
+    and stderr)."""
+    home = Settings.load().paths.ensure().home
+    (home / "heron.db").write_bytes(b"not a database, " * 1000)
+    result = CliRunner().invoke(app, ["status"])
+    lines = result.output.splitlines()
+    [at] = [n for n, line in enumerate(lines) if line.startswith("store:     not readable: ")]
+    assert (
+        lines[at + 1]
+        == "           If the file is damaged, move it aside; Heron creates a fresh one."
+    )
+    assert result.output.count("not a database") == 1

@@ -18,7 +18,7 @@ from heron import timefmt
 from heron.channels.common import echo
 from heron.channels.info import model_source, open_store
 from heron.channels.jobs_cli import review_line
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreLocked
 from heron.memory.queue import count_waiting
 from heron.messages import plural
 from heron.store import engine_state, goals, held, jobs, runs, waiting
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 # `heron status` exits 0 when a serve runs, NOT_RUNNING when none does, 1 on an error.
 NOT_RUNNING = 3
+# Seconds status waits for another process's lock on heron.db (every other command waits 30):
+# the person asking is often asking because something looks stuck.
+BUSY_TIMEOUT_S = 1.5
 JOBS_SHOWN = 3  # the soonest of the person's jobs shown; `heron jobs list` has them all
 # A run whose process ended: every Heron process that runs turns marks such runs interrupted
 # as it starts (heron/proactive/subagents.py `start`), a subagent's partial result then told.
@@ -153,6 +156,7 @@ class Status:
     goals: list[Goal] = field(default_factory=list)
     today: Today | None = None
     store_error: str | None = None
+    store_locked: bool = False  # the error is another process's lock: the same call later works
 
     @property
     def exit_code(self) -> int:
@@ -161,7 +165,28 @@ class Status:
         return 0 if self.serve.running else NOT_RUNNING
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The status as one object; what is read from the store is null (unknown, not
+        "none") when the store could not be read."""
+        data = asdict(self)
+        if self.store_error is not None:
+            data.update(dict.fromkeys(FROM_STORE))
+        return data
+
+
+# The fields only the store tells; `heartbeat` stays: its interval is config.toml's.
+FROM_STORE = (
+    "turns",
+    "mail",
+    "held",
+    "questions",
+    "suggestions",
+    "jobs",
+    "jobs_count",
+    "review",
+    "subagents",
+    "goals",
+    "today",
+)
 
 
 # ---- gathering -----------------------------------------------------------------------------
@@ -175,9 +200,9 @@ def gather(settings: Settings, now: float | None = None) -> Status:
     status = Status(serve, model, note, now, settings.timezone)
     status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes)
     try:
-        store = open_store(settings, reading=True)
+        store = open_store(settings, reading=True, busy_timeout=BUSY_TIMEOUT_S)
     except HeronError as e:
-        status.store_error = str(e)
+        status.store_error, status.store_locked = str(e), isinstance(e, StoreLocked)
         return status
     try:
         _from_store(status, store, settings)
@@ -356,7 +381,7 @@ def lines(status: Status) -> list[str]:
     out = _serve_lines(status)
     out.append(f"model:     {status.model} ({status.model_note})")
     if status.store_error is not None:
-        return [*out, f"store:     not readable: {status.store_error}"]
+        return [*out, *_store_error_lines(status)]
     out += _turn_lines(status)
     out += _waiting_lines(status)
     out += _job_lines(status)
@@ -365,6 +390,20 @@ def lines(status: Status) -> list[str]:
     if status.today is not None:
         out.append(f"today:     {_today_words(status.today)}")
     return out
+
+
+def _store_error_lines(status: Status) -> list[str]:
+    """Why the store could not be read: its first line on the `store:` line, the rest (the
+    hint) indented under it."""
+    first, *rest = (status.store_error or "").splitlines()
+    if status.store_locked:  # its hint says no more than this
+        return [f"store:     locked by another process ({first}); try again in a moment"]
+    return [f"store:     not readable: {first}", *_indented(rest)]
+
+
+def _indented(rest: list[str]) -> list[str]:
+    """The lines after an entry's first, under it (a message's hint, a detail's second line)."""
+    return [f"           {line}" for line in rest if line.strip()]
 
 
 def _serve_lines(status: Status) -> list[str]:
@@ -496,6 +535,6 @@ def show(settings: Settings, *, as_json: bool = False) -> int:
     else:
         for line in lines(status):
             echo(line)
-    if status.store_error is not None:
+    if as_json and status.store_error is not None:  # printed above, in words, otherwise
         echo(f"heron: {status.store_error}", err=True)
     return status.exit_code
