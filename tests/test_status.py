@@ -303,3 +303,35 @@ def test_a_store_error_is_said_once_its_hint_indented_under_it():
         == "           If the file is damaged, move it aside; Heron creates a fresh one."
     )
     assert result.output.count("not a database") == 1
+
+
+def test_a_config_that_does_not_load_is_said_and_the_serve_hint_waits_for_it():
+    """qa24a M4: a broken config.toml was only on stderr; status said "start it with: heron
+    serve", which then refused, and showed the defaults as the home's settings."""
+    home = Settings.load().paths.ensure().home
+    (home / "config.toml").write_text("[agent]\nheartbeat_minutes = -5\n")
+    result = CliRunner().invoke(app, ["status"])
+    out = result.stdout
+    assert result.exit_code == NOT_RUNNING, result.output
+    assert "config:    config.toml does not load: " in out and "got -5" in out
+    assert "heron serve and turns refuse until it is fixed" in out
+    assert "start it with: heron serve" not in out
+    assert "heron serve: not running on" in out and "fix config.toml first" in out
+    assert "heartbeat: unknown until config.toml loads" in out
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    assert "got -5" in data["config_error"]
+    assert data["heartbeat"]["minutes"] is None  # not the default's 30
+
+
+def test_a_heartbeat_detail_of_several_lines_is_indented_under_its_line():
+    store = _store()
+    try:
+        jobs.claim_tick(store, "heartbeat", "me", 100.0, 60.0)
+        detail = "cannot find the host of http://x/v1\nCheck the host name in config.toml."
+        jobs.end_tick(store, "heartbeat", "failed", detail)
+    finally:
+        store.close()
+    lines = CliRunner().invoke(app, ["status"]).stdout.splitlines()
+    [at] = [n for n, line in enumerate(lines) if line.startswith("heartbeat: ")]
+    assert lines[at].endswith("failed (cannot find the host of http://x/v1)")
+    assert lines[at + 1] == "           Check the host name in config.toml."

@@ -113,7 +113,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    minutes: int  # 0: off
+    minutes: int | None  # 0: off; None: unknown (config.toml does not load)
     last: float | None = None  # its last beat, when one was recorded
     outcome: str | None = None
     detail: str | None = None
@@ -157,6 +157,9 @@ class Status:
     today: Today | None = None
     store_error: str | None = None
     store_locked: bool = False  # the error is another process's lock: the same call later works
+    # config.toml does not load (its error's first line): heron serve and turns refuse it, and
+    # what it sets is unknown (the model shown is the defaults' choice)
+    config_error: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -192,13 +195,21 @@ FROM_STORE = (
 # ---- gathering -----------------------------------------------------------------------------
 
 
-def gather(settings: Settings, now: float | None = None) -> Status:
-    """The home's status, from its files and its store; nothing is written."""
+def gather(
+    settings: Settings, now: float | None = None, config_error: HeronError | None = None
+) -> Status:
+    """The home's status, from its files and its store; nothing is written. `config_error`:
+    config.toml did not load, and `settings` are the defaults (`Settings.load_reading`)."""
     now = time.time() if now is None else now
     serve = serve_state(settings)
     model, note = _model(settings, serve)
     status = Status(serve, model, note, now, settings.timezone)
     status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes)
+    if config_error is not None:
+        status.config_error = config_error.summary.splitlines()[0]
+        status.heartbeat = Heartbeat(None)
+        if not serve.model:  # not the serve's: the defaults', not the file's
+            status.model_note += "; config.toml does not load, so these are the defaults"
     try:
         store = open_store(settings, reading=True, busy_timeout=BUSY_TIMEOUT_S)
     except HeronError as e:
@@ -379,13 +390,18 @@ def _today(store: Store, settings: Settings, now: float) -> Today:
 def lines(status: Status) -> list[str]:
     """The status as a person reads it: the serve first, then what the agent does."""
     out = _serve_lines(status)
+    if status.config_error is not None:
+        out.append(
+            f"config:    config.toml does not load: {status.config_error}; heron serve and "
+            "turns refuse until it is fixed"
+        )
     out.append(f"model:     {status.model} ({status.model_note})")
     if status.store_error is not None:
         return [*out, *_store_error_lines(status)]
     out += _turn_lines(status)
     out += _waiting_lines(status)
     out += _job_lines(status)
-    out.append(_heartbeat_line(status))
+    out += _heartbeat_lines(status)
     out += _work_lines(status)
     if status.today is not None:
         out.append(f"today:     {_today_words(status.today)}")
@@ -409,8 +425,11 @@ def _indented(rest: list[str]) -> list[str]:
 def _serve_lines(status: Status) -> list[str]:
     serve, zone = status.serve, status.zone
     if not serve.running:
+        start = "start it with: heron serve"
+        if status.config_error is not None:
+            start = "fix config.toml first (heron serve refuses until it loads)"
         return [
-            f"heron serve: not running on {serve.home}; start it with: heron serve",
+            f"heron serve: not running on {serve.home}; {start}",
             "(what follows is read from the store)",
         ]
     if serve.pid is None:
@@ -479,18 +498,26 @@ def _job_lines(status: Status) -> list[str]:
     return out
 
 
-def _heartbeat_line(status: Status) -> str:
+def _heartbeat_lines(status: Status) -> list[str]:
+    """The heartbeat's interval and its last beat; a detail of several lines (a failure's
+    hint) has its first in parentheses, the rest indented under it."""
     beat = status.heartbeat
-    if beat.minutes <= 0:
+    rest: list[str] = []
+    if beat.minutes is None:
+        said = "unknown until config.toml loads"
+    elif beat.minutes <= 0:
         said = "off (heartbeat_minutes = 0)"
     else:
         said = f"on, every {plural(beat.minutes, 'minute')}"
         if not status.serve.running:
             said += " while heron serve runs"
     if beat.last is not None:
-        why = f" ({beat.detail})" if beat.detail else ""
+        why = ""
+        if beat.detail:
+            first, *rest = beat.detail.splitlines() or [""]
+            why = f" ({first})"
         said += f"; last {timefmt.when(beat.last, status.zone)} {beat.outcome}{why}"
-    return f"heartbeat: {said}"
+    return [f"heartbeat: {said}", *_indented(rest)]
 
 
 def _work_lines(status: Status) -> list[str]:
@@ -525,11 +552,14 @@ def _line(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def show(settings: Settings, *, as_json: bool = False) -> int:
-    """Print the status (one JSON object with `as_json`); the exit code it calls for."""
+def show(
+    settings: Settings, *, as_json: bool = False, config_error: HeronError | None = None
+) -> int:
+    """Print the status (one JSON object with `as_json`); the exit code it calls for.
+    `config_error`: config.toml did not load (`settings` are the defaults)."""
     import json
 
-    status = gather(settings)
+    status = gather(settings, config_error=config_error)
     if as_json:
         echo(json.dumps(status.as_json(), ensure_ascii=False))
     else:
