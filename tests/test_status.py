@@ -308,7 +308,8 @@ def test_a_store_error_is_said_once_its_hint_indented_under_it():
 def test_a_config_that_does_not_load_is_said_and_the_serve_hint_waits_for_it():
     """qa24a M4: a broken config.toml was only on stderr; status said "start it with: heron
     serve", which then refused, and showed the defaults as the home's settings."""
-    home = Settings.load().paths.ensure().home
+    _store().close()
+    home = Settings.load().paths.home
     (home / "config.toml").write_text("[agent]\nheartbeat_minutes = -5\n")
     result = CliRunner().invoke(app, ["status"])
     out = result.stdout
@@ -335,3 +336,25 @@ def test_a_heartbeat_detail_of_several_lines_is_indented_under_its_line():
     [at] = [n for n, line in enumerate(lines) if line.startswith("heartbeat: ")]
     assert lines[at].endswith("failed (cannot find the host of http://x/v1)")
     assert lines[at + 1] == "           Check the host name in config.toml."
+
+
+def test_a_path_with_no_heron_home_is_said_and_nothing_is_made(tmp_path, monkeypatch):
+    """qa24a L1: status on a mistyped HERON_HOME made the home, heron.db, memory/ and
+    workspace/ there."""
+    missing = tmp_path / "typo" / "nested" / "home"
+    monkeypatch.setenv("HERON_HOME", str(missing))
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == NOT_RUNNING, result.output
+    assert f"no Heron home at {missing} (nothing has run here yet)" in result.stdout
+    assert not (tmp_path / "typo").exists()
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    assert data["home_exists"] is False and data["turns"] == []  # none: nothing ran here
+
+
+def test_status_leaves_a_home_others_can_read_as_it_is(heron_home):
+    """qa24a L1: status made an existing home 0700 (and said so): it writes nothing."""
+    _store().close()
+    heron_home.chmod(0o755)
+    result = CliRunner().invoke(app, ["status"])
+    assert "now 0700" not in result.output
+    assert heron_home.stat().st_mode & 0o777 == 0o755

@@ -32,13 +32,19 @@ if TYPE_CHECKING:
 
 
 def open_store(
-    settings: Settings, *, reading: bool = False, busy_timeout: float = BUSY_TIMEOUT_S
+    settings: Settings,
+    *,
+    reading: bool = False,
+    busy_timeout: float = BUSY_TIMEOUT_S,
+    make_home: bool = True,
 ) -> Store:
     """The home's store. `reading`: the command only reads (list, show, search, export), so
     a home whose disk refuses writes (read-only, full) is opened read-only, and said so once
     on stderr, rather than refused. `busy_timeout`: seconds to wait for another process's
-    lock on the file."""
-    store = Store(settings.database, reading=reading, busy_timeout=busy_timeout)
+    lock on the file. `make_home=False` (`heron status`): heron.db must be there already; the
+    home is neither made nor made private (`Paths.ensure`)."""
+    where = settings.database if make_home or settings.store_url else settings.paths.db
+    store = Store(where, reading=reading, busy_timeout=busy_timeout)
     if store.read_only is not None:
         echo(f"heron: {store.read_only.summary}; {READ_ONLY_NOTE}", err=True)
     return store

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heron import timefmt
@@ -160,6 +161,7 @@ class Status:
     # config.toml does not load (its error's first line): heron serve and turns refuse it, and
     # what it sets is unknown (the model shown is the defaults' choice)
     config_error: str | None = None
+    home_exists: bool = True  # False: no heron.db at the home (nothing has run there yet)
 
     @property
     def exit_code(self) -> int:
@@ -210,8 +212,11 @@ def gather(
         status.heartbeat = Heartbeat(None)
         if not serve.model:  # not the serve's: the defaults', not the file's
             status.model_note += "; config.toml does not load, so these are the defaults"
+    if settings.store_url is None and not settings.paths.db.exists():
+        status.home_exists = False  # a mistyped HERON_HOME: nothing is made there
+        return status
     try:
-        store = open_store(settings, reading=True, busy_timeout=BUSY_TIMEOUT_S)
+        store = open_store(settings, reading=True, busy_timeout=BUSY_TIMEOUT_S, make_home=False)
     except HeronError as e:
         status.store_error, status.store_locked = str(e), isinstance(e, StoreLocked)
         return status
@@ -398,6 +403,10 @@ def lines(status: Status) -> list[str]:
     out.append(f"model:     {status.model} ({status.model_note})")
     if status.store_error is not None:
         return [*out, *_store_error_lines(status)]
+    if not status.home_exists:
+        home = status.serve.home
+        said = f"no heron.db in {home} yet" if Path(home).is_dir() else f"no Heron home at {home}"
+        return [*out, f"store:     {said} (nothing has run here yet)"]
     out += _turn_lines(status)
     out += _waiting_lines(status)
     out += _job_lines(status)
