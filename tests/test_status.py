@@ -358,3 +358,38 @@ def test_status_leaves_a_home_others_can_read_as_it_is(heron_home):
     result = CliRunner().invoke(app, ["status"])
     assert "now 0700" not in result.output
     assert heron_home.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_turn_asking_the_person_waits_for_their_answer_named_with_its_zone():
+    """qa24a L5: the turn read "running tool ask_user", and the question's deadline had no
+    zone where the job lines name theirs."""
+    store = _store()
+    try:
+        conv = store.open_conversation("asking")
+        message = Message("user", [Text("ask me")])
+        turn_id, _ = store.begin_turn(conv.id, "run_a", message, provider="openai", model="m")
+        assert es.try_lease(store, conv.id, "owner", ttl=60.0).holder is None
+        call = ToolCall("c1", "ask_user", {"question": "Which city?"})
+        store.append(conv.id, Message("assistant", [call]), turn_id=turn_id)
+        runs.create(store, "ask_9", "ask", "asking", "Which city?", status="waiting")
+        with store.transaction() as c:
+            c.execute("UPDATE runs SET deadline = ? WHERE id = 'ask_9'", (time.time() + 900,))
+    finally:
+        store.close()
+    [turn] = gather(Settings.load()).turns
+    assert turn.step == "waiting for your answer (question ask_9)"
+    out = CliRunner().invoke(app, ["status"]).stdout
+    [line] = [line for line in out.splitlines() if "question ask_9 in asking" in line]
+    assert " UTC: Which city?" in line  # the deadline's zone named
+
+
+def test_a_job_due_with_no_serve_says_it_runs_when_the_serve_runs():
+    """qa24a L4: an overdue job read "next 05:25" (in the past) with no serve to run it."""
+    store = _store()
+    try:
+        every = parse(every="1m", timezone="UTC")
+        jobs.create_job(store, every, conversation="k", prompt="check", now=time.time() - 3600)
+    finally:
+        store.close()
+    [job] = gather(Settings.load()).jobs
+    assert "every 1m, due; runs when heron serve runs: check" in job.line

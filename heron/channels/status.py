@@ -277,6 +277,7 @@ def _from_store(status: Status, store: Store, settings: Settings) -> None:
     # own, of a process that ended, are stored there as their message with no answer yet).
     status.mail, status.held = mail, kept
     _runs(status, store)
+    status.turns = [_asking(t, status.questions) for t in status.turns]
     status.suggestions = count_waiting(store)
     _jobs(status, store)
     beat = jobs.tick(store, "heartbeat")
@@ -344,6 +345,17 @@ def _runs(status: Status, store: Store) -> None:
             )
 
 
+def _asking(turn: RunningTurn, questions: list[Question]) -> RunningTurn:
+    """A turn whose only tool left is `ask_user`, its question waiting: it waits for the
+    person, not for a tool."""
+    if turn.step != "running tool ask_user":
+        return turn
+    for q in questions:
+        if q.conversation == turn.conversation and q.state == "waiting":
+            return replace(turn, step=f"waiting for your answer (question {q.id})")
+    return turn
+
+
 def _jobs(status: Status, store: Store) -> None:
     """The person's jobs soonest first (as `heron jobs list` and /status describe each) and
     the nightly review's line; the review's row is read as stored (`heron jobs list` and the
@@ -351,8 +363,15 @@ def _jobs(status: Status, store: Store) -> None:
     listed = jobs.list_jobs(store)
     mine = [j for j in listed if not j.builtin]
     status.jobs_count = len(mine)
+    serving = status.serve.running
     status.jobs = [
-        Job(j.id, j.mode, j.conversation, j.next_run, describe(j, status.zone, status.now))
+        Job(
+            j.id,
+            j.mode,
+            j.conversation,
+            j.next_run,
+            describe(j, status.zone, status.now, serving=serving),
+        )
         for j in mine[:JOBS_SHOWN]
     ]
     review = jobs.review_job(store)
@@ -483,7 +502,8 @@ def _waiting_lines(status: Status) -> list[str]:
         said.append(plural(status.suggestions, "memory suggestion"))
     out = [f"waiting on you: {', '.join(said)}"]
     for q in questions:
-        until = f", until {timefmt.when(q.deadline, status.zone)}" if q.deadline else ""
+        deadline = timefmt.when(q.deadline, status.zone, named=True) if q.deadline else ""
+        until = f", until {deadline}" if deadline else ""
         asked = elapsed(status.now - q.asked)
         out.append(
             f"  question {q.id} in {q.conversation}, asked {asked} ago{until}: {_line(q.text)}"
