@@ -393,3 +393,19 @@ def test_a_job_due_with_no_serve_says_it_runs_when_the_serve_runs():
         store.close()
     [job] = gather(Settings.load()).jobs
     assert "every 1m, due; runs when heron serve runs: check" in job.line
+
+
+def test_a_parked_goal_waits_on_the_person():
+    """qa24a L3: a goal parked when its budget ran out read "goals: none active"."""
+    store = _store()
+    try:
+        goal = goals.set_goal(store, "personal", "Migrate the blog")
+        goals.set_status(store, goal.id, "parked")
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    assert [(g.conversation, g.status) for g in status.goals] == [("personal", "parked")]
+    out = CliRunner().invoke(app, ["status"]).stdout
+    assert "waiting on you: 1 parked goal" in out
+    assert "  goal in personal: parked, its budget ran out (/goal budget TURNS there" in out
+    assert "goals: none active" in out  # none goes on by itself

@@ -384,7 +384,7 @@ def _jobs(status: Status, store: Store) -> None:
 
 def _goals(store: Store) -> list[Goal]:
     found = []
-    for key in goals.active_keys(store):
+    for key in goals.open_keys(store):  # a parked one waits on the person
         goal = goals.open_goal(store, key)
         if goal is not None:
             found.append(Goal(key, goal.status, goal.objective, goal.budget()))
@@ -495,9 +495,12 @@ def _turn_lines(status: Status) -> list[str]:
 
 def _waiting_lines(status: Status) -> list[str]:
     questions = [q for q in status.questions if q.state == "waiting"]
-    if not questions and not status.suggestions:
+    parked = [g for g in status.goals if g.status == "parked"]
+    if not questions and not status.suggestions and not parked:
         return ["waiting on you: nothing"]
     said = [plural(len(questions), "question")] if questions else []
+    if parked:
+        said.append(plural(len(parked), "parked goal"))
     if status.suggestions:
         said.append(plural(status.suggestions, "memory suggestion"))
     out = [f"waiting on you: {', '.join(said)}"]
@@ -510,6 +513,11 @@ def _waiting_lines(status: Status) -> list[str]:
         )
     if questions:
         out.append("  (answer in its conversation; heron runs list shows them)")
+    out += [
+        f"  goal in {g.conversation}: parked, its budget ran out (/goal budget TURNS there"
+        f" continues it): {_line(g.objective)}"
+        for g in parked
+    ]
     if status.suggestions:
         out.append("  (memory: heron memory review)")
     return out
@@ -551,7 +559,8 @@ def _heartbeat_lines(status: Status) -> list[str]:
 
 def _work_lines(status: Status) -> list[str]:
     lost = [q for q in status.questions if q.state == "interrupted"]
-    if not status.subagents and not status.goals and not lost:
+    active = [g for g in status.goals if g.status == "active"]
+    if not status.subagents and not active and not lost:
         return ["subagents: none running; goals: none active"]
     out = [f"question {q.id} in {q.conversation}: {GONE}: {_line(q.text)}" for q in lost]
     for s in status.subagents:
@@ -561,7 +570,7 @@ def _work_lines(status: Status) -> list[str]:
         elif state == "interrupted":
             state = GONE
         out.append(f"subagent {s.id} for {s.conversation}: {state}: {_line(s.task)}")
-    for g in status.goals:
+    for g in active:
         out.append(f"goal in {g.conversation}: {g.status}, {g.budget}: {_line(g.objective)}")
     return out
 
