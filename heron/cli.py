@@ -407,9 +407,11 @@ def status(
 
     Reads files and the store only (no model call, no network), so it answers without a serve
     too. Exits 0 when heron serve runs, 3 when none runs on this home, 1 on an error."""
+    from heron.channels.common import settings_as_they_load
     from heron.channels.status import show
 
-    raise typer.Exit(show(reading_settings(), as_json=as_json))
+    loaded, broken = settings_as_they_load()  # a broken config.toml: said in the status
+    raise typer.Exit(show(loaded, as_json=as_json, config_error=broken))
 
 
 @app.command()

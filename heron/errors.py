@@ -141,6 +141,11 @@ class BusyError(StoreError):
     pass
 
 
+class StoreLocked(StoreError):
+    """Another process holds the SQLite file locked (an SQLite tool, a backup program) past
+    the busy timeout: nothing is wrong with it; the same command later goes through."""
+
+
 class StoreUnreachable(StoreError):
     """The connection to the database server was lost (a restart, a network cut), or cannot be
     made again yet. What the statement or transaction in flight was doing is not saved, unless

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import subprocess
 import time
 
 from serve_helpers import running_serve
 from typer.testing import CliRunner
 
 from heron import __version__
+from heron.channels import status as status_module
 from heron.channels.status import NOT_RUNNING, gather
 from heron.cli import app
 from heron.config import Settings
@@ -19,7 +22,7 @@ from heron.memory import queue
 from heron.messages import Message, Text, ToolCall, ToolResult, Usage
 from heron.providers.scripted import ScriptedProvider
 from heron.serve.lock import SOCKET_NAME, ServeLock
-from heron.store import Store, goals, jobs, runs, waiting
+from heron.store import Store, goals, held, jobs, runs, waiting
 from heron.store import engine_state as es
 from heron.store.home_lock import INFO_NAME
 from heron.store.schedule import parse
@@ -194,3 +197,215 @@ async def test_a_real_serve_writes_what_status_shows():
     assert status.serve.running and status.serve.url == running.url
     assert status.serve.pid == os.getpid() and status.serve.version == __version__
     assert status.model == status.serve.model and status.model.startswith("scripted/")
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_runs_of_a_process_that_is_gone_are_interrupted_not_waiting():
+    """qa24a M1: a serve killed while a question waited and a subagent ran left both rows
+    open; nothing runs them, and the next Heron process marks them interrupted."""
+    store = _store()
+    try:
+        runs.create(store, "ask_1", "ask", "asking", "Which city?", status="waiting")
+        runs.create(store, "sa_1", "subagent", "subs", "count sheep", status="running")
+        runs.create(store, "sa_2", "subagent", "subs", "still going", status="running")
+        with store.transaction() as c:  # the process that ran them was killed
+            c.execute("UPDATE runs SET pid = ? WHERE id != 'sa_2'", (_dead_pid(),))
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    assert [(q.id, q.state) for q in status.questions] == [("ask_1", "interrupted")]
+    assert [(s.id, s.state) for s in status.subagents] == [
+        ("sa_1", "interrupted"),
+        ("sa_2", "running"),
+    ]
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "waiting on you: nothing" in out  # nobody can answer it
+    gone = "interrupted (its process is gone; the next heron serve, heron chat or heron run"
+    assert f"question ask_1 in asking: {gone}" in out
+    assert f"subagent sa_1 for subs: {gone}" in out
+    assert "subagent sa_2 for subs: running " in out
+
+
+def test_the_persons_own_messages_held_for_a_turn_are_counted_apart_from_mail():
+    """qa24a M2: follow-ups sent mid-turn (held_messages) were not counted at all."""
+    store = _store()
+    try:
+        _running_turn(store, done=0)
+        waiting.hold(store, "personal", "default", "the backup failed", "job 3", "cron:3")
+        for words in ("followup one", "from a script"):
+            held.hold(store, "personal", "default", Message("user", [Text(words)]), None)
+        held.hold(store, "notes", "default", Message("user", [Text("later")]), None)
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    [turn] = status.turns
+    assert (turn.mail, turn.held) == (1, 2)
+    assert status.held == {"notes": 1} and status.mail == {}
+    out = CliRunner().invoke(app, ["status"]).output
+    assert "1 message waiting for it; 2 of your messages waiting to join the turn" in out
+    assert "  notes: 1 of your messages waiting to go in at its next turn" in out
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).output)
+    assert data["turns"][0]["held"] == 2 and data["held"] == {"notes": 1}
+
+
+def test_a_locked_store_is_said_at_once_and_its_fields_read_unknown(monkeypatch):
+    """qa24a M3: an SQLite tool holding heron.db in an exclusive lock made status wait 30 s
+    (the store's busy timeout) before it said anything; --json then gave [] and 0 for what
+    was not known."""
+    store = _store()
+    store.close()
+    monkeypatch.setattr(status_module, "BUSY_TIMEOUT_S", 0.05)  # its own short wait, shorter
+    locker = sqlite3.connect(Settings.load().paths.db, isolation_level=None)
+    try:
+        locker.execute("PRAGMA locking_mode=EXCLUSIVE")
+        locker.execute("BEGIN EXCLUSIVE")
+        locker.execute("CREATE TABLE held_by_a_tool (x)")
+        result = CliRunner().invoke(app, ["status"])
+        data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    finally:
+        locker.close()
+    assert result.exit_code == 1, result.output
+    assert "store:     locked by another process (" in result.output
+    assert "); try again in a moment" in result.output
+    assert data["store_locked"] is True and data["store_error"]
+    for unknown in ("turns", "questions", "jobs", "jobs_count", "subagents", "goals", "today"):
+        assert data[unknown] is None, unknown
+
+
+def test_the_store_opens_with_the_busy_timeout_asked_for():
+    store = Store(Settings.load().paths.ensure().db, busy_timeout=1.5)
+    try:
+        assert store.query("PRAGMA busy_timeout")[0][0] == 1500
+    finally:
+        store.close()
+    store = _store()  # every other command still waits as long as before
+    try:
+        assert store.query("PRAGMA busy_timeout")[0][0] == 30000
+    finally:
+        store.close()
+
+
+def test_a_store_error_is_said_once_its_hint_indented_under_it():
+    """qa24a L7: the hint wrapped onto an unindented line, and the error came twice (stdout
+    and stderr)."""
+    home = Settings.load().paths.ensure().home
+    (home / "heron.db").write_bytes(b"not a database, " * 1000)
+    result = CliRunner().invoke(app, ["status"])
+    lines = result.output.splitlines()
+    [at] = [n for n, line in enumerate(lines) if line.startswith("store:     not readable: ")]
+    assert (
+        lines[at + 1]
+        == "           If the file is damaged, move it aside; Heron creates a fresh one."
+    )
+    assert result.output.count("not a database") == 1
+
+
+def test_a_config_that_does_not_load_is_said_and_the_serve_hint_waits_for_it():
+    """qa24a M4: a broken config.toml was only on stderr; status said "start it with: heron
+    serve", which then refused, and showed the defaults as the home's settings."""
+    _store().close()
+    home = Settings.load().paths.home
+    (home / "config.toml").write_text("[agent]\nheartbeat_minutes = -5\n")
+    result = CliRunner().invoke(app, ["status"])
+    out = result.stdout
+    assert result.exit_code == NOT_RUNNING, result.output
+    assert "config:    config.toml does not load: " in out and "got -5" in out
+    assert "heron serve and turns refuse until it is fixed" in out
+    assert "start it with: heron serve" not in out
+    assert "heron serve: not running on" in out and "fix config.toml first" in out
+    assert "heartbeat: unknown until config.toml loads" in out
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    assert "got -5" in data["config_error"]
+    assert data["heartbeat"]["minutes"] is None  # not the default's 30
+
+
+def test_a_heartbeat_detail_of_several_lines_is_indented_under_its_line():
+    store = _store()
+    try:
+        jobs.claim_tick(store, "heartbeat", "me", 100.0, 60.0)
+        detail = "cannot find the host of http://x/v1\nCheck the host name in config.toml."
+        jobs.end_tick(store, "heartbeat", "failed", detail)
+    finally:
+        store.close()
+    lines = CliRunner().invoke(app, ["status"]).stdout.splitlines()
+    [at] = [n for n, line in enumerate(lines) if line.startswith("heartbeat: ")]
+    assert lines[at].endswith("failed (cannot find the host of http://x/v1)")
+    assert lines[at + 1] == "           Check the host name in config.toml."
+
+
+def test_a_path_with_no_heron_home_is_said_and_nothing_is_made(tmp_path, monkeypatch):
+    """qa24a L1: status on a mistyped HERON_HOME made the home, heron.db, memory/ and
+    workspace/ there."""
+    missing = tmp_path / "typo" / "nested" / "home"
+    monkeypatch.setenv("HERON_HOME", str(missing))
+    result = CliRunner().invoke(app, ["status"])
+    assert result.exit_code == NOT_RUNNING, result.output
+    assert f"no Heron home at {missing} (nothing has run here yet)" in result.stdout
+    assert not (tmp_path / "typo").exists()
+    data = json.loads(CliRunner().invoke(app, ["status", "--json"]).stdout)
+    assert data["home_exists"] is False and data["turns"] == []  # none: nothing ran here
+
+
+def test_status_leaves_a_home_others_can_read_as_it_is(heron_home):
+    """qa24a L1: status made an existing home 0700 (and said so): it writes nothing."""
+    _store().close()
+    heron_home.chmod(0o755)
+    result = CliRunner().invoke(app, ["status"])
+    assert "now 0700" not in result.output
+    assert heron_home.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_turn_asking_the_person_waits_for_their_answer_named_with_its_zone():
+    """qa24a L5: the turn read "running tool ask_user", and the question's deadline had no
+    zone where the job lines name theirs."""
+    store = _store()
+    try:
+        conv = store.open_conversation("asking")
+        message = Message("user", [Text("ask me")])
+        turn_id, _ = store.begin_turn(conv.id, "run_a", message, provider="openai", model="m")
+        assert es.try_lease(store, conv.id, "owner", ttl=60.0).holder is None
+        call = ToolCall("c1", "ask_user", {"question": "Which city?"})
+        store.append(conv.id, Message("assistant", [call]), turn_id=turn_id)
+        runs.create(store, "ask_9", "ask", "asking", "Which city?", status="waiting")
+        with store.transaction() as c:
+            c.execute("UPDATE runs SET deadline = ? WHERE id = 'ask_9'", (time.time() + 900,))
+    finally:
+        store.close()
+    [turn] = gather(Settings.load()).turns
+    assert turn.step == "waiting for your answer (question ask_9)"
+    out = CliRunner().invoke(app, ["status"]).stdout
+    [line] = [line for line in out.splitlines() if "question ask_9 in asking" in line]
+    assert " UTC: Which city?" in line  # the deadline's zone named
+
+
+def test_a_job_due_with_no_serve_says_it_runs_when_the_serve_runs():
+    """qa24a L4: an overdue job read "next 05:25" (in the past) with no serve to run it."""
+    store = _store()
+    try:
+        every = parse(every="1m", timezone="UTC")
+        jobs.create_job(store, every, conversation="k", prompt="check", now=time.time() - 3600)
+    finally:
+        store.close()
+    [job] = gather(Settings.load()).jobs
+    assert "every 1m, due; runs when heron serve runs: check" in job.line
+
+
+def test_a_parked_goal_waits_on_the_person():
+    """qa24a L3: a goal parked when its budget ran out read "goals: none active"."""
+    store = _store()
+    try:
+        goal = goals.set_goal(store, "personal", "Migrate the blog")
+        goals.set_status(store, goal.id, "parked")
+    finally:
+        store.close()
+    status = gather(Settings.load())
+    assert [(g.conversation, g.status) for g in status.goals] == [("personal", "parked")]
+    out = CliRunner().invoke(app, ["status"]).stdout
+    assert "waiting on you: 1 parked goal" in out
+    assert "  goal in personal: parked, its budget ran out (/goal budget TURNS there" in out
+    assert "goals: none active" in out  # none goes on by itself

@@ -64,18 +64,25 @@ def settings() -> Settings:
         fail(e)
 
 
+def settings_as_they_load() -> tuple[Settings, ConfigError | None]:
+    """The settings of HERON_HOME, the defaults in place of a config.toml that does not load
+    (with its error, for the command to say as it sees fit), or the command ends with the
+    error that stopped them (`Settings.load_reading`)."""
+    from heron.config import Settings
+
+    try:
+        return Settings.load_reading()
+    except HeronError as e:
+        fail(e)
+
+
 def reading_settings() -> Settings:
     """The settings of a command that only names Heron's files or reads the record (`config
     path`, `conversations list/show/search/export`, `trace ls/show/export`, `usage`): a broken
     config.toml is said once on stderr, where and what, and the command goes on with the
     default settings, so the person can find the file and rescue their data. Every command
     that would run a turn still refuses it."""
-    from heron.config import Settings
-
-    try:
-        loaded, broken = Settings.load_reading()
-    except HeronError as e:
-        fail(e)
+    loaded, broken = settings_as_they_load()
     if broken is not None:
         echo(f"heron: {broken}", err=True)
         echo(

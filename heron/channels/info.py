@@ -22,6 +22,7 @@ from heron.providers.wire import file_label
 from heron.store import Conversation, Store, StoredMessage, Turn, goals, runs
 from heron.store import engine_state as es
 from heron.store.compactions import Compaction, compactions
+from heron.store.db import BUSY_TIMEOUT_S
 from heron.store.records import RECALL_FLAG, shown_as
 
 if TYPE_CHECKING:
@@ -30,11 +31,20 @@ if TYPE_CHECKING:
     from heron.providers.openai_compat import OpenAICompatProvider
 
 
-def open_store(settings: Settings, *, reading: bool = False) -> Store:
+def open_store(
+    settings: Settings,
+    *,
+    reading: bool = False,
+    busy_timeout: float = BUSY_TIMEOUT_S,
+    make_home: bool = True,
+) -> Store:
     """The home's store. `reading`: the command only reads (list, show, search, export), so
     a home whose disk refuses writes (read-only, full) is opened read-only, and said so once
-    on stderr, rather than refused."""
-    store = Store(settings.database, reading=reading)
+    on stderr, rather than refused. `busy_timeout`: seconds to wait for another process's
+    lock on the file. `make_home=False` (`heron status`): heron.db must be there already; the
+    home is neither made nor made private (`Paths.ensure`)."""
+    where = settings.database if make_home or settings.store_url else settings.paths.db
+    store = Store(where, reading=reading, busy_timeout=busy_timeout)
     if store.read_only is not None:
         echo(f"heron: {store.read_only.summary}; {READ_ONLY_NOTE}", err=True)
     return store

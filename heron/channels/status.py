@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heron import timefmt
 from heron.channels.common import echo
 from heron.channels.info import model_source, open_store
 from heron.channels.jobs_cli import review_line
-from heron.errors import HeronError
+from heron.errors import HeronError, StoreLocked
 from heron.memory.queue import count_waiting
 from heron.messages import plural
-from heron.store import engine_state, goals, jobs, runs, waiting
+from heron.store import engine_state, goals, held, jobs, runs, waiting
 from heron.store.home_lock import read_info, serve_holder
 from heron.store.runs import elapsed
 from heron.tools.schedule import describe
@@ -34,7 +35,13 @@ if TYPE_CHECKING:
 
 # `heron status` exits 0 when a serve runs, NOT_RUNNING when none does, 1 on an error.
 NOT_RUNNING = 3
+# Seconds status waits for another process's lock on heron.db (every other command waits 30):
+# the person asking is often asking because something looks stuck.
+BUSY_TIMEOUT_S = 1.5
 JOBS_SHOWN = 3  # the soonest of the person's jobs shown; `heron jobs list` has them all
+# A run whose process ended: every Heron process that runs turns marks such runs interrupted
+# as it starts (heron/proactive/subagents.py `start`), a subagent's partial result then told.
+GONE = "interrupted (its process is gone; the next heron serve, heron chat or heron run ends it)"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class RunningTurn:
     process: str  # "process 4242" (and "on HOST" for another machine's)
     pid: int
     mail: int  # messages of background work waiting to enter the conversation
+    held: int = 0  # the person's own follow-ups sent during it, waiting to join it
 
 
 @dataclass(frozen=True)
@@ -73,13 +81,14 @@ class Question:
     text: str
     asked: float
     deadline: float | None
+    state: str = "waiting"  # or "interrupted": the process that asked it is gone
 
 
 @dataclass(frozen=True)
 class Subagent:
     id: str
     conversation: str  # where it reports back
-    state: str  # "running" or how it waits for a slot
+    state: str  # "running", how it waits for a slot, or "interrupted" (its process is gone)
     since: float
     task: str
 
@@ -105,7 +114,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    minutes: int  # 0: off
+    minutes: int | None  # 0: off; None: unknown (config.toml does not load)
     last: float | None = None  # its last beat, when one was recorded
     outcome: str | None = None
     detail: str | None = None
@@ -137,6 +146,7 @@ class Status:
     zone: str
     turns: list[RunningTurn] = field(default_factory=list)
     mail: dict[str, int] = field(default_factory=dict)  # for conversations with no turn running
+    held: dict[str, int] = field(default_factory=dict)  # the person's, likewise
     questions: list[Question] = field(default_factory=list)
     suggestions: int = 0
     jobs: list[Job] = field(default_factory=list)
@@ -147,6 +157,11 @@ class Status:
     goals: list[Goal] = field(default_factory=list)
     today: Today | None = None
     store_error: str | None = None
+    store_locked: bool = False  # the error is another process's lock: the same call later works
+    # config.toml does not load (its error's first line): heron serve and turns refuse it, and
+    # what it sets is unknown (the model shown is the defaults' choice)
+    config_error: str | None = None
+    home_exists: bool = True  # False: no heron.db at the home (nothing has run there yet)
 
     @property
     def exit_code(self) -> int:
@@ -155,23 +170,55 @@ class Status:
         return 0 if self.serve.running else NOT_RUNNING
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The status as one object; what is read from the store is null (unknown, not
+        "none") when the store could not be read."""
+        data = asdict(self)
+        if self.store_error is not None:
+            data.update(dict.fromkeys(FROM_STORE))
+        return data
+
+
+# The fields only the store tells; `heartbeat` stays: its interval is config.toml's.
+FROM_STORE = (
+    "turns",
+    "mail",
+    "held",
+    "questions",
+    "suggestions",
+    "jobs",
+    "jobs_count",
+    "review",
+    "subagents",
+    "goals",
+    "today",
+)
 
 
 # ---- gathering -----------------------------------------------------------------------------
 
 
-def gather(settings: Settings, now: float | None = None) -> Status:
-    """The home's status, from its files and its store; nothing is written."""
+def gather(
+    settings: Settings, now: float | None = None, config_error: HeronError | None = None
+) -> Status:
+    """The home's status, from its files and its store; nothing is written. `config_error`:
+    config.toml did not load, and `settings` are the defaults (`Settings.load_reading`)."""
     now = time.time() if now is None else now
     serve = serve_state(settings)
     model, note = _model(settings, serve)
     status = Status(serve, model, note, now, settings.timezone)
     status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes)
+    if config_error is not None:
+        status.config_error = config_error.summary.splitlines()[0]
+        status.heartbeat = Heartbeat(None)
+        if not serve.model:  # not the serve's: the defaults', not the file's
+            status.model_note += "; config.toml does not load, so these are the defaults"
+    if settings.store_url is None and not settings.paths.db.exists():
+        status.home_exists = False  # a mistyped HERON_HOME: nothing is made there
+        return status
     try:
-        store = open_store(settings, reading=True)
+        store = open_store(settings, reading=True, busy_timeout=BUSY_TIMEOUT_S, make_home=False)
     except HeronError as e:
-        status.store_error = str(e)
+        status.store_error, status.store_locked = str(e), isinstance(e, StoreLocked)
         return status
     try:
         _from_store(status, store, settings)
@@ -221,10 +268,16 @@ def _model(settings: Settings, serve: Serve) -> tuple[str, str]:
 
 
 def _from_store(status: Status, store: Store, settings: Settings) -> None:
-    mail = {key: len(waiting.waiting_for(store, key)) for key in waiting.keys_waiting(store)}
-    status.turns = [replace(t, mail=mail.pop(t.conversation, 0)) for t in running_turns(store)]
-    status.mail = mail  # what waits for a conversation where no turn runs
+    mail, kept = waiting.counts(store), held.counts(store)
+    status.turns = [
+        replace(t, mail=mail.pop(t.conversation, 0), held=kept.pop(t.conversation, 0))
+        for t in running_turns(store)
+    ]
+    # What waits for a conversation where no turn runs: its next turn reads it (the person's
+    # own, of a process that ended, are stored there as their message with no answer yet).
+    status.mail, status.held = mail, kept
     _runs(status, store)
+    status.turns = [_asking(t, status.questions) for t in status.turns]
     status.suggestions = count_waiting(store)
     _jobs(status, store)
     beat = jobs.tick(store, "heartbeat")
@@ -269,11 +322,19 @@ def _step(store: Store, conversation_id: int, turn: Turn | None) -> str:
 
 
 def _runs(status: Status, store: Store) -> None:
-    """The questions waiting for the person, and the subagents still going."""
+    """The questions waiting for the person, and the subagents still going; a run whose
+    process is gone (killed, crashed) is interrupted, whatever its row still says: nothing
+    can answer or run it, and the next Heron process to start marks it so."""
     for run in runs.open_work(store):
+        gone = runs.process_gone(run.pid)
         if run.kind == "ask":
+            state = "interrupted" if gone else "waiting"
             status.questions.append(
-                Question(run.id, run.origin_key, run.task, run.created, run.deadline)
+                Question(run.id, run.origin_key, run.task, run.created, run.deadline, state)
+            )
+        elif gone:
+            status.subagents.append(
+                Subagent(run.id, run.origin_key, "interrupted", run.created, run.task)
             )
         elif run.status == "waiting":  # for a slot: not started
             state = runs.waiting_for_slot(store, run)
@@ -284,6 +345,17 @@ def _runs(status: Status, store: Store) -> None:
             )
 
 
+def _asking(turn: RunningTurn, questions: list[Question]) -> RunningTurn:
+    """A turn whose only tool left is `ask_user`, its question waiting: it waits for the
+    person, not for a tool."""
+    if turn.step != "running tool ask_user":
+        return turn
+    for q in questions:
+        if q.conversation == turn.conversation and q.state == "waiting":
+            return replace(turn, step=f"waiting for your answer (question {q.id})")
+    return turn
+
+
 def _jobs(status: Status, store: Store) -> None:
     """The person's jobs soonest first (as `heron jobs list` and /status describe each) and
     the nightly review's line; the review's row is read as stored (`heron jobs list` and the
@@ -291,8 +363,15 @@ def _jobs(status: Status, store: Store) -> None:
     listed = jobs.list_jobs(store)
     mine = [j for j in listed if not j.builtin]
     status.jobs_count = len(mine)
+    serving = status.serve.running
     status.jobs = [
-        Job(j.id, j.mode, j.conversation, j.next_run, describe(j, status.zone, status.now))
+        Job(
+            j.id,
+            j.mode,
+            j.conversation,
+            j.next_run,
+            describe(j, status.zone, status.now, serving=serving),
+        )
         for j in mine[:JOBS_SHOWN]
     ]
     review = jobs.review_job(store)
@@ -305,7 +384,7 @@ def _jobs(status: Status, store: Store) -> None:
 
 def _goals(store: Store) -> list[Goal]:
     found = []
-    for key in goals.active_keys(store):
+    for key in goals.open_keys(store):  # a parked one waits on the person
         goal = goals.open_goal(store, key)
         if goal is not None:
             found.append(Goal(key, goal.status, goal.objective, goal.budget()))
@@ -335,24 +414,50 @@ def _today(store: Store, settings: Settings, now: float) -> Today:
 def lines(status: Status) -> list[str]:
     """The status as a person reads it: the serve first, then what the agent does."""
     out = _serve_lines(status)
+    if status.config_error is not None:
+        out.append(
+            f"config:    config.toml does not load: {status.config_error}; heron serve and "
+            "turns refuse until it is fixed"
+        )
     out.append(f"model:     {status.model} ({status.model_note})")
     if status.store_error is not None:
-        return [*out, f"store:     not readable: {status.store_error}"]
+        return [*out, *_store_error_lines(status)]
+    if not status.home_exists:
+        home = status.serve.home
+        said = f"no heron.db in {home} yet" if Path(home).is_dir() else f"no Heron home at {home}"
+        return [*out, f"store:     {said} (nothing has run here yet)"]
     out += _turn_lines(status)
     out += _waiting_lines(status)
     out += _job_lines(status)
-    out.append(_heartbeat_line(status))
+    out += _heartbeat_lines(status)
     out += _work_lines(status)
     if status.today is not None:
         out.append(f"today:     {_today_words(status.today)}")
     return out
 
 
+def _store_error_lines(status: Status) -> list[str]:
+    """Why the store could not be read: its first line on the `store:` line, the rest (the
+    hint) indented under it."""
+    first, *rest = (status.store_error or "").splitlines()
+    if status.store_locked:  # its hint says no more than this
+        return [f"store:     locked by another process ({first}); try again in a moment"]
+    return [f"store:     not readable: {first}", *_indented(rest)]
+
+
+def _indented(rest: list[str]) -> list[str]:
+    """The lines after an entry's first, under it (a message's hint, a detail's second line)."""
+    return [f"           {line}" for line in rest if line.strip()]
+
+
 def _serve_lines(status: Status) -> list[str]:
     serve, zone = status.serve, status.zone
     if not serve.running:
+        start = "start it with: heron serve"
+        if status.config_error is not None:
+            start = "fix config.toml first (heron serve refuses until it loads)"
         return [
-            f"heron serve: not running on {serve.home}; start it with: heron serve",
+            f"heron serve: not running on {serve.home}; {start}",
             "(what follows is read from the store)",
         ]
     if serve.pid is None:
@@ -376,29 +481,43 @@ def _turn_lines(status: Status) -> list[str]:
         out = [f"turns:     {len(status.turns)} running"]
     for t in status.turns:
         mail = f"; {plural(t.mail, 'message')} waiting for it" if t.mail else ""
+        if t.held:
+            mail += f"; {t.held} of your messages waiting to join the turn"
         took = elapsed(status.now - t.since)
         where = "heron serve" if t.pid == status.serve.pid else t.process
         out.append(f"  {t.conversation}: {t.step}, for {took}, in {where}{mail}")
     for key, count in sorted(status.mail.items()):
         out.append(f"  {key}: {plural(count, 'message')} waiting to enter at its next turn")
+    for key, count in sorted(status.held.items()):
+        out.append(f"  {key}: {count} of your messages waiting to go in at its next turn")
     return out
 
 
 def _waiting_lines(status: Status) -> list[str]:
-    if not status.questions and not status.suggestions:
+    questions = [q for q in status.questions if q.state == "waiting"]
+    parked = [g for g in status.goals if g.status == "parked"]
+    if not questions and not status.suggestions and not parked:
         return ["waiting on you: nothing"]
-    said = [plural(len(status.questions), "question")] if status.questions else []
+    said = [plural(len(questions), "question")] if questions else []
+    if parked:
+        said.append(plural(len(parked), "parked goal"))
     if status.suggestions:
         said.append(plural(status.suggestions, "memory suggestion"))
     out = [f"waiting on you: {', '.join(said)}"]
-    for q in status.questions:
-        until = f", until {timefmt.when(q.deadline, status.zone)}" if q.deadline else ""
+    for q in questions:
+        deadline = timefmt.when(q.deadline, status.zone, named=True) if q.deadline else ""
+        until = f", until {deadline}" if deadline else ""
         asked = elapsed(status.now - q.asked)
         out.append(
             f"  question {q.id} in {q.conversation}, asked {asked} ago{until}: {_line(q.text)}"
         )
-    if status.questions:
+    if questions:
         out.append("  (answer in its conversation; heron runs list shows them)")
+    out += [
+        f"  goal in {g.conversation}: parked, its budget ran out (/goal budget TURNS there"
+        f" continues it): {_line(g.objective)}"
+        for g in parked
+    ]
     if status.suggestions:
         out.append("  (memory: heron memory review)")
     return out
@@ -416,30 +535,42 @@ def _job_lines(status: Status) -> list[str]:
     return out
 
 
-def _heartbeat_line(status: Status) -> str:
+def _heartbeat_lines(status: Status) -> list[str]:
+    """The heartbeat's interval and its last beat; a detail of several lines (a failure's
+    hint) has its first in parentheses, the rest indented under it."""
     beat = status.heartbeat
-    if beat.minutes <= 0:
+    rest: list[str] = []
+    if beat.minutes is None:
+        said = "unknown until config.toml loads"
+    elif beat.minutes <= 0:
         said = "off (heartbeat_minutes = 0)"
     else:
         said = f"on, every {plural(beat.minutes, 'minute')}"
         if not status.serve.running:
             said += " while heron serve runs"
     if beat.last is not None:
-        why = f" ({beat.detail})" if beat.detail else ""
+        why = ""
+        if beat.detail:
+            first, *rest = beat.detail.splitlines() or [""]
+            why = f" ({first})"
         said += f"; last {timefmt.when(beat.last, status.zone)} {beat.outcome}{why}"
-    return f"heartbeat: {said}"
+    return [f"heartbeat: {said}", *_indented(rest)]
 
 
 def _work_lines(status: Status) -> list[str]:
-    if not status.subagents and not status.goals:
+    lost = [q for q in status.questions if q.state == "interrupted"]
+    active = [g for g in status.goals if g.status == "active"]
+    if not status.subagents and not active and not lost:
         return ["subagents: none running; goals: none active"]
-    out = []
+    out = [f"question {q.id} in {q.conversation}: {GONE}: {_line(q.text)}" for q in lost]
     for s in status.subagents:
         state = s.state
         if state == "running":
             state = f"running {elapsed(status.now - s.since)}"
+        elif state == "interrupted":
+            state = GONE
         out.append(f"subagent {s.id} for {s.conversation}: {state}: {_line(s.task)}")
-    for g in status.goals:
+    for g in active:
         out.append(f"goal in {g.conversation}: {g.status}, {g.budget}: {_line(g.objective)}")
     return out
 
@@ -459,16 +590,19 @@ def _line(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def show(settings: Settings, *, as_json: bool = False) -> int:
-    """Print the status (one JSON object with `as_json`); the exit code it calls for."""
+def show(
+    settings: Settings, *, as_json: bool = False, config_error: HeronError | None = None
+) -> int:
+    """Print the status (one JSON object with `as_json`); the exit code it calls for.
+    `config_error`: config.toml did not load (`settings` are the defaults)."""
     import json
 
-    status = gather(settings)
+    status = gather(settings, config_error=config_error)
     if as_json:
         echo(json.dumps(status.as_json(), ensure_ascii=False))
     else:
         for line in lines(status):
             echo(line)
-    if status.store_error is not None:
+    if as_json and status.store_error is not None:  # printed above, in words, otherwise
         echo(f"heron: {status.store_error}", err=True)
     return status.exit_code

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
-from heron.errors import HeronError, StoreError, StoreRefused
+from heron.errors import HeronError, StoreError, StoreLocked, StoreRefused
 from heron.messages import (
     File,
     Message,
@@ -39,7 +39,7 @@ from heron.messages import (
     parts_from_json,
     parts_to_json,
 )
-from heron.store.disk import damaged, refusal
+from heron.store.disk import damaged, locked, refusal
 from heron.store.files import FileStore
 from heron.store.home_lock import other_serve
 from heron.store.migrations import migrate
@@ -62,6 +62,8 @@ LONG_BRANCH = 2_000  # rows: a branch at least this long is read off the loop (`
 # engine serving hundreds of short conversations at once does not evict each one before its
 # next turn (a bound of 64 conversations did exactly that at 100).
 BRANCH_CACHE_ROWS = 100_000
+# Seconds a statement waits for another process's lock on the SQLite file before it fails.
+BUSY_TIMEOUT_S = 30.0
 
 # The branch to a head (?1), walked down towards the root: from the row after ?2 when ?2 is on
 # it, and no further down than the first row whose id is at most ?3 (0: to the root). A row's
@@ -112,7 +114,12 @@ class ConnectionCache(Protocol):
 
 class Store:
     def __init__(
-        self, path: Path | str, files: Path | None = None, *, reading: bool = False
+        self,
+        path: Path | str,
+        files: Path | None = None,
+        *,
+        reading: bool = False,
+        busy_timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         # A postgresql:// URL opens the PostgreSQL store (heron/store/pg.py, docs/scale.md);
         # anything else is the SQLite file.
@@ -142,6 +149,9 @@ class Store:
         # `read_only` then says why, for the command to tell the person.
         self.reading = reading
         self.read_only: StoreRefused | None = None
+        # How long a statement waits for another process's lock before it fails: long for
+        # a command that must write; `heron status` asks for a short one, to answer at once.
+        self.busy_timeout = busy_timeout
         self.conn = self._connect()
         # (device, inode): see `check_file`; a server's database has no file to watch.
         self._file = None if self.url else _file_id(self.path)
@@ -164,13 +174,16 @@ class Store:
             return conn
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout,
             )
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             try:
                 migrate(conn, where=f"the database {self.path}", guard=self._no_serve)
             except StoreError:  # refused (a newer database, a serve running): nothing kept open
@@ -211,7 +224,7 @@ class Store:
             try:
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
                 conn.row_factory = sqlite3.Row
-                conn.execute("PRAGMA busy_timeout=30000")
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
                 # nothing to apply, or refused: a read-only open cannot upgrade (nor read a
                 # database a newer Heron migrated: StoreError, as in `_connect`)
                 migrate(conn, where=f"the database {self.path}")
@@ -1114,6 +1127,12 @@ def _open_error(path: Path, error: sqlite3.DatabaseError, refused: StoreError | 
     that could cost the person their history."""
     if refused is not None:
         return refused
+    if isinstance(error, sqlite3.OperationalError) and locked(error):
+        return StoreLocked(
+            f"cannot open the database {path}: {error}",
+            hint="Another program holds it locked (an SQLite tool, a backup): try again in a"
+            " moment, or close that program.",
+        )
     hint = "If the file is damaged, move it aside; Heron creates a fresh one."
     return StoreError(
         f"cannot open the database {path}: {error}", hint=hint if damaged(error) else None

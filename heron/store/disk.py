@@ -20,6 +20,8 @@ from heron.messages import size_label
 
 # Primary result codes (https://sqlite.org/rescode.html); an extended code keeps its primary
 # code in its low byte (SQLITE_IOERR_SHMSIZE is 4874 = 19 << 8 | 10).
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
 SQLITE_READONLY = 8
 SQLITE_IOERR = 10
 SQLITE_CORRUPT = 11
@@ -57,6 +59,15 @@ def refusal(error: BaseException, path: Path) -> DiskFull | ReadOnlyHome | None:
     if code == SQLITE_READONLY or (code in (SQLITE_CANTOPEN, SQLITE_IOERR) and read_only(path)):
         return read_only_home(path)
     return None
+
+
+def locked(error: sqlite3.Error) -> bool:
+    """Whether `error` says another connection holds the database locked (SQLITE_BUSY or
+    SQLITE_LOCKED), past the busy timeout."""
+    code = primary_code(error)
+    if code is None:
+        return "database is locked" in str(error) or "database table is locked" in str(error)
+    return code in (SQLITE_BUSY, SQLITE_LOCKED)
 
 
 def damaged(error: BaseException) -> bool:

@@ -75,6 +75,14 @@ def active_keys(store: Store) -> list[str]:
     return [str(r["conversation_key"]) for r in rows]
 
 
+def open_keys(store: Store) -> list[str]:
+    """The conversations with an open goal, active or parked, oldest goal first."""
+    rows = store.query(
+        "SELECT conversation_key FROM goals WHERE status IN ('active', 'parked') ORDER BY id"
+    )
+    return [str(r["conversation_key"]) for r in rows]
+
+
 def set_goal(
     store: Store,
     key: str,

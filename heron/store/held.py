@@ -105,6 +105,13 @@ def left_for(store: Store, key: str) -> list[Held]:
     ]
 
 
+def counts(store: Store) -> dict[str, int]:
+    """How many messages are held for each conversation, by whatever process (`heron
+    status`): a running turn's follow-ups, or, their process gone, what goes in next."""
+    rows = store.query("SELECT conversation_key, COUNT(*) FROM held_messages GROUP BY 1")
+    return {r[0]: r[1] for r in rows}
+
+
 def keys_left(store: Store) -> list[str]:
     """The conversations a process that has ended left messages held for."""
     rows = store.query("SELECT DISTINCT conversation_key, owner, host, pid FROM held_messages")

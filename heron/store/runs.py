@@ -262,11 +262,17 @@ def cancel(store: Store, run_id: str) -> Run | None:
     return get(store, run_id)
 
 
+def process_gone(pid: int | None) -> bool:
+    """Whether the process that runs a run (its row's `pid`) has ended: such a run is open
+    only until the next Heron process starts and marks it interrupted (`interrupt_orphans`)."""
+    return pid is None or not pid_alive(pid)
+
+
 def interrupt_orphans(store: Store) -> list[str]:
     """Runs left open by a process that no longer exists: marked interrupted (their result,
     whatever the lineage holds, is still owed to the origin)."""
     rows = store.query("SELECT id, pid FROM runs WHERE status IN ('running', 'waiting')")
-    gone = [r["id"] for r in rows if r["pid"] is None or not pid_alive(r["pid"])]
+    gone = [r["id"] for r in rows if process_gone(r["pid"])]
     with store.transaction() as c:
         for run_id in gone:
             c.execute(

@@ -69,6 +69,12 @@ def waiting_for(store: Store, key: str) -> list[Waiting]:
     return [Waiting(*r) for r in rows]
 
 
+def counts(store: Store) -> dict[str, int]:
+    """How many messages wait for each conversation (`heron status`)."""
+    rows = store.query("SELECT conversation_key, COUNT(*) FROM waiting_messages GROUP BY 1")
+    return {r[0]: r[1] for r in rows}
+
+
 def keys_waiting(store: Store) -> list[str]:
     """The conversations some message waits for."""
     rows = store.query("SELECT DISTINCT conversation_key FROM waiting_messages ORDER BY 1")

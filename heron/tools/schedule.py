@@ -41,14 +41,18 @@ def serve_running(home: Path) -> bool:
     return pid_alive(pid)
 
 
-def describe(job: jobs.Job, zone: str, now: float | None = None) -> str:
+def describe(job: jobs.Job, zone: str, now: float | None = None, *, serving: bool = True) -> str:
     """One line for a job; its next time in the agent's `zone`, named (as `heron jobs show`
-    has it), whatever zone the job was made in."""
+    has it), whatever zone the job was made in. `serving=False` (`heron status` with no serve
+    running): a job whose time has come says it runs once heron serve does."""
+    now = time.time() if now is None else now
     when = "not scheduled"
     if job.status == "paused":
         when = "paused"
+    elif not serving and job.next_run is not None and job.next_run <= now:
+        when = "due; runs when heron serve runs"
     elif job.next_run is not None:
-        when = f"next {next_words(job, zone, time.time() if now is None else now)}"
+        when = f"next {next_words(job, zone, now)}"
     last = last_words(job, zone)
     last = f", {last}" if last else ""
     mode = "built-in review" if job.builtin else job.mode
