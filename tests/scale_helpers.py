@@ -28,7 +28,7 @@ from heron.bus import (
 )
 from heron.config import Settings
 from heron.providers.scripted import ScriptedProvider
-from heron.scale.cluster import cluster_of
+from heron.scale.cluster import QUEUE, cluster_of
 from heron.scale.front import (
     FrontLoop,
     goals_service,
@@ -37,11 +37,17 @@ from heron.scale.front import (
     polled_queue,
 )
 from heron.scale.notes import Publisher
-from heron.scale.polling import PollGovernor
+from heron.scale.polling import IDLE_POLL_S, PollGovernor
 from heron.testing.fake_openai import FakeOpenAIServer
 from heron.testing.script import Script
 
 READY_S = 120.0
+# The tests' workers look at the queue every 250 ms (the product's idle interval, which the
+# governor sets in the same row), not every 50 ms: a poll costs a worker about 5 ms of CPU and
+# the server some more, so at 50 ms an idle worker took 0.15 s of CPU a second, at 250 ms 0.06,
+# while a turn waits 100 ms longer on average to be taken. What the tests check, the order,
+# recovery and notes of turns, does not depend on how soon a worker looks.
+TEST_POLL_S = IDLE_POLL_S
 
 
 def worker_env(home: Path, pg_url: str, base_url: str) -> dict[str, str]:
@@ -65,6 +71,7 @@ def worker_env(home: Path, pg_url: str, base_url: str) -> dict[str, str]:
 class Workers:
     env: dict[str, str]
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    poll_s: float | None = TEST_POLL_S  # None: the interval the workers register (POLL_S)
 
     def start(self, n: int = 1) -> None:
         started = [
@@ -80,6 +87,8 @@ class Workers:
         self.procs += started  # before the wait: `stop` ends them even if one never gets ready
         for p in started:
             _wait_ready(p)
+        if self.poll_s is not None:  # after each start: a worker registers the queue anew
+            set_polling(self.env["HERON_DATABASE_URL"], self.poll_s)
 
     def kill(self, pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
@@ -102,6 +111,17 @@ class Workers:
                 failed.append(f"worker {p.pid} did not exit within 60 s of SIGTERM")
         failed += [f"worker {p.pid} exited {p.returncode}" for p in running if p.returncode]
         assert not failed, "; ".join(failed)
+
+
+def set_polling(pg_url: str, seconds: float) -> None:
+    """The workers' interval between looks at the queue: its row in DBOS's tables, which each
+    worker reads again at every poll (what the face's governor changes too)."""
+    import psycopg
+
+    table = cluster_of(pg_url).dbos_schema + ".queues"
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        sql = f"UPDATE {table} SET polling_interval_sec = %s WHERE name = %s"
+        assert conn.execute(sql, (seconds, QUEUE)).rowcount == 1, "no queue registered"
 
 
 def _wait_ready(p: subprocess.Popen[str]) -> None:
@@ -230,9 +250,11 @@ async def on_workers(
     """A model server answering by `script`, `n` workers on it and a face: what most tests of
     the workers run in. The workers are stopped (SIGTERM, drained) on leaving. One worker does
     for a test of what crosses from the face to a worker and back; two, for what they share.
-    Each is a process of about a second's CPU to start, then polls the queue every 50 ms."""
+    Each is a process of about a second's CPU to start, then polls the queue every TEST_POLL_S
+    (`governed`: as the face's governor sets it)."""
     with model_server(script) as (server, url):
-        workers = Workers(worker_env(home, pg_url, url))
+        poll_s = None if governed else TEST_POLL_S
+        workers = Workers(worker_env(home, pg_url, url), poll_s=poll_s)
         try:
             workers.start(n)
             async with face(pg_url, monkeypatch, governed) as f:

@@ -4,6 +4,7 @@ rather than keeping the line breaks of the source."""
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import pairwise
 
 import typer
@@ -21,6 +22,7 @@ def _paths(command: object, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]
     return out
 
 
+@cache  # the same text for every test that reads it: each command's help rendered once
 def _help(path: tuple[str, ...]) -> str:
     result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDE)})
     assert result.exit_code == 0, result.output

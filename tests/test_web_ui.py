@@ -661,6 +661,8 @@ def test_a_streaming_reply_draws_each_finished_block_once(page, model):
     expect(stored.locator("strong")).to_have_text("part")
     expect(stored).to_contain_text("Third.")
     expect(page.locator(".live")).to_have_count(0)
+    # Highlighting is asynchronous (highlightIn): the stored item is compared once it is done.
+    expect(stored.locator("pre code .shj-syn-num")).to_have_text("1")
     swapped = stored.inner_html()
     page.reload()
     expect(page.locator(".msg.assistant:not(.live)")).to_contain_text("Third.")

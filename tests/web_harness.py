@@ -112,7 +112,12 @@ class Served:
         return {"Cookie": f"{COOKIE}={self.token}"}
 
     def context(self, browser: Any, **options: Any) -> Any:
-        """A browser context logged in to this serve (its own cookies, storage and pages)."""
+        """A browser context logged in to this serve (its own cookies, storage and pages).
+        Its pages prefer reduced motion (unless a test says otherwise): the spinner of a
+        running turn stands still (style.css) instead of redrawing the page eight times a
+        second, 0.04 s of Chromium's CPU a second per page; nothing a test asserts moves.
+        bench/web.py, which measures what a person's tab costs, opens its own contexts."""
+        options.setdefault("reduced_motion", "reduce")
         return logged_in(browser, self.url, self.token, **options)
 
     def page(self, browser: Any, path: str = "/", **options: Any) -> Any:
