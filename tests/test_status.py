@@ -175,6 +175,26 @@ def test_a_serve_holding_the_home_is_shown_with_its_details_and_exits_0():
     assert ", in heron serve" in result.output
 
 
+def test_a_serve_whose_details_are_lost_is_running_not_starting_forever():
+    """qa24a L8: serve.json deleted or overwritten while the serve ran read as "starting"
+    for as long as the serve ran. Just after the lock is taken it is starting; later the
+    serve runs and where it listens is not known."""
+    home = Settings.load().paths.ensure().home
+    with ServeLock(home) as lock:
+        lock.publish("http://127.0.0.1:8765", "openai/gpt-4.1-mini")
+        (home / INFO_NAME).write_text("{damaged")
+        starting = gather(Settings.load()).serve
+        long_ago = time.time() - 3600
+        os.utime(home / "serve.lock", (long_ago, long_ago))
+        lost = gather(Settings.load()).serve
+        result = CliRunner().invoke(app, ["status"])
+    assert starting.running and not starting.unreadable
+    assert lost.running and lost.unreadable and lost.pid == os.getpid()
+    assert result.exit_code == 0, result.output
+    assert "serve.json (where it listens) is missing or damaged" in result.output
+    assert not result.output.startswith("heron serve: starting")
+
+
 def test_a_serve_json_left_by_a_killed_serve_is_not_a_running_serve():
     home = Settings.load().paths.ensure().home
     (home / INFO_NAME).write_text(json.dumps({"pid": 999999, "url": "http://x", "socket": "s"}))

@@ -23,7 +23,7 @@ from heron.errors import HeronError, StoreLocked
 from heron.memory.queue import count_waiting
 from heron.messages import plural
 from heron.store import engine_state, goals, held, jobs, runs, waiting
-from heron.store.home_lock import read_info, serve_holder
+from heron.store.home_lock import INFO_NAME, LOCK_NAME, read_info, serve_holder
 from heron.store.runs import elapsed
 from heron.tools.schedule import describe
 from heron.trace.prices import PriceTable, format_cost
@@ -38,6 +38,9 @@ NOT_RUNNING = 3
 # Seconds status waits for another process's lock on heron.db (every other command waits 30):
 # the person asking is often asking because something looks stuck.
 BUSY_TIMEOUT_S = 1.5
+# A serve writes serve.json within a second or two of taking the lock; one locked longer
+# without it lost the file (deleted, overwritten) while it ran.
+STARTING_S = 30.0
 JOBS_SHOWN = 3  # the soonest of the person's jobs shown; `heron jobs list` has them all
 # A run whose process ended: every Heron process that runs turns marks such runs interrupted
 # as it starts (heron/proactive/subagents.py `start`), a subagent's partial result then told.
@@ -57,6 +60,9 @@ class Serve:
     started: float | None = None
     version: str | None = None
     model: str | None = None
+    # Locked longer than a start takes, yet serve.json is missing or damaged: the serve runs,
+    # where it listens is not known (a restart writes it again).
+    unreadable: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,11 +239,12 @@ def serve_state(settings: Settings) -> Serve:
     """Whether a serve holds the home's lock (as the store and `heron run` tell one runs), and
     its details: a serve.json left by a killed serve is not read as one running."""
     home = settings.paths.home
-    if serve_holder(home) is None:
+    holder = serve_holder(home)
+    if holder is None:
         return Serve(False, str(home))
     info = read_info(home)
-    if info is None:  # locked, its details not written yet: it is starting
-        return Serve(True, str(home))
+    if info is None:  # locked, its details not written yet: starting, unless that was long ago
+        return Serve(True, str(home), holder or None, unreadable=_locked_for(home) > STARTING_S)
     return Serve(
         True,
         str(home),
@@ -248,6 +255,14 @@ def serve_state(settings: Settings) -> Serve:
         info.version or None,
         info.model or None,
     )
+
+
+def _locked_for(home: Path) -> float:
+    """Seconds since the serve holding the home's lock wrote its pid there, as it started."""
+    try:
+        return time.time() - (home / LOCK_NAME).stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _model(settings: Settings, serve: Serve) -> tuple[str, str]:
@@ -460,7 +475,13 @@ def _serve_lines(status: Status) -> list[str]:
             f"heron serve: not running on {serve.home}; {start}",
             "(what follows is read from the store)",
         ]
-    if serve.pid is None:
+    if serve.unreadable:
+        pid = f", pid {serve.pid}" if serve.pid else ""
+        return [
+            f"heron serve: running{pid} on {serve.home}, but {INFO_NAME} (where it listens)"
+            " is missing or damaged; restarting it writes it again"
+        ]
+    if serve.pid is None or serve.url is None:
         return [f"heron serve: starting on {serve.home} (its details are not written yet)"]
     said = f"heron serve: running, pid {serve.pid}"
     if serve.started is not None:
