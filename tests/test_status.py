@@ -105,6 +105,7 @@ def test_gather_reads_the_work_from_the_store_with_no_serve():
     today = status.today
     assert today is not None and (today.turns, today.input, today.output) == (2, 1000, 100)
     assert today.hit_rate == 0.6 and today.cost_usd is None  # model `m` has no price
+    assert today.unpriced == ("m",)
 
 
 def test_the_step_is_the_model_until_its_answer_calls_a_tool():
@@ -142,7 +143,10 @@ def test_the_cli_says_no_serve_runs_how_to_start_one_and_exits_3():
     assert "heartbeat: on, every 30 minutes while heron serve runs; last " in out
     assert "subagent sa_1 for personal: running" in out
     assert "goal in personal: active" in out
-    assert "today:     2 turns, 1,000 tokens in, 100 out, cache hit 60%, cost ?" in out
+    assert (
+        "today:     2 turns, 1,000 tokens in, 100 out, cache hit 60%, cost unknown: no price"
+        " for m ([prices] in config.toml)" in out
+    )
     shown = CliRunner().invoke(app, ["status", "--json"])
     assert shown.exit_code == 3
     data = json.loads(shown.output)

@@ -138,6 +138,7 @@ class Today:
     cache_write: int
     hit_rate: float | None  # None: no input counted
     cost_usd: float | None  # None: a price is not known
+    unpriced: tuple[str, ...] = ()  # the models run today with no price ([prices] of config)
 
 
 @dataclass
@@ -420,6 +421,7 @@ def _today(store: Store, settings: Settings, now: float) -> Today:
         u.cache_write,
         total.hit_rate,
         total.cost,
+        total.unpriced,
     )
 
 
@@ -600,9 +602,12 @@ def _today_words(today: Today) -> str:
     if not today.runs:
         return "no turns yet"
     hit = "-" if today.hit_rate is None else f"{today.hit_rate:.0%}"
+    cost = format_cost(today.cost_usd)
+    if today.cost_usd is None and today.unpriced:  # why, as `heron usage` says on stderr
+        cost = f"unknown: no price for {', '.join(today.unpriced)} ([prices] in config.toml)"
     return (
         f"{plural(today.turns, 'turn')}, {today.input:,} tokens in, {today.output:,} out, "
-        f"cache hit {hit}, cost {format_cost(today.cost_usd)} (heron usage)"
+        f"cache hit {hit}, cost {cost} (heron usage)"
     )
 
 

@@ -271,9 +271,7 @@ def unknown_cost_notes(turns: Iterable[Turn], prices: PriceTable) -> list[str]:
     it is unknown, and for a model with no price how to give it one (the keys of
     `[prices."<glob>"]` are otherwise only in docs/traces.md)."""
     turns = list(turns)
-    unpriced = sorted(
-        {t.model for t in turns if t.model and prices.price(t.model, t.provider) is None}
-    )
+    unpriced = _unpriced(turns, prices)
     notes = [
         f'? no price is known for {model}: add [prices."{model}"] with input and output '
         "(US dollars per million tokens; cache_read and cache_write optional) to config.toml "
@@ -344,6 +342,7 @@ class UsageTotal:
     runs: int
     usage: Usage
     cost: float | None
+    unpriced: tuple[str, ...] = ()  # the models run that have no price (`unknown_cost_notes`)
 
     @property
     def hit_rate(self) -> float | None:
@@ -355,7 +354,15 @@ def usage_total(store: Store, prices: PriceTable, since: float | None = None) ->
     """The runs `heron usage` counts since `since`, as one total (`heron status`: today's)."""
     runs = usage_turns(store, since)
     turns = sum(1 for t in runs if not t.maintenance)
-    return UsageTotal(turns, len(runs), _summed(runs), conversation_cost(runs, prices))
+    cost = conversation_cost(runs, prices)
+    return UsageTotal(turns, len(runs), _summed(runs), cost, _unpriced(runs, prices))
+
+
+def _unpriced(turns: Iterable[Turn], prices: PriceTable) -> tuple[str, ...]:
+    """The models of `turns` no price is known for, by name."""
+    return tuple(
+        sorted({t.model for t in turns if t.model and prices.price(t.model, t.provider) is None})
+    )
 
 
 def usage_turns(store: Store, since: float | None = None) -> list[Turn]:
