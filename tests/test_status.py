@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from heron import __version__
 from heron.channels import status as status_module
-from heron.channels.status import NOT_RUNNING, gather
+from heron.channels.status import NOT_RUNNING, gather, lines
 from heron.cli import app
 from heron.config import Settings
 from heron.memory import queue
@@ -33,10 +33,10 @@ def _store() -> Store:
     return Store(Settings.load().paths.ensure().db)
 
 
-def _running_turn(store: Store, *, done: int) -> int:
-    """A turn of `personal` holding its lease, its model having called bash and read_file,
-    `done` of them finished (a checkpoint holds their results); returns the turn's id."""
-    conv = store.open_conversation("personal")
+def _running_turn(store: Store, *, done: int, key: str = "personal") -> int:
+    """A turn of `key` holding its lease, its model having called bash and read_file, `done`
+    of them finished (a checkpoint holds their results); returns the turn's id."""
+    conv = store.open_conversation(key)
     message = Message("user", [Text("look at the files")])
     turn_id, _ = store.begin_turn(conv.id, "run_a", message, provider="openai", model="m")
     claim = es.try_lease(store, conv.id, "owner", ttl=60.0)
@@ -177,6 +177,23 @@ def test_a_serve_holding_the_home_is_shown_with_its_details_and_exits_0():
     # the lease's process is the serve's: said so (a `heron run` of its own shows its pid)
     assert "personal: running tools bash, read_file, for " in result.output
     assert ", in heron serve" in result.output
+
+
+def test_a_subagent_s_turn_is_shown_on_its_line_not_again_among_the_turns():
+    """qa24a L2: a running subagent was listed twice, its turn under its lineage's key and its
+    run under its id, with nothing tying the two."""
+    store = _store()
+    try:
+        runs.create(store, "sa_9", "subagent", "personal", "Count", status="running", lineage="ab")
+        _running_turn(store, done=0, key="subagent:ab")
+        status = gather(Settings.load())
+    finally:
+        store.close()
+    out = "\n".join(lines(status))
+    assert status.turns == [] and "turns:     none running" in out
+    [sub] = status.subagents
+    assert sub.step == "running tools bash, read_file"
+    assert "(running tools bash, read_file): Count" in out and "subagent:ab" not in out
 
 
 def test_a_serve_whose_details_are_lost_is_running_not_starting_forever():

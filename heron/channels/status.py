@@ -97,6 +97,8 @@ class Subagent:
     state: str  # "running", how it waits for a slot, or "interrupted" (its process is gone)
     since: float
     task: str
+    key: str | None = None  # its own conversation ("subagent:<lineage>")
+    step: str | None = None  # what its turn does now, when one runs (`running_turns`)
 
 
 @dataclass(frozen=True)
@@ -293,6 +295,7 @@ def _from_store(status: Status, store: Store, settings: Settings) -> None:
     # own, of a process that ended, are stored there as their message with no answer yet).
     status.mail, status.held = mail, kept
     _runs(status, store)
+    _subagents_own_turns(status)
     status.turns = [_asking(t, status.questions) for t in status.turns]
     status.suggestions = count_waiting(store)
     _jobs(status, store)
@@ -357,8 +360,21 @@ def _runs(status: Status, store: Store) -> None:
             status.subagents.append(Subagent(run.id, run.origin_key, state, run.created, run.task))
         else:
             status.subagents.append(
-                Subagent(run.id, run.origin_key, "running", run.created, run.task)
+                Subagent(
+                    run.id, run.origin_key, "running", run.created, run.task, run.conversation_key
+                )
             )
+
+
+def _subagents_own_turns(status: Status) -> None:
+    """A running subagent's turn is shown on its line, as its step, not again among the
+    turns under its lineage's key, which nothing ties to the run's id (qa24a L2)."""
+    turns = {t.conversation: t for t in status.turns}
+    for n, s in enumerate(status.subagents):
+        turn = turns.pop(s.key, None) if s.key else None
+        if turn is not None:
+            status.subagents[n] = replace(s, step=turn.step)
+    status.turns = list(turns.values())
 
 
 def _asking(turn: RunningTurn, questions: list[Question]) -> RunningTurn:
@@ -590,6 +606,7 @@ def _work_lines(status: Status) -> list[str]:
         state = s.state
         if state == "running":
             state = f"running {elapsed(status.now - s.since)}"
+            state += f" ({s.step})" if s.step else ""
         elif state == "interrupted":
             state = GONE
         out.append(f"subagent {s.id} for {s.conversation}: {state}: {_line(s.task)}")
