@@ -13,7 +13,6 @@ nothing the agent runs can approve its own proposals.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 from heron.config import Settings
 from heron.memory.entries import MemoryRefused
 from heron.memory.service import ChooseFn, MemoryService
+from heron.own_python import python_module
 from heron.providers.profiles import ModelChoice
 from heron.store import Store
 from heron.store.review_state import has_unread
@@ -145,7 +145,7 @@ def unreviewed_keys(store: Store, keys: list[str]) -> list[str]:
 
 def review_argv(keys: list[str], cli_model: str | None) -> list[str]:
     """The hidden `heron memory review-pass` for these conversations, with the chat's model."""
-    argv = [sys.executable, "-m", "heron", "memory", "review-pass"]
+    argv = python_module("heron", "memory", "review-pass")
     if cli_model:
         argv += ["--model", cli_model]
     for key in keys:

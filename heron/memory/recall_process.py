@@ -25,6 +25,8 @@ import logging
 import sys
 from typing import Any
 
+from heron.own_python import python_module
+
 log = logging.getLogger(__name__)
 
 # Seconds a check may take in the child before the engine stops asking it. A check is a few
@@ -92,11 +94,7 @@ class RecallProcess:
         loop = asyncio.get_running_loop()
         transport, replies = await loop.subprocess_exec(
             _Replies,
-            sys.executable,
-            "-m",
-            "heron.memory.recall_process",
-            str(db_path),
-            *([zone] if zone else []),
+            *python_module("heron.memory.recall_process", str(db_path), *([zone] if zone else [])),
             stderr=asyncio.subprocess.DEVNULL,
         )
         return cls(transport, replies)

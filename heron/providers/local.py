@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from heron.errors import ConfigError, ProviderError
 from heron.messages import Reply, user
+from heron.own_python import python_module
 from heron.providers.gguf import physical_memory, read_gguf
 from heron.providers.openai_compat import OpenAICompatProvider
 from heron.providers.profiles import ModelProfile, gguf_profile
@@ -129,7 +130,7 @@ class LocalServer:
         if self._child is not None:
             return
         self.check()
-        argv = [sys.executable, "-m", "heron.providers.local", json.dumps(asdict(self.options()))]
+        argv = python_module("heron.providers.local", json.dumps(asdict(self.options())))
         # Its own session: Ctrl-C in a chat stops the turn, not the model server.
         self._child = subprocess.Popen(  # our own interpreter and module, fixed arguments
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True

@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TextIO
 
+from heron.own_python import python_module
+
 READY = "heron worker: ready"
 START_S = 120.0  # a worker opens the engine and launches DBOS (migrations on a fresh database)
 QUICK_S = 30.0  # a worker that exits this soon after it was started "died at once"
@@ -78,7 +80,7 @@ def how_it_ended(code: int, ready: bool) -> str:
 
 def worker_command(model: str | None) -> list[str]:
     """The command of one worker: it knows this process, and ends when it is gone."""
-    args = [sys.executable, "-m", "heron", "worker", "--face", str(os.getpid())]
+    args = python_module("heron", "worker", "--face", str(os.getpid()))
     return [*args, "--model", model] if model else args
 
 
