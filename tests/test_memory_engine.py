@@ -289,7 +289,7 @@ def test_chat_end_starts_the_hidden_review_command_and_says_so_with_its_model(mo
     assert commands.review_on_close(settings, "chat-model", choice, ["a", "b"], say=said.append)
     argv = started[0]["argv"]
     assert argv[1:] == [
-        "-m", "heron", "memory", "review-pass", "--model", "chat-model",
+        "-P", "-m", "heron", "memory", "review-pass", "--model", "chat-model",
         "--conversation", "a", "--conversation", "b",
     ]  # fmt: skip
     assert started[0]["start_new_session"] is True
