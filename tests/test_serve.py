@@ -159,6 +159,23 @@ async def test_stop_as_a_command_is_never_refused_even_with_config_broken():
     assert not any(e["type"] == "error" for e in events)
 
 
+async def test_a_send_refused_for_a_broken_config_gives_its_text_back():
+    """qa24c C1: the browser clears its box as it sends; the refusal of a send (config.toml
+    broken since the serve started) carried no text, so the browser could not put it back,
+    and the message was lost. Each refusal of a send carries it, and says nothing was sent."""
+    async with running_serve(ScriptedProvider(_echo)) as serve, ws_client(serve) as ws:
+        await ws_hello(ws)
+        Settings.load().paths.config.write_text("[tools\n")
+        said = "A long thought I typed with care."
+        await ws.send(json.dumps({"type": "send", "text": said}))
+        refused = await ws_next(ws)
+        await ws.send(json.dumps({"type": "send", "text": "x", "files": ["nope"]}))
+        attach = await ws_next(ws)
+    assert refused["code"] == "refused" and refused["text"] == said
+    assert "malformed TOML" in refused["message"] and "Nothing was sent." in refused["hint"]
+    assert attach["code"] == "refused" and attach["text"] == "x"
+
+
 async def test_a_ws_upgrade_from_another_origin_or_none_is_refused():
     async with running_serve(ScriptedProvider([])) as serve:
         for origin in ("http://evil.example", None):

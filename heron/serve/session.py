@@ -177,25 +177,27 @@ class Session:
         if not isinstance(text, str) or (not text.strip() and not refs):
             await self._reply(error("the message is empty", "Type something to send."))
             return
+        # Every refusal of a send carries its text: the browser has cleared its box, and puts
+        # the text back (qa24c C1: a send refused for a broken config.toml was lost).
         too_large = oversized(text)
         if too_large is not None:
             said, _, hint = too_large.partition(". ")
-            await self._reply({**error(said, hint), "code": REFUSED})
+            await self._reply({**error(said, hint), "code": REFUSED, "text": text})
             return
         typo = typo_notice(text) if self.client.channel == "web" else None
-        if typo is not None:  # as `heron chat` says it; the browser puts the text back
+        if typo is not None:  # as `heron chat` says it
             await self._reply({**error(typo, "Nothing was sent."), "code": REFUSED, "text": text})
             return
-        if await self._refused():
+        if await self._refused(text):
             return
-        files = await self._files(refs)
+        files = await self._files(refs, text)
         if files is None:
             return
         if message.get("new_thread"):
             self.runtime.hub.attach(self.client, new_key("run"), None)
         self._submit(text, files)
 
-    async def _files(self, refs: Any) -> tuple[File, ...] | None:
+    async def _files(self, refs: Any, text: str) -> tuple[File, ...] | None:
         """A send's uploads as File parts (heron/web/uploads.py); None, with an error to this
         client, when one is missing or they pass the cap: nothing is sent half attached."""
         if not refs:
@@ -208,7 +210,7 @@ class Session:
             return await asyncio.to_thread(uploaded_files, home, refs, caps)
         except HeronError as e:
             refused = error(e.args[0] if e.args else str(e), e.hint or "Attach again.")
-            await self._reply({**refused, "code": REFUSED})  # nothing was sent
+            await self._reply({**refused, "code": REFUSED, "text": text})  # nothing was sent
             return None
 
     async def _command(self, message: dict[str, Any]) -> None:
@@ -219,17 +221,19 @@ class Session:
         if text.strip() == "/stop":  # as `stop`: never refused, a broken config.toml included
             self._submit("/stop")
             return
-        if await self._refused():
+        if await self._refused(text):
             return
         self._submit(text)
 
-    async def _refused(self) -> bool:
-        """A config.toml broken since the serve started refuses what would start a turn."""
+    async def _refused(self, text: str) -> bool:
+        """A config.toml broken since the serve started refuses what would start a turn; the
+        refusal gives the client its `text` back, and says it was not sent."""
         problem = await self.runtime.config_problem()
         if problem is None:
             return False
         message = problem.args[0] if problem.args else str(problem)
-        await self._reply({**error(message, problem.hint or ""), "code": REFUSED})
+        hint = " ".join(filter(None, [problem.hint, "Nothing was sent."]))
+        await self._reply({**error(message, hint), "code": REFUSED, "text": text})
         return True
 
     async def _work(self, message: dict[str, Any]) -> None:
