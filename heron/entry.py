@@ -128,7 +128,7 @@ def _fast_run(args: list[str]) -> int | None:
     parsed = parse_run(args)
     if parsed is None:
         return None
-    from heron.channels.remote import serve_socket
+    from heron.channels.remote import ServeDiffers, serve_socket
 
     path = serve_socket()
     if path is None:
@@ -145,6 +145,9 @@ def _fast_run(args: list[str]) -> int | None:
     key = str(given) if given else None
     try:
         ok = asyncio.run(run_remote(path, text, agent, key, sys.stdout, sys.stderr))
+    except ServeDiffers as differs:  # this shell asks for what the serve cannot give: said
+        sys.stderr.write(differs.notice() + "\n")
+        return _in_process(text, agent, key)
     except (ConnectionRefusedError, FileNotFoundError):
         return _in_process(text, agent, key)  # the socket of a serve that is gone
     except HeronError as e:  # the serve refused the message (its config.toml broke)

@@ -260,6 +260,30 @@ async def test_a_per_run_environment_override_runs_in_process_while_a_serve_runs
     assert here == ["6000", "another-model"]
 
 
+async def test_heron_run_s_fast_path_says_when_an_override_takes_it_off_the_serve(
+    monkeypatch, capsys
+):
+    """qa24c M1: a plain `heron run` goes to the serve by a fast path (heron/entry.py); there
+    the serve's "cannot honour HERON_MODEL=..." was taken for a serve that is gone, and the
+    run left the serve without a word."""
+    from heron import entry
+
+    here: list[str] = []
+
+    async def in_process(settings, text, agent, key, *args, **kw) -> bool:
+        here.append(text)
+        return True
+
+    monkeypatch.setattr("heron.channels.script.run_once", in_process)
+    monkeypatch.setattr(entry, "_text", lambda message: message)  # no stdin read here
+    async with running_serve(ScriptedProvider(_echo)):  # model "scripted"
+        monkeypatch.setenv("HERON_MODEL", "another-model")
+        code = await asyncio.to_thread(entry._fast_run, ["hello", "--conversation", "fast"])
+    assert code == 0 and here == ["hello"]
+    err = capsys.readouterr().err
+    assert "HERON_MODEL=another-model" in err and "running in this process instead" in err
+
+
 def test_serve_differs_names_the_override_the_serve_runs_otherwise():
     from heron.channels.remote import serve_differs
 
