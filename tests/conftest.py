@@ -3,6 +3,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+import rewrite_cache
 from hypothesis import HealthCheck, settings
 from pg import db, home_db, new_db, own_pg_server, pg_server, pg_url  # noqa: F401  (fixtures: a real PostgreSQL, tests/pg.py)
 from strength import FAST
@@ -14,6 +15,11 @@ settings.register_profile("untimed", **UNTIMED)
 # Tests that leave max_examples to the profile get the light one in the fast run too.
 settings.register_profile("fast", max_examples=15, **UNTIMED)
 settings.load_profile("fast" if FAST else "untimed")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before the xdist workers start: else each rewrites every test module's asserts itself.
+    rewrite_cache.warm_for_workers(config)
 
 
 @pytest.fixture(autouse=True)
