@@ -8,7 +8,7 @@ over the machine's cores, and the workers then read the cache (docs/testing.md, 
 
 This uses pytest's own rewriting and cache format (private names of `_pytest`, which a pytest
 release may change): when they are missing, nothing is warmed and the workers rewrite as
-before, and tests/test_rewrite_cache.py fails saying so.
+before, warned of once, and tests/test_rewrite_cache.py skips saying what moved.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import fnmatch
 import multiprocessing
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -101,8 +102,17 @@ def warm(config: pytest.Config, files: list[Path], processes: int) -> list[Path]
 
 
 def warm_for_workers(config: pytest.Config) -> None:
-    """In an xdist controller about to start workers, warm the cache of the run's tests."""
+    """In an xdist controller about to start workers, warm the cache of the run's tests. A
+    pytest whose private names moved or changed only makes the run slower: it is warned of,
+    never an error of the run."""
     distributed = config.getoption("dist", "no") != "no"
     is_worker = hasattr(config, "workerinput")
-    if distributed and not is_worker and not config.getoption("collectonly"):
+    if not distributed or is_worker or config.getoption("collectonly"):
+        return
+    if UNAVAILABLE is not None:
+        warnings.warn(f"tests/rewrite_cache.py: {UNAVAILABLE}; each worker rewrites", stacklevel=1)
+        return
+    try:
         warm(config, modules_of_run(config), processes=os.cpu_count() or 1)
+    except Exception as error:  # a changed signature: the workers rewrite as before
+        warnings.warn(f"tests/rewrite_cache.py could not warm the cache: {error!r}", stacklevel=1)

@@ -19,11 +19,13 @@ def _modules(folder: Path, count: int) -> list[Path]:
     return files
 
 
-def test_pytests_rewrite_names_are_there():
-    assert rewrite_cache.UNAVAILABLE is None, (
-        f"this pytest moved what tests/rewrite_cache.py uses ({rewrite_cache.UNAVAILABLE}):"
-        " every xdist worker rewrites every test module again; update tests/rewrite_cache.py"
-    )
+# A pytest release that moves its private names only makes the suite slower (every worker
+# rewrites again, as before), so it must not turn a newcomer's first `make test` red: these
+# tests skip, saying what moved, and conftest.py warns once.
+pytestmark = pytest.mark.skipif(
+    rewrite_cache.UNAVAILABLE is not None,
+    reason=f"this pytest moved what tests/rewrite_cache.py uses ({rewrite_cache.UNAVAILABLE})",
+)
 
 
 def test_warm_writes_the_cache_pytest_reads(tmp_path, pytestconfig, monkeypatch):
