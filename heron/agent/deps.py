@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from heron.compaction.core import CompactionSetup
     from heron.config import Settings
     from heron.context.prompt import BootstrapCache, PromptMemo
+    from heron.context.written import ToolWrites
     from heron.memory.recall import Recall
     from heron.memory.service import MemoryService
     from heron.memory.wiring import RecallReader
@@ -41,6 +42,8 @@ class Memos:
 
     prompts: PromptMemo  # system prompts built, by their inputs
     bootstrap: BootstrapCache  # the workspace files, re-read when changed
+    # Records which of them a run's tool calls changed (heron/context/written.py).
+    tool_writes: ToolWrites | None = None
     trace: TraceFixed | None = None  # what traces take from the fixed settings (agent/tracing.py)
     # (conversation id, window) whose turn was told it is tight (agent/turn.py `_told`): said
     # once per conversation and window in a process, not at every tool turn.

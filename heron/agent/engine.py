@@ -24,8 +24,10 @@ from heron.compaction import memory_tokens
 from heron.compaction.core import CompactionSetup, window_for
 from heron.config import Settings
 from heron.context.prompt import BootstrapCache, PromptInputs, PromptMemo
+from heron.context.written import MARKS_FILE, ToolWrites
 from heron.memory import wiring as memory_wiring
 from heron.memory.recall import Recall
+from heron.memory.refuse import notes_without_secrets
 from heron.memory.service import MemoryService
 from heron.providers import Provider, open_provider
 from heron.providers.base import RetryPolicy
@@ -34,6 +36,7 @@ from heron.redact import Redactor, configured_keys
 from heron.store import Conversation, Store
 from heron.store.engine_state import close_dead_runs
 from heron.store.records import NEW_REVIEW
+from heron.timefmt import local_date
 from heron.tools import approval
 from heron.tools.builtin import default_registry
 from heron.tools.context import Approver
@@ -93,7 +96,13 @@ class Engine:
         # Kept between turns. The workspace files lose Heron's own keys as they are read (a
         # command can write them): nothing the prompt or its trace holds carries one.
         keys_only = Redactor(self.redactor.keys, patterns=False)
-        self.memos = Memos(PromptMemo(), BootstrapCache(keys_only.clean))
+        # A workspace file Heron's tools changed last is labelled as the agent's notes and
+        # loses what memory would refuse as a secret (heron/context/written.py).
+        marks = settings.paths.home / MARKS_FILE
+        bootstrap = BootstrapCache(keys_only.clean, marks, notes_without_secrets)
+        zone = settings.timezone
+        writes = ToolWrites(settings.paths.workspace, marks, lambda ts: str(local_date(ts, zone)))
+        self.memos = Memos(PromptMemo(), bootstrap, tool_writes=writes)
         # Memory (heron/memory): None when ephemeral; recall over every message; what memory
         # held when the engine opened (for /learn).
         self.memory: MemoryService | None = None
@@ -218,6 +227,7 @@ class Engine:
             recent_history=recent,
             bootstrap=files,
             brief=brief,
+            written=files.written,
         )
 
     async def memory_before_fold(

@@ -17,10 +17,12 @@ hooks as it happens, so the engine can persist it before anything else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -138,6 +140,9 @@ class RunHooks:
     # Model calls made for the run outside it (in-flight checkpoints, from `govern`): they
     # count toward max_model_calls, so a turn that compacts at every step still ends.
     outside_calls: Callable[[], int] | None = None
+    # Around each batch of tool calls: records the workspace files (USER.md, ...) they changed,
+    # so the prompt labels them as the agent's notes (heron/context/written.py).
+    watch_tools: Callable[[], AbstractContextManager[None]] | None = None
 
 
 @dataclass
@@ -399,9 +404,10 @@ class Runner:
     ) -> None:
         ctx.reply_seq = s.calls  # which reply asked (memory counts changes per reply)
         # At most MAX_PARALLEL_TOOLS at once (heron/tools/registry.py), results in call order.
-        results = await bounded_gather(
-            [functools.partial(self._run_tool, c, ctx, hooks) for c in calls]
-        )
+        with hooks.watch_tools() if hooks.watch_tools else contextlib.nullcontext():
+            results = await bounded_gather(
+                [functools.partial(self._run_tool, c, ctx, hooks) for c in calls]
+            )
         s.tools += len(calls)
         mail = await hooks.drain()
         # Mail typed during the tools rides in the same user message as the results, so the

@@ -55,7 +55,7 @@ def prompt_inputs_for(engine: TurnDeps, built: Built, agent: str) -> PromptInput
     workspace = engine.settings.paths.workspace
     specs = engine.registry.specs()
     files = engine.memos.bootstrap.read(workspace)  # the engine's, re-read on change
-    inputs = PromptInputs(agent, workspace, specs, bootstrap=files)
+    inputs = PromptInputs(agent, workspace, specs, bootstrap=files, written=files.written)
     state = built.governor.state if built.governor is not None else None
     if state is not None and state.consolidation is not None:  # the archived summary
         inputs = dataclasses.replace(inputs, archived_summary=state.consolidation.summary)

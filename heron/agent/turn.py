@@ -949,6 +949,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         await checkpoint.add(record.result, token, store)
 
     trace, mailbox = recorder.trace, control.mailbox
+    writes = t.engine.memos.tool_writes
     return RunHooks(
         on_event=_kept(t, _muted(t.hooks.on_event, control)),
         on_progress=_muted(t.hooks.on_progress, control),
@@ -962,6 +963,7 @@ def run_hooks(t: Turn, recorder: TurnRecorder, final: list[Message]) -> RunHooks
         on_retry=t.hooks.on_retry,
         should_break=trace.breaks(mailbox.should_break) if trace else mailbox.should_break,
         outside_calls=(lambda: governor.model_calls) if governor else None,
+        watch_tools=writes.watching if writes else None,
     )
 
 

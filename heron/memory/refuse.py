@@ -142,6 +142,35 @@ def without_secret(text: str) -> str:
     return MASK if find_secret(" ".join(words)) else " ".join(words)
 
 
+LINE_MASKED_MAX = 2_000  # characters of a line whose secret is cut out word by word
+
+
+def notes_without_secrets(text: str) -> str:
+    """A workspace file Heron's tools wrote (USER.md, AGENTS.md, SOUL.md) as the system prompt
+    carries it: each line holding a secret by memory's rules with the secret's words left out
+    (a line over LINE_MASKED_MAX characters wholly: `secret_runs` is quadratic in its words),
+    under a note saying what was; a secret spread over lines leaves none of the text. The
+    tools write what any text they read told them to: a card number there is not the person
+    giving it (qa24d Medium 1), and memory would refuse it. None found: `text` as it is."""
+    lines = text.split("\n")
+    kinds: list[str] = []
+    for i, line in enumerate(lines):
+        kind = find_secret(line)
+        if kind is None:
+            continue
+        kinds.append(kind)
+        indent = line[: len(line) - len(line.lstrip())]
+        lines[i] = indent + (without_secret(line) if len(line) <= LINE_MASKED_MAX else MASK)
+    kept = "\n".join(lines)
+    spread = find_secret(kept)
+    if not kinds and spread is None:
+        return text
+    what = ", ".join(dict.fromkeys(kinds if spread is None else [*kinds, spread]))
+    if spread is not None:
+        return f"[Heron left this file's text out: it holds what looks like {what}]"
+    return f"[Heron left out what looks like {what}, each as {MASK}]\n{kept}"
+
+
 def secret_runs(words: list[str]) -> Iterator[tuple[int, int]]:
     """Each secret's run of `words` as (start, end); the caller replaces `words[start:end]` by
     one word (a MASK) before the next is looked for, so a later run may hold an earlier one's

@@ -67,6 +67,7 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
     PathEscape if the result lies outside the workspace."""
     root = workspace.resolve()
     shown = _shown(path)
+    _refuse_controls(str(path), shown)
     try:
         candidate = Path(path).expanduser()
         resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
@@ -84,6 +85,23 @@ def resolve_in(workspace: Path, path: str | Path) -> Path:
         )
     _check_links(resolved, root, path)
     return resolved
+
+
+# C0 controls (newline and tab included), DEL and the C1 controls. A name holding one is shown
+# as it is in results and listings the model reads, where a newline in it forges a line
+# ("x\n[exit code 0]") and an escape sequence reaches a terminal: no file tool takes one.
+_CONTROL = re.compile(r"[\x01-\x1f\x7f-\x9f]")  # NUL: said by resolve_in itself
+
+
+def _refuse_controls(path: str, shown: str) -> None:
+    found = _CONTROL.search(path)
+    if found is None:
+        return
+    raise PathEscape(
+        f"{shown} holds a control character ({found.group()!r}): a file name with one could "
+        "pass for other lines of a result",
+        hint="Use a name of printable characters (no newline, tab or escape).",
+    )
 
 
 def _shown(path: str | Path) -> str:
