@@ -408,3 +408,25 @@ def test_cancel_takes_several_ids_a_conversation_or_all_but_never_the_review(her
     assert (
         mixed.exit_code == 1 and "nightly review" in mixed.output and "no job 999" in mixed.output
     )
+
+
+def test_adding_a_monitor_on_a_model_with_no_tools_says_its_runs_are_skipped(
+    heron_home, monkeypatch
+):
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("HERON_MODEL", "fake-model")
+    added = jobs(
+        "add", "Is notes.txt there?", "-c", "personal", "--every", "1h", "--mode", "monitor"
+    )
+    assert added.exit_code == 0, added.output
+    assert "has no tools" not in added.output  # a model with tools: nothing to say
+    (heron_home / "config.toml").write_text('[models."fake-model"]\ntools = false\n')
+    added = jobs(
+        "add", "Is notes.txt there?", "-c", "personal", "--every", "1h", "--mode", "monitor"
+    )
+    assert added.exit_code == 0, added.output
+    said = " ".join(added.output.split())
+    assert "is a monitor, which reaches you only by calling the message tool" in said
+    assert "the model in use (openai/fake-model) has no tools: its runs are skipped" in said
+    reminder = jobs("add", "Drink water.", "-c", "personal", "--every", "1h")
+    assert "has no tools" not in reminder.output  # a reminder speaks by its reply

@@ -229,12 +229,42 @@ def add(
             catch_up=catch_up, created_by="cli",
         )  # fmt: skip
         echo(f"Created {describe(job, zone)}")
+        if mode == "monitor" and (toolless := _toolless_model(settings)):
+            echo(MONITOR_NO_TOOLS.format(id=job.id, model=toolless))
         if store.conversation(conversation) is None:
             echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
             echo(NOT_RUNNING)
         else:
             _tell_serve(settings)
+
+
+# A monitor speaks only by calling `message`: on a model offered no tools each of its runs is
+# skipped (heron/proactive/scheduler.py NO_TOOLS), which the person hears as it is made.
+MONITOR_NO_TOOLS = (
+    "Note: job {id} is a monitor, which reaches you only by calling the message tool, and the "
+    "model in use ({model}) has no tools: its runs are skipped (heron jobs runs {id} says so) "
+    'until Heron runs a model that has them (README, "Pointing Heron at a model").'
+)
+
+
+def _toolless_model(settings: Settings) -> str | None:
+    """The model turns run with (the running serve's, else this shell's), when it is offered no
+    tools; None when it has them or is not known (a serve on another model than this shell
+    names: only the offline one's name says it has none)."""
+    from heron.agent.engine import offers_tools
+    from heron.config import EMBEDDED_MODEL
+    from heron.store.home_lock import read_info, serve_holder
+
+    try:
+        choice = settings.model()
+    except HeronError:  # no model at all: `heron serve` says so when it starts
+        return None
+    named = f"{choice.provider}/{choice.model}"
+    info = read_info(settings.paths.home) if serve_holder(settings.paths.home) else None
+    if info is not None and info.model and info.model != named:
+        return info.model if info.model == f"local/{EMBEDDED_MODEL}" else None
+    return None if offers_tools(choice) else named
 
 
 JobId = Annotated[int, typer.Argument(help="The job's id (heron jobs list).")]
