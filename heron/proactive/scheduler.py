@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.agent.relay import move_in
 from heron.bus import InboundMessage, MessageBus, OutboundMessage, Provenance, TurnOptions
+from heron.errors import one_line
 from heron.proactive.clock import Clock
 from heron.store import Store, waiting
 from heron.store import jobs as js
@@ -283,12 +284,14 @@ class Scheduler:
             self._failed(int(meta["job"]), run_id, detail or "no reason given")
 
     def _failed(self, job_id: int, run_id: int, why: str) -> None:
-        """A reminder's run failed: said in its conversation when it begins a run of failures
-        (the turn's error went only to whoever had the conversation open)."""
+        """A reminder's run failed: said in its conversation when it begins a run of failures,
+        to whoever has it open and, kept there, to whoever opens it later. It is the one report
+        of the streak: the failed turn itself shows no error (`turn.save`), so nobody hears
+        it twice, nor again at each later failure."""
         job = js.get_job(self.store, job_id)
         if job is None or not js.starts_failing(self.store, job_id, run_id):
             return
-        why = " ".join(why.split())[:WHY_CHARS]
+        why = " ".join(one_line(why).split())[:WHY_CHARS]
         task = asyncio.create_task(self._say(job, FAILING.format(id=job.id, why=why)))
         self._passes.add(task)
         task.add_done_callback(self._passes.discard)
