@@ -420,7 +420,9 @@ async def test_a_conversation_a_reminder_opens_is_titled_with_its_prompt_not_her
         assert conversation.title == "Stand-up in five minutes."
 
 
-async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once_per_streak():
+async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once_per_streak(
+    caplog,
+):
     """One report per failing streak, in every client: the note kept in the conversation (the
     error, then its hint, on one line), never the failed turn's own error besides it, nor again
     at each later failure (qa24c M4)."""
@@ -457,6 +459,15 @@ async def test_a_reminder_failing_run_after_run_says_so_in_its_conversation_once
         told = [o.text for o in r.messages if "failed" in o.text]
         assert told == [note]
         assert [i.text for i in build(store, "chat-1").items if i.failed] == []
+        # The serve's log calls each a failure, on one line, at WARNING (qa24c L1).
+        logged = [
+            (r.levelname, r.getMessage()) for r in caplog.records if "chat-1" in r.getMessage()
+        ]
+        failed = (
+            "WARNING",
+            "turn failed in chat-1: HTTP 500 from the model server. Is it running?",
+        )
+        assert logged.count(failed) == 3 and not any("delivered" in m for _, m in logged)
         down["yes"] = False
         await r.at(local(2026, 6, 1, 9, 3))
         await r.settle()
