@@ -414,17 +414,30 @@ def status(
     raise typer.Exit(show(loaded, as_json=as_json, config_error=broken))
 
 
-@app.command()
+# The help's figures are the serve's own (heron/serve/auth.py: it said 10 minutes for a code
+# that works 2); a light import, stdlib only.
+WEB_HELP = (
+    "Log a browser in to the web UI of the running heron serve.\n\n"
+    "Asks the serve of this home for a fresh one-time login address (it works once, for "
+    "{code}) and prints it; the browser that opens it stays logged in for {session}, across "
+    "restarts of the serve."
+)
+
+
+def web_help() -> str:
+    from heron.messages import plural
+    from heron.serve.auth import CODE_SECONDS, SESSION_SECONDS
+
+    code = plural(CODE_SECONDS // 60, "minute")
+    return WEB_HELP.format(code=code, session=plural(SESSION_SECONDS // 86400, "day"))
+
+
+@app.command(help=web_help())
 def web(
     open_: Annotated[
         bool, typer.Option("--open", help="Open the address in your browser too.")
     ] = False,
 ) -> None:
-    """Log a browser in to the web UI of the running heron serve.
-
-    Asks the serve of this home for a fresh one-time login address (it works once, for 10
-    minutes) and prints it; the browser that opens it stays logged in for 30 days, across
-    restarts of the serve."""
     from heron.channels.web_login import web_login
 
     try:

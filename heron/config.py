@@ -1175,7 +1175,10 @@ def _embedded(env: Mapping[str, str]) -> ModelChoice:
     path = find_smollm2()
     if path is None:
         raise NoModelConfigured("no model is configured", hint=HOW_TO_CONFIGURE)
-    return ModelChoice("local", "smollm2-135m-instruct", model_path=path, embedded=True)
+    return ModelChoice("local", EMBEDDED_MODEL, model_path=path, embedded=True)
+
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"  # the offline fallback's name (a serve's serve.json)
 
 
 @dataclass(frozen=True)

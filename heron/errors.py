@@ -197,3 +197,14 @@ class FailureLog:
         if self.failing:
             self.log.warning("%s works again", self.what)
         self.failing = False
+
+
+def one_line(text: str) -> str:
+    """An error said on one line (a log line, a table cell, a note in parentheses): its lines,
+    the error then its hint, joined by ". " (a line that ends a sentence already by a space),
+    so neither runs into the other ("refused Is the model ...") nor breaks the line."""
+    said = ""
+    for line in (s.strip() for s in text.splitlines()):
+        if line:
+            said += ("" if not said else " " if said[-1] in ".?!:;" else ". ") + line
+    return said

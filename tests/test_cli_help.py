@@ -73,3 +73,12 @@ def test_a_flag_shows_no_value_placeholder():
         assert "<bool>" not in _help(path), path
     shown = _help(("run",))
     assert "<str>" in shown and "FILE" in shown  # --conversation, --attach take values
+
+
+def test_heron_web_help_says_how_long_a_login_address_works_as_the_serve_has_it():
+    """It said 10 minutes of a code that works 2 (qa24c L3): the figures are the serve's."""
+    from heron.serve.auth import CODE_SECONDS, SESSION_SECONDS
+
+    said = " ".join(_help(("web",)).replace("│", " ").split())
+    assert f"it works once, for {CODE_SECONDS // 60} minutes" in said
+    assert f"stays logged in for {SESSION_SECONDS // 86400} days" in said

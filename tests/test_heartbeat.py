@@ -5,6 +5,7 @@ period across schedulers, a bounded tail, and no jobs made from it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from schedule_helpers import answer, call, last_user_text, rig
 
@@ -15,6 +16,7 @@ from heron.config import Settings
 from heron.proactive.background import services
 from heron.proactive.clock import FakeClock
 from heron.proactive.heartbeat import KEY, Heartbeat, heartbeat_lines
+from heron.proactive.scheduler import NO_TOOLS
 from heron.providers.scripted import ScriptedProvider
 from heron.store import Store
 from heron.store import jobs as js
@@ -187,3 +189,36 @@ async def test_heartbeat_minutes_0_turns_it_off(heron_home):
         bus = MessageBus()
         scheduler, heartbeat = services(AgentLoop(engine, bus), engine, FakeClock(START))
         assert heartbeat is None and scheduler is not None
+
+
+async def test_on_a_model_with_no_tools_the_heartbeat_and_monitors_are_skipped_saying_why(
+    heron_home,
+):
+    """The offline model is offered no tools, so a silent check could never call `message`:
+    no turn runs (no model call), and the tick and the monitor's run say why."""
+    from heron.store.schedule import parse
+
+    provider = ScriptedProvider([])
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        engine.choice = dataclasses.replace(engine.choice, embedded=True)
+        (engine.settings.paths.workspace / "HEARTBEAT.md").write_text(FILE)
+        bus, clock = MessageBus(), FakeClock(START)
+        loop = AgentLoop(engine, bus)
+        scheduler, heartbeat = services(loop, engine, clock)
+        assert heartbeat is not None
+        await heartbeat.beat()  # the first tick only starts the period
+        clock.set(START + PERIOD)
+        assert await heartbeat.beat() == "skipped"
+        tick = js.tick(engine.store, KEY)
+        assert (tick.outcome, tick.detail) == ("skipped", NO_TOOLS)
+        every = parse(every="1m", timezone="UTC")
+        monitor = js.create_job(
+            engine.store, every, conversation="personal", prompt="Is notes.txt there?",
+            now=START + PERIOD, mode="monitor", created_by="test",
+        )  # fmt: skip
+        clock.set(START + PERIOD + 60)
+        await scheduler.tick()
+        (run,) = js.runs(engine.store, monitor.id)
+        assert (run.status, run.outcome, run.detail) == ("skipped", "skipped", NO_TOOLS)
+        assert provider.requests == [] and bus.inbound.qsize() == 0
+        assert NO_TOOLS == "the model in use has no tools: it cannot message you"

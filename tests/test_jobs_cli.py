@@ -105,11 +105,18 @@ def test_runs_lists_fires_and_skips_with_why(heron_home):
             catch_up="skip",
         )  # fmt: skip
         js.claim_due(store, "me", os.getpid(), 5 * 3600.0 + 120, 3600.0)
+        (fired,) = js.claim_due(store, "me", os.getpid(), 6 * 3600.0, 3600.0)
+        why = "cannot connect: connection refused\nIs the model server running?"
+        js.finish_run(store, fired.run_id, status="failed", outcome="failed", now=6 * 3600.0,
+                      detail=why)  # fmt: skip
     finally:
         store.close()
     out = jobs("runs", str(job.id)).output.splitlines()
     assert out[0].split()[:6] == ["RUN", "JOB", "DUE", "STARTED", "STATUS", "OUTCOME"]
-    assert "skipped" in out[1] and "catch_up = skip" in out[1]
+    assert "skipped" in out[2] and "catch_up = skip" in out[2]
+    # A failure's error and its hint in its one cell (qa24c L2): the table keeps its rows.
+    assert len(out) == 3
+    assert out[1].endswith("connection refused. Is the model server running?")
 
 
 def test_every_jobs_command_has_help():
@@ -408,3 +415,39 @@ def test_cancel_takes_several_ids_a_conversation_or_all_but_never_the_review(her
     assert (
         mixed.exit_code == 1 and "nightly review" in mixed.output and "no job 999" in mixed.output
     )
+
+
+def test_adding_a_monitor_on_a_model_with_no_tools_says_its_runs_are_skipped(
+    heron_home, monkeypatch
+):
+    monkeypatch.setenv("HERON_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("HERON_MODEL", "fake-model")
+    added = jobs(
+        "add", "Is notes.txt there?", "-c", "personal", "--every", "1h", "--mode", "monitor"
+    )
+    assert added.exit_code == 0, added.output
+    assert "has no tools" not in added.output  # a model with tools: nothing to say
+    (heron_home / "config.toml").write_text('[models."fake-model"]\ntools = false\n')
+    added = jobs(
+        "add", "Is notes.txt there?", "-c", "personal", "--every", "1h", "--mode", "monitor"
+    )
+    assert added.exit_code == 0, added.output
+    said = " ".join(added.output.split())
+    assert "is a monitor, which reaches you only by calling the message tool" in said
+    assert "the model in use (openai/fake-model) has no tools: its runs are skipped" in said
+    reminder = jobs("add", "Drink water.", "-c", "personal", "--every", "1h")
+    assert "has no tools" not in reminder.output  # a reminder speaks by its reply
+
+
+def test_pause_and_resume_take_several_ids_as_cancel_does(heron_home):
+    """`heron jobs pause 2 3` said "Got unexpected extra argument(s)" (qa24c L10)."""
+    first, second = _added("--every", "1h"), _added("--every", "2h")
+    refused = jobs("pause", first, "999")
+    assert refused.exit_code != 0 and "there is no job 999" in refused.output
+    assert "Paused" not in refused.output  # nothing paused: the ids are checked first
+    paused = jobs("pause", first, second)
+    assert paused.exit_code == 0, paused.output
+    assert f"Paused job {first} " in paused.output and f"Paused job {second} " in paused.output
+    resumed = jobs("resume", first, second)
+    assert resumed.exit_code == 0, resumed.output
+    assert f"Resumed job {first}" in resumed.output and f"Resumed job {second}" in resumed.output

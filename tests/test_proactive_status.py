@@ -39,12 +39,17 @@ async def test_status_lists_the_jobs_of_this_conversation_and_the_heartbeat():
         js.claim_tick(store, "heartbeat", "me", 200.0, 60.0)
         js.end_tick(store, "heartbeat", "skipped", "HEARTBEAT.md has nothing to check")
         status = (await engine.turn("s", "/status")).reply.splitlines()
+        js.claim_tick(store, "heartbeat", "me", 300.0, 60.0)
+        js.end_tick(store, "heartbeat", "failed", "connection refused\nIs the server running?")
+        failed = (await engine.turn("s", "/status")).reply.splitlines()
     at = status.index("jobs: 1 here, 1 in other conversations")
     assert status[at + 1].startswith(f"  job {mine.id} [reminder, active] cron 0 9 * * 1-5")
     assert status[at + 1].endswith("Stand-up notes.")
     assert status[-1].startswith("heartbeat: last ") and status[-1].endswith(
         "skipped (HEARTBEAT.md has nothing to check)"
     )
+    # A failure's error and hint on its one line (qa24c L2).
+    assert failed[-1].endswith("failed (connection refused. Is the server running?)")
 
 
 def _section(prompt: str) -> str:

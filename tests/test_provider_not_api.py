@@ -139,4 +139,4 @@ def test_heron_models_with_a_model_that_cannot_be_used_exits_1(tmp_path):
 
     result = CliRunner().invoke(app, ["models", "--model", str(tmp_path / "none.gguf")])
     assert result.exit_code == 1, result.output
-    assert f"In use: none. no GGUF file at {tmp_path / 'none.gguf'}" in result.output
+    assert f"In use: none. No GGUF file at {tmp_path / 'none.gguf'}" in result.output

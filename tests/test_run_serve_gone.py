@@ -40,15 +40,15 @@ def _streamed(*, tool: bool) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def _dying_serve(
-    folder: Path, events: list[dict[str, Any]], workers: bool
+    folder: Path, events: list[dict[str, Any]], workers: bool, **about: Any
 ) -> AsyncIterator[Path]:
-    """A control socket that welcomes the client, answers its message with `events`, then
-    closes as a killed serve's does."""
+    """A control socket that welcomes the client (saying `about` of itself too: `embedded`),
+    answers its message with `events`, then closes as a killed serve's does."""
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readline()  # hello
         welcome = {"type": "welcome", "conversation": KEY, "seq": 0, "busy": False}
-        welcome.update(chat_id="c1", schema=versions.newest_step())  # this very Heron
+        welcome.update(chat_id="c1", schema=versions.newest_step(), **about)  # this very Heron
         if workers:
             welcome["workers"] = {"alive": 1}
         writer.write(json.dumps(welcome).encode() + b"\n")

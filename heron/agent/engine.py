@@ -335,12 +335,17 @@ def redactor_for(settings: Settings, *keys: str | None) -> Redactor:
     return Redactor.of(found, patterns=config.tools.redact)
 
 
+def offers_tools(choice: ModelChoice) -> bool:
+    """Whether `choice` is offered tools. The tiny offline model cannot use them, nor can a
+    model whose profile says so (a GGUF whose chat template takes none): describing them only
+    confuses it. Without them it cannot call `message` either, so a silent check (the
+    heartbeat, a monitor job) could never report (heron/proactive/)."""
+    return not choice.embedded and choice.profile.tools
+
+
 def opening_registry(choice: ModelChoice, ephemeral: bool = False) -> ToolRegistry:
     """The tools an engine opens with for `choice` (`described` next)."""
-    # The tiny offline model cannot use tools, nor can a model whose profile says so (a GGUF
-    # whose chat template takes none): describing them only confuses it.
-    no_tools = choice.embedded or not choice.profile.tools
-    return ToolRegistry([]) if no_tools else engine_tools(ephemeral)
+    return engine_tools(ephemeral) if offers_tools(choice) else ToolRegistry([])
 
 
 def described(registry: ToolRegistry, settings: Settings) -> Sandbox:

@@ -47,7 +47,7 @@ from heron.bus import (
     TurnOptions,
     stopped_by,
 )
-from heron.errors import HeronError, ProviderError, model_unusable
+from heron.errors import HeronError, ProviderError, model_unusable, one_line
 from heron.messages import Message, ToolCall, ToolResult, file_label
 from heron.request import StreamEvent
 from heron.store import engine_state as es
@@ -112,10 +112,13 @@ class TurnEnded:
 TurnEndHook = Callable[[TurnEnded], None]
 
 
-def _how_it_ended(end: TurnEnd) -> str:
-    """A turn's end in the log: its outcome, and its error when it failed."""
-    how = end.outcome if end.ok or not end.error else f"{end.outcome}: {end.error}"
-    return f"{how}, {end.model_calls} model calls"
+def _log_end(key: str, end: TurnEnd) -> None:
+    """A turn's end in the log, on one line: its outcome at INFO; a failure as failed, with its
+    error and hint, at WARNING (its outcome says how the person was told: "delivered")."""
+    if end.ok or not end.error:
+        log.info("turn ended in %s: %s, %d model calls", key, end.outcome, end.model_calls)
+    else:
+        log.warning("turn failed in %s: %s", key, one_line(end.error))
 
 
 @dataclass
@@ -604,7 +607,7 @@ class AgentLoop:
         # Cancelled before the turn could say so itself: it was stopped.
         end = active.end if active is not None else None
         ended = TurnEnded(key, message, end or stopped_end(control), result)
-        log.info("turn ended in %s: %s", key, _how_it_ended(ended.end))
+        _log_end(key, ended.end)
         if message.held and control.saved_id is None:  # told it was not kept
             self._give_up(message, key)
         queue = self._pending.setdefault(key, deque())

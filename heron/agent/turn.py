@@ -105,22 +105,18 @@ FAILED = (
     "The turn failed: {error}\nYour message is saved; send /retry to answer it again (it is "
     "not stored twice)."
 )
-# A failed turn Heron opened itself: there is no message of the person's to answer again.
-JOB_FAILED = (
-    "This was scheduled job {job}'s run, not a message of yours: it is tried again at its next "
-    "time (heron jobs run-now {job} runs it now; heron jobs runs {job} lists its runs)."
-)
+# A failed turn Heron opened itself: there is no message of the person's to answer again. (A
+# scheduled job's failed run shows none: the scheduler says it once per failing streak.)
 HERON_FAILED = "Heron opened this turn itself ({opened}); nothing you wrote is lost."
 
 
-def failed_note(error: str, opened: str = "user", job: object = None) -> str:
+def failed_note(error: str, opened: str = "user") -> str:
     """What the person is told of a failed turn, live and from its turn row after a reload:
-    /retry for their own message; for a turn Heron opened (`opened`: its provenance; `job`: a
-    scheduled job's id), that nothing of theirs is lost and, for a job, when it runs again."""
+    /retry for their own message; for a turn Heron opened (`opened`: its provenance), that
+    nothing of theirs is lost."""
     if opened == "user":
         return FAILED.format(error=error)
-    again = HERON_FAILED.format(opened=opened) if job is None else JOB_FAILED.format(job=job)
-    return f"The turn failed: {error}\n{again}"
+    return f"The turn failed: {error}\n{HERON_FAILED.format(opened=opened)}"
 
 
 # Said with the error of a turn that failed before the person's message was stored.
@@ -1120,7 +1116,9 @@ async def save(t: Turn, pending: PendingSave) -> Saved:
     if run.error is not None:
         options = t.control.options
         job = (options.message_meta or {}).get("job") if options is not None else None
-        return Saved(failed_note(str(run.error), t.control.provenance, job), Outcome.DELIVERED)
+        if job is not None:  # the scheduler reports it, once per failing streak (`_failed`)
+            return Saved(None, Outcome.DELIVERED)
+        return Saved(failed_note(str(run.error), t.control.provenance), Outcome.DELIVERED)
     if t.control.spoke:
         return Saved(None, Outcome.SPOKE_VIA_TOOL)
     if not run.text.strip():

@@ -597,7 +597,8 @@ def print_models(settings: Settings, model: str | None = None) -> bool:
         choice: ModelChoice | None = settings.model(model)
     except HeronError as e:
         choice = None
-        echo(f"In use: none. {e}")
+        said = str(e)  # a sentence of its own: "In use: none. No OpenAI API key: ..."
+        echo(f"In use: none. {said[:1].upper()}{said[1:]}")
         if model is not None:
             served = None  # the model asked for is not usable: not ok
     if choice is not None:

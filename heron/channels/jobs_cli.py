@@ -27,7 +27,7 @@ import typer
 
 from heron import timefmt
 from heron.channels.common import conversation_key, echo, table
-from heron.errors import ConfigError, HeronError
+from heron.errors import ConfigError, HeronError, one_line
 
 if TYPE_CHECKING:
     from heron.config import Settings
@@ -229,12 +229,42 @@ def add(
             catch_up=catch_up, created_by="cli",
         )  # fmt: skip
         echo(f"Created {describe(job, zone)}")
+        if mode == "monitor" and (toolless := _toolless_model(settings)):
+            echo(MONITOR_NO_TOOLS.format(id=job.id, model=toolless))
         if store.conversation(conversation) is None:
             echo(NEW_CONVERSATION.format(key=conversation))
         if not serve_running(settings.paths.home):
             echo(NOT_RUNNING)
         else:
             _tell_serve(settings)
+
+
+# A monitor speaks only by calling `message`: on a model offered no tools each of its runs is
+# skipped (heron/proactive/scheduler.py NO_TOOLS), which the person hears as it is made.
+MONITOR_NO_TOOLS = (
+    "Note: job {id} is a monitor, which reaches you only by calling the message tool, and the "
+    "model in use ({model}) has no tools: its runs are skipped (heron jobs runs {id} says so) "
+    'until Heron runs a model that has them (README, "Pointing Heron at a model").'
+)
+
+
+def _toolless_model(settings: Settings) -> str | None:
+    """The model turns run with (the running serve's, else this shell's), when it is offered no
+    tools; None when it has them or is not known (a serve on another model than this shell
+    names: only the offline one's name says it has none)."""
+    from heron.agent.engine import offers_tools
+    from heron.config import EMBEDDED_MODEL
+    from heron.store.home_lock import read_info, serve_holder
+
+    try:
+        choice = settings.model()
+    except HeronError:  # no model at all: `heron serve` says so when it starts
+        return None
+    named = f"{choice.provider}/{choice.model}"
+    info = read_info(settings.paths.home) if serve_holder(settings.paths.home) else None
+    if info is not None and info.model and info.model != named:
+        return info.model if info.model == f"local/{EMBEDDED_MODEL}" else None
+    return None if offers_tools(choice) else named
 
 
 JobId = Annotated[int, typer.Argument(help="The job's id (heron jobs list).")]
@@ -322,38 +352,51 @@ def _cancel_one(store: Store, settings: Settings, job_id: int) -> HeronError | N
     return None
 
 
+JobIds = Annotated[
+    list[int], typer.Argument(help="The jobs' ids (heron jobs list), one or several.")
+]
+
+
 @app.command("pause")
-def pause(job_id: JobId) -> None:
-    """Pause a job: it fires nothing until `heron jobs resume`, across restarts; the times
-    that pass meanwhile are not made up. A run already started finishes."""
+def pause(job_ids: JobIds) -> None:
+    """Pause jobs: each fires nothing until `heron jobs resume`, across restarts.
+
+    Several ids at once, as cancel takes them; an unknown id is refused before any job is
+    paused. The times that pass meanwhile are not made up. A run already started finishes."""
     from heron.store import jobs
     from heron.tools.schedule import describe
 
     with _open() as (settings, store):
-        _known(store, job_id)
-        done = jobs.pause_job(store, job_id)
-        if not done.changed:
-            echo(f"Job {job_id} was already paused: {describe(done.job, settings.timezone)}")
-            return
+        for job_id in job_ids:
+            _known(store, job_id)
+        for job_id in job_ids:
+            done = jobs.pause_job(store, job_id)
+            if not done.changed:
+                echo(f"Job {job_id} was already paused: {describe(done.job, settings.timezone)}")
+                continue
+            echo(f"Paused {describe(done.job, settings.timezone)}")
+            echo(f"It fires nothing until: heron jobs resume {job_id}")
         _tell_serve(settings)
-        echo(f"Paused {describe(done.job, settings.timezone)}")
-        echo(f"It fires nothing until: heron jobs resume {job_id}")
 
 
 @app.command("resume")
-def resume(job_id: JobId) -> None:
-    """Resume a paused job from now: the times it was paused over are not made up."""
+def resume(job_ids: JobIds) -> None:
+    """Resume paused jobs from now: the times they were paused over are not made up.
+
+    Several ids at once; an unknown id is refused before any job is resumed."""
     from heron.store import jobs
     from heron.tools.schedule import describe, resumed
 
     with _open() as (settings, store):
-        _known(store, job_id)
-        done = jobs.resume_job(store, job_id, time.time())
-        if not done.changed:
-            echo(f"Job {job_id} is not paused: {describe(done.job, settings.timezone)}")
-            return
+        for job_id in job_ids:
+            _known(store, job_id)
+        for job_id in job_ids:
+            done = jobs.resume_job(store, job_id, time.time())
+            if not done.changed:
+                echo(f"Job {job_id} is not paused: {describe(done.job, settings.timezone)}")
+                continue
+            echo(resumed(done.job, settings.timezone))
         _tell_serve(settings)
-        echo(resumed(done.job, settings.timezone))
 
 
 @app.command("set-zone")
@@ -536,7 +579,7 @@ def run_rows(found: list[JobRun], zone: str) -> list[tuple[str, ...]]:
             _local(r.started, zone),
             r.status,
             r.outcome or "-",
-            r.detail or "",
+            one_line(r.detail or ""),  # a failure's error and hint: one cell, one row
         )
         for r in found
     ]

@@ -57,6 +57,16 @@ EMBEDDED_BANNER = (
     "Offline demo model (SmolLM2-135M, no tools, short answers) for trying Heron out; for real "
     "work set ANTHROPIC_API_KEY, OPENAI_API_KEY or HERON_BASE_URL (see README)."
 )
+# Through a serve on the offline model, a key set in this shell does not reach it: the way out
+# is a restart (the browser's copy of the notice says so too, heron/web/static/app.js).
+SERVED_BANNER = EMBEDDED_BANNER.replace(
+    "HERON_BASE_URL (see README)", "HERON_BASE_URL and start heron serve again (see README)"
+)
+# ...and when this shell's settings already name a real model, which one.
+SERVED_OTHER = (
+    "heron serve runs the offline demo model (SmolLM2-135M, no tools, short answers); this "
+    "shell's settings name {named}: restart heron serve to use it."
+)
 CHANNEL = "script"
 NOT_RETRIED = (
     NOTHING_TO_RETRY,
@@ -144,6 +154,9 @@ class ReplyPrinter:
         # Through a serve, once this run's message went to the running turn as mail: what
         # that turn streams until it reads the mail answers another message (`_before_mail`).
         self.before_mail: list[str] | None = None
+        # The offline model's notice, through a serve: said when a turn takes the message, not
+        # before a refusal (a broken config.toml: nothing ran, no model answered).
+        self.banner: str | None = None
 
     async def deliver(self, item: Outbound) -> None:
         if isinstance(item, TurnEvent):
@@ -154,6 +167,9 @@ class ReplyPrinter:
     def event(self, ev: TurnEvent) -> None:
         if ev.kind == "saved" or (ev.kind == "turn_start" and ev.message_id is not None):
             self.stored = True  # in-process `saved`; through a serve, its start names the row
+        if self.banner is not None and ev.kind in ("turn_start", "mail", "queued"):
+            self.note(self.banner)
+            self.banner = None
         if self.before_mail is not None and self._before_mail(ev):
             return
         if ev.kind == "delta" and ev.text:
@@ -560,6 +576,22 @@ def attached_files(paths: list[str], load_settings: Callable[[], Settings]) -> t
     return tuple(files)
 
 
+def served_banner(settings: Settings | None = None) -> str:
+    """The offline notice for a run or a chat through a serve on the offline model: what this
+    shell's settings (`settings`, else loaded now) name instead when they name a real model, as
+    `heron status` compares them; else how to get one (set a key, then restart the serve)."""
+    from heron.config import Settings
+    from heron.errors import HeronError
+
+    try:
+        choice = (settings or Settings.load()).model()
+    except HeronError:  # nothing else configured, or config.toml broken: the general way out
+        return SERVED_BANNER
+    if choice.embedded:
+        return SERVED_BANNER
+    return SERVED_OTHER.format(named=f"{choice.provider}/{choice.model}")
+
+
 async def run_remote(
     path: Path,
     text: str,
@@ -582,7 +614,7 @@ async def run_remote(
     with _cuts(printer):
         async with opened as conn:
             if conn.embedded and needs_model(text):  # not for a /stop: no model answers it
-                printer.note(EMBEDDED_BANNER)
+                printer.banner = served_banner()  # said once a turn takes the message
 
             async def stop(by: str) -> None:  # the serve names it "/stop from heron run"
                 await conn.send("/stop", key, agent)

@@ -47,7 +47,7 @@ from heron.bus import (
 from heron.channels.early import signalled_again
 from heron.channels.inprocess import InProcessAgent, connect
 from heron.channels.remote import RemoteAgent
-from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, to_null
+from heron.channels.script import EMBEDDED_BANNER, STOP_WAIT, served_banner, to_null
 from heron.channels.visible import command_shown, visible
 from heron.config import AttachmentCaps, ConfigWatch, Settings
 from heron.errors import HeronError
@@ -660,7 +660,9 @@ async def _chat_remote(path: Path, settings: Settings, console: Console, state: 
             "/help for commands[/dim]"
         )
         read = conn.welcome.get("model_file")
-        if read and not conn.embedded:  # the offline model's banner says it already
+        if conn.embedded:  # a key set in this shell does not reach the serve: say so
+            console.print(f"[yellow]{escape(served_banner(settings))}[/yellow]")
+        elif read:
             console.print(f"Model {read}", style="dim", markup=False, highlight=False)
         for said in conn.news():  # another Heron, or a config.toml changed since it started
             console.print(said, style="yellow", markup=False, highlight=False)

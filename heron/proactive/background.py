@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from heron.agent.engine import Engine
+from heron.agent.engine import Engine, offers_tools
 from heron.agent.loop import AgentLoop
 from heron.errors import HeronError
 from heron.proactive import review
@@ -49,6 +49,7 @@ def services(loop: AgentLoop, engine: Engine, clock: Clock) -> tuple[Scheduler, 
             engine.settings.paths.workspace,
             agent.heartbeat_minutes,
             loop.user_turn_running,
+            tools=offers_tools(engine.choice),
         )
         heartbeat.watch(loop)
     return scheduler, heartbeat
@@ -132,4 +133,5 @@ def _scheduler(
         review=partial(review.run_pass, engine),
         user_busy=loop.user_turn_running,
         modes=modes,
+        tools=offers_tools(engine.choice),
     )

@@ -4,7 +4,9 @@ checked in a silent turn of the conversation `heartbeat`.
 - One tick per period across processes (`heron.store.jobs.claim_tick`); ticks missed while
   nothing ran, or while the last check was still going, coalesce into one.
 - Skipped, and recorded so, while a turn the person started runs in this process, or when
-  HEARTBEAT.md has nothing to check (no file, or only blank lines, headings and comments).
+  HEARTBEAT.md has nothing to check (no file, or only blank lines, headings and comments), or
+  when the model in use has no tools: it could not call `message`, so the check could never
+  report (`scheduler.NO_TOOLS`).
 - Silent: it reaches the user only if the agent calls `message`. It is a scheduled turn, so the
   `schedule` tool refuses to create jobs from it: a heartbeat never breeds duplicate jobs.
 - Bounded: once the conversation holds `tail_turns` turns since its last separator, the next
@@ -27,7 +29,7 @@ from heron import workspace_io
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.bus import InboundMessage, MessageBus, TurnOptions
 from heron.proactive.clock import Clock
-from heron.proactive.scheduler import CHANNEL, TAIL_TURNS
+from heron.proactive.scheduler import CHANNEL, NO_TOOLS, TAIL_TURNS
 from heron.store import Store
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
@@ -68,6 +70,7 @@ class Heartbeat:
     user_busy: Callable[[], bool]  # a turn the person started runs now
     tail_turns: int = TAIL_TURNS
     deliver_to: str = PERSONAL  # where its `message` reaches the user
+    tools: bool = True  # the model in use is offered tools (`engine.offers_tools`)
     owner: str = field(default_factory=lambda: f"{HOST}:{os.getpid()}:{secrets.token_hex(4)}")
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     outstanding: bool = False  # a check was published and its turn has not ended
@@ -109,6 +112,9 @@ class Heartbeat:
         lines = await asyncio.to_thread(heartbeat_lines, self.workspace)
         if not lines:
             await self._end("skipped", "HEARTBEAT.md has nothing to check")
+            return "skipped"
+        if not self.tools:
+            await self._end("skipped", NO_TOOLS)
             return "skipped"
         self.outstanding = True
         self.checks += 1

@@ -10,7 +10,8 @@ one-turn-per-conversation queue runs it after whatever turn is running there, ne
   the agent calls `message`, whose delivery carries the job's conversation as its chat. Its
   conversation is bounded as the heartbeat's is: once it holds `tail_turns` checks since its
   last separator, the next check writes one and carries the last check's closing note
-  (`TurnOptions.fresh_after`, applied by the turn under its own lease).
+  (`TurnOptions.fresh_after`, applied by the turn under its own lease). On a model offered no
+  tools it could never speak, so its fires are recorded skipped (`NO_TOOLS`) and run no turn.
 
 - review: the built-in job of the nightly review of memory (heron/proactive/review.py). It is
   no turn: the scheduler runs the pass itself (`review`, given by whoever wires it), after the
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from heron.agent.loop import AgentLoop, TurnEnded
 from heron.agent.relay import move_in
 from heron.bus import InboundMessage, MessageBus, OutboundMessage, Provenance, TurnOptions
+from heron.errors import one_line
 from heron.proactive.clock import Clock
 from heron.store import Store, waiting
 from heron.store import jobs as js
@@ -72,6 +74,10 @@ FAILING = (
     "run).]"
 )
 WHY_CHARS = 300  # of the error, in that note
+# Why a monitor's fire (and a heartbeat's tick) is skipped on a model offered no tools: its
+# turn is silent unless it calls `message`, so running it would cost a model call and end
+# "silent" every time, whatever it found.
+NO_TOOLS = "the model in use has no tools: it cannot message you"
 _OUTCOMES = {"delivered", "spoke_via_tool", "silent"}
 TAIL_TURNS = 8  # checks a monitor's (and the heartbeat's) model sees, at most, before afresh
 IDLE_RETRY_S = 30 * 60.0  # a review skipped for a running turn of the person's tries again then
@@ -98,6 +104,8 @@ class Scheduler:
     _passes: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
     # Only jobs of these modes (a `heron chat` without serve runs the built-in review alone).
     modes: tuple[str, ...] | None = None
+    # The model in use is offered tools (`engine.offers_tools`): else monitors are skipped.
+    tools: bool = True
 
     def watch(self, loop: AgentLoop) -> None:
         """Record outcomes as the loop's turns end."""
@@ -197,6 +205,9 @@ class Scheduler:
             self._passes.add(task)
             task.add_done_callback(self._passes.discard)
             return
+        if job.mode == "monitor" and not self.tools:
+            await self._skip(fire, NO_TOOLS)
+            return
         template = MONITOR if job.mode == "monitor" else REMINDER
         provenance: Provenance = "scheduled" if job.mode == "monitor" else "reminder"
         header = template.format(id=job.id)
@@ -237,6 +248,15 @@ class Scheduler:
         log.info("job %s fired (%s) in %s", job.id, job.mode, job.key)
         await self.bus.publish(message)
 
+    async def _skip(self, fire: js.Fire, why: str) -> None:
+        """The fire recorded skipped for `why`, with no turn; its job keeps its schedule."""
+        log.info("job %s skipped: %s", fire.job.id, why)
+        await self.store.call(
+            js.finish_run, self.store, fire.run_id, status="skipped", outcome="skipped",
+            now=self.clock.now(), detail=why,
+        )  # fmt: skip
+        self.wake.set()
+
     def turn_ended(self, ended: TurnEnded) -> None:
         """A loop's turn ended; if it was one of this scheduler's fires, record how (one
         short write, on the loop)."""
@@ -264,12 +284,14 @@ class Scheduler:
             self._failed(int(meta["job"]), run_id, detail or "no reason given")
 
     def _failed(self, job_id: int, run_id: int, why: str) -> None:
-        """A reminder's run failed: said in its conversation when it begins a run of failures
-        (the turn's error went only to whoever had the conversation open)."""
+        """A reminder's run failed: said in its conversation when it begins a run of failures,
+        to whoever has it open and, kept there, to whoever opens it later. It is the one report
+        of the streak: the failed turn itself shows no error (`turn.save`), so nobody hears
+        it twice, nor again at each later failure."""
         job = js.get_job(self.store, job_id)
         if job is None or not js.starts_failing(self.store, job_id, run_id):
             return
-        why = " ".join(why.split())[:WHY_CHARS]
+        why = " ".join(one_line(why).split())[:WHY_CHARS]
         task = asyncio.create_task(self._say(job, FAILING.format(id=job.id, why=why)))
         self._passes.add(task)
         task.add_done_callback(self._passes.discard)

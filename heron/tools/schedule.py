@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from heron import timefmt
+from heron.errors import one_line
 from heron.store import Store, jobs
 from heron.store.engine_state import pid_alive
 from heron.store.schedule import Schedule, ScheduleError, parse, user_timezone
@@ -367,6 +368,6 @@ def status_lines(store: Store, key: str, zone: str, limit: int = 3) -> list[str]
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
         # In the agent's zone, as the review's and the jobs' times above: one /status, one clock.
-        why = f" ({beat.detail})" if beat.detail else ""
+        why = f" ({one_line(beat.detail)})" if beat.detail else ""  # a failure's hint too
         lines.append(f"heartbeat: last {timefmt.when(beat.last, zone)} {beat.outcome}{why}")
     return lines

@@ -160,20 +160,27 @@ def _items(rows: list[StoredMessage], turns: dict[int, Turn], reading: _Reading)
                 item.running = True
     opened = {row.id: row for row in rows}
     for turn in turns.values():
-        if turn.status == "failed" and turn.error:
-            note = _failed_note(turn, opened.get(turn.user_message_id or -1))
+        opening = opened.get(turn.user_message_id or -1)
+        if turn.status == "failed" and turn.error and not _of_a_job(opening):
+            note = _failed_note(turn, opening)
             _failed(items, turn.id, turn.user_message_id, note)
     return items
 
 
+def _of_a_job(message: StoredMessage | None) -> bool:
+    """Whether a scheduled job's run opened the turn: its failure is not shown on the turn; the
+    scheduler's note, kept in the conversation once per failing streak, says it."""
+    return message is not None and message.author == "heron" and "job" in message.meta
+
+
 def _failed_note(turn: Turn, message: StoredMessage | None) -> str:
     """What the person was told when `turn` failed, as its opening `message` says who opened
-    it: a reminder's run is Heron's, not a message of theirs to /retry."""
+    it: a turn Heron opened (a goal's nudge) is not a message of theirs to /retry."""
     assert turn.error is not None
     if message is None or message.author != "heron":
         return failed_note(turn.error)
     opened = str(message.meta.get("injected_event") or "heron")
-    return failed_note(turn.error, opened, message.meta.get("job"))
+    return failed_note(turn.error, opened)
 
 
 def _turns_of(store: Store, conversation_id: int, rows: list[BranchRow]) -> list[Turn]:
