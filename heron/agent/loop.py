@@ -113,12 +113,14 @@ TurnEndHook = Callable[[TurnEnded], None]
 
 
 def _log_end(key: str, end: TurnEnd) -> None:
-    """A turn's end in the log, on one line: its outcome at INFO; a failure as failed, with its
-    error and hint, at WARNING (its outcome says how the person was told: "delivered")."""
+    """A turn's end in the log, on one line: its outcome; a failure as failed, with its error
+    and hint (its outcome says how the person was told: "delivered"). At INFO both: a serve
+    logs INFO, and a chat in its own process shows WARNING on its screen, where the failure
+    is shown already."""
     if end.ok or not end.error:
         log.info("turn ended in %s: %s, %d model calls", key, end.outcome, end.model_calls)
     else:
-        log.warning("turn failed in %s: %s", key, one_line(end.error))
+        log.info("turn failed in %s: %s", key, one_line(end.error))
 
 
 @dataclass

@@ -177,12 +177,14 @@ class Session:
         if not isinstance(text, str) or (not text.strip() and not refs):
             await self._reply(error("the message is empty", "Type something to send."))
             return
-        # Every refusal of a send carries its text: the browser has cleared its box, and puts
-        # the text back (qa24c C1: a send refused for a broken config.toml was lost).
+        # A refusal of a send carries its text: the browser has cleared its box, and puts the
+        # text back (qa24c C1: a send refused for a broken config.toml was lost). Not one too
+        # large to take: it would not fit a frame back either (the browser checks the size
+        # before it sends, heron/web/static/app.js `send`, and keeps such a text).
         too_large = oversized(text)
         if too_large is not None:
             said, _, hint = too_large.partition(". ")
-            await self._reply({**error(said, hint), "code": REFUSED, "text": text})
+            await self._reply({**error(said, hint), "code": REFUSED})
             return
         typo = typo_notice(text) if self.client.channel == "web" else None
         if typo is not None:  # as `heron chat` says it
@@ -227,13 +229,13 @@ class Session:
 
     async def _refused(self, text: str) -> bool:
         """A config.toml broken since the serve started refuses what would start a turn; the
-        refusal gives the client its `text` back, and says it was not sent."""
+        refusal gives the client its `text` back (said as `heron run` in-process says it:
+        tests/test_bad_input_modes.py)."""
         problem = await self.runtime.config_problem()
         if problem is None:
             return False
         message = problem.args[0] if problem.args else str(problem)
-        hint = " ".join(filter(None, [problem.hint, "Nothing was sent."]))
-        await self._reply({**error(message, hint), "code": REFUSED, "text": text})
+        await self._reply({**error(message, problem.hint or ""), "code": REFUSED, "text": text})
         return True
 
     async def _work(self, message: dict[str, Any]) -> None:

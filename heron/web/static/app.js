@@ -1366,9 +1366,18 @@ function App() {
     connRef.current.open(key, 0);
   }
 
+  const MESSAGE_LIMIT = 8 * 1024 * 1024; // bytes of one message, as heron/messages.py has it
   const notSent = () => (connRef.current.loggedOut ? LOGGED_OUT : NOT_SENT);
   // False when it could not be sent (no connection): the composer keeps it.
   const send = (text, files) => {
+    // Too large for one message (heron/messages.py MESSAGE_LIMIT): said here and kept in the
+    // box; the serve's refusal could not give it back (it would not fit a frame either).
+    const size = text.length > MESSAGE_LIMIT / 4 ? new TextEncoder().encode(text).length : 0;
+    if (size > MESSAGE_LIMIT) {
+      notify(`The message is ${(size / 2 ** 20).toFixed(1)} MB; one message holds at most ` +
+        `${MESSAGE_LIMIT / 2 ** 20} MB. Nothing was sent: save it as a file in the workspace and ask about the file.`);
+      return false;
+    }
     const m = { type: "send", text };
     if (files && files.length) m.files = files;
     if (!connRef.current.sendTyped(m)) { notify(notSent()); return false; }
