@@ -222,3 +222,33 @@ async def test_on_a_model_with_no_tools_the_heartbeat_and_monitors_are_skipped_s
         assert (run.status, run.outcome, run.detail) == ("skipped", "skipped", NO_TOOLS)
         assert provider.requests == [] and bus.inbound.qsize() == 0
         assert NO_TOOLS == "the model in use has no tools: it cannot message you"
+
+
+async def test_a_reminder_reaches_a_model_of_a_brief_prompt_as_the_persons_words_alone(
+    heron_home,
+):
+    """qa24c L5: the tiny offline model took Heron's "[Scheduled reminder, job N. ...]" for the
+    question (3 of 3 replies off topic); a model whose profile asks for a brief prompt gets the
+    reminder's words alone, others the wrapper as before."""
+    from heron.store.schedule import parse
+
+    for brief in (True, False):
+        provider = ScriptedProvider([])
+        async with Engine.open(Settings.load(), provider=provider) as engine:
+            profile = dataclasses.replace(engine.choice.profile, brief_prompt=brief)
+            engine.choice = dataclasses.replace(engine.choice, profile=profile)
+            bus, clock = MessageBus(), FakeClock(START)
+            scheduler, _ = services(AgentLoop(engine, bus), engine, clock)
+            every = parse(every="1m", timezone="UTC")
+            js.create_job(
+                engine.store, every, conversation="personal", prompt="Tell me a fact about owls.",
+                now=START, mode="reminder", created_by="test",
+            )  # fmt: skip
+            clock.set(START + 60)
+            await scheduler.tick()
+            sent = bus.inbound.get_nowait()
+        if brief:
+            assert sent.text == "Tell me a fact about owls."
+        else:
+            assert sent.text.startswith("[Scheduled reminder, job ")
+            assert sent.text.endswith("\nTell me a fact about owls.")

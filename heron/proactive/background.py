@@ -134,4 +134,5 @@ def _scheduler(
         user_busy=loop.user_turn_running,
         modes=modes,
         tools=offers_tools(engine.choice),
+        brief=engine.choice.profile.brief_prompt,
     )

@@ -106,6 +106,10 @@ class Scheduler:
     modes: tuple[str, ...] | None = None
     # The model in use is offered tools (`engine.offers_tools`): else monitors are skipped.
     tools: bool = True
+    # The model in use reads a brief prompt (its profile's `brief_prompt`: the tiny offline
+    # one): a reminder reaches it as the person's own words alone, without Heron's bracketed
+    # wrapper, which such a model takes for the question (qa24c L5: 3 of 3 replies off topic).
+    brief: bool = False
 
     def watch(self, loop: AgentLoop) -> None:
         """Record outcomes as the loop's turns end."""
@@ -213,6 +217,7 @@ class Scheduler:
         header = template.format(id=job.id)
         if fire.detail:
             header += f"\n[{fire.detail}]"
+        text = job.prompt if self.brief and job.mode == "reminder" else f"{header}\n{job.prompt}"
         meta = {"job": str(job.id), js.RUN_META: str(fire.run_id), "owner": self.owner}
         if job.mode == "monitor":
             meta["deliver_to"] = job.conversation  # where its `message` reaches the user
@@ -220,7 +225,7 @@ class Scheduler:
         message = InboundMessage(
             CHANNEL,
             job.conversation,
-            f"{header}\n{job.prompt}",
+            text,
             key=job.key,
             provenance=provenance,
             agent=job.agent,
