@@ -10,6 +10,7 @@ from compaction_helpers import Model, all_text, is_summary, reachable
 from heron.agent.engine import Engine
 from heron.agent.turn import TurnHooks
 from heron.compaction import compact_now
+from heron.compaction.prepare import SUMMARY_FAILED_NOTICE
 from heron.config import Settings
 from heron.errors import TransientProviderError
 from heron.messages import Reply, Text, Usage
@@ -238,3 +239,37 @@ async def test_a_tiny_model_is_not_asked_for_memory_s_picks_at_a_fold(tiny):
         assert "nor for memory's picks" in said and "a review with a larger model" in said
     else:
         assert len(asked) == 1 and "small model" not in said
+
+
+async def test_a_failed_summary_the_turn_survives_is_told_as_such_not_as_a_failed_turn(
+    monkeypatch, caplog
+):
+    """qa24f M2: the summary's HTTP 500 was logged at WARNING with the error's hint ("The
+    model server failed ...: try again in a while"), printed on the chat's screen and on
+    `heron run`'s stderr between the person's message and a good reply. The log is INFO, one
+    line without the hint; the person is told in one line what happened to the turn."""
+    monkeypatch.setenv("HERON_CONTEXT_WINDOW", "6000")
+    hint = "The model server failed (HTTP 500): try again in a while."
+
+    def broken(request):
+        raise TransientProviderError("HTTP 500 from the server: summary boom", hint=hint)
+
+    model = Model(tool_rounds=0, summarize=broken)
+    told: list[str] = []
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        with caplog.at_level("INFO", logger="heron.compaction"):
+            for i in range(40):
+                attempts = sum(1 for r in model.requests if is_summary(r))
+                result = await engine.turn(
+                    "k", f"note {i} " + "words " * 150, TurnHooks(on_notice=told.append)
+                )
+                if sum(1 for r in model.requests if is_summary(r)) > attempts:
+                    break
+    assert (result.reply or "").startswith("done")  # the turn answered
+    loud = [r for r in caplog.records if r.levelno >= 30 and "summar" in r.getMessage()]
+    assert loud == []
+    logged = [r.getMessage() for r in caplog.records if "summary failed" in r.getMessage()]
+    assert logged and all("summary boom" in m and hint not in m for m in logged)
+    said = [n for n in told if "summar" in n]
+    assert said == [SUMMARY_FAILED_NOTICE.format(error="HTTP 500 from the server: summary boom")]
+    assert "try again" not in said[0] and "\n" not in said[0]

@@ -30,6 +30,7 @@ from heron.compaction.summary import (
 from heron.context.history import BranchState, load_branch, load_branch_async, system_for, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import turn_starts
+from heron.errors import HeronError, one_line
 from heron.messages import Message, Text, plural
 from heron.request import ChatRequest
 from heron.store import StoredMessage, work
@@ -48,6 +49,7 @@ class CompactionReport:
     tokens_after: int = 0
     compaction_id: int | None = None
     error: str | None = None
+    said: str = ""  # kind "failed": the error on one line without its hint, for a notice
     why: str = "the conversation is already short"  # kind "none": why nothing could be folded
     note: str = ""  # how it was written, when not the usual way (NO_MODEL_SUMMARY)
     memory: str = ""  # memory's pass over the folded rows did not run: what the person is told
@@ -201,14 +203,17 @@ async def consolidate(
         facts, ws = _fallback(state, new_rows)
         note = str(e)
     except Exception as e:  # any failure of the summarizer leaves the conversation as it was
-        log.warning("consolidation summary failed: %s", e)
+        # INFO, without the error's hint: WARNING shows on a chat's screen, and the hint
+        # ("try again in a while") read as the turn failing, which goes on.
+        said = one_line(e.summary if isinstance(e, HeronError) else str(e))
+        log.info("consolidation summary failed, nothing folded: %s", said)
         error = f"{type(e).__name__}: {e}"
         failed = FAILED_TURNS_BEFORE_FALLBACK
         if count_failures:
             count = _count_failure
             failed = await deps.store.call(count, deps, conversation_id, turn_id, off_loop=True)
         if not count_failures or failed < FAILED_TURNS_BEFORE_FALLBACK:
-            return CompactionReport("failed", reason, error=error)
+            return CompactionReport("failed", reason, error=error, said=said)
         facts, ws = _fallback(state, new_rows)
         kind = "fallback"
     if not await _go_on(deps, conversation_id):

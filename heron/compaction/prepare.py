@@ -63,6 +63,8 @@ async def prepare_turn(
     told = _notices(deps, state, user_row_id)
     if report is not None and report.changed:
         told[:0] = [consolidated_notice(report), *([report.memory] if report.memory else [])]
+    elif report is not None and report.kind == "failed":
+        told[:0] = [SUMMARY_FAILED_NOTICE.format(error=report.said)]
     return Prepared(system, view, governor, report, told)
 
 
@@ -71,6 +73,14 @@ async def prepare_turn(
 CONSOLIDATED_NOTICE = (
     "Compacted {messages} into a summary to fit the model's window "
     "(about {before:,} tokens became {after:,})."
+)
+
+
+# A failed summary leaves the conversation as it was and the turn goes on: said as that, not
+# as the provider error's own hint ("try again in a while"), which read as the turn failing.
+SUMMARY_FAILED_NOTICE = (
+    "A summary of older messages failed ({error}); they are kept whole for now, this turn goes "
+    "on without it and the next one tries again."
 )
 
 
