@@ -263,3 +263,30 @@ async def test_checkpoint_calls_count_toward_max_model_calls(monkeypatch):
     # ceiling was checked before); the wrap-up, asked twice (this model calls a tool in the
     # first, which is set aside).
     assert len(model.requests) <= 30 + 1 + 2
+
+
+def test_a_mechanical_checkpoint_counts_every_step_it_left_out_so_far():
+    """qa24f M3: at window 6000 the tight turn's checkpoint said "[3 earlier lines left out]"
+    at calls 40, 120 and 200: each checkpoint re-split the previous one, its marker counted as
+    a line. The count is carried forward, so the model can tell how far the turn has got."""
+    import re
+
+    from heron.compaction.governor import _mechanical
+    from heron.compaction.summary import checkpoint_text
+    from heron.messages import Message, ToolResult
+
+    previous, made = "", 0
+    for _fold in range(50):  # 50 folds of 4 calls each, as a long tight turn makes them
+        messages = []
+        for _ in range(4):
+            made += 1
+            call = ToolCall(f"c{made}", "bash", {"command": f"step {made}"})
+            messages.append(Message("assistant", [call]))
+            messages.append(Message("user", [ToolResult(f"c{made}", f"line{made} " + "y" * 300)]))
+        body = _mechanical(messages, previous, 120)
+        previous = checkpoint_text(body, [], "")
+        (marker,) = re.findall(r"\[(\d+) earlier calls left out; the record keeps them\]", body)
+        shown = re.findall(r"^- bash\(", body, re.M)
+        assert int(marker) + len(shown) == made  # every call: shown, or in the count
+        assert f'step {made}"' in body  # the newest call is shown
+    assert made == 200 and int(marker) > 190

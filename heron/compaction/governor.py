@@ -11,6 +11,7 @@ the turn's request row carries the checkpoint, so the next turn derives the same
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 from heron.compaction import records as rec
@@ -29,7 +30,7 @@ from heron.context.budget import RequestTooLarge, section_name, split_sections, 
 from heron.context.history import BranchState, load_branch_async, view_of
 from heron.context.tokens import estimate_message, estimate_messages, estimate_text
 from heron.context.view import Said, not_shown_whole, said_in, shape_messages, snip
-from heron.messages import Message, Text
+from heron.messages import Message, Text, plural
 from heron.providers.wire import ModelCallRecord
 from heron.request import ChatRequest
 from heron.store import compactions as folds
@@ -357,18 +358,51 @@ DONE_HEAD = "## Done (calls made and the start of each result)\n"
 
 def _mechanical(messages: list[Message], previous: str, tokens: int) -> str:
     """A checkpoint body written without the model: the calls made and each result's start,
-    after the turn's previous checkpoint (its body alone), the newest within `tokens`."""
+    after the turn's previous checkpoint (its body alone), the newest within `tokens`. What
+    does not fit is counted in one line, with what earlier checkpoints left out: a count of
+    the last re-split alone stayed at "3" for 200 calls, and a model judging its progress by
+    what it sees could not tell how far the turn had got (qa24f M3)."""
     earlier = checkpoint_body(previous).removeprefix(DONE_HEAD.strip()).strip()
+    calls, notes = _left_out(earlier)
+    earlier = LEFT_OUT.sub("", earlier).strip()
     lines = fallback_facts(messages, earlier).splitlines()
     kept: list[str] = []
-    for line in reversed(lines):  # the newest steps matter most to the step the model is on
-        if estimate_text("\n".join([line, *kept])) > tokens:
-            kept.insert(
-                0, f"[{len(lines) - len(kept)} earlier lines left out; the record keeps them]"
-            )
+    for at in range(len(lines) - 1, -1, -1):  # the newest steps matter most to the step now
+        if estimate_text("\n".join([lines[at], *kept])) > tokens:
+            dropped = lines[: at + 1]
+            made = sum(1 for line in dropped if CALL_LINE.match(line))
+            kept.insert(0, _left_out_line(calls + made, notes + len(dropped) - made))
             break
-        kept.insert(0, line)
+        kept.insert(0, lines[at])
+    else:
+        if calls or notes:  # everything new fits, and what was left out before stays counted
+            kept.insert(0, _left_out_line(calls, notes))
     return DONE_HEAD + "\n".join(kept)
+
+
+# A line of `fallback_facts`: one call made ("- name(args) -> start of its result").
+CALL_LINE = re.compile(r"- .+ -> ")
+LEFT_OUT = re.compile(
+    r"^\[([\d,]+) earlier calls?(?: and ([\d,]+) lines? of notes)? left out; "
+    r"the record keeps them\]$",
+    re.M,
+)
+
+
+def _left_out(body: str) -> tuple[int, int]:
+    """The calls and the lines of notes (a model-written checkpoint's) a checkpoint body says
+    it left out, 0 and 0 when it says none."""
+    found = LEFT_OUT.search(body)
+    if found is None:
+        return 0, 0
+    return int(found[1].replace(",", "")), int((found[2] or "0").replace(",", ""))
+
+
+def _left_out_line(calls: int, notes: int) -> str:
+    said = plural(calls, "earlier call") + (
+        f" and {plural(notes, 'line')} of notes" if notes else ""
+    )
+    return f"[{said} left out; the record keeps them]"
 
 
 # Told once per turn when it becomes tight (Governor.tight_notice).
