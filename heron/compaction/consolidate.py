@@ -9,6 +9,7 @@ row writes a deterministic fallback instead, so a broken summarizer cannot stall
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -57,6 +58,11 @@ class CompactionReport:
     @property
     def changed(self) -> bool:
         return self.compaction_id is not None
+
+    @property
+    def no_gain(self) -> bool:
+        """Nothing was folded because the fold would not have shrunk the context."""
+        return self.kind == "none" and self.why.startswith(NO_GAIN)
 
     def describe(self) -> str:
         if self.kind == "none":
@@ -108,16 +114,19 @@ def _turn_starts(state: BranchState) -> tuple[int, list[int]]:
 def nothing_to_fold(state: BranchState, recent: int) -> str:
     """Why `choose_cut` found no cut, for /compact to say (it said only "the conversation is
     already short", at half the window after a long turn)."""
-    start, starts = _turn_starts(state)
+    _, starts = _turn_starts(state)
     if not starts:
         why = "everything since the last summary is one turn, and the latest turn is kept whole"
         if state.plan.checkpoints:  # a long turn checkpointed in flight
             why += " (its earlier steps are already folded into checkpoints)"
         return why
-    size = sum(estimate_message(r.wire) for r in state.rows[start:])
+    # What choose_cut measured: the turns after the first (it said "the turns since the last
+    # summary (about 462 tokens) fit in the part kept whole (300 tokens)", the first included).
+    size = sum(estimate_message(r.wire) for r in state.rows[starts[0] :])
     return (
-        f"the turns since the last summary (about {size:,} tokens) fit in the part of the "
-        f"window kept whole ({recent:,} tokens)"
+        f"the conversation since the last summary is short: fewer than {KEEP_MESSAGES} "
+        f"messages follow its first turn, and they (about {size:,} tokens) fit in the part "
+        f"of the window kept whole ({recent:,} tokens)"
     )
 
 
@@ -218,6 +227,12 @@ async def consolidate(
         kind = "fallback"
     if not await _go_on(deps, conversation_id):
         return CompactionReport("none", reason, why=MOVED_ON)
+    chunk = chunk or digest([r.message for r in new_rows])
+    written = Written(kind, facts, ws, chunk, error)
+    drafted = await deps.store.call(_draft, deps, state, cut, written, off_loop=True)
+    gain = await asyncio.to_thread(_no_gain, deps, state, cut, drafted.summary, before, "")
+    if gain:
+        return CompactionReport("none", reason, why=gain)
     # Memory's pass over what is about to leave the view; not a tiny model's (its picks are as
     # slow and unusable as its summary): the review cursor stays, a larger model's review reads
     # these words later.
@@ -226,9 +241,9 @@ async def consolidate(
         memory = await deps.before_fold(deps, conversation_id, [r.id for r in new_rows], reason)
         if not await _go_on(deps, conversation_id):
             return CompactionReport("none", reason, why=MOVED_ON)
-    chunk = chunk or digest([r.message for r in new_rows])
-    written = Written(kind, facts, ws, chunk, error)
-    cid = await deps.store.call(_record, deps, state, cut, reason, written, before, off_loop=True)
+    cid = await deps.store.call(
+        _record, deps, state, cut, reason, written, drafted, before, off_loop=True
+    )
     if deps.after_fold is not None:  # the next prompt takes memory as it is now
         await deps.after_fold(conversation_id)
     after = _conversation_tokens(deps, agent, await load_branch_async(deps.store, conversation_id))
@@ -278,7 +293,41 @@ def _plan(
     ids = [r.id for r in state.rows]
     start = ids.index(state.plan.folded_upto) + 1 if state.plan.folded_upto in ids else 0
     new_rows = [r for r in state.rows[start:cut] if r.id not in state.plan.compacted]
+    # Before asking the model: the least any summary of these rows holds (the user's words
+    # quoted, the parts' digests; no facts, no state) may already be as long as what it would
+    # replace, as for one short turn a /compact folds.
+    least = Written("consolidation", "", "", digest([r.message for r in new_rows]))
+    floor = _render(deps, state, cut, least, "").summary
+    gain = _no_gain(deps, state, cut, floor, before, " or more")
+    if gain:
+        return gain
     return cut, start, before, new_rows, _prompt(deps, state, [r.wire for r in new_rows])
+
+
+# A fold that would not shrink the context by this part of it is not made: it would break the
+# provider's cached prefix (a new system prompt) for little or nothing. One short turn folded
+# by /compact grew the context ("about 827 tokens became 867"): the archive quotes the
+# person's words verbatim under its headers.
+MIN_GAIN = 0.1
+NO_GAIN = "nothing to gain"
+NOTHING_TO_GAIN = (
+    NO_GAIN + ": the summary would be about as long as what it replaces (about "
+    "{before:,} tokens of context would become {after:,}{more}); the conversation is left as "
+    "it is"
+)
+
+
+def _no_gain(
+    deps: ContextDeps, state: BranchState, cut: int, summary: str, before: int, more: str
+) -> str:
+    """Why a fold at `cut` with `summary` is not worth making, or "" when it is."""
+    ids = [r.id for r in state.rows]
+    plan = dataclasses.replace(state.plan, folded_upto=ids[cut - 1])
+    view = view_of(deps, BranchState(state.rows, plan, None))
+    after = deps.calibration.tokens(estimate_messages(view) + estimate_text(summary))
+    if after <= before * (1 - MIN_GAIN):
+        return ""
+    return NOTHING_TO_GAIN.format(before=before, after=after, more=more)
 
 
 def _conversation_tokens(
@@ -306,19 +355,27 @@ class Written:
 MAX_CHUNKS = 50  # level-1 summaries kept in a consolidation's record (the newest are shown)
 
 
-def _record(
-    deps: ContextDeps,
-    state: BranchState,
-    cut: int,
-    reason: str,
-    w: Written,
-    before: int,
-) -> int:
+@dataclass(frozen=True)
+class Drafted:
+    """A consolidation's archive as it would be recorded."""
+
+    summary: str
+    facts: str
+    working_state: str
+    chunks: list[list[object]]
+
+
+def _draft(deps: ContextDeps, state: BranchState, cut: int, w: Written) -> Drafted:
     conversation_id = state.rows[0].conversation_id
-    folded = state.rows[:cut]  # every row up to the cut, earlier folds included
     extra = state_block(
         work.work_state(deps.store, conversation_id), work.todos(deps.store, conversation_id)
     )
+    return _render(deps, state, cut, w, extra)
+
+
+def _render(deps: ContextDeps, state: BranchState, cut: int, w: Written, extra: str) -> Drafted:
+    """The archive a fold at `cut` writes; `extra`: the work state and todos block."""
+    folded = state.rows[:cut]  # every row up to the cut, earlier folds included
     previous = state.consolidation
     ids = [r.id for r in folded]
     start = ids.index(previous.last_row_id) + 1 if previous and previous.last_row_id in ids else 0
@@ -329,14 +386,32 @@ def _record(
     room = archive_room(budget.share(budget.shares.archive), budget.share(budget.shares.user_words))
     facts, ws = clip(w.facts, room.facts), clip(w.working_state, room.working)
     summary = render_summary(facts, ws, quotes_of(folded), extra, room, [tuple(c) for c in chunks])
-    meta = {"facts": facts, "chunks": chunks, **({"error": w.error} if w.error else {})}
+    return Drafted(summary, facts, ws, chunks)
+
+
+def _record(
+    deps: ContextDeps,
+    state: BranchState,
+    cut: int,
+    reason: str,
+    w: Written,
+    drafted: Drafted,
+    before: int,
+) -> int:
+    conversation_id = state.rows[0].conversation_id
+    folded = state.rows[:cut]
+    meta = {
+        "facts": drafted.facts,
+        "chunks": drafted.chunks,
+        **({"error": w.error} if w.error else {}),
+    }
     cid = folds.add_compaction(
         deps.store,
         conversation_id,
         kind=w.kind,
         reason=reason,
-        summary=summary,
-        working_state=ws,
+        summary=drafted.summary,
+        working_state=drafted.working_state,
         first_row_id=folded[0].id,
         last_row_id=folded[-1].id,
         rows_folded=len(folded),

@@ -89,7 +89,7 @@ async def compact_idle(
         report = await _unless_interrupted(_consolidate(deps, cid, agent), quiet)
         if report is None:  # the person came first: this conversation waits for a later sweep
             continue
-        if report.kind == "failed":
+        if report.kind == "failed" or report.no_gain:  # not again at every sweep
             await deps.store.call(_retry_later, deps, cid, now, off_loop=True)
         reports.append(report)
     return reports
