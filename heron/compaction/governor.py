@@ -264,7 +264,9 @@ class Governor:
         try:
             reply = await self.deps.chat(request, "checkpoint")
         except Exception as e:  # a failed checkpoint falls back; it never fails the turn
-            log.warning("in-flight checkpoint failed: %s", e)
+            # At INFO, the error's first line only: a chat in its own process shows WARNING on
+            # its screen, and a provider's hint ("try again in a while") read as the turn's.
+            log.info("in-flight checkpoint failed, fell back: %s", (str(e).splitlines() or [""])[0])
             return None
         if reply.tool_calls or not reply.text.strip():
             return None

@@ -35,7 +35,8 @@ _WHAT_TO_DO = {
     "memory": "Shorten the largest memory entries (`heron memory list` flags them) or move "
     "them to when/ topics.",
     "workspace files": "Shorten AGENTS.md, SOUL.md or USER.md in the workspace.",
-    "tool schemas": "Give this model fewer tools.",
+    "tool schemas": "The tools' descriptions take the most room: a model this small may do"
+    ' better with none (tools = false under [models."{model}"] in config.toml).',
     "messages": "Send /compact, or /new to start afresh (the transcript stays).",
 }
 
@@ -66,7 +67,7 @@ def too_large(
     )
     todo = _WHAT_TO_DO.get(largest, f"Shorten the {largest} section of the system prompt.")
     hint = (
-        f"{todo} Or use a model with a larger window (context_window under"
-        f' [models."{model}"] in config.toml).'
+        f"{todo.replace('{model}', model)} Or use a model with a larger window (context_window"
+        f' under [models."{model}"] in config.toml, or HERON_CONTEXT_WINDOW).'
     )
     return RequestTooLarge(message, hint=hint)
