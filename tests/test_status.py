@@ -65,6 +65,9 @@ def _home_at_work(store: Store) -> None:
     every = parse(every="1h", timezone="UTC")
     for n in range(4):
         jobs.create_job(store, every, conversation="k", prompt=f"check {n}", now=time.time())
+    workspace = Settings.load().paths.workspace
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "HEARTBEAT.md").write_text("- is the backup fresh?\n")
     jobs.claim_tick(store, "heartbeat", "me", 100.0, 60.0)
     jobs.claim_tick(store, "heartbeat", "me", 200.0, 60.0)
     jobs.end_tick(store, "heartbeat", "skipped", "HEARTBEAT.md has nothing to check")
@@ -194,6 +197,18 @@ def test_a_subagent_s_turn_is_shown_on_its_line_not_again_among_the_turns():
     [sub] = status.subagents
     assert sub.step == "running tools bash, read_file"
     assert "(running tools bash, read_file): Count" in out and "subagent:ab" not in out
+
+
+def test_a_heartbeat_with_nothing_to_check_is_said_to_skip_each_beat():
+    """qa24e L6: "heartbeat: on" read as checking something when HEARTBEAT.md asks nothing."""
+    _store().close()  # a home that has run
+    empty = "\n".join(lines(gather(Settings.load())))
+    workspace = Settings.load().paths.workspace
+    (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n- is the backup fresh?\n")
+    checking = "\n".join(lines(gather(Settings.load())))
+    assert "has nothing to check: each beat is skipped" in empty
+    assert "heartbeat: on, every 30 minutes while heron serve runs" in checking
+    assert "nothing to check" not in checking
 
 
 def test_a_serve_whose_details_are_lost_is_running_not_starting_forever():

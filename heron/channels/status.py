@@ -22,6 +22,7 @@ from heron.channels.jobs_cli import review_line
 from heron.errors import HeronError, StoreLocked
 from heron.memory.queue import count_waiting
 from heron.messages import plural
+from heron.proactive.heartbeat import heartbeat_lines
 from heron.store import engine_state, goals, held, jobs, runs, waiting
 from heron.store.home_lock import INFO_NAME, LOCK_NAME, read_info, serve_holder
 from heron.store.runs import elapsed
@@ -126,6 +127,8 @@ class Heartbeat:
     last: float | None = None  # its last beat, when one was recorded
     outcome: str | None = None
     detail: str | None = None
+    # Whether the workspace's HEARTBEAT.md asks to check anything: else every beat is skipped.
+    checks: bool = True
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,8 @@ def gather(
     serve = serve_state(settings)
     model, note = _model(settings, serve)
     status = Status(serve, model, note, now, settings.timezone)
-    status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes)
+    checks = bool(heartbeat_lines(settings.paths.workspace))
+    status.heartbeat = Heartbeat(settings.config.agent.heartbeat_minutes, checks=checks)
     if config_error is not None:
         status.config_error = config_error.summary.splitlines()[0]
         status.heartbeat = Heartbeat(None)
@@ -301,7 +305,9 @@ def _from_store(status: Status, store: Store, settings: Settings) -> None:
     _jobs(status, store)
     beat = jobs.tick(store, "heartbeat")
     if beat is not None and beat.outcome not in (None, "started"):
-        status.heartbeat = Heartbeat(status.heartbeat.minutes, beat.last, beat.outcome, beat.detail)
+        status.heartbeat = replace(
+            status.heartbeat, last=beat.last, outcome=beat.outcome, detail=beat.detail
+        )
     status.goals = _goals(store)
     status.today = _today(store, settings, status.now)
 
@@ -587,6 +593,8 @@ def _heartbeat_lines(status: Status) -> list[str]:
         said = f"on, every {plural(beat.minutes, 'minute')}"
         if not status.serve.running:
             said += " while heron serve runs"
+        if not beat.checks:  # qa24e L6: "on" read as checking something
+            said += " (HEARTBEAT.md in the workspace has nothing to check: each beat is skipped)"
     if beat.last is not None:
         why = ""
         if beat.detail:
