@@ -60,6 +60,9 @@ EventKind = Literal[
     "busy",  # another process holds the conversation; the turn waits for it
     "mail",  # the message went to the running turn's mailbox and is answered in it
     "queued",  # the message waits for the running turn and opens the next one
+    # The message went to the running turn as mail, but that turn ended (failed, stopped)
+    # without reading it: it opens the next turn, whose events answer it.
+    "carried",
     "approval",  # a command waits for the person's yes or no (`approval` says which)
     "approval_end",  # that wait is over: answered, stopped, or past its deadline
     "turn_end",

@@ -489,3 +489,42 @@ async def test_a_stop_while_the_lease_is_busy_elsewhere_says_the_message_was_not
     said = [bus.outbound.get_nowait().text for _ in range(bus.outbound.qsize())]
     assert said[0].startswith("busy in another session") and STOPPED_UNSAVED in said
     assert [r.message.text for r in rows if r.message.role == "user"] == ["a long question"]
+
+
+async def test_mail_a_failed_turn_never_read_tells_its_sender_before_that_turns_end():
+    """Its sender (`heron run` through a serve) took the failed turn's end for its own answer
+    (qa24g M3): it is told "carried", then the next turn answers it."""
+    from heron.bus import TurnEvent
+    from heron.errors import ProviderError
+
+    release = asyncio.Event()
+
+    async def answer(request: ChatRequest) -> Reply:
+        if len(provider.requests) == 1:
+            await release.wait()
+            raise ProviderError("the model server sent nothing")
+        return Reply([Text("reply to: second question")], "done")
+
+    provider = ScriptedProvider(answer)
+    bus = MessageBus()
+    async with Engine.open(Settings.load(), provider=provider) as engine:
+        loop = AgentLoop(engine, bus)
+        await loop.dispatch(InboundMessage("script", "a", "first", "m", events=True))
+        await until(lambda: len(provider.requests) == 1)
+        await loop.dispatch(InboundMessage("script", "b", "second question", "m", events=True))
+        release.set()
+        await until(lambda: len(provider.requests) == 2)
+        await loop.wait_idle()
+    said: list[tuple[str, str]] = []
+    while not bus.outbound.empty():
+        ev = bus.outbound.get_nowait()
+        if isinstance(ev, TurnEvent) and ev.kind in ("mail", "carried", "turn_start", "turn_end"):
+            said.append((ev.chat_id, ev.kind))
+    assert said == [
+        ("a", "turn_start"),
+        ("b", "mail"),
+        ("b", "carried"),
+        ("a", "turn_end"),
+        ("b", "turn_start"),
+        ("b", "turn_end"),
+    ]

@@ -160,3 +160,37 @@ def test_a_turn_that_ends_with_no_point_seen_where_it_read_the_mail_prints_its_r
     """The mail joined just after the last tool phase, before the drain that read it: what
     streamed since is the reply that answers it."""
     assert _mailed(_delta("ANSWER to "), _delta("['MSG-b']")) == "ANSWER to ['MSG-b']\n"
+
+
+# ---- mail the running turn never read (qa24g M3) --------------------------------------------
+
+
+def _carried(*, told: bool) -> list[dict[str, Any]]:
+    """Our message mailed into another client's turn (chat c0) that fails unread; with `told`
+    the serve says so, and the next turn (joined, led by c0's chat) answers it."""
+    carried = [{"type": "status", "state": "carried"}] if told else []
+    failed = {"type": "turn_end", "chat_id": "c0", "ok": False, "outcome": "failed"}
+    return [
+        {"type": "status", "state": "mail", "text": "second question"},
+        {"type": "delta", "chat_id": "c0", "text": "first SL"},
+        *carried,
+        {**failed, "error": "the model server sent nothing for 3 s", "run_id": "run_other"},
+        {"type": "turn_start", "chat_id": "c0", "message_id": 9, "text": "second question"},
+        {"type": "delta", "chat_id": "c0", "text": "reply to: second question"},
+        {"type": "turn_end", "chat_id": "c0", "ok": True, "outcome": "done", "run_id": "run_ours"},
+    ]
+
+
+async def test_mail_the_running_turn_never_read_is_answered_by_the_next_turn_it_waits_for(
+    tmp_path,
+):
+    """It took the failed turn's end (another message's) for its own: ok false, that run's id
+    and error, and a --retry hint that answered its message twice."""
+    out, err = StringIO(), StringIO()
+    async with _dying_serve(tmp_path, _carried(told=True), workers=False) as path:
+        ok = await run_remote(path, "second question", "default", KEY, out, err, as_json=True)
+    got = json.loads(out.getvalue())
+    assert ok and got["ok"] is True, got
+    assert got["reply"] == "reply to: second question"
+    assert got["run_id"] == "run_ours" and not got.get("hint")
+    assert "ended without reading your message; the next turn answers it" in err.getvalue()

@@ -185,6 +185,13 @@ class Mailbox:
         self.senders.append(sender)
         return True
 
+    def unread_senders(self) -> list[InboundMessage]:
+        """The messages whose mail of this process the run has not read (yet): those that
+        open the next turn if it ends now (`take`)."""
+        posted = [s for s, ref in zip(self.senders, self.refs, strict=True) if not ref]
+        senders = [u.sender for u in self.unstored] + posted
+        return [s for s in senders if s is not None]
+
     def take(self) -> list[Unread]:
         """The mail of this process the run has not read, in the order it came, and the
         mailbox emptied (mail from a queue is left to its own turn there)."""

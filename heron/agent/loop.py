@@ -520,6 +520,11 @@ class AgentLoop:
         active = self._active.get(key)
         if active is not None and active.message is message:
             active.end = end
+            # Mail the run never read opens the next turn (`_finished`): its senders are told
+            # before this end, so a `heron run` waits for that turn rather than taking this
+            # turn's end (another message's, maybe failed) for its own.
+            for sender in active.control.mailbox.unread_senders():
+                self._event(sender, key, "carried")
         self._event(message, key, "turn_end", end=end)
 
     def _hooks(self, key: str, message: InboundMessage, control: TurnControl) -> TurnHooks:

@@ -422,13 +422,13 @@ class RemoteAgent:
         ours = event.get("chat_id") == self.chat_id
         if kind == "message" and event.get("code") == KEEPING_CODE:
             if ours:  # being kept: the turn it mailed into may end first, its notice follows
-                self._advance(("sent", "mail", "queued"), "keeping")
+                self._advance(("sent", "mail", "queued", "carried"), "keeping")
             return
         if kind == "message" and event.get("code") == UNANSWERED_CODE:
             if not ours:
                 return  # another client's message kept at shutdown: its notice is for it
             self.unanswered.append(str(event.get("text") or ""))
-            self._advance(("sent", "mail", "queued", "keeping"), "unanswered")  # none answers
+            self._advance(("sent", "mail", "queued", "carried", "keeping"), "unanswered")
             self._waiting = deque(s for s in self._waiting if s != "unanswered")
             if not self._waiting:
                 self._settled.set()
@@ -526,6 +526,9 @@ class RemoteAgent:
         kind, mine = event.get("type"), event.get("chat_id") == self.chat_id
         if kind == "turn_start":
             self.busy[key] = True
+            # Mail the last turn never read opens this one, whoever's message leads it (the
+            # unread follow-ups of several clients are joined, heard where the first was typed).
+            self._advance(("carried",), "own")
             if mine:
                 self._advance(("sent", "queued"), "own")
                 self._stored_open = isinstance(event.get("message_id"), int)
@@ -534,6 +537,8 @@ class RemoteAgent:
                 self._write({"type": "command", "text": "/stop"})
         elif kind == "status" and event.get("state") in ("mail", "queued") and mine:
             self._advance(("sent",), event["state"])
+        elif kind == "status" and event.get("state") == "carried" and mine:
+            self._advance(("mail",), "carried")  # its turn ended unread: the next answers it
         elif kind == "status" and event.get("state") == "idle":
             self.busy[key] = False
 
@@ -549,7 +554,7 @@ class RemoteAgent:
         mail or queued behind a turn, which the serve holds on disk (heron/store/held.py) and
         moves into the conversation when it, or the next turn there, starts. `--retry` then
         answers it. One only sent, never acknowledged, is not promised."""
-        waiting = any(s in ("mail", "queued", "keeping") for s in self._waiting)
+        waiting = any(s in ("mail", "queued", "carried", "keeping") for s in self._waiting)
         return self._stored_open or self._cut_short or waiting
 
     def _resolve(self, event: dict[str, Any]) -> None:
@@ -603,6 +608,9 @@ async def connect_remote(
         await agent_conn.close()
 
 
+_STATES = ("retry", "restart", "mail", "queued", "carried", "busy")  # as TurnEvents of their kind
+
+
 def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | None:
     """A protocol event as the bus item the channels render (None: nothing to show)."""
     kind = event.get("type")
@@ -641,7 +649,7 @@ def to_outbound(event: dict[str, Any], channel: str, key: str) -> Outbound | Non
         result = ToolResult(event["call_id"], event.get("result", ""), bool(event.get("is_error")))
         seconds = float(event.get("seconds") or 0.0)
         return _replace(base, kind="tool_end", call=call, result=result, seconds=seconds)
-    if kind == "status" and event.get("state") in ("retry", "restart", "mail", "queued", "busy"):
+    if kind == "status" and event.get("state") in _STATES:
         seconds = float(event.get("seconds") or 0.0)
         origin = str(event.get("channel") or channel)  # mail: where it was typed
         text = event.get("text", "")

@@ -192,6 +192,12 @@ class ReplyPrinter:
             self.stored = True
         elif ev.kind == "queued":
             self.note("heron: the conversation is busy; your message waits for the running turn")
+        elif ev.kind == "carried":  # that turn ended unread: the next one answers it
+            self.before_mail = None
+            self.note(
+                "heron: the running turn ended without reading your message; "
+                "the next turn answers it"
+            )
         elif ev.kind == "approval" and ev.approval is not None:  # through serve: others answer
             from heron.tools.approval import approval_label
 

@@ -47,7 +47,7 @@ IDLE_CAP = 100  # idle conversations whose journal stays loaded
 CLIENT_QUEUE = 1000
 Event = dict[str, Any]
 # Turn events that are a change of state rather than content: sent as `status{state}`.
-_STATES = {k: k for k in ("retry", "restart", "mail", "queued", "busy")}
+_STATES = {k: k for k in ("retry", "restart", "mail", "queued", "carried", "busy")}
 
 
 @dataclass(eq=False)
