@@ -88,7 +88,8 @@ async def rig(
         loop = AgentLoop(engine, bus)
         dispatcher = Dispatcher(bus)
         clock = FakeClock(start)
-        scheduler = Scheduler(engine.store, bus, clock, grace_s=grace_s)
+        # The agent's zone, the one `make_job` reads schedules in (test_scheduler.py `local`).
+        scheduler = Scheduler(engine.store, bus, clock, grace_s=grace_s, zone="Europe/Berlin")
         found = Rig(engine, loop, bus, clock, scheduler, provider, dispatcher)
 
         async def watch(o: Outbound) -> None:

@@ -206,3 +206,19 @@ async def test_words_the_person_quoted_from_someone_else_are_refused_and_the_run
     assert waiting == [] and report.suggested == []
     assert report.refused == ["in quotation marks (someone else's words)"]
     assert "1 pick(s) refused (1 in quotation marks (someone else's words))" in report.text()
+
+
+async def test_rows_heron_wrote_are_labelled_heron_in_the_context_never_user():
+    """A reminder's prompt and a monitor's message are stored with role user and author heron:
+    the review's model reads them labelled as Heron's, so it draws no lesson from them taken
+    for the person's words (qa24e M4)."""
+    model = Model()
+    async with Engine.open(Settings.load(), provider=ScriptedProvider(model)) as engine:
+        conv = _talk(engine.store, "chat-1", "I drink green tea every morning.")
+        monitor = engine.store.append(conv, user("build is RED (monitor)"), author="heron")
+        engine.store.append(conv, assistant("The build is red."))
+        await nightly_review(engine)
+    (review,) = [r for r in model.requests if "QUOTABLE" in r.messages[0].text]
+    text = "\n".join(m.text for m in review.messages)
+    assert f"[heron #{monitor.id}] build is RED (monitor)" in text
+    assert "[user #" not in text

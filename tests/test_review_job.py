@@ -106,6 +106,7 @@ async def rig(start: float, *, started: bool = True) -> AsyncIterator[Rig]:
             clock,
             review=partial(review.run_pass, engine),
             user_busy=loop.user_turn_running,
+            zone=settings.timezone,
         )
         tasks = [asyncio.create_task(loop.run(idle=False))]
         found = Rig(engine, loop, clock, scheduler, model)

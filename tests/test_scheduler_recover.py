@@ -263,3 +263,23 @@ async def test_a_running_scheduler_waits_for_the_lease_of_a_scheduler_on_another
         new, old = js.runs(store, job.id)
         assert (old.status, old.outcome, new.status) == ("interrupted", js.RETRIED, "done")
         assert len(r.provider.requests) == 1
+
+
+async def test_missed_times_of_a_job_in_another_zone_are_said_in_the_agents_zone():
+    """A cron job reading its times in New York, missed while no scheduler ran: the catch-up
+    note the person and the model read gives the missed times in the agent's zone (Berlin),
+    as every other time Heron shows, not New York's clock unlabelled (qa24e M1)."""
+    start = local(2026, 12, 6, 7, 20)
+    async with rig(lambda _: answer("Stand-up."), start + 11 * 60, run_scheduler=False) as r:
+        store = r.engine.store
+        when = parse(cron="*/2 * * * *", timezone="America/New_York")
+        job = js.create_job(
+            store, when, conversation="chat-1", prompt="Standup", now=start, created_by="test"
+        )
+        task = asyncio.create_task(r.scheduler.run())
+        await r.settle()
+        (run,) = js.runs(store, job.id)
+        assert "(2026-12-06 07:22 to 2026-12-06 07:30)" in run.detail
+        assert "07:22 to 2026-12-06 07:30" in last_user_text(r.provider.requests[0])
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -24,6 +24,7 @@ from heron.errors import ProviderError
 from heron.memory import queue, records
 from heron.memory.entries import EntryPath, MemoryRefused, slugify
 from heron.memory.guard import find_quote, quoted_in, typed_texts
+from heron.memory.recall import spoken_by
 from heron.memory.service import MemoryService
 from heron.messages import Message, Reply, Text
 from heron.providers.profiles import profile_for
@@ -36,7 +37,8 @@ ROW_CHARS = 1_500
 FACTS_SYSTEM = """\
 You help keep the user's memory: durable facts and preferences the user stated about themselves.
 Read the QUOTABLE messages (the user's own words); the CONTEXT is there so you can tell a lasting
-preference from an instruction for the task at hand, and skip what the user later took back. Do
+preference from an instruction for the task at hand, and skip what the user later took back. A
+CONTEXT line labelled heron is Heron's own (a reminder, a monitor's message), never the user's. Do
 not propose anything memory already covers. Only what the user said counts: never what the
 assistant inferred, tool output or web pages; nor what the user puts in quotation marks to report
 what someone else said. No secrets, credentials or sensitive claims.
@@ -69,8 +71,12 @@ class Asker(Protocol):
 
 
 def _row_line(row: StoredMessage) -> str:
+    """A CONTEXT line, labelled by who said it as recall labels hits (`spoken_by`): a row
+    Heron wrote (a reminder's prompt, a monitor's or the heartbeat's message, a failure note)
+    has the wire role user but is `heron`, so no lesson is drawn from it as the person's
+    (qa24e M4: 58 of 60 context lines were such rows, labelled `[user #N]`)."""
     text = " ".join(row.message.text.split())[:ROW_CHARS]
-    return f"[{row.role} #{row.id}] {text}" if text else ""
+    return f"[{spoken_by(row.role, row.author)} #{row.id}] {text}" if text else ""
 
 
 def _memory_list(service: MemoryService) -> str:

@@ -135,4 +135,5 @@ def _scheduler(
         modes=modes,
         tools=offers_tools(engine.choice),
         brief=engine.choice.profile.brief_prompt,
+        zone=engine.settings.timezone,
     )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import os
 import secrets
@@ -52,6 +51,8 @@ from heron.proactive.clock import Clock
 from heron.store import Store, waiting
 from heron.store import jobs as js
 from heron.store.engine_state import HOST
+from heron.store.schedule import user_timezone
+from heron.timefmt import when
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,10 @@ class Scheduler:
     # one): a reminder reaches it as the person's own words alone, without Heron's bracketed
     # wrapper, which such a model takes for the question (qa24c L5: 3 of 3 replies off topic).
     brief: bool = False
+    # The agent's zone (`Settings.timezone`): the times a run's note and a reminder's "not
+    # delivered" say are in it, as every time Heron shows, whatever zone a cron job reads its
+    # own times in (qa24e M1). Left out (tests): the system's.
+    zone: str = field(default_factory=lambda: user_timezone(None))
 
     def watch(self, loop: AgentLoop) -> None:
         """Record outcomes as the loop's turns end."""
@@ -145,7 +150,7 @@ class Scheduler:
         now = self.clock.now()
         found = await self.store.call(
             js.recover, self.store, self.owner, os.getpid(), now, self.grace_s,
-            review_again=now + IDLE_RETRY_S, modes=self.modes,
+            review_again=now + IDLE_RETRY_S, modes=self.modes, zone=self.zone,
         )  # fmt: skip
         for fire in found.fires:
             await self._publish(fire)
@@ -160,7 +165,7 @@ class Scheduler:
             lost: list[js.Lost] = []
             batch = await self.store.call(
                 js.claim_due, self.store, self.owner, os.getpid(), now, self.grace_s,
-                modes=self.modes, lost=lost,
+                modes=self.modes, lost=lost, zone=self.zone,
             )  # fmt: skip
             for fire in batch:
                 await self._publish(fire)
@@ -178,8 +183,9 @@ class Scheduler:
         scheduler took it first; `drain` and the loop's settling wait for its end."""
         now = self.clock.now()
         fire = await self.store.call(
-            js.claim_asked, self.store, job_id, self.owner, os.getpid(), now, self.grace_s
-        )
+            js.claim_asked, self.store, job_id, self.owner, os.getpid(), now, self.grace_s,
+            self.zone,
+        )  # fmt: skip
         if fire is None:
             return False
         await self._publish(fire)
@@ -333,9 +339,8 @@ class Scheduler:
         if fire.detail == js.RUN_NOW:
             return f"{busy}, so it did not run: ask again once that turn has ended"
         again = self.clock.now() + IDLE_RETRY_S
-        local = dt.datetime.fromtimestamp(again, fire.job.schedule.zone())
         await self.store.call(js.postpone, self.store, fire.job.id, again)
-        return f"{busy}; it tries again at {local:%H:%M}"
+        return f"{busy}; it tries again at {when(again, self.zone, '%H:%M')}"
 
     async def release(self) -> None:
         """Give back the leases of runs still open (a scheduler that stops; `run` does it on
@@ -349,8 +354,8 @@ class Scheduler:
         for that turn): the person looks there, not in `heron jobs runs`."""
         for item in lost:
             job = item.job
-            local = dt.datetime.fromtimestamp(item.due, job.schedule.zone())
-            text = NOT_DELIVERED.format(id=job.id, due=f"{local:%Y-%m-%d %H:%M}", why=item.why)
+            due = when(item.due, self.zone)
+            text = NOT_DELIVERED.format(id=job.id, due=due, why=item.why)
             await self._say(job, f"{text}\n{job.prompt}")
 
     async def _say(self, job: js.Job, text: str) -> None:

@@ -25,6 +25,7 @@ from heron.store.db import Store
 from heron.store.engine_state import HOST, pid_alive
 from heron.store.pg import row_lock
 from heron.store.schedule import Schedule, ScheduleError, zone_of
+from heron.timefmt import when
 
 Mode = Literal["reminder", "monitor"]
 CatchUp = Literal["once", "skip"]
@@ -361,6 +362,7 @@ def _claim_asked(
     grace_s: float,
     modes: tuple[str, ...] | None,
     only: int | None = None,
+    zone: str | None = None,
 ) -> list[Fire]:
     """Fire the jobs someone asked to run now (`request_run`) whose lease is free (job `only`
     alone, when given); their schedule and status stay as they are. One asked while its run
@@ -384,7 +386,8 @@ def _claim_asked(
             _interrupted(c, row["id"], row["lease_owner"], now)
         job, asked = _job(row), row["run_now"]
         if now - asked > grace_s:
-            why = f"asked to run now at {_when(asked, job)}; no scheduler ran until past the grace"
+            why = f"asked to run now at {_when(asked, job, zone)}; no scheduler ran"
+            why += " until past the grace"
             c.execute(
                 "INSERT INTO job_runs (job_id, due, started, ended, status, outcome, detail,"
                 " owner) VALUES (?, ?, ?, ?, 'skipped', 'skipped', ?, ?)",
@@ -397,12 +400,19 @@ def _claim_asked(
 
 
 def claim_asked(
-    store: Store, job_id: int, owner: str, pid: int, now: float, grace_s: float
+    store: Store,
+    job_id: int,
+    owner: str,
+    pid: int,
+    now: float,
+    grace_s: float,
+    zone: str | None = None,
 ) -> Fire | None:
     """Fire job `job_id`'s asked run if its lease is free: `heron jobs run-now` with no serve
-    running runs it in its own process. None when another scheduler took it first."""
+    running runs it in its own process. None when another scheduler took it first. `zone`:
+    the agent's, the times a run's note gives are in (`_when`)."""
     with store.transaction() as c:
-        fires = _claim_asked(c, owner, pid, now, grace_s, None, only=job_id)
+        fires = _claim_asked(c, owner, pid, now, grace_s, None, only=job_id, zone=zone)
     return fires[0] if fires else None
 
 
@@ -533,10 +543,12 @@ def claim_due(
     limit: int = CLAIM_BATCH,
     modes: tuple[str, ...] | None = None,
     lost: list[Lost] | None = None,
+    zone: str | None = None,
 ) -> list[Fire]:
     """Decide every due job (of those `modes` if given) whose lease is free, in one
     transaction: fire it (a `running` run row, the lease to `owner`) or skip it (a `skipped`
-    row), and advance `next_run`. A one-shot reminder skipped is added to `lost`."""
+    row), and advance `next_run`. A one-shot reminder skipped is added to `lost`. `zone`: the
+    agent's, the missed times a run's note gives are in (`_when`)."""
     fires: list[Fire] = []
     with store.transaction() as c:
         # Locked on PostgreSQL: a second scheduler's claim waits, then reads the advanced
@@ -553,12 +565,12 @@ def claim_due(
                 continue
             if row["lease_owner"] is not None:
                 _interrupted(c, row["id"], row["lease_owner"], now)
-            decided = _decide(c, _job(row), owner, pid, now, grace_s)
+            decided = _decide(c, _job(row), owner, pid, now, grace_s, zone)
             if isinstance(decided, Fire):
                 fires.append(decided)
             elif decided is not None and lost is not None:
                 lost.append(decided)
-        fires += _claim_asked(c, owner, pid, now, grace_s, modes)
+        fires += _claim_asked(c, owner, pid, now, grace_s, modes, zone=zone)
     return fires
 
 
@@ -580,7 +592,13 @@ def _interrupted(c: sqlite3.Connection, job_id: int, owner: str, now: float) -> 
 
 
 def _decide(
-    c: sqlite3.Connection, job: Job, owner: str, pid: int, now: float, grace_s: float
+    c: sqlite3.Connection,
+    job: Job,
+    owner: str,
+    pid: int,
+    now: float,
+    grace_s: float,
+    zone: str | None,
 ) -> Fire | Lost | None:
     """Fire or skip one due job; a skipped one-shot reminder comes back as `Lost`."""
     assert job.next_run is not None
@@ -593,8 +611,8 @@ def _decide(
         missed, last = _missed(job, due, now)
         over = job.schedule.kind == "cron" and missed > _MAX_COUNTED
         count = f"over {_MAX_COUNTED:,}" if over else f"{missed:,}"
-        span = f"{count} instant{'s' if missed != 1 else ''} ({_when(due, job)}"
-        span += f" to {_when(last, job)})" if missed > 1 else ")"
+        span = f"{count} instant{'s' if missed != 1 else ''} ({_when(due, job, zone)}"
+        span += f" to {_when(last, job, zone)})" if missed > 1 else ")"
         if job.catch_up == "once" and now - last <= grace_s:
             fire_at, detail = last, f"caught up once for {span} missed{WHY_MISSED}"
         else:
@@ -661,8 +679,12 @@ def _missed(job: Job, due: float, now: float) -> tuple[int, float]:
     return count, last
 
 
-def _when(instant: float, job: Job) -> str:
-    return f"{dt.datetime.fromtimestamp(instant, job.schedule.zone()):%Y-%m-%d %H:%M}"
+def _when(instant: float, job: Job, zone: str | None) -> str:
+    """`instant` as a run's note gives it: in the agent's `zone`, as every time Heron shows
+    (docs/proactive.md, "Every time Heron shows"), not in the job's own, which a cron job made
+    in another zone keeps and which the person and the model would read as theirs (qa24e M1).
+    None (a caller that does not know the agent's zone: some tests) is the job's."""
+    return when(instant, zone or job.schedule.timezone)
 
 
 def renew_leases(store: Store, owner: str, now: float) -> None:
@@ -722,6 +744,7 @@ def recover(
     *,
     review_again: float,
     modes: tuple[str, ...] | None = None,
+    zone: str | None = None,
 ) -> Recovered:
     """At a scheduler's start, in one transaction: every run left `running` by a process that
     is gone (its lease's process on this host has ended, or its lease expired) is marked
@@ -752,7 +775,7 @@ def recover(
                     (finished, _joined(row["run_detail"], "its turn had ended"), run_id),
                 )
                 continue
-            why = _not_again(job, due, now, grace_s)
+            why = _not_again(job, due, now, grace_s, zone)
             if job.builtin and job.status == "active":
                 c.execute(
                     "UPDATE jobs SET next_run = ? WHERE id = ? AND (next_run IS NULL OR"
@@ -763,7 +786,7 @@ def recover(
                 why = f"it tries again at {local:%H:%M}"
             outcome = RETRIED if why is None else NOT_RETRIED
             if why is None:
-                fire = _fire(c, job, owner, pid, now, due, _late(job, run_id, due, row))
+                fire = _fire(c, job, owner, pid, now, due, _late(job, run_id, due, row, zone))
                 fires.append(fire)
                 why = f"run again as run {fire.run_id}"
             elif job.mode == "reminder" and job.status != "cancelled":
@@ -847,7 +870,7 @@ def _turn_status(c: sqlite3.Connection, job: Job, run_id: int) -> str | None:
     return None
 
 
-def _not_again(job: Job, due: float, now: float, grace_s: float) -> str | None:
+def _not_again(job: Job, due: float, now: float, grace_s: float, zone: str | None) -> str | None:
     """Why a cut-off run is not run once more (None: it is)."""
     if job.status == "cancelled":
         return "the job was cancelled"
@@ -856,17 +879,17 @@ def _not_again(job: Job, due: float, now: float, grace_s: float) -> str | None:
     if job.catch_up == "skip":
         return "catch_up = skip"
     if now - due > grace_s:
-        return f"due {_when(due, job)}, past the grace period"
+        return f"due {_when(due, job, zone)}, past the grace period"
     if job.next_run is not None and job.next_run <= now:
         return "its next instant is due now and runs instead"
     return None
 
 
-def _late(job: Job, run_id: int, due: float, row: sqlite3.Row) -> str:
+def _late(job: Job, run_id: int, due: float, row: sqlite3.Row, zone: str | None) -> str:
     """What the run again says (its run row's detail, and the line its prompt opens with)."""
     how = "it stopped" if STOPPED in (row["run_detail"] or "") else "it was killed or crashed"
     return (
-        f"late: due {_when(due, job)}; its run {run_id} was cut off before its turn ended"
+        f"late: due {_when(due, job, zone)}; its run {run_id} was cut off before its turn ended"
         f" (the serve running it stopped: {how}), so it runs once more now"
     )
 
