@@ -196,7 +196,7 @@ async def consolidate(
     state = await load_branch_async(deps.store, conversation_id, full=True)
     # Off the loop: the cut, the size and the prompt each walk the whole branch (tens of
     # thousands of rows in a long conversation, idle compaction's first pass over it).
-    planned = await asyncio.to_thread(_plan, deps, agent, state)
+    planned = await asyncio.to_thread(_plan, deps, agent, state, reason in OPTIONAL)
     if isinstance(planned, str):
         return CompactionReport("none", reason, why=planned)
     cut, start, before, new_rows, prompt = planned
@@ -230,7 +230,9 @@ async def consolidate(
     chunk = chunk or digest([r.message for r in new_rows])
     written = Written(kind, facts, ws, chunk, error)
     drafted = await deps.store.call(_draft, deps, state, cut, written, off_loop=True)
-    gain = await asyncio.to_thread(_no_gain, deps, state, cut, drafted.summary, before, "")
+    gain = ""
+    if reason in OPTIONAL:
+        gain = await asyncio.to_thread(_no_gain, deps, state, cut, drafted.summary, before, "")
     if gain:
         return CompactionReport("none", reason, why=gain)
     # Memory's pass over what is about to leave the view; not a tiny model's (its picks are as
@@ -281,10 +283,11 @@ async def _go_on(deps: ContextDeps, conversation_id: int) -> bool:
 
 
 def _plan(
-    deps: ContextDeps, agent: str, state: BranchState
+    deps: ContextDeps, agent: str, state: BranchState, optional: bool = True
 ) -> tuple[int, int, int, list[StoredMessage], str] | str:
     """Where to cut, where the rows after the current fold start, the conversation's size
-    before, the rows to fold and the summary's prompt; or why nothing can be folded."""
+    before, the rows to fold and the summary's prompt; or why nothing can be folded (for an
+    `optional` fold, also when it would gain too little)."""
     recent = deps.budget.share(deps.budget.shares.recent)
     cut = choose_cut(state, recent)
     if cut is None:
@@ -296,11 +299,12 @@ def _plan(
     # Before asking the model: the least any summary of these rows holds (the user's words
     # quoted, the parts' digests; no facts, no state) may already be as long as what it would
     # replace, as for one short turn a /compact folds.
-    least = Written("consolidation", "", "", digest([r.message for r in new_rows]))
-    floor = _render(deps, state, cut, least, "").summary
-    gain = _no_gain(deps, state, cut, floor, before, " or more")
-    if gain:
-        return gain
+    if optional:
+        least = Written("consolidation", "", "", digest([r.message for r in new_rows]))
+        floor = _render(deps, state, cut, least, "").summary
+        gain = _no_gain(deps, state, cut, floor, before, " or more")
+        if gain:
+            return gain
     return cut, start, before, new_rows, _prompt(deps, state, [r.wire for r in new_rows])
 
 
@@ -309,6 +313,10 @@ def _plan(
 # by /compact grew the context ("about 827 tokens became 867"): the archive quotes the
 # person's words verbatim under its headers.
 MIN_GAIN = 0.1
+# Only a fold nothing forces is weighed so: a /compact by hand and the idle sweep's. A fold the
+# conversation's budget or a window overflow calls for is made whatever it gains (the view's
+# own budget then turns long quoted words into pointers).
+OPTIONAL = frozenset({"manual", "idle"})
 NO_GAIN = "nothing to gain"
 NOTHING_TO_GAIN = (
     NO_GAIN + ": the summary would be about as long as what it replaces (about "
