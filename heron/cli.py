@@ -441,7 +441,9 @@ def web(
     from heron.channels.web_login import web_login
 
     try:
-        web_login(settings(), open_)
+        # Only the home is needed: a config.toml being edited must not keep a browser out of
+        # a running serve (which says what is wrong with the file there).
+        web_login(reading_settings(), open_)
     except HeronError as e:
         fail(e)
 

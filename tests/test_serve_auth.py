@@ -408,3 +408,18 @@ def test_the_origin_must_be_exactly_the_servers_own(origin: str, same: bool) -> 
 
     host = "127.0.0.1:8765"
     assert same_origin(origin, host, allowed_hosts("127.0.0.1", 8765)) is same
+
+
+def test_heron_web_goes_on_past_a_broken_config_toml():
+    """qa24c L4: with config.toml broken (the person editing it), `heron web` refused, so no
+    browser could be logged in to a running serve until the file was fixed; it needs only the
+    home. It goes on with the defaults, saying so, to its own answer."""
+    from typer.testing import CliRunner
+
+    from heron.cli import app
+
+    Settings.load().paths.ensure().config.write_text("[tools\n")
+    result = CliRunner().invoke(app, ["web"])
+    assert result.exit_code != 0
+    assert "no heron serve runs on" in result.output  # what it says with no serve
+    assert "goes on with the default settings" in result.output
