@@ -100,9 +100,12 @@ def is_about(statement: str, correction: str, words: str) -> bool:
     "I started learning Portuguese" said before it (qa24b H2)."""
     if _POINTS_BACK.search(words) or _POINTS_BACK.search(correction):
         return True
-    own = _stems(correction) - _stems(_RETRACTION_WORDS)
+    own = _stems(correction) - _RETRACTION_STEMS
     return bool(own & _stems(statement)) or len(own) < OWN_WORDS
 
 
 def _stems(text: str) -> set[str]:
     return {w[:5] for w in re.findall(r"[\w']+", text.casefold()) if w not in STOPWORDS}
+
+
+_RETRACTION_STEMS = frozenset(_stems(_RETRACTION_WORDS))  # once, not at every sentence judged

@@ -115,7 +115,7 @@ def _said_by(statement: str, said: Iterable[str]) -> bool:
     return any(overlaps(t, statement) for t in said)
 
 
-def _source(conversation_key: str | None, match: QuoteMatch, quote: str) -> Source:
+def _said_source(conversation_key: str | None, match: QuoteMatch, quote: str) -> Source:
     """Where an entry stands: the person's message that holds `quote`, and when they said it
     (in whole seconds, as the file keeps it: the entry returned is the entry read back)."""
     return Source(conversation_key, match.message_id, quote, float(int(match.created)))
@@ -331,7 +331,7 @@ class MemoryService:
         """A new entry whose text is the user's `quote` (a leading "remember that" left out),
         at `path` or, when that is taken, at a free path next to it."""
         text, match = self._proved(conversation_id, quote)
-        source = _source(conversation_key, match, quote.strip())
+        source = _said_source(conversation_key, match, quote.strip())
         with self._writing:
             same = self.files.read(path)
             if same is not None and (same.text, same.source.message) == (text, match.message_id):
@@ -378,7 +378,7 @@ class MemoryService:
             )
         if current.origin == "hand":
             return self._queue_change(conversation_id, current, text, quote, match, "user")
-        source = _source(conversation_key, match, quote.strip())
+        source = _said_source(conversation_key, match, quote.strip())
         return self._write(path, text, "user", source)
 
     def delete(self, conversation_id: int, path: EntryPath, quote: str) -> Entry:
@@ -829,7 +829,7 @@ class MemoryService:
         if s.conversation_id is not None and s.quote:
             match = self.verify_quote(s.conversation_id, s.quote)  # revoked meanwhile: refused
             key = self.store.conversation_by_id(s.conversation_id).key
-            return _source(key, match, s.quote), match.asked
+            return _said_source(key, match, s.quote), match.asked
         return Source(None, s.message_id, s.quote), False
 
     def review(self, choose: ChooseFn, env: Mapping[str, str] | None = None) -> list[Decision]:
